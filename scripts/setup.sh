@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs what a fresh Debian 12 machine lacks to build, run and test Quiver. Idempotent and
+# quick when everything is already there: Debian packages are installed only when missing, the
+# npm packages the tests use only when tests/package.json changed.
+#   scripts/setup.sh            # everything (build + tests)
+#   scripts/setup.sh --run      # only what `quiver-agent` needs to build and run
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+mode=${1:-all}
+
+run_pkgs=(g++ cmake make pkg-config nlohmann-json3-dev libcpp-httplib-dev libhiredis-dev
+          libsqlite3-dev libssl-dev)
+test_pkgs=(libgtest-dev googletest emscripten redis-server)
+
+pkgs=("${run_pkgs[@]}")
+[ "$mode" = "--run" ] || pkgs+=("${test_pkgs[@]}")
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+# Node.js and npm: the machine's own (any source) when present, else Debian's.
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  sudo_cmd=()
+  [ "$(id -u)" = 0 ] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+fi
+
+# npm packages: real MCP peers for the tests and the example config, workerd for the edge.
+node_dir="$root/build/node"
+mkdir -p "$node_dir"
+if ! cmp -s "$root/tests/package.json" "$node_dir/package.json" || [ ! -d "$node_dir/node_modules" ]; then
+  echo "setup: installing npm packages into build/node"
+  cp "$root/tests/package.json" "$node_dir/package.json"
+  (cd "$node_dir" && npm install --no-package-lock --no-audit --no-fund --loglevel=error >/dev/null) || {
+    rm -f "$node_dir/package.json"; echo "setup: npm install failed" >&2; exit 1; }
+fi

@@ -1,0 +1,23 @@
+// The files of schema/ that code executes (Lua scripts, SQL DDL), compiled in.
+//
+// schema/ is the contract between the agent and the edge; this table is how the core reaches it
+// without file I/O. Look an asset up by its path relative to schema/, e.g. "lua/lease_acquire.lua"
+// or "sqlite.sql". A missing asset is a build error waiting to happen: tests walk the table.
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+namespace quiver {
+
+struct SchemaAsset {
+  std::string_view path;  // relative to schema/
+  std::string_view text;
+};
+
+const std::vector<SchemaAsset>& schema_assets();
+
+// nullptr-free lookup: returns an empty view when `path` is not an asset.
+std::string_view schema_asset(std::string_view path);
+
+}  // namespace quiver

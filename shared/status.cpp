@@ -1,0 +1,25 @@
+#include "shared/status.h"
+
+namespace quiver {
+
+const char* error_code_name(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kUnknown: return "UNKNOWN";
+    case ErrorCode::kInvalidArgument: return "INVALID_ARGUMENT";
+    case ErrorCode::kTooLarge: return "TOO_LARGE";
+    case ErrorCode::kNotFound: return "NOT_FOUND";
+    case ErrorCode::kMethodNotFound: return "METHOD_NOT_FOUND";
+    case ErrorCode::kTimeout: return "TIMEOUT";
+    case ErrorCode::kTransport: return "TRANSPORT";
+    case ErrorCode::kProtocol: return "PROTOCOL";
+    case ErrorCode::kInvalidReply: return "INVALID_REPLY";
+    case ErrorCode::kUpstreamError: return "UPSTREAM_ERROR";
+    case ErrorCode::kUnavailable: return "UPSTREAM_UNAVAILABLE";
+    case ErrorCode::kConflict: return "CONFLICT";
+    case ErrorCode::kUnauthenticated: return "UNAUTHENTICATED";
+    case ErrorCode::kInternal: return "INTERNAL";
+  }
+  return "UNKNOWN";
+}
+
+}  // namespace quiver
