@@ -1,0 +1,128 @@
+#include "shared/jsonrpc.h"
+
+namespace quiver {
+namespace {
+
+bool valid_id(const Json& id) { return id.is_number_integer() || id.is_string(); }
+
+Error invalid(std::string what) {
+  return Error(ErrorCode::kInvalidReply, "not a JSON-RPC 2.0 message: " + std::move(what));
+}
+
+std::string dump(const Json& j) {
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+}  // namespace
+
+Result<JsonRpcMessage> parse_jsonrpc(const Json& value) {
+  if (!value.is_object()) return invalid("expected an object");
+  auto version = json_string(value, "jsonrpc");
+  if (!version || *version != "2.0") return invalid("\"jsonrpc\" must be \"2.0\"");
+
+  JsonRpcMessage m;
+  const Json* method = json_field(value, "method");
+  const Json* id = json_field(value, "id");
+  const Json* result = json_field(value, "result");
+  const Json* error = json_field(value, "error");
+
+  if (method != nullptr) {
+    if (!method->is_string()) return invalid("\"method\" must be a string");
+    if (result != nullptr || error != nullptr) return invalid("a request cannot carry a result");
+    m.method = method->get<std::string>();
+    if (const Json* params = json_field(value, "params")) {
+      if (!params->is_object() && !params->is_array()) {
+        return invalid("\"params\" must be an object or an array");
+      }
+      m.params = *params;
+    }
+    if (id != nullptr) {
+      if (!valid_id(*id)) return invalid("request \"id\" must be an integer or a string");
+      m.kind = JsonRpcKind::kRequest;
+      m.id = *id;
+    } else {
+      m.kind = JsonRpcKind::kNotification;
+    }
+    return m;
+  }
+
+  if (id == nullptr) return invalid("neither \"method\" nor \"id\"");
+  if (!valid_id(*id) && !id->is_null()) return invalid("\"id\" must be an integer or a string");
+  m.id = *id;
+  if ((result != nullptr) == (error != nullptr)) {
+    return invalid("a response needs exactly one of \"result\" and \"error\"");
+  }
+  if (result != nullptr) {
+    if (id->is_null()) return invalid("a result needs an id");
+    m.kind = JsonRpcKind::kResult;
+    m.result = *result;
+    return m;
+  }
+  if (!error->is_object()) return invalid("\"error\" must be an object");
+  auto code = json_int(*error, "code");
+  if (!code) return invalid("\"error.code\" must be an integer");
+  m.kind = JsonRpcKind::kError;
+  m.error.code = *code;
+  m.error.message = json_string(*error, "message").value_or("");
+  if (const Json* data = json_field(*error, "data")) m.error.data = *data;
+  return m;
+}
+
+Result<std::vector<JsonRpcMessage>> parse_jsonrpc_batch(std::string_view text,
+                                                        std::size_t max_bytes) {
+  auto parsed = parse_json(text, max_bytes);
+  if (!parsed.ok()) {
+    Error e = parsed.error();
+    if (e.code == ErrorCode::kInvalidArgument) e.code = ErrorCode::kInvalidReply;
+    return e;
+  }
+  std::vector<JsonRpcMessage> out;
+  if (parsed->is_array()) {
+    if (parsed->empty()) return invalid("empty batch");
+    for (const Json& item : *parsed) {
+      auto m = parse_jsonrpc(item);
+      if (!m.ok()) return m.error();
+      out.push_back(std::move(*m));
+    }
+    return out;
+  }
+  auto m = parse_jsonrpc(*parsed);
+  if (!m.ok()) return m.error();
+  out.push_back(std::move(*m));
+  return out;
+}
+
+std::string encode_request(int64_t id, std::string_view method, const Json& params) {
+  Json j = {{"jsonrpc", "2.0"}, {"id", id}, {"method", std::string(method)}};
+  if (!params.is_null()) j["params"] = params;
+  return dump(j);
+}
+
+std::string encode_notification(std::string_view method, const Json& params) {
+  Json j = {{"jsonrpc", "2.0"}, {"method", std::string(method)}};
+  if (!params.is_null()) j["params"] = params;
+  return dump(j);
+}
+
+std::string encode_result(const Json& id, const Json& result) {
+  return dump(Json{{"jsonrpc", "2.0"}, {"id", id}, {"result", result}});
+}
+
+std::string encode_error(const Json& id, int64_t code, std::string_view message) {
+  return dump(Json{{"jsonrpc", "2.0"},
+                   {"id", id},
+                   {"error", {{"code", code}, {"message", std::string(message)}}}});
+}
+
+std::string describe(const JsonRpcMessage& m) {
+  switch (m.kind) {
+    case JsonRpcKind::kRequest: return "request " + dump(m.id) + " " + m.method;
+    case JsonRpcKind::kNotification: return "notification " + m.method;
+    case JsonRpcKind::kResult: return "result for " + dump(m.id);
+    case JsonRpcKind::kError:
+      return "error " + std::to_string(m.error.code) + " for " + dump(m.id);
+  }
+  return "message";
+}
+
+}  // namespace quiver

@@ -1,0 +1,57 @@
+// JSON-RPC 2.0 messages as MCP uses them: requests, notifications and responses.
+//
+// `parse_jsonrpc` turns one JSON value from a peer into a `JsonRpcMessage` (or a clear error:
+// the peer sent something that is not JSON-RPC); `parse_jsonrpc_batch` also accepts an array
+// (batches were allowed in protocol 2025-03-26). The encoders produce compact JSON text without
+// newlines, ready for either framing (NDJSON line, HTTP body). Request ids are integers or
+// strings; ids we send are integers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shared/json.h"
+#include "shared/status.h"
+
+namespace quiver {
+
+inline constexpr int64_t kJsonRpcParseError = -32700;
+inline constexpr int64_t kJsonRpcInvalidRequest = -32600;
+inline constexpr int64_t kJsonRpcMethodNotFound = -32601;
+inline constexpr int64_t kJsonRpcInvalidParams = -32602;
+inline constexpr int64_t kJsonRpcInternalError = -32603;
+
+enum class JsonRpcKind { kRequest, kNotification, kResult, kError };
+
+struct JsonRpcError {
+  int64_t code = 0;
+  std::string message;
+  Json data;  // null when absent
+};
+
+struct JsonRpcMessage {
+  JsonRpcKind kind = JsonRpcKind::kNotification;
+  Json id;             // requests and responses: an integer or a string (null on errors to
+                       // messages whose id could not be read)
+  std::string method;  // requests and notifications
+  Json params;         // requests and notifications; null when absent
+  Json result;         // kResult
+  JsonRpcError error;  // kError
+};
+
+Result<JsonRpcMessage> parse_jsonrpc(const Json& value);
+// Parses text holding one message or a batch (array) of messages.
+Result<std::vector<JsonRpcMessage>> parse_jsonrpc_batch(std::string_view text,
+                                                        std::size_t max_bytes = 16u << 20);
+
+std::string encode_request(int64_t id, std::string_view method, const Json& params);
+std::string encode_notification(std::string_view method, const Json& params);
+std::string encode_result(const Json& id, const Json& result);
+std::string encode_error(const Json& id, int64_t code, std::string_view message);
+
+// A short, log-safe description of a message ("request 3 tools/list", "error -32601 on 5").
+std::string describe(const JsonRpcMessage& message);
+
+}  // namespace quiver
