@@ -53,8 +53,9 @@ struct FreshnessPolicy {
 };
 
 // OK when the policy is usable: 0 < fresh_ttl <= max_age, 0 < ratio <= 1,
-// 0 <= min_upstream_ttl <= fresh_ttl, tolerance and retry >= 0. `classify` clamps an invalid
-// policy into this range instead of failing; validate it where configuration is loaded.
+// 0 <= min_upstream_ttl <= fresh_ttl, tolerance and retry >= 0. `classify` does not fail on an
+// invalid policy: it clamps each value to the nearest usable one (ratio into [0, 1], NaN as 1).
+// Validate the policy where configuration is loaded.
 Status validate_freshness_policy(const FreshnessPolicy& policy);
 
 // MCP `cacheScope`. Unspecified (no hint) behaves as public: the key already carries the
