@@ -103,6 +103,10 @@ std::string url_without_password(std::string_view url) {
   return out;
 }
 
+// Recipe version: changing what goes into the canonical form changes every hash (each cached
+// manifest misses once), so the version is part of the input and bumped with the recipe.
+constexpr int kConfigHashRecipe = 1;
+
 struct KindInfo {
   KeyKind kind;
   const char* segment;
@@ -245,10 +249,6 @@ AuthType auth_type_from_string(std::string_view text) {
   }
   return AuthType::kUnknown;
 }
-
-// Recipe version: changing what goes into the canonical form changes every hash (each cached
-// manifest misses once), so the version is part of the input and bumped with the recipe.
-static constexpr int kConfigHashRecipe = 1;
 
 Result<std::string> config_identity_canonical(const ConnectionIdentity& id) {
   auto check_utf8 = [](const char* field, std::string_view value) -> Status {
