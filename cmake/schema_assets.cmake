@@ -11,4 +11,5 @@ add_custom_command(
           "-DFILES=${QUIVER_SCHEMA_ASSET_FILES}"
           -P "${CMAKE_SOURCE_DIR}/cmake/embed_schema_assets.cmake"
   DEPENDS ${QUIVER_SCHEMA_ASSET_FILES} "${CMAKE_SOURCE_DIR}/cmake/embed_schema_assets.cmake"
-  COMMENT "Embedding schema/ assets")
+  COMMENT "Embedding schema/ assets"
+  VERBATIM)

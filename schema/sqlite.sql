@@ -1,0 +1,168 @@
+-- Quiver's SQLite schema: the agent's preference database and, for the embedded default (no
+-- Redis), the same records the Redis key layout holds (each table names its Redis key).
+--
+-- Applying this file is idempotent: every statement is CREATE ... IF NOT EXISTS or an INSERT that
+-- ignores what is already there, so the agent runs it on every start. Apply it in one transaction
+-- (BEGIN IMMEDIATE ... COMMIT). The connection is the host's business: journal_mode=WAL,
+-- busy_timeout and synchronous=NORMAL are set when the file is opened, not here (journal_mode
+-- cannot change inside a transaction).
+--
+-- Version: PRAGMA user_version (last statement). A future version reads user_version first and
+-- runs its migration before this file; this file only ever brings a new database to version 1.
+--
+-- Conventions: times are INTEGER milliseconds since the Unix epoch; booleans are INTEGER 0/1;
+-- tables are STRICT (a value of the wrong type is an error, not a silent conversion). Identifier
+-- CHECKs repeat the contract: connection id [A-Za-z0-9._-]{1,128}; principal `shared` or
+-- `member/<id>` with id [A-Za-z0-9._@+-]{1,128}. There are no foreign keys: like the Redis layout,
+-- a record may name a connection that was removed (preferences deliberately outlive it).
+--
+-- The statements the code runs against these tables live in sqlite-queries.sql.
+
+-- Coffer ADR-004: the user's choice per capability, the only persisted capability state. Rows are
+-- inserted by reconciliation after a successful list and never deleted by it; `enabled` is
+-- changed only by the user. capability_key is a tool's or prompt's name, a resource's uri or a
+-- resource template's uriTemplate (at most 2048 bytes, kMaxCapabilityKeyBytes).
+CREATE TABLE IF NOT EXISTS mcp_capability_preferences (
+  resource_id     TEXT NOT NULL
+                  CHECK (length(resource_id) BETWEEN 1 AND 128
+                         AND resource_id NOT GLOB '*[^A-Za-z0-9._-]*'),
+  capability_type TEXT NOT NULL
+                  CHECK (capability_type IN ('tool', 'resource', 'resource_template', 'prompt')),
+  capability_key  TEXT NOT NULL
+                  CHECK (length(capability_key) >= 1
+                         AND length(CAST(capability_key AS BLOB)) <= 2048),
+  enabled         INTEGER NOT NULL CHECK (enabled IN (0, 1)),
+  first_seen_at   INTEGER NOT NULL CHECK (first_seen_at >= 0),
+  last_seen_at    INTEGER NOT NULL CHECK (last_seen_at >= first_seen_at),
+  PRIMARY KEY (resource_id, capability_type, capability_key)
+) STRICT, WITHOUT ROWID;
+
+-- The disabled overlay of each connection, as the Redis set quiver:{ns}:disabled:<cid> holds it
+-- (members `<type>:<key>`).
+CREATE VIEW IF NOT EXISTS disabled_capabilities AS
+  SELECT resource_id AS connection_id, capability_type || ':' || capability_key AS member
+  FROM mcp_capability_preferences
+  WHERE enabled = 0;
+
+-- quiver:{ns}:conns and quiver:{ns}:conn:<cid>: the non-secret connection record.
+CREATE TABLE IF NOT EXISTS connections (
+  id              TEXT PRIMARY KEY
+                  CHECK (length(id) BETWEEN 1 AND 128 AND id NOT GLOB '*[^A-Za-z0-9._-]*'),
+  config_hash     TEXT NOT NULL CHECK (length(config_hash) >= 1),
+  credential_mode TEXT NOT NULL CHECK (credential_mode IN ('shared', 'per_member')),
+  name            TEXT NOT NULL,
+  transport       TEXT NOT NULL CHECK (length(transport) >= 1),
+  updated_at      INTEGER NOT NULL CHECK (updated_at >= 0)
+) STRICT, WITHOUT ROWID;
+
+-- quiver:{ns}:grants:member/<id>: the connections a member may use.
+CREATE TABLE IF NOT EXISTS grants (
+  principal     TEXT NOT NULL
+                CHECK (substr(principal, 1, 7) = 'member/'
+                       AND length(principal) BETWEEN 8 AND 135
+                       AND substr(principal, 8) NOT GLOB '*[^A-Za-z0-9._@+-]*'),
+  connection_id TEXT NOT NULL
+                CHECK (length(connection_id) BETWEEN 1 AND 128
+                       AND connection_id NOT GLOB '*[^A-Za-z0-9._-]*'),
+  PRIMARY KEY (principal, connection_id)
+) STRICT, WITHOUT ROWID;
+
+-- quiver:{ns}:manifest:<cid>:<principal>: the cached manifest and its metadata.
+-- A row is a good manifest (manifest IS NOT NULL, with everything a reader needs to classify it),
+-- possibly with the error of a later failed refresh, or an error-only row (no good listing yet).
+-- An error-only row never carries a config_hash: a failed refresh must not make a listing that
+-- never happened look current. retain_until is the Redis key's PEXPIRE: past it the row may be
+-- purged.
+CREATE TABLE IF NOT EXISTS manifests (
+  connection_id TEXT NOT NULL
+                CHECK (length(connection_id) BETWEEN 1 AND 128
+                       AND connection_id NOT GLOB '*[^A-Za-z0-9._-]*'),
+  principal     TEXT NOT NULL
+                CHECK (principal = 'shared'
+                       OR (substr(principal, 1, 7) = 'member/'
+                           AND length(principal) BETWEEN 8 AND 135
+                           AND substr(principal, 8) NOT GLOB '*[^A-Za-z0-9._@+-]*')),
+  manifest      TEXT,
+  etag          TEXT,
+  config_hash   TEXT,
+  fence         INTEGER CHECK (fence > 0),
+  fetched_at    INTEGER CHECK (fetched_at >= 0),
+  fresh_until   INTEGER,
+  expires_at    INTEGER,
+  cache_scope   TEXT CHECK (cache_scope IN ('public', 'private')),
+  truncated     INTEGER NOT NULL DEFAULT 0 CHECK (truncated IN (0, 1)),
+  error_code    TEXT CHECK (length(error_code) >= 1),
+  error_message TEXT,
+  error_at      INTEGER,
+  attempt_at    INTEGER,
+  retain_until  INTEGER,
+  PRIMARY KEY (connection_id, principal),
+  CHECK (manifest IS NULL
+         OR (etag IS NOT NULL AND config_hash IS NOT NULL AND fence IS NOT NULL
+             AND fetched_at IS NOT NULL AND fresh_until IS NOT NULL AND expires_at IS NOT NULL)),
+  CHECK (manifest IS NOT NULL OR (config_hash IS NULL AND etag IS NULL AND error_code IS NOT NULL)),
+  CHECK (fetched_at <= fresh_until AND fresh_until <= expires_at),
+  CHECK ((error_code IS NULL) = (error_at IS NULL))
+) STRICT, WITHOUT ROWID;
+
+CREATE INDEX IF NOT EXISTS manifests_by_fresh_until ON manifests (fresh_until);
+
+-- quiver:{ns}:lease:<cid>:<principal>: the current refresh holder. A row past expires_at is no
+-- lease at all (Redis' PX); writers compare (token, fence) exactly as the Lua scripts do.
+CREATE TABLE IF NOT EXISTS leases (
+  connection_id TEXT NOT NULL
+                CHECK (length(connection_id) BETWEEN 1 AND 128
+                       AND connection_id NOT GLOB '*[^A-Za-z0-9._-]*'),
+  principal     TEXT NOT NULL CHECK (length(principal) >= 1),
+  token         TEXT NOT NULL
+                CHECK (length(token) BETWEEN 32 AND 128 AND token NOT GLOB '*[^0-9a-f]*'),
+  fence         INTEGER NOT NULL CHECK (fence > 0),
+  expires_at    INTEGER NOT NULL CHECK (expires_at >= 0),
+  PRIMARY KEY (connection_id, principal)
+) STRICT, WITHOUT ROWID;
+
+-- quiver:{ns}:fence:<cid>:<principal>: the fencing counter; only ever grows.
+CREATE TABLE IF NOT EXISTS fences (
+  connection_id TEXT NOT NULL
+                CHECK (length(connection_id) BETWEEN 1 AND 128
+                       AND connection_id NOT GLOB '*[^A-Za-z0-9._-]*'),
+  principal     TEXT NOT NULL CHECK (length(principal) >= 1),
+  fence         INTEGER NOT NULL CHECK (fence >= 0),
+  PRIMARY KEY (connection_id, principal)
+) STRICT, WITHOUT ROWID;
+
+-- quiver:{ns}:revalidate (stream, consumer group quiver-agents): revalidation requests. A request
+-- is claimed by setting claimed_by/claimed_until and deleted when done (XACK); a claim past
+-- claimed_until may be taken over (XAUTOCLAIM).
+CREATE TABLE IF NOT EXISTS revalidation_queue (
+  id            INTEGER PRIMARY KEY AUTOINCREMENT,
+  connection_id TEXT NOT NULL
+                CHECK (length(connection_id) BETWEEN 1 AND 128
+                       AND connection_id NOT GLOB '*[^A-Za-z0-9._-]*'),
+  principal     TEXT NOT NULL CHECK (length(principal) >= 1),
+  reason        TEXT NOT NULL CHECK (length(reason) BETWEEN 1 AND 64),
+  at            INTEGER NOT NULL CHECK (at >= 0),
+  claimed_by    TEXT,
+  claimed_until INTEGER,
+  CHECK ((claimed_by IS NULL) = (claimed_until IS NULL))
+) STRICT;
+
+CREATE INDEX IF NOT EXISTS revalidation_queue_by_claim ON revalidation_queue (claimed_until, id);
+
+-- quiver:{ns}:revalidate-gate:<cid>:<principal>: at most one queued request per key per window.
+CREATE TABLE IF NOT EXISTS revalidation_gates (
+  connection_id TEXT NOT NULL,
+  principal     TEXT NOT NULL,
+  until         INTEGER NOT NULL CHECK (until >= 0),
+  PRIMARY KEY (connection_id, principal)
+) STRICT, WITHOUT ROWID;
+
+-- quiver:{ns}:epoch: bumped on every commit, grant or preference change.
+CREATE TABLE IF NOT EXISTS epoch (
+  id    INTEGER PRIMARY KEY CHECK (id = 1),
+  value INTEGER NOT NULL CHECK (value >= 0)
+) STRICT;
+
+INSERT OR IGNORE INTO epoch (id, value) VALUES (1, 0);
+
+PRAGMA user_version = 1;

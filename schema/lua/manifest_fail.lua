@@ -1,0 +1,45 @@
+-- Record a failed refresh, fenced like a commit. The last good manifest stays as it is (it is
+-- still served while stale); only the error fields and attempt_at change. This script never
+-- writes config_hash: a failure must not make rows listed under an older config look current,
+-- and a row created here (no manifest yet) carries no config_hash at all.
+--
+-- KEYS[1] manifest    quiver:{ns}:manifest:<cid>:<principal>  HASH
+-- KEYS[2] lease       quiver:{ns}:lease:<cid>:<principal>
+-- KEYS[3] fence       quiver:{ns}:fence:<cid>:<principal>
+-- KEYS[4] connection  quiver:{ns}:conn:<cid>                  HASH (its `config_hash` is read)
+-- ARGV[1] fence  ARGV[2] token  ARGV[3] config_hash the listing started under (compared only)
+-- ARGV[4] error_code  ARGV[5] error_message  ARGV[6] error_at  ARGV[7] attempt_at
+-- ARGV[8] retention_ms (applied only to a row this script creates)
+-- ARGV[9] release the lease afterwards ('0'/'1')
+--
+-- Replies {"recorded"}, or the refusals of manifest_commit.lua. A failure seen under a config
+-- that has since changed says nothing about the current one, so it is refused too.
+local holder = redis.call('GET', KEYS[2])
+local counter = redis.call('GET', KEYS[3])
+if holder ~= ARGV[1] .. ':' .. ARGV[2] then
+  if counter and tonumber(counter) > tonumber(ARGV[1]) then
+    return {'stale_fence', tonumber(counter)}
+  end
+  return {'lease_lost'}
+end
+if counter ~= ARGV[1] then
+  return {'stale_fence', tonumber(counter) or 0}
+end
+local current = redis.call('HGET', KEYS[4], 'config_hash')
+if not current then
+  return {'connection_removed'}
+end
+if current ~= ARGV[3] then
+  return {'config_changed'}
+end
+
+local existed = redis.call('EXISTS', KEYS[1])
+redis.call('HSET', KEYS[1],
+  'error_code', ARGV[4], 'error_message', ARGV[5], 'error_at', ARGV[6], 'attempt_at', ARGV[7])
+if existed == 0 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[8])
+end
+if ARGV[9] == '1' then
+  redis.call('DEL', KEYS[2])
+end
+return {'recorded'}

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Runs every Quiver test from a clean checkout: installs what is missing (scripts/setup.sh),
+# builds both configurations, then runs
+#   1. the native unit and integration tests (ctest in build/native: real redis-server, real
+#      SQLite files, real child processes and MCP servers),
+#   2. the same core unit tests compiled to wasm, under node (ctest in build/wasm).
+# Build trees are kept between runs (incremental); `rm -rf build` starts over.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+"$root/scripts/setup.sh"
+
+jobs=$(nproc 2>/dev/null || echo 2)
+export NODE_PATH=${NODE_PATH:-/usr/share/nodejs}  # Emscripten's link step needs acorn from here
+
+echo "== native build"
+cmake -S . -B build/native -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build/native -j "$jobs"
+
+echo "== wasm build (Emscripten)"
+emcmake cmake -S . -B build/wasm -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build/wasm -j "$jobs"
+
+status=0
+echo "== native tests"
+(cd build/native && ctest --output-on-failure -j "$jobs" --timeout 300) || status=1
+echo "== wasm tests (node)"
+(cd build/wasm && ctest --output-on-failure --timeout 300) || status=1
+exit $status

@@ -1,0 +1,351 @@
+#include "shared/lease.h"
+
+#include <initializer_list>
+#include <utility>
+
+#include "shared/schema_assets.h"
+#include "shared/sha256.h"
+
+namespace quiver {
+
+namespace {
+
+Error invalid(std::string message) {
+  return Error(ErrorCode::kInvalidArgument, std::move(message));
+}
+
+// Redis Cluster's hash tag: the text between the first '{' and the next '}', if not empty.
+std::string_view hash_tag(std::string_view key) {
+  std::size_t open = key.find('{');
+  if (open == std::string_view::npos) return {};
+  std::size_t close = key.find('}', open + 1);
+  if (close == std::string_view::npos || close == open + 1) return {};
+  return key.substr(open + 1, close - open - 1);
+}
+
+// Every key non-empty and all in one slot: a script touching two slots fails with CROSSSLOT on
+// a cluster, which is better caught here, on every deployment.
+Status check_keys(std::initializer_list<const std::string*> keys) {
+  std::string_view tag;
+  for (const std::string* key : keys) {
+    if (key->empty()) return invalid("lease script: a Redis key is missing");
+    std::string_view t = hash_tag(*key);
+    if (t.empty()) return invalid("lease script: key '" + *key + "' has no {hash tag}");
+    if (tag.empty()) tag = t;
+    if (t != tag) return invalid("lease script: keys '" + *key + "' span more than one hash tag");
+  }
+  return Status::Ok();
+}
+
+bool valid_token(std::string_view token) {
+  if (token.size() < 2 * kMinLeaseTokenBytes || token.size() > 2 * kMaxLeaseTokenBytes) {
+    return false;
+  }
+  for (char c : token) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+Status check_lease(const Lease& lease) {
+  if (lease.fence <= 0) return invalid("lease: fence must be positive");
+  if (!valid_token(lease.token)) return invalid("lease: token must be 32 to 128 lowercase hex");
+  return Status::Ok();
+}
+
+Result<RedisCommand> eval(const char* script, std::initializer_list<const std::string*> keys,
+                          std::initializer_list<std::string> args) {
+  std::string_view text = schema_asset(std::string("lua/") + script);
+  if (text.empty()) {
+    return Error(ErrorCode::kInternal, std::string("schema/lua/") + script + " is not compiled in");
+  }
+  // TODO(perf): EVALSHA with an EVAL fallback on NOSCRIPT would save sending the script text
+  // (~1–2 KiB) per call; it needs SHA-1 in the core. These scripts run once per refresh, not per
+  // read, so EVAL is what we pay for now.
+  RedisCommand argv;
+  argv.reserve(3 + keys.size() + args.size());
+  argv.emplace_back("EVAL");
+  argv.emplace_back(text);
+  argv.push_back(std::to_string(keys.size()));
+  for (const std::string* key : keys) argv.push_back(*key);
+  for (const std::string& arg : args) argv.push_back(arg);
+  return argv;
+}
+
+// Cuts `s` to at most `max` bytes without splitting a UTF-8 sequence.
+std::string cut_utf8(const std::string& s, std::size_t max) {
+  if (s.size() <= max) return s;
+  std::size_t end = max;
+  while (end > 0 && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80) --end;
+  return s.substr(0, end);
+}
+
+// The reply of every script is an array whose first element names the outcome.
+Result<const std::vector<ScriptReply>*> outcome_array(const ScriptReply& reply,
+                                                      const char* script) {
+  if (reply.type == ScriptReply::Type::kError) {
+    return Error(ErrorCode::kInternal, std::string(script) + ": Redis error: " + reply.string);
+  }
+  if (reply.type != ScriptReply::Type::kArray || reply.elements.empty() ||
+      reply.elements[0].type != ScriptReply::Type::kString) {
+    return Error(ErrorCode::kInvalidReply,
+                 std::string(script) + ": expected an array starting with an outcome name");
+  }
+  return &reply.elements;
+}
+
+bool integer_at(const std::vector<ScriptReply>& e, std::size_t i, int64_t* out) {
+  if (i >= e.size() || e[i].type != ScriptReply::Type::kInteger) return false;
+  *out = e[i].integer;
+  return true;
+}
+
+Error unexpected(const char* script, const std::string& word) {
+  return Error(ErrorCode::kInvalidReply, std::string(script) + ": unexpected reply '" + word + "'");
+}
+
+Result<LeaseOutcome> parse_compare_reply(const ScriptReply& reply, const char* script,
+                                         const char* success) {
+  Result<const std::vector<ScriptReply>*> e = outcome_array(reply, script);
+  if (!e.ok()) return e.error();
+  const std::string& word = (**e)[0].string;
+  if (word == success) return LeaseOutcome::kOk;
+  if (word == "lease_lost") return LeaseOutcome::kLeaseLost;
+  return unexpected(script, word);
+}
+
+Result<FencedWriteResult> parse_fenced_reply(const ScriptReply& reply, const char* script,
+                                             const char* success) {
+  Result<const std::vector<ScriptReply>*> parsed = outcome_array(reply, script);
+  if (!parsed.ok()) return parsed.error();
+  const std::vector<ScriptReply>& e = **parsed;
+  const std::string& word = e[0].string;
+  FencedWriteResult r;
+  if (word == success) {
+    r.outcome = LeaseOutcome::kOk;
+    if (e.size() > 1 && !integer_at(e, 1, &r.epoch)) return unexpected(script, word);
+  } else if (word == "lease_lost") {
+    r.outcome = LeaseOutcome::kLeaseLost;
+  } else if (word == "stale_fence") {
+    r.outcome = LeaseOutcome::kStaleFence;
+    if (!integer_at(e, 1, &r.current_fence)) return unexpected(script, word);
+  } else if (word == "config_changed") {
+    r.outcome = LeaseOutcome::kConfigChanged;
+  } else if (word == "connection_removed") {
+    r.outcome = LeaseOutcome::kConnectionRemoved;
+  } else {
+    return unexpected(script, word);
+  }
+  return r;
+}
+
+Status check_fenced_write(const Lease& lease, const std::string& config_hash,
+                          const FencedWriteOptions& options) {
+  if (Status s = check_lease(lease); !s.ok()) return s;
+  if (config_hash.empty()) return invalid("fenced write: config_hash is empty");
+  if (options.retention_ms <= 0) return invalid("fenced write: retention_ms must be positive");
+  return Status::Ok();
+}
+
+}  // namespace
+
+ScriptReply ScriptReply::of_integer(int64_t v) {
+  ScriptReply r;
+  r.type = Type::kInteger;
+  r.integer = v;
+  return r;
+}
+
+ScriptReply ScriptReply::of_string(std::string s) {
+  ScriptReply r;
+  r.type = Type::kString;
+  r.string = std::move(s);
+  return r;
+}
+
+ScriptReply ScriptReply::of_error(std::string message) {
+  ScriptReply r;
+  r.type = Type::kError;
+  r.string = std::move(message);
+  return r;
+}
+
+ScriptReply ScriptReply::of_array(std::vector<ScriptReply> elements) {
+  ScriptReply r;
+  r.type = Type::kArray;
+  r.elements = std::move(elements);
+  return r;
+}
+
+std::string Lease::value() const { return std::to_string(fence) + ":" + token; }
+
+Result<std::string> make_lease_token(std::string_view random_bytes) {
+  if (random_bytes.size() < kMinLeaseTokenBytes || random_bytes.size() > kMaxLeaseTokenBytes) {
+    return invalid("lease token: need 16 to 64 random bytes, got " +
+                   std::to_string(random_bytes.size()));
+  }
+  return hex_encode(reinterpret_cast<const uint8_t*>(random_bytes.data()), random_bytes.size());
+}
+
+const char* lease_outcome_name(LeaseOutcome outcome) {
+  switch (outcome) {
+    case LeaseOutcome::kOk:
+      return "ok";
+    case LeaseOutcome::kLeaseLost:
+      return "lease_lost";
+    case LeaseOutcome::kStaleFence:
+      return "stale_fence";
+    case LeaseOutcome::kConfigChanged:
+      return "config_changed";
+    case LeaseOutcome::kConnectionRemoved:
+      return "connection_removed";
+  }
+  return "lease_lost";
+}
+
+Result<RedisCommand> acquire_lease_command(const LeaseKeys& keys, std::string_view token,
+                                           int64_t lease_ms) {
+  if (Status s = check_keys({&keys.lease, &keys.fence, &keys.manifest}); !s.ok()) {
+    return s.error();
+  }
+  if (!valid_token(token)) return invalid("lease: token must be 32 to 128 lowercase hex");
+  if (lease_ms <= 0) return invalid("lease: lease_ms must be positive");
+  return eval("lease_acquire.lua", {&keys.lease, &keys.fence, &keys.manifest},
+              {std::string(token), std::to_string(lease_ms)});
+}
+
+Result<AcquireResult> parse_acquire_reply(const ScriptReply& reply, std::string_view token) {
+  const char* script = "lease_acquire.lua";
+  Result<const std::vector<ScriptReply>*> parsed = outcome_array(reply, script);
+  if (!parsed.ok()) return parsed.error();
+  const std::vector<ScriptReply>& e = **parsed;
+  const std::string& word = e[0].string;
+  AcquireResult r;
+  if (word == "acquired") {
+    if (!integer_at(e, 1, &r.lease.fence) || r.lease.fence <= 0) return unexpected(script, word);
+    r.acquired = true;
+    r.lease.token = std::string(token);
+  } else if (word == "held") {
+    if (!integer_at(e, 1, &r.holder_remaining_ms) || !integer_at(e, 2, &r.holder_fence)) {
+      return unexpected(script, word);
+    }
+  } else {
+    return unexpected(script, word);
+  }
+  return r;
+}
+
+Result<RedisCommand> renew_lease_command(const LeaseKeys& keys, const Lease& lease,
+                                         int64_t lease_ms) {
+  if (Status s = check_keys({&keys.lease}); !s.ok()) return s.error();
+  if (Status s = check_lease(lease); !s.ok()) return s.error();
+  if (lease_ms <= 0) return invalid("lease: lease_ms must be positive");
+  return eval("lease_renew.lua", {&keys.lease}, {lease.value(), std::to_string(lease_ms)});
+}
+
+Result<LeaseOutcome> parse_renew_reply(const ScriptReply& reply) {
+  return parse_compare_reply(reply, "lease_renew.lua", "renewed");
+}
+
+Result<RedisCommand> release_lease_command(const LeaseKeys& keys, const Lease& lease) {
+  if (Status s = check_keys({&keys.lease}); !s.ok()) return s.error();
+  if (Status s = check_lease(lease); !s.ok()) return s.error();
+  return eval("lease_release.lua", {&keys.lease}, {lease.value()});
+}
+
+Result<LeaseOutcome> parse_release_reply(const ScriptReply& reply) {
+  return parse_compare_reply(reply, "lease_release.lua", "released");
+}
+
+Result<RedisCommand> commit_manifest_command(const LeaseKeys& keys, const Lease& lease,
+                                             const ManifestWrite& write,
+                                             const FencedWriteOptions& options) {
+  if (Status s =
+          check_keys({&keys.manifest, &keys.lease, &keys.fence, &keys.connection, &keys.epoch});
+      !s.ok()) {
+    return s.error();
+  }
+  if (Status s = check_fenced_write(lease, write.config_hash, options); !s.ok()) {
+    return s.error();
+  }
+  if (write.manifest.empty()) return invalid("manifest commit: the manifest is empty");
+  if (write.etag.empty()) return invalid("manifest commit: the etag is empty");
+  if (write.fetched_at_ms < 0 || write.fresh_until_ms < write.fetched_at_ms ||
+      write.expires_at_ms < write.fresh_until_ms) {
+    return invalid("manifest commit: need 0 <= fetched_at <= fresh_until <= expires_at");
+  }
+  if (!write.cache_scope.empty() && write.cache_scope != "public" &&
+      write.cache_scope != "private") {
+    return invalid("manifest commit: cache_scope must be public, private or empty");
+  }
+  return eval(
+      "manifest_commit.lua",
+      {&keys.manifest, &keys.lease, &keys.fence, &keys.connection, &keys.epoch},
+      {std::to_string(lease.fence), lease.token, write.config_hash, write.manifest, write.etag,
+       std::to_string(write.fetched_at_ms), std::to_string(write.fresh_until_ms),
+       std::to_string(write.expires_at_ms), write.cache_scope, write.truncated ? "1" : "0",
+       std::to_string(options.retention_ms), options.release_lease ? "1" : "0"});
+}
+
+Result<RedisCommand> record_failure_command(const LeaseKeys& keys, const Lease& lease,
+                                            const RefreshFailure& failure,
+                                            const FencedWriteOptions& options) {
+  if (Status s = check_keys({&keys.manifest, &keys.lease, &keys.fence, &keys.connection});
+      !s.ok()) {
+    return s.error();
+  }
+  if (Status s = check_fenced_write(lease, failure.config_hash, options); !s.ok()) {
+    return s.error();
+  }
+  if (failure.error_code.empty()) return invalid("failure record: the error code is empty");
+  if (failure.error_at_ms < 0 || failure.attempt_at_ms < 0) {
+    return invalid("failure record: times must not be negative");
+  }
+  return eval("manifest_fail.lua", {&keys.manifest, &keys.lease, &keys.fence, &keys.connection},
+              {std::to_string(lease.fence), lease.token, failure.config_hash, failure.error_code,
+               cut_utf8(failure.error_message, kMaxErrorMessageBytes),
+               std::to_string(failure.error_at_ms), std::to_string(failure.attempt_at_ms),
+               std::to_string(options.retention_ms), options.release_lease ? "1" : "0"});
+}
+
+Result<FencedWriteResult> parse_commit_reply(const ScriptReply& reply) {
+  Result<FencedWriteResult> r = parse_fenced_reply(reply, "manifest_commit.lua", "committed");
+  if (r.ok() && r->ok() && r->epoch <= 0) {
+    return Error(ErrorCode::kInvalidReply, "manifest_commit.lua: committed without an epoch");
+  }
+  return r;
+}
+
+Result<FencedWriteResult> parse_failure_reply(const ScriptReply& reply) {
+  return parse_fenced_reply(reply, "manifest_fail.lua", "recorded");
+}
+
+Error fenced_write_error(const FencedWriteResult& result, const Lease& lease) {
+  std::string message = "fenced write refused: ";
+  message += lease_outcome_name(result.outcome);
+  switch (result.outcome) {
+    case LeaseOutcome::kOk:
+      return Error(ErrorCode::kInternal, "fenced write succeeded");
+    case LeaseOutcome::kLeaseLost:
+      message += " (the lease of fence " + std::to_string(lease.fence) + " expired)";
+      break;
+    case LeaseOutcome::kStaleFence:
+      if (result.current_fence > lease.fence) {
+        message += " (fence " + std::to_string(result.current_fence) + " is newer than ours, " +
+                   std::to_string(lease.fence) + ")";
+      } else {  // the counter was reset under a live lease
+        message += " (the fence counter is at " + std::to_string(result.current_fence) +
+                   ", ours is " + std::to_string(lease.fence) + ")";
+      }
+      break;
+    case LeaseOutcome::kConfigChanged:
+      message += " (the connection's config changed during the listing)";
+      break;
+    case LeaseOutcome::kConnectionRemoved:
+      message += " (the connection was removed during the listing)";
+      break;
+  }
+  return Error(ErrorCode::kConflict, message);
+}
+
+}  // namespace quiver

@@ -1,0 +1,153 @@
+// The refresh lease and the fenced manifest write, as Redis commands in and replies out.
+//
+// Several agents may refresh the same (connection, principal). A lease (`SET lease
+// "<fence>:<token>" NX PX lease_ms`, with a random token and a fencing number from INCR) keeps
+// them from duplicating work, and the fence keeps a holder whose lease ran out mid-listing from
+// overwriting a newer result. Every step is one Lua script of schema/lua/, atomic in Redis:
+//   lease_acquire.lua    acquire_lease_command    → parse_acquire_reply
+//   lease_renew.lua      renew_lease_command      → parse_renew_reply
+//   lease_release.lua    release_lease_command    → parse_release_reply
+//   manifest_commit.lua  commit_manifest_command  → parse_commit_reply
+//   manifest_fail.lua    record_failure_command   → parse_failure_reply
+// A commit or failure record succeeds only if the caller still holds the lease, its fence is the
+// newest, and the connection's config_hash is still the one the listing started under; each
+// refusal has its own outcome so the caller can log why. A failure record keeps the last good
+// manifest and never writes config_hash.
+//
+// Sans-I/O: the functions build argv vectors (the host RESP-encodes and sends them) and read the
+// reply after the host converted it into a `ScriptReply`. Keys come in built (LeaseKeys, from the
+// Redis key layout); tokens come from the host's randomness; times are the host's clock.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shared/status.h"
+
+namespace quiver {
+
+// One Redis command as its arguments, e.g. {"EVAL", script, "3", key..., arg...}.
+using RedisCommand = std::vector<std::string>;
+
+// The part of a Redis reply the scripts produce, in a form independent of any client: hiredis'
+// redisReply or the edge's RESP values convert to it in a few lines.
+struct ScriptReply {
+  enum class Type { kNil, kInteger, kString, kArray, kError };
+  Type type = Type::kNil;
+  int64_t integer = 0;
+  std::string string;  // a bulk or simple string, or the error text
+  std::vector<ScriptReply> elements;
+
+  static ScriptReply nil() { return {}; }
+  static ScriptReply of_integer(int64_t v);
+  static ScriptReply of_string(std::string s);
+  static ScriptReply of_error(std::string message);
+  static ScriptReply of_array(std::vector<ScriptReply> elements);
+};
+
+// The keys of one (connection, principal), as the Redis key layout names them. All must carry
+// the same `{ns}` hash tag (one cluster slot); each script takes the ones it touches.
+struct LeaseKeys {
+  std::string manifest;    // quiver:{ns}:manifest:<cid>:<principal>
+  std::string lease;       // quiver:{ns}:lease:<cid>:<principal>
+  std::string fence;       // quiver:{ns}:fence:<cid>:<principal>
+  std::string connection;  // quiver:{ns}:conn:<cid>
+  std::string epoch;       // quiver:{ns}:epoch
+};
+
+inline constexpr int64_t kDefaultLeaseMs = 60'000;
+inline constexpr std::size_t kMinLeaseTokenBytes = 16;  // 128 random bits
+inline constexpr std::size_t kMaxLeaseTokenBytes = 64;
+inline constexpr std::size_t kMaxErrorMessageBytes = 1024;
+
+// A held lease: what renew, release, commit and failure record prove ownership with.
+struct Lease {
+  int64_t fence = 0;
+  std::string token;          // lowercase hex
+  std::string value() const;  // "<fence>:<token>", the lease key's value
+};
+
+// The hex token for `random_bytes` (16 to 64 bytes from the host's CSPRNG).
+Result<std::string> make_lease_token(std::string_view random_bytes);
+
+// Why a fenced step did or did not happen. Names ("ok", "lease_lost", "stale_fence",
+// "config_changed", "connection_removed") are stable: logs and metrics use them.
+enum class LeaseOutcome { kOk = 0, kLeaseLost, kStaleFence, kConfigChanged, kConnectionRemoved };
+const char* lease_outcome_name(LeaseOutcome outcome);
+
+// --- acquire ---
+
+Result<RedisCommand> acquire_lease_command(const LeaseKeys& keys, std::string_view token,
+                                           int64_t lease_ms = kDefaultLeaseMs);
+
+struct AcquireResult {
+  bool acquired = false;
+  Lease lease;                      // acquired: the fence granted and the caller's token
+  int64_t holder_remaining_ms = 0;  // held by another: its lease's PTTL (-1: no expiry set)
+  int64_t holder_fence = 0;         // held by another: its fence
+};
+
+// `token` is the one passed to acquire_lease_command.
+Result<AcquireResult> parse_acquire_reply(const ScriptReply& reply, std::string_view token);
+
+// --- renew and release (outcome kOk or kLeaseLost) ---
+
+Result<RedisCommand> renew_lease_command(const LeaseKeys& keys, const Lease& lease,
+                                         int64_t lease_ms = kDefaultLeaseMs);
+Result<LeaseOutcome> parse_renew_reply(const ScriptReply& reply);
+
+Result<RedisCommand> release_lease_command(const LeaseKeys& keys, const Lease& lease);
+Result<LeaseOutcome> parse_release_reply(const ScriptReply& reply);
+
+// --- the fenced writes ---
+
+// What a successful listing commits (the manifest hash fields).
+struct ManifestWrite {
+  std::string manifest;     // canonical JSON
+  std::string etag;         // content hash
+  std::string config_hash;  // the connection's config_hash when the listing STARTED
+  int64_t fetched_at_ms = 0;
+  int64_t fresh_until_ms = 0;
+  int64_t expires_at_ms = 0;
+  std::string cache_scope;  // "public", "private", or empty (no hint: the field is removed)
+  bool truncated = false;
+};
+
+// What a failed listing records.
+struct RefreshFailure {
+  std::string config_hash;    // as in ManifestWrite: compared, never written
+  std::string error_code;     // e.g. error_code_name(ErrorCode::kTimeout)
+  std::string error_message;  // no secrets; cut to kMaxErrorMessageBytes at a UTF-8 boundary
+  int64_t error_at_ms = 0;
+  int64_t attempt_at_ms = 0;
+};
+
+struct FencedWriteOptions {
+  int64_t retention_ms = 0;   // PEXPIRE of the manifest hash (a failure: only of a new row)
+  bool release_lease = true;  // give the lease back in the same script
+};
+
+Result<RedisCommand> commit_manifest_command(const LeaseKeys& keys, const Lease& lease,
+                                             const ManifestWrite& write,
+                                             const FencedWriteOptions& options);
+Result<RedisCommand> record_failure_command(const LeaseKeys& keys, const Lease& lease,
+                                            const RefreshFailure& failure,
+                                            const FencedWriteOptions& options);
+
+struct FencedWriteResult {
+  LeaseOutcome outcome = LeaseOutcome::kLeaseLost;
+  int64_t epoch = 0;          // a commit: the epoch it bumped to
+  int64_t current_fence = 0;  // kStaleFence: the newer fence that won
+  bool ok() const { return outcome == LeaseOutcome::kOk; }
+};
+
+Result<FencedWriteResult> parse_commit_reply(const ScriptReply& reply);
+Result<FencedWriteResult> parse_failure_reply(const ScriptReply& reply);
+
+// A refused write as an error value (kConflict), for callers that propagate rather than branch.
+Error fenced_write_error(const FencedWriteResult& result, const Lease& lease);
+
+}  // namespace quiver

@@ -1,0 +1,450 @@
+// The lease and fenced-write scripts (schema/lua/) run by a real redis-server, driven by exactly
+// the argv that shared/lease.h builds.
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <hiredis.h>
+
+#include "shared/lease.h"
+#include "tests/support/redis_server.h"
+
+namespace quiver {
+namespace {
+
+using quiver::testing::RedisServer;
+
+struct ContextFree {
+  void operator()(redisContext* c) const { redisFree(c); }
+};
+using Connection = std::unique_ptr<redisContext, ContextFree>;
+
+ScriptReply to_script_reply(const redisReply* r) {
+  switch (r->type) {
+    case REDIS_REPLY_INTEGER:
+      return ScriptReply::of_integer(r->integer);
+    case REDIS_REPLY_STRING:
+    case REDIS_REPLY_STATUS:
+      return ScriptReply::of_string(std::string(r->str, r->len));
+    case REDIS_REPLY_ERROR:
+      return ScriptReply::of_error(std::string(r->str, r->len));
+    case REDIS_REPLY_ARRAY: {
+      std::vector<ScriptReply> elements;
+      for (size_t i = 0; i < r->elements; ++i) elements.push_back(to_script_reply(r->element[i]));
+      return ScriptReply::of_array(std::move(elements));
+    }
+    default:
+      return ScriptReply::nil();
+  }
+}
+
+// Sends one argv as built by the core; a transport failure becomes an error reply.
+ScriptReply run(redisContext* c, const std::vector<std::string>& argv) {
+  std::vector<const char*> parts;
+  std::vector<size_t> lengths;
+  for (const std::string& a : argv) {
+    parts.push_back(a.data());
+    lengths.push_back(a.size());
+  }
+  auto* reply = static_cast<redisReply*>(
+      redisCommandArgv(c, static_cast<int>(argv.size()), parts.data(), lengths.data()));
+  if (reply == nullptr) return ScriptReply::of_error(std::string("transport: ") + c->errstr);
+  ScriptReply out = to_script_reply(reply);
+  freeReplyObject(reply);
+  return out;
+}
+
+LeaseKeys keys_for(const std::string& cid, const std::string& principal) {
+  std::string p = "quiver:{default}:";
+  return LeaseKeys{p + "manifest:" + cid + ":" + principal, p + "lease:" + cid + ":" + principal,
+                   p + "fence:" + cid + ":" + principal, p + "conn:" + cid, p + "epoch"};
+}
+
+std::string token(int n) {
+  std::string t = std::to_string(n);
+  return std::string(32 - t.size(), '0') + t;  // distinct, valid hex tokens
+}
+
+ManifestWrite manifest_v(const std::string& version, const std::string& config_hash) {
+  ManifestWrite w;
+  w.manifest = R"({"tools":[{"name":"search","version":")" + version + R"("}]})";
+  w.etag = "\"etag-" + version + "\"";
+  w.config_hash = config_hash;
+  w.fetched_at_ms = 1'000;
+  w.fresh_until_ms = 901'000;
+  w.expires_at_ms = 86'401'000;
+  w.cache_scope = "public";
+  return w;
+}
+
+RefreshFailure failure_under(const std::string& config_hash) {
+  RefreshFailure f;
+  f.config_hash = config_hash;
+  f.error_code = "UPSTREAM_UNAVAILABLE";
+  f.error_message = "tools/list failed twice: connection reset";
+  f.error_at_ms = 5'000;
+  f.attempt_at_ms = 4'000;
+  return f;
+}
+
+constexpr int64_t kRetentionMs = 7 * 86'400'000LL;
+
+class LeaseScripts : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { server_ = new RedisServer(); }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+
+  void SetUp() override {
+    ASSERT_TRUE(server_->ok()) << server_->error();
+    c_.reset(server_->connect());
+    ASSERT_NE(c_, nullptr);
+    cmd({"FLUSHALL"});
+    keys_ = keys_for("github", "member/alice");
+    set_config_hash("h1");
+  }
+
+  ScriptReply cmd(const std::vector<std::string>& argv) { return run(c_.get(), argv); }
+  std::string get(const std::vector<std::string>& argv) {
+    ScriptReply r = cmd(argv);
+    return r.type == ScriptReply::Type::kString ? r.string : "(nil)";
+  }
+  int64_t integer(const std::vector<std::string>& argv) { return cmd(argv).integer; }
+  std::map<std::string, std::string> hash(const std::string& key) {
+    std::map<std::string, std::string> out;
+    ScriptReply r = cmd({"HGETALL", key});
+    for (size_t i = 0; i + 1 < r.elements.size(); i += 2) {
+      out[r.elements[i].string] = r.elements[i + 1].string;
+    }
+    return out;
+  }
+  void set_config_hash(const std::string& h) {
+    cmd({"HSET", keys_.connection, "config_hash", h, "credential_mode", "per_member"});
+  }
+
+  AcquireResult acquire(const std::string& tok, int64_t lease_ms = kDefaultLeaseMs,
+                        redisContext* c = nullptr) {
+    Result<RedisCommand> command = acquire_lease_command(keys_, tok, lease_ms);
+    EXPECT_TRUE(command.ok()) << command.error().message;
+    Result<AcquireResult> r = parse_acquire_reply(run(c ? c : c_.get(), *command), tok);
+    EXPECT_TRUE(r.ok()) << r.error().message;
+    return r.ok() ? *r : AcquireResult{};
+  }
+  FencedWriteResult commit(const Lease& lease, const ManifestWrite& w, bool release = true) {
+    Result<RedisCommand> command =
+        commit_manifest_command(keys_, lease, w, FencedWriteOptions{kRetentionMs, release});
+    EXPECT_TRUE(command.ok()) << command.error().message;
+    Result<FencedWriteResult> r = parse_commit_reply(cmd(*command));
+    EXPECT_TRUE(r.ok()) << r.error().message;
+    return r.ok() ? *r : FencedWriteResult{};
+  }
+  FencedWriteResult fail(const Lease& lease, const RefreshFailure& f, bool release = true) {
+    Result<RedisCommand> command =
+        record_failure_command(keys_, lease, f, FencedWriteOptions{kRetentionMs, release});
+    EXPECT_TRUE(command.ok()) << command.error().message;
+    Result<FencedWriteResult> r = parse_failure_reply(cmd(*command));
+    EXPECT_TRUE(r.ok()) << r.error().message;
+    return r.ok() ? *r : FencedWriteResult{};
+  }
+  LeaseOutcome renew(const Lease& lease, int64_t lease_ms) {
+    Result<LeaseOutcome> r = parse_renew_reply(cmd(*renew_lease_command(keys_, lease, lease_ms)));
+    EXPECT_TRUE(r.ok()) << r.error().message;
+    return r.ok() ? *r : LeaseOutcome::kLeaseLost;
+  }
+  LeaseOutcome release(const Lease& lease) {
+    Result<LeaseOutcome> r = parse_release_reply(cmd(*release_lease_command(keys_, lease)));
+    EXPECT_TRUE(r.ok()) << r.error().message;
+    return r.ok() ? *r : LeaseOutcome::kLeaseLost;
+  }
+  void let_lease_expire(const AcquireResult& a) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (get({"GET", keys_.lease}) == a.lease.value() &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_EQ(integer({"EXISTS", keys_.lease}), 0);
+  }
+
+  static RedisServer* server_;
+  Connection c_;
+  LeaseKeys keys_;
+};
+
+RedisServer* LeaseScripts::server_ = nullptr;
+
+TEST_F(LeaseScripts, AcquireGrantsOneHolderAndTellsOthersHowLongToWait) {
+  AcquireResult a = acquire(token(1), 60'000);
+  ASSERT_TRUE(a.acquired);
+  EXPECT_EQ(a.lease.fence, 1);
+  EXPECT_EQ(get({"GET", keys_.lease}), "1:" + token(1));
+  int64_t pttl = integer({"PTTL", keys_.lease});
+  EXPECT_GT(pttl, 50'000);
+  EXPECT_LE(pttl, 60'000);
+
+  AcquireResult b = acquire(token(2), 60'000);
+  EXPECT_FALSE(b.acquired);
+  EXPECT_GT(b.holder_remaining_ms, 50'000);
+  EXPECT_EQ(b.holder_fence, 1);
+  // A refused attempt does not move the fence (the holder's fence stays the newest).
+  EXPECT_EQ(get({"GET", keys_.fence}), "1");
+
+  // Only the holder can give it back; then the next one gets the next fence.
+  EXPECT_EQ(release(Lease{1, token(2)}), LeaseOutcome::kLeaseLost);
+  EXPECT_EQ(release(a.lease), LeaseOutcome::kOk);
+  EXPECT_EQ(release(a.lease), LeaseOutcome::kLeaseLost);
+  AcquireResult c = acquire(token(2));
+  ASSERT_TRUE(c.acquired);
+  EXPECT_EQ(c.lease.fence, 2);
+
+  // Leases of another principal are independent.
+  keys_ = keys_for("github", "member/bob");
+  AcquireResult bob = acquire(token(3));
+  ASSERT_TRUE(bob.acquired);
+  EXPECT_EQ(bob.lease.fence, 1);
+}
+
+TEST_F(LeaseScripts, RenewExtendsOnlyTheHoldersLease) {
+  AcquireResult a = acquire(token(1), 1'000);
+  ASSERT_TRUE(a.acquired);
+  EXPECT_EQ(renew(a.lease, 60'000), LeaseOutcome::kOk);
+  EXPECT_GT(integer({"PTTL", keys_.lease}), 50'000);
+  EXPECT_EQ(renew(Lease{a.lease.fence, token(9)}, 60'000), LeaseOutcome::kLeaseLost);
+  EXPECT_EQ(renew(Lease{a.lease.fence + 1, a.lease.token}, 60'000), LeaseOutcome::kLeaseLost);
+  EXPECT_EQ(get({"GET", keys_.lease}), a.lease.value());
+}
+
+TEST_F(LeaseScripts, CommitWritesTheManifestClearsTheErrorAndBumpsTheEpoch) {
+  AcquireResult first = acquire(token(1));
+  ASSERT_TRUE(first.acquired);
+  EXPECT_TRUE(fail(first.lease, failure_under("h1")).ok());
+  EXPECT_EQ(hash(keys_.manifest).count("error_code"), 1u);
+
+  AcquireResult a = acquire(token(2));
+  ASSERT_TRUE(a.acquired);
+  ManifestWrite w = manifest_v("1", "h1");
+  w.truncated = true;
+  FencedWriteResult r = commit(a.lease, w, /*release=*/false);
+  ASSERT_TRUE(r.ok()) << lease_outcome_name(r.outcome);
+  EXPECT_EQ(r.epoch, 1);
+  EXPECT_EQ(get({"GET", keys_.epoch}), "1");
+
+  std::map<std::string, std::string> expected = {
+      {"manifest", w.manifest},   {"etag", w.etag},
+      {"config_hash", "h1"},      {"fence", "2"},
+      {"fetched_at", "1000"},     {"fresh_until", "901000"},
+      {"expires_at", "86401000"}, {"cache_scope", "public"},
+      {"truncated", "1"},         {"attempt_at", "1000"}};
+  EXPECT_EQ(hash(keys_.manifest), expected);  // no error_* left
+  int64_t pttl = integer({"PTTL", keys_.manifest});
+  EXPECT_GT(pttl, kRetentionMs - 60'000);
+  EXPECT_LE(pttl, kRetentionMs);
+  // Not released on request: the holder may still renew.
+  EXPECT_EQ(get({"GET", keys_.lease}), a.lease.value());
+
+  // A second commit by the same holder without a cache hint drops the old hint, and releases.
+  ManifestWrite w2 = manifest_v("2", "h1");
+  w2.cache_scope.clear();
+  r = commit(a.lease, w2);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.epoch, 2);
+  EXPECT_EQ(hash(keys_.manifest).count("cache_scope"), 0u);
+  EXPECT_EQ(hash(keys_.manifest)["truncated"], "0");
+  EXPECT_EQ(integer({"EXISTS", keys_.lease}), 0);
+}
+
+TEST_F(LeaseScripts, ALeaseThatExpiresMidListingMakesTheLateCommitFail) {
+  AcquireResult a = acquire(token(1), 40);
+  ASSERT_TRUE(a.acquired);
+  let_lease_expire(a);  // the listing took longer than the lease
+
+  FencedWriteResult r = commit(a.lease, manifest_v("late", "h1"));
+  EXPECT_EQ(r.outcome, LeaseOutcome::kLeaseLost);
+  EXPECT_EQ(fail(a.lease, failure_under("h1")).outcome, LeaseOutcome::kLeaseLost);
+  EXPECT_EQ(integer({"EXISTS", keys_.manifest}), 0);
+  EXPECT_EQ(integer({"EXISTS", keys_.epoch}), 0);
+  EXPECT_EQ(renew(a.lease, 60'000), LeaseOutcome::kLeaseLost);
+}
+
+TEST_F(LeaseScripts, ANewerFenceWinsOverAnOlderHolder) {
+  AcquireResult old_holder = acquire(token(1), 40);
+  ASSERT_TRUE(old_holder.acquired);
+  let_lease_expire(old_holder);
+  AcquireResult new_holder = acquire(token(2));
+  ASSERT_TRUE(new_holder.acquired);
+  EXPECT_EQ(new_holder.lease.fence, 2);
+
+  // The new holder commits first; the old one's late write, success or failure, is refused.
+  ASSERT_TRUE(commit(new_holder.lease, manifest_v("new", "h1"), false).ok());
+  FencedWriteResult late = commit(old_holder.lease, manifest_v("old", "h1"));
+  EXPECT_EQ(late.outcome, LeaseOutcome::kStaleFence);
+  EXPECT_EQ(late.current_fence, 2);
+  EXPECT_NE(fenced_write_error(late, old_holder.lease).message.find("fence 2 is newer"),
+            std::string::npos);
+  FencedWriteResult late_failure = fail(old_holder.lease, failure_under("h1"));
+  EXPECT_EQ(late_failure.outcome, LeaseOutcome::kStaleFence);
+  // The old holder cannot release the new holder's lease either.
+  EXPECT_EQ(release(old_holder.lease), LeaseOutcome::kLeaseLost);
+
+  std::map<std::string, std::string> m = hash(keys_.manifest);
+  EXPECT_EQ(m["manifest"], manifest_v("new", "h1").manifest);
+  EXPECT_EQ(m["fence"], "2");
+  EXPECT_EQ(m.count("error_code"), 0u);
+  EXPECT_EQ(get({"GET", keys_.lease}), new_holder.lease.value());
+}
+
+TEST_F(LeaseScripts, AConfigChangeMidListingRefusesTheCommit) {
+  AcquireResult a = acquire(token(1));
+  ASSERT_TRUE(a.acquired);
+  set_config_hash("h2");  // the URL or credentials changed while listing under h1
+
+  EXPECT_EQ(commit(a.lease, manifest_v("1", "h1")).outcome, LeaseOutcome::kConfigChanged);
+  // Its failure, seen under the old config, is not recorded against the new one either.
+  EXPECT_EQ(fail(a.lease, failure_under("h1")).outcome, LeaseOutcome::kConfigChanged);
+  EXPECT_EQ(integer({"EXISTS", keys_.manifest}), 0);
+  EXPECT_EQ(integer({"EXISTS", keys_.epoch}), 0);
+  // A refusal leaves the lease in place: the holder releases it (or lists again under h2).
+  EXPECT_EQ(get({"GET", keys_.lease}), a.lease.value());
+  ASSERT_TRUE(commit(a.lease, manifest_v("1", "h2")).ok());
+  EXPECT_EQ(hash(keys_.manifest)["config_hash"], "h2");
+
+  // A connection removed mid-listing.
+  AcquireResult b = acquire(token(2));
+  ASSERT_TRUE(b.acquired);
+  cmd({"DEL", keys_.connection});
+  FencedWriteResult gone = commit(b.lease, manifest_v("2", "h2"));
+  EXPECT_EQ(gone.outcome, LeaseOutcome::kConnectionRemoved);
+  EXPECT_EQ(fail(b.lease, failure_under("h2")).outcome, LeaseOutcome::kConnectionRemoved);
+  EXPECT_EQ(hash(keys_.manifest)["manifest"], manifest_v("1", "h2").manifest);
+}
+
+TEST_F(LeaseScripts, AFailedRefreshKeepsTheLastGoodManifestAndItsConfigHash) {
+  AcquireResult a = acquire(token(1));
+  ASSERT_TRUE(a.acquired);
+  ManifestWrite good = manifest_v("good", "h1");
+  ASSERT_TRUE(commit(a.lease, good).ok());
+  std::map<std::string, std::string> before = hash(keys_.manifest);
+  cmd({"PEXPIRE", keys_.manifest, "600000"});  // retention running down
+
+  // The credentials are rotated; the refresh under the new config fails.
+  set_config_hash("h2");
+  AcquireResult b = acquire(token(2));
+  ASSERT_TRUE(b.acquired);
+  FencedWriteResult r = fail(b.lease, failure_under("h2"));
+  ASSERT_TRUE(r.ok()) << lease_outcome_name(r.outcome);
+
+  std::map<std::string, std::string> after = hash(keys_.manifest);
+  EXPECT_EQ(after["manifest"], good.manifest);
+  EXPECT_EQ(after["etag"], good.etag);
+  EXPECT_EQ(after["config_hash"], "h1");  // not restamped: readers see a config mismatch
+  EXPECT_EQ(after["fence"], "1");
+  EXPECT_EQ(after["fetched_at"], before["fetched_at"]);
+  EXPECT_EQ(after["error_code"], "UPSTREAM_UNAVAILABLE");
+  EXPECT_EQ(after["error_message"], "tools/list failed twice: connection reset");
+  EXPECT_EQ(after["error_at"], "5000");
+  EXPECT_EQ(after["attempt_at"], "4000");
+  EXPECT_LE(integer({"PTTL", keys_.manifest}), 600'000);  // retention not extended
+  EXPECT_EQ(get({"GET", keys_.epoch}), "1");              // only commits bump the epoch
+  EXPECT_EQ(integer({"EXISTS", keys_.lease}), 0);         // released
+}
+
+TEST_F(LeaseScripts, AFailureWithoutAManifestRecordsAnErrorRowWithoutConfigHash) {
+  AcquireResult a = acquire(token(1));
+  ASSERT_TRUE(a.acquired);
+  ASSERT_TRUE(fail(a.lease, failure_under("h1"), /*release=*/false).ok());
+  std::map<std::string, std::string> row = hash(keys_.manifest);
+  EXPECT_EQ(row, (std::map<std::string, std::string>{
+                     {"error_code", "UPSTREAM_UNAVAILABLE"},
+                     {"error_message", "tools/list failed twice: connection reset"},
+                     {"error_at", "5000"},
+                     {"attempt_at", "4000"}}));
+  int64_t pttl = integer({"PTTL", keys_.manifest});
+  EXPECT_GT(pttl, 0);  // an error-only row does not live forever
+  EXPECT_LE(pttl, kRetentionMs);
+  EXPECT_EQ(get({"GET", keys_.lease}), a.lease.value());
+
+  // The next successful listing replaces the error row with a manifest.
+  ASSERT_TRUE(commit(a.lease, manifest_v("1", "h1")).ok());
+  EXPECT_EQ(hash(keys_.manifest).count("error_code"), 0u);
+  EXPECT_EQ(hash(keys_.manifest)["config_hash"], "h1");
+}
+
+TEST_F(LeaseScripts, FencesStayAheadOfTheCommittedManifestIfTheCounterIsLost) {
+  AcquireResult a = acquire(token(1));
+  ASSERT_TRUE(a.acquired);
+  cmd({"SET", keys_.fence, "5"});
+  a.lease.fence = 5;
+  cmd({"SET", keys_.lease, a.lease.value(), "PX", "60000"});
+  ASSERT_TRUE(commit(a.lease, manifest_v("1", "h1")).ok());
+  cmd({"DEL", keys_.fence});  // evicted or flushed
+
+  AcquireResult b = acquire(token(2));
+  ASSERT_TRUE(b.acquired);
+  EXPECT_EQ(b.lease.fence, 6);
+  EXPECT_EQ(get({"GET", keys_.fence}), "6");
+  EXPECT_TRUE(commit(b.lease, manifest_v("2", "h1")).ok());
+}
+
+TEST_F(LeaseScripts, RedisErrorsSurfaceAsErrors) {
+  cmd({"HSET", keys_.lease, "not", "a string"});
+  Result<RedisCommand> command = acquire_lease_command(keys_, token(1), 1000);
+  ASSERT_TRUE(command.ok());
+  Result<AcquireResult> r = parse_acquire_reply(cmd(*command), token(1));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ErrorCode::kInternal);
+  EXPECT_NE(r.error().message.find("WRONGTYPE"), std::string::npos) << r.error().message;
+}
+
+TEST_F(LeaseScripts, ThreadsRacingToAcquireProduceExactlyOneHolder) {
+  constexpr int kThreads = 8;
+  for (int round = 0; round < 5; ++round) {
+    cmd({"DEL", keys_.lease});
+    std::vector<Connection> conns;
+    for (int i = 0; i < kThreads; ++i) {
+      conns.emplace_back(server_->connect());
+      ASSERT_NE(conns.back(), nullptr);
+    }
+    std::atomic<int> ready{0};
+    std::atomic<bool> go{false};
+    std::vector<Result<AcquireResult>> results(kThreads, Error(ErrorCode::kUnknown, "not run"));
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kThreads; ++i) {
+      threads.emplace_back([&, i] {
+        std::string tok = token(round * 100 + i);
+        Result<RedisCommand> command = acquire_lease_command(keys_, tok, 60'000);
+        ++ready;
+        while (!go.load()) std::this_thread::yield();
+        if (command.ok()) results[i] = parse_acquire_reply(run(conns[i].get(), *command), tok);
+      });
+    }
+    while (ready.load() < kThreads) std::this_thread::yield();
+    go = true;
+    for (std::thread& t : threads) t.join();
+
+    int winners = 0;
+    int64_t winning_fence = 0;
+    for (const Result<AcquireResult>& r : results) {
+      ASSERT_TRUE(r.ok()) << r.error().message;
+      if (r->acquired) {
+        ++winners;
+        winning_fence = r->lease.fence;
+      }
+    }
+    ASSERT_EQ(winners, 1) << "round " << round;
+    EXPECT_EQ(winning_fence, round + 1);  // the losers did not move the counter
+    for (const Result<AcquireResult>& r : results) {
+      if (!r->acquired) {
+        EXPECT_EQ(r->holder_fence, winning_fence);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace quiver

@@ -1,0 +1,393 @@
+// schema/sqlite.sql and schema/sqlite-queries.sql against a real SQLite file in WAL mode: the DDL
+// applies (twice), every named statement prepares, preference rows produced by reconcile() make
+// the round trip, and the CHECK constraints keep bad rows out.
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+
+#include "shared/preferences.h"
+#include "shared/schema_assets.h"
+#include "shared/sql_queries.h"
+
+namespace quiver {
+namespace {
+
+constexpr int64_t kT0 = 1'780'000'000'000;
+constexpr int64_t kMinute = 60'000;
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/quiver-sqlite-XXXXXX";
+    if (::mkdtemp(tmpl) != nullptr) path_ = tmpl;
+  }
+  ~TempDir() {
+    if (!path_.empty()) (void)std::system(("rm -rf '" + path_ + "'").c_str());
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+class Db {
+ public:
+  explicit Db(const std::string& file) {
+    if (sqlite3_open(file.c_str(), &db_) != SQLITE_OK) {
+      error_ = db_ != nullptr ? sqlite3_errmsg(db_) : "out of memory";
+    }
+  }
+  ~Db() { sqlite3_close(db_); }
+  Db(const Db&) = delete;
+  Db& operator=(const Db&) = delete;
+
+  sqlite3* get() const { return db_; }
+  const std::string& error() const { return error_; }
+
+  // Runs `sql` (any number of statements); returns the SQLite result code, error text in error().
+  int exec(const std::string& sql) {
+    char* message = nullptr;
+    int rc = sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &message);
+    error_ = message != nullptr ? message : "";
+    sqlite3_free(message);
+    return rc;
+  }
+
+  int apply_schema() {
+    std::string ddl(schema_asset("sqlite.sql"));
+    int rc = exec("BEGIN IMMEDIATE;\n" + ddl + "\nCOMMIT;");
+    if (rc != SQLITE_OK) (void)exec("ROLLBACK");
+    return rc;
+  }
+
+  std::string text(const std::string& sql) {
+    sqlite3_stmt* stmt = nullptr;
+    std::string out;
+    if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &stmt, nullptr) == SQLITE_OK &&
+        sqlite3_step(stmt) == SQLITE_ROW && sqlite3_column_text(stmt, 0) != nullptr) {
+      out = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
+    }
+    sqlite3_finalize(stmt);
+    return out;
+  }
+
+ private:
+  sqlite3* db_ = nullptr;
+  std::string error_;
+};
+
+// A prepared named statement from sqlite-queries.sql, bound by parameter name.
+class Query {
+ public:
+  Query(Db& db, std::string_view name) : db_(db) {
+    std::string_view sql = sql_query(name);
+    EXPECT_FALSE(sql.empty()) << name;
+    rc_ = sqlite3_prepare_v2(db.get(), sql.data(), static_cast<int>(sql.size()), &stmt_, nullptr);
+    EXPECT_EQ(rc_, SQLITE_OK) << name << ": " << sqlite3_errmsg(db.get());
+  }
+  ~Query() { sqlite3_finalize(stmt_); }
+  Query(const Query&) = delete;
+  Query& operator=(const Query&) = delete;
+
+  Query& bind(const char* param, const std::string& value) {
+    EXPECT_EQ(sqlite3_bind_text(stmt_, index(param), value.data(), static_cast<int>(value.size()),
+                                SQLITE_TRANSIENT),
+              SQLITE_OK);
+    return *this;
+  }
+  Query& bind(const char* param, int64_t value) {
+    EXPECT_EQ(sqlite3_bind_int64(stmt_, index(param), value), SQLITE_OK);
+    return *this;
+  }
+  int step() { return sqlite3_step(stmt_); }
+  // Runs a statement that returns no rows; gives the number of rows it changed.
+  int run() {
+    EXPECT_EQ(step(), SQLITE_DONE) << sqlite3_errmsg(db_.get());
+    return sqlite3_changes(db_.get());
+  }
+  sqlite3_stmt* stmt() const { return stmt_; }
+
+ private:
+  int index(const char* param) {
+    int i = sqlite3_bind_parameter_index(stmt_, param);
+    EXPECT_GT(i, 0) << "no parameter " << param;
+    return i;
+  }
+  Db& db_;
+  sqlite3_stmt* stmt_ = nullptr;
+  int rc_ = SQLITE_ERROR;
+};
+
+std::string column(sqlite3_stmt* stmt, int i) {
+  const unsigned char* t = sqlite3_column_text(stmt, i);
+  return t != nullptr ? reinterpret_cast<const char*>(t) : "";
+}
+
+// The store side of reconciliation: both lists, one transaction.
+void write(Db& db, const Reconciliation& r) {
+  ASSERT_EQ(db.exec("BEGIN IMMEDIATE"), SQLITE_OK) << db.error();
+  for (const PreferenceRow& row : r.rows_to_insert) {
+    Query q(db, "preferences_insert_seen");
+    q.bind(":resource_id", row.resource_id)
+        .bind(":capability_type", std::string(capability_type_name(row.capability_type)))
+        .bind(":capability_key", row.capability_key)
+        .bind(":enabled", int64_t{row.enabled ? 1 : 0})
+        .bind(":seen_at", row.last_seen_at);
+    EXPECT_EQ(q.run(), 1);
+  }
+  for (const PreferenceRow& row : r.rows_to_update) {
+    Query q(db, "preferences_touch");
+    q.bind(":resource_id", row.resource_id)
+        .bind(":capability_type", std::string(capability_type_name(row.capability_type)))
+        .bind(":capability_key", row.capability_key)
+        .bind(":seen_at", row.last_seen_at);
+    EXPECT_EQ(q.run(), 1);
+  }
+  ASSERT_EQ(db.exec("COMMIT"), SQLITE_OK) << db.error();
+}
+
+std::vector<PreferenceRow> read(Db& db, const std::string& resource_id) {
+  std::vector<PreferenceRow> rows;
+  Query q(db, "preferences_select");
+  q.bind(":resource_id", resource_id);
+  int rc;
+  while ((rc = q.step()) == SQLITE_ROW) {
+    PreferenceRow row;
+    row.resource_id = column(q.stmt(), 0);
+    std::optional<CapabilityType> type = parse_capability_type(column(q.stmt(), 1));
+    EXPECT_TRUE(type.has_value()) << column(q.stmt(), 1);
+    row.capability_type = type.value_or(CapabilityType::kTool);
+    row.capability_key = column(q.stmt(), 2);
+    row.enabled = sqlite3_column_int64(q.stmt(), 3) != 0;
+    row.first_seen_at = sqlite3_column_int64(q.stmt(), 4);
+    row.last_seen_at = sqlite3_column_int64(q.stmt(), 5);
+    rows.push_back(std::move(row));
+  }
+  EXPECT_EQ(rc, SQLITE_DONE);
+  return rows;
+}
+
+void set_enabled(Db& db, const std::string& resource_id, CapabilityType type,
+                 const std::string& key, bool enabled) {
+  Query q(db, "preferences_set_enabled");
+  q.bind(":resource_id", resource_id)
+      .bind(":capability_type", std::string(capability_type_name(type)))
+      .bind(":capability_key", key)
+      .bind(":enabled", int64_t{enabled ? 1 : 0});
+  EXPECT_EQ(q.run(), 1);
+}
+
+DisabledOverlay read_overlay(Db& db, const std::string& resource_id) {
+  DisabledOverlay overlay;
+  Query q(db, "preferences_select_disabled");
+  q.bind(":resource_id", resource_id);
+  while (q.step() == SQLITE_ROW) overlay.insert(column(q.stmt(), 0));
+  return overlay;
+}
+
+Listing tools_listing(const std::vector<std::string>& tools) {
+  Listing l;
+  for (int i = 0; i < kListKindCount; ++i) l.lists[i].state = ListState::kOk;
+  for (const std::string& t : tools) l.list(ListKind::kTools).items.push_back(Json{{"name", t}});
+  l.list(ListKind::kResources).items.push_back(Json{{"uri", "file:///notes.md"}});
+  l.list(ListKind::kPrompts).state = ListState::kAbsent;
+  return l;
+}
+
+class SqliteSchema : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_FALSE(dir_.path().empty());
+    file_ = dir_.path() + "/quiver.db";
+    db_ = std::make_unique<Db>(file_);
+    ASSERT_TRUE(db_->error().empty()) << db_->error();
+    ASSERT_EQ(db_->text("PRAGMA journal_mode=WAL"), "wal");
+    ASSERT_EQ(db_->apply_schema(), SQLITE_OK) << db_->error();
+  }
+
+  TempDir dir_;
+  std::string file_;
+  std::unique_ptr<Db> db_;
+};
+
+TEST_F(SqliteSchema, AppliesIdempotentlyAndSetsTheVersion) {
+  Db& db = *db_;
+  ASSERT_EQ(db.apply_schema(), SQLITE_OK) << db.error();
+  EXPECT_EQ(db.text("PRAGMA user_version"), "1");
+  for (const char* table :
+       {"mcp_capability_preferences", "connections", "grants", "manifests", "leases", "fences",
+        "revalidation_queue", "revalidation_gates", "epoch"}) {
+    EXPECT_EQ(db.text(std::string("SELECT type FROM sqlite_schema WHERE name = '") + table + "'"),
+              "table")
+        << table;
+  }
+  EXPECT_EQ(db.text("SELECT type FROM sqlite_schema WHERE name = 'disabled_capabilities'"), "view");
+  EXPECT_EQ(db.text("SELECT count(*) || ':' || max(value) FROM epoch"), "1:0");
+
+  // Data survives a re-application from a second connection (what an agent restart does).
+  ASSERT_EQ(db.exec("UPDATE epoch SET value = 7"), SQLITE_OK) << db.error();
+  Db again(file_);
+  ASSERT_EQ(again.apply_schema(), SQLITE_OK) << again.error();
+  EXPECT_EQ(again.text("SELECT count(*) || ':' || max(value) FROM epoch"), "1:7");
+  EXPECT_EQ(again.text("PRAGMA journal_mode"), "wal");
+}
+
+TEST_F(SqliteSchema, EveryNamedStatementPreparesAgainstTheSchema) {
+  ASSERT_FALSE(sql_queries().empty());
+  for (const NamedSql& q : sql_queries()) {
+    sqlite3_stmt* stmt = nullptr;
+    const char* tail = nullptr;
+    std::string sql(q.sql);
+    int rc = sqlite3_prepare_v2(db_->get(), sql.c_str(), -1, &stmt, &tail);
+    EXPECT_EQ(rc, SQLITE_OK) << q.name << ": " << sqlite3_errmsg(db_->get());
+    EXPECT_NE(stmt, nullptr) << q.name;
+    // Exactly one statement per block.
+    EXPECT_EQ(std::string(tail).find_first_not_of(" \t\r\n"), std::string::npos) << q.name;
+    sqlite3_finalize(stmt);
+  }
+}
+
+TEST_F(SqliteSchema, PreferenceRowsFromReconcileRoundTrip) {
+  Db& db = *db_;
+  const std::string cid = "github";
+  PreferencePolicy policy{true};
+
+  // First listing: everything new, enabled by policy.
+  Reconciliation first = reconcile(
+      read(db, cid), live_capabilities(cid, tools_listing({"search", "delete_repo"})), policy, kT0);
+  ASSERT_EQ(first.rows_to_insert.size(), 3u);
+  write(db, first);
+  EXPECT_EQ(read(db, cid), first.rows_to_insert);  // same rows, same order
+
+  // The user hides delete_repo; an upgrade drops it; the next one brings it back.
+  set_enabled(db, cid, CapabilityType::kTool, "delete_repo", false);
+  EXPECT_EQ(read_overlay(db, cid), DisabledOverlay{"tool:delete_repo"});
+  write(db, reconcile(read(db, cid), live_capabilities(cid, tools_listing({"search"})), policy,
+                      kT0 + kMinute));
+  write(db, reconcile(read(db, cid),
+                      live_capabilities(cid, tools_listing({"search", "delete_repo", "new"})),
+                      PreferencePolicy{false}, kT0 + 2 * kMinute));
+
+  std::vector<PreferenceRow> rows = read(db, cid);
+  std::vector<PreferenceRow> expected = {
+      {cid, CapabilityType::kTool, "delete_repo", false, kT0, kT0 + 2 * kMinute},
+      {cid, CapabilityType::kTool, "new", false, kT0 + 2 * kMinute, kT0 + 2 * kMinute},
+      {cid, CapabilityType::kTool, "search", true, kT0, kT0 + 2 * kMinute},
+      {cid, CapabilityType::kResource, "file:///notes.md", true, kT0, kT0 + 2 * kMinute},
+  };
+  EXPECT_EQ(rows, expected);
+  // The SQL view and the core agree on the overlay.
+  EXPECT_EQ(read_overlay(db, cid), disabled_overlay(cid, rows));
+  EXPECT_EQ(read_overlay(db, cid), (DisabledOverlay{"tool:delete_repo", "tool:new"}));
+
+  // Reconciling what is stored against the same listing again changes nothing.
+  EXPECT_TRUE(reconcile(rows,
+                        live_capabilities(cid, tools_listing({"search", "delete_repo", "new"})),
+                        policy, kT0 + 2 * kMinute)
+                  .empty());
+}
+
+TEST_F(SqliteSchema, ALateInsertOfAnExistingKeyKeepsTheUsersChoice) {
+  Db& db = *db_;
+  write(db, reconcile({}, live_capabilities("c1", tools_listing({"t"})), {true}, kT0));
+  set_enabled(db, "c1", CapabilityType::kTool, "t", false);
+  // A second writer that read the table before the first insert inserts the same key again.
+  Reconciliation stale =
+      reconcile({}, live_capabilities("c1", tools_listing({"t"})), {true}, kT0 + kMinute);
+  write(db, stale);
+  std::vector<PreferenceRow> rows = read(db, "c1");
+  ASSERT_FALSE(rows.empty());
+  EXPECT_EQ(rows[0], (PreferenceRow{"c1", CapabilityType::kTool, "t", false, kT0, kT0 + kMinute}));
+  // And a touch with an older time does not move last_seen_at back.
+  Reconciliation old;
+  old.rows_to_update.push_back({"c1", CapabilityType::kTool, "t", false, kT0, kT0});
+  write(db, old);
+  EXPECT_EQ(read(db, "c1")[0].last_seen_at, kT0 + kMinute);
+}
+
+TEST_F(SqliteSchema, ConstraintsRejectBadRows) {
+  Db& db = *db_;
+  auto accepts = [&](const std::string& sql) {
+    int rc = db.exec(sql);
+    EXPECT_EQ(rc, SQLITE_OK) << sql << "\n" << db.error();
+  };
+  auto rejects = [&](const std::string& sql) {
+    int rc = db.exec(sql);
+    EXPECT_EQ(rc, SQLITE_CONSTRAINT) << sql << "\n" << db.error();
+  };
+  const std::string pref =
+      "INSERT INTO mcp_capability_preferences (resource_id, capability_type, capability_key, "
+      "enabled, first_seen_at, last_seen_at) VALUES ";
+  accepts(pref + "('c.1_x-y', 'resource_template', 'db://{t}', 0, 10, 20)");
+  rejects(pref + "('c.1_x-y', 'resource_template', 'db://{t}', 1, 10, 30)");  // duplicate key
+  rejects(pref + "('c1', 'widget', 'k', 1, 10, 10)");                         // unknown type
+  rejects(pref + "('c1', 'tools', 'k', 1, 10, 10)");                          // plural
+  rejects(pref + "('c1', 'tool', '', 1, 10, 10)");                            // empty key
+  rejects(pref + "('c1', 'tool', NULL, 1, 10, 10)");
+  rejects(pref + "('c1', 'tool', 'k', 2, 10, 10)");      // enabled not boolean
+  rejects(pref + "('c1', 'tool', 'k', 'yes', 10, 10)");  // STRICT: no text in INTEGER
+  rejects(pref + "('c1', 'tool', 'k', 1, 20, 10)");      // last seen before first seen
+  rejects(pref + "('c1', 'tool', 'k', 1, -1, 10)");
+  rejects(pref + "('bad id', 'tool', 'k', 1, 10, 10)");  // not a connection id
+  rejects(pref + "('', 'tool', 'k', 1, 10, 10)");
+  rejects(pref + "('" + std::string(129, 'a') + "', 'tool', 'k', 1, 10, 10)");
+  accepts(pref + "('" + std::string(128, 'a') + "', 'tool', 'k', 1, 10, 10)");
+  accepts(pref + "('c1', 'tool', '" + std::string(kMaxCapabilityKeyBytes, 'k') + "', 1, 10, 10)");
+  rejects(pref + "('c1', 'tool', '" + std::string(kMaxCapabilityKeyBytes + 1, 'k') +
+          "', 1, 10, 10)");
+
+  const std::string manifest =
+      "INSERT INTO manifests (connection_id, principal, manifest, etag, config_hash, fence, "
+      "fetched_at, fresh_until, expires_at, cache_scope, truncated, error_code, error_at) VALUES ";
+  accepts(manifest + "('c1', 'shared', '{}', 'e', 'h1', 1, 10, 20, 30, 'public', 0, NULL, NULL)");
+  accepts(manifest +
+          "('c1', 'member/a@b.c', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, "
+          "'TIMEOUT', 10)");  // an error-only row
+  // An error-only row must not carry a config_hash (nor pretend to have an etag).
+  rejects(manifest +
+          "('c2', 'shared', NULL, NULL, 'h1', NULL, NULL, NULL, NULL, NULL, 0, "
+          "'TIMEOUT', 10)");
+  // A row with neither a manifest nor an error says nothing.
+  rejects(manifest +
+          "('c2', 'shared', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, "
+          "NULL)");
+  // A manifest without what a reader needs to classify it.
+  rejects(manifest + "('c2', 'shared', '{}', 'e', NULL, 1, 10, 20, 30, NULL, 0, NULL, NULL)");
+  rejects(manifest + "('c2', 'shared', '{}', 'e', 'h', 1, 10, NULL, 30, NULL, 0, NULL, NULL)");
+  rejects(manifest + "('c2', 'shared', '{}', 'e', 'h', 1, 30, 20, 40, NULL, 0, NULL, NULL)");
+  rejects(manifest + "('c2', 'shared', '{}', 'e', 'h', 1, 10, 20, 30, 'team', 0, NULL, NULL)");
+  rejects(manifest + "('c2', 'shared', '{}', 'e', 'h', 0, 10, 20, 30, NULL, 0, NULL, NULL)");
+  rejects(manifest + "('c2', 'shared', '{}', 'e', 'h', 1, 10, 20, 30, NULL, 0, 'X', NULL)");
+  rejects(manifest + "('c2', 'member/', '{}', 'e', 'h', 1, 10, 20, 30, NULL, 0, NULL, NULL)");
+  rejects(manifest + "('c2', 'admin', '{}', 'e', 'h', 1, 10, 20, 30, NULL, 0, NULL, NULL)");
+  rejects(manifest + "('c2', 'member/a b', '{}', 'e', 'h', 1, 10, 20, 30, NULL, 0, NULL, NULL)");
+
+  const std::string token(32, 'a');
+  accepts("INSERT INTO leases VALUES ('c1', 'shared', '" + token + "', 1, 100)");
+  rejects("INSERT INTO leases VALUES ('c2', 'shared', '" + token + "', 0, 100)");
+  rejects("INSERT INTO leases VALUES ('c2', 'shared', 'short', 1, 100)");
+  rejects("INSERT INTO leases VALUES ('c2', 'shared', '" + std::string(32, 'G') + "', 1, 100)");
+  rejects("INSERT INTO fences VALUES ('c1', 'shared', -1)");
+  accepts("INSERT INTO connections VALUES ('c1', 'h1', 'per_member', 'GitHub', 'http', 1)");
+  rejects("INSERT INTO connections VALUES ('c2', 'h1', 'personal', 'GitHub', 'http', 1)");
+  rejects("INSERT INTO connections VALUES ('c2', '', 'shared', 'GitHub', 'http', 1)");
+  accepts("INSERT INTO grants VALUES ('member/alice+ops@example.com', 'c1')");
+  rejects("INSERT INTO grants VALUES ('shared', 'c1')");  // grants are per member
+  rejects("INSERT INTO grants VALUES ('member/alice', 'c 1')");
+  accepts(
+      "INSERT INTO revalidation_queue (connection_id, principal, reason, at) "
+      "VALUES ('c1', 'shared', 'stale', 5)");
+  rejects(
+      "INSERT INTO revalidation_queue (connection_id, principal, reason, at, claimed_by) "
+      "VALUES ('c1', 'shared', 'stale', 5, 'agent-1')");  // a claim needs a deadline
+  rejects("INSERT INTO epoch VALUES (2, 0)");
+}
+
+}  // namespace
+}  // namespace quiver

@@ -1,0 +1,287 @@
+#include "shared/lease.h"
+
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "shared/schema_assets.h"
+
+namespace quiver {
+namespace {
+
+using R = ScriptReply;
+
+// Built by hand from the Redis key layout (the key builder is another concept).
+LeaseKeys keys_for(const std::string& ns, const std::string& cid, const std::string& principal) {
+  std::string p = "quiver:{" + ns + "}:";
+  return LeaseKeys{p + "manifest:" + cid + ":" + principal, p + "lease:" + cid + ":" + principal,
+                   p + "fence:" + cid + ":" + principal, p + "conn:" + cid, p + "epoch"};
+}
+
+const std::string kToken(32, 'a');
+
+Lease lease(int64_t fence) { return Lease{fence, kToken}; }
+
+ManifestWrite good_write() {
+  ManifestWrite w;
+  w.manifest = R"({"tools":[]})";
+  w.etag = "\"e1\"";
+  w.config_hash = "h1";
+  w.fetched_at_ms = 1000;
+  w.fresh_until_ms = 2000;
+  w.expires_at_ms = 3000;
+  w.cache_scope = "public";
+  return w;
+}
+
+RefreshFailure failure() {
+  RefreshFailure f;
+  f.config_hash = "h1";
+  f.error_code = "TIMEOUT";
+  f.error_message = "listing deadline of 3500 ms passed";
+  f.error_at_ms = 1000;
+  f.attempt_at_ms = 900;
+  return f;
+}
+
+const FencedWriteOptions kOptions{86'400'000, true};
+
+TEST(Lease, EveryScriptIsCompiledIn) {
+  for (const char* name : {"lua/lease_acquire.lua", "lua/lease_renew.lua", "lua/lease_release.lua",
+                           "lua/manifest_commit.lua", "lua/manifest_fail.lua"}) {
+    EXPECT_NE(schema_asset(name).find("redis.call"), std::string_view::npos) << name;
+  }
+  // The failure record must never write config_hash: the script only reads it (from the
+  // connection record).
+  std::string_view fail = schema_asset("lua/manifest_fail.lua");
+  EXPECT_EQ(fail.find("'config_hash', ARGV"), std::string_view::npos);
+  EXPECT_NE(schema_asset("lua/manifest_commit.lua").find("'config_hash', ARGV[3]"),
+            std::string_view::npos);
+}
+
+TEST(Lease, TokensAreHexOfTheHostsRandomBytes) {
+  Result<std::string> t =
+      make_lease_token(std::string("\x00\x01\xfe\xff", 4) + std::string(12, 'A'));
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  EXPECT_EQ(*t, "0001feff414141414141414141414141");
+
+  Result<std::string> short_token = make_lease_token(std::string(15, 'x'));
+  ASSERT_FALSE(short_token.ok());
+  EXPECT_EQ(short_token.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(short_token.error().message.find("got 15"), std::string::npos);
+  EXPECT_FALSE(make_lease_token(std::string(65, 'x')).ok());
+  EXPECT_TRUE(make_lease_token(std::string(64, 'x')).ok());
+  EXPECT_EQ(Lease({12, "ab"}).value(), "12:ab");
+}
+
+TEST(Lease, AcquireIsOneEvalOverTheLeaseFenceAndManifestKeys) {
+  LeaseKeys k = keys_for("team-a", "github", "member/alice");
+  Result<RedisCommand> cmd = acquire_lease_command(k, kToken, 60'000);
+  ASSERT_TRUE(cmd.ok()) << cmd.error().message;
+  ASSERT_EQ(cmd->size(), 8u);
+  EXPECT_EQ((*cmd)[0], "EVAL");
+  EXPECT_EQ((*cmd)[1], schema_asset("lua/lease_acquire.lua"));
+  EXPECT_EQ((*cmd)[2], "3");
+  EXPECT_EQ((*cmd)[3], "quiver:{team-a}:lease:github:member/alice");
+  EXPECT_EQ((*cmd)[4], "quiver:{team-a}:fence:github:member/alice");
+  EXPECT_EQ((*cmd)[5], "quiver:{team-a}:manifest:github:member/alice");
+  EXPECT_EQ((*cmd)[6], kToken);
+  EXPECT_EQ((*cmd)[7], "60000");
+}
+
+TEST(Lease, CommandsRefuseBadInput) {
+  LeaseKeys k = keys_for("default", "c1", "shared");
+  auto refused = [](const Result<RedisCommand>& r, const char* part) {
+    ASSERT_FALSE(r.ok()) << part;
+    EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument);
+    EXPECT_NE(r.error().message.find(part), std::string::npos) << r.error().message;
+  };
+  refused(acquire_lease_command(k, "short", 1000), "token");
+  refused(acquire_lease_command(k, std::string(32, 'A'), 1000), "token");  // uppercase
+  refused(acquire_lease_command(k, kToken, 0), "lease_ms");
+  LeaseKeys missing = k;
+  missing.fence.clear();
+  refused(acquire_lease_command(missing, kToken, 1000), "missing");
+  LeaseKeys untagged = k;
+  untagged.fence = "quiver:default:fence:c1:shared";
+  refused(acquire_lease_command(untagged, kToken, 1000), "hash tag");
+  LeaseKeys two_slots = k;
+  two_slots.epoch = "quiver:{other}:epoch";
+  refused(commit_manifest_command(two_slots, lease(1), good_write(), kOptions), "hash tag");
+  // ...but a script that does not touch the foreign key does not care.
+  EXPECT_TRUE(record_failure_command(two_slots, lease(1), failure(), kOptions).ok());
+
+  refused(renew_lease_command(k, lease(0), 1000), "fence");
+  refused(renew_lease_command(k, lease(1), -5), "lease_ms");
+  refused(release_lease_command(k, Lease{1, "xyz"}), "token");
+
+  ManifestWrite w = good_write();
+  w.config_hash.clear();
+  refused(commit_manifest_command(k, lease(1), w, kOptions), "config_hash");
+  w = good_write();
+  w.fresh_until_ms = 500;
+  refused(commit_manifest_command(k, lease(1), w, kOptions), "fetched_at <= fresh_until");
+  w = good_write();
+  w.cache_scope = "team";
+  refused(commit_manifest_command(k, lease(1), w, kOptions), "cache_scope");
+  w = good_write();
+  w.etag.clear();
+  refused(commit_manifest_command(k, lease(1), w, kOptions), "etag");
+  refused(commit_manifest_command(k, lease(1), good_write(), FencedWriteOptions{0, true}),
+          "retention_ms");
+  RefreshFailure f = failure();
+  f.error_code.clear();
+  refused(record_failure_command(k, lease(1), f, kOptions), "error code");
+  f = failure();
+  f.config_hash.clear();
+  refused(record_failure_command(k, lease(1), f, kOptions), "config_hash");
+}
+
+TEST(Lease, CommitCarriesEveryManifestFieldAndTheFence) {
+  LeaseKeys k = keys_for("default", "c1", "shared");
+  ManifestWrite w = good_write();
+  w.truncated = true;
+  w.cache_scope.clear();
+  Result<RedisCommand> cmd =
+      commit_manifest_command(k, lease(7), w, FencedWriteOptions{5000, false});
+  ASSERT_TRUE(cmd.ok()) << cmd.error().message;
+  std::vector<std::string> expected = {
+      "EVAL",       std::string(schema_asset("lua/manifest_commit.lua")),
+      "5",          k.manifest,
+      k.lease,      k.fence,
+      k.connection, k.epoch,
+      "7",          kToken,
+      "h1",         w.manifest,
+      w.etag,       "1000",
+      "2000",       "3000",
+      "",           "1",
+      "5000",       "0"};
+  EXPECT_EQ(*cmd, expected);
+}
+
+TEST(Lease, FailureRecordCutsLongMessagesAtACharacterBoundary) {
+  LeaseKeys k = keys_for("default", "c1", "shared");
+  RefreshFailure f = failure();
+  // 1023 ASCII bytes, then a 3-byte character that would straddle the limit.
+  f.error_message = std::string(kMaxErrorMessageBytes - 1, 'x') + "\xe2\x82\xac" + "tail";
+  Result<RedisCommand> cmd = record_failure_command(k, lease(3), f, kOptions);
+  ASSERT_TRUE(cmd.ok()) << cmd.error().message;
+  ASSERT_EQ(cmd->size(), 16u);
+  EXPECT_EQ((*cmd)[2], "4");
+  EXPECT_EQ((*cmd)[7], "3");
+  EXPECT_EQ((*cmd)[9], "h1");
+  EXPECT_EQ((*cmd)[10], "TIMEOUT");
+  EXPECT_EQ((*cmd)[11], std::string(kMaxErrorMessageBytes - 1, 'x'));
+  EXPECT_EQ((*cmd)[12], "1000");
+  EXPECT_EQ((*cmd)[13], "900");
+  EXPECT_EQ((*cmd)[15], "1");
+  f.error_message = "short";
+  EXPECT_EQ((*record_failure_command(k, lease(3), f, kOptions))[11], "short");
+}
+
+TEST(Lease, AcquireReplies) {
+  Result<AcquireResult> won =
+      parse_acquire_reply(R::of_array({R::of_string("acquired"), R::of_integer(4)}), kToken);
+  ASSERT_TRUE(won.ok()) << won.error().message;
+  EXPECT_TRUE(won->acquired);
+  EXPECT_EQ(won->lease.fence, 4);
+  EXPECT_EQ(won->lease.token, kToken);
+  EXPECT_EQ(won->lease.value(), "4:" + kToken);
+
+  Result<AcquireResult> held = parse_acquire_reply(
+      R::of_array({R::of_string("held"), R::of_integer(41'250), R::of_integer(3)}), kToken);
+  ASSERT_TRUE(held.ok()) << held.error().message;
+  EXPECT_FALSE(held->acquired);
+  EXPECT_EQ(held->holder_remaining_ms, 41'250);
+  EXPECT_EQ(held->holder_fence, 3);
+}
+
+TEST(Lease, MalformedRepliesAreErrorsNotGuesses) {
+  struct Case {
+    ScriptReply reply;
+    ErrorCode code;
+    const char* part;
+  };
+  std::vector<Case> cases = {
+      {R::nil(), ErrorCode::kInvalidReply, "expected an array"},
+      {R::of_integer(1), ErrorCode::kInvalidReply, "expected an array"},
+      {R::of_array({}), ErrorCode::kInvalidReply, "expected an array"},
+      {R::of_array({R::of_integer(1)}), ErrorCode::kInvalidReply, "expected an array"},
+      {R::of_array({R::of_string("acquired")}), ErrorCode::kInvalidReply, "'acquired'"},
+      {R::of_array({R::of_string("acquired"), R::of_string("4")}), ErrorCode::kInvalidReply,
+       "'acquired'"},
+      {R::of_array({R::of_string("acquired"), R::of_integer(0)}), ErrorCode::kInvalidReply,
+       "'acquired'"},
+      {R::of_array({R::of_string("held"), R::of_integer(5)}), ErrorCode::kInvalidReply, "'held'"},
+      {R::of_array({R::of_string("granted"), R::of_integer(5)}), ErrorCode::kInvalidReply,
+       "'granted'"},
+      {R::of_error("WRONGTYPE Operation against a key holding the wrong kind of value"),
+       ErrorCode::kInternal, "lease_acquire.lua: Redis error: WRONGTYPE"},
+  };
+  for (const Case& c : cases) {
+    Result<AcquireResult> r = parse_acquire_reply(c.reply, kToken);
+    ASSERT_FALSE(r.ok()) << c.part;
+    EXPECT_EQ(r.error().code, c.code) << c.part;
+    EXPECT_NE(r.error().message.find(c.part), std::string::npos) << r.error().message;
+  }
+}
+
+TEST(Lease, RenewAndReleaseReplies) {
+  EXPECT_EQ(*parse_renew_reply(R::of_array({R::of_string("renewed")})), LeaseOutcome::kOk);
+  EXPECT_EQ(*parse_renew_reply(R::of_array({R::of_string("lease_lost")})),
+            LeaseOutcome::kLeaseLost);
+  EXPECT_EQ(*parse_release_reply(R::of_array({R::of_string("released")})), LeaseOutcome::kOk);
+  EXPECT_EQ(*parse_release_reply(R::of_array({R::of_string("lease_lost")})),
+            LeaseOutcome::kLeaseLost);
+  // A word of another script is not accepted.
+  EXPECT_FALSE(parse_release_reply(R::of_array({R::of_string("renewed")})).ok());
+  EXPECT_FALSE(parse_renew_reply(R::of_error("NOSCRIPT")).ok());
+}
+
+TEST(Lease, FencedWriteRepliesNameEachRefusal) {
+  Result<FencedWriteResult> ok =
+      parse_commit_reply(R::of_array({R::of_string("committed"), R::of_integer(12)}));
+  ASSERT_TRUE(ok.ok()) << ok.error().message;
+  EXPECT_TRUE(ok->ok());
+  EXPECT_EQ(ok->epoch, 12);
+  EXPECT_FALSE(parse_commit_reply(R::of_array({R::of_string("committed")})).ok());
+  EXPECT_FALSE(parse_commit_reply(R::of_array({R::of_string("recorded")})).ok());
+  EXPECT_TRUE(parse_failure_reply(R::of_array({R::of_string("recorded")}))->ok());
+
+  struct Case {
+    ScriptReply reply;
+    LeaseOutcome outcome;
+    const char* name;
+  };
+  for (const Case& c : {
+           Case{R::of_array({R::of_string("lease_lost")}), LeaseOutcome::kLeaseLost, "lease_lost"},
+           Case{R::of_array({R::of_string("stale_fence"), R::of_integer(9)}),
+                LeaseOutcome::kStaleFence, "stale_fence"},
+           Case{R::of_array({R::of_string("config_changed")}), LeaseOutcome::kConfigChanged,
+                "config_changed"},
+           Case{R::of_array({R::of_string("connection_removed")}), LeaseOutcome::kConnectionRemoved,
+                "connection_removed"},
+       }) {
+    for (auto parse : {parse_commit_reply, parse_failure_reply}) {
+      Result<FencedWriteResult> r = parse(c.reply);
+      ASSERT_TRUE(r.ok()) << c.name << ": " << r.error().message;
+      EXPECT_FALSE(r->ok());
+      EXPECT_EQ(r->outcome, c.outcome);
+      EXPECT_STREQ(lease_outcome_name(r->outcome), c.name);
+      Error e = fenced_write_error(*r, lease(8));
+      EXPECT_EQ(e.code, ErrorCode::kConflict);
+      EXPECT_NE(e.message.find(c.name), std::string::npos) << e.message;
+    }
+  }
+  Result<FencedWriteResult> stale =
+      parse_commit_reply(R::of_array({R::of_string("stale_fence"), R::of_integer(9)}));
+  EXPECT_EQ(stale->current_fence, 9);
+  EXPECT_NE(fenced_write_error(*stale, lease(8)).message.find("fence 9 is newer than ours, 8"),
+            std::string::npos);
+  EXPECT_FALSE(parse_commit_reply(R::of_array({R::of_string("stale_fence")})).ok());
+  EXPECT_STREQ(lease_outcome_name(LeaseOutcome::kOk), "ok");
+}
+
+}  // namespace
+}  // namespace quiver
