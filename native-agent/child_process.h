@@ -173,7 +173,8 @@ class ChildProcess {
   bool running() { return !exit_status().has_value(); }
 
   // Closes stdin, sends SIGTERM to the process group, waits up to grace_ms for the child to
-  // exit, then SIGKILLs the group (stragglers included) and reaps the child. Idempotent.
+  // exit, then SIGKILLs the group (stragglers included) and reaps the child. stdout not read
+  // yet is discarded; stderr is drained into the log first. Idempotent.
   Status terminate(int grace_ms);
 
  private:
