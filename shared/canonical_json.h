@@ -1,0 +1,54 @@
+// Canonical JSON: one byte sequence per JSON value, so that equal values hash equally.
+//
+// Manifests are compared and addressed by hash (the ETag, a hash per tool definition). A hash is
+// only meaningful if the bytes do not depend on how a value was built or in which order a peer
+// sent its keys. `canonical_json` writes:
+//   - objects with their keys sorted by their UTF-8 bytes (unsigned), no duplicate keys;
+//   - no whitespace at all;
+//   - integers (int64/uint64 values) as exact decimal integers;
+//   - other numbers as ECMAScript's Number.prototype.toString writes them (the shortest digits
+//     that read back to the same double; 1.0 -> "1", 1e21 -> "1e+21", 1e-7 -> "1e-7", -0 -> "0"),
+//     which is what RFC 8785 (JCS) prescribes and what JSON.stringify prints at the edge;
+//   - strings with minimal escaping: only `"`, `\` and the controls U+0000..U+001F are escaped
+//     (\b \f \n \r \t, otherwise \u00xx with lowercase hex); every other character, including
+//     U+007F and U+2028/U+2029, is written as its raw UTF-8.
+// Values JSON cannot carry are rejected, never repaired: invalid UTF-8 in a string or key, NaN
+// and infinities, binary values, and nesting deeper than `max_depth`. The error (kInvalidArgument,
+// or kTooLarge for depth) names the JSON pointer of the offending value. Rejecting rather than
+// substituting U+FFFD keeps the hash honest: two different inputs never share canonical bytes.
+// Values that came through `parse_json` are always valid UTF-8.
+//
+// Call `canonical_json` to get bytes for hashing or storage; `canonical_string_size` to know how
+// many bytes a string will take without writing it (the manifest size bound uses it).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include "shared/json.h"
+#include "shared/status.h"
+
+namespace quiver {
+
+inline constexpr int kCanonicalJsonMaxDepth = 256;
+
+// The canonical bytes of `value`, or an error naming where the value cannot be written.
+Result<std::string> canonical_json(const Json& value, int max_depth = kCanonicalJsonMaxDepth);
+
+// Appends the canonical bytes of `value` to `*out`. On error `*out` holds a partial write.
+Status append_canonical_json(const Json& value, std::string* out,
+                             int max_depth = kCanonicalJsonMaxDepth);
+
+// The canonical form of one number. Integers print exactly; NaN and infinities are an error.
+Result<std::string> canonical_number(double value);
+
+// How many bytes `text` takes as a canonical JSON string, quotes included. `text` is assumed to
+// be valid UTF-8 (escaping depends only on single bytes below 0x80).
+std::size_t canonical_string_size(std::string_view text);
+
+// The offset of the first byte that breaks UTF-8 in `text` (overlong forms, surrogates and code
+// points past U+10FFFF included), or npos when `text` is valid UTF-8.
+std::size_t find_invalid_utf8(std::string_view text);
+
+}  // namespace quiver
