@@ -27,8 +27,9 @@ class MessageTransport {
   virtual Status send(const std::string& message_text, int64_t timeout_ms) = 0;
 
   // Waits up to `timeout_ms` for incoming messages and returns those that arrived (possibly
-  // none). A transport failure (child exited, connection refused, HTTP 5xx, session expired) is
-  // an error; after it the transport is closed.
+  // none). A fatal transport failure (child exited, session expired, notification stream lost)
+  // is an error; after it the transport is closed. Per-request failures over HTTP (refused,
+  // 5xx, timeout) come back from `send` and leave the transport usable.
   virtual Result<std::vector<TransportMessage>> receive(int64_t timeout_ms) = 0;
 
   // Tells the transport which protocol version was negotiated (HTTP sends it as a header).
