@@ -23,7 +23,7 @@
 #include "native-agent/upstream.h"
 #include "shared/json.h"
 #include "shared/listing.h"
-#include "shared/sha256.h"
+#include "shared/manifest.h"
 
 namespace quiver {
 namespace {
@@ -167,12 +167,15 @@ bool listing_ok(const Listing& listing) {
   return true;
 }
 
-// The report printed for a listing. TODO(upstream): print the Manifest (shared/manifest.h:
-// canonical JSON, ETag, per-definition hashes) once it is in main.
-Json report_json(const UpstreamSpec& spec, const Listing& listing, const ListInfo& info,
-                 std::optional<ProtocolEra> era) {
+// The report printed for a listing: what the probe saw (status, timings, each list's state) and
+// the manifest Quiver would cache, with its ETag.
+Result<Json> report_json(const UpstreamSpec& spec, const Listing& listing, const ListInfo& info,
+                         std::optional<ProtocolEra> era) {
+  auto manifest = manifest_from_listing(listing);
+  if (!manifest.ok()) return manifest.error();
+  auto encoded = encode_manifest(*manifest);
+  if (!encoded.ok()) return encoded.error();
   Json lists = Json::object();
-  Json items = Json::object();
   for (int i = 0; i < kListKindCount; ++i) {
     auto kind = static_cast<ListKind>(i);
     const ListOutcome& out = listing.list(kind);
@@ -182,27 +185,21 @@ Json report_json(const UpstreamSpec& spec, const Listing& listing, const ListInf
       l["pages"] = out.pages;
     }
     if (out.error) l["error"] = error_json(*out.error);
-    if (out.hints.ttl_ms) l["ttl_ms"] = *out.hints.ttl_ms;
-    if (out.hints.cache_scope) l["cache_scope"] = *out.hints.cache_scope;
     lists[list_kind_name(kind)] = l;
-    if (out.state == ListState::kOk) items[list_kind_name(kind)] = out.items;
   }
-  std::string canonical = items.dump(-1, ' ', false, Json::error_handler_t::replace);
   Json report = {
       {"status", listing_ok(listing) ? "ok" : "partial"},
       {"upstream", spec.describe()},
       {"protocol_version", listing.protocol_version},
       {"server_info", listing.server_info},
-      {"capabilities", listing.server_capabilities},
       {"timings",
        {{"connect_ms", info.connect_ms}, {"list_ms", info.list_ms}, {"total_ms", info.total_ms}}},
       {"lists", lists},
-      {"etag", "sha256-" + base64url_encode(std::string(
-                               reinterpret_cast<const char*>(sha256(canonical).data()), 32))},
-      {"listing", items},
+      {"truncated", manifest->truncated},
+      {"etag", encoded->etag},
+      {"manifest", manifest_to_json(*manifest)},
   };
   if (era) report["era"] = protocol_era_name(*era);
-  if (listing.instructions) report["instructions"] = *listing.instructions;
   return report;
 }
 
@@ -257,9 +254,14 @@ int run_watch(UpstreamConnection& conn, const ProbeArgs& args, Json first_report
       retry_at = conn.now_ms() + std::max<int64_t>(conn.backoff_remaining_ms(), 1000);
       continue;
     }
-    Json report = report_json(conn.spec(), *listing, info, conn.stats().era);
-    std::string etag = report.value("etag", "");
-    if (etag != last_etag || last_failed) print_json(report, true);
+    auto report = report_json(conn.spec(), *listing, info, conn.stats().era);
+    if (!report.ok()) {
+      std::fprintf(stderr, "quiver-agent probe: no manifest: %s\n", report.error().message.c_str());
+      last_failed = true;
+      continue;
+    }
+    std::string etag = report->value("etag", "");
+    if (etag != last_etag || last_failed) print_json(*report, true);
     last_etag = etag;
     last_failed = false;
   }
@@ -307,14 +309,25 @@ int cmd_probe(const std::vector<std::string>& args) {
   ListInfo info;
   auto listing = conn.list(conn.now_ms() + a.timeout_ms, {}, &info);
   if (!listing.ok()) {
+    const Error& e = listing.error();
+    std::string hint;
+    if (e.message.find("allow_private_addresses") != std::string::npos) {
+      hint = "\n(--allow-private allows servers on loopback and private addresses)";
+    } else if (!a.verbose && spec.transport == UpstreamSpec::Transport::kStdio &&
+               (e.code == ErrorCode::kTransport || e.code == ErrorCode::kTimeout)) {
+      hint = "\n(--verbose shows the server's stderr)";
+    }
     std::fprintf(stderr, "quiver-agent probe: cannot list %s: %s [%s]%s\n", spec.describe().c_str(),
-                 listing.error().message.c_str(), error_code_name(listing.error().code),
-                 a.verbose || spec.transport != UpstreamSpec::Transport::kStdio
-                     ? ""
-                     : "\n(--verbose shows the server's stderr)");
+                 e.message.c_str(), error_code_name(e.code), hint.c_str());
     return kExitFailed;
   }
-  Json report = report_json(spec, *listing, info, conn.stats().era);
+  auto made = report_json(spec, *listing, info, conn.stats().era);
+  if (!made.ok()) {
+    std::fprintf(stderr, "quiver-agent probe: %s answered, but no manifest can be made of it: %s\n",
+                 spec.describe().c_str(), made.error().message.c_str());
+    return kExitFailed;
+  }
+  const Json& report = *made;
   if (a.watch) {
     print_json(report, true);
     if (!listing_ok(*listing)) {

@@ -6,6 +6,7 @@
 #include <utility>
 #include <variant>
 
+#include "native-agent/http_transport.h"
 #include "native-agent/stdio_transport.h"
 #include "shared/jsonrpc.h"
 
@@ -121,9 +122,26 @@ Result<UpstreamTransport> make_upstream_transport(const UpstreamSpec& spec,
     out.transport = std::move(*t);
     return out;
   }
-  // TODO(upstream): the Streamable HTTP transport (native-agent/http_transport.h) lands here.
-  return Error(ErrorCode::kInvalidArgument,
-               "upstream " + spec.name + ": Streamable HTTP is not available in this build");
+  HttpTransportOptions options;
+  options.url = spec.url;
+  for (const auto& h : spec.headers) options.secret_headers.push_back({h.name, h.value});
+  options.allow_private_addresses = spec.allow_private;
+  options.max_reply_bytes = settings.max_message_bytes;
+  auto t = HttpTransport::create(std::move(options));
+  if (!t.ok()) {
+    Error e = t.error();
+    e.message = "upstream " + spec.name + ": " + e.message;
+    return e;
+  }
+  HttpTransport* http = t->get();
+  UpstreamTransport out;
+  out.transport = std::move(*t);
+  out.request_scoped_send_errors = true;
+  out.session_expired = [http] { return http->session_expired(); };
+  out.open_notification_stream = [http](int64_t timeout_ms) {
+    return http->open_notification_stream(timeout_ms);
+  };
+  return out;
 }
 
 // ---- UpstreamConnection -------------------------------------------------------------------
