@@ -156,7 +156,8 @@ struct UpstreamConnection::Session {
   std::optional<Error> failure;
   std::optional<Listing> ready;  // a ListingReady not taken yet
   bool stream_tried = false;
-  int64_t garbage = 0;  // unreadable texts during the running listing
+  std::string header_version;  // the MCP-Protocol-Version the transport was last given
+  int64_t garbage = 0;         // unreadable texts during the running listing
   std::string last_garbage;
 };
 
@@ -170,6 +171,12 @@ UpstreamConnection::UpstreamConnection(UpstreamSpec spec, UpstreamOptions option
     : spec_(std::move(spec)), options_(std::move(options)) {
   clock_ = options_.clock ? options_.clock : steady_ms;
   if (!options_.factory) options_.factory = make_upstream_transport;
+  settings_.max_message_bytes = options_.max_message_bytes;
+  if (options_.log) {
+    auto log_fn = options_.log;
+    std::string prefix = label() + ": stderr: ";
+    settings_.on_stderr_line = [log_fn, prefix](const std::string& line) { log_fn(prefix + line); };
+  }
 }
 
 UpstreamConnection::~UpstreamConnection() { close(); }
@@ -215,7 +222,22 @@ void UpstreamConnection::close() {
 
 void UpstreamConnection::send_one(const std::string& text) {
   Session& s = *session_;
-  s.t.transport->set_protocol_version(s.mcp->protocol_version());
+  const std::string& version = s.mcp->protocol_version();
+  if (version != s.header_version) {
+    if (version.empty() && s.t.request_scoped_send_errors) {
+      // The legacy initialize after an era probe must not carry the probe's MCP-Protocol-Version
+      // (servers answer -32020), and the HTTP transport cannot unset it. Before the handshake
+      // there is no HTTP session to lose: go on with a fresh transport.
+      auto fresh = options_.factory(spec_, settings_);
+      if (fresh.ok()) {
+        s.t.transport->close();
+        s.t = std::move(*fresh);
+      }
+    } else {
+      s.t.transport->set_protocol_version(version);
+    }
+    s.header_version = version;
+  }
   int64_t now = clock_();
   int64_t horizon = s.send_until;
   if (auto d = s.mcp->next_deadline()) horizon = std::min(horizon, *d);
@@ -224,7 +246,15 @@ void UpstreamConnection::send_one(const std::string& text) {
   now = clock_();
   bool expired = s.t.session_expired && s.t.session_expired();
   if (!s.t.request_scoped_send_errors || expired) {
-    s.mcp->on_transport_error(sent.error(), now);
+    Error e = sent.error();
+    if (!s.t.request_scoped_send_errors) {
+      // The stdio transport's own account names the child's exit status.
+      auto gone = s.t.transport->receive(0);
+      if (!gone.ok() && gone.error().message != e.message) {
+        e.message = gone.error().message + "; writing to it failed: " + e.message;
+      }
+    }
+    s.mcp->on_transport_error(e, now);
     return;
   }
   // One request failed (HTTP status, timeout): tell the session which.
@@ -281,7 +311,8 @@ void UpstreamConnection::drive(int64_t until_ms, const std::function<bool()>& do
     polled = true;
     int64_t wake = until_ms;
     if (auto d = s.mcp->next_deadline()) wake = std::min(wake, *d);
-    auto got = s.t.transport->receive(std::max<int64_t>(0, wake - now));
+    // At least 1 ms: a stdio receive(0) hands out lines already read but does not read the pipe.
+    auto got = s.t.transport->receive(std::max<int64_t>(1, wake - now));
     now = clock_();
     if (!got.ok()) {
       s.mcp->on_transport_error(got.error(), now);
@@ -405,14 +436,7 @@ Result<Listing> UpstreamConnection::open_and_list(int64_t deadline_ms, ListInfo*
     }
     ++stats_.sessions_opened;
   }
-  TransportSettings settings;
-  settings.max_message_bytes = options_.max_message_bytes;
-  if (options_.log) {
-    auto log_fn = options_.log;
-    std::string prefix = label() + ": stderr: ";
-    settings.on_stderr_line = [log_fn, prefix](const std::string& line) { log_fn(prefix + line); };
-  }
-  auto transport = options_.factory(spec_, settings);
+  auto transport = options_.factory(spec_, settings_);
   if (!transport.ok()) {
     session_.reset();
     std::lock_guard<std::mutex> lock(state_mu_);

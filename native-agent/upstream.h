@@ -229,6 +229,7 @@ class UpstreamConnection {
   UpstreamSpec spec_;
   UpstreamOptions options_;
   std::function<int64_t()> clock_;
+  TransportSettings settings_;
 
   mutable std::timed_mutex busy_;  // held by list() and pump()
   mutable std::mutex state_mu_;    // guards the stats, callback and backoff fields below
