@@ -11,6 +11,7 @@
 
 #include <unistd.h>
 
+#include "native-agent/url_guard.h"
 #include "shared/sha256.h"
 
 namespace quiver {
@@ -402,34 +403,15 @@ Status split_host_port(std::string_view text, std::string* host, int* port, int 
   return Status::Ok();
 }
 
-// An absolute http(s) URL, checked without printing it (a query may hold a key).
+// An absolute http(s) URL, checked by the transport's own parser (so the config accepts exactly
+// what the transport dials) without printing it: a query or a path may hold a key.
 Status check_http_url(std::string_view url) {
-  if (!starts_with_ci(url, "http://") && !starts_with_ci(url, "https://")) {
-    return invalid("not a valid http(s) URL: it must start with http:// or https://");
-  }
-  for (char c : url) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u <= 0x20 || u == 0x7f) {
-      return invalid("not a valid http(s) URL: it contains whitespace or a control character");
-    }
-  }
-  const std::size_t begin = url.find("://") + 3;
-  std::size_t end = url.find_first_of("/?#", begin);
-  if (end == std::string_view::npos) end = url.size();
-  if (url.find('#') != std::string_view::npos) {
-    return invalid("not a valid http(s) URL: a fragment (#...) is not allowed");
-  }
-  const std::string_view authority = url.substr(begin, end - begin);
-  if (authority.find('@') != std::string_view::npos) {
-    return invalid(
-        "not a valid http(s) URL: user information (user:password@) is not allowed; put "
-        "credentials in `headers` or a Quiver credential");
-  }
-  std::string host;
-  int port = 0;
-  Status s = split_host_port(authority, &host, &port, 0, false);
-  if (!s.ok()) return invalid("not a valid http(s) URL: " + s.error().message);
-  return Status::Ok();
+  Result<HttpUrl> parsed = parse_http_url(url);
+  if (parsed.ok()) return Status::Ok();
+  std::string why = parsed.error().message;
+  const std::string prefix = "invalid upstream URL: ";
+  if (why.rfind(prefix, 0) == 0) why = why.substr(prefix.size());
+  return invalid("not a valid http(s) URL: " + why);
 }
 
 // The URL as status output shows it: the query hidden.

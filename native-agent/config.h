@@ -83,6 +83,7 @@
 #include <string_view>
 #include <vector>
 
+#include "native-agent/cli.h"
 #include "shared/freshness.h"
 #include "shared/identity.h"
 #include "shared/json.h"
@@ -90,8 +91,8 @@
 
 namespace quiver {
 
-// sysexits.h EX_CONFIG: what `quiver-agent` exits with when the configuration is invalid.
-inline constexpr int kConfigExitCode = 78;
+// What `quiver-agent` exits with when the configuration is invalid (cli.h: usage or config).
+inline constexpr int kConfigExitCode = kExitUsage;
 // The environment variable naming the config file when no --config is given.
 inline constexpr char kConfigPathEnv[] = "QUIVER_CONFIG";
 inline constexpr std::size_t kMaxConfigBytes = std::size_t{1} << 20;
