@@ -1913,8 +1913,8 @@ Result<Principal> ConnectionConfig::principal_for_member(std::string_view member
   return principal_for(credential_mode, member_id);
 }
 
-Result<UpstreamSpec> ConnectionConfig::upstream_for(const Principal& principal) const {
-  UpstreamSpec u;
+Result<ResolvedUpstream> ConnectionConfig::upstream_for(const Principal& principal) const {
+  ResolvedUpstream u;
   u.transport = transport;
   u.command = command;
   u.args = args;

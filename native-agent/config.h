@@ -214,7 +214,7 @@ Result<std::string> connection_id_for_name(std::string_view name);
 
 // What a transport needs to reach the upstream for one principal: the credential already placed
 // in a header (HTTP) or an env var (stdio).
-struct UpstreamSpec {
+struct ResolvedUpstream {
   TransportKind transport = TransportKind::kUnknown;
   std::string command;
   std::vector<std::string> args;
@@ -268,7 +268,7 @@ struct ConnectionConfig {
   Result<Principal> principal_for_member(std::string_view member_id) const;
   // Transport parameters for `principal`, credentials placed. kInvalidArgument when the principal
   // does not fit the credential mode, kNotFound when a member has no credential.
-  Result<UpstreamSpec> upstream_for(const Principal& principal) const;
+  Result<ResolvedUpstream> upstream_for(const Principal& principal) const;
   // Every secret of this connection (env and header values, credentials).
   std::vector<Secret> secrets() const;
   // "github (http https://host/mcp?…, auth bearer, per_member)": the URL as written, its query

@@ -1047,7 +1047,7 @@ TEST(ConfigTest, GrantsPrincipalsAndCredentialsPlacement) {
   EXPECT_EQ(cfg.principal_for("alice", "nope").error().code, ErrorCode::kNotFound);
 
   // Credentials go where the auth type says, for the principal asked about.
-  Result<UpstreamSpec> alice_gh = gh->upstream_for(*Principal::member("alice"));
+  Result<ResolvedUpstream> alice_gh = gh->upstream_for(*Principal::member("alice"));
   ASSERT_TRUE(alice_gh.ok()) << alice_gh.error().message;
   EXPECT_EQ(alice_gh->headers.at("Authorization").reveal(), "Bearer alice-token");
   EXPECT_EQ(alice_gh->headers.at("X-Org").reveal(), "acme");
@@ -1063,7 +1063,7 @@ TEST(ConfigTest, GrantsPrincipalsAndCredentialsPlacement) {
             ErrorCode::kInvalidArgument);
 
   const ConnectionConfig* notes = cfg.find_connection("notes");
-  Result<UpstreamSpec> bob_notes = notes->upstream_for(*Principal::member("bob"));
+  Result<ResolvedUpstream> bob_notes = notes->upstream_for(*Principal::member("bob"));
   ASSERT_TRUE(bob_notes.ok());
   EXPECT_EQ(bob_notes->env.at("TOKEN").reveal(), "bob-file-key");  // trailing newline cut
   EXPECT_EQ(bob_notes->env.at("MODE").reveal(), "ro");
