@@ -123,7 +123,6 @@ std::vector<UpstreamListResult> UpstreamPool::list_many(const std::vector<std::s
   std::vector<UpstreamListResult> results(names.size());
   if (names.empty()) return results;
   auto clock = options_.upstream.clock ? options_.upstream.clock : steady_ms;
-  const int64_t call_start = clock();
   std::atomic<std::size_t> next{0};
   auto worker = [&] {
     for (;;) {
@@ -138,7 +137,7 @@ std::vector<UpstreamListResult> UpstreamPool::list_many(const std::vector<std::s
       }
       acquire_slot();
       int64_t start = clock();
-      r.started_at_ms = start - call_start;
+      r.started_at_ms = start;
       r.listing = conn->list(start + per_connection_timeout_ms, {}, &r.info);
       r.elapsed_ms = clock() - start;
       release_slot();

@@ -52,7 +52,7 @@ struct UpstreamListResult {
   std::string name;
   Result<Listing> listing = Error(ErrorCode::kUnknown, "not listed");
   ListInfo info;
-  int64_t started_at_ms = 0;  // on the pool's clock, relative to the list_many call
+  int64_t started_at_ms = 0;  // when this connection's listing began (the pool's clock)
   int64_t elapsed_ms = 0;     // this connection's listing, from its start
 };
 

@@ -328,8 +328,8 @@ TEST(Upstream, FailingListMethodOnAReusedSessionBecomesUnavailable) {
   EXPECT_EQ(count(*second, ListKind::kTools), 3u);
 }
 
-TEST(Upstream, MethodNotFoundAndTimeoutsDoNotEvict) {
-  // --no-prompts: prompts/list is -32601 (absent). --delay-ms with a short deadline: timeouts.
+TEST(Upstream, MethodNotFoundDoesNotEvict) {
+  // --no-prompts: prompts/list is -32601, which means "has none".
   UpstreamConnection conn(test_upstream_stdio("keep", {"--no-prompts"}));
   ASSERT_TRUE(conn.list(conn.now_ms() + 4000).ok());
   auto again = conn.list(conn.now_ms() + 4000);
@@ -387,6 +387,15 @@ TEST(Upstream, HungListGivesUpAtTheDeadlineAndKeepsTheSession) {
     EXPECT_EQ(listing->list(k).error->code, ErrorCode::kTimeout);
   }
   EXPECT_TRUE(conn.connected());  // a timeout is no reason to evict
+
+  ListInfo info;
+  auto again = conn.list(conn.now_ms() + 600, {}, &info);
+  ASSERT_TRUE(again.ok()) << again.error().message;
+  EXPECT_TRUE(info.reused);
+  EXPECT_FALSE(info.retried);
+  EXPECT_EQ(state(*again, ListKind::kTools), ListState::kFailed);
+  EXPECT_EQ(conn.stats().evictions, 0);
+  EXPECT_EQ(conn.stats().sessions_opened, 1);
 }
 
 TEST(Upstream, DelayedRepliesStillList) {
