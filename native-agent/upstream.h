@@ -33,10 +33,13 @@
 // when no listing could be had at all (spawn or dial failed, handshake refused or timed out,
 // transport lost, still failing after the self-heal retry, backing off).
 //
-// Deadlines. `list(deadline_ms)` returns by `deadline_ms` (on this connection's clock, `now_ms()`)
-// plus the time to close a session it gives up on. The session's own listing budget is
-// `UpstreamOptions::list_timeout_ms`; a listing still running at the caller's deadline is ended
-// by closing the session (its unfinished lists fail with kTimeout).
+// Deadlines. `list(deadline_ms)` returns by `deadline_ms` (on this connection's clock,
+// `now_ms()`), give or take a send or receive slice. The session's own budget for a listing is
+// `UpstreamOptions::list_timeout_ms` and each request has the session's request timeout; when the
+// caller's deadline comes first, every request still waiting is expired there and then: the
+// unfinished lists fail with kTimeout and the session stays (a timeout is no reason to evict).
+// Over Streamable HTTP a send blocks until its answer, so the lists of one upstream go one after
+// another (TODO(perf): concurrent POSTs); over stdio they are in flight together.
 //
 // Watching. Between listings the upstream may send `notifications/*/list_changed` (stdio: on the
 // pipe; HTTP: on the GET stream, which `pump` opens when `watch` is set). `pump` reads them and
@@ -201,7 +204,7 @@ class UpstreamConnection {
   // opens a fresh one. Not counted as a failure.
   void close();
 
-  bool connected() const;  // a session is open and ready for reuse
+  bool connected() const;  // a session is open and ready for reuse (waits for a running call)
   int64_t now_ms() const;
   // Milliseconds until a fresh session may be opened; 0 when it may now.
   int64_t backoff_remaining_ms() const;
