@@ -149,19 +149,9 @@ TEST_F(Probe, WatchShowsAToolAddedAtRuntimeWithinASecond) {
 }
 
 TEST_F(Probe, WatchOverHttpHearsTheNotificationStream) {
-  // test-upstream over HTTP prints {"url":...,"control":...} once it listens.
-  auto peer = ChildProcess::spawn(ChildSpec("node", {test_upstream_js(), "http", "--quiet"}));
-  ASSERT_TRUE(peer.ok());
-  std::string banner;
-  int64_t end = steady_now_ms() + 8000;
-  while (banner.find('\n') == std::string::npos && steady_now_ms() < end) {
-    (void)(*peer)->wait_readable(100);
-    auto bytes = (*peer)->read_stdout();
-    if (bytes.ok()) banner += *bytes;
-  }
-  Json info = parse(banner.substr(0, banner.find('\n')));
-  std::string url = info.value("url", "");
-  ASSERT_FALSE(url.empty()) << (*peer)->stderr_tail();
+  testing::TestUpstreamHttp peer;
+  ASSERT_TRUE(peer.ok()) << peer.error();
+  std::string url = peer.url();
 
   Agent agent({"probe", "--watch", "--allow-private", "--url", url});
   auto first = agent.line(5000);
@@ -169,7 +159,7 @@ TEST_F(Probe, WatchOverHttpHearsTheNotificationStream) {
   EXPECT_EQ(parse(*first)["lists"]["tools"].value("count", 0), 3);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the GET stream opens
 
-  httplib::Client control("127.0.0.1", info.value("port", 0));
+  httplib::Client control("127.0.0.1", peer.port());
   int64_t added = steady_now_ms();
   auto res = control.Post("/control", R"({"add_tool":"over_http"})", "application/json");
   ASSERT_TRUE(res);

@@ -176,6 +176,23 @@ TEST_F(UpstreamOverHttp, LoopbackNeedsAllowPrivate) {
   EXPECT_NE(listing.error().message.find("loopback"), std::string::npos) << listing.error().message;
 }
 
+TEST(Upstream, HttpHeadersCarryTheCredentialAndA401IsUnauthenticated) {
+  testing::TestUpstreamHttp peer({"--per-auth"});
+  ASSERT_TRUE(peer.ok()) << peer.error();
+  UpstreamConnection alice(
+      UpstreamSpec::http("alice", peer.url(), {{"Authorization", "Bearer alice"}}, true));
+  auto listing = alice.list(alice.now_ms() + 4000);
+  ASSERT_TRUE(listing.ok()) << listing.error().message;
+  EXPECT_TRUE(has_tool(*listing, "alice_tool_1"));
+
+  UpstreamConnection nobody(
+      UpstreamSpec::http("nobody", peer.url(), {{"Authorization", "Bearer mallory-token"}}, true));
+  auto refused = nobody.list(nobody.now_ms() + 4000);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, ErrorCode::kUnauthenticated) << refused.error().message;
+  EXPECT_EQ(refused.error().message.find("mallory-token"), std::string::npos);
+}
+
 TEST(Upstream, ExpiredHttpSessionIsReinitialized) {
   TempDir dir;
   int port = testing::free_loopback_port();

@@ -192,4 +192,37 @@ class HttpPeer {
   std::string error_;
 };
 
+// tests/peers/test-upstream.mjs over Streamable HTTP on an ephemeral loopback port.
+class TestUpstreamHttp {
+ public:
+  explicit TestUpstreamHttp(std::vector<std::string> flags = {}) {
+    std::vector<std::string> args = {test_upstream_js(), "http", "--quiet"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    auto child = ChildProcess::spawn(ChildSpec("node", args));
+    if (!child.ok()) return;
+    child_ = std::move(*child);
+    std::string banner;
+    int64_t end = steady_now_ms() + 10000;
+    while (banner.find('\n') == std::string::npos && steady_now_ms() < end && child_->running()) {
+      (void)child_->wait_readable(100);
+      auto bytes = child_->read_stdout();
+      if (bytes.ok()) banner += *bytes;
+    }
+    auto info = parse_json(banner.substr(0, banner.find('\n')));
+    if (info.ok() && info->is_object()) {
+      url_ = info->value("url", "");
+      port_ = info->value("port", 0);
+    }
+  }
+  bool ok() const { return !url_.empty(); }
+  std::string error() const { return child_ ? child_->stderr_tail() : "node did not start"; }
+  const std::string& url() const { return url_; }
+  int port() const { return port_; }
+
+ private:
+  std::unique_ptr<ChildProcess> child_;
+  std::string url_;
+  int port_ = 0;
+};
+
 }  // namespace quiver::testing
