@@ -11,6 +11,8 @@ const std::vector<CliCommand>& cli_commands() {
   static const std::vector<CliCommand> commands = {
       {"probe", "list one upstream MCP server live and print its manifest (test connection)",
        cmd_probe},
+      {"token", "mint a caller token for a member from the configured key ring (for testing)",
+       cmd_token},
   };
   return commands;
 }

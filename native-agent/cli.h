@@ -16,7 +16,7 @@ inline constexpr int kExitStoreUnavailable = 3;
 
 struct CliCommand {
   const char* name;
-  const char* summary;  // one line for `quiver-agent --help`
+  const char* summary;                               // one line for `quiver-agent --help`
   int (*run)(const std::vector<std::string>& args);  // args after the command name
 };
 
@@ -25,5 +25,6 @@ int run_cli(int argc, char** argv);
 
 // Commands (each defined in its cmd_<name>.cpp).
 int cmd_probe(const std::vector<std::string>& args);
+int cmd_token(const std::vector<std::string>& args);
 
 }  // namespace quiver
