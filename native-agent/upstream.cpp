@@ -224,18 +224,9 @@ void UpstreamConnection::send_one(const std::string& text) {
   Session& s = *session_;
   const std::string& version = s.mcp->protocol_version();
   if (version != s.header_version) {
-    if (version.empty() && s.t.request_scoped_send_errors) {
-      // The legacy initialize after an era probe must not carry the probe's MCP-Protocol-Version
-      // (servers answer -32020), and the HTTP transport cannot unset it. Before the handshake
-      // there is no HTTP session to lose: go on with a fresh transport.
-      auto fresh = options_.factory(spec_, settings_);
-      if (fresh.ok()) {
-        s.t.transport->close();
-        s.t = std::move(*fresh);
-      }
-    } else {
-      s.t.transport->set_protocol_version(version);
-    }
+    // Empty unsets the header: the legacy initialize after an era probe must not carry the
+    // probe's MCP-Protocol-Version (servers answer -32020).
+    s.t.transport->set_protocol_version(version);
     s.header_version = version;
   }
   int64_t now = clock_();
