@@ -343,8 +343,11 @@ struct Agent::Impl {
     return r;
   }
 
-  // Retries deferred change triggers: done once a listing that started after the change is
-  // stored, or a request is queued after it; given up (counted, logged) after the horizon.
+  // Follows up deferred change triggers: done once a listing that started after the change is
+  // stored. The queue's gate may still be taken by an earlier request that was already handled,
+  // so this refreshes directly (the lease keeps agents that all saw the change from listing
+  // twice); while a lease is held elsewhere it waits for that refresh and looks again. Given up
+  // (counted, logged) after the horizon.
   void process_deferred() {
     std::vector<std::pair<std::string, Deferred>> due;
     {
@@ -352,22 +355,22 @@ struct Agent::Impl {
       for (const auto& [name, d] : deferred) due.emplace_back(name, d);
     }
     for (const auto& [name, d] : due) {
+      if (!is_running()) return;
       bool done = false;
+      const ConnectionConfig* cfg = config.find_connection(d.connection_id);
       Result<std::optional<ManifestMeta>> meta =
           store->read_manifest_meta(d.connection_id, d.principal);
-      const ConnectionConfig* cfg = config.find_connection(d.connection_id);
       if (cfg == nullptr) {
         done = true;
-      } else if (meta.ok() && meta->has_value() && (*meta)->has_data &&
-                 (*meta)->fetched_at_ms >= d.since_ms && (*meta)->config_hash == cfg->config_hash) {
-        done = true;
-      } else if (meta.ok()) {
-        Result<EnqueueOutcome> r = enqueue(d.connection_id, d.principal, d.trigger);
-        if (r.ok() && *r == EnqueueOutcome::kQueued) done = true;
-        if (!r.ok())
-          log_store_error("deferred refresh of " + who(d.connection_id, d.principal), r.error());
-      } else {
+      } else if (!meta.ok()) {
         log_store_error("deferred refresh of " + who(d.connection_id, d.principal), meta.error());
+      } else if (meta->has_value() && (*meta)->has_data && (*meta)->fetched_at_ms >= d.since_ms &&
+                 (*meta)->config_hash == cfg->config_hash) {
+        done = true;
+      } else {
+        Result<RefreshReport> r = refresh(d.connection_id, d.principal, d.trigger, std::nullopt);
+        // in_progress: another holder lists now, maybe from before the change: look again.
+        done = r.ok() && r->outcome != "in_progress";
       }
       std::lock_guard<std::mutex> lock(deferred_mu);
       auto it = deferred.find(name);
@@ -378,7 +381,7 @@ struct Agent::Impl {
         metrics.revalidation_dropped();
         logger->warn(kLog, "gave up on the " + d.trigger + " refresh of " +
                                who(d.connection_id, d.principal) +
-                               ": no listing after the change could be started");
+                               ": no listing after the change could be stored");
         deferred.erase(it);
       }
     }
@@ -423,6 +426,7 @@ struct Agent::Impl {
     if (!found.ok()) return found.error();
     const ConnectionConfig& cfg = **found;
     if (Status st = check_principal(cfg, principal); !st.ok()) return st.error();
+    if (Status st = validate_revalidation_reason(trigger); !st.ok()) return st.error();
     Result<ResolvedUpstream> upstream = cfg.upstream_for(principal);
     if (!upstream.ok()) return upstream.error();
     Result<std::string> token = lease_token();
@@ -585,6 +589,8 @@ struct Agent::Impl {
       return written.error();
     }
     if (!written->ok()) {
+      // Give the lease back if it is somehow still ours (a config change refuses a holder).
+      (void)store->release_lease(cid, principal, lease);
       std::string why = lease_outcome_name(written->outcome);
       logger->warn(kLog, "refresh of " + who(cid, principal) + " (" + trigger +
                              ") refused by the fenced write: " + why + " (fence " +

@@ -1,6 +1,8 @@
 #include "native-agent/metrics.h"
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <sstream>
 
 namespace quiver {
@@ -26,8 +28,13 @@ int64_t lookup(const std::map<std::string, int64_t, std::less<>>& map, std::stri
   return it == map.end() ? 0 : it->second;
 }
 
+// The shortest text that reads back as `v` ("0.005", not "0.0050000000000000001").
 std::string format_double(double v) {
   char buf[64];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+    if (std::strtod(buf, nullptr) == v && std::strchr(buf, 'e') == nullptr) return buf;
+  }
   std::snprintf(buf, sizeof buf, "%.17g", v);
   return buf;
 }

@@ -31,11 +31,11 @@ struct Db {
 
   Error sql_error(int rc, std::string_view what) const {
     int primary = rc & 0xff;
-    ErrorCode code = (primary == SQLITE_BUSY || primary == SQLITE_LOCKED ||
-                      primary == SQLITE_IOERR || primary == SQLITE_FULL ||
-                      primary == SQLITE_CANTOPEN || primary == SQLITE_READONLY)
-                         ? ErrorCode::kUnavailable
-                         : ErrorCode::kInternal;
+    ErrorCode code =
+        (primary == SQLITE_BUSY || primary == SQLITE_LOCKED || primary == SQLITE_IOERR ||
+         primary == SQLITE_FULL || primary == SQLITE_CANTOPEN || primary == SQLITE_READONLY)
+            ? ErrorCode::kUnavailable
+            : ErrorCode::kInternal;
     std::string detail = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
     return Error(code, "preferences " + options.path + ": " + std::string(what) + ": " + detail);
   }
@@ -190,8 +190,8 @@ Result<std::unique_ptr<PreferencesDb>> PreferencesDb::open(PreferencesDbOptions 
     return e;
   }
   sqlite3_extended_result_codes(s.db, 1);
-  sqlite3_busy_timeout(s.db,
-                       static_cast<int>(std::clamp<int64_t>(s.options.busy_timeout_ms, 0, 1 << 30)));
+  sqlite3_busy_timeout(
+      s.db, static_cast<int>(std::clamp<int64_t>(s.options.busy_timeout_ms, 0, 1 << 30)));
   // journal_mode answers a row; sqlite3_exec ignores it. WAL persists in the file, so whichever
   // connection opens it first (this or the SqliteStore) sets it for both.
   if (Status st = s.exec("PRAGMA journal_mode=WAL", "setting journal_mode=WAL"); !st.ok()) {
