@@ -370,7 +370,14 @@ struct Agent::Impl {
       } else {
         Result<RefreshReport> r = refresh(d.connection_id, d.principal, d.trigger, std::nullopt);
         // in_progress: another holder lists now, maybe from before the change: look again.
-        done = r.ok() && r->outcome != "in_progress";
+        // A store failure: again later. Any other error will not get better by retrying.
+        done = r.ok() ? r->outcome != "in_progress" : r.error().code != ErrorCode::kUnavailable;
+        if (!r.ok() && done) {
+          metrics.revalidation_dropped();
+          logger->warn(kLog, "the " + d.trigger + " refresh of " +
+                                 who(d.connection_id, d.principal) +
+                                 " cannot run: " + r.error().message);
+        }
       }
       std::lock_guard<std::mutex> lock(deferred_mu);
       auto it = deferred.find(name);
@@ -630,7 +637,13 @@ struct Agent::Impl {
         Result<RefreshReport> r = refresh(req.connection_id, req.principal, req.reason,
                                           std::optional<int64_t>(req.at_ms));
         // The store failed: leave the request pending; it is claimed again once it is idle.
-        if (!r.ok() && r.error().code == ErrorCode::kUnavailable) ack = false;
+        if (!r.ok() && r.error().code == ErrorCode::kUnavailable) {
+          ack = false;
+        } else if (!r.ok()) {
+          metrics.revalidation_dropped();
+          logger->warn(kLog, "revalidation of " + who(req.connection_id, req.principal) + " (" +
+                                 req.reason + ") cannot run: " + r.error().message);
+        }
         ++handled;
       }
       if (ack) {

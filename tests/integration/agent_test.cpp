@@ -15,6 +15,7 @@
 
 #include <gtest/gtest.h>
 #include <hiredis.h>
+#include <signal.h>
 #include <sqlite3.h>
 
 #include "native-agent/metrics.h"
@@ -765,7 +766,16 @@ std::string sqlite_everything(const std::string& path) {
   return all;
 }
 
+// The HTTP transport ignores SIGPIPE process-wide; other suites of this binary assert the
+// default disposition, so a test that uses it puts the disposition back.
+struct SigpipeRestorer {
+  struct sigaction saved {};
+  SigpipeRestorer() { ::sigaction(SIGPIPE, nullptr, &saved); }
+  ~SigpipeRestorer() { ::sigaction(SIGPIPE, &saved, nullptr); }
+};
+
 TEST(AgentSecrets, NoSecretInRedisSqliteLogsOrMetrics) {
+  SigpipeRestorer sigpipe;
   RedisServer redis;
   ASSERT_TRUE(redis.ok()) << redis.error();
   TempDir dir;
