@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <sys/time.h>
 
+#include "shared/discovery_redis.h"
 #include "shared/resp.h"
 #include "shared/sha256.h"
 
@@ -924,6 +925,19 @@ Result<std::vector<ConnectionRecord>> RedisStore::list_connections() {
     out.push_back(std::move(r).value());
   }
   return out;  // ids came from a std::set: sorted
+}
+
+// ---- the discovery read -------------------------------------------------------------------------
+
+// The edge's own script (schema/lua/discovery_read.lua via shared/discovery_redis.h): grants,
+// records, manifests, overlays and leases of one member in one round trip, decoded strictly.
+Result<DiscoverySnapshot> RedisStore::read_discovery(const Principal& member,
+                                                     const SnapshotQuery& query) {
+  Result<RedisCommand> command = discovery_read_command(impl_->keys, member, query);
+  if (!command.ok()) return command.error();
+  Result<std::vector<RespValue>> reply = impl_->main.run({*command});
+  if (!reply.ok()) return reply.error();
+  return decode_discovery_reply((*reply)[0], member);
 }
 
 Result<std::optional<ConnectionRecord>> RedisStore::read_connection(std::string_view cid) {

@@ -9,6 +9,7 @@
 
 #include <sqlite3.h>
 
+#include "shared/discovery.h"
 #include "shared/schema_assets.h"
 #include "shared/sha256.h"
 #include "shared/sql_queries.h"
@@ -787,6 +788,121 @@ Result<std::optional<ConnectionRecord>> SqliteStore::read_connection(std::string
   if (!row.ok()) return row.error();
   if (!*row) return std::optional<ConnectionRecord>();
   return std::optional<ConnectionRecord>(record_from_row(q));
+}
+
+// ---- the discovery read -------------------------------------------------------------------------
+
+namespace {
+
+// The discovery core's SnapshotSource over the store's tables, each lookup a named statement. The
+// caller holds the mutex and one read transaction, so the snapshot is consistent (WAL: readers see
+// one commit, whatever writers do meanwhile). Rows come back as the Redis hashes hold them (same
+// field names and encodings), so the core classifies both stores' data with one code path.
+class SqliteSnapshotSource final : public SnapshotSource {
+ public:
+  SqliteSnapshotSource(Db& impl, int64_t now) : impl_(impl), now_(now) {}
+
+  Result<std::vector<std::string>> granted(const Principal& member) override {
+    Query q(impl_, "grants_select_member");
+    q.text(":principal", member.str());
+    std::vector<std::string> out;
+    for (;;) {
+      Result<bool> row = q.step();
+      if (!row.ok()) return row.error();
+      if (!*row) return out;
+      out.push_back(q.text_at(0));
+    }
+  }
+
+  Result<std::optional<ConnectionInfo>> record(std::string_view cid) override {
+    Query q(impl_, "connection_select");
+    q.text(":id", cid);
+    Result<bool> row = q.step();
+    if (!row.ok()) return row.error();
+    if (!*row) return std::optional<ConnectionInfo>();
+    HashFields fields;
+    fields[redis_field::kConfigHash] = q.text_at(1);
+    fields[redis_field::kCredentialMode] = q.text_at(2);
+    fields[redis_field::kName] = q.text_at(3);
+    fields[redis_field::kTransport] = q.text_at(4);
+    fields[redis_field::kUpdatedAt] = std::to_string(q.integer_at(5));
+    return connection_info_from_fields(fields);
+  }
+
+  Result<HashFields> manifest(std::string_view cid, const Principal& principal) override {
+    Query q(impl_, "manifest_select");
+    bind_key(q, cid, principal).integer(":now", now_);
+    Result<bool> row = q.step();
+    if (!row.ok()) return row.error();
+    HashFields f;
+    if (!*row) return f;
+    // Columns of manifest_select: 0 cid, 1 principal, 2 has data, 3 etag, 4 config_hash, 5 fence,
+    // 6 fetched_at, 7 fresh_until, 8 expires_at, 9 cache_scope, 10 truncated, 11 error_code,
+    // 12 error_message, 13 error_at, 14 attempt_at, 15 manifest. NULL: the hash has no field.
+    auto text = [&](int col, const char* name) {
+      if (!q.is_null(col)) f[name] = q.text_at(col);
+    };
+    auto integer = [&](int col, const char* name) {
+      if (!q.is_null(col)) f[name] = std::to_string(q.integer_at(col));
+    };
+    text(15, redis_field::kManifest);
+    text(3, redis_field::kEtag);
+    text(4, redis_field::kConfigHash);
+    integer(5, redis_field::kFence);
+    integer(6, redis_field::kFetchedAt);
+    integer(7, redis_field::kFreshUntil);
+    integer(8, redis_field::kExpiresAt);
+    text(9, redis_field::kCacheScope);
+    integer(10, redis_field::kTruncated);
+    text(11, redis_field::kErrorCode);
+    text(12, redis_field::kErrorMessage);
+    integer(13, redis_field::kErrorAt);
+    integer(14, redis_field::kAttemptAt);
+    return f;
+  }
+
+  Result<DisabledOverlay> disabled(std::string_view cid) override {
+    Query q(impl_, "published_disabled_select");
+    q.text(":connection_id", cid);
+    DisabledOverlay out;
+    for (;;) {
+      Result<bool> row = q.step();
+      if (!row.ok()) return row.error();
+      if (!*row) return out;
+      out.insert(q.text_at(0));
+    }
+  }
+
+  Result<bool> lease_held(std::string_view cid, const Principal& principal) override {
+    Result<std::optional<Holder>> holder = live_holder(impl_, cid, principal, now_);
+    if (!holder.ok()) return holder.error();
+    return holder->has_value();
+  }
+
+  Result<int64_t> epoch() override {
+    Query q(impl_, "epoch_select");
+    Result<bool> row = q.step();
+    if (!row.ok()) return row.error();
+    return *row ? q.integer_at(0) : int64_t{0};
+  }
+
+ private:
+  Db& impl_;
+  int64_t now_;
+};
+
+}  // namespace
+
+Result<DiscoverySnapshot> SqliteStore::read_discovery(const Principal& member,
+                                                      const SnapshotQuery& query) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Impl& s = *impl_;
+  if (Status st = s.exec("BEGIN", "begin read transaction"); !st.ok()) return st.error();
+  SqliteSnapshotSource source(s, s.options.now_ms());
+  Result<DiscoverySnapshot> snapshot = read_snapshot(source, member, query);
+  Status end = s.exec(snapshot.ok() ? "COMMIT" : "ROLLBACK", "end read transaction");
+  if (!end.ok() && snapshot.ok()) return end.error();
+  return snapshot;
 }
 
 Result<GrantSync> SqliteStore::sync_grants(const GrantMap& grants) {

@@ -68,6 +68,9 @@ class SqliteStore final : public ManifestStore {
   Result<ManifestPage> list_manifest_metas(std::string_view cursor, std::size_t batch) override;
 
   Result<ConnectionSync> sync_connections(const std::vector<ConnectionRecord>& records) override;
+  Result<DiscoverySnapshot> read_discovery(const Principal& member,
+                                           const SnapshotQuery& query = {}) override;
+
   Result<std::vector<ConnectionRecord>> list_connections() override;
   Result<std::optional<ConnectionRecord>> read_connection(std::string_view cid) override;
   Result<GrantSync> sync_grants(const GrantMap& grants) override;

@@ -39,6 +39,7 @@
 #include <string_view>
 #include <vector>
 
+#include "shared/discovery.h"
 #include "shared/freshness.h"
 #include "shared/identity.h"
 #include "shared/lease.h"
@@ -200,11 +201,15 @@ class ManifestStore {
   // The maintenance walk over every manifest record (see ManifestPage). batch >= 1.
   virtual Result<ManifestPage> list_manifest_metas(std::string_view cursor, std::size_t batch) = 0;
 
-  // TODO(discovery): the reader's one batched read — grants, connection records, manifests and
-  // overlays of one principal — returning shared/discovery.h's DiscoverySnapshot, goes here:
-  //   virtual Result<DiscoverySnapshot> read_discovery(const Principal& caller) = 0;
-  // RedisStore: one pipeline of the same commands the edge sends; SqliteStore: one read
-  // transaction.
+  // The reader's one batched read for a member (`member/<id>`): its grants and, per granted
+  // connection (paged and filtered by `query`), the record, the manifest of the principal that
+  // applies, the disabled overlay and whether a refresh lease is held — shared/discovery.h's
+  // DiscoverySnapshot, which the discovery core renders. RedisStore: the edge's own script
+  // (schema/lua/discovery_read.lua), one round trip; SqliteStore: read_snapshot over one read
+  // transaction. kInvalidArgument for a principal that is not a member or a query out of
+  // bounds; kUnavailable when the store cannot be reached.
+  virtual Result<DiscoverySnapshot> read_discovery(const Principal& member,
+                                                   const SnapshotQuery& query = {}) = 0;
 
   // --- connection records, grants, overlays, epoch ---
 
