@@ -9,6 +9,12 @@ namespace quiver {
 
 const std::vector<CliCommand>& cli_commands() {
   static const std::vector<CliCommand> commands = {
+      {"serve", "run the agent: keep manifests fresh and serve the local HTTP API", cmd_serve},
+      {"refresh", "list connections now and store their manifests (NAME... or --all)", cmd_refresh},
+      {"status", "connections, principals, freshness, errors and the effective configuration",
+       cmd_status},
+      {"prefs", "show or toggle a connection's capabilities (--enable/--disable TYPE:KEY)",
+       cmd_prefs},
       {"probe", "list one upstream MCP server live and print its manifest (test connection)",
        cmd_probe},
       {"token", "mint a caller token for a member from the configured key ring (for testing)",

@@ -113,6 +113,8 @@ std::string format_duration_ms(int64_t ms) {
     std::snprintf(buf, sizeof buf, "%.1f s", static_cast<double>(ms) / 1000.0);
   } else if (ms < 3'600'000) {
     std::snprintf(buf, sizeof buf, "%lld min", static_cast<long long>(ms / 60'000));
+  } else if (ms % 3'600'000 == 0 && ms <= 48 * 3'600'000LL) {
+    std::snprintf(buf, sizeof buf, "%lld h", static_cast<long long>(ms / 3'600'000));
   } else if (ms < 86'400'000) {
     std::snprintf(buf, sizeof buf, "%.1f h", static_cast<double>(ms) / 3'600'000.0);
   } else {

@@ -1,0 +1,237 @@
+// `quiver-agent serve`: run the agent — the refresh engine (Agent) and the local HTTP API
+// (ApiServer) — until SIGINT or SIGTERM.
+//
+// On start it prints (stdout) the URL it serves and one `curl` line, with a freshly minted caller
+// token, that shows the caller's cached manifests; before printing it, it waits (bounded) for the
+// first listing of every connection the caller can see, so that the line shows manifests rather
+// than `pending`. Logs go to stderr.
+//
+// Signals are blocked in every thread and taken by the main thread with sigtimedwait: a signal
+// never interrupts a worker in the middle of a write, and shutdown runs on an ordinary thread
+// (stop accepting, finish requests in flight, stop the engine, close every upstream), exit 0.
+#include <cstdio>
+#include <ctime>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <signal.h>
+
+#include "native-agent/agent.h"
+#include "native-agent/api_server.h"
+#include "native-agent/cli.h"
+#include "native-agent/cli_support.h"
+#include "shared/discovery.h"
+
+namespace quiver {
+namespace {
+
+constexpr char kServeUsage[] =
+    R"(usage: quiver-agent serve [--config FILE] [--listen HOST:PORT] [--log-level LEVEL]
+                          [--no-wait]
+
+Runs the agent: keeps every configured connection's manifests fresh in the store (Redis when
+quiver.redis is set, else SQLite under the data directory) and serves the local HTTP API
+(schema/openapi.yaml) on quiver.listen (default 127.0.0.1:8787). It prints the URL and a `curl`
+line that shows your cached manifests. SIGINT or SIGTERM stops it cleanly (exit 0).
+
+options:
+  --config FILE      the configuration (default: $QUIVER_CONFIG)
+  --listen HOST:PORT where the API listens (overrides quiver.listen and $QUIVER_LISTEN; port 0:
+                     any free port)
+  --log-level LEVEL  debug, info (default), warn or error
+  --token-ttl DUR    lifetime of the token in the printed curl line (default 24h)
+  --no-wait          print the curl line at once, without waiting for the first listings
+  --help             this text
+
+Exit status: 0 stopped by a signal, 1 the API could not listen, 2 usage or configuration error,
+3 the store is unavailable.
+)";
+
+constexpr int64_t kDefaultPrintedTokenTtlMs = 24 * 3'600'000LL;
+
+// Waits up to `timeout_ms` for SIGINT/SIGTERM (blocked). The signal number, or 0.
+int wait_for_signal(const sigset_t& signals, int64_t timeout_ms) {
+  timespec ts{static_cast<time_t>(timeout_ms / 1000),
+              static_cast<long>((timeout_ms % 1000) * 1000000)};
+  int sig = ::sigtimedwait(&signals, nullptr, &ts);
+  return sig > 0 ? sig : 0;
+}
+
+// The member whose token the printed curl line carries: the default member, else the first
+// member with a grant.
+std::optional<std::string> curl_member(const AgentConfig& config) {
+  if (std::optional<std::string> m = default_member(config)) return m;
+  for (const std::string& m : config.members) {
+    auto own = config.grants.find(m);
+    auto all = config.grants.find("*");
+    if ((own != config.grants.end() && !own->second.empty()) ||
+        (all != config.grants.end() && !all->second.empty())) {
+      return m;
+    }
+  }
+  return std::nullopt;
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
+// Waits (bounded, interruptible) until no connection `member` can see is still waiting for its
+// first listing. Returns the signal that interrupted it, or 0.
+int wait_for_first_listings(Agent& agent, const Principal& member, const sigset_t& signals) {
+  const RuntimeControls& rt = agent.config().runtime;
+  const int64_t n = static_cast<int64_t>(agent.config().connections.size());
+  const int64_t rounds = (n + rt.list_concurrency - 1) / std::max<int64_t>(1, rt.list_concurrency);
+  const int64_t budget_ms =
+      std::min<int64_t>(rt.list_timeout_ms * std::max<int64_t>(1, rounds) + 5'000, 60'000);
+  const int64_t start = system_clock_ms()();
+  int64_t last_pending = -1;
+  for (;;) {
+    SnapshotQuery query;
+    query.limit = kMaxSnapshotLimit;
+    Result<DiscoverySnapshot> snap = agent.store().read_discovery(member, query);
+    if (snap.ok()) {
+      const int64_t now = system_clock_ms()();
+      RenderedDiscovery r = render_manifests(*snap, rt.freshness_policy(), now);
+      int64_t total = static_cast<int64_t>(snap->connections.size());
+      int64_t pending = r.stats.pending;
+      if (pending == 0) {
+        std::printf("quiver-agent: %lld of %lld connection(s) listed (%d fresh, %d with errors)\n",
+                    static_cast<long long>(total - r.stats.error), static_cast<long long>(total),
+                    r.stats.fresh, r.stats.error);
+        std::fflush(stdout);
+        return 0;
+      }
+      if (pending != last_pending) {
+        std::printf("quiver-agent: waiting for the first listing of %lld connection(s)...\n",
+                    static_cast<long long>(pending));
+        std::fflush(stdout);
+        last_pending = pending;
+      }
+    }
+    if (system_clock_ms()() - start > budget_ms) {
+      std::printf(
+          "quiver-agent: still listing; the curl line shows them as `pending` until done\n");
+      std::fflush(stdout);
+      return 0;
+    }
+    if (int sig = wait_for_signal(signals, 100)) return sig;
+  }
+}
+
+}  // namespace
+
+int cmd_serve(const std::vector<std::string>& argv) {
+  Result<CliArgs> args = parse_cli_args(argv, {{"config", true},
+                                               {"listen", true},
+                                               {"log-level", true},
+                                               {"token-ttl", true},
+                                               {"no-wait", false}});
+  if (!args.ok()) return cli_usage_error("serve", args.error().message);
+  if (args->has("help")) {
+    std::fputs(kServeUsage, stdout);
+    return kExitOk;
+  }
+  if (!args->positional.empty()) {
+    return cli_usage_error("serve", "unexpected argument `" + args->positional[0] + "`");
+  }
+  LogLevel level = LogLevel::kInfo;
+  if (std::optional<std::string> l = args->value("log-level")) {
+    std::optional<LogLevel> parsed = parse_log_level(*l);
+    if (!parsed) return cli_usage_error("serve", "--log-level: debug, info, warn or error");
+    level = *parsed;
+  }
+  int64_t token_ttl_ms = kDefaultPrintedTokenTtlMs;
+  if (std::optional<std::string> t = args->value("token-ttl")) {
+    Result<int64_t> parsed = parse_duration_ms(*t);
+    if (!parsed.ok()) return cli_usage_error("serve", "--token-ttl: " + parsed.error().message);
+    token_ttl_ms = *parsed;
+  }
+  int code = kExitOk;
+  std::optional<AgentConfig> config = load_cli_config("serve", *args, &code);
+  if (!config) return code;
+  if (std::optional<std::string> listen = args->value("listen")) {
+    Result<ListenAddress> a = parse_listen_address(*listen);
+    if (!a.ok()) return cli_usage_error("serve", "--listen: " + a.error().message);
+    config->listen = *a;
+  }
+
+  // Every thread started from here on inherits the blocked set; the main thread takes them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  AgentOptions options;
+  options.log_level = level;
+  Result<std::unique_ptr<Agent>> created = Agent::create(*config, options);
+  if (!created.ok()) {
+    return cli_fail("serve", created.error().message, store_exit_code(created.error()));
+  }
+  Agent& agent = **created;
+  if (Status st = agent.start(); !st.ok()) {
+    return cli_fail("serve", "cannot start: " + st.error().message, store_exit_code(st.error()));
+  }
+
+  ApiServerOptions api = api_server_options(agent.config());
+  api.log = [&agent](const std::string& line) { agent.logger().warn("api", line); };
+  ApiServer server(agent, api);
+  if (Status st = server.start(); !st.ok()) {
+    agent.stop();
+    return cli_fail("serve", st.error().message, kExitFailed);
+  }
+  const std::string url = server.base_url();
+  std::printf("quiver-agent: serving %s (store %s, %zu connection(s))\n", url.c_str(),
+              agent.store().describe().c_str(), agent.config().connections.size());
+  std::fflush(stdout);
+
+  int sig = 0;
+  std::optional<std::string> member = curl_member(agent.config());
+  if (!member) {
+    std::printf(
+        "quiver-agent: no member is configured (quiver.members, quiver.grants): nobody "
+        "can read manifests yet\n");
+  } else {
+    Result<std::string> token =
+        mint_token_from_config(agent.config(), *member, system_clock_ms()(), token_ttl_ms);
+    if (!token.ok()) {
+      std::printf("quiver-agent: cannot mint a caller token for the curl line: %s\n",
+                  token.error().message.c_str());
+    } else {
+      Result<Principal> p = Principal::member(*member);
+      if (!args->has("no-wait") && p.ok()) sig = wait_for_first_listings(agent, *p, signals);
+      if (sig == 0) {
+        std::printf(
+            "\nThe cached manifests of member `%s` (token valid for %s):\n\n"
+            "  curl -s -H %s %s/v1/manifests\n\n"
+            "More: %s/v1/mcp-connections, %s/v1/search?q=echo, %s/metrics; another token: "
+            "quiver-agent token --member %s. Ctrl-C stops.\n",
+            member->c_str(), format_duration_ms(token_ttl_ms).c_str(),
+            shell_quote("Authorization: Bearer " + *token).c_str(), url.c_str(), url.c_str(),
+            url.c_str(), url.c_str(), member->c_str());
+      }
+    }
+  }
+  std::fflush(stdout);
+
+  while (sig == 0) sig = wait_for_signal(signals, 1000);
+  std::fprintf(stderr, "quiver-agent: %s received, stopping\n",
+               sig == SIGINT ? "SIGINT" : "SIGTERM");
+  server.stop();
+  agent.stop();
+  std::fprintf(stderr, "quiver-agent: stopped\n");
+  return kExitOk;
+}
+
+}  // namespace quiver
