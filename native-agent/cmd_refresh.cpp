@@ -53,6 +53,8 @@ std::string describe_report(const RefreshReport& r) {
       line += " (etag " + r.etag.substr(0, std::min<std::size_t>(r.etag.size(), 22)) + "…)";
   } else if (r.outcome == "in_progress") {
     line = "in progress in another agent (it holds the lease)";
+  } else if (r.outcome == "up_to_date") {
+    line = "up to date (a newer listing is already stored)";
   } else if (r.error) {
     line = "failed after " + format_duration_ms(r.duration_ms) + ": " +
            error_code_name(r.error->code) + ": " + r.error->message;
@@ -157,7 +159,7 @@ int cmd_refresh(const std::vector<std::string>& argv) {
         what = describe_report(*r);
         if (r->committed) {
           ++committed;
-        } else if (r->outcome != "in_progress") {
+        } else if (r->outcome != "in_progress" && r->outcome != "up_to_date") {
           ++failed;
         }
       }
@@ -174,8 +176,8 @@ int cmd_refresh(const std::vector<std::string>& argv) {
   for (std::thread& t : pool) t.join();
   agent.stop();
 
-  std::printf("%zu committed, %zu failed, %zu in progress elsewhere\n", committed, failed,
-              targets.size() - committed - failed);
+  std::printf("%zu committed, %zu failed, %zu in progress elsewhere or up to date\n", committed,
+              failed, targets.size() - committed - failed);
   if (store_down) return kExitStoreUnavailable;
   return failed > 0 ? kExitFailed : kExitOk;
 }

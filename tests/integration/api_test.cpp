@@ -1,12 +1,13 @@
-// The agent's HTTP API (native-agent/api_server.h): the real server on a free loopback port, a real
-// SQLite store, spoken to with a real HTTP client.
+// The agent's HTTP API end to end: the real ApiServer on a free loopback port in front of the real
+// Agent, on the embedded default (a SQLite file) and on a real redis-server, with real MCP
+// upstreams (tests/peers/test-upstream.mjs over stdio; server-everything for `serve`), spoken to
+// with a real HTTP client. And the `quiver-agent serve` binary as a child process: it prints a
+// curl line, the line answers with manifests, SIGTERM stops it with exit 0.
 //
-// The AgentService behind it is a small fake (FakeAgent): service.h is the seam between the API
-// and the refresh engine, and this suite tests the API side of it. The fake keeps preferences in
-// memory, queues refreshes in the real store and publishes overlays to it.
+// The agent runs with its background threads off (tests/integration/agent_test.cpp does the
+// same), so a queued refresh stays queued and every listing happens when a test asks for it.
 #include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -19,382 +20,365 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <netinet/in.h>
-#include <stdlib.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "native-agent/agent.h"
 #include "native-agent/api_server.h"
+#include "native-agent/child_process.h"
 #include "native-agent/config.h"
 #include "native-agent/metrics.h"
-#include "native-agent/sqlite_store.h"
 #include "shared/caller_token.h"
-#include "shared/discovery.h"
 #include "shared/webhook_signature.h"
+#include "tests/support/mcp_peers.h"
+#include "tests/support/redis_server.h"
 
 namespace quiver {
 namespace {
 
+using testing::read_stats;
+using testing::RedisServer;
+using testing::TempDir;
+using testing::test_upstream_js;
+using testing::wait_until;
+
 constexpr char kTokenKey[] = "test-caller-token-key-0123456789abcdef";
 constexpr char kWebhookSecret[] = "test-webhook-secret-0123456789";
+// Given to an upstream in its environment: a secret that must never reach an answer or /metrics.
+constexpr char kUpstreamSecret[] = "upstream-secret-value-7f3a9c";
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/quiver-api-test-XXXXXX";
-    if (::mkdtemp(tmpl) != nullptr) path_ = tmpl;
-  }
-  ~TempDir() {
-    if (!path_.empty()) std::system(("rm -rf '" + path_ + "'").c_str());
-  }
-  const std::string& path() const { return path_; }
+enum class Backend { kSqlite, kRedis };
 
- private:
-  std::string path_;
-};
-
-std::string config_text() {
-  return R"({
-    "mcpServers": {
-      "everything": {"command": "node", "args": ["server-everything.js", "stdio"]},
-      "memory": {"command": "node", "args": ["server-memory.js"],
-                 "env": {"MEMORY_TOKEN": "${MEMORY_TOKEN}"}}
-    },
-    "quiver": {
-      "listen": "127.0.0.1:0",
-      "members": ["alice", "bob"],
-      "grants": {"alice": ["everything", "memory"], "bob": ["memory"]},
-      "caller_token_keys": {"k1": {"env": "TEST_TOKEN_KEY"}},
-      "webhook_secrets": {"ci": {"env": "TEST_WEBHOOK_SECRET"}}
-    }
-  })";
+std::string backend_name(const ::testing::TestParamInfo<Backend>& info) {
+  return info.param == Backend::kSqlite ? "Sqlite" : "Redis";
 }
 
-// A secret that must never show in an answer or in /metrics.
-constexpr char kMemoryToken[] = "memory-secret-value-7f3a9c";
+Json test_upstream(const std::vector<std::string>& flags) {
+  Json args = Json::array({test_upstream_js(), "stdio", "--quiet"});
+  for (const std::string& f : flags) args.push_back(f);
+  return Json{{"command", "node"}, {"args", args}, {"env", {{"UPSTREAM_SECRET", "${SECRET}"}}}};
+}
 
-// The seam's fake: see the file comment.
-class FakeAgent final : public AgentService {
+int64_t tools_list_calls(const std::string& stats_file) {
+  Json s = read_stats(stats_file);
+  return s.is_object() ? s.value("tools_list_calls", int64_t{0}) : 0;
+}
+
+Json body_of(const httplib::Result& r) {
+  if (!r) return Json();
+  Result<Json> j = parse_json(r->body);
+  return j.ok() ? *j : Json();
+}
+
+std::string error_code(const httplib::Result& r) {
+  Json j = body_of(r);
+  if (!j.is_object() || !j.contains("error") || !j["error"].is_object()) return "";
+  return j["error"].value("code", "");
+}
+
+// The real Agent, except that test_connection throws: the API must turn an exception escaping a
+// handler into a 500 without details. Everything else goes to the agent.
+class ThrowingAgent final : public AgentService {
  public:
-  FakeAgent(AgentConfig config, std::shared_ptr<ManifestStore> store)
-      : config_(std::move(config)), store_(std::move(store)) {}
-
-  const AgentConfig& config() const override { return config_; }
-  ManifestStore& store() override { return *store_; }
-  Metrics& metrics() override { return metrics_; }
-
-  Result<EnqueueOutcome> request_refresh(const std::string& cid, const Principal& principal,
-                                         const std::string& trigger) override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      triggers_.push_back(cid + " " + principal.str() + " " + trigger);
-    }
-    return store_->enqueue_revalidation(cid, principal, trigger, 60'000);
+  explicit ThrowingAgent(AgentService& real) : real_(real) {}
+  const AgentConfig& config() const override { return real_.config(); }
+  ManifestStore& store() override { return real_.store(); }
+  Metrics& metrics() override { return real_.metrics(); }
+  Result<EnqueueOutcome> request_refresh(const std::string& c, const Principal& p,
+                                         const std::string& t) override {
+    return real_.request_refresh(c, p, t);
   }
-  Result<RefreshReport> refresh_now(const std::string&, const Principal&,
-                                    const std::string&) override {
-    return Error(ErrorCode::kInternal, "not used by the API");
+  Result<RefreshReport> refresh_now(const std::string& c, const Principal& p,
+                                    const std::string& t) override {
+    return real_.refresh_now(c, p, t);
   }
-  Result<Json> test_connection(const std::string& cid, const Principal&) override {
-    if (cid == "memory") throw std::runtime_error("a bug in the engine");
-    return Error(ErrorCode::kUnavailable,
-                 std::string("the upstream closed the pipe (token ") + kMemoryToken + ")");
+  Result<Json> test_connection(const std::string&, const Principal&) override {
+    throw std::runtime_error("secret detail of a bug");
   }
-  Result<std::vector<PreferenceRow>> preferences(const std::string& cid) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::vector<PreferenceRow> out;
-    for (const PreferenceRow& r : rows_) {
-      if (r.resource_id == cid) out.push_back(r);
-    }
-    return out;
+  Result<std::vector<PreferenceRow>> preferences(const std::string& c) override {
+    return real_.preferences(c);
   }
-  Status set_preference(const std::string& cid, CapabilityType type, const std::string& key,
-                        bool enabled) override {
-    DisabledOverlay overlay;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      bool found = false;
-      for (PreferenceRow& r : rows_) {
-        if (r.resource_id == cid && r.capability_type == type && r.capability_key == key) {
-          r.enabled = enabled;
-          found = true;
-        }
-      }
-      if (!found) return Error(ErrorCode::kNotFound, "no such capability");
-      overlay = disabled_overlay(cid, rows_);
-    }
-    Result<int64_t> epoch = store_->publish_disabled(cid, overlay);
-    return epoch.ok() ? Status::Ok() : Status(epoch.error());
-  }
-
-  void add_row(const std::string& cid, CapabilityType type, const std::string& key) {
-    std::lock_guard<std::mutex> lock(mu_);
-    rows_.push_back(PreferenceRow{cid, type, key, true, 1, 1});
-  }
-  std::vector<std::string> triggers() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return triggers_;
+  Status set_preference(const std::string& c, CapabilityType t, const std::string& k,
+                        bool e) override {
+    return real_.set_preference(c, t, k, e);
   }
 
  private:
-  AgentConfig config_;
-  std::shared_ptr<ManifestStore> store_;
-  Metrics metrics_;
-  std::mutex mu_;
-  std::vector<PreferenceRow> rows_;
-  std::vector<std::string> triggers_;
+  AgentService& real_;
 };
 
-std::string tool_manifest(const std::vector<std::string>& tools) {
-  Json items = Json::array();
-  Json hashes = Json::object();
-  for (const std::string& t : tools) {
-    items.push_back(Json::object({{"name", t},
-                                  {"description", "the " + t + " tool"},
-                                  {"inputSchema", Json::object({{"type", "object"}})}}));
-    hashes[t] = "sha256-" + std::string(43, 'A');
-  }
-  Json list = Json::object({{"state", "ok"}, {"items", items}, {"hashes", hashes}});
-  Json empty =
-      Json::object({{"state", "ok"}, {"items", Json::array()}, {"hashes", Json::object()}});
-  return json_text(Json::object({{"format", "quiver.manifest.v1"},
-                                 {"protocol_version", "2025-11-25"},
-                                 {"server", Json::object({{"name", "t"}, {"version", "1"}})},
-                                 {"capabilities", Json::object()},
-                                 {"tools", list},
-                                 {"resources", empty},
-                                 {"resource_templates", empty},
-                                 {"prompts", empty},
-                                 {"cache", Json::object()},
-                                 {"truncated", false},
-                                 {"issues", Json::array()},
-                                 {"issues_omitted", 0}}));
-}
-
-class ApiTest : public ::testing::Test {
+class ApiTest : public ::testing::TestWithParam<Backend> {
  protected:
+  static void SetUpTestSuite() { redis_ = new RedisServer(); }
+  static void TearDownTestSuite() {
+    delete redis_;
+    redis_ = nullptr;
+  }
+
   void SetUp() override {
-    ASSERT_FALSE(dir_.path().empty());
+    ASSERT_FALSE(dir_.root().empty());
+    stats_ = dir_.path("t-stats.json");
+    Json servers = {
+        {"t", test_upstream({"--tools", "3", "--stats-file", stats_})},
+        {"u", test_upstream({"--tools", "2"})},
+        {"broken", {{"command", "node"}, {"args", {dir_.path("no-such-server.mjs")}}}},
+    };
+    Json quiver = {
+        {"data_dir", dir_.path("data")},
+        {"listen", "127.0.0.1:0"},
+        {"members", {"alice", "bob"}},
+        {"grants", {{"alice", {"t", "broken"}}, {"bob", {"u"}}}},
+        {"caller_token_keys", {{"k1", {{"env", "TEST_TOKEN_KEY"}}}}},
+        {"webhook_secrets", {{"ci", {{"env", "TEST_WEBHOOK_SECRET"}}}}},
+        {"runtime", {{"list_timeout_ms", 5000}}},
+    };
+    if (GetParam() == Backend::kRedis) {
+      ASSERT_TRUE(redis_->ok()) << redis_->error();
+      quiver["redis"] = "redis://127.0.0.1:" + std::to_string(redis_->port()) + "/0";
+      static std::atomic<int> n{0};
+      quiver["namespace"] = "api-" + std::to_string(::getpid()) + "-" + std::to_string(++n);
+    }
+    std::string text = Json{{"mcpServers", servers}, {"quiver", quiver}}.dump();
     ConfigSources sources;
-    std::string text = config_text();
     sources.text = text;
-    sources.origin = "api-test.json";
+    sources.origin = "api_test.json";
     sources.env = {{"TEST_TOKEN_KEY", kTokenKey},
                    {"TEST_WEBHOOK_SECRET", kWebhookSecret},
-                   {"MEMORY_TOKEN", kMemoryToken},
-                   {"QUIVER_DATA_DIR", dir_.path()}};
-    sources.working_dir = dir_.path();
+                   {"SECRET", kUpstreamSecret}};
+    sources.working_dir = dir_.root();
     Result<AgentConfig> config = parse_config(sources);
     ASSERT_TRUE(config.ok()) << config.error().message;
 
-    SqliteStoreOptions so;
-    so.path = dir_.path() + "/quiver.db";
-    Result<std::unique_ptr<SqliteStore>> store = SqliteStore::open(so);
-    ASSERT_TRUE(store.ok()) << store.error().message;
-    store_ = std::shared_ptr<ManifestStore>(std::move(*store));
-
-    std::vector<ConnectionRecord> records;
-    for (const ConnectionConfig& c : config->connections) {
-      ConnectionRecord r;
-      r.id = c.id;
-      r.config_hash = c.config_hash;
-      r.credential_mode = c.credential_mode;
-      r.name = c.name;
-      r.transport = "stdio";
-      r.updated_at_ms = 1;
-      records.push_back(r);
-    }
-    ASSERT_TRUE(store_->sync_connections(records).ok());
-    ASSERT_TRUE(store_->sync_grants(config->grants).ok());
-    commit("everything", config->find_connection("everything")->config_hash,
-           {"echo", "add", "longRunningOperation"});
-    commit("memory", config->find_connection("memory")->config_hash,
-           {"create_entities", "read_graph"});
-
-    agent_ = std::make_unique<FakeAgent>(*config, store_);
-    agent_->add_row("everything", CapabilityType::kTool, "echo");
-    agent_->add_row("everything", CapabilityType::kTool, "add");
-
-    ApiServerOptions options = api_server_options(*config);
-    options.worker_threads = 2;
-    options.keep_alive_timeout_ms = 1000;
-    options.log = [this](const std::string& line) {
+    AgentOptions options;
+    options.watch_upstreams = false;
+    options.run_revalidation_workers = false;
+    options.run_maintenance = false;
+    options.log_sink = [this](const std::string& line) {
       std::lock_guard<std::mutex> lock(log_mu_);
-      log_.push_back(line);
+      log_ += line + "\n";
     };
-    server_ = std::make_unique<ApiServer>(*agent_, options);
-    ASSERT_TRUE(server_->start().ok());
+    Result<std::unique_ptr<Agent>> agent = Agent::create(*config, options);
+    ASSERT_TRUE(agent.ok()) << agent.error().message;
+    agent_ = std::move(*agent);
+    ASSERT_TRUE(agent_->start().ok());
+    Result<RefreshReport> listed = agent_->refresh_now("t", Principal::shared(), "manual");
+    ASSERT_TRUE(listed.ok() && listed->committed) << log();
+
+    server_ = start_server(*agent_);
+    ASSERT_TRUE(server_);
     client_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
     client_->set_connection_timeout(2);
-    client_->set_read_timeout(10);
+    client_->set_read_timeout(15);
   }
 
   void TearDown() override {
     client_.reset();
     if (server_) server_->stop();
+    if (agent_) agent_->stop();
   }
 
-  void commit(const std::string& cid, const std::string& config_hash,
-              const std::vector<std::string>& tools) {
-    Result<AcquireResult> lease =
-        store_->acquire_lease(cid, Principal::shared(), std::string(32, 'a'), 60'000);
-    ASSERT_TRUE(lease.ok() && lease->acquired);
-    ManifestWrite w;
-    w.manifest = tool_manifest(tools);
-    w.etag = "sha256-" + cid;
-    w.config_hash = config_hash;
-    int64_t now = system_clock_ms()();
-    w.fetched_at_ms = now;
-    w.fresh_until_ms = now + 900'000;
-    w.expires_at_ms = now + 86'400'000;
-    Result<FencedWriteResult> done =
-        store_->commit_manifest(cid, Principal::shared(), lease->lease, w, {86'400'000, true});
-    ASSERT_TRUE(done.ok() && done->ok());
+  std::unique_ptr<ApiServer> start_server(AgentService& service, int workers = 4,
+                                          std::size_t queued = 16) {
+    ApiServerOptions options = api_server_options(service.config());
+    options.worker_threads = workers;
+    options.max_queued_requests = queued;
+    options.keep_alive_timeout_ms = 1000;
+    options.log = [this](const std::string& line) {
+      std::lock_guard<std::mutex> lock(log_mu_);
+      log_ += line + "\n";
+    };
+    auto server = std::make_unique<ApiServer>(service, options);
+    Status started = server->start();
+    EXPECT_TRUE(started.ok()) << (started.ok() ? "" : started.error().message);
+    return started.ok() ? std::move(server) : nullptr;
   }
+
+  std::string log() {
+    std::lock_guard<std::mutex> lock(log_mu_);
+    return log_;
+  }
+
+  std::string ns() const { return agent_->config().ns; }
 
   std::string token(const std::string& member_id, int64_t ttl_ms = 3'600'000, int64_t now_ms = 0) {
     if (now_ms == 0) now_ms = system_clock_ms()();
     MintOptions o;
-    o.ns = "default";
+    o.ns = ns();
     return *mint_caller_token(member_id, kTokenKey, "k1", now_ms, ttl_ms, o);
   }
   httplib::Headers bearer(const std::string& member_id) {
     return {{"Authorization", "Bearer " + token(member_id)}};
   }
 
-  static Json body(const httplib::Result& r) {
-    Result<Json> j = parse_json(r->body);
-    return j.ok() ? *j : Json();
-  }
-  static std::string error_code(const httplib::Result& r) {
-    Json j = body(r);
-    if (!j.is_object() || !j.contains("error")) return "";
-    return j["error"].value("code", "");
+  std::vector<std::string> visible_tools(const std::string& member_id, const std::string& cid) {
+    std::vector<std::string> names;
+    auto r = client_->Get("/v1/manifests", bearer(member_id));
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no answer");
+    const Json j = body_of(r);
+    if (!j.is_object()) return names;
+    for (const Json& c : j["connections"]) {
+      if (c["id"] != cid || !c.contains("manifest")) continue;
+      for (const Json& t : c["manifest"]["tools"]["items"]) names.push_back(t["name"]);
+    }
+    return names;
   }
 
+  static RedisServer* redis_;
   TempDir dir_;
-  std::shared_ptr<ManifestStore> store_;
-  std::unique_ptr<FakeAgent> agent_;
+  std::string stats_;
+  std::unique_ptr<Agent> agent_;
   std::unique_ptr<ApiServer> server_;
   std::unique_ptr<httplib::Client> client_;
   std::mutex log_mu_;
-  std::vector<std::string> log_;
+  std::string log_;
 };
 
-TEST_F(ApiTest, HealthzNeedsNoTokenAndNamesTheStore) {
+RedisServer* ApiTest::redis_ = nullptr;
+
+INSTANTIATE_TEST_SUITE_P(BothStores, ApiTest, ::testing::Values(Backend::kSqlite, Backend::kRedis),
+                         backend_name);
+
+TEST_P(ApiTest, HealthzNeedsNoTokenAndNamesTheStore) {
   auto r = client_->Get("/healthz");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
-  EXPECT_EQ(body(r)["status"], "ok");
-  EXPECT_NE(body(r)["store"].get<std::string>().find("sqlite:"), std::string::npos);
+  EXPECT_EQ(body_of(r)["status"], "ok");
+  EXPECT_EQ(body_of(r)["store"], agent_->store().describe());
 }
 
-TEST_F(ApiTest, EveryV1EndpointRefusesMissingBadAndExpiredTokens) {
+TEST_P(ApiTest, MissingBadAndExpiredTokensAre401) {
   const int64_t now = system_clock_ms()();
   const std::string expired = token("alice", 60'000, now - 3 * 3'600'000);
   const std::string other_key =
       *mint_caller_token("alice", "another-key-that-is-long-enough-00000", "k1", now, 60'000);
-  std::vector<httplib::Headers> bad = {
+  const std::vector<httplib::Headers> refused = {
       {},
       {{"Authorization", "Bearer not-a-token"}},
       {{"Authorization", "Basic YWxpY2U6cHc="}},
       {{"Authorization", "Bearer " + expired}},
       {{"Authorization", "Bearer " + other_key}},
   };
-  for (const httplib::Headers& h : bad) {
-    for (const char* path : {"/v1/manifests", "/v1/mcp-connections", "/v1/search?q=echo",
-                             "/v1/mcp-connections/everything/manifest",
-                             "/v1/mcp-connections/everything/preferences"}) {
+  for (const httplib::Headers& h : refused) {
+    for (const char* path :
+         {"/v1/manifests", "/v1/mcp-connections", "/v1/search?q=tool",
+          "/v1/mcp-connections/t/manifest", "/v1/mcp-connections/t/preferences"}) {
       auto r = client_->Get(path, h);
       ASSERT_TRUE(r) << path;
       EXPECT_EQ(r->status, 401) << path;
       EXPECT_EQ(error_code(r), "UNAUTHENTICATED") << path;
       EXPECT_EQ(r->get_header_value("WWW-Authenticate").rfind("Bearer", 0), 0u) << path;
     }
-    auto r = client_->Post("/v1/mcp-connections/everything/refresh-tools", h, "", "text/plain");
-    ASSERT_TRUE(r);
-    EXPECT_EQ(r->status, 401);
+    for (const char* path : {"/v1/mcp-connections/t/refresh-tools", "/v1/mcp-connections/t/test"}) {
+      auto r = client_->Post(path, h, "", "application/json");
+      ASSERT_TRUE(r) << path;
+      EXPECT_EQ(r->status, 401) << path;
+    }
   }
   auto r = client_->Get("/v1/manifests", {{"Authorization", "Bearer " + expired}});
-  EXPECT_NE(body(r)["error"]["message"].get<std::string>().find("expired"), std::string::npos);
+  EXPECT_NE(body_of(r)["error"]["message"].get<std::string>().find("expired"), std::string::npos);
 }
 
-TEST_F(ApiTest, APrincipalNeverComesFromTheQuery) {
-  auto r = client_->Get("/v1/mcp-connections?principal=member/alice", bearer("bob"));
-  ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, 400);
-  r = client_->Get("/v1/manifests?member=alice", bearer("bob"));
-  ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, 400);
+TEST_P(ApiTest, APrincipalNeverComesFromTheQuery) {
+  for (const char* path :
+       {"/v1/mcp-connections?principal=member/alice", "/v1/manifests?member=alice",
+        "/v1/mcp-connections/t/manifest?principal=shared"}) {
+    auto r = client_->Get(path, bearer("bob"));
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << path;
+    EXPECT_EQ(error_code(r), "BAD_REQUEST") << path;
+  }
 }
 
-TEST_F(ApiTest, ConnectionsListTheCallersGrantsWithStatus) {
+TEST_P(ApiTest, ConnectionsShowEachGrantedConnectionsStatus) {
+  Result<RefreshReport> failed = agent_->refresh_now("broken", Principal::shared(), "manual");
+  ASSERT_TRUE(failed.ok());
+  ASSERT_FALSE(failed->committed);
+
   auto r = client_->Get("/v1/mcp-connections", bearer("alice"));
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
-  Json j = body(r);
+  Json j = body_of(r);
   EXPECT_EQ(j["principal"], "member/alice");
-  ASSERT_EQ(j["connections"].size(), 2u);
-  EXPECT_EQ(j["connections"][0]["id"], "everything");
-  EXPECT_EQ(j["connections"][0]["status"], "fresh");
-  EXPECT_EQ(j["connections"][0]["counts"]["tools"], 3);
-  EXPECT_FALSE(j["connections"][0].contains("manifest"));
+  ASSERT_EQ(j["connections"].size(), 2u) << r->body;
+  const Json& broken = j["connections"][0];
+  const Json& t = j["connections"][1];
+  EXPECT_EQ(broken["id"], "broken");
+  EXPECT_EQ(broken["status"], "error");
+  EXPECT_FALSE(broken["error"]["code"].get<std::string>().empty());
+  EXPECT_EQ(t["id"], "t");
+  EXPECT_EQ(t["status"], "fresh");
+  EXPECT_EQ(t["counts"]["tools"], 3);
+  EXPECT_EQ(t["counts"]["prompts"], 2);
+  EXPECT_FALSE(t.contains("manifest"));
 
   r = client_->Get("/v1/mcp-connections", bearer("bob"));
-  ASSERT_EQ(body(r)["connections"].size(), 1u);
-  EXPECT_EQ(body(r)["connections"][0]["id"], "memory");
+  j = body_of(r);
+  ASSERT_EQ(j["connections"].size(), 1u);
+  EXPECT_EQ(j["connections"][0]["id"], "u");
+  EXPECT_EQ(j["connections"][0]["status"], "pending");
 }
 
-TEST_F(ApiTest, UngrantedConnectionsAreNotFound) {
-  for (const char* path :
-       {"/v1/mcp-connections/everything/manifest", "/v1/mcp-connections/everything/preferences",
-        "/v1/mcp-connections/nonexistent/manifest"}) {
+TEST_P(ApiTest, UngrantedConnectionsAreNotFound) {
+  for (const char* path : {"/v1/mcp-connections/t/manifest", "/v1/mcp-connections/t/preferences",
+                           "/v1/mcp-connections/nope/manifest"}) {
     auto r = client_->Get(path, bearer("bob"));
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 404) << path;
     EXPECT_EQ(error_code(r), "NOT_FOUND") << path;
   }
-  for (const char* path :
-       {"/v1/mcp-connections/everything/refresh-tools", "/v1/mcp-connections/everything/test"}) {
+  for (const char* path : {"/v1/mcp-connections/t/refresh-tools", "/v1/mcp-connections/t/test"}) {
     auto r = client_->Post(path, bearer("bob"), "", "application/json");
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 404) << path;
   }
-  auto r = client_->Patch("/v1/mcp-connections/everything/preferences", bearer("bob"),
-                          R"({"type":"tool","key":"echo","enabled":false})", "application/json");
+  auto r = client_->Patch("/v1/mcp-connections/t/preferences", bearer("bob"),
+                          R"({"type":"tool","key":"tool_1","enabled":false})", "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 404);
+  EXPECT_EQ(agent_->preferences("t")->at(0).enabled, true);
 }
 
-TEST_F(ApiTest, RefreshToolsIsQueuedOrInProgressWhenALeaseIsHeld) {
-  auto r = client_->Post("/v1/mcp-connections/everything/refresh-tools", bearer("alice"), "",
-                         "application/json");
+TEST_P(ApiTest, RefreshToolsIsQueuedOrInProgressWhileALeaseIsHeld) {
+  auto r =
+      client_->Post("/v1/mcp-connections/t/refresh-tools", bearer("alice"), "", "application/json");
   ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, 202);
-  EXPECT_EQ(body(r)["status"], "queued");
+  EXPECT_EQ(r->status, 202) << r->body;
+  EXPECT_EQ(body_of(r)["status"], "queued");
+  Result<RevalidationBatch> queued = agent_->store().read_revalidations("api-test", 10, 0);
+  ASSERT_TRUE(queued.ok());
+  ASSERT_EQ(queued->requests.size(), 1u);
+  EXPECT_EQ(queued->requests[0].connection_id, "t");
+  EXPECT_EQ(queued->requests[0].reason, "manual");
 
+  // Another worker is listing it: the answer says so, and nothing more is queued.
   Result<AcquireResult> held =
-      store_->acquire_lease("memory", Principal::shared(), std::string(32, 'b'), 60'000);
+      agent_->store().acquire_lease("t", Principal::shared(), std::string(32, 'b'), 60'000);
   ASSERT_TRUE(held.ok() && held->acquired);
-  r = client_->Post("/v1/mcp-connections/memory/refresh-tools", bearer("alice"), "",
-                    "application/json");
+  r = client_->Post("/v1/mcp-connections/t/refresh-tools", bearer("alice"), "", "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 202);
-  EXPECT_EQ(body(r)["status"], "in_progress");
+  EXPECT_EQ(body_of(r)["status"], "in_progress");
 }
 
-TEST_F(ApiTest, WebhooksNeedAFreshUnusedSignature) {
-  const std::string payload = R"({"connection_id":"everything","reason":"deploy"})";
+TEST_P(ApiTest, WebhooksNeedAFreshUnusedSignature) {
+  const std::string payload = R"({"connection_id":"t","reason":"deploy"})";
   const int64_t now = system_clock_ms()();
   auto post = [&](const std::string& signature) {
-    return client_->Post("/v1/webhooks/refresh", {{"X-Quiver-Signature", signature}}, payload,
+    return client_->Post("/v1/webhooks/refresh", {{kWebhookSignatureHeader, signature}}, payload,
                          "application/json");
   };
   const std::string good = *sign_webhook(kWebhookSecret, payload, now);
   auto r = post(good);
   ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, 202) << r->body;
-  EXPECT_EQ(body(r)["refreshes"][0]["connection_id"], "everything");
-  EXPECT_EQ(body(r)["refreshes"][0]["status"], "queued");
+  ASSERT_EQ(r->status, 202) << r->body;
+  EXPECT_EQ(body_of(r)["refreshes"][0]["connection_id"], "t");
+  EXPECT_EQ(body_of(r)["refreshes"][0]["principal"], "shared");
+  EXPECT_EQ(body_of(r)["refreshes"][0]["status"], "queued");
+  Result<RevalidationBatch> queued = agent_->store().read_revalidations("api-test", 10, 0);
+  ASSERT_TRUE(queued.ok());
+  ASSERT_EQ(queued->requests.size(), 1u);
+  EXPECT_EQ(queued->requests[0].reason, "webhook");
 
   r = post(good);  // the same signed request again
   ASSERT_TRUE(r);
@@ -406,87 +390,152 @@ TEST_F(ApiTest, WebhooksNeedAFreshUnusedSignature) {
   EXPECT_EQ(r->status, 401);
   EXPECT_EQ(error_code(r), "UNAUTHENTICATED");
 
-  r = post(*sign_webhook(kWebhookSecret, payload, now - 10 * 60'000));
+  r = post(*sign_webhook(kWebhookSecret, payload, now - 10 * 60'000));  // stale
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 401);
+  EXPECT_NE(r->body.find("timestamp"), std::string::npos) << r->body;
+
+  r = client_->Post("/v1/webhooks/refresh", payload, "application/json");  // unsigned
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 401);
 
-  r = client_->Post("/v1/webhooks/refresh", payload, "application/json");
+  const std::string unknown = R"({"connection_id":"nope"})";
+  r = client_->Post("/v1/webhooks/refresh",
+                    {{kWebhookSignatureHeader, *sign_webhook(kWebhookSecret, unknown, now)}},
+                    unknown, "application/json");
   ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, 401);
+  EXPECT_EQ(r->status, 202);
+  EXPECT_EQ(body_of(r)["refreshes"][0]["status"], "unknown_connection");
 }
 
-TEST_F(ApiTest, APreferenceToggleShowsInManifestsWithoutRelisting) {
-  auto tools = [&] {
-    auto r = client_->Get("/v1/mcp-connections/everything/manifest", bearer("alice"));
-    std::vector<std::string> names;
-    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no answer");
-    if (!r || r->status != 200) return names;
-    const Json j = body(r);
-    for (const Json& t : j["manifest"]["tools"]["items"]) names.push_back(t["name"]);
-    return names;
-  };
-  EXPECT_EQ(tools(), (std::vector<std::string>{"echo", "add", "longRunningOperation"}));
-  auto r = client_->Patch("/v1/mcp-connections/everything/preferences", bearer("alice"),
-                          R"({"type":"tool","key":"echo","enabled":false})", "application/json");
+TEST_P(ApiTest, APreferenceToggleReachesManifestsWithoutRelisting) {
+  const int64_t listings = tools_list_calls(stats_);
+  ASSERT_GE(listings, 1);
+  EXPECT_EQ(visible_tools("alice", "t"), (std::vector<std::string>{"tool_1", "tool_2", "tool_3"}));
+
+  auto r = client_->Patch("/v1/mcp-connections/t/preferences", bearer("alice"),
+                          R"({"type":"tool","key":"tool_2","enabled":false})", "application/json");
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
-  EXPECT_EQ(body(r)["preferences"][0]["enabled"], false);
-  EXPECT_EQ(tools(), (std::vector<std::string>{"add", "longRunningOperation"}));
+  bool shown = false;
+  const Json toggled = body_of(r);
+  for (const Json& p : toggled["preferences"]) {
+    if (p["type"] == "tool" && p["key"] == "tool_2") {
+      EXPECT_EQ(p["enabled"], false);
+      shown = true;
+    }
+  }
+  EXPECT_TRUE(shown) << r->body;
+  EXPECT_EQ(visible_tools("alice", "t"), (std::vector<std::string>{"tool_1", "tool_3"}));
+  auto s = client_->Get("/v1/search?q=tool_2", bearer("alice"));
+  ASSERT_TRUE(s);
+  const Json found = body_of(s);
+  ASSERT_TRUE(found["results"].is_array());
+  for (const Json& hit : found["results"]) EXPECT_NE(hit["tool"]["name"], "tool_2");
 
-  r = client_->Put("/v1/mcp-connections/everything/preferences", bearer("alice"),
-                   R"({"type":"tool","key":"echo","enabled":true})", "application/json");
-  ASSERT_EQ(r->status, 200);
-  EXPECT_EQ(tools(), (std::vector<std::string>{"echo", "add", "longRunningOperation"}));
+  r = client_->Put("/v1/mcp-connections/t/preferences", bearer("alice"),
+                   R"({"changes":[{"type":"tool","key":"tool_2","enabled":true},)"
+                   R"({"type":"tool","key":"tool_3","enabled":false}]})",
+                   "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(visible_tools("alice", "t"), (std::vector<std::string>{"tool_1", "tool_2"}));
+  EXPECT_EQ(tools_list_calls(stats_), listings);  // no listing happened
 
-  r = client_->Patch("/v1/mcp-connections/everything/preferences", bearer("alice"),
-                     R"({"type":"gadget","key":"echo","enabled":true})", "application/json");
+  r = client_->Get("/v1/mcp-connections/t/preferences", bearer("alice"));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(body_of(r)["preferences"].size(), 3u + 2u + 1u + 2u);
+
+  r = client_->Patch("/v1/mcp-connections/t/preferences", bearer("alice"),
+                     R"({"type":"gadget","key":"tool_1","enabled":true})", "application/json");
   EXPECT_EQ(r->status, 400);
-  r = client_->Patch("/v1/mcp-connections/everything/preferences", bearer("alice"),
-                     R"({"type":"tool","key":"never-listed","enabled":false})", "application/json");
+  r = client_->Patch("/v1/mcp-connections/t/preferences", bearer("alice"), R"({"type":"tool")",
+                     "application/json");
+  EXPECT_EQ(r->status, 400);
+  r = client_->Patch("/v1/mcp-connections/t/preferences", bearer("alice"),
+                     R"({"type":"tool","key":"never_listed","enabled":false})", "application/json");
   EXPECT_EQ(r->status, 404);
 }
 
-TEST_F(ApiTest, UpstreamFailuresAre503AndExceptionsA500WithoutDetails) {
-  auto r =
-      client_->Post("/v1/mcp-connections/everything/test", bearer("alice"), "", "application/json");
+TEST_P(ApiTest, SearchRanksTheCallersVisibleTools) {
+  auto r = client_->Get("/v1/search?q=tool_3&limit=2", bearer("alice"));
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  Json j = body_of(r);
+  ASSERT_FALSE(j["results"].empty());
+  EXPECT_EQ(j["results"][0]["tool"]["name"], "tool_3");
+  EXPECT_EQ(j["results"][0]["connection_id"], "t");
+  r = client_->Get("/v1/search?q=tool_3", bearer("bob"));  // bob has no listed connection
+  ASSERT_TRUE(r);
+  EXPECT_TRUE(body_of(r)["results"].empty());
+}
+
+TEST_P(ApiTest, TestConnectionListsAFreshConnectionOr503) {
+  auto r = client_->Post("/v1/mcp-connections/t/test", bearer("alice"), "", "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(body_of(r)["connection_id"], "t");
+  EXPECT_EQ(body_of(r)["result"]["status"], "ok");
+  EXPECT_EQ(body_of(r)["result"]["lists"]["tools"]["count"], 3);
+
+  r = client_->Post("/v1/mcp-connections/broken/test", bearer("alice"), "", "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 503);
   EXPECT_EQ(error_code(r), "UPSTREAM_UNAVAILABLE");
-  EXPECT_EQ(r->body.find(kMemoryToken), std::string::npos);
-
-  r = client_->Post("/v1/mcp-connections/memory/test", bearer("alice"), "", "application/json");
-  ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, 500);
-  EXPECT_EQ(error_code(r), "INTERNAL");
-  EXPECT_EQ(r->body.find("a bug"), std::string::npos);
 }
 
-TEST_F(ApiTest, MetricsCountDiscoveryAndHoldNoSecret) {
+TEST_P(ApiTest, MetricsCountDiscoveryAndHoldNoSecret) {
   ASSERT_EQ(client_->Get("/v1/manifests", bearer("alice"))->status, 200);
+  ASSERT_EQ(client_->Get("/v1/manifests", bearer("bob"))->status, 200);
   auto r = client_->Get("/metrics");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
   EXPECT_NE(r->get_header_value("Content-Type").find("text/plain"), std::string::npos);
-  EXPECT_NE(r->body.find("quiver_discovery_hits_total 2"), std::string::npos) << r->body;
-  EXPECT_NE(r->body.find("quiver_api_shed_total 0"), std::string::npos);
-  for (const char* secret : {kTokenKey, kWebhookSecret, kMemoryToken}) {
+  for (const char* line :
+       {"quiver_discovery_hits_total 1\n", "quiver_discovery_misses_total 2\n",
+        "quiver_refreshes_total{outcome=\"committed\"} 1\n", "quiver_api_shed_total 0\n",
+        "quiver_listing_duration_seconds_count 1\n"}) {
+    EXPECT_NE(r->body.find(line), std::string::npos) << line << r->body;
+  }
+  for (const char* secret : {kTokenKey, kWebhookSecret, kUpstreamSecret}) {
     EXPECT_EQ(r->body.find(secret), std::string::npos);
+    EXPECT_EQ(log().find(secret), std::string::npos);
   }
 }
 
-TEST_F(ApiTest, ErrorsAreJsonEverywhere) {
+TEST_P(ApiTest, ErrorsAreJsonEverywhere) {
   auto r = client_->Get("/no/such/thing");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 404);
   EXPECT_EQ(error_code(r), "NOT_FOUND");
-  std::string big(200 * 1024, 'x');
-  r = client_->Post("/v1/webhooks/refresh", big, "application/json");
+  r = client_->Post("/v1/webhooks/refresh", std::string(200 * 1024, 'x'), "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 413);
   EXPECT_EQ(error_code(r), "PAYLOAD_TOO_LARGE");
+  r = client_->Get("/v1/manifests?limit=0", bearer("alice"));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(error_code(r), "BAD_REQUEST");
 }
 
-// A connection that sends half a request and waits.
+TEST_P(ApiTest, AnExceptionIsA500WithoutDetails) {
+  ThrowingAgent throwing(*agent_);
+  std::unique_ptr<ApiServer> server = start_server(throwing);
+  ASSERT_TRUE(server);
+  httplib::Client c("127.0.0.1", server->port());
+  auto r = c.Post("/v1/mcp-connections/t/test", bearer("alice"), "", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 500);
+  EXPECT_EQ(error_code(r), "INTERNAL");
+  EXPECT_EQ(r->body.find("secret detail"), std::string::npos);
+  EXPECT_NE(log().find("secret detail of a bug"), std::string::npos);  // in the log instead
+  r = c.Get("/healthz");                                               // the server lives on
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+}
+
+// A connection that sent half a request and waits.
 int stalled_connection(int port) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
@@ -498,35 +547,118 @@ int stalled_connection(int port) {
     return -1;
   }
   const char partial[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n";
-  (void)::send(fd, partial, sizeof partial - 1, 0);
+  (void)::send(fd, partial, sizeof partial - 1, MSG_NOSIGNAL);
   return fd;
 }
 
-TEST_F(ApiTest, OverloadShedsWith503) {
-  server_->stop();
-  ApiServerOptions options = api_server_options(agent_->config());
-  options.worker_threads = 1;
-  options.max_queued_requests = 1;
-  options.read_timeout_ms = 3000;
-  ApiServer small(*agent_, options);
-  ASSERT_TRUE(small.start().ok());
-  int a = stalled_connection(small.port());  // occupies the worker
+TEST_P(ApiTest, OverloadIsShedWith503) {
+  std::unique_ptr<ApiServer> small = start_server(*agent_, /*workers=*/1, /*queued=*/1);
+  ASSERT_TRUE(small);
+  int busy = stalled_connection(small->port());  // holds the worker
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  int b = stalled_connection(small.port());  // waits in the queue
+  int waiting = stalled_connection(small->port());  // waits in the queue
+  ASSERT_GE(busy, 0);
+  ASSERT_GE(waiting, 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  ASSERT_GE(a, 0);
-  ASSERT_GE(b, 0);
-  httplib::Client c("127.0.0.1", small.port());
+  httplib::Client c("127.0.0.1", small->port());
   auto r = c.Get("/healthz");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 503);
   EXPECT_EQ(error_code(r), "OVERLOADED");
-  ::close(a);
-  ::close(b);
-  r = c.Get("/metrics");
+  EXPECT_EQ(r->get_header_value("Retry-After"), "1");
+  ::close(busy);
+  ::close(waiting);
+  // Once the worker is free again, /metrics answers and counts what was shed.
+  ASSERT_TRUE(wait_until(
+      [&] {
+        auto m = c.Get("/metrics");
+        return m && m->status == 200 &&
+               m->body.find("quiver_api_shed_total 0\n") == std::string::npos &&
+               m->body.find("quiver_api_shed_total ") != std::string::npos;
+      },
+      5000));
+}
+
+// ---- quiver-agent serve ------------------------------------------------------------------------
+
+TEST(ApiServe, PrintsACurlLineThatShowsManifestsAndStopsOnSigterm) {
+  TempDir dir;
+  const std::string key_file = dir.path("caller-token.key");
+  testing::append_line(key_file, kTokenKey);
+  Json config = {
+      {"mcpServers",
+       {{"everything", {{"command", "node"}, {"args", {testing::everything_js(), "stdio"}}}},
+        {"t", test_upstream({"--tools", "2"})}}},
+      {"quiver",
+       {{"members", {"local"}},
+        {"grants", {{"*", {"*"}}}},
+        {"caller_token_keys", {{"local-1", {{"file", key_file}}}}}}}};
+  const std::string config_file = dir.path("quiver.json");
+  testing::append_line(config_file, config.dump());
+
+  ChildSpec spec(testing::quiver_agent_binary(),
+                 {"serve", "--config", config_file, "--listen", "127.0.0.1:0"},
+                 {{"QUIVER_DATA_DIR", dir.path("data")}, {"SECRET", kUpstreamSecret}});
+  Result<std::unique_ptr<ChildProcess>> child = ChildProcess::spawn(spec);
+  ASSERT_TRUE(child.ok()) << child.error().message;
+  ChildProcess& serve = **child;
+
+  std::string out;
+  std::string curl_line;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        (void)serve.wait_readable(50);
+        serve.drain_stderr();
+        Result<std::string> bytes = serve.read_stdout();
+        if (bytes.ok()) out += *bytes;
+        std::size_t at = out.find("curl -s ");
+        if (at == std::string::npos) return !serve.running();
+        std::size_t end = out.find('\n', at);
+        if (end == std::string::npos) return false;
+        curl_line = out.substr(at, end - at);
+        return true;
+      },
+      30'000))
+      << out << serve.stderr_tail();
+  ASSERT_FALSE(curl_line.empty()) << out << serve.stderr_tail();
+  EXPECT_NE(out.find("2 of 2 connection(s) listed"), std::string::npos) << out;
+
+  // curl -s -H 'Authorization: Bearer <token>' http://127.0.0.1:<port>/v1/manifests
+  std::size_t bearer_at = curl_line.find("Bearer ");
+  std::size_t quote = curl_line.find('\'', bearer_at);
+  std::size_t url_at = curl_line.find("http://");
+  ASSERT_NE(bearer_at, std::string::npos);
+  ASSERT_NE(quote, std::string::npos);
+  ASSERT_NE(url_at, std::string::npos);
+  const std::string tok = curl_line.substr(bearer_at + 7, quote - bearer_at - 7);
+  const std::string url = curl_line.substr(url_at);
+  std::size_t path_at = url.find('/', 7);
+  httplib::Client c(url.substr(0, path_at));
+  auto r = c.Get(url.substr(path_at), {{"Authorization", "Bearer " + tok}});
   ASSERT_TRUE(r);
-  EXPECT_NE(r->body.find("quiver_api_shed_total 1"), std::string::npos);
-  small.stop();
+  ASSERT_EQ(r->status, 200) << r->body;
+  Json j = body_of(r);
+  ASSERT_EQ(j["connections"].size(), 2u) << r->body;
+  EXPECT_EQ(j["connections"][0]["id"], "everything");
+  EXPECT_EQ(j["connections"][0]["status"], "fresh");
+  EXPECT_GE(j["connections"][0]["manifest"]["tools"]["items"].size(), 5u);
+  EXPECT_EQ(j["connections"][0]["manifest"]["server"]["name"], "mcp-servers/everything");
+  EXPECT_EQ(j["connections"][1]["manifest"]["tools"]["items"].size(), 2u);
+  EXPECT_EQ(r->body.find(kUpstreamSecret), std::string::npos);
+
+  ASSERT_EQ(::kill(serve.pid(), SIGTERM), 0);
+  std::optional<ExitStatus> status;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        serve.drain_stderr();
+        status = serve.exit_status();
+        return status.has_value();
+      },
+      15'000))
+      << serve.stderr_tail();
+  EXPECT_TRUE(status->success()) << status->describe() << serve.stderr_tail();
+  EXPECT_NE(serve.stderr_tail().find("stopped"), std::string::npos);
+  EXPECT_EQ(serve.stderr_tail().find(kTokenKey), std::string::npos);
 }
 
 }  // namespace
