@@ -1,0 +1,239 @@
+// ManifestStore::read_discovery on both stores: the same writes through the store API give the
+// same DiscoverySnapshot from a real redis-server (discovery_read.lua, one round trip) and from a
+// real SQLite file (read_snapshot in one read transaction) — field for field, so the discovery
+// core classifies and renders both the same way. Plus grants, removed connections, per-member
+// principals, leases, paging, and a store that is down.
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "native-agent/redis_store.h"
+#include "native-agent/sqlite_store.h"
+#include "native-agent/store.h"
+#include "shared/discovery.h"
+#include "tests/support/mcp_peers.h"
+#include "tests/support/redis_server.h"
+
+namespace quiver {
+namespace {
+
+using testing::RedisServer;
+using testing::TempDir;
+
+constexpr int64_t kNow = 1'790'000'000'000;
+
+Principal member(const char* id) { return *Principal::member(id); }
+
+ConnectionRecord record(const std::string& id, CredentialMode mode) {
+  ConnectionRecord r;
+  r.id = id;
+  r.config_hash = "hash-" + id;
+  r.credential_mode = mode;
+  r.name = "Connection " + id;
+  r.transport = "stdio";
+  r.updated_at_ms = kNow;
+  return r;
+}
+
+void commit(ManifestStore& store, const std::string& cid, const Principal& p,
+            const std::string& scope = "") {
+  Result<AcquireResult> lease = store.acquire_lease(cid, p, std::string(32, 'c'), 60'000);
+  ASSERT_TRUE(lease.ok() && lease->acquired);
+  ManifestWrite w;
+  w.manifest = R"({"format":"quiver.manifest.v1","tools":{"state":"ok","items":[{"name":"x_)" +
+               cid + R"("}]}})";
+  w.etag = "sha256-" + cid;
+  w.config_hash = "hash-" + cid;
+  w.fetched_at_ms = kNow;
+  w.fresh_until_ms = kNow + 900'000;
+  w.expires_at_ms = kNow + 86'400'000;
+  w.cache_scope = scope;
+  Result<FencedWriteResult> r = store.commit_manifest(cid, p, lease->lease, w, {86'400'000, true});
+  ASSERT_TRUE(r.ok() && r->ok());
+}
+
+void fail(ManifestStore& store, const std::string& cid, const Principal& p) {
+  Result<AcquireResult> lease = store.acquire_lease(cid, p, std::string(32, 'f'), 60'000);
+  ASSERT_TRUE(lease.ok() && lease->acquired);
+  RefreshFailure f;
+  f.config_hash = "hash-" + cid;
+  f.error_code = "UPSTREAM_UNAVAILABLE";
+  f.error_message = "connection reset";
+  f.error_at_ms = kNow + 1;
+  f.attempt_at_ms = kNow;
+  Result<FencedWriteResult> r = store.record_failure(cid, p, lease->lease, f, {86'400'000, true});
+  ASSERT_TRUE(r.ok() && r->ok());
+}
+
+// The same history written to a store: records, grants, manifests, a failure, an overlay, a lease.
+void seed(ManifestStore& store) {
+  ASSERT_TRUE(store
+                  .sync_connections({record("a", CredentialMode::kShared),
+                                     record("b", CredentialMode::kPerMember),
+                                     record("c", CredentialMode::kShared),
+                                     record("gone", CredentialMode::kShared)})
+                  .ok());
+  ASSERT_TRUE(store.sync_grants({{"alice", {"a", "b", "c", "gone"}}, {"bob", {"a", "b"}}}).ok());
+  commit(store, "a", Principal::shared(), "public");
+  commit(store, "b", member("alice"));
+  commit(store, "b", member("bob"), "private");
+  fail(store, "b", member("bob"));
+  ASSERT_TRUE(store.publish_disabled("a", {"tool:x_a", "prompt:p"}).ok());
+  Result<AcquireResult> held =
+      store.acquire_lease("c", Principal::shared(), std::string(32, 'd'), 60'000);
+  ASSERT_TRUE(held.ok() && held->acquired);
+  // `gone` is removed from the configuration; alice's grant of it stays in the map she was given.
+  ASSERT_TRUE(store
+                  .sync_connections({record("a", CredentialMode::kShared),
+                                     record("b", CredentialMode::kPerMember),
+                                     record("c", CredentialMode::kShared)})
+                  .ok());
+  ASSERT_TRUE(store.sync_grants({{"alice", {"a", "b", "c", "gone"}}, {"bob", {"a", "b"}}}).ok());
+}
+
+class StoreDiscovery : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(redis_.ok()) << redis_.error();
+    RedisStoreOptions ro;
+    ro.redis.host = "127.0.0.1";
+    ro.redis.port = redis_.port();
+    ro.ns = "discovery-test";
+    ro.connect_timeout_ms = 300;
+    ro.command_timeout_ms = 500;
+    ro.reconnect_backoff_initial_ms = 10;
+    ro.reconnect_backoff_max_ms = 50;
+    auto r = RedisStore::create(ro);
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    redis_store_ = std::move(*r);
+    SqliteStoreOptions so;
+    so.path = dir_.path("quiver.db");
+    so.now_ms = [] { return kNow; };
+    auto s = SqliteStore::open(so);
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    sqlite_store_ = std::move(*s);
+    seed(*redis_store_);
+    seed(*sqlite_store_);
+  }
+
+  std::vector<ManifestStore*> stores() { return {redis_store_.get(), sqlite_store_.get()}; }
+
+  RedisServer redis_;
+  TempDir dir_;
+  std::unique_ptr<RedisStore> redis_store_;
+  std::unique_ptr<SqliteStore> sqlite_store_;
+};
+
+TEST_F(StoreDiscovery, BothStoresGiveTheSameSnapshot) {
+  for (const char* who : {"alice", "bob", "carol"}) {
+    Result<DiscoverySnapshot> r = redis_store_->read_discovery(member(who));
+    Result<DiscoverySnapshot> s = sqlite_store_->read_discovery(member(who));
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    EXPECT_EQ(r->member, s->member);
+    EXPECT_EQ(r->granted_total, s->granted_total) << who;
+    EXPECT_EQ(r->next_after, s->next_after) << who;
+    ASSERT_EQ(r->connections.size(), s->connections.size()) << who;
+    for (std::size_t i = 0; i < r->connections.size(); ++i) {
+      EXPECT_EQ(r->connections[i].id, s->connections[i].id);
+      EXPECT_EQ(r->connections[i].manifest, s->connections[i].manifest)
+          << who << " " << r->connections[i].id;
+      EXPECT_TRUE(r->connections[i] == s->connections[i]) << who << " " << r->connections[i].id;
+    }
+    EXPECT_GT(s->epoch, 0);
+  }
+}
+
+TEST_F(StoreDiscovery, ASnapshotHoldsWhatTheCallerMaySee) {
+  for (ManifestStore* store : stores()) {
+    SCOPED_TRACE(store->describe());
+    Result<DiscoverySnapshot> snap = store->read_discovery(member("alice"));
+    ASSERT_TRUE(snap.ok()) << snap.error().message;
+    EXPECT_EQ(snap->granted_ids(), (std::vector<std::string>{"a", "b", "c", "gone"}));
+    const GrantedConnection* a = snap->find("a");
+    ASSERT_NE(a, nullptr);
+    ASSERT_TRUE(a->record);
+    EXPECT_EQ(a->record->config_hash, "hash-a");
+    EXPECT_EQ(a->principal, Principal::shared());
+    EXPECT_EQ(a->manifest.at("etag"), "sha256-a");
+    EXPECT_EQ(a->manifest.at("cache_scope"), "public");
+    EXPECT_EQ(a->disabled, (DisabledOverlay{"prompt:p", "tool:x_a"}));
+    EXPECT_FALSE(a->lease_held);
+    const GrantedConnection* b = snap->find("b");
+    ASSERT_NE(b, nullptr);
+    EXPECT_EQ(b->principal, member("alice"));  // per-member: her own listing, never bob's
+    EXPECT_EQ(b->manifest.at("etag"), "sha256-b");
+    EXPECT_EQ(b->manifest.count("error_code"), 0u);
+    EXPECT_TRUE(snap->find("c")->lease_held);
+    EXPECT_TRUE(snap->find("c")->manifest.empty());
+    EXPECT_FALSE(snap->find("gone")->record.has_value());  // removed: never shown
+
+    Result<DiscoverySnapshot> bob = store->read_discovery(member("bob"));
+    ASSERT_TRUE(bob.ok());
+    EXPECT_EQ(bob->granted_ids(), (std::vector<std::string>{"a", "b"}));
+    EXPECT_EQ(bob->find("b")->principal, member("bob"));
+    EXPECT_EQ(bob->find("b")->manifest.at("error_code"), "UPSTREAM_UNAVAILABLE");
+    EXPECT_EQ(bob->find("b")->manifest.at("cache_scope"), "private");
+
+    Result<DiscoverySnapshot> carol = store->read_discovery(member("carol"));
+    ASSERT_TRUE(carol.ok());
+    EXPECT_TRUE(carol->connections.empty());
+
+    EXPECT_EQ(store->read_discovery(Principal::shared()).error().code, ErrorCode::kInvalidArgument);
+  }
+}
+
+TEST_F(StoreDiscovery, PagesAndSingleConnections) {
+  for (ManifestStore* store : stores()) {
+    SCOPED_TRACE(store->describe());
+    SnapshotQuery q;
+    q.limit = 2;
+    Result<DiscoverySnapshot> first = store->read_discovery(member("alice"), q);
+    ASSERT_TRUE(first.ok());
+    EXPECT_EQ(first->granted_ids(), (std::vector<std::string>{"a", "b"}));
+    ASSERT_TRUE(first->next_after);
+    EXPECT_EQ(*first->next_after, "b");
+    q.after = *first->next_after;
+    Result<DiscoverySnapshot> second = store->read_discovery(member("alice"), q);
+    ASSERT_TRUE(second.ok());
+    EXPECT_EQ(second->granted_ids(), (std::vector<std::string>{"c", "gone"}));
+    EXPECT_FALSE(second->next_after);
+
+    SnapshotQuery only;
+    only.only = "b";
+    only.limit = 1;
+    Result<DiscoverySnapshot> one = store->read_discovery(member("alice"), only);
+    ASSERT_TRUE(one.ok());
+    EXPECT_EQ(one->granted_ids(), (std::vector<std::string>{"b"}));
+    only.only = "c";
+    Result<DiscoverySnapshot> ungranted = store->read_discovery(member("bob"), only);
+    ASSERT_TRUE(ungranted.ok());
+    EXPECT_TRUE(ungranted->connections.empty());
+
+    SnapshotQuery bad;
+    bad.limit = 0;
+    EXPECT_EQ(store->read_discovery(member("alice"), bad).error().code,
+              ErrorCode::kInvalidArgument);
+  }
+}
+
+TEST_F(StoreDiscovery, RedisDownIsUnavailableThenRecovers) {
+  redis_.stop();
+  Result<DiscoverySnapshot> down = redis_store_->read_discovery(member("alice"));
+  ASSERT_FALSE(down.ok());
+  EXPECT_EQ(down.error().code, ErrorCode::kUnavailable);
+  ASSERT_TRUE(redis_.start());
+  ASSERT_TRUE(testing::wait_until(
+      [&] {
+        // The server came back empty (no persistence): an empty snapshot, but an answer.
+        return redis_store_->read_discovery(member("alice")).ok();
+      },
+      5000));
+}
+
+}  // namespace
+}  // namespace quiver
