@@ -1,0 +1,212 @@
+// The `quiver-agent` commands as a user runs them: the real binary as a child process, a config
+// file with real upstreams (tests/peers/test-upstream.mjs), the embedded SQLite store in a temp
+// dir. Output and exit codes (cli.h) are what is checked.
+#include "native-agent/cli.h"
+#include "native-agent/store.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "native-agent/child_process.h"
+#include "shared/caller_token.h"
+#include "shared/json.h"
+#include "tests/support/mcp_peers.h"
+#include "tests/support/redis_server.h"
+
+namespace quiver {
+namespace {
+
+using testing::TempDir;
+using testing::test_upstream_js;
+using testing::wait_until;
+
+constexpr char kTokenKey[] = "cli-test-caller-token-key-0123456789";
+constexpr char kUpstreamSecret[] = "cli-upstream-secret-5b1e0d";
+
+struct CliRun {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+CliRun run(const std::vector<std::string>& args, std::map<std::string, std::string> env = {}) {
+  CliRun r;
+  auto child = ChildProcess::spawn(ChildSpec(testing::quiver_agent_binary(), args, std::move(env)));
+  if (!child.ok()) {
+    r.err = child.error().message;
+    return r;
+  }
+  ChildProcess& p = **child;
+  std::optional<ExitStatus> status;
+  wait_until(
+      [&] {
+        (void)p.wait_readable(50);
+        Result<std::string> bytes = p.read_stdout();
+        if (bytes.ok()) r.out += *bytes;
+        p.drain_stderr();
+        if (!p.stdout_eof()) return false;
+        status = p.exit_status();
+        return status.has_value();
+      },
+      30'000);
+  r.err = p.stderr_tail();
+  if (status && status->exited) r.code = status->code;
+  return r;
+}
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_FALSE(dir_.root().empty());
+    key_file_ = dir_.path("caller-token.key");
+    testing::append_line(key_file_, kTokenKey);
+    write_config(Json::object());
+  }
+
+  void write_config(Json extra_quiver) {
+    auto upstream = [](int tools) {
+      return Json{
+          {"command", "node"},
+          {"args", {test_upstream_js(), "stdio", "--quiet", "--tools", std::to_string(tools)}},
+          {"env", {{"UPSTREAM_TOKEN", kUpstreamSecret}}}};
+    };
+    Json quiver = {{"members", {"alice", "bob"}},
+                   {"grants", {{"*", {"*"}}}},
+                   {"caller_token_keys", {{"k1", {{"file", key_file_}}}}}};
+    for (auto& [k, v] : extra_quiver.items()) quiver[k] = v;
+    Json config = {{"mcpServers",
+                    {{"t", upstream(3)},
+                     {"u", upstream(2)},
+                     {"broken", {{"command", "node"}, {"args", {dir_.path("missing.mjs")}}}}}},
+                   {"quiver", quiver}};
+    config_ = dir_.path("quiver.json");
+    std::remove(config_.c_str());
+    testing::append_line(config_, config.dump());
+  }
+
+  CliRun agent(std::vector<std::string> args) {
+    args.push_back("--config");
+    args.push_back(config_);
+    return run(args, {{"QUIVER_DATA_DIR", dir_.path("data")}});
+  }
+
+  TempDir dir_;
+  std::string key_file_;
+  std::string config_;
+};
+
+TEST_F(CliTest, EveryCommandHasHelp) {
+  CliRun top = run({"--help"});
+  EXPECT_EQ(top.code, kExitOk);
+  for (const char* command : {"serve", "refresh", "status", "prefs", "token"}) {
+    EXPECT_TRUE(contains(top.out, command)) << command;
+    CliRun r = run({command, "--help"});
+    EXPECT_EQ(r.code, kExitOk) << command;
+    EXPECT_TRUE(contains(r.out, std::string("usage: quiver-agent ") + command)) << r.out;
+  }
+  CliRun unknown = run({"refresh", "--frobnicate"});
+  EXPECT_EQ(unknown.code, kExitUsage);
+  EXPECT_TRUE(contains(unknown.err, "--frobnicate"));
+  CliRun no_config = run({"status"});
+  EXPECT_EQ(no_config.code, kExitUsage);
+  EXPECT_TRUE(contains(no_config.err, "QUIVER_CONFIG"));
+}
+
+TEST_F(CliTest, TokenMintsAVerifiableTokenForAMember) {
+  CliRun r = agent({"token", "--member", "alice", "--ttl", "15m"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  std::string token = r.out.substr(0, r.out.find('\n'));
+  Result<Keyring> ring = Keyring::create({{"k1", kTokenKey}});
+  ASSERT_TRUE(ring.ok());
+  VerifyOptions v;
+  v.ns = "default";
+  Result<CallerIdentity> who = verify_caller_token(token, *ring, system_clock_ms()(), v);
+  ASSERT_TRUE(who.ok()) << who.error().message;
+  EXPECT_EQ(who->member_id, "alice");
+  EXPECT_LE(who->expires_at_ms - system_clock_ms()(), 15 * 60'000 + 1000);
+
+  EXPECT_EQ(agent({"token", "--member", "mallory"}).code, kExitUsage);
+  EXPECT_EQ(agent({"token", "--member", "alice", "--ttl", "soon"}).code, kExitUsage);
+}
+
+TEST_F(CliTest, RefreshShowsProgressAndFailsWhenAListingFails) {
+  CliRun one = agent({"refresh", "t"});
+  EXPECT_EQ(one.code, kExitOk) << one.out << one.err;
+  EXPECT_TRUE(contains(one.out, "[1/1] t (shared): committed in")) << one.out;
+
+  CliRun all = agent({"refresh", "--all"});
+  EXPECT_EQ(all.code, kExitFailed) << all.out << all.err;
+  for (const char* line : {"[1/3] ", "[2/3] ", "[3/3] ", "broken (shared): failed after",
+                           "u (shared): committed in", "2 committed, 1 failed"}) {
+    EXPECT_TRUE(contains(all.out, line)) << line << "\n" << all.out;
+  }
+  EXPECT_FALSE(contains(all.out + all.err, kUpstreamSecret));
+
+  EXPECT_EQ(agent({"refresh", "nope"}).code, kExitUsage);
+  EXPECT_EQ(agent({"refresh"}).code, kExitUsage);
+}
+
+TEST_F(CliTest, StatusShowsFreshnessErrorsAndTheConfigWithoutSecrets) {
+  ASSERT_EQ(agent({"refresh", "--all"}).code, kExitFailed);
+  CliRun r = agent({"status"});
+  ASSERT_EQ(r.code, kExitOk) << r.err;
+  EXPECT_TRUE(contains(r.out, "store:      sqlite:")) << r.out;
+  EXPECT_TRUE(contains(r.out, "fresh, listed")) << r.out;
+  EXPECT_TRUE(contains(r.out, "3 tools, 2 resources, 1 templates, 2 prompts")) << r.out;
+  EXPECT_TRUE(contains(r.out, "last error: ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "\"***\"")) << r.out;
+  EXPECT_FALSE(contains(r.out, kUpstreamSecret));
+  EXPECT_FALSE(contains(r.out, kTokenKey));
+
+  CliRun j = agent({"status", "--json"});
+  ASSERT_EQ(j.code, kExitOk);
+  Result<Json> parsed = parse_json(j.out);
+  ASSERT_TRUE(parsed.ok()) << j.out;
+  const Json& conns = (*parsed)["connections"];
+  ASSERT_EQ(conns.size(), 3u);
+  EXPECT_EQ(conns[0]["id"], "broken");
+  EXPECT_EQ(conns[0]["principals"][0]["state"], "error");
+  EXPECT_EQ(conns[1]["principals"][0]["state"], "fresh");
+  EXPECT_EQ(conns[1]["principals"][0]["counts"]["tools"], 3);
+  EXPECT_FALSE(contains(j.out, kUpstreamSecret));
+}
+
+TEST_F(CliTest, StatusExitsThreeWhenRedisIsDown) {
+  int port = testing::free_loopback_port();
+  write_config({{"redis", "redis://127.0.0.1:" + std::to_string(port) + "/0"}});
+  CliRun r = agent({"status"});
+  EXPECT_EQ(r.code, kExitStoreUnavailable) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err, "unavailable")) << r.err;
+}
+
+TEST_F(CliTest, PrefsListsAndTogglesCapabilities) {
+  ASSERT_EQ(agent({"refresh", "t"}).code, kExitOk);
+  CliRun list = agent({"prefs", "t"});
+  ASSERT_EQ(list.code, kExitOk) << list.err;
+  EXPECT_TRUE(contains(list.out, "enabled  tool               tool_2")) << list.out;
+
+  CliRun off = agent({"prefs", "t", "--disable", "tool:tool_2", "--disable=prompt:prompt_1"});
+  ASSERT_EQ(off.code, kExitOk) << off.err;
+  EXPECT_TRUE(contains(off.out, "disabled tool:tool_2"));
+  list = agent({"prefs", "t"});
+  EXPECT_TRUE(contains(list.out, "DISABLED tool               tool_2")) << list.out;
+  EXPECT_TRUE(contains(list.out, "DISABLED prompt             prompt_1")) << list.out;
+  CliRun on = agent({"prefs", "t", "--enable", "tool:tool_2"});
+  EXPECT_EQ(on.code, kExitOk);
+  EXPECT_TRUE(contains(agent({"prefs", "t"}).out, "enabled  tool               tool_2"));
+
+  EXPECT_EQ(agent({"prefs", "t", "--disable", "tool:never_listed"}).code, kExitFailed);
+  EXPECT_EQ(agent({"prefs", "t", "--disable", "gadget:x"}).code, kExitUsage);
+  EXPECT_EQ(agent({"prefs", "nope"}).code, kExitUsage);
+}
+
+}  // namespace
+}  // namespace quiver
