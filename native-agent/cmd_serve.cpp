@@ -189,7 +189,8 @@ int cmd_serve(const std::vector<std::string>& argv) {
   ApiServer server(agent, api);
   if (Status st = server.start(); !st.ok()) {
     agent.stop();
-    return cli_fail("serve", st.error().message, kExitFailed);
+    return cli_fail("serve", st.error().message + "; choose another with --listen or QUIVER_LISTEN",
+                    kExitFailed);
   }
   const std::string url = server.base_url();
   std::printf("quiver-agent: serving %s (store %s, %zu connection(s))\n", url.c_str(),
