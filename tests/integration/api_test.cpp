@@ -535,6 +535,48 @@ TEST_P(ApiTest, AnExceptionIsA500WithoutDetails) {
   EXPECT_EQ(r->status, 200);
 }
 
+// schema/openapi.yaml is the one description of the API: every operation it names is served.
+TEST_P(ApiTest, EveryOperationInTheOpenApiDocumentIsServed) {
+  const std::string doc =
+      testing::read_file(std::string(QUIVER_SOURCE_DIR) + "/schema/openapi.yaml");
+  ASSERT_FALSE(doc.empty());
+  std::vector<std::pair<std::string, std::string>> operations;  // (method, path)
+  std::string path;
+  bool in_paths = false;
+  std::size_t pos = 0;
+  while (pos < doc.size()) {
+    std::size_t end = doc.find('\n', pos);
+    if (end == std::string::npos) end = doc.size();
+    const std::string line = doc.substr(pos, end - pos);
+    pos = end + 1;
+    if (line == "paths:") in_paths = true;
+    if (line == "components:") in_paths = false;
+    if (!in_paths) continue;
+    if (line.rfind("  /", 0) == 0 && line.back() == ':') {
+      path = line.substr(2, line.size() - 3);
+    } else {
+      for (const char* m : {"get", "post", "put", "patch", "delete"}) {
+        if (line == std::string("    ") + m + ":") operations.emplace_back(m, path);
+      }
+    }
+  }
+  ASSERT_GE(operations.size(), 12u);
+  for (auto [method, p] : operations) {
+    if (std::size_t at = p.find("{id}"); at != std::string::npos) p.replace(at, 4, "t");
+    auto send = [&]() -> httplib::Result {
+      if (method == "get") return client_->Get(p, bearer("alice"));
+      if (method == "put") return client_->Put(p, bearer("alice"), "{}", "application/json");
+      if (method == "patch") return client_->Patch(p, bearer("alice"), "{}", "application/json");
+      return client_->Post(p, bearer("alice"), "{}", "application/json");
+    };
+    httplib::Result r = send();
+    ASSERT_TRUE(r) << method << " " << p;
+    EXPECT_FALSE(r->status == 404 && r->body.find("no such endpoint") != std::string::npos)
+        << method << " " << p;
+    EXPECT_NE(r->status, 405) << method << " " << p;
+  }
+}
+
 // A connection that sent half a request and waits.
 int stalled_connection(int port) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
