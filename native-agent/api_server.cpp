@@ -811,6 +811,11 @@ Status ApiServer::start() {
   }
   s.verify.ns = config.ns;
   for (const auto& [name, secret] : config.webhook_secrets) {
+    if (secret.reveal().size() < kMinWebhookSecretBytes) {
+      return Error(ErrorCode::kInvalidArgument,
+                   "quiver.webhook_secrets." + name + ": shorter than " +
+                       std::to_string(kMinWebhookSecretBytes) + " bytes");
+    }
     s.webhook_secrets.push_back(secret.reveal());
   }
 

@@ -189,6 +189,9 @@ int cmd_serve(const std::vector<std::string>& argv) {
   ApiServer server(agent, api);
   if (Status st = server.start(); !st.ok()) {
     agent.stop();
+    if (st.error().code == ErrorCode::kInvalidArgument) {
+      return cli_fail("serve", "invalid configuration: " + st.error().message, kConfigExitCode);
+    }
     return cli_fail("serve", st.error().message + "; choose another with --listen or QUIVER_LISTEN",
                     kExitFailed);
   }
