@@ -319,6 +319,33 @@ TEST_P(ApiTest, ConnectionsShowEachGrantedConnectionsStatus) {
   EXPECT_EQ(j["connections"][0]["status"], "pending");
 }
 
+TEST_P(ApiTest, StaleManifestsAreServedAndRevalidatedInTheBackground) {
+  // The same agent and store, read 20 minutes later (past the 15 min fresh TTL).
+  ApiServerOptions later = api_server_options(agent_->config());
+  later.now_ms = [] { return system_clock_ms()() + 20 * 60'000; };
+  ApiServer server(*agent_, later);
+  ASSERT_TRUE(server.start().ok());
+  httplib::Client c("127.0.0.1", server.port());
+  auto r = c.Get("/v1/mcp-connections/t/manifest", bearer("alice"));
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(body_of(r)["status"], "stale");
+  EXPECT_EQ(body_of(r)["refresh"], "requested");
+  EXPECT_EQ(body_of(r)["manifest"]["tools"]["items"].size(), 3u);  // still served
+  std::vector<RevalidationRequest> queued;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        Result<RevalidationBatch> b = agent_->store().read_revalidations("api-test", 10, 0);
+        if (b.ok()) queued.insert(queued.end(), b->requests.begin(), b->requests.end());
+        return !queued.empty();
+      },
+      5000));
+  EXPECT_EQ(queued[0].connection_id, "t");
+  EXPECT_EQ(queued[0].reason, "stale");
+  EXPECT_EQ(agent_->metrics().discovery_stale_serves(), 1);
+  server.stop();
+}
+
 TEST_P(ApiTest, UngrantedConnectionsAreNotFound) {
   for (const char* path : {"/v1/mcp-connections/t/manifest", "/v1/mcp-connections/t/preferences",
                            "/v1/mcp-connections/nope/manifest"}) {
