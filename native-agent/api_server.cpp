@@ -6,7 +6,6 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
-#include <list>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -42,6 +41,8 @@ thread_local bool t_shedding = false;
 // has no max_queued_requests, and its enqueue cannot refuse a job (it owns the socket), so the
 // overflow goes to a shedding thread instead; when that queue is full too, enqueue (the accept
 // loop) waits for room: further connections wait in the kernel's listen backlog.
+// The 503 says `Connection: close`; a client that keeps the connection open anyway holds the
+// shedding thread until the keep-alive timeout (httplib 0.11 decides keep-alive before routing).
 class BoundedTaskQueue final : public httplib::TaskQueue {
  public:
   BoundedTaskQueue(int threads, std::size_t max_queued, std::size_t max_shed,

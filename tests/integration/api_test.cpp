@@ -635,6 +635,12 @@ TEST_P(ApiTest, OverloadIsShedWith503) {
   EXPECT_EQ(r->status, 503);
   EXPECT_EQ(error_code(r), "OVERLOADED");
   EXPECT_EQ(r->get_header_value("Retry-After"), "1");
+  // Clients are told to go away (they would hold the shedding thread until the keep-alive
+  // timeout otherwise), and they do: the next shed request is answered too.
+  EXPECT_EQ(r->get_header_value("Connection"), "close");
+  r = c.Get("/v1/manifests", bearer("alice"));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503);
   ::close(busy);
   ::close(waiting);
   // Once the worker is free again, /metrics answers and counts what was shed.
