@@ -3,7 +3,8 @@
 # quick when everything is already there: Debian packages are installed only when missing, the
 # npm packages the tests use only when tests/package.json changed.
 #   scripts/setup.sh            # everything (build + tests)
-#   scripts/setup.sh --run      # only what `quiver-agent` needs to build and run
+#   scripts/setup.sh --run      # only the Debian packages `quiver-agent` needs to build and run
+#   scripts/setup.sh --peers    # only the npm packages (MCP servers used by tests and examples)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 mode=${1:-all}
@@ -14,6 +15,7 @@ test_pkgs=(libgtest-dev googletest emscripten redis-server)
 
 pkgs=("${run_pkgs[@]}")
 [ "$mode" = "--run" ] || pkgs+=("${test_pkgs[@]}")
+[ "$mode" = "--peers" ] && pkgs=()
 
 missing=()
 for p in "${pkgs[@]}"; do
@@ -30,6 +32,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends \
     "${missing[@]}" >/dev/null
 fi
+
+[ "$mode" = "--run" ] && exit 0
 
 # npm packages: real MCP peers for the tests and the example config, workerd for the edge.
 node_dir="$root/build/node"

@@ -1,0 +1,112 @@
+// Caller tokens: the bearer tokens that identify a caller (a member) to the edge and to the agent's
+// HTTP API, and the key ring that verifies them.
+//
+// Why: both public faces must map `Authorization: Bearer <token>` to the same principal, with the
+// same rules, in native code and in wasm. The scheme is a standard JWT (RFC 7519) in compact form,
+// HS256 only, so any JWT library can mint one: header `{"alg":"HS256","typ":"JWT","kid":"<key
+// id>"}`, claims `sub` (member id), `iat`, `exp` (seconds), `aud` (default "quiver"), optional
+// `nbf`, `ns` (deployment namespace) and `jti`. A principal never comes from anywhere else.
+//
+// When to call what:
+//  - at start-up, `Keyring::create` (or `Keyring::from_json` for the `{"kid": "secret"}` text a
+//    host reads from its environment). Several keys may be live at once: add the new key, mint
+//    with it, drop the old one after the longest token lifetime.
+//  - per request, `parse_bearer(header value)` then `verify_caller_token(...)`. Every failure is
+//    kUnauthenticated (answer 401); the message says why, and never contains the token, a key id
+//    the caller sent, or a secret, so it may be logged and returned.
+//  - `mint_caller_token` for the CLI (`quiver-agent token`) and tests.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "shared/identity.h"
+#include "shared/status.h"
+
+namespace quiver {
+
+inline constexpr char kDefaultTokenAudience[] = "quiver";
+inline constexpr std::size_t kMinTokenSecretBytes = 32;   // HS256 wants a key as long as its hash
+inline constexpr std::size_t kMaxTokenBytes = 4096;       // longer tokens are refused unread
+inline constexpr std::size_t kMaxKeyIdLength = 64;        // key ids: [A-Za-z0-9._-]{1,64}
+inline constexpr std::size_t kMaxTokenIdLength = 128;     // `jti`: printable ASCII, 1..128
+inline constexpr int64_t kDefaultTokenLeewayMs = 60'000;  // clock skew tolerated on exp/nbf/iat
+
+Status validate_key_id(std::string_view kid);
+
+// The secrets tokens are signed with, by key id. Immutable once built.
+class Keyring {
+ public:
+  struct Key {
+    std::string kid;
+    std::string secret;  // raw bytes, at least kMinTokenSecretBytes
+  };
+
+  // kInvalidArgument for no keys, an invalid or repeated key id, or a secret shorter than
+  // kMinTokenSecretBytes (the message names the key id, never the secret).
+  static Result<Keyring> create(std::vector<Key> keys);
+  // `{"<kid>": "<secret>", ...}`: each secret a JSON string used as its UTF-8 bytes. The same
+  // rules as `create`; a malformed text is reported without quoting it.
+  static Result<Keyring> from_json(std::string_view text);
+
+  const std::string* secret(std::string_view kid) const;  // nullptr when unknown
+  std::vector<std::string> key_ids() const;               // in the order given
+  std::size_t size() const { return keys_.size(); }
+
+ private:
+  explicit Keyring(std::vector<Key> keys) : keys_(std::move(keys)) {}
+  std::vector<Key> keys_;
+};
+
+struct MintOptions {
+  std::string audience = kDefaultTokenAudience;
+  std::optional<std::string> ns;   // deployment namespace the token is meant for
+  std::optional<std::string> jti;  // a unique id, if the host wants one (randomness comes in)
+};
+
+// A signed token for `member_id`: iat = floor(now_ms / 1000), exp = floor((now_ms + ttl_ms) /
+// 1000). kInvalidArgument for an invalid member id, key id, namespace or jti, a secret shorter
+// than kMinTokenSecretBytes, a ttl_ms that is not positive, or an empty audience.
+Result<std::string> mint_caller_token(std::string_view member_id, std::string_view secret,
+                                      std::string_view kid, int64_t now_ms, int64_t ttl_ms,
+                                      const MintOptions& options = {});
+
+struct VerifyOptions {
+  std::string audience = kDefaultTokenAudience;  // `aud` must be it (or an array holding it)
+  int64_t leeway_ms = kDefaultTokenLeewayMs;     // 0..; applied to exp, nbf and iat
+  // When set, a token that carries `ns` must carry this one (a token without `ns` is accepted).
+  std::optional<std::string> ns;
+};
+
+struct CallerIdentity {
+  std::string member_id;
+  Principal principal;       // member/<member_id>
+  std::string kid;           // the key that signed it
+  int64_t issued_at_ms = 0;  // 0 when the token has no iat
+  int64_t expires_at_ms = 0;
+  std::optional<std::string> ns;
+  std::optional<std::string> jti;
+};
+
+// Checks, in order: size (<= kMaxTokenBytes), charset (base64url and exactly two dots: no
+// whitespace, no extra segments), header (a JSON object; alg exactly "HS256", so "none", "hs256",
+// "HS512" and "RS256" are all refused; typ "JWT" (any case) when present; no `crit`; a known kid),
+// the signature (HMAC-SHA256 over `header.payload`, compared in constant time with the canonical
+// encoding), then the claims: sub a valid member id, exp required and not passed (now >= exp +
+// leeway is expired), nbf and iat not in the future beyond the leeway, aud, ns, jti.
+// kUnauthenticated on any failure.
+Result<CallerIdentity> verify_caller_token(std::string_view token, const Keyring& keyring,
+                                           int64_t now_ms, const VerifyOptions& options = {});
+
+// The token of an `Authorization` header value: `Bearer <token>`, the scheme case-insensitive,
+// one or more spaces before the token, surrounding spaces and tabs ignored. kUnauthenticated for
+// a missing value, another scheme, an empty token, or a token holding whitespace or over
+// kMaxTokenBytes. The token is not verified.
+Result<std::string> parse_bearer(std::string_view authorization);
+
+}  // namespace quiver
