@@ -49,3 +49,230 @@ SELECT member
 FROM disabled_capabilities
 WHERE connection_id = :resource_id
 ORDER BY member;
+
+-- name: lease_select_live
+-- From here on: the embedded store (native-agent/sqlite_store.cpp), the Redis layout's operations.
+-- Expiry runs on the time the store passes as :now (its injected clock): a lease, gate or replay
+-- row whose time has passed counts as absent, like a Redis key past its PX. Multi-statement steps
+-- run inside BEGIN IMMEDIATE, so they are atomic across every agent on the file, as a Lua script
+-- is in Redis.
+--
+-- The current holder of a lease, if its time has not run out.
+SELECT token, fence, expires_at
+FROM leases
+WHERE connection_id = :connection_id AND principal = :principal AND expires_at > :now;
+
+-- name: lease_upsert
+-- Grants the lease (the caller checked that no live holder exists).
+INSERT INTO leases (connection_id, principal, token, fence, expires_at)
+VALUES (:connection_id, :principal, :token, :fence, :expires_at)
+ON CONFLICT (connection_id, principal)
+DO UPDATE SET token = excluded.token, fence = excluded.fence, expires_at = excluded.expires_at;
+
+-- name: lease_extend
+-- Compare-and-extend (lease_renew.lua): sqlite3_changes() == 0 means the lease was lost.
+UPDATE leases
+SET expires_at = :expires_at
+WHERE connection_id = :connection_id AND principal = :principal
+  AND token = :token AND fence = :fence AND expires_at > :now;
+
+-- name: lease_delete_held
+-- Compare-and-delete (lease_release.lua): sqlite3_changes() == 0 means the lease was lost.
+DELETE FROM leases
+WHERE connection_id = :connection_id AND principal = :principal
+  AND token = :token AND fence = :fence AND expires_at > :now;
+
+-- name: lease_delete
+-- Drops the lease after a fenced write that holds it (the script's DEL).
+DELETE FROM leases WHERE connection_id = :connection_id AND principal = :principal;
+
+-- name: fence_select
+SELECT fence FROM fences WHERE connection_id = :connection_id AND principal = :principal;
+
+-- name: fence_set
+INSERT INTO fences (connection_id, principal, fence)
+VALUES (:connection_id, :principal, :fence)
+ON CONFLICT (connection_id, principal) DO UPDATE SET fence = excluded.fence;
+
+-- name: manifest_purge_one
+-- Drops a manifest row past its retention (the Redis key's PEXPIRE), before it is looked at.
+DELETE FROM manifests
+WHERE connection_id = :connection_id AND principal = :principal AND retain_until <= :now;
+
+-- name: manifest_select_fence
+SELECT fence FROM manifests WHERE connection_id = :connection_id AND principal = :principal;
+
+-- name: manifest_exists
+SELECT 1 FROM manifests WHERE connection_id = :connection_id AND principal = :principal;
+
+-- name: manifest_commit
+-- manifest_commit.lua's write: the data fields, the error fields cleared, attempt_at = fetched_at,
+-- retention restarted.
+INSERT INTO manifests
+  (connection_id, principal, manifest, etag, config_hash, fence, fetched_at, fresh_until,
+   expires_at, cache_scope, truncated, error_code, error_message, error_at, attempt_at,
+   retain_until)
+VALUES
+  (:connection_id, :principal, :manifest, :etag, :config_hash, :fence, :fetched_at, :fresh_until,
+   :expires_at, :cache_scope, :truncated, NULL, NULL, NULL, :fetched_at, :retain_until)
+ON CONFLICT (connection_id, principal) DO UPDATE SET
+  manifest = excluded.manifest, etag = excluded.etag, config_hash = excluded.config_hash,
+  fence = excluded.fence, fetched_at = excluded.fetched_at, fresh_until = excluded.fresh_until,
+  expires_at = excluded.expires_at, cache_scope = excluded.cache_scope,
+  truncated = excluded.truncated, error_code = NULL, error_message = NULL, error_at = NULL,
+  attempt_at = excluded.attempt_at, retain_until = excluded.retain_until;
+
+-- name: manifest_record_failure
+-- manifest_fail.lua's write: only the error fields and attempt_at. A new row is error-only (no
+-- manifest, no config_hash) and gets the retention; an existing row keeps its data, its
+-- config_hash and its retention.
+INSERT INTO manifests
+  (connection_id, principal, error_code, error_message, error_at, attempt_at, retain_until)
+VALUES (:connection_id, :principal, :error_code, :error_message, :error_at, :attempt_at,
+        :retain_until)
+ON CONFLICT (connection_id, principal) DO UPDATE SET
+  error_code = excluded.error_code, error_message = excluded.error_message,
+  error_at = excluded.error_at, attempt_at = excluded.attempt_at;
+
+-- name: manifest_select
+-- One manifest row, body included, unless past its retention. Columns as manifest_select_meta,
+-- then the manifest.
+SELECT connection_id, principal, manifest IS NOT NULL, etag, config_hash, fence, fetched_at,
+       fresh_until, expires_at, cache_scope, truncated, error_code, error_message, error_at,
+       attempt_at, manifest
+FROM manifests
+WHERE connection_id = :connection_id AND principal = :principal
+  AND (retain_until IS NULL OR retain_until > :now);
+
+-- name: manifest_select_meta
+-- One manifest row without its body, unless past its retention.
+SELECT connection_id, principal, manifest IS NOT NULL, etag, config_hash, fence, fetched_at,
+       fresh_until, expires_at, cache_scope, truncated, error_code, error_message, error_at,
+       attempt_at
+FROM manifests
+WHERE connection_id = :connection_id AND principal = :principal
+  AND (retain_until IS NULL OR retain_until > :now);
+
+-- name: manifest_list_meta
+-- The maintenance walk: the next :limit rows after the cursor (connection_id, principal), in key
+-- order, without bodies.
+SELECT connection_id, principal, manifest IS NOT NULL, etag, config_hash, fence, fetched_at,
+       fresh_until, expires_at, cache_scope, truncated, error_code, error_message, error_at,
+       attempt_at
+FROM manifests
+WHERE (connection_id, principal) > (:after_connection_id, :after_principal)
+  AND (retain_until IS NULL OR retain_until > :now)
+ORDER BY connection_id, principal
+LIMIT :limit;
+
+-- name: manifests_purge_retained
+-- Rows past their retention (housekeeping of the maintenance walk).
+DELETE FROM manifests WHERE retain_until <= :now;
+
+-- name: connections_select
+SELECT id, config_hash, credential_mode, name, transport, updated_at FROM connections ORDER BY id;
+
+-- name: connection_select
+SELECT id, config_hash, credential_mode, name, transport, updated_at FROM connections
+WHERE id = :id;
+
+-- name: connection_upsert
+INSERT INTO connections (id, config_hash, credential_mode, name, transport, updated_at)
+VALUES (:id, :config_hash, :credential_mode, :name, :transport, :updated_at)
+ON CONFLICT (id) DO UPDATE SET
+  config_hash = excluded.config_hash, credential_mode = excluded.credential_mode,
+  name = excluded.name, transport = excluded.transport, updated_at = excluded.updated_at;
+
+-- name: connection_delete
+DELETE FROM connections WHERE id = :id;
+
+-- name: manifests_delete_unconfigured
+-- After a config sync: what names a connection that is no longer configured goes (the six
+-- statements below). Preferences stay: the user's choice outlives the connection.
+DELETE FROM manifests WHERE connection_id NOT IN (SELECT id FROM connections);
+
+-- name: leases_delete_unconfigured
+DELETE FROM leases WHERE connection_id NOT IN (SELECT id FROM connections);
+
+-- name: fences_delete_unconfigured
+DELETE FROM fences WHERE connection_id NOT IN (SELECT id FROM connections);
+
+-- name: gates_delete_unconfigured
+DELETE FROM revalidation_gates WHERE connection_id NOT IN (SELECT id FROM connections);
+
+-- name: grants_delete_unconfigured
+DELETE FROM grants WHERE connection_id NOT IN (SELECT id FROM connections);
+
+-- name: published_disabled_delete_unconfigured
+DELETE FROM published_disabled WHERE connection_id NOT IN (SELECT id FROM connections);
+
+-- name: grants_select_all
+SELECT principal, connection_id FROM grants ORDER BY principal, connection_id;
+
+-- name: grants_select_member
+SELECT connection_id FROM grants WHERE principal = :principal ORDER BY connection_id;
+
+-- name: grants_delete_member
+DELETE FROM grants WHERE principal = :principal;
+
+-- name: grant_insert
+INSERT OR IGNORE INTO grants (principal, connection_id) VALUES (:principal, :connection_id);
+
+-- name: published_disabled_select
+SELECT member FROM published_disabled WHERE connection_id = :connection_id ORDER BY member;
+
+-- name: published_disabled_delete
+DELETE FROM published_disabled WHERE connection_id = :connection_id;
+
+-- name: published_disabled_insert
+INSERT OR IGNORE INTO published_disabled (connection_id, member) VALUES (:connection_id, :member);
+
+-- name: epoch_bump
+UPDATE epoch SET value = value + 1 WHERE id = 1 RETURNING value;
+
+-- name: epoch_select
+SELECT value FROM epoch WHERE id = 1;
+
+-- name: revalidation_gate_take
+-- SET gate NX PX window: sqlite3_changes() == 1 when the gate was free (absent or expired) and is
+-- now taken until :until; 0 when it is still held.
+INSERT INTO revalidation_gates (connection_id, principal, until)
+VALUES (:connection_id, :principal, :until)
+ON CONFLICT (connection_id, principal) DO UPDATE SET until = excluded.until
+WHERE revalidation_gates.until <= :now;
+
+-- name: revalidation_gates_purge
+DELETE FROM revalidation_gates WHERE until <= :now;
+
+-- name: revalidation_enqueue
+INSERT INTO revalidation_queue (connection_id, principal, reason, at)
+VALUES (:connection_id, :principal, :reason, :at);
+
+-- name: revalidation_deliver
+-- XREADGROUP ... >: the oldest :limit requests no consumer has received, now pending for
+-- :consumer. RETURNING gives no order: the caller sorts by id.
+UPDATE revalidation_queue
+SET claimed_by = :consumer, claimed_at = :now
+WHERE id IN (SELECT id FROM revalidation_queue WHERE claimed_by IS NULL ORDER BY id LIMIT :limit)
+RETURNING id, connection_id, principal, reason, at;
+
+-- name: revalidation_claim_stale
+-- XAUTOCLAIM: the oldest :limit requests delivered at or before :idle_since and never
+-- acknowledged, now pending for :consumer.
+UPDATE revalidation_queue
+SET claimed_by = :consumer, claimed_at = :now
+WHERE id IN (SELECT id FROM revalidation_queue
+             WHERE claimed_at <= :idle_since ORDER BY id LIMIT :limit)
+RETURNING id, connection_id, principal, reason, at;
+
+-- name: revalidation_ack
+DELETE FROM revalidation_queue WHERE id = :id;
+
+-- name: replay_remember
+-- SET key NX PX ttl: sqlite3_changes() == 1 the first time :digest is seen (or once its previous
+-- sighting expired), 0 for a replay.
+INSERT INTO replay_guard (digest, until) VALUES (:digest, :until)
+ON CONFLICT (digest) DO UPDATE SET until = excluded.until WHERE replay_guard.until <= :now;
+
+-- name: replay_purge
+DELETE FROM replay_guard WHERE until <= :now;

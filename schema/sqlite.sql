@@ -131,9 +131,10 @@ CREATE TABLE IF NOT EXISTS fences (
   PRIMARY KEY (connection_id, principal)
 ) STRICT, WITHOUT ROWID;
 
--- quiver:{ns}:revalidate (stream, consumer group quiver-agents): revalidation requests. A request
--- is claimed by setting claimed_by/claimed_until and deleted when done (XACK); a claim past
--- claimed_until may be taken over (XAUTOCLAIM).
+-- quiver:{ns}:revalidate (stream, consumer group quiver-agents): revalidation requests. Delivering
+-- a request to a consumer sets claimed_by and claimed_at (XREADGROUP: it is pending from then on);
+-- acknowledging deletes it (XACK). A request claimed at least min_idle ago and not acknowledged
+-- belongs to a consumer that crashed or hangs: another consumer may take it over (XAUTOCLAIM).
 CREATE TABLE IF NOT EXISTS revalidation_queue (
   id            INTEGER PRIMARY KEY AUTOINCREMENT,
   connection_id TEXT NOT NULL
@@ -142,12 +143,12 @@ CREATE TABLE IF NOT EXISTS revalidation_queue (
   principal     TEXT NOT NULL CHECK (length(principal) >= 1),
   reason        TEXT NOT NULL CHECK (length(reason) BETWEEN 1 AND 64),
   at            INTEGER NOT NULL CHECK (at >= 0),
-  claimed_by    TEXT,
-  claimed_until INTEGER,
-  CHECK ((claimed_by IS NULL) = (claimed_until IS NULL))
+  claimed_by    TEXT CHECK (length(claimed_by) BETWEEN 1 AND 128),
+  claimed_at    INTEGER CHECK (claimed_at >= 0),
+  CHECK ((claimed_by IS NULL) = (claimed_at IS NULL))
 ) STRICT;
 
-CREATE INDEX IF NOT EXISTS revalidation_queue_by_claim ON revalidation_queue (claimed_until, id);
+CREATE INDEX IF NOT EXISTS revalidation_queue_by_claim ON revalidation_queue (claimed_at, id);
 
 -- quiver:{ns}:revalidate-gate:<cid>:<principal>: at most one queued request per key per window.
 CREATE TABLE IF NOT EXISTS revalidation_gates (
@@ -156,6 +157,26 @@ CREATE TABLE IF NOT EXISTS revalidation_gates (
   until         INTEGER NOT NULL CHECK (until >= 0),
   PRIMARY KEY (connection_id, principal)
 ) STRICT, WITHOUT ROWID;
+
+-- quiver:{ns}:disabled:<cid>: the disabled overlay as last published (members `<type>:<key>`).
+-- Readers use this copy, as the edge reads the Redis set; it is replaced whole by each publish
+-- (the disabled_capabilities view above is what gets published).
+CREATE TABLE IF NOT EXISTS published_disabled (
+  connection_id TEXT NOT NULL
+                CHECK (length(connection_id) BETWEEN 1 AND 128
+                       AND connection_id NOT GLOB '*[^A-Za-z0-9._-]*'),
+  member        TEXT NOT NULL CHECK (instr(member, ':') > 1),
+  PRIMARY KEY (connection_id, member)
+) STRICT, WITHOUT ROWID;
+
+-- Webhook replay guard: the SHA-256 hex of every key seen, until its time to live runs out (the
+-- Redis store's SET NX PX). A key seen again before `until` is a replay.
+CREATE TABLE IF NOT EXISTS replay_guard (
+  digest TEXT PRIMARY KEY CHECK (length(digest) = 64 AND digest NOT GLOB '*[^0-9a-f]*'),
+  until  INTEGER NOT NULL CHECK (until >= 0)
+) STRICT, WITHOUT ROWID;
+
+CREATE INDEX IF NOT EXISTS replay_guard_by_until ON replay_guard (until);
 
 -- quiver:{ns}:epoch: bumped on every commit, grant or preference change.
 CREATE TABLE IF NOT EXISTS epoch (

@@ -1,0 +1,1086 @@
+#include "native-agent/sqlite_store.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include <sqlite3.h>
+
+#include "shared/schema_assets.h"
+#include "shared/sha256.h"
+#include "shared/sql_queries.h"
+
+namespace quiver {
+
+namespace {
+
+// The schema version this agent writes (schema/sqlite.sql's PRAGMA user_version).
+constexpr int kSchemaVersion = 1;
+
+Error invalid(std::string message) {
+  return Error(ErrorCode::kInvalidArgument, std::move(message));
+}
+
+// As shared/lease.h cuts a failure message: at most kMaxErrorMessageBytes, at a UTF-8 boundary.
+std::string cut_utf8(const std::string& s, std::size_t max) {
+  if (s.size() <= max) return s;
+  std::size_t end = max;
+  while (end > 0 && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80) --end;
+  return s.substr(0, end);
+}
+
+bool parse_row_id(std::string_view text, int64_t* out) {
+  if (text.empty() || text.size() > 18) return false;
+  int64_t v = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + (c - '0');
+  }
+  *out = v;
+  return true;
+}
+
+}  // namespace
+
+namespace sqlite_store_internal {
+
+// The store's state; SqliteStore::Impl is this, named here so the helpers below can take it.
+struct Db {
+  SqliteStoreOptions options;
+  sqlite3* db = nullptr;
+  std::mutex mu;
+  std::map<std::string, sqlite3_stmt*, std::less<>> statements;
+  // The Redis key builders validate ids, and the lease.h command builders validate every argument
+  // of a lease step; running them (and discarding the argv) gives both stores the same checks.
+  RedisKeys validation_keys = *RedisKeys::create();
+
+  ~Db() {
+    for (auto& [name, stmt] : statements) sqlite3_finalize(stmt);
+    if (db != nullptr) sqlite3_close(db);
+  }
+
+  Error sql_error(int rc, std::string_view what) const {
+    int primary = rc & 0xff;
+    ErrorCode code = ErrorCode::kInternal;
+    if (primary == SQLITE_BUSY || primary == SQLITE_LOCKED || primary == SQLITE_IOERR ||
+        primary == SQLITE_FULL || primary == SQLITE_CANTOPEN || primary == SQLITE_READONLY ||
+        primary == SQLITE_PROTOCOL || primary == SQLITE_NOTADB || primary == SQLITE_CORRUPT) {
+      code = ErrorCode::kUnavailable;
+    }
+    std::string detail = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    return Error(code, "sqlite " + options.path + ": " + std::string(what) + ": " + detail);
+  }
+
+  Status exec(const char* sql, std::string_view what) {
+    int rc = sqlite3_exec(db, sql, nullptr, nullptr, nullptr);
+    if (rc != SQLITE_OK) return sql_error(rc, what);
+    return Status::Ok();
+  }
+
+  Result<sqlite3_stmt*> prepared(std::string_view name) {
+    auto it = statements.find(name);
+    if (it != statements.end()) return it->second;
+    std::string_view sql = sql_query(name);
+    if (sql.empty()) {
+      return Error(ErrorCode::kInternal,
+                   "schema/sqlite-queries.sql has no statement '" + std::string(name) + "'");
+    }
+    sqlite3_stmt* stmt = nullptr;
+    int rc = sqlite3_prepare_v2(db, sql.data(), static_cast<int>(sql.size()), &stmt, nullptr);
+    if (rc != SQLITE_OK) return sql_error(rc, "preparing " + std::string(name));
+    statements.emplace(std::string(name), stmt);
+    return stmt;
+  }
+
+  Result<LeaseKeys> lease_keys(std::string_view cid, const Principal& principal) const {
+    Result<std::string> manifest = validation_keys.manifest(cid, principal);
+    if (!manifest.ok()) return manifest.error();
+    return LeaseKeys{*manifest, *validation_keys.lease(cid, principal),
+                     *validation_keys.fence(cid, principal), *validation_keys.conn(cid),
+                     validation_keys.epoch()};
+  }
+};
+
+}  // namespace sqlite_store_internal
+
+struct SqliteStore::Impl : sqlite_store_internal::Db {};
+
+using sqlite_store_internal::Db;
+
+namespace {
+
+// One run of a cached named statement: bind by parameter name, step, read columns. Resets the
+// statement when done. A failure to prepare or bind is kept and reported by the first step.
+class Query {
+ public:
+  Query(Db& impl, std::string_view name) : impl_(impl), name_(name) {
+    Result<sqlite3_stmt*> s = impl.prepared(name);
+    if (s.ok()) {
+      stmt_ = *s;
+    } else {
+      status_ = s.error();
+    }
+  }
+  ~Query() {
+    if (stmt_ != nullptr) {
+      sqlite3_reset(stmt_);
+      sqlite3_clear_bindings(stmt_);
+    }
+  }
+  Query(const Query&) = delete;
+  Query& operator=(const Query&) = delete;
+
+  Query& text(const char* param, std::string_view value) {
+    if (int i = index(param); i > 0) {
+      check(sqlite3_bind_text(stmt_, i, value.data(), static_cast<int>(value.size()),
+                              SQLITE_TRANSIENT));
+    }
+    return *this;
+  }
+  Query& integer(const char* param, int64_t value) {
+    if (int i = index(param); i > 0) check(sqlite3_bind_int64(stmt_, i, value));
+    return *this;
+  }
+  Query& null(const char* param) {
+    if (int i = index(param); i > 0) check(sqlite3_bind_null(stmt_, i));
+    return *this;
+  }
+  Query& text_or_null(const char* param, std::string_view value) {
+    return value.empty() ? null(param) : text(param, value);
+  }
+
+  // True when a row is ready, false when the statement is done.
+  Result<bool> step() {
+    if (!status_.ok()) return status_.error();
+    int rc = sqlite3_step(stmt_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    status_ = impl_.sql_error(rc, name_);
+    return status_.error();
+  }
+  // Runs to completion; the number of rows changed.
+  Result<int> run() {
+    for (;;) {
+      Result<bool> row = step();
+      if (!row.ok()) return row.error();
+      if (!*row) return sqlite3_changes(impl_.db);
+    }
+  }
+
+  bool is_null(int col) const { return sqlite3_column_type(stmt_, col) == SQLITE_NULL; }
+  int64_t integer_at(int col) const { return sqlite3_column_int64(stmt_, col); }
+  std::string text_at(int col) const {
+    const unsigned char* t = sqlite3_column_text(stmt_, col);
+    if (t == nullptr) return {};
+    return std::string(reinterpret_cast<const char*>(t),
+                       static_cast<std::size_t>(sqlite3_column_bytes(stmt_, col)));
+  }
+
+ private:
+  int index(const char* param) {
+    if (!status_.ok()) return 0;
+    int i = sqlite3_bind_parameter_index(stmt_, param);
+    if (i == 0) {
+      status_ = Error(ErrorCode::kInternal, "statement " + name_ + " has no parameter " + param);
+    }
+    return i;
+  }
+  void check(int rc) {
+    if (rc != SQLITE_OK && status_.ok()) status_ = impl_.sql_error(rc, "binding " + name_);
+  }
+
+  Db& impl_;
+  std::string name_;
+  sqlite3_stmt* stmt_ = nullptr;
+  Status status_;
+};
+
+// BEGIN IMMEDIATE ... COMMIT, rolled back unless committed. IMMEDIATE takes the write lock up front
+// (waiting up to the busy timeout), so the reads inside see what the writes will be applied to.
+class Transaction {
+ public:
+  explicit Transaction(Db& impl) : impl_(impl) {
+    begun_ = impl.exec("BEGIN IMMEDIATE", "begin transaction");
+    active_ = begun_.ok();
+  }
+  ~Transaction() {
+    if (active_) (void)impl_.exec("ROLLBACK", "rollback");
+  }
+  Transaction(const Transaction&) = delete;
+  Transaction& operator=(const Transaction&) = delete;
+
+  const Status& begun() const { return begun_; }
+  Status commit() {
+    Status s = impl_.exec("COMMIT", "commit");
+    if (s.ok()) active_ = false;
+    return s;
+  }
+
+ private:
+  Db& impl_;
+  Status begun_;
+  bool active_ = false;
+};
+
+// The columns of manifest_select_meta / manifest_list_meta (and the first 15 of manifest_select).
+Result<ManifestMeta> meta_from_row(const Query& q) {
+  ManifestMeta m;
+  m.connection_id = q.text_at(0);
+  Result<Principal> p = Principal::parse(q.text_at(1));
+  if (!p.ok()) {
+    return Error(ErrorCode::kInvalidReply, "manifest row " + m.connection_id + ": bad principal");
+  }
+  m.principal = *p;
+  m.has_data = q.integer_at(2) != 0;
+  m.etag = q.text_at(3);
+  m.config_hash = q.text_at(4);
+  m.fence = q.integer_at(5);
+  m.fetched_at_ms = q.integer_at(6);
+  m.fresh_until_ms = q.integer_at(7);
+  m.expires_at_ms = q.integer_at(8);
+  m.cache_scope = q.text_at(9);
+  m.truncated = q.integer_at(10) != 0;
+  m.error_code = q.text_at(11);
+  m.error_message = q.text_at(12);
+  m.error_at_ms = q.integer_at(13);
+  if (!q.is_null(14)) m.attempt_at_ms = q.integer_at(14);
+  return m;
+}
+
+ConnectionRecord record_from_row(const Query& q) {
+  ConnectionRecord r;
+  r.id = q.text_at(0);
+  r.config_hash = q.text_at(1);
+  r.credential_mode = credential_mode_from_string(q.text_at(2));
+  r.name = q.text_at(3);
+  r.transport = q.text_at(4);
+  r.updated_at_ms = q.integer_at(5);
+  return r;
+}
+
+Query& bind_key(Query& q, std::string_view cid, const Principal& principal) {
+  return q.text(":connection_id", cid).text(":principal", principal.str());
+}
+
+}  // namespace
+
+Result<std::unique_ptr<SqliteStore>> SqliteStore::open(SqliteStoreOptions options) {
+  if (options.path.empty()) return invalid("sqlite store: no database file given");
+  if (!options.now_ms) return invalid("sqlite store: no clock");
+  if (options.busy_timeout_ms < 0 || options.poll_interval_ms <= 0) {
+    return invalid("sqlite store: busy_timeout must be >= 0 and poll_interval positive");
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->options = std::move(options);
+  Impl& s = *impl;
+  int rc =
+      sqlite3_open_v2(s.options.path.c_str(), &s.db,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    Error e = s.sql_error(rc, "open");
+    e.code = ErrorCode::kUnavailable;
+    return e;
+  }
+  sqlite3_extended_result_codes(s.db, 1);
+  sqlite3_busy_timeout(
+      s.db, static_cast<int>(std::min<int64_t>(s.options.busy_timeout_ms, 1'000'000'000)));
+  {
+    sqlite3_stmt* stmt = nullptr;
+    std::string mode;
+    rc = sqlite3_prepare_v2(s.db, "PRAGMA journal_mode=WAL", -1, &stmt, nullptr);
+    if (rc == SQLITE_OK && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+      const unsigned char* t = sqlite3_column_text(stmt, 0);
+      mode = t != nullptr ? reinterpret_cast<const char*>(t) : "";
+      rc = SQLITE_OK;
+    }
+    sqlite3_finalize(stmt);
+    if (rc != SQLITE_OK) return s.sql_error(rc, "setting journal_mode=WAL");
+    if (mode != "wal" && s.options.path != ":memory:") {
+      return Error(
+          ErrorCode::kUnavailable,
+          "sqlite " + s.options.path + ": the file cannot be put in WAL mode (" + mode + ")");
+    }
+  }
+  if (Status st = s.exec("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON", "pragmas");
+      !st.ok()) {
+    return st.error();
+  }
+  {
+    sqlite3_stmt* stmt = nullptr;
+    int version = 0;
+    rc = sqlite3_prepare_v2(s.db, "PRAGMA user_version", -1, &stmt, nullptr);
+    if (rc == SQLITE_OK && sqlite3_step(stmt) == SQLITE_ROW) version = sqlite3_column_int(stmt, 0);
+    sqlite3_finalize(stmt);
+    if (version > kSchemaVersion) {
+      return Error(ErrorCode::kInvalidArgument,
+                   "sqlite " + s.options.path + ": schema version " + std::to_string(version) +
+                       " is newer than this agent's (" + std::to_string(kSchemaVersion) + ")");
+    }
+  }
+  std::string ddl = "BEGIN IMMEDIATE;\n" + std::string(schema_asset("sqlite.sql")) + "\nCOMMIT;";
+  char* message = nullptr;
+  rc = sqlite3_exec(s.db, ddl.c_str(), nullptr, nullptr, &message);
+  if (rc != SQLITE_OK) {
+    std::string detail = message != nullptr ? message : sqlite3_errstr(rc);
+    sqlite3_free(message);
+    (void)s.exec("ROLLBACK", "rollback");
+    Error e = s.sql_error(rc, "applying schema/sqlite.sql");
+    e.message = "sqlite " + s.options.path + ": applying schema/sqlite.sql: " + detail;
+    return e;
+  }
+  return std::unique_ptr<SqliteStore>(new SqliteStore(std::move(impl)));
+}
+
+SqliteStore::SqliteStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+SqliteStore::~SqliteStore() = default;
+
+std::string SqliteStore::describe() const { return "sqlite:" + impl_->options.path; }
+
+Status SqliteStore::health() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Query q(*impl_, "epoch_select");
+  Result<bool> row = q.step();
+  if (!row.ok()) return row.error();
+  if (!*row) return Error(ErrorCode::kInternal, "sqlite " + impl_->options.path + ": no epoch row");
+  return Status::Ok();
+}
+
+// ---- leases ------------------------------------------------------------------------------------
+
+namespace {
+
+struct Holder {
+  std::string token;
+  int64_t fence = 0;
+  int64_t expires_at = 0;
+};
+
+Result<std::optional<Holder>> live_holder(Db& impl, std::string_view cid,
+                                          const Principal& principal, int64_t now) {
+  Query q(impl, "lease_select_live");
+  bind_key(q, cid, principal).integer(":now", now);
+  Result<bool> row = q.step();
+  if (!row.ok()) return row.error();
+  if (!*row) return std::optional<Holder>();
+  return std::optional<Holder>(Holder{q.text_at(0), q.integer_at(1), q.integer_at(2)});
+}
+
+Result<std::optional<int64_t>> fence_counter(Db& impl, std::string_view cid,
+                                             const Principal& principal) {
+  Query q(impl, "fence_select");
+  bind_key(q, cid, principal);
+  Result<bool> row = q.step();
+  if (!row.ok()) return row.error();
+  if (!*row) return std::optional<int64_t>();
+  return std::optional<int64_t>(q.integer_at(0));
+}
+
+Status purge_expired_manifest(Db& impl, std::string_view cid, const Principal& principal,
+                              int64_t now) {
+  Query q(impl, "manifest_purge_one");
+  bind_key(q, cid, principal).integer(":now", now);
+  Result<int> r = q.run();
+  return r.ok() ? Status::Ok() : Status(r.error());
+}
+
+// The checks of manifest_commit.lua / manifest_fail.lua, in their order. kOk: the write may go.
+Result<FencedWriteResult> fenced_check(Db& impl, std::string_view cid, const Principal& principal,
+                                       const Lease& lease, const std::string& config_hash,
+                                       int64_t now) {
+  FencedWriteResult out;
+  Result<std::optional<Holder>> holder = live_holder(impl, cid, principal, now);
+  if (!holder.ok()) return holder.error();
+  Result<std::optional<int64_t>> counter = fence_counter(impl, cid, principal);
+  if (!counter.ok()) return counter.error();
+  bool holds =
+      holder->has_value() && (*holder)->token == lease.token && (*holder)->fence == lease.fence;
+  if (!holds) {
+    if (counter->has_value() && **counter > lease.fence) {
+      out.outcome = LeaseOutcome::kStaleFence;
+      out.current_fence = **counter;
+    } else {
+      out.outcome = LeaseOutcome::kLeaseLost;
+    }
+    return out;
+  }
+  if (!counter->has_value() || **counter != lease.fence) {
+    out.outcome = LeaseOutcome::kStaleFence;
+    out.current_fence = counter->value_or(0);
+    return out;
+  }
+  Query conn(impl, "connection_select");
+  conn.text(":id", cid);
+  Result<bool> row = conn.step();
+  if (!row.ok()) return row.error();
+  if (!*row) {
+    out.outcome = LeaseOutcome::kConnectionRemoved;
+  } else if (conn.text_at(1) != config_hash) {
+    out.outcome = LeaseOutcome::kConfigChanged;
+  } else {
+    out.outcome = LeaseOutcome::kOk;
+  }
+  return out;
+}
+
+Result<int64_t> bump_epoch_locked(Db& impl) {
+  Query q(impl, "epoch_bump");
+  Result<bool> row = q.step();
+  if (!row.ok()) return row.error();
+  if (!*row) return Error(ErrorCode::kInternal, "sqlite: the epoch row is missing");
+  int64_t epoch = q.integer_at(0);
+  Result<bool> done = q.step();
+  if (!done.ok()) return done.error();
+  return epoch;
+}
+
+Status drop_lease(Db& impl, std::string_view cid, const Principal& principal) {
+  Query q(impl, "lease_delete");
+  bind_key(q, cid, principal);
+  Result<int> r = q.run();
+  return r.ok() ? Status::Ok() : Status(r.error());
+}
+
+}  // namespace
+
+Result<AcquireResult> SqliteStore::acquire_lease(std::string_view cid, const Principal& principal,
+                                                 std::string_view token, int64_t lease_ms) {
+  Result<LeaseKeys> keys = impl_->lease_keys(cid, principal);
+  if (!keys.ok()) return keys.error();
+  if (Result<RedisCommand> c = acquire_lease_command(*keys, token, lease_ms); !c.ok()) {
+    return c.error();
+  }
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Impl& s = *impl_;
+  int64_t now = s.options.now_ms();
+  Transaction tx(s);
+  if (!tx.begun().ok()) return tx.begun().error();
+  if (Status st = purge_expired_manifest(s, cid, principal, now); !st.ok()) return st.error();
+  Result<std::optional<Holder>> holder = live_holder(s, cid, principal, now);
+  if (!holder.ok()) return holder.error();
+  AcquireResult out;
+  if (holder->has_value()) {
+    out.holder_remaining_ms = (*holder)->expires_at - now;
+    out.holder_fence = (*holder)->fence;
+    return out;  // nothing written: the rollback ends the transaction
+  }
+  Result<std::optional<int64_t>> counter = fence_counter(s, cid, principal);
+  if (!counter.ok()) return counter.error();
+  int64_t fence = counter->value_or(0) + 1;
+  {
+    // Past the fence of the last committed manifest, should the counter have been lost.
+    Query committed(s, "manifest_select_fence");
+    bind_key(committed, cid, principal);
+    Result<bool> row = committed.step();
+    if (!row.ok()) return row.error();
+    if (*row && !committed.is_null(0) && committed.integer_at(0) >= fence) {
+      fence = committed.integer_at(0) + 1;
+    }
+  }
+  {
+    Query set(s, "fence_set");
+    bind_key(set, cid, principal).integer(":fence", fence);
+    if (Result<int> r = set.run(); !r.ok()) return r.error();
+  }
+  {
+    Query grant(s, "lease_upsert");
+    bind_key(grant, cid, principal)
+        .text(":token", token)
+        .integer(":fence", fence)
+        .integer(":expires_at", now + lease_ms);
+    if (Result<int> r = grant.run(); !r.ok()) return r.error();
+  }
+  if (Status st = tx.commit(); !st.ok()) return st.error();
+  out.acquired = true;
+  out.lease = Lease{fence, std::string(token)};
+  return out;
+}
+
+Result<LeaseOutcome> SqliteStore::renew_lease(std::string_view cid, const Principal& principal,
+                                              const Lease& lease, int64_t lease_ms) {
+  Result<LeaseKeys> keys = impl_->lease_keys(cid, principal);
+  if (!keys.ok()) return keys.error();
+  if (Result<RedisCommand> c = renew_lease_command(*keys, lease, lease_ms); !c.ok()) {
+    return c.error();
+  }
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  int64_t now = impl_->options.now_ms();
+  Query q(*impl_, "lease_extend");
+  bind_key(q, cid, principal)
+      .text(":token", lease.token)
+      .integer(":fence", lease.fence)
+      .integer(":now", now)
+      .integer(":expires_at", now + lease_ms);
+  Result<int> changed = q.run();
+  if (!changed.ok()) return changed.error();
+  return *changed == 1 ? LeaseOutcome::kOk : LeaseOutcome::kLeaseLost;
+}
+
+Result<LeaseOutcome> SqliteStore::release_lease(std::string_view cid, const Principal& principal,
+                                                const Lease& lease) {
+  Result<LeaseKeys> keys = impl_->lease_keys(cid, principal);
+  if (!keys.ok()) return keys.error();
+  if (Result<RedisCommand> c = release_lease_command(*keys, lease); !c.ok()) return c.error();
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Query q(*impl_, "lease_delete_held");
+  bind_key(q, cid, principal)
+      .text(":token", lease.token)
+      .integer(":fence", lease.fence)
+      .integer(":now", impl_->options.now_ms());
+  Result<int> changed = q.run();
+  if (!changed.ok()) return changed.error();
+  return *changed == 1 ? LeaseOutcome::kOk : LeaseOutcome::kLeaseLost;
+}
+
+// ---- fenced writes -----------------------------------------------------------------------------
+
+Result<FencedWriteResult> SqliteStore::commit_manifest(std::string_view cid,
+                                                       const Principal& principal,
+                                                       const Lease& lease,
+                                                       const ManifestWrite& write,
+                                                       const FencedWriteOptions& options) {
+  Result<LeaseKeys> keys = impl_->lease_keys(cid, principal);
+  if (!keys.ok()) return keys.error();
+  if (Result<RedisCommand> c = commit_manifest_command(*keys, lease, write, options); !c.ok()) {
+    return c.error();
+  }
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Impl& s = *impl_;
+  int64_t now = s.options.now_ms();
+  Transaction tx(s);
+  if (!tx.begun().ok()) return tx.begun().error();
+  if (Status st = purge_expired_manifest(s, cid, principal, now); !st.ok()) return st.error();
+  Result<FencedWriteResult> check = fenced_check(s, cid, principal, lease, write.config_hash, now);
+  if (!check.ok() || !check->ok()) return check;  // a refusal writes nothing
+  {
+    Query q(s, "manifest_commit");
+    bind_key(q, cid, principal)
+        .text(":manifest", write.manifest)
+        .text(":etag", write.etag)
+        .text(":config_hash", write.config_hash)
+        .integer(":fence", lease.fence)
+        .integer(":fetched_at", write.fetched_at_ms)
+        .integer(":fresh_until", write.fresh_until_ms)
+        .integer(":expires_at", write.expires_at_ms)
+        .text_or_null(":cache_scope", write.cache_scope)
+        .integer(":truncated", write.truncated ? 1 : 0)
+        .integer(":retain_until", now + options.retention_ms);
+    if (Result<int> r = q.run(); !r.ok()) return r.error();
+  }
+  Result<int64_t> epoch = bump_epoch_locked(s);
+  if (!epoch.ok()) return epoch.error();
+  if (options.release_lease) {
+    if (Status st = drop_lease(s, cid, principal); !st.ok()) return st.error();
+  }
+  if (Status st = tx.commit(); !st.ok()) return st.error();
+  FencedWriteResult out;
+  out.outcome = LeaseOutcome::kOk;
+  out.epoch = *epoch;
+  return out;
+}
+
+Result<FencedWriteResult> SqliteStore::record_failure(std::string_view cid,
+                                                      const Principal& principal,
+                                                      const Lease& lease,
+                                                      const RefreshFailure& failure,
+                                                      const FencedWriteOptions& options) {
+  Result<LeaseKeys> keys = impl_->lease_keys(cid, principal);
+  if (!keys.ok()) return keys.error();
+  if (Result<RedisCommand> c = record_failure_command(*keys, lease, failure, options); !c.ok()) {
+    return c.error();
+  }
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Impl& s = *impl_;
+  int64_t now = s.options.now_ms();
+  Transaction tx(s);
+  if (!tx.begun().ok()) return tx.begun().error();
+  if (Status st = purge_expired_manifest(s, cid, principal, now); !st.ok()) return st.error();
+  Result<FencedWriteResult> check =
+      fenced_check(s, cid, principal, lease, failure.config_hash, now);
+  if (!check.ok() || !check->ok()) return check;
+  {
+    Query q(s, "manifest_record_failure");
+    bind_key(q, cid, principal)
+        .text(":error_code", failure.error_code)
+        .text(":error_message", cut_utf8(failure.error_message, kMaxErrorMessageBytes))
+        .integer(":error_at", failure.error_at_ms)
+        .integer(":attempt_at", failure.attempt_at_ms)
+        .integer(":retain_until", now + options.retention_ms);
+    if (Result<int> r = q.run(); !r.ok()) return r.error();
+  }
+  if (options.release_lease) {
+    if (Status st = drop_lease(s, cid, principal); !st.ok()) return st.error();
+  }
+  if (Status st = tx.commit(); !st.ok()) return st.error();
+  return check;
+}
+
+// ---- manifest reads ----------------------------------------------------------------------------
+
+Result<std::optional<ManifestMeta>> SqliteStore::read_manifest_meta(std::string_view cid,
+                                                                    const Principal& principal) {
+  if (Result<LeaseKeys> keys = impl_->lease_keys(cid, principal); !keys.ok()) {
+    return keys.error();
+  }
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Query q(*impl_, "manifest_select_meta");
+  bind_key(q, cid, principal).integer(":now", impl_->options.now_ms());
+  Result<bool> row = q.step();
+  if (!row.ok()) return row.error();
+  if (!*row) return std::optional<ManifestMeta>();
+  Result<ManifestMeta> meta = meta_from_row(q);
+  if (!meta.ok()) return meta.error();
+  return std::optional<ManifestMeta>(std::move(meta).value());
+}
+
+Result<std::optional<StoredManifest>> SqliteStore::read_manifest(std::string_view cid,
+                                                                 const Principal& principal) {
+  if (Result<LeaseKeys> keys = impl_->lease_keys(cid, principal); !keys.ok()) {
+    return keys.error();
+  }
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Query q(*impl_, "manifest_select");
+  bind_key(q, cid, principal).integer(":now", impl_->options.now_ms());
+  Result<bool> row = q.step();
+  if (!row.ok()) return row.error();
+  if (!*row) return std::optional<StoredManifest>();
+  Result<ManifestMeta> meta = meta_from_row(q);
+  if (!meta.ok()) return meta.error();
+  StoredManifest out{std::move(meta).value(), q.text_at(15)};
+  return std::optional<StoredManifest>(std::move(out));
+}
+
+Result<ManifestPage> SqliteStore::list_manifest_metas(std::string_view cursor, std::size_t batch) {
+  if (batch == 0) return invalid("list_manifest_metas: batch must be at least 1");
+  std::string after_cid;
+  std::string after_principal;
+  if (!cursor.empty()) {
+    std::size_t space = cursor.find(' ');
+    if (space == std::string_view::npos || !validate_connection_id(cursor.substr(0, space)).ok() ||
+        !Principal::parse(cursor.substr(space + 1)).ok()) {
+      return invalid("list_manifest_metas: malformed cursor");
+    }
+    after_cid = std::string(cursor.substr(0, space));
+    after_principal = std::string(cursor.substr(space + 1));
+  }
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Impl& s = *impl_;
+  int64_t now = s.options.now_ms();
+  if (cursor.empty()) {
+    // A new walk: housekeeping of rows whose time ran out (Redis drops such keys by itself).
+    Transaction tx(s);
+    if (!tx.begun().ok()) return tx.begun().error();
+    for (const char* purge : {"manifests_purge_retained", "revalidation_gates_purge"}) {
+      Query q(s, purge);
+      if (Result<int> r = q.integer(":now", now).run(); !r.ok()) return r.error();
+    }
+    if (Status st = tx.commit(); !st.ok()) return st.error();
+  }
+  ManifestPage page;
+  Query q(s, "manifest_list_meta");
+  q.text(":after_connection_id", after_cid)
+      .text(":after_principal", after_principal)
+      .integer(":now", now)
+      .integer(":limit", static_cast<int64_t>(std::min<std::size_t>(batch, 1'000'000)));
+  std::string last;
+  std::size_t rows = 0;
+  for (;;) {
+    Result<bool> row = q.step();
+    if (!row.ok()) return row.error();
+    if (!*row) break;
+    ++rows;
+    last = q.text_at(0) + " " + q.text_at(1);
+    Result<ManifestMeta> meta = meta_from_row(q);
+    if (meta.ok()) {
+      page.metas.push_back(std::move(meta).value());
+    } else {
+      page.unreadable.push_back(meta.error().message);
+    }
+  }
+  if (rows == batch) page.next_cursor = last;
+  return page;
+}
+
+// ---- connection records, grants, overlays, epoch -----------------------------------------------
+
+Result<ConnectionSync> SqliteStore::sync_connections(const std::vector<ConnectionRecord>& records) {
+  std::map<std::string, const ConnectionRecord*> wanted;
+  for (const ConnectionRecord& r : records) {
+    if (Status st = validate_connection_record(r); !st.ok()) return st.error();
+    if (!wanted.emplace(r.id, &r).second) {
+      return invalid("sync_connections: connection '" + r.id + "' appears twice");
+    }
+  }
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Impl& s = *impl_;
+  Transaction tx(s);
+  if (!tx.begun().ok()) return tx.begun().error();
+  std::map<std::string, ConnectionRecord> current;
+  {
+    Query q(s, "connections_select");
+    for (;;) {
+      Result<bool> row = q.step();
+      if (!row.ok()) return row.error();
+      if (!*row) break;
+      ConnectionRecord r = record_from_row(q);
+      current.emplace(r.id, std::move(r));
+    }
+  }
+  ConnectionSync sync;
+  for (const auto& [id, record] : current) {
+    if (wanted.count(id) != 0) continue;
+    sync.removed.push_back(id);
+    Query q(s, "connection_delete");
+    if (Result<int> r = q.text(":id", id).run(); !r.ok()) return r.error();
+  }
+  for (const auto& [id, want] : wanted) {
+    auto it = current.find(id);
+    if (it != current.end() && it->second.same_config(*want)) continue;
+    (it == current.end() ? sync.added : sync.changed).push_back(id);
+    Query q(s, "connection_upsert");
+    q.text(":id", id)
+        .text(":config_hash", want->config_hash)
+        .text(":credential_mode", credential_mode_name(want->credential_mode))
+        .text(":name", want->name)
+        .text(":transport", want->transport)
+        .integer(":updated_at", want->updated_at_ms);
+    if (Result<int> r = q.run(); !r.ok()) return r.error();
+  }
+  int cleaned = 0;
+  for (const char* cleanup :
+       {"manifests_delete_unconfigured", "leases_delete_unconfigured", "fences_delete_unconfigured",
+        "gates_delete_unconfigured", "grants_delete_unconfigured",
+        "published_disabled_delete_unconfigured"}) {
+    Query q(s, cleanup);
+    Result<int> r = q.run();
+    if (!r.ok()) return r.error();
+    cleaned += *r;
+  }
+  if (sync.any() || cleaned > 0) {
+    if (Result<int64_t> e = bump_epoch_locked(s); !e.ok()) return e.error();
+  }
+  if (Status st = tx.commit(); !st.ok()) return st.error();
+  return sync;
+}
+
+Result<std::vector<ConnectionRecord>> SqliteStore::list_connections() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Query q(*impl_, "connections_select");
+  std::vector<ConnectionRecord> out;
+  for (;;) {
+    Result<bool> row = q.step();
+    if (!row.ok()) return row.error();
+    if (!*row) break;
+    out.push_back(record_from_row(q));
+  }
+  return out;
+}
+
+Result<std::optional<ConnectionRecord>> SqliteStore::read_connection(std::string_view cid) {
+  if (Status st = validate_connection_id(cid); !st.ok()) return st.error();
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Query q(*impl_, "connection_select");
+  q.text(":id", cid);
+  Result<bool> row = q.step();
+  if (!row.ok()) return row.error();
+  if (!*row) return std::optional<ConnectionRecord>();
+  return std::optional<ConnectionRecord>(record_from_row(q));
+}
+
+Result<GrantSync> SqliteStore::sync_grants(const GrantMap& grants) {
+  for (const auto& [member, cids] : grants) {
+    if (Status st = validate_member_id(member); !st.ok()) return st.error();
+    for (const std::string& cid : cids) {
+      if (Status st = validate_connection_id(cid); !st.ok()) return st.error();
+    }
+  }
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Impl& s = *impl_;
+  Transaction tx(s);
+  if (!tx.begun().ok()) return tx.begun().error();
+  std::map<std::string, std::set<std::string>> current;  // member id → cids
+  {
+    Query q(s, "grants_select_all");
+    for (;;) {
+      Result<bool> row = q.step();
+      if (!row.ok()) return row.error();
+      if (!*row) break;
+      Result<Principal> p = Principal::parse(q.text_at(0));
+      if (!p.ok() || p->is_shared()) continue;  // the CHECK rules this out
+      current[std::string(p->member_id())].insert(q.text_at(1));
+    }
+  }
+  std::set<std::string> members;
+  for (const auto& [m, cids] : current) members.insert(m);
+  for (const auto& [m, cids] : grants) members.insert(m);
+  GrantSync sync;
+  static const std::set<std::string> kNone;
+  for (const std::string& member : members) {
+    auto want = grants.find(member);
+    const std::set<std::string>& desired = want == grants.end() ? kNone : want->second;
+    auto have = current.find(member);
+    if ((have == current.end() ? kNone : have->second) == desired) continue;
+    sync.changed_members.push_back(member);
+    std::string principal = Principal::member(member)->str();
+    Query del(s, "grants_delete_member");
+    if (Result<int> r = del.text(":principal", principal).run(); !r.ok()) return r.error();
+    for (const std::string& cid : desired) {
+      Query ins(s, "grant_insert");
+      if (Result<int> r = ins.text(":principal", principal).text(":connection_id", cid).run();
+          !r.ok()) {
+        return r.error();
+      }
+    }
+  }
+  if (!sync.changed_members.empty()) {
+    if (Result<int64_t> e = bump_epoch_locked(s); !e.ok()) return e.error();
+  }
+  if (Status st = tx.commit(); !st.ok()) return st.error();
+  return sync;
+}
+
+Result<std::set<std::string>> SqliteStore::read_grants(std::string_view member_id) {
+  Result<Principal> p = Principal::member(member_id);
+  if (!p.ok()) return p.error();
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Query q(*impl_, "grants_select_member");
+  q.text(":principal", p->str());
+  std::set<std::string> out;
+  for (;;) {
+    Result<bool> row = q.step();
+    if (!row.ok()) return row.error();
+    if (!*row) break;
+    out.insert(q.text_at(0));
+  }
+  return out;
+}
+
+Result<int64_t> SqliteStore::publish_disabled(std::string_view cid,
+                                              const DisabledOverlay& overlay) {
+  if (Status st = validate_connection_id(cid); !st.ok()) return st.error();
+  for (const std::string& member : overlay) {
+    if (Status st = validate_overlay_member(member); !st.ok()) return st.error();
+  }
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Impl& s = *impl_;
+  Transaction tx(s);
+  if (!tx.begun().ok()) return tx.begun().error();
+  {
+    Query del(s, "published_disabled_delete");
+    if (Result<int> r = del.text(":connection_id", cid).run(); !r.ok()) return r.error();
+  }
+  for (const std::string& member : overlay) {
+    Query ins(s, "published_disabled_insert");
+    if (Result<int> r = ins.text(":connection_id", cid).text(":member", member).run(); !r.ok()) {
+      return r.error();
+    }
+  }
+  Result<int64_t> epoch = bump_epoch_locked(s);
+  if (!epoch.ok()) return epoch.error();
+  if (Status st = tx.commit(); !st.ok()) return st.error();
+  return epoch;
+}
+
+Result<DisabledOverlay> SqliteStore::read_disabled(std::string_view cid) {
+  if (Status st = validate_connection_id(cid); !st.ok()) return st.error();
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Query q(*impl_, "published_disabled_select");
+  q.text(":connection_id", cid);
+  DisabledOverlay out;
+  for (;;) {
+    Result<bool> row = q.step();
+    if (!row.ok()) return row.error();
+    if (!*row) break;
+    out.insert(q.text_at(0));
+  }
+  return out;
+}
+
+Result<int64_t> SqliteStore::bump_epoch() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return bump_epoch_locked(*impl_);
+}
+
+Result<int64_t> SqliteStore::read_epoch() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Query q(*impl_, "epoch_select");
+  Result<bool> row = q.step();
+  if (!row.ok()) return row.error();
+  return *row ? q.integer_at(0) : int64_t{0};
+}
+
+// ---- revalidation queue ------------------------------------------------------------------------
+
+namespace {
+
+// Rows of revalidation_deliver / revalidation_claim_stale, in id order. Rows that are not a valid
+// request (which the CHECKs make unlikely) are deleted and reported.
+Result<RevalidationBatch> batch_from_rows(Db& impl, Query& q) {
+  struct Row {
+    int64_t id;
+    RevalidationRequest request;
+    bool ok;
+  };
+  std::vector<Row> rows;
+  for (;;) {
+    Result<bool> row = q.step();
+    if (!row.ok()) return row.error();
+    if (!*row) break;
+    Row r{q.integer_at(0), {}, false};
+    r.request.id = std::to_string(r.id);
+    r.request.connection_id = q.text_at(1);
+    Result<Principal> p = Principal::parse(q.text_at(2));
+    r.request.reason = q.text_at(3);
+    r.request.at_ms = q.integer_at(4);
+    r.ok = p.ok() && validate_connection_id(r.request.connection_id).ok() &&
+           validate_revalidation_reason(r.request.reason).ok();
+    if (p.ok()) r.request.principal = *p;
+    rows.push_back(std::move(r));
+  }
+  std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.id < b.id; });
+  RevalidationBatch batch;
+  for (Row& r : rows) {
+    if (r.ok) {
+      batch.requests.push_back(std::move(r.request));
+    } else {
+      batch.malformed_ids.push_back(r.request.id);
+    }
+  }
+  for (const Row& r : rows) {
+    if (r.ok) continue;
+    Query ack(impl, "revalidation_ack");
+    if (Result<int> done = ack.integer(":id", r.id).run(); !done.ok()) return done.error();
+  }
+  return batch;
+}
+
+}  // namespace
+
+Result<EnqueueOutcome> SqliteStore::enqueue_revalidation(std::string_view cid,
+                                                         const Principal& principal,
+                                                         std::string_view reason,
+                                                         int64_t window_ms) {
+  if (Result<LeaseKeys> keys = impl_->lease_keys(cid, principal); !keys.ok()) {
+    return keys.error();
+  }
+  if (Status st = validate_revalidation_reason(reason); !st.ok()) return st.error();
+  if (window_ms <= 0) return invalid("enqueue_revalidation: window_ms must be positive");
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Impl& s = *impl_;
+  int64_t now = s.options.now_ms();
+  Transaction tx(s);
+  if (!tx.begun().ok()) return tx.begun().error();
+  Result<std::optional<Holder>> holder = live_holder(s, cid, principal, now);
+  if (!holder.ok()) return holder.error();
+  if (holder->has_value()) return EnqueueOutcome::kInProgress;
+  {
+    Query gate(s, "revalidation_gate_take");
+    bind_key(gate, cid, principal).integer(":until", now + window_ms).integer(":now", now);
+    Result<int> taken = gate.run();
+    if (!taken.ok()) return taken.error();
+    if (*taken == 0) return EnqueueOutcome::kAlreadyQueued;
+  }
+  {
+    Query q(s, "revalidation_enqueue");
+    bind_key(q, cid, principal).text(":reason", reason).integer(":at", now);
+    if (Result<int> r = q.run(); !r.ok()) return r.error();
+  }
+  if (Status st = tx.commit(); !st.ok()) return st.error();
+  return EnqueueOutcome::kQueued;
+}
+
+Result<RevalidationBatch> SqliteStore::read_revalidations(std::string_view consumer,
+                                                          std::size_t max, int64_t block_ms) {
+  if (Status st = validate_consumer_name(consumer); !st.ok()) return st.error();
+  if (max == 0) return invalid("read_revalidations: max must be at least 1");
+  if (block_ms < 0) return invalid("read_revalidations: block_ms must not be negative");
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(block_ms);
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(impl_->mu);
+      Impl& s = *impl_;
+      Transaction tx(s);
+      if (!tx.begun().ok()) return tx.begun().error();
+      Query q(s, "revalidation_deliver");
+      q.text(":consumer", consumer)
+          .integer(":now", s.options.now_ms())
+          .integer(":limit", static_cast<int64_t>(std::min<std::size_t>(max, 1'000'000)));
+      Result<RevalidationBatch> batch = batch_from_rows(s, q);
+      if (!batch.ok()) return batch.error();
+      if (Status st = tx.commit(); !st.ok()) return st.error();
+      if (!batch->requests.empty() || !batch->malformed_ids.empty()) return batch;
+    }
+    auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return RevalidationBatch{};
+    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
+        deadline - now, std::chrono::milliseconds(impl_->options.poll_interval_ms)));
+  }
+}
+
+Status SqliteStore::ack_revalidations(const std::vector<std::string>& ids) {
+  std::vector<int64_t> rows;
+  for (const std::string& id : ids) {
+    int64_t row = 0;
+    if (!parse_row_id(id, &row)) return invalid("revalidation id '" + id + "' is not a row id");
+    rows.push_back(row);
+  }
+  if (rows.empty()) return Status::Ok();
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Impl& s = *impl_;
+  Transaction tx(s);
+  if (!tx.begun().ok()) return tx.begun().error();
+  for (int64_t row : rows) {
+    Query q(s, "revalidation_ack");
+    if (Result<int> r = q.integer(":id", row).run(); !r.ok()) return r.error();
+  }
+  return tx.commit();
+}
+
+Result<RevalidationBatch> SqliteStore::claim_stale_revalidations(std::string_view consumer,
+                                                                 int64_t min_idle_ms,
+                                                                 std::size_t max) {
+  if (Status st = validate_consumer_name(consumer); !st.ok()) return st.error();
+  if (max == 0) return invalid("claim_stale_revalidations: max must be at least 1");
+  if (min_idle_ms < 0) return invalid("claim_stale_revalidations: min_idle_ms must be >= 0");
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Impl& s = *impl_;
+  int64_t now = s.options.now_ms();
+  Transaction tx(s);
+  if (!tx.begun().ok()) return tx.begun().error();
+  Query q(s, "revalidation_claim_stale");
+  q.text(":consumer", consumer)
+      .integer(":now", now)
+      .integer(":idle_since", now - min_idle_ms)
+      .integer(":limit", static_cast<int64_t>(std::min<std::size_t>(max, 1'000'000)));
+  Result<RevalidationBatch> batch = batch_from_rows(s, q);
+  if (!batch.ok()) return batch.error();
+  if (Status st = tx.commit(); !st.ok()) return st.error();
+  return batch;
+}
+
+// ---- replay guard ------------------------------------------------------------------------------
+
+Result<bool> SqliteStore::remember_once(std::string_view key, int64_t ttl_ms) {
+  if (key.empty()) return invalid("remember_once: the key is empty");
+  if (ttl_ms <= 0) return invalid("remember_once: ttl_ms must be positive");
+  std::string digest = sha256_hex(key);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Impl& s = *impl_;
+  int64_t now = s.options.now_ms();
+  Transaction tx(s);
+  if (!tx.begun().ok()) return tx.begun().error();
+  {
+    Query purge(s, "replay_purge");
+    if (Result<int> r = purge.integer(":now", now).run(); !r.ok()) return r.error();
+  }
+  Query q(s, "replay_remember");
+  Result<int> first =
+      q.text(":digest", digest).integer(":until", now + ttl_ms).integer(":now", now).run();
+  if (!first.ok()) return first.error();
+  if (Status st = tx.commit(); !st.ok()) return st.error();
+  return *first == 1;
+}
+
+}  // namespace quiver

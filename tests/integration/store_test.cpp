@@ -1,0 +1,1162 @@
+// The ManifestStore contract, run against both stores: RedisStore on a real redis-server and
+// SqliteStore on real SQLite files. One parameterized suite (StoreConformance) holds every
+// behaviour the refresh engine relies on; then what only one backend has: Redis going away and
+// coming back, AUTH, two agents racing through two connections; two agents on one SQLite file.
+//
+// Time: the SQLite store runs on a fake clock that `pass()` moves; the Redis store expires keys on
+// Redis' clock, so `pass()` sleeps. Short leases and windows keep that under a second per test.
+#include "native-agent/store.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <hiredis.h>
+#include <netinet/in.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "native-agent/redis_store.h"
+#include "native-agent/sqlite_store.h"
+#include "shared/freshness.h"
+#include "shared/resp.h"
+#include "tests/support/redis_server.h"
+
+namespace quiver {
+namespace {
+
+using quiver::testing::RedisServer;
+using SteadyClock = std::chrono::steady_clock;
+
+constexpr int64_t kT0 = 1'780'000'000'000;
+constexpr int64_t kRetentionMs = 7 * 86'400'000LL;
+constexpr int64_t kLongLease = 60'000;
+constexpr int64_t kShortLease = 150;  // expires during pass(kPastShort)
+constexpr int64_t kPastShort = 400;
+
+const FencedWriteOptions kWrite{kRetentionMs, true};
+
+// ---- helpers -----------------------------------------------------------------------------------
+
+std::string token(int n) {
+  std::string t = std::to_string(n);
+  return std::string(32 - t.size(), '0') + t;
+}
+
+Principal member(const char* id) { return *Principal::member(id); }
+
+ConnectionRecord record(const std::string& id, const std::string& hash,
+                        CredentialMode mode = CredentialMode::kShared) {
+  ConnectionRecord r;
+  r.id = id;
+  r.config_hash = hash;
+  r.credential_mode = mode;
+  r.name = "Connection " + id;
+  r.transport = "stdio";
+  r.updated_at_ms = kT0;
+  return r;
+}
+
+ManifestWrite manifest_v(const std::string& version, const std::string& config_hash) {
+  ManifestWrite w;
+  w.manifest = R"({"tools":[{"name":"search","version":")" + version + R"("}]})";
+  w.etag = "\"etag-" + version + "\"";
+  w.config_hash = config_hash;
+  w.fetched_at_ms = kT0;
+  w.fresh_until_ms = kT0 + 900'000;
+  w.expires_at_ms = kT0 + 86'400'000;
+  w.cache_scope = "public";
+  return w;
+}
+
+RefreshFailure failure_under(const std::string& config_hash, int64_t at = kT0 + 5'000) {
+  RefreshFailure f;
+  f.config_hash = config_hash;
+  f.error_code = "UPSTREAM_UNAVAILABLE";
+  f.error_message = "tools/list failed twice: connection reset";
+  f.error_at_ms = at;
+  f.attempt_at_ms = at - 1'000;
+  return f;
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/quiver-store-XXXXXX";
+    if (::mkdtemp(tmpl) != nullptr) path_ = tmpl;
+  }
+  ~TempDir() {
+    if (!path_.empty()) (void)std::system(("rm -rf '" + path_ + "'").c_str());
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Runs one raw command on a test server (set-up and inspection only; the stores are under test).
+std::string raw(RedisServer& server, const std::vector<std::string>& argv) {
+  redisContext* c = server.connect();
+  if (c == nullptr) return "(no connection)";
+  std::vector<const char*> parts;
+  std::vector<size_t> lengths;
+  for (const std::string& a : argv) {
+    parts.push_back(a.data());
+    lengths.push_back(a.size());
+  }
+  auto* reply = static_cast<redisReply*>(
+      redisCommandArgv(c, static_cast<int>(argv.size()), parts.data(), lengths.data()));
+  std::string out = "(nil)";
+  if (reply == nullptr) {
+    out = std::string("(error) ") + c->errstr;
+  } else if (reply->type == REDIS_REPLY_STRING || reply->type == REDIS_REPLY_STATUS ||
+             reply->type == REDIS_REPLY_ERROR) {
+    out = std::string(reply->str, reply->len);
+  } else if (reply->type == REDIS_REPLY_INTEGER) {
+    out = std::to_string(reply->integer);
+  }
+  if (reply != nullptr) freeReplyObject(reply);
+  redisFree(c);
+  return out;
+}
+
+// The same, keeping the reply's structure.
+RespValue to_value(const redisReply* r) {
+  switch (r->type) {
+    case REDIS_REPLY_STRING:
+      return RespValue::bulk_string(std::string(r->str, r->len));
+    case REDIS_REPLY_STATUS:
+      return RespValue::simple_string(std::string(r->str, r->len));
+    case REDIS_REPLY_ERROR:
+      return RespValue::error(std::string(r->str, r->len));
+    case REDIS_REPLY_INTEGER:
+      return RespValue::integer_value(r->integer);
+    case REDIS_REPLY_ARRAY: {
+      std::vector<RespValue> e;
+      for (size_t i = 0; i < r->elements; ++i) e.push_back(to_value(r->element[i]));
+      return RespValue::array(std::move(e));
+    }
+    default:
+      return RespValue::nil();
+  }
+}
+
+RespValue raw_value(RedisServer& server, const std::vector<std::string>& argv) {
+  redisContext* c = server.connect();
+  if (c == nullptr) return RespValue::error("no connection");
+  std::vector<const char*> parts;
+  std::vector<size_t> lengths;
+  for (const std::string& a : argv) {
+    parts.push_back(a.data());
+    lengths.push_back(a.size());
+  }
+  auto* reply = static_cast<redisReply*>(
+      redisCommandArgv(c, static_cast<int>(argv.size()), parts.data(), lengths.data()));
+  RespValue out = reply != nullptr ? to_value(reply) : RespValue::error(c->errstr);
+  if (reply != nullptr) freeReplyObject(reply);
+  redisFree(c);
+  return out;
+}
+
+// Field names of a flat [field, value, ...] array.
+std::set<std::string> field_names(const RespValue& v) {
+  std::set<std::string> out;
+  for (size_t i = 0; i + 1 < v.elements.size(); i += 2) out.insert(v.elements[i].str);
+  return out;
+}
+
+// Store options for a Redis URL, parsed as the configuration does (native-agent/config.h).
+RedisStoreOptions redis_options(const std::string& url) {
+  RedisStoreOptions o;
+  Result<RedisConfig> parsed = parse_redis_url(url);
+  EXPECT_TRUE(parsed.ok()) << parsed.error().message;
+  if (parsed.ok()) o.redis = *parsed;
+  return o;
+}
+
+RedisStoreOptions local_redis(int port) {
+  return redis_options("redis://127.0.0.1:" + std::to_string(port));
+}
+
+// ---- backends ----------------------------------------------------------------------------------
+
+enum class Kind { kRedis, kSqlite };
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  // A store on this test's data; a second call gives a second agent on the same data.
+  virtual Result<std::unique_ptr<ManifestStore>> open() = 0;
+  // Lets `ms` pass for lease, gate, replay and idle expiry.
+  virtual void pass(int64_t ms) = 0;
+};
+
+// One server for the whole binary, stopped at exit; each test starts from FLUSHALL.
+RedisServer& shared_redis() {
+  static RedisServer server;
+  return server;
+}
+
+class RedisBackend : public Backend {
+ public:
+  RedisBackend() { (void)raw(shared_redis(), {"FLUSHALL"}); }
+  Result<std::unique_ptr<ManifestStore>> open() override {
+    RedisStoreOptions o = local_redis(shared_redis().port());
+    Result<std::unique_ptr<RedisStore>> s = RedisStore::create(o);
+    if (!s.ok()) return s.error();
+    return std::unique_ptr<ManifestStore>(std::move(s).value());
+  }
+  void pass(int64_t ms) override { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+};
+
+class SqliteBackend : public Backend {
+ public:
+  Result<std::unique_ptr<ManifestStore>> open() override {
+    SqliteStoreOptions o;
+    o.path = dir_.path() + "/quiver.db";
+    o.now_ms = [this] { return clock_.load(); };
+    o.poll_interval_ms = 5;
+    Result<std::unique_ptr<SqliteStore>> s = SqliteStore::open(o);
+    if (!s.ok()) return s.error();
+    return std::unique_ptr<ManifestStore>(std::move(s).value());
+  }
+  void pass(int64_t ms) override { clock_ += ms; }
+
+ private:
+  TempDir dir_;
+  std::atomic<int64_t> clock_{kT0};
+};
+
+class StoreConformance : public ::testing::TestWithParam<Kind> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == Kind::kRedis) {
+      ASSERT_TRUE(shared_redis().ok()) << shared_redis().error();
+      backend_ = std::make_unique<RedisBackend>();
+    } else {
+      backend_ = std::make_unique<SqliteBackend>();
+    }
+    store_ = open();
+    ASSERT_NE(store_, nullptr);
+    ASSERT_TRUE(store_->health().ok()) << store_->health().error().message;
+  }
+
+  std::unique_ptr<ManifestStore> open() {
+    Result<std::unique_ptr<ManifestStore>> s = backend_->open();
+    EXPECT_TRUE(s.ok()) << s.error().message;
+    return s.ok() ? std::move(s).value() : nullptr;
+  }
+  void pass(int64_t ms) { backend_->pass(ms); }
+
+  void configure(const std::vector<ConnectionRecord>& records) {
+    Result<ConnectionSync> r = store_->sync_connections(records);
+    ASSERT_TRUE(r.ok()) << r.error().message;
+  }
+  AcquireResult acquire(const std::string& cid, const Principal& p, int n,
+                        int64_t lease_ms = kLongLease, ManifestStore* s = nullptr) {
+    Result<AcquireResult> r = (s ? s : store_.get())->acquire_lease(cid, p, token(n), lease_ms);
+    EXPECT_TRUE(r.ok()) << r.error().message;
+    return r.ok() ? *r : AcquireResult{};
+  }
+  FencedWriteResult commit(const std::string& cid, const Principal& p, const Lease& lease,
+                           const ManifestWrite& w) {
+    Result<FencedWriteResult> r = store_->commit_manifest(cid, p, lease, w, kWrite);
+    EXPECT_TRUE(r.ok()) << r.error().message;
+    return r.ok() ? *r : FencedWriteResult{};
+  }
+  FencedWriteResult fail(const std::string& cid, const Principal& p, const Lease& lease,
+                         const RefreshFailure& f) {
+    Result<FencedWriteResult> r = store_->record_failure(cid, p, lease, f, kWrite);
+    EXPECT_TRUE(r.ok()) << r.error().message;
+    return r.ok() ? *r : FencedWriteResult{};
+  }
+  // Lists and commits `version` under `hash` in one go (a whole successful refresh).
+  void refresh(const std::string& cid, const Principal& p, const std::string& version,
+               const std::string& hash, int n = 900) {
+    AcquireResult a = acquire(cid, p, n);
+    ASSERT_TRUE(a.acquired);
+    ASSERT_TRUE(commit(cid, p, a.lease, manifest_v(version, hash)).ok());
+  }
+  std::optional<StoredManifest> manifest(const std::string& cid, const Principal& p) {
+    Result<std::optional<StoredManifest>> r = store_->read_manifest(cid, p);
+    EXPECT_TRUE(r.ok()) << r.error().message;
+    return r.ok() ? *r : std::nullopt;
+  }
+  std::optional<ManifestMeta> meta(const std::string& cid, const Principal& p) {
+    Result<std::optional<ManifestMeta>> r = store_->read_manifest_meta(cid, p);
+    EXPECT_TRUE(r.ok()) << r.error().message;
+    return r.ok() ? *r : std::nullopt;
+  }
+  EnqueueOutcome enqueue(const std::string& cid, const Principal& p, const char* reason,
+                         int64_t window_ms = 60'000) {
+    Result<EnqueueOutcome> r = store_->enqueue_revalidation(cid, p, reason, window_ms);
+    EXPECT_TRUE(r.ok()) << r.error().message;
+    return r.ok() ? *r : EnqueueOutcome::kAlreadyQueued;
+  }
+  RevalidationBatch read(const char* consumer, std::size_t max, int64_t block_ms = 0) {
+    Result<RevalidationBatch> r = store_->read_revalidations(consumer, max, block_ms);
+    EXPECT_TRUE(r.ok()) << r.error().message;
+    return r.ok() ? *r : RevalidationBatch{};
+  }
+  RevalidationBatch claim(const char* consumer, int64_t min_idle_ms, std::size_t max = 10) {
+    Result<RevalidationBatch> r = store_->claim_stale_revalidations(consumer, min_idle_ms, max);
+    EXPECT_TRUE(r.ok()) << r.error().message;
+    return r.ok() ? *r : RevalidationBatch{};
+  }
+  int64_t epoch() {
+    Result<int64_t> r = store_->read_epoch();
+    EXPECT_TRUE(r.ok()) << r.error().message;
+    return r.ok() ? *r : -1;
+  }
+
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<ManifestStore> store_;
+  const Principal shared_ = Principal::shared();
+};
+
+std::string ascii_lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  return s;
+}
+
+std::vector<std::string> ids_of(const RevalidationBatch& b) {
+  std::vector<std::string> out;
+  for (const RevalidationRequest& r : b.requests) out.push_back(r.id);
+  return out;
+}
+
+std::vector<std::string> keys_of(const RevalidationBatch& b) {
+  std::vector<std::string> out;
+  for (const RevalidationRequest& r : b.requests) {
+    out.push_back(r.connection_id + "/" + r.principal.str() + "/" + r.reason);
+  }
+  return out;
+}
+
+// ---- leases ------------------------------------------------------------------------------------
+
+TEST_P(StoreConformance, OneHolderAtATimeAndOnlyTheHolderMayRenewOrRelease) {
+  configure({record("c1", "h1")});
+  AcquireResult first = acquire("c1", shared_, 1);
+  ASSERT_TRUE(first.acquired);
+  EXPECT_EQ(first.lease.fence, 1);
+  EXPECT_EQ(first.lease.token, token(1));
+
+  // A second agent on the same data is told who holds it and for how long.
+  std::unique_ptr<ManifestStore> other = open();
+  AcquireResult second = acquire("c1", shared_, 2, kLongLease, other.get());
+  EXPECT_FALSE(second.acquired);
+  EXPECT_EQ(second.holder_fence, 1);
+  EXPECT_GT(second.holder_remaining_ms, 0);
+  EXPECT_LE(second.holder_remaining_ms, kLongLease);
+
+  Lease impostor{1, token(2)};
+  EXPECT_EQ(*store_->renew_lease("c1", shared_, impostor, kLongLease), LeaseOutcome::kLeaseLost);
+  EXPECT_EQ(*store_->release_lease("c1", shared_, impostor), LeaseOutcome::kLeaseLost);
+  EXPECT_EQ(*store_->renew_lease("c1", shared_, first.lease, kLongLease), LeaseOutcome::kOk);
+  EXPECT_EQ(*store_->release_lease("c1", shared_, first.lease), LeaseOutcome::kOk);
+  EXPECT_EQ(*store_->release_lease("c1", shared_, first.lease), LeaseOutcome::kLeaseLost);
+
+  // Free again: the next holder gets the next fence. Other keys are independent.
+  AcquireResult third = acquire("c1", shared_, 2, kLongLease, other.get());
+  ASSERT_TRUE(third.acquired);
+  EXPECT_EQ(third.lease.fence, 2);
+  AcquireResult elsewhere = acquire("c1", member("alice"), 3);
+  ASSERT_TRUE(elsewhere.acquired);
+  EXPECT_EQ(elsewhere.lease.fence, 1);
+}
+
+TEST_P(StoreConformance, ALeaseThatExpiresMidListingCannotCommitLate) {
+  configure({record("c1", "h1")});
+  AcquireResult slow = acquire("c1", shared_, 1, kShortLease);
+  ASSERT_TRUE(slow.acquired);
+  pass(kPastShort);  // the listing took longer than the lease
+
+  EXPECT_EQ(*store_->renew_lease("c1", shared_, slow.lease, kLongLease), LeaseOutcome::kLeaseLost);
+  FencedWriteResult late = commit("c1", shared_, slow.lease, manifest_v("late", "h1"));
+  EXPECT_EQ(late.outcome, LeaseOutcome::kLeaseLost);
+  EXPECT_FALSE(manifest("c1", shared_).has_value());
+
+  // Once somebody else took over, the late writer is told its fence is stale.
+  AcquireResult next = acquire("c1", shared_, 2);
+  ASSERT_TRUE(next.acquired);
+  EXPECT_EQ(next.lease.fence, 2);
+  late = commit("c1", shared_, slow.lease, manifest_v("late", "h1"));
+  EXPECT_EQ(late.outcome, LeaseOutcome::kStaleFence);
+  EXPECT_EQ(late.current_fence, 2);
+  EXPECT_FALSE(manifest("c1", shared_).has_value());
+}
+
+TEST_P(StoreConformance, TheNewerFenceWins) {
+  configure({record("c1", "h1")});
+  AcquireResult a = acquire("c1", shared_, 1, kShortLease);
+  ASSERT_TRUE(a.acquired);
+  pass(kPastShort);
+  AcquireResult b = acquire("c1", shared_, 2);
+  ASSERT_TRUE(b.acquired);
+  ASSERT_EQ(b.lease.fence, 2);
+
+  int64_t before = epoch();
+  FencedWriteResult won = commit("c1", shared_, b.lease, manifest_v("new", "h1"));
+  ASSERT_TRUE(won.ok());
+  EXPECT_EQ(won.epoch, before + 1);
+  EXPECT_EQ(epoch(), before + 1);
+
+  FencedWriteResult lost = commit("c1", shared_, a.lease, manifest_v("old", "h1"));
+  EXPECT_EQ(lost.outcome, LeaseOutcome::kStaleFence);
+  EXPECT_EQ(lost.current_fence, 2);
+  EXPECT_EQ(fail("c1", shared_, a.lease, failure_under("h1")).outcome, LeaseOutcome::kStaleFence);
+
+  std::optional<StoredManifest> m = manifest("c1", shared_);
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->manifest, manifest_v("new", "h1").manifest);
+  EXPECT_EQ(m->meta.etag, "\"etag-new\"");
+  EXPECT_EQ(m->meta.fence, 2);
+  EXPECT_TRUE(m->meta.error_code.empty());
+  EXPECT_EQ(epoch(), before + 1);  // refusals bump nothing
+
+  // The commit released the lease; the next holder's fence is past the committed one.
+  AcquireResult c = acquire("c1", shared_, 3);
+  ASSERT_TRUE(c.acquired);
+  EXPECT_EQ(c.lease.fence, 3);
+}
+
+TEST_P(StoreConformance, AConfigChangeMidListingIsRefused) {
+  configure({record("c1", "h1")});
+  AcquireResult a = acquire("c1", shared_, 1);
+  ASSERT_TRUE(a.acquired);
+
+  Result<ConnectionSync> changed = store_->sync_connections({record("c1", "h2")});
+  ASSERT_TRUE(changed.ok()) << changed.error().message;
+  EXPECT_EQ(changed->changed, std::vector<std::string>{"c1"});
+  EXPECT_EQ(store_->read_connection("c1")->value().config_hash, "h2");
+
+  EXPECT_EQ(commit("c1", shared_, a.lease, manifest_v("v1", "h1")).outcome,
+            LeaseOutcome::kConfigChanged);
+  EXPECT_EQ(fail("c1", shared_, a.lease, failure_under("h1")).outcome,
+            LeaseOutcome::kConfigChanged);
+  EXPECT_FALSE(manifest("c1", shared_).has_value());
+
+  // A refusal keeps the lease; a listing under the new config commits.
+  EXPECT_TRUE(commit("c1", shared_, a.lease, manifest_v("v2", "h2")).ok());
+  EXPECT_EQ(meta("c1", shared_)->config_hash, "h2");
+
+  // A connection removed mid-listing takes its lease with it: the late write finds no lease.
+  configure({record("c1", "h2"), record("c2", "h1", CredentialMode::kPerMember)});
+  AcquireResult b = acquire("c2", member("alice"), 2);
+  ASSERT_TRUE(b.acquired);
+  configure({record("c1", "h2")});
+  EXPECT_EQ(commit("c2", member("alice"), b.lease, manifest_v("v1", "h1")).outcome,
+            LeaseOutcome::kLeaseLost);
+  EXPECT_FALSE(manifest("c2", member("alice")).has_value());
+}
+
+// ---- failures ----------------------------------------------------------------------------------
+
+TEST_P(StoreConformance, AFailureKeepsTheLastGoodManifestAndNeverRestampsConfigHash) {
+  configure({record("c1", "h1")});
+  refresh("c1", shared_, "v1", "h1");
+
+  AcquireResult a = acquire("c1", shared_, 2);
+  ASSERT_TRUE(a.acquired);
+  int64_t before = epoch();
+  ASSERT_TRUE(fail("c1", shared_, a.lease, failure_under("h1")).ok());
+  std::optional<StoredManifest> m = manifest("c1", shared_);
+  ASSERT_TRUE(m.has_value());
+  EXPECT_TRUE(m->meta.has_data);
+  EXPECT_EQ(m->manifest, manifest_v("v1", "h1").manifest);
+  EXPECT_EQ(m->meta.config_hash, "h1");
+  EXPECT_EQ(m->meta.fence, 1);
+  EXPECT_EQ(m->meta.fetched_at_ms, kT0);
+  EXPECT_EQ(m->meta.error_code, "UPSTREAM_UNAVAILABLE");
+  EXPECT_EQ(m->meta.error_message, "tools/list failed twice: connection reset");
+  EXPECT_EQ(m->meta.error_at_ms, kT0 + 5'000);
+  EXPECT_EQ(m->meta.attempt_at_ms, kT0 + 4'000);
+  EXPECT_EQ(epoch(), before);  // nothing readers serve changed
+  // The lease went back with the record.
+  EXPECT_TRUE(acquire("c1", shared_, 3).acquired);
+  ASSERT_EQ(*store_->release_lease("c1", shared_, Lease{3, token(3)}), LeaseOutcome::kOk);
+
+  // Still served while stale, with the failure visible.
+  FreshnessPolicy policy;
+  Classification stale =
+      classify(cache_entry_meta(m->meta), policy, "h1", kT0 + policy.fresh_ttl_ms + 1);
+  EXPECT_EQ(stale.state, Freshness::kStale);
+  EXPECT_TRUE(stale.last_refresh_failed);
+
+  // The config changes and the next listing fails too: the old data keeps its old hash, so
+  // readers see a miss, not data from the old config passed off as current.
+  configure({record("c1", "h2")});
+  AcquireResult b = acquire("c1", shared_, 4);
+  ASSERT_TRUE(b.acquired);
+  ASSERT_TRUE(fail("c1", shared_, b.lease, failure_under("h2", kT0 + 9'000)).ok());
+  std::optional<ManifestMeta> after = meta("c1", shared_);
+  ASSERT_TRUE(after.has_value());
+  EXPECT_EQ(after->config_hash, "h1");
+  EXPECT_EQ(after->error_at_ms, kT0 + 9'000);
+  Classification miss = classify(cache_entry_meta(*after), policy, "h2", kT0 + 10'000);
+  EXPECT_EQ(miss.state, Freshness::kMiss);
+  EXPECT_EQ(miss.miss_reason, MissReason::kConfigChanged);
+
+  // A key never listed gets an error-only record: no data, no config_hash.
+  AcquireResult c = acquire("c1", member("bob"), 5);
+  ASSERT_TRUE(c.acquired);
+  RefreshFailure long_message = failure_under("h2");
+  long_message.error_message = std::string(kMaxErrorMessageBytes - 1, 'x') + "\xC3\xA9 tail";
+  ASSERT_TRUE(fail("c1", member("bob"), c.lease, long_message).ok());
+  std::optional<StoredManifest> error_only = manifest("c1", member("bob"));
+  ASSERT_TRUE(error_only.has_value());
+  EXPECT_FALSE(error_only->meta.has_data);
+  EXPECT_TRUE(error_only->manifest.empty());
+  EXPECT_TRUE(error_only->meta.config_hash.empty());
+  // Cut at the UTF-8 boundary before the byte limit, by both stores alike.
+  EXPECT_EQ(error_only->meta.error_message, std::string(kMaxErrorMessageBytes - 1, 'x'));
+  Classification none = classify(cache_entry_meta(error_only->meta), policy, "h2", kT0);
+  EXPECT_EQ(none.state, Freshness::kMiss);
+  EXPECT_TRUE(none.last_refresh_failed);
+
+  // The next good listing clears the error.
+  refresh("c1", shared_, "v2", "h2", 6);
+  std::optional<ManifestMeta> healed = meta("c1", shared_);
+  ASSERT_TRUE(healed.has_value());
+  EXPECT_TRUE(healed->error_code.empty());
+  EXPECT_TRUE(healed->error_message.empty());
+  EXPECT_EQ(healed->config_hash, "h2");
+}
+
+// ---- config sync -------------------------------------------------------------------------------
+
+TEST_P(StoreConformance, SyncRemovesEverythingOfAConnectionNoLongerConfigured) {
+  Result<ConnectionSync> first = store_->sync_connections(
+      {record("c1", "h1"), record("c2", "h2", CredentialMode::kPerMember)});
+  ASSERT_TRUE(first.ok()) << first.error().message;
+  EXPECT_EQ(first->added, (std::vector<std::string>{"c1", "c2"}));
+  int64_t synced = epoch();
+  EXPECT_GT(synced, 0);
+
+  // The same configuration again changes nothing, updated_at included.
+  ConnectionRecord later = record("c1", "h1");
+  later.updated_at_ms = kT0 + 1;
+  Result<ConnectionSync> again =
+      store_->sync_connections({later, record("c2", "h2", CredentialMode::kPerMember)});
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(again->any());
+  EXPECT_EQ(epoch(), synced);
+  EXPECT_EQ(store_->read_connection("c1")->value(), record("c1", "h1"));
+
+  Result<GrantSync> grants = store_->sync_grants({{"alice", {"c1", "c2"}}, {"bob", {"c2"}}});
+  ASSERT_TRUE(grants.ok()) << grants.error().message;
+  EXPECT_EQ(grants->changed_members, (std::vector<std::string>{"alice", "bob"}));
+  EXPECT_EQ(*store_->read_grants("alice"), (std::set<std::string>{"c1", "c2"}));
+
+  refresh("c1", shared_, "v1", "h1", 1);
+  refresh("c2", member("alice"), "v1", "h2", 2);
+  ASSERT_TRUE(store_->publish_disabled("c2", {"tool:delete_repo"}).ok());
+  ASSERT_TRUE(acquire("c2", member("bob"), 3).acquired);  // a listing under way
+
+  int64_t before = epoch();
+  Result<ConnectionSync> removal = store_->sync_connections({record("c1", "h1")});
+  ASSERT_TRUE(removal.ok()) << removal.error().message;
+  EXPECT_EQ(removal->removed, std::vector<std::string>{"c2"});
+  EXPECT_TRUE(removal->added.empty());
+  EXPECT_GT(epoch(), before);
+
+  Result<std::vector<ConnectionRecord>> conns = store_->list_connections();
+  ASSERT_TRUE(conns.ok());
+  EXPECT_EQ(*conns, std::vector<ConnectionRecord>{record("c1", "h1")});
+  EXPECT_FALSE(store_->read_connection("c2")->has_value());
+  EXPECT_FALSE(manifest("c2", member("alice")).has_value());
+  EXPECT_FALSE(meta("c2", member("alice")).has_value());
+  EXPECT_TRUE(store_->read_disabled("c2")->empty());
+  EXPECT_EQ(*store_->read_grants("alice"), std::set<std::string>{"c1"});
+  EXPECT_TRUE(store_->read_grants("bob")->empty());
+  // bob's lease went too: the key is free.
+  EXPECT_TRUE(acquire("c2", member("bob"), 4).acquired);
+  // c1 is untouched.
+  EXPECT_EQ(manifest("c1", shared_)->manifest, manifest_v("v1", "h1").manifest);
+
+  // Grants already match the configuration: nothing to do. An empty map removes every grant.
+  EXPECT_TRUE(store_->sync_grants({{"alice", {"c1"}}})->changed_members.empty());
+  EXPECT_EQ(store_->sync_grants({})->changed_members, std::vector<std::string>{"alice"});
+  EXPECT_TRUE(store_->read_grants("alice")->empty());
+}
+
+TEST_P(StoreConformance, OverlaysAndTheEpochArePublished) {
+  configure({record("c1", "h1")});
+  int64_t e0 = epoch();
+  Result<int64_t> e1 = store_->publish_disabled("c1", {"tool:delete_repo", "prompt:draft"});
+  ASSERT_TRUE(e1.ok()) << e1.error().message;
+  EXPECT_EQ(*e1, e0 + 1);
+  EXPECT_EQ(*store_->read_disabled("c1"), (DisabledOverlay{"prompt:draft", "tool:delete_repo"}));
+  Result<int64_t> e2 = store_->publish_disabled("c1", {"resource:file:///a.txt"});
+  ASSERT_TRUE(e2.ok());
+  EXPECT_EQ(*e2, e0 + 2);
+  EXPECT_EQ(*store_->read_disabled("c1"), DisabledOverlay{"resource:file:///a.txt"});
+  ASSERT_TRUE(store_->publish_disabled("c1", {}).ok());
+  EXPECT_TRUE(store_->read_disabled("c1")->empty());
+  EXPECT_EQ(*store_->bump_epoch(), e0 + 4);
+  EXPECT_EQ(epoch(), e0 + 4);
+
+  Result<int64_t> bad = store_->publish_disabled("c1", {"widget:x"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(epoch(), e0 + 4);
+}
+
+// ---- maintenance walk --------------------------------------------------------------------------
+
+TEST_P(StoreConformance, TheMaintenanceWalkSeesEveryRecordOnce) {
+  configure({record("c1", "h1"), record("c2", "h2", CredentialMode::kPerMember)});
+  std::set<std::string> expected;
+  int n = 10;
+  for (const char* who : {"alice", "bob", "carol", "dave"}) {
+    refresh("c2", member(who), "v1", "h2", ++n);
+    expected.insert(std::string("c2 member/") + who + " data");
+  }
+  refresh("c1", shared_, "v1", "h1", ++n);
+  expected.insert("c1 shared data");
+  for (const char* who : {"erin", "frank"}) {
+    AcquireResult a = acquire("c2", member(who), ++n);
+    ASSERT_TRUE(fail("c2", member(who), a.lease, failure_under("h2")).ok());
+    expected.insert(std::string("c2 member/") + who + " error");
+  }
+
+  std::multiset<std::string> seen;
+  std::string cursor;
+  int pages = 0;
+  do {
+    Result<ManifestPage> page = store_->list_manifest_metas(cursor, 2);
+    ASSERT_TRUE(page.ok()) << page.error().message;
+    EXPECT_TRUE(page->unreadable.empty());
+    for (const ManifestMeta& m : page->metas) {
+      seen.insert(m.connection_id + " " + m.principal.str() + (m.has_data ? " data" : " error"));
+      if (m.has_data) {
+        EXPECT_FALSE(m.config_hash.empty());
+        EXPECT_EQ(m.fresh_until_ms, kT0 + 900'000);
+      } else {
+        EXPECT_EQ(m.error_code, "UPSTREAM_UNAVAILABLE");
+      }
+    }
+    cursor = page->next_cursor;
+    ASSERT_LT(++pages, 100);
+  } while (!cursor.empty());
+  EXPECT_EQ(std::set<std::string>(seen.begin(), seen.end()), expected);
+  EXPECT_EQ(seen.size(), expected.size());
+
+  Result<ManifestPage> bad = store_->list_manifest_metas("bad cursor!", 2);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code, ErrorCode::kInvalidArgument);
+}
+
+// ---- revalidation queue ------------------------------------------------------------------------
+
+TEST_P(StoreConformance, RevalidationIsGatedOncePerWindowAndNotQueuedWhileLeased) {
+  configure({record("c1", "h1")});
+  EXPECT_EQ(enqueue("c1", shared_, "stale", 300), EnqueueOutcome::kQueued);
+  EXPECT_EQ(enqueue("c1", shared_, "stale", 300), EnqueueOutcome::kAlreadyQueued);
+  EXPECT_EQ(enqueue("c1", shared_, "miss", 300), EnqueueOutcome::kAlreadyQueued);
+  EXPECT_EQ(enqueue("c1", member("alice"), "miss", 300), EnqueueOutcome::kQueued);  // own gate
+
+  pass(kPastShort + 100);  // the window ends: the next stale read re-arms it
+  EXPECT_EQ(enqueue("c1", shared_, "expired", 300), EnqueueOutcome::kQueued);
+
+  AcquireResult a = acquire("c1", member("bob"), 1);
+  ASSERT_TRUE(a.acquired);
+  EXPECT_EQ(enqueue("c1", member("bob"), "stale"), EnqueueOutcome::kInProgress);
+  ASSERT_EQ(*store_->release_lease("c1", member("bob"), a.lease), LeaseOutcome::kOk);
+  EXPECT_EQ(enqueue("c1", member("bob"), "stale"), EnqueueOutcome::kQueued);
+
+  // Requests queued before any consumer ran are all there, in order.
+  RevalidationBatch batch = read("agent-1", 10);
+  EXPECT_EQ(keys_of(batch), (std::vector<std::string>{"c1/shared/stale", "c1/member/alice/miss",
+                                                      "c1/shared/expired", "c1/member/bob/stale"}));
+  EXPECT_TRUE(batch.malformed_ids.empty());
+  for (const RevalidationRequest& r : batch.requests) EXPECT_GT(r.at_ms, 0);
+
+  Result<EnqueueOutcome> bad = store_->enqueue_revalidation("c1", shared_, "", 300);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code, ErrorCode::kInvalidArgument);
+}
+
+TEST_P(StoreConformance, ConsumersReadEachRequestOnceAndAcknowledgeIt) {
+  configure({record("c1", "h1")});
+  for (const char* who : {"alice", "bob", "carol"}) {
+    ASSERT_EQ(enqueue("c1", member(who), "stale"), EnqueueOutcome::kQueued);
+  }
+  RevalidationBatch first = read("agent-1", 2);
+  EXPECT_EQ(keys_of(first),
+            (std::vector<std::string>{"c1/member/alice/stale", "c1/member/bob/stale"}));
+  RevalidationBatch second = read("agent-1", 2);
+  EXPECT_EQ(keys_of(second), std::vector<std::string>{"c1/member/carol/stale"});
+  EXPECT_TRUE(read("agent-1", 2).requests.empty());
+  EXPECT_TRUE(read("agent-2", 2).requests.empty());  // delivered requests go to nobody else
+
+  std::vector<std::string> ids = ids_of(first);
+  for (const std::string& id : ids_of(second)) ids.push_back(id);
+  ASSERT_TRUE(store_->ack_revalidations(ids).ok());
+  ASSERT_TRUE(store_->ack_revalidations(ids).ok());  // twice is harmless
+  pass(kPastShort);
+  EXPECT_TRUE(claim("agent-2", 0).requests.empty());  // acknowledged: nothing pending
+
+  Status bad = store_->ack_revalidations({"not-an-id"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code, ErrorCode::kInvalidArgument);
+  Result<RevalidationBatch> bad_consumer = store_->read_revalidations("a b", 1, 0);
+  ASSERT_FALSE(bad_consumer.ok());
+  EXPECT_EQ(bad_consumer.error().code, ErrorCode::kInvalidArgument);
+}
+
+TEST_P(StoreConformance, ABlockingReadWaitsForARequestOrItsTimeout) {
+  configure({record("c1", "h1")});
+  SteadyClock::time_point start = SteadyClock::now();
+  EXPECT_TRUE(read("agent-1", 1, 300).requests.empty());
+  auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - start);
+  EXPECT_GE(waited.count(), 250);
+  EXPECT_LT(waited.count(), 3'000);
+
+  // A request queued by another agent while we wait arrives well before the timeout, and the
+  // waiting reader does not hold up other calls on its store.
+  std::unique_ptr<ManifestStore> edge = open();
+  std::atomic<int64_t> health_ms{-1};
+  std::thread writer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    SteadyClock::time_point asked = SteadyClock::now();
+    EXPECT_TRUE(store_->health().ok());
+    health_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - asked).count();
+    Result<EnqueueOutcome> r = edge->enqueue_revalidation("c1", shared_, "miss", 60'000);
+    EXPECT_TRUE(r.ok() && *r == EnqueueOutcome::kQueued);
+  });
+  start = SteadyClock::now();
+  RevalidationBatch got = read("agent-1", 1, 5'000);
+  waited = std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - start);
+  writer.join();
+  EXPECT_EQ(keys_of(got), std::vector<std::string>{"c1/shared/miss"});
+  EXPECT_LT(waited.count(), 4'000);
+  EXPECT_GE(health_ms.load(), 0);
+  EXPECT_LT(health_ms.load(), 1'000);
+}
+
+TEST_P(StoreConformance, ACrashedConsumersRequestsAreClaimedByAnother) {
+  configure({record("c1", "h1")});
+  ASSERT_EQ(enqueue("c1", member("alice"), "stale"), EnqueueOutcome::kQueued);
+  ASSERT_EQ(enqueue("c1", member("bob"), "miss"), EnqueueOutcome::kQueued);
+  RevalidationBatch taken = read("crashed", 10);
+  ASSERT_EQ(taken.requests.size(), 2u);
+  // ... and "crashed" never acknowledges them.
+
+  EXPECT_TRUE(claim("rescuer", 300).requests.empty());  // not idle long enough yet
+  pass(kPastShort + 100);
+  RevalidationBatch rescued = claim("rescuer", 300);
+  EXPECT_EQ(ids_of(rescued), ids_of(taken));
+  EXPECT_EQ(keys_of(rescued), keys_of(taken));
+  EXPECT_TRUE(claim("third", 300).requests.empty());  // the claim restarted their idle time
+  EXPECT_TRUE(read("rescuer", 10).requests.empty());  // never delivered twice as new
+
+  // claim_stale honours max.
+  ASSERT_TRUE(store_->ack_revalidations({ids_of(rescued)[0]}).ok());
+  pass(kPastShort + 100);
+  RevalidationBatch one = claim("third", 300, 1);
+  EXPECT_EQ(ids_of(one), std::vector<std::string>{ids_of(rescued)[1]});
+  ASSERT_TRUE(store_->ack_revalidations(ids_of(one)).ok());
+  pass(kPastShort + 100);
+  EXPECT_TRUE(claim("fourth", 0).requests.empty());
+}
+
+// ---- replay guard, health, arguments -----------------------------------------------------------
+
+TEST_P(StoreConformance, RememberOnceIsTrueOnlyTheFirstTimeWithinItsTtl) {
+  const std::string sig =
+      "t=1780000000,v1=5257a869e7ecebeda32affa62cdca3fa51cad7e77a0e56ff536d0ce8e108d8bd";
+  EXPECT_TRUE(*store_->remember_once(sig, 300));
+  EXPECT_FALSE(*store_->remember_once(sig, 300));
+  std::unique_ptr<ManifestStore> other = open();  // another agent sees it too
+  EXPECT_FALSE(*other->remember_once(sig, 300));
+  EXPECT_TRUE(*store_->remember_once(sig + "x", 300));
+  pass(kPastShort + 100);
+  EXPECT_TRUE(*store_->remember_once(sig, 300));
+  EXPECT_FALSE(*store_->remember_once(sig, 300));
+
+  Result<bool> empty = store_->remember_once("", 300);
+  ASSERT_FALSE(empty.ok());
+  EXPECT_EQ(empty.error().code, ErrorCode::kInvalidArgument);
+}
+
+TEST_P(StoreConformance, BadArgumentsAreRefusedBeforeAnythingIsWritten) {
+  configure({record("c1", "h1")});
+  auto code = [](const auto& r) { return r.ok() ? ErrorCode::kUnknown : r.error().code; };
+  EXPECT_EQ(code(store_->acquire_lease("bad id", shared_, token(1), kLongLease)),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code(store_->acquire_lease("c1", shared_, "short", kLongLease)),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code(store_->acquire_lease("c1", shared_, token(1), 0)), ErrorCode::kInvalidArgument);
+  AcquireResult a = acquire("c1", shared_, 1);
+  ASSERT_TRUE(a.acquired);
+  ManifestWrite empty = manifest_v("v1", "h1");
+  empty.manifest.clear();
+  EXPECT_EQ(code(store_->commit_manifest("c1", shared_, a.lease, empty, kWrite)),
+            ErrorCode::kInvalidArgument);
+  ManifestWrite backwards = manifest_v("v1", "h1");
+  backwards.expires_at_ms = backwards.fetched_at_ms - 1;
+  EXPECT_EQ(code(store_->commit_manifest("c1", shared_, a.lease, backwards, kWrite)),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code(store_->commit_manifest("c1", shared_, a.lease, manifest_v("v1", "h1"),
+                                         FencedWriteOptions{0, true})),
+            ErrorCode::kInvalidArgument);
+  EXPECT_FALSE(manifest("c1", shared_).has_value());
+  EXPECT_EQ(code(store_->sync_connections({record("c1", "h1"), record("c1", "h2")})),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code(store_->sync_connections({record("c1", "")})), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code(store_->sync_grants({{"not a member", {"c1"}}})), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code(store_->sync_grants({{"alice", {"bad id"}}})), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(store_->read_connection("c1")->value().config_hash, "h1");  // nothing was applied
+  EXPECT_FALSE(store_->describe().empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(BothStores, StoreConformance,
+                         ::testing::Values(Kind::kRedis, Kind::kSqlite),
+                         [](const ::testing::TestParamInfo<Kind>& info) {
+                           return info.param == Kind::kRedis ? "Redis" : "Sqlite";
+                         });
+
+// ---- Redis only --------------------------------------------------------------------------------
+
+TEST(RedisStoreOnly, RefusesTlsAndNeverDescribesThePassword) {
+  Result<std::unique_ptr<RedisStore>> tls =
+      RedisStore::create(redis_options("rediss://:hunter2@cache.internal:6380"));
+  ASSERT_FALSE(tls.ok());
+  EXPECT_EQ(tls.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(tls.error().message.find("TLS"), std::string::npos) << tls.error().message;
+  EXPECT_EQ(tls.error().message.find("hunter2"), std::string::npos);
+
+  Result<std::unique_ptr<RedisStore>> store =
+      RedisStore::create(redis_options("redis://quiver:hunter2@cache.internal:6380/3"));
+  ASSERT_TRUE(store.ok()) << store.error().message;  // no connection is made yet
+  EXPECT_EQ((*store)->describe().find("hunter2"), std::string::npos) << (*store)->describe();
+  EXPECT_NE((*store)->describe().find("cache.internal:6380/3"), std::string::npos);
+
+  RedisStoreOptions bad_ns = redis_options("redis://127.0.0.1:6379");
+  bad_ns.ns = "no{braces}";
+  EXPECT_EQ(RedisStore::create(bad_ns).error().code, ErrorCode::kInvalidArgument);
+}
+
+TEST(RedisStoreOnly, AuthUsesThePasswordAndNoMessageShowsIt) {
+  RedisServer server;
+  ASSERT_TRUE(server.ok()) << server.error();
+  ASSERT_EQ(raw(server, {"CONFIG", "SET", "requirepass", "correct-horse-9"}), "OK");
+  std::string base = "127.0.0.1:" + std::to_string(server.port());
+
+  RedisStoreOptions good = redis_options("redis://:correct-horse-9@" + base + "/2");
+  std::unique_ptr<RedisStore> store = std::move(RedisStore::create(good)).value();
+  Status health = store->health();
+  ASSERT_TRUE(health.ok()) << health.error().message;
+  EXPECT_EQ(store->describe().find("correct-horse"), std::string::npos) << store->describe();
+  ASSERT_TRUE(store->sync_connections({record("c1", "h1")}).ok());
+
+  RedisStoreOptions wrong = redis_options("redis://:battery-staple-7@" + base);
+  std::unique_ptr<RedisStore> intruder = std::move(RedisStore::create(wrong)).value();
+  Status refused = intruder->health();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, ErrorCode::kUnauthenticated) << refused.error().message;
+  EXPECT_EQ(refused.error().message.find("battery-staple"), std::string::npos);
+  EXPECT_EQ(refused.error().message.find("correct-horse"), std::string::npos);
+
+  RedisStoreOptions none = redis_options("redis://" + base);
+  std::unique_ptr<RedisStore> anonymous = std::move(RedisStore::create(none)).value();
+  Status no_auth = anonymous->health();
+  ASSERT_FALSE(no_auth.ok());
+  EXPECT_EQ(no_auth.error().code, ErrorCode::kUnauthenticated) << no_auth.error().message;
+  Result<std::vector<ConnectionRecord>> conns = anonymous->list_connections();
+  ASSERT_FALSE(conns.ok());
+  EXPECT_EQ(conns.error().code, ErrorCode::kUnauthenticated) << conns.error().message;
+}
+
+TEST(RedisStoreOnly, RedisGoingAwayFailsCleanlyAndNothingCommittedIsLost) {
+  RedisServer server;
+  ASSERT_TRUE(server.ok()) << server.error();
+  RedisStoreOptions o = local_redis(server.port());
+  o.connect_timeout_ms = 500;
+  o.command_timeout_ms = 1'000;
+  o.reconnect_backoff_initial_ms = 20;
+  o.reconnect_backoff_max_ms = 200;
+  std::unique_ptr<RedisStore> store = std::move(RedisStore::create(o)).value();
+  const Principal shared = Principal::shared();
+
+  ASSERT_TRUE(store->sync_connections({record("c1", "h1")}).ok());
+  AcquireResult a = *store->acquire_lease("c1", shared, token(1), kLongLease);
+  ASSERT_TRUE(a.acquired);
+  ASSERT_TRUE(store->commit_manifest("c1", shared, a.lease, manifest_v("v1", "h1"), kWrite)->ok());
+  ASSERT_EQ(*store->enqueue_revalidation("c1", member("alice"), "stale", 60'000),
+            EnqueueOutcome::kQueued);
+  RevalidationBatch pending = *store->read_revalidations("agent-1", 10, 0);
+  ASSERT_EQ(pending.requests.size(), 1u);
+  // This server persists on shutdown (the fixture's default is no persistence at all).
+  ASSERT_EQ(raw(server, {"CONFIG", "SET", "save", "3600 1"}), "OK");
+
+  server.stop();
+  // The first op after the server went away writes a large pipeline into the dead socket: the
+  // kernel answers EPIPE (and raises SIGPIPE, which must not end the process).
+  ManifestWrite big = manifest_v("big", "h1");
+  big.manifest.append(4 << 20, ' ');
+  Result<FencedWriteResult> lost = store->commit_manifest("c1", shared, a.lease, big, kWrite);
+  ASSERT_FALSE(lost.ok());
+  EXPECT_EQ(lost.error().code, ErrorCode::kUnavailable) << lost.error().message;
+  std::string where = "127.0.0.1:" + std::to_string(server.port());
+  for (int round = 0; round < 3; ++round) {  // a dropped connection, then refused reconnects
+    Status health = store->health();
+    ASSERT_FALSE(health.ok());
+    EXPECT_EQ(health.error().code, ErrorCode::kUnavailable);
+    EXPECT_NE(health.error().message.find(where), std::string::npos) << health.error().message;
+    Result<AcquireResult> acquire = store->acquire_lease("c1", shared, token(2), kLongLease);
+    ASSERT_FALSE(acquire.ok());
+    EXPECT_EQ(acquire.error().code, ErrorCode::kUnavailable);
+    Result<FencedWriteResult> commit =
+        store->commit_manifest("c1", shared, a.lease, manifest_v("v2", "h1"), kWrite);
+    ASSERT_FALSE(commit.ok());
+    EXPECT_EQ(commit.error().code, ErrorCode::kUnavailable);
+    Result<RevalidationBatch> read = store->read_revalidations("agent-1", 10, 100);
+    ASSERT_FALSE(read.ok());
+    EXPECT_EQ(read.error().code, ErrorCode::kUnavailable);
+    Result<GrantSync> grants = store->sync_grants({{"alice", {"c1"}}});
+    ASSERT_FALSE(grants.ok());
+    EXPECT_EQ(grants.error().code, ErrorCode::kUnavailable);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+
+  ASSERT_TRUE(server.start()) << server.error();
+  SteadyClock::time_point deadline = SteadyClock::now() + std::chrono::seconds(10);
+  Status health = store->health();
+  while (!health.ok() && SteadyClock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    health = store->health();
+  }
+  ASSERT_TRUE(health.ok()) << health.error().message;
+
+  // What was committed before the outage is all there.
+  std::optional<StoredManifest> m = *store->read_manifest("c1", shared);
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->manifest, manifest_v("v1", "h1").manifest);
+  EXPECT_EQ(store->read_connection("c1")->value().config_hash, "h1");
+  // The request delivered before the outage is still pending, and can be taken over.
+  RevalidationBatch reclaimed = *store->claim_stale_revalidations("agent-2", 0, 10);
+  EXPECT_EQ(ids_of(reclaimed), ids_of(pending));
+  // Fences kept counting.
+  AcquireResult b = *store->acquire_lease("c1", shared, token(3), kLongLease);
+  ASSERT_TRUE(b.acquired);
+  EXPECT_EQ(b.lease.fence, 2);
+  EXPECT_TRUE(store->commit_manifest("c1", shared, b.lease, manifest_v("v2", "h1"), kWrite)->ok());
+}
+
+TEST(RedisStoreOnly, AServerThatNeverAnswersTimesOut) {
+  // A listener that accepts connections (the kernel's backlog does) and never answers.
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(fd, 8), 0);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+
+  RedisStoreOptions o = local_redis(ntohs(addr.sin_port));
+  o.command_timeout_ms = 300;
+  std::unique_ptr<RedisStore> store = std::move(RedisStore::create(o)).value();
+  SteadyClock::time_point start = SteadyClock::now();
+  Status health = store->health();
+  auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - start);
+  ASSERT_FALSE(health.ok());
+  EXPECT_EQ(health.error().code, ErrorCode::kUnavailable);
+  EXPECT_NE(health.error().message.find("timed out"), std::string::npos) << health.error().message;
+  EXPECT_GE(waited.count(), 250);
+  EXPECT_LT(waited.count(), 3'000);
+  ::close(fd);
+}
+
+TEST(RedisStoreOnly, TwoAgentsRacingForOneLeaseHaveOneWinner) {
+  ASSERT_TRUE(shared_redis().ok()) << shared_redis().error();
+  (void)raw(shared_redis(), {"FLUSHALL"});
+  RedisStoreOptions o = local_redis(shared_redis().port());
+  std::unique_ptr<RedisStore> agents[2] = {std::move(RedisStore::create(o)).value(),
+                                           std::move(RedisStore::create(o)).value()};
+  const Principal shared = Principal::shared();
+  for (int round = 0; round < 25; ++round) {
+    std::atomic<int> ready{0};
+    AcquireResult results[2];
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 2; ++i) {
+      threads.emplace_back([&, i] {
+        ++ready;
+        while (ready.load() < 2) {
+        }
+        Result<AcquireResult> r =
+            agents[i]->acquire_lease("c1", shared, token(100 * round + i), kLongLease);
+        if (r.ok()) results[i] = *r;
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    ASSERT_NE(results[0].acquired, results[1].acquired) << "round " << round;
+    int winner = results[0].acquired ? 0 : 1;
+    EXPECT_EQ(results[1 - winner].holder_fence, results[winner].lease.fence);
+    EXPECT_EQ(results[winner].lease.fence, round + 1);
+    ASSERT_EQ(*agents[winner]->release_lease("c1", shared, results[winner].lease),
+              LeaseOutcome::kOk);
+  }
+}
+
+TEST(RedisStoreOnly, WritesExactlyTheDocumentedKeyLayout) {
+  ASSERT_TRUE(shared_redis().ok()) << shared_redis().error();
+  RedisServer& server = shared_redis();
+  (void)raw(server, {"FLUSHALL"});
+  RedisStoreOptions o = local_redis(server.port());
+  o.ns = "team-a";
+  std::unique_ptr<RedisStore> store = std::move(RedisStore::create(o)).value();
+  RedisKeys keys = *RedisKeys::create("team-a");
+  const Principal alice = member("alice");
+
+  ASSERT_TRUE(store->sync_connections({record("gh", "h1", CredentialMode::kPerMember)}).ok());
+  ASSERT_TRUE(store->sync_grants({{"alice", {"gh"}}}).ok());
+  AcquireResult a = *store->acquire_lease("gh", alice, token(1), kLongLease);
+  ASSERT_TRUE(a.acquired);
+  EXPECT_EQ(raw(server, {"GET", *keys.lease("gh", alice)}), a.lease.value());
+  ASSERT_TRUE(store->commit_manifest("gh", alice, a.lease, manifest_v("v1", "h1"), kWrite)->ok());
+  ASSERT_TRUE(store->publish_disabled("gh", {"tool:delete_repo"}).ok());
+  AcquireResult b = *store->acquire_lease("gh", member("bob"), token(2), kLongLease);
+  ASSERT_TRUE(
+      store->record_failure("gh", member("bob"), b.lease, failure_under("h1"), kWrite)->ok());
+  ASSERT_EQ(*store->enqueue_revalidation("gh", alice, "stale", 60'000), EnqueueOutcome::kQueued);
+  ASSERT_TRUE(*store->remember_once("webhook-signature", 60'000));
+
+  auto type_of = [&](const std::string& key) { return raw(server, {"TYPE", key}); };
+  EXPECT_EQ(type_of(keys.conns()), "set");
+  EXPECT_EQ(raw(server, {"SISMEMBER", keys.conns(), "gh"}), "1");
+  EXPECT_EQ(type_of(*keys.conn("gh")), "hash");
+  const std::vector<std::string>& conn_fields = key_fields(KeyKind::kConn);
+  EXPECT_EQ(field_names(raw_value(server, {"HGETALL", *keys.conn("gh")})),
+            std::set<std::string>(conn_fields.begin(), conn_fields.end()));
+  EXPECT_EQ(raw(server, {"HGET", *keys.conn("gh"), "credential_mode"}), "per_member");
+  EXPECT_EQ(raw(server, {"SISMEMBER", *keys.grants(alice), "gh"}), "1");
+  EXPECT_EQ(raw(server, {"SISMEMBER", *keys.disabled("gh"), "tool:delete_repo"}), "1");
+  EXPECT_EQ(raw(server, {"GET", *keys.fence("gh", alice)}), "1");
+  EXPECT_EQ(raw(server, {"EXISTS", *keys.lease("gh", alice)}), "0");  // released by the commit
+  EXPECT_EQ(type_of(*keys.revalidate_gate("gh", alice)), "string");
+
+  const std::vector<std::string>& documented = key_fields(KeyKind::kManifest);
+  std::set<std::string> allowed(documented.begin(), documented.end());
+  std::set<std::string> written =
+      field_names(raw_value(server, {"HGETALL", *keys.manifest("gh", alice)}));
+  for (const std::string& f : written) EXPECT_EQ(allowed.count(f), 1u) << f;
+  EXPECT_EQ(written.count("manifest"), 1u);
+  EXPECT_EQ(raw(server, {"HGET", *keys.manifest("gh", alice), "config_hash"}), "h1");
+  std::set<std::string> failed =
+      field_names(raw_value(server, {"HGETALL", *keys.manifest("gh", member("bob"))}));
+  EXPECT_EQ(failed,
+            (std::set<std::string>{"error_code", "error_message", "error_at", "attempt_at"}));
+
+  RespValue entries = raw_value(server, {"XRANGE", keys.revalidate_stream(), "-", "+"});
+  ASSERT_EQ(entries.elements.size(), 1u);
+  const std::vector<std::string>& stream_fields = key_fields(KeyKind::kRevalidate);
+  EXPECT_EQ(field_names(entries.elements[0].elements[1]),
+            std::set<std::string>(stream_fields.begin(), stream_fields.end()));
+
+  // Every key is in the namespace and parses back, except the replay guard's, which RedisKeys
+  // does not know yet (see redis_store.cpp, TODO(contract)).
+  RespValue all = raw_value(server, {"KEYS", "*"});
+  int replay = 0;
+  for (const RespValue& k : all.elements) {
+    Result<ParsedKey> parsed = keys.parse(k.str);
+    if (k.str.rfind(keys.prefix() + "replay:", 0) == 0) {
+      ++replay;
+      continue;
+    }
+    EXPECT_TRUE(parsed.ok()) << k.str;
+    if (parsed.ok()) {
+      EXPECT_EQ(type_of(k.str), ascii_lower(key_redis_type(parsed->kind))) << k.str;
+    }
+  }
+  EXPECT_EQ(replay, 1);
+
+  // Another namespace on the same Redis sees none of it.
+  RedisStoreOptions other = o;
+  other.ns = "team-b";
+  std::unique_ptr<RedisStore> b_store = std::move(RedisStore::create(other)).value();
+  EXPECT_TRUE(b_store->list_connections()->empty());
+  EXPECT_FALSE(b_store->read_manifest("gh", alice)->has_value());
+  EXPECT_TRUE(b_store->sync_connections({}).ok());  // and its sync leaves team-a alone
+  EXPECT_EQ(store->list_connections()->size(), 1u);
+}
+
+// ---- SQLite only -------------------------------------------------------------------------------
+
+TEST(SqliteStoreOnly, TwoAgentsOnOneFileHaveOneLeaseWinner) {
+  TempDir dir;
+  std::atomic<int64_t> clock{kT0};
+  SqliteStoreOptions o;
+  o.path = dir.path() + "/shared.db";
+  o.now_ms = [&] { return clock.load(); };
+  std::unique_ptr<SqliteStore> agents[2] = {std::move(SqliteStore::open(o)).value(),
+                                            std::move(SqliteStore::open(o)).value()};
+  const Principal shared = Principal::shared();
+  ASSERT_TRUE(agents[0]->sync_connections({record("c1", "h1")}).ok());
+  for (int round = 0; round < 25; ++round) {
+    std::atomic<int> ready{0};
+    AcquireResult results[2];
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 2; ++i) {
+      threads.emplace_back([&, i] {
+        ++ready;
+        while (ready.load() < 2) {
+        }
+        Result<AcquireResult> r =
+            agents[i]->acquire_lease("c1", shared, token(100 * round + i), kLongLease);
+        EXPECT_TRUE(r.ok()) << r.error().message;
+        if (r.ok()) results[i] = *r;
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    ASSERT_NE(results[0].acquired, results[1].acquired) << "round " << round;
+    int winner = results[0].acquired ? 0 : 1;
+    EXPECT_EQ(results[winner].lease.fence, round + 1);
+    // The winner commits; the other agent reads it from the same file.
+    Result<FencedWriteResult> c = agents[winner]->commit_manifest(
+        "c1", shared, results[winner].lease, manifest_v(std::to_string(round), "h1"), kWrite);
+    ASSERT_TRUE(c.ok() && c->ok());
+    std::optional<StoredManifest> m = *agents[1 - winner]->read_manifest("c1", shared);
+    ASSERT_TRUE(m.has_value());
+    EXPECT_EQ(m->meta.fence, round + 1);
+  }
+}
+
+TEST(SqliteStoreOnly, OpeningFailsClearly) {
+  SqliteStoreOptions missing;
+  missing.path = "/nonexistent-quiver-dir/quiver.db";
+  Result<std::unique_ptr<SqliteStore>> r = SqliteStore::open(missing);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ErrorCode::kUnavailable);
+  EXPECT_NE(r.error().message.find("/nonexistent-quiver-dir/quiver.db"), std::string::npos);
+
+  // A file from a newer agent is not touched.
+  TempDir dir;
+  std::string path = dir.path() + "/newer.db";
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "PRAGMA user_version = 2", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  SqliteStoreOptions newer;
+  newer.path = path;
+  r = SqliteStore::open(newer);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("newer"), std::string::npos) << r.error().message;
+}
+
+}  // namespace
+}  // namespace quiver
