@@ -1104,8 +1104,9 @@ Result<std::vector<TransportMessage>> HttpTransport::receive(int64_t timeout_ms)
 
 void HttpTransport::set_protocol_version(const std::string& version) {
   // A header value from the server's initialize result: refuse anything that could break the
-  // header line (the owner checks the version against the ones it speaks anyway).
-  if (!visible_ascii(version, 64)) return;
+  // header line (the owner checks the version against the ones it speaks anyway). Empty unsets
+  // it: a legacy initialize after a 2026-07-28 probe must not carry the probe's version.
+  if (!version.empty() && !visible_ascii(version, 64)) return;
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->protocol_version = version;
 }

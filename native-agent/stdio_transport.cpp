@@ -102,11 +102,8 @@ Result<std::vector<TransportMessage>> StdioTransport::receive(int64_t timeout_ms
       if (!tail.ok()) return closed_error("closed stdout in the middle of a message");
       return closed_error("closed stdout");
     }
-    int64_t left = deadline - steady_now_ms();
-    if (left <= 0) {
-      forward_stderr();
-      return out;  // nothing yet
-    }
+    // Even with no time left, look at the pipe once: receive(0) means "what is there now".
+    int64_t left = std::max<int64_t>(0, deadline - steady_now_ms());
     auto waited = child_->wait_readable(static_cast<int>(left));
     if (!waited.ok()) return waited.error();
     auto bytes = child_->read_stdout();
@@ -120,6 +117,9 @@ Result<std::vector<TransportMessage>> StdioTransport::receive(int64_t timeout_ms
       // Exited, nothing left to read, yet stdout is held open (a grandchild): it is gone.
       close();
       return closed_error("exited");
+    } else if (left == 0 && !child_->stdout_eof()) {
+      forward_stderr();
+      return out;  // nothing now
     }
   }
 }

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Runs the MCP conformance suite's client scenarios that apply to a discovery client against
+# `quiver-agent probe` (see README.md here for which apply and why).
+#
+#   tests/conformance/run.sh QUIVER_AGENT NODE_MODULES [SCENARIO...]   (default: all that apply)
+#
+# The suite's scenario servers listen on every interface, so the whole run happens in a private
+# network namespace with only loopback up (`unshare -n`; root, or a user namespace with -r).
+# Each scenario passes when its checks.json holds no FAILURE, the checks listed below succeeded,
+# and the only warnings are the ones listed as inherent to a client that never calls tools.
+set -euo pipefail
+
+agent=${1:?usage: run.sh QUIVER_AGENT NODE_MODULES [SCENARIO...]}
+node_modules=${2:?usage: run.sh QUIVER_AGENT NODE_MODULES [SCENARIO...]}
+shift 2
+scenarios=("$@")
+[ ${#scenarios[@]} -gt 0 ] || scenarios=(initialize sse-retry)
+
+suite="$node_modules/@modelcontextprotocol/conformance/dist/index.js"
+[ -x "$agent" ] || { echo "run.sh: no quiver-agent at $agent (build it first)" >&2; exit 1; }
+[ -f "$suite" ] || { echo "run.sh: no conformance suite at $suite (run scripts/setup.sh)" >&2; exit 1; }
+
+if [ -z "${QUIVER_CONFORMANCE_NETNS:-}" ]; then
+  for cmd in unshare ip node; do
+    command -v "$cmd" >/dev/null || { echo "run.sh: '$cmd' is needed" >&2; exit 1; }
+  done
+  export QUIVER_CONFORMANCE_NETNS=1
+  inner=(sh -c 'ip link set lo up && exec "$@"' sh bash "$0" "$agent" "$node_modules"
+         "${scenarios[@]}")
+  if unshare -n true 2>/dev/null; then
+    exec unshare -n "${inner[@]}"
+  elif unshare -rn true 2>/dev/null; then
+    exec unshare -rn "${inner[@]}"
+  fi
+  echo "run.sh: cannot create a network namespace (unshare -n needs root or user namespaces)" >&2
+  exit 1
+fi
+
+work=$(mktemp -d /tmp/quiver-conformance-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+# What each scenario must show. `expect`: check ids that must be SUCCESS. `allow`: check ids
+# that may be WARNING. `command`: how the suite runs the probe (it appends the server URL).
+status=0
+for scenario in "${scenarios[@]}"; do
+  case "$scenario" in
+    initialize)
+      command="$agent probe --allow-private --url"
+      expect="mcp-client-initialization"
+      allow=""
+      ;;
+    sse-retry)
+      # --watch keeps the session and opens the GET stream; SIGTERM after 2 s ends it (exit 0).
+      command="timeout --preserve-status -s TERM 2 $agent probe --allow-private --watch --url"
+      expect="client-sse-graceful-reconnect"
+      # The scenario measures the reconnection after it closes a tools/call stream; a discovery
+      # client never calls a tool, so there is no such reconnection to time or to carry a
+      # Last-Event-ID (see README.md).
+      allow="client-sse-retry-timing client-sse-last-event-id"
+      ;;
+    *)
+      echo "run.sh: scenario '$scenario' does not apply to a discovery client (README.md)" >&2
+      status=1
+      continue
+      ;;
+  esac
+  out="$work/$scenario"
+  mkdir -p "$out"
+  # The suite's own verdict counts warnings as failures; the checks are judged below instead.
+  node "$suite" client --command "$command" --scenario "$scenario" --timeout 20000 -o "$out" \
+    >"$out/suite.log" 2>&1 || true
+  checks=$(find "$out" -name checks.json | head -n 1)
+  if [ -z "$checks" ]; then
+    echo "FAIL $scenario: the suite wrote no checks.json" >&2
+    cat "$out/suite.log" >&2
+    status=1
+    continue
+  fi
+  if ! summary=$(node - "$checks" "$expect" "$allow" "$(dirname "$checks")/stdout.txt" <<'JS'
+const fs = require('fs');
+const [checksPath, expect, allow, stdoutPath] = process.argv.slice(2);
+const checks = JSON.parse(fs.readFileSync(checksPath, 'utf8'));
+const expected = expect.split(' ').filter(Boolean);
+const allowed = new Set(allow.split(' ').filter(Boolean));
+const problems = [];
+for (const c of checks) {
+  if (c.status === 'FAILURE') problems.push(`FAILURE ${c.id}: ${c.errorMessage || c.description}`);
+  if (c.status === 'WARNING' && !allowed.has(c.id)) {
+    problems.push(`unexpected WARNING ${c.id}: ${c.errorMessage || c.description}`);
+  }
+}
+for (const id of expected) {
+  if (!checks.some((c) => c.id === id && c.status === 'SUCCESS')) problems.push(`no SUCCESS for ${id}`);
+}
+// The probe itself must have listed the scenario server: its first stdout line is the report.
+const first = (fs.existsSync(stdoutPath) ? fs.readFileSync(stdoutPath, 'utf8') : '').trim();
+let report = null;
+for (const text of [first, first.split('\n')[0]]) {  // pretty JSON, or the first NDJSON line
+  try { report = report || JSON.parse(text); } catch {}
+}
+if (!report || report.status !== 'ok') problems.push(`the probe did not report status ok: ${first.slice(0, 300)}`);
+for (const p of problems) console.error('  ' + p);
+const shown = checks.filter((c) => c.status !== 'INFO').map((c) => `${c.status} ${c.id}`);
+console.log('     checks: ' + shown.join(', '));
+process.exit(problems.length ? 1 : 0);
+JS
+  ); then
+    echo "FAIL $scenario" >&2
+    echo "$summary" >&2
+    sed 's/^/  | /' "$out/suite.log" | tail -n 40 >&2
+    status=1
+  else
+    echo "ok   $scenario"
+    echo "$summary"
+  fi
+done
+exit $status
