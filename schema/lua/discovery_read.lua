@@ -1,0 +1,92 @@
+-- Discovery read: everything one member may see, in one round trip (shared/discovery_redis.h).
+--
+-- KEYS[1] grants   quiver:{ns}:grants:member/<id>   SET of the connection ids granted to the member
+-- ARGV[1] prefix   quiver:{ns}:                     the namespace prefix (KEYS[1] must use it)
+-- ARGV[2] member   member/<id>                      the caller (KEYS[1] must be its grants key)
+-- ARGV[3] only     one connection id to read alone, if granted ('' = every granted one)
+-- ARGV[4] after    read only ids sorting after this one, byte order ('' = from the start)
+-- ARGV[5] limit    at most this many connections
+--
+-- Keys read beyond KEYS. Which connections to read is only known once KEYS[1] is read, so the
+-- script builds their keys itself, from ARGV[1], exactly as RedisKeys (shared/identity.h) spells
+-- them: conn:<cid>, manifest:<cid>:<principal>, disabled:<cid>, lease:<cid>:<principal>, epoch.
+-- Every key of a namespace carries the same {ns} hash tag, so they all live in KEYS[1]'s slot:
+-- on Redis Cluster the script never leaves its node. Granted ids outside the connection id
+-- charset are skipped (and counted): they could not carry the hash tag safely.
+--
+-- The principal whose manifest is read follows the connection's credential_mode: 'shared' for
+-- shared, the member for per_member, none for anything else. shared/discovery.h's
+-- applicable_principal is the authority; the decoder checks this script's choice against it.
+--
+-- Read-only. Replies
+--   {'quiver.discovery.v1', member, epoch, granted_total, next_after, ignored, entries}
+-- with next_after '' when nothing is left after this page, and each entry
+--   {cid, conn_fields, principal, manifest_fields, disabled_members, lease_exists}
+-- (fields as flat HGETALL arrays; principal '' when none applies; a removed connection has empty
+-- conn_fields and nothing else read).
+local prefix, member = ARGV[1], ARGV[2]
+if string.sub(member, 1, 7) ~= 'member/' or KEYS[1] ~= prefix .. 'grants:' .. member then
+  return redis.error_reply('ERR discovery_read: KEYS[1] is not the grants key of ARGV[2]')
+end
+local limit = tonumber(ARGV[5])
+if not limit or limit < 1 then
+  return redis.error_reply('ERR discovery_read: limit must be a positive number')
+end
+
+local function valid_cid(cid)
+  return #cid >= 1 and #cid <= 128 and not string.find(cid, '[^A-Za-z0-9._-]')
+end
+
+-- Byte order, whatever the server's locale (Lua's string '<' uses strcoll).
+local function byte_less(a, b)
+  local n = math.min(#a, #b)
+  for i = 1, n do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return #a < #b
+end
+
+local ids, ignored = {}, 0
+if ARGV[3] ~= '' then
+  if valid_cid(ARGV[3]) and redis.call('SISMEMBER', KEYS[1], ARGV[3]) == 1 then
+    ids[1] = ARGV[3]
+  end
+else
+  for _, cid in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+    if valid_cid(cid) then ids[#ids + 1] = cid else ignored = ignored + 1 end
+  end
+  table.sort(ids, byte_less)
+end
+
+local entries, next_after = {}, ''
+for _, cid in ipairs(ids) do
+  if ARGV[4] == '' or byte_less(ARGV[4], cid) then
+    if #entries == limit then
+      next_after = entries[#entries][1]
+      break
+    end
+    local conn = redis.call('HGETALL', prefix .. 'conn:' .. cid)
+    local principal, manifest, disabled, lease = '', {}, {}, 0
+    if #conn > 0 then
+      local mode
+      for i = 1, #conn, 2 do
+        if conn[i] == 'credential_mode' then mode = conn[i + 1] end
+      end
+      if mode == 'shared' then
+        principal = 'shared'
+      elseif mode == 'per_member' then
+        principal = member
+      end
+      disabled = redis.call('SMEMBERS', prefix .. 'disabled:' .. cid)
+      if principal ~= '' then
+        manifest = redis.call('HGETALL', prefix .. 'manifest:' .. cid .. ':' .. principal)
+        lease = redis.call('EXISTS', prefix .. 'lease:' .. cid .. ':' .. principal)
+      end
+    end
+    entries[#entries + 1] = {cid, conn, principal, manifest, disabled, lease}
+  end
+end
+
+local epoch = tonumber(redis.call('GET', prefix .. 'epoch')) or 0
+return {'quiver.discovery.v1', member, epoch, #ids, next_after, ignored, entries}

@@ -1,0 +1,708 @@
+#include "shared/discovery.h"
+
+#include <algorithm>
+#include <limits>
+#include <set>
+#include <utility>
+
+#include "shared/sha256.h"
+
+namespace quiver {
+
+namespace {
+
+Error invalid(std::string message) {
+  return Error(ErrorCode::kInvalidArgument, std::move(message));
+}
+
+// A decimal int64 with an optional leading '-', nothing else (no spaces, no '+', no overflow).
+std::optional<int64_t> parse_int(std::string_view s) {
+  if (s.empty() || s.size() > 20) return std::nullopt;
+  bool negative = s[0] == '-';
+  std::size_t i = negative ? 1 : 0;
+  if (i == s.size()) return std::nullopt;
+  uint64_t value = 0;
+  const uint64_t limit = negative ? uint64_t{1} << 63 : (uint64_t{1} << 63) - 1;
+  for (; i < s.size(); ++i) {
+    if (s[i] < '0' || s[i] > '9') return std::nullopt;
+    uint64_t digit = static_cast<uint64_t>(s[i] - '0');
+    if (value > (limit - digit) / 10) return std::nullopt;
+    value = value * 10 + digit;
+  }
+  if (negative) {
+    return value == (uint64_t{1} << 63) ? std::numeric_limits<int64_t>::min()
+                                        : -static_cast<int64_t>(value);
+  }
+  return static_cast<int64_t>(value);
+}
+
+const std::string* field(const HashFields& fields, std::string_view name) {
+  auto it = fields.find(name);
+  return it == fields.end() ? nullptr : &it->second;
+}
+
+// The JSON field names a manifest may give each kind (the manifest model writes snake_case
+// `resource_templates`; an MCP-shaped document says `resourceTemplates`).
+std::vector<const char*> manifest_fields_for(ListKind kind) {
+  switch (kind) {
+    case ListKind::kTools:
+      return {"tools"};
+    case ListKind::kResources:
+      return {"resources"};
+    case ListKind::kResourceTemplates:
+      return {"resource_templates", "resourceTemplates"};
+    case ListKind::kPrompts:
+      return {"prompts"};
+  }
+  return {};
+}
+
+Json filter_items(const Json& items, ListKind kind, const DisabledOverlay& disabled) {
+  Json out = Json::array();
+  const CapabilityType type = capability_type_for(kind);
+  for (const Json& item : items) {
+    std::optional<std::string> key = capability_key(kind, item);
+    if (key && !visible(disabled, type, *key)) continue;
+    out.push_back(item);
+  }
+  return out;
+}
+
+std::string digest_tag(std::string_view bytes) {
+  Digest256 d = sha256(bytes);
+  return "sha256-" +
+         base64url_encode(std::string_view(reinterpret_cast<const char*>(d.data()), d.size()));
+}
+
+std::string revalidation_reason(const Classification& c) {
+  switch (c.state) {
+    case Freshness::kStale:
+      return "stale";
+    case Freshness::kExpired:
+      return "expired";
+    case Freshness::kMiss:
+      return c.miss_reason == MissReason::kConfigChanged ? "config_changed" : "miss";
+    case Freshness::kFresh:
+      break;
+  }
+  return "";
+}
+
+// Everything the renderers need to know about one shown entry.
+struct EntryView {
+  const GrantedConnection* conn = nullptr;
+  EntryStatus status = EntryStatus::kPending;
+  std::optional<Principal> principal;
+  std::optional<Classification> classification;  // when the entry could be classified
+  std::optional<CacheEntryMeta> meta;
+  std::optional<RefreshError> shown_error;  // the `error` object
+  std::string pending_reason;               // miss reason for pending / error-by-miss
+  std::optional<std::string> revalidate;    // reason, when one is to be queued
+  bool refresh_in_progress = false;
+  bool servable = false;
+  Json manifest;           // servable: the stored manifest with disabled capabilities hidden
+  std::string content_id;  // servable or expired: the manifest's content hash
+};
+
+// The state table: what each classification becomes. Entries that cannot be classified
+// (unreadable, no principal) are decided in `evaluate` before this.
+EntryStatus status_of(const Classification& c) {
+  switch (c.state) {
+    case Freshness::kFresh:
+      return EntryStatus::kFresh;
+    case Freshness::kStale:
+      return EntryStatus::kStale;
+    case Freshness::kExpired:
+      return EntryStatus::kExpired;
+    case Freshness::kMiss:
+      return c.last_refresh_failed ? EntryStatus::kError : EntryStatus::kPending;
+  }
+  return EntryStatus::kPending;
+}
+
+void queue_unless_leased(EntryView* v, std::string reason) {
+  if (v->conn->lease_held) {
+    v->refresh_in_progress = true;
+  } else {
+    v->revalidate = std::move(reason);
+  }
+}
+
+EntryView evaluate(const GrantedConnection& conn, const Principal& member,
+                   const FreshnessPolicy& policy, int64_t now_ms, const RenderOptions& options) {
+  EntryView v;
+  v.conn = &conn;
+  const ConnectionInfo& record = *conn.record;
+
+  Result<Principal> principal = applicable_principal(record, member);
+  if (!principal.ok()) {
+    v.status = EntryStatus::kError;
+    v.shown_error = RefreshError{error_code_name(ErrorCode::kInvalidArgument),
+                                 "the connection record has an unknown credential_mode", 0};
+    return v;
+  }
+  v.principal = *principal;
+  // The reader derived the principal on its own (a script must): it has to agree, or the data
+  // may be somebody else's. Never served, never queued.
+  if (!conn.principal.has_value() || *conn.principal != *principal) {
+    v.status = EntryStatus::kError;
+    v.shown_error = RefreshError{error_code_name(ErrorCode::kInternal),
+                                 "the store read this connection under another principal", 0};
+    return v;
+  }
+
+  auto unreadable = [&](const std::string& why) {
+    v.status = EntryStatus::kError;
+    v.servable = false;
+    v.manifest = Json();
+    v.shown_error = RefreshError{error_code_name(ErrorCode::kInvalidReply),
+                                 "the cached manifest is unreadable: " + why, 0};
+    queue_unless_leased(&v, "corrupt");
+  };
+
+  Result<std::optional<CacheEntryMeta>> meta = cache_entry_meta(conn.manifest);
+  if (!meta.ok()) {
+    unreadable(meta.error().message);
+    return v;
+  }
+  v.meta = *meta;
+  const Classification c = classify(*meta, policy, record.config_hash, now_ms);
+  v.classification = c;
+  v.status = status_of(c);
+  if (c.state == Freshness::kMiss) v.pending_reason = miss_reason_name(c.miss_reason);
+  if (c.last_refresh_failed && v.meta && v.meta->last_error) v.shown_error = v.meta->last_error;
+  if (c.revalidate) queue_unless_leased(&v, revalidation_reason(c));
+
+  if (c.state != Freshness::kMiss) {
+    const std::string* text = field(conn.manifest, redis_field::kManifest);
+    const std::string* etag = field(conn.manifest, redis_field::kEtag);
+    v.content_id = (etag && !etag->empty()) ? *etag : digest_tag(text ? *text : "");
+  }
+  if (c.servable) {
+    const std::string& text = *field(conn.manifest, redis_field::kManifest);
+    Result<Json> parsed = parse_json(text, options.max_manifest_bytes);
+    if (!parsed.ok()) {
+      unreadable(parsed.error().message);
+      return v;
+    }
+    if (!parsed->is_object()) {
+      unreadable("not a JSON object");
+      return v;
+    }
+    v.servable = true;
+    v.manifest = hide_disabled(std::move(*parsed), conn.disabled);
+  }
+  return v;
+}
+
+std::vector<EntryView> evaluate_all(const DiscoverySnapshot& snapshot,
+                                    const FreshnessPolicy& policy, int64_t now_ms,
+                                    const RenderOptions& options) {
+  std::vector<EntryView> out;
+  std::set<std::string_view> seen;
+  for (const GrantedConnection& conn : snapshot.connections) {
+    if (!conn.record.has_value()) continue;  // removed: never shown
+    if (!validate_connection_id(conn.id).ok()) continue;
+    if (!seen.insert(conn.id).second) continue;
+    out.push_back(evaluate(conn, snapshot.member, policy, now_ms, options));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const EntryView& a, const EntryView& b) { return a.conn->id < b.conn->id; });
+  return out;
+}
+
+// The entry's clock-free metadata: what the validator covers.
+Json entry_meta_json(const EntryView& v) {
+  const ConnectionInfo& record = *v.conn->record;
+  Json m = Json::object();
+  m["id"] = v.conn->id;
+  m["name"] = record.name;
+  m["transport"] = record.transport;
+  m["credential_mode"] = credential_mode_name(record.credential_mode);
+  if (v.principal) m["principal"] = v.principal->str();
+  m["status"] = entry_status_name(v.status);
+  if (!v.pending_reason.empty() &&
+      (v.status == EntryStatus::kPending || v.status == EntryStatus::kError)) {
+    m["pending_reason"] = v.pending_reason;
+  }
+  const Classification* c = v.classification ? &*v.classification : nullptr;
+  if (c && c->state != Freshness::kMiss && v.status != EntryStatus::kError) {
+    m["fetched_at"] = v.meta->fetched_at_ms;
+    m["fresh_until"] = c->fresh_until_ms;
+    m["expires_at"] = c->expires_at_ms;
+    const std::string* truncated = field(v.conn->manifest, redis_field::kTruncated);
+    m["truncated"] = truncated != nullptr && *truncated == "1";
+    if (const std::string* etag = field(v.conn->manifest, redis_field::kEtag)) m["etag"] = *etag;
+    if (v.meta->cache_scope != CacheScope::kUnspecified) {
+      m["cache_scope"] = cache_scope_name(v.meta->cache_scope);
+    }
+  }
+  if (v.shown_error) {
+    Json e = Json::object();
+    e["code"] = v.shown_error->code;
+    e["message"] = v.shown_error->message;
+    if (v.shown_error->at_ms != 0) e["at"] = v.shown_error->at_ms;
+    m["error"] = std::move(e);
+  }
+  if (v.refresh_in_progress) {
+    m["refresh"] = "in_progress";
+  } else if (v.revalidate) {
+    m["refresh"] = "requested";
+  }
+  return m;
+}
+
+// What the validator adds to the metadata: the content the body carries besides it.
+Json entry_validator(const EntryView& v, Json meta) {
+  meta["content"] = v.servable ? v.content_id : "";
+  Json disabled = Json::array();
+  if (v.servable) {
+    for (const std::string& d : v.conn->disabled) disabled.push_back(d);
+  }
+  meta["disabled"] = std::move(disabled);
+  return meta;
+}
+
+Json mcp_view(const Json& manifest, int64_t ttl_ms) {
+  Json out = Json::object();
+  for (int i = 0; i < kListKindCount; ++i) {
+    auto kind = static_cast<ListKind>(i);
+    std::optional<std::vector<Json>> items = listed_items(manifest, kind);
+    if (!items) continue;
+    Json result = Json::object();
+    result[list_result_field(kind)] = std::move(*items);
+    result["ttlMs"] = ttl_ms;
+    result["cacheScope"] = "private";
+    out[list_method(kind)] = std::move(result);
+  }
+  return out;
+}
+
+// The entry as the body shows it: metadata, clock fields, payload (consumes v.manifest).
+Json entry_body(EntryView& v, Json meta, int64_t now_ms, const RenderOptions& options) {
+  const Classification* c = v.classification ? &*v.classification : nullptr;
+  if (c && c->state != Freshness::kMiss && v.status != EntryStatus::kError) {
+    meta["age_ms"] = c->age_ms;
+  }
+  if (v.servable) {
+    if (options.view == DiscoveryView::kMcp) {
+      int64_t ttl =
+          v.status == EntryStatus::kFresh ? std::max<int64_t>(0, c->fresh_until_ms - now_ms) : 0;
+      meta["mcp"] = mcp_view(v.manifest, ttl);
+    } else {
+      meta["manifest"] = std::move(v.manifest);
+    }
+  }
+  return meta;
+}
+
+int64_t max_age_for(const std::vector<const EntryView*>& entries, int64_t now_ms,
+                    const RenderOptions& options) {
+  int64_t cap = std::max<int64_t>(0, options.max_cache_age_s);
+  int64_t age = cap;
+  for (const EntryView* v : entries) {
+    if (v->status != EntryStatus::kFresh) return 0;
+    int64_t left_ms = std::max<int64_t>(0, v->classification->fresh_until_ms - now_ms);
+    age = std::min(age, left_ms / 1000);
+  }
+  return age;
+}
+
+RenderedDiscovery finish(Json body, const Json& validator, std::vector<const EntryView*> shown,
+                         int64_t now_ms, const RenderOptions& options) {
+  RenderedDiscovery out;
+  out.body = json_text(body);
+  out.etag = weak_etag(json_text(validator));
+  out.max_age_s = max_age_for(shown, now_ms, options);
+  out.cache_control = "private, max-age=" + std::to_string(out.max_age_s);
+  for (const EntryView* v : shown) {
+    switch (v->status) {
+      case EntryStatus::kFresh:
+        ++out.stats.fresh;
+        break;
+      case EntryStatus::kStale:
+        ++out.stats.stale;
+        break;
+      case EntryStatus::kPending:
+        ++out.stats.pending;
+        break;
+      case EntryStatus::kError:
+        ++out.stats.error;
+        break;
+      case EntryStatus::kExpired:
+        ++out.stats.expired;
+        break;
+    }
+    if (v->revalidate) {
+      out.revalidations.push_back(Revalidation{v->conn->id, *v->principal, *v->revalidate, false});
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+// ---- snapshot ----------------------------------------------------------------------------------
+
+bool ConnectionInfo::operator==(const ConnectionInfo& o) const {
+  return config_hash == o.config_hash && credential_mode == o.credential_mode && name == o.name &&
+         transport == o.transport;
+}
+
+bool GrantedConnection::operator==(const GrantedConnection& o) const {
+  return id == o.id && record == o.record && principal == o.principal && manifest == o.manifest &&
+         disabled == o.disabled && lease_held == o.lease_held;
+}
+
+bool Revalidation::operator==(const Revalidation& o) const {
+  return connection_id == o.connection_id && principal == o.principal && reason == o.reason &&
+         manual == o.manual;
+}
+
+bool DiscoveryStats::operator==(const DiscoveryStats& o) const {
+  return fresh == o.fresh && stale == o.stale && pending == o.pending && error == o.error &&
+         expired == o.expired;
+}
+
+std::optional<ConnectionInfo> connection_info_from_fields(const HashFields& fields) {
+  if (fields.empty()) return std::nullopt;
+  ConnectionInfo r;
+  if (const std::string* v = field(fields, redis_field::kConfigHash)) r.config_hash = *v;
+  if (const std::string* v = field(fields, redis_field::kCredentialMode)) {
+    r.credential_mode = credential_mode_from_string(*v);
+  }
+  if (const std::string* v = field(fields, redis_field::kName)) r.name = *v;
+  if (const std::string* v = field(fields, redis_field::kTransport)) r.transport = *v;
+  return r;
+}
+
+Result<Principal> applicable_principal(const ConnectionInfo& record, const Principal& member) {
+  if (member.is_shared()) return invalid("discovery: the caller must be a member principal");
+  return principal_for(record.credential_mode, member.member_id());
+}
+
+std::vector<std::string> DiscoverySnapshot::granted_ids() const {
+  std::vector<std::string> ids;
+  ids.reserve(connections.size());
+  for (const GrantedConnection& c : connections) ids.push_back(c.id);
+  return ids;
+}
+
+const GrantedConnection* DiscoverySnapshot::find(std::string_view id) const {
+  for (const GrantedConnection& c : connections) {
+    if (c.id == id) return &c;
+  }
+  return nullptr;
+}
+
+Result<DiscoverySnapshot> read_snapshot(SnapshotSource& source, const Principal& member,
+                                        const SnapshotQuery& query) {
+  if (member.is_shared()) return invalid("discovery: the caller must be a member principal");
+  if (query.limit == 0 || query.limit > kMaxSnapshotLimit) {
+    return invalid("discovery: limit must be between 1 and " + std::to_string(kMaxSnapshotLimit));
+  }
+  DiscoverySnapshot snapshot(member);
+  Result<std::vector<std::string>> granted = source.granted(member);
+  if (!granted.ok()) return granted.error();
+
+  std::vector<std::string> ids;
+  if (query.only.has_value()) {
+    // Like SISMEMBER: the one id, if granted. An invalid id cannot be granted.
+    if (validate_connection_id(*query.only).ok() &&
+        std::find(granted->begin(), granted->end(), *query.only) != granted->end()) {
+      ids.push_back(*query.only);
+    }
+  } else {
+    for (std::string& id : *granted) {
+      if (validate_connection_id(id).ok()) {
+        ids.push_back(std::move(id));
+      } else {
+        ++snapshot.ignored_grants;
+      }
+    }
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  }
+  snapshot.granted_total = static_cast<int64_t>(ids.size());
+
+  std::size_t taken = 0;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const std::string& id = ids[i];
+    if (!query.after.empty() && !(query.after < id)) continue;
+    if (taken == query.limit) {
+      snapshot.next_after = snapshot.connections.back().id;
+      break;
+    }
+    ++taken;
+    GrantedConnection conn;
+    conn.id = id;
+    Result<std::optional<ConnectionInfo>> record = source.record(id);
+    if (!record.ok()) return record.error();
+    conn.record = *record;
+    if (conn.record) {
+      Result<DisabledOverlay> disabled = source.disabled(id);
+      if (!disabled.ok()) return disabled.error();
+      conn.disabled = std::move(*disabled);
+      Result<Principal> principal = applicable_principal(*conn.record, member);
+      if (principal.ok()) {
+        conn.principal = *principal;
+        Result<HashFields> manifest = source.manifest(id, *principal);
+        if (!manifest.ok()) return manifest.error();
+        conn.manifest = std::move(*manifest);
+        Result<bool> lease = source.lease_held(id, *principal);
+        if (!lease.ok()) return lease.error();
+        conn.lease_held = *lease;
+      }
+    }
+    snapshot.connections.push_back(std::move(conn));
+  }
+  Result<int64_t> epoch = source.epoch();
+  if (!epoch.ok()) return epoch.error();
+  snapshot.epoch = *epoch;
+  return snapshot;
+}
+
+// ---- classification ----------------------------------------------------------------------------
+
+const char* entry_status_name(EntryStatus status) {
+  switch (status) {
+    case EntryStatus::kPending:
+      return "pending";
+    case EntryStatus::kFresh:
+      return "fresh";
+    case EntryStatus::kStale:
+      return "stale";
+    case EntryStatus::kExpired:
+      return "expired";
+    case EntryStatus::kError:
+      return "error";
+  }
+  return "pending";
+}
+
+const char* revalidation_outcome_name(RevalidationOutcome outcome) {
+  switch (outcome) {
+    case RevalidationOutcome::kQueued:
+      return "queued";
+    case RevalidationOutcome::kAlreadyQueued:
+      return "already_queued";
+    case RevalidationOutcome::kInProgress:
+      return "in_progress";
+  }
+  return "queued";
+}
+
+Result<std::optional<CacheEntryMeta>> cache_entry_meta(const HashFields& m) {
+  if (m.empty()) return std::optional<CacheEntryMeta>();
+  CacheEntryMeta e;
+  auto time_field = [&](const char* name, std::optional<int64_t>* out) -> Status {
+    const std::string* v = field(m, name);
+    if (v == nullptr || v->empty()) return Status::Ok();
+    std::optional<int64_t> n = parse_int(*v);
+    if (!n) return invalid(std::string("field `") + name + "` is not an integer");
+    *out = n;
+    return Status::Ok();
+  };
+  std::optional<int64_t> fetched_at, fresh_until, error_at, attempt_at;
+  for (auto [name, out] : {std::pair{redis_field::kFetchedAt, &fetched_at},
+                           std::pair{redis_field::kFreshUntil, &fresh_until},
+                           std::pair{redis_field::kErrorAt, &error_at},
+                           std::pair{redis_field::kAttemptAt, &attempt_at}}) {
+    if (Status s = time_field(name, out); !s.ok()) return s.error();
+  }
+  const std::string* manifest = field(m, redis_field::kManifest);
+  e.has_data = manifest != nullptr && !manifest->empty();
+  if (e.has_data) {
+    if (!fetched_at) return invalid("a manifest without `fetched_at`");
+    e.fetched_at_ms = *fetched_at;
+    if (const std::string* h = field(m, redis_field::kConfigHash)) e.config_hash = *h;
+    if (fresh_until) {
+      if (*fresh_until < *fetched_at) return invalid("`fresh_until` lies before `fetched_at`");
+      // The TTL the writer applied; it only ever shortens the reader's own fresh TTL.
+      e.upstream_ttl_ms = *fresh_until - *fetched_at;
+    }
+  }
+  if (const std::string* s = field(m, redis_field::kCacheScope)) {
+    e.cache_scope = cache_scope_from_string(*s);
+  }
+  const std::string* code = field(m, redis_field::kErrorCode);
+  if (code != nullptr && !code->empty()) {
+    const std::string* message = field(m, redis_field::kErrorMessage);
+    e.last_error = RefreshError{*code, message ? *message : "", error_at.value_or(0)};
+  }
+  e.last_attempt_at_ms = attempt_at;
+  return std::optional<CacheEntryMeta>(std::move(e));
+}
+
+// ---- rendering ---------------------------------------------------------------------------------
+
+const char* discovery_view_name(DiscoveryView view) {
+  return view == DiscoveryView::kMcp ? "mcp" : "manifest";
+}
+
+std::optional<DiscoveryView> discovery_view_from_name(std::string_view name) {
+  if (name == "manifest") return DiscoveryView::kManifest;
+  if (name == "mcp") return DiscoveryView::kMcp;
+  return std::nullopt;
+}
+
+Json hide_disabled(Json manifest, const DisabledOverlay& disabled) {
+  if (disabled.empty() || !manifest.is_object()) return manifest;
+  for (int i = 0; i < kListKindCount; ++i) {
+    auto kind = static_cast<ListKind>(i);
+    for (const char* name : manifest_fields_for(kind)) {
+      auto it = manifest.find(name);
+      if (it == manifest.end()) continue;
+      if (it->is_array()) {
+        *it = filter_items(*it, kind, disabled);
+        continue;
+      }
+      if (!it->is_object()) continue;
+      auto items = it->find("items");
+      if (items != it->end() && items->is_array()) *items = filter_items(*items, kind, disabled);
+      auto hashes = it->find("hashes");
+      if (hashes != it->end() && hashes->is_object()) {
+        Json kept = Json::object();
+        for (auto h = hashes->begin(); h != hashes->end(); ++h) {
+          if (visible(disabled, capability_type_for(kind), h.key())) kept[h.key()] = h.value();
+        }
+        *hashes = std::move(kept);
+      }
+    }
+  }
+  return manifest;
+}
+
+std::optional<std::vector<Json>> listed_items(const Json& manifest, ListKind kind) {
+  if (!manifest.is_object()) return std::nullopt;
+  for (const char* name : manifest_fields_for(kind)) {
+    const Json* list = json_field(manifest, name);
+    if (list == nullptr) continue;
+    const Json* items = nullptr;
+    if (list->is_array()) {
+      items = list;
+    } else if (list->is_object()) {
+      std::optional<std::string> state = json_string(*list, "state");
+      if (state && *state != "ok") return std::nullopt;
+      items = json_field(*list, "items");
+      if (items == nullptr || !items->is_array()) return std::nullopt;
+    } else {
+      return std::nullopt;
+    }
+    return std::vector<Json>(items->begin(), items->end());
+  }
+  return std::nullopt;
+}
+
+RenderedDiscovery render_manifests(const DiscoverySnapshot& snapshot, const FreshnessPolicy& policy,
+                                   int64_t now_ms, const RenderOptions& options) {
+  std::vector<EntryView> views = evaluate_all(snapshot, policy, now_ms, options);
+  Json body = Json::object();
+  Json validator = Json::object();
+  body["principal"] = snapshot.member.str();
+  validator["principal"] = snapshot.member.str();
+  validator["view"] = discovery_view_name(options.view);
+  if (snapshot.next_after) {
+    body["next_after"] = *snapshot.next_after;
+    validator["next_after"] = *snapshot.next_after;
+  }
+  Json entries = Json::array();
+  Json validators = Json::array();
+  std::vector<const EntryView*> shown;
+  for (EntryView& v : views) {
+    Json meta = entry_meta_json(v);
+    validators.push_back(entry_validator(v, meta));
+    entries.push_back(entry_body(v, std::move(meta), now_ms, options));
+    shown.push_back(&v);
+  }
+  body["connections"] = std::move(entries);
+  validator["connections"] = std::move(validators);
+  return finish(std::move(body), validator, std::move(shown), now_ms, options);
+}
+
+Result<RenderedDiscovery> render_connection_manifest(const DiscoverySnapshot& snapshot,
+                                                     std::string_view id,
+                                                     const FreshnessPolicy& policy, int64_t now_ms,
+                                                     const RenderOptions& options) {
+  const GrantedConnection* conn = snapshot.find(id);
+  if (conn == nullptr || !conn->record.has_value() || !validate_connection_id(id).ok()) {
+    return Error(ErrorCode::kNotFound, "no such connection");
+  }
+  EntryView v = evaluate(*conn, snapshot.member, policy, now_ms, options);
+  Json meta = entry_meta_json(v);
+  Json validator = entry_validator(v, meta);
+  validator["view"] = discovery_view_name(options.view);
+  Json body = entry_body(v, std::move(meta), now_ms, options);
+  return finish(std::move(body), validator, {&v}, now_ms, options);
+}
+
+// ---- search ------------------------------------------------------------------------------------
+
+SearchCorpus search_corpus(const DiscoverySnapshot& snapshot, const FreshnessPolicy& policy,
+                           int64_t now_ms, const RenderOptions& options) {
+  std::vector<EntryView> views = evaluate_all(snapshot, policy, now_ms, options);
+  SearchCorpus corpus;
+  corpus.member = snapshot.member;
+  Sha256 version;
+  auto mix = [&](std::string_view s) {
+    version.update(std::to_string(s.size()) + ":");
+    version.update(s);
+  };
+  mix(snapshot.member.str());
+  for (EntryView& v : views) {
+    if (v.revalidate) {
+      corpus.revalidations.push_back(Revalidation{v.conn->id, *v.principal, *v.revalidate, false});
+    }
+    if (!v.servable) {
+      corpus.unavailable.emplace_back(v.conn->id, v.status);
+      continue;
+    }
+    mix(v.conn->id);
+    mix(v.principal->str());
+    mix(v.content_id);
+    mix(v.conn->record->name);
+    for (const std::string& d : v.conn->disabled) mix(d);
+    mix("|");
+    std::optional<std::vector<Json>> tools = listed_items(v.manifest, ListKind::kTools);
+    if (!tools) continue;
+    for (Json& tool : *tools) {
+      corpus.tools.push_back(
+          ToolCandidate{v.conn->id, v.conn->record->name, v.status, std::move(tool)});
+    }
+  }
+  Digest256 d = version.finish();
+  corpus.version = "sha256-" + base64url_encode(std::string_view(
+                                   reinterpret_cast<const char*>(d.data()), d.size()));
+  return corpus;
+}
+
+// ---- validators --------------------------------------------------------------------------------
+
+bool if_none_match_matches(std::string_view header, std::string_view etag) {
+  auto opaque = [](std::string_view t) {
+    while (!t.empty() && (t.front() == ' ' || t.front() == '\t')) t.remove_prefix(1);
+    while (!t.empty() && (t.back() == ' ' || t.back() == '\t')) t.remove_suffix(1);
+    if (t.size() >= 2 && t[0] == 'W' && t[1] == '/') t.remove_prefix(2);
+    return t;
+  };
+  std::string_view mine = opaque(etag);
+  if (mine.size() < 2 || mine.front() != '"' || mine.back() != '"') return false;
+  if (opaque(header) == "*") return true;
+  while (!header.empty()) {
+    std::size_t comma = header.find(',');
+    std::string_view part = header.substr(0, comma);
+    if (opaque(part) == mine) return true;
+    if (comma == std::string_view::npos) break;
+    header.remove_prefix(comma + 1);
+  }
+  return false;
+}
+
+std::string weak_etag(std::string_view bytes) { return "W/\"" + digest_tag(bytes) + "\""; }
+std::string strong_etag(std::string_view bytes) { return "\"" + digest_tag(bytes) + "\""; }
+
+std::string json_text(const Json& value) {
+  return value.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+}  // namespace quiver

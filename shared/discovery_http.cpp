@@ -1,0 +1,581 @@
+#include "shared/discovery_http.h"
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <set>
+
+#include "shared/json.h"
+
+namespace quiver {
+
+namespace {
+
+char lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+
+bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (lower(a[i]) != lower(b[i])) return false;
+  }
+  return true;
+}
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// Percent-decoding; `plus_is_space` for query components (application/x-www-form-urlencoded).
+std::optional<std::string> percent_decode(std::string_view s, bool plus_is_space) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%') {
+      if (i + 2 >= s.size()) return std::nullopt;
+      int hi = hex_value(s[i + 1]);
+      int lo = hex_value(s[i + 2]);
+      if (hi < 0 || lo < 0) return std::nullopt;
+      out.push_back(static_cast<char>(hi * 16 + lo));
+      i += 2;
+    } else if (s[i] == '+' && plus_is_space) {
+      out.push_back(' ');
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  return out;
+}
+
+bool valid_utf8(std::string_view s) {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    auto c = static_cast<unsigned char>(s[i]);
+    std::size_t n = 0;
+    uint32_t cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      n = 1;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      n = 2;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      n = 3;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + n >= s.size()) return false;
+    for (std::size_t k = 1; k <= n; ++k) {
+      auto d = static_cast<unsigned char>(s[i + k]);
+      if ((d & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (d & 0x3F);
+    }
+    if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) ||
+        cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+      return false;
+    }
+    i += n + 1;
+  }
+  return true;
+}
+
+std::vector<std::string_view> split(std::string_view s, char sep) {
+  std::vector<std::string_view> parts;
+  while (true) {
+    std::size_t at = s.find(sep);
+    parts.push_back(s.substr(0, at));
+    if (at == std::string_view::npos) break;
+    s.remove_prefix(at + 1);
+  }
+  return parts;
+}
+
+// Query parameters, each allowed name at most once. An error message on anything else.
+struct Query {
+  std::map<std::string, std::string, std::less<>> params;
+  std::optional<std::string> error;
+};
+
+Query parse_query(std::string_view text, std::initializer_list<const char*> allowed) {
+  Query q;
+  if (text.empty()) return q;
+  for (std::string_view part : split(text, '&')) {
+    if (part.empty()) continue;  // "a=1&&b=2", a trailing '&'
+    std::size_t eq = part.find('=');
+    std::optional<std::string> name = percent_decode(part.substr(0, eq), true);
+    std::optional<std::string> value =
+        percent_decode(eq == std::string_view::npos ? "" : part.substr(eq + 1), true);
+    if (!name || !value) {
+      q.error = "malformed percent-encoding in the query";
+      return q;
+    }
+    if (*name == "principal" || *name == "member") {
+      q.error = "`" + *name + "` is not a parameter: the caller comes from the bearer token";
+      return q;
+    }
+    bool known =
+        std::any_of(allowed.begin(), allowed.end(), [&](const char* a) { return *name == a; });
+    if (!known) {
+      q.error = "unknown query parameter";
+      return q;
+    }
+    if (!q.params.emplace(*name, std::move(*value)).second) {
+      q.error = "query parameter `" + *name + "` repeats";
+      return q;
+    }
+  }
+  return q;
+}
+
+std::optional<std::size_t> parse_count(std::string_view s, std::size_t min, std::size_t max) {
+  if (s.empty() || s.size() > 6) return std::nullopt;
+  std::size_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + static_cast<std::size_t>(c - '0');
+  }
+  if (v < min || v > max) return std::nullopt;
+  return v;
+}
+
+HttpHeaders json_headers() { return {{"Content-Type", "application/json"}}; }
+
+}  // namespace
+
+// ---- plain values ------------------------------------------------------------------------------
+
+std::optional<std::string_view> find_header(const HttpHeaders& headers, std::string_view name) {
+  for (const auto& [n, v] : headers) {
+    if (iequals(n, name)) return std::string_view(v);
+  }
+  return std::nullopt;
+}
+
+const char* http_error_name(HttpErrorCode code) {
+  switch (code) {
+    case HttpErrorCode::kUnauthenticated:
+      return "UNAUTHENTICATED";
+    case HttpErrorCode::kNotFound:
+      return "NOT_FOUND";
+    case HttpErrorCode::kMethodNotAllowed:
+      return "METHOD_NOT_ALLOWED";
+    case HttpErrorCode::kBadRequest:
+      return "BAD_REQUEST";
+    case HttpErrorCode::kPayloadTooLarge:
+      return "PAYLOAD_TOO_LARGE";
+    case HttpErrorCode::kUriTooLong:
+      return "URI_TOO_LONG";
+    case HttpErrorCode::kStoreUnavailable:
+      return "STORE_UNAVAILABLE";
+    case HttpErrorCode::kUpstreamUnavailable:
+      return "UPSTREAM_UNAVAILABLE";
+    case HttpErrorCode::kInternal:
+      return "INTERNAL";
+  }
+  return "INTERNAL";
+}
+
+int http_error_status(HttpErrorCode code) {
+  switch (code) {
+    case HttpErrorCode::kUnauthenticated:
+      return 401;
+    case HttpErrorCode::kNotFound:
+      return 404;
+    case HttpErrorCode::kMethodNotAllowed:
+      return 405;
+    case HttpErrorCode::kBadRequest:
+      return 400;
+    case HttpErrorCode::kPayloadTooLarge:
+      return 413;
+    case HttpErrorCode::kUriTooLong:
+      return 414;
+    case HttpErrorCode::kStoreUnavailable:
+    case HttpErrorCode::kUpstreamUnavailable:
+      return 503;
+    case HttpErrorCode::kInternal:
+      return 500;
+  }
+  return 500;
+}
+
+HttpResponse error_response(HttpErrorCode code, std::string_view message) {
+  HttpResponse r;
+  r.status = http_error_status(code);
+  r.headers = json_headers();
+  r.headers.emplace_back("Cache-Control", "no-store");
+  if (code == HttpErrorCode::kUnauthenticated) {
+    r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"quiver\"");
+  }
+  Json body = Json::object();
+  body["error"] = Json::object({{"code", http_error_name(code)}, {"message", message}});
+  r.body = json_text(body);
+  return r;
+}
+
+CallerAuth authenticate_caller(const HttpHeaders& headers, const Keyring& keyring, int64_t now_ms,
+                               const VerifyOptions& options) {
+  std::optional<std::string_view> authorization = find_header(headers, "Authorization");
+  if (!authorization) return CallerAuth::unauthenticated("a bearer token is required");
+  Result<std::string> token = parse_bearer(*authorization);
+  if (!token.ok()) return CallerAuth::unauthenticated(token.error().message);
+  Result<CallerIdentity> caller = verify_caller_token(*token, keyring, now_ms, options);
+  if (!caller.ok()) return CallerAuth::unauthenticated(caller.error().message);
+  return CallerAuth::member(caller->member_id);
+}
+
+bool is_discovery_path(std::string_view path) {
+  if (path == "/v1/manifests" || path == "/v1/search") return true;
+  std::vector<std::string_view> parts = split(path, '/');
+  return parts.size() == 5 && parts[0].empty() && parts[1] == "v1" &&
+         parts[2] == "mcp-connections" && !parts[3].empty() &&
+         (parts[4] == "manifest" || parts[4] == "refresh-tools");
+}
+
+// ---- search ------------------------------------------------------------------------------------
+
+std::vector<SearchEntry> search_entries(const SearchCorpus& corpus) {
+  std::vector<SearchEntry> entries;
+  entries.reserve(corpus.tools.size());
+  for (const ToolCandidate& c : corpus.tools) {
+    SearchEntry e;
+    e.connection_id = c.connection_id;
+    e.name = json_string(c.tool, "name").value_or("");
+    std::optional<std::string> title = json_string(c.tool, "title");
+    if (!title) {
+      if (const Json* annotations = json_field(c.tool, "annotations")) {
+        title = json_string(*annotations, "title");
+      }
+    }
+    e.title = title.value_or("");
+    e.description = json_string(c.tool, "description").value_or("");
+    entries.push_back(std::move(e));
+  }
+  return entries;
+}
+
+Result<std::vector<SearchHit>> IndexedToolSearcher::search(const SearchCorpus& corpus,
+                                                           std::string_view query,
+                                                           std::size_t limit) {
+  if (corpus.tools.empty()) {
+    // Nothing to rank, but the query is still checked: the answer must not depend on the data.
+    Result<std::string> expression = search_match_expression(query);
+    if (!expression.ok()) return expression.error();
+    return std::vector<SearchHit>{};
+  }
+  const int capped = static_cast<int>(std::min<std::size_t>(limit, kMaxSearchLimit));
+  std::string key;
+  std::shared_ptr<const SearchIndex> index;
+  if (cache_ != nullptr && corpus.member.has_value()) {
+    key = search_cache_key(*corpus.member, {corpus.version});
+    index = cache_->find(key);
+  }
+  if (index == nullptr) {
+    Result<SearchIndex> built = SearchIndex::build(search_entries(corpus), weights_);
+    if (!built.ok()) return built.error();
+    index = std::make_shared<const SearchIndex>(std::move(*built));
+    if (!key.empty()) cache_->insert(key, index);
+  }
+  return index->search(query, capped);
+}
+
+// ---- the exchange ------------------------------------------------------------------------------
+
+DiscoveryStep DiscoveryExchange::respond(HttpResponse response) {
+  stage_ = Stage::kDone;
+  if (head_) response.body.clear();
+  Respond r;
+  r.response = std::move(response);
+  return r;
+}
+
+DiscoveryStep DiscoveryExchange::fail(HttpErrorCode code, std::string message,
+                                      std::optional<Error> log) {
+  stage_ = Stage::kDone;
+  Respond r;
+  r.response = error_response(code, message);
+  if (head_) r.response.body.clear();
+  r.log = std::move(log);
+  return r;
+}
+
+DiscoveryStep DiscoveryExchange::out_of_turn(const char* what) {
+  return fail(HttpErrorCode::kInternal, "internal error",
+              Error(ErrorCode::kInternal, std::string("discovery: ") + what + " out of turn"));
+}
+
+DiscoveryStep DiscoveryExchange::start(const HttpRequest& request, const CallerAuth& caller,
+                                       int64_t now_ms) {
+  if (stage_ != Stage::kStart) return out_of_turn("start");
+  const HttpLimits& limits = config_.limits;
+  head_ = request.method == "HEAD";
+  if (request.path.size() > limits.max_path_bytes) {
+    return fail(HttpErrorCode::kUriTooLong, "the path is too long");
+  }
+  if (request.query.size() > limits.max_query_bytes) {
+    return fail(HttpErrorCode::kUriTooLong, "the query is too long");
+  }
+  if (request.body.size() > limits.max_body_bytes) {
+    return fail(HttpErrorCode::kPayloadTooLarge, "the request body is too large");
+  }
+
+  // Route by shape; the connection id is checked only after authentication.
+  std::string_view raw_id;
+  if (request.path == "/v1/manifests") {
+    route_ = Route::kManifests;
+  } else if (request.path == "/v1/search") {
+    route_ = Route::kSearch;
+  } else if (is_discovery_path(request.path)) {
+    std::vector<std::string_view> parts = split(request.path, '/');
+    raw_id = parts[3];
+    route_ = parts[4] == "manifest" ? Route::kConnectionManifest : Route::kRefresh;
+  } else {
+    return fail(HttpErrorCode::kNotFound, "no such endpoint");
+  }
+  const bool post = route_ == Route::kRefresh;
+  const bool method_ok =
+      post ? request.method == "POST" : (request.method == "GET" || request.method == "HEAD");
+  if (!method_ok) {
+    head_ = false;
+    DiscoveryStep step = fail(HttpErrorCode::kMethodNotAllowed, "method not allowed");
+    std::get<Respond>(step).response.headers.emplace_back("Allow", post ? "POST" : "GET, HEAD");
+    return step;
+  }
+
+  if (!caller.member_id.has_value()) {
+    return fail(HttpErrorCode::kUnauthenticated,
+                caller.failure.empty() ? "a bearer token is required" : caller.failure);
+  }
+  Result<Principal> member = Principal::member(*caller.member_id);
+  if (!member.ok()) {
+    return fail(HttpErrorCode::kUnauthenticated, "the token names no valid member");
+  }
+  member_ = *member;
+
+  if (route_ == Route::kConnectionManifest || route_ == Route::kRefresh) {
+    std::optional<std::string> id = percent_decode(raw_id, false);
+    // An id that cannot exist is answered like one that is not granted.
+    if (!id || !validate_connection_id(*id).ok()) {
+      return fail(HttpErrorCode::kNotFound, "no such connection");
+    }
+    connection_id_ = *id;
+  }
+
+  Query query;
+  switch (route_) {
+    case Route::kManifests:
+      query = parse_query(request.query, {"view", "after", "limit"});
+      break;
+    case Route::kConnectionManifest:
+      query = parse_query(request.query, {"view"});
+      break;
+    case Route::kSearch:
+      query = parse_query(request.query, {"q", "limit"});
+      break;
+    case Route::kRefresh:
+    case Route::kNone:
+      query = parse_query(request.query, {});
+      break;
+  }
+  if (query.error) return fail(HttpErrorCode::kBadRequest, *query.error);
+  auto param = [&](const char* name) -> const std::string* {
+    auto it = query.params.find(name);
+    return it == query.params.end() ? nullptr : &it->second;
+  };
+  if (const std::string* v = param("view")) {
+    std::optional<DiscoveryView> view = discovery_view_from_name(*v);
+    if (!view) return fail(HttpErrorCode::kBadRequest, "view must be `manifest` or `mcp`");
+    view_ = *view;
+  }
+  if (std::optional<std::string_view> inm = find_header(request.headers, "If-None-Match")) {
+    if_none_match_ = std::string(*inm);
+  }
+
+  NeedSnapshot need{*member_, SnapshotQuery{}};
+  switch (route_) {
+    case Route::kManifests: {
+      need.query.limit = std::min(limits.default_page_size, limits.max_page_size);
+      if (const std::string* v = param("limit")) {
+        std::optional<std::size_t> n =
+            parse_count(*v, 1, std::min(limits.max_page_size, kMaxSnapshotLimit));
+        if (!n) {
+          return fail(HttpErrorCode::kBadRequest,
+                      "limit must be between 1 and " + std::to_string(limits.max_page_size));
+        }
+        need.query.limit = *n;
+      }
+      if (const std::string* v = param("after")) {
+        if (!validate_connection_id(*v).ok()) {
+          return fail(HttpErrorCode::kBadRequest, "after must be a connection id");
+        }
+        need.query.after = *v;
+      }
+      break;
+    }
+    case Route::kSearch: {
+      const std::string* q = param("q");
+      if (q == nullptr || q->empty()) return fail(HttpErrorCode::kBadRequest, "q is required");
+      if (q->size() > limits.max_search_query_bytes) {
+        return fail(HttpErrorCode::kBadRequest, "q is too long");
+      }
+      if (!valid_utf8(*q)) return fail(HttpErrorCode::kBadRequest, "q is not UTF-8");
+      search_query_ = *q;
+      search_limit_ = std::min(limits.default_search_limit, limits.max_search_limit);
+      if (const std::string* v = param("limit")) {
+        std::optional<std::size_t> n = parse_count(*v, 1, limits.max_search_limit);
+        if (!n) {
+          return fail(HttpErrorCode::kBadRequest,
+                      "limit must be between 1 and " + std::to_string(limits.max_search_limit));
+        }
+        search_limit_ = *n;
+      }
+      need.query.limit = std::min(limits.search_max_connections, kMaxSnapshotLimit);
+      break;
+    }
+    case Route::kConnectionManifest:
+    case Route::kRefresh:
+      need.query.only = connection_id_;
+      need.query.limit = 1;
+      break;
+    case Route::kNone:
+      return out_of_turn("routing");
+  }
+  stage_ = Stage::kSnapshot;
+  return need;
+}
+
+DiscoveryStep DiscoveryExchange::answer_read(const RenderedDiscovery& rendered) {
+  stage_ = Stage::kDone;
+  Respond r;
+  r.background = rendered.revalidations;
+  r.stats = rendered.stats;
+  HttpHeaders headers = json_headers();
+  headers.emplace_back("ETag", rendered.etag);
+  headers.emplace_back("Cache-Control", rendered.cache_control);
+  headers.emplace_back("Vary", "Authorization");
+  if (!if_none_match_.empty() && if_none_match_matches(if_none_match_, rendered.etag)) {
+    r.response.status = 304;
+    headers.erase(headers.begin());  // no body, no Content-Type
+  } else {
+    r.response.status = 200;
+    if (!head_) r.response.body = rendered.body;
+  }
+  r.response.headers = std::move(headers);
+  return r;
+}
+
+DiscoveryStep DiscoveryExchange::resume_snapshot(Result<DiscoverySnapshot> snapshot,
+                                                 int64_t now_ms) {
+  if (stage_ != Stage::kSnapshot) return out_of_turn("resume_snapshot");
+  if (!snapshot.ok()) {
+    return fail(HttpErrorCode::kStoreUnavailable, "the cache store is unavailable",
+                snapshot.error());
+  }
+  if (snapshot->member != *member_) {
+    return fail(HttpErrorCode::kInternal, "internal error",
+                Error(ErrorCode::kInternal, "discovery: the snapshot is for another caller"));
+  }
+  RenderOptions options = config_.render;
+  options.view = view_;
+
+  switch (route_) {
+    case Route::kManifests:
+      return answer_read(render_manifests(*snapshot, config_.freshness, now_ms, options));
+
+    case Route::kConnectionManifest: {
+      Result<RenderedDiscovery> rendered =
+          render_connection_manifest(*snapshot, connection_id_, config_.freshness, now_ms, options);
+      if (!rendered.ok()) return fail(HttpErrorCode::kNotFound, "no such connection");
+      return answer_read(*rendered);
+    }
+
+    case Route::kSearch: {
+      SearchCorpus corpus = search_corpus(*snapshot, config_.freshness, now_ms, options);
+      IndexedToolSearcher uncached;
+      ToolSearcher* searcher = config_.searcher ? config_.searcher : &uncached;
+      Result<std::vector<SearchHit>> hits = searcher->search(corpus, search_query_, search_limit_);
+      if (!hits.ok()) {
+        const ErrorCode code = hits.error().code;
+        DiscoveryStep step =
+            (code == ErrorCode::kInvalidArgument || code == ErrorCode::kTooLarge)
+                ? fail(HttpErrorCode::kBadRequest, "q cannot be searched: " + hits.error().message)
+                : fail(HttpErrorCode::kInternal, "search failed", hits.error());
+        std::get<Respond>(step).background = corpus.revalidations;
+        return step;
+      }
+      Json results = Json::array();
+      for (const SearchHit& hit : *hits) {
+        if (hit.entry >= corpus.tools.size() || results.size() >= search_limit_) continue;
+        const ToolCandidate& c = corpus.tools[hit.entry];
+        Json r = Json::object();
+        r["connection_id"] = c.connection_id;
+        r["connection_name"] = c.connection_name;
+        r["status"] = entry_status_name(c.status);
+        r["score"] = hit.score;
+        r["tool"] = c.tool;
+        results.push_back(std::move(r));
+      }
+      Json unavailable = Json::array();
+      for (const auto& [id, status] : corpus.unavailable) {
+        unavailable.push_back(Json::object({{"id", id}, {"status", entry_status_name(status)}}));
+      }
+      Json body = Json::object();
+      body["query"] = search_query_;
+      body["results"] = std::move(results);
+      body["unavailable"] = std::move(unavailable);
+      if (snapshot->next_after) body["connections_truncated"] = true;
+      RenderedDiscovery rendered;
+      rendered.body = json_text(body);
+      rendered.etag = strong_etag(rendered.body);
+      rendered.cache_control = "private, max-age=0";
+      rendered.revalidations = std::move(corpus.revalidations);
+      return answer_read(rendered);
+    }
+
+    case Route::kRefresh: {
+      const GrantedConnection* conn = snapshot->find(connection_id_);
+      if (conn == nullptr || !conn->record) {
+        return fail(HttpErrorCode::kNotFound, "no such connection");
+      }
+      Result<Principal> principal = applicable_principal(*conn->record, *member_);
+      if (!principal.ok()) {
+        return fail(HttpErrorCode::kInternal, "the connection cannot be refreshed",
+                    principal.error());
+      }
+      stage_ = Stage::kEnqueue;
+      return NeedEnqueue{{Revalidation{connection_id_, *principal, "manual", true}}};
+    }
+
+    case Route::kNone:
+      break;
+  }
+  return out_of_turn("resume_snapshot");
+}
+
+DiscoveryStep DiscoveryExchange::resume_enqueue(
+    const std::vector<Result<RevalidationResult>>& results, int64_t now_ms) {
+  if (stage_ != Stage::kEnqueue) return out_of_turn("resume_enqueue");
+  if (results.size() != 1) {
+    return fail(HttpErrorCode::kInternal, "internal error",
+                Error(ErrorCode::kInternal, "discovery: expected one enqueue result"));
+  }
+  if (!results[0].ok()) {
+    return fail(HttpErrorCode::kStoreUnavailable, "the cache store is unavailable",
+                results[0].error());
+  }
+  const char* status =
+      results[0]->outcome == RevalidationOutcome::kInProgress ? "in_progress" : "queued";
+  HttpResponse response;
+  response.status = 202;
+  response.headers = json_headers();
+  response.headers.emplace_back("Cache-Control", "no-store");
+  response.body = json_text(Json::object({{"status", status}}));
+  return respond(std::move(response));
+}
+
+}  // namespace quiver

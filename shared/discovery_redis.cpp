@@ -1,0 +1,263 @@
+#include "shared/discovery_redis.h"
+
+#include <set>
+#include <utility>
+
+#include "shared/schema_assets.h"
+
+namespace quiver {
+
+namespace {
+
+Error invalid(std::string message) {
+  return Error(ErrorCode::kInvalidArgument, std::move(message));
+}
+
+Error bad_reply(const std::string& where, const std::string& what) {
+  return Error(ErrorCode::kInvalidReply, "discovery reply: " + where + ": " + what);
+}
+
+Result<RedisCommand> eval(const char* script, std::vector<std::string> keys,
+                          std::vector<std::string> args) {
+  std::string_view text = schema_asset(std::string("lua/") + script);
+  if (text.empty()) {
+    return Error(ErrorCode::kInternal, std::string("schema/lua/") + script + " is not compiled in");
+  }
+  // TODO(perf): EVALSHA with an EVAL fallback on NOSCRIPT would save sending ~2 KiB per read.
+  RedisCommand argv;
+  argv.reserve(3 + keys.size() + args.size());
+  argv.emplace_back("EVAL");
+  argv.emplace_back(text);
+  argv.push_back(std::to_string(keys.size()));
+  for (std::string& k : keys) argv.push_back(std::move(k));
+  for (std::string& a : args) argv.push_back(std::move(a));
+  return argv;
+}
+
+const std::vector<RespValue>* array_of(const RespValue& v, std::size_t size) {
+  const std::vector<RespValue>* a = v.as_array();
+  if (a == nullptr || (size != 0 && a->size() != size)) return nullptr;
+  return a;
+}
+
+// A flat HGETALL array into fields: an even number of strings, each field once.
+Result<HashFields> hash_fields(const RespValue& v, const std::string& where) {
+  const std::vector<RespValue>* a = v.as_array();
+  if (a == nullptr) return bad_reply(where, "expected an array, got " + v.debug_string());
+  if (a->size() % 2 != 0) return bad_reply(where, "odd number of elements");
+  HashFields fields;
+  for (std::size_t i = 0; i < a->size(); i += 2) {
+    std::optional<std::string_view> name = (*a)[i].as_string();
+    std::optional<std::string_view> value = (*a)[i + 1].as_string();
+    if (!name || !value) return bad_reply(where, "element " + std::to_string(i) + " is no string");
+    if (!fields.emplace(std::string(*name), std::string(*value)).second) {
+      return bad_reply(where, "field '" + std::string(*name) + "' repeats");
+    }
+  }
+  return fields;
+}
+
+bool short_token(std::string_view s) {
+  if (s.empty() || s.size() > 32) return false;
+  for (char c : s) {
+    if (!((c >= 'a' && c <= 'z') || c == '_')) return false;
+  }
+  return true;
+}
+
+Result<GrantedConnection> decode_entry(const RespValue& v, std::size_t index,
+                                       const Principal& member) {
+  std::string where = "entry " + std::to_string(index);
+  const std::vector<RespValue>* e = array_of(v, 6);
+  if (e == nullptr) return bad_reply(where, "expected an array of 6, got " + v.debug_string());
+  std::optional<std::string_view> cid = (*e)[0].as_string();
+  if (!cid || !validate_connection_id(*cid).ok()) return bad_reply(where, "invalid connection id");
+  GrantedConnection conn;
+  conn.id = std::string(*cid);
+  where += " ('" + conn.id + "')";
+
+  Result<HashFields> conn_fields = hash_fields((*e)[1], where + ": connection record");
+  if (!conn_fields.ok()) return conn_fields.error();
+  conn.record = connection_info_from_fields(*conn_fields);
+
+  std::optional<std::string_view> used = (*e)[2].as_string();
+  if (!used) return bad_reply(where, "principal is no string");
+  if (conn.record) {
+    Result<Principal> expected = applicable_principal(*conn.record, member);
+    if (expected.ok()) {
+      if (*used != expected->str()) {
+        return bad_reply(where, "read under principal '" + std::string(*used) + "' where '" +
+                                    expected->str() + "' applies");
+      }
+      conn.principal = *expected;
+    } else if (!used->empty()) {
+      return bad_reply(where, "read under a principal although the credential mode is unknown");
+    }
+  } else if (!used->empty()) {
+    return bad_reply(where, "read under a principal although the connection is removed");
+  }
+
+  Result<HashFields> manifest = hash_fields((*e)[3], where + ": manifest");
+  if (!manifest.ok()) return manifest.error();
+  if (!conn.principal && !manifest->empty()) {
+    return bad_reply(where, "a manifest without a principal");
+  }
+  conn.manifest = std::move(*manifest);
+
+  const std::vector<RespValue>* disabled = (*e)[4].as_array();
+  if (disabled == nullptr) return bad_reply(where, "disabled set is no array");
+  for (const RespValue& d : *disabled) {
+    std::optional<std::string_view> member_text = d.as_string();
+    if (!member_text) return bad_reply(where, "disabled member is no string");
+    conn.disabled.emplace(*member_text);
+  }
+  if ((*e)[5].type != RespValue::Type::kInteger || ((*e)[5].integer != 0 && (*e)[5].integer != 1)) {
+    return bad_reply(where, "lease flag is not 0 or 1");
+  }
+  conn.lease_held = (*e)[5].integer == 1;
+  if (conn.lease_held && !conn.principal) {
+    return bad_reply(where, "a lease without a principal");
+  }
+  return conn;
+}
+
+}  // namespace
+
+Result<RedisCommand> discovery_read_command(const RedisKeys& keys, const Principal& member,
+                                            const SnapshotQuery& query) {
+  if (member.is_shared()) return invalid("discovery read: the caller must be a member principal");
+  if (query.only && !validate_connection_id(*query.only).ok()) {
+    return invalid("discovery read: `only` is not a connection id");
+  }
+  if (query.limit == 0 || query.limit > kMaxSnapshotLimit) {
+    return invalid("discovery read: limit must be between 1 and " +
+                   std::to_string(kMaxSnapshotLimit));
+  }
+  if (query.after.size() > kMaxIdLength) return invalid("discovery read: `after` is too long");
+  Result<std::string> grants = keys.grants(member);
+  if (!grants.ok()) return grants.error();
+  return eval("discovery_read.lua", {*grants},
+              {keys.prefix(), member.str(), query.only.value_or(""), query.after,
+               std::to_string(query.limit)});
+}
+
+Result<DiscoverySnapshot> decode_discovery_reply(const RespValue& reply, const Principal& member) {
+  if (reply.is_error()) {
+    return Error(ErrorCode::kUnavailable, "discovery read: Redis error: " + reply.str);
+  }
+  const std::vector<RespValue>* top = array_of(reply, 7);
+  if (top == nullptr) {
+    return bad_reply("top level", "expected an array of 7, got " + reply.debug_string());
+  }
+  const std::vector<RespValue>& t = *top;
+  if (t[0].as_string() != std::optional<std::string_view>(kDiscoveryReplyTag)) {
+    return bad_reply("top level", "not a " + std::string(kDiscoveryReplyTag) + " reply");
+  }
+  if (t[1].as_string() != std::optional<std::string_view>(member.str())) {
+    return bad_reply("top level", "the reply is for another caller");
+  }
+  for (int i : {2, 3, 5}) {
+    if (t[i].type != RespValue::Type::kInteger || t[i].integer < 0) {
+      return bad_reply("top level", "element " + std::to_string(i) + " is not a count");
+    }
+  }
+  std::optional<std::string_view> next_after = t[4].as_string();
+  if (!next_after) return bad_reply("top level", "next_after is no string");
+  const std::vector<RespValue>* entries = t[6].as_array();
+  if (entries == nullptr) return bad_reply("top level", "entries are no array");
+
+  DiscoverySnapshot snapshot(member);
+  snapshot.epoch = t[2].integer;
+  snapshot.granted_total = t[3].integer;
+  snapshot.ignored_grants = t[5].integer;
+  if (!next_after->empty()) {
+    if (!validate_connection_id(*next_after).ok()) {
+      return bad_reply("top level", "next_after is not a connection id");
+    }
+    snapshot.next_after = std::string(*next_after);
+  }
+  if (static_cast<int64_t>(entries->size()) > snapshot.granted_total) {
+    return bad_reply("top level", "more entries than granted connections");
+  }
+  for (std::size_t i = 0; i < entries->size(); ++i) {
+    Result<GrantedConnection> conn = decode_entry((*entries)[i], i, member);
+    if (!conn.ok()) return conn.error();
+    if (!snapshot.connections.empty() && !(snapshot.connections.back().id < conn->id)) {
+      return bad_reply("entry " + std::to_string(i), "ids are not strictly ascending");
+    }
+    snapshot.connections.push_back(std::move(*conn));
+  }
+  if (snapshot.next_after &&
+      (snapshot.connections.empty() || snapshot.connections.back().id != *snapshot.next_after)) {
+    return bad_reply("top level", "next_after is not the last entry");
+  }
+  return snapshot;
+}
+
+Result<RedisCommand> revalidate_enqueue_command(const RedisKeys& keys, const Revalidation& r,
+                                                int64_t now_ms, const EnqueueOptions& options) {
+  if (options.window_ms <= 0 || options.stream_maxlen <= 0 || options.manual_requeue_after_ms < 0) {
+    return invalid("revalidation: window_ms and stream_maxlen must be positive");
+  }
+  if (!short_token(r.reason)) return invalid("revalidation: reason must match [a-z_]{1,32}");
+  Result<std::string> gate = keys.revalidate_gate(r.connection_id, r.principal);
+  if (!gate.ok()) return gate.error();
+  Result<std::string> lease = keys.lease(r.connection_id, r.principal);
+  if (!lease.ok()) return lease.error();
+  const std::string at = std::to_string(now_ms);
+  return eval("revalidate_enqueue.lua", {*gate, *lease, keys.revalidate_stream()},
+              {std::to_string(options.window_ms), std::to_string(options.stream_maxlen), at,
+               r.manual ? std::to_string(options.manual_requeue_after_ms) : "-1", redis_field::kCid,
+               r.connection_id, redis_field::kPrincipal, r.principal.str(), redis_field::kReason,
+               r.reason, redis_field::kAt, at});
+}
+
+Result<RevalidationResult> parse_enqueue_reply(const RespValue& reply) {
+  if (reply.is_error()) {
+    return Error(ErrorCode::kUnavailable, "revalidation: Redis error: " + reply.str);
+  }
+  const std::vector<RespValue>* a = reply.as_array();
+  std::optional<std::string_view> word;
+  if (a != nullptr && !a->empty()) word = (*a)[0].as_string();
+  if (!word) {
+    return Error(ErrorCode::kInvalidReply,
+                 "revalidation: expected an outcome array, got " + reply.debug_string());
+  }
+  RevalidationResult r;
+  if (*word == "queued" && a->size() == 2 && (*a)[1].as_string()) {
+    r.outcome = RevalidationOutcome::kQueued;
+    r.stream_id = std::string(*(*a)[1].as_string());
+    return r;
+  }
+  if (*word == "already_queued" && a->size() == 1) {
+    r.outcome = RevalidationOutcome::kAlreadyQueued;
+    return r;
+  }
+  if (*word == "in_progress" && a->size() == 1) {
+    r.outcome = RevalidationOutcome::kInProgress;
+    return r;
+  }
+  return Error(ErrorCode::kInvalidReply, "revalidation: unexpected reply " + reply.debug_string());
+}
+
+Result<Pipeline> revalidate_enqueue_pipeline(const RedisKeys& keys,
+                                             const std::vector<Revalidation>& revalidations,
+                                             int64_t now_ms, const EnqueueOptions& options) {
+  Pipeline p;
+  for (const Revalidation& r : revalidations) {
+    Result<RedisCommand> command = revalidate_enqueue_command(keys, r, now_ms, options);
+    if (!command.ok()) return command.error();
+    p.add(*command);
+  }
+  return p;
+}
+
+std::vector<Result<RevalidationResult>> parse_enqueue_replies(
+    const std::vector<RespValue>& replies) {
+  std::vector<Result<RevalidationResult>> out;
+  out.reserve(replies.size());
+  for (const RespValue& r : replies) out.push_back(parse_enqueue_reply(r));
+  return out;
+}
+
+}  // namespace quiver

@@ -1,0 +1,74 @@
+// The discovery read and the revalidation queue, as Redis commands in and replies out.
+//
+// The edge must answer with one pipelined round trip per request (a socket belongs to its
+// request), so a whole discovery read is ONE script, schema/lua/discovery_read.lua: it reads the
+// member's grants and, per granted connection, the record, the manifest hash of the principal
+// that applies, the disabled set and whether a lease is held. `discovery_read_command` builds it,
+// `decode_discovery_reply` turns its reply into a `DiscoverySnapshot` — strictly: a reply of
+// another shape, for another member, or read under a principal that `applicable_principal` does
+// not give is an error, never a half-trusted snapshot.
+//
+// Revalidations (what render_manifests asks for) are queued with
+// schema/lua/revalidate_enqueue.lua, one EVAL per (connection, principal), all of a page in one
+// pipeline: with a lease held nothing is queued (`in_progress`); otherwise the gate key (SET NX PX
+// window) lets exactly one request per key per window through to the stream (`queued`), however
+// many readers race; the others get `already_queued`. A manual refresh (`Revalidation::manual`)
+// is queued again once the gate is `manual_requeue_after_ms` old, so a user's refresh is never
+// swallowed by a reader's gate for a whole window.
+//
+// Sans-I/O: the host sends the argv (RESP-encode it with shared/resp.h, or hand it to hiredis)
+// and passes the decoded `RespValue` back.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shared/discovery.h"
+#include "shared/identity.h"
+#include "shared/lease.h"
+#include "shared/resp.h"
+#include "shared/status.h"
+
+namespace quiver {
+
+// The reply's first element: a script of another version answers with another tag.
+inline constexpr char kDiscoveryReplyTag[] = "quiver.discovery.v1";
+
+// EVAL discovery_read.lua for `member` (a member principal) under `keys`' namespace.
+// kInvalidArgument for a shared principal, an invalid `only` or a limit out of [1, 1000].
+Result<RedisCommand> discovery_read_command(const RedisKeys& keys, const Principal& member,
+                                            const SnapshotQuery& query = {});
+
+// The snapshot in the script's reply. `member` is the caller the command was built for.
+// kUnavailable for a Redis error reply (e.g. NOSCRIPT, OOM, a script error); kInvalidReply for
+// any shape mismatch, naming the element.
+Result<DiscoverySnapshot> decode_discovery_reply(const RespValue& reply, const Principal& member);
+
+struct EnqueueOptions {
+  int64_t window_ms = 30'000;               // one queued request per key per window
+  int64_t stream_maxlen = 10'000;           // XADD MAXLEN ~
+  int64_t manual_requeue_after_ms = 1'000;  // a manual refresh re-queues past this gate age
+};
+
+// EVAL revalidate_enqueue.lua for one revalidation. kInvalidArgument for a bad connection id,
+// a reason that is not a short token ([a-z_]{1,32}) or non-positive options.
+Result<RedisCommand> revalidate_enqueue_command(const RedisKeys& keys, const Revalidation& r,
+                                                int64_t now_ms, const EnqueueOptions& options);
+
+// The outcome of one revalidate_enqueue.lua. kUnavailable for a Redis error reply,
+// kInvalidReply for anything the script does not answer.
+Result<RevalidationResult> parse_enqueue_reply(const RespValue& reply);
+
+// One pipeline of revalidate_enqueue_command for each revalidation, in order (empty list: an
+// empty pipeline). Fails on the first invalid revalidation.
+Result<Pipeline> revalidate_enqueue_pipeline(const RedisKeys& keys,
+                                             const std::vector<Revalidation>& revalidations,
+                                             int64_t now_ms, const EnqueueOptions& options);
+
+// The outcomes of such a pipeline, one per reply, in order.
+std::vector<Result<RevalidationResult>> parse_enqueue_replies(
+    const std::vector<RespValue>& replies);
+
+}  // namespace quiver

@@ -1,0 +1,513 @@
+// The discovery read and the revalidation queue against a real redis-server. Keys are written
+// with hiredis from RedisKeys (and by the lease module's real commit script); the read goes the
+// edge's way: the core's RESP bytes over a plain socket, the core's decoder, the core's renderer.
+#include "shared/discovery_redis.h"
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <hiredis.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "shared/lease.h"
+#include "tests/support/discovery_fixture.h"
+#include "tests/support/redis_server.h"
+
+namespace quiver {
+namespace {
+
+using quiver::testing::add_failure;
+using quiver::testing::data_entry;
+using quiver::testing::manifest_json;
+using quiver::testing::member_principal;
+using quiver::testing::MemoryStore;
+using quiver::testing::RedisServer;
+
+constexpr int64_t kNow = 100'000'000;
+constexpr int64_t kMinute = 60'000;
+
+struct ContextFree {
+  void operator()(redisContext* c) const { redisFree(c); }
+};
+using Connection = std::unique_ptr<redisContext, ContextFree>;
+
+RespValue to_resp(const redisReply* r) {
+  switch (r->type) {
+    case REDIS_REPLY_INTEGER:
+      return RespValue::integer_value(r->integer);
+    case REDIS_REPLY_STRING:
+      return RespValue::bulk_string(std::string(r->str, r->len));
+    case REDIS_REPLY_STATUS:
+      return RespValue::simple_string(std::string(r->str, r->len));
+    case REDIS_REPLY_ERROR:
+      return RespValue::error(std::string(r->str, r->len));
+    case REDIS_REPLY_ARRAY: {
+      std::vector<RespValue> e;
+      for (size_t i = 0; i < r->elements; ++i) e.push_back(to_resp(r->element[i]));
+      return RespValue::array(std::move(e));
+    }
+    default:
+      return RespValue::nil();
+  }
+}
+
+RespValue run(redisContext* c, const std::vector<std::string>& argv) {
+  std::vector<const char*> parts;
+  std::vector<size_t> lengths;
+  for (const std::string& a : argv) {
+    parts.push_back(a.data());
+    lengths.push_back(a.size());
+  }
+  auto* reply = static_cast<redisReply*>(
+      redisCommandArgv(c, static_cast<int>(argv.size()), parts.data(), lengths.data()));
+  if (reply == nullptr) return RespValue::error(std::string("transport: ") + c->errstr);
+  RespValue out = to_resp(reply);
+  freeReplyObject(reply);
+  return out;
+}
+
+ScriptReply to_script_reply(const RespValue& v) {
+  switch (v.type) {
+    case RespValue::Type::kInteger:
+      return ScriptReply::of_integer(v.integer);
+    case RespValue::Type::kBulkString:
+    case RespValue::Type::kSimpleString:
+      return ScriptReply::of_string(v.str);
+    case RespValue::Type::kError:
+      return ScriptReply::of_error(v.str);
+    case RespValue::Type::kArray: {
+      std::vector<ScriptReply> e;
+      for (const RespValue& x : v.elements) e.push_back(to_script_reply(x));
+      return ScriptReply::of_array(std::move(e));
+    }
+    case RespValue::Type::kNil:
+      break;
+  }
+  return ScriptReply::nil();
+}
+
+// A plain TCP connection: what the edge's JS host has (no client library, our bytes).
+class RawSocket {
+ public:
+  explicit RawSocket(int port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    if (fd_ >= 0 && ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+  }
+  ~RawSocket() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  RawSocket(const RawSocket&) = delete;
+  RawSocket& operator=(const RawSocket&) = delete;
+
+  // Sends `bytes` and decodes `expected` replies, reading in small chunks.
+  Result<std::vector<RespValue>> exchange(std::string_view bytes, size_t expected) {
+    if (fd_ < 0) return Error(ErrorCode::kTransport, "not connected");
+    while (!bytes.empty()) {
+      ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+      if (n <= 0) return Error(ErrorCode::kTransport, "send failed");
+      bytes.remove_prefix(static_cast<size_t>(n));
+    }
+    RespDecoder decoder;
+    std::vector<RespValue> replies;
+    while (replies.size() < expected) {
+      Result<std::optional<RespValue>> next = decoder.next();
+      if (!next.ok()) return next.error();
+      if (next->has_value()) {
+        replies.push_back(std::move(**next));
+        continue;
+      }
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 5000) != 1) return Error(ErrorCode::kTimeout, "no reply");
+      char buf[1024];
+      ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) return Error(ErrorCode::kTransport, "closed");
+      if (Status s = decoder.feed(std::string_view(buf, static_cast<size_t>(n))); !s.ok()) {
+        return s.error();
+      }
+    }
+    return replies;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+class DiscoveryRedisIntegration : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { server_ = new RedisServer(); }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+
+  void SetUp() override {
+    ASSERT_TRUE(server_->ok()) << server_->error();
+    c_.reset(server_->connect());
+    ASSERT_NE(c_, nullptr);
+    run(c_.get(), {"FLUSHALL"});
+  }
+
+  RespValue cmd(const std::vector<std::string>& argv) { return run(c_.get(), argv); }
+
+  // Writes every key of `store` with hiredis, spelled by RedisKeys.
+  void populate(const MemoryStore& store) {
+    for (const auto& [cid, fields] : store.conns) {
+      std::vector<std::string> argv = {"HSET", *keys_.conn(cid)};
+      for (const auto& [k, v] : fields) {
+        argv.push_back(k);
+        argv.push_back(v);
+      }
+      cmd(argv);
+      cmd({"SADD", keys_.conns(), cid});
+    }
+    for (const auto& [member, ids] : store.grants) {
+      for (const std::string& id : ids) {
+        cmd({"SADD", *keys_.grants(*Principal::parse(member)), id});
+      }
+    }
+    for (const auto& [key, fields] : store.manifests) {
+      std::vector<std::string> argv = {"HSET",
+                                       *keys_.manifest(key.first, *Principal::parse(key.second))};
+      for (const auto& [k, v] : fields) {
+        argv.push_back(k);
+        argv.push_back(v);
+      }
+      cmd(argv);
+    }
+    for (const auto& [cid, members] : store.disabled_sets) {
+      for (const std::string& m : members) cmd({"SADD", *keys_.disabled(cid), m});
+    }
+    for (const auto& [cid, principal] : store.leases) {
+      cmd({"SET", *keys_.lease(cid, *Principal::parse(principal)), "1:" + std::string(32, 'a'),
+           "PX", "60000"});
+    }
+    cmd({"SET", keys_.epoch(), std::to_string(store.epoch_value)});
+  }
+
+  // The read as the edge does it: one EVAL, our bytes, our decoder.
+  Result<DiscoverySnapshot> read(const std::string& member, const SnapshotQuery& query = {}) {
+    Result<RedisCommand> command = discovery_read_command(keys_, member_principal(member), query);
+    if (!command.ok()) return command.error();
+    RawSocket socket(server_->port());
+    Result<std::vector<RespValue>> replies = socket.exchange(encode_command(*command), 1);
+    if (!replies.ok()) return replies.error();
+    return decode_discovery_reply((*replies)[0], member_principal(member));
+  }
+
+  std::vector<Result<RevalidationResult>> enqueue(const std::vector<Revalidation>& page,
+                                                  int64_t now, const EnqueueOptions& options = {}) {
+    Result<Pipeline> pipeline = revalidate_enqueue_pipeline(keys_, page, now, options);
+    EXPECT_TRUE(pipeline.ok());
+    RawSocket socket(server_->port());
+    Result<std::vector<RespValue>> replies =
+        socket.exchange(pipeline->bytes(), pipeline->expected_replies());
+    EXPECT_TRUE(replies.ok()) << replies.error().message;
+    return replies.ok() ? parse_enqueue_replies(*replies)
+                        : std::vector<Result<RevalidationResult>>{};
+  }
+
+  int64_t xlen() { return cmd({"XLEN", keys_.revalidate_stream()}).integer; }
+
+  static RedisServer* server_;
+  Connection c_;
+  RedisKeys keys_ = *RedisKeys::create("itest");
+};
+
+RedisServer* DiscoveryRedisIntegration::server_ = nullptr;
+
+// Three members, three connections in mixed modes, manifests for every principal, grants
+// varying, plus a disabled tool, a held lease, a removed connection and a bad grant.
+MemoryStore matrix_store() {
+  MemoryStore store;
+  const std::map<std::string, std::string> mode = {
+      {"shared-docs", "shared"}, {"pm-github", "per_member"}, {"pm-mail", "per_member"}};
+  for (const auto& [cid, m] : mode) store.add_connection(cid, m);
+  for (const auto& [cid, m] : mode) {
+    for (const std::string p : {"shared", "member/alice", "member/bob", "member/carol"}) {
+      std::string tool = "tool-" + cid + "-" + p.substr(p.find('/') + 1);
+      store.manifests[{cid, p}] =
+          data_entry("h-" + cid, kNow - kMinute, kNow + 14 * kMinute, manifest_json({tool, "x"}));
+    }
+  }
+  store.manifests[{"pm-mail", "member/bob"}] = data_entry(
+      "h-pm-mail", kNow - 20 * kMinute, kNow - 5 * kMinute, manifest_json({"tool-pm-mail-bob"}));
+  add_failure(&store.manifests[{"pm-mail", "member/bob"}], "TIMEOUT", "slow", kNow - 1000);
+  for (const char* cid : {"pm-github", "pm-mail", "shared-docs", "removed"}) {
+    store.grant("alice", cid);
+  }
+  store.grant("alice", "bad}id");
+  store.grant("bob", "pm-mail");
+  store.grant("bob", "shared-docs");
+  store.grant("carol", "pm-github");
+  store.disabled_sets["shared-docs"] = {"tool:x"};
+  store.leases.insert({"pm-github", "member/carol"});
+  return store;
+}
+
+TEST_F(DiscoveryRedisIntegration, OneRoundTripGivesTheSnapshotTheInMemoryReaderGives) {
+  MemoryStore store = matrix_store();
+  populate(store);
+  for (const char* member : {"alice", "bob", "carol", "dave"}) {
+    SCOPED_TRACE(member);
+    Result<DiscoverySnapshot> redis = read(member);
+    ASSERT_TRUE(redis.ok()) << redis.error().message;
+    Result<DiscoverySnapshot> memory = read_snapshot(store, member_principal(member), {});
+    ASSERT_TRUE(memory.ok());
+    EXPECT_EQ(redis->connections, memory->connections);
+    EXPECT_EQ(redis->epoch, 7);
+    EXPECT_EQ(redis->granted_total, memory->granted_total);
+    EXPECT_EQ(redis->ignored_grants, memory->ignored_grants);
+    EXPECT_EQ(redis->next_after, memory->next_after);
+    FreshnessPolicy policy;
+    EXPECT_EQ(render_manifests(*redis, policy, kNow).body,
+              render_manifests(*memory, policy, kNow).body);
+  }
+}
+
+TEST_F(DiscoveryRedisIntegration, EachMemberSeesExactlyItsGrantsUnderTheRightPrincipal) {
+  populate(matrix_store());
+  const std::map<std::string, std::vector<std::string>> shown = {
+      {"alice", {"pm-github", "pm-mail", "shared-docs"}},
+      {"bob", {"pm-mail", "shared-docs"}},
+      {"carol", {"pm-github"}},
+      {"dave", {}}};
+  for (const auto& [member, ids] : shown) {
+    SCOPED_TRACE(member);
+    Result<DiscoverySnapshot> s = read(member);
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    RenderedDiscovery r = render_manifests(*s, FreshnessPolicy{}, kNow);
+    Json body = *parse_json(r.body);
+    std::vector<std::string> seen;
+    for (const Json& c : body["connections"]) {
+      const std::string id = c["id"];
+      seen.push_back(id);
+      const std::string expected = id == "shared-docs" ? "shared" : "member/" + member;
+      EXPECT_EQ(c["principal"], expected);
+      const std::string own = "tool-" + id + "-" + expected.substr(expected.find('/') + 1);
+      if (c.contains("manifest")) {
+        EXPECT_EQ(c["manifest"]["tools"]["items"][0]["name"], own);
+      }
+    }
+    EXPECT_EQ(seen, ids);
+    for (const std::string other : {"alice", "bob", "carol"}) {
+      if (other == member) continue;
+      EXPECT_EQ(r.body.find("-" + other + "\""), std::string::npos) << other;
+    }
+  }
+  // Spot checks of what the statuses became end to end.
+  Json bob = *parse_json(render_manifests(*read("bob"), FreshnessPolicy{}, kNow).body);
+  EXPECT_EQ(bob["connections"][0]["status"], "stale");
+  EXPECT_EQ(bob["connections"][0]["error"]["code"], "TIMEOUT");
+  EXPECT_EQ(bob["connections"][1]["manifest"]["tools"]["items"].size(), 1u);  // tool:x hidden
+  Json carol =
+      *parse_json(render_manifests(*read("carol"), FreshnessPolicy{}, kNow + 20 * kMinute).body);
+  EXPECT_EQ(carol["connections"][0]["refresh"], "in_progress");
+}
+
+TEST_F(DiscoveryRedisIntegration, PagingAndSingleReadsFollowTheGrants) {
+  populate(matrix_store());
+  SnapshotQuery page;
+  page.limit = 2;
+  Result<DiscoverySnapshot> first = read("alice", page);
+  ASSERT_TRUE(first.ok()) << first.error().message;
+  EXPECT_EQ(first->granted_ids(), (std::vector<std::string>{"pm-github", "pm-mail"}));
+  EXPECT_EQ(first->next_after, std::optional<std::string>("pm-mail"));
+  EXPECT_EQ(first->granted_total, 4);
+  EXPECT_EQ(first->ignored_grants, 1);
+  page.after = *first->next_after;
+  Result<DiscoverySnapshot> second = read("alice", page);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->granted_ids(), (std::vector<std::string>{"removed", "shared-docs"}));
+  EXPECT_FALSE(second->next_after.has_value());
+
+  SnapshotQuery only;
+  only.only = "pm-github";
+  Result<DiscoverySnapshot> one = read("bob", only);
+  ASSERT_TRUE(one.ok());
+  EXPECT_TRUE(one->connections.empty());  // bob is not granted pm-github
+  EXPECT_EQ(render_connection_manifest(*one, "pm-github", FreshnessPolicy{}, kNow).error().code,
+            ErrorCode::kNotFound);
+  one = read("carol", only);
+  ASSERT_TRUE(one.ok());
+  ASSERT_EQ(one->connections.size(), 1u);
+  EXPECT_EQ(one->connections[0].principal, member_principal("carol"));
+  EXPECT_TRUE(one->connections[0].lease_held);
+}
+
+TEST_F(DiscoveryRedisIntegration, ReadsWhatTheRealCommitScriptWrote) {
+  MemoryStore store;
+  store.add_connection("gh", "per_member", "cfg-1");
+  store.grant("alice", "gh");
+  populate(store);
+  const Principal alice = member_principal("alice");
+  LeaseKeys lk{*keys_.manifest("gh", alice), *keys_.lease("gh", alice), *keys_.fence("gh", alice),
+               *keys_.conn("gh"), keys_.epoch()};
+  const std::string token(32, 'b');
+  Result<AcquireResult> acquired =
+      parse_acquire_reply(to_script_reply(cmd(*acquire_lease_command(lk, token))), token);
+  ASSERT_TRUE(acquired.ok() && acquired->acquired);
+
+  // While the listing runs, readers see pending and queue nothing.
+  Json during = *parse_json(render_manifests(*read("alice"), FreshnessPolicy{}, kNow).body);
+  EXPECT_EQ(during["connections"][0]["status"], "pending");
+  EXPECT_EQ(during["connections"][0]["refresh"], "in_progress");
+
+  ManifestWrite w;
+  w.manifest = manifest_json({"create_issue", "search_code"});
+  w.etag = "sha256-committed";
+  w.config_hash = "cfg-1";
+  w.fetched_at_ms = kNow - 1000;
+  w.fresh_until_ms = kNow - 1000 + 15 * kMinute;
+  w.expires_at_ms = kNow - 1000 + 86'400'000;
+  w.cache_scope = "private";
+  Result<FencedWriteResult> committed = parse_commit_reply(to_script_reply(
+      cmd(*commit_manifest_command(lk, acquired->lease, w, FencedWriteOptions{86'400'000, true}))));
+  ASSERT_TRUE(committed.ok() && committed->ok());
+
+  Result<DiscoverySnapshot> s = read("alice");
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  EXPECT_EQ(s->epoch, committed->epoch);
+  RenderedDiscovery r = render_manifests(*s, FreshnessPolicy{}, kNow);
+  Json c = (*parse_json(r.body))["connections"][0];
+  EXPECT_EQ(c["status"], "fresh");
+  EXPECT_EQ(c["etag"], "sha256-committed");
+  EXPECT_EQ(c["cache_scope"], "private");
+  EXPECT_EQ(c["manifest"]["tools"]["items"].size(), 2u);
+  EXPECT_FALSE(c.contains("refresh"));
+  EXPECT_TRUE(r.revalidations.empty());
+}
+
+TEST_F(DiscoveryRedisIntegration, TheScriptRefusesAGrantsKeyThatIsNotTheCallers) {
+  Result<RedisCommand> command = discovery_read_command(keys_, member_principal("alice"));
+  ASSERT_TRUE(command.ok());
+  (*command)[3] = *keys_.grants(member_principal("bob"));
+  Result<DiscoverySnapshot> s = decode_discovery_reply(cmd(*command), member_principal("alice"));
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code, ErrorCode::kUnavailable);
+  EXPECT_NE(s.error().message.find("not the grants key"), std::string::npos);
+}
+
+// ---- revalidation ------------------------------------------------------------------------------
+
+TEST_F(DiscoveryRedisIntegration, TwoHundredConcurrentEnqueuesQueueExactlyOnce) {
+  const Revalidation stale{"docs", Principal::shared(), "stale", false};
+  Result<RedisCommand> command = revalidate_enqueue_command(keys_, stale, kNow, {});
+  ASSERT_TRUE(command.ok());
+  constexpr int kThreads = 8;
+  constexpr int kPerThread = 25;
+  std::atomic<int> ready{0};
+  std::atomic<bool> go{false};
+  std::vector<std::vector<Result<RevalidationResult>>> results(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      Connection c(server_->connect());
+      ++ready;
+      while (!go) std::this_thread::yield();
+      for (int i = 0; i < kPerThread; ++i) {
+        results[t].push_back(parse_enqueue_reply(run(c.get(), *command)));
+      }
+    });
+  }
+  while (ready < kThreads) std::this_thread::yield();
+  go = true;
+  for (std::thread& t : threads) t.join();
+
+  int queued = 0, already = 0;
+  for (const auto& per_thread : results) {
+    for (const Result<RevalidationResult>& r : per_thread) {
+      ASSERT_TRUE(r.ok()) << r.error().message;
+      if (r->outcome == RevalidationOutcome::kQueued) ++queued;
+      if (r->outcome == RevalidationOutcome::kAlreadyQueued) ++already;
+    }
+  }
+  EXPECT_EQ(queued, 1);
+  EXPECT_EQ(already, kThreads * kPerThread - 1);
+  EXPECT_EQ(xlen(), 1);
+  RespValue entries = cmd({"XRANGE", keys_.revalidate_stream(), "-", "+"});
+  ASSERT_EQ(entries.elements.size(), 1u);
+  const RespValue& fields = entries.elements[0].elements[1];
+  std::vector<std::string> flat;
+  for (const RespValue& f : fields.elements) flat.push_back(f.str);
+  EXPECT_EQ(flat, (std::vector<std::string>{"cid", "docs", "principal", "shared", "reason", "stale",
+                                            "at", std::to_string(kNow)}));
+  int64_t pttl = cmd({"PTTL", *keys_.revalidate_gate("docs", Principal::shared())}).integer;
+  EXPECT_GT(pttl, 25'000);
+  EXPECT_LE(pttl, 30'000);
+}
+
+TEST_F(DiscoveryRedisIntegration, HeldLeaseMeansInProgressAndNothingQueued) {
+  const Principal alice = member_principal("alice");
+  cmd({"SET", *keys_.lease("mail", alice), "3:" + std::string(32, 'c'), "PX", "60000"});
+  std::vector<Result<RevalidationResult>> r = enqueue(
+      {Revalidation{"mail", alice, "stale", false}, Revalidation{"mail", alice, "manual", true}},
+      kNow);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0]->outcome, RevalidationOutcome::kInProgress);
+  EXPECT_EQ(r[1]->outcome, RevalidationOutcome::kInProgress);
+  EXPECT_EQ(xlen(), 0);
+  EXPECT_EQ(cmd({"EXISTS", *keys_.revalidate_gate("mail", alice)}).integer, 0);
+}
+
+TEST_F(DiscoveryRedisIntegration, APageOfRevalidationsIsOnePipeline) {
+  const Principal alice = member_principal("alice");
+  cmd({"SET", *keys_.lease("leased", Principal::shared()), "1:x", "PX", "60000"});
+  std::vector<Result<RevalidationResult>> r =
+      enqueue({Revalidation{"a", Principal::shared(), "stale", false},
+               Revalidation{"b", alice, "miss", false},
+               Revalidation{"leased", Principal::shared(), "expired", false},
+               Revalidation{"a", Principal::shared(), "stale", false}},
+              kNow);
+  ASSERT_EQ(r.size(), 4u);
+  EXPECT_EQ(r[0]->outcome, RevalidationOutcome::kQueued);
+  EXPECT_FALSE(r[0]->stream_id.empty());
+  EXPECT_EQ(r[1]->outcome, RevalidationOutcome::kQueued);
+  EXPECT_EQ(r[2]->outcome, RevalidationOutcome::kInProgress);
+  EXPECT_EQ(r[3]->outcome, RevalidationOutcome::kAlreadyQueued);
+  EXPECT_EQ(xlen(), 2);
+}
+
+TEST_F(DiscoveryRedisIntegration, TheGateReopensAfterItsWindow) {
+  EnqueueOptions short_window;
+  short_window.window_ms = 50;
+  const Revalidation r{"docs", Principal::shared(), "stale", false};
+  EXPECT_EQ(enqueue({r}, kNow, short_window)[0]->outcome, RevalidationOutcome::kQueued);
+  EXPECT_EQ(enqueue({r}, kNow, short_window)[0]->outcome, RevalidationOutcome::kAlreadyQueued);
+  std::this_thread::sleep_for(std::chrono::milliseconds(120));
+  EXPECT_EQ(enqueue({r}, kNow + 120, short_window)[0]->outcome, RevalidationOutcome::kQueued);
+  EXPECT_EQ(xlen(), 2);
+}
+
+TEST_F(DiscoveryRedisIntegration, AManualRefreshIsNotSwallowedByAReadersGate) {
+  const Revalidation stale{"docs", Principal::shared(), "stale", false};
+  const Revalidation manual{"docs", Principal::shared(), "manual", true};
+  EXPECT_EQ(enqueue({stale}, kNow)[0]->outcome, RevalidationOutcome::kQueued);
+  // Within manual_requeue_after_ms (1 s, by the callers' clock) of the gate: a double click.
+  EXPECT_EQ(enqueue({manual}, kNow + 500)[0]->outcome, RevalidationOutcome::kAlreadyQueued);
+  // Later, still inside the reader's 30 s window: queued again, and the gate restarts.
+  EXPECT_EQ(enqueue({manual}, kNow + 5000)[0]->outcome, RevalidationOutcome::kQueued);
+  EXPECT_EQ(cmd({"GET", *keys_.revalidate_gate("docs", Principal::shared())}).str,
+            std::to_string(kNow + 5000));
+  EXPECT_EQ(enqueue({stale}, kNow + 6000)[0]->outcome, RevalidationOutcome::kAlreadyQueued);
+  EXPECT_EQ(xlen(), 2);
+}
+
+}  // namespace
+}  // namespace quiver

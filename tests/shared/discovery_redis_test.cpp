@@ -1,0 +1,314 @@
+#include "shared/discovery_redis.h"
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "shared/schema_assets.h"
+#include "tests/support/discovery_fixture.h"
+
+namespace quiver {
+namespace {
+
+using testing::data_entry;
+using testing::manifest_json;
+using testing::member_principal;
+
+RespValue S(std::string s) { return RespValue::bulk_string(std::move(s)); }
+RespValue I(int64_t v) { return RespValue::integer_value(v); }
+RespValue A(std::vector<RespValue> e) { return RespValue::array(std::move(e)); }
+
+RespValue flat(const HashFields& fields) {
+  std::vector<RespValue> out;
+  for (const auto& [k, v] : fields) {
+    out.push_back(S(k));
+    out.push_back(S(v));
+  }
+  return A(std::move(out));
+}
+
+HashFields conn_fields(const std::string& mode) {
+  return {{"config_hash", "h1"},
+          {"credential_mode", mode},
+          {"name", "N"},
+          {"transport", "http"},
+          {"updated_at", "1"}};
+}
+
+// What discovery_read.lua answers for alice with: `docs` (shared, fresh manifest, one disabled
+// tool), `mail` (per_member, no manifest, lease held), `old` (removed).
+RespValue good_reply() {
+  HashFields manifest = data_entry("h1", 1000, 2000, manifest_json({"a", "b"}));
+  return A(
+      {S("quiver.discovery.v1"), S("member/alice"), I(42), I(3), S(""), I(1),
+       A({A({S("docs"), flat(conn_fields("shared")), S("shared"), flat(manifest), A({S("tool:b")}),
+             I(0)}),
+          A({S("mail"), flat(conn_fields("per_member")), S("member/alice"), A({}), A({}), I(1)}),
+          A({S("old"), A({}), S(""), A({}), A({}), I(0)})})});
+}
+
+// RESP2 bytes of a reply value, as Redis would send them.
+std::string encode_reply(const RespValue& v) {
+  switch (v.type) {
+    case RespValue::Type::kNil:
+      return "$-1\r\n";
+    case RespValue::Type::kSimpleString:
+      return "+" + v.str + "\r\n";
+    case RespValue::Type::kError:
+      return "-" + v.str + "\r\n";
+    case RespValue::Type::kInteger:
+      return ":" + std::to_string(v.integer) + "\r\n";
+    case RespValue::Type::kBulkString:
+      return "$" + std::to_string(v.str.size()) + "\r\n" + v.str + "\r\n";
+    case RespValue::Type::kArray: {
+      std::string out = "*" + std::to_string(v.elements.size()) + "\r\n";
+      for (const RespValue& e : v.elements) out += encode_reply(e);
+      return out;
+    }
+  }
+  return "";
+}
+
+TEST(DiscoveryRedis, ReadCommandCarriesTheScriptTheGrantsKeyAndTheQuery) {
+  RedisKeys keys = *RedisKeys::create("team-a");
+  Result<RedisCommand> c = discovery_read_command(keys, member_principal("alice"));
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(*c, (RedisCommand{"EVAL", std::string(schema_asset("lua/discovery_read.lua")), "1",
+                              "quiver:{team-a}:grants:member/alice",
+                              "quiver:{team-a}:", "member/alice", "", "", "200"}));
+  SnapshotQuery q;
+  q.only = "docs";
+  q.after = "a";
+  q.limit = 7;
+  c = discovery_read_command(keys, member_principal("alice"), q);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ((*c)[6], "docs");
+  EXPECT_EQ((*c)[7], "a");
+  EXPECT_EQ((*c)[8], "7");
+  EXPECT_NE(schema_asset("lua/discovery_read.lua").find("redis.call('SMEMBERS'"),
+            std::string_view::npos);
+}
+
+TEST(DiscoveryRedis, ReadCommandRefusesWhatCouldEscapeTheCaller) {
+  RedisKeys keys = *RedisKeys::create();
+  EXPECT_EQ(discovery_read_command(keys, Principal::shared()).error().code,
+            ErrorCode::kInvalidArgument);
+  SnapshotQuery q;
+  q.only = "a:b";
+  EXPECT_FALSE(discovery_read_command(keys, member_principal("a"), q).ok());
+  q.only.reset();
+  q.limit = 0;
+  EXPECT_FALSE(discovery_read_command(keys, member_principal("a"), q).ok());
+  q.limit = kMaxSnapshotLimit + 1;
+  EXPECT_FALSE(discovery_read_command(keys, member_principal("a"), q).ok());
+  q.limit = 1;
+  q.after = std::string(200, 'a');
+  EXPECT_FALSE(discovery_read_command(keys, member_principal("a"), q).ok());
+}
+
+TEST(DiscoveryRedis, DecodesTheScriptReply) {
+  Result<DiscoverySnapshot> s = decode_discovery_reply(good_reply(), member_principal("alice"));
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  EXPECT_EQ(s->epoch, 42);
+  EXPECT_EQ(s->granted_total, 3);
+  EXPECT_EQ(s->ignored_grants, 1);
+  EXPECT_FALSE(s->next_after.has_value());
+  ASSERT_EQ(s->connections.size(), 3u);
+  const GrantedConnection& docs = s->connections[0];
+  EXPECT_EQ(docs.id, "docs");
+  EXPECT_EQ(docs.record->credential_mode, CredentialMode::kShared);
+  EXPECT_EQ(docs.record->transport, "http");
+  EXPECT_EQ(docs.principal, Principal::shared());
+  EXPECT_EQ(docs.manifest.at("fetched_at"), "1000");
+  EXPECT_EQ(docs.disabled, (DisabledOverlay{"tool:b"}));
+  EXPECT_FALSE(docs.lease_held);
+  EXPECT_EQ(s->connections[1].principal, member_principal("alice"));
+  EXPECT_TRUE(s->connections[1].lease_held);
+  EXPECT_FALSE(s->connections[2].record.has_value());
+
+  RenderedDiscovery r = render_manifests(*s, FreshnessPolicy{}, 1500);
+  Json body = *parse_json(r.body);
+  ASSERT_EQ(body["connections"].size(), 2u);  // `old` was removed
+  EXPECT_EQ(body["connections"][0]["status"], "fresh");
+  EXPECT_EQ(body["connections"][0]["manifest"]["tools"]["items"].size(), 1u);
+  EXPECT_EQ(body["connections"][1]["refresh"], "in_progress");
+}
+
+TEST(DiscoveryRedis, DecodesTheSameSnapshotWhateverWayTheBytesArrive) {
+  const std::string bytes = encode_reply(good_reply());
+  const DiscoverySnapshot expected =
+      decode_discovery_reply(good_reply(), member_principal("alice")).value();
+  for (std::size_t split = 0; split <= bytes.size(); ++split) {
+    RespDecoder decoder;
+    ASSERT_TRUE(decoder.feed(std::string_view(bytes).substr(0, split)).ok());
+    Result<std::optional<RespValue>> first = decoder.next();
+    ASSERT_TRUE(first.ok());
+    if (split < bytes.size()) {
+      ASSERT_FALSE(first->has_value()) << split;
+      ASSERT_TRUE(decoder.feed(std::string_view(bytes).substr(split)).ok());
+      first = decoder.next();
+      ASSERT_TRUE(first.ok());
+    }
+    ASSERT_TRUE(first->has_value()) << split;
+    Result<DiscoverySnapshot> s = decode_discovery_reply(**first, member_principal("alice"));
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    EXPECT_EQ(s->connections, expected.connections) << split;
+  }
+}
+
+TEST(DiscoveryRedis, RedisErrorsAreStoreFailures) {
+  Result<DiscoverySnapshot> s = decode_discovery_reply(
+      RespValue::error("NOSCRIPT No matching script"), member_principal("alice"));
+  EXPECT_EQ(s.error().code, ErrorCode::kUnavailable);
+  EXPECT_NE(s.error().message.find("NOSCRIPT"), std::string::npos);
+}
+
+TEST(DiscoveryRedis, EveryShapeMismatchIsAClearError) {
+  using Mutation = std::function<void(RespValue&)>;
+  auto entries = [](RespValue& r) -> std::vector<RespValue>& { return r.elements[6].elements; };
+  const std::vector<std::pair<Mutation, std::string>> cases = {
+      {[](RespValue& r) { r = S("OK"); }, "expected an array of 7"},
+      {[](RespValue& r) { r.elements.pop_back(); }, "expected an array of 7"},
+      {[](RespValue& r) { r.elements[0] = S("quiver.discovery.v0"); }, "not a quiver.discovery"},
+      {[](RespValue& r) { r.elements[1] = S("member/bob"); }, "another caller"},
+      {[](RespValue& r) { r.elements[2] = S("42"); }, "element 2 is not a count"},
+      {[](RespValue& r) { r.elements[3] = I(-1); }, "element 3 is not a count"},
+      {[](RespValue& r) { r.elements[4] = I(0); }, "next_after is no string"},
+      {[](RespValue& r) { r.elements[4] = S("zzz"); }, "next_after is not the last entry"},
+      {[](RespValue& r) { r.elements[4] = S("a b"); }, "next_after is not a connection id"},
+      {[](RespValue& r) { r.elements[6] = S("x"); }, "entries are no array"},
+      {[](RespValue& r) { r.elements[3] = I(2); }, "more entries than granted"},
+      {[&](RespValue& r) { entries(r)[0].elements.pop_back(); }, "entry 0: expected an array of 6"},
+      {[&](RespValue& r) { entries(r)[0].elements[0] = S("do:cs"); }, "invalid connection id"},
+      {[&](RespValue& r) { entries(r)[0].elements[1].elements.pop_back(); }, "odd number"},
+      {[&](RespValue& r) { entries(r)[0].elements[1].elements[1] = I(1); }, "is no string"},
+      {[&](RespValue& r) {
+         entries(r)[0].elements[1] = flat({});
+         entries(r)[0].elements[1].elements = {S("name"), S("a"), S("name"), S("b")};
+       },
+       "repeats"},
+      {[&](RespValue& r) { entries(r)[0].elements[2] = S("member/alice"); },
+       "read under principal 'member/alice' where 'shared' applies"},
+      {[&](RespValue& r) { entries(r)[1].elements[2] = S("member/bob"); },
+       "read under principal 'member/bob' where 'member/alice' applies"},
+      {[&](RespValue& r) { entries(r)[1].elements[2] = S("shared"); }, "where 'member/alice'"},
+      {[&](RespValue& r) { entries(r)[2].elements[2] = S("shared"); }, "connection is removed"},
+      {[&](RespValue& r) { entries(r)[1].elements[1] = flat(conn_fields("team")); },
+       "credential mode is unknown"},
+      {[&](RespValue& r) {
+         entries(r)[2].elements[3] = flat({{"manifest", "{}"}});
+       },
+       "a manifest without a principal"},
+      {[&](RespValue& r) { entries(r)[0].elements[4] = S("tool:b"); }, "disabled set is no array"},
+      {[&](RespValue& r) { entries(r)[0].elements[4].elements[0] = I(3); }, "disabled member"},
+      {[&](RespValue& r) { entries(r)[0].elements[5] = I(2); }, "lease flag"},
+      {[&](RespValue& r) { entries(r)[2].elements[5] = I(1); }, "a lease without a principal"},
+      {[&](RespValue& r) { std::swap(entries(r)[0], entries(r)[1]); }, "strictly ascending"},
+      {[&](RespValue& r) { entries(r)[1] = entries(r)[0]; }, "strictly ascending"},
+  };
+  for (const auto& [mutate, expected] : cases) {
+    RespValue reply = good_reply();
+    mutate(reply);
+    Result<DiscoverySnapshot> s = decode_discovery_reply(reply, member_principal("alice"));
+    ASSERT_FALSE(s.ok()) << expected;
+    EXPECT_EQ(s.error().code, ErrorCode::kInvalidReply) << expected;
+    EXPECT_NE(s.error().message.find(expected), std::string::npos)
+        << "want '" << expected << "' in: " << s.error().message;
+  }
+}
+
+TEST(DiscoveryRedis, PagedReplyNamesItsLastEntry) {
+  RespValue reply = good_reply();
+  reply.elements[4] = S("old");
+  Result<DiscoverySnapshot> s = decode_discovery_reply(reply, member_principal("alice"));
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  EXPECT_EQ(s->next_after, std::optional<std::string>("old"));
+}
+
+// ---- revalidation enqueue ----------------------------------------------------------------------
+
+Revalidation stale_docs() { return Revalidation{"docs", Principal::shared(), "stale", false}; }
+
+TEST(DiscoveryRedis, EnqueueCommandGatesLeasesAndStreams) {
+  RedisKeys keys = *RedisKeys::create();
+  EnqueueOptions options;
+  Result<RedisCommand> c = revalidate_enqueue_command(keys, stale_docs(), 5000, options);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(*c, (RedisCommand{"EVAL", std::string(schema_asset("lua/revalidate_enqueue.lua")), "3",
+                              "quiver:{default}:revalidate-gate:docs:shared",
+                              "quiver:{default}:lease:docs:shared", "quiver:{default}:revalidate",
+                              "30000", "10000", "5000", "-1", "cid", "docs", "principal", "shared",
+                              "reason", "stale", "at", "5000"}));
+  Revalidation manual{"docs", member_principal("alice"), "manual", true};
+  c = revalidate_enqueue_command(keys, manual, 5000, options);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ((*c)[3], "quiver:{default}:revalidate-gate:docs:member/alice");
+  EXPECT_EQ((*c)[9], "1000");
+}
+
+TEST(DiscoveryRedis, EnqueueCommandRefusesBadInput) {
+  RedisKeys keys = *RedisKeys::create();
+  for (const char* reason :
+       {"", "Stale", "stale reason", "a-b", "abcdefghijklmnopqrstuvwxyzabcdefg"}) {
+    Revalidation r = stale_docs();
+    r.reason = reason;
+    EXPECT_EQ(revalidate_enqueue_command(keys, r, 1, {}).error().code, ErrorCode::kInvalidArgument)
+        << reason;
+  }
+  Revalidation r = stale_docs();
+  r.connection_id = "a:b";
+  EXPECT_FALSE(revalidate_enqueue_command(keys, r, 1, {}).ok());
+  EnqueueOptions zero;
+  zero.window_ms = 0;
+  EXPECT_FALSE(revalidate_enqueue_command(keys, stale_docs(), 1, zero).ok());
+  zero = EnqueueOptions{};
+  zero.stream_maxlen = 0;
+  EXPECT_FALSE(revalidate_enqueue_command(keys, stale_docs(), 1, zero).ok());
+}
+
+TEST(DiscoveryRedis, EnqueueRepliesParse) {
+  Result<RevalidationResult> q = parse_enqueue_reply(A({S("queued"), S("1700-0")}));
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->outcome, RevalidationOutcome::kQueued);
+  EXPECT_EQ(q->stream_id, "1700-0");
+  EXPECT_EQ(parse_enqueue_reply(A({S("already_queued")}))->outcome,
+            RevalidationOutcome::kAlreadyQueued);
+  EXPECT_EQ(parse_enqueue_reply(A({S("in_progress")}))->outcome, RevalidationOutcome::kInProgress);
+  EXPECT_EQ(parse_enqueue_reply(RespValue::error("OOM")).error().code, ErrorCode::kUnavailable);
+  for (const RespValue& bad : {A({S("queued")}), A({}), I(1), A({S("held")}),
+                               A({S("in_progress"), S("x")}), RespValue::nil()}) {
+    EXPECT_EQ(parse_enqueue_reply(bad).error().code, ErrorCode::kInvalidReply)
+        << bad.debug_string();
+  }
+  EXPECT_STREQ(revalidation_outcome_name(RevalidationOutcome::kAlreadyQueued), "already_queued");
+}
+
+TEST(DiscoveryRedis, OnePipelineForAPageOfRevalidations) {
+  RedisKeys keys = *RedisKeys::create();
+  std::vector<Revalidation> page = {stale_docs(),
+                                    Revalidation{"mail", member_principal("a"), "miss", false},
+                                    Revalidation{"web", Principal::shared(), "expired", false}};
+  Result<Pipeline> p = revalidate_enqueue_pipeline(keys, page, 9, {});
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->expected_replies(), 3u);
+  std::string expected;
+  for (const Revalidation& r : page) {
+    expected += encode_command(*revalidate_enqueue_command(keys, r, 9, {}));
+  }
+  EXPECT_EQ(p->bytes(), expected);
+  EXPECT_TRUE(revalidate_enqueue_pipeline(keys, {}, 9, {})->empty());
+  page[1].reason = "";
+  EXPECT_FALSE(revalidate_enqueue_pipeline(keys, page, 9, {}).ok());
+
+  std::vector<Result<RevalidationResult>> results = parse_enqueue_replies(
+      {A({S("queued"), S("1-0")}), RespValue::error("ERR"), A({S("in_progress")})});
+  ASSERT_EQ(results.size(), 3u);
+  EXPECT_TRUE(results[0].ok());
+  EXPECT_FALSE(results[1].ok());
+  EXPECT_EQ(results[2]->outcome, RevalidationOutcome::kInProgress);
+}
+
+}  // namespace
+}  // namespace quiver
