@@ -28,6 +28,52 @@ export function freePort() {
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
+// Starts `command` so that it cannot outlive this process: a shell runs it and stops it as soon as
+// its stdin (a pipe from us) closes — when we stop it, and also when we die, even by SIGKILL (a
+// ctest timeout). Stopping is SIGTERM, then SIGKILL after 3 s if the command is still running (a
+// workerd spinning in a bug ignores SIGTERM). The shell only signals its own child, before it has
+// reaped it, so the id cannot belong to anyone else. (A background job's stdin is /dev/null in
+// sh: the pipe is kept as fd 3 for the watcher.)
+const TIED = `
+exec 3<&0
+"$@" </dev/null &
+child=$!
+{ read -r _ <&3; kill -TERM $$; } 2>/dev/null &
+stop() {
+  [ -n "$child" ] || exit 0
+  kill -TERM "$child" 2>/dev/null
+  n=0
+  while [ $n -lt 30 ]; do
+    state=$(cut -d' ' -f3 "/proc/$child/stat" 2>/dev/null) || break
+    [ "$state" = Z ] && break
+    sleep 0.1
+    n=$((n + 1))
+  done
+  [ "$state" = Z ] || kill -KILL "$child" 2>/dev/null
+  wait "$child"
+  exit 143
+}
+trap stop TERM INT
+wait "$child"
+rc=$?
+child=
+exit $rc
+`;
+function spawnTied(command, args, options = {}) {
+  const proc = spawn('sh', ['-c', TIED, 'sh', command, ...args],
+                     { ...options, stdio: ['pipe', options.stdout ?? 'pipe', 'pipe'] });
+  proc.stdin.on('error', () => {});
+  return proc;
+}
+
+async function stopTied(proc, exited) {
+  if (!proc || proc.exitCode !== null || proc.signalCode !== null) return;
+  proc.stdin.end();
+  const t = setTimeout(() => proc.kill('SIGKILL'), 5000);
+  await exited;
+  clearTimeout(t);
+}
+
 async function waitFor(what, probe, timeoutMs = 10000) {
   const deadline = Date.now() + timeoutMs;
   let last;
@@ -162,13 +208,17 @@ export class RedisServer {
     const args = ['--port', String(s.port), '--bind', '127.0.0.1', '--save', '', '--appendonly',
                   'no', '--dir', s.dir, '--protected-mode', 'yes'];
     if (password) args.push('--requirepass', password);
-    s.proc = spawn('redis-server', args, { stdio: ['ignore', 'ignore', 'inherit'] });
+    s.proc = spawnTied('redis-server', args, { stdout: 'ignore' });
+    s.proc.stderr.pipe(process.stderr);
     s.exited = new Promise((resolve) => s.proc.once('exit', resolve));
-    await waitFor('redis-server', async () => {
+    const spawnError = new Promise((_, reject) => s.proc.once('exit', (code) => reject(
+      new Error(`redis-server exited (${code}): is it installed? run scripts/setup.sh`))));
+    spawnError.catch(() => {});
+    await Promise.race([spawnError, waitFor('redis-server', async () => {
       const c = await Redis.connect(s.port, password);
       c.close();
       return true;
-    });
+    })]);
     return s;
   }
 
@@ -177,10 +227,7 @@ export class RedisServer {
   }
 
   async stop() {
-    if (this.proc && this.proc.exitCode === null) {
-      this.proc.kill('SIGTERM');
-      await this.exited;
-    }
+    await stopTied(this.proc, this.exited);
     this.proc = null;
     rmSync(this.dir, { recursive: true, force: true });
   }
@@ -191,25 +238,28 @@ export function workerdBinary() {
          path.join(repoRoot, 'build', 'node', 'node_modules', '.bin', 'workerd');
 }
 
-// workerd serving a config. `env` holds the worker's variables (workerd.capnp reads them with
-// fromEnvironment). `config` is a capnp file; `edgeDir` the staged quiver-edge.
+// workerd serving `socket` of a capnp config on a free loopback port. `env` holds the worker's
+// variables (workerd.capnp reads them with fromEnvironment); its output goes to `logs`.
 export class Workerd {
-  static async start({ config, env = {}, logs = [] }) {
+  static async start({ config, env = {}, logs = [], socket = 'http' }) {
     const w = new Workerd();
     w.port = await freePort();
     w.logs = logs;
-    w.proc = spawn(workerdBinary(),
-                   ['serve', config, '--socket-addr', `http=127.0.0.1:${w.port}`],
-                   { env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env },
-                     stdio: ['ignore', 'pipe', 'pipe'] });
+    w.proc = spawnTied(workerdBinary(),
+                       ['serve', config, '--socket-addr', `${socket}=127.0.0.1:${w.port}`],
+                       { env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env } });
     for (const stream of [w.proc.stdout, w.proc.stderr]) {
       stream.setEncoding('utf8');
       stream.on('data', (d) => logs.push(...d.split('\n').filter(Boolean)));
     }
     w.exited = new Promise((resolve) => w.proc.once('exit', resolve));
+    const spawnError = new Promise((_, reject) => w.proc.once('exit', (code) => reject(
+      new Error(`workerd exited (${code}): is it installed (scripts/setup.sh, or QUIVER_WORKERD)?`))));
+    spawnError.catch(() => {});
     w.agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
     try {
-      await waitFor('workerd', async () => (await w.request('GET', '/healthz')).status > 0, 15000);
+      await Promise.race([spawnError, waitFor('workerd', async () =>
+        (await w.request('GET', '/healthz')).status > 0, 15000)]);
     } catch (e) {
       await w.stop();
       throw new Error(`${e.message}\n${logs.join('\n')}`);
@@ -244,12 +294,7 @@ export class Workerd {
 
   async stop() {
     this.agent?.destroy();
-    if (this.proc && this.proc.exitCode === null) {
-      this.proc.kill('SIGTERM');
-      const t = setTimeout(() => this.proc?.kill('SIGKILL'), 3000);
-      await this.exited;
-      clearTimeout(t);
-    }
+    await stopTied(this.proc, this.exited);
     this.proc = null;
   }
 }
