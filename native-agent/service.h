@@ -29,6 +29,7 @@ struct RefreshReport {
   Principal principal = Principal::shared();
   bool committed = false;  // a new manifest is stored
   std::string outcome;     // "committed", "failed", "in_progress" (lease held elsewhere),
+                           // "up_to_date" (a queued request a newer listing already served),
                            // "refused:<lease_lost|stale_fence|config_changed|...>"
   std::string etag;
   int64_t duration_ms = 0;

@@ -27,6 +27,7 @@
 #include <string_view>
 
 #include "shared/json.h"
+#include "shared/utf8.h"
 #include "shared/status.h"
 
 namespace quiver {
@@ -47,8 +48,5 @@ Result<std::string> canonical_number(double value);
 // be valid UTF-8 (escaping depends only on single bytes below 0x80).
 std::size_t canonical_string_size(std::string_view text);
 
-// The offset of the first byte that breaks UTF-8 in `text` (overlong forms, surrogates and code
-// points past U+10FFFF included), or npos when `text` is valid UTF-8.
-std::size_t find_invalid_utf8(std::string_view text);
 
 }  // namespace quiver

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "shared/json.h"
+#include "shared/utf8.h"
 
 namespace quiver {
 
@@ -47,42 +48,6 @@ std::optional<std::string> percent_decode(std::string_view s, bool plus_is_space
     }
   }
   return out;
-}
-
-bool valid_utf8(std::string_view s) {
-  std::size_t i = 0;
-  while (i < s.size()) {
-    auto c = static_cast<unsigned char>(s[i]);
-    std::size_t n = 0;
-    uint32_t cp = 0;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if ((c & 0xE0) == 0xC0) {
-      n = 1;
-      cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      n = 2;
-      cp = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      n = 3;
-      cp = c & 0x07;
-    } else {
-      return false;
-    }
-    if (i + n >= s.size()) return false;
-    for (std::size_t k = 1; k <= n; ++k) {
-      auto d = static_cast<unsigned char>(s[i + k]);
-      if ((d & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (d & 0x3F);
-    }
-    if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) ||
-        cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
-      return false;
-    }
-    i += n + 1;
-  }
-  return true;
 }
 
 std::vector<std::string_view> split(std::string_view s, char sep) {
@@ -423,7 +388,7 @@ DiscoveryStep DiscoveryExchange::start(const HttpRequest& request, const CallerA
       if (q->size() > limits.max_search_query_bytes) {
         return fail(HttpErrorCode::kBadRequest, "q is too long");
       }
-      if (!valid_utf8(*q)) return fail(HttpErrorCode::kBadRequest, "q is not UTF-8");
+      if (!is_valid_utf8(*q)) return fail(HttpErrorCode::kBadRequest, "q is not UTF-8");
       search_query_ = *q;
       search_limit_ = std::min(limits.default_search_limit, limits.max_search_limit);
       if (const std::string* v = param("limit")) {

@@ -5,6 +5,7 @@
 
 #include "shared/json.h"
 #include "shared/sha256.h"
+#include "shared/utf8.h"
 
 namespace quiver {
 namespace {
@@ -38,42 +39,6 @@ Status validate_charset(std::string_view what, std::string_view text, std::strin
 constexpr std::string_view kConnectionIdExtra = "._-";
 constexpr std::string_view kMemberIdExtra = "._@+-";
 constexpr std::string_view kNamespaceExtra = "._-";
-
-bool valid_utf8(std::string_view s) {
-  std::size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    std::size_t n = 0;
-    uint32_t cp = 0;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if (c >= 0xC2 && c <= 0xDF) {
-      n = 1;
-      cp = c & 0x1F;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      n = 2;
-      cp = c & 0x0F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      n = 3;
-      cp = c & 0x07;
-    } else {
-      return false;
-    }
-    if (s.size() - i - 1 < n) return false;  // truncated sequence
-    for (std::size_t k = 1; k <= n; ++k) {
-      const auto cc = static_cast<unsigned char>(s[i + k]);
-      if ((cc & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-    if ((n == 2 && cp < 0x800) || (n == 3 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-        (cp >= 0xD800 && cp <= 0xDFFF)) {
-      return false;  // overlong, out of range, or a surrogate
-    }
-    i += n + 1;
-  }
-  return true;
-}
 
 std::string ascii_lower(std::string_view s) {
   std::string out(s);
@@ -252,7 +217,7 @@ AuthType auth_type_from_string(std::string_view text) {
 
 Result<std::string> config_identity_canonical(const ConnectionIdentity& id) {
   auto check_utf8 = [](const char* field, std::string_view value) -> Status {
-    if (valid_utf8(value)) return Status::Ok();
+    if (is_valid_utf8(value)) return Status::Ok();
     return invalid(std::string("connection ") + field + " is not valid UTF-8");
   };
 

@@ -8,6 +8,7 @@
 #include <sqlite3.h>
 
 #include "shared/sha256.h"
+#include "shared/utf8.h"
 
 namespace quiver {
 
@@ -36,42 +37,6 @@ bool is_upper(char c) { return c >= 'A' && c <= 'Z'; }
 bool is_lower_or_digit(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
 bool is_space(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
-
-bool valid_utf8(std::string_view s) {
-  std::size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    std::size_t n;
-    uint32_t cp;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if (c >= 0xC2 && c <= 0xDF) {
-      n = 1;
-      cp = c & 0x1F;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      n = 2;
-      cp = c & 0x0F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      n = 3;
-      cp = c & 0x07;
-    } else {
-      return false;
-    }
-    if (i + n >= s.size()) return false;
-    for (std::size_t k = 1; k <= n; ++k) {
-      const auto cc = static_cast<unsigned char>(s[i + k]);
-      if ((cc & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-    if ((n == 2 && cp < 0x800) || (n == 3 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-        (cp >= 0xD800 && cp <= 0xDFFF)) {
-      return false;
-    }
-    i += n + 1;
-  }
-  return true;
 }
 
 // "readFile" → "read File", "getHTTPResponse" → "get HTTP Response". ASCII only; other names come
@@ -258,7 +223,7 @@ Result<std::string> search_match_expression(std::string_view query) {
     return Error(ErrorCode::kTooLarge,
                  "search query is over " + std::to_string(kMaxSearchQueryBytes) + " bytes");
   }
-  if (!valid_utf8(query)) return invalid("search query is not UTF-8");
+  if (!is_valid_utf8(query)) return invalid("search query is not UTF-8");
 
   std::vector<std::string> words;    // distinct, in order
   std::set<std::string> seen;        // ASCII-lower-cased

@@ -1,0 +1,157 @@
+#include "native-agent/metrics.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+namespace quiver {
+
+const std::vector<double> kListingDurationBuckets = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                                     0.5,   1,    2.5,   5,    10};
+
+namespace {
+
+// A label value the code chose, or "other": nothing else reaches the exposition.
+std::string safe_label(std::string_view value) {
+  if (value.empty() || value.size() > 64) return "other";
+  for (char c : value) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == ':' || c == '.' || c == '-';
+    if (!ok) return "other";
+  }
+  return std::string(value);
+}
+
+int64_t lookup(const std::map<std::string, int64_t, std::less<>>& map, std::string_view key) {
+  auto it = map.find(safe_label(key));
+  return it == map.end() ? 0 : it->second;
+}
+
+// The shortest text that reads back as `v` ("0.005", not "0.0050000000000000001").
+std::string format_double(double v) {
+  char buf[64];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+    if (std::strtod(buf, nullptr) == v && std::strchr(buf, 'e') == nullptr) return buf;
+  }
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+void family(std::ostringstream& out, const char* name, const char* type, const char* help) {
+  out << "# HELP " << name << ' ' << help << '\n' << "# TYPE " << name << ' ' << type << '\n';
+}
+
+}  // namespace
+
+void Metrics::discovery_hit(int64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  hits_ += n;
+}
+void Metrics::discovery_stale_serve(int64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  stale_serves_ += n;
+}
+void Metrics::discovery_miss(int64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  misses_ += n;
+}
+void Metrics::refresh(std::string_view outcome) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++refreshes_[safe_label(outcome)];
+}
+void Metrics::refresh_failure(std::string_view code) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++failures_[safe_label(code)];
+}
+void Metrics::lease_contention() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++lease_contention_;
+}
+void Metrics::revalidation_dropped() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++dropped_;
+}
+void Metrics::listing_duration_ms(int64_t ms) {
+  if (ms < 0) ms = 0;
+  double seconds = static_cast<double>(ms) / 1000.0;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (std::size_t i = 0; i < kListingDurationBuckets.size(); ++i) {
+    if (seconds <= kListingDurationBuckets[i]) ++bucket_counts_[i];
+  }
+  ++listing_count_;
+  listing_sum_seconds_ += seconds;
+}
+
+int64_t Metrics::discovery_hits() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return hits_;
+}
+int64_t Metrics::discovery_stale_serves() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stale_serves_;
+}
+int64_t Metrics::discovery_misses() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return misses_;
+}
+int64_t Metrics::refreshes(std::string_view outcome) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return lookup(refreshes_, outcome);
+}
+int64_t Metrics::refresh_failures(std::string_view code) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return lookup(failures_, code);
+}
+int64_t Metrics::lease_contentions() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return lease_contention_;
+}
+int64_t Metrics::revalidations_dropped() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return dropped_;
+}
+int64_t Metrics::listing_count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return listing_count_;
+}
+
+std::string Metrics::prometheus_text() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::ostringstream out;
+  family(out, "quiver_discovery_hits_total", "counter", "Manifests served fresh.");
+  out << "quiver_discovery_hits_total " << hits_ << '\n';
+  family(out, "quiver_discovery_stale_serves_total", "counter",
+         "Manifests served stale while a revalidation was queued.");
+  out << "quiver_discovery_stale_serves_total " << stale_serves_ << '\n';
+  family(out, "quiver_discovery_misses_total", "counter",
+         "Discovery reads that found no usable manifest.");
+  out << "quiver_discovery_misses_total " << misses_ << '\n';
+  family(out, "quiver_refreshes_total", "counter", "Refresh attempts by outcome.");
+  for (const auto& [outcome, n] : refreshes_) {
+    out << "quiver_refreshes_total{outcome=\"" << outcome << "\"} " << n << '\n';
+  }
+  family(out, "quiver_refresh_failures_total", "counter", "Failed refreshes by error code.");
+  for (const auto& [code, n] : failures_) {
+    out << "quiver_refresh_failures_total{code=\"" << code << "\"} " << n << '\n';
+  }
+  family(out, "quiver_lease_contention_total", "counter",
+         "Refreshes skipped because another worker held the lease.");
+  out << "quiver_lease_contention_total " << lease_contention_ << '\n';
+  family(out, "quiver_revalidations_dropped_total", "counter",
+         "Revalidation requests that could not be queued or handled.");
+  out << "quiver_revalidations_dropped_total " << dropped_ << '\n';
+  family(out, "quiver_listing_duration_seconds", "histogram",
+         "Time to list one upstream (every page of every list).");
+  for (std::size_t i = 0; i < kListingDurationBuckets.size(); ++i) {
+    out << "quiver_listing_duration_seconds_bucket{le=\""
+        << format_double(kListingDurationBuckets[i]) << "\"} " << bucket_counts_[i] << '\n';
+  }
+  out << "quiver_listing_duration_seconds_bucket{le=\"+Inf\"} " << listing_count_ << '\n';
+  out << "quiver_listing_duration_seconds_sum " << format_double(listing_sum_seconds_) << '\n';
+  out << "quiver_listing_duration_seconds_count " << listing_count_ << '\n';
+  return out.str();
+}
+
+}  // namespace quiver

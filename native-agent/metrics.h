@@ -1,0 +1,77 @@
+// Metrics: the agent's counters and its listing-latency histogram, exposed as Prometheus text.
+//
+// One `Metrics` per agent, shared by the refresh engine (refreshes, failures, lease contention,
+// dropped revalidations, listing latency) and the HTTP API (discovery hits, stale serves,
+// misses), which serves `prometheus_text()` at GET /metrics. Every method is thread-safe and
+// cheap (a mutex around a few maps; nothing here is on a path measured in microseconds).
+//
+// Labels never carry secrets: label values are short tokens chosen by the code (an outcome such
+// as "committed", an error code such as "UPSTREAM_UNAVAILABLE"), never a message, URL or key.
+// A label value outside [A-Za-z0-9_:.-]{1,64} is counted under "other", so a careless caller
+// cannot leak text (or break the exposition format) through a label.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace quiver {
+
+// The upper bounds (seconds) of quiver_listing_duration_seconds: 5 ms .. 10 s.
+extern const std::vector<double> kListingDurationBuckets;
+
+class Metrics {
+ public:
+  Metrics() = default;
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  // --- discovery (incremented by the API) ---
+  void discovery_hit(int64_t n = 1);          // quiver_discovery_hits_total
+  void discovery_stale_serve(int64_t n = 1);  // quiver_discovery_stale_serves_total
+  void discovery_miss(int64_t n = 1);         // quiver_discovery_misses_total
+
+  // --- refresh (incremented by the engine) ---
+  // quiver_refreshes_total{outcome}: "committed", "failed", "in_progress", "refused_lease_lost",
+  // "refused_stale_fence", "refused_config_changed", "error" (the store could not be reached).
+  void refresh(std::string_view outcome);
+  // quiver_refresh_failures_total{code}: the error code name of a failed listing or store op.
+  void refresh_failure(std::string_view code);
+  void lease_contention();               // quiver_lease_contention_total
+  void revalidation_dropped();           // quiver_revalidations_dropped_total
+  void listing_duration_ms(int64_t ms);  // quiver_listing_duration_seconds
+
+  // Reads for tests and status output (0 when never incremented).
+  int64_t discovery_hits() const;
+  int64_t discovery_stale_serves() const;
+  int64_t discovery_misses() const;
+  int64_t refreshes(std::string_view outcome) const;
+  int64_t refresh_failures(std::string_view code) const;
+  int64_t lease_contentions() const;
+  int64_t revalidations_dropped() const;
+  int64_t listing_count() const;
+
+  // The Prometheus text exposition format (version 0.0.4): HELP and TYPE lines, every family
+  // present even when zero, labelled series sorted by label value.
+  std::string prometheus_text() const;
+
+ private:
+  mutable std::mutex mu_;
+  int64_t hits_ = 0;
+  int64_t stale_serves_ = 0;
+  int64_t misses_ = 0;
+  std::map<std::string, int64_t, std::less<>> refreshes_;
+  std::map<std::string, int64_t, std::less<>> failures_;
+  int64_t lease_contention_ = 0;
+  int64_t dropped_ = 0;
+  std::vector<int64_t> bucket_counts_ = std::vector<int64_t>(kListingDurationBucketCount, 0);
+  int64_t listing_count_ = 0;
+  double listing_sum_seconds_ = 0;
+
+  static constexpr std::size_t kListingDurationBucketCount = 11;
+};
+
+}  // namespace quiver

@@ -1,0 +1,906 @@
+// The refresh engine (Agent) end to end: real redis-server, real SQLite files in temp dirs, real
+// upstreams (tests/peers/test-upstream.mjs over stdio and HTTP). Leases, fences and config hashes
+// decide what is written; preferences survive upstream churn and reach the store's overlay
+// without a re-listing; list_changed, the revalidation stream and the maintenance loop trigger
+// refreshes; no secret reaches Redis, SQLite, the logs or the metrics.
+#include "native-agent/agent.h"
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <hiredis.h>
+#include <signal.h>
+#include <sqlite3.h>
+
+#include "native-agent/metrics.h"
+#include "native-agent/preferences_db.h"
+#include "native-agent/redis_store.h"
+#include "native-agent/sqlite_store.h"
+#include "shared/manifest.h"
+#include "shared/sha256.h"
+#include "tests/support/mcp_peers.h"
+#include "tests/support/redis_server.h"
+
+namespace quiver {
+namespace {
+
+using testing::append_line;
+using testing::read_file;
+using testing::read_stats;
+using testing::RedisServer;
+using testing::steady_now_ms;
+using testing::TempDir;
+using testing::test_upstream_js;
+using testing::TestUpstreamHttp;
+using testing::wait_until;
+
+// ---- helpers -----------------------------------------------------------------------------------
+
+struct LogCapture {
+  std::mutex mu;
+  std::vector<std::string> lines;
+  Logger::Sink sink() {
+    return [this](const std::string& line) {
+      std::lock_guard<std::mutex> lock(mu);
+      lines.push_back(line);
+    };
+  }
+  std::string all() {
+    std::lock_guard<std::mutex> lock(mu);
+    std::string out;
+    for (const std::string& l : lines) out += l + "\n";
+    return out;
+  }
+  bool contains(const std::string& needle) { return all().find(needle) != std::string::npos; }
+};
+
+// An options set for tests: threads off (tests drive the steps), every line captured.
+AgentOptions manual_options(LogCapture& log) {
+  AgentOptions o;
+  o.log_sink = log.sink();
+  o.log_level = LogLevel::kDebug;
+  o.watch_upstreams = false;
+  o.run_revalidation_workers = false;
+  o.run_maintenance = false;
+  o.revalidation_block_ms = 50;
+  return o;
+}
+
+Json upstream_server(const std::vector<std::string>& flags) {
+  Json args = Json::array({test_upstream_js(), "stdio", "--quiet"});
+  for (const std::string& f : flags) args.push_back(f);
+  return Json{{"command", "node"}, {"args", args}};
+}
+
+// A config: `servers` is the mcpServers object, `quiver` the quiver section (data_dir set here).
+AgentConfig make_config(const TempDir& dir, Json servers, Json quiver = Json::object(),
+                        EnvMap env = {}, const std::string& data_dir = "data") {
+  quiver["data_dir"] = dir.path(data_dir);
+  Json cfg = {{"mcpServers", servers}, {"quiver", quiver}};
+  std::string text = cfg.dump();
+  ConfigSources s;
+  s.text = text;
+  s.origin = "agent_test.json";
+  s.env = std::move(env);
+  s.working_dir = dir.root();
+  Result<AgentConfig> r = parse_config(s);
+  EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().message);
+  return r.ok() ? std::move(*r) : AgentConfig{};
+}
+
+std::string redis_url(const RedisServer& redis) {
+  return "redis://127.0.0.1:" + std::to_string(redis.port()) + "/0";
+}
+
+std::unique_ptr<Agent> make_agent(AgentConfig config, AgentOptions options) {
+  Result<std::unique_ptr<Agent>> a = Agent::create(std::move(config), std::move(options));
+  EXPECT_TRUE(a.ok()) << (a.ok() ? "" : a.error().message);
+  return a.ok() ? std::move(*a) : nullptr;
+}
+
+// A RedisStore with quick reconnects, for tests that stop Redis.
+std::shared_ptr<ManifestStore> quick_redis_store(const RedisServer& redis, const AgentConfig& cfg) {
+  RedisStoreOptions o;
+  o.redis = *cfg.redis;
+  o.ns = cfg.ns;
+  o.connect_timeout_ms = 300;
+  o.command_timeout_ms = 500;
+  o.reconnect_backoff_initial_ms = 20;
+  o.reconnect_backoff_max_ms = 200;
+  Result<std::unique_ptr<RedisStore>> s = RedisStore::create(o);
+  EXPECT_TRUE(s.ok());
+  return s.ok() ? std::shared_ptr<ManifestStore>(std::move(*s)) : nullptr;
+}
+
+std::vector<std::string> tool_names(ManifestStore& store, const std::string& cid,
+                                    const Principal& p = Principal::shared()) {
+  std::vector<std::string> names;
+  Result<std::optional<StoredManifest>> m = store.read_manifest(cid, p);
+  if (!m.ok() || !m->has_value() || !(*m)->meta.has_data) return names;
+  Result<Manifest> decoded = decode_manifest((*m)->manifest);
+  EXPECT_TRUE(decoded.ok());
+  if (!decoded.ok()) return names;
+  for (const Tool& t : decoded->tools.items) names.push_back(t.name);
+  return names;
+}
+
+bool has(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+int64_t tools_list_calls(const std::string& stats_file) {
+  Json s = read_stats(stats_file);
+  return s.is_object() ? s.value("tools_list_calls", int64_t{0}) : 0;
+}
+
+std::optional<ManifestMeta> meta_of(ManifestStore& store, const std::string& cid,
+                                    const Principal& p = Principal::shared()) {
+  Result<std::optional<ManifestMeta>> m = store.read_manifest_meta(cid, p);
+  return m.ok() ? *m : std::nullopt;
+}
+
+Principal member(const char* id) { return *Principal::member(id); }
+
+// ---- the embedded default ----------------------------------------------------------------------
+
+TEST(AgentEmbedded, StartSeedsSharedConnectionsAndCommitsIntoSqlite) {
+  TempDir dir;
+  LogCapture log;
+  AgentConfig cfg = make_config(dir, {{"t", upstream_server({"--tools", "4"})}});
+  AgentOptions o = manual_options(log);
+  o.run_revalidation_workers = true;
+  o.run_maintenance = true;
+  auto agent = make_agent(cfg, o);
+  ASSERT_TRUE(agent);
+  EXPECT_EQ(agent->store().describe(), "sqlite:" + dir.path("data") + "/quiver.db");
+  ASSERT_TRUE(agent->start().ok());
+  // The first maintenance pass seeds `t`; a worker lists and commits it.
+  ASSERT_TRUE(wait_until([&] { return tool_names(agent->store(), "t").size() == 4; }, 4000))
+      << log.all();
+  std::optional<ManifestMeta> meta = meta_of(agent->store(), "t");
+  ASSERT_TRUE(meta);
+  EXPECT_EQ(meta->config_hash, cfg.connections[0].config_hash);
+  EXPECT_TRUE(meta->error_code.empty());
+  // Preferences were reconciled into the same file (a second connection, WAL).
+  Result<std::vector<PreferenceRow>> rows = agent->preferences("t");
+  ASSERT_TRUE(rows.ok());
+  EXPECT_EQ(rows->size(), 4u + 2u + 1u + 2u);  // tools, resources, templates, prompts
+  EXPECT_EQ(agent->metrics().refreshes("committed"), 1);
+  agent->stop();
+  EXPECT_TRUE(log.contains("refreshed t (shared) (seed)"));
+}
+
+TEST(AgentEmbedded, RefreshNowReportsAndTestConnectionStoresNothing) {
+  TempDir dir;
+  LogCapture log;
+  AgentConfig cfg = make_config(dir, {{"t", upstream_server({})}, {"u", upstream_server({})}});
+  auto agent = make_agent(cfg, manual_options(log));
+  ASSERT_TRUE(agent);
+  ASSERT_TRUE(agent->start().ok());
+  Result<RefreshReport> r = agent->refresh_now("t", Principal::shared(), "manual");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_TRUE(r->committed);
+  EXPECT_EQ(r->outcome, "committed");
+  EXPECT_EQ(r->etag, meta_of(agent->store(), "t")->etag);
+
+  Result<Json> probe = agent->test_connection("u", Principal::shared());
+  ASSERT_TRUE(probe.ok()) << probe.error().message;
+  EXPECT_EQ((*probe)["status"], "ok");
+  EXPECT_EQ((*probe)["lists"]["tools"]["count"], 3);
+  EXPECT_TRUE((*probe)["etag"].get<std::string>().rfind("sha256-", 0) == 0);
+  EXPECT_FALSE(meta_of(agent->store(), "u"));  // nothing stored
+
+  EXPECT_EQ(agent->refresh_now("nope", Principal::shared(), "manual").error().code,
+            ErrorCode::kNotFound);
+  EXPECT_EQ(agent->refresh_now("t", member("alice"), "manual").error().code,
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(agent->request_refresh("t", Principal::shared(), "").error().code,
+            ErrorCode::kInvalidArgument);
+}
+
+// ---- fenced refresh on Redis -------------------------------------------------------------------
+
+TEST(AgentRedis, TwoAgentsRacingOnOneRedisListEachKeyOnce) {
+  RedisServer redis;
+  ASSERT_TRUE(redis.ok()) << redis.error();
+  TempDir dir;
+  Json servers = Json::object();
+  for (int i = 0; i < 3; ++i) {
+    std::string id = "c" + std::to_string(i);
+    servers[id] = upstream_server({"--stats-file", dir.path(id + ".stats")});
+  }
+  LogCapture log_a, log_b;
+  AgentOptions o_a = manual_options(log_a), o_b = manual_options(log_b);
+  for (AgentOptions* o : {&o_a, &o_b}) {
+    o->run_revalidation_workers = true;
+    o->run_maintenance = true;
+  }
+  auto a = make_agent(make_config(dir, servers, {{"redis", redis_url(redis)}}, {}, "a"), o_a);
+  auto b = make_agent(make_config(dir, servers, {{"redis", redis_url(redis)}}, {}, "b"), o_b);
+  ASSERT_TRUE(a && b);
+  EXPECT_NE(a->consumer_name(), b->consumer_name());
+  std::thread start_b([&] { EXPECT_TRUE(b->start().ok()); });
+  ASSERT_TRUE(a->start().ok());
+  start_b.join();
+  ASSERT_TRUE(wait_until(
+      [&] {
+        for (int i = 0; i < 3; ++i) {
+          if (tool_names(a->store(), "c" + std::to_string(i)).size() != 3) return false;
+        }
+        return true;
+      },
+      4000))
+      << log_a.all() << log_b.all();
+  // Each key was listed by one agent only (and nothing is left over to list again).
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(tools_list_calls(dir.path("c" + std::to_string(i) + ".stats")), 1) << i;
+  }
+  a->stop();
+  b->stop();
+  EXPECT_EQ(a->metrics().refreshes("committed") + b->metrics().refreshes("committed"), 3);
+}
+
+TEST(AgentRedis, ConcurrentRefreshesOfOneKeyOneListsTheOtherIsInProgress) {
+  RedisServer redis;
+  ASSERT_TRUE(redis.ok()) << redis.error();
+  TempDir dir;
+  Json servers = {{"t", upstream_server({"--delay-ms", "100", "--stats-file", dir.path("stats")})}};
+  LogCapture log_a, log_b;
+  auto a = make_agent(make_config(dir, servers, {{"redis", redis_url(redis)}}, {}, "a"),
+                      manual_options(log_a));
+  auto b = make_agent(make_config(dir, servers, {{"redis", redis_url(redis)}}, {}, "b"),
+                      manual_options(log_b));
+  ASSERT_TRUE(a && b);
+  ASSERT_TRUE(a->start().ok());
+  ASSERT_TRUE(b->start().ok());
+  Result<RefreshReport> ra = Error(ErrorCode::kUnknown, "");
+  std::thread t([&] { ra = a->refresh_now("t", Principal::shared(), "manual"); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  Result<RefreshReport> rb = b->refresh_now("t", Principal::shared(), "manual");
+  t.join();
+  ASSERT_TRUE(ra.ok() && rb.ok());
+  EXPECT_EQ(ra->outcome, "committed");
+  EXPECT_EQ(rb->outcome, "in_progress");
+  EXPECT_FALSE(rb->committed);
+  EXPECT_EQ(b->metrics().lease_contentions(), 1);
+  EXPECT_NE(
+      b->metrics().prometheus_text().find("quiver_refreshes_total{outcome=\"in_progress\"} 1"),
+      std::string::npos);
+  EXPECT_TRUE(log_b.contains("lease held elsewhere"));
+  EXPECT_EQ(tools_list_calls(dir.path("stats")), 1);
+}
+
+TEST(AgentRedis, LeaseExpiringMidListingRefusesTheLateWrite) {
+  RedisServer redis;
+  ASSERT_TRUE(redis.ok()) << redis.error();
+  TempDir dir;
+  std::string ctl = dir.path("ctl");
+  Json servers = {{"t", upstream_server({"--control", ctl})}};
+  LogCapture log, slow_log;
+  auto agent = make_agent(make_config(dir, servers, {{"redis", redis_url(redis)}}, {}, "a"),
+                          manual_options(log));
+  ASSERT_TRUE(agent);
+  ASSERT_TRUE(agent->start().ok());
+  Result<RefreshReport> first = agent->refresh_now("t", Principal::shared(), "manual");
+  ASSERT_TRUE(first.ok() && first->committed) << log.all();
+  std::optional<ManifestMeta> before = meta_of(agent->store(), "t");
+
+  // An agent whose lease is shorter than its listing (configuration refuses this; a stalled
+  // process, a GC pause or a clock jump has the same effect).
+  AgentConfig cfg = make_config(dir, servers, {{"redis", redis_url(redis)}}, {}, "b");
+  cfg.runtime.lease_ms = 300;
+  auto slow = make_agent(cfg, manual_options(slow_log));
+  ASSERT_TRUE(slow);
+  append_line(ctl, R"({"set":{"delay_ms":100},"add_tool":"late_tool"})");
+  Result<RefreshReport> late = slow->refresh_now("t", Principal::shared(), "manual");
+  ASSERT_TRUE(late.ok()) << late.error().message;
+  EXPECT_EQ(late->outcome, "refused:lease_lost");
+  EXPECT_FALSE(late->committed);
+  EXPECT_EQ(slow->metrics().refreshes("refused_lease_lost"), 1);
+  EXPECT_TRUE(slow_log.contains("refused: lease_lost"));
+  // Nothing was written: the stored manifest is the first one.
+  std::optional<ManifestMeta> after = meta_of(agent->store(), "t");
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->etag, before->etag);
+  EXPECT_EQ(after->fence, before->fence);
+  EXPECT_FALSE(has(tool_names(agent->store(), "t"), "late_tool"));
+}
+
+TEST(AgentRedis, ConfigChangeMidListingRefusesTheWriteAndRemovedConnectionsGo) {
+  RedisServer redis;
+  ASSERT_TRUE(redis.ok()) << redis.error();
+  TempDir dir;
+  Json servers = {{"t", upstream_server({"--delay-ms", "150"})}, {"gone", upstream_server({})}};
+  LogCapture log_a, log_b;
+  AgentConfig old_cfg = make_config(dir, servers, {{"redis", redis_url(redis)}}, {}, "a");
+  auto a = make_agent(old_cfg, manual_options(log_a));
+  ASSERT_TRUE(a);
+  ASSERT_TRUE(a->start().ok());
+  ASSERT_TRUE(a->refresh_now("gone", Principal::shared(), "manual")->committed);
+
+  // The new configuration: `t` rotated its credential version, `gone` is no longer configured.
+  Json new_servers = {{"t", servers["t"]}};
+  Json quiver = {{"redis", redis_url(redis)},
+                 {"connections", {{"t", {{"credential_version", "2"}}}}}};
+  AgentConfig new_cfg = make_config(dir, new_servers, quiver, {}, "b");
+  ASSERT_NE(new_cfg.connections[0].config_hash, old_cfg.find_connection("t")->config_hash);
+  auto b = make_agent(new_cfg, manual_options(log_b));
+  ASSERT_TRUE(b);
+
+  Result<RefreshReport> ra = Error(ErrorCode::kUnknown, "");
+  std::thread t([&] { ra = a->refresh_now("t", Principal::shared(), "manual"); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));  // a's listing is under way
+  ASSERT_TRUE(b->start().ok());
+  t.join();
+  ASSERT_TRUE(ra.ok()) << ra.error().message;
+  EXPECT_EQ(ra->outcome, "refused:config_changed") << log_a.all();
+  EXPECT_EQ(a->metrics().refreshes("refused_config_changed"), 1);
+  EXPECT_FALSE(meta_of(b->store(), "t"));
+  EXPECT_FALSE(meta_of(b->store(), "gone"));  // removed with its connection
+
+  Result<RefreshReport> rb = b->refresh_now("t", Principal::shared(), "config");
+  ASSERT_TRUE(rb.ok() && rb->committed);
+  EXPECT_EQ(meta_of(b->store(), "t")->config_hash, new_cfg.connections[0].config_hash);
+}
+
+TEST(AgentRedis, PerMemberPrincipalsSeeTheirOwnToolsOnly) {
+  RedisServer redis;
+  ASSERT_TRUE(redis.ok()) << redis.error();
+  TempDir dir;
+  Json servers = {{"p", upstream_server({"--per-auth"})}};
+  Json quiver = {{"redis", redis_url(redis)},
+                 {"grants", {{"alice", {"p"}}, {"bob", {"p"}}}},
+                 {"connections",
+                  {{"p",
+                    {{"credential_mode", "per_member"},
+                     {"auth", "api_key"},
+                     {"credential_env", "TEST_UPSTREAM_AUTHORIZATION"},
+                     {"credentials",
+                      {{"alice", {{"env", "ALICE_CRED"}}}, {"bob", {{"env", "BOB_CRED"}}}}}}}}}};
+  LogCapture log;
+  auto agent = make_agent(make_config(dir, servers, quiver,
+                                      {{"ALICE_CRED", "Bearer alice"}, {"BOB_CRED", "Bearer bob"}}),
+                          manual_options(log));
+  ASSERT_TRUE(agent);
+  ASSERT_TRUE(agent->start().ok());
+  ASSERT_TRUE(agent->refresh_now("p", member("alice"), "manual")->committed) << log.all();
+  ASSERT_TRUE(agent->refresh_now("p", member("bob"), "manual")->committed) << log.all();
+  std::vector<std::string> alice = tool_names(agent->store(), "p", member("alice"));
+  std::vector<std::string> bob = tool_names(agent->store(), "p", member("bob"));
+  EXPECT_EQ(alice, (std::vector<std::string>{"alice_tool_1", "alice_tool_2", "alice_tool_3"}));
+  EXPECT_EQ(bob, (std::vector<std::string>{"bob_tool_1", "bob_tool_2", "bob_tool_3"}));
+  EXPECT_FALSE(meta_of(agent->store(), "p", Principal::shared()));
+  // Principals outside the credential mode or the grants are refused, not listed.
+  EXPECT_EQ(agent->refresh_now("p", Principal::shared(), "manual").error().code,
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(agent->refresh_now("p", member("carol"), "manual").error().code, ErrorCode::kNotFound);
+  EXPECT_EQ(agent->request_refresh("p", member("carol"), "miss").error().code,
+            ErrorCode::kNotFound);
+  // Maintenance never seeds per-member keys on its own.
+  MaintenanceReport m = agent->run_maintenance_once();
+  EXPECT_EQ(m.seeded, 0);
+}
+
+// ---- preferences -------------------------------------------------------------------------------
+
+TEST(AgentPreferences, SurviveTheUpstreamRemovingAndReaddingATool) {
+  TempDir dir;
+  std::string ctl = dir.path("ctl");
+  LogCapture log;
+  auto agent = make_agent(make_config(dir, {{"t", upstream_server({"--control", ctl})}}),
+                          manual_options(log));
+  ASSERT_TRUE(agent);
+  ASSERT_TRUE(agent->start().ok());
+  ASSERT_TRUE(agent->refresh_now("t", Principal::shared(), "manual")->committed);
+  ASSERT_TRUE(agent->set_preference("t", CapabilityType::kTool, "tool_2", false).ok());
+
+  append_line(ctl, R"({"remove_tool":"tool_2"})");
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return agent->refresh_now("t", Principal::shared(), "manual")->committed &&
+               !has(tool_names(agent->store(), "t"), "tool_2");
+      },
+      2000));
+  auto find = [&](const std::string& key) -> std::optional<PreferenceRow> {
+    Result<std::vector<PreferenceRow>> rows = agent->preferences("t");
+    if (!rows.ok()) return std::nullopt;
+    for (const PreferenceRow& r : *rows) {
+      if (r.capability_type == CapabilityType::kTool && r.capability_key == key) return r;
+    }
+    return std::nullopt;
+  };
+  ASSERT_TRUE(find("tool_2"));  // kept while the upstream does not list it
+  EXPECT_FALSE(find("tool_2")->enabled);
+  int64_t last_seen = find("tool_2")->last_seen_at;
+  EXPECT_LT(last_seen, find("tool_1")->last_seen_at + 1);
+
+  append_line(ctl, R"({"add_tool":"tool_2"})");
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return agent->refresh_now("t", Principal::shared(), "manual")->committed &&
+               has(tool_names(agent->store(), "t"), "tool_2");
+      },
+      2000));
+  EXPECT_FALSE(find("tool_2")->enabled);  // the user's choice came back with the tool
+  EXPECT_GE(find("tool_2")->last_seen_at, last_seen);
+  Result<DisabledOverlay> overlay = agent->store().read_disabled("t");
+  ASSERT_TRUE(overlay.ok());
+  EXPECT_EQ(*overlay, (DisabledOverlay{"tool:tool_2"}));
+}
+
+TEST(AgentPreferences, ToggleReachesTheOverlayWithoutRelisting) {
+  RedisServer redis;
+  ASSERT_TRUE(redis.ok()) << redis.error();
+  TempDir dir;
+  std::string stats = dir.path("stats");
+  LogCapture log;
+  auto agent = make_agent(make_config(dir, {{"t", upstream_server({"--stats-file", stats})}},
+                                      {{"redis", redis_url(redis)}}),
+                          manual_options(log));
+  ASSERT_TRUE(agent);
+  ASSERT_TRUE(agent->start().ok());
+  ASSERT_TRUE(agent->refresh_now("t", Principal::shared(), "manual")->committed);
+  ASSERT_TRUE(wait_until([&] { return tools_list_calls(stats) == 1; }, 1000));
+  int64_t epoch = *agent->store().read_epoch();
+
+  ASSERT_TRUE(agent->set_preference("t", CapabilityType::kTool, "tool_1", false).ok());
+  EXPECT_EQ(*agent->store().read_disabled("t"), (DisabledOverlay{"tool:tool_1"}));
+  EXPECT_GT(*agent->store().read_epoch(), epoch);  // edge L1 caches notice
+  ASSERT_TRUE(agent->set_preference("t", CapabilityType::kPrompt, "prompt_2", false).ok());
+  EXPECT_EQ(*agent->store().read_disabled("t"),
+            (DisabledOverlay{"prompt:prompt_2", "tool:tool_1"}));
+  ASSERT_TRUE(agent->set_preference("t", CapabilityType::kTool, "tool_1", true).ok());
+  EXPECT_EQ(*agent->store().read_disabled("t"), (DisabledOverlay{"prompt:prompt_2"}));
+  EXPECT_EQ(tools_list_calls(stats), 1);  // no re-listing
+
+  Status unknown = agent->set_preference("t", CapabilityType::kTool, "never_seen", false);
+  EXPECT_EQ(unknown.error().code, ErrorCode::kNotFound);
+  EXPECT_EQ(agent->set_preference("nope", CapabilityType::kTool, "tool_1", false).error().code,
+            ErrorCode::kNotFound);
+}
+
+TEST(AgentPreferences, NewCapabilitiesFollowThePolicyAndAreHiddenBeforeTheyShow) {
+  TempDir dir;
+  std::string ctl = dir.path("ctl");
+  LogCapture log;
+  Json quiver = {{"connections", {{"t", {{"auto_enable_new_capabilities", false}}}}}};
+  auto agent = make_agent(make_config(dir, {{"t", upstream_server({"--control", ctl})}}, quiver),
+                          manual_options(log));
+  ASSERT_TRUE(agent);
+  ASSERT_TRUE(agent->start().ok());
+  ASSERT_TRUE(agent->refresh_now("t", Principal::shared(), "manual")->committed);
+  // Every capability seen first is disabled by this connection's policy.
+  DisabledOverlay overlay = *agent->store().read_disabled("t");
+  EXPECT_EQ(overlay.count("tool:tool_1"), 1u);
+  EXPECT_EQ(overlay.size(), 3u + 2u + 1u + 2u);
+  ASSERT_TRUE(agent->set_preference("t", CapabilityType::kTool, "tool_1", true).ok());
+  append_line(ctl, R"({"add_tool":"newcomer"})");
+  ASSERT_TRUE(wait_until(
+      [&] {
+        (void)agent->refresh_now("t", Principal::shared(), "manual");
+        return has(tool_names(agent->store(), "t"), "newcomer");
+      },
+      2000));
+  overlay = *agent->store().read_disabled("t");
+  EXPECT_EQ(overlay.count("tool:newcomer"), 1u);
+  EXPECT_EQ(overlay.count("tool:tool_1"), 0u);
+}
+
+TEST(AgentPreferences, UpstreamOfflineKeepsKnownCapabilitiesAndTheLastGoodManifest) {
+  TempDir dir;
+  std::string flag = dir.path("offline");
+  // The upstream refuses to start once the flag file exists: a server that went away.
+  Json server = {
+      {"command", "sh"},
+      {"args",
+       {"-c", "test -e \"$1\" && { echo offline >&2; exit 1; }; exec node \"$2\" stdio --quiet",
+        "sh", flag, test_upstream_js()}}};
+  LogCapture log;
+  auto agent = make_agent(make_config(dir, {{"t", server}}), manual_options(log));
+  ASSERT_TRUE(agent);
+  ASSERT_TRUE(agent->start().ok());
+  ASSERT_TRUE(agent->refresh_now("t", Principal::shared(), "manual")->committed);
+  ASSERT_TRUE(agent->set_preference("t", CapabilityType::kTool, "tool_3", false).ok());
+  std::string etag = meta_of(agent->store(), "t")->etag;
+
+  append_line(flag, "x");
+  agent->stop();  // closes the session: the next listing must start the upstream again
+  Result<RefreshReport> r = agent->refresh_now("t", Principal::shared(), "manual");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->outcome, "failed");
+  ASSERT_TRUE(r->error.has_value());
+  EXPECT_EQ(agent->metrics().refreshes("failed"), 1);
+  EXPECT_GE(agent->metrics().refresh_failures(error_code_name(r->error->code)), 1);
+  // The last good manifest stays, the failure recorded beside it.
+  std::optional<ManifestMeta> meta = meta_of(agent->store(), "t");
+  ASSERT_TRUE(meta);
+  EXPECT_EQ(meta->etag, etag);
+  EXPECT_FALSE(meta->error_code.empty());
+  EXPECT_EQ(tool_names(agent->store(), "t").size(), 3u);
+  // Known names and flags still come from the preference database.
+  Result<std::vector<PreferenceRow>> rows = agent->preferences("t");
+  ASSERT_TRUE(rows.ok());
+  int tools = 0;
+  for (const PreferenceRow& row : *rows) {
+    if (row.capability_type != CapabilityType::kTool) continue;
+    ++tools;
+    EXPECT_EQ(row.enabled, row.capability_key != "tool_3") << row.capability_key;
+  }
+  EXPECT_EQ(tools, 3);
+  EXPECT_TRUE(log.contains("refresh of t (shared) (manual) failed"));
+}
+
+// ---- triggers ----------------------------------------------------------------------------------
+
+TEST(AgentTriggers, ListChangedRefreshesWithinASecond) {
+  RedisServer redis;
+  ASSERT_TRUE(redis.ok()) << redis.error();
+  TempDir dir;
+  std::string ctl = dir.path("ctl");
+  LogCapture log;
+  AgentOptions o = manual_options(log);
+  o.watch_upstreams = true;
+  o.run_revalidation_workers = true;
+  auto agent = make_agent(
+      make_config(dir, {{"t", upstream_server({"--control", ctl})}}, {{"redis", redis_url(redis)}}),
+      o);
+  ASSERT_TRUE(agent);
+  ASSERT_TRUE(agent->start().ok());
+  ASSERT_TRUE(agent->refresh_now("t", Principal::shared(), "manual")->committed);
+
+  int64_t t0 = steady_now_ms();
+  append_line(ctl, R"({"add_tool":"brand_new"})");
+  ASSERT_TRUE(wait_until([&] { return has(tool_names(agent->store(), "t"), "brand_new"); }, 2500))
+      << log.all();
+  EXPECT_LT(steady_now_ms() - t0, 1500);
+  EXPECT_TRUE(log.contains("list_changed (tools) from t (shared)"));
+
+  // A second change soon after: the gate of the first is still taken, the change is not lost.
+  append_line(ctl, R"({"remove_tool":"brand_new"})");
+  ASSERT_TRUE(wait_until([&] { return !has(tool_names(agent->store(), "t"), "brand_new"); }, 3000))
+      << log.all();
+  agent->stop();
+}
+
+TEST(AgentTriggers, MaintenanceSeedsAndRefreshesAStaleKey) {
+  RedisServer redis;
+  ASSERT_TRUE(redis.ok()) << redis.error();
+  TempDir dir;
+  auto now = std::make_shared<std::atomic<int64_t>>(1'780'000'000'000);
+  LogCapture log;
+  AgentOptions o = manual_options(log);
+  o.now_ms = [now] { return now->load(); };
+  o.revalidation_window_ms = 100;  // the gate runs on Redis' clock
+  Json servers = {{"a", upstream_server({"--stats-file", dir.path("a.stats")})},
+                  {"b", upstream_server({})}};
+  auto agent = make_agent(make_config(dir, servers, {{"redis", redis_url(redis)}}), o);
+  ASSERT_TRUE(agent);
+  ASSERT_TRUE(agent->start().ok());
+  MaintenanceReport first = agent->run_maintenance_once();
+  EXPECT_EQ(first.seeded, 2);
+  EXPECT_EQ(agent->drain_revalidations_once(0) + agent->drain_revalidations_once(0), 2u);
+  ASSERT_TRUE(meta_of(agent->store(), "a") && meta_of(agent->store(), "b"));
+  int64_t fetched = meta_of(agent->store(), "a")->fetched_at_ms;
+
+  // Fresh: nothing to do.
+  MaintenanceReport fresh = agent->run_maintenance_once();
+  EXPECT_EQ(fresh.examined, 2);
+  EXPECT_EQ(fresh.queued, 0);
+  // Past the fresh TTL: stale, refreshed.
+  now->fetch_add(agent->config().runtime.fresh_ttl_ms + 1);     // stale
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));  // the seeds' gates expire
+  MaintenanceReport stale = agent->run_maintenance_once();
+  EXPECT_EQ(stale.queued, 2);
+  EXPECT_EQ(agent->drain_revalidations_once(0) + agent->drain_revalidations_once(0), 2u);
+  EXPECT_EQ(meta_of(agent->store(), "a")->fetched_at_ms, now->load());
+  EXPECT_GT(now->load(), fetched);
+  EXPECT_EQ(tools_list_calls(dir.path("a.stats")), 2);
+}
+
+TEST(AgentTriggers, StaleEntriesOfACrashedConsumerAreClaimed) {
+  RedisServer redis;
+  ASSERT_TRUE(redis.ok()) << redis.error();
+  TempDir dir;
+  LogCapture log;
+  AgentOptions o = manual_options(log);
+  o.claim_idle_ms = 200;
+  auto agent =
+      make_agent(make_config(dir, {{"t", upstream_server({})}}, {{"redis", redis_url(redis)}}), o);
+  ASSERT_TRUE(agent);
+  ASSERT_TRUE(agent->start().ok());
+  ASSERT_EQ(*agent->request_refresh("t", Principal::shared(), "miss"), EnqueueOutcome::kQueued);
+  // Another consumer takes the request and dies without acknowledging it.
+  Result<RevalidationBatch> taken = agent->store().read_revalidations("crashed-agent", 10, 0);
+  ASSERT_TRUE(taken.ok());
+  ASSERT_EQ(taken->requests.size(), 1u);
+  EXPECT_EQ(agent->drain_revalidations_once(0), 0u);  // not idle long enough yet
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  EXPECT_EQ(agent->drain_revalidations_once(0), 1u);
+  EXPECT_EQ(tool_names(agent->store(), "t").size(), 3u);
+  EXPECT_TRUE(log.contains("claimed 1 revalidation requests"));
+  // Acknowledged: nobody gets it again.
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  EXPECT_EQ(agent->drain_revalidations_once(0), 0u);
+}
+
+// ---- Redis going away --------------------------------------------------------------------------
+
+TEST(AgentRedis, RedisStoppedAndRestartedWhileRunning) {
+  RedisServer redis;
+  ASSERT_TRUE(redis.ok()) << redis.error();
+  TempDir dir;
+  LogCapture log;
+  AgentConfig cfg = make_config(dir, {{"t", upstream_server({})}}, {{"redis", redis_url(redis)}});
+  cfg.runtime.maintenance_interval_ms = 200;
+  AgentOptions o = manual_options(log);
+  o.run_revalidation_workers = true;
+  o.run_maintenance = true;
+  Result<std::unique_ptr<Agent>> created = Agent::create(cfg, quick_redis_store(redis, cfg), o);
+  ASSERT_TRUE(created.ok());
+  std::unique_ptr<Agent> agent = std::move(*created);
+  ASSERT_TRUE(agent->start().ok());
+  ASSERT_TRUE(wait_until([&] { return tool_names(agent->store(), "t").size() == 3; }, 3000))
+      << log.all();
+
+  redis.stop();
+  Result<RefreshReport> down = agent->refresh_now("t", Principal::shared(), "manual");
+  ASSERT_FALSE(down.ok());
+  EXPECT_EQ(down.error().code, ErrorCode::kUnavailable);
+  EXPECT_GE(agent->metrics().refreshes("error"), 1);
+  // A toggle while Redis is away is saved and published once it is back.
+  Status toggled = agent->set_preference("t", CapabilityType::kTool, "tool_2", false);
+  EXPECT_EQ(toggled.error().code, ErrorCode::kUnavailable);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the loops keep failing
+
+  ASSERT_TRUE(redis.start());  // empty: this redis-server keeps nothing on disk
+  ASSERT_TRUE(wait_until(
+      [&] {
+        Result<DisabledOverlay> overlay = agent->store().read_disabled("t");
+        return tool_names(agent->store(), "t").size() == 3 && overlay.ok() &&
+               overlay->count("tool:tool_2") == 1;
+      },
+      4000))
+      << log.all();
+  EXPECT_FALSE(agent->preferences("t")->empty());
+  agent->stop();
+}
+
+// ---- secrets -----------------------------------------------------------------------------------
+
+std::vector<std::string> redis_reply_strings(redisReply* r) {
+  std::vector<std::string> out;
+  if (r == nullptr) return out;
+  if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS ||
+      r->type == REDIS_REPLY_ERROR) {
+    out.emplace_back(r->str, r->len);
+  }
+  for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; ++i) {
+    std::vector<std::string> sub = redis_reply_strings(r->element[i]);
+    out.insert(out.end(), sub.begin(), sub.end());
+  }
+  return out;
+}
+
+// Every key, its DUMP and its contents read by type.
+std::string redis_everything(const RedisServer& redis) {
+  redisContext* c = redis.connect();
+  EXPECT_NE(c, nullptr);
+  if (c == nullptr) return "";
+  std::string all;
+  std::string cursor = "0";
+  int keys = 0;
+  do {
+    auto* r = static_cast<redisReply*>(redisCommand(c, "SCAN %s COUNT 1000", cursor.c_str()));
+    EXPECT_TRUE(r != nullptr && r->type == REDIS_REPLY_ARRAY && r->elements == 2);
+    if (r == nullptr) break;
+    cursor = std::string(r->element[0]->str, r->element[0]->len);
+    for (size_t i = 0; i < r->element[1]->elements; ++i) {
+      std::string key(r->element[1]->element[i]->str, r->element[1]->element[i]->len);
+      ++keys;
+      all += key + "\n";
+      auto* type = static_cast<redisReply*>(redisCommand(c, "TYPE %b", key.data(), key.size()));
+      std::string t = type ? std::string(type->str, type->len) : "";
+      freeReplyObject(type);
+      const char* read = t == "string"   ? "GET %b"
+                         : t == "hash"   ? "HGETALL %b"
+                         : t == "set"    ? "SMEMBERS %b"
+                         : t == "stream" ? "XRANGE %b - +"
+                                         : "DUMP %b";
+      for (const char* cmd : {read, "DUMP %b"}) {
+        auto* v = static_cast<redisReply*>(redisCommand(c, cmd, key.data(), key.size()));
+        for (const std::string& s : redis_reply_strings(v)) all += s + "\n";
+        freeReplyObject(v);
+      }
+      if (t == "stream") {
+        auto* g =
+            static_cast<redisReply*>(redisCommand(c, "XINFO GROUPS %b", key.data(), key.size()));
+        for (const std::string& s : redis_reply_strings(g)) all += s + "\n";
+        freeReplyObject(g);
+      }
+    }
+    freeReplyObject(r);
+  } while (cursor != "0");
+  redisFree(c);
+  EXPECT_GT(keys, 5);
+  return all;
+}
+
+// Every row of every table, and the raw bytes of the database and its WAL.
+std::string sqlite_everything(const std::string& path) {
+  std::string all = read_file(path) + read_file(path + "-wal");
+  sqlite3* db = nullptr;
+  EXPECT_EQ(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  std::vector<std::string> tables;
+  sqlite3_stmt* st = nullptr;
+  sqlite3_prepare_v2(db, "SELECT name FROM sqlite_master WHERE type IN ('table','view')", -1, &st,
+                     nullptr);
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    tables.emplace_back(reinterpret_cast<const char*>(sqlite3_column_text(st, 0)));
+  }
+  sqlite3_finalize(st);
+  int rows = 0;
+  for (const std::string& t : tables) {
+    std::string sql = "SELECT * FROM \"" + t + "\"";
+    sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      ++rows;
+      for (int i = 0; i < sqlite3_column_count(st); ++i) {
+        const void* b = sqlite3_column_blob(st, i);
+        if (b != nullptr) {
+          all.append(static_cast<const char*>(b), static_cast<size_t>(sqlite3_column_bytes(st, i)));
+        }
+        all += "\n";
+      }
+    }
+    sqlite3_finalize(st);
+  }
+  sqlite3_close(db);
+  EXPECT_GT(rows, 5);
+  return all;
+}
+
+// The HTTP transport ignores SIGPIPE process-wide; other suites of this binary assert the
+// default disposition, so a test that uses it puts the disposition back.
+struct SigpipeRestorer {
+  struct sigaction saved {};
+  SigpipeRestorer() { ::sigaction(SIGPIPE, nullptr, &saved); }
+  ~SigpipeRestorer() { ::sigaction(SIGPIPE, &saved, nullptr); }
+};
+
+TEST(AgentSecrets, NoSecretInRedisSqliteLogsOrMetrics) {
+  SigpipeRestorer sigpipe;
+  RedisServer redis;
+  ASSERT_TRUE(redis.ok()) << redis.error();
+  TempDir dir;
+  const std::string bearer = "qv-bearer-SECRET-5b7e21f0a9";
+  const std::string env_secret = "qv-env-SECRET-c93b11d4e6";
+  TestUpstreamHttp http;
+  ASSERT_TRUE(http.ok()) << http.error();
+  // The stdio upstream starts only with the right secret in its environment (compared by hash,
+  // so the value is nowhere in the arguments).
+  std::string check =
+      "test \"$(printf %s \"$API_TOKEN\" | sha256sum | cut -c1-64)\" = \"$1\" || "
+      "exit 3; echo \"starting with token=$API_TOKEN\" >&2; exec node \"$2\" stdio";
+  Json servers = {
+      {"h", {{"url", http.url()}}},
+      {"s",
+       {{"command", "sh"},
+        {"args", {"-c", check, "sh", sha256_hex(env_secret), test_upstream_js()}},
+        {"env", {{"API_TOKEN", "${ENV_SECRET}"}}}}},
+      // Fails, and says the secret on stderr and in its exit: the error path must redact too.
+      {"bad",
+       {{"command", "sh"},
+        {"args", {"-c", "echo \"token=$API_TOKEN\" >&2; echo \"$API_TOKEN\"; exit 1"}},
+        {"env", {{"API_TOKEN", "${ENV_SECRET}"}}}}}};
+  Json quiver = {{"redis", redis_url(redis)},
+                 {"allow_private_upstreams", true},
+                 {"grants", {{"alice", {"h", "s", "bad"}}}},
+                 {"connections",
+                  {{"h",
+                    {{"credential_mode", "per_member"},
+                     {"auth", "bearer"},
+                     {"credentials", {{"alice", {{"env", "ALICE_TOKEN"}}}}}}}}}};
+  LogCapture log;
+  AgentConfig cfg =
+      make_config(dir, servers, quiver, {{"ALICE_TOKEN", bearer}, {"ENV_SECRET", env_secret}});
+  // The bearer secret really is what the upstream is sent.
+  UpstreamSpec spec =
+      upstream_spec_for("h", *cfg.find_connection("h")->upstream_for(member("alice")));
+  ASSERT_EQ(spec.headers.size(), 1u);
+  EXPECT_EQ(spec.headers[0].value, "Bearer " + bearer);
+
+  auto agent = make_agent(cfg, manual_options(log));
+  ASSERT_TRUE(agent);
+  ASSERT_TRUE(agent->start().ok());
+  Result<RefreshReport> rh = agent->refresh_now("h", member("alice"), "manual");
+  ASSERT_TRUE(rh.ok() && rh->committed) << log.all();
+  Result<RefreshReport> rs = agent->refresh_now("s", Principal::shared(), "manual");
+  ASSERT_TRUE(rs.ok() && rs->committed) << log.all();
+  Result<RefreshReport> rb = agent->refresh_now("bad", Principal::shared(), "manual");
+  ASSERT_TRUE(rb.ok());
+  EXPECT_EQ(rb->outcome, "failed");
+  ASSERT_TRUE(agent->set_preference("s", CapabilityType::kTool, "tool_1", false).ok());
+  ASSERT_EQ(*agent->request_refresh("s", Principal::shared(), "webhook"), EnqueueOutcome::kQueued);
+  Result<Json> probe = agent->test_connection("bad", Principal::shared());
+  EXPECT_FALSE(probe.ok());
+  if (!probe.ok()) {
+    EXPECT_EQ(probe.error().message.find(env_secret), std::string::npos);
+  }
+  agent->stop();
+
+  std::string logs = log.all();
+  EXPECT_NE(logs.find("***"), std::string::npos) << logs;  // the secret was said, and hidden
+  std::string stores = redis_everything(redis);
+  std::string sqlite = sqlite_everything(dir.path("data") + "/quiver.db");
+  std::string metrics = agent->metrics().prometheus_text();
+  EXPECT_NE(stores.find("quiver:{default}:manifest:h:member/alice"), std::string::npos);
+  for (const std::string& secret : {bearer, env_secret}) {
+    EXPECT_EQ(stores.find(secret), std::string::npos) << "Redis holds " << secret;
+    EXPECT_EQ(sqlite.find(secret), std::string::npos) << "SQLite holds " << secret;
+    EXPECT_EQ(logs.find(secret), std::string::npos) << "a log line holds " << secret << "\n"
+                                                    << logs;
+    EXPECT_EQ(metrics.find(secret), std::string::npos);
+    EXPECT_EQ(rb->error->message.find(secret), std::string::npos);
+  }
+}
+
+// ---- metrics and logging -----------------------------------------------------------------------
+
+TEST(AgentMetrics, PrometheusTextHasEveryFamilyAndSafeLabels) {
+  Metrics m;
+  m.discovery_hit(3);
+  m.discovery_stale_serve();
+  m.discovery_miss(2);
+  m.refresh("committed");
+  m.refresh("refused_lease_lost");
+  m.refresh("token=abc def\"\n");  // not a code token: counted as "other"
+  m.refresh_failure("UPSTREAM_UNAVAILABLE");
+  m.lease_contention();
+  m.revalidation_dropped();
+  m.listing_duration_ms(3);
+  m.listing_duration_ms(120);
+  m.listing_duration_ms(20'000);
+  std::string text = m.prometheus_text();
+  for (const char* line :
+       {"quiver_discovery_hits_total 3", "quiver_discovery_stale_serves_total 1",
+        "quiver_discovery_misses_total 2", "quiver_refreshes_total{outcome=\"committed\"} 1",
+        "quiver_refreshes_total{outcome=\"other\"} 1",
+        "quiver_refresh_failures_total{code=\"UPSTREAM_UNAVAILABLE\"} 1",
+        "quiver_lease_contention_total 1", "quiver_revalidations_dropped_total 1",
+        "# TYPE quiver_listing_duration_seconds histogram",
+        "quiver_listing_duration_seconds_bucket{le=\"0.005\"} 1",
+        "quiver_listing_duration_seconds_bucket{le=\"0.25\"} 2",
+        "quiver_listing_duration_seconds_bucket{le=\"10\"} 2",
+        "quiver_listing_duration_seconds_bucket{le=\"+Inf\"} 3",
+        "quiver_listing_duration_seconds_count 3"}) {
+    EXPECT_NE(text.find(std::string(line) + "\n"), std::string::npos) << line << "\n" << text;
+  }
+  EXPECT_EQ(text.find("token=abc"), std::string::npos);
+  EXPECT_EQ(m.refreshes("committed"), 1);
+  // An idle agent still exposes every family.
+  std::string empty = Metrics().prometheus_text();
+  EXPECT_NE(empty.find("quiver_lease_contention_total 0"), std::string::npos);
+  EXPECT_NE(empty.find("# TYPE quiver_refreshes_total counter"), std::string::npos);
+}
+
+TEST(AgentLogger, EveryLineIsRedactedAndOneLine) {
+  std::vector<std::string> lines;
+  std::vector<Secret> secrets = {Secret("hunter2-very-secret")};
+  Logger logger(
+      LogLevel::kInfo, [&](const std::string& l) { lines.push_back(l); },
+      [&](std::string_view t) { return redact(t, secrets); }, [] { return int64_t{0}; });
+  logger.debug("x", "not shown");
+  logger.warn("upstream", "reply said hunter2-very-secret\nFORGED 2 lines");
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0], "1970-01-01T00:00:00.000Z WARN upstream: reply said *** FORGED 2 lines");
+}
+
+}  // namespace
+}  // namespace quiver
