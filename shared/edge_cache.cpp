@@ -54,13 +54,15 @@ int64_t EdgeCache::age(const Entry& e, int64_t now_ms) const {
   return now_ms > e.stored_at_ms ? now_ms - e.stored_at_ms : 0;
 }
 
-EdgeCache::Value EdgeCache::get_fresh(std::string_view key, int64_t now_ms) {
+EdgeCache::Value EdgeCache::get_fresh(std::string_view key, int64_t now_ms, int64_t* age_ms) {
   Entry* e = find(key);
-  if (e == nullptr || e->epoch < stats_.epoch || age(*e, now_ms) >= options_.ttl_ms) {
+  if (e == nullptr || e->epoch < stats_.epoch || age(*e, now_ms) >= options_.ttl_ms ||
+      now_ms >= e->fresh_until_ms) {
     ++stats_.misses;
     return nullptr;
   }
   ++stats_.hits;
+  if (age_ms != nullptr) *age_ms = age(*e, now_ms);
   return e->value;
 }
 
@@ -91,7 +93,8 @@ void EdgeCache::observe_epoch(int64_t epoch) {
   drop_older_than(epoch);
 }
 
-bool EdgeCache::put(std::string key, std::string value, int64_t epoch, int64_t now_ms) {
+bool EdgeCache::put(std::string key, std::string value, int64_t epoch, int64_t now_ms,
+                    int64_t fresh_until_ms) {
   observe_epoch(epoch);
   if (epoch < stats_.epoch) {
     ++stats_.superseded;
@@ -109,6 +112,7 @@ bool EdgeCache::put(std::string key, std::string value, int64_t epoch, int64_t n
   e.value = std::make_shared<const std::string>(std::move(value));
   e.epoch = epoch;
   e.stored_at_ms = now_ms;
+  e.fresh_until_ms = fresh_until_ms;
   e.bytes = bytes;
   lru_.push_front(std::move(e));
   index_.emplace(std::string_view(lru_.front().key), lru_.begin());

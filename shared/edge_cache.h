@@ -2,9 +2,11 @@
 //
 // Opening a Redis connection dominates an edge request (TOOLCHAIN.md: ~0.8 ms against ~0.2 ms for
 // the runtime itself), so a hot caller is answered from memory for a short while. The cache holds
-// the bytes of a store read (the discovery script's RESP reply) under a key the host chooses (the
-// caller and what was read), never a rendered response: statuses and ages are computed afresh on
-// every hit, so an entry turning stale is seen as stale even when it comes from L1.
+// bytes under a key the host chooses; EdgeService keeps two: the store reads (the discovery
+// script's RESP reply, per caller and query), from which answers are rendered afresh, and the
+// rendered answers themselves (per caller and exact request), each fresh only until the first of
+// its entries changes status (`put`'s `fresh_until_ms`), so an entry turning stale is seen as stale
+// even when it comes from L1.
 //
 // Freshness trades against correctness, and the TTL is the bound: a revoked grant or a toggled
 // preference can be served for at most `ttl_ms` after the change (2 s by default; configurable).
@@ -22,8 +24,8 @@
 // gate in Redis lets only one through per window anyway; `claim_revalidation` spares the round
 // trips: a key claimed in this isolate is not claimed again for `revalidation_claim_ms`.
 //
-// Sans-I/O and single-threaded, like everything in the core: time comes in as `now_ms`. One
-// instance per isolate (the wasm instance's EdgeService owns it).
+// Sans-I/O and single-threaded, like everything in the core: time comes in as `now_ms`. The
+// wasm instance's EdgeService owns its caches: one set per isolate.
 #pragma once
 
 #include <cstddef>
@@ -67,20 +69,25 @@ struct EdgeCacheStats {
 class EdgeCache {
  public:
   using Value = std::shared_ptr<const std::string>;
+  static constexpr int64_t kForever = INT64_MAX;
 
   explicit EdgeCache(EdgeCacheOptions options = {});
 
-  // The value stored under `key` when it is younger than the TTL and not superseded; else
-  // nullptr (and the miss is counted). A hit becomes the most recently used entry.
-  Value get_fresh(std::string_view key, int64_t now_ms);
+  // The value stored under `key` when it is younger than the TTL, before its own `fresh_until_ms`
+  // and not superseded; else nullptr (and the miss is counted). A hit becomes the most recently
+  // used entry. `age_ms` receives its age.
+  Value get_fresh(std::string_view key, int64_t now_ms, int64_t* age_ms = nullptr);
   // Stale-if-error: the value under `key` whatever its TTL, when younger than stale_if_error_ms
   // and not superseded; else nullptr. `age_ms` receives its age.
   Value get_stale(std::string_view key, int64_t now_ms, int64_t* age_ms = nullptr);
 
-  // Stores `value`, read from the store at `now_ms` under `epoch`. Refused (false) when the epoch
-  // is older than the newest seen or the value is over max_entry_bytes; evicts least recently
-  // used entries to stay within max_bytes. A newer epoch drops every older entry first.
-  bool put(std::string key, std::string value, int64_t epoch, int64_t now_ms);
+  // Stores `value`, read from the store at `now_ms` under `epoch`; fresh until the TTL passes or
+  // `fresh_until_ms`, whichever comes first (a value that stops being right at a known time, e.g.
+  // a rendered answer whose entry turns stale then). Refused (false) when the epoch is older than
+  // the newest seen or the value is over max_entry_bytes; evicts least recently used entries to
+  // stay within max_bytes. A newer epoch drops every older entry first.
+  bool put(std::string key, std::string value, int64_t epoch, int64_t now_ms,
+           int64_t fresh_until_ms = kForever);
   // A read saw the store at `epoch` (e.g. one that was not cached): older entries are dropped.
   void observe_epoch(int64_t epoch);
 
@@ -100,6 +107,7 @@ class EdgeCache {
     Value value;
     int64_t epoch = 0;
     int64_t stored_at_ms = 0;
+    int64_t fresh_until_ms = kForever;
     std::size_t bytes = 0;
   };
   using List = std::list<Entry>;

@@ -73,6 +73,87 @@ Result<DiscoverySnapshot> snapshot_from_reply(std::string_view bytes, const Prin
 }
 
 constexpr char kAuthOk[] = "+OK\r\n";
+constexpr char kStaleIfError[] = "stale-if-error";
+
+// When the first entry of `snapshot` changes status (fresh → stale, stale → expired): a rendered
+// answer is right until then. Entries without servable data change only by a commit (epoch).
+int64_t next_transition(const DiscoverySnapshot& snapshot, const FreshnessPolicy& policy,
+                        int64_t now_ms) {
+  int64_t next = EdgeCache::kForever;
+  for (const GrantedConnection& c : snapshot.connections) {
+    if (!c.record) continue;
+    Result<std::optional<CacheEntryMeta>> meta = cache_entry_meta(c.manifest);
+    if (!meta.ok() || !meta->has_value()) continue;
+    Classification k = classify(*meta, policy, c.record->config_hash, now_ms);
+    if (k.state == Freshness::kFresh) next = std::min(next, k.fresh_until_ms);
+    if (k.state == Freshness::kStale) next = std::min(next, k.expires_at_ms);
+  }
+  return next;
+}
+
+// A rendered answer as L1 keeps it: status, headers and the revalidations it asked for (JSON),
+// then the body. Only our own encoding is ever decoded, but a bad one is still just a miss.
+std::string encode_answer(const HttpResponse& response, const std::vector<Revalidation>& revs) {
+  Json meta = Json::object();
+  meta["status"] = response.status;
+  meta["headers"] = headers_json(response.headers);
+  Json r = Json::array();
+  for (const Revalidation& rev : revs) {
+    r.push_back(Json::array({rev.connection_id, rev.principal.str(), rev.reason, rev.manual}));
+  }
+  meta["revalidations"] = std::move(r);
+  std::string m = json_text(meta);
+  std::string out;
+  put_u32(out, static_cast<uint32_t>(m.size()));
+  out += m;
+  out += response.body;
+  return out;
+}
+
+struct StoredAnswer {
+  HttpResponse response;
+  std::vector<Revalidation> revalidations;
+};
+
+std::optional<StoredAnswer> decode_answer(std::string_view bytes) {
+  if (bytes.size() < 4 || get_u32(bytes) > bytes.size() - 4) return std::nullopt;
+  uint32_t meta_len = get_u32(bytes);
+  Result<Json> meta = parse_json(bytes.substr(4, meta_len));
+  if (!meta.ok() || !meta->is_object()) return std::nullopt;
+  StoredAnswer a;
+  std::optional<int64_t> status = json_int(*meta, "status");
+  const Json* headers = json_field(*meta, "headers");
+  const Json* revs = json_field(*meta, "revalidations");
+  if (!status || !headers || !headers->is_array() || !revs || !revs->is_array()) {
+    return std::nullopt;
+  }
+  a.response.status = static_cast<int>(*status);
+  for (const Json& h : *headers) {
+    if (!h.is_array() || h.size() != 2 || !h[0].is_string() || !h[1].is_string()) {
+      return std::nullopt;
+    }
+    a.response.headers.emplace_back(h[0].get<std::string>(), h[1].get<std::string>());
+  }
+  for (const Json& v : *revs) {
+    if (!v.is_array() || v.size() != 4 || !v[0].is_string() || !v[1].is_string() ||
+        !v[2].is_string() || !v[3].is_boolean()) {
+      return std::nullopt;
+    }
+    Result<Principal> principal = Principal::parse(v[1].get<std::string>());
+    if (!principal.ok()) return std::nullopt;
+    a.revalidations.push_back(Revalidation{v[0].get<std::string>(), *principal,
+                                           v[2].get<std::string>(), v[3].get<bool>()});
+  }
+  a.response.body = std::string(bytes.substr(4 + meta_len));
+  return a;
+}
+
+// The L1 halves (snapshots, rendered answers) share the configured byte bound.
+EdgeCacheOptions half_of(EdgeCacheOptions o) {
+  o.max_bytes /= 2;
+  o.max_entry_bytes = std::min(o.max_entry_bytes, o.max_bytes);
+  return o;
+}
 
 }  // namespace
 
@@ -236,7 +317,14 @@ struct EdgeService::Request {
   std::optional<DiscoveryExchange> exchange;
   std::optional<Principal> member;
   std::string l1_key;
+  bool head = false;
   const char* source = nullptr;  // X-Quiver-Cache
+  // A rendered answer to remember: under this key (the caller and the exact path and query), if
+  // it is built from a snapshot read at `snapshot_epoch`, until `answer_fresh_until`.
+  std::string answer_key;
+  bool from_snapshot = false;
+  int64_t snapshot_epoch = 0;
+  int64_t answer_fresh_until = EdgeCache::kForever;
   int64_t stale_age_ms = 0;
   std::string store_error;  // why stale-if-error was used
   std::vector<Revalidation> background;
@@ -252,7 +340,8 @@ struct EdgeService::Request {
 };
 
 EdgeService::EdgeService(Result<EdgeSettings> settings)
-    : cache_(settings.ok() ? settings->l1 : EdgeCacheOptions{}) {
+    : cache_(half_of(settings.ok() ? settings->l1 : EdgeCacheOptions{})),
+      answers_(half_of(settings.ok() ? settings->l1 : EdgeCacheOptions{})) {
   if (!settings.ok()) {
     settings_error_ = settings.error().message;
     return;
@@ -334,7 +423,19 @@ EdgeStep EdgeService::begin(HttpRequest request, int64_t now_ms, std::string_vie
   CallerAuth caller =
       authenticate_caller(request.headers, *settings_->keyring, now_ms, settings_->token);
   r.read = request.method == "GET" || request.method == "HEAD";
+  r.head = request.method == "HEAD";
   r.exchange.emplace(settings_->discovery);
+  if (r.read && caller.member_id) {
+    r.answer_key =
+        kMemberPrincipalPrefix + *caller.member_id + "\n" + request.path + "?" + request.query;
+    int64_t age = 0;
+    if (EdgeCache::Value stored = answers_.get_fresh(r.answer_key, now_ms, &age)) {
+      if (std::optional<StoredAnswer> answer = decode_answer(*stored)) {
+        return replay(r, request, std::move(answer->response), std::move(answer->revalidations),
+                      age, now_ms);
+      }
+    }
+  }
   return drive(r, r.exchange->start(request, caller, now_ms), now_ms);
 }
 
@@ -355,19 +456,49 @@ EdgeStep EdgeService::healthz(Request& r, const HttpRequest& request) {
   } else {
     body["status"] = "ok";
     body["namespace"] = settings_->ns;
-    EdgeCacheStats st = cache_.stats();
     body["open_requests"] = requests_.size() - 1;  // not this one
-    body["l1"] = Json::object({{"entries", st.entries},
-                               {"bytes", st.bytes},
-                               {"hits", st.hits},
-                               {"misses", st.misses},
-                               {"stale_served", st.stale_served},
-                               {"epoch", st.epoch},
-                               {"ttl_ms", cache_.options().ttl_ms}});
+    EdgeCacheStats snapshots = cache_.stats();
+    EdgeCacheStats answers = answers_.stats();
+    body["l1"] = Json::object({{"ttl_ms", cache_.options().ttl_ms},
+                               {"epoch", snapshots.epoch},
+                               {"entries", snapshots.entries + answers.entries},
+                               {"bytes", snapshots.bytes + answers.bytes},
+                               {"answer_hits", answers.hits},
+                               {"snapshot_hits", snapshots.hits},
+                               {"snapshot_misses", snapshots.misses},
+                               {"stale_served", snapshots.stale_served}});
   }
   HttpResponse res = json_response(status, body);
   if (request.method == "HEAD") res.body.clear();
   return respond_now(r, std::move(res));
+}
+
+EdgeStep EdgeService::replay(Request& r, const HttpRequest& request, HttpResponse response,
+                             std::vector<Revalidation> revalidations, int64_t age_ms,
+                             int64_t now_ms) {
+  std::optional<std::string_view> etag = find_header(response.headers, "ETag");
+  std::optional<std::string_view> inm = find_header(request.headers, "If-None-Match");
+  if (etag && inm && if_none_match_matches(*inm, *etag)) {
+    response.status = 304;
+    response.body.clear();
+    response.headers.erase(std::remove_if(response.headers.begin(), response.headers.end(),
+                                          [](const auto& h) { return h.first == "Content-Type"; }),
+                           response.headers.end());
+  }
+  if (r.head) response.body.clear();
+  // An HTTP cache's answer: as rendered then, with its age (RFC 9111 §5.1).
+  response.headers.emplace_back("Age", std::to_string(age_ms / 1000));
+  r.source = "hit";
+  Respond respond;
+  respond.response = std::move(response);
+  respond.background = std::move(revalidations);
+  return drive(r, std::move(respond), now_ms);
+}
+
+void EdgeService::note_snapshot(Request& r, const DiscoverySnapshot& snapshot, int64_t now_ms) {
+  r.from_snapshot = true;
+  r.snapshot_epoch = snapshot.epoch;
+  r.answer_fresh_until = next_transition(snapshot, settings_->discovery.freshness, now_ms);
 }
 
 EdgeStep EdgeService::drive(Request& r, DiscoveryStep step, int64_t now_ms) {
@@ -376,7 +507,13 @@ EdgeStep EdgeService::drive(Request& r, DiscoveryStep step, int64_t now_ms) {
     // the Redis gate dedups across isolates.
     std::vector<Revalidation> wanted = std::move(respond->background);
     respond->background.clear();
-    if (r.source == nullptr || std::string_view(r.source) != "stale-if-error") {
+    bool stale_if_error = r.source != nullptr && std::string_view(r.source) == kStaleIfError;
+    if (r.from_snapshot && !stale_if_error && !r.head && !r.answer_key.empty() &&
+        respond->response.status == 200) {
+      answers_.put(r.answer_key, encode_answer(respond->response, wanted), r.snapshot_epoch, now_ms,
+                   r.answer_fresh_until);
+    }
+    if (!stale_if_error) {
       for (Revalidation& rev : wanted) {
         if (cache_.claim_revalidation(claim_key(rev), now_ms)) {
           respond->background.push_back(std::move(rev));
@@ -396,6 +533,7 @@ EdgeStep EdgeService::drive(Request& r, DiscoveryStep step, int64_t now_ms) {
             snapshot_from_reply(*cached, need->member, settings_->resp);
         if (snapshot.ok()) {
           r.source = "hit";
+          note_snapshot(r, *snapshot, now_ms);
           return drive(r, r.exchange->resume_snapshot(std::move(snapshot), now_ms), now_ms);
         }
       }
@@ -500,7 +638,9 @@ EdgeStep EdgeService::complete(Request& r, int64_t now_ms) {
       std::string_view reply_bytes = r.received;
       if (first == 1) reply_bytes.remove_prefix(sizeof(kAuthOk) - 1);
       cache_.put(r.l1_key, std::string(reply_bytes), snapshot->epoch, now_ms);
+      answers_.observe_epoch(snapshot->epoch);
       r.received.clear();
+      note_snapshot(r, *snapshot, now_ms);
       return drive(r, r.exchange->resume_snapshot(std::move(snapshot), now_ms), now_ms);
     }
     case Waiting::kEnqueue: {
@@ -550,7 +690,7 @@ EdgeStep EdgeService::store_failed(Request& r, Error error, int64_t now_ms) {
           Result<DiscoverySnapshot> snapshot =
               snapshot_from_reply(*cached, *r.member, settings_->resp);
           if (snapshot.ok()) {
-            r.source = "stale-if-error";
+            r.source = kStaleIfError;
             r.stale_age_ms = age;
             r.store_error = error.message;
             return drive(r, r.exchange->resume_snapshot(std::move(snapshot), now_ms), now_ms);
@@ -590,7 +730,7 @@ EdgeStep EdgeService::finish(Request& r, Respond respond) {
   s.handle = r.handle;
   s.action = EdgeAction::kRespond;
   if (r.source != nullptr) res.headers.emplace_back("X-Quiver-Cache", r.source);
-  if (r.source != nullptr && std::string_view(r.source) == "stale-if-error") {
+  if (r.source != nullptr && std::string_view(r.source) == kStaleIfError) {
     set_header(res.headers, "Cache-Control", "private, no-cache");
     res.headers.emplace_back("Age", std::to_string(r.stale_age_ms / 1000));
     s.log = "served from L1 (stale-if-error): " + r.store_error;

@@ -21,11 +21,16 @@
 // Per request: host endpoints first (`GET /healthz`), then the discovery API
 // (shared/discovery_http.h) behind the caller's bearer token (shared/caller_token.h), with the
 // in-isolate L1 (shared/edge_cache.h) in front of the one-round-trip Redis read
-// (shared/discovery_redis.h). Reads of one caller and query (GET and HEAD) are answered from L1
-// while fresh; with Redis unreachable, an L1 copy within its stale-if-error period is served,
-// marked `X-Quiver-Cache: stale-if-error`; otherwise 503 STORE_UNAVAILABLE. Every discovery read
-// says where it came from in `X-Quiver-Cache` (`hit`, `miss`, `stale-if-error`). Stale entries
-// queue one revalidation per key per claim period from this isolate, in the background.
+// (shared/discovery_redis.h). L1, for GET and HEAD, within QUIVER_L1_TTL_MS and the epoch:
+//   1. the rendered answer to the same caller's same request, as an HTTP cache would repeat it
+//      (with `Age`; If-None-Match → 304), until the first of its entries changes status;
+//   2. else the same caller's snapshot read, rendered afresh;
+//   3. else Redis. Unreachable (connect, I/O, timeout, AUTH, a broken reply): the snapshot copy
+//      within its stale-if-error period is served, marked `X-Quiver-Cache: stale-if-error` and
+//      `Cache-Control: private, no-cache`; without one, 503 STORE_UNAVAILABLE.
+// Every discovery read says where it came from in `X-Quiver-Cache` (`hit`, `miss`,
+// `stale-if-error`). Revalidations the answer asks for are queued in the background, once per key
+// per claim period from this isolate (the Redis gate dedups across isolates).
 //
 // Configuration comes from the worker's environment (`edge_settings_from_env`), one table:
 //   QUIVER_NAMESPACE             deployment namespace                      default
@@ -139,6 +144,7 @@ class EdgeService {
   bool configured() const { return settings_.has_value(); }
   std::size_t open_requests() const { return requests_.size(); }
   const EdgeCache& cache() const { return cache_; }
+  const EdgeCache& answers() const { return answers_; }
 
  private:
   struct Request;
@@ -147,6 +153,9 @@ class EdgeService {
   Request& new_request(std::string_view random);
   EdgeStep respond_now(Request& r, HttpResponse response, std::string log = {});
   EdgeStep healthz(Request& r, const HttpRequest& request);
+  EdgeStep replay(Request& r, const HttpRequest& request, HttpResponse response,
+                  std::vector<Revalidation> revalidations, int64_t age_ms, int64_t now_ms);
+  void note_snapshot(Request& r, const DiscoverySnapshot& snapshot, int64_t now_ms);
   EdgeStep drive(Request& r, DiscoveryStep step, int64_t now_ms);
   EdgeStep send(Request& r, Waiting waiting, const Pipeline& pipeline);
   EdgeStep complete(Request& r, int64_t now_ms);
@@ -158,7 +167,8 @@ class EdgeService {
   std::optional<EdgeSettings> settings_;
   std::string settings_error_;
   std::optional<RedisKeys> keys_;
-  EdgeCache cache_;
+  EdgeCache cache_;    // L1: snapshot reads, per caller and query
+  EdgeCache answers_;  // L1: rendered answers, per caller and exact request
   std::unique_ptr<SearchIndexCache> search_cache_;  // one FTS5 index per caller and corpus version
   std::unique_ptr<IndexedToolSearcher> searcher_;
   std::unordered_map<uint32_t, std::unique_ptr<Request>> requests_;

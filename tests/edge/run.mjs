@@ -260,6 +260,8 @@ test('the L1 answers a hot caller, then Redis again after its TTL', async () => 
   const b = await edge.request('GET', '/v1/manifests', { headers: auth('bob') });
   assert.equal(a.headers['x-quiver-cache'], 'miss');
   assert.equal(b.headers['x-quiver-cache'], 'hit');
+  assert.equal(b.headers.age, '0', 'the rendered answer, repeated with its age');
+  assert.equal(b.text, a.text);
   assert.deepEqual(b.json.connections.map((c) => c.id), a.json.connections.map((c) => c.id));
   await sleep(L1_TTL_MS + 50);
   const c = await edge.request('GET', '/v1/manifests', { headers: auth('bob') });

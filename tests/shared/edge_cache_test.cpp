@@ -34,6 +34,16 @@ TEST(EdgeCache, ServesAFreshEntryUntilItsTtlThenMisses) {
   EXPECT_EQ(s.entries, 1u);
 }
 
+TEST(EdgeCache, AnEntryWithItsOwnFreshUntilStopsBeingFreshThenButStaysForStaleIfError) {
+  EdgeCache cache(small());
+  ASSERT_TRUE(cache.put("answer", "rendered", 1, kT0, kT0 + 700));
+  int64_t age = -1;
+  EXPECT_EQ(value_of(cache.get_fresh("answer", kT0 + 699, &age)), "rendered");
+  EXPECT_EQ(age, 699);
+  EXPECT_EQ(cache.get_fresh("answer", kT0 + 700), nullptr);  // before the TTL: its own bound
+  EXPECT_EQ(value_of(cache.get_stale("answer", kT0 + 700)), "rendered");
+}
+
 TEST(EdgeCache, AClockThatGoesBackwardsCountsAsAgeZero) {
   EdgeCache cache(small());
   ASSERT_TRUE(cache.put("alice", "r", 1, kT0));

@@ -406,6 +406,89 @@ TEST(EdgeService, AReadIsOneRoundTripWithAuthThenTheL1AnswersUntilItsTtl) {
   EXPECT_EQ(edge->open_requests(), 0u);
 }
 
+TEST(EdgeService, AnL1HitRepeatsTheRenderedAnswerWithItsAge) {
+  auto edge = service();
+  std::string alice = token_for("alice");
+  EdgeStep s = edge->begin(get("/v1/manifests", alice, "view=mcp"), kNow, kRandom);
+  s = edge->feed(s.handle, "+OK\r\n" + encode_reply(discovery_reply("alice", 1, kMinute)), kNow);
+  ASSERT_EQ(s.response.status, 200);
+  std::string body = s.response.body;
+  std::string etag = header(s.response, "ETag");
+  edge->end(s.handle);
+
+  s = edge->begin(get("/v1/manifests", alice, "view=mcp"), kNow + 1'500, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(header(s.response, "X-Quiver-Cache"), "hit");
+  EXPECT_EQ(s.response.body, body);           // as rendered 1.5 s ago ...
+  EXPECT_EQ(header(s.response, "Age"), "1");  // ... and says so
+  EXPECT_EQ(header(s.response, "ETag"), etag);
+  EXPECT_EQ(edge->answers().stats().hits, 1u);
+  edge->end(s.handle);
+
+  // Conditional and HEAD requests are answered from it too.
+  HttpRequest conditional = get("/v1/manifests", alice, "view=mcp");
+  conditional.headers.emplace_back("If-None-Match", etag);
+  s = edge->begin(conditional, kNow + 1'600, kRandom);
+  EXPECT_EQ(s.response.status, 304);
+  EXPECT_TRUE(s.response.body.empty());
+  EXPECT_EQ(header(s.response, "Content-Type"), "<absent>");
+  edge->end(s.handle);
+  HttpRequest head = get("/v1/manifests", alice, "view=mcp");
+  head.method = "HEAD";
+  s = edge->begin(head, kNow + 1'600, kRandom);
+  EXPECT_EQ(s.response.status, 200);
+  EXPECT_TRUE(s.response.body.empty());
+  edge->end(s.handle);
+
+  // Another query of the same caller is rendered afresh from the L1 snapshot.
+  s = edge->begin(get("/v1/manifests", alice), kNow + 1'700, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(header(s.response, "X-Quiver-Cache"), "hit");
+  EXPECT_EQ(header(s.response, "Age"), "<absent>");
+  EXPECT_NE(s.response.body, body);
+  edge->end(s.handle);
+}
+
+TEST(EdgeService, ARenderedAnswerIsNotRepeatedPastAStatusChange) {
+  auto edge = service();
+  std::string alice = token_for("alice");
+  // Fresh for another 500 ms.
+  EdgeStep s = edge->begin(get("/v1/manifests", alice), kNow, kRandom);
+  s = edge->feed(s.handle,
+                 "+OK\r\n" + encode_reply(discovery_reply("alice", 1, 15 * kMinute - 500)), kNow);
+  ASSERT_EQ(body_of(s)["connections"][0]["status"], "fresh");
+  EXPECT_FALSE(s.background);
+  edge->end(s.handle);
+
+  s = edge->begin(get("/v1/manifests", alice), kNow + 499, kRandom);
+  EXPECT_EQ(header(s.response, "Age"), "0");  // the rendered answer, still right
+  edge->end(s.handle);
+
+  // Within the L1 TTL but past fresh_until: rendered again from the snapshot, stale, queued.
+  s = edge->begin(get("/v1/manifests", alice), kNow + 500, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(header(s.response, "X-Quiver-Cache"), "hit");
+  EXPECT_EQ(header(s.response, "Age"), "<absent>");
+  EXPECT_EQ(body_of(s)["connections"][0]["status"], "stale");
+  EXPECT_TRUE(s.background);
+  edge->end(s.handle);
+}
+
+TEST(EdgeService, RenderedAnswersArePerCaller) {
+  auto edge = service();
+  for (const char* member : {"alice", "bob"}) {
+    EdgeStep s = edge->begin(get("/v1/manifests", token_for(member)), kNow, kRandom);
+    ASSERT_EQ(s.action, EdgeAction::kRedis) << member;  // bob is never answered with alice's
+    s = edge->feed(s.handle, "+OK\r\n" + encode_reply(discovery_reply(member, 1, 0)), kNow);
+    EXPECT_EQ(body_of(s)["principal"], std::string("member/") + member);
+    edge->end(s.handle);
+  }
+  EdgeStep s = edge->begin(get("/v1/manifests", token_for("bob")), kNow + 1, kRandom);
+  EXPECT_EQ(body_of(s)["principal"], "member/bob");
+  EXPECT_EQ(header(s.response, "Age"), "0");
+  edge->end(s.handle);
+}
+
 TEST(EdgeService, WithoutAPasswordThereIsNoAuth) {
   Json env = Json::object();
   env["QUIVER_TOKEN_KEYS"] = Json::object({{kKid, kSecret}}).dump();
