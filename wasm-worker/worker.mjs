@@ -97,7 +97,8 @@ async function instantiate(env) {
   const module = await createQuiverEdge({
     locateFile: (path) => path,
     instantiateWasm(imports, receive) {
-      WebAssembly.instantiate(wasmModule, imports).then((instance) => receive(instance, wasmModule));
+      WebAssembly.instantiate(wasmModule, imports)
+        .then((instance) => receive(instance, wasmModule));
       return {};
     },
   });
@@ -270,7 +271,8 @@ export default {
       }
       const { status, headers } = step;
       log(step, headers);
-      const body = step.payload.length > 0 && status !== 304 && status !== 204 ? step.payload : null;
+      const empty = step.payload.length === 0 || status === 304 || status === 204;
+      const body = empty ? null : step.payload;
       const response = new Response(body, { status, headers });
       if (step.background) {
         const h = handle;

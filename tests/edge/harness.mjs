@@ -85,7 +85,8 @@ async function waitFor(what, probe, timeoutMs = 10000) {
     }
     await sleep(50);
   }
-  throw new Error(`${what} did not come up within ${timeoutMs} ms${last ? `: ${last.message}` : ''}`);
+  const why = last ? `: ${last.message}` : '';
+  throw new Error(`${what} did not come up within ${timeoutMs} ms${why}`);
 }
 
 // ---- RESP --------------------------------------------------------------------------------------
@@ -254,7 +255,7 @@ export class Workerd {
     }
     w.exited = new Promise((resolve) => w.proc.once('exit', resolve));
     const spawnError = new Promise((_, reject) => w.proc.once('exit', (code) => reject(
-      new Error(`workerd exited (${code}): is it installed (scripts/setup.sh, or QUIVER_WORKERD)?`))));
+      new Error(`workerd exited (${code}): is it installed? (scripts/setup.sh; QUIVER_WORKERD)`))));
     spawnError.catch(() => {});
     w.agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
     try {

@@ -184,7 +184,8 @@ test('principal isolation: every member × every connection', async () => {
       assert.equal(entry.principal, principal, `${member}/${cid}`);
       const body = res.text;
       for (const other of Object.keys(MEMBERS)) {
-        if (other !== member) assert.ok(!body.includes(`for ${other}`), `${member} saw ${other}'s data`);
+        if (other === member) continue;
+        assert.ok(!body.includes(`for ${other}`), `${member} saw ${other}'s data`);
       }
       if (cid === 'mail' && member === 'carol') {
         assert.equal(entry.status, 'pending');
@@ -223,7 +224,9 @@ test('401 on missing and bad tokens', async () => {
                                                         secret: 'x'.repeat(40) })}` },
     'unknown kid': { authorization: `Bearer ${mintToken({ member: 'alice', kid: 'other',
                                                           secret: SECRET })}` },
-    'alg none': { authorization: `Bearer ${mintToken({ member: 'alice', kid: KID, alg: 'none' })}` },
+    'alg none': {
+      authorization: `Bearer ${mintToken({ member: 'alice', kid: KID, alg: 'none' })}`,
+    },
     'wrong audience': auth('alice', { aud: 'someone-else' }),
     'other namespace': auth('alice', { extra: { ns: 'another-team' } }),
     'bad member id': auth('alice:bob'),
@@ -434,7 +437,8 @@ test('16 concurrent connections × thousands of requests: zero errors', async ()
       done++;
       sources[res.headers['x-quiver-cache']] = (sources[res.headers['x-quiver-cache']] ?? 0) + 1;
       const mine = res.json?.principal === `member/${member}` || Array.isArray(res.json?.results);
-      if (res.status !== 200 || !mine || res.text.includes(`for ${members[1 - members.indexOf(member)]}`)) {
+      const other = members[1 - members.indexOf(member)];
+      if (res.status !== 200 || !mine || res.text.includes(`for ${other}`)) {
         failures.push(`${res.status} ${res.text.slice(0, 200)}`);
       }
     }
@@ -499,7 +503,8 @@ async function main() {
     failed++;
     console.log(`FAIL  workerd logged internal errors:\n${unexpected.slice(0, 10).join('\n')}`);
   }
-  console.log(`${failed ? 'FAILED' : 'passed'}: ${tests.length} tests in ${Date.now() - started} ms`);
+  const verdict = failed ? 'FAILED' : 'passed';
+  console.log(`${verdict}: ${tests.length} tests in ${Date.now() - started} ms`);
   if (failed && process.env.QUIVER_EDGE_LOGS) console.log(logs.join('\n'));
   process.exit(failed ? 1 : 0);
 }
