@@ -1,15 +1,16 @@
 # quiver-edge, self-hosted with workerd (npm `workerd`; any recent release).
 #
-#   cmake --build build/wasm --target quiver_edge      # stages build/wasm/edge/ (this file too)
+#   scripts/edge-build.sh                              # stages build/wasm/edge/ (this file too)
 #   QUIVER_TOKEN_KEYS='{"k1":"<32+ byte secret>"}' REDIS_PORT=6379 \
 #     workerd serve build/wasm/edge/workerd.capnp       # add --socket-addr http=127.0.0.1:8787
 #
 # The paths below are relative to this file as staged in build/wasm/edge/, beside the worker,
 # the Emscripten glue and the wasm module. Every setting comes from the process environment
-# (`fromEnvironment`; unset variables take the defaults of shared/edge_service.h and
-# wasm-worker/worker.mjs), so secrets never live in this file:
+# (`fromEnvironment`; unset variables take the defaults of deploy/edge.md), so secrets never live
+# in this file:
 #   QUIVER_TOKEN_KEYS (required, secret)  caller-token keyring, JSON {"<kid>": "<secret>"}
-#   QUIVER_WEBHOOK_SECRETS (secret)       webhook HMAC secrets, JSON ["<secret>", ...]
+#   QUIVER_WEBHOOK_SECRETS (secret)       webhook HMAC secrets, JSON ["<secret>", ...] (for
+#                                         POST /v1/webhooks/refresh: not served yet)
 #   REDIS_PASSWORD (secret), REDIS_USERNAME, REDIS_HOST, REDIS_PORT, REDIS_TLS
 #   QUIVER_NAMESPACE, QUIVER_TOKEN_AUDIENCE, QUIVER_L1_TTL_MS, QUIVER_L1_STALE_IF_ERROR_MS,
 #   QUIVER_L1_MAX_BYTES, QUIVER_FRESH_TTL_MS, QUIVER_MAX_AGE_MS, QUIVER_REVALIDATE_WINDOW_MS,
