@@ -200,8 +200,10 @@ export class Redis {
 
 // ---- processes ---------------------------------------------------------------------------------
 
+// A redis-server on loopback. With `tls` ({cert, key}), it also listens with TLS on `tlsPort`
+// (clients not asked for certificates); `port` stays plain TCP for the test's own client.
 export class RedisServer {
-  static async start({ password = '' } = {}) {
+  static async start({ password = '', tls = null } = {}) {
     const s = new RedisServer();
     s.port = await freePort();
     s.password = password;
@@ -209,6 +211,11 @@ export class RedisServer {
     const args = ['--port', String(s.port), '--bind', '127.0.0.1', '--save', '', '--appendonly',
                   'no', '--dir', s.dir, '--protected-mode', 'yes'];
     if (password) args.push('--requirepass', password);
+    if (tls) {
+      s.tlsPort = await freePort();
+      args.push('--tls-port', String(s.tlsPort), '--tls-cert-file', tls.cert, '--tls-key-file',
+                tls.key, '--tls-auth-clients', 'no');
+    }
     s.proc = spawnTied('redis-server', args, { stdout: 'ignore' });
     s.proc.stderr.pipe(process.stderr);
     s.exited = new Promise((resolve) => s.proc.once('exit', resolve));
