@@ -12,6 +12,7 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 
@@ -520,6 +521,27 @@ test('Redis over TLS with AUTH (secureTransport), and a wrong password is a 503'
   } finally {
     for (const s of servers.reverse()) await s.stop();
     rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('a Redis that accepts but never answers times out into a 503, and frees the request',
+     async () => {
+  const silent = net.createServer((socket) => socket.on('error', () => {}));
+  await new Promise((resolve) => silent.listen(0, '127.0.0.1', resolve));
+  let hung;
+  try {
+    hung = await Workerd.start({ config: path.join(edgeDir, 'workerd.capnp'), logs, env: {
+      ...edgeEnv(), REDIS_PORT: String(silent.address().port), REDIS_TIMEOUT_MS: '300' } });
+    const t0 = Date.now();
+    const res = await hung.request('GET', '/v1/manifests', { headers: auth('alice') });
+    assertJsonError(res, 503, 'STORE_UNAVAILABLE');
+    const took = Date.now() - t0;
+    assert.ok(took >= 250 && took < 3000, `answered after ${took} ms`);
+    const health = await hung.request('GET', '/healthz');
+    assert.equal(health.json.open_requests, 0);
+  } finally {
+    await hung?.stop();
+    silent.close();
   }
 });
 
