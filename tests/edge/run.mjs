@@ -423,6 +423,36 @@ test('oversized and malformed requests get 4xx JSON errors', async () => {
                   404, 'NOT_FOUND');
 });
 
+test('large manifests: 24 × 200 KB read in one round trip, bytes intact', async () => {
+  const description = 'd'.repeat(2000);
+  const commands = [];
+  const expected = {};
+  for (let c = 0; c < 24; c++) {
+    const cid = `big${String(c).padStart(2, '0')}`;
+    const tools = Array.from({ length: 100 }, (_, i) => ({
+      name: `${cid}_tool_${i}`, description: `${description} ${cid}/${i} ✓`,
+      inputSchema: { type: 'object' } }));
+    expected[cid] = tools;
+    commands.push(...connectionCommands(layout, cid, 'shared'),
+                  ['SADD', layout.grants('big'), cid],
+                  ...manifestCommands(layout, cid, 'shared', manifestJson(tools)));
+  }
+  await db.pipeline(commands);
+  const health0 = await edge.request('GET', '/healthz');
+  const res = await edge.request('GET', '/v1/manifests', { headers: auth('big') });
+  assert.equal(res.status, 200, res.text.slice(0, 300));
+  assert.ok(res.text.length > 24 * 200_000, `${res.text.length} bytes`);
+  assert.equal(res.json.connections.length, 24);
+  for (const entry of res.json.connections) {
+    assert.deepEqual(entry.manifest.tools.items, expected[entry.id], entry.id);
+  }
+  const again = await edge.request('GET', '/v1/manifests', { headers: auth('big') });
+  assert.equal(again.text.length, res.text.length);
+  const health = await edge.request('GET', '/healthz');
+  assert.equal(health.status, 200);
+  assert.equal(health0.json.status, 'ok');
+});
+
 test('16 concurrent connections × thousands of requests: zero errors', async () => {
   await sleep(L1_TTL_MS);
   const agent = new http.Agent({ keepAlive: true, maxSockets: 16 });
