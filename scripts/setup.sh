@@ -11,7 +11,7 @@ mode=${1:-all}
 
 run_pkgs=(g++ cmake make pkg-config nlohmann-json3-dev libcpp-httplib-dev libhiredis-dev
           libsqlite3-dev libssl-dev)
-test_pkgs=(libgtest-dev googletest emscripten redis-server)
+test_pkgs=(libgtest-dev googletest emscripten redis-server openssl iproute2 util-linux wrk)
 
 pkgs=("${run_pkgs[@]}")
 [ "$mode" = "--run" ] || pkgs+=("${test_pkgs[@]}")

@@ -1,0 +1,408 @@
+// Real processes for the edge's end-to-end tests and benchmarks: a redis-server and workerd
+// serving the staged quiver-edge (build/wasm/edge/), both on free loopback ports, started and
+// stopped by the caller. Plus what a test needs around them: a small RESP client, HS256 caller
+// tokens minted with node's own crypto (an implementation independent of the core's), and
+// manifests in the layout of schema/redis-keys.md built from a real server's tools/list.
+import { spawn } from 'node:child_process';
+import { createHash, createHmac } from 'node:crypto';
+import { readFileSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import http from 'node:http';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
+
+export function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.unref();
+    s.on('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// Starts `command` so that it cannot outlive this process: a shell runs it and stops it as soon as
+// its stdin (a pipe from us) closes — when we stop it, and also when we die, even by SIGKILL (a
+// ctest timeout). Stopping is SIGTERM, then SIGKILL after 3 s if the command is still running (a
+// workerd spinning in a bug ignores SIGTERM). The shell only signals its own child, before it has
+// reaped it, so the id cannot belong to anyone else. (A background job's stdin is /dev/null in
+// sh: the pipe is kept as fd 3 for the watcher.)
+const TIED = `
+exec 3<&0
+"$@" </dev/null &
+child=$!
+{ read -r _ <&3; kill -TERM $$; } 2>/dev/null &
+stop() {
+  [ -n "$child" ] || exit 0
+  kill -TERM "$child" 2>/dev/null
+  n=0
+  while [ $n -lt 30 ]; do
+    state=$(cut -d' ' -f3 "/proc/$child/stat" 2>/dev/null) || break
+    [ "$state" = Z ] && break
+    sleep 0.1
+    n=$((n + 1))
+  done
+  [ "$state" = Z ] || kill -KILL "$child" 2>/dev/null
+  wait "$child"
+  exit 143
+}
+trap stop TERM INT
+wait "$child"
+rc=$?
+child=
+exit $rc
+`;
+function spawnTied(command, args, options = {}) {
+  const proc = spawn('sh', ['-c', TIED, 'sh', command, ...args],
+                     { ...options, stdio: ['pipe', options.stdout ?? 'pipe', 'pipe'] });
+  proc.stdin.on('error', () => {});
+  return proc;
+}
+
+async function stopTied(proc, exited) {
+  if (!proc || proc.exitCode !== null || proc.signalCode !== null) return;
+  proc.stdin.end();
+  const t = setTimeout(() => proc.kill('SIGKILL'), 5000);
+  await exited;
+  clearTimeout(t);
+}
+
+async function waitFor(what, probe, timeoutMs = 10000) {
+  const deadline = Date.now() + timeoutMs;
+  let last;
+  while (Date.now() < deadline) {
+    try {
+      if (await probe()) return;
+    } catch (e) {
+      last = e;
+    }
+    await sleep(50);
+  }
+  const why = last ? `: ${last.message}` : '';
+  throw new Error(`${what} did not come up within ${timeoutMs} ms${why}`);
+}
+
+// ---- RESP --------------------------------------------------------------------------------------
+
+function encodeCommand(args) {
+  const parts = [Buffer.from(`*${args.length}\r\n`)];
+  for (const a of args) {
+    const b = Buffer.isBuffer(a) ? a : Buffer.from(String(a));
+    parts.push(Buffer.from(`$${b.length}\r\n`), b, Buffer.from('\r\n'));
+  }
+  return Buffer.concat(parts);
+}
+
+// One reply from `buf` at `at`: [value, next offset], or null when incomplete.
+function parseReply(buf, at) {
+  const eol = buf.indexOf('\r\n', at);
+  if (eol < 0) return null;
+  const type = String.fromCharCode(buf[at]);
+  const line = buf.toString('utf8', at + 1, eol);
+  const next = eol + 2;
+  switch (type) {
+    case '+':
+      return [line, next];
+    case '-':
+      return [new RedisError(line), next];
+    case ':':
+      return [Number(line), next];
+    case '$': {
+      const n = Number(line);
+      if (n < 0) return [null, next];
+      if (buf.length < next + n + 2) return null;
+      return [buf.toString('utf8', next, next + n), next + n + 2];
+    }
+    case '*': {
+      const n = Number(line);
+      if (n < 0) return [null, next];
+      const out = [];
+      let pos = next;
+      for (let i = 0; i < n; i++) {
+        const r = parseReply(buf, pos);
+        if (!r) return null;
+        out.push(r[0]);
+        pos = r[1];
+      }
+      return [out, pos];
+    }
+    default:
+      throw new Error(`bad RESP type byte ${type}`);
+  }
+}
+
+export class RedisError extends Error {}
+
+// A minimal pipelining Redis client for test set-up and checks.
+export class Redis {
+  static connect(port, password) {
+    return new Promise((resolve, reject) => {
+      const socket = net.connect(port, '127.0.0.1');
+      socket.once('error', reject);
+      socket.once('connect', async () => {
+        socket.removeListener('error', reject);
+        const r = new Redis(socket);
+        try {
+          if (password) await r.call('AUTH', password);
+          resolve(r);
+        } catch (e) {
+          reject(e);
+        }
+      });
+    });
+  }
+
+  constructor(socket) {
+    this.socket = socket;
+    this.buf = Buffer.alloc(0);
+    this.waiting = [];
+    socket.on('data', (d) => {
+      this.buf = Buffer.concat([this.buf, d]);
+      for (;;) {
+        const r = this.waiting.length ? parseReply(this.buf, 0) : null;
+        if (!r) break;
+        this.buf = this.buf.subarray(r[1]);
+        const w = this.waiting.shift();
+        r[0] instanceof RedisError ? w.reject(r[0]) : w.resolve(r[0]);
+      }
+    });
+    socket.on('error', (e) => this.waiting.splice(0).forEach((w) => w.reject(e)));
+    socket.on('close', () =>
+      this.waiting.splice(0).forEach((w) => w.reject(new Error('redis connection closed'))));
+  }
+
+  call(...args) {
+    return new Promise((resolve, reject) => {
+      this.waiting.push({ resolve, reject });
+      this.socket.write(encodeCommand(args));
+    });
+  }
+
+  // Many commands in one write; resolves to their replies (errors as RedisError values).
+  pipeline(commands) {
+    const done = commands.map(
+      () => new Promise((resolve) => this.waiting.push({ resolve, reject: resolve })));
+    this.socket.write(Buffer.concat(commands.map(encodeCommand)));
+    return Promise.all(done);
+  }
+
+  close() {
+    this.socket.destroy();
+  }
+}
+
+// ---- processes ---------------------------------------------------------------------------------
+
+// A redis-server on loopback. With `tls` ({cert, key}), it also listens with TLS on `tlsPort`
+// (clients not asked for certificates); `port` stays plain TCP for the test's own client.
+export class RedisServer {
+  static async start({ password = '', tls = null } = {}) {
+    const s = new RedisServer();
+    s.port = await freePort();
+    s.password = password;
+    s.dir = mkdtempSync(path.join(os.tmpdir(), 'quiver-edge-redis-'));
+    const args = ['--port', String(s.port), '--bind', '127.0.0.1', '--save', '', '--appendonly',
+                  'no', '--dir', s.dir, '--protected-mode', 'yes'];
+    if (password) args.push('--requirepass', password);
+    if (tls) {
+      s.tlsPort = await freePort();
+      args.push('--tls-port', String(s.tlsPort), '--tls-cert-file', tls.cert, '--tls-key-file',
+                tls.key, '--tls-auth-clients', 'no');
+    }
+    s.proc = spawnTied('redis-server', args, { stdout: 'ignore' });
+    s.proc.stderr.pipe(process.stderr);
+    s.exited = new Promise((resolve) => s.proc.once('exit', resolve));
+    const spawnError = new Promise((_, reject) => s.proc.once('exit', (code) => reject(
+      new Error(`redis-server exited (${code}): is it installed? run scripts/setup.sh`))));
+    spawnError.catch(() => {});
+    await Promise.race([spawnError, waitFor('redis-server', async () => {
+      const c = await Redis.connect(s.port, password);
+      c.close();
+      return true;
+    })]);
+    return s;
+  }
+
+  client() {
+    return Redis.connect(this.port, this.password);
+  }
+
+  async stop() {
+    await stopTied(this.proc, this.exited);
+    this.proc = null;
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+}
+
+export function workerdBinary() {
+  return process.env.QUIVER_WORKERD ||
+         path.join(repoRoot, 'build', 'node', 'node_modules', '.bin', 'workerd');
+}
+
+// workerd serving `socket` of a capnp config on a free loopback port. `env` holds the worker's
+// variables (workerd.capnp reads them with fromEnvironment); its output goes to `logs`.
+export class Workerd {
+  static async start({ config, env = {}, logs = [], socket = 'http' }) {
+    const w = new Workerd();
+    w.port = await freePort();
+    w.logs = logs;
+    w.proc = spawnTied(workerdBinary(),
+                       ['serve', config, '--socket-addr', `${socket}=127.0.0.1:${w.port}`],
+                       { env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env } });
+    for (const stream of [w.proc.stdout, w.proc.stderr]) {
+      stream.setEncoding('utf8');
+      stream.on('data', (d) => logs.push(...d.split('\n').filter(Boolean)));
+    }
+    w.exited = new Promise((resolve) => w.proc.once('exit', resolve));
+    const spawnError = new Promise((_, reject) => w.proc.once('exit', (code) => reject(
+      new Error(`workerd exited (${code}): is it installed? (scripts/setup.sh; QUIVER_WORKERD)`))));
+    spawnError.catch(() => {});
+    w.agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
+    try {
+      await Promise.race([spawnError, waitFor('workerd', async () =>
+        (await w.request('GET', '/healthz')).status > 0, 15000)]);
+    } catch (e) {
+      await w.stop();
+      throw new Error(`${e.message}\n${logs.join('\n')}`);
+    }
+    return w;
+  }
+
+  // One HTTP request; resolves to {status, headers, text, json}.
+  request(method, pathAndQuery, { headers = {}, body, agent } = {}) {
+    return new Promise((resolve, reject) => {
+      const req = http.request({ host: '127.0.0.1', port: this.port, method, path: pathAndQuery,
+                                 headers, agent: agent ?? this.agent }, (res) => {
+        const chunks = [];
+        res.on('data', (c) => chunks.push(c));
+        res.on('end', () => {
+          const text = Buffer.concat(chunks).toString('utf8');
+          let json;
+          try {
+            json = text ? JSON.parse(text) : undefined;
+          } catch {
+            json = undefined;
+          }
+          resolve({ status: res.statusCode, headers: res.headers, text, json });
+        });
+        res.on('error', reject);
+      });
+      req.on('error', reject);
+      if (body !== undefined) req.write(body);
+      req.end();
+    });
+  }
+
+  async stop() {
+    this.agent?.destroy();
+    await stopTied(this.proc, this.exited);
+    this.proc = null;
+  }
+}
+
+// ---- tokens ------------------------------------------------------------------------------------
+
+const b64url = (value) => Buffer.from(value).toString('base64url');
+
+// A caller token as shared/caller_token.h verifies it: compact JWT, HS256, kid, sub = member.
+export function mintToken({ member, kid, secret, nowMs = Date.now(), ttlMs = 3600_000,
+                            aud = 'quiver', alg = 'HS256', extra = {} }) {
+  const header = { alg, typ: 'JWT', kid };
+  const claims = { sub: member, iat: Math.floor(nowMs / 1000),
+                   exp: Math.floor((nowMs + ttlMs) / 1000), aud, ...extra };
+  const input = `${b64url(JSON.stringify(header))}.${b64url(JSON.stringify(claims))}`;
+  if (alg === 'none') return `${input}.`;
+  return `${input}.${createHmac('sha256', secret).update(input).digest('base64url')}`;
+}
+
+// ---- data in the Redis key layout (schema/redis-keys.md) ---------------------------------------
+
+export const hashOf = (text) => `sha256-${createHash('sha256').update(text).digest('base64url')}`;
+
+// The tools server-everything really lists (captured in tests/fixtures).
+export function everythingTools() {
+  const capture = readFileSync(
+    path.join(repoRoot, 'tests', 'fixtures', 'sse', 'server-everything-tools-list.txt'), 'utf8');
+  for (const line of capture.split('\n')) {
+    if (!line.startsWith('data: {')) continue;
+    const msg = JSON.parse(line.slice(6));
+    if (msg.result?.tools) return msg.result.tools;
+  }
+  throw new Error('no tools/list result in the capture');
+}
+
+const emptyList = () => ({ state: 'absent', items: [], hashes: {}, cache: {} });
+
+// A manifest (schema/manifest.schema.json) holding `tools`.
+export function manifestJson(tools, serverName = 'server') {
+  const hashes = {};
+  for (const t of tools) hashes[t.name] = hashOf(JSON.stringify(t));
+  return JSON.stringify({
+    format: 'quiver.manifest.v1',
+    protocol_version: '2025-11-25',
+    server: { name: serverName, version: '1.0.0' },
+    capabilities: { tools: {} },
+    tools: { state: 'ok', items: tools, hashes, cache: {} },
+    resources: emptyList(),
+    resource_templates: emptyList(),
+    prompts: emptyList(),
+    cache: {},
+    truncated: false,
+    issues: [],
+    issues_omitted: 0,
+  });
+}
+
+export class Layout {
+  constructor(ns) {
+    this.prefix = `quiver:{${ns}}:`;
+  }
+  conns() { return `${this.prefix}conns`; }
+  conn(cid) { return `${this.prefix}conn:${cid}`; }
+  grants(member) { return `${this.prefix}grants:member/${member}`; }
+  manifest(cid, principal) { return `${this.prefix}manifest:${cid}:${principal}`; }
+  lease(cid, principal) { return `${this.prefix}lease:${cid}:${principal}`; }
+  disabled(cid) { return `${this.prefix}disabled:${cid}`; }
+  revalidate() { return `${this.prefix}revalidate`; }
+  gate(cid, principal) { return `${this.prefix}revalidate-gate:${cid}:${principal}`; }
+  epoch() { return `${this.prefix}epoch`; }
+}
+
+export const configHash = (cid) => createHash('sha256').update(`config of ${cid}`).digest('hex');
+
+// Commands writing a connection record.
+export function connectionCommands(layout, cid, mode, name = cid) {
+  return [
+    ['SADD', layout.conns(), cid],
+    ['HSET', layout.conn(cid), 'config_hash', configHash(cid), 'credential_mode', mode, 'name',
+     name, 'transport', 'stdio', 'updated_at', String(Date.now())],
+  ];
+}
+
+// Commands writing a manifest as the agent's fenced commit would, fetched `ageMs` ago with a
+// fresh TTL of `freshMs`; and bumping the epoch as every commit does.
+export function manifestCommands(layout, cid, principal, manifest,
+                                 { ageMs = 0, freshMs = 900_000, maxAgeMs = 86_400_000 } = {}) {
+  const fetched = Date.now() - ageMs;
+  return [
+    ['HSET', layout.manifest(cid, principal), 'manifest', manifest, 'etag', hashOf(manifest),
+     'config_hash', configHash(cid), 'fence', '1', 'fetched_at', String(fetched),
+     'fresh_until', String(fetched + freshMs), 'expires_at', String(fetched + maxAgeMs),
+     'cache_scope', '', 'truncated', '0', 'attempt_at', String(fetched)],
+    ['INCR', layout.epoch()],
+  ];
+}
+
+export function writeTempFile(name, text) {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'quiver-edge-'));
+  const file = path.join(dir, name);
+  writeFileSync(file, text);
+  return file;
+}

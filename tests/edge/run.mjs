@@ -1,0 +1,638 @@
+// End-to-end tests of quiver-edge: the staged worker (build/wasm/edge/) in real workerd against a
+// real redis-server, both on free loopback ports, started and stopped here. HTTP client →
+// workerd → wasm core → Redis (AUTH, one pipelined round trip) → back.
+//
+//   node tests/edge/run.mjs [--edge-dir build/wasm/edge] [--only substring]
+//
+// Registered as the ctest `wasm.edge_e2e` (wasm-worker/CMakeLists.txt). The data is written in the
+// layout of schema/redis-keys.md, as the agent's fenced commit writes it; the manifests carry the
+// tools server-everything really lists. Tokens are minted with node's crypto, independently of
+// the core. Exit status 0 when every test passed.
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import http from 'node:http';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+
+import {
+  Layout, RedisServer, Workerd, connectionCommands, everythingTools, manifestCommands,
+  manifestJson, mintToken, repoRoot, sleep,
+} from './harness.mjs';
+
+const args = process.argv.slice(2);
+const argValue = (name, fallback) => {
+  const i = args.indexOf(name);
+  return i >= 0 ? args[i + 1] : fallback;
+};
+const edgeDir = path.resolve(argValue('--edge-dir', path.join(repoRoot, 'build', 'wasm', 'edge')));
+const only = argValue('--only', '');
+
+const NS = 'e2e';
+const KID = 'k-e2e';
+const SECRET = 'edge-e2e-caller-token-secret-0123456789';
+const REDIS_PASSWORD = 'e2e-redis-password';
+const L1_TTL_MS = 300;
+const layout = new Layout(NS);
+
+// Connections, and who is granted what.
+//   everything  shared      fresh manifest (server-everything's tools), tool `echo` disabled
+//   docs        shared      fresh
+//   mail        per_member  alice's and bob's own manifests; carol has none yet
+//   secret      shared      granted to nobody
+//   stale1      shared      fetched 20 min ago (fresh for 15): stale
+//   leased      shared      stale, and a refresh lease is held
+//   pending1    shared      no manifest at all
+const MEMBERS = {
+  alice: ['docs', 'everything', 'mail'],
+  bob: ['everything', 'mail'],
+  carol: ['mail'],
+  dave: [],
+};
+const CONNECTIONS = ['docs', 'everything', 'leased', 'mail', 'pending1', 'secret', 'stale1'];
+const SWR_MEMBERS = ['s0', 's1', 's2', 's3', 's4'];
+
+const token = (member, opts = {}) =>
+  mintToken({ member, kid: KID, secret: SECRET, ...opts });
+const auth = (member, opts) => ({ authorization: `Bearer ${token(member, opts)}` });
+
+let redis;  // RedisServer
+let db;     // Redis client
+let edge;   // Workerd
+const logs = [];
+
+function edgeEnv(extra = {}) {
+  return {
+    QUIVER_TOKEN_KEYS: JSON.stringify({ [KID]: SECRET }),
+    QUIVER_NAMESPACE: NS,
+    QUIVER_L1_TTL_MS: String(L1_TTL_MS),
+    REDIS_HOST: '127.0.0.1',
+    REDIS_PORT: String(redis.port),
+    REDIS_PASSWORD,
+    REDIS_CONNECT_TIMEOUT_MS: '500',
+    REDIS_TIMEOUT_MS: '1000',
+    ...extra,
+  };
+}
+
+async function populate() {
+  const tools = everythingTools();
+  const small = (names, marker) => names.map((n) => ({
+    name: n, description: `${n} for ${marker}`, inputSchema: { type: 'object' } }));
+  const commands = [['FLUSHALL']];
+  for (const cid of CONNECTIONS) {
+    commands.push(...connectionCommands(layout, cid, cid === 'mail' ? 'per_member' : 'shared'));
+  }
+  for (const [member, cids] of Object.entries(MEMBERS)) {
+    if (cids.length) commands.push(['SADD', layout.grants(member), ...cids]);
+  }
+  for (const m of SWR_MEMBERS) commands.push(['SADD', layout.grants(m), 'stale1', 'leased']);
+  const put = (cid, principal, manifest, opts) =>
+    commands.push(...manifestCommands(layout, cid, principal, manifest, opts));
+  put('everything', 'shared', manifestJson(tools, 'everything'));
+  put('docs', 'shared', manifestJson(small(['search_docs', 'fetch_page'], 'docs'), 'docs'));
+  put('mail', 'member/alice', manifestJson(small(['send', 'inbox'], 'alice'), 'mail'));
+  put('mail', 'member/bob', manifestJson(small(['send', 'inbox'], 'bob'), 'mail'));
+  put('secret', 'shared', manifestJson(small(['launch'], 'secret'), 'secret'));
+  put('stale1', 'shared', manifestJson(small(['old_tool'], 'stale1'), 'stale1'),
+      { ageMs: 20 * 60_000 });
+  put('leased', 'shared', manifestJson(small(['leased_tool'], 'leased'), 'leased'),
+      { ageMs: 20 * 60_000 });
+  commands.push(['SET', layout.lease('leased', 'shared'), '1:holder', 'PX', '600000']);
+  commands.push(['SADD', layout.disabled('everything'), 'tool:echo']);
+  const replies = await db.pipeline(commands);
+  const failed = replies.find((r) => r instanceof Error);
+  if (failed) throw failed;
+}
+
+async function streamEntries() {
+  const entries = await db.call('XRANGE', layout.revalidate(), '-', '+');
+  return entries.map(([, fields]) => {
+    const o = {};
+    for (let i = 0; i < fields.length; i += 2) o[fields[i]] = fields[i + 1];
+    return o;
+  });
+}
+
+async function resetStream() {
+  await db.call('DEL', layout.revalidate());
+  const gates = await db.call('KEYS', `${layout.prefix}revalidate-gate:*`);
+  if (gates.length) await db.call('DEL', ...gates);
+}
+
+// Waits until the edge has no request in flight (background revalidations included).
+async function settle() {
+  for (let i = 0; i < 100; i++) {
+    const h = await edge.request('GET', '/healthz');
+    if (h.json?.open_requests === 0) return;
+    await sleep(20);
+  }
+  throw new Error('requests still open on the edge');
+}
+
+function assertJsonError(res, status, code) {
+  assert.equal(res.status, status, res.text);
+  assert.match(res.headers['content-type'] ?? '', /application\/json/);
+  assert.equal(res.json?.error?.code, code, res.text);
+  assert.equal(typeof res.json.error.message, 'string');
+}
+
+// ---- tests -------------------------------------------------------------------------------------
+
+const tests = [];
+const test = (name, fn) => tests.push({ name, fn });
+
+test('the worker starts and answers /healthz', async () => {
+  const res = await edge.request('GET', '/healthz');
+  assert.equal(res.status, 200);
+  assert.equal(res.json.status, 'ok');
+  assert.equal(res.json.service, 'quiver-edge');
+  assert.equal(res.json.namespace, NS);
+  assert.equal(res.json.l1.ttl_ms, L1_TTL_MS);
+  assert.match(res.headers['x-request-id'], /^[0-9a-f]{16}$/);
+  const head = await edge.request('HEAD', '/healthz');
+  assert.equal(head.status, 200);
+  assert.equal(head.text, '');
+});
+
+test('GET /v1/manifests shows each caller exactly its granted connections', async () => {
+  for (const [member, granted] of Object.entries(MEMBERS)) {
+    const res = await edge.request('GET', '/v1/manifests', { headers: auth(member) });
+    assert.equal(res.status, 200, `${member}: ${res.text}`);
+    assert.equal(res.json.principal, `member/${member}`);
+    assert.deepEqual(res.json.connections.map((c) => c.id), granted, member);
+    assert.equal(res.headers.vary, 'Authorization');
+    assert.match(res.headers['cache-control'], /^private/);
+  }
+});
+
+test('principal isolation: every member × every connection', async () => {
+  const notFound = await edge.request('GET', '/v1/mcp-connections/no-such-thing/manifest',
+                                      { headers: auth('alice') });
+  assertJsonError(notFound, 404, 'NOT_FOUND');
+  for (const [member, granted] of Object.entries(MEMBERS)) {
+    for (const cid of CONNECTIONS) {
+      const res = await edge.request('GET', `/v1/mcp-connections/${cid}/manifest`,
+                                     { headers: auth(member) });
+      if (!granted.includes(cid)) {
+        // Indistinguishable from a connection that does not exist.
+        assert.equal(res.status, 404, `${member}/${cid}`);
+        assert.deepEqual(res.json, notFound.json, `${member}/${cid}`);
+        continue;
+      }
+      assert.equal(res.status, 200, `${member}/${cid}: ${res.text}`);
+      const entry = res.json.connections?.[0] ?? res.json;
+      assert.equal(entry.id, cid);
+      const principal = cid === 'mail' ? `member/${member}` : 'shared';
+      assert.equal(entry.principal, principal, `${member}/${cid}`);
+      const body = res.text;
+      for (const other of Object.keys(MEMBERS)) {
+        if (other === member) continue;
+        assert.ok(!body.includes(`for ${other}`), `${member} saw ${other}'s data`);
+      }
+      if (cid === 'mail' && member === 'carol') {
+        assert.equal(entry.status, 'pending');
+        assert.equal(entry.manifest, undefined);
+      } else {
+        assert.equal(entry.status, 'fresh', `${member}/${cid}`);
+      }
+    }
+  }
+});
+
+test('disabled capabilities are hidden', async () => {
+  const res = await edge.request('GET', '/v1/mcp-connections/everything/manifest',
+                                 { headers: auth('bob') });
+  const entry = res.json.connections?.[0] ?? res.json;
+  const names = entry.manifest.tools.items.map((t) => t.name);
+  assert.ok(!names.includes('echo'), 'echo is disabled');
+  assert.ok(names.length >= 5, `server-everything's other tools are there: ${names}`);
+  const mcp = await edge.request('GET', '/v1/mcp-connections/everything/manifest?view=mcp',
+                                 { headers: auth('bob') });
+  const mcpEntry = mcp.json.connections?.[0] ?? mcp.json;
+  const list = mcpEntry.mcp['tools/list'];
+  assert.ok(!list.tools.some((t) => t.name === 'echo'));
+  assert.equal(list.cacheScope, 'private');
+  assert.ok(list.ttlMs > 0);
+});
+
+test('401 on missing and bad tokens', async () => {
+  const cases = {
+    missing: {},
+    'not bearer': { authorization: 'Basic YWxpY2U6c2VjcmV0' },
+    garbage: { authorization: 'Bearer garbage' },
+    'three dots': { authorization: 'Bearer a.b.c.d' },
+    expired: auth('alice', { nowMs: Date.now() - 7200_000, ttlMs: 600_000 }),
+    'wrong key': { authorization: `Bearer ${mintToken({ member: 'alice', kid: KID,
+                                                        secret: 'x'.repeat(40) })}` },
+    'unknown kid': { authorization: `Bearer ${mintToken({ member: 'alice', kid: 'other',
+                                                          secret: SECRET })}` },
+    'alg none': {
+      authorization: `Bearer ${mintToken({ member: 'alice', kid: KID, alg: 'none' })}`,
+    },
+    'wrong audience': auth('alice', { aud: 'someone-else' }),
+    'other namespace': auth('alice', { extra: { ns: 'another-team' } }),
+    'bad member id': auth('alice:bob'),
+  };
+  for (const [name, headers] of Object.entries(cases)) {
+    for (const p of ['/v1/manifests', '/v1/mcp-connections/docs/manifest', '/v1/search?q=x']) {
+      const res = await edge.request('GET', p, { headers });
+      assertJsonError(res, 401, 'UNAUTHENTICATED');
+      assert.match(res.headers['www-authenticate'] ?? '', /^Bearer/, name);
+      assert.ok(!res.text.includes('alice'), `${name}: no claim echoed`);
+    }
+  }
+  const ok = await edge.request('GET', '/v1/manifests', { headers: auth('alice', {
+    extra: { ns: NS } }) });
+  assert.equal(ok.status, 200, 'a token for this namespace is accepted');
+});
+
+test('ETag and If-None-Match give 304; HEAD has no body', async () => {
+  await sleep(L1_TTL_MS);
+  const first = await edge.request('GET', '/v1/manifests', { headers: auth('alice') });
+  assert.ok(first.headers.etag);
+  const again = await edge.request('GET', '/v1/manifests', {
+    headers: { ...auth('alice'), 'if-none-match': first.headers.etag } });
+  assert.equal(again.status, 304);
+  assert.equal(again.text, '');
+  const head = await edge.request('HEAD', '/v1/manifests', { headers: auth('alice') });
+  assert.equal(head.status, 200);
+  assert.equal(head.text, '');
+});
+
+test('the L1 answers a hot caller, then Redis again after its TTL', async () => {
+  await sleep(L1_TTL_MS);
+  const a = await edge.request('GET', '/v1/manifests', { headers: auth('bob') });
+  const b = await edge.request('GET', '/v1/manifests', { headers: auth('bob') });
+  assert.equal(a.headers['x-quiver-cache'], 'miss');
+  assert.equal(b.headers['x-quiver-cache'], 'hit');
+  assert.equal(b.headers.age, '0', 'the rendered answer, repeated with its age');
+  assert.equal(b.text, a.text);
+  assert.deepEqual(b.json.connections.map((c) => c.id), a.json.connections.map((c) => c.id));
+  await sleep(L1_TTL_MS + 50);
+  const c = await edge.request('GET', '/v1/manifests', { headers: auth('bob') });
+  assert.equal(c.headers['x-quiver-cache'], 'miss');
+});
+
+test('a revoked grant disappears within the L1 TTL', async () => {
+  await db.call('SADD', layout.grants('dave'), 'docs');
+  await db.call('INCR', layout.epoch());
+  await sleep(L1_TTL_MS + 50);
+  const granted = await edge.request('GET', '/v1/manifests', { headers: auth('dave') });
+  assert.deepEqual(granted.json.connections.map((c) => c.id), ['docs']);
+  await db.call('SREM', layout.grants('dave'), 'docs');
+  await db.call('INCR', layout.epoch());
+  await sleep(L1_TTL_MS + 50);
+  const revoked = await edge.request('GET', '/v1/manifests', { headers: auth('dave') });
+  assert.deepEqual(revoked.json.connections, []);
+  const one = await edge.request('GET', '/v1/mcp-connections/docs/manifest',
+                                 { headers: auth('dave') });
+  assert.equal(one.status, 404);
+});
+
+test('search ranks the caller\'s granted, enabled tools', async () => {
+  const res = await edge.request('GET', '/v1/search?q=echo%20message&limit=5',
+                                 { headers: auth('bob') });
+  assert.equal(res.status, 200, res.text);
+  assert.ok(Array.isArray(res.json.results));
+  for (const r of res.json.results) {
+    assert.ok(MEMBERS.bob.includes(r.connection_id), r.connection_id);
+    assert.notEqual(r.tool.name, 'echo', 'a disabled tool is never found');
+  }
+  const none = await edge.request('GET', '/v1/search?q=launch', { headers: auth('bob') });
+  assert.equal(none.status, 200);
+  assert.deepEqual(none.json.results, [], 'tools of ungranted connections are never found');
+  const hit = await edge.request('GET', '/v1/search?q=launch', { headers: auth('alice') });
+  assert.ok(!hit.json.results.some((r) => r.connection_id === 'secret'));
+});
+
+test('stale: 200 concurrent reads over two isolates are served and queue exactly one revalidation',
+     async () => {
+  await resetStream();
+  const second = await Workerd.start({ config: path.join(edgeDir, 'workerd.capnp'),
+                                       env: edgeEnv(), logs });
+  try {
+    const agent = new http.Agent({ keepAlive: false, maxSockets: Infinity });
+    const reads = [];
+    for (let i = 0; i < 200; i++) {
+      const w = i % 2 ? second : edge;
+      const member = SWR_MEMBERS[i % SWR_MEMBERS.length];
+      reads.push(w.request('GET', '/v1/mcp-connections/stale1/manifest',
+                           { headers: auth(member), agent }));
+    }
+    const results = await Promise.all(reads);
+    agent.destroy();
+    for (const res of results) {
+      assert.equal(res.status, 200, res.text);
+      const entry = res.json.connections?.[0] ?? res.json;
+      assert.equal(entry.status, 'stale');
+      assert.equal(entry.manifest.tools.items[0].name, 'old_tool');
+    }
+    await settle();
+    for (let i = 0; i < 50; i++) {
+      const h = await second.request('GET', '/healthz');
+      if (h.json?.open_requests === 0) break;
+      await sleep(20);
+    }
+    const entries = await streamEntries();
+    assert.deepEqual(entries.map(({ cid, principal, reason }) => ({ cid, principal, reason })),
+                     [{ cid: 'stale1', principal: 'shared', reason: 'stale' }]);
+    assert.ok(Math.abs(Number(entries[0].at) - Date.now()) < 60_000);
+  } finally {
+    await second.stop();
+  }
+});
+
+test('stale with a lease held: served, nothing queued; fresh again after the agent commits',
+     async () => {
+  await resetStream();
+  const leased = await edge.request('GET', '/v1/mcp-connections/leased/manifest',
+                                    { headers: auth('s0') });
+  const entry = leased.json.connections?.[0] ?? leased.json;
+  assert.equal(entry.status, 'stale');
+  assert.equal(entry.refresh, 'in_progress');
+  await settle();
+  assert.equal(await db.call('XLEN', layout.revalidate()), 0);
+
+  // The agent commits a new listing of stale1 (and bumps the epoch).
+  await db.pipeline(manifestCommands(layout, 'stale1', 'shared',
+                                     manifestJson([{ name: 'new_tool', inputSchema: {} }])));
+  await sleep(L1_TTL_MS + 50);
+  const res = await edge.request('GET', '/v1/mcp-connections/stale1/manifest',
+                                 { headers: auth('s1') });
+  const fresh = res.json.connections?.[0] ?? res.json;
+  assert.equal(fresh.status, 'fresh');
+  assert.equal(fresh.manifest.tools.items[0].name, 'new_tool');
+});
+
+test('missing manifest: pending, and queued once as a miss', async () => {
+  await resetStream();
+  await db.call('SADD', layout.grants('carol'), 'pending1');
+  await db.call('INCR', layout.epoch());
+  await sleep(L1_TTL_MS);
+  const res = await edge.request('GET', '/v1/manifests', { headers: auth('carol') });
+  const entry = res.json.connections.find((c) => c.id === 'pending1');
+  assert.equal(entry.status, 'pending');
+  assert.equal(entry.refresh, 'requested');
+  await settle();
+  // carol's `mail` (also a miss) was queued by an earlier test: this isolate does not ask again
+  // within its claim period, nor would the Redis gate let it through within the window.
+  const entries = await streamEntries();
+  assert.deepEqual(entries.map(({ cid, principal, reason }) => ({ cid, principal, reason })),
+                   [{ cid: 'pending1', principal: 'shared', reason: 'miss' }]);
+});
+
+test('POST refresh-tools queues a manual refresh (202), 404 when not granted', async () => {
+  await resetStream();
+  const res = await edge.request('POST', '/v1/mcp-connections/docs/refresh-tools',
+                                 { headers: auth('alice') });
+  assert.equal(res.status, 202, res.text);
+  assert.equal(res.json.status, 'queued');
+  const entries = await streamEntries();
+  assert.equal(entries.length, 1);
+  assert.equal(entries[0].cid, 'docs');
+  const leased = await edge.request('POST', '/v1/mcp-connections/leased/refresh-tools',
+                                    { headers: auth('s2') });
+  assert.equal(leased.json.status, 'in_progress');
+  const denied = await edge.request('POST', '/v1/mcp-connections/secret/refresh-tools',
+                                    { headers: auth('alice') });
+  assertJsonError(denied, 404, 'NOT_FOUND');
+});
+
+test('oversized and malformed requests get 4xx JSON errors', async () => {
+  const a = auth('alice');
+  assertJsonError(await edge.request('GET', `/v1/mcp-connections/${'x'.repeat(2000)}/manifest`,
+                                     { headers: a }), 414, 'URI_TOO_LONG');
+  assertJsonError(await edge.request('GET', `/v1/manifests?after=${'y'.repeat(3000)}`,
+                                     { headers: a }), 414, 'URI_TOO_LONG');
+  assertJsonError(await edge.request('POST', '/v1/mcp-connections/docs/refresh-tools',
+                                     { headers: a, body: 'z'.repeat(200 * 1024) }),
+                  413, 'PAYLOAD_TOO_LARGE');
+  assertJsonError(await edge.request('GET', '/v1/manifests?limit=0', { headers: a }),
+                  400, 'BAD_REQUEST');
+  assertJsonError(await edge.request('GET', '/v1/manifests?principal=member/bob', { headers: a }),
+                  400, 'BAD_REQUEST');
+  assertJsonError(await edge.request('GET', '/v1/manifests?view=%zz', { headers: a }),
+                  400, 'BAD_REQUEST');
+  assertJsonError(await edge.request('GET', '/v1/search', { headers: a }), 400, 'BAD_REQUEST');
+  assertJsonError(await edge.request('PUT', '/v1/manifests', { headers: a, body: '{}' }),
+                  405, 'METHOD_NOT_ALLOWED');
+  assertJsonError(await edge.request('GET', '/v2/anything', { headers: a }), 404, 'NOT_FOUND');
+  assertJsonError(await edge.request('GET', '/v1/mcp-connections/a%3Ab/manifest', { headers: a }),
+                  404, 'NOT_FOUND');
+});
+
+test('large manifests: 24 × 200 KB read in one round trip, bytes intact', async () => {
+  const description = 'd'.repeat(2000);
+  const commands = [];
+  const expected = {};
+  for (let c = 0; c < 24; c++) {
+    const cid = `big${String(c).padStart(2, '0')}`;
+    const tools = Array.from({ length: 100 }, (_, i) => ({
+      name: `${cid}_tool_${i}`, description: `${description} ${cid}/${i} ✓`,
+      inputSchema: { type: 'object' } }));
+    expected[cid] = tools;
+    commands.push(...connectionCommands(layout, cid, 'shared'),
+                  ['SADD', layout.grants('big'), cid],
+                  ...manifestCommands(layout, cid, 'shared', manifestJson(tools)));
+  }
+  await db.pipeline(commands);
+  const health0 = await edge.request('GET', '/healthz');
+  const res = await edge.request('GET', '/v1/manifests', { headers: auth('big') });
+  assert.equal(res.status, 200, res.text.slice(0, 300));
+  assert.ok(res.text.length > 24 * 200_000, `${res.text.length} bytes`);
+  assert.equal(res.json.connections.length, 24);
+  for (const entry of res.json.connections) {
+    assert.deepEqual(entry.manifest.tools.items, expected[entry.id], entry.id);
+  }
+  const again = await edge.request('GET', '/v1/manifests', { headers: auth('big') });
+  assert.equal(again.text.length, res.text.length);
+  const health = await edge.request('GET', '/healthz');
+  assert.equal(health.status, 200);
+  assert.equal(health0.json.status, 'ok');
+});
+
+test('16 concurrent connections × thousands of requests: zero errors', async () => {
+  await sleep(L1_TTL_MS);
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 16 });
+  const paths = ['/v1/manifests', '/v1/mcp-connections/mail/manifest', '/v1/search?q=send'];
+  const members = ['alice', 'bob'];
+  const headers = Object.fromEntries(members.map((m) => [m, auth(m)]));
+  const deadline = Date.now() + 6000;
+  let done = 0;
+  const failures = [];
+  const sources = {};
+  async function client(n) {
+    for (let i = 0; Date.now() < deadline; i++) {
+      const member = members[(n + i) % members.length];
+      const res = await edge.request('GET', paths[(n + i) % paths.length],
+                                     { headers: headers[member], agent });
+      done++;
+      sources[res.headers['x-quiver-cache']] = (sources[res.headers['x-quiver-cache']] ?? 0) + 1;
+      const mine = res.json?.principal === `member/${member}` || Array.isArray(res.json?.results);
+      const other = members[1 - members.indexOf(member)];
+      if (res.status !== 200 || !mine || res.text.includes(`for ${other}`)) {
+        failures.push(`${res.status} ${res.text.slice(0, 200)}`);
+      }
+    }
+  }
+  await Promise.all(Array.from({ length: 16 }, (_, n) => client(n)));
+  agent.destroy();
+  assert.deepEqual(failures.slice(0, 5), []);
+  assert.ok(done >= 2000, `only ${done} requests in 6 s`);
+  assert.ok((sources.miss ?? 0) > 0 && (sources.hit ?? 0) > 0, JSON.stringify(sources));
+  console.log(`      ${done} requests, ${JSON.stringify(sources)}`);
+  await settle();
+});
+
+test('Redis over TLS with AUTH (secureTransport), and a wrong password is a 503', async () => {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'quiver-edge-tls-'));
+  const servers = [];
+  try {
+    // A private CA and a certificate for localhost, as a hosted Redis would present.
+    const ssl = (...a) => execFileSync('openssl', a, { cwd: dir, stdio: 'pipe' });
+    ssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2', '-subj', '/CN=quiver test CA',
+        '-keyout', 'ca.key', '-out', 'ca.pem');
+    ssl('req', '-newkey', 'rsa:2048', '-nodes', '-subj', '/CN=localhost', '-keyout', 'redis.key',
+        '-out', 'redis.csr');
+    writeFileSync(path.join(dir, 'san.ext'), 'subjectAltName=DNS:localhost,IP:127.0.0.1\n');
+    ssl('x509', '-req', '-in', 'redis.csr', '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial',
+        '-days', '2', '-extfile', 'san.ext', '-out', 'redis.pem');
+    const tlsRedis = await RedisServer.start({ password: REDIS_PASSWORD, tls: {
+      cert: path.join(dir, 'redis.pem'), key: path.join(dir, 'redis.key') } });
+    servers.push(tlsRedis);
+    // Seed it through the plain client port that only the test uses.
+    const tdb = await tlsRedis.client();
+    await tdb.pipeline([...connectionCommands(layout, 'docs', 'shared'),
+                        ['SADD', layout.grants('alice'), 'docs'],
+                        ...manifestCommands(layout, 'docs', 'shared', manifestJson([
+                          { name: 'tls_tool', inputSchema: { type: 'object' } }]))]);
+    tdb.close();
+
+    // The staged config, trusting the private CA instead of the browsers' ones.
+    for (const f of ['worker.mjs', 'quiver-edge.mjs', 'quiver-edge.wasm']) {
+      copyFileSync(path.join(edgeDir, f), path.join(dir, f));
+    }
+    const staged = readFileSync(path.join(edgeDir, 'workerd.capnp'), 'utf8');
+    const config = staged.replace('tlsOptions = (trustBrowserCas = true)',
+                                  'tlsOptions = (trustedCertificates = [embed "ca.pem"])');
+    assert.notEqual(config, staged, 'the staged config has the TLS options this test replaces');
+    writeFileSync(path.join(dir, 'workerd.capnp'), config);
+
+    const tlsEnv = { ...edgeEnv(), REDIS_HOST: 'localhost', REDIS_PORT: String(tlsRedis.tlsPort),
+                     REDIS_TLS: '1' };
+    const tlsEdge = await Workerd.start({ config: path.join(dir, 'workerd.capnp'), env: tlsEnv,
+                                         logs });
+    servers.push(tlsEdge);
+    const res = await tlsEdge.request('GET', '/v1/mcp-connections/docs/manifest',
+                                      { headers: auth('alice') });
+    assert.equal(res.status, 200, res.text);
+    const entry = res.json.connections?.[0] ?? res.json;
+    assert.equal(entry.manifest.tools.items[0].name, 'tls_tool');
+
+    // Plain TCP to a TLS port: the handshake never happens; the edge says the store is down.
+    const plainEdge = await Workerd.start({ config: path.join(dir, 'workerd.capnp'), logs,
+                                           env: { ...tlsEnv, REDIS_TLS: '' } });
+    servers.push(plainEdge);
+    assertJsonError(await plainEdge.request('GET', '/v1/manifests', { headers: auth('alice') }),
+                    503, 'STORE_UNAVAILABLE');
+
+    const wrongPassword = await Workerd.start({ config: path.join(dir, 'workerd.capnp'), logs,
+                                               env: { ...tlsEnv, REDIS_PASSWORD: 'wrong' } });
+    servers.push(wrongPassword);
+    const before = logs.length;
+    assertJsonError(await wrongPassword.request('GET', '/v1/manifests', { headers: auth('alice') }),
+                    503, 'STORE_UNAVAILABLE');
+    await sleep(100);
+    const logged = logs.slice(before).join('\n');
+    assert.match(logged, /AUTH failed/);
+    assert.ok(!logged.includes('wrong') && !logged.includes(REDIS_PASSWORD), 'no password logged');
+  } finally {
+    for (const s of servers.reverse()) await s.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('a Redis that accepts but never answers times out into a 503, and frees the request',
+     async () => {
+  const silent = net.createServer((socket) => socket.on('error', () => {}));
+  await new Promise((resolve) => silent.listen(0, '127.0.0.1', resolve));
+  let hung;
+  try {
+    hung = await Workerd.start({ config: path.join(edgeDir, 'workerd.capnp'), logs, env: {
+      ...edgeEnv(), REDIS_PORT: String(silent.address().port), REDIS_TIMEOUT_MS: '300' } });
+    const t0 = Date.now();
+    const res = await hung.request('GET', '/v1/manifests', { headers: auth('alice') });
+    assertJsonError(res, 503, 'STORE_UNAVAILABLE');
+    const took = Date.now() - t0;
+    assert.ok(took >= 250 && took < 3000, `answered after ${took} ms`);
+    const health = await hung.request('GET', '/healthz');
+    assert.equal(health.json.open_requests, 0);
+  } finally {
+    await hung?.stop();
+    silent.close();
+  }
+});
+
+test('Redis down: an L1 copy is served marked stale, else 503 STORE_UNAVAILABLE', async () => {
+  await sleep(L1_TTL_MS);
+  const warm = await edge.request('GET', '/v1/manifests', { headers: auth('alice') });
+  assert.equal(warm.headers['x-quiver-cache'], 'miss');
+  await redis.stop();
+  await sleep(L1_TTL_MS + 50);
+  const stale = await edge.request('GET', '/v1/manifests', { headers: auth('alice') });
+  assert.equal(stale.status, 200, stale.text);
+  assert.equal(stale.headers['x-quiver-cache'], 'stale-if-error');
+  assert.equal(stale.headers['cache-control'], 'private, no-cache');
+  assert.deepEqual(stale.json.connections.map((c) => c.id), MEMBERS.alice);
+  const cold = await edge.request('GET', '/v1/manifests', { headers: auth('erin') });
+  assertJsonError(cold, 503, 'STORE_UNAVAILABLE');
+  const refresh = await edge.request('POST', '/v1/mcp-connections/docs/refresh-tools',
+                                     { headers: auth('alice') });
+  assertJsonError(refresh, 503, 'STORE_UNAVAILABLE');
+  const health = await edge.request('GET', '/healthz');
+  assert.equal(health.status, 200, 'the edge itself stays up');
+});
+
+// ---- runner ------------------------------------------------------------------------------------
+
+async function main() {
+  redis = await RedisServer.start({ password: REDIS_PASSWORD });
+  db = await redis.client();
+  await populate();
+  edge = await Workerd.start({ config: path.join(edgeDir, 'workerd.capnp'), env: edgeEnv(), logs });
+  let failed = 0;
+  const started = Date.now();
+  try {
+    for (const t of tests) {
+      if (only && !t.name.includes(only)) continue;
+      const t0 = Date.now();
+      try {
+        await t.fn();
+        console.log(`ok    ${t.name} (${Date.now() - t0} ms)`);
+      } catch (e) {
+        failed++;
+        console.log(`FAIL  ${t.name}\n${e.stack ?? e}`);
+      }
+    }
+  } finally {
+    db.close();
+    await edge.stop();
+    await redis.stop();
+  }
+  const unexpected = logs.filter((l) => /INTERNAL|exception|Uncaught/i.test(l));
+  if (unexpected.length) {
+    failed++;
+    console.log(`FAIL  workerd logged internal errors:\n${unexpected.slice(0, 10).join('\n')}`);
+  }
+  const verdict = failed ? 'FAILED' : 'passed';
+  console.log(`${verdict}: ${tests.length} tests in ${Date.now() - started} ms`);
+  if (failed && process.env.QUIVER_EDGE_LOGS) console.log(logs.join('\n'));
+  process.exit(failed ? 1 : 0);
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});

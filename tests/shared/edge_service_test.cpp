@@ -1,0 +1,741 @@
+#include "shared/edge_service.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "shared/caller_token.h"
+#include "shared/json.h"
+
+namespace quiver {
+namespace {
+
+constexpr int64_t kNow = 1'800'000'000'000;
+constexpr int64_t kMinute = 60'000;
+constexpr char kKid[] = "k1";
+constexpr char kSecret[] = "edge-service-test-secret-0123456789abcdef";
+const std::string kRandom(16, '\x5a');
+
+// ---- canned Redis replies ----------------------------------------------------------------------
+
+RespValue S(std::string s) { return RespValue::bulk_string(std::move(s)); }
+RespValue I(int64_t v) { return RespValue::integer_value(v); }
+RespValue A(std::vector<RespValue> e) { return RespValue::array(std::move(e)); }
+
+RespValue flat(const std::vector<std::pair<std::string, std::string>>& fields) {
+  std::vector<RespValue> out;
+  for (const auto& [k, v] : fields) {
+    out.push_back(S(k));
+    out.push_back(S(v));
+  }
+  return A(std::move(out));
+}
+
+// RESP2 bytes of a reply, as Redis sends them.
+std::string encode_reply(const RespValue& v) {
+  switch (v.type) {
+    case RespValue::Type::kNil:
+      return "$-1\r\n";
+    case RespValue::Type::kSimpleString:
+      return "+" + v.str + "\r\n";
+    case RespValue::Type::kError:
+      return "-" + v.str + "\r\n";
+    case RespValue::Type::kInteger:
+      return ":" + std::to_string(v.integer) + "\r\n";
+    case RespValue::Type::kBulkString:
+      return "$" + std::to_string(v.str.size()) + "\r\n" + v.str + "\r\n";
+    case RespValue::Type::kArray: {
+      std::string out = "*" + std::to_string(v.elements.size()) + "\r\n";
+      for (const RespValue& e : v.elements) out += encode_reply(e);
+      return out;
+    }
+  }
+  return "";
+}
+
+std::string manifest_json(const std::vector<std::string>& tools) {
+  Json items = Json::array();
+  Json hashes = Json::object();
+  for (const std::string& t : tools) {
+    items.push_back(Json::object({{"name", t},
+                                  {"description", "about " + t},
+                                  {"inputSchema", Json::object({{"type", "object"}})}}));
+    hashes[t] = "sha256-" + std::string(43, 'A');
+  }
+  Json list = Json::object({{"state", "ok"}, {"items", items}, {"hashes", hashes}});
+  return Json::object({{"tools", list}}).dump();
+}
+
+// One shared connection `docs` granted to `member`, its manifest fetched `age` ago (15 min fresh).
+RespValue discovery_reply(const std::string& member, int64_t epoch, int64_t age,
+                          bool lease = false) {
+  int64_t fetched = kNow - age;
+  auto conn = flat({{"config_hash", "h1"},
+                    {"credential_mode", "shared"},
+                    {"name", "Docs"},
+                    {"transport", "http"},
+                    {"updated_at", "1"}});
+  auto manifest = flat({{"manifest", manifest_json({"search", "fetch"})},
+                        {"etag", "sha256-etag"},
+                        {"config_hash", "h1"},
+                        {"fence", "1"},
+                        {"fetched_at", std::to_string(fetched)},
+                        {"fresh_until", std::to_string(fetched + 15 * kMinute)},
+                        {"expires_at", std::to_string(fetched + 24 * 60 * kMinute)},
+                        {"truncated", "0"}});
+  return A({S("quiver.discovery.v1"), S("member/" + member), I(epoch), I(1), S(""), I(0),
+            A({A({S("docs"), conn, S("shared"), manifest, A({}), I(lease ? 1 : 0)})})});
+}
+
+std::string enqueue_reply(const char* outcome) {
+  if (std::string(outcome) == "queued") return encode_reply(A({S("queued"), S("1-0")}));
+  return encode_reply(A({S(outcome)}));
+}
+
+// ---- the service under test --------------------------------------------------------------------
+
+std::string env_json(std::vector<std::pair<std::string, std::string>> extra = {}) {
+  Json env = Json::object();
+  env["QUIVER_TOKEN_KEYS"] = Json::object({{kKid, kSecret}}).dump();
+  env["REDIS_PASSWORD"] = "redis-pw";
+  env["REDIS_HOST"] = "127.0.0.1";  // the host's: ignored here
+  env["SOME_BINDING"] = 7;          // not a string: ignored
+  for (auto& [k, v] : extra) env[k] = v;
+  return env.dump();
+}
+
+std::unique_ptr<EdgeService> service(std::vector<std::pair<std::string, std::string>> extra = {}) {
+  Result<EdgeSettings> settings = edge_settings_from_env(env_json(std::move(extra)));
+  EXPECT_TRUE(settings.ok()) << settings.error().message;
+  return std::make_unique<EdgeService>(std::move(settings));
+}
+
+std::string token_for(const std::string& member, int64_t now = kNow) {
+  Result<std::string> t = mint_caller_token(member, kSecret, kKid, now, 3'600'000);
+  EXPECT_TRUE(t.ok()) << t.error().message;
+  return t.ok() ? *t : "";
+}
+
+HttpRequest get(const std::string& path, const std::string& token = "",
+                const std::string& query = "") {
+  HttpRequest r;
+  r.method = "GET";
+  r.path = path;
+  r.query = query;
+  if (!token.empty()) r.headers.emplace_back("authorization", "Bearer " + token);
+  return r;
+}
+
+std::string header(const HttpResponse& r, const std::string& name) {
+  std::optional<std::string_view> v = find_header(r.headers, name);
+  return v ? std::string(*v) : "<absent>";
+}
+
+Json body_of(const EdgeStep& s) {
+  Result<Json> j = parse_json(s.response.body);
+  return j.ok() ? *j : Json();
+}
+
+std::string error_code_of(const EdgeStep& s) {
+  Json b = body_of(s);
+  return b.is_object() && b.contains("error") ? b["error"].value("code", "") : "";
+}
+
+// ---- settings ----------------------------------------------------------------------------------
+
+TEST(EdgeService, SettingsComeFromTheEnvironmentWithDefaults) {
+  Result<EdgeSettings> s = edge_settings_from_env(env_json());
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  EXPECT_EQ(s->ns, "default");
+  EXPECT_EQ(s->l1.ttl_ms, 2'000);
+  EXPECT_EQ(s->redis_password, "redis-pw");
+  EXPECT_EQ(s->token.ns, "default");
+  EXPECT_EQ(s->enqueue.window_ms, 30'000);
+
+  s = edge_settings_from_env(env_json({{"QUIVER_NAMESPACE", "team-a"},
+                                       {"QUIVER_L1_TTL_MS", "500"},
+                                       {"QUIVER_FRESH_TTL_MS", "1000"},
+                                       {"QUIVER_MAX_AGE_MS", "5000"},
+                                       {"QUIVER_REVALIDATE_WINDOW_MS", "2000"},
+                                       {"QUIVER_L1_MAX_BYTES", ""}}));  // empty: unset
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  EXPECT_EQ(s->ns, "team-a");
+  EXPECT_EQ(s->token.ns, "team-a");
+  EXPECT_EQ(s->l1.ttl_ms, 500);
+  EXPECT_EQ(s->discovery.freshness.fresh_ttl_ms, 1'000);
+  EXPECT_EQ(s->discovery.freshness.min_upstream_ttl_ms, 1'000);
+  EXPECT_EQ(s->enqueue.window_ms, 2'000);
+  EXPECT_EQ(s->l1.revalidation_claim_ms, 2'000);
+}
+
+TEST(EdgeService, BadSettingsNameTheVariableNeverItsValue) {
+  struct Case {
+    std::vector<std::pair<std::string, std::string>> env;
+    const char* names;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{{"QUIVER_L1_TTL_MS", "two"}}, "QUIVER_L1_TTL_MS"},
+           {{{"QUIVER_L1_TTL_MS", "-1"}}, "QUIVER_L1_TTL_MS"},
+           {{{"QUIVER_NAMESPACE", "a:b"}}, "QUIVER_NAMESPACE"},
+           {{{"QUIVER_TOKEN_KEYS", "{\"k1\":\"short\"}"}}, "QUIVER_TOKEN_KEYS"},
+           {{{"QUIVER_TOKEN_KEYS", "not json s3cr3t"}}, "QUIVER_TOKEN_KEYS"},
+           {{{"QUIVER_REVALIDATE_WINDOW_MS", "0"}}, "QUIVER_REVALIDATE_WINDOW_MS"},
+           {{{"QUIVER_FRESH_TTL_MS", "10"}, {"QUIVER_MAX_AGE_MS", "5"}}, "QUIVER_FRESH_TTL_MS"},
+           {{{"REDIS_USERNAME", "u"}, {"REDIS_PASSWORD", ""}}, "REDIS_USERNAME"},
+       }) {
+    Result<EdgeSettings> s = edge_settings_from_env(env_json(c.env));
+    ASSERT_FALSE(s.ok()) << c.names;
+    EXPECT_NE(s.error().message.find(c.names), std::string::npos) << s.error().message;
+    EXPECT_EQ(s.error().message.find("s3cr3t"), std::string::npos);
+  }
+  Json no_keys = Json::object();
+  Result<EdgeSettings> s = edge_settings_from_env(no_keys.dump());
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("QUIVER_TOKEN_KEYS"), std::string::npos);
+  EXPECT_FALSE(edge_settings_from_env("[1,2]").ok());
+  EXPECT_FALSE(edge_settings_from_env("{").ok());
+}
+
+TEST(EdgeService, AMisconfiguredEdgeAnswers500AndSaysWhyOnHealthz) {
+  EdgeService edge(edge_settings_from_env("{}"));
+  EXPECT_FALSE(edge.configured());
+  EdgeStep s = edge.begin(get("/v1/manifests", "x"), kNow, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(s.response.status, 500);
+  EXPECT_EQ(error_code_of(s), "INTERNAL");
+  EXPECT_NE(s.log.find("QUIVER_TOKEN_KEYS"), std::string::npos);
+  edge.end(s.handle);
+  s = edge.begin(get("/healthz"), kNow, kRandom);
+  EXPECT_EQ(s.response.status, 503);
+  EXPECT_EQ(body_of(s)["status"], "misconfigured");
+  edge.end(s.handle);
+  EXPECT_EQ(edge.open_requests(), 0u);
+}
+
+// ---- host endpoints and wire -------------------------------------------------------------------
+
+TEST(EdgeService, HealthzAnswersWithoutRedis) {
+  auto edge = service();
+  EdgeStep s = edge->begin(get("/healthz"), kNow, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(s.response.status, 200);
+  Json b = body_of(s);
+  EXPECT_EQ(b["status"], "ok");
+  EXPECT_EQ(b["service"], "quiver-edge");
+  EXPECT_EQ(b["open_requests"], 0);
+  EXPECT_EQ(header(s.response, "X-Request-Id"), "5a5a5a5a5a5a5a5a");
+  EXPECT_FALSE(s.background);
+  edge->end(s.handle);
+
+  HttpRequest post = get("/healthz");
+  post.method = "POST";
+  s = edge->begin(post, kNow, kRandom);
+  EXPECT_EQ(s.response.status, 405);
+  EXPECT_EQ(header(s.response, "Allow"), "GET, HEAD");
+  edge->end(s.handle);
+}
+
+TEST(EdgeService, UnknownPathsAndLargeBodiesAreJsonErrors) {
+  auto edge = service();
+  EdgeStep s = edge->begin(get("/nope"), kNow, kRandom);
+  EXPECT_EQ(s.response.status, 404);
+  EXPECT_EQ(error_code_of(s), "NOT_FOUND");
+  EXPECT_EQ(header(s.response, "Content-Type"), "application/json");
+  edge->end(s.handle);
+
+  HttpRequest big = get("/v1/manifests", token_for("alice"));
+  big.method = "POST";
+  big.body.assign(kMaxEdgeRequestBodyBytes + 1, 'x');
+  s = edge->begin(big, kNow, kRandom);
+  EXPECT_EQ(s.response.status, 413);
+  edge->end(s.handle);
+}
+
+TEST(EdgeService, RequestWireRoundTripsAndRejectsMalformedInput) {
+  HttpRequest r = get("/v1/search", "tok", "q=a%20b");
+  r.body = std::string("\0\r\nbody", 7);
+  std::string wire = edge_request_to_wire(r);
+  Result<HttpRequest> back = edge_request_from_wire(wire);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->method, "GET");
+  EXPECT_EQ(back->path, "/v1/search");
+  EXPECT_EQ(back->query, "q=a%20b");
+  EXPECT_EQ(back->headers, r.headers);
+  EXPECT_EQ(back->body, r.body);
+
+  // Every truncation of the header is refused, never read past its end.
+  for (std::size_t cut = 0; cut < wire.size() - r.body.size(); ++cut) {
+    EXPECT_FALSE(edge_request_from_wire(wire.substr(0, cut)).ok()) << cut;
+  }
+  auto with_meta = [](const std::string& meta) {
+    std::string w;
+    for (int i = 0; i < 4; ++i) w.push_back(static_cast<char>((meta.size() >> (8 * i)) & 0xFF));
+    return w + meta;
+  };
+  EXPECT_FALSE(edge_request_from_wire(with_meta("{}")).ok());
+  EXPECT_FALSE(edge_request_from_wire(with_meta(R"({"method":"GET","path":"x"})")).ok());
+  EXPECT_FALSE(
+      edge_request_from_wire(with_meta(R"({"method":"GET","path":"/","headers":[["a"]]})")).ok());
+  EXPECT_FALSE(
+      edge_request_from_wire(with_meta(R"({"method":"GET","path":"/","headers":{"a":"b"}})")).ok());
+  std::string huge = "\xff\xff\xff\x7f";
+  EXPECT_EQ(edge_request_from_wire(huge).error().code, ErrorCode::kTooLarge);
+
+  auto edge = service();
+  EdgeStep s = edge->begin_wire(with_meta("[]"), kNow, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(s.response.status, 400);
+  EXPECT_EQ(error_code_of(s), "BAD_REQUEST");
+  edge->end(s.handle);
+  s = edge->begin_wire(edge_request_to_wire(get("/healthz")), kNow, kRandom);
+  EXPECT_EQ(s.response.status, 200);
+  edge->end(s.handle);
+}
+
+TEST(EdgeService, StepWireCarriesMetaAndPayload) {
+  EdgeStep s;
+  s.handle = 7;
+  s.action = EdgeAction::kRespond;
+  s.response.status = 201;
+  s.response.headers = {{"A", "b"}};
+  s.response.body = "hello";
+  s.log = std::string("bad \xff byte");  // not UTF-8: replaced, never thrown on
+  std::string wire = edge_step_to_wire(s);
+  ASSERT_GE(wire.size(), 8u);
+  uint32_t meta_len = static_cast<unsigned char>(wire[0]) | static_cast<unsigned char>(wire[1])
+                                                                << 8;
+  uint32_t payload_len = static_cast<unsigned char>(wire[4]);
+  ASSERT_EQ(wire.size(), 8 + meta_len + payload_len);
+  Json meta = *parse_json(wire.substr(8, meta_len));
+  EXPECT_EQ(meta["handle"], 7);
+  EXPECT_EQ(meta["action"], "respond");
+  EXPECT_EQ(meta["status"], 201);
+  EXPECT_EQ(meta["headers"], Json::parse(R"([["A","b"]])"));
+  EXPECT_EQ(meta["background"], false);
+  EXPECT_EQ(wire.substr(8 + meta_len), "hello");
+
+  s.action = EdgeAction::kRedis;
+  s.redis_bytes = "*1\r\n$4\r\nPING\r\n";
+  s.new_connection = true;
+  wire = edge_step_to_wire(s);
+  meta_len = static_cast<unsigned char>(wire[0]);
+  meta = *parse_json(wire.substr(8, meta_len));
+  EXPECT_EQ(meta["action"], "redis");
+  EXPECT_EQ(meta["new_connection"], true);
+  EXPECT_EQ(wire.substr(8 + meta_len), s.redis_bytes);
+}
+
+// ---- authentication ----------------------------------------------------------------------------
+
+TEST(EdgeService, MissingOrBadTokensAre401WithoutTouchingRedis) {
+  auto edge = service();
+  std::string other_key = *mint_caller_token("alice", std::string(40, 'w'), kKid, kNow, 60'000);
+  std::string expired = *mint_caller_token("alice", kSecret, kKid, kNow - 7'200'000, 60'000);
+  for (const std::string& authz :
+       {std::string(), std::string("Bearer"), std::string("Basic YWxpY2U6cHc="),
+        std::string("Bearer garbage"), "Bearer " + other_key, "Bearer " + expired,
+        std::string("Bearer eyJhbGciOiJub25lIn0.eyJzdWIiOiJhbGljZSJ9.")}) {
+    HttpRequest r = get("/v1/manifests");
+    if (!authz.empty()) r.headers.emplace_back("Authorization", authz);
+    EdgeStep s = edge->begin(r, kNow, kRandom);
+    ASSERT_EQ(s.action, EdgeAction::kRespond) << authz;
+    EXPECT_EQ(s.response.status, 401) << authz;
+    EXPECT_EQ(error_code_of(s), "UNAUTHENTICATED");
+    EXPECT_EQ(header(s.response, "WWW-Authenticate").rfind("Bearer", 0), 0u);
+    edge->end(s.handle);
+  }
+  EXPECT_EQ(edge->open_requests(), 0u);
+}
+
+// ---- reads -------------------------------------------------------------------------------------
+
+// Feeds `bytes` one byte at a time: every split point of the reply.
+EdgeStep feed_bytewise(EdgeService& edge, uint32_t handle, const std::string& bytes) {
+  EdgeStep s;
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    s = edge.feed(handle, bytes.substr(i, 1), kNow);
+    if (i + 1 < bytes.size()) {
+      EXPECT_EQ(s.action, EdgeAction::kRead) << "at byte " << i;
+    }
+  }
+  return s;
+}
+
+TEST(EdgeService, AReadIsOneRoundTripWithAuthThenTheL1AnswersUntilItsTtl) {
+  auto edge = service();
+  std::string alice = token_for("alice");
+  EdgeStep s = edge->begin(get("/v1/manifests", alice), kNow, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRedis);
+  EXPECT_TRUE(s.new_connection);
+  EXPECT_EQ(s.redis_bytes.rfind("*2\r\n$4\r\nAUTH\r\n$8\r\nredis-pw\r\n*", 0), 0u);
+  EXPECT_NE(s.redis_bytes.find("$4\r\nEVAL\r\n"), std::string::npos);
+  EXPECT_NE(s.redis_bytes.find("quiver:{default}:grants:member/alice"), std::string::npos);
+  uint32_t h = s.handle;
+
+  s = feed_bytewise(*edge, h, "+OK\r\n" + encode_reply(discovery_reply("alice", 5, kMinute)));
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(s.response.status, 200);
+  EXPECT_EQ(header(s.response, "X-Quiver-Cache"), "miss");
+  EXPECT_FALSE(s.background);  // fresh: nothing to revalidate
+  Json b = body_of(s);
+  ASSERT_EQ(b["connections"].size(), 1u);
+  EXPECT_EQ(b["connections"][0]["id"], "docs");
+  EXPECT_EQ(b["connections"][0]["status"], "fresh");
+  edge->end(h);
+
+  // Within the TTL: answered at once, the same data, no Redis.
+  s = edge->begin(get("/v1/manifests", alice), kNow + 1'999, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(s.response.status, 200);
+  EXPECT_EQ(header(s.response, "X-Quiver-Cache"), "hit");
+  EXPECT_EQ(body_of(s)["connections"][0]["id"], "docs");
+  edge->end(s.handle);
+
+  // Another caller is never answered from alice's entry.
+  s = edge->begin(get("/v1/manifests", token_for("bob")), kNow + 1, kRandom);
+  EXPECT_EQ(s.action, EdgeAction::kRedis);
+  EXPECT_NE(s.redis_bytes.find("grants:member/bob"), std::string::npos);
+  edge->end(s.handle);
+
+  // Past the TTL: Redis again.
+  s = edge->begin(get("/v1/manifests", alice), kNow + 2'000, kRandom);
+  EXPECT_EQ(s.action, EdgeAction::kRedis);
+  edge->end(s.handle);
+  EXPECT_EQ(edge->open_requests(), 0u);
+}
+
+TEST(EdgeService, AnL1HitRepeatsTheRenderedAnswerWithItsAge) {
+  auto edge = service();
+  std::string alice = token_for("alice");
+  EdgeStep s = edge->begin(get("/v1/manifests", alice, "view=mcp"), kNow, kRandom);
+  s = edge->feed(s.handle, "+OK\r\n" + encode_reply(discovery_reply("alice", 1, kMinute)), kNow);
+  ASSERT_EQ(s.response.status, 200);
+  std::string body = s.response.body;
+  std::string etag = header(s.response, "ETag");
+  edge->end(s.handle);
+
+  s = edge->begin(get("/v1/manifests", alice, "view=mcp"), kNow + 1'500, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(header(s.response, "X-Quiver-Cache"), "hit");
+  EXPECT_EQ(s.response.body, body);           // as rendered 1.5 s ago ...
+  EXPECT_EQ(header(s.response, "Age"), "1");  // ... and says so
+  EXPECT_EQ(header(s.response, "ETag"), etag);
+  EXPECT_EQ(edge->answers().stats().hits, 1u);
+  edge->end(s.handle);
+
+  // Conditional and HEAD requests are answered from it too.
+  HttpRequest conditional = get("/v1/manifests", alice, "view=mcp");
+  conditional.headers.emplace_back("If-None-Match", etag);
+  s = edge->begin(conditional, kNow + 1'600, kRandom);
+  EXPECT_EQ(s.response.status, 304);
+  EXPECT_TRUE(s.response.body.empty());
+  EXPECT_EQ(header(s.response, "Content-Type"), "<absent>");
+  edge->end(s.handle);
+  HttpRequest head = get("/v1/manifests", alice, "view=mcp");
+  head.method = "HEAD";
+  s = edge->begin(head, kNow + 1'600, kRandom);
+  EXPECT_EQ(s.response.status, 200);
+  EXPECT_TRUE(s.response.body.empty());
+  edge->end(s.handle);
+
+  // Another query of the same caller is rendered afresh from the L1 snapshot.
+  s = edge->begin(get("/v1/manifests", alice), kNow + 1'700, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(header(s.response, "X-Quiver-Cache"), "hit");
+  EXPECT_EQ(header(s.response, "Age"), "<absent>");
+  EXPECT_NE(s.response.body, body);
+  edge->end(s.handle);
+}
+
+TEST(EdgeService, ARenderedAnswerIsNotRepeatedPastAStatusChange) {
+  auto edge = service();
+  std::string alice = token_for("alice");
+  // Fresh for another 500 ms.
+  EdgeStep s = edge->begin(get("/v1/manifests", alice), kNow, kRandom);
+  s = edge->feed(s.handle,
+                 "+OK\r\n" + encode_reply(discovery_reply("alice", 1, 15 * kMinute - 500)), kNow);
+  ASSERT_EQ(body_of(s)["connections"][0]["status"], "fresh");
+  EXPECT_FALSE(s.background);
+  edge->end(s.handle);
+
+  s = edge->begin(get("/v1/manifests", alice), kNow + 499, kRandom);
+  EXPECT_EQ(header(s.response, "Age"), "0");  // the rendered answer, still right
+  edge->end(s.handle);
+
+  // Within the L1 TTL but past fresh_until: rendered again from the snapshot, stale, queued.
+  s = edge->begin(get("/v1/manifests", alice), kNow + 500, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(header(s.response, "X-Quiver-Cache"), "hit");
+  EXPECT_EQ(header(s.response, "Age"), "<absent>");
+  EXPECT_EQ(body_of(s)["connections"][0]["status"], "stale");
+  EXPECT_TRUE(s.background);
+  edge->end(s.handle);
+}
+
+TEST(EdgeService, RenderedAnswersArePerCaller) {
+  auto edge = service();
+  for (const char* member : {"alice", "bob"}) {
+    EdgeStep s = edge->begin(get("/v1/manifests", token_for(member)), kNow, kRandom);
+    ASSERT_EQ(s.action, EdgeAction::kRedis) << member;  // bob is never answered with alice's
+    s = edge->feed(s.handle, "+OK\r\n" + encode_reply(discovery_reply(member, 1, 0)), kNow);
+    EXPECT_EQ(body_of(s)["principal"], std::string("member/") + member);
+    edge->end(s.handle);
+  }
+  EdgeStep s = edge->begin(get("/v1/manifests", token_for("bob")), kNow + 1, kRandom);
+  EXPECT_EQ(body_of(s)["principal"], "member/bob");
+  EXPECT_EQ(header(s.response, "Age"), "0");
+  edge->end(s.handle);
+}
+
+TEST(EdgeService, WithoutAPasswordThereIsNoAuth) {
+  Json env = Json::object();
+  env["QUIVER_TOKEN_KEYS"] = Json::object({{kKid, kSecret}}).dump();
+  EdgeService edge(edge_settings_from_env(env.dump()));
+  EdgeStep s = edge.begin(get("/v1/manifests", token_for("alice")), kNow, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRedis);
+  EXPECT_EQ(s.redis_bytes.rfind("*9\r\n$4\r\nEVAL", 0), 0u);
+  s = edge.feed(s.handle, encode_reply(discovery_reply("alice", 1, 0)), kNow);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(s.response.status, 200);
+  edge.end(s.handle);
+}
+
+TEST(EdgeService, ConcurrentRequestsKeepTheirOwnState) {
+  auto edge = service({{"QUIVER_L1_TTL_MS", "0"}});
+  EdgeStep a = edge->begin(get("/v1/manifests", token_for("alice")), kNow, kRandom);
+  EdgeStep b = edge->begin(get("/v1/manifests", token_for("bob")), kNow, kRandom);
+  ASSERT_EQ(a.action, EdgeAction::kRedis);
+  ASSERT_EQ(b.action, EdgeAction::kRedis);
+  ASSERT_NE(a.handle, b.handle);
+  std::string ra = "+OK\r\n" + encode_reply(discovery_reply("alice", 1, 0));
+  std::string rb = "+OK\r\n" + encode_reply(discovery_reply("bob", 1, 0));
+  // Interleaved halves, bob finishing first.
+  EXPECT_EQ(edge->feed(a.handle, ra.substr(0, ra.size() / 2), kNow).action, EdgeAction::kRead);
+  EXPECT_EQ(edge->feed(b.handle, rb.substr(0, rb.size() / 2), kNow).action, EdgeAction::kRead);
+  EdgeStep done_b = edge->feed(b.handle, rb.substr(rb.size() / 2), kNow);
+  EdgeStep done_a = edge->feed(a.handle, ra.substr(ra.size() / 2), kNow);
+  ASSERT_EQ(done_a.action, EdgeAction::kRespond);
+  ASSERT_EQ(done_b.action, EdgeAction::kRespond);
+  EXPECT_EQ(body_of(done_a)["principal"], "member/alice");
+  EXPECT_EQ(body_of(done_b)["principal"], "member/bob");
+  // A reply for another member (a crossed connection) is never served.
+  EdgeStep c = edge->begin(get("/v1/manifests", token_for("carol")), kNow, kRandom);
+  EdgeStep wrong =
+      edge->feed(c.handle, "+OK\r\n" + encode_reply(discovery_reply("bob", 1, 0)), kNow);
+  ASSERT_EQ(wrong.action, EdgeAction::kRespond);
+  EXPECT_EQ(wrong.response.status, 503);
+  EXPECT_EQ(error_code_of(wrong), "STORE_UNAVAILABLE");
+  for (uint32_t h : {a.handle, b.handle, c.handle}) edge->end(h);
+  EXPECT_EQ(edge->open_requests(), 0u);
+}
+
+TEST(EdgeService, RedisDownServesTheL1CopyMarkedStaleElse503) {
+  auto edge = service();
+  std::string alice = token_for("alice");
+  // No copy yet: 503.
+  EdgeStep s = edge->begin(get("/v1/manifests", alice), kNow, kRandom);
+  s = edge->fail(s.handle, "connect timed out", kNow);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(s.response.status, 503);
+  EXPECT_EQ(error_code_of(s), "STORE_UNAVAILABLE");
+  EXPECT_NE(s.log.find("connect timed out"), std::string::npos);
+  edge->end(s.handle);
+
+  s = edge->begin(get("/v1/manifests", alice), kNow, kRandom);
+  s = edge->feed(
+      s.handle, "+OK\r\n" + encode_reply(discovery_reply("alice", 1, 14 * kMinute + 45'000)), kNow);
+  ASSERT_EQ(s.response.status, 200);
+  edge->end(s.handle);
+
+  // 30 s later Redis is gone: the copy is served, marked, with no revalidation attempted.
+  int64_t later = kNow + 30'000;
+  s = edge->begin(get("/v1/manifests", alice), later, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRedis);
+  s = edge->fail(s.handle, "connection refused", later);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(s.response.status, 200);
+  EXPECT_EQ(header(s.response, "X-Quiver-Cache"), "stale-if-error");
+  EXPECT_EQ(header(s.response, "Cache-Control"), "private, no-cache");
+  EXPECT_EQ(header(s.response, "Age"), "30");
+  EXPECT_FALSE(s.background);
+  // The statuses are computed now: the entry turned stale in the meantime, and says so.
+  EXPECT_EQ(body_of(s)["connections"][0]["status"], "stale");
+  edge->end(s.handle);
+
+  // Beyond the stale-if-error period: 503 again.
+  int64_t much_later = kNow + 60'000;
+  s = edge->begin(get("/v1/manifests", alice), much_later, kRandom);
+  s = edge->fail(s.handle, "connection refused", much_later);
+  EXPECT_EQ(s.response.status, 503);
+  edge->end(s.handle);
+}
+
+TEST(EdgeService, BrokenRepliesAndFailedAuthAreStoreFailures) {
+  auto edge = service({{"QUIVER_L1_TTL_MS", "0"}});
+  std::string alice = token_for("alice");
+  struct Case {
+    std::string bytes;
+    const char* log;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"-WRONGPASS invalid username-password pair\r\n" +
+                encode_reply(discovery_reply("alice", 1, 0)),
+            "AUTH failed"},
+           {"+OK\r\n-NOSCRIPT No matching script\r\n", "NOSCRIPT"},
+           {"+OK\r\n:12\r\n", "discovery reply"},
+           {"+OK\r\n!garbage\r\n", ""},
+           {"+OK\r\n" + encode_reply(discovery_reply("alice", 1, 0)) + "+EXTRA\r\n",
+            "more than was asked"},
+       }) {
+    EdgeStep s = edge->begin(get("/v1/manifests", alice), kNow, kRandom);
+    s = edge->feed(s.handle, c.bytes, kNow);
+    ASSERT_EQ(s.action, EdgeAction::kRespond) << c.bytes;
+    EXPECT_EQ(s.response.status, 503) << c.bytes;
+    EXPECT_NE(s.log.find(c.log), std::string::npos) << s.log;
+    EXPECT_EQ(s.log.find("redis-pw"), std::string::npos);
+    edge->end(s.handle);
+  }
+}
+
+TEST(EdgeService, AStaleEntryIsServedAndOneRevalidationQueuedInTheBackground) {
+  auto edge = service();
+  std::string alice = token_for("alice");
+  EdgeStep s = edge->begin(get("/v1/manifests", alice), kNow, kRandom);
+  uint32_t h = s.handle;
+  s = edge->feed(h, "+OK\r\n" + encode_reply(discovery_reply("alice", 1, 20 * kMinute)), kNow);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(body_of(s)["connections"][0]["status"], "stale");
+  EXPECT_TRUE(s.background);
+
+  // The background work reuses the request's connection: no new one, no AUTH.
+  s = edge->background(h, kNow);
+  ASSERT_EQ(s.action, EdgeAction::kRedis);
+  EXPECT_FALSE(s.new_connection);
+  EXPECT_EQ(s.redis_bytes.find("AUTH"), std::string::npos);
+  EXPECT_NE(s.redis_bytes.find("revalidate-gate:docs:shared"), std::string::npos);
+  s = feed_bytewise(*edge, h, enqueue_reply("queued"));
+  EXPECT_EQ(s.action, EdgeAction::kDone);
+  EXPECT_TRUE(s.log.empty()) << s.log;
+  edge->end(h);
+
+  // From L1, within the claim period: served, nothing more to queue from this isolate.
+  s = edge->begin(get("/v1/manifests", alice), kNow + 500, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(header(s.response, "X-Quiver-Cache"), "hit");
+  EXPECT_FALSE(s.background);
+  edge->end(s.handle);
+}
+
+TEST(EdgeService, AFailedBackgroundQueueIsRetriedByTheNextStaleRead) {
+  auto edge = service();
+  std::string alice = token_for("alice");
+  EdgeStep s = edge->begin(get("/v1/manifests", alice), kNow, kRandom);
+  uint32_t h = s.handle;
+  s = edge->feed(h, "+OK\r\n" + encode_reply(discovery_reply("alice", 1, 20 * kMinute)), kNow);
+  ASSERT_TRUE(s.background);
+  s = edge->background(h, kNow);
+  s = edge->fail(h, "reset by peer", kNow);
+  EXPECT_EQ(s.action, EdgeAction::kDone);
+  EXPECT_NE(s.log.find("reset by peer"), std::string::npos);
+  edge->end(h);
+
+  // Served from L1: the claim was released, so this read queues again, on a new connection.
+  s = edge->begin(get("/v1/manifests", alice), kNow + 100, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  ASSERT_TRUE(s.background);
+  h = s.handle;
+  s = edge->background(h, kNow + 100);
+  ASSERT_EQ(s.action, EdgeAction::kRedis);
+  EXPECT_TRUE(s.new_connection);
+  EXPECT_EQ(s.redis_bytes.rfind("*2\r\n$4\r\nAUTH", 0), 0u);
+  s = edge->feed(h, "+OK\r\n" + enqueue_reply("already_queued"), kNow + 100);
+  EXPECT_EQ(s.action, EdgeAction::kDone);
+  EXPECT_TRUE(s.log.empty()) << s.log;
+  edge->end(h);
+}
+
+TEST(EdgeService, ANewerEpochSeenByAnyReadRetiresOlderL1Entries) {
+  auto edge = service();
+  EdgeStep s = edge->begin(get("/v1/manifests", token_for("alice")), kNow, kRandom);
+  s = edge->feed(s.handle, "+OK\r\n" + encode_reply(discovery_reply("alice", 1, 0)), kNow);
+  edge->end(s.handle);
+  s = edge->begin(get("/v1/manifests", token_for("bob")), kNow, kRandom);
+  s = edge->feed(s.handle, "+OK\r\n" + encode_reply(discovery_reply("bob", 2, 0)), kNow);
+  edge->end(s.handle);
+  // A grant changed (epoch 2): alice's copy from epoch 1 is not served any more.
+  s = edge->begin(get("/v1/manifests", token_for("alice")), kNow + 10, kRandom);
+  EXPECT_EQ(s.action, EdgeAction::kRedis);
+  edge->end(s.handle);
+}
+
+TEST(EdgeService, SearchReadsTheSameSnapshotAndRanksTools) {
+  auto edge = service();
+  EdgeStep s =
+      edge->begin(get("/v1/search", token_for("alice"), "q=search%20fetch&limit=5"), kNow, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRedis);
+  s = edge->feed(s.handle, "+OK\r\n" + encode_reply(discovery_reply("alice", 1, 0)), kNow);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(s.response.status, 200) << s.response.body;
+  Json b = body_of(s);
+  ASSERT_EQ(b["results"].size(), 2u) << s.response.body;
+  EXPECT_EQ(b["results"][0]["connection_id"], "docs");
+  edge->end(s.handle);
+}
+
+TEST(EdgeService, RefreshQueuesThroughTheSameConnection) {
+  auto edge = service();
+  HttpRequest post = get("/v1/mcp-connections/docs/refresh-tools", token_for("alice"));
+  post.method = "POST";
+  EdgeStep s = edge->begin(post, kNow, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRedis);
+  uint32_t h = s.handle;
+  s = edge->feed(h, "+OK\r\n" + encode_reply(discovery_reply("alice", 1, 0)), kNow);
+  ASSERT_EQ(s.action, EdgeAction::kRedis);
+  EXPECT_FALSE(s.new_connection);
+  EXPECT_NE(s.redis_bytes.find("manual"), std::string::npos);
+  s = edge->feed(h, enqueue_reply("queued"), kNow);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(s.response.status, 202);
+  EXPECT_EQ(body_of(s)["status"], "queued");
+  EXPECT_EQ(header(s.response, "X-Quiver-Cache"), "miss");
+  edge->end(h);
+
+  // Redis gone between the read and the queue: 503, not a false "queued".
+  s = edge->begin(post, kNow, kRandom);
+  h = s.handle;
+  s = edge->feed(h, "+OK\r\n" + encode_reply(discovery_reply("alice", 1, 0)), kNow);
+  s = edge->fail(h, "closed", kNow);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(s.response.status, 503);
+  edge->end(h);
+}
+
+TEST(EdgeService, HostMistakesAndEscapedExceptionsBecome500sNeverACrash) {
+  auto edge = service();
+  EdgeStep s = edge->feed(999, "+OK\r\n", kNow);
+  EXPECT_EQ(s.action, EdgeAction::kDone);
+  EXPECT_NE(s.log.find("unknown"), std::string::npos);
+
+  s = edge->begin(get("/healthz"), kNow, kRandom);
+  uint32_t h = s.handle;
+  s = edge->feed(h, "+OK\r\n", kNow);      // nothing was asked of Redis
+  EXPECT_EQ(s.action, EdgeAction::kDone);  // already responded
+  edge->end(h);
+
+  s = edge->begin(get("/v1/manifests", token_for("alice")), kNow, kRandom);
+  h = s.handle;
+  s = edge->internal_error(h, "std::bad_alloc");
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(s.response.status, 500);
+  EXPECT_EQ(error_code_of(s), "INTERNAL");
+  EXPECT_NE(s.log.find("bad_alloc"), std::string::npos);
+  EXPECT_EQ(edge->internal_error(h, "again").action, EdgeAction::kDone);
+  edge->end(h);
+  EXPECT_EQ(edge->internal_error(0, "before a handle").response.status, 500);
+  EXPECT_EQ(edge->open_requests(), 0u);
+}
+
+}  // namespace
+}  // namespace quiver

@@ -1,0 +1,295 @@
+// quiver-edge: the module worker. A thin host around the wasm core (shared/edge_service.h):
+// it reads the request, hands bytes to the core, and carries out what the core asks for — write
+// these bytes to Redis, read the reply, send this response, queue this in the background. Every
+// decision (auth, routing, L1 cache, stale-while-revalidate, errors) is the core's.
+//
+// Platform rules this follows (workerd and Cloudflare Workers alike):
+//  - the wasm is imported as a module and instantiated once per isolate; compiling wasm from
+//    bytes at run time is refused. One instance serves every request: the core never waits.
+//  - a socket belongs to its request: each request opens its own Redis connection (lazily, only
+//    when the core asks for one) and closes it when it is done, background work included.
+//  - time is Date.now() and randomness crypto.getRandomValues, passed into the core.
+//
+// Environment (see deploy/workerd.capnp and deploy/wrangler.toml; the core's settings are listed
+// in shared/edge_service.h):
+//   REDIS_HOST (127.0.0.1), REDIS_PORT (6379), REDIS_TLS ("1"/"true"/"on": TLS),
+//   REDIS_CONNECT_TIMEOUT_MS (1000), REDIS_TIMEOUT_MS (2000: each write and read).
+import { connect } from 'cloudflare:sockets';
+
+import createQuiverEdge from './quiver-edge.mjs';
+import wasmModule from './quiver-edge.wasm';
+
+// The largest request body read (the core's kMaxEdgeRequestBodyBytes): one byte more is read so
+// that the core sees the body is too large and answers 413.
+const MAX_BODY_BYTES = 64 * 1024;
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+// ---- the wasm core -----------------------------------------------------------------------------
+
+class Edge {
+  constructor(module) {
+    this.m = module;
+  }
+
+  // Copies `bytes` into wasm memory for the duration of `call(ptr, len)`.
+  withBytes(bytes, call) {
+    const m = this.m;
+    const ptr = m._malloc(Math.max(1, bytes.length));
+    if (!ptr) throw new Error('wasm malloc failed');
+    try {
+      m.HEAPU8.set(bytes, ptr);
+      return call(ptr, bytes.length);
+    } finally {
+      m._free(ptr);
+    }
+  }
+
+  // A step's wire bytes (u32 meta length, u32 payload length, meta JSON, payload) → an object.
+  // HEAPU8 is read after the call: memory may have grown during it.
+  step(ptr) {
+    if (!ptr) return null;
+    const heap = this.m.HEAPU8;
+    const head = new DataView(heap.buffer, ptr, 8);
+    const metaLength = head.getUint32(0, true);
+    const payloadLength = head.getUint32(4, true);
+    const start = ptr + 8;
+    const step = JSON.parse(decoder.decode(heap.subarray(start, start + metaLength)));
+    step.payload = heap.slice(start + metaLength, start + metaLength + payloadLength);
+    return step;
+  }
+
+  init(env) {
+    const vars = {};
+    for (const [name, value] of Object.entries(env)) {
+      if (typeof value === 'string') vars[name] = value;
+    }
+    return this.withBytes(encoder.encode(JSON.stringify(vars)), (p, n) => this.m._edge_init(p, n));
+  }
+
+  begin(wire, random) {
+    return this.withBytes(random, (rp, rn) =>
+      this.withBytes(wire, (p, n) => this.step(this.m._edge_begin(p, n, Date.now(), rp, rn))));
+  }
+
+  feed(handle, bytes) {
+    return this.withBytes(bytes, (p, n) => this.step(this.m._edge_feed(handle, p, n, Date.now())));
+  }
+
+  fail(handle, why) {
+    return this.withBytes(encoder.encode(why), (p, n) =>
+      this.step(this.m._edge_fail(handle, p, n, Date.now())));
+  }
+
+  background(handle) {
+    return this.step(this.m._edge_background(handle, Date.now()));
+  }
+
+  end(handle) {
+    if (handle) this.m._edge_end(handle);
+  }
+}
+
+let edgePromise = null; // one instance per isolate
+
+async function instantiate(env) {
+  const module = await createQuiverEdge({
+    locateFile: (path) => path,
+    instantiateWasm(imports, receive) {
+      WebAssembly.instantiate(wasmModule, imports)
+        .then((instance) => receive(instance, wasmModule));
+      return {};
+    },
+  });
+  const edge = new Edge(module);
+  if (!edge.init(env)) console.error('quiver-edge: misconfigured; GET /healthz says why');
+  return edge;
+}
+
+function getEdge(env) {
+  if (!edgePromise) {
+    edgePromise = instantiate(env).catch((e) => {
+      edgePromise = null; // try again with the next request
+      throw e;
+    });
+  }
+  return edgePromise;
+}
+
+// ---- Redis over cloudflare:sockets -------------------------------------------------------------
+
+function withTimeout(promise, ms, what) {
+  let timer;
+  const timeout = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} timed out after ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
+function intVar(value, fallback) {
+  const n = Number.parseInt(value ?? '', 10);
+  return Number.isFinite(n) && n > 0 ? n : fallback;
+}
+
+class RedisConnection {
+  static async open(env) {
+    const hostname = env.REDIS_HOST || '127.0.0.1';
+    const port = intVar(env.REDIS_PORT, 6379);
+    const tls = ['1', 'true', 'on', 'yes'].includes(String(env.REDIS_TLS ?? '').toLowerCase());
+    const c = new RedisConnection();
+    c.timeoutMs = intVar(env.REDIS_TIMEOUT_MS, 2000);
+    c.socket = connect({ hostname, port }, { secureTransport: tls ? 'on' : 'off' });
+    try {
+      await withTimeout(c.socket.opened, intVar(env.REDIS_CONNECT_TIMEOUT_MS, 1000), 'connect');
+    } catch (e) {
+      c.close();
+      throw e;
+    }
+    c.writer = c.socket.writable.getWriter();
+    c.reader = c.socket.readable.getReader();
+    return c;
+  }
+
+  write(bytes) {
+    return withTimeout(this.writer.write(bytes), this.timeoutMs, 'write');
+  }
+
+  async read() {
+    const { value, done } = await withTimeout(this.reader.read(), this.timeoutMs, 'read');
+    if (done) throw new Error('connection closed by Redis');
+    return value;
+  }
+
+  close() {
+    this.socket?.close().catch(() => {});
+    this.socket = null;
+  }
+}
+
+// Carries out Redis steps until the core answers (respond) or is done. Any I/O failure goes back
+// to the core (edge.fail), which decides: another connection, a stale L1 copy, or a 503.
+async function drive(edge, step, io, env) {
+  while (step && (step.action === 'redis' || step.action === 'read')) {
+    try {
+      if (step.action === 'redis') {
+        if (step.new_connection || !io.redis) {
+          io.redis?.close();
+          io.redis = null;
+          io.redis = await RedisConnection.open(env);
+        }
+        await io.redis.write(step.payload);
+      }
+      step = edge.feed(step.handle, await io.redis.read());
+    } catch (e) {
+      io.redis?.close();
+      io.redis = null;
+      step = edge.fail(step.handle, String(e?.message ?? e));
+    }
+  }
+  return step;
+}
+
+function finish(edge, handle, io) {
+  io.redis?.close();
+  io.redis = null;
+  edge.end(handle);
+}
+
+// ---- HTTP --------------------------------------------------------------------------------------
+
+async function readBody(request) {
+  if (!request.body) return new Uint8Array(0);
+  const reader = request.body.getReader();
+  const chunks = [];
+  let size = 0;
+  while (size <= MAX_BODY_BYTES) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    chunks.push(value);
+    size += value.length;
+  }
+  if (size > MAX_BODY_BYTES) reader.cancel().catch(() => {});
+  const body = new Uint8Array(Math.min(size, MAX_BODY_BYTES + 1));
+  let at = 0;
+  for (const c of chunks) {
+    const part = c.subarray(0, body.length - at);
+    body.set(part, at);
+    at += part.length;
+    if (at === body.length) break;
+  }
+  return body;
+}
+
+// The request wire format (shared/edge_service.h): u32 meta length, meta JSON, body.
+async function requestWire(request) {
+  const url = new URL(request.url);
+  const meta = encoder.encode(JSON.stringify({
+    method: request.method,
+    path: url.pathname,
+    query: url.search.slice(1),
+    headers: [...request.headers],
+  }));
+  const body = await readBody(request);
+  const wire = new Uint8Array(4 + meta.length + body.length);
+  new DataView(wire.buffer).setUint32(0, meta.length, true);
+  wire.set(meta, 4);
+  wire.set(body, 4 + meta.length);
+  return wire;
+}
+
+function internalError(why) {
+  console.error(`quiver-edge: ${why}`);
+  return new Response(JSON.stringify({ error: { code: 'INTERNAL', message: 'internal error' } }), {
+    status: 500,
+    headers: { 'Content-Type': 'application/json', 'Cache-Control': 'no-store' },
+  });
+}
+
+function log(step, headers) {
+  if (!step?.log) return;
+  const id = headers?.find(([name]) => name === 'X-Request-Id')?.[1] ?? '-';
+  console.error(`quiver-edge ${id}: ${step.log}`);
+}
+
+export default {
+  async fetch(request, env, ctx) {
+    let edge;
+    try {
+      edge = await getEdge(env);
+    } catch (e) {
+      return internalError(`the wasm module could not be instantiated: ${e?.message ?? e}`);
+    }
+    const io = { redis: null };
+    let handle = 0;
+    try {
+      let step = edge.begin(await requestWire(request), crypto.getRandomValues(new Uint8Array(16)));
+      handle = step?.handle ?? 0;
+      step = await drive(edge, step, io, env);
+      if (!step || step.action !== 'respond') {
+        throw new Error(`no response from the core: ${step?.log ?? 'null step'}`);
+      }
+      const { status, headers } = step;
+      log(step, headers);
+      const empty = step.payload.length === 0 || status === 304 || status === 204;
+      const body = empty ? null : step.payload;
+      const response = new Response(body, { status, headers });
+      if (step.background) {
+        const h = handle;
+        handle = 0; // the background work ends it
+        ctx.waitUntil((async () => {
+          try {
+            log(await drive(edge, edge.background(h), io, env), headers);
+          } finally {
+            finish(edge, h, io);
+          }
+        })());
+      }
+      return response;
+    } catch (e) {
+      return internalError(e?.stack ?? String(e));
+    } finally {
+      if (handle) finish(edge, handle, io);
+    }
+  },
+};
