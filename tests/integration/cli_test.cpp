@@ -2,7 +2,6 @@
 // file with real upstreams (tests/peers/test-upstream.mjs), the embedded SQLite store in a temp
 // dir. Output and exit codes (cli.h) are what is checked.
 #include "native-agent/cli.h"
-#include "native-agent/store.h"
 
 #include <map>
 #include <memory>
@@ -12,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "native-agent/child_process.h"
+#include "native-agent/store.h"
 #include "shared/caller_token.h"
 #include "shared/json.h"
 #include "tests/support/mcp_peers.h"
