@@ -295,7 +295,7 @@ TEST(AgentRedis, LeaseExpiringMidListingRefusesTheLateWrite) {
   // An agent whose lease is shorter than its listing (configuration refuses this; a stalled
   // process, a GC pause or a clock jump has the same effect).
   AgentConfig cfg = make_config(dir, servers, {{"redis", redis_url(redis)}}, {}, "b");
-  cfg.runtime.lease_ms = 300;
+  cfg.runtime.lease_ms = 20;  // far shorter than spawning and listing a node upstream
   auto slow = make_agent(cfg, manual_options(slow_log));
   ASSERT_TRUE(slow);
   append_line(ctl, R"({"set":{"delay_ms":100},"add_tool":"late_tool"})");
