@@ -21,6 +21,7 @@
 #include "shared/json.h"
 #include "shared/preferences.h"
 #include "shared/search_index.h"
+#include "shared/utf8.h"
 #include "shared/webhook_signature.h"
 
 namespace quiver {
@@ -544,6 +545,36 @@ struct ApiServer::Impl {
     send(json_response(200, body), res);
   }
 
+  // A caller's evidence that the cached list is out of date: the upstream refused a capability
+  // the manifest lists (an unknown-tool error), or offered one it does not. The agent refreshes
+  // the caller's (connection, principal) as a change trigger: followed up until a listing that
+  // started after the report is stored.
+  void evidence(const httplib::Request& req, httplib::Response& res, const Principal& member) {
+    if (auto problem = check_params(req, {})) {
+      return send_error(res, HttpErrorCode::kBadRequest, *problem);
+    }
+    const std::string cid = req.matches[1];
+    Result<GrantedConnection> conn = granted(member, cid);
+    if (!conn.ok()) return fail_store(res, conn.error(), "evidence");
+    Result<Json> body = parse_json(req.body, options.max_body_bytes);
+    static const char* kKinds[] = {"unknown_tool", "unknown_resource", "unknown_prompt",
+                                   "unlisted_capability"};
+    std::optional<std::string> kind = body.ok() ? json_string(*body, "kind") : std::nullopt;
+    std::optional<std::string> name = body.ok() ? json_string(*body, "name") : std::nullopt;
+    bool known_kind = false;
+    for (const char* k : kKinds) known_kind = known_kind || (kind && *kind == k);
+    if (!known_kind || !name || name->empty() || name->size() > 2048 || !is_valid_utf8(*name)) {
+      return send_error(res, HttpErrorCode::kBadRequest,
+                        "the body must be {\"kind\": \"unknown_tool\" | \"unknown_resource\" | "
+                        "\"unknown_prompt\" | \"unlisted_capability\", \"name\": \"...\"}");
+    }
+    Result<EnqueueOutcome> outcome = agent.request_refresh(cid, *conn->principal, "evidence");
+    if (!outcome.ok()) return fail_store(res, outcome.error(), "evidence");
+    log("api: evidence (" + *kind + ") for " + cid + " (" + conn->principal->str() +
+        "): refresh " + enqueue_outcome_name(*outcome));
+    send(json_response(202, Json::object({{"status", enqueue_outcome_name(*outcome)}})), res);
+  }
+
   void get_preferences(const httplib::Request& req, httplib::Response& res,
                        const Principal& member) {
     if (auto problem = check_params(req, {})) {
@@ -728,6 +759,9 @@ struct ApiServer::Impl {
           }));
     s.Post(id + "/test", authed([this](const auto& req, auto& res, const Principal& m) {
              test_connection(req, res, m);
+           }));
+    s.Post(id + "/evidence", authed([this](const auto& req, auto& res, const Principal& m) {
+             evidence(req, res, m);
            }));
     s.Get(id + "/preferences", authed([this](const auto& req, auto& res, const Principal& m) {
             get_preferences(req, res, m);

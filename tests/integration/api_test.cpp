@@ -388,6 +388,34 @@ TEST_P(ApiTest, RefreshToolsIsQueuedOrInProgressWhileALeaseIsHeld) {
   EXPECT_EQ(body_of(r)["status"], "in_progress");
 }
 
+// A caller's unknown-tool error is evidence that the cached list is out of date: it queues a
+// refresh of the caller's (connection, principal), with the reason recorded.
+TEST_P(ApiTest, EvidenceOfAnUnknownToolQueuesARefresh) {
+  auto r = client_->Post("/v1/mcp-connections/t/evidence", bearer("alice"),
+                         R"({"kind":"unknown_tool","name":"vanished_tool"})", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 202) << r->body;
+  EXPECT_EQ(body_of(r)["status"], "queued");
+  Result<RevalidationBatch> queued = agent_->store().read_revalidations("api-test", 10, 0);
+  ASSERT_TRUE(queued.ok());
+  ASSERT_EQ(queued->requests.size(), 1u);
+  EXPECT_EQ(queued->requests[0].connection_id, "t");
+  EXPECT_EQ(queued->requests[0].reason, "evidence");
+
+  for (const char* bad : {R"({"kind":"unknown_tool"})", R"({"kind":"guess","name":"x"})",
+                          R"({"kind":"unknown_tool","name":""})", "not json", "[]"}) {
+    r = client_->Post("/v1/mcp-connections/t/evidence", bearer("alice"), bad,
+                      "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << bad;
+    EXPECT_EQ(body_of(r)["error"]["code"], "BAD_REQUEST") << bad;
+  }
+  r = client_->Post("/v1/mcp-connections/t/evidence", R"({"kind":"unknown_tool","name":"x"})",
+                    "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 401);
+}
+
 TEST_P(ApiTest, WebhooksNeedAFreshUnusedSignature) {
   const std::string payload = R"({"connection_id":"t","reason":"deploy"})";
   const int64_t now = system_clock_ms()();
