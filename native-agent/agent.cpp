@@ -636,6 +636,11 @@ struct Agent::Impl {
       } else {
         Result<RefreshReport> r = refresh(req.connection_id, req.principal, req.reason,
                                           std::optional<int64_t>(req.at_ms));
+        // A change queued while a listing was under way (an edge's webhook queues behind a
+        // lease): that listing may predate the change, so follow it up like a local trigger.
+        if (r.ok() && r->outcome == "in_progress" && is_change_trigger(req.reason)) {
+          defer(req.connection_id, req.principal, req.reason, req.at_ms);
+        }
         // The store failed: leave the request pending; it is claimed again once it is idle.
         if (!r.ok() && r.error().code == ErrorCode::kUnavailable) {
           ack = false;

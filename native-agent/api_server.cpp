@@ -570,8 +570,8 @@ struct ApiServer::Impl {
     }
     Result<EnqueueOutcome> outcome = agent.request_refresh(cid, *conn->principal, "evidence");
     if (!outcome.ok()) return fail_store(res, outcome.error(), "evidence");
-    log("api: evidence (" + *kind + ") for " + cid + " (" + conn->principal->str() +
-        "): refresh " + enqueue_outcome_name(*outcome));
+    log("api: evidence (" + *kind + ") for " + cid + " (" + conn->principal->str() + "): refresh " +
+        enqueue_outcome_name(*outcome));
     send(json_response(202, Json::object({{"status", enqueue_outcome_name(*outcome)}})), res);
   }
 
@@ -693,12 +693,11 @@ struct ApiServer::Impl {
                         parsed.error().message);
     }
     const AgentConfig& config = agent.config();
-    Json results = Json::array();
+    std::vector<WebhookRefreshResult> results;
     for (const WebhookRefreshTarget& target : parsed->targets) {
       const ConnectionConfig* conn = config.find_connection(target.connection_id);
       if (conn == nullptr) {
-        results.push_back(Json::object(
-            {{"connection_id", target.connection_id}, {"status", "unknown_connection"}}));
+        results.push_back({target.connection_id, std::nullopt, "unknown_connection", false});
         continue;
       }
       std::vector<Principal> principals = conn->principals();
@@ -706,33 +705,28 @@ struct ApiServer::Impl {
         bool known =
             std::find(principals.begin(), principals.end(), *target.principal) != principals.end();
         if (!known) {
-          results.push_back(Json::object({{"connection_id", target.connection_id},
-                                          {"principal", target.principal->str()},
-                                          {"status", "unknown_principal"}}));
+          results.push_back({target.connection_id, target.principal, "unknown_principal", false});
           continue;
         }
         principals = {*target.principal};
       }
       for (const Principal& p : principals) {
         Result<EnqueueOutcome> outcome = agent.request_refresh(conn->id, p, "webhook");
-        Json r = Json::object({{"connection_id", conn->id}, {"principal", p.str()}});
-        if (outcome.ok()) {
-          r["status"] = enqueue_outcome_name(*outcome);
-        } else {
+        if (!outcome.ok()) {
           log("api: webhook refresh of " + conn->id + " (" + p.str() +
               "): " + outcome.error().message);
-          r["status"] = "error";
-          r["error"] = Json::object(
-              {{"code", "STORE_UNAVAILABLE"}, {"message", "the refresh could not be queued"}});
         }
-        results.push_back(std::move(r));
+        results.push_back(
+            {conn->id, p, outcome.ok() ? enqueue_outcome_name(*outcome) : "error", false});
       }
     }
     log("api: webhook accepted (" + std::to_string(parsed->targets.size()) + " target(s), reason " +
         parsed->targets.front().reason + ")");
-    send(json_response(202,
-                       Json::object({{"status", "accepted"}, {"refreshes", std::move(results)}})),
-         res);
+    HttpResponse accepted;
+    accepted.status = 202;
+    accepted.headers = {{"Content-Type", "application/json"}, {"Cache-Control", "no-store"}};
+    accepted.body = webhook_accepted_body(results);
+    send(accepted, res);
   }
 
   // ---- wiring: every route, hook and limit in one place ----
@@ -770,7 +764,7 @@ struct ApiServer::Impl {
         [this](const auto& req, auto& res, const Principal& m) { set_preferences(req, res, m); });
     s.Put(id + "/preferences", set);
     s.Patch(id + "/preferences", set);
-    s.Post("/v1/webhooks/refresh", [this](const auto& req, auto& res) { webhook(req, res); });
+    s.Post(kWebhookRefreshPath, [this](const auto& req, auto& res) { webhook(req, res); });
 
     s.set_pre_routing_handler([this](const httplib::Request&, httplib::Response& res) {
       if (!t_shedding) return httplib::Server::HandlerResponse::Unhandled;

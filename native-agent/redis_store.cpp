@@ -14,7 +14,6 @@
 
 #include "shared/discovery_redis.h"
 #include "shared/resp.h"
-#include "shared/sha256.h"
 
 namespace quiver {
 
@@ -339,7 +338,8 @@ const std::vector<std::string>& meta_fields() {
       redis_field::kEtag,         redis_field::kConfigHash, redis_field::kFence,
       redis_field::kFetchedAt,    redis_field::kFreshUntil, redis_field::kExpiresAt,
       redis_field::kCacheScope,   redis_field::kTruncated,  redis_field::kErrorCode,
-      redis_field::kErrorMessage, redis_field::kErrorAt,    redis_field::kAttemptAt};
+      redis_field::kErrorMessage, redis_field::kErrorAt,    redis_field::kAttemptAt,
+      redis_field::kInvalidatedAt};
   return fields;
 }
 
@@ -379,10 +379,12 @@ Result<ManifestMeta> meta_from_fields(std::string_view cid, const Principal& pri
     auto [name, out] = field;
     if (Status s = number(name, out); !s.ok()) return s.error();
   }
-  if (f.count(redis_field::kAttemptAt) != 0) {
+  for (auto [name, out] : {std::pair{redis_field::kAttemptAt, &m.attempt_at_ms},
+                           std::pair{redis_field::kInvalidatedAt, &m.invalidated_at_ms}}) {
+    if (f.count(name) == 0) continue;
     int64_t at = 0;
-    if (Status s = number(redis_field::kAttemptAt, &at); !s.ok()) return s.error();
-    m.attempt_at_ms = at;
+    if (Status s = number(name, &at); !s.ok()) return s.error();
+    *out = at;
   }
   return m;
 }
@@ -491,12 +493,6 @@ struct RedisStore::Impl {
     k.connection = *keys.conn(cid);
     k.epoch = keys.epoch();
     return k;
-  }
-
-  // TODO(contract): the replay guard's key belongs in RedisKeys (a KeyKind `replay` and its row in
-  // schema/redis-keys.md); until identity.h has it, this is the one place that spells it.
-  std::string replay_key(std::string_view key) const {
-    return keys.prefix() + "replay:" + sha256_hex(key);
   }
 
   // Every key of the namespace (SCAN MATCH "quiver:{ns}:*", optionally of one TYPE), page by page.
@@ -955,19 +951,28 @@ Result<std::optional<ConnectionRecord>> RedisStore::read_connection(std::string_
 Result<GrantSync> RedisStore::sync_grants(const GrantMap& grants) {
   RedisKeys& keys = impl_->keys;
   std::map<std::string, std::string> key_of;  // member id → grants key
+  // The reverse index (grantees:<cid>, what the edge's refresh webhook expands a target by),
+  // kept in the same transaction as the grants.
+  std::map<std::string, std::set<std::string>> grantees_of;  // cid → member principals
+  std::set<std::string> grantee_keys;                        // stored, and wanted
   for (const auto& [member, cids] : grants) {
     Result<Principal> p = Principal::member(member);
     if (!p.ok()) return p.error();
     for (const std::string& cid : cids) {
       if (Status s = validate_connection_id(cid); !s.ok()) return s.error();
+      grantees_of[cid].insert(p->str());
+      grantee_keys.insert(*keys.grantees(cid));
     }
     key_of.emplace(member, *keys.grants(*p));
   }
   Status s = impl_->scan_namespace("set", [&](const std::vector<std::string>& page) {
     for (const std::string& key : page) {
       Result<ParsedKey> p = keys.parse(key);
-      if (p.ok() && p->kind == KeyKind::kGrants && p->principal) {
+      if (!p.ok()) continue;
+      if (p->kind == KeyKind::kGrants && p->principal) {
         key_of.emplace(std::string(p->principal->member_id()), key);
+      } else if (p->kind == KeyKind::kGrantees) {
+        grantee_keys.insert(key);
       }
     }
     return Status::Ok();
@@ -979,23 +984,32 @@ Result<GrantSync> RedisStore::sync_grants(const GrantMap& grants) {
     members.push_back(member);
     reads.push_back({"SMEMBERS", key});
   }
+  for (const std::string& key : grantee_keys) reads.push_back({"SMEMBERS", key});
   Result<std::vector<RespValue>> stored = impl_->many(reads, "SMEMBERS");
   if (!stored.ok()) return stored.error();
   GrantSync sync;
   std::vector<RedisCommand> writes;
   static const std::set<std::string> kNone;
+  auto replace_set = [&](const std::string& key, const std::set<std::string>& desired) {
+    writes.push_back({"DEL", key});
+    if (desired.empty()) return;
+    RedisCommand sadd = {"SADD", key};
+    sadd.insert(sadd.end(), desired.begin(), desired.end());
+    writes.push_back(std::move(sadd));
+  };
   for (std::size_t i = 0; i < members.size(); ++i) {
     auto want = grants.find(members[i]);
     const std::set<std::string>& desired = want == grants.end() ? kNone : want->second;
     if (string_set((*stored)[i]) == desired) continue;
     sync.changed_members.push_back(members[i]);
-    const std::string& key = key_of[members[i]];
-    writes.push_back({"DEL", key});
-    if (!desired.empty()) {
-      RedisCommand sadd = {"SADD", key};
-      sadd.insert(sadd.end(), desired.begin(), desired.end());
-      writes.push_back(std::move(sadd));
-    }
+    replace_set(key_of[members[i]], desired);
+  }
+  std::size_t at = members.size();
+  for (const std::string& key : grantee_keys) {
+    Result<ParsedKey> p = keys.parse(key);
+    auto want = grantees_of.find(p.ok() ? p->connection_id : std::string());
+    const std::set<std::string>& desired = want == grantees_of.end() ? kNone : want->second;
+    if (string_set((*stored)[at++]) != desired) replace_set(key, desired);
   }
   if (!writes.empty()) {
     writes.push_back({"INCR", keys.epoch()});
@@ -1175,7 +1189,7 @@ Result<bool> RedisStore::remember_once(std::string_view key, int64_t ttl_ms) {
   if (key.empty()) return invalid("remember_once: the key is empty");
   if (ttl_ms <= 0) return invalid("remember_once: ttl_ms must be positive");
   Result<RespValue> r = impl_->one(
-      {"SET", impl_->replay_key(key), "1", "NX", "PX", std::to_string(ttl_ms)}, "SET replay");
+      {"SET", impl_->keys.replay(key), "1", "NX", "PX", std::to_string(ttl_ms)}, "SET replay");
   if (!r.ok()) return r.error();
   return r->is_ok();
 }

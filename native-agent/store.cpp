@@ -35,6 +35,7 @@ CacheEntryMeta cache_entry_meta(const ManifestMeta& meta) {
     out.last_error = RefreshError{meta.error_code, meta.error_message, meta.error_at_ms};
   }
   out.last_attempt_at_ms = meta.attempt_at_ms;
+  out.invalidated_at_ms = meta.invalidated_at_ms;
   return out;
 }
 

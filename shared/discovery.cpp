@@ -503,11 +503,12 @@ Result<std::optional<CacheEntryMeta>> cache_entry_meta(const HashFields& m) {
     *out = n;
     return Status::Ok();
   };
-  std::optional<int64_t> fetched_at, fresh_until, error_at, attempt_at;
+  std::optional<int64_t> fetched_at, fresh_until, error_at, attempt_at, invalidated_at;
   for (auto [name, out] : {std::pair{redis_field::kFetchedAt, &fetched_at},
                            std::pair{redis_field::kFreshUntil, &fresh_until},
                            std::pair{redis_field::kErrorAt, &error_at},
-                           std::pair{redis_field::kAttemptAt, &attempt_at}}) {
+                           std::pair{redis_field::kAttemptAt, &attempt_at},
+                           std::pair{redis_field::kInvalidatedAt, &invalidated_at}}) {
     if (Status s = time_field(name, out); !s.ok()) return s.error();
   }
   const std::string* manifest = field(m, redis_field::kManifest);
@@ -531,6 +532,7 @@ Result<std::optional<CacheEntryMeta>> cache_entry_meta(const HashFields& m) {
     e.last_error = RefreshError{*code, message ? *message : "", error_at.value_or(0)};
   }
   e.last_attempt_at_ms = attempt_at;
+  e.invalidated_at_ms = invalidated_at;
   return std::optional<CacheEntryMeta>(std::move(e));
 }
 

@@ -1,5 +1,6 @@
 #include "shared/discovery_redis.h"
 
+#include <algorithm>
 #include <set>
 #include <utility>
 
@@ -250,6 +251,75 @@ Result<Pipeline> revalidate_enqueue_pipeline(const RedisKeys& keys,
     p.add(*command);
   }
   return p;
+}
+
+Result<RedisCommand> webhook_refresh_command(const RedisKeys& keys, const WebhookVerified& verified,
+                                             const WebhookRefreshRequest& request, int64_t now_ms,
+                                             const EnqueueOptions& options) {
+  if (options.window_ms <= 0 || options.stream_maxlen <= 0 || options.manual_requeue_after_ms < 0) {
+    return invalid("webhook: window_ms and stream_maxlen must be positive");
+  }
+  if (request.targets.empty()) return invalid("webhook: no target");
+  if (verified.replay_key.empty()) return invalid("webhook: no replay key");
+  const std::string at = std::to_string(now_ms);
+  std::vector<std::string> args = {keys.prefix(),
+                                   std::to_string(std::max<int64_t>(1, verified.retain_for_ms)),
+                                   at,
+                                   std::to_string(options.window_ms),
+                                   std::to_string(options.stream_maxlen),
+                                   std::to_string(options.manual_requeue_after_ms),
+                                   kWebhookRefreshReason};
+  for (const WebhookRefreshTarget& t : request.targets) {
+    if (Status s = validate_connection_id(t.connection_id); !s.ok()) return s.error();
+    args.push_back(t.connection_id);
+    args.push_back(t.principal ? t.principal->str() : std::string());
+  }
+  return eval("webhook_refresh.lua",
+              {keys.replay(verified.replay_key), keys.revalidate_stream(), keys.epoch()},
+              std::move(args));
+}
+
+Result<WebhookRefreshReply> parse_webhook_refresh_reply(const RespValue& reply) {
+  if (reply.is_error()) return Error(ErrorCode::kUnavailable, "webhook: Redis error: " + reply.str);
+  auto bad = [&](const std::string& what) {
+    return Error(ErrorCode::kInvalidReply, "webhook reply: " + what);
+  };
+  const std::vector<RespValue>* a = reply.as_array();
+  std::optional<std::string_view> word;
+  if (a != nullptr && !a->empty()) word = (*a)[0].as_string();
+  if (!word) return bad("expected an outcome array, got " + reply.debug_string());
+  WebhookRefreshReply out;
+  if (*word == "replay" && a->size() == 1) {
+    out.replay = true;
+    return out;
+  }
+  const std::vector<RespValue>* flat = a->size() == 2 ? (*a)[1].as_array() : nullptr;
+  if (*word != "accepted" || flat == nullptr || flat->size() % 4 != 0) {
+    return bad("unexpected reply " + reply.debug_string());
+  }
+  static const std::set<std::string_view> kStatuses = {"queued", "already_queued", "in_progress",
+                                                       "unknown_connection", "unknown_principal"};
+  for (std::size_t i = 0; i < flat->size(); i += 4) {
+    std::optional<std::string_view> cid = (*flat)[i].as_string();
+    std::optional<std::string_view> principal = (*flat)[i + 1].as_string();
+    std::optional<std::string_view> status = (*flat)[i + 2].as_string();
+    std::optional<std::string_view> marked = (*flat)[i + 3].as_string();
+    const std::string where = "result " + std::to_string(i / 4);
+    if (!cid || !principal || !status || !marked) return bad(where + " is not four strings");
+    if (kStatuses.count(*status) == 0) return bad(where + ": unknown status");
+    if (*marked != "0" && *marked != "1") return bad(where + ": marked is not 0 or 1");
+    WebhookRefreshResult r;
+    r.connection_id = std::string(*cid);
+    if (!principal->empty()) {
+      Result<Principal> p = Principal::parse(*principal);
+      if (!p.ok()) return bad(where + ": " + p.error().message);
+      r.principal = std::move(*p);
+    }
+    r.status = std::string(*status);
+    r.marked_stale = *marked == "1";
+    out.results.push_back(std::move(r));
+  }
+  return out;
 }
 
 std::vector<Result<RevalidationResult>> parse_enqueue_replies(

@@ -30,6 +30,7 @@
 #include "shared/lease.h"
 #include "shared/resp.h"
 #include "shared/status.h"
+#include "shared/webhook_signature.h"
 
 namespace quiver {
 
@@ -70,5 +71,30 @@ Result<Pipeline> revalidate_enqueue_pipeline(const RedisKeys& keys,
 // The outcomes of such a pipeline, one per reply, in order.
 std::vector<Result<RevalidationResult>> parse_enqueue_replies(
     const std::vector<RespValue>& replies);
+
+// ---- refresh webhooks --------------------------------------------------------------------------
+//
+// A verified webhook (shared/webhook_signature.h) in ONE script, schema/lua/webhook_refresh.lua:
+// the replay guard (SET NX PX on RedisKeys::replay), then per target every (connection,
+// principal) it names — a target without a principal expands to `shared` or to the members in
+// grantees:<cid> — is marked stale (invalidated_at) and its refresh queued with reason
+// kWebhookRefreshReason, also while a lease is held (the listing under way may predate the
+// change). The gate admits one request per options.manual_requeue_after_ms, as a manual refresh.
+
+// The stream entries' reason: a change trigger for the agent that takes them.
+inline constexpr char kWebhookRefreshReason[] = "webhook";
+
+// kInvalidArgument for an empty target list, a bad connection id, or options out of range.
+Result<RedisCommand> webhook_refresh_command(const RedisKeys& keys, const WebhookVerified& verified,
+                                             const WebhookRefreshRequest& request, int64_t now_ms,
+                                             const EnqueueOptions& options);
+
+struct WebhookRefreshReply {
+  bool replay = false;  // the signed request was seen before: nothing was done
+  std::vector<WebhookRefreshResult> results;
+};
+
+// kUnavailable for a Redis error reply, kInvalidReply for any other shape.
+Result<WebhookRefreshReply> parse_webhook_refresh_reply(const RespValue& reply);
 
 }  // namespace quiver

@@ -216,6 +216,19 @@ Result<EdgeSettings> edge_settings_from_env(std::string_view env_json) {
     return invalid("QUIVER_FRESH_TTL_MS / QUIVER_MAX_AGE_MS: " + st.error().message);
   }
   if (s.enqueue.window_ms <= 0) return invalid("QUIVER_REVALIDATE_WINDOW_MS must be positive");
+  if (std::optional<std::string> secrets = get("QUIVER_WEBHOOK_SECRETS")) {
+    Result<Json> parsed = parse_json(*secrets, 64 * 1024);
+    if (!parsed.ok() || !parsed->is_object() || parsed->empty()) {
+      return invalid("QUIVER_WEBHOOK_SECRETS must be a JSON object {\"name\": \"secret\"}");
+    }
+    for (const auto& [name, value] : parsed->items()) {
+      if (!value.is_string() || value.get<std::string>().size() < kMinWebhookSecretBytes) {
+        return invalid("QUIVER_WEBHOOK_SECRETS." + name + ": not a string of at least " +
+                       std::to_string(kMinWebhookSecretBytes) + " bytes");
+      }
+      s.webhook_secrets.push_back(value.get<std::string>());
+    }
+  }
   s.l1.revalidation_claim_ms = std::min<int64_t>(5'000, s.enqueue.window_ms);
   return s;
 }
@@ -326,7 +339,8 @@ struct EdgeService::Request {
   int64_t snapshot_epoch = 0;
   int64_t answer_fresh_until = EdgeCache::kForever;
   int64_t stale_age_ms = 0;
-  std::string store_error;  // why stale-if-error was used
+  std::string store_error;     // why stale-if-error was used
+  std::string webhook_reason;  // the sender's, for the log
   std::vector<Revalidation> background;
 
   // The Redis conversation of this request (one connection, opened lazily).
@@ -416,6 +430,7 @@ EdgeStep EdgeService::begin(HttpRequest request, int64_t now_ms, std::string_vie
     return respond_now(
         r, error_response(HttpErrorCode::kPayloadTooLarge, "the request body is too large"));
   }
+  if (request.path == kWebhookRefreshPath) return webhook(r, request, now_ms);
   if (!is_discovery_path(request.path)) {
     return respond_now(r, error_response(HttpErrorCode::kNotFound, "no such endpoint"));
   }
@@ -471,6 +486,55 @@ EdgeStep EdgeService::healthz(Request& r, const HttpRequest& request) {
   HttpResponse res = json_response(status, body);
   if (request.method == "HEAD") res.body.clear();
   return respond_now(r, std::move(res));
+}
+
+// Signed, not bearer-authenticated: verified over the exact body before anything is parsed, then
+// the replay guard, the marking and the queuing in one script (shared/discovery_redis.h).
+EdgeStep EdgeService::webhook(Request& r, const HttpRequest& request, int64_t now_ms) {
+  if (request.method != "POST") {
+    HttpResponse res = error_response(HttpErrorCode::kMethodNotAllowed, "method not allowed");
+    res.headers.emplace_back("Allow", "POST");
+    return respond_now(r, std::move(res));
+  }
+  if (settings_->webhook_secrets.empty()) {
+    return respond_now(r, error_response(HttpErrorCode::kNotFound,
+                                         "webhooks are off: QUIVER_WEBHOOK_SECRETS is not set"));
+  }
+  std::optional<std::string_view> header = find_header(request.headers, kWebhookSignatureHeader);
+  if (!header) {
+    return respond_now(
+        r, error_response(HttpErrorCode::kUnauthenticated,
+                          std::string("the ") + kWebhookSignatureHeader + " header is missing"));
+  }
+  Result<WebhookVerified> verified =
+      verify_webhook(*header, request.body, settings_->webhook_secrets, now_ms);
+  if (!verified.ok()) {
+    if (verified.error().code != ErrorCode::kUnauthenticated) {
+      return respond_now(r, error_response(HttpErrorCode::kInternal, "internal error"),
+                         "webhook secrets: " + verified.error().message);
+    }
+    EdgeStep s =
+        respond_now(r, error_response(HttpErrorCode::kUnauthenticated, verified.error().message));
+    s.log = "webhook refused: " + verified.error().message;
+    return s;
+  }
+  Result<WebhookRefreshRequest> parsed = parse_webhook_refresh(request.body);
+  if (!parsed.ok()) {
+    bool too_large = parsed.error().code == ErrorCode::kTooLarge;
+    return respond_now(
+        r, error_response(too_large ? HttpErrorCode::kPayloadTooLarge : HttpErrorCode::kBadRequest,
+                          parsed.error().message));
+  }
+  Result<RedisCommand> command =
+      webhook_refresh_command(*keys_, *verified, *parsed, now_ms, settings_->enqueue);
+  if (!command.ok()) {
+    return respond_now(r, error_response(HttpErrorCode::kInternal, "internal error"),
+                       "webhook: " + command.error().message);
+  }
+  r.webhook_reason = parsed->targets.front().reason;
+  Pipeline pipeline;
+  pipeline.add(*command);
+  return send(r, Waiting::kWebhook, pipeline);
 }
 
 EdgeStep EdgeService::replay(Request& r, const HttpRequest& request, HttpResponse response,
@@ -647,6 +711,28 @@ EdgeStep EdgeService::complete(Request& r, int64_t now_ms) {
       std::vector<RespValue> replies(r.replies.begin() + first, r.replies.end());
       return drive(r, r.exchange->resume_enqueue(parse_enqueue_replies(replies), now_ms), now_ms);
     }
+    case Waiting::kWebhook: {
+      Result<WebhookRefreshReply> reply = parse_webhook_refresh_reply(r.replies[first]);
+      if (!reply.ok()) {
+        r.waiting = waiting;
+        return store_failed(r, reply.error(), now_ms);
+      }
+      if (reply->replay) {
+        EdgeStep s =
+            respond_now(r, error_response(HttpErrorCode::kUnauthenticated,
+                                          "this signed request was already delivered (replay)"));
+        s.log = "webhook refused: a replay";
+        return s;
+      }
+      HttpResponse res;
+      res.status = 202;
+      res.headers = {{"Content-Type", "application/json"}, {"Cache-Control", "no-store"}};
+      res.body = webhook_accepted_body(reply->results);
+      EdgeStep s = respond_now(r, std::move(res));
+      s.log = "webhook accepted (" + std::to_string(reply->results.size()) +
+              " refresh(es), reason " + r.webhook_reason + ")";
+      return s;
+    }
     case Waiting::kBackground: {
       std::vector<RespValue> replies(r.replies.begin() + first, r.replies.end());
       std::vector<Result<RevalidationResult>> results = parse_enqueue_replies(replies);
@@ -703,6 +789,11 @@ EdgeStep EdgeService::store_failed(Request& r, Error error, int64_t now_ms) {
       return drive(
           r, r.exchange->resume_enqueue({Result<RevalidationResult>(std::move(error))}, now_ms),
           now_ms);
+    case Waiting::kWebhook:
+      return respond_now(r,
+                         error_response(HttpErrorCode::kStoreUnavailable,
+                                        "the store is unavailable; the webhook was not applied"),
+                         "webhook: " + error.message);
     case Waiting::kBackground: {
       for (const Revalidation& rev : r.background) cache_.release_revalidation(claim_key(rev));
       EdgeStep s;

@@ -18,7 +18,8 @@
 //   background(handle, now)      → kRedis … kDone: the queued revalidations
 //   end(handle)    always, last: frees the handle (and closes the connection on the host's side)
 //
-// Per request: host endpoints first (`GET /healthz`), then the discovery API
+// Per request: host endpoints first (`GET /healthz`, the signed `POST /v1/webhooks/refresh`:
+// verified here, then one script in Redis, shared/discovery_redis.h), then the discovery API
 // (shared/discovery_http.h) behind the caller's bearer token (shared/caller_token.h), with the
 // in-isolate L1 (shared/edge_cache.h) in front of the one-round-trip Redis read
 // (shared/discovery_redis.h). L1, for GET and HEAD, within QUIVER_L1_TTL_MS and the epoch:
@@ -45,6 +46,8 @@
 //   QUIVER_FRESH_TTL_MS          fresh TTL (as the agent)                  900000
 //   QUIVER_MAX_AGE_MS            expired after (as the agent)              86400000
 //   QUIVER_REVALIDATE_WINDOW_MS  one queued revalidation per key per window 30000
+//   QUIVER_WEBHOOK_SECRETS       refresh webhook secrets, JSON {"name":"secret"} (a secret; each
+//                                16+ bytes); unset: POST /v1/webhooks/refresh answers 404
 // Other names (REDIS_HOST, REDIS_PORT, REDIS_TLS, timeouts) are the host's.
 //
 // The wire format between the host and this core (one buffer each way, little-endian lengths):
@@ -95,6 +98,7 @@ struct EdgeSettings {
   DiscoveryConfig discovery;
   EnqueueOptions enqueue;
   RespLimits resp;
+  std::vector<std::string> webhook_secrets;  // any one may sign; empty: webhooks are off
 };
 
 // Settings from environment variables (the table above), given as a JSON object of strings
@@ -148,11 +152,12 @@ class EdgeService {
 
  private:
   struct Request;
-  enum class Waiting { kNothing = 0, kSnapshot, kEnqueue, kBackground };
+  enum class Waiting { kNothing = 0, kSnapshot, kEnqueue, kBackground, kWebhook };
 
   Request& new_request(std::string_view random);
   EdgeStep respond_now(Request& r, HttpResponse response, std::string log = {});
   EdgeStep healthz(Request& r, const HttpRequest& request);
+  EdgeStep webhook(Request& r, const HttpRequest& request, int64_t now_ms);
   EdgeStep replay(Request& r, const HttpRequest& request, HttpResponse response,
                   std::vector<Revalidation> revalidations, int64_t age_ms, int64_t now_ms);
   void note_snapshot(Request& r, const DiscoverySnapshot& snapshot, int64_t now_ms);

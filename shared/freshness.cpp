@@ -171,6 +171,7 @@ Classification classify(const std::optional<CacheEntryMeta>& entry, const Freshn
   //   3. config_hash empty or not the current one  -> miss (config_changed)
   //   4. fetched_at beyond now + skew tolerance    -> stale, clock_skewed
   //   5. now <  fresh_until                        -> fresh
+  //      (fresh_until is cut to invalidated_at when the data was listed before that)
   //   6. now <  expires_at                         -> stale
   //   7. otherwise                                 -> expired
   if (!entry.has_value()) return miss(MissReason::kNoEntry);
@@ -195,6 +196,10 @@ Classification classify(const std::optional<CacheEntryMeta>& entry, const Freshn
   c.refresh_at_ms = add_sat(e.fetched_at_ms, std::min(ahead, c.effective_fresh_ttl_ms));
   c.expires_at_ms = add_sat(e.fetched_at_ms, p.max_age_ms);
   c.age_ms = std::max<int64_t>(0, sub_sat(now_ms, e.fetched_at_ms));
+  if (e.invalidated_at_ms && *e.invalidated_at_ms >= e.fetched_at_ms) {
+    c.fresh_until_ms = std::min(c.fresh_until_ms, *e.invalidated_at_ms);
+    c.refresh_at_ms = std::min(c.refresh_at_ms, c.fresh_until_ms);
+  }
 
   if (e.fetched_at_ms > add_sat(now_ms, p.clock_skew_tolerance_ms)) {
     // Not trusted: serve, but have it rewritten by an agent (with, one hopes, a better clock).

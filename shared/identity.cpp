@@ -78,6 +78,7 @@ struct KindInfo {
   const char* redis_type;
   bool has_cid;
   bool has_principal;
+  bool has_digest = false;
 };
 
 // The layout in one table, in the order of schema/redis-keys.md.
@@ -92,7 +93,17 @@ constexpr KindInfo kKinds[kKeyKindCount] = {
     {KeyKind::kRevalidate, "revalidate", "STREAM", false, false},
     {KeyKind::kRevalidateGate, "revalidate-gate", "STRING", true, true},
     {KeyKind::kEpoch, "epoch", "STRING", false, false},
+    {KeyKind::kGrantees, "grantees", "SET", true, false},
+    {KeyKind::kReplay, "replay", "STRING", false, false, true},
 };
+
+bool is_sha256_hex(std::string_view s) {
+  if (s.size() != 64) return false;
+  for (char c : s) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
 
 const KindInfo& info(KeyKind kind) {
   const int i = static_cast<int>(kind);
@@ -286,6 +297,7 @@ const char* key_kind_name(KeyKind kind) { return info(kind).segment; }
 const char* key_redis_type(KeyKind kind) { return info(kind).redis_type; }
 bool key_has_connection_id(KeyKind kind) { return info(kind).has_cid; }
 bool key_has_principal(KeyKind kind) { return info(kind).has_principal; }
+bool key_has_digest(KeyKind kind) { return info(kind).has_digest; }
 
 const std::vector<std::string>& key_fields(KeyKind kind) {
   namespace f = redis_field;
@@ -293,9 +305,9 @@ const std::vector<std::string>& key_fields(KeyKind kind) {
   static const std::vector<std::string> kConnFields = {f::kConfigHash, f::kCredentialMode, f::kName,
                                                        f::kTransport, f::kUpdatedAt};
   static const std::vector<std::string> kManifestFields = {
-      f::kManifest,     f::kEtag,      f::kConfigHash, f::kFence,     f::kFetchedAt,
-      f::kFreshUntil,   f::kExpiresAt, f::kCacheScope, f::kTruncated, f::kErrorCode,
-      f::kErrorMessage, f::kErrorAt,   f::kAttemptAt};
+      f::kManifest,     f::kEtag,      f::kConfigHash, f::kFence,        f::kFetchedAt,
+      f::kFreshUntil,   f::kExpiresAt, f::kCacheScope, f::kTruncated,    f::kErrorCode,
+      f::kErrorMessage, f::kErrorAt,   f::kAttemptAt,  f::kInvalidatedAt};
   static const std::vector<std::string> kRevalidateFields = {f::kCid, f::kPrincipal, f::kReason,
                                                              f::kAt};
   switch (kind) {
@@ -319,7 +331,8 @@ Result<RedisKeys> RedisKeys::create(std::string_view ns) {
 }
 
 Result<std::string> RedisKeys::key(KeyKind kind, std::string_view cid,
-                                   const std::optional<Principal>& principal) const {
+                                   const std::optional<Principal>& principal,
+                                   std::string_view digest) const {
   const KindInfo& k = info(kind);
   std::string out = prefix_ + k.segment;
   if (k.has_cid) {
@@ -336,6 +349,13 @@ Result<std::string> RedisKeys::key(KeyKind kind, std::string_view cid,
     out += ':';
     out += principal->str();
   }
+  if (k.has_digest) {
+    if (!is_sha256_hex(digest)) {
+      return invalid(std::string(k.segment) + " key needs a digest of 64 lowercase hex digits");
+    }
+    out += ':';
+    out += digest;
+  }
   return out;
 }
 
@@ -344,6 +364,12 @@ std::string RedisKeys::revalidate_stream() const {
   return prefix_ + key_kind_name(KeyKind::kRevalidate);
 }
 std::string RedisKeys::epoch() const { return prefix_ + key_kind_name(KeyKind::kEpoch); }
+std::string RedisKeys::replay(std::string_view signed_id) const {
+  return prefix_ + key_kind_name(KeyKind::kReplay) + ":" + sha256_hex(signed_id);
+}
+Result<std::string> RedisKeys::grantees(std::string_view cid) const {
+  return key(KeyKind::kGrantees, cid, std::nullopt);
+}
 
 Result<std::string> RedisKeys::conn(std::string_view cid) const {
   return key(KeyKind::kConn, cid, std::nullopt);
@@ -389,7 +415,8 @@ Result<ParsedKey> RedisKeys::parse(std::string_view key) const {
   }
   for (const KindInfo& k : kKinds) {
     if (parts[0] != k.segment) continue;
-    const std::size_t expected = 1 + (k.has_cid ? 1 : 0) + (k.has_principal ? 1 : 0);
+    const std::size_t expected =
+        1 + (k.has_cid ? 1 : 0) + (k.has_principal ? 1 : 0) + (k.has_digest ? 1 : 0);
     if (parts.size() != expected) {
       return invalid(std::string(k.segment) + " key has " + std::to_string(parts.size()) +
                      " segments after the namespace; expected " + std::to_string(expected));
@@ -403,12 +430,16 @@ Result<ParsedKey> RedisKeys::parse(std::string_view key) const {
       out.connection_id = std::string(parts[next++]);
     }
     if (k.has_principal) {
-      Result<Principal> p = Principal::parse(parts[next]);
+      Result<Principal> p = Principal::parse(parts[next++]);
       if (!p.ok()) return p.error();
       if (k.kind == KeyKind::kGrants && p->is_shared()) {
         return invalid("grants key with the `shared` principal");
       }
       out.principal = std::move(*p);
+    }
+    if (k.has_digest) {
+      if (!is_sha256_hex(parts[next])) return invalid("replay key without a SHA-256 digest");
+      out.digest = std::string(parts[next]);
     }
     return out;
   }

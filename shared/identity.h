@@ -116,13 +116,16 @@ enum class KeyKind {
   kRevalidate,
   kRevalidateGate,
   kEpoch,
+  kGrantees,
+  kReplay,
 };
-inline constexpr int kKeyKindCount = 10;
+inline constexpr int kKeyKindCount = 12;
 
 const char* key_kind_name(KeyKind kind);   // the key's segment: "conns", "revalidate-gate", ...
 const char* key_redis_type(KeyKind kind);  // "SET", "HASH", "STRING", "STREAM"
 bool key_has_connection_id(KeyKind kind);
 bool key_has_principal(KeyKind kind);
+bool key_has_digest(KeyKind kind);  // a 64-hex-digit SHA-256 segment (replay)
 // HASH fields or STREAM entry fields; empty for other types.
 const std::vector<std::string>& key_fields(KeyKind kind);
 
@@ -150,6 +153,7 @@ inline constexpr char kErrorCode[] = "error_code";
 inline constexpr char kErrorMessage[] = "error_message";
 inline constexpr char kErrorAt[] = "error_at";
 inline constexpr char kAttemptAt[] = "attempt_at";
+inline constexpr char kInvalidatedAt[] = "invalidated_at";
 // revalidate stream entries
 inline constexpr char kCid[] = "cid";
 inline constexpr char kPrincipal[] = "principal";
@@ -161,6 +165,7 @@ struct ParsedKey {
   KeyKind kind = KeyKind::kConns;
   std::string connection_id;           // empty when the kind has none
   std::optional<Principal> principal;  // nullopt when the kind has none
+  std::string digest;                  // empty when the kind has none
 };
 
 class RedisKeys {
@@ -181,10 +186,16 @@ class RedisKeys {
   std::string revalidate_stream() const;
   Result<std::string> revalidate_gate(std::string_view cid, const Principal& principal) const;
   std::string epoch() const;
+  Result<std::string> grantees(std::string_view cid) const;
+  // The replay guard of one signed webhook: `signed_id` is WebhookVerified::replay_key
+  // (shared/webhook_signature.h); the key holds its SHA-256, so any id length fits.
+  std::string replay(std::string_view signed_id) const;
 
-  // Any kind. Parts the kind does not use are ignored; the ones it uses are validated.
+  // Any kind. Parts the kind does not use are ignored; the ones it uses are validated
+  // (`digest`: 64 lowercase hex digits).
   Result<std::string> key(KeyKind kind, std::string_view cid,
-                          const std::optional<Principal>& principal) const;
+                          const std::optional<Principal>& principal,
+                          std::string_view digest = {}) const;
 
   // SCAN MATCH pattern for every manifest key of the namespace (maintenance).
   std::string manifest_match_pattern() const;

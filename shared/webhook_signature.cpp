@@ -276,4 +276,21 @@ Result<WebhookRefreshRequest> parse_webhook_refresh(std::string_view body) {
   return request;
 }
 
+std::string webhook_accepted_body(const std::vector<WebhookRefreshResult>& results) {
+  Json refreshes = Json::array();
+  for (const WebhookRefreshResult& r : results) {
+    Json j = Json::object({{"connection_id", r.connection_id}});
+    if (r.principal) j["principal"] = r.principal->str();
+    j["status"] = r.status;
+    j["marked_stale"] = r.marked_stale;
+    if (r.status == "error") {
+      j["error"] = Json::object(
+          {{"code", "STORE_UNAVAILABLE"}, {"message", "the refresh could not be queued"}});
+    }
+    refreshes.push_back(std::move(j));
+  }
+  Json body = Json::object({{"status", "accepted"}, {"refreshes", std::move(refreshes)}});
+  return body.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
 }  // namespace quiver

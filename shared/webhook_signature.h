@@ -27,6 +27,7 @@
 
 namespace quiver {
 
+inline constexpr char kWebhookRefreshPath[] = "/v1/webhooks/refresh";
 inline constexpr char kWebhookSignatureHeader[] = "X-Quiver-Signature";
 inline constexpr int64_t kDefaultWebhookToleranceMs = 300'000;  // 5 minutes either way
 // A short secret could be guessed offline from one signed request; 32 bytes are recommended.
@@ -95,5 +96,28 @@ inline constexpr char kDefaultWebhookReason[] = "webhook";
 // logs). Unknown fields are ignored. kInvalidArgument naming the field (and the list index) for
 // anything else; kTooLarge over kMaxWebhookBodyBytes or kMaxWebhookTargets.
 Result<WebhookRefreshRequest> parse_webhook_refresh(std::string_view body);
+
+// ---- the answer --------------------------------------------------------------------------------
+
+// What came of one (connection, principal) a webhook named.
+struct WebhookRefreshResult {
+  std::string connection_id;
+  std::optional<Principal> principal;  // absent for an unknown connection
+  // queued, already_queued, in_progress (a listing is under way; the refresh follows it),
+  // unknown_connection, unknown_principal, error (the refresh could not be queued)
+  std::string status;
+  bool marked_stale = false;  // the cached manifest now reads as stale (Redis: invalidated_at)
+
+  bool operator==(const WebhookRefreshResult& o) const {
+    return connection_id == o.connection_id && principal == o.principal && status == o.status &&
+           marked_stale == o.marked_stale;
+  }
+};
+
+// The 202 body both hosts answer (schema/openapi.yaml, refreshWebhook):
+//   {"status": "accepted", "refreshes": [{"connection_id", "principal"?, "status",
+//    "marked_stale", "error"?}, ...]}
+// with `error` {"code": "STORE_UNAVAILABLE", ...} on status `error`.
+std::string webhook_accepted_body(const std::vector<WebhookRefreshResult>& results);
 
 }  // namespace quiver

@@ -509,5 +509,110 @@ TEST_F(DiscoveryRedisIntegration, AManualRefreshIsNotSwallowedByAReadersGate) {
   EXPECT_EQ(xlen(), 2);
 }
 
+// ---- refresh webhooks (schema/lua/webhook_refresh.lua) ------------------------------------------
+
+class WebhookRedisIntegration : public DiscoveryRedisIntegration {
+ protected:
+  Result<WebhookRefreshReply> webhook(const std::string& signed_id,
+                                      const std::vector<WebhookRefreshTarget>& targets,
+                                      int64_t now) {
+    WebhookRefreshRequest request;
+    request.targets = targets;
+    Result<RedisCommand> command = webhook_refresh_command(
+        keys_, WebhookVerified{now, signed_id, 300'000}, request, now, EnqueueOptions{});
+    if (!command.ok()) return command.error();
+    RawSocket socket(server_->port());
+    Result<std::vector<RespValue>> replies = socket.exchange(encode_command(*command), 1);
+    if (!replies.ok()) return replies.error();
+    return parse_webhook_refresh_reply((*replies)[0]);
+  }
+
+  Freshness state_of(const std::string& cid, const std::string& principal, int64_t now) {
+    RespValue all = cmd({"HGETALL", *keys_.manifest(cid, *Principal::parse(principal))});
+    HashFields fields;
+    for (size_t i = 0; i + 1 < all.elements.size(); i += 2) {
+      fields[all.elements[i].str] = all.elements[i + 1].str;
+    }
+    Result<std::optional<CacheEntryMeta>> meta = cache_entry_meta(fields);
+    EXPECT_TRUE(meta.ok() && meta->has_value());
+    return classify(**meta, FreshnessPolicy{}, "h-" + cid, now).state;
+  }
+};
+
+TEST_F(WebhookRedisIntegration, MarksStaleQueuesEveryPrincipalAndRefusesAReplay) {
+  populate(matrix_store());
+  cmd({"SADD", *keys_.grantees("pm-github"), "member/alice", "member/carol"});
+  cmd({"SADD", *keys_.grantees("pm-mail"), "member/alice", "member/bob"});
+  const int64_t epoch = std::stoll(cmd({"GET", keys_.epoch()}).str);
+  ASSERT_EQ(state_of("shared-docs", "shared", kNow), Freshness::kFresh);
+
+  const std::vector<WebhookRefreshTarget> targets = {{"shared-docs", std::nullopt, "deploy"},
+                                                     {"pm-github", std::nullopt, "deploy"},
+                                                     {"pm-mail", member_principal("bob"), "deploy"},
+                                                     {"pm-mail", member_principal("zed"), "deploy"},
+                                                     {"nope", std::nullopt, "deploy"}};
+  Result<WebhookRefreshReply> r = webhook("wh:1", targets, kNow);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_FALSE(r->replay);
+  const std::vector<WebhookRefreshResult> expected = {
+      {"shared-docs", Principal::shared(), "queued", true},
+      {"pm-github", member_principal("alice"), "queued", true},
+      {"pm-github", member_principal("carol"), "in_progress", true},  // a lease is held
+      {"pm-mail", member_principal("bob"), "queued", true},
+      {"pm-mail", member_principal("zed"), "unknown_principal", false},
+      {"nope", std::nullopt, "unknown_connection", false}};
+  EXPECT_EQ(r->results, expected);
+
+  // Marked stale: the data predates the webhook; the epoch moved so L1 copies retire.
+  EXPECT_EQ(state_of("shared-docs", "shared", kNow), Freshness::kStale);
+  EXPECT_EQ(state_of("pm-github", "member/carol", kNow), Freshness::kStale);
+  EXPECT_EQ(state_of("shared-docs", "member/alice", kNow), Freshness::kFresh);  // not named
+  EXPECT_EQ(std::stoll(cmd({"GET", keys_.epoch()}).str), epoch + 1);
+
+  // Queued for the agents, the one behind the lease too.
+  RespValue entries = cmd({"XRANGE", keys_.revalidate_stream(), "-", "+"});
+  ASSERT_EQ(entries.elements.size(), 4u);
+  for (const RespValue& e : entries.elements) {
+    const RespValue& f = e.elements[1];
+    EXPECT_EQ(f.elements[4].str, "reason");
+    EXPECT_EQ(f.elements[5].str, "webhook");
+    EXPECT_EQ(f.elements[7].str, std::to_string(kNow));
+  }
+
+  // The same signed request again: refused, nothing done.
+  Result<WebhookRefreshReply> again = webhook("wh:1", targets, kNow + 10);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->replay);
+  EXPECT_EQ(xlen(), 4);
+  EXPECT_GT(cmd({"PTTL", keys_.replay("wh:1")}).integer, 290'000);
+
+  // Another signed request within the requeue interval stands behind the first; after it, queued.
+  Result<WebhookRefreshReply> soon = webhook("wh:2", {targets[0]}, kNow + 10);
+  ASSERT_TRUE(soon.ok());
+  EXPECT_EQ(soon->results.at(0).status, "already_queued");
+  Result<WebhookRefreshReply> later = webhook("wh:3", {targets[0]}, kNow + 2000);
+  ASSERT_TRUE(later.ok());
+  EXPECT_EQ(later->results.at(0).status, "queued");
+  EXPECT_EQ(xlen(), 5);
+}
+
+TEST_F(WebhookRedisIntegration, NothingIsMarkedWhereNothingIsCachedAndNoKeyIsCreated) {
+  MemoryStore store;
+  store.add_connection("fresh-conn", "shared");
+  populate(store);
+  Result<WebhookRefreshReply> r = webhook("wh:x", {{"fresh-conn", std::nullopt, "x"}}, kNow);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->results.size(), 1u);
+  EXPECT_EQ(r->results[0].status, "queued");
+  EXPECT_FALSE(r->results[0].marked_stale);
+  EXPECT_EQ(cmd({"EXISTS", *keys_.manifest("fresh-conn", Principal::shared())}).integer, 0);
+  // A per_member connection without grantees expands to nobody.
+  store.add_connection("lonely", "per_member");
+  populate(store);
+  r = webhook("wh:y", {{"lonely", std::nullopt, "x"}}, kNow);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->results.empty());
+}
+
 }  // namespace
 }  // namespace quiver

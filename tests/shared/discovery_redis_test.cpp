@@ -310,5 +310,63 @@ TEST(DiscoveryRedis, OnePipelineForAPageOfRevalidations) {
   EXPECT_EQ(results[2]->outcome, RevalidationOutcome::kInProgress);
 }
 
+TEST(DiscoveryRedis, WebhookCommandIsOneScriptWithTheReplayKeyAndEveryTarget) {
+  RedisKeys keys = *RedisKeys::create("team");
+  WebhookVerified verified{1000, "wh:abc", 299000};
+  WebhookRefreshRequest request;
+  request.targets = {{"docs", std::nullopt, "deploy"}, {"mail", member_principal("bob"), "deploy"}};
+  EnqueueOptions options;
+  Result<RedisCommand> c = webhook_refresh_command(keys, verified, request, 5000, options);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(*c, (RedisCommand{"EVAL", std::string(schema_asset("lua/webhook_refresh.lua")), "3",
+                              keys.replay("wh:abc"), "quiver:{team}:revalidate",
+                              "quiver:{team}:epoch", "quiver:{team}:", "299000", "5000", "30000",
+                              "10000", "1000", "webhook", "docs", "", "mail", "member/bob"}));
+
+  WebhookRefreshRequest none;
+  EXPECT_EQ(webhook_refresh_command(keys, verified, none, 5000, options).error().code,
+            ErrorCode::kInvalidArgument);
+  WebhookRefreshRequest bad;
+  bad.targets = {{"a:b", std::nullopt, "x"}};
+  EXPECT_FALSE(webhook_refresh_command(keys, verified, bad, 5000, options).ok());
+  EnqueueOptions zero;
+  zero.window_ms = 0;
+  EXPECT_FALSE(webhook_refresh_command(keys, verified, request, 5000, zero).ok());
+}
+
+TEST(DiscoveryRedis, WebhookRepliesParseStrictly) {
+  Result<WebhookRefreshReply> replay = parse_webhook_refresh_reply(A({S("replay")}));
+  ASSERT_TRUE(replay.ok());
+  EXPECT_TRUE(replay->replay);
+  EXPECT_TRUE(replay->results.empty());
+
+  Result<WebhookRefreshReply> ok = parse_webhook_refresh_reply(
+      A({S("accepted"),
+         A({S("docs"), S("shared"), S("queued"), S("1"), S("nope"), S(""), S("unknown_connection"),
+            S("0"), S("mail"), S("member/bob"), S("in_progress"), S("0")})}));
+  ASSERT_TRUE(ok.ok()) << ok.error().message;
+  EXPECT_FALSE(ok->replay);
+  ASSERT_EQ(ok->results.size(), 3u);
+  EXPECT_EQ(ok->results[0], (WebhookRefreshResult{"docs", Principal::shared(), "queued", true}));
+  EXPECT_EQ(ok->results[1],
+            (WebhookRefreshResult{"nope", std::nullopt, "unknown_connection", false}));
+  EXPECT_EQ(ok->results[2],
+            (WebhookRefreshResult{"mail", member_principal("bob"), "in_progress", false}));
+  EXPECT_EQ(parse_webhook_refresh_reply(A({S("accepted"), A({})}))->results.size(), 0u);
+
+  EXPECT_EQ(parse_webhook_refresh_reply(RespValue::error("NOSCRIPT")).error().code,
+            ErrorCode::kUnavailable);
+  for (const RespValue& bad :
+       {A({}), I(1), RespValue::nil(), A({S("replay"), S("x")}), A({S("accepted")}),
+        A({S("accepted"), A({S("docs"), S("shared"), S("queued")})}),
+        A({S("accepted"), A({S("docs"), S("shared"), S("done"), S("0")})}),
+        A({S("accepted"), A({S("docs"), S("shared"), S("queued"), S("2")})}),
+        A({S("accepted"), A({S("docs"), S("nobody"), S("queued"), S("0")})}),
+        A({S("accepted"), A({S("docs"), I(1), S("queued"), S("0")})})}) {
+    EXPECT_EQ(parse_webhook_refresh_reply(bad).error().code, ErrorCode::kInvalidReply)
+        << bad.debug_string();
+  }
+}
+
 }  // namespace
 }  // namespace quiver

@@ -8,6 +8,7 @@
 
 #include "shared/caller_token.h"
 #include "shared/json.h"
+#include "shared/webhook_signature.h"
 
 namespace quiver {
 namespace {
@@ -184,6 +185,9 @@ TEST(EdgeService, BadSettingsNameTheVariableNeverItsValue) {
            {{{"QUIVER_REVALIDATE_WINDOW_MS", "0"}}, "QUIVER_REVALIDATE_WINDOW_MS"},
            {{{"QUIVER_FRESH_TTL_MS", "10"}, {"QUIVER_MAX_AGE_MS", "5"}}, "QUIVER_FRESH_TTL_MS"},
            {{{"REDIS_USERNAME", "u"}, {"REDIS_PASSWORD", ""}}, "REDIS_USERNAME"},
+           {{{"QUIVER_WEBHOOK_SECRETS", "{\"ci\":\"s3cr3t\"}"}}, "QUIVER_WEBHOOK_SECRETS.ci"},
+           {{{"QUIVER_WEBHOOK_SECRETS", "s3cr3t"}}, "QUIVER_WEBHOOK_SECRETS"},
+           {{{"QUIVER_WEBHOOK_SECRETS", "{}"}}, "QUIVER_WEBHOOK_SECRETS"},
        }) {
     Result<EdgeSettings> s = edge_settings_from_env(env_json(c.env));
     ASSERT_FALSE(s.ok()) << c.names;
@@ -710,6 +714,118 @@ TEST(EdgeService, RefreshQueuesThroughTheSameConnection) {
   ASSERT_EQ(s.action, EdgeAction::kRespond);
   EXPECT_EQ(s.response.status, 503);
   edge->end(h);
+}
+
+// ---- refresh webhooks --------------------------------------------------------------------------
+
+constexpr char kWebhookSecret[] = "edge-webhook-secret-0123456789abcdef";
+
+HttpRequest signed_webhook(const std::string& body, int64_t signed_at = kNow) {
+  HttpRequest r;
+  r.method = "POST";
+  r.path = kWebhookRefreshPath;
+  r.body = body;
+  Result<std::string> sig = sign_webhook(kWebhookSecret, body, signed_at);
+  EXPECT_TRUE(sig.ok());
+  r.headers.emplace_back("x-quiver-signature", sig.ok() ? *sig : "");
+  return r;
+}
+
+std::unique_ptr<EdgeService> webhook_service() {
+  return service({{"QUIVER_WEBHOOK_SECRETS", Json::object({{"ci", kWebhookSecret}}).dump()}});
+}
+
+TEST(EdgeService, AWebhookIsVerifiedThenAppliedInOneScript) {
+  auto edge = webhook_service();
+  const std::string body = R"({"connections": ["docs", {"connection_id": "mail",
+                               "principal": "member/bob"}], "reason": "deploy"})";
+  EdgeStep s = edge->begin(signed_webhook(body), kNow, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRedis);
+  EXPECT_TRUE(s.new_connection);
+  EXPECT_NE(s.redis_bytes.find("AUTH"), std::string::npos);
+  EXPECT_NE(s.redis_bytes.find("webhook_refresh"), std::string::npos);  // the script's header
+  EXPECT_EQ(s.redis_bytes.find("deploy"), std::string::npos);  // the sender's reason: logs only
+  uint32_t h = s.handle;
+  s = edge->feed(
+      h,
+      "+OK\r\n" +
+          encode_reply(A({S("accepted"), A({S("docs"), S("shared"), S("queued"), S("1"), S("mail"),
+                                            S("member/bob"), S("in_progress"), S("0")})})),
+      kNow);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(s.response.status, 202);
+  EXPECT_FALSE(s.background);
+  Json b = body_of(s);
+  EXPECT_EQ(b["status"], "accepted");
+  ASSERT_EQ(b["refreshes"].size(), 2u);
+  EXPECT_EQ(b["refreshes"][0], Json::parse(R"({"connection_id": "docs", "principal": "shared",
+                                               "status": "queued", "marked_stale": true})"));
+  EXPECT_EQ(b["refreshes"][1]["status"], "in_progress");
+  EXPECT_NE(s.log.find("deploy"), std::string::npos);
+  edge->end(h);
+
+  // Seen before: 401.
+  s = edge->begin(signed_webhook(body), kNow, kRandom);
+  s = edge->feed(s.handle, "+OK\r\n" + encode_reply(A({S("replay")})), kNow);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(s.response.status, 401);
+  EXPECT_NE(body_of(s)["error"]["message"].get<std::string>().find("replay"), std::string::npos);
+  edge->end(s.handle);
+
+  // Redis gone, or answering nonsense: 503, never a false "accepted".
+  s = edge->begin(signed_webhook(body), kNow, kRandom);
+  s = edge->fail(s.handle, "connection refused", kNow);
+  EXPECT_EQ(s.response.status, 503);
+  EXPECT_EQ(error_code_of(s), "STORE_UNAVAILABLE");
+  edge->end(s.handle);
+  s = edge->begin(signed_webhook(body), kNow, kRandom);
+  s = edge->feed(s.handle, "+OK\r\n" + encode_reply(I(7)), kNow);
+  EXPECT_EQ(s.response.status, 503);
+  edge->end(s.handle);
+  EXPECT_EQ(edge->open_requests(), 0u);
+}
+
+TEST(EdgeService, BadWebhooksAreRefusedWithoutTouchingRedis) {
+  auto edge = webhook_service();
+  const std::string body = R"({"connection_id": "docs"})";
+  auto answer = [&](HttpRequest r, std::unique_ptr<EdgeService>& e) {
+    EdgeStep s = e->begin(std::move(r), kNow, kRandom);
+    EXPECT_EQ(s.action, EdgeAction::kRespond);
+    e->end(s.handle);
+    return s;
+  };
+  HttpRequest no_sig = signed_webhook(body);
+  no_sig.headers.clear();
+  EXPECT_EQ(answer(no_sig, edge).response.status, 401);
+  HttpRequest tampered = signed_webhook(body);
+  tampered.body = R"({"connection_id": "mail"})";
+  EdgeStep s = answer(tampered, edge);
+  EXPECT_EQ(s.response.status, 401);
+  EXPECT_EQ(s.response.body.find(kWebhookSecret), std::string::npos);
+  EXPECT_EQ(s.log.find(kWebhookSecret), std::string::npos);
+  EXPECT_EQ(answer(signed_webhook(body, kNow - 10 * kMinute), edge).response.status, 401);
+  HttpRequest other_key = signed_webhook(body);
+  other_key.headers = {
+      {"X-Quiver-Signature", *sign_webhook("another-secret-0123456789abcdef", body, kNow)}};
+  EXPECT_EQ(answer(other_key, edge).response.status, 401);
+  EXPECT_EQ(answer(signed_webhook("{\"connection_id\": 7}"), edge).response.status, 400);
+  EXPECT_EQ(answer(signed_webhook("not json"), edge).response.status, 400);
+  HttpRequest get_it = signed_webhook(body);
+  get_it.method = "GET";
+  s = answer(get_it, edge);
+  EXPECT_EQ(s.response.status, 405);
+  EXPECT_EQ(header(s.response, "Allow"), "POST");
+  // A caller token is no webhook signature.
+  HttpRequest bearer = get(kWebhookRefreshPath, token_for("alice"));
+  bearer.method = "POST";
+  bearer.body = body;
+  EXPECT_EQ(answer(bearer, edge).response.status, 401);
+
+  // Off unless configured: 404, as an endpoint that does not exist.
+  auto off = service();
+  s = answer(signed_webhook(body), off);
+  EXPECT_EQ(s.response.status, 404);
+  EXPECT_EQ(error_code_of(s), "NOT_FOUND");
 }
 
 TEST(EdgeService, HostMistakesAndEscapedExceptionsBecome500sNeverACrash) {

@@ -252,6 +252,30 @@ TEST(Freshness, ClockSkewBeyondToleranceIsServedButRevalidated) {
   EXPECT_EQ(ok.age_ms, 0);
 }
 
+TEST(Freshness, AWebhookMarksDataListedBeforeItStale) {
+  const FreshnessPolicy policy;
+  CacheEntryMeta e = entry_at(kT0);
+  e.invalidated_at_ms = kT0 + kMinute;  // a webhook a minute after the listing started
+  Classification before = classify(e, policy, kHash, kT0 + kMinute - 1);
+  EXPECT_EQ(before.state, Freshness::kFresh);
+  EXPECT_EQ(before.fresh_until_ms, kT0 + kMinute);
+  EXPECT_EQ(before.refresh_at_ms, kT0 + kMinute);
+  Classification after = classify(e, policy, kHash, kT0 + kMinute);
+  EXPECT_EQ(after.state, Freshness::kStale);
+  EXPECT_TRUE(after.servable);
+  EXPECT_TRUE(after.revalidate);
+  EXPECT_EQ(after.expires_at_ms, kT0 + kMaxAge);  // stale, not expired: still served
+  EXPECT_EQ(decide_refresh(e, policy, kHash, kT0 + kMinute).reason, RefreshReason::kStale);
+
+  // A listing that started at the webhook's millisecond or before does not clear it.
+  e.invalidated_at_ms = kT0;
+  EXPECT_EQ(classify(e, policy, kHash, kT0 + 1).state, Freshness::kStale);
+  // One that started after it does: the mark is history.
+  e.invalidated_at_ms = kT0 - 1;
+  EXPECT_EQ(classify(e, policy, kHash, kT0 + 1).state, Freshness::kFresh);
+  EXPECT_EQ(classify(e, policy, kHash, kT0 + 1).fresh_until_ms, kT0 + kFresh);
+}
+
 TEST(Freshness, ExtremeTimestampsSaturateInsteadOfOverflowing) {
   const FreshnessPolicy policy;
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();

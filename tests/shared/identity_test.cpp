@@ -380,7 +380,7 @@ TEST(RedisKeys, EveryKeyOfANamespaceSharesOneHashTag) {
   const RedisKeys k = keys("team-a.prod");
   for (int i = 0; i < kKeyKindCount; ++i) {
     const auto kind = static_cast<KeyKind>(i);
-    Result<std::string> key = k.key(kind, "conn.1", member("bob"));
+    Result<std::string> key = k.key(kind, "conn.1", member("bob"), std::string(64, 'a'));
     ASSERT_TRUE(key.ok()) << key_kind_name(kind);
     // Redis Cluster hashes only the part between the first '{' and the next '}'.
     const std::size_t open = key->find('{');
@@ -423,11 +423,13 @@ TEST(RedisKeys, ParseIsTheInverseOfEveryBuilder) {
     const auto kind = static_cast<KeyKind>(i);
     for (const Principal& p : {member("carol+ops@example.com"), Principal::shared()}) {
       if (kind == KeyKind::kGrants && p.is_shared()) continue;
-      Result<std::string> key = k.key(kind, "my-conn_2", p);
+      const std::string digest = sha256_hex("signed content");
+      Result<std::string> key = k.key(kind, "my-conn_2", p, digest);
       ASSERT_TRUE(key.ok());
       Result<ParsedKey> parsed = k.parse(*key);
       ASSERT_TRUE(parsed.ok()) << *key << ": " << parsed.error().message;
       EXPECT_EQ(parsed->kind, kind) << *key;
+      EXPECT_EQ(parsed->digest, key_has_digest(kind) ? digest : "") << *key;
       EXPECT_EQ(parsed->connection_id, key_has_connection_id(kind) ? "my-conn_2" : "") << *key;
       EXPECT_EQ(parsed->principal.has_value(), key_has_principal(kind)) << *key;
       if (parsed->principal) {
@@ -437,16 +439,44 @@ TEST(RedisKeys, ParseIsTheInverseOfEveryBuilder) {
   }
 }
 
+TEST(RedisKeys, TheReplayKeyHoldsTheDigestOfTheSignedIdAndGranteesAConnection) {
+  const RedisKeys k = keys("ns1");
+  EXPECT_EQ(k.replay("wh:abc"), "quiver:{ns1}:replay:" + sha256_hex("wh:abc"));
+  EXPECT_NE(k.replay("wh:abc"), k.replay("wh:abd"));
+  Result<ParsedKey> parsed = k.parse(k.replay(std::string(5000, 'x')));  // any length fits
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(parsed->kind, KeyKind::kReplay);
+  EXPECT_EQ(*k.grantees("github"), "quiver:{ns1}:grantees:github");
+  EXPECT_FALSE(k.grantees("git hub").ok());
+  EXPECT_FALSE(k.key(KeyKind::kReplay, "", std::nullopt, "not-a-digest").ok());
+}
+
 TEST(RedisKeys, ParseRefusesForeignAndMalformedKeys) {
   const RedisKeys k = keys("ns1");
   for (const char* bad :
-       {"", "quiver:{ns2}:conns", "quiver:ns1:conns", "other:{ns1}:conns",
-        "quiver:{ns1}:", "quiver:{ns1}:nope", "quiver:{ns1}:conns:x", "quiver:{ns1}:conn",
-        "quiver:{ns1}:conn:", "quiver:{ns1}:conn:a:b", "quiver:{ns1}:manifest:github",
-        "quiver:{ns1}:manifest:github:", "quiver:{ns1}:manifest:github:nobody",
-        "quiver:{ns1}:manifest:git hub:shared", "quiver:{ns1}:manifest:github:shared:extra",
-        "quiver:{ns1}:grants:shared", "quiver:{ns1}:grants:member/",
-        "quiver:{ns1}:lease:github:member/a/b", "quiver:{ns1}:epoch:1"}) {
+       {"",
+        "quiver:{ns2}:conns",
+        "quiver:ns1:conns",
+        "other:{ns1}:conns",
+        "quiver:{ns1}:",
+        "quiver:{ns1}:nope",
+        "quiver:{ns1}:conns:x",
+        "quiver:{ns1}:conn",
+        "quiver:{ns1}:conn:",
+        "quiver:{ns1}:conn:a:b",
+        "quiver:{ns1}:manifest:github",
+        "quiver:{ns1}:manifest:github:",
+        "quiver:{ns1}:manifest:github:nobody",
+        "quiver:{ns1}:manifest:git hub:shared",
+        "quiver:{ns1}:manifest:github:shared:extra",
+        "quiver:{ns1}:grants:shared",
+        "quiver:{ns1}:grants:member/",
+        "quiver:{ns1}:lease:github:member/a/b",
+        "quiver:{ns1}:epoch:1",
+        "quiver:{ns1}:replay",
+        "quiver:{ns1}:replay:abc",
+        "quiver:{ns1}:grantees",
+        "quiver:{ns1}:replay:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"}) {
     Result<ParsedKey> parsed = k.parse(bad);
     ASSERT_FALSE(parsed.ok()) << bad;
     EXPECT_EQ(parsed.error().code, ErrorCode::kInvalidArgument) << bad;

@@ -99,7 +99,8 @@ std::map<std::string, DocKey> documented_keys(const std::string& doc) {
 std::string built_pattern(KeyKind kind) {
   Result<RedisKeys> keys = RedisKeys::create("ns");  // "quiver:{ns}:" is the document's spelling
   EXPECT_TRUE(keys.ok());
-  Result<std::string> key = keys->key(kind, "CID", *Principal::member("PRINCIPAL"));
+  const std::string digest(64, 'f');
+  Result<std::string> key = keys->key(kind, "CID", *Principal::member("PRINCIPAL"), digest);
   EXPECT_TRUE(key.ok()) << key_kind_name(kind);
   std::string pattern = key.ok() ? *key : std::string();
   auto replace = [&](const std::string& from, const std::string& to) {
@@ -109,6 +110,7 @@ std::string built_pattern(KeyKind kind) {
   };
   replace("CID", "<cid>");
   replace("member/PRINCIPAL", "<principal>");
+  replace(digest, "<sha256>");
   return pattern;
 }
 
