@@ -9,8 +9,8 @@
 # (`fromEnvironment`; unset variables take the defaults of deploy/edge.md), so secrets never live
 # in this file:
 #   QUIVER_TOKEN_KEYS (required, secret)  caller-token keyring, JSON {"<kid>": "<secret>"}
-#   QUIVER_WEBHOOK_SECRETS (secret)       webhook HMAC secrets, JSON ["<secret>", ...] (for
-#                                         POST /v1/webhooks/refresh: not served yet)
+#   QUIVER_WEBHOOK_SECRETS (secret)       webhook HMAC secrets, JSON {"<name>": "<secret>"}
+#                                         (POST /v1/webhooks/refresh; unset: 404)
 #   REDIS_PASSWORD (secret), REDIS_USERNAME, REDIS_HOST, REDIS_PORT, REDIS_TLS
 #   QUIVER_NAMESPACE, QUIVER_TOKEN_AUDIENCE, QUIVER_L1_TTL_MS, QUIVER_L1_STALE_IF_ERROR_MS,
 #   QUIVER_L1_MAX_BYTES, QUIVER_FRESH_TTL_MS, QUIVER_MAX_AGE_MS, QUIVER_REVALIDATE_WINDOW_MS,

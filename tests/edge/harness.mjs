@@ -373,6 +373,7 @@ export class Layout {
   revalidate() { return `${this.prefix}revalidate`; }
   gate(cid, principal) { return `${this.prefix}revalidate-gate:${cid}:${principal}`; }
   epoch() { return `${this.prefix}epoch`; }
+  grantees(cid) { return `${this.prefix}grantees:${cid}`; }
 }
 
 export const configHash = (cid) => createHash('sha256').update(`config of ${cid}`).digest('hex');
@@ -398,6 +399,12 @@ export function manifestCommands(layout, cid, principal, manifest,
      'cache_scope', '', 'truncated', '0', 'attempt_at', String(fetched)],
     ['INCR', layout.epoch()],
   ];
+}
+
+// The X-Quiver-Signature value for `body` (shared/webhook_signature.h), made with node's crypto.
+export function signWebhook(secret, body, nowMs = Date.now()) {
+  const t = Math.floor(nowMs / 1000);
+  return `t=${t},v1=${createHmac('sha256', secret).update(`${t}.${body}`).digest('hex')}`;
 }
 
 export function writeTempFile(name, text) {

@@ -18,7 +18,7 @@ import path from 'node:path';
 
 import {
   Layout, RedisServer, Workerd, connectionCommands, everythingTools, manifestCommands,
-  manifestJson, mintToken, repoRoot, sleep,
+  manifestJson, mintToken, repoRoot, signWebhook, sleep,
 } from './harness.mjs';
 
 const args = process.argv.slice(2);
@@ -33,6 +33,7 @@ const NS = 'e2e';
 const KID = 'k-e2e';
 const SECRET = 'edge-e2e-caller-token-secret-0123456789';
 const REDIS_PASSWORD = 'e2e-redis-password';
+const WEBHOOK_SECRET = 'edge-e2e-webhook-secret-0123456789';
 const L1_TTL_MS = 300;
 const layout = new Layout(NS);
 
@@ -70,6 +71,7 @@ function edgeEnv(extra = {}) {
     REDIS_HOST: '127.0.0.1',
     REDIS_PORT: String(redis.port),
     REDIS_PASSWORD,
+    QUIVER_WEBHOOK_SECRETS: JSON.stringify({ ci: WEBHOOK_SECRET }),
     REDIS_CONNECT_TIMEOUT_MS: '500',
     REDIS_TIMEOUT_MS: '1000',
     ...extra,
@@ -557,6 +559,54 @@ test('Redis over TLS with AUTH (secureTransport), and a wrong password is a 503'
     for (const s of servers.reverse()) await s.stop();
     rmSync(dir, { recursive: true, force: true });
   }
+});
+
+test('a signed webhook marks every principal stale and queues it once; replays and forgeries are 401',
+     async () => {
+  await resetStream();
+  await db.call('SADD', layout.grantees('mail'), 'member/alice', 'member/bob');
+  const post = (body, signature = signWebhook(WEBHOOK_SECRET, body)) =>
+    edge.request('POST', '/v1/webhooks/refresh', { body, headers: {
+      'content-type': 'application/json', 'x-quiver-signature': signature } });
+  const body = JSON.stringify({ connections: ['docs', 'mail', 'nope'], reason: 'deploy' });
+  const res = await post(body);
+  assert.equal(res.status, 202, res.text);
+  assert.deepEqual(res.json, { status: 'accepted', refreshes: [
+    { connection_id: 'docs', principal: 'shared', status: 'queued', marked_stale: true },
+    { connection_id: 'mail', principal: 'member/alice', status: 'queued', marked_stale: true },
+    { connection_id: 'mail', principal: 'member/bob', status: 'queued', marked_stale: true },
+    { connection_id: 'nope', status: 'unknown_connection', marked_stale: false },
+  ] });
+  const entries = await streamEntries();
+  assert.deepEqual(entries.map((e) => `${e.cid} ${e.principal} ${e.reason}`),
+                   ['docs shared webhook', 'mail member/alice webhook', 'mail member/bob webhook']);
+  // Readers see it stale at once: the webhook moved the epoch, which retires L1 copies.
+  const docs = await edge.request('GET', '/v1/mcp-connections/docs/manifest',
+                                  { headers: auth('alice') });
+  assert.equal(docs.status, 200, docs.text);
+  assert.equal(docs.json.status, 'stale');
+
+  // The same signed request again, a forged one, an unsigned one: 401, nothing queued.
+  assertJsonError(await post(body), 401, 'UNAUTHENTICATED');
+  assertJsonError(await post(body, signWebhook('not-the-secret-0123456789abcdef', body)), 401,
+                  'UNAUTHENTICATED');
+  assertJsonError(await post(body, signWebhook(WEBHOOK_SECRET, body, Date.now() - 600_000)), 401,
+                  'UNAUTHENTICATED');
+  assertJsonError(await post(body, ''), 401, 'UNAUTHENTICATED');
+  const junk = '{"connections": 7}';
+  assertJsonError(await post(junk), 400, 'BAD_REQUEST');
+  assert.equal((await streamEntries()).length, 3);
+  await settle();
+
+  // A listing that started after the webhook clears the mark (as the agent's commit would).
+  await db.pipeline(manifestCommands(layout, 'docs', 'shared',
+                                     manifestJson(['search_docs', 'fetch_page'].map((n) => ({
+                                       name: n, description: `${n} for docs`,
+                                       inputSchema: { type: 'object' } })), 'docs')));
+  await sleep(L1_TTL_MS + 50);
+  const again = await edge.request('GET', '/v1/mcp-connections/docs/manifest',
+                                   { headers: auth('alice') });
+  assert.equal(again.json.status, 'fresh');
 });
 
 test('a Redis that accepts but never answers times out into a 503, and frees the request',

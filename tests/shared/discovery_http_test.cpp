@@ -541,8 +541,9 @@ TEST(DiscoveryHttp, OpenApiDescribesEveryRouteAndErrorCode) {
   std::stringstream text;
   text << file.rdbuf();
   const std::string doc = text.str();
-  for (const char* path : {"/v1/manifests:", "/v1/mcp-connections/{id}/manifest:",
-                           "/v1/mcp-connections/{id}/refresh-tools:", "/v1/search:"}) {
+  for (const char* path :
+       {"/v1/manifests:", "/v1/mcp-connections/{id}/manifest:",
+        "/v1/mcp-connections/{id}/refresh-tools:", "/v1/search:", "/v1/webhooks/refresh:"}) {
     EXPECT_NE(doc.find(std::string("  ") + path), std::string::npos) << path;
   }
   for (int i = 0; i < kHttpErrorCodeCount; ++i) {
