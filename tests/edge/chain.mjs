@@ -489,7 +489,8 @@ async function main() {
   console.log(`${verdict}: ${tests.length} tests in ${Date.now() - started} ms`);
   if (failed) {
     // Every line with QUIVER_EDGE_LOGS=1; else the warnings, which usually say why.
-    const shown = process.env.QUIVER_EDGE_LOGS ? logs : logs.filter((l) => / (WARN|ERROR) /.test(l));
+    const shown = process.env.QUIVER_EDGE_LOGS ? logs
+                                               : logs.filter((l) => / (WARN|ERROR) /.test(l));
     console.log(shown.slice(-60).join('\n'));
   }
   process.exit(failed ? 1 : 0);
