@@ -59,14 +59,14 @@ rc=$?
 child=
 exit $rc
 `;
-function spawnTied(command, args, options = {}) {
+export function spawnTied(command, args, options = {}) {
   const proc = spawn('sh', ['-c', TIED, 'sh', command, ...args],
                      { ...options, stdio: ['pipe', options.stdout ?? 'pipe', 'pipe'] });
   proc.stdin.on('error', () => {});
   return proc;
 }
 
-async function stopTied(proc, exited) {
+export async function stopTied(proc, exited) {
   if (!proc || proc.exitCode !== null || proc.signalCode !== null) return;
   proc.stdin.end();
   const t = setTimeout(() => proc.kill('SIGKILL'), 5000);
@@ -74,7 +74,7 @@ async function stopTied(proc, exited) {
   clearTimeout(t);
 }
 
-async function waitFor(what, probe, timeoutMs = 10000) {
+export async function waitFor(what, probe, timeoutMs = 10000) {
   const deadline = Date.now() + timeoutMs;
   let last;
   while (Date.now() < deadline) {
