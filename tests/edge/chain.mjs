@@ -34,7 +34,9 @@ import os from 'node:os';
 import path from 'node:path';
 
 import { Agent, HttpUpstream, nodeModules, testUpstreamScript, upstreamStats } from './agent.mjs';
-import { Layout, RedisServer, Workerd, mintToken, repoRoot, sleep } from './harness.mjs';
+import {
+  Layout, RedisServer, Workerd, mintToken, repoRoot, signWebhook, sleep,
+} from './harness.mjs';
 
 const args = process.argv.slice(2);
 const argValue = (name, fallback) => {
@@ -58,6 +60,7 @@ const COUNTED_TOOLS = 3;
 const LISTING_DELAY_MS = 2500;  // counted's list delay in the SWR burst (< the 3 s request timeout)
 const layout = new Layout(NS);
 
+const WEBHOOK_SECRET = 'chain-webhook-secret-0123456789abcdef';
 const GRANTS = {
   alice: ['counted', 'everything', 'perm'],
   bob: ['counted', 'perm'],
@@ -288,6 +291,38 @@ test('POST refresh-tools at the edge: 202, the agent re-lists, a newer fetched_a
   assert.equal(denied.status, 404);
 });
 
+test('a signed webhook at the edge: each granted member of a per-member connection re-listed',
+     async () => {
+  // The edge expands the target by the grantees the agent wrote (grantees:perm).
+  const members = ['alice', 'bob'];
+  const fetched = {};
+  await deadline('both members have a perm manifest', async () => {
+    for (const m of members) {
+      fetched[m] = Number(await manifestField('perm', `member/${m}`, 'fetched_at') ?? 0);
+    }
+    return members.every((m) => fetched[m] > 0);
+  });
+  const body = JSON.stringify({ connection_id: 'perm', reason: 'deploy' });
+  const res = await edges[0].request('POST', '/v1/webhooks/refresh', { body, headers: {
+    'content-type': 'application/json', 'x-quiver-signature': signWebhook(WEBHOOK_SECRET, body) } });
+  assert.equal(res.status, 202, res.text);
+  assert.deepEqual(res.json.refreshes.map((r) => [r.principal, r.marked_stale]),
+                   [['member/alice', true], ['member/bob', true]]);
+  for (const r of res.json.refreshes) assert.ok(['queued', 'in_progress'].includes(r.status), r.status);
+  // Each member's data is re-listed by the agent from a listing that started after the webhook;
+  // both edges then serve it fresh.
+  for (const m of members) {
+    await deadline(`perm re-listed for ${m}`, async () => {
+      const entry = entryOf(await edgeManifest(m, 'perm', edges[1]));
+      return entry.fetched_at > fetched[m] && entry.status === 'fresh';
+    });
+  }
+  // A replay of the same signed request, at the other edge: refused.
+  const again = await edges[1].request('POST', '/v1/webhooks/refresh', { body, headers: {
+    'content-type': 'application/json', 'x-quiver-signature': signWebhook(WEBHOOK_SECRET, body) } });
+  assert.equal(again.status, 401, again.text);
+});
+
 test('a tool added at runtime (list_changed) appears at the edge after the agent re-lists',
      async () => {
   const before = counted().tools_list_calls;
@@ -450,6 +485,7 @@ async function main() {
       REDIS_HOST: '127.0.0.1',
       REDIS_PORT: String(redis.port),
       REDIS_PASSWORD,
+      QUIVER_WEBHOOK_SECRETS: JSON.stringify({ deploys: WEBHOOK_SECRET }),
     };
     for (let i = 0; i < 2; i++) {
       edges.push(await Workerd.start({ config: path.join(edgeDir, 'workerd.capnp'), env, logs }));
