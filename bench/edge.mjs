@@ -18,16 +18,12 @@ import path from 'node:path';
 
 import {
   Layout, RedisServer, Workerd, connectionCommands, everythingTools, manifestCommands,
-  manifestJson, mintToken, repoRoot,
+  argValue, edgeDirArg, manifestJson, mintToken, repoRoot,
 } from '../tests/edge/harness.mjs';
 
-const args = process.argv.slice(2);
-const arg = (name, fallback) => {
-  const i = args.indexOf(name);
-  return i >= 0 ? args[i + 1] : fallback;
-};
+const arg = argValue;
 const duration = Number(arg('--duration', '5'));
-const edgeDir = path.resolve(arg('--edge-dir', path.join(repoRoot, 'build', 'wasm', 'edge')));
+const edgeDir = edgeDirArg();
 const writeTo = arg('--write', '');
 
 const KID = 'bench';

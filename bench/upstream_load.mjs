@@ -28,18 +28,14 @@ import { pathToFileURL } from 'node:url';
 
 import { Agent, HttpUpstream, defaultAgentBinary, nodeModules } from '../tests/edge/agent.mjs';
 import {
-  Layout, RedisServer, Workerd, mintToken, repoRoot, sleep,
+  Layout, RedisServer, Workerd, argValue, edgeDirArg, mintToken, repoRoot, sleep,
 } from '../tests/edge/harness.mjs';
 
-const args = process.argv.slice(2);
-const arg = (name, fallback) => {
-  const i = args.indexOf(name);
-  return i >= 0 ? args[i + 1] : fallback;
-};
+const arg = argValue;
 const READS = Number(arg('--reads', '1000'));
 const ROUNDS = Number(arg('--rounds', '3'));
 const DELAY_MS = Number(arg('--delay-ms', '200'));
-const edgeDir = path.resolve(arg('--edge-dir', path.join(repoRoot, 'build', 'wasm', 'edge')));
+const edgeDir = edgeDirArg();
 const agentBinary = path.resolve(arg('--agent', defaultAgentBinary()));
 const writeTo = arg('--write', '');
 

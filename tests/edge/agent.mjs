@@ -10,38 +10,15 @@ import os from 'node:os';
 import path from 'node:path';
 import readline from 'node:readline';
 
-import { freePort, repoRoot, spawnTied, stopTied, waitFor } from './harness.mjs';
+import {
+  freePort, httpRequest, repoRoot, spawnTied, stopTied, waitFor,
+} from './harness.mjs';
 
 export const defaultAgentBinary = () => process.env.QUIVER_AGENT_BIN ||
   path.join(repoRoot, 'build', 'native', 'native-agent', 'quiver-agent');
 export const nodeModules = () => process.env.QUIVER_NODE_MODULES ||
   path.join(repoRoot, 'build', 'node', 'node_modules');
 export const testUpstreamScript = path.join(repoRoot, 'tests', 'peers', 'test-upstream.mjs');
-
-// One HTTP request to 127.0.0.1:port; resolves to {status, headers, text, json}.
-export function httpRequest(port, method, pathAndQuery, { headers = {}, body, agent } = {}) {
-  return new Promise((resolve, reject) => {
-    const req = http.request({ host: '127.0.0.1', port, method, path: pathAndQuery, headers,
-                               agent }, (res) => {
-      const chunks = [];
-      res.on('data', (c) => chunks.push(c));
-      res.on('end', () => {
-        const text = Buffer.concat(chunks).toString('utf8');
-        let json;
-        try {
-          json = text ? JSON.parse(text) : undefined;
-        } catch {
-          json = undefined;
-        }
-        resolve({ status: res.statusCode, headers: res.headers, text, json });
-      });
-      res.on('error', reject);
-    });
-    req.on('error', reject);
-    if (body !== undefined) req.write(body);
-    req.end();
-  });
-}
 
 // Collects a child's output lines into `logs` (and optionally echoes them).
 function collect(stream, logs, echo) {

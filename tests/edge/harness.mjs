@@ -28,6 +28,75 @@ export function freePort() {
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
+// `--name value` from the command line, else `fallback`.
+export function argValue(name, fallback) {
+  const i = process.argv.indexOf(name, 2);
+  return i >= 0 ? process.argv[i + 1] : fallback;
+}
+
+// The staged edge (scripts/edge-build.sh), or --edge-dir.
+export const edgeDirArg = () =>
+  path.resolve(argValue('--edge-dir', path.join(repoRoot, 'build', 'wasm', 'edge')));
+
+// One HTTP request to 127.0.0.1:port; resolves to {status, headers, text, json}.
+export function httpRequest(port, method, pathAndQuery, { headers = {}, body, agent } = {}) {
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: '127.0.0.1', port, method, path: pathAndQuery, headers,
+                               agent }, (res) => {
+      const chunks = [];
+      res.on('data', (c) => chunks.push(c));
+      res.on('end', () => {
+        const text = Buffer.concat(chunks).toString('utf8');
+        let json;
+        try {
+          json = text ? JSON.parse(text) : undefined;
+        } catch {
+          json = undefined;
+        }
+        resolve({ status: res.statusCode, headers: res.headers, text, json });
+      });
+      res.on('error', reject);
+    });
+    req.on('error', reject);
+    if (body !== undefined) req.write(body);
+    req.end();
+  });
+}
+
+// Runs the tests in order (only those whose name contains `only`), one `ok`/`FAIL` line each;
+// resolves to the number that failed.
+export async function runTests(tests, only = '') {
+  let failed = 0;
+  for (const t of tests) {
+    if (only && !t.name.includes(only)) continue;
+    const t0 = Date.now();
+    try {
+      await t.fn();
+      console.log(`ok    ${t.name} (${Date.now() - t0} ms)`);
+    } catch (e) {
+      failed++;
+      console.log(`FAIL  ${t.name}\n${e.stack ?? e}`);
+    }
+  }
+  return failed;
+}
+
+// What the processes' logs must never hold after a run: an internal error, or one of `secrets`.
+// Prints a FAIL line per kind; resolves to how many kinds were found.
+export function loggedProblems(logs, secrets = []) {
+  let problems = 0;
+  const unexpected = logs.filter((l) => /INTERNAL|exception|Uncaught/i.test(l));
+  if (unexpected.length) {
+    problems++;
+    console.log(`FAIL  internal errors logged:\n${unexpected.slice(0, 10).join('\n')}`);
+  }
+  if (logs.some((l) => secrets.some((s) => s && l.includes(s)))) {
+    problems++;
+    console.log('FAIL  a secret appeared in a log line');
+  }
+  return problems;
+}
+
 // Starts `command` so that it cannot outlive this process: a shell runs it and stops it as soon as
 // its stdin (a pipe from us) closes — when we stop it, and also when we die, even by SIGKILL (a
 // ctest timeout). Stopping is SIGTERM, then SIGKILL after 3 s if the command is still running (a
@@ -276,28 +345,8 @@ export class Workerd {
   }
 
   // One HTTP request; resolves to {status, headers, text, json}.
-  request(method, pathAndQuery, { headers = {}, body, agent } = {}) {
-    return new Promise((resolve, reject) => {
-      const req = http.request({ host: '127.0.0.1', port: this.port, method, path: pathAndQuery,
-                                 headers, agent: agent ?? this.agent }, (res) => {
-        const chunks = [];
-        res.on('data', (c) => chunks.push(c));
-        res.on('end', () => {
-          const text = Buffer.concat(chunks).toString('utf8');
-          let json;
-          try {
-            json = text ? JSON.parse(text) : undefined;
-          } catch {
-            json = undefined;
-          }
-          resolve({ status: res.statusCode, headers: res.headers, text, json });
-        });
-        res.on('error', reject);
-      });
-      req.on('error', reject);
-      if (body !== undefined) req.write(body);
-      req.end();
-    });
+  request(method, pathAndQuery, opts = {}) {
+    return httpRequest(this.port, method, pathAndQuery, { agent: this.agent, ...opts });
   }
 
   async stop() {

@@ -17,16 +17,11 @@ import os from 'node:os';
 import path from 'node:path';
 
 import {
-  Layout, RedisServer, Workerd, connectionCommands, everythingTools, manifestCommands,
-  manifestJson, mintToken, repoRoot, signWebhook, sleep,
+  Layout, RedisServer, Workerd, argValue, connectionCommands, edgeDirArg, everythingTools,
+  manifestCommands, loggedProblems, manifestJson, mintToken, repoRoot, runTests, signWebhook, sleep,
 } from './harness.mjs';
 
-const args = process.argv.slice(2);
-const argValue = (name, fallback) => {
-  const i = args.indexOf(name);
-  return i >= 0 ? args[i + 1] : fallback;
-};
-const edgeDir = path.resolve(argValue('--edge-dir', path.join(repoRoot, 'build', 'wasm', 'edge')));
+const edgeDir = edgeDirArg();
 const only = argValue('--only', '');
 
 const NS = 'e2e';
@@ -569,7 +564,8 @@ test('a signed webhook marks every principal stale and queues it once; replays a
     edge.request('POST', '/v1/webhooks/refresh', { body, headers: {
       'content-type': 'application/json', 'x-quiver-signature': signature } });
   const body = JSON.stringify({ connections: ['docs', 'mail', 'nope'], reason: 'deploy' });
-  const res = await post(body);
+  const signature = signWebhook(WEBHOOK_SECRET, body);
+  const res = await post(body, signature);
   assert.equal(res.status, 202, res.text);
   assert.deepEqual(res.json, { status: 'accepted', refreshes: [
     { connection_id: 'docs', principal: 'shared', status: 'queued', marked_stale: true },
@@ -587,7 +583,7 @@ test('a signed webhook marks every principal stale and queues it once; replays a
   assert.equal(docs.json.status, 'stale');
 
   // The same signed request again, a forged one, an unsigned one: 401, nothing queued.
-  assertJsonError(await post(body), 401, 'UNAUTHENTICATED');
+  assertJsonError(await post(body, signature), 401, 'UNAUTHENTICATED');
   assertJsonError(await post(body, signWebhook('not-the-secret-0123456789abcdef', body)), 401,
                   'UNAUTHENTICATED');
   assertJsonError(await post(body, signWebhook(WEBHOOK_SECRET, body, Date.now() - 600_000)), 401,
@@ -660,27 +656,13 @@ async function main() {
   let failed = 0;
   const started = Date.now();
   try {
-    for (const t of tests) {
-      if (only && !t.name.includes(only)) continue;
-      const t0 = Date.now();
-      try {
-        await t.fn();
-        console.log(`ok    ${t.name} (${Date.now() - t0} ms)`);
-      } catch (e) {
-        failed++;
-        console.log(`FAIL  ${t.name}\n${e.stack ?? e}`);
-      }
-    }
+    failed += await runTests(tests, only);
   } finally {
     db.close();
     await edge.stop();
     await redis.stop();
   }
-  const unexpected = logs.filter((l) => /INTERNAL|exception|Uncaught/i.test(l));
-  if (unexpected.length) {
-    failed++;
-    console.log(`FAIL  workerd logged internal errors:\n${unexpected.slice(0, 10).join('\n')}`);
-  }
+  failed += loggedProblems(logs, [SECRET, REDIS_PASSWORD, WEBHOOK_SECRET]);
   const verdict = failed ? 'FAILED' : 'passed';
   console.log(`${verdict}: ${tests.length} tests in ${Date.now() - started} ms`);
   if (failed && process.env.QUIVER_EDGE_LOGS) console.log(logs.join('\n'));
