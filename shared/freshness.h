@@ -81,7 +81,7 @@ struct CacheEntryMeta {
   CacheScope cache_scope = CacheScope::kUnspecified;
   std::optional<RefreshError> last_error;     // the last failed refresh, if any
   std::optional<int64_t> last_attempt_at_ms;  // when the last refresh attempt started
-  // A refresh webhook marked the data stale at this time (shared/webhook_signature.h). Data
+  // A refresh webhook marked the data stale then (shared/webhook_signature.h). Data
   // listed before it (fetched_at <= invalidated_at: a listing that started before the change)
   // is fresh only until then; a listing that started later clears it.
   std::optional<int64_t> invalidated_at_ms;
