@@ -13,7 +13,6 @@
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <hiredis.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -21,6 +20,7 @@
 
 #include "shared/lease.h"
 #include "tests/support/discovery_fixture.h"
+#include "tests/support/hiredis_run.h"
 #include "tests/support/redis_server.h"
 
 namespace quiver {
@@ -31,50 +31,12 @@ using quiver::testing::data_entry;
 using quiver::testing::manifest_json;
 using quiver::testing::member_principal;
 using quiver::testing::MemoryStore;
+using quiver::testing::RedisConnection;
 using quiver::testing::RedisServer;
+using quiver::testing::run_argv;
 
 constexpr int64_t kNow = 100'000'000;
 constexpr int64_t kMinute = 60'000;
-
-struct ContextFree {
-  void operator()(redisContext* c) const { redisFree(c); }
-};
-using Connection = std::unique_ptr<redisContext, ContextFree>;
-
-RespValue to_resp(const redisReply* r) {
-  switch (r->type) {
-    case REDIS_REPLY_INTEGER:
-      return RespValue::integer_value(r->integer);
-    case REDIS_REPLY_STRING:
-      return RespValue::bulk_string(std::string(r->str, r->len));
-    case REDIS_REPLY_STATUS:
-      return RespValue::simple_string(std::string(r->str, r->len));
-    case REDIS_REPLY_ERROR:
-      return RespValue::error(std::string(r->str, r->len));
-    case REDIS_REPLY_ARRAY: {
-      std::vector<RespValue> e;
-      for (size_t i = 0; i < r->elements; ++i) e.push_back(to_resp(r->element[i]));
-      return RespValue::array(std::move(e));
-    }
-    default:
-      return RespValue::nil();
-  }
-}
-
-RespValue run(redisContext* c, const std::vector<std::string>& argv) {
-  std::vector<const char*> parts;
-  std::vector<size_t> lengths;
-  for (const std::string& a : argv) {
-    parts.push_back(a.data());
-    lengths.push_back(a.size());
-  }
-  auto* reply = static_cast<redisReply*>(
-      redisCommandArgv(c, static_cast<int>(argv.size()), parts.data(), lengths.data()));
-  if (reply == nullptr) return RespValue::error(std::string("transport: ") + c->errstr);
-  RespValue out = to_resp(reply);
-  freeReplyObject(reply);
-  return out;
-}
 
 ScriptReply to_script_reply(const RespValue& v) {
   switch (v.type) {
@@ -161,10 +123,10 @@ class DiscoveryRedisIntegration : public ::testing::Test {
     ASSERT_TRUE(server_->ok()) << server_->error();
     c_.reset(server_->connect());
     ASSERT_NE(c_, nullptr);
-    run(c_.get(), {"FLUSHALL"});
+    run_argv(c_.get(), {"FLUSHALL"});
   }
 
-  RespValue cmd(const std::vector<std::string>& argv) { return run(c_.get(), argv); }
+  RespValue cmd(const std::vector<std::string>& argv) { return run_argv(c_.get(), argv); }
 
   // Writes every key of `store` with hiredis, spelled by RedisKeys.
   void populate(const MemoryStore& store) {
@@ -226,7 +188,7 @@ class DiscoveryRedisIntegration : public ::testing::Test {
   int64_t xlen() { return cmd({"XLEN", keys_.revalidate_stream()}).integer; }
 
   static RedisServer* server_;
-  Connection c_;
+  RedisConnection c_;
   RedisKeys keys_ = *RedisKeys::create("itest");
 };
 
@@ -418,11 +380,11 @@ TEST_F(DiscoveryRedisIntegration, TwoHundredConcurrentEnqueuesQueueExactlyOnce) 
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
-      Connection c(server_->connect());
+      RedisConnection c(server_->connect());
       ++ready;
       while (!go) std::this_thread::yield();
       for (int i = 0; i < kPerThread; ++i) {
-        results[t].push_back(parse_enqueue_reply(run(c.get(), *command)));
+        results[t].push_back(parse_enqueue_reply(run_argv(c.get(), *command)));
       }
     });
   }

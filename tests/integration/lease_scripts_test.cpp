@@ -9,54 +9,41 @@
 #include <vector>
 
 #include <gtest/gtest.h>
-#include <hiredis.h>
 
 #include "shared/lease.h"
+#include "tests/support/hiredis_run.h"
 #include "tests/support/redis_server.h"
 
 namespace quiver {
 namespace {
 
+using quiver::testing::RedisConnection;
 using quiver::testing::RedisServer;
+using quiver::testing::run_argv;
 
-struct ContextFree {
-  void operator()(redisContext* c) const { redisFree(c); }
-};
-using Connection = std::unique_ptr<redisContext, ContextFree>;
-
-ScriptReply to_script_reply(const redisReply* r) {
-  switch (r->type) {
-    case REDIS_REPLY_INTEGER:
-      return ScriptReply::of_integer(r->integer);
-    case REDIS_REPLY_STRING:
-    case REDIS_REPLY_STATUS:
-      return ScriptReply::of_string(std::string(r->str, r->len));
-    case REDIS_REPLY_ERROR:
-      return ScriptReply::of_error(std::string(r->str, r->len));
-    case REDIS_REPLY_ARRAY: {
-      std::vector<ScriptReply> elements;
-      for (size_t i = 0; i < r->elements; ++i) elements.push_back(to_script_reply(r->element[i]));
-      return ScriptReply::of_array(std::move(elements));
+ScriptReply to_script_reply(const RespValue& v) {
+  switch (v.type) {
+    case RespValue::Type::kInteger:
+      return ScriptReply::of_integer(v.integer);
+    case RespValue::Type::kBulkString:
+    case RespValue::Type::kSimpleString:
+      return ScriptReply::of_string(v.str);
+    case RespValue::Type::kError:
+      return ScriptReply::of_error(v.str);
+    case RespValue::Type::kArray: {
+      std::vector<ScriptReply> e;
+      for (const RespValue& x : v.elements) e.push_back(to_script_reply(x));
+      return ScriptReply::of_array(std::move(e));
     }
-    default:
-      return ScriptReply::nil();
+    case RespValue::Type::kNil:
+      break;
   }
+  return ScriptReply::nil();
 }
 
 // Sends one argv as built by the core; a transport failure becomes an error reply.
 ScriptReply run(redisContext* c, const std::vector<std::string>& argv) {
-  std::vector<const char*> parts;
-  std::vector<size_t> lengths;
-  for (const std::string& a : argv) {
-    parts.push_back(a.data());
-    lengths.push_back(a.size());
-  }
-  auto* reply = static_cast<redisReply*>(
-      redisCommandArgv(c, static_cast<int>(argv.size()), parts.data(), lengths.data()));
-  if (reply == nullptr) return ScriptReply::of_error(std::string("transport: ") + c->errstr);
-  ScriptReply out = to_script_reply(reply);
-  freeReplyObject(reply);
-  return out;
+  return to_script_reply(run_argv(c, argv));
 }
 
 LeaseKeys keys_for(const std::string& cid, const std::string& principal) {
@@ -173,7 +160,7 @@ class LeaseScripts : public ::testing::Test {
   }
 
   static RedisServer* server_;
-  Connection c_;
+  RedisConnection c_;
   LeaseKeys keys_;
 };
 
@@ -405,7 +392,7 @@ TEST_F(LeaseScripts, ThreadsRacingToAcquireProduceExactlyOneHolder) {
   constexpr int kThreads = 8;
   for (int round = 0; round < 5; ++round) {
     cmd({"DEL", keys_.lease});
-    std::vector<Connection> conns;
+    std::vector<RedisConnection> conns;
     for (int i = 0; i < kThreads; ++i) {
       conns.emplace_back(server_->connect());
       ASSERT_NE(conns.back(), nullptr);
