@@ -106,27 +106,6 @@ RespValue to_resp(const redisReply* r) {
   }
 }
 
-ScriptReply to_script_reply(const RespValue& v) {
-  switch (v.type) {
-    case RespValue::Type::kNil:
-      return ScriptReply::nil();
-    case RespValue::Type::kSimpleString:
-    case RespValue::Type::kBulkString:
-      return ScriptReply::of_string(v.str);
-    case RespValue::Type::kError:
-      return ScriptReply::of_error(v.str);
-    case RespValue::Type::kInteger:
-      return ScriptReply::of_integer(v.integer);
-    case RespValue::Type::kArray: {
-      std::vector<ScriptReply> elements;
-      elements.reserve(v.elements.size());
-      for (const RespValue& e : v.elements) elements.push_back(to_script_reply(e));
-      return ScriptReply::of_array(std::move(elements));
-    }
-  }
-  return ScriptReply::nil();
-}
-
 bool starts_with(std::string_view s, std::string_view prefix) {
   return s.substr(0, prefix.size()) == prefix;
 }
@@ -474,13 +453,13 @@ struct RedisStore::Impl {
     return exec.elements;
   }
 
-  Result<ScriptReply> script(const Result<RedisCommand>& command, std::string_view what) {
+  Result<RespValue> script(const Result<RedisCommand>& command, std::string_view what) {
     if (!command.ok()) return command.error();
     Result<std::vector<RespValue>> r = main.run({*command});
     if (!r.ok()) return r.error();
-    const RespValue& v = (*r)[0];
+    RespValue& v = (*r)[0];
     if (v.is_error()) return reply_error(v, what);
-    return to_script_reply(v);
+    return std::move(v);
   }
 
   Result<LeaseKeys> lease_keys(std::string_view cid, const Principal& principal) {
@@ -635,8 +614,7 @@ Result<AcquireResult> RedisStore::acquire_lease(std::string_view cid, const Prin
                                                 std::string_view token, int64_t lease_ms) {
   Result<LeaseKeys> k = impl_->lease_keys(cid, principal);
   if (!k.ok()) return k.error();
-  Result<ScriptReply> r =
-      impl_->script(acquire_lease_command(*k, token, lease_ms), "lease_acquire");
+  Result<RespValue> r = impl_->script(acquire_lease_command(*k, token, lease_ms), "lease_acquire");
   if (!r.ok()) return r.error();
   return parse_acquire_reply(*r, token);
 }
@@ -645,7 +623,7 @@ Result<LeaseOutcome> RedisStore::renew_lease(std::string_view cid, const Princip
                                              const Lease& lease, int64_t lease_ms) {
   Result<LeaseKeys> k = impl_->lease_keys(cid, principal);
   if (!k.ok()) return k.error();
-  Result<ScriptReply> r = impl_->script(renew_lease_command(*k, lease, lease_ms), "lease_renew");
+  Result<RespValue> r = impl_->script(renew_lease_command(*k, lease, lease_ms), "lease_renew");
   if (!r.ok()) return r.error();
   return parse_renew_reply(*r);
 }
@@ -654,7 +632,7 @@ Result<LeaseOutcome> RedisStore::release_lease(std::string_view cid, const Princ
                                                const Lease& lease) {
   Result<LeaseKeys> k = impl_->lease_keys(cid, principal);
   if (!k.ok()) return k.error();
-  Result<ScriptReply> r = impl_->script(release_lease_command(*k, lease), "lease_release");
+  Result<RespValue> r = impl_->script(release_lease_command(*k, lease), "lease_release");
   if (!r.ok()) return r.error();
   return parse_release_reply(*r);
 }
@@ -666,7 +644,7 @@ Result<FencedWriteResult> RedisStore::commit_manifest(std::string_view cid,
                                                       const FencedWriteOptions& options) {
   Result<LeaseKeys> k = impl_->lease_keys(cid, principal);
   if (!k.ok()) return k.error();
-  Result<ScriptReply> r =
+  Result<RespValue> r =
       impl_->script(commit_manifest_command(*k, lease, write, options), "manifest_commit");
   if (!r.ok()) return r.error();
   return parse_commit_reply(*r);
@@ -678,7 +656,7 @@ Result<FencedWriteResult> RedisStore::record_failure(std::string_view cid,
                                                      const FencedWriteOptions& options) {
   Result<LeaseKeys> k = impl_->lease_keys(cid, principal);
   if (!k.ok()) return k.error();
-  Result<ScriptReply> r =
+  Result<RespValue> r =
       impl_->script(record_failure_command(*k, lease, failure, options), "manifest_fail");
   if (!r.ok()) return r.error();
   return parse_failure_reply(*r);

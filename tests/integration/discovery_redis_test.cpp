@@ -38,26 +38,6 @@ using quiver::testing::run_argv;
 constexpr int64_t kNow = 100'000'000;
 constexpr int64_t kMinute = 60'000;
 
-ScriptReply to_script_reply(const RespValue& v) {
-  switch (v.type) {
-    case RespValue::Type::kInteger:
-      return ScriptReply::of_integer(v.integer);
-    case RespValue::Type::kBulkString:
-    case RespValue::Type::kSimpleString:
-      return ScriptReply::of_string(v.str);
-    case RespValue::Type::kError:
-      return ScriptReply::of_error(v.str);
-    case RespValue::Type::kArray: {
-      std::vector<ScriptReply> e;
-      for (const RespValue& x : v.elements) e.push_back(to_script_reply(x));
-      return ScriptReply::of_array(std::move(e));
-    }
-    case RespValue::Type::kNil:
-      break;
-  }
-  return ScriptReply::nil();
-}
-
 // A plain TCP connection: what the edge's JS host has (no client library, our bytes).
 class RawSocket {
  public:
@@ -323,7 +303,7 @@ TEST_F(DiscoveryRedisIntegration, ReadsWhatTheRealCommitScriptWrote) {
                *keys_.conn("gh"), keys_.epoch()};
   const std::string token(32, 'b');
   Result<AcquireResult> acquired =
-      parse_acquire_reply(to_script_reply(cmd(*acquire_lease_command(lk, token))), token);
+      parse_acquire_reply(cmd(*acquire_lease_command(lk, token)), token);
   ASSERT_TRUE(acquired.ok() && acquired->acquired);
 
   // While the listing runs, readers see pending and queue nothing.
@@ -339,8 +319,8 @@ TEST_F(DiscoveryRedisIntegration, ReadsWhatTheRealCommitScriptWrote) {
   w.fresh_until_ms = kNow - 1000 + 15 * kMinute;
   w.expires_at_ms = kNow - 1000 + 86'400'000;
   w.cache_scope = "private";
-  Result<FencedWriteResult> committed = parse_commit_reply(to_script_reply(
-      cmd(*commit_manifest_command(lk, acquired->lease, w, FencedWriteOptions{86'400'000, true}))));
+  Result<FencedWriteResult> committed = parse_commit_reply(
+      cmd(*commit_manifest_command(lk, acquired->lease, w, FencedWriteOptions{86'400'000, true})));
   ASSERT_TRUE(committed.ok() && committed->ok());
 
   Result<DiscoverySnapshot> s = read("alice");

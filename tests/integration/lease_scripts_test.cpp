@@ -21,31 +21,6 @@ using quiver::testing::RedisConnection;
 using quiver::testing::RedisServer;
 using quiver::testing::run_argv;
 
-ScriptReply to_script_reply(const RespValue& v) {
-  switch (v.type) {
-    case RespValue::Type::kInteger:
-      return ScriptReply::of_integer(v.integer);
-    case RespValue::Type::kBulkString:
-    case RespValue::Type::kSimpleString:
-      return ScriptReply::of_string(v.str);
-    case RespValue::Type::kError:
-      return ScriptReply::of_error(v.str);
-    case RespValue::Type::kArray: {
-      std::vector<ScriptReply> e;
-      for (const RespValue& x : v.elements) e.push_back(to_script_reply(x));
-      return ScriptReply::of_array(std::move(e));
-    }
-    case RespValue::Type::kNil:
-      break;
-  }
-  return ScriptReply::nil();
-}
-
-// Sends one argv as built by the core; a transport failure becomes an error reply.
-ScriptReply run(redisContext* c, const std::vector<std::string>& argv) {
-  return to_script_reply(run_argv(c, argv));
-}
-
 LeaseKeys keys_for(const std::string& cid, const std::string& principal) {
   std::string p = "quiver:{default}:";
   return LeaseKeys{p + "manifest:" + cid + ":" + principal, p + "lease:" + cid + ":" + principal,
@@ -98,17 +73,17 @@ class LeaseScripts : public ::testing::Test {
     set_config_hash("h1");
   }
 
-  ScriptReply cmd(const std::vector<std::string>& argv) { return run(c_.get(), argv); }
+  RespValue cmd(const std::vector<std::string>& argv) { return run_argv(c_.get(), argv); }
   std::string get(const std::vector<std::string>& argv) {
-    ScriptReply r = cmd(argv);
-    return r.type == ScriptReply::Type::kString ? r.string : "(nil)";
+    RespValue r = cmd(argv);
+    return r.is_string() ? r.str : "(nil)";
   }
   int64_t integer(const std::vector<std::string>& argv) { return cmd(argv).integer; }
   std::map<std::string, std::string> hash(const std::string& key) {
     std::map<std::string, std::string> out;
-    ScriptReply r = cmd({"HGETALL", key});
+    RespValue r = cmd({"HGETALL", key});
     for (size_t i = 0; i + 1 < r.elements.size(); i += 2) {
-      out[r.elements[i].string] = r.elements[i + 1].string;
+      out[r.elements[i].str] = r.elements[i + 1].str;
     }
     return out;
   }
@@ -120,7 +95,7 @@ class LeaseScripts : public ::testing::Test {
                         redisContext* c = nullptr) {
     Result<RedisCommand> command = acquire_lease_command(keys_, tok, lease_ms);
     EXPECT_TRUE(command.ok()) << command.error().message;
-    Result<AcquireResult> r = parse_acquire_reply(run(c ? c : c_.get(), *command), tok);
+    Result<AcquireResult> r = parse_acquire_reply(run_argv(c ? c : c_.get(), *command), tok);
     EXPECT_TRUE(r.ok()) << r.error().message;
     return r.ok() ? *r : AcquireResult{};
   }
@@ -407,7 +382,7 @@ TEST_F(LeaseScripts, ThreadsRacingToAcquireProduceExactlyOneHolder) {
         Result<RedisCommand> command = acquire_lease_command(keys_, tok, 60'000);
         ++ready;
         while (!go.load()) std::this_thread::yield();
-        if (command.ok()) results[i] = parse_acquire_reply(run(conns[i].get(), *command), tok);
+        if (command.ok()) results[i] = parse_acquire_reply(run_argv(conns[i].get(), *command), tok);
       });
     }
     while (ready.load() < kThreads) std::this_thread::yield();
