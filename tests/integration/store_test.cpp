@@ -1086,6 +1086,43 @@ TEST(RedisStoreOnly, GranteesFollowTheGrantsInOneTransaction) {
   EXPECT_EQ(grantees("c3"), (std::set<std::string>{"member/bob"}));
 }
 
+TEST(RedisStoreOnly, AManualRefreshIsQueuedAgainOnceTheGateIsASecondOld) {
+  // The enqueue is the edge's script: a reader's gate holds for the window, a manual refresh
+  // (refresh-tools) goes through it once the gate is a second old, and restarts it.
+  ASSERT_TRUE(shared_redis().ok()) << shared_redis().error();
+  RedisServer& server = shared_redis();
+  (void)raw(server, {"FLUSHALL"});
+  std::atomic<int64_t> clock{kT0};
+  RedisStoreOptions o = local_redis(server.port());
+  o.now_ms = [&] { return clock.load(); };
+  std::unique_ptr<RedisStore> store = std::move(RedisStore::create(o)).value();
+  const Principal alice = member("alice");
+  ASSERT_TRUE(store->sync_connections({record("c1", "h1")}).ok());
+
+  ASSERT_EQ(*store->enqueue_revalidation("c1", alice, "stale", 60'000), EnqueueOutcome::kQueued);
+  EXPECT_EQ(*store->enqueue_revalidation("c1", alice, "manual", 60'000),
+            EnqueueOutcome::kAlreadyQueued);  // the gate is younger than a second
+  clock += 1'500;
+  EXPECT_EQ(*store->enqueue_revalidation("c1", alice, "stale", 60'000),
+            EnqueueOutcome::kAlreadyQueued);  // readers wait for the window
+  EXPECT_EQ(*store->enqueue_revalidation("c1", alice, "manual", 60'000), EnqueueOutcome::kQueued);
+  EXPECT_EQ(*store->enqueue_revalidation("c1", alice, "manual", 60'000),
+            EnqueueOutcome::kAlreadyQueued);  // the gate restarted
+
+  RevalidationBatch batch = *store->read_revalidations("agent-1", 10, 0);
+  ASSERT_EQ(batch.requests.size(), 2u);
+  EXPECT_EQ(batch.requests[0].reason, "stale");
+  EXPECT_EQ(batch.requests[1].reason, "manual");
+  EXPECT_EQ(batch.requests[1].at_ms, kT0 + 1'500);
+
+  // A held lease still means in progress, for a manual refresh too.
+  AcquireResult a = *store->acquire_lease("c1", alice, token(1), kLongLease);
+  ASSERT_TRUE(a.acquired);
+  clock += 1'500;
+  EXPECT_EQ(*store->enqueue_revalidation("c1", alice, "manual", 60'000),
+            EnqueueOutcome::kInProgress);
+}
+
 // ---- SQLite only -------------------------------------------------------------------------------
 
 TEST(SqliteStoreOnly, TwoAgentsOnOneFileHaveOneLeaseWinner) {
