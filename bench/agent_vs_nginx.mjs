@@ -36,6 +36,14 @@ const CID = 'everything';
 const ONE = `/v1/mcp-connections/${CID}/manifest`;
 const ALL = '/v1/manifests';
 
+// Ctrl-C or a TERM ends the run at the next step; the servers stop and the temp dir goes (the
+// servers also stop by themselves when this process dies: harness.mjs spawnTied).
+let interrupted = '';
+for (const sig of ['SIGINT', 'SIGTERM']) process.on(sig, () => { interrupted = sig; });
+const checkInterrupted = () => {
+  if (interrupted) throw new Error(`stopped by ${interrupted}`);
+};
+
 const hasNginx = () => !spawnSync('nginx', ['-v']).error;
 
 function ensureTools() {
@@ -182,6 +190,7 @@ async function main() {
 
     const nginx1 = await Nginx.start({ root, prefix: path.join(tmp, 'nginx-1'), workers: 1, logs });
     servers.push(nginx1);
+    checkInterrupted();
     const nginxAuto = await Nginx.start({ root, prefix: path.join(tmp, 'nginx-auto'),
                                           workers: 'auto', logs });
     servers.push(nginxAuto);
@@ -222,6 +231,7 @@ async function main() {
     const rows = [];
     for (const connections of [1, 16]) {
       for (const t of targets) {
+        checkInterrupted();
         const r = wrk({ port: t.port, path: t.path, connections, duration, headers: t.headers });
         rows.push({ ...t, connections, ...r });
         printRow(t.name, connections, r);
