@@ -11,8 +11,8 @@
 //   JS + Redis GET    a hand-written worker: connect, AUTH, GET the same bytes, return them
 // at 1 and 16 connections (keep-alive), p50 / p99 latency and requests/s, as wrk reports them.
 // Needs wrk (Debian package `wrk`), redis-server and the npm workerd (scripts/setup.sh).
-import { execFileSync, spawnSync } from 'node:child_process';
-import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { copyFileSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 
@@ -20,6 +20,7 @@ import {
   Layout, RedisServer, Workerd, connectionCommands, everythingTools, manifestCommands,
   argValue, edgeDirArg, manifestJson, mintToken, repoRoot,
 } from '../tests/edge/harness.mjs';
+import { hasWrk, machineLine, printRow, wrk, wrkVersion, writeSection } from './report.mjs';
 
 const arg = argValue;
 const duration = Number(arg('--duration', '5'));
@@ -33,27 +34,9 @@ const NS = 'bench';
 const PATH = '/v1/mcp-connections/everything/manifest';
 const BODY_KEY = 'bench:body';
 
-if (spawnSync('wrk', ['--version']).error) {
-  console.error('bench/edge.mjs needs wrk: apt-get install -y wrk');
+if (!hasWrk()) {
+  console.error('bench/edge.mjs needs wrk: scripts/setup.sh --bench');
   process.exit(2);
-}
-
-function parseDuration(text) {
-  const m = /^([\d.]+)(us|ms|s|m)$/.exec(text);
-  if (!m) return NaN;
-  return Number(m[1]) * { us: 0.001, ms: 1, s: 1000, m: 60000 }[m[2]];
-}
-
-function wrk(port, connections, headers) {
-  const cmd = ['-t1', `-c${connections}`, `-d${duration}s`, '--latency', '--timeout', '5s'];
-  for (const [k, v] of Object.entries(headers)) cmd.push('-H', `${k}: ${v}`);
-  cmd.push(`http://127.0.0.1:${port}${PATH}`);
-  const out = execFileSync('wrk', cmd, { encoding: 'utf8' });
-  const pct = (p) => parseDuration(new RegExp(`^\\s+${p}%\\s+(\\S+)`, 'm').exec(out)?.[1] ?? '');
-  const rps = Number(/Requests\/sec:\s+([\d.]+)/.exec(out)?.[1]);
-  const non2xx = Number(/Non-2xx or 3xx responses:\s+(\d+)/.exec(out)?.[1] ?? 0);
-  const socketErrors = /Socket errors:.*/.exec(out)?.[0] ?? '';
-  return { p50: pct(50), p99: pct(99), rps, errors: non2xx, socketErrors };
 }
 
 async function main() {
@@ -136,16 +119,13 @@ const config :Workerd.Config = (
     const rows = [];
     for (const connections of [1, 16]) {
       for (const [name, server, h] of targets) {
-        const r = wrk(server.port, connections, h);
+        const r = wrk({ port: server.port, path: PATH, connections, duration, headers: h });
         rows.push({ name, connections, ...r });
-        console.log(`${name.padEnd(40)} c=${String(connections).padStart(2)}` +
-                    `  p50 ${r.p50.toFixed(3)} ms` +
-                    `  p99 ${r.p99.toFixed(3)} ms  ${r.rps.toFixed(0)} req/s` +
-                    `${r.errors ? `  NON-2XX ${r.errors}` : ''} ${r.socketErrors}`);
+        printRow(name, connections, r);
       }
     }
     const body = Buffer.byteLength(sample.text);
-    if (writeTo) writeSection(writeTo, rows, body);
+    if (writeTo) writeSection(writeTo, 'Edge', sectionLines(rows, body));
   } finally {
     db.close();
     for (const s of servers.reverse()) await s.stop();
@@ -154,19 +134,15 @@ const config :Workerd.Config = (
   }
 }
 
-function writeSection(file, rows, bodyBytes) {
-  const cpu = os.cpus()[0]?.model ?? 'unknown CPU';
-  const wrkVersion = /wrk (\S+)/.exec(spawnSync('wrk', ['--version'], { encoding: 'utf8' }).stdout)
-    ?.[1] ?? '?';
+function sectionLines(rows, bodyBytes) {
   const workerdVersion = execFileSync(
     path.join(repoRoot, 'build', 'node', 'node_modules', '.bin', 'workerd'), ['--version'],
     { encoding: 'utf8' }).trim();
   const base = (c) => rows.find((r) => r.connections === c && r.name.startsWith('plain'));
-  const lines = [
-    '## Edge',
+  return [
     '',
     `\`node bench/edge.mjs --duration ${duration}\`, ${new Date().toISOString().slice(0, 10)}:`,
-    `${os.cpus().length} × ${cpu}, ${workerdVersion}, wrk ${wrkVersion}, redis-server on loopback.`,
+    `${machineLine()}, ${workerdVersion}, wrk ${wrkVersion()}, redis-server on loopback.`,
     'One wrk thread, keep-alive; workerd, Redis and wrk share the machine (and other builds).',
     `Every target answers \`GET ${PATH}\``,
     `with the same ${bodyBytes}-byte body: the tools server-everything lists, one disabled.`,
@@ -177,27 +153,7 @@ function writeSection(file, rows, bodyBytes) {
       `${r.p99.toFixed(3)} | ${r.rps.toFixed(0)} | ` +
       `${(r.rps / base(r.connections).rps).toFixed(2)} |` +
       `${r.errors ? ` (${r.errors} non-2xx)` : ''}`),
-    '',
   ];
-  let text = '';
-  try {
-    text = readFileSync(file, 'utf8');
-  } catch {
-    text = '# Benchmarks\n\n';
-  }
-  const start = text.indexOf('## Edge\n');
-  let section = lines.join('\n');
-  if (start >= 0) {
-    const next = text.indexOf('\n## ', start + 1);
-    const notes = text.slice(start, next < 0 ? text.length : next);
-    const keep = notes.indexOf('\n### ');  // hand-written notes under the table stay
-    if (keep >= 0) section += notes.slice(keep + 1);
-    text = text.slice(0, start) + section + (next < 0 ? '' : text.slice(next + 1));
-  } else {
-    text = `${text.trimEnd()}\n\n${section}`;
-  }
-  writeFileSync(file, text.endsWith('\n') ? text : `${text}\n`);
-  console.log(`wrote the Edge section of ${file}`);
 }
 
 main().catch((e) => {

@@ -106,27 +106,6 @@ RespValue to_resp(const redisReply* r) {
   }
 }
 
-ScriptReply to_script_reply(const RespValue& v) {
-  switch (v.type) {
-    case RespValue::Type::kNil:
-      return ScriptReply::nil();
-    case RespValue::Type::kSimpleString:
-    case RespValue::Type::kBulkString:
-      return ScriptReply::of_string(v.str);
-    case RespValue::Type::kError:
-      return ScriptReply::of_error(v.str);
-    case RespValue::Type::kInteger:
-      return ScriptReply::of_integer(v.integer);
-    case RespValue::Type::kArray: {
-      std::vector<ScriptReply> elements;
-      elements.reserve(v.elements.size());
-      for (const RespValue& e : v.elements) elements.push_back(to_script_reply(e));
-      return ScriptReply::of_array(std::move(elements));
-    }
-  }
-  return ScriptReply::nil();
-}
-
 bool starts_with(std::string_view s, std::string_view prefix) {
   return s.substr(0, prefix.size()) == prefix;
 }
@@ -474,13 +453,10 @@ struct RedisStore::Impl {
     return exec.elements;
   }
 
-  Result<ScriptReply> script(const Result<RedisCommand>& command, std::string_view what) {
+  // One script the core built (lease.h, discovery_redis.h); an invalid argument fails here.
+  Result<RespValue> script(const Result<RedisCommand>& command, std::string_view what) {
     if (!command.ok()) return command.error();
-    Result<std::vector<RespValue>> r = main.run({*command});
-    if (!r.ok()) return r.error();
-    const RespValue& v = (*r)[0];
-    if (v.is_error()) return reply_error(v, what);
-    return to_script_reply(v);
+    return one(*command, what);
   }
 
   Result<LeaseKeys> lease_keys(std::string_view cid, const Principal& principal) {
@@ -635,8 +611,7 @@ Result<AcquireResult> RedisStore::acquire_lease(std::string_view cid, const Prin
                                                 std::string_view token, int64_t lease_ms) {
   Result<LeaseKeys> k = impl_->lease_keys(cid, principal);
   if (!k.ok()) return k.error();
-  Result<ScriptReply> r =
-      impl_->script(acquire_lease_command(*k, token, lease_ms), "lease_acquire");
+  Result<RespValue> r = impl_->script(acquire_lease_command(*k, token, lease_ms), "lease_acquire");
   if (!r.ok()) return r.error();
   return parse_acquire_reply(*r, token);
 }
@@ -645,7 +620,7 @@ Result<LeaseOutcome> RedisStore::renew_lease(std::string_view cid, const Princip
                                              const Lease& lease, int64_t lease_ms) {
   Result<LeaseKeys> k = impl_->lease_keys(cid, principal);
   if (!k.ok()) return k.error();
-  Result<ScriptReply> r = impl_->script(renew_lease_command(*k, lease, lease_ms), "lease_renew");
+  Result<RespValue> r = impl_->script(renew_lease_command(*k, lease, lease_ms), "lease_renew");
   if (!r.ok()) return r.error();
   return parse_renew_reply(*r);
 }
@@ -654,7 +629,7 @@ Result<LeaseOutcome> RedisStore::release_lease(std::string_view cid, const Princ
                                                const Lease& lease) {
   Result<LeaseKeys> k = impl_->lease_keys(cid, principal);
   if (!k.ok()) return k.error();
-  Result<ScriptReply> r = impl_->script(release_lease_command(*k, lease), "lease_release");
+  Result<RespValue> r = impl_->script(release_lease_command(*k, lease), "lease_release");
   if (!r.ok()) return r.error();
   return parse_release_reply(*r);
 }
@@ -666,7 +641,7 @@ Result<FencedWriteResult> RedisStore::commit_manifest(std::string_view cid,
                                                       const FencedWriteOptions& options) {
   Result<LeaseKeys> k = impl_->lease_keys(cid, principal);
   if (!k.ok()) return k.error();
-  Result<ScriptReply> r =
+  Result<RespValue> r =
       impl_->script(commit_manifest_command(*k, lease, write, options), "manifest_commit");
   if (!r.ok()) return r.error();
   return parse_commit_reply(*r);
@@ -678,7 +653,7 @@ Result<FencedWriteResult> RedisStore::record_failure(std::string_view cid,
                                                      const FencedWriteOptions& options) {
   Result<LeaseKeys> k = impl_->lease_keys(cid, principal);
   if (!k.ok()) return k.error();
-  Result<ScriptReply> r =
+  Result<RespValue> r =
       impl_->script(record_failure_command(*k, lease, failure, options), "manifest_fail");
   if (!r.ok()) return r.error();
   return parse_failure_reply(*r);
@@ -1078,32 +1053,31 @@ Result<EnqueueOutcome> RedisStore::enqueue_revalidation(std::string_view cid,
                                                         const Principal& principal,
                                                         std::string_view reason,
                                                         int64_t window_ms) {
-  Result<std::string> lease = impl_->keys.lease(cid, principal);
-  if (!lease.ok()) return lease.error();
+  if (Result<std::string> lease = impl_->keys.lease(cid, principal); !lease.ok()) {
+    return lease.error();
+  }
   if (Status s = validate_revalidation_reason(reason); !s.ok()) return s.error();
   if (window_ms <= 0) return invalid("enqueue_revalidation: window_ms must be positive");
-  std::string gate = *impl_->keys.revalidate_gate(cid, principal);
-  std::string at = std::to_string(impl_->options.now_ms());
-
-  // As the edge does it: no request while a refresh holds the lease, then one per window. A lease
-  // taken between the steps costs one extra request, which its consumer finds fresh and skips.
-  Result<RespValue> held = impl_->one({"EXISTS", *lease}, "EXISTS");
-  if (!held.ok()) return held.error();
-  if (held->as_int() == std::optional<int64_t>(1)) return EnqueueOutcome::kInProgress;
-  Result<RespValue> won =
-      impl_->one({"SET", gate, at, "NX", "PX", std::to_string(window_ms)}, "SET gate");
-  if (!won.ok()) return won.error();
-  if (won->is_nil()) return EnqueueOutcome::kAlreadyQueued;
-  Result<RespValue> added =
-      impl_->one({"XADD", impl_->keys.revalidate_stream(), "MAXLEN", "~",
-                  std::to_string(impl_->options.revalidate_stream_max_len), "*", redis_field::kCid,
-                  std::string(cid), redis_field::kPrincipal, principal.str(), redis_field::kReason,
-                  std::string(reason), redis_field::kAt, at},
-                 "XADD");
-  if (!added.ok()) {
-    // Give the gate back so the next stale read queues it again (best effort: Redis may be gone).
-    (void)impl_->main.run({{"DEL", gate}});
-    return added.error();
+  // One EVAL of schema/lua/revalidate_enqueue.lua, as the edge queues: nothing while a refresh
+  // holds the lease, then one request per key per window, atomically however many readers race.
+  // A manual refresh (refresh-tools) is queued again once the gate is a second old.
+  Revalidation r{std::string(cid), principal, std::string(reason), reason == "manual"};
+  EnqueueOptions options;
+  options.window_ms = window_ms;
+  options.stream_maxlen = impl_->options.revalidate_stream_max_len;
+  Result<RespValue> reply =
+      impl_->script(revalidate_enqueue_command(impl_->keys, r, impl_->options.now_ms(), options),
+                    "revalidate_enqueue");
+  if (!reply.ok()) return reply.error();
+  Result<RevalidationResult> result = parse_enqueue_reply(*reply);
+  if (!result.ok()) return result.error();
+  switch (result->outcome) {
+    case RevalidationOutcome::kInProgress:
+      return EnqueueOutcome::kInProgress;
+    case RevalidationOutcome::kAlreadyQueued:
+      return EnqueueOutcome::kAlreadyQueued;
+    case RevalidationOutcome::kQueued:
+      break;
   }
   return EnqueueOutcome::kQueued;
 }

@@ -89,6 +89,8 @@ class RedisStore final : public ManifestStore {
   Result<int64_t> bump_epoch() override;
   Result<int64_t> read_epoch() override;
 
+  // One EVAL of schema/lua/revalidate_enqueue.lua, the edge's own: reason "manual" (refresh-tools)
+  // is queued again once the gate is a second old (shared/discovery_redis.h EnqueueOptions).
   Result<EnqueueOutcome> enqueue_revalidation(std::string_view cid, const Principal& principal,
                                               std::string_view reason, int64_t window_ms) override;
   Result<RevalidationBatch> read_revalidations(std::string_view consumer, std::size_t max,

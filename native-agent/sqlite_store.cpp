@@ -9,10 +9,9 @@
 
 #include <sqlite3.h>
 
+#include "native-agent/sqlite_db.h"
 #include "shared/discovery.h"
-#include "shared/schema_assets.h"
 #include "shared/sha256.h"
-#include "shared/sql_queries.h"
 
 namespace quiver {
 
@@ -49,52 +48,14 @@ bool parse_row_id(std::string_view text, int64_t* out) {
 namespace sqlite_store_internal {
 
 // The store's state; SqliteStore::Impl is this, named here so the helpers below can take it.
-struct Db {
+struct Db : SqliteDb {
+  Db() : SqliteDb("sqlite") {}
+
   SqliteStoreOptions options;
-  sqlite3* db = nullptr;
   std::mutex mu;
-  std::map<std::string, sqlite3_stmt*, std::less<>> statements;
   // The Redis key builders validate ids, and the lease.h command builders validate every argument
   // of a lease step; running them (and discarding the argv) gives both stores the same checks.
   RedisKeys validation_keys = *RedisKeys::create();
-
-  ~Db() {
-    for (auto& [name, stmt] : statements) sqlite3_finalize(stmt);
-    if (db != nullptr) sqlite3_close(db);
-  }
-
-  Error sql_error(int rc, std::string_view what) const {
-    int primary = rc & 0xff;
-    ErrorCode code = ErrorCode::kInternal;
-    if (primary == SQLITE_BUSY || primary == SQLITE_LOCKED || primary == SQLITE_IOERR ||
-        primary == SQLITE_FULL || primary == SQLITE_CANTOPEN || primary == SQLITE_READONLY ||
-        primary == SQLITE_PROTOCOL || primary == SQLITE_NOTADB || primary == SQLITE_CORRUPT) {
-      code = ErrorCode::kUnavailable;
-    }
-    std::string detail = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
-    return Error(code, "sqlite " + options.path + ": " + std::string(what) + ": " + detail);
-  }
-
-  Status exec(const char* sql, std::string_view what) {
-    int rc = sqlite3_exec(db, sql, nullptr, nullptr, nullptr);
-    if (rc != SQLITE_OK) return sql_error(rc, what);
-    return Status::Ok();
-  }
-
-  Result<sqlite3_stmt*> prepared(std::string_view name) {
-    auto it = statements.find(name);
-    if (it != statements.end()) return it->second;
-    std::string_view sql = sql_query(name);
-    if (sql.empty()) {
-      return Error(ErrorCode::kInternal,
-                   "schema/sqlite-queries.sql has no statement '" + std::string(name) + "'");
-    }
-    sqlite3_stmt* stmt = nullptr;
-    int rc = sqlite3_prepare_v2(db, sql.data(), static_cast<int>(sql.size()), &stmt, nullptr);
-    if (rc != SQLITE_OK) return sql_error(rc, "preparing " + std::string(name));
-    statements.emplace(std::string(name), stmt);
-    return stmt;
-  }
 
   Result<LeaseKeys> lease_keys(std::string_view cid, const Principal& principal) const {
     Result<std::string> manifest = validation_keys.manifest(cid, principal);
@@ -113,118 +74,8 @@ using sqlite_store_internal::Db;
 
 namespace {
 
-// One run of a cached named statement: bind by parameter name, step, read columns. Resets the
-// statement when done. A failure to prepare or bind is kept and reported by the first step.
-class Query {
- public:
-  Query(Db& impl, std::string_view name) : impl_(impl), name_(name) {
-    Result<sqlite3_stmt*> s = impl.prepared(name);
-    if (s.ok()) {
-      stmt_ = *s;
-    } else {
-      status_ = s.error();
-    }
-  }
-  ~Query() {
-    if (stmt_ != nullptr) {
-      sqlite3_reset(stmt_);
-      sqlite3_clear_bindings(stmt_);
-    }
-  }
-  Query(const Query&) = delete;
-  Query& operator=(const Query&) = delete;
-
-  Query& text(const char* param, std::string_view value) {
-    if (int i = index(param); i > 0) {
-      check(sqlite3_bind_text(stmt_, i, value.data(), static_cast<int>(value.size()),
-                              SQLITE_TRANSIENT));
-    }
-    return *this;
-  }
-  Query& integer(const char* param, int64_t value) {
-    if (int i = index(param); i > 0) check(sqlite3_bind_int64(stmt_, i, value));
-    return *this;
-  }
-  Query& null(const char* param) {
-    if (int i = index(param); i > 0) check(sqlite3_bind_null(stmt_, i));
-    return *this;
-  }
-  Query& text_or_null(const char* param, std::string_view value) {
-    return value.empty() ? null(param) : text(param, value);
-  }
-
-  // True when a row is ready, false when the statement is done.
-  Result<bool> step() {
-    if (!status_.ok()) return status_.error();
-    int rc = sqlite3_step(stmt_);
-    if (rc == SQLITE_ROW) return true;
-    if (rc == SQLITE_DONE) return false;
-    status_ = impl_.sql_error(rc, name_);
-    return status_.error();
-  }
-  // Runs to completion; the number of rows changed.
-  Result<int> run() {
-    for (;;) {
-      Result<bool> row = step();
-      if (!row.ok()) return row.error();
-      if (!*row) return sqlite3_changes(impl_.db);
-    }
-  }
-
-  bool is_null(int col) const { return sqlite3_column_type(stmt_, col) == SQLITE_NULL; }
-  int64_t integer_at(int col) const { return sqlite3_column_int64(stmt_, col); }
-  std::string text_at(int col) const {
-    const unsigned char* t = sqlite3_column_text(stmt_, col);
-    if (t == nullptr) return {};
-    return std::string(reinterpret_cast<const char*>(t),
-                       static_cast<std::size_t>(sqlite3_column_bytes(stmt_, col)));
-  }
-
- private:
-  int index(const char* param) {
-    if (!status_.ok()) return 0;
-    int i = sqlite3_bind_parameter_index(stmt_, param);
-    if (i == 0) {
-      status_ = Error(ErrorCode::kInternal, "statement " + name_ + " has no parameter " + param);
-    }
-    return i;
-  }
-  void check(int rc) {
-    if (rc != SQLITE_OK && status_.ok()) status_ = impl_.sql_error(rc, "binding " + name_);
-  }
-
-  Db& impl_;
-  std::string name_;
-  sqlite3_stmt* stmt_ = nullptr;
-  Status status_;
-};
-
-// BEGIN IMMEDIATE ... COMMIT, rolled back unless committed. IMMEDIATE takes the write lock up front
-// (waiting up to the busy timeout), so the reads inside see what the writes will be applied to.
-class Transaction {
- public:
-  explicit Transaction(Db& impl) : impl_(impl) {
-    begun_ = impl.exec("BEGIN IMMEDIATE", "begin transaction");
-    active_ = begun_.ok();
-  }
-  ~Transaction() {
-    if (active_) (void)impl_.exec("ROLLBACK", "rollback");
-  }
-  Transaction(const Transaction&) = delete;
-  Transaction& operator=(const Transaction&) = delete;
-
-  const Status& begun() const { return begun_; }
-  Status commit() {
-    Status s = impl_.exec("COMMIT", "commit");
-    if (s.ok()) active_ = false;
-    return s;
-  }
-
- private:
-  Db& impl_;
-  Status begun_;
-  bool active_ = false;
-};
+using Query = SqliteQuery;
+using Transaction = SqliteTransaction;
 
 // The columns of manifest_select_meta / manifest_list_meta (and the first 15 of manifest_select).
 Result<ManifestMeta> meta_from_row(const Query& q) {
@@ -277,21 +128,11 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::open(SqliteStoreOptions option
   auto impl = std::make_unique<Impl>();
   impl->options = std::move(options);
   Impl& s = *impl;
-  int rc =
-      sqlite3_open_v2(s.options.path.c_str(), &s.db,
-                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
-  if (rc != SQLITE_OK) {
-    Error e = s.sql_error(rc, "open");
-    e.code = ErrorCode::kUnavailable;
-    return e;
-  }
-  sqlite3_extended_result_codes(s.db, 1);
-  sqlite3_busy_timeout(
-      s.db, static_cast<int>(std::min<int64_t>(s.options.busy_timeout_ms, 1'000'000'000)));
+  if (Status st = s.open(s.options.path, s.options.busy_timeout_ms); !st.ok()) return st.error();
   {
     sqlite3_stmt* stmt = nullptr;
     std::string mode;
-    rc = sqlite3_prepare_v2(s.db, "PRAGMA journal_mode=WAL", -1, &stmt, nullptr);
+    int rc = sqlite3_prepare_v2(s.handle(), "PRAGMA journal_mode=WAL", -1, &stmt, nullptr);
     if (rc == SQLITE_OK && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
       const unsigned char* t = sqlite3_column_text(stmt, 0);
       mode = t != nullptr ? reinterpret_cast<const char*>(t) : "";
@@ -312,7 +153,7 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::open(SqliteStoreOptions option
   {
     sqlite3_stmt* stmt = nullptr;
     int version = 0;
-    rc = sqlite3_prepare_v2(s.db, "PRAGMA user_version", -1, &stmt, nullptr);
+    int rc = sqlite3_prepare_v2(s.handle(), "PRAGMA user_version", -1, &stmt, nullptr);
     if (rc == SQLITE_OK && sqlite3_step(stmt) == SQLITE_ROW) version = sqlite3_column_int(stmt, 0);
     sqlite3_finalize(stmt);
     if (version > kSchemaVersion) {
@@ -321,17 +162,7 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::open(SqliteStoreOptions option
                        " is newer than this agent's (" + std::to_string(kSchemaVersion) + ")");
     }
   }
-  std::string ddl = "BEGIN IMMEDIATE;\n" + std::string(schema_asset("sqlite.sql")) + "\nCOMMIT;";
-  char* message = nullptr;
-  rc = sqlite3_exec(s.db, ddl.c_str(), nullptr, nullptr, &message);
-  if (rc != SQLITE_OK) {
-    std::string detail = message != nullptr ? message : sqlite3_errstr(rc);
-    sqlite3_free(message);
-    (void)s.exec("ROLLBACK", "rollback");
-    Error e = s.sql_error(rc, "applying schema/sqlite.sql");
-    e.message = "sqlite " + s.options.path + ": applying schema/sqlite.sql: " + detail;
-    return e;
-  }
+  if (Status st = s.apply_schema(); !st.ok()) return st.error();
   return std::unique_ptr<SqliteStore>(new SqliteStore(std::move(impl)));
 }
 

@@ -5,6 +5,7 @@
 #   scripts/setup.sh            # everything (build + tests)
 #   scripts/setup.sh --run      # only the Debian packages `quiver-agent` needs to build and run
 #   scripts/setup.sh --peers    # only the npm packages (MCP servers used by tests and examples)
+#   scripts/setup.sh --bench    # only what the benchmarks add: wrk, and nginx-light as a baseline
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 mode=${1:-all}
@@ -12,10 +13,12 @@ mode=${1:-all}
 run_pkgs=(g++ cmake make pkg-config nlohmann-json3-dev libcpp-httplib-dev libhiredis-dev
           libsqlite3-dev libssl-dev)
 test_pkgs=(libgtest-dev googletest emscripten redis-server openssl iproute2 util-linux wrk)
+bench_pkgs=(wrk nginx-light)
 
 pkgs=("${run_pkgs[@]}")
 [ "$mode" = "--run" ] || pkgs+=("${test_pkgs[@]}")
 [ "$mode" = "--peers" ] && pkgs=()
+[ "$mode" = "--bench" ] && pkgs=("${bench_pkgs[@]}")
 
 missing=()
 for p in "${pkgs[@]}"; do
@@ -33,7 +36,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     "${missing[@]}" >/dev/null
 fi
 
-[ "$mode" = "--run" ] && exit 0
+[ "$mode" = "--run" ] || [ "$mode" = "--bench" ] && exit 0
 
 # npm packages: real MCP peers for the tests and the example config, workerd for the edge.
 node_dir="$root/build/node"

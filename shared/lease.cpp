@@ -81,21 +81,19 @@ std::string cut_utf8(const std::string& s, std::size_t max) {
 }
 
 // The reply of every script is an array whose first element names the outcome.
-Result<const std::vector<ScriptReply>*> outcome_array(const ScriptReply& reply,
-                                                      const char* script) {
-  if (reply.type == ScriptReply::Type::kError) {
-    return Error(ErrorCode::kInternal, std::string(script) + ": Redis error: " + reply.string);
+Result<const std::vector<RespValue>*> outcome_array(const RespValue& reply, const char* script) {
+  if (reply.is_error()) {
+    return Error(ErrorCode::kInternal, std::string(script) + ": Redis error: " + reply.str);
   }
-  if (reply.type != ScriptReply::Type::kArray || reply.elements.empty() ||
-      reply.elements[0].type != ScriptReply::Type::kString) {
+  if (!reply.is_array() || reply.elements.empty() || !reply.elements[0].is_string()) {
     return Error(ErrorCode::kInvalidReply,
                  std::string(script) + ": expected an array starting with an outcome name");
   }
   return &reply.elements;
 }
 
-bool integer_at(const std::vector<ScriptReply>& e, std::size_t i, int64_t* out) {
-  if (i >= e.size() || e[i].type != ScriptReply::Type::kInteger) return false;
+bool integer_at(const std::vector<RespValue>& e, std::size_t i, int64_t* out) {
+  if (i >= e.size() || !e[i].is_integer()) return false;
   *out = e[i].integer;
   return true;
 }
@@ -104,22 +102,22 @@ Error unexpected(const char* script, const std::string& word) {
   return Error(ErrorCode::kInvalidReply, std::string(script) + ": unexpected reply '" + word + "'");
 }
 
-Result<LeaseOutcome> parse_compare_reply(const ScriptReply& reply, const char* script,
+Result<LeaseOutcome> parse_compare_reply(const RespValue& reply, const char* script,
                                          const char* success) {
-  Result<const std::vector<ScriptReply>*> e = outcome_array(reply, script);
+  Result<const std::vector<RespValue>*> e = outcome_array(reply, script);
   if (!e.ok()) return e.error();
-  const std::string& word = (**e)[0].string;
+  const std::string& word = (**e)[0].str;
   if (word == success) return LeaseOutcome::kOk;
   if (word == "lease_lost") return LeaseOutcome::kLeaseLost;
   return unexpected(script, word);
 }
 
-Result<FencedWriteResult> parse_fenced_reply(const ScriptReply& reply, const char* script,
+Result<FencedWriteResult> parse_fenced_reply(const RespValue& reply, const char* script,
                                              const char* success) {
-  Result<const std::vector<ScriptReply>*> parsed = outcome_array(reply, script);
+  Result<const std::vector<RespValue>*> parsed = outcome_array(reply, script);
   if (!parsed.ok()) return parsed.error();
-  const std::vector<ScriptReply>& e = **parsed;
-  const std::string& word = e[0].string;
+  const std::vector<RespValue>& e = **parsed;
+  const std::string& word = e[0].str;
   FencedWriteResult r;
   if (word == success) {
     r.outcome = LeaseOutcome::kOk;
@@ -148,34 +146,6 @@ Status check_fenced_write(const Lease& lease, const std::string& config_hash,
 }
 
 }  // namespace
-
-ScriptReply ScriptReply::of_integer(int64_t v) {
-  ScriptReply r;
-  r.type = Type::kInteger;
-  r.integer = v;
-  return r;
-}
-
-ScriptReply ScriptReply::of_string(std::string s) {
-  ScriptReply r;
-  r.type = Type::kString;
-  r.string = std::move(s);
-  return r;
-}
-
-ScriptReply ScriptReply::of_error(std::string message) {
-  ScriptReply r;
-  r.type = Type::kError;
-  r.string = std::move(message);
-  return r;
-}
-
-ScriptReply ScriptReply::of_array(std::vector<ScriptReply> elements) {
-  ScriptReply r;
-  r.type = Type::kArray;
-  r.elements = std::move(elements);
-  return r;
-}
 
 std::string Lease::value() const { return std::to_string(fence) + ":" + token; }
 
@@ -214,12 +184,12 @@ Result<RedisCommand> acquire_lease_command(const LeaseKeys& keys, std::string_vi
               {std::string(token), std::to_string(lease_ms)});
 }
 
-Result<AcquireResult> parse_acquire_reply(const ScriptReply& reply, std::string_view token) {
+Result<AcquireResult> parse_acquire_reply(const RespValue& reply, std::string_view token) {
   const char* script = "lease_acquire.lua";
-  Result<const std::vector<ScriptReply>*> parsed = outcome_array(reply, script);
+  Result<const std::vector<RespValue>*> parsed = outcome_array(reply, script);
   if (!parsed.ok()) return parsed.error();
-  const std::vector<ScriptReply>& e = **parsed;
-  const std::string& word = e[0].string;
+  const std::vector<RespValue>& e = **parsed;
+  const std::string& word = e[0].str;
   AcquireResult r;
   if (word == "acquired") {
     if (!integer_at(e, 1, &r.lease.fence) || r.lease.fence <= 0) return unexpected(script, word);
@@ -243,7 +213,7 @@ Result<RedisCommand> renew_lease_command(const LeaseKeys& keys, const Lease& lea
   return eval("lease_renew.lua", {&keys.lease}, {lease.value(), std::to_string(lease_ms)});
 }
 
-Result<LeaseOutcome> parse_renew_reply(const ScriptReply& reply) {
+Result<LeaseOutcome> parse_renew_reply(const RespValue& reply) {
   return parse_compare_reply(reply, "lease_renew.lua", "renewed");
 }
 
@@ -253,7 +223,7 @@ Result<RedisCommand> release_lease_command(const LeaseKeys& keys, const Lease& l
   return eval("lease_release.lua", {&keys.lease}, {lease.value()});
 }
 
-Result<LeaseOutcome> parse_release_reply(const ScriptReply& reply) {
+Result<LeaseOutcome> parse_release_reply(const RespValue& reply) {
   return parse_compare_reply(reply, "lease_release.lua", "released");
 }
 
@@ -308,7 +278,7 @@ Result<RedisCommand> record_failure_command(const LeaseKeys& keys, const Lease& 
                std::to_string(options.retention_ms), options.release_lease ? "1" : "0"});
 }
 
-Result<FencedWriteResult> parse_commit_reply(const ScriptReply& reply) {
+Result<FencedWriteResult> parse_commit_reply(const RespValue& reply) {
   Result<FencedWriteResult> r = parse_fenced_reply(reply, "manifest_commit.lua", "committed");
   if (r.ok() && r->ok() && r->epoch <= 0) {
     return Error(ErrorCode::kInvalidReply, "manifest_commit.lua: committed without an epoch");
@@ -316,7 +286,7 @@ Result<FencedWriteResult> parse_commit_reply(const ScriptReply& reply) {
   return r;
 }
 
-Result<FencedWriteResult> parse_failure_reply(const ScriptReply& reply) {
+Result<FencedWriteResult> parse_failure_reply(const RespValue& reply) {
   return parse_fenced_reply(reply, "manifest_fail.lua", "recorded");
 }
 

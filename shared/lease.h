@@ -15,8 +15,9 @@
 // manifest and never writes config_hash.
 //
 // Sans-I/O: the functions build argv vectors (the host RESP-encodes and sends them) and read the
-// reply after the host converted it into a `ScriptReply`. Keys come in built (LeaseKeys, from the
-// Redis key layout); tokens come from the host's randomness; times are the host's clock.
+// reply as a `RespValue` (shared/resp.h: the core's decoder, or a client's reply converted). Keys
+// come in built (LeaseKeys, from the Redis key layout); tokens come from the host's randomness;
+// times are the host's clock.
 #pragma once
 
 #include <cstddef>
@@ -25,28 +26,13 @@
 #include <string_view>
 #include <vector>
 
+#include "shared/resp.h"
 #include "shared/status.h"
 
 namespace quiver {
 
 // One Redis command as its arguments, e.g. {"EVAL", script, "3", key..., arg...}.
 using RedisCommand = std::vector<std::string>;
-
-// The part of a Redis reply the scripts produce, in a form independent of any client: hiredis'
-// redisReply or the edge's RESP values convert to it in a few lines.
-struct ScriptReply {
-  enum class Type { kNil, kInteger, kString, kArray, kError };
-  Type type = Type::kNil;
-  int64_t integer = 0;
-  std::string string;  // a bulk or simple string, or the error text
-  std::vector<ScriptReply> elements;
-
-  static ScriptReply nil() { return {}; }
-  static ScriptReply of_integer(int64_t v);
-  static ScriptReply of_string(std::string s);
-  static ScriptReply of_error(std::string message);
-  static ScriptReply of_array(std::vector<ScriptReply> elements);
-};
 
 // The keys of one (connection, principal), as the Redis key layout names them. All must carry
 // the same `{ns}` hash tag (one cluster slot); each script takes the ones it touches.
@@ -91,16 +77,16 @@ struct AcquireResult {
 };
 
 // `token` is the one passed to acquire_lease_command.
-Result<AcquireResult> parse_acquire_reply(const ScriptReply& reply, std::string_view token);
+Result<AcquireResult> parse_acquire_reply(const RespValue& reply, std::string_view token);
 
 // --- renew and release (outcome kOk or kLeaseLost) ---
 
 Result<RedisCommand> renew_lease_command(const LeaseKeys& keys, const Lease& lease,
                                          int64_t lease_ms = kDefaultLeaseMs);
-Result<LeaseOutcome> parse_renew_reply(const ScriptReply& reply);
+Result<LeaseOutcome> parse_renew_reply(const RespValue& reply);
 
 Result<RedisCommand> release_lease_command(const LeaseKeys& keys, const Lease& lease);
-Result<LeaseOutcome> parse_release_reply(const ScriptReply& reply);
+Result<LeaseOutcome> parse_release_reply(const RespValue& reply);
 
 // --- the fenced writes ---
 
@@ -144,8 +130,8 @@ struct FencedWriteResult {
   bool ok() const { return outcome == LeaseOutcome::kOk; }
 };
 
-Result<FencedWriteResult> parse_commit_reply(const ScriptReply& reply);
-Result<FencedWriteResult> parse_failure_reply(const ScriptReply& reply);
+Result<FencedWriteResult> parse_commit_reply(const RespValue& reply);
+Result<FencedWriteResult> parse_failure_reply(const RespValue& reply);
 
 // A refused write as an error value (kConflict), for callers that propagate rather than branch.
 Error fenced_write_error(const FencedWriteResult& result, const Lease& lease);

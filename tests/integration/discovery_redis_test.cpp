@@ -13,7 +13,6 @@
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <hiredis.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -21,6 +20,7 @@
 
 #include "shared/lease.h"
 #include "tests/support/discovery_fixture.h"
+#include "tests/support/hiredis_run.h"
 #include "tests/support/redis_server.h"
 
 namespace quiver {
@@ -31,70 +31,12 @@ using quiver::testing::data_entry;
 using quiver::testing::manifest_json;
 using quiver::testing::member_principal;
 using quiver::testing::MemoryStore;
+using quiver::testing::RedisConnection;
 using quiver::testing::RedisServer;
+using quiver::testing::run_argv;
 
 constexpr int64_t kNow = 100'000'000;
 constexpr int64_t kMinute = 60'000;
-
-struct ContextFree {
-  void operator()(redisContext* c) const { redisFree(c); }
-};
-using Connection = std::unique_ptr<redisContext, ContextFree>;
-
-RespValue to_resp(const redisReply* r) {
-  switch (r->type) {
-    case REDIS_REPLY_INTEGER:
-      return RespValue::integer_value(r->integer);
-    case REDIS_REPLY_STRING:
-      return RespValue::bulk_string(std::string(r->str, r->len));
-    case REDIS_REPLY_STATUS:
-      return RespValue::simple_string(std::string(r->str, r->len));
-    case REDIS_REPLY_ERROR:
-      return RespValue::error(std::string(r->str, r->len));
-    case REDIS_REPLY_ARRAY: {
-      std::vector<RespValue> e;
-      for (size_t i = 0; i < r->elements; ++i) e.push_back(to_resp(r->element[i]));
-      return RespValue::array(std::move(e));
-    }
-    default:
-      return RespValue::nil();
-  }
-}
-
-RespValue run(redisContext* c, const std::vector<std::string>& argv) {
-  std::vector<const char*> parts;
-  std::vector<size_t> lengths;
-  for (const std::string& a : argv) {
-    parts.push_back(a.data());
-    lengths.push_back(a.size());
-  }
-  auto* reply = static_cast<redisReply*>(
-      redisCommandArgv(c, static_cast<int>(argv.size()), parts.data(), lengths.data()));
-  if (reply == nullptr) return RespValue::error(std::string("transport: ") + c->errstr);
-  RespValue out = to_resp(reply);
-  freeReplyObject(reply);
-  return out;
-}
-
-ScriptReply to_script_reply(const RespValue& v) {
-  switch (v.type) {
-    case RespValue::Type::kInteger:
-      return ScriptReply::of_integer(v.integer);
-    case RespValue::Type::kBulkString:
-    case RespValue::Type::kSimpleString:
-      return ScriptReply::of_string(v.str);
-    case RespValue::Type::kError:
-      return ScriptReply::of_error(v.str);
-    case RespValue::Type::kArray: {
-      std::vector<ScriptReply> e;
-      for (const RespValue& x : v.elements) e.push_back(to_script_reply(x));
-      return ScriptReply::of_array(std::move(e));
-    }
-    case RespValue::Type::kNil:
-      break;
-  }
-  return ScriptReply::nil();
-}
 
 // A plain TCP connection: what the edge's JS host has (no client library, our bytes).
 class RawSocket {
@@ -161,10 +103,10 @@ class DiscoveryRedisIntegration : public ::testing::Test {
     ASSERT_TRUE(server_->ok()) << server_->error();
     c_.reset(server_->connect());
     ASSERT_NE(c_, nullptr);
-    run(c_.get(), {"FLUSHALL"});
+    run_argv(c_.get(), {"FLUSHALL"});
   }
 
-  RespValue cmd(const std::vector<std::string>& argv) { return run(c_.get(), argv); }
+  RespValue cmd(const std::vector<std::string>& argv) { return run_argv(c_.get(), argv); }
 
   // Writes every key of `store` with hiredis, spelled by RedisKeys.
   void populate(const MemoryStore& store) {
@@ -226,7 +168,7 @@ class DiscoveryRedisIntegration : public ::testing::Test {
   int64_t xlen() { return cmd({"XLEN", keys_.revalidate_stream()}).integer; }
 
   static RedisServer* server_;
-  Connection c_;
+  RedisConnection c_;
   RedisKeys keys_ = *RedisKeys::create("itest");
 };
 
@@ -361,7 +303,7 @@ TEST_F(DiscoveryRedisIntegration, ReadsWhatTheRealCommitScriptWrote) {
                *keys_.conn("gh"), keys_.epoch()};
   const std::string token(32, 'b');
   Result<AcquireResult> acquired =
-      parse_acquire_reply(to_script_reply(cmd(*acquire_lease_command(lk, token))), token);
+      parse_acquire_reply(cmd(*acquire_lease_command(lk, token)), token);
   ASSERT_TRUE(acquired.ok() && acquired->acquired);
 
   // While the listing runs, readers see pending and queue nothing.
@@ -377,8 +319,8 @@ TEST_F(DiscoveryRedisIntegration, ReadsWhatTheRealCommitScriptWrote) {
   w.fresh_until_ms = kNow - 1000 + 15 * kMinute;
   w.expires_at_ms = kNow - 1000 + 86'400'000;
   w.cache_scope = "private";
-  Result<FencedWriteResult> committed = parse_commit_reply(to_script_reply(
-      cmd(*commit_manifest_command(lk, acquired->lease, w, FencedWriteOptions{86'400'000, true}))));
+  Result<FencedWriteResult> committed = parse_commit_reply(
+      cmd(*commit_manifest_command(lk, acquired->lease, w, FencedWriteOptions{86'400'000, true})));
   ASSERT_TRUE(committed.ok() && committed->ok());
 
   Result<DiscoverySnapshot> s = read("alice");
@@ -418,11 +360,11 @@ TEST_F(DiscoveryRedisIntegration, TwoHundredConcurrentEnqueuesQueueExactlyOnce) 
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
-      Connection c(server_->connect());
+      RedisConnection c(server_->connect());
       ++ready;
       while (!go) std::this_thread::yield();
       for (int i = 0; i < kPerThread; ++i) {
-        results[t].push_back(parse_enqueue_reply(run(c.get(), *command)));
+        results[t].push_back(parse_enqueue_reply(run_argv(c.get(), *command)));
       }
     });
   }

@@ -9,55 +9,17 @@
 #include <vector>
 
 #include <gtest/gtest.h>
-#include <hiredis.h>
 
 #include "shared/lease.h"
+#include "tests/support/hiredis_run.h"
 #include "tests/support/redis_server.h"
 
 namespace quiver {
 namespace {
 
+using quiver::testing::RedisConnection;
 using quiver::testing::RedisServer;
-
-struct ContextFree {
-  void operator()(redisContext* c) const { redisFree(c); }
-};
-using Connection = std::unique_ptr<redisContext, ContextFree>;
-
-ScriptReply to_script_reply(const redisReply* r) {
-  switch (r->type) {
-    case REDIS_REPLY_INTEGER:
-      return ScriptReply::of_integer(r->integer);
-    case REDIS_REPLY_STRING:
-    case REDIS_REPLY_STATUS:
-      return ScriptReply::of_string(std::string(r->str, r->len));
-    case REDIS_REPLY_ERROR:
-      return ScriptReply::of_error(std::string(r->str, r->len));
-    case REDIS_REPLY_ARRAY: {
-      std::vector<ScriptReply> elements;
-      for (size_t i = 0; i < r->elements; ++i) elements.push_back(to_script_reply(r->element[i]));
-      return ScriptReply::of_array(std::move(elements));
-    }
-    default:
-      return ScriptReply::nil();
-  }
-}
-
-// Sends one argv as built by the core; a transport failure becomes an error reply.
-ScriptReply run(redisContext* c, const std::vector<std::string>& argv) {
-  std::vector<const char*> parts;
-  std::vector<size_t> lengths;
-  for (const std::string& a : argv) {
-    parts.push_back(a.data());
-    lengths.push_back(a.size());
-  }
-  auto* reply = static_cast<redisReply*>(
-      redisCommandArgv(c, static_cast<int>(argv.size()), parts.data(), lengths.data()));
-  if (reply == nullptr) return ScriptReply::of_error(std::string("transport: ") + c->errstr);
-  ScriptReply out = to_script_reply(reply);
-  freeReplyObject(reply);
-  return out;
-}
+using quiver::testing::run_argv;
 
 LeaseKeys keys_for(const std::string& cid, const std::string& principal) {
   std::string p = "quiver:{default}:";
@@ -111,17 +73,17 @@ class LeaseScripts : public ::testing::Test {
     set_config_hash("h1");
   }
 
-  ScriptReply cmd(const std::vector<std::string>& argv) { return run(c_.get(), argv); }
+  RespValue cmd(const std::vector<std::string>& argv) { return run_argv(c_.get(), argv); }
   std::string get(const std::vector<std::string>& argv) {
-    ScriptReply r = cmd(argv);
-    return r.type == ScriptReply::Type::kString ? r.string : "(nil)";
+    RespValue r = cmd(argv);
+    return r.is_string() ? r.str : "(nil)";
   }
   int64_t integer(const std::vector<std::string>& argv) { return cmd(argv).integer; }
   std::map<std::string, std::string> hash(const std::string& key) {
     std::map<std::string, std::string> out;
-    ScriptReply r = cmd({"HGETALL", key});
+    RespValue r = cmd({"HGETALL", key});
     for (size_t i = 0; i + 1 < r.elements.size(); i += 2) {
-      out[r.elements[i].string] = r.elements[i + 1].string;
+      out[r.elements[i].str] = r.elements[i + 1].str;
     }
     return out;
   }
@@ -133,7 +95,7 @@ class LeaseScripts : public ::testing::Test {
                         redisContext* c = nullptr) {
     Result<RedisCommand> command = acquire_lease_command(keys_, tok, lease_ms);
     EXPECT_TRUE(command.ok()) << command.error().message;
-    Result<AcquireResult> r = parse_acquire_reply(run(c ? c : c_.get(), *command), tok);
+    Result<AcquireResult> r = parse_acquire_reply(run_argv(c ? c : c_.get(), *command), tok);
     EXPECT_TRUE(r.ok()) << r.error().message;
     return r.ok() ? *r : AcquireResult{};
   }
@@ -173,7 +135,7 @@ class LeaseScripts : public ::testing::Test {
   }
 
   static RedisServer* server_;
-  Connection c_;
+  RedisConnection c_;
   LeaseKeys keys_;
 };
 
@@ -405,7 +367,7 @@ TEST_F(LeaseScripts, ThreadsRacingToAcquireProduceExactlyOneHolder) {
   constexpr int kThreads = 8;
   for (int round = 0; round < 5; ++round) {
     cmd({"DEL", keys_.lease});
-    std::vector<Connection> conns;
+    std::vector<RedisConnection> conns;
     for (int i = 0; i < kThreads; ++i) {
       conns.emplace_back(server_->connect());
       ASSERT_NE(conns.back(), nullptr);
@@ -420,7 +382,7 @@ TEST_F(LeaseScripts, ThreadsRacingToAcquireProduceExactlyOneHolder) {
         Result<RedisCommand> command = acquire_lease_command(keys_, tok, 60'000);
         ++ready;
         while (!go.load()) std::this_thread::yield();
-        if (command.ok()) results[i] = parse_acquire_reply(run(conns[i].get(), *command), tok);
+        if (command.ok()) results[i] = parse_acquire_reply(run_argv(conns[i].get(), *command), tok);
       });
     }
     while (ready.load() < kThreads) std::this_thread::yield();

@@ -18,7 +18,6 @@
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <hiredis.h>
 #include <netinet/in.h>
 #include <sqlite3.h>
 #include <stdlib.h>
@@ -29,12 +28,15 @@
 #include "native-agent/sqlite_store.h"
 #include "shared/freshness.h"
 #include "shared/resp.h"
+#include "tests/support/hiredis_run.h"
 #include "tests/support/redis_server.h"
 
 namespace quiver {
 namespace {
 
+using quiver::testing::RedisConnection;
 using quiver::testing::RedisServer;
+using quiver::testing::run_argv;
 using SteadyClock = std::chrono::steady_clock;
 
 constexpr int64_t kT0 = 1'780'000'000'000;
@@ -103,68 +105,27 @@ class TempDir {
   std::string path_;
 };
 
-// Runs one raw command on a test server (set-up and inspection only; the stores are under test).
-std::string raw(RedisServer& server, const std::vector<std::string>& argv) {
-  redisContext* c = server.connect();
-  if (c == nullptr) return "(no connection)";
-  std::vector<const char*> parts;
-  std::vector<size_t> lengths;
-  for (const std::string& a : argv) {
-    parts.push_back(a.data());
-    lengths.push_back(a.size());
-  }
-  auto* reply = static_cast<redisReply*>(
-      redisCommandArgv(c, static_cast<int>(argv.size()), parts.data(), lengths.data()));
-  std::string out = "(nil)";
-  if (reply == nullptr) {
-    out = std::string("(error) ") + c->errstr;
-  } else if (reply->type == REDIS_REPLY_STRING || reply->type == REDIS_REPLY_STATUS ||
-             reply->type == REDIS_REPLY_ERROR) {
-    out = std::string(reply->str, reply->len);
-  } else if (reply->type == REDIS_REPLY_INTEGER) {
-    out = std::to_string(reply->integer);
-  }
-  if (reply != nullptr) freeReplyObject(reply);
-  redisFree(c);
-  return out;
-}
-
-// The same, keeping the reply's structure.
-RespValue to_value(const redisReply* r) {
-  switch (r->type) {
-    case REDIS_REPLY_STRING:
-      return RespValue::bulk_string(std::string(r->str, r->len));
-    case REDIS_REPLY_STATUS:
-      return RespValue::simple_string(std::string(r->str, r->len));
-    case REDIS_REPLY_ERROR:
-      return RespValue::error(std::string(r->str, r->len));
-    case REDIS_REPLY_INTEGER:
-      return RespValue::integer_value(r->integer);
-    case REDIS_REPLY_ARRAY: {
-      std::vector<RespValue> e;
-      for (size_t i = 0; i < r->elements; ++i) e.push_back(to_value(r->element[i]));
-      return RespValue::array(std::move(e));
-    }
-    default:
-      return RespValue::nil();
-  }
-}
-
+// Runs one raw command on a test server (set-up and inspection only; the stores are under test),
+// on a connection of its own.
 RespValue raw_value(RedisServer& server, const std::vector<std::string>& argv) {
-  redisContext* c = server.connect();
+  RedisConnection c(server.connect());
   if (c == nullptr) return RespValue::error("no connection");
-  std::vector<const char*> parts;
-  std::vector<size_t> lengths;
-  for (const std::string& a : argv) {
-    parts.push_back(a.data());
-    lengths.push_back(a.size());
+  return run_argv(c.get(), argv);
+}
+
+// The same, as text: a string, status or error as it is, an integer in decimal, else "(nil)".
+std::string raw(RedisServer& server, const std::vector<std::string>& argv) {
+  RespValue v = raw_value(server, argv);
+  switch (v.type) {
+    case RespValue::Type::kBulkString:
+    case RespValue::Type::kSimpleString:
+    case RespValue::Type::kError:
+      return v.str;
+    case RespValue::Type::kInteger:
+      return std::to_string(v.integer);
+    default:
+      return "(nil)";
   }
-  auto* reply = static_cast<redisReply*>(
-      redisCommandArgv(c, static_cast<int>(argv.size()), parts.data(), lengths.data()));
-  RespValue out = reply != nullptr ? to_value(reply) : RespValue::error(c->errstr);
-  if (reply != nullptr) freeReplyObject(reply);
-  redisFree(c);
-  return out;
 }
 
 // Field names of a flat [field, value, ...] array.
@@ -1123,6 +1084,43 @@ TEST(RedisStoreOnly, GranteesFollowTheGrantsInOneTransaction) {
   ASSERT_TRUE(same.ok());
   EXPECT_TRUE(same->changed_members.empty());
   EXPECT_EQ(grantees("c3"), (std::set<std::string>{"member/bob"}));
+}
+
+TEST(RedisStoreOnly, AManualRefreshIsQueuedAgainOnceTheGateIsASecondOld) {
+  // The enqueue is the edge's script: a reader's gate holds for the window, a manual refresh
+  // (refresh-tools) goes through it once the gate is a second old, and restarts it.
+  ASSERT_TRUE(shared_redis().ok()) << shared_redis().error();
+  RedisServer& server = shared_redis();
+  (void)raw(server, {"FLUSHALL"});
+  std::atomic<int64_t> clock{kT0};
+  RedisStoreOptions o = local_redis(server.port());
+  o.now_ms = [&] { return clock.load(); };
+  std::unique_ptr<RedisStore> store = std::move(RedisStore::create(o)).value();
+  const Principal alice = member("alice");
+  ASSERT_TRUE(store->sync_connections({record("c1", "h1")}).ok());
+
+  ASSERT_EQ(*store->enqueue_revalidation("c1", alice, "stale", 60'000), EnqueueOutcome::kQueued);
+  EXPECT_EQ(*store->enqueue_revalidation("c1", alice, "manual", 60'000),
+            EnqueueOutcome::kAlreadyQueued);  // the gate is younger than a second
+  clock += 1'500;
+  EXPECT_EQ(*store->enqueue_revalidation("c1", alice, "stale", 60'000),
+            EnqueueOutcome::kAlreadyQueued);  // readers wait for the window
+  EXPECT_EQ(*store->enqueue_revalidation("c1", alice, "manual", 60'000), EnqueueOutcome::kQueued);
+  EXPECT_EQ(*store->enqueue_revalidation("c1", alice, "manual", 60'000),
+            EnqueueOutcome::kAlreadyQueued);  // the gate restarted
+
+  RevalidationBatch batch = *store->read_revalidations("agent-1", 10, 0);
+  ASSERT_EQ(batch.requests.size(), 2u);
+  EXPECT_EQ(batch.requests[0].reason, "stale");
+  EXPECT_EQ(batch.requests[1].reason, "manual");
+  EXPECT_EQ(batch.requests[1].at_ms, kT0 + 1'500);
+
+  // A held lease still means in progress, for a manual refresh too.
+  AcquireResult a = *store->acquire_lease("c1", alice, token(1), kLongLease);
+  ASSERT_TRUE(a.acquired);
+  clock += 1'500;
+  EXPECT_EQ(*store->enqueue_revalidation("c1", alice, "manual", 60'000),
+            EnqueueOutcome::kInProgress);
 }
 
 // ---- SQLite only -------------------------------------------------------------------------------

@@ -1,0 +1,176 @@
+#include "native-agent/sqlite_db.h"
+
+#include <algorithm>
+#include <utility>
+
+#include <sqlite3.h>
+
+#include "shared/schema_assets.h"
+#include "shared/sql_queries.h"
+
+namespace quiver {
+
+SqliteDb::~SqliteDb() {
+  for (auto& [name, stmt] : statements_) sqlite3_finalize(stmt);
+  if (db_ != nullptr) sqlite3_close(db_);
+}
+
+Status SqliteDb::open(std::string path, int64_t busy_timeout_ms) {
+  path_ = std::move(path);
+  int rc =
+      sqlite3_open_v2(path_.c_str(), &db_,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    Error e = sql_error(rc, "open");
+    e.code = ErrorCode::kUnavailable;
+    return e;
+  }
+  sqlite3_extended_result_codes(db_, 1);
+  sqlite3_busy_timeout(db_,
+                       static_cast<int>(std::clamp<int64_t>(busy_timeout_ms, 0, 1'000'000'000)));
+  return Status::Ok();
+}
+
+Status SqliteDb::apply_schema() {
+  std::string ddl = "BEGIN IMMEDIATE;\n" + std::string(schema_asset("sqlite.sql")) + "\nCOMMIT;";
+  char* message = nullptr;
+  int rc = sqlite3_exec(db_, ddl.c_str(), nullptr, nullptr, &message);
+  if (rc == SQLITE_OK) return Status::Ok();
+  std::string detail = message != nullptr ? message : sqlite3_errstr(rc);
+  sqlite3_free(message);
+  (void)exec("ROLLBACK", "rollback");
+  Error e = sql_error(rc, "applying schema/sqlite.sql");
+  e.message = label_ + " " + path_ + ": applying schema/sqlite.sql: " + detail;
+  return e;
+}
+
+Error SqliteDb::sql_error(int rc, std::string_view what) const {
+  int primary = rc & 0xff;
+  ErrorCode code = ErrorCode::kInternal;
+  if (primary == SQLITE_BUSY || primary == SQLITE_LOCKED || primary == SQLITE_IOERR ||
+      primary == SQLITE_FULL || primary == SQLITE_CANTOPEN || primary == SQLITE_READONLY ||
+      primary == SQLITE_PROTOCOL || primary == SQLITE_NOTADB || primary == SQLITE_CORRUPT) {
+    code = ErrorCode::kUnavailable;
+  }
+  std::string detail = db_ != nullptr ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
+  return Error(code, label_ + " " + path_ + ": " + std::string(what) + ": " + detail);
+}
+
+Status SqliteDb::exec(const char* sql, std::string_view what) {
+  int rc = sqlite3_exec(db_, sql, nullptr, nullptr, nullptr);
+  if (rc != SQLITE_OK) return sql_error(rc, what);
+  return Status::Ok();
+}
+
+Result<sqlite3_stmt*> SqliteDb::prepared(std::string_view name) {
+  auto it = statements_.find(name);
+  if (it != statements_.end()) return it->second;
+  std::string_view sql = sql_query(name);
+  if (sql.empty()) {
+    return Error(ErrorCode::kInternal,
+                 "schema/sqlite-queries.sql has no statement '" + std::string(name) + "'");
+  }
+  sqlite3_stmt* stmt = nullptr;
+  int rc = sqlite3_prepare_v2(db_, sql.data(), static_cast<int>(sql.size()), &stmt, nullptr);
+  if (rc != SQLITE_OK) return sql_error(rc, "preparing " + std::string(name));
+  statements_.emplace(std::string(name), stmt);
+  return stmt;
+}
+
+int SqliteDb::changes() const { return sqlite3_changes(db_); }
+
+// ---- SqliteQuery -------------------------------------------------------------------------------
+
+SqliteQuery::SqliteQuery(SqliteDb& db, std::string_view name) : db_(db), name_(name) {
+  Result<sqlite3_stmt*> s = db.prepared(name);
+  if (s.ok()) {
+    stmt_ = *s;
+  } else {
+    status_ = s.error();
+  }
+}
+
+SqliteQuery::~SqliteQuery() {
+  if (stmt_ != nullptr) {
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+  }
+}
+
+SqliteQuery& SqliteQuery::text(const char* param, std::string_view value) {
+  if (int i = index(param); i > 0) {
+    check(sqlite3_bind_text(stmt_, i, value.data(), static_cast<int>(value.size()),
+                            SQLITE_TRANSIENT));
+  }
+  return *this;
+}
+
+SqliteQuery& SqliteQuery::integer(const char* param, int64_t value) {
+  if (int i = index(param); i > 0) check(sqlite3_bind_int64(stmt_, i, value));
+  return *this;
+}
+
+SqliteQuery& SqliteQuery::null(const char* param) {
+  if (int i = index(param); i > 0) check(sqlite3_bind_null(stmt_, i));
+  return *this;
+}
+
+Result<bool> SqliteQuery::step() {
+  if (!status_.ok()) return status_.error();
+  int rc = sqlite3_step(stmt_);
+  if (rc == SQLITE_ROW) return true;
+  if (rc == SQLITE_DONE) return false;
+  status_ = db_.sql_error(rc, name_);
+  return status_.error();
+}
+
+Result<int> SqliteQuery::run() {
+  for (;;) {
+    Result<bool> row = step();
+    if (!row.ok()) return row.error();
+    if (!*row) return db_.changes();
+  }
+}
+
+bool SqliteQuery::is_null(int col) const { return sqlite3_column_type(stmt_, col) == SQLITE_NULL; }
+
+int64_t SqliteQuery::integer_at(int col) const { return sqlite3_column_int64(stmt_, col); }
+
+std::string SqliteQuery::text_at(int col) const {
+  const unsigned char* t = sqlite3_column_text(stmt_, col);
+  if (t == nullptr) return {};
+  return std::string(reinterpret_cast<const char*>(t),
+                     static_cast<std::size_t>(sqlite3_column_bytes(stmt_, col)));
+}
+
+int SqliteQuery::index(const char* param) {
+  if (!status_.ok()) return 0;
+  int i = sqlite3_bind_parameter_index(stmt_, param);
+  if (i == 0) {
+    status_ = Error(ErrorCode::kInternal, "statement " + name_ + " has no parameter " + param);
+  }
+  return i;
+}
+
+void SqliteQuery::check(int rc) {
+  if (rc != SQLITE_OK && status_.ok()) status_ = db_.sql_error(rc, "binding " + name_);
+}
+
+// ---- SqliteTransaction -------------------------------------------------------------------------
+
+SqliteTransaction::SqliteTransaction(SqliteDb& db) : db_(db) {
+  begun_ = db.exec("BEGIN IMMEDIATE", "begin transaction");
+  active_ = begun_.ok();
+}
+
+SqliteTransaction::~SqliteTransaction() {
+  if (active_) (void)db_.exec("ROLLBACK", "rollback");
+}
+
+Status SqliteTransaction::commit() {
+  Status s = db_.exec("COMMIT", "commit");
+  if (s.ok()) active_ = false;
+  return s;
+}
+
+}  // namespace quiver
