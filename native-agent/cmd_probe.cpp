@@ -292,6 +292,8 @@ int cmd_probe(const std::vector<std::string>& args) {
 
   UpstreamOptions options;
   options.list_timeout_ms = a.timeout_ms;
+  // One budget for a probe: a single slow page may use all of it.
+  options.session.request_timeout_ms = a.timeout_ms;
   options.watch = a.watch;
   if (a.verbose) {
     options.log = [](const std::string& line) {

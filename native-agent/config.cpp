@@ -64,6 +64,7 @@ constexpr double kYearMs = 365 * kDayMs;
 
 const std::vector<RuntimeControlInfo> kRuntimeControls = {
     {"list_timeout_ms", "QUIVER_LIST_TIMEOUT_MS", 1, 600000, false},
+    {"request_timeout_ms", "QUIVER_REQUEST_TIMEOUT_MS", 1, 600000, false},
     {"list_concurrency", "QUIVER_LIST_CONCURRENCY", 1, 1024, false},
     {"fresh_ttl_ms", "QUIVER_FRESH_TTL_MS", 1, kYearMs, false},
     {"max_age_ms", "QUIVER_MAX_AGE_MS", 1, kYearMs, false},
@@ -725,6 +726,7 @@ struct Slot {
 
 Slot slot(RuntimeControls& r, std::string_view field) {
   if (field == "list_timeout_ms") return {&r.list_timeout_ms, nullptr};
+  if (field == "request_timeout_ms") return {&r.request_timeout_ms, nullptr};
   if (field == "list_concurrency") return {&r.list_concurrency, nullptr};
   if (field == "fresh_ttl_ms") return {&r.fresh_ttl_ms, nullptr};
   if (field == "max_age_ms") return {&r.max_age_ms, nullptr};
@@ -861,6 +863,11 @@ void Parser::runtime(const Json* quiver) {
                  std::to_string(r.list_timeout_ms) + " (" + where["list_timeout_ms"] +
                  "): a lease that ends mid-listing "
                  "makes every commit fail");
+  }
+  if (r.request_timeout_ms > r.list_timeout_ms) {
+    p_.warn(where["request_timeout_ms"],
+            "longer than the listing deadline " + std::to_string(r.list_timeout_ms) + " (" +
+                where["list_timeout_ms"] + "): each request gets at most that");
   }
   if (r.revalidate_concurrency > r.list_concurrency) {
     p_.warn(where["revalidate_concurrency"],

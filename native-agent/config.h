@@ -152,6 +152,8 @@ struct ConfigSources {
 
 struct RuntimeControls {
   int64_t list_timeout_ms = 3500;            // one deadline for all pages of one connection
+  int64_t request_timeout_ms = 3000;         // each request (initialize, each page); capped
+                                             // by list_timeout_ms
   int64_t list_concurrency = 5;              // listings at once per agent
   int64_t fresh_ttl_ms = 900000;             // 15 min
   int64_t max_age_ms = 86400000;             // 24 h

@@ -204,6 +204,47 @@ TEST(AgentEmbedded, RefreshNowReportsAndTestConnectionStoresNothing) {
             ErrorCode::kInvalidArgument);
 }
 
+TEST(AgentEmbedded, ASlowPageIsListedWhenTheRequestTimeoutAllowsIt) {
+  // Every list answered after 400 ms: over a 200 ms request timeout, within a 2 s one.
+  TempDir dir;
+  LogCapture log;
+  AgentConfig cfg = make_config(dir, {{"slow", upstream_server({"--delay-ms", "400"})}});
+  cfg.runtime.list_timeout_ms = 5000;
+  cfg.runtime.request_timeout_ms = 200;
+  auto agent = make_agent(cfg, manual_options(log));
+  ASSERT_TRUE(agent);
+  ASSERT_TRUE(agent->start().ok());
+  // The first listing is stored with each list marked failed (nothing better is known).
+  auto tools_list = [&]() -> std::optional<Manifest> {
+    Result<std::optional<StoredManifest>> m =
+        agent->store().read_manifest("slow", Principal::shared());
+    if (!m.ok() || !m->has_value()) return std::nullopt;
+    Result<Manifest> decoded = decode_manifest((*m)->manifest);
+    return decoded.ok() ? std::optional<Manifest>(*decoded) : std::nullopt;
+  };
+  Result<RefreshReport> r = agent->refresh_now("slow", Principal::shared(), "manual");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  std::optional<Manifest> timed_out = tools_list();
+  ASSERT_TRUE(timed_out);
+  EXPECT_EQ(timed_out->tools.state, ListState::kFailed);
+  ASSERT_TRUE(timed_out->tools.error);
+  EXPECT_EQ(timed_out->tools.error->code, ErrorCode::kTimeout);
+  EXPECT_NE(timed_out->tools.error->message.find("200 ms"), std::string::npos);
+  agent->stop();
+
+  cfg.runtime.request_timeout_ms = 2000;
+  agent = make_agent(cfg, manual_options(log));
+  ASSERT_TRUE(agent);
+  ASSERT_TRUE(agent->start().ok());
+  r = agent->refresh_now("slow", Principal::shared(), "manual");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_TRUE(r->committed) << r->outcome << "\n" << log.all();
+  std::optional<Manifest> listed = tools_list();
+  ASSERT_TRUE(listed);
+  EXPECT_EQ(listed->tools.state, ListState::kOk);
+  EXPECT_EQ(tool_names(agent->store(), "slow").size(), 3u);
+}
+
 // ---- fenced refresh on Redis -------------------------------------------------------------------
 
 TEST(AgentRedis, TwoAgentsRacingOnOneRedisListEachKeyOnce) {

@@ -643,7 +643,8 @@ TEST(ConfigTest, EveryRuntimeControlHasAnEnvironmentOverride) {
   const std::string file = R"({"quiver": {"runtime": {
       "list_timeout_ms": 1000, "list_concurrency": 2, "fresh_ttl_ms": 5000, "max_age_ms": 9000,
       "refresh_ahead_ratio": 0.5, "max_manifest_bytes": 2048, "maintenance_interval_ms": 100,
-      "maintenance_batch": 7, "lease_ms": 2000, "revalidate_concurrency": 1}}})";
+      "maintenance_batch": 7, "lease_ms": 2000, "revalidate_concurrency": 1,
+      "request_timeout_ms": 900}}})";
   AgentConfig from_file = parse_ok(in, file);
   EXPECT_EQ(from_file.runtime.list_timeout_ms, 1000);
   EXPECT_EQ(from_file.runtime.list_concurrency, 2);
@@ -655,6 +656,7 @@ TEST(ConfigTest, EveryRuntimeControlHasAnEnvironmentOverride) {
   EXPECT_EQ(from_file.runtime.maintenance_batch, 7);
   EXPECT_EQ(from_file.runtime.lease_ms, 2000);
   EXPECT_EQ(from_file.runtime.revalidate_concurrency, 1);
+  EXPECT_EQ(from_file.runtime.request_timeout_ms, 900);
   // A fresh TTL under the 60 s upstream floor still makes a valid policy.
   EXPECT_TRUE(validate_freshness_policy(from_file.runtime.freshness_policy()).ok());
   EXPECT_EQ(from_file.runtime.freshness_policy().fresh_ttl_ms, 5000);
@@ -669,6 +671,7 @@ TEST(ConfigTest, EveryRuntimeControlHasAnEnvironmentOverride) {
   in.env["QUIVER_MAINTENANCE_BATCH"] = "11";
   in.env["QUIVER_LEASE_MS"] = "30000";
   in.env["QUIVER_REVALIDATE_CONCURRENCY"] = "4";
+  in.env["QUIVER_REQUEST_TIMEOUT_MS"] = "1200";
   AgentConfig cfg = parse_ok(in, file);
   EXPECT_EQ(cfg.runtime.list_timeout_ms, 1500);
   EXPECT_EQ(cfg.runtime.list_concurrency, 9);
@@ -680,6 +683,7 @@ TEST(ConfigTest, EveryRuntimeControlHasAnEnvironmentOverride) {
   EXPECT_EQ(cfg.runtime.maintenance_batch, 11);
   EXPECT_EQ(cfg.runtime.lease_ms, 30000);
   EXPECT_EQ(cfg.runtime.revalidate_concurrency, 4);
+  EXPECT_EQ(cfg.runtime.request_timeout_ms, 1200);
   EXPECT_EQ(cfg.env_overrides.size(), kRuntimeControls.size());
   EXPECT_EQ(cfg.effective_config_json()["runtime"]["lease_ms"], 30000);
 }
