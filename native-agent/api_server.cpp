@@ -857,6 +857,13 @@ Status ApiServer::start() {
   s.discovery.searcher = s.searcher.get();
 
   s.register_routes();
+  // httplib's default sets SO_REUSEPORT: a second agent on a port in use would then bind too
+  // and silently take half the connections. SO_REUSEADDR alone only allows a restart over
+  // connections still in TIME_WAIT; a port someone listens on is refused.
+  s.server.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    (void)setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   const std::string& host = s.options.listen.host;
   if (s.options.listen.port == 0) {
     s.bound_port = s.server.bind_to_any_port(host);

@@ -404,8 +404,7 @@ TEST_P(ApiTest, EvidenceOfAnUnknownToolQueuesARefresh) {
 
   for (const char* bad : {R"({"kind":"unknown_tool"})", R"({"kind":"guess","name":"x"})",
                           R"({"kind":"unknown_tool","name":""})", "not json", "[]"}) {
-    r = client_->Post("/v1/mcp-connections/t/evidence", bearer("alice"), bad,
-                      "application/json");
+    r = client_->Post("/v1/mcp-connections/t/evidence", bearer("alice"), bad, "application/json");
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 400) << bad;
     EXPECT_EQ(body_of(r)["error"]["code"], "BAD_REQUEST") << bad;
@@ -572,6 +571,24 @@ TEST_P(ApiTest, ErrorsAreJsonEverywhere) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400);
   EXPECT_EQ(error_code(r), "BAD_REQUEST");
+}
+
+TEST_P(ApiTest, APortInUseIsRefusedNotShared) {
+  ApiServerOptions options = api_server_options(agent_->config());
+  options.listen.port = server_->port();  // the fixture's server listens there
+  ApiServer second(*agent_, options);
+  Status started = second.start();
+  ASSERT_FALSE(started.ok());
+  EXPECT_EQ(started.error().code, ErrorCode::kUnavailable);
+  EXPECT_NE(started.error().message.find("in use"), std::string::npos);
+  // And a restarted server takes its port back at once.
+  const int port = server_->port();
+  client_.reset();
+  server_->stop();
+  ApiServer again(*agent_, options);
+  ASSERT_TRUE(again.start().ok());
+  EXPECT_EQ(again.port(), port);
+  again.stop();
 }
 
 TEST_P(ApiTest, AnExceptionIsA500WithoutDetails) {
