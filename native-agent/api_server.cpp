@@ -711,13 +711,17 @@ struct ApiServer::Impl {
         principals = {*target.principal};
       }
       for (const Principal& p : principals) {
-        Result<EnqueueOutcome> outcome = agent.request_refresh(conn->id, p, "webhook");
+        // Marked stale first: a reader between the two sees `stale`, never a fresh answer
+        // that predates the change.
+        Result<bool> marked = agent.store().invalidate_manifest(conn->id, p);
+        Result<EnqueueOutcome> outcome = marked.ok() ? agent.request_refresh(conn->id, p, "webhook")
+                                                     : Result<EnqueueOutcome>(marked.error());
         if (!outcome.ok()) {
           log("api: webhook refresh of " + conn->id + " (" + p.str() +
               "): " + outcome.error().message);
         }
-        results.push_back(
-            {conn->id, p, outcome.ok() ? enqueue_outcome_name(*outcome) : "error", false});
+        results.push_back({conn->id, p, outcome.ok() ? enqueue_outcome_name(*outcome) : "error",
+                           marked.ok() && *marked});
       }
     }
     log("api: webhook accepted (" + std::to_string(parsed->targets.size()) + " target(s), reason " +

@@ -1082,6 +1082,18 @@ Result<EnqueueOutcome> RedisStore::enqueue_revalidation(std::string_view cid,
   return EnqueueOutcome::kQueued;
 }
 
+Result<bool> RedisStore::invalidate_manifest(std::string_view cid, const Principal& principal) {
+  Result<RespValue> reply = impl_->script(
+      manifest_invalidate_command(impl_->keys, cid, principal, impl_->options.now_ms()),
+      "manifest_invalidate");
+  if (!reply.ok()) return reply.error();
+  if (reply->type != RespValue::Type::kInteger) {
+    return Error(ErrorCode::kInvalidReply,
+                 "manifest_invalidate: unexpected reply " + reply->debug_string());
+  }
+  return reply->integer == 1;
+}
+
 Result<RevalidationBatch> RedisStore::read_revalidations(std::string_view consumer, std::size_t max,
                                                          int64_t block_ms) {
   if (Status s = validate_consumer_name(consumer); !s.ok()) return s.error();

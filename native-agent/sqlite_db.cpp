@@ -32,16 +32,48 @@ Status SqliteDb::open(std::string path, int64_t busy_timeout_ms) {
 }
 
 Status SqliteDb::apply_schema() {
-  std::string ddl = "BEGIN IMMEDIATE;\n" + std::string(schema_asset("sqlite.sql")) + "\nCOMMIT;";
+  auto failed = [&](int rc, const std::string& step, char* message) -> Error {
+    std::string detail = message != nullptr ? message : sqlite3_errstr(rc);
+    sqlite3_free(message);
+    (void)exec("ROLLBACK", "rollback");
+    Error e = sql_error(rc, step);
+    e.message = label_ + " " + path_ + ": " + step + ": " + detail;
+    return e;
+  };
+  if (Status st = exec("BEGIN IMMEDIATE", "beginning the schema transaction"); !st.ok()) return st;
+  int version = 0;
+  sqlite3_stmt* stmt = nullptr;
+  int rc = sqlite3_prepare_v2(db_, "PRAGMA user_version", -1, &stmt, nullptr);
+  if (rc == SQLITE_OK && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+    version = sqlite3_column_int(stmt, 0);
+    rc = SQLITE_OK;
+  }
+  sqlite3_finalize(stmt);
+  if (rc != SQLITE_OK) return failed(rc, "reading the schema version", nullptr);
+  if (version > kSqliteSchemaVersion) {
+    (void)exec("ROLLBACK", "rollback");
+    return Error(ErrorCode::kInvalidArgument,
+                 label_ + " " + path_ + ": schema version " + std::to_string(version) +
+                     " is newer than this agent's (" + std::to_string(kSqliteSchemaVersion) + ")");
+  }
+  // Version 0 is a new file: sqlite.sql creates the current shape. Each migration takes a file
+  // of its version one step up; sqlite.sql then sets the current version.
+  for (int from = std::max(version, 1); version != 0 && from < kSqliteSchemaVersion; ++from) {
+    const std::string name = "sqlite-migrate-v" + std::to_string(from + 1) + ".sql";
+    std::string_view sql = schema_asset(name);
+    if (sql.empty()) {
+      (void)exec("ROLLBACK", "rollback");
+      return Error(ErrorCode::kInternal, "schema/" + name + " is not compiled in");
+    }
+    char* message = nullptr;
+    rc = sqlite3_exec(db_, std::string(sql).c_str(), nullptr, nullptr, &message);
+    if (rc != SQLITE_OK) return failed(rc, "applying schema/" + name, message);
+  }
   char* message = nullptr;
-  int rc = sqlite3_exec(db_, ddl.c_str(), nullptr, nullptr, &message);
-  if (rc == SQLITE_OK) return Status::Ok();
-  std::string detail = message != nullptr ? message : sqlite3_errstr(rc);
-  sqlite3_free(message);
-  (void)exec("ROLLBACK", "rollback");
-  Error e = sql_error(rc, "applying schema/sqlite.sql");
-  e.message = label_ + " " + path_ + ": applying schema/sqlite.sql: " + detail;
-  return e;
+  rc = sqlite3_exec(db_, std::string(schema_asset("sqlite.sql")).c_str(), nullptr, nullptr,
+                    &message);
+  if (rc != SQLITE_OK) return failed(rc, "applying schema/sqlite.sql", message);
+  return exec("COMMIT", "committing the schema");
 }
 
 Error SqliteDb::sql_error(int rc, std::string_view what) const {

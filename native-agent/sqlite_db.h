@@ -23,6 +23,9 @@ struct sqlite3_stmt;
 
 namespace quiver {
 
+// The schema version this agent writes (schema/sqlite.sql's PRAGMA user_version).
+inline constexpr int kSqliteSchemaVersion = 2;
+
 class SqliteDb {
  public:
   // `label` begins every error message ("sqlite", "preferences"), before the file's path.
@@ -34,7 +37,9 @@ class SqliteDb {
   // Opens (creating) `path` read-write, extended result codes on, with a busy timeout (clamped to
   // 0 .. 10^9 ms). A failure is kUnavailable. Call once.
   Status open(std::string path, int64_t busy_timeout_ms);
-  // Runs schema/sqlite.sql in one BEGIN IMMEDIATE ... COMMIT; its statements are idempotent.
+  // In one BEGIN IMMEDIATE ... COMMIT: refuses a file of a newer schema version (kInvalidArgument,
+  // nothing touched), runs the migrations from its version (schema/sqlite-migrate-v*.sql), then
+  // schema/sqlite.sql, whose statements are idempotent.
   Status apply_schema();
 
   sqlite3* handle() const { return db_; }

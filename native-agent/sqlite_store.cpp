@@ -17,9 +17,6 @@ namespace quiver {
 
 namespace {
 
-// The schema version this agent writes (schema/sqlite.sql's PRAGMA user_version).
-constexpr int kSchemaVersion = 1;
-
 Error invalid(std::string message) {
   return Error(ErrorCode::kInvalidArgument, std::move(message));
 }
@@ -77,7 +74,7 @@ namespace {
 using Query = SqliteQuery;
 using Transaction = SqliteTransaction;
 
-// The columns of manifest_select_meta / manifest_list_meta (and the first 15 of manifest_select).
+// The columns of manifest_select_meta / manifest_list_meta (and the first 16 of manifest_select).
 Result<ManifestMeta> meta_from_row(const Query& q) {
   ManifestMeta m;
   m.connection_id = q.text_at(0);
@@ -99,6 +96,7 @@ Result<ManifestMeta> meta_from_row(const Query& q) {
   m.error_message = q.text_at(12);
   m.error_at_ms = q.integer_at(13);
   if (!q.is_null(14)) m.attempt_at_ms = q.integer_at(14);
+  if (!q.is_null(15)) m.invalidated_at_ms = q.integer_at(15);
   return m;
 }
 
@@ -149,18 +147,6 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::open(SqliteStoreOptions option
   if (Status st = s.exec("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON", "pragmas");
       !st.ok()) {
     return st.error();
-  }
-  {
-    sqlite3_stmt* stmt = nullptr;
-    int version = 0;
-    int rc = sqlite3_prepare_v2(s.handle(), "PRAGMA user_version", -1, &stmt, nullptr);
-    if (rc == SQLITE_OK && sqlite3_step(stmt) == SQLITE_ROW) version = sqlite3_column_int(stmt, 0);
-    sqlite3_finalize(stmt);
-    if (version > kSchemaVersion) {
-      return Error(ErrorCode::kInvalidArgument,
-                   "sqlite " + s.options.path + ": schema version " + std::to_string(version) +
-                       " is newer than this agent's (" + std::to_string(kSchemaVersion) + ")");
-    }
   }
   if (Status st = s.apply_schema(); !st.ok()) return st.error();
   return std::unique_ptr<SqliteStore>(new SqliteStore(std::move(impl)));
@@ -480,7 +466,7 @@ Result<std::optional<StoredManifest>> SqliteStore::read_manifest(std::string_vie
   if (!*row) return std::optional<StoredManifest>();
   Result<ManifestMeta> meta = meta_from_row(q);
   if (!meta.ok()) return meta.error();
-  StoredManifest out{std::move(meta).value(), q.text_at(15)};
+  StoredManifest out{std::move(meta).value(), q.text_at(16)};
   return std::optional<StoredManifest>(std::move(out));
 }
 
@@ -669,14 +655,15 @@ class SqliteSnapshotSource final : public SnapshotSource {
     if (!*row) return f;
     // Columns of manifest_select: 0 cid, 1 principal, 2 has data, 3 etag, 4 config_hash, 5 fence,
     // 6 fetched_at, 7 fresh_until, 8 expires_at, 9 cache_scope, 10 truncated, 11 error_code,
-    // 12 error_message, 13 error_at, 14 attempt_at, 15 manifest. NULL: the hash has no field.
+    // 12 error_message, 13 error_at, 14 attempt_at, 15 invalidated_at, 16 manifest. NULL: the
+    // hash has no field.
     auto text = [&](int col, const char* name) {
       if (!q.is_null(col)) f[name] = q.text_at(col);
     };
     auto integer = [&](int col, const char* name) {
       if (!q.is_null(col)) f[name] = std::to_string(q.integer_at(col));
     };
-    text(15, redis_field::kManifest);
+    text(16, redis_field::kManifest);
     text(3, redis_field::kEtag);
     text(4, redis_field::kConfigHash);
     integer(5, redis_field::kFence);
@@ -689,6 +676,7 @@ class SqliteSnapshotSource final : public SnapshotSource {
     text(12, redis_field::kErrorMessage);
     integer(13, redis_field::kErrorAt);
     integer(14, redis_field::kAttemptAt);
+    integer(15, redis_field::kInvalidatedAt);
     return f;
   }
 
@@ -923,8 +911,12 @@ Result<EnqueueOutcome> SqliteStore::enqueue_revalidation(std::string_view cid,
   if (!holder.ok()) return holder.error();
   if (holder->has_value()) return EnqueueOutcome::kInProgress;
   {
-    Query gate(s, "revalidation_gate_take");
+    // A manual refresh (refresh-tools) is queued again once the gate is a second old, as
+    // revalidate_enqueue.lua does on Redis.
+    const bool manual = reason == "manual";
+    Query gate(s, manual ? "revalidation_gate_take_manual" : "revalidation_gate_take");
     bind_key(gate, cid, principal).integer(":until", now + window_ms).integer(":now", now);
+    if (manual) gate.integer(":requeue_after", kManualRequeueAfterMs);
     Result<int> taken = gate.run();
     if (!taken.ok()) return taken.error();
     if (*taken == 0) return EnqueueOutcome::kAlreadyQueued;
@@ -936,6 +928,19 @@ Result<EnqueueOutcome> SqliteStore::enqueue_revalidation(std::string_view cid,
   }
   if (Status st = tx.commit(); !st.ok()) return st.error();
   return EnqueueOutcome::kQueued;
+}
+
+Result<bool> SqliteStore::invalidate_manifest(std::string_view cid, const Principal& principal) {
+  if (Result<LeaseKeys> keys = impl_->lease_keys(cid, principal); !keys.ok()) {
+    return keys.error();
+  }
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Impl& s = *impl_;
+  Query q(s, "manifest_invalidate");
+  bind_key(q, cid, principal).integer(":at", s.options.now_ms());
+  Result<int> changed = q.run();
+  if (!changed.ok()) return changed.error();
+  return *changed == 1;
 }
 
 Result<RevalidationBatch> SqliteStore::read_revalidations(std::string_view consumer,

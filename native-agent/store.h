@@ -248,6 +248,10 @@ class ManifestStore {
                                                       const Principal& principal,
                                                       std::string_view reason,
                                                       int64_t window_ms) = 0;
+  // A refresh webhook: the cached data of (cid, principal) reads as stale from now on, until a
+  // listing that starts later commits (CacheEntryMeta::invalidated_at_ms). False when nothing
+  // with data is cached there (nothing is created).
+  virtual Result<bool> invalidate_manifest(std::string_view cid, const Principal& principal) = 0;
   // Up to `max` requests no consumer has received yet, now delivered to `consumer` (pending until
   // acknowledged). Waits up to `block_ms` for one when there are none (0: answer at once).
   virtual Result<RevalidationBatch> read_revalidations(std::string_view consumer, std::size_t max,

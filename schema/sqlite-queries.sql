@@ -139,7 +139,7 @@ ON CONFLICT (connection_id, principal) DO UPDATE SET
 -- then the manifest.
 SELECT connection_id, principal, manifest IS NOT NULL, etag, config_hash, fence, fetched_at,
        fresh_until, expires_at, cache_scope, truncated, error_code, error_message, error_at,
-       attempt_at, manifest
+       attempt_at, invalidated_at, manifest
 FROM manifests
 WHERE connection_id = :connection_id AND principal = :principal
   AND (retain_until IS NULL OR retain_until > :now);
@@ -148,7 +148,7 @@ WHERE connection_id = :connection_id AND principal = :principal
 -- One manifest row without its body, unless past its retention.
 SELECT connection_id, principal, manifest IS NOT NULL, etag, config_hash, fence, fetched_at,
        fresh_until, expires_at, cache_scope, truncated, error_code, error_message, error_at,
-       attempt_at
+       attempt_at, invalidated_at
 FROM manifests
 WHERE connection_id = :connection_id AND principal = :principal
   AND (retain_until IS NULL OR retain_until > :now);
@@ -158,12 +158,18 @@ WHERE connection_id = :connection_id AND principal = :principal
 -- order, without bodies.
 SELECT connection_id, principal, manifest IS NOT NULL, etag, config_hash, fence, fetched_at,
        fresh_until, expires_at, cache_scope, truncated, error_code, error_message, error_at,
-       attempt_at
+       attempt_at, invalidated_at
 FROM manifests
 WHERE (connection_id, principal) > (:after_connection_id, :after_principal)
   AND (retain_until IS NULL OR retain_until > :now)
 ORDER BY connection_id, principal
 LIMIT :limit;
+
+-- name: manifest_invalidate
+-- A refresh webhook: data listed before :at reads as stale from :at on (freshness.h). Rows
+-- without data are left alone; sqlite3_changes() says whether there was data to mark.
+UPDATE manifests SET invalidated_at = :at
+WHERE connection_id = :connection_id AND principal = :principal AND manifest IS NOT NULL;
 
 -- name: manifests_purge_retained
 -- Rows past their retention (housekeeping of the maintenance walk).
@@ -236,10 +242,21 @@ SELECT value FROM epoch WHERE id = 1;
 -- name: revalidation_gate_take
 -- SET gate NX PX window: sqlite3_changes() == 1 when the gate was free (absent or expired) and is
 -- now taken until :until; 0 when it is still held.
-INSERT INTO revalidation_gates (connection_id, principal, until)
-VALUES (:connection_id, :principal, :until)
-ON CONFLICT (connection_id, principal) DO UPDATE SET until = excluded.until
+INSERT INTO revalidation_gates (connection_id, principal, until, taken_at)
+VALUES (:connection_id, :principal, :until, :now)
+ON CONFLICT (connection_id, principal) DO UPDATE SET until = excluded.until,
+  taken_at = excluded.taken_at
 WHERE revalidation_gates.until <= :now;
+
+-- name: revalidation_gate_take_manual
+-- As revalidation_gate_take, and also taken again (restarted) when it was taken at least
+-- :requeue_after ms ago: a user's refresh is not swallowed by a reader's gate for a whole window
+-- (revalidate_enqueue.lua with requeue_after_ms >= 0).
+INSERT INTO revalidation_gates (connection_id, principal, until, taken_at)
+VALUES (:connection_id, :principal, :until, :now)
+ON CONFLICT (connection_id, principal) DO UPDATE SET until = excluded.until,
+  taken_at = excluded.taken_at
+WHERE revalidation_gates.until <= :now OR revalidation_gates.taken_at <= :now - :requeue_after;
 
 -- name: revalidation_gates_purge
 DELETE FROM revalidation_gates WHERE until <= :now;

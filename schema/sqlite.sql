@@ -7,8 +7,9 @@
 -- busy_timeout and synchronous=NORMAL are set when the file is opened, not here (journal_mode
 -- cannot change inside a transaction).
 --
--- Version: PRAGMA user_version (last statement). A future version reads user_version first and
--- runs its migration before this file; this file only ever brings a new database to version 1.
+-- Version: PRAGMA user_version (last statement), now 2. The agent reads user_version first and,
+-- in the same transaction, runs each migration from it (sqlite-migrate-v2.sql: 1 -> 2) before this
+-- file; this file alone brings a new database to the current version.
 --
 -- Conventions: times are INTEGER milliseconds since the Unix epoch; booleans are INTEGER 0/1;
 -- tables are STRICT (a value of the wrong type is an error, not a silent conversion). Identifier
@@ -95,6 +96,7 @@ CREATE TABLE IF NOT EXISTS manifests (
   error_message TEXT,
   error_at      INTEGER,
   attempt_at    INTEGER,
+  invalidated_at INTEGER,  -- a refresh webhook marked the data stale then (v2)
   retain_until  INTEGER,
   PRIMARY KEY (connection_id, principal),
   CHECK (manifest IS NULL
@@ -155,6 +157,7 @@ CREATE TABLE IF NOT EXISTS revalidation_gates (
   connection_id TEXT NOT NULL,
   principal     TEXT NOT NULL,
   until         INTEGER NOT NULL CHECK (until >= 0),
+  taken_at      INTEGER NOT NULL DEFAULT 0 CHECK (taken_at >= 0),  -- the Redis gate's value (v2)
   PRIMARY KEY (connection_id, principal)
 ) STRICT, WITHOUT ROWID;
 
@@ -186,4 +189,4 @@ CREATE TABLE IF NOT EXISTS epoch (
 
 INSERT OR IGNORE INTO epoch (id, value) VALUES (1, 0);
 
-PRAGMA user_version = 1;
+PRAGMA user_version = 2;

@@ -163,6 +163,10 @@ const char* entry_status_name(EntryStatus status);  // "pending", "fresh", ...
 Result<std::optional<CacheEntryMeta>> cache_entry_meta(const HashFields& manifest);
 
 // A revalidation to queue for one (connection, principal).
+// A manual refresh is queued again once the gate of an earlier request is this old, so a user's
+// refresh is never swallowed by a reader's gate for a whole window (every store does the same).
+inline constexpr int64_t kManualRequeueAfterMs = 1'000;
+
 struct Revalidation {
   std::string connection_id;
   Principal principal;

@@ -322,6 +322,13 @@ Result<WebhookRefreshReply> parse_webhook_refresh_reply(const RespValue& reply) 
   return out;
 }
 
+Result<RedisCommand> manifest_invalidate_command(const RedisKeys& keys, std::string_view cid,
+                                                 const Principal& principal, int64_t now_ms) {
+  Result<std::string> manifest = keys.manifest(cid, principal);
+  if (!manifest.ok()) return manifest.error();
+  return eval("manifest_invalidate.lua", {*manifest, keys.epoch()}, {std::to_string(now_ms)});
+}
+
 std::vector<Result<RevalidationResult>> parse_enqueue_replies(
     const std::vector<RespValue>& replies) {
   std::vector<Result<RevalidationResult>> out;

@@ -48,9 +48,9 @@ Result<RedisCommand> discovery_read_command(const RedisKeys& keys, const Princip
 Result<DiscoverySnapshot> decode_discovery_reply(const RespValue& reply, const Principal& member);
 
 struct EnqueueOptions {
-  int64_t window_ms = 30'000;               // one queued request per key per window
-  int64_t stream_maxlen = 10'000;           // XADD MAXLEN ~
-  int64_t manual_requeue_after_ms = 1'000;  // a manual refresh re-queues past this gate age
+  int64_t window_ms = 30'000;                               // one queued request per key per window
+  int64_t stream_maxlen = 10'000;                           // XADD MAXLEN ~
+  int64_t manual_requeue_after_ms = kManualRequeueAfterMs;  // re-queue past this gate age
 };
 
 // EVAL revalidate_enqueue.lua for one revalidation. kInvalidArgument for a bad connection id,
@@ -96,5 +96,10 @@ struct WebhookRefreshReply {
 
 // kUnavailable for a Redis error reply, kInvalidReply for any other shape.
 Result<WebhookRefreshReply> parse_webhook_refresh_reply(const RespValue& reply);
+
+// EVAL schema/lua/manifest_invalidate.lua: one (connection, principal) marked stale at `now_ms`
+// (the agent's webhook). Its reply is an integer: 1 marked, 0 nothing cached to mark.
+Result<RedisCommand> manifest_invalidate_command(const RedisKeys& keys, std::string_view cid,
+                                                 const Principal& principal, int64_t now_ms);
 
 }  // namespace quiver

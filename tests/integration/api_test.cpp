@@ -429,6 +429,11 @@ TEST_P(ApiTest, WebhooksNeedAFreshUnusedSignature) {
   EXPECT_EQ(body_of(r)["refreshes"][0]["connection_id"], "t");
   EXPECT_EQ(body_of(r)["refreshes"][0]["principal"], "shared");
   EXPECT_EQ(body_of(r)["refreshes"][0]["status"], "queued");
+  // The cached data reads as stale until a listing that started after the webhook commits.
+  EXPECT_EQ(body_of(r)["refreshes"][0]["marked_stale"], true);
+  auto read = client_->Get("/v1/mcp-connections/t/manifest", bearer("alice"));
+  ASSERT_TRUE(read);
+  EXPECT_EQ(body_of(read)["status"], "stale") << read->body;
   Result<RevalidationBatch> queued = agent_->store().read_revalidations("api-test", 10, 0);
   ASSERT_TRUE(queued.ok());
   ASSERT_EQ(queued->requests.size(), 1u);

@@ -219,7 +219,7 @@ class SqliteSchema : public ::testing::Test {
 TEST_F(SqliteSchema, AppliesIdempotentlyAndSetsTheVersion) {
   Db& db = *db_;
   ASSERT_EQ(db.apply_schema(), SQLITE_OK) << db.error();
-  EXPECT_EQ(db.text("PRAGMA user_version"), "1");
+  EXPECT_EQ(db.text("PRAGMA user_version"), "2");
   for (const char* table :
        {"mcp_capability_preferences", "connections", "grants", "manifests", "leases", "fences",
         "revalidation_queue", "revalidation_gates", "epoch"}) {

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "native-agent/redis_store.h"
+#include "native-agent/sqlite_db.h"
 #include "native-agent/sqlite_store.h"
 #include "shared/freshness.h"
 #include "shared/resp.h"
@@ -159,6 +160,8 @@ class Backend {
   virtual Result<std::unique_ptr<ManifestStore>> open() = 0;
   // Lets `ms` pass for lease, gate, replay and idle expiry.
   virtual void pass(int64_t ms) = 0;
+  // The stores' clock.
+  virtual int64_t now() const = 0;
 };
 
 // One server for the whole binary, stopped at exit; each test starts from FLUSHALL.
@@ -177,6 +180,7 @@ class RedisBackend : public Backend {
     return std::unique_ptr<ManifestStore>(std::move(s).value());
   }
   void pass(int64_t ms) override { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+  int64_t now() const override { return system_clock_ms()(); }
 };
 
 class SqliteBackend : public Backend {
@@ -191,6 +195,7 @@ class SqliteBackend : public Backend {
     return std::unique_ptr<ManifestStore>(std::move(s).value());
   }
   void pass(int64_t ms) override { clock_ += ms; }
+  int64_t now() const override { return clock_.load(); }
 
  private:
   TempDir dir_;
@@ -648,6 +653,76 @@ TEST_P(StoreConformance, RevalidationIsGatedOncePerWindowAndNotQueuedWhileLeased
   EXPECT_EQ(bad.error().code, ErrorCode::kInvalidArgument);
 }
 
+TEST_P(StoreConformance, AManualRefreshIsQueuedAgainOnceTheGateIsASecondOld) {
+  // A reader's gate holds for the window; a manual refresh (refresh-tools) goes through it once
+  // the gate is a second old, and restarts it. The same on Redis (revalidate_enqueue.lua) and
+  // SQLite (revalidation_gate_take_manual).
+  configure({record("c1", "h1")});
+  const Principal alice = member("alice");
+  ASSERT_EQ(enqueue("c1", alice, "stale"), EnqueueOutcome::kQueued);
+  EXPECT_EQ(enqueue("c1", alice, "manual"), EnqueueOutcome::kAlreadyQueued);  // younger than 1 s
+  pass(kManualRequeueAfterMs + 300);
+  EXPECT_EQ(enqueue("c1", alice, "stale"), EnqueueOutcome::kAlreadyQueued);  // readers wait
+  EXPECT_EQ(enqueue("c1", alice, "manual"), EnqueueOutcome::kQueued);
+  EXPECT_EQ(enqueue("c1", alice, "manual"), EnqueueOutcome::kAlreadyQueued);  // restarted
+  EXPECT_EQ(keys_of(read("agent-1", 10)),
+            (std::vector<std::string>{"c1/member/alice/stale", "c1/member/alice/manual"}));
+
+  // A held lease still means in progress, for a manual refresh too.
+  AcquireResult a = acquire("c1", alice, 1);
+  ASSERT_TRUE(a.acquired);
+  pass(kManualRequeueAfterMs + 300);
+  EXPECT_EQ(enqueue("c1", alice, "manual"), EnqueueOutcome::kInProgress);
+}
+
+TEST_P(StoreConformance, AWebhookMarksCachedDataStaleUntilALaterListing) {
+  configure({record("c1", "h1")});
+  // Nothing cached: nothing marked, nothing created.
+  Result<bool> none = store_->invalidate_manifest("c1", shared_);
+  ASSERT_TRUE(none.ok()) << none.error().message;
+  EXPECT_FALSE(*none);
+  EXPECT_FALSE(meta("c1", shared_));
+
+  // Listed just now, on the stores' clock.
+  auto listed_at = [](const std::string& version, int64_t fetched_at) {
+    ManifestWrite w = manifest_v(version, "h1");
+    w.fetched_at_ms = fetched_at;
+    w.fresh_until_ms = fetched_at + 900'000;
+    w.expires_at_ms = fetched_at + 86'400'000;
+    return w;
+  };
+  AcquireResult first = acquire("c1", shared_, 900);
+  ASSERT_TRUE(first.acquired);
+  ASSERT_TRUE(commit("c1", shared_, first.lease, listed_at("v1", backend_->now())).ok());
+  const int64_t before = epoch();
+  Result<bool> marked = store_->invalidate_manifest("c1", shared_);
+  ASSERT_TRUE(marked.ok()) << marked.error().message;
+  EXPECT_TRUE(*marked);
+  std::optional<ManifestMeta> m = meta("c1", shared_);
+  ASSERT_TRUE(m && m->invalidated_at_ms);
+  const int64_t at = *m->invalidated_at_ms;
+  EXPECT_GE(at, m->fetched_at_ms);
+  const FreshnessPolicy policy;
+  EXPECT_EQ(classify(cache_entry_meta(*m), policy, "h1", at).state, Freshness::kStale);
+  EXPECT_EQ(classify(cache_entry_meta(*m), policy, "h1", at - 1).state, Freshness::kFresh);
+  if (GetParam() == Kind::kRedis) EXPECT_GT(epoch(), before);  // edges drop L1 copies
+
+  // A listing that started after the webhook clears it; one that started before does not.
+  AcquireResult a = acquire("c1", shared_, 901);
+  ASSERT_TRUE(a.acquired);
+  // started in the webhook's millisecond: still before it
+  ASSERT_TRUE(commit("c1", shared_, a.lease, listed_at("v2", at)).ok());
+  m = meta("c1", shared_);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(classify(cache_entry_meta(*m), policy, "h1", at + 10).state, Freshness::kStale);
+  a = acquire("c1", shared_, 902);
+  ASSERT_TRUE(a.acquired);
+  ASSERT_TRUE(commit("c1", shared_, a.lease, listed_at("v3", at + 5)).ok());
+  m = meta("c1", shared_);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(classify(cache_entry_meta(*m), policy, "h1", at + 10).state, Freshness::kFresh);
+}
+
 TEST_P(StoreConformance, ConsumersReadEachRequestOnceAndAcknowledgeIt) {
   configure({record("c1", "h1")});
   for (const char* who : {"alice", "bob", "carol"}) {
@@ -1086,43 +1161,6 @@ TEST(RedisStoreOnly, GranteesFollowTheGrantsInOneTransaction) {
   EXPECT_EQ(grantees("c3"), (std::set<std::string>{"member/bob"}));
 }
 
-TEST(RedisStoreOnly, AManualRefreshIsQueuedAgainOnceTheGateIsASecondOld) {
-  // The enqueue is the edge's script: a reader's gate holds for the window, a manual refresh
-  // (refresh-tools) goes through it once the gate is a second old, and restarts it.
-  ASSERT_TRUE(shared_redis().ok()) << shared_redis().error();
-  RedisServer& server = shared_redis();
-  (void)raw(server, {"FLUSHALL"});
-  std::atomic<int64_t> clock{kT0};
-  RedisStoreOptions o = local_redis(server.port());
-  o.now_ms = [&] { return clock.load(); };
-  std::unique_ptr<RedisStore> store = std::move(RedisStore::create(o)).value();
-  const Principal alice = member("alice");
-  ASSERT_TRUE(store->sync_connections({record("c1", "h1")}).ok());
-
-  ASSERT_EQ(*store->enqueue_revalidation("c1", alice, "stale", 60'000), EnqueueOutcome::kQueued);
-  EXPECT_EQ(*store->enqueue_revalidation("c1", alice, "manual", 60'000),
-            EnqueueOutcome::kAlreadyQueued);  // the gate is younger than a second
-  clock += 1'500;
-  EXPECT_EQ(*store->enqueue_revalidation("c1", alice, "stale", 60'000),
-            EnqueueOutcome::kAlreadyQueued);  // readers wait for the window
-  EXPECT_EQ(*store->enqueue_revalidation("c1", alice, "manual", 60'000), EnqueueOutcome::kQueued);
-  EXPECT_EQ(*store->enqueue_revalidation("c1", alice, "manual", 60'000),
-            EnqueueOutcome::kAlreadyQueued);  // the gate restarted
-
-  RevalidationBatch batch = *store->read_revalidations("agent-1", 10, 0);
-  ASSERT_EQ(batch.requests.size(), 2u);
-  EXPECT_EQ(batch.requests[0].reason, "stale");
-  EXPECT_EQ(batch.requests[1].reason, "manual");
-  EXPECT_EQ(batch.requests[1].at_ms, kT0 + 1'500);
-
-  // A held lease still means in progress, for a manual refresh too.
-  AcquireResult a = *store->acquire_lease("c1", alice, token(1), kLongLease);
-  ASSERT_TRUE(a.acquired);
-  clock += 1'500;
-  EXPECT_EQ(*store->enqueue_revalidation("c1", alice, "manual", 60'000),
-            EnqueueOutcome::kInProgress);
-}
-
 // ---- SQLite only -------------------------------------------------------------------------------
 
 TEST(SqliteStoreOnly, TwoAgentsOnOneFileHaveOneLeaseWinner) {
@@ -1164,6 +1202,49 @@ TEST(SqliteStoreOnly, TwoAgentsOnOneFileHaveOneLeaseWinner) {
   }
 }
 
+TEST(SqliteStoreOnly, AVersion1FileIsMigratedKeepingItsData) {
+  TempDir dir;
+  SqliteStoreOptions o;
+  o.path = dir.path() + "/v1.db";
+  o.now_ms = [] { return kT0; };
+  {
+    std::unique_ptr<SqliteStore> store = std::move(SqliteStore::open(o)).value();
+    ASSERT_TRUE(store->sync_connections({record("c1", "h1")}).ok());
+    AcquireResult a = *store->acquire_lease("c1", Principal::shared(), token(1), kLongLease);
+    ASSERT_TRUE(a.acquired);
+    ASSERT_TRUE(
+        store->commit_manifest("c1", Principal::shared(), a.lease, manifest_v("v1", "h1"), kWrite)
+            ->ok());
+  }
+  // Take the file back to version 1's shape (what an agent of before wrote).
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(o.path.c_str(), &db), SQLITE_OK);
+  for (const char* sql :
+       {"ALTER TABLE manifests DROP COLUMN invalidated_at",
+        "ALTER TABLE revalidation_gates DROP COLUMN taken_at", "PRAGMA user_version = 1"}) {
+    ASSERT_EQ(sqlite3_exec(db, sql, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+  }
+  sqlite3_close(db);
+
+  Result<std::unique_ptr<SqliteStore>> reopened = SqliteStore::open(o);
+  ASSERT_TRUE(reopened.ok()) << reopened.error().message;
+  SqliteStore& store = **reopened;
+  Result<std::optional<StoredManifest>> kept = store.read_manifest("c1", Principal::shared());
+  ASSERT_TRUE(kept.ok() && kept->has_value());
+  EXPECT_EQ((*kept)->meta.etag, "\"etag-v1\"");
+  EXPECT_FALSE((*kept)->meta.invalidated_at_ms);
+  EXPECT_TRUE(*store.invalidate_manifest("c1", Principal::shared()));
+  EXPECT_EQ(*store.enqueue_revalidation("c1", Principal::shared(), "manual", 60'000),
+            EnqueueOutcome::kQueued);
+  ASSERT_EQ(sqlite3_open(o.path.c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* stmt = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &stmt, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
+  EXPECT_EQ(sqlite3_column_int(stmt, 0), kSqliteSchemaVersion);
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+}
+
 TEST(SqliteStoreOnly, OpeningFailsClearly) {
   SqliteStoreOptions missing;
   missing.path = "/nonexistent-quiver-dir/quiver.db";
@@ -1177,7 +1258,7 @@ TEST(SqliteStoreOnly, OpeningFailsClearly) {
   std::string path = dir.path() + "/newer.db";
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(db, "PRAGMA user_version = 2", nullptr, nullptr, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "PRAGMA user_version = 3", nullptr, nullptr, nullptr), SQLITE_OK);
   sqlite3_close(db);
   SqliteStoreOptions newer;
   newer.path = path;
