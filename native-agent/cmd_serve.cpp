@@ -1,5 +1,5 @@
 // `quiver-agent serve`: run the agent — the refresh engine (Agent) and the local HTTP API
-// (ApiServer) — until SIGINT or SIGTERM.
+// (ApiServer) — until SIGINT or SIGTERM. SIGHUP re-reads the configuration.
 //
 // On start it prints (stdout) the URL it serves and one `curl` line, with a freshly minted caller
 // token, that shows the caller's cached manifests; before printing it, it waits (bounded) for the
@@ -9,6 +9,14 @@
 // Signals are blocked in every thread and taken by the main thread with sigtimedwait: a signal
 // never interrupts a worker in the middle of a write, and shutdown runs on an ordinary thread
 // (stop accepting, finish requests in flight, stop the engine, close every upstream), exit 0.
+//
+// SIGHUP: the configuration file is read again. A file that does not parse, or a store that
+// cannot be opened, is refused with the reason on stderr and the running agent keeps going
+// untouched. Otherwise the engine restarts in-process on the new configuration: the API stops
+// accepting (requests in flight finish), the old engine stops and closes its upstream sessions,
+// the new one starts (sessions reopen on their next listing; the cache is kept, so nothing fresh
+// is listed again) and the API listens again on the same address. If the new engine cannot
+// start, the previous configuration is started again; if even that fails, exit 3.
 #include <cstdio>
 #include <ctime>
 #include <memory>
@@ -34,7 +42,8 @@ constexpr char kServeUsage[] =
 Runs the agent: keeps every configured connection's manifests fresh in the store (Redis when
 quiver.redis is set, else SQLite under the data directory) and serves the local HTTP API
 (schema/openapi.yaml) on quiver.listen (default 127.0.0.1:8787). It prints the URL and a `curl`
-line that shows your cached manifests. SIGINT or SIGTERM stops it cleanly (exit 0).
+line that shows your cached manifests. SIGINT or SIGTERM stops it cleanly (exit 0). SIGHUP
+reloads the configuration file (a bad one is refused and the running one kept).
 
 options:
   --config FILE      the configuration (default: $QUIVER_CONFIG)
@@ -46,12 +55,12 @@ options:
   --help             this text
 
 Exit status: 0 stopped by a signal, 1 the API could not listen, 2 usage or configuration error,
-3 the store is unavailable.
+3 the store is unavailable (at start, or for both configurations on a failed reload).
 )";
 
 constexpr int64_t kDefaultPrintedTokenTtlMs = 24 * 3'600'000LL;
 
-// Waits up to `timeout_ms` for SIGINT/SIGTERM (blocked). The signal number, or 0.
+// Waits up to `timeout_ms` for SIGINT/SIGTERM/SIGHUP (blocked). The signal number, or 0.
 int wait_for_signal(const sigset_t& signals, int64_t timeout_ms) {
   timespec ts{static_cast<time_t>(timeout_ms / 1000),
               static_cast<long>((timeout_ms % 1000) * 1000000)};
@@ -129,6 +138,105 @@ int wait_for_first_listings(Agent& agent, const Principal& member, const sigset_
   }
 }
 
+// One engine and its API, started together and stopped together.
+struct Running {
+  std::unique_ptr<Agent> agent;
+  std::unique_ptr<ApiServer> server;
+
+  void stop() {
+    if (server) server->stop();
+    if (agent) agent->stop();
+    server.reset();
+    agent.reset();
+  }
+};
+
+struct StartFailure {
+  Error error;
+  int exit_code = kExitFailed;
+};
+
+// Creates (opening the store), starts the engine, then the API. On failure nothing runs.
+Result<Running> start_running(const AgentConfig& config, LogLevel level, StartFailure* failure) {
+  AgentOptions options;
+  options.log_level = level;
+  Result<std::unique_ptr<Agent>> created = Agent::create(config, options);
+  if (!created.ok()) {
+    *failure = {created.error(), store_exit_code(created.error())};
+    return created.error();
+  }
+  Running r;
+  r.agent = std::move(*created);
+  if (Status st = r.agent->start(); !st.ok()) {
+    *failure = {Error(st.error().code, "cannot start: " + st.error().message),
+                store_exit_code(st.error())};
+    r.stop();
+    return failure->error;
+  }
+  Agent& agent = *r.agent;
+  ApiServerOptions api = api_server_options(agent.config());
+  api.log = [&agent](const std::string& line) { agent.logger().warn("api", line); };
+  r.server = std::make_unique<ApiServer>(agent, api);
+  if (Status st = r.server->start(); !st.ok()) {
+    if (st.error().code == ErrorCode::kInvalidArgument) {
+      *failure = {Error(st.error().code, "invalid configuration: " + st.error().message),
+                  kConfigExitCode};
+    } else {
+      *failure = {Error(st.error().code,
+                        st.error().message + "; choose another with --listen or QUIVER_LISTEN"),
+                  kExitFailed};
+    }
+    r.stop();
+    return failure->error;
+  }
+  return r;
+}
+
+// SIGHUP: the file again; the engine restarted on it, or the running one kept (see the top).
+// False when neither configuration runs any more.
+bool reload(const CliArgs& args, LogLevel level, AgentConfig* current, Running* running) {
+  std::fprintf(stderr, "quiver-agent: SIGHUP received, reloading the configuration\n");
+  int code = kExitOk;
+  std::optional<AgentConfig> next = load_cli_config("serve", args, &code);
+  if (!next) {
+    std::fprintf(stderr, "quiver-agent: reload refused; the running configuration is kept\n");
+    return true;
+  }
+  if (std::optional<std::string> listen = args.value("listen")) {
+    Result<ListenAddress> a = parse_listen_address(*listen);
+    if (a.ok()) next->listen = *a;
+  }
+  // Port 0 took any free port at start: keep that one, callers know it.
+  if (next->listen.port == 0 && next->listen.host == current->listen.host) {
+    next->listen.port = running->server->port();
+  }
+  if (current->listen.port == 0 && next->listen.host == current->listen.host) {
+    current->listen.port = running->server->port();
+  }
+  running->stop();
+  StartFailure failure;
+  Result<Running> started = start_running(*next, level, &failure);
+  if (started.ok()) {
+    *running = std::move(*started);
+    *current = std::move(*next);
+    std::fprintf(stderr, "quiver-agent: reloaded: %zu connection(s), serving %s\n",
+                 current->connections.size(), running->server->base_url().c_str());
+    return true;
+  }
+  std::fprintf(stderr,
+               "quiver-agent: the new configuration cannot run (%s); starting the previous "
+               "one again\n",
+               failure.error.message.c_str());
+  Result<Running> previous = start_running(*current, level, &failure);
+  if (!previous.ok()) {
+    std::fprintf(stderr, "quiver-agent: the previous configuration cannot run either: %s\n",
+                 failure.error.message.c_str());
+    return false;
+  }
+  *running = std::move(*previous);
+  return true;
+}
+
 }  // namespace
 
 int cmd_serve(const std::vector<std::string>& argv) {
@@ -171,69 +279,62 @@ int cmd_serve(const std::vector<std::string>& argv) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  AgentOptions options;
-  options.log_level = level;
-  Result<std::unique_ptr<Agent>> created = Agent::create(*config, options);
-  if (!created.ok()) {
-    return cli_fail("serve", created.error().message, store_exit_code(created.error()));
-  }
-  Agent& agent = **created;
-  if (Status st = agent.start(); !st.ok()) {
-    return cli_fail("serve", "cannot start: " + st.error().message, store_exit_code(st.error()));
-  }
-
-  ApiServerOptions api = api_server_options(agent.config());
-  api.log = [&agent](const std::string& line) { agent.logger().warn("api", line); };
-  ApiServer server(agent, api);
-  if (Status st = server.start(); !st.ok()) {
-    agent.stop();
-    if (st.error().code == ErrorCode::kInvalidArgument) {
-      return cli_fail("serve", "invalid configuration: " + st.error().message, kConfigExitCode);
-    }
-    return cli_fail("serve", st.error().message + "; choose another with --listen or QUIVER_LISTEN",
-                    kExitFailed);
-  }
-  const std::string url = server.base_url();
-  std::printf("quiver-agent: serving %s (store %s, %zu connection(s))\n", url.c_str(),
-              agent.store().describe().c_str(), agent.config().connections.size());
-  std::fflush(stdout);
-
+  StartFailure failure;
+  Result<Running> started = start_running(*config, level, &failure);
+  if (!started.ok()) return cli_fail("serve", failure.error.message, failure.exit_code);
+  Running running = std::move(*started);
+  AgentConfig current = *config;
   int sig = 0;
-  std::optional<std::string> member = curl_member(agent.config());
-  if (!member) {
-    std::printf(
-        "quiver-agent: no member is configured (quiver.members, quiver.grants): nobody "
-        "can read manifests yet\n");
-  } else {
-    Result<std::string> token =
-        mint_token_from_config(agent.config(), *member, system_clock_ms()(), token_ttl_ms);
-    if (!token.ok()) {
-      std::printf("quiver-agent: cannot mint a caller token for the curl line: %s\n",
-                  token.error().message.c_str());
+  {  // the first engine only: a reload replaces it
+    Agent& agent = *running.agent;
+    const std::string url = running.server->base_url();
+    std::printf("quiver-agent: serving %s (store %s, %zu connection(s))\n", url.c_str(),
+                agent.store().describe().c_str(), agent.config().connections.size());
+    std::fflush(stdout);
+
+    std::optional<std::string> member = curl_member(agent.config());
+    if (!member) {
+      std::printf(
+          "quiver-agent: no member is configured (quiver.members, quiver.grants): nobody "
+          "can read manifests yet\n");
     } else {
-      Result<Principal> p = Principal::member(*member);
-      if (!args->has("no-wait") && p.ok()) sig = wait_for_first_listings(agent, *p, signals);
-      if (sig == 0) {
-        std::printf(
-            "\nThe cached manifests of member `%s` (token valid for %s):\n\n"
-            "  curl -s -H %s %s/v1/manifests\n\n"
-            "More: %s/v1/mcp-connections, %s/v1/search?q=echo, %s/metrics; another token: "
-            "quiver-agent token --member %s. Ctrl-C stops.\n",
-            member->c_str(), format_duration_ms(token_ttl_ms).c_str(),
-            shell_quote("Authorization: Bearer " + *token).c_str(), url.c_str(), url.c_str(),
-            url.c_str(), url.c_str(), member->c_str());
+      Result<std::string> token =
+          mint_token_from_config(agent.config(), *member, system_clock_ms()(), token_ttl_ms);
+      if (!token.ok()) {
+        std::printf("quiver-agent: cannot mint a caller token for the curl line: %s\n",
+                    token.error().message.c_str());
+      } else {
+        Result<Principal> p = Principal::member(*member);
+        if (!args->has("no-wait") && p.ok()) sig = wait_for_first_listings(agent, *p, signals);
+        if (sig == 0) {
+          std::printf(
+              "\nThe cached manifests of member `%s` (token valid for %s):\n\n"
+              "  curl -s -H %s %s/v1/manifests\n\n"
+              "More: %s/v1/mcp-connections, %s/v1/search?q=echo, %s/metrics; another token: "
+              "quiver-agent token --member %s. Ctrl-C stops.\n",
+              member->c_str(), format_duration_ms(token_ttl_ms).c_str(),
+              shell_quote("Authorization: Bearer " + *token).c_str(), url.c_str(), url.c_str(),
+              url.c_str(), url.c_str(), member->c_str());
+        }
       }
     }
+    std::fflush(stdout);
   }
-  std::fflush(stdout);
 
-  while (sig == 0) sig = wait_for_signal(signals, 1000);
+  for (;;) {
+    while (sig == 0) sig = wait_for_signal(signals, 1000);
+    if (sig != SIGHUP) break;
+    sig = 0;
+    if (!reload(*args, level, &current, &running)) {
+      return cli_fail("serve", "stopped: no configuration can run", kExitStoreUnavailable);
+    }
+  }
   std::fprintf(stderr, "quiver-agent: %s received, stopping\n",
                sig == SIGINT ? "SIGINT" : "SIGTERM");
-  server.stop();
-  agent.stop();
+  running.stop();
   std::fprintf(stderr, "quiver-agent: stopped\n");
   return kExitOk;
 }

@@ -706,48 +706,39 @@ TEST_P(ApiTest, OverloadIsShedWith503) {
 
 // ---- quiver-agent serve ------------------------------------------------------------------------
 
-TEST(ApiServe, PrintsACurlLineThatShowsManifestsAndStopsOnSigterm) {
-  TempDir dir;
-  const std::string key_file = dir.path("caller-token.key");
-  testing::append_line(key_file, kTokenKey);
-  Json config = {
-      {"mcpServers",
-       {{"everything", {{"command", "node"}, {"args", {testing::everything_js(), "stdio"}}}},
-        {"t", test_upstream({"--tools", "2"})}}},
-      {"quiver",
-       {{"members", {"local"}},
-        {"grants", {{"*", {"*"}}}},
-        {"caller_token_keys", {{"local-1", {{"file", key_file}}}}}}}};
-  const std::string config_file = dir.path("quiver.json");
-  testing::append_line(config_file, config.dump());
+// A `quiver-agent serve` child on `config_file`, any free port, and what its curl line says.
+struct Served {
+  std::unique_ptr<ChildProcess> child;
+  std::string out;
+  std::string token;
+  std::string base;  // http://127.0.0.1:<port>
+};
 
+void start_serve(const TempDir& dir, const std::string& config_file, Served* s) {
   ChildSpec spec(testing::quiver_agent_binary(),
                  {"serve", "--config", config_file, "--listen", "127.0.0.1:0"},
                  {{"QUIVER_DATA_DIR", dir.path("data")}, {"SECRET", kUpstreamSecret}});
   Result<std::unique_ptr<ChildProcess>> child = ChildProcess::spawn(spec);
   ASSERT_TRUE(child.ok()) << child.error().message;
-  ChildProcess& serve = **child;
-
-  std::string out;
+  s->child = std::move(*child);
+  ChildProcess& serve = *s->child;
   std::string curl_line;
   ASSERT_TRUE(wait_until(
       [&] {
         (void)serve.wait_readable(50);
         serve.drain_stderr();
         Result<std::string> bytes = serve.read_stdout();
-        if (bytes.ok()) out += *bytes;
-        std::size_t at = out.find("curl -s ");
+        if (bytes.ok()) s->out += *bytes;
+        std::size_t at = s->out.find("curl -s ");
         if (at == std::string::npos) return !serve.running();
-        std::size_t end = out.find('\n', at);
+        std::size_t end = s->out.find('\n', at);
         if (end == std::string::npos) return false;
-        curl_line = out.substr(at, end - at);
+        curl_line = s->out.substr(at, end - at);
         return true;
       },
       30'000))
-      << out << serve.stderr_tail();
-  ASSERT_FALSE(curl_line.empty()) << out << serve.stderr_tail();
-  EXPECT_NE(out.find("2 of 2 connection(s) listed"), std::string::npos) << out;
-
+      << s->out << serve.stderr_tail();
+  ASSERT_FALSE(curl_line.empty()) << s->out << serve.stderr_tail();
   // curl -s -H 'Authorization: Bearer <token>' http://127.0.0.1:<port>/v1/manifests
   std::size_t bearer_at = curl_line.find("Bearer ");
   std::size_t quote = curl_line.find('\'', bearer_at);
@@ -755,22 +746,14 @@ TEST(ApiServe, PrintsACurlLineThatShowsManifestsAndStopsOnSigterm) {
   ASSERT_NE(bearer_at, std::string::npos);
   ASSERT_NE(quote, std::string::npos);
   ASSERT_NE(url_at, std::string::npos);
-  const std::string tok = curl_line.substr(bearer_at + 7, quote - bearer_at - 7);
+  s->token = curl_line.substr(bearer_at + 7, quote - bearer_at - 7);
   const std::string url = curl_line.substr(url_at);
-  std::size_t path_at = url.find('/', 7);
-  httplib::Client c(url.substr(0, path_at));
-  auto r = c.Get(url.substr(path_at), {{"Authorization", "Bearer " + tok}});
-  ASSERT_TRUE(r);
-  ASSERT_EQ(r->status, 200) << r->body;
-  Json j = body_of(r);
-  ASSERT_EQ(j["connections"].size(), 2u) << r->body;
-  EXPECT_EQ(j["connections"][0]["id"], "everything");
-  EXPECT_EQ(j["connections"][0]["status"], "fresh");
-  EXPECT_GE(j["connections"][0]["manifest"]["tools"]["items"].size(), 5u);
-  EXPECT_EQ(j["connections"][0]["manifest"]["server"]["name"], "mcp-servers/everything");
-  EXPECT_EQ(j["connections"][1]["manifest"]["tools"]["items"].size(), 2u);
-  EXPECT_EQ(r->body.find(kUpstreamSecret), std::string::npos);
+  s->base = url.substr(0, url.find('/', 7));
+}
 
+// SIGTERM, then exit 0 with "stopped".
+void stop_serve(Served& s) {
+  ChildProcess& serve = *s.child;
   ASSERT_EQ(::kill(serve.pid(), SIGTERM), 0);
   std::optional<ExitStatus> status;
   ASSERT_TRUE(wait_until(
@@ -784,6 +767,102 @@ TEST(ApiServe, PrintsACurlLineThatShowsManifestsAndStopsOnSigterm) {
   EXPECT_TRUE(status->success()) << status->describe() << serve.stderr_tail();
   EXPECT_NE(serve.stderr_tail().find("stopped"), std::string::npos);
   EXPECT_EQ(serve.stderr_tail().find(kTokenKey), std::string::npos);
+}
+
+Json serve_config(const std::string& key_file, Json servers) {
+  return {{"mcpServers", std::move(servers)},
+          {"quiver",
+           {{"members", {"local"}},
+            {"grants", {{"*", {"*"}}}},
+            {"caller_token_keys", {{"local-1", {{"file", key_file}}}}}}}};
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::remove(path.c_str());
+  testing::append_line(path, text);
+}
+
+TEST(ApiServe, PrintsACurlLineThatShowsManifestsAndStopsOnSigterm) {
+  TempDir dir;
+  const std::string key_file = dir.path("caller-token.key");
+  testing::append_line(key_file, kTokenKey);
+  const std::string config_file = dir.path("quiver.json");
+  write_file(config_file,
+             serve_config(key_file,
+                          {{"everything",
+                            {{"command", "node"}, {"args", {testing::everything_js(), "stdio"}}}},
+                           {"t", test_upstream({"--tools", "2"})}})
+                 .dump());
+  Served s;
+  ASSERT_NO_FATAL_FAILURE(start_serve(dir, config_file, &s));
+  EXPECT_NE(s.out.find("2 of 2 connection(s) listed"), std::string::npos) << s.out;
+
+  httplib::Client c(s.base);
+  auto r = c.Get("/v1/manifests", {{"Authorization", "Bearer " + s.token}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  Json j = body_of(r);
+  ASSERT_EQ(j["connections"].size(), 2u) << r->body;
+  EXPECT_EQ(j["connections"][0]["id"], "everything");
+  EXPECT_EQ(j["connections"][0]["status"], "fresh");
+  EXPECT_GE(j["connections"][0]["manifest"]["tools"]["items"].size(), 5u);
+  EXPECT_EQ(j["connections"][0]["manifest"]["server"]["name"], "mcp-servers/everything");
+  EXPECT_EQ(j["connections"][1]["manifest"]["tools"]["items"].size(), 2u);
+  EXPECT_EQ(r->body.find(kUpstreamSecret), std::string::npos);
+  stop_serve(s);
+}
+
+TEST(ApiServe, SighupReloadsTheConfigurationAndRefusesABadOne) {
+  TempDir dir;
+  const std::string key_file = dir.path("caller-token.key");
+  testing::append_line(key_file, kTokenKey);
+  const std::string config_file = dir.path("quiver.json");
+  write_file(config_file, serve_config(key_file, {{"t", test_upstream({"--tools", "2"})}}).dump());
+  Served s;
+  ASSERT_NO_FATAL_FAILURE(start_serve(dir, config_file, &s));
+  ChildProcess& serve = *s.child;
+  httplib::Client c(s.base);
+  auto ids = [&]() {
+    std::vector<std::string> out;
+    auto r = c.Get("/v1/manifests", {{"Authorization", "Bearer " + s.token}});
+    if (!r || r->status != 200) {
+      out.push_back(r ? std::to_string(r->status) + r->body : "no answer");
+      return out;
+    }
+    const Json body = body_of(r);
+    for (const Json& conn : body["connections"]) out.push_back(conn["id"]);
+    return out;
+  };
+  EXPECT_EQ(ids(), (std::vector<std::string>{"t"}));
+
+  // A new connection: served on the same address once reloaded, and listed.
+  write_file(config_file, serve_config(key_file, {{"t", test_upstream({"--tools", "2"})},
+                                                  {"u", test_upstream({"--tools", "3"})}})
+                              .dump());
+  ASSERT_EQ(::kill(serve.pid(), SIGHUP), 0);
+  EXPECT_TRUE(wait_until(
+      [&] {
+        serve.drain_stderr();
+        return ids() == std::vector<std::string>{"t", "u"};
+      },
+      15'000))
+      << serve.stderr_tail();
+  EXPECT_NE(serve.stderr_tail().find("reloaded: 2 connection(s)"), std::string::npos)
+      << serve.stderr_tail();
+
+  // A broken file: refused, the running configuration kept.
+  write_file(config_file, "{\"mcpServers\": ");
+  ASSERT_EQ(::kill(serve.pid(), SIGHUP), 0);
+  EXPECT_TRUE(wait_until(
+      [&] {
+        serve.drain_stderr();
+        return serve.stderr_tail().find("reload refused") != std::string::npos;
+      },
+      10'000))
+      << serve.stderr_tail();
+  EXPECT_TRUE(serve.running());
+  EXPECT_EQ(ids(), (std::vector<std::string>{"t", "u"}));
+  stop_serve(s);
 }
 
 }  // namespace
