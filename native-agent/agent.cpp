@@ -752,8 +752,23 @@ struct Agent::Impl {
         ++report.examined;
         seen.insert(pool_name(meta.connection_id, meta.principal));
         const ConnectionConfig* cfg = config.find_connection(meta.connection_id);
-        // Removed connections are deleted by sync; members no longer granted are never listed.
-        if (cfg == nullptr || !check_principal(*cfg, meta.principal).ok()) continue;
+        if (cfg == nullptr) continue;  // removed connections are deleted by sync
+        if (!check_principal(*cfg, meta.principal).ok()) {
+          // A member whose grant was removed (or a principal of the other credential mode): its
+          // manifest is never read again (grants are checked live) and goes.
+          Result<bool> dropped = store->drop_manifest(meta.connection_id, meta.principal);
+          if (!dropped.ok()) {
+            ++report.errors;
+            log_store_error("maintenance: dropping " + who(meta.connection_id, meta.principal),
+                            dropped.error());
+          } else if (*dropped) {
+            ++report.dropped;
+            logger->info(kLog, "maintenance: dropped the manifest of " +
+                                   who(meta.connection_id, meta.principal) +
+                                   ": no longer cached under that principal");
+          }
+          continue;
+        }
         RefreshDecision d = decide_refresh(cache_entry_meta(meta), policy, cfg->config_hash, now);
         if (d.refresh) queue(meta.connection_id, meta.principal, "maintenance");
       }
@@ -765,10 +780,11 @@ struct Agent::Impl {
       if (seen.count(pool_name(c.id, Principal::shared())) > 0) continue;
       if (queue(c.id, Principal::shared(), "seed")) ++report.seeded;
     }
-    if (report.queued > 0 || report.errors > 0) {
+    if (report.queued > 0 || report.errors > 0 || report.dropped > 0) {
       logger->info(kLog, "maintenance: examined " + std::to_string(report.examined) + ", queued " +
                              std::to_string(report.queued) + " (seeded " +
-                             std::to_string(report.seeded) + "), errors " +
+                             std::to_string(report.seeded) + "), dropped " +
+                             std::to_string(report.dropped) + ", errors " +
                              std::to_string(report.errors));
     }
     return report;

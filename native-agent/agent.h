@@ -95,6 +95,7 @@ struct MaintenanceReport {
   int64_t queued = 0;    // refresh requests queued (stale, errored, ahead, seeded)
   int64_t seeded = 0;    // ... of which never-listed keys
   int64_t skipped = 0;   // already queued or a lease held
+  int64_t dropped = 0;   // manifests of principals no longer granted, deleted
   int64_t errors = 0;    // store errors (logged)
 };
 

@@ -1082,6 +1082,17 @@ Result<EnqueueOutcome> RedisStore::enqueue_revalidation(std::string_view cid,
   return EnqueueOutcome::kQueued;
 }
 
+Result<bool> RedisStore::drop_manifest(std::string_view cid, const Principal& principal) {
+  Result<std::string> manifest = impl_->keys.manifest(cid, principal);
+  if (!manifest.ok()) return manifest.error();
+  Result<std::vector<RespValue>> r =
+      impl_->transaction({{"DEL", *manifest, *impl_->keys.revalidate_gate(cid, principal)},
+                          {"INCR", impl_->keys.epoch()}},
+                         "drop manifest");
+  if (!r.ok()) return r.error();
+  return !r->empty() && (*r)[0].type == RespValue::Type::kInteger && (*r)[0].integer > 0;
+}
+
 Result<bool> RedisStore::invalidate_manifest(std::string_view cid, const Principal& principal) {
   Result<RespValue> reply = impl_->script(
       manifest_invalidate_command(impl_->keys, cid, principal, impl_->options.now_ms()),

@@ -94,6 +94,7 @@ class RedisStore final : public ManifestStore {
   Result<EnqueueOutcome> enqueue_revalidation(std::string_view cid, const Principal& principal,
                                               std::string_view reason, int64_t window_ms) override;
   Result<bool> invalidate_manifest(std::string_view cid, const Principal& principal) override;
+  Result<bool> drop_manifest(std::string_view cid, const Principal& principal) override;
   Result<RevalidationBatch> read_revalidations(std::string_view consumer, std::size_t max,
                                                int64_t block_ms) override;
   Status ack_revalidations(const std::vector<std::string>& ids) override;

@@ -930,6 +930,25 @@ Result<EnqueueOutcome> SqliteStore::enqueue_revalidation(std::string_view cid,
   return EnqueueOutcome::kQueued;
 }
 
+Result<bool> SqliteStore::drop_manifest(std::string_view cid, const Principal& principal) {
+  if (Result<LeaseKeys> keys = impl_->lease_keys(cid, principal); !keys.ok()) {
+    return keys.error();
+  }
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Impl& s = *impl_;
+  Transaction tx(s);
+  if (!tx.begun().ok()) return tx.begun().error();
+  Query q(s, "manifest_drop");
+  bind_key(q, cid, principal);
+  Result<int> dropped = q.run();
+  if (!dropped.ok()) return dropped.error();
+  Query gate(s, "revalidation_gate_drop");
+  bind_key(gate, cid, principal);
+  if (Result<int> r = gate.run(); !r.ok()) return r.error();
+  if (Status st = tx.commit(); !st.ok()) return st.error();
+  return *dropped == 1;
+}
+
 Result<bool> SqliteStore::invalidate_manifest(std::string_view cid, const Principal& principal) {
   if (Result<LeaseKeys> keys = impl_->lease_keys(cid, principal); !keys.ok()) {
     return keys.error();

@@ -248,6 +248,10 @@ class ManifestStore {
                                                       const Principal& principal,
                                                       std::string_view reason,
                                                       int64_t window_ms) = 0;
+  // A principal the connection is no longer cached under (a member whose grant was removed, a
+  // principal of the other credential mode): its manifest and revalidation gate go, the fence
+  // stays (fencing stays monotonic should it come back). True when a manifest was there.
+  virtual Result<bool> drop_manifest(std::string_view cid, const Principal& principal) = 0;
   // A refresh webhook: the cached data of (cid, principal) reads as stale from now on, until a
   // listing that starts later commits (CacheEntryMeta::invalidated_at_ms). False when nothing
   // with data is cached there (nothing is created).

@@ -99,6 +99,14 @@ ON CONFLICT (connection_id, principal) DO UPDATE SET fence = excluded.fence;
 DELETE FROM manifests
 WHERE connection_id = :connection_id AND principal = :principal AND retain_until <= :now;
 
+-- name: manifest_drop
+-- A principal the connection is no longer cached under (store.h drop_manifest): the row goes,
+-- whatever its retention. The fence stays, so fencing stays monotonic if it comes back.
+DELETE FROM manifests WHERE connection_id = :connection_id AND principal = :principal;
+
+-- name: revalidation_gate_drop
+DELETE FROM revalidation_gates WHERE connection_id = :connection_id AND principal = :principal;
+
 -- name: manifest_select_fence
 SELECT fence FROM manifests WHERE connection_id = :connection_id AND principal = :principal;
 

@@ -427,6 +427,22 @@ TEST(AgentRedis, PerMemberPrincipalsSeeTheirOwnToolsOnly) {
   // Maintenance never seeds per-member keys on its own.
   MaintenanceReport m = agent->run_maintenance_once();
   EXPECT_EQ(m.seeded, 0);
+  EXPECT_EQ(m.dropped, 0);
+  agent->stop();
+
+  // Bob's grant removed: his manifest is dropped by the next maintenance pass, alice's stays.
+  quiver["grants"] = {{"alice", {"p"}}};
+  auto regranted =
+      make_agent(make_config(dir, servers, quiver,
+                             {{"ALICE_CRED", "Bearer alice"}, {"BOB_CRED", "Bearer bob"}}),
+                 manual_options(log));
+  ASSERT_TRUE(regranted);
+  ASSERT_TRUE(regranted->start().ok());
+  MaintenanceReport after = regranted->run_maintenance_once();
+  EXPECT_EQ(after.dropped, 1) << log.all();
+  EXPECT_FALSE(meta_of(regranted->store(), "p", member("bob")));
+  EXPECT_EQ(tool_names(regranted->store(), "p", member("alice")).size(), 3u);
+  EXPECT_EQ(regranted->run_maintenance_once().dropped, 0);
 }
 
 // ---- preferences -------------------------------------------------------------------------------

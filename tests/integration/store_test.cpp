@@ -675,6 +675,26 @@ TEST_P(StoreConformance, AManualRefreshIsQueuedAgainOnceTheGateIsASecondOld) {
   EXPECT_EQ(enqueue("c1", alice, "manual"), EnqueueOutcome::kInProgress);
 }
 
+TEST_P(StoreConformance, DroppingAPrincipalKeepsItsFenceAndTheOthers) {
+  configure({record("c1", "h1", CredentialMode::kPerMember)});
+  refresh("c1", member("alice"), "v1", "h1", 900);
+  refresh("c1", member("bob"), "v1", "h1", 901);
+  EXPECT_EQ(enqueue("c1", member("bob"), "stale"), EnqueueOutcome::kQueued);
+  const int64_t bob_fence = meta("c1", member("bob"))->fence;
+
+  Result<bool> dropped = store_->drop_manifest("c1", member("bob"));
+  ASSERT_TRUE(dropped.ok()) << dropped.error().message;
+  EXPECT_TRUE(*dropped);
+  EXPECT_FALSE(meta("c1", member("bob")));
+  EXPECT_TRUE(meta("c1", member("alice")));
+  EXPECT_FALSE(*store_->drop_manifest("c1", member("bob")));  // nothing left to drop
+  // The gate went with it; the fence did not: a later lease still takes a newer fence.
+  EXPECT_EQ(enqueue("c1", member("bob"), "miss"), EnqueueOutcome::kQueued);
+  AcquireResult a = acquire("c1", member("bob"), 902);
+  ASSERT_TRUE(a.acquired);
+  EXPECT_GT(a.lease.fence, bob_fence);
+}
+
 TEST_P(StoreConformance, AWebhookMarksCachedDataStaleUntilALaterListing) {
   configure({record("c1", "h1")});
   // Nothing cached: nothing marked, nothing created.
