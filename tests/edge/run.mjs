@@ -373,11 +373,14 @@ test('missing manifest: pending, and queued once as a miss', async () => {
   assert.equal(entry.status, 'pending');
   assert.equal(entry.refresh, 'requested');
   await settle();
-  // carol's `mail` (also a miss) was queued by an earlier test: this isolate does not ask again
-  // within its claim period, nor would the Redis gate let it through within the window.
-  const entries = await streamEntries();
-  assert.deepEqual(entries.map(({ cid, principal, reason }) => ({ cid, principal, reason })),
-                   [{ cid: 'pending1', principal: 'shared', reason: 'miss' }]);
+  // pending1 is queued once. carol's `mail` (also a miss) may be asked for again too: an earlier
+  // test queued it, and whether this isolate's claim period (5 s) has passed since depends on
+  // how fast the machine ran the tests in between; either way no key is queued twice.
+  const entries = (await streamEntries()).map(({ cid, principal, reason }) =>
+    `${cid} ${principal} ${reason}`);
+  assert.deepEqual(entries.filter((e) => e.startsWith('pending1 ')), ['pending1 shared miss']);
+  assert.equal(new Set(entries).size, entries.length, entries.join(', '));
+  for (const e of entries) assert.match(e, /^(pending1 shared|mail member\/carol) miss$/);
 });
 
 test('POST refresh-tools queues a manual refresh (202), 404 when not granted', async () => {
