@@ -259,10 +259,17 @@ test('ETag and If-None-Match give 304; HEAD has no body', async () => {
 });
 
 test('the L1 answers a hot caller, then Redis again after its TTL', async () => {
-  await sleep(L1_TTL_MS);
-  const a = await edge.request('GET', '/v1/manifests', { headers: auth('bob') });
-  const b = await edge.request('GET', '/v1/manifests', { headers: auth('bob') });
-  assert.equal(a.headers['x-quiver-cache'], 'miss');
+  // Two requests within the L1 TTL (300 ms): on a loaded machine the second may come too late,
+  // so a few tries are allowed; what is checked is what a hit looks like.
+  let a;
+  let b;
+  for (let attempt = 0; attempt < 5; attempt++) {
+    await sleep(L1_TTL_MS);
+    a = await edge.request('GET', '/v1/manifests', { headers: auth('bob') });
+    b = await edge.request('GET', '/v1/manifests', { headers: auth('bob') });
+    assert.equal(a.headers['x-quiver-cache'], 'miss');
+    if (b.headers['x-quiver-cache'] === 'hit') break;
+  }
   assert.equal(b.headers['x-quiver-cache'], 'hit');
   assert.equal(b.headers.age, '0', 'the rendered answer, repeated with its age');
   assert.equal(b.text, a.text);
