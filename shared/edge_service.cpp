@@ -370,6 +370,8 @@ EdgeService::EdgeService(Result<EdgeSettings> settings)
   search_cache_ = std::make_unique<SearchIndexCache>(kSearchCacheEntries, kSearchCacheBytes);
   searcher_ = std::make_unique<IndexedToolSearcher>(search_cache_.get());
   settings_->discovery.searcher = searcher_.get();
+  render_cache_ = std::make_unique<RenderCache>();
+  settings_->discovery.render.cache = render_cache_.get();
 }
 
 EdgeService::~EdgeService() = default;
