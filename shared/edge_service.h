@@ -164,7 +164,10 @@ class EdgeService {
                   std::vector<Revalidation> revalidations, int64_t age_ms, int64_t now_ms);
   void note_snapshot(Request& r, const DiscoverySnapshot& snapshot, int64_t now_ms);
   EdgeStep drive(Request& r, DiscoveryStep step, int64_t now_ms);
-  EdgeStep send(Request& r, Waiting waiting, const Pipeline& pipeline);
+  // Sends `commands` (EVALs: each goes out in its EVALSHA form; any answered NOSCRIPT is sent
+  // again as EVAL, once, on the same connection, before `complete` sees the replies).
+  EdgeStep send(Request& r, Waiting waiting, std::vector<RedisCommand> commands);
+  EdgeStep resend_noscript(Request& r);
   EdgeStep complete(Request& r, int64_t now_ms);
   EdgeStep store_failed(Request& r, Error error, int64_t now_ms);
   EdgeStep finish(Request& r, Respond respond);
