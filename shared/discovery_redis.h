@@ -35,7 +35,7 @@
 namespace quiver {
 
 // The EVALSHA form of an EVAL command built here: the script text (argv[1]) replaced by its
-// SHA-1, computed at build time (shared/schema_assets.h). About 4 KiB less to send per read. Any
+// SHA-1, computed by the build (shared/schema_assets.h). About 4 KiB less to send per read. Any
 // other command comes back unchanged. Redis answers NOSCRIPT when its script cache lacks the
 // script (a restart, SCRIPT FLUSH, a failover): the host then sends the EVAL form, on the same
 // connection, in the same request.
