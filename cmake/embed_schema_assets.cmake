@@ -1,4 +1,5 @@
-# Writes OUT: a table of (relative path, contents) for every file in FILES under ROOT.
+# Writes OUT: a table of (relative path, contents, SHA-1) for every file in FILES under ROOT. The
+# SHA-1 (hex, of the file's bytes) is the name Redis gives a script: EVALSHA needs it.
 set(body "// Generated from schema/ by cmake/embed_schema_assets.cmake. Do not edit.\n")
 string(APPEND body "#include \"shared/schema_assets.h\"\n\nnamespace quiver {\n\n")
 string(APPEND body "const std::vector<SchemaAsset>& schema_assets() {\n")
@@ -6,11 +7,12 @@ string(APPEND body "  static const std::vector<SchemaAsset> assets = {\n")
 foreach(f IN LISTS FILES)
   file(RELATIVE_PATH rel "${ROOT}" "${f}")
   file(READ "${f}" text)
+  file(SHA1 "${f}" sha1)
   string(FIND "${text}" ")QUIVERASSET\"" clash)
   if(NOT clash EQUAL -1)
     message(FATAL_ERROR "${rel} contains the raw-string delimiter")
   endif()
-  string(APPEND body "      {\"${rel}\", R\"QUIVERASSET(${text})QUIVERASSET\"},\n")
+  string(APPEND body "      {\"${rel}\", R\"QUIVERASSET(${text})QUIVERASSET\", \"${sha1}\"},\n")
 endforeach()
 string(APPEND body "  };\n  return assets;\n}\n\n}  // namespace quiver\n")
 file(WRITE "${OUT}.tmp" "${body}")

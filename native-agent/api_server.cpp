@@ -14,6 +14,7 @@
 
 #include <httplib.h>
 
+#include "native-agent/locked_render_cache.h"
 #include "native-agent/metrics.h"
 #include "shared/caller_token.h"
 #include "shared/discovery.h"
@@ -251,6 +252,7 @@ struct ApiServer::Impl {
   std::vector<std::string> webhook_secrets;
 
   std::unique_ptr<LockedSearcher> searcher;
+  LockedRenderCache render_cache;  // each servable entry's rendered payload, for every thread
   DiscoveryConfig discovery;
 
   std::atomic<int64_t> shed{0};
@@ -859,6 +861,7 @@ Status ApiServer::start() {
   s.discovery.render.max_manifest_bytes = std::max<std::size_t>(
       std::size_t{1} << 20, static_cast<std::size_t>(config.runtime.max_manifest_bytes) * 2);
   s.discovery.searcher = s.searcher.get();
+  s.discovery.render.cache = &s.render_cache;
 
   s.register_routes();
   // httplib's default sets SO_REUSEPORT: a second agent on a port in use would then bind too

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <limits>
+#include <memory>
 #include <set>
 #include <utility>
 
+#include "shared/render_cache.h"
 #include "shared/sha256.h"
 
 namespace quiver {
@@ -100,7 +102,12 @@ struct EntryView {
   std::optional<std::string> revalidate;    // reason, when one is to be queued
   bool refresh_in_progress = false;
   bool servable = false;
-  Json manifest;           // servable: the stored manifest with disabled capabilities hidden
+  // Servable: the stored manifest, parsed (and with the disabled capabilities hidden when
+  // `filtered`), unless `fragment` came from the render cache (then it is null: not parsed).
+  Json manifest;
+  bool filtered = false;
+  std::shared_ptr<const RenderedFragment> fragment;  // servable: the payload, once rendered
+  std::string cache_key;                             // servable, with a render cache
   std::string content_id;  // servable or expired: the manifest's content hash
 };
 
@@ -128,8 +135,13 @@ void queue_unless_leased(EntryView* v, std::string reason) {
   }
 }
 
+// What the caller of `evaluate` needs of a servable manifest: the rendered payload (answers; the
+// render cache may supply it) or the filtered manifest itself (search).
+enum class Need { kPayload = 0, kJson };
+
 EntryView evaluate(const GrantedConnection& conn, const Principal& member,
-                   const FreshnessPolicy& policy, int64_t now_ms, const RenderOptions& options) {
+                   const FreshnessPolicy& policy, int64_t now_ms, const RenderOptions& options,
+                   Need need) {
   EntryView v;
   v.conn = &conn;
   const ConnectionInfo& record = *conn.record;
@@ -180,6 +192,16 @@ EntryView evaluate(const GrantedConnection& conn, const Principal& member,
   }
   if (c.servable) {
     const std::string& text = *field(conn.manifest, redis_field::kManifest);
+    if (need == Need::kPayload && options.cache != nullptr) {
+      // A hit means this exact text parsed into an object before: servable, nothing to parse.
+      v.cache_key = render_cache_key(conn.id, *v.principal, v.content_id, conn.disabled,
+                                     discovery_view_name(options.view), options.max_manifest_bytes);
+      v.fragment = options.cache->find(v.cache_key, text, conn.disabled);
+      if (v.fragment != nullptr) {
+        v.servable = true;
+        return v;
+      }
+    }
     Result<Json> parsed = parse_json(text, options.max_manifest_bytes);
     if (!parsed.ok()) {
       unreadable(parsed.error().message);
@@ -190,21 +212,25 @@ EntryView evaluate(const GrantedConnection& conn, const Principal& member,
       return v;
     }
     v.servable = true;
-    v.manifest = hide_disabled(std::move(*parsed), conn.disabled);
+    v.manifest = std::move(*parsed);
+    if (need == Need::kJson) {
+      v.manifest = hide_disabled(std::move(v.manifest), conn.disabled);
+      v.filtered = true;
+    }
   }
   return v;
 }
 
 std::vector<EntryView> evaluate_all(const DiscoverySnapshot& snapshot,
                                     const FreshnessPolicy& policy, int64_t now_ms,
-                                    const RenderOptions& options) {
+                                    const RenderOptions& options, Need need) {
   std::vector<EntryView> out;
   std::set<std::string_view> seen;
   for (const GrantedConnection& conn : snapshot.connections) {
     if (!conn.record.has_value()) continue;  // removed: never shown
     if (!validate_connection_id(conn.id).ok()) continue;
     if (!seen.insert(conn.id).second) continue;
-    out.push_back(evaluate(conn, snapshot.member, policy, now_ms, options));
+    out.push_back(evaluate(conn, snapshot.member, policy, now_ms, options, need));
   }
   std::sort(out.begin(), out.end(),
             [](const EntryView& a, const EntryView& b) { return a.conn->id < b.conn->id; });
@@ -278,22 +304,97 @@ Json mcp_view(const Json& manifest, int64_t ttl_ms) {
   return out;
 }
 
-// The entry as the body shows it: metadata, clock fields, payload (consumes v.manifest).
-Json entry_body(EntryView& v, Json meta, int64_t now_ms, const RenderOptions& options) {
+// JSON text of `object` with the raw JSON text `raw` as the value of `key` (which must not be in
+// `object`): exactly what json_text would give with that value in place, keys in the object's
+// order (nlohmann's object is a std::map, so the order is the keys' and `key` takes its place).
+template <typename Raw>
+void append_object_with(std::string& out, const Json& object, const std::string& key, Raw&& raw) {
+  Json shaped = object;
+  shaped[key] = nullptr;  // a placeholder where `raw` goes
+  out += '{';
+  bool first = true;
+  for (auto it = shaped.begin(); it != shaped.end(); ++it) {
+    if (!first) out += ',';
+    first = false;
+    out += json_text(Json(it.key()));
+    out += ':';
+    if (it.key() == key) {
+      raw(out);
+    } else {
+      out += json_text(it.value());
+    }
+  }
+  out += '}';
+}
+
+// The payload of a servable entry in `view`, cut where the per-request ttlMs goes (see
+// RenderedFragment): the manifest view is the filtered manifest's text; the mcp view is
+// mcp_view()'s text with every `ttlMs` value left out.
+std::shared_ptr<const RenderedFragment> render_fragment(const Json& filtered, DiscoveryView view) {
+  auto fragment = std::make_shared<RenderedFragment>();
+  if (view != DiscoveryView::kMcp) {
+    fragment->parts.push_back(json_text(filtered));
+    return fragment;
+  }
+  const Json mcp = mcp_view(filtered, 0);
+  std::vector<std::string>& parts = fragment->parts;
+  parts.emplace_back("{");
+  bool first = true;
+  for (auto method = mcp.begin(); method != mcp.end(); ++method) {
+    if (!first) parts.back() += ',';
+    first = false;
+    parts.back() += json_text(Json(method.key()));
+    parts.back() += ":{";
+    bool first_field = true;
+    for (auto f = method->begin(); f != method->end(); ++f) {
+      if (!first_field) parts.back() += ',';
+      first_field = false;
+      parts.back() += json_text(Json(f.key()));
+      parts.back() += ':';
+      if (f.key() == "ttlMs") {
+        parts.emplace_back();  // the ttl goes between this part and the next
+      } else {
+        parts.back() += json_text(f.value());
+      }
+    }
+    parts.back() += '}';
+  }
+  parts.back() += '}';
+  return fragment;
+}
+
+// The payload of a servable entry: from the render cache, or rendered now (and then cached).
+const RenderedFragment& payload(EntryView& v, const RenderOptions& options) {
+  if (v.fragment == nullptr) {
+    if (!v.filtered) v.manifest = hide_disabled(std::move(v.manifest), v.conn->disabled);
+    v.filtered = true;
+    v.fragment = render_fragment(v.manifest, options.view);
+    if (options.cache != nullptr && !v.cache_key.empty()) {
+      options.cache->insert(v.cache_key, *field(v.conn->manifest, redis_field::kManifest),
+                            v.conn->disabled, v.fragment);
+    }
+  }
+  return *v.fragment;
+}
+
+// The entry's text as the body shows it: metadata, clock fields, payload.
+void append_entry_body(std::string& out, EntryView& v, Json meta, int64_t now_ms,
+                       const RenderOptions& options) {
   const Classification* c = v.classification ? &*v.classification : nullptr;
   if (c && c->state != Freshness::kMiss && v.status != EntryStatus::kError) {
     meta["age_ms"] = c->age_ms;
   }
-  if (v.servable) {
-    if (options.view == DiscoveryView::kMcp) {
-      int64_t ttl =
-          v.status == EntryStatus::kFresh ? std::max<int64_t>(0, c->fresh_until_ms - now_ms) : 0;
-      meta["mcp"] = mcp_view(v.manifest, ttl);
-    } else {
-      meta["manifest"] = std::move(v.manifest);
-    }
+  if (!v.servable) {
+    out += json_text(meta);
+    return;
   }
-  return meta;
+  const RenderedFragment& fragment = payload(v, options);
+  int64_t ttl = 0;
+  if (options.view == DiscoveryView::kMcp && v.status == EntryStatus::kFresh) {
+    ttl = std::max<int64_t>(0, c->fresh_until_ms - now_ms);
+  }
+  const std::string key = options.view == DiscoveryView::kMcp ? "mcp" : "manifest";
+  append_object_with(out, meta, key, [&](std::string& o) { fragment.append_to(o, ttl); });
 }
 
 int64_t max_age_for(const std::vector<const EntryView*>& entries, int64_t now_ms,
@@ -308,11 +409,13 @@ int64_t max_age_for(const std::vector<const EntryView*>& entries, int64_t now_ms
   return age;
 }
 
-RenderedDiscovery finish(Json body, const Json& validator, std::vector<const EntryView*> shown,
+// Everything but the body, which needs only the validator (the inputs) and the statuses.
+RenderedDiscovery finish(const Json& validator, const std::vector<const EntryView*>& shown,
                          int64_t now_ms, const RenderOptions& options) {
   RenderedDiscovery out;
-  out.body = json_text(body);
   out.etag = weak_etag(json_text(validator));
+  out.not_modified =
+      !options.if_none_match.empty() && if_none_match_matches(options.if_none_match, out.etag);
   out.max_age_s = max_age_for(shown, now_ms, options);
   out.cache_control = "private, max-age=" + std::to_string(out.max_age_s);
   for (const EntryView* v : shown) {
@@ -598,7 +701,7 @@ std::optional<std::vector<Json>> listed_items(const Json& manifest, ListKind kin
 
 RenderedDiscovery render_manifests(const DiscoverySnapshot& snapshot, const FreshnessPolicy& policy,
                                    int64_t now_ms, const RenderOptions& options) {
-  std::vector<EntryView> views = evaluate_all(snapshot, policy, now_ms, options);
+  std::vector<EntryView> views = evaluate_all(snapshot, policy, now_ms, options, Need::kPayload);
   Json body = Json::object();
   Json validator = Json::object();
   body["principal"] = snapshot.member.str();
@@ -608,18 +711,26 @@ RenderedDiscovery render_manifests(const DiscoverySnapshot& snapshot, const Fres
     body["next_after"] = *snapshot.next_after;
     validator["next_after"] = *snapshot.next_after;
   }
-  Json entries = Json::array();
+  std::vector<Json> metas;
   Json validators = Json::array();
   std::vector<const EntryView*> shown;
   for (EntryView& v : views) {
-    Json meta = entry_meta_json(v);
-    validators.push_back(entry_validator(v, meta));
-    entries.push_back(entry_body(v, std::move(meta), now_ms, options));
+    metas.push_back(entry_meta_json(v));
+    validators.push_back(entry_validator(v, metas.back()));
     shown.push_back(&v);
   }
-  body["connections"] = std::move(entries);
   validator["connections"] = std::move(validators);
-  return finish(std::move(body), validator, std::move(shown), now_ms, options);
+  RenderedDiscovery out = finish(validator, shown, now_ms, options);
+  if (out.not_modified || options.omit_body) return out;
+  append_object_with(out.body, body, "connections", [&](std::string& o) {
+    o += '[';
+    for (std::size_t i = 0; i < views.size(); ++i) {
+      if (i > 0) o += ',';
+      append_entry_body(o, views[i], std::move(metas[i]), now_ms, options);
+    }
+    o += ']';
+  });
+  return out;
 }
 
 Result<RenderedDiscovery> render_connection_manifest(const DiscoverySnapshot& snapshot,
@@ -630,19 +741,21 @@ Result<RenderedDiscovery> render_connection_manifest(const DiscoverySnapshot& sn
   if (conn == nullptr || !conn->record.has_value() || !validate_connection_id(id).ok()) {
     return Error(ErrorCode::kNotFound, "no such connection");
   }
-  EntryView v = evaluate(*conn, snapshot.member, policy, now_ms, options);
+  EntryView v = evaluate(*conn, snapshot.member, policy, now_ms, options, Need::kPayload);
   Json meta = entry_meta_json(v);
   Json validator = entry_validator(v, meta);
   validator["view"] = discovery_view_name(options.view);
-  Json body = entry_body(v, std::move(meta), now_ms, options);
-  return finish(std::move(body), validator, {&v}, now_ms, options);
+  RenderedDiscovery out = finish(validator, {&v}, now_ms, options);
+  if (out.not_modified || options.omit_body) return out;
+  append_entry_body(out.body, v, std::move(meta), now_ms, options);
+  return out;
 }
 
 // ---- search ------------------------------------------------------------------------------------
 
 SearchCorpus search_corpus(const DiscoverySnapshot& snapshot, const FreshnessPolicy& policy,
                            int64_t now_ms, const RenderOptions& options) {
-  std::vector<EntryView> views = evaluate_all(snapshot, policy, now_ms, options);
+  std::vector<EntryView> views = evaluate_all(snapshot, policy, now_ms, options, Need::kJson);
   SearchCorpus corpus;
   corpus.member = snapshot.member;
   Sha256 version;

@@ -48,7 +48,13 @@
 // HTTP caching. The body holds clock-dependent fields (`age_ms`, `ttlMs`), so it is never the same
 // twice; the ETag is therefore a weak validator (`W/"sha256-…"`, RFC 9110 §8.8.1) over everything
 // else the body says: each entry's metadata, status, its manifest's content hash and the disabled
-// set that applied. If-None-Match uses weak comparison, so an unchanged answer gets a 304.
+// set that applied. If-None-Match uses weak comparison, so an unchanged answer gets a 304. A body
+// hash could never match (age_ms changes every millisecond), and the validator changes whenever
+// anything but those two clock fields would: a status transition (fresh → stale changes
+// `status`), a refresh (`fetched_at`, `etag`), a toggled preference (`disabled`), a new page
+// (`next_after`), the view. It is computed from the inputs before the body, so a 304 (or a HEAD)
+// skips rendering the body; whether a servable manifest parses is part of it (an unparseable one
+// is shown as `error`), so that is still checked, by the render cache or by parsing.
 // Cache-Control is always `private` (per-caller data), with `max-age` = seconds until the soonest
 // entry turns stale, 0 if any entry is not fresh, capped by `max_cache_age_s` (the cap bounds how
 // long a client may keep showing a revoked grant or a toggled preference).
@@ -192,10 +198,20 @@ enum class DiscoveryView { kManifest = 0, kMcp };
 const char* discovery_view_name(DiscoveryView view);  // "manifest", "mcp"
 std::optional<DiscoveryView> discovery_view_from_name(std::string_view name);
 
+class RenderCache;  // shared/render_cache.h
+
 struct RenderOptions {
   DiscoveryView view = DiscoveryView::kManifest;
   int64_t max_cache_age_s = 30;                           // the Cache-Control max-age cap
   std::size_t max_manifest_bytes = std::size_t{1} << 20;  // a larger stored manifest is unreadable
+  // Keeps each servable entry's parsed, filtered and serialized payload between requests (not
+  // owned; nullptr: render every time). The answer is byte-for-byte the same either way.
+  RenderCache* cache = nullptr;
+  // Per request. The ETag is derived from the inputs, before the body: when it matches
+  // `if_none_match` (an If-None-Match header value), or `omit_body` is set (HEAD), the body is not
+  // rendered at all (`RenderedDiscovery::body` stays empty); headers, revalidations and stats are.
+  std::string if_none_match;
+  bool omit_body = false;
 };
 
 struct DiscoveryStats {
@@ -204,7 +220,8 @@ struct DiscoveryStats {
 };
 
 struct RenderedDiscovery {
-  std::string body;           // JSON
+  std::string body;           // JSON; empty when not_modified or RenderOptions::omit_body
+  bool not_modified = false;  // the ETag matched RenderOptions::if_none_match: answer 304
   std::string etag;           // weak: W/"sha256-<base64url>"
   std::string cache_control;  // "private, max-age=<n>"
   int64_t max_age_s = 0;

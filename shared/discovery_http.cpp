@@ -423,7 +423,10 @@ DiscoveryStep DiscoveryExchange::answer_read(const RenderedDiscovery& rendered) 
   headers.emplace_back("ETag", rendered.etag);
   headers.emplace_back("Cache-Control", rendered.cache_control);
   headers.emplace_back("Vary", "Authorization");
-  if (!if_none_match_.empty() && if_none_match_matches(if_none_match_, rendered.etag)) {
+  // The renderers compare If-None-Match before rendering the body (`not_modified`, the body is
+  // then empty); the search answer's strong ETag is its body's hash, compared here.
+  if (rendered.not_modified ||
+      (!if_none_match_.empty() && if_none_match_matches(if_none_match_, rendered.etag))) {
     r.response.status = 304;
     headers.erase(headers.begin());  // no body, no Content-Type
   } else {
@@ -447,6 +450,8 @@ DiscoveryStep DiscoveryExchange::resume_snapshot(Result<DiscoverySnapshot> snaps
   }
   RenderOptions options = config_.render;
   options.view = view_;
+  options.if_none_match = if_none_match_;
+  options.omit_body = head_;  // HEAD: headers only, the body is never rendered
 
   switch (route_) {
     case Route::kManifests:

@@ -1,6 +1,7 @@
 #include "shared/edge_service.h"
 
 #include <algorithm>
+#include <iterator>
 #include <utility>
 
 #include "shared/json.h"
@@ -349,6 +350,11 @@ struct EdgeService::Request {
   bool auth_pending = false;  // the first reply expected is AUTH's
   std::size_t expected = 0;
   std::vector<RespValue> replies;
+  // The commands sent (EVAL forms; they went out as EVALSHA). When Redis answers NOSCRIPT to some,
+  // the replies so far wait in `first_replies` while those (`noscript_slots`) go again as EVAL.
+  std::vector<RedisCommand> commands;
+  std::vector<std::size_t> noscript_slots;
+  std::vector<RespValue> first_replies;
   std::string received;  // the bytes of a snapshot read, for L1
   std::optional<RespDecoder> decoder;
 };
@@ -370,6 +376,8 @@ EdgeService::EdgeService(Result<EdgeSettings> settings)
   search_cache_ = std::make_unique<SearchIndexCache>(kSearchCacheEntries, kSearchCacheBytes);
   searcher_ = std::make_unique<IndexedToolSearcher>(search_cache_.get());
   settings_->discovery.searcher = searcher_.get();
+  render_cache_ = std::make_unique<RenderCache>();
+  settings_->discovery.render.cache = render_cache_.get();
 }
 
 EdgeService::~EdgeService() = default;
@@ -532,9 +540,7 @@ EdgeStep EdgeService::webhook(Request& r, const HttpRequest& request, int64_t no
                        "webhook: " + command.error().message);
   }
   r.webhook_reason = parsed->targets.front().reason;
-  Pipeline pipeline;
-  pipeline.add(*command);
-  return send(r, Waiting::kWebhook, pipeline);
+  return send(r, Waiting::kWebhook, {std::move(*command)});
 }
 
 EdgeStep EdgeService::replay(Request& r, const HttpRequest& request, HttpResponse response,
@@ -607,23 +613,26 @@ EdgeStep EdgeService::drive(Request& r, DiscoveryStep step, int64_t now_ms) {
       return respond_now(r, error_response(HttpErrorCode::kInternal, "internal error"),
                          "discovery read: " + command.error().message);
     }
-    Pipeline pipeline;
-    pipeline.add(*command);
     r.source = "miss";
-    return send(r, Waiting::kSnapshot, pipeline);
+    return send(r, Waiting::kSnapshot, {std::move(*command)});
   }
 
   NeedEnqueue& need = std::get<NeedEnqueue>(step);
-  Result<Pipeline> pipeline =
-      revalidate_enqueue_pipeline(*keys_, need.revalidations, now_ms, settings_->enqueue);
-  if (!pipeline.ok()) {
+  Result<std::vector<RedisCommand>> commands =
+      revalidate_enqueue_commands(*keys_, need.revalidations, now_ms, settings_->enqueue);
+  if (!commands.ok()) {
     return respond_now(r, error_response(HttpErrorCode::kInternal, "internal error"),
-                       "revalidation: " + pipeline.error().message);
+                       "revalidation: " + commands.error().message);
   }
-  return send(r, Waiting::kEnqueue, *pipeline);
+  return send(r, Waiting::kEnqueue, std::move(*commands));
 }
 
-EdgeStep EdgeService::send(Request& r, Waiting waiting, const Pipeline& pipeline) {
+EdgeStep EdgeService::send(Request& r, Waiting waiting, std::vector<RedisCommand> commands) {
+  Pipeline pipeline;
+  for (const RedisCommand& command : commands) pipeline.add(evalsha_form(command));
+  r.commands = std::move(commands);
+  r.noscript_slots.clear();
+  r.first_replies.clear();
   EdgeStep s;
   s.handle = r.handle;
   s.action = EdgeAction::kRedis;
@@ -649,6 +658,19 @@ EdgeStep EdgeService::send(Request& r, Waiting waiting, const Pipeline& pipeline
   r.received.clear();
   r.waiting = waiting;
   return s;
+}
+
+EdgeStep EdgeService::resend_noscript(Request& r) {
+  EdgeStep s;
+  s.handle = r.handle;
+  s.action = EdgeAction::kRedis;
+  Pipeline pipeline;
+  for (std::size_t slot : r.noscript_slots) pipeline.add(r.commands[slot]);
+  s.redis_bytes = pipeline.bytes();
+  r.expected = pipeline.expected_replies();
+  r.replies.clear();
+  r.received.clear();  // a snapshot read's bytes are now the EVAL's reply alone
+  return s;            // same connection, same `waiting`
 }
 
 EdgeStep EdgeService::feed(uint32_t handle, std::string_view bytes, int64_t now_ms) {
@@ -689,6 +711,28 @@ EdgeStep EdgeService::complete(Request& r, int64_t now_ms) {
     }
     r.auth_pending = false;
     first = 1;
+  }
+  if (r.noscript_slots.empty()) {
+    // Scripts Redis does not have (a restart, SCRIPT FLUSH): send those once more as EVAL, which
+    // also loads them for the next request. Never a 503 or a stale-if-error for that.
+    for (std::size_t i = first; i < r.replies.size(); ++i) {
+      if (is_noscript_reply(r.replies[i])) r.noscript_slots.push_back(i - first);
+    }
+    if (!r.noscript_slots.empty() && r.noscript_slots.size() <= r.commands.size()) {
+      r.first_replies.assign(std::make_move_iterator(r.replies.begin() + first),
+                             std::make_move_iterator(r.replies.end()));
+      return resend_noscript(r);
+    }
+    r.noscript_slots.clear();
+  } else {
+    // The EVAL replies, in the order sent, into the places of the NOSCRIPT ones.
+    for (std::size_t k = 0; k < r.noscript_slots.size(); ++k) {
+      r.first_replies[r.noscript_slots[k]] = std::move(r.replies[first + k]);
+    }
+    r.replies = std::move(r.first_replies);
+    r.first_replies.clear();
+    r.noscript_slots.clear();
+    first = 0;
   }
   r.waiting = Waiting::kNothing;
 
@@ -842,14 +886,14 @@ EdgeStep EdgeService::background(uint32_t handle, int64_t now_ms) {
   done.handle = handle;
   done.action = EdgeAction::kDone;
   if (!r->responded || r->background.empty() || r->waiting != Waiting::kNothing) return done;
-  Result<Pipeline> pipeline =
-      revalidate_enqueue_pipeline(*keys_, r->background, now_ms, settings_->enqueue);
-  if (!pipeline.ok()) {
+  Result<std::vector<RedisCommand>> commands =
+      revalidate_enqueue_commands(*keys_, r->background, now_ms, settings_->enqueue);
+  if (!commands.ok()) {
     for (const Revalidation& rev : r->background) cache_.release_revalidation(claim_key(rev));
-    done.log = "revalidations not queued: " + pipeline.error().message;
+    done.log = "revalidations not queued: " + commands.error().message;
     return done;
   }
-  return send(*r, Waiting::kBackground, *pipeline);
+  return send(*r, Waiting::kBackground, std::move(*commands));
 }
 
 void EdgeService::end(uint32_t handle) { requests_.erase(handle); }

@@ -74,6 +74,7 @@
 #include "shared/discovery_redis.h"
 #include "shared/edge_cache.h"
 #include "shared/identity.h"
+#include "shared/render_cache.h"
 #include "shared/resp.h"
 #include "shared/search_index.h"
 #include "shared/status.h"
@@ -149,6 +150,7 @@ class EdgeService {
   std::size_t open_requests() const { return requests_.size(); }
   const EdgeCache& cache() const { return cache_; }
   const EdgeCache& answers() const { return answers_; }
+  const RenderCache* render_cache() const { return render_cache_.get(); }
 
  private:
   struct Request;
@@ -162,7 +164,10 @@ class EdgeService {
                   std::vector<Revalidation> revalidations, int64_t age_ms, int64_t now_ms);
   void note_snapshot(Request& r, const DiscoverySnapshot& snapshot, int64_t now_ms);
   EdgeStep drive(Request& r, DiscoveryStep step, int64_t now_ms);
-  EdgeStep send(Request& r, Waiting waiting, const Pipeline& pipeline);
+  // Sends `commands` (EVALs: each goes out in its EVALSHA form; any answered NOSCRIPT is sent
+  // again as EVAL, once, on the same connection, before `complete` sees the replies).
+  EdgeStep send(Request& r, Waiting waiting, std::vector<RedisCommand> commands);
+  EdgeStep resend_noscript(Request& r);
   EdgeStep complete(Request& r, int64_t now_ms);
   EdgeStep store_failed(Request& r, Error error, int64_t now_ms);
   EdgeStep finish(Request& r, Respond respond);
@@ -175,6 +180,8 @@ class EdgeService {
   EdgeCache cache_;    // L1: snapshot reads, per caller and query
   EdgeCache answers_;  // L1: rendered answers, per caller and exact request
   std::unique_ptr<SearchIndexCache> search_cache_;  // one FTS5 index per caller and corpus version
+  // Each servable entry's rendered payload (shared/render_cache.h); single-threaded like the rest.
+  std::unique_ptr<RenderCache> render_cache_;
   std::unique_ptr<IndexedToolSearcher> searcher_;
   std::unordered_map<uint32_t, std::unique_ptr<Request>> requests_;
   uint32_t next_handle_ = 1;

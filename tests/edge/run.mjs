@@ -615,6 +615,61 @@ test('a signed webhook marks every principal stale and queues it once; replays a
   assert.equal(again.json.status, 'fresh');
 });
 
+test('scripts go by EVALSHA; after SCRIPT FLUSH one EVAL in the same request, never a 503',
+     async () => {
+  const stats = async () => {
+    const text = String(await db.call('INFO', 'commandstats'));
+    const calls = (cmd) => {
+      const m = text.match(new RegExp(`cmdstat_${cmd}:calls=(\\d+)`));
+      return m ? Number(m[1]) : 0;
+    };
+    return { eval: calls('eval'), evalsha: calls('evalsha') };
+  };
+  await settle();
+  await resetStream();
+  await edge.request('GET', '/v1/manifests', { headers: auth('bob') });  // loads what it needs
+  await settle();
+  await sleep(L1_TTL_MS + 50);
+  // Warm: a read is one EVALSHA, no EVAL.
+  await db.call('CONFIG', 'RESETSTAT');
+  const warm = await edge.request('GET', '/v1/manifests', { headers: auth('bob') });
+  assert.equal(warm.status, 200, warm.text);
+  await settle();
+  let s = await stats();
+  assert.equal(s.eval, 0, 'no script text sent while Redis has the script');
+  assert.ok(s.evalsha >= 1);
+  // Flushed: the read meets NOSCRIPT, sends EVAL once, answers 200 from Redis (not stale-if-error).
+  await sleep(L1_TTL_MS + 50);
+  await db.call('SCRIPT', 'FLUSH');
+  await db.call('CONFIG', 'RESETSTAT');
+  const flushed = await edge.request('GET', '/v1/manifests', { headers: auth('bob') });
+  assert.equal(flushed.status, 200, flushed.text);
+  assert.equal(flushed.headers['x-quiver-cache'], 'miss');
+  const shape = (res) => res.json.connections.map((c) => [c.id, c.status, c.etag]);
+  assert.deepEqual(shape(flushed), shape(warm));
+  s = await stats();
+  assert.equal(s.eval, 1, 'one EVAL fallback');
+  // The background enqueue of a stale read too (revalidate_enqueue.lua is not loaded either); a
+  // connection of its own, so that no earlier test's claim on the key holds it back.
+  await db.pipeline([
+    ...connectionCommands(layout, 'stale2', 'shared'),
+    ...manifestCommands(layout, 'stale2', 'shared',
+                        manifestJson([{ name: 'older_tool', inputSchema: { type: 'object' } }],
+                                     'stale2'), { ageMs: 20 * 60_000 }),
+    ['SADD', layout.grants('flush'), 'stale2'],
+  ]);
+  await db.call('SCRIPT', 'FLUSH');
+  const stale = await edge.request('GET', '/v1/manifests', { headers: auth('flush') });
+  assert.equal(stale.status, 200, stale.text);
+  assert.equal(stale.json.connections[0].status, 'stale');
+  await settle();
+  // (bob's reads above may have queued his own stale entries: only stale2's matter here.)
+  const queued = (await streamEntries()).filter((e) => e.cid === 'stale2');
+  assert.deepEqual(queued.map(({ cid, reason }) => ({ cid, reason })),
+                   [{ cid: 'stale2', reason: 'stale' }]);
+  await resetStream();
+});
+
 test('a Redis that accepts but never answers times out into a 503, and frees the request',
      async () => {
   const silent = net.createServer((socket) => socket.on('error', () => {}));

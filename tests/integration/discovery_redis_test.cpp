@@ -18,7 +18,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "shared/caller_token.h"
+#include "shared/edge_service.h"
 #include "shared/lease.h"
+#include "shared/schema_assets.h"
 #include "tests/support/discovery_fixture.h"
 #include "tests/support/hiredis_run.h"
 #include "tests/support/redis_server.h"
@@ -85,6 +88,23 @@ class RawSocket {
       }
     }
     return replies;
+  }
+
+  // The bytes as they come: what a host hands to EdgeService::feed. Empty on close or timeout.
+  bool send_all(std::string_view bytes) {
+    while (!bytes.empty()) {
+      ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      bytes.remove_prefix(static_cast<size_t>(n));
+    }
+    return true;
+  }
+  std::string recv_some() {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, 5000) != 1) return "";
+    char buf[4096];
+    ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+    return n <= 0 ? "" : std::string(buf, static_cast<size_t>(n));
   }
 
  private:
@@ -554,6 +574,96 @@ TEST_F(WebhookRedisIntegration, NothingIsMarkedWhereNothingIsCachedAndNoKeyIsCre
   r = webhook("wh:y", {{"lonely", std::nullopt, "x"}}, kNow);
   ASSERT_TRUE(r.ok());
   EXPECT_TRUE(r->results.empty());
+}
+
+// ---- EVALSHA ------------------------------------------------------------------------------------
+
+TEST_F(DiscoveryRedisIntegration, TheBuildTimeSha1IsTheNameRedisGivesEachScript) {
+  int scripts = 0;
+  for (const SchemaAsset& asset : schema_assets()) {
+    if (asset.path.substr(0, 4) != "lua/") continue;
+    ++scripts;
+    RespValue loaded = cmd({"SCRIPT", "LOAD", std::string(asset.text)});
+    EXPECT_EQ(loaded.str, asset.sha1) << asset.path;
+  }
+  EXPECT_GT(scripts, 3);
+}
+
+// The edge's whole request against a real Redis: EdgeService's bytes over a plain socket, the
+// bytes as they come back fed to it, until it answers. SCRIPT FLUSH between requests: the
+// EVALSHA meets NOSCRIPT and the same request sends EVAL on the same connection.
+TEST_F(DiscoveryRedisIntegration, TheEdgeFallsBackToEvalWhenRedisLostItsScripts) {
+  MemoryStore store = matrix_store();
+  populate(store);
+  const std::string secret = "edge-evalsha-integration-secret-0123456789";
+  Json env = Json::object();
+  env["QUIVER_TOKEN_KEYS"] = Json::object({{"k", secret}}).dump();
+  env["QUIVER_NAMESPACE"] = "itest";
+  env["QUIVER_L1_TTL_MS"] = "0";
+  EdgeService edge(edge_settings_from_env(env.dump()));
+  ASSERT_TRUE(edge.configured());
+  Result<std::string> token = mint_caller_token("alice", secret, "k", kNow, 3'600'000);
+  ASSERT_TRUE(token.ok());
+
+  struct Outcome {
+    int status = 0;
+    std::string body;
+    int round_trips = 0;
+    std::string sent;
+  };
+  auto get = [&](int64_t now) {
+    HttpRequest request;
+    request.method = "GET";
+    request.path = "/v1/manifests";
+    request.headers.emplace_back("Authorization", "Bearer " + *token);
+    Outcome out;
+    std::unique_ptr<RawSocket> socket;
+    EdgeStep step = edge.begin(request, now, std::string(16, 'r'));
+    for (int guard = 0; guard < 20 && step.action != EdgeAction::kRespond; ++guard) {
+      if (step.action == EdgeAction::kRedis) {
+        if (step.new_connection || socket == nullptr) {
+          socket = std::make_unique<RawSocket>(server_->port());
+        }
+        ++out.round_trips;
+        out.sent += step.redis_bytes;
+        EXPECT_TRUE(socket->send_all(step.redis_bytes));
+      }
+      std::string bytes = socket->recv_some();
+      if (bytes.empty()) {
+        step = edge.fail(step.handle, "closed or timed out", now);
+      } else {
+        step = edge.feed(step.handle, bytes, now);
+      }
+    }
+    EXPECT_EQ(step.action, EdgeAction::kRespond);
+    out.status = step.response.status;
+    out.body = step.response.body;
+    edge.end(step.handle);
+    return out;
+  };
+
+  const std::string read_sha(schema_asset_sha1_of(schema_asset("lua/discovery_read.lua")));
+  cmd({"SCRIPT", "FLUSH"});
+  Outcome first = get(kNow);
+  EXPECT_EQ(first.status, 200);
+  EXPECT_EQ(first.round_trips, 2);  // EVALSHA → NOSCRIPT, then EVAL
+  EXPECT_NE(first.sent.find("EVALSHA"), std::string::npos);
+  EXPECT_NE(first.body.find("tool-shared-docs-shared"), std::string::npos);
+  EXPECT_EQ(cmd({"SCRIPT", "EXISTS", read_sha}).elements.at(0).integer, 1);
+
+  Outcome second = get(kNow + 1);
+  EXPECT_EQ(second.status, 200);
+  EXPECT_EQ(second.round_trips, 1);  // the script is loaded now: EVALSHA alone
+  EXPECT_EQ(second.sent.find("$4\r\nEVAL\r\n"), std::string::npos);
+  EXPECT_LT(second.sent.size(), 1024u);  // not the script's text
+  // The same answer (the clock moved by 1 ms: only age_ms and ttl values differ in length-free
+  // places, so compare what does not move).
+  EXPECT_EQ(first.body.size(), second.body.size());
+
+  cmd({"SCRIPT", "FLUSH"});
+  Outcome third = get(kNow + 2);
+  EXPECT_EQ(third.status, 200);
+  EXPECT_EQ(third.round_trips, 2);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include "shared/caller_token.h"
 #include "shared/json.h"
+#include "shared/schema_assets.h"
 #include "shared/webhook_signature.h"
 
 namespace quiver {
@@ -374,7 +375,12 @@ TEST(EdgeService, AReadIsOneRoundTripWithAuthThenTheL1AnswersUntilItsTtl) {
   ASSERT_EQ(s.action, EdgeAction::kRedis);
   EXPECT_TRUE(s.new_connection);
   EXPECT_EQ(s.redis_bytes.rfind("*2\r\n$4\r\nAUTH\r\n$8\r\nredis-pw\r\n*", 0), 0u);
-  EXPECT_NE(s.redis_bytes.find("$4\r\nEVAL\r\n"), std::string::npos);
+  // The script by its SHA-1, not its text (NOSCRIPT falls back to EVAL: see below).
+  EXPECT_NE(
+      s.redis_bytes.find("$7\r\nEVALSHA\r\n$40\r\n" +
+                         std::string(schema_asset_sha1_of(schema_asset("lua/discovery_read.lua")))),
+      std::string::npos);
+  EXPECT_EQ(s.redis_bytes.find("$4\r\nEVAL\r\n"), std::string::npos);
   EXPECT_NE(s.redis_bytes.find("quiver:{default}:grants:member/alice"), std::string::npos);
   uint32_t h = s.handle;
 
@@ -499,7 +505,7 @@ TEST(EdgeService, WithoutAPasswordThereIsNoAuth) {
   EdgeService edge(edge_settings_from_env(env.dump()));
   EdgeStep s = edge.begin(get("/v1/manifests", token_for("alice")), kNow, kRandom);
   ASSERT_EQ(s.action, EdgeAction::kRedis);
-  EXPECT_EQ(s.redis_bytes.rfind("*9\r\n$4\r\nEVAL", 0), 0u);
+  EXPECT_EQ(s.redis_bytes.rfind("*9\r\n$7\r\nEVALSHA", 0), 0u);
   s = edge.feed(s.handle, encode_reply(discovery_reply("alice", 1, 0)), kNow);
   ASSERT_EQ(s.action, EdgeAction::kRespond);
   EXPECT_EQ(s.response.status, 200);
@@ -587,7 +593,6 @@ TEST(EdgeService, BrokenRepliesAndFailedAuthAreStoreFailures) {
            {"-WRONGPASS invalid username-password pair\r\n" +
                 encode_reply(discovery_reply("alice", 1, 0)),
             "AUTH failed"},
-           {"+OK\r\n-NOSCRIPT No matching script\r\n", "NOSCRIPT"},
            {"+OK\r\n:12\r\n", "discovery reply"},
            {"+OK\r\n!garbage\r\n", ""},
            {"+OK\r\n" + encode_reply(discovery_reply("alice", 1, 0)) + "+EXTRA\r\n",
@@ -743,7 +748,9 @@ TEST(EdgeService, AWebhookIsVerifiedThenAppliedInOneScript) {
   ASSERT_EQ(s.action, EdgeAction::kRedis);
   EXPECT_TRUE(s.new_connection);
   EXPECT_NE(s.redis_bytes.find("AUTH"), std::string::npos);
-  EXPECT_NE(s.redis_bytes.find("webhook_refresh"), std::string::npos);  // the script's header
+  EXPECT_NE(s.redis_bytes.find(
+                std::string(schema_asset_sha1_of(schema_asset("lua/webhook_refresh.lua")))),
+            std::string::npos);                                // the script, by its SHA-1
   EXPECT_EQ(s.redis_bytes.find("deploy"), std::string::npos);  // the sender's reason: logs only
   uint32_t h = s.handle;
   s = edge->feed(
@@ -851,6 +858,129 @@ TEST(EdgeService, HostMistakesAndEscapedExceptionsBecome500sNeverACrash) {
   edge->end(h);
   EXPECT_EQ(edge->internal_error(0, "before a handle").response.status, 500);
   EXPECT_EQ(edge->open_requests(), 0u);
+}
+
+// ---- EVALSHA and NOSCRIPT -----------------------------------------------------------------------
+
+const char kNoScript[] = "-NOSCRIPT No matching script. Please use EVAL.\r\n";
+
+TEST(EdgeService, NoScriptIsAnsweredByOneEvalOnTheSameConnection) {
+  auto edge = service({{"QUIVER_L1_TTL_MS", "0"}});
+  std::string alice = token_for("alice");
+  EdgeStep s = edge->begin(get("/v1/manifests", alice), kNow, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRedis);
+  uint32_t h = s.handle;
+  s = edge->feed(h, "+OK\r\n" + std::string(kNoScript), kNow);
+  // The same read again, as EVAL with the script's text, without AUTH or a new connection.
+  ASSERT_EQ(s.action, EdgeAction::kRedis);
+  EXPECT_FALSE(s.new_connection);
+  EXPECT_EQ(s.redis_bytes.rfind("*9\r\n$4\r\nEVAL\r\n", 0), 0u);
+  EXPECT_EQ(s.redis_bytes.find("AUTH"), std::string::npos);
+  EXPECT_NE(s.redis_bytes.find(std::string(schema_asset("lua/discovery_read.lua"))),
+            std::string::npos);
+  s = feed_bytewise(*edge, h, encode_reply(discovery_reply("alice", 5, 20 * kMinute)));
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(s.response.status, 200);
+  EXPECT_EQ(header(s.response, "X-Quiver-Cache"), "miss");
+  EXPECT_EQ(body_of(s)["connections"][0]["status"], "stale");
+  ASSERT_TRUE(s.background);
+
+  // The background enqueue: EVALSHA too; NOSCRIPT again (SCRIPT FLUSH in between) → EVAL.
+  s = edge->background(h, kNow);
+  ASSERT_EQ(s.action, EdgeAction::kRedis);
+  EXPECT_NE(s.redis_bytes.find("EVALSHA"), std::string::npos);
+  s = edge->feed(h, kNoScript, kNow);
+  ASSERT_EQ(s.action, EdgeAction::kRedis);
+  EXPECT_EQ(s.redis_bytes.rfind("*", 0), 0u);
+  EXPECT_NE(s.redis_bytes.find("$4\r\nEVAL\r\n"), std::string::npos);
+  s = edge->feed(h, enqueue_reply("queued"), kNow);
+  EXPECT_EQ(s.action, EdgeAction::kDone);
+  EXPECT_EQ(s.log, "");
+  edge->end(h);
+
+  // The L1 snapshot copy holds the EVAL reply alone: with Redis down it serves the stale answer.
+  s = edge->begin(get("/v1/manifests", alice), kNow + 1, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRedis);
+  s = edge->fail(s.handle, "connection refused", kNow + 1);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(s.response.status, 200);
+  EXPECT_EQ(header(s.response, "X-Quiver-Cache"), "stale-if-error");
+  edge->end(s.handle);
+}
+
+TEST(EdgeService, ASecondNoScriptIsAStoreErrorNotALoop) {
+  auto edge = service({{"QUIVER_L1_TTL_MS", "0"}});
+  EdgeStep s = edge->begin(get("/v1/manifests", token_for("alice")), kNow, kRandom);
+  uint32_t h = s.handle;
+  s = edge->feed(h, "+OK\r\n" + std::string(kNoScript), kNow);
+  ASSERT_EQ(s.action, EdgeAction::kRedis);
+  s = edge->feed(h, kNoScript, kNow);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(s.response.status, 503);
+  edge->end(h);
+}
+
+TEST(EdgeService, OnlyTheNoScriptCommandsOfAPipelineAreSentAgain) {
+  auto edge = service({{"QUIVER_L1_TTL_MS", "0"}});
+  RespValue two = discovery_reply("alice", 5, 20 * kMinute);
+  // A second stale connection, so that the background pipeline holds two enqueues.
+  RespValue second = two.elements[6].elements[0];
+  second.elements[0] = S("eeee");
+  two.elements[6].elements.push_back(second);
+  two.elements[3] = I(2);  // granted_total
+  EdgeStep s = edge->begin(get("/v1/manifests", token_for("alice")), kNow, kRandom);
+  uint32_t h = s.handle;
+  s = edge->feed(h, "+OK\r\n" + encode_reply(two), kNow);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  ASSERT_EQ(body_of(s)["connections"].size(), 2u);
+  ASSERT_TRUE(s.background);
+  s = edge->background(h, kNow);
+  ASSERT_EQ(s.action, EdgeAction::kRedis);
+  // The first was queued; the second met a flushed script cache.
+  s = edge->feed(h, enqueue_reply("queued") + kNoScript, kNow);
+  ASSERT_EQ(s.action, EdgeAction::kRedis);
+  EXPECT_EQ(s.redis_bytes.rfind("*", 0), 0u);
+  EXPECT_NE(s.redis_bytes.find("revalidate-gate:eeee"), std::string::npos);
+  EXPECT_EQ(s.redis_bytes.find("revalidate-gate:docs"), std::string::npos);
+  s = edge->feed(h, enqueue_reply("already_queued"), kNow);
+  EXPECT_EQ(s.action, EdgeAction::kDone);
+  EXPECT_EQ(s.log, "");
+  edge->end(h);
+}
+
+TEST(EdgeService, ARepeatedReadRendersFromTheRenderCacheWithTheSameBytes) {
+  auto edge = service({{"QUIVER_L1_TTL_MS", "0"}});
+  std::string bodies[2];
+  for (std::string& body : bodies) {
+    EdgeStep s = edge->begin(get("/v1/manifests", token_for("alice")), kNow, kRandom);
+    s = edge->feed(s.handle, "+OK\r\n" + encode_reply(discovery_reply("alice", 1, kMinute)), kNow);
+    ASSERT_EQ(s.response.status, 200);
+    EXPECT_EQ(header(s.response, "X-Quiver-Cache"), "miss");  // from Redis both times
+    body = s.response.body;
+    edge->end(s.handle);
+  }
+  EXPECT_EQ(bodies[0], bodies[1]);
+  ASSERT_NE(edge->render_cache(), nullptr);
+  EXPECT_EQ(edge->render_cache()->stats().hits, 1u);
+  EXPECT_EQ(edge->render_cache()->size(), 1u);
+}
+
+TEST(EdgeService, EvalshaFormNamesTheScriptBySha1) {
+  RedisCommand eval = {"EVAL", std::string(schema_asset("lua/discovery_read.lua")), "1", "k", "a"};
+  RedisCommand sha = evalsha_form(eval);
+  ASSERT_EQ(sha.size(), eval.size());
+  EXPECT_EQ(sha[0], "EVALSHA");
+  EXPECT_EQ(sha[1].size(), 40u);
+  EXPECT_EQ(sha[1], schema_asset_sha1_of(eval[1]));
+  EXPECT_EQ(sha[2], "1");
+  EXPECT_EQ(sha[4], "a");
+  // Not a compiled-in script, or not EVAL: unchanged.
+  RedisCommand other = {"EVAL", "return 1", "0"};
+  EXPECT_EQ(evalsha_form(other), other);
+  EXPECT_EQ(evalsha_form({"GET", "k"}), (RedisCommand{"GET", "k"}));
+  EXPECT_TRUE(is_noscript_reply(RespValue::error("NOSCRIPT No matching script.")));
+  EXPECT_FALSE(is_noscript_reply(RespValue::error("ERR other")));
+  EXPECT_FALSE(is_noscript_reply(S("NOSCRIPT")));
 }
 
 }  // namespace

@@ -1,0 +1,107 @@
+#include "shared/render_cache.h"
+
+#include <iterator>
+#include <utility>
+
+#include "shared/sha256.h"
+
+namespace quiver {
+
+namespace {
+
+// Bookkeeping per entry and per string beyond their characters (list and map nodes, headers).
+constexpr std::size_t kNodeOverhead = 160;
+constexpr std::size_t kStringOverhead = 32;
+
+void put_part(std::string& key, std::string_view part) {
+  key += std::to_string(part.size());
+  key += ':';
+  key += part;
+}
+
+}  // namespace
+
+std::size_t RenderedFragment::bytes() const {
+  std::size_t n = 0;
+  for (const std::string& p : parts) n += p.size() + kStringOverhead;
+  return n;
+}
+
+void RenderedFragment::append_to(std::string& out, int64_t ttl_ms) const {
+  const std::string ttl = std::to_string(ttl_ms);
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    if (i > 0) out += ttl;
+    out += parts[i];
+  }
+}
+
+std::string render_cache_key(std::string_view connection_id, const Principal& principal,
+                             std::string_view content_id, const DisabledOverlay& disabled,
+                             std::string_view view, std::size_t max_manifest_bytes) {
+  std::string key;
+  put_part(key, connection_id);
+  put_part(key, principal.str());
+  put_part(key, content_id);
+  put_part(key, view);
+  put_part(key, std::to_string(max_manifest_bytes));
+  // The set is sorted (std::set): its digest names it. Members are length-delimited.
+  std::string members;
+  for (const std::string& d : disabled) put_part(members, d);
+  Digest256 d = sha256(members);
+  put_part(key,
+           base64url_encode(std::string_view(reinterpret_cast<const char*>(d.data()), d.size())));
+  return key;
+}
+
+RenderCache::RenderCache(std::size_t max_entries, std::size_t max_bytes)
+    : max_entries_(max_entries), max_bytes_(max_bytes) {}
+
+RenderCache::~RenderCache() = default;
+
+std::shared_ptr<const RenderedFragment> RenderCache::find(std::string_view key,
+                                                          std::string_view source,
+                                                          const DisabledOverlay& disabled) {
+  auto it = by_key_.find(key);
+  if (it == by_key_.end() || it->second->source != source || it->second->disabled != disabled) {
+    ++stats_.misses;
+    return nullptr;
+  }
+  ++stats_.hits;
+  order_.splice(order_.begin(), order_, it->second);  // iterators stay valid
+  return it->second->fragment;
+}
+
+bool RenderCache::insert(std::string key, std::string source, DisabledOverlay disabled,
+                         std::shared_ptr<const RenderedFragment> fragment) {
+  if (auto it = by_key_.find(key); it != by_key_.end()) remove(it->second);
+  if (fragment == nullptr) return false;
+  std::size_t bytes = kNodeOverhead + 2 * key.size() + source.size() + fragment->bytes();
+  for (const std::string& d : disabled) bytes += d.size() + kStringOverhead;
+  if (bytes > max_bytes_ || max_entries_ == 0) return false;
+  order_.push_front(Node{key, std::move(source), std::move(disabled), std::move(fragment), bytes});
+  by_key_.emplace(std::move(key), order_.begin());
+  bytes_ += bytes;
+  evict_to_bounds();
+  return true;
+}
+
+void RenderCache::clear() {
+  order_.clear();
+  by_key_.clear();
+  bytes_ = 0;
+}
+
+void RenderCache::evict_to_bounds() {
+  while (!order_.empty() && (order_.size() > max_entries_ || bytes_ > max_bytes_)) {
+    remove(std::prev(order_.end()));
+    ++stats_.evictions;
+  }
+}
+
+void RenderCache::remove(std::list<Node>::iterator it) {
+  bytes_ -= it->bytes;
+  by_key_.erase(it->key);
+  order_.erase(it);
+}
+
+}  // namespace quiver
