@@ -725,7 +725,9 @@ TEST_P(StoreConformance, AWebhookMarksCachedDataStaleUntilALaterListing) {
   const FreshnessPolicy policy;
   EXPECT_EQ(classify(cache_entry_meta(*m), policy, "h1", at).state, Freshness::kStale);
   EXPECT_EQ(classify(cache_entry_meta(*m), policy, "h1", at - 1).state, Freshness::kFresh);
-  if (GetParam() == Kind::kRedis) EXPECT_GT(epoch(), before);  // edges drop L1 copies
+  if (GetParam() == Kind::kRedis) {
+    EXPECT_GT(epoch(), before);  // edges drop L1 copies
+  }
 
   // A listing that started after the webhook clears it; one that started before does not.
   AcquireResult a = acquire("c1", shared_, 901);
