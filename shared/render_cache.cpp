@@ -1,6 +1,5 @@
 #include "shared/render_cache.h"
 
-#include <iterator>
 #include <utility>
 
 #include "shared/sha256.h"
@@ -54,54 +53,29 @@ std::string render_cache_key(std::string_view connection_id, const Principal& pr
 }
 
 RenderCache::RenderCache(std::size_t max_entries, std::size_t max_bytes)
-    : max_entries_(max_entries), max_bytes_(max_bytes) {}
+    : lru_(max_entries, max_bytes) {}
 
 RenderCache::~RenderCache() = default;
 
 std::shared_ptr<const RenderedFragment> RenderCache::find(std::string_view key,
                                                           std::string_view source,
                                                           const DisabledOverlay& disabled) {
-  auto it = by_key_.find(key);
-  if (it == by_key_.end() || it->second->source != source || it->second->disabled != disabled) {
-    ++stats_.misses;
-    return nullptr;
-  }
-  ++stats_.hits;
-  order_.splice(order_.begin(), order_, it->second);  // iterators stay valid
-  return it->second->fragment;
+  const Entry* e = lru_.find_if(key, [&](const Entry& entry) {
+    return entry.source == source && entry.disabled == disabled;
+  });
+  return e != nullptr ? e->fragment : nullptr;
 }
 
 bool RenderCache::insert(std::string key, std::string source, DisabledOverlay disabled,
                          std::shared_ptr<const RenderedFragment> fragment) {
-  if (auto it = by_key_.find(key); it != by_key_.end()) remove(it->second);
-  if (fragment == nullptr) return false;
+  if (fragment == nullptr) {
+    lru_.erase(key);
+    return false;
+  }
   std::size_t bytes = kNodeOverhead + 2 * key.size() + source.size() + fragment->bytes();
   for (const std::string& d : disabled) bytes += d.size() + kStringOverhead;
-  if (bytes > max_bytes_ || max_entries_ == 0) return false;
-  order_.push_front(Node{key, std::move(source), std::move(disabled), std::move(fragment), bytes});
-  by_key_.emplace(std::move(key), order_.begin());
-  bytes_ += bytes;
-  evict_to_bounds();
-  return true;
-}
-
-void RenderCache::clear() {
-  order_.clear();
-  by_key_.clear();
-  bytes_ = 0;
-}
-
-void RenderCache::evict_to_bounds() {
-  while (!order_.empty() && (order_.size() > max_entries_ || bytes_ > max_bytes_)) {
-    remove(std::prev(order_.end()));
-    ++stats_.evictions;
-  }
-}
-
-void RenderCache::remove(std::list<Node>::iterator it) {
-  bytes_ -= it->bytes;
-  by_key_.erase(it->key);
-  order_.erase(it);
+  return lru_.insert(std::move(key),
+                     Entry{std::move(source), std::move(disabled), std::move(fragment)}, bytes);
 }
 
 }  // namespace quiver

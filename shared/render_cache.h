@@ -36,6 +36,7 @@
 #include <string_view>
 #include <vector>
 
+#include "shared/bounded_lru.h"
 #include "shared/identity.h"
 #include "shared/preferences.h"
 
@@ -59,11 +60,7 @@ std::string render_cache_key(std::string_view connection_id, const Principal& pr
 
 class RenderCache {
  public:
-  struct Stats {
-    uint64_t hits = 0;
-    uint64_t misses = 0;
-    uint64_t evictions = 0;
-  };
+  using Stats = LruStats;
   // Per isolate (edge) or per agent: a few hundred manifests of a few KiB each, rendered twice.
   static constexpr std::size_t kDefaultEntries = 1024;
   static constexpr std::size_t kDefaultBytes = std::size_t{16} << 20;
@@ -83,28 +80,18 @@ class RenderCache {
   virtual bool insert(std::string key, std::string source, DisabledOverlay disabled,
                       std::shared_ptr<const RenderedFragment> fragment);
 
-  void clear();
-  std::size_t size() const { return order_.size(); }
-  std::size_t bytes() const { return bytes_; }
-  const Stats& stats() const { return stats_; }
+  void clear() { lru_.clear(); }
+  std::size_t size() const { return lru_.size(); }
+  std::size_t bytes() const { return lru_.bytes(); }
+  const Stats& stats() const { return lru_.stats(); }
 
  private:
-  struct Node {
-    std::string key;
+  struct Entry {
     std::string source;
     DisabledOverlay disabled;
     std::shared_ptr<const RenderedFragment> fragment;
-    std::size_t bytes = 0;
   };
-  void evict_to_bounds();
-  void remove(std::list<Node>::iterator it);
-
-  std::size_t max_entries_;
-  std::size_t max_bytes_;
-  std::size_t bytes_ = 0;
-  std::list<Node> order_;  // most recently used first
-  std::map<std::string, std::list<Node>::iterator, std::less<>> by_key_;
-  Stats stats_;
+  BoundedLru<Entry> lru_;
 };
 
 }  // namespace quiver

@@ -469,56 +469,18 @@ std::string search_cache_key(const Principal& principal, const std::vector<std::
   return principal.str() + "#" + hex_encode(h.finish());
 }
 
-SearchIndexCache::SearchIndexCache(std::size_t max_entries, std::size_t max_bytes)
-    : max_entries_(max_entries), max_bytes_(max_bytes) {}
-
 std::shared_ptr<const SearchIndex> SearchIndexCache::find(std::string_view key) {
-  auto it = by_key_.find(key);
-  if (it == by_key_.end()) {
-    ++stats_.misses;
-    return nullptr;
-  }
-  ++stats_.hits;
-  order_.splice(order_.begin(), order_, it->second);  // iterators stay valid
-  return it->second->index;
+  const std::shared_ptr<const SearchIndex>* index = lru_.find(key);
+  return index != nullptr ? *index : nullptr;
 }
 
 bool SearchIndexCache::insert(std::string key, std::shared_ptr<const SearchIndex> index) {
-  if (auto it = by_key_.find(key); it != by_key_.end()) remove(it->second);
-  if (index == nullptr) return false;
-  const std::size_t bytes = index->memory_bytes() + key.size();
-  if (bytes > max_bytes_ || max_entries_ == 0) return false;
-  order_.push_front(Node{key, std::move(index), bytes});
-  by_key_.emplace(std::move(key), order_.begin());
-  bytes_ += bytes;
-  evict_to_bounds();
-  return true;
-}
-
-bool SearchIndexCache::erase(std::string_view key) {
-  auto it = by_key_.find(key);
-  if (it == by_key_.end()) return false;
-  remove(it->second);
-  return true;
-}
-
-void SearchIndexCache::clear() {
-  order_.clear();
-  by_key_.clear();
-  bytes_ = 0;
-}
-
-void SearchIndexCache::evict_to_bounds() {
-  while (!order_.empty() && (order_.size() > max_entries_ || bytes_ > max_bytes_)) {
-    remove(std::prev(order_.end()));
-    ++stats_.evictions;
+  if (index == nullptr) {
+    lru_.erase(key);
+    return false;
   }
-}
-
-void SearchIndexCache::remove(std::list<Node>::iterator it) {
-  bytes_ -= it->bytes;
-  by_key_.erase(it->key);
-  order_.erase(it);
+  const std::size_t bytes = index->memory_bytes() + key.size();
+  return lru_.insert(std::move(key), std::move(index), bytes);
 }
 
 }  // namespace quiver

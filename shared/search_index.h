@@ -37,6 +37,7 @@
 #include <string_view>
 #include <vector>
 
+#include "shared/bounded_lru.h"
 #include "shared/identity.h"
 #include "shared/status.h"
 
@@ -119,41 +120,24 @@ std::string search_cache_key(const Principal& principal, const std::vector<std::
 // key). Indexes are shared: one evicted while a request still searches it lives until released.
 class SearchIndexCache {
  public:
-  struct Stats {
-    uint64_t hits = 0;
-    uint64_t misses = 0;
-    uint64_t evictions = 0;
-  };
+  using Stats = LruStats;
 
-  SearchIndexCache(std::size_t max_entries, std::size_t max_bytes);
+  SearchIndexCache(std::size_t max_entries, std::size_t max_bytes) : lru_(max_entries, max_bytes) {}
 
   // The index under `key` (now the most recently used), or nullptr.
   std::shared_ptr<const SearchIndex> find(std::string_view key);
   // Adds or replaces `key`, then evicts the least recently used until within both bounds. An index
   // larger than max_bytes on its own is not kept (returns false).
   bool insert(std::string key, std::shared_ptr<const SearchIndex> index);
-  bool erase(std::string_view key);
-  void clear();
+  bool erase(std::string_view key) { return lru_.erase(key); }
+  void clear() { lru_.clear(); }
 
-  std::size_t size() const { return order_.size(); }
-  std::size_t bytes() const { return bytes_; }
-  const Stats& stats() const { return stats_; }
+  std::size_t size() const { return lru_.size(); }
+  std::size_t bytes() const { return lru_.bytes(); }
+  const Stats& stats() const { return lru_.stats(); }
 
  private:
-  struct Node {
-    std::string key;
-    std::shared_ptr<const SearchIndex> index;
-    std::size_t bytes = 0;
-  };
-  void evict_to_bounds();
-  void remove(std::list<Node>::iterator it);
-
-  std::size_t max_entries_;
-  std::size_t max_bytes_;
-  std::size_t bytes_ = 0;
-  std::list<Node> order_;  // most recently used first
-  std::map<std::string, std::list<Node>::iterator, std::less<>> by_key_;
-  Stats stats_;
+  BoundedLru<std::shared_ptr<const SearchIndex>> lru_;
 };
 
 }  // namespace quiver

@@ -24,6 +24,7 @@
 #include "shared/schema_assets.h"
 #include "tests/support/discovery_fixture.h"
 #include "tests/support/hiredis_run.h"
+#include "tests/support/loopback_socket.h"
 #include "tests/support/redis_server.h"
 
 namespace quiver {
@@ -41,75 +42,7 @@ using quiver::testing::run_argv;
 constexpr int64_t kNow = 100'000'000;
 constexpr int64_t kMinute = 60'000;
 
-// A plain TCP connection: what the edge's JS host has (no client library, our bytes).
-class RawSocket {
- public:
-  explicit RawSocket(int port) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    if (fd_ >= 0 && ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-      ::close(fd_);
-      fd_ = -1;
-    }
-  }
-  ~RawSocket() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  RawSocket(const RawSocket&) = delete;
-  RawSocket& operator=(const RawSocket&) = delete;
-
-  // Sends `bytes` and decodes `expected` replies, reading in small chunks.
-  Result<std::vector<RespValue>> exchange(std::string_view bytes, size_t expected) {
-    if (fd_ < 0) return Error(ErrorCode::kTransport, "not connected");
-    while (!bytes.empty()) {
-      ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-      if (n <= 0) return Error(ErrorCode::kTransport, "send failed");
-      bytes.remove_prefix(static_cast<size_t>(n));
-    }
-    RespDecoder decoder;
-    std::vector<RespValue> replies;
-    while (replies.size() < expected) {
-      Result<std::optional<RespValue>> next = decoder.next();
-      if (!next.ok()) return next.error();
-      if (next->has_value()) {
-        replies.push_back(std::move(**next));
-        continue;
-      }
-      pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, 5000) != 1) return Error(ErrorCode::kTimeout, "no reply");
-      char buf[1024];
-      ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
-      if (n <= 0) return Error(ErrorCode::kTransport, "closed");
-      if (Status s = decoder.feed(std::string_view(buf, static_cast<size_t>(n))); !s.ok()) {
-        return s.error();
-      }
-    }
-    return replies;
-  }
-
-  // The bytes as they come: what a host hands to EdgeService::feed. Empty on close or timeout.
-  bool send_all(std::string_view bytes) {
-    while (!bytes.empty()) {
-      ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-      if (n <= 0) return false;
-      bytes.remove_prefix(static_cast<size_t>(n));
-    }
-    return true;
-  }
-  std::string recv_some() {
-    pollfd p{fd_, POLLIN, 0};
-    if (::poll(&p, 1, 5000) != 1) return "";
-    char buf[4096];
-    ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
-    return n <= 0 ? "" : std::string(buf, static_cast<size_t>(n));
-  }
-
- private:
-  int fd_ = -1;
-};
+using RawSocket = testing::LoopbackSocket;
 
 class DiscoveryRedisIntegration : public ::testing::Test {
  protected:
@@ -628,7 +561,7 @@ TEST_F(DiscoveryRedisIntegration, TheEdgeFallsBackToEvalWhenRedisLostItsScripts)
         out.sent += step.redis_bytes;
         EXPECT_TRUE(socket->send_all(step.redis_bytes));
       }
-      std::string bytes = socket->recv_some();
+      std::string bytes = socket->receive();
       if (bytes.empty()) {
         step = edge.fail(step.handle, "closed or timed out", now);
       } else {

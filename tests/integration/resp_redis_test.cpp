@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "shared/resp.h"
+#include "tests/support/loopback_socket.h"
 #include "tests/support/redis_server.h"
 
 namespace quiver {
@@ -21,50 +22,7 @@ namespace {
 
 using namespace std::string_literals;
 
-class Socket {
- public:
-  explicit Socket(int port) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (fd_ < 0) return;
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-      ::close(fd_);
-      fd_ = -1;
-    }
-  }
-  ~Socket() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Socket(const Socket&) = delete;
-  Socket& operator=(const Socket&) = delete;
-
-  bool ok() const { return fd_ >= 0; }
-
-  bool send_all(std::string_view bytes) {
-    while (!bytes.empty()) {
-      ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-      if (n <= 0) return false;
-      bytes.remove_prefix(static_cast<size_t>(n));
-    }
-    return true;
-  }
-
-  // Up to `max` bytes; "" on close, error or 5 s without data.
-  std::string receive(size_t max) {
-    pollfd p{fd_, POLLIN, 0};
-    if (::poll(&p, 1, 5000) != 1) return "";
-    std::string buf(max, '\0');
-    ssize_t n = ::recv(fd_, buf.data(), buf.size(), 0);
-    buf.resize(n > 0 ? static_cast<size_t>(n) : 0);
-    return buf;
-  }
-
- private:
-  int fd_ = -1;
-};
+using Socket = testing::LoopbackSocket;
 
 // Sends the pipeline and decodes replies as they arrive, in small reads so that replies straddle
 // reads. Returns every reply and every raw byte received.

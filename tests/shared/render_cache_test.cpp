@@ -17,23 +17,11 @@ using testing::data_entry;
 using testing::manifest_json;
 using testing::member_principal;
 using testing::MemoryStore;
+using testing::policy;
+using testing::snapshot_of;
 
 constexpr int64_t kNow = 100'000'000;
 constexpr int64_t kMinute = 60'000;
-
-FreshnessPolicy policy() {
-  FreshnessPolicy p;
-  p.fresh_ttl_ms = 15 * kMinute;
-  p.max_age_ms = 24 * 60 * kMinute;
-  return p;
-}
-
-DiscoverySnapshot snapshot_of(MemoryStore& store, const std::string& member,
-                              SnapshotQuery query = {}) {
-  Result<DiscoverySnapshot> s = read_snapshot(store, member_principal(member), query);
-  EXPECT_TRUE(s.ok()) << s.error().message;
-  return std::move(s).value();
-}
 
 // A store with every status, disabled capabilities, a per-member connection, bare-array and
 // MCP-shaped manifests, a failed list, peer strings that are not UTF-8, floats and escapes.

@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "shared/discovery.h"
 #include "shared/json.h"
 
@@ -136,5 +138,21 @@ class MemoryStore : public SnapshotSource {
 };
 
 inline Principal member_principal(const std::string& id) { return *Principal::member(id); }
+
+// The design brief's freshness policy: 15 min fresh, 24 h max age.
+inline FreshnessPolicy policy() {
+  FreshnessPolicy p;
+  p.fresh_ttl_ms = 15 * 60'000;
+  p.max_age_ms = 24 * 60 * 60'000;
+  return p;
+}
+
+// What `member` reads from `store` (a failure fails the test).
+inline DiscoverySnapshot snapshot_of(MemoryStore& store, const std::string& member,
+                                     SnapshotQuery query = {}) {
+  Result<DiscoverySnapshot> s = read_snapshot(store, member_principal(member), query);
+  EXPECT_TRUE(s.ok()) << s.error().message;
+  return std::move(s).value();
+}
 
 }  // namespace quiver::testing
