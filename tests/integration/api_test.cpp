@@ -847,7 +847,13 @@ TEST(ApiServe, SighupReloadsTheConfigurationAndRefusesABadOne) {
       },
       15'000))
       << serve.stderr_tail();
-  EXPECT_NE(serve.stderr_tail().find("reloaded: 2 connection(s)"), std::string::npos)
+  // The line comes once the new API listens: possibly just after the answer above.
+  EXPECT_TRUE(wait_until(
+      [&] {
+        serve.drain_stderr();
+        return serve.stderr_tail().find("reloaded: 2 connection(s)") != std::string::npos;
+      },
+      5'000))
       << serve.stderr_tail();
 
   // A broken file: refused, the running configuration kept.
