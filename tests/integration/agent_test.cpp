@@ -205,10 +205,14 @@ TEST(AgentEmbedded, RefreshNowReportsAndTestConnectionStoresNothing) {
 }
 
 TEST(AgentEmbedded, ASlowPageIsListedWhenTheRequestTimeoutAllowsIt) {
-  // Every list answered after 400 ms: over a 200 ms request timeout, within a 2 s one.
+  // Every list answered after 400 ms: over a 200 ms request timeout, within a 2 s one. Over HTTP,
+  // already running: a spawned upstream's start-up would count against a short timeout too.
   TempDir dir;
   LogCapture log;
-  AgentConfig cfg = make_config(dir, {{"slow", upstream_server({"--delay-ms", "400"})}});
+  TestUpstreamHttp http({"--delay-ms", "400"});
+  ASSERT_TRUE(http.ok()) << http.error();
+  AgentConfig cfg =
+      make_config(dir, {{"slow", {{"url", http.url()}}}}, {{"allow_private_upstreams", true}});
   cfg.runtime.list_timeout_ms = 5000;
   cfg.runtime.request_timeout_ms = 200;
   auto agent = make_agent(cfg, manual_options(log));
