@@ -8,7 +8,7 @@
 
 #include "shared/schema_assets.h"
 #include "tests/support/discovery_fixture.h"
-
+#include "tests/support/resp_values.h"
 namespace quiver {
 namespace {
 
@@ -16,9 +16,10 @@ using testing::data_entry;
 using testing::manifest_json;
 using testing::member_principal;
 
-RespValue S(std::string s) { return RespValue::bulk_string(std::move(s)); }
-RespValue I(int64_t v) { return RespValue::integer_value(v); }
-RespValue A(std::vector<RespValue> e) { return RespValue::array(std::move(e)); }
+using testing::A;
+using testing::encode_reply;
+using testing::I;
+using testing::S;
 
 RespValue flat(const HashFields& fields) {
   std::vector<RespValue> out;
@@ -47,28 +48,6 @@ RespValue good_reply() {
              I(0)}),
           A({S("mail"), flat(conn_fields("per_member")), S("member/alice"), A({}), A({}), I(1)}),
           A({S("old"), A({}), S(""), A({}), A({}), I(0)})})});
-}
-
-// RESP2 bytes of a reply value, as Redis would send them.
-std::string encode_reply(const RespValue& v) {
-  switch (v.type) {
-    case RespValue::Type::kNil:
-      return "$-1\r\n";
-    case RespValue::Type::kSimpleString:
-      return "+" + v.str + "\r\n";
-    case RespValue::Type::kError:
-      return "-" + v.str + "\r\n";
-    case RespValue::Type::kInteger:
-      return ":" + std::to_string(v.integer) + "\r\n";
-    case RespValue::Type::kBulkString:
-      return "$" + std::to_string(v.str.size()) + "\r\n" + v.str + "\r\n";
-    case RespValue::Type::kArray: {
-      std::string out = "*" + std::to_string(v.elements.size()) + "\r\n";
-      for (const RespValue& e : v.elements) out += encode_reply(e);
-      return out;
-    }
-  }
-  return "";
 }
 
 TEST(DiscoveryRedis, ReadCommandCarriesTheScriptTheGrantsKeyAndTheQuery) {

@@ -10,6 +10,7 @@
 #include "shared/json.h"
 #include "shared/schema_assets.h"
 #include "shared/webhook_signature.h"
+#include "tests/support/resp_values.h"
 
 namespace quiver {
 namespace {
@@ -22,9 +23,10 @@ const std::string kRandom(16, '\x5a');
 
 // ---- canned Redis replies ----------------------------------------------------------------------
 
-RespValue S(std::string s) { return RespValue::bulk_string(std::move(s)); }
-RespValue I(int64_t v) { return RespValue::integer_value(v); }
-RespValue A(std::vector<RespValue> e) { return RespValue::array(std::move(e)); }
+using testing::A;
+using testing::encode_reply;
+using testing::I;
+using testing::S;
 
 RespValue flat(const std::vector<std::pair<std::string, std::string>>& fields) {
   std::vector<RespValue> out;
@@ -33,28 +35,6 @@ RespValue flat(const std::vector<std::pair<std::string, std::string>>& fields) {
     out.push_back(S(v));
   }
   return A(std::move(out));
-}
-
-// RESP2 bytes of a reply, as Redis sends them.
-std::string encode_reply(const RespValue& v) {
-  switch (v.type) {
-    case RespValue::Type::kNil:
-      return "$-1\r\n";
-    case RespValue::Type::kSimpleString:
-      return "+" + v.str + "\r\n";
-    case RespValue::Type::kError:
-      return "-" + v.str + "\r\n";
-    case RespValue::Type::kInteger:
-      return ":" + std::to_string(v.integer) + "\r\n";
-    case RespValue::Type::kBulkString:
-      return "$" + std::to_string(v.str.size()) + "\r\n" + v.str + "\r\n";
-    case RespValue::Type::kArray: {
-      std::string out = "*" + std::to_string(v.elements.size()) + "\r\n";
-      for (const RespValue& e : v.elements) out += encode_reply(e);
-      return out;
-    }
-  }
-  return "";
 }
 
 std::string manifest_json(const std::vector<std::string>& tools) {
