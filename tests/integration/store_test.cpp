@@ -341,6 +341,42 @@ TEST_P(StoreConformance, OneHolderAtATimeAndOnlyTheHolderMayRenewOrRelease) {
   EXPECT_EQ(elsewhere.lease.fence, 1);
 }
 
+TEST_P(StoreConformance, TwoAgentsRacingForOneLeaseHaveOneWinner) {
+  // Two stores on the same data (two agents on one Redis, or on one SQLite file), 25 races.
+  configure({record("c1", "h1")});
+  Result<std::unique_ptr<ManifestStore>> second = backend_->open();
+  ASSERT_TRUE(second.ok()) << second.error().message;
+  ManifestStore* agents[2] = {store_.get(), second->get()};
+  for (int round = 0; round < 25; ++round) {
+    std::atomic<int> ready{0};
+    AcquireResult results[2];
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 2; ++i) {
+      threads.emplace_back([&, i] {
+        ++ready;
+        while (ready.load() < 2) {
+        }
+        Result<AcquireResult> r =
+            agents[i]->acquire_lease("c1", shared_, token(100 * round + i), kLongLease);
+        EXPECT_TRUE(r.ok()) << r.error().message;
+        if (r.ok()) results[i] = *r;
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    ASSERT_NE(results[0].acquired, results[1].acquired) << "round " << round;
+    const int winner = results[0].acquired ? 0 : 1;
+    EXPECT_EQ(results[1 - winner].holder_fence, results[winner].lease.fence);
+    EXPECT_EQ(results[winner].lease.fence, round + 1);
+    // The winner commits (releasing the lease); the other agent reads it from the same data.
+    Result<FencedWriteResult> c = agents[winner]->commit_manifest(
+        "c1", shared_, results[winner].lease, manifest_v(std::to_string(round), "h1"), kWrite);
+    ASSERT_TRUE(c.ok() && c->ok());
+    Result<std::optional<StoredManifest>> m = agents[1 - winner]->read_manifest("c1", shared_);
+    ASSERT_TRUE(m.ok() && m->has_value());
+    EXPECT_EQ((*m)->meta.fence, round + 1);
+  }
+}
+
 TEST_P(StoreConformance, ALeaseThatExpiresMidListingCannotCommitLate) {
   configure({record("c1", "h1")});
   AcquireResult slow = acquire("c1", shared_, 1, kShortLease);
@@ -1040,37 +1076,6 @@ TEST(RedisStoreOnly, AServerThatNeverAnswersTimesOut) {
   ::close(fd);
 }
 
-TEST(RedisStoreOnly, TwoAgentsRacingForOneLeaseHaveOneWinner) {
-  ASSERT_TRUE(shared_redis().ok()) << shared_redis().error();
-  (void)raw(shared_redis(), {"FLUSHALL"});
-  RedisStoreOptions o = local_redis(shared_redis().port());
-  std::unique_ptr<RedisStore> agents[2] = {std::move(RedisStore::create(o)).value(),
-                                           std::move(RedisStore::create(o)).value()};
-  const Principal shared = Principal::shared();
-  for (int round = 0; round < 25; ++round) {
-    std::atomic<int> ready{0};
-    AcquireResult results[2];
-    std::vector<std::thread> threads;
-    for (int i = 0; i < 2; ++i) {
-      threads.emplace_back([&, i] {
-        ++ready;
-        while (ready.load() < 2) {
-        }
-        Result<AcquireResult> r =
-            agents[i]->acquire_lease("c1", shared, token(100 * round + i), kLongLease);
-        if (r.ok()) results[i] = *r;
-      });
-    }
-    for (std::thread& t : threads) t.join();
-    ASSERT_NE(results[0].acquired, results[1].acquired) << "round " << round;
-    int winner = results[0].acquired ? 0 : 1;
-    EXPECT_EQ(results[1 - winner].holder_fence, results[winner].lease.fence);
-    EXPECT_EQ(results[winner].lease.fence, round + 1);
-    ASSERT_EQ(*agents[winner]->release_lease("c1", shared, results[winner].lease),
-              LeaseOutcome::kOk);
-  }
-}
-
 TEST(RedisStoreOnly, WritesExactlyTheDocumentedKeyLayout) {
   ASSERT_TRUE(shared_redis().ok()) << shared_redis().error();
   RedisServer& server = shared_redis();
@@ -1184,45 +1189,6 @@ TEST(RedisStoreOnly, GranteesFollowTheGrantsInOneTransaction) {
 }
 
 // ---- SQLite only -------------------------------------------------------------------------------
-
-TEST(SqliteStoreOnly, TwoAgentsOnOneFileHaveOneLeaseWinner) {
-  TempDir dir;
-  std::atomic<int64_t> clock{kT0};
-  SqliteStoreOptions o;
-  o.path = dir.path() + "/shared.db";
-  o.now_ms = [&] { return clock.load(); };
-  std::unique_ptr<SqliteStore> agents[2] = {std::move(SqliteStore::open(o)).value(),
-                                            std::move(SqliteStore::open(o)).value()};
-  const Principal shared = Principal::shared();
-  ASSERT_TRUE(agents[0]->sync_connections({record("c1", "h1")}).ok());
-  for (int round = 0; round < 25; ++round) {
-    std::atomic<int> ready{0};
-    AcquireResult results[2];
-    std::vector<std::thread> threads;
-    for (int i = 0; i < 2; ++i) {
-      threads.emplace_back([&, i] {
-        ++ready;
-        while (ready.load() < 2) {
-        }
-        Result<AcquireResult> r =
-            agents[i]->acquire_lease("c1", shared, token(100 * round + i), kLongLease);
-        EXPECT_TRUE(r.ok()) << r.error().message;
-        if (r.ok()) results[i] = *r;
-      });
-    }
-    for (std::thread& t : threads) t.join();
-    ASSERT_NE(results[0].acquired, results[1].acquired) << "round " << round;
-    int winner = results[0].acquired ? 0 : 1;
-    EXPECT_EQ(results[winner].lease.fence, round + 1);
-    // The winner commits; the other agent reads it from the same file.
-    Result<FencedWriteResult> c = agents[winner]->commit_manifest(
-        "c1", shared, results[winner].lease, manifest_v(std::to_string(round), "h1"), kWrite);
-    ASSERT_TRUE(c.ok() && c->ok());
-    std::optional<StoredManifest> m = *agents[1 - winner]->read_manifest("c1", shared);
-    ASSERT_TRUE(m.has_value());
-    EXPECT_EQ(m->meta.fence, round + 1);
-  }
-}
 
 TEST(SqliteStoreOnly, AVersion1FileIsMigratedKeepingItsData) {
   TempDir dir;
