@@ -2,7 +2,6 @@
 find_package(PkgConfig REQUIRED)
 find_package(Threads REQUIRED)
 find_package(nlohmann_json 3.11 REQUIRED)
-find_package(GTest REQUIRED)
 find_package(SQLite3 REQUIRED)
 pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
 # cpp-httplib's class layout depends on its feature macros: take its pkg-config flags as they are.
@@ -18,5 +17,8 @@ target_link_libraries(quiver_resp_reader INTERFACE PkgConfig::HIREDIS)
 add_library(quiver_warnings INTERFACE)
 target_compile_options(quiver_warnings INTERFACE -Wall -Wextra -Wpedantic -Wno-unused-parameter)
 
-set(QUIVER_GTEST_MAIN GTest::gtest_main)
-set(QUIVER_GTEST GTest::gtest)
+if(QUIVER_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+  set(QUIVER_GTEST_MAIN GTest::gtest_main)
+  set(QUIVER_GTEST GTest::gtest)
+endif()

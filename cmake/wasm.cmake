@@ -41,17 +41,19 @@ target_compile_definitions(quiver_sqlite PUBLIC
 add_library(quiver_warnings INTERFACE)
 target_compile_options(quiver_warnings INTERFACE -Wall -Wextra -Wno-unused-parameter)
 
-# GoogleTest from the Debian source tree, without threads.
-set(gtest_disable_pthreads ON CACHE BOOL "" FORCE)
-set(INSTALL_GTEST OFF CACHE BOOL "" FORCE)
-set(BUILD_GMOCK OFF CACHE BOOL "" FORCE)
-add_subdirectory(/usr/src/googletest "${CMAKE_BINARY_DIR}/googletest" EXCLUDE_FROM_ALL)
-set(QUIVER_GTEST_MAIN gtest_main)
-set(QUIVER_GTEST gtest)
+if(QUIVER_BUILD_TESTS)
+  # GoogleTest from the Debian source tree, without threads.
+  set(gtest_disable_pthreads ON CACHE BOOL "" FORCE)
+  set(INSTALL_GTEST OFF CACHE BOOL "" FORCE)
+  set(BUILD_GMOCK OFF CACHE BOOL "" FORCE)
+  add_subdirectory(/usr/src/googletest "${CMAKE_BINARY_DIR}/googletest" EXCLUDE_FROM_ALL)
+  set(QUIVER_GTEST_MAIN gtest_main)
+  set(QUIVER_GTEST gtest)
 
-# Test binaries run under node (Node 20 cannot load the default glue without this flag).
-set(QUIVER_WASM_TEST_LINK_FLAGS -sENVIRONMENT=node -sALLOW_MEMORY_GROWTH=1 -sNODERAWFS=1
-    -sEXIT_RUNTIME=1)
+  # Test binaries run under node (Node 20 cannot load the default glue without this flag).
+  set(QUIVER_WASM_TEST_LINK_FLAGS -sENVIRONMENT=node -sALLOW_MEMORY_GROWTH=1 -sNODERAWFS=1
+      -sEXIT_RUNTIME=1)
+endif()
 # emcmake's default emulator flags (--experimental-wasm-threads) are rejected by Node 20.
 find_program(QUIVER_NODE node REQUIRED)
 set(CMAKE_CROSSCOMPILING_EMULATOR "${QUIVER_NODE};--no-experimental-fetch")

@@ -38,9 +38,9 @@ ns=local
 kid=local-1  # the key id deploy/quickstart.json names
 
 # ---- build what is missing --------------------------------------------------------------------
-"$root/scripts/setup.sh"
+"$root/scripts/setup.sh" --local
 echo "== building quiver-agent"
-cmake -S . -B build/native -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake -S . -B build/native -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQUIVER_BUILD_TESTS=OFF >/dev/null
 cmake --build build/native -j "$(nproc 2>/dev/null || echo 2)" --target quiver-agent
 echo "== building quiver-edge"
 "$root/scripts/edge-build.sh"

@@ -8,6 +8,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 export NODE_PATH=${NODE_PATH:-/usr/share/nodejs}  # Emscripten 3.1.6's link step needs acorn
-emcmake cmake -S "$root" -B "$root/build/wasm" -DCMAKE_BUILD_TYPE=Release >/dev/null
+# Tests off unless asked for (scripts/test.sh builds the same tree with them on).
+emcmake cmake -S "$root" -B "$root/build/wasm" -DCMAKE_BUILD_TYPE=Release \
+  -DQUIVER_BUILD_TESTS="${QUIVER_BUILD_TESTS:-OFF}" >/dev/null
 cmake --build "$root/build/wasm" --target quiver_edge quiver_edge_stage -j "$(nproc 2>/dev/null || echo 2)"
 echo "quiver-edge staged in $root/build/wasm/edge"

@@ -14,10 +14,11 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
 "$root/scripts/setup.sh" --run
-"$root/scripts/setup.sh" --peers
+"$root/scripts/setup.sh" --servers
 
 echo "== building quiver-agent"
-cmake -S . -B build/native -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+# Tests off: the quick start needs nothing only the tests need (GoogleTest is not installed here).
+cmake -S . -B build/native -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQUIVER_BUILD_TESTS=OFF >/dev/null
 cmake --build build/native -j "$(nproc 2>/dev/null || echo 2)" --target quiver-agent
 
 data="$root/build/quickstart"
@@ -31,7 +32,7 @@ fi
   echo "server-filesystem serves this directory (build/quickstart/files)." >"$data/files/README.txt"
 
 export QUIVER_DATA_DIR="$data"
-export QUIVER_NODE_MODULES="$root/build/node/node_modules"
+export QUIVER_NODE_MODULES="$root/build/servers/node_modules"
 
 echo "== starting quiver-agent serve (data in build/quickstart)"
 exec "$root/build/native/native-agent/quiver-agent" serve --config "$root/deploy/quickstart.json" "$@"

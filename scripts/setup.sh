@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Installs what a fresh Debian 12 machine lacks to build, run and test Quiver. Idempotent and
-# quick when everything is already there: Debian packages are installed only when missing, the
-# npm packages the tests use only when tests/package.json changed.
-#   scripts/setup.sh            # everything (build + tests)
+# quick when everything is already there: Debian packages are installed only when missing, npm
+# packages only when their package.json changed.
+#   scripts/setup.sh            # everything the tests need (build + tests + test peers)
 #   scripts/setup.sh --run      # only the Debian packages `quiver-agent` needs to build and run
-#   scripts/setup.sh --peers    # only the npm packages (MCP servers used by tests and examples)
+#   scripts/setup.sh --servers  # the quick start's MCP servers (deploy/package.json → build/servers)
+#   scripts/setup.sh --local    # deploy/local.sh: --run, Emscripten, redis-server, workerd; no test tools
+#   scripts/setup.sh --peers    # only the npm packages the tests use (tests/package.json → build/node)
 #   scripts/setup.sh --bench    # only what the benchmarks add: wrk, and nginx-light as a baseline
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -12,13 +14,19 @@ mode=${1:-all}
 
 run_pkgs=(g++ cmake make pkg-config nlohmann-json3-dev libcpp-httplib-dev libhiredis-dev
           libsqlite3-dev libssl-dev)
-test_pkgs=(libgtest-dev googletest emscripten redis-server openssl iproute2 util-linux wrk)
+edge_pkgs=(emscripten redis-server)
+test_pkgs=(libgtest-dev googletest emscripten redis-server openssl iproute2 util-linux wrk
+           clang-14 libfuzzer-14-dev libclang-rt-14-dev)
 bench_pkgs=(wrk nginx-light)
 
-pkgs=("${run_pkgs[@]}")
-[ "$mode" = "--run" ] || pkgs+=("${test_pkgs[@]}")
-[ "$mode" = "--peers" ] && pkgs=()
-[ "$mode" = "--bench" ] && pkgs=("${bench_pkgs[@]}")
+case "$mode" in
+  all) pkgs=("${run_pkgs[@]}" "${test_pkgs[@]}") ;;
+  --run) pkgs=("${run_pkgs[@]}") ;;
+  --local) pkgs=("${run_pkgs[@]}" "${edge_pkgs[@]}") ;;
+  --servers | --peers) pkgs=() ;;
+  --bench) pkgs=("${bench_pkgs[@]}") ;;
+  *) echo "setup.sh: unknown mode $mode (see the header of this script)" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${pkgs[@]}"; do
@@ -36,14 +44,22 @@ if [ ${#missing[@]} -gt 0 ]; then
     "${missing[@]}" >/dev/null
 fi
 
-[ "$mode" = "--run" ] || [ "$mode" = "--bench" ] && exit 0
+# npm_install PACKAGE_JSON DIR: the packages PACKAGE_JSON names, into DIR/node_modules, once per
+# version of that file.
+npm_install() {
+  local manifest=$1 dir=$2
+  mkdir -p "$dir"
+  if ! cmp -s "$manifest" "$dir/package.json" || [ ! -d "$dir/node_modules" ]; then
+    echo "setup: installing npm packages into ${dir#"$root"/}"
+    cp "$manifest" "$dir/package.json"
+    (cd "$dir" && npm install --no-package-lock --no-audit --no-fund --loglevel=error >/dev/null) || {
+      rm -f "$dir/package.json"; echo "setup: npm install failed" >&2; exit 1; }
+  fi
+}
 
-# npm packages: real MCP peers for the tests and the example config, workerd for the edge.
-node_dir="$root/build/node"
-mkdir -p "$node_dir"
-if ! cmp -s "$root/tests/package.json" "$node_dir/package.json" || [ ! -d "$node_dir/node_modules" ]; then
-  echo "setup: installing npm packages into build/node"
-  cp "$root/tests/package.json" "$node_dir/package.json"
-  (cd "$node_dir" && npm install --no-package-lock --no-audit --no-fund --loglevel=error >/dev/null) || {
-    rm -f "$node_dir/package.json"; echo "setup: npm install failed" >&2; exit 1; }
-fi
+case "$mode" in
+  # The quick start's MCP servers only: what `quiver-agent serve` runs, nothing the tests use.
+  --servers) npm_install "$root/deploy/package.json" "$root/build/servers" ;;
+  # Real MCP peers, clients and workerd for the tests (deploy/local.sh uses its workerd too).
+  all | --peers | --local) npm_install "$root/tests/package.json" "$root/build/node" ;;
+esac

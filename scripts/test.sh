@@ -14,12 +14,21 @@ cd "$root"
 jobs=$(nproc 2>/dev/null || echo 2)
 export NODE_PATH=${NODE_PATH:-/usr/share/nodejs}  # Emscripten's link step needs acorn from here
 
+# The agent first, configured as the quick start does (tests off) and as if GoogleTest were not
+# installed: proof that running Quiver needs nothing only the tests need. The same tree then gets
+# the tests, so nothing is compiled twice.
+echo "== native build: quiver-agent without the tests (no GoogleTest)"
+cmake -S . -B build/native -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQUIVER_BUILD_TESTS=OFF \
+  -DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON >/dev/null
+cmake --build build/native -j "$jobs" --target quiver-agent
+
 echo "== native build"
-cmake -S . -B build/native -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake -S . -B build/native -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQUIVER_BUILD_TESTS=ON \
+  -DCMAKE_DISABLE_FIND_PACKAGE_GTest=OFF >/dev/null
 cmake --build build/native -j "$jobs"
 
 echo "== wasm build (Emscripten)"
-emcmake cmake -S . -B build/wasm -DCMAKE_BUILD_TYPE=Release >/dev/null
+emcmake cmake -S . -B build/wasm -DCMAKE_BUILD_TYPE=Release -DQUIVER_BUILD_TESTS=ON >/dev/null
 cmake --build build/wasm -j "$jobs"
 
 status=0

@@ -94,14 +94,25 @@ class Edge {
 let edgePromise = null; // one instance per isolate
 
 async function instantiate(env) {
-  const module = await createQuiverEdge({
+  // Emscripten's factory promise never settles when a custom instantiateWasm fails: the failure
+  // is raced in here, so a module that cannot be instantiated rejects instead of hanging every
+  // request of the isolate.
+  let fail;
+  const failed = new Promise((_, reject) => { fail = reject; });
+  const module = await Promise.race([failed, createQuiverEdge({
     locateFile: (path) => path,
+    onAbort: (what) => fail(new Error(`aborted: ${what}`)),
     instantiateWasm(imports, receive) {
-      WebAssembly.instantiate(wasmModule, imports)
-        .then((instance) => receive(instance, wasmModule));
+      WebAssembly.instantiate(wasmModule, imports).then((instance) => {
+        try {
+          receive(instance, wasmModule);
+        } catch (e) {
+          fail(e);
+        }
+      }, fail);
       return {};
     },
-  });
+  })]);
   const edge = new Edge(module);
   if (!edge.init(env)) console.error('quiver-edge: misconfigured; GET /healthz says why');
   return edge;
@@ -246,6 +257,16 @@ function internalError(why) {
   });
 }
 
+// 503 SERVICE_UNAVAILABLE: the isolate has no working core yet (its wasm failed to instantiate).
+function unavailable(why) {
+  console.error(`quiver-edge: ${why}`);
+  const body = { error: { code: 'SERVICE_UNAVAILABLE', message: 'the edge is starting; retry shortly' } };
+  return new Response(JSON.stringify(body), {
+    status: 503,
+    headers: { 'Content-Type': 'application/json', 'Cache-Control': 'no-store', 'Retry-After': '1' },
+  });
+}
+
 function log(step, headers) {
   if (!step?.log) return;
   const id = headers?.find(([name]) => name === 'X-Request-Id')?.[1] ?? '-';
@@ -258,7 +279,7 @@ export default {
     try {
       edge = await getEdge(env);
     } catch (e) {
-      return internalError(`the wasm module could not be instantiated: ${e?.message ?? e}`);
+      return unavailable(`the wasm module could not be instantiated (retried with the next request): ${e?.message ?? e}`);
     }
     const io = { redis: null };
     let handle = 0;

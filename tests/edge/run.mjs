@@ -153,6 +153,45 @@ test('the worker starts and answers /healthz', async () => {
   assert.equal(head.text, '');
 });
 
+// A wasm module that cannot be instantiated: valid bytes, but it imports a function the
+// Emscripten glue does not provide (env.quiver_missing), so WebAssembly.instantiate rejects with a
+// LinkError inside workerd, as a broken or mismatched deployment would.
+const UNLINKABLE_WASM = Buffer.from([
+  0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00,        // magic, version 1
+  0x01, 0x04, 0x01, 0x60, 0x00, 0x00,                    // type section: () -> ()
+  0x02, 0x16, 0x01, 0x03, 0x65, 0x6e, 0x76, 0x0e,        // import section: "env"
+  ...Buffer.from('quiver_missing'), 0x00, 0x00,          //   "quiver_missing", func, type 0
+]);
+
+test('a wasm module that fails to instantiate answers 503 and is retried by the next request',
+     async () => {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'quiver-edge-broken-'));
+  let broken;
+  try {
+    for (const f of ['worker.mjs', 'quiver-edge.mjs', 'workerd.capnp']) {
+      copyFileSync(path.join(edgeDir, f), path.join(dir, f));
+    }
+    writeFileSync(path.join(dir, 'quiver-edge.wasm'), UNLINKABLE_WASM);
+    const brokenLogs = [];
+    broken = await Workerd.start({ config: path.join(dir, 'workerd.capnp'), env: edgeEnv(),
+                                   logs: brokenLogs });
+    for (let i = 0; i < 3; i++) {
+      const res = await broken.request('GET', i === 1 ? '/healthz' : '/v1/manifests',
+                                       { headers: auth('alice') });
+      assertJsonError(res, 503, 'SERVICE_UNAVAILABLE');
+      assert.equal(res.headers['retry-after'], '1');
+    }
+    await sleep(100);
+    // Each request tried again (no promise cached from a failure), and each failure was logged.
+    const failures = brokenLogs.filter((l) => /could not be instantiated/.test(l));
+    assert.ok(failures.length >= 4, brokenLogs.join('\n'));  // Workerd.start's probe + 3
+    assert.match(failures.join('\n'), /quiver_missing|LinkError|Import/i);
+  } finally {
+    await broken?.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
 test('GET /v1/manifests shows each caller exactly its granted connections', async () => {
   for (const [member, granted] of Object.entries(MEMBERS)) {
     const res = await edge.request('GET', '/v1/manifests', { headers: auth(member) });
