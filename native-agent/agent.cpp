@@ -1057,12 +1057,11 @@ Status Agent::set_preference(const std::string& connection_id, const Principal& 
   if (Status st = check_preference_principal(**found, principal); !st.ok()) return st;
   Status st = s.prefs->set_enabled(connection_id, principal, type, key, enabled);
   if (st.ok() || st.error().code == ErrorCode::kUnavailable) {
-    s.logger->info(kLog,
-                   std::string("preference ") + capability_type_name(type) + ":" + key + " of " +
-                       connection_id + " (" + principal.str() + ") set to " +
-                       (enabled ? "enabled" : "disabled") +
-                       (st.ok() ? "" : " (not yet merged with the store: " + st.error().message +
-                                           ")"));
+    s.logger->info(
+        kLog, std::string("preference ") + capability_type_name(type) + ":" + key + " of " +
+                  connection_id + " (" + principal.str() + ") set to " +
+                  (enabled ? "enabled" : "disabled") +
+                  (st.ok() ? "" : " (not yet merged with the store: " + st.error().message + ")"));
   }
   return st;
 }

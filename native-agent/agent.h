@@ -131,8 +131,7 @@ class Agent final : public AgentService {
   Result<std::vector<PreferenceRow>> preferences(const std::string& connection_id,
                                                  const Principal& principal) override;
   Status set_preference(const std::string& connection_id, const Principal& principal,
-                        CapabilityType type,
-                        const std::string& key, bool enabled) override;
+                        CapabilityType type, const std::string& key, bool enabled) override;
 
   // --- steps the threads run, callable by hand ---
   // One full maintenance pass (every page of the walk, plus seeding).

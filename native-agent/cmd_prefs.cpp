@@ -63,11 +63,8 @@ std::optional<Toggle> parse_toggle(const std::string& text, bool enabled) {
 }  // namespace
 
 int cmd_prefs(const std::vector<std::string>& argv) {
-  Result<CliArgs> args =
-      parse_cli_args(argv, {{"enable", true, true},
-                            {"disable", true, true},
-                            {"member", true},
-                            {"config", true}});
+  Result<CliArgs> args = parse_cli_args(
+      argv, {{"enable", true, true}, {"disable", true, true}, {"member", true}, {"config", true}});
   if (!args.ok()) return cli_usage_error("prefs", args.error().message);
   if (args->has("help")) {
     std::fputs(kPrefsUsage, stdout);
@@ -110,18 +107,19 @@ int cmd_prefs(const std::vector<std::string>& argv) {
   const std::string member = args->value("member").value_or("");
   if (conn->credential_mode == CredentialMode::kPerMember) {
     if (member.empty()) {
-      return cli_usage_error("prefs", "`" + conn->name +
-                                          "` keeps preferences per member: name one with --member");
+      return cli_usage_error(
+          "prefs", "`" + conn->name + "` keeps preferences per member: name one with --member");
     }
     Result<Principal> p = config->principal_for(member, conn->id);
     if (!p.ok()) {
-      return cli_usage_error("prefs", "member `" + member + "` is not granted `" + conn->name + "`");
+      return cli_usage_error("prefs",
+                             "member `" + member + "` is not granted `" + conn->name + "`");
     }
     principal = *p;
   } else {
     if (!member.empty()) {
-      return cli_usage_error("prefs", "`" + conn->name +
-                                          "` is shared: its preferences are everyone's (no --member)");
+      return cli_usage_error(
+          "prefs", "`" + conn->name + "` is shared: its preferences are everyone's (no --member)");
     }
     principal = Principal::shared();
   }

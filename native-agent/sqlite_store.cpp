@@ -816,8 +816,8 @@ Result<MergedPreferences> SqliteStore::merge_preferences(std::string_view cid,
     if (row.resource_id != cid || row.principal != principal) {
       return invalid("merge_preferences: a row of another connection or principal");
     }
-    if (Status st = validate_overlay_member(overlay_member(row.capability_type,
-                                                           row.capability_key));
+    if (Status st =
+            validate_overlay_member(overlay_member(row.capability_type, row.capability_key));
         !st.ok()) {
       return st.error();
     }

@@ -1,6 +1,6 @@
 // ManifestStore: where the agent keeps what it shares with readers — connection records, grants,
-// preferences and their disabled overlays, cached manifests with their leases and fences, the revalidation queue and
-// the webhook replay guard.
+// preferences and their disabled overlays, cached manifests with their leases and fences, the
+// revalidation queue and the webhook replay guard.
 //
 // Two implementations with identical semantics, chosen by configuration:
 //   RedisStore  (native-agent/redis_store.h)   the team setup: the edge reads the same keys.
@@ -218,8 +218,9 @@ class ManifestStore {
   // unchanged keep their stored updated_at. Everything of a connection no longer configured goes:
   // its record, its grants, its disabled overlay, its manifests, leases, fences and revalidation
   // gates, including leftovers of a sync that was interrupted. Preferences stay (the store's rows
-  // and the agents' copies): a user's choice outlives the connection. Bumps the epoch when anything changed. One configuration
-  // owns a namespace: two agents with different configurations on one namespace undo each other.
+  // and the agents' copies): a user's choice outlives the connection. Bumps the epoch when anything
+  // changed. One configuration owns a namespace: two agents with different configurations on one
+  // namespace undo each other.
   virtual Result<ConnectionSync> sync_connections(const std::vector<ConnectionRecord>& records) = 0;
   virtual Result<std::vector<ConnectionRecord>> list_connections() = 0;  // sorted by id
   virtual Result<std::optional<ConnectionRecord>> read_connection(std::string_view cid) = 0;

@@ -113,7 +113,7 @@ Reconciliation reconcile(const std::vector<PreferenceRow>& stored, const LiveCap
       if (!handled.insert(k).second) continue;
       auto found = by_key.find(k);
       if (found == by_key.end()) {
-        PreferenceRow row{live.resource_id, type, key, policy.auto_enable_new_capabilities,
+        PreferenceRow row{live.resource_id, type,  key, policy.auto_enable_new_capabilities,
                           now_ms,           now_ms};
         row.principal = live.principal;
         out.rows_to_insert.push_back(std::move(row));

@@ -1,9 +1,9 @@
 // Capability preferences (Coffer ADR-004): the user's enabled/disabled choice per capability of a
 // connection, the only capability state that is persisted.
 //
-// A row is keyed by (resource_id = connection id, principal, capability_type, capability_key), where
-// the key is the capability's stable identity: a tool's or prompt's `name`, a resource's `uri`, a
-// resource template's `uriTemplate`. The principal is the one whose listing fed the row
+// A row is keyed by (resource_id = connection id, principal, capability_type, capability_key),
+// where the key is the capability's stable identity: a tool's or prompt's `name`, a resource's
+// `uri`, a resource template's `uriTemplate`. The principal is the one whose listing fed the row
 // (`principal_for`): `shared` on a shared connection, `member/<id>` on a per-member one, so one
 // member's capabilities, choices and overlay never reach another member. Rows outlive the
 // capabilities they name, so a user's choice survives an upstream that drops a tool and brings it

@@ -13,7 +13,9 @@ namespace {
 
 constexpr char kScript[] = "lua/preferences_merge.lua";
 
-Error invalid(std::string message) { return Error(ErrorCode::kInvalidArgument, std::move(message)); }
+Error invalid(std::string message) {
+  return Error(ErrorCode::kInvalidArgument, std::move(message));
+}
 Error bad_reply(std::string message) {
   return Error(ErrorCode::kInvalidReply, "preferences_merge.lua: " + std::move(message));
 }

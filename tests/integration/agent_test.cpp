@@ -486,7 +486,8 @@ TEST(AgentPreferences, SurviveTheUpstreamRemovingAndReaddingATool) {
   ASSERT_TRUE(agent);
   ASSERT_TRUE(agent->start().ok());
   ASSERT_TRUE(agent->refresh_now("t", Principal::shared(), "manual")->committed);
-  ASSERT_TRUE(agent->set_preference("t", Principal::shared(), CapabilityType::kTool, "tool_2", false).ok());
+  ASSERT_TRUE(
+      agent->set_preference("t", Principal::shared(), CapabilityType::kTool, "tool_2", false).ok());
 
   append_line(ctl, R"({"remove_tool":"tool_2"})");
   ASSERT_TRUE(wait_until(
@@ -537,20 +538,30 @@ TEST(AgentPreferences, ToggleReachesTheOverlayWithoutRelisting) {
   ASSERT_TRUE(wait_until([&] { return tools_list_calls(stats) == 1; }, 1000));
   int64_t epoch = *agent->store().read_epoch();
 
-  ASSERT_TRUE(agent->set_preference("t", Principal::shared(), CapabilityType::kTool, "tool_1", false).ok());
-  EXPECT_EQ(*agent->store().read_disabled("t", Principal::shared()), (DisabledOverlay{"tool:tool_1"}));
+  ASSERT_TRUE(
+      agent->set_preference("t", Principal::shared(), CapabilityType::kTool, "tool_1", false).ok());
+  EXPECT_EQ(*agent->store().read_disabled("t", Principal::shared()),
+            (DisabledOverlay{"tool:tool_1"}));
   EXPECT_GT(*agent->store().read_epoch(), epoch);  // edge L1 caches notice
-  ASSERT_TRUE(agent->set_preference("t", Principal::shared(), CapabilityType::kPrompt, "prompt_2", false).ok());
+  ASSERT_TRUE(
+      agent->set_preference("t", Principal::shared(), CapabilityType::kPrompt, "prompt_2", false)
+          .ok());
   EXPECT_EQ(*agent->store().read_disabled("t", Principal::shared()),
             (DisabledOverlay{"prompt:prompt_2", "tool:tool_1"}));
-  ASSERT_TRUE(agent->set_preference("t", Principal::shared(), CapabilityType::kTool, "tool_1", true).ok());
-  EXPECT_EQ(*agent->store().read_disabled("t", Principal::shared()), (DisabledOverlay{"prompt:prompt_2"}));
+  ASSERT_TRUE(
+      agent->set_preference("t", Principal::shared(), CapabilityType::kTool, "tool_1", true).ok());
+  EXPECT_EQ(*agent->store().read_disabled("t", Principal::shared()),
+            (DisabledOverlay{"prompt:prompt_2"}));
   EXPECT_EQ(tools_list_calls(stats), 1);  // no re-listing
 
-  Status unknown = agent->set_preference("t", Principal::shared(), CapabilityType::kTool, "never_seen", false);
+  Status unknown =
+      agent->set_preference("t", Principal::shared(), CapabilityType::kTool, "never_seen", false);
   EXPECT_EQ(unknown.error().code, ErrorCode::kNotFound);
-  EXPECT_EQ(agent->set_preference("nope", Principal::shared(), CapabilityType::kTool, "tool_1", false).error().code,
-            ErrorCode::kNotFound);
+  EXPECT_EQ(
+      agent->set_preference("nope", Principal::shared(), CapabilityType::kTool, "tool_1", false)
+          .error()
+          .code,
+      ErrorCode::kNotFound);
 }
 
 // Two agents with their own data directories on one Redis: one preference authority. Toggles go
@@ -637,7 +648,8 @@ TEST(AgentPreferences, AVersion2FileKeepsSharedChoicesAndDropsUnattributableMemb
          {{"credential_mode", "per_member"},
           {"auth", "api_key"},
           {"credential_env", "TEST_UPSTREAM_AUTHORIZATION"},
-          {"credentials", {{"alice", {{"env", "ALICE_CRED"}}}, {"bob", {{"env", "BOB_CRED"}}}}}}}}}};
+          {"credentials",
+           {{"alice", {{"env", "ALICE_CRED"}}}, {"bob", {{"env", "BOB_CRED"}}}}}}}}}};
   const EnvMap env = {{"ALICE_CRED", "Bearer alice"}, {"BOB_CRED", "Bearer bob"}};
   LogCapture log;
   { auto first = make_agent(make_config(dir, servers, quiver, env), manual_options(log)); }
@@ -645,21 +657,20 @@ TEST(AgentPreferences, AVersion2FileKeepsSharedChoicesAndDropsUnattributableMemb
   const std::string path = dir.path("data") + "/quiver.db";
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  for (const char* sql : {
-           "DROP VIEW disabled_capabilities",
-           "DROP TABLE mcp_capability_preferences",
-           "DROP TABLE published_disabled",
-           "CREATE TABLE mcp_capability_preferences (resource_id TEXT NOT NULL, capability_type "
-           "TEXT NOT NULL, capability_key TEXT NOT NULL, enabled INTEGER NOT NULL, first_seen_at "
-           "INTEGER NOT NULL, last_seen_at INTEGER NOT NULL, PRIMARY KEY (resource_id, "
-           "capability_type, capability_key)) STRICT, WITHOUT ROWID",
-           "CREATE TABLE published_disabled (connection_id TEXT NOT NULL, member TEXT NOT NULL, "
-           "PRIMARY KEY (connection_id, member)) STRICT, WITHOUT ROWID",
-           "INSERT INTO mcp_capability_preferences VALUES ('s', 'tool', 'tool_1', 0, 1, 2), "
-           "('s', 'tool', 'tool_2', 1, 1, 2), ('p', 'tool', 'bob_tool_1', 0, 1, 2), "
-           "('p', 'tool', 'alice_tool_1', 1, 1, 2)",
-           "INSERT INTO published_disabled VALUES ('s', 'tool:tool_1'), ('p', 'tool:bob_tool_1')",
-           "PRAGMA user_version = 2"}) {
+  for (const char* sql :
+       {"DROP VIEW disabled_capabilities", "DROP TABLE mcp_capability_preferences",
+        "DROP TABLE published_disabled",
+        "CREATE TABLE mcp_capability_preferences (resource_id TEXT NOT NULL, capability_type "
+        "TEXT NOT NULL, capability_key TEXT NOT NULL, enabled INTEGER NOT NULL, first_seen_at "
+        "INTEGER NOT NULL, last_seen_at INTEGER NOT NULL, PRIMARY KEY (resource_id, "
+        "capability_type, capability_key)) STRICT, WITHOUT ROWID",
+        "CREATE TABLE published_disabled (connection_id TEXT NOT NULL, member TEXT NOT NULL, "
+        "PRIMARY KEY (connection_id, member)) STRICT, WITHOUT ROWID",
+        "INSERT INTO mcp_capability_preferences VALUES ('s', 'tool', 'tool_1', 0, 1, 2), "
+        "('s', 'tool', 'tool_2', 1, 1, 2), ('p', 'tool', 'bob_tool_1', 0, 1, 2), "
+        "('p', 'tool', 'alice_tool_1', 1, 1, 2)",
+        "INSERT INTO published_disabled VALUES ('s', 'tool:tool_1'), ('p', 'tool:bob_tool_1')",
+        "PRAGMA user_version = 2"}) {
     ASSERT_EQ(sqlite3_exec(db, sql, nullptr, nullptr, nullptr), SQLITE_OK)
         << sql << ": " << sqlite3_errmsg(db);
   }
@@ -710,7 +721,8 @@ TEST(AgentPreferences, NewCapabilitiesFollowThePolicyAndAreHiddenBeforeTheyShow)
   DisabledOverlay overlay = *agent->store().read_disabled("t", Principal::shared());
   EXPECT_EQ(overlay.count("tool:tool_1"), 1u);
   EXPECT_EQ(overlay.size(), 3u + 2u + 1u + 2u);
-  ASSERT_TRUE(agent->set_preference("t", Principal::shared(), CapabilityType::kTool, "tool_1", true).ok());
+  ASSERT_TRUE(
+      agent->set_preference("t", Principal::shared(), CapabilityType::kTool, "tool_1", true).ok());
   append_line(ctl, R"({"add_tool":"newcomer"})");
   ASSERT_TRUE(wait_until(
       [&] {
@@ -737,7 +749,8 @@ TEST(AgentPreferences, UpstreamOfflineKeepsKnownCapabilitiesAndTheLastGoodManife
   ASSERT_TRUE(agent);
   ASSERT_TRUE(agent->start().ok());
   ASSERT_TRUE(agent->refresh_now("t", Principal::shared(), "manual")->committed);
-  ASSERT_TRUE(agent->set_preference("t", Principal::shared(), CapabilityType::kTool, "tool_3", false).ok());
+  ASSERT_TRUE(
+      agent->set_preference("t", Principal::shared(), CapabilityType::kTool, "tool_3", false).ok());
   std::string etag = meta_of(agent->store(), "t")->etag;
 
   append_line(flag, "x");
@@ -885,7 +898,8 @@ TEST(AgentRedis, RedisStoppedAndRestartedWhileRunning) {
   EXPECT_EQ(down.error().code, ErrorCode::kUnavailable);
   EXPECT_GE(agent->metrics().refreshes("error"), 1);
   // A toggle while Redis is away is saved and published once it is back.
-  Status toggled = agent->set_preference("t", Principal::shared(), CapabilityType::kTool, "tool_2", false);
+  Status toggled =
+      agent->set_preference("t", Principal::shared(), CapabilityType::kTool, "tool_2", false);
   EXPECT_EQ(toggled.error().code, ErrorCode::kUnavailable);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the loops keep failing
 
@@ -1056,7 +1070,8 @@ TEST(AgentSecrets, NoSecretInRedisSqliteLogsOrMetrics) {
   Result<RefreshReport> rb = agent->refresh_now("bad", Principal::shared(), "manual");
   ASSERT_TRUE(rb.ok());
   EXPECT_EQ(rb->outcome, "failed");
-  ASSERT_TRUE(agent->set_preference("s", Principal::shared(), CapabilityType::kTool, "tool_1", false).ok());
+  ASSERT_TRUE(
+      agent->set_preference("s", Principal::shared(), CapabilityType::kTool, "tool_1", false).ok());
   ASSERT_EQ(*agent->request_refresh("s", Principal::shared(), "webhook"), EnqueueOutcome::kQueued);
   Result<Json> probe = agent->test_connection("bad", Principal::shared());
   EXPECT_FALSE(probe.ok());

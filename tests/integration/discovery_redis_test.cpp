@@ -130,7 +130,8 @@ class DiscoveryRedisIntegration : public ::testing::Test {
 RedisServer* DiscoveryRedisIntegration::server_ = nullptr;
 
 // Three members, three connections in mixed modes, manifests for every principal, grants
-// varying, plus disabled tools (shared and per member), a held lease, a removed connection and a bad grant.
+// varying, plus disabled tools (shared and per member), a held lease, a removed connection and a
+// bad grant.
 MemoryStore matrix_store() {
   MemoryStore store;
   const std::map<std::string, std::string> mode = {

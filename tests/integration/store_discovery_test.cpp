@@ -15,8 +15,8 @@
 #include "native-agent/sqlite_store.h"
 #include "native-agent/store.h"
 #include "shared/discovery.h"
-#include "tests/support/preference_rows.h"
 #include "tests/support/mcp_peers.h"
+#include "tests/support/preference_rows.h"
 #include "tests/support/redis_server.h"
 
 namespace quiver {
@@ -84,9 +84,9 @@ void seed(ManifestStore& store) {
   commit(store, "b", member("bob"), "private");
   fail(store, "b", member("bob"));
   ASSERT_TRUE(store
-                  .merge_preferences("a", Principal::shared(),
-                                     testing::disabled_rows("a", Principal::shared(),
-                                                            {"tool:x_a", "prompt:p"}))
+                  .merge_preferences(
+                      "a", Principal::shared(),
+                      testing::disabled_rows("a", Principal::shared(), {"tool:x_a", "prompt:p"}))
                   .ok());
   // bob's own overlay on the per-member connection hides from bob only.
   ASSERT_TRUE(store

@@ -7,6 +7,7 @@
 // Redis' clock, so `pass()` sleeps. Short leases and windows keep that under a second per test.
 #include "native-agent/store.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -565,8 +566,9 @@ TEST_P(StoreConformance, SyncRemovesEverythingOfAConnectionNoLongerConfigured) {
 
   refresh("c1", shared_, "v1", "h1", 1);
   refresh("c2", member("alice"), "v1", "h2", 2);
-  ASSERT_TRUE(store_->merge_preferences("c2", member("alice"),
-                                        disabled_rows("c2", member("alice"), {"tool:delete_repo"}))
+  ASSERT_TRUE(store_
+                  ->merge_preferences("c2", member("alice"),
+                                      disabled_rows("c2", member("alice"), {"tool:delete_repo"}))
                   .ok());
   ASSERT_TRUE(acquire("c2", member("bob"), 3).acquired);  // a listing under way
 
@@ -603,9 +605,8 @@ TEST_P(StoreConformance, PreferencesMergeByToggleTimeAndPublishEachPrincipalsOve
   configure({record("c1", "h1"), record("c2", "h2", CredentialMode::kPerMember)});
   const int64_t e0 = epoch();
   // Agent A's copy: two capabilities disabled at t=10.
-  Result<MergedPreferences> a =
-      store_->merge_preferences("c1", shared_, disabled_rows("c1", shared_, {"tool:delete_repo",
-                                                                             "prompt:draft"}, 10));
+  Result<MergedPreferences> a = store_->merge_preferences(
+      "c1", shared_, disabled_rows("c1", shared_, {"tool:delete_repo", "prompt:draft"}, 10));
   ASSERT_TRUE(a.ok()) << a.error().message;
   EXPECT_TRUE(a->overlay_changed);
   EXPECT_EQ(a->epoch, e0 + 1);
@@ -631,8 +632,9 @@ TEST_P(StoreConformance, PreferencesMergeByToggleTimeAndPublishEachPrincipalsOve
             (DisabledOverlay{"prompt:draft", "tool:delete_repo"}));
 
   // A newer toggle wins; an equal time with a different choice hides (the tie-break).
-  ASSERT_TRUE(store_->merge_preferences("c1", shared_,
-                                        preference_rows("c1", shared_, {"prompt:draft"}, true, 11))
+  ASSERT_TRUE(store_
+                  ->merge_preferences("c1", shared_,
+                                      preference_rows("c1", shared_, {"prompt:draft"}, true, 11))
                   .ok());
   ASSERT_TRUE(
       store_->merge_preferences("c1", shared_, disabled_rows("c1", shared_, {"tool:search"}, 0))
@@ -641,8 +643,9 @@ TEST_P(StoreConformance, PreferencesMergeByToggleTimeAndPublishEachPrincipalsOve
             (DisabledOverlay{"tool:delete_repo", "tool:search"}));
 
   // Per-member overlays are each member's own.
-  ASSERT_TRUE(store_->merge_preferences("c2", member("alice"),
-                                        disabled_rows("c2", member("alice"), {"tool:mail"}))
+  ASSERT_TRUE(store_
+                  ->merge_preferences("c2", member("alice"),
+                                      disabled_rows("c2", member("alice"), {"tool:mail"}))
                   .ok());
   EXPECT_EQ(*store_->read_disabled("c2", member("alice")), DisabledOverlay{"tool:mail"});
   EXPECT_TRUE(store_->read_disabled("c2", member("bob"))->empty());
@@ -650,8 +653,8 @@ TEST_P(StoreConformance, PreferencesMergeByToggleTimeAndPublishEachPrincipalsOve
 
   // Bad rows are refused and change nothing.
   const int64_t before = epoch();
-  Result<MergedPreferences> other =
-      store_->merge_preferences("c2", member("bob"), disabled_rows("c2", member("alice"), {"tool:x"}));
+  Result<MergedPreferences> other = store_->merge_preferences(
+      "c2", member("bob"), disabled_rows("c2", member("alice"), {"tool:x"}));
   ASSERT_FALSE(other.ok());
   EXPECT_EQ(other.error().code, ErrorCode::kInvalidArgument);
   std::vector<PreferenceRow> no_key = disabled_rows("c1", shared_, {"tool:x"});
@@ -663,6 +666,39 @@ TEST_P(StoreConformance, PreferencesMergeByToggleTimeAndPublishEachPrincipalsOve
 }
 
 // ---- maintenance walk --------------------------------------------------------------------------
+
+// The store's merge (Lua script on Redis, SQL on SQLite) is merge_preference() of the core, row
+// for row: copies from several agents merged in any order end where the core's merge_rows ends.
+TEST_P(StoreConformance, TheStoresMergeIsTheCoresMerge) {
+  configure({record("c1", "h1")});
+  uint64_t seed = 0x9e3779b97f4a7c15ULL;
+  auto next = [&](uint64_t bound) {
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (seed >> 33) % bound;
+  };
+  std::vector<PreferenceRow> expected;
+  for (int round = 0; round < 40; ++round) {
+    std::vector<PreferenceRow> copy;
+    for (int i = 0; i < 6; ++i) {
+      // Few keys and few distinct times: many overlaps and ties.
+      PreferenceRow row = preference_rows("c1", shared_, {"tool:k" + std::to_string(next(8))},
+                                          next(2) == 0, static_cast<int64_t>(next(4)))[0];
+      row.first_seen_at = static_cast<int64_t>(1'780'000'000'000 + next(5));
+      row.last_seen_at = row.first_seen_at + static_cast<int64_t>(next(5));
+      if (std::any_of(copy.begin(), copy.end(), [&](const PreferenceRow& r) {
+            return r.capability_key == row.capability_key;
+          })) {
+        continue;  // one row per key in a copy, as an agent's table holds them
+      }
+      copy.push_back(row);
+    }
+    expected = merge_rows(expected, copy);
+    Result<MergedPreferences> merged = store_->merge_preferences("c1", shared_, copy);
+    ASSERT_TRUE(merged.ok()) << merged.error().message;
+    ASSERT_EQ(merged->rows, expected) << "round " << round;
+  }
+  EXPECT_EQ(*store_->read_disabled("c1", shared_), disabled_overlay("c1", shared_, expected));
+}
 
 TEST_P(StoreConformance, TheMaintenanceWalkSeesEveryRecordOnce) {
   configure({record("c1", "h1"), record("c2", "h2", CredentialMode::kPerMember)});

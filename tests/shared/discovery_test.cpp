@@ -416,8 +416,8 @@ TEST(Discovery, DisabledCapabilitiesAreHiddenInEveryKind) {
                  manifest_json({"keep", "drop"}, {"file:///keep", "file:///drop"},
                                {"file:///{keep}", "file:///{drop}"}, {"p-keep", "p-drop"}));
   store.disabled_sets[{"c", "shared"}] = {"tool:drop", "resource:file:///drop",
-                              "resource_template:file:///{drop}", "prompt:p-drop",
-                              "tool:not-listed"};
+                                          "resource_template:file:///{drop}", "prompt:p-drop",
+                                          "tool:not-listed"};
   Rendered r = render(store, "alice");
   const Json& m = (*entry(r.body, "c"))["manifest"];
   EXPECT_EQ(tool_names(m), (std::vector<std::string>{"keep"}));

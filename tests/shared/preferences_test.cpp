@@ -333,8 +333,8 @@ TEST(Preferences, TheLaterToggleWinsAndATieHides) {
     EXPECT_EQ(m.last_seen_at, kT0 + 5);   // the latest sighting
   }
   // Never toggled on one side: any toggle wins, whatever the other agent's policy said.
-  EXPECT_FALSE(merge_preference(row_of("shared", "t", true, 0), row_of("shared", "t", false, 1))
-                   .enabled);
+  EXPECT_FALSE(
+      merge_preference(row_of("shared", "t", true, 0), row_of("shared", "t", false, 1)).enabled);
   // Equal times, different choices: disabled, from either side.
   const PreferenceRow on = row_of("shared", "t", true, 7);
   const PreferenceRow off = row_of("shared", "t", false, 7);
@@ -381,17 +381,17 @@ TEST(Preferences, StoreEntriesRoundTripAndMalformedOnesAreRefused) {
       parse_preference_entry("c1", alice, "resource:x:y", preference_entry_value(row));
   ASSERT_TRUE(back.ok()) << back.error().message;
   EXPECT_EQ(*back, row);
-  for (const auto& [field, value] : std::vector<std::pair<std::string, std::string>>{
-           {"tool", "1,0,1,1"},
-           {"gadget:x", "1,0,1,1"},
-           {"tool:", "1,0,1,1"},
-           {"tool:x", "2,0,1,1"},
-           {"tool:x", "1,0,1"},
-           {"tool:x", "1,0,1,1,1"},
-           {"tool:x", "1,-1,1,1"},
-           {"tool:x", "1,0,5,4"},
-           {"tool:x", "1,a,1,1"},
-           {"tool:x", ""}}) {
+  for (const auto& [field, value] :
+       std::vector<std::pair<std::string, std::string>>{{"tool", "1,0,1,1"},
+                                                        {"gadget:x", "1,0,1,1"},
+                                                        {"tool:", "1,0,1,1"},
+                                                        {"tool:x", "2,0,1,1"},
+                                                        {"tool:x", "1,0,1"},
+                                                        {"tool:x", "1,0,1,1,1"},
+                                                        {"tool:x", "1,-1,1,1"},
+                                                        {"tool:x", "1,0,5,4"},
+                                                        {"tool:x", "1,a,1,1"},
+                                                        {"tool:x", ""}}) {
     Result<PreferenceRow> r = parse_preference_entry("c1", alice, field, value);
     EXPECT_FALSE(r.ok()) << field << " = " << value;
     if (!r.ok()) EXPECT_EQ(r.error().code, ErrorCode::kInvalidReply);

@@ -90,7 +90,7 @@ class MemoryStore : public SnapshotSource {
   std::map<std::string, HashFields> conns;                              // cid → record fields
   std::map<std::pair<std::string, std::string>, HashFields> manifests;  // (cid, principal)
   std::map<std::pair<std::string, std::string>, DisabledOverlay> disabled_sets;  // (cid, principal)
-  std::set<std::pair<std::string, std::string>> leases;                 // (cid, principal)
+  std::set<std::pair<std::string, std::string>> leases;                          // (cid, principal)
   int64_t epoch_value = 7;
   std::optional<Error> failure;  // every call fails with it when set
 

@@ -17,8 +17,8 @@ inline std::vector<PreferenceRow> preference_rows(const std::string& cid,
   std::vector<PreferenceRow> rows;
   for (const std::string& m : members) {
     const std::size_t colon = m.find(':');
-    PreferenceRow row{cid, *parse_capability_type(m.substr(0, colon)), m.substr(colon + 1),
-                      enabled, 1, 1};
+    PreferenceRow row{
+        cid, *parse_capability_type(m.substr(0, colon)), m.substr(colon + 1), enabled, 1, 1};
     row.toggled_at = toggled_at;
     row.principal = principal;
     rows.push_back(std::move(row));
