@@ -142,7 +142,7 @@ async function main() {
       binary: agentBinary, logs,
       config: {
         mcpServers: { [CID]: { command: process.execPath, args: [everything, 'stdio'] } },
-        quiver: { members: [MEMBER], grants: { [MEMBER]: [CID] },
+        quiver: { members: [MEMBER], operators: [MEMBER], grants: { [MEMBER]: [CID] },
                   caller_token_keys: { bench: { file: keyFile } } },
       },
     });
