@@ -77,6 +77,14 @@ Status make_dirs(const std::string& path) {
                    "cannot create data directory " + partial + ": " + std::strerror(errno));
     }
   }
+  // The data directory holds the database (manifests, preferences) and its WAL: private to the
+  // agent's user, also when it existed before (an older agent made it 0755, so did `mkdir -p`).
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && (st.st_mode & 077) != 0 &&
+      ::chmod(path.c_str(), st.st_mode & 0700) != 0) {
+    return Error(ErrorCode::kUnavailable,
+                 "cannot make data directory " + path + " private (0700): " + std::strerror(errno));
+  }
   return Status::Ok();
 }
 
@@ -243,6 +251,7 @@ struct Agent::Impl {
         static_cast<std::size_t>(config.runtime.max_manifest_bytes) * 8, std::size_t{16} << 20);
     Logger* log = logger.get();
     u.log = [log](const std::string& line) { log->debug("upstream", line); };
+    u.redactor = config.redactor;  // every upstream-originated string passes it on entry
     return u;
   }
 
@@ -845,10 +854,15 @@ Result<std::unique_ptr<Agent>> Agent::create(AgentConfig config,
   impl->store = std::move(store);
   impl->options = std::move(options);
   Impl& s = *impl;
-  std::vector<Secret> secrets = s.config.secrets();
+  if (!s.config.redactor) {
+    std::vector<std::string> values;
+    for (const Secret& secret : s.config.secrets()) values.push_back(secret.reveal());
+    s.config.redactor = std::make_shared<const Redactor>(values);
+  }
+  std::shared_ptr<const Redactor> redactor = s.config.redactor;
   s.logger = std::make_unique<Logger>(
       s.options.log_level, s.options.log_sink,
-      [secrets](std::string_view text) { return redact(text, secrets); }, s.options.now_ms);
+      [redactor](std::string_view text) { return redactor->redact(text); }, s.options.now_ms);
   s.policy = s.config.runtime.freshness_policy();
   s.claim_idle_ms =
       s.options.claim_idle_ms > 0 ? s.options.claim_idle_ms : s.config.runtime.lease_ms;

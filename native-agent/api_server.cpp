@@ -687,8 +687,9 @@ struct ApiServer::Impl {
       return send_error(res, HttpErrorCode::kUnauthenticated,
                         std::string("the ") + kWebhookSignatureHeader + " header is missing");
     }
-    Result<WebhookVerified> verified = verify_webhook(req.get_header_value(kWebhookSignatureHeader),
-                                                      req.body, webhook_secrets, options.now_ms());
+    Result<WebhookVerified> verified =
+        verify_webhook(req.get_header_value(kWebhookSignatureHeader), req.body, webhook_secrets,
+                       agent.config().ns, options.now_ms());
     if (!verified.ok()) {
       if (verified.error().code != ErrorCode::kUnauthenticated) {
         log("api: webhook: " + verified.error().message);
@@ -696,6 +697,7 @@ struct ApiServer::Impl {
       }
       return send_error(res, HttpErrorCode::kUnauthenticated, verified.error().message);
     }
+    if (verified->legacy_v1) log(std::string("api: ") + kWebhookV1DeprecatedLog);
     Result<bool> first = agent.store().remember_once(verified->replay_key, verified->retain_for_ms);
     if (!first.ok()) return fail_store(res, first.error(), "webhook replay guard");
     if (!*first) {

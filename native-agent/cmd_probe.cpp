@@ -19,6 +19,7 @@
 #include <signal.h>
 
 #include "native-agent/cli.h"
+#include "native-agent/logger.h"
 #include "native-agent/shell_words.h"
 #include "native-agent/upstream.h"
 #include "shared/json.h"
@@ -295,9 +296,15 @@ int cmd_probe(const std::vector<std::string>& args) {
   // One budget for a probe: a single slow page may use all of it.
   options.session.request_timeout_ms = a.timeout_ms;
   options.watch = a.watch;
+  // The values given with --header and --env are the probe's secrets: an upstream that echoes
+  // one must not get it printed.
+  std::vector<std::string> secret_values;
+  for (const auto& [name, value] : a.env) secret_values.push_back(value);
+  for (const auto& h : a.headers) secret_values.push_back(h.value);
+  options.redactor = std::make_shared<const Redactor>(secret_values);
   if (a.verbose) {
     options.log = [](const std::string& line) {
-      std::fprintf(stderr, "quiver-agent probe: %s\n", line.c_str());
+      std::fprintf(stderr, "quiver-agent probe: %s\n", escape_control_characters(line).c_str());
     };
   }
   UpstreamConnection conn(spec, options);

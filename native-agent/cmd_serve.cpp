@@ -4,7 +4,10 @@
 // On start it prints (stdout) the URL it serves and one `curl` line, with a freshly minted caller
 // token, that shows the caller's cached manifests; before printing it, it waits (bounded) for the
 // first listing of every connection the caller can see, so that the line shows manifests rather
-// than `pending`. Logs go to stderr.
+// than `pending`. Logs go to stderr. The token (valid 24 h by default) is printed only when stdout
+// is a terminal, where a person reads it, or with --print-token: under systemd, a container or a
+// redirect, stdout is a log (the journal keeps it for anyone with journal access), so the line
+// says how to mint a token instead.
 //
 // Signals are blocked in every thread and taken by the main thread with sigtimedwait: a signal
 // never interrupts a worker in the middle of a write, and shutdown runs on an ordinary thread
@@ -25,6 +28,7 @@
 #include <vector>
 
 #include <signal.h>
+#include <unistd.h>
 
 #include "native-agent/agent.h"
 #include "native-agent/api_server.h"
@@ -37,12 +41,13 @@ namespace {
 
 constexpr char kServeUsage[] =
     R"(usage: quiver-agent serve [--config FILE] [--listen HOST:PORT] [--log-level LEVEL]
-                          [--no-wait]
+                          [--no-wait] [--print-token]
 
 Runs the agent: keeps every configured connection's manifests fresh in the store (Redis when
 quiver.redis is set, else SQLite under the data directory) and serves the local HTTP API
-(schema/openapi.yaml) on quiver.listen (default 127.0.0.1:8787). It prints the URL and a `curl`
-line that shows your cached manifests. SIGINT or SIGTERM stops it cleanly (exit 0). SIGHUP
+(schema/openapi.yaml) on quiver.listen (default 127.0.0.1:8787). It prints the URL and, when
+stdout is a terminal, a `curl` line with a caller token that shows your cached manifests (else
+how to mint one: a log must not keep a token). SIGINT or SIGTERM stops it cleanly (exit 0). SIGHUP
 reloads the configuration file (a bad one is refused and the running one kept).
 
 options:
@@ -52,6 +57,7 @@ options:
   --log-level LEVEL  debug, info (default), warn or error
   --token-ttl DUR    lifetime of the token in the printed curl line (default 24h)
   --no-wait          print the curl line at once, without waiting for the first listings
+  --print-token      print the curl line's token even when stdout is not a terminal
   --help             this text
 
 Exit status: 0 stopped by a signal, 1 the API could not listen, 2 usage or configuration error,
@@ -244,7 +250,8 @@ int cmd_serve(const std::vector<std::string>& argv) {
                                                {"listen", true},
                                                {"log-level", true},
                                                {"token-ttl", true},
-                                               {"no-wait", false}});
+                                               {"no-wait", false},
+                                               {"print-token", false}});
   if (!args.ok()) return cli_usage_error("serve", args.error().message);
   if (args->has("help")) {
     std::fputs(kServeUsage, stdout);
@@ -296,7 +303,19 @@ int cmd_serve(const std::vector<std::string>& argv) {
     std::fflush(stdout);
 
     std::optional<std::string> member = curl_member(agent.config());
-    if (!member) {
+    const bool print_token = args->has("print-token") || ::isatty(STDOUT_FILENO) == 1;
+    if (member && !print_token) {
+      Result<Principal> p = Principal::member(*member);
+      if (!args->has("no-wait") && p.ok()) sig = wait_for_first_listings(agent, *p, signals);
+      if (sig == 0) {
+        std::printf(
+            "\nstdout is not a terminal: no caller token is printed (a log would keep it). "
+            "Mint one for member `%s` with\n\n  quiver-agent token --member %s\n\n"
+            "(or start serve with --print-token). Then: curl -s -H \"Authorization: Bearer "
+            "$TOKEN\" %s/v1/manifests\n",
+            member->c_str(), member->c_str(), url.c_str());
+      }
+    } else if (!member) {
       std::printf(
           "quiver-agent: no member is configured (quiver.members, quiver.grants): nobody "
           "can read manifests yet\n");

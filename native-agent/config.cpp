@@ -22,37 +22,11 @@ std::ostream& operator<<(std::ostream& out, const Secret& secret) {
   return out << secret.describe();
 }
 
-namespace {
-
-void replace_all(std::string& text, const std::string& needle, std::string_view with) {
-  if (needle.empty()) return;
-  std::size_t pos = 0;
-  while ((pos = text.find(needle, pos)) != std::string::npos) {
-    text.replace(pos, needle.size(), with);
-    pos += with.size();
-  }
-}
-
-}  // namespace
-
 std::string redact(std::string_view text, const std::vector<Secret>& secrets) {
-  // Every form a value may take in a line: as is, and JSON-escaped (a secret holding a quote or
-  // a backslash shows up escaped in a JSON log line or an error body).
-  std::vector<std::string> needles;
-  for (const Secret& s : secrets) {
-    if (s.reveal().size() < kMinRedactedSecretBytes) continue;
-    needles.push_back(s.reveal());
-    const std::string dumped =
-        Json(s.reveal()).dump(-1, ' ', false, Json::error_handler_t::replace);
-    const std::string escaped = dumped.substr(1, dumped.size() - 2);
-    if (escaped != s.reveal() && !escaped.empty()) needles.push_back(escaped);
-  }
-  std::sort(needles.begin(), needles.end(), [](const std::string& a, const std::string& b) {
-    return a.size() != b.size() ? a.size() > b.size() : a < b;
-  });
-  std::string out(text);
-  for (const std::string& n : needles) replace_all(out, n, "***");
-  return out;
+  std::vector<std::string> values;
+  values.reserve(secrets.size());
+  for (const Secret& s : secrets) values.push_back(s.reveal());
+  return Redactor(values).redact(text);
 }
 
 // ---- runtime controls --------------------------------------------------------------------------
@@ -1902,6 +1876,9 @@ Result<AgentConfig> Parser::run() {
   std::sort(cfg_.connections.begin(), cfg_.connections.end(),
             [](const ConnectionConfig& a, const ConnectionConfig& b) { return a.id < b.id; });
   for (std::string& w : p_.warnings()) cfg_.warnings.push_back(redact(w, secrets_));
+  std::vector<std::string> values;
+  for (const Secret& s : cfg_.secrets()) values.push_back(s.reveal());
+  cfg_.redactor = std::make_shared<const Redactor>(values);
   return std::move(cfg_);
 }
 
@@ -2046,6 +2023,10 @@ std::vector<Secret> AgentConfig::secrets() const {
     for (Secret& s : c.secrets()) out.push_back(std::move(s));
   }
   return out;
+}
+
+std::string AgentConfig::redact(std::string_view text) const {
+  return redactor ? redactor->redact(text) : quiver::redact(text, secrets());
 }
 
 Json AgentConfig::effective_config_json() const {

@@ -80,6 +80,7 @@
 #include <functional>
 #include <iosfwd>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -87,6 +88,7 @@
 #include <vector>
 
 #include "native-agent/cli.h"
+#include "native-agent/redactor.h"
 #include "shared/freshness.h"
 #include "shared/identity.h"
 #include "shared/json.h"
@@ -129,12 +131,11 @@ class Secret {
 
 std::ostream& operator<<(std::ostream& out, const Secret& secret);  // writes `***`
 
-// Replaces every occurrence of every secret value in `text` with `***` (longest first, so a
-// secret containing another is hidden whole; the JSON-escaped form of a value is replaced too).
-// For log lines and error messages that may quote an upstream's reply. Values shorter than
-// kMinRedactedSecretBytes are left alone: server `env` values count as secrets, and replacing
-// `1` or `ro` would garble every line while hiding nothing worth hiding.
-inline constexpr std::size_t kMinRedactedSecretBytes = 4;
+// Replaces every occurrence of every secret value in `text` with `***`, in every form the
+// Redactor knows (native-agent/redactor.h: as is, JSON-escaped, percent-encoded, base64).
+// Builds a Redactor per call: code that redacts more than once uses AgentConfig::redactor.
+// Values shorter than kMinRedactedSecretBytes are left alone: server `env` values count as
+// secrets, and replacing `1` or `ro` would garble every line while hiding nothing worth hiding.
 std::string redact(std::string_view text, const std::vector<Secret>& secrets);
 
 // ---- inputs ------------------------------------------------------------------------------------
@@ -313,7 +314,10 @@ struct AgentConfig {
 
   // Every secret value held (for `redact`).
   std::vector<Secret> secrets() const;
-  std::string redact(std::string_view text) const { return quiver::redact(text, secrets()); }
+  // The one Redactor for this configuration's secrets, built by parse_config (a configuration
+  // assembled by hand gets one built from secrets() on each redact call instead).
+  std::shared_ptr<const Redactor> redactor;
+  std::string redact(std::string_view text) const;
 
   // The effective configuration for `quiver-agent status`: every setting after defaults and
   // overrides, derived ids, principals and config hashes; secrets as `***` with their source.

@@ -226,6 +226,7 @@ struct HttpTransport::Impl {
   HttpTransportOptions options;
   HttpUrl url;
   std::vector<std::string> secret_terms;  // header values and their longer words
+  std::shared_ptr<const Redactor> redactor;  // every configured secret (may be null)
 
   // Owner thread only.
   std::unique_ptr<httplib::ClientImpl> post_client;
@@ -271,7 +272,7 @@ struct HttpTransport::Impl {
         at += std::char_traits<char>::length(kRedacted);
       }
     }
-    return text;
+    return redactor ? redactor->redact(text) : text;
   }
 
   Error fail(ErrorCode code, const std::string& message) const {
@@ -1074,6 +1075,7 @@ Result<std::unique_ptr<HttpTransport>> HttpTransport::create(HttpTransportOption
         start = end + 1;
       }
     }
+    impl->redactor = options.redactor;
     impl->session_id = options.session_id;
     impl->options = std::move(options);
     return std::unique_ptr<HttpTransport>(new HttpTransport(std::move(impl)));

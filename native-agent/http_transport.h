@@ -41,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "native-agent/redactor.h"
 #include "native-agent/transport.h"
 #include "native-agent/url_guard.h"
 #include "shared/framing.h"
@@ -60,6 +61,9 @@ struct HttpTransportOptions {
   // Host, Mcp-Session-Id, MCP-Protocol-Version, Last-Event-ID, …) are refused.
   std::vector<HttpHeader> secret_headers;
   bool allow_private_addresses = false;  // loopback, RFC 1918, link-local … (see url_guard.h)
+  // Every configured secret, in every form (the agent's one Redactor): error bodies quoted in
+  // error messages pass it before they are cut. Null: only the header values are scrubbed.
+  std::shared_ptr<const Redactor> redactor;
   // One reply body (a JSON answer or the whole event stream of one POST) and one event of the
   // notification stream may hold at most this many bytes: past it, kTooLarge.
   std::size_t max_reply_bytes = kDefaultMaxMessageBytes;

@@ -58,6 +58,37 @@ std::string timestamp(int64_t ms) {
 
 }  // namespace
 
+std::string escape_control_characters(std::string_view text) {
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto u = static_cast<unsigned char>(text[i]);
+    if (u == '\n') {
+      out += "\\n";
+    } else if (u == '\r') {
+      out += "\\r";
+    } else if (u == '\t') {
+      out += "\\t";
+    } else if (u < 0x20 || u == 0x7f) {
+      out += "\\x";
+      out += kHex[u >> 4];
+      out += kHex[u & 15];
+    } else if (u == 0xc2 && i + 1 < text.size() &&
+               static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
+               static_cast<unsigned char>(text[i + 1]) <= 0x9f) {
+      // C1 controls (U+0080..U+009F) in UTF-8: CSI (U+009B) starts an ANSI sequence too.
+      const auto c1 = static_cast<unsigned char>(text[++i]);
+      out += "\\u00";
+      out += kHex[c1 >> 4];
+      out += kHex[c1 & 15];
+    } else {
+      out += static_cast<char>(u);
+    }
+  }
+  return out;
+}
+
 void Logger::log(LogLevel level, std::string_view component, std::string_view message) const {
   if (!enabled(level)) return;
   int64_t now = clock_ ? clock_()
@@ -71,12 +102,10 @@ void Logger::log(LogLevel level, std::string_view component, std::string_view me
   line.append(component.data(), component.size());
   line += ": ";
   line.append(message.data(), message.size());
-  // One line per call: a message quoting a peer must not forge a second line.
-  for (char& c : line) {
-    if (c == '\n' || c == '\r') c = ' ';
-  }
   std::lock_guard<std::mutex> lock(mu_);
+  // Redact before escaping: a secret holding a control character is matched as it was sent.
   if (redactor_) line = redactor_(line);
+  line = escape_control_characters(line);
   if (sink_) {
     sink_(line);
   } else {

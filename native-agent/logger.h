@@ -2,6 +2,10 @@
 // stderr by default, and EVERY line passes through a redactor (AgentConfig::redact) before it is
 // written, so a secret quoted by an upstream's error reply cannot reach the log.
 //
+// A line is one line, and inert on a terminal: after redaction every control character is
+// escaped (`escape_control_characters`), so a peer's text can neither forge a second line nor
+// send ANSI escape sequences (an upstream's tool name, an error reply) to whoever reads the log.
+//
 // Thread-safe: lines from several threads never interleave. Tests pass a sink to capture lines.
 #pragma once
 
@@ -18,6 +22,10 @@ enum class LogLevel { kDebug = 0, kInfo, kWarn, kError };
 const char* log_level_name(LogLevel level);  // "DEBUG", "INFO", "WARN", "ERROR"
 // "debug", "info", "warn"/"warning", "error" (case-insensitive); nullopt otherwise.
 std::optional<LogLevel> parse_log_level(std::string_view text);
+
+// C0 controls and DEL as `\xHH` (`\n`, `\r`, `\t` by name), C1 controls (UTF-8 U+0080..U+009F)
+// as `\u00HH`; everything else, other UTF-8 included, unchanged.
+std::string escape_control_characters(std::string_view text);
 
 class Logger {
  public:

@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <utility>
 
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "shared/schema_assets.h"
 #include "shared/sql_queries.h"
@@ -15,8 +18,33 @@ SqliteDb::~SqliteDb() {
   if (db_ != nullptr) sqlite3_close(db_);
 }
 
+namespace {
+
+// The database, its WAL and its shared-memory index hold manifests and preferences: 0600. SQLite
+// creates a database 0644 (less the umask) and gives the WAL and SHM the database's mode, so the
+// file is created 0600 before SQLite opens it, and the modes of files an older agent left are
+// tightened. Not for `:memory:` or URI names.
+void make_private(const std::string& path) {
+  if (path.empty() || path == ":memory:" || path.rfind("file:", 0) == 0) return;
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd >= 0) {
+    (void)::fchmod(fd, 0600);
+    ::close(fd);
+  }
+  for (const char* suffix : {"-wal", "-shm", "-journal"}) {
+    const std::string companion = path + suffix;
+    struct stat st {};
+    if (::stat(companion.c_str(), &st) == 0 && (st.st_mode & 077) != 0) {
+      (void)::chmod(companion.c_str(), 0600);
+    }
+  }
+}
+
+}  // namespace
+
 Status SqliteDb::open(std::string path, int64_t busy_timeout_ms) {
   path_ = std::move(path);
+  make_private(path_);
   int rc =
       sqlite3_open_v2(path_.c_str(), &db_,
                       SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);

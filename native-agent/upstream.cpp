@@ -127,6 +127,7 @@ Result<UpstreamTransport> make_upstream_transport(const UpstreamSpec& spec,
   for (const auto& h : spec.headers) options.secret_headers.push_back({h.name, h.value});
   options.allow_private_addresses = spec.allow_private;
   options.max_reply_bytes = settings.max_message_bytes;
+  options.redactor = settings.redactor;
   auto t = HttpTransport::create(std::move(options));
   if (!t.ok()) {
     Error e = t.error();
@@ -172,11 +173,24 @@ UpstreamConnection::UpstreamConnection(UpstreamSpec spec, UpstreamOptions option
   clock_ = options_.clock ? options_.clock : steady_ms;
   if (!options_.factory) options_.factory = make_upstream_transport;
   settings_.max_message_bytes = options_.max_message_bytes;
+  settings_.redactor = options_.redactor;
   if (options_.log) {
     auto log_fn = options_.log;
+    auto redactor = options_.redactor;
     std::string prefix = label() + ": stderr: ";
-    settings_.on_stderr_line = [log_fn, prefix](const std::string& line) { log_fn(prefix + line); };
+    settings_.on_stderr_line = [log_fn, redactor, prefix](const std::string& line) {
+      log_fn(prefix + (redactor ? redactor->redact(line) : line));
+    };
   }
+}
+
+std::string UpstreamConnection::scrub(std::string text) const {
+  return options_.redactor ? options_.redactor->redact(text) : text;
+}
+
+Error UpstreamConnection::scrub(Error error) const {
+  error.message = scrub(std::move(error.message));
+  return error;
 }
 
 UpstreamConnection::~UpstreamConnection() { close(); }
@@ -237,12 +251,12 @@ void UpstreamConnection::send_one(const std::string& text) {
   now = clock_();
   bool expired = s.t.session_expired && s.t.session_expired();
   if (!s.t.request_scoped_send_errors || expired) {
-    Error e = sent.error();
+    Error e = scrub(sent.error());
     if (!s.t.request_scoped_send_errors) {
       // The stdio transport's own account names the child's exit status.
       auto gone = s.t.transport->receive(0);
-      if (!gone.ok() && gone.error().message != e.message) {
-        e.message = gone.error().message + "; writing to it failed: " + e.message;
+      if (!gone.ok() && scrub(gone.error().message) != e.message) {
+        e.message = scrub(gone.error().message) + "; writing to it failed: " + e.message;
       }
     }
     s.mcp->on_transport_error(e, now);
@@ -254,11 +268,11 @@ void UpstreamConnection::send_one(const std::string& text) {
   bool any = false;
   for (const auto& m : *parsed) {
     if (m.kind == JsonRpcKind::kRequest && m.id.is_number_integer()) {
-      s.mcp->on_request_failed(m.id.get<int64_t>(), sent.error(), now);
+      s.mcp->on_request_failed(m.id.get<int64_t>(), scrub(sent.error()), now);
       any = true;
     }
   }
-  if (!any) log("a notification was not delivered: " + sent.error().message);
+  if (!any) log("a notification was not delivered: " + scrub(sent.error().message));
 }
 
 void UpstreamConnection::flush_transmits() {
@@ -306,14 +320,18 @@ void UpstreamConnection::drive(int64_t until_ms, const std::function<bool()>& do
     auto got = s.t.transport->receive(std::max<int64_t>(1, wake - now));
     now = clock_();
     if (!got.ok()) {
-      s.mcp->on_transport_error(got.error(), now);
+      s.mcp->on_transport_error(scrub(got.error()), now);
       continue;
     }
     for (const TransportMessage& m : *got) {
-      Status handled = s.mcp->handle_text(m.text, now);
+      // The door: nothing the upstream wrote reaches the session (and from there listings,
+      // error messages, the store, logs and answers) before every secret is redacted from it.
+      Status handled = options_.redactor
+                           ? s.mcp->handle_text(options_.redactor->redact_json_text(m.text), now)
+                           : s.mcp->handle_text(m.text, now);
       if (!handled.ok()) {
         ++s.garbage;
-        s.last_garbage = handled.error().message;
+        s.last_garbage = scrub(handled.error().message);
         std::lock_guard<std::mutex> lock(state_mu_);
         ++stats_.garbage_messages;
       }
@@ -434,7 +452,7 @@ Result<Listing> UpstreamConnection::open_and_list(int64_t deadline_ms, ListInfo*
     consecutive_failures_ += 1;
     next_attempt_at_ = now + backoff_delay(consecutive_failures_, options_.backoff_initial_ms,
                                            options_.backoff_max_ms);
-    return transport.error();
+    return scrub(transport.error());
   }
 
   session_ = std::make_unique<Session>();
@@ -619,7 +637,7 @@ void UpstreamConnection::pump(int64_t wait_ms) {
       s.stream_tried = true;
       auto opened = s.t.open_notification_stream(kOpenStreamTimeoutMs);
       if (!opened.ok()) {
-        log("the notification stream could not be opened: " + opened.error().message);
+        log("the notification stream could not be opened: " + scrub(opened.error().message));
       } else if (!*opened) {
         log("the server offers no notification stream; list changes are not seen");
       }

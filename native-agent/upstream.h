@@ -67,6 +67,7 @@
 #include <string>
 #include <vector>
 
+#include "native-agent/redactor.h"
 #include "native-agent/transport.h"
 #include "shared/listing.h"
 #include "shared/mcp_session.h"
@@ -123,6 +124,9 @@ struct UpstreamTransport {
 
 struct TransportSettings {
   std::size_t max_message_bytes = 16u << 20;
+  // The connection's redactor (UpstreamOptions::redactor): the HTTP transport redacts an error
+  // body with it before cutting the body to a snippet.
+  std::shared_ptr<const Redactor> redactor;
   std::function<void(const std::string& line)> on_stderr_line;  // stdio: each stderr line
 };
 
@@ -154,6 +158,12 @@ struct UpstreamOptions {
   std::size_t max_message_bytes = 16u << 20;
   // Connection events and the stdio child's stderr lines, one line each; never a secret.
   std::function<void(const std::string& line)> log;
+  // Every configured secret (AgentConfig::redactor). The connection is where upstream text
+  // enters the agent, and it applies this at the door: every message text before the session
+  // parses it (inside JSON strings: error messages, serverInfo, instructions, every tool,
+  // resource and prompt field), every transport error and stderr line, and the HTTP transport's
+  // error-body snippets before they are cut. Null: nothing is redacted (tests without secrets).
+  std::shared_ptr<const Redactor> redactor;
   // Monotonic milliseconds; default: std::chrono::steady_clock.
   std::function<int64_t()> clock;
   TransportFactory factory;  // default: make_upstream_transport
@@ -226,6 +236,9 @@ class UpstreamConnection {
   void note_change(ListKind kind);
   void end_session(bool failure, const std::optional<Error>& why);
   void log(const std::string& line) const;
+  // `redactor` applied to upstream-originated text (identity without one).
+  std::string scrub(std::string text) const;
+  Error scrub(Error error) const;
   std::optional<UpstreamChange> take_due_change();
   std::string label() const;
 

@@ -60,6 +60,8 @@ AddressScope classify_v4(const std::array<uint8_t, 4>& b) {
   if (b[0] == 169 && b[1] == 254) return AddressScope::kLinkLocal;
   if ((b[0] & 0xf0) == 224) return AddressScope::kMulticast;
   if (b[0] == 255 && b[1] == 255 && b[2] == 255 && b[3] == 255) return AddressScope::kMulticast;
+  if (b[0] == 198 && (b[1] & 0xfe) == 18) return AddressScope::kReserved;
+  if ((b[0] & 0xf0) == 240) return AddressScope::kReserved;
   return AddressScope::kPublic;
 }
 
@@ -79,6 +81,23 @@ AddressScope classify_v6(const std::array<uint8_t, 16>& b) {
   // 64:ff9b::/96: the well-known NAT64 prefix; the translator dials the embedded IPv4 address.
   if (b[0] == 0x00 && b[1] == 0x64 && b[2] == 0xff && b[3] == 0x9b && zero(4, 12)) {
     return classify_v4(embedded_v4());
+  }
+  // 64:ff9b:1::/48: NAT64 for local use (RFC 8215); it translates into a local network.
+  if (b[0] == 0x00 && b[1] == 0x64 && b[2] == 0xff && b[3] == 0x9b && b[4] == 0x00 &&
+      b[5] == 0x01) {
+    return AddressScope::kReserved;
+  }
+  // 2002::/16, 6to4: a relay delivers to the IPv4 address in bits 16-47.
+  if (b[0] == 0x20 && b[1] == 0x02) return classify_v4({b[2], b[3], b[4], b[5]});
+  // 2001:0::/32, Teredo: the server's IPv4 in bits 32-63, the client's (where the packet ends
+  // up) in the last 32 bits, each bit inverted. The less public of the two decides.
+  if (b[0] == 0x20 && b[1] == 0x01 && b[2] == 0x00 && b[3] == 0x00) {
+    AddressScope client = classify_v4({static_cast<uint8_t>(b[12] ^ 0xff),
+                                       static_cast<uint8_t>(b[13] ^ 0xff),
+                                       static_cast<uint8_t>(b[14] ^ 0xff),
+                                       static_cast<uint8_t>(b[15] ^ 0xff)});
+    if (client != AddressScope::kPublic) return client;
+    return classify_v4({b[4], b[5], b[6], b[7]});
   }
   if ((b[0] & 0xfe) == 0xfc) return AddressScope::kUniqueLocal;
   if (b[0] == 0xfe && (b[1] & 0xc0) == 0x80) return AddressScope::kLinkLocal;
@@ -200,6 +219,8 @@ const char* address_scope_name(AddressScope scope) {
       return "unique-local";
     case AddressScope::kMulticast:
       return "multicast";
+    case AddressScope::kReserved:
+      return "reserved";
   }
   return "unknown";
 }

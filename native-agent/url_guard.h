@@ -67,14 +67,19 @@ enum class AddressScope {
   kLinkLocal,    // 169.254/16 (cloud metadata lives here), fe80::/10
   kUniqueLocal,  // fc00::/7, and the deprecated site-local fec0::/10
   kMulticast,    // 224/4, 255.255.255.255, ff00::/8 (no TCP service lives there)
+  kReserved,     // 198.18/15 (benchmarking, often lab networks), 240/4 (future use);
+                 // 64:ff9b:1::/48 (local-use NAT64, RFC 8215: translated into a local network)
 };
 
 // Lower-case name for messages: "public", "loopback", "private", …
 const char* address_scope_name(AddressScope scope);
 
-// Classifies a numeric IPv4 (dotted quad) or IPv6 literal. IPv4-mapped and IPv4-compatible IPv6
-// addresses (::ffff:127.0.0.1) are classified as the IPv4 address they carry. kInvalidArgument
-// when `ip` is not a numeric address.
+// Classifies a numeric IPv4 (dotted quad) or IPv6 literal. IPv6 addresses that carry an IPv4
+// address a relay or translator delivers to are classified as that IPv4 address: IPv4-mapped and
+// IPv4-compatible (::ffff:127.0.0.1), NAT64 (64:ff9b::/96), 6to4 (2002:AABB:CCDD::/48 carries
+// AA.BB.CC.DD) and Teredo (2001:0::/32: the server's IPv4 in bits 32-63 and the client's,
+// XOR 0xffffffff, in the last 32 bits; the less public of the two wins). kInvalidArgument when
+// `ip` is not a numeric address.
 Result<AddressScope> classify_ip(std::string_view ip);
 
 // Resolves a host name to numeric addresses (IPv4 and IPv6). Must give up after `timeout_ms`.

@@ -342,6 +342,7 @@ struct EdgeService::Request {
   int64_t stale_age_ms = 0;
   std::string store_error;     // why stale-if-error was used
   std::string webhook_reason;  // the sender's, for the log
+  bool webhook_legacy_v1 = false;  // signed with the deprecated v1 form only: said in the log
   std::vector<Revalidation> background;
 
   // The Redis conversation of this request (one connection, opened lazily).
@@ -515,7 +516,7 @@ EdgeStep EdgeService::webhook(Request& r, const HttpRequest& request, int64_t no
                           std::string("the ") + kWebhookSignatureHeader + " header is missing"));
   }
   Result<WebhookVerified> verified =
-      verify_webhook(*header, request.body, settings_->webhook_secrets, now_ms);
+      verify_webhook(*header, request.body, settings_->webhook_secrets, keys_->ns(), now_ms);
   if (!verified.ok()) {
     if (verified.error().code != ErrorCode::kUnauthenticated) {
       return respond_now(r, error_response(HttpErrorCode::kInternal, "internal error"),
@@ -540,6 +541,7 @@ EdgeStep EdgeService::webhook(Request& r, const HttpRequest& request, int64_t no
                        "webhook: " + command.error().message);
   }
   r.webhook_reason = parsed->targets.front().reason;
+  r.webhook_legacy_v1 = verified->legacy_v1;
   return send(r, Waiting::kWebhook, {std::move(*command)});
 }
 
@@ -775,6 +777,7 @@ EdgeStep EdgeService::complete(Request& r, int64_t now_ms) {
       EdgeStep s = respond_now(r, std::move(res));
       s.log = "webhook accepted (" + std::to_string(reply->results.size()) +
               " refresh(es), reason " + r.webhook_reason + ")";
+      if (r.webhook_legacy_v1) s.log += std::string("; ") + kWebhookV1DeprecatedLog;
       return s;
     }
     case Waiting::kBackground: {

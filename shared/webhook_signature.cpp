@@ -31,10 +31,13 @@ Status check_secrets(const std::vector<std::string>& secrets) {
   return Status::Ok();
 }
 
-std::string signature_hex(std::string_view secret, std::string_view timestamp,
-                          std::string_view body) {
+// v1 (deprecated): "<t>.<body>". v2: "<ns>\n<t>.<body>" (a namespace holds no newline, so the
+// split is unambiguous).
+std::string signature_hex(std::string_view secret, std::optional<std::string_view> ns,
+                          std::string_view timestamp, std::string_view body) {
   std::string message;
-  message.reserve(timestamp.size() + 1 + body.size());
+  message.reserve((ns ? ns->size() + 1 : 0) + timestamp.size() + 1 + body.size());
+  if (ns) message.append(*ns).append("\n");
   message.append(timestamp).append(".").append(body);
   return hex_encode(hmac_sha256(secret, message));
 }
@@ -67,26 +70,38 @@ std::string lower(std::string_view s) {
 
 // ---- signing -----------------------------------------------------------------------------------
 
-Result<std::string> sign_webhook(const std::vector<std::string>& secrets, std::string_view body,
-                                 int64_t now_ms) {
+Result<std::string> sign_webhook(const std::vector<std::string>& secrets, std::string_view ns,
+                                 std::string_view body, int64_t now_ms) {
   if (Status s = check_secrets(secrets); !s.ok()) return s.error();
+  if (Status s = validate_namespace(ns); !s.ok()) return s.error();
   if (now_ms < 0) return invalid("webhook timestamp is negative");
   const std::string t = std::to_string(now_ms / 1000);
   std::string header = "t=" + t;
-  for (const std::string& secret : secrets) header += ",v1=" + signature_hex(secret, t, body);
+  for (const std::string& secret : secrets) header += ",v2=" + signature_hex(secret, ns, t, body);
   return header;
 }
 
-Result<std::string> sign_webhook(std::string_view secret, std::string_view body, int64_t now_ms) {
-  return sign_webhook(std::vector<std::string>{std::string(secret)}, body, now_ms);
+Result<std::string> sign_webhook(std::string_view secret, std::string_view ns,
+                                 std::string_view body, int64_t now_ms) {
+  return sign_webhook(std::vector<std::string>{std::string(secret)}, ns, body, now_ms);
+}
+
+Result<std::string> sign_webhook_v1(std::string_view secret, std::string_view body,
+                                    int64_t now_ms) {
+  if (Status s = check_secrets({std::string(secret)}); !s.ok()) return s.error();
+  if (now_ms < 0) return invalid("webhook timestamp is negative");
+  const std::string t = std::to_string(now_ms / 1000);
+  return "t=" + t + ",v1=" + signature_hex(secret, std::nullopt, t, body);
 }
 
 // ---- verification ------------------------------------------------------------------------------
 
 Result<WebhookVerified> verify_webhook(std::string_view header, std::string_view body,
-                                       const std::vector<std::string>& secrets, int64_t now_ms,
+                                       const std::vector<std::string>& secrets,
+                                       std::string_view ns, int64_t now_ms,
                                        int64_t tolerance_ms) {
   if (Status s = check_secrets(secrets); !s.ok()) return s.error();
+  if (Status s = validate_namespace(ns); !s.ok()) return s.error();
   if (tolerance_ms <= 0) return invalid("webhook tolerance must be positive");
 
   header = trim(header);
@@ -99,7 +114,8 @@ Result<WebhookVerified> verify_webhook(std::string_view header, std::string_view
   }
 
   std::optional<std::string_view> timestamp;
-  std::vector<std::string> signatures;
+  std::vector<std::string> signatures;     // v2: over the namespace
+  std::vector<std::string> v1_signatures;  // deprecated: without it
   std::size_t start = 0;
   while (start <= header.size()) {
     std::size_t comma = header.find(',', start);
@@ -119,18 +135,22 @@ Result<WebhookVerified> verify_webhook(std::string_view header, std::string_view
       for (char c : value) digits = digits && c >= '0' && c <= '9';
       if (!digits) return unauthenticated("timestamp (t) is not unix seconds");
       timestamp = value;
-    } else if (key == "v1") {
-      if (!is_hex64(value)) return unauthenticated("a v1 signature is not 64 hex digits");
-      if (signatures.size() == kMaxWebhookSignatures) {
-        return unauthenticated("header has more than " + std::to_string(kMaxWebhookSignatures) +
-                               " v1 signatures");
+    } else if (key == "v2" || key == "v1") {
+      if (!is_hex64(value)) {
+        return unauthenticated("a " + std::string(key) + " signature is not 64 hex digits");
       }
-      signatures.push_back(lower(value));
+      if (signatures.size() + v1_signatures.size() == kMaxWebhookSignatures) {
+        return unauthenticated("header has more than " + std::to_string(kMaxWebhookSignatures) +
+                               " signatures");
+      }
+      (key == "v2" ? signatures : v1_signatures).push_back(lower(value));
     }
-    // Other keys are other schemes (v0, v2 ...): not ours to judge.
+    // Other keys are other schemes (v0, v3 ...): not ours to judge.
   }
   if (!timestamp) return unauthenticated("header has no timestamp (t)");
-  if (signatures.empty()) return unauthenticated("header has no v1 signature");
+  if (signatures.empty() && v1_signatures.empty()) {
+    return unauthenticated("header has no v2 signature");
+  }
 
   int64_t seconds = 0;
   for (char c : *timestamp) seconds = seconds * 10 + (c - '0');
@@ -147,15 +167,25 @@ Result<WebhookVerified> verify_webhook(std::string_view header, std::string_view
   // Every (secret, signature) pair is compared, matched or not, so the time taken does not say
   // which secret or which entry matched.
   bool matched = false;
+  bool matched_v1 = false;
   for (const std::string& secret : secrets) {
-    const std::string expected = signature_hex(secret, *timestamp, body);
+    const std::string expected = signature_hex(secret, ns, *timestamp, body);
     for (const std::string& signature : signatures) {
       matched = constant_time_equal(expected, signature) || matched;
     }
+    if (v1_signatures.empty()) continue;
+    const std::string expected_v1 = signature_hex(secret, std::nullopt, *timestamp, body);
+    for (const std::string& signature : v1_signatures) {
+      matched_v1 = constant_time_equal(expected_v1, signature) || matched_v1;
+    }
   }
-  if (!matched) return unauthenticated("no v1 signature matches a configured secret");
+  if (!matched && !matched_v1) {
+    return unauthenticated("no signature matches a configured secret for namespace " +
+                           std::string(ns));
+  }
 
   WebhookVerified verified;
+  verified.legacy_v1 = !matched;
   verified.timestamp_ms = timestamp_ms;
   std::string signed_content;
   signed_content.reserve(timestamp->size() + 1 + body.size());

@@ -3,15 +3,22 @@
 // Why: a webhook lets a system that knows an upstream changed (a deploy, a plugin reload) ask
 // Quiver to re-list it now. The edge and the agent both accept it, so both check it the same way.
 // The scheme is the one payment and chat platforms use: a header
-//   X-Quiver-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<raw body>")>
-// with several `v1=` entries allowed, so a sender can sign with the old and the new secret while a
+//   X-Quiver-Signature: t=<unix seconds>,v2=<hex HMAC-SHA256(secret, "<ns>\n<t>.<raw body>")>
+// with several `v2=` entries allowed, so a sender can sign with the old and the new secret while a
 // rotation is under way. The timestamp is signed too, which bounds how long a captured request can
-// be replayed; within that window the host refuses repeats itself (see WebhookVerified).
+// be replayed; within that window the host refuses repeats itself (see WebhookVerified). The
+// deployment namespace (`<ns>`; a namespace holds no newline) is signed as well: the replay guard
+// lives in each namespace, so without it one captured request would replay once into every
+// namespace whose webhook secrets include the one it was signed with.
+//
+// Deprecated: `v1=<hex HMAC-SHA256(secret, "<t>.<raw body>")>` (no namespace), the form before
+// v2. It is still accepted in this release, flagged `legacy_v1` so hosts log it, and will be
+// refused in the next one. A sender may send both forms in one header while it migrates.
 //
 // When to call what:
-//  - sender (tests, `curl` recipes, other services): `sign_webhook(secret, body, now_ms)`.
-//  - receiver: `verify_webhook(header, raw body, secrets, now_ms)` over the exact bytes received,
-//    before parsing anything; then record `replay_key` (below); then
+//  - sender (tests, `curl` recipes, other services): `sign_webhook(secret, ns, body, now_ms)`.
+//  - receiver: `verify_webhook(header, raw body, secrets, ns, now_ms)` over the exact bytes
+//    received, before parsing anything; then record `replay_key` (below); then
 //    `parse_webhook_refresh(body)` for what to refresh.
 #pragma once
 
@@ -33,17 +40,25 @@ inline constexpr int64_t kDefaultWebhookToleranceMs = 300'000;  // 5 minutes eit
 // A short secret could be guessed offline from one signed request; 32 bytes are recommended.
 inline constexpr std::size_t kMinWebhookSecretBytes = 16;
 inline constexpr std::size_t kMaxWebhookSignatureHeaderBytes = 2048;
-inline constexpr std::size_t kMaxWebhookSignatures = 8;  // v1 entries in one header
+inline constexpr std::size_t kMaxWebhookSignatures = 8;  // v2 (and v1) entries in one header
 inline constexpr std::size_t kMaxWebhookBodyBytes = 64 * 1024;
 inline constexpr std::size_t kMaxWebhookTargets = 256;
 inline constexpr std::size_t kMaxWebhookReasonBytes = 200;
+// What both hosts log when only a deprecated v1 signature matched.
+inline constexpr char kWebhookV1DeprecatedLog[] =
+    "webhook accepted with a deprecated v1 signature (no namespace): sign with v2 "
+    "(HMAC over \"<namespace>\\n<t>.<body>\"); v1 will be refused in the next release";
 
-// The header value for `body`, signed with each secret (one `v1=` each, in order) at
-// t = floor(now_ms / 1000). kInvalidArgument for no secrets, a secret shorter than
-// kMinWebhookSecretBytes, or a negative time.
-Result<std::string> sign_webhook(const std::vector<std::string>& secrets, std::string_view body,
-                                 int64_t now_ms);
-Result<std::string> sign_webhook(std::string_view secret, std::string_view body, int64_t now_ms);
+// The header value for `body` to namespace `ns`, signed with each secret (one `v2=` each, in
+// order) at t = floor(now_ms / 1000). kInvalidArgument for no secrets, a secret shorter than
+// kMinWebhookSecretBytes, an invalid namespace, or a negative time.
+Result<std::string> sign_webhook(const std::vector<std::string>& secrets, std::string_view ns,
+                                 std::string_view body, int64_t now_ms);
+Result<std::string> sign_webhook(std::string_view secret, std::string_view ns,
+                                 std::string_view body, int64_t now_ms);
+// The deprecated form (`v1=`, no namespace), for senders and tests of the transition only.
+Result<std::string> sign_webhook_v1(std::string_view secret, std::string_view body,
+                                    int64_t now_ms);
 
 struct WebhookVerified {
   int64_t timestamp_ms = 0;  // the signed `t`, in ms
@@ -55,17 +70,22 @@ struct WebhookVerified {
   std::string replay_key;
   // How long the key must be kept: until `t` leaves the tolerance window (at least 1 ms).
   int64_t retain_for_ms = 0;
+  // Only a deprecated v1 signature (no namespace) matched: accepted in this release; hosts log it
+  // so that senders are moved to v2 before v1 is refused.
+  bool legacy_v1 = false;
 };
 
-// Checks `header` (the X-Quiver-Signature value) against the raw `body`. Every failure is
-// kUnauthenticated with a reason (missing or malformed header, no v1 signature, a stale or
-// future timestamp beyond `tolerance_ms`, no secret matched); messages never contain a secret or
-// a signature. Empty `secrets`, or a secret shorter than kMinWebhookSecretBytes, is a
-// configuration error: kInvalidArgument. Header grammar: comma-separated `key=value` items, spaces
-// around items ignored; `t` exactly once, a decimal without leading zeros; `v1` 1..8 times, 64 hex
-// digits (either case); other keys (future schemes) ignored.
+// Checks `header` (the X-Quiver-Signature value) against the raw `body` sent to namespace `ns`.
+// Every failure is kUnauthenticated with a reason (missing or malformed header, no signature, a
+// stale or future timestamp beyond `tolerance_ms`, no secret matched); messages never contain a
+// secret or a signature. Empty `secrets`, a secret shorter than kMinWebhookSecretBytes or an
+// invalid namespace is a configuration error: kInvalidArgument. Header grammar: comma-separated
+// `key=value` items, spaces around items ignored; `t` exactly once, a decimal without leading
+// zeros; `v2` and (deprecated) `v1` 1..8 times together, 64 hex digits (either case); other keys
+// (future schemes) ignored. A v2 signature made for another namespace does not match.
 Result<WebhookVerified> verify_webhook(std::string_view header, std::string_view body,
-                                       const std::vector<std::string>& secrets, int64_t now_ms,
+                                       const std::vector<std::string>& secrets,
+                                       std::string_view ns, int64_t now_ms,
                                        int64_t tolerance_ms = kDefaultWebhookToleranceMs);
 
 // ---- the body ----------------------------------------------------------------------------------

@@ -301,7 +301,7 @@ test('a signed webhook at the edge: each granted member of a per-member connecti
   });
   const body = JSON.stringify({ connection_id: 'perm', reason: 'deploy' });
   const headers = { 'content-type': 'application/json',
-                    'x-quiver-signature': signWebhook(WEBHOOK_SECRET, body) };
+                    'x-quiver-signature': signWebhook(WEBHOOK_SECRET, NS, body) };
   const res = await edges[0].request('POST', '/v1/webhooks/refresh', { body, headers });
   assert.equal(res.status, 202, res.text);
   assert.deepEqual(res.json.refreshes.map((r) => [r.principal, r.marked_stale]),
@@ -497,7 +497,9 @@ async function main() {
   statsFile = path.join(tmp, 'counted-stats.json');
   controlFile = path.join(tmp, 'counted-control.jsonl');
   writeFileSync(controlFile, '');
-  writeFileSync(path.join(tmp, 'perm-bob.token'), 'bob\n', { mode: 0o600 });
+  // Credentials that are not the members' names: the upstream names tools after the member, and
+  // the agent hides every quote of a credential from what it stores.
+  writeFileSync(path.join(tmp, 'perm-bob.token'), 'bob.chain-credential-b2\n', { mode: 0o600 });
   const started = Date.now();
   let failed = 0;
   try {
@@ -507,7 +509,7 @@ async function main() {
     agent = await Agent.start({
       binary: agentBinary, config: agentConfig(), logs,
       env: { CHAIN_REDIS_PASSWORD: REDIS_PASSWORD, CHAIN_TOKEN_KEY: SECRET,
-             CHAIN_PERM_ALICE: 'alice' } });
+             CHAIN_PERM_ALICE: 'alice.chain-credential-a1' } });
     for (const m of ['alice', 'bob', 'carol']) tokens[m] = agent.token(m);
     // Not a member of the configuration: a valid token (the shared key) and no grant.
     tokens.dave = mintToken({ member: 'dave', kid: KID, secret: SECRET });

@@ -451,8 +451,15 @@ export function manifestCommands(layout, cid, principal, manifest,
   ];
 }
 
-// The X-Quiver-Signature value for `body` (shared/webhook_signature.h), made with node's crypto.
-export function signWebhook(secret, body, nowMs = Date.now()) {
+// The X-Quiver-Signature value for `body` sent to namespace `ns` (shared/webhook_signature.h),
+// made with node's crypto: v2 = HMAC-SHA256(secret, "<ns>\n<t>.<body>").
+export function signWebhook(secret, ns, body, nowMs = Date.now()) {
+  const t = Math.floor(nowMs / 1000);
+  return `t=${t},v2=${createHmac('sha256', secret).update(`${ns}\n${t}.${body}`).digest('hex')}`;
+}
+
+// The deprecated form (no namespace), still accepted this release.
+export function signWebhookV1(secret, body, nowMs = Date.now()) {
   const t = Math.floor(nowMs / 1000);
   return `t=${t},v1=${createHmac('sha256', secret).update(`${t}.${body}`).digest('hex')}`;
 }

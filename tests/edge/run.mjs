@@ -18,7 +18,8 @@ import path from 'node:path';
 
 import {
   Layout, RedisServer, Workerd, argValue, connectionCommands, edgeDirArg, everythingTools,
-  manifestCommands, loggedProblems, manifestJson, mintToken, repoRoot, runTests, signWebhook, sleep,
+  manifestCommands, loggedProblems, manifestJson, mintToken, repoRoot, runTests, signWebhook,
+  signWebhookV1, sleep,
 } from './harness.mjs';
 
 const edgeDir = edgeDirArg();
@@ -631,11 +632,11 @@ test('a signed webhook marks every principal stale and queues it once; replays a
      async () => {
   await resetStream();
   await db.call('SADD', layout.grantees('mail'), 'member/alice', 'member/bob');
-  const post = (body, signature = signWebhook(WEBHOOK_SECRET, body)) =>
+  const post = (body, signature = signWebhook(WEBHOOK_SECRET, NS, body)) =>
     edge.request('POST', '/v1/webhooks/refresh', { body, headers: {
       'content-type': 'application/json', 'x-quiver-signature': signature } });
   const body = JSON.stringify({ connections: ['docs', 'mail', 'nope'], reason: 'deploy' });
-  const signature = signWebhook(WEBHOOK_SECRET, body);
+  const signature = signWebhook(WEBHOOK_SECRET, NS, body);
   const res = await post(body, signature);
   assert.equal(res.status, 202, res.text);
   assert.deepEqual(res.json, { status: 'accepted', refreshes: [
@@ -655,13 +656,21 @@ test('a signed webhook marks every principal stale and queues it once; replays a
 
   // The same signed request again, a forged one, an unsigned one: 401, nothing queued.
   assertJsonError(await post(body, signature), 401, 'UNAUTHENTICATED');
-  assertJsonError(await post(body, signWebhook('not-the-secret-0123456789abcdef', body)), 401,
+  assertJsonError(await post(body, signWebhook('not-the-secret-0123456789abcdef', NS, body)), 401,
                   'UNAUTHENTICATED');
-  assertJsonError(await post(body, signWebhook(WEBHOOK_SECRET, body, Date.now() - 600_000)), 401,
+  assertJsonError(await post(body, signWebhook(WEBHOOK_SECRET, NS, body, Date.now() - 600_000)),
+                  401, 'UNAUTHENTICATED');
+  // Signed for another namespace sharing the secret: refused here (no replay across namespaces).
+  assertJsonError(await post(body, signWebhook(WEBHOOK_SECRET, 'another-team', body)), 401,
                   'UNAUTHENTICATED');
   assertJsonError(await post(body, ''), 401, 'UNAUTHENTICATED');
   const junk = '{"connections": 7}';
   assertJsonError(await post(junk), 400, 'BAD_REQUEST');
+  // The deprecated v1 form (no namespace) is still accepted this release.
+  const legacy = JSON.stringify({ connection_id: 'nope', reason: 'legacy-sender' });
+  const old = await post(legacy, signWebhookV1(WEBHOOK_SECRET, legacy));
+  assert.equal(old.status, 202, old.text);
+  assert.equal(old.json.refreshes[0].status, 'unknown_connection');
   assert.equal((await streamEntries()).length, 3);
   await settle();
 

@@ -6,6 +6,7 @@
 #include "native-agent/agent.h"
 
 #include <atomic>
+#include <cctype>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -15,15 +16,21 @@
 
 #include <gtest/gtest.h>
 #include <hiredis.h>
+#include <httplib.h>
 #include <signal.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
 
+#include "native-agent/api_server.h"
+#include "native-agent/child_process.h"
 #include "native-agent/metrics.h"
 #include "native-agent/preferences_db.h"
 #include "native-agent/redis_store.h"
 #include "native-agent/sqlite_store.h"
+#include "shared/caller_token.h"
 #include "shared/manifest.h"
 #include "shared/sha256.h"
+#include "tests/support/encodings.h"
 #include "tests/support/mcp_peers.h"
 #include "tests/support/redis_server.h"
 
@@ -1096,6 +1103,299 @@ TEST(AgentSecrets, NoSecretInRedisSqliteLogsOrMetrics) {
   }
 }
 
+// ---- upstreams that echo credentials --------------------------------------------------------
+
+std::string ascii_lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// Every trace of `secret` a sink could hold after an upstream echoed it the way test-upstream's
+// --echo-on does: the value (any ASCII case), percent-encoded, JSON-escaped, and the part of each
+// base64 form that depends on the secret alone (an encoded run cut two characters short at each
+// end: the redactor may leave the characters shared with the neighbours).
+std::vector<std::string> traces_of(const std::string& secret) {
+  std::vector<std::string> out = {ascii_lower(secret), ascii_lower(testing::percent_encode(secret)),
+                                  ascii_lower(Json(secret).dump().substr(1))};
+  out.back().pop_back();
+  for (const std::string prefix : {"", "x", "xy", "Bearer ", "user:"}) {
+    for (bool url : {false, true}) {
+      const std::string b = testing::base64_encode(prefix + secret, url);
+      // The characters that hold bits of the prefix.
+      const std::size_t skip = (8 * std::string_view(prefix).size() + 5) / 6;
+      out.push_back(b.substr(skip, b.size() - skip - 2));
+    }
+  }
+  return out;
+}
+
+// "" when `sink` holds no trace of any secret; else which trace of which secret it holds.
+std::string leak_in(const std::string& sink, const std::vector<std::string>& secrets) {
+  const std::string folded = ascii_lower(sink);
+  for (const std::string& secret : secrets) {
+    const std::vector<std::string> traces = traces_of(secret);
+    for (std::size_t i = 0; i < traces.size(); ++i) {
+      const bool textual = i < 3;  // matched in any case; base64 is case-sensitive
+      const bool found = textual ? folded.find(traces[i]) != std::string::npos
+                                 : sink.find(traces[i]) != std::string::npos;
+      if (found) return "trace " + std::to_string(i) + " (" + traces[i] + ") of " + secret;
+    }
+  }
+  return "";
+}
+
+// Every kind of credential (bearer, API-key header, custom header, stdio env, per-member over
+// HTTP), each sent to an upstream that quotes it in an error (initialize or tools/list) or in
+// its listing (serverInfo, instructions, every tool's title and description), in the forms
+// test-upstream's --echo-on produces. Then every sink is scanned: every Redis key, every SQLite
+// row and the database file, every log line, /metrics, the refresh and test results, the
+// discovery API's answers and the `status` and `refresh` commands' output.
+TEST(AgentSecrets, EchoingUpstreamsLeaveNoCredentialInAnySink) {
+  SigpipeRestorer sigpipe;
+  RedisServer redis;
+  ASSERT_TRUE(redis.ok()) << redis.error();
+  TempDir dir;
+  TestUpstreamHttp http;
+  ASSERT_TRUE(http.ok()) << http.error();
+  const EnvMap env = {
+      {"BEARER", "qvB-SECRET/bearer+7f3a9c=="},  // '/', '+' and '=' percent-encode
+      {"APIKEY", "qvK-SECRET-apikey-51d0e2"},
+      {"CUSTOM", "qvC-SECRET \"custom\" 88ab"},  // quotes: JSON-escaped when echoed
+      {"ALICE", "qvA-SECRET-alice-9e21d7"},
+      {"BOB", "qvO-SECRET-bob-33c7a1"},
+      {"ENVTOK", "qvE-SECRET/env%token-4410"},
+      {"TOKEN_KEY", "qv-caller-token-key-SECRET-0123456789abcdef"},
+  };
+  std::vector<std::string> secrets;
+  for (const auto& [k, v] : env) secrets.push_back(v);
+
+  auto at = [&](const std::string& echo) { return http.url() + "?echo=" + echo; };
+  auto stdio = [](const std::string& echo) {
+    return Json{{"command", "node"},
+                {"args",
+                 {test_upstream_js(), "stdio", "--quiet", "--echo-on", echo, "--echo-env",
+                  "API_TOKEN"}},
+                {"env", {{"API_TOKEN", "${ENVTOK}"}}}};
+  };
+  const Json custom = {{"X-Custom-Auth", "${CUSTOM}"}};
+  Json servers = {
+      {"bearer-err", {{"url", at("tools/list")}}},
+      {"bearer-ok", {{"url", at("listing")}}},
+      {"key-err", {{"url", at("tools/list")}}},
+      {"key-ok", {{"url", at("listing")}}},
+      {"hdr-init", {{"url", at("initialize")}, {"headers", custom}}},
+      {"hdr-ok", {{"url", at("listing")}, {"headers", custom}}},
+      {"member-err", {{"url", at("tools/list")}}},
+      {"member-ok", {{"url", at("listing")}}},
+      {"env-err", stdio("tools/list")},
+      {"env-init", stdio("initialize")},
+      {"env-ok", stdio("listing")},
+  };
+  const Json bearer = {{"auth", "bearer"}, {"credential", "${BEARER}"}};
+  const Json api_key = {{"auth", "api_key"}, {"credential", "${APIKEY}"}};
+  const Json per_member = {
+      {"credential_mode", "per_member"},
+      {"auth", "bearer"},
+      {"credentials", {{"alice", {{"env", "ALICE"}}}, {"bob", {{"env", "BOB"}}}}}};
+  Json quiver = {{"redis", redis_url(redis)},
+                 {"allow_private_upstreams", true},
+                 // Generous: node starts slowly on a loaded machine.
+                 {"runtime", {{"list_timeout_ms", 30000}, {"request_timeout_ms", 30000}}},
+                 {"members", {"alice", "bob"}},
+                 {"grants", {{"*", {"*"}}}},
+                 {"caller_token_keys", {{"k1", {{"env", "TOKEN_KEY"}}}}},
+                 {"connections",
+                  {{"bearer-err", bearer},
+                   {"bearer-ok", bearer},
+                   {"key-err", api_key},
+                   {"key-ok", api_key},
+                   {"member-err", per_member},
+                   {"member-ok", per_member}}}};
+  LogCapture log;
+  AgentConfig cfg = make_config(dir, servers, quiver, env);
+  ASSERT_EQ(cfg.connections.size(), 11u);
+
+  auto agent = make_agent(cfg, manual_options(log));
+  ASSERT_TRUE(agent);
+  ASSERT_TRUE(agent->start().ok());
+  std::string results;  // what refresh and test answered
+  for (const ConnectionConfig& c : cfg.connections) {
+    for (const Principal& p : c.principals()) {
+      Result<RefreshReport> r = agent->refresh_now(c.id, p, "manual");
+      ASSERT_TRUE(r.ok()) << c.id << ": " << r.error().message;
+      // A failed handshake stores an error record; a failed tools/list on a first listing
+      // commits a manifest whose tools list says "could not be loaded" (with the message).
+      const bool handshake_fails = c.id.find("-init") != std::string::npos;
+      EXPECT_EQ(r->committed, !handshake_fails) << c.id << " " << p.str() << "\n" << log.all();
+      if (r->error) results += r->error->message + "\n";
+    }
+  }
+  for (const char* id : {"bearer-err", "hdr-init", "env-init", "key-err"}) {
+    Result<Json> t = agent->test_connection(id, Principal::shared());
+    results += t.ok() ? t->dump() : t.error().message;
+    results += "\n";
+  }
+  Result<Json> tm = agent->test_connection("member-err", member("bob"));
+  results += tm.ok() ? tm->dump() : tm.error().message;
+  // The upstreams did echo (else the scan proves nothing), and the echo was redacted.
+  EXPECT_NE(results.find("refused credential ***"), std::string::npos) << results;
+
+  // The discovery API, as each member sees it.
+  ApiServerOptions ao = api_server_options(agent->config());
+  ao.listen.port = 0;
+  ApiServer api(*agent, ao);
+  ASSERT_TRUE(api.start().ok());
+  httplib::Client client("127.0.0.1", api.port());
+  client.set_read_timeout(30);
+  std::string answers;
+  for (const char* who : {"alice", "bob"}) {
+    MintOptions mo;
+    mo.ns = cfg.ns;
+    const httplib::Headers auth = {
+        {"Authorization", "Bearer " + *mint_caller_token(who, env.at("TOKEN_KEY"), "k1",
+                                                         system_clock_ms()(), 600'000, mo)}};
+    std::vector<std::string> paths = {"/v1/manifests", "/v1/mcp-connections",
+                                      "/v1/search?q=refused", "/metrics"};
+    for (const ConnectionConfig& c : cfg.connections) {
+      paths.push_back("/v1/mcp-connections/" + c.id + "/manifest");
+    }
+    for (const std::string& path : paths) {
+      auto r = client.Get(path.c_str(), auth);
+      ASSERT_TRUE(r) << path;
+      if (path == "/v1/manifests") {
+        EXPECT_EQ(r->status, 200) << r->body;
+      }
+      answers += path + " " + r->body + "\n";
+    }
+    auto t = client.Post("/v1/mcp-connections/member-err/test", auth, "", "application/json");
+    ASSERT_TRUE(t);
+    answers += t->body + "\n";
+  }
+  EXPECT_NE(answers.find("refused credential ***"), std::string::npos) << answers;
+  api.stop();
+  agent->stop();
+
+  // The `refresh` and `status` commands, run as a user runs them.
+  const std::string config_file = dir.path("quiver.json");
+  Json file_config = {{"mcpServers", servers}, {"quiver", quiver}};
+  file_config["quiver"]["data_dir"] = dir.path("data");
+  append_line(config_file, file_config.dump());
+  std::string cli;
+  for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
+           {"refresh", "--all"}, {"status"}, {"status", "--json"}}) {
+    args.push_back("--config");
+    args.push_back(config_file);
+    auto child = ChildProcess::spawn(ChildSpec(testing::quiver_agent_binary(), args, env));
+    ASSERT_TRUE(child.ok());
+    ChildProcess& p = **child;
+    std::string out;
+    ASSERT_TRUE(wait_until(
+        [&] {
+          (void)p.wait_readable(50);
+          Result<std::string> bytes = p.read_stdout();
+          if (bytes.ok()) out += *bytes;
+          p.drain_stderr();
+          return p.stdout_eof() && p.exit_status().has_value();
+        },
+        120'000));
+    cli += out + p.stderr_tail() + "\n";
+  }
+  EXPECT_NE(cli.find("refused credential ***"), std::string::npos) << cli;
+
+  const std::string logs = log.all();
+  EXPECT_NE(logs.find("refused credential ***"), std::string::npos) << logs;
+  const std::string stores = redis_everything(redis);
+  EXPECT_NE(stores.find("refused credential ***"), std::string::npos);  // a listing's echo
+  const std::string sqlite = sqlite_everything(dir.path("data") + "/quiver.db");
+  const std::string metrics = agent->metrics().prometheus_text();
+  for (const auto& [sink, text] : std::vector<std::pair<std::string, std::string>>{
+           {"Redis", stores},
+           {"SQLite", sqlite},
+           {"the log", logs},
+           {"/metrics", metrics},
+           {"refresh and test results", results},
+           {"the discovery API", answers},
+           {"status and refresh output", cli}}) {
+    const std::string leak = leak_in(text, secrets);
+    EXPECT_EQ(leak, "") << sink << " holds " << leak << ":\n" << text.substr(0, 4000);
+  }
+}
+
+// Upstream error messages are cut (200 characters) before they are stored: a secret across the
+// cut must be redacted whole first, not leave its prefix behind.
+TEST(AgentSecrets, ASecretAcrossTheErrorMessageCutIsRedactedWhole) {
+  TempDir dir;
+  const std::string secret = "qvX-SECRET-across-the-cut-5e1f0b";
+  // "refused credential " is 19 characters: the secret starts at 180 and the cut falls in it.
+  Json servers = {{"cut",
+                   {{"command", "node"},
+                    {"args",
+                     {test_upstream_js(), "stdio", "--quiet", "--echo-on", "initialize",
+                      "--echo-env", "API_TOKEN", "--echo-pad", "161"}},
+                    {"env", {{"API_TOKEN", "${CUT}"}}}}}};
+  LogCapture log;
+  const Json quiver = {{"runtime", {{"list_timeout_ms", 30000}, {"request_timeout_ms", 30000}}}};
+  AgentConfig cfg = make_config(dir, servers, quiver, {{"CUT", secret}});
+  auto agent = make_agent(cfg, manual_options(log));
+  ASSERT_TRUE(agent);
+  ASSERT_TRUE(agent->start().ok());
+  Result<RefreshReport> r = agent->refresh_now("cut", Principal::shared(), "manual");
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(r->error.has_value()) << log.all();
+  const std::string& message = r->error->message;
+  EXPECT_NE(message.find("refused credential ***"), std::string::npos) << message;
+  Result<std::optional<StoredManifest>> stored = agent->store().read_manifest("cut", Principal::shared());
+  ASSERT_TRUE(stored.ok() && stored->has_value());
+  const std::string stored_error = (*stored)->meta.error_message;
+  EXPECT_NE(stored_error.find("refused credential ***"), std::string::npos) << stored_error;
+  agent->stop();
+  // No prefix of the secret (its first 6 characters: "qvX-SE") anywhere.
+  for (const std::string& text : {message, stored_error, log.all()}) {
+    EXPECT_EQ(text.find(secret.substr(0, 6)), std::string::npos) << text;
+  }
+}
+
+// ---- files -------------------------------------------------------------------------------------
+
+int mode_of(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<int>(st.st_mode & 07777) : -1;
+}
+
+// The embedded store (manifests, preferences) and its WAL are private to the agent's user, new
+// or left world-readable by an older agent.
+TEST(AgentFiles, TheDatabaseItsWalAndTheDataDirectoryArePrivate) {
+  TempDir dir;
+  LogCapture log;
+  const std::string data = dir.path("data");
+  const std::string db = data + "/quiver.db";
+  AgentConfig cfg = make_config(
+      dir, {{"t", upstream_server({"--tools", "2"})}},
+      {{"runtime", {{"list_timeout_ms", 30000}, {"request_timeout_ms", 30000}}}});
+  const mode_t saved = ::umask(022);  // the usual umask, under which SQLite makes files 0644
+  {
+    auto agent = make_agent(cfg, manual_options(log));
+    ASSERT_TRUE(agent);
+    ASSERT_TRUE(agent->start().ok());
+    ASSERT_TRUE(agent->refresh_now("t", Principal::shared(), "manual")->committed) << log.all();
+    EXPECT_EQ(mode_of(data), 0700);
+    EXPECT_EQ(mode_of(db), 0600);
+    EXPECT_EQ(mode_of(db + "-wal"), 0600);  // open in WAL mode: they exist now
+    EXPECT_EQ(mode_of(db + "-shm"), 0600);
+    agent->stop();
+  }
+  // What an older agent (or `mkdir -p`) left behind.
+  ASSERT_EQ(::chmod(data.c_str(), 0755), 0);
+  ASSERT_EQ(::chmod(db.c_str(), 0644), 0);
+  {
+    auto agent = make_agent(cfg, manual_options(log));
+    ASSERT_TRUE(agent);
+    EXPECT_EQ(mode_of(data), 0700);
+    EXPECT_EQ(mode_of(db), 0600);
+  }
+  ::umask(saved);
+}
+
 // ---- metrics and logging -----------------------------------------------------------------------
 
 TEST(AgentMetrics, PrometheusTextHasEveryFamilyAndSafeLabels) {
@@ -1144,7 +1444,23 @@ TEST(AgentLogger, EveryLineIsRedactedAndOneLine) {
   logger.debug("x", "not shown");
   logger.warn("upstream", "reply said hunter2-very-secret\nFORGED 2 lines");
   ASSERT_EQ(lines.size(), 1u);
-  EXPECT_EQ(lines[0], "1970-01-01T00:00:00.000Z WARN upstream: reply said *** FORGED 2 lines");
+  EXPECT_EQ(lines[0], "1970-01-01T00:00:00.000Z WARN upstream: reply said ***\\nFORGED 2 lines");
+}
+
+TEST(AgentLogger, EveryControlCharacterIsEscaped) {
+  std::vector<std::string> lines;
+  Logger logger(
+      LogLevel::kInfo, [&](const std::string& l) { lines.push_back(l); }, nullptr,
+      [] { return int64_t{0}; });
+  // An upstream's tool name carrying ANSI sequences: ESC [ (C0), CSI as UTF-8 U+009B (C1), a
+  // bell, DEL, a tab, CR; the other UTF-8 (é, €) passes.
+  logger.warn("upstream", "tool \x1b[31mred\x1b[0m \xc2\x9b" "2J\a\x7f\t\r é€");
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0],
+            "1970-01-01T00:00:00.000Z WARN upstream: tool \\x1b[31mred\\x1b[0m \\u009b2J\\x07"
+            "\\x7f\\t\\r é€");
+  for (unsigned char c : lines[0]) EXPECT_FALSE(c < 0x20 || c == 0x7f) << int(c);
+  EXPECT_EQ(lines[0].find("\xc2\x9b"), std::string::npos);
 }
 
 }  // namespace

@@ -436,7 +436,7 @@ TEST_P(ApiTest, WebhooksNeedAFreshUnusedSignature) {
     return client_->Post("/v1/webhooks/refresh", {{kWebhookSignatureHeader, signature}}, payload,
                          "application/json");
   };
-  const std::string good = *sign_webhook(kWebhookSecret, payload, now);
+  const std::string good = *sign_webhook(kWebhookSecret, ns(), payload, now);
   auto r = post(good);
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 202) << r->body;
@@ -458,12 +458,12 @@ TEST_P(ApiTest, WebhooksNeedAFreshUnusedSignature) {
   EXPECT_EQ(r->status, 401);
   EXPECT_NE(r->body.find("replay"), std::string::npos);
 
-  r = post(*sign_webhook("a-different-secret-0123456789", payload, now));
+  r = post(*sign_webhook("a-different-secret-0123456789", ns(), payload, now));
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 401);
   EXPECT_EQ(error_code(r), "UNAUTHENTICATED");
 
-  r = post(*sign_webhook(kWebhookSecret, payload, now - 10 * 60'000));  // stale
+  r = post(*sign_webhook(kWebhookSecret, ns(), payload, now - 10 * 60'000));  // stale
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 401);
   EXPECT_NE(r->body.find("timestamp"), std::string::npos) << r->body;
@@ -474,11 +474,33 @@ TEST_P(ApiTest, WebhooksNeedAFreshUnusedSignature) {
 
   const std::string unknown = R"({"connection_id":"nope"})";
   r = client_->Post("/v1/webhooks/refresh",
-                    {{kWebhookSignatureHeader, *sign_webhook(kWebhookSecret, unknown, now)}},
+                    {{kWebhookSignatureHeader, *sign_webhook(kWebhookSecret, ns(), unknown, now)}},
                     unknown, "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 202);
   EXPECT_EQ(body_of(r)["refreshes"][0]["status"], "unknown_connection");
+}
+
+// The namespace is signed: a request captured in another namespace that shares the webhook secret
+// is refused here (each namespace has its own replay guard, so it would otherwise replay once in
+// each). The deprecated v1 form, without the namespace, is still accepted this release and logged.
+TEST_P(ApiTest, WebhooksAreBoundToTheNamespace) {
+  const std::string payload = R"({"connection_id":"t","reason":"deploy"})";
+  const int64_t now = system_clock_ms()();
+  auto post = [&](const std::string& signature) {
+    return client_->Post("/v1/webhooks/refresh", {{kWebhookSignatureHeader, signature}}, payload,
+                         "application/json");
+  };
+  ASSERT_NE(ns(), "elsewhere");
+  auto r = post(*sign_webhook(kWebhookSecret, "elsewhere", payload, now));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 401) << r->body;
+  EXPECT_EQ(error_code(r), "UNAUTHENTICATED");
+
+  r = post(*sign_webhook_v1(kWebhookSecret, payload, now));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 202) << r->body;
+  EXPECT_NE(log().find("deprecated v1 signature"), std::string::npos) << log();
 }
 
 TEST_P(ApiTest, APreferenceToggleReachesManifestsWithoutRelisting) {
@@ -809,9 +831,10 @@ struct Served {
   std::string base;  // http://127.0.0.1:<port>
 };
 
+// stdout is a pipe here, not a terminal: the token is printed only because of --print-token.
 void start_serve(const TempDir& dir, const std::string& config_file, Served* s) {
   ChildSpec spec(testing::quiver_agent_binary(),
-                 {"serve", "--config", config_file, "--listen", "127.0.0.1:0"},
+                 {"serve", "--config", config_file, "--listen", "127.0.0.1:0", "--print-token"},
                  {{"QUIVER_DATA_DIR", dir.path("data")}, {"SECRET", kUpstreamSecret}});
   Result<std::unique_ptr<ChildProcess>> child = ChildProcess::spawn(spec);
   ASSERT_TRUE(child.ok()) << child.error().message;
@@ -904,6 +927,40 @@ TEST(ApiServe, PrintsACurlLineThatShowsManifestsAndStopsOnSigterm) {
   EXPECT_EQ(j["connections"][0]["manifest"]["server"]["name"], "mcp-servers/everything");
   EXPECT_EQ(j["connections"][1]["manifest"]["tools"]["items"].size(), 2u);
   EXPECT_EQ(r->body.find(kUpstreamSecret), std::string::npos);
+  stop_serve(s);
+}
+
+// Under systemd (or any redirect) stdout is a log: no caller token reaches it, only how to mint
+// one. (A terminal gets the curl line with the token; --print-token forces it, see start_serve.)
+TEST(ApiServe, PrintsNoTokenWhenStdoutIsNotATerminal) {
+  TempDir dir;
+  const std::string key_file = dir.path("caller-token.key");
+  testing::append_line(key_file, kTokenKey);
+  const std::string config_file = dir.path("quiver.json");
+  write_file(config_file, serve_config(key_file, {{"t", test_upstream({"--tools", "2"})}}).dump());
+  ChildSpec spec(testing::quiver_agent_binary(),
+                 {"serve", "--config", config_file, "--listen", "127.0.0.1:0"},
+                 {{"QUIVER_DATA_DIR", dir.path("data")}, {"SECRET", kUpstreamSecret}});
+  Result<std::unique_ptr<ChildProcess>> child = ChildProcess::spawn(spec);
+  ASSERT_TRUE(child.ok()) << child.error().message;
+  Served s;
+  s.child = std::move(*child);
+  ChildProcess& serve = *s.child;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        (void)serve.wait_readable(50);
+        serve.drain_stderr();
+        Result<std::string> bytes = serve.read_stdout();
+        if (bytes.ok()) s.out += *bytes;
+        return s.out.find("/v1/manifests\n") != std::string::npos || !serve.running();
+      },
+      30'000))
+      << s.out << serve.stderr_tail();
+  EXPECT_NE(s.out.find("quiver-agent token --member local"), std::string::npos) << s.out;
+  EXPECT_NE(s.out.find("Bearer $TOKEN"), std::string::npos) << s.out;
+  // No token: neither the curl line's form nor a JWT-shaped string.
+  EXPECT_EQ(s.out.find("Bearer ey"), std::string::npos) << s.out;
+  EXPECT_EQ(s.out.find("eyJ"), std::string::npos) << s.out;
   stop_serve(s);
 }
 

@@ -123,6 +123,34 @@ TEST(UrlGuardClassify, KnowsTheNonPublicRanges) {
       {"ff02::1", AddressScope::kMulticast},
       {"2001:4860:4860::8888", AddressScope::kPublic},
       {"2606:4700::1111", AddressScope::kPublic},
+      // Benchmarking (198.18/15) and future-use (240/4) IPv4.
+      {"198.17.255.255", AddressScope::kPublic},
+      {"198.18.0.1", AddressScope::kReserved},
+      {"198.19.255.255", AddressScope::kReserved},
+      {"198.20.0.0", AddressScope::kPublic},
+      {"240.0.0.1", AddressScope::kReserved},
+      {"254.255.255.255", AddressScope::kReserved},
+      {"::ffff:198.18.0.1", AddressScope::kReserved},
+      // NAT64, well-known prefix: the embedded IPv4 decides.
+      {"64:ff9b::7f00:1", AddressScope::kLoopback},
+      {"64:ff9b::10.1.2.3", AddressScope::kPrivate},
+      {"64:ff9b::808:808", AddressScope::kPublic},
+      // NAT64 for local use (RFC 8215) is refused whatever it carries.
+      {"64:ff9b:1::808:808", AddressScope::kReserved},
+      {"64:ff9b:1:ffff::1", AddressScope::kReserved},
+      // 6to4: 2002:AABB:CCDD:: carries AA.BB.CC.DD.
+      {"2002:7f00:1::", AddressScope::kLoopback},
+      {"2002:a9fe:a9fe::1", AddressScope::kLinkLocal},
+      {"2002:c0a8:101:1::1", AddressScope::kPrivate},
+      {"2002:c612:1::", AddressScope::kReserved},  // 198.18.0.1
+      {"2002:808:808::1", AddressScope::kPublic},
+      // Teredo: server 65.54.227.120 (public); the client, bits inverted, in the last 32 bits.
+      {"2001:0:4136:e378:8000:63bf:80ff:fffe", AddressScope::kLoopback},   // client 127.0.0.1
+      {"2001:0:4136:e378:8000:63bf:5601:5601", AddressScope::kLinkLocal},  // 169.254.169.254
+      {"2001:0:4136:e378:8000:63bf:f5ff:fefe", AddressScope::kPrivate},    // 10.0.1.1
+      {"2001:0:4136:e378:8000:63bf:f7f7:f7f7", AddressScope::kPublic},     // 8.8.8.8
+      {"2001:0:a00:1:8000:63bf:f7f7:f7f7", AddressScope::kPrivate},        // server 10.0.0.1
+      {"2001:db8::1", AddressScope::kPublic},  // not Teredo (2001:0::/32 only)
   };
   for (const Case& c : cases) {
     auto scope = classify_ip(c.ip);
@@ -177,6 +205,18 @@ TEST(UrlGuard, ChecksEveryResolvedAddress) {
   ASSERT_FALSE(mixed.ok());
   EXPECT_NE(mixed.error().message.find("10.0.0.7"), std::string::npos);
   EXPECT_NE(mixed.error().message.find("mcp.example.com"), std::string::npos);
+
+  // Addresses that carry or lead to a non-public network are refused the same way, and allowed
+  // only with allow_private_addresses.
+  for (const char* address : {"198.18.0.7", "240.1.2.3", "2002:a00:1::1", "64:ff9b:1::808:808",
+                              "2001:0:4136:e378:8000:63bf:80ff:fffe", "64:ff9b::a00:1"}) {
+    auto refused = guard_url(*url, {}, fixed_resolver({"93.184.215.14", address}), 1000);
+    ASSERT_FALSE(refused.ok()) << address;
+    EXPECT_NE(refused.error().message.find(address), std::string::npos) << address;
+    UrlGuardOptions allow;
+    allow.allow_private_addresses = true;
+    EXPECT_TRUE(guard_url(*url, allow, fixed_resolver({address}), 1000).ok()) << address;
+  }
 
   auto none = guard_url(*url, {}, fixed_resolver({}), 1000);
   ASSERT_FALSE(none.ok());

@@ -33,6 +33,7 @@ const { McpError, ErrorCode } = types;
 // ---- options ----
 
 const USAGE = `usage: test-upstream.mjs stdio|http [options]   (see tests/peers/README.md)`;
+const ECHO_PLACES = new Set(['initialize', 'tools/list', 'listing']);
 
 function parseArgs(argv) {
   const o = {
@@ -65,6 +66,9 @@ function parseArgs(argv) {
     jsonResponse: false,
     stateless: false,
     quiet: false,
+    echoOn: [],
+    echoEnv: [],
+    echoPad: 0,
   };
   const flags = {
     '--port': ['port', Number],
@@ -86,6 +90,9 @@ function parseArgs(argv) {
     '--control': ['control', String],
     '--stats-file': ['statsFile', String],
     '--max-lifetime-ms': ['maxLifetimeMs', Number],
+    '--echo-on': ['echoOn', (s) => s.split(',').filter(Boolean)],
+    '--echo-env': ['echoEnv', (s) => s.split(',').filter(Boolean)],
+    '--echo-pad': ['echoPad', Number],
   };
   const switches = {
     '--hang': 'hang',
@@ -111,6 +118,9 @@ function parseArgs(argv) {
     } else fail(`unknown argument: ${a}`);
   }
   if (!o.transport) fail('say stdio or http');
+  for (const e of o.echoOn) {
+    if (!ECHO_PLACES.has(e)) fail(`--echo-on: ${e} is not one of ${[...ECHO_PLACES].join(', ')}`);
+  }
   if (o.cacheScope && o.cacheScope !== 'public' && o.cacheScope !== 'private') {
     fail('--cache-scope is public or private');
   }
@@ -184,15 +194,68 @@ function writeStats() {
   }
 }
 
+// ---- echo: an upstream that quotes the credentials it was sent ----
+//
+// Careless servers put what they were sent into what they answer ("refused credential Bearer
+// …"). --echo-on initialize,tools/list fails those requests with an error quoting every
+// credential; --echo-on listing puts the quote into serverInfo.version, the instructions and
+// every tool's title and description. Over HTTP the credentials are the request's non-protocol
+// headers (Authorization, X-API-Key, custom ones) and `?echo=a,b` on the URL overrides the flag
+// (one upstream serves several connections); over stdio they are the values of the --echo-env
+// variables. Each value is quoted in the forms a transport or a careless server produces: as is,
+// upper-cased, base64 (aligned and shifted), base64url, percent-encoded, JSON-encoded, and the
+// token after a scheme (`Bearer x` → x) on its own in base64 and percent-encoding.
+// --echo-pad N puts N dots before the quote (a secret placed across a client's message cut).
+
+const PROTOCOL_HEADERS = new Set([
+  'host', 'connection', 'keep-alive', 'content-type', 'content-length', 'transfer-encoding',
+  'accept', 'accept-encoding', 'accept-language', 'user-agent', 'mcp-session-id',
+  'mcp-protocol-version', 'mcp-method', 'mcp-name', 'last-event-id', 'te',
+]);
+
+// HTTP: `?echo=a,b` on the URL that opened the session; else --echo-on.
+function echoPlaces(url) {
+  const q = url?.searchParams?.get('echo');
+  return q !== undefined && q !== null ? q.split(',').filter(Boolean) : opts.echoOn;
+}
+
+function credentialsSent(extra) {
+  if (opts.transport === 'http') {
+    const headers = extra?.requestInfo?.headers ?? {};
+    return Object.entries(headers)
+      .filter(([name]) => !PROTOCOL_HEADERS.has(name.toLowerCase()))
+      .map(([, v]) => String(v));
+  }
+  return opts.echoEnv.map((n) => process.env[n]).filter((v) => v);
+}
+
+function echoText(values) {
+  const forms = [];
+  const b64 = (s, enc = 'base64') => Buffer.from(s, 'utf8').toString(enc);
+  for (const v of values) {
+    forms.push(v, v.toUpperCase(), b64(v), b64(v, 'base64url'), b64(`x${v}`), b64(`xy${v}`),
+      encodeURIComponent(v), JSON.stringify(v));
+    const space = v.indexOf(' ');
+    if (space > 0) {
+      const token = v.slice(space + 1);
+      forms.push(b64(token), encodeURIComponent(token), b64(`user:${token}`));
+    }
+  }
+  return `${'.'.repeat(opts.echoPad)}refused credential ${forms.join(' | ')}`;
+}
+
 // ---- one MCP Server (one per HTTP session, one for stdio) ----
 
 const servers = new Set();
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-// "Bearer alice" → "alice" when alice is an allowed user, else null.
+// "Bearer alice" → "alice" when alice is an allowed user, else null. "Bearer alice.<key>" is
+// alice too: a credential that is not the user's name, so that names made from the user (tools
+// `alice_tool_1`) do not quote the credential (an agent redacts every quote of a secret).
 function bearerUser(header) {
   const m = /^Bearer ([A-Za-z0-9._-]{1,64})$/.exec(header ?? '');
-  return m && opts.authUsers.includes(m[1]) ? m[1] : null;
+  const user = m ? m[1].split('.')[0] : null;
+  return user && opts.authUsers.includes(user) ? user : null;
 }
 
 function principalPrefix(extra) {
@@ -219,13 +282,17 @@ function decodeCursor(kind, cursor) {
   throw new McpError(ErrorCode.InvalidParams, `invalid cursor for ${kind}`);
 }
 
-async function listPage(kind, request, extra) {
+async function listPage(kind, request, extra, places = opts.echoOn) {
   if (opts.hang) return new Promise(() => {});
   if (opts.delayMs > 0) await sleep(opts.delayMs);
   let items = state[kind];
   if (kind === 'tools') {
     const prefix = principalPrefix(extra);
     items = items.map((t) => ({ ...t, name: prefix + t.name }));
+  }
+  if (kind === 'tools' && places.includes('listing')) {
+    const quote = echoText(credentialsSent(extra));
+    items = items.map((t) => ({ ...t, title: quote, description: `${t.description}: ${quote}` }));
   }
   const offset = decodeCursor(kind, request.params?.cursor);
   const size = opts.pageSize > 0 ? opts.pageSize : Math.max(items.length, 1);
@@ -243,12 +310,19 @@ async function listPage(kind, request, extra) {
   return result;
 }
 
-function makeServer() {
+// HTTP: `req` and `url` are the request that opened the session (what echo quotes and where).
+function makeServer(req, url) {
   const capabilities = { tools: { listChanged: true } };
   if (!opts.noResources) capabilities.resources = { listChanged: true };
   if (!opts.noPrompts) capabilities.prompts = { listChanged: true };
-  const server = new Server({ name: 'quiver-test-upstream', version: '1.0.0' }, { capabilities });
-  server.setRequestHandler(types.ListToolsRequestSchema, (r, x) => listPage('tools', r, x));
+  const places = echoPlaces(url);
+  const echo = places.includes('listing');
+  const quote = echo ? echoText(credentialsSent({ requestInfo: { headers: req?.headers } })) : '';
+  const server = new Server(
+    { name: 'quiver-test-upstream', version: echo ? `1.0.0 ${quote}` : '1.0.0' },
+    echo ? { capabilities, instructions: quote } : { capabilities },
+  );
+  server.setRequestHandler(types.ListToolsRequestSchema, (r, x) => listPage('tools', r, x, places));
   server.setRequestHandler(types.CallToolRequestSchema, async (r, x) => {
     const prefix = principalPrefix(x);
     if (!state.tools.some((t) => prefix + t.name === r.params.name)) {
@@ -279,11 +353,22 @@ function makeServer() {
 
 // Every request passes here before the Server sees it: counted, and failed on demand.
 // `onListRequest(id, method)` lets the stdio output shaper recognise the reply.
-function interceptRequests(transport, onListRequest) {
+// `places`: where to echo credentials (echoPlaces of the session's URL).
+function interceptRequests(transport, onListRequest, places = opts.echoOn) {
   const inner = transport.onmessage;
   transport.onmessage = (message, extra) => {
     if (message && typeof message.method === 'string' && message.id !== undefined) {
       countCall(message.method);
+      if (places.includes(message.method)) {
+        transport
+          .send({
+            jsonrpc: '2.0',
+            id: message.id,
+            error: { code: -32001, message: echoText(credentialsSent(extra)) },
+          })
+          .catch(() => {});
+        return;
+      }
       if (opts.failMethod === message.method) {
         transport
           .send({
@@ -591,9 +676,9 @@ async function handleMcp(req, res, url) {
       sessionIdGenerator: undefined,
       enableJsonResponse: opts.jsonResponse,
     });
-    const server = makeServer();
+    const server = makeServer(req, url);
     await server.connect(transport);
-    interceptRequests(transport);
+    interceptRequests(transport, undefined, echoPlaces(url));
     res.on('close', () => {
       transport.close().catch(() => {});
       server.close().catch(() => {});
@@ -618,7 +703,7 @@ async function handleMcp(req, res, url) {
   if (req.method !== 'POST' || !initialize) {
     return sendJson(res, 400, rpcError(-32000, 'Bad Request: no session id (initialize first)'));
   }
-  const server = makeServer();
+  const server = makeServer(req, url);
   const transport = new StreamableHTTPServerTransport({
     sessionIdGenerator: () => randomUUID(),
     enableJsonResponse: opts.jsonResponse,
@@ -637,7 +722,7 @@ async function handleMcp(req, res, url) {
     servers.delete(server);
   };
   await server.connect(transport);
-  interceptRequests(transport);
+  interceptRequests(transport, undefined, echoPlaces(url));
   return transport.handleRequest(req, res, body);
 }
 

@@ -710,7 +710,7 @@ HttpRequest signed_webhook(const std::string& body, int64_t signed_at = kNow) {
   r.method = "POST";
   r.path = kWebhookRefreshPath;
   r.body = body;
-  Result<std::string> sig = sign_webhook(kWebhookSecret, body, signed_at);
+  Result<std::string> sig = sign_webhook(kWebhookSecret, "default", body, signed_at);
   EXPECT_TRUE(sig.ok());
   r.headers.emplace_back("x-quiver-signature", sig.ok() ? *sig : "");
   return r;
@@ -772,6 +772,34 @@ TEST(EdgeService, AWebhookIsVerifiedThenAppliedInOneScript) {
   EXPECT_EQ(edge->open_requests(), 0u);
 }
 
+// The deprecated v1 signature (no namespace) is still accepted in this release, and the log says
+// so, so that senders can be found and moved to v2.
+TEST(EdgeService, ADeprecatedV1WebhookIsAcceptedAndLogged) {
+  auto edge = webhook_service();
+  const std::string body = R"({"connection_id": "docs"})";
+  HttpRequest old_form = signed_webhook(body);
+  old_form.headers = {{"X-Quiver-Signature", *sign_webhook_v1(kWebhookSecret, body, kNow)}};
+  EdgeStep s = edge->begin(std::move(old_form), kNow, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRedis);
+  s = edge->feed(s.handle,
+                 "+OK\r\n" + encode_reply(A({S("accepted"),
+                                             A({S("docs"), S("shared"), S("queued"), S("1")})})),
+                 kNow);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(s.response.status, 202);
+  EXPECT_NE(s.log.find("deprecated v1 signature"), std::string::npos) << s.log;
+  edge->end(s.handle);
+  // A v2 request logs no deprecation.
+  s = edge->begin(signed_webhook(body), kNow, kRandom);
+  s = edge->feed(s.handle,
+                 "+OK\r\n" + encode_reply(A({S("accepted"),
+                                             A({S("docs"), S("shared"), S("queued"), S("1")})})),
+                 kNow);
+  EXPECT_EQ(s.response.status, 202);
+  EXPECT_EQ(s.log.find("deprecated"), std::string::npos) << s.log;
+  edge->end(s.handle);
+}
+
 TEST(EdgeService, BadWebhooksAreRefusedWithoutTouchingRedis) {
   auto edge = webhook_service();
   const std::string body = R"({"connection_id": "docs"})";
@@ -793,8 +821,15 @@ TEST(EdgeService, BadWebhooksAreRefusedWithoutTouchingRedis) {
   EXPECT_EQ(answer(signed_webhook(body, kNow - 10 * kMinute), edge).response.status, 401);
   HttpRequest other_key = signed_webhook(body);
   other_key.headers = {
-      {"X-Quiver-Signature", *sign_webhook("another-secret-0123456789abcdef", body, kNow)}};
+      {"X-Quiver-Signature",
+       *sign_webhook("another-secret-0123456789abcdef", "default", body, kNow)}};
   EXPECT_EQ(answer(other_key, edge).response.status, 401);
+  // Signed for another namespace that shares the secret: not a request for this one.
+  HttpRequest other_ns = signed_webhook(body);
+  other_ns.headers = {{"X-Quiver-Signature", *sign_webhook(kWebhookSecret, "team-b", body, kNow)}};
+  EdgeStep refused = answer(other_ns, edge);
+  EXPECT_EQ(refused.response.status, 401);
+  EXPECT_NE(refused.response.body.find("namespace default"), std::string::npos);
   EXPECT_EQ(answer(signed_webhook("{\"connection_id\": 7}"), edge).response.status, 400);
   EXPECT_EQ(answer(signed_webhook("not json"), edge).response.status, 400);
   HttpRequest get_it = signed_webhook(body);

@@ -15,8 +15,14 @@ constexpr int64_t kNow = 1'780'000'000'000;  // ms; a whole second
 const std::string kSecret = "webhook-test-secret-0123456789abcdef";
 const std::string kNewSecret = "webhook-rotated-secret-ZYXWVUTSRQ";
 const std::string kBody = R"({"connection_id":"github","reason":"deploy"})";
+const std::string kNs = "team-a";
 
-// What any other implementation would send: hex HMAC-SHA256 over "<t>.<body>".
+// What any other implementation would send: hex HMAC-SHA256 over "<ns>\n<t>.<body>".
+std::string v2(const std::string& secret, int64_t t_seconds, const std::string& body,
+               const std::string& ns = kNs) {
+  return hex_encode(hmac_sha256(secret, ns + "\n" + std::to_string(t_seconds) + "." + body));
+}
+// The deprecated form: over "<t>.<body>", no namespace.
 std::string v1(const std::string& secret, int64_t t_seconds, const std::string& body) {
   return hex_encode(hmac_sha256(secret, std::to_string(t_seconds) + "." + body));
 }
@@ -26,32 +32,32 @@ void expect_refused(const Result<WebhookVerified>& r, const std::string& why) {
   EXPECT_EQ(r.error().code, ErrorCode::kUnauthenticated);
   EXPECT_NE(r.error().message.find(why), std::string::npos) << r.error().message;
   EXPECT_EQ(r.error().message.find(kSecret), std::string::npos);
-  EXPECT_EQ(r.error().message.find(v1(kSecret, kNow / 1000, kBody).substr(0, 16)),
+  EXPECT_EQ(r.error().message.find(v2(kSecret, kNow / 1000, kBody).substr(0, 16)),
             std::string::npos);
 }
 
 // ---- signing and verification ------------------------------------------------------------------
 
 TEST(WebhookSignature, SignsTheDocumentedFormat) {
-  Result<std::string> header = sign_webhook(kSecret, kBody, kNow + 999);
+  Result<std::string> header = sign_webhook(kSecret, kNs, kBody, kNow + 999);
   ASSERT_TRUE(header.ok());
-  EXPECT_EQ(*header, "t=1780000000,v1=" + v1(kSecret, kNow / 1000, kBody));
+  EXPECT_EQ(*header, "t=1780000000,v2=" + v2(kSecret, kNow / 1000, kBody));
 
-  Result<std::string> both = sign_webhook({kSecret, kNewSecret}, kBody, kNow);
+  Result<std::string> both = sign_webhook({kSecret, kNewSecret}, kNs, kBody, kNow);
   ASSERT_TRUE(both.ok());
-  EXPECT_EQ(*both, "t=1780000000,v1=" + v1(kSecret, kNow / 1000, kBody) +
-                       ",v1=" + v1(kNewSecret, kNow / 1000, kBody));
+  EXPECT_EQ(*both, "t=1780000000,v2=" + v2(kSecret, kNow / 1000, kBody) +
+                       ",v2=" + v2(kNewSecret, kNow / 1000, kBody));
 
-  EXPECT_EQ(sign_webhook(std::vector<std::string>{}, kBody, kNow).error().code,
+  EXPECT_EQ(sign_webhook(std::vector<std::string>{}, kNs, kBody, kNow).error().code,
             ErrorCode::kInvalidArgument);
-  EXPECT_FALSE(sign_webhook(std::string(15, 's'), kBody, kNow).ok());
-  EXPECT_FALSE(sign_webhook(kSecret, kBody, -1).ok());
+  EXPECT_FALSE(sign_webhook(std::string(15, 's'), kNs, kBody, kNow).ok());
+  EXPECT_FALSE(sign_webhook(kSecret, kNs, kBody, -1).ok());
 }
 
 TEST(WebhookSignature, RoundTrip) {
-  Result<std::string> header = sign_webhook(kSecret, kBody, kNow);
+  Result<std::string> header = sign_webhook(kSecret, kNs, kBody, kNow);
   ASSERT_TRUE(header.ok());
-  Result<WebhookVerified> v = verify_webhook(*header, kBody, {kSecret}, kNow + 2000);
+  Result<WebhookVerified> v = verify_webhook(*header, kBody, {kSecret}, kNs, kNow + 2000);
   ASSERT_TRUE(v.ok()) << v.error().message;
   EXPECT_EQ(v->timestamp_ms, kNow);
   EXPECT_EQ(v->replay_key, "wh:" + sha256_hex("1780000000." + kBody));
@@ -60,42 +66,42 @@ TEST(WebhookSignature, RoundTrip) {
 }
 
 TEST(WebhookSignature, AcceptsAHeaderWrittenByHandWithSpacesAndUpperCaseHex) {
-  std::string sig = v1(kSecret, kNow / 1000, kBody);
+  std::string sig = v2(kSecret, kNow / 1000, kBody);
   for (char& c : sig) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  std::string header = "  t=1780000000 , v0=legacy,  v1=" + sig + "  ";
-  EXPECT_TRUE(verify_webhook(header, kBody, {kSecret}, kNow).ok());
+  std::string header = "  t=1780000000 , v0=legacy,  v2=" + sig + "  ";
+  EXPECT_TRUE(verify_webhook(header, kBody, {kSecret}, kNs, kNow).ok());
   // Order of items does not matter.
-  EXPECT_TRUE(verify_webhook("v1=" + sig + ",t=1780000000", kBody, {kSecret}, kNow).ok());
+  EXPECT_TRUE(verify_webhook("v2=" + sig + ",t=1780000000", kBody, {kSecret}, kNs, kNow).ok());
 }
 
 TEST(WebhookSignature, SecretRotation) {
   // Sender on the old secret, receiver already holding both.
-  Result<std::string> old_only = sign_webhook(kSecret, kBody, kNow);
+  Result<std::string> old_only = sign_webhook(kSecret, kNs, kBody, kNow);
   ASSERT_TRUE(old_only.ok());
-  EXPECT_TRUE(verify_webhook(*old_only, kBody, {kNewSecret, kSecret}, kNow).ok());
+  EXPECT_TRUE(verify_webhook(*old_only, kBody, {kNewSecret, kSecret}, kNs, kNow).ok());
   // Sender signing with both, receiver on the new one only.
-  Result<std::string> both = sign_webhook({kSecret, kNewSecret}, kBody, kNow);
+  Result<std::string> both = sign_webhook({kSecret, kNewSecret}, kNs, kBody, kNow);
   ASSERT_TRUE(both.ok());
-  Result<WebhookVerified> v = verify_webhook(*both, kBody, {kNewSecret}, kNow);
+  Result<WebhookVerified> v = verify_webhook(*both, kBody, {kNewSecret}, kNs, kNow);
   ASSERT_TRUE(v.ok());
   // Receiver on the new secret only refuses the old-only sender.
-  expect_refused(verify_webhook(*old_only, kBody, {kNewSecret}, kNow), "no v1 signature matches");
-  // The replay key does not depend on which signature matched: dropping one of two v1 entries
+  expect_refused(verify_webhook(*old_only, kBody, {kNewSecret}, kNs, kNow), "no signature matches");
+  // The replay key does not depend on which signature matched: dropping one of two v2 entries
   // from a captured request still replays the same key.
-  std::string stripped = "t=1780000000,v1=" + v1(kNewSecret, kNow / 1000, kBody);
-  Result<WebhookVerified> v2 = verify_webhook(stripped, kBody, {kSecret, kNewSecret}, kNow);
-  ASSERT_TRUE(v2.ok());
-  EXPECT_EQ(v2->replay_key, v->replay_key);
+  std::string stripped = "t=1780000000,v2=" + v2(kNewSecret, kNow / 1000, kBody);
+  Result<WebhookVerified> again = verify_webhook(stripped, kBody, {kSecret, kNewSecret}, kNs, kNow);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->replay_key, v->replay_key);
 }
 
 TEST(WebhookSignature, ReplayKeyDiffersPerDelivery) {
-  Result<std::string> a = sign_webhook(kSecret, kBody, kNow);
-  Result<std::string> b = sign_webhook(kSecret, kBody, kNow + 1000);
-  Result<std::string> c = sign_webhook(kSecret, kBody + " ", kNow);
+  Result<std::string> a = sign_webhook(kSecret, kNs, kBody, kNow);
+  Result<std::string> b = sign_webhook(kSecret, kNs, kBody, kNow + 1000);
+  Result<std::string> c = sign_webhook(kSecret, kNs, kBody + " ", kNow);
   ASSERT_TRUE(a.ok() && b.ok() && c.ok());
-  std::string ka = verify_webhook(*a, kBody, {kSecret}, kNow)->replay_key;
-  std::string kb = verify_webhook(*b, kBody, {kSecret}, kNow)->replay_key;
-  std::string kc = verify_webhook(*c, kBody + " ", {kSecret}, kNow)->replay_key;
+  std::string ka = verify_webhook(*a, kBody, {kSecret}, kNs, kNow)->replay_key;
+  std::string kb = verify_webhook(*b, kBody, {kSecret}, kNs, kNow)->replay_key;
+  std::string kc = verify_webhook(*c, kBody + " ", {kSecret}, kNs, kNow)->replay_key;
   EXPECT_NE(ka, kb);
   EXPECT_NE(ka, kc);
   EXPECT_EQ(ka.rfind("wh:", 0), 0u);
@@ -103,44 +109,44 @@ TEST(WebhookSignature, ReplayKeyDiffersPerDelivery) {
 }
 
 TEST(WebhookSignature, TimestampTolerance) {
-  Result<std::string> header = sign_webhook(kSecret, kBody, kNow);
+  Result<std::string> header = sign_webhook(kSecret, kNs, kBody, kNow);
   ASSERT_TRUE(header.ok());
   // Exactly at the edge of the window either way: accepted. One ms beyond: refused.
-  EXPECT_TRUE(verify_webhook(*header, kBody, {kSecret}, kNow + 300'000).ok());
-  expect_refused(verify_webhook(*header, kBody, {kSecret}, kNow + 300'001), "older");
-  EXPECT_TRUE(verify_webhook(*header, kBody, {kSecret}, kNow - 300'000).ok());
-  expect_refused(verify_webhook(*header, kBody, {kSecret}, kNow - 300'001), "future");
+  EXPECT_TRUE(verify_webhook(*header, kBody, {kSecret}, kNs, kNow + 300'000).ok());
+  expect_refused(verify_webhook(*header, kBody, {kSecret}, kNs, kNow + 300'001), "older");
+  EXPECT_TRUE(verify_webhook(*header, kBody, {kSecret}, kNs, kNow - 300'000).ok());
+  expect_refused(verify_webhook(*header, kBody, {kSecret}, kNs, kNow - 300'001), "future");
   // A custom tolerance.
-  expect_refused(verify_webhook(*header, kBody, {kSecret}, kNow + 10'001, 10'000), "older");
-  Result<WebhookVerified> v = verify_webhook(*header, kBody, {kSecret}, kNow - 299'000);
+  expect_refused(verify_webhook(*header, kBody, {kSecret}, kNs, kNow + 10'001, 10'000), "older");
+  Result<WebhookVerified> v = verify_webhook(*header, kBody, {kSecret}, kNs, kNow - 299'000);
   ASSERT_TRUE(v.ok());
   EXPECT_EQ(v->retain_for_ms, 599'001);  // a future t is kept until t + tolerance
-  EXPECT_EQ(verify_webhook(*header, kBody, {kSecret}, kNow, 0).error().code,
+  EXPECT_EQ(verify_webhook(*header, kBody, {kSecret}, kNs, kNow, 0).error().code,
             ErrorCode::kInvalidArgument);
 }
 
 TEST(WebhookSignature, RefusesBadSignatures) {
-  Result<std::string> header = sign_webhook(kSecret, kBody, kNow);
+  Result<std::string> header = sign_webhook(kSecret, kNs, kBody, kNow);
   ASSERT_TRUE(header.ok());
-  expect_refused(verify_webhook(*header, kBody + " ", {kSecret}, kNow), "no v1 signature matches");
+  expect_refused(verify_webhook(*header, kBody + " ", {kSecret}, kNs, kNow), "no signature matches");
   expect_refused(
-      verify_webhook(*header, R"({"connection_id":"gitlab","reason":"deploy"})", {kSecret}, kNow),
-      "no v1 signature matches");
-  expect_refused(verify_webhook(*header, kBody, {kNewSecret}, kNow), "no v1 signature matches");
+      verify_webhook(*header, R"({"connection_id":"gitlab","reason":"deploy"})", {kSecret}, kNs, kNow),
+      "no signature matches");
+  expect_refused(verify_webhook(*header, kBody, {kNewSecret}, kNs, kNow), "no signature matches");
   // The signed timestamp cannot be moved: a fresh t with the old signature fails.
-  std::string moved = "t=1780000100,v1=" + v1(kSecret, kNow / 1000, kBody);
-  expect_refused(verify_webhook(moved, kBody, {kSecret}, kNow), "no v1 signature matches");
+  std::string moved = "t=1780000100,v2=" + v2(kSecret, kNow / 1000, kBody);
+  expect_refused(verify_webhook(moved, kBody, {kSecret}, kNs, kNow), "no signature matches");
   // Every single-character change of the signature is refused.
-  const std::size_t at = header->find("v1=") + 3;
+  const std::size_t at = header->find("v2=") + 3;
   for (std::size_t i = at; i < header->size(); ++i) {
     std::string h = *header;
     h[i] = h[i] == '0' ? '1' : '0';
-    EXPECT_FALSE(verify_webhook(h, kBody, {kSecret}, kNow).ok()) << i;
+    EXPECT_FALSE(verify_webhook(h, kBody, {kSecret}, kNs, kNow).ok()) << i;
   }
 }
 
 TEST(WebhookSignature, RefusesMalformedHeaders) {
-  const std::string sig = v1(kSecret, kNow / 1000, kBody);
+  const std::string sig = v2(kSecret, kNow / 1000, kBody);
   struct Case {
     std::string header;
     std::string why;
@@ -148,61 +154,99 @@ TEST(WebhookSignature, RefusesMalformedHeaders) {
   const std::vector<Case> cases = {
       {"", "missing X-Quiver-Signature"},
       {"   ", "missing"},
-      {"v1=" + sig, "no timestamp"},
-      {"t=1780000000", "no v1 signature"},
-      {"t=1780000000,v0=" + sig, "no v1 signature"},
-      {"t=1780000000,t=1780000000,v1=" + sig, "more than one timestamp"},
-      {"t=,v1=" + sig, "unix seconds"},
-      {"t=-1780000000,v1=" + sig, "unix seconds"},
-      {"t=01780000000,v1=" + sig, "unix seconds"},
-      {"t=1780000000.5,v1=" + sig, "unix seconds"},
-      {"t=1780000000000000,v1=" + sig, "unix seconds"},
-      {"t=1780000000,v1=" + sig.substr(1), "64 hex"},
-      {"t=1780000000,v1=" + sig + "0", "64 hex"},
-      {"t=1780000000,v1=" + sig.substr(0, 63) + "g", "64 hex"},
-      {"t=1780000000,v1=sha256=" + sig, "64 hex"},
-      {"t=1780000000;v1=" + sig, "unix seconds"},
-      {"t=1780000000,,v1=" + sig, "key=value"},
-      {"t=1780000000,v1=" + sig + ",", "key=value"},
-      {"t=1780000000 v1=" + sig, "unix seconds"},
+      {"v2=" + sig, "no timestamp"},
+      {"t=1780000000", "no v2 signature"},
+      {"t=1780000000,v0=" + sig, "no v2 signature"},
+      {"t=1780000000,t=1780000000,v2=" + sig, "more than one timestamp"},
+      {"t=,v2=" + sig, "unix seconds"},
+      {"t=-1780000000,v2=" + sig, "unix seconds"},
+      {"t=01780000000,v2=" + sig, "unix seconds"},
+      {"t=1780000000.5,v2=" + sig, "unix seconds"},
+      {"t=1780000000000000,v2=" + sig, "unix seconds"},
+      {"t=1780000000,v2=" + sig.substr(1), "64 hex"},
+      {"t=1780000000,v2=" + sig + "0", "64 hex"},
+      {"t=1780000000,v2=" + sig.substr(0, 63) + "g", "64 hex"},
+      {"t=1780000000,v2=sha256=" + sig, "64 hex"},
+      {"t=1780000000;v2=" + sig, "unix seconds"},
+      {"t=1780000000,,v2=" + sig, "key=value"},
+      {"t=1780000000,v2=" + sig + ",", "key=value"},
+      {"t=1780000000 v2=" + sig, "unix seconds"},
       {"1780000000," + sig, "key=value"},
-      {"=1780000000,v1=" + sig, "key=value"},
-      {"t=1780000000,v1=" + sig + ",x=" + std::string(2100, 'a'), "2048"},
+      {"=1780000000,v2=" + sig, "key=value"},
+      {"t=1780000000,v2=" + sig + ",x=" + std::string(2100, 'a'), "2048"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.header.substr(0, 80));
-    expect_refused(verify_webhook(c.header, kBody, {kSecret}, kNow), c.why);
+    expect_refused(verify_webhook(c.header, kBody, {kSecret}, kNs, kNow), c.why);
   }
   std::string many = "t=1780000000";
-  for (int i = 0; i < 9; ++i) many += ",v1=" + sig;
-  expect_refused(verify_webhook(many, kBody, {kSecret}, kNow), "more than 8");
+  for (int i = 0; i < 9; ++i) many += ",v2=" + sig;
+  expect_refused(verify_webhook(many, kBody, {kSecret}, kNs, kNow), "more than 8");
   // Every truncation of a good header is refused (and nothing crashes).
-  Result<std::string> good = sign_webhook(kSecret, kBody, kNow);
+  Result<std::string> good = sign_webhook(kSecret, kNs, kBody, kNow);
   ASSERT_TRUE(good.ok());
   for (std::size_t n = 0; n < good->size(); ++n) {
-    EXPECT_FALSE(verify_webhook(good->substr(0, n), kBody, {kSecret}, kNow).ok()) << n;
+    EXPECT_FALSE(verify_webhook(good->substr(0, n), kBody, {kSecret}, kNs, kNow).ok()) << n;
   }
 }
 
 TEST(WebhookSignature, SecretsAreConfiguration) {
-  Result<std::string> header = sign_webhook(kSecret, kBody, kNow);
+  Result<std::string> header = sign_webhook(kSecret, kNs, kBody, kNow);
   ASSERT_TRUE(header.ok());
-  Result<WebhookVerified> none = verify_webhook(*header, kBody, {}, kNow);
+  Result<WebhookVerified> none = verify_webhook(*header, kBody, {}, kNs, kNow);
   ASSERT_FALSE(none.ok());
   EXPECT_EQ(none.error().code, ErrorCode::kInvalidArgument);
   EXPECT_NE(none.error().message.find("no webhook secret"), std::string::npos);
-  Result<WebhookVerified> empty = verify_webhook(*header, kBody, {kSecret, ""}, kNow);
+  Result<WebhookVerified> empty = verify_webhook(*header, kBody, {kSecret, ""}, kNs, kNow);
   ASSERT_FALSE(empty.ok());
   EXPECT_EQ(empty.error().code, ErrorCode::kInvalidArgument);
-  EXPECT_FALSE(verify_webhook(*header, kBody, {std::string(15, 'x')}, kNow).ok());
+  EXPECT_FALSE(verify_webhook(*header, kBody, {std::string(15, 'x')}, kNs, kNow).ok());
 }
 
 TEST(WebhookSignature, EmptyAndBinaryBodies) {
   for (const std::string& body : {std::string(), std::string("\0\xff\n.", 4)}) {
-    Result<std::string> header = sign_webhook(kSecret, body, kNow);
+    Result<std::string> header = sign_webhook(kSecret, kNs, body, kNow);
     ASSERT_TRUE(header.ok());
-    EXPECT_TRUE(verify_webhook(*header, body, {kSecret}, kNow).ok());
+    EXPECT_TRUE(verify_webhook(*header, body, {kSecret}, kNs, kNow).ok());
   }
+}
+
+// One secret shared by two namespaces: a request signed for one does not verify in the other, so
+// a captured request cannot be replayed once into each namespace (each has its own replay guard).
+TEST(WebhookSignature, TheNamespaceIsSigned) {
+  Result<std::string> header = sign_webhook(kSecret, "team-a", kBody, kNow);
+  ASSERT_TRUE(header.ok());
+  EXPECT_TRUE(verify_webhook(*header, kBody, {kSecret}, "team-a", kNow).ok());
+  expect_refused(verify_webhook(*header, kBody, {kSecret}, "team-b", kNow),
+                 "no signature matches a configured secret for namespace team-b");
+  EXPECT_EQ(sign_webhook(kSecret, "bad namespace", kBody, kNow).error().code,
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(verify_webhook(*header, kBody, {kSecret}, "", kNow).error().code,
+            ErrorCode::kInvalidArgument);
+}
+
+// Deprecated, accepted for one release: the v1 form without the namespace, flagged so hosts log
+// it. A header carrying both forms (a sender in transition) counts as v2.
+TEST(WebhookSignature, TheDeprecatedV1FormIsStillAcceptedAndFlagged) {
+  Result<std::string> old_form = sign_webhook_v1(kSecret, kBody, kNow);
+  ASSERT_TRUE(old_form.ok());
+  EXPECT_EQ(*old_form, "t=1780000000,v1=" + v1(kSecret, kNow / 1000, kBody));
+  Result<WebhookVerified> v = verify_webhook(*old_form, kBody, {kSecret}, kNs, kNow);
+  ASSERT_TRUE(v.ok()) << v.error().message;
+  EXPECT_TRUE(v->legacy_v1);
+  EXPECT_EQ(v->replay_key, "wh:" + sha256_hex("1780000000." + kBody));  // same guard as v2
+  expect_refused(verify_webhook(*old_form, kBody + " ", {kSecret}, kNs, kNow),
+                 "no signature matches");
+
+  const std::string both = *sign_webhook(kSecret, kNs, kBody, kNow) + ",v1=" +
+                           v1(kSecret, kNow / 1000, kBody);
+  Result<WebhookVerified> b = verify_webhook(both, kBody, {kSecret}, kNs, kNow);
+  ASSERT_TRUE(b.ok());
+  EXPECT_FALSE(b->legacy_v1);
+  EXPECT_EQ(b->replay_key, v->replay_key);
+  EXPECT_FALSE(verify_webhook(*sign_webhook(kSecret, kNs, kBody, kNow), kBody, {kSecret}, kNs,
+                              kNow)
+                   ->legacy_v1);
 }
 
 // ---- the body ----------------------------------------------------------------------------------
