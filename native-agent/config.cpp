@@ -1786,47 +1786,15 @@ void Parser::env_warnings() {
   }
 }
 
-// nlohmann's parse error without the text it last read (that may be part of an inline secret).
-std::string sanitized_parse_error(std::string what) {
-  const std::size_t at = what.find("parse error at ");
-  if (at != std::string::npos) what = what.substr(at + 15);
-  const std::size_t last_read = what.find("; last read: '");
-  if (last_read != std::string::npos) {
-    const std::size_t expected = what.rfind("'; expected ");
-    what = what.substr(0, last_read) + (expected != std::string::npos && expected > last_read
-                                            ? what.substr(expected + 1)
-                                            : std::string());
-  }
-  return what;
-}
-
+// The one JSON entry point (shared/json.h: size and depth bounds, messages that never quote the
+// text), with comments allowed as in other MCP clients' config files.
 Result<Json> parse_config_json(std::string_view text, const std::string& origin) {
-  Json value = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false,
-                           /*ignore_comments=*/true);
-  if (!value.is_discarded()) return value;
-  struct Locator : nlohmann::json_sax<Json> {
-    std::string what;
-    bool null() override { return true; }
-    bool boolean(bool) override { return true; }
-    bool number_integer(number_integer_t) override { return true; }
-    bool number_unsigned(number_unsigned_t) override { return true; }
-    bool number_float(number_float_t, const string_t&) override { return true; }
-    bool string(string_t&) override { return true; }
-    bool binary(binary_t&) override { return true; }
-    bool start_object(std::size_t) override { return true; }
-    bool key(string_t&) override { return true; }
-    bool end_object() override { return true; }
-    bool start_array(std::size_t) override { return true; }
-    bool end_array() override { return true; }
-    bool parse_error(std::size_t, const std::string&,
-                     const nlohmann::detail::exception& ex) override {
-      what = ex.what();
-      return false;
-    }
-  } locator;
-  Json::sax_parse(text.begin(), text.end(), &locator, nlohmann::detail::input_format_t::json,
-                  /*strict=*/true, /*ignore_comments=*/true);
-  return invalid(origin + ": malformed JSON at " + sanitized_parse_error(locator.what));
+  JsonParseOptions options;
+  options.max_bytes = kMaxConfigBytes;
+  options.allow_comments = true;
+  Result<Json> value = parse_json(text, options);
+  if (!value.ok()) return invalid(origin + ": " + value.error().message);
+  return value;
 }
 
 Result<AgentConfig> Parser::run() {
