@@ -70,6 +70,7 @@ const std::vector<RuntimeControlInfo> kRuntimeControls = {
     {"max_age_ms", "QUIVER_MAX_AGE_MS", 1, kYearMs, false},
     {"refresh_ahead_ratio", "QUIVER_REFRESH_AHEAD_RATIO", 0, 1, true},
     {"max_manifest_bytes", "QUIVER_MAX_MANIFEST_BYTES", 1024, 64.0 * 1024 * 1024, false},
+    {"max_listing_bytes", "QUIVER_MAX_LISTING_BYTES", 65536, 1024.0 * 1024 * 1024, false},
     {"maintenance_interval_ms", "QUIVER_MAINTENANCE_INTERVAL_MS", 1, kDayMs, false},
     {"maintenance_batch", "QUIVER_MAINTENANCE_BATCH", 1, 10000, false},
     {"lease_ms", "QUIVER_LEASE_MS", 1, kDayMs, false},
@@ -732,6 +733,7 @@ Slot slot(RuntimeControls& r, std::string_view field) {
   if (field == "max_age_ms") return {&r.max_age_ms, nullptr};
   if (field == "refresh_ahead_ratio") return {nullptr, &r.refresh_ahead_ratio};
   if (field == "max_manifest_bytes") return {&r.max_manifest_bytes, nullptr};
+  if (field == "max_listing_bytes") return {&r.max_listing_bytes, nullptr};
   if (field == "maintenance_interval_ms") return {&r.maintenance_interval_ms, nullptr};
   if (field == "maintenance_batch") return {&r.maintenance_batch, nullptr};
   if (field == "lease_ms") return {&r.lease_ms, nullptr};
