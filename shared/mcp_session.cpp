@@ -49,6 +49,77 @@ const char* kMetaServerInfo = "io.modelcontextprotocol/serverInfo";
 
 int idx(ListKind k) { return static_cast<int>(k); }
 
+// The integer id of a text that is well-formed JSON, an object with a top-level "id" and a
+// "result" or "error" — a response — found without building anything (a SAX pass). For a reply
+// parse_jsonrpc_batch refused (nested past the depth limit, or not JSON-RPC 2.0): its request
+// fails at once as an invalid reply instead of waiting for its deadline.
+std::optional<int64_t> unreadable_response_id(std::string_view text) {
+  struct Scan {
+    using number_integer_t = Json::number_integer_t;
+    using number_unsigned_t = Json::number_unsigned_t;
+    using number_float_t = Json::number_float_t;
+    using string_t = Json::string_t;
+    using binary_t = Json::binary_t;
+    std::size_t depth = 0;
+    bool id_next = false;
+    bool response = false;
+    std::optional<int64_t> id;
+    bool top_level_object = false;
+
+    bool scalar() {
+      id_next = false;
+      return true;
+    }
+    bool null() { return scalar(); }
+    bool boolean(bool) { return scalar(); }
+    bool number_integer(number_integer_t v) {
+      if (id_next && depth == 1) id = v;
+      return scalar();
+    }
+    bool number_unsigned(number_unsigned_t v) {
+      if (id_next && depth == 1 && v <= static_cast<number_unsigned_t>(std::numeric_limits<int64_t>::max())) {
+        id = static_cast<int64_t>(v);
+      }
+      return scalar();
+    }
+    bool number_float(number_float_t, const string_t&) { return scalar(); }
+    bool string(string_t&) { return scalar(); }
+    bool binary(binary_t&) { return scalar(); }
+    bool key(string_t& k) {
+      if (depth == 1) {
+        id_next = k == "id";
+        response = response || k == "result" || k == "error";
+      }
+      return true;
+    }
+    bool start_object(std::size_t) {
+      if (depth == 0) top_level_object = true;
+      id_next = false;
+      ++depth;
+      return true;
+    }
+    bool end_object() {
+      --depth;
+      return true;
+    }
+    bool start_array(std::size_t) {
+      id_next = false;
+      ++depth;
+      return true;
+    }
+    bool end_array() {
+      --depth;
+      return true;
+    }
+    bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) {
+      return false;
+    }
+  } scan;
+  if (!Json::sax_parse(text.begin(), text.end(), &scan)) return std::nullopt;
+  if (!scan.top_level_object || !scan.response) return std::nullopt;
+  return scan.id;
+}
+
 // Upstream text goes into error messages: no control characters, bounded, cut on a UTF-8
 // character boundary.
 std::string clip(std::string_view text, std::size_t max_chars) {
@@ -337,6 +408,16 @@ Status McpSession::handle_text(std::string_view text, int64_t now_ms) {
   auto parsed = parse_jsonrpc_batch(text, config_.max_message_bytes);
   if (!parsed.ok()) {
     ++stats_.garbage_messages;
+    if (parsed.error().code != ErrorCode::kTooLarge) {
+      if (std::optional<int64_t> id = unreadable_response_id(text)) {
+        if (pending_.count(*id) != 0) {
+          on_request_failed(*id,
+                            Error(ErrorCode::kInvalidReply,
+                                  "the reply cannot be read: " + parsed.error().message),
+                            now_ms);
+        }
+      }
+    }
     return parsed.error();
   }
   for (JsonRpcMessage& m : *parsed) handle_message(std::move(m), now_ms);

@@ -1321,6 +1321,38 @@ TEST(McpSession, GarbageIsCountedAndIgnored) {
   EXPECT_EQ(sim.listing().list(ListKind::kTools).items.size(), 13u);
 }
 
+// Issue 9: a reply nested 200,000 deep is refused by the parse (nothing deep is built). Its id can
+// still be read, so its request fails at once as an invalid reply rather than at its deadline; a
+// deep notification is garbage and the listing goes on.
+TEST(McpSession, ADeepReplyFailsItsRequestAtOnceAndADeepNotificationIsSkipped) {
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  Sim sim;
+  sim.peer.hook = [&](FakePeer& p, const JsonRpcMessage& m, int64_t now) {
+    if (m.method == "tools/list") {
+      p.send_at(now + 1, R"({"jsonrpc":"2.0","method":"notifications/message","params":{"data":)" +
+                             deep + "}}");
+      p.send_at(now + 2, R"({"jsonrpc":"2.0","id":)" + m.id.dump() +
+                             R"(,"result":{"tools":[{"name":"t","inputSchema":{"default":)" +
+                             deep + "}}]}}");
+      return true;
+    }
+    return false;
+  };
+  sim.start();
+  sim.run();
+  const Listing listing = sim.listing();
+  const ListOutcome& tools = listing.list(ListKind::kTools);
+  EXPECT_EQ(tools.state, ListState::kFailed);
+  ASSERT_TRUE(tools.error.has_value());
+  EXPECT_EQ(tools.error->code, ErrorCode::kInvalidReply);
+  EXPECT_EQ(tools.error->message,
+            "tools/list: the reply cannot be read: JSON nested deeper than 128 levels (the limit)");
+  EXPECT_LT(listing.finished_at_ms - sim.started_at, 1000);  // not the 3 s request timeout
+  EXPECT_EQ(sim.session.stats().garbage_messages, 2);
+  EXPECT_EQ(listing.list(ListKind::kPrompts).state, ListState::kOk);
+  EXPECT_EQ(listing.list(ListKind::kResources).state, ListState::kOk);
+}
+
 TEST(McpSession, EveryPrefixOfAnAnswerIsGarbageUntilItIsWhole) {
   Sim sim;
   sim.peer.hook = [](FakePeer&, const JsonRpcMessage& m, int64_t) {
