@@ -38,11 +38,13 @@ class BoundedDomBuilder {
   bool parse_error(std::size_t position, const std::string& token,
                    const nlohmann::detail::exception& ex) {
     what_ = ex.what();
+    position_ = position;
     return dom_.parse_error(position, token, ex);
   }
 
   bool too_deep() const { return too_deep_; }
   const std::string& what() const { return what_; }
+  std::size_t position() const { return position_; }
 
  private:
   bool enter() {
@@ -59,6 +61,7 @@ class BoundedDomBuilder {
   std::size_t depth_ = 0;
   bool too_deep_ = false;
   std::string what_;
+  std::size_t position_ = 0;
 };
 
 // nlohmann's message ("[json.exception.parse_error.101] parse error at line 1, column 5: syntax
@@ -96,9 +99,13 @@ Result<Json> parse_json(std::string_view text, const JsonParseOptions& options) 
                                                   std::to_string(options.max_depth) +
                                                   " levels (the limit)");
   }
-  std::string message = "malformed JSON";
-  if (!builder.what().empty()) message += " at " + sanitized_parse_error(builder.what());
-  return Error(ErrorCode::kInvalidArgument, std::move(message));
+  // "malformed JSON at line 1, column 13 (byte 13): syntax error while parsing value - ..."
+  std::string where = sanitized_parse_error(builder.what());
+  const std::string byte = "byte " + std::to_string(builder.position());
+  const std::size_t colon = where.find(':');
+  where = colon == std::string::npos ? byte + where
+                                     : where.substr(0, colon) + " (" + byte + ")" + where.substr(colon);
+  return Error(ErrorCode::kInvalidArgument, "malformed JSON at " + where);
 }
 
 Result<Json> parse_json(std::string_view text, std::size_t max_bytes) {
