@@ -491,7 +491,11 @@ struct ApiServer::Impl {
     RenderOptions render = discovery.render;
     RenderedDiscovery rendered =
         render_manifests(*snap, discovery.freshness, options.now_ms(), render);
-    Result<Json> body = parse_json(rendered.body);
+    // Our own rendering: each manifest in it was read through the depth limit, and the envelope
+    // adds a few levels, so a manifest at the limit must not make this parse fail.
+    JsonParseOptions own;
+    own.max_depth = kMaxJsonDepth + 16;
+    Result<Json> body = parse_json(rendered.body, own);
     if (!body.ok() || !body->is_object()) {
       log("api: GET /v1/mcp-connections: the rendered body does not parse");
       return send_error(res, HttpErrorCode::kInternal, "internal error");

@@ -787,6 +787,182 @@ TEST(AgentPreferences, UpstreamOfflineKeepsKnownCapabilitiesAndTheLastGoodManife
   EXPECT_TRUE(log.contains("refresh of t (shared) (manual) failed"));
 }
 
+// ---- hostile upstreams (issue 9, issue 10) -------------------------------------------------------
+
+// The stored manifest's tools list: its state and error message ("" when none).
+std::pair<ListState, std::string> tools_state(ManifestStore& store, const std::string& cid) {
+  Result<std::optional<StoredManifest>> m = store.read_manifest(cid, Principal::shared());
+  if (!m.ok() || !m->has_value() || !(*m)->meta.has_data) return {ListState::kNotListed, ""};
+  Result<Manifest> decoded = decode_manifest((*m)->manifest);
+  if (!decoded.ok()) return {ListState::kNotListed, decoded.error().message};
+  const auto& tools = decoded->tools;
+  return {tools.state, tools.error ? tools.error->message : ""};
+}
+
+// Peak resident set of this process (VmHWM), in bytes.
+int64_t peak_rss_bytes() {
+  std::string status = read_file("/proc/self/status");
+  std::size_t at = status.find("VmHWM:");
+  if (at == std::string::npos) return 0;
+  return std::stoll(status.substr(at + 6)) * 1024;
+}
+
+// A reply or notification nested 200,000 deep (400 KB) used to be built in full and overflow the
+// stack in the first copy: the agent died with every connection. Now each is refused at the
+// parse, on every transport: the tools list of that connection fails naming the depth, the other
+// lists and connections are listed, and the agent goes on.
+TEST(AgentHostile, DeepRepliesAndNotificationsFailOnlyTheirListing) {
+  TempDir dir;
+  const std::string depth = "200000";
+  TestUpstreamHttp json_reply({"--deep-reply", depth, "--json-response"});
+  TestUpstreamHttp sse_reply({"--deep-reply", depth});
+  ASSERT_TRUE(json_reply.ok() && sse_reply.ok());
+  Json servers = {
+      {"good", upstream_server({})},
+      {"stdio_reply", upstream_server({"--deep-reply", depth})},
+      {"stdio_note", upstream_server({"--deep-notify", depth})},
+      {"http_json_reply", {{"url", json_reply.url()}}},
+      {"http_sse_reply", {{"url", sse_reply.url()}}},
+  };
+  LogCapture log;
+  AgentConfig cfg = make_config(dir, servers, {{"allow_private_upstreams", true}});
+  cfg.runtime.list_timeout_ms = 20000;
+  cfg.runtime.request_timeout_ms = 3000;
+  auto agent = make_agent(cfg, manual_options(log));
+  ASSERT_TRUE(agent);
+  ASSERT_TRUE(agent->start().ok());
+
+  for (const char* cid : {"stdio_reply", "http_json_reply", "http_sse_reply"}) {
+    Result<RefreshReport> r = agent->refresh_now(cid, Principal::shared(), "manual");
+    ASSERT_TRUE(r.ok()) << cid << ": " << r.error().message;
+    // Nothing better is known, so the listing is stored with its tools list failed.
+    auto [state, message] = tools_state(agent->store(), cid);
+    EXPECT_EQ(state, ListState::kFailed) << cid << "\n" << log.all();
+    EXPECT_NE(message.find("nested deeper than 128 levels"), std::string::npos)
+        << cid << ": " << message;
+  }
+  // Over stdio a notification that cannot be read is skipped: the reply after it is listed.
+  Result<RefreshReport> note = agent->refresh_now("stdio_note", Principal::shared(), "manual");
+  ASSERT_TRUE(note.ok());
+  EXPECT_TRUE(note->committed);
+  EXPECT_EQ(tools_state(agent->store(), "stdio_note").first, ListState::kOk) << log.all();
+  EXPECT_EQ(tool_names(agent->store(), "stdio_note").size(), 3u);
+
+  // The agent is alive and lists the good connection, before and after, as often as asked.
+  for (int i = 0; i < 2; ++i) {
+    Result<RefreshReport> good = agent->refresh_now("good", Principal::shared(), "manual");
+    ASSERT_TRUE(good.ok());
+    EXPECT_TRUE(good->committed) << good->outcome;
+    EXPECT_EQ(tool_names(agent->store(), "good").size(), 3u);
+  }
+  agent->stop();
+}
+
+// Issue 10: a server that ends its last page with `"nextCursor": ""` was asked for `cursor: ""`,
+// refused it (the official client never sends it) and the whole list was dropped.
+TEST(AgentHostile, AnEmptyLastCursorEndsTheList) {
+  TempDir dir;
+  std::string stats = dir.path("stats");
+  LogCapture log;
+  auto agent = make_agent(
+      make_config(dir, {{"t", upstream_server({"--tools", "25", "--page-size", "10",
+                                               "--empty-last-cursor", "--stats-file", stats})}}),
+      manual_options(log));
+  ASSERT_TRUE(agent);
+  ASSERT_TRUE(agent->start().ok());
+  Result<RefreshReport> r = agent->refresh_now("t", Principal::shared(), "manual");
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->committed) << log.all();
+  EXPECT_EQ(tools_state(agent->store(), "t").first, ListState::kOk) << log.all();
+  EXPECT_EQ(tool_names(agent->store(), "t").size(), 25u);
+  EXPECT_EQ(tools_list_calls(stats), 3);  // three pages, no fourth request with cursor ""
+}
+
+// Issue 9: a hostile upstream could make the agent hold gigabytes before the manifest bound
+// applied (1,000 pages of 10 tools with 100 KB descriptions: 1 GB received), send a 15 MiB cursor
+// or a cursor cycle. Each now fails the listing with a clear error; the last good manifest stays
+// served with the error recorded, and the agent's memory stays bounded by the listing budget.
+TEST(AgentHostile, HostileListingsFailAndKeepTheLastGoodManifest) {
+  RedisServer redis;
+  ASSERT_TRUE(redis.ok()) << redis.error();
+  TempDir dir;
+  std::string ctl = dir.path("ctl");
+  LogCapture log;
+  AgentConfig cfg = make_config(
+      dir,
+      {{"h", upstream_server({"--tools", "10000", "--page-size", "10", "--control", ctl,
+                              "--stats-file", dir.path("h.stats")})}},
+      {{"redis", redis_url(redis)}});
+  cfg.runtime.list_timeout_ms = 60000;  // the deadline of the 6.3 GB report
+  cfg.runtime.request_timeout_ms = 20000;
+  auto agent = make_agent(cfg, manual_options(log));
+  ASSERT_TRUE(agent);
+  ASSERT_TRUE(agent->start().ok());
+  Result<RefreshReport> first = agent->refresh_now("h", Principal::shared(), "manual");
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE(first->committed) << log.all();
+  const std::string etag = meta_of(agent->store(), "h")->etag;
+  const std::size_t listed = tool_names(agent->store(), "h").size();
+  ASSERT_GT(listed, 0u);
+
+  int64_t commands = 0;
+  auto set = [&](const std::string& json) {
+    append_line(ctl, R"({"set":)" + json + "}");
+    ++commands;
+    // The upstream polls its control file: wait until it has applied this line.
+    ASSERT_TRUE(wait_until(
+        [&] {
+          Json st = read_stats(dir.path("h.stats"));
+          return st.is_object() && st.value("control_commands", int64_t{0}) == commands;
+        },
+        10000));
+  };
+  struct Step {
+    const char* set;
+    ErrorCode code;
+    const char* says;
+  };
+  const std::vector<Step> steps = {
+      {R"({"oversize_bytes":1000000})", ErrorCode::kTooLarge, "byte budget of 16777216 bytes"},
+      {R"({"oversize_bytes":0,"cursor_bytes":15728640})", ErrorCode::kInvalidReply,
+       "exceeds the bound of 16384"},
+      {R"({"cursor_bytes":0,"cursor_cycle":3})", ErrorCode::kInvalidReply, "pagination loop"},
+  };
+  for (const Step& step : steps) {
+    set(step.set);
+    const int64_t peak_before = peak_rss_bytes();
+    Result<RefreshReport> r = agent->refresh_now("h", Principal::shared(), "manual");
+    const int64_t peak_growth = peak_rss_bytes() - peak_before;
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_EQ(r->outcome, "failed") << step.set << "\n" << log.all();
+    ASSERT_TRUE(r->error.has_value()) << step.set;
+    // Self-heal retries once on a fresh session (ADR-004); the same refusal there is reported
+    // as UPSTREAM_UNAVAILABLE naming the cause.
+    EXPECT_TRUE(r->error->code == step.code || r->error->code == ErrorCode::kUnavailable)
+        << step.set << ": " << r->error->message;
+    EXPECT_NE(r->error->message.find(step.says), std::string::npos) << r->error->message;
+    // The last good manifest is still the one served, the failure recorded beside it.
+    std::optional<ManifestMeta> meta = meta_of(agent->store(), "h");
+    ASSERT_TRUE(meta);
+    EXPECT_EQ(meta->etag, etag) << step.set;
+    EXPECT_FALSE(meta->error_code.empty()) << step.set;
+    EXPECT_EQ(tool_names(agent->store(), "h").size(), listed);
+    // 1,000 pages of 1 MB were on offer: the agent took at most its 16 MiB budget of them.
+    EXPECT_LT(peak_growth, int64_t{256} << 20) << step.set << ": peak RSS grew by " << peak_growth;
+  }
+  // The upstream behaves again: listed and committed once the failure backoff allows. (The
+  // self-heal may have replaced the process: a new one applies every control line at start.)
+  append_line(ctl, R"({"set":{"cursor_cycle":0}})");
+  EXPECT_TRUE(wait_until(
+      [&] {
+        Result<RefreshReport> again = agent->refresh_now("h", Principal::shared(), "manual");
+        return again.ok() && again->committed;
+      },
+      30000))
+      << log.all();
+  agent->stop();
+}
+
 // ---- triggers ----------------------------------------------------------------------------------
 
 TEST(AgentTriggers, ListChangedRefreshesWithinASecond) {

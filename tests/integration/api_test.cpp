@@ -19,6 +19,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <sqlite3.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -30,7 +31,9 @@
 #include "native-agent/config.h"
 #include "native-agent/metrics.h"
 #include "shared/caller_token.h"
+#include "shared/sha256.h"
 #include "shared/webhook_signature.h"
+#include "tests/support/hiredis_run.h"
 #include "tests/support/mcp_peers.h"
 #include "tests/support/redis_server.h"
 
@@ -67,7 +70,11 @@ int64_t tools_list_calls(const std::string& stats_file) {
 
 Json body_of(const httplib::Result& r) {
   if (!r) return Json();
-  Result<Json> j = parse_json(r->body);
+  // Answers wrap manifests in a few more levels than the upstream's reply had: a definition at
+  // the depth limit is deeper than the limit here.
+  JsonParseOptions answers;
+  answers.max_depth = 2 * kMaxJsonDepth;
+  Result<Json> j = parse_json(r->body, answers);
   return j.ok() ? *j : Json();
 }
 
@@ -121,7 +128,7 @@ class ApiTest : public ::testing::TestWithParam<Backend> {
     ASSERT_FALSE(dir_.root().empty());
     stats_ = dir_.path("t-stats.json");
     Json servers = {
-        {"t", test_upstream({"--tools", "3", "--stats-file", stats_})},
+        {"t", test_upstream({"--tools", "3", "--stats-file", stats_, "--control", dir_.path("t-ctl")})},
         {"u", test_upstream({"--tools", "2"})},
         {"broken", {{"command", "node"}, {"args", {dir_.path("no-such-server.mjs")}}}},
         // Per-member: each member's credential makes the upstream list `<member>_tool_N`.
@@ -632,6 +639,144 @@ TEST_P(ApiTest, OnlyOperatorsChangeASharedConnectionsPreferences) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 403);
   EXPECT_EQ(visible_tools("alice", "t"), (std::vector<std::string>{"tool_2", "tool_3"}));
+// Issue 9: a body nested as deep as the 64 KiB body bound allows (32,000 levels) used to be built
+// in full, then copied and compared level by level on an API worker's stack. Every JSON the API
+// reads goes through parse_json's depth limit: 400 / 401, and the API keeps answering.
+TEST_P(ApiTest, DeeplyNestedBodiesAndTokensAreRefusedAndTheApiStaysUp) {
+  auto deep = [](std::size_t depth) { return std::string(depth, '[') + std::string(depth, ']'); };
+  const std::string value = deep(32000);  // 64,000 bytes: under the body bound
+  struct Case {
+    const char* method;
+    std::string path;
+    std::string body;
+  };
+  const std::vector<Case> cases = {
+      {"PUT", "/v1/mcp-connections/t/preferences", "{\"changes\":" + value + "}"},
+      {"PATCH", "/v1/mcp-connections/t/preferences",
+       "{\"type\":\"tool\",\"key\":\"tool_1\",\"enabled\":" + value + "}"},
+      {"POST", "/v1/mcp-connections/t/evidence",
+       "{\"kind\":\"unknown_tool\",\"name\":\"x\",\"more\":" + value + "}"},
+  };
+  for (const Case& c : cases) {
+    ASSERT_LE(c.body.size(), 64u * 1024);
+    httplib::Result r = c.method == std::string("PUT")
+                            ? client_->Put(c.path, bearer("alice"), c.body, "application/json")
+                        : c.method == std::string("PATCH")
+                            ? client_->Patch(c.path, bearer("alice"), c.body, "application/json")
+                            : client_->Post(c.path, bearer("alice"), c.body, "application/json");
+    ASSERT_TRUE(r) << c.method << " " << c.path << ": no answer (did the agent crash?)";
+    EXPECT_EQ(r->status, 400) << c.method << " " << c.path << ": " << r->body;
+    EXPECT_EQ(error_code(r), "BAD_REQUEST");
+  }
+  // The webhook, correctly signed: the signature is checked first, the body is parsed after.
+  const std::string hook = "{\"connection_id\":\"t\",\"reason\":" + value + "}";
+  auto r = client_->Post(
+      "/v1/webhooks/refresh",
+      {{kWebhookSignatureHeader, *sign_webhook(kWebhookSecret, hook, system_clock_ms()())}}, hook,
+      "application/json");
+  ASSERT_TRUE(r) << "webhook: no answer";
+  EXPECT_EQ(r->status, 400) << r->body;
+  // A caller token whose header segment is as deep as the 4 KiB token bound allows (1,400
+  // levels): not a JSON object header, 401.
+  const std::string token = base64url_encode(deep(1400)) + "." +
+                            base64url_encode(R"({"sub":"alice"})") + "." +
+                            base64url_encode(std::string(32, 's'));
+  ASSERT_LE(token.size(), kMaxTokenBytes);
+  r = client_->Get("/v1/manifests", {{"Authorization", "Bearer " + token}});
+  ASSERT_TRUE(r) << "token: no answer";
+  EXPECT_EQ(r->status, 401);
+  EXPECT_EQ(error_code(r), "UNAUTHENTICATED");
+
+  // Nothing changed, and everything still answers.
+  auto health = client_->Get("/healthz");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(visible_tools("alice", "t"), (std::vector<std::string>{"tool_1", "tool_2", "tool_3"}));
+  Result<RevalidationBatch> queued = agent_->store().read_revalidations("api-test", 10, 0);
+  ASSERT_TRUE(queued.ok());
+  EXPECT_TRUE(queued->requests.empty());
+}
+
+// Issue 9: a manifest read back from the store goes through the same depth limit. A blob nested
+// 200,000 deep written straight into Redis or SQLite (a corrupted or hostile store) is reported as
+// unreadable for its connection; the API stays up and every other manifest is served.
+TEST_P(ApiTest, ADeeplyNestedManifestInTheStoreIsUnreadableAndOthersAreServed) {
+  Result<RefreshReport> u = agent_->refresh_now("u", Principal::shared(), "manual");
+  ASSERT_TRUE(u.ok() && u->committed) << log();
+  const std::string deep = "{\"format\":1,\"tools\":" + std::string(200000, '[') +
+                           std::string(200000, ']') + "}";
+  if (GetParam() == Backend::kRedis) {
+    testing::RedisConnection c(redis_->connect());
+    ASSERT_TRUE(c);
+    Result<RedisKeys> keys = RedisKeys::create(ns());
+    ASSERT_TRUE(keys.ok());
+    RespValue set = testing::run_argv(c.get(), {"HSET", *keys->manifest("t", Principal::shared()),
+                                                "manifest", deep, "etag", "sha256-deep"});
+    ASSERT_FALSE(set.is_error()) << set.str;
+  } else {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open((dir_.path("data") + "/quiver.db").c_str(), &db), SQLITE_OK);
+    sqlite3_busy_timeout(db, 10000);
+    sqlite3_stmt* st = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(db,
+                                 "UPDATE manifests SET manifest = ?1, etag = 'sha256-deep' "
+                                 "WHERE connection_id = 't' AND principal = 'shared'",
+                                 -1, &st, nullptr),
+              SQLITE_OK);
+    sqlite3_bind_text(st, 1, deep.data(), static_cast<int>(deep.size()), SQLITE_TRANSIENT);
+    EXPECT_EQ(sqlite3_step(st), SQLITE_DONE);
+    EXPECT_EQ(sqlite3_changes(db), 1);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+  }
+
+  auto r = client_->Get("/v1/manifests", bearer("alice"));
+  ASSERT_TRUE(r) << "no answer (did the agent crash?)";
+  ASSERT_EQ(r->status, 200) << r->body;
+  bool seen = false;
+  const Json all = body_of(r);
+  for (const Json& c : all["connections"]) {
+    if (c["id"] != "t") continue;
+    seen = true;
+    EXPECT_FALSE(c.contains("manifest")) << c.dump();
+    EXPECT_NE(c.dump().find("unreadable"), std::string::npos) << c.dump();
+  }
+  EXPECT_TRUE(seen) << r->body;
+  auto one = client_->Get("/v1/mcp-connections/t/manifest", bearer("alice"));
+  ASSERT_TRUE(one) << "no answer (did the agent crash?)";
+  EXPECT_EQ(one->status, 200) << one->body.substr(0, 300);  // the entry, in state error
+  const Json entry = body_of(one);
+  EXPECT_EQ(entry.value("status", ""), "error") << one->body.substr(0, 300);
+  EXPECT_FALSE(entry.contains("manifest"));
+  EXPECT_NE(one->body.find("unreadable: JSON nested deeper than 128 levels"), std::string::npos)
+      << one->body.substr(0, 300);
+  auto listed = client_->Get("/v1/mcp-connections", bearer("alice"));
+  ASSERT_TRUE(listed);
+  EXPECT_EQ(listed->status, 200) << listed->body;
+  // Bob's connection is served as before.
+  EXPECT_EQ(visible_tools("bob", "u"), (std::vector<std::string>{"tool_1", "tool_2"}));
+  auto health = client_->Get("/healthz");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+}
+
+// The depth limit must not refuse what it let in: a tool whose schema sits just under the limit in
+// the upstream's reply is listed, stored, and served by every endpoint, although the answers wrap
+// it in more levels than the reply did.
+TEST_P(ApiTest, ADefinitionJustUnderTheDepthLimitIsServedEverywhere) {
+  // The reply nests the value 123 levels under 5 (reply, result, tools, tool, inputSchema): 128.
+  testing::append_line(dir_.path("t-ctl"), R"({"set":{"deep_reply":123}})");
+  ASSERT_TRUE(wait_until(
+      [&] { return read_stats(stats_).value("control_commands", int64_t{0}) == 1; }, 10000));
+  Result<RefreshReport> r = agent_->refresh_now("t", Principal::shared(), "manual");
+  ASSERT_TRUE(r.ok() && r->committed) << log();
+  EXPECT_EQ(visible_tools("alice", "t"), (std::vector<std::string>{"deep"}));
+  for (const char* path : {"/v1/mcp-connections", "/v1/mcp-connections/t/manifest",
+                           "/v1/manifests?view=mcp", "/v1/search?q=deep"}) {
+    auto got = client_->Get(path, bearer("alice"));
+    ASSERT_TRUE(got) << path;
+    EXPECT_EQ(got->status, 200) << path << ": " << got->body.substr(0, 300);
+  }
 }
 
 TEST_P(ApiTest, SearchRanksTheCallersVisibleTools) {

@@ -190,6 +190,20 @@ TEST_F(CliTest, StatusExitsThreeWhenRedisIsDown) {
   EXPECT_TRUE(contains(r.err, "unavailable")) << r.err;
 }
 
+// Issue 9: a config file nested 200,000 deep (400 KB, under the 1 MiB file bound) is a usage
+// error naming the depth, not a crash of the binary.
+TEST_F(CliTest, ADeeplyNestedConfigFileIsRefusedWithAClearError) {
+  std::remove(config_.c_str());
+  testing::append_line(config_, R"({"mcpServers": {}, "quiver": {"runtime": )" +
+                                    std::string(200000, '[') + std::string(200000, ']') + "}}");
+  for (const std::vector<std::string>& command :
+       {std::vector<std::string>{"status"}, std::vector<std::string>{"refresh", "--all"}}) {
+    CliRun r = agent(command);
+    EXPECT_EQ(r.code, kExitUsage) << command[0] << ": " << r.err;
+    EXPECT_TRUE(contains(r.err, "JSON nested deeper than 128 levels")) << r.err;
+  }
+}
+
 TEST_F(CliTest, PrefsListsAndTogglesCapabilities) {
   ASSERT_EQ(agent({"refresh", "t"}).code, kExitOk);
   CliRun list = agent({"prefs", "t"});

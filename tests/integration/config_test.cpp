@@ -215,6 +215,13 @@ std::vector<ErrorCase> error_cases() {
   return {
       // the file
       {"malformed", "{\"mcpServers\": {", "test.json: malformed JSON at line 1, column 17"},
+      // 200,000 levels (400 KB, under the 1 MiB file bound): refused by the parse, not built.
+      {"deep", R"({"mcpServers": {}, "quiver": {"runtime": )" + std::string(200000, '[') +
+                   std::string(200000, ']') + "}}",
+       "test.json: JSON nested deeper than 128 levels (the limit)"},
+      {"deep in a comment does not count",
+       "{\"mcpServers\": {\"s\": /* " + std::string(1000, '[') + " */ []}}",
+       "mcpServers.s: must be an object, not an array"},
       {"top array", "[]", "test.json: the top level must be a JSON object, not an array"},
       {"servers type", R"({"mcpServers": []})", "mcpServers: must be an object, not an array"},
       {"entry type", server("\"srv\""), "mcpServers.s: must be an object, not a string"},

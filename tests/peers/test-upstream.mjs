@@ -69,6 +69,11 @@ function parseArgs(argv) {
     echoOn: [],
     echoEnv: [],
     echoPad: 0,
+    deepReply: 0,
+    deepNotify: 0,
+    cursorBytes: 0,
+    cursorCycle: 0,
+    emptyLastCursor: false,
   };
   const flags = {
     '--port': ['port', Number],
@@ -93,6 +98,10 @@ function parseArgs(argv) {
     '--echo-on': ['echoOn', (s) => s.split(',').filter(Boolean)],
     '--echo-env': ['echoEnv', (s) => s.split(',').filter(Boolean)],
     '--echo-pad': ['echoPad', Number],
+    '--deep-reply': ['deepReply', Number],
+    '--deep-notify': ['deepNotify', Number],
+    '--cursor-bytes': ['cursorBytes', Number],
+    '--cursor-cycle': ['cursorCycle', Number],
   };
   const switches = {
     '--hang': 'hang',
@@ -104,6 +113,7 @@ function parseArgs(argv) {
     '--json-response': 'jsonResponse',
     '--stateless': 'stateless',
     '--quiet': 'quiet',
+    '--empty-last-cursor': 'emptyLastCursor',
   };
   for (let i = 0; i < argv.length; ++i) {
     const a = argv[i];
@@ -268,8 +278,12 @@ function principalPrefix(extra) {
   return user ? `${user}_` : '';
 }
 
-const encodeCursor = (kind, offset) =>
-  Buffer.from(JSON.stringify({ k: kind, o: offset })).toString('base64url');
+// --cursor-bytes pads every cursor to at least that many characters.
+const encodeCursor = (kind, offset) => {
+  const c = { k: kind, o: offset };
+  if (opts.cursorBytes > 0) c.p = 'x'.repeat(Math.ceil((opts.cursorBytes * 3) / 4));
+  return Buffer.from(JSON.stringify(c)).toString('base64url');
+};
 
 function decodeCursor(kind, cursor) {
   if (cursor === undefined) return 0;
@@ -304,7 +318,15 @@ async function listPage(kind, request, extra, places = opts.echoOn) {
     }
   }
   const result = { [kind]: page };
-  if (offset + size < items.length) result.nextCursor = encodeCursor(kind, offset + size);
+  if (opts.cursorCycle > 0) {
+    // Pages 1 .. K, then back to page 1: a pagination loop of length K.
+    const index = Math.floor(offset / size);
+    result.nextCursor = encodeCursor(kind, ((index % opts.cursorCycle) + 1) * size);
+  } else if (offset + size < items.length) {
+    result.nextCursor = encodeCursor(kind, offset + size);
+  } else if (opts.emptyLastCursor) {
+    result.nextCursor = '';
+  }
   if (opts.ttlMs !== undefined) result.ttlMs = opts.ttlMs;
   if (opts.cacheScope !== undefined) result.cacheScope = opts.cacheScope;
   return result;
@@ -400,6 +422,16 @@ function notifyChanged(kind) {
 // A reply that is not JSON: it starts like the real one, then breaks off.
 const garbage = (id) => `{"jsonrpc":"2.0","id":${JSON.stringify(id)},"result":{"tools":[{"name":garbage!!`;
 
+// Valid JSON nested `depth` levels deep, as text: JSON.stringify itself recurses per level.
+const deepValue = (depth) => '['.repeat(depth) + ']'.repeat(depth);
+// --deep-reply: a tools/list result whose one tool's inputSchema holds a value `depth` deep.
+const deepReply = (id, depth) =>
+  `{"jsonrpc":"2.0","id":${JSON.stringify(id)},"result":{"tools":[{"name":"deep",` +
+  `"inputSchema":{"type":"object","default":${deepValue(depth)}}}]}}`;
+// --deep-notify: a notification whose params hold a value `depth` deep.
+const deepNotification = (depth) =>
+  `{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":${deepValue(depth)}}}`;
+
 // ---- control commands (stdio: --control FILE; HTTP: POST /control) ----
 
 const SETTABLE = {
@@ -414,6 +446,11 @@ const SETTABLE = {
   ttl_ms: 'ttlMs',
   cache_scope: 'cacheScope',
   session_ttl_ms: 'sessionTtlMs',
+  deep_reply: 'deepReply',
+  deep_notify: 'deepNotify',
+  cursor_bytes: 'cursorBytes',
+  cursor_cycle: 'cursorCycle',
+  empty_last_cursor: 'emptyLastCursor',
 };
 
 function applyControl(cmd) {
@@ -526,6 +563,13 @@ async function runStdio() {
           method = pending.get(m.id);
           pending.delete(m.id);
           if (method === 'tools/list' && opts.garble && 'result' in m) text = `${garbage(m.id)}\n`;
+          if (method === 'tools/list' && opts.deepReply > 0 && 'result' in m) {
+            text = `${deepReply(m.id, opts.deepReply)}\n`;
+          }
+          // The notification goes first: the listing must survive it and get its reply.
+          if (LIST_METHODS.has(method) && opts.deepNotify > 0) {
+            text = `${deepNotification(opts.deepNotify)}\n${text}`;
+          }
         }
       } catch {
         // not ours to judge
@@ -668,6 +712,16 @@ async function handleMcp(req, res, url) {
     countCall('tools/list');
     res.writeHead(200, { 'Content-Type': 'application/json' });
     return res.end(garbage(listRequest.id));
+  }
+  if (opts.deepReply > 0 && listRequest?.method === 'tools/list') {
+    countCall('tools/list');
+    const text = deepReply(listRequest.id, opts.deepReply);
+    if (opts.jsonResponse) {
+      res.writeHead(200, { 'Content-Type': 'application/json' });
+      return res.end(text);
+    }
+    res.writeHead(200, { 'Content-Type': 'text/event-stream' });
+    return res.end(`event: message\ndata: ${text}\n\n`);
   }
   if (opts.slowDrip && listRequest) dripResponse(res);
 
