@@ -1,0 +1,10 @@
+# Instrumentation for the fuzz tree (QUIVER_FUZZ=ON): every object, the core's included, gets
+# libFuzzer's coverage hooks, AddressSanitizer and UndefinedBehaviorSanitizer; any UB report stops
+# the run like a crash. The fuzz targets themselves link with -fsanitize=fuzzer (tests/fuzz).
+if(EMSCRIPTEN OR NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+  message(FATAL_ERROR "QUIVER_FUZZ needs clang: CC=clang-14 CXX=clang++-14 cmake -DQUIVER_FUZZ=ON")
+endif()
+set(QUIVER_SANITIZERS address,undefined)
+add_compile_options(-fsanitize=fuzzer-no-link,${QUIVER_SANITIZERS} -fno-sanitize-recover=all
+                    -fno-omit-frame-pointer)
+add_link_options(-fsanitize=${QUIVER_SANITIZERS})
