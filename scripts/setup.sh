@@ -12,7 +12,8 @@ mode=${1:-all}
 
 run_pkgs=(g++ cmake make pkg-config nlohmann-json3-dev libcpp-httplib-dev libhiredis-dev
           libsqlite3-dev libssl-dev)
-test_pkgs=(libgtest-dev googletest emscripten redis-server openssl iproute2 util-linux wrk)
+test_pkgs=(libgtest-dev googletest emscripten redis-server openssl iproute2 util-linux wrk
+           clang-14 libfuzzer-14-dev libclang-rt-14-dev)
 bench_pkgs=(wrk nginx-light)
 
 pkgs=("${run_pkgs[@]}")

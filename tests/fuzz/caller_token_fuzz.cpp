@@ -50,9 +50,10 @@ void verify(std::string_view token, const VerifyOptions& options) {
   mint.audience = options.audience;
   mint.ns = id->ns;
   mint.jti = id->jti;
-  auto again = mint_caller_token(id->member_id, *keyring().secret(id->kid), id->kid, kNowMs,
-                                 600000, mint);
-  fuzz::check(again.ok(), "mint: refused what verify accepted", again.ok() ? "" : again.error().message);
+  auto again =
+      mint_caller_token(id->member_id, *keyring().secret(id->kid), id->kid, kNowMs, 600000, mint);
+  fuzz::check(again.ok(), "mint: refused what verify accepted",
+              again.ok() ? "" : again.error().message);
   auto back = verify_caller_token(*again, keyring(), kNowMs, options);
   fuzz::check(back.ok() && back->member_id == id->member_id && back->ns == id->ns &&
                   back->jti == id->jti && back->kid == id->kid,
@@ -88,9 +89,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view claims = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
   std::string signing_input = base64url_encode(header) + "." + base64url_encode(claims);
   std::string token = signing_input + "." + base64url_encode([&] {
-    Digest256 mac = hmac_sha256(kSecret1, signing_input);
-    return std::string(reinterpret_cast<const char*>(mac.data()), mac.size());
-  }());
+                        Digest256 mac = hmac_sha256(kSecret1, signing_input);
+                        return std::string(reinterpret_cast<const char*>(mac.data()), mac.size());
+                      }());
   verify(token, options);
   return 0;
 }

@@ -31,8 +31,7 @@ EnvMap base_env() {
 }
 
 void no_leak(const std::string& shown, std::string_view input, const char* where) {
-  for (const std::string& secret :
-       {std::string(kEnvSecret), std::string(kFileSecret)}) {
+  for (const std::string& secret : {std::string(kEnvSecret), std::string(kFileSecret)}) {
     if (input.find(secret) != std::string_view::npos) continue;  // written in the config itself
     fuzz::check(shown.find(secret) == std::string::npos, where, "a secret value is shown");
   }

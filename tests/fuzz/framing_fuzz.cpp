@@ -85,9 +85,9 @@ void check_same(const std::vector<std::string>& whole, const std::vector<std::st
   if (whole == split) return;
   std::size_t i = 0;
   while (i < whole.size() && i < split.size() && whole[i] == split[i]) ++i;
-  fuzz::fail(what, "first difference at output " + std::to_string(i) + ": whole=" +
-                       (i < whole.size() ? whole[i].substr(0, 200) : "<end>") + " split=" +
-                       (i < split.size() ? split[i].substr(0, 200) : "<end>"));
+  fuzz::fail(what, "first difference at output " + std::to_string(i) +
+                       ": whole=" + (i < whole.size() ? whole[i].substr(0, 200) : "<end>") +
+                       " split=" + (i < split.size() ? split[i].substr(0, 200) : "<end>"));
 }
 
 void ndjson_json_roundtrip(std::string_view data) {

@@ -57,10 +57,18 @@ inline std::vector<std::string_view> random_splits(std::string_view data, uint64
   while (pos < data.size()) {
     std::size_t n;
     switch (rng.below(4)) {
-      case 0: n = 1; break;
-      case 1: n = 1 + rng.below(8); break;
-      case 2: n = 1 + rng.below(64); break;
-      default: n = 1 + rng.below(4096); break;
+      case 0:
+        n = 1;
+        break;
+      case 1:
+        n = 1 + rng.below(8);
+        break;
+      case 2:
+        n = 1 + rng.below(64);
+        break;
+      default:
+        n = 1 + rng.below(4096);
+        break;
     }
     if (n > data.size() - pos) n = data.size() - pos;
     out.push_back(data.substr(pos, n));

@@ -20,9 +20,15 @@ void roundtrip(const JsonRpcMessage& m) {
       if (!m.id.is_number_integer()) return;  // we only ever send integer ids
       text = encode_request(m.id.get<int64_t>(), m.method, m.params);
       break;
-    case JsonRpcKind::kNotification: text = encode_notification(m.method, m.params); break;
-    case JsonRpcKind::kResult: text = encode_result(m.id, m.result); break;
-    case JsonRpcKind::kError: text = encode_error(m.id, m.error.code, m.error.message); break;
+    case JsonRpcKind::kNotification:
+      text = encode_notification(m.method, m.params);
+      break;
+    case JsonRpcKind::kResult:
+      text = encode_result(m.id, m.result);
+      break;
+    case JsonRpcKind::kError:
+      text = encode_error(m.id, m.error.code, m.error.message);
+      break;
   }
   fuzz::check(text.find('\n') == std::string::npos, "jsonrpc: an encoding holds a newline");
   auto back = parse_jsonrpc_batch(text);

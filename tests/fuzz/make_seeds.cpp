@@ -5,8 +5,6 @@
 // answers (so their ids are the ones the fuzz target's session will use); the manifest and edge
 // seeds carry the manifests those listings build. Deterministic: the same fixtures give the same
 // files.
-#include <sys/stat.h>
-
 #include <cstdint>
 #include <cstdio>
 #include <deque>
@@ -16,6 +14,8 @@
 #include <string>
 #include <variant>
 #include <vector>
+
+#include <sys/stat.h>
 
 #include "shared/caller_token.h"
 #include "shared/edge_service.h"
@@ -224,30 +224,42 @@ void edge_seeds(const std::string& manifest) {
   };
   std::vector<Case> cases = {
       {"manifests", 1 | 4, request("GET", "/v1/manifests", "view=mcp&limit=5"), {ok + read, read}},
-      {"manifest-one", 1, request("GET", "/v1/mcp-connections/docs/manifest"),
-       {ok + read, queued}},
-      {"manifest-head", 1, request("HEAD", "/v1/mcp-connections/docs/manifest", "view=manifest"),
+      {"manifest-one", 1, request("GET", "/v1/mcp-connections/docs/manifest"), {ok + read, queued}},
+      {"manifest-head",
+       1,
+       request("HEAD", "/v1/mcp-connections/docs/manifest", "view=manifest"),
        {ok + discovery_reply(manifest, true)}},
-      {"search", 1 | 4, request("GET", "/v1/search", "q=create%20entities&limit=3"), {ok + read, read}},
-      {"refresh", 1, request("POST", "/v1/mcp-connections/docs/refresh-tools"),
+      {"search",
+       1 | 4,
+       request("GET", "/v1/search", "q=create%20entities&limit=3"),
+       {ok + read, read}},
+      {"refresh",
+       1,
+       request("POST", "/v1/mcp-connections/docs/refresh-tools"),
        {ok + read, queued}},
-      {"noscript", 1, request("GET", "/v1/manifests"),
+      {"noscript",
+       1,
+       request("GET", "/v1/manifests"),
        {ok + "-NOSCRIPT No matching script.\r\n", read}},
       {"no-token", 0, request("GET", "/v1/manifests"), {}},
       {"store-down", 1, request("GET", "/v1/manifests"), {"-ERR invalid password\r\n"}},
       {"healthz", 0, request("GET", "/healthz"), {}},
-      {"webhook", 2,
+      {"webhook",
+       2,
        request("POST", kWebhookRefreshPath, "",
                R"({"connections": ["docs", {"connection_id": "mail", "principal": "member/bob"}],
                    "reason": "deploy"})"),
-       {ok + encode_reply(A({S("accepted"), A({S("docs"), S("shared"), S("queued"), S("1"),
-                                               S("mail"), S("member/bob"), S("in_progress"),
-                                               S("0")})}))}},
-      {"webhook-replay", 2, request("POST", kWebhookRefreshPath, "", R"({"connection_id": "docs"})"),
+       {ok +
+        encode_reply(A({S("accepted"), A({S("docs"), S("shared"), S("queued"), S("1"), S("mail"),
+                                          S("member/bob"), S("in_progress"), S("0")})}))}},
+      {"webhook-replay",
+       2,
+       request("POST", kWebhookRefreshPath, "", R"({"connection_id": "docs"})"),
        {ok + encode_reply(A({S("replay")}))}},
   };
   for (const Case& c : cases) write_seed("edge", c.name, edge_input(c.flags, c.req, c.redis));
-  write_seed("edge", "wire-garbage", std::string("\x01\x08\x00\x00\x00", 5) + "\x04\x00\x00\x00{}}}");
+  write_seed("edge", "wire-garbage",
+             std::string("\x01\x08\x00\x00\x00", 5) + "\x04\x00\x00\x00{}}}");
 
   // The same answers as plain RESP streams for the decoder.
   write_seed("resp", "discovery-reply", ok + read);
@@ -282,18 +294,21 @@ void token_seeds(const std::string& fixtures) {
 
 void hand_written() {
   // framing: line-end and field corner cases the captures do not have.
-  write_seed("framing", "sse-fields",
-             "\xEF\xBB\xBF: comment\r\nretry: 1500\r\nid: 7\r\nevent: message\r\ndata: {\"a\":1}\r\n"
-             "data:  two\r\n\r\nid\nevent\ndata\n\ndata: x\rdata: y\r\r\n:\nid: a\0b\ndata:\n\n");
-  write_seed("framing", "ndjson-crlf", "{\"jsonrpc\":\"2.0\"}\r\n  \t\r\n\n[1,2]\n{\"a\":\"\\u00e9\"}");
+  write_seed(
+      "framing", "sse-fields",
+      "\xEF\xBB\xBF: comment\r\nretry: 1500\r\nid: 7\r\nevent: message\r\ndata: {\"a\":1}\r\n"
+      "data:  two\r\n\r\nid\nevent\ndata\n\ndata: x\rdata: y\r\r\n:\nid: a\0b\ndata:\n\n");
+  write_seed("framing", "ndjson-crlf",
+             "{\"jsonrpc\":\"2.0\"}\r\n  \t\r\n\n[1,2]\n{\"a\":\"\\u00e9\"}");
   // jsonrpc
   write_seed("jsonrpc", "batch",
              R"([{"jsonrpc":"2.0","id":1,"result":{}},{"jsonrpc":"2.0","method":"ping","id":"x"},)"
              R"({"jsonrpc":"2.0","method":"notifications/progress","params":[1]},)"
              R"({"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"bad","data":[]}}])");
   // resp
-  write_seed("resp", "types", "+OK\r\n-ERR wrong\r\n:-42\r\n$-1\r\n*-1\r\n$0\r\n\r\n*0\r\n"
-                              "*2\r\n*1\r\n$3\r\nabc\r\n:9223372036854775807\r\n");
+  write_seed("resp", "types",
+             "+OK\r\n-ERR wrong\r\n:-42\r\n$-1\r\n*-1\r\n$0\r\n\r\n*0\r\n"
+             "*2\r\n*1\r\n$3\r\nabc\r\n:9223372036854775807\r\n");
   write_seed("resp", "nested", "*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n");
   // webhook: "<header>\n<body>"
   auto sig = sign_webhook("fuzz-webhook-secret-0123456789abcdef", R"({"connection_id":"docs"})",
@@ -351,8 +366,9 @@ int main(int argc, char** argv) {
   g_out = argv[2];
 
   // Raw captures: framing takes them as they are; each message is a jsonrpc seed.
-  for (const char* f : {"ndjson/server-everything-stdio.txt", "sse/server-everything-initialize.txt",
-                        "sse/server-everything-tools-list.txt"}) {
+  for (const char* f :
+       {"ndjson/server-everything-stdio.txt", "sse/server-everything-initialize.txt",
+        "sse/server-everything-tools-list.txt"}) {
     std::string text = read_file(fixtures + "/" + f);
     std::string name = f;
     for (char& c : name) c = c == '/' ? '-' : c;

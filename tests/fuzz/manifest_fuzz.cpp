@@ -27,7 +27,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::check(again.ok(), "decode_manifest refused its own encoding",
               again.ok() ? "" : again.error().message);
   auto twice = encode_manifest(*again);
-  fuzz::check(twice.ok() && twice->bytes == encoded->bytes,
-              "manifest round trip is not stable");
+  fuzz::check(twice.ok() && twice->bytes == encoded->bytes, "manifest round trip is not stable");
   return 0;
 }

@@ -70,7 +70,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   config.max_items_per_list = 500;
   config.max_message_bytes = std::size_t{1} << 20;
   if (script.size() >= 3 && script.substr(0, 2) == "#p") {
-    config.era = script[2] == '1' ? EraPolicy::kLegacy
+    config.era = script[2] == '1'   ? EraPolicy::kLegacy
                  : script[2] == '2' ? EraPolicy::kModern
                                     : EraPolicy::kProbe;
   }
@@ -97,14 +97,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           session.on_request_failed(std::atoll(std::string(line.substr(2)).c_str()),
                                     Error(ErrorCode::kUnknown, "HTTP 404"), now);
           break;
-        case 'e': session.on_transport_error(Error(ErrorCode::kTransport, "pipe closed"), now); break;
+        case 'e':
+          session.on_transport_error(Error(ErrorCode::kTransport, "pipe closed"), now);
+          break;
         case 'r':
           (void)session.relist({ListKind::kTools, ListKind::kResources,
                                 ListKind::kResourceTemplates, ListKind::kPrompts},
                                now);
           break;
-        case 'c': session.close(now); break;
-        default: break;  // "#p..." and unknown controls
+        case 'c':
+          session.close(now);
+          break;
+        default:
+          break;  // "#p..." and unknown controls
       }
     } else {
       (void)session.handle_text(line, now);
