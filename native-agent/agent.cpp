@@ -239,6 +239,7 @@ struct Agent::Impl {
     u.session.request_timeout_ms =
         std::min(config.runtime.request_timeout_ms, config.runtime.list_timeout_ms);
     u.change_debounce_ms = options.change_debounce_ms;
+    u.session.max_listing_bytes = static_cast<std::size_t>(config.runtime.max_listing_bytes);
     u.max_message_bytes = std::max<std::size_t>(
         static_cast<std::size_t>(config.runtime.max_manifest_bytes) * 8, std::size_t{16} << 20);
     Logger* log = logger.get();

@@ -70,6 +70,7 @@ const std::vector<RuntimeControlInfo> kRuntimeControls = {
     {"max_age_ms", "QUIVER_MAX_AGE_MS", 1, kYearMs, false},
     {"refresh_ahead_ratio", "QUIVER_REFRESH_AHEAD_RATIO", 0, 1, true},
     {"max_manifest_bytes", "QUIVER_MAX_MANIFEST_BYTES", 1024, 64.0 * 1024 * 1024, false},
+    {"max_listing_bytes", "QUIVER_MAX_LISTING_BYTES", 65536, 1024.0 * 1024 * 1024, false},
     {"maintenance_interval_ms", "QUIVER_MAINTENANCE_INTERVAL_MS", 1, kDayMs, false},
     {"maintenance_batch", "QUIVER_MAINTENANCE_BATCH", 1, 10000, false},
     {"lease_ms", "QUIVER_LEASE_MS", 1, kDayMs, false},
@@ -732,6 +733,7 @@ Slot slot(RuntimeControls& r, std::string_view field) {
   if (field == "max_age_ms") return {&r.max_age_ms, nullptr};
   if (field == "refresh_ahead_ratio") return {nullptr, &r.refresh_ahead_ratio};
   if (field == "max_manifest_bytes") return {&r.max_manifest_bytes, nullptr};
+  if (field == "max_listing_bytes") return {&r.max_listing_bytes, nullptr};
   if (field == "maintenance_interval_ms") return {&r.maintenance_interval_ms, nullptr};
   if (field == "maintenance_batch") return {&r.maintenance_batch, nullptr};
   if (field == "lease_ms") return {&r.lease_ms, nullptr};
@@ -1786,47 +1788,15 @@ void Parser::env_warnings() {
   }
 }
 
-// nlohmann's parse error without the text it last read (that may be part of an inline secret).
-std::string sanitized_parse_error(std::string what) {
-  const std::size_t at = what.find("parse error at ");
-  if (at != std::string::npos) what = what.substr(at + 15);
-  const std::size_t last_read = what.find("; last read: '");
-  if (last_read != std::string::npos) {
-    const std::size_t expected = what.rfind("'; expected ");
-    what = what.substr(0, last_read) + (expected != std::string::npos && expected > last_read
-                                            ? what.substr(expected + 1)
-                                            : std::string());
-  }
-  return what;
-}
-
+// The one JSON entry point (shared/json.h: size and depth bounds, messages that never quote the
+// text), with comments allowed as in other MCP clients' config files.
 Result<Json> parse_config_json(std::string_view text, const std::string& origin) {
-  Json value = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false,
-                           /*ignore_comments=*/true);
-  if (!value.is_discarded()) return value;
-  struct Locator : nlohmann::json_sax<Json> {
-    std::string what;
-    bool null() override { return true; }
-    bool boolean(bool) override { return true; }
-    bool number_integer(number_integer_t) override { return true; }
-    bool number_unsigned(number_unsigned_t) override { return true; }
-    bool number_float(number_float_t, const string_t&) override { return true; }
-    bool string(string_t&) override { return true; }
-    bool binary(binary_t&) override { return true; }
-    bool start_object(std::size_t) override { return true; }
-    bool key(string_t&) override { return true; }
-    bool end_object() override { return true; }
-    bool start_array(std::size_t) override { return true; }
-    bool end_array() override { return true; }
-    bool parse_error(std::size_t, const std::string&,
-                     const nlohmann::detail::exception& ex) override {
-      what = ex.what();
-      return false;
-    }
-  } locator;
-  Json::sax_parse(text.begin(), text.end(), &locator, nlohmann::detail::input_format_t::json,
-                  /*strict=*/true, /*ignore_comments=*/true);
-  return invalid(origin + ": malformed JSON at " + sanitized_parse_error(locator.what));
+  JsonParseOptions options;
+  options.max_bytes = kMaxConfigBytes;
+  options.allow_comments = true;
+  Result<Json> value = parse_json(text, options);
+  if (!value.ok()) return invalid(origin + ": " + value.error().message);
+  return value;
 }
 
 Result<AgentConfig> Parser::run() {

@@ -159,6 +159,9 @@ struct RuntimeControls {
   int64_t max_age_ms = 86400000;             // 24 h
   double refresh_ahead_ratio = 0.8;          // of the fresh TTL
   int64_t max_manifest_bytes = 262144;       // 256 KiB
+  // Page bytes one listing may receive (all lists together), before the manifest bound: what a
+  // hostile upstream can make the agent hold. 16 MiB.
+  int64_t max_listing_bytes = 16777216;
   int64_t maintenance_interval_ms = 300000;  // 5 min
   int64_t maintenance_batch = 20;
   int64_t lease_ms = 60000;            // must exceed list_timeout_ms

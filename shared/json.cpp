@@ -2,48 +2,118 @@
 
 namespace quiver {
 
-Result<Json> parse_json(std::string_view text, std::size_t max_bytes) {
-  if (text.size() > max_bytes) {
+namespace {
+
+// The DOM builder nlohmann's own `parse` uses, with a depth count in front: it refuses the first
+// object or array past the limit, so the parser stops before building it.
+class BoundedDomBuilder {
+ public:
+  using number_integer_t = Json::number_integer_t;
+  using number_unsigned_t = Json::number_unsigned_t;
+  using number_float_t = Json::number_float_t;
+  using string_t = Json::string_t;
+  using binary_t = Json::binary_t;
+
+  BoundedDomBuilder(Json& root, std::size_t max_depth)
+      : dom_(root, /*allow_exceptions=*/false), max_depth_(max_depth) {}
+
+  bool null() { return dom_.null(); }
+  bool boolean(bool v) { return dom_.boolean(v); }
+  bool number_integer(number_integer_t v) { return dom_.number_integer(v); }
+  bool number_unsigned(number_unsigned_t v) { return dom_.number_unsigned(v); }
+  bool number_float(number_float_t v, const string_t& s) { return dom_.number_float(v, s); }
+  bool string(string_t& v) { return dom_.string(v); }
+  bool binary(binary_t& v) { return dom_.binary(v); }
+  bool key(string_t& v) { return dom_.key(v); }
+  bool start_object(std::size_t n) { return enter() && dom_.start_object(n); }
+  bool end_object() {
+    --depth_;
+    return dom_.end_object();
+  }
+  bool start_array(std::size_t n) { return enter() && dom_.start_array(n); }
+  bool end_array() {
+    --depth_;
+    return dom_.end_array();
+  }
+  bool parse_error(std::size_t position, const std::string& token,
+                   const nlohmann::detail::exception& ex) {
+    what_ = ex.what();
+    return dom_.parse_error(position, token, ex);
+  }
+
+  bool too_deep() const { return too_deep_; }
+  const std::string& what() const { return what_; }
+
+ private:
+  bool enter() {
+    if (depth_ >= max_depth_) {
+      too_deep_ = true;
+      return false;
+    }
+    ++depth_;
+    return true;
+  }
+
+  nlohmann::detail::json_sax_dom_parser<Json> dom_;
+  std::size_t max_depth_;
+  std::size_t depth_ = 0;
+  bool too_deep_ = false;
+  std::string what_;
+};
+
+// nlohmann's message ("[json.exception.parse_error.101] parse error at line 1, column 5: syntax
+// error while parsing value - invalid literal; last read: 'tru'; expected ...") without its tag
+// and without the text it last read, which may be part of a secret (a token, a config value).
+std::string sanitized_parse_error(std::string what) {
+  const std::size_t at = what.find("parse error at ");
+  if (at != std::string::npos) what = what.substr(at + 15);
+  const std::size_t last_read = what.find("; last read: '");
+  if (last_read != std::string::npos) {
+    const std::size_t expected = what.rfind("'; expected ");
+    what = what.substr(0, last_read) + (expected != std::string::npos && expected > last_read
+                                            ? what.substr(expected + 1)
+                                            : std::string());
+  }
+  return what;
+}
+
+}  // namespace
+
+Result<Json> parse_json(std::string_view text, const JsonParseOptions& options) {
+  if (text.size() > options.max_bytes) {
     return Error(ErrorCode::kTooLarge, "JSON input of " + std::to_string(text.size()) +
                                            " bytes exceeds the limit of " +
-                                           std::to_string(max_bytes));
+                                           std::to_string(options.max_bytes));
   }
-  // The callback-free, exception-free overload: a parse failure yields a `discarded` value.
-  Json value = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (value.is_discarded()) {
-    // Re-run with a SAX handler to find the offset without exceptions.
-    struct Locator : nlohmann::json_sax<Json> {
-      std::size_t where = 0;
-      std::string what;
-      bool null() override { return true; }
-      bool boolean(bool) override { return true; }
-      bool number_integer(number_integer_t) override { return true; }
-      bool number_unsigned(number_unsigned_t) override { return true; }
-      bool number_float(number_float_t, const string_t&) override { return true; }
-      bool string(string_t&) override { return true; }
-      bool binary(binary_t&) override { return true; }
-      bool start_object(std::size_t) override { return true; }
-      bool key(string_t&) override { return true; }
-      bool end_object() override { return true; }
-      bool start_array(std::size_t) override { return true; }
-      bool end_array() override { return true; }
-      bool parse_error(std::size_t position, const std::string&,
-                       const nlohmann::detail::exception& ex) override {
-        where = position;
-        what = ex.what();
-        return false;
-      }
-    } locator;
-    Json::sax_parse(text.begin(), text.end(), &locator, nlohmann::detail::input_format_t::json,
-                    /*strict=*/true);
-    std::string message = "malformed JSON at byte " + std::to_string(locator.where);
-    if (!locator.what.empty()) message += ": " + locator.what;
-    return Error(ErrorCode::kInvalidArgument, std::move(message));
+  Json value;
+  BoundedDomBuilder builder(value, options.max_depth);
+  const bool ok = Json::sax_parse(text.begin(), text.end(), &builder,
+                                  nlohmann::detail::input_format_t::json, /*strict=*/true,
+                                  options.allow_comments);
+  if (ok) return value;
+  if (builder.too_deep()) {
+    return Error(ErrorCode::kInvalidArgument, "JSON nested deeper than " +
+                                                  std::to_string(options.max_depth) +
+                                                  " levels (the limit)");
   }
-  return value;
+  std::string message = "malformed JSON";
+  if (!builder.what().empty()) message += " at " + sanitized_parse_error(builder.what());
+  return Error(ErrorCode::kInvalidArgument, std::move(message));
+}
+
+Result<Json> parse_json(std::string_view text, std::size_t max_bytes) {
+  JsonParseOptions options;
+  options.max_bytes = max_bytes;
+  return parse_json(text, options);
 }
 
 const Json* json_field(const Json& object, const char* key) {
+  if (!object.is_object()) return nullptr;
+  auto it = object.find(key);
+  return it == object.end() ? nullptr : &*it;
+}
+
+Json* json_field(Json& object, const char* key) {
   if (!object.is_object()) return nullptr;
   auto it = object.find(key);
   return it == object.end() ? nullptr : &*it;

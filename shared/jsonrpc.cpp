@@ -15,31 +15,33 @@ std::string dump(const Json& j) {
 
 }  // namespace
 
-Result<JsonRpcMessage> parse_jsonrpc(const Json& value) {
+Result<JsonRpcMessage> parse_jsonrpc(Json value) {
   if (!value.is_object()) return invalid("expected an object");
   auto version = json_string(value, "jsonrpc");
   if (!version || *version != "2.0") return invalid("\"jsonrpc\" must be \"2.0\"");
 
+  // The members are moved out of `value`, not copied: a copy recurses once per level and
+  // allocates every byte of a large listing page a second time.
   JsonRpcMessage m;
-  const Json* method = json_field(value, "method");
-  const Json* id = json_field(value, "id");
-  const Json* result = json_field(value, "result");
-  const Json* error = json_field(value, "error");
+  Json* method = json_field(value, "method");
+  Json* id = json_field(value, "id");
+  Json* result = json_field(value, "result");
+  Json* error = json_field(value, "error");
 
   if (method != nullptr) {
     if (!method->is_string()) return invalid("\"method\" must be a string");
     if (result != nullptr || error != nullptr) return invalid("a request cannot carry a result");
     m.method = method->get<std::string>();
-    if (const Json* params = json_field(value, "params")) {
+    if (Json* params = json_field(value, "params")) {
       if (!params->is_object() && !params->is_array()) {
         return invalid("\"params\" must be an object or an array");
       }
-      m.params = *params;
+      m.params = std::move(*params);
     }
     if (id != nullptr) {
       if (!valid_id(*id)) return invalid("request \"id\" must be an integer or a string");
       m.kind = JsonRpcKind::kRequest;
-      m.id = *id;
+      m.id = std::move(*id);
     } else {
       m.kind = JsonRpcKind::kNotification;
     }
@@ -48,23 +50,24 @@ Result<JsonRpcMessage> parse_jsonrpc(const Json& value) {
 
   if (id == nullptr) return invalid("neither \"method\" nor \"id\"");
   if (!valid_id(*id) && !id->is_null()) return invalid("\"id\" must be an integer or a string");
-  m.id = *id;
   if ((result != nullptr) == (error != nullptr)) {
     return invalid("a response needs exactly one of \"result\" and \"error\"");
   }
   if (result != nullptr) {
     if (id->is_null()) return invalid("a result needs an id");
     m.kind = JsonRpcKind::kResult;
-    m.result = *result;
+    m.id = std::move(*id);
+    m.result = std::move(*result);
     return m;
   }
   if (!error->is_object()) return invalid("\"error\" must be an object");
   auto code = json_int(*error, "code");
   if (!code) return invalid("\"error.code\" must be an integer");
   m.kind = JsonRpcKind::kError;
+  m.id = std::move(*id);
   m.error.code = *code;
   m.error.message = json_string(*error, "message").value_or("");
-  if (const Json* data = json_field(*error, "data")) m.error.data = *data;
+  if (Json* data = json_field(*error, "data")) m.error.data = std::move(*data);
   return m;
 }
 
@@ -79,15 +82,18 @@ Result<std::vector<JsonRpcMessage>> parse_jsonrpc_batch(std::string_view text,
   std::vector<JsonRpcMessage> out;
   if (parsed->is_array()) {
     if (parsed->empty()) return invalid("empty batch");
-    for (const Json& item : *parsed) {
-      auto m = parse_jsonrpc(item);
+    const std::size_t share = (text.size() + parsed->size() - 1) / parsed->size();
+    for (Json& item : *parsed) {
+      auto m = parse_jsonrpc(std::move(item));
       if (!m.ok()) return m.error();
+      m->wire_bytes = share;
       out.push_back(std::move(*m));
     }
     return out;
   }
-  auto m = parse_jsonrpc(*parsed);
+  auto m = parse_jsonrpc(std::move(*parsed));
   if (!m.ok()) return m.error();
+  m->wire_bytes = text.size();
   out.push_back(std::move(*m));
   return out;
 }

@@ -7,6 +7,7 @@
 // strings; ids we send are integers.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -39,12 +40,16 @@ struct JsonRpcMessage {
   Json params;         // requests and notifications; null when absent
   Json result;         // kResult
   JsonRpcError error;  // kError
+  // Bytes of the text this message came in (its share of a batch): what a listing's byte budget
+  // counts. 0 for messages not made by parse_jsonrpc_batch.
+  std::size_t wire_bytes = 0;
 };
 
-Result<JsonRpcMessage> parse_jsonrpc(const Json& value);
+// Takes the value by value: pass it with std::move and its members are moved, not copied.
+Result<JsonRpcMessage> parse_jsonrpc(Json value);
 // Parses text holding one message or a batch (array) of messages.
 Result<std::vector<JsonRpcMessage>> parse_jsonrpc_batch(std::string_view text,
-                                                        std::size_t max_bytes = 16u << 20);
+                                                        std::size_t max_bytes = kMaxJsonBytes);
 
 std::string encode_request(int64_t id, std::string_view method, const Json& params);
 std::string encode_notification(std::string_view method, const Json& params);

@@ -203,6 +203,8 @@ Status validate_session_config(const McpSessionConfig& c) {
   if (c.listing_deadline_ms <= 0) return bad("listing_deadline_ms must be positive");
   if (c.max_pages_per_list < 1) return bad("max_pages_per_list must be at least 1");
   if (c.max_items_per_list < 1) return bad("max_items_per_list must be at least 1");
+  if (c.max_listing_bytes < 1) return bad("max_listing_bytes must be at least 1");
+  if (c.max_cursor_bytes < 1) return bad("max_cursor_bytes must be at least 1");
   if (c.max_restarts_per_list < 0) return bad("max_restarts_per_list must not be negative");
   if (c.max_message_bytes < 1) return bad("max_message_bytes must be at least 1");
   if (c.max_error_message_chars < 16) return bad("max_error_message_chars must be at least 16");
@@ -337,11 +339,11 @@ Status McpSession::handle_text(std::string_view text, int64_t now_ms) {
     ++stats_.garbage_messages;
     return parsed.error();
   }
-  for (const auto& m : *parsed) handle_message(m, now_ms);
+  for (JsonRpcMessage& m : *parsed) handle_message(std::move(m), now_ms);
   return Status::Ok();
 }
 
-void McpSession::handle_message(const JsonRpcMessage& message, int64_t now_ms) {
+void McpSession::handle_message(JsonRpcMessage message, int64_t now_ms) {
   if (state_ == S::kClosed) return;
   expire(now_ms);  // an answer after its deadline does not count
   if (state_ == S::kClosed) return;
@@ -551,7 +553,7 @@ std::optional<int64_t> McpSession::next_deadline() const {
 
 // --- responses ----------------------------------------------------------------------------
 
-void McpSession::dispatch_response(int64_t id, const JsonRpcMessage& message, int64_t now_ms) {
+void McpSession::dispatch_response(int64_t id, JsonRpcMessage& message, int64_t now_ms) {
   Pending p = pending_[id];
   pending_.erase(id);
   bool ok = message.kind == JsonRpcKind::kResult;
@@ -577,7 +579,7 @@ void McpSession::dispatch_response(int64_t id, const JsonRpcMessage& message, in
     case Purpose::kListPage:
       runs_[idx(p.kind)].active = false;
       if (ok) {
-        on_page_result(p.kind, message.result, now_ms);
+        on_page_result(p.kind, message.result, message.wire_bytes, now_ms);
       } else {
         on_page_error(p.kind, message.error, now_ms);
       }
@@ -728,6 +730,7 @@ void McpSession::on_initialize_result(const Json& result, int64_t now_ms) {
 // --- listing ------------------------------------------------------------------------------
 
 void McpSession::begin_listing(const std::vector<ListKind>& kinds, int64_t now_ms) {
+  listing_bytes_ = 0;
   for (ListKind k : kAllKinds) {
     runs_[idx(k)] = ListRun{};
     listing_.list(k) = ListOutcome{};
@@ -756,17 +759,28 @@ void McpSession::request_page(ListKind kind, const std::optional<std::string>& c
   run.active = true;
 }
 
-void McpSession::on_page_result(ListKind kind, const Json& result, int64_t now_ms) {
+void McpSession::on_page_result(ListKind kind, Json& result, std::size_t wire_bytes,
+                                int64_t now_ms) {
   const std::string method = list_method(kind);
   const char* field = list_result_field(kind);
   auto invalid = [&](const std::string& why) {
     fail_list(kind, Error(ErrorCode::kInvalidReply, method + ": " + why), now_ms);
   };
+  // The budget counts every page that arrives, even one that turns out malformed.
+  listing_bytes_ += wire_bytes;
+  if (listing_bytes_ > config_.max_listing_bytes) {
+    return fail_list(kind,
+                     Error(ErrorCode::kTooLarge,
+                           method + ": the listing's pages exceed its byte budget of " +
+                               std::to_string(config_.max_listing_bytes) + " bytes (" +
+                               std::to_string(listing_bytes_) + " received)"),
+                     now_ms);
+  }
   if (!result.is_object()) return invalid("the result is not an object");
   if (era_ == ProtocolEra::kModern) {
     if (auto problem = result_type_problem(result)) return invalid(*problem);
   }
-  const Json* items = json_field(result, field);
+  Json* items = json_field(result, field);
   if (items == nullptr || !items->is_array()) {
     return invalid(std::string("\"") + field + "\" is not an array");
   }
@@ -784,7 +798,7 @@ void McpSession::on_page_result(ListKind kind, const Json& result, int64_t now_m
   ListRun& run = runs_[idx(kind)];
   ++out.pages;
   merge_hints(out.hints, result);
-  for (const Json& item : *items) {
+  for (Json& item : *items) {
     if (out.items.size() >= config_.max_items_per_list) {
       return fail_list(
           kind,
@@ -792,11 +806,19 @@ void McpSession::on_page_result(ListKind kind, const Json& result, int64_t now_m
                 method + ": more than " + std::to_string(config_.max_items_per_list) + " items"),
           now_ms);
     }
-    out.items.push_back(item);
+    out.items.push_back(std::move(item));
   }
-  if (next == nullptr || next->is_null()) return end_list(kind, ListState::kOk, now_ms);
+  // An empty cursor ends the list, as in the official TypeScript client: servers send "" on the
+  // last page, and asking for `cursor: ""` would start the list over.
+  if (next == nullptr || next->is_null() || next->get_ref<const std::string&>().empty()) {
+    return end_list(kind, ListState::kOk, now_ms);
+  }
 
   const auto& cursor = next->get_ref<const std::string&>();
+  if (cursor.size() > config_.max_cursor_bytes) {
+    return invalid("\"nextCursor\" of " + std::to_string(cursor.size()) +
+                   " bytes exceeds the bound of " + std::to_string(config_.max_cursor_bytes));
+  }
   if (run.cursors.count(cursor) != 0) {
     return invalid("the server repeated cursor " + quoted(cursor, kMaxCursorInMessage) +
                    " (a pagination loop)");
@@ -843,13 +865,31 @@ void McpSession::end_list(ListKind kind, ListState state, int64_t now_ms) {
   maybe_finish_listing(now_ms);
 }
 
+// The listing's items are moved into the event, not copied: they can be the whole listing budget,
+// and the next listing starts from empty lists anyway. What the session still needs (the
+// handshake's capabilities, for relist) stays.
+Listing McpSession::take_listing() {
+  Listing out;
+  out.protocol_version = listing_.protocol_version;
+  out.server_info = listing_.server_info;
+  out.server_capabilities = listing_.server_capabilities;
+  out.instructions = listing_.instructions;
+  out.started_at_ms = listing_.started_at_ms;
+  out.finished_at_ms = listing_.finished_at_ms;
+  for (int i = 0; i < kListKindCount; ++i) {
+    out.lists[i] = std::move(listing_.lists[i]);
+    listing_.lists[i] = ListOutcome{};
+  }
+  return out;
+}
+
 void McpSession::maybe_finish_listing(int64_t now_ms) {
   if (state_ != S::kListing) return;
   for (const auto& run : runs_) {
     if (run.active) return;
   }
   listing_.finished_at_ms = now_ms;
-  events_.push_back(ListingReady{listing_});
+  events_.push_back(ListingReady{take_listing()});
   transition(I::kListingDone);
 }
 
@@ -888,7 +928,7 @@ void McpSession::shut_down(SessionInput input, const std::optional<Error>& failu
       out.error = Error(list_error.code, std::string(list_method(k)) + ": " + list_error.message);
     }
     listing_.finished_at_ms = now_ms;
-    events_.push_back(ListingReady{listing_});
+    events_.push_back(ListingReady{take_listing()});
   }
   pending_.clear();
   transmits_.clear();

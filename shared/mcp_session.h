@@ -43,14 +43,23 @@
 // resources and resource templates ← capabilities.resources; prompts ← capabilities.prompts), as
 // MCP clients generally do; a kind not advertised is kAbsent without a request (set
 // `probe_unadvertised` to ask anyway). The advertised kinds are listed concurrently, each
-// following every `nextCursor` (an empty string is a cursor; a repeated cursor is a loop →
-// kInvalidReply). -32601 on the first page of resources, templates or prompts = kAbsent; on an
+// following every `nextCursor` (absent, null or "" ends the list, as in the official TypeScript
+// client; a cursor seen before in the same run is a loop → kInvalidReply, which catches every
+// cycle; a cursor over `max_cursor_bytes` → kInvalidReply; past `max_pages_per_list` pages →
+// kTooLarge). -32601 on the first page of resources, templates or prompts = kAbsent; on an
 // advertised tools/list it is kFailed/kMethodNotFound. Other JSON-RPC errors: kUpstreamError
 // (code and clipped message). A malformed result: kInvalidReply. A request past
 // `request_timeout_ms`, or any list still running at the whole-listing deadline: kTimeout, with
 // the pages that did arrive kept. Cache hints (`ttlMs`, `cacheScope`) combine over pages: the
 // shortest ttl wins, one private page makes the list private; a page without a hint does not
 // constrain the others.
+//
+// Byte budget. A hostile server can send many large pages (1,000 pages of 10 items with 100 KB
+// descriptions is 1 GB) long before the manifest's 256 KiB bound applies. The bytes of every page
+// received in one listing (start() or relist(), all kinds together, restarts included) count
+// against `max_listing_bytes`; the page that goes over it fails its list with kTooLarge, and so
+// does every later page of that listing. What the session holds is thus bounded by the budget plus
+// one message.
 //
 // list_changed during a listing: the affected kind (resources/list_changed: resources and
 // templates) is listed again from the first page, so the ListingReady does not carry a list
@@ -115,6 +124,9 @@ struct McpSessionConfig {
   // The whole listing: from start() (handshake included) or relist() until every list ended.
   int64_t listing_deadline_ms = 3500;
   int max_pages_per_list = 1000;
+  // Sum of the page bytes one listing may receive (see "Byte budget").
+  std::size_t max_listing_bytes = 16u << 20;
+  std::size_t max_cursor_bytes = 16u << 10;  // a longer nextCursor is an invalid reply
   std::size_t max_items_per_list = 10000;
   int max_restarts_per_list = 3;    // list_changed restarts within one listing
   bool probe_unadvertised = false;  // list kinds the server did not advertise (-32601 = absent)
@@ -185,7 +197,8 @@ class McpSession {
   // Validates the config and queues server/discover or initialize. Fails (kConflict) if called
   // twice, kInvalidArgument for a bad config (the session stays idle).
   Status start(int64_t now_ms);
-  void handle_message(const JsonRpcMessage& message, int64_t now_ms);
+  // Takes the message by value: move it in, and list items are moved, never copied.
+  void handle_message(JsonRpcMessage message, int64_t now_ms);
   // One message or a batch. Text that is not JSON-RPC is counted and reported; the session goes
   // on (stdio servers that print banners exist), a request waiting for an answer times out.
   Status handle_text(std::string_view text, int64_t now_ms);
@@ -235,7 +248,7 @@ class McpSession {
                        int64_t timeout_ms, int64_t now_ms);
   void send_notification(std::string_view method, Json params);
   void expire(int64_t now_ms);
-  void dispatch_response(int64_t id, const JsonRpcMessage& message, int64_t now_ms);
+  void dispatch_response(int64_t id, JsonRpcMessage& message, int64_t now_ms);
   void on_server_request(const JsonRpcMessage& message);
   void on_notification(const JsonRpcMessage& message, int64_t now_ms);
 
@@ -249,11 +262,12 @@ class McpSession {
 
   void begin_listing(const std::vector<ListKind>& kinds, int64_t now_ms);
   void request_page(ListKind kind, const std::optional<std::string>& cursor, int64_t now_ms);
-  void on_page_result(ListKind kind, const Json& result, int64_t now_ms);
+  void on_page_result(ListKind kind, Json& result, std::size_t wire_bytes, int64_t now_ms);
   void on_page_error(ListKind kind, const JsonRpcError& error, int64_t now_ms);
   void fail_list(ListKind kind, Error error, int64_t now_ms);
   void end_list(ListKind kind, ListState state, int64_t now_ms);
   void maybe_finish_listing(int64_t now_ms);
+  Listing take_listing();  // the finished listing, its items moved out
   void on_list_changed(ListKind kind, int64_t now_ms);
   void abandon(int64_t id, const char* reason, bool cancel);
   // Ends the session: a running listing is reported with unfinished lists failed by
@@ -276,6 +290,7 @@ class McpSession {
   std::deque<Event> events_;
   Listing listing_;
   ListRun runs_[kListKindCount];
+  std::size_t listing_bytes_ = 0;  // page bytes received by the running listing
   int64_t deadline_ms_ = 0;
   McpSessionStats stats_;
 };

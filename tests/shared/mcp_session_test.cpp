@@ -563,23 +563,37 @@ TEST(McpSession, FollowsEveryCursorOfAPaginatedList) {
   }
 }
 
-TEST(McpSession, AnEmptyStringIsACursorAndNullEndsTheList) {
+// Issue 10: servers end with `"nextCursor": ""`; the official TypeScript client stops there.
+// Quiver used to ask for `cursor: ""`, get the first page again, call it a loop and drop the list.
+TEST(McpSession, AnEmptyCursorEndsTheListAsNullDoes) {
+  for (const Json& last : {Json(""), Json(nullptr)}) {
+    Sim sim;
+    int page = 0;
+    sim.peer.hook = [&](FakePeer& p, const JsonRpcMessage& m, int64_t now) {
+      if (m.method != "prompts/list") return false;
+      ++page;
+      Json result = {{"prompts", Json::array({{{"name", "p" + std::to_string(page)}}})}};
+      result["nextCursor"] = page == 1 ? Json("next") : last;
+      p.reply(m, now, result);
+      return true;
+    };
+    sim.start();
+    sim.run();
+    const ListOutcome out = sim.listing().list(ListKind::kPrompts);
+    EXPECT_EQ(out.state, ListState::kOk) << last;
+    EXPECT_EQ(names(out), (std::vector<std::string>{"p1", "p2"}));
+    EXPECT_EQ(out.pages, 2);
+    ASSERT_EQ(sim.peer.requests("prompts/list").size(), 2u);
+    EXPECT_EQ(sim.peer.requests("prompts/list")[1].params["cursor"], "next");
+  }
+  // An empty cursor on the only page: one request, the page's items.
   Sim sim;
-  int page = 0;
-  sim.peer.hook = [&](FakePeer& p, const JsonRpcMessage& m, int64_t now) {
-    if (m.method != "prompts/list") return false;
-    ++page;
-    Json result = {{"prompts", Json::array({{{"name", "p" + std::to_string(page)}}})}};
-    result["nextCursor"] = page == 1 ? Json("") : Json(nullptr);
-    p.reply(m, now, result);
-    return true;
-  };
+  sim.peer.page_extra = {{"nextCursor", ""}};
   sim.start();
   sim.run();
-  const ListOutcome out = sim.listing().list(ListKind::kPrompts);
-  EXPECT_EQ(out.state, ListState::kOk);
-  EXPECT_EQ(names(out), (std::vector<std::string>{"p1", "p2"}));
-  EXPECT_EQ(sim.peer.requests("prompts/list")[1].params["cursor"], "");
+  EXPECT_EQ(sim.listing().list(ListKind::kTools).state, ListState::kOk);
+  EXPECT_EQ(sim.listing().list(ListKind::kTools).items.size(), everything_tools().size());
+  EXPECT_EQ(sim.peer.count("tools/list"), 1);
 }
 
 // --- absent, not failed -------------------------------------------------------------------
@@ -754,6 +768,136 @@ TEST(McpSession, ARepeatedCursorIsALoop) {
   EXPECT_NE(tools.error->message.find("loop"), std::string::npos);
   EXPECT_EQ(tools.pages, 3);
   EXPECT_EQ(sim.peer.count("tools/list"), 3);
+}
+
+// Every cursor of the run is remembered, so a cycle of any length is caught the first time it
+// comes round, not only a cursor repeated at once.
+TEST(McpSession, ALoopOfAnyLengthIsCaught) {
+  for (int cycle : {1, 2, 7}) {
+    Sim sim;
+    int page = 0;
+    sim.peer.hook = [&](FakePeer& p, const JsonRpcMessage& m, int64_t now) {
+      if (m.method != "tools/list") return false;
+      ++page;
+      // c1, c2, ..., c<cycle>, c1, ...
+      p.reply(m, now,
+              {{"tools", Json::array({{{"name", "t" + std::to_string(page)}}})},
+               {"nextCursor", "c" + std::to_string((page - 1) % cycle + 1)}});
+      return true;
+    };
+    sim.start();
+    sim.run();
+    const ListOutcome tools = sim.listing().list(ListKind::kTools);
+    EXPECT_EQ(tools.state, ListState::kFailed) << cycle;
+    EXPECT_EQ(tools.error->code, ErrorCode::kInvalidReply);
+    EXPECT_NE(tools.error->message.find("pagination loop"), std::string::npos);
+    EXPECT_EQ(tools.pages, cycle + 1);
+    EXPECT_EQ(sim.peer.count("tools/list"), cycle + 1);
+  }
+}
+
+TEST(McpSession, AnOverlongCursorIsAnInvalidReply) {
+  McpSessionConfig c = legacy_config();
+  Sim sim(c);
+  const std::string huge(c.max_cursor_bytes + 1, 'c');
+  sim.peer.hook = [&](FakePeer& p, const JsonRpcMessage& m, int64_t now) {
+    if (m.method != "tools/list") return false;
+    p.reply(m, now, {{"tools", Json::array({{{"name", "t"}}})}, {"nextCursor", huge}});
+    return true;
+  };
+  sim.start();
+  sim.run();
+  const ListOutcome tools = sim.listing().list(ListKind::kTools);
+  EXPECT_EQ(tools.state, ListState::kFailed);
+  EXPECT_EQ(tools.error->code, ErrorCode::kInvalidReply);
+  EXPECT_EQ(tools.error->message, "tools/list: \"nextCursor\" of 16385 bytes exceeds the bound of 16384");
+  EXPECT_EQ(sim.peer.count("tools/list"), 1);  // never sent back
+  // Exactly at the bound is a cursor.
+  Sim ok(c);
+  int page = 0;
+  ok.peer.hook = [&](FakePeer& p, const JsonRpcMessage& m, int64_t now) {
+    if (m.method != "tools/list") return false;
+    ++page;
+    Json r = {{"tools", Json::array({{{"name", "t" + std::to_string(page)}}})}};
+    if (page == 1) r["nextCursor"] = std::string(c.max_cursor_bytes, 'c');
+    p.reply(m, now, r);
+    return true;
+  };
+  ok.start();
+  ok.run();
+  EXPECT_EQ(ok.listing().list(ListKind::kTools).state, ListState::kOk);
+  EXPECT_EQ(ok.listing().list(ListKind::kTools).pages, 2);
+}
+
+// A hostile server sends endless large pages with fresh cursors: the listing's byte budget stops
+// it long before the page bound, and bounds what the session holds.
+TEST(McpSession, TheListingByteBudgetStopsEndlessLargePages) {
+  McpSessionConfig c = legacy_config();
+  c.max_listing_bytes = 100000;
+  Sim sim(c);
+  int tool_pages = 0;
+  const std::string description(10000, 'd');
+  sim.peer.hook = [&](FakePeer& p, const JsonRpcMessage& m, int64_t now) {
+    if (m.method != "tools/list") return false;
+    ++tool_pages;
+    p.reply(m, now,
+            {{"tools", Json::array({{{"name", "t" + std::to_string(tool_pages)},
+                                     {"description", description}}})},
+             {"nextCursor", "c" + std::to_string(tool_pages)}});
+    return true;
+  };
+  sim.start();
+  sim.run();
+  const Listing listing = sim.listing();
+  const ListOutcome& tools = listing.list(ListKind::kTools);
+  EXPECT_EQ(tools.state, ListState::kFailed);
+  EXPECT_EQ(tools.error->code, ErrorCode::kTooLarge);
+  EXPECT_NE(tools.error->message.find("tools/list: the listing's pages exceed its byte budget of "
+                                      "100000 bytes"),
+            std::string::npos)
+      << tools.error->message;
+  // About ten pages of 10 KB, not the 1,000-page bound.
+  EXPECT_GE(tool_pages, 9);
+  EXPECT_LE(tool_pages, 11);
+  EXPECT_LE(tools.items.size(), 10u);
+  // The small lists that arrived before are whole.
+  EXPECT_EQ(listing.list(ListKind::kPrompts).state, ListState::kOk);
+
+  // The budget is per listing: a relist starts from zero (and fails the same way).
+  ASSERT_TRUE(sim.session.relist({ListKind::kPrompts}, sim.now).ok());
+  sim.run();
+  ASSERT_EQ(sim.listings().size(), 2u);
+  EXPECT_EQ(sim.listings()[1].list(ListKind::kPrompts).state, ListState::kOk);
+}
+
+TEST(McpSession, TheByteBudgetCountsEveryListTogether) {
+  McpSessionConfig c = legacy_config();
+  c.max_listing_bytes = 2500;  // each page is about 1,100 bytes: two fit, the third does not
+  Sim sim(c);
+  const std::string padding(1000, 'x');
+  sim.peer.hook = [&](FakePeer& p, const JsonRpcMessage& m, int64_t now) {
+    for (ListKind k : {ListKind::kTools, ListKind::kResources, ListKind::kResourceTemplates,
+                       ListKind::kPrompts}) {
+      if (m.method != list_method(k)) continue;
+      Json item = {{"name", "n"}, {"uri", "u:"}, {"uriTemplate", "u:{x}"}, {"pad", padding}};
+      p.reply(m, now, {{list_result_field(k), Json::array({item})}});
+      return true;
+    }
+    return false;
+  };
+  sim.start();
+  sim.run();
+  // The four requests go out together and the answers come back in order.
+  const Listing listing = sim.listing();
+  EXPECT_EQ(listing.list(ListKind::kTools).state, ListState::kOk);
+  EXPECT_EQ(listing.list(ListKind::kResources).state, ListState::kOk);
+  for (ListKind k : {ListKind::kResourceTemplates, ListKind::kPrompts}) {
+    const ListOutcome& out = listing.list(k);
+    EXPECT_EQ(out.state, ListState::kFailed) << list_method(k);
+    ASSERT_TRUE(out.error.has_value());
+    EXPECT_EQ(out.error->code, ErrorCode::kTooLarge);
+    EXPECT_NE(out.error->message.find("byte budget of 2500 bytes"), std::string::npos);
+  }
 }
 
 TEST(McpSession, PagesAndItemsAreBounded) {
@@ -1577,6 +1721,8 @@ TEST(McpSessionConfigTest, ValidatesEveryBound) {
       {"request_timeout_ms", [](McpSessionConfig& c) { c.request_timeout_ms = 0; }},
       {"listing_deadline_ms", [](McpSessionConfig& c) { c.listing_deadline_ms = -1; }},
       {"max_pages_per_list", [](McpSessionConfig& c) { c.max_pages_per_list = 0; }},
+      {"max_listing_bytes", [](McpSessionConfig& c) { c.max_listing_bytes = 0; }},
+      {"max_cursor_bytes", [](McpSessionConfig& c) { c.max_cursor_bytes = 0; }},
   };
   for (auto& [what, mutate] : bad) {
     McpSessionConfig c;
