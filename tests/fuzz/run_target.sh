@@ -24,8 +24,7 @@ mkdir -p "$build/$corpus_root/$name" "$build/fuzz-artifacts" "$build/fuzz-seeds/
 args=(-max_total_time="$seconds" -timeout=25 -rss_limit_mb=2048 -print_final_stats=1
       -artifact_prefix="$build/fuzz-artifacts/$name-")
 [ -f "$here/dict/$name.dict" ] && args+=(-dict="$here/dict/$name.dict")
-# Inputs beyond this are not useful and let JSON nesting grow past what the stack holds (see
-# tests/fuzz/README.md); the seeds themselves are smaller.
+# Longer inputs only slow the search down: the largest seed is ~30 KiB.
 args+=(-max_len=131072)
 dirs=("$build/$corpus_root/$name" "$build/fuzz-seeds/$name")
 [ -d "$here/seeds/$name" ] && dirs+=("$here/seeds/$name")
