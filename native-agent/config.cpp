@@ -770,7 +770,7 @@ void Parser::runtime(const Json* quiver) {
     for (const auto& [key, value] : rt->items()) {
       const std::string path = "quiver.runtime." + key;
       auto info = std::find_if(kRuntimeControls.begin(), kRuntimeControls.end(),
-                               [&](const RuntimeControlInfo& i) { return key == i.field; });
+                               [&k = key](const RuntimeControlInfo& i) { return k == i.field; });
       if (info == kRuntimeControls.end()) {
         p_.error(path, unknown_key_message(key, known));
         continue;
@@ -1274,7 +1274,7 @@ void Parser::connection_settings(const Json* quiver) {
       const std::string path = "quiver.connections." + name;
       if (disabled_names_.count(name) > 0 || broken_names_.count(name) > 0) continue;
       auto it = std::find_if(servers_.begin(), servers_.end(),
-                             [&](const Server& s) { return s.conn.name == name; });
+                             [&n = name](const Server& s) { return s.conn.name == n; });
       if (it == servers_.end()) {
         std::vector<std::string> names;
         for (const Server& s : servers_) names.push_back(s.conn.name);

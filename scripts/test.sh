@@ -3,7 +3,9 @@
 # builds both configurations, then runs
 #   1. the native unit and integration tests (ctest in build/native: real redis-server, real
 #      SQLite files, real child processes and MCP servers),
-#   2. the same core unit tests compiled to wasm, under node (ctest in build/wasm).
+#   2. the same core unit tests compiled to wasm, under node (ctest in build/wasm),
+#   3. a short run of each libFuzzer target (ctest in build/fuzz: clang-14, ASan + UBSan;
+#      tests/fuzz/README.md; scripts/fuzz.sh runs them for longer).
 # Build trees are kept between runs (incremental); `rm -rf build` starts over.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -31,9 +33,16 @@ echo "== wasm build (Emscripten)"
 emcmake cmake -S . -B build/wasm -DCMAKE_BUILD_TYPE=Release -DQUIVER_BUILD_TESTS=ON >/dev/null
 cmake --build build/wasm -j "$jobs"
 
+echo "== fuzz build (clang-14, libFuzzer)"
+CC=clang-14 CXX=clang++-14 cmake -S . -B build/fuzz -DQUIVER_FUZZ=ON \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build/fuzz -j "$jobs" --target quiver_fuzz
+
 status=0
 echo "== native tests"
 (cd build/native && ctest --output-on-failure -j "$jobs" --timeout 300) || status=1
 echo "== wasm tests (node)"
 (cd build/wasm && ctest --output-on-failure --timeout 300) || status=1
+echo "== fuzz targets (short runs)"
+(cd build/fuzz && ctest --output-on-failure -j "$jobs" --timeout 300) || status=1
 exit $status

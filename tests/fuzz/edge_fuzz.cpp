@@ -1,0 +1,155 @@
+// Fuzzes the edge's request handling (shared/edge_service.h, through it shared/discovery_http.h
+// and shared/discovery_redis.h): a request's bytes and a Redis reply stream in, a response out.
+// Input layout:
+//   byte 0           flags: 1 = add a valid `Authorization: Bearer` for member alice,
+//                           2 = sign the body as a refresh webhook (X-Quiver-Signature),
+//                           4 = answer the same request a second time (L1 hits, replays)
+//   bytes 1..4       n, little-endian: the length of the request in the host wire format
+//   next n bytes     the request (edge_request_from_wire's format)
+//   the rest         what Redis answers: one segment per round trip, segments separated by
+//                    kRoundTrip. Each time the service sends commands the next segment is
+//                    handed over, in random pieces as it asks to read; when the segment runs
+//                    out while it still reads, or no segment is left, the connection "fails".
+// Properties: the service always comes to a response, with an HTTP status, and ends with no
+// request left open; no secret (token key, Redis password, webhook secret) shows in a response
+// or a log line.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shared/edge_service.h"
+#include "shared/json.h"
+#include "shared/webhook_signature.h"
+#include "tests/fuzz/fuzz_support.h"
+
+namespace quiver {
+namespace {
+
+constexpr int64_t kNowMs = 1'800'000'000'000;
+constexpr char kKid[] = "k1";
+constexpr char kTokenSecret[] = "edge-fuzz-token-secret-0123456789abcdef";
+constexpr char kRedisPassword[] = "edge-fuzz-redis-password";
+constexpr char kWebhookSecret[] = "edge-fuzz-webhook-secret-0123456789";
+const std::string kRandom(16, '\x5a');
+constexpr std::string_view kRoundTrip = "\n~~~\n";
+
+std::string env_json() {
+  Json env = Json::object();
+  env["QUIVER_TOKEN_KEYS"] = Json::object({{kKid, kTokenSecret}}).dump();
+  env["REDIS_PASSWORD"] = kRedisPassword;
+  env["QUIVER_WEBHOOK_SECRETS"] = Json::object({{"ci", kWebhookSecret}}).dump();
+  return env.dump();
+}
+
+// The input under test: a secret the input itself carries may be echoed (a log quoting a
+// malformed request), one it does not carry must never show.
+std::string_view g_input;
+
+void no_secret(const std::string& text, const char* where) {
+  for (const char* s : {kTokenSecret, kRedisPassword, kWebhookSecret}) {
+    if (g_input.find(s) != std::string_view::npos) continue;
+    fuzz::check(text.find(s) == std::string::npos, where, "a secret is shown");
+  }
+}
+
+void check_response(const EdgeStep& s) {
+  fuzz::check(s.response.status >= 100 && s.response.status <= 599, "edge: a bad HTTP status",
+              std::to_string(s.response.status));
+  no_secret(s.response.body, "edge: the response body");
+  for (const auto& [name, value] : s.response.headers) {
+    no_secret(name + ": " + value, "edge: a response header");
+  }
+}
+
+// Drives one request to its end; `round_trips` (Redis' answers) are consumed as it goes.
+void serve(EdgeService& edge, EdgeStep step, std::vector<std::string_view>& round_trips,
+           int64_t now) {
+  std::vector<std::string_view> pieces;  // of the current round trip's answer
+  const uint32_t handle = step.handle;
+  bool responded = false;
+  for (int guard = 0;; ++guard) {
+    fuzz::check(guard < 10000, "edge: a request that never ends");
+    no_secret(step.log, "edge: a log line");
+    fuzz::check(step.handle == handle, "edge: a step for another handle");
+    if (step.action == EdgeAction::kDone) break;
+    if (step.action == EdgeAction::kRespond) {
+      fuzz::check(!responded, "edge: responded twice");
+      responded = true;
+      check_response(step);
+      if (!step.background) break;
+      step = edge.background(handle, now);
+      continue;
+    }
+    // kRedis: the commands would be written, their answer is the next round trip's bytes.
+    if (step.action == EdgeAction::kRedis) {
+      pieces.clear();
+      if (!round_trips.empty()) {
+        pieces = fuzz::random_splits(round_trips.front());
+        round_trips.erase(round_trips.begin());
+      }
+    }
+    if (pieces.empty()) {
+      step = edge.fail(handle, "connection closed", now);
+      continue;
+    }
+    std::string_view piece = pieces.front();
+    pieces.erase(pieces.begin());
+    step = edge.feed(handle, piece, now);
+  }
+  fuzz::check(responded, "edge: a request ended without a response");
+  edge.end(handle);
+}
+
+}  // namespace
+}  // namespace quiver
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace quiver;
+  if (size < 5) return 0;
+  g_input = fuzz::as_view(data, size);
+  const uint8_t flags = data[0];
+  uint32_t n = uint32_t(data[1]) | uint32_t(data[2]) << 8 | uint32_t(data[3]) << 16 |
+               uint32_t(data[4]) << 24;
+  std::string_view rest = fuzz::as_view(data + 5, size - 5);
+  if (n > rest.size()) n = static_cast<uint32_t>(rest.size());
+  std::string_view wire = rest.substr(0, n);
+  std::string_view redis = rest.substr(n);
+
+  static const std::string env = env_json();
+  EdgeService edge(edge_settings_from_env(env));
+  fuzz::check(edge.configured(), "edge: the fuzz settings were refused");
+
+  std::vector<std::string_view> round_trips;
+  for (std::size_t start = 0; start <= redis.size();) {
+    std::size_t end = redis.find(kRoundTrip, start);
+    if (end == std::string_view::npos) end = redis.size();
+    round_trips.push_back(redis.substr(start, end - start));
+    start = end + kRoundTrip.size();
+  }
+  const int rounds = (flags & 4) ? 2 : 1;
+  for (int round = 0; round < rounds; ++round) {
+    const int64_t now = kNowMs + round;
+    Result<HttpRequest> request = edge_request_from_wire(wire);
+    EdgeStep first;
+    if (request.ok() && (flags & 3)) {
+      if (flags & 1) {
+        auto token = mint_caller_token("alice", kTokenSecret, kKid, kNowMs, 3'600'000);
+        fuzz::check(token.ok(), "edge: minting the fuzz token failed");
+        request->headers.emplace_back("Authorization", "Bearer " + *token);
+      }
+      if (flags & 2) {
+        auto sig = sign_webhook(kWebhookSecret, request->body, kNowMs);
+        fuzz::check(sig.ok(), "edge: signing the fuzz webhook failed");
+        request->headers.emplace_back(kWebhookSignatureHeader, *sig);
+      }
+      first = edge.begin(std::move(*request), now, kRandom);
+    } else {
+      first = edge.begin_wire(wire, now, kRandom);
+    }
+    serve(edge, std::move(first), round_trips, now);
+    fuzz::check(edge.open_requests() == 0, "edge: a request left open after end()");
+  }
+  return 0;
+}
