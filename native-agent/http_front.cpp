@@ -19,6 +19,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -82,7 +83,8 @@ struct HttpFront::Impl {
     uint64_t id;
     Http1Request request;
     HttpPeer peer;
-    bool may_keep_alive;
+    Conn* conn;               // stable while it is kProcessing: the loop touches only its state
+    std::size_t answered;     // requests answered on the connection before this one
   };
   struct Done {
     int fd;
@@ -91,6 +93,7 @@ struct HttpFront::Impl {
     std::size_t written;  // already sent by the worker
     bool failed;          // the worker's send failed: the client is gone
     bool close;
+    std::size_t answered;  // requests the worker answered (more than one: a hot connection)
   };
 
   Impl(HttpFrontOptions o, HttpHandler h, HttpRefusal r, HttpOverloaded ov)
@@ -340,7 +343,6 @@ struct HttpFront::Impl {
   }
 
   void dispatch(Conn& c, Http1Request request) {
-    const bool may_keep = c.requests + 1 < options.keep_alive_max_requests;
     {
       std::lock_guard<std::mutex> lock(mu);
       if (jobs.size() < idle_workers + options.max_queued_requests) {
@@ -348,7 +350,7 @@ struct HttpFront::Impl {
         // the kernel); the socket is the worker's until its Done comes back.
         c.state = State::kProcessing;
         unwatch(c);
-        jobs.push_back(Job{c.fd, c.id, std::move(request), c.peer, may_keep});
+        jobs.push_back(Job{c.fd, c.id, std::move(request), c.peer, &c, c.requests});
         cv.notify_one();
         return;
       }
@@ -415,7 +417,7 @@ struct HttpFront::Impl {
     if (it == conns.end() || it->second->id != d.id) return;  // the client went away
     Conn& c = *it->second;
     if (d.failed) return close_conn(d.fd);
-    ++c.requests;
+    c.requests += d.answered;
     c.idle_since = now;
     c.head_start = now;
     c.body_start = 0;
@@ -528,6 +530,70 @@ struct HttpFront::Impl {
     }
   }
 
+  // Answers `job` and writes the answer; then, while the connection's next request arrives within
+  // `hot_connection_ms`, no other request waits and another worker is idle, answers that one too (on a busy
+  // keep-alive connection one thread wake-up per request instead of two). Anything but a complete
+  // request (a partial head, a refusal, the end) is left in the parser for the loop.
+  void serve_hot(Job& job, Done* d) {
+    Http1Request request = std::move(job.request);
+    for (;;) {
+      Http1Response response;
+      try {
+        response = handler(request, job.peer);
+      } catch (...) {  // the handler catches its own; this keeps a worker alive regardless
+        response = refuse(500, "internal error");
+      }
+      const bool keep = job.answered + d->answered + 1 < options.keep_alive_max_requests &&
+                        request.keep_alive && !http1_response_closes(response);
+      d->bytes = http1_serialize(response, request.minor_version, keep, request.method == "HEAD");
+      d->written = 0;
+      d->close = !keep;
+      ++d->answered;
+      // The socket is this worker's until the Done is handed back: write what it takes now (all
+      // of it, usually); the loop writes the rest under the write deadline.
+      while (d->written < d->bytes.size()) {
+        ssize_t n = ::send(d->fd, d->bytes.data() + d->written, d->bytes.size() - d->written,
+                           MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) {
+          d->written += static_cast<std::size_t>(n);
+          continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        d->failed = n < 0 && errno != EAGAIN && errno != EWOULDBLOCK;
+        break;
+      }
+      if (d->failed || d->close || d->written < d->bytes.size()) return;
+      if (options.hot_connection_ms <= 0 || stopping.load()) return;
+      {
+        // Only while another worker is idle: a new request must never wait for a hot connection
+        // (nor be shed because of one).
+        std::lock_guard<std::mutex> lock(mu);
+        if (!jobs.empty() || idle_workers == 0) return;  // the connection goes back to the loop
+      }
+      Http1Step step = job.conn->parser.next();  // a pipelined request may be there already
+      if (std::holds_alternative<Http1NeedMore>(step) && job.conn->parser.idle()) {
+        pollfd p{d->fd, POLLIN, 0};
+        if (::poll(&p, 1, static_cast<int>(options.hot_connection_ms)) != 1 ||
+            (p.revents & POLLIN) == 0) {
+          return;
+        }
+        char buf[kReadChunk];
+        ssize_t n = ::recv(d->fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (n <= 0) return;  // the end or an error: the loop sees it again and closes
+        job.conn->parser.feed(std::string_view(buf, static_cast<std::size_t>(n)));
+        step = job.conn->parser.next();
+      }
+      if (std::holds_alternative<Http1SendContinue>(step)) {
+        // The loop's parser would not say it again: say it here and let the loop read the body.
+        (void)::send(d->fd, "HTTP/1.1 100 Continue\r\n\r\n", 25, MSG_NOSIGNAL | MSG_DONTWAIT);
+        return;
+      }
+      auto* next = std::get_if<Http1Request>(&step);
+      if (next == nullptr) return;  // need more, or a failure the parser repeats to the loop
+      request = std::move(*next);
+    }
+  }
+
   void run_worker() {
     for (;;) {
       Job job;
@@ -540,30 +606,8 @@ struct HttpFront::Impl {
         job = std::move(jobs.front());
         jobs.pop_front();
       }
-      Http1Response response;
-      try {
-        response = handler(job.request, job.peer);
-      } catch (...) {  // the handler catches its own; this keeps a worker alive regardless
-        response = refuse(500, "internal error");
-      }
-      bool keep = job.may_keep_alive && job.request.keep_alive && !http1_response_closes(response);
-      Done d{job.fd, job.id,
-             http1_serialize(response, job.request.minor_version, keep,
-                             job.request.method == "HEAD"),
-             0, false, !keep};
-      // The socket is this worker's until the Done is handed back: write what it takes now (all
-      // of it, usually); the loop writes the rest under the write deadline.
-      while (d.written < d.bytes.size()) {
-        ssize_t n = ::send(d.fd, d.bytes.data() + d.written, d.bytes.size() - d.written,
-                           MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n > 0) {
-          d.written += static_cast<std::size_t>(n);
-          continue;
-        }
-        if (n < 0 && errno == EINTR) continue;
-        d.failed = n < 0 && errno != EAGAIN && errno != EWOULDBLOCK;
-        break;
-      }
+      Done d{job.fd, job.id, {}, 0, false, true, 0};
+      serve_hot(job, &d);
       {
         std::lock_guard<std::mutex> lock(done_mu);
         done.push_back(std::move(d));

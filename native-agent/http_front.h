@@ -8,7 +8,11 @@
 // a file descriptor and its parser's buffer until its request is complete (shared/http1.h bounds
 // that buffer); only then does it take a worker, for the handler's run alone. When every worker
 // is busy and `max_queued_requests` wait, a request is answered 503 by `overloaded()` on the loop
-// thread at once (counted in `shed_count()`), never queued without bound.
+// thread at once (counted in `shed_count()`), never queued without bound. A worker writes its
+// answer itself and, while no other request waits and another worker is idle, answers the
+// connection's next complete request
+// if it arrives within `hot_connection_ms` (a busy keep-alive connection then costs one thread
+// wake-up per request, as in a thread-per-connection server, without holding a worker when idle).
 //
 // Deadlines (each explicit, all in HttpFrontOptions): the whole request head within
 // `header_timeout_ms` of its first byte (or of the connection's start); the whole body within
@@ -56,6 +60,9 @@ struct HttpFrontOptions {
   int64_t write_timeout_ms = 5'000;
   int64_t linger_ms = 1'000;  // draining a refused connection before closing it
   std::size_t keep_alive_max_requests = 1'000;
+  // A worker that answered a request keeps the connection while its next request arrives within
+  // this many ms, no other request waits and another worker is idle (0: always hand it back).
+  int64_t hot_connection_ms = 2;
   std::size_t max_connections = 4'096;
   std::size_t max_connections_per_peer = 256;
 };

@@ -78,7 +78,7 @@ int connect_loopback(int port) {
   return fd;
 }
 
-// Sends `head`, then `body_piece` over and over until `total` bytes went or the server stopped
+// Sends `head`, then `body_piece` over and over until `total` body bytes went or the server stopped
 // taking them (closed, reset, or 10 s without room), reading whatever the server answers all the
 // while; then reads until the server closes (at most 10 s). Returns everything the server sent.
 std::string stream_attack(int port, const std::string& head, const std::string& body_piece,
@@ -88,7 +88,8 @@ std::string stream_attack(int port, const std::string& head, const std::string& 
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
   std::string answer;
   std::string pending = head;
-  std::size_t sent = 0;
+  std::size_t sent = 0;  // body bytes (after the head)
+  std::size_t head_left = head.size();
   bool sending = true;
   bool open = true;
   auto last_progress = std::chrono::steady_clock::now();
@@ -119,7 +120,9 @@ std::string stream_attack(int port, const std::string& head, const std::string& 
       ssize_t n = ::send(fd, pending.data(), pending.size(), MSG_NOSIGNAL);
       if (n > 0) {
         pending.erase(0, static_cast<std::size_t>(n));
-        sent += static_cast<std::size_t>(n);
+        std::size_t of_head = std::min(head_left, static_cast<std::size_t>(n));
+        head_left -= of_head;
+        sent += static_cast<std::size_t>(n) - of_head;
         last_progress = now;
       } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
         sending = false;  // reset or closed by the server: read what it said
@@ -193,8 +196,9 @@ class HostileApiTest : public ::testing::Test {
         {"webhook_secrets", {{"ci", {{"env", "TEST_WEBHOOK_SECRET"}}}}},
         {"runtime", {{"list_timeout_ms", 4000}}},
     };
+    const std::string text = Json{{"mcpServers", servers}, {"quiver", quiver}}.dump();
     ConfigSources sources;
-    sources.text = Json{{"mcpServers", servers}, {"quiver", quiver}}.dump();
+    sources.text = text;  // a view: the text outlives the parse
     sources.origin = "api_hostile_test.json";
     sources.env = {{"TEST_TOKEN_KEY", kTokenKey}, {"TEST_WEBHOOK_SECRET", kWebhookSecret}};
     sources.working_dir = dir_.root();
@@ -334,6 +338,14 @@ TEST_F(HostileApiTest, SlowAndIdleClientsLeaveHealthzAnswering) {
       for (int i = 0; i < 10 && !stop; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   });
+  struct StopTrickle {
+    std::atomic<bool>& stop;
+    std::thread& t;
+    ~StopTrickle() {
+      stop = true;
+      if (t.joinable()) t.join();
+    }
+  } stop_on_exit{stop, trickle};
   for (int i = 0; i < 5; ++i) {
     httplib::Client c("127.0.0.1", server_->port());
     c.set_connection_timeout(1);
@@ -375,6 +387,12 @@ TEST_F(HostileApiTest, BusyWorkersShedWith503AtOnce) {
   // Two connection tests against an upstream that never lists: one holds the only worker, one
   // waits for it; the next request is shed at once.
   std::vector<std::thread> held;
+  struct Joiner {
+    std::vector<std::thread>& threads;
+    ~Joiner() {
+      for (std::thread& t : threads) t.join();
+    }
+  } join_on_exit{held};
   for (int i = 0; i < 2; ++i) {
     held.emplace_back([&] {
       httplib::Client c("127.0.0.1", server_->port());
@@ -396,6 +414,7 @@ TEST_F(HostileApiTest, BusyWorkersShedWith503AtOnce) {
   EXPECT_EQ(shed.get_header_value("Retry-After"), "1");
   EXPECT_EQ(shed.get_header_value("Connection"), "close");
   for (std::thread& t : held) t.join();
+  held.clear();
   // Once the worker is free again, /metrics answers and counts what was shed.
   auto m = c.Get("/metrics");
   ASSERT_TRUE(m);
@@ -406,34 +425,34 @@ TEST_F(HostileApiTest, BusyWorkersShedWith503AtOnce) {
 
 TEST_F(HostileApiTest, ConnectionTestsAreBoundedWith503Overloaded) {
   start([](ApiServerOptions& o) { o.max_concurrent_tests = 1; });
-  // A test of an upstream that never lists holds the one slot until the listing deadline (it
-  // retries while the other side holds the slot: whichever comes first).
-  std::thread hanging([&] {
-    httplib::Client c("127.0.0.1", server_->port());
-    c.set_read_timeout(30);
-    for (int i = 0; i < 100; ++i) {
+  // Two tests of an upstream that never lists, at once: each would hold its worker until the
+  // listing deadline (4 s); with one allowed, whichever comes second is told to retry at once.
+  std::vector<std::string> answers(2);
+  std::vector<int> statuses_seen(2, 0);
+  std::vector<std::thread> callers;
+  for (int i = 0; i < 2; ++i) {
+    callers.emplace_back([&, i] {
+      httplib::Client c("127.0.0.1", server_->port());
+      c.set_read_timeout(30);
       auto r = c.Post("/v1/mcp-connections/hang/test", bearer(), "", "application/json");
-      ASSERT_TRUE(r);
-      if (r->body.find("\"OVERLOADED\"") == std::string::npos) {
-        EXPECT_EQ(r->status, 503);  // UPSTREAM_UNAVAILABLE: the listing timed out
-        return;
+      if (r) {
+        answers[i] = r->body;
+        statuses_seen[i] = r->status;
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    });
+  }
+  for (std::thread& t : callers) t.join();
+  int overloaded = 0;
+  for (int i = 0; i < 2; ++i) {
+    if (answers[i].find("\"OVERLOADED\"") != std::string::npos) {
+      ++overloaded;
+      EXPECT_EQ(statuses_seen[i], 503);
     }
-  });
+  }
+  EXPECT_EQ(overloaded, 1) << answers[0] << "\n" << answers[1];
+  // With the slot free again, a test runs.
   httplib::Client c("127.0.0.1", server_->port());
   c.set_read_timeout(30);
-  httplib::Response refused;
-  ASSERT_TRUE(wait_until(
-      [&] {
-        auto r = c.Post("/v1/mcp-connections/t/test", bearer(), "", "application/json");
-        if (r) refused = *r;
-        return r && r->status == 503;
-      },
-      20'000));
-  EXPECT_NE(refused.body.find("\"OVERLOADED\""), std::string::npos);
-  hanging.join();
-  // With the slot free again, a test runs.
   auto r = c.Post("/v1/mcp-connections/t/test", bearer(), "", "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200) << r->body;
