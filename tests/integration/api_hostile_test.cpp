@@ -384,8 +384,8 @@ TEST_F(HostileApiTest, BusyWorkersShedWith503AtOnce) {
     o.worker_threads = 1;
     o.max_queued_requests = 1;
   });
-  // Two connection tests against an upstream that never lists: one holds the only worker, one
-  // waits for it; the next request is shed at once.
+  // Two connection tests against an upstream that never lists: they hold the only worker for
+  // the listing deadline (4 s) each, one after the other.
   std::vector<std::thread> held;
   struct Joiner {
     std::vector<std::thread>& threads;
@@ -400,16 +400,20 @@ TEST_F(HostileApiTest, BusyWorkersShedWith503AtOnce) {
       (void)c.Post("/v1/mcp-connections/hang/test", bearer(), "", "application/json");
     });
   }
-  httplib::Client c("127.0.0.1", server_->port());
-  c.set_read_timeout(5);
+  // Whatever order the requests arrive in, while a test holds the worker the queue fills (with
+  // the second test, or a health check that gave up waiting) and the next request is shed.
   httplib::Response shed;
   ASSERT_TRUE(wait_until(
       [&] {
-        auto r = c.Get("/healthz");
+        httplib::Client probe("127.0.0.1", server_->port());
+        probe.set_read_timeout(1);
+        auto r = probe.Get("/healthz");
         if (r) shed = *r;
         return r && r->status == 503;
       },
-      5'000));
+      20'000));
+  httplib::Client c("127.0.0.1", server_->port());
+  c.set_read_timeout(30);
   EXPECT_NE(shed.body.find("\"OVERLOADED\""), std::string::npos);
   EXPECT_EQ(shed.get_header_value("Retry-After"), "1");
   EXPECT_EQ(shed.get_header_value("Connection"), "close");
