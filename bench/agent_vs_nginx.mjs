@@ -2,7 +2,7 @@
 // nginx serving the very bytes it answered as static files, side by side in one run, with wrk.
 //
 //   node bench/agent_vs_nginx.mjs [--duration 5] [--agent build/native/native-agent/quiver-agent]
-//                                 [--write docs/benchmarks.md]
+//                                 [--connections 1,16,64] [--write docs/benchmarks.md]
 //
 // Set-up: the agent lists one real upstream (server-everything over stdio) into SQLite in a temp
 // data directory; a caller token is minted with `quiver-agent token`; one tool is disabled
@@ -12,8 +12,9 @@
 //   GET /v1/manifests                             every granted connection (here: the same one)
 // nginx (Debian's nginx-light, as this user, a temp prefix, access log off) serves those files at
 // the same paths with the same Content-Type and an ETag, once with worker_processes 1 and once
-// with auto (one per core). Each target at 1 and 16 keep-alive connections; the agent and nginx
-// also with If-None-Match (304). wrk's p50 / p99 latency and requests/s, and agent / nginx ratios.
+// with auto (one per core). Each target at 1, 16 and 64 keep-alive connections (`--connections`);
+// the agent and nginx also with If-None-Match (304). wrk's p50 / p99 latency, requests/s and
+// answers outside 2xx/3xx (a 503 OVERLOADED), and agent / nginx ratios.
 // Needs wrk and nginx (scripts/setup.sh --bench, run when either is missing) and a built agent.
 import { execFileSync, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -30,6 +31,7 @@ import { hasWrk, machineLine, printRow, wrk, wrkVersion, writeSection } from './
 const duration = Number(argValue('--duration', '5'));
 const agentBinary = path.resolve(argValue('--agent', defaultAgentBinary()));
 const writeTo = argValue('--write', '');
+const connectionCounts = argValue('--connections', '1,16,64').split(',').map(Number);
 
 const MEMBER = 'bench';
 const CID = 'everything';
@@ -229,7 +231,7 @@ async function main() {
       { name: 'nginx, auto workers: /v1/manifests', port: nginxAuto.port, path: ALL },
     ];
     const rows = [];
-    for (const connections of [1, 16]) {
+    for (const connections of connectionCounts) {
       for (const t of targets) {
         checkInterrupted();
         const r = wrk({ port: t.port, path: t.path, connections, duration, headers: t.headers });
@@ -259,12 +261,14 @@ function sectionLines(rows, bodies) {
   const find = (name, c) => rows.find((r) => r.name === name && r.connections === c);
   const ratio = (r) => {
     const b = r.base && find(r.base, r.connections);
-    if (!b) return '| | |';
-    return `| ${(r.p50 / b.p50).toFixed(1)} × | ${(r.rps / b.rps).toFixed(2)} |`;
+    if (!b) return '| | | |';
+    return `| ${(r.p50 / b.p50).toFixed(1)} × | ${(r.p99 / b.p99).toFixed(1)} × | ` +
+      `${(r.rps / b.rps).toFixed(2)} |`;
   };
   return [
     '',
-    `\`node bench/agent_vs_nginx.mjs --duration ${duration}\`, ` +
+    `\`node bench/agent_vs_nginx.mjs --duration ${duration} ` +
+      `--connections ${connectionCounts.join(',')}\`, ` +
       `${new Date().toISOString().slice(0, 10)}:`,
     `${machineLine()}, wrk ${wrkVersion()}, ${nginxVersion()}, quiver-agent RelWithDebInfo.`,
     'One wrk thread, keep-alive; the agent, nginx and wrk share the machine (and other builds).',
@@ -273,12 +277,11 @@ function sectionLines(rows, bodies) {
     'the tools server-everything lists, one disabled) as static files, `application/json`, with',
     'an ETag. Ratios: the agent row against the nginx row with 1 worker just below it.',
     '',
-    '| target | conns | p50 ms | p99 ms | max ms | req/s | agent / nginx p50 | ' +
-      'agent / nginx req/s |',
-    '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
+    '| target | conns | p50 ms | p99 ms | max ms | req/s | non-2xx/3xx | agent / nginx p50 | ' +
+      'agent / nginx p99 | agent / nginx req/s |',
+    '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
     ...rows.map((r) => `| ${r.name} | ${r.connections} | ${r.p50.toFixed(3)} | ` +
-      `${r.p99.toFixed(3)} | ${r.max.toFixed(1)} | ${r.rps.toFixed(0)} ${ratio(r)}` +
-      `${r.errors ? ` (${r.errors} non-2xx/3xx)` : ''}`),
+      `${r.p99.toFixed(3)} | ${r.max.toFixed(1)} | ${r.rps.toFixed(0)} | ${r.errors} ${ratio(r)}`),
   ];
 }
 

@@ -8,13 +8,16 @@
 #include <exception>
 #include <mutex>
 #include <optional>
+#include <regex>
 #include <set>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include <arpa/inet.h>
 #include <httplib.h>
 
+#include "native-agent/http_front.h"
 #include "native-agent/locked_render_cache.h"
 #include "native-agent/metrics.h"
 #include "shared/caller_token.h"
@@ -32,86 +35,6 @@ namespace {
 
 constexpr char kJson[] = "application/json";
 constexpr char kPrometheusText[] = "text/plain; version=0.0.4; charset=utf-8";
-
-// ---- the bounded pool --------------------------------------------------------------------------
-
-// Set on the shedding thread: every request it handles is answered 503 OVERLOADED at once (the
-// pre-routing hook checks it), so an overloaded server still answers quickly and never touches
-// the store for a request it cannot serve.
-thread_local bool t_shedding = false;
-
-// httplib's TaskQueue (one job = one accepted connection) with bounded waiting. cpp-httplib 0.11
-// has no max_queued_requests, and its enqueue cannot refuse a job (it owns the socket), so the
-// overflow goes to a shedding thread instead; when that queue is full too, enqueue (the accept
-// loop) waits for room: further connections wait in the kernel's listen backlog.
-// The 503 says `Connection: close`; a client that keeps the connection open anyway holds the
-// shedding thread until the keep-alive timeout (httplib 0.11 decides keep-alive before routing).
-class BoundedTaskQueue final : public httplib::TaskQueue {
- public:
-  BoundedTaskQueue(int threads, std::size_t max_queued, std::size_t max_shed,
-                   std::atomic<int64_t>* shed_count)
-      : max_queued_(max_queued), max_shed_(max_shed), shed_count_(shed_count) {
-    for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { work(jobs_, false); });
-    shedder_ = std::thread([this] { work(shed_jobs_, true); });
-  }
-  ~BoundedTaskQueue() override = default;
-
-  void enqueue(std::function<void()> fn) override {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (jobs_.size() < max_queued_ || idle_ > jobs_.size()) {
-      jobs_.push_back(std::move(fn));
-      cv_.notify_all();
-      return;
-    }
-    room_.wait(lock, [&] { return shed_jobs_.size() < max_shed_ || shutdown_; });
-    shed_jobs_.push_back(std::move(fn));
-    if (shed_count_ != nullptr) ++*shed_count_;
-    cv_.notify_all();
-  }
-
-  void shutdown() override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      shutdown_ = true;
-    }
-    cv_.notify_all();
-    room_.notify_all();
-    for (std::thread& t : workers_) t.join();
-    shedder_.join();
-  }
-
- private:
-  void work(std::deque<std::function<void()>>& queue, bool shedding) {
-    t_shedding = shedding;
-    for (;;) {
-      std::function<void()> fn;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        if (!shedding) ++idle_;
-        cv_.wait(lock, [&] { return !queue.empty() || shutdown_; });
-        if (!shedding) --idle_;
-        if (queue.empty()) return;  // shut down and drained
-        fn = std::move(queue.front());
-        queue.pop_front();
-        if (shedding) room_.notify_all();
-      }
-      fn();
-    }
-  }
-
-  const std::size_t max_queued_;
-  const std::size_t max_shed_;
-  std::atomic<int64_t>* shed_count_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::condition_variable room_;
-  std::deque<std::function<void()>> jobs_;
-  std::deque<std::function<void()>> shed_jobs_;
-  std::size_t idle_ = 0;
-  bool shutdown_ = false;
-  std::vector<std::thread> workers_;
-  std::thread shedder_;
-};
 
 // ---- small helpers -----------------------------------------------------------------------------
 
@@ -207,6 +130,142 @@ std::optional<std::string> check_params(const httplib::Request& req,
   return std::nullopt;
 }
 
+// Errors the front refuses with before any handler runs, in the API's JSON error shape: the
+// statuses discovery_http.h names keep their codes, the others get one here.
+HttpResponse refusal_response(int status, const std::string& message) {
+  switch (status) {
+    case 400: return error_response(HttpErrorCode::kBadRequest, message);
+    case 413: return error_response(HttpErrorCode::kPayloadTooLarge, message);
+    case 414: return error_response(HttpErrorCode::kUriTooLong, message);
+    case 500: return error_response(HttpErrorCode::kInternal, message);
+    default: break;
+  }
+  const char* code = status == 408   ? "REQUEST_TIMEOUT"
+                     : status == 415 ? "UNSUPPORTED_MEDIA_TYPE"
+                     : status == 417 ? "EXPECTATION_FAILED"
+                     : status == 421 ? "MISDIRECTED_REQUEST"
+                     : status == 431 ? "HEADERS_TOO_LARGE"
+                     : status == 501 ? "NOT_IMPLEMENTED"
+                     : status == 505 ? "HTTP_VERSION_NOT_SUPPORTED"
+                                     : "BAD_REQUEST";
+  return json_response(
+      status, Json::object({{"error", Json::object({{"code", code}, {"message", message}})}}));
+}
+
+Http1Response to_http1(HttpResponse r) {
+  Http1Response out;
+  out.status = r.status;
+  out.headers = std::move(r.headers);
+  out.body = std::move(r.body);
+  return out;
+}
+
+std::string lowercase(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
+  return out;
+}
+
+bool is_loopback_ipv4(const std::string& h) {
+  in_addr a{};
+  return ::inet_pton(AF_INET, h.c_str(), &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+}
+
+// Whether a request's Host names this server: a loopback name or address, the configured listen
+// host, or the address the connection arrived on (an IP literal never rebinds). Any other name is
+// what a browser page sends when it reaches a loopback service by DNS rebinding: refused (421),
+// whatever the endpoint. An HTTP/1.0 request without Host is let through (browsers always send
+// one; HTTP/1.1 requires it, and the parser refuses a 1.1 request without it).
+bool host_allowed(const std::string* host_header, const std::string& listen_host,
+                  const HttpPeer& peer) {
+  if (host_header == nullptr) return true;
+  std::string host = lowercase(*host_header);
+  if (!host.empty() && host.front() == '[') {
+    std::size_t close = host.find(']');
+    if (close == std::string::npos) return false;
+    std::string rest = host.substr(close + 1);
+    if (!rest.empty() && rest.front() != ':') return false;
+    host = host.substr(1, close - 1);
+  } else if (std::size_t colon = host.rfind(':'); colon != std::string::npos) {
+    if (host.find(':') != colon) return false;  // an IPv6 literal needs brackets
+    host.resize(colon);
+  }
+  if (!host.empty() && host.back() == '.') host.pop_back();
+  if (host.empty()) return false;
+  if (host == "localhost" || host == "::1" || is_loopback_ipv4(host)) return true;
+  const std::string listen = lowercase(listen_host);
+  if (host == listen && listen != "0.0.0.0" && listen != "::") return true;
+  std::string local = lowercase(peer.local_addr);
+  if (local.rfind("::ffff:", 0) == 0 && local.find('.') != std::string::npos) local.erase(0, 7);
+  return !local.empty() && host == local;
+}
+
+// Every route in one table: method, a whole-path pattern (a regex, as cpp-httplib's routes were)
+// and a handler that reads cpp-httplib's plain Request/Response types. The capitalized methods
+// keep cpp-httplib's names, so that the routes read as they did.
+class Router {
+ public:
+  using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
+  enum class Found { kRoute, kNoPath, kNoMethod };
+
+  void Get(const std::string& pattern, Handler h) { add("GET", pattern, std::move(h)); }
+  void Post(const std::string& pattern, Handler h) { add("POST", pattern, std::move(h)); }
+  void Put(const std::string& pattern, Handler h) { add("PUT", pattern, std::move(h)); }
+  void Patch(const std::string& pattern, Handler h) { add("PATCH", pattern, std::move(h)); }
+
+  // The handler of req's method and path (HEAD is GET without the body), with req.matches set;
+  // otherwise why not, and for kNoMethod the methods the path takes (`allow`).
+  const Handler* find(httplib::Request& req, Found* found, std::string* allow) const {
+    const std::string method = req.method == "HEAD" ? "GET" : req.method;
+    *found = Found::kNoPath;
+    for (const Route& r : routes_) {
+      if (r.method == method) {
+        if (std::regex_match(req.path, req.matches, r.pattern)) {
+          *found = Found::kRoute;
+          return &r.handler;
+        }
+      } else {
+        std::smatch ignored;
+        if (std::regex_match(req.path, ignored, r.pattern)) {
+          *found = Found::kNoMethod;
+          *allow += (allow->empty() ? "" : ", ") + r.method;
+        }
+      }
+    }
+    return nullptr;
+  }
+
+ private:
+  struct Route {
+    std::string method;
+    std::regex pattern;
+    Handler handler;
+  };
+  void add(const char* method, const std::string& pattern, Handler h) {
+    routes_.push_back(Route{method, std::regex(pattern), std::move(h)});
+  }
+  std::vector<Route> routes_;
+};
+
+// RAII: one of a bounded number of slots (the concurrent connection tests), or none.
+class Slot {
+ public:
+  Slot(std::atomic<int>& in_use, int max) : in_use_(in_use) {
+    held_ = in_use_.fetch_add(1) < max;
+    if (!held_) in_use_.fetch_sub(1);
+  }
+  ~Slot() {
+    if (held_) in_use_.fetch_sub(1);
+  }
+  Slot(const Slot&) = delete;
+  Slot& operator=(const Slot&) = delete;
+  bool held() const { return held_; }
+
+ private:
+  std::atomic<int>& in_use_;
+  bool held_ = false;
+};
+
 // A ToolSearcher shared by every worker thread: IndexedToolSearcher and its cache are not
 // synchronized, so searches take turns (an index build is the slow part, and happens once per
 // version of what a caller sees).
@@ -241,12 +300,11 @@ struct ApiServer::Impl {
 
   AgentService& agent;
   ApiServerOptions options;
-  httplib::Server server;
-  std::thread listener;
+  Router router;
+  std::unique_ptr<HttpFront> front;
   int bound_port = 0;
   bool started = false;
   std::atomic<bool> stopped{false};
-  std::atomic<bool> listener_done{false};
 
   std::optional<Keyring> keyring;
   std::string keyring_problem;  // why there is none
@@ -258,7 +316,7 @@ struct ApiServer::Impl {
   LockedRenderCache render_cache;  // each servable entry's rendered payload, for every thread
   DiscoveryConfig discovery;
 
-  std::atomic<int64_t> shed{0};
+  std::atomic<int> tests_running{0};  // POST .../test calls in flight (options.max_concurrent_tests)
 
   // Stale-while-revalidate requests, queued after the answer went out.
   std::mutex bg_mu;
@@ -291,7 +349,7 @@ struct ApiServer::Impl {
   // Wraps a handler of an authenticated endpoint: 401 unless the bearer token names a member.
   using MemberHandler =
       std::function<void(const httplib::Request&, httplib::Response&, const Principal& member)>;
-  httplib::Server::Handler authed(MemberHandler handler) {
+  Router::Handler authed(MemberHandler handler) {
     return [this, handler = std::move(handler)](const httplib::Request& req,
                                                 httplib::Response& res) {
       CallerAuth caller = authenticate(req);
@@ -428,16 +486,22 @@ struct ApiServer::Impl {
 
   // ---- agent-owned endpoints ----
 
-  void healthz(const httplib::Request&, httplib::Response& res) {
+  // Without a valid token: only ok / unavailable. Where the store is (a Redis host, user and
+  // namespace, a SQLite path) and why it fails only to an authenticated caller.
+  void healthz(const httplib::Request& req, httplib::Response& res) {
+    const bool details = req.has_header("Authorization") && authenticate(req).member_id;
     Status health = agent.store().health();
     if (!health.ok()) {
       log("api: healthz: " + health.error().message);
-      HttpResponse r = error_response(HttpErrorCode::kStoreUnavailable,
-                                      "the cache store is unavailable: " + health.error().message);
+      HttpResponse r = error_response(
+          HttpErrorCode::kStoreUnavailable,
+          details ? "the cache store is unavailable: " + health.error().message
+                  : std::string("the cache store is unavailable"));
       return send(r, res);
     }
-    send(json_response(200, Json::object({{"status", "ok"}, {"store", agent.store().describe()}})),
-         res);
+    Json body = Json::object({{"status", "ok"}});
+    if (details) body["store"] = agent.store().describe();
+    send(json_response(200, body), res);
   }
 
   void metrics(const httplib::Request& req, httplib::Response& res) {
@@ -454,7 +518,7 @@ struct ApiServer::Impl {
     std::string text = agent.metrics().prometheus_text();
     text += "# HELP quiver_api_shed_total Connections answered 503 OVERLOADED by the API.\n";
     text += "# TYPE quiver_api_shed_total counter\n";
-    text += "quiver_api_shed_total " + std::to_string(shed.load()) + "\n";
+    text += "quiver_api_shed_total " + std::to_string(front ? front->shed_count() : 0) + "\n";
     res.set_content(text, kPrometheusText);
   }
 
@@ -537,6 +601,10 @@ struct ApiServer::Impl {
     const std::string cid = req.matches[1];
     Result<GrantedConnection> conn = granted(member, cid);
     if (!conn.ok()) return fail_store(res, conn.error(), "test");
+    // Each test spawns a child or opens a connection outside the pool and holds a worker for up
+    // to the listing deadline: only a few at a time, the rest are told to retry.
+    Slot slot(tests_running, options.max_concurrent_tests);
+    if (!slot.held()) return send(overloaded_response(), res);
     Result<Json> probe = agent.test_connection(cid, *conn->principal);
     if (!probe.ok()) {
       const Error& e = probe.error();
@@ -760,7 +828,7 @@ struct ApiServer::Impl {
   // ---- wiring: every route, hook and limit in one place ----
 
   void register_routes() {
-    httplib::Server& s = server;
+    Router& s = router;
     auto discovery_route = [this](const httplib::Request& req, httplib::Response& res) {
       discovery_exchange(req, res);
     };
@@ -794,51 +862,59 @@ struct ApiServer::Impl {
     s.Patch(id + "/preferences", set);
     s.Post(kWebhookRefreshPath, [this](const auto& req, auto& res) { webhook(req, res); });
 
-    s.set_pre_routing_handler([this](const httplib::Request&, httplib::Response& res) {
-      if (!t_shedding) return httplib::Server::HandlerResponse::Unhandled;
-      send(overloaded_response(), res);
-      return httplib::Server::HandlerResponse::Handled;
-    });
-    // Routing misses and httplib's own refusals (413 over the body limit, 400 for a bad request
-    // line) get the JSON error shape too; a handler's own errors already have a body.
-    s.set_error_handler([](const httplib::Request&, httplib::Response& res) {
-      if (!res.body.empty()) return;
-      HttpErrorCode code = res.status == 404   ? HttpErrorCode::kNotFound
-                           : res.status == 405 ? HttpErrorCode::kMethodNotAllowed
-                           : res.status == 413 ? HttpErrorCode::kPayloadTooLarge
-                           : res.status == 414 ? HttpErrorCode::kUriTooLong
-                           : res.status >= 500 ? HttpErrorCode::kInternal
-                                               : HttpErrorCode::kBadRequest;
-      int status = res.status;
-      send(error_response(code, code == HttpErrorCode::kNotFound ? "no such endpoint"
-                                                                 : "the request was refused"),
-           res);
-      res.status = status;
-    });
-    s.set_exception_handler(
-        [this](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
-          std::string what = "an unknown exception";
-          try {
-            if (ep) std::rethrow_exception(ep);
-          } catch (const std::exception& e) {
-            what = e.what();
-          } catch (...) {
-          }
-          log("api: " + req.method + " " + req.path + ": " + what);
-          res = httplib::Response();
-          send_error(res, HttpErrorCode::kInternal, "internal error");
-        });
+  }
 
-    s.set_tcp_nodelay(true);
-    s.set_read_timeout(std::chrono::milliseconds(options.read_timeout_ms));
-    s.set_write_timeout(std::chrono::milliseconds(options.write_timeout_ms));
-    s.set_keep_alive_timeout(std::max<time_t>(1, options.keep_alive_timeout_ms / 1000));
-    s.set_keep_alive_max_count(options.keep_alive_max_requests);
-    s.set_payload_max_length(options.max_body_bytes);
-    s.new_task_queue = [this] {
-      return new BoundedTaskQueue(options.worker_threads, options.max_queued_requests,
-                                  options.max_shed_queue, &shed);
-    };
+  // One request, on a front worker: Host checked, routed, the handler run, every escaping
+  // exception a 500 whose detail goes to the log. The front (native-agent/http_front.h) has
+  // already refused what breaks a bound, and sheds what no worker can take.
+  Http1Response serve(const Http1Request& in, const HttpPeer& peer) {
+    if (!host_allowed(in.header("Host"), options.listen.host, peer)) {
+      return to_http1(refusal_response(
+          421, "the Host header names neither a loopback address nor this agent's listen address"));
+    }
+    httplib::Request req;
+    req.method = in.method;
+    req.target = in.target;
+    req.version = in.minor_version == 0 ? "HTTP/1.0" : "HTTP/1.1";
+    std::size_t q = in.target.find('?');
+    req.path = httplib::detail::decode_url(in.target.substr(0, q), false);
+    if (q != std::string::npos) httplib::detail::parse_query_text(in.target.substr(q + 1), req.params);
+    for (const auto& [name, value] : in.headers) req.headers.emplace(name, value);
+    req.body = in.body;
+    req.remote_addr = peer.remote_addr;
+    req.remote_port = peer.remote_port;
+    req.local_addr = peer.local_addr;
+    req.local_port = peer.local_port;
+
+    httplib::Response res;
+    Router::Found found = Router::Found::kNoPath;
+    std::string allow;
+    const Router::Handler* handler = router.find(req, &found, &allow);
+    if (found == Router::Found::kNoMethod) res.set_header("Allow", allow);
+    if (handler == nullptr) {
+      send_error(res,
+                 found == Router::Found::kNoMethod ? HttpErrorCode::kMethodNotAllowed
+                                                   : HttpErrorCode::kNotFound,
+                 found == Router::Found::kNoMethod ? "this endpoint does not take " + req.method
+                                                   : std::string("no such endpoint"));
+    } else {
+      try {
+        (*handler)(req, res);
+      } catch (const std::exception& e) {
+        log("api: " + req.method + " " + req.path + ": " + e.what());
+        res = httplib::Response();
+        send_error(res, HttpErrorCode::kInternal, "internal error");
+      } catch (...) {
+        log("api: " + req.method + " " + req.path + ": an unknown exception");
+        res = httplib::Response();
+        send_error(res, HttpErrorCode::kInternal, "internal error");
+      }
+    }
+    Http1Response out;
+    out.status = res.status < 0 ? 200 : res.status;
+    for (const auto& [name, value] : res.headers) out.headers.emplace_back(name, value);
+    out.body = std::move(res.body);
+    return out;
   }
 };
 
@@ -851,8 +927,9 @@ Status ApiServer::start() {
   Impl& s = *impl_;
   if (s.started) return Error(ErrorCode::kInvalidArgument, "api server: already started");
   if (s.options.worker_threads < 1 || s.options.max_queued_requests < 1 ||
-      s.options.max_shed_queue < 1 || s.options.read_timeout_ms < 1 ||
-      s.options.write_timeout_ms < 1 || s.options.max_body_bytes < 1 || !s.options.now_ms) {
+      s.options.header_timeout_ms < 1 || s.options.body_timeout_ms < 1 ||
+      s.options.write_timeout_ms < 1 || s.options.max_body_bytes < 1 ||
+      s.options.max_concurrent_tests < 1 || !s.options.now_ms) {
     return Error(ErrorCode::kInvalidArgument, "api server: invalid options");
   }
   const AgentConfig& config = s.agent.config();
@@ -887,48 +964,40 @@ Status ApiServer::start() {
   s.discovery.render.cache = &s.render_cache;
 
   s.register_routes();
-  // httplib's default sets SO_REUSEPORT: a second agent on a port in use would then bind too
-  // and silently take half the connections. SO_REUSEADDR alone only allows a restart over
-  // connections still in TIME_WAIT; a port someone listens on is refused.
-  s.server.set_socket_options([](socket_t sock) {
-    int yes = 1;
-    (void)setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-  });
-  const std::string& host = s.options.listen.host;
-  if (s.options.listen.port == 0) {
-    s.bound_port = s.server.bind_to_any_port(host);
-    if (s.bound_port <= 0) s.bound_port = 0;
-  } else if (s.server.bind_to_port(host, s.options.listen.port)) {
-    s.bound_port = s.options.listen.port;
+  HttpFrontOptions front;
+  front.host = s.options.listen.host;
+  front.port = s.options.listen.port;
+  front.worker_threads = s.options.worker_threads;
+  front.max_queued_requests = s.options.max_queued_requests;
+  front.limits.max_body_bytes = s.options.max_body_bytes;
+  front.header_timeout_ms = s.options.header_timeout_ms;
+  front.body_timeout_ms = s.options.body_timeout_ms;
+  front.keep_alive_timeout_ms = s.options.keep_alive_timeout_ms;
+  front.write_timeout_ms = s.options.write_timeout_ms;
+  front.keep_alive_max_requests = s.options.keep_alive_max_requests;
+  front.max_connections = s.options.max_connections;
+  front.max_connections_per_peer = s.options.max_connections_per_peer;
+  s.front = std::make_unique<HttpFront>(
+      front, [&s](const Http1Request& req, const HttpPeer& peer) { return s.serve(req, peer); },
+      [](int status, const std::string& message) {
+        return to_http1(refusal_response(status, message));
+      },
+      [] { return to_http1(overloaded_response()); });
+  Status listening = s.front->start();
+  if (!listening.ok()) {
+    s.front.reset();
+    return Error(ErrorCode::kUnavailable, "api server: " + listening.error().message);
   }
-  if (s.bound_port == 0) {
-    return Error(ErrorCode::kUnavailable, "api server: cannot listen on " +
-                                              s.options.listen.describe() +
-                                              " (address in use or not local)");
-  }
+  s.bound_port = s.front->port();
   s.started = true;
   s.bg_thread = std::thread([&s] { s.run_background(); });
-  s.listener = std::thread([&s] {
-    s.server.listen_after_bind();
-    s.listener_done = true;
-  });
-  // httplib's stop() does nothing until the listener runs: wait for it, so that a stop() right
-  // after start() cannot miss it (and leave the listener waiting in accept forever).
-  while (!s.server.is_running() && !s.listener_done) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  if (!s.server.is_running()) {
-    stop();
-    return Error(ErrorCode::kUnavailable, "api server: the listener stopped at once");
-  }
   return Status::Ok();
 }
 
 void ApiServer::stop() {
   Impl& s = *impl_;
   if (!s.started || s.stopped.exchange(true)) return;
-  s.server.stop();
-  if (s.listener.joinable()) s.listener.join();
+  s.front->stop();
   {
     std::lock_guard<std::mutex> lock(s.bg_mu);
     s.bg_stop = true;

@@ -1,5 +1,5 @@
-// ApiServer: the agent's local HTTP API (cpp-httplib), the one place where people and tools talk
-// to a running `quiver-agent serve`.
+// ApiServer: the agent's local HTTP API, the one place where people and tools talk to a running
+// `quiver-agent serve`.
 //
 // Why: the agent holds the live upstream sessions, the preference database and, on the embedded
 // default, the manifest cache itself. The API lets a user or a script see each connection's state,
@@ -10,20 +10,27 @@
 // It only calls AgentService (native-agent/service.h): the refresh engine is behind that seam.
 //
 // Wiring (all in ApiServer::start, routes registered in one function):
-//   - listens on the configured address (`quiver.listen`, loopback 127.0.0.1:8787 by default);
-//     TCP_NODELAY on (without it every keep-alive request waits ~43 ms for delayed ACKs);
-//   - explicit read, write and keep-alive timeouts and a request body limit;
-//   - a bounded pool: `worker_threads` handle requests, at most `max_queued_requests` connections
-//     wait for one; past that the server sheds load: a separate shedding thread answers
-//     503 OVERLOADED without touching the store, and when even that is saturated the accept loop
-//     waits (the kernel's listen backlog holds further connections);
+//   - the network side is native-agent/http_front.h: one epoll thread reads and writes every
+//     connection, parses requests with shared/http1.h (bounded request line, header lines, header
+//     count, head and body; no Content-Encoding; deadlines for the head, the body, keep-alive and
+//     writes; per-peer and total connection caps) and hands only complete requests to
+//     `worker_threads` workers; at most `max_queued_requests` wait, past that a request is
+//     answered 503 OVERLOADED at once without touching the store. TCP_NODELAY is on (without it
+//     every keep-alive request waits ~43 ms for delayed ACKs);
+//   - the handlers read cpp-httplib's plain Request/Response types, routed by one table;
+//   - `Host` must name a loopback address or name, the configured listen host or the address the
+//     connection arrived on (421 otherwise: DNS rebinding);
 //   - authentication in one place: `Authorization: Bearer <caller token>` verified with the
 //     configured key ring (shared/caller_token.h) gives the member; a principal never comes from a
-//     query parameter. /healthz needs no token; /metrics needs none from a loopback peer and a
-//     valid token from anywhere else; /v1/webhooks/refresh is authenticated by its signature;
+//     query parameter. /healthz needs no token but says only ok / unavailable without one;
+//     /metrics needs none from a loopback peer and a valid token from anywhere else;
+//     /v1/webhooks/refresh is authenticated by its signature;
+//   - at most `max_concurrent_tests` POST .../test run at once (each spawns a child or opens a
+//     connection); more are 503 OVERLOADED;
 //   - every error is JSON {"error": {"code", "message"}} with a stable code (discovery_http.h's
-//     HttpErrorCode names plus OVERLOADED and UPSTREAM_UNAVAILABLE); an exception escaping a
-//     handler (`catch (...)`) is a 500 INTERNAL whose detail goes to the log, not to the caller.
+//     HttpErrorCode names plus OVERLOADED, UPSTREAM_UNAVAILABLE and the front's refusals); an
+//     exception escaping a handler is a 500 INTERNAL whose detail goes to the log, not to the
+//     caller.
 //
 // Reads of the discovery endpoints queue their stale-while-revalidate requests after answering,
 // on a background thread with a bounded queue (a full queue is counted, and the next stale read
@@ -49,12 +56,15 @@ using ApiLog = std::function<void(const std::string& line)>;
 struct ApiServerOptions {
   ListenAddress listen;  // port 0: any free port (tests)
   int worker_threads = 8;
-  std::size_t max_queued_requests = 64;  // connections waiting for a worker before shedding
-  std::size_t max_shed_queue = 256;      // connections waiting to be told 503
-  int64_t read_timeout_ms = 5'000;
+  std::size_t max_queued_requests = 64;  // complete requests waiting for a worker before shedding
+  int64_t header_timeout_ms = 10'000;    // a request's whole head, from its first byte
+  int64_t body_timeout_ms = 10'000;      // its whole body, from the end of its head
   int64_t write_timeout_ms = 5'000;
   int64_t keep_alive_timeout_ms = 5'000;
   std::size_t keep_alive_max_requests = 1'000;
+  std::size_t max_connections = 4'096;
+  std::size_t max_connections_per_peer = 256;  // from one address (idle ones make room first)
+  int max_concurrent_tests = 2;                // POST /v1/mcp-connections/{id}/test at once
   std::size_t max_body_bytes = 64 * 1024;  // the largest body any endpoint reads (webhooks)
   std::size_t background_queue = 1'024;    // stale-while-revalidate requests waiting to be queued
   int64_t max_cache_age_s = 30;            // Cache-Control max-age cap of discovery answers

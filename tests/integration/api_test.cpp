@@ -260,11 +260,14 @@ RedisServer* ApiTest::redis_ = nullptr;
 INSTANTIATE_TEST_SUITE_P(BothStores, ApiTest, ::testing::Values(Backend::kSqlite, Backend::kRedis),
                          backend_name);
 
-TEST_P(ApiTest, HealthzNeedsNoTokenAndNamesTheStore) {
+TEST_P(ApiTest, HealthzNeedsNoTokenAndNamesTheStoreToACaller) {
   auto r = client_->Get("/healthz");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(body_of(r)["status"], "ok");
+  EXPECT_FALSE(body_of(r).contains("store"));  // the store's whereabouts are for callers only
+  r = client_->Get("/healthz", bearer("alice"));
+  ASSERT_TRUE(r);
   EXPECT_EQ(body_of(r)["store"], agent_->store().describe());
 }
 
@@ -916,55 +919,7 @@ TEST_P(ApiTest, EveryOperationInTheOpenApiDocumentIsServed) {
   }
 }
 
-// A connection that sent half a request and waits.
-int stalled_connection(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  const char partial[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n";
-  (void)::send(fd, partial, sizeof partial - 1, MSG_NOSIGNAL);
-  return fd;
-}
-
-TEST_P(ApiTest, OverloadIsShedWith503) {
-  std::unique_ptr<ApiServer> small = start_server(*agent_, /*workers=*/1, /*queued=*/1);
-  ASSERT_TRUE(small);
-  int busy = stalled_connection(small->port());  // holds the worker
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  int waiting = stalled_connection(small->port());  // waits in the queue
-  ASSERT_GE(busy, 0);
-  ASSERT_GE(waiting, 0);
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  httplib::Client c("127.0.0.1", small->port());
-  auto r = c.Get("/healthz");
-  ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, 503);
-  EXPECT_EQ(error_code(r), "OVERLOADED");
-  EXPECT_EQ(r->get_header_value("Retry-After"), "1");
-  // Clients are told to go away (they would hold the shedding thread until the keep-alive
-  // timeout otherwise), and they do: the next shed request is answered too.
-  EXPECT_EQ(r->get_header_value("Connection"), "close");
-  r = c.Get("/v1/manifests", bearer("alice"));
-  ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, 503);
-  ::close(busy);
-  ::close(waiting);
-  // Once the worker is free again, /metrics answers and counts what was shed.
-  ASSERT_TRUE(wait_until(
-      [&] {
-        auto m = c.Get("/metrics");
-        return m && m->status == 200 &&
-               m->body.find("quiver_api_shed_total 0\n") == std::string::npos &&
-               m->body.find("quiver_api_shed_total ") != std::string::npos;
-      },
-      5000));
-}
+// Overload shedding, slow and idle clients and unbounded bodies: tests/integration/api_hostile_test.cpp.
 
 // ---- quiver-agent serve ------------------------------------------------------------------------
 

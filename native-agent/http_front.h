@@ -1,0 +1,99 @@
+// HttpFront: the agent API's network side: one epoll thread that owns accepting, reading,
+// writing, every deadline and the per-peer and total connection caps, in front of a small bounded
+// pool of worker threads that only ever see complete requests.
+//
+// Why: in a thread-per-connection server (cpp-httplib, any version) an idle keep-alive socket or a
+// client sending a byte a second holds a worker: nine slow clients stalled the whole API, and 16
+// keep-alive benchmark connections queued behind 8 workers (p99 270 ms). Here a connection costs
+// a file descriptor and its parser's buffer until its request is complete (shared/http1.h bounds
+// that buffer); only then does it take a worker, for the handler's run alone. When every worker
+// is busy and `max_queued_requests` wait, a request is answered 503 by `overloaded()` on the loop
+// thread at once (counted in `shed_count()`), never queued without bound. A worker writes its
+// answer itself and, while no other request waits and another worker is idle, answers the
+// connection's next complete request
+// if it arrives within `hot_connection_ms` (a busy keep-alive connection then costs one thread
+// wake-up per request, as in a thread-per-connection server, without holding a worker when idle).
+//
+// Deadlines (each explicit, all in HttpFrontOptions): the whole request head within
+// `header_timeout_ms` of its first byte (or of the connection's start); the whole body within
+// `body_timeout_ms` of the head; an idle keep-alive connection closes after
+// `keep_alive_timeout_ms`; a response must be written within `write_timeout_ms`. A request cut off
+// by its deadline is answered 408 and the connection closed.
+//
+// Caps: at most `max_connections` connections, at most `max_connections_per_peer` from one
+// address. A new connection past a cap first displaces the oldest idle one (of that peer for the
+// per-peer cap: it has no request in flight, and a client must be ready for an idle keep-alive
+// connection to close); when none is idle it is answered 503 and closed.
+//
+// A refused request (a parser failure, a timeout) gets `refuse(status, message)`'s answer and the
+// connection is closed after a short lingering drain (the client's unread bytes are read and
+// discarded, never kept) so that the client reads the answer instead of a reset.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "shared/http1.h"
+#include "shared/status.h"
+
+namespace quiver {
+
+struct HttpPeer {
+  std::string remote_addr;  // "127.0.0.1", "::1"
+  int remote_port = 0;
+  std::string local_addr;  // the address the connection arrived on
+  int local_port = 0;
+};
+
+struct HttpFrontOptions {
+  std::string host = "127.0.0.1";
+  int port = 0;  // 0: any free port
+  int worker_threads = 8;
+  std::size_t max_queued_requests = 64;  // complete requests waiting for a worker
+  Http1Limits limits;
+  int64_t header_timeout_ms = 10'000;
+  int64_t body_timeout_ms = 10'000;
+  int64_t keep_alive_timeout_ms = 5'000;
+  int64_t write_timeout_ms = 5'000;
+  int64_t linger_ms = 1'000;  // draining a refused connection before closing it
+  std::size_t keep_alive_max_requests = 1'000;
+  // A worker that answered a request keeps the connection while its next request arrives within
+  // this many ms, no other request waits and another worker is idle (0: always hand it back).
+  int64_t hot_connection_ms = 2;
+  std::size_t max_connections = 4'096;
+  std::size_t max_connections_per_peer = 256;
+};
+
+// Runs on a worker thread with a complete request.
+using HttpHandler = std::function<Http1Response(const Http1Request&, const HttpPeer&)>;
+// Runs on the loop thread: must not block (no store, no I/O).
+using HttpRefusal = std::function<Http1Response(int status, const std::string& message)>;
+using HttpOverloaded = std::function<Http1Response()>;
+
+class HttpFront {
+ public:
+  HttpFront(HttpFrontOptions options, HttpHandler handler, HttpRefusal refuse,
+            HttpOverloaded overloaded);
+  ~HttpFront();  // stop()
+  HttpFront(const HttpFront&) = delete;
+  HttpFront& operator=(const HttpFront&) = delete;
+
+  // Binds (SO_REUSEADDR, never SO_REUSEPORT: a port in use is refused) and starts the loop and
+  // the workers. kUnavailable when the address cannot be bound.
+  Status start();
+  // Stops accepting, lets the workers finish the requests they hold, closes every connection and
+  // joins every thread. Idempotent.
+  void stop();
+
+  int port() const;
+  int64_t shed_count() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace quiver
