@@ -496,7 +496,7 @@ struct Agent::Impl {
     // that policy disables is hidden by the time the manifest shows it.
     if (listing.ok()) {
       Result<ReconcileReport> rec = prefs->reconcile_listing(
-          cid, *listing, PreferencePolicy{cfg.auto_enable_new_capabilities});
+          cid, principal, *listing, PreferencePolicy{cfg.auto_enable_new_capabilities});
       if (!rec.ok()) {
         logger->warn(kLog, "preferences of " + cid + " not reconciled: " + rec.error().message);
       } else if (rec->inserted > 0) {
@@ -716,8 +716,10 @@ struct Agent::Impl {
       log_store_error("maintenance: syncing connections", st.error());
       return report;
     }
-    if (Status st = prefs->publish_pending(); !st.ok()) {
-      log_store_error("maintenance: publishing preference overlays", st.error());
+    // Every pass merges this agent's preference copy into the store: rows and overlays that a
+    // flushed or restarted store lost come back with the rest of the namespace.
+    if (Status st = prefs->sync_all(); !st.ok()) {
+      log_store_error("maintenance: merging preferences", st.error());
     }
     int64_t now = options.now_ms();
     std::set<std::string> seen;
@@ -901,8 +903,16 @@ Status Agent::start() {
                               st.error().message);
     return st;
   }
-  if (Status st = s.prefs->publish_all(s.connection_ids()); !st.ok()) {
-    s.logger->warn(kLog, "preference overlays not yet published: " + st.error().message);
+  // Rows of a per-member connection under `shared` can only be from before schema v3, fed by
+  // every member's listing: no member may read them (sqlite-migrate-v3.sql).
+  for (const ConnectionConfig& c : s.config.connections) {
+    if (c.credential_mode != CredentialMode::kPerMember) continue;
+    if (Status st = s.prefs->forget(c.id, Principal::shared()); !st.ok()) {
+      s.logger->warn(kLog, "preferences of " + c.id + ": " + st.error().message);
+    }
+  }
+  if (Status st = s.prefs->sync_all(); !st.ok()) {
+    s.logger->warn(kLog, "preferences not yet merged with the store: " + st.error().message);
   }
   {
     std::lock_guard<std::mutex> lock(s.run_mu);
@@ -1015,23 +1025,43 @@ Result<Json> Agent::test_connection(const std::string& connection_id, const Prin
   };
 }
 
-Result<std::vector<PreferenceRow>> Agent::preferences(const std::string& connection_id) {
-  Result<const ConnectionConfig*> found = impl_->connection(connection_id);
-  if (!found.ok()) return found.error();
-  return impl_->prefs->rows(connection_id);
+namespace {
+
+// The principal a connection's preferences are kept under must be the one its credential mode
+// gives: a caller cannot reach another principal's rows by naming it.
+Status check_preference_principal(const ConnectionConfig& c, const Principal& principal) {
+  const bool per_member = c.credential_mode == CredentialMode::kPerMember;
+  if (per_member == principal.is_shared()) {
+    return Error(ErrorCode::kInvalidArgument,
+                 "connection " + c.id + " keeps preferences " +
+                     (per_member ? "per member: name the member" : "shared: name no member"));
+  }
+  return Status::Ok();
 }
 
-Status Agent::set_preference(const std::string& connection_id, CapabilityType type,
-                             const std::string& key, bool enabled) {
+}  // namespace
+
+Result<std::vector<PreferenceRow>> Agent::preferences(const std::string& connection_id,
+                                                      const Principal& principal) {
+  Result<const ConnectionConfig*> found = impl_->connection(connection_id);
+  if (!found.ok()) return found.error();
+  if (Status st = check_preference_principal(**found, principal); !st.ok()) return st.error();
+  return impl_->prefs->rows(connection_id, principal);
+}
+
+Status Agent::set_preference(const std::string& connection_id, const Principal& principal,
+                             CapabilityType type, const std::string& key, bool enabled) {
   Impl& s = *impl_;
   Result<const ConnectionConfig*> found = s.connection(connection_id);
   if (!found.ok()) return found.error();
-  Status st = s.prefs->set_enabled(connection_id, type, key, enabled);
+  if (Status st = check_preference_principal(**found, principal); !st.ok()) return st;
+  Status st = s.prefs->set_enabled(connection_id, principal, type, key, enabled);
   if (st.ok() || st.error().code == ErrorCode::kUnavailable) {
-    s.logger->info(kLog,
-                   std::string("preference ") + capability_type_name(type) + ":" + key + " of " +
-                       connection_id + " set to " + (enabled ? "enabled" : "disabled") +
-                       (st.ok() ? "" : " (overlay not yet published: " + st.error().message + ")"));
+    s.logger->info(
+        kLog, std::string("preference ") + capability_type_name(type) + ":" + key + " of " +
+                  connection_id + " (" + principal.str() + ") set to " +
+                  (enabled ? "enabled" : "disabled") +
+                  (st.ok() ? "" : " (not yet merged with the store: " + st.error().message + ")"));
   }
   return st;
 }

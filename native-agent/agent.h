@@ -128,9 +128,10 @@ class Agent final : public AgentService {
                                     const std::string& trigger) override;
   Result<Json> test_connection(const std::string& connection_id,
                                const Principal& principal) override;
-  Result<std::vector<PreferenceRow>> preferences(const std::string& connection_id) override;
-  Status set_preference(const std::string& connection_id, CapabilityType type,
-                        const std::string& key, bool enabled) override;
+  Result<std::vector<PreferenceRow>> preferences(const std::string& connection_id,
+                                                 const Principal& principal) override;
+  Status set_preference(const std::string& connection_id, const Principal& principal,
+                        CapabilityType type, const std::string& key, bool enabled) override;
 
   // --- steps the threads run, callable by hand ---
   // One full maintenance pass (every page of the walk, plus seeding).

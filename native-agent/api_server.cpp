@@ -8,6 +8,7 @@
 #include <exception>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -186,7 +187,8 @@ Json preference_json(const PreferenceRow& row) {
                        {"key", row.capability_key},
                        {"enabled", row.enabled},
                        {"first_seen_at", row.first_seen_at},
-                       {"last_seen_at", row.last_seen_at}});
+                       {"last_seen_at", row.last_seen_at},
+                       {"toggled_at", row.toggled_at}});
 }
 
 // Query parameters of an agent-owned endpoint: only `allowed` ones, each once. A principal never
@@ -250,6 +252,7 @@ struct ApiServer::Impl {
   std::string keyring_problem;  // why there is none
   VerifyOptions verify;
   std::vector<std::string> webhook_secrets;
+  std::set<std::string> operators;  // quiver.operators: may toggle shared connections
 
   std::unique_ptr<LockedSearcher> searcher;
   LockedRenderCache render_cache;  // each servable entry's rendered payload, for every thread
@@ -577,6 +580,9 @@ struct ApiServer::Impl {
     send(json_response(202, Json::object({{"status", enqueue_outcome_name(*outcome)}})), res);
   }
 
+  // Preferences are the caller's principal's (conn.principal: `shared` on a shared connection, the
+  // caller on a per-member one). Another member's rows are never read, so a key only they listed
+  // answers exactly like a key nobody listed.
   void get_preferences(const httplib::Request& req, httplib::Response& res,
                        const Principal& member) {
     if (auto problem = check_params(req, {})) {
@@ -585,20 +591,25 @@ struct ApiServer::Impl {
     const std::string cid = req.matches[1];
     Result<GrantedConnection> conn = granted(member, cid);
     if (!conn.ok()) return fail_store(res, conn.error(), "preferences");
-    answer_preferences(res, cid);
+    answer_preferences(res, cid, *conn->principal);
   }
 
-  void answer_preferences(httplib::Response& res, const std::string& cid) {
-    Result<std::vector<PreferenceRow>> rows = agent.preferences(cid);
+  void answer_preferences(httplib::Response& res, const std::string& cid,
+                          const Principal& principal) {
+    Result<std::vector<PreferenceRow>> rows = agent.preferences(cid, principal);
     if (!rows.ok()) return fail_store(res, rows.error(), "preferences");
     Json list = Json::array();
     for (const PreferenceRow& row : *rows) list.push_back(preference_json(row));
-    send(json_response(200,
-                       Json::object({{"connection_id", cid}, {"preferences", std::move(list)}})),
+    send(json_response(200, Json::object({{"connection_id", cid},
+                                          {"principal", principal.str()},
+                                          {"preferences", std::move(list)}})),
          res);
   }
 
   // PUT and PATCH: {"type", "key", "enabled"}, or {"changes": [those]} applied in order.
+  // A shared connection's choices are everyone's: only an operator (quiver.operators) may change
+  // them; any other granted member is refused with 403. On a per-member connection each member
+  // changes their own.
   void set_preferences(const httplib::Request& req, httplib::Response& res,
                        const Principal& member) {
     if (auto problem = check_params(req, {})) {
@@ -607,6 +618,11 @@ struct ApiServer::Impl {
     const std::string cid = req.matches[1];
     Result<GrantedConnection> conn = granted(member, cid);
     if (!conn.ok()) return fail_store(res, conn.error(), "preferences");
+    if (conn->principal->is_shared() && operators.count(std::string(member.member_id())) == 0) {
+      return send_error(res, HttpErrorCode::kForbidden,
+                        "only an operator (quiver.operators) may change the preferences of a "
+                        "shared connection");
+    }
     Result<Json> body = parse_json(req.body, options.max_body_bytes);
     if (!body.ok() || !body->is_object()) {
       return send_error(res, HttpErrorCode::kBadRequest,
@@ -648,7 +664,7 @@ struct ApiServer::Impl {
       parsed.push_back(Change{*t, *key, *enabled});
     }
     for (const Change& c : parsed) {
-      Status st = agent.set_preference(cid, c.type, c.key, c.enabled);
+      Status st = agent.set_preference(cid, *conn->principal, c.type, c.key, c.enabled);
       if (!st.ok()) {
         if (st.error().code == ErrorCode::kNotFound) {
           return send_error(res, HttpErrorCode::kNotFound,
@@ -658,7 +674,7 @@ struct ApiServer::Impl {
         return fail_store(res, st.error(), "set preference");
       }
     }
-    answer_preferences(res, cid);
+    answer_preferences(res, cid, *conn->principal);
   }
 
   // Signed with X-Quiver-Signature (shared/webhook_signature.h); no bearer token.
@@ -853,6 +869,7 @@ Status ApiServer::start() {
     }
     s.webhook_secrets.push_back(secret.reveal());
   }
+  s.operators = config.operators;
 
   s.searcher = std::make_unique<LockedSearcher>(s.options.search_cache_entries,
                                                 s.options.search_cache_bytes);

@@ -1,8 +1,10 @@
 // `quiver-agent prefs`: show and toggle a connection's capability preferences (Coffer ADR-004).
 //
-// The rows live in the agent's SQLite preference database; a toggle is written there and the
-// connection's disabled overlay is republished to the store at once, so discovery (a running
-// `serve`, the edge) hides or shows the capability without a new listing.
+// The rows are kept per (connection, principal): a shared connection's are everyone's, a
+// per-member connection's are each member's own (`--member M`). A toggle is written to the
+// agent's SQLite copy and merged into the store's preferences at once (native-agent/
+// preferences_db.h), so discovery (a running `serve`, the edge) hides or shows the capability
+// without a new listing. Whoever can run this command holds the configuration: an operator.
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -18,11 +20,14 @@ namespace quiver {
 namespace {
 
 constexpr char kPrefsUsage[] =
-    R"(usage: quiver-agent prefs NAME [--enable TYPE:KEY]... [--disable TYPE:KEY]... [--config FILE]
+    R"(usage: quiver-agent prefs NAME [--member M] [--enable TYPE:KEY]... [--disable TYPE:KEY]...
+                         [--config FILE]
 
 Without --enable/--disable, lists the capabilities of connection NAME (a server name or a
 connection id) that have been seen, with their enabled flag. With them, sets each flag (in the
 order given) and publishes the change to the store: discovery shows it without a new listing.
+A per-member connection keeps each member's capabilities and choices apart: name the member with
+--member (required there, refused on a shared connection).
 
 TYPE is tool, resource, resource_template or prompt; KEY is a tool's or prompt's name, a
 resource's uri or a template's uriTemplate (split at the first `:` after TYPE), e.g.
@@ -32,6 +37,7 @@ resource's uri or a template's uriTemplate (split at the first `:` after TYPE), 
 options:
   --enable TYPE:KEY    enable a capability (repeatable)
   --disable TYPE:KEY   disable a capability (repeatable)
+  --member M           the member whose preferences to show or change (per-member connections)
   --config FILE        the configuration (default: $QUIVER_CONFIG)
   --help               this text
 
@@ -57,8 +63,8 @@ std::optional<Toggle> parse_toggle(const std::string& text, bool enabled) {
 }  // namespace
 
 int cmd_prefs(const std::vector<std::string>& argv) {
-  Result<CliArgs> args =
-      parse_cli_args(argv, {{"enable", true, true}, {"disable", true, true}, {"config", true}});
+  Result<CliArgs> args = parse_cli_args(
+      argv, {{"enable", true, true}, {"disable", true, true}, {"member", true}, {"config", true}});
   if (!args.ok()) return cli_usage_error("prefs", args.error().message);
   if (args->has("help")) {
     std::fputs(kPrefsUsage, stdout);
@@ -97,6 +103,27 @@ int cmd_prefs(const std::vector<std::string>& argv) {
     return cli_usage_error("prefs", "no connection named `" + args->positional[0] + "`");
   }
 
+  std::optional<Principal> principal;
+  const std::string member = args->value("member").value_or("");
+  if (conn->credential_mode == CredentialMode::kPerMember) {
+    if (member.empty()) {
+      return cli_usage_error(
+          "prefs", "`" + conn->name + "` keeps preferences per member: name one with --member");
+    }
+    Result<Principal> p = config->principal_for(member, conn->id);
+    if (!p.ok()) {
+      return cli_usage_error("prefs",
+                             "member `" + member + "` is not granted `" + conn->name + "`");
+    }
+    principal = *p;
+  } else {
+    if (!member.empty()) {
+      return cli_usage_error(
+          "prefs", "`" + conn->name + "` is shared: its preferences are everyone's (no --member)");
+    }
+    principal = Principal::shared();
+  }
+
   AgentOptions options;
   options.log_level = LogLevel::kWarn;
   options.watch_upstreams = false;
@@ -110,7 +137,7 @@ int cmd_prefs(const std::vector<std::string>& argv) {
 
   int status = kExitOk;
   for (const Toggle& t : toggles) {
-    Status st = agent.set_preference(conn->id, t.type, t.key, t.enabled);
+    Status st = agent.set_preference(conn->id, *principal, t.type, t.key, t.enabled);
     const std::string what = std::string(capability_type_name(t.type)) + ":" + t.key;
     if (st.ok()) {
       std::printf("%s %s\n", t.enabled ? "enabled " : "disabled", what.c_str());
@@ -126,7 +153,7 @@ int cmd_prefs(const std::vector<std::string>& argv) {
   }
   if (!toggles.empty()) return status;
 
-  Result<std::vector<PreferenceRow>> rows = agent.preferences(conn->id);
+  Result<std::vector<PreferenceRow>> rows = agent.preferences(conn->id, *principal);
   if (!rows.ok()) return cli_fail("prefs", rows.error().message, store_exit_code(rows.error()));
   if (rows->empty()) {
     std::printf("%s: nothing listed yet (quiver-agent refresh %s)\n", conn->name.c_str(),

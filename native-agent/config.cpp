@@ -471,7 +471,7 @@ Status check_key_name(std::string_view what, std::string_view name) {
 const std::vector<std::string> kQuiverKeys = {
     "namespace", "redis", "data_dir", "listen", "allow_private_upstreams", "runtime",
     "caller_token_keys", "caller_token_signing_kid", "webhook_secrets", "members", "grants",
-    "connections"};
+    "operators", "connections"};
 const std::vector<std::string> kConnectionKeys = {
     "id", "credential_mode", "auth", "credential_version", "credential", "credentials",
     "api_key_header", "credential_env", "auto_enable_new_capabilities", "allow_private_addresses"};
@@ -1643,6 +1643,32 @@ void Parser::members_and_grants(const Json* quiver) {
   }
   cfg_.members = all_members;
 
+  // Operators: members who may toggle a shared connection's capabilities (for everyone).
+  if (const Json* ops = quiver != nullptr ? json_field(*quiver, "operators") : nullptr) {
+    if (!ops->is_array()) {
+      p_.error("quiver.operators",
+               std::string("must be an array of member ids, not ") + json_type(*ops));
+    } else {
+      for (std::size_t i = 0; i < ops->size(); ++i) {
+        const std::string path = "quiver.operators[" + std::to_string(i) + "]";
+        const Json& m = (*ops)[i];
+        if (!m.is_string()) {
+          p_.error(path, std::string("must be a string, not ") + json_type(m));
+          continue;
+        }
+        if (Status st = validate_member_id(m.get<std::string>()); !st.ok()) {
+          p_.error(path, st.error().message);
+          continue;
+        }
+        if (listed.has_value() && listed->count(m.get<std::string>()) == 0) {
+          p_.error(path, "`" + m.get<std::string>() + "` is not in quiver.members");
+          continue;
+        }
+        cfg_.operators.insert(m.get<std::string>());
+      }
+    }
+  }
+
   const std::set<std::string> everyone =
       direct.count("*") > 0 ? direct["*"] : std::set<std::string>{};
   if (direct.count("*") > 0 && all_members.empty()) {
@@ -2047,6 +2073,7 @@ Json AgentConfig::effective_config_json() const {
   for (const auto& [name, secret] : webhook_secrets) hooks[name] = secret_json(secret);
   out["webhook_secrets"] = hooks;
   out["members"] = Json(members);
+  out["operators"] = Json(operators);
   Json g = Json::object();
   for (const auto& [member, ids] : grants) g[member] = Json(ids);
   out["grants"] = g;

@@ -45,6 +45,9 @@
 //   connection ids), or `["*"]` (every connection). A member's grants are its own plus those of
 //   `*`. Members are `quiver.members` when given (then every member named in grants or
 //   credentials must be listed), else every member named in grants and per-member credentials.
+// - Operators. `quiver.operators` lists member ids (in `quiver.members` when that is given) who may
+//   toggle a `shared` connection's capabilities through the API; another member gets 403. On a
+//   `per_member` connection every granted member toggles their own (operators included).
 // - Credentials. `credential_mode` is `shared` (default; principal `shared`) or `per_member`
 //   (principal `member/<id>`). `auth` is `none`, `bearer` (HTTP: `Authorization: Bearer <secret>`),
 //   `api_key` (HTTP: header `api_key_header`, default `X-API-Key`; stdio: env var
@@ -296,6 +299,9 @@ struct AgentConfig {
   std::map<std::string, Secret> webhook_secrets;    // name -> secret
 
   std::set<std::string> members;
+  // Members who may toggle the capabilities of `shared` connections (everyone's view); other
+  // members toggle only their own, on per-member connections. Empty: nobody through the API.
+  std::set<std::string> operators;
   std::map<std::string, std::set<std::string>> grants;  // member id -> connection ids
   std::vector<ConnectionConfig> connections;            // sorted by id; disabled ones absent
   std::vector<std::string> warnings;                    // ignored fields, skipped servers, ...

@@ -13,6 +13,7 @@
 #include <sys/time.h>
 
 #include "shared/discovery_redis.h"
+#include "shared/preferences_redis.h"
 #include "shared/resp.h"
 
 namespace quiver {
@@ -811,7 +812,7 @@ Result<ConnectionSync> RedisStore::sync_connections(const std::vector<Connection
     if (want == wanted.end()) {
       sync.removed.push_back(id);
       writes.push_back({"SREM", keys.conns(), id});
-      writes.push_back({"DEL", *keys.conn(id), *keys.disabled(id)});
+      writes.push_back({"DEL", *keys.conn(id)});
       continue;
     }
     const ConnectionRecord& r = *want->second;
@@ -844,7 +845,10 @@ Result<ConnectionSync> RedisStore::sync_connections(const std::vector<Connection
       if (!p.ok()) continue;
       if (p->kind == KeyKind::kGrants) {
         grant_keys.push_back(key);
-      } else if (key_has_connection_id(p->kind) && wanted.count(p->connection_id) == 0) {
+      } else if (key_has_connection_id(p->kind) && p->kind != KeyKind::kPrefs &&
+                 wanted.count(p->connection_id) == 0) {
+        // Everything of a removed connection goes, its overlays too; its preference rows stay
+        // (a user's choice outlives the connection, as in every agent's local copy).
         del.push_back(key);
       }
     }
@@ -1002,26 +1006,18 @@ Result<std::set<std::string>> RedisStore::read_grants(std::string_view member_id
   return string_set(*r);
 }
 
-Result<int64_t> RedisStore::publish_disabled(std::string_view cid, const DisabledOverlay& overlay) {
-  Result<std::string> key = impl_->keys.disabled(cid);
-  if (!key.ok()) return key.error();
-  RedisCommand sadd = {"SADD", *key};
-  for (const std::string& member : overlay) {
-    if (Status s = validate_overlay_member(member); !s.ok()) return s.error();
-    sadd.push_back(member);
-  }
-  std::vector<RedisCommand> writes = {{"DEL", *key}};
-  if (sadd.size() > 2) writes.push_back(std::move(sadd));
-  writes.push_back({"INCR", impl_->keys.epoch()});
-  Result<std::vector<RespValue>> r = impl_->transaction(writes, "publish disabled overlay");
+Result<MergedPreferences> RedisStore::merge_preferences(std::string_view cid,
+                                                        const Principal& principal,
+                                                        const std::vector<PreferenceRow>& rows) {
+  Result<RespValue> r = impl_->script(merge_preferences_command(impl_->keys, cid, principal, rows),
+                                      "preferences_merge");
   if (!r.ok()) return r.error();
-  std::optional<int64_t> epoch = r->back().as_int();
-  if (!epoch) return Error(ErrorCode::kInvalidReply, "redis INCR epoch: not an integer");
-  return *epoch;
+  return parse_merge_preferences_reply(*r, cid, principal);
 }
 
-Result<DisabledOverlay> RedisStore::read_disabled(std::string_view cid) {
-  Result<std::string> key = impl_->keys.disabled(cid);
+Result<DisabledOverlay> RedisStore::read_disabled(std::string_view cid,
+                                                  const Principal& principal) {
+  Result<std::string> key = impl_->keys.disabled(cid, principal);
   if (!key.ok()) return key.error();
   Result<RespValue> r = impl_->one({"SMEMBERS", *key}, "SMEMBERS");
   if (!r.ok()) return r.error();

@@ -60,11 +60,14 @@ class AgentService {
   virtual Result<Json> test_connection(const std::string& connection_id,
                                        const Principal& principal) = 0;
 
-  // Preferences (ADR-004): the rows of one connection, and a toggle that reaches discovery
-  // without re-listing (the disabled overlay is republished).
-  virtual Result<std::vector<PreferenceRow>> preferences(const std::string& connection_id) = 0;
-  virtual Status set_preference(const std::string& connection_id, CapabilityType type,
-                                const std::string& key, bool enabled) = 0;
+  // Preferences (ADR-004): the rows of one (connection, principal) — `shared` on a shared
+  // connection, the member on a per-member one; never another principal's — and a toggle that
+  // reaches discovery without re-listing (the principal's overlay is republished). Who may
+  // toggle is the caller's business (the API: operators on shared connections).
+  virtual Result<std::vector<PreferenceRow>> preferences(const std::string& connection_id,
+                                                         const Principal& principal) = 0;
+  virtual Status set_preference(const std::string& connection_id, const Principal& principal,
+                                CapabilityType type, const std::string& key, bool enabled) = 0;
 };
 
 }  // namespace quiver

@@ -24,7 +24,7 @@ struct sqlite3_stmt;
 namespace quiver {
 
 // The schema version this agent writes (schema/sqlite.sql's PRAGMA user_version).
-inline constexpr int kSqliteSchemaVersion = 2;
+inline constexpr int kSqliteSchemaVersion = 3;
 
 class SqliteDb {
  public:

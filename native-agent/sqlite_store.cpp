@@ -9,6 +9,7 @@
 
 #include <sqlite3.h>
 
+#include "native-agent/preferences_db.h"
 #include "native-agent/sqlite_db.h"
 #include "shared/discovery.h"
 #include "shared/sha256.h"
@@ -252,6 +253,26 @@ Result<int64_t> bump_epoch_locked(Db& impl) {
   Result<bool> done = q.step();
   if (!done.ok()) return done.error();
   return epoch;
+}
+
+Result<DisabledOverlay> published_overlay(Db& s, std::string_view cid, const Principal& principal) {
+  Query q(s, "published_disabled_select");
+  q.text(":connection_id", cid).text(":principal", principal.str());
+  DisabledOverlay out;
+  for (;;) {
+    Result<bool> row = q.step();
+    if (!row.ok()) return row.error();
+    if (!*row) break;
+    out.insert(q.text_at(0));
+  }
+  return out;
+}
+
+Result<int64_t> read_epoch_locked(Db& impl) {
+  Query q(impl, "epoch_select");
+  Result<bool> row = q.step();
+  if (!row.ok()) return row.error();
+  return *row ? q.integer_at(0) : int64_t{0};
 }
 
 Status drop_lease(Db& impl, std::string_view cid, const Principal& principal) {
@@ -680,16 +701,8 @@ class SqliteSnapshotSource final : public SnapshotSource {
     return f;
   }
 
-  Result<DisabledOverlay> disabled(std::string_view cid) override {
-    Query q(impl_, "published_disabled_select");
-    q.text(":connection_id", cid);
-    DisabledOverlay out;
-    for (;;) {
-      Result<bool> row = q.step();
-      if (!row.ok()) return row.error();
-      if (!*row) return out;
-      out.insert(q.text_at(0));
-    }
+  Result<DisabledOverlay> disabled(std::string_view cid, const Principal& principal) override {
+    return published_overlay(impl_, cid, principal);
   }
 
   Result<bool> lease_held(std::string_view cid, const Principal& principal) override {
@@ -792,45 +805,66 @@ Result<std::set<std::string>> SqliteStore::read_grants(std::string_view member_i
   return out;
 }
 
-Result<int64_t> SqliteStore::publish_disabled(std::string_view cid,
-                                              const DisabledOverlay& overlay) {
+// On the embedded default the preference table of this file IS the authority (every agent on the
+// file shares it); the rows an agent passes are its view of the same table, merged in by the same
+// rule as Redis' script, and published_disabled is rebuilt when it disagrees with them.
+Result<MergedPreferences> SqliteStore::merge_preferences(std::string_view cid,
+                                                         const Principal& principal,
+                                                         const std::vector<PreferenceRow>& rows) {
   if (Status st = validate_connection_id(cid); !st.ok()) return st.error();
-  for (const std::string& member : overlay) {
-    if (Status st = validate_overlay_member(member); !st.ok()) return st.error();
+  for (const PreferenceRow& row : rows) {
+    if (row.resource_id != cid || row.principal != principal) {
+      return invalid("merge_preferences: a row of another connection or principal");
+    }
+    if (Status st =
+            validate_overlay_member(overlay_member(row.capability_type, row.capability_key));
+        !st.ok()) {
+      return st.error();
+    }
+    if (row.capability_key.empty() || row.first_seen_at < 0 ||
+        row.last_seen_at < row.first_seen_at || row.toggled_at < 0) {
+      return invalid("merge_preferences: malformed row");
+    }
   }
   std::lock_guard<std::mutex> lock(impl_->mu);
   Impl& s = *impl_;
   Transaction tx(s);
   if (!tx.begun().ok()) return tx.begun().error();
-  {
+  for (const PreferenceRow& row : rows) {
+    if (Status st = merge_preference_row(s, row); !st.ok()) return st.error();
+  }
+  Result<std::vector<PreferenceRow>> merged = select_preference_rows(s, cid, principal);
+  if (!merged.ok()) return merged.error();
+  MergedPreferences out;
+  out.rows = std::move(*merged);
+  DisabledOverlay want = disabled_overlay(cid, principal, out.rows);
+  Result<DisabledOverlay> have = published_overlay(s, cid, principal);
+  if (!have.ok()) return have.error();
+  if (*have != want) {
     Query del(s, "published_disabled_delete");
-    if (Result<int> r = del.text(":connection_id", cid).run(); !r.ok()) return r.error();
-  }
-  for (const std::string& member : overlay) {
-    Query ins(s, "published_disabled_insert");
-    if (Result<int> r = ins.text(":connection_id", cid).text(":member", member).run(); !r.ok()) {
-      return r.error();
+    del.text(":connection_id", cid).text(":principal", principal.str());
+    if (Result<int> r = del.run(); !r.ok()) return r.error();
+    for (const std::string& member : want) {
+      Query ins(s, "published_disabled_insert");
+      ins.text(":connection_id", cid).text(":principal", principal.str()).text(":member", member);
+      if (Result<int> r = ins.run(); !r.ok()) return r.error();
     }
+    Result<int64_t> epoch = bump_epoch_locked(s);
+    if (!epoch.ok()) return epoch.error();
+    out.overlay_changed = true;
   }
-  Result<int64_t> epoch = bump_epoch_locked(s);
+  Result<int64_t> epoch = read_epoch_locked(s);
   if (!epoch.ok()) return epoch.error();
+  out.epoch = *epoch;
   if (Status st = tx.commit(); !st.ok()) return st.error();
-  return epoch;
+  return out;
 }
 
-Result<DisabledOverlay> SqliteStore::read_disabled(std::string_view cid) {
+Result<DisabledOverlay> SqliteStore::read_disabled(std::string_view cid,
+                                                   const Principal& principal) {
   if (Status st = validate_connection_id(cid); !st.ok()) return st.error();
   std::lock_guard<std::mutex> lock(impl_->mu);
-  Query q(*impl_, "published_disabled_select");
-  q.text(":connection_id", cid);
-  DisabledOverlay out;
-  for (;;) {
-    Result<bool> row = q.step();
-    if (!row.ok()) return row.error();
-    if (!*row) break;
-    out.insert(q.text_at(0));
-  }
-  return out;
+  return published_overlay(*impl_, cid, principal);
 }
 
 Result<int64_t> SqliteStore::bump_epoch() {
@@ -840,10 +874,7 @@ Result<int64_t> SqliteStore::bump_epoch() {
 
 Result<int64_t> SqliteStore::read_epoch() {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  Query q(*impl_, "epoch_select");
-  Result<bool> row = q.step();
-  if (!row.ok()) return row.error();
-  return *row ? q.integer_at(0) : int64_t{0};
+  return read_epoch_locked(*impl_);
 }
 
 // ---- revalidation queue ------------------------------------------------------------------------

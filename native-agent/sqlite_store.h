@@ -75,8 +75,9 @@ class SqliteStore final : public ManifestStore {
   Result<std::optional<ConnectionRecord>> read_connection(std::string_view cid) override;
   Result<GrantSync> sync_grants(const GrantMap& grants) override;
   Result<std::set<std::string>> read_grants(std::string_view member_id) override;
-  Result<int64_t> publish_disabled(std::string_view cid, const DisabledOverlay& overlay) override;
-  Result<DisabledOverlay> read_disabled(std::string_view cid) override;
+  Result<MergedPreferences> merge_preferences(std::string_view cid, const Principal& principal,
+                                              const std::vector<PreferenceRow>& rows) override;
+  Result<DisabledOverlay> read_disabled(std::string_view cid, const Principal& principal) override;
   Result<int64_t> bump_epoch() override;
   Result<int64_t> read_epoch() override;
 

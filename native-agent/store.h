@@ -1,6 +1,6 @@
 // ManifestStore: where the agent keeps what it shares with readers — connection records, grants,
-// disabled overlays, cached manifests with their leases and fences, the revalidation queue and
-// the webhook replay guard.
+// preferences and their disabled overlays, cached manifests with their leases and fences, the
+// revalidation queue and the webhook replay guard.
 //
 // Two implementations with identical semantics, chosen by configuration:
 //   RedisStore  (native-agent/redis_store.h)   the team setup: the edge reads the same keys.
@@ -14,7 +14,7 @@
 // held); agents consume it with read_revalidations / ack_revalidations and take over a crashed
 // consumer's entries with claim_stale_revalidations. The maintenance loop walks
 // list_manifest_metas in batches and list_connections for never-listed keys; config loading calls
-// sync_connections then sync_grants; preference changes call publish_disabled.
+// sync_connections then sync_grants; preference changes call merge_preferences.
 //
 // Errors are values. A store that cannot be reached answers kUnavailable with a message that says
 // so (never a crash, never a secret); the op may or may not have been applied when the reply was
@@ -217,9 +217,10 @@ class ManifestStore {
   // Makes the stored records exactly `records` (the configuration). Records whose config is
   // unchanged keep their stored updated_at. Everything of a connection no longer configured goes:
   // its record, its grants, its disabled overlay, its manifests, leases, fences and revalidation
-  // gates, including leftovers of a sync that was interrupted. Preferences (SQLite) stay: a user's
-  // choice outlives the connection. Bumps the epoch when anything changed. One configuration
-  // owns a namespace: two agents with different configurations on one namespace undo each other.
+  // gates, including leftovers of a sync that was interrupted. Preferences stay (the store's rows
+  // and the agents' copies): a user's choice outlives the connection. Bumps the epoch when anything
+  // changed. One configuration owns a namespace: two agents with different configurations on one
+  // namespace undo each other.
   virtual Result<ConnectionSync> sync_connections(const std::vector<ConnectionRecord>& records) = 0;
   virtual Result<std::vector<ConnectionRecord>> list_connections() = 0;  // sorted by id
   virtual Result<std::optional<ConnectionRecord>> read_connection(std::string_view cid) = 0;
@@ -229,11 +230,19 @@ class ManifestStore {
   virtual Result<GrantSync> sync_grants(const GrantMap& grants) = 0;
   virtual Result<std::set<std::string>> read_grants(std::string_view member_id) = 0;
 
-  // Replaces the connection's disabled overlay (members `<type>:<key>`, preferences.h) and bumps
-  // the epoch; returns the new epoch.
-  virtual Result<int64_t> publish_disabled(std::string_view cid,
-                                           const DisabledOverlay& overlay) = 0;
-  virtual Result<DisabledOverlay> read_disabled(std::string_view cid) = 0;
+  // The namespace's preference authority (shared/preferences.h, "One authority"): merges `rows`
+  // (all of (cid, principal); none: only read back) into the store's rows with
+  // merge_preference, rewrites the principal's disabled overlay when the merged rows say
+  // otherwise (bumping the epoch: also a wiped or stale overlay is repaired), and returns every
+  // merged row of (cid, principal). Atomic: RedisStore one script
+  // (schema/lua/preferences_merge.lua), SqliteStore one transaction on the preference table.
+  // kInvalidArgument for a row of another (cid, principal) or a malformed one.
+  virtual Result<MergedPreferences> merge_preferences(std::string_view cid,
+                                                      const Principal& principal,
+                                                      const std::vector<PreferenceRow>& rows) = 0;
+  // The principal's disabled overlay as published (what discovery hides).
+  virtual Result<DisabledOverlay> read_disabled(std::string_view cid,
+                                                const Principal& principal) = 0;
 
   virtual Result<int64_t> bump_epoch() = 0;  // the new value
   virtual Result<int64_t> read_epoch() = 0;  // 0 before the first bump

@@ -7,23 +7,31 @@
 -- milliseconds since the epoch. A test prepares every statement against the schema.
 
 -- name: preferences_select
--- Every preference row of one connection, in the order reconcile() emits.
-SELECT resource_id, capability_type, capability_key, enabled, first_seen_at, last_seen_at
+-- Every preference row of one (connection, principal), in the order reconcile() emits.
+SELECT resource_id, capability_type, capability_key, enabled, first_seen_at, last_seen_at,
+       toggled_at, principal
 FROM mcp_capability_preferences
-WHERE resource_id = :resource_id
+WHERE resource_id = :resource_id AND principal = :principal
 ORDER BY CASE capability_type
            WHEN 'tool' THEN 0 WHEN 'resource' THEN 1 WHEN 'resource_template' THEN 2 ELSE 3
          END,
          capability_key;
 
+-- name: preferences_select_groups
+-- Every (connection, principal) that has rows: what an agent merges into the store.
+SELECT DISTINCT resource_id, principal FROM mcp_capability_preferences
+ORDER BY resource_id, principal;
+
 -- name: preferences_insert_seen
--- One row of Reconciliation::rows_to_insert (first_seen_at = last_seen_at = :seen_at). Should a
--- concurrent writer have inserted the row first, only last_seen_at moves: an existing `enabled`
--- is never overwritten by reconciliation.
+-- One row of Reconciliation::rows_to_insert (first_seen_at = last_seen_at = :seen_at, never
+-- toggled). Should a concurrent writer have inserted the row first, only last_seen_at moves: an
+-- existing `enabled` is never overwritten by reconciliation.
 INSERT INTO mcp_capability_preferences
-  (resource_id, capability_type, capability_key, enabled, first_seen_at, last_seen_at)
-VALUES (:resource_id, :capability_type, :capability_key, :enabled, :seen_at, :seen_at)
-ON CONFLICT (resource_id, capability_type, capability_key)
+  (resource_id, principal, capability_type, capability_key, enabled, toggled_at, first_seen_at,
+   last_seen_at)
+VALUES (:resource_id, :principal, :capability_type, :capability_key, :enabled, 0, :seen_at,
+        :seen_at)
+ON CONFLICT (resource_id, principal, capability_type, capability_key)
 DO UPDATE SET last_seen_at = max(last_seen_at, excluded.last_seen_at);
 
 -- name: preferences_touch
@@ -31,23 +39,49 @@ DO UPDATE SET last_seen_at = max(last_seen_at, excluded.last_seen_at);
 UPDATE mcp_capability_preferences
 SET last_seen_at = max(last_seen_at, :seen_at)
 WHERE resource_id = :resource_id
+  AND principal = :principal
   AND capability_type = :capability_type
   AND capability_key = :capability_key;
 
 -- name: preferences_set_enabled
--- The user's toggle, the only statement that changes `enabled`. sqlite3_changes() == 0 means no
--- such capability was ever seen.
+-- The user's toggle, the only statement that changes `enabled` besides the merge. toggled_at
+-- never moves backwards. sqlite3_changes() == 0 means no such capability was ever seen.
 UPDATE mcp_capability_preferences
-SET enabled = :enabled
+SET enabled = :enabled, toggled_at = max(toggled_at, :toggled_at)
 WHERE resource_id = :resource_id
+  AND principal = :principal
   AND capability_type = :capability_type
   AND capability_key = :capability_key;
 
+-- name: preferences_merge
+-- One row merged in, merge_preference() of shared/preferences.h in SQL: `enabled` and toggled_at
+-- of the later toggle (a tie: disabled wins), the earliest first_seen_at, the latest last_seen_at.
+-- Inside DO UPDATE a bare column is the stored row, `excluded.` the incoming one.
+INSERT INTO mcp_capability_preferences
+  (resource_id, principal, capability_type, capability_key, enabled, toggled_at, first_seen_at,
+   last_seen_at)
+VALUES (:resource_id, :principal, :capability_type, :capability_key, :enabled, :toggled_at,
+        :first_seen_at, :last_seen_at)
+ON CONFLICT (resource_id, principal, capability_type, capability_key)
+DO UPDATE SET
+  enabled = CASE WHEN excluded.toggled_at > toggled_at THEN excluded.enabled
+                 WHEN excluded.toggled_at < toggled_at THEN enabled
+                 ELSE min(enabled, excluded.enabled) END,
+  toggled_at = max(toggled_at, excluded.toggled_at),
+  first_seen_at = min(first_seen_at, excluded.first_seen_at),
+  last_seen_at = max(last_seen_at, excluded.last_seen_at);
+
+-- name: preferences_delete_principal
+-- Every row of one (connection, principal): the agent drops the `shared` rows of a connection
+-- configured per_member (rows from before schema v3 that no member can be told apart in).
+DELETE FROM mcp_capability_preferences WHERE resource_id = :resource_id AND principal = :principal;
+
 -- name: preferences_select_disabled
--- The members of the connection's disabled overlay (`<type>:<key>`), as disabled_overlay() gives.
+-- The members of one (connection, principal)'s disabled overlay (`<type>:<key>`), as
+-- disabled_overlay() gives.
 SELECT member
 FROM disabled_capabilities
-WHERE connection_id = :resource_id
+WHERE connection_id = :resource_id AND principal = :principal
 ORDER BY member;
 
 -- name: lease_select_live
@@ -233,13 +267,16 @@ DELETE FROM grants WHERE principal = :principal;
 INSERT OR IGNORE INTO grants (principal, connection_id) VALUES (:principal, :connection_id);
 
 -- name: published_disabled_select
-SELECT member FROM published_disabled WHERE connection_id = :connection_id ORDER BY member;
+SELECT member FROM published_disabled
+WHERE connection_id = :connection_id AND principal = :principal
+ORDER BY member;
 
 -- name: published_disabled_delete
-DELETE FROM published_disabled WHERE connection_id = :connection_id;
+DELETE FROM published_disabled WHERE connection_id = :connection_id AND principal = :principal;
 
 -- name: published_disabled_insert
-INSERT OR IGNORE INTO published_disabled (connection_id, member) VALUES (:connection_id, :member);
+INSERT OR IGNORE INTO published_disabled (connection_id, principal, member)
+VALUES (:connection_id, :principal, :member);
 
 -- name: epoch_bump
 UPDATE epoch SET value = value + 1 WHERE id = 1 RETURNING value;

@@ -7,9 +7,10 @@
 -- busy_timeout and synchronous=NORMAL are set when the file is opened, not here (journal_mode
 -- cannot change inside a transaction).
 --
--- Version: PRAGMA user_version (last statement), now 2. The agent reads user_version first and,
--- in the same transaction, runs each migration from it (sqlite-migrate-v2.sql: 1 -> 2) before this
--- file; this file alone brings a new database to the current version.
+-- Version: PRAGMA user_version (last statement), now 3. The agent reads user_version first and,
+-- in the same transaction, runs each migration from it (sqlite-migrate-v2.sql: 1 -> 2,
+-- sqlite-migrate-v3.sql: 2 -> 3) before this file; this file alone brings a new database to the
+-- current version.
 --
 -- Conventions: times are INTEGER milliseconds since the Unix epoch; booleans are INTEGER 0/1;
 -- tables are STRICT (a value of the wrong type is an error, not a silent conversion). Identifier
@@ -21,27 +22,40 @@
 
 -- Coffer ADR-004: the user's choice per capability, the only persisted capability state. Rows are
 -- inserted by reconciliation after a successful list and never deleted by it; `enabled` is
--- changed only by the user. capability_key is a tool's or prompt's name, a resource's uri or a
--- resource template's uriTemplate (at most 2048 bytes, kMaxCapabilityKeyBytes).
+-- changed only by the user (toggled_at says when). capability_key is a tool's or prompt's name, a
+-- resource's uri or a resource template's uriTemplate (at most 2048 bytes, kMaxCapabilityKeyBytes).
+-- principal is whose listing fed the row and whose choice it is: `shared` on a shared connection,
+-- `member/<id>` on a per-member one (v3: one member's rows never answer for another).
+--
+-- On Redis this table is each agent's durable copy of the namespace's preferences; the authority
+-- is quiver:{ns}:prefs:<cid>:<principal>, and the two are merged row by row (merge_preference,
+-- shared/preferences.h: the later toggled_at wins, a tie disables). On the embedded default this
+-- table is the authority itself (query preferences_merge applies the same rule).
 CREATE TABLE IF NOT EXISTS mcp_capability_preferences (
   resource_id     TEXT NOT NULL
                   CHECK (length(resource_id) BETWEEN 1 AND 128
                          AND resource_id NOT GLOB '*[^A-Za-z0-9._-]*'),
+  principal       TEXT NOT NULL DEFAULT 'shared'
+                  CHECK (principal = 'shared'
+                         OR (substr(principal, 1, 7) = 'member/'
+                             AND length(principal) BETWEEN 8 AND 135
+                             AND substr(principal, 8) NOT GLOB '*[^A-Za-z0-9._@+-]*')),
   capability_type TEXT NOT NULL
                   CHECK (capability_type IN ('tool', 'resource', 'resource_template', 'prompt')),
   capability_key  TEXT NOT NULL
                   CHECK (length(capability_key) >= 1
                          AND length(CAST(capability_key AS BLOB)) <= 2048),
   enabled         INTEGER NOT NULL CHECK (enabled IN (0, 1)),
+  toggled_at      INTEGER NOT NULL DEFAULT 0 CHECK (toggled_at >= 0),  -- 0: never toggled
   first_seen_at   INTEGER NOT NULL CHECK (first_seen_at >= 0),
   last_seen_at    INTEGER NOT NULL CHECK (last_seen_at >= first_seen_at),
-  PRIMARY KEY (resource_id, capability_type, capability_key)
+  PRIMARY KEY (resource_id, principal, capability_type, capability_key)
 ) STRICT, WITHOUT ROWID;
 
--- The disabled overlay of each connection, as the Redis set quiver:{ns}:disabled:<cid> holds it
--- (members `<type>:<key>`).
+-- The disabled overlay of each (connection, principal), as the Redis set
+-- quiver:{ns}:disabled:<cid>:<principal> holds it (members `<type>:<key>`).
 CREATE VIEW IF NOT EXISTS disabled_capabilities AS
-  SELECT resource_id AS connection_id, capability_type || ':' || capability_key AS member
+  SELECT resource_id AS connection_id, principal, capability_type || ':' || capability_key AS member
   FROM mcp_capability_preferences
   WHERE enabled = 0;
 
@@ -161,15 +175,16 @@ CREATE TABLE IF NOT EXISTS revalidation_gates (
   PRIMARY KEY (connection_id, principal)
 ) STRICT, WITHOUT ROWID;
 
--- quiver:{ns}:disabled:<cid>: the disabled overlay as last published (members `<type>:<key>`).
--- Readers use this copy, as the edge reads the Redis set; it is replaced whole by each publish
--- (the disabled_capabilities view above is what gets published).
+-- quiver:{ns}:disabled:<cid>:<principal>: the disabled overlay as last published (members
+-- `<type>:<key>`). Readers use this copy, as the edge reads the Redis set; a merge rewrites it
+-- whole when the preferences say otherwise (the disabled_capabilities view is what it copies).
 CREATE TABLE IF NOT EXISTS published_disabled (
   connection_id TEXT NOT NULL
                 CHECK (length(connection_id) BETWEEN 1 AND 128
                        AND connection_id NOT GLOB '*[^A-Za-z0-9._-]*'),
+  principal     TEXT NOT NULL CHECK (length(principal) >= 1),
   member        TEXT NOT NULL CHECK (instr(member, ':') > 1),
-  PRIMARY KEY (connection_id, member)
+  PRIMARY KEY (connection_id, principal, member)
 ) STRICT, WITHOUT ROWID;
 
 -- Webhook replay guard: the SHA-256 hex of every key seen, until its time to live runs out (the
@@ -189,4 +204,4 @@ CREATE TABLE IF NOT EXISTS epoch (
 
 INSERT OR IGNORE INTO epoch (id, value) VALUES (1, 0);
 
-PRAGMA user_version = 2;
+PRAGMA user_version = 3;

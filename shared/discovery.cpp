@@ -543,12 +543,13 @@ Result<DiscoverySnapshot> read_snapshot(SnapshotSource& source, const Principal&
     if (!record.ok()) return record.error();
     conn.record = *record;
     if (conn.record) {
-      Result<DisabledOverlay> disabled = source.disabled(id);
-      if (!disabled.ok()) return disabled.error();
-      conn.disabled = std::move(*disabled);
       Result<Principal> principal = applicable_principal(*conn.record, member);
       if (principal.ok()) {
         conn.principal = *principal;
+        // The overlay of the principal that applies: on a per-member connection the caller's own.
+        Result<DisabledOverlay> disabled = source.disabled(id, *principal);
+        if (!disabled.ok()) return disabled.error();
+        conn.disabled = std::move(*disabled);
         Result<HashFields> manifest = source.manifest(id, *principal);
         if (!manifest.ok()) return manifest.error();
         conn.manifest = std::move(*manifest);

@@ -107,9 +107,9 @@ struct GrantedConnection {
   std::optional<ConnectionInfo> record;  // nullopt: removed; the entry is never shown
   // applicable_principal(record, member); nullopt without a record or with an unknown mode.
   std::optional<Principal> principal;
-  HashFields manifest;  // the manifest hash of `principal`; empty: no entry
-  DisabledOverlay disabled;
-  bool lease_held = false;  // a refresh of (id, principal) is under way
+  HashFields manifest;       // the manifest hash of `principal`; empty: no entry
+  DisabledOverlay disabled;  // the overlay of `principal` (disabled:<cid>:<principal>); empty: none
+  bool lease_held = false;   // a refresh of (id, principal) is under way
 
   bool operator==(const GrantedConnection& o) const;
 };
@@ -145,15 +145,15 @@ class SnapshotSource {
   virtual Result<std::vector<std::string>> granted(const Principal& member) = 0;
   virtual Result<std::optional<ConnectionInfo>> record(std::string_view cid) = 0;
   virtual Result<HashFields> manifest(std::string_view cid, const Principal& principal) = 0;
-  virtual Result<DisabledOverlay> disabled(std::string_view cid) = 0;
+  virtual Result<DisabledOverlay> disabled(std::string_view cid, const Principal& principal) = 0;
   virtual Result<bool> lease_held(std::string_view cid, const Principal& principal) = 0;
   virtual Result<int64_t> epoch() = 0;
 };
 
 // The snapshot of `member` from `source`, with exactly the semantics of discovery_read.lua:
 // granted ids sorted, invalid ones counted and skipped, paged by `query`, the manifest, lease and
-// overlay read under applicable_principal. kInvalidArgument when `member` is not a member
-// principal or the query is out of bounds.
+// overlay read under applicable_principal (no principal: none of them is read). kInvalidArgument
+// when `member` is not a member principal or the query is out of bounds.
 Result<DiscoverySnapshot> read_snapshot(SnapshotSource& source, const Principal& member,
                                         const SnapshotQuery& query);
 

@@ -142,6 +142,8 @@ const char* http_error_name(HttpErrorCode code) {
       return "UPSTREAM_UNAVAILABLE";
     case HttpErrorCode::kInternal:
       return "INTERNAL";
+    case HttpErrorCode::kForbidden:
+      return "FORBIDDEN";
   }
   return "INTERNAL";
 }
@@ -163,6 +165,8 @@ int http_error_status(HttpErrorCode code) {
     case HttpErrorCode::kStoreUnavailable:
     case HttpErrorCode::kUpstreamUnavailable:
       return 503;
+    case HttpErrorCode::kForbidden:
+      return 403;
     case HttpErrorCode::kInternal:
       return 500;
   }

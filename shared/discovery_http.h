@@ -78,8 +78,9 @@ enum class HttpErrorCode {
   kStoreUnavailable,     // 503: Redis / SQLite unreachable or answering nonsense
   kUpstreamUnavailable,  // 503: an upstream failed twice (ADR-004 self-heal); hosts' endpoints
   kInternal,             // 500: a bug or a broken configuration; details only in the log
+  kForbidden,            // 403: authenticated and granted, but not allowed this (hosts' endpoints)
 };
-inline constexpr int kHttpErrorCodeCount = 9;
+inline constexpr int kHttpErrorCodeCount = 10;
 
 const char* http_error_name(HttpErrorCode code);  // "UNAUTHENTICATED", "NOT_FOUND", ...
 int http_error_status(HttpErrorCode code);        // 401, 404, ...

@@ -137,6 +137,11 @@ Result<GrantedConnection> decode_entry(const RespValue& v, std::size_t index,
     if (!member_text) return bad_reply(where, "disabled member is no string");
     conn.disabled.emplace(*member_text);
   }
+  // The overlay is the principal's own (disabled:<cid>:<principal>): without a principal there
+  // is none to read, and a set there would be someone else's.
+  if (!conn.principal && !conn.disabled.empty()) {
+    return bad_reply(where, "a disabled set without a principal");
+  }
   if ((*e)[5].type != RespValue::Type::kInteger || ((*e)[5].integer != 0 && (*e)[5].integer != 1)) {
     return bad_reply(where, "lease flag is not 0 or 1");
   }

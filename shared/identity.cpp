@@ -89,7 +89,8 @@ constexpr KindInfo kKinds[kKeyKindCount] = {
     {KeyKind::kManifest, "manifest", "HASH", true, true},
     {KeyKind::kLease, "lease", "STRING", true, true},
     {KeyKind::kFence, "fence", "STRING", true, true},
-    {KeyKind::kDisabled, "disabled", "SET", true, false},
+    {KeyKind::kDisabled, "disabled", "SET", true, true},
+    {KeyKind::kPrefs, "prefs", "HASH", true, true},
     {KeyKind::kRevalidate, "revalidate", "STREAM", false, false},
     {KeyKind::kRevalidateGate, "revalidate-gate", "STRING", true, true},
     {KeyKind::kEpoch, "epoch", "STRING", false, false},
@@ -386,8 +387,11 @@ Result<std::string> RedisKeys::lease(std::string_view cid, const Principal& prin
 Result<std::string> RedisKeys::fence(std::string_view cid, const Principal& principal) const {
   return key(KeyKind::kFence, cid, principal);
 }
-Result<std::string> RedisKeys::disabled(std::string_view cid) const {
-  return key(KeyKind::kDisabled, cid, std::nullopt);
+Result<std::string> RedisKeys::disabled(std::string_view cid, const Principal& principal) const {
+  return key(KeyKind::kDisabled, cid, principal);
+}
+Result<std::string> RedisKeys::prefs(std::string_view cid, const Principal& principal) const {
+  return key(KeyKind::kPrefs, cid, principal);
 }
 Result<std::string> RedisKeys::revalidate_gate(std::string_view cid,
                                                const Principal& principal) const {

@@ -113,13 +113,14 @@ enum class KeyKind {
   kLease,
   kFence,
   kDisabled,
+  kPrefs,
   kRevalidate,
   kRevalidateGate,
   kEpoch,
   kGrantees,
   kReplay,
 };
-inline constexpr int kKeyKindCount = 12;
+inline constexpr int kKeyKindCount = 13;
 
 const char* key_kind_name(KeyKind kind);   // the key's segment: "conns", "revalidate-gate", ...
 const char* key_redis_type(KeyKind kind);  // "SET", "HASH", "STRING", "STREAM"
@@ -182,7 +183,10 @@ class RedisKeys {
   Result<std::string> manifest(std::string_view cid, const Principal& principal) const;
   Result<std::string> lease(std::string_view cid, const Principal& principal) const;
   Result<std::string> fence(std::string_view cid, const Principal& principal) const;
-  Result<std::string> disabled(std::string_view cid) const;
+  // The disabled overlay of one (connection, principal), and the preference rows it derives from
+  // (shared/preferences.h): `shared` on a shared connection, the member on a per-member one.
+  Result<std::string> disabled(std::string_view cid, const Principal& principal) const;
+  Result<std::string> prefs(std::string_view cid, const Principal& principal) const;
   std::string revalidate_stream() const;
   Result<std::string> revalidate_gate(std::string_view cid, const Principal& principal) const;
   std::string epoch() const;

@@ -64,12 +64,15 @@ std::optional<std::string> capability_key(ListKind kind, const Json& item) {
 bool PreferenceRow::operator==(const PreferenceRow& o) const {
   return resource_id == o.resource_id && capability_type == o.capability_type &&
          capability_key == o.capability_key && enabled == o.enabled &&
-         first_seen_at == o.first_seen_at && last_seen_at == o.last_seen_at;
+         first_seen_at == o.first_seen_at && last_seen_at == o.last_seen_at &&
+         toggled_at == o.toggled_at && principal == o.principal;
 }
 
-LiveCapabilities live_capabilities(std::string resource_id, const Listing& listing) {
+LiveCapabilities live_capabilities(std::string resource_id, const Listing& listing,
+                                   Principal principal) {
   LiveCapabilities live;
   live.resource_id = std::move(resource_id);
+  live.principal = std::move(principal);
   for (int i = 0; i < kListKindCount; ++i) {
     auto kind = static_cast<ListKind>(i);
     const ListOutcome& outcome = listing.list(kind);
@@ -93,7 +96,7 @@ Reconciliation reconcile(const std::vector<PreferenceRow>& stored, const LiveCap
   using Key = std::pair<CapabilityType, std::string_view>;
   std::map<Key, const PreferenceRow*> by_key;
   for (const PreferenceRow& row : stored) {
-    if (row.resource_id != live.resource_id) continue;
+    if (row.resource_id != live.resource_id || row.principal != live.principal) continue;
     by_key.emplace(Key{row.capability_type, row.capability_key}, &row);
   }
 
@@ -110,8 +113,10 @@ Reconciliation reconcile(const std::vector<PreferenceRow>& stored, const LiveCap
       if (!handled.insert(k).second) continue;
       auto found = by_key.find(k);
       if (found == by_key.end()) {
-        out.rows_to_insert.push_back(PreferenceRow{
-            live.resource_id, type, key, policy.auto_enable_new_capabilities, now_ms, now_ms});
+        PreferenceRow row{live.resource_id, type,  key, policy.auto_enable_new_capabilities,
+                          now_ms,           now_ms};
+        row.principal = live.principal;
+        out.rows_to_insert.push_back(std::move(row));
       } else if (found->second->last_seen_at < now_ms) {
         PreferenceRow row = *found->second;
         row.last_seen_at = now_ms;
@@ -131,11 +136,11 @@ std::string overlay_member(CapabilityType type, std::string_view key) {
   return member;
 }
 
-DisabledOverlay disabled_overlay(std::string_view resource_id,
+DisabledOverlay disabled_overlay(std::string_view resource_id, const Principal& principal,
                                  const std::vector<PreferenceRow>& rows) {
   DisabledOverlay overlay;
   for (const PreferenceRow& row : rows) {
-    if (row.resource_id == resource_id && !row.enabled) {
+    if (row.resource_id == resource_id && row.principal == principal && !row.enabled) {
       overlay.insert(overlay_member(row.capability_type, row.capability_key));
     }
   }
@@ -158,6 +163,95 @@ std::vector<Json> visible_items(const DisabledOverlay& overlay, ListKind kind,
     out.push_back(item);
   }
   return out;
+}
+
+PreferenceRow merge_preference(const PreferenceRow& a, const PreferenceRow& b) {
+  PreferenceRow out = a;
+  if (b.toggled_at > a.toggled_at) {
+    out.enabled = b.enabled;
+    out.toggled_at = b.toggled_at;
+  } else if (b.toggled_at == a.toggled_at) {
+    // The deterministic tie-break: hiding wins. Two agents that each inserted a new key (both 0)
+    // agree unless their policies differ; then the capability stays hidden until someone
+    // enables it, which is a newer toggle.
+    out.enabled = a.enabled && b.enabled;
+  }
+  out.first_seen_at = std::min(a.first_seen_at, b.first_seen_at);
+  out.last_seen_at = std::max(a.last_seen_at, b.last_seen_at);
+  return out;
+}
+
+std::vector<PreferenceRow> merge_rows(const std::vector<PreferenceRow>& a,
+                                      const std::vector<PreferenceRow>& b) {
+  // Keys view the inputs' strings, which outlive the map.
+  using Key = std::pair<CapabilityType, std::string_view>;
+  std::map<Key, PreferenceRow> merged;
+  for (const std::vector<PreferenceRow>* list : {&a, &b}) {
+    for (const PreferenceRow& row : *list) {
+      Key k{row.capability_type, row.capability_key};
+      auto it = merged.find(k);
+      if (it == merged.end()) {
+        merged.emplace(k, row);
+      } else {
+        it->second = merge_preference(it->second, row);
+      }
+    }
+  }
+  std::vector<PreferenceRow> out;
+  out.reserve(merged.size());
+  for (auto& [k, row] : merged) out.push_back(std::move(row));
+  std::sort(out.begin(), out.end(), row_less);
+  return out;
+}
+
+std::string preference_entry_value(const PreferenceRow& row) {
+  return std::string(row.enabled ? "1" : "0") + "," + std::to_string(row.toggled_at) + "," +
+         std::to_string(row.first_seen_at) + "," + std::to_string(row.last_seen_at);
+}
+
+namespace {
+
+bool parse_time(std::string_view text, int64_t* out) {
+  if (text.empty() || text.size() > 18) return false;
+  int64_t v = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + (c - '0');
+  }
+  *out = v;
+  return true;
+}
+
+}  // namespace
+
+Result<PreferenceRow> parse_preference_entry(std::string_view resource_id,
+                                             const Principal& principal, std::string_view field,
+                                             std::string_view value) {
+  auto bad = [&](const char* why) {
+    return Error(ErrorCode::kInvalidReply, std::string("preference entry: ") + why);
+  };
+  const std::size_t colon = field.find(':');
+  if (colon == std::string_view::npos) return bad("field is not <type>:<key>");
+  std::optional<CapabilityType> type = parse_capability_type(field.substr(0, colon));
+  if (!type) return bad("unknown capability type");
+  std::string_view key = field.substr(colon + 1);
+  if (key.empty() || key.size() > kMaxCapabilityKeyBytes) return bad("key is empty or too long");
+  int64_t t[3] = {0, 0, 0};
+  std::string_view rest = value;
+  const std::size_t c0 = rest.find(',');
+  if (c0 != 1 || (rest[0] != '0' && rest[0] != '1')) return bad("value does not start 0, or 1,");
+  rest = rest.substr(2);
+  for (int i = 0; i < 3; ++i) {
+    const std::size_t comma = rest.find(',');
+    if ((i < 2) == (comma == std::string_view::npos)) return bad("value is not four numbers");
+    if (!parse_time(rest.substr(0, comma), &t[i])) return bad("a time is not a number");
+    rest = i < 2 ? rest.substr(comma + 1) : std::string_view();
+  }
+  if (t[2] < t[1]) return bad("last_seen_at is before first_seen_at");
+  PreferenceRow row{std::string(resource_id), *type, std::string(key), value[0] == '1', t[1], t[2]};
+  row.toggled_at = t[0];
+  row.principal = principal;
+  return row;
 }
 
 }  // namespace quiver

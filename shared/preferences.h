@@ -1,10 +1,19 @@
 // Capability preferences (Coffer ADR-004): the user's enabled/disabled choice per capability of a
 // connection, the only capability state that is persisted.
 //
-// A row is keyed by (resource_id = connection id, capability_type, capability_key), where the key
-// is the capability's stable identity: a tool's or prompt's `name`, a resource's `uri`, a resource
-// template's `uriTemplate`. Rows outlive the capabilities they name, so a user's choice survives an
-// upstream that drops a tool and brings it back.
+// A row is keyed by (resource_id = connection id, principal, capability_type, capability_key),
+// where the key is the capability's stable identity: a tool's or prompt's `name`, a resource's
+// `uri`, a resource template's `uriTemplate`. The principal is the one whose listing fed the row
+// (`principal_for`): `shared` on a shared connection, `member/<id>` on a per-member one, so one
+// member's capabilities, choices and overlay never reach another member. Rows outlive the
+// capabilities they name, so a user's choice survives an upstream that drops a tool and brings it
+// back.
+//
+// One authority per namespace. The store (Redis, or the embedded SQLite file) holds the rows every
+// agent and edge go by; each agent also keeps a durable copy in its own SQLite file. The two are
+// combined by `merge_preference`, a last-writer-wins merge on `toggled_at` (a tie goes to
+// disabled), so no agent can undo a newer toggle made through another one by restarting or
+// re-publishing, and a store that comes back empty is refilled from any agent's copy.
 //
 // When to call what:
 //  - after a listing, `live_capabilities(connection_id, listing)` then `reconcile(...)`, and write
@@ -14,8 +23,12 @@
 //    never changes `enabled`. It uses only the lists that SUCCEEDED: a failed, absent or
 //    not-attempted list is not evidence that its capabilities are still there, so it must not
 //    move their `last_seen_at` (a failed `prompts/list` leaves every prompt row as it was).
-//  - to publish the choice, `disabled_overlay(connection_id, rows)` gives the members of the
-//    connection's disabled set (`quiver:{ns}:disabled:<cid>`, members `<type>:<key>`).
+//  - to publish the choice, `disabled_overlay(connection_id, principal, rows)` gives the members
+//    of the principal's disabled set (`quiver:{ns}:disabled:<cid>:<principal>`, members
+//    `<type>:<key>`).
+//  - to combine the store's rows with a local copy, `merge_preference` per key (`merge_rows` for
+//    whole lists); `preference_entry_value` / `parse_preference_entry` are the store's spelling
+//    of a row (`quiver:{ns}:prefs:<cid>:<principal>`, schema/lua/preferences_merge.lua).
 //  - to serve, `visible(overlay, type, key)` / `visible_items(overlay, kind, items)` hide what the
 //    user disabled.
 #pragma once
@@ -28,8 +41,10 @@
 #include <string_view>
 #include <vector>
 
+#include "shared/identity.h"
 #include "shared/json.h"
 #include "shared/listing.h"
+#include "shared/status.h"
 
 namespace quiver {
 
@@ -57,6 +72,10 @@ struct PreferenceRow {
   bool enabled = true;
   int64_t first_seen_at = 0;  // ms since the epoch
   int64_t last_seen_at = 0;
+  // When a user last set `enabled` (ms since the epoch); 0: never, `enabled` is the connection's
+  // auto_enable policy at first sight (or a choice made before schema v3, which had no time).
+  int64_t toggled_at = 0;
+  Principal principal = Principal::shared();  // whose listing and choice this row is
 
   bool operator==(const PreferenceRow& o) const;
   bool operator!=(const PreferenceRow& o) const { return !(*this == o); }
@@ -71,6 +90,7 @@ struct LiveList {
 // What one listing of one connection showed, per kind (indexed by CapabilityType).
 struct LiveCapabilities {
   std::string resource_id;
+  Principal principal = Principal::shared();
   LiveList lists[kCapabilityTypeCount];
   int ignored_items = 0;  // items of successful lists without a usable key
 
@@ -80,7 +100,8 @@ struct LiveCapabilities {
 
 // The keys of every list of `listing`, with each list's state carried over. Items of lists that
 // did not succeed are not read (a failed list may hold some pages; they prove nothing).
-LiveCapabilities live_capabilities(std::string resource_id, const Listing& listing);
+LiveCapabilities live_capabilities(std::string resource_id, const Listing& listing,
+                                   Principal principal = Principal::shared());
 
 struct PreferencePolicy {
   bool auto_enable_new_capabilities = true;
@@ -93,7 +114,7 @@ struct Reconciliation {
 };
 
 // ADR-004 reconciliation, a pure function. `stored` are the connection's rows as read (rows of
-// another resource_id are ignored). For every kind whose list state is kOk:
+// another resource_id or principal are ignored). For every kind whose list state is kOk:
 //  - a key without a row gets one, enabled = policy.auto_enable_new_capabilities;
 //  - a key with a row gets last_seen_at = now_ms (never moved backwards; no update when equal,
 //    so reconciling the same listing twice at the same time yields nothing to do);
@@ -106,13 +127,43 @@ Reconciliation reconcile(const std::vector<PreferenceRow>& stored, const LiveCap
 // `<type>:<key>`, e.g. "tool:search" or "resource:file:///a.txt" (split at the first colon).
 std::string overlay_member(CapabilityType type, std::string_view key);
 
-// The disabled set of one connection, as stored at `quiver:{ns}:disabled:<cid>`. std::less<> so
-// that lookups need no copy.
+// The disabled set of one (connection, principal), as stored at
+// `quiver:{ns}:disabled:<cid>:<principal>`. std::less<> so that lookups need no copy.
 using DisabledOverlay = std::set<std::string, std::less<>>;
 
-// The members for the rows of `resource_id` whose `enabled` is false.
-DisabledOverlay disabled_overlay(std::string_view resource_id,
+// The members for the rows of (`resource_id`, `principal`) whose `enabled` is false.
+DisabledOverlay disabled_overlay(std::string_view resource_id, const Principal& principal,
                                  const std::vector<PreferenceRow>& rows);
+
+// ---- one authority: the merge ------------------------------------------------------------------
+
+// Two copies of one capability's row (same connection, principal, type and key) made one, the
+// same whichever copy is `a`: `enabled` and `toggled_at` of the later toggle (equal times: disabled
+// wins, so a tie never shows what someone hid), first_seen_at the earliest, last_seen_at the
+// latest. Commutative, associative and idempotent: agents may merge in any order, any number of
+// times, and converge. schema/lua/preferences_merge.lua and the SQL `preferences_merge` apply
+// exactly this rule (tests hold them to it).
+PreferenceRow merge_preference(const PreferenceRow& a, const PreferenceRow& b);
+
+// `a` and `b` merged key by key (rows only in one list are kept as they are), sorted by
+// (type, key). Both lists must be of one (connection, principal).
+std::vector<PreferenceRow> merge_rows(const std::vector<PreferenceRow>& a,
+                                      const std::vector<PreferenceRow>& b);
+
+// What a store's merge gives back (ManifestStore::merge_preferences).
+struct MergedPreferences {
+  std::vector<PreferenceRow> rows;  // every row of (cid, principal) after the merge, by (type, key)
+  int64_t epoch = 0;                // the namespace's epoch after the merge
+  bool overlay_changed = false;     // the disabled set was rewritten (and the epoch bumped)
+};
+
+// A row as the store's preference hash holds it: field `<type>:<key>` (overlay_member), value
+// `<enabled 0|1>,<toggled_at>,<first_seen_at>,<last_seen_at>` in decimal.
+std::string preference_entry_value(const PreferenceRow& row);
+// The inverse, for (cid, principal); kInvalidReply when the field or value is malformed.
+Result<PreferenceRow> parse_preference_entry(std::string_view resource_id,
+                                             const Principal& principal, std::string_view field,
+                                             std::string_view value);
 
 // False when the user disabled (type, key) on this connection.
 bool visible(const DisabledOverlay& overlay, CapabilityType type, std::string_view key);

@@ -9,7 +9,8 @@
 --
 -- Keys read beyond KEYS. Which connections to read is only known once KEYS[1] is read, so the
 -- script builds their keys itself, from ARGV[1], exactly as RedisKeys (shared/identity.h) spells
--- them: conn:<cid>, manifest:<cid>:<principal>, disabled:<cid>, lease:<cid>:<principal>, epoch.
+-- them: conn:<cid>, manifest:<cid>:<principal>, disabled:<cid>:<principal>,
+-- lease:<cid>:<principal>, epoch.
 -- Every key of a namespace carries the same {ns} hash tag, so they all live in KEYS[1]'s slot:
 -- on Redis Cluster the script never leaves its node. Granted ids outside the connection id
 -- charset are skipped (and counted): they could not carry the hash tag safely.
@@ -17,6 +18,8 @@
 -- The principal whose manifest is read follows the connection's credential_mode: 'shared' for
 -- shared, the member for per_member, none for anything else. shared/discovery.h's
 -- applicable_principal is the authority; the decoder checks this script's choice against it.
+-- The disabled overlay is that principal's own: on a per-member connection a member's toggles hide
+-- capabilities from that member alone.
 --
 -- Read-only. Replies
 --   {'quiver.discovery.v1', member, epoch, granted_total, next_after, ignored, entries}
@@ -78,8 +81,8 @@ for _, cid in ipairs(ids) do
       elseif mode == 'per_member' then
         principal = member
       end
-      disabled = redis.call('SMEMBERS', prefix .. 'disabled:' .. cid)
       if principal ~= '' then
+        disabled = redis.call('SMEMBERS', prefix .. 'disabled:' .. cid .. ':' .. principal)
         manifest = redis.call('HGETALL', prefix .. 'manifest:' .. cid .. ':' .. principal)
         lease = redis.call('EXISTS', prefix .. 'lease:' .. cid .. ':' .. principal)
       end

@@ -396,6 +396,40 @@ test('a preference toggled through the agent hides the tool at the edge within t
   for (const w of edges) {
     assert.ok(toolNames(entryOf(await edgeManifest('carol', 'everything', w))).includes('echo'));
   }
+  // carol is granted `everything` but is no operator: refused, and nothing changes.
+  const refused = await agent.request('PATCH', '/v1/mcp-connections/everything/preferences', {
+    headers: { ...auth('carol'), 'content-type': 'application/json' },
+    body: JSON.stringify({ type: 'tool', key: 'echo', enabled: false }) });
+  assert.equal(refused.status, 403, refused.text);
+  assert.equal(refused.json.error.code, 'FORBIDDEN');
+});
+
+test('a per-member toggle through the agent hides the tool at the edge from that member only',
+     async () => {
+  const perm = async (member, w) => toolNames(entryOf(await edgeManifest(member, 'perm', w)));
+  await deadline('both members have a perm manifest at the edge', async () =>
+    (await perm('alice', edges[0])).length > 0 && (await perm('bob', edges[0])).length > 0);
+  const aliceTools = await perm('alice', edges[0]);
+  const bobBefore = await perm('bob', edges[0]);
+  const hidden = aliceTools[0];
+  // bob's tool names are not alice's to toggle: the same 404 as a name nobody listed.
+  const bobs = await agent.request('PATCH', '/v1/mcp-connections/perm/preferences', {
+    headers: { ...auth('alice'), 'content-type': 'application/json' },
+    body: JSON.stringify({ type: 'tool', key: bobBefore[0], enabled: false }) });
+  assert.equal(bobs.status, 404, bobs.text);
+  const mine = await agent.request('GET', '/v1/mcp-connections/perm/preferences',
+                                   { headers: auth('alice') });
+  assert.equal(mine.status, 200, mine.text);
+  assert.ok(!mine.text.includes(bobBefore[0]), mine.text);
+  const toggle = await agent.request('PATCH', '/v1/mcp-connections/perm/preferences', {
+    headers: { ...auth('alice'), 'content-type': 'application/json' },
+    body: JSON.stringify({ type: 'tool', key: hidden, enabled: false }) });
+  assert.equal(toggle.status, 200, toggle.text);
+  await sleep(L1_TTL_MS + 50);
+  for (const w of edges) {
+    assert.ok(!(await perm('alice', w)).includes(hidden), `alice still sees ${hidden}`);
+    assert.deepEqual(await perm('bob', w), bobBefore);
+  }
 });
 
 // ---- runner ------------------------------------------------------------------------------------
@@ -436,6 +470,8 @@ function agentConfig() {
       },
       caller_token_keys: { [KID]: { env: 'CHAIN_TOKEN_KEY' } },
       members: ['alice', 'bob', 'carol'],
+      // alice may toggle shared connections' capabilities (for everyone); carol may not.
+      operators: ['alice'],
       grants: Object.fromEntries(Object.entries(GRANTS).filter(([, g]) => g.length)),
       connections: {
         perm: {

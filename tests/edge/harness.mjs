@@ -418,7 +418,8 @@ export class Layout {
   grants(member) { return `${this.prefix}grants:member/${member}`; }
   manifest(cid, principal) { return `${this.prefix}manifest:${cid}:${principal}`; }
   lease(cid, principal) { return `${this.prefix}lease:${cid}:${principal}`; }
-  disabled(cid) { return `${this.prefix}disabled:${cid}`; }
+  disabled(cid, principal) { return `${this.prefix}disabled:${cid}:${principal}`; }
+  prefs(cid, principal) { return `${this.prefix}prefs:${cid}:${principal}`; }
   revalidate() { return `${this.prefix}revalidate`; }
   gate(cid, principal) { return `${this.prefix}revalidate-gate:${cid}:${principal}`; }
   epoch() { return `${this.prefix}epoch`; }

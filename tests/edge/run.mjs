@@ -35,7 +35,8 @@ const layout = new Layout(NS);
 // Connections, and who is granted what.
 //   everything  shared      fresh manifest (server-everything's tools), tool `echo` disabled
 //   docs        shared      fresh
-//   mail        per_member  alice's and bob's own manifests; carol has none yet
+//   mail        per_member  alice's and bob's own manifests; carol has none yet; alice hid `send`
+//                           (her own overlay: bob still sees it)
 //   secret      shared      granted to nobody
 //   stale1      shared      fetched 20 min ago (fresh for 15): stale
 //   leased      shared      stale, and a refresh lease is held
@@ -97,7 +98,8 @@ async function populate() {
   put('leased', 'shared', manifestJson(small(['leased_tool'], 'leased'), 'leased'),
       { ageMs: 20 * 60_000 });
   commands.push(['SET', layout.lease('leased', 'shared'), '1:holder', 'PX', '600000']);
-  commands.push(['SADD', layout.disabled('everything'), 'tool:echo']);
+  commands.push(['SADD', layout.disabled('everything', 'shared'), 'tool:echo']);
+  commands.push(['SADD', layout.disabled('mail', 'member/alice'), 'tool:send']);
   const replies = await db.pipeline(commands);
   const failed = replies.find((r) => r instanceof Error);
   if (failed) throw failed;
@@ -235,6 +237,26 @@ test('principal isolation: every member × every connection', async () => {
       }
     }
   }
+});
+
+test('a per-member overlay hides the tool from that member only', async () => {
+  const names = async (member) => {
+    const res = await edge.request('GET', '/v1/mcp-connections/mail/manifest',
+                                   { headers: auth(member) });
+    assert.equal(res.status, 200, res.text);
+    const entry = res.json.connections?.[0] ?? res.json;
+    return entry.manifest.tools.items.map((t) => t.name).sort();
+  };
+  assert.deepEqual(await names('alice'), ['inbox']);
+  assert.deepEqual(await names('bob'), ['inbox', 'send']);
+  // Search agrees: alice's hidden tool is not a candidate for her; bob's is for him.
+  const hits = async (member) => {
+    const res = await edge.request('GET', '/v1/search?q=send', { headers: auth(member) });
+    assert.equal(res.status, 200, res.text);
+    return res.json.results.map((r) => `${r.connection_id}/${r.tool.name}`);
+  };
+  assert.ok(!(await hits('alice')).includes('mail/send'));
+  assert.ok((await hits('bob')).includes('mail/send'));
 });
 
 test('disabled capabilities are hidden', async () => {

@@ -130,6 +130,32 @@ std::vector<std::string> tool_names(ManifestStore& store, const std::string& cid
   return names;
 }
 
+// The tools discovery shows `member_id` on connection `cid` (the edge's answer: the same core over
+// the same keys), after grants, principal and the principal's disabled overlay.
+std::vector<std::string> shown_tools(ManifestStore& store, const std::string& member_id,
+                                     const std::string& cid) {
+  Result<DiscoverySnapshot> snap = store.read_discovery(*Principal::member(member_id));
+  if (!snap.ok()) return {"<store error: " + snap.error().message + ">"};
+  RenderedDiscovery r = render_manifests(*snap, FreshnessPolicy{}, system_clock_ms()());
+  std::vector<std::string> names;
+  Result<Json> body = parse_json(r.body);
+  if (!body.ok()) return {"<unreadable body>"};
+  for (const Json& c : (*body)["connections"]) {
+    if (c["id"] != cid || !c.contains("manifest")) continue;
+    for (const Json& t : c["manifest"]["tools"]["items"]) names.push_back(t["name"]);
+  }
+  return names;
+}
+
+std::optional<PreferenceRow> find_row(const Result<std::vector<PreferenceRow>>& rows,
+                                      const std::string& key) {
+  if (!rows.ok()) return std::nullopt;
+  for (const PreferenceRow& r : *rows) {
+    if (r.capability_type == CapabilityType::kTool && r.capability_key == key) return r;
+  }
+  return std::nullopt;
+}
+
 bool has(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
 }
@@ -168,7 +194,7 @@ TEST(AgentEmbedded, StartSeedsSharedConnectionsAndCommitsIntoSqlite) {
   EXPECT_EQ(meta->config_hash, cfg.connections[0].config_hash);
   EXPECT_TRUE(meta->error_code.empty());
   // Preferences were reconciled into the same file (a second connection, WAL).
-  Result<std::vector<PreferenceRow>> rows = agent->preferences("t");
+  Result<std::vector<PreferenceRow>> rows = agent->preferences("t", Principal::shared());
   ASSERT_TRUE(rows.ok());
   EXPECT_EQ(rows->size(), 4u + 2u + 1u + 2u);  // tools, resources, templates, prompts
   EXPECT_EQ(agent->metrics().refreshes("committed"), 1);
@@ -460,7 +486,8 @@ TEST(AgentPreferences, SurviveTheUpstreamRemovingAndReaddingATool) {
   ASSERT_TRUE(agent);
   ASSERT_TRUE(agent->start().ok());
   ASSERT_TRUE(agent->refresh_now("t", Principal::shared(), "manual")->committed);
-  ASSERT_TRUE(agent->set_preference("t", CapabilityType::kTool, "tool_2", false).ok());
+  ASSERT_TRUE(
+      agent->set_preference("t", Principal::shared(), CapabilityType::kTool, "tool_2", false).ok());
 
   append_line(ctl, R"({"remove_tool":"tool_2"})");
   ASSERT_TRUE(wait_until(
@@ -470,7 +497,7 @@ TEST(AgentPreferences, SurviveTheUpstreamRemovingAndReaddingATool) {
       },
       2000));
   auto find = [&](const std::string& key) -> std::optional<PreferenceRow> {
-    Result<std::vector<PreferenceRow>> rows = agent->preferences("t");
+    Result<std::vector<PreferenceRow>> rows = agent->preferences("t", Principal::shared());
     if (!rows.ok()) return std::nullopt;
     for (const PreferenceRow& r : *rows) {
       if (r.capability_type == CapabilityType::kTool && r.capability_key == key) return r;
@@ -491,7 +518,7 @@ TEST(AgentPreferences, SurviveTheUpstreamRemovingAndReaddingATool) {
       2000));
   EXPECT_FALSE(find("tool_2")->enabled);  // the user's choice came back with the tool
   EXPECT_GE(find("tool_2")->last_seen_at, last_seen);
-  Result<DisabledOverlay> overlay = agent->store().read_disabled("t");
+  Result<DisabledOverlay> overlay = agent->store().read_disabled("t", Principal::shared());
   ASSERT_TRUE(overlay.ok());
   EXPECT_EQ(*overlay, (DisabledOverlay{"tool:tool_2"}));
 }
@@ -511,20 +538,173 @@ TEST(AgentPreferences, ToggleReachesTheOverlayWithoutRelisting) {
   ASSERT_TRUE(wait_until([&] { return tools_list_calls(stats) == 1; }, 1000));
   int64_t epoch = *agent->store().read_epoch();
 
-  ASSERT_TRUE(agent->set_preference("t", CapabilityType::kTool, "tool_1", false).ok());
-  EXPECT_EQ(*agent->store().read_disabled("t"), (DisabledOverlay{"tool:tool_1"}));
+  ASSERT_TRUE(
+      agent->set_preference("t", Principal::shared(), CapabilityType::kTool, "tool_1", false).ok());
+  EXPECT_EQ(*agent->store().read_disabled("t", Principal::shared()),
+            (DisabledOverlay{"tool:tool_1"}));
   EXPECT_GT(*agent->store().read_epoch(), epoch);  // edge L1 caches notice
-  ASSERT_TRUE(agent->set_preference("t", CapabilityType::kPrompt, "prompt_2", false).ok());
-  EXPECT_EQ(*agent->store().read_disabled("t"),
+  ASSERT_TRUE(
+      agent->set_preference("t", Principal::shared(), CapabilityType::kPrompt, "prompt_2", false)
+          .ok());
+  EXPECT_EQ(*agent->store().read_disabled("t", Principal::shared()),
             (DisabledOverlay{"prompt:prompt_2", "tool:tool_1"}));
-  ASSERT_TRUE(agent->set_preference("t", CapabilityType::kTool, "tool_1", true).ok());
-  EXPECT_EQ(*agent->store().read_disabled("t"), (DisabledOverlay{"prompt:prompt_2"}));
+  ASSERT_TRUE(
+      agent->set_preference("t", Principal::shared(), CapabilityType::kTool, "tool_1", true).ok());
+  EXPECT_EQ(*agent->store().read_disabled("t", Principal::shared()),
+            (DisabledOverlay{"prompt:prompt_2"}));
   EXPECT_EQ(tools_list_calls(stats), 1);  // no re-listing
 
-  Status unknown = agent->set_preference("t", CapabilityType::kTool, "never_seen", false);
+  Status unknown =
+      agent->set_preference("t", Principal::shared(), CapabilityType::kTool, "never_seen", false);
   EXPECT_EQ(unknown.error().code, ErrorCode::kNotFound);
-  EXPECT_EQ(agent->set_preference("nope", CapabilityType::kTool, "tool_1", false).error().code,
+  EXPECT_EQ(
+      agent->set_preference("nope", Principal::shared(), CapabilityType::kTool, "tool_1", false)
+          .error()
+          .code,
+      ErrorCode::kNotFound);
+}
+
+// Two agents with their own data directories on one Redis: one preference authority. Toggles go
+// through either, restarts of either never undo a newer toggle, a key one agent listed can be
+// toggled through the other, and a Redis that comes back empty gets the choices back.
+TEST(AgentRedis, TwoAgentsShareOnePreferenceAuthority) {
+  RedisServer redis;
+  ASSERT_TRUE(redis.ok()) << redis.error();
+  TempDir dir;
+  const Json servers = {{"t", upstream_server({})}};
+  const Json quiver = {{"redis", redis_url(redis)}, {"grants", {{"alice", {"t"}}}}};
+  const Principal shared = Principal::shared();
+  LogCapture log;
+  auto start = [&](const std::string& data_dir) {
+    auto agent = make_agent(make_config(dir, servers, quiver, {}, data_dir), manual_options(log));
+    EXPECT_TRUE(agent && agent->start().ok()) << log.all();
+    return agent;
+  };
+  using Names = std::vector<std::string>;
+  auto a = start("data-a");
+  ASSERT_TRUE(a);
+  ASSERT_TRUE(a->refresh_now("t", shared, "manual")->committed) << log.all();
+  auto b = start("data-b");
+  ASSERT_TRUE(b);
+  EXPECT_EQ(shown_tools(b->store(), "alice", "t"), (Names{"tool_1", "tool_2", "tool_3"}));
+
+  // B never listed `t`: the keys A listed are known to it all the same.
+  ASSERT_EQ(b->preferences("t", shared)->size(), 3u + 2u + 1u + 2u);
+  Status via_b = b->set_preference("t", shared, CapabilityType::kTool, "tool_1", false);
+  ASSERT_TRUE(via_b.ok()) << via_b.error().message;
+  EXPECT_EQ(shown_tools(a->store(), "alice", "t"), (Names{"tool_2", "tool_3"}));
+  ASSERT_TRUE(a->set_preference("t", shared, CapabilityType::kTool, "tool_2", false).ok());
+  EXPECT_EQ(shown_tools(b->store(), "alice", "t"), (Names{"tool_3"}));
+
+  // B restarts (its copy holds tool_2 as it last merged it) and lists: nothing comes back.
+  b->stop();
+  b = start("data-b");
+  ASSERT_TRUE(b);
+  EXPECT_EQ(shown_tools(a->store(), "alice", "t"), (Names{"tool_3"}));
+  ASSERT_TRUE(b->refresh_now("t", shared, "manual")->committed) << log.all();
+  EXPECT_EQ(shown_tools(a->store(), "alice", "t"), (Names{"tool_3"}));
+
+  // Through B, tool_2 is shown again; A restarts with its older copy (tool_2 hidden): the newer
+  // toggle stands, and A's copy learns it.
+  ASSERT_TRUE(b->set_preference("t", shared, CapabilityType::kTool, "tool_2", true).ok());
+  a->stop();
+  a = start("data-a");
+  ASSERT_TRUE(a);
+  EXPECT_EQ(shown_tools(b->store(), "alice", "t"), (Names{"tool_2", "tool_3"}));
+  std::optional<PreferenceRow> row = find_row(a->preferences("t", shared), "tool_2");
+  ASSERT_TRUE(row);
+  EXPECT_TRUE(row->enabled);
+  ASSERT_TRUE(a->refresh_now("t", shared, "manual")->committed) << log.all();
+  EXPECT_EQ(shown_tools(b->store(), "alice", "t"), (Names{"tool_2", "tool_3"}));
+
+  // Redis restarts empty: the next maintenance pass of either agent restores the choices with
+  // the rest of the namespace, before any re-listing.
+  redis.stop();
+  ASSERT_TRUE(redis.start());
+  ASSERT_TRUE(wait_until(
+      [&] {
+        (void)b->run_maintenance_once();
+        Result<DisabledOverlay> overlay = b->store().read_disabled("t", shared);
+        return overlay.ok() && *overlay == DisabledOverlay{"tool:tool_1"};
+      },
+      15'000))
+      << log.all();
+  ASSERT_TRUE(a->refresh_now("t", shared, "manual")->committed) << log.all();
+  EXPECT_EQ(shown_tools(b->store(), "alice", "t"), (Names{"tool_2", "tool_3"}));
+  a->stop();
+  b->stop();
+}
+
+// Schema v2 kept one set of rows per connection, fed by every member's listing. After the
+// migration a shared connection keeps its choices; a per-member connection's rows, which cannot
+// be told apart by member, are gone: no member reads another's names or choices.
+TEST(AgentPreferences, AVersion2FileKeepsSharedChoicesAndDropsUnattributableMemberRows) {
+  TempDir dir;
+  const Json servers = {{"s", upstream_server({})}, {"p", upstream_server({"--per-auth"})}};
+  const Json quiver = {
+      {"grants", {{"alice", {"s", "p"}}, {"bob", {"p"}}}},
+      {"connections",
+       {{"p",
+         {{"credential_mode", "per_member"},
+          {"auth", "api_key"},
+          {"credential_env", "TEST_UPSTREAM_AUTHORIZATION"},
+          {"credentials",
+           {{"alice", {{"env", "ALICE_CRED"}}}, {"bob", {{"env", "BOB_CRED"}}}}}}}}}};
+  const EnvMap env = {{"ALICE_CRED", "Bearer alice"}, {"BOB_CRED", "Bearer bob"}};
+  LogCapture log;
+  { auto first = make_agent(make_config(dir, servers, quiver, env), manual_options(log)); }
+  // Take the preference tables back to version 2's shape, with rows as a v2 agent wrote them.
+  const std::string path = dir.path("data") + "/quiver.db";
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  for (const char* sql :
+       {"DROP VIEW disabled_capabilities", "DROP TABLE mcp_capability_preferences",
+        "DROP TABLE published_disabled",
+        "CREATE TABLE mcp_capability_preferences (resource_id TEXT NOT NULL, capability_type "
+        "TEXT NOT NULL, capability_key TEXT NOT NULL, enabled INTEGER NOT NULL, first_seen_at "
+        "INTEGER NOT NULL, last_seen_at INTEGER NOT NULL, PRIMARY KEY (resource_id, "
+        "capability_type, capability_key)) STRICT, WITHOUT ROWID",
+        "CREATE TABLE published_disabled (connection_id TEXT NOT NULL, member TEXT NOT NULL, "
+        "PRIMARY KEY (connection_id, member)) STRICT, WITHOUT ROWID",
+        "INSERT INTO mcp_capability_preferences VALUES ('s', 'tool', 'tool_1', 0, 1, 2), "
+        "('s', 'tool', 'tool_2', 1, 1, 2), ('p', 'tool', 'bob_tool_1', 0, 1, 2), "
+        "('p', 'tool', 'alice_tool_1', 1, 1, 2)",
+        "INSERT INTO published_disabled VALUES ('s', 'tool:tool_1'), ('p', 'tool:bob_tool_1')",
+        "PRAGMA user_version = 2"}) {
+    ASSERT_EQ(sqlite3_exec(db, sql, nullptr, nullptr, nullptr), SQLITE_OK)
+        << sql << ": " << sqlite3_errmsg(db);
+  }
+  sqlite3_close(db);
+
+  auto agent = make_agent(make_config(dir, servers, quiver, env), manual_options(log));
+  ASSERT_TRUE(agent);
+  ASSERT_TRUE(agent->start().ok()) << log.all();
+  const Principal shared = Principal::shared();
+  std::optional<PreferenceRow> kept = find_row(agent->preferences("s", shared), "tool_1");
+  ASSERT_TRUE(kept);
+  EXPECT_FALSE(kept->enabled);
+  EXPECT_EQ(kept->toggled_at, 0);
+  EXPECT_EQ(*agent->store().read_disabled("s", shared), DisabledOverlay{"tool:tool_1"});
+  for (const char* who : {"alice", "bob"}) {
+    EXPECT_TRUE(agent->preferences("p", member(who))->empty()) << who;
+    EXPECT_TRUE(agent->store().read_disabled("p", member(who))->empty()) << who;
+  }
+  // Nothing of `p` is left under any principal, and each member's rows come from their listing.
+  ASSERT_TRUE(agent->refresh_now("p", member("alice"), "manual")->committed) << log.all();
+  Result<std::vector<PreferenceRow>> alice = agent->preferences("p", member("alice"));
+  ASSERT_TRUE(alice.ok());
+  for (const PreferenceRow& r : *alice) {
+    EXPECT_EQ(r.capability_key.find("bob"), std::string::npos) << r.capability_key;
+  }
+  EXPECT_TRUE(find_row(alice, "alice_tool_1"));
+  EXPECT_EQ(agent->set_preference("p", member("alice"), CapabilityType::kTool, "bob_tool_1", false)
+                .error()
+                .code,
             ErrorCode::kNotFound);
+  // The principal must be the one the credential mode gives.
+  EXPECT_EQ(agent->preferences("p", shared).error().code, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(agent->preferences("s", member("alice")).error().code, ErrorCode::kInvalidArgument);
+  agent->stop();
 }
 
 TEST(AgentPreferences, NewCapabilitiesFollowThePolicyAndAreHiddenBeforeTheyShow) {
@@ -538,10 +718,11 @@ TEST(AgentPreferences, NewCapabilitiesFollowThePolicyAndAreHiddenBeforeTheyShow)
   ASSERT_TRUE(agent->start().ok());
   ASSERT_TRUE(agent->refresh_now("t", Principal::shared(), "manual")->committed);
   // Every capability seen first is disabled by this connection's policy.
-  DisabledOverlay overlay = *agent->store().read_disabled("t");
+  DisabledOverlay overlay = *agent->store().read_disabled("t", Principal::shared());
   EXPECT_EQ(overlay.count("tool:tool_1"), 1u);
   EXPECT_EQ(overlay.size(), 3u + 2u + 1u + 2u);
-  ASSERT_TRUE(agent->set_preference("t", CapabilityType::kTool, "tool_1", true).ok());
+  ASSERT_TRUE(
+      agent->set_preference("t", Principal::shared(), CapabilityType::kTool, "tool_1", true).ok());
   append_line(ctl, R"({"add_tool":"newcomer"})");
   ASSERT_TRUE(wait_until(
       [&] {
@@ -549,7 +730,7 @@ TEST(AgentPreferences, NewCapabilitiesFollowThePolicyAndAreHiddenBeforeTheyShow)
         return has(tool_names(agent->store(), "t"), "newcomer");
       },
       2000));
-  overlay = *agent->store().read_disabled("t");
+  overlay = *agent->store().read_disabled("t", Principal::shared());
   EXPECT_EQ(overlay.count("tool:newcomer"), 1u);
   EXPECT_EQ(overlay.count("tool:tool_1"), 0u);
 }
@@ -568,7 +749,8 @@ TEST(AgentPreferences, UpstreamOfflineKeepsKnownCapabilitiesAndTheLastGoodManife
   ASSERT_TRUE(agent);
   ASSERT_TRUE(agent->start().ok());
   ASSERT_TRUE(agent->refresh_now("t", Principal::shared(), "manual")->committed);
-  ASSERT_TRUE(agent->set_preference("t", CapabilityType::kTool, "tool_3", false).ok());
+  ASSERT_TRUE(
+      agent->set_preference("t", Principal::shared(), CapabilityType::kTool, "tool_3", false).ok());
   std::string etag = meta_of(agent->store(), "t")->etag;
 
   append_line(flag, "x");
@@ -586,7 +768,7 @@ TEST(AgentPreferences, UpstreamOfflineKeepsKnownCapabilitiesAndTheLastGoodManife
   EXPECT_FALSE(meta->error_code.empty());
   EXPECT_EQ(tool_names(agent->store(), "t").size(), 3u);
   // Known names and flags still come from the preference database.
-  Result<std::vector<PreferenceRow>> rows = agent->preferences("t");
+  Result<std::vector<PreferenceRow>> rows = agent->preferences("t", Principal::shared());
   ASSERT_TRUE(rows.ok());
   int tools = 0;
   for (const PreferenceRow& row : *rows) {
@@ -716,20 +898,21 @@ TEST(AgentRedis, RedisStoppedAndRestartedWhileRunning) {
   EXPECT_EQ(down.error().code, ErrorCode::kUnavailable);
   EXPECT_GE(agent->metrics().refreshes("error"), 1);
   // A toggle while Redis is away is saved and published once it is back.
-  Status toggled = agent->set_preference("t", CapabilityType::kTool, "tool_2", false);
+  Status toggled =
+      agent->set_preference("t", Principal::shared(), CapabilityType::kTool, "tool_2", false);
   EXPECT_EQ(toggled.error().code, ErrorCode::kUnavailable);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the loops keep failing
 
   ASSERT_TRUE(redis.start());  // empty: this redis-server keeps nothing on disk
   ASSERT_TRUE(wait_until(
       [&] {
-        Result<DisabledOverlay> overlay = agent->store().read_disabled("t");
+        Result<DisabledOverlay> overlay = agent->store().read_disabled("t", Principal::shared());
         return tool_names(agent->store(), "t").size() == 3 && overlay.ok() &&
                overlay->count("tool:tool_2") == 1;
       },
       4000))
       << log.all();
-  EXPECT_FALSE(agent->preferences("t")->empty());
+  EXPECT_FALSE(agent->preferences("t", Principal::shared())->empty());
   agent->stop();
 }
 
@@ -887,7 +1070,8 @@ TEST(AgentSecrets, NoSecretInRedisSqliteLogsOrMetrics) {
   Result<RefreshReport> rb = agent->refresh_now("bad", Principal::shared(), "manual");
   ASSERT_TRUE(rb.ok());
   EXPECT_EQ(rb->outcome, "failed");
-  ASSERT_TRUE(agent->set_preference("s", CapabilityType::kTool, "tool_1", false).ok());
+  ASSERT_TRUE(
+      agent->set_preference("s", Principal::shared(), CapabilityType::kTool, "tool_1", false).ok());
   ASSERT_EQ(*agent->request_refresh("s", Principal::shared(), "webhook"), EnqueueOutcome::kQueued);
   Result<Json> probe = agent->test_connection("bad", Principal::shared());
   EXPECT_FALSE(probe.ok());

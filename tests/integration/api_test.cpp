@@ -96,12 +96,13 @@ class ThrowingAgent final : public AgentService {
   Result<Json> test_connection(const std::string&, const Principal&) override {
     throw std::runtime_error("secret detail of a bug");
   }
-  Result<std::vector<PreferenceRow>> preferences(const std::string& c) override {
-    return real_.preferences(c);
+  Result<std::vector<PreferenceRow>> preferences(const std::string& c,
+                                                 const Principal& p) override {
+    return real_.preferences(c, p);
   }
-  Status set_preference(const std::string& c, CapabilityType t, const std::string& k,
-                        bool e) override {
-    return real_.set_preference(c, t, k, e);
+  Status set_preference(const std::string& c, const Principal& p, CapabilityType t,
+                        const std::string& k, bool e) override {
+    return real_.set_preference(c, p, t, k, e);
   }
 
  private:
@@ -123,12 +124,23 @@ class ApiTest : public ::testing::TestWithParam<Backend> {
         {"t", test_upstream({"--tools", "3", "--stats-file", stats_})},
         {"u", test_upstream({"--tools", "2"})},
         {"broken", {{"command", "node"}, {"args", {dir_.path("no-such-server.mjs")}}}},
+        // Per-member: each member's credential makes the upstream list `<member>_tool_N`.
+        {"pm", test_upstream({"--per-auth", "--auth-users", "carol,dave"})},
     };
     Json quiver = {
         {"data_dir", dir_.path("data")},
         {"listen", "127.0.0.1:0"},
-        {"members", {"alice", "bob"}},
-        {"grants", {{"alice", {"t", "broken"}}, {"bob", {"u"}}}},
+        {"members", {"alice", "bob", "carol", "dave"}},
+        {"operators", {"alice"}},
+        {"grants",
+         {{"alice", {"t", "broken"}}, {"bob", {"u"}}, {"carol", {"t", "pm"}}, {"dave", {"pm"}}}},
+        {"connections",
+         {{"pm",
+           {{"credential_mode", "per_member"},
+            {"auth", "api_key"},
+            {"credential_env", "TEST_UPSTREAM_AUTHORIZATION"},
+            {"credentials",
+             {{"carol", {{"env", "CAROL_CRED"}}}, {"dave", {{"env", "DAVE_CRED"}}}}}}}}},
         {"caller_token_keys", {{"k1", {{"env", "TEST_TOKEN_KEY"}}}}},
         {"webhook_secrets", {{"ci", {{"env", "TEST_WEBHOOK_SECRET"}}}}},
         {"runtime", {{"list_timeout_ms", 5000}}},
@@ -145,7 +157,9 @@ class ApiTest : public ::testing::TestWithParam<Backend> {
     sources.origin = "api_test.json";
     sources.env = {{"TEST_TOKEN_KEY", kTokenKey},
                    {"TEST_WEBHOOK_SECRET", kWebhookSecret},
-                   {"SECRET", kUpstreamSecret}};
+                   {"SECRET", kUpstreamSecret},
+                   {"CAROL_CRED", "Bearer carol"},
+                   {"DAVE_CRED", "Bearer dave"}};
     sources.working_dir = dir_.root();
     Result<AgentConfig> config = parse_config(sources);
     ASSERT_TRUE(config.ok()) << config.error().message;
@@ -363,7 +377,7 @@ TEST_P(ApiTest, UngrantedConnectionsAreNotFound) {
                           R"({"type":"tool","key":"tool_1","enabled":false})", "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 404);
-  EXPECT_EQ(agent_->preferences("t")->at(0).enabled, true);
+  EXPECT_EQ(agent_->preferences("t", Principal::shared())->at(0).enabled, true);
 }
 
 TEST_P(ApiTest, RefreshToolsIsQueuedOrInProgressWhileALeaseIsHeld) {
@@ -515,6 +529,87 @@ TEST_P(ApiTest, APreferenceToggleReachesManifestsWithoutRelisting) {
   r = client_->Patch("/v1/mcp-connections/t/preferences", bearer("alice"),
                      R"({"type":"tool","key":"never_listed","enabled":false})", "application/json");
   EXPECT_EQ(r->status, 404);
+}
+
+// On a per-member connection the preferences are each member's own: carol reads and toggles only
+// the capabilities her own listing showed; dave's names never reach her, and asking for one of
+// them answers exactly like asking for a name nobody listed.
+TEST_P(ApiTest, PerMemberPreferencesAreEachMembersOwn) {
+  ASSERT_TRUE(agent_->refresh_now("pm", *Principal::member("carol"), "manual")->committed) << log();
+  ASSERT_TRUE(agent_->refresh_now("pm", *Principal::member("dave"), "manual")->committed) << log();
+  using Names = std::vector<std::string>;
+  EXPECT_EQ(visible_tools("carol", "pm"), (Names{"carol_tool_1", "carol_tool_2", "carol_tool_3"}));
+
+  auto r = client_->Get("/v1/mcp-connections/pm/preferences", bearer("carol"));
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(body_of(r)["principal"], "member/carol");
+  EXPECT_EQ(r->body.find("dave"), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find("carol_tool_1"), std::string::npos) << r->body;
+
+  auto toggle = [&](const std::string& who, const std::string& key) {
+    return client_->Patch("/v1/mcp-connections/pm/preferences", bearer(who),
+                          R"({"type":"tool","key":")" + key + R"(","enabled":false})",
+                          "application/json");
+  };
+  // dave's tool, and a tool nobody listed: the same answer, naming only what was asked.
+  auto theirs = toggle("carol", "dave_tool_1");
+  auto nobodys = toggle("carol", "zz_tool_1");
+  ASSERT_TRUE(theirs && nobodys);
+  EXPECT_EQ(theirs->status, 404);
+  EXPECT_EQ(nobodys->status, 404);
+  std::string a = theirs->body, b = nobodys->body;
+  a.replace(a.find("dave_tool_1"), 11, "X");
+  b.replace(b.find("zz_tool_1"), 9, "X");
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(visible_tools("dave", "pm"), (Names{"dave_tool_1", "dave_tool_2", "dave_tool_3"}));
+
+  // carol hides one of hers: gone for her, and nothing changes for dave.
+  r = toggle("carol", "carol_tool_2");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(visible_tools("carol", "pm"), (Names{"carol_tool_1", "carol_tool_3"}));
+  EXPECT_EQ(visible_tools("dave", "pm"), (Names{"dave_tool_1", "dave_tool_2", "dave_tool_3"}));
+  r = client_->Get("/v1/mcp-connections/pm/preferences", bearer("dave"));
+  ASSERT_TRUE(r);
+  for (const Json& p : body_of(r)["preferences"]) EXPECT_EQ(p["enabled"], true) << r->body;
+  // dave hides his own; carol's view is hers alone.
+  r = toggle("dave", "dave_tool_3");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(visible_tools("dave", "pm"), (Names{"dave_tool_1", "dave_tool_2"}));
+  EXPECT_EQ(visible_tools("carol", "pm"), (Names{"carol_tool_1", "carol_tool_3"}));
+}
+
+// A shared connection's choices are everyone's: a granted member who is not an operator reads
+// them but is refused a change (403); an operator (quiver.operators) changes them for everyone.
+TEST_P(ApiTest, OnlyOperatorsChangeASharedConnectionsPreferences) {
+  const std::string body = R"({"type":"tool","key":"tool_1","enabled":false})";
+  auto r = client_->Patch("/v1/mcp-connections/t/preferences", bearer("carol"), body,
+                          "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 403) << r->body;
+  EXPECT_EQ(error_code(r), "FORBIDDEN");
+  r = client_->Put("/v1/mcp-connections/t/preferences", bearer("carol"), body, "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 403);
+  EXPECT_EQ(visible_tools("carol", "t"), (std::vector<std::string>{"tool_1", "tool_2", "tool_3"}));
+  r = client_->Get("/v1/mcp-connections/t/preferences", bearer("carol"));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(body_of(r)["principal"], "shared");
+
+  r = client_->Patch("/v1/mcp-connections/t/preferences", bearer("alice"), body,
+                     "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(visible_tools("carol", "t"), (std::vector<std::string>{"tool_2", "tool_3"}));
+  // ... and carol cannot re-enable what the operator disabled.
+  r = client_->Patch("/v1/mcp-connections/t/preferences", bearer("carol"),
+                     R"({"type":"tool","key":"tool_1","enabled":true})", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 403);
+  EXPECT_EQ(visible_tools("alice", "t"), (std::vector<std::string>{"tool_2", "tool_3"}));
 }
 
 TEST_P(ApiTest, SearchRanksTheCallersVisibleTools) {

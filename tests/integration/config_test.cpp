@@ -509,6 +509,12 @@ std::vector<ErrorCase> error_cases() {
        "quiver.members[0]: member id has a character outside"},
       {"member twice", with_quiver(R"({"members": ["a", "a"]})"),
        "quiver.members[1]: `a` is listed twice"},
+      {"operators type", with_quiver(R"({"operators": "alice"})"),
+       "quiver.operators: must be an array of member ids"},
+      {"operator id", with_quiver(R"({"operators": ["a b"]})"),
+       "quiver.operators[0]: member id has a character outside"},
+      {"operator unlisted", with_quiver(R"({"members": ["alice"], "operators": ["bob"]})"),
+       "quiver.operators[0]: `bob` is not in quiver.members"},
       {"grants type", with_quiver(R"({"grants": ["alice"]})"), "quiver.grants: must be an object"},
       {"grant member id", with_quiver(R"({"grants": {"a b": ["s"]}})"),
        "quiver.grants.a b: member id has a character outside"},
@@ -1085,7 +1091,12 @@ TEST(ConfigTest, ListedMembersAndWarnings) {
       "connections": {"gh": {"credential_mode": "per_member", "auth": "bearer",
                              "credentials": {"alice": {"env": "A"}, "carol": {"env": "C"}}}}}})");
   EXPECT_EQ(cfg.members, (std::set<std::string>{"alice", "carol", "dave"}));
+  EXPECT_TRUE(cfg.operators.empty());          // none unless listed
   EXPECT_TRUE(cfg.grants.at("dave").empty());  // listed, granted nothing
+  AgentConfig ops = parse_ok(in, R"({"quiver": {"members": ["alice", "carol"],
+      "operators": ["carol"]}})");
+  EXPECT_EQ(ops.operators, std::set<std::string>{"carol"});
+  EXPECT_EQ(ops.effective_config_json()["operators"], Json::array({"carol"}));
   EXPECT_TRUE(has_warning(cfg, "quiver.connections.gh.credentials.carol: `carol` is not granted"));
   EXPECT_TRUE(has_warning(cfg, "server `idle` is granted to no member"));
 }

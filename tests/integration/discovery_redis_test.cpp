@@ -86,8 +86,10 @@ class DiscoveryRedisIntegration : public ::testing::Test {
       }
       cmd(argv);
     }
-    for (const auto& [cid, members] : store.disabled_sets) {
-      for (const std::string& m : members) cmd({"SADD", *keys_.disabled(cid), m});
+    for (const auto& [key, members] : store.disabled_sets) {
+      for (const std::string& m : members) {
+        cmd({"SADD", *keys_.disabled(key.first, *Principal::parse(key.second)), m});
+      }
     }
     for (const auto& [cid, principal] : store.leases) {
       cmd({"SET", *keys_.lease(cid, *Principal::parse(principal)), "1:" + std::string(32, 'a'),
@@ -128,7 +130,8 @@ class DiscoveryRedisIntegration : public ::testing::Test {
 RedisServer* DiscoveryRedisIntegration::server_ = nullptr;
 
 // Three members, three connections in mixed modes, manifests for every principal, grants
-// varying, plus a disabled tool, a held lease, a removed connection and a bad grant.
+// varying, plus disabled tools (shared and per member), a held lease, a removed connection and a
+// bad grant.
 MemoryStore matrix_store() {
   MemoryStore store;
   const std::map<std::string, std::string> mode = {
@@ -151,7 +154,9 @@ MemoryStore matrix_store() {
   store.grant("bob", "pm-mail");
   store.grant("bob", "shared-docs");
   store.grant("carol", "pm-github");
-  store.disabled_sets["shared-docs"] = {"tool:x"};
+  store.disabled_sets[{"shared-docs", "shared"}] = {"tool:x"};
+  // A per-member overlay hides from its own member only: alice hid `x` on pm-github, carol not.
+  store.disabled_sets[{"pm-github", "member/alice"}] = {"tool:x"};
   store.leases.insert({"pm-github", "member/carol"});
   return store;
 }
@@ -214,6 +219,10 @@ TEST_F(DiscoveryRedisIntegration, EachMemberSeesExactlyItsGrantsUnderTheRightPri
   Json carol =
       *parse_json(render_manifests(*read("carol"), FreshnessPolicy{}, kNow + 20 * kMinute).body);
   EXPECT_EQ(carol["connections"][0]["refresh"], "in_progress");
+  EXPECT_EQ(carol["connections"][0]["manifest"]["tools"]["items"].size(), 2u);  // x shown
+  Json alice = *parse_json(render_manifests(*read("alice"), FreshnessPolicy{}, kNow).body);
+  EXPECT_EQ(alice["connections"][0]["id"], "pm-github");
+  EXPECT_EQ(alice["connections"][0]["manifest"]["tools"]["items"].size(), 1u);  // x hidden
 }
 
 TEST_F(DiscoveryRedisIntegration, PagingAndSingleReadsFollowTheGrants) {

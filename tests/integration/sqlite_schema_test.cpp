@@ -135,6 +135,7 @@ void write(Db& db, const Reconciliation& r) {
   for (const PreferenceRow& row : r.rows_to_insert) {
     Query q(db, "preferences_insert_seen");
     q.bind(":resource_id", row.resource_id)
+        .bind(":principal", row.principal.str())
         .bind(":capability_type", std::string(capability_type_name(row.capability_type)))
         .bind(":capability_key", row.capability_key)
         .bind(":enabled", int64_t{row.enabled ? 1 : 0})
@@ -144,6 +145,7 @@ void write(Db& db, const Reconciliation& r) {
   for (const PreferenceRow& row : r.rows_to_update) {
     Query q(db, "preferences_touch");
     q.bind(":resource_id", row.resource_id)
+        .bind(":principal", row.principal.str())
         .bind(":capability_type", std::string(capability_type_name(row.capability_type)))
         .bind(":capability_key", row.capability_key)
         .bind(":seen_at", row.last_seen_at);
@@ -155,7 +157,7 @@ void write(Db& db, const Reconciliation& r) {
 std::vector<PreferenceRow> read(Db& db, const std::string& resource_id) {
   std::vector<PreferenceRow> rows;
   Query q(db, "preferences_select");
-  q.bind(":resource_id", resource_id);
+  q.bind(":resource_id", resource_id).bind(":principal", std::string("shared"));
   int rc;
   while ((rc = q.step()) == SQLITE_ROW) {
     PreferenceRow row;
@@ -167,6 +169,7 @@ std::vector<PreferenceRow> read(Db& db, const std::string& resource_id) {
     row.enabled = sqlite3_column_int64(q.stmt(), 3) != 0;
     row.first_seen_at = sqlite3_column_int64(q.stmt(), 4);
     row.last_seen_at = sqlite3_column_int64(q.stmt(), 5);
+    row.toggled_at = sqlite3_column_int64(q.stmt(), 6);
     rows.push_back(std::move(row));
   }
   EXPECT_EQ(rc, SQLITE_DONE);
@@ -174,9 +177,11 @@ std::vector<PreferenceRow> read(Db& db, const std::string& resource_id) {
 }
 
 void set_enabled(Db& db, const std::string& resource_id, CapabilityType type,
-                 const std::string& key, bool enabled) {
+                 const std::string& key, bool enabled, int64_t toggled_at = 0) {
   Query q(db, "preferences_set_enabled");
   q.bind(":resource_id", resource_id)
+      .bind(":principal", std::string("shared"))
+      .bind(":toggled_at", toggled_at)
       .bind(":capability_type", std::string(capability_type_name(type)))
       .bind(":capability_key", key)
       .bind(":enabled", int64_t{enabled ? 1 : 0});
@@ -186,7 +191,7 @@ void set_enabled(Db& db, const std::string& resource_id, CapabilityType type,
 DisabledOverlay read_overlay(Db& db, const std::string& resource_id) {
   DisabledOverlay overlay;
   Query q(db, "preferences_select_disabled");
-  q.bind(":resource_id", resource_id);
+  q.bind(":resource_id", resource_id).bind(":principal", std::string("shared"));
   while (q.step() == SQLITE_ROW) overlay.insert(column(q.stmt(), 0));
   return overlay;
 }
@@ -219,7 +224,7 @@ class SqliteSchema : public ::testing::Test {
 TEST_F(SqliteSchema, AppliesIdempotentlyAndSetsTheVersion) {
   Db& db = *db_;
   ASSERT_EQ(db.apply_schema(), SQLITE_OK) << db.error();
-  EXPECT_EQ(db.text("PRAGMA user_version"), "2");
+  EXPECT_EQ(db.text("PRAGMA user_version"), "3");
   for (const char* table :
        {"mcp_capability_preferences", "connections", "grants", "manifests", "leases", "fences",
         "revalidation_queue", "revalidation_gates", "epoch"}) {
@@ -283,7 +288,7 @@ TEST_F(SqliteSchema, PreferenceRowsFromReconcileRoundTrip) {
   };
   EXPECT_EQ(rows, expected);
   // The SQL view and the core agree on the overlay.
-  EXPECT_EQ(read_overlay(db, cid), disabled_overlay(cid, rows));
+  EXPECT_EQ(read_overlay(db, cid), disabled_overlay(cid, Principal::shared(), rows));
   EXPECT_EQ(read_overlay(db, cid), (DisabledOverlay{"tool:delete_repo", "tool:new"}));
 
   // Reconciling what is stored against the same listing again changes nothing.

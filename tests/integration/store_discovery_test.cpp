@@ -16,6 +16,7 @@
 #include "native-agent/store.h"
 #include "shared/discovery.h"
 #include "tests/support/mcp_peers.h"
+#include "tests/support/preference_rows.h"
 #include "tests/support/redis_server.h"
 
 namespace quiver {
@@ -82,7 +83,16 @@ void seed(ManifestStore& store) {
   commit(store, "b", member("alice"));
   commit(store, "b", member("bob"), "private");
   fail(store, "b", member("bob"));
-  ASSERT_TRUE(store.publish_disabled("a", {"tool:x_a", "prompt:p"}).ok());
+  ASSERT_TRUE(store
+                  .merge_preferences(
+                      "a", Principal::shared(),
+                      testing::disabled_rows("a", Principal::shared(), {"tool:x_a", "prompt:p"}))
+                  .ok());
+  // bob's own overlay on the per-member connection hides from bob only.
+  ASSERT_TRUE(store
+                  .merge_preferences("b", member("bob"),
+                                     testing::disabled_rows("b", member("bob"), {"tool:x_b"}))
+                  .ok());
   Result<AcquireResult> held =
       store.acquire_lease("c", Principal::shared(), std::string(32, 'd'), 60'000);
   ASSERT_TRUE(held.ok() && held->acquired);

@@ -7,6 +7,7 @@
 // Redis' clock, so `pass()` sleeps. Short leases and windows keep that under a second per test.
 #include "native-agent/store.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -30,11 +31,14 @@
 #include "shared/freshness.h"
 #include "shared/resp.h"
 #include "tests/support/hiredis_run.h"
+#include "tests/support/preference_rows.h"
 #include "tests/support/redis_server.h"
 
 namespace quiver {
 namespace {
 
+using quiver::testing::disabled_rows;
+using quiver::testing::preference_rows;
 using quiver::testing::RedisConnection;
 using quiver::testing::RedisServer;
 using quiver::testing::run_argv;
@@ -562,7 +566,10 @@ TEST_P(StoreConformance, SyncRemovesEverythingOfAConnectionNoLongerConfigured) {
 
   refresh("c1", shared_, "v1", "h1", 1);
   refresh("c2", member("alice"), "v1", "h2", 2);
-  ASSERT_TRUE(store_->publish_disabled("c2", {"tool:delete_repo"}).ok());
+  ASSERT_TRUE(store_
+                  ->merge_preferences("c2", member("alice"),
+                                      disabled_rows("c2", member("alice"), {"tool:delete_repo"}))
+                  .ok());
   ASSERT_TRUE(acquire("c2", member("bob"), 3).acquired);  // a listing under way
 
   int64_t before = epoch();
@@ -578,7 +585,9 @@ TEST_P(StoreConformance, SyncRemovesEverythingOfAConnectionNoLongerConfigured) {
   EXPECT_FALSE(store_->read_connection("c2")->has_value());
   EXPECT_FALSE(manifest("c2", member("alice")).has_value());
   EXPECT_FALSE(meta("c2", member("alice")).has_value());
-  EXPECT_TRUE(store_->read_disabled("c2")->empty());
+  EXPECT_TRUE(store_->read_disabled("c2", member("alice"))->empty());
+  // The choice itself outlives the connection (it comes back with it).
+  EXPECT_EQ(store_->merge_preferences("c2", member("alice"), {})->rows.size(), 1u);
   EXPECT_EQ(*store_->read_grants("alice"), std::set<std::string>{"c1"});
   EXPECT_TRUE(store_->read_grants("bob")->empty());
   // bob's lease went too: the key is free.
@@ -592,29 +601,104 @@ TEST_P(StoreConformance, SyncRemovesEverythingOfAConnectionNoLongerConfigured) {
   EXPECT_TRUE(store_->read_grants("alice")->empty());
 }
 
-TEST_P(StoreConformance, OverlaysAndTheEpochArePublished) {
-  configure({record("c1", "h1")});
-  int64_t e0 = epoch();
-  Result<int64_t> e1 = store_->publish_disabled("c1", {"tool:delete_repo", "prompt:draft"});
-  ASSERT_TRUE(e1.ok()) << e1.error().message;
-  EXPECT_EQ(*e1, e0 + 1);
-  EXPECT_EQ(*store_->read_disabled("c1"), (DisabledOverlay{"prompt:draft", "tool:delete_repo"}));
-  Result<int64_t> e2 = store_->publish_disabled("c1", {"resource:file:///a.txt"});
-  ASSERT_TRUE(e2.ok());
-  EXPECT_EQ(*e2, e0 + 2);
-  EXPECT_EQ(*store_->read_disabled("c1"), DisabledOverlay{"resource:file:///a.txt"});
-  ASSERT_TRUE(store_->publish_disabled("c1", {}).ok());
-  EXPECT_TRUE(store_->read_disabled("c1")->empty());
-  EXPECT_EQ(*store_->bump_epoch(), e0 + 4);
-  EXPECT_EQ(epoch(), e0 + 4);
+TEST_P(StoreConformance, PreferencesMergeByToggleTimeAndPublishEachPrincipalsOverlay) {
+  configure({record("c1", "h1"), record("c2", "h2", CredentialMode::kPerMember)});
+  const int64_t e0 = epoch();
+  // Agent A's copy: two capabilities disabled at t=10.
+  Result<MergedPreferences> a = store_->merge_preferences(
+      "c1", shared_, disabled_rows("c1", shared_, {"tool:delete_repo", "prompt:draft"}, 10));
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  EXPECT_TRUE(a->overlay_changed);
+  EXPECT_EQ(a->epoch, e0 + 1);
+  EXPECT_EQ(a->rows.size(), 2u);
+  EXPECT_EQ(*store_->read_disabled("c1", shared_),
+            (DisabledOverlay{"prompt:draft", "tool:delete_repo"}));
 
-  Result<int64_t> bad = store_->publish_disabled("c1", {"widget:x"});
-  ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.error().code, ErrorCode::kInvalidArgument);
-  EXPECT_EQ(epoch(), e0 + 4);
+  // Agent B's older copy (never toggled, enabled) cannot undo them, and adds what it listed.
+  std::vector<PreferenceRow> b =
+      preference_rows("c1", shared_, {"tool:delete_repo", "prompt:draft", "tool:search"}, true, 0);
+  b[0].last_seen_at = 50;
+  Result<MergedPreferences> merged = store_->merge_preferences("c1", shared_, b);
+  ASSERT_TRUE(merged.ok()) << merged.error().message;
+  EXPECT_FALSE(merged->overlay_changed);
+  EXPECT_EQ(merged->epoch, e0 + 1);  // nothing a reader sees changed
+  ASSERT_EQ(merged->rows.size(), 3u);
+  EXPECT_EQ(merged->rows[0].capability_key, "delete_repo");  // (type, key) order
+  EXPECT_FALSE(merged->rows[0].enabled);
+  EXPECT_EQ(merged->rows[0].toggled_at, 10);
+  EXPECT_EQ(merged->rows[0].last_seen_at, 50);  // the latest sighting
+  EXPECT_TRUE(merged->rows[1].enabled);         // tool:search, as B listed it
+  EXPECT_EQ(*store_->read_disabled("c1", shared_),
+            (DisabledOverlay{"prompt:draft", "tool:delete_repo"}));
+
+  // A newer toggle wins; an equal time with a different choice hides (the tie-break).
+  ASSERT_TRUE(store_
+                  ->merge_preferences("c1", shared_,
+                                      preference_rows("c1", shared_, {"prompt:draft"}, true, 11))
+                  .ok());
+  ASSERT_TRUE(
+      store_->merge_preferences("c1", shared_, disabled_rows("c1", shared_, {"tool:search"}, 0))
+          .ok());
+  EXPECT_EQ(*store_->read_disabled("c1", shared_),
+            (DisabledOverlay{"tool:delete_repo", "tool:search"}));
+
+  // Per-member overlays are each member's own.
+  ASSERT_TRUE(store_
+                  ->merge_preferences("c2", member("alice"),
+                                      disabled_rows("c2", member("alice"), {"tool:mail"}))
+                  .ok());
+  EXPECT_EQ(*store_->read_disabled("c2", member("alice")), DisabledOverlay{"tool:mail"});
+  EXPECT_TRUE(store_->read_disabled("c2", member("bob"))->empty());
+  EXPECT_TRUE(store_->merge_preferences("c2", member("bob"), {})->rows.empty());
+
+  // Bad rows are refused and change nothing.
+  const int64_t before = epoch();
+  Result<MergedPreferences> other = store_->merge_preferences(
+      "c2", member("bob"), disabled_rows("c2", member("alice"), {"tool:x"}));
+  ASSERT_FALSE(other.ok());
+  EXPECT_EQ(other.error().code, ErrorCode::kInvalidArgument);
+  std::vector<PreferenceRow> no_key = disabled_rows("c1", shared_, {"tool:x"});
+  no_key[0].capability_key.clear();
+  EXPECT_EQ(store_->merge_preferences("c1", shared_, no_key).error().code,
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(epoch(), before);
+  EXPECT_EQ(*store_->bump_epoch(), before + 1);
 }
 
 // ---- maintenance walk --------------------------------------------------------------------------
+
+// The store's merge (Lua script on Redis, SQL on SQLite) is merge_preference() of the core, row
+// for row: copies from several agents merged in any order end where the core's merge_rows ends.
+TEST_P(StoreConformance, TheStoresMergeIsTheCoresMerge) {
+  configure({record("c1", "h1")});
+  uint64_t seed = 0x9e3779b97f4a7c15ULL;
+  auto next = [&](uint64_t bound) {
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (seed >> 33) % bound;
+  };
+  std::vector<PreferenceRow> expected;
+  for (int round = 0; round < 40; ++round) {
+    std::vector<PreferenceRow> copy;
+    for (int i = 0; i < 6; ++i) {
+      // Few keys and few distinct times: many overlaps and ties.
+      PreferenceRow row = preference_rows("c1", shared_, {"tool:k" + std::to_string(next(8))},
+                                          next(2) == 0, static_cast<int64_t>(next(4)))[0];
+      row.first_seen_at = static_cast<int64_t>(1'780'000'000'000 + next(5));
+      row.last_seen_at = row.first_seen_at + static_cast<int64_t>(next(5));
+      if (std::any_of(copy.begin(), copy.end(), [&](const PreferenceRow& r) {
+            return r.capability_key == row.capability_key;
+          })) {
+        continue;  // one row per key in a copy, as an agent's table holds them
+      }
+      copy.push_back(row);
+    }
+    expected = merge_rows(expected, copy);
+    Result<MergedPreferences> merged = store_->merge_preferences("c1", shared_, copy);
+    ASSERT_TRUE(merged.ok()) << merged.error().message;
+    ASSERT_EQ(merged->rows, expected) << "round " << round;
+  }
+  EXPECT_EQ(*store_->read_disabled("c1", shared_), disabled_overlay("c1", shared_, expected));
+}
 
 TEST_P(StoreConformance, TheMaintenanceWalkSeesEveryRecordOnce) {
   configure({record("c1", "h1"), record("c2", "h2", CredentialMode::kPerMember)});
@@ -1092,7 +1176,8 @@ TEST(RedisStoreOnly, WritesExactlyTheDocumentedKeyLayout) {
   ASSERT_TRUE(a.acquired);
   EXPECT_EQ(raw(server, {"GET", *keys.lease("gh", alice)}), a.lease.value());
   ASSERT_TRUE(store->commit_manifest("gh", alice, a.lease, manifest_v("v1", "h1"), kWrite)->ok());
-  ASSERT_TRUE(store->publish_disabled("gh", {"tool:delete_repo"}).ok());
+  ASSERT_TRUE(
+      store->merge_preferences("gh", alice, disabled_rows("gh", alice, {"tool:delete_repo"})).ok());
   AcquireResult b = *store->acquire_lease("gh", member("bob"), token(2), kLongLease);
   ASSERT_TRUE(
       store->record_failure("gh", member("bob"), b.lease, failure_under("h1"), kWrite)->ok());
@@ -1108,7 +1193,8 @@ TEST(RedisStoreOnly, WritesExactlyTheDocumentedKeyLayout) {
             std::set<std::string>(conn_fields.begin(), conn_fields.end()));
   EXPECT_EQ(raw(server, {"HGET", *keys.conn("gh"), "credential_mode"}), "per_member");
   EXPECT_EQ(raw(server, {"SISMEMBER", *keys.grants(alice), "gh"}), "1");
-  EXPECT_EQ(raw(server, {"SISMEMBER", *keys.disabled("gh"), "tool:delete_repo"}), "1");
+  EXPECT_EQ(raw(server, {"SISMEMBER", *keys.disabled("gh", alice), "tool:delete_repo"}), "1");
+  EXPECT_EQ(raw(server, {"HGET", *keys.prefs("gh", alice), "tool:delete_repo"}), "0,1,1,1");
   EXPECT_EQ(raw(server, {"GET", *keys.fence("gh", alice)}), "1");
   EXPECT_EQ(raw(server, {"EXISTS", *keys.lease("gh", alice)}), "0");  // released by the commit
   EXPECT_EQ(type_of(*keys.revalidate_gate("gh", alice)), "string");
@@ -1148,6 +1234,7 @@ TEST(RedisStoreOnly, WritesExactlyTheDocumentedKeyLayout) {
   }
   EXPECT_EQ(kinds.count(KeyKind::kReplay), 1u);
   EXPECT_EQ(kinds.count(KeyKind::kGrantees), 1u);
+  EXPECT_EQ(kinds.count(KeyKind::kPrefs), 1u);
 
   // Another namespace on the same Redis sees none of it.
   RedisStoreOptions other = o;
@@ -1246,7 +1333,9 @@ TEST(SqliteStoreOnly, OpeningFailsClearly) {
   std::string path = dir.path() + "/newer.db";
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(db, "PRAGMA user_version = 3", nullptr, nullptr, nullptr), SQLITE_OK);
+  const std::string newer_version =
+      "PRAGMA user_version = " + std::to_string(kSqliteSchemaVersion + 1);
+  ASSERT_EQ(sqlite3_exec(db, newer_version.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
   sqlite3_close(db);
   SqliteStoreOptions newer;
   newer.path = path;

@@ -416,7 +416,7 @@ TEST(DiscoveryHttp, SearchHandsTheCorpusToTheConfiguredSearcher) {
   DiscoveryConfig config;
   config.searcher = &searcher;
   MemoryStore s = store();
-  s.disabled_sets["docs"] = {"tool:fetch"};
+  s.disabled_sets[{"docs", "shared"}] = {"tool:fetch"};
   DiscoveryExchange x(config);
   Driven d = drive(x, s, get("/v1/search", "q=anything&limit=2"), CallerAuth::member("alice"));
   EXPECT_EQ(searcher.seen_tools, (std::vector<std::string>{"search", "inbox"}));
@@ -471,7 +471,8 @@ TEST(DiscoveryHttp, IndexedSearcherBuildsOneIndexPerCorpusVersion) {
   }
   EXPECT_EQ(cache.stats().misses, 1u);
   EXPECT_EQ(cache.stats().hits, 2u);
-  s.disabled_sets["mail"] = {"tool:inbox"};  // a toggle is a new version: no stale hit
+  s.disabled_sets[{"mail", "member/alice"}] = {
+      "tool:inbox"};  // a toggle is a new version: no stale hit
   DiscoveryExchange x(config);
   Driven d = drive(x, s, get("/v1/search", "q=inbox"), CallerAuth::member("alice"));
   EXPECT_EQ((*parse_json(d.respond.response.body))["results"], Json::array());
@@ -514,15 +515,12 @@ TEST(DiscoveryHttp, StepsOutOfTurnAreInternalErrors) {
 }
 
 TEST(DiscoveryHttp, ErrorCodesAreStable) {
-  const std::vector<std::pair<const char*, int>> expected = {{"UNAUTHENTICATED", 401},
-                                                             {"NOT_FOUND", 404},
-                                                             {"METHOD_NOT_ALLOWED", 405},
-                                                             {"BAD_REQUEST", 400},
-                                                             {"PAYLOAD_TOO_LARGE", 413},
-                                                             {"URI_TOO_LONG", 414},
-                                                             {"STORE_UNAVAILABLE", 503},
-                                                             {"UPSTREAM_UNAVAILABLE", 503},
-                                                             {"INTERNAL", 500}};
+  const std::vector<std::pair<const char*, int>> expected = {
+      {"UNAUTHENTICATED", 401},    {"NOT_FOUND", 404},
+      {"METHOD_NOT_ALLOWED", 405}, {"BAD_REQUEST", 400},
+      {"PAYLOAD_TOO_LARGE", 413},  {"URI_TOO_LONG", 414},
+      {"STORE_UNAVAILABLE", 503},  {"UPSTREAM_UNAVAILABLE", 503},
+      {"INTERNAL", 500},           {"FORBIDDEN", 403}};
   ASSERT_EQ(expected.size(), static_cast<std::size_t>(kHttpErrorCodeCount));
   for (int i = 0; i < kHttpErrorCodeCount; ++i) {
     auto code = static_cast<HttpErrorCode>(i);

@@ -415,9 +415,9 @@ TEST(Discovery, DisabledCapabilitiesAreHiddenInEveryKind) {
       data_entry("h-c", kNow, kNow + kMinute,
                  manifest_json({"keep", "drop"}, {"file:///keep", "file:///drop"},
                                {"file:///{keep}", "file:///{drop}"}, {"p-keep", "p-drop"}));
-  store.disabled_sets["c"] = {"tool:drop", "resource:file:///drop",
-                              "resource_template:file:///{drop}", "prompt:p-drop",
-                              "tool:not-listed"};
+  store.disabled_sets[{"c", "shared"}] = {"tool:drop", "resource:file:///drop",
+                                          "resource_template:file:///{drop}", "prompt:p-drop",
+                                          "tool:not-listed"};
   Rendered r = render(store, "alice");
   const Json& m = (*entry(r.body, "c"))["manifest"];
   EXPECT_EQ(tool_names(m), (std::vector<std::string>{"keep"}));
@@ -436,6 +436,26 @@ TEST(Discovery, DisabledCapabilitiesAreHiddenInEveryKind) {
   Rendered v = render(store, "alice", kNow, mcp);
   EXPECT_EQ(v.out.body.find("drop"), std::string::npos);
   EXPECT_EQ((*entry(v.body, "c"))["mcp"]["tools/list"]["tools"].size(), 1u);
+}
+
+TEST(Discovery, APerMemberOverlayHidesFromThatMemberOnly) {
+  MemoryStore store;
+  store.add_connection("c", "per_member");
+  store.grant("alice", "c");
+  store.grant("bob", "c");
+  for (const char* who : {"alice", "bob"}) {
+    store.manifests[{"c", std::string("member/") + who}] =
+        data_entry("h-c", kNow, kNow + kMinute, manifest_json({"search", "send"}));
+  }
+  store.disabled_sets[{"c", "member/alice"}] = {"tool:send"};
+  // A set under `shared` is nobody's on a per-member connection: it hides nothing.
+  store.disabled_sets[{"c", "shared"}] = {"tool:search"};
+  Rendered a = render(store, "alice");
+  EXPECT_EQ(tool_names((*entry(a.body, "c"))["manifest"]), (std::vector<std::string>{"search"}));
+  Rendered b = render(store, "bob");
+  EXPECT_EQ(tool_names((*entry(b.body, "c"))["manifest"]),
+            (std::vector<std::string>{"search", "send"}));
+  EXPECT_EQ(snapshot_of(store, "bob").connections[0].disabled, DisabledOverlay{});
 }
 
 TEST(Discovery, HideDisabledWorksOnBareArraysAndLeavesTheRestAlone) {
@@ -482,7 +502,7 @@ TEST(Discovery, AManifestFromTheModelStaysAValidManifestWithCapabilitiesHidden) 
   store.grant("alice", "c");
   store.manifests[{"c", "shared"}] =
       data_entry("h-c", kNow, kNow + kMinute, encoded->bytes, encoded->etag);
-  store.disabled_sets["c"] = {"tool:drop", "resource_template:file:///{x}"};
+  store.disabled_sets[{"c", "shared"}] = {"tool:drop", "resource_template:file:///{x}"};
   Rendered r = render(store, "alice");
   const Json& c = *entry(r.body, "c");
   EXPECT_EQ(c["etag"], encoded->etag);
@@ -553,7 +573,7 @@ TEST(Discovery, EtagIgnoresTheClockButNotTheContent) {
   Rendered stale = render(store, "alice", kNow + 15 * kMinute);
   EXPECT_NE(stale.out.etag, a.out.etag);  // fresh → stale is news
 
-  store.disabled_sets["c"] = {"tool:fetch"};
+  store.disabled_sets[{"c", "shared"}] = {"tool:fetch"};
   EXPECT_NE(render(store, "alice", kNow).out.etag, a.out.etag);
 
   store.disabled_sets.clear();
@@ -700,7 +720,7 @@ TEST(Discovery, SearchCorpusHoldsVisibleToolsOfServableEntries) {
   MemoryStore store = one_connection(kMinute);
   store.add_connection("p", "shared");
   store.grant("alice", "p");
-  store.disabled_sets["c"] = {"tool:fetch"};
+  store.disabled_sets[{"c", "shared"}] = {"tool:fetch"};
   SearchCorpus corpus = search_corpus(snapshot_of(store, "alice"), policy(), kNow);
   ASSERT_EQ(corpus.tools.size(), 1u);
   EXPECT_EQ(corpus.tools[0].connection_id, "c");
@@ -714,7 +734,7 @@ TEST(Discovery, SearchCorpusHoldsVisibleToolsOfServableEntries) {
   EXPECT_EQ(search_corpus(snapshot_of(store, "alice"), policy(), kNow + 1).version, version);
   store.disabled_sets.clear();
   EXPECT_NE(search_corpus(snapshot_of(store, "alice"), policy(), kNow).version, version);
-  store.disabled_sets["c"] = {"tool:fetch"};
+  store.disabled_sets[{"c", "shared"}] = {"tool:fetch"};
   store.grant("bob", "c");
   store.grant("bob", "p");
   EXPECT_NE(search_corpus(snapshot_of(store, "bob"), policy(), kNow).version, version);

@@ -368,7 +368,10 @@ TEST(RedisKeys, SpellTheDocumentedLayout) {
             "quiver:{default}:manifest:github:member/alice@example.com");
   EXPECT_EQ(*k.lease("github", shared), "quiver:{default}:lease:github:shared");
   EXPECT_EQ(*k.fence("github", alice), "quiver:{default}:fence:github:member/alice@example.com");
-  EXPECT_EQ(*k.disabled("github"), "quiver:{default}:disabled:github");
+  EXPECT_EQ(*k.disabled("github", shared), "quiver:{default}:disabled:github:shared");
+  EXPECT_EQ(*k.disabled("github", alice),
+            "quiver:{default}:disabled:github:member/alice@example.com");
+  EXPECT_EQ(*k.prefs("github", alice), "quiver:{default}:prefs:github:member/alice@example.com");
   EXPECT_EQ(k.revalidate_stream(), "quiver:{default}:revalidate");
   EXPECT_EQ(*k.revalidate_gate("github", shared), "quiver:{default}:revalidate-gate:github:shared");
   EXPECT_EQ(k.epoch(), "quiver:{default}:epoch");
@@ -405,7 +408,8 @@ TEST(RedisKeys, RefuseInputsThatWouldBreakTheLayout) {
     EXPECT_FALSE(k.manifest(bad_cid, Principal::shared()).ok()) << bad_cid;
     EXPECT_FALSE(k.lease(bad_cid, Principal::shared()).ok()) << bad_cid;
     EXPECT_FALSE(k.fence(bad_cid, Principal::shared()).ok()) << bad_cid;
-    EXPECT_FALSE(k.disabled(bad_cid).ok()) << bad_cid;
+    EXPECT_FALSE(k.disabled(bad_cid, Principal::shared()).ok()) << bad_cid;
+    EXPECT_FALSE(k.prefs(bad_cid, Principal::shared()).ok()) << bad_cid;
     EXPECT_FALSE(k.revalidate_gate(bad_cid, Principal::shared()).ok()) << bad_cid;
   }
   // Grants are per member.

@@ -257,7 +257,7 @@ TEST(Preferences, SameKeyUnderDifferentTypesIsDifferentCapabilities) {
   EXPECT_EQ(r.rows_to_insert[0].capability_type, CapabilityType::kTool);
   ASSERT_EQ(r.rows_to_update.size(), 1u);
   EXPECT_EQ(r.rows_to_update[0].capability_type, CapabilityType::kPrompt);
-  DisabledOverlay overlay = disabled_overlay("c1", rows);
+  DisabledOverlay overlay = disabled_overlay("c1", Principal::shared(), rows);
   EXPECT_TRUE(visible(overlay, CapabilityType::kTool, "x"));
   EXPECT_FALSE(visible(overlay, CapabilityType::kPrompt, "x"));
 }
@@ -270,7 +270,7 @@ TEST(Preferences, OverlayMembersAndFiltering) {
       {"c1", CapabilityType::kResourceTemplate, "db://{table}", false, kT0, kT0},
       {"c2", CapabilityType::kTool, "search", false, kT0, kT0},
   };
-  DisabledOverlay overlay = disabled_overlay("c1", rows);
+  DisabledOverlay overlay = disabled_overlay("c1", Principal::shared(), rows);
   EXPECT_EQ(overlay, (DisabledOverlay{"resource:file:///etc/hosts",
                                       "resource_template:db://{table}", "tool:delete_repo"}));
   EXPECT_EQ(overlay_member(CapabilityType::kPrompt, "a:b"), "prompt:a:b");
@@ -289,6 +289,113 @@ TEST(Preferences, OverlayMembersAndFiltering) {
   EXPECT_EQ(visible_items(overlay, ListKind::kResources, resources),
             std::vector<Json>{resources[1]});
   EXPECT_EQ(visible_items(DisabledOverlay{}, ListKind::kTools, tools).size(), 3u);
+}
+
+// ---- per principal ------------------------------------------------------------------------------
+
+PreferenceRow row_of(const std::string& principal, const std::string& key, bool enabled,
+                     int64_t toggled_at = 0, int64_t first = kT0, int64_t last = kT0) {
+  PreferenceRow row{"c1", CapabilityType::kTool, key, enabled, first, last};
+  row.toggled_at = toggled_at;
+  row.principal = *Principal::parse(principal);
+  return row;
+}
+
+TEST(Preferences, EachPrincipalReconcilesAndHidesItsOwnRows) {
+  const Principal alice = *Principal::member("alice");
+  const Principal bob = *Principal::member("bob");
+  // bob's rows (his listing, his choice) are in the same table.
+  std::vector<PreferenceRow> stored = {row_of("member/bob", "bob_secret_tool", false)};
+  Reconciliation r =
+      reconcile(stored, live_capabilities("c1", listing_of({"bob_secret_tool", "mine"}), alice),
+                PreferencePolicy{true}, kT0 + kMinute);
+  // For alice both keys are new: bob's row neither answers nor hides anything for her.
+  ASSERT_EQ(r.rows_to_insert.size(), 2u);
+  for (const PreferenceRow& row : r.rows_to_insert) {
+    EXPECT_EQ(row.principal, alice);
+    EXPECT_TRUE(row.enabled);
+    EXPECT_EQ(row.toggled_at, 0);
+  }
+  EXPECT_TRUE(r.rows_to_update.empty());
+  std::vector<PreferenceRow> all = apply_to(stored, r);
+  EXPECT_TRUE(disabled_overlay("c1", alice, all).empty());
+  EXPECT_EQ(disabled_overlay("c1", bob, all), DisabledOverlay{"tool:bob_secret_tool"});
+  EXPECT_TRUE(disabled_overlay("c1", Principal::shared(), all).empty());
+}
+
+TEST(Preferences, TheLaterToggleWinsAndATieHides) {
+  const PreferenceRow older = row_of("shared", "t", false, 10, kT0, kT0 + 5);
+  const PreferenceRow newer = row_of("shared", "t", true, 20, kT0 - 3, kT0 + 1);
+  for (const PreferenceRow& m : {merge_preference(older, newer), merge_preference(newer, older)}) {
+    EXPECT_TRUE(m.enabled);
+    EXPECT_EQ(m.toggled_at, 20);
+    EXPECT_EQ(m.first_seen_at, kT0 - 3);  // the earliest sighting
+    EXPECT_EQ(m.last_seen_at, kT0 + 5);   // the latest sighting
+  }
+  // Never toggled on one side: any toggle wins, whatever the other agent's policy said.
+  EXPECT_FALSE(
+      merge_preference(row_of("shared", "t", true, 0), row_of("shared", "t", false, 1)).enabled);
+  // Equal times, different choices: disabled, from either side.
+  const PreferenceRow on = row_of("shared", "t", true, 7);
+  const PreferenceRow off = row_of("shared", "t", false, 7);
+  EXPECT_FALSE(merge_preference(on, off).enabled);
+  EXPECT_FALSE(merge_preference(off, on).enabled);
+  // Idempotent.
+  EXPECT_EQ(merge_preference(newer, newer), newer);
+}
+
+TEST(Preferences, MergingCopiesInAnyOrderConverges) {
+  // Three agents' copies of one principal's rows.
+  std::vector<std::vector<PreferenceRow>> copies = {
+      {row_of("shared", "a", false, 5), row_of("shared", "b", true, 0, kT0, kT0 + 9)},
+      {row_of("shared", "a", true, 3), row_of("shared", "c", false, 0)},
+      {row_of("shared", "b", false, 4, kT0 - 1, kT0), row_of("shared", "a", true, 5)},
+  };
+  std::vector<int> order = {0, 1, 2};
+  std::vector<PreferenceRow> first;
+  do {
+    std::vector<PreferenceRow> merged;
+    for (int i : order) merged = merge_rows(merged, copies[i]);
+    merged = merge_rows(merged, copies[order[0]]);  // merging again changes nothing
+    if (first.empty()) {
+      first = merged;
+    } else {
+      EXPECT_EQ(merged, first);
+    }
+  } while (std::next_permutation(order.begin(), order.end()));
+  ASSERT_EQ(first.size(), 3u);
+  EXPECT_EQ(first[0].capability_key, "a");
+  EXPECT_FALSE(first[0].enabled);  // toggled at 5 by two agents, one hid it: hidden
+  EXPECT_FALSE(first[1].enabled);  // b: hidden at 4 beats never toggled
+  EXPECT_EQ(first[1].first_seen_at, kT0 - 1);
+  EXPECT_EQ(first[1].last_seen_at, kT0 + 9);
+  EXPECT_FALSE(first[2].enabled);  // c: only one copy knows it
+}
+
+TEST(Preferences, StoreEntriesRoundTripAndMalformedOnesAreRefused) {
+  const Principal alice = *Principal::member("alice");
+  PreferenceRow row = row_of("member/alice", "x:y", false, 1'780'000'000'123, kT0, kT0 + 1);
+  row.capability_type = CapabilityType::kResource;
+  EXPECT_EQ(preference_entry_value(row), "0,1780000000123,1780000000000,1780000000001");
+  Result<PreferenceRow> back =
+      parse_preference_entry("c1", alice, "resource:x:y", preference_entry_value(row));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(*back, row);
+  for (const auto& [field, value] :
+       std::vector<std::pair<std::string, std::string>>{{"tool", "1,0,1,1"},
+                                                        {"gadget:x", "1,0,1,1"},
+                                                        {"tool:", "1,0,1,1"},
+                                                        {"tool:x", "2,0,1,1"},
+                                                        {"tool:x", "1,0,1"},
+                                                        {"tool:x", "1,0,1,1,1"},
+                                                        {"tool:x", "1,-1,1,1"},
+                                                        {"tool:x", "1,0,5,4"},
+                                                        {"tool:x", "1,a,1,1"},
+                                                        {"tool:x", ""}}) {
+    Result<PreferenceRow> r = parse_preference_entry("c1", alice, field, value);
+    EXPECT_FALSE(r.ok()) << field << " = " << value;
+    if (!r.ok()) EXPECT_EQ(r.error().code, ErrorCode::kInvalidReply);
+  }
 }
 
 }  // namespace

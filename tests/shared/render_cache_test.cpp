@@ -39,7 +39,7 @@ MemoryStore every_case() {
   store.manifests[{"a-fresh", "shared"}] =
       data_entry("h-a-fresh", kNow - 1, kNow + 15 * kMinute,
                  manifest_json({"keep", "drop"}, {"file:///r"}, {"file:///{t}"}, {"p1", "p2"}));
-  store.disabled_sets["a-fresh"] = {"tool:drop", "prompt:p2"};
+  store.disabled_sets[{"a-fresh", "shared"}] = {"tool:drop", "prompt:p2"};
   HashFields stale = data_entry("h-b-stale", kNow - 16 * kMinute, kNow - kMinute,
                                 manifest_json({"s1"}), "sha256-stale");
   add_failure(&stale, "TIMEOUT", "slow \"upstream\"", kNow - 1);
@@ -53,7 +53,7 @@ MemoryStore every_case() {
       "h-f-bare", kNow - 2, kNow + kMinute,
       R"({"tools":[{"name":"a","x":1.5e-7},{"name":"b"},{"title":"no name"}],)"
       R"("resourceTemplates":[{"uriTemplate":"x://{a}"}],"zeta":{"\u00e9":"\u2028\/"}})");
-  store.disabled_sets["f-bare"] = {"tool:b"};
+  store.disabled_sets[{"f-bare", "shared"}] = {"tool:b"};
   store.manifests[{"g-failed-list", "shared"}] = data_entry(
       "h-g-failed-list", kNow - 3, kNow + kMinute,
       R"({"tools":{"state":"ok","items":[{"name":"t"}]},"prompts":{"state":"failed","items":[]}})");
@@ -140,7 +140,7 @@ TEST(RenderCache, AChangedDisabledSetOrManifestIsRenderedAfresh) {
   EXPECT_EQ(body(cached), body({}));
   EXPECT_EQ(body(cached).find("\"drop\""), std::string::npos);
 
-  store.disabled_sets["a-fresh"] = {"tool:keep"};
+  store.disabled_sets[{"a-fresh", "shared"}] = {"tool:keep"};
   EXPECT_EQ(body(cached), body({}));
   EXPECT_NE(body(cached).find("\"drop\""), std::string::npos);
   EXPECT_EQ(body(cached).find("\"keep\""), std::string::npos);

@@ -89,8 +89,8 @@ class MemoryStore : public SnapshotSource {
   std::map<std::string, std::vector<std::string>> grants;               // member principal → ids
   std::map<std::string, HashFields> conns;                              // cid → record fields
   std::map<std::pair<std::string, std::string>, HashFields> manifests;  // (cid, principal)
-  std::map<std::string, DisabledOverlay> disabled_sets;                 // cid → members
-  std::set<std::pair<std::string, std::string>> leases;                 // (cid, principal)
+  std::map<std::pair<std::string, std::string>, DisabledOverlay> disabled_sets;  // (cid, principal)
+  std::set<std::pair<std::string, std::string>> leases;                          // (cid, principal)
   int64_t epoch_value = 7;
   std::optional<Error> failure;  // every call fails with it when set
 
@@ -122,9 +122,9 @@ class MemoryStore : public SnapshotSource {
     auto it = manifests.find({std::string(cid), principal.str()});
     return it == manifests.end() ? HashFields{} : it->second;
   }
-  Result<DisabledOverlay> disabled(std::string_view cid) override {
+  Result<DisabledOverlay> disabled(std::string_view cid, const Principal& principal) override {
     if (failure) return *failure;
-    auto it = disabled_sets.find(std::string(cid));
+    auto it = disabled_sets.find({std::string(cid), principal.str()});
     return it == disabled_sets.end() ? DisabledOverlay{} : it->second;
   }
   Result<bool> lease_held(std::string_view cid, const Principal& principal) override {
