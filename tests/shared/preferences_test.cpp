@@ -131,7 +131,7 @@ TEST(Preferences, NewCapabilitiesFollowTheAutoEnablePolicy) {
   ASSERT_EQ(off.rows_to_insert.size(), 4u);
   for (const PreferenceRow& row : off.rows_to_insert) EXPECT_FALSE(row.enabled);
   // With the policy off, everything new is hidden until the user enables it.
-  DisabledOverlay overlay = disabled_overlay("c1", off.rows_to_insert);
+  DisabledOverlay overlay = disabled_overlay("c1", Principal::shared(), off.rows_to_insert);
   EXPECT_EQ(overlay.size(), 4u);
   EXPECT_FALSE(visible(overlay, CapabilityType::kTool, "a_tool"));
 }
@@ -178,8 +178,10 @@ TEST(Preferences, ChoiceSurvivesUpstreamRemovingAndReAddingATool) {
   EXPECT_FALSE(write->enabled);
   EXPECT_EQ(write->first_seen_at, kT0);
   EXPECT_EQ(write->last_seen_at, kT0 + 2 * kMinute);
-  EXPECT_FALSE(visible(disabled_overlay("c1", rows), CapabilityType::kTool, "write"));
-  EXPECT_TRUE(visible(disabled_overlay("c1", rows), CapabilityType::kTool, "read"));
+  EXPECT_FALSE(
+      visible(disabled_overlay("c1", Principal::shared(), rows), CapabilityType::kTool, "write"));
+  EXPECT_TRUE(
+      visible(disabled_overlay("c1", Principal::shared(), rows), CapabilityType::kTool, "read"));
 }
 
 TEST(Preferences, ReconcilingTwiceIsANoOp) {
@@ -394,7 +396,9 @@ TEST(Preferences, StoreEntriesRoundTripAndMalformedOnesAreRefused) {
                                                         {"tool:x", ""}}) {
     Result<PreferenceRow> r = parse_preference_entry("c1", alice, field, value);
     EXPECT_FALSE(r.ok()) << field << " = " << value;
-    if (!r.ok()) EXPECT_EQ(r.error().code, ErrorCode::kInvalidReply);
+    if (!r.ok()) {
+      EXPECT_EQ(r.error().code, ErrorCode::kInvalidReply);
+    }
   }
 }
 
