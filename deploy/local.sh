@@ -137,6 +137,18 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 
+# The edge's own Redis user, least privilege (schema/redis-acl-edge.txt): it reads the namespace
+# and writes only queues, gates, replay keys and invalidation marks. Its password: made once.
+[ -s "$data/redis-edge-password" ] ||
+  head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$data/redis-edge-password"
+edge_redis_password=$(cat "$data/redis-edge-password")
+mapfile -t edge_rules < <(sed -e 's/#.*//' -e "s/{ns}/{$ns}/g" -e '/^[[:space:]]*$/d' \
+  "$root/schema/redis-acl-edge.txt")
+# The password goes in on standard input (a command line shows in `ps`).
+{ printf 'ACL SETUSER quiver-edge reset'; printf ' %s' "${edge_rules[@]}"
+  printf ' >%s\n' "$edge_redis_password"; } |
+  REDISCLI_AUTH=$redis_password redis-cli -p "$redis_port" >/dev/null
+
 export QUIVER_DATA_DIR="$data"
 export QUIVER_NODE_MODULES="$root/build/node/node_modules"
 export QUIVER_NAMESPACE=$ns
@@ -150,7 +162,7 @@ wait_http "http://$agent_listen/healthz" quiver-agent
 
 echo "== starting quiver-edge (workerd) on $edge_listen"
 QUIVER_TOKEN_KEYS="{\"$kid\":\"$token_key\"}" REDIS_HOST=127.0.0.1 REDIS_PORT=$redis_port \
-  REDIS_PASSWORD=$redis_password \
+  REDIS_USERNAME=quiver-edge REDIS_PASSWORD=$edge_redis_password \
   "$workerd_bin" serve "$edge_dir/workerd.capnp" --socket-addr "http=$edge_listen" \
   >"$data/edge.log" 2>&1 &
 started $!

@@ -318,9 +318,52 @@ const std::vector<std::string>& meta_fields() {
       redis_field::kEtag,         redis_field::kConfigHash, redis_field::kFence,
       redis_field::kFetchedAt,    redis_field::kFreshUntil, redis_field::kExpiresAt,
       redis_field::kCacheScope,   redis_field::kTruncated,  redis_field::kErrorCode,
-      redis_field::kErrorMessage, redis_field::kErrorAt,    redis_field::kAttemptAt,
-      redis_field::kInvalidatedAt};
+      redis_field::kErrorMessage, redis_field::kErrorAt,    redis_field::kAttemptAt};
   return fields;
+}
+
+// The three commands that read one manifest's metadata: its hash's fields, whether it holds
+// data, and its invalidation mark (a key of its own: schema/redis-keys.md).
+constexpr std::size_t kMetaReadCommands = 3;
+void append_meta_reads(std::vector<RedisCommand>& out, const std::string& manifest_key,
+                       const std::string& invalidated_key) {
+  RedisCommand hmget = {"HMGET", manifest_key};
+  for (const std::string& f : meta_fields()) hmget.push_back(f);
+  out.push_back(std::move(hmget));
+  out.push_back({"HEXISTS", manifest_key, redis_field::kManifest});
+  out.push_back({"GET", invalidated_key});
+}
+
+struct MetaFields {
+  std::map<std::string, std::string> fields;
+  bool has_manifest = false;
+  // No record: nothing stored, or only a mark left behind by data dropped since.
+  bool empty() const {
+    return !has_manifest && fields.size() <= fields.count(redis_field::kInvalidatedAt);
+  }
+};
+
+// The replies of append_meta_reads (starting at `at`) as fields, the mark as kInvalidatedAt.
+Result<MetaFields> meta_reads_reply(const std::vector<RespValue>& replies, std::size_t at) {
+  if (replies.size() < at + kMetaReadCommands) {
+    return Error(ErrorCode::kInvalidReply, "manifest metadata: missing replies");
+  }
+  for (std::size_t i = at; i < at + kMetaReadCommands; ++i) {
+    if (replies[i].is_error()) return Error(ErrorCode::kInvalidReply, replies[i].str);
+  }
+  MetaFields out;
+  const std::vector<RespValue>* values = replies[at].as_array();
+  for (std::size_t i = 0; values != nullptr && i < values->size() && i < meta_fields().size();
+       ++i) {
+    if (std::optional<std::string_view> v = (*values)[i].as_string()) {
+      out.fields.emplace(meta_fields()[i], std::string(*v));
+    }
+  }
+  out.has_manifest = replies[at + 1].as_int() == std::optional<int64_t>(1);
+  if (std::optional<std::string_view> mark = replies[at + 2].as_string()) {
+    out.fields.emplace(redis_field::kInvalidatedAt, std::string(*mark));
+  }
+  return out;
 }
 
 Result<ManifestMeta> meta_from_fields(std::string_view cid, const Principal& principal,
@@ -666,21 +709,17 @@ Result<std::optional<ManifestMeta>> RedisStore::read_manifest_meta(std::string_v
                                                                    const Principal& principal) {
   Result<std::string> key = impl_->keys.manifest(cid, principal);
   if (!key.ok()) return key.error();
-  RedisCommand hmget = {"HMGET", *key};
-  for (const std::string& f : meta_fields()) hmget.push_back(f);
-  Result<std::vector<RespValue>> r =
-      impl_->many({hmget, {"HEXISTS", *key, redis_field::kManifest}}, "HMGET");
+  Result<std::string> mark = impl_->keys.invalidated(cid, principal);
+  if (!mark.ok()) return mark.error();
+  std::vector<RedisCommand> reads;
+  append_meta_reads(reads, *key, *mark);
+  Result<std::vector<RespValue>> r = impl_->many(reads, "HMGET");
   if (!r.ok()) return r.error();
-  std::map<std::string, std::string> fields;
-  const std::vector<RespValue>* values = (*r)[0].as_array();
-  for (std::size_t i = 0; values != nullptr && i < values->size() && i < meta_fields().size();
-       ++i) {
-    if (std::optional<std::string_view> v = (*values)[i].as_string()) {
-      fields.emplace(meta_fields()[i], std::string(*v));
-    }
-  }
-  bool has_manifest = (*r)[1].as_int() == std::optional<int64_t>(1);
-  if (fields.empty() && !has_manifest) return std::optional<ManifestMeta>();
+  Result<MetaFields> read = meta_reads_reply(*r, 0);
+  if (!read.ok()) return read.error();
+  std::map<std::string, std::string>& fields = read->fields;
+  const bool has_manifest = read->has_manifest;
+  if (read->empty()) return std::optional<ManifestMeta>();
   Result<ManifestMeta> meta = meta_from_fields(cid, principal, fields, has_manifest, *key);
   if (!meta.ok()) return meta.error();
   return std::optional<ManifestMeta>(std::move(meta).value());
@@ -690,10 +729,15 @@ Result<std::optional<StoredManifest>> RedisStore::read_manifest(std::string_view
                                                                 const Principal& principal) {
   Result<std::string> key = impl_->keys.manifest(cid, principal);
   if (!key.ok()) return key.error();
-  Result<RespValue> r = impl_->one({"HGETALL", *key}, "HGETALL");
+  Result<std::string> mark = impl_->keys.invalidated(cid, principal);
+  if (!mark.ok()) return mark.error();
+  Result<std::vector<RespValue>> r = impl_->many({{"HGETALL", *key}, {"GET", *mark}}, "HGETALL");
   if (!r.ok()) return r.error();
-  std::map<std::string, std::string> fields = field_map(*r);
+  std::map<std::string, std::string> fields = field_map((*r)[0]);
   if (fields.empty()) return std::optional<StoredManifest>();
+  if (std::optional<std::string_view> at = (*r)[1].as_string()) {
+    fields[redis_field::kInvalidatedAt] = std::string(*at);
+  }
   auto body = fields.find(redis_field::kManifest);
   Result<ManifestMeta> meta = meta_from_fields(cid, principal, fields, body != fields.end(), *key);
   if (!meta.ok()) return meta.error();
@@ -737,10 +781,7 @@ Result<ManifestPage> RedisStore::list_manifest_metas(std::string_view cursor, st
       page.unreadable.push_back(key + ": " + p.error().message);
       continue;
     }
-    RedisCommand hmget = {"HMGET", key};
-    for (const std::string& f : meta_fields()) hmget.push_back(f);
-    commands.push_back(std::move(hmget));
-    commands.push_back({"HEXISTS", key, redis_field::kManifest});
+    append_meta_reads(commands, key, *impl_->keys.invalidated(p->connection_id, *p->principal));
     parsed.push_back(std::move(p).value());
     keys.push_back(key);
   }
@@ -748,20 +789,14 @@ Result<ManifestPage> RedisStore::list_manifest_metas(std::string_view cursor, st
   Result<std::vector<RespValue>> r = impl_->main.run(commands);
   if (!r.ok()) return r.error();
   for (std::size_t i = 0; i < parsed.size(); ++i) {
-    const RespValue& values = (*r)[2 * i];
-    const RespValue& exists = (*r)[2 * i + 1];
-    if (values.is_error() || exists.is_error()) {
-      page.unreadable.push_back(keys[i] + ": " + (values.is_error() ? values.str : exists.str));
+    Result<MetaFields> read = meta_reads_reply(*r, kMetaReadCommands * i);
+    if (!read.ok()) {
+      page.unreadable.push_back(keys[i] + ": " + read.error().message);
       continue;
     }
-    std::map<std::string, std::string> fields;
-    for (std::size_t j = 0; j < values.elements.size() && j < meta_fields().size(); ++j) {
-      if (std::optional<std::string_view> v = values.elements[j].as_string()) {
-        fields.emplace(meta_fields()[j], std::string(*v));
-      }
-    }
-    bool has_manifest = exists.as_int() == std::optional<int64_t>(1);
-    if (fields.empty() && !has_manifest) continue;  // deleted since the SCAN
+    std::map<std::string, std::string>& fields = read->fields;
+    const bool has_manifest = read->has_manifest;
+    if (read->empty()) continue;  // deleted since the SCAN
     Result<ManifestMeta> meta = meta_from_fields(parsed[i].connection_id, *parsed[i].principal,
                                                  fields, has_manifest, keys[i]);
     if (!meta.ok()) {
@@ -1082,7 +1117,8 @@ Result<bool> RedisStore::drop_manifest(std::string_view cid, const Principal& pr
   Result<std::string> manifest = impl_->keys.manifest(cid, principal);
   if (!manifest.ok()) return manifest.error();
   Result<std::vector<RespValue>> r =
-      impl_->transaction({{"DEL", *manifest, *impl_->keys.revalidate_gate(cid, principal)},
+      impl_->transaction({{"DEL", *manifest, *impl_->keys.revalidate_gate(cid, principal),
+                           *impl_->keys.invalidated(cid, principal)},
                           {"INCR", impl_->keys.epoch()}},
                          "drop manifest");
   if (!r.ok()) return r.error();

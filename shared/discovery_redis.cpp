@@ -20,8 +20,10 @@ Error bad_reply(const std::string& where, const std::string& what) {
   return Error(ErrorCode::kInvalidReply, "discovery reply: " + where + ": " + what);
 }
 
+// EVAL of a script from schema/lua/. `read_only` sends it as EVAL_RO (Redis 7): a read-only
+// script then runs for a Redis user that may only read the keys it declares.
 Result<RedisCommand> eval(const char* script, std::vector<std::string> keys,
-                          std::vector<std::string> args) {
+                          std::vector<std::string> args, bool read_only = false) {
   std::string_view text = schema_asset(std::string("lua/") + script);
   if (text.empty()) {
     return Error(ErrorCode::kInternal, std::string("schema/lua/") + script + " is not compiled in");
@@ -30,7 +32,7 @@ Result<RedisCommand> eval(const char* script, std::vector<std::string> keys,
   // evalsha_form() instead and falls back to this on NOSCRIPT (the edge does).
   RedisCommand argv;
   argv.reserve(3 + keys.size() + args.size());
-  argv.emplace_back("EVAL");
+  argv.emplace_back(read_only ? "EVAL_RO" : "EVAL");
   argv.emplace_back(text);
   argv.push_back(std::to_string(keys.size()));
   for (std::string& k : keys) argv.push_back(std::move(k));
@@ -41,12 +43,12 @@ Result<RedisCommand> eval(const char* script, std::vector<std::string> keys,
 }  // namespace
 
 RedisCommand evalsha_form(const RedisCommand& command) {
-  if (command.size() < 3 || command[0] != "EVAL") return command;
+  if (command.size() < 3 || (command[0] != "EVAL" && command[0] != "EVAL_RO")) return command;
   std::string_view sha1 = schema_asset_sha1_of(command[1]);
   if (sha1.empty()) return command;
   RedisCommand out;
   out.reserve(command.size());
-  out.emplace_back("EVALSHA");
+  out.emplace_back(command[0] == "EVAL" ? "EVALSHA" : "EVALSHA_RO");
   out.emplace_back(sha1);
   out.insert(out.end(), command.begin() + 2, command.end());
   return out;
@@ -94,8 +96,8 @@ bool short_token(std::string_view s) {
 Result<GrantedConnection> decode_entry(const RespValue& v, std::size_t index,
                                        const Principal& member) {
   std::string where = "entry " + std::to_string(index);
-  const std::vector<RespValue>* e = array_of(v, 6);
-  if (e == nullptr) return bad_reply(where, "expected an array of 6, got " + v.debug_string());
+  const std::vector<RespValue>* e = array_of(v, 7);
+  if (e == nullptr) return bad_reply(where, "expected an array of 7, got " + v.debug_string());
   std::optional<std::string_view> cid = (*e)[0].as_string();
   if (!cid || !validate_connection_id(*cid).ok()) return bad_reply(where, "invalid connection id");
   GrantedConnection conn;
@@ -129,6 +131,13 @@ Result<GrantedConnection> decode_entry(const RespValue& v, std::size_t index,
     return bad_reply(where, "a manifest without a principal");
   }
   conn.manifest = std::move(*manifest);
+  // The webhook's mark (invalidated:<cid>:<principal>) belongs with the data it marks.
+  if (std::optional<std::string_view> mark = (*e)[6].as_string()) {
+    if (!conn.principal) return bad_reply(where, "an invalidation mark without a principal");
+    if (!conn.manifest.empty()) conn.manifest[redis_field::kInvalidatedAt] = std::string(*mark);
+  } else if (!(*e)[6].is_nil()) {
+    return bad_reply(where, "invalidation mark is neither a string nor nil");
+  }
 
   const std::vector<RespValue>* disabled = (*e)[4].as_array();
   if (disabled == nullptr) return bad_reply(where, "disabled set is no array");
@@ -169,7 +178,8 @@ Result<RedisCommand> discovery_read_command(const RedisKeys& keys, const Princip
   if (!grants.ok()) return grants.error();
   return eval("discovery_read.lua", {*grants},
               {keys.prefix(), member.str(), query.only.value_or(""), query.after,
-               std::to_string(query.limit)});
+               std::to_string(query.limit)},
+              /*read_only=*/true);
 }
 
 Result<DiscoverySnapshot> decode_discovery_reply(const RespValue& reply, const Principal& member) {
@@ -233,10 +243,8 @@ Result<RedisCommand> revalidate_enqueue_command(const RedisKeys& keys, const Rev
   if (!short_token(r.reason)) return invalid("revalidation: reason must match [a-z_]{1,32}");
   Result<std::string> gate = keys.revalidate_gate(r.connection_id, r.principal);
   if (!gate.ok()) return gate.error();
-  Result<std::string> lease = keys.lease(r.connection_id, r.principal);
-  if (!lease.ok()) return lease.error();
   const std::string at = std::to_string(now_ms);
-  return eval("revalidate_enqueue.lua", {*gate, *lease, keys.revalidate_stream()},
+  return eval("revalidate_enqueue.lua", {*gate, keys.revalidate_stream()},
               {std::to_string(options.window_ms), std::to_string(options.stream_maxlen), at,
                r.manual ? std::to_string(options.manual_requeue_after_ms) : "-1", redis_field::kCid,
                r.connection_id, redis_field::kPrincipal, r.principal.str(), redis_field::kReason,
@@ -368,7 +376,10 @@ Result<RedisCommand> manifest_invalidate_command(const RedisKeys& keys, std::str
                                                  const Principal& principal, int64_t now_ms) {
   Result<std::string> manifest = keys.manifest(cid, principal);
   if (!manifest.ok()) return manifest.error();
-  return eval("manifest_invalidate.lua", {*manifest, keys.epoch()}, {std::to_string(now_ms)});
+  Result<std::string> mark = keys.invalidated(cid, principal);
+  if (!mark.ok()) return mark.error();
+  return eval("manifest_invalidate.lua", {*manifest, keys.epoch(), *mark},
+              {std::to_string(now_ms)});
 }
 
 std::vector<Result<RevalidationResult>> parse_enqueue_replies(

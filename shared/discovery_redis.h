@@ -92,7 +92,7 @@ std::vector<Result<RevalidationResult>> parse_enqueue_replies(
 // A verified webhook (shared/webhook_signature.h) in ONE script, schema/lua/webhook_refresh.lua:
 // the replay guard (SET NX PX on RedisKeys::replay), then per target every (connection,
 // principal) it names — a target without a principal expands to `shared` or to the members in
-// grantees:<cid> — is marked stale (invalidated_at) and its refresh queued with reason
+// grantees:<cid> — is marked stale (RedisKeys::invalidated) and its refresh queued with reason
 // kWebhookRefreshReason, also while a lease is held (the listing under way may predate the
 // change). The gate admits one request per options.manual_requeue_after_ms, as a manual refresh.
 

@@ -96,6 +96,7 @@ constexpr KindInfo kKinds[kKeyKindCount] = {
     {KeyKind::kEpoch, "epoch", "STRING", false, false},
     {KeyKind::kGrantees, "grantees", "SET", true, false},
     {KeyKind::kReplay, "replay", "STRING", false, false, true},
+    {KeyKind::kInvalidated, "invalidated", "STRING", true, true},
 };
 
 bool is_sha256_hex(std::string_view s) {
@@ -308,7 +309,7 @@ const std::vector<std::string>& key_fields(KeyKind kind) {
   static const std::vector<std::string> kManifestFields = {
       f::kManifest,     f::kEtag,      f::kConfigHash, f::kFence,        f::kFetchedAt,
       f::kFreshUntil,   f::kExpiresAt, f::kCacheScope, f::kTruncated,    f::kErrorCode,
-      f::kErrorMessage, f::kErrorAt,   f::kAttemptAt,  f::kInvalidatedAt};
+      f::kErrorMessage, f::kErrorAt,   f::kAttemptAt};
   static const std::vector<std::string> kRevalidateFields = {f::kCid, f::kPrincipal, f::kReason,
                                                              f::kAt};
   switch (kind) {
@@ -370,6 +371,11 @@ std::string RedisKeys::replay(std::string_view signed_id) const {
 }
 Result<std::string> RedisKeys::grantees(std::string_view cid) const {
   return key(KeyKind::kGrantees, cid, std::nullopt);
+}
+
+Result<std::string> RedisKeys::invalidated(std::string_view cid,
+                                           const Principal& principal) const {
+  return key(KeyKind::kInvalidated, cid, principal);
 }
 
 Result<std::string> RedisKeys::conn(std::string_view cid) const {

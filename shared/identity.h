@@ -119,8 +119,9 @@ enum class KeyKind {
   kEpoch,
   kGrantees,
   kReplay,
+  kInvalidated,
 };
-inline constexpr int kKeyKindCount = 13;
+inline constexpr int kKeyKindCount = 14;
 
 const char* key_kind_name(KeyKind kind);   // the key's segment: "conns", "revalidate-gate", ...
 const char* key_redis_type(KeyKind kind);  // "SET", "HASH", "STRING", "STREAM"
@@ -154,6 +155,9 @@ inline constexpr char kErrorCode[] = "error_code";
 inline constexpr char kErrorMessage[] = "error_message";
 inline constexpr char kErrorAt[] = "error_at";
 inline constexpr char kAttemptAt[] = "attempt_at";
+// Not a field of the hash: the value of invalidated:<cid>:<principal> (kept apart so that the
+// edge's Redis user, which may write invalidation marks, never writes a manifest hash). Readers
+// hand it to meta decoding under this name.
 inline constexpr char kInvalidatedAt[] = "invalidated_at";
 // revalidate stream entries
 inline constexpr char kCid[] = "cid";
@@ -194,6 +198,9 @@ class RedisKeys {
   // The replay guard of one signed webhook: `signed_id` is WebhookVerified::replay_key
   // (shared/webhook_signature.h); the key holds its SHA-256, so any id length fits.
   std::string replay(std::string_view signed_id) const;
+  // When a refresh webhook last marked the (connection, principal)'s data stale (a STRING of
+  // epoch ms): written by agents and edges, read with the manifest.
+  Result<std::string> invalidated(std::string_view cid, const Principal& principal) const;
 
   // Any kind. Parts the kind does not use are ignored; the ones it uses are validated
   // (`digest`: 64 lowercase hex digits).

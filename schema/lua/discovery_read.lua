@@ -10,7 +10,7 @@
 -- Keys read beyond KEYS. Which connections to read is only known once KEYS[1] is read, so the
 -- script builds their keys itself, from ARGV[1], exactly as RedisKeys (shared/identity.h) spells
 -- them: conn:<cid>, manifest:<cid>:<principal>, disabled:<cid>:<principal>,
--- lease:<cid>:<principal>, epoch.
+-- lease:<cid>:<principal>, invalidated:<cid>:<principal>, epoch.
 -- Every key of a namespace carries the same {ns} hash tag, so they all live in KEYS[1]'s slot:
 -- on Redis Cluster the script never leaves its node. Granted ids outside the connection id
 -- charset are skipped (and counted): they could not carry the hash tag safely.
@@ -21,12 +21,15 @@
 -- The disabled overlay is that principal's own: on a per-member connection a member's toggles hide
 -- capabilities from that member alone.
 --
--- Read-only. Replies
+-- Read-only, and sent as EVAL_RO / EVALSHA_RO (Redis 7): a Redis user with read-only access to the
+-- namespace (the edge's least-privilege ACL, schema/redis-acl-edge.txt) may run it.
+-- Replies
 --   {'quiver.discovery.v1', member, epoch, granted_total, next_after, ignored, entries}
 -- with next_after '' when nothing is left after this page, and each entry
---   {cid, conn_fields, principal, manifest_fields, disabled_members, lease_exists}
+--   {cid, conn_fields, principal, manifest_fields, disabled_members, lease_exists, invalidated_at}
 -- (fields as flat HGETALL arrays; principal '' when none applies; a removed connection has empty
--- conn_fields and nothing else read).
+-- conn_fields and nothing else read; invalidated_at is the mark of a refresh webhook, false when
+-- there is none).
 local prefix, member = ARGV[1], ARGV[2]
 if string.sub(member, 1, 7) ~= 'member/' or KEYS[1] ~= prefix .. 'grants:' .. member then
   return redis.error_reply('ERR discovery_read: KEYS[1] is not the grants key of ARGV[2]')
@@ -70,7 +73,7 @@ for _, cid in ipairs(ids) do
       break
     end
     local conn = redis.call('HGETALL', prefix .. 'conn:' .. cid)
-    local principal, manifest, disabled, lease = '', {}, {}, 0
+    local principal, manifest, disabled, lease, invalidated = '', {}, {}, 0, false
     if #conn > 0 then
       local mode
       for i = 1, #conn, 2 do
@@ -85,9 +88,10 @@ for _, cid in ipairs(ids) do
         disabled = redis.call('SMEMBERS', prefix .. 'disabled:' .. cid .. ':' .. principal)
         manifest = redis.call('HGETALL', prefix .. 'manifest:' .. cid .. ':' .. principal)
         lease = redis.call('EXISTS', prefix .. 'lease:' .. cid .. ':' .. principal)
+        invalidated = redis.call('GET', prefix .. 'invalidated:' .. cid .. ':' .. principal)
       end
     end
-    entries[#entries + 1] = {cid, conn, principal, manifest, disabled, lease}
+    entries[#entries + 1] = {cid, conn, principal, manifest, disabled, lease, invalidated}
   end
 end
 

@@ -18,10 +18,13 @@
 --
 -- Keys read and written beyond KEYS, built from ARGV[1] exactly as RedisKeys spells them (the
 -- {ns} hash tag keeps them in KEYS[1]'s slot, as in discovery_read.lua): conn:<cid>,
--- grantees:<cid>, and per principal manifest:, lease: and revalidate-gate:<cid>:<principal>.
+-- grantees:<cid>, and per principal manifest: (read), lease: (read), invalidated: and
+-- revalidate-gate:<cid>:<principal>. Every key it writes is one the edge's least-privilege Redis
+-- user may write (schema/redis-acl-edge.txt): it never writes a manifest hash.
 --
 -- Per (connection, principal):
---   marked stale: the manifest hash, when it holds data, gets invalidated_at = at. Data listed by
+--   marked stale: when the manifest hash holds data, invalidated:<cid>:<principal> = at (a later
+--     mark only moves it forward). Data listed by
 --     a listing that started before `at` stays stale even when it commits later
 --     (shared/freshness.h): a webhook means "what you have may predate a change".
 --   queued: unlike a stale read's revalidation, also while a lease is held (the listing under way
@@ -56,7 +59,11 @@ local function refresh(cid, principal)
   local mkey = prefix .. 'manifest:' .. cid .. ':' .. principal
   local marked = '0'
   if redis.call('HEXISTS', mkey, 'manifest') == 1 then
-    redis.call('HSET', mkey, 'invalidated_at', ARGV[3])
+    local mark = prefix .. 'invalidated:' .. cid .. ':' .. principal
+    local before = tonumber(redis.call('GET', mark))
+    if not before or before < at then
+      redis.call('SET', mark, ARGV[3])
+    end
     marked, marked_any = '1', true
   end
   local status

@@ -37,6 +37,7 @@ import {
   Agent, HttpUpstream, defaultAgentBinary, nodeModules, testUpstreamScript, upstreamStats,
 } from './agent.mjs';
 import {
+  EDGE_REDIS_USER, createEdgeUser,
   Layout, RedisServer, Workerd, argValue, edgeDirArg, loggedProblems, mintToken, repoRoot, runTests,
   signWebhook, sleep,
 } from './harness.mjs';
@@ -49,7 +50,8 @@ const SKIP = 77;
 const NS = 'chain';
 const KID = 'chain-1';
 const SECRET = 'chain-e2e-caller-token-secret-0123456789abc';
-const REDIS_PASSWORD = 'chain-redis-password';
+const REDIS_PASSWORD = 'chain-redis-password';  // the agent's (default) user
+const EDGE_REDIS_PASSWORD = 'chain-edge-redis-password';  // the edges' user: schema/redis-acl-edge.txt
 const FRESH_TTL_MS = 5000;
 const L1_TTL_MS = 500;
 const EDGE_WINDOW_MS = 4000;  // QUIVER_REVALIDATE_WINDOW_MS: one queued revalidation per window
@@ -505,6 +507,7 @@ async function main() {
   try {
     redis = await RedisServer.start({ password: REDIS_PASSWORD });
     db = await redis.client();
+    await createEdgeUser(db, NS, EDGE_REDIS_PASSWORD);
     permUpstream = await HttpUpstream.start(['--per-auth', '--auth-users', 'alice,bob'], { logs });
     agent = await Agent.start({
       binary: agentBinary, config: agentConfig(), logs,
@@ -522,7 +525,8 @@ async function main() {
       QUIVER_REVALIDATE_WINDOW_MS: String(EDGE_WINDOW_MS),
       REDIS_HOST: '127.0.0.1',
       REDIS_PORT: String(redis.port),
-      REDIS_PASSWORD,
+      REDIS_USERNAME: EDGE_REDIS_USER,
+      REDIS_PASSWORD: EDGE_REDIS_PASSWORD,
       QUIVER_WEBHOOK_SECRETS: JSON.stringify({ deploys: WEBHOOK_SECRET }),
     };
     for (let i = 0; i < 2; i++) {
@@ -539,7 +543,7 @@ async function main() {
     await redis?.stop();
     rmSync(tmp, { recursive: true, force: true });
   }
-  failed += loggedProblems(logs, [SECRET, REDIS_PASSWORD, WEBHOOK_SECRET]);
+  failed += loggedProblems(logs, [SECRET, REDIS_PASSWORD, EDGE_REDIS_PASSWORD, WEBHOOK_SECRET]);
   const verdict = failed ? 'FAILED' : 'passed';
   console.log(`${verdict}: ${tests.length} tests in ${Date.now() - started} ms`);
   if (failed) {

@@ -211,7 +211,8 @@ export class RedisError extends Error {}
 
 // A minimal pipelining Redis client for test set-up and checks.
 export class Redis {
-  static connect(port, password) {
+  // `password` alone authenticates the default user; with `username`, that ACL user.
+  static connect(port, password, username = '') {
     return new Promise((resolve, reject) => {
       const socket = net.connect(port, '127.0.0.1');
       socket.once('error', reject);
@@ -219,7 +220,7 @@ export class Redis {
         socket.removeListener('error', reject);
         const r = new Redis(socket);
         try {
-          if (password) await r.call('AUTH', password);
+          if (password) await (username ? r.call('AUTH', username, password) : r.call('AUTH', password));
           resolve(r);
         } catch (e) {
           reject(e);
@@ -265,6 +266,18 @@ export class Redis {
   close() {
     this.socket.destroy();
   }
+}
+
+// The edge's least-privilege Redis user, exactly as schema/redis-acl-edge.txt describes it, for
+// namespace `ns`: created through `admin` (a client of the default user).
+export const EDGE_REDIS_USER = 'quiver-edge';
+export function edgeAclRules(ns) {
+  const text = readFileSync(path.join(repoRoot, 'schema', 'redis-acl-edge.txt'), 'utf8');
+  return text.split('\n').map((l) => l.replace(/#.*/, '').trim()).filter(Boolean)
+    .map((rule) => rule.replaceAll('{ns}', `{${ns}}`));
+}
+export async function createEdgeUser(admin, ns, password) {
+  await admin.call('ACL', 'SETUSER', EDGE_REDIS_USER, 'reset', ...edgeAclRules(ns), `>${password}`);
 }
 
 // ---- processes ---------------------------------------------------------------------------------

@@ -17,9 +17,9 @@ import os from 'node:os';
 import path from 'node:path';
 
 import {
-  Layout, RedisServer, Workerd, argValue, connectionCommands, edgeDirArg, everythingTools,
-  manifestCommands, loggedProblems, manifestJson, mintToken, repoRoot, runTests, signWebhook,
-  signWebhookV1, sleep,
+  EDGE_REDIS_USER, Layout, Redis, RedisServer, Workerd, argValue, connectionCommands,
+  createEdgeUser, edgeDirArg, everythingTools, manifestCommands, loggedProblems, manifestJson,
+  mintToken, repoRoot, runTests, signWebhook, signWebhookV1, sleep,
 } from './harness.mjs';
 
 const edgeDir = edgeDirArg();
@@ -28,7 +28,9 @@ const only = argValue('--only', '');
 const NS = 'e2e';
 const KID = 'k-e2e';
 const SECRET = 'edge-e2e-caller-token-secret-0123456789';
-const REDIS_PASSWORD = 'e2e-redis-password';
+const REDIS_PASSWORD = 'e2e-redis-password';  // the default user: the test's own client
+// The edge runs as the least-privilege user of schema/redis-acl-edge.txt throughout.
+const EDGE_REDIS_PASSWORD = 'e2e-edge-redis-password';
 const WEBHOOK_SECRET = 'edge-e2e-webhook-secret-0123456789';
 const L1_TTL_MS = 300;
 const layout = new Layout(NS);
@@ -67,7 +69,8 @@ function edgeEnv(extra = {}) {
     QUIVER_L1_TTL_MS: String(L1_TTL_MS),
     REDIS_HOST: '127.0.0.1',
     REDIS_PORT: String(redis.port),
-    REDIS_PASSWORD,
+    REDIS_USERNAME: EDGE_REDIS_USER,
+    REDIS_PASSWORD: EDGE_REDIS_PASSWORD,
     QUIVER_WEBHOOK_SECRETS: JSON.stringify({ ci: WEBHOOK_SECRET }),
     REDIS_CONNECT_TIMEOUT_MS: '500',
     REDIS_TIMEOUT_MS: '1000',
@@ -193,6 +196,37 @@ test('a wasm module that fails to instantiate answers 503 and is retried by the 
     await broken?.stop();
     rmSync(dir, { recursive: true, force: true });
   }
+});
+
+test('the edge\'s Redis user reads the namespace and writes only queues, gates, replays and marks',
+     async () => {
+  const as = await Redis.connect(redis.port, EDGE_REDIS_PASSWORD, EDGE_REDIS_USER);
+  try {
+    const refused = async (what, ...command) => {
+      // NOPERM for a command; inside a script Redis says the user "can't access"/"can't run".
+      await assert.rejects(as.call(...command), /NOPERM|can't access|can't run/,
+                           `${what}: ${command.join(' ')}`);
+    };
+    // A grant, a manifest, a lease, a fence, a preference, the connection record: never written.
+    await refused('SADD of a grant', 'SADD', layout.grants('dave'), 'secret');
+    await refused('SET on a grant key', 'SET', layout.grants('dave'), 'x');
+    await refused('HSET of a manifest', 'HSET', layout.manifest('docs', 'shared'), 'manifest', '{}');
+    await refused('SET on a manifest key', 'SET', layout.manifest('docs', 'shared'), 'x');
+    await refused('SET on a lease', 'SET', layout.lease('docs', 'shared'), '1:x');
+    await refused('DEL', 'DEL', layout.conn('docs'));
+    await refused('a script that writes a grant', 'EVAL',
+                  "return redis.call('SET', 'quiver:{e2e}:grants:member/dave', 'x')", '0');
+    await refused('another namespace', 'GET', 'quiver:{other}:epoch');
+    // What it reads and writes.
+    assert.equal(await as.call('SISMEMBER', layout.grants('alice'), 'docs'), 1);
+    assert.equal(await as.call('SET', `${layout.prefix}invalidated:docs:shared`, '1'), 'OK');
+    await refused('DEL of a mark', 'DEL', `${layout.prefix}invalidated:docs:shared`);
+  } finally {
+    as.close();
+    await db.call('DEL', `${layout.prefix}invalidated:docs:shared`);
+  }
+  // Unchanged by all of it.
+  assert.equal(await db.call('SISMEMBER', layout.grants('dave'), 'secret'), 0);
 });
 
 test('GET /v1/manifests shows each caller exactly its granted connections', async () => {
@@ -582,6 +616,7 @@ test('Redis over TLS with AUTH (secureTransport), and a wrong password is a 503'
                         ['SADD', layout.grants('alice'), 'docs'],
                         ...manifestCommands(layout, 'docs', 'shared', manifestJson([
                           { name: 'tls_tool', inputSchema: { type: 'object' } }]))]);
+    await createEdgeUser(tdb, NS, EDGE_REDIS_PASSWORD);
     tdb.close();
 
     // The staged config, trusting the private CA instead of the browsers' ones.
@@ -693,7 +728,8 @@ test('scripts go by EVALSHA; after SCRIPT FLUSH one EVAL in the same request, ne
       const m = text.match(new RegExp(`cmdstat_${cmd}:calls=(\\d+)`));
       return m ? Number(m[1]) : 0;
     };
-    return { eval: calls('eval'), evalsha: calls('evalsha') };
+    // The read-only discovery script goes as EVALSHA_RO / EVAL_RO (schema/redis-acl-edge.txt).
+    return { eval: calls('eval') + calls('eval_ro'), evalsha: calls('evalsha') + calls('evalsha_ro') };
   };
   await settle();
   await resetStream();
@@ -786,6 +822,7 @@ test('Redis down: an L1 copy is served marked stale, else 503 STORE_UNAVAILABLE'
 async function main() {
   redis = await RedisServer.start({ password: REDIS_PASSWORD });
   db = await redis.client();
+  await createEdgeUser(db, NS, EDGE_REDIS_PASSWORD);
   await populate();
   edge = await Workerd.start({ config: path.join(edgeDir, 'workerd.capnp'), env: edgeEnv(), logs });
   let failed = 0;
@@ -797,7 +834,7 @@ async function main() {
     await edge.stop();
     await redis.stop();
   }
-  failed += loggedProblems(logs, [SECRET, REDIS_PASSWORD, WEBHOOK_SECRET]);
+  failed += loggedProblems(logs, [SECRET, REDIS_PASSWORD, EDGE_REDIS_PASSWORD, WEBHOOK_SECRET]);
   const verdict = failed ? 'FAILED' : 'passed';
   console.log(`${verdict}: ${tests.length} tests in ${Date.now() - started} ms`);
   if (failed && process.env.QUIVER_EDGE_LOGS) console.log(logs.join('\n'));

@@ -39,22 +39,24 @@ HashFields conn_fields(const std::string& mode) {
 }
 
 // What discovery_read.lua answers for alice with: `docs` (shared, fresh manifest, one disabled
-// tool), `mail` (per_member, no manifest, lease held), `old` (removed).
+// tool, a webhook's mark at 900 that its listing at 1000 made moot), `mail` (per_member, no manifest, lease held), `old`
+// (removed).
 RespValue good_reply() {
   HashFields manifest = data_entry("h1", 1000, 2000, manifest_json({"a", "b"}));
   return A(
       {S("quiver.discovery.v1"), S("member/alice"), I(42), I(3), S(""), I(1),
        A({A({S("docs"), flat(conn_fields("shared")), S("shared"), flat(manifest), A({S("tool:b")}),
-             I(0)}),
-          A({S("mail"), flat(conn_fields("per_member")), S("member/alice"), A({}), A({}), I(1)}),
-          A({S("old"), A({}), S(""), A({}), A({}), I(0)})})});
+             I(0), S("900")}),
+          A({S("mail"), flat(conn_fields("per_member")), S("member/alice"), A({}), A({}), I(1),
+             RespValue::nil()}),
+          A({S("old"), A({}), S(""), A({}), A({}), I(0), RespValue::nil()})})});
 }
 
 TEST(DiscoveryRedis, ReadCommandCarriesTheScriptTheGrantsKeyAndTheQuery) {
   RedisKeys keys = *RedisKeys::create("team-a");
   Result<RedisCommand> c = discovery_read_command(keys, member_principal("alice"));
   ASSERT_TRUE(c.ok()) << c.error().message;
-  EXPECT_EQ(*c, (RedisCommand{"EVAL", std::string(schema_asset("lua/discovery_read.lua")), "1",
+  EXPECT_EQ(*c, (RedisCommand{"EVAL_RO", std::string(schema_asset("lua/discovery_read.lua")), "1",
                               "quiver:{team-a}:grants:member/alice",
                               "quiver:{team-a}:", "member/alice", "", "", "200"}));
   SnapshotQuery q;
@@ -101,6 +103,8 @@ TEST(DiscoveryRedis, DecodesTheScriptReply) {
   EXPECT_EQ(docs.record->transport, "http");
   EXPECT_EQ(docs.principal, Principal::shared());
   EXPECT_EQ(docs.manifest.at("fetched_at"), "1000");
+  // The webhook's mark (its own key) is read with the manifest it marks.
+  EXPECT_EQ(docs.manifest.at("invalidated_at"), "900");
   EXPECT_EQ(docs.disabled, (DisabledOverlay{"tool:b"}));
   EXPECT_FALSE(docs.lease_held);
   EXPECT_EQ(s->connections[1].principal, member_principal("alice"));
@@ -159,7 +163,10 @@ TEST(DiscoveryRedis, EveryShapeMismatchIsAClearError) {
       {[](RespValue& r) { r.elements[4] = S("a b"); }, "next_after is not a connection id"},
       {[](RespValue& r) { r.elements[6] = S("x"); }, "entries are no array"},
       {[](RespValue& r) { r.elements[3] = I(2); }, "more entries than granted"},
-      {[&](RespValue& r) { entries(r)[0].elements.pop_back(); }, "entry 0: expected an array of 6"},
+      {[&](RespValue& r) { entries(r)[0].elements.pop_back(); }, "entry 0: expected an array of 7"},
+      {[&](RespValue& r) { entries(r)[0].elements[6] = I(900); }, "invalidation mark"},
+      {[&](RespValue& r) { entries(r)[2].elements[6] = S("900"); },
+       "an invalidation mark without a principal"},
       {[&](RespValue& r) { entries(r)[0].elements[0] = S("do:cs"); }, "invalid connection id"},
       {[&](RespValue& r) { entries(r)[0].elements[1].elements.pop_back(); }, "odd number"},
       {[&](RespValue& r) { entries(r)[0].elements[1].elements[1] = I(1); }, "is no string"},
@@ -215,16 +222,16 @@ TEST(DiscoveryRedis, EnqueueCommandGatesLeasesAndStreams) {
   EnqueueOptions options;
   Result<RedisCommand> c = revalidate_enqueue_command(keys, stale_docs(), 5000, options);
   ASSERT_TRUE(c.ok()) << c.error().message;
-  EXPECT_EQ(*c, (RedisCommand{"EVAL", std::string(schema_asset("lua/revalidate_enqueue.lua")), "3",
+  EXPECT_EQ(*c, (RedisCommand{"EVAL", std::string(schema_asset("lua/revalidate_enqueue.lua")), "2",
                               "quiver:{default}:revalidate-gate:docs:shared",
-                              "quiver:{default}:lease:docs:shared", "quiver:{default}:revalidate",
+                              "quiver:{default}:revalidate",
                               "30000", "10000", "5000", "-1", "cid", "docs", "principal", "shared",
                               "reason", "stale", "at", "5000"}));
   Revalidation manual{"docs", member_principal("alice"), "manual", true};
   c = revalidate_enqueue_command(keys, manual, 5000, options);
   ASSERT_TRUE(c.ok());
   EXPECT_EQ((*c)[3], "quiver:{default}:revalidate-gate:docs:member/alice");
-  EXPECT_EQ((*c)[9], "1000");
+  EXPECT_EQ((*c)[8], "1000");
 }
 
 TEST(DiscoveryRedis, EnqueueCommandRefusesBadInput) {

@@ -68,7 +68,8 @@ RespValue discovery_reply(const std::string& member, int64_t epoch, int64_t age,
                         {"expires_at", std::to_string(fetched + 24 * 60 * kMinute)},
                         {"truncated", "0"}});
   return A({S("quiver.discovery.v1"), S("member/" + member), I(epoch), I(1), S(""), I(0),
-            A({A({S("docs"), conn, S("shared"), manifest, A({}), I(lease ? 1 : 0)})})});
+            A({A({S("docs"), conn, S("shared"), manifest, A({}), I(lease ? 1 : 0),
+                  RespValue::nil()})})});
 }
 
 std::string enqueue_reply(const char* outcome) {
@@ -357,7 +358,7 @@ TEST(EdgeService, AReadIsOneRoundTripWithAuthThenTheL1AnswersUntilItsTtl) {
   EXPECT_EQ(s.redis_bytes.rfind("*2\r\n$4\r\nAUTH\r\n$8\r\nredis-pw\r\n*", 0), 0u);
   // The script by its SHA-1, not its text (NOSCRIPT falls back to EVAL: see below).
   EXPECT_NE(
-      s.redis_bytes.find("$7\r\nEVALSHA\r\n$40\r\n" +
+      s.redis_bytes.find("$10\r\nEVALSHA_RO\r\n$40\r\n" +
                          std::string(schema_asset_sha1_of(schema_asset("lua/discovery_read.lua")))),
       std::string::npos);
   EXPECT_EQ(s.redis_bytes.find("$4\r\nEVAL\r\n"), std::string::npos);
@@ -485,7 +486,7 @@ TEST(EdgeService, WithoutAPasswordThereIsNoAuth) {
   EdgeService edge(edge_settings_from_env(env.dump()));
   EdgeStep s = edge.begin(get("/v1/manifests", token_for("alice")), kNow, kRandom);
   ASSERT_EQ(s.action, EdgeAction::kRedis);
-  EXPECT_EQ(s.redis_bytes.rfind("*9\r\n$7\r\nEVALSHA", 0), 0u);
+  EXPECT_EQ(s.redis_bytes.rfind("*9\r\n$10\r\nEVALSHA_RO", 0), 0u);
   s = edge.feed(s.handle, encode_reply(discovery_reply("alice", 1, 0)), kNow);
   ASSERT_EQ(s.action, EdgeAction::kRespond);
   EXPECT_EQ(s.response.status, 200);
@@ -889,7 +890,7 @@ TEST(EdgeService, NoScriptIsAnsweredByOneEvalOnTheSameConnection) {
   // The same read again, as EVAL with the script's text, without AUTH or a new connection.
   ASSERT_EQ(s.action, EdgeAction::kRedis);
   EXPECT_FALSE(s.new_connection);
-  EXPECT_EQ(s.redis_bytes.rfind("*9\r\n$4\r\nEVAL\r\n", 0), 0u);
+  EXPECT_EQ(s.redis_bytes.rfind("*9\r\n$7\r\nEVAL_RO\r\n", 0), 0u);
   EXPECT_EQ(s.redis_bytes.find("AUTH"), std::string::npos);
   EXPECT_NE(s.redis_bytes.find(std::string(schema_asset("lua/discovery_read.lua"))),
             std::string::npos);
@@ -990,6 +991,10 @@ TEST(EdgeService, EvalshaFormNamesTheScriptBySha1) {
   EXPECT_EQ(sha[2], "1");
   EXPECT_EQ(sha[4], "a");
   // Not a compiled-in script, or not EVAL: unchanged.
+  // A read-only script keeps its form.
+  RedisCommand ro = {"EVAL_RO", std::string(schema_asset("lua/discovery_read.lua")), "1", "k", "a"};
+  EXPECT_EQ(evalsha_form(ro)[0], "EVALSHA_RO");
+  EXPECT_EQ(evalsha_form(ro)[1], sha[1]);
   RedisCommand other = {"EVAL", "return 1", "0"};
   EXPECT_EQ(evalsha_form(other), other);
   EXPECT_EQ(evalsha_form({"GET", "k"}), (RedisCommand{"GET", "k"}));
