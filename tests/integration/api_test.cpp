@@ -642,6 +642,8 @@ TEST_P(ApiTest, OnlyOperatorsChangeASharedConnectionsPreferences) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 403);
   EXPECT_EQ(visible_tools("alice", "t"), (std::vector<std::string>{"tool_2", "tool_3"}));
+}
+
 // Issue 9: a body nested as deep as the 64 KiB body bound allows (32,000 levels) used to be built
 // in full, then copied and compared level by level on an API worker's stack. Every JSON the API
 // reads goes through parse_json's depth limit: 400 / 401, and the API keeps answering.
