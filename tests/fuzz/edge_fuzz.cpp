@@ -140,7 +140,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         request->headers.emplace_back("Authorization", "Bearer " + *token);
       }
       if (flags & 2) {
-        auto sig = sign_webhook(kWebhookSecret, request->body, kNowMs);
+        auto sig = sign_webhook(kWebhookSecret, "default", request->body, kNowMs);
         fuzz::check(sig.ok(), "edge: signing the fuzz webhook failed");
         request->headers.emplace_back(kWebhookSignatureHeader, *sig);
       }

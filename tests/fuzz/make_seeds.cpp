@@ -311,7 +311,8 @@ void hand_written() {
              "*2\r\n*1\r\n$3\r\nabc\r\n:9223372036854775807\r\n");
   write_seed("resp", "nested", "*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n");
   // webhook: "<header>\n<body>"
-  auto sig = sign_webhook("fuzz-webhook-secret-0123456789abcdef", R"({"connection_id":"docs"})",
+  auto sig = sign_webhook("fuzz-webhook-secret-0123456789abcdef", "default",
+                          R"({"connection_id":"docs"})",
                           1800000000000);
   write_seed("webhook", "signed", (sig.ok() ? *sig : "") + "\n" + R"({"connection_id":"docs"})");
   write_seed("webhook", "list",

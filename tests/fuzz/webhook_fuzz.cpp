@@ -29,7 +29,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view header = input.substr(0, nl);
   std::string_view body = nl == std::string_view::npos ? std::string_view() : input.substr(nl + 1);
 
-  auto as_sent = verify_webhook(header, body, kSecrets, kNowMs);
+  auto as_sent = verify_webhook(header, body, kSecrets, "default", kNowMs);
   if (!as_sent.ok()) {
     fuzz::check(as_sent.error().code == ErrorCode::kUnauthenticated,
                 "verify_webhook: a refusal that is not kUnauthenticated", as_sent.error().message);
@@ -37,9 +37,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fuzz::check(as_sent->retain_for_ms >= 1, "verify_webhook: retain_for_ms below 1 ms");
   }
 
-  auto signature = sign_webhook(kSecrets, body, kNowMs);
+  auto signature = sign_webhook(kSecrets, "default", body, kNowMs);
   fuzz::check(signature.ok(), "sign_webhook refused");
-  auto ours = verify_webhook(*signature, body, {kSecrets[1]}, kNowMs);
+  auto ours = verify_webhook(*signature, body, {kSecrets[1]}, "default", kNowMs);
   fuzz::check(ours.ok(), "verify_webhook refused our own signature",
               ours.ok() ? "" : ours.error().message);
   fuzz::check(ours->replay_key.rfind("wh:", 0) == 0 && ours->replay_key.size() == 3 + 64,

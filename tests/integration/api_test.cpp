@@ -677,7 +677,7 @@ TEST_P(ApiTest, DeeplyNestedBodiesAndTokensAreRefusedAndTheApiStaysUp) {
   const std::string hook = "{\"connection_id\":\"t\",\"reason\":" + value + "}";
   auto r = client_->Post(
       "/v1/webhooks/refresh",
-      {{kWebhookSignatureHeader, *sign_webhook(kWebhookSecret, hook, system_clock_ms()())}}, hook,
+      {{kWebhookSignatureHeader, *sign_webhook(kWebhookSecret, ns(), hook, system_clock_ms()())}}, hook,
       "application/json");
   ASSERT_TRUE(r) << "webhook: no answer";
   EXPECT_EQ(r->status, 400) << r->body;
