@@ -685,6 +685,7 @@ TEST(ConfigTest, EveryRuntimeControlHasAnEnvironmentOverride) {
   in.env["QUIVER_LEASE_MS"] = "30000";
   in.env["QUIVER_REVALIDATE_CONCURRENCY"] = "4";
   in.env["QUIVER_REQUEST_TIMEOUT_MS"] = "1200";
+  in.env["QUIVER_MAX_LISTING_BYTES"] = "131072";
   AgentConfig cfg = parse_ok(in, file);
   EXPECT_EQ(cfg.runtime.list_timeout_ms, 1500);
   EXPECT_EQ(cfg.runtime.list_concurrency, 9);
@@ -697,6 +698,7 @@ TEST(ConfigTest, EveryRuntimeControlHasAnEnvironmentOverride) {
   EXPECT_EQ(cfg.runtime.lease_ms, 30000);
   EXPECT_EQ(cfg.runtime.revalidate_concurrency, 4);
   EXPECT_EQ(cfg.runtime.request_timeout_ms, 1200);
+  EXPECT_EQ(cfg.runtime.max_listing_bytes, 131072);
   EXPECT_EQ(cfg.env_overrides.size(), kRuntimeControls.size());
   EXPECT_EQ(cfg.effective_config_json()["runtime"]["lease_ms"], 30000);
 }

@@ -437,6 +437,9 @@ class WebhookRedisIntegration : public DiscoveryRedisIntegration {
     for (size_t i = 0; i + 1 < all.elements.size(); i += 2) {
       fields[all.elements[i].str] = all.elements[i + 1].str;
     }
+    // The webhook's mark is a key of its own (schema/redis-keys.md), read with the manifest.
+    RespValue mark = cmd({"GET", *keys_.invalidated(cid, *Principal::parse(principal))});
+    if (mark.is_string()) fields[redis_field::kInvalidatedAt] = mark.str;
     Result<std::optional<CacheEntryMeta>> meta = cache_entry_meta(fields);
     EXPECT_TRUE(meta.ok() && meta->has_value());
     return classify(**meta, FreshnessPolicy{}, "h-" + cid, now).state;
