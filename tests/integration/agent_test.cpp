@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cctype>
+#include <cerrno>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -89,6 +90,12 @@ Json upstream_server(const std::vector<std::string>& flags) {
 AgentConfig make_config(const TempDir& dir, Json servers, Json quiver = Json::object(),
                         EnvMap env = {}, const std::string& data_dir = "data") {
   quiver["data_dir"] = dir.path(data_dir);
+  // Node upstreams can take seconds to start on a loaded machine (ctest -j, other builds): the
+  // default 3.5 s listing deadline would make tests that are not about deadlines fail by chance.
+  // Tests about deadlines set their own.
+  if (!quiver.contains("runtime")) {
+    quiver["runtime"] = {{"list_timeout_ms", 30000}, {"request_timeout_ms", 30000}};
+  }
   Json cfg = {{"mcpServers", servers}, {"quiver", quiver}};
   std::string text = cfg.dump();
   ConfigSources s;
@@ -574,9 +581,7 @@ TEST(AgentPreferences, ToggleReachesTheOverlayWithoutRelisting) {
 // Two agents with their own data directories on one Redis: one preference authority. Toggles go
 // through either, restarts of either never undo a newer toggle, a key one agent listed can be
 // toggled through the other, and a Redis that comes back empty gets the choices back.
-// DISABLED after the merge of the hardening branches (2026-12-02): it throws "std::get: wrong
-// index for variant" on the merged tree (it passed on its own branch); not yet diagnosed.
-TEST(AgentRedis, DISABLED_TwoAgentsShareOnePreferenceAuthority) {
+TEST(AgentRedis, TwoAgentsShareOnePreferenceAuthority) {
   RedisServer redis;
   ASSERT_TRUE(redis.ok()) << redis.error();
   TempDir dir;
@@ -594,6 +599,8 @@ TEST(AgentRedis, DISABLED_TwoAgentsShareOnePreferenceAuthority) {
   auto listed = [&](Agent& agent) {
     Result<RefreshReport> r = agent.refresh_now("t", shared, "manual");
     EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().message) << log.all();
+    EXPECT_TRUE(!r.ok() || r->committed)
+        << r->outcome << ": " << (r->error ? r->error->message : "") << "\n" << log.all();
     return r.ok() && r->committed;
   };
   auto a = start("data-a");
@@ -899,11 +906,7 @@ TEST(AgentHostile, AnEmptyLastCursorEndsTheList) {
 // applied (1,000 pages of 10 tools with 100 KB descriptions: 1 GB received), send a 15 MiB cursor
 // or a cursor cycle. Each now fails the listing with a clear error; the last good manifest stays
 // served with the error recorded, and the agent's memory stays bounded by the listing budget.
-// DISABLED after the merge of the hardening branches (2026-12-02): on the merged tree the
-// upstream's control-command counter never reaches the expected count (it passed on its own
-// branch); not yet diagnosed. The budget, cursor and loop bounds keep their unit tests
-// (McpSession.*) and the deep-reply tests here.
-TEST(AgentHostile, DISABLED_HostileListingsFailAndKeepTheLastGoodManifest) {
+TEST(AgentHostile, HostileListingsFailAndKeepTheLastGoodManifest) {
   RedisServer redis;
   ASSERT_TRUE(redis.ok()) << redis.error();
   TempDir dir;
@@ -911,7 +914,7 @@ TEST(AgentHostile, DISABLED_HostileListingsFailAndKeepTheLastGoodManifest) {
   LogCapture log;
   AgentConfig cfg = make_config(
       dir,
-      {{"h", upstream_server({"--tools", "10000", "--page-size", "10", "--control", ctl,
+      {{"h", upstream_server({"--tools", "2000", "--page-size", "10", "--control", ctl,
                               "--stats-file", dir.path("h.stats")})}},
       {{"redis", redis_url(redis)}});
   cfg.runtime.list_timeout_ms = 60000;  // the deadline of the 6.3 GB report
@@ -930,13 +933,19 @@ TEST(AgentHostile, DISABLED_HostileListingsFailAndKeepTheLastGoodManifest) {
   auto set = [&](const std::string& json) {
     append_line(ctl, R"({"set":)" + json + "}");
     ++commands;
-    // The upstream polls its control file: wait until it has applied this line.
+    // The upstream polls its control file: wait until it has applied this line. The self-heal
+    // may have ended the process that wrote the stats (a failed listing evicts its session);
+    // the next one applies every control line when it starts, so a gone process is as good.
     ASSERT_TRUE(wait_until(
         [&] {
           Json st = read_stats(dir.path("h.stats"));
-          return st.is_object() && st.value("control_commands", int64_t{0}) == commands;
+          if (!st.is_object()) return false;
+          if (st.value("control_commands", int64_t{0}) == commands) return true;
+          const int64_t pid = st.value("pid", int64_t{0});
+          return pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
         },
-        10000));
+        20000))
+        << "the upstream did not apply control line " << commands;
   };
   struct Step {
     const char* set;
@@ -952,7 +961,19 @@ TEST(AgentHostile, DISABLED_HostileListingsFailAndKeepTheLastGoodManifest) {
   for (const Step& step : steps) {
     set(step.set);
     const int64_t peak_before = peak_rss_bytes();
-    Result<RefreshReport> r = agent->refresh_now("h", Principal::shared(), "manual");
+    // The step before failed twice (the listing and its self-heal retry): the upstream backs off
+    // for a few hundred ms and refuses to list meanwhile. Wait that out; the cause is the point.
+    auto refresh_past_backoff = [&] {
+      const int64_t give_up = steady_now_ms() + 15000;
+      for (;;) {
+        Result<RefreshReport> r = agent->refresh_now("h", Principal::shared(), "manual");
+        const bool backing_off = r.ok() && r->error &&
+                                 r->error->message.find("backing off") != std::string::npos;
+        if (!backing_off || steady_now_ms() >= give_up) return r;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    };
+    Result<RefreshReport> r = refresh_past_backoff();
     const int64_t peak_growth = peak_rss_bytes() - peak_before;
     ASSERT_TRUE(r.ok()) << r.error().message;
     EXPECT_EQ(r->outcome, "failed") << step.set << "\n" << log.all();
@@ -961,14 +982,15 @@ TEST(AgentHostile, DISABLED_HostileListingsFailAndKeepTheLastGoodManifest) {
     // as UPSTREAM_UNAVAILABLE naming the cause.
     EXPECT_TRUE(r->error->code == step.code || r->error->code == ErrorCode::kUnavailable)
         << step.set << ": " << r->error->message;
-    EXPECT_NE(r->error->message.find(step.says), std::string::npos) << r->error->message;
+    EXPECT_NE(r->error->message.find(step.says), std::string::npos)
+        << step.set << ": " << r->error->message;
     // The last good manifest is still the one served, the failure recorded beside it.
     std::optional<ManifestMeta> meta = meta_of(agent->store(), "h");
     ASSERT_TRUE(meta);
     EXPECT_EQ(meta->etag, etag) << step.set;
     EXPECT_FALSE(meta->error_code.empty()) << step.set;
     EXPECT_EQ(tool_names(agent->store(), "h").size(), listed);
-    // 1,000 pages of 1 MB were on offer: the agent took at most its 16 MiB budget of them.
+    // 200 pages of 1 MB (200 MB) were on offer: the agent took at most its 16 MiB budget of them.
     EXPECT_LT(peak_growth, int64_t{256} << 20) << step.set << ": peak RSS grew by " << peak_growth;
   }
   // The upstream behaves again: listed and committed once the failure backoff allows. (The
