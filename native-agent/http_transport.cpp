@@ -195,6 +195,7 @@ struct HttpTransport::Impl {
     bool sent_session = false;
     SseParser* sse = nullptr;  // one parser across resumptions: it keeps the last event id
     std::size_t received = 0;  // reply bytes so far, across resumptions
+    std::string unreadable;    // why the first unreadable message could not be read, if any
     // Per HTTP request:
     int status = 0;
     std::string content_type;
@@ -370,12 +371,23 @@ struct HttpTransport::Impl {
 
   // Checks one message text (a message or a batch) and records answered requests.
   Status accept_message_text(const std::string& text, std::set<std::string>* pending,
-                             std::vector<TransportMessage>* out) const {
+                             std::vector<TransportMessage>* out,
+                             std::string* unreadable = nullptr) const {
     auto parsed = parse_jsonrpc_batch(text, options.max_reply_bytes);
-    if (!parsed.ok()) {
-      return fail(parsed.error().code == ErrorCode::kTooLarge ? ErrorCode::kTooLarge
-                                                              : ErrorCode::kInvalidReply,
+    if (!parsed.ok() && parsed.error().code == ErrorCode::kTooLarge) {
+      return fail(ErrorCode::kTooLarge,
                   "the reply of " + where() + " is not JSON-RPC (" + parsed.error().message + ")");
+    }
+    if (!parsed.ok()) {
+      // Unreadable (nested too deep, not JSON-RPC): handed to the session as over stdio, which
+      // counts it and fails the request it answers, if it answers one; a notification that
+      // cannot be read is skipped and the rest of the stream still counts.
+      if (std::optional<int64_t> id = unreadable_response_id(text); id && pending != nullptr) {
+        pending->erase(std::to_string(*id));
+      }
+      if (unreadable != nullptr && unreadable->empty()) *unreadable = parsed.error().message;
+      out->push_back(TransportMessage{text});
+      return Status::Ok();
     }
     for (const JsonRpcMessage& m : *parsed) {
       if (pending != nullptr && (m.kind == JsonRpcKind::kResult || m.kind == JsonRpcKind::kError)) {
@@ -388,9 +400,9 @@ struct HttpTransport::Impl {
 
   // One server-sent event: priming events and events of other types carry no MCP message.
   Status accept_event(const SseEvent& event, std::set<std::string>* pending,
-                      std::vector<TransportMessage>* out) const {
+                      std::vector<TransportMessage>* out, std::string* unreadable = nullptr) const {
     if (event.priming || event.type != "message") return Status::Ok();
-    return accept_message_text(event.data, pending, out);
+    return accept_message_text(event.data, pending, out, unreadable);
   }
 
   bool on_headers(Exchange& ex, const httplib::Response& res) {
@@ -455,7 +467,7 @@ struct HttpTransport::Impl {
         return false;
       }
       if (!event->has_value()) break;
-      Status st = accept_event(**event, &ex.pending, &ex.messages);
+      Status st = accept_event(**event, &ex.pending, &ex.messages, &ex.unreadable);
       if (!st.ok()) {
         ex.failure = st.error();
         return false;
@@ -613,7 +625,7 @@ struct HttpTransport::Impl {
     switch (ex.body) {
       case Exchange::Body::kJson: {
         if (acknowledgement || (blank && !ex.expects_response)) break;
-        Status ok = accept_message_text(ex.buffer, &ex.pending, &ex.messages);
+        Status ok = accept_message_text(ex.buffer, &ex.pending, &ex.messages, &ex.unreadable);
         if (!ok.ok()) return ok;
         deliver(&ex.messages);
         break;
@@ -631,6 +643,10 @@ struct HttpTransport::Impl {
         break;
     }
     if (ex.pending.empty()) return Status::Ok();
+    if (!ex.unreadable.empty()) {
+      return fail(ErrorCode::kInvalidReply, "the reply of " + where() +
+                                                " is not JSON-RPC (" + ex.unreadable + ")");
+    }
     if (ex.body != Exchange::Body::kSse) {
       return fail(ErrorCode::kInvalidReply, "HTTP " + std::to_string(ex.status) + " from " +
                                                 where() + " carries no response to the request");

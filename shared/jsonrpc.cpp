@@ -1,5 +1,7 @@
 #include "shared/jsonrpc.h"
 
+#include <limits>
+
 namespace quiver {
 namespace {
 
@@ -129,6 +131,73 @@ std::string describe(const JsonRpcMessage& m) {
       return "error " + std::to_string(m.error.code) + " for " + dump(m.id);
   }
   return "message";
+}
+
+std::optional<int64_t> unreadable_response_id(std::string_view text) {
+  struct Scan {
+    using number_integer_t = Json::number_integer_t;
+    using number_unsigned_t = Json::number_unsigned_t;
+    using number_float_t = Json::number_float_t;
+    using string_t = Json::string_t;
+    using binary_t = Json::binary_t;
+    std::size_t depth = 0;
+    bool id_next = false;
+    bool response = false;
+    std::optional<int64_t> id;
+    bool top_level_object = false;
+
+    bool scalar() {
+      id_next = false;
+      return true;
+    }
+    bool null() { return scalar(); }
+    bool boolean(bool) { return scalar(); }
+    bool number_integer(number_integer_t v) {
+      if (id_next && depth == 1) id = v;
+      return scalar();
+    }
+    bool number_unsigned(number_unsigned_t v) {
+      if (id_next && depth == 1 && v <= static_cast<number_unsigned_t>(std::numeric_limits<int64_t>::max())) {
+        id = static_cast<int64_t>(v);
+      }
+      return scalar();
+    }
+    bool number_float(number_float_t, const string_t&) { return scalar(); }
+    bool string(string_t&) { return scalar(); }
+    bool binary(binary_t&) { return scalar(); }
+    bool key(string_t& k) {
+      if (depth == 1) {
+        id_next = k == "id";
+        response = response || k == "result" || k == "error";
+      }
+      return true;
+    }
+    bool start_object(std::size_t) {
+      if (depth == 0) top_level_object = true;
+      id_next = false;
+      ++depth;
+      return true;
+    }
+    bool end_object() {
+      --depth;
+      return true;
+    }
+    bool start_array(std::size_t) {
+      id_next = false;
+      ++depth;
+      return true;
+    }
+    bool end_array() {
+      --depth;
+      return true;
+    }
+    bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) {
+      return false;
+    }
+  } scan;
+  if (!Json::sax_parse(text.begin(), text.end(), &scan)) return std::nullopt;
+  if (!scan.top_level_object || !scan.response) return std::nullopt;
+  return scan.id;
 }
 
 }  // namespace quiver

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -50,6 +51,13 @@ Result<JsonRpcMessage> parse_jsonrpc(Json value);
 // Parses text holding one message or a batch (array) of messages.
 Result<std::vector<JsonRpcMessage>> parse_jsonrpc_batch(std::string_view text,
                                                         std::size_t max_bytes = kMaxJsonBytes);
+
+// The integer id of a text that parse_jsonrpc_batch refused (nested past the depth limit, not
+// JSON-RPC 2.0) but that is well-formed JSON, an object with a top-level "id" and a "result" or
+// "error": a response, found without building anything (a SAX pass). Its request can fail at
+// once as an invalid reply instead of waiting for its deadline; any other unreadable text (a
+// notification, garbage) answers nothing and is skipped. nullopt when no such id is found.
+std::optional<int64_t> unreadable_response_id(std::string_view text);
 
 std::string encode_request(int64_t id, std::string_view method, const Json& params);
 std::string encode_notification(std::string_view method, const Json& params);

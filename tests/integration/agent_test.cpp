@@ -840,13 +840,15 @@ TEST(AgentHostile, DeepRepliesAndNotificationsFailOnlyTheirListing) {
   const std::string depth = "200000";
   TestUpstreamHttp json_reply({"--deep-reply", depth, "--json-response"});
   TestUpstreamHttp sse_reply({"--deep-reply", depth});
-  ASSERT_TRUE(json_reply.ok() && sse_reply.ok());
+  TestUpstreamHttp sse_note({"--deep-notify", depth});
+  ASSERT_TRUE(json_reply.ok() && sse_reply.ok() && sse_note.ok());
   Json servers = {
       {"good", upstream_server({})},
       {"stdio_reply", upstream_server({"--deep-reply", depth})},
       {"stdio_note", upstream_server({"--deep-notify", depth})},
       {"http_json_reply", {{"url", json_reply.url()}}},
       {"http_sse_reply", {{"url", sse_reply.url()}}},
+      {"http_sse_note", {{"url", sse_note.url()}}},
   };
   LogCapture log;
   AgentConfig cfg = make_config(dir, servers, {{"allow_private_upstreams", true}});
@@ -865,12 +867,16 @@ TEST(AgentHostile, DeepRepliesAndNotificationsFailOnlyTheirListing) {
     EXPECT_NE(message.find("nested deeper than 128 levels"), std::string::npos)
         << cid << ": " << message;
   }
-  // Over stdio a notification that cannot be read is skipped: the reply after it is listed.
-  Result<RefreshReport> note = agent->refresh_now("stdio_note", Principal::shared(), "manual");
-  ASSERT_TRUE(note.ok());
-  EXPECT_TRUE(note->committed);
-  EXPECT_EQ(tools_state(agent->store(), "stdio_note").first, ListState::kOk) << log.all();
-  EXPECT_EQ(tool_names(agent->store(), "stdio_note").size(), 3u);
+  // Over stdio, and as an SSE event before the reply over HTTP, a notification that cannot be
+  // read is skipped: the reply after it is listed.
+  for (const char* cid : {"stdio_note", "http_sse_note"}) {
+    Result<RefreshReport> note = agent->refresh_now(cid, Principal::shared(), "manual");
+    ASSERT_TRUE(note.ok()) << cid << ": " << note.error().message;
+    EXPECT_TRUE(note->committed) << cid;
+    auto [state, message] = tools_state(agent->store(), cid);
+    EXPECT_EQ(state, ListState::kOk) << cid << ": " << message << "\n" << log.all();
+    EXPECT_EQ(tool_names(agent->store(), cid).size(), 3u) << cid;
+  }
 
   // The agent is alive and lists the good connection, before and after, as often as asked.
   for (int i = 0; i < 2; ++i) {

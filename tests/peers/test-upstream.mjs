@@ -689,6 +689,41 @@ function dripResponse(res) {
   };
 }
 
+// --deep-notify over HTTP: the first SSE event of a list request's stream is preceded by an event
+// carrying a notification nested `depth` deep.
+function prependDeepNotification(res, depth) {
+  // The SDK's HTTP layer sets Content-Length for the body it knows: drop it, or the client would
+  // read only that many bytes of the longer stream.
+  const writeHead = res.writeHead.bind(res);
+  const isLength = (k) => String(k).toLowerCase() === 'content-length';
+  res.writeHead = (status, ...rest) => {
+    res.removeHeader('content-length');
+    const args = rest.map((h) => {
+      if (Array.isArray(h)) {
+        if (h.length > 0 && Array.isArray(h[0])) return h.filter(([k]) => !isLength(k));
+        const flat = [];
+        for (let i = 0; i + 1 < h.length; i += 2) if (!isLength(h[i])) flat.push(h[i], h[i + 1]);
+        return flat;
+      }
+      if (h && typeof h === 'object') {
+        return Object.fromEntries(Object.entries(h).filter(([k]) => !isLength(k)));
+      }
+      return h;
+    });
+    return writeHead(status, ...args);
+  };
+  const write = res.write.bind(res);
+  let sent = false;
+  res.write = (chunk, ...rest) => {
+    const text = typeof chunk === 'string' ? chunk : Buffer.from(chunk).toString('utf8');
+    if (!sent && text.startsWith('event: message')) {
+      sent = true;
+      write(`event: message\ndata: ${deepNotification(depth)}\n\n`);
+    }
+    return write(chunk, ...rest);
+  };
+}
+
 async function handleMcp(req, res, url) {
   if (opts.perAuth && !bearerUser(req.headers.authorization)) {
     return sendJson(res, 401, rpcError(-32001, 'unauthorized'), {
@@ -724,6 +759,9 @@ async function handleMcp(req, res, url) {
     return res.end(`event: message\ndata: ${text}\n\n`);
   }
   if (opts.slowDrip && listRequest) dripResponse(res);
+  if (opts.deepNotify > 0 && listRequest && !opts.jsonResponse) {
+    prependDeepNotification(res, opts.deepNotify);
+  }
 
   if (opts.stateless) {
     const transport = new StreamableHTTPServerTransport({
