@@ -14,7 +14,8 @@
 #   REDIS_PASSWORD (secret), REDIS_USERNAME, REDIS_HOST, REDIS_PORT, REDIS_TLS
 #   QUIVER_NAMESPACE, QUIVER_TOKEN_AUDIENCE, QUIVER_L1_TTL_MS, QUIVER_L1_STALE_IF_ERROR_MS,
 #   QUIVER_L1_MAX_BYTES, QUIVER_FRESH_TTL_MS, QUIVER_MAX_AGE_MS, QUIVER_REVALIDATE_WINDOW_MS,
-#   REDIS_CONNECT_TIMEOUT_MS, REDIS_TIMEOUT_MS
+#   REDIS_CONNECT_TIMEOUT_MS, REDIS_TIMEOUT_MS, QUIVER_REDIS_FAIL_FAST_MS (after a Redis timeout,
+#   answer without waiting on Redis for this long while one request probes it; 0: off)
 using Workerd = import "/workerd/workerd.capnp";
 
 const config :Workerd.Config = (
@@ -59,5 +60,6 @@ const edgeWorker :Workerd.Worker = (
     (name = "REDIS_PASSWORD", fromEnvironment = "REDIS_PASSWORD"),
     (name = "REDIS_CONNECT_TIMEOUT_MS", fromEnvironment = "REDIS_CONNECT_TIMEOUT_MS"),
     (name = "REDIS_TIMEOUT_MS", fromEnvironment = "REDIS_TIMEOUT_MS"),
+    (name = "QUIVER_REDIS_FAIL_FAST_MS", fromEnvironment = "QUIVER_REDIS_FAIL_FAST_MS"),
   ],
 );

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -202,6 +203,10 @@ struct Agent::Impl {
   std::vector<std::thread> workers;
   std::atomic<int64_t> next_claim_at{0};
   std::atomic<int64_t> store_error_logged_at{0};
+  // The store check's view (scheduler thread): the state last seen and the ready record last
+  // seen ("": none yet).
+  std::string last_namespace_state = "ready";
+  std::string last_ready_record;
 
   // ---- helpers ----
 
@@ -308,8 +313,8 @@ struct Agent::Impl {
   void defer(const std::string& cid, const Principal& principal, const std::string& trigger,
              int64_t since_ms) {
     std::string name = pool_name(cid, principal);
-    int64_t horizon = 2 * config.runtime.lease_ms + config.runtime.list_timeout_ms +
-                      options.revalidation_window_ms;
+    int64_t horizon =
+        2 * config.runtime.lease_ms + config.runtime.list_timeout_ms + revalidation_window_ms();
     std::lock_guard<std::mutex> lock(deferred_mu);
     auto it = deferred.find(name);
     if (it != deferred.end()) {
@@ -323,7 +328,13 @@ struct Agent::Impl {
 
   Result<EnqueueOutcome> enqueue(const std::string& cid, const Principal& principal,
                                  const std::string& trigger) {
-    return store->enqueue_revalidation(cid, principal, trigger, options.revalidation_window_ms);
+    return store->enqueue_revalidation(cid, principal, trigger, revalidation_window_ms());
+  }
+
+  // One window for the gate every agent and edge of the namespace shares.
+  int64_t revalidation_window_ms() const {
+    return options.revalidation_window_ms > 0 ? options.revalidation_window_ms
+                                              : config.runtime.revalidate_window_ms;
   }
 
   Result<EnqueueOutcome> request_refresh(const std::string& cid, const Principal& principal,
@@ -581,7 +592,6 @@ struct Agent::Impl {
     }
 
     FencedWriteOptions fenced;
-    fenced.retention_ms = 2 * policy.max_age_ms;
     fenced.release_lease = true;
     Result<FencedWriteResult> written = Error(ErrorCode::kInternal, "nothing written");
     if (write) {
@@ -716,10 +726,113 @@ struct Agent::Impl {
     }
   }
 
+  // ---- the store check: a namespace the store lost, clock skew, dead consumers ----
+
+  // Connections, grants and preference overlays into the store, then the namespace record
+  // `ready`. Between the two writes of the record readers answer 503, never "nothing granted".
+  Status restore_namespace() {
+    if (Status st = store->begin_namespace_restore(options.now_ms()); !st.ok()) return st;
+    if (Status st = sync_config(); !st.ok()) return st;
+    // Overlays are part of the namespace: a tool the team hid must not show after a wipe.
+    if (Status st = prefs->sync_all(); !st.ok()) return st;
+    Result<bool> ready = store->mark_namespace_ready(options.now_ms());
+    if (!ready.ok()) return ready.error();
+    if (!*ready) {
+      return Error(ErrorCode::kStoreNotReady,
+                   "the namespace record vanished while it was being restored (wiped again)");
+    }
+    return Status::Ok();
+  }
+
+  std::string check_store_once() {
+    Result<NamespaceRecord> record = store->read_namespace();
+    if (!record.ok()) {
+      metrics.store_namespace("unknown");
+      log_store_error("store check", record.error());
+      return "unknown";
+    }
+    if (record->state == NamespaceState::kReady) {
+      metrics.store_namespace("ready");
+      if (!last_ready_record.empty() && record->value != last_ready_record) {
+        // Another agent restored (or an agent started on) the namespace: this agent's preference
+        // copy may hold toggles that one had not seen yet.
+        if (Status st = prefs->sync_all(); !st.ok()) {
+          log_store_error("store: merging preferences after a restore", st.error());
+          return "ready";  // again at the next check
+        }
+      }
+      last_ready_record = record->value;
+      last_namespace_state = "ready";
+      return "ready";
+    }
+    const char* seen = namespace_state_name(record->state);
+    metrics.store_namespace(seen);
+    if (last_namespace_state != seen) {
+      logger->warn(kLog, std::string("store: the namespace record is ") + seen +
+                             (record->state == NamespaceState::kMissing
+                                  ? " (the store lost its data: restarted empty, flushed or failed "
+                                    "over): restoring connections, grants and preference overlays; "
+                                    "readers answer 503 until then"
+                                  : ": finishing the restore"));
+    }
+    last_namespace_state = seen;
+    const int64_t t0 = steady_ms();
+    if (Status st = restore_namespace(); !st.ok()) {
+      log_store_error("store: restoring the namespace", st.error());
+      return seen;
+    }
+    last_namespace_state = "ready";
+    last_ready_record.clear();  // the next check takes our own record as the one seen
+    metrics.store_namespace("ready");
+    metrics.namespace_restored();
+    logger->info(kLog, "store: namespace restored in " + std::to_string(steady_ms() - t0) +
+                           " ms; re-listing what it lost");
+    (void)maintenance_once();  // seeds the listings the wipe took
+    return "ready";
+  }
+
+  // This agent's clock against the store's (Redis TIME): reported, warned about past a bound.
+  void measure_clock_skew() {
+    const int64_t before = options.now_ms();
+    Result<std::optional<int64_t>> theirs = store->store_time_ms();
+    const int64_t after = options.now_ms();
+    if (!theirs.ok()) {
+      log_store_error("clock check", theirs.error());
+      return;
+    }
+    if (!theirs->has_value()) return;
+    const int64_t skew = (before + after) / 2 - **theirs;
+    metrics.clock_skew_ms(skew);
+    if (std::llabs(skew) > options.clock_skew_warn_ms) {
+      logger->warn(kLog, "clock: this agent's clock is " + std::to_string(skew) +
+                             " ms off the store's (Redis TIME); freshness and lease times are "
+                             "compared across hosts: fix the clock (NTP)");
+    }
+  }
+
+  // Consumers of the revalidation group left behind by earlier runs and reloads.
+  void remove_dead_consumers() {
+    const int64_t idle = options.dead_consumer_idle_ms > 0 ? options.dead_consumer_idle_ms
+                                                           : int64_t{3'600'000};
+    Result<std::vector<std::string>> removed = store->remove_idle_consumers(consumer, idle);
+    if (!removed.ok()) {
+      log_store_error("maintenance: removing dead consumers", removed.error());
+      return;
+    }
+    if (removed->empty()) return;
+    metrics.consumers_removed(static_cast<int64_t>(removed->size()));
+    std::string names;
+    for (const std::string& n : *removed) names += (names.empty() ? "" : ", ") + n;
+    logger->info(kLog, "maintenance: removed " + std::to_string(removed->size()) +
+                           " dead revalidation consumer(s) (idle, nothing pending): " + names);
+  }
+
   // ---- maintenance ----
 
   MaintenanceReport maintenance_once() {
     MaintenanceReport report;
+    measure_clock_skew();
+    remove_dead_consumers();
     // Re-sync what a flushed or restarted store lost (unchanged records are not rewritten).
     if (Status st = sync_config(); !st.ok()) {
       ++report.errors;
@@ -804,7 +917,12 @@ struct Agent::Impl {
 
   void scheduler_loop() {
     int64_t next_maintenance = steady_ms();
+    int64_t next_store_check = steady_ms() + config.runtime.store_check_interval_ms;
     while (is_running()) {
+      if (options.run_maintenance && steady_ms() >= next_store_check) {
+        (void)check_store_once();
+        next_store_check = steady_ms() + config.runtime.store_check_interval_ms;
+      }
       process_deferred();
       if (options.run_maintenance && steady_ms() >= next_maintenance) {
         (void)maintenance_once();
@@ -913,6 +1031,13 @@ Status Agent::start() {
     std::lock_guard<std::mutex> lock(s.run_mu);
     if (s.started) return Status::Ok();
   }
+  // A namespace never initialised (or lost) is marked `restoring` first: readers answer 503 until
+  // connections, grants and overlays are all in (below).
+  if (Status st = s.store->begin_namespace_restore(s.options.now_ms()); !st.ok()) {
+    s.logger->error(kLog, "cannot reach the store " + s.store->describe() + ": " +
+                              st.error().message);
+    return st;
+  }
   if (Status st = s.sync_config(); !st.ok()) {
     s.logger->error(kLog, "cannot sync the configuration to " + s.store->describe() + ": " +
                               st.error().message);
@@ -927,7 +1052,15 @@ Status Agent::start() {
     }
   }
   if (Status st = s.prefs->sync_all(); !st.ok()) {
+    // The namespace stays `restoring` (readers: 503) until the store check gets them in.
     s.logger->warn(kLog, "preferences not yet merged with the store: " + st.error().message);
+  } else if (Result<bool> ready = s.store->mark_namespace_ready(s.options.now_ms());
+             !ready.ok() || !*ready) {
+    s.logger->warn(kLog, "the namespace record could not be marked ready yet: " +
+                             (ready.ok() ? std::string("it vanished (the store was flushed)")
+                                         : ready.error().message));
+  } else {
+    s.metrics.store_namespace("ready");
   }
   {
     std::lock_guard<std::mutex> lock(s.run_mu);
@@ -1082,6 +1215,7 @@ Status Agent::set_preference(const std::string& connection_id, const Principal& 
 }
 
 MaintenanceReport Agent::run_maintenance_once() { return impl_->maintenance_once(); }
+std::string Agent::check_store_once() { return impl_->check_store_once(); }
 
 std::size_t Agent::drain_revalidations_once(int64_t block_ms) {
   return impl_->drain_once(block_ms);

@@ -75,13 +75,19 @@ struct AgentOptions {
   bool run_revalidation_workers = true;
   bool run_maintenance = true;
 
-  // request_refresh's gate: one queued request per key per window.
-  int64_t revalidation_window_ms = 10'000;
+  // request_refresh's gate: one queued request per key per window. 0: the configuration's
+  // runtime.revalidate_window_ms (the one the edge uses too).
+  int64_t revalidation_window_ms = 0;
   // How long a revalidation worker blocks on an empty queue (also bounds stop()'s wait).
   int64_t revalidation_block_ms = 200;
   // Entries delivered this long ago and not acknowledged belong to a crashed consumer: claimed.
   // 0: 2 × lease_ms.
   int64_t claim_idle_ms = 0;
+  // Consumers of the group idle this long with nothing pending are removed by maintenance (an
+  // earlier run's or reload's name). 0: one hour.
+  int64_t dead_consumer_idle_ms = 0;
+  // A clock further than this from the store's (Redis TIME) is logged as a warning.
+  int64_t clock_skew_warn_ms = 2'000;
   // Consumer name in the group; empty: "agent-<hostname>-<pid>-<random hex>" (unique per instance).
   std::string consumer_name;
   // Pooled upstream connections: list_changed debounce and the watcher's visiting interval.
@@ -136,6 +142,10 @@ class Agent final : public AgentService {
   // --- steps the threads run, callable by hand ---
   // One full maintenance pass (every page of the walk, plus seeding).
   MaintenanceReport run_maintenance_once();
+  // One store check: reads the namespace record and, when the store lost the namespace, restores
+  // it (connections, grants, preference overlays; then marks it ready and runs maintenance).
+  // The state it leaves (Metrics::store_namespace): "ready", "restoring", "missing", "unknown".
+  std::string check_store_once();
   // Reads (and claims stale) revalidation requests once, refreshes them, acknowledges them.
   // Returns how many requests were handled.
   std::size_t drain_revalidations_once(int64_t block_ms = 0);

@@ -325,6 +325,12 @@ struct ApiServer::Impl {
   bool bg_stop = false;
   std::thread bg_thread;
 
+  // Routine events, not problems (INFO where `log` is WARN).
+  void note(const std::string& line) const {
+    if (options.log_info) return options.log_info(agent.config().redact(line));
+    log(line);
+  }
+
   void log(const std::string& line) const {
     if (options.log) options.log(agent.config().redact(line));
   }
@@ -499,7 +505,31 @@ struct ApiServer::Impl {
                   : std::string("the cache store is unavailable"));
       return send(r, res);
     }
+    // The namespace record: a store that lost its data (restarted empty, flushed) answers PING
+    // but holds nothing to serve until an agent restores it; discovery answers 503 meanwhile.
+    Result<NamespaceRecord> ns = agent.store().read_namespace();
+    if (!ns.ok() || ns->state != NamespaceState::kReady) {
+      const std::string state = !ns.ok()                                   ? "unknown"
+                                : ns->state == NamespaceState::kMissing ? "namespace_missing"
+                                                                          : "restoring";
+      if (!ns.ok()) log("api: healthz: " + ns.error().message);
+      HttpResponse r = error_response(
+          HttpErrorCode::kStoreUnavailable,
+          state == "namespace_missing"
+              ? "the store lost this namespace (restarted empty or flushed); an agent is restoring it"
+              : "the store's namespace is being restored");
+      Result<Json> parsed = parse_json(r.body);
+      if (parsed.ok() && parsed->is_object()) {
+        (*parsed)["status"] = "restoring";
+        (*parsed)["store"] = state;
+        r.body = json_text(*parsed);
+      }
+      return send(r, res);
+    }
     Json body = Json::object({{"status", "ok"}});
+    if (std::optional<int64_t> skew = agent.metrics().clock_skew_ms()) {
+      body["clock_skew_ms"] = *skew;  // this agent's clock minus the store's
+    }
     if (details) body["store"] = agent.store().describe();
     send(json_response(200, body), res);
   }
@@ -816,7 +846,7 @@ struct ApiServer::Impl {
                            marked.ok() && *marked});
       }
     }
-    log("api: webhook accepted (" + std::to_string(parsed->targets.size()) + " target(s), reason " +
+    note("api: webhook accepted (" + std::to_string(parsed->targets.size()) + " target(s), reason " +
         parsed->targets.front().reason + ")");
     HttpResponse accepted;
     accepted.status = 202;

@@ -72,6 +72,8 @@ struct ApiServerOptions {
   std::size_t search_cache_bytes = std::size_t{64} << 20;
   Clock now_ms = system_clock_ms();
   ApiLog log;  // null: no log
+  // Routine events (an accepted webhook): the log at INFO. Null: they go to `log`.
+  ApiLog log_info;
 };
 
 // The options a configuration implies (listen address; the rest default).

@@ -182,6 +182,7 @@ Result<Running> start_running(const AgentConfig& config, LogLevel level, StartFa
   Agent& agent = *r.agent;
   ApiServerOptions api = api_server_options(agent.config());
   api.log = [&agent](const std::string& line) { agent.logger().warn("api", line); };
+  api.log_info = [&agent](const std::string& line) { agent.logger().info("api", line); };
   r.server = std::make_unique<ApiServer>(agent, api);
   if (Status st = r.server->start(); !st.ok()) {
     if (st.error().code == ErrorCode::kInvalidArgument) {

@@ -106,6 +106,16 @@ std::string text_of(const Json& status) {
   const Json& cfg = status["config"];
   std::string out;
   out += "store:      " + str(status["store"]) + " (" + str(status["store_health"]) + ")\n";
+  if (status.contains("store_namespace")) {
+    out += "store data: namespace " + str(status["store_namespace"]) +
+           (str(status["store_namespace"]) == "ready"
+                ? std::string()
+                : std::string(" (the store lost it; a running agent restores it)")) +
+           "\n";
+  }
+  if (status.contains("clock_skew_ms")) {
+    out += "clock skew: " + str(status["clock_skew_ms"]) + " ms (this host minus the store)\n";
+  }
   out += "namespace:  " + str(cfg["namespace"]) + "\n";
   out += "listen:     " + str(cfg["listen"]) + "\n";
   out += "data dir:   " + str(cfg["data_dir"]) + "\n";
@@ -172,6 +182,17 @@ int cmd_status(const std::vector<std::string>& argv) {
   status["store"] = store.describe();
   Status health = store.health();
   status["store_health"] = health.ok() ? "ok" : "unavailable: " + health.error().message;
+  if (health.ok()) {
+    // A store that lost its data answers PING but holds no namespace until an agent restores it.
+    Result<NamespaceRecord> ns = store.read_namespace();
+    status["store_namespace"] = ns.ok() ? namespace_state_name(ns->state) : "unknown";
+    const int64_t before = system_clock_ms()();
+    Result<std::optional<int64_t>> theirs = store.store_time_ms();
+    const int64_t after = system_clock_ms()();
+    if (theirs.ok() && theirs->has_value()) {
+      status["clock_skew_ms"] = (before + after) / 2 - **theirs;  // this host minus the store
+    }
+  }
   status["config"] = config->effective_config_json();
   Json conns = Json::array();
   if (health.ok()) {

@@ -49,6 +49,8 @@ const std::vector<RuntimeControlInfo> kRuntimeControls = {
     {"maintenance_batch", "QUIVER_MAINTENANCE_BATCH", 1, 10000, false},
     {"lease_ms", "QUIVER_LEASE_MS", 1, kDayMs, false},
     {"revalidate_concurrency", "QUIVER_REVALIDATE_CONCURRENCY", 1, 1024, false},
+    {"revalidate_window_ms", "QUIVER_REVALIDATE_WINDOW_MS", 1, kDayMs, false},
+    {"store_check_interval_ms", "QUIVER_STORE_CHECK_INTERVAL_MS", 50, 600000, false},
 };
 
 FreshnessPolicy RuntimeControls::freshness_policy() const {
@@ -712,6 +714,8 @@ Slot slot(RuntimeControls& r, std::string_view field) {
   if (field == "maintenance_batch") return {&r.maintenance_batch, nullptr};
   if (field == "lease_ms") return {&r.lease_ms, nullptr};
   if (field == "revalidate_concurrency") return {&r.revalidate_concurrency, nullptr};
+  if (field == "revalidate_window_ms") return {&r.revalidate_window_ms, nullptr};
+  if (field == "store_check_interval_ms") return {&r.store_check_interval_ms, nullptr};
   return {};
 }
 

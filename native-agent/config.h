@@ -170,6 +170,11 @@ struct RuntimeControls {
   int64_t maintenance_batch = 20;
   int64_t lease_ms = 60000;            // must exceed list_timeout_ms
   int64_t revalidate_concurrency = 3;  // background revalidations at once
+  // One queued revalidation per (connection, principal) per window: the gate key agents and edges
+  // share (the edge reads the same QUIVER_REVALIDATE_WINDOW_MS).
+  int64_t revalidate_window_ms = 30000;
+  // How often the agent checks the store's namespace record (and restores a wiped namespace).
+  int64_t store_check_interval_ms = 1000;
 
   // fresh TTL, max age and ratio from here; the upstream-TTL floor is min(60 s, fresh TTL).
   FreshnessPolicy freshness_policy() const;

@@ -117,6 +117,39 @@ int64_t Metrics::listing_count() const {
   return listing_count_;
 }
 
+void Metrics::store_namespace(std::string_view state) {
+  std::lock_guard<std::mutex> lock(mu_);
+  namespace_state_ = std::string(state);
+}
+void Metrics::namespace_restored() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++namespace_restores_;
+}
+void Metrics::clock_skew_ms(int64_t skew) {
+  std::lock_guard<std::mutex> lock(mu_);
+  clock_skew_ms_ = skew;
+}
+void Metrics::consumers_removed(int64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  consumers_removed_ += n;
+}
+std::string Metrics::store_namespace() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return namespace_state_;
+}
+std::optional<int64_t> Metrics::clock_skew_ms() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return clock_skew_ms_;
+}
+int64_t Metrics::namespace_restores() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return namespace_restores_;
+}
+int64_t Metrics::consumers_removed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return consumers_removed_;
+}
+
 std::string Metrics::prometheus_text() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::ostringstream out;
@@ -151,6 +184,22 @@ std::string Metrics::prometheus_text() const {
   out << "quiver_listing_duration_seconds_bucket{le=\"+Inf\"} " << listing_count_ << '\n';
   out << "quiver_listing_duration_seconds_sum " << format_double(listing_sum_seconds_) << '\n';
   out << "quiver_listing_duration_seconds_count " << listing_count_ << '\n';
+  family(out, "quiver_store_namespace_ready", "gauge",
+         "1 while the store's namespace record says ready; 0 while it is missing (the store lost "
+         "its data) or being restored.");
+  out << "quiver_store_namespace_ready " << (namespace_state_ == "ready" ? 1 : 0) << '\n';
+  family(out, "quiver_store_namespace_restores_total", "counter",
+         "Namespaces this agent restored after the store lost them.");
+  out << "quiver_store_namespace_restores_total " << namespace_restores_ << '\n';
+  family(out, "quiver_revalidation_consumers_removed_total", "counter",
+         "Dead consumers (idle, nothing pending) removed from the revalidation group.");
+  out << "quiver_revalidation_consumers_removed_total " << consumers_removed_ << '\n';
+  if (clock_skew_ms_) {
+    family(out, "quiver_clock_skew_seconds", "gauge",
+           "This agent's clock minus the store's clock (Redis TIME), in seconds.");
+    out << "quiver_clock_skew_seconds " << format_double(static_cast<double>(*clock_skew_ms_) / 1000)
+        << '\n';
+  }
   return out.str();
 }
 

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,6 +45,21 @@ class Metrics {
   void revalidation_dropped();           // quiver_revalidations_dropped_total
   void listing_duration_ms(int64_t ms);  // quiver_listing_duration_seconds
 
+  // --- the store (set by the agent's store check and maintenance pass) ---
+  // The namespace record as last seen: "ready", "restoring", "missing", or "unknown" (the store
+  // could not be asked). quiver_store_namespace_ready is 1 only for "ready".
+  void store_namespace(std::string_view state);
+  void namespace_restored();  // quiver_store_namespace_restores_total
+  // This agent's clock minus the store's (Redis TIME), ms: quiver_clock_skew_seconds. Unset until
+  // measured (and for a store without a clock of its own): the gauge is absent.
+  void clock_skew_ms(int64_t skew);
+  void consumers_removed(int64_t n);  // quiver_revalidation_consumers_removed_total
+
+  std::string store_namespace() const;           // "unknown" before the first check
+  std::optional<int64_t> clock_skew_ms() const;  // nullopt until measured
+  int64_t namespace_restores() const;
+  int64_t consumers_removed() const;
+
   // Reads for tests and status output (0 when never incremented).
   int64_t discovery_hits() const;
   int64_t discovery_stale_serves() const;
@@ -69,6 +85,10 @@ class Metrics {
   int64_t dropped_ = 0;
   std::vector<int64_t> bucket_counts_ = std::vector<int64_t>(kListingDurationBucketCount, 0);
   int64_t listing_count_ = 0;
+  std::string namespace_state_ = "unknown";
+  int64_t namespace_restores_ = 0;
+  std::optional<int64_t> clock_skew_ms_;
+  int64_t consumers_removed_ = 0;
   double listing_sum_seconds_ = 0;
 
   static constexpr std::size_t kListingDurationBucketCount = 11;

@@ -15,6 +15,7 @@
 #include "shared/discovery_redis.h"
 #include "shared/preferences_redis.h"
 #include "shared/resp.h"
+#include "shared/schema_assets.h"
 
 namespace quiver {
 
@@ -649,6 +650,52 @@ Status RedisStore::health() {
   return Status::Ok();
 }
 
+// ---- the namespace record ----------------------------------------------------------------------
+
+Result<NamespaceRecord> RedisStore::read_namespace() {
+  Result<RespValue> r = impl_->one({"GET", impl_->keys.namespace_record()}, "GET namespace");
+  if (!r.ok()) return r.error();
+  NamespaceRecord out;
+  if (r->is_nil()) return out;
+  std::optional<std::string_view> v = r->as_string();
+  if (!v) return Error(ErrorCode::kInvalidReply, "redis namespace record: not a string");
+  out.value = std::string(*v);
+  // `restoring:` or anything else a reader would not serve counts as restoring.
+  out.state = starts_with(*v, std::string(kNamespaceReady) + ":") ? NamespaceState::kReady
+                                                                  : NamespaceState::kRestoring;
+  return out;
+}
+
+Status RedisStore::begin_namespace_restore(int64_t now_ms) {
+  Result<RespValue> r = impl_->one({"SET", impl_->keys.namespace_record(),
+                                    std::string(kNamespaceRestoring) + ":" + std::to_string(now_ms),
+                                    "NX"},
+                                   "SET namespace");
+  return r.ok() ? Status::Ok() : Status(r.error());
+}
+
+Result<bool> RedisStore::mark_namespace_ready(int64_t now_ms) {
+  Result<RespValue> r = impl_->one({"SET", impl_->keys.namespace_record(),
+                                    std::string(kNamespaceReady) + ":" + std::to_string(now_ms),
+                                    "XX"},
+                                   "SET namespace");
+  if (!r.ok()) return r.error();
+  return r->is_ok();  // nil: no record to update (wiped since the restore began)
+}
+
+Result<std::optional<int64_t>> RedisStore::store_time_ms() {
+  Result<RespValue> r = impl_->one({"TIME"}, "TIME");
+  if (!r.ok()) return r.error();
+  const std::vector<RespValue>* a = r->as_array();
+  int64_t sec = 0, usec = 0;
+  if (a == nullptr || a->size() != 2 || !(*a)[0].as_string() || !(*a)[1].as_string() ||
+      !parse_i64(std::string(*(*a)[0].as_string()), &sec) ||
+      !parse_i64(std::string(*(*a)[1].as_string()), &usec)) {
+    return Error(ErrorCode::kInvalidReply, "redis TIME: unexpected reply");
+  }
+  return std::optional<int64_t>(sec * 1000 + usec / 1000);
+}
+
 // ---- leases and fenced writes ------------------------------------------------------------------
 
 Result<AcquireResult> RedisStore::acquire_lease(std::string_view cid, const Principal& principal,
@@ -1210,6 +1257,53 @@ Result<RevalidationBatch> RedisStore::claim_stale_revalidations(std::string_view
     if (start == "0-0") break;
   }
   return out;
+}
+
+Result<std::vector<std::string>> RedisStore::remove_idle_consumers(std::string_view self,
+                                                                   int64_t min_idle_ms) {
+  if (min_idle_ms < 0) return invalid("remove_idle_consumers: min_idle_ms must be >= 0");
+  const std::string stream = impl_->keys.revalidate_stream();
+  Result<std::vector<RespValue>> info =
+      impl_->main.run({{"XINFO", "CONSUMERS", stream, kRevalidateConsumerGroup}});
+  if (!info.ok()) return info.error();
+  const RespValue& v = (*info)[0];
+  std::vector<std::string> removed;
+  if (v.is_error()) {
+    // No stream or no group yet (a fresh or wiped store): nobody to remove.
+    if (starts_with(v.str, "NOGROUP") || starts_with(v.str, "ERR no such key")) return removed;
+    return reply_error(v, "XINFO CONSUMERS");
+  }
+  const std::vector<RespValue>* consumers = v.as_array();
+  if (consumers == nullptr) {
+    return Error(ErrorCode::kInvalidReply, "redis XINFO CONSUMERS: unexpected reply");
+  }
+  std::string_view text = schema_asset("lua/consumer_remove.lua");
+  if (text.empty()) {
+    return Error(ErrorCode::kInternal, "schema/lua/consumer_remove.lua is not compiled in");
+  }
+  for (const RespValue& c : *consumers) {
+    // [name, <name>, pending, <n>, idle, <ms>, ...] (RESP2 flat map; 7.2 adds `inactive`).
+    std::string name;
+    int64_t pending = -1, idle = -1;
+    if (const std::vector<RespValue>* kv = c.as_array()) {
+      for (std::size_t i = 0; i + 1 < kv->size(); i += 2) {
+        std::optional<std::string_view> k = (*kv)[i].as_string();
+        if (!k) continue;
+        const RespValue& val = (*kv)[i + 1];
+        if (*k == "name" && val.as_string()) name = std::string(*val.as_string());
+        if (*k == "pending") pending = val.as_int().value_or(-1);
+        if (*k == "idle") idle = val.as_int().value_or(-1);
+      }
+    }
+    if (name.empty() || name == self || pending != 0 || idle < min_idle_ms) continue;
+    Result<RespValue> r = impl_->one({"EVAL", std::string(text), "1", stream,
+                                      kRevalidateConsumerGroup, name},
+                                     "consumer_remove");
+    if (!r.ok()) return r.error();
+    if (r->as_int() == std::optional<int64_t>(1)) removed.push_back(name);
+  }
+  std::sort(removed.begin(), removed.end());
+  return removed;
 }
 
 // ---- replay guard ------------------------------------------------------------------------------

@@ -55,6 +55,10 @@ class RedisStore final : public ManifestStore {
 
   std::string describe() const override;
   Status health() override;
+  Result<NamespaceRecord> read_namespace() override;
+  Status begin_namespace_restore(int64_t now_ms) override;
+  Result<bool> mark_namespace_ready(int64_t now_ms) override;
+  Result<std::optional<int64_t>> store_time_ms() override;
 
   Result<AcquireResult> acquire_lease(std::string_view cid, const Principal& principal,
                                       std::string_view token, int64_t lease_ms) override;
@@ -103,6 +107,8 @@ class RedisStore final : public ManifestStore {
                                                       int64_t min_idle_ms,
                                                       std::size_t max) override;
 
+  Result<std::vector<std::string>> remove_idle_consumers(std::string_view self,
+                                                         int64_t min_idle_ms) override;
   Result<bool> remember_once(std::string_view key, int64_t ttl_ms) override;
 
  private:

@@ -167,6 +167,19 @@ Status SqliteStore::health() {
   return Status::Ok();
 }
 
+// The embedded store is the agent's own file: no other process empties it under a running agent,
+// so its namespace is always initialised, and there is no other clock to compare with.
+Result<NamespaceRecord> SqliteStore::read_namespace() {
+  return NamespaceRecord{NamespaceState::kReady, "ready"};
+}
+Status SqliteStore::begin_namespace_restore(int64_t) { return Status::Ok(); }
+Result<bool> SqliteStore::mark_namespace_ready(int64_t) { return true; }
+Result<std::optional<int64_t>> SqliteStore::store_time_ms() { return std::optional<int64_t>(); }
+// The SQLite queue has no consumer group: a claimed row names no consumer that could go stale.
+Result<std::vector<std::string>> SqliteStore::remove_idle_consumers(std::string_view, int64_t) {
+  return std::vector<std::string>{};
+}
+
 // ---- leases ------------------------------------------------------------------------------------
 
 namespace {
@@ -404,8 +417,7 @@ Result<FencedWriteResult> SqliteStore::commit_manifest(std::string_view cid,
         .integer(":fresh_until", write.fresh_until_ms)
         .integer(":expires_at", write.expires_at_ms)
         .text_or_null(":cache_scope", write.cache_scope)
-        .integer(":truncated", write.truncated ? 1 : 0)
-        .integer(":retain_until", now + options.retention_ms);
+        .integer(":truncated", write.truncated ? 1 : 0);
     if (Result<int> r = q.run(); !r.ok()) return r.error();
   }
   Result<int64_t> epoch = bump_epoch_locked(s);
@@ -445,8 +457,7 @@ Result<FencedWriteResult> SqliteStore::record_failure(std::string_view cid,
         .text(":error_code", failure.error_code)
         .text(":error_message", cut_utf8(failure.error_message, kMaxErrorMessageBytes))
         .integer(":error_at", failure.error_at_ms)
-        .integer(":attempt_at", failure.attempt_at_ms)
-        .integer(":retain_until", now + options.retention_ms);
+        .integer(":attempt_at", failure.attempt_at_ms);
     if (Result<int> r = q.run(); !r.ok()) return r.error();
   }
   if (options.release_lease) {

@@ -111,4 +111,16 @@ Status validate_revalidation_reason(std::string_view reason) {
   return Status::Ok();
 }
 
+const char* namespace_state_name(NamespaceState state) {
+  switch (state) {
+    case NamespaceState::kMissing:
+      return "missing";
+    case NamespaceState::kRestoring:
+      return "restoring";
+    case NamespaceState::kReady:
+      return "ready";
+  }
+  return "missing";
+}
+
 }  // namespace quiver

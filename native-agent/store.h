@@ -154,6 +154,22 @@ struct RevalidationBatch {
   std::vector<std::string> malformed_ids;
 };
 
+// ---- the namespace record ----------------------------------------------------------------------
+
+// Whether the store holds an initialised namespace (RedisKeys::namespace_record): a Redis that
+// restarted empty (or was flushed) has lost connections, grants and overlays, and readers must
+// not take that for "nothing granted". Agents restore it (begin_namespace_restore, sync, then
+// mark_namespace_ready); readers refuse to serve it in between.
+enum class NamespaceState { kMissing = 0, kRestoring, kReady };
+const char* namespace_state_name(NamespaceState state);  // "missing", "restoring", "ready"
+
+struct NamespaceRecord {
+  NamespaceState state = NamespaceState::kMissing;
+  // The record as stored (`ready:<at>`: each restore writes a new one, so an agent that sees it
+  // change knows another agent restored the namespace and merges its own preference copy in).
+  std::string value;
+};
+
 // ---- the store ---------------------------------------------------------------------------------
 
 class ManifestStore {
@@ -164,6 +180,19 @@ class ManifestStore {
   virtual std::string describe() const = 0;
   // One round trip to the backend: ok, or why not (kUnavailable, kUnauthenticated).
   virtual Status health() = 0;
+
+  // --- the namespace record (NamespaceState) ---
+  // RedisStore: quiver:{ns}:namespace. SqliteStore: always kReady (the file is the agent's own;
+  // nothing else can empty it under a running agent) and the writes are no-ops.
+  virtual Result<NamespaceRecord> read_namespace() = 0;
+  // Marks the namespace `restoring` unless a record is there (never demotes a ready one).
+  virtual Status begin_namespace_restore(int64_t now_ms) = 0;
+  // Marks it `ready`, only if a record is still there: false when it vanished since
+  // begin_namespace_restore (wiped again mid-restore: the caller restores again).
+  virtual Result<bool> mark_namespace_ready(int64_t now_ms) = 0;
+  // The store's own clock (Redis TIME), for the agent's clock-skew report; nullopt when the store
+  // has no clock of its own (SqliteStore).
+  virtual Result<std::optional<int64_t>> store_time_ms() = 0;
 
   // --- leases (shared/lease.h semantics: token 32–128 lowercase hex, lease_ms > 0) ---
 
@@ -276,6 +305,14 @@ class ManifestStore {
   virtual Result<RevalidationBatch> claim_stale_revalidations(std::string_view consumer,
                                                               int64_t min_idle_ms,
                                                               std::size_t max) = 0;
+
+  // Consumers of the revalidation group other than `self` that have been idle at least
+  // `min_idle_ms` and hold no pending entries (a restarted or reloaded agent's old names; what
+  // they held is taken over by claim_stale_revalidations first): removed from the group, their
+  // names returned (sorted). A consumer with pending entries is kept. SqliteStore has no
+  // consumers: always empty.
+  virtual Result<std::vector<std::string>> remove_idle_consumers(std::string_view self,
+                                                                 int64_t min_idle_ms) = 0;
 
   // --- webhook replay guard ---
 

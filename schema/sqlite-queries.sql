@@ -148,33 +148,33 @@ SELECT fence FROM manifests WHERE connection_id = :connection_id AND principal =
 SELECT 1 FROM manifests WHERE connection_id = :connection_id AND principal = :principal;
 
 -- name: manifest_commit
--- manifest_commit.lua's write: the data fields, the error fields cleared, attempt_at = fetched_at,
--- retention restarted.
+-- manifest_commit.lua's write: the data fields, the error fields cleared, attempt_at = fetched_at.
+-- No retention (retain_until NULL, also clearing one an older agent set): like the Redis hash, the
+-- row stays until its connection or principal goes.
 INSERT INTO manifests
   (connection_id, principal, manifest, etag, config_hash, fence, fetched_at, fresh_until,
    expires_at, cache_scope, truncated, error_code, error_message, error_at, attempt_at,
    retain_until)
 VALUES
   (:connection_id, :principal, :manifest, :etag, :config_hash, :fence, :fetched_at, :fresh_until,
-   :expires_at, :cache_scope, :truncated, NULL, NULL, NULL, :fetched_at, :retain_until)
+   :expires_at, :cache_scope, :truncated, NULL, NULL, NULL, :fetched_at, NULL)
 ON CONFLICT (connection_id, principal) DO UPDATE SET
   manifest = excluded.manifest, etag = excluded.etag, config_hash = excluded.config_hash,
   fence = excluded.fence, fetched_at = excluded.fetched_at, fresh_until = excluded.fresh_until,
   expires_at = excluded.expires_at, cache_scope = excluded.cache_scope,
   truncated = excluded.truncated, error_code = NULL, error_message = NULL, error_at = NULL,
-  attempt_at = excluded.attempt_at, retain_until = excluded.retain_until;
+  attempt_at = excluded.attempt_at, retain_until = NULL;
 
 -- name: manifest_record_failure
 -- manifest_fail.lua's write: only the error fields and attempt_at. A new row is error-only (no
--- manifest, no config_hash) and gets the retention; an existing row keeps its data, its
--- config_hash and its retention.
+-- manifest, no config_hash); an existing row keeps its data and its config_hash. No retention
+-- either way (retain_until NULL): the last good manifest and its error stay.
 INSERT INTO manifests
   (connection_id, principal, error_code, error_message, error_at, attempt_at, retain_until)
-VALUES (:connection_id, :principal, :error_code, :error_message, :error_at, :attempt_at,
-        :retain_until)
+VALUES (:connection_id, :principal, :error_code, :error_message, :error_at, :attempt_at, NULL)
 ON CONFLICT (connection_id, principal) DO UPDATE SET
   error_code = excluded.error_code, error_message = excluded.error_message,
-  error_at = excluded.error_at, attempt_at = excluded.attempt_at;
+  error_at = excluded.error_at, attempt_at = excluded.attempt_at, retain_until = NULL;
 
 -- name: manifest_select
 -- One manifest row, body included, unless past its retention. Columns as manifest_select_meta,

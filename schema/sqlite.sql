@@ -86,8 +86,9 @@ CREATE TABLE IF NOT EXISTS grants (
 -- A row is a good manifest (manifest IS NOT NULL, with everything a reader needs to classify it),
 -- possibly with the error of a later failed refresh, or an error-only row (no good listing yet).
 -- An error-only row never carries a config_hash: a failed refresh must not make a listing that
--- never happened look current. retain_until is the Redis key's PEXPIRE: past it the row may be
--- purged.
+-- never happened look current. retain_until: set only by agents before manifests lost their
+-- retention (a Redis hash has no TTL); every commit and failure record now clears it, and rows
+-- that still carry one are purged past it.
 CREATE TABLE IF NOT EXISTS manifests (
   connection_id TEXT NOT NULL
                 CHECK (length(connection_id) BETWEEN 1 AND 128

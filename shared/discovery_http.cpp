@@ -445,6 +445,11 @@ DiscoveryStep DiscoveryExchange::resume_snapshot(Result<DiscoverySnapshot> snaps
                                                  int64_t now_ms) {
   if (stage_ != Stage::kSnapshot) return out_of_turn("resume_snapshot");
   if (!snapshot.ok()) {
+    if (snapshot.error().code == ErrorCode::kStoreNotReady) {
+      return fail(HttpErrorCode::kStoreUnavailable,
+                  "the cache store is being restored (namespace not initialised); retry shortly",
+                  snapshot.error());
+    }
     return fail(HttpErrorCode::kStoreUnavailable, "the cache store is unavailable",
                 snapshot.error());
   }

@@ -186,6 +186,16 @@ Result<DiscoverySnapshot> decode_discovery_reply(const RespValue& reply, const P
   if (reply.is_error()) {
     return Error(ErrorCode::kUnavailable, "discovery read: Redis error: " + reply.str);
   }
+  if (const std::vector<RespValue>* a = array_of(reply, 2)) {
+    if ((*a)[0].as_string() == std::optional<std::string_view>(kNamespaceNotReadyTag)) {
+      std::optional<std::string_view> state = (*a)[1].as_string();
+      if (!state) return bad_reply("top level", "namespace state is no string");
+      return Error(ErrorCode::kStoreNotReady,
+                   "discovery read: the namespace is not initialised in the store (record " +
+                       std::string(*state) +
+                       "): its data was lost or is being restored by an agent");
+    }
+  }
   const std::vector<RespValue>* top = array_of(reply, 7);
   if (top == nullptr) {
     return bad_reply("top level", "expected an array of 7, got " + reply.debug_string());

@@ -46,6 +46,9 @@ bool is_noscript_reply(const RespValue& reply);
 
 // The reply's first element: a script of another version answers with another tag.
 inline constexpr char kDiscoveryReplyTag[] = "quiver.discovery.v1";
+// The script's reply when the namespace record (RedisKeys::namespace_record) is not `ready`:
+// {tag, state}.
+inline constexpr char kNamespaceNotReadyTag[] = "quiver.namespace.v1";
 
 // EVAL discovery_read.lua for `member` (a member principal) under `keys`' namespace.
 // kInvalidArgument for a shared principal, an invalid `only` or a limit out of [1, 1000].
@@ -53,8 +56,9 @@ Result<RedisCommand> discovery_read_command(const RedisKeys& keys, const Princip
                                             const SnapshotQuery& query = {});
 
 // The snapshot in the script's reply. `member` is the caller the command was built for.
-// kUnavailable for a Redis error reply (e.g. NOSCRIPT, OOM, a script error); kInvalidReply for
-// any shape mismatch, naming the element.
+// kUnavailable for a Redis error reply (e.g. NOSCRIPT, OOM, a script error); kStoreNotReady when
+// the namespace record is absent or not `ready` (the data was lost; an agent restores it);
+// kInvalidReply for any shape mismatch, naming the element.
 Result<DiscoverySnapshot> decode_discovery_reply(const RespValue& reply, const Principal& member);
 
 struct EnqueueOptions {

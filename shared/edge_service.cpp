@@ -202,7 +202,8 @@ Result<EdgeSettings> edge_settings_from_env(std::string_view env_json) {
                     get_ms("QUIVER_L1_MAX_BYTES", &max_bytes),
                     get_ms("QUIVER_FRESH_TTL_MS", &s.discovery.freshness.fresh_ttl_ms),
                     get_ms("QUIVER_MAX_AGE_MS", &s.discovery.freshness.max_age_ms),
-                    get_ms("QUIVER_REVALIDATE_WINDOW_MS", &s.enqueue.window_ms)}) {
+                    get_ms("QUIVER_REVALIDATE_WINDOW_MS", &s.enqueue.window_ms),
+                    get_ms("QUIVER_REDIS_FAIL_FAST_MS", &s.fail_fast_ms)}) {
     if (!st.ok()) return st.error();
   }
   s.l1.max_bytes = static_cast<std::size_t>(max_bytes);
@@ -217,6 +218,7 @@ Result<EdgeSettings> edge_settings_from_env(std::string_view env_json) {
     return invalid("QUIVER_FRESH_TTL_MS / QUIVER_MAX_AGE_MS: " + st.error().message);
   }
   if (s.enqueue.window_ms <= 0) return invalid("QUIVER_REVALIDATE_WINDOW_MS must be positive");
+  if (s.fail_fast_ms > 60'000) return invalid("QUIVER_REDIS_FAIL_FAST_MS must be at most 60000");
   if (std::optional<std::string> secrets = get("QUIVER_WEBHOOK_SECRETS")) {
     Result<Json> parsed = parse_json(*secrets, 64 * 1024);
     if (!parsed.ok() || !parsed->is_object() || parsed->empty()) {
@@ -311,6 +313,7 @@ std::string edge_step_to_wire(const EdgeStep& step) {
     payload = &step.redis_bytes;
   }
   if (!step.log.empty()) meta["log"] = step.log;
+  if (!step.log.empty() && step.log_info) meta["log_level"] = "info";
   std::string m = json_text(meta);
   std::string out;
   out.reserve(8 + m.size() + (payload ? payload->size() : 0));
@@ -319,6 +322,34 @@ std::string edge_step_to_wire(const EdgeStep& step) {
   out += m;
   if (payload) out += *payload;
   return out;
+}
+
+// ---- fail-fast ---------------------------------------------------------------------------------
+
+FailFast::Admit FailFast::admit(uint32_t handle, int64_t now_ms) {
+  if (!open(now_ms)) return Admit::kGo;
+  if (probe_ == 0 || probe_ == handle) {
+    probe_ = handle;
+    return Admit::kProbe;
+  }
+  return Admit::kFailFast;
+}
+
+void FailFast::timed_out(uint32_t handle, int64_t now_ms) {
+  if (probe_ == handle) probe_ = 0;
+  if (window_ms_ <= 0) return;
+  if (!open(now_ms)) opened_at_ms_ = now_ms;
+  open_until_ms_ = std::max(open_until_ms_, now_ms + window_ms_);
+}
+
+void FailFast::answered(uint32_t handle) {
+  (void)handle;
+  open_until_ms_ = 0;
+  probe_ = 0;
+}
+
+void FailFast::ended(uint32_t handle) {
+  if (probe_ == handle) probe_ = 0;
 }
 
 // ---- the service -------------------------------------------------------------------------------
@@ -341,6 +372,8 @@ struct EdgeService::Request {
   int64_t answer_fresh_until = EdgeCache::kForever;
   int64_t stale_age_ms = 0;
   std::string store_error;     // why stale-if-error was used
+  bool fail_fast = false;      // answered without Redis: the fail-fast window was open
+  int64_t now_ms = 0;          // of the host's latest call for this request (log throttling)
   std::string webhook_reason;  // the sender's, for the log
   bool webhook_legacy_v1 = false;  // signed with the deprecated v1 form only: said in the log
   std::vector<Revalidation> background;
@@ -362,7 +395,8 @@ struct EdgeService::Request {
 
 EdgeService::EdgeService(Result<EdgeSettings> settings)
     : cache_(half_of(settings.ok() ? settings->l1 : EdgeCacheOptions{})),
-      answers_(half_of(settings.ok() ? settings->l1 : EdgeCacheOptions{})) {
+      answers_(half_of(settings.ok() ? settings->l1 : EdgeCacheOptions{})),
+      fail_fast_(settings.ok() ? settings->fail_fast_ms : 0) {
   if (!settings.ok()) {
     settings_error_ = settings.error().message;
     return;
@@ -430,6 +464,7 @@ EdgeStep EdgeService::begin_wire(std::string_view request_wire, int64_t now_ms,
 
 EdgeStep EdgeService::begin(HttpRequest request, int64_t now_ms, std::string_view random) {
   Request& r = new_request(random);
+  r.now_ms = now_ms;
   if (request.path == "/healthz") return healthz(r, request);
   if (!settings_) {
     return respond_now(r, error_response(HttpErrorCode::kInternal, "the edge is misconfigured"),
@@ -630,6 +665,17 @@ EdgeStep EdgeService::drive(Request& r, DiscoveryStep step, int64_t now_ms) {
 }
 
 EdgeStep EdgeService::send(Request& r, Waiting waiting, std::vector<RedisCommand> commands) {
+  if (fail_fast_.admit(r.handle, r.now_ms) == FailFast::Admit::kFailFast) {
+    // Redis timed out moments ago and a probe is testing it: no waiting on it meanwhile.
+    r.waiting = waiting;
+    r.fail_fast = true;
+    return store_failed(r,
+                        Error(ErrorCode::kUnavailable,
+                              "fail-fast: Redis timed out " +
+                                  std::to_string(r.now_ms - fail_fast_.opened_at_ms()) +
+                                  " ms ago; one probe request is testing it"),
+                        r.now_ms);
+  }
   Pipeline pipeline;
   for (const RedisCommand& command : commands) pipeline.add(evalsha_form(command));
   r.commands = std::move(commands);
@@ -678,6 +724,7 @@ EdgeStep EdgeService::resend_noscript(Request& r) {
 EdgeStep EdgeService::feed(uint32_t handle, std::string_view bytes, int64_t now_ms) {
   Request* r = find(handle);
   if (r == nullptr) return unknown_handle(handle);
+  r->now_ms = now_ms;
   if (r->waiting == Waiting::kNothing || !r->decoder) {
     return internal_error(handle, "edge: Redis bytes arrived while none were expected");
   }
@@ -703,13 +750,23 @@ EdgeStep EdgeService::feed(uint32_t handle, std::string_view bytes, int64_t now_
 }
 
 EdgeStep EdgeService::complete(Request& r, int64_t now_ms) {
+  fail_fast_.answered(r.handle);  // Redis answers (even with an error reply): not stalled
   Waiting waiting = r.waiting;
   std::size_t first = 0;
   if (r.auth_pending) {
     const RespValue& auth = r.replies[0];
     if (!auth.is_ok()) {
       std::string why = auth.is_error() ? std::string(*auth.error_message()) : "unexpected reply";
-      return store_failed(r, Error(ErrorCode::kUnavailable, "Redis AUTH failed: " + why), now_ms);
+      // WRONGPASS / an ACL refusal is about the credentials; LOADING, BUSY and the like are a
+      // Redis that cannot take commands yet.
+      const bool refused = why.rfind("WRONGPASS", 0) == 0 || why.rfind("NOPERM", 0) == 0 ||
+                           why.find("invalid password") != std::string::npos ||
+                           why.find("invalid username-password") != std::string::npos;
+      return store_failed(
+          r,
+          Error(refused ? ErrorCode::kUnauthenticated : ErrorCode::kUnavailable,
+                (refused ? "Redis refused AUTH: " : "Redis could not take AUTH: ") + why),
+          now_ms);
     }
     r.auth_pending = false;
     first = 1;
@@ -777,7 +834,11 @@ EdgeStep EdgeService::complete(Request& r, int64_t now_ms) {
       EdgeStep s = respond_now(r, std::move(res));
       s.log = "webhook accepted (" + std::to_string(reply->results.size()) +
               " refresh(es), reason " + r.webhook_reason + ")";
-      if (r.webhook_legacy_v1) s.log += std::string("; ") + kWebhookV1DeprecatedLog;
+      if (r.webhook_legacy_v1) {
+        s.log += std::string("; ") + kWebhookV1DeprecatedLog;  // a warning: the sender must move
+      } else {
+        s.log_info = true;
+      }
       return s;
     }
     case Waiting::kBackground: {
@@ -792,6 +853,7 @@ EdgeStep EdgeService::complete(Request& r, int64_t now_ms) {
         s.log += (s.log.empty() ? "" : "; ") + std::string("revalidation of ") +
                  r.background[i].connection_id + " not queued: " + results[i].error().message;
       }
+      s.log = throttle_store_log(std::move(s.log), now_ms);
       return s;
     }
     case Waiting::kNothing:
@@ -803,10 +865,25 @@ EdgeStep EdgeService::complete(Request& r, int64_t now_ms) {
 EdgeStep EdgeService::fail(uint32_t handle, std::string_view why, int64_t now_ms) {
   Request* r = find(handle);
   if (r == nullptr) return unknown_handle(handle);
-  return store_failed(*r, Error(ErrorCode::kTransport, "Redis: " + std::string(why)), now_ms);
+  r->now_ms = now_ms;
+  // Before AUTH answered, the failure is the connection's (a timeout, a reset), not a refusal of
+  // the credentials: say so, and say which.
+  const bool timed_out = why.find("timed out") != std::string_view::npos;
+  const std::string what = r->auth_pending
+                               ? (timed_out ? "Redis: AUTH timed out (no reply): "
+                                            : "Redis: the connection failed before AUTH answered: ")
+                               : "Redis: ";
+  return store_failed(*r, Error(timed_out ? ErrorCode::kTimeout : ErrorCode::kTransport,
+                                what + std::string(why)),
+                      now_ms);
 }
 
 EdgeStep EdgeService::store_failed(Request& r, Error error, int64_t now_ms) {
+  if (error.code == ErrorCode::kTimeout && settings_ && settings_->fail_fast_ms > 0) {
+    fail_fast_.timed_out(r.handle, now_ms);
+    error.message += " (fail-fast for the next " + std::to_string(settings_->fail_fast_ms) +
+                     " ms, while one request probes Redis)";
+  }
   Waiting waiting = r.waiting;
   // The connection is out of sync or gone: the host drops it, a later step opens another.
   r.waiting = Waiting::kNothing;
@@ -846,7 +923,7 @@ EdgeStep EdgeService::store_failed(Request& r, Error error, int64_t now_ms) {
       EdgeStep s;
       s.handle = r.handle;
       s.action = EdgeAction::kDone;
-      s.log = "revalidations not queued: " + error.message;
+      s.log = throttle_store_log("revalidations not queued: " + error.message, now_ms);
       return s;
     }
     case Waiting::kNothing:
@@ -867,24 +944,63 @@ EdgeStep EdgeService::finish(Request& r, Respond respond) {
   EdgeStep s;
   s.handle = r.handle;
   s.action = EdgeAction::kRespond;
-  if (r.source != nullptr) res.headers.emplace_back("X-Quiver-Cache", r.source);
+  if (r.fail_fast) {
+    res.headers.emplace_back("X-Quiver-Cache", "fail-fast");  // an L1 copy or a 503, no wait
+  } else if (r.source != nullptr) {
+    res.headers.emplace_back("X-Quiver-Cache", r.source);
+  }
   if (r.source != nullptr && std::string_view(r.source) == kStaleIfError) {
     set_header(res.headers, "Cache-Control", "private, no-cache");
     res.headers.emplace_back("Age", std::to_string(r.stale_age_ms / 1000));
-    s.log = "served from L1 (stale-if-error): " + r.store_error;
+    s.log = throttle_store_log("served from L1 (stale-if-error): " + r.store_error, r.now_ms);
   }
   if (!r.id.empty()) res.headers.emplace_back("X-Request-Id", r.id);
   if (respond.log) {
-    s.log = std::string(error_code_name(respond.log->code)) + ": " + respond.log->message;
+    // The code the caller was answered (what an operator matches the log against), then the
+    // detail: never the internal code of the cause, which reads like another answer.
+    std::string answered = std::to_string(res.status);
+    if (res.status >= 400) {
+      Result<Json> body = parse_json(res.body);
+      if (body.ok()) {
+        if (const Json* error = json_field(*body, "error")) {
+          if (std::optional<std::string> code = json_string(*error, "code")) answered = *code;
+        }
+      }
+    }
+    s.log = answered + ": " + respond.log->message;
+    if (answered == "STORE_UNAVAILABLE") s.log = throttle_store_log(std::move(s.log), r.now_ms);
   }
   s.response = std::move(res);
   s.background = !r.background.empty();
   return s;
 }
 
+std::string EdgeService::throttle_store_log(std::string line, int64_t now_ms) {
+  if (line.empty()) return line;
+  auto it = log_bursts_.find(line);
+  if (it == log_bursts_.end()) {
+    if (log_bursts_.size() >= kMaxLogBursts) log_bursts_.clear();  // bounded; at worst a repeat
+    log_bursts_.emplace(line, LogBurst{now_ms, 0});
+    return line;
+  }
+  LogBurst& burst = it->second;
+  if (now_ms - burst.window_start_ms < kStoreLogWindowMs) {
+    ++burst.suppressed;
+    return std::string();
+  }
+  const int64_t more = burst.suppressed;
+  burst = LogBurst{now_ms, 0};
+  if (more > 0) {
+    line += " (and " + std::to_string(more) + " more like it in the last " +
+            std::to_string(kStoreLogWindowMs / 1000) + " s)";
+  }
+  return line;
+}
+
 EdgeStep EdgeService::background(uint32_t handle, int64_t now_ms) {
   Request* r = find(handle);
   if (r == nullptr) return unknown_handle(handle);
+  r->now_ms = now_ms;
   EdgeStep done;
   done.handle = handle;
   done.action = EdgeAction::kDone;
@@ -899,7 +1015,10 @@ EdgeStep EdgeService::background(uint32_t handle, int64_t now_ms) {
   return send(*r, Waiting::kBackground, std::move(*commands));
 }
 
-void EdgeService::end(uint32_t handle) { requests_.erase(handle); }
+void EdgeService::end(uint32_t handle) {
+  fail_fast_.ended(handle);
+  requests_.erase(handle);
+}
 
 EdgeStep EdgeService::internal_error(uint32_t handle, std::string_view what) {
   EdgeStep s;

@@ -29,8 +29,12 @@
 //   3. else Redis. Unreachable (connect, I/O, timeout, AUTH, a broken reply): the snapshot copy
 //      within its stale-if-error period is served, marked `X-Quiver-Cache: stale-if-error` and
 //      `Cache-Control: private, no-cache`; without one, 503 STORE_UNAVAILABLE.
+//   A namespace whose record is not `ready` (the store lost its data; an agent restores it) is a
+//      store failure too: never an empty list or a 404.
+//   After a Redis timeout, for QUIVER_REDIS_FAIL_FAST_MS (FailFast below), requests do not wait
+//      on Redis: the copy or the 503 at once, marked `fail-fast`, while one request probes.
 // Every discovery read says where it came from in `X-Quiver-Cache` (`hit`, `miss`,
-// `stale-if-error`). Revalidations the answer asks for are queued in the background, once per key
+// `stale-if-error`, `fail-fast`). Revalidations the answer asks for are queued in the background, once per key
 // per claim period from this isolate (the Redis gate dedups across isolates).
 //
 // Configuration comes from the worker's environment (`edge_settings_from_env`), one table:
@@ -46,6 +50,9 @@
 //   QUIVER_FRESH_TTL_MS          fresh TTL (as the agent)                  900000
 //   QUIVER_MAX_AGE_MS            expired after (as the agent)              86400000
 //   QUIVER_REVALIDATE_WINDOW_MS  one queued revalidation per key per window 30000
+//   QUIVER_REDIS_FAIL_FAST_MS    after a Redis timeout, for this long requests do not wait on
+//                                Redis: an L1 copy or a 503 at once (X-Quiver-Cache: fail-fast),
+//                                while one probe request tests Redis; 0: off  2000
 //   QUIVER_WEBHOOK_SECRETS       refresh webhook secrets, JSON {"name":"secret"} (a secret; each
 //                                16+ bytes); unset: POST /v1/webhooks/refresh answers 404
 // Other names (REDIS_HOST, REDIS_PORT, REDIS_TLS, timeouts) are the host's.
@@ -55,7 +62,8 @@
 //            | body bytes
 //   step:    u32 meta length | u32 payload length | meta JSON | payload (body or Redis bytes)
 //            meta {"handle","action":"respond"|"redis"|"read"|"done", "status", "headers",
-//                  "background", "new_connection", "log"}
+//                  "background", "new_connection", "log", "log_level" ("info" for routine
+//                  events, absent for problems)}
 #pragma once
 
 #include <cstddef>
@@ -88,6 +96,9 @@ inline constexpr std::size_t kMaxEdgeRequestMetaBytes = 64 * 1024;
 // The search indexes kept per isolate (shared/search_index.h), by count and by bytes.
 inline constexpr std::size_t kSearchCacheEntries = 256;
 inline constexpr std::size_t kSearchCacheBytes = std::size_t{16} << 20;
+// Identical store-failure log lines: one per window, then a count (EdgeService::throttle_store_log).
+inline constexpr int64_t kStoreLogWindowMs = 10'000;
+inline constexpr std::size_t kMaxLogBursts = 64;
 
 struct EdgeSettings {
   std::string ns = kDefaultNamespace;
@@ -100,6 +111,29 @@ struct EdgeSettings {
   EnqueueOptions enqueue;
   RespLimits resp;
   std::vector<std::string> webhook_secrets;  // any one may sign; empty: webhooks are off
+  int64_t fail_fast_ms = 2'000;               // QUIVER_REDIS_FAIL_FAST_MS (0: off)
+};
+
+// The fail-fast window after a Redis timeout (QUIVER_REDIS_FAIL_FAST_MS), one per isolate: a
+// stalled Redis would otherwise hold every request for the host's full Redis timeout. Decisions
+// only, time passed in.
+class FailFast {
+ public:
+  explicit FailFast(int64_t window_ms = 0) : window_ms_(window_ms) {}
+  enum class Admit { kGo = 0, kProbe, kFailFast };
+  // A request about to talk to Redis: go (closed), be the one probe, or fail fast.
+  Admit admit(uint32_t handle, int64_t now_ms);
+  void timed_out(uint32_t handle, int64_t now_ms);  // opens (or extends) the window
+  void answered(uint32_t handle);                   // Redis replied: closed
+  void ended(uint32_t handle);                      // the request is gone (a probe frees its slot)
+  bool open(int64_t now_ms) const { return now_ms < open_until_ms_; }
+  int64_t opened_at_ms() const { return opened_at_ms_; }
+
+ private:
+  int64_t window_ms_ = 0;
+  int64_t open_until_ms_ = 0;
+  int64_t opened_at_ms_ = 0;
+  uint32_t probe_ = 0;  // the handle probing Redis, 0: none
 };
 
 // Settings from environment variables (the table above), given as a JSON object of strings
@@ -118,6 +152,7 @@ struct EdgeStep {
   std::string redis_bytes;      // kRedis
   bool new_connection = false;  // kRedis: open a fresh connection (closing any open one)
   std::string log;              // for the host's log (the detail behind a 5xx, a failed queue)
+  bool log_info = false;        // `log` is a routine event (an accepted webhook), not a problem
 };
 
 // The request and step wire formats (above).
@@ -130,6 +165,7 @@ class EdgeService {
   // A service whose settings are bad answers every request with 500 INTERNAL (the reason in the
   // log) and /healthz with 503, instead of failing to start.
   explicit EdgeService(Result<EdgeSettings> settings);
+  const FailFast& fail_fast() const { return fail_fast_; }
   ~EdgeService();
   EdgeService(const EdgeService&) = delete;
   EdgeService& operator=(const EdgeService&) = delete;
@@ -171,6 +207,10 @@ class EdgeService {
   EdgeStep complete(Request& r, int64_t now_ms);
   EdgeStep store_failed(Request& r, Error error, int64_t now_ms);
   EdgeStep finish(Request& r, Respond respond);
+  // Repeated store-failure lines (one per request during an outage) are rate-limited per message:
+  // the first is logged, the next ones within kStoreLogWindowMs only counted, and the first one
+  // after the window carries the count ("N more like it in the last 10 s"). "" when suppressed.
+  std::string throttle_store_log(std::string line, int64_t now_ms);
   Request* find(uint32_t handle);
   EdgeStep unknown_handle(uint32_t handle);
 
@@ -184,6 +224,12 @@ class EdgeService {
   std::unique_ptr<RenderCache> render_cache_;
   std::unique_ptr<IndexedToolSearcher> searcher_;
   std::unordered_map<uint32_t, std::unique_ptr<Request>> requests_;
+  FailFast fail_fast_;
+  struct LogBurst {
+    int64_t window_start_ms = 0;
+    int64_t suppressed = 0;
+  };
+  std::unordered_map<std::string, LogBurst> log_bursts_;  // by line; bounded (kMaxLogBursts)
   uint32_t next_handle_ = 1;
 };
 

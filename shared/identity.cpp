@@ -97,6 +97,7 @@ constexpr KindInfo kKinds[kKeyKindCount] = {
     {KeyKind::kGrantees, "grantees", "SET", true, false},
     {KeyKind::kReplay, "replay", "STRING", false, false, true},
     {KeyKind::kInvalidated, "invalidated", "STRING", true, true},
+    {KeyKind::kNamespace, "namespace", "STRING", false, false},
 };
 
 bool is_sha256_hex(std::string_view s) {
@@ -366,6 +367,9 @@ std::string RedisKeys::revalidate_stream() const {
   return prefix_ + key_kind_name(KeyKind::kRevalidate);
 }
 std::string RedisKeys::epoch() const { return prefix_ + key_kind_name(KeyKind::kEpoch); }
+std::string RedisKeys::namespace_record() const {
+  return prefix_ + key_kind_name(KeyKind::kNamespace);
+}
 std::string RedisKeys::replay(std::string_view signed_id) const {
   return prefix_ + key_kind_name(KeyKind::kReplay) + ":" + sha256_hex(signed_id);
 }

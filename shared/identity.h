@@ -120,8 +120,9 @@ enum class KeyKind {
   kGrantees,
   kReplay,
   kInvalidated,
+  kNamespace,
 };
-inline constexpr int kKeyKindCount = 14;
+inline constexpr int kKeyKindCount = 15;
 
 const char* key_kind_name(KeyKind kind);   // the key's segment: "conns", "revalidate-gate", ...
 const char* key_redis_type(KeyKind kind);  // "SET", "HASH", "STRING", "STREAM"
@@ -130,6 +131,14 @@ bool key_has_principal(KeyKind kind);
 bool key_has_digest(KeyKind kind);  // a 64-hex-digit SHA-256 segment (replay)
 // HASH fields or STREAM entry fields; empty for other types.
 const std::vector<std::string>& key_fields(KeyKind kind);
+
+// The namespace record (RedisKeys::namespace_record): `<state>:<at>`. Readers serve the namespace
+// only while it is `ready:<at>`; absent (a Redis restarted empty, a FLUSHALL, a failover to an
+// empty replica) or `restoring:<at>` they answer that the store is not ready. Agents write
+// `restoring:` with SET NX before re-syncing, and `ready:` with SET XX afterwards: a wipe in
+// between deletes the record, so the XX write does not mark a half-restored namespace ready.
+inline constexpr char kNamespaceReady[] = "ready";
+inline constexpr char kNamespaceRestoring[] = "restoring";
 
 // The consumer group that agents read the revalidation stream with.
 inline constexpr char kRevalidateConsumerGroup[] = "quiver-agents";
@@ -201,6 +210,9 @@ class RedisKeys {
   // When a refresh webhook last marked the (connection, principal)'s data stale (a STRING of
   // epoch ms): written by agents and edges, read with the manifest.
   Result<std::string> invalidated(std::string_view cid, const Principal& principal) const;
+  // The namespace record (kNamespaceReady): whether agents have synced connections, grants and
+  // overlays into this namespace since the store last lost its data. Every reader checks it.
+  std::string namespace_record() const;
 
   // Any kind. Parts the kind does not use are ignored; the ones it uses are validated
   // (`digest`: 64 lowercase hex digits).

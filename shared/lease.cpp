@@ -141,7 +141,6 @@ Status check_fenced_write(const Lease& lease, const std::string& config_hash,
                           const FencedWriteOptions& options) {
   if (Status s = check_lease(lease); !s.ok()) return s;
   if (config_hash.empty()) return invalid("fenced write: config_hash is empty");
-  if (options.retention_ms <= 0) return invalid("fenced write: retention_ms must be positive");
   return Status::Ok();
 }
 
@@ -254,7 +253,7 @@ Result<RedisCommand> commit_manifest_command(const LeaseKeys& keys, const Lease&
       {std::to_string(lease.fence), lease.token, write.config_hash, write.manifest, write.etag,
        std::to_string(write.fetched_at_ms), std::to_string(write.fresh_until_ms),
        std::to_string(write.expires_at_ms), write.cache_scope, write.truncated ? "1" : "0",
-       std::to_string(options.retention_ms), options.release_lease ? "1" : "0"});
+       options.release_lease ? "1" : "0"});
 }
 
 Result<RedisCommand> record_failure_command(const LeaseKeys& keys, const Lease& lease,
@@ -275,7 +274,7 @@ Result<RedisCommand> record_failure_command(const LeaseKeys& keys, const Lease& 
               {std::to_string(lease.fence), lease.token, failure.config_hash, failure.error_code,
                cut_utf8(failure.error_message, kMaxErrorMessageBytes),
                std::to_string(failure.error_at_ms), std::to_string(failure.attempt_at_ms),
-               std::to_string(options.retention_ms), options.release_lease ? "1" : "0"});
+               options.release_lease ? "1" : "0"});
 }
 
 Result<FencedWriteResult> parse_commit_reply(const RespValue& reply) {

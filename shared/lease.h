@@ -112,7 +112,8 @@ struct RefreshFailure {
 };
 
 struct FencedWriteOptions {
-  int64_t retention_ms = 0;   // PEXPIRE of the manifest hash (a failure: only of a new row)
+  // No retention: a manifest hash has no TTL (schema/redis-keys.md). The last good manifest and
+  // its error record stay until the connection (or the principal's grant) goes.
   bool release_lease = true;  // give the lease back in the same script
 };
 

@@ -18,6 +18,7 @@ const char* error_code_name(ErrorCode code) {
     case ErrorCode::kConflict: return "CONFLICT";
     case ErrorCode::kUnauthenticated: return "UNAUTHENTICATED";
     case ErrorCode::kInternal: return "INTERNAL";
+    case ErrorCode::kStoreNotReady: return "STORE_NOT_READY";
   }
   return "UNKNOWN";
 }

@@ -29,6 +29,7 @@ enum class ErrorCode {
   kConflict,         // lease held elsewhere, fence or config_hash mismatch
   kUnauthenticated,
   kInternal,
+  kStoreNotReady,    // the store answers, but holds no initialised namespace (wiped, restoring)
 };
 
 // Stable, upper-case name of a code, as used in JSON error bodies and logs.

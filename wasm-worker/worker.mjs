@@ -270,7 +270,8 @@ function unavailable(why) {
 function log(step, headers) {
   if (!step?.log) return;
   const id = headers?.find(([name]) => name === 'X-Request-Id')?.[1] ?? '-';
-  console.error(`quiver-edge ${id}: ${step.log}`);
+  // Routine events (an accepted webhook) at info; everything else is a problem.
+  (step.log_level === 'info' ? console.log : console.error)(`quiver-edge ${id}: ${step.log}`);
 }
 
 export default {

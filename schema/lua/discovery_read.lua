@@ -23,6 +23,11 @@
 --
 -- Read-only, and sent as EVAL_RO / EVALSHA_RO (Redis 7): a Redis user with read-only access to the
 -- namespace (the edge's least-privilege ACL, schema/redis-acl-edge.txt) may run it.
+-- The namespace record (quiver:{ns}:namespace, spelled from ARGV[1] like the keys below) is read
+-- first: unless it says `ready:<at>`, the namespace lost its data (a Redis restarted empty, a
+-- FLUSHALL) or an agent is restoring it, and nothing else is read: the reply is
+--   {'quiver.namespace.v1', state}      state 'missing' or 'restoring'
+-- which readers answer as the store being unavailable, never as "no grants" or "no connection".
 -- Replies
 --   {'quiver.discovery.v1', member, epoch, granted_total, next_after, ignored, entries}
 -- with next_after '' when nothing is left after this page, and each entry
@@ -37,6 +42,13 @@ end
 local limit = tonumber(ARGV[5])
 if not limit or limit < 1 then
   return redis.error_reply('ERR discovery_read: limit must be a positive number')
+end
+
+local record = redis.call('GET', prefix .. 'namespace')
+if not record or string.sub(record, 1, 6) ~= 'ready:' then
+  local state = 'missing'
+  if record then state = string.match(record, '^[a-z]+') or 'unknown' end
+  return {'quiver.namespace.v1', state}
 end
 
 local function valid_cid(cid)

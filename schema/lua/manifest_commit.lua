@@ -8,8 +8,12 @@
 -- KEYS[5] epoch       quiver:{ns}:epoch
 -- ARGV[1] fence  ARGV[2] token  ARGV[3] config_hash the listing started under
 -- ARGV[4] manifest  ARGV[5] etag  ARGV[6] fetched_at  ARGV[7] fresh_until  ARGV[8] expires_at
--- ARGV[9] cache_scope ('' = none)  ARGV[10] truncated ('0'/'1')  ARGV[11] retention_ms
--- ARGV[12] release the lease afterwards ('0'/'1')
+-- ARGV[9] cache_scope ('' = none)  ARGV[10] truncated ('0'/'1')
+-- ARGV[11] release the lease afterwards ('0'/'1')
+--
+-- The hash gets no TTL (schema/redis-keys.md): an expired manifest still answers with its status
+-- and its last error, however long the upstream stays down. PERSIST drops a TTL that agents
+-- before this rule set.
 --
 -- Replies {"committed", epoch}, or a refusal that writes nothing:
 --   {"lease_lost"}              the lease expired (or was released) and nobody newer holds it
@@ -45,9 +49,9 @@ else
   redis.call('HSET', KEYS[1], 'cache_scope', ARGV[9])
   redis.call('HDEL', KEYS[1], 'error_code', 'error_message', 'error_at')
 end
-redis.call('PEXPIRE', KEYS[1], ARGV[11])
+redis.call('PERSIST', KEYS[1])
 local epoch = redis.call('INCR', KEYS[5])
-if ARGV[12] == '1' then
+if ARGV[11] == '1' then
   redis.call('DEL', KEYS[2])
 end
 return {'committed', epoch}

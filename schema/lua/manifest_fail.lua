@@ -9,8 +9,11 @@
 -- KEYS[4] connection  quiver:{ns}:conn:<cid>                  HASH (its `config_hash` is read)
 -- ARGV[1] fence  ARGV[2] token  ARGV[3] config_hash the listing started under (compared only)
 -- ARGV[4] error_code  ARGV[5] error_message  ARGV[6] error_at  ARGV[7] attempt_at
--- ARGV[8] retention_ms (applied only to a row this script creates)
--- ARGV[9] release the lease afterwards ('0'/'1')
+-- ARGV[8] release the lease afterwards ('0'/'1')
+--
+-- No TTL (schema/redis-keys.md): the last good manifest and this error record stay until the
+-- connection goes, so readers see `expired` with the last error, never `pending`. PERSIST drops a
+-- TTL that agents before this rule set.
 --
 -- Replies {"recorded"}, or the refusals of manifest_commit.lua. A failure seen under a config
 -- that has since changed says nothing about the current one, so it is refused too.
@@ -33,13 +36,10 @@ if current ~= ARGV[3] then
   return {'config_changed'}
 end
 
-local existed = redis.call('EXISTS', KEYS[1])
 redis.call('HSET', KEYS[1],
   'error_code', ARGV[4], 'error_message', ARGV[5], 'error_at', ARGV[6], 'attempt_at', ARGV[7])
-if existed == 0 then
-  redis.call('PEXPIRE', KEYS[1], ARGV[8])
-end
-if ARGV[9] == '1' then
+redis.call('PERSIST', KEYS[1])
+if ARGV[8] == '1' then
   redis.call('DEL', KEYS[2])
 end
 return {'recorded'}

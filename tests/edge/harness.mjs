@@ -285,9 +285,10 @@ export async function createEdgeUser(admin, ns, password) {
 // A redis-server on loopback. With `tls` ({cert, key}), it also listens with TLS on `tlsPort`
 // (clients not asked for certificates); `port` stays plain TCP for the test's own client.
 export class RedisServer {
-  static async start({ password = '', tls = null } = {}) {
+  // `port`: a given one (a Redis restarted where its clients expect it), else a free one.
+  static async start({ password = '', tls = null, port = 0 } = {}) {
     const s = new RedisServer();
-    s.port = await freePort();
+    s.port = port || await freePort();
     s.password = password;
     s.dir = mkdtempSync(path.join(os.tmpdir(), 'quiver-edge-redis-'));
     const args = ['--port', String(s.port), '--bind', '127.0.0.1', '--save', '', '--appendonly',
@@ -437,13 +438,16 @@ export class Layout {
   gate(cid, principal) { return `${this.prefix}revalidate-gate:${cid}:${principal}`; }
   epoch() { return `${this.prefix}epoch`; }
   grantees(cid) { return `${this.prefix}grantees:${cid}`; }
+  namespace() { return `${this.prefix}namespace`; }
 }
 
 export const configHash = (cid) => createHash('sha256').update(`config of ${cid}`).digest('hex');
 
-// Commands writing a connection record.
+// Commands writing a connection record, in a namespace an agent has synced (its `namespace`
+// record says ready: without it readers answer 503, the store having lost the namespace).
 export function connectionCommands(layout, cid, mode, name = cid) {
   return [
+    ['SET', layout.namespace(), `ready:${Date.now()}`],
     ['SADD', layout.conns(), cid],
     ['HSET', layout.conn(cid), 'config_hash', configHash(cid), 'credential_mode', mode, 'name',
      name, 'transport', 'stdio', 'updated_at', String(Date.now())],

@@ -655,7 +655,7 @@ test('Redis over TLS with AUTH (secureTransport), and a wrong password is a 503'
                     503, 'STORE_UNAVAILABLE');
     await sleep(100);
     const logged = logs.slice(before).join('\n');
-    assert.match(logged, /AUTH failed/);
+    assert.match(logged, /STORE_UNAVAILABLE: Redis refused AUTH: WRONGPASS/);
     assert.ok(!logged.includes('wrong') && !logged.includes(REDIS_PASSWORD), 'no password logged');
   } finally {
     for (const s of servers.reverse()) await s.stop();
@@ -718,6 +718,44 @@ test('a signed webhook marks every principal stale and queues it once; replays a
   const again = await edge.request('GET', '/v1/mcp-connections/docs/manifest',
                                    { headers: auth('alice') });
   assert.equal(again.json.status, 'fresh');
+});
+
+test('a namespace the store lost answers 503 STORE_UNAVAILABLE, never an empty list or a 404',
+     async () => {
+  // Two members granted `docs`: `wipe1` reads before the wipe (an L1 copy), `wipe2` does not.
+  await db.pipeline([['SADD', layout.grants('wipe1'), 'docs'],
+                     ['SADD', layout.grants('wipe2'), 'docs'], ['INCR', layout.epoch()]]);
+  const before = await edge.request('GET', '/v1/manifests', { headers: auth('wipe1') });
+  assert.equal(before.status, 200, before.text);
+  const ids = (res) => res.json.connections.map((c) => [c.id, c.status, c.etag]);
+  // The record goes, as with a FLUSHALL or a Redis restarted empty (the data is left here so
+  // that the rest of the suite keeps its fixtures; the readers look at the record first).
+  const record = await db.call('GET', layout.namespace());
+  await db.call('DEL', layout.namespace());
+  try {
+    await sleep(L1_TTL_MS + 50);
+    for (const [method, p] of [['GET', '/v1/manifests'], ['GET', '/v1/mcp-connections/docs/manifest'],
+                               ['GET', '/v1/search?q=docs'],
+                               ['POST', '/v1/mcp-connections/docs/refresh-tools']]) {
+      const res = await edge.request(method, p, { headers: auth('wipe2') });
+      assertJsonError(res, 503, 'STORE_UNAVAILABLE');
+      assert.match(res.json.error.message, /being restored/, p);
+    }
+    // A caller with an L1 copy keeps the answer it had, marked stale-if-error.
+    const stale = await edge.request('GET', '/v1/manifests', { headers: auth('wipe1') });
+    assert.equal(stale.status, 200, stale.text);
+    assert.equal(stale.headers['x-quiver-cache'], 'stale-if-error');
+    assert.deepEqual(ids(stale), ids(before));
+    // An agent that is still restoring: the same.
+    await db.call('SET', layout.namespace(), 'restoring:1');
+    assertJsonError(await edge.request('GET', '/v1/manifests', { headers: auth('wipe2') }), 503,
+                    'STORE_UNAVAILABLE');
+  } finally {
+    await db.call('SET', layout.namespace(), record);
+  }
+  const after = await edge.request('GET', '/v1/manifests', { headers: auth('wipe2') });
+  assert.equal(after.status, 200, after.text);
+  assert.deepEqual(ids(after), ids(before));
 });
 
 test('scripts go by EVALSHA; after SCRIPT FLUSH one EVAL in the same request, never a 503',
@@ -789,6 +827,33 @@ test('a Redis that accepts but never answers times out into a 503, and frees the
     assertJsonError(res, 503, 'STORE_UNAVAILABLE');
     const took = Date.now() - t0;
     assert.ok(took >= 250 && took < 3000, `answered after ${took} ms`);
+    const health = await hung.request('GET', '/healthz');
+    assert.equal(health.json.open_requests, 0);
+  } finally {
+    await hung?.stop();
+    silent.close();
+  }
+});
+
+test('a stalled Redis: after one timeout the isolate fails fast while one request probes',
+     async () => {
+  const silent = net.createServer((socket) => socket.on('error', () => {}));
+  await new Promise((resolve) => silent.listen(0, '127.0.0.1', resolve));
+  let hung;
+  try {
+    hung = await Workerd.start({ config: path.join(edgeDir, 'workerd.capnp'), logs, env: {
+      ...edgeEnv(), REDIS_PORT: String(silent.address().port), REDIS_TIMEOUT_MS: '300',
+      QUIVER_REDIS_FAIL_FAST_MS: '30000' } });
+    const first = await hung.request('GET', '/v1/manifests', { headers: auth('alice') });
+    assertJsonError(first, 503, 'STORE_UNAVAILABLE');
+    assert.equal(first.headers['x-quiver-cache'], 'miss');
+    // The window is open: of these, one probes Redis (and waits), the others answer at once.
+    const burst = await Promise.all(['alice', 'bob', 'carol', 'dave'].map((m) =>
+      hung.request('GET', '/v1/manifests', { headers: auth(m) })));
+    for (const res of burst) assertJsonError(res, 503, 'STORE_UNAVAILABLE');
+    const fast = burst.filter((res) => res.headers['x-quiver-cache'] === 'fail-fast');
+    assert.ok(fast.length >= 3, `fail-fast answers: ${burst.map((r) => r.headers['x-quiver-cache'])}`);
+    assert.ok(logs.some((l) => l.includes('fail-fast')), 'the log says fail-fast');
     const health = await hung.request('GET', '/healthz');
     assert.equal(health.json.open_requests, 0);
   } finally {

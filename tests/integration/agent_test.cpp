@@ -1148,6 +1148,126 @@ TEST(AgentRedis, RedisStoppedAndRestartedWhileRunning) {
   agent->stop();
 }
 
+// ---- a store that lost its data ----------------------------------------------------------------
+
+// FLUSHALL on the shared Redis (as a Redis restarted without persistence, or a failover to an empty
+// replica, would leave it), from a connection of the test's own.
+void flushall(RedisServer& redis) {
+  redisContext* c = redis.connect();
+  ASSERT_NE(c, nullptr);
+  auto* r = static_cast<redisReply*>(redisCommand(c, "FLUSHALL"));
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(std::string(r->str, r->len), "OK");
+  freeReplyObject(r);
+  redisFree(c);
+}
+
+// What one discovery read told alice about connection `t`, classified as the fault suite does.
+enum class Answer { kRight, kNotReady, kWrong };
+Answer alice_answer(ManifestStore& store, std::string* detail) {
+  Result<DiscoverySnapshot> snap = store.read_discovery(member("alice"));
+  if (!snap.ok()) {
+    *detail = snap.error().message;
+    return snap.error().code == ErrorCode::kStoreNotReady ? Answer::kNotReady : Answer::kWrong;
+  }
+  const GrantedConnection* t = snap->find("t");
+  if (t == nullptr || !t->record) {
+    *detail = "the granted connection is missing";
+    return Answer::kWrong;  // what readers were told before the namespace record
+  }
+  if (t->disabled.count("tool:tool_2") == 0) {
+    *detail = "the hidden tool is not hidden";
+    return Answer::kWrong;
+  }
+  return Answer::kRight;
+}
+
+TEST(AgentRedis, AWipedNamespaceIsNotReadyUntilRestoredAndHiddenToolsStayHidden) {
+  RedisServer redis;
+  ASSERT_TRUE(redis.ok()) << redis.error();
+  TempDir dir;
+  LogCapture log;
+  AgentConfig cfg = make_config(dir, {{"t", upstream_server({})}},
+                                {{"redis", redis_url(redis)}, {"grants", {{"alice", {"t"}}}}});
+  auto agent = make_agent(cfg, manual_options(log));
+  ASSERT_TRUE(agent);
+  ASSERT_TRUE(agent->start().ok());
+  EXPECT_EQ(agent->check_store_once(), "ready");
+  ASSERT_TRUE(agent->refresh_now("t", Principal::shared(), "manual")->committed) << log.all();
+  ASSERT_TRUE(
+      agent->set_preference("t", Principal::shared(), CapabilityType::kTool, "tool_2", false).ok());
+  const std::vector<std::string> before = shown_tools(agent->store(), "alice", "t");
+  ASSERT_EQ(before, (std::vector<std::string>{"tool_1", "tool_3"}));
+  std::string detail;
+  ASSERT_EQ(alice_answer(agent->store(), &detail), Answer::kRight) << detail;
+
+  // Wiped: readers are told the store is not ready (503), never "no such connection" or "none".
+  flushall(redis);
+  EXPECT_EQ(alice_answer(agent->store(), &detail), Answer::kNotReady) << detail;
+  EXPECT_NE(detail.find("not initialised"), std::string::npos) << detail;
+  // The check notices, restores connections, grants and the overlay, then re-lists.
+  EXPECT_EQ(agent->check_store_once(), "ready") << log.all();
+  EXPECT_EQ(agent->metrics().namespace_restores(), 1);
+  EXPECT_EQ(agent->metrics().store_namespace(), "ready");
+  EXPECT_TRUE(log.contains("namespace record is missing")) << log.all();
+  EXPECT_EQ(alice_answer(agent->store(), &detail), Answer::kRight) << detail;
+  EXPECT_GE(agent->drain_revalidations_once(), 1u);  // the seed the restore queued
+  EXPECT_EQ(shown_tools(agent->store(), "alice", "t"), before) << log.all();
+  agent->stop();
+}
+
+TEST(AgentRedis, TheStoreCheckRestoresAWipedNamespaceWithinItsInterval) {
+  RedisServer redis;
+  ASSERT_TRUE(redis.ok()) << redis.error();
+  TempDir dir;
+  LogCapture log;
+  AgentConfig cfg = make_config(dir, {{"t", upstream_server({})}},
+                                {{"redis", redis_url(redis)}, {"grants", {{"alice", {"t"}}}}});
+  cfg.runtime.store_check_interval_ms = 100;
+  cfg.runtime.maintenance_interval_ms = 3'600'000;  // only the store check can restore
+  AgentOptions o = manual_options(log);
+  o.run_revalidation_workers = true;
+  o.run_maintenance = true;
+  auto agent = make_agent(cfg, o);
+  ASSERT_TRUE(agent);
+  ASSERT_TRUE(agent->start().ok());
+  ASSERT_TRUE(wait_until([&] { return tool_names(agent->store(), "t").size() == 3; }, 5000))
+      << log.all();
+  ASSERT_TRUE(
+      agent->set_preference("t", Principal::shared(), CapabilityType::kTool, "tool_2", false).ok());
+  ASSERT_TRUE(wait_until(
+      [&] { return shown_tools(agent->store(), "alice", "t").size() == 2; }, 5000))
+      << log.all();
+
+  for (int round = 0; round < 2; ++round) {
+    flushall(redis);
+    // Every answer until it is back is right or "not ready"; none is wrong.
+    int not_ready = 0, wrong = 0;
+    std::string detail, wrong_detail;
+    const bool restored = wait_until(
+        [&] {
+          switch (alice_answer(agent->store(), &detail)) {
+            case Answer::kNotReady:
+              ++not_ready;
+              return false;
+            case Answer::kWrong:
+              ++wrong;
+              wrong_detail = detail;
+              return false;
+            case Answer::kRight:
+              return shown_tools(agent->store(), "alice", "t") ==
+                     std::vector<std::string>{"tool_1", "tool_3"};
+          }
+          return false;
+        },
+        5000);
+    EXPECT_TRUE(restored) << log.all();
+    EXPECT_EQ(wrong, 0) << wrong_detail;
+  }
+  EXPECT_EQ(agent->metrics().namespace_restores(), 2);
+  agent->stop();
+}
+
 // ---- secrets -----------------------------------------------------------------------------------
 
 std::vector<std::string> redis_reply_strings(redisReply* r) {

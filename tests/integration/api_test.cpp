@@ -271,6 +271,40 @@ TEST_P(ApiTest, HealthzNeedsNoTokenAndNamesTheStoreToACaller) {
   EXPECT_EQ(body_of(r)["store"], agent_->store().describe());
 }
 
+// A Redis that restarted empty (here: FLUSHALL): the agent's own discovery answers 503 as the
+// edge does, /healthz says the namespace is missing, and both are back once the agent restored it.
+TEST_P(ApiTest, AWipedStoreIs503AndHealthzSaysSoUntilTheAgentRestoresIt) {
+  if (GetParam() != Backend::kRedis) GTEST_SKIP() << "the embedded store cannot be wiped under the agent";
+  auto before = client_->Get("/v1/mcp-connections/t/manifest", bearer("alice"));
+  ASSERT_TRUE(before);
+  ASSERT_EQ(before->status, 200) << before->body;
+  {
+    testing::RedisConnection c(redis_->connect());
+    ASSERT_EQ(testing::run_argv(c.get(), {"FLUSHALL"}).str, "OK");
+  }
+  for (const char* path : {"/v1/manifests", "/v1/mcp-connections/t/manifest"}) {
+    auto r = client_->Get(path, bearer("alice"));
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 503) << path << ": " << r->body;  // never 200 [] nor 404
+    EXPECT_EQ(error_code(r), "STORE_UNAVAILABLE") << r->body;
+  }
+  auto health = client_->Get("/healthz");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 503);
+  EXPECT_EQ(body_of(health)["status"], "restoring");
+  EXPECT_EQ(body_of(health)["store"], "namespace_missing");
+
+  EXPECT_EQ(agent_->check_store_once(), "ready");
+  health = client_->Get("/healthz");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200) << health->body;
+  auto listing = client_->Get("/v1/manifests", bearer("alice"));
+  ASSERT_TRUE(listing);
+  EXPECT_EQ(listing->status, 200) << listing->body;
+  EXPECT_TRUE(body_of(listing)["connections"].is_array());
+  EXPECT_FALSE(body_of(listing)["connections"].empty()) << listing->body;
+}
+
 TEST_P(ApiTest, MissingBadAndExpiredTokensAre401) {
   const int64_t now = system_clock_ms()();
   const std::string expired = token("alice", 60'000, now - 3 * 3'600'000);

@@ -3,6 +3,7 @@
 // dir. Output and exit codes (cli.h) are what is checked.
 #include "native-agent/cli.h"
 
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
@@ -188,6 +189,25 @@ TEST_F(CliTest, StatusExitsThreeWhenRedisIsDown) {
   CliRun r = agent({"status"});
   EXPECT_EQ(r.code, kExitStoreUnavailable) << r.out << r.err;
   EXPECT_TRUE(contains(r.err, "unavailable")) << r.err;
+}
+
+// A Redis no agent has synced (or one that lost its data): `status` says the namespace is missing,
+// and reports this host's clock against Redis TIME.
+TEST_F(CliTest, StatusNamesAMissingNamespaceAndTheClockSkew) {
+  testing::RedisServer redis;
+  ASSERT_TRUE(redis.ok()) << redis.error();
+  write_config({{"redis", "redis://127.0.0.1:" + std::to_string(redis.port()) + "/0"}});
+  CliRun j = agent({"status", "--json"});
+  ASSERT_EQ(j.code, kExitOk) << j.out << j.err;
+  Result<Json> parsed = parse_json(j.out);
+  ASSERT_TRUE(parsed.ok()) << j.out;
+  EXPECT_EQ((*parsed)["store_namespace"], "missing");
+  ASSERT_TRUE((*parsed)["clock_skew_ms"].is_number_integer()) << j.out;
+  // The same machine's clock: the skew is the round trip's, far below any warning.
+  EXPECT_LT(std::llabs((*parsed)["clock_skew_ms"].get<int64_t>()), 5'000);
+  CliRun r = agent({"status"});
+  EXPECT_TRUE(contains(r.out, "store data: namespace missing")) << r.out;
+  EXPECT_TRUE(contains(r.out, "clock skew: ")) << r.out;
 }
 
 // Issue 9: a config file nested 200,000 deep (400 KB, under the 1 MiB file bound) is a usage

@@ -686,6 +686,8 @@ TEST(ConfigTest, EveryRuntimeControlHasAnEnvironmentOverride) {
   in.env["QUIVER_REVALIDATE_CONCURRENCY"] = "4";
   in.env["QUIVER_REQUEST_TIMEOUT_MS"] = "1200";
   in.env["QUIVER_MAX_LISTING_BYTES"] = "131072";
+  in.env["QUIVER_REVALIDATE_WINDOW_MS"] = "4000";
+  in.env["QUIVER_STORE_CHECK_INTERVAL_MS"] = "500";
   AgentConfig cfg = parse_ok(in, file);
   EXPECT_EQ(cfg.runtime.list_timeout_ms, 1500);
   EXPECT_EQ(cfg.runtime.list_concurrency, 9);
@@ -699,6 +701,8 @@ TEST(ConfigTest, EveryRuntimeControlHasAnEnvironmentOverride) {
   EXPECT_EQ(cfg.runtime.revalidate_concurrency, 4);
   EXPECT_EQ(cfg.runtime.request_timeout_ms, 1200);
   EXPECT_EQ(cfg.runtime.max_listing_bytes, 131072);
+  EXPECT_EQ(cfg.runtime.revalidate_window_ms, 4000);  // the edge reads the same variable
+  EXPECT_EQ(cfg.runtime.store_check_interval_ms, 500);
   EXPECT_EQ(cfg.env_overrides.size(), kRuntimeControls.size());
   EXPECT_EQ(cfg.effective_config_json()["runtime"]["lease_ms"], 30000);
 }

@@ -57,6 +57,8 @@ class DiscoveryRedisIntegration : public ::testing::Test {
     c_.reset(server_->connect());
     ASSERT_NE(c_, nullptr);
     run_argv(c_.get(), {"FLUSHALL"});
+    // As an agent leaves a namespace it has synced (schema/redis-keys.md, `namespace`).
+    run_argv(c_.get(), {"SET", keys_.namespace_record(), "ready:1"});
   }
 
   RespValue cmd(const std::vector<std::string>& argv) { return run_argv(c_.get(), argv); }
@@ -282,7 +284,7 @@ TEST_F(DiscoveryRedisIntegration, ReadsWhatTheRealCommitScriptWrote) {
   w.expires_at_ms = kNow - 1000 + 86'400'000;
   w.cache_scope = "private";
   Result<FencedWriteResult> committed = parse_commit_reply(
-      cmd(*commit_manifest_command(lk, acquired->lease, w, FencedWriteOptions{86'400'000, true})));
+      cmd(*commit_manifest_command(lk, acquired->lease, w, FencedWriteOptions{true})));
   ASSERT_TRUE(committed.ok() && committed->ok());
 
   Result<DiscoverySnapshot> s = read("alice");
@@ -296,6 +298,24 @@ TEST_F(DiscoveryRedisIntegration, ReadsWhatTheRealCommitScriptWrote) {
   EXPECT_EQ(c["manifest"]["tools"]["items"].size(), 2u);
   EXPECT_FALSE(c.contains("refresh"));
   EXPECT_TRUE(r.revalidations.empty());
+}
+
+TEST_F(DiscoveryRedisIntegration, AWipedNamespaceIsNotReadyRatherThanEmpty) {
+  MemoryStore store = matrix_store();
+  populate(store);
+  ASSERT_TRUE(read("alice").ok());
+  cmd({"FLUSHALL"});
+  Result<DiscoverySnapshot> wiped = read("alice");
+  ASSERT_FALSE(wiped.ok());
+  EXPECT_EQ(wiped.error().code, ErrorCode::kStoreNotReady) << wiped.error().message;
+  // Restoring (an agent is re-syncing): still not served, even once the grants are back.
+  populate(store);
+  cmd({"SET", keys_.namespace_record(), "restoring:5"});
+  EXPECT_EQ(read("alice").error().code, ErrorCode::kStoreNotReady);
+  cmd({"SET", keys_.namespace_record(), "ready:6"});
+  Result<DiscoverySnapshot> back = read("alice");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->connections, read_snapshot(store, member_principal("alice"), {})->connections);
 }
 
 TEST_F(DiscoveryRedisIntegration, TheScriptRefusesAGrantsKeyThatIsNotTheCallers) {

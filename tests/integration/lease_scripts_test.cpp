@@ -54,7 +54,6 @@ RefreshFailure failure_under(const std::string& config_hash) {
   return f;
 }
 
-constexpr int64_t kRetentionMs = 7 * 86'400'000LL;
 
 class LeaseScripts : public ::testing::Test {
  protected:
@@ -101,7 +100,7 @@ class LeaseScripts : public ::testing::Test {
   }
   FencedWriteResult commit(const Lease& lease, const ManifestWrite& w, bool release = true) {
     Result<RedisCommand> command =
-        commit_manifest_command(keys_, lease, w, FencedWriteOptions{kRetentionMs, release});
+        commit_manifest_command(keys_, lease, w, FencedWriteOptions{release});
     EXPECT_TRUE(command.ok()) << command.error().message;
     Result<FencedWriteResult> r = parse_commit_reply(cmd(*command));
     EXPECT_TRUE(r.ok()) << r.error().message;
@@ -109,7 +108,7 @@ class LeaseScripts : public ::testing::Test {
   }
   FencedWriteResult fail(const Lease& lease, const RefreshFailure& f, bool release = true) {
     Result<RedisCommand> command =
-        record_failure_command(keys_, lease, f, FencedWriteOptions{kRetentionMs, release});
+        record_failure_command(keys_, lease, f, FencedWriteOptions{release});
     EXPECT_TRUE(command.ok()) << command.error().message;
     Result<FencedWriteResult> r = parse_failure_reply(cmd(*command));
     EXPECT_TRUE(r.ok()) << r.error().message;
@@ -204,9 +203,7 @@ TEST_F(LeaseScripts, CommitWritesTheManifestClearsTheErrorAndBumpsTheEpoch) {
       {"expires_at", "86401000"}, {"cache_scope", "public"},
       {"truncated", "1"},         {"attempt_at", "1000"}};
   EXPECT_EQ(hash(keys_.manifest), expected);  // no error_* left
-  int64_t pttl = integer({"PTTL", keys_.manifest});
-  EXPECT_GT(pttl, kRetentionMs - 60'000);
-  EXPECT_LE(pttl, kRetentionMs);
+  EXPECT_EQ(integer({"PTTL", keys_.manifest}), -1);  // no TTL (schema/redis-keys.md)
   // Not released on request: the holder may still renew.
   EXPECT_EQ(get({"GET", keys_.lease}), a.lease.value());
 
@@ -292,7 +289,7 @@ TEST_F(LeaseScripts, AFailedRefreshKeepsTheLastGoodManifestAndItsConfigHash) {
   ManifestWrite good = manifest_v("good", "h1");
   ASSERT_TRUE(commit(a.lease, good).ok());
   std::map<std::string, std::string> before = hash(keys_.manifest);
-  cmd({"PEXPIRE", keys_.manifest, "600000"});  // retention running down
+  cmd({"PEXPIRE", keys_.manifest, "600000"});  // a TTL an older agent set
 
   // The credentials are rotated; the refresh under the new config fails.
   set_config_hash("h2");
@@ -311,7 +308,7 @@ TEST_F(LeaseScripts, AFailedRefreshKeepsTheLastGoodManifestAndItsConfigHash) {
   EXPECT_EQ(after["error_message"], "tools/list failed twice: connection reset");
   EXPECT_EQ(after["error_at"], "5000");
   EXPECT_EQ(after["attempt_at"], "4000");
-  EXPECT_LE(integer({"PTTL", keys_.manifest}), 600'000);  // retention not extended
+  EXPECT_EQ(integer({"PTTL", keys_.manifest}), -1);  // the old TTL is dropped: kept for good
   EXPECT_EQ(get({"GET", keys_.epoch}), "1");              // only commits bump the epoch
   EXPECT_EQ(integer({"EXISTS", keys_.lease}), 0);         // released
 }
@@ -326,9 +323,8 @@ TEST_F(LeaseScripts, AFailureWithoutAManifestRecordsAnErrorRowWithoutConfigHash)
                      {"error_message", "tools/list failed twice: connection reset"},
                      {"error_at", "5000"},
                      {"attempt_at", "4000"}}));
-  int64_t pttl = integer({"PTTL", keys_.manifest});
-  EXPECT_GT(pttl, 0);  // an error-only row does not live forever
-  EXPECT_LE(pttl, kRetentionMs);
+  // No TTL: the error record stays until the connection goes (readers show it, not `pending`).
+  EXPECT_EQ(integer({"PTTL", keys_.manifest}), -1);
   EXPECT_EQ(get({"GET", keys_.lease}), a.lease.value());
 
   // The next successful listing replaces the error row with a manifest.

@@ -53,7 +53,7 @@ void commit(ManifestStore& store, const std::string& cid, const Principal& p,
   w.fresh_until_ms = kNow + 900'000;
   w.expires_at_ms = kNow + 86'400'000;
   w.cache_scope = scope;
-  Result<FencedWriteResult> r = store.commit_manifest(cid, p, lease->lease, w, {86'400'000, true});
+  Result<FencedWriteResult> r = store.commit_manifest(cid, p, lease->lease, w, FencedWriteOptions{true});
   ASSERT_TRUE(r.ok() && r->ok());
 }
 
@@ -66,12 +66,14 @@ void fail(ManifestStore& store, const std::string& cid, const Principal& p) {
   f.error_message = "connection reset";
   f.error_at_ms = kNow + 1;
   f.attempt_at_ms = kNow;
-  Result<FencedWriteResult> r = store.record_failure(cid, p, lease->lease, f, {86'400'000, true});
+  Result<FencedWriteResult> r = store.record_failure(cid, p, lease->lease, f, FencedWriteOptions{true});
   ASSERT_TRUE(r.ok() && r->ok());
 }
 
 // The same history written to a store: records, grants, manifests, a failure, an overlay, a lease.
 void seed(ManifestStore& store) {
+  // An agent marks the namespace restoring, syncs, then ready (Agent::start).
+  ASSERT_TRUE(store.begin_namespace_restore(kNow).ok());
   ASSERT_TRUE(store
                   .sync_connections({record("a", CredentialMode::kShared),
                                      record("b", CredentialMode::kPerMember),
@@ -103,6 +105,7 @@ void seed(ManifestStore& store) {
                                      record("c", CredentialMode::kShared)})
                   .ok());
   ASSERT_TRUE(store.sync_grants({{"alice", {"a", "b", "c", "gone"}}, {"bob", {"a", "b"}}}).ok());
+  ASSERT_TRUE(*store.mark_namespace_ready(kNow));
 }
 
 class StoreDiscovery : public ::testing::Test {
@@ -237,12 +240,19 @@ TEST_F(StoreDiscovery, RedisDownIsUnavailableThenRecovers) {
   ASSERT_FALSE(down.ok());
   EXPECT_EQ(down.error().code, ErrorCode::kUnavailable);
   ASSERT_TRUE(redis_.start());
+  // The server came back empty (no persistence): not an empty snapshot ("nothing granted") but
+  // "not ready", until an agent has restored the namespace.
   ASSERT_TRUE(testing::wait_until(
       [&] {
-        // The server came back empty (no persistence): an empty snapshot, but an answer.
-        return redis_store_->read_discovery(member("alice")).ok();
+        Result<DiscoverySnapshot> r = redis_store_->read_discovery(member("alice"));
+        return !r.ok() && r.error().code == ErrorCode::kStoreNotReady;
       },
       5000));
+  seed(*redis_store_);
+  Result<DiscoverySnapshot> back = redis_store_->read_discovery(member("alice"));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->connections,
+            sqlite_store_->read_discovery(member("alice"))->connections);
 }
 
 }  // namespace

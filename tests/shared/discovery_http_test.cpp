@@ -270,6 +270,21 @@ TEST(DiscoveryHttp, StoreFailureIs503WithTheDetailOnlyInTheLog) {
   EXPECT_NE(d.respond.log->message.find("6379"), std::string::npos);
 }
 
+TEST(DiscoveryHttp, AWipedNamespaceIs503NeverAnEmptyListOrANotFound) {
+  MemoryStore s = store();
+  s.failure = Error(ErrorCode::kStoreNotReady, "discovery read: the namespace is not initialised");
+  DiscoveryConfig config;
+  for (const char* path : {"/v1/manifests", "/v1/mcp-connections/docs/manifest", "/v1/search"}) {
+    DiscoveryExchange x(config);
+    Driven d = drive(x, s, get(path, std::string(path) == "/v1/search" ? "q=x" : ""),
+                     CallerAuth::member("alice"));
+    EXPECT_EQ(d.respond.response.status, 503) << path;
+    EXPECT_EQ(error_code(d.respond.response), "STORE_UNAVAILABLE") << path;
+    EXPECT_NE(d.respond.response.body.find("being restored"), std::string::npos)
+        << d.respond.response.body;
+  }
+}
+
 // ---- one connection ----------------------------------------------------------------------------
 
 TEST(DiscoveryHttp, OneConnectionReadsOnlyIt) {

@@ -148,6 +148,24 @@ TEST(DiscoveryRedis, RedisErrorsAreStoreFailures) {
   EXPECT_NE(s.error().message.find("NOSCRIPT"), std::string::npos);
 }
 
+// discovery_read.lua when the namespace record is not `ready` (the store lost its data).
+TEST(DiscoveryRedis, ANamespaceNotReadyIsItsOwnErrorNotAnEmptySnapshot) {
+  for (const char* state : {"missing", "restoring"}) {
+    Result<DiscoverySnapshot> s =
+        decode_discovery_reply(A({S("quiver.namespace.v1"), S(state)}), member_principal("alice"));
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.error().code, ErrorCode::kStoreNotReady);
+    EXPECT_NE(s.error().message.find(state), std::string::npos) << s.error().message;
+  }
+  EXPECT_EQ(decode_discovery_reply(A({S("quiver.namespace.v1"), I(1)}), member_principal("alice"))
+                .error()
+                .code,
+            ErrorCode::kInvalidReply);
+  // The script reads the record before anything else.
+  std::string_view script = schema_asset("lua/discovery_read.lua");
+  EXPECT_LT(script.find("prefix .. 'namespace'"), script.find("redis.call('SMEMBERS'"));
+}
+
 TEST(DiscoveryRedis, EveryShapeMismatchIsAClearError) {
   using Mutation = std::function<void(RespValue&)>;
   auto entries = [](RespValue& r) -> std::vector<RespValue>& { return r.elements[6].elements; };

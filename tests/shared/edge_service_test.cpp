@@ -573,7 +573,7 @@ TEST(EdgeService, BrokenRepliesAndFailedAuthAreStoreFailures) {
   for (const Case& c : std::vector<Case>{
            {"-WRONGPASS invalid username-password pair\r\n" +
                 encode_reply(discovery_reply("alice", 1, 0)),
-            "AUTH failed"},
+            "STORE_UNAVAILABLE: Redis refused AUTH: WRONGPASS"},
            {"+OK\r\n:12\r\n", "discovery reply"},
            {"+OK\r\n!garbage\r\n", ""},
            {"+OK\r\n" + encode_reply(discovery_reply("alice", 1, 0)) + "+EXTRA\r\n",
@@ -587,6 +587,136 @@ TEST(EdgeService, BrokenRepliesAndFailedAuthAreStoreFailures) {
     EXPECT_EQ(s.log.find("redis-pw"), std::string::npos);
     edge->end(s.handle);
   }
+}
+
+TEST(EdgeService, StoreFailuresLogTheAnsweredCodeOncePerWindowThenACount) {
+  auto edge = service({{"QUIVER_L1_TTL_MS", "0"}});
+  std::string alice = token_for("alice");
+  const std::string oom =
+      "-OOM command not allowed when used memory > 'maxmemory'.\r\n";
+  auto read_once = [&](int64_t at) {
+    EdgeStep s = edge->begin(get("/v1/manifests", alice), at, kRandom);
+    s = edge->feed(s.handle, "+OK\r\n" + oom, at);
+    EXPECT_EQ(s.response.status, 503);
+    EXPECT_EQ(error_code_of(s), "STORE_UNAVAILABLE");
+    edge->end(s.handle);
+    return s.log;
+  };
+  // The code answered, not the cause's internal one (UPSTREAM_UNAVAILABLE, INTERNAL).
+  std::string first = read_once(kNow);
+  EXPECT_EQ(first.rfind("STORE_UNAVAILABLE: ", 0), 0u) << first;
+  EXPECT_NE(first.find("OOM"), std::string::npos) << first;
+  for (int i = 1; i <= 25; ++i) EXPECT_EQ(read_once(kNow + i * 100), "");
+  std::string summary = read_once(kNow + kStoreLogWindowMs + 1);
+  EXPECT_EQ(summary, first + " (and 25 more like it in the last 10 s)");
+  EXPECT_EQ(read_once(kNow + kStoreLogWindowMs + 2), "");
+}
+
+TEST(EdgeService, AnAuthThatTimesOutIsLoggedAsATimeoutNotARefusal) {
+  auto edge = service({{"QUIVER_L1_TTL_MS", "0"}});
+  EdgeStep s = edge->begin(get("/v1/manifests", token_for("alice")), kNow, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRedis);
+  ASSERT_NE(s.redis_bytes.find("AUTH"), std::string::npos);
+  s = edge->fail(s.handle, "read timed out after 2000 ms", kNow);
+  EXPECT_EQ(s.response.status, 503);
+  EXPECT_NE(s.log.find("AUTH timed out"), std::string::npos) << s.log;
+  EXPECT_EQ(s.log.find("AUTH failed"), std::string::npos) << s.log;
+  edge->end(s.handle);
+  // A Redis still loading its data set cannot take AUTH: not a credentials problem either.
+  s = edge->begin(get("/v1/manifests", token_for("alice")), kNow + kStoreLogWindowMs, kRandom);
+  const std::string loading = "-LOADING Redis is loading the dataset in memory\r\n";
+  s = edge->feed(s.handle, loading + loading, kNow + kStoreLogWindowMs);
+  EXPECT_EQ(s.response.status, 503);
+  EXPECT_NE(s.log.find("could not take AUTH: LOADING"), std::string::npos) << s.log;
+  edge->end(s.handle);
+}
+
+TEST(EdgeService, AfterARedisTimeoutOneRequestProbesAndTheOthersFailFast) {
+  auto edge = service({{"QUIVER_REDIS_FAIL_FAST_MS", "1500"}});
+  std::string alice = token_for("alice");
+  std::string bob = token_for("bob");
+  // alice has an L1 copy; bob has none.
+  EdgeStep s = edge->begin(get("/v1/manifests", alice), kNow, kRandom);
+  s = edge->feed(s.handle, "+OK\r\n" + encode_reply(discovery_reply("alice", 1, 0)), kNow);
+  ASSERT_EQ(s.response.status, 200);
+  edge->end(s.handle);
+
+  // Redis stalls: a read times out (after the host's REDIS_TIMEOUT_MS).
+  int64_t t = kNow + 5'000;
+  s = edge->begin(get("/v1/manifests", bob), t, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRedis);
+  s = edge->fail(s.handle, "read timed out after 2000 ms", t);
+  EXPECT_EQ(s.response.status, 503);
+  EXPECT_NE(s.log.find("fail-fast"), std::string::npos) << s.log;
+  edge->end(s.handle);
+  EXPECT_TRUE(edge->fail_fast().open(t));
+
+  // The next request is the one probe: it goes to Redis.
+  EdgeStep probe = edge->begin(get("/v1/manifests", bob), t + 10, kRandom);
+  ASSERT_EQ(probe.action, EdgeAction::kRedis);
+  // Meanwhile: no waiting. alice gets her copy, bob a 503, both marked fail-fast.
+  s = edge->begin(get("/v1/manifests", alice), t + 20, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(s.response.status, 200);
+  EXPECT_EQ(header(s.response, "X-Quiver-Cache"), "fail-fast");
+  EXPECT_EQ(header(s.response, "Cache-Control"), "private, no-cache");
+  edge->end(s.handle);
+  s = edge->begin(get("/v1/manifests", bob), t + 30, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(s.response.status, 503);
+  EXPECT_EQ(error_code_of(s), "STORE_UNAVAILABLE");
+  EXPECT_EQ(header(s.response, "X-Quiver-Cache"), "fail-fast");
+  edge->end(s.handle);
+  // A manual refresh fails fast too.
+  HttpRequest refresh = get("/v1/mcp-connections/docs/refresh-tools", bob);
+  refresh.method = "POST";
+  s = edge->begin(refresh, t + 40, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(s.response.status, 503);
+  edge->end(s.handle);
+
+  // The probe times out too: the window is extended; another request becomes the probe.
+  s = edge->fail(probe.handle, "read timed out after 2000 ms", t + 2'010);
+  edge->end(probe.handle);
+  EXPECT_TRUE(edge->fail_fast().open(t + 3'000));
+  probe = edge->begin(get("/v1/manifests", bob), t + 3'000, kRandom);
+  ASSERT_EQ(probe.action, EdgeAction::kRedis);
+  // It is answered: Redis is back, the window closes, everyone reads Redis again.
+  s = edge->feed(probe.handle, "+OK\r\n" + encode_reply(discovery_reply("bob", 2, 0)), t + 3'010);
+  EXPECT_EQ(s.response.status, 200);
+  EXPECT_EQ(header(s.response, "X-Quiver-Cache"), "miss");
+  edge->end(probe.handle);
+  EXPECT_FALSE(edge->fail_fast().open(t + 3'020));
+  s = edge->begin(get("/v1/manifests", token_for("carol")), t + 3'020, kRandom);
+  EXPECT_EQ(s.action, EdgeAction::kRedis);
+  edge->end(s.handle);
+}
+
+TEST(EdgeService, TheFailFastWindowIsBoundedAndCanBeTurnedOff) {
+  auto edge = service({{"QUIVER_REDIS_FAIL_FAST_MS", "1000"}});
+  std::string bob = token_for("bob");
+  EdgeStep s = edge->begin(get("/v1/manifests", bob), kNow, kRandom);
+  s = edge->fail(s.handle, "connect timed out after 1000 ms", kNow);
+  edge->end(s.handle);
+  EdgeStep probe = edge->begin(get("/v1/manifests", bob), kNow + 1, kRandom);
+  ASSERT_EQ(probe.action, EdgeAction::kRedis);
+  // The window ends even while the probe hangs: requests wait on Redis again.
+  s = edge->begin(get("/v1/manifests", bob), kNow + 1'001, kRandom);
+  EXPECT_EQ(s.action, EdgeAction::kRedis);
+  edge->end(s.handle);
+  edge->end(probe.handle);
+  // A refused connection is not a stall: no window.
+  s = edge->begin(get("/v1/manifests", bob), kNow + 5'000, kRandom);
+  s = edge->fail(s.handle, "connection refused", kNow + 5'000);
+  edge->end(s.handle);
+  EXPECT_FALSE(edge->fail_fast().open(kNow + 5'001));
+
+  auto off = service({{"QUIVER_REDIS_FAIL_FAST_MS", "0"}});
+  s = off->begin(get("/v1/manifests", bob), kNow, kRandom);
+  s = off->fail(s.handle, "read timed out after 2000 ms", kNow);
+  off->end(s.handle);
+  EXPECT_FALSE(off->fail_fast().open(kNow + 1));
+  EXPECT_FALSE(edge_settings_from_env(env_json({{"QUIVER_REDIS_FAIL_FAST_MS", "600000"}})).ok());
 }
 
 TEST(EdgeService, AStaleEntryIsServedAndOneRevalidationQueuedInTheBackground) {

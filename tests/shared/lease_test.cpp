@@ -45,7 +45,7 @@ RefreshFailure failure() {
   return f;
 }
 
-const FencedWriteOptions kOptions{86'400'000, true};
+const FencedWriteOptions kOptions{true};
 
 TEST(Lease, EveryScriptIsCompiledIn) {
   for (const char* name : {"lua/lease_acquire.lua", "lua/lease_renew.lua", "lua/lease_release.lua",
@@ -128,8 +128,6 @@ TEST(Lease, CommandsRefuseBadInput) {
   w = good_write();
   w.etag.clear();
   refused(commit_manifest_command(k, lease(1), w, kOptions), "etag");
-  refused(commit_manifest_command(k, lease(1), good_write(), FencedWriteOptions{0, true}),
-          "retention_ms");
   RefreshFailure f = failure();
   f.error_code.clear();
   refused(record_failure_command(k, lease(1), f, kOptions), "error code");
@@ -144,7 +142,7 @@ TEST(Lease, CommitCarriesEveryManifestFieldAndTheFence) {
   w.truncated = true;
   w.cache_scope.clear();
   Result<RedisCommand> cmd =
-      commit_manifest_command(k, lease(7), w, FencedWriteOptions{5000, false});
+      commit_manifest_command(k, lease(7), w, FencedWriteOptions{false});
   ASSERT_TRUE(cmd.ok()) << cmd.error().message;
   std::vector<std::string> expected = {
       "EVAL",       std::string(schema_asset("lua/manifest_commit.lua")),
@@ -156,7 +154,7 @@ TEST(Lease, CommitCarriesEveryManifestFieldAndTheFence) {
       w.etag,       "1000",
       "2000",       "3000",
       "",           "1",
-      "5000",       "0"};
+      "0"};
   EXPECT_EQ(*cmd, expected);
 }
 
@@ -167,7 +165,7 @@ TEST(Lease, FailureRecordCutsLongMessagesAtACharacterBoundary) {
   f.error_message = std::string(kMaxErrorMessageBytes - 1, 'x') + "\xe2\x82\xac" + "tail";
   Result<RedisCommand> cmd = record_failure_command(k, lease(3), f, kOptions);
   ASSERT_TRUE(cmd.ok()) << cmd.error().message;
-  ASSERT_EQ(cmd->size(), 16u);
+  ASSERT_EQ(cmd->size(), 15u);
   EXPECT_EQ((*cmd)[2], "4");
   EXPECT_EQ((*cmd)[7], "3");
   EXPECT_EQ((*cmd)[9], "h1");
@@ -175,7 +173,7 @@ TEST(Lease, FailureRecordCutsLongMessagesAtACharacterBoundary) {
   EXPECT_EQ((*cmd)[11], std::string(kMaxErrorMessageBytes - 1, 'x'));
   EXPECT_EQ((*cmd)[12], "1000");
   EXPECT_EQ((*cmd)[13], "900");
-  EXPECT_EQ((*cmd)[15], "1");
+  EXPECT_EQ((*cmd)[14], "1");  // release the lease (no retention argument any more)
   f.error_message = "short";
   EXPECT_EQ((*record_failure_command(k, lease(3), f, kOptions))[11], "short");
 }
