@@ -468,17 +468,15 @@ Result<Listing> UpstreamConnection::open_and_list(int64_t deadline_ms, ListInfo*
       !era_ ? EraPolicy::kProbe
             : (*era_ == ProtocolEra::kModern ? EraPolicy::kModern : EraPolicy::kLegacy);
   // A fresh session: the start-up budget comes on top of the caller's listing deadline.
-  const int64_t startup =
-      spec_.startup_timeout_ms > 0 ? spec_.startup_timeout_ms : options_.startup_timeout_ms;
+  const int64_t startup = spec_.startup_timeout_ms.value_or(options_.startup_timeout_ms);
   const int64_t listing_budget = std::max<int64_t>(1, deadline_ms - now);
   if (startup > 0) deadline_ms = now + startup + listing_budget;
   Attempt a;
   for (int round = 0; round < 2; ++round) {
     McpSessionConfig config = options_.session;
-    config.listing_deadline_ms =
-        startup > 0 ? startup + listing_budget : options_.list_timeout_ms;
-    if (spec_.request_timeout_ms > 0) {
-      config.request_timeout_ms = std::min(spec_.request_timeout_ms, listing_budget);
+    config.listing_deadline_ms = startup + listing_budget;
+    if (spec_.request_timeout_ms) {
+      config.request_timeout_ms = std::min(*spec_.request_timeout_ms, listing_budget);
     }
     if (startup > 0) config.handshake_timeout_ms = startup;
     config.max_message_bytes = options_.max_message_bytes;

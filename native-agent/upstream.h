@@ -97,10 +97,11 @@ struct UpstreamSpec {
   std::string url;
   std::vector<UpstreamHeader> headers;  // values are secrets
   bool allow_private = false;           // loopback, RFC 1918, link-local hosts allowed
-  // This connection's deadlines (0: UpstreamOptions'): each request, and the start-up budget a
-  // fresh session gets on top of the listing deadline (spawn or dial, and the handshake).
-  int64_t request_timeout_ms = 0;
-  int64_t startup_timeout_ms = 0;
+  // This connection's deadlines (nullopt: UpstreamOptions'): each request, and the start-up
+  // budget a fresh session gets on top of the listing deadline (spawn or dial, the handshake;
+  // 0: none).
+  std::optional<int64_t> request_timeout_ms;
+  std::optional<int64_t> startup_timeout_ms;
 
   static UpstreamSpec stdio(std::string name, std::string command,
                             std::vector<std::string> args = {},

@@ -1293,7 +1293,8 @@ TEST(ConfigTest, PerConnectionDeadlinesOverrideTheRuntimeControls) {
   AgentConfig plain = parse_ok(in, with_quiver(R"({})"));
   EXPECT_EQ(plain.find_connection("h")->config_hash, h->config_hash);
   bool shown = false;
-  for (const Json& c : cfg.effective_config_json()["connections"]) {
+  const Json effective = cfg.effective_config_json();
+  for (const Json& c : effective["connections"]) {
     if (c["id"] == "h") shown = c.value("list_timeout_ms", int64_t{0}) == 30000;
   }
   EXPECT_TRUE(shown);
