@@ -13,7 +13,8 @@
 #                                         (POST /v1/webhooks/refresh; unset: 404)
 #   REDIS_PASSWORD (secret), REDIS_USERNAME, REDIS_HOST, REDIS_PORT, REDIS_TLS
 #   QUIVER_NAMESPACE, QUIVER_TOKEN_AUDIENCE, QUIVER_L1_TTL_MS, QUIVER_L1_STALE_IF_ERROR_MS,
-#   QUIVER_L1_MAX_BYTES, QUIVER_FRESH_TTL_MS, QUIVER_MAX_AGE_MS, QUIVER_REVALIDATE_WINDOW_MS,
+#   QUIVER_L1_MAX_BYTES, QUIVER_FRESH_TTL_MS, QUIVER_MAX_AGE_MS, QUIVER_MIN_UPSTREAM_TTL_MS,
+#   QUIVER_REVALIDATE_WINDOW_MS,
 #   REDIS_CONNECT_TIMEOUT_MS, REDIS_TIMEOUT_MS, QUIVER_REDIS_FAIL_FAST_MS (after a Redis timeout,
 #   answer without waiting on Redis for this long while one request probes it; 0: off)
 using Workerd = import "/workerd/workerd.capnp";
@@ -52,6 +53,7 @@ const edgeWorker :Workerd.Worker = (
     (name = "QUIVER_L1_MAX_BYTES", fromEnvironment = "QUIVER_L1_MAX_BYTES"),
     (name = "QUIVER_FRESH_TTL_MS", fromEnvironment = "QUIVER_FRESH_TTL_MS"),
     (name = "QUIVER_MAX_AGE_MS", fromEnvironment = "QUIVER_MAX_AGE_MS"),
+    (name = "QUIVER_MIN_UPSTREAM_TTL_MS", fromEnvironment = "QUIVER_MIN_UPSTREAM_TTL_MS"),
     (name = "QUIVER_REVALIDATE_WINDOW_MS", fromEnvironment = "QUIVER_REVALIDATE_WINDOW_MS"),
     (name = "REDIS_HOST", fromEnvironment = "REDIS_HOST"),
     (name = "REDIS_PORT", fromEnvironment = "REDIS_PORT"),

@@ -168,6 +168,19 @@ UpstreamSpec upstream_spec_for(const std::string& name, const ResolvedUpstream& 
   return spec;
 }
 
+// The connection's own deadlines (its overrides, else the runtime controls).
+int64_t list_timeout_for(const ConnectionConfig& c, const RuntimeControls& rt) {
+  return c.list_timeout_ms.value_or(rt.list_timeout_ms);
+}
+
+UpstreamSpec with_deadlines(UpstreamSpec spec, const ConnectionConfig& c,
+                            const RuntimeControls& rt) {
+  int64_t list = list_timeout_for(c, rt);
+  spec.request_timeout_ms = std::min(c.request_timeout_ms.value_or(rt.request_timeout_ms), list);
+  spec.startup_timeout_ms = c.startup_timeout_ms.value_or(rt.startup_timeout_ms);
+  return spec;
+}
+
 // ---- the engine --------------------------------------------------------------------------------
 
 struct Agent::Impl {
@@ -194,6 +207,15 @@ struct Agent::Impl {
   };
   std::mutex deferred_mu;
   std::map<std::string, Deferred> deferred;  // by pool name
+
+  struct Retry {
+    std::string connection_id;
+    Principal principal = Principal::shared();
+    int failures = 0;   // listings in a row that failed or left a list failed
+    int64_t due_ms = 0;  // steady
+  };
+  std::mutex retry_mu;
+  std::map<std::string, Retry> retries;  // by pool name
 
   std::mutex run_mu;
   std::condition_variable run_cv;
@@ -249,6 +271,7 @@ struct Agent::Impl {
   UpstreamOptions upstream_options() const {
     UpstreamOptions u;
     u.list_timeout_ms = config.runtime.list_timeout_ms;
+    u.startup_timeout_ms = config.runtime.startup_timeout_ms;
     u.session.request_timeout_ms =
         std::min(config.runtime.request_timeout_ms, config.runtime.list_timeout_ms);
     u.change_debounce_ms = options.change_debounce_ms;
@@ -437,6 +460,89 @@ struct Agent::Impl {
     (void)request_refresh(key.first, key.second, "list_changed");
   }
 
+  // ---- retries after a failed listing ----
+
+  // A listing that failed, or in which lists failed, is retried by this agent on its own, with
+  // exponential backoff (retry_backoff_ms, shared/freshness.h) until a complete listing commits.
+  void schedule_retry(const std::string& name, const std::string& cid, const Principal& principal) {
+    std::lock_guard<std::mutex> lock(retry_mu);
+    Retry& r = retries[name];
+    r.connection_id = cid;
+    r.principal = principal;
+    ++r.failures;
+    r.due_ms = steady_ms() + retry_backoff_ms(r.failures, config.runtime.retry_max_backoff_ms);
+  }
+
+  void settle_retry(const std::string& name) {
+    std::lock_guard<std::mutex> lock(retry_mu);
+    retries.erase(name);
+  }
+
+  void process_retries() {
+    std::vector<Retry> due;
+    {
+      std::lock_guard<std::mutex> lock(retry_mu);
+      int64_t now = steady_ms();
+      for (auto it = retries.begin(); it != retries.end();) {
+        if (config.find_connection(it->second.connection_id) == nullptr) {
+          it = retries.erase(it);
+          continue;
+        }
+        if (it->second.due_ms <= now) {
+          due.push_back(it->second);
+          // Not retried again before another backoff, whatever this attempt ends in (a lease
+          // held elsewhere, a store failure); a failed attempt reschedules with a longer one.
+          it->second.due_ms =
+              now + retry_backoff_ms(it->second.failures, config.runtime.retry_max_backoff_ms);
+        }
+        ++it;
+      }
+    }
+    for (const Retry& r : due) {
+      if (!is_running()) return;
+      Result<RefreshReport> report = refresh(r.connection_id, r.principal, "retry", std::nullopt);
+      if (!report.ok()) {
+        logger->warn(kLog, "retry of " + who(r.connection_id, r.principal) +
+                               " did not run: " + report.error().message);
+      }
+    }
+  }
+
+  // Replaces the failed lists of `manifest` by the last good lists of their kinds, when the store
+  // holds a manifest listed under the same config and the result still fits the size bound.
+  void merge_last_good(const std::string& cid, const Principal& principal,
+                       const ConnectionConfig& cfg, int64_t now, const ManifestLimits& limits,
+                       Manifest* manifest) {
+    Result<std::optional<StoredManifest>> last = store->read_manifest(cid, principal);
+    if (!last.ok()) {
+      log_store_error("reading the last good manifest of " + who(cid, principal), last.error());
+      return;
+    }
+    if (!last->has_value() || !(*last)->meta.has_data ||
+        (*last)->meta.config_hash != cfg.config_hash) {
+      return;
+    }
+    Result<Manifest> old = decode_manifest((*last)->manifest);
+    if (!old.ok()) {
+      logger->warn(kLog, "the last good manifest of " + who(cid, principal) +
+                             " is unreadable; failed lists are shown failed: " +
+                             old.error().message);
+      return;
+    }
+    Manifest merged = *manifest;
+    if (keep_last_good_lists(&merged, *old, (*last)->meta.fetched_at_ms, now, policy.max_age_ms)
+            .empty()) {
+      return;
+    }
+    Result<EncodedManifest> encoded = encode_manifest(merged);
+    if (!encoded.ok() || encoded->bytes.size() > limits.max_bytes) {
+      logger->warn(kLog, "the last good lists of " + who(cid, principal) +
+                             " do not fit the manifest bound; failed lists are shown failed");
+      return;
+    }
+    *manifest = std::move(merged);
+  }
+
   // ---- one refresh ----
 
   Result<RefreshReport> refresh(const std::string& cid, const Principal& principal,
@@ -505,11 +611,12 @@ struct Agent::Impl {
     }
     int64_t fetched_at = options.now_ms();
     Result<Listing> listing = Error(ErrorCode::kInternal, "not listed");
-    if (Status put = pool->put(upstream_spec_for(name, *upstream)); !put.ok()) {
+    if (Status put = pool->put(with_deadlines(upstream_spec_for(name, *upstream), cfg, rt));
+        !put.ok()) {
       listing = put.error();
     } else {
       ListInfo info;
-      listing = pool->list(name, rt.list_timeout_ms, &info);
+      listing = pool->list(name, list_timeout_for(cfg, rt), &info);
     }
     metrics.listing_duration_ms(steady_ms() - lease_at);
 
@@ -526,54 +633,58 @@ struct Agent::Impl {
       }
     }
 
-    // Decide what to write.
-    std::optional<Error> failure;
+    // Decide what to write. Per list (ADR-004): lists that succeeded update; a list that failed
+    // keeps the last good list of its kind (listed under the same config), or shows as failed with
+    // its error, never as an empty list. A manifest holding a failed or kept list is committed as
+    // never fresh (fresh_until = fetched_at: readers serve it stale and revalidate), its error is
+    // recorded on the connection, and the agent retries with backoff.
+    std::optional<Error> failure;       // nothing to commit: recorded as a failed refresh
+    std::optional<Error> list_failure;  // committed, but a list failed: recorded beside it
     std::optional<ManifestWrite> write;
+    std::vector<ListKind> incomplete;
     if (!listing.ok()) {
       failure = listing.error();
     } else {
-      std::optional<Error> failed_list;
-      for (int i = 0; i < kListKindCount; ++i) {
-        const ListOutcome& l = listing->lists[i];
-        if (l.state == ListState::kFailed) {
+      ManifestLimits limits;
+      limits.max_bytes = static_cast<std::size_t>(rt.max_manifest_bytes);
+      limits.max_definition_bytes = std::min(limits.max_definition_bytes, limits.max_bytes);
+      Result<Manifest> manifest = manifest_from_listing(*listing, limits);
+      if (manifest.ok()) {
+        for (int i = 0; i < kListKindCount; ++i) {
+          const ListOutcome& l = listing->lists[i];
+          if (l.state != ListState::kFailed) continue;
+          metrics.list_failure(list_kind_name(static_cast<ListKind>(i)));
+          if (list_failure) continue;
           Error e = l.error ? *l.error : Error(ErrorCode::kUnknown, "failed");
           e.message = std::string(list_method(static_cast<ListKind>(i))) +
                       " could not be loaded: " + e.message;
-          failed_list = e;
-          break;
+          if (!l.items.empty()) {
+            e.message += " (" + std::to_string(l.items.size()) + " items on " +
+                         std::to_string(l.pages) + " pages arrived before; not kept)";
+          }
+          list_failure = e;
         }
+        if (list_failure) merge_last_good(cid, principal, cfg, fetched_at, limits, &*manifest);
+        incomplete = incomplete_lists(*manifest);
       }
-      bool has_good = false;
-      if (failed_list) {
-        Result<std::optional<ManifestMeta>> meta = store->read_manifest_meta(cid, principal);
-        has_good = meta.ok() && meta->has_value() && (*meta)->has_data &&
-                   (*meta)->config_hash == cfg.config_hash;
-      }
-      // TODO(cleanup): merge the last good list of a kind that failed now into the new
-      // manifest instead of keeping the whole last good manifest.
-      if (failed_list && has_good) {
-        failure = failed_list;
+      Result<EncodedManifest> encoded =
+          manifest.ok() ? encode_manifest(*manifest) : Result<EncodedManifest>(manifest.error());
+      if (!encoded.ok()) {
+        failure = encoded.error();
       } else {
-        ManifestLimits limits;
-        limits.max_bytes = static_cast<std::size_t>(rt.max_manifest_bytes);
-        limits.max_definition_bytes = std::min(limits.max_definition_bytes, limits.max_bytes);
-        Result<Manifest> manifest = manifest_from_listing(*listing, limits);
-        Result<EncodedManifest> encoded =
-            manifest.ok() ? encode_manifest(*manifest) : Result<EncodedManifest>(manifest.error());
-        if (!encoded.ok()) {
-          failure = encoded.error();
-        } else {
-          ManifestWrite w;
-          w.manifest = std::move(encoded->bytes);
-          w.etag = encoded->etag;
-          w.config_hash = cfg.config_hash;  // the config this listing started under
-          w.fetched_at_ms = fetched_at;
-          w.fresh_until_ms = fetched_at + effective_fresh_ttl_ms(policy, manifest->cache.ttl_ms);
-          w.expires_at_ms = fetched_at + policy.max_age_ms;
-          w.cache_scope = manifest->cache.cache_scope.value_or("");
-          w.truncated = manifest->truncated;
-          write = std::move(w);
-        }
+        ManifestWrite w;
+        w.manifest = std::move(encoded->bytes);
+        w.etag = encoded->etag;
+        w.config_hash = cfg.config_hash;  // the config this listing started under
+        w.fetched_at_ms = fetched_at;
+        w.fresh_until_ms =
+            incomplete.empty()
+                ? fetched_at + effective_fresh_ttl_ms(policy, manifest->cache.ttl_ms)
+                : fetched_at;  // never fresh: a list failed (schema/redis-keys.md)
+        w.expires_at_ms = fetched_at + policy.max_age_ms;
+        w.cache_scope = manifest->cache.cache_scope.value_or("");
+        w.truncated = manifest->truncated;
+        write = std::move(w);
       }
     }
 
@@ -595,7 +706,30 @@ struct Agent::Impl {
     fenced.release_lease = true;
     Result<FencedWriteResult> written = Error(ErrorCode::kInternal, "nothing written");
     if (write) {
+      // A list failed: keep the lease past the commit to record the error beside the data.
+      fenced.release_lease = !list_failure.has_value();
       written = store->commit_manifest(cid, principal, lease, *write, fenced);
+      if (list_failure && written.ok() && written->ok()) {
+        Error e = *list_failure;
+        e.message = cut_utf8(config.redact(e.message), kMaxErrorMessageBytes);
+        report.error = e;
+        metrics.refresh_failure(error_code_name(e.code));
+        RefreshFailure f;
+        f.config_hash = cfg.config_hash;
+        f.error_code = error_code_name(e.code);
+        f.error_message = e.message;
+        f.error_at_ms = std::max(options.now_ms(), fetched_at);
+        f.attempt_at_ms = fetched_at;
+        fenced.release_lease = true;
+        Result<FencedWriteResult> recorded = store->record_failure(cid, principal, lease, f, fenced);
+        if (!recorded.ok() || !recorded->ok()) {
+          logger->warn(kLog, "refresh of " + who(cid, principal) +
+                                 ": the error of its failed lists was not recorded: " +
+                                 (recorded.ok() ? lease_outcome_name(recorded->outcome)
+                                                : recorded.error().message));
+          (void)store->release_lease(cid, principal, lease);
+        }
+      }
     } else {
       Error e = failure.value_or(Error(ErrorCode::kUnknown, "listing failed"));
       e.message = cut_utf8(config.redact(e.message), kMaxErrorMessageBytes);
@@ -629,11 +763,23 @@ struct Agent::Impl {
     if (write) {
       report.committed = true;
       report.etag = write->etag;
-      logger->info(kLog, "refreshed " + who(cid, principal) + " (" + trigger + ") in " +
-                             std::to_string(steady_ms() - started_steady) + " ms, etag " +
-                             write->etag + (write->truncated ? ", truncated" : ""));
-      return finish("committed");
+      report.incomplete_lists = incomplete;
+      metrics.set_incomplete(name, !incomplete.empty());
+      if (incomplete.empty()) {
+        settle_retry(name);
+        logger->info(kLog, "refreshed " + who(cid, principal) + " (" + trigger + ") in " +
+                               std::to_string(steady_ms() - started_steady) + " ms, etag " +
+                               write->etag + (write->truncated ? ", truncated" : ""));
+        return finish("committed");
+      }
+      schedule_retry(name, cid, principal);
+      logger->warn(kLog, "refreshed " + who(cid, principal) + " (" + trigger + ") in part: " +
+                             list_kinds_text(incomplete) + " could not be loaded (" +
+                             (report.error ? report.error->message : std::string("failed")) +
+                             "), committed as never fresh, etag " + write->etag);
+      return finish("partial");
     }
+    schedule_retry(name, cid, principal);
     logger->warn(kLog, "refresh of " + who(cid, principal) + " (" + trigger + ") failed: " +
                            error_code_name(report.error->code) + ": " + report.error->message);
     return finish("failed");
@@ -924,6 +1070,7 @@ struct Agent::Impl {
         next_store_check = steady_ms() + config.runtime.store_check_interval_ms;
       }
       process_deferred();
+      if (options.run_retries) process_retries();
       if (options.run_maintenance && steady_ms() >= next_maintenance) {
         (void)maintenance_once();
         next_maintenance = steady_ms() + config.runtime.maintenance_interval_ms;
@@ -1122,12 +1269,14 @@ Result<Json> Agent::test_connection(const std::string& connection_id, const Prin
   if (Status st = check_principal(**found, principal); !st.ok()) return st.error();
   Result<ResolvedUpstream> upstream = (*found)->upstream_for(principal);
   if (!upstream.ok()) return upstream.error();
-  UpstreamSpec spec =
-      upstream_spec_for(Impl::pool_name(connection_id, principal) + "#test", *upstream);
+  UpstreamSpec spec = with_deadlines(
+      upstream_spec_for(Impl::pool_name(connection_id, principal) + "#test", *upstream), **found,
+      s.config.runtime);
   std::string described = spec.describe();
   UpstreamConnection conn(std::move(spec), s.upstream_options());
   ListInfo info;
-  Result<Listing> listing = conn.list(conn.now_ms() + s.config.runtime.list_timeout_ms, {}, &info);
+  Result<Listing> listing =
+      conn.list(conn.now_ms() + list_timeout_for(**found, s.config.runtime), {}, &info);
   conn.close();
   if (!listing.ok()) {
     Error e = listing.error();

@@ -74,6 +74,9 @@ struct AgentOptions {
   bool watch_upstreams = true;
   bool run_revalidation_workers = true;
   bool run_maintenance = true;
+  // The scheduler retries listings that failed (or in which lists failed) with backoff
+  // (runtime `retry_max_backoff_ms`).
+  bool run_retries = true;
 
   // request_refresh's gate: one queued request per key per window. 0: the configuration's
   // runtime.revalidate_window_ms (the one the edge uses too).

@@ -601,14 +601,31 @@ struct ApiServer::Impl {
         Json out = entry;
         if (const Json* manifest = json_field(entry, "manifest");
             manifest && manifest->is_object()) {
+          // Counts only of lists that loaded; `lists` says each list's state, so a list that
+          // could not be loaded never reads as 0 items (ADR-004).
           Json counts = Json::object();
+          Json lists = Json::object();
           for (const char* list : {"tools", "resources", "resource_templates", "prompts"}) {
             const Json* l = json_field(*manifest, list);
             if (l == nullptr) continue;
             const Json* items = l->is_array() ? l : json_field(*l, "items");
-            if (items != nullptr && items->is_array()) counts[list] = items->size();
+            std::optional<std::string> state =
+                l->is_object() ? json_string(*l, "state") : std::optional<std::string>("ok");
+            Json shown = Json::object({{"state", state.value_or("unknown")}});
+            if (state == std::optional<std::string>("ok") && items != nullptr &&
+                items->is_array()) {
+              counts[list] = items->size();
+              shown["count"] = items->size();
+            }
+            if (l->is_object()) {
+              for (const char* f : {"error", "partial_items", "kept"}) {
+                if (const Json* v = json_field(*l, f)) shown[f] = *v;
+              }
+            }
+            lists[list] = std::move(shown);
           }
           out["counts"] = std::move(counts);
+          out["lists"] = std::move(lists);
         }
         out.erase("manifest");
         out.erase("mcp");

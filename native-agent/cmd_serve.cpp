@@ -108,7 +108,9 @@ int wait_for_first_listings(Agent& agent, const Principal& member, const sigset_
   const int64_t n = static_cast<int64_t>(agent.config().connections.size());
   const int64_t rounds = (n + rt.list_concurrency - 1) / std::max<int64_t>(1, rt.list_concurrency);
   const int64_t budget_ms =
-      std::min<int64_t>(rt.list_timeout_ms * std::max<int64_t>(1, rounds) + 5'000, 60'000);
+      std::min<int64_t>((rt.list_timeout_ms + rt.startup_timeout_ms) * std::max<int64_t>(1, rounds) +
+                            5'000,
+                        60'000);
   const int64_t start = system_clock_ms()();
   int64_t last_pending = -1;
   for (;;) {

@@ -35,18 +35,40 @@ options:
 Exit status: 0 shown, 2 usage or configuration error, 3 the store is unavailable.
 )";
 
-// Counts of the lists of a stored manifest (items of each `ok` list).
-Json list_counts(const std::string& manifest) {
+// Counts of the lists of a stored manifest (items of each `ok` list), and the lists whose latest
+// listing failed: {"prompts": {"state": "failed", "error": {...}}} or a kept last good list
+// {"state": "ok", "kept": {...}}. A list that could not be loaded is never counted as 0 items.
+struct ListSummary {
   Json counts = Json::object();
+  Json failed = Json::object();
+};
+
+ListSummary list_summary(const std::string& manifest) {
+  ListSummary out;
   Result<Json> m = parse_json(manifest);
-  if (!m.ok() || !m->is_object()) return counts;
+  if (!m.ok() || !m->is_object()) return out;
   for (const char* list : {"tools", "resources", "resource_templates", "prompts"}) {
     const Json* l = json_field(*m, list);
     if (l == nullptr) continue;
-    const Json* items = l->is_array() ? l : (l->is_object() ? json_field(*l, "items") : nullptr);
-    if (items != nullptr && items->is_array()) counts[list] = items->size();
+    if (l->is_array()) {
+      out.counts[list] = l->size();
+      continue;
+    }
+    if (!l->is_object()) continue;
+    std::optional<std::string> state = json_string(*l, "state");
+    const Json* items = json_field(*l, "items");
+    if (state == std::optional<std::string>("ok") && items != nullptr && items->is_array()) {
+      out.counts[list] = items->size();
+    }
+    if (state == std::optional<std::string>("failed") || json_field(*l, "kept") != nullptr) {
+      Json f = Json::object({{"state", state.value_or("unknown")}});
+      for (const char* k : {"error", "partial_items", "kept"}) {
+        if (const Json* v = json_field(*l, k)) f[k] = *v;
+      }
+      out.failed[list] = std::move(f);
+    }
   }
-  return counts;
+  return out;
 }
 
 Json principal_status(ManifestStore& store, const ConnectionConfig& c, const Principal& p,
@@ -73,7 +95,9 @@ Json principal_status(ManifestStore& store, const ConnectionConfig& c, const Pri
     out["fetched_at"] = meta.fetched_at_ms;
     out["age_ms"] = now - meta.fetched_at_ms;
     out["etag"] = meta.etag;
-    out["counts"] = list_counts((*stored)->manifest);
+    ListSummary lists = list_summary((*stored)->manifest);
+    out["counts"] = std::move(lists.counts);
+    if (!lists.failed.empty()) out["failed_lists"] = std::move(lists.failed);
     if (meta.truncated) out["truncated"] = true;
   }
   if (!meta.error_code.empty()) {
@@ -131,6 +155,18 @@ std::string text_of(const Json& status) {
       if (const Json* counts = json_field(p, "counts")) {
         std::string t = counts_text(*counts);
         if (!t.empty()) line += ", " + t;
+      }
+      if (const Json* failed = json_field(p, "failed_lists")) {
+        for (const auto& [list, f] : failed->items()) {
+          const Json* kept = json_field(f, "kept");
+          const Json* e = kept ? json_field(*kept, "error") : json_field(f, "error");
+          line += "\n      " + list + (kept ? ": could not be loaded, last good list kept: "
+                                            : ": could not be loaded: ");
+          if (e != nullptr) line += str((*e)["code"]) + ": " + str((*e)["message"]);
+          if (const Json* n = json_field(f, "partial_items")) {
+            line += " (" + str(*n) + " items arrived before the failure, not shown)";
+          }
+        }
       }
       if (const Json* e = json_field(p, "error")) {
         line += "\n      last error: " + str((*e)["code"]) + ": " + str((*e)["message"]);

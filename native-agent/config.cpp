@@ -39,6 +39,7 @@ constexpr double kYearMs = 365 * kDayMs;
 const std::vector<RuntimeControlInfo> kRuntimeControls = {
     {"list_timeout_ms", "QUIVER_LIST_TIMEOUT_MS", 1, 600000, false},
     {"request_timeout_ms", "QUIVER_REQUEST_TIMEOUT_MS", 1, 600000, false},
+    {"startup_timeout_ms", "QUIVER_STARTUP_TIMEOUT_MS", 0, 600000, false},
     {"list_concurrency", "QUIVER_LIST_CONCURRENCY", 1, 1024, false},
     {"fresh_ttl_ms", "QUIVER_FRESH_TTL_MS", 1, kYearMs, false},
     {"max_age_ms", "QUIVER_MAX_AGE_MS", 1, kYearMs, false},
@@ -51,6 +52,8 @@ const std::vector<RuntimeControlInfo> kRuntimeControls = {
     {"revalidate_concurrency", "QUIVER_REVALIDATE_CONCURRENCY", 1, 1024, false},
     {"revalidate_window_ms", "QUIVER_REVALIDATE_WINDOW_MS", 1, kDayMs, false},
     {"store_check_interval_ms", "QUIVER_STORE_CHECK_INTERVAL_MS", 50, 600000, false},
+    {"min_upstream_ttl_ms", "QUIVER_MIN_UPSTREAM_TTL_MS", 0, kYearMs, false},
+    {"retry_max_backoff_ms", "QUIVER_RETRY_MAX_BACKOFF_MS", 1, kDayMs, false},
 };
 
 FreshnessPolicy RuntimeControls::freshness_policy() const {
@@ -58,7 +61,7 @@ FreshnessPolicy RuntimeControls::freshness_policy() const {
   p.fresh_ttl_ms = fresh_ttl_ms;
   p.max_age_ms = max_age_ms;
   p.refresh_ahead_ratio = refresh_ahead_ratio;
-  p.min_upstream_ttl_ms = std::min(p.min_upstream_ttl_ms, fresh_ttl_ms);
+  p.min_upstream_ttl_ms = std::min(min_upstream_ttl_ms, fresh_ttl_ms);
   return p;
 }
 
@@ -451,7 +454,8 @@ const std::vector<std::string> kQuiverKeys = {
     "operators", "connections"};
 const std::vector<std::string> kConnectionKeys = {
     "id", "credential_mode", "auth", "credential_version", "credential", "credentials",
-    "api_key_header", "credential_env", "auto_enable_new_capabilities", "allow_private_addresses"};
+    "api_key_header", "credential_env", "auto_enable_new_capabilities", "allow_private_addresses",
+    "list_timeout_ms", "request_timeout_ms", "startup_timeout_ms"};
 const std::vector<std::string> kServerKeys = {
     "type", "command", "args", "env", "cwd", "url", "headers", "disabled"};
 // clang-format on
@@ -704,6 +708,7 @@ struct Slot {
 Slot slot(RuntimeControls& r, std::string_view field) {
   if (field == "list_timeout_ms") return {&r.list_timeout_ms, nullptr};
   if (field == "request_timeout_ms") return {&r.request_timeout_ms, nullptr};
+  if (field == "startup_timeout_ms") return {&r.startup_timeout_ms, nullptr};
   if (field == "list_concurrency") return {&r.list_concurrency, nullptr};
   if (field == "fresh_ttl_ms") return {&r.fresh_ttl_ms, nullptr};
   if (field == "max_age_ms") return {&r.max_age_ms, nullptr};
@@ -716,6 +721,8 @@ Slot slot(RuntimeControls& r, std::string_view field) {
   if (field == "revalidate_concurrency") return {&r.revalidate_concurrency, nullptr};
   if (field == "revalidate_window_ms") return {&r.revalidate_window_ms, nullptr};
   if (field == "store_check_interval_ms") return {&r.store_check_interval_ms, nullptr};
+  if (field == "min_upstream_ttl_ms") return {&r.min_upstream_ttl_ms, nullptr};
+  if (field == "retry_max_backoff_ms") return {&r.retry_max_backoff_ms, nullptr};
   return {};
 }
 
@@ -843,6 +850,11 @@ void Parser::runtime(const Json* quiver) {
                  std::to_string(r.list_timeout_ms) + " (" + where["list_timeout_ms"] +
                  "): a lease that ends mid-listing "
                  "makes every commit fail");
+  } else if (r.lease_ms <= r.list_timeout_ms + r.startup_timeout_ms) {
+    p_.warn(where["lease_ms"],
+            "not longer than the listing deadline plus the start-up budget (" +
+                where["startup_timeout_ms"] +
+                "): the first listing of a slow-starting server may lose its lease");
   }
   if (r.request_timeout_ms > r.list_timeout_ms) {
     p_.warn(where["request_timeout_ms"],
@@ -1361,6 +1373,21 @@ void Parser::connection(Server& server, const Json& settings, const std::string&
   }
   if (std::optional<bool> b = bool_field(settings, "auto_enable_new_capabilities", path)) {
     c.auto_enable_new_capabilities = *b;
+  }
+  // Per-connection deadlines, each overriding the runtime control of the same name.
+  for (auto [key, out] : {std::pair{"list_timeout_ms", &c.list_timeout_ms},
+                          std::pair{"request_timeout_ms", &c.request_timeout_ms},
+                          std::pair{"startup_timeout_ms", &c.startup_timeout_ms}}) {
+    const Json* v = json_field(settings, key);
+    if (v == nullptr) continue;
+    bool startup = std::string_view(key) == "startup_timeout_ms";
+    if (!v->is_number_integer() || v->get<int64_t>() < (startup ? 0 : 1) ||
+        v->get<int64_t>() > 600000) {
+      p_.error(path + "." + key, std::string("must be a whole number of milliseconds, ") +
+                                     (startup ? "0" : "1") + " to 600000");
+      continue;
+    }
+    *out = v->get<int64_t>();
   }
   if (std::optional<bool> b = bool_field(settings, "allow_private_addresses", path)) {
     if (!http) {
@@ -2065,6 +2092,9 @@ Json AgentConfig::effective_config_json() const {
       j["credentials"] = creds;
     }
     j["auto_enable_new_capabilities"] = c.auto_enable_new_capabilities;
+    if (c.list_timeout_ms) j["list_timeout_ms"] = *c.list_timeout_ms;
+    if (c.request_timeout_ms) j["request_timeout_ms"] = *c.request_timeout_ms;
+    if (c.startup_timeout_ms) j["startup_timeout_ms"] = *c.startup_timeout_ms;
     j["granted_members"] = Json(c.granted_members);
     Json principals = Json::array();
     for (const Principal& p : c.principals()) principals.push_back(p.str());

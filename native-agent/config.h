@@ -158,6 +158,9 @@ struct RuntimeControls {
   int64_t list_timeout_ms = 3500;            // one deadline for all pages of one connection
   int64_t request_timeout_ms = 3000;         // each request (initialize, each page); capped
                                              // by list_timeout_ms
+  // A fresh upstream session's start-up budget (spawn or dial, the handshake), on top of the
+  // listing deadline: a server that needs 6 s (or 20 s) to answer `initialize` is listed. 30 s.
+  int64_t startup_timeout_ms = 30000;
   int64_t list_concurrency = 5;              // listings at once per agent
   int64_t fresh_ttl_ms = 900000;             // 15 min
   int64_t max_age_ms = 86400000;             // 24 h
@@ -175,8 +178,15 @@ struct RuntimeControls {
   int64_t revalidate_window_ms = 30000;
   // How often the agent checks the store's namespace record (and restores a wiped namespace).
   int64_t store_check_interval_ms = 1000;
+  // An upstream's MCP `ttlMs` is raised to at least this (then capped by the fresh TTL): a server
+  // answering ttlMs 0 cannot make every read revalidate. 60 s.
+  int64_t min_upstream_ttl_ms = 60000;
+  // After a listing in which lists failed (or that failed as a whole), the agent retries on its
+  // own, after 2 s, then doubling, at most this long apart, until a listing succeeds. 5 min.
+  int64_t retry_max_backoff_ms = 300000;
 
-  // fresh TTL, max age and ratio from here; the upstream-TTL floor is min(60 s, fresh TTL).
+  // fresh TTL, max age and ratio from here; the upstream-TTL floor is
+  // min(min_upstream_ttl_ms, fresh TTL).
   FreshnessPolicy freshness_policy() const;
 };
 
@@ -269,6 +279,11 @@ struct ConnectionConfig {
   std::optional<Secret> credential;                  // shared bearer / api_key
   std::map<std::string, Secret> member_credentials;  // per_member: member id -> secret
   bool auto_enable_new_capabilities = true;
+  // This connection's deadlines (`quiver.connections.<name>`), overriding the runtime controls
+  // of the same names; nullopt: the runtime control applies. Not part of config_hash.
+  std::optional<int64_t> list_timeout_ms;
+  std::optional<int64_t> request_timeout_ms;
+  std::optional<int64_t> startup_timeout_ms;
 
   std::set<std::string> granted_members;  // who may read this connection
   ConnectionIdentity identity;            // names only: no secret values

@@ -104,6 +104,30 @@ int64_t Metrics::refresh_failures(std::string_view code) const {
   std::lock_guard<std::mutex> lock(mu_);
   return lookup(failures_, code);
 }
+void Metrics::list_failure(std::string_view list) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++list_failures_[safe_label(list)];
+}
+
+void Metrics::set_incomplete(const std::string& key, bool incomplete) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (incomplete) {
+    incomplete_.insert(key);
+  } else {
+    incomplete_.erase(key);
+  }
+}
+
+int64_t Metrics::list_failures(std::string_view list) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return lookup(list_failures_, list);
+}
+
+int64_t Metrics::incomplete_manifests() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(incomplete_.size());
+}
+
 int64_t Metrics::lease_contentions() const {
   std::lock_guard<std::mutex> lock(mu_);
   return lease_contention_;
@@ -175,6 +199,14 @@ std::string Metrics::prometheus_text() const {
   family(out, "quiver_revalidations_dropped_total", "counter",
          "Revalidation requests that could not be queued or handled.");
   out << "quiver_revalidations_dropped_total " << dropped_ << '\n';
+  family(out, "quiver_list_failures_total", "counter",
+         "Lists that could not be loaded in a listing that was still committed, by list.");
+  for (const auto& [list, n] : list_failures_) {
+    out << "quiver_list_failures_total{list=\"" << list << "\"} " << n << '\n';
+  }
+  family(out, "quiver_incomplete_manifests", "gauge",
+         "Connections whose latest listing left a list failed or kept from an earlier listing.");
+  out << "quiver_incomplete_manifests " << incomplete_.size() << '\n';
   family(out, "quiver_listing_duration_seconds", "histogram",
          "Time to list one upstream (every page of every list).");
   for (std::size_t i = 0; i < kListingDurationBuckets.size(); ++i) {

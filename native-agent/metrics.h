@@ -15,6 +15,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,6 +45,12 @@ class Metrics {
   void lease_contention();               // quiver_lease_contention_total
   void revalidation_dropped();           // quiver_revalidations_dropped_total
   void listing_duration_ms(int64_t ms);  // quiver_listing_duration_seconds
+  // quiver_list_failures_total{list}: lists ("tools", "resources", "resource_templates",
+  // "prompts") that could not be loaded in a listing whose manifest was still committed.
+  void list_failure(std::string_view list);
+  // quiver_incomplete_manifests: the (connection, principal) keys whose latest listing by this
+  // agent left a list failed or kept from an earlier listing (`key` is an opaque local name).
+  void set_incomplete(const std::string& key, bool incomplete);
 
   // --- the store (set by the agent's store check and maintenance pass) ---
   // The namespace record as last seen: "ready", "restoring", "missing", or "unknown" (the store
@@ -69,6 +76,8 @@ class Metrics {
   int64_t lease_contentions() const;
   int64_t revalidations_dropped() const;
   int64_t listing_count() const;
+  int64_t list_failures(std::string_view list) const;
+  int64_t incomplete_manifests() const;
 
   // The Prometheus text exposition format (version 0.0.4): HELP and TYPE lines, every family
   // present even when zero, labelled series sorted by label value.
@@ -83,6 +92,8 @@ class Metrics {
   std::map<std::string, int64_t, std::less<>> failures_;
   int64_t lease_contention_ = 0;
   int64_t dropped_ = 0;
+  std::map<std::string, int64_t, std::less<>> list_failures_;
+  std::set<std::string> incomplete_;
   std::vector<int64_t> bucket_counts_ = std::vector<int64_t>(kListingDurationBucketCount, 0);
   int64_t listing_count_ = 0;
   std::string namespace_state_ = "unknown";

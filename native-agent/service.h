@@ -13,6 +13,7 @@
 #include "native-agent/store.h"
 #include "shared/identity.h"
 #include "shared/json.h"
+#include "shared/listing.h"
 #include "shared/preferences.h"
 #include "shared/status.h"
 
@@ -28,12 +29,15 @@ struct RefreshReport {
   std::string connection_id;
   Principal principal = Principal::shared();
   bool committed = false;  // a new manifest is stored
-  std::string outcome;     // "committed", "failed", "in_progress" (lease held elsewhere),
+  std::string outcome;     // "committed", "partial" (committed, but lists failed: see
+                           // incomplete_lists and error), "failed", "in_progress" (lease held elsewhere),
                            // "up_to_date" (a queued request a newer listing already served),
                            // "refused:<lease_lost|stale_fence|config_changed|...>"
   std::string etag;
   int64_t duration_ms = 0;
-  std::optional<Error> error;  // the listing's error when it failed (redacted)
+  std::optional<Error> error;  // the listing's error when it (or a list of it) failed (redacted)
+  // "partial": the lists that failed (shown failed, or kept from the last good manifest).
+  std::vector<ListKind> incomplete_lists;
 };
 
 class AgentService {

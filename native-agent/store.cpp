@@ -29,6 +29,7 @@ CacheEntryMeta cache_entry_meta(const ManifestMeta& meta) {
     out.fetched_at_ms = meta.fetched_at_ms;
     out.config_hash = meta.config_hash;
     out.upstream_ttl_ms = meta.fresh_until_ms - meta.fetched_at_ms;
+    out.never_fresh = meta.fresh_until_ms == meta.fetched_at_ms;
   }
   out.cache_scope = cache_scope_from_string(meta.cache_scope);
   if (!meta.error_code.empty()) {

@@ -107,7 +107,8 @@ struct ManifestMeta {
 };
 
 // What classify() / decide_refresh() take (shared/freshness.h), as schema/redis-keys.md maps it:
-// upstream TTL as applied = fresh_until − fetched_at; last_error when error_code is set.
+// upstream TTL as applied = fresh_until − fetched_at; never_fresh when fresh_until = fetched_at (a
+// list failed); last_error when error_code is set.
 CacheEntryMeta cache_entry_meta(const ManifestMeta& meta);
 
 struct StoredManifest {

@@ -382,6 +382,7 @@ void UpstreamConnection::end_session(bool failure, const std::optional<Error>& w
   last_listing_.reset();
   if (!failure) return;
   std::lock_guard<std::mutex> lock(state_mu_);
+  if (why) last_failure_ = *why;
   consecutive_failures_ = lifetime >= options_.stable_session_ms ? 1 : consecutive_failures_ + 1;
   next_attempt_at_ = now + backoff_delay(consecutive_failures_, options_.backoff_initial_ms,
                                          options_.backoff_max_ms);
@@ -438,10 +439,14 @@ Result<Listing> UpstreamConnection::open_and_list(int64_t deadline_ms, ListInfo*
     std::lock_guard<std::mutex> lock(state_mu_);
     if (consecutive_failures_ > 0 && now < next_attempt_at_) {
       ++stats_.backoff_refusals;
-      return Error(ErrorCode::kUnavailable, label() + " failed " +
-                                                std::to_string(consecutive_failures_) +
-                                                " times in a row; backing off, next attempt in " +
-                                                std::to_string(next_attempt_at_ - now) + " ms");
+      // The real cause stays what is reported (its code: a server that keeps timing out is
+      // kTimeout, not "unavailable"); the backoff is said beside it.
+      std::string what = label() + " failed " + std::to_string(consecutive_failures_) +
+                         " times in a row";
+      if (last_failure_) what += " (last: " + last_failure_->message + ")";
+      return Error(last_failure_ ? last_failure_->code : ErrorCode::kUnavailable,
+                   what + "; backing off, next attempt in " +
+                       std::to_string(next_attempt_at_ - now) + " ms");
     }
     ++stats_.sessions_opened;
   }
@@ -450,6 +455,7 @@ Result<Listing> UpstreamConnection::open_and_list(int64_t deadline_ms, ListInfo*
     session_.reset();
     std::lock_guard<std::mutex> lock(state_mu_);
     consecutive_failures_ += 1;
+    last_failure_ = transport.error();
     next_attempt_at_ = now + backoff_delay(consecutive_failures_, options_.backoff_initial_ms,
                                            options_.backoff_max_ms);
     return scrub(transport.error());
@@ -461,10 +467,18 @@ Result<Listing> UpstreamConnection::open_and_list(int64_t deadline_ms, ListInfo*
   EraPolicy policy =
       !era_ ? EraPolicy::kProbe
             : (*era_ == ProtocolEra::kModern ? EraPolicy::kModern : EraPolicy::kLegacy);
+  // A fresh session: the start-up budget comes on top of the caller's listing deadline.
+  const int64_t startup = spec_.startup_timeout_ms.value_or(options_.startup_timeout_ms);
+  const int64_t listing_budget = std::max<int64_t>(1, deadline_ms - now);
+  if (startup > 0) deadline_ms = now + startup + listing_budget;
   Attempt a;
   for (int round = 0; round < 2; ++round) {
     McpSessionConfig config = options_.session;
-    config.listing_deadline_ms = options_.list_timeout_ms;
+    config.listing_deadline_ms = startup + listing_budget;
+    if (spec_.request_timeout_ms) {
+      config.request_timeout_ms = std::min(*spec_.request_timeout_ms, listing_budget);
+    }
+    if (startup > 0) config.handshake_timeout_ms = startup;
     config.max_message_bytes = options_.max_message_bytes;
     config.era = policy;
     session_->mcp = std::make_unique<McpSession>(config);

@@ -97,6 +97,11 @@ struct UpstreamSpec {
   std::string url;
   std::vector<UpstreamHeader> headers;  // values are secrets
   bool allow_private = false;           // loopback, RFC 1918, link-local hosts allowed
+  // This connection's deadlines (nullopt: UpstreamOptions'): each request, and the start-up
+  // budget a fresh session gets on top of the listing deadline (spawn or dial, the handshake;
+  // 0: none).
+  std::optional<int64_t> request_timeout_ms;
+  std::optional<int64_t> startup_timeout_ms;
 
   static UpstreamSpec stdio(std::string name, std::string command,
                             std::vector<std::string> args = {},
@@ -150,6 +155,11 @@ struct UpstreamOptions {
   // Request timeouts, limits, client identity. listing_deadline_ms and era are set per session.
   McpSessionConfig session;
   int64_t list_timeout_ms = 3500;  // the session's budget for one whole listing
+  // A fresh session's start-up budget (spawn or dial, the handshake), on top of the listing
+  // deadline the caller gives: a server that needs 6 s to answer `initialize` is listed, not
+  // killed and restarted on every attempt. `initialize` may take this long. 0: none (the
+  // listing deadline covers the start-up too).
+  int64_t startup_timeout_ms = 0;
   int64_t change_debounce_ms = 250;
   bool watch = false;  // HTTP: open the GET notification stream when idle (pump)
   int64_t backoff_initial_ms = 250;
@@ -254,6 +264,7 @@ class UpstreamConnection {
   std::optional<ProtocolEra> era_;       // learned from the last handshake
   int64_t consecutive_failures_ = 0;
   int64_t next_attempt_at_ = 0;
+  std::optional<Error> last_failure_;  // why the last session failed (reported while backing off)
   UpstreamStats stats_;
   ChangeCallback callback_;
   bool changed_[kListKindCount] = {};

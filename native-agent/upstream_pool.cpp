@@ -22,7 +22,8 @@ bool same_spec(const UpstreamSpec& a, const UpstreamSpec& b) {
   }
   return a.name == b.name && a.transport == b.transport && a.command == b.command &&
          a.args == b.args && a.env == b.env && a.working_dir == b.working_dir && a.url == b.url &&
-         a.allow_private == b.allow_private;
+         a.allow_private == b.allow_private && a.request_timeout_ms == b.request_timeout_ms &&
+         a.startup_timeout_ms == b.startup_timeout_ms;
 }
 
 }  // namespace

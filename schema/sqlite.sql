@@ -103,7 +103,7 @@ CREATE TABLE IF NOT EXISTS manifests (
   config_hash   TEXT,
   fence         INTEGER CHECK (fence > 0),
   fetched_at    INTEGER CHECK (fetched_at >= 0),
-  fresh_until   INTEGER,
+  fresh_until   INTEGER,  -- = fetched_at: never fresh, a list of it failed (schema/redis-keys.md)
   expires_at    INTEGER,
   cache_scope   TEXT CHECK (cache_scope IN ('public', 'private')),
   truncated     INTEGER NOT NULL DEFAULT 0 CHECK (truncated IN (0, 1)),

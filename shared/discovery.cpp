@@ -289,16 +289,59 @@ Json entry_validator(const EntryView& v, Json meta) {
   return meta;
 }
 
+// The manifest's list object of `kind` (the state-carrying form), or null.
+const Json* list_object(const Json& manifest, ListKind kind) {
+  if (!manifest.is_object()) return nullptr;
+  for (const char* name : manifest_fields_for(kind)) {
+    const Json* list = json_field(manifest, name);
+    if (list != nullptr) return list->is_object() ? list : nullptr;
+  }
+  return nullptr;
+}
+
+// A list that could not be loaded, as the mcp view shows it: {"error": {"code", "message"}}
+// (plus `partial_items` when pages arrived before the failure). Never an empty result (ADR-004).
+std::optional<Json> failed_list_part(const Json& manifest, ListKind kind) {
+  const Json* list = list_object(manifest, kind);
+  if (list == nullptr || json_string(*list, "state") != std::optional<std::string>("failed")) {
+    return std::nullopt;
+  }
+  const Json* e = json_field(*list, "error");
+  std::optional<std::string> code = e ? json_string(*e, "code") : std::nullopt;
+  std::optional<std::string> message = e ? json_string(*e, "message") : std::nullopt;
+  Json err = Json::object();
+  err["code"] = code.value_or(error_code_name(ErrorCode::kUnknown));
+  err["message"] = std::string(list_method(kind)) +
+                   " could not be loaded: " + message.value_or("no reason recorded");
+  Json part = Json::object();
+  part["error"] = std::move(err);
+  if (const Json* n = json_field(*list, "partial_items"); n != nullptr && n->is_number_integer()) {
+    part["partial_items"] = *n;
+  }
+  return part;
+}
+
 Json mcp_view(const Json& manifest, int64_t ttl_ms) {
   Json out = Json::object();
   for (int i = 0; i < kListKindCount; ++i) {
     auto kind = static_cast<ListKind>(i);
     std::optional<std::vector<Json>> items = listed_items(manifest, kind);
-    if (!items) continue;
+    if (!items) {
+      if (std::optional<Json> failed = failed_list_part(manifest, kind)) {
+        out[list_method(kind)] = std::move(*failed);
+      }
+      continue;
+    }
     Json result = Json::object();
     result[list_result_field(kind)] = std::move(*items);
     result["ttlMs"] = ttl_ms;
     result["cacheScope"] = "private";
+    // The last good list, kept because the latest listing of it failed: say so.
+    if (const Json* list = list_object(manifest, kind)) {
+      if (const Json* kept = json_field(*list, "kept")) {
+        result["_meta"] = Json::object({{"quiver/kept", *kept}});
+      }
+    }
     out[list_method(kind)] = std::move(result);
   }
   return out;
@@ -625,6 +668,8 @@ Result<std::optional<CacheEntryMeta>> cache_entry_meta(const HashFields& m) {
       if (*fresh_until < *fetched_at) return invalid("`fresh_until` lies before `fetched_at`");
       // The TTL the writer applied; it only ever shortens the reader's own fresh TTL.
       e.upstream_ttl_ms = *fresh_until - *fetched_at;
+      // The writer stored it as never fresh: a list of it failed (schema/redis-keys.md).
+      e.never_fresh = *fresh_until == *fetched_at;
     }
   }
   if (const std::string* s = field(m, redis_field::kCacheScope)) {

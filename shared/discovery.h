@@ -41,7 +41,10 @@
 // `hashes` without the disabled capabilities; every other field verbatim). `mcp`: each entry holds
 // `mcp`, one MCP list result per listed kind keyed by method ("tools/list" → {"tools": [...],
 // "ttlMs": n, "cacheScope": "private"}, as MCP 2026-07-28 shapes cacheable results), so a client
-// can hand it on as if it had called the upstream. `ttlMs` is the time left until the entry turns
+// can hand it on as if it had called the upstream. A list that could not be loaded is never an
+// empty result: its method holds {"error": {code, message}} (and `partial_items` when pages
+// arrived before the failure); a last good list kept after a failure carries
+// `_meta["quiver/kept"]` {listed_at, error}. A list the server has none of (absent) is left out. `ttlMs` is the time left until the entry turns
 // stale (0 when stale); `cacheScope` is always "private": the answer depends on the caller's
 // grants and preferences even when the data is the `shared` principal's.
 //

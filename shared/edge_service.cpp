@@ -202,6 +202,8 @@ Result<EdgeSettings> edge_settings_from_env(std::string_view env_json) {
                     get_ms("QUIVER_L1_MAX_BYTES", &max_bytes),
                     get_ms("QUIVER_FRESH_TTL_MS", &s.discovery.freshness.fresh_ttl_ms),
                     get_ms("QUIVER_MAX_AGE_MS", &s.discovery.freshness.max_age_ms),
+                    get_ms("QUIVER_MIN_UPSTREAM_TTL_MS",
+                           &s.discovery.freshness.min_upstream_ttl_ms),
                     get_ms("QUIVER_REVALIDATE_WINDOW_MS", &s.enqueue.window_ms),
                     get_ms("QUIVER_REDIS_FAIL_FAST_MS", &s.fail_fast_ms)}) {
     if (!st.ok()) return st.error();

@@ -170,10 +170,11 @@ Classification classify(const std::optional<CacheEntryMeta>& entry, const Freshn
   //   2. entry without data                        -> miss (no_data)
   //   3. config_hash empty or not the current one  -> miss (config_changed)
   //   4. fetched_at beyond now + skew tolerance    -> stale, clock_skewed
-  //   5. now <  fresh_until                        -> fresh
+  //   5. never_fresh (a list failed)              -> stale (fresh_until = fetched_at)
+  //   6. now <  fresh_until                        -> fresh
   //      (fresh_until is cut to invalidated_at when the data was listed before that)
-  //   6. now <  expires_at                         -> stale
-  //   7. otherwise                                 -> expired
+  //   7. now <  expires_at                         -> stale
+  //   8. otherwise                                 -> expired
   if (!entry.has_value()) return miss(MissReason::kNoEntry);
   const CacheEntryMeta& e = *entry;
   // "Could not load" (an error and no usable data) and "not loaded yet" stay distinguishable.
@@ -196,6 +197,10 @@ Classification classify(const std::optional<CacheEntryMeta>& entry, const Freshn
   c.refresh_at_ms = add_sat(e.fetched_at_ms, std::min(ahead, c.effective_fresh_ttl_ms));
   c.expires_at_ms = add_sat(e.fetched_at_ms, p.max_age_ms);
   c.age_ms = std::max<int64_t>(0, sub_sat(now_ms, e.fetched_at_ms));
+  if (e.never_fresh) {
+    c.fresh_until_ms = std::min(c.fresh_until_ms, e.fetched_at_ms);
+    c.refresh_at_ms = std::min(c.refresh_at_ms, c.fresh_until_ms);
+  }
   if (e.invalidated_at_ms && *e.invalidated_at_ms >= e.fetched_at_ms) {
     c.fresh_until_ms = std::min(c.fresh_until_ms, *e.invalidated_at_ms);
     c.refresh_at_ms = std::min(c.refresh_at_ms, c.fresh_until_ms);
@@ -215,6 +220,14 @@ Classification classify(const std::optional<CacheEntryMeta>& entry, const Freshn
     apply_state(Freshness::kExpired, &c);
   }
   return c;
+}
+
+int64_t retry_backoff_ms(int failures, int64_t max_ms) {
+  constexpr int64_t kFirstMs = 2000;
+  const int64_t cap = std::max<int64_t>(1, max_ms);
+  int64_t wait = kFirstMs;
+  for (int i = 1; i < failures && wait < cap; ++i) wait *= 2;
+  return std::min(wait, cap);
 }
 
 RefreshDecision decide_refresh(const std::optional<CacheEntryMeta>& entry,

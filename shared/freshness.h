@@ -9,7 +9,8 @@
 //
 // States (stale-while-revalidate):
 //   kFresh    served; nothing to do.
-//   kStale    served; a background revalidation is queued.
+//   kStale    served; a background revalidation is queued. Data the writer stored as
+//             never fresh (a list failed: `never_fresh`) is stale from the start.
 //   kExpired  older than the maximum age: not served as data (status only); revalidation queued.
 //   kMiss     nothing servable: no entry, an entry without data (first listing failed or pending),
 //             or data listed under another config_hash (a config change, even if its invalidation
@@ -85,6 +86,11 @@ struct CacheEntryMeta {
   // listed before it (fetched_at <= invalidated_at: a listing that started before the change)
   // is fresh only until then; a listing that started later clears it.
   std::optional<int64_t> invalidated_at_ms;
+  // The writer stored the data as never fresh (`fresh_until` = `fetched_at`): a list of it failed
+  // (kept from an earlier listing, or shown as failed: the manifest's `incomplete_lists`), or the
+  // upstream said ttlMs 0 with no floor configured. Such data is served, but stale from the moment
+  // it was written, so readers revalidate it (ADR-004: a failed list never poses as fresh data).
+  bool never_fresh = false;
 };
 
 enum class Freshness { kMiss = 0, kFresh, kStale, kExpired };
@@ -147,6 +153,11 @@ struct RefreshDecision {
 RefreshDecision decide_refresh(const std::optional<CacheEntryMeta>& entry,
                                const FreshnessPolicy& policy, std::string_view current_config_hash,
                                int64_t now_ms);
+
+// How long an agent waits before it retries a listing that failed (or in which lists failed),
+// after `failures` such listings in a row (1 for the first): 2 s, doubling, at most `max_ms`
+// (and at least 1 ms).
+int64_t retry_backoff_ms(int failures, int64_t max_ms);
 
 inline bool needs_refresh_ahead(const std::optional<CacheEntryMeta>& entry,
                                 const FreshnessPolicy& policy, std::string_view current_config_hash,

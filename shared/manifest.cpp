@@ -320,6 +320,7 @@ Status Builder::convert(ListKind kind, const ListOutcome& outcome, ManifestList<
       list->state = ListState::kFailed;
       list->error = outcome.error.value_or(Error(ErrorCode::kUnknown, "listing failed"));
       list->error->message = sanitized(list->error->message, 1024);
+      list->partial_items = static_cast<int64_t>(outcome.items.size());
       return Status::Ok();
     case ListState::kOk:
       break;
@@ -616,7 +617,8 @@ Status list_from_json(const Json& manifest, ListKind kind, ManifestList<T>* list
   const std::string where = list_kind_name(kind);
   const Json* j = json_field(manifest, where.c_str());
   if (j == nullptr || !j->is_object()) return bad(where, "missing or not an object");
-  Status st = only_keys(*j, where, {"state", "items", "hashes", "error", "cache"});
+  Status st =
+      only_keys(*j, where, {"state", "items", "hashes", "error", "cache", "partial_items", "kept"});
   if (!st.ok()) return st;
   std::optional<std::string> state_name = json_string(*j, "state");
   std::optional<ListState> state =
@@ -667,6 +669,34 @@ Status list_from_json(const Json& manifest, ListKind kind, ManifestList<T>* list
   Result<CacheHints> cache = cache_from_json(json_field(*j, "cache"), where);
   if (!cache.ok()) return cache.error();
   list->cache = *cache;
+
+  if (json_field(*j, "partial_items") != nullptr) {
+    std::optional<int64_t> n = non_negative(*j, "partial_items");
+    if (!n || *n == 0 || *state != ListState::kFailed) {
+      return bad(where, "'partial_items' is a positive integer, only on a \"failed\" list");
+    }
+    list->partial_items = *n;
+  }
+  if (const Json* kept = json_field(*j, "kept")) {
+    if (*state == ListState::kFailed || !kept->is_object()) {
+      return bad(where, "'kept' is an object, never on a \"failed\" list");
+    }
+    st = only_keys(*kept, where + ".kept", {"listed_at", "error"});
+    if (!st.ok()) return st;
+    std::optional<int64_t> at = non_negative(*kept, "listed_at");
+    const Json* e = json_field(*kept, "error");
+    std::optional<ErrorCode> code;
+    std::optional<std::string> message;
+    if (e != nullptr && e->is_object() && only_keys(*e, where, {"code", "message"}).ok()) {
+      std::optional<std::string> code_name = json_string(*e, "code");
+      code = code_name ? error_code_from_name(*code_name) : std::nullopt;
+      message = json_string(*e, "message");
+    }
+    if (!at || !code || !message) {
+      return bad(where, "'kept' needs 'listed_at' and an 'error' with a known 'code' and a 'message'");
+    }
+    list->kept = KeptList{*at, Error(*code, *message)};
+  }
   return Status::Ok();
 }
 
@@ -899,6 +929,10 @@ Json manifest_to_json(const Manifest& m) {
     l["hashes"] = std::move(hashes);
     if (list.state == ListState::kFailed) {
       l["error"] = error_to_json(list.error.value_or(Error(ErrorCode::kUnknown, "")));
+      if (list.partial_items > 0) l["partial_items"] = list.partial_items;
+    } else if (list.kept) {
+      l["kept"] = Json{{"listed_at", list.kept->listed_at_ms},
+                       {"error", error_to_json(list.kept->error)}};
     }
     l["cache"] = cache_to_json(list.cache);
     j[list_kind_name(kind)] = std::move(l);
@@ -1032,6 +1066,59 @@ Result<Manifest> manifest_from_json(const Json& j) {
   if (!omitted) return bad("issues_omitted", "is not a non-negative integer");
   m.issues_omitted = *omitted;
   return m;
+}
+
+std::vector<ListKind> keep_last_good_lists(Manifest* fresh, const Manifest& last_good,
+                                           int64_t last_good_fetched_at_ms, int64_t now_ms,
+                                           int64_t max_age_ms) {
+  std::vector<ListKind> replaced;
+  auto merge = [&](ListKind kind, auto& list, const auto& old) {
+    if (list.state != ListState::kFailed || old.state == ListState::kFailed) return;
+    const int64_t listed_at = old.kept ? old.kept->listed_at_ms : last_good_fetched_at_ms;
+    if (now_ms - listed_at >= max_age_ms) return;  // too old to be served as data
+    Error why = list.error.value_or(Error(ErrorCode::kUnknown, "listing failed"));
+    list = old;
+    list.kept = KeptList{listed_at, std::move(why)};
+    replaced.push_back(kind);
+  };
+  merge(ListKind::kTools, fresh->tools, last_good.tools);
+  merge(ListKind::kResources, fresh->resources, last_good.resources);
+  merge(ListKind::kResourceTemplates, fresh->resource_templates, last_good.resource_templates);
+  merge(ListKind::kPrompts, fresh->prompts, last_good.prompts);
+  if (!replaced.empty()) {
+    fresh->cache = CacheHints{};
+    for_each_list(*fresh, [&](ListKind, const auto& list) { combine(&fresh->cache, list.cache); });
+  }
+  return replaced;
+}
+
+std::vector<ListKind> incomplete_lists(const Manifest& manifest) {
+  std::vector<ListKind> out;
+  for_each_list(manifest, [&](ListKind kind, const auto& list) {
+    if (list.state == ListState::kFailed || list.kept) out.push_back(kind);
+  });
+  return out;
+}
+
+std::string list_kinds_text(const std::vector<ListKind>& kinds) {
+  std::string out;
+  for (ListKind k : kinds) {
+    if (!out.empty()) out += ',';
+    out += list_kind_name(k);
+  }
+  return out;
+}
+
+std::optional<std::vector<ListKind>> list_kinds_from_text(std::string_view text) {
+  std::vector<ListKind> out;
+  while (!text.empty()) {
+    std::size_t comma = text.find(',');
+    std::optional<ListKind> k = list_kind_from_name(text.substr(0, comma));
+    if (!k) return std::nullopt;
+    out.push_back(*k);
+    text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
+  }
+  return out;
 }
 
 Result<EncodedManifest> encode_manifest(const Manifest& manifest) {

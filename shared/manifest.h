@@ -26,8 +26,16 @@
 //
 // States. Each of the four lists is `ok` (complete, possibly empty), `absent` (the server has
 // none) or `failed` (could not load: error code and message). A failed list carries no items:
-// a partial list would read as a complete one to a consumer that skips the state. (The cache
-// layer decides whether to keep serving an older manifest's list.)
+// a partial list would read as a complete one to a consumer that skips the state. When pages
+// arrived before a later page failed, the failed list says how many items they held
+// (`partial_items`), so they are never lost without a word.
+//
+// Kept lists (ADR-004: a list that failed never poses as data). When a list fails in a listing
+// whose other lists succeeded, `keep_last_good_lists` puts the last good list of that kind (from
+// the previous manifest listed under the same config) in its place, with its items and state,
+// marked `kept` (when it was listed, and the error of the listing that failed). Without a last
+// good list the list stays `failed`. `incomplete_lists` names the lists of either kind: a
+// manifest with one is never fresh (shared/freshness.h).
 //
 // Hashes. The ETag is "sha256-" + base64url (RFC 4648 §5, unpadded) of SHA-256 over the
 // manifest's canonical bytes. Each definition also has a hash of the same form over its own
@@ -158,6 +166,12 @@ struct ServerInfo {
   Json extra = Json::object();  // description, websiteUrl, icons, anything else: verbatim
 };
 
+// A list carried over from an earlier listing because this listing of it failed.
+struct KeptList {
+  int64_t listed_at_ms = 0;  // when the kept list itself was listed
+  Error error;               // why the latest listing of it failed
+};
+
 template <typename T>
 struct ManifestList {
   ListState state = ListState::kAbsent;  // kOk, kAbsent or kFailed; never kNotListed
@@ -165,6 +179,10 @@ struct ManifestList {
   std::vector<std::string> hashes;       // definition hash of items[i]; same length as items
   std::optional<Error> error;            // set exactly when kFailed
   CacheHints cache;                      // the server's hints for this list
+  // kFailed only: items that arrived (on pages before the one that failed) and were not kept.
+  int64_t partial_items = 0;
+  // kOk or kAbsent only: this list is the last good one, kept after its latest listing failed.
+  std::optional<KeptList> kept;
 };
 
 struct ManifestIssue {
@@ -208,6 +226,23 @@ struct ManifestLimits {
 // attempted (kNotListed) or serverInfo lacks a string name and version, (kTooLarge) when even an
 // empty manifest would exceed the bound.
 Result<Manifest> manifest_from_listing(const Listing& listing, const ManifestLimits& limits = {});
+
+// Per-list merge after a listing in which some lists failed: each failed list of `fresh` is
+// replaced by the same kind's list of `last_good` (listed at `last_good_fetched_at_ms`, under the
+// same config: the caller checks) when that one is `ok` or `absent` and was listed less than
+// `max_age_ms` before `now_ms`; it keeps its own `kept.listed_at_ms` when it was itself kept. The
+// replaced list is marked `kept` with the failure's error. Lists that succeeded are untouched; the
+// manifest's combined cache hints are recomputed. Returns the kinds that were replaced.
+std::vector<ListKind> keep_last_good_lists(Manifest* fresh, const Manifest& last_good,
+                                           int64_t last_good_fetched_at_ms, int64_t now_ms,
+                                           int64_t max_age_ms);
+
+// The lists whose latest listing failed: `failed`, or `kept` from an earlier listing.
+std::vector<ListKind> incomplete_lists(const Manifest& manifest);
+// "tools,prompts": list_kind_name() of each, comma-separated ("" for none), and back (nullopt on
+// an unknown name).
+std::string list_kinds_text(const std::vector<ListKind>& kinds);
+std::optional<std::vector<ListKind>> list_kinds_from_text(std::string_view text);
 
 // The manifest's JSON (snake_case for Quiver's fields, MCP objects as the server named them).
 Json manifest_to_json(const Manifest& manifest);

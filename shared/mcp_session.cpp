@@ -22,6 +22,7 @@ constexpr Transition kTransitions[] = {
     {S::kDiscovering, I::kStartInitialize, S::kInitializing},  // legacy server: fall back
     {S::kDiscovering, I::kHandshakeDone, S::kListing},
     {S::kInitializing, I::kHandshakeDone, S::kListing},
+    {S::kInitializing, I::kStartDiscover, S::kDiscovering},  // -32022 to initialize: rediscover
     {S::kListing, I::kListingDone, S::kReady},
     {S::kReady, I::kRelist, S::kListing},
     {S::kIdle, I::kFail, S::kClosed},
@@ -199,7 +200,8 @@ Status validate_session_config(const McpSessionConfig& c) {
     return bad("era policy legacy needs a legacy protocol version (2025-11-25 or older)");
   }
   if (c.request_timeout_ms <= 0) return bad("request_timeout_ms must be positive");
-  if (c.discover_timeout_ms <= 0) return bad("discover_timeout_ms must be positive");
+  if (c.discover_timeout_ms < 0) return bad("discover_timeout_ms must not be negative");
+  if (c.handshake_timeout_ms < 0) return bad("handshake_timeout_ms must not be negative");
   if (c.listing_deadline_ms <= 0) return bad("listing_deadline_ms must be positive");
   if (c.max_pages_per_list < 1) return bad("max_pages_per_list must be at least 1");
   if (c.max_items_per_list < 1) return bad("max_items_per_list must be at least 1");
@@ -372,6 +374,8 @@ void McpSession::handle_message(JsonRpcMessage message, int64_t now_ms) {
     int64_t id = message.id.get<int64_t>();
     if (pending_.count(id) != 0) {
       dispatch_response(id, message, now_ms);
+    } else if (id == late_probe_id_ && on_late_probe_answer(message, now_ms)) {
+      return;
     } else if (abandoned_.count(id) != 0) {
       ++stats_.late_responses;
     } else {
@@ -426,9 +430,10 @@ void McpSession::expire(int64_t now_ms) {
     switch (p.purpose) {
       case Purpose::kDiscover: {
         abandon(id, "timeout", /*cancel=*/false);
+        late_probe_id_ = id;  // a slow modern server may still answer it: accepted then
         on_probe_unanswered(
             Error(ErrorCode::kTimeout, "server/discover: no answer within " +
-                                           std::to_string(config_.discover_timeout_ms) + " ms"),
+                                           std::to_string(probe_timeout_ms()) + " ms"),
             now_ms);
         break;
       }
@@ -437,7 +442,7 @@ void McpSession::expire(int64_t now_ms) {
         shut_down(
             I::kFail,
             Error(ErrorCode::kTimeout, "initialize: no answer within " +
-                                           std::to_string(config_.request_timeout_ms) + " ms"),
+                                           std::to_string(handshake_timeout_ms()) + " ms"),
             Error(), now_ms);
         break;
       case Purpose::kListPage: {
@@ -578,6 +583,15 @@ void McpSession::dispatch_response(int64_t id, JsonRpcMessage& message, int64_t 
     case Purpose::kInitialize:
       if (ok) {
         on_initialize_result(message.result, now_ms);
+      } else if (message.error.code == kMcpUnsupportedProtocolVersion &&
+                 policy_ == EraPolicy::kProbe && !rediscovered_ &&
+                 !modern_versions_.empty()) {
+        // A 2026-07-28 server refusing initialize: the probe only gave up too early (a slow
+        // start). It is modern: discover again, once, with the request deadline.
+        rediscovered_ = true;
+        era_ = ProtocolEra::kModern;
+        transition(I::kStartDiscover);
+        send_discover(modern_versions_.front(), now_ms);
       } else {
         shut_down(I::kFail,
                   Error(ErrorCode::kUpstreamError,
@@ -603,10 +617,39 @@ std::string McpSession::versions_we_speak(bool legacy_only) const {
   return join(all);
 }
 
+int64_t McpSession::handshake_timeout_ms() const {
+  return config_.handshake_timeout_ms > 0 ? config_.handshake_timeout_ms
+                                          : config_.request_timeout_ms;
+}
+
+int64_t McpSession::probe_timeout_ms() const {
+  if (rediscovered_ || config_.discover_timeout_ms <= 0) return config_.request_timeout_ms;
+  return config_.discover_timeout_ms;
+}
+
 void McpSession::send_discover(const std::string& version, int64_t now_ms) {
   protocol_version_ = version;
   send_request("server/discover", Json::object(), Purpose::kDiscover, ListKind::kTools,
-               config_.discover_timeout_ms, now_ms);
+               probe_timeout_ms(), now_ms);
+}
+
+bool McpSession::on_late_probe_answer(JsonRpcMessage& message, int64_t now_ms) {
+  // Only while the handshake that replaced the probe is still running, and only a DiscoverResult
+  // naming a modern version we speak: anything else stays a late answer.
+  if (state_ != S::kInitializing && state_ != S::kDiscovering) return false;
+  if (message.kind != JsonRpcKind::kResult || !message.result.is_object()) return false;
+  if (!pick(modern_versions_, json_field(message.result, "supportedVersions"))) return false;
+  late_probe_id_ = 0;
+  ++stats_.late_responses;
+  // The initialize (or second probe) in flight is superseded; its answer will be ignored.
+  std::vector<int64_t> superseded;
+  for (const auto& [id, p] : pending_) {
+    if (p.purpose != Purpose::kListPage) superseded.push_back(id);
+  }
+  for (int64_t id : superseded) abandon(id, "superseded", /*cancel=*/false);
+  if (state_ == S::kInitializing) transition(I::kStartDiscover);
+  on_discover_result(message.result, now_ms);
+  return true;
 }
 
 void McpSession::on_discover_result(const Json& result, int64_t now_ms) {
@@ -683,7 +726,7 @@ void McpSession::on_discover_error(const JsonRpcError& error, int64_t now_ms) {
 }
 
 void McpSession::on_probe_unanswered(const Error& why, int64_t now_ms) {
-  if (policy_ == EraPolicy::kProbe) return fall_back_to_initialize(now_ms);
+  if (policy_ == EraPolicy::kProbe && !rediscovered_) return fall_back_to_initialize(now_ms);
   shut_down(I::kFail, why, Error(), now_ms);
 }
 
@@ -700,7 +743,7 @@ void McpSession::send_initialize(int64_t now_ms) {
       {"capabilities", Json::object()},
       {"clientInfo", {{"name", config_.client_name}, {"version", config_.client_version}}}};
   send_request("initialize", std::move(params), Purpose::kInitialize, ListKind::kTools,
-               config_.request_timeout_ms, now_ms);
+               handshake_timeout_ms(), now_ms);
 }
 
 void McpSession::on_initialize_result(const Json& result, int64_t now_ms) {

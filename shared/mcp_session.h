@@ -32,9 +32,13 @@
 // - EraPolicy::kProbe (default), per .../2026-07-28/basic/transports/stdio#backward-compatibility:
 //   probe with `server/discover` first; a DiscoverResult or a recognized modern error (-32020,
 //   -32021, -32022) means a modern server; any other error, no answer within
-//   `discover_timeout_ms`, or on_request_failed() for the probe (HTTP: a 4xx without a modern
-//   JSON-RPC body, .../transports/streamable-http#backward-compatibility) means legacy: fall
-//   back to `initialize`. The era is a property of the server: `era()` reports it so the host can
+//   `discover_timeout_ms` (by default the request deadline), or on_request_failed() for the probe
+//   (HTTP: a 4xx without a modern JSON-RPC body,
+//   .../transports/streamable-http#backward-compatibility) means legacy: fall back to
+//   `initialize`. A slow-starting modern server is not mistaken for legacy: a DiscoverResult to
+//   the given-up probe that arrives while `initialize` runs is accepted (the initialize is
+//   abandoned), and -32022 (UnsupportedProtocolVersion) in answer to `initialize` means "modern":
+//   `server/discover` is sent once more, with the request deadline, and no further fallback. The era is a property of the server: `era()` reports it so the host can
 //   cache it and pass EraPolicy::kLegacy / kModern to the next session for that server.
 // Not implemented from 2026-07-28: `subscriptions/listen` (list_changed for modern servers needs
 // a long-lived request; the host re-lists on TTL instead), MRTR input (we never supply input).
@@ -120,7 +124,13 @@ struct McpSessionConfig {
                                                 "2025-03-26", "2024-11-05"};
   EraPolicy era = EraPolicy::kProbe;
   int64_t request_timeout_ms = 3000;   // each request (initialize, each page)
-  int64_t discover_timeout_ms = 1000;  // the era probe: silence past this means legacy
+  // `initialize` alone (0: request_timeout_ms): a host with a start-up budget gives a server that
+  // is still starting (a stdio child, a cold remote) that long to answer its first request.
+  int64_t handshake_timeout_ms = 0;
+  // The era probe: silence past this means legacy (0: request_timeout_ms, the default). A
+  // DiscoverResult arriving later, while the initialize that replaced the probe runs, is still
+  // accepted: the server is modern (a slow start, not a legacy server).
+  int64_t discover_timeout_ms = 0;
   // The whole listing: from start() (handshake included) or relist() until every list ended.
   int64_t listing_deadline_ms = 3500;
   int max_pages_per_list = 1000;
@@ -256,6 +266,9 @@ class McpSession {
   void on_discover_result(const Json& result, int64_t now_ms);
   void on_discover_error(const JsonRpcError& error, int64_t now_ms);
   void on_probe_unanswered(const Error& why, int64_t now_ms);
+  bool on_late_probe_answer(JsonRpcMessage& message, int64_t now_ms);
+  int64_t probe_timeout_ms() const;
+  int64_t handshake_timeout_ms() const;
   void fall_back_to_initialize(int64_t now_ms);
   void send_initialize(int64_t now_ms);
   void on_initialize_result(const Json& result, int64_t now_ms);
@@ -292,6 +305,8 @@ class McpSession {
   ListRun runs_[kListKindCount];
   std::size_t listing_bytes_ = 0;  // page bytes received by the running listing
   int64_t deadline_ms_ = 0;
+  int64_t late_probe_id_ = 0;  // the probe given up on by its deadline (0: none)
+  bool rediscovered_ = false;  // initialize was refused with -32022: discovering once more
   McpSessionStats stats_;
 };
 

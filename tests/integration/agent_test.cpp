@@ -5,6 +5,7 @@
 // refreshes; no secret reaches Redis, SQLite, the logs or the metrics.
 #include "native-agent/agent.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <cerrno>
@@ -76,6 +77,7 @@ AgentOptions manual_options(LogCapture& log) {
   o.watch_upstreams = false;
   o.run_revalidation_workers = false;
   o.run_maintenance = false;
+  o.run_retries = false;
   o.revalidation_block_ms = 50;
   return o;
 }
@@ -906,6 +908,256 @@ TEST(AgentHostile, AnEmptyLastCursorEndsTheList) {
   EXPECT_EQ(tools_state(agent->store(), "t").first, ListState::kOk) << log.all();
   EXPECT_EQ(tool_names(agent->store(), "t").size(), 25u);
   EXPECT_EQ(tools_list_calls(stats), 3);  // three pages, no fourth request with cursor ""
+}
+
+// ---- a list that failed never poses as data (issue 10, ADR-004) ---------------------------------
+
+std::optional<Manifest> stored_manifest(ManifestStore& store, const std::string& cid) {
+  Result<std::optional<StoredManifest>> m = store.read_manifest(cid, Principal::shared());
+  if (!m.ok() || !m->has_value() || !(*m)->meta.has_data) return std::nullopt;
+  Result<Manifest> decoded = decode_manifest((*m)->manifest);
+  EXPECT_TRUE(decoded.ok()) << (decoded.ok() ? "" : decoded.error().message);
+  return decoded.ok() ? std::optional<Manifest>(std::move(*decoded)) : std::nullopt;
+}
+
+// The entry of `cid` as discovery shows it to `member_id` (the edge's core over the same keys).
+Json shown_entry(ManifestStore& store, const std::string& member_id, const std::string& cid,
+                 DiscoveryView view) {
+  Result<DiscoverySnapshot> snap = store.read_discovery(*Principal::member(member_id));
+  if (!snap.ok()) return Json();
+  RenderOptions o;
+  o.view = view;
+  RenderedDiscovery r = render_manifests(*snap, FreshnessPolicy{}, system_clock_ms()(), o);
+  Result<Json> body = parse_json(r.body);
+  if (!body.ok()) return Json();
+  for (const Json& c : (*body)["connections"]) {
+    if (c["id"] == cid) return c;
+  }
+  return Json();
+}
+
+// Waits until the upstream has applied `n` control lines (it polls its control file).
+bool control_applied(const std::string& stats, int64_t n) {
+  return wait_until(
+      [&] {
+        Json st = read_stats(stats);
+        return st.is_object() && st.value("control_commands", int64_t{0}) >= n;
+      },
+      5000);
+}
+
+// Against the counted test upstream, on either store: a list that fails shows `failed` (never ok
+// with 0 items) and the manifest is not fresh; a later good listing commits fresh; a list that
+// fails after a good listing keeps its last good list, marked kept; the agent retries on its own
+// until a complete listing commits.
+void a_failed_list_never_poses_as_data(Json quiver) {
+  TempDir dir;
+  std::string ctl = dir.path("ctl");
+  std::string stats = dir.path("stats");
+  append_line(ctl, R"({"set":{"fail_method":"prompts/list"}})");
+  quiver["grants"] = {{"alice", {"t"}}};
+  Json servers = {{"t", upstream_server({"--control", ctl, "--stats-file", stats})}};
+  AgentConfig cfg = make_config(dir, servers, quiver);
+  LogCapture log;
+  auto agent = make_agent(cfg, manual_options(log));
+  ASSERT_TRUE(agent);
+  ASSERT_TRUE(agent->start().ok());
+  ManifestStore& store = agent->store();
+  const int64_t now0 = system_clock_ms()();
+
+  // 1. prompts/list fails, nothing better is known: committed with prompts failed, not fresh.
+  Result<RefreshReport> r = agent->refresh_now("t", Principal::shared(), "manual");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->outcome, "partial") << log.all();
+  EXPECT_TRUE(r->committed);
+  EXPECT_EQ(list_kinds_text(r->incomplete_lists), "prompts");
+  ASSERT_TRUE(r->error.has_value());
+  EXPECT_NE(r->error->message.find("prompts/list could not be loaded"), std::string::npos);
+  std::optional<Manifest> m = stored_manifest(store, "t");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->prompts.state, ListState::kFailed);
+  ASSERT_TRUE(m->prompts.error.has_value());
+  EXPECT_TRUE(m->prompts.items.empty());
+  EXPECT_EQ(m->tools.state, ListState::kOk);
+  EXPECT_EQ(m->tools.items.size(), 3u);
+  std::optional<ManifestMeta> meta = meta_of(store, "t");
+  ASSERT_TRUE(meta);
+  EXPECT_EQ(meta->fresh_until_ms, meta->fetched_at_ms);  // never fresh
+  EXPECT_NE(meta->error_code, "");                       // the connection records the error
+  EXPECT_GE(meta->error_at_ms, meta->fetched_at_ms);
+  EXPECT_NE(meta->error_message.find("prompts/list"), std::string::npos);
+  Classification c = classify(cache_entry_meta(*meta), FreshnessPolicy{}, cfg.connections[0].config_hash,
+                              system_clock_ms()());
+  EXPECT_EQ(c.state, Freshness::kStale);
+  EXPECT_TRUE(c.last_refresh_failed);
+  Json shown = shown_entry(store, "alice", "t", DiscoveryView::kMcp);
+  EXPECT_EQ(shown["status"], "stale") << shown.dump();
+  EXPECT_EQ(shown["mcp"]["tools/list"]["tools"].size(), 3u);
+  EXPECT_TRUE(shown["mcp"]["prompts/list"].contains("error")) << shown.dump();
+  EXPECT_FALSE(shown["mcp"]["prompts/list"].contains("prompts"));
+  EXPECT_EQ(agent->metrics().list_failures("prompts"), 1);
+  EXPECT_EQ(agent->metrics().incomplete_manifests(), 1);
+  EXPECT_EQ(agent->metrics().refreshes("partial"), 1);
+  std::string prom = agent->metrics().prometheus_text();
+  EXPECT_NE(prom.find("quiver_list_failures_total{list=\"prompts\"} 1"), std::string::npos);
+  EXPECT_NE(prom.find("quiver_incomplete_manifests 1"), std::string::npos);
+
+  // 2. A later good listing commits fresh, with the error cleared.
+  append_line(ctl, R"({"set":{"fail_method":null}})");
+  ASSERT_TRUE(control_applied(stats, 2));
+  r = agent->refresh_now("t", Principal::shared(), "manual");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->outcome, "committed") << log.all();
+  m = stored_manifest(store, "t");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->prompts.state, ListState::kOk);
+  EXPECT_EQ(m->prompts.items.size(), 2u);
+  EXPECT_TRUE(incomplete_lists(*m).empty());
+  meta = meta_of(store, "t");
+  EXPECT_GT(meta->fresh_until_ms, meta->fetched_at_ms);
+  EXPECT_EQ(meta->error_code, "");
+  EXPECT_EQ(shown_entry(store, "alice", "t", DiscoveryView::kManifest)["status"], "fresh");
+  EXPECT_EQ(agent->metrics().incomplete_manifests(), 0);
+
+  // 3. tools/list fails now: the last good tools list stays, marked kept; not fresh.
+  append_line(ctl, R"({"add_tool":"tool_4"})");
+  append_line(ctl, R"({"set":{"fail_method":"tools/list"}})");
+  ASSERT_TRUE(control_applied(stats, 4));
+  r = agent->refresh_now("t", Principal::shared(), "manual");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->outcome, "partial") << log.all();
+  m = stored_manifest(store, "t");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->tools.state, ListState::kOk);
+  EXPECT_EQ(m->tools.items.size(), 3u);  // the last good list, not tool_4, not empty
+  ASSERT_TRUE(m->tools.kept.has_value());
+  EXPECT_EQ(m->tools.kept->listed_at_ms, meta->fetched_at_ms);  // step 2's listing
+  EXPECT_GE(m->tools.kept->listed_at_ms, now0);
+  EXPECT_EQ(m->prompts.state, ListState::kOk);
+  shown = shown_entry(store, "alice", "t", DiscoveryView::kMcp);
+  EXPECT_EQ(shown["status"], "stale");
+  EXPECT_EQ(shown["mcp"]["tools/list"]["tools"].size(), 3u);
+  EXPECT_TRUE(shown["mcp"]["tools/list"]["_meta"].contains("quiver/kept"));
+  agent->stop();
+
+  // 4. The agent retries on its own, with backoff, until a complete listing commits.
+  cfg.runtime.retry_max_backoff_ms = 200;
+  AgentOptions o = manual_options(log);
+  o.run_retries = true;
+  agent = make_agent(cfg, o);
+  ASSERT_TRUE(agent);
+  ASSERT_TRUE(agent->start().ok());
+  r = agent->refresh_now("t", Principal::shared(), "manual");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->outcome, "partial");
+  append_line(ctl, R"({"set":{"fail_method":null}})");
+  ASSERT_TRUE(wait_until(
+      [&] {
+        std::optional<Manifest> now = stored_manifest(agent->store(), "t");
+        return now && incomplete_lists(*now).empty() && now->tools.items.size() == 4;
+      },
+      15000))
+      << log.all();
+  EXPECT_GE(agent->metrics().refreshes("committed"), 1);
+  EXPECT_TRUE(log.contains("(retry)")) << log.all();
+  meta = meta_of(agent->store(), "t");
+  EXPECT_GT(meta->fresh_until_ms, meta->fetched_at_ms);
+  agent->stop();
+}
+
+TEST(AgentFidelity, AFailedListNeverPosesAsDataSqlite) {
+  a_failed_list_never_poses_as_data(Json::object());
+}
+
+TEST(AgentFidelity, AFailedListNeverPosesAsDataRedis) {
+  RedisServer redis;
+  ASSERT_TRUE(redis.ok()) << redis.error();
+  a_failed_list_never_poses_as_data({{"redis", redis_url(redis)}});
+}
+
+// The issue's case: an HTTP server whose lists answer after the listing deadline. Every list
+// fails: nothing better known, so each shows failed, the entry is not fresh (it was: fresh,
+// 0/0/0/0 and `{}` for the whole TTL).
+TEST(AgentFidelity, ASlowServerIsNotFreshAndEmpty) {
+  TempDir dir;
+  LogCapture log;
+  TestUpstreamHttp http({"--delay-ms", "5000"});
+  ASSERT_TRUE(http.ok()) << http.error();
+  AgentConfig cfg = make_config(dir, {{"slow", {{"url", http.url()}}}},
+                                {{"allow_private_upstreams", true}, {"grants", {{"alice", {"slow"}}}}});
+  cfg.runtime.list_timeout_ms = 1500;
+  cfg.runtime.request_timeout_ms = 1000;
+  auto agent = make_agent(cfg, manual_options(log));
+  ASSERT_TRUE(agent);
+  ASSERT_TRUE(agent->start().ok());
+  Result<RefreshReport> r = agent->refresh_now("slow", Principal::shared(), "manual");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->outcome, "partial") << log.all();
+  EXPECT_EQ(list_kinds_text(r->incomplete_lists), "tools,resources,resource_templates,prompts");
+  std::optional<Manifest> m = stored_manifest(agent->store(), "slow");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->tools.state, ListState::kFailed);
+  EXPECT_EQ(m->tools.error->code, ErrorCode::kTimeout);
+  Json shown = shown_entry(agent->store(), "alice", "slow", DiscoveryView::kMcp);
+  EXPECT_EQ(shown["status"], "stale") << shown.dump();
+  EXPECT_NE(shown["mcp"], Json::object());
+  for (const char* method : {"tools/list", "resources/list", "resources/templates/list", "prompts/list"}) {
+    EXPECT_EQ(shown["mcp"][method]["error"]["code"], "TIMEOUT") << method << ": " << shown.dump();
+  }
+  EXPECT_EQ(shown["error"]["code"], "TIMEOUT");
+  agent->stop();
+}
+
+// Issue 10: a stdio server that needs 6 s before it answers initialize was never listed with the
+// defaults: each attempt's 3.5 s deadline covered start-up and handshake, so every retry killed a
+// process that was about to answer. With the start-up budget (30 s by default, on top of the
+// listing deadline) it is listed; without one (a per-connection override of 0) it times out, and
+// says so (TIMEOUT, also while the restarts back off), not "unreachable".
+TEST(AgentFidelity, ASlowStartingStdioServerIsListedWithTheDefaults) {
+  TempDir dir;
+  LogCapture log;
+  // Each start is counted in a file, then the child sleeps 6 s before it reads anything.
+  std::string spawns = dir.path("spawns");
+  auto sleepy = [&] {
+    return Json{{"command", "sh"},
+                {"args",
+                 {"-c", "echo x >> \"$2\"; sleep 6; exec node \"$1\" stdio --quiet", "sh",
+                  test_upstream_js(), spawns}}};
+  };
+  AgentConfig cfg = make_config(dir, {{"slow", sleepy()}, {"strict", sleepy()}},
+                                {{"connections", {{"strict", {{"startup_timeout_ms", 0}}}}}});
+  EXPECT_EQ(cfg.runtime.list_timeout_ms, 3500);
+  EXPECT_EQ(cfg.runtime.request_timeout_ms, 3000);
+  EXPECT_EQ(cfg.runtime.startup_timeout_ms, 30000);
+  auto agent = make_agent(cfg, manual_options(log));
+  ASSERT_TRUE(agent);
+  ASSERT_TRUE(agent->start().ok());
+
+  Result<RefreshReport> r = agent->refresh_now("slow", Principal::shared(), "manual");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->outcome, "committed") << (r->error ? r->error->message : "") << "\n" << log.all();
+  EXPECT_EQ(tool_names(agent->store(), "slow").size(), 3u);
+  // The session that started slowly is kept: the next listing reuses it, no second start.
+  r = agent->refresh_now("slow", Principal::shared(), "manual");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->outcome, "committed");
+  std::string started = read_file(spawns);
+  EXPECT_EQ(std::count(started.begin(), started.end(), '\n'), 1);
+
+  r = agent->refresh_now("strict", Principal::shared(), "manual");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->outcome, "failed");
+  ASSERT_TRUE(r->error.has_value());
+  EXPECT_EQ(r->error->code, ErrorCode::kTimeout) << r->error->message;
+  // Asked again at once: the restart backs off, and the cause is still what is reported.
+  r = agent->refresh_now("strict", Principal::shared(), "manual");
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(r->error.has_value());
+  EXPECT_EQ(r->error->code, ErrorCode::kTimeout) << r->error->message;
+  std::optional<ManifestMeta> meta = meta_of(agent->store(), "strict");
+  ASSERT_TRUE(meta);
+  EXPECT_EQ(meta->error_code, "TIMEOUT");
+  agent->stop();
 }
 
 // Issue 9: a hostile upstream could make the agent hold gigabytes before the manifest bound

@@ -120,6 +120,10 @@ TEST(ConfigTest, AClientConfigWorksUnchangedWithDefaults) {
   EXPECT_EQ(cfg.runtime.maintenance_batch, 20);
   EXPECT_EQ(cfg.runtime.lease_ms, 60000);
   EXPECT_EQ(cfg.runtime.revalidate_concurrency, 3);
+  EXPECT_EQ(cfg.runtime.min_upstream_ttl_ms, 60000);  // an upstream's ttlMs floor (README)
+  EXPECT_EQ(cfg.runtime.freshness_policy().min_upstream_ttl_ms, 60000);
+  EXPECT_EQ(cfg.runtime.retry_max_backoff_ms, 300000);
+  EXPECT_EQ(cfg.runtime.startup_timeout_ms, 30000);
   EXPECT_TRUE(cfg.env_overrides.empty());
 
   // Other clients' fields are tolerated, and said so.
@@ -372,6 +376,10 @@ std::vector<ErrorCase> error_cases() {
        "quiver.connections.h.credential_version: must be a string or a non-negative"},
       {"auto enable", with_quiver(R"({"connections": {"h": {"auto_enable_new_capabilities": 1}}})"),
        "quiver.connections.h.auto_enable_new_capabilities: must be true or false"},
+      {"list timeout", with_quiver(R"({"connections": {"h": {"list_timeout_ms": 0}}})"),
+       "quiver.connections.h.list_timeout_ms: must be a whole number of milliseconds, 1 to 600000"},
+      {"startup timeout", with_quiver(R"({"connections": {"h": {"startup_timeout_ms": "30s"}}})"),
+       "quiver.connections.h.startup_timeout_ms: must be a whole number of milliseconds, 0 to"},
       {"private on stdio",
        with_quiver(R"({"connections": {"s": {"allow_private_addresses": true}}})"),
        "quiver.connections.s.allow_private_addresses: only for HTTP servers"},
@@ -688,6 +696,9 @@ TEST(ConfigTest, EveryRuntimeControlHasAnEnvironmentOverride) {
   in.env["QUIVER_MAX_LISTING_BYTES"] = "131072";
   in.env["QUIVER_REVALIDATE_WINDOW_MS"] = "4000";
   in.env["QUIVER_STORE_CHECK_INTERVAL_MS"] = "500";
+  in.env["QUIVER_MIN_UPSTREAM_TTL_MS"] = "5000";
+  in.env["QUIVER_STARTUP_TIMEOUT_MS"] = "20000";
+  in.env["QUIVER_RETRY_MAX_BACKOFF_MS"] = "7000";
   AgentConfig cfg = parse_ok(in, file);
   EXPECT_EQ(cfg.runtime.list_timeout_ms, 1500);
   EXPECT_EQ(cfg.runtime.list_concurrency, 9);
@@ -703,6 +714,10 @@ TEST(ConfigTest, EveryRuntimeControlHasAnEnvironmentOverride) {
   EXPECT_EQ(cfg.runtime.max_listing_bytes, 131072);
   EXPECT_EQ(cfg.runtime.revalidate_window_ms, 4000);  // the edge reads the same variable
   EXPECT_EQ(cfg.runtime.store_check_interval_ms, 500);
+  EXPECT_EQ(cfg.runtime.min_upstream_ttl_ms, 5000);
+  EXPECT_EQ(cfg.runtime.freshness_policy().min_upstream_ttl_ms, 5000);
+  EXPECT_EQ(cfg.runtime.retry_max_backoff_ms, 7000);
+  EXPECT_EQ(cfg.runtime.startup_timeout_ms, 20000);
   EXPECT_EQ(cfg.env_overrides.size(), kRuntimeControls.size());
   EXPECT_EQ(cfg.effective_config_json()["runtime"]["lease_ms"], 30000);
 }
@@ -1261,6 +1276,32 @@ TEST(ConfigTest, EnvironFromTheProcessForm) {
   EnvMap env = env_from_environ(environ_like);
   EXPECT_EQ(env, (EnvMap{{"A", "1"}, {"B", "x=y"}, {"EMPTY", ""}}));
   EXPECT_TRUE(env_from_environ(nullptr).empty());
+}
+
+// Issue 10: each connection may have its own deadlines; the runtime controls are the defaults.
+TEST(ConfigTest, PerConnectionDeadlinesOverrideTheRuntimeControls) {
+  Inputs in;
+  AgentConfig cfg = parse_ok(in, with_quiver(R"({"runtime": {"startup_timeout_ms": 20000},
+      "connections": {"h": {"list_timeout_ms": 30000, "request_timeout_ms": 25000,
+                            "startup_timeout_ms": 0}}})"));
+  const ConnectionConfig* h = cfg.find_connection("h");
+  ASSERT_NE(h, nullptr);
+  EXPECT_EQ(h->list_timeout_ms, std::optional<int64_t>(30000));
+  EXPECT_EQ(h->request_timeout_ms, std::optional<int64_t>(25000));
+  EXPECT_EQ(h->startup_timeout_ms, std::optional<int64_t>(0));
+  EXPECT_EQ(cfg.runtime.startup_timeout_ms, 20000);
+  const ConnectionConfig* s = cfg.find_connection("s");
+  ASSERT_NE(s, nullptr);
+  EXPECT_FALSE(s->list_timeout_ms.has_value());
+  // Deadlines are not identity: the same server with other deadlines keeps its config_hash.
+  AgentConfig plain = parse_ok(in, with_quiver(R"({})"));
+  EXPECT_EQ(plain.find_connection("h")->config_hash, h->config_hash);
+  bool shown = false;
+  const Json effective = cfg.effective_config_json();
+  for (const Json& c : effective["connections"]) {
+    if (c["id"] == "h") shown = c.value("list_timeout_ms", int64_t{0}) == 30000;
+  }
+  EXPECT_TRUE(shown);
 }
 
 }  // namespace

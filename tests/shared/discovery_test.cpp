@@ -527,7 +527,7 @@ TEST(Discovery, AManifestFromTheModelStaysAValidManifestWithCapabilitiesHidden) 
 
 TEST(Discovery, McpViewIsShapedLikeListResultsWithCacheHints) {
   MemoryStore store = one_connection(5 * kMinute);
-  // Make prompts a failed list: it has no MCP result to show.
+  // Make prompts a failed list: it has no MCP result, it says it could not be loaded.
   Json m = *parse_json(store.manifests[{"c", "shared"}]["manifest"]);
   m["prompts"] = Json::object({{"state", "failed"},
                                {"items", Json::array()},
@@ -546,11 +546,62 @@ TEST(Discovery, McpViewIsShapedLikeListResultsWithCacheHints) {
   EXPECT_EQ(tools["cacheScope"], "private");
   EXPECT_TRUE(c["mcp"].contains("resources/list"));
   EXPECT_TRUE(c["mcp"]["resources/templates/list"].contains("resourceTemplates"));
-  EXPECT_FALSE(c["mcp"].contains("prompts/list"));
+  // ADR-004: never an empty result (nor a missing one) for a list that could not be loaded.
+  EXPECT_EQ(c["mcp"]["prompts/list"],
+            Json({{"error", {{"code", "TIMEOUT"}, {"message", "prompts/list could not be loaded: slow"}}}}));
 
   MemoryStore stale = one_connection(20 * kMinute);
   Rendered s = render(stale, "alice", kNow, mcp);
   EXPECT_EQ((*entry(s.body, "c"))["mcp"]["tools/list"]["ttlMs"], 0);
+}
+
+// Issue 10: a listing in which lists failed is committed never fresh (fresh_until = fetched_at):
+// served stale with its error and revalidated, a failed list an explicit error in the mcp view,
+// a kept last good list marked as such. Before, it was fresh with 0 items and `{}`.
+TEST(Discovery, AManifestWithAFailedListIsStaleAndSaysWhichListFailed) {
+  Listing listing;
+  listing.protocol_version = "2025-11-25";
+  listing.server_info = Json::object({{"name", "srv"}, {"version", "2"}});
+  for (ListKind k : {ListKind::kTools, ListKind::kResources, ListKind::kResourceTemplates,
+                     ListKind::kPrompts}) {
+    listing.list(k).state = ListState::kFailed;
+    listing.list(k).error = Error(ErrorCode::kTimeout, "no answer within 3500 ms");
+  }
+  listing.list(ListKind::kResources).items = {Json::object({{"uri", "a://1"}, {"name", "1"}})};
+  Result<Manifest> manifest = manifest_from_listing(listing);
+  ASSERT_TRUE(manifest.ok());
+  // The last good tools list is kept (see ManifestKeepLastGood): say so in the mcp view.
+  manifest->tools.state = ListState::kOk;
+  manifest->tools.error.reset();
+  manifest->tools.kept = KeptList{kNow - kMinute, Error(ErrorCode::kTimeout, "no answer")};
+  Result<EncodedManifest> encoded = encode_manifest(*manifest);
+  ASSERT_TRUE(encoded.ok());
+
+  MemoryStore store;
+  store.add_connection("c", "shared");
+  store.grant("alice", "c");
+  store.manifests[{"c", "shared"}] =
+      data_entry("h-c", kNow - 1000, kNow - 1000, encoded->bytes, encoded->etag);
+  add_failure(&store.manifests[{"c", "shared"}], "TIMEOUT",
+              "resources/list could not be loaded: no answer within 3500 ms", kNow - 900);
+  RenderOptions mcp;
+  mcp.view = DiscoveryView::kMcp;
+  Rendered r = render(store, "alice", kNow, mcp);
+  const Json& c = *entry(r.body, "c");
+  EXPECT_EQ(c["status"], "stale");
+  EXPECT_EQ(c["refresh"], "requested");
+  EXPECT_EQ(c["error"]["code"], "TIMEOUT");
+  EXPECT_EQ(r.out.max_age_s, 0);
+  const Json& lists = c["mcp"];
+  EXPECT_EQ(lists["tools/list"]["ttlMs"], 0);
+  EXPECT_EQ(lists["tools/list"]["_meta"]["quiver/kept"]["listed_at"], kNow - kMinute);
+  EXPECT_EQ(lists["resources/list"]["error"]["code"], "TIMEOUT");
+  EXPECT_EQ(lists["resources/list"]["partial_items"], 1);
+  EXPECT_FALSE(lists["resources/list"].contains("resources"));
+  EXPECT_EQ(lists["prompts/list"]["error"]["message"],
+            "prompts/list could not be loaded: no answer within 3500 ms");
+  ASSERT_EQ(r.out.revalidations.size(), 1u);
+  EXPECT_EQ(r.out.revalidations[0].reason, "stale");
 }
 
 TEST(Discovery, ViewNames) {

@@ -201,6 +201,44 @@ TEST(Freshness, AFailedRefreshKeepsServingTheLastGoodData) {
   EXPECT_FALSE(classify(e, FreshnessPolicy{}, kHash, kT0 + 1).last_refresh_failed);
 }
 
+// ADR-004: data committed while a list failed is stored as never fresh; served (stale), revalidated,
+// then expires on the usual schedule.
+TEST(Freshness, DataWithAFailedListIsNeverFresh) {
+  CacheEntryMeta e = entry_at(kT0);
+  e.never_fresh = true;
+  e.upstream_ttl_ms = 0;
+  e.last_error = RefreshError{"TIMEOUT", "prompts/list could not be loaded", kT0 + 5};
+  for (int64_t now : {kT0, kT0 + 1, kT0 + kMinute, kT0 + kFresh}) {
+    const Classification c = classify(e, FreshnessPolicy{}, kHash, now);
+    EXPECT_EQ(c.state, Freshness::kStale) << now - kT0;
+    EXPECT_TRUE(c.servable);
+    EXPECT_TRUE(c.revalidate);
+    EXPECT_TRUE(c.last_refresh_failed);
+    EXPECT_EQ(c.fresh_until_ms, kT0);
+    EXPECT_EQ(c.refresh_at_ms, kT0);
+  }
+  EXPECT_EQ(classify(e, FreshnessPolicy{}, kHash, kT0 + kMaxAge).state, Freshness::kExpired);
+  // The maintenance loop: due, but backing off while the failure is recent.
+  RefreshDecision d = decide_refresh(e, FreshnessPolicy{}, kHash, kT0 + 10);
+  EXPECT_FALSE(d.refresh);
+  EXPECT_EQ(d.reason, RefreshReason::kBackingOff);
+  EXPECT_TRUE(decide_refresh(e, FreshnessPolicy{}, kHash, kT0 + 5 + kMinute).refresh);
+  // The same data without the mark is fresh.
+  e.never_fresh = false;
+  EXPECT_EQ(classify(e, FreshnessPolicy{}, kHash, kT0 + 1).state, Freshness::kFresh);
+}
+
+TEST(Freshness, RetryBackoffDoublesUpToItsBound) {
+  EXPECT_EQ(retry_backoff_ms(1, 300'000), 2'000);
+  EXPECT_EQ(retry_backoff_ms(2, 300'000), 4'000);
+  EXPECT_EQ(retry_backoff_ms(3, 300'000), 8'000);
+  EXPECT_EQ(retry_backoff_ms(8, 300'000), 256'000);
+  EXPECT_EQ(retry_backoff_ms(9, 300'000), 300'000);
+  EXPECT_EQ(retry_backoff_ms(1'000'000, 300'000), 300'000);  // no overflow
+  EXPECT_EQ(retry_backoff_ms(1, 500), 500);                  // the bound applies from the start
+  EXPECT_EQ(retry_backoff_ms(0, 0), 1);
+}
+
 TEST(Freshness, UpstreamTtlIsFlooredAndCapped) {
   const FreshnessPolicy p;
   EXPECT_EQ(effective_fresh_ttl_ms(p, std::nullopt), kFresh);

@@ -331,6 +331,7 @@ TEST(ManifestFromListing, CouldNotLoadAndGenuinelyEmptyStayDistinct) {
   ASSERT_TRUE(m.resources.error.has_value());
   EXPECT_EQ(m.resources.error->code, ErrorCode::kTimeout);
   EXPECT_TRUE(m.resources.items.empty());  // a partial list never reads as a complete one
+  EXPECT_EQ(m.resources.partial_items, 1);   // ... but what arrived is not lost without a word
   EXPECT_EQ(m.prompts.state, ListState::kAbsent);
 
   Json j = manifest_to_json(m);
@@ -338,11 +339,104 @@ TEST(ManifestFromListing, CouldNotLoadAndGenuinelyEmptyStayDistinct) {
   EXPECT_EQ(j["resources"]["state"], "failed");
   EXPECT_EQ(j["resources"]["error"],
             Json({{"code", "TIMEOUT"}, {"message", "resources/list: no answer"}}));
+  EXPECT_EQ(j["resources"]["partial_items"], 1);
   EXPECT_EQ(j["prompts"]["state"], "absent");
   EXPECT_FALSE(j["prompts"].contains("error"));
+  EXPECT_FALSE(j["tools"].contains("partial_items"));
   Result<Manifest> back = decode_manifest(encode(m));
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(back->resources.error->message, "resources/list: no answer");
+  EXPECT_EQ(back->resources.partial_items, 1);
+  EXPECT_EQ(list_kinds_text(incomplete_lists(*back)), "resources");
+}
+
+// ADR-004, per list: a list that failed keeps the last good list of its kind, marked `kept`
+// with the error; lists that loaded update; a list without a last good one stays failed.
+TEST(ManifestKeepLastGood, FailedListsTakeTheLastGoodListsAndSaySo) {
+  constexpr int64_t kOld = 1'800'000'000'000;
+  constexpr int64_t kNow = kOld + 60'000;
+  constexpr int64_t kDay = 86'400'000;
+  Manifest last_good = build(small_listing());  // tools: echo, add; prompts: greet
+
+  Listing l = small_listing();
+  l.list(ListKind::kTools).items = {{{"name", "fresh_tool"}, {"inputSchema", {{"type", "object"}}}}};
+  l.list(ListKind::kPrompts).state = ListState::kFailed;
+  l.list(ListKind::kPrompts).items.clear();
+  l.list(ListKind::kPrompts).error = Error(ErrorCode::kTimeout, "prompts/list: no answer in 3500 ms");
+  l.list(ListKind::kResources).state = ListState::kFailed;  // never loaded before either
+  l.list(ListKind::kResources).error = Error(ErrorCode::kUpstreamError, "boom");
+  Manifest m = build(l);
+  EXPECT_EQ(list_kinds_text(incomplete_lists(m)), "resources,prompts");
+
+  std::vector<ListKind> kept = keep_last_good_lists(&m, last_good, kOld, kNow, kDay);
+  EXPECT_EQ(list_kinds_text(kept), "resources,prompts");
+  EXPECT_EQ(tool_names(m), std::vector<std::string>({"fresh_tool"}));  // loaded: updated
+  EXPECT_EQ(m.prompts.state, ListState::kOk);
+  ASSERT_EQ(m.prompts.items.size(), 1u);
+  EXPECT_EQ(m.prompts.items[0].name, "greet");
+  ASSERT_TRUE(m.prompts.kept.has_value());
+  EXPECT_EQ(m.prompts.kept->listed_at_ms, kOld);
+  EXPECT_EQ(m.prompts.kept->error.code, ErrorCode::kTimeout);
+  // The last good manifest had resources absent: that is what is kept (the server had none).
+  EXPECT_EQ(m.resources.state, ListState::kAbsent);
+  ASSERT_TRUE(m.resources.kept.has_value());
+  EXPECT_EQ(m.resources.kept->error.message, "boom");
+  EXPECT_EQ(list_kinds_text(incomplete_lists(m)), "resources,prompts");
+
+  // Round trip through the strict reader; the JSON says what was kept.
+  Json j = manifest_to_json(m);
+  EXPECT_EQ(j["prompts"]["kept"],
+            Json({{"listed_at", kOld},
+                  {"error", {{"code", "TIMEOUT"}, {"message", "prompts/list: no answer in 3500 ms"}}}}));
+  Result<Manifest> back = decode_manifest(encode(m));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  ASSERT_TRUE(back->prompts.kept.has_value());
+  EXPECT_EQ(back->prompts.kept->listed_at_ms, kOld);
+
+  // Kept again by a later failing listing: it keeps the time it was really listed.
+  Listing again = small_listing();
+  again.list(ListKind::kPrompts).state = ListState::kFailed;
+  again.list(ListKind::kPrompts).error = Error(ErrorCode::kTimeout, "again");
+  Manifest m2 = build(again);
+  EXPECT_EQ(list_kinds_text(keep_last_good_lists(&m2, *back, kNow, kNow + 1000, kDay)), "prompts");
+  EXPECT_EQ(m2.prompts.kept->listed_at_ms, kOld);
+  EXPECT_EQ(m2.prompts.kept->error.message, "again");
+
+  // A last good list older than the maximum age is not served as data: the list stays failed.
+  Manifest m3 = build(again);
+  EXPECT_TRUE(keep_last_good_lists(&m3, *back, kNow, kOld + kDay, kDay).empty());
+  EXPECT_EQ(m3.prompts.state, ListState::kFailed);
+  // A failed list in the last good manifest is nothing to keep.
+  Manifest m4 = build(again);
+  EXPECT_TRUE(keep_last_good_lists(&m4, build(again), kNow, kNow, kDay).empty());
+  EXPECT_EQ(m4.prompts.state, ListState::kFailed);
+}
+
+TEST(ManifestKeepLastGood, TheStrictReaderRefusesKeptOrPartialWhereTheyCannotBe) {
+  Listing l = small_listing();
+  l.list(ListKind::kPrompts).state = ListState::kFailed;
+  l.list(ListKind::kPrompts).items.clear();
+  l.list(ListKind::kPrompts).error = Error(ErrorCode::kTimeout, "t");
+  Json good = manifest_to_json(build(l));
+  Json j = good;
+  j["prompts"]["kept"] = {{"listed_at", 1}, {"error", {{"code", "TIMEOUT"}, {"message", "x"}}}};
+  EXPECT_FALSE(manifest_from_json(j).ok());  // kept on a failed list
+  j = good;
+  j["tools"]["partial_items"] = 2;
+  EXPECT_FALSE(manifest_from_json(j).ok());  // partial on an ok list
+  j = good;
+  j["prompts"]["partial_items"] = 0;
+  EXPECT_FALSE(manifest_from_json(j).ok());
+  j = good;
+  j["tools"]["kept"] = {{"listed_at", 1}};
+  EXPECT_FALSE(manifest_from_json(j).ok());  // no error
+  j = good;
+  j["tools"]["kept"] = {{"listed_at", 1}, {"error", {{"code", "TIMEOUT"}, {"message", "x"}}}};
+  EXPECT_TRUE(manifest_from_json(j).ok());
+  EXPECT_EQ(list_kinds_from_text("tools,prompts"),
+            std::optional<std::vector<ListKind>>({ListKind::kTools, ListKind::kPrompts}));
+  EXPECT_EQ(list_kinds_from_text(""), std::optional<std::vector<ListKind>>(std::vector<ListKind>{}));
+  EXPECT_FALSE(list_kinds_from_text("tools,nope").has_value());
 }
 
 TEST(ManifestFromListing, AListNeverAttemptedIsAnError) {
@@ -496,7 +590,7 @@ TEST(ManifestFromListing, HoldsNothingTheUpstreamDidNotSend) {
                                            "issues_omitted", "state",
                                            "items",          "hashes",
                                            "error",          "code",
-                                           "message"};
+                                           "message",        "partial_items"};
 
   std::set<std::string> values, keys;
   strings_of(manifest_to_json(build(l)), &values, &keys);

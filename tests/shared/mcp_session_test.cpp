@@ -309,6 +309,7 @@ const std::vector<std::tuple<SessionState, SessionInput, SessionState>> kExpecte
     {SessionState::kDiscovering, SessionInput::kStartInitialize, SessionState::kInitializing},
     {SessionState::kDiscovering, SessionInput::kHandshakeDone, SessionState::kListing},
     {SessionState::kInitializing, SessionInput::kHandshakeDone, SessionState::kListing},
+    {SessionState::kInitializing, SessionInput::kStartDiscover, SessionState::kDiscovering},
     {SessionState::kListing, SessionInput::kListingDone, SessionState::kReady},
     {SessionState::kReady, SessionInput::kRelist, SessionState::kListing},
     {SessionState::kIdle, SessionInput::kFail, SessionState::kClosed},
@@ -368,6 +369,15 @@ void drive_to(Sim& sim, SessionState state) {
 void apply(Sim& sim, SessionState from, SessionInput input) {
   switch (input) {
     case SessionInput::kStartDiscover: {
+      if (from == SessionState::kInitializing) {
+        // A probing session whose probe was refused, then -32022 to initialize: rediscover.
+        sim.session = McpSession(McpSessionConfig{});
+        sim.peer.latency_ms = 1000;
+        sim.start();
+        sim.deliver(encode_error(Json(1), kJsonRpcMethodNotFound, "Method not found"));
+        sim.deliver(encode_error(Json(2), kMcpUnsupportedProtocolVersion, "Unsupported"));
+        return;
+      }
       McpSessionConfig probe;
       sim.session = McpSession(probe);
       sim.peer.era = FakePeer::Era::kModern;
@@ -1474,7 +1484,8 @@ TEST(McpSessionModern, DiscoversAndListsWithPerRequestMeta) {
   EXPECT_EQ(meta["io.modelcontextprotocol/clientInfo"]["name"], "quiver");
   EXPECT_EQ(meta["io.modelcontextprotocol/clientCapabilities"], Json::object());
   EXPECT_EQ(sim.session.protocol_version(), "2026-07-28");  // the HTTP header for the probe
-  EXPECT_EQ(sim.session.next_deadline(), sim.started_at + 1000);
+  // The probe waits the request deadline (discover_timeout_ms 0, the default).
+  EXPECT_EQ(sim.session.next_deadline(), sim.started_at + 3000);
 
   sim.run();
   EXPECT_FALSE(sim.failure());
@@ -1580,8 +1591,99 @@ TEST(McpSessionModern, ASilentProbeMeansLegacyAfterTheDiscoverTimeout) {
   EXPECT_FALSE(sim.failure());
   EXPECT_EQ(sim.session.era(), ProtocolEra::kLegacy);
   Listing l = sim.listing();
-  EXPECT_EQ(l.finished_at_ms, sim.started_at + 1000 + 10);  // still inside the deadline
+  // The probe waits the request deadline (3000 ms), then initialize and the lists.
+  EXPECT_EQ(l.finished_at_ms, sim.started_at + 3000 + 10);  // still inside the deadline
   EXPECT_EQ(sim.peer.count("notifications/cancelled"), 0);  // nothing cancelled before initialize
+}
+
+// Issue 10: a 2026-07-28 server that answers the probe after it was given up (a slow start) and
+// then refuses initialize with -32022 is listed as modern, not failed.
+TEST(McpSessionModern, ALateAnswerToTheProbeMeansModern) {
+  McpSessionConfig c;
+  c.discover_timeout_ms = 1000;
+  Sim sim{c};
+  sim.peer.era = FakePeer::Era::kModern;
+  sim.peer.hook = [](FakePeer& peer, const JsonRpcMessage& m, int64_t now) {
+    if (m.method == "server/discover" && peer.count("server/discover") == 1) {
+      peer.latency_ms = 1500;  // answered at +1500, the probe gave up at +1000
+      peer.handle(m, now);
+      peer.latency_ms = 5;
+      return true;
+    }
+    if (m.method == "initialize") {  // sent at +1000, refused at +1600
+      peer.send_at(now + 600, encode_error(m.id, kMcpUnsupportedProtocolVersion,
+                                           "Unsupported protocol version"));
+      return true;
+    }
+    return false;
+  };
+  sim.start();
+  sim.run();
+  EXPECT_FALSE(sim.failure()) << sim.failure()->message;
+  EXPECT_EQ(sim.session.era(), ProtocolEra::kModern);
+  EXPECT_EQ(sim.session.protocol_version(), "2026-07-28");
+  Listing l = sim.listing();
+  EXPECT_EQ(l.protocol_version, "2026-07-28");
+  EXPECT_EQ(l.list(ListKind::kTools).items.size(), 13u);
+  EXPECT_EQ(sim.peer.count("server/discover"), 1);  // the late answer was enough
+  EXPECT_EQ(sim.peer.count("initialize"), 1);
+  EXPECT_TRUE(sim.peer.requests("tools/list")[0].params.contains("_meta"));
+  EXPECT_GE(sim.session.stats().late_responses, 2);  // the probe's answer and initialize's error
+}
+
+// -32022 to initialize means "modern": discover again (with the request deadline), then list.
+TEST(McpSessionModern, UnsupportedVersionToInitializeRediscoversOnce) {
+  McpSessionConfig c;
+  c.discover_timeout_ms = 500;
+  c.listing_deadline_ms = 10000;
+  Sim sim{c};
+  sim.peer.era = FakePeer::Era::kModern;
+  sim.peer.hook = [](FakePeer& peer, const JsonRpcMessage& m, int64_t now) {
+    if (m.method == "server/discover" && peer.count("server/discover") == 1) return true;  // lost
+    if (m.method == "initialize") {
+      peer.reply_error(m, now, kMcpUnsupportedProtocolVersion, "Unsupported protocol version");
+      return true;
+    }
+    return false;
+  };
+  sim.start();
+  sim.run();
+  EXPECT_FALSE(sim.failure()) << sim.failure()->message;
+  EXPECT_EQ(sim.session.era(), ProtocolEra::kModern);
+  EXPECT_EQ(sim.listing().list(ListKind::kPrompts).items.size(), 4u);
+  EXPECT_EQ(sim.peer.count("server/discover"), 2);
+  EXPECT_EQ(sim.peer.count("initialize"), 1);
+
+  // A second probe that goes unanswered fails the session: no endless fallback.
+  Sim silent{c};
+  silent.peer.era = FakePeer::Era::kModern;
+  silent.peer.hook = [](FakePeer& peer, const JsonRpcMessage& m, int64_t now) {
+    if (m.method == "server/discover") return true;  // never answered
+    if (m.method == "initialize") {
+      peer.reply_error(m, now, kMcpUnsupportedProtocolVersion, "Unsupported protocol version");
+      return true;
+    }
+    return false;
+  };
+  silent.start();
+  silent.run();
+  ASSERT_TRUE(silent.failure());
+  EXPECT_EQ(silent.failure()->code, ErrorCode::kTimeout);
+  EXPECT_NE(silent.failure()->message.find("3000 ms"), std::string::npos)
+      << silent.failure()->message;  // the second probe waits the request deadline
+  EXPECT_EQ(silent.peer.count("initialize"), 1);
+
+  // A legacy-only session does not rediscover: -32022 to initialize is an upstream error.
+  Sim legacy;
+  legacy.peer.hook = [](FakePeer& peer, const JsonRpcMessage& m, int64_t now) {
+    if (m.method != "initialize") return false;
+    peer.reply_error(m, now, kMcpUnsupportedProtocolVersion, "Unsupported protocol version");
+    return true;
+  };
+  legacy.start();
+  legacy.run();
+  ASSERT_TRUE(legacy.failure());
+  EXPECT_EQ(legacy.peer.count("server/discover"), 0);
 }
 
 TEST(McpSessionModern, AnHttpRejectionOfTheProbeMeansLegacy) {
