@@ -112,6 +112,16 @@ class Sdk2Http : public ::testing::Test {
   int port_ = 0;
 };
 
+// The SDK's stdio server takes longer than the era probe's default 1 s to import and answer
+// server/discover on a loaded machine; a silent probe means "legacy". Give it time here (the
+// probe's own deadline is issue 10's part A).
+UpstreamOptions patient_stdio_options() {
+  UpstreamOptions options;
+  options.session.discover_timeout_ms = 6000;
+  options.session.request_timeout_ms = 6000;
+  return options;
+}
+
 void expect_modern_listing_with_hints(const Listing& l) {
   EXPECT_EQ(l.protocol_version, "2026-07-28");
   EXPECT_EQ(l.server_info.value("name", ""), "quiver-sdk2-upstream");
@@ -141,8 +151,9 @@ TEST_F(Sdk2Http, NegotiatesTheModernRevisionAndKeepsTheCacheHints) {
 TEST_F(Sdk2Http, HttpAndStdioListTheSameDefinitionsWithTheSameHints) {
   start({"--tools", "5", "--page-size", "2"});
   UpstreamConnection http(spec());
-  UpstreamConnection stdio(UpstreamSpec::stdio(
-      "sdk2-stdio", "node", {sdk2_js(), "stdio", "--tools", "5", "--page-size", "2"}));
+  UpstreamConnection stdio(UpstreamSpec::stdio("sdk2-stdio", "node",
+                                               {sdk2_js(), "stdio", "--tools", "5", "--page-size", "2"}),
+                           patient_stdio_options());
   auto h = http.list(http.now_ms() + 8000);
   auto s = stdio.list(stdio.now_ms() + 8000);
   ASSERT_TRUE(h.ok()) << h.error().message;
@@ -234,7 +245,7 @@ TEST_F(Sdk2Http, ListChangesArriveThroughSubscriptionsListen) {
 
 TEST(Sdk2Stdio, ListChangesArriveThroughSubscriptionsListen) {
   TempDir dir;
-  UpstreamOptions options;
+  UpstreamOptions options = patient_stdio_options();
   options.change_debounce_ms = 100;
   UpstreamConnection conn(
       UpstreamSpec::stdio("sdk2-stdio", "node", {sdk2_js(), "stdio", "--control", dir.path("ctl")}),
