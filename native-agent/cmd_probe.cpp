@@ -22,6 +22,7 @@
 #include "native-agent/logger.h"
 #include "native-agent/shell_words.h"
 #include "native-agent/upstream.h"
+#include "shared/canonical_json.h"
 #include "shared/json.h"
 #include "shared/listing.h"
 #include "shared/manifest.h"
@@ -205,7 +206,7 @@ Result<Json> report_json(const UpstreamSpec& spec, const Listing& listing, const
 }
 
 void print_json(const Json& j, bool one_line) {
-  std::string text = j.dump(one_line ? -1 : 2, ' ', false, Json::error_handler_t::replace);
+  std::string text = serialize_json(j, one_line ? -1 : 2);
   std::fprintf(stdout, "%s\n", text.c_str());
   std::fflush(stdout);
 }

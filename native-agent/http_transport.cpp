@@ -87,6 +87,8 @@ bool is_managed_header(const std::string& name) {
       "mcp-session-id",
       "last-event-id",
       "mcp-protocol-version",
+      "mcp-method",
+      "mcp-name",
       "connection",
       "transfer-encoding",
       "content-encoding",
@@ -94,8 +96,35 @@ bool is_managed_header(const std::string& name) {
       "upgrade",
   };
   std::string n = to_lower(name);
+  if (n.rfind("mcp-param-", 0) == 0) return true;  // SEP-2243 tool-parameter headers
   return std::any_of(std::begin(kManaged), std::end(kManaged),
                      [&](const char* m) { return n == m; });
+}
+
+std::string base64_encode(std::string_view data) {
+  static const char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((data.size() + 2) / 3 * 4);
+  std::size_t i = 0;
+  for (; i + 3 <= data.size(); i += 3) {
+    uint32_t v = (static_cast<unsigned char>(data[i]) << 16) |
+                 (static_cast<unsigned char>(data[i + 1]) << 8) |
+                 static_cast<unsigned char>(data[i + 2]);
+    out += kAlphabet[v >> 18];
+    out += kAlphabet[(v >> 12) & 63];
+    out += kAlphabet[(v >> 6) & 63];
+    out += kAlphabet[v & 63];
+  }
+  if (i < data.size()) {
+    uint32_t v = static_cast<unsigned char>(data[i]) << 16;
+    if (i + 1 < data.size()) v |= static_cast<unsigned char>(data[i + 1]) << 8;
+    out += kAlphabet[v >> 18];
+    out += kAlphabet[(v >> 12) & 63];
+    out += i + 1 < data.size() ? kAlphabet[(v >> 6) & 63] : '=';
+    out += '=';
+  }
+  return out;
 }
 
 // Control characters in server text become spaces, so an error message stays one line.
@@ -184,6 +213,45 @@ void ignore_sigpipe_once() {
 
 }  // namespace
 
+std::string mcp_header_value(std::string_view value) {
+  bool plain = !value.empty() && value.front() != ' ' && value.back() != ' ';
+  for (char c : value) {
+    auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u > 0x7e) plain = false;
+  }
+  // A value that reads as the encoding itself is encoded, so the server decodes it back to itself.
+  if (value.size() >= 11 && value.substr(0, 9) == "=?base64?" &&
+      value.substr(value.size() - 2) == "?=") {
+    plain = false;
+  }
+  if (plain || value.empty()) return std::string(value);
+  return "=?base64?" + base64_encode(value) + "?=";
+}
+
+std::vector<HttpHeader> mcp_standard_headers(const Json& message) {
+  std::vector<HttpHeader> out;
+  if (!message.is_object()) return out;
+  const Json* method = json_field(message, "method");
+  if (method == nullptr || !method->is_string()) return out;
+  const std::string& m = method->get_ref<const std::string&>();
+  out.push_back({"Mcp-Method", mcp_header_value(m)});
+  const char* name_field = nullptr;
+  if (m == "tools/call" || m == "prompts/get") {
+    name_field = "name";
+  } else if (m == "resources/read" || m == "resources/subscribe" || m == "resources/unsubscribe") {
+    name_field = "uri";
+  }
+  if (name_field != nullptr) {
+    const Json* params = json_field(message, "params");
+    if (params != nullptr) {
+      if (auto name = json_string(*params, name_field)) {
+        out.push_back({"Mcp-Name", mcp_header_value(*name)});
+      }
+    }
+  }
+  return out;
+}
+
 struct HttpTransport::Impl {
   // One HTTP exchange (a POST, or a GET that resumes its stream) and what came of it.
   struct Exchange {
@@ -250,6 +318,11 @@ struct HttpTransport::Impl {
   bool stream_stop = false;
   bool stream_running = false;
   std::unique_ptr<httplib::ClientImpl> stream_client;  // created before, destroyed after the thread
+  // subscriptions/listen (2026-07-28): when set, the stream thread POSTs this request instead of
+  // opening the GET stream, and ends once the request is answered. Written by the owner thread
+  // while no stream thread runs.
+  std::string listen_body;
+  std::string listen_id;  // its JSON-RPC id, as JSON text
   std::thread stream_thread;
 
   // ---- secrets never leave ------------------------------------------------------------------
@@ -520,6 +593,32 @@ struct HttpTransport::Impl {
     return Status::Ok();
   }
 
+  // A 4xx (not 401/403, not a dead session) whose whole body is a JSON-RPC message answering a
+  // request of this exchange: delivered like a 200 answer. Else an error (the caller reports the
+  // HTTP status).
+  Status accept_error_answer(Exchange& ex) {
+    const bool dead_session = (ex.status == 404 || ex.status == 400) && ex.sent_session;
+    if (ex.status < 400 || ex.status > 499 || ex.status == 401 || ex.status == 403 ||
+        dead_session || ex.body_cut || !ex.expects_response ||
+        media_type(ex.content_type) != "application/json") {
+      return Error(ErrorCode::kTransport, "not an answer");
+    }
+    std::set<std::string> pending = ex.pending;
+    std::vector<TransportMessage> got;
+    auto parsed = parse_jsonrpc_batch(ex.buffer, options.max_reply_bytes);
+    if (!parsed.ok()) return parsed.error();
+    for (const JsonRpcMessage& m : *parsed) {
+      if (m.kind != JsonRpcKind::kError && m.kind != JsonRpcKind::kResult) {
+        return Error(ErrorCode::kTransport, "not an answer");
+      }
+      pending.erase(m.id.dump());
+    }
+    if (pending.size() == ex.pending.size()) return Error(ErrorCode::kTransport, "not an answer");
+    got.push_back(TransportMessage{ex.buffer});
+    deliver(&got);
+    return Status::Ok();
+  }
+
   // An HTTP status outside 2xx as an error. A dead session also ends the transport.
   Error status_error(const Exchange& ex) {
     std::string what = "HTTP " + std::to_string(ex.status) + " from " + where();
@@ -597,6 +696,10 @@ struct HttpTransport::Impl {
       note(*parsed);
     }
     ex.expects_response = !ex.pending.empty();
+    if (parsed->is_object() && json_string(*parsed, "method") == "subscriptions/listen" &&
+        ex.pending.size() == 1) {
+      return start_listen(message_text, *ex.pending.begin(), timeout_ms);
+    }
 
     Status target = ensure_target(ex.deadline);
     if (!target.ok()) return target;
@@ -605,6 +708,9 @@ struct HttpTransport::Impl {
     httplib::Headers headers = base_headers(!ex.is_initialize, &ex.sent_session);
     headers.emplace("Content-Type", "application/json");
     headers.emplace("Accept", "application/json, text/event-stream");
+    for (HttpHeader& h : mcp_standard_headers(*parsed)) {
+      headers.emplace(std::move(h.name), std::move(h.value));
+    }
     SseParser sse(options.max_reply_bytes);
     ex.sse = &sse;
 
@@ -616,7 +722,12 @@ struct HttpTransport::Impl {
     deliver(&ex.messages);
     if (!st.ok()) return st;
     if (ex.done) return Status::Ok();
-    if (ex.status < 200 || ex.status > 299) return status_error(ex);
+    if (ex.status < 200 || ex.status > 299) {
+      // 2026-07-28 servers refuse a request with a 4xx whose body is the JSON-RPC error (-32020
+      // header mismatch, -32022 unsupported version, ...): that is the answer, not a failure.
+      if (Status answered = accept_error_answer(ex); answered.ok()) return answered;
+      return status_error(ex);
+    }
 
     // 202 Accepted / 204 No Content acknowledge a notification or response; whatever body a
     // server adds ("Accepted") carries no message.
@@ -701,6 +812,22 @@ struct HttpTransport::Impl {
   }
 
   // ---- the notification stream (its own thread) ---------------------------------------------
+
+  // subscriptions/listen: its answer is a long-lived event stream, read on the stream thread
+  // like the GET stream. A JSON answer (an error, or a server that ends it at once) is queued
+  // like any reply. A stream that breaks before the request was answered is POSTed again.
+  Status start_listen(const std::string& message_text, const std::string& id, int64_t timeout_ms) {
+    stop_stream();
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      listen_body = message_text;
+      listen_id = id;
+      stream_state = StreamState::kIdle;
+    }
+    Result<bool> opened = open_stream(timeout_ms);
+    if (!opened.ok()) return opened.error();
+    return Status::Ok();  // open, or answered at once (the answer is queued)
+  }
 
   Result<bool> open_stream(int64_t timeout_ms) {
     if (timeout_ms <= 0) return Error(ErrorCode::kInvalidArgument, "timeout_ms must be positive");
@@ -809,6 +936,14 @@ struct HttpTransport::Impl {
   }
 
   void stream_loop(int64_t first_timeout_ms) {
+    std::string post_body;
+    std::set<std::string> listen_pending;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      post_body = listen_body;
+      if (!post_body.empty()) listen_pending.insert(listen_id);
+    }
+    const bool post = !post_body.empty();
     SseParser parser(options.max_reply_bytes);
     int failures = 0;
     int64_t backoff = options.stream_initial_backoff_ms;
@@ -817,8 +952,21 @@ struct HttpTransport::Impl {
       if (stopping()) return;
       bool sent_session = false;
       httplib::Headers headers = base_headers(true, &sent_session);
-      headers.emplace("Accept", "text/event-stream");
-      if (!parser.last_event_id().empty()) headers.emplace("Last-Event-ID", parser.last_event_id());
+      if (post) {
+        headers.emplace("Content-Type", "application/json");
+        headers.emplace("Accept", "application/json, text/event-stream");
+        auto listen_message = parse_json(post_body, options.max_reply_bytes);
+        if (listen_message.ok()) {
+          for (HttpHeader& h : mcp_standard_headers(*listen_message)) {
+            headers.emplace(std::move(h.name), std::move(h.value));
+          }
+        }
+      } else {
+        headers.emplace("Accept", "text/event-stream");
+        if (!parser.last_event_id().empty()) {
+          headers.emplace("Last-Event-ID", parser.last_event_id());
+        }
+      }
       int64_t connect_ms = first ? first_timeout_ms : options.stream_connect_timeout_ms;
       httplib::ClientImpl* client = nullptr;
       {
@@ -831,15 +979,21 @@ struct HttpTransport::Impl {
       int status = 0;
       bool is_stream = false;
       bool delivered = false;
+      bool json_answer = false;  // listen answered with one JSON body
+      std::string json_body;
       std::optional<Error> failure;
       httplib::Request req;
-      req.method = "GET";
+      req.method = post ? "POST" : "GET";
       req.path = url.target;
       req.headers = std::move(headers);
+      if (post) req.body = post_body;
       req.response_handler = [&](const httplib::Response& res) {
         status = res.status;
         is_stream = res.status >= 200 && res.status <= 299 &&
                     media_type(res.get_header_value("Content-Type")) == "text/event-stream";
+        json_answer = post && !is_stream &&
+                      media_type(res.get_header_value("Content-Type")) == "application/json";
+        if (json_answer) return true;
         if (!is_stream) return false;  // nothing to read from a refusal
         {
           std::lock_guard<std::mutex> lock(mu);
@@ -849,6 +1003,10 @@ struct HttpTransport::Impl {
         return !stopping();
       };
       req.content_receiver = [&](const char* data, std::size_t n, uint64_t, uint64_t) {
+        if (json_answer) {
+          json_body.append(data, n);
+          return json_body.size() <= options.max_reply_bytes;
+        }
         parser.feed(std::string_view(data, n));
         std::vector<TransportMessage> got;
         for (;;) {
@@ -859,7 +1017,7 @@ struct HttpTransport::Impl {
             return false;
           }
           if (!event->has_value()) break;
-          Status st = accept_event(**event, nullptr, &got);
+          Status st = accept_event(**event, post ? &listen_pending : nullptr, &got);
           if (!st.ok()) {
             failure = st.error();
             return false;
@@ -893,6 +1051,20 @@ struct HttpTransport::Impl {
       }
       (void)parser.finish();  // an event cut off by the disconnect is discarded, as SSE says
       if (stopping()) return;
+      if (json_answer && !failure) {
+        std::vector<TransportMessage> got;
+        Status st = accept_message_text(json_body, &listen_pending, &got);
+        std::lock_guard<std::mutex> lock(mu);
+        if (st.ok()) {
+          for (TransportMessage& m : got) queue.push_back(Queued{std::move(m), true});
+        } else if (!fatal) {
+          fatal = Error(st.error().code, scrub(st.error().message));
+        }
+        if (stream_state == StreamState::kConnecting) stream_state = StreamState::kNotOffered;
+        cv.notify_all();
+        return;
+      }
+      if (post && listen_pending.empty()) return;  // the subscription was answered: it is over
 
       std::optional<Error> fatal_error = failure;
       if (!fatal_error && first && !is_stream) {

@@ -1,4 +1,4 @@
-// The MCP Streamable HTTP transport (protocol 2025-03-26 … 2025-11-25) to one upstream.
+// The MCP Streamable HTTP transport (protocol 2025-03-26 … 2026-07-28) to one upstream.
 //
 // Every JSON-RPC message is POSTed to the endpoint with `Accept: application/json,
 // text/event-stream`. The answer is JSON (one message or a batch), an event stream that carries
@@ -7,6 +7,22 @@
 // arrived; `receive` hands the queue out. The server's own notifications (list_changed) arrive
 // on an optional GET stream that `open_notification_stream` opens on a thread of its own; it
 // reconnects with `Last-Event-ID` after the server's `retry:` (else a bounded backoff).
+//
+// Standard MCP request headers (2026-07-28, SEP-2243; sent to every server, older ones ignore
+// them): every POST of one JSON-RPC request or notification carries `Mcp-Method` (the body's
+// method) and, for the methods that address one object (tools/call, prompts/get: params.name;
+// resources/read, resources/subscribe, resources/unsubscribe: params.uri), `Mcp-Name`. A value
+// a header cannot carry as is (non-ASCII, a control character, leading or trailing whitespace,
+// or one that looks like the encoding itself) is sent as `=?base64?<RFC 4648 base64 of its
+// UTF-8>?=`. Batches and responses carry neither: there is no one method to name.
+//
+// subscriptions/listen (2026-07-28): `send` of that request does not wait for its answer (it
+// comes when the subscription ends); its event stream is read on the stream thread, like the GET
+// stream, and what it carries arrives through `receive`. A stream that breaks before the request
+// was answered is POSTed again after the usual backoff.
+//
+// A 4xx whose body is a JSON-RPC answer to the request (2026-07-28 servers answer -32020 or
+// -32022 so) is delivered as that answer, not as an HTTP failure.
 //
 // Sessions: the `Mcp-Session-Id` of the initialize response is sent on every later request, and
 // `MCP-Protocol-Version` once `set_protocol_version` was called. A dead session (HTTP 404 to a
@@ -39,12 +55,14 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "native-agent/redactor.h"
 #include "native-agent/transport.h"
 #include "native-agent/url_guard.h"
 #include "shared/framing.h"
+#include "shared/json.h"
 #include "shared/status.h"
 
 namespace quiver {
@@ -87,6 +105,13 @@ struct HttpTransportOptions {
   // Resolves the host name (once). Empty: the system resolver. Tests inject their own.
   HostResolver resolver;
 };
+
+// The standard headers (Mcp-Method, Mcp-Name) for one outgoing message; empty for a batch,
+// a response or a message without a method.
+std::vector<HttpHeader> mcp_standard_headers(const Json& message);
+// A header value for `value`: itself when it is visible ASCII (inner spaces allowed) with no
+// leading or trailing whitespace, else `=?base64?…?=`.
+std::string mcp_header_value(std::string_view value);
 
 class HttpTransport final : public MessageTransport {
  public:

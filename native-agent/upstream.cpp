@@ -17,6 +17,7 @@ constexpr ListKind kAllKinds[] = {ListKind::kTools, ListKind::kResources,
                                   ListKind::kResourceTemplates, ListKind::kPrompts};
 // How long pump() may wait for the HTTP notification stream to open.
 constexpr int64_t kOpenStreamTimeoutMs = 2000;
+constexpr int64_t kListenRetryMs = 5000;  // pause before listening again after a subscription ended
 // Upper bound on the forced expiry rounds at a deadline (discover → initialize → fail: 3).
 constexpr int kMaxForcedExpiries = 8;
 
@@ -157,6 +158,9 @@ struct UpstreamConnection::Session {
   std::optional<Error> failure;
   std::optional<Listing> ready;  // a ListingReady not taken yet
   bool stream_tried = false;
+  // subscriptions/listen (2026-07-28 servers): when the next listen() may be tried; nullopt:
+  // never again on this session (the server has none, or advertises no list_changed).
+  std::optional<int64_t> listen_at = 0;
   std::string header_version;  // the MCP-Protocol-Version the transport was last given
   int64_t garbage = 0;         // unreadable texts during the running listing
   std::string last_garbage;
@@ -295,6 +299,11 @@ void UpstreamConnection::process_events() {
       s.failure = failed->error;
     } else if (std::holds_alternative<McpSession::Closed>(*event)) {
       s.closed = true;
+    } else if (auto* ended = std::get_if<McpSession::ListenEnded>(&*event)) {
+      // The subscription ended: listen again a little later, unless the server has none.
+      if (ended->error) log("subscriptions/listen ended: " + scrub(ended->error->message));
+      bool none = ended->error && ended->error->code == ErrorCode::kMethodNotFound;
+      s.listen_at = none ? std::nullopt : std::optional<int64_t>(clock_() + kListenRetryMs);
     }
   }
   if (!s.handshake_at) {
@@ -654,6 +663,24 @@ void UpstreamConnection::pump(int64_t wait_ms) {
         log("the notification stream could not be opened: " + scrub(opened.error().message));
       } else if (!*opened) {
         log("the server offers no notification stream; list changes are not seen");
+      }
+      now = clock_();
+    }
+    // A 2026-07-28 server's changes arrive on a subscriptions/listen request (over stdio always,
+    // as a legacy stdio server's notifications do; over HTTP when watching).
+    const bool stdio = !s.t.open_notification_stream;
+    if ((options_.watch || stdio) && s.mcp->era() == ProtocolEra::kModern && s.listen_at &&
+        *s.listen_at <= now && !s.mcp->listen_request_id()) {
+      Status listening = s.mcp->listen(now);
+      if (listening.ok()) {
+        s.listen_at = now + kListenRetryMs;  // not before it ended
+        s.send_until = now + kOpenStreamTimeoutMs;  // HTTP: until the stream opens
+        flush_transmits();
+      } else {
+        if (listening.error().code != ErrorCode::kNotFound) {
+          log("subscriptions/listen: " + scrub(listening.error().message));
+        }
+        s.listen_at.reset();
       }
       now = clock_();
     }

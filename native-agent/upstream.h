@@ -161,7 +161,9 @@ struct UpstreamOptions {
   // listing deadline covers the start-up too).
   int64_t startup_timeout_ms = 0;
   int64_t change_debounce_ms = 250;
-  bool watch = false;  // HTTP: open the GET notification stream when idle (pump)
+  // HTTP: open the GET notification stream (2025 servers) or a subscriptions/listen request
+  // (2026-07-28 servers) when idle (pump). Over stdio a modern server is always listened to.
+  bool watch = false;
   int64_t backoff_initial_ms = 250;
   int64_t backoff_max_ms = 30000;
   int64_t stable_session_ms = 10000;  // a session that lived this long did not "crash"

@@ -143,11 +143,91 @@ Status append_value(const Json& value, std::string* out, int depth_left, std::st
       return Status::Ok();
     }
     case Json::value_t::binary:
+      // A number literal (shared/json.h) is written as it arrived.
+      if (auto literal = json_number_literal_text(value)) {
+        out->append(literal->data(), literal->size());
+        return Status::Ok();
+      }
       return Error(ErrorCode::kInvalidArgument, "binary values have no JSON form");
     case Json::value_t::discarded:
       return Error(ErrorCode::kInvalidArgument, "discarded value");
   }
   return Error(ErrorCode::kInternal, "unknown JSON type");
+}
+
+// serialize_json's writer: canonical_json's forms, and nlohmann's dump for what canonical_json
+// refuses (invalid UTF-8 becomes U+FFFD, NaN and infinities null, other binaries nlohmann's
+// object form).
+void write_value(const Json& value, std::string* out, int indent, int level) {
+  auto newline = [&](int at) {
+    if (indent < 0) return;
+    out->push_back('\n');
+    out->append(static_cast<std::size_t>(indent) * static_cast<std::size_t>(at), ' ');
+  };
+  switch (value.type()) {
+    case Json::value_t::number_float: {
+      Result<std::string> n = canonical_number(value.get<double>());
+      out->append(n.ok() ? *n : std::string("null"));
+      return;
+    }
+    case Json::value_t::string: {
+      const auto& s = value.get_ref<const std::string&>();
+      if (find_invalid_utf8(s) == std::string_view::npos) {
+        append_string(s, out);
+      } else {
+        out->append(value.dump(-1, ' ', false, Json::error_handler_t::replace));
+      }
+      return;
+    }
+    case Json::value_t::binary:
+      if (auto literal = json_number_literal_text(value)) {
+        out->append(literal->data(), literal->size());
+      } else {
+        out->append(value.dump(-1, ' ', false, Json::error_handler_t::replace));
+      }
+      return;
+    case Json::value_t::array: {
+      if (value.empty()) {
+        out->append("[]");
+        return;
+      }
+      out->push_back('[');
+      bool first = true;
+      for (const Json& element : value) {
+        if (!first) out->push_back(',');
+        first = false;
+        newline(level + 1);
+        write_value(element, out, indent, level + 1);
+      }
+      newline(level);
+      out->push_back(']');
+      return;
+    }
+    case Json::value_t::object: {
+      if (value.empty()) {
+        out->append("{}");
+        return;
+      }
+      out->push_back('{');
+      bool first = true;
+      for (auto it = value.begin(); it != value.end(); ++it) {
+        if (!first) out->push_back(',');
+        first = false;
+        newline(level + 1);
+        write_value(Json(it.key()), out, indent, level + 1);
+        out->append(indent < 0 ? ":" : ": ");
+        write_value(it.value(), out, indent, level + 1);
+      }
+      newline(level);
+      out->push_back('}');
+      return;
+    }
+    default: {
+      std::string where;
+      if (!append_value(value, out, 1, &where).ok()) out->append("null");
+      return;
+    }
+  }
 }
 
 }  // namespace
@@ -235,6 +315,12 @@ Status append_canonical_json(const Json& value, std::string* out, int max_depth)
   }
   return Error(st.error().code,
                "cannot write canonical JSON at '" + where + "': " + st.error().message);
+}
+
+std::string serialize_json(const Json& value, int indent) {
+  std::string out;
+  write_value(value, &out, indent, 0);
+  return out;
 }
 
 Result<std::string> canonical_json(const Json& value, int max_depth) {

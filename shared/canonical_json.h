@@ -18,6 +18,14 @@
 // substituting U+FFFD keeps the hash honest: two different inputs never share canonical bytes.
 // Values that came through `parse_json` are always valid UTF-8.
 //
+// Number literals (shared/json.h: numbers kept as the peer wrote them) are written verbatim.
+//
+// `serialize_json` writes any value as JSON text for output (API bodies, probe reports, stdio
+// lines): the same forms as `canonical_json` (number literals verbatim, doubles as ECMAScript
+// prints them, minimal escaping), compact or indented, and it never fails: invalid UTF-8 becomes
+// U+FFFD, NaN and infinities `null` (what nlohmann's dump does). Prefer it to `Json::dump`
+// wherever a value may hold upstream numbers.
+//
 // Call `canonical_json` to get bytes for hashing or storage; `canonical_string_size` to know how
 // many bytes a string will take without writing it (the manifest size bound uses it).
 #pragma once
@@ -40,6 +48,9 @@ Result<std::string> canonical_json(const Json& value, int max_depth = kCanonical
 // Appends the canonical bytes of `value` to `*out`. On error `*out` holds a partial write.
 Status append_canonical_json(const Json& value, std::string* out,
                              int max_depth = kCanonicalJsonMaxDepth);
+
+// JSON text of `value`: compact for indent < 0, else pretty-printed with `indent` spaces.
+std::string serialize_json(const Json& value, int indent = -1);
 
 // The canonical form of one number. Integers print exactly; NaN and infinities are an error.
 Result<std::string> canonical_number(double value);

@@ -6,6 +6,7 @@
 #include <set>
 #include <utility>
 
+#include "shared/canonical_json.h"
 #include "shared/render_cache.h"
 #include "shared/sha256.h"
 
@@ -202,7 +203,10 @@ EntryView evaluate(const GrantedConnection& conn, const Principal& member,
         return v;
       }
     }
-    Result<Json> parsed = parse_json(text, options.max_manifest_bytes);
+    JsonParseOptions parse_options;
+    parse_options.max_bytes = options.max_manifest_bytes;
+    parse_options.keep_number_literals = true;  // definitions keep their numbers as written
+    Result<Json> parsed = parse_json(text, parse_options);
     if (!parsed.ok()) {
       unreadable(parsed.error().message);
       return v;
@@ -862,8 +866,6 @@ bool if_none_match_matches(std::string_view header, std::string_view etag) {
 std::string weak_etag(std::string_view bytes) { return "W/\"" + digest_tag(bytes) + "\""; }
 std::string strong_etag(std::string_view bytes) { return "\"" + digest_tag(bytes) + "\""; }
 
-std::string json_text(const Json& value) {
-  return value.dump(-1, ' ', false, Json::error_handler_t::replace);
-}
+std::string json_text(const Json& value) { return serialize_json(value); }
 
 }  // namespace quiver

@@ -1,5 +1,7 @@
 #include "shared/framing.h"
 
+#include "shared/canonical_json.h"
+
 #include <algorithm>
 #include <limits>
 #include <utility>
@@ -173,7 +175,7 @@ Status NdjsonDecoder::finish() {
 }
 
 std::string encode_ndjson(const Json& message) {
-  std::string line = message.dump(-1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace);
+  std::string line = serialize_json(message);
   line.push_back('\n');
   return line;
 }

@@ -1,5 +1,11 @@
 #include "shared/json.h"
 
+#include <cmath>
+#include <cstdlib>
+#include <vector>
+
+#include "shared/canonical_json.h"
+
 namespace quiver {
 
 namespace {
@@ -14,14 +20,30 @@ class BoundedDomBuilder {
   using string_t = Json::string_t;
   using binary_t = Json::binary_t;
 
-  BoundedDomBuilder(Json& root, std::size_t max_depth)
-      : dom_(root, /*allow_exceptions=*/false), max_depth_(max_depth) {}
+  BoundedDomBuilder(Json& root, std::size_t max_depth, bool keep_number_literals)
+      : dom_(root, /*allow_exceptions=*/false),
+        max_depth_(max_depth),
+        keep_number_literals_(keep_number_literals) {}
 
   bool null() { return dom_.null(); }
   bool boolean(bool v) { return dom_.boolean(v); }
   bool number_integer(number_integer_t v) { return dom_.number_integer(v); }
   bool number_unsigned(number_unsigned_t v) { return dom_.number_unsigned(v); }
-  bool number_float(number_float_t v, const string_t& s) { return dom_.number_float(v, s); }
+  bool number_float(number_float_t v, const string_t& s) {
+    // Integers past 64 bits arrive here too (the lexer falls back to a double for them).
+    if (keep_number_literals_) {
+      bool same = false;
+      if (std::isfinite(v)) {
+        Result<std::string> canonical = canonical_number(v);
+        same = canonical.ok() && *canonical == s;
+      }
+      if (!same) {
+        binary_t literal(std::vector<std::uint8_t>(s.begin(), s.end()), kNumberLiteralSubtype);
+        return dom_.binary(literal);
+      }
+    }
+    return dom_.number_float(v, s);
+  }
   bool string(string_t& v) { return dom_.string(v); }
   bool binary(binary_t& v) { return dom_.binary(v); }
   bool key(string_t& v) { return dom_.key(v); }
@@ -58,6 +80,7 @@ class BoundedDomBuilder {
 
   nlohmann::detail::json_sax_dom_parser<Json> dom_;
   std::size_t max_depth_;
+  bool keep_number_literals_;
   std::size_t depth_ = 0;
   bool too_deep_ = false;
   std::string what_;
@@ -80,6 +103,98 @@ std::string sanitized_parse_error(std::string what) {
   return what;
 }
 
+// nlohmann's parser stops at a number past the double range ("1e400": error 406) before the
+// SAX builder sees it. With number literals on, such numbers are swapped for marker strings
+// ("\u0000N<i>"; not tried when the text holds any escaped U+0000, so no peer string can pose as
+// one), the text parsed again, and the markers replaced by the literals.
+constexpr std::string_view kOverflowMarker = "\\u0000N";
+
+bool is_number_char(char c) {
+  return (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E';
+}
+
+// RFC 8259's number grammar, whole token.
+bool is_json_number(std::string_view t) {
+  auto digit = [&](std::size_t i) { return i < t.size() && t[i] >= '0' && t[i] <= '9'; };
+  std::size_t i = 0;
+  if (i < t.size() && t[i] == '-') ++i;
+  if (!digit(i)) return false;
+  if (t[i] == '0') {
+    ++i;
+  } else {
+    while (digit(i)) ++i;
+  }
+  if (i < t.size() && t[i] == '.') {
+    if (!digit(++i)) return false;
+    while (digit(i)) ++i;
+  }
+  if (i < t.size() && (t[i] == 'e' || t[i] == 'E')) {
+    ++i;
+    if (i < t.size() && (t[i] == '+' || t[i] == '-')) ++i;
+    if (!digit(i)) return false;
+    while (digit(i)) ++i;
+  }
+  return i == t.size();
+}
+
+void restore_overflow_literals(Json& value, const std::vector<std::string>& literals) {
+  if (value.is_string()) {
+    const std::string& s = value.get_ref<const std::string&>();
+    if (s.size() > 2 && s[0] == '\0' && s[1] == 'N') {
+      std::size_t i = std::strtoul(s.c_str() + 2, nullptr, 10);
+      if (i < literals.size()) value = json_number_literal(literals[i]);
+    }
+  } else if (value.is_structured()) {
+    for (Json& child : value) restore_overflow_literals(child, literals);
+  }
+}
+
+std::optional<Json> parse_with_overflow_literals(std::string_view text,
+                                                 const JsonParseOptions& options) {
+  if (text.find("\\u0000") != std::string_view::npos) return std::nullopt;
+  std::string swapped;
+  std::vector<std::string> literals;
+  bool in_string = false;
+  std::size_t copied = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+      continue;
+    }
+    if (c != '-' && !(c >= '0' && c <= '9')) continue;
+    std::size_t end = i;
+    while (end < text.size() && is_number_char(text[end])) ++end;
+    std::string token(text.substr(i, end - i));
+    if (is_json_number(token) && std::isinf(std::strtod(token.c_str(), nullptr))) {
+      swapped.append(text.data() + copied, i - copied);
+      swapped += "\"" + std::string(kOverflowMarker) + std::to_string(literals.size()) + "\"";
+      literals.push_back(std::move(token));
+      copied = end;
+    }
+    i = end - 1;
+  }
+  if (literals.empty()) return std::nullopt;
+  swapped.append(text.data() + copied, text.size() - copied);
+  Json value;
+  BoundedDomBuilder builder(value, options.max_depth, /*keep_number_literals=*/true);
+  if (!Json::sax_parse(swapped.begin(), swapped.end(), &builder,
+                       nlohmann::detail::input_format_t::json, /*strict=*/true,
+                       options.allow_comments)) {
+    return std::nullopt;
+  }
+  restore_overflow_literals(value, literals);
+  return value;
+}
+
 }  // namespace
 
 Result<Json> parse_json(std::string_view text, const JsonParseOptions& options) {
@@ -89,11 +204,15 @@ Result<Json> parse_json(std::string_view text, const JsonParseOptions& options) 
                                            std::to_string(options.max_bytes));
   }
   Json value;
-  BoundedDomBuilder builder(value, options.max_depth);
+  BoundedDomBuilder builder(value, options.max_depth, options.keep_number_literals);
   const bool ok = Json::sax_parse(text.begin(), text.end(), &builder,
                                   nlohmann::detail::input_format_t::json, /*strict=*/true,
                                   options.allow_comments);
   if (ok) return value;
+  if (options.keep_number_literals && !builder.too_deep() &&
+      builder.what().find("number overflow") != std::string::npos) {
+    if (std::optional<Json> kept = parse_with_overflow_literals(text, options)) return *kept;
+  }
   if (builder.too_deep()) {
     return Error(ErrorCode::kInvalidArgument, "JSON nested deeper than " +
                                                   std::to_string(options.max_depth) +
@@ -112,6 +231,28 @@ Result<Json> parse_json(std::string_view text, std::size_t max_bytes) {
   JsonParseOptions options;
   options.max_bytes = max_bytes;
   return parse_json(text, options);
+}
+
+Json json_number_literal(std::string_view text) {
+  return Json::binary(std::vector<std::uint8_t>(text.begin(), text.end()), kNumberLiteralSubtype);
+}
+
+std::optional<std::string_view> json_number_literal_text(const Json& value) {
+  if (!value.is_binary()) return std::nullopt;
+  const Json::binary_t& b = value.get_binary();
+  if (!b.has_subtype() || b.subtype() != kNumberLiteralSubtype) return std::nullopt;
+  return std::string_view(reinterpret_cast<const char*>(b.data()), b.size());
+}
+
+std::optional<double> json_number(const Json& value) {
+  if (value.is_number_unsigned()) return static_cast<double>(value.get<uint64_t>());
+  if (value.is_number_integer()) return static_cast<double>(value.get<int64_t>());
+  if (value.is_number_float()) return value.get<double>();
+  if (auto text = json_number_literal_text(value)) {
+    std::string copy(*text);
+    return std::strtod(copy.c_str(), nullptr);  // HUGE_VAL past the range, as documented
+  }
+  return std::nullopt;
 }
 
 const Json* json_field(const Json& object, const char* key) {

@@ -14,6 +14,21 @@
 // sits four levels down in a reply; real schemas are rarely 20 deep) and far below what a 2 MiB
 // thread stack or the wasm stack can walk.
 //
+// Numbers kept as written. A JSON number is text of any length; a double holds 17 digits and
+// an int64/uint64 19-20. With `keep_number_literals`, a number whose text the core would not
+// write back identically (an integer beyond 64 bits such as 123456789012345678901234567890,
+// `1.0`, `1E-7`, `1e400`, `0.1000000000000000055511151231257827`) is held as a *number
+// literal*: a binary value of subtype `kNumberLiteralSubtype` whose bytes are the number's text
+// exactly as it arrived (the parser validated its grammar). Every other number is an ordinary
+// integer or double whose canonical form (shared/canonical_json.h) is its original text, so
+// every number that came through the parser is written back byte for byte by `canonical_json`
+// and `serialize_json`. JSON text never yields a binary value otherwise, so a literal cannot be
+// confused with a string or an object. Use `json_number` to read any number as a double.
+// The literals are enabled where definitions enter (upstream JSON-RPC, manifests read back);
+// the configuration and the API bodies keep plain numbers.
+//
+// (-0 stays an integer 0: nlohmann's parser reports it without its text.)
+//
 // Accessors in the core check types before they read (`json_string`, `json_object` …) so that
 // a peer's wrong type is an error value, not an abort.
 #pragma once
@@ -41,7 +56,19 @@ struct JsonParseOptions {
   std::size_t max_bytes = kMaxJsonBytes;
   std::size_t max_depth = kMaxJsonDepth;
   bool allow_comments = false;  // `//` and `/* */` (the configuration file only)
+  bool keep_number_literals = false;  // see "Numbers kept as written"
 };
+
+// The binary subtype that marks a number literal ('N').
+inline constexpr std::uint64_t kNumberLiteralSubtype = 0x4e;
+
+// A number literal holding `text` (which must be a JSON number: not checked here).
+Json json_number_literal(std::string_view text);
+// The text of a number literal, or nullopt when `value` is not one.
+std::optional<std::string_view> json_number_literal_text(const Json& value);
+// Any JSON number (integer, double or literal) as a double (a literal past the double range
+// reads as +-infinity); nullopt for every other type.
+std::optional<double> json_number(const Json& value);
 
 // Parses `text` as one JSON value. Fails with kTooLarge past `max_bytes`, kInvalidArgument on
 // malformed input (the message names the line and column, never the text around them: it may

@@ -2,6 +2,8 @@
 
 #include <limits>
 
+#include "shared/canonical_json.h"
+
 namespace quiver {
 namespace {
 
@@ -12,7 +14,7 @@ Error invalid(std::string what) {
 }
 
 std::string dump(const Json& j) {
-  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+  return serialize_json(j);
 }
 
 }  // namespace
@@ -75,7 +77,10 @@ Result<JsonRpcMessage> parse_jsonrpc(Json value) {
 
 Result<std::vector<JsonRpcMessage>> parse_jsonrpc_batch(std::string_view text,
                                                         std::size_t max_bytes) {
-  auto parsed = parse_json(text, max_bytes);
+  JsonParseOptions options;
+  options.max_bytes = max_bytes;
+  options.keep_number_literals = true;  // peers' numbers stay as written (shared/json.h)
+  auto parsed = parse_json(text, options);
   if (!parsed.ok()) {
     Error e = parsed.error();
     if (e.code == ErrorCode::kInvalidArgument) e.code = ErrorCode::kInvalidReply;

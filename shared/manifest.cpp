@@ -67,8 +67,8 @@ class FieldReader {
       return static_cast<int64_t>(v->get<uint64_t>());
     }
     if (v->is_number_integer() && v->get<int64_t>() >= 0) return v->get<int64_t>();
-    if (v->is_number_float()) {
-      double d = v->get<double>();
+    if (v->is_number_float() || json_number_literal_text(*v)) {
+      double d = *json_number(*v);
       if (d >= 0 && d <= 9007199254740992.0 && d == static_cast<double>(static_cast<int64_t>(d))) {
         return static_cast<int64_t>(d);
       }
@@ -1131,7 +1131,9 @@ Result<EncodedManifest> encode_manifest(const Manifest& manifest) {
 }
 
 Result<Manifest> decode_manifest(std::string_view bytes) {
-  Result<Json> json = parse_json(bytes);
+  JsonParseOptions options;
+  options.keep_number_literals = true;  // definitions keep their numbers as written
+  Result<Json> json = parse_json(bytes, options);
   if (!json.ok()) return json.error();
   return manifest_from_json(*json);
 }

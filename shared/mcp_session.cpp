@@ -138,7 +138,7 @@ const char* capability_key(ListKind kind) {
 
 std::optional<int64_t> ttl_of(const Json& result) {
   const Json* t = json_field(result, "ttlMs");
-  if (t == nullptr || !t->is_number()) return std::nullopt;
+  if (t == nullptr || !json_number(*t)) return std::nullopt;  // a number literal counts
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
   int64_t ttl = 0;
   if (t->is_number_unsigned()) {
@@ -147,7 +147,7 @@ std::optional<int64_t> ttl_of(const Json& result) {
   } else if (t->is_number_integer()) {
     ttl = t->get<int64_t>();
   } else {
-    double d = t->get<double>();
+    double d = *json_number(*t);
     ttl = !(d > 0) ? 0 : d >= 9.0e18 ? kMax : static_cast<int64_t>(d);
   }
   return std::max<int64_t>(ttl, 0);  // caching: "negative: treat it as 0"
@@ -411,6 +411,8 @@ void McpSession::on_notification(const JsonRpcMessage& message, int64_t now_ms) 
     on_list_changed(ListKind::kResourceTemplates, now_ms);
   } else if (m == "notifications/prompts/list_changed") {
     on_list_changed(ListKind::kPrompts, now_ms);
+  } else if (m == "notifications/subscriptions/acknowledged" && listen_id_) {
+    listen_acknowledged_ = true;  // subscriptions/listen part
   } else {
     ++stats_.ignored_notifications;
   }
@@ -421,7 +423,7 @@ void McpSession::handle_timeout(int64_t now_ms) { expire(now_ms); }
 void McpSession::expire(int64_t now_ms) {
   std::vector<int64_t> due;
   for (const auto& [id, p] : pending_) {
-    if (p.deadline_ms <= now_ms) due.push_back(id);
+    if (p.purpose != Purpose::kListen && p.deadline_ms <= now_ms) due.push_back(id);
   }
   for (int64_t id : due) {
     auto it = pending_.find(id);
@@ -456,6 +458,8 @@ void McpSession::expire(int64_t now_ms) {
             now_ms);
         break;
       }
+      case Purpose::kListen:  // never due: the subscription has no deadline
+        break;
     }
   }
   if (now_ms < deadline_ms_) return;
@@ -503,6 +507,10 @@ void McpSession::on_request_failed(int64_t request_id, const Error& error, int64
     case Purpose::kListPage:
       abandon(request_id, "rejected", /*cancel=*/false);
       fail_list(p.kind, Error(e.code, std::string(list_method(p.kind)) + ": " + e.message), now_ms);
+      break;
+    case Purpose::kListen:
+      abandon(request_id, "rejected", /*cancel=*/false);
+      on_listen_ended(Error(e.code, "subscriptions/listen: " + e.message));
       break;
   }
 }
@@ -558,6 +566,7 @@ std::optional<int64_t> McpSession::next_deadline() const {
   if (state_ == S::kClosed) return std::nullopt;
   std::optional<int64_t> next;
   for (const auto& [id, p] : pending_) {
+    if (p.purpose == Purpose::kListen) continue;  // no deadline
     if (!next || p.deadline_ms < *next) next = p.deadline_ms;
   }
   if (state_ == S::kDiscovering || state_ == S::kInitializing || state_ == S::kListing) {
@@ -606,6 +615,18 @@ void McpSession::dispatch_response(int64_t id, JsonRpcMessage& message, int64_t 
         on_page_result(p.kind, message.result, message.wire_bytes, now_ms);
       } else {
         on_page_error(p.kind, message.error, now_ms);
+      }
+      return;
+    case Purpose::kListen:
+      if (ok) {
+        on_listen_ended(std::nullopt);
+      } else {
+        on_listen_ended(Error(message.error.code == kJsonRpcMethodNotFound
+                                  ? ErrorCode::kMethodNotFound
+                                  : ErrorCode::kUpstreamError,
+                              "subscriptions/listen: upstream error " +
+                                  std::to_string(message.error.code) + ": " +
+                                  clip(message.error.message, config_.max_error_message_chars)));
       }
       return;
   }
@@ -701,6 +722,12 @@ void McpSession::on_discover_error(const JsonRpcError& error, int64_t now_ms) {
     // legacy version in its `supported` list lets the probe fall back to initialize.
     era_ = ProtocolEra::kModern;
     const Json* supported = json_field(error.data, "supported");
+    // basic/versioning: retry once with a version both sides support, even the one just sent
+    // (a server may refuse the first request of a client it does not know yet).
+    if (auto again = pick(modern_versions_, supported); again && !discover_retried_) {
+      discover_retried_ = true;
+      return send_discover(*again, now_ms);
+    }
     if (policy_ == EraPolicy::kProbe && pick(legacy_versions_, supported)) {
       return fall_back_to_initialize(now_ms);
     }
@@ -984,10 +1011,56 @@ void McpSession::shut_down(SessionInput input, const std::optional<Error>& failu
     events_.push_back(ListingReady{take_listing()});
   }
   pending_.clear();
+  listen_id_.reset();
   transmits_.clear();
   transition(input);
   if (failure) events_.push_back(Failed{*failure});
   events_.push_back(Closed{});
 }
+
+// ==== subscriptions/listen (2026-07-28) =====================================================
+// Kept apart from the handshake and listing code above: the subscription is one more pending
+// request (Purpose::kListen) that never expires; its notices go through on_notification like any
+// server's list_changed.
+
+Status McpSession::listen(int64_t now_ms) {
+  expire(now_ms);
+  if (state_ != S::kReady && state_ != S::kListing) {
+    return Error(ErrorCode::kInvalidArgument,
+                 std::string("listen: the session is ") + session_state_name(state_));
+  }
+  if (era_ != ProtocolEra::kModern) {
+    return Error(ErrorCode::kInvalidArgument,
+                 "listen: subscriptions/listen is a 2026-07-28 request; a " +
+                     std::string(protocol_version_) + " server notifies on its own");
+  }
+  if (listen_id_) return Error(ErrorCode::kConflict, "listen: a subscription is already open");
+  const Json& caps = listing_.server_capabilities;
+  auto advertises = [&](const char* kind) {
+    const Json* c = json_field(caps, kind);
+    return c != nullptr && json_bool(*c, "listChanged").value_or(false);
+  };
+  Json filter = Json::object();
+  if (advertises("tools")) filter["toolsListChanged"] = true;
+  if (advertises("resources")) filter["resourcesListChanged"] = true;
+  if (advertises("prompts")) filter["promptsListChanged"] = true;
+  if (filter.empty()) {
+    return Error(ErrorCode::kNotFound, "listen: the server advertises no list_changed");
+  }
+  int64_t id = send_request("subscriptions/listen", Json{{"notifications", std::move(filter)}},
+                            Purpose::kListen, ListKind::kTools, 0, now_ms);
+  pending_[id].deadline_ms = std::numeric_limits<int64_t>::max();
+  listen_id_ = id;
+  listen_acknowledged_ = false;
+  return Status::Ok();
+}
+
+void McpSession::on_listen_ended(std::optional<Error> error) {
+  listen_id_.reset();
+  listen_acknowledged_ = false;
+  events_.push_back(ListenEnded{std::move(error)});
+}
+
+// ==== end of subscriptions/listen ===========================================================
 
 }  // namespace quiver

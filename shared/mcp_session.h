@@ -40,8 +40,8 @@
 //   abandoned), and -32022 (UnsupportedProtocolVersion) in answer to `initialize` means "modern":
 //   `server/discover` is sent once more, with the request deadline, and no further fallback. The era is a property of the server: `era()` reports it so the host can
 //   cache it and pass EraPolicy::kLegacy / kModern to the next session for that server.
-// Not implemented from 2026-07-28: `subscriptions/listen` (list_changed for modern servers needs
-// a long-lived request; the host re-lists on TTL instead), MRTR input (we never supply input).
+// Not implemented from 2026-07-28: MRTR input (we never supply input). `subscriptions/listen`
+// is: see "Listening" below.
 //
 // Listing rules. A kind is listed only if the server advertises it (tools ← capabilities.tools;
 // resources and resource templates ← capabilities.resources; prompts ← capabilities.prompts), as
@@ -71,6 +71,17 @@
 // listing; past that, and whenever no listing of that kind is running, the notice becomes a
 // ListChanged event: whatever the host holds for that kind may be stale, relist() it. Notices
 // before the handshake completes are dropped: the listing that follows sees the change.
+//
+// Listening (2026-07-28). A modern server has no GET stream and sends no notification outside a
+// request: list changes reach a client on a long-lived `subscriptions/listen` request, whose
+// stream (an SSE response over HTTP, the process's stdout over stdio) carries
+// `notifications/subscriptions/acknowledged`, then `notifications/*/list_changed` for as long as
+// the server keeps it open; the request's response ends the subscription. `listen(now)` opens one
+// asking for every list_changed the server advertised (`capabilities.<kind>.listChanged`); the
+// notices then become ListChanged events exactly like a legacy server's notifications, and
+// restart a running list the same way. The request has no deadline and does not hold up a
+// listing. When it ends (a result, an error, on_request_failed), ListenEnded says how, and the
+// host may listen() again after a pause of its choosing.
 //
 // Server → client: `ping` is answered with {}, any other request with -32601, notifications other
 // than list_changed are ignored. Responses with unknown ids are ignored and counted; an error with
@@ -200,7 +211,10 @@ class McpSession {
     Error error;
   };
   struct Closed {};
-  using Event = std::variant<ListingReady, ListChanged, Failed, Closed>;
+  struct ListenEnded {  // the subscriptions/listen request was answered or failed
+    std::optional<Error> error;  // nullopt: the server ended it with a result
+  };
+  using Event = std::variant<ListingReady, ListChanged, Failed, Closed, ListenEnded>;
 
   explicit McpSession(McpSessionConfig config = {});
 
@@ -237,8 +251,19 @@ class McpSession {
   std::optional<ProtocolEra> era() const { return era_; }
   const McpSessionStats& stats() const { return stats_; }
 
+  // ---- subscriptions/listen (2026-07-28; see "Listening") ----------------------------------
+  // Opens the subscription. kInvalidArgument unless the handshake is done with a modern server
+  // (the session is ready or listing); kNotFound when the server advertises no list_changed;
+  // kConflict while one is open.
+  Status listen(int64_t now_ms);
+  // The id of the open subscriptions/listen request (its transport stream stays open).
+  std::optional<int64_t> listen_request_id() const { return listen_id_; }
+  // The server acknowledged the open subscription (notifications/subscriptions/acknowledged).
+  bool listen_acknowledged() const { return listen_acknowledged_; }
+  // ---- end of subscriptions/listen ----------------------------------------------------------
+
  private:
-  enum class Purpose { kDiscover, kInitialize, kListPage };
+  enum class Purpose { kDiscover, kInitialize, kListPage, kListen };
   struct Pending {
     Purpose purpose = Purpose::kListPage;
     ListKind kind = ListKind::kTools;
@@ -288,6 +313,7 @@ class McpSession {
   void shut_down(SessionInput input, const std::optional<Error>& failure, const Error& list_error,
                  int64_t now_ms);
   std::string versions_we_speak(bool legacy_only) const;
+  void on_listen_ended(std::optional<Error> error);  // subscriptions/listen part
 
   McpSessionConfig config_;
   EraPolicy policy_ = EraPolicy::kProbe;      // config_.era, narrowed by the versions configured
@@ -308,6 +334,9 @@ class McpSession {
   int64_t late_probe_id_ = 0;  // the probe given up on by its deadline (0: none)
   bool rediscovered_ = false;  // initialize was refused with -32022: discovering once more
   McpSessionStats stats_;
+  bool discover_retried_ = false;  // -32022 with a version we speak: discover once more
+  std::optional<int64_t> listen_id_;  // subscriptions/listen part
+  bool listen_acknowledged_ = false;
 };
 
 }  // namespace quiver

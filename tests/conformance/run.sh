@@ -14,11 +14,15 @@ agent=${1:?usage: run.sh QUIVER_AGENT NODE_MODULES [SCENARIO...]}
 node_modules=${2:?usage: run.sh QUIVER_AGENT NODE_MODULES [SCENARIO...]}
 shift 2
 scenarios=("$@")
-[ ${#scenarios[@]} -gt 0 ] || scenarios=(initialize sse-retry)
+[ ${#scenarios[@]} -gt 0 ] || scenarios=(initialize sse-retry request-metadata http-standard-headers
+                                         json-schema-ref-no-deref)
 
 suite="$node_modules/@modelcontextprotocol/conformance/dist/index.js"
+# The suite (0.2.x) needs Node 22: the npm package `node` brings it into build/node (setup.sh).
+node22="$node_modules/node/bin/node"
 [ -x "$agent" ] || { echo "run.sh: no quiver-agent at $agent (build it first)" >&2; exit 1; }
 [ -f "$suite" ] || { echo "run.sh: no conformance suite at $suite (run scripts/setup.sh)" >&2; exit 1; }
+[ -x "$node22" ] || { echo "run.sh: no Node 22 at $node22 (run scripts/setup.sh --peers)" >&2; exit 1; }
 
 if [ -z "${QUIVER_CONFORMANCE_NETNS:-}" ]; then
   for cmd in unshare ip node; do
@@ -58,6 +62,28 @@ for scenario in "${scenarios[@]}"; do
       # Last-Event-ID (see README.md).
       allow="client-sse-retry-timing client-sse-last-event-id"
       ;;
+    request-metadata)
+      # 2026-07-28 per-request _meta and MCP-Protocol-Version; the first request is refused with
+      # -32022 and the client must retry with a version from data.supported.
+      command="$agent probe --allow-private --url"
+      expect="sep-2575-http-client-sends-version-header sep-2575-client-populates-meta
+              sep-2575-client-sends-client-info sep-2575-http-version-header-matches-meta
+              sep-2575-client-retry-supported-version"
+      allow=""
+      ;;
+    http-standard-headers)
+      # Mcp-Method on every POST. Mcp-Name belongs to tools/call, resources/read and prompts/get,
+      # which a discovery client never sends: those checks are SKIPPED, not failed.
+      command="$agent probe --allow-private --url"
+      expect="sep-2243-client-includes-standard-headers"
+      allow=""
+      ;;
+    json-schema-ref-no-deref)
+      # A tool whose inputSchema $refs a network URI: listed, the URI never fetched.
+      command="$agent probe --allow-private --url"
+      expect="sep-2106-no-network-ref-deref"
+      allow=""
+      ;;
     *)
       echo "run.sh: scenario '$scenario' does not apply to a discovery client (README.md)" >&2
       status=1
@@ -67,7 +93,7 @@ for scenario in "${scenarios[@]}"; do
   out="$work/$scenario"
   mkdir -p "$out"
   # The suite's own verdict counts warnings as failures; the checks are judged below instead.
-  node "$suite" client --command "$command" --scenario "$scenario" --timeout 20000 -o "$out" \
+  "$node22" "$suite" client --command "$command" --scenario "$scenario" --timeout 20000 -o "$out" \
     >"$out/suite.log" 2>&1 || true
   checks=$(find "$out" -name checks.json | head -n 1)
   if [ -z "$checks" ]; then
@@ -80,8 +106,8 @@ for scenario in "${scenarios[@]}"; do
 const fs = require('fs');
 const [checksPath, expect, allow, stdoutPath] = process.argv.slice(2);
 const checks = JSON.parse(fs.readFileSync(checksPath, 'utf8'));
-const expected = expect.split(' ').filter(Boolean);
-const allowed = new Set(allow.split(' ').filter(Boolean));
+const expected = expect.split(/\s+/).filter(Boolean);
+const allowed = new Set(allow.split(/\s+/).filter(Boolean));
 const problems = [];
 for (const c of checks) {
   if (c.status === 'FAILURE') problems.push(`FAILURE ${c.id}: ${c.errorMessage || c.description}`);
