@@ -534,10 +534,10 @@ struct Agent::Impl {
             .empty()) {
       return;
     }
-    Result<EncodedManifest> encoded = encode_manifest(merged);
-    if (!encoded.ok() || encoded->bytes.size() > limits.max_bytes) {
+    if (Status fits = fit_kept_lists(&merged, limits.max_bytes); !fits.ok()) {
       logger->warn(kLog, "the last good lists of " + who(cid, principal) +
-                             " do not fit the manifest bound; failed lists are shown failed");
+                             " do not fit the manifest bound; failed lists are shown failed: " +
+                             fits.error().message);
       return;
     }
     *manifest = std::move(merged);

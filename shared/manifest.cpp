@@ -1092,6 +1092,38 @@ std::vector<ListKind> keep_last_good_lists(Manifest* fresh, const Manifest& last
   return replaced;
 }
 
+Status fit_kept_lists(Manifest* manifest, std::size_t max_bytes) {
+  for (;;) {
+    Result<EncodedManifest> encoded = encode_manifest(*manifest);
+    if (!encoded.ok()) return encoded.error();
+    if (encoded->bytes.size() <= max_bytes) return Status::Ok();
+    std::size_t over = encoded->bytes.size() - max_bytes;
+    bool cut = false;
+    // Each dropped entry frees at least its own canonical bytes and a comma.
+    auto drop = [&](ListKind kind, auto& list) {
+      while (over > 0 && list.kept && !list.items.empty()) {
+        Result<std::string> bytes = canonical_json(to_json(list.items.back()));
+        const std::size_t freed = (bytes.ok() ? bytes->size() : 0) + 1;
+        list.items.pop_back();
+        if (!list.hashes.empty()) list.hashes.pop_back();
+        manifest->truncation.dropped[static_cast<int>(kind)]++;
+        manifest->truncated = true;
+        over -= std::min(over, freed);
+        cut = true;
+      }
+    };
+    drop(ListKind::kPrompts, manifest->prompts);
+    drop(ListKind::kResourceTemplates, manifest->resource_templates);
+    drop(ListKind::kResources, manifest->resources);
+    drop(ListKind::kTools, manifest->tools);
+    if (!cut) {
+      return Error(ErrorCode::kTooLarge, "the manifest exceeds its bound of " +
+                                             std::to_string(max_bytes) +
+                                             " bytes even without the kept lists' entries");
+    }
+  }
+}
+
 std::vector<ListKind> incomplete_lists(const Manifest& manifest) {
   std::vector<ListKind> out;
   for_each_list(manifest, [&](ListKind kind, const auto& list) {

@@ -237,6 +237,13 @@ std::vector<ListKind> keep_last_good_lists(Manifest* fresh, const Manifest& last
                                            int64_t last_good_fetched_at_ms, int64_t now_ms,
                                            int64_t max_age_ms);
 
+// After keep_last_good_lists: a kept list may come from a manifest that was itself cut to the
+// bound, and the merge (the kept marks, the new lists) can then exceed it. Drops entries from the
+// end of the `kept` lists (the last kind first), counting them in `truncation.dropped` as the
+// first cut did, until the encoded manifest fits `max_bytes`. kTooLarge when it cannot fit even
+// with the kept lists emptied.
+Status fit_kept_lists(Manifest* manifest, std::size_t max_bytes);
+
 // The lists whose latest listing failed: `failed`, or `kept` from an earlier listing.
 std::vector<ListKind> incomplete_lists(const Manifest& manifest);
 // "tools,prompts": list_kind_name() of each, comma-separated ("" for none), and back (nullopt on

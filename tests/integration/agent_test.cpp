@@ -643,13 +643,13 @@ TEST(AgentRedis, TwoAgentsShareOnePreferenceAuthority) {
   ASSERT_TRUE(listed(*a));
   EXPECT_EQ(shown_tools(b->store(), "alice", "t"), (Names{"tool_2", "tool_3"}));
 
-  // Redis restarts empty: the next maintenance pass of either agent restores the choices with
-  // the rest of the namespace, before any re-listing.
+  // Redis restarts empty: the next store check of either agent restores the choices with the
+  // rest of the namespace, before any re-listing.
   redis.stop();
   ASSERT_TRUE(redis.start());
   ASSERT_TRUE(wait_until(
       [&] {
-        (void)b->run_maintenance_once();
+        (void)b->check_store_once();
         Result<DisabledOverlay> overlay = b->store().read_disabled("t", shared);
         return overlay.ok() && *overlay == DisabledOverlay{"tool:tool_1"};
       },
@@ -1124,8 +1124,10 @@ TEST(AgentFidelity, ASlowStartingStdioServerIsListedWithTheDefaults) {
                  {"-c", "echo x >> \"$2\"; sleep 6; exec node \"$1\" stdio --quiet", "sh",
                   test_upstream_js(), spawns}}};
   };
+  // The defaults are the point: an empty `runtime` keeps make_config's test deadlines out.
   AgentConfig cfg = make_config(dir, {{"slow", sleepy()}, {"strict", sleepy()}},
-                                {{"connections", {{"strict", {{"startup_timeout_ms", 0}}}}}});
+                                {{"runtime", Json::object()},
+                                 {"connections", {{"strict", {{"startup_timeout_ms", 0}}}}}});
   EXPECT_EQ(cfg.runtime.list_timeout_ms, 3500);
   EXPECT_EQ(cfg.runtime.request_timeout_ms, 3000);
   EXPECT_EQ(cfg.runtime.startup_timeout_ms, 30000);
@@ -1182,10 +1184,10 @@ TEST(AgentHostile, HostileListingsFailAndKeepTheLastGoodManifest) {
   ASSERT_TRUE(agent->start().ok());
   Result<RefreshReport> first = agent->refresh_now("h", Principal::shared(), "manual");
   ASSERT_TRUE(first.ok());
-  ASSERT_TRUE(first->committed) << log.all();
-  const std::string etag = meta_of(agent->store(), "h")->etag;
+  ASSERT_EQ(first->outcome, "committed") << log.all();
   const std::size_t listed = tool_names(agent->store(), "h").size();
   ASSERT_GT(listed, 0u);
+  const std::string first_tool = tool_names(agent->store(), "h").front();
 
   int64_t commands = 0;
   auto set = [&](const std::string& json) {
@@ -1234,7 +1236,10 @@ TEST(AgentHostile, HostileListingsFailAndKeepTheLastGoodManifest) {
     Result<RefreshReport> r = refresh_past_backoff();
     const int64_t peak_growth = peak_rss_bytes() - peak_before;
     ASSERT_TRUE(r.ok()) << r.error().message;
-    EXPECT_EQ(r->outcome, "failed") << step.set << "\n" << log.all();
+    // "partial": the other lists loaded and were committed, tools kept from the last good
+    // listing; "failed": the whole listing failed (the self-heal's fresh session too).
+    EXPECT_TRUE(r->outcome == "partial" || r->outcome == "failed")
+        << step.set << ": " << r->outcome << "\n" << log.all();
     ASSERT_TRUE(r->error.has_value()) << step.set;
     // Self-heal retries once on a fresh session (ADR-004); the same refusal there is reported
     // as UPSTREAM_UNAVAILABLE naming the cause.
@@ -1242,12 +1247,16 @@ TEST(AgentHostile, HostileListingsFailAndKeepTheLastGoodManifest) {
         << step.set << ": " << r->error->message;
     EXPECT_NE(r->error->message.find(step.says), std::string::npos)
         << step.set << ": " << r->error->message;
-    // The last good manifest is still the one served, the failure recorded beside it.
+    // The last good tools are still the ones served (the kept list loses at most the tail the
+    // bound cannot hold beside its mark), the failure recorded beside them.
     std::optional<ManifestMeta> meta = meta_of(agent->store(), "h");
     ASSERT_TRUE(meta);
-    EXPECT_EQ(meta->etag, etag) << step.set;
     EXPECT_FALSE(meta->error_code.empty()) << step.set;
-    EXPECT_EQ(tool_names(agent->store(), "h").size(), listed);
+    const std::vector<std::string> names = tool_names(agent->store(), "h");
+    EXPECT_LE(names.size(), listed) << step.set;
+    EXPECT_GT(names.size(), listed * 9 / 10) << step.set;
+    ASSERT_FALSE(names.empty());
+    EXPECT_EQ(names.front(), first_tool) << step.set;
     // 200 pages of 1 MB (200 MB) were on offer: the agent took at most its 16 MiB budget of them.
     EXPECT_LT(peak_growth, int64_t{256} << 20) << step.set << ": peak RSS grew by " << peak_growth;
   }
@@ -1257,7 +1266,7 @@ TEST(AgentHostile, HostileListingsFailAndKeepTheLastGoodManifest) {
   EXPECT_TRUE(wait_until(
       [&] {
         Result<RefreshReport> again = agent->refresh_now("h", Principal::shared(), "manual");
-        return again.ok() && again->committed;
+        return again.ok() && again->outcome == "committed";
       },
       30000))
       << log.all();

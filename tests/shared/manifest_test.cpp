@@ -412,6 +412,46 @@ TEST(ManifestKeepLastGood, FailedListsTakeTheLastGoodListsAndSaySo) {
   EXPECT_EQ(m4.prompts.state, ListState::kFailed);
 }
 
+// A kept list from a manifest that was itself cut to the bound: the merge may not fit. Its tail
+// is cut again (counted as dropped), never the whole list lost.
+TEST(ManifestKeepLastGood, AKeptListThatNoLongerFitsLosesItsTailNotItsWhole) {
+  constexpr int64_t kOld = 1'800'000'000'000;
+  Listing big = small_listing();
+  auto& tools = big.list(ListKind::kTools).items;
+  tools.clear();
+  for (int i = 0; i < 200; ++i) {
+    tools.push_back({{"name", "tool_" + std::to_string(i)},
+                     {"description", std::string(200, 'd')},
+                     {"inputSchema", {{"type", "object"}}}});
+  }
+  Manifest last_good = build(big);
+  ASSERT_EQ(last_good.tools.items.size(), 200u);
+  const std::size_t full = encode(last_good).size();
+
+  Listing l = small_listing();
+  l.list(ListKind::kTools).state = ListState::kFailed;
+  l.list(ListKind::kTools).items.clear();
+  l.list(ListKind::kTools).error = Error(ErrorCode::kTooLarge, std::string(300, 'e'));
+  Manifest m = build(l);
+  ASSERT_EQ(list_kinds_text(keep_last_good_lists(&m, last_good, kOld, kOld + 1, 86'400'000)),
+            "tools");
+  const std::size_t bound = full - 4000;  // the kept mark and the cut must fit in this
+  ASSERT_GT(encode(m).size(), bound);
+  ASSERT_TRUE(fit_kept_lists(&m, bound).ok());
+  EXPECT_LE(encode(m).size(), bound);
+  EXPECT_TRUE(m.truncated);
+  EXPECT_GT(m.tools.items.size(), 150u);  // only the tail went
+  EXPECT_EQ(m.tools.items.size() + m.truncation.dropped[static_cast<int>(ListKind::kTools)], 200u);
+  EXPECT_EQ(m.tools.items.front().name, "tool_0");
+  EXPECT_EQ(m.tools.hashes.size(), m.tools.items.size());
+  ASSERT_TRUE(m.tools.kept.has_value());
+  Result<Manifest> back = decode_manifest(encode(m));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+
+  // A bound that nothing kept can make room under: an error, the manifest left as it was cut.
+  EXPECT_EQ(fit_kept_lists(&m, 100).error().code, ErrorCode::kTooLarge);
+}
+
 TEST(ManifestKeepLastGood, TheStrictReaderRefusesKeptOrPartialWhereTheyCannotBe) {
   Listing l = small_listing();
   l.list(ListKind::kPrompts).state = ListState::kFailed;
