@@ -171,8 +171,13 @@ test('Redis restarted without its data: 503 until an agent restored it, never em
     c.close();
   });
   verdict('restart-empty', r);
-  assert.ok((r.counts.unavailable ?? 0) + (r.counts.right_stale ?? 0) > 0,
-            'the wipe was seen (503 or an L1 copy), not papered over');
+  // The wipe happened and was noticed: an agent restored the namespace. (Whether a reader saw
+  // a 503 or a stale copy meanwhile depends on how fast that was: not asserted.)
+  let restores = 0;
+  for (const a of agents) {
+    restores += (await a.metrics())['quiver_store_namespace_restores_total'] ?? 0;
+  }
+  assert.ok(restores >= 1, `the wipe was noticed and restored (restores: ${restores})`);
   for (const a of agents) {
     const health = await a.request('GET', '/healthz');
     assert.equal(health.status, 200, health.text);
