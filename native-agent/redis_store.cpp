@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -269,6 +270,13 @@ class RedisConnection {
     auto* reply = static_cast<redisReply*>(
         redisCommandArgv(ctx_, static_cast<int>(argv.size()), parts.data(), lengths.data()));
     if (reply == nullptr) {
+      // hiredis reports a read timeout as an I/O error with strerror(EAGAIN): a Redis that
+      // stalls, not one that refused us.
+      if (ctx_->err == REDIS_ERR_IO && std::strcmp(ctx_->errstr, std::strerror(EAGAIN)) == 0) {
+        return Error(ErrorCode::kUnavailable,
+                     std::string(what) + " timed out (no answer within " +
+                         std::to_string(options_.command_timeout_ms) + " ms)");
+      }
       return Error(ErrorCode::kUnavailable, std::string(what) + " failed: " + ctx_->errstr);
     }
     RespValue v = to_resp(reply);
