@@ -705,21 +705,25 @@ struct Agent::Impl {
     FencedWriteOptions fenced;
     fenced.release_lease = true;
     Result<FencedWriteResult> written = Error(ErrorCode::kInternal, "nothing written");
+    // The error as reported and recorded: redacted, bounded, counted.
+    auto failure_record = [&](Error e) {
+      e.message = cut_utf8(config.redact(e.message), kMaxErrorMessageBytes);
+      report.error = e;
+      metrics.refresh_failure(error_code_name(e.code));
+      RefreshFailure f;
+      f.config_hash = cfg.config_hash;
+      f.error_code = error_code_name(e.code);
+      f.error_message = e.message;
+      f.error_at_ms = std::max(options.now_ms(), fetched_at);
+      f.attempt_at_ms = fetched_at;
+      return f;
+    };
     if (write) {
       // A list failed: keep the lease past the commit to record the error beside the data.
       fenced.release_lease = !list_failure.has_value();
       written = store->commit_manifest(cid, principal, lease, *write, fenced);
       if (list_failure && written.ok() && written->ok()) {
-        Error e = *list_failure;
-        e.message = cut_utf8(config.redact(e.message), kMaxErrorMessageBytes);
-        report.error = e;
-        metrics.refresh_failure(error_code_name(e.code));
-        RefreshFailure f;
-        f.config_hash = cfg.config_hash;
-        f.error_code = error_code_name(e.code);
-        f.error_message = e.message;
-        f.error_at_ms = std::max(options.now_ms(), fetched_at);
-        f.attempt_at_ms = fetched_at;
+        RefreshFailure f = failure_record(*list_failure);
         fenced.release_lease = true;
         Result<FencedWriteResult> recorded = store->record_failure(cid, principal, lease, f, fenced);
         if (!recorded.ok() || !recorded->ok()) {
@@ -731,16 +735,8 @@ struct Agent::Impl {
         }
       }
     } else {
-      Error e = failure.value_or(Error(ErrorCode::kUnknown, "listing failed"));
-      e.message = cut_utf8(config.redact(e.message), kMaxErrorMessageBytes);
-      report.error = e;
-      metrics.refresh_failure(error_code_name(e.code));
-      RefreshFailure f;
-      f.config_hash = cfg.config_hash;
-      f.error_code = error_code_name(e.code);
-      f.error_message = e.message;
-      f.error_at_ms = options.now_ms();
-      f.attempt_at_ms = fetched_at;
+      RefreshFailure f =
+          failure_record(failure.value_or(Error(ErrorCode::kUnknown, "listing failed")));
       written = store->record_failure(cid, principal, lease, f, fenced);
     }
     if (!written.ok()) {
