@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -51,6 +52,13 @@ struct Db : SqliteDb {
 
   SqliteStoreOptions options;
   std::mutex mu;
+  // The revalidation queue's readers skip the write transaction of a delivery while nothing can
+  // have been queued since the last one found the queue drained: no enqueue through this store
+  // (`queue_dirty`) and no commit by another connection to the file (`PRAGMA data_version`).
+  // Enqueues wake blocked readers at once (`queue_cv`); other processes' within a poll interval.
+  bool queue_dirty = true;
+  int64_t seen_data_version = -1;
+  std::condition_variable queue_cv;
   // The Redis key builders validate ids, and the lease.h command builders validate every argument
   // of a lease step; running them (and discarding the argv) gives both stores the same checks.
   RedisKeys validation_keys = *RedisKeys::create();
@@ -894,6 +902,23 @@ namespace {
 
 // Rows of revalidation_deliver / revalidation_claim_stale, in id order. Rows that are not a valid
 // request (which the CHECKs make unlikely) are deleted and reported.
+// PRAGMA data_version: changes whenever another connection commits to the file.
+Result<int64_t> data_version(Db& impl) {
+  sqlite3_stmt* stmt = nullptr;
+  int rc = sqlite3_prepare_v2(impl.handle(), "PRAGMA data_version", -1, &stmt, nullptr);
+  int64_t version = 0;
+  if (rc == SQLITE_OK && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+    version = sqlite3_column_int64(stmt, 0);
+    rc = SQLITE_OK;
+  }
+  sqlite3_finalize(stmt);
+  if (rc != SQLITE_OK) {
+    return Error(ErrorCode::kUnavailable,
+                 std::string("sqlite: PRAGMA data_version: ") + sqlite3_errmsg(impl.handle()));
+  }
+  return version;
+}
+
 Result<RevalidationBatch> batch_from_rows(Db& impl, Query& q) {
   struct Row {
     int64_t id;
@@ -969,6 +994,8 @@ Result<EnqueueOutcome> SqliteStore::enqueue_revalidation(std::string_view cid,
     if (Result<int> r = q.run(); !r.ok()) return r.error();
   }
   if (Status st = tx.commit(); !st.ok()) return st.error();
+  s.queue_dirty = true;
+  s.queue_cv.notify_all();
   return EnqueueOutcome::kQueued;
 }
 
@@ -1010,25 +1037,35 @@ Result<RevalidationBatch> SqliteStore::read_revalidations(std::string_view consu
   if (max == 0) return invalid("read_revalidations: max must be at least 1");
   if (block_ms < 0) return invalid("read_revalidations: block_ms must not be negative");
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(block_ms);
+  const std::size_t limit = std::min<std::size_t>(max, 1'000'000);
+  std::unique_lock<std::mutex> lock(impl_->mu);
+  Impl& s = *impl_;
   for (;;) {
-    {
-      std::lock_guard<std::mutex> lock(impl_->mu);
-      Impl& s = *impl_;
+    // Another connection committed to the file since we last looked: it may have queued.
+    if (Result<int64_t> version = data_version(s); !version.ok()) {
+      return version.error();
+    } else if (*version != s.seen_data_version) {
+      s.seen_data_version = *version;
+      s.queue_dirty = true;
+    }
+    if (s.queue_dirty) {
       Transaction tx(s);
       if (!tx.begun().ok()) return tx.begun().error();
       Query q(s, "revalidation_deliver");
       q.text(":consumer", consumer)
           .integer(":now", s.options.now_ms())
-          .integer(":limit", static_cast<int64_t>(std::min<std::size_t>(max, 1'000'000)));
+          .integer(":limit", static_cast<int64_t>(limit));
       Result<RevalidationBatch> batch = batch_from_rows(s, q);
       if (!batch.ok()) return batch.error();
       if (Status st = tx.commit(); !st.ok()) return st.error();
-      if (!batch->requests.empty() || !batch->malformed_ids.empty()) return batch;
+      const std::size_t delivered = batch->requests.size() + batch->malformed_ids.size();
+      if (delivered < limit) s.queue_dirty = false;  // drained as of this transaction
+      if (delivered > 0) return batch;
     }
     auto now = std::chrono::steady_clock::now();
     if (now >= deadline) return RevalidationBatch{};
-    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
-        deadline - now, std::chrono::milliseconds(impl_->options.poll_interval_ms)));
+    s.queue_cv.wait_for(lock, std::min<std::chrono::steady_clock::duration>(
+                                  deadline - now, std::chrono::milliseconds(s.options.poll_interval_ms)));
   }
 }
 

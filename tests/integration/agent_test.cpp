@@ -203,7 +203,13 @@ TEST(AgentEmbedded, StartSeedsSharedConnectionsAndCommitsIntoSqlite) {
   EXPECT_EQ(agent->store().describe(), "sqlite:" + dir.path("data") + "/quiver.db");
   ASSERT_TRUE(agent->start().ok());
   // The first maintenance pass seeds `t`; a worker lists and commits it.
-  ASSERT_TRUE(wait_until([&] { return tool_names(agent->store(), "t").size() == 4; }, 4000))
+  // (The refresh is counted just after its commit: wait for both.)
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return tool_names(agent->store(), "t").size() == 4 &&
+               agent->metrics().refreshes("committed") == 1;
+      },
+      4000))
       << log.all();
   std::optional<ManifestMeta> meta = meta_of(agent->store(), "t");
   ASSERT_TRUE(meta);
