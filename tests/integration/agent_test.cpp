@@ -1059,8 +1059,10 @@ void a_failed_list_never_poses_as_data(Json quiver) {
   append_line(ctl, R"({"set":{"fail_method":null}})");
   ASSERT_TRUE(wait_until(
       [&] {
+        // (The refresh is counted just after its commit: wait for both.)
         std::optional<Manifest> now = stored_manifest(agent->store(), "t");
-        return now && incomplete_lists(*now).empty() && now->tools.items.size() == 4;
+        return now && incomplete_lists(*now).empty() && now->tools.items.size() == 4 &&
+               agent->metrics().refreshes("committed") >= 1;
       },
       15000))
       << log.all();

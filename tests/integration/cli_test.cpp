@@ -275,7 +275,11 @@ TEST(AgentProcess, AStdioUpstreamCannotReadTheAgentsEnvironment) {
                   testing::quiver_agent_binary(), "refresh", "--all", "--config", config_file},
                  {{"SECRET_TOKEN", secret}, {"QUIVER_DATA_DIR", dir.path("data")}},
                  "/usr/bin/setpriv");
-  ASSERT_EQ(r.code, kExitOk) << r.out << r.err;  // the upstream ran (and was listed)
+  // Whether the listing then succeeds does not matter here, and cannot be required: `nobody`
+  // may not be able to read the checkout (a CI clone in a 0700 mktemp directory), so node may
+  // fail to load the test upstream. The shell line before it ran as `nobody` all the same, and
+  // its file (in a 0777 directory) is the evidence.
+  (void)r;
   std::string got;
   {
     FILE* f = std::fopen(seen.c_str(), "rb");
