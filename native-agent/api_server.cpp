@@ -71,7 +71,8 @@ HttpResponse overloaded_response() {
   return r;
 }
 
-void send(const HttpResponse& from, httplib::Response& to) {
+// The body is moved: an answer is sent once.
+void send(HttpResponse&& from, httplib::Response& to) {
   to.status = from.status;
   std::string content_type;
   for (const auto& [name, value] : from.headers) {
@@ -82,9 +83,12 @@ void send(const HttpResponse& from, httplib::Response& to) {
     }
   }
   if (!from.body.empty() || !content_type.empty()) {
-    to.set_content(from.body, content_type.empty() ? kJson : content_type.c_str());
+    to.headers.erase("Content-Type");  // what set_content does, without copying the body
+    to.set_header("Content-Type", content_type.empty() ? kJson : content_type.c_str());
+    to.body = std::move(from.body);
   }
 }
+void send(const HttpResponse& from, httplib::Response& to) { send(HttpResponse(from), to); }
 
 void send_error(httplib::Response& res, HttpErrorCode code, const std::string& message) {
   send(error_response(code, message), res);
@@ -339,6 +343,8 @@ struct ApiServer::Impl {
   std::optional<Keyring> keyring;
   std::string keyring_problem;  // why there is none
   VerifyOptions verify;
+  mutable std::mutex tokens_mu;
+  mutable VerifiedTokenCache tokens;  // bearer tokens already verified; shared by the workers
   std::vector<std::string> webhook_secrets;
   std::set<std::string> operators;  // quiver.operators: may toggle shared connections
 
@@ -377,7 +383,10 @@ struct ApiServer::Impl {
     Result<std::string> token = parse_bearer(req.get_header_value("Authorization"));
     if (!token.ok()) return CallerAuth::unauthenticated(token.error().message);
     if (!keyring) return CallerAuth::unauthenticated(keyring_problem);
-    Result<CallerIdentity> who = verify_caller_token(*token, *keyring, options.now_ms(), verify);
+    Result<CallerIdentity> who = [&] {
+      std::lock_guard<std::mutex> lock(tokens_mu);
+      return tokens.verify(*token, *keyring, options.now_ms(), verify);
+    }();
     if (!who.ok()) return CallerAuth::unauthenticated(who.error().message);
     return CallerAuth::member(who->member_id);
   }
@@ -511,7 +520,7 @@ struct ApiServer::Impl {
         Respond& done = std::get<Respond>(step);
         if (done.log) log("api: " + request.path + ": " + done.log->message);
         count(done.stats);
-        send(done.response, res);
+        send(std::move(done.response), res);
         queue_background(std::move(done.background));
         return;
       }

@@ -1,5 +1,6 @@
 #include "shared/caller_token.h"
 
+#include <atomic>
 #include <cmath>
 #include <set>
 #include <utility>
@@ -120,6 +121,11 @@ Status validate_key_id(std::string_view kid) {
 }
 
 // ---- Keyring -----------------------------------------------------------------------------------
+
+Keyring::Keyring(std::vector<Key> keys) : keys_(std::move(keys)) {
+  static std::atomic<uint64_t> next_generation{1};
+  generation_ = next_generation.fetch_add(1, std::memory_order_relaxed);
+}
 
 Result<Keyring> Keyring::create(std::vector<Key> keys) {
   if (keys.empty()) return invalid("key ring has no keys");
@@ -334,8 +340,52 @@ Result<CallerIdentity> verify_caller_token(std::string_view token, const Keyring
   Result<Principal> principal = Principal::member(*sub);
   if (!principal.ok()) return unauthenticated("token subject is not a member id");
   return CallerIdentity{
-      *sub,          std::move(principal).value(), kid_text, iat->value_or(0), **exp, std::move(ns),
-      std::move(jti)};
+      *sub,          std::move(principal).value(), kid_text, iat->value_or(0), **exp,
+      nbf->value_or(0), std::move(ns), std::move(jti)};
+}
+
+// ---- VerifiedTokenCache ------------------------------------------------------------------------
+
+namespace {
+
+// The time checks of verify_caller_token, on claims it has already accepted once.
+bool still_in_time(const CallerIdentity& who, int64_t now_ms, int64_t leeway_ms) {
+  const int64_t leeway = leeway_ms < 0 ? 0 : leeway_ms;
+  if (now_ms >= who.expires_at_ms + leeway) return false;
+  if (who.not_before_ms != 0 && who.not_before_ms > now_ms + leeway) return false;
+  if (who.issued_at_ms != 0 && who.issued_at_ms > now_ms + leeway) return false;
+  return true;
+}
+
+bool same_options(const VerifyOptions& a, const VerifyOptions& b) {
+  return a.audience == b.audience && a.leeway_ms == b.leeway_ms && a.ns == b.ns;
+}
+
+std::size_t identity_bytes(std::string_view token, const CallerIdentity& who) {
+  std::size_t bytes = sizeof(CallerIdentity) + token.size() * 2 + who.member_id.size() * 2 +
+                      who.kid.size();
+  if (who.ns) bytes += who.ns->size();
+  if (who.jti) bytes += who.jti->size();
+  return bytes;
+}
+
+}  // namespace
+
+Result<CallerIdentity> VerifiedTokenCache::verify(std::string_view token, const Keyring& keyring,
+                                                  int64_t now_ms, const VerifyOptions& options) {
+  if (generation_ != keyring.generation() || !same_options(options_, options)) {
+    lru_.clear();
+    generation_ = keyring.generation();
+    options_ = options;
+  }
+  if (const CallerIdentity* known = lru_.find_if(
+          token, [&](const CallerIdentity& who) { return still_in_time(who, now_ms, options.leeway_ms); })) {
+    return *known;
+  }
+  lru_.erase(token);  // out of time: verified afresh below, so the error is verify's own
+  Result<CallerIdentity> who = verify_caller_token(token, keyring, now_ms, options);
+  if (who.ok()) lru_.insert(std::string(token), *who, identity_bytes(token, *who));
+  return who;
 }
 
 // ---- Authorization header ----------------------------------------------------------------------

@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "shared/bounded_lru.h"
 #include "shared/identity.h"
 #include "shared/status.h"
 
@@ -57,10 +58,14 @@ class Keyring {
   const std::string* secret(std::string_view kid) const;  // nullptr when unknown
   std::vector<std::string> key_ids() const;               // in the order given
   std::size_t size() const { return keys_.size(); }
+  // Different for every ring `create` builds (copies share it): what a VerifiedTokenCache checks
+  // to know its entries were verified against these very keys.
+  uint64_t generation() const { return generation_; }
 
  private:
-  explicit Keyring(std::vector<Key> keys) : keys_(std::move(keys)) {}
+  explicit Keyring(std::vector<Key> keys);
   std::vector<Key> keys_;
+  uint64_t generation_ = 0;
 };
 
 struct MintOptions {
@@ -89,6 +94,7 @@ struct CallerIdentity {
   std::string kid;           // the key that signed it
   int64_t issued_at_ms = 0;  // 0 when the token has no iat
   int64_t expires_at_ms = 0;
+  int64_t not_before_ms = 0;  // 0 when the token has no nbf
   std::optional<std::string> ns;
   std::optional<std::string> jti;
 };
@@ -102,6 +108,34 @@ struct CallerIdentity {
 // kUnauthenticated on any failure.
 Result<CallerIdentity> verify_caller_token(std::string_view token, const Keyring& keyring,
                                            int64_t now_ms, const VerifyOptions& options = {});
+
+// The tokens a process has verified, so that a caller's next requests skip the signature and the
+// JSON (at the agent's API, HMAC and parsing were about a fifth of a cached discovery read).
+// Keyed by the whole token: a hit means these exact bytes passed `verify_caller_token` against a
+// ring of the same generation with the same options. The time claims (exp, nbf, iat) are checked
+// again on every hit, and a token that no longer passes them is verified afresh, so every answer,
+// error message included, is the one `verify_caller_token` gives. Failures are never kept. A new
+// key ring or other options empty the cache. Bounded by entries and bytes (least recently used
+// first out); not thread-safe: a host that shares one across threads locks around `verify`.
+inline constexpr std::size_t kVerifiedTokenCacheEntries = 4096;
+inline constexpr std::size_t kVerifiedTokenCacheBytes = 8u << 20;
+
+class VerifiedTokenCache {
+ public:
+  explicit VerifiedTokenCache(std::size_t max_entries = kVerifiedTokenCacheEntries,
+                              std::size_t max_bytes = kVerifiedTokenCacheBytes)
+      : lru_(max_entries, max_bytes) {}
+
+  Result<CallerIdentity> verify(std::string_view token, const Keyring& keyring, int64_t now_ms,
+                                const VerifyOptions& options = {});
+  std::size_t size() const { return lru_.size(); }
+  const LruStats& stats() const { return lru_.stats(); }
+
+ private:
+  BoundedLru<CallerIdentity> lru_;
+  uint64_t generation_ = 0;
+  VerifyOptions options_;
+};
 
 // The token of an `Authorization` header value: `Bearer <token>`, the scheme case-insensitive,
 // one or more spaces before the token, surrounding spaces and tabs ignored. kUnauthenticated for

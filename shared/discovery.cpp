@@ -436,6 +436,7 @@ void append_entry_body(std::string& out, EntryView& v, Json meta, int64_t now_ms
     return;
   }
   const RenderedFragment& fragment = payload(v, options);
+  out.reserve(out.size() + fragment.bytes() + 1024);  // one allocation, not a doubling series
   int64_t ttl = 0;
   if (options.view == DiscoveryView::kMcp && v.status == EntryStatus::kFresh) {
     ttl = std::max<int64_t>(0, c->fresh_until_ms - now_ms);

@@ -188,12 +188,14 @@ HttpResponse error_response(HttpErrorCode code, std::string_view message) {
 }
 
 CallerAuth authenticate_caller(const HttpHeaders& headers, const Keyring& keyring, int64_t now_ms,
-                               const VerifyOptions& options) {
+                               const VerifyOptions& options, VerifiedTokenCache* tokens) {
   std::optional<std::string_view> authorization = find_header(headers, "Authorization");
   if (!authorization) return CallerAuth::unauthenticated("a bearer token is required");
   Result<std::string> token = parse_bearer(*authorization);
   if (!token.ok()) return CallerAuth::unauthenticated(token.error().message);
-  Result<CallerIdentity> caller = verify_caller_token(*token, keyring, now_ms, options);
+  Result<CallerIdentity> caller = tokens != nullptr
+                                      ? tokens->verify(*token, keyring, now_ms, options)
+                                      : verify_caller_token(*token, keyring, now_ms, options);
   if (!caller.ok()) return CallerAuth::unauthenticated(caller.error().message);
   return CallerAuth::member(caller->member_id);
 }
@@ -418,10 +420,10 @@ DiscoveryStep DiscoveryExchange::start(const HttpRequest& request, const CallerA
   return need;
 }
 
-DiscoveryStep DiscoveryExchange::answer_read(const RenderedDiscovery& rendered) {
+DiscoveryStep DiscoveryExchange::answer_read(RenderedDiscovery rendered) {
   stage_ = Stage::kDone;
   Respond r;
-  r.background = rendered.revalidations;
+  r.background = std::move(rendered.revalidations);
   r.stats = rendered.stats;
   HttpHeaders headers = json_headers();
   headers.emplace_back("ETag", rendered.etag);
@@ -435,7 +437,7 @@ DiscoveryStep DiscoveryExchange::answer_read(const RenderedDiscovery& rendered) 
     headers.erase(headers.begin());  // no body, no Content-Type
   } else {
     r.response.status = 200;
-    if (!head_) r.response.body = rendered.body;
+    if (!head_) r.response.body = std::move(rendered.body);
   }
   r.response.headers = std::move(headers);
   return r;
@@ -470,7 +472,7 @@ DiscoveryStep DiscoveryExchange::resume_snapshot(Result<DiscoverySnapshot> snaps
       Result<RenderedDiscovery> rendered =
           render_connection_manifest(*snapshot, connection_id_, config_.freshness, now_ms, options);
       if (!rendered.ok()) return fail(HttpErrorCode::kNotFound, "no such connection");
-      return answer_read(*rendered);
+      return answer_read(std::move(*rendered));
     }
 
     case Route::kSearch: {
@@ -513,7 +515,7 @@ DiscoveryStep DiscoveryExchange::resume_snapshot(Result<DiscoverySnapshot> snaps
       rendered.etag = strong_etag(rendered.body);
       rendered.cache_control = "private, max-age=0";
       rendered.revalidations = std::move(corpus.revalidations);
-      return answer_read(rendered);
+      return answer_read(std::move(rendered));
     }
 
     case Route::kRefresh: {

@@ -219,6 +219,7 @@ class EdgeService {
   std::optional<RedisKeys> keys_;
   EdgeCache cache_;    // L1: snapshot reads, per caller and query
   EdgeCache answers_;  // L1: rendered answers, per caller and exact request
+  VerifiedTokenCache tokens_;  // bearer tokens this isolate has verified
   std::unique_ptr<SearchIndexCache> search_cache_;  // one FTS5 index per caller and corpus version
   // Each servable entry's rendered payload (shared/render_cache.h); single-threaded like the rest.
   std::unique_ptr<RenderCache> render_cache_;

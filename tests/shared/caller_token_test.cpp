@@ -478,5 +478,131 @@ TEST(CallerToken, MintsTheSameBytesAsNode) {
   EXPECT_GE(compared, 2);
 }
 
+
+// ---- VerifiedTokenCache: the same answers as verify_caller_token, fewer HMACs ----
+
+void expect_same(const Result<CallerIdentity>& cached, const Result<CallerIdentity>& fresh) {
+  ASSERT_EQ(cached.ok(), fresh.ok());
+  if (!fresh.ok()) {
+    EXPECT_EQ(cached.error().code, fresh.error().code);
+    EXPECT_EQ(cached.error().message, fresh.error().message);
+    return;
+  }
+  EXPECT_EQ(cached->member_id, fresh->member_id);
+  EXPECT_EQ(cached->principal, fresh->principal);
+  EXPECT_EQ(cached->kid, fresh->kid);
+  EXPECT_EQ(cached->issued_at_ms, fresh->issued_at_ms);
+  EXPECT_EQ(cached->expires_at_ms, fresh->expires_at_ms);
+  EXPECT_EQ(cached->not_before_ms, fresh->not_before_ms);
+  EXPECT_EQ(cached->ns, fresh->ns);
+  EXPECT_EQ(cached->jti, fresh->jti);
+}
+
+TEST(VerifiedTokenCache, ASecondRequestIsAHitWithTheSameIdentity) {
+  Keyring k = ring();
+  VerifiedTokenCache cache;
+  const std::string token = mint("alice");
+  Result<CallerIdentity> first = cache.verify(token, k, kT0);
+  Result<CallerIdentity> second = cache.verify(token, k, kT0 + 1000);
+  ASSERT_TRUE(first.ok());
+  expect_same(second, verify_caller_token(token, k, kT0 + 1000));
+  EXPECT_EQ(cache.stats().hits, 1u);
+  EXPECT_EQ(cache.size(), 1u);
+}
+
+TEST(VerifiedTokenCache, AnEntryNeverOutlivesItsToken) {
+  Keyring k = ring();
+  VerifiedTokenCache cache;
+  const std::string token = mint("alice", "a", kSecretA, kT0, kHour);
+  ASSERT_TRUE(cache.verify(token, k, kT0).ok());
+  const int64_t after = kT0 + kHour + kDefaultTokenLeewayMs;  // exp + leeway: expired
+  Result<CallerIdentity> late = cache.verify(token, k, after);
+  expect_refused(late, "expired", token);
+  expect_same(late, verify_caller_token(token, k, after));
+  EXPECT_EQ(cache.size(), 0u);
+  // Just before the end it is still a hit.
+  ASSERT_TRUE(cache.verify(token, k, kT0).ok());
+  EXPECT_TRUE(cache.verify(token, k, after - 1).ok());
+}
+
+TEST(VerifiedTokenCache, ANewKeyRingOrOtherOptionsEmptyIt) {
+  Keyring k = ring();
+  VerifiedTokenCache cache;
+  const std::string token = mint("alice", "a");
+  ASSERT_TRUE(cache.verify(token, k, kT0).ok());
+
+  // Key "a" rotated to another secret: the token signed with the old one no longer passes.
+  Result<Keyring> rotated =
+      Keyring::create({{"a", "another-secret-for-key-a-0123456789abcdef"}, {"b", kSecretB}});
+  ASSERT_TRUE(rotated.ok());
+  expect_refused(cache.verify(token, *rotated, kT0), "signature", token);
+  // Key "a" dropped from the ring.
+  Result<Keyring> dropped = Keyring::create({{"b", kSecretB}});
+  ASSERT_TRUE(dropped.ok());
+  expect_same(cache.verify(token, *dropped, kT0), verify_caller_token(token, *dropped, kT0));
+  EXPECT_FALSE(cache.verify(token, *dropped, kT0).ok());
+
+  // Back on the first ring, then another audience / namespace.
+  ASSERT_TRUE(cache.verify(token, k, kT0).ok());
+  VerifyOptions other;
+  other.audience = "elsewhere";
+  expect_refused(cache.verify(token, k, kT0, other), "audience", token);
+  const std::string scoped = mint("alice", "a", kSecretA, kT0, kHour, MintOptions{"quiver", "ns-one", {}});
+  ASSERT_TRUE(cache.verify(scoped, k, kT0).ok());
+  VerifyOptions ns_two;
+  ns_two.ns = "ns-two";
+  expect_refused(cache.verify(scoped, k, kT0, ns_two), "namespace", scoped);
+}
+
+TEST(VerifiedTokenCache, FailuresAreNotKeptAndItIsBounded) {
+  Keyring k = ring();
+  VerifiedTokenCache cache(2, 1 << 20);
+  const std::string good = mint("alice");
+  std::string bad = good;
+  bad.back() = bad.back() == 'A' ? 'B' : 'A';
+  expect_refused(cache.verify(bad, k, kT0), "signature", bad);
+  expect_refused(cache.verify(bad, k, kT0), "signature", bad);
+  EXPECT_EQ(cache.size(), 0u);
+  for (const char* member : {"alice", "bob", "carol"}) {
+    ASSERT_TRUE(cache.verify(mint(member), k, kT0).ok());
+  }
+  EXPECT_EQ(cache.size(), 2u);
+}
+
+// Any sequence of tokens, rings, options and times: the cache answers what verify answers.
+TEST(VerifiedTokenCache, AgreesWithVerifyOnRandomSequences) {
+  Keyring k1 = ring();
+  Result<Keyring> k2 = Keyring::create({{"b", kSecretB}});
+  ASSERT_TRUE(k2.ok());
+  std::vector<std::string> tokens = {
+      mint("alice"), mint("bob", "b", kSecretB), mint("carol", "a", kSecretA, kT0, 10'000),
+      mint("dave", "a", kSecretA, kT0 + 5 * 60'000, kHour),  // iat in the future at first
+      mint("erin", "a", kSecretA, kT0, kHour, MintOptions{"quiver", "ns-one", {}}),
+      forge(kHeaderA, claims(R"(,"nbf":)" + std::to_string(kT0 / 1000 + 120))),
+      "not.a.token"};
+  VerifyOptions plain;
+  VerifyOptions scoped;
+  scoped.ns = "ns-two";
+  VerifyOptions strict;
+  strict.leeway_ms = 0;
+  const VerifyOptions* options[] = {&plain, &scoped, &strict};
+  const Keyring* rings[] = {&k1, &*k2};
+  VerifiedTokenCache cache(3, 1 << 20);
+  uint32_t seed = 12345;
+  auto next = [&seed](uint32_t n) {
+    seed = seed * 1103515245u + 12345u;
+    return (seed >> 8) % n;
+  };
+  for (int i = 0; i < 4000; ++i) {
+    const std::string& token = tokens[next(tokens.size())];
+    const Keyring& k = *rings[next(8) == 0 ? 1 : 0];
+    const VerifyOptions& o = *options[next(10) == 0 ? next(3) : 0];
+    const int64_t now = kT0 + static_cast<int64_t>(next(2 * 3600)) * 1000 - 120'000;
+    SCOPED_TRACE(i);
+    expect_same(cache.verify(token, k, now, o), verify_caller_token(token, k, now, o));
+  }
+  EXPECT_GT(cache.stats().hits, 100u);
+}
+
 }  // namespace
 }  // namespace quiver
