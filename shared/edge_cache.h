@@ -1,6 +1,6 @@
 // EdgeCache: the edge's in-isolate L1 cache of discovery reads.
 //
-// Opening a Redis connection dominates an edge request (TOOLCHAIN.md: ~0.8 ms against ~0.2 ms for
+// Opening a Redis connection dominates an edge request (measured in workerd: ~0.8 ms against ~0.2 ms for
 // the runtime itself), so a hot caller is answered from memory for a short while. The cache holds
 // bytes under a key the host chooses; EdgeService keeps two: the store reads (the discovery
 // script's RESP reply, per caller and query), from which answers are rendered afresh, and the

@@ -3,7 +3,7 @@
 // its host in workerd; the unit tests drive it with canned Redis replies.
 //
 // Why it looks like this: in workerd a socket belongs to its request and a wasm instance that
-// waits inside a call cannot serve another request (DESIGN.md, "Why a sans-I/O core"). So one
+// waits inside a call cannot serve another request (docs/design.md, "The layers"). So one
 // EdgeService per isolate serves every request, each in its own entry of a handle table, and
 // never waits: every call returns at once with the next thing the host must do.
 //
