@@ -1062,6 +1062,19 @@ TEST(McpSession, HandshakeTimeoutsFailTheSession) {
   }
 }
 
+// A peer hook: `method` is answered `latency_ms` late, everything else as usual.
+std::function<bool(FakePeer&, const JsonRpcMessage&, int64_t)> answer_late(std::string method,
+                                                                         int64_t latency_ms) {
+  return [method, latency_ms](FakePeer& peer, const JsonRpcMessage& m, int64_t now) {
+    if (m.method != method) return false;
+    int64_t usual = peer.latency_ms;
+    peer.latency_ms = latency_ms;
+    peer.handle(m, now);
+    peer.latency_ms = usual;
+    return true;
+  };
+}
+
 // Issue 10: a host that keeps a slow-starting session gives the handshake its own start-up
 // deadline; the lists then get the listing deadline from the end of the handshake (not from the
 // start, which a late handshake would have used up).
@@ -1072,13 +1085,7 @@ TEST(McpSession, AStartUpDeadlineLetsALateHandshakeListInFull) {
   c.handshake_timeout_ms = 10000;
   c.startup_deadline_ms = 10000;
   Sim sim(c);
-  sim.peer.hook = [](FakePeer& peer, const JsonRpcMessage& m, int64_t now) {
-    if (m.method != "initialize") return false;
-    peer.latency_ms = 6000;  // the initialize answer comes 6 s late; the lists at 5 ms again
-    peer.handle(m, now);
-    peer.latency_ms = 5;
-    return true;
-  };
+  sim.peer.hook = answer_late("initialize", 6000);  // the lists at 5 ms again
   sim.start();
   sim.run();
   EXPECT_FALSE(sim.failure());
@@ -1110,13 +1117,7 @@ TEST(McpSession, AKnownModernServerGetsTheHandshakeTimeForDiscover) {
   c.startup_deadline_ms = 5000;
   Sim sim(c);
   sim.peer.era = FakePeer::Era::kModern;
-  sim.peer.hook = [](FakePeer& peer, const JsonRpcMessage& m, int64_t now) {
-    if (m.method != "server/discover") return false;
-    peer.latency_ms = 2000;  // discover is answered 2 s late (a slow start), the lists at once
-    peer.handle(m, now);
-    peer.latency_ms = 5;
-    return true;
-  };
+  sim.peer.hook = answer_late("server/discover", 2000);  // a slow start; the lists at once
   sim.start();
   sim.run();
   EXPECT_FALSE(sim.failure());
