@@ -314,6 +314,7 @@ struct HttpTransport::Impl {
   bool closed = false;
   bool expired = false;
   StreamState stream_state = StreamState::kIdle;
+  int64_t stream_opens = 0;  // the GET stream's successful (re)connections
   std::optional<Error> stream_open_error;
   bool stream_stop = false;
   bool stream_running = false;
@@ -998,6 +999,7 @@ struct HttpTransport::Impl {
         {
           std::lock_guard<std::mutex> lock(mu);
           if (stream_state == StreamState::kConnecting) stream_state = StreamState::kOpen;
+          if (!post) ++stream_opens;
         }
         cv.notify_all();
         return !stopping();
@@ -1322,6 +1324,11 @@ Result<bool> HttpTransport::open_notification_stream(int64_t timeout_ms) {
   } catch (...) {
     return Error(ErrorCode::kInternal, "unexpected failure in the HTTP transport");
   }
+}
+
+int64_t HttpTransport::notification_stream_opens() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->stream_opens;
 }
 
 bool HttpTransport::session_expired() const {

@@ -146,6 +146,10 @@ class HttpTransport final : public MessageTransport {
   // none (405 or 404 here, as the spec allows). Calling it again while open returns true.
   Result<bool> open_notification_stream(int64_t timeout_ms);
 
+  // How many times the GET stream has opened (1 once open; more: it broke and was reconnected,
+  // and what the server sent in between may be lost unless it replays it for Last-Event-ID).
+  int64_t notification_stream_opens() const;
+
   // True once a request carrying a session id was answered 404 (or 400): re-initialize elsewhere.
   bool session_expired() const;
   // Whether a session id is held (never the id itself: it is a bearer capability).

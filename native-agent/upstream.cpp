@@ -143,6 +143,7 @@ Result<UpstreamTransport> make_upstream_transport(const UpstreamSpec& spec,
   out.open_notification_stream = [http](int64_t timeout_ms) {
     return http->open_notification_stream(timeout_ms);
   };
+  out.notification_stream_opens = [http] { return http->notification_stream_opens(); };
   return out;
 }
 
@@ -153,6 +154,10 @@ struct UpstreamConnection::Session {
   std::unique_ptr<McpSession> mcp;
   int64_t opened_at = 0;
   std::optional<int64_t> handshake_at;
+  // Still in its handshake when an attempt ended: kept (not killed) until then, and the next
+  // list() waits on it instead of starting another (0: never kept).
+  int64_t keep_until = 0;
+  int64_t startup_ms = 0;  // the connection's start-up budget when the session was opened
   int64_t send_until = 0;  // sends give up by then (the running drive's horizon)
   bool closed = false;     // the McpSession reported Closed
   std::optional<Error> failure;
@@ -161,6 +166,14 @@ struct UpstreamConnection::Session {
   // subscriptions/listen (2026-07-28 servers): when the next listen() may be tried; nullopt:
   // never again on this session (the server has none, or advertises no list_changed).
   std::optional<int64_t> listen_at = 0;
+  // A subscription was open before, so the next acknowledged one follows a gap in which changes
+  // went unseen: the watched kinds are then reported as changed (re-listed by the host).
+  bool listened_before = false;
+  // This subscription follows one that ended: report the gap at its acknowledgement, or by then
+  // if the server sends none.
+  std::optional<int64_t> gap_report_at;
+  int64_t acks_seen = 0;  // acknowledgements of the open subscription seen so far
+  int64_t stream_opens_seen = 0;  // HTTP GET stream (2025 servers): openings seen so far
   std::string header_version;  // the MCP-Protocol-Version the transport was last given
   int64_t garbage = 0;         // unreadable texts during the running listing
   std::string last_garbage;
@@ -170,6 +183,7 @@ struct UpstreamConnection::Session {
 struct UpstreamConnection::Attempt {
   std::optional<Listing> listing;
   std::optional<Error> failure;  // the session failed (Failed event)
+  bool starting = false;         // the handshake was still running at the deadline: session kept
 };
 
 UpstreamConnection::UpstreamConnection(UpstreamSpec spec, UpstreamOptions options)
@@ -405,6 +419,19 @@ UpstreamConnection::Attempt UpstreamConnection::run_listing(int64_t deadline_ms)
   s.garbage = 0;
   s.last_garbage.clear();
   drive(deadline_ms, [&] { return s.ready.has_value(); });
+  if (!s.ready && !s.closed && s.mcp->starting() && clock_() < s.keep_until) {
+    // The server is still starting (no handshake answer yet) within its start-up budget: the
+    // session is kept, and the next attempt waits on this process instead of spawning another.
+    Attempt a;
+    a.starting = true;
+    a.failure = Error(ErrorCode::kTimeout,
+                      std::string(s.mcp->state() == SessionState::kDiscovering ? "server/discover"
+                                                                                : "initialize") +
+                          ": no answer yet after " + std::to_string(clock_() - s.opened_at) +
+                          " ms; the server is still starting (kept for the next attempt, for " +
+                          std::to_string(s.keep_until - clock_()) + " ms more)");
+    return a;
+  }
   if (!s.ready && !s.closed) {
     // The caller's deadline passed first. Expire everything the session waits for, as if its own
     // deadlines had passed: the lists that did not finish fail with kTimeout and the session
@@ -476,18 +503,31 @@ Result<Listing> UpstreamConnection::open_and_list(int64_t deadline_ms, ListInfo*
   EraPolicy policy =
       !era_ ? EraPolicy::kProbe
             : (*era_ == ProtocolEra::kModern ? EraPolicy::kModern : EraPolicy::kLegacy);
-  // A fresh session: the start-up budget comes on top of the caller's listing deadline.
+  const int64_t caller_deadline = deadline_ms;
+  // A fresh session: the start-up budget comes on top of the caller's listing deadline. A server
+  // still starting when that has passed is kept for one start-up budget more (see keep_until).
   const int64_t startup = spec_.startup_timeout_ms.value_or(options_.startup_timeout_ms);
   const int64_t listing_budget = std::max<int64_t>(1, deadline_ms - now);
-  if (startup > 0) deadline_ms = now + startup + listing_budget;
+  if (startup > 0) {
+    deadline_ms = now + startup + listing_budget;
+    session_->startup_ms = startup;
+    session_->keep_until = deadline_ms + startup;
+  }
   Attempt a;
   for (int round = 0; round < 2; ++round) {
     McpSessionConfig config = options_.session;
-    config.listing_deadline_ms = startup + listing_budget;
+    if (startup > 0) {
+      // The handshake may run until keep_until (over attempts); the lists then get the listing
+      // budget from the end of the handshake.
+      config.listing_deadline_ms = listing_budget;
+      config.startup_deadline_ms = session_->keep_until - now;
+      config.handshake_timeout_ms = session_->keep_until - now;
+    } else {
+      config.listing_deadline_ms = listing_budget;
+    }
     if (spec_.request_timeout_ms) {
       config.request_timeout_ms = std::min(*spec_.request_timeout_ms, listing_budget);
     }
-    if (startup > 0) config.handshake_timeout_ms = startup;
     config.max_message_bytes = options_.max_message_bytes;
     config.era = policy;
     session_->mcp = std::make_unique<McpSession>(config);
@@ -509,12 +549,35 @@ Result<Listing> UpstreamConnection::open_and_list(int64_t deadline_ms, ListInfo*
     log("server/discover answered with no DiscoverResult; trying initialize");
     policy = EraPolicy::kLegacy;
   }
+  return finish_start(std::move(a), caller_deadline, info);
+}
 
-  if (!a.listing || (a.failure && session_->closed)) {
-    Error e = a.failure ? *a.failure : Error(ErrorCode::kTimeout, "no listing by the deadline");
+Result<Listing> UpstreamConnection::resume_start(int64_t deadline_ms, ListInfo* info) {
+  Session& s = *session_;
+  info->resumed = true;
+  // As for a fresh session, the start-up budget still left comes on top of the caller's deadline.
+  int64_t extra = std::min(s.startup_ms, std::max<int64_t>(0, s.keep_until - deadline_ms));
+  Attempt a = run_listing(deadline_ms + extra);
+  return finish_start(std::move(a), deadline_ms, info);
+}
+
+Result<Listing> UpstreamConnection::finish_start(Attempt a, int64_t caller_deadline,
+                                                 ListInfo* info) {
+  auto labelled = [&](Error e) {
     if (!starts_with(e.message, "stdio upstream") && !starts_with(e.message, "upstream")) {
       e.message = label() + ": " + e.message;
     }
+    return e;
+  };
+  if (a.starting) {
+    Error e = labelled(*a.failure);
+    log(e.message);
+    std::lock_guard<std::mutex> lock(state_mu_);
+    ++stats_.kept_starting;
+    return e;
+  }
+  if (!a.listing || (a.failure && session_->closed)) {
+    Error e = labelled(a.failure ? *a.failure : Error(ErrorCode::kTimeout, "no listing by the deadline"));
     end_session(/*failure=*/true, e);
     return e;
   }
@@ -527,7 +590,29 @@ Result<Listing> UpstreamConnection::open_and_list(int64_t deadline_ms, ListInfo*
     info->connect_ms = handshake_at - session_->opened_at;
     info->list_ms = a.listing->finished_at_ms - handshake_at;
   }
-  if (session_->closed) end_session(/*failure=*/true, a.failure);
+  if (session_->closed) {
+    end_session(/*failure=*/true, a.failure);
+    return std::move(*a.listing);
+  }
+  if (era_ == ProtocolEra::kModern && session_->mcp->sent_initialize()) {
+    // The server answered the era probe late, after the legacy initialize that replaced it had
+    // gone out: a 2026-07-28 SDK then serves the process as a 2025 session (no cache hints).
+    // Replace the mixed session with a clean modern one (server/discover only); should that fail,
+    // the mixed session's listing is still the server's data.
+    log("the server is modern but also received a legacy initialize (it answered the era probe "
+        "late); replacing the session with a clean 2026-07-28 one");
+    Listing mixed = std::move(*a.listing);
+    end_session(/*failure=*/false, std::nullopt);
+    {
+      std::lock_guard<std::mutex> lock(state_mu_);
+      ++stats_.mixed_sessions_replaced;
+    }
+    auto clean = open_and_list(std::max(caller_deadline, clock_() + 1), info);
+    if (clean.ok()) return clean;
+    log("the clean session failed (" + clean.error().message +
+        "); keeping the listing of the mixed one");
+    return mixed;
+  }
   return std::move(*a.listing);
 }
 
@@ -560,6 +645,12 @@ Result<Listing> UpstreamConnection::list(int64_t deadline_ms, const std::vector<
 Result<Listing> UpstreamConnection::list_locked(int64_t deadline_ms,
                                                 const std::vector<ListKind>& kinds,
                                                 ListInfo* info) {
+  if (session_ && !session_->closed && session_->mcp->starting() && session_->keep_until > 0) {
+    // Kept from an earlier attempt while it was still starting: wait on it, no new start.
+    auto resumed = resume_start(deadline_ms, info);
+    if (resumed.ok() && session_) last_listing_ = *resumed;
+    return resumed;
+  }
   bool reusable = session_ && !session_->closed && session_->mcp->state() == SessionState::kReady &&
                   last_listing_;
   if (!reusable) {
@@ -637,6 +728,13 @@ Result<Listing> UpstreamConnection::list_locked(int64_t deadline_ms,
 void UpstreamConnection::pump(int64_t wait_ms) {
   std::unique_lock<std::timed_mutex> lock(busy_, std::try_to_lock);
   if (!lock.owns_lock()) return;
+  if (session_ && !session_->closed && session_->mcp->starting() && session_->keep_until > 0 &&
+      clock_() >= session_->keep_until) {
+    // Kept while it started, and no listing came back for it within the budget: end it.
+    end_session(/*failure=*/true,
+                Error(ErrorCode::kTimeout, label() + ": still starting when its start-up budget "
+                                                     "was spent; the session is ended"));
+  }
   int64_t end = clock_() + std::max<int64_t>(wait_ms, 0);
   for (;;) {
     int64_t now = clock_();
@@ -673,6 +771,9 @@ void UpstreamConnection::pump(int64_t wait_ms) {
         *s.listen_at <= now && !s.mcp->listen_request_id()) {
       Status listening = s.mcp->listen(now);
       if (listening.ok()) {
+        if (s.listened_before) s.gap_report_at = now + kOpenStreamTimeoutMs;
+        s.listened_before = true;
+        s.acks_seen = 0;
         s.listen_at = now + kListenRetryMs;  // not before it ended
         s.send_until = now + kOpenStreamTimeoutMs;  // HTTP: until the stream opens
         flush_transmits();
@@ -685,7 +786,38 @@ void UpstreamConnection::pump(int64_t wait_ms) {
       now = clock_();
     }
     int64_t notices = stats().list_changed_notices;
-    drive(until, [&] { return stats().list_changed_notices != notices; });
+    drive(until, [&] {
+      return stats().list_changed_notices != notices ||
+             s.mcp->listen_acknowledgements() != s.acks_seen;
+    });
+    // A subscription open again after a gap: the transport re-sent a broken listen (a second
+    // acknowledgement of the same request), or it had ended and was sent anew.
+    const int64_t acks = s.mcp->listen_acknowledgements();
+    bool gap = !s.closed && ((acks > s.acks_seen && (s.acks_seen > 0 || s.gap_report_at)) ||
+                             (s.gap_report_at && clock_() >= *s.gap_report_at));
+    if (acks > s.acks_seen) s.gap_report_at.reset();
+    s.acks_seen = acks;
+    // The same gap on a 2025 server's GET stream: the transport reconnected it after a break
+    // (what the server sent in between is lost unless it replays it for Last-Event-ID).
+    if (s.t.notification_stream_opens) {
+      const int64_t opens = s.t.notification_stream_opens();
+      if (opens > s.stream_opens_seen && s.stream_opens_seen > 0 && !s.closed) gap = true;
+      s.stream_opens_seen = opens;
+    }
+    if (gap) {
+      // A change between the two streams was told to nobody. Report every watched kind as
+      // changed, so the host re-lists them now rather than at the TTL (after the acknowledgement:
+      // a change after it arrives on the stream).
+      s.gap_report_at.reset();
+      std::vector<ListKind> kinds = s.mcp->list_changed_kinds();
+      log("the change stream is open again after a break; re-listing what it watches (" +
+          std::to_string(kinds.size()) + " kinds), as changes in the gap were not seen");
+      std::lock_guard<std::mutex> state_lock(state_mu_);
+      ++stats_.listen_gaps;
+      for (ListKind k : kinds) changed_[static_cast<int>(k)] = true;
+      if (!kinds.empty() && !change_due_at_) change_due_at_ = clock_() + options_.change_debounce_ms;
+      due = change_due_at_;
+    }
     if (s.closed) {
       Error why = s.failure ? *s.failure : Error(ErrorCode::kTransport, "the session closed");
       {

@@ -41,12 +41,27 @@
 // Over Streamable HTTP a send blocks until its answer, so the lists of one upstream go one after
 // another (TODO(perf): concurrent POSTs); over stdio they are in flight together.
 //
+// Slow starts (`startup_timeout_ms` > 0). A fresh session's first attempt waits up to the
+// caller's deadline plus the start-up budget. A session still in its handshake when that passes
+// (the server has not answered yet) is kept, not killed, for one more start-up budget: the attempt
+// fails with kTimeout ("still starting"), and the next `list` waits on the same session (the
+// caller's deadline plus the budget still left) instead of spawning another; an answer that came
+// meanwhile is read at once. This is no failed session (no backoff). Over stdio; an HTTP handshake
+// POST is cut at the deadline, so an HTTP session is not kept. A 2026-07-28 server that answered
+// the era probe after the legacy `initialize` had gone out (a mixed session, which the SDKs serve
+// as a 2025 one, without cache hints) is closed and re-opened as a clean modern session within the
+// same `list`; the mixed listing is returned only if that fails.
+//
 // Watching. Between listings the upstream may send `notifications/*/list_changed` (stdio: on the
 // pipe; HTTP: on the GET stream, which `pump` opens when `watch` is set). `pump` reads them and
 // calls the change callback once per debounce window (`change_debounce_ms`) with every kind that
 // changed; it also reports a session lost while idle (the next `list` opens a fresh one). Notices
 // for kinds a `list` call re-lists before the window ends are dropped: that listing is newer.
 // Nobody pumping means nobody is told; `list` never calls the callback.
+// A 2026-07-28 subscription (`subscriptions/listen`) that is open again after a gap (the HTTP
+// transport re-sent a broken listen stream and the server acknowledged it once more, or it ended
+// and was sent anew) reports every kind it watches as changed: a change in the gap reached
+// nobody, and the host re-lists instead of waiting for the TTL.
 //
 // Secrets. Header values and env values of the spec are secrets: they are handed to the
 // transport and appear nowhere else (not in `describe`, errors, logs or the listing).
@@ -125,6 +140,8 @@ struct UpstreamTransport {
   // HTTP: opens the GET stream for server notifications; true when open, false when the server
   // offers none. Empty for stdio (notifications arrive on the pipe).
   std::function<Result<bool>(int64_t timeout_ms)> open_notification_stream;
+  // HTTP: how many times the GET stream opened (more than once: reconnected after a break).
+  std::function<int64_t()> notification_stream_opens;
 };
 
 struct TransportSettings {
@@ -185,6 +202,7 @@ struct UpstreamOptions {
 struct ListInfo {
   bool reused = false;      // ran (first) on a session kept from an earlier listing
   bool retried = false;     // that session failed: evicted, retried on a fresh one
+  bool resumed = false;     // waited on a session kept from an earlier attempt while it started
   int64_t connect_ms = -1;  // spawn/dial plus handshake of the fresh session (-1: none opened)
   int64_t list_ms = 0;      // the lists themselves (every page), on the session that answered
   int64_t total_ms = 0;
@@ -200,6 +218,9 @@ struct UpstreamStats {
   int64_t consecutive_failures = 0;
   int64_t list_changed_notices = 0;
   int64_t garbage_messages = 0;  // texts from the upstream that were not JSON-RPC
+  int64_t kept_starting = 0;     // attempts that ended with the session still starting (kept)
+  int64_t mixed_sessions_replaced = 0;  // modern sessions that had also received initialize
+  int64_t listen_gaps = 0;  // change streams open again after a break (watched kinds re-listed)
   std::optional<ProtocolEra> era;
 };
 
@@ -240,6 +261,8 @@ class UpstreamConnection {
   Result<Listing> list_locked(int64_t deadline_ms, const std::vector<ListKind>& kinds,
                               ListInfo* info);
   Result<Listing> open_and_list(int64_t deadline_ms, ListInfo* info);
+  Result<Listing> resume_start(int64_t deadline_ms, ListInfo* info);
+  Result<Listing> finish_start(Attempt a, int64_t caller_deadline, ListInfo* info);
   Attempt run_listing(int64_t deadline_ms);
   void drive(int64_t until_ms, const std::function<bool()>& done);
   void flush_transmits();

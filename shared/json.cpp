@@ -1,5 +1,6 @@
 #include "shared/json.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <vector>
@@ -104,9 +105,10 @@ std::string sanitized_parse_error(std::string what) {
 }
 
 // nlohmann's parser stops at a number past the double range ("1e400": error 406) before the
-// SAX builder sees it. With number literals on, such numbers are swapped for marker strings
-// ("\u0000N<i>"; not tried when the text holds any escaped U+0000, so no peer string can pose as
-// one), the text parsed again, and the markers replaced by the literals.
+// SAX builder sees it, and hands `-0` to it as the integer 0 without its text. With number
+// literals on, such numbers are swapped for marker strings ("\u0000N<i>"; not tried when the
+// text holds any escaped U+0000, so no peer string can pose as one), the text parsed again, and
+// the markers replaced by the literals.
 constexpr std::string_view kOverflowMarker = "\\u0000N";
 
 bool is_number_char(char c) {
@@ -149,6 +151,18 @@ void restore_overflow_literals(Json& value, const std::vector<std::string>& lite
   }
 }
 
+// Whether `text` may hold the number token `-0` (a cheap filter: "-0" inside strings such as
+// "2026-07-28" passes only when it looks like a token of its own).
+bool may_hold_negative_zero(std::string_view text) {
+  for (std::size_t at = text.find("-0"); at != std::string_view::npos;
+       at = text.find("-0", at + 2)) {
+    char before = at == 0 ? ' ' : text[at - 1];
+    char after = at + 2 < text.size() ? text[at + 2] : ' ';
+    if (!std::isalnum(static_cast<unsigned char>(before)) && !is_number_char(after)) return true;
+  }
+  return false;
+}
+
 std::optional<Json> parse_with_overflow_literals(std::string_view text,
                                                  const JsonParseOptions& options) {
   if (text.find("\\u0000") != std::string_view::npos) return std::nullopt;
@@ -174,7 +188,8 @@ std::optional<Json> parse_with_overflow_literals(std::string_view text,
     std::size_t end = i;
     while (end < text.size() && is_number_char(text[end])) ++end;
     std::string token(text.substr(i, end - i));
-    if (is_json_number(token) && std::isinf(std::strtod(token.c_str(), nullptr))) {
+    if (is_json_number(token) &&
+        (token == "-0" || std::isinf(std::strtod(token.c_str(), nullptr)))) {
       swapped.append(text.data() + copied, i - copied);
       swapped += "\"" + std::string(kOverflowMarker) + std::to_string(literals.size()) + "\"";
       literals.push_back(std::move(token));
@@ -208,7 +223,13 @@ Result<Json> parse_json(std::string_view text, const JsonParseOptions& options) 
   const bool ok = Json::sax_parse(text.begin(), text.end(), &builder,
                                   nlohmann::detail::input_format_t::json, /*strict=*/true,
                                   options.allow_comments);
-  if (ok) return value;
+  if (ok) {
+    // `-0` came through as the integer 0: keep it as written (a literal).
+    if (options.keep_number_literals && may_hold_negative_zero(text)) {
+      if (std::optional<Json> kept = parse_with_overflow_literals(text, options)) return *kept;
+    }
+    return value;
+  }
   if (options.keep_number_literals && !builder.too_deep() &&
       builder.what().find("number overflow") != std::string::npos) {
     if (std::optional<Json> kept = parse_with_overflow_literals(text, options)) return *kept;

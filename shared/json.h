@@ -27,7 +27,8 @@
 // The literals are enabled where definitions enter (upstream JSON-RPC, manifests read back);
 // the configuration and the API bodies keep plain numbers.
 //
-// (-0 stays an integer 0: nlohmann's parser reports it without its text.)
+// `-0` is a literal too (nlohmann's parser reports it as the integer 0, without its text), as are
+// `-0.0`, `0e5` and `-0E-3` (doubles whose canonical text differs).
 //
 // Accessors in the core check types before they read (`json_string`, `json_object` …) so that
 // a peer's wrong type is an error value, not an abort.

@@ -203,6 +203,7 @@ Status validate_session_config(const McpSessionConfig& c) {
   if (c.discover_timeout_ms < 0) return bad("discover_timeout_ms must not be negative");
   if (c.handshake_timeout_ms < 0) return bad("handshake_timeout_ms must not be negative");
   if (c.listing_deadline_ms <= 0) return bad("listing_deadline_ms must be positive");
+  if (c.startup_deadline_ms < 0) return bad("startup_deadline_ms must not be negative");
   if (c.max_pages_per_list < 1) return bad("max_pages_per_list must be at least 1");
   if (c.max_items_per_list < 1) return bad("max_items_per_list must be at least 1");
   if (c.max_listing_bytes < 1) return bad("max_listing_bytes must be at least 1");
@@ -291,7 +292,8 @@ Status McpSession::start(int64_t now_ms) {
 
   listing_ = Listing{};
   listing_.started_at_ms = now_ms;
-  deadline_ms_ = now_ms + config_.listing_deadline_ms;
+  deadline_ms_ = now_ms + (config_.startup_deadline_ms > 0 ? config_.startup_deadline_ms
+                                                           : config_.listing_deadline_ms);
   if (policy_ == EraPolicy::kLegacy) {
     era_ = ProtocolEra::kLegacy;
     transition(I::kStartInitialize);
@@ -413,6 +415,7 @@ void McpSession::on_notification(const JsonRpcMessage& message, int64_t now_ms) 
     on_list_changed(ListKind::kPrompts, now_ms);
   } else if (m == "notifications/subscriptions/acknowledged" && listen_id_) {
     listen_acknowledged_ = true;  // subscriptions/listen part
+    ++listen_acks_;
   } else {
     ++stats_.ignored_notifications;
   }
@@ -464,10 +467,13 @@ void McpSession::expire(int64_t now_ms) {
   }
   if (now_ms < deadline_ms_) return;
   if (state_ == S::kDiscovering || state_ == S::kInitializing) {
+    const bool startup = config_.startup_deadline_ms > 0;
     shut_down(I::kFail,
               Error(ErrorCode::kTimeout,
                     std::string(state_ == S::kDiscovering ? "server/discover" : "initialize") +
-                        ": the listing deadline of " + std::to_string(config_.listing_deadline_ms) +
+                        (startup ? ": the start-up deadline of " : ": the listing deadline of ") +
+                        std::to_string(startup ? config_.startup_deadline_ms
+                                               : config_.listing_deadline_ms) +
                         " ms passed during the handshake"),
               Error(), now_ms);
   } else if (state_ == S::kListing) {
@@ -644,6 +650,8 @@ int64_t McpSession::handshake_timeout_ms() const {
 }
 
 int64_t McpSession::probe_timeout_ms() const {
+  // A server known to be modern: server/discover is its handshake, with the handshake's time.
+  if (policy_ == EraPolicy::kModern) return handshake_timeout_ms();
   if (rediscovered_ || config_.discover_timeout_ms <= 0) return config_.request_timeout_ms;
   return config_.discover_timeout_ms;
 }
@@ -709,6 +717,7 @@ void McpSession::on_discover_result(const Json& result, int64_t now_ms) {
   if (info == nullptr) info = json_field(result, "serverInfo");  // early drafts put it here
   if (info != nullptr && info->is_object()) listing_.server_info = *info;
   listing_.instructions = json_string(result, "instructions");
+  if (config_.startup_deadline_ms > 0) deadline_ms_ = now_ms + config_.listing_deadline_ms;
   transition(I::kHandshakeDone);
   begin_listing({std::begin(kAllKinds), std::end(kAllKinds)}, now_ms);
 }
@@ -765,6 +774,7 @@ void McpSession::fall_back_to_initialize(int64_t now_ms) {
 
 void McpSession::send_initialize(int64_t now_ms) {
   protocol_version_.clear();  // nothing negotiated yet: no MCP-Protocol-Version header
+  sent_initialize_ = true;
   Json params = {
       {"protocolVersion", legacy_versions_.front()},
       {"capabilities", Json::object()},
@@ -803,6 +813,7 @@ void McpSession::on_initialize_result(const Json& result, int64_t now_ms) {
   listing_.server_info = *info;
   listing_.instructions = json_string(result, "instructions");
   send_notification("notifications/initialized", Json());
+  if (config_.startup_deadline_ms > 0) deadline_ms_ = now_ms + config_.listing_deadline_ms;
   transition(I::kHandshakeDone);
   begin_listing({std::begin(kAllKinds), std::end(kAllKinds)}, now_ms);
 }
@@ -1052,12 +1063,25 @@ Status McpSession::listen(int64_t now_ms) {
   pending_[id].deadline_ms = std::numeric_limits<int64_t>::max();
   listen_id_ = id;
   listen_acknowledged_ = false;
+  listen_acks_ = 0;
   return Status::Ok();
+}
+
+std::vector<ListKind> McpSession::list_changed_kinds() const {
+  std::vector<ListKind> out;
+  if (state_ == S::kIdle || starting()) return out;
+  const Json& caps = listing_.server_capabilities;
+  for (ListKind k : kAllKinds) {
+    const Json* c = json_field(caps, capability_key(k));
+    if (c != nullptr && json_bool(*c, "listChanged").value_or(false)) out.push_back(k);
+  }
+  return out;
 }
 
 void McpSession::on_listen_ended(std::optional<Error> error) {
   listen_id_.reset();
   listen_acknowledged_ = false;
+  listen_acks_ = 0;
   events_.push_back(ListenEnded{std::move(error)});
 }
 

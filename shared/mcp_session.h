@@ -39,7 +39,9 @@
 //   the given-up probe that arrives while `initialize` runs is accepted (the initialize is
 //   abandoned), and -32022 (UnsupportedProtocolVersion) in answer to `initialize` means "modern":
 //   `server/discover` is sent once more, with the request deadline, and no further fallback. The era is a property of the server: `era()` reports it so the host can
-//   cache it and pass EraPolicy::kLegacy / kModern to the next session for that server.
+//   cache it and pass EraPolicy::kLegacy / kModern to the next session for that server. With
+//   kModern, server/discover is the handshake and has `handshake_timeout_ms`. `sent_initialize()`
+//   tells the host that a modern session also received `initialize` (a mixed session).
 // Not implemented from 2026-07-28: MRTR input (we never supply input). `subscriptions/listen`
 // is: see "Listening" below.
 //
@@ -144,6 +146,10 @@ struct McpSessionConfig {
   int64_t discover_timeout_ms = 0;
   // The whole listing: from start() (handshake included) or relist() until every list ended.
   int64_t listing_deadline_ms = 3500;
+  // A host that keeps a slow-starting session across listing attempts: the handshake may take
+  // this long from start() (0: the listing deadline covers it), and the lists then get
+  // `listing_deadline_ms` from the end of the handshake.
+  int64_t startup_deadline_ms = 0;
   int max_pages_per_list = 1000;
   // Sum of the page bytes one listing may receive (see "Byte budget").
   std::size_t max_listing_bytes = 16u << 20;
@@ -249,6 +255,12 @@ class McpSession {
   // discovering, empty during the initialize request, the negotiated version after.
   const std::string& protocol_version() const { return protocol_version_; }
   std::optional<ProtocolEra> era() const { return era_; }
+  // The handshake is running (discover or initialize in flight).
+  bool starting() const { return state_ == SessionState::kDiscovering || state_ == SessionState::kInitializing; }
+  // A legacy `initialize` went out on this session (the probe gave up, or the era is legacy).
+  // With era() modern, the server saw both eras: a 2026-07-28 SDK then treats the session as a
+  // 2025 one (no cache hints on its answers), and the host should replace it with a clean one.
+  bool sent_initialize() const { return sent_initialize_; }
   const McpSessionStats& stats() const { return stats_; }
 
   // ---- subscriptions/listen (2026-07-28; see "Listening") ----------------------------------
@@ -260,6 +272,12 @@ class McpSession {
   std::optional<int64_t> listen_request_id() const { return listen_id_; }
   // The server acknowledged the open subscription (notifications/subscriptions/acknowledged).
   bool listen_acknowledged() const { return listen_acknowledged_; }
+  // Acknowledgements of the open subscription: more than one means its stream was re-established
+  // under it (the HTTP transport re-sends a broken listen), with a gap between the two.
+  int64_t listen_acknowledgements() const { return listen_acks_; }
+  // The kinds whose capability advertises listChanged (resources: resources and resource
+  // templates): what a subscription or a GET stream watches. Empty before the handshake.
+  std::vector<ListKind> list_changed_kinds() const;
   // ---- end of subscriptions/listen ----------------------------------------------------------
 
  private:
@@ -333,10 +351,12 @@ class McpSession {
   int64_t deadline_ms_ = 0;
   int64_t late_probe_id_ = 0;  // the probe given up on by its deadline (0: none)
   bool rediscovered_ = false;  // initialize was refused with -32022: discovering once more
+  bool sent_initialize_ = false;
   McpSessionStats stats_;
   bool discover_retried_ = false;  // -32022 with a version we speak: discover once more
   std::optional<int64_t> listen_id_;  // subscriptions/listen part
   bool listen_acknowledged_ = false;
+  int64_t listen_acks_ = 0;
 };
 
 }  // namespace quiver

@@ -184,7 +184,9 @@ TEST_F(Sdk2Http, NumbersBeyondADoubleArriveExactlyAsTheServerWroteThem) {
       R"("id":{"maximum":123456789012345678901234567890,"minimum":-98765432109876543210987654321,"type":"integer"},)"
       R"("plain":{"maximum":9007199254740993,"type":"integer"},)"
       R"("ratio":{"default":1.0,"multipleOf":0.1000000000000000055511151231257827,"type":"number"},)"
-      R"("small":{"exclusiveMinimum":1E-7,"type":"number"}},"type":"object"},"name":"big_numbers"})";
+      R"("small":{"exclusiveMinimum":1E-7,"type":"number"},)"
+      R"("zeros":{"default":0e5,"maximum":-0.0,"minimum":-0,"multipleOf":-0E-3,"type":"number"}},)"
+      R"("type":"object"},"name":"big_numbers"})";
   Result<std::string> got = canonical_json(*big);
   ASSERT_TRUE(got.ok()) << got.error().message;
   EXPECT_EQ(*got, expected);
@@ -268,9 +270,59 @@ TEST(Sdk2Stdio, AServerThatAnswersTheProbeLateIsStillModern) {
   EXPECT_EQ(l.list(ListKind::kTools).items.size(), 6u);
   EXPECT_EQ(l.list(ListKind::kTools).pages, 3);
   EXPECT_EQ(l.list(ListKind::kPrompts).state, ListState::kOk);
-  // Known limit: this process also received the legacy `initialize` sent after the probe gave
-  // up, and the SDK then answers it as a 2025 session, without cache hints. The hints are not
-  // asserted here; sessions after this one start modern (the era is remembered).
+  // That process also received the legacy `initialize` sent after the probe gave up, and the SDK
+  // answers such a session as a 2025 one, without cache hints. The connection replaces it with a
+  // clean 2026-07-28 session (server/discover only, the era remembered), whose answers carry them.
+  EXPECT_EQ(l.list(ListKind::kTools).hints.ttl_ms, 120000);
+  EXPECT_EQ(l.list(ListKind::kTools).hints.cache_scope, "public");
+  EXPECT_EQ(l.list(ListKind::kResources).hints.ttl_ms, 120000);
+  EXPECT_EQ(l.list(ListKind::kPrompts).hints.cache_scope, "public");
+  EXPECT_EQ(conn.stats().mixed_sessions_replaced, 1);
+  EXPECT_EQ(conn.stats().sessions_opened, 2);
+  // The clean session is the one kept: the next listing reuses it, with the hints.
+  ListInfo info;
+  auto again = conn.list(conn.now_ms() + 5000, {}, &info);
+  ASSERT_TRUE(again.ok()) << again.error().message;
+  EXPECT_TRUE(info.reused);
+  EXPECT_EQ(again->list(ListKind::kTools).hints.ttl_ms, 120000);
+  EXPECT_EQ(conn.stats().sessions_opened, 2);
+}
+
+// Issue 10: a subscriptions/listen stream that breaks is re-sent by the transport, and a change
+// made on the server between the two streams was told to nobody: it waited for the TTL. Now the
+// reopened subscription (the server acknowledges it a second time) makes the connection report
+// every kind it watches as changed, so the host re-lists them at once. The server cuts every
+// listen stream (its sockets close with no response, as a proxy's or the network's break would)
+// and adds a tool in the same breath, before the transport's re-sent listen arrives.
+TEST_F(Sdk2Http, ABrokenListenStreamIsReopenedAndAChangeInTheGapIsSeen) {
+  TempDir dir;
+  const std::string control = dir.path("ctl");
+  start({"--control", control});
+  UpstreamOptions options;
+  options.watch = true;
+  options.change_debounce_ms = 100;
+  UpstreamConnection conn(spec(), options);
+  Changes changes;
+  conn.set_change_callback(changes.callback());
+  auto first = conn.list(conn.now_ms() + 8000);
+  ASSERT_TRUE(first.ok()) << first.error().message;
+  ASSERT_EQ(first->protocol_version, "2026-07-28");
+  int64_t end = steady_now_ms() + 1500;  // the subscription opens and is acknowledged
+  while (steady_now_ms() < end) conn.pump(100);
+  ASSERT_EQ(changes.size(), 0u);
+
+  append_line(control, R"({"drop_listens":true,"add_tool":"gap_tool"})");
+  end = steady_now_ms() + 15000;
+  while (changes.size() == 0 && steady_now_ms() < end) conn.pump(100);
+  ASSERT_GE(changes.size(), 1u) << "the change made while the stream was broken was not seen";
+  UpstreamChange change = changes.seen.at(0);
+  EXPECT_FALSE(change.session_lost);
+  ASSERT_FALSE(change.kinds.empty());
+  EXPECT_EQ(change.kinds[0], ListKind::kTools);
+  EXPECT_GE(conn.stats().listen_gaps, 1);
+  auto second = conn.list(conn.now_ms() + 8000, change.kinds);
+  ASSERT_TRUE(second.ok()) << second.error().message;
+  EXPECT_NE(find_tool(*second, "gap_tool"), nullptr);
 }
 
 TEST(Sdk2Stdio, ListChangesArriveThroughSubscriptionsListen) {

@@ -3,6 +3,7 @@
 // restart backoff, and upstreams that hang, drip, garble, truncate or bloat their replies.
 #include "native-agent/upstream.h"
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <string>
@@ -259,6 +260,43 @@ TEST(Upstream, ToolAddedAtRuntimeIsReportedOnceAfterTheDebounceAndRelisted) {
   EXPECT_EQ(state(*second, ListKind::kResourceTemplates), ListState::kOk);
 }
 
+// Issue 10, the same gap on a 2025 server: the GET stream breaks, the transport reconnects it,
+// and a change the server announced in between (it keeps no event store, so nothing is replayed
+// for Last-Event-ID) reached nobody: it waited for the TTL. The reconnected stream now makes the
+// connection report every kind the server watches as changed. The server cuts the stream and
+// adds a tool in the same command, before the transport reconnects.
+TEST(Upstream, ABrokenGetStreamIsReconnectedAndAChangeInTheGapIsSeen) {
+  TempDir dir;
+  const std::string control = dir.path("ctl");
+  testing::TestUpstreamHttp peer({"--control", control});
+  ASSERT_TRUE(peer.ok()) << peer.error();
+  UpstreamOptions options;
+  options.watch = true;
+  options.change_debounce_ms = 100;
+  UpstreamConnection conn(UpstreamSpec::http("gap-http", peer.url(), {}, /*allow_private=*/true),
+                          options);
+  ChangeLog log;
+  conn.set_change_callback(log.callback());
+  auto first = conn.list(conn.now_ms() + 4000);
+  ASSERT_TRUE(first.ok()) << first.error().message;
+  ASSERT_EQ(conn.stats().era, ProtocolEra::kLegacy);
+  int64_t end = steady_now_ms() + 1000;  // the GET stream opens
+  while (steady_now_ms() < end) conn.pump(100);
+  ASSERT_EQ(log.size(), 0u);
+
+  append_line(control, R"({"drop_streams":true,"add_tool":"gap_tool"})");
+  ASSERT_TRUE(pump_until(conn, [&] { return log.size() > 0; }, 15000))
+      << "the change made while the stream was broken was not seen";
+  UpstreamChange change = log.at(0);
+  EXPECT_FALSE(change.session_lost);
+  ASSERT_FALSE(change.kinds.empty());
+  EXPECT_EQ(change.kinds[0], ListKind::kTools);
+  EXPECT_GE(conn.stats().listen_gaps, 1);
+  auto second = conn.list(conn.now_ms() + 4000, change.kinds);
+  ASSERT_TRUE(second.ok()) << second.error().message;
+  EXPECT_TRUE(has_tool(*second, "gap_tool"));
+}
+
 TEST(Upstream, ChangeNoticeOlderThanAListingIsDropped) {
   TempDir dir;
   UpstreamOptions options;
@@ -421,6 +459,53 @@ TEST(Upstream, HungListGivesUpAtTheDeadlineAndKeepsTheSession) {
   EXPECT_EQ(state(*again, ListKind::kTools), ListState::kFailed);
   EXPECT_EQ(conn.stats().evictions, 0);
   EXPECT_EQ(conn.stats().sessions_opened, 1);
+}
+
+// Issue 10: a server whose handshake answer arrives after the listing deadline, but while it is
+// still within its start-up budget, is kept: the attempt that gave up leaves the process running,
+// and the retry lists it on that same process instead of spawning another that would be as slow.
+// (Before, the session was killed at the deadline and every retry started over.) The child writes
+// its pid to a file at each start, then sleeps 4.5 s before it reads anything; the first attempt
+// has 1 s of listing deadline plus 3 s of start-up budget.
+TEST(Upstream, AServerStillStartingAtTheDeadlineIsKeptAndTheRetryListsTheSameProcess) {
+  TempDir dir;
+  const std::string spawns = dir.path("spawns");
+  const std::string stats_file = dir.path("stats");
+  UpstreamOptions options;
+  options.session.request_timeout_ms = 500;
+  options.startup_timeout_ms = 3000;
+  UpstreamConnection conn(
+      UpstreamSpec::stdio("late", "sh",
+                          {"-c", "echo $$ >> \"$2\"; sleep 4.5; exec node \"$1\" stdio --quiet "
+                                 "--stats-file \"$3\"",
+                           "sh", testing::test_upstream_js(), spawns, stats_file}),
+      options);
+  auto first = conn.list(conn.now_ms() + 1000);
+  ASSERT_FALSE(first.ok());
+  EXPECT_EQ(first.error().code, ErrorCode::kTimeout) << first.error().message;
+  EXPECT_NE(first.error().message.find("still starting"), std::string::npos)
+      << first.error().message;
+  EXPECT_EQ(conn.stats().kept_starting, 1);
+  EXPECT_EQ(conn.backoff_remaining_ms(), 0);  // a server still starting is no failed session
+
+  ListInfo info;
+  auto retry = conn.list(conn.now_ms() + 1000, {}, &info);
+  ASSERT_TRUE(retry.ok()) << retry.error().message;
+  EXPECT_TRUE(info.resumed);
+  EXPECT_EQ(count(*retry, ListKind::kTools), 3u);
+  EXPECT_EQ(state(*retry, ListKind::kPrompts), ListState::kOk);
+  // One process: one start recorded, and it is the one that answered.
+  std::string started = testing::read_file(spawns);
+  ASSERT_EQ(std::count(started.begin(), started.end(), '\n'), 1) << started;
+  Json stats = read_stats(stats_file);
+  EXPECT_EQ(std::to_string(stats.value("pid", 0)) + "\n", started);
+  EXPECT_EQ(conn.stats().sessions_opened, 1);
+  EXPECT_TRUE(conn.connected());
+  // And the session is an ordinary kept one from now on.
+  ListInfo again_info;
+  auto again = conn.list(conn.now_ms() + 1000, {}, &again_info);
+  ASSERT_TRUE(again.ok()) << again.error().message;
+  EXPECT_TRUE(again_info.reused);
 }
 
 TEST(Upstream, DelayedRepliesStillList) {

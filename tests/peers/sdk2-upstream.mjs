@@ -69,7 +69,9 @@ if (o.bigNumbers) {
                           default: raw('1.0') },
                  huge: { type: 'number', maximum: raw('1e400') },
                  small: { type: 'number', exclusiveMinimum: raw('1E-7') },
-                 plain: { type: 'integer', maximum: raw('9007199254740993') } } } });
+                 plain: { type: 'integer', maximum: raw('9007199254740993') },
+                 zeros: { type: 'number', minimum: raw('-0'), maximum: raw('-0.0'),
+                          default: raw('0e5'), multipleOf: raw('-0E-3') } } } });
 }
 const resources = [{ uri: 'test://sdk2/readme', name: 'readme', mimeType: 'text/plain' }];
 const prompts = [{ name: 'greet', description: 'says hello' }];
@@ -104,6 +106,7 @@ function factory() {
 // ---- serving ----
 
 let handler = null;
+const listens = new Set();  // HTTP: the open subscriptions/listen responses (for drop_listens)
 if (o.transport === 'stdio') {
   serveStdio(factory, { onerror: (e) => console.error(`sdk2-upstream: ${e.message}`) });
 } else {
@@ -116,7 +119,9 @@ if (o.transport === 'stdio') {
       const headers = new Headers();
       for (let i = 0; i < req.rawHeaders.length; i += 2) headers.append(req.rawHeaders[i], req.rawHeaders[i + 1]);
       const ac = new AbortController();
-      res.on('close', () => ac.abort());
+      res.on('close', () => { ac.abort(); listens.delete(res); });
+      res.on('error', () => {});  // a write after drop_listens cut the socket
+      if (req.headers['mcp-method'] === 'subscriptions/listen') listens.add(res);
       const request = new Request(`http://127.0.0.1${req.url}`, {
         method: req.method, headers, signal: ac.signal,
         body: req.method === 'GET' || req.method === 'HEAD' || body.length === 0 ? undefined : body });
@@ -151,6 +156,13 @@ if (o.control) {
     const lines = fs.readFileSync(o.control, 'utf8').split('\n');
     for (; done < lines.length - 1; ++done) {
       const cmd = JSON.parse(lines[done]);
+      if (cmd.drop_listens) {
+        // A broken subscription (a proxy or the network cut the stream): the sockets close
+        // without the request's response. First, so that a change in the same
+        // command falls in the gap.
+        for (const res of listens) res.destroy();
+        listens.clear();
+      }
       if (cmd.add_tool) {
         tools.push({ name: cmd.add_tool, description: cmd.description ?? 'added at runtime',
                      inputSchema: { type: 'object' } });

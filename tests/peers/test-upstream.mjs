@@ -518,6 +518,12 @@ function applyControl(cmd) {
     }
   }
   if ('expire_sessions' in cmd) expireAllSessions();
+  if ('drop_streams' in cmd) {
+    // The GET streams break (a proxy or the network cut them): their sockets close mid-stream.
+    // Before the notices of this command, so that a change in it falls in the gap.
+    for (const res of getStreams) res.destroy();
+    getStreams.clear();
+  }
   for (const kind of changed) notifyChanged(kind);
   writeStats();
   log(`control ${JSON.stringify(cmd)}`);
@@ -624,6 +630,7 @@ function watchControlFile(file) {
 // ---- Streamable HTTP ----
 
 const sessions = new Map(); // id → { transport, server, lastSeen }
+const getStreams = new Set(); // the open GET (notification) streams, for drop_streams
 
 function expireAllSessions() {
   for (const [id, s] of sessions) closeSession(id, s, true);
@@ -789,6 +796,11 @@ async function handleMcp(req, res, url) {
       return sendJson(res, 404, rpcError(-32001, 'Session expired'));
     }
     s.lastSeen = Date.now();
+    if (req.method === 'GET') {
+      getStreams.add(res);
+      res.on('close', () => getStreams.delete(res));
+      res.on('error', () => {});  // a write after drop_streams cut the socket
+    }
     return s.transport.handleRequest(req, res, body);
   }
   const initialize = messages.some((m) => m && m.method === 'initialize');

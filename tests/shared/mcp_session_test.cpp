@@ -1062,6 +1062,70 @@ TEST(McpSession, HandshakeTimeoutsFailTheSession) {
   }
 }
 
+// A peer hook: `method` is answered `latency_ms` late, everything else as usual.
+std::function<bool(FakePeer&, const JsonRpcMessage&, int64_t)> answer_late(std::string method,
+                                                                         int64_t latency_ms) {
+  return [method, latency_ms](FakePeer& peer, const JsonRpcMessage& m, int64_t now) {
+    if (m.method != method) return false;
+    int64_t usual = peer.latency_ms;
+    peer.latency_ms = latency_ms;
+    peer.handle(m, now);
+    peer.latency_ms = usual;
+    return true;
+  };
+}
+
+// Issue 10: a host that keeps a slow-starting session gives the handshake its own start-up
+// deadline; the lists then get the listing deadline from the end of the handshake (not from the
+// start, which a late handshake would have used up).
+TEST(McpSession, AStartUpDeadlineLetsALateHandshakeListInFull) {
+  McpSessionConfig c = legacy_config();
+  c.listing_deadline_ms = 1000;
+  c.request_timeout_ms = 800;
+  c.handshake_timeout_ms = 10000;
+  c.startup_deadline_ms = 10000;
+  Sim sim(c);
+  sim.peer.hook = answer_late("initialize", 6000);  // the lists at 5 ms again
+  sim.start();
+  sim.run();
+  EXPECT_FALSE(sim.failure());
+  Listing l = sim.listing();
+  EXPECT_EQ(l.list(ListKind::kTools).state, ListState::kOk);
+  EXPECT_EQ(l.list(ListKind::kPrompts).state, ListState::kOk);
+  EXPECT_TRUE(sim.session.sent_initialize());
+  EXPECT_EQ(sim.session.list_changed_kinds().size(), 4u);  // tools, resources, templates, prompts
+
+  // Past the start-up deadline, the handshake fails and says which deadline passed.
+  c.startup_deadline_ms = 3000;
+  Sim late(c);
+  late.peer.hook = sim.peer.hook;
+  late.start();
+  late.run();
+  ASSERT_TRUE(late.failure());
+  EXPECT_EQ(late.failure()->code, ErrorCode::kTimeout);
+  EXPECT_NE(late.failure()->message.find("start-up deadline of 3000 ms"), std::string::npos)
+      << late.failure()->message;
+}
+
+// A session started for a server known to be modern sends no initialize, and its discover has
+// the handshake's time (a slow start is not a refusal).
+TEST(McpSession, AKnownModernServerGetsTheHandshakeTimeForDiscover) {
+  McpSessionConfig c;
+  c.era = EraPolicy::kModern;
+  c.request_timeout_ms = 500;
+  c.handshake_timeout_ms = 5000;
+  c.startup_deadline_ms = 5000;
+  Sim sim(c);
+  sim.peer.era = FakePeer::Era::kModern;
+  sim.peer.hook = answer_late("server/discover", 2000);  // a slow start; the lists at once
+  sim.start();
+  sim.run();
+  EXPECT_FALSE(sim.failure());
+  EXPECT_EQ(sim.listing().protocol_version, "2026-07-28");
+  EXPECT_FALSE(sim.session.sent_initialize());
+  EXPECT_EQ(sim.peer.count("initialize"), 0);
+}
+
 TEST(McpSession, ATransportFailureClosesTheSessionAndReportsWhatArrived) {
   Sim sim;
   sim.peer.lists[idx(ListKind::kResources)] = numbered_resources(100);
