@@ -939,7 +939,9 @@ struct Agent::Impl {
       log_store_error("store: restoring the namespace", restored.error());
       return seen;
     }
-    if (!*restored) return seen;  // held `restoring` for the other agents' copies
+    if (!*restored) {  // synced, and held `restoring` for the other agents' copies
+      return namespace_state_name(NamespaceState::kRestoring);
+    }
     last_namespace_state = "ready";
     last_ready_record.clear();  // the next check takes our own record as the one seen
     metrics.store_namespace("ready");

@@ -210,7 +210,9 @@ test('Redis restarted with its data: nothing to restore, none wrong', async () =
 
 // The hide race: the toggle is in Redis and in agent B's copy, not in agent A's. Whichever agent
 // sees the wipe first holds the namespace `restoring` until the other's store check merged its
-// copy too, so tool_3 is never shown.
+// copy too, so tool_3 is never shown. (Under load the race window without that hold was short:
+// the re-listing had to commit before B's next check. This run checks the whole path end to end;
+// AgentRedis.ARestoreWaitsForTheOtherAgentsPreferenceCopies orders the two checks to show it.)
 test('a tool hidden through the other agent just before Redis restarts empty stays hidden',
      async () => {
   const toggle = (enabled) => agents[1].request('PATCH', '/v1/mcp-connections/t/preferences', {

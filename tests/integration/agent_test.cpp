@@ -664,9 +664,9 @@ TEST(AgentRedis, TwoAgentsShareOnePreferenceAuthority) {
   ASSERT_TRUE(redis.start());
   ASSERT_TRUE(wait_until(
       [&] {
-        (void)b->check_store_once();
+        const bool ready = b->check_store_once() == "ready";  // after the restore's hold
         Result<DisabledOverlay> overlay = b->store().read_disabled("t", shared);
-        return overlay.ok() && *overlay == DisabledOverlay{"tool:tool_1"};
+        return ready && overlay.ok() && *overlay == DisabledOverlay{"tool:tool_1"};
       },
       15'000))
       << log.all();
