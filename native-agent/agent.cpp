@@ -229,6 +229,8 @@ struct Agent::Impl {
   // seen ("": none yet).
   std::string last_namespace_state = "ready";
   std::string last_ready_record;
+  // When this agent first saw the namespace not ready (steady ms; 0: it is ready).
+  int64_t restore_seen_at = 0;
 
   // ---- helpers ----
 
@@ -870,20 +872,32 @@ struct Agent::Impl {
 
   // ---- the store check: a namespace the store lost, clock skew, dead consumers ----
 
-  // Connections, grants and preference overlays into the store, then the namespace record
-  // `ready`. Between the two writes of the record readers answer 503, never "nothing granted".
-  Status restore_namespace() {
-    if (Status st = store->begin_namespace_restore(options.now_ms()); !st.ok()) return st;
-    if (Status st = sync_config(); !st.ok()) return st;
+  // How long a restore keeps the namespace `restoring` after this agent first saw it not ready:
+  // two store-check intervals (and a scheduler tick), so that every other agent of the
+  // namespace (same store_check_interval_ms) has had a store check meanwhile, seen the record
+  // `restoring` and merged its own preference copy in. Without it the first agent to restore
+  // marked the namespace ready with its copy alone, and a capability hidden through another agent
+  // whose toggle this one had not pulled yet showed until that agent's next check.
+  int64_t restore_hold_ms() const {
+    return 2 * config.runtime.store_check_interval_ms + kTickMs;
+  }
+
+  // Connections, grants and preference overlays into the store, then, once the hold is over, the
+  // namespace record `ready` (true). Between the two writes of the record readers answer 503,
+  // never "nothing granted". False: synced, still held `restoring` (the next check goes on).
+  Result<bool> restore_namespace() {
+    if (Status st = store->begin_namespace_restore(options.now_ms()); !st.ok()) return st.error();
+    if (Status st = sync_config(); !st.ok()) return st.error();
     // Overlays are part of the namespace: a tool the team hid must not show after a wipe.
-    if (Status st = prefs->sync_all(); !st.ok()) return st;
+    if (Status st = prefs->sync_all(); !st.ok()) return st.error();
+    if (steady_ms() - restore_seen_at < restore_hold_ms()) return false;
     Result<bool> ready = store->mark_namespace_ready(options.now_ms());
     if (!ready.ok()) return ready.error();
     if (!*ready) {
       return Error(ErrorCode::kStoreNotReady,
                    "the namespace record vanished while it was being restored (wiped again)");
     }
-    return Status::Ok();
+    return true;
   }
 
   std::string check_store_once() {
@@ -905,10 +919,12 @@ struct Agent::Impl {
       }
       last_ready_record = record->value;
       last_namespace_state = "ready";
+      restore_seen_at = 0;
       return "ready";
     }
     const char* seen = namespace_state_name(record->state);
     metrics.store_namespace(seen);
+    if (restore_seen_at == 0) restore_seen_at = steady_ms();
     if (last_namespace_state != seen) {
       logger->warn(kLog, std::string("store: the namespace record is ") + seen +
                              (record->state == NamespaceState::kMissing
@@ -918,17 +934,21 @@ struct Agent::Impl {
                                   : ": finishing the restore"));
     }
     last_namespace_state = seen;
-    const int64_t t0 = steady_ms();
-    if (Status st = restore_namespace(); !st.ok()) {
-      log_store_error("store: restoring the namespace", st.error());
+    Result<bool> restored = restore_namespace();
+    if (!restored.ok()) {
+      log_store_error("store: restoring the namespace", restored.error());
       return seen;
+    }
+    if (!*restored) {  // synced, and held `restoring` for the other agents' copies
+      return namespace_state_name(NamespaceState::kRestoring);
     }
     last_namespace_state = "ready";
     last_ready_record.clear();  // the next check takes our own record as the one seen
     metrics.store_namespace("ready");
     metrics.namespace_restored();
-    logger->info(kLog, "store: namespace restored in " + std::to_string(steady_ms() - t0) +
-                           " ms; re-listing what it lost");
+    logger->info(kLog, "store: namespace restored " + std::to_string(steady_ms() - restore_seen_at) +
+                           " ms after it was seen lost; re-listing what it lost");
+    restore_seen_at = 0;
     (void)maintenance_once();  // seeds the listings the wipe took
     return "ready";
   }

@@ -145,9 +145,9 @@ class Agent final : public AgentService {
   // --- steps the threads run, callable by hand ---
   // One full maintenance pass (every page of the walk, plus seeding).
   MaintenanceReport run_maintenance_once();
-  // One store check: reads the namespace record and, when the store lost the namespace, restores
-  // it (connections, grants, preference overlays; then marks it ready and runs maintenance).
-  // The state it leaves (Metrics::store_namespace): "ready", "restoring", "missing", "unknown".
+  // One store check: reads the namespace record; when the store lost the namespace, restores it
+  // (connections, grants, overlays), holds it "restoring" for 2 x store_check_interval_ms, then
+  // marks it ready and runs maintenance. Returns "ready", "restoring", "missing" or "unknown".
   std::string check_store_once();
   // Reads (and claims stale) revalidation requests once, refreshes them, acknowledges them.
   // Returns how many requests were handled.

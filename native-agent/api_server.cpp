@@ -436,7 +436,7 @@ struct ApiServer::Impl {
       log(std::string("api: ") + what + ": " + e.message);
       send_error(
           res, code,
-          code == HttpErrorCode::kInternal ? "internal error" : "the cache store is unavailable");
+          code == HttpErrorCode::kInternal ? "internal error" : store_unavailable_message(e));
     } else {
       send_error(res, code, e.message);
     }
@@ -856,6 +856,11 @@ struct ApiServer::Impl {
       return send_error(res, HttpErrorCode::kUnauthenticated, verified.error().message);
     }
     if (verified->legacy_v1) log(std::string("api: ") + kWebhookV1DeprecatedLog);
+    // As the edge's webhook_refresh.lua: a namespace the store lost (or an agent is restoring) is
+    // 503, before the replay guard, so the sender's retry of this very request is not a replay.
+    if (Status ready = namespace_ready(agent.store()); !ready.ok()) {
+      return fail_store(res, ready.error(), "webhook");
+    }
     Result<bool> first = agent.store().remember_once(verified->replay_key, verified->retain_for_ms);
     if (!first.ok()) return fail_store(res, first.error(), "webhook replay guard");
     if (!*first) {

@@ -171,6 +171,12 @@ struct NamespaceRecord {
   std::string value;
 };
 
+class ManifestStore;
+// Ok when the store's namespace record is `ready`; kStoreNotReady (naming the state) when it is
+// missing or restoring; the read's own error otherwise. For writes a reader causes outside a
+// discovery read (the refresh webhook), which must not answer as if the namespace were empty.
+Status namespace_ready(ManifestStore& store);
+
 // ---- the store ---------------------------------------------------------------------------------
 
 class ManifestStore {

@@ -173,6 +173,12 @@ int http_error_status(HttpErrorCode code) {
   return 500;
 }
 
+const char* store_unavailable_message(const Error& error) {
+  return error.code == ErrorCode::kStoreNotReady
+             ? "the cache store is being restored (namespace not initialised); retry shortly"
+             : "the cache store is unavailable";
+}
+
 HttpResponse error_response(HttpErrorCode code, std::string_view message) {
   HttpResponse r;
   r.status = http_error_status(code);
@@ -447,12 +453,7 @@ DiscoveryStep DiscoveryExchange::resume_snapshot(Result<DiscoverySnapshot> snaps
                                                  int64_t now_ms) {
   if (stage_ != Stage::kSnapshot) return out_of_turn("resume_snapshot");
   if (!snapshot.ok()) {
-    if (snapshot.error().code == ErrorCode::kStoreNotReady) {
-      return fail(HttpErrorCode::kStoreUnavailable,
-                  "the cache store is being restored (namespace not initialised); retry shortly",
-                  snapshot.error());
-    }
-    return fail(HttpErrorCode::kStoreUnavailable, "the cache store is unavailable",
+    return fail(HttpErrorCode::kStoreUnavailable, store_unavailable_message(snapshot.error()),
                 snapshot.error());
   }
   if (snapshot->member != *member_) {

@@ -89,6 +89,11 @@ int http_error_status(HttpErrorCode code);        // 401, 404, ...
 // carries WWW-Authenticate: Bearer. For hosts' own endpoints too, so every error looks the same.
 HttpResponse error_response(HttpErrorCode code, std::string_view message);
 
+// The 503 STORE_UNAVAILABLE message for a store error, the same on every host: a namespace the
+// store lost or an agent is restoring (ErrorCode::kStoreNotReady) says so, anything else is "the
+// cache store is unavailable". Details (hosts, why) stay in the log.
+const char* store_unavailable_message(const Error& error);
+
 // ---- inputs ------------------------------------------------------------------------------------
 
 // The caller as the host authenticated it.

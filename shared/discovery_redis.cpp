@@ -182,19 +182,28 @@ Result<RedisCommand> discovery_read_command(const RedisKeys& keys, const Princip
               /*read_only=*/true);
 }
 
+std::optional<Error> namespace_not_ready(const RespValue& reply, std::string_view what) {
+  const std::vector<RespValue>* a = array_of(reply, 2);
+  if (a == nullptr ||
+      (*a)[0].as_string() != std::optional<std::string_view>(kNamespaceNotReadyTag)) {
+    return std::nullopt;
+  }
+  std::optional<std::string_view> state = (*a)[1].as_string();
+  if (!state) {
+    return Error(ErrorCode::kInvalidReply,
+                 std::string(what) + " reply: the namespace state is no string");
+  }
+  return Error(ErrorCode::kStoreNotReady,
+               std::string(what) + ": the namespace is not initialised in the store (record " +
+                   std::string(*state) + "): its data was lost or is being restored by an agent");
+}
+
 Result<DiscoverySnapshot> decode_discovery_reply(const RespValue& reply, const Principal& member) {
   if (reply.is_error()) {
     return Error(ErrorCode::kUnavailable, "discovery read: Redis error: " + reply.str);
   }
-  if (const std::vector<RespValue>* a = array_of(reply, 2)) {
-    if ((*a)[0].as_string() == std::optional<std::string_view>(kNamespaceNotReadyTag)) {
-      std::optional<std::string_view> state = (*a)[1].as_string();
-      if (!state) return bad_reply("top level", "namespace state is no string");
-      return Error(ErrorCode::kStoreNotReady,
-                   "discovery read: the namespace is not initialised in the store (record " +
-                       std::string(*state) +
-                       "): its data was lost or is being restored by an agent");
-    }
+  if (std::optional<Error> not_ready = namespace_not_ready(reply, "discovery read")) {
+    return *not_ready;
   }
   const std::vector<RespValue>* top = array_of(reply, 7);
   if (top == nullptr) {
@@ -344,6 +353,7 @@ Result<WebhookRefreshReply> parse_webhook_refresh_reply(const RespValue& reply) 
   auto bad = [&](const std::string& what) {
     return Error(ErrorCode::kInvalidReply, "webhook reply: " + what);
   };
+  if (std::optional<Error> not_ready = namespace_not_ready(reply, "webhook")) return *not_ready;
   const std::vector<RespValue>* a = reply.as_array();
   std::optional<std::string_view> word;
   if (a != nullptr && !a->empty()) word = (*a)[0].as_string();

@@ -22,7 +22,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "shared/discovery.h"
@@ -49,6 +51,10 @@ inline constexpr char kDiscoveryReplyTag[] = "quiver.discovery.v1";
 // The script's reply when the namespace record (RedisKeys::namespace_record) is not `ready`:
 // {tag, state}.
 inline constexpr char kNamespaceNotReadyTag[] = "quiver.namespace.v1";
+
+// A script's reply {kNamespaceNotReadyTag, state} (discovery_read.lua, webhook_refresh.lua) as
+// kStoreNotReady, `what` naming the script's use; nullopt for any other reply.
+std::optional<Error> namespace_not_ready(const RespValue& reply, std::string_view what);
 
 // EVAL discovery_read.lua for `member` (a member principal) under `keys`' namespace.
 // kInvalidArgument for a shared principal, an invalid `only` or a limit out of [1, 1000].
@@ -113,7 +119,8 @@ struct WebhookRefreshReply {
   std::vector<WebhookRefreshResult> results;
 };
 
-// kUnavailable for a Redis error reply, kInvalidReply for any other shape.
+// kUnavailable for a Redis error reply, kStoreNotReady when the namespace record is not `ready`
+// (nothing was done, not even the replay guard), kInvalidReply for any other shape.
 Result<WebhookRefreshReply> parse_webhook_refresh_reply(const RespValue& reply);
 
 // EVAL schema/lua/manifest_invalidate.lua: one (connection, principal) marked stale at `now_ms`

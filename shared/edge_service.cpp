@@ -918,7 +918,8 @@ EdgeStep EdgeService::store_failed(Request& r, Error error, int64_t now_ms) {
     case Waiting::kWebhook:
       return respond_now(r,
                          error_response(HttpErrorCode::kStoreUnavailable,
-                                        "the store is unavailable; the webhook was not applied"),
+                                        std::string(store_unavailable_message(error)) +
+                                            "; the webhook was not applied"),
                          "webhook: " + error.message);
     case Waiting::kBackground: {
       for (const Revalidation& rev : r.background) cache_.release_revalidation(claim_key(rev));

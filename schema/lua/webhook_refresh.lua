@@ -31,6 +31,12 @@
 --     may have started before the change; the agent that takes the entry lists again only if the
 --     data still predates `at`). Otherwise the gate admits one request per requeue_after_ms.
 --
+-- The namespace record (quiver:{ns}:namespace, spelled from ARGV[1]) is read first, as
+-- discovery_read.lua does: unless it says `ready:<at>` (a Redis restarted empty, a FLUSHALL, an
+-- agent restoring it) nothing is written, not even the replay guard, so the sender may retry the
+-- same signed request once the namespace is back; the reply is then
+--   {'quiver.namespace.v1', state}      state 'missing' or 'restoring'
+-- which the host answers 503 STORE_UNAVAILABLE, never 202 with every target unknown_connection.
 -- Replies {'replay'} when KEYS[1] existed (nothing else done), else
 --   {'accepted', results} with results flat, four values per (connection, principal):
 --   cid, principal ('' for an unknown connection), status, marked ('1'/'0'); status one of
@@ -45,6 +51,12 @@ local retain, at = ARGV[2], tonumber(ARGV[3])
 local window, maxlen, requeue_after, reason = ARGV[4], ARGV[5], tonumber(ARGV[6]), ARGV[7]
 if not at or not requeue_after then
   return redis.error_reply('ERR webhook_refresh: at and requeue_after_ms must be numbers')
+end
+local record = redis.call('GET', prefix .. 'namespace')
+if not record or string.sub(record, 1, 6) ~= 'ready:' then
+  local state = 'missing'
+  if record then state = string.match(record, '^[a-z]+') or 'unknown' end
+  return {'quiver.namespace.v1', state}
 end
 if not redis.call('SET', KEYS[1], ARGV[3], 'NX', 'PX', retain) then
   return {'replay'}

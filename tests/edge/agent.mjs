@@ -11,11 +11,22 @@ import path from 'node:path';
 import readline from 'node:readline';
 
 import {
-  freePort, httpRequest, repoRoot, spawnTied, stopTied, waitFor,
+  argValue, freePort, httpRequest, repoRoot, spawnTied, stopTied, waitFor,
 } from './harness.mjs';
 
 export const defaultAgentBinary = () => process.env.QUIVER_AGENT_BIN ||
   path.join(repoRoot, 'build', 'native', 'native-agent', 'quiver-agent');
+// The quiver-agent a suite runs (--agent, else defaultAgentBinary()). When it is not built, says so
+// and exits 77 (ctest's SKIP_RETURN_CODE): the suites that need it are skipped, not failed.
+export function agentBinaryOrSkip() {
+  const binary = path.resolve(argValue('--agent', defaultAgentBinary()));
+  if (!existsSync(binary)) {
+    console.log(`SKIP: the native quiver-agent is not built (${binary}); build build/native ` +
+                'first (scripts/test.sh does), or pass --agent');
+    process.exit(77);
+  }
+  return binary;
+}
 export const nodeModules = () => process.env.QUIVER_NODE_MODULES ||
   path.join(repoRoot, 'build', 'node', 'node_modules');
 export const testUpstreamScript = path.join(repoRoot, 'tests', 'peers', 'test-upstream.mjs');

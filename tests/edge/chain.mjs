@@ -28,24 +28,21 @@
 // (same ETag) and what the upstream lists; a preference toggled through the agent hidden at the
 // edge within the L1 TTL.
 import assert from 'node:assert/strict';
-import { appendFileSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { appendFileSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 
 import {
-  Agent, HttpUpstream, defaultAgentBinary, nodeModules, testUpstreamScript, upstreamStats,
+  Agent, HttpUpstream, agentBinaryOrSkip, nodeModules, testUpstreamScript, upstreamStats,
 } from './agent.mjs';
 import {
-  EDGE_REDIS_USER, createEdgeUser,
-  Layout, RedisServer, Workerd, argValue, edgeDirArg, loggedProblems, mintToken, repoRoot, runTests,
-  signWebhook, sleep,
+  Layout, RedisServer, argValue, crashed, createEdgeUser, edgeDirArg, edgeEnv, finish, mintToken,
+  repoRoot, runTests, signWebhook, sleep, startEdges,
 } from './harness.mjs';
 
 const edgeDir = edgeDirArg();
-const agentBinary = path.resolve(argValue('--agent', defaultAgentBinary()));
 const only = argValue('--only', '');
-const SKIP = 77;
 
 const NS = 'chain';
 const KID = 'chain-1';
@@ -490,11 +487,7 @@ function agentConfig() {
 }
 
 async function main() {
-  if (!existsSync(agentBinary)) {
-    console.log(`SKIP: the native quiver-agent is not built (${agentBinary}); build ` +
-                'build/native first (scripts/test.sh does), or pass --agent');
-    process.exit(SKIP);
-  }
+  const agentBinary = agentBinaryOrSkip();
   tmp = mkdtempSync(path.join(os.tmpdir(), 'quiver-chain-'));
   statsFile = path.join(tmp, 'counted-stats.json');
   controlFile = path.join(tmp, 'counted-control.jsonl');
@@ -516,22 +509,13 @@ async function main() {
     for (const m of ['alice', 'bob', 'carol']) tokens[m] = agent.token(m);
     // Not a member of the configuration: a valid token (the shared key) and no grant.
     tokens.dave = mintToken({ member: 'dave', kid: KID, secret: SECRET });
-    const env = {
-      QUIVER_TOKEN_KEYS: JSON.stringify({ [KID]: SECRET }),
-      QUIVER_NAMESPACE: NS,
-      QUIVER_L1_TTL_MS: String(L1_TTL_MS),
-      QUIVER_FRESH_TTL_MS: String(FRESH_TTL_MS),
-      QUIVER_MAX_AGE_MS: '600000',
-      QUIVER_REVALIDATE_WINDOW_MS: String(EDGE_WINDOW_MS),
-      REDIS_HOST: '127.0.0.1',
-      REDIS_PORT: String(redis.port),
-      REDIS_USERNAME: EDGE_REDIS_USER,
-      REDIS_PASSWORD: EDGE_REDIS_PASSWORD,
-      QUIVER_WEBHOOK_SECRETS: JSON.stringify({ deploys: WEBHOOK_SECRET }),
-    };
-    for (let i = 0; i < 2; i++) {
-      edges.push(await Workerd.start({ config: path.join(edgeDir, 'workerd.capnp'), env, logs }));
-    }
+    const env = edgeEnv({
+      ns: NS, kid: KID, secret: SECRET, redisPort: redis.port,
+      edgeRedisPassword: EDGE_REDIS_PASSWORD, l1TtlMs: L1_TTL_MS,
+      webhookSecrets: { deploys: WEBHOOK_SECRET },
+      extra: { QUIVER_FRESH_TTL_MS: String(FRESH_TTL_MS), QUIVER_MAX_AGE_MS: '600000',
+               QUIVER_REVALIDATE_WINDOW_MS: String(EDGE_WINDOW_MS) } });
+    edges.push(...await startEdges(2, { edgeDir, env, logs }));
     await deadline('the agent lists counted', async () => counted()?.tools_list_calls >= 1);
 
     failed += await runTests(tests, only);
@@ -543,20 +527,8 @@ async function main() {
     await redis?.stop();
     rmSync(tmp, { recursive: true, force: true });
   }
-  failed += loggedProblems(logs, [SECRET, REDIS_PASSWORD, EDGE_REDIS_PASSWORD, WEBHOOK_SECRET]);
-  const verdict = failed ? 'FAILED' : 'passed';
-  console.log(`${verdict}: ${tests.length} tests in ${Date.now() - started} ms`);
-  if (failed) {
-    // Every line with QUIVER_EDGE_LOGS=1; else the warnings, which usually say why.
-    const shown = process.env.QUIVER_EDGE_LOGS ? logs
-                                               : logs.filter((l) => / (WARN|ERROR) /.test(l));
-    console.log(shown.slice(-60).join('\n'));
-  }
-  process.exit(failed ? 1 : 0);
+  finish({ failed, count: tests.length, started, logs,
+           secrets: [SECRET, REDIS_PASSWORD, EDGE_REDIS_PASSWORD, WEBHOOK_SECRET] });
 }
 
-main().catch((e) => {
-  console.error(e);
-  if (process.env.QUIVER_EDGE_LOGS) console.error(logs.join('\n'));
-  process.exit(1);
-});
+main().catch(crashed(logs));

@@ -13,26 +13,26 @@
 // One shared connection `t` (tests/peers/test-upstream.mjs: tool_1..tool_3), granted to alice;
 // the team hid tool_2 (through agent A, before agent B started, so both agents' preference copies
 // hold it). During each fault the load generator reads alice's manifest and listing from both
-// edges. A wrong answer is: `t` answered 404 or missing from the listing, or tool_2 shown. 503s
-// are allowed (the store is unavailable: said so, not guessed); 500s are not. For each fault the
-// time until both edges answer right again, from Redis, is printed.
-//   restart-empty  Redis restarted without its data (no persistence) on the same port
-//   stall          Redis stopped (SIGSTOP) for 5 s, then continued
-//   oom            Redis out of memory (maxmemory 1 byte) for 4 s
+// edges. A wrong answer is: `t` answered 404 or missing from the listing, or a hidden tool shown.
+// 503s are allowed (the store is unavailable: said so, not guessed); 500s are not. For each fault
+// the time until both edges answer right again, from Redis, is printed.
+//   restart-empty      Redis restarted without its data (no persistence) on the same port
+//   restart-kept       Redis restarted with its data (SAVE, then the same port and directory)
+//   hide-then-wipe     tool_3 hidden through agent B (not yet in agent A's copy) just before
+//                      Redis restarts empty: whichever agent restores first, never shown
+//   stall-5s, -12s     Redis stopped (SIGSTOP) for 5 s and for 12 s (longer than the fail-fast
+//                      window and the L1 lifetime), then continued
+//   oom                Redis out of memory (maxmemory 1 byte) for 4 s
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
-import path from 'node:path';
 
-import { Agent, defaultAgentBinary, testUpstreamScript, nodeModules } from './agent.mjs';
+import { Agent, agentBinaryOrSkip, testUpstreamScript, nodeModules } from './agent.mjs';
 import {
-  EDGE_REDIS_USER, RedisServer, Workerd, argValue, createEdgeUser, edgeDirArg, loggedProblems,
-  mintToken, runTests, sleep,
+  RedisServer, argValue, crashed, createEdgeUser, edgeDirArg, edgeEnv, finish, mintToken, runTests,
+  sleep, startEdges,
 } from './harness.mjs';
 
 const edgeDir = edgeDirArg();
-const agentBinary = path.resolve(argValue('--agent', defaultAgentBinary()));
 const only = argValue('--only', '');
-const SKIP = 77;
 
 const NS = 'faults';
 const KID = 'faults-1';
@@ -43,11 +43,13 @@ const L1_TTL_MS = 500;
 const CONCURRENCY = 6;
 const RECOVERY_LIMIT_MS = 20_000;
 
+let agentBinary;
 let redis;
 const agents = [];
 const edges = [];
 const logs = [];
 let auth;
+const hidden = new Set(['tool_2']);  // what the team hid: shown is a wrong answer
 
 const toolNames = (entry) => (entry?.manifest?.tools?.items ?? []).map((t) => t.name).sort();
 
@@ -61,7 +63,7 @@ function classify(res, listing) {
                         : (res.json?.connections?.[0] ?? res.json);
   if (!entry) return 'wrong';  // missing from the listing
   const names = toolNames(entry);
-  if (names.includes('tool_2')) return 'wrong';  // the hidden tool shown
+  if (names.some((n) => hidden.has(n))) return 'wrong';  // a hidden tool shown
   if (!names.includes('tool_1')) return 'pending';  // granted, not (re)listed yet: said so
   const source = res.headers['x-quiver-cache'];
   if (source === 'stale-if-error' || source === 'fail-fast') return 'right_stale';
@@ -159,43 +161,93 @@ async function admin(...command) {
 const tests = [];
 const test = (name, fn) => tests.push({ name, fn });
 
-test('Redis restarted without its data: 503 until an agent restored it, never empty or 404',
-     async () => {
-  const r = await underLoad(async () => {
-    const port = redis.port;
-    await redis.stop();
-    redis = await RedisServer.start({ password: REDIS_PASSWORD, port });
-    // The operator's ACL file would hold the edge user; this Redis keeps nothing.
-    const c = await redis.client();
-    await createEdgeUser(c, NS, EDGE_REDIS_PASSWORD);
-    c.close();
-  });
-  verdict('restart-empty', r);
-  // The wipe happened and was noticed: an agent restored the namespace. (Whether a reader saw
-  // a 503 or a stale copy meanwhile depends on how fast that was: not asserted.)
-  let restores = 0;
-  for (const a of agents) {
-    restores += (await a.metrics())['quiver_store_namespace_restores_total'] ?? 0;
-  }
-  assert.ok(restores >= 1, `the wipe was noticed and restored (restores: ${restores})`);
+// Redis stopped and started again on the same port. `keepData`: SAVE first and the same data
+// directory (as with RDB persistence), else it comes back empty. Either way the edge's ACL user
+// is created again (the operator's ACL file would hold it; this Redis keeps no ACL file).
+async function restartRedis({ keepData }) {
+  const { port, dir } = redis;
+  if (keepData) await admin('SAVE');
+  await redis.stop({ keepData });
+  redis = await RedisServer.start({ password: REDIS_PASSWORD, port, dir: keepData ? dir : null });
+  const c = await redis.client();
+  await createEdgeUser(c, NS, EDGE_REDIS_PASSWORD);
+  c.close();
+}
+
+// A restart under load; `before` runs first, outside the load.
+async function restartUnderLoad(name, { keepData, before = async () => {} }) {
+  const restoresBefore = await namespaceRestores();
+  await before();
+  const r = await underLoad(() => restartRedis({ keepData }));
+  verdict(name, r);
   for (const a of agents) {
     const health = await a.request('GET', '/healthz');
     assert.equal(health.status, 200, health.text);
   }
+  return (await namespaceRestores()) - restoresBefore;
+}
+
+async function namespaceRestores() {
+  let restores = 0;
+  for (const a of agents) {
+    restores += (await a.metrics())['quiver_store_namespace_restores_total'] ?? 0;
+  }
+  return restores;
+}
+
+test('Redis restarted without its data: 503 until an agent restored it, never empty or 404',
+     async () => {
+  const restores = await restartUnderLoad('restart-empty', { keepData: false });
+  // The wipe happened and was noticed: an agent restored the namespace. (Whether a reader saw
+  // a 503 or a stale copy meanwhile depends on how fast that was: not asserted.)
+  assert.ok(restores >= 1, `the wipe was noticed and restored (restores: ${restores})`);
 });
 
-test('Redis stalled (SIGSTOP) for 5 s: answers at once from L1 or 503, none wrong', async () => {
-  const r = await underLoad(async () => {
-    const pid = await redisPid();
-    process.kill(pid, 'SIGSTOP');
-    try {
-      await sleep(5000);
-    } finally {
-      process.kill(pid, 'SIGCONT');
-    }
-  });
-  verdict('stall', r);
+test('Redis restarted with its data: nothing to restore, none wrong', async () => {
+  const restores = await restartUnderLoad('restart-kept', { keepData: true });
+  assert.equal(restores, 0, 'the namespace record survived the restart: no restore');
 });
+
+// The hide race: the toggle is in Redis and in agent B's copy, not in agent A's. Whichever agent
+// sees the wipe first holds the namespace `restoring` until the other's store check merged its
+// copy too, so tool_3 is never shown. (Under load the race window without that hold was short:
+// the re-listing had to commit before B's next check. This run checks the whole path end to end;
+// AgentRedis.ARestoreWaitsForTheOtherAgentsPreferenceCopies orders the two checks to show it.)
+test('a tool hidden through the other agent just before Redis restarts empty stays hidden',
+     async () => {
+  const toggle = (enabled) => agents[1].request('PATCH', '/v1/mcp-connections/t/preferences', {
+    headers: { ...auth, 'content-type': 'application/json' },
+    body: JSON.stringify({ type: 'tool', key: 'tool_3', enabled }) });
+  try {
+    const restores = await restartUnderLoad('hide-then-wipe', { keepData: false, before: async () => {
+      const hide = await toggle(false);
+      assert.equal(hide.status, 200, hide.text);
+      hidden.add('tool_3');
+      await sleep(L1_TTL_MS + 100);  // the edges' L1 copies from before the toggle are gone
+    } });
+    assert.ok(restores >= 1, `the wipe was noticed and restored (restores: ${restores})`);
+  } finally {
+    const show = await toggle(true);
+    assert.equal(show.status, 200, show.text);
+    hidden.delete('tool_3');
+  }
+});
+
+for (const seconds of [5, 12]) {
+  test(`Redis stalled (SIGSTOP) for ${seconds} s: answers at once from L1 or 503, none wrong`,
+       async () => {
+    const r = await underLoad(async () => {
+      const pid = await redisPid();
+      process.kill(pid, 'SIGSTOP');
+      try {
+        await sleep(seconds * 1000);
+      } finally {
+        process.kill(pid, 'SIGCONT');
+      }
+    });
+    verdict(`stall-${seconds}s`, r);
+  });
+}
 
 test('Redis out of memory for 4 s: reads go on, nothing wrong', async () => {
   const r = await underLoad(async () => {
@@ -247,11 +299,7 @@ async function startAgent() {
 }
 
 async function main() {
-  if (!existsSync(agentBinary)) {
-    console.log(`SKIP: the native quiver-agent is not built (${agentBinary}); build ` +
-                'build/native first, or pass --agent');
-    process.exit(SKIP);
-  }
+  agentBinary = agentBinaryOrSkip();
   const started = Date.now();
   let failed = 0;
   try {
@@ -277,21 +325,12 @@ async function main() {
       body: JSON.stringify({ type: 'tool', key: 'tool_2', enabled: false }) });
     assert.equal(hide.status, 200, hide.text);
     await startAgent();
-    const env = {
-      QUIVER_TOKEN_KEYS: JSON.stringify({ [KID]: SECRET }),
-      QUIVER_NAMESPACE: NS,
-      QUIVER_L1_TTL_MS: String(L1_TTL_MS),
-      REDIS_HOST: '127.0.0.1',
-      REDIS_PORT: String(redis.port),
-      REDIS_USERNAME: EDGE_REDIS_USER,
-      REDIS_PASSWORD: EDGE_REDIS_PASSWORD,
-      REDIS_CONNECT_TIMEOUT_MS: '500',
-      REDIS_TIMEOUT_MS: '1000',
-      QUIVER_REDIS_FAIL_FAST_MS: '1000',
-    };
-    for (let i = 0; i < 2; i++) {
-      edges.push(await Workerd.start({ config: path.join(edgeDir, 'workerd.capnp'), env, logs }));
-    }
+    const env = edgeEnv({
+      ns: NS, kid: KID, secret: SECRET, redisPort: redis.port,
+      edgeRedisPassword: EDGE_REDIS_PASSWORD, l1TtlMs: L1_TTL_MS,
+      extra: { REDIS_CONNECT_TIMEOUT_MS: '500', REDIS_TIMEOUT_MS: '1000',
+               QUIVER_REDIS_FAIL_FAST_MS: '1000' } });
+    edges.push(...await startEdges(2, { edgeDir, env, logs }));
     // Listed and served right before any fault.
     const ready = Date.now();
     for (;;) {
@@ -306,18 +345,8 @@ async function main() {
     for (const a of agents) await a.stop();
     await redis?.stop();
   }
-  failed += loggedProblems(logs, [SECRET, REDIS_PASSWORD, EDGE_REDIS_PASSWORD]);
-  console.log(`${failed ? 'FAILED' : 'passed'}: ${tests.length} faults in ${Date.now() - started} ms`);
-  if (failed) {
-    const shown = process.env.QUIVER_EDGE_LOGS ? logs
-                                               : logs.filter((l) => / (WARN|ERROR) /.test(l));
-    console.log(shown.slice(-60).join('\n'));
-  }
-  process.exit(failed ? 1 : 0);
+  finish({ failed, count: tests.length, what: 'faults', started, logs,
+           secrets: [SECRET, REDIS_PASSWORD, EDGE_REDIS_PASSWORD] });
 }
 
-main().catch((e) => {
-  console.error(e);
-  if (process.env.QUIVER_EDGE_LOGS) console.error(logs.join('\n'));
-  process.exit(1);
-});
+main().catch(crashed(logs));

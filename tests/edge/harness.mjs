@@ -286,11 +286,13 @@ export async function createEdgeUser(admin, ns, password) {
 // (clients not asked for certificates); `port` stays plain TCP for the test's own client.
 export class RedisServer {
   // `port`: a given one (a Redis restarted where its clients expect it), else a free one.
-  static async start({ password = '', tls = null, port = 0 } = {}) {
+  // `dir`: the data directory of a Redis stopped with stop({ keepData: true }) (it loads the
+  // dump.rdb a SAVE left there), else a new one.
+  static async start({ password = '', tls = null, port = 0, dir = null } = {}) {
     const s = new RedisServer();
     s.port = port || await freePort();
     s.password = password;
-    s.dir = mkdtempSync(path.join(os.tmpdir(), 'quiver-edge-redis-'));
+    s.dir = dir ?? mkdtempSync(path.join(os.tmpdir(), 'quiver-edge-redis-'));
     const args = ['--port', String(s.port), '--bind', '127.0.0.1', '--save', '', '--appendonly',
                   'no', '--dir', s.dir, '--protected-mode', 'yes'];
     if (password) args.push('--requirepass', password);
@@ -317,10 +319,11 @@ export class RedisServer {
     return Redis.connect(this.port, this.password);
   }
 
-  async stop() {
+  // `keepData`: the data directory stays, for a RedisServer started again on it.
+  async stop({ keepData = false } = {}) {
     await stopTied(this.proc, this.exited);
     this.proc = null;
-    rmSync(this.dir, { recursive: true, force: true });
+    if (!keepData) rmSync(this.dir, { recursive: true, force: true });
   }
 }
 
@@ -486,4 +489,56 @@ export function writeTempFile(name, text) {
   const file = path.join(dir, name);
   writeFileSync(file, text);
   return file;
+}
+
+// ---- the suites' common set-up and ending ------------------------------------------------------
+
+// A quiver-edge's environment (its workerd bindings, wrangler's vars) for a test namespace: the
+// caller-token key, the L1 lifetime, Redis on loopback as the edge's least-privilege user
+// (createEdgeUser), the webhook secrets when given; `extra` adds or overrides any binding.
+export function edgeEnv({ ns, kid, secret, redisPort, edgeRedisPassword, l1TtlMs,
+                          webhookSecrets = null, extra = {} }) {
+  const env = {
+    QUIVER_TOKEN_KEYS: JSON.stringify({ [kid]: secret }),
+    QUIVER_NAMESPACE: ns,
+    QUIVER_L1_TTL_MS: String(l1TtlMs),
+    REDIS_HOST: '127.0.0.1',
+    REDIS_PORT: String(redisPort),
+    REDIS_USERNAME: EDGE_REDIS_USER,
+    REDIS_PASSWORD: edgeRedisPassword,
+  };
+  if (webhookSecrets) env.QUIVER_WEBHOOK_SECRETS = JSON.stringify(webhookSecrets);
+  return { ...env, ...extra };
+}
+
+// `count` edges in workerd, each the staged worker of `edgeDir` with `env`.
+export async function startEdges(count, { edgeDir, env, logs }) {
+  const edges = [];
+  for (let i = 0; i < count; i++) {
+    edges.push(await Workerd.start({ config: path.join(edgeDir, 'workerd.capnp'), env, logs }));
+  }
+  return edges;
+}
+
+// The end of a suite: problems in the logs (internal errors, `secrets`) count as failures; the
+// verdict line; when anything failed, the last warnings (every line with QUIVER_EDGE_LOGS=1).
+// Exits 0 when nothing failed, else 1.
+export function finish({ failed, count, what = 'tests', started, logs, secrets }) {
+  failed += loggedProblems(logs, secrets);
+  console.log(`${failed ? 'FAILED' : 'passed'}: ${count} ${what} in ${Date.now() - started} ms`);
+  if (failed) {
+    const shown = process.env.QUIVER_EDGE_LOGS ? logs
+                                               : logs.filter((l) => / (WARN|ERROR) /.test(l));
+    console.log(shown.slice(-60).join('\n'));
+  }
+  process.exit(failed ? 1 : 0);
+}
+
+// What a suite's main() does when set-up itself throws: the error, the logs with QUIVER_EDGE_LOGS=1.
+export function crashed(logs) {
+  return (e) => {
+    console.error(e);
+    if (process.env.QUIVER_EDGE_LOGS) console.error(logs.join('\n'));
+    process.exit(1);
+  };
 }

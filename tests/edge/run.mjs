@@ -17,9 +17,9 @@ import os from 'node:os';
 import path from 'node:path';
 
 import {
-  EDGE_REDIS_USER, Layout, Redis, RedisServer, Workerd, argValue, connectionCommands,
-  createEdgeUser, edgeDirArg, everythingTools, manifestCommands, loggedProblems, manifestJson,
-  mintToken, repoRoot, runTests, signWebhook, signWebhookV1, sleep,
+  EDGE_REDIS_USER, Layout, Redis, RedisServer, Workerd, argValue, connectionCommands, crashed,
+  createEdgeUser, edgeDirArg, edgeEnv as harnessEdgeEnv, everythingTools, finish,
+  manifestCommands, manifestJson, mintToken, repoRoot, runTests, signWebhook, signWebhookV1, sleep,
 } from './harness.mjs';
 
 const edgeDir = edgeDirArg();
@@ -62,21 +62,10 @@ let db;     // Redis client
 let edge;   // Workerd
 const logs = [];
 
-function edgeEnv(extra = {}) {
-  return {
-    QUIVER_TOKEN_KEYS: JSON.stringify({ [KID]: SECRET }),
-    QUIVER_NAMESPACE: NS,
-    QUIVER_L1_TTL_MS: String(L1_TTL_MS),
-    REDIS_HOST: '127.0.0.1',
-    REDIS_PORT: String(redis.port),
-    REDIS_USERNAME: EDGE_REDIS_USER,
-    REDIS_PASSWORD: EDGE_REDIS_PASSWORD,
-    QUIVER_WEBHOOK_SECRETS: JSON.stringify({ ci: WEBHOOK_SECRET }),
-    REDIS_CONNECT_TIMEOUT_MS: '500',
-    REDIS_TIMEOUT_MS: '1000',
-    ...extra,
-  };
-}
+const edgeEnv = (extra = {}) => harnessEdgeEnv({
+  ns: NS, kid: KID, secret: SECRET, redisPort: redis.port, edgeRedisPassword: EDGE_REDIS_PASSWORD,
+  l1TtlMs: L1_TTL_MS, webhookSecrets: { ci: WEBHOOK_SECRET },
+  extra: { REDIS_CONNECT_TIMEOUT_MS: '500', REDIS_TIMEOUT_MS: '1000', ...extra } });
 
 async function populate() {
   const tools = everythingTools();
@@ -132,6 +121,20 @@ async function settle() {
     await sleep(20);
   }
   throw new Error('requests still open on the edge');
+}
+
+// docs' manifest committed again, now (as the agent's commit after a listing would write it).
+async function recommitDocs() {
+  await db.pipeline(manifestCommands(layout, 'docs', 'shared',
+                                     manifestJson(['search_docs', 'fetch_page'].map((n) => ({
+                                       name: n, description: `${n} for docs`,
+                                       inputSchema: { type: 'object' } })), 'docs')));
+}
+
+// POST /v1/webhooks/refresh, signed for this namespace unless `signature` is given.
+function postWebhook(body, signature = signWebhook(WEBHOOK_SECRET, NS, body)) {
+  return edge.request('POST', '/v1/webhooks/refresh', { body, headers: {
+    'content-type': 'application/json', 'x-quiver-signature': signature } });
 }
 
 function assertJsonError(res, status, code) {
@@ -667,9 +670,7 @@ test('a signed webhook marks every principal stale and queues it once; replays a
      async () => {
   await resetStream();
   await db.call('SADD', layout.grantees('mail'), 'member/alice', 'member/bob');
-  const post = (body, signature = signWebhook(WEBHOOK_SECRET, NS, body)) =>
-    edge.request('POST', '/v1/webhooks/refresh', { body, headers: {
-      'content-type': 'application/json', 'x-quiver-signature': signature } });
+  const post = postWebhook;
   const body = JSON.stringify({ connections: ['docs', 'mail', 'nope'], reason: 'deploy' });
   const signature = signWebhook(WEBHOOK_SECRET, NS, body);
   const res = await post(body, signature);
@@ -710,10 +711,7 @@ test('a signed webhook marks every principal stale and queues it once; replays a
   await settle();
 
   // A listing that started after the webhook clears the mark (as the agent's commit would).
-  await db.pipeline(manifestCommands(layout, 'docs', 'shared',
-                                     manifestJson(['search_docs', 'fetch_page'].map((n) => ({
-                                       name: n, description: `${n} for docs`,
-                                       inputSchema: { type: 'object' } })), 'docs')));
+  await recommitDocs();
   await sleep(L1_TTL_MS + 50);
   const again = await edge.request('GET', '/v1/mcp-connections/docs/manifest',
                                    { headers: auth('alice') });
@@ -732,6 +730,10 @@ test('a namespace the store lost answers 503 STORE_UNAVAILABLE, never an empty l
   // that the rest of the suite keeps its fixtures; the readers look at the record first).
   const record = await db.call('GET', layout.namespace());
   await db.call('DEL', layout.namespace());
+  // The signed refresh webhook too: 503, not 202 with `docs` an unknown connection; nothing is
+  // written (not even the replay guard), so the sender's retry is accepted once it is back.
+  const hook = JSON.stringify({ connection_id: 'docs', reason: 'deploy-during-wipe' });
+  const hookSignature = signWebhook(WEBHOOK_SECRET, NS, hook);
   try {
     await sleep(L1_TTL_MS + 50);
     for (const [method, p] of [['GET', '/v1/manifests'], ['GET', '/v1/mcp-connections/docs/manifest'],
@@ -741,6 +743,9 @@ test('a namespace the store lost answers 503 STORE_UNAVAILABLE, never an empty l
       assertJsonError(res, 503, 'STORE_UNAVAILABLE');
       assert.match(res.json.error.message, /being restored/, p);
     }
+    const refused = await postWebhook(hook, hookSignature);
+    assertJsonError(refused, 503, 'STORE_UNAVAILABLE');
+    assert.match(refused.json.error.message, /being restored/);
     // A caller with an L1 copy keeps the answer it had, marked stale-if-error.
     const stale = await edge.request('GET', '/v1/manifests', { headers: auth('wipe1') });
     assert.equal(stale.status, 200, stale.text);
@@ -750,12 +755,20 @@ test('a namespace the store lost answers 503 STORE_UNAVAILABLE, never an empty l
     await db.call('SET', layout.namespace(), 'restoring:1');
     assertJsonError(await edge.request('GET', '/v1/manifests', { headers: auth('wipe2') }), 503,
                     'STORE_UNAVAILABLE');
+    assertJsonError(await postWebhook(hook, hookSignature), 503, 'STORE_UNAVAILABLE');
   } finally {
     await db.call('SET', layout.namespace(), record);
   }
   const after = await edge.request('GET', '/v1/manifests', { headers: auth('wipe2') });
   assert.equal(after.status, 200, after.text);
   assert.deepEqual(ids(after), ids(before));
+  const retried = await postWebhook(hook, hookSignature);
+  assert.equal(retried.status, 202, retried.text);
+  assert.equal(retried.json.refreshes[0].connection_id, 'docs');
+  assert.notEqual(retried.json.refreshes[0].status, 'unknown_connection', retried.text);
+  await settle();
+  await resetStream();
+  await recommitDocs();  // the webhook marked docs stale: a listing after it clears the mark
 });
 
 test('scripts go by EVALSHA; after SCRIPT FLUSH one EVAL in the same request, never a 503',
@@ -814,53 +827,47 @@ test('scripts go by EVALSHA; after SCRIPT FLUSH one EVAL in the same request, ne
   await resetStream();
 });
 
-test('a Redis that accepts but never answers times out into a 503, and frees the request',
-     async () => {
+// An edge whose Redis accepts connections and never answers (`env` on top of edgeEnv()), for
+// `fn(edge)`; both stopped after.
+async function withSilentRedis(env, fn) {
   const silent = net.createServer((socket) => socket.on('error', () => {}));
   await new Promise((resolve) => silent.listen(0, '127.0.0.1', resolve));
   let hung;
   try {
     hung = await Workerd.start({ config: path.join(edgeDir, 'workerd.capnp'), logs, env: {
-      ...edgeEnv(), REDIS_PORT: String(silent.address().port), REDIS_TIMEOUT_MS: '300' } });
-    const t0 = Date.now();
-    const res = await hung.request('GET', '/v1/manifests', { headers: auth('alice') });
-    assertJsonError(res, 503, 'STORE_UNAVAILABLE');
-    const took = Date.now() - t0;
-    assert.ok(took >= 250 && took < 3000, `answered after ${took} ms`);
+      ...edgeEnv(), REDIS_PORT: String(silent.address().port), ...env } });
+    await fn(hung);
     const health = await hung.request('GET', '/healthz');
     assert.equal(health.json.open_requests, 0);
   } finally {
     await hung?.stop();
     silent.close();
   }
-});
+}
+
+test('a Redis that accepts but never answers times out into a 503, and frees the request',
+     () => withSilentRedis({ REDIS_TIMEOUT_MS: '300' }, async (hung) => {
+  const t0 = Date.now();
+  const res = await hung.request('GET', '/v1/manifests', { headers: auth('alice') });
+  assertJsonError(res, 503, 'STORE_UNAVAILABLE');
+  const took = Date.now() - t0;
+  assert.ok(took >= 250 && took < 3000, `answered after ${took} ms`);
+}));
 
 test('a stalled Redis: after one timeout the isolate fails fast while one request probes',
-     async () => {
-  const silent = net.createServer((socket) => socket.on('error', () => {}));
-  await new Promise((resolve) => silent.listen(0, '127.0.0.1', resolve));
-  let hung;
-  try {
-    hung = await Workerd.start({ config: path.join(edgeDir, 'workerd.capnp'), logs, env: {
-      ...edgeEnv(), REDIS_PORT: String(silent.address().port), REDIS_TIMEOUT_MS: '300',
-      QUIVER_REDIS_FAIL_FAST_MS: '30000' } });
-    const first = await hung.request('GET', '/v1/manifests', { headers: auth('alice') });
-    assertJsonError(first, 503, 'STORE_UNAVAILABLE');
-    assert.equal(first.headers['x-quiver-cache'], 'miss');
-    // The window is open: of these, one probes Redis (and waits), the others answer at once.
-    const burst = await Promise.all(['alice', 'bob', 'carol', 'dave'].map((m) =>
-      hung.request('GET', '/v1/manifests', { headers: auth(m) })));
-    for (const res of burst) assertJsonError(res, 503, 'STORE_UNAVAILABLE');
-    const fast = burst.filter((res) => res.headers['x-quiver-cache'] === 'fail-fast');
-    assert.ok(fast.length >= 3, `fail-fast answers: ${burst.map((r) => r.headers['x-quiver-cache'])}`);
-    assert.ok(logs.some((l) => l.includes('fail-fast')), 'the log says fail-fast');
-    const health = await hung.request('GET', '/healthz');
-    assert.equal(health.json.open_requests, 0);
-  } finally {
-    await hung?.stop();
-    silent.close();
-  }
-});
+     () => withSilentRedis({ REDIS_TIMEOUT_MS: '300', QUIVER_REDIS_FAIL_FAST_MS: '30000' },
+                           async (hung) => {
+  const first = await hung.request('GET', '/v1/manifests', { headers: auth('alice') });
+  assertJsonError(first, 503, 'STORE_UNAVAILABLE');
+  assert.equal(first.headers['x-quiver-cache'], 'miss');
+  // The window is open: of these, one probes Redis (and waits), the others answer at once.
+  const burst = await Promise.all(['alice', 'bob', 'carol', 'dave'].map((m) =>
+    hung.request('GET', '/v1/manifests', { headers: auth(m) })));
+  for (const res of burst) assertJsonError(res, 503, 'STORE_UNAVAILABLE');
+  const fast = burst.filter((res) => res.headers['x-quiver-cache'] === 'fail-fast');
+  assert.ok(fast.length >= 3, `fail-fast answers: ${burst.map((r) => r.headers['x-quiver-cache'])}`);
+  assert.ok(logs.some((l) => l.includes('fail-fast')), 'the log says fail-fast');
+}));
 
 test('Redis down: an L1 copy is served marked stale, else 503 STORE_UNAVAILABLE', async () => {
   await sleep(L1_TTL_MS);
@@ -899,14 +906,8 @@ async function main() {
     await edge.stop();
     await redis.stop();
   }
-  failed += loggedProblems(logs, [SECRET, REDIS_PASSWORD, EDGE_REDIS_PASSWORD, WEBHOOK_SECRET]);
-  const verdict = failed ? 'FAILED' : 'passed';
-  console.log(`${verdict}: ${tests.length} tests in ${Date.now() - started} ms`);
-  if (failed && process.env.QUIVER_EDGE_LOGS) console.log(logs.join('\n'));
-  process.exit(failed ? 1 : 0);
+  finish({ failed, count: tests.length, started, logs,
+           secrets: [SECRET, REDIS_PASSWORD, EDGE_REDIS_PASSWORD, WEBHOOK_SECRET] });
 }
 
-main().catch((e) => {
-  console.error(e);
-  process.exit(1);
-});
+main().catch(crashed(logs));

@@ -120,6 +120,17 @@ std::unique_ptr<Agent> make_agent(AgentConfig config, AgentOptions options) {
   return a.ok() ? std::move(*a) : nullptr;
 }
 
+// One of several agents on a shared store: its own data directory `data_dir` under `dir`,
+// manual options, started (null, with the failure reported, when it does not start).
+std::unique_ptr<Agent> start_agent(const TempDir& dir, const Json& servers, const Json& quiver,
+                                   const std::string& data_dir, LogCapture& log) {
+  auto agent = make_agent(make_config(dir, servers, quiver, {}, data_dir), manual_options(log));
+  if (!agent) return nullptr;
+  Status st = agent->start();
+  EXPECT_TRUE(st.ok()) << (st.ok() ? "" : st.error().message) << log.all();
+  return st.ok() ? std::move(agent) : nullptr;
+}
+
 // A RedisStore with quick reconnects, for tests that stop Redis.
 std::shared_ptr<ManifestStore> quick_redis_store(const RedisServer& redis, const AgentConfig& cfg) {
   RedisStoreOptions o;
@@ -598,9 +609,7 @@ TEST(AgentRedis, TwoAgentsShareOnePreferenceAuthority) {
   const Principal shared = Principal::shared();
   LogCapture log;
   auto start = [&](const std::string& data_dir) {
-    auto agent = make_agent(make_config(dir, servers, quiver, {}, data_dir), manual_options(log));
-    EXPECT_TRUE(agent && agent->start().ok()) << log.all();
-    return agent;
+    return start_agent(dir, servers, quiver, data_dir, log);
   };
   using Names = std::vector<std::string>;
   // A listing through `agent`, committed (an error says which).
@@ -655,9 +664,9 @@ TEST(AgentRedis, TwoAgentsShareOnePreferenceAuthority) {
   ASSERT_TRUE(redis.start());
   ASSERT_TRUE(wait_until(
       [&] {
-        (void)b->check_store_once();
+        const bool ready = b->check_store_once() == "ready";  // after the restore's hold
         Result<DisabledOverlay> overlay = b->store().read_disabled("t", shared);
-        return overlay.ok() && *overlay == DisabledOverlay{"tool:tool_1"};
+        return ready && overlay.ok() && *overlay == DisabledOverlay{"tool:tool_1"};
       },
       15'000))
       << log.all();
@@ -1474,8 +1483,12 @@ TEST(AgentRedis, AWipedNamespaceIsNotReadyUntilRestoredAndHiddenToolsStayHidden)
   flushall(redis);
   EXPECT_EQ(alice_answer(agent->store(), &detail), Answer::kNotReady) << detail;
   EXPECT_NE(detail.find("not initialised"), std::string::npos) << detail;
-  // The check notices, restores connections, grants and the overlay, then re-lists.
-  EXPECT_EQ(agent->check_store_once(), "ready") << log.all();
+  // The check notices, restores connections, grants and the overlay, holds the namespace
+  // `restoring` for two store-check intervals (other agents' copies), then re-lists.
+  EXPECT_EQ(agent->check_store_once(), "restoring") << log.all();
+  EXPECT_EQ(alice_answer(agent->store(), &detail), Answer::kNotReady) << detail;
+  EXPECT_TRUE(wait_until([&] { return agent->check_store_once() == "ready"; }, 10'000))
+      << log.all();
   EXPECT_EQ(agent->metrics().namespace_restores(), 1);
   EXPECT_EQ(agent->metrics().store_namespace(), "ready");
   EXPECT_TRUE(log.contains("namespace record is missing")) << log.all();
@@ -1483,6 +1496,51 @@ TEST(AgentRedis, AWipedNamespaceIsNotReadyUntilRestoredAndHiddenToolsStayHidden)
   EXPECT_GE(agent->drain_revalidations_once(), 1u);  // the seed the restore queued
   EXPECT_EQ(shown_tools(agent->store(), "alice", "t"), before) << log.all();
   agent->stop();
+}
+
+// The hide race: a capability hidden through agent B, whose toggle agent A has not pulled into
+// its own copy yet, when the store is wiped and A's store check comes first. A restores, but
+// keeps the namespace `restoring` for two store-check intervals; B's check meanwhile merges B's
+// copy in: the namespace is never ready with the tool shown. (Before, A marked it ready with its
+// own copy alone, and tool_2 showed until B's next check.)
+TEST(AgentRedis, ARestoreWaitsForTheOtherAgentsPreferenceCopies) {
+  RedisServer redis;
+  ASSERT_TRUE(redis.ok()) << redis.error();
+  TempDir dir;
+  const Json servers = {{"t", upstream_server({})}};
+  const Json quiver = {{"redis", redis_url(redis)},
+                       {"grants", {{"alice", {"t"}}}},
+                       {"runtime",
+                        {{"list_timeout_ms", 30000},
+                         {"request_timeout_ms", 30000},
+                         {"store_check_interval_ms", 200}}}};
+  const Principal shared = Principal::shared();
+  LogCapture log;
+  auto start = [&](const std::string& data_dir) {
+    return start_agent(dir, servers, quiver, data_dir, log);
+  };
+  auto a = start("data-a");
+  ASSERT_TRUE(a);
+  Result<RefreshReport> listed = a->refresh_now("t", shared, "manual");
+  ASSERT_TRUE(listed.ok() && listed->committed) << log.all();
+  auto b = start("data-b");  // merges A's rows at start-up: tool_2 is known to B
+  ASSERT_TRUE(b);
+  ASSERT_TRUE(b->set_preference("t", shared, CapabilityType::kTool, "tool_2", false).ok())
+      << log.all();
+  // The store hides it; A's durable copy has not pulled the toggle (no maintenance pass, no
+  // listing, no toggle through A since).
+  ASSERT_EQ(shown_tools(a->store(), "alice", "t"), (std::vector<std::string>{"tool_1", "tool_3"}));
+
+  flushall(redis);
+  std::string detail;
+  EXPECT_EQ(a->check_store_once(), "restoring") << log.all();  // held: B has not merged yet
+  EXPECT_EQ(alice_answer(a->store(), &detail), Answer::kNotReady) << detail;
+  EXPECT_EQ(b->check_store_once(), "restoring") << log.all();  // B's copy goes in
+  EXPECT_TRUE(wait_until([&] { return a->check_store_once() == "ready"; }, 10'000)) << log.all();
+  EXPECT_EQ(*a->store().read_disabled("t", shared), DisabledOverlay{"tool:tool_2"});
+  EXPECT_EQ(b->check_store_once(), "ready");
+  a->stop();
+  b->stop();
 }
 
 TEST(AgentRedis, TheStoreCheckRestoresAWipedNamespaceWithinItsInterval) {

@@ -293,8 +293,22 @@ TEST_P(ApiTest, AWipedStoreIs503AndHealthzSaysSoUntilTheAgentRestoresIt) {
   EXPECT_EQ(health->status, 503);
   EXPECT_EQ(body_of(health)["status"], "restoring");
   EXPECT_EQ(body_of(health)["store"], "namespace_missing");
+  // The signed refresh webhook too: 503, not 202 with the connection "unknown" or queued into an
+  // empty namespace; the replay guard is not written, so the sender's retry is accepted later.
+  const std::string hook = R"({"connection_id":"t","reason":"deploy"})";
+  const std::string signature = *sign_webhook(kWebhookSecret, ns(), hook, system_clock_ms()());
+  auto webhook = [&] {
+    return client_->Post("/v1/webhooks/refresh", {{kWebhookSignatureHeader, signature}}, hook,
+                         "application/json");
+  };
+  auto refused = webhook();
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 503) << refused->body;
+  EXPECT_EQ(error_code(refused), "STORE_UNAVAILABLE") << refused->body;
+  EXPECT_NE(refused->body.find("being restored"), std::string::npos) << refused->body;
 
-  EXPECT_EQ(agent_->check_store_once(), "ready");
+  // The agent restores it (and holds it `restoring` for two store-check intervals).
+  EXPECT_TRUE(wait_until([&] { return agent_->check_store_once() == "ready"; }, 10'000));
   health = client_->Get("/healthz");
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200) << health->body;
@@ -303,6 +317,11 @@ TEST_P(ApiTest, AWipedStoreIs503AndHealthzSaysSoUntilTheAgentRestoresIt) {
   EXPECT_EQ(listing->status, 200) << listing->body;
   EXPECT_TRUE(body_of(listing)["connections"].is_array());
   EXPECT_FALSE(body_of(listing)["connections"].empty()) << listing->body;
+  auto accepted = webhook();  // the same signed request, retried
+  ASSERT_TRUE(accepted);
+  EXPECT_EQ(accepted->status, 202) << accepted->body;
+  ASSERT_EQ(body_of(accepted)["refreshes"].size(), 1u) << accepted->body;
+  EXPECT_NE(body_of(accepted)["refreshes"][0]["status"], "unknown_connection") << accepted->body;
 }
 
 TEST_P(ApiTest, MissingBadAndExpiredTokensAre401) {

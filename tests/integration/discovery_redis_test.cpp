@@ -466,6 +466,27 @@ class WebhookRedisIntegration : public DiscoveryRedisIntegration {
   }
 };
 
+// A namespace the store lost (or an agent is restoring): nothing written, not even the replay
+// guard, so the sender's retry of the same signed request is accepted once it is ready again.
+TEST_F(WebhookRedisIntegration, AWipedNamespaceIsNotReadyAndNothingIsWritten) {
+  const std::vector<WebhookRefreshTarget> targets = {{"shared-docs", std::nullopt, "deploy"}};
+  cmd({"FLUSHALL"});
+  for (const char* record : {"", "restoring:5"}) {
+    if (*record != '\0') cmd({"SET", keys_.namespace_record(), record});
+    Result<WebhookRefreshReply> r = webhook("wh:wiped", targets, kNow);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().code, ErrorCode::kStoreNotReady) << r.error().message;
+    EXPECT_EQ(cmd({"DBSIZE"}).integer, *record != '\0' ? 1 : 0);  // the record alone
+  }
+  populate(matrix_store());  // an agent restored it, and marked it ready
+  cmd({"SET", keys_.namespace_record(), "ready:6"});
+  Result<WebhookRefreshReply> r = webhook("wh:wiped", targets, kNow);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_FALSE(r->replay);
+  ASSERT_EQ(r->results.size(), 1u);
+  EXPECT_EQ(r->results[0].status, "queued");
+}
+
 TEST_F(WebhookRedisIntegration, MarksStaleQueuesEveryPrincipalAndRefusesAReplay) {
   populate(matrix_store());
   cmd({"SADD", *keys_.grantees("pm-github"), "member/alice", "member/carol"});

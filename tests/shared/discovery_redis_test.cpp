@@ -360,6 +360,18 @@ TEST(DiscoveryRedis, WebhookRepliesParseStrictly) {
 
   EXPECT_EQ(parse_webhook_refresh_reply(RespValue::error("NOSCRIPT")).error().code,
             ErrorCode::kUnavailable);
+  // webhook_refresh.lua when the namespace record is not `ready`: the store lost its data (503),
+  // never every target `unknown_connection`.
+  for (const char* state : {"missing", "restoring"}) {
+    Result<WebhookRefreshReply> r =
+        parse_webhook_refresh_reply(A({S("quiver.namespace.v1"), S(state)}));
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().code, ErrorCode::kStoreNotReady);
+    EXPECT_NE(r.error().message.find(state), std::string::npos) << r.error().message;
+  }
+  // The script reads the record before it writes anything (the replay guard first of all).
+  std::string_view script = schema_asset("lua/webhook_refresh.lua");
+  EXPECT_LT(script.find("prefix .. 'namespace'"), script.find("redis.call('SET'"));
   for (const RespValue& bad :
        {A({}), I(1), RespValue::nil(), A({S("replay"), S("x")}), A({S("accepted")}),
         A({S("accepted"), A({S("docs"), S("shared"), S("queued")})}),

@@ -900,6 +900,17 @@ TEST(EdgeService, AWebhookIsVerifiedThenAppliedInOneScript) {
   s = edge->feed(s.handle, "+OK\r\n" + encode_reply(I(7)), kNow);
   EXPECT_EQ(s.response.status, 503);
   edge->end(s.handle);
+  // A namespace the store lost (the script read its record first): 503 that says so, never 202
+  // with every target `unknown_connection`.
+  s = edge->begin(signed_webhook(body), kNow, kRandom);
+  s = edge->feed(s.handle, "+OK\r\n" + encode_reply(A({S("quiver.namespace.v1"), S("missing")})),
+                 kNow);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(s.response.status, 503);
+  EXPECT_EQ(error_code_of(s), "STORE_UNAVAILABLE");
+  EXPECT_NE(body_of(s)["error"]["message"].get<std::string>().find("being restored"),
+            std::string::npos);
+  edge->end(s.handle);
   EXPECT_EQ(edge->open_requests(), 0u);
 }
 
