@@ -570,12 +570,14 @@ test('16 concurrent connections × thousands of requests: zero errors', async ()
   const paths = ['/v1/manifests', '/v1/mcp-connections/mail/manifest', '/v1/search?q=send'];
   const members = ['alice', 'bob'];
   const headers = Object.fromEntries(members.map((m) => [m, auth(m)]));
-  const deadline = Date.now() + 6000;
+  // A count of requests, not a time: how fast the edge answers is docs/benchmarks.md's business
+  // (a loaded machine made a "so many in 6 s" floor fail here with nothing wrong).
+  const total = 2000;
   let done = 0;
   const failures = [];
   const sources = {};
   async function client(n) {
-    for (let i = 0; Date.now() < deadline; i++) {
+    for (let i = 0; done < total; i++) {
       const member = members[(n + i) % members.length];
       const res = await edge.request('GET', paths[(n + i) % paths.length],
                                      { headers: headers[member], agent });
@@ -591,7 +593,6 @@ test('16 concurrent connections × thousands of requests: zero errors', async ()
   await Promise.all(Array.from({ length: 16 }, (_, n) => client(n)));
   agent.destroy();
   assert.deepEqual(failures.slice(0, 5), []);
-  assert.ok(done >= 2000, `only ${done} requests in 6 s`);
   assert.ok((sources.miss ?? 0) > 0 && (sources.hit ?? 0) > 0, JSON.stringify(sources));
   console.log(`      ${done} requests, ${JSON.stringify(sources)}`);
   await settle();
