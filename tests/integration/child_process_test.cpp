@@ -386,10 +386,16 @@ TEST(ChildProcess, TheEnvironmentIsMinimalPlusWhatTheSpecGives) {
 }
 
 TEST(ChildProcess, WritingToADeadChildIsAnErrorNotASignal) {
-  // This test process does not ignore SIGPIPE: a raised SIGPIPE would kill it.
-  struct sigaction current {};
-  ::sigaction(SIGPIPE, nullptr, &current);
-  ASSERT_EQ(current.sa_handler, SIG_DFL);
+  // SIGPIPE at its default for this test (another test of the binary may have ignored it, as the
+  // agent does): a raised SIGPIPE would kill the process.
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  struct sigaction before {};
+  ::sigaction(SIGPIPE, &dfl, &before);
+  struct Restore {
+    struct sigaction old;
+    ~Restore() { ::sigaction(SIGPIPE, &old, nullptr); }
+  } restore{before};
   auto child = spawn_ok({"true", {}, {}});
   ASSERT_NE(child, nullptr);
   ASSERT_TRUE(wait_exit(*child, 3000).has_value());
