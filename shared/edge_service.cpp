@@ -6,6 +6,7 @@
 
 #include "shared/json.h"
 #include "shared/sha256.h"
+#include "shared/webhook_exchange.h"
 
 namespace quiver {
 
@@ -534,51 +535,24 @@ EdgeStep EdgeService::healthz(Request& r, const HttpRequest& request) {
   return respond_now(r, std::move(res));
 }
 
-// Signed, not bearer-authenticated: verified over the exact body before anything is parsed, then
-// the replay guard, the marking and the queuing in one script (shared/discovery_redis.h).
+// Signed, not bearer-authenticated: checked by shared/webhook_exchange.h (the agent runs the same
+// checks in the same order), then the replay guard, the marking and the queuing in one script
+// (shared/discovery_redis.h).
 EdgeStep EdgeService::webhook(Request& r, const HttpRequest& request, int64_t now_ms) {
-  if (request.method != "POST") {
-    HttpResponse res = error_response(HttpErrorCode::kMethodNotAllowed, "method not allowed");
-    res.headers.emplace_back("Allow", "POST");
-    return respond_now(r, std::move(res));
+  WebhookCheck check = check_webhook(request, settings_->webhook_secrets, keys_->ns(), now_ms,
+                                     "webhooks are off: QUIVER_WEBHOOK_SECRETS is not set");
+  if (auto* refused = std::get_if<WebhookRefusal>(&check)) {
+    return respond_now(r, std::move(refused->response), std::move(refused->log));
   }
-  if (settings_->webhook_secrets.empty()) {
-    return respond_now(r, error_response(HttpErrorCode::kNotFound,
-                                         "webhooks are off: QUIVER_WEBHOOK_SECRETS is not set"));
-  }
-  std::optional<std::string_view> header = find_header(request.headers, kWebhookSignatureHeader);
-  if (!header) {
-    return respond_now(
-        r, error_response(HttpErrorCode::kUnauthenticated,
-                          std::string("the ") + kWebhookSignatureHeader + " header is missing"));
-  }
-  Result<WebhookVerified> verified =
-      verify_webhook(*header, request.body, settings_->webhook_secrets, keys_->ns(), now_ms);
-  if (!verified.ok()) {
-    if (verified.error().code != ErrorCode::kUnauthenticated) {
-      return respond_now(r, error_response(HttpErrorCode::kInternal, "internal error"),
-                         "webhook secrets: " + verified.error().message);
-    }
-    EdgeStep s =
-        respond_now(r, error_response(HttpErrorCode::kUnauthenticated, verified.error().message));
-    s.log = "webhook refused: " + verified.error().message;
-    return s;
-  }
-  Result<WebhookRefreshRequest> parsed = parse_webhook_refresh(request.body);
-  if (!parsed.ok()) {
-    bool too_large = parsed.error().code == ErrorCode::kTooLarge;
-    return respond_now(
-        r, error_response(too_large ? HttpErrorCode::kPayloadTooLarge : HttpErrorCode::kBadRequest,
-                          parsed.error().message));
-  }
-  Result<RedisCommand> command =
-      webhook_refresh_command(*keys_, *verified, *parsed, now_ms, settings_->enqueue);
+  WebhookChecked& checked = std::get<WebhookChecked>(check);
+  Result<RedisCommand> command = webhook_refresh_command(*keys_, checked.verified, checked.request,
+                                                         now_ms, settings_->enqueue);
   if (!command.ok()) {
     return respond_now(r, error_response(HttpErrorCode::kInternal, "internal error"),
                        "webhook: " + command.error().message);
   }
-  r.webhook_reason = parsed->targets.front().reason;
-  r.webhook_legacy_v1 = verified->legacy_v1;
+  r.webhook_reason = checked.request.targets.front().reason;
+  r.webhook_legacy_v1 = checked.verified.legacy_v1;
   return send(r, Waiting::kWebhook, {std::move(*command)});
 }
 
@@ -823,17 +797,11 @@ EdgeStep EdgeService::complete(Request& r, int64_t now_ms) {
         return store_failed(r, reply.error(), now_ms);
       }
       if (reply->replay) {
-        EdgeStep s =
-            respond_now(r, error_response(HttpErrorCode::kUnauthenticated,
-                                          "this signed request was already delivered (replay)"));
+        EdgeStep s = respond_now(r, webhook_replay_response());
         s.log = "webhook refused: a replay";
         return s;
       }
-      HttpResponse res;
-      res.status = 202;
-      res.headers = {{"Content-Type", "application/json"}, {"Cache-Control", "no-store"}};
-      res.body = webhook_accepted_body(reply->results);
-      EdgeStep s = respond_now(r, std::move(res));
+      EdgeStep s = respond_now(r, webhook_accepted_response(reply->results));
       s.log = "webhook accepted (" + std::to_string(reply->results.size()) +
               " refresh(es), reason " + r.webhook_reason + ")";
       if (r.webhook_legacy_v1) {
@@ -916,10 +884,7 @@ EdgeStep EdgeService::store_failed(Request& r, Error error, int64_t now_ms) {
           r, r.exchange->resume_enqueue({Result<RevalidationResult>(std::move(error))}, now_ms),
           now_ms);
     case Waiting::kWebhook:
-      return respond_now(r,
-                         error_response(HttpErrorCode::kStoreUnavailable,
-                                        "the store is unavailable; the webhook was not applied"),
-                         "webhook: " + error.message);
+      return respond_now(r, webhook_store_failed_response(), "webhook: " + error.message);
     case Waiting::kBackground: {
       for (const Revalidation& rev : r.background) cache_.release_revalidation(claim_key(rev));
       EdgeStep s;
