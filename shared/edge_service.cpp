@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "shared/json.h"
+#include "shared/runtime_settings.h"
 #include "shared/sha256.h"
 #include "shared/webhook_exchange.h"
 
@@ -14,17 +15,6 @@ namespace {
 
 Error invalid(std::string message) {
   return Error(ErrorCode::kInvalidArgument, std::move(message));
-}
-
-// A non-negative decimal integer, nothing else ("", "-1", "1e3", " 5" are refused).
-std::optional<int64_t> parse_non_negative(std::string_view s) {
-  if (s.empty() || s.size() > 18) return std::nullopt;
-  int64_t v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return std::nullopt;
-    v = v * 10 + (c - '0');
-  }
-  return v;
 }
 
 void put_u32(std::string& out, uint32_t v) {
@@ -170,12 +160,18 @@ Result<EdgeSettings> edge_settings_from_env(std::string_view env_json) {
     if (v && v->empty()) return std::nullopt;  // an empty variable is an unset one
     return v;
   };
+  // A setting of the one runtime table (shared/runtime_settings.h): its syntax and bounds, as
+  // the agent checks the same variable.
   auto get_ms = [&](const char* name, int64_t* out) -> Status {
     std::optional<std::string> v = get(name);
     if (!v) return Status::Ok();
-    std::optional<int64_t> n = parse_non_negative(*v);
-    if (!n) return invalid(std::string(name) + " must be a non-negative integer");
-    *out = *n;
+    const RuntimeSetting* setting = find_runtime_setting_env(name);
+    if (setting == nullptr || (setting->hosts & kRuntimeEdge) == 0) {
+      return Error(ErrorCode::kInternal, std::string(name) + " is not an edge setting");
+    }
+    Result<double> n = runtime_setting_from_env(*setting, *v);
+    if (!n.ok()) return n.error();
+    *out = static_cast<int64_t>(*n);
     return Status::Ok();
   };
 
@@ -220,8 +216,6 @@ Result<EdgeSettings> edge_settings_from_env(std::string_view env_json) {
   if (Status st = validate_freshness_policy(s.discovery.freshness); !st.ok()) {
     return invalid("QUIVER_FRESH_TTL_MS / QUIVER_MAX_AGE_MS: " + st.error().message);
   }
-  if (s.enqueue.window_ms <= 0) return invalid("QUIVER_REVALIDATE_WINDOW_MS must be positive");
-  if (s.fail_fast_ms > 60'000) return invalid("QUIVER_REDIS_FAIL_FAST_MS must be at most 60000");
   if (std::optional<std::string> secrets = get("QUIVER_WEBHOOK_SECRETS")) {
     Result<Json> parsed = parse_json(*secrets, 64 * 1024);
     if (!parsed.ok() || !parsed->is_object() || parsed->empty()) {
