@@ -20,6 +20,7 @@
 #include "native-agent/http_front.h"
 #include "native-agent/locked_render_cache.h"
 #include "native-agent/metrics.h"
+#include "shared/ascii.h"
 #include "shared/caller_token.h"
 #include "shared/discovery.h"
 #include "shared/discovery_http.h"
@@ -38,16 +39,6 @@ constexpr char kJson[] = "application/json";
 constexpr char kPrometheusText[] = "text/plain; version=0.0.4; charset=utf-8";
 
 // ---- small helpers -----------------------------------------------------------------------------
-
-bool iequals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    char x = a[i] >= 'A' && a[i] <= 'Z' ? static_cast<char>(a[i] - 'A' + 'a') : a[i];
-    char y = b[i] >= 'A' && b[i] <= 'Z' ? static_cast<char>(b[i] - 'A' + 'a') : b[i];
-    if (x != y) return false;
-  }
-  return true;
-}
 
 bool is_loopback_peer(const std::string& addr) {
   return addr.rfind("127.", 0) == 0 || addr == "::1" || addr.rfind("::ffff:127.", 0) == 0;
@@ -76,7 +67,7 @@ void send(const HttpResponse& from, httplib::Response& to) {
   to.status = from.status;
   std::string content_type;
   for (const auto& [name, value] : from.headers) {
-    if (iequals(name, "Content-Type")) {
+    if (ascii_iequals(name, "Content-Type")) {
       content_type = value;
     } else {
       to.set_header(name, value);
@@ -169,12 +160,6 @@ Http1Response to_http1(HttpResponse r) {
   return out;
 }
 
-std::string lowercase(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
-  return out;
-}
-
 bool is_loopback_ipv4(const std::string& h) {
   in_addr a{};
   return ::inet_pton(AF_INET, h.c_str(), &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
@@ -188,7 +173,7 @@ bool is_loopback_ipv4(const std::string& h) {
 bool host_allowed(const std::string* host_header, const std::string& listen_host,
                   const HttpPeer& peer) {
   if (host_header == nullptr) return true;
-  std::string host = lowercase(*host_header);
+  std::string host = ascii_lower(*host_header);
   if (!host.empty() && host.front() == '[') {
     std::size_t close = host.find(']');
     if (close == std::string::npos) return false;
@@ -202,9 +187,9 @@ bool host_allowed(const std::string* host_header, const std::string& listen_host
   if (!host.empty() && host.back() == '.') host.pop_back();
   if (host.empty()) return false;
   if (host == "localhost" || host == "::1" || is_loopback_ipv4(host)) return true;
-  const std::string listen = lowercase(listen_host);
+  const std::string listen = ascii_lower(listen_host);
   if (host == listen && listen != "0.0.0.0" && listen != "::") return true;
-  std::string local = lowercase(peer.local_addr);
+  std::string local = ascii_lower(peer.local_addr);
   if (local.rfind("::ffff:", 0) == 0 && local.find('.') != std::string::npos) local.erase(0, 7);
   return !local.empty() && host == local;
 }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "native-agent/url_guard.h"
+#include "shared/ascii.h"
 #include "shared/runtime_settings.h"
 #include "shared/sha256.h"
 
@@ -62,18 +63,6 @@ bool is_alnum(char c) {
   return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
 }
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
-
-std::string ascii_lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  }
-  return out;
-}
-
-bool starts_with_ci(std::string_view s, std::string_view prefix) {
-  return s.size() >= prefix.size() && ascii_lower(s.substr(0, prefix.size())) == prefix;
-}
 
 std::string join(const std::vector<std::string>& parts, std::string_view sep) {
   std::string out;
@@ -841,10 +830,10 @@ struct RedisParts {
 Result<RedisParts> split_redis_url(std::string_view url) {
   RedisParts out;
   std::string_view rest;
-  if (starts_with_ci(url, "rediss://")) {
+  if (ascii_istarts_with(url, "rediss://")) {
     out.tls = true;
     rest = url.substr(9);
-  } else if (starts_with_ci(url, "redis://")) {
+  } else if (ascii_istarts_with(url, "redis://")) {
     rest = url.substr(8);
   } else {
     return invalid("not a Redis URL: it must start with redis:// or rediss://");
@@ -910,10 +899,10 @@ Result<RedisConfig> parse_redis_url(std::string_view url) {
   // A URL from the environment is plain text: `${` has no meaning in it.
   RedisParts parts;
   std::string_view rest;
-  if (starts_with_ci(url, "rediss://")) {
+  if (ascii_istarts_with(url, "rediss://")) {
     parts.tls = true;
     rest = url.substr(9);
-  } else if (starts_with_ci(url, "redis://")) {
+  } else if (ascii_istarts_with(url, "redis://")) {
     rest = url.substr(8);
   } else {
     return invalid("not a Redis URL: it must start with redis:// or rediss://");

@@ -5,6 +5,7 @@
 #include <memory>
 #include <set>
 
+#include "shared/ascii.h"
 #include "shared/json.h"
 #include "shared/utf8.h"
 #include "shared/webhook_signature.h"
@@ -12,16 +13,6 @@
 namespace quiver {
 
 namespace {
-
-char lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
-
-bool iequals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (lower(a[i]) != lower(b[i])) return false;
-  }
-  return true;
-}
 
 int hex_value(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -78,7 +69,7 @@ HttpHeaders json_headers() { return {{"Content-Type", "application/json"}}; }
 
 std::optional<std::string_view> find_header(const HttpHeaders& headers, std::string_view name) {
   for (const auto& [n, v] : headers) {
-    if (iequals(n, name)) return std::string_view(v);
+    if (ascii_iequals(n, name)) return std::string_view(v);
   }
   return std::nullopt;
 }
@@ -152,7 +143,7 @@ CallerAuth authenticate_caller(const HttpHeaders& headers, const Keyring* keyrin
                                const VerifyOptions& options, std::string_view no_keyring_reason) {
   std::optional<std::string_view> authorization;
   for (const auto& [name, value] : headers) {
-    if (!iequals(name, "Authorization")) continue;
+    if (!ascii_iequals(name, "Authorization")) continue;
     if (authorization) return CallerAuth::unauthenticated("more than one Authorization header");
     authorization = value;
   }

@@ -4,6 +4,7 @@
 #include <iterator>
 #include <utility>
 
+#include "shared/ascii.h"
 #include "shared/json.h"
 #include "shared/runtime_settings.h"
 #include "shared/sha256.h"
@@ -35,10 +36,7 @@ Json headers_json(const HttpHeaders& headers) {
 
 void set_header(HttpHeaders& headers, std::string_view name, std::string value) {
   for (auto& [n, v] : headers) {
-    if (n.size() == name.size() && std::equal(n.begin(), n.end(), name.begin(), [](char a, char b) {
-          auto low = [](char c) { return (c >= 'A' && c <= 'Z') ? char(c - 'A' + 'a') : c; };
-          return low(a) == low(b);
-        })) {
+    if (ascii_iequals(n, name)) {
       v = std::move(value);
       return;
     }
