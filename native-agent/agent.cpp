@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "native-agent/clock.h"
 #include "native-agent/preferences_db.h"
 #include "native-agent/redis_store.h"
 #include "native-agent/sqlite_store.h"
@@ -36,12 +37,6 @@ constexpr char kLog[] = "agent";
 constexpr std::size_t kLeaseTokenBytes = 16;
 // The scheduler's tick: deferred change triggers are retried at this pace.
 constexpr int64_t kTickMs = 100;
-
-int64_t steady_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // Triggers that assert "the upstream changed after time T": a refresh that started before T does
 // not satisfy them, so a queue answer of already_queued / in_progress is followed up (deferred)
