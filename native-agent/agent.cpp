@@ -28,6 +28,7 @@
 #include "shared/lease.h"
 #include "shared/manifest.h"
 #include "shared/sha256.h"
+#include "shared/utf8.h"
 
 namespace quiver {
 
@@ -50,14 +51,6 @@ bool is_change_trigger(std::string_view trigger) {
 std::string outcome_label(std::string outcome) {
   std::replace(outcome.begin(), outcome.end(), ':', '_');
   return outcome;
-}
-
-std::string cut_utf8(std::string s, std::size_t max) {
-  if (s.size() <= max) return s;
-  std::size_t end = max;
-  while (end > 0 && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80) --end;
-  s.resize(end);
-  return s;
 }
 
 Status make_dirs(const std::string& path) {
