@@ -808,7 +808,13 @@ struct ApiServer::Impl {
                                        options.now_ms(),
                                        "webhooks are off: quiver.webhook_secrets names no secret");
     if (auto* refused = std::get_if<WebhookRefusal>(&check)) {
-      if (!refused->log.empty()) log("api: " + refused->log);
+      if (!refused->log.empty()) {
+        if (refused->response.status >= 500) {
+          log("api: " + refused->log);
+        } else {
+          note("api: " + refused->log);  // a refused sender: routine, not a problem here
+        }
+      }
       return send(refused->response, res);
     }
     const WebhookChecked& checked = std::get<WebhookChecked>(check);
