@@ -11,34 +11,18 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/markdown_table.h"
+
 #include "shared/edge_service.h"
 #include "shared/json.h"
 
 namespace quiver {
 namespace {
 
-std::string read_readme() {
-  std::ifstream in(std::string(QUIVER_SOURCE_DIR) + "/README.md", std::ios::binary);
-  std::stringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
+using testing::table_cells;
+using testing::trim;
 
-std::string trim(const std::string& s) {
-  const std::size_t b = s.find_first_not_of(" \t\r");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
-}
-
-std::vector<std::string> cells(const std::string& line) {
-  std::vector<std::string> out;
-  std::string t = trim(line);
-  if (t.size() < 2 || t.front() != '|' || t.back() != '|') return out;
-  std::stringstream row(t.substr(1, t.size() - 2));
-  std::string cell;
-  while (std::getline(row, cell, '|')) out.push_back(trim(cell));
-  return out;
-}
+std::string read_readme() { return testing::read_source_file("README.md"); }
 
 std::string unquote(const std::string& cell) {
   return cell.size() >= 2 && cell.front() == '`' && cell.back() == '`'
@@ -66,7 +50,7 @@ TEST(RuntimeSettings, TheReadmeListsExactlyTheTablesRows) {
   std::getline(lines, line);  // | --- |
   std::multiset<Row> documented;
   while (std::getline(lines, line)) {
-    std::vector<std::string> c = cells(line);
+    std::vector<std::string> c = table_cells(line);
     if (c.empty()) break;
     ASSERT_EQ(c.size(), 5u) << line;
     documented.insert({unquote(c[1]), unquote(c[3]), c[4]});
