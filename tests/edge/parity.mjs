@@ -21,8 +21,7 @@ import path from 'node:path';
 import { Agent, defaultAgentBinary, nodeModules, testUpstreamScript } from './agent.mjs';
 import {
   EDGE_REDIS_USER, Layout, RedisServer, Workerd, argValue, connectionCommands, createEdgeUser,
-  edgeDirArg, loggedProblems, manifestCommands, manifestJson, mintToken, signWebhook, sleep,
-  waitFor,
+  edgeDirArg, loggedProblems, manifestCommands, manifestJson, mintToken, signWebhook, waitFor,
 } from './harness.mjs';
 
 const edgeDir = edgeDirArg();
@@ -226,7 +225,6 @@ async function main() {
         listed = res.json.connections[0].manifest;
         return true;
       }
-      await sleep(100);
       return false;
     }, 30000);
 
