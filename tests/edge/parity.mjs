@@ -78,7 +78,7 @@ const ROWS = [
 
   // Good requests.
   row('manifests', 'GET', '/v1/manifests', [200], { headers: alice,
-    check: (r) => r.json?.connections?.map((c) => c.connection_id).join(',') === 'docs' }),
+    check: (r) => r.json?.connections?.map((c) => c.id).join(',') === 'docs' }),
   row('manifests, mcp view and a limit', 'GET', '/v1/manifests?view=mcp&limit=5', [200],
       { headers: alice }),
   row('HEAD manifests', 'HEAD', '/v1/manifests', [200], { headers: alice }),
@@ -218,15 +218,15 @@ async function main() {
       env: { PARITY_TOKEN_KEY: SECRET, PARITY_WEBHOOK_SECRET: WEBHOOK_SECRET } });
     // The agent lists docs; its manifest is the edge's data too.
     let listed;
+    let last;
     await waitFor('the agent lists docs', async () => {
-      const res = await agent.request('GET', '/v1/mcp-connections/docs/manifest',
-                                      { headers: alice() });
-      if (res.status === 200 && res.json?.connections?.[0]?.manifest?.tools?.items?.length) {
-        listed = res.json.connections[0].manifest;
-        return true;
-      }
-      return false;
-    }, 30000);
+      last = await agent.request('GET', '/v1/mcp-connections/docs/manifest', { headers: alice() });
+      listed = (last.json?.connections?.[0] ?? last.json)?.manifest;
+      return last.status === 200 && listed?.tools?.items?.length > 0;
+    }, 30000).catch((e) => {
+      throw new Error(`${e.message}: last ${last?.status} ${last?.text?.slice(0, 300)}\n` +
+                      logs.slice(-20).join('\n'));
+    });
 
     redis = await RedisServer.start();
     db = await redis.client();
