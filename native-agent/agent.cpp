@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "native-agent/clock.h"
 #include "native-agent/preferences_db.h"
 #include "native-agent/redis_store.h"
 #include "native-agent/sqlite_store.h"
@@ -27,6 +28,7 @@
 #include "shared/lease.h"
 #include "shared/manifest.h"
 #include "shared/sha256.h"
+#include "shared/utf8.h"
 
 namespace quiver {
 
@@ -36,12 +38,6 @@ constexpr char kLog[] = "agent";
 constexpr std::size_t kLeaseTokenBytes = 16;
 // The scheduler's tick: deferred change triggers are retried at this pace.
 constexpr int64_t kTickMs = 100;
-
-int64_t steady_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // Triggers that assert "the upstream changed after time T": a refresh that started before T does
 // not satisfy them, so a queue answer of already_queued / in_progress is followed up (deferred)
@@ -55,14 +51,6 @@ bool is_change_trigger(std::string_view trigger) {
 std::string outcome_label(std::string outcome) {
   std::replace(outcome.begin(), outcome.end(), ':', '_');
   return outcome;
-}
-
-std::string cut_utf8(std::string s, std::size_t max) {
-  if (s.size() <= max) return s;
-  std::size_t end = max;
-  while (end > 0 && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80) --end;
-  s.resize(end);
-  return s;
 }
 
 Status make_dirs(const std::string& path) {

@@ -20,6 +20,7 @@
 #include "native-agent/http_front.h"
 #include "native-agent/locked_render_cache.h"
 #include "native-agent/metrics.h"
+#include "shared/ascii.h"
 #include "shared/caller_token.h"
 #include "shared/discovery.h"
 #include "shared/discovery_http.h"
@@ -27,6 +28,7 @@
 #include "shared/preferences.h"
 #include "shared/search_index.h"
 #include "shared/utf8.h"
+#include "shared/webhook_exchange.h"
 #include "shared/webhook_signature.h"
 
 namespace quiver {
@@ -37,16 +39,6 @@ constexpr char kJson[] = "application/json";
 constexpr char kPrometheusText[] = "text/plain; version=0.0.4; charset=utf-8";
 
 // ---- small helpers -----------------------------------------------------------------------------
-
-bool iequals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    char x = a[i] >= 'A' && a[i] <= 'Z' ? static_cast<char>(a[i] - 'A' + 'a') : a[i];
-    char y = b[i] >= 'A' && b[i] <= 'Z' ? static_cast<char>(b[i] - 'A' + 'a') : b[i];
-    if (x != y) return false;
-  }
-  return true;
-}
 
 bool is_loopback_peer(const std::string& addr) {
   return addr.rfind("127.", 0) == 0 || addr == "::1" || addr.rfind("::ffff:127.", 0) == 0;
@@ -76,7 +68,7 @@ void send(HttpResponse&& from, httplib::Response& to) {
   to.status = from.status;
   std::string content_type;
   for (const auto& [name, value] : from.headers) {
-    if (iequals(name, "Content-Type")) {
+    if (ascii_iequals(name, "Content-Type")) {
       content_type = value;
     } else {
       to.set_header(name, value);
@@ -118,20 +110,28 @@ Json preference_json(const PreferenceRow& row) {
                        {"toggled_at", row.toggled_at}});
 }
 
-// Query parameters of an agent-owned endpoint: only `allowed` ones, each once. A principal never
-// comes from the query.
-std::optional<std::string> check_params(const httplib::Request& req,
-                                        std::initializer_list<const char*> allowed) {
-  for (const auto& [name, value] : req.params) {
-    if (name == "principal" || name == "member") {
-      return "`" + name + "` is not a parameter: the caller comes from the bearer token";
-    }
-    bool known = false;
-    for (const char* a : allowed) known = known || name == a;
-    if (!known) return "unknown query parameter `" + name + "`";
-    if (req.get_param_value_count(name) > 1) return "query parameter `" + name + "` repeated";
-  }
-  return std::nullopt;
+// The raw query of a request (after '?', still percent-encoded), as the core parses it.
+std::string_view raw_query(const httplib::Request& req) {
+  std::size_t q = req.target.find('?');
+  return q == std::string::npos ? std::string_view() : std::string_view(req.target).substr(q + 1);
+}
+
+// Query parameters of an agent-owned endpoint, checked by the core's parser (the discovery
+// endpoints' rules: only `allowed` ones, each once, never a principal).
+QueryParams check_params(const httplib::Request& req, std::initializer_list<const char*> allowed) {
+  return parse_query_params(raw_query(req), allowed);
+}
+
+// The request as the core's exchanges take it: the raw path and query as they arrived.
+HttpRequest core_request(const httplib::Request& req) {
+  HttpRequest request;
+  request.method = req.method;
+  std::size_t q = req.target.find('?');
+  request.path = req.target.substr(0, q);
+  request.query = std::string(raw_query(req));
+  for (const auto& [name, value] : req.headers) request.headers.emplace_back(name, value);
+  request.body = req.body;
+  return request;
 }
 
 // Errors the front refuses with before any handler runs, in the API's JSON error shape: the
@@ -164,12 +164,6 @@ Http1Response to_http1(HttpResponse r) {
   return out;
 }
 
-std::string lowercase(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
-  return out;
-}
-
 bool is_loopback_ipv4(const std::string& h) {
   in_addr a{};
   return ::inet_pton(AF_INET, h.c_str(), &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
@@ -183,7 +177,7 @@ bool is_loopback_ipv4(const std::string& h) {
 bool host_allowed(const std::string* host_header, const std::string& listen_host,
                   const HttpPeer& peer) {
   if (host_header == nullptr) return true;
-  std::string host = lowercase(*host_header);
+  std::string host = ascii_lower(*host_header);
   if (!host.empty() && host.front() == '[') {
     std::size_t close = host.find(']');
     if (close == std::string::npos) return false;
@@ -197,9 +191,9 @@ bool host_allowed(const std::string* host_header, const std::string& listen_host
   if (!host.empty() && host.back() == '.') host.pop_back();
   if (host.empty()) return false;
   if (host == "localhost" || host == "::1" || is_loopback_ipv4(host)) return true;
-  const std::string listen = lowercase(listen_host);
+  const std::string listen = ascii_lower(listen_host);
   if (host == listen && listen != "0.0.0.0" && listen != "::") return true;
-  std::string local = lowercase(peer.local_addr);
+  std::string local = ascii_lower(peer.local_addr);
   if (local.rfind("::ffff:", 0) == 0 && local.find('.') != std::string::npos) local.erase(0, 7);
   return !local.empty() && host == local;
 }
@@ -374,21 +368,11 @@ struct ApiServer::Impl {
   // ---- authentication: the one place a request becomes a member ----
 
   CallerAuth authenticate(const httplib::Request& req) const {
-    if (!req.has_header("Authorization")) {
-      return CallerAuth::unauthenticated("a bearer token is required (Authorization: Bearer ...)");
-    }
-    if (req.get_header_value_count("Authorization") > 1) {
-      return CallerAuth::unauthenticated("more than one Authorization header");
-    }
-    Result<std::string> token = parse_bearer(req.get_header_value("Authorization"));
-    if (!token.ok()) return CallerAuth::unauthenticated(token.error().message);
-    if (!keyring) return CallerAuth::unauthenticated(keyring_problem);
-    Result<CallerIdentity> who = [&] {
-      std::lock_guard<std::mutex> lock(tokens_mu);
-      return tokens.verify(*token, *keyring, options.now_ms(), verify);
-    }();
-    if (!who.ok()) return CallerAuth::unauthenticated(who.error().message);
-    return CallerAuth::member(who->member_id);
+    HttpHeaders headers;
+    for (const auto& [name, value] : req.headers) headers.emplace_back(name, value);
+    std::lock_guard<std::mutex> lock(tokens_mu);
+    return authenticate_caller(headers, keyring ? &*keyring : nullptr, options.now_ms(), verify,
+                               keyring_problem, &tokens);
   }
 
   // Wraps a handler of an authenticated endpoint: 401 unless the bearer token names a member.
@@ -499,14 +483,7 @@ struct ApiServer::Impl {
   // Drives one DiscoveryExchange to its answer: snapshot reads from the store, enqueues through
   // the agent, stats into the metrics, background revalidations onto the background queue.
   void discovery_exchange(const httplib::Request& req, httplib::Response& res) {
-    HttpRequest request;
-    request.method = req.method;
-    std::size_t q = req.target.find('?');
-    request.path = req.target.substr(0, q);
-    request.query = q == std::string::npos ? "" : req.target.substr(q + 1);
-    for (const auto& [name, value] : req.headers) request.headers.emplace_back(name, value);
-    request.body = req.body;
-
+    const HttpRequest request = core_request(req);
     DiscoveryExchange exchange(discovery);
     DiscoveryStep step = exchange.start(request, authenticate(req), options.now_ms());
     for (int guard = 0; guard < 8; ++guard) {
@@ -593,26 +570,22 @@ struct ApiServer::Impl {
 
   void list_connections(const httplib::Request& req, httplib::Response& res,
                         const Principal& member) {
-    if (auto problem = check_params(req, {"after", "limit"})) {
-      return send_error(res, HttpErrorCode::kBadRequest, *problem);
-    }
+    QueryParams params = check_params(req, {"after", "limit"});
+    if (params.error) return send_error(res, HttpErrorCode::kBadRequest, *params.error);
     SnapshotQuery query;
     query.limit = discovery.limits.max_page_size;
-    if (req.has_param("limit")) {
-      const std::string v = req.get_param_value("limit");
-      std::size_t n = 0;
-      bool ok = !v.empty() && v.size() <= 4 &&
-                std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; });
-      if (ok) n = static_cast<std::size_t>(std::stoul(v));
-      if (!ok || n < 1 || n > discovery.limits.max_page_size) {
+    if (const std::string* v = params.find("limit")) {
+      std::optional<std::size_t> n = parse_count_param(
+          *v, 1, std::min(discovery.limits.max_page_size, kMaxSnapshotLimit));
+      if (!n) {
         return send_error(
             res, HttpErrorCode::kBadRequest,
             "limit must be between 1 and " + std::to_string(discovery.limits.max_page_size));
       }
-      query.limit = n;
+      query.limit = *n;
     }
-    if (req.has_param("after")) {
-      query.after = req.get_param_value("after");
+    if (const std::string* v = params.find("after")) {
+      query.after = *v;
       if (!validate_connection_id(query.after).ok()) {
         return send_error(res, HttpErrorCode::kBadRequest, "after must be a connection id");
       }
@@ -681,8 +654,8 @@ struct ApiServer::Impl {
 
   void test_connection(const httplib::Request& req, httplib::Response& res,
                        const Principal& member) {
-    if (auto problem = check_params(req, {})) {
-      return send_error(res, HttpErrorCode::kBadRequest, *problem);
+    if (QueryParams q = check_params(req, {}); q.error) {
+      return send_error(res, HttpErrorCode::kBadRequest, *q.error);
     }
     const std::string cid = path_segment(req.path, 2);  // /v1/mcp-connections/{}/...
     Result<GrantedConnection> conn = granted(member, cid);
@@ -713,8 +686,8 @@ struct ApiServer::Impl {
   // the caller's (connection, principal) as a change trigger: followed up until a listing that
   // started after the report is stored.
   void evidence(const httplib::Request& req, httplib::Response& res, const Principal& member) {
-    if (auto problem = check_params(req, {})) {
-      return send_error(res, HttpErrorCode::kBadRequest, *problem);
+    if (QueryParams q = check_params(req, {}); q.error) {
+      return send_error(res, HttpErrorCode::kBadRequest, *q.error);
     }
     const std::string cid = path_segment(req.path, 2);  // /v1/mcp-connections/{}/...
     Result<GrantedConnection> conn = granted(member, cid);
@@ -743,8 +716,8 @@ struct ApiServer::Impl {
   // answers exactly like a key nobody listed.
   void get_preferences(const httplib::Request& req, httplib::Response& res,
                        const Principal& member) {
-    if (auto problem = check_params(req, {})) {
-      return send_error(res, HttpErrorCode::kBadRequest, *problem);
+    if (QueryParams q = check_params(req, {}); q.error) {
+      return send_error(res, HttpErrorCode::kBadRequest, *q.error);
     }
     const std::string cid = path_segment(req.path, 2);  // /v1/mcp-connections/{}/...
     Result<GrantedConnection> conn = granted(member, cid);
@@ -770,8 +743,8 @@ struct ApiServer::Impl {
   // changes their own.
   void set_preferences(const httplib::Request& req, httplib::Response& res,
                        const Principal& member) {
-    if (auto problem = check_params(req, {})) {
-      return send_error(res, HttpErrorCode::kBadRequest, *problem);
+    if (QueryParams q = check_params(req, {}); q.error) {
+      return send_error(res, HttpErrorCode::kBadRequest, *q.error);
     }
     const std::string cid = path_segment(req.path, 2);  // /v1/mcp-connections/{}/...
     Result<GrantedConnection> conn = granted(member, cid);
@@ -835,46 +808,38 @@ struct ApiServer::Impl {
     answer_preferences(res, cid, *conn->principal);
   }
 
-  // Signed with X-Quiver-Signature (shared/webhook_signature.h); no bearer token.
+  // Signed with X-Quiver-Signature; no bearer token. The checks and their order are the core's
+  // (shared/webhook_exchange.h), as at the edge; then the replay guard and the refreshes.
   void webhook(const httplib::Request& req, httplib::Response& res) {
-    if (webhook_secrets.empty()) {
-      return send_error(res, HttpErrorCode::kNotFound,
-                        "webhooks are off: quiver.webhook_secrets names no secret");
-    }
-    if (!req.has_header(kWebhookSignatureHeader)) {
-      return send_error(res, HttpErrorCode::kUnauthenticated,
-                        std::string("the ") + kWebhookSignatureHeader + " header is missing");
-    }
-    Result<WebhookVerified> verified =
-        verify_webhook(req.get_header_value(kWebhookSignatureHeader), req.body, webhook_secrets,
-                       agent.config().ns, options.now_ms());
-    if (!verified.ok()) {
-      if (verified.error().code != ErrorCode::kUnauthenticated) {
-        log("api: webhook: " + verified.error().message);
-        return send_error(res, HttpErrorCode::kInternal, "the webhook secrets are misconfigured");
+    WebhookCheck check = check_webhook(core_request(req), webhook_secrets, agent.config().ns,
+                                       options.now_ms(),
+                                       "webhooks are off: quiver.webhook_secrets names no secret");
+    if (auto* refused = std::get_if<WebhookRefusal>(&check)) {
+      if (!refused->log.empty()) {
+        if (refused->response.status >= 500) {
+          log("api: " + refused->log);
+        } else {
+          note("api: " + refused->log);  // a refused sender: routine, not a problem here
+        }
       }
-      return send_error(res, HttpErrorCode::kUnauthenticated, verified.error().message);
+      return send(refused->response, res);
     }
+    const WebhookChecked& checked = std::get<WebhookChecked>(check);
+    const WebhookVerified* verified = &checked.verified;
+    const WebhookRefreshRequest* parsed = &checked.request;
     if (verified->legacy_v1) log(std::string("api: ") + kWebhookV1DeprecatedLog);
     // As the edge's webhook_refresh.lua: a namespace the store lost (or an agent is restoring) is
     // 503, before the replay guard, so the sender's retry of this very request is not a replay.
     if (Status ready = namespace_ready(agent.store()); !ready.ok()) {
-      return fail_store(res, ready.error(), "webhook");
+      log("api: webhook: " + ready.error().message);
+      return send(webhook_store_failed_response(ready.error()), res);
     }
     Result<bool> first = agent.store().remember_once(verified->replay_key, verified->retain_for_ms);
-    if (!first.ok()) return fail_store(res, first.error(), "webhook replay guard");
-    if (!*first) {
-      return send_error(res, HttpErrorCode::kUnauthenticated,
-                        "this signed request was already delivered (replay)");
+    if (!first.ok()) {
+      log("api: webhook replay guard: " + first.error().message);
+      return send(webhook_store_failed_response(first.error()), res);
     }
-    Result<WebhookRefreshRequest> parsed = parse_webhook_refresh(req.body);
-    if (!parsed.ok()) {
-      return send_error(res,
-                        parsed.error().code == ErrorCode::kTooLarge
-                            ? HttpErrorCode::kPayloadTooLarge
-                            : HttpErrorCode::kBadRequest,
-                        parsed.error().message);
-    }
+    if (!*first) return send(webhook_replay_response(), res);
     const AgentConfig& config = agent.config();
     std::vector<WebhookRefreshResult> results;
     for (const WebhookRefreshTarget& target : parsed->targets) {
@@ -909,30 +874,20 @@ struct ApiServer::Impl {
     }
     note("api: webhook accepted (" + std::to_string(parsed->targets.size()) + " target(s), reason " +
         parsed->targets.front().reason + ")");
-    HttpResponse accepted;
-    accepted.status = 202;
-    accepted.headers = {{"Content-Type", "application/json"}, {"Cache-Control", "no-store"}};
-    accepted.body = webhook_accepted_body(results);
-    send(accepted, res);
+    send(webhook_accepted_response(results), res);
   }
 
   // ---- wiring: every route, hook and limit in one place ----
 
   void register_routes() {
     Router& s = router;
-    auto discovery_route = [this](const httplib::Request& req, httplib::Response& res) {
-      discovery_exchange(req, res);
-    };
     const std::string id = "/v1/mcp-connections/{}";
 
     s.Get("/healthz", [this](const auto& req, auto& res) { healthz(req, res); });
     s.Get("/metrics", [this](const auto& req, auto& res) { metrics(req, res); });
 
-    // Discovery (shared/discovery_http.h; the edge serves the same).
-    s.Get("/v1/manifests", discovery_route);
-    s.Get("/v1/search", discovery_route);
-    s.Get(id + "/manifest", discovery_route);
-    s.Post(id + "/refresh-tools", discovery_route);
+    // Discovery and the webhook are routed by the core before this table (serve): the edge
+    // serves the same.
 
     // The agent's own.
     s.Get("/v1/mcp-connections", authed([this](const auto& req, auto& res, const Principal& m) {
@@ -951,8 +906,6 @@ struct ApiServer::Impl {
         [this](const auto& req, auto& res, const Principal& m) { set_preferences(req, res, m); });
     s.Put(id + "/preferences", set);
     s.Patch(id + "/preferences", set);
-    s.Post(kWebhookRefreshPath, [this](const auto& req, auto& res) { webhook(req, res); });
-
   }
 
   // One request, on a front worker: Host checked, routed, the handler run, every escaping
@@ -980,7 +933,20 @@ struct ApiServer::Impl {
     httplib::Response res;
     Router::Found found = Router::Found::kNoPath;
     std::string allow;
-    const Router::Handler* handler = router.find(req, &found, &allow);
+    // The shared endpoints, routed by the core on the raw path (shared/discovery_http.h), as the
+    // edge routes them; then the agent's own.
+    const SharedRoute shared = match_shared_route(in.target.substr(0, q)).route;
+    Router::Handler core_handler;
+    if (shared == SharedRoute::kWebhook) {
+      core_handler = [this](const httplib::Request& r, httplib::Response& out) { webhook(r, out); };
+    } else if (shared != SharedRoute::kNone) {
+      core_handler = [this](const httplib::Request& r, httplib::Response& out) {
+        discovery_exchange(r, out);
+      };
+    }
+    const Router::Handler* handler =
+        core_handler ? &core_handler : router.find(req, &found, &allow);
+    if (core_handler) found = Router::Found::kRoute;
     if (found == Router::Found::kNoMethod) res.set_header("Allow", allow);
     if (handler == nullptr) {
       send_error(res,

@@ -17,6 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "native-agent/clock.h"
+
 extern char** environ;
 
 namespace quiver {
@@ -28,16 +30,10 @@ std::string errno_text(int err) {
   return std::string(strerror_r(err, buf, sizeof buf));
 }
 
-int64_t monotonic_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 // The time left until `deadline_ms` as a poll(2) timeout; -1 stays "no limit".
 int remaining_ms(int64_t deadline_ms) {
   if (deadline_ms < 0) return -1;
-  int64_t left = deadline_ms - monotonic_ms();
+  int64_t left = deadline_ms - steady_ms();
   if (left <= 0) return 0;
   return static_cast<int>(std::min<int64_t>(left, 1 << 30));
 }
@@ -524,7 +520,7 @@ std::optional<ExitStatus> ChildProcess::exit_status() {
 
 Result<WaitResult> ChildProcess::wait_readable(int timeout_ms, int wake_fd) {
   WaitResult result;
-  int64_t deadline = timeout_ms < 0 ? -1 : monotonic_ms() + timeout_ms;
+  int64_t deadline = timeout_ms < 0 ? -1 : steady_ms() + timeout_ms;
   (void)flush();
   drain_stderr();
   if (observe_exit() && stdout_fd_ < 0) {
@@ -573,7 +569,7 @@ Result<WaitResult> ChildProcess::wait_readable(int timeout_ms, int wake_fd) {
       exit_known = true;
     }
     if (result.woken || result.stdout_ready || result.exited) return result;
-    if (deadline >= 0 && monotonic_ms() >= deadline) return result;
+    if (deadline >= 0 && steady_ms() >= deadline) return result;
   }
 }
 
@@ -585,7 +581,7 @@ Status ChildProcess::terminate(int grace_ms) {
   close_stdin();
   if (!observe_exit()) {
     ::killpg(pid_, SIGTERM);
-    int64_t deadline = monotonic_ms() + std::max(grace_ms, 0);
+    int64_t deadline = steady_ms() + std::max(grace_ms, 0);
     while (!observe_exit()) {
       int wait = remaining_ms(deadline);
       if (wait == 0) break;

@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include "native-agent/url_guard.h"
+#include "shared/ascii.h"
+#include "shared/runtime_settings.h"
 #include "shared/sha256.h"
 
 namespace quiver {
@@ -31,30 +33,16 @@ std::string redact(std::string_view text, const std::vector<Secret>& secrets) {
 
 // ---- runtime controls --------------------------------------------------------------------------
 
-namespace {
-constexpr double kDayMs = 86400000.0;
-constexpr double kYearMs = 365 * kDayMs;
-}  // namespace
-
-const std::vector<RuntimeControlInfo> kRuntimeControls = {
-    {"list_timeout_ms", "QUIVER_LIST_TIMEOUT_MS", 1, 600000, false},
-    {"request_timeout_ms", "QUIVER_REQUEST_TIMEOUT_MS", 1, 600000, false},
-    {"startup_timeout_ms", "QUIVER_STARTUP_TIMEOUT_MS", 0, 600000, false},
-    {"list_concurrency", "QUIVER_LIST_CONCURRENCY", 1, 1024, false},
-    {"fresh_ttl_ms", "QUIVER_FRESH_TTL_MS", 1, kYearMs, false},
-    {"max_age_ms", "QUIVER_MAX_AGE_MS", 1, kYearMs, false},
-    {"refresh_ahead_ratio", "QUIVER_REFRESH_AHEAD_RATIO", 0, 1, true},
-    {"max_manifest_bytes", "QUIVER_MAX_MANIFEST_BYTES", 1024, 64.0 * 1024 * 1024, false},
-    {"max_listing_bytes", "QUIVER_MAX_LISTING_BYTES", 65536, 1024.0 * 1024 * 1024, false},
-    {"maintenance_interval_ms", "QUIVER_MAINTENANCE_INTERVAL_MS", 1, kDayMs, false},
-    {"maintenance_batch", "QUIVER_MAINTENANCE_BATCH", 1, 10000, false},
-    {"lease_ms", "QUIVER_LEASE_MS", 1, kDayMs, false},
-    {"revalidate_concurrency", "QUIVER_REVALIDATE_CONCURRENCY", 1, 1024, false},
-    {"revalidate_window_ms", "QUIVER_REVALIDATE_WINDOW_MS", 1, kDayMs, false},
-    {"store_check_interval_ms", "QUIVER_STORE_CHECK_INTERVAL_MS", 50, 600000, false},
-    {"min_upstream_ttl_ms", "QUIVER_MIN_UPSTREAM_TTL_MS", 0, kYearMs, false},
-    {"retry_max_backoff_ms", "QUIVER_RETRY_MAX_BACKOFF_MS", 1, kDayMs, false},
-};
+// The agent's rows of the one runtime-settings table (shared/runtime_settings.h), which the edge
+// reads too: the same names, bounds and number syntax at both hosts.
+const std::vector<RuntimeControlInfo> kRuntimeControls = [] {
+  std::vector<RuntimeControlInfo> rows;
+  for (const RuntimeSetting& s : runtime_settings()) {
+    if ((s.hosts & kRuntimeAgent) == 0) continue;
+    rows.push_back(RuntimeControlInfo{s.field, s.env, s.min, s.max, s.is_ratio()});
+  }
+  return rows;
+}();
 
 FreshnessPolicy RuntimeControls::freshness_policy() const {
   FreshnessPolicy p;
@@ -75,18 +63,6 @@ bool is_alnum(char c) {
   return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
 }
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
-
-std::string ascii_lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  }
-  return out;
-}
-
-bool starts_with_ci(std::string_view s, std::string_view prefix) {
-  return s.size() >= prefix.size() && ascii_lower(s.substr(0, prefix.size())) == prefix;
-}
 
 std::string join(const std::vector<std::string>& parts, std::string_view sep) {
   std::string out;
@@ -726,43 +702,16 @@ Slot slot(RuntimeControls& r, std::string_view field) {
   return {};
 }
 
-std::string number_text(double v) {
-  if (v == std::floor(v) && std::fabs(v) < 1e15) return std::to_string(static_cast<int64_t>(v));
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
-}
-
-// The bound check shared by the file and the environment; empty when the value is fine.
+// The bound check shared by the file and the environment (the table's, as the edge checks it);
+// empty when the value is fine.
 std::string bound_problem(const RuntimeControlInfo& info, double v) {
-  if (info.is_ratio) {
-    if (!(v > 0 && v <= 1)) return "must be greater than 0 and at most 1";
-    return {};
-  }
-  if (v < info.min) {
-    if (info.min == 1 && v <= 0) return v == 0 ? "must be greater than 0" : "must not be negative";
-    return "must be at least " + number_text(info.min);
-  }
-  if (v > info.max) return "must be at most " + number_text(info.max);
-  return {};
+  const RuntimeSetting* setting = find_runtime_setting(info.field);
+  return setting != nullptr ? runtime_setting_bound_problem(*setting, v) : "is not a setting";
 }
 
-// Strict decimal for environment values: digits (and one `.` for a ratio), nothing else.
+// Strict decimal for environment values (the table's syntax, as the edge reads them).
 std::optional<double> parse_env_number(std::string_view text, bool allow_fraction) {
-  if (text.empty() || text.size() > 24) return std::nullopt;
-  bool dot = false;
-  bool digits = false;
-  for (char c : text) {
-    if (is_digit(c)) {
-      digits = true;
-    } else if (c == '.' && allow_fraction && !dot) {
-      dot = true;
-    } else {
-      return std::nullopt;
-    }
-  }
-  if (!digits) return std::nullopt;
-  return std::strtod(std::string(text).c_str(), nullptr);
+  return parse_runtime_setting_text(text, allow_fraction);
 }
 
 void Parser::runtime(const Json* quiver) {
@@ -881,10 +830,10 @@ struct RedisParts {
 Result<RedisParts> split_redis_url(std::string_view url) {
   RedisParts out;
   std::string_view rest;
-  if (starts_with_ci(url, "rediss://")) {
+  if (ascii_istarts_with(url, "rediss://")) {
     out.tls = true;
     rest = url.substr(9);
-  } else if (starts_with_ci(url, "redis://")) {
+  } else if (ascii_istarts_with(url, "redis://")) {
     rest = url.substr(8);
   } else {
     return invalid("not a Redis URL: it must start with redis:// or rediss://");
@@ -950,10 +899,10 @@ Result<RedisConfig> parse_redis_url(std::string_view url) {
   // A URL from the environment is plain text: `${` has no meaning in it.
   RedisParts parts;
   std::string_view rest;
-  if (starts_with_ci(url, "rediss://")) {
+  if (ascii_istarts_with(url, "rediss://")) {
     parts.tls = true;
     rest = url.substr(9);
-  } else if (starts_with_ci(url, "redis://")) {
+  } else if (ascii_istarts_with(url, "redis://")) {
     rest = url.substr(8);
   } else {
     return invalid("not a Redis URL: it must start with redis:// or rediss://");

@@ -25,6 +25,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "native-agent/clock.h"
+
 namespace quiver {
 
 namespace {
@@ -32,12 +34,6 @@ namespace {
 constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
 constexpr std::size_t kReadChunk = 16 * 1024;
 constexpr int64_t kScanEveryMs = 50;  // how often deadlines are checked
-
-int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 void describe_address(const sockaddr_storage& sa, std::string* addr, int* port) {
   char text[INET6_ADDRSTRLEN] = {0};
@@ -359,7 +355,7 @@ struct HttpFront::Impl {
     shed.fetch_add(1);
     answer(c, http1_serialize(overloaded(), request.minor_version, false,
                               request.method == "HEAD"),
-           true, now_ms());
+           true, steady_ms());
   }
 
   // ---- writing ----
@@ -483,7 +479,7 @@ struct HttpFront::Impl {
     while (!stopping.load()) {
       int n = ::epoll_wait(epoll_fd, events.data(), static_cast<int>(events.size()),
                            static_cast<int>(kScanEveryMs));
-      int64_t now = now_ms();
+      int64_t now = steady_ms();
       for (int i = 0; i < n; ++i) {
         int fd = events[i].data.fd;
         uint32_t ev = events[i].events;

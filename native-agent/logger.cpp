@@ -6,6 +6,8 @@
 #include <ctime>
 #include <iostream>
 
+#include "shared/ascii.h"
+
 namespace quiver {
 
 const char* log_level_name(LogLevel level) {
@@ -23,8 +25,7 @@ const char* log_level_name(LogLevel level) {
 }
 
 std::optional<LogLevel> parse_log_level(std::string_view text) {
-  std::string lower;
-  for (char c : text) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::string lower = ascii_lower(text);
   if (lower == "debug") return LogLevel::kDebug;
   if (lower == "info") return LogLevel::kInfo;
   if (lower == "warn" || lower == "warning") return LogLevel::kWarn;

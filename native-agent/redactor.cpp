@@ -4,19 +4,15 @@
 #include <set>
 #include <utility>
 
+#include "shared/ascii.h"
 #include "shared/json.h"
 
 namespace quiver {
 
 namespace {
 
-char lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
-
-std::string lowered(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = lower(c);
-  return out;
-}
+char lower(char c) { return ascii_lower(c); }
+std::string lowered(std::string_view s) { return ascii_lower(s); }
 
 std::string json_escaped(const std::string& v, bool ascii) {
   const std::string dumped = Json(v).dump(-1, ' ', ascii, Json::error_handler_t::replace);

@@ -14,6 +14,7 @@
 #include "native-agent/sqlite_db.h"
 #include "shared/discovery.h"
 #include "shared/sha256.h"
+#include "shared/utf8.h"
 
 namespace quiver {
 
@@ -21,14 +22,6 @@ namespace {
 
 Error invalid(std::string message) {
   return Error(ErrorCode::kInvalidArgument, std::move(message));
-}
-
-// As shared/lease.h cuts a failure message: at most kMaxErrorMessageBytes, at a UTF-8 boundary.
-std::string cut_utf8(const std::string& s, std::size_t max) {
-  if (s.size() <= max) return s;
-  std::size_t end = max;
-  while (end > 0 && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80) --end;
-  return s.substr(0, end);
 }
 
 bool parse_row_id(std::string_view text, int64_t* out) {

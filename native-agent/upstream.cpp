@@ -6,6 +6,7 @@
 #include <utility>
 #include <variant>
 
+#include "native-agent/clock.h"
 #include "native-agent/http_transport.h"
 #include "native-agent/stdio_transport.h"
 #include "shared/jsonrpc.h"
@@ -20,12 +21,6 @@ constexpr int64_t kOpenStreamTimeoutMs = 2000;
 constexpr int64_t kListenRetryMs = 5000;  // pause before listening again after a subscription ended
 // Upper bound on the forced expiry rounds at a deadline (discover → initialize → fail: 3).
 constexpr int kMaxForcedExpiries = 8;
-
-int64_t steady_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 

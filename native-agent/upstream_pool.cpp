@@ -4,14 +4,10 @@
 #include <chrono>
 #include <utility>
 
+#include "native-agent/clock.h"
+
 namespace quiver {
 namespace {
-
-int64_t steady_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 bool same_spec(const UpstreamSpec& a, const UpstreamSpec& b) {
   if (a.headers.size() != b.headers.size()) return false;

@@ -14,6 +14,8 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include "shared/ascii.h"
+
 namespace quiver {
 namespace {
 
@@ -21,13 +23,6 @@ Error bad_url(const std::string& why) {
   return Error(ErrorCode::kInvalidArgument, "invalid upstream URL: " + why);
 }
 
-char lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
-
-std::string to_lower(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(), lower);
-  return out;
-}
 
 bool is_host_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
@@ -128,7 +123,7 @@ Result<HttpUrl> parse_http_url(std::string_view url) {
   std::size_t sep = url.find("://");
   if (sep == std::string_view::npos) return bad_url("it needs a scheme (http:// or https://)");
   HttpUrl out;
-  out.scheme = to_lower(url.substr(0, sep));
+  out.scheme = ascii_lower(url.substr(0, sep));
   if (out.scheme != "http" && out.scheme != "https") {
     return bad_url("scheme '" + out.scheme + "' is not http or https");
   }
@@ -152,7 +147,7 @@ Result<HttpUrl> parse_http_url(std::string_view url) {
     }
     std::array<uint8_t, 16> bytes{};
     if (!parse_ipv6(literal, &bytes)) return bad_url("malformed IPv6 literal");
-    out.host = to_lower(literal);
+    out.host = ascii_lower(literal);
     out.host_is_ip = true;
     std::string_view after = authority.substr(close + 1);
     if (!after.empty()) {
@@ -172,7 +167,7 @@ Result<HttpUrl> parse_http_url(std::string_view url) {
     for (char c : host) {
       if (!is_host_char(c)) return bad_url("host contains '" + std::string(1, c) + "'");
     }
-    out.host = to_lower(host);
+    out.host = ascii_lower(host);
     std::array<uint8_t, 4> v4{};
     out.host_is_ip = parse_ipv4(out.host, &v4);
   }

@@ -5,22 +5,14 @@
 #include <memory>
 #include <set>
 
+#include "shared/ascii.h"
 #include "shared/json.h"
 #include "shared/utf8.h"
+#include "shared/webhook_signature.h"
 
 namespace quiver {
 
 namespace {
-
-char lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
-
-bool iequals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (lower(a[i]) != lower(b[i])) return false;
-  }
-  return true;
-}
 
 int hex_value(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -61,52 +53,12 @@ std::vector<std::string_view> split(std::string_view s, char sep) {
   return parts;
 }
 
-// Query parameters, each allowed name at most once. An error message on anything else.
-struct Query {
-  std::map<std::string, std::string, std::less<>> params;
-  std::optional<std::string> error;
-};
-
-Query parse_query(std::string_view text, std::initializer_list<const char*> allowed) {
-  Query q;
-  if (text.empty()) return q;
-  for (std::string_view part : split(text, '&')) {
-    if (part.empty()) continue;  // "a=1&&b=2", a trailing '&'
-    std::size_t eq = part.find('=');
-    std::optional<std::string> name = percent_decode(part.substr(0, eq), true);
-    std::optional<std::string> value =
-        percent_decode(eq == std::string_view::npos ? "" : part.substr(eq + 1), true);
-    if (!name || !value) {
-      q.error = "malformed percent-encoding in the query";
-      return q;
-    }
-    if (*name == "principal" || *name == "member") {
-      q.error = "`" + *name + "` is not a parameter: the caller comes from the bearer token";
-      return q;
-    }
-    bool known =
-        std::any_of(allowed.begin(), allowed.end(), [&](const char* a) { return *name == a; });
-    if (!known) {
-      q.error = "unknown query parameter";
-      return q;
-    }
-    if (!q.params.emplace(*name, std::move(*value)).second) {
-      q.error = "query parameter `" + *name + "` repeats";
-      return q;
-    }
-  }
-  return q;
-}
-
-std::optional<std::size_t> parse_count(std::string_view s, std::size_t min, std::size_t max) {
-  if (s.empty() || s.size() > 6) return std::nullopt;
-  std::size_t v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return std::nullopt;
-    v = v * 10 + static_cast<std::size_t>(c - '0');
-  }
-  if (v < min || v > max) return std::nullopt;
-  return v;
+// A query parameter's name as an error message shows it: printable ASCII, at most 64 bytes.
+std::string shown_name(std::string_view name) {
+  std::string out;
+  for (char c : name.substr(0, 64)) out.push_back(c >= 0x20 && c < 0x7f ? c : '?');
+  if (name.size() > 64) out += "...";
+  return out;
 }
 
 HttpHeaders json_headers() { return {{"Content-Type", "application/json"}}; }
@@ -117,7 +69,7 @@ HttpHeaders json_headers() { return {{"Content-Type", "application/json"}}; }
 
 std::optional<std::string_view> find_header(const HttpHeaders& headers, std::string_view name) {
   for (const auto& [n, v] : headers) {
-    if (iequals(n, name)) return std::string_view(v);
+    if (ascii_iequals(n, name)) return std::string_view(v);
   }
   return std::nullopt;
 }
@@ -193,25 +145,114 @@ HttpResponse error_response(HttpErrorCode code, std::string_view message) {
   return r;
 }
 
-CallerAuth authenticate_caller(const HttpHeaders& headers, const Keyring& keyring, int64_t now_ms,
-                               const VerifyOptions& options, VerifiedTokenCache* tokens) {
-  std::optional<std::string_view> authorization = find_header(headers, "Authorization");
-  if (!authorization) return CallerAuth::unauthenticated("a bearer token is required");
+CallerAuth authenticate_caller(const HttpHeaders& headers, const Keyring* keyring, int64_t now_ms,
+                               const VerifyOptions& options, std::string_view no_keyring_reason,
+                               VerifiedTokenCache* tokens) {
+  std::optional<std::string_view> authorization;
+  for (const auto& [name, value] : headers) {
+    if (!ascii_iequals(name, "Authorization")) continue;
+    if (authorization) return CallerAuth::unauthenticated("more than one Authorization header");
+    authorization = value;
+  }
+  if (!authorization) {
+    return CallerAuth::unauthenticated("a bearer token is required (Authorization: Bearer ...)");
+  }
   Result<std::string> token = parse_bearer(*authorization);
   if (!token.ok()) return CallerAuth::unauthenticated(token.error().message);
+  if (keyring == nullptr) return CallerAuth::unauthenticated(std::string(no_keyring_reason));
   Result<CallerIdentity> caller = tokens != nullptr
-                                      ? tokens->verify(*token, keyring, now_ms, options)
-                                      : verify_caller_token(*token, keyring, now_ms, options);
+                                      ? tokens->verify(*token, *keyring, now_ms, options)
+                                      : verify_caller_token(*token, *keyring, now_ms, options);
   if (!caller.ok()) return CallerAuth::unauthenticated(caller.error().message);
   return CallerAuth::member(caller->member_id);
 }
 
+// ---- routing and queries -----------------------------------------------------------------------
+
+SharedRouteMatch match_shared_route(std::string_view raw_path) {
+  SharedRouteMatch m;
+  if (raw_path == "/v1/manifests") {
+    m.route = SharedRoute::kManifests;
+  } else if (raw_path == "/v1/search") {
+    m.route = SharedRoute::kSearch;
+  } else if (raw_path == kWebhookRefreshPath) {
+    m.route = SharedRoute::kWebhook;
+  } else {
+    std::vector<std::string_view> parts = split(raw_path, '/');
+    if (parts.size() == 5 && parts[0].empty() && parts[1] == "v1" &&
+        parts[2] == "mcp-connections" && !parts[3].empty() &&
+        (parts[4] == "manifest" || parts[4] == "refresh-tools")) {
+      m.route = parts[4] == "manifest" ? SharedRoute::kConnectionManifest : SharedRoute::kRefresh;
+      m.raw_id = parts[3];
+    }
+  }
+  return m;
+}
+
+const char* shared_route_allow(SharedRoute route) {
+  return route == SharedRoute::kRefresh || route == SharedRoute::kWebhook ? "POST" : "GET, HEAD";
+}
+
+bool shared_route_allows(SharedRoute route, std::string_view method) {
+  if (route == SharedRoute::kNone) return false;
+  if (route == SharedRoute::kRefresh || route == SharedRoute::kWebhook) return method == "POST";
+  return method == "GET" || method == "HEAD";
+}
+
 bool is_discovery_path(std::string_view path) {
-  if (path == "/v1/manifests" || path == "/v1/search") return true;
-  std::vector<std::string_view> parts = split(path, '/');
-  return parts.size() == 5 && parts[0].empty() && parts[1] == "v1" &&
-         parts[2] == "mcp-connections" && !parts[3].empty() &&
-         (parts[4] == "manifest" || parts[4] == "refresh-tools");
+  SharedRoute r = match_shared_route(path).route;
+  return r != SharedRoute::kNone && r != SharedRoute::kWebhook;
+}
+
+const std::string* QueryParams::find(std::string_view name) const {
+  for (const auto& [n, v] : params) {
+    if (n == name) return &v;
+  }
+  return nullptr;
+}
+
+QueryParams parse_query_params(std::string_view text, std::initializer_list<const char*> allowed) {
+  QueryParams q;
+  if (text.empty()) return q;
+  for (std::string_view part : split(text, '&')) {
+    if (part.empty()) continue;  // "a=1&&b=2", a trailing '&'
+    std::size_t eq = part.find('=');
+    std::optional<std::string> name = percent_decode(part.substr(0, eq), true);
+    std::optional<std::string> value =
+        percent_decode(eq == std::string_view::npos ? "" : part.substr(eq + 1), true);
+    if (!name || !value) {
+      q.error = "malformed percent-encoding in the query";
+      return q;
+    }
+    if (*name == "principal" || *name == "member") {
+      q.error = "`" + *name + "` is not a parameter: the caller comes from the bearer token";
+      return q;
+    }
+    bool known =
+        std::any_of(allowed.begin(), allowed.end(), [&](const char* a) { return *name == a; });
+    if (!known) {
+      q.error = "unknown query parameter `" + shown_name(*name) + "`";
+      return q;
+    }
+    if (q.find(*name) != nullptr) {
+      q.error = "query parameter `" + *name + "` repeats";
+      return q;
+    }
+    q.params.emplace_back(std::move(*name), std::move(*value));
+  }
+  return q;
+}
+
+std::optional<std::size_t> parse_count_param(std::string_view s, std::size_t min,
+                                             std::size_t max) {
+  if (s.empty() || s.size() > 6) return std::nullopt;
+  std::size_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + static_cast<std::size_t>(c - '0');
+  }
+  if (v < min || v > max) return std::nullopt;
+  return v;
 }
 
 // ---- search ------------------------------------------------------------------------------------
@@ -302,25 +343,20 @@ DiscoveryStep DiscoveryExchange::start(const HttpRequest& request, const CallerA
   }
 
   // Route by shape; the connection id is checked only after authentication.
-  std::string_view raw_id;
-  if (request.path == "/v1/manifests") {
-    route_ = Route::kManifests;
-  } else if (request.path == "/v1/search") {
-    route_ = Route::kSearch;
-  } else if (is_discovery_path(request.path)) {
-    std::vector<std::string_view> parts = split(request.path, '/');
-    raw_id = parts[3];
-    route_ = parts[4] == "manifest" ? Route::kConnectionManifest : Route::kRefresh;
-  } else {
-    return fail(HttpErrorCode::kNotFound, "no such endpoint");
+  const SharedRouteMatch match = match_shared_route(request.path);
+  const std::string_view raw_id = match.raw_id;
+  switch (match.route) {
+    case SharedRoute::kManifests: route_ = Route::kManifests; break;
+    case SharedRoute::kSearch: route_ = Route::kSearch; break;
+    case SharedRoute::kConnectionManifest: route_ = Route::kConnectionManifest; break;
+    case SharedRoute::kRefresh: route_ = Route::kRefresh; break;
+    case SharedRoute::kWebhook:
+    case SharedRoute::kNone: return fail(HttpErrorCode::kNotFound, "no such endpoint");
   }
-  const bool post = route_ == Route::kRefresh;
-  const bool method_ok =
-      post ? request.method == "POST" : (request.method == "GET" || request.method == "HEAD");
-  if (!method_ok) {
+  if (!shared_route_allows(match.route, request.method)) {
     head_ = false;
     DiscoveryStep step = fail(HttpErrorCode::kMethodNotAllowed, "method not allowed");
-    std::get<Respond>(step).response.headers.emplace_back("Allow", post ? "POST" : "GET, HEAD");
+    std::get<Respond>(step).response.headers.emplace_back("Allow", shared_route_allow(match.route));
     return step;
   }
 
@@ -343,27 +379,24 @@ DiscoveryStep DiscoveryExchange::start(const HttpRequest& request, const CallerA
     connection_id_ = *id;
   }
 
-  Query query;
+  QueryParams query;
   switch (route_) {
     case Route::kManifests:
-      query = parse_query(request.query, {"view", "after", "limit"});
+      query = parse_query_params(request.query, {"view", "after", "limit"});
       break;
     case Route::kConnectionManifest:
-      query = parse_query(request.query, {"view"});
+      query = parse_query_params(request.query, {"view"});
       break;
     case Route::kSearch:
-      query = parse_query(request.query, {"q", "limit"});
+      query = parse_query_params(request.query, {"q", "limit"});
       break;
     case Route::kRefresh:
     case Route::kNone:
-      query = parse_query(request.query, {});
+      query = parse_query_params(request.query, {});
       break;
   }
   if (query.error) return fail(HttpErrorCode::kBadRequest, *query.error);
-  auto param = [&](const char* name) -> const std::string* {
-    auto it = query.params.find(name);
-    return it == query.params.end() ? nullptr : &it->second;
-  };
+  auto param = [&](const char* name) { return query.find(name); };
   if (const std::string* v = param("view")) {
     std::optional<DiscoveryView> view = discovery_view_from_name(*v);
     if (!view) return fail(HttpErrorCode::kBadRequest, "view must be `manifest` or `mcp`");
@@ -379,7 +412,7 @@ DiscoveryStep DiscoveryExchange::start(const HttpRequest& request, const CallerA
       need.query.limit = std::min(limits.default_page_size, limits.max_page_size);
       if (const std::string* v = param("limit")) {
         std::optional<std::size_t> n =
-            parse_count(*v, 1, std::min(limits.max_page_size, kMaxSnapshotLimit));
+            parse_count_param(*v, 1, std::min(limits.max_page_size, kMaxSnapshotLimit));
         if (!n) {
           return fail(HttpErrorCode::kBadRequest,
                       "limit must be between 1 and " + std::to_string(limits.max_page_size));
@@ -404,7 +437,7 @@ DiscoveryStep DiscoveryExchange::start(const HttpRequest& request, const CallerA
       search_query_ = *q;
       search_limit_ = std::min(limits.default_search_limit, limits.max_search_limit);
       if (const std::string* v = param("limit")) {
-        std::optional<std::size_t> n = parse_count(*v, 1, limits.max_search_limit);
+        std::optional<std::size_t> n = parse_count_param(*v, 1, limits.max_search_limit);
         if (!n) {
           return fail(HttpErrorCode::kBadRequest,
                       "limit must be between 1 and " + std::to_string(limits.max_search_limit));

@@ -30,6 +30,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -107,13 +108,21 @@ struct CallerAuth {
   }
 };
 
-// The hosts' one way to authenticate a request: the `Authorization: Bearer` token of `headers`,
-// parsed and verified by shared/caller_token.h (parse_bearer, verify_caller_token). Any failure is
-// an unauthenticated CallerAuth carrying that module's message. With `tokens`, verification goes
-// through that cache (the same answers, fewer HMACs).
-CallerAuth authenticate_caller(const HttpHeaders& headers, const Keyring& keyring, int64_t now_ms,
+// The hosts' one way to authenticate a request (both call it, so both answer alike): exactly one
+// `Authorization: Bearer` header in `headers` (none, or more than one, is refused: two headers
+// are ambiguous, and a proxy may forward either), parsed and verified by shared/caller_token.h
+// (parse_bearer, verify_caller_token). Any failure is an unauthenticated CallerAuth carrying that
+// module's message. Without a keyring (`keyring` null) every token is refused with
+// `no_keyring_reason`, after the same header checks. With `tokens`, verification goes through
+// that cache (the same answers, fewer HMACs).
+CallerAuth authenticate_caller(const HttpHeaders& headers, const Keyring* keyring, int64_t now_ms,
                                const VerifyOptions& options = {},
+                               std::string_view no_keyring_reason = "no caller token keys",
                                VerifiedTokenCache* tokens = nullptr);
+inline CallerAuth authenticate_caller(const HttpHeaders& headers, const Keyring& keyring,
+                                      int64_t now_ms, const VerifyOptions& options = {}) {
+  return authenticate_caller(headers, &keyring, now_ms, options);
+}
 
 struct HttpLimits {
   std::size_t max_path_bytes = 1024;
@@ -167,8 +176,45 @@ struct DiscoveryConfig {
   ToolSearcher* searcher = nullptr;  // not owned; nullptr: an IndexedToolSearcher without cache
 };
 
-// True for the paths this core answers (the host routes its own endpoints, e.g. /healthz, first).
+// ---- routing and queries of the shared endpoints ------------------------------------------------
+
+// The endpoints both hosts serve, routed here for both: by the raw path as it arrived (before any
+// percent-decoding, so `%2F` in an id never makes a new segment), exact segments (no empty ones:
+// `//v1/manifests` and `/v1/manifests/` are no route).
+enum class SharedRoute {
+  kNone = 0,
+  kManifests,           // GET /v1/manifests
+  kSearch,              // GET /v1/search
+  kConnectionManifest,  // GET /v1/mcp-connections/{id}/manifest
+  kRefresh,             // POST /v1/mcp-connections/{id}/refresh-tools
+  kWebhook,             // POST /v1/webhooks/refresh (signed; shared/webhook_exchange.h)
+};
+struct SharedRouteMatch {
+  SharedRoute route = SharedRoute::kNone;
+  std::string_view raw_id;  // the {id} segment, still percent-encoded
+};
+SharedRouteMatch match_shared_route(std::string_view raw_path);
+// The methods a route takes, as an Allow header says them ("GET, HEAD" or "POST").
+const char* shared_route_allow(SharedRoute route);
+bool shared_route_allows(SharedRoute route, std::string_view method);
+
+// True for the paths the discovery exchange answers (the shared routes but the webhook).
 bool is_discovery_path(std::string_view path);
+
+// Query parameters as both hosts check them: `name=value` pairs split on '&' (empty pairs
+// skipped), percent- and '+'-decoded, each name in `allowed` and at most once. `principal` and
+// `member` are refused by name (the caller comes from the token). On the first problem `error`
+// says it (→ 400 BAD_REQUEST) and `params` is incomplete.
+struct QueryParams {
+  std::vector<std::pair<std::string, std::string>> params;
+  std::optional<std::string> error;
+  const std::string* find(std::string_view name) const;
+};
+QueryParams parse_query_params(std::string_view query, std::initializer_list<const char*> allowed);
+
+// A count parameter (`limit`): decimal digits only, at most 6 of them, within [min, max].
+std::optional<std::size_t> parse_count_param(std::string_view text, std::size_t min,
+                                             std::size_t max);
 
 // ---- steps -------------------------------------------------------------------------------------
 

@@ -4,8 +4,11 @@
 #include <iterator>
 #include <utility>
 
+#include "shared/ascii.h"
 #include "shared/json.h"
+#include "shared/runtime_settings.h"
 #include "shared/sha256.h"
+#include "shared/webhook_exchange.h"
 
 namespace quiver {
 
@@ -13,17 +16,6 @@ namespace {
 
 Error invalid(std::string message) {
   return Error(ErrorCode::kInvalidArgument, std::move(message));
-}
-
-// A non-negative decimal integer, nothing else ("", "-1", "1e3", " 5" are refused).
-std::optional<int64_t> parse_non_negative(std::string_view s) {
-  if (s.empty() || s.size() > 18) return std::nullopt;
-  int64_t v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return std::nullopt;
-    v = v * 10 + (c - '0');
-  }
-  return v;
 }
 
 void put_u32(std::string& out, uint32_t v) {
@@ -44,10 +36,7 @@ Json headers_json(const HttpHeaders& headers) {
 
 void set_header(HttpHeaders& headers, std::string_view name, std::string value) {
   for (auto& [n, v] : headers) {
-    if (n.size() == name.size() && std::equal(n.begin(), n.end(), name.begin(), [](char a, char b) {
-          auto low = [](char c) { return (c >= 'A' && c <= 'Z') ? char(c - 'A' + 'a') : c; };
-          return low(a) == low(b);
-        })) {
+    if (ascii_iequals(n, name)) {
       v = std::move(value);
       return;
     }
@@ -169,12 +158,18 @@ Result<EdgeSettings> edge_settings_from_env(std::string_view env_json) {
     if (v && v->empty()) return std::nullopt;  // an empty variable is an unset one
     return v;
   };
+  // A setting of the one runtime table (shared/runtime_settings.h): its syntax and bounds, as
+  // the agent checks the same variable.
   auto get_ms = [&](const char* name, int64_t* out) -> Status {
     std::optional<std::string> v = get(name);
     if (!v) return Status::Ok();
-    std::optional<int64_t> n = parse_non_negative(*v);
-    if (!n) return invalid(std::string(name) + " must be a non-negative integer");
-    *out = *n;
+    const RuntimeSetting* setting = find_runtime_setting_env(name);
+    if (setting == nullptr || (setting->hosts & kRuntimeEdge) == 0) {
+      return Error(ErrorCode::kInternal, std::string(name) + " is not an edge setting");
+    }
+    Result<double> n = runtime_setting_from_env(*setting, *v);
+    if (!n.ok()) return n.error();
+    *out = static_cast<int64_t>(*n);
     return Status::Ok();
   };
 
@@ -219,8 +214,6 @@ Result<EdgeSettings> edge_settings_from_env(std::string_view env_json) {
   if (Status st = validate_freshness_policy(s.discovery.freshness); !st.ok()) {
     return invalid("QUIVER_FRESH_TTL_MS / QUIVER_MAX_AGE_MS: " + st.error().message);
   }
-  if (s.enqueue.window_ms <= 0) return invalid("QUIVER_REVALIDATE_WINDOW_MS must be positive");
-  if (s.fail_fast_ms > 60'000) return invalid("QUIVER_REDIS_FAIL_FAST_MS must be at most 60000");
   if (std::optional<std::string> secrets = get("QUIVER_WEBHOOK_SECRETS")) {
     Result<Json> parsed = parse_json(*secrets, 64 * 1024);
     if (!parsed.ok() || !parsed->is_object() || parsed->empty()) {
@@ -534,51 +527,24 @@ EdgeStep EdgeService::healthz(Request& r, const HttpRequest& request) {
   return respond_now(r, std::move(res));
 }
 
-// Signed, not bearer-authenticated: verified over the exact body before anything is parsed, then
-// the replay guard, the marking and the queuing in one script (shared/discovery_redis.h).
+// Signed, not bearer-authenticated: checked by shared/webhook_exchange.h (the agent runs the same
+// checks in the same order), then the replay guard, the marking and the queuing in one script
+// (shared/discovery_redis.h).
 EdgeStep EdgeService::webhook(Request& r, const HttpRequest& request, int64_t now_ms) {
-  if (request.method != "POST") {
-    HttpResponse res = error_response(HttpErrorCode::kMethodNotAllowed, "method not allowed");
-    res.headers.emplace_back("Allow", "POST");
-    return respond_now(r, std::move(res));
+  WebhookCheck check = check_webhook(request, settings_->webhook_secrets, keys_->ns(), now_ms,
+                                     "webhooks are off: QUIVER_WEBHOOK_SECRETS is not set");
+  if (auto* refused = std::get_if<WebhookRefusal>(&check)) {
+    return respond_now(r, std::move(refused->response), std::move(refused->log));
   }
-  if (settings_->webhook_secrets.empty()) {
-    return respond_now(r, error_response(HttpErrorCode::kNotFound,
-                                         "webhooks are off: QUIVER_WEBHOOK_SECRETS is not set"));
-  }
-  std::optional<std::string_view> header = find_header(request.headers, kWebhookSignatureHeader);
-  if (!header) {
-    return respond_now(
-        r, error_response(HttpErrorCode::kUnauthenticated,
-                          std::string("the ") + kWebhookSignatureHeader + " header is missing"));
-  }
-  Result<WebhookVerified> verified =
-      verify_webhook(*header, request.body, settings_->webhook_secrets, keys_->ns(), now_ms);
-  if (!verified.ok()) {
-    if (verified.error().code != ErrorCode::kUnauthenticated) {
-      return respond_now(r, error_response(HttpErrorCode::kInternal, "internal error"),
-                         "webhook secrets: " + verified.error().message);
-    }
-    EdgeStep s =
-        respond_now(r, error_response(HttpErrorCode::kUnauthenticated, verified.error().message));
-    s.log = "webhook refused: " + verified.error().message;
-    return s;
-  }
-  Result<WebhookRefreshRequest> parsed = parse_webhook_refresh(request.body);
-  if (!parsed.ok()) {
-    bool too_large = parsed.error().code == ErrorCode::kTooLarge;
-    return respond_now(
-        r, error_response(too_large ? HttpErrorCode::kPayloadTooLarge : HttpErrorCode::kBadRequest,
-                          parsed.error().message));
-  }
-  Result<RedisCommand> command =
-      webhook_refresh_command(*keys_, *verified, *parsed, now_ms, settings_->enqueue);
+  WebhookChecked& checked = std::get<WebhookChecked>(check);
+  Result<RedisCommand> command = webhook_refresh_command(*keys_, checked.verified, checked.request,
+                                                         now_ms, settings_->enqueue);
   if (!command.ok()) {
     return respond_now(r, error_response(HttpErrorCode::kInternal, "internal error"),
                        "webhook: " + command.error().message);
   }
-  r.webhook_reason = parsed->targets.front().reason;
-  r.webhook_legacy_v1 = verified->legacy_v1;
+  r.webhook_reason = checked.request.targets.front().reason;
+  r.webhook_legacy_v1 = checked.verified.legacy_v1;
   return send(r, Waiting::kWebhook, {std::move(*command)});
 }
 
@@ -823,17 +789,11 @@ EdgeStep EdgeService::complete(Request& r, int64_t now_ms) {
         return store_failed(r, reply.error(), now_ms);
       }
       if (reply->replay) {
-        EdgeStep s =
-            respond_now(r, error_response(HttpErrorCode::kUnauthenticated,
-                                          "this signed request was already delivered (replay)"));
+        EdgeStep s = respond_now(r, webhook_replay_response());
         s.log = "webhook refused: a replay";
         return s;
       }
-      HttpResponse res;
-      res.status = 202;
-      res.headers = {{"Content-Type", "application/json"}, {"Cache-Control", "no-store"}};
-      res.body = webhook_accepted_body(reply->results);
-      EdgeStep s = respond_now(r, std::move(res));
+      EdgeStep s = respond_now(r, webhook_accepted_response(reply->results));
       s.log = "webhook accepted (" + std::to_string(reply->results.size()) +
               " refresh(es), reason " + r.webhook_reason + ")";
       if (r.webhook_legacy_v1) {
@@ -916,11 +876,7 @@ EdgeStep EdgeService::store_failed(Request& r, Error error, int64_t now_ms) {
           r, r.exchange->resume_enqueue({Result<RevalidationResult>(std::move(error))}, now_ms),
           now_ms);
     case Waiting::kWebhook:
-      return respond_now(r,
-                         error_response(HttpErrorCode::kStoreUnavailable,
-                                        std::string(store_unavailable_message(error)) +
-                                            "; the webhook was not applied"),
-                         "webhook: " + error.message);
+      return respond_now(r, webhook_store_failed_response(error), "webhook: " + error.message);
     case Waiting::kBackground: {
       for (const Revalidation& rev : r.background) cache_.release_revalidation(claim_key(rev));
       EdgeStep s;

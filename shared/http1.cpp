@@ -2,11 +2,11 @@
 
 #include <algorithm>
 
+#include "shared/ascii.h"
+
 namespace quiver {
 
 namespace {
-
-char lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
 
 bool is_tchar(unsigned char c) {
   if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return true;
@@ -51,13 +51,7 @@ int hex_digit(char c) {
 
 }  // namespace
 
-bool http1_iequals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (lower(a[i]) != lower(b[i])) return false;
-  }
-  return true;
-}
+bool http1_iequals(std::string_view a, std::string_view b) { return ascii_iequals(a, b); }
 
 const std::string* Http1Request::header(std::string_view name) const {
   for (const auto& [n, v] : headers) {

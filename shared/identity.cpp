@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <set>
 
+#include "shared/ascii.h"
 #include "shared/json.h"
 #include "shared/sha256.h"
 #include "shared/utf8.h"
@@ -39,14 +40,6 @@ Status validate_charset(std::string_view what, std::string_view text, std::strin
 constexpr std::string_view kConnectionIdExtra = "._-";
 constexpr std::string_view kMemberIdExtra = "._@+-";
 constexpr std::string_view kNamespaceExtra = "._-";
-
-std::string ascii_lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  }
-  return out;
-}
 
 // Drops the password of a URL's userinfo (`scheme://user:pass@host/...` -> `scheme://user@host/`).
 // Everything else stays as configured: a different path or query may select another server.

@@ -5,6 +5,7 @@
 
 #include "shared/schema_assets.h"
 #include "shared/sha256.h"
+#include "shared/utf8.h"
 
 namespace quiver {
 
@@ -70,14 +71,6 @@ Result<RedisCommand> eval(const char* script, std::initializer_list<const std::s
   for (const std::string* key : keys) argv.push_back(*key);
   for (const std::string& arg : args) argv.push_back(arg);
   return argv;
-}
-
-// Cuts `s` to at most `max` bytes without splitting a UTF-8 sequence.
-std::string cut_utf8(const std::string& s, std::size_t max) {
-  if (s.size() <= max) return s;
-  std::size_t end = max;
-  while (end > 0 && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80) --end;
-  return s.substr(0, end);
 }
 
 // The reply of every script is an array whose first element names the outcome.

@@ -7,6 +7,7 @@
 
 #include "shared/canonical_json.h"
 #include "shared/sha256.h"
+#include "shared/utf8.h"
 
 namespace quiver {
 namespace {
@@ -244,17 +245,9 @@ struct Slot {
   bool description_cut = false;
 };
 
-// The longest prefix of `text` on a code point boundary whose bytes are at most `max_bytes`.
-std::size_t prefix_on_boundary(std::string_view text, std::size_t max_bytes) {
-  if (max_bytes >= text.size()) return text.size();
-  std::size_t n = max_bytes;
-  while (n > 0 && (static_cast<unsigned char>(text[n]) & 0xC0) == 0x80) --n;
-  return n;
-}
-
 // `text` cut to at most `max_bytes` raw bytes, ellipsis included.
 std::string cut_to_bytes(const std::string& text, std::size_t max_bytes) {
-  std::size_t keep = prefix_on_boundary(text, max_bytes - kEllipsisBytes);
+  std::size_t keep = utf8_prefix_length(text, max_bytes - kEllipsisBytes);
   return text.substr(0, keep) + kEllipsis;
 }
 
@@ -397,7 +390,7 @@ std::size_t Builder::savings_at(std::size_t cut) const {
   std::size_t saved = 0;
   auto one = [&](const std::string& text) {
     if (text.size() <= cut) return;
-    std::size_t keep = prefix_on_boundary(text, cut - kEllipsisBytes);
+    std::size_t keep = utf8_prefix_length(text, cut - kEllipsisBytes);
     std::size_t removed = canonical_string_size(std::string_view(text).substr(keep)) - 2;
     saved += removed - kEllipsisBytes;
   };

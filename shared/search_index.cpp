@@ -7,6 +7,7 @@
 
 #include <sqlite3.h>
 
+#include "shared/ascii.h"
 #include "shared/sha256.h"
 #include "shared/utf8.h"
 
@@ -61,14 +62,6 @@ std::string indexed_name(std::string_view name) {
   std::string split = split_camel_case(name);
   if (split == name) return std::string(name);
   return std::string(name) + " " + split;
-}
-
-std::string ascii_lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) {
-    if (is_upper(c)) c = static_cast<char>(c - 'A' + 'a');
-  }
-  return out;
 }
 
 // A word holds only ASCII letters and digits and non-ASCII bytes: never a `"`, so quoting it is

@@ -3,6 +3,7 @@
 #include "native-agent/config.h"
 
 #include <cstdio>
+#include <map>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -11,6 +12,8 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "shared/runtime_settings.h"
 
 namespace quiver {
 namespace {
@@ -130,6 +133,47 @@ TEST(ConfigTest, AClientConfigWorksUnchangedWithDefaults) {
   EXPECT_TRUE(has_warning(cfg, "mcpServers.filesystem.alwaysAllow: not used by Quiver"));
   EXPECT_TRUE(has_warning(cfg, "globalShortcut: not used by Quiver"));
   EXPECT_TRUE(has_warning(cfg, "mcpServers.old: disabled: skipped"));
+}
+
+// The agent's runtime controls are the agent rows of the one table (shared/runtime_settings.h):
+// the same names and variables, and RuntimeControls starts from the table's defaults.
+TEST(ConfigTest, RuntimeControlsAreTheSharedTablesAgentRows) {
+  const RuntimeControls r;
+  const std::map<std::string, double> defaults = {
+      {"list_timeout_ms", r.list_timeout_ms},
+      {"request_timeout_ms", r.request_timeout_ms},
+      {"startup_timeout_ms", r.startup_timeout_ms},
+      {"list_concurrency", r.list_concurrency},
+      {"fresh_ttl_ms", r.fresh_ttl_ms},
+      {"max_age_ms", r.max_age_ms},
+      {"refresh_ahead_ratio", r.refresh_ahead_ratio},
+      {"max_manifest_bytes", r.max_manifest_bytes},
+      {"max_listing_bytes", r.max_listing_bytes},
+      {"maintenance_interval_ms", r.maintenance_interval_ms},
+      {"maintenance_batch", r.maintenance_batch},
+      {"lease_ms", r.lease_ms},
+      {"revalidate_concurrency", r.revalidate_concurrency},
+      {"revalidate_window_ms", r.revalidate_window_ms},
+      {"store_check_interval_ms", r.store_check_interval_ms},
+      {"min_upstream_ttl_ms", r.min_upstream_ttl_ms},
+      {"retry_max_backoff_ms", r.retry_max_backoff_ms},
+  };
+  std::size_t agent_rows = 0;
+  for (const RuntimeSetting& s : runtime_settings()) {
+    if ((s.hosts & kRuntimeAgent) == 0) continue;
+    ++agent_rows;
+    ASSERT_EQ(defaults.count(s.field), 1u) << s.field;
+    EXPECT_DOUBLE_EQ(defaults.at(s.field), s.default_value) << s.field;
+  }
+  EXPECT_EQ(agent_rows, defaults.size());
+  ASSERT_EQ(kRuntimeControls.size(), defaults.size());
+  for (const RuntimeControlInfo& info : kRuntimeControls) {
+    const RuntimeSetting* s = find_runtime_setting(info.field);
+    ASSERT_NE(s, nullptr) << info.field;
+    EXPECT_STREQ(info.env, s->env);
+    EXPECT_EQ(info.min, s->min);
+    EXPECT_EQ(info.max, s->max);
+  }
 }
 
 TEST(ConfigTest, TypeSpellingsAndInference) {

@@ -139,6 +139,74 @@ TEST(DiscoveryHttp, HostsAuthenticateWithTheCallerTokenModule) {
   EXPECT_FALSE(expired.member_id.has_value());
 }
 
+// Both hosts call this one function: two Authorization headers are refused (a proxy may forward
+// either), whatever they hold; without a keyring the header checks still come first.
+TEST(DiscoveryHttp, AuthenticateCallerRules) {
+  const std::string secret(32, 's');
+  Keyring keyring = *Keyring::create({{"k1", secret}});
+  const std::string token = *mint_caller_token("alice", secret, "k1", kNow, 60'000);
+  const std::string bearer = "Bearer " + token;
+  CallerAuth two = authenticate_caller({{"Authorization", bearer}, {"authorization", bearer}},
+                                       keyring, kNow);
+  EXPECT_FALSE(two.member_id.has_value());
+  EXPECT_EQ(two.failure, "more than one Authorization header");
+  EXPECT_FALSE(authenticate_caller({{"Authorization", bearer + ", " + bearer}}, keyring, kNow)
+                   .member_id.has_value());
+
+  CallerAuth none = authenticate_caller({{"Authorization", bearer}}, nullptr, kNow, {}, "no keys");
+  EXPECT_FALSE(none.member_id.has_value());
+  EXPECT_EQ(none.failure, "no keys");
+  EXPECT_EQ(authenticate_caller({{"Authorization", "Basic YTpi"}}, nullptr, kNow, {}, "no keys")
+                .failure,
+            "Authorization scheme is not Bearer");
+  EXPECT_EQ(authenticate_caller({}, nullptr, kNow, {}, "no keys").failure,
+            "a bearer token is required (Authorization: Bearer ...)");
+}
+
+TEST(DiscoveryHttp, SharedRoutes) {
+  EXPECT_EQ(match_shared_route("/v1/manifests").route, SharedRoute::kManifests);
+  EXPECT_EQ(match_shared_route("/v1/search").route, SharedRoute::kSearch);
+  EXPECT_EQ(match_shared_route("/v1/webhooks/refresh").route, SharedRoute::kWebhook);
+  SharedRouteMatch m = match_shared_route("/v1/mcp-connections/a%2Fb/manifest");
+  EXPECT_EQ(m.route, SharedRoute::kConnectionManifest);
+  EXPECT_EQ(m.raw_id, "a%2Fb");  // one segment: decoded only after routing
+  EXPECT_EQ(match_shared_route("/v1/mcp-connections/x/refresh-tools").route, SharedRoute::kRefresh);
+  for (const char* odd : {"//v1/manifests", "/v1/manifests/", "/v1//manifests", "/v1/Manifests",
+                          "/v1/%6Danifests", "/v1/mcp-connections//manifest",
+                          "/v1/mcp-connections/a/b/manifest", "/v1/mcp-connections/x/test", "",
+                          "v1/manifests", "/v1/manifests?x"}) {
+    EXPECT_EQ(match_shared_route(odd).route, SharedRoute::kNone) << odd;
+  }
+  EXPECT_TRUE(is_discovery_path("/v1/search"));
+  EXPECT_FALSE(is_discovery_path("/v1/webhooks/refresh"));
+  EXPECT_TRUE(shared_route_allows(SharedRoute::kManifests, "HEAD"));
+  EXPECT_FALSE(shared_route_allows(SharedRoute::kManifests, "POST"));
+  EXPECT_TRUE(shared_route_allows(SharedRoute::kWebhook, "POST"));
+  EXPECT_STREQ(shared_route_allow(SharedRoute::kRefresh), "POST");
+  EXPECT_STREQ(shared_route_allow(SharedRoute::kSearch), "GET, HEAD");
+}
+
+TEST(DiscoveryHttp, QueryParams) {
+  QueryParams q = parse_query_params("q=a+b%21&&limit=5&", {"q", "limit"});
+  ASSERT_FALSE(q.error) << *q.error;
+  ASSERT_NE(q.find("q"), nullptr);
+  EXPECT_EQ(*q.find("q"), "a b!");
+  EXPECT_EQ(*q.find("limit"), "5");
+  EXPECT_EQ(q.find("view"), nullptr);
+  EXPECT_EQ(*parse_query_params("x=1", {"q"}).error, "unknown query parameter `x`");
+  EXPECT_EQ(*parse_query_params("q=1&q=2", {"q"}).error, "query parameter `q` repeats");
+  EXPECT_EQ(*parse_query_params("q=%zz", {"q"}).error, "malformed percent-encoding in the query");
+  EXPECT_NE(parse_query_params("principal=shared", {"principal"}).error->find("bearer token"),
+            std::string::npos);
+  EXPECT_EQ(*parse_query_params("%01x=1", {}).error, "unknown query parameter `?x`");
+
+  EXPECT_EQ(parse_count_param("5", 1, 50), std::optional<std::size_t>(5));
+  EXPECT_EQ(parse_count_param("000050", 1, 50), std::optional<std::size_t>(50));
+  for (const char* bad : {"", "0", "51", "-1", "+5", " 5", "5 ", "1e1", "0000005", "99999999999"}) {
+    EXPECT_FALSE(parse_count_param(bad, 1, 50).has_value()) << bad;
+  }
+}
+
 TEST(DiscoveryHttp, RoutingErrors) {
   EXPECT_EQ(run(get("/v1/nope")).respond.response.status, 404);
   EXPECT_EQ(run(get("/v1/manifests/")).respond.response.status, 404);

@@ -9,33 +9,17 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/markdown_table.h"
+
 #include "shared/identity.h"
 
 namespace quiver {
 namespace {
 
-std::string read_doc() {
-  std::ifstream in(std::string(QUIVER_SOURCE_DIR) + "/schema/redis-keys.md", std::ios::binary);
-  std::stringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
+using testing::table_cells;
+using testing::trim;
 
-std::string trim(const std::string& s) {
-  const std::size_t b = s.find_first_not_of(" \t\r");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
-}
-
-std::vector<std::string> cells(const std::string& line) {
-  std::vector<std::string> out;
-  std::string t = trim(line);
-  if (t.size() < 2 || t.front() != '|' || t.back() != '|') return out;
-  std::stringstream row(t.substr(1, t.size() - 2));
-  std::string cell;
-  while (std::getline(row, cell, '|')) out.push_back(trim(cell));
-  return out;
-}
+std::string read_doc() { return testing::read_source_file("schema/redis-keys.md"); }
 
 std::vector<std::string> backticked(const std::string& cell) {
   std::vector<std::string> out;
@@ -65,7 +49,7 @@ std::map<std::string, DocKey> documented_keys(const std::string& doc) {
   }
   std::vector<std::string> header;
   while (std::getline(lines, line)) {
-    header = cells(line);
+    header = table_cells(line);
     if (!header.empty()) break;
   }
   int key_col = -1, type_col = -1, fields_col = -1;
@@ -80,7 +64,7 @@ std::map<std::string, DocKey> documented_keys(const std::string& doc) {
   if (key_col < 0 || type_col < 0 || fields_col < 0) return out;
   std::getline(lines, line);  // the | --- | row
   while (std::getline(lines, line)) {
-    const std::vector<std::string> row = cells(line);
+    const std::vector<std::string> row = table_cells(line);
     if (row.empty()) break;
     EXPECT_EQ(row.size(), header.size()) << "cell count: " << line;
     if (row.size() != header.size()) continue;
