@@ -475,7 +475,8 @@ EdgeStep EdgeService::begin(HttpRequest request, int64_t now_ms, std::string_vie
   }
 
   CallerAuth caller =
-      authenticate_caller(request.headers, *settings_->keyring, now_ms, settings_->token, &tokens_);
+      authenticate_caller(request.headers, &*settings_->keyring, now_ms, settings_->token,
+                          "no caller token keys", &tokens_);
   r.read = request.method == "GET" || request.method == "HEAD";
   r.head = request.method == "HEAD";
   r.exchange.emplace(settings_->discovery);
