@@ -1,6 +1,5 @@
 #include "shared/caller_token.h"
 
-#include <atomic>
 #include <cmath>
 #include <set>
 #include <utility>
@@ -123,8 +122,15 @@ Status validate_key_id(std::string_view kid) {
 // ---- Keyring -----------------------------------------------------------------------------------
 
 Keyring::Keyring(std::vector<Key> keys) : keys_(std::move(keys)) {
-  static std::atomic<uint64_t> next_generation{1};
-  generation_ = next_generation.fetch_add(1, std::memory_order_relaxed);
+  Sha256 h;
+  for (const Key& key : keys_) {
+    for (const std::string* part : {&key.kid, &key.secret}) {
+      const std::string size = std::to_string(part->size()) + ":";  // length-prefixed: unambiguous
+      h.update(reinterpret_cast<const uint8_t*>(size.data()), size.size());
+      h.update(reinterpret_cast<const uint8_t*>(part->data()), part->size());
+    }
+  }
+  fingerprint_ = h.finish();
 }
 
 Result<Keyring> Keyring::create(std::vector<Key> keys) {
@@ -373,9 +379,9 @@ std::size_t identity_bytes(std::string_view token, const CallerIdentity& who) {
 
 Result<CallerIdentity> VerifiedTokenCache::verify(std::string_view token, const Keyring& keyring,
                                                   int64_t now_ms, const VerifyOptions& options) {
-  if (generation_ != keyring.generation() || !same_options(options_, options)) {
+  if (keys_ != keyring.fingerprint() || !same_options(options_, options)) {
     lru_.clear();
-    generation_ = keyring.generation();
+    keys_ = keyring.fingerprint();
     options_ = options;
   }
   if (const CallerIdentity* known = lru_.find_if(

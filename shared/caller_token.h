@@ -27,6 +27,7 @@
 
 #include "shared/bounded_lru.h"
 #include "shared/identity.h"
+#include "shared/sha256.h"
 #include "shared/status.h"
 
 namespace quiver {
@@ -58,14 +59,14 @@ class Keyring {
   const std::string* secret(std::string_view kid) const;  // nullptr when unknown
   std::vector<std::string> key_ids() const;               // in the order given
   std::size_t size() const { return keys_.size(); }
-  // Different for every ring `create` builds (copies share it): what a VerifiedTokenCache checks
-  // to know its entries were verified against these very keys.
-  uint64_t generation() const { return generation_; }
+  // SHA-256 over every key id and secret, in order: what a VerifiedTokenCache compares to know its
+  // entries were verified against these very keys (a rotated or dropped key changes it).
+  const Digest256& fingerprint() const { return fingerprint_; }
 
  private:
   explicit Keyring(std::vector<Key> keys);
   std::vector<Key> keys_;
-  uint64_t generation_ = 0;
+  Digest256 fingerprint_{};
 };
 
 struct MintOptions {
@@ -112,7 +113,7 @@ Result<CallerIdentity> verify_caller_token(std::string_view token, const Keyring
 // The tokens a process has verified, so that a caller's next requests skip the signature and the
 // JSON (at the agent's API, HMAC and parsing were about a fifth of a cached discovery read).
 // Keyed by the whole token: a hit means these exact bytes passed `verify_caller_token` against a
-// ring of the same generation with the same options. The time claims (exp, nbf, iat) are checked
+// ring with the same keys (`Keyring::fingerprint`) and the same options. The time claims (exp, nbf, iat) are checked
 // again on every hit, and a token that no longer passes them is verified afresh, so every answer,
 // error message included, is the one `verify_caller_token` gives. Failures are never kept. A new
 // key ring or other options empty the cache. Bounded by entries and bytes (least recently used
@@ -133,7 +134,7 @@ class VerifiedTokenCache {
 
  private:
   BoundedLru<CallerIdentity> lru_;
-  uint64_t generation_ = 0;
+  std::optional<Digest256> keys_;  // the fingerprint of the ring the entries were verified with
   VerifyOptions options_;
 };
 

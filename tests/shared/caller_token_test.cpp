@@ -508,6 +508,11 @@ TEST(VerifiedTokenCache, ASecondRequestIsAHitWithTheSameIdentity) {
   expect_same(second, verify_caller_token(token, k, kT0 + 1000));
   EXPECT_EQ(cache.stats().hits, 1u);
   EXPECT_EQ(cache.size(), 1u);
+  // A ring built again from the same keys (a reload that changed nothing) keeps the entries.
+  Keyring same = ring();
+  EXPECT_EQ(same.fingerprint(), k.fingerprint());
+  ASSERT_TRUE(cache.verify(token, same, kT0 + 2000).ok());
+  EXPECT_EQ(cache.stats().hits, 2u);
 }
 
 TEST(VerifiedTokenCache, AnEntryNeverOutlivesItsToken) {
