@@ -367,12 +367,15 @@ struct ApiServer::Impl {
 
   // ---- authentication: the one place a request becomes a member ----
 
-  CallerAuth authenticate(const httplib::Request& req) const {
-    HttpHeaders headers;
-    for (const auto& [name, value] : req.headers) headers.emplace_back(name, value);
+  CallerAuth authenticate(const HttpHeaders& headers) const {
     std::lock_guard<std::mutex> lock(tokens_mu);
     return authenticate_caller(headers, keyring ? &*keyring : nullptr, options.now_ms(), verify,
                                keyring_problem, &tokens);
+  }
+  CallerAuth authenticate(const httplib::Request& req) const {
+    HttpHeaders headers;
+    for (const auto& [name, value] : req.headers) headers.emplace_back(name, value);
+    return authenticate(headers);
   }
 
   // Wraps a handler of an authenticated endpoint: 401 unless the bearer token names a member.
@@ -481,11 +484,13 @@ struct ApiServer::Impl {
   }
 
   // Drives one DiscoveryExchange to its answer: snapshot reads from the store, enqueues through
-  // the agent, stats into the metrics, background revalidations onto the background queue.
-  void discovery_exchange(const httplib::Request& req, httplib::Response& res) {
-    const HttpRequest request = core_request(req);
+  // the agent, stats into the metrics, background revalidations onto the background queue. It
+  // takes the request as the front parsed it and answers in the front's shape: no cpp-httplib
+  // request or response in between (their header maps cost more than an answer from the render
+  // cache).
+  HttpResponse discovery_exchange(const HttpRequest& request) {
     DiscoveryExchange exchange(discovery);
-    DiscoveryStep step = exchange.start(request, authenticate(req), options.now_ms());
+    DiscoveryStep step = exchange.start(request, authenticate(request.headers), options.now_ms());
     for (int guard = 0; guard < 8; ++guard) {
       if (auto* need = std::get_if<NeedSnapshot>(&step)) {
         step = exchange.resume_snapshot(snapshot(need->member, need->query), options.now_ms());
@@ -497,13 +502,12 @@ struct ApiServer::Impl {
         Respond& done = std::get<Respond>(step);
         if (done.log) log("api: " + request.path + ": " + done.log->message);
         count(done.stats);
-        send(std::move(done.response), res);
         queue_background(std::move(done.background));
-        return;
+        return std::move(done.response);
       }
     }
     log("api: " + request.path + ": the discovery exchange did not finish");
-    send_error(res, HttpErrorCode::kInternal, "internal error");
+    return error_response(HttpErrorCode::kInternal, "internal error");
   }
 
   // ---- agent-owned endpoints ----
@@ -908,6 +912,27 @@ struct ApiServer::Impl {
     s.Patch(id + "/preferences", set);
   }
 
+  // Runs `answer` for `in`: every escaping exception a 500 whose detail goes to the log, and a
+  // body without a Content-Type labelled JSON (as send() labels it).
+  template <typename Answer>
+  Http1Response guarded(const Http1Request& in, Answer&& answer) {
+    HttpResponse r;
+    const std::string_view path = std::string_view(in.target).substr(0, in.target.find('?'));
+    try {
+      r = answer();
+    } catch (const std::exception& e) {
+      log("api: " + in.method + " " + std::string(path) + ": " + e.what());
+      r = error_response(HttpErrorCode::kInternal, "internal error");
+    } catch (...) {
+      log("api: " + in.method + " " + std::string(path) + ": an unknown exception");
+      r = error_response(HttpErrorCode::kInternal, "internal error");
+    }
+    if (!r.body.empty() && !find_header(r.headers, "Content-Type")) {
+      r.headers.emplace_back("Content-Type", kJson);
+    }
+    return to_http1(std::move(r));
+  }
+
   // One request, on a front worker: Host checked, routed, the handler run, every escaping
   // exception a 500 whose detail goes to the log. The front (native-agent/http_front.h) has
   // already refused what breaks a bound, and sheds what no worker can take.
@@ -916,11 +941,21 @@ struct ApiServer::Impl {
       return to_http1(refusal_response(
           421, "the Host header names neither a loopback address nor this agent's listen address"));
     }
+    const std::size_t q = in.target.find('?');
+    const SharedRoute shared = match_shared_route(std::string_view(in.target).substr(0, q)).route;
+    if (shared != SharedRoute::kNone && shared != SharedRoute::kWebhook) {
+      HttpRequest request;
+      request.method = in.method;
+      request.path = in.target.substr(0, q);
+      if (q != std::string::npos) request.query = in.target.substr(q + 1);
+      request.headers = in.headers;
+      request.body = in.body;
+      return guarded(in, [&] { return discovery_exchange(request); });
+    }
     httplib::Request req;
     req.method = in.method;
     req.target = in.target;
     req.version = in.minor_version == 0 ? "HTTP/1.0" : "HTTP/1.1";
-    std::size_t q = in.target.find('?');
     req.path = httplib::detail::decode_url(in.target.substr(0, q), false);
     if (q != std::string::npos) httplib::detail::parse_query_text(in.target.substr(q + 1), req.params);
     for (const auto& [name, value] : in.headers) req.headers.emplace(name, value);
@@ -933,16 +968,11 @@ struct ApiServer::Impl {
     httplib::Response res;
     Router::Found found = Router::Found::kNoPath;
     std::string allow;
-    // The shared endpoints, routed by the core on the raw path (shared/discovery_http.h), as the
-    // edge routes them; then the agent's own.
-    const SharedRoute shared = match_shared_route(in.target.substr(0, q)).route;
+    // The shared endpoints are routed by the core on the raw path (shared/discovery_http.h), as
+    // the edge routes them (the discovery ones above); then the agent's own.
     Router::Handler core_handler;
     if (shared == SharedRoute::kWebhook) {
       core_handler = [this](const httplib::Request& r, httplib::Response& out) { webhook(r, out); };
-    } else if (shared != SharedRoute::kNone) {
-      core_handler = [this](const httplib::Request& r, httplib::Response& out) {
-        discovery_exchange(r, out);
-      };
     }
     const Router::Handler* handler =
         core_handler ? &core_handler : router.find(req, &found, &allow);

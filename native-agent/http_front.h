@@ -51,7 +51,7 @@ struct HttpPeer {
 struct HttpFrontOptions {
   std::string host = "127.0.0.1";
   int port = 0;  // 0: any free port
-  int worker_threads = 8;
+  int worker_threads = 16;
   std::size_t max_queued_requests = 64;  // complete requests waiting for a worker
   Http1Limits limits;
   int64_t header_timeout_ms = 10'000;

@@ -15,6 +15,7 @@ namespace quiver {
 
 SqliteDb::~SqliteDb() {
   for (auto& [name, stmt] : statements_) sqlite3_finalize(stmt);
+  for (auto& [sql, stmt] : exec_statements_) sqlite3_finalize(stmt);
   if (db_ != nullptr) sqlite3_close(db_);
 }
 
@@ -117,9 +118,44 @@ Error SqliteDb::sql_error(int rc, std::string_view what) const {
 }
 
 Status SqliteDb::exec(const char* sql, std::string_view what) {
-  int rc = sqlite3_exec(db_, sql, nullptr, nullptr, nullptr);
-  if (rc != SQLITE_OK) return sql_error(rc, what);
+  const std::string_view text(sql);
+  if (text.find(';') != std::string_view::npos) {  // a script: parsed every time
+    int rc = sqlite3_exec(db_, sql, nullptr, nullptr, nullptr);
+    if (rc != SQLITE_OK) return sql_error(rc, what);
+    return Status::Ok();
+  }
+  // One statement (BEGIN, COMMIT, a PRAGMA): prepared once. Every discovery read runs two, and
+  // parsing them each time cost more than the rest of the transaction's bookkeeping.
+  Result<int64_t> r = run_cached(sql, what, nullptr);
+  if (!r.ok()) return r.error();
   return Status::Ok();
+}
+
+Result<int64_t> SqliteDb::query_integer(const char* sql, std::string_view what) {
+  bool got = false;
+  Result<int64_t> r = run_cached(sql, what, &got);
+  if (r.ok() && !got) return sql_error(SQLITE_ERROR, std::string(what) + ": no row");
+  return r;
+}
+
+Result<int64_t> SqliteDb::run_cached(const char* sql, std::string_view what, bool* got_row) {
+  auto it = exec_statements_.find(std::string_view(sql));
+  if (it == exec_statements_.end()) {
+    sqlite3_stmt* stmt = nullptr;
+    int rc = sqlite3_prepare_v2(db_, sql, -1, &stmt, nullptr);
+    if (rc != SQLITE_OK) return sql_error(rc, what);
+    it = exec_statements_.emplace(std::string(sql), stmt).first;
+  }
+  int64_t first = 0;
+  int rc = sqlite3_step(it->second);
+  if (rc == SQLITE_ROW && got_row != nullptr) {
+    *got_row = true;
+    first = sqlite3_column_int64(it->second, 0);
+  }
+  while (rc == SQLITE_ROW) rc = sqlite3_step(it->second);
+  Result<int64_t> out = rc == SQLITE_DONE ? Result<int64_t>(first) : Result<int64_t>(sql_error(rc, what));
+  sqlite3_reset(it->second);
+  return out;
 }
 
 Result<sqlite3_stmt*> SqliteDb::prepared(std::string_view name) {
@@ -231,6 +267,49 @@ Status SqliteTransaction::commit() {
   Status s = db_.exec("COMMIT", "commit");
   if (s.ok()) active_ = false;
   return s;
+}
+
+// ---- SqliteReaders ---------------------------------------------------------------------------
+
+SqliteReaders::Lease::~Lease() {
+  if (pool_ != nullptr && db_ != nullptr) pool_->give_back(std::move(db_));
+}
+
+void SqliteReaders::configure(std::string path, int64_t busy_timeout_ms, int max) {
+  path_ = std::move(path);
+  busy_timeout_ms_ = busy_timeout_ms;
+  max_ = std::max(0, max);
+}
+
+Result<SqliteReaders::Lease> SqliteReaders::acquire() {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !idle_.empty() || lent_or_opening_ + static_cast<int>(idle_.size()) < max_; });
+    ++lent_or_opening_;
+    if (!idle_.empty()) {
+      std::unique_ptr<SqliteDb> db = std::move(idle_.back());
+      idle_.pop_back();
+      return Lease(this, std::move(db));
+    }
+  }
+  // A new connection, opened outside the lock (opening reads the file's header).
+  auto db = std::make_unique<SqliteDb>("sqlite");
+  Status st = db->open(path_, busy_timeout_ms_);
+  if (st.ok()) st = db->exec("PRAGMA query_only=ON", "read-only reader");
+  if (!st.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    --lent_or_opening_;
+    cv_.notify_one();
+    return st.error();
+  }
+  return Lease(this, std::move(db));
+}
+
+void SqliteReaders::give_back(std::unique_ptr<SqliteDb> db) {
+  std::lock_guard<std::mutex> lock(mu_);
+  --lent_or_opening_;
+  idle_.push_back(std::move(db));
+  cv_.notify_one();
 }
 
 }  // namespace quiver

@@ -10,11 +10,15 @@
 // Not thread-safe: each user keeps its own mutex around the connection and its statements.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "shared/status.h"
 
@@ -47,17 +51,24 @@ class SqliteDb {
 
   // The error for result code `rc` of step `what`, with SQLite's message.
   Error sql_error(int rc, std::string_view what) const;
+  // Runs `sql` to completion, rows discarded. One statement is prepared once and kept; a script
+  // of several (with ';') is parsed on every call.
   Status exec(const char* sql, std::string_view what);
+  // The first column of the first row of one statement (a PRAGMA), prepared once like exec's.
+  Result<int64_t> query_integer(const char* sql, std::string_view what);
   // The cached statement `name` of schema/sqlite-queries.sql, prepared on first use.
   Result<sqlite3_stmt*> prepared(std::string_view name);
   // Rows changed by the last statement.
   int changes() const;
 
  private:
+  Result<int64_t> run_cached(const char* sql, std::string_view what, bool* got_row);
+
   std::string label_;
   std::string path_;
   sqlite3* db_ = nullptr;
   std::map<std::string, sqlite3_stmt*, std::less<>> statements_;
+  std::map<std::string, sqlite3_stmt*, std::less<>> exec_statements_;  // by SQL text
 };
 
 // One run of a cached named statement: bind by parameter name, step, read columns. Resets the
@@ -111,6 +122,48 @@ class SqliteTransaction {
   SqliteDb& db_;
   Status begun_;
   bool active_ = false;
+};
+
+// Read-only connections to one database file, opened on first use and kept, at most `max` of them.
+// In WAL mode a reader neither waits for the writer nor for other readers, so reads that run on
+// these (the discovery snapshot, on every request) do not queue behind one mutex with each other
+// and with every write. `acquire` lends a connection (waiting while all `max` are lent); the
+// lease gives it back. A connection whose open failed is not kept: the next acquire tries again.
+class SqliteReaders {
+ public:
+  class Lease {
+   public:
+    Lease(SqliteReaders* pool, std::unique_ptr<SqliteDb> db) : pool_(pool), db_(std::move(db)) {}
+    Lease(Lease&& other) noexcept = default;
+    Lease& operator=(Lease&&) = delete;
+    Lease(const Lease&) = delete;
+    ~Lease();
+    SqliteDb& db() { return *db_; }
+
+   private:
+    SqliteReaders* pool_;
+    std::unique_ptr<SqliteDb> db_;
+  };
+
+  SqliteReaders() = default;
+  SqliteReaders(const SqliteReaders&) = delete;
+  SqliteReaders& operator=(const SqliteReaders&) = delete;
+
+  // Call once, before any acquire. `max` 0 leaves the pool disabled.
+  void configure(std::string path, int64_t busy_timeout_ms, int max);
+  bool enabled() const { return max_ > 0; }
+  Result<Lease> acquire();
+
+ private:
+  void give_back(std::unique_ptr<SqliteDb> db);
+
+  std::string path_;
+  int64_t busy_timeout_ms_ = 0;
+  int max_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<SqliteDb>> idle_;
+  int lent_or_opening_ = 0;  // connections out of `idle_`: lent, or being opened
 };
 
 }  // namespace quiver

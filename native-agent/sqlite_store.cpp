@@ -52,6 +52,7 @@ struct Db : SqliteDb {
   bool queue_dirty = true;
   int64_t seen_data_version = -1;
   std::condition_variable queue_cv;
+  SqliteReaders readers;
   // The Redis key builders validate ids, and the lease.h command builders validate every argument
   // of a lease step; running them (and discarding the argv) gives both stores the same checks.
   RedisKeys validation_keys = *RedisKeys::create();
@@ -128,6 +129,7 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::open(SqliteStoreOptions option
   auto impl = std::make_unique<Impl>();
   impl->options = std::move(options);
   Impl& s = *impl;
+  if (s.options.max_readers < 0) return invalid("sqlite store: max_readers must be >= 0");
   if (Status st = s.open(s.options.path, s.options.busy_timeout_ms); !st.ok()) return st.error();
   {
     sqlite3_stmt* stmt = nullptr;
@@ -151,6 +153,10 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::open(SqliteStoreOptions option
     return st.error();
   }
   if (Status st = s.apply_schema(); !st.ok()) return st.error();
+  // Only a file can be opened again: another connection to ":memory:" would be another database.
+  if (s.options.path != ":memory:" && s.options.path.rfind("file:", 0) != 0) {
+    s.readers.configure(s.options.path, s.options.busy_timeout_ms, s.options.max_readers);
+  }
   return std::unique_ptr<SqliteStore>(new SqliteStore(std::move(impl)));
 }
 
@@ -191,7 +197,7 @@ struct Holder {
   int64_t expires_at = 0;
 };
 
-Result<std::optional<Holder>> live_holder(Db& impl, std::string_view cid,
+Result<std::optional<Holder>> live_holder(SqliteDb& impl, std::string_view cid,
                                           const Principal& principal, int64_t now) {
   Query q(impl, "lease_select_live");
   bind_key(q, cid, principal).integer(":now", now);
@@ -269,7 +275,8 @@ Result<int64_t> bump_epoch_locked(Db& impl) {
   return epoch;
 }
 
-Result<DisabledOverlay> published_overlay(Db& s, std::string_view cid, const Principal& principal) {
+Result<DisabledOverlay> published_overlay(SqliteDb& s, std::string_view cid,
+                                          const Principal& principal) {
   Query q(s, "published_disabled_select");
   q.text(":connection_id", cid).text(":principal", principal.str());
   DisabledOverlay out;
@@ -650,7 +657,7 @@ namespace {
 // field names and encodings), so the core classifies both stores' data with one code path.
 class SqliteSnapshotSource final : public SnapshotSource {
  public:
-  SqliteSnapshotSource(Db& impl, int64_t now) : impl_(impl), now_(now) {}
+  SqliteSnapshotSource(SqliteDb& impl, int64_t now) : impl_(impl), now_(now) {}
 
   Result<std::vector<std::string>> granted(const Principal& member) override {
     Query q(impl_, "grants_select_member");
@@ -731,7 +738,7 @@ class SqliteSnapshotSource final : public SnapshotSource {
   }
 
  private:
-  Db& impl_;
+  SqliteDb& impl_;
   int64_t now_;
 };
 
@@ -739,14 +746,23 @@ class SqliteSnapshotSource final : public SnapshotSource {
 
 Result<DiscoverySnapshot> SqliteStore::read_discovery(const Principal& member,
                                                       const SnapshotQuery& query) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
   Impl& s = *impl_;
-  if (Status st = s.exec("BEGIN", "begin read transaction"); !st.ok()) return st.error();
-  SqliteSnapshotSource source(s, s.options.now_ms());
-  Result<DiscoverySnapshot> snapshot = read_snapshot(source, member, query);
-  Status end = s.exec(snapshot.ok() ? "COMMIT" : "ROLLBACK", "end read transaction");
-  if (!end.ok() && snapshot.ok()) return end.error();
-  return snapshot;
+  // One read transaction (BEGIN ... COMMIT) on `db`: a consistent snapshot of the file.
+  auto read = [&](SqliteDb& db) -> Result<DiscoverySnapshot> {
+    if (Status st = db.exec("BEGIN", "begin read transaction"); !st.ok()) return st.error();
+    SqliteSnapshotSource source(db, s.options.now_ms());
+    Result<DiscoverySnapshot> snapshot = read_snapshot(source, member, query);
+    Status end = db.exec(snapshot.ok() ? "COMMIT" : "ROLLBACK", "end read transaction");
+    if (!end.ok() && snapshot.ok()) return end.error();
+    return snapshot;
+  };
+  if (!s.readers.enabled()) {
+    std::lock_guard<std::mutex> lock(s.mu);
+    return read(s);
+  }
+  Result<SqliteReaders::Lease> reader = s.readers.acquire();
+  if (!reader.ok()) return reader.error();
+  return read(reader->db());
 }
 
 Result<GrantSync> SqliteStore::sync_grants(const GrantMap& grants) {
@@ -897,19 +913,7 @@ namespace {
 // request (which the CHECKs make unlikely) are deleted and reported.
 // PRAGMA data_version: changes whenever another connection commits to the file.
 Result<int64_t> data_version(Db& impl) {
-  sqlite3_stmt* stmt = nullptr;
-  int rc = sqlite3_prepare_v2(impl.handle(), "PRAGMA data_version", -1, &stmt, nullptr);
-  int64_t version = 0;
-  if (rc == SQLITE_OK && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
-    version = sqlite3_column_int64(stmt, 0);
-    rc = SQLITE_OK;
-  }
-  sqlite3_finalize(stmt);
-  if (rc != SQLITE_OK) {
-    return Error(ErrorCode::kUnavailable,
-                 std::string("sqlite: PRAGMA data_version: ") + sqlite3_errmsg(impl.handle()));
-  }
-  return version;
+  return impl.query_integer("PRAGMA data_version", "PRAGMA data_version");
 }
 
 Result<RevalidationBatch> batch_from_rows(Db& impl, Query& q) {

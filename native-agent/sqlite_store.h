@@ -34,6 +34,9 @@ struct SqliteStoreOptions {
   Clock now_ms = system_clock_ms();
   int64_t busy_timeout_ms = 5'000;
   int64_t poll_interval_ms = 20;  // read_revalidations with block_ms > 0
+  // Discovery snapshots run on up to this many read-only connections of their own (WAL readers
+  // wait for nothing); 0 runs them on the store's one connection, behind its mutex.
+  int max_readers = 4;
 };
 
 class SqliteStore final : public ManifestStore {

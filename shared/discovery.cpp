@@ -8,6 +8,7 @@
 
 #include "shared/canonical_json.h"
 #include "shared/render_cache.h"
+#include "shared/fingerprint.h"
 #include "shared/sha256.h"
 
 namespace quiver {
@@ -864,7 +865,9 @@ bool if_none_match_matches(std::string_view header, std::string_view etag) {
   return false;
 }
 
-std::string weak_etag(std::string_view bytes) { return "W/\"" + digest_tag(bytes) + "\""; }
+// Weak: a fast fingerprint of the validator (every discovery request computes one); strong: the
+// body's SHA-256.
+std::string weak_etag(std::string_view bytes) { return "W/\"" + fingerprint_tag(bytes) + "\""; }
 std::string strong_etag(std::string_view bytes) { return "\"" + digest_tag(bytes) + "\""; }
 
 std::string json_text(const Json& value) { return serialize_json(value); }

@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "shared/sha256.h"
+#include "shared/fingerprint.h"
 
 namespace quiver {
 
@@ -43,12 +43,11 @@ std::string render_cache_key(std::string_view connection_id, const Principal& pr
   put_part(key, content_id);
   put_part(key, view);
   put_part(key, std::to_string(max_manifest_bytes));
-  // The set is sorted (std::set): its digest names it. Members are length-delimited.
+  // The set is sorted (std::set): its fingerprint names it (a lookup also compares the set
+  // itself). Members are length-delimited.
   std::string members;
   for (const std::string& d : disabled) put_part(members, d);
-  Digest256 d = sha256(members);
-  put_part(key,
-           base64url_encode(std::string_view(reinterpret_cast<const char*>(d.data()), d.size())));
+  put_part(key, fingerprint_tag(members));
   return key;
 }
 

@@ -43,6 +43,10 @@ function collect(stream, logs, echo) {
 // `quiver-agent serve` on a free loopback port. `config` is the configuration object (written to
 // <dir>/agent.json; `quiver.data_dir` defaults to <dir>); `env` is the agent's environment on top
 // of PATH and HOME (secrets referenced by the config go here, never into the file).
+// How long `start` waits for /healthz; longer under valgrind (bench/ profiles pass --agent a
+// wrapper that runs the agent under callgrind).
+const startTimeoutMs = Number(process.env.QUIVER_AGENT_START_MS || 20000);
+
 export class Agent {
   static async start({ binary = defaultAgentBinary(), config, env = {}, logs = [],
                        logLevel = 'info', echo = false }) {
@@ -68,7 +72,7 @@ export class Agent {
     a.http = new http.Agent({ keepAlive: true, maxSockets: 16 });
     try {
       await Promise.race([spawnError, waitFor('quiver-agent', async () =>
-        (await a.request('GET', '/healthz')).status === 200, 20000)]);
+        (await a.request('GET', '/healthz')).status === 200, startTimeoutMs)]);
     } catch (e) {
       await a.stop();
       throw new Error(`${e.message}\n${logs.slice(-40).join('\n')}`);

@@ -271,7 +271,7 @@ TEST(DiscoveryHttp, ManifestsReadsOnceAndAnswersWithCachingHeaders) {
   EXPECT_EQ(header(r, "Content-Type"), "application/json");
   EXPECT_EQ(header(r, "Cache-Control"), "private, max-age=0");  // mail is stale
   EXPECT_EQ(header(r, "Vary"), "Authorization");
-  EXPECT_EQ(header(r, "ETag").rfind("W/\"sha256-", 0), 0u);
+  EXPECT_EQ(header(r, "ETag").rfind("W/\"fp-", 0), 0u);
   Json body = *parse_json(r.body);
   ASSERT_EQ(body["connections"].size(), 2u);
   EXPECT_EQ(body["connections"][0]["id"], "docs");

@@ -619,7 +619,7 @@ TEST(Discovery, EtagIgnoresTheClockButNotTheContent) {
   Rendered b = render(store, "alice", kNow + 1000);
   EXPECT_NE(a.out.body, b.out.body);  // age_ms moved
   EXPECT_EQ(a.out.etag, b.out.etag);
-  EXPECT_EQ(a.out.etag.rfind("W/\"sha256-", 0), 0u) << a.out.etag;
+  EXPECT_EQ(a.out.etag.rfind("W/\"fp-", 0), 0u) << a.out.etag;
 
   Rendered stale = render(store, "alice", kNow + 15 * kMinute);
   EXPECT_NE(stale.out.etag, a.out.etag);  // fresh → stale is news
