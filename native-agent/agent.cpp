@@ -62,7 +62,7 @@ Status make_dirs(const std::string& path) {
     partial = path.substr(0, pos);
     if (partial.empty()) continue;
     if (::mkdir(partial.c_str(), 0700) != 0 && errno != EEXIST) {
-      return Error(ErrorCode::kUnavailable,
+      return Error(ErrorCode::kStoreUnavailable,
                    "cannot create data directory " + partial + ": " + std::strerror(errno));
     }
   }
@@ -71,7 +71,7 @@ Status make_dirs(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0 && (st.st_mode & 077) != 0 &&
       ::chmod(path.c_str(), st.st_mode & 0700) != 0) {
-    return Error(ErrorCode::kUnavailable,
+    return Error(ErrorCode::kStoreUnavailable,
                  "cannot make data directory " + path + " private (0700): " + std::strerror(errno));
   }
   return Status::Ok();
@@ -121,7 +121,7 @@ RandomSource urandom_source() {
   return [](std::size_t n) -> Result<std::string> {
     int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-      return Error(ErrorCode::kUnavailable,
+      return Error(ErrorCode::kResourceUnavailable,
                    std::string("cannot open /dev/urandom: ") + std::strerror(errno));
     }
     std::string out(n, '\0');
@@ -131,7 +131,7 @@ RandomSource urandom_source() {
       if (r < 0 && errno == EINTR) continue;
       if (r <= 0) {
         ::close(fd);
-        return Error(ErrorCode::kUnavailable, "short read from /dev/urandom");
+        return Error(ErrorCode::kResourceUnavailable, "short read from /dev/urandom");
       }
       got += static_cast<std::size_t>(r);
     }
@@ -407,7 +407,7 @@ struct Agent::Impl {
         Result<RefreshReport> r = refresh(d.connection_id, d.principal, d.trigger, std::nullopt);
         // in_progress: another holder lists now, maybe from before the change: look again.
         // A store failure: again later. Any other error will not get better by retrying.
-        done = r.ok() ? r->outcome != "in_progress" : r.error().code != ErrorCode::kUnavailable;
+        done = r.ok() ? r->outcome != "in_progress" : !passes_by_itself(r.error().code);
         if (!r.ok() && done) {
           metrics.revalidation_dropped();
           logger->warn(kLog, "the " + d.trigger + " refresh of " +
@@ -796,7 +796,7 @@ struct Agent::Impl {
           defer(req.connection_id, req.principal, req.reason, req.at_ms);
         }
         // The store failed: leave the request pending; it is claimed again once it is idle.
-        if (!r.ok() && r.error().code == ErrorCode::kUnavailable) {
+        if (!r.ok() && passes_by_itself(r.error().code)) {
           ack = false;
         } else if (!r.ok()) {
           metrics.revalidation_dropped();
@@ -1357,7 +1357,7 @@ Status Agent::set_preference(const std::string& connection_id, const Principal& 
   if (!found.ok()) return found.error();
   if (Status st = check_preference_principal(**found, principal); !st.ok()) return st;
   Status st = s.prefs->set_enabled(connection_id, principal, type, key, enabled);
-  if (st.ok() || st.error().code == ErrorCode::kUnavailable) {
+  if (st.ok() || st.error().code == ErrorCode::kStoreUnavailable) {
     s.logger->info(
         kLog, std::string("preference ") + capability_type_name(type) + ":" + key + " of " +
                   connection_id + " (" + principal.str() + ") set to " +

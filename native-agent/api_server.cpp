@@ -594,62 +594,11 @@ struct ApiServer::Impl {
     if (!snap.ok()) return fail_store(res, snap.error(), "GET /v1/mcp-connections");
     // The same classification the discovery endpoints serve, without the manifests themselves:
     // one batched read, no query per connection.
-    RenderOptions render = discovery.render;
-    RenderedDiscovery rendered =
-        render_manifests(*snap, discovery.freshness, options.now_ms(), render);
-    // Our own rendering: each manifest in it was read through the depth limit, and the envelope
-    // adds a few levels, so a manifest at the limit must not make this parse fail.
-    JsonParseOptions own;
-    own.max_depth = kMaxJsonDepth + 16;
-    Result<Json> body = parse_json(rendered.body, own);
-    if (!body.ok() || !body->is_object()) {
-      log("api: GET /v1/mcp-connections: the rendered body does not parse");
-      return send_error(res, HttpErrorCode::kInternal, "internal error");
-    }
-    Json connections = Json::array();
-    if (const Json* entries = json_field(*body, "connections"); entries && entries->is_array()) {
-      for (const Json& entry : *entries) {
-        if (!entry.is_object()) continue;
-        Json out = entry;
-        if (const Json* manifest = json_field(entry, "manifest");
-            manifest && manifest->is_object()) {
-          // Counts only of lists that loaded; `lists` says each list's state, so a list that
-          // could not be loaded never reads as 0 items (ADR-004).
-          Json counts = Json::object();
-          Json lists = Json::object();
-          for (const char* list : {"tools", "resources", "resource_templates", "prompts"}) {
-            const Json* l = json_field(*manifest, list);
-            if (l == nullptr) continue;
-            const Json* items = l->is_array() ? l : json_field(*l, "items");
-            std::optional<std::string> state =
-                l->is_object() ? json_string(*l, "state") : std::optional<std::string>("ok");
-            Json shown = Json::object({{"state", state.value_or("unknown")}});
-            if (state == std::optional<std::string>("ok") && items != nullptr &&
-                items->is_array()) {
-              counts[list] = items->size();
-              shown["count"] = items->size();
-            }
-            if (l->is_object()) {
-              for (const char* f : {"error", "partial_items", "kept"}) {
-                if (const Json* v = json_field(*l, f)) shown[f] = *v;
-              }
-            }
-            lists[list] = std::move(shown);
-          }
-          out["counts"] = std::move(counts);
-          out["lists"] = std::move(lists);
-        }
-        out.erase("manifest");
-        out.erase("mcp");
-        connections.push_back(std::move(out));
-      }
-    }
-    Json answer =
-        Json::object({{"principal", member.str()}, {"connections", std::move(connections)}});
-    if (snap->next_after) answer["next_after"] = *snap->next_after;
-    count(rendered.stats);
-    send(json_response(200, answer), res);
-    queue_background(std::move(rendered.revalidations));
+    ConnectionList list =
+        connection_list(*snap, discovery.freshness, options.now_ms(), discovery.render);
+    count(list.stats);
+    send(json_response(200, list.body), res);
+    queue_background(std::move(list.revalidations));
   }
 
   void test_connection(const httplib::Request& req, httplib::Response& res,
@@ -1043,7 +992,7 @@ Status ApiServer::start() {
   Status listening = s.front->start();
   if (!listening.ok()) {
     s.front.reset();
-    return Error(ErrorCode::kUnavailable, "api server: " + listening.error().message);
+    return Error(ErrorCode::kResourceUnavailable, "api server: " + listening.error().message);
   }
   s.bound_port = s.front->port();
   s.started = true;

@@ -88,7 +88,7 @@ class ApiServer {
   ApiServer& operator=(const ApiServer&) = delete;
 
   // Binds and starts serving on a thread of its own; returns once the socket listens.
-  // kUnavailable when the address cannot be bound (in use, not local), kInvalidArgument for bad
+  // kResourceUnavailable when the address cannot be bound (in use, not local), kInvalidArgument for bad
   // options. Call once.
   Status start();
   // Stops accepting, finishes the requests in flight, and joins every thread. Idempotent.

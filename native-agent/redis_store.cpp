@@ -54,7 +54,7 @@ bool parse_i64(std::string_view text, int64_t* out) {
 
 // hiredis 0.14 writes with write(2): a server that closed the socket raises SIGPIPE, whose default
 // action ends the process. Block it on this thread while hiredis runs and swallow one raised
-// meanwhile; the write itself then fails with EPIPE, which becomes kUnavailable.
+// meanwhile; the write itself then fails with EPIPE, which becomes kStoreUnavailable.
 class SigpipeGuard {
  public:
   SigpipeGuard() {
@@ -114,13 +114,13 @@ bool starts_with(std::string_view s, std::string_view prefix) {
 }
 
 // A Redis error reply as an Error. States that pass (a restart loading its data, a busy script, a
-// replica, memory full) are kUnavailable like a dropped connection; the rest are our bugs.
+// replica, memory full) are kStoreUnavailable like a dropped connection; the rest are our bugs.
 Error reply_error(const RespValue& reply, std::string_view what) {
   const std::string& text = reply.str;
   ErrorCode code = ErrorCode::kInternal;
   for (std::string_view transient :
        {"LOADING", "BUSY", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN", "MISCONF", "OOM"}) {
-    if (starts_with(text, transient)) code = ErrorCode::kUnavailable;
+    if (starts_with(text, transient)) code = ErrorCode::kStoreUnavailable;
   }
   if (starts_with(text, "NOAUTH") || starts_with(text, "WRONGPASS") ||
       starts_with(text, "NOPERM")) {
@@ -147,7 +147,7 @@ class RedisConnection {
   RedisConnection& operator=(const RedisConnection&) = delete;
 
   // Sends `commands` as one pipeline and returns one reply per command, in order. Error replies
-  // are values; a connection that fails or times out is dropped and the call is kUnavailable.
+  // are values; a connection that fails or times out is dropped and the call is kStoreUnavailable.
   // `timeout_ms` > 0 replaces the command timeout for this call (a blocking read).
   Result<std::vector<RespValue>> run(const std::vector<RedisCommand>& commands,
                                      int64_t timeout_ms = 0) {
@@ -207,7 +207,7 @@ class RedisConnection {
       reason = "timed out";
     }
     drop_locked();  // the stream may be out of step with our requests: never reuse it
-    return Error(ErrorCode::kUnavailable,
+    return Error(ErrorCode::kStoreUnavailable,
                  "redis " + address() + ": connection lost " + during + " (" + reason + ")");
   }
 
@@ -217,7 +217,7 @@ class RedisConnection {
     SteadyClock::time_point now = SteadyClock::now();
     if (now < next_attempt_) {
       auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next_attempt_ - now);
-      return Error(ErrorCode::kUnavailable, "redis " + address() + ": unavailable (" + last_error_ +
+      return Error(ErrorCode::kStoreUnavailable, "redis " + address() + ": unavailable (" + last_error_ +
                                                 "); next attempt in " +
                                                 std::to_string(wait.count()) + " ms");
     }
@@ -238,9 +238,9 @@ class RedisConnection {
   Status open_locked() {
     ctx_ = redisConnectWithTimeout(redis_.host.c_str(), redis_.port,
                                    to_timeval(options_.connect_timeout_ms));
-    if (ctx_ == nullptr) return Error(ErrorCode::kUnavailable, "cannot connect (out of memory)");
+    if (ctx_ == nullptr) return Error(ErrorCode::kStoreUnavailable, "cannot connect (out of memory)");
     if (ctx_->err != 0) {
-      return Error(ErrorCode::kUnavailable, std::string("cannot connect: ") + ctx_->errstr);
+      return Error(ErrorCode::kStoreUnavailable, std::string("cannot connect: ") + ctx_->errstr);
     }
     redisSetTimeout(ctx_, to_timeval(options_.command_timeout_ms));
     redisEnableKeepAlive(ctx_);
@@ -273,11 +273,11 @@ class RedisConnection {
       // hiredis reports a read timeout as an I/O error with strerror(EAGAIN): a Redis that
       // stalls, not one that refused us.
       if (ctx_->err == REDIS_ERR_IO && std::strcmp(ctx_->errstr, std::strerror(EAGAIN)) == 0) {
-        return Error(ErrorCode::kUnavailable,
+        return Error(ErrorCode::kStoreUnavailable,
                      std::string(what) + " timed out (no answer within " +
                          std::to_string(options_.command_timeout_ms) + " ms)");
       }
-      return Error(ErrorCode::kUnavailable, std::string(what) + " failed: " + ctx_->errstr);
+      return Error(ErrorCode::kStoreUnavailable, std::string(what) + " failed: " + ctx_->errstr);
     }
     RespValue v = to_resp(reply);
     freeReplyObject(reply);

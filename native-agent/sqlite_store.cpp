@@ -142,7 +142,7 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::open(SqliteStoreOptions option
     if (rc != SQLITE_OK) return s.sql_error(rc, "setting journal_mode=WAL");
     if (mode != "wal" && s.options.path != ":memory:") {
       return Error(
-          ErrorCode::kUnavailable,
+          ErrorCode::kStoreUnavailable,
           "sqlite " + s.options.path + ": the file cannot be put in WAL mode (" + mode + ")");
     }
   }
@@ -906,7 +906,7 @@ Result<int64_t> data_version(Db& impl) {
   }
   sqlite3_finalize(stmt);
   if (rc != SQLITE_OK) {
-    return Error(ErrorCode::kUnavailable,
+    return Error(ErrorCode::kStoreUnavailable,
                  std::string("sqlite: PRAGMA data_version: ") + sqlite3_errmsg(impl.handle()));
   }
   return version;

@@ -16,7 +16,7 @@
 // list_manifest_metas in batches and list_connections for never-listed keys; config loading calls
 // sync_connections then sync_grants; preference changes call merge_preferences.
 //
-// Errors are values. A store that cannot be reached answers kUnavailable with a message that says
+// Errors are values. A store that cannot be reached answers kStoreUnavailable with a message that says
 // so (never a crash, never a secret); the op may or may not have been applied when the reply was
 // lost, and every write here is safe to repeat or to leave (the fenced ones refuse a repeat).
 // Refusals that are part of the protocol (lease held, stale fence, config changed, already
@@ -185,7 +185,7 @@ class ManifestStore {
 
   // "redis://host:port/db" or "sqlite:<file>": for logs, never a password.
   virtual std::string describe() const = 0;
-  // One round trip to the backend: ok, or why not (kUnavailable, kUnauthenticated).
+  // One round trip to the backend: ok, or why not (kStoreUnavailable, kUnauthenticated).
   virtual Status health() = 0;
 
   // --- the namespace record (NamespaceState) ---
@@ -244,7 +244,7 @@ class ManifestStore {
   // DiscoverySnapshot, which the discovery core renders. RedisStore: the edge's own script
   // (schema/lua/discovery_read.lua), one round trip; SqliteStore: read_snapshot over one read
   // transaction. kInvalidArgument for a principal that is not a member or a query out of
-  // bounds; kUnavailable when the store cannot be reached.
+  // bounds; kStoreUnavailable when the store cannot be reached.
   virtual Result<DiscoverySnapshot> read_discovery(const Principal& member,
                                                    const SnapshotQuery& query = {}) = 0;
 

@@ -244,6 +244,18 @@ Result<RenderedDiscovery> render_connection_manifest(const DiscoverySnapshot& sn
                                                      const FreshnessPolicy& policy, int64_t now_ms,
                                                      const RenderOptions& options = {});
 
+// `GET /v1/mcp-connections`: {"principal", "connections": [entry...], "next_after"?}, each entry
+// the metadata `render_manifests` shows (status, times, error, refresh) without the manifest, plus
+// per list its state and, for a list that loaded, its visible item count (`lists`, `counts`): a
+// list that could not be loaded never reads as 0 items. Built once from the snapshot.
+struct ConnectionList {
+  Json body;
+  std::vector<Revalidation> revalidations;  // as render_manifests would queue them
+  DiscoveryStats stats;
+};
+ConnectionList connection_list(const DiscoverySnapshot& snapshot, const FreshnessPolicy& policy,
+                               int64_t now_ms, const RenderOptions& options = {});
+
 // The manifest JSON without the capabilities `disabled` hides: items of `tools`, `resources`,
 // `resource_templates` (or `resourceTemplates`) and `prompts` (each a bare array or a list object
 // with `items` and `hashes`), and the hashes of hidden keys. Everything else is kept verbatim.

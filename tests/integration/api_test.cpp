@@ -906,7 +906,7 @@ TEST_P(ApiTest, APortInUseIsRefusedNotShared) {
   ApiServer second(*agent_, options);
   Status started = second.start();
   ASSERT_FALSE(started.ok());
-  EXPECT_EQ(started.error().code, ErrorCode::kUnavailable);
+  EXPECT_EQ(started.error().code, ErrorCode::kResourceUnavailable);
   EXPECT_NE(started.error().message.find("in use"), std::string::npos);
   // And a restarted server takes its port back at once.
   const int port = server_->port();

@@ -1200,26 +1200,26 @@ TEST(RedisStoreOnly, RedisGoingAwayFailsCleanlyAndNothingCommittedIsLost) {
   big.manifest.append(4 << 20, ' ');
   Result<FencedWriteResult> lost = store->commit_manifest("c1", shared, a.lease, big, kWrite);
   ASSERT_FALSE(lost.ok());
-  EXPECT_EQ(lost.error().code, ErrorCode::kUnavailable) << lost.error().message;
+  EXPECT_EQ(lost.error().code, ErrorCode::kStoreUnavailable) << lost.error().message;
   std::string where = "127.0.0.1:" + std::to_string(server.port());
   for (int round = 0; round < 3; ++round) {  // a dropped connection, then refused reconnects
     Status health = store->health();
     ASSERT_FALSE(health.ok());
-    EXPECT_EQ(health.error().code, ErrorCode::kUnavailable);
+    EXPECT_EQ(health.error().code, ErrorCode::kStoreUnavailable);
     EXPECT_NE(health.error().message.find(where), std::string::npos) << health.error().message;
     Result<AcquireResult> acquire = store->acquire_lease("c1", shared, token(2), kLongLease);
     ASSERT_FALSE(acquire.ok());
-    EXPECT_EQ(acquire.error().code, ErrorCode::kUnavailable);
+    EXPECT_EQ(acquire.error().code, ErrorCode::kStoreUnavailable);
     Result<FencedWriteResult> commit =
         store->commit_manifest("c1", shared, a.lease, manifest_v("v2", "h1"), kWrite);
     ASSERT_FALSE(commit.ok());
-    EXPECT_EQ(commit.error().code, ErrorCode::kUnavailable);
+    EXPECT_EQ(commit.error().code, ErrorCode::kStoreUnavailable);
     Result<RevalidationBatch> read = store->read_revalidations("agent-1", 10, 100);
     ASSERT_FALSE(read.ok());
-    EXPECT_EQ(read.error().code, ErrorCode::kUnavailable);
+    EXPECT_EQ(read.error().code, ErrorCode::kStoreUnavailable);
     Result<GrantSync> grants = store->sync_grants({{"alice", {"c1"}}});
     ASSERT_FALSE(grants.ok());
-    EXPECT_EQ(grants.error().code, ErrorCode::kUnavailable);
+    EXPECT_EQ(grants.error().code, ErrorCode::kStoreUnavailable);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 
@@ -1266,7 +1266,7 @@ TEST(RedisStoreOnly, AServerThatNeverAnswersTimesOut) {
   Status health = store->health();
   auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - start);
   ASSERT_FALSE(health.ok());
-  EXPECT_EQ(health.error().code, ErrorCode::kUnavailable);
+  EXPECT_EQ(health.error().code, ErrorCode::kStoreUnavailable);
   EXPECT_NE(health.error().message.find("timed out"), std::string::npos) << health.error().message;
   EXPECT_GE(waited.count(), 250);
   EXPECT_LT(waited.count(), 3'000);
@@ -1438,7 +1438,7 @@ TEST(SqliteStoreOnly, OpeningFailsClearly) {
   missing.path = "/nonexistent-quiver-dir/quiver.db";
   Result<std::unique_ptr<SqliteStore>> r = SqliteStore::open(missing);
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.error().code, ErrorCode::kUnavailable);
+  EXPECT_EQ(r.error().code, ErrorCode::kStoreUnavailable);
   EXPECT_NE(r.error().message.find("/nonexistent-quiver-dir/quiver.db"), std::string::npos);
 
   // A file from a newer agent is not touched.
