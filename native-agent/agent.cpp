@@ -339,7 +339,7 @@ struct Agent::Impl {
     deferred[name] = Deferred{cid, principal, trigger, since_ms, steady_ms() + horizon};
   }
 
-  Result<EnqueueOutcome> enqueue(const std::string& cid, const Principal& principal,
+  Result<RevalidationOutcome> enqueue(const std::string& cid, const Principal& principal,
                                  const std::string& trigger) {
     return store->enqueue_revalidation(cid, principal, trigger, revalidation_window_ms());
   }
@@ -350,14 +350,14 @@ struct Agent::Impl {
                                               : config.runtime.revalidate_window_ms;
   }
 
-  Result<EnqueueOutcome> request_refresh(const std::string& cid, const Principal& principal,
+  Result<RevalidationOutcome> request_refresh(const std::string& cid, const Principal& principal,
                                          const std::string& trigger) {
     Result<const ConnectionConfig*> cfg = connection(cid);
     if (!cfg.ok()) return cfg.error();
     if (Status st = check_principal(**cfg, principal); !st.ok()) return st.error();
     if (Status st = validate_revalidation_reason(trigger); !st.ok()) return st.error();
     int64_t since = options.now_ms();
-    Result<EnqueueOutcome> r = enqueue(cid, principal, trigger);
+    Result<RevalidationOutcome> r = enqueue(cid, principal, trigger);
     if (!r.ok()) {
       if (is_change_trigger(trigger)) {
         defer(cid, principal, trigger, since);
@@ -371,11 +371,11 @@ struct Agent::Impl {
       }
       return r;
     }
-    if (is_change_trigger(trigger) && *r != EnqueueOutcome::kQueued) {
+    if (is_change_trigger(trigger) && *r != RevalidationOutcome::kQueued) {
       defer(cid, principal, trigger, since);
     }
     logger->debug(kLog, "refresh of " + who(cid, principal) + " requested (" + trigger +
-                            "): " + enqueue_outcome_name(*r));
+                            "): " + revalidation_outcome_name(*r));
     return r;
   }
 
@@ -999,14 +999,14 @@ struct Agent::Impl {
     std::string cursor;
     auto batch = static_cast<std::size_t>(std::max<int64_t>(1, config.runtime.maintenance_batch));
     auto queue = [&](const std::string& cid, const Principal& p, const char* reason) {
-      Result<EnqueueOutcome> r = enqueue(cid, p, reason);
+      Result<RevalidationOutcome> r = enqueue(cid, p, reason);
       if (!r.ok()) {
         ++report.errors;
         metrics.revalidation_dropped();
         log_store_error("maintenance: queueing " + who(cid, p), r.error());
         return false;
       }
-      if (*r == EnqueueOutcome::kQueued) {
+      if (*r == RevalidationOutcome::kQueued) {
         ++report.queued;
         return true;
       }
@@ -1255,7 +1255,7 @@ Metrics& Agent::metrics() { return impl_->metrics; }
 const std::string& Agent::consumer_name() const { return impl_->consumer; }
 const Logger& Agent::logger() const { return *impl_->logger; }
 
-Result<EnqueueOutcome> Agent::request_refresh(const std::string& connection_id,
+Result<RevalidationOutcome> Agent::request_refresh(const std::string& connection_id,
                                               const Principal& principal,
                                               const std::string& trigger) {
   return impl_->request_refresh(connection_id, principal, trigger);

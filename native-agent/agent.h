@@ -130,7 +130,7 @@ class Agent final : public AgentService {
   const AgentConfig& config() const override;
   ManifestStore& store() override;
   Metrics& metrics() override;
-  Result<EnqueueOutcome> request_refresh(const std::string& connection_id,
+  Result<RevalidationOutcome> request_refresh(const std::string& connection_id,
                                          const Principal& principal,
                                          const std::string& trigger) override;
   Result<RefreshReport> refresh_now(const std::string& connection_id, const Principal& principal,

@@ -437,13 +437,11 @@ struct ApiServer::Impl {
   }
 
   Result<RevalidationResult> enqueue(const Revalidation& r) {
-    Result<EnqueueOutcome> outcome =
+    Result<RevalidationOutcome> outcome =
         agent.request_refresh(r.connection_id, r.principal, trigger_for(r.reason));
     if (!outcome.ok()) return outcome.error();
     RevalidationResult out;
-    out.outcome = *outcome == EnqueueOutcome::kInProgress      ? RevalidationOutcome::kInProgress
-                  : *outcome == EnqueueOutcome::kAlreadyQueued ? RevalidationOutcome::kAlreadyQueued
-                                                               : RevalidationOutcome::kQueued;
+    out.outcome = *outcome;
     return out;
   }
 
@@ -653,11 +651,11 @@ struct ApiServer::Impl {
                         "the body must be {\"kind\": \"unknown_tool\" | \"unknown_resource\" | "
                         "\"unknown_prompt\" | \"unlisted_capability\", \"name\": \"...\"}");
     }
-    Result<EnqueueOutcome> outcome = agent.request_refresh(cid, *conn->principal, "evidence");
+    Result<RevalidationOutcome> outcome = agent.request_refresh(cid, *conn->principal, "evidence");
     if (!outcome.ok()) return fail_store(res, outcome.error(), "evidence");
     log("api: evidence (" + *kind + ") for " + cid + " (" + conn->principal->str() + "): refresh " +
-        enqueue_outcome_name(*outcome));
-    send(json_response(202, Json::object({{"status", enqueue_outcome_name(*outcome)}})), res);
+        revalidation_outcome_name(*outcome));
+    send(json_response(202, Json::object({{"status", revalidation_outcome_name(*outcome)}})), res);
   }
 
   // Preferences are the caller's principal's (conn.principal: `shared` on a shared connection, the
@@ -811,13 +809,13 @@ struct ApiServer::Impl {
         // Marked stale first: a reader between the two sees `stale`, never a fresh answer
         // that predates the change.
         Result<bool> marked = agent.store().invalidate_manifest(conn->id, p);
-        Result<EnqueueOutcome> outcome = marked.ok() ? agent.request_refresh(conn->id, p, "webhook")
-                                                     : Result<EnqueueOutcome>(marked.error());
+        Result<RevalidationOutcome> outcome = marked.ok() ? agent.request_refresh(conn->id, p, "webhook")
+                                                     : Result<RevalidationOutcome>(marked.error());
         if (!outcome.ok()) {
           log("api: webhook refresh of " + conn->id + " (" + p.str() +
               "): " + outcome.error().message);
         }
-        results.push_back({conn->id, p, outcome.ok() ? enqueue_outcome_name(*outcome) : "error",
+        results.push_back({conn->id, p, outcome.ok() ? revalidation_outcome_name(*outcome) : "error",
                            marked.ok() && *marked});
       }
     }

@@ -1135,7 +1135,7 @@ Result<int64_t> RedisStore::read_epoch() {
 
 // ---- revalidation queue ------------------------------------------------------------------------
 
-Result<EnqueueOutcome> RedisStore::enqueue_revalidation(std::string_view cid,
+Result<RevalidationOutcome> RedisStore::enqueue_revalidation(std::string_view cid,
                                                         const Principal& principal,
                                                         std::string_view reason,
                                                         int64_t window_ms) {
@@ -1157,15 +1157,7 @@ Result<EnqueueOutcome> RedisStore::enqueue_revalidation(std::string_view cid,
   if (!reply.ok()) return reply.error();
   Result<RevalidationResult> result = parse_enqueue_reply(*reply);
   if (!result.ok()) return result.error();
-  switch (result->outcome) {
-    case RevalidationOutcome::kInProgress:
-      return EnqueueOutcome::kInProgress;
-    case RevalidationOutcome::kAlreadyQueued:
-      return EnqueueOutcome::kAlreadyQueued;
-    case RevalidationOutcome::kQueued:
-      break;
-  }
-  return EnqueueOutcome::kQueued;
+  return result->outcome;
 }
 
 Result<bool> RedisStore::drop_manifest(std::string_view cid, const Principal& principal) {

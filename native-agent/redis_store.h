@@ -96,7 +96,7 @@ class RedisStore final : public ManifestStore {
 
   // One EVAL of schema/lua/revalidate_enqueue.lua, the edge's own: reason "manual" (refresh-tools)
   // is queued again once the gate is a second old (shared/discovery_redis.h EnqueueOptions).
-  Result<EnqueueOutcome> enqueue_revalidation(std::string_view cid, const Principal& principal,
+  Result<RevalidationOutcome> enqueue_revalidation(std::string_view cid, const Principal& principal,
                                               std::string_view reason, int64_t window_ms) override;
   Result<bool> invalidate_manifest(std::string_view cid, const Principal& principal) override;
   Result<bool> drop_manifest(std::string_view cid, const Principal& principal) override;

@@ -953,7 +953,7 @@ Result<RevalidationBatch> batch_from_rows(Db& impl, Query& q) {
 
 }  // namespace
 
-Result<EnqueueOutcome> SqliteStore::enqueue_revalidation(std::string_view cid,
+Result<RevalidationOutcome> SqliteStore::enqueue_revalidation(std::string_view cid,
                                                          const Principal& principal,
                                                          std::string_view reason,
                                                          int64_t window_ms) {
@@ -969,7 +969,7 @@ Result<EnqueueOutcome> SqliteStore::enqueue_revalidation(std::string_view cid,
   if (!tx.begun().ok()) return tx.begun().error();
   Result<std::optional<Holder>> holder = live_holder(s, cid, principal, now);
   if (!holder.ok()) return holder.error();
-  if (holder->has_value()) return EnqueueOutcome::kInProgress;
+  if (holder->has_value()) return RevalidationOutcome::kInProgress;
   {
     // A manual refresh (refresh-tools) is queued again once the gate is a second old, as
     // revalidate_enqueue.lua does on Redis.
@@ -979,7 +979,7 @@ Result<EnqueueOutcome> SqliteStore::enqueue_revalidation(std::string_view cid,
     if (manual) gate.integer(":requeue_after", kManualRequeueAfterMs);
     Result<int> taken = gate.run();
     if (!taken.ok()) return taken.error();
-    if (*taken == 0) return EnqueueOutcome::kAlreadyQueued;
+    if (*taken == 0) return RevalidationOutcome::kAlreadyQueued;
   }
   {
     Query q(s, "revalidation_enqueue");
@@ -989,7 +989,7 @@ Result<EnqueueOutcome> SqliteStore::enqueue_revalidation(std::string_view cid,
   if (Status st = tx.commit(); !st.ok()) return st.error();
   s.queue_dirty = true;
   s.queue_cv.notify_all();
-  return EnqueueOutcome::kQueued;
+  return RevalidationOutcome::kQueued;
 }
 
 Result<bool> SqliteStore::drop_manifest(std::string_view cid, const Principal& principal) {

@@ -85,7 +85,7 @@ class SqliteStore final : public ManifestStore {
   Result<int64_t> bump_epoch() override;
   Result<int64_t> read_epoch() override;
 
-  Result<EnqueueOutcome> enqueue_revalidation(std::string_view cid, const Principal& principal,
+  Result<RevalidationOutcome> enqueue_revalidation(std::string_view cid, const Principal& principal,
                                               std::string_view reason, int64_t window_ms) override;
   Result<bool> invalidate_manifest(std::string_view cid, const Principal& principal) override;
   Result<bool> drop_manifest(std::string_view cid, const Principal& principal) override;

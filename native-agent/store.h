@@ -130,12 +130,8 @@ struct ManifestPage {
 
 // ---- revalidation queue ------------------------------------------------------------------------
 
-enum class EnqueueOutcome {
-  kQueued = 0,     // a request is in the queue now
-  kAlreadyQueued,  // the gate was taken within the window: one request per key per window
-  kInProgress,     // a refresh lease is held: the refresh under way will serve the reader
-};
-const char* enqueue_outcome_name(EnqueueOutcome outcome);  // "queued", "already_queued", ...
+// The outcome of queuing is the core's RevalidationOutcome (shared/discovery.h), the same at
+// the edge.
 
 // Longest `reason` (a short token such as "stale", "miss", "webhook").
 inline constexpr std::size_t kMaxRevalidationReasonBytes = 64;
@@ -289,7 +285,7 @@ class ManifestStore {
   // take the gate for `window_ms` (kAlreadyQueued if it is taken), else queue a request with the
   // store's clock as `at`. A request queued but never consumed is re-armed by the next stale
   // read once the gate expires.
-  virtual Result<EnqueueOutcome> enqueue_revalidation(std::string_view cid,
+  virtual Result<RevalidationOutcome> enqueue_revalidation(std::string_view cid,
                                                       const Principal& principal,
                                                       std::string_view reason,
                                                       int64_t window_ms) = 0;

@@ -185,8 +185,12 @@ struct Revalidation {
   bool operator==(const Revalidation& o) const;
 };
 
-// The outcome of queuing one revalidation.
-enum class RevalidationOutcome { kQueued = 0, kAlreadyQueued, kInProgress };
+// The outcome of queuing one revalidation, at every host and store.
+enum class RevalidationOutcome {
+  kQueued = 0,     // a request is in the queue now
+  kAlreadyQueued,  // the gate was taken within the window: one request per key per window
+  kInProgress,     // a refresh lease is held: the refresh under way will serve the reader
+};
 // "queued", "already_queued", "in_progress"
 const char* revalidation_outcome_name(RevalidationOutcome outcome);
 

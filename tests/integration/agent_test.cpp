@@ -1368,7 +1368,7 @@ TEST(AgentTriggers, StaleEntriesOfACrashedConsumerAreClaimed) {
       make_agent(make_config(dir, {{"t", upstream_server({})}}, {{"redis", redis_url(redis)}}), o);
   ASSERT_TRUE(agent);
   ASSERT_TRUE(agent->start().ok());
-  ASSERT_EQ(*agent->request_refresh("t", Principal::shared(), "miss"), EnqueueOutcome::kQueued);
+  ASSERT_EQ(*agent->request_refresh("t", Principal::shared(), "miss"), RevalidationOutcome::kQueued);
   // Another consumer takes the request and dies without acknowledging it.
   Result<RevalidationBatch> taken = agent->store().read_revalidations("crashed-agent", 10, 0);
   ASSERT_TRUE(taken.ok());
@@ -1754,7 +1754,7 @@ TEST(AgentSecrets, NoSecretInRedisSqliteLogsOrMetrics) {
   EXPECT_EQ(rb->outcome, "failed");
   ASSERT_TRUE(
       agent->set_preference("s", Principal::shared(), CapabilityType::kTool, "tool_1", false).ok());
-  ASSERT_EQ(*agent->request_refresh("s", Principal::shared(), "webhook"), EnqueueOutcome::kQueued);
+  ASSERT_EQ(*agent->request_refresh("s", Principal::shared(), "webhook"), RevalidationOutcome::kQueued);
   Result<Json> probe = agent->test_connection("bad", Principal::shared());
   EXPECT_FALSE(probe.ok());
   if (!probe.ok()) {

@@ -92,7 +92,7 @@ class ThrowingAgent final : public AgentService {
   const AgentConfig& config() const override { return real_.config(); }
   ManifestStore& store() override { return real_.store(); }
   Metrics& metrics() override { return real_.metrics(); }
-  Result<EnqueueOutcome> request_refresh(const std::string& c, const Principal& p,
+  Result<RevalidationOutcome> request_refresh(const std::string& c, const Principal& p,
                                          const std::string& t) override {
     return real_.request_refresh(c, p, t);
   }
