@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 #include <hiredis.h>
@@ -14,6 +15,7 @@
 #include <sys/time.h>
 
 #include "shared/discovery_redis.h"
+#include "shared/numbers.h"
 #include "shared/preferences_redis.h"
 #include "shared/resp.h"
 #include "shared/schema_assets.h"
@@ -28,25 +30,19 @@ Error invalid(std::string message) {
   return Error(ErrorCode::kInvalidArgument, std::move(message));
 }
 
+// A non-negative decimal within [min, max] (stream ids, SCAN cursors).
 bool parse_int(std::string_view text, int64_t min, int64_t max, int64_t* out) {
-  if (text.empty() || text.size() > 19) return false;
-  int64_t v = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9') return false;
-    v = v * 10 + (c - '0');
-  }
-  if (v < min || v > max) return false;
-  *out = v;
+  std::optional<int64_t> v = parse_decimal_in(text, min, max);
+  if (!v || text[0] == '-') return false;
+  *out = *v;
   return true;
 }
 
 // A signed decimal int64 exactly (what Redis stores in counters and hash fields).
 bool parse_i64(std::string_view text, int64_t* out) {
-  bool negative = !text.empty() && text[0] == '-';
-  if (negative) text.remove_prefix(1);
-  int64_t v = 0;
-  if (!parse_int(text, 0, INT64_MAX, &v)) return false;
-  *out = negative ? -v : v;
+  std::optional<int64_t> v = parse_decimal_i64(text);
+  if (!v) return false;
+  *out = *v;
   return true;
 }
 

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -13,6 +15,7 @@
 #include "native-agent/preferences_db.h"
 #include "native-agent/sqlite_db.h"
 #include "shared/discovery.h"
+#include "shared/numbers.h"
 #include "shared/sha256.h"
 #include "shared/utf8.h"
 
@@ -25,13 +28,9 @@ Error invalid(std::string message) {
 }
 
 bool parse_row_id(std::string_view text, int64_t* out) {
-  if (text.empty() || text.size() > 18) return false;
-  int64_t v = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9') return false;
-    v = v * 10 + (c - '0');
-  }
-  *out = v;
+  std::optional<int64_t> v = parse_decimal_in(text, 0, std::numeric_limits<int64_t>::max());
+  if (!v || text[0] == '-') return false;
+  *out = *v;
   return true;
 }
 

@@ -1,12 +1,12 @@
 #include "shared/discovery.h"
 
 #include <algorithm>
-#include <limits>
 #include <memory>
 #include <set>
 #include <utility>
 
 #include "shared/canonical_json.h"
+#include "shared/numbers.h"
 #include "shared/render_cache.h"
 #include "shared/sha256.h"
 
@@ -16,27 +16,6 @@ namespace {
 
 Error invalid(std::string message) {
   return Error(ErrorCode::kInvalidArgument, std::move(message));
-}
-
-// A decimal int64 with an optional leading '-', nothing else (no spaces, no '+', no overflow).
-std::optional<int64_t> parse_int(std::string_view s) {
-  if (s.empty() || s.size() > 20) return std::nullopt;
-  bool negative = s[0] == '-';
-  std::size_t i = negative ? 1 : 0;
-  if (i == s.size()) return std::nullopt;
-  uint64_t value = 0;
-  const uint64_t limit = negative ? uint64_t{1} << 63 : (uint64_t{1} << 63) - 1;
-  for (; i < s.size(); ++i) {
-    if (s[i] < '0' || s[i] > '9') return std::nullopt;
-    uint64_t digit = static_cast<uint64_t>(s[i] - '0');
-    if (value > (limit - digit) / 10) return std::nullopt;
-    value = value * 10 + digit;
-  }
-  if (negative) {
-    return value == (uint64_t{1} << 63) ? std::numeric_limits<int64_t>::min()
-                                        : -static_cast<int64_t>(value);
-  }
-  return static_cast<int64_t>(value);
 }
 
 const std::string* field(const HashFields& fields, std::string_view name) {
@@ -685,7 +664,7 @@ Result<std::optional<CacheEntryMeta>> cache_entry_meta(const HashFields& m) {
   auto time_field = [&](const char* name, std::optional<int64_t>* out) -> Status {
     const std::string* v = field(m, name);
     if (v == nullptr || v->empty()) return Status::Ok();
-    std::optional<int64_t> n = parse_int(*v);
+    std::optional<int64_t> n = parse_decimal_i64(*v);
     if (!n) return invalid(std::string("field `") + name + "` is not an integer");
     *out = n;
     return Status::Ok();
