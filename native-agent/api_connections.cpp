@@ -69,12 +69,9 @@ void list_connections(ApiContext& api, const httplib::Request& req, httplib::Res
 
 void test_connection(ApiContext& api, const httplib::Request& req, httplib::Response& res,
                      const Principal& member) {
-  if (QueryParams q = check_params(req, {}); q.error) {
-    return send_error(res, HttpErrorCode::kBadRequest, *q.error);
-  }
-  const std::string cid = path_segment(req.path, 2);  // /v1/mcp-connections/{}/...
-  Result<GrantedConnection> conn = api.granted(member, cid);
-  if (!conn.ok()) return api.fail_store(res, conn.error(), "test");
+  std::optional<GrantedConnection> conn = api.connection_of(req, res, member, "test");
+  if (!conn) return;
+  const std::string& cid = conn->id;
   // Each test spawns a child or opens a connection outside the pool and holds a worker for up
   // to the listing deadline: only a few at a time, the rest are told to retry.
   Slot slot(api.tests_running, api.options.max_concurrent_tests);
@@ -102,12 +99,9 @@ void test_connection(ApiContext& api, const httplib::Request& req, httplib::Resp
 // started after the report is stored.
 void evidence(ApiContext& api, const httplib::Request& req, httplib::Response& res,
               const Principal& member) {
-  if (QueryParams q = check_params(req, {}); q.error) {
-    return send_error(res, HttpErrorCode::kBadRequest, *q.error);
-  }
-  const std::string cid = path_segment(req.path, 2);  // /v1/mcp-connections/{}/...
-  Result<GrantedConnection> conn = api.granted(member, cid);
-  if (!conn.ok()) return api.fail_store(res, conn.error(), "evidence");
+  std::optional<GrantedConnection> conn = api.connection_of(req, res, member, "evidence");
+  if (!conn) return;
+  const std::string& cid = conn->id;
   Result<Json> body = parse_json(req.body, api.options.max_body_bytes);
   static const char* kKinds[] = {"unknown_tool", "unknown_resource", "unknown_prompt",
                                  "unlisted_capability"};

@@ -59,6 +59,23 @@ Result<GrantedConnection> ApiContext::granted(const Principal& member, const std
   return *conn;
 }
 
+std::optional<GrantedConnection> ApiContext::connection_of(const httplib::Request& req,
+                                                           httplib::Response& res,
+                                                           const Principal& member,
+                                                           const char* what) {
+  if (QueryParams q = check_params(req, {}); q.error) {
+    send_error(res, HttpErrorCode::kBadRequest, *q.error);
+    return std::nullopt;
+  }
+  const std::string cid = path_segment(req.path, 2);  // /v1/mcp-connections/{}/...
+  Result<GrantedConnection> conn = granted(member, cid);
+  if (!conn.ok()) {
+    fail_store(res, conn.error(), what);
+    return std::nullopt;
+  }
+  return std::move(*conn);
+}
+
 void ApiContext::fail_store(httplib::Response& res, const Error& e, const char* what) {
   HttpErrorCode code = store_or_internal(e);
   if (code == HttpErrorCode::kStoreUnavailable || code == HttpErrorCode::kInternal) {

@@ -89,6 +89,12 @@ struct ApiContext {
   // The granted connection `cid` of `member` with its applicable principal, from one snapshot
   // read. kNotFound when not granted, unknown or removed (indistinguishable, by design).
   Result<GrantedConnection> granted(const Principal& member, const std::string& cid);
+  // The connection a `/v1/mcp-connections/{id}/...` request without query parameters names,
+  // granted to `member`; nullopt when the refusal (400, 404, 503) has been sent. `what` names the
+  // endpoint in the log.
+  std::optional<GrantedConnection> connection_of(const httplib::Request& req,
+                                                 httplib::Response& res, const Principal& member,
+                                                 const char* what);
   // Answers a store operation's failure; logs what the caller is not told.
   void fail_store(httplib::Response& res, const Error& e, const char* what);
 

@@ -39,12 +39,9 @@ void answer_preferences(ApiContext& api, httplib::Response& res, const std::stri
 // answers exactly like a key nobody listed.
 void get_preferences(ApiContext& api, const httplib::Request& req, httplib::Response& res,
                      const Principal& member) {
-  if (QueryParams q = check_params(req, {}); q.error) {
-    return send_error(res, HttpErrorCode::kBadRequest, *q.error);
-  }
-  const std::string cid = path_segment(req.path, 2);  // /v1/mcp-connections/{}/...
-  Result<GrantedConnection> conn = api.granted(member, cid);
-  if (!conn.ok()) return api.fail_store(res, conn.error(), "preferences");
+  std::optional<GrantedConnection> conn = api.connection_of(req, res, member, "preferences");
+  if (!conn) return;
+  const std::string& cid = conn->id;
   answer_preferences(api, res, cid, *conn->principal);
 }
 
@@ -54,12 +51,9 @@ void get_preferences(ApiContext& api, const httplib::Request& req, httplib::Resp
 // changes their own.
 void set_preferences(ApiContext& api, const httplib::Request& req, httplib::Response& res,
                      const Principal& member) {
-  if (QueryParams q = check_params(req, {}); q.error) {
-    return send_error(res, HttpErrorCode::kBadRequest, *q.error);
-  }
-  const std::string cid = path_segment(req.path, 2);  // /v1/mcp-connections/{}/...
-  Result<GrantedConnection> conn = api.granted(member, cid);
-  if (!conn.ok()) return api.fail_store(res, conn.error(), "preferences");
+  std::optional<GrantedConnection> conn = api.connection_of(req, res, member, "preferences");
+  if (!conn) return;
+  const std::string& cid = conn->id;
   if (conn->principal->is_shared() && api.operators.count(std::string(member.member_id())) == 0) {
     return send_error(res, HttpErrorCode::kForbidden,
                       "only an operator (quiver.operators) may change the preferences of a "
