@@ -51,17 +51,6 @@ struct Db : SqliteDb {
   bool queue_dirty = true;
   int64_t seen_data_version = -1;
   std::condition_variable queue_cv;
-  // The Redis key builders validate ids, and the lease.h command builders validate every argument
-  // of a lease step; running them (and discarding the argv) gives both stores the same checks.
-  RedisKeys validation_keys = *RedisKeys::create();
-
-  Result<LeaseKeys> lease_keys(std::string_view cid, const Principal& principal) const {
-    Result<std::string> manifest = validation_keys.manifest(cid, principal);
-    if (!manifest.ok()) return manifest.error();
-    return LeaseKeys{*manifest, *validation_keys.lease(cid, principal),
-                     *validation_keys.fence(cid, principal), *validation_keys.conn(cid),
-                     validation_keys.epoch()};
-  }
 };
 
 }  // namespace sqlite_store_internal
@@ -299,11 +288,8 @@ Status drop_lease(Db& impl, std::string_view cid, const Principal& principal) {
 
 Result<AcquireResult> SqliteStore::acquire_lease(std::string_view cid, const Principal& principal,
                                                  std::string_view token, int64_t lease_ms) {
-  Result<LeaseKeys> keys = impl_->lease_keys(cid, principal);
-  if (!keys.ok()) return keys.error();
-  if (Result<RedisCommand> c = acquire_lease_command(*keys, token, lease_ms); !c.ok()) {
-    return c.error();
-  }
+  if (Status valid = validate_connection_id(cid); !valid.ok()) return valid.error();
+  if (Status valid = validate_acquire(token, lease_ms); !valid.ok()) return valid.error();
   std::lock_guard<std::mutex> lock(impl_->mu);
   Impl& s = *impl_;
   int64_t now = s.options.now_ms();
@@ -352,11 +338,8 @@ Result<AcquireResult> SqliteStore::acquire_lease(std::string_view cid, const Pri
 
 Result<LeaseOutcome> SqliteStore::renew_lease(std::string_view cid, const Principal& principal,
                                               const Lease& lease, int64_t lease_ms) {
-  Result<LeaseKeys> keys = impl_->lease_keys(cid, principal);
-  if (!keys.ok()) return keys.error();
-  if (Result<RedisCommand> c = renew_lease_command(*keys, lease, lease_ms); !c.ok()) {
-    return c.error();
-  }
+  if (Status valid = validate_connection_id(cid); !valid.ok()) return valid.error();
+  if (Status valid = validate_renew(lease, lease_ms); !valid.ok()) return valid.error();
   std::lock_guard<std::mutex> lock(impl_->mu);
   int64_t now = impl_->options.now_ms();
   Query q(*impl_, "lease_extend");
@@ -372,9 +355,8 @@ Result<LeaseOutcome> SqliteStore::renew_lease(std::string_view cid, const Princi
 
 Result<LeaseOutcome> SqliteStore::release_lease(std::string_view cid, const Principal& principal,
                                                 const Lease& lease) {
-  Result<LeaseKeys> keys = impl_->lease_keys(cid, principal);
-  if (!keys.ok()) return keys.error();
-  if (Result<RedisCommand> c = release_lease_command(*keys, lease); !c.ok()) return c.error();
+  if (Status valid = validate_connection_id(cid); !valid.ok()) return valid.error();
+  if (Status valid = validate_release(lease); !valid.ok()) return valid.error();
   std::lock_guard<std::mutex> lock(impl_->mu);
   Query q(*impl_, "lease_delete_held");
   bind_key(q, cid, principal)
@@ -393,11 +375,8 @@ Result<FencedWriteResult> SqliteStore::commit_manifest(std::string_view cid,
                                                        const Lease& lease,
                                                        const ManifestWrite& write,
                                                        const FencedWriteOptions& options) {
-  Result<LeaseKeys> keys = impl_->lease_keys(cid, principal);
-  if (!keys.ok()) return keys.error();
-  if (Result<RedisCommand> c = commit_manifest_command(*keys, lease, write, options); !c.ok()) {
-    return c.error();
-  }
+  if (Status valid = validate_connection_id(cid); !valid.ok()) return valid.error();
+  if (Status valid = validate_manifest_write(lease, write); !valid.ok()) return valid.error();
   std::lock_guard<std::mutex> lock(impl_->mu);
   Impl& s = *impl_;
   int64_t now = s.options.now_ms();
@@ -437,11 +416,8 @@ Result<FencedWriteResult> SqliteStore::record_failure(std::string_view cid,
                                                       const Lease& lease,
                                                       const RefreshFailure& failure,
                                                       const FencedWriteOptions& options) {
-  Result<LeaseKeys> keys = impl_->lease_keys(cid, principal);
-  if (!keys.ok()) return keys.error();
-  if (Result<RedisCommand> c = record_failure_command(*keys, lease, failure, options); !c.ok()) {
-    return c.error();
-  }
+  if (Status valid = validate_connection_id(cid); !valid.ok()) return valid.error();
+  if (Status valid = validate_refresh_failure(lease, failure); !valid.ok()) return valid.error();
   std::lock_guard<std::mutex> lock(impl_->mu);
   Impl& s = *impl_;
   int64_t now = s.options.now_ms();
@@ -471,8 +447,8 @@ Result<FencedWriteResult> SqliteStore::record_failure(std::string_view cid,
 
 Result<std::optional<ManifestMeta>> SqliteStore::read_manifest_meta(std::string_view cid,
                                                                     const Principal& principal) {
-  if (Result<LeaseKeys> keys = impl_->lease_keys(cid, principal); !keys.ok()) {
-    return keys.error();
+  if (Status valid = validate_connection_id(cid); !valid.ok()) {
+    return valid.error();
   }
   std::lock_guard<std::mutex> lock(impl_->mu);
   Query q(*impl_, "manifest_select_meta");
@@ -487,8 +463,8 @@ Result<std::optional<ManifestMeta>> SqliteStore::read_manifest_meta(std::string_
 
 Result<std::optional<StoredManifest>> SqliteStore::read_manifest(std::string_view cid,
                                                                  const Principal& principal) {
-  if (Result<LeaseKeys> keys = impl_->lease_keys(cid, principal); !keys.ok()) {
-    return keys.error();
+  if (Status valid = validate_connection_id(cid); !valid.ok()) {
+    return valid.error();
   }
   std::lock_guard<std::mutex> lock(impl_->mu);
   Query q(*impl_, "manifest_select");
@@ -953,11 +929,11 @@ Result<RevalidationBatch> batch_from_rows(Db& impl, Query& q) {
 }  // namespace
 
 Result<RevalidationOutcome> SqliteStore::enqueue_revalidation(std::string_view cid,
-                                                         const Principal& principal,
-                                                         std::string_view reason,
-                                                         int64_t window_ms) {
-  if (Result<LeaseKeys> keys = impl_->lease_keys(cid, principal); !keys.ok()) {
-    return keys.error();
+                                                              const Principal& principal,
+                                                              std::string_view reason,
+                                                              int64_t window_ms) {
+  if (Status valid = validate_connection_id(cid); !valid.ok()) {
+    return valid.error();
   }
   if (Status st = validate_revalidation_reason(reason); !st.ok()) return st.error();
   if (window_ms <= 0) return invalid("enqueue_revalidation: window_ms must be positive");
@@ -992,8 +968,8 @@ Result<RevalidationOutcome> SqliteStore::enqueue_revalidation(std::string_view c
 }
 
 Result<bool> SqliteStore::drop_manifest(std::string_view cid, const Principal& principal) {
-  if (Result<LeaseKeys> keys = impl_->lease_keys(cid, principal); !keys.ok()) {
-    return keys.error();
+  if (Status valid = validate_connection_id(cid); !valid.ok()) {
+    return valid.error();
   }
   std::lock_guard<std::mutex> lock(impl_->mu);
   Impl& s = *impl_;
@@ -1011,8 +987,8 @@ Result<bool> SqliteStore::drop_manifest(std::string_view cid, const Principal& p
 }
 
 Result<bool> SqliteStore::invalidate_manifest(std::string_view cid, const Principal& principal) {
-  if (Result<LeaseKeys> keys = impl_->lease_keys(cid, principal); !keys.ok()) {
-    return keys.error();
+  if (Status valid = validate_connection_id(cid); !valid.ok()) {
+    return valid.error();
   }
   std::lock_guard<std::mutex> lock(impl_->mu);
   Impl& s = *impl_;
@@ -1056,8 +1032,9 @@ Result<RevalidationBatch> SqliteStore::read_revalidations(std::string_view consu
     }
     auto now = std::chrono::steady_clock::now();
     if (now >= deadline) return RevalidationBatch{};
-    s.queue_cv.wait_for(lock, std::min<std::chrono::steady_clock::duration>(
-                                  deadline - now, std::chrono::milliseconds(s.options.poll_interval_ms)));
+    s.queue_cv.wait_for(lock,
+                        std::min<std::chrono::steady_clock::duration>(
+                            deadline - now, std::chrono::milliseconds(s.options.poll_interval_ms)));
   }
 }
 
