@@ -62,7 +62,7 @@ Status make_dirs(const std::string& path) {
     partial = path.substr(0, pos);
     if (partial.empty()) continue;
     if (::mkdir(partial.c_str(), 0700) != 0 && errno != EEXIST) {
-      return Error(ErrorCode::kUnavailable,
+      return Error(ErrorCode::kStoreUnavailable,
                    "cannot create data directory " + partial + ": " + std::strerror(errno));
     }
   }
@@ -71,7 +71,7 @@ Status make_dirs(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0 && (st.st_mode & 077) != 0 &&
       ::chmod(path.c_str(), st.st_mode & 0700) != 0) {
-    return Error(ErrorCode::kUnavailable,
+    return Error(ErrorCode::kStoreUnavailable,
                  "cannot make data directory " + path + " private (0700): " + std::strerror(errno));
   }
   return Status::Ok();
@@ -121,7 +121,7 @@ RandomSource urandom_source() {
   return [](std::size_t n) -> Result<std::string> {
     int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-      return Error(ErrorCode::kUnavailable,
+      return Error(ErrorCode::kResourceUnavailable,
                    std::string("cannot open /dev/urandom: ") + std::strerror(errno));
     }
     std::string out(n, '\0');
@@ -131,7 +131,7 @@ RandomSource urandom_source() {
       if (r < 0 && errno == EINTR) continue;
       if (r <= 0) {
         ::close(fd);
-        return Error(ErrorCode::kUnavailable, "short read from /dev/urandom");
+        return Error(ErrorCode::kResourceUnavailable, "short read from /dev/urandom");
       }
       got += static_cast<std::size_t>(r);
     }
@@ -339,7 +339,7 @@ struct Agent::Impl {
     deferred[name] = Deferred{cid, principal, trigger, since_ms, steady_ms() + horizon};
   }
 
-  Result<EnqueueOutcome> enqueue(const std::string& cid, const Principal& principal,
+  Result<RevalidationOutcome> enqueue(const std::string& cid, const Principal& principal,
                                  const std::string& trigger) {
     return store->enqueue_revalidation(cid, principal, trigger, revalidation_window_ms());
   }
@@ -350,14 +350,14 @@ struct Agent::Impl {
                                               : config.runtime.revalidate_window_ms;
   }
 
-  Result<EnqueueOutcome> request_refresh(const std::string& cid, const Principal& principal,
+  Result<RevalidationOutcome> request_refresh(const std::string& cid, const Principal& principal,
                                          const std::string& trigger) {
     Result<const ConnectionConfig*> cfg = connection(cid);
     if (!cfg.ok()) return cfg.error();
     if (Status st = check_principal(**cfg, principal); !st.ok()) return st.error();
     if (Status st = validate_revalidation_reason(trigger); !st.ok()) return st.error();
     int64_t since = options.now_ms();
-    Result<EnqueueOutcome> r = enqueue(cid, principal, trigger);
+    Result<RevalidationOutcome> r = enqueue(cid, principal, trigger);
     if (!r.ok()) {
       if (is_change_trigger(trigger)) {
         defer(cid, principal, trigger, since);
@@ -371,11 +371,11 @@ struct Agent::Impl {
       }
       return r;
     }
-    if (is_change_trigger(trigger) && *r != EnqueueOutcome::kQueued) {
+    if (is_change_trigger(trigger) && *r != RevalidationOutcome::kQueued) {
       defer(cid, principal, trigger, since);
     }
     logger->debug(kLog, "refresh of " + who(cid, principal) + " requested (" + trigger +
-                            "): " + enqueue_outcome_name(*r));
+                            "): " + revalidation_outcome_name(*r));
     return r;
   }
 
@@ -407,7 +407,7 @@ struct Agent::Impl {
         Result<RefreshReport> r = refresh(d.connection_id, d.principal, d.trigger, std::nullopt);
         // in_progress: another holder lists now, maybe from before the change: look again.
         // A store failure: again later. Any other error will not get better by retrying.
-        done = r.ok() ? r->outcome != "in_progress" : r.error().code != ErrorCode::kUnavailable;
+        done = r.ok() ? r->outcome != "in_progress" : !passes_by_itself(r.error().code);
         if (!r.ok() && done) {
           metrics.revalidation_dropped();
           logger->warn(kLog, "the " + d.trigger + " refresh of " +
@@ -796,7 +796,7 @@ struct Agent::Impl {
           defer(req.connection_id, req.principal, req.reason, req.at_ms);
         }
         // The store failed: leave the request pending; it is claimed again once it is idle.
-        if (!r.ok() && r.error().code == ErrorCode::kUnavailable) {
+        if (!r.ok() && passes_by_itself(r.error().code)) {
           ack = false;
         } else if (!r.ok()) {
           metrics.revalidation_dropped();
@@ -999,14 +999,14 @@ struct Agent::Impl {
     std::string cursor;
     auto batch = static_cast<std::size_t>(std::max<int64_t>(1, config.runtime.maintenance_batch));
     auto queue = [&](const std::string& cid, const Principal& p, const char* reason) {
-      Result<EnqueueOutcome> r = enqueue(cid, p, reason);
+      Result<RevalidationOutcome> r = enqueue(cid, p, reason);
       if (!r.ok()) {
         ++report.errors;
         metrics.revalidation_dropped();
         log_store_error("maintenance: queueing " + who(cid, p), r.error());
         return false;
       }
-      if (*r == EnqueueOutcome::kQueued) {
+      if (*r == RevalidationOutcome::kQueued) {
         ++report.queued;
         return true;
       }
@@ -1255,7 +1255,7 @@ Metrics& Agent::metrics() { return impl_->metrics; }
 const std::string& Agent::consumer_name() const { return impl_->consumer; }
 const Logger& Agent::logger() const { return *impl_->logger; }
 
-Result<EnqueueOutcome> Agent::request_refresh(const std::string& connection_id,
+Result<RevalidationOutcome> Agent::request_refresh(const std::string& connection_id,
                                               const Principal& principal,
                                               const std::string& trigger) {
   return impl_->request_refresh(connection_id, principal, trigger);
@@ -1357,7 +1357,7 @@ Status Agent::set_preference(const std::string& connection_id, const Principal& 
   if (!found.ok()) return found.error();
   if (Status st = check_preference_principal(**found, principal); !st.ok()) return st;
   Status st = s.prefs->set_enabled(connection_id, principal, type, key, enabled);
-  if (st.ok() || st.error().code == ErrorCode::kUnavailable) {
+  if (st.ok() || st.error().code == ErrorCode::kStoreUnavailable) {
     s.logger->info(
         kLog, std::string("preference ") + capability_type_name(type) + ":" + key + " of " +
                   connection_id + " (" + principal.str() + ") set to " +

@@ -54,7 +54,7 @@ namespace quiver {
 
 struct UpstreamSpec;  // native-agent/upstream.h
 
-// `n` random bytes (lease tokens, consumer names). kUnavailable when no entropy could be read.
+// `n` random bytes (lease tokens, consumer names). kResourceUnavailable when no entropy could be read.
 using RandomSource = std::function<Result<std::string>(std::size_t n)>;
 // The native host's source: /dev/urandom.
 RandomSource urandom_source();
@@ -121,7 +121,7 @@ class Agent final : public AgentService {
   Agent(const Agent&) = delete;
   Agent& operator=(const Agent&) = delete;
 
-  // Syncs connection records and grants (kUnavailable when the store cannot be reached: nothing
+  // Syncs connection records and grants (kStoreUnavailable when the store cannot be reached: nothing
   // started), republishes every connection's disabled overlay, then starts the threads.
   Status start();
   void stop();
@@ -130,7 +130,7 @@ class Agent final : public AgentService {
   const AgentConfig& config() const override;
   ManifestStore& store() override;
   Metrics& metrics() override;
-  Result<EnqueueOutcome> request_refresh(const std::string& connection_id,
+  Result<RevalidationOutcome> request_refresh(const std::string& connection_id,
                                          const Principal& principal,
                                          const std::string& trigger) override;
   Result<RefreshReport> refresh_now(const std::string& connection_id, const Principal& principal,

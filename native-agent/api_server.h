@@ -71,10 +71,10 @@ struct ApiServerOptions {
   std::size_t max_connections = 4'096;
   std::size_t max_connections_per_peer = 256;  // from one address (idle ones make room first)
   int max_concurrent_tests = 2;                // POST /v1/mcp-connections/{id}/test at once
-  std::size_t max_body_bytes = 64 * 1024;  // the largest body any endpoint reads (webhooks)
-  std::size_t background_queue = 1'024;    // stale-while-revalidate requests waiting to be queued
-  int64_t max_cache_age_s = 30;            // Cache-Control max-age cap of discovery answers
-  std::size_t search_cache_entries = 64;   // per-principal search indexes kept
+  std::size_t max_body_bytes = 64 * 1024;      // the largest body any endpoint reads (webhooks)
+  std::size_t background_queue = 1'024;   // stale-while-revalidate requests waiting to be queued
+  int64_t max_cache_age_s = 30;           // Cache-Control max-age cap of discovery answers
+  std::size_t search_cache_entries = 64;  // per-principal search indexes kept
   std::size_t search_cache_bytes = std::size_t{64} << 20;
   Clock now_ms = system_clock_ms();
   ApiLog log;  // null: no log
@@ -94,8 +94,8 @@ class ApiServer {
   ApiServer& operator=(const ApiServer&) = delete;
 
   // Binds and starts serving on a thread of its own; returns once the socket listens.
-  // kUnavailable when the address cannot be bound (in use, not local), kInvalidArgument for bad
-  // options. Call once.
+  // kResourceUnavailable when the address cannot be bound (in use, not local), kInvalidArgument for
+  // bad options. Call once.
   Status start();
   // Stops accepting, finishes the requests in flight, and joins every thread. Idempotent.
   void stop();

@@ -135,7 +135,7 @@ int cli_fail(const char* command, const std::string& message, int exit_code) {
 }
 
 int store_exit_code(const Error& error) {
-  return error.code == ErrorCode::kUnavailable || error.code == ErrorCode::kUnauthenticated
+  return error.code == ErrorCode::kStoreUnavailable || error.code == ErrorCode::kUnauthenticated
              ? kExitStoreUnavailable
              : kExitFailed;
 }

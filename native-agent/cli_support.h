@@ -53,7 +53,7 @@ int cli_usage_error(const char* command, const std::string& message);
 // Prints `quiver-agent <command>: <message>` on stderr and returns `exit_code`.
 int cli_fail(const char* command, const std::string& message, int exit_code);
 
-// The exit code for an error of the store (kUnavailable, kUnauthenticated -> 3) or anything else
+// The exit code for an error of the store (kStoreUnavailable, kUnauthenticated -> 3) or anything else
 // (-> 1).
 int store_exit_code(const Error& error);
 

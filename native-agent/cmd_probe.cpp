@@ -26,6 +26,7 @@
 #include "shared/json.h"
 #include "shared/listing.h"
 #include "shared/manifest.h"
+#include "shared/numbers.h"
 
 namespace quiver {
 namespace {
@@ -127,12 +128,9 @@ std::optional<int> parse_args(const std::vector<std::string>& args, ProbeArgs* o
       out->env[v.substr(0, eq)] = v.substr(eq + 1);
     } else if (arg == "--timeout-ms") {
       if (!value(&v)) return usage_error("--timeout-ms needs a number");
-      char* end = nullptr;
-      long long n = std::strtoll(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || n < 1 || n > 600000) {
-        return usage_error("--timeout-ms must be a whole number of milliseconds, 1..600000");
-      }
-      out->timeout_ms = n;
+      std::optional<int64_t> n = parse_decimal_in(v, 1, 600000);
+      if (!n) return usage_error("--timeout-ms must be a whole number of milliseconds, 1..600000");
+      out->timeout_ms = *n;
     } else if (arg == "--name") {
       if (!value(&out->name) || out->name.empty()) return usage_error("--name needs a name");
     } else if (arg == "--allow-private" && flag()) {

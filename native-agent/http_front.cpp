@@ -140,7 +140,7 @@ struct HttpFront::Impl {
     int rc = ::getaddrinfo(options.host.empty() ? nullptr : options.host.c_str(),
                            port_text.c_str(), &hints, &res);
     if (rc != 0 || res == nullptr) {
-      return Error(ErrorCode::kUnavailable, "cannot resolve " + options.host + ": " +
+      return Error(ErrorCode::kResourceUnavailable, "cannot resolve " + options.host + ": " +
                                                 std::string(::gai_strerror(rc)));
     }
     std::string why = "no address";
@@ -161,7 +161,7 @@ struct HttpFront::Impl {
     }
     ::freeaddrinfo(res);
     if (listen_fd < 0) {
-      return Error(ErrorCode::kUnavailable,
+      return Error(ErrorCode::kResourceUnavailable,
                    "cannot listen on " + options.host + ":" + port_text + " (" + why + ")");
     }
     sockaddr_storage sa{};
@@ -636,7 +636,7 @@ Status HttpFront::start() {
   s.epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
   s.wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (s.epoll_fd < 0 || s.wake_fd < 0) {
-    return Error(ErrorCode::kUnavailable, std::string("http front: ") + std::strerror(errno));
+    return Error(ErrorCode::kResourceUnavailable, std::string("http front: ") + std::strerror(errno));
   }
   for (int fd : {s.listen_fd, s.wake_fd}) {
     epoll_event ev{};

@@ -82,7 +82,7 @@ class HttpFront {
   HttpFront& operator=(const HttpFront&) = delete;
 
   // Binds (SO_REUSEADDR, never SO_REUSEPORT: a port in use is refused) and starts the loop and
-  // the workers. kUnavailable when the address cannot be bound.
+  // the workers. kResourceUnavailable when the address cannot be bound.
   Status start();
   // Stops accepting, lets the workers finish the requests they hold, closes every connection and
   // joins every thread. Idempotent.

@@ -96,7 +96,7 @@ class PreferencesDb {
                                             const PreferencePolicy& policy);
   // The user's toggle. kNotFound when the capability was never listed for this principal (by any
   // agent whose rows reached the store): the same answer whoever else listed it. The row is
-  // written even when the merge fails; then kUnavailable says so (and the pair is pending).
+  // written even when the merge fails; then kStoreUnavailable says so (and the pair is pending).
   Status set_enabled(std::string_view connection_id, const Principal& principal,
                      CapabilityType type, std::string_view key, bool enabled);
   // The principal's disabled set as the local rows give it.

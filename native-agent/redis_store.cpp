@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 #include <hiredis.h>
@@ -14,6 +15,7 @@
 #include <sys/time.h>
 
 #include "shared/discovery_redis.h"
+#include "shared/numbers.h"
 #include "shared/preferences_redis.h"
 #include "shared/resp.h"
 #include "shared/schema_assets.h"
@@ -28,25 +30,19 @@ Error invalid(std::string message) {
   return Error(ErrorCode::kInvalidArgument, std::move(message));
 }
 
+// A non-negative decimal within [min, max] (stream ids, SCAN cursors).
 bool parse_int(std::string_view text, int64_t min, int64_t max, int64_t* out) {
-  if (text.empty() || text.size() > 19) return false;
-  int64_t v = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9') return false;
-    v = v * 10 + (c - '0');
-  }
-  if (v < min || v > max) return false;
-  *out = v;
+  std::optional<int64_t> v = parse_decimal_in(text, min, max);
+  if (!v || text[0] == '-') return false;
+  *out = *v;
   return true;
 }
 
 // A signed decimal int64 exactly (what Redis stores in counters and hash fields).
 bool parse_i64(std::string_view text, int64_t* out) {
-  bool negative = !text.empty() && text[0] == '-';
-  if (negative) text.remove_prefix(1);
-  int64_t v = 0;
-  if (!parse_int(text, 0, INT64_MAX, &v)) return false;
-  *out = negative ? -v : v;
+  std::optional<int64_t> v = parse_decimal_i64(text);
+  if (!v) return false;
+  *out = *v;
   return true;
 }
 
@@ -54,7 +50,7 @@ bool parse_i64(std::string_view text, int64_t* out) {
 
 // hiredis 0.14 writes with write(2): a server that closed the socket raises SIGPIPE, whose default
 // action ends the process. Block it on this thread while hiredis runs and swallow one raised
-// meanwhile; the write itself then fails with EPIPE, which becomes kUnavailable.
+// meanwhile; the write itself then fails with EPIPE, which becomes kStoreUnavailable.
 class SigpipeGuard {
  public:
   SigpipeGuard() {
@@ -114,13 +110,13 @@ bool starts_with(std::string_view s, std::string_view prefix) {
 }
 
 // A Redis error reply as an Error. States that pass (a restart loading its data, a busy script, a
-// replica, memory full) are kUnavailable like a dropped connection; the rest are our bugs.
+// replica, memory full) are kStoreUnavailable like a dropped connection; the rest are our bugs.
 Error reply_error(const RespValue& reply, std::string_view what) {
   const std::string& text = reply.str;
   ErrorCode code = ErrorCode::kInternal;
   for (std::string_view transient :
        {"LOADING", "BUSY", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN", "MISCONF", "OOM"}) {
-    if (starts_with(text, transient)) code = ErrorCode::kUnavailable;
+    if (starts_with(text, transient)) code = ErrorCode::kStoreUnavailable;
   }
   if (starts_with(text, "NOAUTH") || starts_with(text, "WRONGPASS") ||
       starts_with(text, "NOPERM")) {
@@ -147,7 +143,7 @@ class RedisConnection {
   RedisConnection& operator=(const RedisConnection&) = delete;
 
   // Sends `commands` as one pipeline and returns one reply per command, in order. Error replies
-  // are values; a connection that fails or times out is dropped and the call is kUnavailable.
+  // are values; a connection that fails or times out is dropped and the call is kStoreUnavailable.
   // `timeout_ms` > 0 replaces the command timeout for this call (a blocking read).
   Result<std::vector<RespValue>> run(const std::vector<RedisCommand>& commands,
                                      int64_t timeout_ms = 0) {
@@ -207,7 +203,7 @@ class RedisConnection {
       reason = "timed out";
     }
     drop_locked();  // the stream may be out of step with our requests: never reuse it
-    return Error(ErrorCode::kUnavailable,
+    return Error(ErrorCode::kStoreUnavailable,
                  "redis " + address() + ": connection lost " + during + " (" + reason + ")");
   }
 
@@ -217,7 +213,7 @@ class RedisConnection {
     SteadyClock::time_point now = SteadyClock::now();
     if (now < next_attempt_) {
       auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next_attempt_ - now);
-      return Error(ErrorCode::kUnavailable, "redis " + address() + ": unavailable (" + last_error_ +
+      return Error(ErrorCode::kStoreUnavailable, "redis " + address() + ": unavailable (" + last_error_ +
                                                 "); next attempt in " +
                                                 std::to_string(wait.count()) + " ms");
     }
@@ -238,9 +234,9 @@ class RedisConnection {
   Status open_locked() {
     ctx_ = redisConnectWithTimeout(redis_.host.c_str(), redis_.port,
                                    to_timeval(options_.connect_timeout_ms));
-    if (ctx_ == nullptr) return Error(ErrorCode::kUnavailable, "cannot connect (out of memory)");
+    if (ctx_ == nullptr) return Error(ErrorCode::kStoreUnavailable, "cannot connect (out of memory)");
     if (ctx_->err != 0) {
-      return Error(ErrorCode::kUnavailable, std::string("cannot connect: ") + ctx_->errstr);
+      return Error(ErrorCode::kStoreUnavailable, std::string("cannot connect: ") + ctx_->errstr);
     }
     redisSetTimeout(ctx_, to_timeval(options_.command_timeout_ms));
     redisEnableKeepAlive(ctx_);
@@ -273,11 +269,11 @@ class RedisConnection {
       // hiredis reports a read timeout as an I/O error with strerror(EAGAIN): a Redis that
       // stalls, not one that refused us.
       if (ctx_->err == REDIS_ERR_IO && std::strcmp(ctx_->errstr, std::strerror(EAGAIN)) == 0) {
-        return Error(ErrorCode::kUnavailable,
+        return Error(ErrorCode::kStoreUnavailable,
                      std::string(what) + " timed out (no answer within " +
                          std::to_string(options_.command_timeout_ms) + " ms)");
       }
-      return Error(ErrorCode::kUnavailable, std::string(what) + " failed: " + ctx_->errstr);
+      return Error(ErrorCode::kStoreUnavailable, std::string(what) + " failed: " + ctx_->errstr);
     }
     RespValue v = to_resp(reply);
     freeReplyObject(reply);
@@ -1135,7 +1131,7 @@ Result<int64_t> RedisStore::read_epoch() {
 
 // ---- revalidation queue ------------------------------------------------------------------------
 
-Result<EnqueueOutcome> RedisStore::enqueue_revalidation(std::string_view cid,
+Result<RevalidationOutcome> RedisStore::enqueue_revalidation(std::string_view cid,
                                                         const Principal& principal,
                                                         std::string_view reason,
                                                         int64_t window_ms) {
@@ -1157,15 +1153,7 @@ Result<EnqueueOutcome> RedisStore::enqueue_revalidation(std::string_view cid,
   if (!reply.ok()) return reply.error();
   Result<RevalidationResult> result = parse_enqueue_reply(*reply);
   if (!result.ok()) return result.error();
-  switch (result->outcome) {
-    case RevalidationOutcome::kInProgress:
-      return EnqueueOutcome::kInProgress;
-    case RevalidationOutcome::kAlreadyQueued:
-      return EnqueueOutcome::kAlreadyQueued;
-    case RevalidationOutcome::kQueued:
-      break;
-  }
-  return EnqueueOutcome::kQueued;
+  return result->outcome;
 }
 
 Result<bool> RedisStore::drop_manifest(std::string_view cid, const Principal& principal) {

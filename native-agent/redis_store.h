@@ -13,9 +13,9 @@
 // grants, overlay publishing) are pipelined: reads in one round trip, writes in one MULTI/EXEC.
 //
 // Connections: created lazily, with a connect timeout and a command timeout. An op whose
-// connection drops or times out fails with kUnavailable and drops the connection; the next op
+// connection drops or times out fails with kStoreUnavailable and drops the connection; the next op
 // reconnects at once. While Redis stays unreachable, reconnect attempts are spaced by a bounded
-// exponential backoff (ops in between fail fast with kUnavailable, saying when the next attempt
+// exponential backoff (ops in between fail fast with kStoreUnavailable, saying when the next attempt
 // is due). Writing to a socket the server closed never raises SIGPIPE in the process.
 //
 // Threads: the store holds two connections, each guarded by its own mutex: one for every op, one
@@ -96,7 +96,7 @@ class RedisStore final : public ManifestStore {
 
   // One EVAL of schema/lua/revalidate_enqueue.lua, the edge's own: reason "manual" (refresh-tools)
   // is queued again once the gate is a second old (shared/discovery_redis.h EnqueueOptions).
-  Result<EnqueueOutcome> enqueue_revalidation(std::string_view cid, const Principal& principal,
+  Result<RevalidationOutcome> enqueue_revalidation(std::string_view cid, const Principal& principal,
                                               std::string_view reason, int64_t window_ms) override;
   Result<bool> invalidate_manifest(std::string_view cid, const Principal& principal) override;
   Result<bool> drop_manifest(std::string_view cid, const Principal& principal) override;

@@ -50,7 +50,7 @@ class AgentService {
 
   // Queues a refresh of (connection, principal) for the background workers: queued,
   // already_queued, or in_progress (a lease is held: the refresh under way will serve it).
-  virtual Result<EnqueueOutcome> request_refresh(const std::string& connection_id,
+  virtual Result<RevalidationOutcome> request_refresh(const std::string& connection_id,
                                                  const Principal& principal,
                                                  const std::string& trigger) = 0;
 

@@ -51,7 +51,7 @@ Status SqliteDb::open(std::string path, int64_t busy_timeout_ms) {
                       SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     Error e = sql_error(rc, "open");
-    e.code = ErrorCode::kUnavailable;
+    e.code = ErrorCode::kStoreUnavailable;
     return e;
   }
   sqlite3_extended_result_codes(db_, 1);
@@ -111,7 +111,7 @@ Error SqliteDb::sql_error(int rc, std::string_view what) const {
   if (primary == SQLITE_BUSY || primary == SQLITE_LOCKED || primary == SQLITE_IOERR ||
       primary == SQLITE_FULL || primary == SQLITE_CANTOPEN || primary == SQLITE_READONLY ||
       primary == SQLITE_PROTOCOL || primary == SQLITE_NOTADB || primary == SQLITE_CORRUPT) {
-    code = ErrorCode::kUnavailable;
+    code = ErrorCode::kStoreUnavailable;
   }
   std::string detail = db_ != nullptr ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
   return Error(code, label_ + " " + path_ + ": " + std::string(what) + ": " + detail);

@@ -1,7 +1,7 @@
 // SqliteDb: one SQLite connection as the agent's two SQLite users hold it (SqliteStore, the cache
 // of the embedded default; PreferencesDb, ADR-004's table), with what both need around it:
 //   - errors that name the file and the step and say whether trying again can help
-//     (kUnavailable: busy, locked, I/O, full, read-only, not a database...) or not (kInternal);
+//     (kStoreUnavailable: busy, locked, I/O, full, read-only, not a database...) or not (kInternal);
 //   - exec, and the named statements of schema/sqlite-queries.sql, prepared once and cached;
 //   - SqliteQuery: one run of a named statement (bind by parameter name, step, read columns);
 //   - SqliteTransaction: BEGIN IMMEDIATE ... COMMIT, rolled back unless committed;
@@ -39,7 +39,7 @@ class SqliteDb {
   SqliteDb& operator=(const SqliteDb&) = delete;
 
   // Opens (creating) `path` read-write, extended result codes on, with a busy timeout (clamped to
-  // 0 .. 10^9 ms). A failure is kUnavailable. Call once.
+  // 0 .. 10^9 ms). A failure is kStoreUnavailable. Call once.
   Status open(std::string path, int64_t busy_timeout_ms);
   // In one BEGIN IMMEDIATE ... COMMIT: refuses a file of a newer schema version (kInvalidArgument,
   // nothing touched), runs the migrations from its version (schema/sqlite-migrate-v*.sql), then

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -13,6 +15,7 @@
 #include "native-agent/preferences_db.h"
 #include "native-agent/sqlite_db.h"
 #include "shared/discovery.h"
+#include "shared/numbers.h"
 #include "shared/sha256.h"
 #include "shared/utf8.h"
 
@@ -25,13 +28,9 @@ Error invalid(std::string message) {
 }
 
 bool parse_row_id(std::string_view text, int64_t* out) {
-  if (text.empty() || text.size() > 18) return false;
-  int64_t v = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9') return false;
-    v = v * 10 + (c - '0');
-  }
-  *out = v;
+  std::optional<int64_t> v = parse_decimal_in(text, 0, std::numeric_limits<int64_t>::max());
+  if (!v || text[0] == '-') return false;
+  *out = *v;
   return true;
 }
 
@@ -53,17 +52,6 @@ struct Db : SqliteDb {
   int64_t seen_data_version = -1;
   std::condition_variable queue_cv;
   SqliteReaders readers;
-  // The Redis key builders validate ids, and the lease.h command builders validate every argument
-  // of a lease step; running them (and discarding the argv) gives both stores the same checks.
-  RedisKeys validation_keys = *RedisKeys::create();
-
-  Result<LeaseKeys> lease_keys(std::string_view cid, const Principal& principal) const {
-    Result<std::string> manifest = validation_keys.manifest(cid, principal);
-    if (!manifest.ok()) return manifest.error();
-    return LeaseKeys{*manifest, *validation_keys.lease(cid, principal),
-                     *validation_keys.fence(cid, principal), *validation_keys.conn(cid),
-                     validation_keys.epoch()};
-  }
 };
 
 }  // namespace sqlite_store_internal
@@ -144,7 +132,7 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::open(SqliteStoreOptions option
     if (rc != SQLITE_OK) return s.sql_error(rc, "setting journal_mode=WAL");
     if (mode != "wal" && s.options.path != ":memory:") {
       return Error(
-          ErrorCode::kUnavailable,
+          ErrorCode::kStoreUnavailable,
           "sqlite " + s.options.path + ": the file cannot be put in WAL mode (" + mode + ")");
     }
   }
@@ -307,11 +295,8 @@ Status drop_lease(Db& impl, std::string_view cid, const Principal& principal) {
 
 Result<AcquireResult> SqliteStore::acquire_lease(std::string_view cid, const Principal& principal,
                                                  std::string_view token, int64_t lease_ms) {
-  Result<LeaseKeys> keys = impl_->lease_keys(cid, principal);
-  if (!keys.ok()) return keys.error();
-  if (Result<RedisCommand> c = acquire_lease_command(*keys, token, lease_ms); !c.ok()) {
-    return c.error();
-  }
+  if (Status valid = validate_connection_id(cid); !valid.ok()) return valid.error();
+  if (Status valid = validate_acquire(token, lease_ms); !valid.ok()) return valid.error();
   std::lock_guard<std::mutex> lock(impl_->mu);
   Impl& s = *impl_;
   int64_t now = s.options.now_ms();
@@ -360,11 +345,8 @@ Result<AcquireResult> SqliteStore::acquire_lease(std::string_view cid, const Pri
 
 Result<LeaseOutcome> SqliteStore::renew_lease(std::string_view cid, const Principal& principal,
                                               const Lease& lease, int64_t lease_ms) {
-  Result<LeaseKeys> keys = impl_->lease_keys(cid, principal);
-  if (!keys.ok()) return keys.error();
-  if (Result<RedisCommand> c = renew_lease_command(*keys, lease, lease_ms); !c.ok()) {
-    return c.error();
-  }
+  if (Status valid = validate_connection_id(cid); !valid.ok()) return valid.error();
+  if (Status valid = validate_renew(lease, lease_ms); !valid.ok()) return valid.error();
   std::lock_guard<std::mutex> lock(impl_->mu);
   int64_t now = impl_->options.now_ms();
   Query q(*impl_, "lease_extend");
@@ -380,9 +362,8 @@ Result<LeaseOutcome> SqliteStore::renew_lease(std::string_view cid, const Princi
 
 Result<LeaseOutcome> SqliteStore::release_lease(std::string_view cid, const Principal& principal,
                                                 const Lease& lease) {
-  Result<LeaseKeys> keys = impl_->lease_keys(cid, principal);
-  if (!keys.ok()) return keys.error();
-  if (Result<RedisCommand> c = release_lease_command(*keys, lease); !c.ok()) return c.error();
+  if (Status valid = validate_connection_id(cid); !valid.ok()) return valid.error();
+  if (Status valid = validate_release(lease); !valid.ok()) return valid.error();
   std::lock_guard<std::mutex> lock(impl_->mu);
   Query q(*impl_, "lease_delete_held");
   bind_key(q, cid, principal)
@@ -401,11 +382,8 @@ Result<FencedWriteResult> SqliteStore::commit_manifest(std::string_view cid,
                                                        const Lease& lease,
                                                        const ManifestWrite& write,
                                                        const FencedWriteOptions& options) {
-  Result<LeaseKeys> keys = impl_->lease_keys(cid, principal);
-  if (!keys.ok()) return keys.error();
-  if (Result<RedisCommand> c = commit_manifest_command(*keys, lease, write, options); !c.ok()) {
-    return c.error();
-  }
+  if (Status valid = validate_connection_id(cid); !valid.ok()) return valid.error();
+  if (Status valid = validate_manifest_write(lease, write); !valid.ok()) return valid.error();
   std::lock_guard<std::mutex> lock(impl_->mu);
   Impl& s = *impl_;
   int64_t now = s.options.now_ms();
@@ -445,11 +423,8 @@ Result<FencedWriteResult> SqliteStore::record_failure(std::string_view cid,
                                                       const Lease& lease,
                                                       const RefreshFailure& failure,
                                                       const FencedWriteOptions& options) {
-  Result<LeaseKeys> keys = impl_->lease_keys(cid, principal);
-  if (!keys.ok()) return keys.error();
-  if (Result<RedisCommand> c = record_failure_command(*keys, lease, failure, options); !c.ok()) {
-    return c.error();
-  }
+  if (Status valid = validate_connection_id(cid); !valid.ok()) return valid.error();
+  if (Status valid = validate_refresh_failure(lease, failure); !valid.ok()) return valid.error();
   std::lock_guard<std::mutex> lock(impl_->mu);
   Impl& s = *impl_;
   int64_t now = s.options.now_ms();
@@ -479,8 +454,8 @@ Result<FencedWriteResult> SqliteStore::record_failure(std::string_view cid,
 
 Result<std::optional<ManifestMeta>> SqliteStore::read_manifest_meta(std::string_view cid,
                                                                     const Principal& principal) {
-  if (Result<LeaseKeys> keys = impl_->lease_keys(cid, principal); !keys.ok()) {
-    return keys.error();
+  if (Status valid = validate_connection_id(cid); !valid.ok()) {
+    return valid.error();
   }
   std::lock_guard<std::mutex> lock(impl_->mu);
   Query q(*impl_, "manifest_select_meta");
@@ -495,8 +470,8 @@ Result<std::optional<ManifestMeta>> SqliteStore::read_manifest_meta(std::string_
 
 Result<std::optional<StoredManifest>> SqliteStore::read_manifest(std::string_view cid,
                                                                  const Principal& principal) {
-  if (Result<LeaseKeys> keys = impl_->lease_keys(cid, principal); !keys.ok()) {
-    return keys.error();
+  if (Status valid = validate_connection_id(cid); !valid.ok()) {
+    return valid.error();
   }
   std::lock_guard<std::mutex> lock(impl_->mu);
   Query q(*impl_, "manifest_select");
@@ -957,12 +932,12 @@ Result<RevalidationBatch> batch_from_rows(Db& impl, Query& q) {
 
 }  // namespace
 
-Result<EnqueueOutcome> SqliteStore::enqueue_revalidation(std::string_view cid,
-                                                         const Principal& principal,
-                                                         std::string_view reason,
-                                                         int64_t window_ms) {
-  if (Result<LeaseKeys> keys = impl_->lease_keys(cid, principal); !keys.ok()) {
-    return keys.error();
+Result<RevalidationOutcome> SqliteStore::enqueue_revalidation(std::string_view cid,
+                                                              const Principal& principal,
+                                                              std::string_view reason,
+                                                              int64_t window_ms) {
+  if (Status valid = validate_connection_id(cid); !valid.ok()) {
+    return valid.error();
   }
   if (Status st = validate_revalidation_reason(reason); !st.ok()) return st.error();
   if (window_ms <= 0) return invalid("enqueue_revalidation: window_ms must be positive");
@@ -973,7 +948,7 @@ Result<EnqueueOutcome> SqliteStore::enqueue_revalidation(std::string_view cid,
   if (!tx.begun().ok()) return tx.begun().error();
   Result<std::optional<Holder>> holder = live_holder(s, cid, principal, now);
   if (!holder.ok()) return holder.error();
-  if (holder->has_value()) return EnqueueOutcome::kInProgress;
+  if (holder->has_value()) return RevalidationOutcome::kInProgress;
   {
     // A manual refresh (refresh-tools) is queued again once the gate is a second old, as
     // revalidate_enqueue.lua does on Redis.
@@ -983,7 +958,7 @@ Result<EnqueueOutcome> SqliteStore::enqueue_revalidation(std::string_view cid,
     if (manual) gate.integer(":requeue_after", kManualRequeueAfterMs);
     Result<int> taken = gate.run();
     if (!taken.ok()) return taken.error();
-    if (*taken == 0) return EnqueueOutcome::kAlreadyQueued;
+    if (*taken == 0) return RevalidationOutcome::kAlreadyQueued;
   }
   {
     Query q(s, "revalidation_enqueue");
@@ -993,12 +968,12 @@ Result<EnqueueOutcome> SqliteStore::enqueue_revalidation(std::string_view cid,
   if (Status st = tx.commit(); !st.ok()) return st.error();
   s.queue_dirty = true;
   s.queue_cv.notify_all();
-  return EnqueueOutcome::kQueued;
+  return RevalidationOutcome::kQueued;
 }
 
 Result<bool> SqliteStore::drop_manifest(std::string_view cid, const Principal& principal) {
-  if (Result<LeaseKeys> keys = impl_->lease_keys(cid, principal); !keys.ok()) {
-    return keys.error();
+  if (Status valid = validate_connection_id(cid); !valid.ok()) {
+    return valid.error();
   }
   std::lock_guard<std::mutex> lock(impl_->mu);
   Impl& s = *impl_;
@@ -1016,8 +991,8 @@ Result<bool> SqliteStore::drop_manifest(std::string_view cid, const Principal& p
 }
 
 Result<bool> SqliteStore::invalidate_manifest(std::string_view cid, const Principal& principal) {
-  if (Result<LeaseKeys> keys = impl_->lease_keys(cid, principal); !keys.ok()) {
-    return keys.error();
+  if (Status valid = validate_connection_id(cid); !valid.ok()) {
+    return valid.error();
   }
   std::lock_guard<std::mutex> lock(impl_->mu);
   Impl& s = *impl_;
@@ -1061,8 +1036,9 @@ Result<RevalidationBatch> SqliteStore::read_revalidations(std::string_view consu
     }
     auto now = std::chrono::steady_clock::now();
     if (now >= deadline) return RevalidationBatch{};
-    s.queue_cv.wait_for(lock, std::min<std::chrono::steady_clock::duration>(
-                                  deadline - now, std::chrono::milliseconds(s.options.poll_interval_ms)));
+    s.queue_cv.wait_for(lock,
+                        std::min<std::chrono::steady_clock::duration>(
+                            deadline - now, std::chrono::milliseconds(s.options.poll_interval_ms)));
   }
 }
 

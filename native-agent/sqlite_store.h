@@ -15,7 +15,7 @@
 // The file is opened in WAL mode with synchronous=NORMAL, foreign_keys=ON and a busy timeout; the
 // schema is applied (idempotently) on open. A file written by a newer schema version is refused.
 // A write lock held by another process longer than the busy timeout, a full disk or an I/O error
-// is kUnavailable.
+// is kStoreUnavailable.
 //
 // Threads: one SQLite connection per store, guarded by a mutex; calls from many threads take
 // turns (a blocking read does not hold the mutex while it waits).
@@ -41,7 +41,7 @@ struct SqliteStoreOptions {
 
 class SqliteStore final : public ManifestStore {
  public:
-  // Opens (creating if needed) and migrates the file. kUnavailable when it cannot be opened.
+  // Opens (creating if needed) and migrates the file. kStoreUnavailable when it cannot be opened.
   static Result<std::unique_ptr<SqliteStore>> open(SqliteStoreOptions options);
   ~SqliteStore() override;
   SqliteStore(const SqliteStore&) = delete;
@@ -88,7 +88,7 @@ class SqliteStore final : public ManifestStore {
   Result<int64_t> bump_epoch() override;
   Result<int64_t> read_epoch() override;
 
-  Result<EnqueueOutcome> enqueue_revalidation(std::string_view cid, const Principal& principal,
+  Result<RevalidationOutcome> enqueue_revalidation(std::string_view cid, const Principal& principal,
                                               std::string_view reason, int64_t window_ms) override;
   Result<bool> invalidate_manifest(std::string_view cid, const Principal& principal) override;
   Result<bool> drop_manifest(std::string_view cid, const Principal& principal) override;

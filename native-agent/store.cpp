@@ -40,18 +40,6 @@ CacheEntryMeta cache_entry_meta(const ManifestMeta& meta) {
   return out;
 }
 
-const char* enqueue_outcome_name(EnqueueOutcome outcome) {
-  switch (outcome) {
-    case EnqueueOutcome::kQueued:
-      return "queued";
-    case EnqueueOutcome::kAlreadyQueued:
-      return "already_queued";
-    case EnqueueOutcome::kInProgress:
-      return "in_progress";
-  }
-  return "queued";
-}
-
 namespace {
 
 Error invalid(std::string message) {

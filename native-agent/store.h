@@ -16,7 +16,7 @@
 // list_manifest_metas in batches and list_connections for never-listed keys; config loading calls
 // sync_connections then sync_grants; preference changes call merge_preferences.
 //
-// Errors are values. A store that cannot be reached answers kUnavailable with a message that says
+// Errors are values. A store that cannot be reached answers kStoreUnavailable with a message that says
 // so (never a crash, never a secret); the op may or may not have been applied when the reply was
 // lost, and every write here is safe to repeat or to leave (the fenced ones refuse a repeat).
 // Refusals that are part of the protocol (lease held, stale fence, config changed, already
@@ -130,12 +130,8 @@ struct ManifestPage {
 
 // ---- revalidation queue ------------------------------------------------------------------------
 
-enum class EnqueueOutcome {
-  kQueued = 0,     // a request is in the queue now
-  kAlreadyQueued,  // the gate was taken within the window: one request per key per window
-  kInProgress,     // a refresh lease is held: the refresh under way will serve the reader
-};
-const char* enqueue_outcome_name(EnqueueOutcome outcome);  // "queued", "already_queued", ...
+// The outcome of queuing is the core's RevalidationOutcome (shared/discovery.h), the same at
+// the edge.
 
 // Longest `reason` (a short token such as "stale", "miss", "webhook").
 inline constexpr std::size_t kMaxRevalidationReasonBytes = 64;
@@ -185,7 +181,7 @@ class ManifestStore {
 
   // "redis://host:port/db" or "sqlite:<file>": for logs, never a password.
   virtual std::string describe() const = 0;
-  // One round trip to the backend: ok, or why not (kUnavailable, kUnauthenticated).
+  // One round trip to the backend: ok, or why not (kStoreUnavailable, kUnauthenticated).
   virtual Status health() = 0;
 
   // --- the namespace record (NamespaceState) ---
@@ -244,7 +240,7 @@ class ManifestStore {
   // DiscoverySnapshot, which the discovery core renders. RedisStore: the edge's own script
   // (schema/lua/discovery_read.lua), one round trip; SqliteStore: read_snapshot over one read
   // transaction. kInvalidArgument for a principal that is not a member or a query out of
-  // bounds; kUnavailable when the store cannot be reached.
+  // bounds; kStoreUnavailable when the store cannot be reached.
   virtual Result<DiscoverySnapshot> read_discovery(const Principal& member,
                                                    const SnapshotQuery& query = {}) = 0;
 
@@ -289,7 +285,7 @@ class ManifestStore {
   // take the gate for `window_ms` (kAlreadyQueued if it is taken), else queue a request with the
   // store's clock as `at`. A request queued but never consumed is re-armed by the next stale
   // read once the gate expires.
-  virtual Result<EnqueueOutcome> enqueue_revalidation(std::string_view cid,
+  virtual Result<RevalidationOutcome> enqueue_revalidation(std::string_view cid,
                                                       const Principal& principal,
                                                       std::string_view reason,
                                                       int64_t window_ms) = 0;

@@ -475,7 +475,7 @@ Result<Listing> UpstreamConnection::open_and_list(int64_t deadline_ms, ListInfo*
       std::string what = label() + " failed " + std::to_string(consecutive_failures_) +
                          " times in a row";
       if (last_failure_) what += " (last: " + last_failure_->message + ")";
-      return Error(last_failure_ ? last_failure_->code : ErrorCode::kUnavailable,
+      return Error(last_failure_ ? last_failure_->code : ErrorCode::kUpstreamUnavailable,
                    what + "; backing off, next attempt in " +
                        std::to_string(next_attempt_at_ - now) + " ms");
     }
@@ -701,7 +701,7 @@ Result<Listing> UpstreamConnection::list_locked(int64_t deadline_ms,
   info->retried = true;
   auto retry = open_and_list(deadline_ms, info);
   if (!retry.ok()) {
-    return Error(ErrorCode::kUnavailable,
+    return Error(ErrorCode::kUpstreamUnavailable,
                  label() + " is unavailable: a request failed on the kept session (" +
                      failure->message + ") and the retry on a fresh session failed too (" +
                      retry.error().message + ")");
@@ -710,7 +710,7 @@ Result<Listing> UpstreamConnection::list_locked(int64_t deadline_ms,
   for (ListKind k : kAllKinds) {
     ListOutcome& out = listing.list(k);
     if (out.state == ListState::kFailed && out.error && should_evict_and_retry(*out.error)) {
-      out.error = Error(ErrorCode::kUnavailable,
+      out.error = Error(ErrorCode::kUpstreamUnavailable,
                         out.error->message + " (also on a fresh session: upstream unavailable)");
     }
   }

@@ -16,7 +16,7 @@
 // and reused by the next. A request that fails on a REUSED session, other than METHOD_NOT_FOUND or
 // a timeout (`should_evict_and_retry`), evicts the session (the child is killed, the HTTP session
 // deleted) and the listing is retried once on a fresh one within the same deadline; if the retry
-// fails too, the error is kUnavailable (UPSTREAM_UNAVAILABLE). A Streamable HTTP session the
+// fails too, the error is kUpstreamUnavailable (UPSTREAM_UNAVAILABLE). A Streamable HTTP session the
 // server expired (404, or server-everything's 400) is such a failure: the retry re-initializes. A
 // failure on a fresh session is reported as it is (kTransport, kTimeout, ...): that is the
 // upstream's real problem, and what "test connection" must show.
@@ -24,7 +24,7 @@
 // Restarts back off. Every fresh session that fails, or dies less than `stable_session_ms` after
 // it opened, counts as a consecutive failure; the n-th one (n ≥ 2) makes the connection refuse
 // fresh sessions for min(backoff_max, backoff_initial · 2^(n-2)) ms: `list` then answers
-// kUnavailable at once (saying when it will try again) instead of spawning. The first failure
+// kUpstreamUnavailable at once (saying when it will try again) instead of spawning. The first failure
 // allows an immediate retry (the self-heal retry). A crashing upstream therefore costs a few
 // spawns, then one per backoff period: never a spin.
 //

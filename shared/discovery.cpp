@@ -1,12 +1,12 @@
 #include "shared/discovery.h"
 
 #include <algorithm>
-#include <limits>
 #include <memory>
 #include <set>
 #include <utility>
 
 #include "shared/canonical_json.h"
+#include "shared/numbers.h"
 #include "shared/render_cache.h"
 #include "shared/fingerprint.h"
 #include "shared/sha256.h"
@@ -17,27 +17,6 @@ namespace {
 
 Error invalid(std::string message) {
   return Error(ErrorCode::kInvalidArgument, std::move(message));
-}
-
-// A decimal int64 with an optional leading '-', nothing else (no spaces, no '+', no overflow).
-std::optional<int64_t> parse_int(std::string_view s) {
-  if (s.empty() || s.size() > 20) return std::nullopt;
-  bool negative = s[0] == '-';
-  std::size_t i = negative ? 1 : 0;
-  if (i == s.size()) return std::nullopt;
-  uint64_t value = 0;
-  const uint64_t limit = negative ? uint64_t{1} << 63 : (uint64_t{1} << 63) - 1;
-  for (; i < s.size(); ++i) {
-    if (s[i] < '0' || s[i] > '9') return std::nullopt;
-    uint64_t digit = static_cast<uint64_t>(s[i] - '0');
-    if (value > (limit - digit) / 10) return std::nullopt;
-    value = value * 10 + digit;
-  }
-  if (negative) {
-    return value == (uint64_t{1} << 63) ? std::numeric_limits<int64_t>::min()
-                                        : -static_cast<int64_t>(value);
-  }
-  return static_cast<int64_t>(value);
 }
 
 const std::string* field(const HashFields& fields, std::string_view name) {
@@ -425,13 +404,19 @@ const RenderedFragment& payload(EntryView& v, const RenderOptions& options) {
   return *v.fragment;
 }
 
-// The entry's text as the body shows it: metadata, clock fields, payload.
-void append_entry_body(std::string& out, EntryView& v, Json meta, int64_t now_ms,
-                       const RenderOptions& options) {
+// The clock fields an entry's body shows beside its metadata.
+void add_age(Json& meta, const EntryView& v) {
   const Classification* c = v.classification ? &*v.classification : nullptr;
   if (c && c->state != Freshness::kMiss && v.status != EntryStatus::kError) {
     meta["age_ms"] = c->age_ms;
   }
+}
+
+// The entry's text as the body shows it: metadata, clock fields, payload.
+void append_entry_body(std::string& out, EntryView& v, Json meta, int64_t now_ms,
+                       const RenderOptions& options) {
+  const Classification* c = v.classification ? &*v.classification : nullptr;
+  add_age(meta, v);
   if (!v.servable) {
     out += json_text(meta);
     return;
@@ -458,6 +443,30 @@ int64_t max_age_for(const std::vector<const EntryView*>& entries, int64_t now_ms
   return age;
 }
 
+// The statuses counted and the revalidations to queue for the entries an answer shows.
+void tally(const EntryView& v, DiscoveryStats* stats, std::vector<Revalidation>* revalidations) {
+  switch (v.status) {
+    case EntryStatus::kFresh:
+      ++stats->fresh;
+      break;
+    case EntryStatus::kStale:
+      ++stats->stale;
+      break;
+    case EntryStatus::kPending:
+      ++stats->pending;
+      break;
+    case EntryStatus::kError:
+      ++stats->error;
+      break;
+    case EntryStatus::kExpired:
+      ++stats->expired;
+      break;
+  }
+  if (v.revalidate) {
+    revalidations->push_back(Revalidation{v.conn->id, *v.principal, *v.revalidate, false});
+  }
+}
+
 // Everything but the body, which needs only the validator (the inputs) and the statuses.
 RenderedDiscovery finish(const Json& validator, const std::vector<const EntryView*>& shown,
                          int64_t now_ms, const RenderOptions& options) {
@@ -467,29 +476,34 @@ RenderedDiscovery finish(const Json& validator, const std::vector<const EntryVie
       !options.if_none_match.empty() && if_none_match_matches(options.if_none_match, out.etag);
   out.max_age_s = max_age_for(shown, now_ms, options);
   out.cache_control = "private, max-age=" + std::to_string(out.max_age_s);
-  for (const EntryView* v : shown) {
-    switch (v->status) {
-      case EntryStatus::kFresh:
-        ++out.stats.fresh;
-        break;
-      case EntryStatus::kStale:
-        ++out.stats.stale;
-        break;
-      case EntryStatus::kPending:
-        ++out.stats.pending;
-        break;
-      case EntryStatus::kError:
-        ++out.stats.error;
-        break;
-      case EntryStatus::kExpired:
-        ++out.stats.expired;
-        break;
-    }
-    if (v->revalidate) {
-      out.revalidations.push_back(Revalidation{v->conn->id, *v->principal, *v->revalidate, false});
-    }
-  }
+  for (const EntryView* v : shown) tally(*v, &out.stats, &out.revalidations);
   return out;
+}
+
+// Per list of a (filtered) manifest: its state and, when it loaded, its item count.
+void add_list_summary(Json& entry, const Json& manifest) {
+  Json counts = Json::object();
+  Json lists = Json::object();
+  for (const char* list : {"tools", "resources", "resource_templates", "prompts"}) {
+    const Json* l = json_field(manifest, list);
+    if (l == nullptr) continue;
+    const Json* items = l->is_array() ? l : json_field(*l, "items");
+    std::optional<std::string> state =
+        l->is_object() ? json_string(*l, "state") : std::optional<std::string>("ok");
+    Json shown = Json::object({{"state", state.value_or("unknown")}});
+    if (state == std::optional<std::string>("ok") && items != nullptr && items->is_array()) {
+      counts[list] = items->size();
+      shown["count"] = items->size();
+    }
+    if (l->is_object()) {
+      for (const char* f : {"error", "partial_items", "kept"}) {
+        if (const Json* v = json_field(*l, f)) shown[f] = *v;
+      }
+    }
+    lists[list] = std::move(shown);
+  }
+  entry["counts"] = std::move(counts);
+  entry["lists"] = std::move(lists);
 }
 
 }  // namespace
@@ -651,7 +665,7 @@ Result<std::optional<CacheEntryMeta>> cache_entry_meta(const HashFields& m) {
   auto time_field = [&](const char* name, std::optional<int64_t>* out) -> Status {
     const std::string* v = field(m, name);
     if (v == nullptr || v->empty()) return Status::Ok();
-    std::optional<int64_t> n = parse_int(*v);
+    std::optional<int64_t> n = parse_decimal_i64(*v);
     if (!n) return invalid(std::string("field `") + name + "` is not an integer");
     *out = n;
     return Status::Ok();
@@ -800,6 +814,24 @@ Result<RenderedDiscovery> render_connection_manifest(const DiscoverySnapshot& sn
   RenderedDiscovery out = finish(validator, {&v}, now_ms, options);
   if (out.not_modified || options.omit_body) return out;
   append_entry_body(out.body, v, std::move(meta), now_ms, options);
+  return out;
+}
+
+ConnectionList connection_list(const DiscoverySnapshot& snapshot, const FreshnessPolicy& policy,
+                               int64_t now_ms, const RenderOptions& options) {
+  std::vector<EntryView> views = evaluate_all(snapshot, policy, now_ms, options, Need::kJson);
+  ConnectionList out;
+  Json connections = Json::array();
+  for (const EntryView& v : views) {
+    Json entry = entry_meta_json(v);
+    add_age(entry, v);
+    if (v.servable && v.manifest.is_object()) add_list_summary(entry, v.manifest);
+    connections.push_back(std::move(entry));
+    tally(v, &out.stats, &out.revalidations);
+  }
+  out.body =
+      Json::object({{"principal", snapshot.member.str()}, {"connections", std::move(connections)}});
+  if (snapshot.next_after) out.body["next_after"] = *snapshot.next_after;
   return out;
 }
 

@@ -185,8 +185,12 @@ struct Revalidation {
   bool operator==(const Revalidation& o) const;
 };
 
-// The outcome of queuing one revalidation.
-enum class RevalidationOutcome { kQueued = 0, kAlreadyQueued, kInProgress };
+// The outcome of queuing one revalidation, at every host and store.
+enum class RevalidationOutcome {
+  kQueued = 0,     // a request is in the queue now
+  kAlreadyQueued,  // the gate was taken within the window: one request per key per window
+  kInProgress,     // a refresh lease is held: the refresh under way will serve the reader
+};
 // "queued", "already_queued", "in_progress"
 const char* revalidation_outcome_name(RevalidationOutcome outcome);
 
@@ -243,6 +247,18 @@ Result<RenderedDiscovery> render_connection_manifest(const DiscoverySnapshot& sn
                                                      std::string_view id,
                                                      const FreshnessPolicy& policy, int64_t now_ms,
                                                      const RenderOptions& options = {});
+
+// `GET /v1/mcp-connections`: {"principal", "connections": [entry...], "next_after"?}, each entry
+// the metadata `render_manifests` shows (status, times, error, refresh) without the manifest, plus
+// per list its state and, for a list that loaded, its visible item count (`lists`, `counts`): a
+// list that could not be loaded never reads as 0 items. Built once from the snapshot.
+struct ConnectionList {
+  Json body;
+  std::vector<Revalidation> revalidations;  // as render_manifests would queue them
+  DiscoveryStats stats;
+};
+ConnectionList connection_list(const DiscoverySnapshot& snapshot, const FreshnessPolicy& policy,
+                               int64_t now_ms, const RenderOptions& options = {});
 
 // The manifest JSON without the capabilities `disabled` hides: items of `tools`, `resources`,
 // `resource_templates` (or `resourceTemplates`) and `prompts` (each a bare array or a list object

@@ -200,7 +200,7 @@ std::optional<Error> namespace_not_ready(const RespValue& reply, std::string_vie
 
 Result<DiscoverySnapshot> decode_discovery_reply(const RespValue& reply, const Principal& member) {
   if (reply.is_error()) {
-    return Error(ErrorCode::kUnavailable, "discovery read: Redis error: " + reply.str);
+    return Error(ErrorCode::kStoreUnavailable, "discovery read: Redis error: " + reply.str);
   }
   if (std::optional<Error> not_ready = namespace_not_ready(reply, "discovery read")) {
     return *not_ready;
@@ -272,7 +272,7 @@ Result<RedisCommand> revalidate_enqueue_command(const RedisKeys& keys, const Rev
 
 Result<RevalidationResult> parse_enqueue_reply(const RespValue& reply) {
   if (reply.is_error()) {
-    return Error(ErrorCode::kUnavailable, "revalidation: Redis error: " + reply.str);
+    return Error(ErrorCode::kStoreUnavailable, "revalidation: Redis error: " + reply.str);
   }
   const std::vector<RespValue>* a = reply.as_array();
   std::optional<std::string_view> word;
@@ -349,7 +349,7 @@ Result<RedisCommand> webhook_refresh_command(const RedisKeys& keys, const Webhoo
 }
 
 Result<WebhookRefreshReply> parse_webhook_refresh_reply(const RespValue& reply) {
-  if (reply.is_error()) return Error(ErrorCode::kUnavailable, "webhook: Redis error: " + reply.str);
+  if (reply.is_error()) return Error(ErrorCode::kStoreUnavailable, "webhook: Redis error: " + reply.str);
   auto bad = [&](const std::string& what) {
     return Error(ErrorCode::kInvalidReply, "webhook reply: " + what);
   };

@@ -62,7 +62,7 @@ Result<RedisCommand> discovery_read_command(const RedisKeys& keys, const Princip
                                             const SnapshotQuery& query = {});
 
 // The snapshot in the script's reply. `member` is the caller the command was built for.
-// kUnavailable for a Redis error reply (e.g. NOSCRIPT, OOM, a script error); kStoreNotReady when
+// kStoreUnavailable for a Redis error reply (e.g. NOSCRIPT, OOM, a script error); kStoreNotReady when
 // the namespace record is absent or not `ready` (the data was lost; an agent restores it);
 // kInvalidReply for any shape mismatch, naming the element.
 Result<DiscoverySnapshot> decode_discovery_reply(const RespValue& reply, const Principal& member);
@@ -78,7 +78,7 @@ struct EnqueueOptions {
 Result<RedisCommand> revalidate_enqueue_command(const RedisKeys& keys, const Revalidation& r,
                                                 int64_t now_ms, const EnqueueOptions& options);
 
-// The outcome of one revalidate_enqueue.lua. kUnavailable for a Redis error reply,
+// The outcome of one revalidate_enqueue.lua. kStoreUnavailable for a Redis error reply,
 // kInvalidReply for anything the script does not answer.
 Result<RevalidationResult> parse_enqueue_reply(const RespValue& reply);
 
@@ -119,7 +119,7 @@ struct WebhookRefreshReply {
   std::vector<WebhookRefreshResult> results;
 };
 
-// kUnavailable for a Redis error reply, kStoreNotReady when the namespace record is not `ready`
+// kStoreUnavailable for a Redis error reply, kStoreNotReady when the namespace record is not `ready`
 // (nothing was done, not even the replay guard), kInvalidReply for any other shape.
 Result<WebhookRefreshReply> parse_webhook_refresh_reply(const RespValue& reply);
 

@@ -639,7 +639,7 @@ EdgeStep EdgeService::send(Request& r, Waiting waiting, std::vector<RedisCommand
     r.waiting = waiting;
     r.fail_fast = true;
     return store_failed(r,
-                        Error(ErrorCode::kUnavailable,
+                        Error(ErrorCode::kStoreUnavailable,
                               "fail-fast: Redis timed out " +
                                   std::to_string(r.now_ms - fail_fast_.opened_at_ms()) +
                                   " ms ago; one probe request is testing it"),
@@ -733,7 +733,7 @@ EdgeStep EdgeService::complete(Request& r, int64_t now_ms) {
                            why.find("invalid username-password") != std::string::npos;
       return store_failed(
           r,
-          Error(refused ? ErrorCode::kUnauthenticated : ErrorCode::kUnavailable,
+          Error(refused ? ErrorCode::kUnauthenticated : ErrorCode::kStoreUnavailable,
                 (refused ? "Redis refused AUTH: " : "Redis could not take AUTH: ") + why),
           now_ms);
     }

@@ -130,8 +130,7 @@ Result<FencedWriteResult> parse_fenced_reply(const RespValue& reply, const char*
   return r;
 }
 
-Status check_fenced_write(const Lease& lease, const std::string& config_hash,
-                          const FencedWriteOptions& options) {
+Status check_fenced_write(const Lease& lease, const std::string& config_hash) {
   if (Status s = check_lease(lease); !s.ok()) return s;
   if (config_hash.empty()) return invalid("fenced write: config_hash is empty");
   return Status::Ok();
@@ -165,13 +164,50 @@ const char* lease_outcome_name(LeaseOutcome outcome) {
   return "lease_lost";
 }
 
+Status validate_acquire(std::string_view token, int64_t lease_ms) {
+  if (!valid_token(token)) return invalid("lease: token must be 32 to 128 lowercase hex");
+  if (lease_ms <= 0) return invalid("lease: lease_ms must be positive");
+  return Status::Ok();
+}
+
+Status validate_renew(const Lease& lease, int64_t lease_ms) {
+  if (Status s = check_lease(lease); !s.ok()) return s;
+  if (lease_ms <= 0) return invalid("lease: lease_ms must be positive");
+  return Status::Ok();
+}
+
+Status validate_release(const Lease& lease) { return check_lease(lease); }
+
+Status validate_manifest_write(const Lease& lease, const ManifestWrite& write) {
+  if (Status s = check_fenced_write(lease, write.config_hash); !s.ok()) return s;
+  if (write.manifest.empty()) return invalid("manifest commit: the manifest is empty");
+  if (write.etag.empty()) return invalid("manifest commit: the etag is empty");
+  if (write.fetched_at_ms < 0 || write.fresh_until_ms < write.fetched_at_ms ||
+      write.expires_at_ms < write.fresh_until_ms) {
+    return invalid("manifest commit: need 0 <= fetched_at <= fresh_until <= expires_at");
+  }
+  if (!write.cache_scope.empty() && write.cache_scope != "public" &&
+      write.cache_scope != "private") {
+    return invalid("manifest commit: cache_scope must be public, private or empty");
+  }
+  return Status::Ok();
+}
+
+Status validate_refresh_failure(const Lease& lease, const RefreshFailure& failure) {
+  if (Status s = check_fenced_write(lease, failure.config_hash); !s.ok()) return s;
+  if (failure.error_code.empty()) return invalid("failure record: the error code is empty");
+  if (failure.error_at_ms < 0 || failure.attempt_at_ms < 0) {
+    return invalid("failure record: times must not be negative");
+  }
+  return Status::Ok();
+}
+
 Result<RedisCommand> acquire_lease_command(const LeaseKeys& keys, std::string_view token,
                                            int64_t lease_ms) {
   if (Status s = check_keys({&keys.lease, &keys.fence, &keys.manifest}); !s.ok()) {
     return s.error();
   }
-  if (!valid_token(token)) return invalid("lease: token must be 32 to 128 lowercase hex");
-  if (lease_ms <= 0) return invalid("lease: lease_ms must be positive");
+  if (Status s = validate_acquire(token, lease_ms); !s.ok()) return s.error();
   return eval("lease_acquire.lua", {&keys.lease, &keys.fence, &keys.manifest},
               {std::string(token), std::to_string(lease_ms)});
 }
@@ -200,8 +236,7 @@ Result<AcquireResult> parse_acquire_reply(const RespValue& reply, std::string_vi
 Result<RedisCommand> renew_lease_command(const LeaseKeys& keys, const Lease& lease,
                                          int64_t lease_ms) {
   if (Status s = check_keys({&keys.lease}); !s.ok()) return s.error();
-  if (Status s = check_lease(lease); !s.ok()) return s.error();
-  if (lease_ms <= 0) return invalid("lease: lease_ms must be positive");
+  if (Status s = validate_renew(lease, lease_ms); !s.ok()) return s.error();
   return eval("lease_renew.lua", {&keys.lease}, {lease.value(), std::to_string(lease_ms)});
 }
 
@@ -211,7 +246,7 @@ Result<LeaseOutcome> parse_renew_reply(const RespValue& reply) {
 
 Result<RedisCommand> release_lease_command(const LeaseKeys& keys, const Lease& lease) {
   if (Status s = check_keys({&keys.lease}); !s.ok()) return s.error();
-  if (Status s = check_lease(lease); !s.ok()) return s.error();
+  if (Status s = validate_release(lease); !s.ok()) return s.error();
   return eval("lease_release.lua", {&keys.lease}, {lease.value()});
 }
 
@@ -227,26 +262,13 @@ Result<RedisCommand> commit_manifest_command(const LeaseKeys& keys, const Lease&
       !s.ok()) {
     return s.error();
   }
-  if (Status s = check_fenced_write(lease, write.config_hash, options); !s.ok()) {
-    return s.error();
-  }
-  if (write.manifest.empty()) return invalid("manifest commit: the manifest is empty");
-  if (write.etag.empty()) return invalid("manifest commit: the etag is empty");
-  if (write.fetched_at_ms < 0 || write.fresh_until_ms < write.fetched_at_ms ||
-      write.expires_at_ms < write.fresh_until_ms) {
-    return invalid("manifest commit: need 0 <= fetched_at <= fresh_until <= expires_at");
-  }
-  if (!write.cache_scope.empty() && write.cache_scope != "public" &&
-      write.cache_scope != "private") {
-    return invalid("manifest commit: cache_scope must be public, private or empty");
-  }
-  return eval(
-      "manifest_commit.lua",
-      {&keys.manifest, &keys.lease, &keys.fence, &keys.connection, &keys.epoch},
-      {std::to_string(lease.fence), lease.token, write.config_hash, write.manifest, write.etag,
-       std::to_string(write.fetched_at_ms), std::to_string(write.fresh_until_ms),
-       std::to_string(write.expires_at_ms), write.cache_scope, write.truncated ? "1" : "0",
-       options.release_lease ? "1" : "0"});
+  if (Status s = validate_manifest_write(lease, write); !s.ok()) return s.error();
+  return eval("manifest_commit.lua",
+              {&keys.manifest, &keys.lease, &keys.fence, &keys.connection, &keys.epoch},
+              {std::to_string(lease.fence), lease.token, write.config_hash, write.manifest,
+               write.etag, std::to_string(write.fetched_at_ms),
+               std::to_string(write.fresh_until_ms), std::to_string(write.expires_at_ms),
+               write.cache_scope, write.truncated ? "1" : "0", options.release_lease ? "1" : "0"});
 }
 
 Result<RedisCommand> record_failure_command(const LeaseKeys& keys, const Lease& lease,
@@ -256,18 +278,12 @@ Result<RedisCommand> record_failure_command(const LeaseKeys& keys, const Lease& 
       !s.ok()) {
     return s.error();
   }
-  if (Status s = check_fenced_write(lease, failure.config_hash, options); !s.ok()) {
-    return s.error();
-  }
-  if (failure.error_code.empty()) return invalid("failure record: the error code is empty");
-  if (failure.error_at_ms < 0 || failure.attempt_at_ms < 0) {
-    return invalid("failure record: times must not be negative");
-  }
-  return eval("manifest_fail.lua", {&keys.manifest, &keys.lease, &keys.fence, &keys.connection},
-              {std::to_string(lease.fence), lease.token, failure.config_hash, failure.error_code,
-               cut_utf8(failure.error_message, kMaxErrorMessageBytes),
-               std::to_string(failure.error_at_ms), std::to_string(failure.attempt_at_ms),
-               options.release_lease ? "1" : "0"});
+  if (Status s = validate_refresh_failure(lease, failure); !s.ok()) return s.error();
+  return eval(
+      "manifest_fail.lua", {&keys.manifest, &keys.lease, &keys.fence, &keys.connection},
+      {std::to_string(lease.fence), lease.token, failure.config_hash, failure.error_code,
+       cut_utf8(failure.error_message, kMaxErrorMessageBytes), std::to_string(failure.error_at_ms),
+       std::to_string(failure.attempt_at_ms), options.release_lease ? "1" : "0"});
 }
 
 Result<FencedWriteResult> parse_commit_reply(const RespValue& reply) {

@@ -124,6 +124,15 @@ Result<RedisCommand> record_failure_command(const LeaseKeys& keys, const Lease& 
                                             const RefreshFailure& failure,
                                             const FencedWriteOptions& options);
 
+// The argument checks of the commands above without the commands: a store that runs the same
+// steps without Redis (native-agent/sqlite_store.h) checks exactly what the scripts' callers do.
+// kInvalidArgument, with the message the command builder gives.
+Status validate_acquire(std::string_view token, int64_t lease_ms);
+Status validate_renew(const Lease& lease, int64_t lease_ms);
+Status validate_release(const Lease& lease);
+Status validate_manifest_write(const Lease& lease, const ManifestWrite& write);
+Status validate_refresh_failure(const Lease& lease, const RefreshFailure& failure);
+
 struct FencedWriteResult {
   LeaseOutcome outcome = LeaseOutcome::kLeaseLost;
   int64_t epoch = 0;          // a commit: the epoch it bumped to

@@ -53,7 +53,7 @@ Result<MergedPreferences> parse_merge_preferences_reply(const RespValue& reply,
                                                         std::string_view cid,
                                                         const Principal& principal) {
   if (reply.is_error()) {
-    return Error(ErrorCode::kUnavailable,
+    return Error(ErrorCode::kStoreUnavailable,
                  "redis preferences_merge.lua: " + std::string(*reply.error_message()));
   }
   const std::vector<RespValue>* e = reply.as_array();

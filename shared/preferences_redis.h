@@ -33,7 +33,7 @@ Result<RedisCommand> merge_preferences_command(const RedisKeys& keys, std::strin
                                                const Principal& principal,
                                                const std::vector<PreferenceRow>& rows);
 
-// The merged rows in the script's reply. kUnavailable for an error reply; kInvalidReply for a
+// The merged rows in the script's reply. kStoreUnavailable for an error reply; kInvalidReply for a
 // reply of another shape or a malformed row.
 Result<MergedPreferences> parse_merge_preferences_reply(const RespValue& reply,
                                                         std::string_view cid,

@@ -14,13 +14,19 @@ const char* error_code_name(ErrorCode code) {
     case ErrorCode::kProtocol: return "PROTOCOL";
     case ErrorCode::kInvalidReply: return "INVALID_REPLY";
     case ErrorCode::kUpstreamError: return "UPSTREAM_ERROR";
-    case ErrorCode::kUnavailable: return "UPSTREAM_UNAVAILABLE";
+    case ErrorCode::kUpstreamUnavailable: return "UPSTREAM_UNAVAILABLE";
+    case ErrorCode::kStoreUnavailable: return "STORE_UNAVAILABLE";
+    case ErrorCode::kResourceUnavailable: return "RESOURCE_UNAVAILABLE";
     case ErrorCode::kConflict: return "CONFLICT";
     case ErrorCode::kUnauthenticated: return "UNAUTHENTICATED";
     case ErrorCode::kInternal: return "INTERNAL";
     case ErrorCode::kStoreNotReady: return "STORE_NOT_READY";
   }
   return "UNKNOWN";
+}
+
+bool passes_by_itself(ErrorCode code) {
+  return code == ErrorCode::kStoreUnavailable || code == ErrorCode::kResourceUnavailable;
 }
 
 }  // namespace quiver

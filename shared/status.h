@@ -25,15 +25,22 @@ enum class ErrorCode {
   kProtocol,         // the peer broke the protocol (wrong version, bad sequence)
   kInvalidReply,     // the peer's reply is not what the protocol allows
   kUpstreamError,    // the upstream answered with a JSON-RPC error other than -32601
-  kUnavailable,      // retried and still failing: UPSTREAM_UNAVAILABLE
+  kUpstreamUnavailable,  // an upstream retried on a fresh session and still failing
+  kStoreUnavailable,     // the cache store (Redis, SQLite) cannot be reached or refused the op
+  kResourceUnavailable,  // the host lacks a local resource: entropy, a listening address
   kConflict,         // lease held elsewhere, fence or config_hash mismatch
   kUnauthenticated,
   kInternal,
   kStoreNotReady,    // the store answers, but holds no initialised namespace (wiped, restoring)
 };
 
-// Stable, upper-case name of a code, as used in JSON error bodies and logs.
+// Stable, upper-case name of a code, as used in JSON error bodies, logs and metric labels.
 const char* error_code_name(ErrorCode code);
+
+// Whether the failure is of the host's surroundings (the store, the machine) rather than of the
+// request, so the same work can succeed later unchanged: a queued refresh that failed so stays
+// queued. An upstream's failure does not count: the refresh recorded it and is done.
+bool passes_by_itself(ErrorCode code);
 
 struct Error {
   ErrorCode code = ErrorCode::kUnknown;

@@ -1260,7 +1260,7 @@ TEST(AgentHostile, HostileListingsFailAndKeepTheLastGoodManifest) {
     ASSERT_TRUE(r->error.has_value()) << step.set;
     // Self-heal retries once on a fresh session (ADR-004); the same refusal there is reported
     // as UPSTREAM_UNAVAILABLE naming the cause.
-    EXPECT_TRUE(r->error->code == step.code || r->error->code == ErrorCode::kUnavailable)
+    EXPECT_TRUE(r->error->code == step.code || r->error->code == ErrorCode::kUpstreamUnavailable)
         << step.set << ": " << r->error->message;
     EXPECT_NE(r->error->message.find(step.says), std::string::npos)
         << step.set << ": " << r->error->message;
@@ -1368,7 +1368,7 @@ TEST(AgentTriggers, StaleEntriesOfACrashedConsumerAreClaimed) {
       make_agent(make_config(dir, {{"t", upstream_server({})}}, {{"redis", redis_url(redis)}}), o);
   ASSERT_TRUE(agent);
   ASSERT_TRUE(agent->start().ok());
-  ASSERT_EQ(*agent->request_refresh("t", Principal::shared(), "miss"), EnqueueOutcome::kQueued);
+  ASSERT_EQ(*agent->request_refresh("t", Principal::shared(), "miss"), RevalidationOutcome::kQueued);
   // Another consumer takes the request and dies without acknowledging it.
   Result<RevalidationBatch> taken = agent->store().read_revalidations("crashed-agent", 10, 0);
   ASSERT_TRUE(taken.ok());
@@ -1405,12 +1405,15 @@ TEST(AgentRedis, RedisStoppedAndRestartedWhileRunning) {
   redis.stop();
   Result<RefreshReport> down = agent->refresh_now("t", Principal::shared(), "manual");
   ASSERT_FALSE(down.ok());
-  EXPECT_EQ(down.error().code, ErrorCode::kUnavailable);
+  EXPECT_EQ(down.error().code, ErrorCode::kStoreUnavailable);
   EXPECT_GE(agent->metrics().refreshes("error"), 1);
+  // /metrics tells a store outage from an upstream one.
+  EXPECT_GE(agent->metrics().refresh_failures("STORE_UNAVAILABLE"), 1);
+  EXPECT_EQ(agent->metrics().refresh_failures("UPSTREAM_UNAVAILABLE"), 0);
   // A toggle while Redis is away is saved and published once it is back.
   Status toggled =
       agent->set_preference("t", Principal::shared(), CapabilityType::kTool, "tool_2", false);
-  EXPECT_EQ(toggled.error().code, ErrorCode::kUnavailable);
+  EXPECT_EQ(toggled.error().code, ErrorCode::kStoreUnavailable);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the loops keep failing
 
   ASSERT_TRUE(redis.start());  // empty: this redis-server keeps nothing on disk
@@ -1751,7 +1754,7 @@ TEST(AgentSecrets, NoSecretInRedisSqliteLogsOrMetrics) {
   EXPECT_EQ(rb->outcome, "failed");
   ASSERT_TRUE(
       agent->set_preference("s", Principal::shared(), CapabilityType::kTool, "tool_1", false).ok());
-  ASSERT_EQ(*agent->request_refresh("s", Principal::shared(), "webhook"), EnqueueOutcome::kQueued);
+  ASSERT_EQ(*agent->request_refresh("s", Principal::shared(), "webhook"), RevalidationOutcome::kQueued);
   Result<Json> probe = agent->test_connection("bad", Principal::shared());
   EXPECT_FALSE(probe.ok());
   if (!probe.ok()) {

@@ -92,7 +92,7 @@ class ThrowingAgent final : public AgentService {
   const AgentConfig& config() const override { return real_.config(); }
   ManifestStore& store() override { return real_.store(); }
   Metrics& metrics() override { return real_.metrics(); }
-  Result<EnqueueOutcome> request_refresh(const std::string& c, const Principal& p,
+  Result<RevalidationOutcome> request_refresh(const std::string& c, const Principal& p,
                                          const std::string& t) override {
     return real_.request_refresh(c, p, t);
   }
@@ -906,7 +906,7 @@ TEST_P(ApiTest, APortInUseIsRefusedNotShared) {
   ApiServer second(*agent_, options);
   Status started = second.start();
   ASSERT_FALSE(started.ok());
-  EXPECT_EQ(started.error().code, ErrorCode::kUnavailable);
+  EXPECT_EQ(started.error().code, ErrorCode::kResourceUnavailable);
   EXPECT_NE(started.error().message.find("in use"), std::string::npos);
   // And a restarted server takes its port back at once.
   const int port = server_->port();

@@ -324,7 +324,7 @@ TEST_F(DiscoveryRedisIntegration, TheScriptRefusesAGrantsKeyThatIsNotTheCallers)
   (*command)[3] = *keys_.grants(member_principal("bob"));
   Result<DiscoverySnapshot> s = decode_discovery_reply(cmd(*command), member_principal("alice"));
   ASSERT_FALSE(s.ok());
-  EXPECT_EQ(s.error().code, ErrorCode::kUnavailable);
+  EXPECT_EQ(s.error().code, ErrorCode::kStoreUnavailable);
   EXPECT_NE(s.error().message.find("not the grants key"), std::string::npos);
 }
 

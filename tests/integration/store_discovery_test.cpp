@@ -238,7 +238,7 @@ TEST_F(StoreDiscovery, RedisDownIsUnavailableThenRecovers) {
   redis_.stop();
   Result<DiscoverySnapshot> down = redis_store_->read_discovery(member("alice"));
   ASSERT_FALSE(down.ok());
-  EXPECT_EQ(down.error().code, ErrorCode::kUnavailable);
+  EXPECT_EQ(down.error().code, ErrorCode::kStoreUnavailable);
   ASSERT_TRUE(redis_.start());
   // The server came back empty (no persistence): not an empty snapshot ("nothing granted") but
   // "not ready", until an agent has restored the namespace.

@@ -265,11 +265,11 @@ class StoreConformance : public ::testing::TestWithParam<Kind> {
     EXPECT_TRUE(r.ok()) << r.error().message;
     return r.ok() ? *r : std::nullopt;
   }
-  EnqueueOutcome enqueue(const std::string& cid, const Principal& p, const char* reason,
+  RevalidationOutcome enqueue(const std::string& cid, const Principal& p, const char* reason,
                          int64_t window_ms = 60'000) {
-    Result<EnqueueOutcome> r = store_->enqueue_revalidation(cid, p, reason, window_ms);
+    Result<RevalidationOutcome> r = store_->enqueue_revalidation(cid, p, reason, window_ms);
     EXPECT_TRUE(r.ok()) << r.error().message;
-    return r.ok() ? *r : EnqueueOutcome::kAlreadyQueued;
+    return r.ok() ? *r : RevalidationOutcome::kAlreadyQueued;
   }
   RevalidationBatch read(const char* consumer, std::size_t max, int64_t block_ms = 0) {
     Result<RevalidationBatch> r = store_->read_revalidations(consumer, max, block_ms);
@@ -628,9 +628,9 @@ TEST_P(StoreConformance, DeadConsumersWithNothingPendingAreRemoved) {
     return;
   }
   EXPECT_TRUE(store_->remove_idle_consumers("me", 0)->empty());  // no group yet: nobody
-  ASSERT_EQ(enqueue("c1", shared_, "stale"), EnqueueOutcome::kQueued);
+  ASSERT_EQ(enqueue("c1", shared_, "stale"), RevalidationOutcome::kQueued);
   ASSERT_EQ(read("old-run", 10).requests.size(), 1u);  // delivered, never acknowledged
-  ASSERT_EQ(enqueue("c2", shared_, "stale"), EnqueueOutcome::kQueued);
+  ASSERT_EQ(enqueue("c2", shared_, "stale"), RevalidationOutcome::kQueued);
   RevalidationBatch handled = read("older-run", 10);  // delivered and handled
   ASSERT_EQ(handled.requests.size(), 1u);
   ASSERT_TRUE(store_->ack_revalidations(ids_of(handled)).ok());
@@ -863,19 +863,19 @@ TEST_P(StoreConformance, TheMaintenanceWalkSeesEveryRecordOnce) {
 
 TEST_P(StoreConformance, RevalidationIsGatedOncePerWindowAndNotQueuedWhileLeased) {
   configure({record("c1", "h1")});
-  EXPECT_EQ(enqueue("c1", shared_, "stale", 300), EnqueueOutcome::kQueued);
-  EXPECT_EQ(enqueue("c1", shared_, "stale", 300), EnqueueOutcome::kAlreadyQueued);
-  EXPECT_EQ(enqueue("c1", shared_, "miss", 300), EnqueueOutcome::kAlreadyQueued);
-  EXPECT_EQ(enqueue("c1", member("alice"), "miss", 300), EnqueueOutcome::kQueued);  // own gate
+  EXPECT_EQ(enqueue("c1", shared_, "stale", 300), RevalidationOutcome::kQueued);
+  EXPECT_EQ(enqueue("c1", shared_, "stale", 300), RevalidationOutcome::kAlreadyQueued);
+  EXPECT_EQ(enqueue("c1", shared_, "miss", 300), RevalidationOutcome::kAlreadyQueued);
+  EXPECT_EQ(enqueue("c1", member("alice"), "miss", 300), RevalidationOutcome::kQueued);  // own gate
 
   pass(kPastShort + 100);  // the window ends: the next stale read re-arms it
-  EXPECT_EQ(enqueue("c1", shared_, "expired", 300), EnqueueOutcome::kQueued);
+  EXPECT_EQ(enqueue("c1", shared_, "expired", 300), RevalidationOutcome::kQueued);
 
   AcquireResult a = acquire("c1", member("bob"), 1);
   ASSERT_TRUE(a.acquired);
-  EXPECT_EQ(enqueue("c1", member("bob"), "stale"), EnqueueOutcome::kInProgress);
+  EXPECT_EQ(enqueue("c1", member("bob"), "stale"), RevalidationOutcome::kInProgress);
   ASSERT_EQ(*store_->release_lease("c1", member("bob"), a.lease), LeaseOutcome::kOk);
-  EXPECT_EQ(enqueue("c1", member("bob"), "stale"), EnqueueOutcome::kQueued);
+  EXPECT_EQ(enqueue("c1", member("bob"), "stale"), RevalidationOutcome::kQueued);
 
   // Requests queued before any consumer ran are all there, in order.
   RevalidationBatch batch = read("agent-1", 10);
@@ -884,7 +884,7 @@ TEST_P(StoreConformance, RevalidationIsGatedOncePerWindowAndNotQueuedWhileLeased
   EXPECT_TRUE(batch.malformed_ids.empty());
   for (const RevalidationRequest& r : batch.requests) EXPECT_GT(r.at_ms, 0);
 
-  Result<EnqueueOutcome> bad = store_->enqueue_revalidation("c1", shared_, "", 300);
+  Result<RevalidationOutcome> bad = store_->enqueue_revalidation("c1", shared_, "", 300);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.error().code, ErrorCode::kInvalidArgument);
 }
@@ -895,12 +895,12 @@ TEST_P(StoreConformance, AManualRefreshIsQueuedAgainOnceTheGateIsASecondOld) {
   // SQLite (revalidation_gate_take_manual).
   configure({record("c1", "h1")});
   const Principal alice = member("alice");
-  ASSERT_EQ(enqueue("c1", alice, "stale"), EnqueueOutcome::kQueued);
-  EXPECT_EQ(enqueue("c1", alice, "manual"), EnqueueOutcome::kAlreadyQueued);  // younger than 1 s
+  ASSERT_EQ(enqueue("c1", alice, "stale"), RevalidationOutcome::kQueued);
+  EXPECT_EQ(enqueue("c1", alice, "manual"), RevalidationOutcome::kAlreadyQueued);  // younger than 1 s
   pass(kManualRequeueAfterMs + 300);
-  EXPECT_EQ(enqueue("c1", alice, "stale"), EnqueueOutcome::kAlreadyQueued);  // readers wait
-  EXPECT_EQ(enqueue("c1", alice, "manual"), EnqueueOutcome::kQueued);
-  EXPECT_EQ(enqueue("c1", alice, "manual"), EnqueueOutcome::kAlreadyQueued);  // restarted
+  EXPECT_EQ(enqueue("c1", alice, "stale"), RevalidationOutcome::kAlreadyQueued);  // readers wait
+  EXPECT_EQ(enqueue("c1", alice, "manual"), RevalidationOutcome::kQueued);
+  EXPECT_EQ(enqueue("c1", alice, "manual"), RevalidationOutcome::kAlreadyQueued);  // restarted
   EXPECT_EQ(keys_of(read("agent-1", 10)),
             (std::vector<std::string>{"c1/member/alice/stale", "c1/member/alice/manual"}));
 
@@ -908,14 +908,14 @@ TEST_P(StoreConformance, AManualRefreshIsQueuedAgainOnceTheGateIsASecondOld) {
   AcquireResult a = acquire("c1", alice, 1);
   ASSERT_TRUE(a.acquired);
   pass(kManualRequeueAfterMs + 300);
-  EXPECT_EQ(enqueue("c1", alice, "manual"), EnqueueOutcome::kInProgress);
+  EXPECT_EQ(enqueue("c1", alice, "manual"), RevalidationOutcome::kInProgress);
 }
 
 TEST_P(StoreConformance, DroppingAPrincipalKeepsItsFenceAndTheOthers) {
   configure({record("c1", "h1", CredentialMode::kPerMember)});
   refresh("c1", member("alice"), "v1", "h1", 900);
   refresh("c1", member("bob"), "v1", "h1", 901);
-  EXPECT_EQ(enqueue("c1", member("bob"), "stale"), EnqueueOutcome::kQueued);
+  EXPECT_EQ(enqueue("c1", member("bob"), "stale"), RevalidationOutcome::kQueued);
   const int64_t bob_fence = meta("c1", member("bob"))->fence;
 
   Result<bool> dropped = store_->drop_manifest("c1", member("bob"));
@@ -925,7 +925,7 @@ TEST_P(StoreConformance, DroppingAPrincipalKeepsItsFenceAndTheOthers) {
   EXPECT_TRUE(meta("c1", member("alice")));
   EXPECT_FALSE(*store_->drop_manifest("c1", member("bob")));  // nothing left to drop
   // The gate went with it; the fence did not: a later lease still takes a newer fence.
-  EXPECT_EQ(enqueue("c1", member("bob"), "miss"), EnqueueOutcome::kQueued);
+  EXPECT_EQ(enqueue("c1", member("bob"), "miss"), RevalidationOutcome::kQueued);
   AcquireResult a = acquire("c1", member("bob"), 902);
   ASSERT_TRUE(a.acquired);
   EXPECT_GT(a.lease.fence, bob_fence);
@@ -984,7 +984,7 @@ TEST_P(StoreConformance, AWebhookMarksCachedDataStaleUntilALaterListing) {
 TEST_P(StoreConformance, ConsumersReadEachRequestOnceAndAcknowledgeIt) {
   configure({record("c1", "h1")});
   for (const char* who : {"alice", "bob", "carol"}) {
-    ASSERT_EQ(enqueue("c1", member(who), "stale"), EnqueueOutcome::kQueued);
+    ASSERT_EQ(enqueue("c1", member(who), "stale"), RevalidationOutcome::kQueued);
   }
   RevalidationBatch first = read("agent-1", 2);
   EXPECT_EQ(keys_of(first),
@@ -1027,8 +1027,8 @@ TEST_P(StoreConformance, ABlockingReadWaitsForARequestOrItsTimeout) {
     EXPECT_TRUE(store_->health().ok());
     health_ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - asked).count();
-    Result<EnqueueOutcome> r = edge->enqueue_revalidation("c1", shared_, "miss", 60'000);
-    EXPECT_TRUE(r.ok() && *r == EnqueueOutcome::kQueued);
+    Result<RevalidationOutcome> r = edge->enqueue_revalidation("c1", shared_, "miss", 60'000);
+    EXPECT_TRUE(r.ok() && *r == RevalidationOutcome::kQueued);
   });
   start = SteadyClock::now();
   RevalidationBatch got = read("agent-1", 1, 5'000);
@@ -1042,8 +1042,8 @@ TEST_P(StoreConformance, ABlockingReadWaitsForARequestOrItsTimeout) {
 
 TEST_P(StoreConformance, ACrashedConsumersRequestsAreClaimedByAnother) {
   configure({record("c1", "h1")});
-  ASSERT_EQ(enqueue("c1", member("alice"), "stale"), EnqueueOutcome::kQueued);
-  ASSERT_EQ(enqueue("c1", member("bob"), "miss"), EnqueueOutcome::kQueued);
+  ASSERT_EQ(enqueue("c1", member("alice"), "stale"), RevalidationOutcome::kQueued);
+  ASSERT_EQ(enqueue("c1", member("bob"), "miss"), RevalidationOutcome::kQueued);
   RevalidationBatch taken = read("crashed", 10);
   ASSERT_EQ(taken.requests.size(), 2u);
   // ... and "crashed" never acknowledges them.
@@ -1187,7 +1187,7 @@ TEST(RedisStoreOnly, RedisGoingAwayFailsCleanlyAndNothingCommittedIsLost) {
   ASSERT_TRUE(a.acquired);
   ASSERT_TRUE(store->commit_manifest("c1", shared, a.lease, manifest_v("v1", "h1"), kWrite)->ok());
   ASSERT_EQ(*store->enqueue_revalidation("c1", member("alice"), "stale", 60'000),
-            EnqueueOutcome::kQueued);
+            RevalidationOutcome::kQueued);
   RevalidationBatch pending = *store->read_revalidations("agent-1", 10, 0);
   ASSERT_EQ(pending.requests.size(), 1u);
   // This server persists on shutdown (the fixture's default is no persistence at all).
@@ -1200,26 +1200,26 @@ TEST(RedisStoreOnly, RedisGoingAwayFailsCleanlyAndNothingCommittedIsLost) {
   big.manifest.append(4 << 20, ' ');
   Result<FencedWriteResult> lost = store->commit_manifest("c1", shared, a.lease, big, kWrite);
   ASSERT_FALSE(lost.ok());
-  EXPECT_EQ(lost.error().code, ErrorCode::kUnavailable) << lost.error().message;
+  EXPECT_EQ(lost.error().code, ErrorCode::kStoreUnavailable) << lost.error().message;
   std::string where = "127.0.0.1:" + std::to_string(server.port());
   for (int round = 0; round < 3; ++round) {  // a dropped connection, then refused reconnects
     Status health = store->health();
     ASSERT_FALSE(health.ok());
-    EXPECT_EQ(health.error().code, ErrorCode::kUnavailable);
+    EXPECT_EQ(health.error().code, ErrorCode::kStoreUnavailable);
     EXPECT_NE(health.error().message.find(where), std::string::npos) << health.error().message;
     Result<AcquireResult> acquire = store->acquire_lease("c1", shared, token(2), kLongLease);
     ASSERT_FALSE(acquire.ok());
-    EXPECT_EQ(acquire.error().code, ErrorCode::kUnavailable);
+    EXPECT_EQ(acquire.error().code, ErrorCode::kStoreUnavailable);
     Result<FencedWriteResult> commit =
         store->commit_manifest("c1", shared, a.lease, manifest_v("v2", "h1"), kWrite);
     ASSERT_FALSE(commit.ok());
-    EXPECT_EQ(commit.error().code, ErrorCode::kUnavailable);
+    EXPECT_EQ(commit.error().code, ErrorCode::kStoreUnavailable);
     Result<RevalidationBatch> read = store->read_revalidations("agent-1", 10, 100);
     ASSERT_FALSE(read.ok());
-    EXPECT_EQ(read.error().code, ErrorCode::kUnavailable);
+    EXPECT_EQ(read.error().code, ErrorCode::kStoreUnavailable);
     Result<GrantSync> grants = store->sync_grants({{"alice", {"c1"}}});
     ASSERT_FALSE(grants.ok());
-    EXPECT_EQ(grants.error().code, ErrorCode::kUnavailable);
+    EXPECT_EQ(grants.error().code, ErrorCode::kStoreUnavailable);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 
@@ -1266,7 +1266,7 @@ TEST(RedisStoreOnly, AServerThatNeverAnswersTimesOut) {
   Status health = store->health();
   auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - start);
   ASSERT_FALSE(health.ok());
-  EXPECT_EQ(health.error().code, ErrorCode::kUnavailable);
+  EXPECT_EQ(health.error().code, ErrorCode::kStoreUnavailable);
   EXPECT_NE(health.error().message.find("timed out"), std::string::npos) << health.error().message;
   EXPECT_GE(waited.count(), 250);
   EXPECT_LT(waited.count(), 3'000);
@@ -1294,7 +1294,7 @@ TEST(RedisStoreOnly, WritesExactlyTheDocumentedKeyLayout) {
   AcquireResult b = *store->acquire_lease("gh", member("bob"), token(2), kLongLease);
   ASSERT_TRUE(
       store->record_failure("gh", member("bob"), b.lease, failure_under("h1"), kWrite)->ok());
-  ASSERT_EQ(*store->enqueue_revalidation("gh", alice, "stale", 60'000), EnqueueOutcome::kQueued);
+  ASSERT_EQ(*store->enqueue_revalidation("gh", alice, "stale", 60'000), RevalidationOutcome::kQueued);
   ASSERT_TRUE(*store->remember_once("webhook-signature", 60'000));
 
   auto type_of = [&](const std::string& key) { return raw(server, {"TYPE", key}); };
@@ -1423,7 +1423,7 @@ TEST(SqliteStoreOnly, AVersion1FileIsMigratedKeepingItsData) {
   EXPECT_FALSE((*kept)->meta.invalidated_at_ms);
   EXPECT_TRUE(*store.invalidate_manifest("c1", Principal::shared()));
   EXPECT_EQ(*store.enqueue_revalidation("c1", Principal::shared(), "manual", 60'000),
-            EnqueueOutcome::kQueued);
+            RevalidationOutcome::kQueued);
   ASSERT_EQ(sqlite3_open(o.path.c_str(), &db), SQLITE_OK);
   sqlite3_stmt* stmt = nullptr;
   ASSERT_EQ(sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &stmt, nullptr), SQLITE_OK);
@@ -1438,7 +1438,7 @@ TEST(SqliteStoreOnly, OpeningFailsClearly) {
   missing.path = "/nonexistent-quiver-dir/quiver.db";
   Result<std::unique_ptr<SqliteStore>> r = SqliteStore::open(missing);
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.error().code, ErrorCode::kUnavailable);
+  EXPECT_EQ(r.error().code, ErrorCode::kStoreUnavailable);
   EXPECT_NE(r.error().message.find("/nonexistent-quiver-dir/quiver.db"), std::string::npos);
 
   // A file from a newer agent is not touched.

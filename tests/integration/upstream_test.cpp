@@ -357,7 +357,7 @@ TEST(Upstream, UpstreamThatStaysDownIsUnavailableAfterOneRetry) {
   int64_t start = steady_now_ms();
   auto listing = conn.list(conn.now_ms() + 4000);
   ASSERT_FALSE(listing.ok());
-  EXPECT_EQ(listing.error().code, ErrorCode::kUnavailable);
+  EXPECT_EQ(listing.error().code, ErrorCode::kUpstreamUnavailable);
   EXPECT_EQ(std::string(error_code_name(listing.error().code)), "UPSTREAM_UNAVAILABLE");
   EXPECT_NE(listing.error().message.find("retry on a fresh session failed"), std::string::npos)
       << listing.error().message;
@@ -379,7 +379,7 @@ TEST(Upstream, FailingListMethodOnAReusedSessionBecomesUnavailable) {
   ASSERT_TRUE(second.ok()) << second.error().message;
   EXPECT_TRUE(info.retried);
   ASSERT_EQ(state(*second, ListKind::kPrompts), ListState::kFailed);
-  EXPECT_EQ(second->list(ListKind::kPrompts).error->code, ErrorCode::kUnavailable);
+  EXPECT_EQ(second->list(ListKind::kPrompts).error->code, ErrorCode::kUpstreamUnavailable);
   EXPECT_EQ(count(*second, ListKind::kTools), 3u);
 }
 

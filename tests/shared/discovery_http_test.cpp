@@ -441,7 +441,7 @@ TEST(DiscoveryHttp, RefreshWhenTheQueueFailsIs503) {
   auto& need = std::get<NeedSnapshot>(step);
   step = x.resume_snapshot(read_snapshot(s, need.member, need.query), kNow);
   ASSERT_TRUE(std::holds_alternative<NeedEnqueue>(step));
-  step = x.resume_enqueue({Error(ErrorCode::kUnavailable, "READONLY replica")}, kNow);
+  step = x.resume_enqueue({Error(ErrorCode::kStoreUnavailable, "READONLY replica")}, kNow);
   const Respond& r = std::get<Respond>(step);
   EXPECT_EQ(r.response.status, 503);
   EXPECT_EQ(error_code(r.response), "STORE_UNAVAILABLE");

@@ -144,7 +144,7 @@ TEST(DiscoveryRedis, DecodesTheSameSnapshotWhateverWayTheBytesArrive) {
 TEST(DiscoveryRedis, RedisErrorsAreStoreFailures) {
   Result<DiscoverySnapshot> s = decode_discovery_reply(
       RespValue::error("NOSCRIPT No matching script"), member_principal("alice"));
-  EXPECT_EQ(s.error().code, ErrorCode::kUnavailable);
+  EXPECT_EQ(s.error().code, ErrorCode::kStoreUnavailable);
   EXPECT_NE(s.error().message.find("NOSCRIPT"), std::string::npos);
 }
 
@@ -280,7 +280,7 @@ TEST(DiscoveryRedis, EnqueueRepliesParse) {
   EXPECT_EQ(parse_enqueue_reply(A({S("already_queued")}))->outcome,
             RevalidationOutcome::kAlreadyQueued);
   EXPECT_EQ(parse_enqueue_reply(A({S("in_progress")}))->outcome, RevalidationOutcome::kInProgress);
-  EXPECT_EQ(parse_enqueue_reply(RespValue::error("OOM")).error().code, ErrorCode::kUnavailable);
+  EXPECT_EQ(parse_enqueue_reply(RespValue::error("OOM")).error().code, ErrorCode::kStoreUnavailable);
   for (const RespValue& bad : {A({S("queued")}), A({}), I(1), A({S("held")}),
                                A({S("in_progress"), S("x")}), RespValue::nil()}) {
     EXPECT_EQ(parse_enqueue_reply(bad).error().code, ErrorCode::kInvalidReply)
@@ -359,7 +359,7 @@ TEST(DiscoveryRedis, WebhookRepliesParseStrictly) {
   EXPECT_EQ(parse_webhook_refresh_reply(A({S("accepted"), A({})}))->results.size(), 0u);
 
   EXPECT_EQ(parse_webhook_refresh_reply(RespValue::error("NOSCRIPT")).error().code,
-            ErrorCode::kUnavailable);
+            ErrorCode::kStoreUnavailable);
   // webhook_refresh.lua when the namespace record is not `ready`: the store lost its data (503),
   // never every target `unknown_connection`.
   for (const char* state : {"missing", "restoring"}) {

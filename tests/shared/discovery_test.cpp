@@ -791,5 +791,70 @@ TEST(Discovery, SearchCorpusHoldsVisibleToolsOfServableEntries) {
   EXPECT_NE(search_corpus(snapshot_of(store, "bob"), policy(), kNow).version, version);
 }
 
+// ---- the connection list -----------------------------------------------------------------------
+
+// GET /v1/mcp-connections: per entry the metadata the discovery answer shows, the manifest left
+// out, and per list its state and visible item count (a list that failed never reads as 0).
+TEST(Discovery, ConnectionListSummarisesEveryEntryOnceFromTheModel) {
+  MemoryStore store;
+  store.add_connection("a", "shared");
+  store.add_connection("b", "shared");
+  store.add_connection("c", "shared");
+  for (const char* id : {"a", "b", "c"}) store.grant("alice", id);
+  store.manifests[{"a", "shared"}] = data_entry("h-a", kNow - kMinute, kNow + 14 * kMinute,
+                                                manifest_json({"search", "fetch"}, {"file:///x"}));
+  store.disabled_sets[{"a", "shared"}] = DisabledOverlay{"tool:fetch"};
+  HashFields failed;
+  add_failure(&failed, "UPSTREAM_UNAVAILABLE", "connection refused twice", kNow - 5000);
+  store.manifests[{"b", "shared"}] = failed;
+  Json partial = *parse_json(manifest_json({"t"}, {}, {}, {"p"}));
+  partial["prompts"] = Json::object(
+      {{"state", "failed"},
+       {"error", Json::object({{"code", "TIMEOUT"}, {"message", "prompts/list timed out"}})},
+       {"partial_items", 3}});
+  store.manifests[{"c", "shared"}] =
+      data_entry("h-c", kNow - 20 * kMinute, kNow - 5 * kMinute, json_text(partial));
+
+  const DiscoverySnapshot snap = snapshot_of(store, "alice");
+  ConnectionList list = connection_list(snap, policy(), kNow);
+  EXPECT_EQ(list.body["principal"], "member/alice");
+  EXPECT_EQ(ids_of(list.body), (std::vector<std::string>{"a", "b", "c"}));
+
+  const Json& a = *entry(list.body, "a");
+  EXPECT_FALSE(a.contains("manifest"));
+  EXPECT_EQ(a["status"], "fresh");
+  EXPECT_EQ(a["age_ms"], kMinute);
+  EXPECT_EQ(a["counts"], *parse_json(R"({"tools":1,"resources":1,"resource_templates":0,
+                                         "prompts":0})"));
+  EXPECT_EQ(a["lists"]["tools"], *parse_json(R"({"state":"ok","count":1})"));
+
+  const Json& b = *entry(list.body, "b");
+  EXPECT_EQ(b["status"], "error");
+  EXPECT_EQ(b["error"]["code"], "UPSTREAM_UNAVAILABLE");
+  EXPECT_FALSE(b.contains("counts"));
+  EXPECT_FALSE(b.contains("lists"));
+
+  const Json& c = *entry(list.body, "c");
+  EXPECT_EQ(c["status"], "stale");
+  EXPECT_FALSE(c["counts"].contains("prompts"));
+  EXPECT_EQ(c["lists"]["prompts"]["state"], "failed");
+  EXPECT_EQ(c["lists"]["prompts"]["partial_items"], 3);
+  EXPECT_EQ(c["lists"]["prompts"]["error"]["code"], "TIMEOUT");
+  EXPECT_FALSE(c["lists"]["prompts"].contains("count"));
+
+  // The same classification, queue and counts as the discovery answer over the same snapshot.
+  Rendered r = render(store, "alice");
+  EXPECT_EQ(list.stats, r.out.stats);
+  EXPECT_EQ(list.revalidations, r.out.revalidations);
+  for (const char* id : {"a", "b", "c"}) {
+    Json shown = *entry(r.body, id);
+    shown.erase("manifest");
+    Json summary = *entry(list.body, id);
+    summary.erase("counts");
+    summary.erase("lists");
+    EXPECT_EQ(summary, shown) << id;
+  }
+}
+
 }  // namespace
 }  // namespace quiver

@@ -136,13 +136,48 @@ TEST(Lease, CommandsRefuseBadInput) {
   refused(record_failure_command(k, lease(1), f, kOptions), "config_hash");
 }
 
+// A store without Redis (SQLite) checks its arguments with the validators alone: the same
+// refusals as the command builders, no command built.
+TEST(Lease, ValidatorsRefuseWhatTheCommandsRefuse) {
+  LeaseKeys k = keys_for("default", "c1", "shared");
+  auto same = [](const Status& validated, const Result<RedisCommand>& built) {
+    ASSERT_EQ(validated.ok(), built.ok());
+    if (!built.ok()) {
+      EXPECT_EQ(validated.error().message, built.error().message);
+    }
+  };
+  for (const std::string& token : {kToken, std::string("short"), std::string(32, 'A')}) {
+    for (int64_t ms : {1000, 0})
+      same(validate_acquire(token, ms), acquire_lease_command(k, token, ms));
+  }
+  for (const Lease& l : {lease(1), lease(0), Lease{1, "xyz"}}) {
+    same(validate_renew(l, 1000), renew_lease_command(k, l, 1000));
+    same(validate_renew(l, -5), renew_lease_command(k, l, -5));
+    same(validate_release(l), release_lease_command(k, l));
+  }
+  std::vector<ManifestWrite> writes(5, good_write());
+  writes[1].config_hash.clear();
+  writes[2].fresh_until_ms = 500;
+  writes[3].cache_scope = "team";
+  writes[4].etag.clear();
+  for (const ManifestWrite& w : writes) {
+    same(validate_manifest_write(lease(1), w), commit_manifest_command(k, lease(1), w, kOptions));
+  }
+  std::vector<RefreshFailure> failures(4, failure());
+  failures[1].error_code.clear();
+  failures[2].config_hash.clear();
+  failures[3].error_at_ms = -1;
+  for (const RefreshFailure& f : failures) {
+    same(validate_refresh_failure(lease(1), f), record_failure_command(k, lease(1), f, kOptions));
+  }
+}
+
 TEST(Lease, CommitCarriesEveryManifestFieldAndTheFence) {
   LeaseKeys k = keys_for("default", "c1", "shared");
   ManifestWrite w = good_write();
   w.truncated = true;
   w.cache_scope.clear();
-  Result<RedisCommand> cmd =
-      commit_manifest_command(k, lease(7), w, FencedWriteOptions{false});
+  Result<RedisCommand> cmd = commit_manifest_command(k, lease(7), w, FencedWriteOptions{false});
   ASSERT_TRUE(cmd.ok()) << cmd.error().message;
   std::vector<std::string> expected = {
       "EVAL",       std::string(schema_asset("lua/manifest_commit.lua")),

@@ -16,7 +16,19 @@ TEST(Status, ResultCarriesValueOrError) {
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.error().code, ErrorCode::kTimeout);
   EXPECT_STREQ(error_code_name(bad.error().code), "TIMEOUT");
-  EXPECT_STREQ(error_code_name(ErrorCode::kUnavailable), "UPSTREAM_UNAVAILABLE");
+  EXPECT_STREQ(error_code_name(ErrorCode::kUpstreamUnavailable), "UPSTREAM_UNAVAILABLE");
+}
+
+// A store outage and an upstream outage are told apart in logs and /metrics labels; only the
+// host's own surroundings make a queued refresh wait rather than drop.
+TEST(Status, StoreAndUpstreamOutagesHaveTheirOwnCodes) {
+  EXPECT_STREQ(error_code_name(ErrorCode::kStoreUnavailable), "STORE_UNAVAILABLE");
+  EXPECT_STREQ(error_code_name(ErrorCode::kResourceUnavailable), "RESOURCE_UNAVAILABLE");
+  EXPECT_TRUE(passes_by_itself(ErrorCode::kStoreUnavailable));
+  EXPECT_TRUE(passes_by_itself(ErrorCode::kResourceUnavailable));
+  EXPECT_FALSE(passes_by_itself(ErrorCode::kUpstreamUnavailable));
+  EXPECT_FALSE(passes_by_itself(ErrorCode::kTimeout));
+  EXPECT_FALSE(passes_by_itself(ErrorCode::kInvalidArgument));
 }
 
 TEST(Json, MalformedInputIsAnErrorWithOffset) {

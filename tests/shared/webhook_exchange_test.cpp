@@ -67,7 +67,7 @@ TEST(WebhookExchange, ChecksInOrder) {
 
 TEST(WebhookExchange, Answers) {
   EXPECT_EQ(webhook_replay_response().status, 401);
-  EXPECT_EQ(webhook_store_failed_response(Error(ErrorCode::kUnavailable, "down")).status, 503);
+  EXPECT_EQ(webhook_store_failed_response(Error(ErrorCode::kStoreUnavailable, "down")).status, 503);
   HttpResponse restoring =
       webhook_store_failed_response(Error(ErrorCode::kStoreNotReady, "namespace restoring"));
   EXPECT_EQ(restoring.status, 503);
