@@ -55,19 +55,12 @@ std::optional<ChangeTrigger> change_trigger_from_reason(std::string_view reason)
 }
 
 const char* followup_decision_name(FollowupDecision decision) {
-  switch (decision) {
-    case FollowupDecision::kNone:
-      return "none";
-    case FollowupDecision::kWait:
-      return "wait";
-    case FollowupDecision::kDone:
-      return "done";
-    case FollowupDecision::kDropped:
-      return "dropped";
-    case FollowupDecision::kGiveUp:
-      return "give_up";
-  }
-  return "unknown";
+  constexpr const char* kNames[] = {"none", "wait", "done", "dropped", "give_up"};
+  static_assert(
+      sizeof kNames / sizeof kNames[0] == static_cast<std::size_t>(FollowupDecision::kGiveUp) + 1,
+      "one name per FollowupDecision, in enum order");
+  const auto i = static_cast<std::size_t>(decision);
+  return i < sizeof kNames / sizeof kNames[0] ? kNames[i] : "unknown";
 }
 
 FollowupDecision ChangeFollowups::on_trigger(const std::string& connection_id,
