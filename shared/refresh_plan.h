@@ -110,7 +110,7 @@ struct RefreshPlan {
 RefreshPlan plan_refresh(const RefreshInputs& inputs);
 
 // The failure record of `error`, whose message the host has redacted: the message cut to
-// kMaxErrorMessageBytes, stamped with the attempt and with the error time (never before the
+// kMaxErrorMessageBytes, stamped with the attempt and with when it failed (never before the
 // attempt).
 RefreshFailure failure_record(const Error& error, std::string_view config_hash,
                               int64_t attempt_at_ms, int64_t now_ms);
