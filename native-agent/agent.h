@@ -32,6 +32,11 @@
 //     removed connections' manifests deleted);
 //   - manual (`refresh_now`), webhooks and evidence come through the API as request_refresh.
 //
+// Where each part lives: the decisions of a refresh and of a change trigger's follow-up are the
+// core's (shared/refresh_plan.h, shared/change_trigger.h); refresh_runner.h carries out one
+// refresh and its retries, triggers.h the triggers and their follow-up, revalidation_consumer.h
+// the queue's workers, maintenance.h the passes and the store check; agent.cpp only wires them.
+//
 // Threads: start() runs the pool's watcher, the revalidation workers and the maintenance thread;
 // every AgentService method may be called from any thread. stop() is idempotent and also run by
 // the destructor.

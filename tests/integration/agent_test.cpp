@@ -30,6 +30,7 @@
 #include "native-agent/redis_store.h"
 #include "native-agent/sqlite_store.h"
 #include "shared/caller_token.h"
+#include "shared/lease.h"
 #include "shared/manifest.h"
 #include "shared/sha256.h"
 #include "tests/support/encodings.h"
@@ -341,21 +342,26 @@ TEST(AgentRedis, TwoAgentsRacingOnOneRedisListEachKeyOnce) {
       },
       4000))
       << log_a.all() << log_b.all();
-  // Each key was listed by one agent only (and nothing is left over to list again).
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // Each key was listed by one agent only, and nothing is left over to list again: with both
+  // agents stopped, whatever is still queued is drained by hand, and is answered by the listings
+  // already stored (the decision itself: RefreshPlan.AlreadyAnsweredTable).
+  a->stop();
+  b->stop();
+  while (a->drain_revalidations_once(0) + b->drain_revalidations_once(0) > 0) {
+  }
   for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(tools_list_calls(dir.path("c" + std::to_string(i) + ".stats")), 1) << i;
   }
-  a->stop();
-  b->stop();
   EXPECT_EQ(a->metrics().refreshes("committed") + b->metrics().refreshes("committed"), 3);
 }
 
-TEST(AgentRedis, ConcurrentRefreshesOfOneKeyOneListsTheOtherIsInProgress) {
+// The lease another agent holds (taken here through the store, so that the refresh of `b` meets
+// it every time rather than when a thread happens to be listing) makes b's refresh in_progress.
+TEST(AgentRedis, ARefreshMeetingALeaseHeldElsewhereIsInProgressAndListsNothing) {
   RedisServer redis;
   ASSERT_TRUE(redis.ok()) << redis.error();
   TempDir dir;
-  Json servers = {{"t", upstream_server({"--delay-ms", "100", "--stats-file", dir.path("stats")})}};
+  Json servers = {{"t", upstream_server({"--stats-file", dir.path("stats")})}};
   LogCapture log_a, log_b;
   auto a = make_agent(make_config(dir, servers, {{"redis", redis_url(redis)}}, {}, "a"),
                       manual_options(log_a));
@@ -364,11 +370,14 @@ TEST(AgentRedis, ConcurrentRefreshesOfOneKeyOneListsTheOtherIsInProgress) {
   ASSERT_TRUE(a && b);
   ASSERT_TRUE(a->start().ok());
   ASSERT_TRUE(b->start().ok());
-  Result<RefreshReport> ra = Error(ErrorCode::kUnknown, "");
-  std::thread t([&] { ra = a->refresh_now("t", Principal::shared(), "manual"); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  Result<std::string> token = make_lease_token(std::string(16, '\x5a'));
+  ASSERT_TRUE(token.ok());
+  Result<AcquireResult> held =
+      a->store().acquire_lease("t", Principal::shared(), *token, a->config().runtime.lease_ms);
+  ASSERT_TRUE(held.ok() && held->acquired);
   Result<RefreshReport> rb = b->refresh_now("t", Principal::shared(), "manual");
-  t.join();
+  ASSERT_TRUE(a->store().release_lease("t", Principal::shared(), held->lease).ok());
+  Result<RefreshReport> ra = a->refresh_now("t", Principal::shared(), "manual");
   ASSERT_TRUE(ra.ok() && rb.ok());
   EXPECT_EQ(ra->outcome, "committed");
   EXPECT_EQ(rb->outcome, "in_progress");
@@ -421,7 +430,8 @@ TEST(AgentRedis, ConfigChangeMidListingRefusesTheWriteAndRemovedConnectionsGo) {
   RedisServer redis;
   ASSERT_TRUE(redis.ok()) << redis.error();
   TempDir dir;
-  Json servers = {{"t", upstream_server({"--delay-ms", "150"})}, {"gone", upstream_server({})}};
+  Json servers = {{"t", upstream_server({"--delay-ms", "1500", "--stats-file", dir.path("t.stats")})},
+                  {"gone", upstream_server({})}};
   LogCapture log_a, log_b;
   AgentConfig old_cfg = make_config(dir, servers, {{"redis", redis_url(redis)}}, {}, "a");
   auto a = make_agent(old_cfg, manual_options(log_a));
@@ -440,7 +450,8 @@ TEST(AgentRedis, ConfigChangeMidListingRefusesTheWriteAndRemovedConnectionsGo) {
 
   Result<RefreshReport> ra = Error(ErrorCode::kUnknown, "");
   std::thread t([&] { ra = a->refresh_now("t", Principal::shared(), "manual"); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(150));  // a's listing is under way
+  // a's listing is under way (the upstream holds each page 1.5 s): b starts meanwhile.
+  ASSERT_TRUE(wait_until([&] { return tools_list_calls(dir.path("t.stats")) >= 1; }, 30000));
   ASSERT_TRUE(b->start().ok());
   t.join();
   ASSERT_TRUE(ra.ok()) << ra.error().message;
@@ -1330,7 +1341,9 @@ TEST(AgentTriggers, MaintenanceSeedsAndRefreshesAStaleKey) {
   LogCapture log;
   AgentOptions o = manual_options(log);
   o.now_ms = [now] { return now->load(); };
-  o.revalidation_window_ms = 100;  // the gate runs on Redis' clock
+  // The gate runs on Redis' clock: a 1 ms window has long passed by the next maintenance pass
+  // (each pass below waits for listings), so the stale keys are queued again.
+  o.revalidation_window_ms = 1;
   Json servers = {{"a", upstream_server({"--stats-file", dir.path("a.stats")})},
                   {"b", upstream_server({})}};
   auto agent = make_agent(make_config(dir, servers, {{"redis", redis_url(redis)}}), o);
@@ -1347,8 +1360,7 @@ TEST(AgentTriggers, MaintenanceSeedsAndRefreshesAStaleKey) {
   EXPECT_EQ(fresh.examined, 2);
   EXPECT_EQ(fresh.queued, 0);
   // Past the fresh TTL: stale, refreshed.
-  now->fetch_add(agent->config().runtime.fresh_ttl_ms + 1);     // stale
-  std::this_thread::sleep_for(std::chrono::milliseconds(150));  // the seeds' gates expire
+  now->fetch_add(agent->config().runtime.fresh_ttl_ms + 1);  // stale
   MaintenanceReport stale = agent->run_maintenance_once();
   EXPECT_EQ(stale.queued, 2);
   EXPECT_EQ(agent->drain_revalidations_once(0) + agent->drain_revalidations_once(0), 2u);
@@ -1374,12 +1386,15 @@ TEST(AgentTriggers, StaleEntriesOfACrashedConsumerAreClaimed) {
   ASSERT_TRUE(taken.ok());
   ASSERT_EQ(taken->requests.size(), 1u);
   EXPECT_EQ(agent->drain_revalidations_once(0), 0u);  // not idle long enough yet
-  std::this_thread::sleep_for(std::chrono::milliseconds(250));
-  EXPECT_EQ(agent->drain_revalidations_once(0), 1u);
+  // Claimed once Redis has seen it idle for claim_idle_ms.
+  ASSERT_TRUE(wait_until([&] { return agent->drain_revalidations_once(0) == 1; }, 5000))
+      << log.all();
   EXPECT_EQ(tool_names(agent->store(), "t").size(), 3u);
   EXPECT_TRUE(log.contains("claimed 1 revalidation requests"));
-  // Acknowledged: nobody gets it again.
-  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  // Acknowledged: nobody gets it again, even claiming whatever is pending however briefly.
+  Result<RevalidationBatch> left = agent->store().claim_stale_revalidations("other-agent", 0, 10);
+  ASSERT_TRUE(left.ok());
+  EXPECT_TRUE(left->requests.empty());
   EXPECT_EQ(agent->drain_revalidations_once(0), 0u);
 }
 
