@@ -218,7 +218,7 @@ void HttpTransport::Impl::stream_loop(int64_t first_timeout_ms) {
           std::lock_guard<std::mutex> lock(mu);
           for (std::string& m : got) {
             stream_bytes_queued += m.size();
-            queue.push_back(Queued{TransportMessage{std::move(m)}, true});
+            queue.push_back(TransportMessage{std::move(m)});
           }
           if (stream_bytes_queued > options.max_pending_bytes && !attempt.read_failure) {
             attempt.read_failure = Error(ErrorCode::kTooLarge,
@@ -241,7 +241,7 @@ void HttpTransport::Impl::stream_loop(int64_t first_timeout_ms) {
       std::vector<std::string> got = reader.take_messages();
       std::lock_guard<std::mutex> lock(mu);
       if (st.ok()) {
-        for (std::string& m : got) queue.push_back(Queued{TransportMessage{std::move(m)}, true});
+        for (std::string& m : got) queue.push_back(TransportMessage{std::move(m)});
       } else if (!fatal) {
         fatal = Error(st.error().code, scrub(st.error().message));
       }

@@ -208,7 +208,7 @@ void HttpTransport::Impl::deliver(ReplyReader& reader) {
   if (messages.empty()) return;
   {
     std::lock_guard<std::mutex> lock(mu);
-    for (std::string& m : messages) queue.push_back(Queued{TransportMessage{std::move(m)}, false});
+    for (std::string& m : messages) queue.push_back(TransportMessage{std::move(m)});
   }
   cv.notify_all();
 }
@@ -303,7 +303,7 @@ Result<std::vector<TransportMessage>> HttpTransport::Impl::receive(int64_t timeo
   if (!queue.empty()) {
     std::vector<TransportMessage> out;
     out.reserve(queue.size());
-    for (Queued& q : queue) out.push_back(std::move(q.message));
+    for (TransportMessage& m : queue) out.push_back(std::move(m));
     queue.clear();
     stream_bytes_queued = 0;
     return out;

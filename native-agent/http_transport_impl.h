@@ -35,11 +35,6 @@ struct HttpTransport::Impl {
     std::string new_session_id;
   };
 
-  struct Queued {
-    TransportMessage message;
-    bool from_stream = false;
-  };
-
   enum class StreamState { kIdle, kConnecting, kOpen, kNotOffered, kFailed };
 
   HttpTransportOptions options;
@@ -58,7 +53,7 @@ struct HttpTransport::Impl {
   std::condition_variable cv;
   std::string session_id;
   std::string protocol_version;
-  std::deque<Queued> queue;
+  std::deque<TransportMessage> queue;  // what `receive` hands out, in arrival order
   std::size_t stream_bytes_queued = 0;
   std::optional<Error> fatal;
   bool closed = false;
