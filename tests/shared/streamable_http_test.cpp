@@ -268,22 +268,26 @@ TEST(StreamableHttpReply, StatusErrorsCarryTheirClass) {
 }
 
 TEST(StreamableHttpReply, FourHundredAnswersMustAnswerThisRequest) {
-  ReplyReader other = reader_for({"1"});
-  other.begin_response(400, "application/json");
-  other.feed(R"({"jsonrpc":"2.0","id":2,"error":{"code":-32020,"message":"x"}})");
-  EXPECT_EQ(other.after_post(false).action, Action::kStatusError);
-  ReplyReader notification = reader_for({"1"});
-  notification.begin_response(400, "application/json");
-  notification.feed(R"({"jsonrpc":"2.0","method":"x"})");
-  EXPECT_EQ(notification.after_post(false).action, Action::kStatusError);
-  ReplyReader text = reader_for({"1"});
-  text.begin_response(400, "text/plain");
-  text.feed(R"({"jsonrpc":"2.0","id":1,"error":{"code":-32020,"message":"x"}})");
-  EXPECT_EQ(text.after_post(false).action, Action::kStatusError);
-  ReplyReader version = reader_for({"1"});
-  version.begin_response(400, "application/json");
-  version.feed(R"({"jsonrpc":"2.0","id":1,"error":{"code":-32022,"message":"x"}})");
-  EXPECT_EQ(version.after_post(false).action, Action::kDone);
+  struct Row {
+    const char* content_type;
+    const char* body;
+    Action expected;
+  };
+  const Row rows[] = {
+      {"application/json", R"({"jsonrpc":"2.0","id":2,"error":{"code":-32020,"message":"x"}})",
+       Action::kStatusError},
+      {"application/json", R"({"jsonrpc":"2.0","method":"x"})", Action::kStatusError},
+      {"text/plain", R"({"jsonrpc":"2.0","id":1,"error":{"code":-32020,"message":"x"}})",
+       Action::kStatusError},
+      {"application/json", R"({"jsonrpc":"2.0","id":1,"error":{"code":-32022,"message":"x"}})",
+       Action::kDone},
+  };
+  for (const Row& row : rows) {
+    ReplyReader r = reader_for({"1"});
+    r.begin_response(400, row.content_type);
+    r.feed(row.body);
+    EXPECT_EQ(r.after_post(false).action, row.expected) << row.content_type << " " << row.body;
+  }
 }
 
 // An event stream with a notification, a priming event, an event of another type and the answer:
