@@ -47,6 +47,10 @@
 // SIGPIPE to ignored when it is at its default: cpp-httplib 0.11.4 writes to sockets without
 // MSG_NOSIGNAL, and a peer closing mid-write must not kill the agent.
 //
+// The rules above (status classes, reply reading, resumption, reconnection, the standard headers)
+// are decisions of the core, shared/streamable_http.h; this transport carries them out over
+// cpp-httplib (native-agent/http_client.h).
+//
 // Threads: the owner calls everything from one thread; the notification stream runs on its own
 // thread and only touches the queue behind a mutex.
 #pragma once
@@ -64,13 +68,9 @@
 #include "shared/framing.h"
 #include "shared/json.h"
 #include "shared/status.h"
+#include "shared/streamable_http.h"
 
 namespace quiver {
-
-struct HttpHeader {
-  std::string name;
-  std::string value;
-};
 
 struct HttpTransportOptions {
   std::string url;  // the MCP endpoint, e.g. https://mcp.example.com/mcp
@@ -105,13 +105,6 @@ struct HttpTransportOptions {
   // Resolves the host name (once). Empty: the system resolver. Tests inject their own.
   HostResolver resolver;
 };
-
-// The standard headers (Mcp-Method, Mcp-Name) for one outgoing message; empty for a batch,
-// a response or a message without a method.
-std::vector<HttpHeader> mcp_standard_headers(const Json& message);
-// A header value for `value`: itself when it is visible ASCII (inner spaces allowed) with no
-// leading or trailing whitespace, else `=?base64?…?=`.
-std::string mcp_header_value(std::string_view value);
 
 class HttpTransport final : public MessageTransport {
  public:

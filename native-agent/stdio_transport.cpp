@@ -1,17 +1,8 @@
 #include "native-agent/stdio_transport.h"
 
-#include <chrono>
+#include "native-agent/clock.h"
 
 namespace quiver {
-namespace {
-
-int64_t steady_now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
 
 Result<std::unique_ptr<StdioTransport>> StdioTransport::start(const ChildSpec& spec,
                                                               std::string label,
@@ -60,9 +51,9 @@ Status StdioTransport::send(const std::string& message_text, int64_t timeout_ms)
     return written;
   }
   // Push the queue out within the timeout; a child that does not read its stdin is hung.
-  int64_t deadline = steady_now_ms() + timeout_ms;
+  int64_t deadline = steady_ms() + timeout_ms;
   while (child_->pending_stdin_bytes() > 0) {
-    int64_t left = deadline - steady_now_ms();
+    int64_t left = deadline - steady_ms();
     if (left <= 0) {
       return Error(ErrorCode::kTimeout, "stdio upstream " + label_ + " is not reading its stdin");
     }
@@ -77,7 +68,7 @@ Status StdioTransport::send(const std::string& message_text, int64_t timeout_ms)
 Result<std::vector<TransportMessage>> StdioTransport::receive(int64_t timeout_ms) {
   std::vector<TransportMessage> out;
   if (closed_) return closed_error("is closed");
-  int64_t deadline = steady_now_ms() + std::max<int64_t>(0, timeout_ms);
+  int64_t deadline = steady_ms() + std::max<int64_t>(0, timeout_ms);
   for (;;) {
     // Hand out complete lines first.
     for (;;) {
@@ -103,7 +94,7 @@ Result<std::vector<TransportMessage>> StdioTransport::receive(int64_t timeout_ms
       return closed_error("closed stdout");
     }
     // Even with no time left, look at the pipe once: receive(0) means "what is there now".
-    int64_t left = std::max<int64_t>(0, deadline - steady_now_ms());
+    int64_t left = std::max<int64_t>(0, deadline - steady_ms());
     auto waited = child_->wait_readable(static_cast<int>(left));
     if (!waited.ok()) return waited.error();
     auto bytes = child_->read_stdout();

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <arpa/inet.h>
@@ -175,13 +176,10 @@ Result<HttpUrl> parse_http_url(std::string_view url) {
 
   if (has_port) {
     if (port_text.empty() || port_text.size() > 5) return bad_url("port must be 1..65535");
-    int port = 0;
-    for (char c : port_text) {
-      if (c < '0' || c > '9') return bad_url("port must be a number");
-      port = port * 10 + (c - '0');
-    }
-    if (port < 1 || port > 65535) return bad_url("port must be 1..65535");
-    out.port = port;
+    std::optional<uint64_t> port = parse_decimal_u64(port_text);
+    if (!port) return bad_url("port must be a number");
+    if (*port < 1 || *port > 65535) return bad_url("port must be 1..65535");
+    out.port = static_cast<int>(*port);
   } else {
     out.port = out.scheme == "https" ? 443 : 80;
   }

@@ -1,5 +1,6 @@
 #include "shared/framing.h"
 
+#include "shared/ascii.h"
 #include "shared/canonical_json.h"
 
 #include <algorithm>
@@ -254,15 +255,8 @@ void SseParser::process_field(std::string_view raw_line) {
     if (value.find('\0') == std::string_view::npos) id_buffer_.assign(value.data(), value.size());
   } else if (field == "retry") {
     // Only ASCII digits (at least one); a value that does not fit in 64 bits is ignored too.
-    if (value.empty()) return;
-    int64_t ms = 0;
-    for (char c : value) {
-      if (c < '0' || c > '9') return;
-      int digit = c - '0';
-      if (ms > (std::numeric_limits<int64_t>::max() - digit) / 10) return;
-      ms = ms * 10 + digit;
-    }
-    retry_ms_ = ms;
+    auto ms = parse_decimal_u64(value, static_cast<uint64_t>(std::numeric_limits<int64_t>::max()));
+    if (ms) retry_ms_ = static_cast<int64_t>(*ms);
   }
   // Any other field name is ignored.
 }

@@ -19,11 +19,6 @@ bool is_tchar(unsigned char c) {
   }
 }
 
-bool is_token(std::string_view s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(),
-                                   [](char c) { return is_tchar(static_cast<unsigned char>(c)); });
-}
-
 std::string_view trim_ows(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
@@ -52,6 +47,11 @@ int hex_digit(char c) {
 }  // namespace
 
 bool http1_iequals(std::string_view a, std::string_view b) { return ascii_iequals(a, b); }
+
+bool http1_is_token(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(),
+                                   [](char c) { return is_tchar(static_cast<unsigned char>(c)); });
+}
 
 const std::string* Http1Request::header(std::string_view name) const {
   for (const auto& [n, v] : headers) {
@@ -253,7 +253,7 @@ Http1Step Http1RequestParser::parse_request_line(std::string_view line) {
   std::string_view method = line.substr(0, sp1);
   std::string_view target = line.substr(sp1 + 1, sp2 - sp1 - 1);
   std::string_view version = line.substr(sp2 + 1);
-  if (!is_token(method)) return fail(400, "the request method is not a token");
+  if (!http1_is_token(method)) return fail(400, "the request method is not a token");
   if (target.empty() || !std::all_of(target.begin(), target.end(), [](char c) {
         return static_cast<unsigned char>(c) > 0x20 && static_cast<unsigned char>(c) < 0x7f;
       })) {
@@ -280,7 +280,7 @@ Http1Step Http1RequestParser::parse_header_line(std::string_view line) {
     return fail(431, "the request has more header fields than the limit");
   }
   std::size_t colon = line.find(':');
-  if (colon == std::string_view::npos || !is_token(line.substr(0, colon))) {
+  if (colon == std::string_view::npos || !http1_is_token(line.substr(0, colon))) {
     return fail(400, "a header line is not `Name: value`");
   }
   std::string_view value = trim_ows(line.substr(colon + 1));
@@ -352,12 +352,8 @@ Http1Step Http1RequestParser::end_of_head() {
         bad = true;
         return;
       }
-      std::size_t first = t.find_first_not_of('0');
-      std::string_view digits = first == std::string_view::npos ? "0" : t.substr(first);
-      uint64_t v = digits.size() > 18 ? UINT64_MAX : 0;
-      if (v == 0) {
-        for (char c : digits) v = v * 10 + static_cast<uint64_t>(c - '0');
-      }
+      // Digits past 64 bits are a length too large (413), not a malformed one.
+      uint64_t v = t.empty() ? 0 : parse_decimal_u64(t).value_or(UINT64_MAX);
       if (has_length && v != length) bad = true;
       length = v;
       has_length = true;

@@ -54,6 +54,8 @@ struct Http1Limits {
 using Http1Headers = std::vector<std::pair<std::string, std::string>>;
 
 bool http1_iequals(std::string_view a, std::string_view b);
+// A header name or method: one or more tchar (RFC 9110 5.6.2).
+bool http1_is_token(std::string_view s);
 
 struct Http1Request {
   std::string method;

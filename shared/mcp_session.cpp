@@ -4,6 +4,8 @@
 #include <limits>
 #include <utility>
 
+#include "shared/utf8.h"
+
 namespace quiver {
 namespace {
 
@@ -60,12 +62,7 @@ std::string clip(std::string_view text, std::size_t max_chars) {
     out += (u < 0x20 || u == 0x7f) ? ' ' : c;
     if (out.size() > max_chars + 4) break;
   }
-  if (out.size() > max_chars) {
-    std::size_t cut = max_chars;
-    while (cut > 0 && (static_cast<unsigned char>(out[cut]) & 0xC0) == 0x80) --cut;
-    out.resize(cut);
-    out += "...";
-  }
+  if (out.size() > max_chars) out = cut_utf8(out, max_chars) + "...";
   return out;
 }
 
