@@ -227,9 +227,12 @@ TEST(RedisConversation, ConnectionFailuresSayWhetherAuthAnswered) {
   e = c.connection_failed("reset by peer");
   EXPECT_EQ(e.code, ErrorCode::kTransport);
   EXPECT_EQ(e.message, "Redis: the connection failed before AUTH answered: reset by peer");
+  // Once AUTH has answered (with the round that carried it), a failure is the connection's alone.
   (void)c.begin({{"GET", "a"}});
-  EXPECT_EQ(c.feed("+OK\r\n"), RedisTurn::kRead);
+  EXPECT_EQ(c.feed("+OK\r\n:1\r\n"), RedisTurn::kDone);
+  (void)c.begin({{"GET", "b"}});
   e = c.connection_failed("reset by peer");
+  EXPECT_EQ(e.code, ErrorCode::kTransport);
   EXPECT_EQ(e.message, "Redis: reset by peer");
 }
 
