@@ -114,7 +114,8 @@ bool starts_with(std::string_view s, std::string_view prefix) {
   return s.substr(0, prefix.size()) == prefix;
 }
 
-// A Redis error reply as an Error: the core's mapping, the edge's too (shared/redis_conversation.h).
+// A Redis error reply as an Error: the core's mapping, the edge's too
+// (shared/redis_conversation.h).
 Error reply_error(const RespValue& reply, std::string_view what) {
   return redis_reply_error(reply, what);
 }
@@ -130,10 +131,10 @@ class RedisConnection {
   explicit RedisConnection(const RedisStoreOptions& options)
       : redis_(options.redis),
         options_(options),
-        conversation_({}, RedisCredentials{options.redis.username,
-                                           options.redis.password.has_value()
-                                               ? options.redis.password->reveal()
-                                               : std::string()}) {}
+        conversation_(
+            {}, RedisCredentials{options.redis.username, options.redis.password.has_value()
+                                                             ? options.redis.password->reveal()
+                                                             : std::string()}) {}
   ~RedisConnection() {
     std::lock_guard<std::mutex> lock(mu_);
     drop_locked();
