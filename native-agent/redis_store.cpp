@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 #include <hiredis.h>
@@ -226,14 +227,9 @@ class RedisConnection {
     // AUTH alone (when configured), so that a refusal counts as a failed connection attempt.
     if (RedisRound auth = conversation_.begin({}); conversation_.awaiting() > 0) {
       if (!append_locked(auth.bytes)) return handshake_io_error("AUTH");
-      void* raw = nullptr;
-      if (redisGetReply(ctx_, &raw) != REDIS_OK || raw == nullptr) {
-        return handshake_io_error("AUTH");
-      }
-      auto* reply = static_cast<redisReply*>(raw);
-      RedisTurn turn = conversation_.take(to_resp(reply));
-      freeReplyObject(reply);
-      if (turn == RedisTurn::kFailed) return conversation_.error();
+      std::optional<RedisTurn> turn = take_reply_locked();
+      if (!turn) return handshake_io_error("AUTH");
+      if (*turn == RedisTurn::kFailed) return conversation_.error();
     }
     if (redis_.db != 0) {
       if (Status s = handshake_locked({"SELECT", std::to_string(redis_.db)}, "SELECT"); !s.ok()) {
@@ -282,14 +278,9 @@ class RedisConnection {
     if (!append_locked(round.bytes)) return fail_locked("sending a command");
     if (conversation_.awaiting() == 0) return conversation_.take_replies();
     for (;;) {
-      void* raw = nullptr;
-      if (redisGetReply(ctx_, &raw) != REDIS_OK || raw == nullptr) {
-        return fail_locked("waiting for a reply");
-      }
-      auto* reply = static_cast<redisReply*>(raw);
-      RedisTurn turn = conversation_.take(to_resp(reply));
-      freeReplyObject(reply);
-      switch (turn) {
+      std::optional<RedisTurn> turn = take_reply_locked();
+      if (!turn) return fail_locked("waiting for a reply");
+      switch (*turn) {
         case RedisTurn::kRead:
           break;
         case RedisTurn::kWrite:
@@ -304,6 +295,16 @@ class RedisConnection {
         }
       }
     }
+  }
+
+  // One reply read by hiredis, handed to the conversation; nullopt when the read failed.
+  std::optional<RedisTurn> take_reply_locked() {
+    void* raw = nullptr;
+    if (redisGetReply(ctx_, &raw) != REDIS_OK || raw == nullptr) return std::nullopt;
+    auto* reply = static_cast<redisReply*>(raw);
+    RedisTurn turn = conversation_.take(to_resp(reply));
+    freeReplyObject(reply);
+    return turn;
   }
 
   bool append_locked(const std::string& bytes) {
