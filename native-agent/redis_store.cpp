@@ -17,6 +17,7 @@
 #include "shared/discovery_redis.h"
 #include "shared/numbers.h"
 #include "shared/preferences_redis.h"
+#include "shared/redis_conversation.h"
 #include "shared/resp.h"
 #include "shared/schema_assets.h"
 
@@ -109,20 +110,10 @@ bool starts_with(std::string_view s, std::string_view prefix) {
   return s.substr(0, prefix.size()) == prefix;
 }
 
-// A Redis error reply as an Error. States that pass (a restart loading its data, a busy script, a
-// replica, memory full) are kStoreUnavailable like a dropped connection; the rest are our bugs.
+// A Redis error reply as an Error: the core's mapping, the edge's too
+// (shared/redis_conversation.h).
 Error reply_error(const RespValue& reply, std::string_view what) {
-  const std::string& text = reply.str;
-  ErrorCode code = ErrorCode::kInternal;
-  for (std::string_view transient :
-       {"LOADING", "BUSY", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN", "MISCONF", "OOM"}) {
-    if (starts_with(text, transient)) code = ErrorCode::kStoreUnavailable;
-  }
-  if (starts_with(text, "NOAUTH") || starts_with(text, "WRONGPASS") ||
-      starts_with(text, "NOPERM")) {
-    code = ErrorCode::kUnauthenticated;
-  }
-  return Error(code, "redis " + std::string(what) + ": " + text);
+  return redis_reply_error(reply, what);
 }
 
 std::string key_list_error(std::string_view what, const Error& e) {
@@ -134,7 +125,12 @@ std::string key_list_error(std::string_view what, const Error& e) {
 class RedisConnection {
  public:
   explicit RedisConnection(const RedisStoreOptions& options)
-      : redis_(options.redis), options_(options) {}
+      : redis_(options.redis),
+        options_(options),
+        conversation_(
+            {}, RedisCredentials{options.redis.username, options.redis.password.has_value()
+                                                             ? options.redis.password->reveal()
+                                                             : std::string()}) {}
   ~RedisConnection() {
     std::lock_guard<std::mutex> lock(mu_);
     drop_locked();
@@ -144,39 +140,21 @@ class RedisConnection {
 
   // Sends `commands` as one pipeline and returns one reply per command, in order. Error replies
   // are values; a connection that fails or times out is dropped and the call is kStoreUnavailable.
-  // `timeout_ms` > 0 replaces the command timeout for this call (a blocking read).
+  // `timeout_ms` > 0 replaces the command timeout for this call (a blocking read). Scripts go as
+  // EVALSHA, and again as EVAL where Redis answers NOSCRIPT (the core's conversation), except
+  // inside MULTI/EXEC, where a NOSCRIPT would abort the transaction at EXEC.
   Result<std::vector<RespValue>> run(const std::vector<RedisCommand>& commands,
                                      int64_t timeout_ms = 0) {
     std::lock_guard<std::mutex> lock(mu_);
     SigpipeGuard no_sigpipe;
     if (Status s = connect_locked(); !s.ok()) return s.error();
     if (timeout_ms > 0) redisSetTimeout(ctx_, to_timeval(timeout_ms));
-    for (const RedisCommand& argv : commands) {
-      std::vector<const char*> parts;
-      std::vector<std::size_t> lengths;
-      parts.reserve(argv.size());
-      lengths.reserve(argv.size());
-      for (const std::string& a : argv) {
-        parts.push_back(a.data());
-        lengths.push_back(a.size());
-      }
-      if (redisAppendCommandArgv(ctx_, static_cast<int>(argv.size()), parts.data(),
-                                 lengths.data()) != REDIS_OK) {
-        return fail_locked("sending a command");
-      }
+    const bool transaction = !commands.empty() && commands.front() == RedisCommand{"MULTI"};
+    Result<std::vector<RespValue>> replies =
+        converse_locked(commands, transaction ? ScriptForm::kText : ScriptForm::kBySha);
+    if (replies.ok() && timeout_ms > 0) {
+      redisSetTimeout(ctx_, to_timeval(options_.command_timeout_ms));
     }
-    std::vector<RespValue> replies;
-    replies.reserve(commands.size());
-    for (std::size_t i = 0; i < commands.size(); ++i) {
-      void* raw = nullptr;
-      if (redisGetReply(ctx_, &raw) != REDIS_OK || raw == nullptr) {
-        return fail_locked("waiting for a reply");
-      }
-      auto* reply = static_cast<redisReply*>(raw);
-      replies.push_back(to_resp(reply));
-      freeReplyObject(reply);
-    }
-    if (timeout_ms > 0) redisSetTimeout(ctx_, to_timeval(options_.command_timeout_ms));
     return replies;
   }
 
@@ -193,6 +171,7 @@ class RedisConnection {
   void drop_locked() {
     if (ctx_ != nullptr) redisFree(ctx_);
     ctx_ = nullptr;
+    conversation_.drop();
   }
 
   Error fail_locked(const char* during) {
@@ -240,11 +219,12 @@ class RedisConnection {
     }
     redisSetTimeout(ctx_, to_timeval(options_.command_timeout_ms));
     redisEnableKeepAlive(ctx_);
-    if (redis_.password.has_value()) {
-      RedisCommand auth = {"AUTH"};
-      if (!redis_.username.empty()) auth.push_back(redis_.username);
-      auth.push_back(redis_.password->reveal());
-      if (Status s = handshake_locked(auth, "AUTH"); !s.ok()) return s;
+    // AUTH alone (when configured), so that a refusal counts as a failed connection attempt.
+    if (RedisRound auth = conversation_.begin({}); conversation_.awaiting() > 0) {
+      if (!append_locked(auth.bytes)) return handshake_io_error("AUTH");
+      std::optional<RedisTurn> turn = take_reply_locked();
+      if (!turn) return handshake_io_error("AUTH");
+      if (*turn == RedisTurn::kFailed) return conversation_.error();
     }
     if (redis_.db != 0) {
       if (Status s = handshake_locked({"SELECT", std::to_string(redis_.db)}, "SELECT"); !s.ok()) {
@@ -265,30 +245,73 @@ class RedisConnection {
     }
     auto* reply = static_cast<redisReply*>(
         redisCommandArgv(ctx_, static_cast<int>(argv.size()), parts.data(), lengths.data()));
-    if (reply == nullptr) {
-      // hiredis reports a read timeout as an I/O error with strerror(EAGAIN): a Redis that
-      // stalls, not one that refused us.
-      if (ctx_->err == REDIS_ERR_IO && std::strcmp(ctx_->errstr, std::strerror(EAGAIN)) == 0) {
-        return Error(ErrorCode::kStoreUnavailable,
-                     std::string(what) + " timed out (no answer within " +
-                         std::to_string(options_.command_timeout_ms) + " ms)");
-      }
-      return Error(ErrorCode::kStoreUnavailable, std::string(what) + " failed: " + ctx_->errstr);
-    }
+    if (reply == nullptr) return handshake_io_error(what);
     RespValue v = to_resp(reply);
     freeReplyObject(reply);
     if (v.is_error()) {
-      Error e = reply_error(v, what);
-      if (std::string_view(what) == "AUTH") e.code = ErrorCode::kUnauthenticated;
-      return Error(e.code, std::string(what) + " refused: " + v.str);
+      return Error(reply_error(v, what).code, std::string(what) + " refused: " + v.str);
     }
     return Status::Ok();
+  }
+
+  Error handshake_io_error(const char* what) const {
+    // hiredis reports a read timeout as an I/O error with strerror(EAGAIN): a Redis that
+    // stalls, not one that refused us.
+    if (ctx_->err == REDIS_ERR_IO && std::strcmp(ctx_->errstr, std::strerror(EAGAIN)) == 0) {
+      return Error(ErrorCode::kStoreUnavailable, std::string(what) + " timed out (no answer within " +
+                                                std::to_string(options_.command_timeout_ms) +
+                                                " ms)");
+    }
+    return Error(ErrorCode::kStoreUnavailable, std::string(what) + " failed: " + ctx_->errstr);
+  }
+
+  // One round of the core's conversation over hiredis: its bytes out, hiredis' decoded replies in,
+  // until the conversation has every reply (or wants the NOSCRIPT ones sent again as EVAL).
+  Result<std::vector<RespValue>> converse_locked(std::vector<RedisCommand> commands,
+                                                 ScriptForm form) {
+    RedisRound round = conversation_.begin(std::move(commands), form);
+    if (!append_locked(round.bytes)) return fail_locked("sending a command");
+    if (conversation_.awaiting() == 0) return conversation_.take_replies();
+    for (;;) {
+      std::optional<RedisTurn> turn = take_reply_locked();
+      if (!turn) return fail_locked("waiting for a reply");
+      switch (*turn) {
+        case RedisTurn::kRead:
+          break;
+        case RedisTurn::kWrite:
+          if (!append_locked(conversation_.take_write())) return fail_locked("sending a command");
+          break;
+        case RedisTurn::kDone:
+          return conversation_.take_replies();
+        case RedisTurn::kFailed: {
+          Error e = conversation_.error();
+          drop_locked();
+          return e;
+        }
+      }
+    }
+  }
+
+  // One reply read by hiredis, handed to the conversation; nullopt when the read failed.
+  std::optional<RedisTurn> take_reply_locked() {
+    void* raw = nullptr;
+    if (redisGetReply(ctx_, &raw) != REDIS_OK || raw == nullptr) return std::nullopt;
+    auto* reply = static_cast<redisReply*>(raw);
+    RedisTurn turn = conversation_.take(to_resp(reply));
+    freeReplyObject(reply);
+    return turn;
+  }
+
+  bool append_locked(const std::string& bytes) {
+    return bytes.empty() ||
+           redisAppendFormattedCommand(ctx_, bytes.data(), bytes.size()) == REDIS_OK;
   }
 
   const RedisConfig& redis_;
   const RedisStoreOptions& options_;
   std::mutex mu_;
   redisContext* ctx_ = nullptr;
+  RedisConversation conversation_;  // AUTH, pipelining, EVALSHA then EVAL (shared/)
   SteadyClock::time_point next_attempt_{};
   int64_t backoff_ms_ = 0;
   std::string last_error_;

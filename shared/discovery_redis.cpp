@@ -29,7 +29,7 @@ Result<RedisCommand> eval(const char* script, std::vector<std::string> keys,
     return Error(ErrorCode::kInternal, std::string("schema/lua/") + script + " is not compiled in");
   }
   // EVAL, the form every host can send; a host that keeps a connection's script cache warm sends
-  // evalsha_form() instead and falls back to this on NOSCRIPT (the edge does).
+  // scripts by SHA-1 and falls back to this on NOSCRIPT (shared/redis_conversation.h).
   RedisCommand argv;
   argv.reserve(3 + keys.size() + args.size());
   argv.emplace_back(read_only ? "EVAL_RO" : "EVAL");
@@ -39,28 +39,6 @@ Result<RedisCommand> eval(const char* script, std::vector<std::string> keys,
   for (std::string& a : args) argv.push_back(std::move(a));
   return argv;
 }
-
-}  // namespace
-
-RedisCommand evalsha_form(const RedisCommand& command) {
-  if (command.size() < 3 || (command[0] != "EVAL" && command[0] != "EVAL_RO")) return command;
-  std::string_view sha1 = schema_asset_sha1_of(command[1]);
-  if (sha1.empty()) return command;
-  RedisCommand out;
-  out.reserve(command.size());
-  out.emplace_back(command[0] == "EVAL" ? "EVALSHA" : "EVALSHA_RO");
-  out.emplace_back(sha1);
-  out.insert(out.end(), command.begin() + 2, command.end());
-  return out;
-}
-
-bool is_noscript_reply(const RespValue& reply) {
-  if (!reply.is_error()) return false;
-  std::optional<std::string_view> message = reply.error_message();
-  return message && message->substr(0, 8) == "NOSCRIPT";
-}
-
-namespace {
 
 const std::vector<RespValue>* array_of(const RespValue& v, std::size_t size) {
   const std::vector<RespValue>* a = v.as_array();

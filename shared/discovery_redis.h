@@ -30,21 +30,12 @@
 #include "shared/discovery.h"
 #include "shared/identity.h"
 #include "shared/lease.h"
+#include "shared/redis_conversation.h"
 #include "shared/resp.h"
 #include "shared/status.h"
 #include "shared/webhook_signature.h"
 
 namespace quiver {
-
-// The EVALSHA form of an EVAL command built here: the script text (argv[1]) replaced by its
-// SHA-1, computed by the build (shared/schema_assets.h). About 4 KiB less to send per read. Any
-// other command comes back unchanged. Redis answers NOSCRIPT when its script cache lacks the
-// script (a restart, SCRIPT FLUSH, a failover): the host then sends the EVAL form, on the same
-// connection, in the same request.
-RedisCommand evalsha_form(const RedisCommand& command);
-
-// True for Redis's NOSCRIPT error reply.
-bool is_noscript_reply(const RespValue& reply);
 
 // The reply's first element: a script of another version answers with another tag.
 inline constexpr char kDiscoveryReplyTag[] = "quiver.discovery.v1";

@@ -31,39 +31,14 @@
 //      `Cache-Control: private, no-cache`; without one, 503 STORE_UNAVAILABLE.
 //   A namespace whose record is not `ready` (the store lost its data; an agent restores it) is a
 //      store failure too: never an empty list or a 404.
-//   After a Redis timeout, for QUIVER_REDIS_FAIL_FAST_MS (FailFast below), requests do not wait
-//      on Redis: the copy or the 503 at once, marked `fail-fast`, while one request probes.
+//   After a Redis timeout, for QUIVER_REDIS_FAIL_FAST_MS (shared/redis_fail_fast.h), requests do
+//      not wait on Redis: the copy or the 503 at once, marked `fail-fast`, while one probes.
 // Every discovery read says where it came from in `X-Quiver-Cache` (`hit`, `miss`,
-// `stale-if-error`, `fail-fast`). Revalidations the answer asks for are queued in the background, once per key
-// per claim period from this isolate (the Redis gate dedups across isolates).
+// `stale-if-error`, `fail-fast`). Revalidations the answer asks for are queued in the background,
+// once per key per claim period from this isolate (the Redis gate dedups across isolates).
 //
-// Configuration comes from the worker's environment (`edge_settings_from_env`), one table:
-//   QUIVER_NAMESPACE             deployment namespace                      default
-//   QUIVER_TOKEN_KEYS            caller token keyring, JSON {"kid":"secret"} (required, a secret)
-//   QUIVER_TOKEN_AUDIENCE        `aud` the tokens must carry               quiver
-//   REDIS_USERNAME               AUTH user (ACL), optional
-//   REDIS_PASSWORD               AUTH password (a secret); no AUTH when empty
-//   QUIVER_L1_TTL_MS             L1 freshness: how long a revoked grant or a toggled preference
-//                                may still be served from one isolate      2000
-//   QUIVER_L1_STALE_IF_ERROR_MS  L1 copies served while Redis is down      60000
-//   QUIVER_L1_MAX_BYTES          L1 size bound per isolate                 8388608
-//   QUIVER_FRESH_TTL_MS          fresh TTL (as the agent)                  900000
-//   QUIVER_MAX_AGE_MS            expired after (as the agent)              86400000
-//   QUIVER_REVALIDATE_WINDOW_MS  one queued revalidation per key per window 30000
-//   QUIVER_REDIS_FAIL_FAST_MS    after a Redis timeout, for this long requests do not wait on
-//                                Redis: an L1 copy or a 503 at once (X-Quiver-Cache: fail-fast),
-//                                while one probe request tests Redis; 0: off  2000
-//   QUIVER_WEBHOOK_SECRETS       refresh webhook secrets, JSON {"name":"secret"} (a secret; each
-//                                16+ bytes); unset: POST /v1/webhooks/refresh answers 404
-// Other names (REDIS_HOST, REDIS_PORT, REDIS_TLS, timeouts) are the host's.
-//
-// The wire format between the host and this core (one buffer each way, little-endian lengths):
-//   request: u32 meta length | meta JSON {"method","path","query","headers":[[name,value],...]}
-//            | body bytes
-//   step:    u32 meta length | u32 payload length | meta JSON | payload (body or Redis bytes)
-//            meta {"handle","action":"respond"|"redis"|"read"|"done", "status", "headers",
-//                  "background", "new_connection", "log", "log_level" ("info" for routine
-//                  events, absent for problems)}
+// Configuration: shared/edge_settings.h. The wire format to the host: shared/edge_wire.h. What
+// moves one request from state to state: shared/edge_request_state.h.
 #pragma once
 
 #include <cstddef>
@@ -81,7 +56,13 @@
 #include "shared/discovery_http.h"
 #include "shared/discovery_redis.h"
 #include "shared/edge_cache.h"
+#include "shared/edge_request_state.h"
+#include "shared/edge_settings.h"
+#include "shared/edge_wire.h"
 #include "shared/identity.h"
+#include "shared/log_throttle.h"
+#include "shared/redis_conversation.h"
+#include "shared/redis_fail_fast.h"
 #include "shared/render_cache.h"
 #include "shared/resp.h"
 #include "shared/search_index.h"
@@ -92,73 +73,9 @@ namespace quiver {
 inline constexpr char kEdgeVersion[] = "0.1.0";
 // The largest request body the host reads (webhook bodies are the largest); beyond it, 413.
 inline constexpr std::size_t kMaxEdgeRequestBodyBytes = 64 * 1024;
-inline constexpr std::size_t kMaxEdgeRequestMetaBytes = 64 * 1024;
 // The search indexes kept per isolate (shared/search_index.h), by count and by bytes.
 inline constexpr std::size_t kSearchCacheEntries = 256;
 inline constexpr std::size_t kSearchCacheBytes = std::size_t{16} << 20;
-// Identical store-failure log lines: one per window, then a count (EdgeService::throttle_store_log).
-inline constexpr int64_t kStoreLogWindowMs = 10'000;
-inline constexpr std::size_t kMaxLogBursts = 64;
-
-struct EdgeSettings {
-  std::string ns = kDefaultNamespace;
-  std::optional<Keyring> keyring;  // required: create() refuses settings without one
-  VerifyOptions token;             // its `ns` is set to `ns`
-  std::string redis_username;
-  std::string redis_password;
-  EdgeCacheOptions l1;
-  DiscoveryConfig discovery;
-  EnqueueOptions enqueue;
-  RespLimits resp;
-  std::vector<std::string> webhook_secrets;  // any one may sign; empty: webhooks are off
-  int64_t fail_fast_ms = 2'000;               // QUIVER_REDIS_FAIL_FAST_MS (0: off)
-};
-
-// The fail-fast window after a Redis timeout (QUIVER_REDIS_FAIL_FAST_MS), one per isolate: a
-// stalled Redis would otherwise hold every request for the host's full Redis timeout. Decisions
-// only, time passed in.
-class FailFast {
- public:
-  explicit FailFast(int64_t window_ms = 0) : window_ms_(window_ms) {}
-  enum class Admit { kGo = 0, kProbe, kFailFast };
-  // A request about to talk to Redis: go (closed), be the one probe, or fail fast.
-  Admit admit(uint32_t handle, int64_t now_ms);
-  void timed_out(uint32_t handle, int64_t now_ms);  // opens (or extends) the window
-  void answered(uint32_t handle);                   // Redis replied: closed
-  void ended(uint32_t handle);                      // the request is gone (a probe frees its slot)
-  bool open(int64_t now_ms) const { return now_ms < open_until_ms_; }
-  int64_t opened_at_ms() const { return opened_at_ms_; }
-
- private:
-  int64_t window_ms_ = 0;
-  int64_t open_until_ms_ = 0;
-  int64_t opened_at_ms_ = 0;
-  uint32_t probe_ = 0;  // the handle probing Redis, 0: none
-};
-
-// Settings from environment variables (the table above), given as a JSON object of strings
-// (the worker's string-valued `env`). Unknown names are ignored. kInvalidArgument naming the
-// variable (never its value) for a malformed value or a missing QUIVER_TOKEN_KEYS.
-Result<EdgeSettings> edge_settings_from_env(std::string_view env_json);
-
-enum class EdgeAction { kRespond = 0, kRedis, kRead, kDone };
-const char* edge_action_name(EdgeAction action);  // "respond", "redis", "read", "done"
-
-struct EdgeStep {
-  uint32_t handle = 0;
-  EdgeAction action = EdgeAction::kDone;
-  HttpResponse response;        // kRespond
-  bool background = false;      // kRespond: call background(handle) after responding
-  std::string redis_bytes;      // kRedis
-  bool new_connection = false;  // kRedis: open a fresh connection (closing any open one)
-  std::string log;              // for the host's log (the detail behind a 5xx, a failed queue)
-  bool log_info = false;        // `log` is a routine event (an accepted webhook), not a problem
-};
-
-// The request and step wire formats (above).
-Result<HttpRequest> edge_request_from_wire(std::string_view bytes);
-std::string edge_request_to_wire(const HttpRequest& request);
-std::string edge_step_to_wire(const EdgeStep& step);
 
 class EdgeService {
  public:
@@ -190,35 +107,33 @@ class EdgeService {
 
  private:
   struct Request;
-  enum class Waiting { kNothing = 0, kSnapshot, kEnqueue, kBackground, kWebhook };
 
   Request& new_request(std::string_view random);
   EdgeStep respond_now(Request& r, HttpResponse response, std::string log = {});
   EdgeStep healthz(Request& r, const HttpRequest& request);
   EdgeStep webhook(Request& r, const HttpRequest& request, int64_t now_ms);
+  EdgeStep webhook_answered(Request& r, const WebhookRefreshReply& reply);
   EdgeStep replay(Request& r, const HttpRequest& request, HttpResponse response,
                   std::vector<Revalidation> revalidations, int64_t age_ms, int64_t now_ms);
   void note_snapshot(Request& r, const DiscoverySnapshot& snapshot, int64_t now_ms);
   EdgeStep drive(Request& r, DiscoveryStep step, int64_t now_ms);
-  // Sends `commands` (EVALs: each goes out in its EVALSHA form; any answered NOSCRIPT is sent
-  // again as EVAL, once, on the same connection, before `complete` sees the replies).
-  EdgeStep send(Request& r, Waiting waiting, std::vector<RedisCommand> commands);
-  EdgeStep resend_noscript(Request& r);
-  EdgeStep complete(Request& r, int64_t now_ms);
+  // Moves `r` by the table (shared/edge_request_state.h); false when the table has no such row.
+  bool advance(Request& r, EdgeEvent event);
+  EdgeStep misstep(Request& r, EdgeEvent event);
+  // `event` opens a Redis round of `commands` (EVALs) on the request's conversation
+  // (shared/redis_conversation.h), unless the fail-fast window fails it at once.
+  EdgeStep send(Request& r, EdgeEvent event, std::vector<RedisCommand> commands);
+  EdgeStep complete(Request& r, std::vector<RespValue> replies, int64_t now_ms);
   EdgeStep store_failed(Request& r, Error error, int64_t now_ms);
   EdgeStep finish(Request& r, Respond respond);
-  // Repeated store-failure lines (one per request during an outage) are rate-limited per message:
-  // the first is logged, the next ones within kStoreLogWindowMs only counted, and the first one
-  // after the window carries the count ("N more like it in the last 10 s"). "" when suppressed.
-  std::string throttle_store_log(std::string line, int64_t now_ms);
   Request* find(uint32_t handle);
   EdgeStep unknown_handle(uint32_t handle);
 
   std::optional<EdgeSettings> settings_;
   std::string settings_error_;
   std::optional<RedisKeys> keys_;
-  EdgeCache cache_;    // L1: snapshot reads, per caller and query
-  EdgeCache answers_;  // L1: rendered answers, per caller and exact request
+  EdgeCache cache_;            // L1: snapshot reads, per caller and query
+  EdgeCache answers_;          // L1: rendered answers, per caller and exact request
   VerifiedTokenCache tokens_;  // bearer tokens this isolate has verified
   std::unique_ptr<SearchIndexCache> search_cache_;  // one FTS5 index per caller and corpus version
   // Each servable entry's rendered payload (shared/render_cache.h); single-threaded like the rest.
@@ -226,11 +141,7 @@ class EdgeService {
   std::unique_ptr<IndexedToolSearcher> searcher_;
   std::unordered_map<uint32_t, std::unique_ptr<Request>> requests_;
   FailFast fail_fast_;
-  struct LogBurst {
-    int64_t window_start_ms = 0;
-    int64_t suppressed = 0;
-  };
-  std::unordered_map<std::string, LogBurst> log_bursts_;  // by line; bounded (kMaxLogBursts)
+  LogThrottle store_log_;  // store-failure lines: one per window, then a count
   uint32_t next_handle_ = 1;
 };
 

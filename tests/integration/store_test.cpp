@@ -1390,6 +1390,26 @@ TEST(RedisStoreOnly, GranteesFollowTheGrantsInOneTransaction) {
 
 // ---- SQLite only -------------------------------------------------------------------------------
 
+// Scripts go by EVALSHA (shared/redis_conversation.h): a Redis that lost its script cache
+// (a restart, SCRIPT FLUSH) gets the EVAL once, in the same call, and the call succeeds.
+TEST(RedisStoreOnly, ScriptsGoBySha1AndSurviveAScriptFlush) {
+  RedisServer server;
+  ASSERT_TRUE(server.ok()) << server.error();
+  std::unique_ptr<RedisStore> store =
+      std::move(RedisStore::create(local_redis(server.port()))).value();
+  const Principal shared = Principal::shared();
+  ASSERT_TRUE(store->sync_connections({record("c1", "h1")}).ok());
+  Result<AcquireResult> first = store->acquire_lease("c1", shared, token(1), kLongLease);
+  ASSERT_TRUE(first.ok()) << first.error().message;
+  ASSERT_EQ(raw(server, {"SCRIPT", "FLUSH"}), "OK");
+  // Held by the first: answered by the script (not an error), after the EVAL retry.
+  Result<AcquireResult> again = store->acquire_lease("c1", shared, token(2), kLongLease);
+  ASSERT_TRUE(again.ok()) << again.error().message;
+  std::string stats = raw(server, {"INFO", "commandstats"});
+  EXPECT_NE(stats.find("cmdstat_evalsha:"), std::string::npos) << stats;
+  EXPECT_NE(stats.find("cmdstat_eval:"), std::string::npos) << stats;  // the retries
+}
+
 TEST(SqliteStoreOnly, AVersion1FileIsMigratedKeepingItsData) {
   TempDir dir;
   SqliteStoreOptions o;

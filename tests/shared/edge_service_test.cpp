@@ -1122,27 +1122,5 @@ TEST(EdgeService, ARepeatedReadRendersFromTheRenderCacheWithTheSameBytes) {
   EXPECT_EQ(edge->render_cache()->size(), 1u);
 }
 
-TEST(EdgeService, EvalshaFormNamesTheScriptBySha1) {
-  RedisCommand eval = {"EVAL", std::string(schema_asset("lua/discovery_read.lua")), "1", "k", "a"};
-  RedisCommand sha = evalsha_form(eval);
-  ASSERT_EQ(sha.size(), eval.size());
-  EXPECT_EQ(sha[0], "EVALSHA");
-  EXPECT_EQ(sha[1].size(), 40u);
-  EXPECT_EQ(sha[1], schema_asset_sha1_of(eval[1]));
-  EXPECT_EQ(sha[2], "1");
-  EXPECT_EQ(sha[4], "a");
-  // Not a compiled-in script, or not EVAL: unchanged.
-  // A read-only script keeps its form.
-  RedisCommand ro = {"EVAL_RO", std::string(schema_asset("lua/discovery_read.lua")), "1", "k", "a"};
-  EXPECT_EQ(evalsha_form(ro)[0], "EVALSHA_RO");
-  EXPECT_EQ(evalsha_form(ro)[1], sha[1]);
-  RedisCommand other = {"EVAL", "return 1", "0"};
-  EXPECT_EQ(evalsha_form(other), other);
-  EXPECT_EQ(evalsha_form({"GET", "k"}), (RedisCommand{"GET", "k"}));
-  EXPECT_TRUE(is_noscript_reply(RespValue::error("NOSCRIPT No matching script.")));
-  EXPECT_FALSE(is_noscript_reply(RespValue::error("ERR other")));
-  EXPECT_FALSE(is_noscript_reply(S("NOSCRIPT")));
-}
-
 }  // namespace
 }  // namespace quiver

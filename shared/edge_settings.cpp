@@ -1,0 +1,102 @@
+#include "shared/edge_settings.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "shared/json.h"
+#include "shared/runtime_settings.h"
+#include "shared/webhook_signature.h"
+
+namespace quiver {
+
+namespace {
+
+Error invalid(std::string message) {
+  return Error(ErrorCode::kInvalidArgument, std::move(message));
+}
+
+}  // namespace
+
+Result<EdgeSettings> edge_settings_from_env(std::string_view env_json) {
+  Result<Json> env = parse_json(env_json, 1 << 20);
+  if (!env.ok()) return invalid("the environment is not JSON: " + env.error().message);
+  if (!env->is_object()) return invalid("the environment is not a JSON object");
+  auto get = [&](const char* name) -> std::optional<std::string> {
+    std::optional<std::string> v = json_string(*env, name);
+    if (v && v->empty()) return std::nullopt;  // an empty variable is an unset one
+    return v;
+  };
+  // A setting of the one runtime table (shared/runtime_settings.h): its syntax and bounds, as
+  // the agent checks the same variable.
+  auto get_ms = [&](const char* name, int64_t* out) -> Status {
+    std::optional<std::string> v = get(name);
+    if (!v) return Status::Ok();
+    const RuntimeSetting* setting = find_runtime_setting_env(name);
+    if (setting == nullptr || (setting->hosts & kRuntimeEdge) == 0) {
+      return Error(ErrorCode::kInternal, std::string(name) + " is not an edge setting");
+    }
+    Result<double> n = runtime_setting_from_env(*setting, *v);
+    if (!n.ok()) return n.error();
+    *out = static_cast<int64_t>(*n);
+    return Status::Ok();
+  };
+
+  EdgeSettings s;
+  if (std::optional<std::string> ns = get("QUIVER_NAMESPACE")) s.ns = *ns;
+  if (Status st = validate_namespace(s.ns); !st.ok()) {
+    return invalid("QUIVER_NAMESPACE: " + st.error().message);
+  }
+  std::optional<std::string> keys = get("QUIVER_TOKEN_KEYS");
+  if (!keys) return invalid("QUIVER_TOKEN_KEYS is not set: no caller token can be verified");
+  Result<Keyring> keyring = Keyring::from_json(*keys);
+  if (!keyring.ok()) return invalid("QUIVER_TOKEN_KEYS: " + keyring.error().message);
+  s.keyring = std::move(*keyring);
+  if (std::optional<std::string> aud = get("QUIVER_TOKEN_AUDIENCE")) s.token.audience = *aud;
+  s.token.ns = s.ns;
+  if (std::optional<std::string> user = get("REDIS_USERNAME")) s.redis_username = *user;
+  if (std::optional<std::string> password = get("REDIS_PASSWORD")) s.redis_password = *password;
+  if (!s.redis_username.empty() && s.redis_password.empty()) {
+    return invalid("REDIS_USERNAME is set without REDIS_PASSWORD");
+  }
+
+  int64_t max_bytes = static_cast<int64_t>(s.l1.max_bytes);
+  for (Status st :
+       {get_ms("QUIVER_L1_TTL_MS", &s.l1.ttl_ms),
+        get_ms("QUIVER_L1_STALE_IF_ERROR_MS", &s.l1.stale_if_error_ms),
+        get_ms("QUIVER_L1_MAX_BYTES", &max_bytes),
+        get_ms("QUIVER_FRESH_TTL_MS", &s.discovery.freshness.fresh_ttl_ms),
+        get_ms("QUIVER_MAX_AGE_MS", &s.discovery.freshness.max_age_ms),
+        get_ms("QUIVER_MIN_UPSTREAM_TTL_MS", &s.discovery.freshness.min_upstream_ttl_ms),
+        get_ms("QUIVER_REVALIDATE_WINDOW_MS", &s.enqueue.window_ms),
+        get_ms("QUIVER_REDIS_FAIL_FAST_MS", &s.fail_fast_ms)}) {
+    if (!st.ok()) return st.error();
+  }
+  s.l1.max_bytes = static_cast<std::size_t>(max_bytes);
+  s.l1.max_entry_bytes = std::min(s.l1.max_entry_bytes, s.l1.max_bytes);
+  s.l1.stale_if_error_ms = std::max(s.l1.stale_if_error_ms, s.l1.ttl_ms);
+  if (Status st = validate_edge_cache_options(s.l1); !st.ok()) return st.error();
+  // An upstream ttlMs may shorten the fresh TTL, but not below the floor; the floor follows a
+  // configured TTL shorter than its default.
+  s.discovery.freshness.min_upstream_ttl_ms =
+      std::min(s.discovery.freshness.min_upstream_ttl_ms, s.discovery.freshness.fresh_ttl_ms);
+  if (Status st = validate_freshness_policy(s.discovery.freshness); !st.ok()) {
+    return invalid("QUIVER_FRESH_TTL_MS / QUIVER_MAX_AGE_MS: " + st.error().message);
+  }
+  if (std::optional<std::string> secrets = get("QUIVER_WEBHOOK_SECRETS")) {
+    Result<Json> parsed = parse_json(*secrets, 64 * 1024);
+    if (!parsed.ok() || !parsed->is_object() || parsed->empty()) {
+      return invalid("QUIVER_WEBHOOK_SECRETS must be a JSON object {\"name\": \"secret\"}");
+    }
+    for (const auto& [name, value] : parsed->items()) {
+      if (!value.is_string() || value.get<std::string>().size() < kMinWebhookSecretBytes) {
+        return invalid("QUIVER_WEBHOOK_SECRETS." + name + ": not a string of at least " +
+                       std::to_string(kMinWebhookSecretBytes) + " bytes");
+      }
+      s.webhook_secrets.push_back(value.get<std::string>());
+    }
+  }
+  s.l1.revalidation_claim_ms = std::min<int64_t>(5'000, s.enqueue.window_ms);
+  return s;
+}
+
+}  // namespace quiver

@@ -1,0 +1,60 @@
+// EdgeSettings: quiver-edge's configuration, read from the worker's environment. Both the settings
+// it shares with the agent (the runtime table, shared/runtime_settings.h) and its own.
+//
+// Configuration comes from the worker's environment (`edge_settings_from_env`), one table:
+//   QUIVER_NAMESPACE             deployment namespace                      default
+//   QUIVER_TOKEN_KEYS            caller token keyring, JSON {"kid":"secret"} (required, a secret)
+//   QUIVER_TOKEN_AUDIENCE        `aud` the tokens must carry               quiver
+//   REDIS_USERNAME               AUTH user (ACL), optional
+//   REDIS_PASSWORD               AUTH password (a secret); no AUTH when empty
+//   QUIVER_L1_TTL_MS             L1 freshness: how long a revoked grant or a toggled preference
+//                                may still be served from one isolate      2000
+//   QUIVER_L1_STALE_IF_ERROR_MS  L1 copies served while Redis is down      60000
+//   QUIVER_L1_MAX_BYTES          L1 size bound per isolate                 8388608
+//   QUIVER_FRESH_TTL_MS          fresh TTL (as the agent)                  900000
+//   QUIVER_MAX_AGE_MS            expired after (as the agent)              86400000
+//   QUIVER_REVALIDATE_WINDOW_MS  one queued revalidation per key per window 30000
+//   QUIVER_REDIS_FAIL_FAST_MS    after a Redis timeout, for this long requests do not wait on
+//                                Redis: an L1 copy or a 503 at once (X-Quiver-Cache: fail-fast),
+//                                while one probe request tests Redis; 0: off  2000
+//   QUIVER_WEBHOOK_SECRETS       refresh webhook secrets, JSON {"name":"secret"} (a secret; each
+//                                16+ bytes); unset: POST /v1/webhooks/refresh answers 404
+// Other names (REDIS_HOST, REDIS_PORT, REDIS_TLS, timeouts) are the host's.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shared/caller_token.h"
+#include "shared/discovery_http.h"
+#include "shared/discovery_redis.h"
+#include "shared/edge_cache.h"
+#include "shared/identity.h"
+#include "shared/resp.h"
+#include "shared/status.h"
+
+namespace quiver {
+
+struct EdgeSettings {
+  std::string ns = kDefaultNamespace;
+  std::optional<Keyring> keyring;  // required: create() refuses settings without one
+  VerifyOptions token;             // its `ns` is set to `ns`
+  std::string redis_username;
+  std::string redis_password;
+  EdgeCacheOptions l1;
+  DiscoveryConfig discovery;
+  EnqueueOptions enqueue;
+  RespLimits resp;
+  std::vector<std::string> webhook_secrets;  // any one may sign; empty: webhooks are off
+  int64_t fail_fast_ms = 2'000;              // QUIVER_REDIS_FAIL_FAST_MS (0: off)
+};
+
+// Settings from environment variables (the table above), given as a JSON object of strings
+// (the worker's string-valued `env`). Unknown names are ignored. kInvalidArgument naming the
+// variable (never its value) for a malformed value or a missing QUIVER_TOKEN_KEYS.
+Result<EdgeSettings> edge_settings_from_env(std::string_view env_json);
+
+}  // namespace quiver

@@ -1,0 +1,170 @@
+#include "shared/edge_wire.h"
+
+#include <utility>
+
+#include "shared/json.h"
+
+namespace quiver {
+
+namespace {
+
+Error invalid(std::string message) {
+  return Error(ErrorCode::kInvalidArgument, std::move(message));
+}
+
+void put_u32(std::string& out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
+}
+
+uint32_t get_u32(std::string_view in) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= uint32_t{static_cast<unsigned char>(in[i])} << (8 * i);
+  return v;
+}
+
+Json headers_json(const HttpHeaders& headers) {
+  Json a = Json::array();
+  for (const auto& [name, value] : headers) a.push_back(Json::array({name, value}));
+  return a;
+}
+
+}  // namespace
+
+const char* edge_action_name(EdgeAction action) {
+  switch (action) {
+    case EdgeAction::kRespond:
+      return "respond";
+    case EdgeAction::kRedis:
+      return "redis";
+    case EdgeAction::kRead:
+      return "read";
+    case EdgeAction::kDone:
+      return "done";
+  }
+  return "done";
+}
+
+Result<HttpRequest> edge_request_from_wire(std::string_view bytes) {
+  if (bytes.size() < 4) return invalid("request: shorter than its header");
+  uint32_t meta_len = get_u32(bytes);
+  if (meta_len > kMaxEdgeRequestMetaBytes) {
+    return Error(ErrorCode::kTooLarge, "request: the request line and headers are too large");
+  }
+  if (meta_len > bytes.size() - 4) return invalid("request: truncated");
+  Result<Json> meta = parse_json(bytes.substr(4, meta_len), kMaxEdgeRequestMetaBytes);
+  if (!meta.ok()) return invalid("request: " + meta.error().message);
+  if (!meta->is_object()) return invalid("request: meta is not an object");
+  HttpRequest r;
+  std::optional<std::string> method = json_string(*meta, "method");
+  std::optional<std::string> path = json_string(*meta, "path");
+  std::optional<std::string> query = json_string(*meta, "query");
+  if (!method || method->empty() || method->size() > 16) return invalid("request: bad method");
+  if (!path || path->empty() || (*path)[0] != '/') return invalid("request: bad path");
+  r.method = std::move(*method);
+  r.path = std::move(*path);
+  r.query = query.value_or("");
+  if (const Json* headers = json_field(*meta, "headers")) {
+    if (!headers->is_array()) return invalid("request: headers is not an array");
+    for (const Json& h : *headers) {
+      if (!h.is_array() || h.size() != 2 || !h[0].is_string() || !h[1].is_string()) {
+        return invalid("request: a header is not a [name, value] pair");
+      }
+      r.headers.emplace_back(h[0].get<std::string>(), h[1].get<std::string>());
+    }
+  }
+  r.body = std::string(bytes.substr(4 + meta_len));
+  return r;
+}
+
+std::string edge_request_to_wire(const HttpRequest& request) {
+  Json meta = Json::object();
+  meta["method"] = request.method;
+  meta["path"] = request.path;
+  meta["query"] = request.query;
+  meta["headers"] = headers_json(request.headers);
+  std::string m = json_text(meta);
+  std::string out;
+  put_u32(out, static_cast<uint32_t>(m.size()));
+  out += m;
+  out += request.body;
+  return out;
+}
+
+std::string edge_step_to_wire(const EdgeStep& step) {
+  Json meta = Json::object();
+  meta["handle"] = step.handle;
+  meta["action"] = edge_action_name(step.action);
+  const std::string* payload = nullptr;
+  if (step.action == EdgeAction::kRespond) {
+    meta["status"] = step.response.status;
+    meta["headers"] = headers_json(step.response.headers);
+    meta["background"] = step.background;
+    payload = &step.response.body;
+  } else if (step.action == EdgeAction::kRedis) {
+    meta["new_connection"] = step.new_connection;
+    payload = &step.redis_bytes;
+  }
+  if (!step.log.empty()) meta["log"] = step.log;
+  if (!step.log.empty() && step.log_info) meta["log_level"] = "info";
+  std::string m = json_text(meta);
+  std::string out;
+  out.reserve(8 + m.size() + (payload ? payload->size() : 0));
+  put_u32(out, static_cast<uint32_t>(m.size()));
+  put_u32(out, static_cast<uint32_t>(payload ? payload->size() : 0));
+  out += m;
+  if (payload) out += *payload;
+  return out;
+}
+
+std::string encode_edge_answer(const HttpResponse& response,
+                               const std::vector<Revalidation>& revs) {
+  Json meta = Json::object();
+  meta["status"] = response.status;
+  meta["headers"] = headers_json(response.headers);
+  Json r = Json::array();
+  for (const Revalidation& rev : revs) {
+    r.push_back(Json::array({rev.connection_id, rev.principal.str(), rev.reason, rev.manual}));
+  }
+  meta["revalidations"] = std::move(r);
+  std::string m = json_text(meta);
+  std::string out;
+  put_u32(out, static_cast<uint32_t>(m.size()));
+  out += m;
+  out += response.body;
+  return out;
+}
+
+std::optional<StoredAnswer> decode_edge_answer(std::string_view bytes) {
+  if (bytes.size() < 4 || get_u32(bytes) > bytes.size() - 4) return std::nullopt;
+  uint32_t meta_len = get_u32(bytes);
+  Result<Json> meta = parse_json(bytes.substr(4, meta_len));
+  if (!meta.ok() || !meta->is_object()) return std::nullopt;
+  StoredAnswer a;
+  std::optional<int64_t> status = json_int(*meta, "status");
+  const Json* headers = json_field(*meta, "headers");
+  const Json* revs = json_field(*meta, "revalidations");
+  if (!status || !headers || !headers->is_array() || !revs || !revs->is_array()) {
+    return std::nullopt;
+  }
+  a.response.status = static_cast<int>(*status);
+  for (const Json& h : *headers) {
+    if (!h.is_array() || h.size() != 2 || !h[0].is_string() || !h[1].is_string()) {
+      return std::nullopt;
+    }
+    a.response.headers.emplace_back(h[0].get<std::string>(), h[1].get<std::string>());
+  }
+  for (const Json& v : *revs) {
+    if (!v.is_array() || v.size() != 4 || !v[0].is_string() || !v[1].is_string() ||
+        !v[2].is_string() || !v[3].is_boolean()) {
+      return std::nullopt;
+    }
+    Result<Principal> principal = Principal::parse(v[1].get<std::string>());
+    if (!principal.ok()) return std::nullopt;
+    a.revalidations.push_back(Revalidation{v[0].get<std::string>(), *principal,
+                                           v[2].get<std::string>(), v[3].get<bool>()});
+  }
+  a.response.body = std::string(bytes.substr(4 + meta_len));
+  return a;
+}
+
+}  // namespace quiver

@@ -1,0 +1,61 @@
+// The formats quiver-edge's core speaks with its host (wasm-worker/exports.cpp, worker.mjs), and
+// the one it keeps rendered answers in (L1, shared/edge_cache.h). Plain bytes, so a host in any
+// language moves them without knowing what they hold.
+//
+// The wire format between the host and this core (one buffer each way, little-endian lengths):
+//   request: u32 meta length | meta JSON {"method","path","query","headers":[[name,value],...]}
+//            | body bytes
+//   step:    u32 meta length | u32 payload length | meta JSON | payload (body or Redis bytes)
+//            meta {"handle","action":"respond"|"redis"|"read"|"done", "status", "headers",
+//                  "background", "new_connection", "log", "log_level" ("info" for routine
+//                  events, absent for problems)}
+//
+// A rendered answer as L1 keeps it: u32 meta length | meta JSON {"status", "headers",
+// "revalidations": [[connection_id, principal, reason, manual], ...]} | body.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shared/discovery.h"
+#include "shared/discovery_http.h"
+#include "shared/status.h"
+
+namespace quiver {
+
+inline constexpr std::size_t kMaxEdgeRequestMetaBytes = 64 * 1024;
+
+enum class EdgeAction { kRespond = 0, kRedis, kRead, kDone };
+const char* edge_action_name(EdgeAction action);  // "respond", "redis", "read", "done"
+
+struct EdgeStep {
+  uint32_t handle = 0;
+  EdgeAction action = EdgeAction::kDone;
+  HttpResponse response;        // kRespond
+  bool background = false;      // kRespond: call background(handle) after responding
+  std::string redis_bytes;      // kRedis
+  bool new_connection = false;  // kRedis: open a fresh connection (closing any open one)
+  std::string log;              // for the host's log (the detail behind a 5xx, a failed queue)
+  bool log_info = false;        // `log` is a routine event (an accepted webhook), not a problem
+};
+
+// The request and step wire formats (above).
+Result<HttpRequest> edge_request_from_wire(std::string_view bytes);
+std::string edge_request_to_wire(const HttpRequest& request);
+std::string edge_step_to_wire(const EdgeStep& step);
+
+struct StoredAnswer {
+  HttpResponse response;
+  std::vector<Revalidation> revalidations;
+};
+
+// Only our own encoding is ever decoded, but a bad one is still just a miss (nullopt).
+std::string encode_edge_answer(const HttpResponse& response,
+                               const std::vector<Revalidation>& revalidations);
+std::optional<StoredAnswer> decode_edge_answer(std::string_view bytes);
+
+}  // namespace quiver
