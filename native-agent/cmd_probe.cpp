@@ -23,6 +23,7 @@
 #include "native-agent/shell_words.h"
 #include "native-agent/upstream.h"
 #include "shared/canonical_json.h"
+#include "shared/decimal.h"
 #include "shared/json.h"
 #include "shared/listing.h"
 #include "shared/manifest.h"
@@ -127,12 +128,11 @@ std::optional<int> parse_args(const std::vector<std::string>& args, ProbeArgs* o
       out->env[v.substr(0, eq)] = v.substr(eq + 1);
     } else if (arg == "--timeout-ms") {
       if (!value(&v)) return usage_error("--timeout-ms needs a number");
-      char* end = nullptr;
-      long long n = std::strtoll(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || n < 1 || n > 600000) {
+      const std::optional<uint64_t> n = parse_decimal(v, 600000);
+      if (!n.has_value() || *n < 1) {
         return usage_error("--timeout-ms must be a whole number of milliseconds, 1..600000");
       }
-      out->timeout_ms = n;
+      out->timeout_ms = static_cast<int64_t>(*n);
     } else if (arg == "--name") {
       if (!value(&out->name) || out->name.empty()) return usage_error("--name needs a name");
     } else if (arg == "--allow-private" && flag()) {

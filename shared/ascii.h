@@ -12,6 +12,10 @@ inline char ascii_lower(char c) {
   return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
 }
 
+inline char ascii_upper(char c) {
+  return c >= 'a' && c <= 'z' ? static_cast<char>(c - 'a' + 'A') : c;
+}
+
 inline std::string ascii_lower(std::string_view s) {
   std::string out(s);
   for (char& c : out) c = ascii_lower(c);
