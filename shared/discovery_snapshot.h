@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "shared/freshness.h"
+#include "shared/identity.h"
 #include "shared/json.h"
 #include "shared/preferences.h"
-#include "shared/principal.h"
 #include "shared/status.h"
 
 namespace quiver {
