@@ -1,18 +1,13 @@
 // quiver-agent's command line: one table of subcommands, each in its own file (cmd_<name>.cpp).
-//
-// Exit codes (stable, for scripts): 0 ok, 1 the command ran and failed (upstream unreachable,
-// refresh failed), 2 usage or configuration error, 3 a store (Redis/SQLite) is unavailable.
+// Exit codes: exit_codes.h.
 #pragma once
 
 #include <string>
 #include <vector>
 
-namespace quiver {
+#include "native-agent/exit_codes.h"
 
-inline constexpr int kExitOk = 0;
-inline constexpr int kExitFailed = 1;
-inline constexpr int kExitUsage = 2;
-inline constexpr int kExitStoreUnavailable = 3;
+namespace quiver {
 
 struct CliCommand {
   const char* name;

@@ -6,6 +6,7 @@
 
 #include "native-agent/cli.h"
 #include "shared/caller_token.h"
+#include "shared/numbers.h"
 
 extern char** environ;
 
@@ -84,7 +85,7 @@ Result<int64_t> parse_duration_ms(std::string_view text) {
     return Error(ErrorCode::kInvalidArgument,
                  "`" + std::string(text) + "` is not a duration (e.g. 90s, 15m, 1h, 7d)");
   }
-  int64_t n = std::stoll(std::string(text.substr(0, digits)));
+  const auto n = static_cast<int64_t>(*parse_decimal_u64(text.substr(0, digits)));  // <= 12 digits
   int64_t scale = 0;
   if (unit.empty() || unit == "s") {
     scale = 1000;

@@ -23,10 +23,10 @@
 #include "native-agent/shell_words.h"
 #include "native-agent/upstream.h"
 #include "shared/canonical_json.h"
+#include "shared/numbers.h"
 #include "shared/json.h"
 #include "shared/listing.h"
 #include "shared/manifest.h"
-#include "shared/numbers.h"
 
 namespace quiver {
 namespace {

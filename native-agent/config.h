@@ -87,7 +87,7 @@
 #include <string_view>
 #include <vector>
 
-#include "native-agent/cli.h"
+#include "native-agent/exit_codes.h"
 #include "native-agent/redactor.h"
 #include "shared/freshness.h"
 #include "shared/identity.h"
@@ -96,7 +96,7 @@
 
 namespace quiver {
 
-// What `quiver-agent` exits with when the configuration is invalid (cli.h: usage or config).
+// What `quiver-agent` exits with when the configuration is invalid (exit_codes.h: usage or config).
 inline constexpr int kConfigExitCode = kExitUsage;
 // The environment variable naming the config file when no --config is given.
 inline constexpr char kConfigPathEnv[] = "QUIVER_CONFIG";

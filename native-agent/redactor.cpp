@@ -11,9 +11,6 @@ namespace quiver {
 
 namespace {
 
-char lower(char c) { return ascii_lower(c); }
-std::string lowered(std::string_view s) { return ascii_lower(s); }
-
 std::string json_escaped(const std::string& v, bool ascii) {
   const std::string dumped = Json(v).dump(-1, ' ', ascii, Json::error_handler_t::replace);
   return dumped.substr(1, dumped.size() - 2);
@@ -74,7 +71,7 @@ Redactor::Redactor(const std::vector<std::string>& secret_values) {
     auto add = [&](std::string text, bool fold_form) {
       if (text.empty()) return;
       if (text == v) fold_form = fold;
-      needles.emplace(fold_form ? lowered(text) : std::move(text), fold_form);
+      needles.emplace(fold_form ? ascii_lower(text) : std::move(text), fold_form);
     };
     add(v, fold);
     add(json_escaped(v, false), fold);
@@ -97,7 +94,6 @@ Redactor::Redactor(const std::vector<std::string>& secret_values) {
       }
     }
   }
-  auto upper = [](char c) { return (c >= 'a' && c <= 'z') ? static_cast<char>(c - 'a' + 'A') : c; };
   auto pair = [](char a, char b) {
     return (static_cast<std::size_t>(static_cast<unsigned char>(a)) << 8) |
            static_cast<unsigned char>(b);
@@ -107,9 +103,9 @@ Redactor::Redactor(const std::vector<std::string>& secret_values) {
     ++count_;
     starts_.set(pair(text[0], text[1]));
     if (fold) {
-      starts_.set(pair(upper(text[0]), text[1]));
-      starts_.set(pair(text[0], upper(text[1])));
-      starts_.set(pair(upper(text[0]), upper(text[1])));
+      starts_.set(pair(ascii_upper(text[0]), text[1]));
+      starts_.set(pair(text[0], ascii_upper(text[1])));
+      starts_.set(pair(ascii_upper(text[0]), ascii_upper(text[1])));
     }
   }
   for (auto& bucket : by_first_) {
@@ -127,14 +123,14 @@ std::size_t Redactor::match_at(std::string_view text, std::size_t pos) const {
       if (n.text.size() > rest.size()) continue;
       bool equal = true;
       for (std::size_t i = 0; i < n.text.size() && equal; ++i) {
-        equal = (n.fold ? lower(rest[i]) : rest[i]) == n.text[i];
+        equal = (n.fold ? ascii_lower(rest[i]) : rest[i]) == n.text[i];
       }
       if (equal) best = n.text.size();
     }
   };
   const char c = text[pos];
   scan(by_first_[static_cast<unsigned char>(c)]);
-  if (lower(c) != c) scan(by_first_[static_cast<unsigned char>(lower(c))]);
+  if (ascii_lower(c) != c) scan(by_first_[static_cast<unsigned char>(ascii_lower(c))]);
   return best;
 }
 

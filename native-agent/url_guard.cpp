@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 
 #include "shared/ascii.h"
+#include "shared/numbers.h"
 
 namespace quiver {
 namespace {

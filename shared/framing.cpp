@@ -1,6 +1,7 @@
 #include "shared/framing.h"
 
 #include "shared/ascii.h"
+#include "shared/numbers.h"
 #include "shared/canonical_json.h"
 
 #include <algorithm>

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "shared/ascii.h"
+#include "shared/numbers.h"
 
 namespace quiver {
 

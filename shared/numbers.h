@@ -10,14 +10,16 @@
 
 namespace quiver {
 
-// "0" .. "18446744073709551615"; nullopt for anything else (empty, a sign, a non-digit, overflow).
-inline std::optional<uint64_t> parse_decimal_u64(std::string_view s) {
+// "0" .. `max` (at most "18446744073709551615"), leading zeros allowed; nullopt for anything else
+// (empty, a sign, a space, a non-digit, a value above `max`, overflow).
+inline std::optional<uint64_t> parse_decimal_u64(
+    std::string_view s, uint64_t max = std::numeric_limits<uint64_t>::max()) {
   if (s.empty()) return std::nullopt;
   uint64_t value = 0;
   for (char c : s) {
     if (c < '0' || c > '9') return std::nullopt;
     const auto digit = static_cast<uint64_t>(c - '0');
-    if (value > (std::numeric_limits<uint64_t>::max() - digit) / 10) return std::nullopt;
+    if (value > (max - digit) / 10) return std::nullopt;  // value * 10 + digit > max
     value = value * 10 + digit;
   }
   return value;

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <charconv>
 #include <cstring>
-#include <new>
 #include <ostream>
 #include <utility>
 
@@ -312,24 +311,22 @@ int depth_of(const redisReadTask* task) {
   return depth;
 }
 
-// Puts `v` where the task says and returns its address (NULL tells hiredis to fail).
+// Puts `v` where the task says and returns its address (NULL tells hiredis to fail). No
+// allocation here can fail short of the process running out of memory: every byte was accounted
+// against `max_buffered_bytes` before it was allocated, and the core is built without exceptions
+// (a bad_alloc could not unwind through hiredis' C frames anyway).
 void* place(const redisReadTask* task, RespValue&& v) {
   Impl* d = impl_of(task);
-  try {
-    if (task->parent == nullptr) return new RespValue(std::move(v));
-    auto* parent = static_cast<RespValue*>(task->parent->obj);
-    if (parent == nullptr || task->idx < 0 ||
-        static_cast<size_t>(task->idx) != parent->elements.size() ||
-        parent->elements.size() >= parent->elements.capacity()) {
-      d->callback_error = Error(ErrorCode::kInternal, "RESP reader handed an unexpected slot");
-      return nullptr;
-    }
-    parent->elements.push_back(std::move(v));
-    return &parent->elements.back();
-  } catch (const std::bad_alloc&) {
-    d->callback_error = Error(ErrorCode::kTooLarge, "out of memory decoding RESP " + d->where());
+  if (task->parent == nullptr) return new RespValue(std::move(v));
+  auto* parent = static_cast<RespValue*>(task->parent->obj);
+  if (parent == nullptr || task->idx < 0 ||
+      static_cast<size_t>(task->idx) != parent->elements.size() ||
+      parent->elements.size() >= parent->elements.capacity()) {
+    d->callback_error = Error(ErrorCode::kInternal, "RESP reader handed an unexpected slot");
     return nullptr;
   }
+  parent->elements.push_back(std::move(v));
+  return &parent->elements.back();
 }
 
 void* create_string(const redisReadTask* task, char* str, size_t len) {
@@ -365,12 +362,7 @@ void* create_string(const redisReadTask* task, char* str, size_t len) {
       return nullptr;
   }
   if (!d->account(sizeof(RespValue) + len)) return nullptr;
-  try {
-    v.str.assign(str, len);
-  } catch (const std::bad_alloc&) {
-    d->callback_error = Error(ErrorCode::kTooLarge, "out of memory decoding RESP " + d->where());
-    return nullptr;
-  }
+  v.str.assign(str, len);
   return place(task, std::move(v));
 }
 
@@ -396,12 +388,7 @@ void* create_array(const redisReadTask* task, int elements) {
   }
   RespValue v;
   v.type = RespValue::Type::kArray;
-  try {
-    v.elements.reserve(n);
-  } catch (const std::bad_alloc&) {
-    d->callback_error = Error(ErrorCode::kTooLarge, "out of memory decoding RESP " + d->where());
-    return nullptr;
-  }
+  v.elements.reserve(n);
   return place(task, std::move(v));
 }
 

@@ -36,5 +36,15 @@ TEST(Numbers, BoundedFormChecksTheRange) {
   EXPECT_FALSE(parse_decimal_in("x", 1, 600000).has_value());
 }
 
+TEST(Numbers, UnsignedTakesAnUpperBound) {
+  EXPECT_EQ(parse_decimal_u64("007"), 7u);
+  EXPECT_EQ(parse_decimal_u64("65535", 65535), 65535u);
+  EXPECT_FALSE(parse_decimal_u64("65536", 65535).has_value());
+  for (const char* text : {"", "-1", "+1", " 1", "1 ", "1.0", "0x10", "1e3", "\u0661"}) {
+    EXPECT_FALSE(parse_decimal_u64(text).has_value()) << text;
+  }
+  EXPECT_FALSE(parse_decimal_u64("100000000000000000000").has_value());
+}
+
 }  // namespace
 }  // namespace quiver

@@ -1,0 +1,61 @@
+// Classification of one discovery entry: its status (fresh, stale, expired, pending, error; the
+// table is in discovery.cpp), the classification input read from a manifest hash, and the
+// revalidations an entry asks for. The statuses are described in shared/discovery.h.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "shared/discovery_snapshot.h"
+#include "shared/freshness.h"
+#include "shared/principal.h"
+#include "shared/status.h"
+
+namespace quiver {
+
+// ---- Classification of one entry ---------------------------------------------------------------
+
+enum class EntryStatus { kPending = 0, kFresh, kStale, kExpired, kError };
+const char* entry_status_name(EntryStatus status);  // "pending", "fresh", ...
+
+// The classification input of a manifest hash, per schema/redis-keys.md (`has_data` = `manifest`
+// present and not empty; upstream TTL = fresh_until − fetched_at). nullopt when the hash is empty.
+// kInvalidArgument when a field a reader needs is malformed (a time that is not an integer, data
+// without fetched_at).
+Result<std::optional<CacheEntryMeta>> cache_entry_meta(const HashFields& manifest);
+
+// A revalidation to queue for one (connection, principal).
+// A manual refresh is queued again once the gate of an earlier request is this old, so a user's
+// refresh is never swallowed by a reader's gate for a whole window (every store does the same).
+inline constexpr int64_t kManualRequeueAfterMs = 1'000;
+
+struct Revalidation {
+  std::string connection_id;
+  Principal principal;
+  std::string reason;   // "stale", "expired", "miss", "config_changed", "corrupt", "manual"
+  bool manual = false;  // asked for by a user: requeued after a short interval despite the gate
+
+  bool operator==(const Revalidation& o) const;
+};
+
+// The outcome of queuing one revalidation, at every host and store.
+enum class RevalidationOutcome {
+  kQueued = 0,     // a request is in the queue now
+  kAlreadyQueued,  // the gate was taken within the window: one request per key per window
+  kInProgress,     // a refresh lease is held: the refresh under way will serve the reader
+};
+// "queued", "already_queued", "in_progress"
+const char* revalidation_outcome_name(RevalidationOutcome outcome);
+
+struct RevalidationResult {
+  RevalidationOutcome outcome = RevalidationOutcome::kQueued;
+  std::string stream_id;  // kQueued: the stream entry's id (Redis), else ""
+};
+
+}  // namespace quiver

@@ -1,0 +1,118 @@
+// Rendering discovery answers from a snapshot: the `manifest` and `mcp` views, the weak ETag and
+// Cache-Control, the disabled capabilities hidden, and the tools a search may return. The views
+// and the caching rules are described in shared/discovery.h.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "shared/discovery_classification.h"
+#include "shared/discovery_snapshot.h"
+#include "shared/freshness.h"
+#include "shared/json.h"
+#include "shared/preferences.h"
+#include "shared/principal.h"
+#include "shared/status.h"
+
+namespace quiver {
+
+// ---- Rendering ---------------------------------------------------------------------------------
+
+enum class DiscoveryView { kManifest = 0, kMcp };
+const char* discovery_view_name(DiscoveryView view);  // "manifest", "mcp"
+std::optional<DiscoveryView> discovery_view_from_name(std::string_view name);
+
+class RenderCache;  // shared/render_cache.h
+
+struct RenderOptions {
+  DiscoveryView view = DiscoveryView::kManifest;
+  int64_t max_cache_age_s = 30;                           // the Cache-Control max-age cap
+  std::size_t max_manifest_bytes = std::size_t{1} << 20;  // a larger stored manifest is unreadable
+  // Keeps each servable entry's parsed, filtered and serialized payload between requests (not
+  // owned; nullptr: render every time). The answer is byte-for-byte the same either way.
+  RenderCache* cache = nullptr;
+  // Per request. The ETag is derived from the inputs, before the body: when it matches
+  // `if_none_match` (an If-None-Match header value), or `omit_body` is set (HEAD), the body is not
+  // rendered at all (`RenderedDiscovery::body` stays empty); headers, revalidations and stats are.
+  std::string if_none_match;
+  bool omit_body = false;
+};
+
+struct DiscoveryStats {
+  int fresh = 0, stale = 0, pending = 0, error = 0, expired = 0;
+  bool operator==(const DiscoveryStats& o) const;
+};
+
+struct RenderedDiscovery {
+  std::string body;           // JSON; empty when not_modified or RenderOptions::omit_body
+  bool not_modified = false;  // the ETag matched RenderOptions::if_none_match: answer 304
+  std::string etag;           // weak: W/"sha256-<base64url>"
+  std::string cache_control;  // "private, max-age=<n>"
+  int64_t max_age_s = 0;
+  std::vector<Revalidation> revalidations;  // to queue in the background
+  DiscoveryStats stats;
+};
+
+// `GET /v1/manifests`: {"principal", "connections": [entry...], "next_after"?}. Never fails:
+// entries that cannot be read are rendered with status `error`.
+RenderedDiscovery render_manifests(const DiscoverySnapshot& snapshot, const FreshnessPolicy& policy,
+                                   int64_t now_ms, const RenderOptions& options = {});
+
+// `GET /v1/mcp-connections/{id}/manifest`: the entry of `id` alone. kNotFound when `id` is not in
+// the snapshot or was removed: indistinguishable, by design.
+Result<RenderedDiscovery> render_connection_manifest(const DiscoverySnapshot& snapshot,
+                                                     std::string_view id,
+                                                     const FreshnessPolicy& policy, int64_t now_ms,
+                                                     const RenderOptions& options = {});
+
+// `GET /v1/mcp-connections`: {"principal", "connections": [entry...], "next_after"?}, each entry
+// the metadata `render_manifests` shows (status, times, error, refresh) without the manifest, plus
+// per list its state and, for a list that loaded, its visible item count (`lists`, `counts`): a
+// list that could not be loaded never reads as 0 items. Built once from the snapshot.
+struct ConnectionList {
+  Json body;
+  std::vector<Revalidation> revalidations;  // as render_manifests would queue them
+  DiscoveryStats stats;
+};
+ConnectionList connection_list(const DiscoverySnapshot& snapshot, const FreshnessPolicy& policy,
+                               int64_t now_ms, const RenderOptions& options = {});
+
+// The manifest JSON without the capabilities `disabled` hides: items of `tools`, `resources`,
+// `resource_templates` (or `resourceTemplates`) and `prompts` (each a bare array or a list object
+// with `items` and `hashes`), and the hashes of hidden keys. Everything else is kept verbatim.
+Json hide_disabled(Json manifest, const DisabledOverlay& disabled);
+
+// The visible items of one kind of a (filtered) manifest that can be served as an MCP list: a
+// bare array, or a list object whose `state` is "ok" (or absent). nullopt otherwise.
+std::optional<std::vector<Json>> listed_items(const Json& manifest, ListKind kind);
+
+// ---- Search candidates -------------------------------------------------------------------------
+
+// A tool the caller may see and call: from a fresh or stale entry, not disabled.
+struct ToolCandidate {
+  std::string connection_id;
+  std::string connection_name;
+  EntryStatus status = EntryStatus::kFresh;
+  Json tool;  // the MCP Tool object as listed
+};
+
+struct SearchCorpus {
+  std::optional<Principal> member;  // the caller
+  // Changes whenever the set of candidates can: the caller, and per servable connection its id,
+  // principal, manifest content hash and disabled set. A search index may be cached under it.
+  std::string version;
+  std::vector<ToolCandidate> tools;  // connections in id order, tools in listing order
+  std::vector<std::pair<std::string, EntryStatus>> unavailable;  // granted, nothing servable
+  std::vector<Revalidation> revalidations;  // as render_manifests would queue them
+};
+
+SearchCorpus search_corpus(const DiscoverySnapshot& snapshot, const FreshnessPolicy& policy,
+                           int64_t now_ms, const RenderOptions& options = {});
+
+}  // namespace quiver

@@ -1,0 +1,103 @@
+// The discovery snapshot: what one member may see of the cache, read in one step by the host
+// (Redis: shared/discovery_redis.h; other stores: `read_snapshot` over a `SnapshotSource`) and
+// rendered by shared/discovery_render.h. The flow and the isolation rules: shared/discovery.h.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "shared/freshness.h"
+#include "shared/identity.h"
+#include "shared/json.h"
+#include "shared/preferences.h"
+#include "shared/status.h"
+
+namespace quiver {
+
+// ---- The snapshot ------------------------------------------------------------------------------
+
+// The non-secret connection record (`quiver:{ns}:conn:<cid>`), as far as discovery uses it.
+struct ConnectionInfo {
+  std::string config_hash;
+  CredentialMode credential_mode = CredentialMode::kUnknown;
+  std::string name;
+  std::string transport;
+
+  bool operator==(const ConnectionInfo& o) const;
+};
+
+// A hash's fields as read (HGETALL): field → value.
+using HashFields = std::map<std::string, std::string, std::less<>>;
+
+// The record of a connection hash's fields. nullopt when the hash is empty (the connection was
+// removed). Unknown fields are ignored; an unknown credential_mode is kept as kUnknown.
+std::optional<ConnectionInfo> connection_info_from_fields(const HashFields& fields);
+
+// The principal whose manifest `member` sees on a connection with `record`: `shared` in shared
+// mode, the member itself in per-member mode; kInvalidArgument for an unknown mode or when
+// `member` is not a member principal. THE one derivation: every reader goes through it.
+Result<Principal> applicable_principal(const ConnectionInfo& record, const Principal& member);
+
+// One granted connection, as read.
+struct GrantedConnection {
+  std::string id;
+  std::optional<ConnectionInfo> record;  // nullopt: removed; the entry is never shown
+  // applicable_principal(record, member); nullopt without a record or with an unknown mode.
+  std::optional<Principal> principal;
+  HashFields manifest;       // the manifest hash of `principal`; empty: no entry
+  DisabledOverlay disabled;  // the overlay of `principal` (disabled:<cid>:<principal>); empty: none
+  bool lease_held = false;   // a refresh of (id, principal) is under way
+
+  bool operator==(const GrantedConnection& o) const;
+};
+
+// What one read returns for one caller.
+struct DiscoverySnapshot {
+  explicit DiscoverySnapshot(Principal member_principal) : member(std::move(member_principal)) {}
+
+  Principal member;                            // `member/<id>`, the caller
+  std::vector<GrantedConnection> connections;  // sorted by id, each id once
+  int64_t epoch = 0;                           // the store's epoch counter (edge L1 check)
+  int64_t granted_total = 0;                   // ids in the grant set, before paging
+  std::optional<std::string> next_after;       // more granted ids after this one (paging)
+  int64_t ignored_grants = 0;                  // granted ids that are not valid connection ids
+
+  std::vector<std::string> granted_ids() const;  // in order
+  const GrantedConnection* find(std::string_view id) const;
+};
+
+// Which part of the grants a read covers.
+struct SnapshotQuery {
+  std::optional<std::string> only;  // one connection (its grant still checked), else all
+  std::string after;                // ids sorting after this one ("": from the start)
+  std::size_t limit = 200;          // at most this many connections
+};
+inline constexpr std::size_t kMaxSnapshotLimit = 1000;
+
+// A store the host reads with separate lookups (the SQLite embedded default, tests). Each call
+// may fail (the store is down); `read_snapshot` passes the first error on.
+class SnapshotSource {
+ public:
+  virtual ~SnapshotSource() = default;
+  virtual Result<std::vector<std::string>> granted(const Principal& member) = 0;
+  virtual Result<std::optional<ConnectionInfo>> record(std::string_view cid) = 0;
+  virtual Result<HashFields> manifest(std::string_view cid, const Principal& principal) = 0;
+  virtual Result<DisabledOverlay> disabled(std::string_view cid, const Principal& principal) = 0;
+  virtual Result<bool> lease_held(std::string_view cid, const Principal& principal) = 0;
+  virtual Result<int64_t> epoch() = 0;
+};
+
+// The snapshot of `member` from `source`, with exactly the semantics of discovery_read.lua:
+// granted ids sorted, invalid ones counted and skipped, paged by `query`, the manifest, lease and
+// overlay read under applicable_principal (no principal: none of them is read). kInvalidArgument
+// when `member` is not a member principal or the query is out of bounds.
+Result<DiscoverySnapshot> read_snapshot(SnapshotSource& source, const Principal& member,
+                                        const SnapshotQuery& query);
+
+}  // namespace quiver

@@ -1,0 +1,226 @@
+#include "shared/mcp_definitions.h"
+
+#include <utility>
+
+#include "shared/manifest_internal.h"
+
+namespace quiver {
+
+using namespace manifest_internal;  // this file implements part of manifest.h
+
+namespace manifest_internal {
+
+Error invalid_definition(const std::string& what) { return Error(ErrorCode::kInvalidReply, what); }
+
+void put(Json& j, const char* key, const std::optional<std::string>& v) {
+  if (v) j[key] = *v;
+}
+void put(Json& j, const char* key, const std::optional<Json>& v) {
+  if (v) j[key] = *v;
+}
+Json base(const Json& extra) { return extra.is_object() ? extra : Json::object(); }
+
+}  // namespace manifest_internal
+
+namespace {
+
+// A required string field: present and a string (non-empty when `non_empty`).
+std::optional<std::string> required_string(const Json& item, const char* key, bool non_empty) {
+  const Json* v = json_field(item, key);
+  if (v == nullptr || !v->is_string()) return std::nullopt;
+  std::string s = v->get<std::string>();
+  if (non_empty && s.empty()) return std::nullopt;
+  return s;
+}
+
+Error missing(const char* key, bool non_empty) {
+  return invalid_definition(std::string("'") + key + "' is missing" + (non_empty ? ", empty" : "") +
+                            " or not a string");
+}
+
+// A prompt argument, tolerated like a definition: without a string name it is dropped, a
+// wrong-typed optional field is dropped and reported with the argument's position.
+Result<PromptArgument> prompt_argument_from_json(const Json& item, std::size_t index,
+                                                 std::vector<std::string>* problems) {
+  const std::string where = "argument " + std::to_string(index) + ": ";
+  if (!item.is_object()) return invalid_definition(where + "not an object");
+  std::optional<std::string> name = required_string(item, "name", false);
+  if (!name) return invalid_definition(where + missing("name", false).message);
+  std::vector<std::string> own;
+  FieldReader r(item, &own);
+  PromptArgument a;
+  a.name = std::move(*name);
+  a.title = r.string("title");
+  a.description = r.string("description");
+  a.required = r.boolean("required");
+  a.extra = r.extra({"name", "title", "description", "required"});
+  if (problems != nullptr) {
+    for (std::string& p : own) problems->push_back(where + p);
+  }
+  return a;
+}
+
+}  // namespace
+
+// ---- Definitions ----
+
+Result<Tool> tool_from_json(const Json& item, std::vector<std::string>* problems) {
+  if (!item.is_object()) return invalid_definition("not an object");
+  std::optional<std::string> name = required_string(item, "name", true);
+  if (!name) return missing("name", true);
+  const Json* input = json_field(item, "inputSchema");
+  if (input == nullptr || !input->is_object()) {
+    return invalid_definition("'inputSchema' is missing or not an object");
+  }
+  FieldReader r(item, problems);
+  Tool t;
+  t.name = std::move(*name);
+  t.title = r.string("title");
+  t.description = r.string("description");
+  t.input_schema = *input;
+  t.output_schema = r.object("outputSchema");
+  t.annotations = r.object("annotations");
+  t.execution = r.object("execution");
+  t.icons = r.array("icons");
+  t.meta = r.object("_meta");
+  t.extra = r.extra({"name", "title", "description", "inputSchema", "outputSchema", "annotations",
+                     "execution", "icons", "_meta"});
+  return t;
+}
+
+Json to_json(const Tool& t) {
+  Json j = base(t.extra);
+  j["name"] = t.name;
+  put(j, "title", t.title);
+  put(j, "description", t.description);
+  j["inputSchema"] = t.input_schema;
+  put(j, "outputSchema", t.output_schema);
+  put(j, "annotations", t.annotations);
+  put(j, "execution", t.execution);
+  put(j, "icons", t.icons);
+  put(j, "_meta", t.meta);
+  return j;
+}
+
+Result<Resource> resource_from_json(const Json& item, std::vector<std::string>* problems) {
+  if (!item.is_object()) return invalid_definition("not an object");
+  std::optional<std::string> uri = required_string(item, "uri", true);
+  if (!uri) return missing("uri", true);
+  std::optional<std::string> name = required_string(item, "name", false);
+  if (!name) return missing("name", false);
+  FieldReader r(item, problems);
+  Resource res;
+  res.uri = std::move(*uri);
+  res.name = std::move(*name);
+  res.title = r.string("title");
+  res.description = r.string("description");
+  res.mime_type = r.string("mimeType");
+  res.size = r.count("size");
+  res.annotations = r.object("annotations");
+  res.icons = r.array("icons");
+  res.meta = r.object("_meta");
+  res.extra = r.extra(
+      {"uri", "name", "title", "description", "mimeType", "size", "annotations", "icons", "_meta"});
+  return res;
+}
+
+Json to_json(const Resource& r) {
+  Json j = base(r.extra);
+  j["uri"] = r.uri;
+  j["name"] = r.name;
+  put(j, "title", r.title);
+  put(j, "description", r.description);
+  put(j, "mimeType", r.mime_type);
+  if (r.size) j["size"] = *r.size;
+  put(j, "annotations", r.annotations);
+  put(j, "icons", r.icons);
+  put(j, "_meta", r.meta);
+  return j;
+}
+
+Result<ResourceTemplate> resource_template_from_json(const Json& item,
+                                                     std::vector<std::string>* problems) {
+  if (!item.is_object()) return invalid_definition("not an object");
+  std::optional<std::string> uri_template = required_string(item, "uriTemplate", true);
+  if (!uri_template) return missing("uriTemplate", true);
+  std::optional<std::string> name = required_string(item, "name", false);
+  if (!name) return missing("name", false);
+  FieldReader r(item, problems);
+  ResourceTemplate t;
+  t.uri_template = std::move(*uri_template);
+  t.name = std::move(*name);
+  t.title = r.string("title");
+  t.description = r.string("description");
+  t.mime_type = r.string("mimeType");
+  t.annotations = r.object("annotations");
+  t.icons = r.array("icons");
+  t.meta = r.object("_meta");
+  t.extra = r.extra(
+      {"uriTemplate", "name", "title", "description", "mimeType", "annotations", "icons", "_meta"});
+  return t;
+}
+
+Json to_json(const ResourceTemplate& t) {
+  Json j = base(t.extra);
+  j["uriTemplate"] = t.uri_template;
+  j["name"] = t.name;
+  put(j, "title", t.title);
+  put(j, "description", t.description);
+  put(j, "mimeType", t.mime_type);
+  put(j, "annotations", t.annotations);
+  put(j, "icons", t.icons);
+  put(j, "_meta", t.meta);
+  return j;
+}
+
+Result<Prompt> prompt_from_json(const Json& item, std::vector<std::string>* problems) {
+  if (!item.is_object()) return invalid_definition("not an object");
+  std::optional<std::string> name = required_string(item, "name", true);
+  if (!name) return missing("name", true);
+  FieldReader r(item, problems);
+  Prompt p;
+  p.name = std::move(*name);
+  p.title = r.string("title");
+  p.description = r.string("description");
+  if (std::optional<Json> args = r.array("arguments")) {
+    p.arguments.emplace();
+    for (std::size_t i = 0; i < args->size(); ++i) {
+      Result<PromptArgument> a = prompt_argument_from_json((*args)[i], i, problems);
+      if (a.ok()) {
+        p.arguments->push_back(std::move(*a));
+      } else if (problems != nullptr) {
+        problems->push_back(a.error().message + "; argument dropped");
+      }
+    }
+  }
+  p.icons = r.array("icons");
+  p.meta = r.object("_meta");
+  p.extra = r.extra({"name", "title", "description", "arguments", "icons", "_meta"});
+  return p;
+}
+
+Json to_json(const PromptArgument& a) {
+  Json j = base(a.extra);
+  j["name"] = a.name;
+  put(j, "title", a.title);
+  put(j, "description", a.description);
+  if (a.required) j["required"] = *a.required;
+  return j;
+}
+
+Json to_json(const Prompt& p) {
+  Json j = base(p.extra);
+  j["name"] = p.name;
+  put(j, "title", p.title);
+  put(j, "description", p.description);
+  if (p.arguments) {
+    Json args = Json::array();
+    for (const PromptArgument& a : *p.arguments) args.push_back(to_json(a));
+    j["arguments"] = std::move(args);
+  }
+  put(j, "icons", p.icons);
+  put(j, "_meta", p.meta);
+  return j;
+}
+
+}  // namespace quiver

@@ -1,0 +1,227 @@
+#include "shared/redis_keys.h"
+
+#include <cstdint>
+
+#include "shared/sha256.h"
+
+namespace quiver {
+namespace {
+
+Error invalid(std::string message) {
+  return Error(ErrorCode::kInvalidArgument, std::move(message));
+}
+
+struct KindInfo {
+  KeyKind kind;
+  const char* segment;
+  const char* redis_type;
+  bool has_cid;
+  bool has_principal;
+  bool has_digest = false;
+};
+
+// The layout in one table, in the order of schema/redis-keys.md.
+constexpr KindInfo kKinds[kKeyKindCount] = {
+    {KeyKind::kConns, "conns", "SET", false, false},
+    {KeyKind::kConn, "conn", "HASH", true, false},
+    {KeyKind::kGrants, "grants", "SET", false, true},
+    {KeyKind::kManifest, "manifest", "HASH", true, true},
+    {KeyKind::kLease, "lease", "STRING", true, true},
+    {KeyKind::kFence, "fence", "STRING", true, true},
+    {KeyKind::kDisabled, "disabled", "SET", true, true},
+    {KeyKind::kPrefs, "prefs", "HASH", true, true},
+    {KeyKind::kRevalidate, "revalidate", "STREAM", false, false},
+    {KeyKind::kRevalidateGate, "revalidate-gate", "STRING", true, true},
+    {KeyKind::kEpoch, "epoch", "STRING", false, false},
+    {KeyKind::kGrantees, "grantees", "SET", true, false},
+    {KeyKind::kReplay, "replay", "STRING", false, false, true},
+    {KeyKind::kInvalidated, "invalidated", "STRING", true, true},
+    {KeyKind::kNamespace, "namespace", "STRING", false, false},
+};
+
+bool is_sha256_hex(std::string_view s) {
+  if (s.size() != 64) return false;
+  for (char c : s) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+const KindInfo& info(KeyKind kind) {
+  const int i = static_cast<int>(kind);
+  return kKinds[(i >= 0 && i < kKeyKindCount) ? i : 0];
+}
+
+}  // namespace
+
+const char* key_kind_name(KeyKind kind) { return info(kind).segment; }
+const char* key_redis_type(KeyKind kind) { return info(kind).redis_type; }
+bool key_has_connection_id(KeyKind kind) { return info(kind).has_cid; }
+bool key_has_principal(KeyKind kind) { return info(kind).has_principal; }
+bool key_has_digest(KeyKind kind) { return info(kind).has_digest; }
+
+const std::vector<std::string>& key_fields(KeyKind kind) {
+  namespace f = redis_field;
+  static const std::vector<std::string> kNone;
+  static const std::vector<std::string> kConnFields = {f::kConfigHash, f::kCredentialMode, f::kName,
+                                                       f::kTransport, f::kUpdatedAt};
+  static const std::vector<std::string> kManifestFields = {
+      f::kManifest,     f::kEtag,      f::kConfigHash, f::kFence,     f::kFetchedAt,
+      f::kFreshUntil,   f::kExpiresAt, f::kCacheScope, f::kTruncated, f::kErrorCode,
+      f::kErrorMessage, f::kErrorAt,   f::kAttemptAt};
+  static const std::vector<std::string> kRevalidateFields = {f::kCid, f::kPrincipal, f::kReason,
+                                                             f::kAt};
+  switch (kind) {
+    case KeyKind::kConn:
+      return kConnFields;
+    case KeyKind::kManifest:
+      return kManifestFields;
+    case KeyKind::kRevalidate:
+      return kRevalidateFields;
+    default:
+      return kNone;
+  }
+}
+
+RedisKeys::RedisKeys(std::string ns) : ns_(std::move(ns)), prefix_("quiver:{" + ns_ + "}:") {}
+
+Result<RedisKeys> RedisKeys::create(std::string_view ns) {
+  Status s = validate_namespace(ns);
+  if (!s.ok()) return s.error();
+  return RedisKeys(std::string(ns));
+}
+
+Result<std::string> RedisKeys::key(KeyKind kind, std::string_view cid,
+                                   const std::optional<Principal>& principal,
+                                   std::string_view digest) const {
+  const KindInfo& k = info(kind);
+  std::string out = prefix_ + k.segment;
+  if (k.has_cid) {
+    Status s = validate_connection_id(cid);
+    if (!s.ok()) return s.error();
+    out += ':';
+    out += cid;
+  }
+  if (k.has_principal) {
+    if (!principal.has_value()) return invalid(std::string(k.segment) + " key needs a principal");
+    if (kind == KeyKind::kGrants && principal->is_shared()) {
+      return invalid("grants are kept per member: a `member/<id>` principal is required");
+    }
+    out += ':';
+    out += principal->str();
+  }
+  if (k.has_digest) {
+    if (!is_sha256_hex(digest)) {
+      return invalid(std::string(k.segment) + " key needs a digest of 64 lowercase hex digits");
+    }
+    out += ':';
+    out += digest;
+  }
+  return out;
+}
+
+std::string RedisKeys::conns() const { return prefix_ + key_kind_name(KeyKind::kConns); }
+std::string RedisKeys::revalidate_stream() const {
+  return prefix_ + key_kind_name(KeyKind::kRevalidate);
+}
+std::string RedisKeys::epoch() const { return prefix_ + key_kind_name(KeyKind::kEpoch); }
+std::string RedisKeys::namespace_record() const {
+  return prefix_ + key_kind_name(KeyKind::kNamespace);
+}
+std::string RedisKeys::replay(std::string_view signed_id) const {
+  return prefix_ + key_kind_name(KeyKind::kReplay) + ":" + sha256_hex(signed_id);
+}
+Result<std::string> RedisKeys::grantees(std::string_view cid) const {
+  return key(KeyKind::kGrantees, cid, std::nullopt);
+}
+
+Result<std::string> RedisKeys::invalidated(std::string_view cid, const Principal& principal) const {
+  return key(KeyKind::kInvalidated, cid, principal);
+}
+
+Result<std::string> RedisKeys::conn(std::string_view cid) const {
+  return key(KeyKind::kConn, cid, std::nullopt);
+}
+Result<std::string> RedisKeys::grants(const Principal& member) const {
+  return key(KeyKind::kGrants, {}, member);
+}
+Result<std::string> RedisKeys::manifest(std::string_view cid, const Principal& principal) const {
+  return key(KeyKind::kManifest, cid, principal);
+}
+Result<std::string> RedisKeys::lease(std::string_view cid, const Principal& principal) const {
+  return key(KeyKind::kLease, cid, principal);
+}
+Result<std::string> RedisKeys::fence(std::string_view cid, const Principal& principal) const {
+  return key(KeyKind::kFence, cid, principal);
+}
+Result<std::string> RedisKeys::disabled(std::string_view cid, const Principal& principal) const {
+  return key(KeyKind::kDisabled, cid, principal);
+}
+Result<std::string> RedisKeys::prefs(std::string_view cid, const Principal& principal) const {
+  return key(KeyKind::kPrefs, cid, principal);
+}
+Result<std::string> RedisKeys::revalidate_gate(std::string_view cid,
+                                               const Principal& principal) const {
+  return key(KeyKind::kRevalidateGate, cid, principal);
+}
+
+std::string RedisKeys::manifest_match_pattern() const {
+  // Namespaces, connection ids and principals hold no glob characters (*?[]\), so the prefix
+  // matches literally.
+  return prefix_ + key_kind_name(KeyKind::kManifest) + ":*";
+}
+
+Result<ParsedKey> RedisKeys::parse(std::string_view key) const {
+  if (key.substr(0, prefix_.size()) != prefix_) {
+    return invalid("not a key of namespace `" + ns_ + "`");
+  }
+  std::string_view rest = key.substr(prefix_.size());
+  // No identifier contains ':', so the segments split unambiguously.
+  std::vector<std::string_view> parts;
+  while (true) {
+    const std::size_t colon = rest.find(':');
+    parts.push_back(rest.substr(0, colon));
+    if (colon == std::string_view::npos) break;
+    rest = rest.substr(colon + 1);
+  }
+  for (const KindInfo& k : kKinds) {
+    if (parts[0] != k.segment) continue;
+    const std::size_t expected =
+        1 + (k.has_cid ? 1 : 0) + (k.has_principal ? 1 : 0) + (k.has_digest ? 1 : 0);
+    if (parts.size() != expected) {
+      return invalid(std::string(k.segment) + " key has " + std::to_string(parts.size()) +
+                     " segments after the namespace; expected " + std::to_string(expected));
+    }
+    ParsedKey out;
+    out.kind = k.kind;
+    std::size_t next = 1;
+    if (k.has_cid) {
+      Status s = validate_connection_id(parts[next]);
+      if (!s.ok()) return s.error();
+      out.connection_id = std::string(parts[next++]);
+    }
+    if (k.has_principal) {
+      Result<Principal> p = Principal::parse(parts[next++]);
+      if (!p.ok()) return p.error();
+      if (k.kind == KeyKind::kGrants && p->is_shared()) {
+        return invalid("grants key with the `shared` principal");
+      }
+      out.principal = std::move(*p);
+    }
+    if (k.has_digest) {
+      if (!is_sha256_hex(parts[next])) return invalid("replay key without a SHA-256 digest");
+      out.digest = std::string(parts[next]);
+    }
+    return out;
+  }
+  return invalid("unknown key kind after the namespace prefix");
+}
+
+Result<ParsedKey> RedisKeys::parse_manifest_key(std::string_view key) const {
+  Result<ParsedKey> parsed = parse(key);
+  if (!parsed.ok()) return parsed.error();
+  if (parsed->kind != KeyKind::kManifest) return invalid("not a manifest key");
+  return parsed;
+}
+
+}  // namespace quiver

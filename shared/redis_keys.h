@@ -1,0 +1,145 @@
+// RedisKeys: the one place that spells every Redis key of the layout, and parses keys back.
+// Nothing else in the code base concatenates key strings; tests/shared/redis_keys_doc_test.cpp
+// ties it to schema/redis-keys.md.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shared/principal.h"
+#include "shared/status.h"
+
+namespace quiver {
+
+// Every key of the layout, in the order of schema/redis-keys.md.
+enum class KeyKind {
+  kConns = 0,
+  kConn,
+  kGrants,
+  kManifest,
+  kLease,
+  kFence,
+  kDisabled,
+  kPrefs,
+  kRevalidate,
+  kRevalidateGate,
+  kEpoch,
+  kGrantees,
+  kReplay,
+  kInvalidated,
+  kNamespace,
+};
+inline constexpr int kKeyKindCount = 15;
+
+const char* key_kind_name(KeyKind kind);   // the key's segment: "conns", "revalidate-gate", ...
+const char* key_redis_type(KeyKind kind);  // "SET", "HASH", "STRING", "STREAM"
+bool key_has_connection_id(KeyKind kind);
+bool key_has_principal(KeyKind kind);
+bool key_has_digest(KeyKind kind);  // a 64-hex-digit SHA-256 segment (replay)
+// HASH fields or STREAM entry fields; empty for other types.
+const std::vector<std::string>& key_fields(KeyKind kind);
+
+// The namespace record (RedisKeys::namespace_record): `<state>:<at>`. Readers serve the namespace
+// only while it is `ready:<at>`; absent (a Redis restarted empty, a FLUSHALL, a failover to an
+// empty replica) or `restoring:<at>` they answer that the store is not ready. Agents write
+// `restoring:` with SET NX before re-syncing, and `ready:` with SET XX afterwards: a wipe in
+// between deletes the record, so the XX write does not mark a half-restored namespace ready.
+inline constexpr char kNamespaceReady[] = "ready";
+inline constexpr char kNamespaceRestoring[] = "restoring";
+
+// The consumer group that agents read the revalidation stream with.
+inline constexpr char kRevalidateConsumerGroup[] = "quiver-agents";
+
+// Field names of the hashes and the stream, as documented in schema/redis-keys.md.
+namespace redis_field {
+// conn:<cid>
+inline constexpr char kConfigHash[] = "config_hash";
+inline constexpr char kCredentialMode[] = "credential_mode";
+inline constexpr char kName[] = "name";
+inline constexpr char kTransport[] = "transport";
+inline constexpr char kUpdatedAt[] = "updated_at";
+// manifest:<cid>:<principal> (also config_hash)
+inline constexpr char kManifest[] = "manifest";
+inline constexpr char kEtag[] = "etag";
+inline constexpr char kFence[] = "fence";
+inline constexpr char kFetchedAt[] = "fetched_at";
+inline constexpr char kFreshUntil[] = "fresh_until";
+inline constexpr char kExpiresAt[] = "expires_at";
+inline constexpr char kCacheScope[] = "cache_scope";
+inline constexpr char kTruncated[] = "truncated";
+inline constexpr char kErrorCode[] = "error_code";
+inline constexpr char kErrorMessage[] = "error_message";
+inline constexpr char kErrorAt[] = "error_at";
+inline constexpr char kAttemptAt[] = "attempt_at";
+// Not a field of the hash: the value of invalidated:<cid>:<principal> (kept apart so that the
+// edge's Redis user, which may write invalidation marks, never writes a manifest hash). Readers
+// hand it to meta decoding under this name.
+inline constexpr char kInvalidatedAt[] = "invalidated_at";
+// revalidate stream entries
+inline constexpr char kCid[] = "cid";
+inline constexpr char kPrincipal[] = "principal";
+inline constexpr char kReason[] = "reason";
+inline constexpr char kAt[] = "at";
+}  // namespace redis_field
+
+struct ParsedKey {
+  KeyKind kind = KeyKind::kConns;
+  std::string connection_id;           // empty when the kind has none
+  std::optional<Principal> principal;  // nullopt when the kind has none
+  std::string digest;                  // empty when the kind has none
+};
+
+class RedisKeys {
+ public:
+  // kInvalidArgument unless `ns` is a valid namespace.
+  static Result<RedisKeys> create(std::string_view ns = kDefaultNamespace);
+
+  const std::string& ns() const { return ns_; }
+  const std::string& prefix() const { return prefix_; }  // "quiver:{<ns>}:"
+
+  std::string conns() const;
+  Result<std::string> conn(std::string_view cid) const;
+  Result<std::string> grants(const Principal& member) const;  // a `member/<id>` principal only
+  Result<std::string> manifest(std::string_view cid, const Principal& principal) const;
+  Result<std::string> lease(std::string_view cid, const Principal& principal) const;
+  Result<std::string> fence(std::string_view cid, const Principal& principal) const;
+  // The disabled overlay of one (connection, principal), and the preference rows it derives from
+  // (shared/preferences.h): `shared` on a shared connection, the member on a per-member one.
+  Result<std::string> disabled(std::string_view cid, const Principal& principal) const;
+  Result<std::string> prefs(std::string_view cid, const Principal& principal) const;
+  std::string revalidate_stream() const;
+  Result<std::string> revalidate_gate(std::string_view cid, const Principal& principal) const;
+  std::string epoch() const;
+  Result<std::string> grantees(std::string_view cid) const;
+  // The replay guard of one signed webhook: `signed_id` is WebhookVerified::replay_key
+  // (shared/webhook_signature.h); the key holds its SHA-256, so any id length fits.
+  std::string replay(std::string_view signed_id) const;
+  // When a refresh webhook last marked the (connection, principal)'s data stale (a STRING of
+  // epoch ms): written by agents and edges, read with the manifest.
+  Result<std::string> invalidated(std::string_view cid, const Principal& principal) const;
+  // The namespace record (kNamespaceReady): whether agents have synced connections, grants and
+  // overlays into this namespace since the store last lost its data. Every reader checks it.
+  std::string namespace_record() const;
+
+  // Any kind. Parts the kind does not use are ignored; the ones it uses are validated
+  // (`digest`: 64 lowercase hex digits).
+  Result<std::string> key(KeyKind kind, std::string_view cid,
+                          const std::optional<Principal>& principal,
+                          std::string_view digest = {}) const;
+
+  // SCAN MATCH pattern for every manifest key of the namespace (maintenance).
+  std::string manifest_match_pattern() const;
+
+  // The inverse of the builders, for keys of this namespace only.
+  Result<ParsedKey> parse(std::string_view key) const;
+  Result<ParsedKey> parse_manifest_key(std::string_view key) const;  // a manifest key only
+
+ private:
+  explicit RedisKeys(std::string ns);
+  std::string ns_;
+  std::string prefix_;
+};
+
+}  // namespace quiver
