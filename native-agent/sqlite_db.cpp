@@ -44,6 +44,12 @@ void make_private(const std::string& path) {
 }  // namespace
 
 Status SqliteDb::open(std::string path, int64_t busy_timeout_ms) {
+  // SQLite counts every allocation of every connection under one process-wide mutex unless told
+  // not to; the agent reads no memory statistics, and the readers of concurrent discovery
+  // requests queued on that mutex. Only possible before SQLite initialises (else a harmless
+  // SQLITE_MISUSE).
+  static const int memstatus_off = sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
+  (void)memstatus_off;
   path_ = std::move(path);
   make_private(path_);
   int rc =
