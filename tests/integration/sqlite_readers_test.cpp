@@ -116,13 +116,18 @@ TEST(SqliteReaders, AFileThatCannotBeOpenedIsAnErrorAndTheSlotIsFreedAgain) {
   }
 }
 
+// A store on a new file in `dir` with `max_readers` pooled readers.
+Result<std::unique_ptr<SqliteStore>> open_store(TempDir& dir, const char* file, int max_readers) {
+  SqliteStoreOptions so;
+  so.path = dir.path(file);
+  so.now_ms = [] { return kNow; };
+  so.max_readers = max_readers;
+  return SqliteStore::open(so);
+}
+
 TEST(SqliteStoreReads, SnapshotsFromManyThreadsWhileCommitsGoOn) {
   TempDir dir;
-  SqliteStoreOptions so;
-  so.path = dir.path("quiver.db");
-  so.now_ms = [] { return kNow; };
-  so.max_readers = 3;
-  auto opened = SqliteStore::open(so);
+  auto opened = open_store(dir, "quiver.db", 3);
   ASSERT_TRUE(opened.ok()) << opened.error().message;
   SqliteStore& store = **opened;
   ConnectionRecord rec;
@@ -187,19 +192,13 @@ TEST(SqliteStoreReads, SnapshotsFromManyThreadsWhileCommitsGoOn) {
 
 TEST(SqliteStoreReads, NoReadersMeansTheStoresOwnConnection) {
   TempDir dir;
-  SqliteStoreOptions so;
-  so.path = dir.path("quiver.db");
-  so.now_ms = [] { return kNow; };
-  so.max_readers = 0;
-  auto opened = SqliteStore::open(so);
+  auto opened = open_store(dir, "quiver.db", 0);
   ASSERT_TRUE(opened.ok()) << opened.error().message;
   Result<DiscoverySnapshot> snap =
       (*opened)->read_discovery(*Principal::member("alice"), SnapshotQuery{});
   ASSERT_TRUE(snap.ok()) << snap.error().message;
   EXPECT_TRUE(snap->connections.empty());
-  so.max_readers = -1;
-  so.path = dir.path("other.db");
-  EXPECT_FALSE(SqliteStore::open(so).ok());
+  EXPECT_FALSE(open_store(dir, "other.db", -1).ok());
 }
 
 }  // namespace
