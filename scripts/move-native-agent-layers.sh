@@ -106,10 +106,10 @@ for f in files:
     other = next((o for o in others if o in where), None)
     if other is not None:
         where[f] = where[other]
-        print(f"layout.sh: {f}: no pattern matches; follows {other} into {where[other]}/")
+        print(f"move-native-agent-layers.sh: {f}: no pattern matches; follows {other} into {where[other]}/")
 left = [f for f in files if f not in where]
 if left:
-    print("layout.sh: not classified (add a pattern to TABLE):", file=sys.stderr)
+    print("move-native-agent-layers.sh: not classified (add a pattern to TABLE):", file=sys.stderr)
     for f in left:
         print("  native-agent/" + f, file=sys.stderr)
     sys.exit(1)
@@ -127,7 +127,7 @@ for f, layer in where.items():
     git("mv", os.path.join("native-agent", f), os.path.join("native-agent", layer, f))
     moved[f] = layer
 for layer in LAYERS:
-    print(f"layout.sh: native-agent/{layer}/: " +
+    print(f"move-native-agent-layers.sh: native-agent/{layer}/: " +
           " ".join(sorted(f for f, l in moved.items() if l == layer)))
 
 # Rewrite `native-agent/<file>` (includes, CMake, scripts, docs) everywhere in the repository. A
@@ -164,7 +164,7 @@ for path in git("ls-files", "-z").split("\0"):
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(out)
         changed.append(path)
-print(f"layout.sh: rewrote paths in {len(changed)} files")
+print(f"move-native-agent-layers.sh: rewrote paths in {len(changed)} files")
 
 for layer in LAYERS:
     with open(os.path.join("native-agent", layer, "README.md"), "w") as fh:
