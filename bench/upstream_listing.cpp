@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "native-agent/upstream_pool.h"
+#include "native-agent/engine/upstream_pool.h"
 
 namespace {
 

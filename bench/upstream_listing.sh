@@ -11,14 +11,14 @@ out="$build/bench"
 mkdir -p "$out"
 
 cmake -S "$root" -B "$build" >/dev/null
-make -C "$build" -j2 quiver_agent_lib >/dev/null
+make -C "$build" -j2 quiver_agent_cli >/dev/null
 
 flags=(-std=c++17 -O2 -I"$root")
 # Same feature macros as the library (cpp-httplib's class layouts depend on them).
 read -r -a pc <<<"$(pkg-config --cflags --libs cpp-httplib hiredis)"
 g++ "${flags[@]}" -o "$out/fake_upstream" "$root/bench/fake_upstream.cpp"
 g++ "${flags[@]}" -o "$out/upstream_listing" "$root/bench/upstream_listing.cpp" \
-  "$build/native-agent/libquiver_agent_lib.a" "$build/shared/libquiver_core.a" \
+  "$build"/native-agent/libquiver_agent_{cli,api,engine,upstream,store,base}.a "$build/shared/libquiver_core.a" \
   "${pc[@]}" -lsqlite3 -lssl -lcrypto -lpthread
 
 # Each upstream is a child with three pipes; 100 of them need a few hundred descriptors.

@@ -85,7 +85,7 @@ WHERE connection_id = :resource_id AND principal = :principal
 ORDER BY member;
 
 -- name: lease_select_live
--- From here on: the embedded store (native-agent/sqlite_store.cpp), the Redis layout's operations.
+-- From here on: the embedded store (native-agent/store/sqlite_store.cpp), the Redis layout's operations.
 -- Expiry runs on the time the store passes as :now (its injected clock): a lease, gate or replay
 -- row whose time has passed counts as absent, like a Redis key past its PX. Multi-statement steps
 -- run inside BEGIN IMMEDIATE, so they are atomic across every agent on the file, as a Lua script

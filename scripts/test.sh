@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every Quiver test from a clean checkout: installs what is missing (scripts/setup.sh),
-# builds both configurations, then runs
+# checks formatting (scripts/format.sh --check), builds both configurations, then runs
 #   1. the native unit and integration tests (ctest in build/native: real redis-server, real
 #      SQLite files, real child processes and MCP servers),
 #   2. the same core unit tests compiled to wasm, under node (ctest in build/wasm),
@@ -15,6 +15,9 @@ cd "$root"
 
 jobs=$(nproc 2>/dev/null || echo 2)
 export NODE_PATH=${NODE_PATH:-/usr/share/nodejs}  # Emscripten's link step needs acorn from here
+
+echo "== format check (.clang-format, clang-format-14)"
+"$root/scripts/format.sh" --check
 
 # The agent first, configured as the quick start does (tests off) and as if GoogleTest were not
 # installed: proof that running Quiver needs nothing only the tests need. The same tree then gets

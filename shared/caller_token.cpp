@@ -345,9 +345,10 @@ Result<CallerIdentity> verify_caller_token(std::string_view token, const Keyring
 
   Result<Principal> principal = Principal::member(*sub);
   if (!principal.ok()) return unauthenticated("token subject is not a member id");
-  return CallerIdentity{
-      *sub,          std::move(principal).value(), kid_text, iat->value_or(0), **exp,
-      nbf->value_or(0), std::move(ns), std::move(jti)};
+  return CallerIdentity{*sub,          std::move(principal).value(),
+                        kid_text,      iat->value_or(0),
+                        **exp,         nbf->value_or(0),
+                        std::move(ns), std::move(jti)};
 }
 
 // ---- VerifiedTokenCache ------------------------------------------------------------------------
@@ -368,8 +369,8 @@ bool same_options(const VerifyOptions& a, const VerifyOptions& b) {
 }
 
 std::size_t identity_bytes(std::string_view token, const CallerIdentity& who) {
-  std::size_t bytes = sizeof(CallerIdentity) + token.size() * 2 + who.member_id.size() * 2 +
-                      who.kid.size();
+  std::size_t bytes =
+      sizeof(CallerIdentity) + token.size() * 2 + who.member_id.size() * 2 + who.kid.size();
   if (who.ns) bytes += who.ns->size();
   if (who.jti) bytes += who.jti->size();
   return bytes;
@@ -384,8 +385,9 @@ Result<CallerIdentity> VerifiedTokenCache::verify(std::string_view token, const 
     keys_ = keyring.fingerprint();
     options_ = options;
   }
-  if (const CallerIdentity* known = lru_.find_if(
-          token, [&](const CallerIdentity& who) { return still_in_time(who, now_ms, options.leeway_ms); })) {
+  if (const CallerIdentity* known = lru_.find_if(token, [&](const CallerIdentity& who) {
+        return still_in_time(who, now_ms, options.leeway_ms);
+      })) {
     return *known;
   }
   lru_.erase(token);  // out of time: verified afresh below, so the error is verify's own

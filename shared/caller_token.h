@@ -113,11 +113,12 @@ Result<CallerIdentity> verify_caller_token(std::string_view token, const Keyring
 // The tokens a process has verified, so that a caller's next requests skip the signature and the
 // JSON (at the agent's API, HMAC and parsing were about a fifth of a cached discovery read).
 // Keyed by the whole token: a hit means these exact bytes passed `verify_caller_token` against a
-// ring with the same keys (`Keyring::fingerprint`) and the same options. The time claims (exp, nbf, iat) are checked
-// again on every hit, and a token that no longer passes them is verified afresh, so every answer,
-// error message included, is the one `verify_caller_token` gives. Failures are never kept. A new
-// key ring or other options empty the cache. Bounded by entries and bytes (least recently used
-// first out); not thread-safe: a host that shares one across threads locks around `verify`.
+// ring with the same keys (`Keyring::fingerprint`) and the same options. The time claims (exp, nbf,
+// iat) are checked again on every hit, and a token that no longer passes them is verified afresh,
+// so every answer, error message included, is the one `verify_caller_token` gives. Failures are
+// never kept. A new key ring or other options empty the cache. Bounded by entries and bytes (least
+// recently used first out); not thread-safe: a host that shares one across threads locks around
+// `verify`.
 inline constexpr std::size_t kVerifiedTokenCacheEntries = 4096;
 inline constexpr std::size_t kVerifiedTokenCacheBytes = 8u << 20;
 

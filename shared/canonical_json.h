@@ -35,8 +35,8 @@
 #include <string_view>
 
 #include "shared/json.h"
-#include "shared/utf8.h"
 #include "shared/status.h"
+#include "shared/utf8.h"
 
 namespace quiver {
 
@@ -58,6 +58,5 @@ Result<std::string> canonical_number(double value);
 // How many bytes `text` takes as a canonical JSON string, quotes included. `text` is assumed to
 // be valid UTF-8 (escaping depends only on single bytes below 0x80).
 std::size_t canonical_string_size(std::string_view text);
-
 
 }  // namespace quiver

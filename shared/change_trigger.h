@@ -13,7 +13,7 @@
 //   pending()                                        the follow-ups to look at on the next tick
 //   satisfied_by(stored meta, T, config_hash)        true: report kStoredAfterChange
 //   on_checked(follow-up, what the host saw, now)    kDone, kDropped, kWait or kGiveUp
-// The host (native-agent/triggers.cpp) holds the lock, reads the meta, refreshes directly
+// The host (native-agent/engine/triggers.cpp) holds the lock, reads the meta, refreshes directly
 // while not satisfied (the queue's gate may still be taken by a request already handled; the lease
 // keeps agents that all saw the change from listing twice), counts and logs.
 #pragma once

@@ -6,9 +6,9 @@
 #include <utility>
 
 #include "shared/canonical_json.h"
+#include "shared/fingerprint.h"
 #include "shared/numbers.h"
 #include "shared/render_cache.h"
-#include "shared/fingerprint.h"
 #include "shared/sha256.h"
 
 namespace quiver {

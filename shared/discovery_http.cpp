@@ -243,8 +243,7 @@ QueryParams parse_query_params(std::string_view text, std::initializer_list<cons
   return q;
 }
 
-std::optional<std::size_t> parse_count_param(std::string_view s, std::size_t min,
-                                             std::size_t max) {
+std::optional<std::size_t> parse_count_param(std::string_view s, std::size_t min, std::size_t max) {
   if (s.empty() || s.size() > 6) return std::nullopt;
   std::size_t v = 0;
   for (char c : s) {
@@ -346,12 +345,21 @@ DiscoveryStep DiscoveryExchange::start(const HttpRequest& request, const CallerA
   const SharedRouteMatch match = match_shared_route(request.path);
   const std::string_view raw_id = match.raw_id;
   switch (match.route) {
-    case SharedRoute::kManifests: route_ = Route::kManifests; break;
-    case SharedRoute::kSearch: route_ = Route::kSearch; break;
-    case SharedRoute::kConnectionManifest: route_ = Route::kConnectionManifest; break;
-    case SharedRoute::kRefresh: route_ = Route::kRefresh; break;
+    case SharedRoute::kManifests:
+      route_ = Route::kManifests;
+      break;
+    case SharedRoute::kSearch:
+      route_ = Route::kSearch;
+      break;
+    case SharedRoute::kConnectionManifest:
+      route_ = Route::kConnectionManifest;
+      break;
+    case SharedRoute::kRefresh:
+      route_ = Route::kRefresh;
+      break;
     case SharedRoute::kWebhook:
-    case SharedRoute::kNone: return fail(HttpErrorCode::kNotFound, "no such endpoint");
+    case SharedRoute::kNone:
+      return fail(HttpErrorCode::kNotFound, "no such endpoint");
   }
   if (!shared_route_allows(match.route, request.method)) {
     head_ = false;

@@ -327,7 +327,8 @@ Result<RedisCommand> webhook_refresh_command(const RedisKeys& keys, const Webhoo
 }
 
 Result<WebhookRefreshReply> parse_webhook_refresh_reply(const RespValue& reply) {
-  if (reply.is_error()) return Error(ErrorCode::kStoreUnavailable, "webhook: Redis error: " + reply.str);
+  if (reply.is_error())
+    return Error(ErrorCode::kStoreUnavailable, "webhook: Redis error: " + reply.str);
   auto bad = [&](const std::string& what) {
     return Error(ErrorCode::kInvalidReply, "webhook reply: " + what);
   };

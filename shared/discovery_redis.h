@@ -53,8 +53,8 @@ Result<RedisCommand> discovery_read_command(const RedisKeys& keys, const Princip
                                             const SnapshotQuery& query = {});
 
 // The snapshot in the script's reply. `member` is the caller the command was built for.
-// kStoreUnavailable for a Redis error reply (e.g. NOSCRIPT, OOM, a script error); kStoreNotReady when
-// the namespace record is absent or not `ready` (the data was lost; an agent restores it);
+// kStoreUnavailable for a Redis error reply (e.g. NOSCRIPT, OOM, a script error); kStoreNotReady
+// when the namespace record is absent or not `ready` (the data was lost; an agent restores it);
 // kInvalidReply for any shape mismatch, naming the element.
 Result<DiscoverySnapshot> decode_discovery_reply(const RespValue& reply, const Principal& member);
 
@@ -110,8 +110,8 @@ struct WebhookRefreshReply {
   std::vector<WebhookRefreshResult> results;
 };
 
-// kStoreUnavailable for a Redis error reply, kStoreNotReady when the namespace record is not `ready`
-// (nothing was done, not even the replay guard), kInvalidReply for any other shape.
+// kStoreUnavailable for a Redis error reply, kStoreNotReady when the namespace record is not
+// `ready` (nothing was done, not even the replay guard), kInvalidReply for any other shape.
 Result<WebhookRefreshReply> parse_webhook_refresh_reply(const RespValue& reply);
 
 // EVAL schema/lua/manifest_invalidate.lua: one (connection, principal) marked stale at `now_ms`

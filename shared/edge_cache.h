@@ -1,8 +1,8 @@
 // EdgeCache: the edge's in-isolate L1 cache of discovery reads.
 //
-// Opening a Redis connection dominates an edge request (measured in workerd: ~0.8 ms against ~0.2 ms for
-// the runtime itself), so a hot caller is answered from memory for a short while. The cache holds
-// bytes under a key the host chooses; EdgeService keeps two: the store reads (the discovery
+// Opening a Redis connection dominates an edge request (measured in workerd: ~0.8 ms against ~0.2
+// ms for the runtime itself), so a hot caller is answered from memory for a short while. The cache
+// holds bytes under a key the host chooses; EdgeService keeps two: the store reads (the discovery
 // script's RESP reply, per caller and query), from which answers are rendered afresh, and the
 // rendered answers themselves (per caller and exact request), each fresh only until the first of
 // its entries changes status (`put`'s `fresh_until_ms`), so an entry turning stale is seen as stale

@@ -340,9 +340,9 @@ EdgeStep EdgeService::send(Request& r, EdgeEvent event, std::vector<RedisCommand
     r.fail_fast = true;
     return store_failed(
         r,
-        Error(ErrorCode::kStoreUnavailable, "fail-fast: Redis timed out " +
-                                           std::to_string(r.now_ms - fail_fast_.opened_at_ms()) +
-                                           " ms ago; one probe request is testing it"),
+        Error(ErrorCode::kStoreUnavailable,
+              "fail-fast: Redis timed out " + std::to_string(r.now_ms - fail_fast_.opened_at_ms()) +
+                  " ms ago; one probe request is testing it"),
         r.now_ms);
   }
   // A snapshot read's bytes go to L1 as they came.

@@ -1,12 +1,12 @@
 #include "shared/framing.h"
 
-#include "shared/ascii.h"
-#include "shared/numbers.h"
-#include "shared/canonical_json.h"
-
 #include <algorithm>
 #include <limits>
 #include <utility>
+
+#include "shared/ascii.h"
+#include "shared/canonical_json.h"
+#include "shared/numbers.h"
 
 namespace quiver {
 namespace {

@@ -12,8 +12,21 @@ namespace {
 bool is_tchar(unsigned char c) {
   if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return true;
   switch (c) {
-    case '!': case '#': case '$': case '%': case '&': case '\'': case '*': case '+': case '-':
-    case '.': case '^': case '_': case '`': case '|': case '~':
+    case '!':
+    case '#':
+    case '$':
+    case '%':
+    case '&':
+    case '\'':
+    case '*':
+    case '+':
+    case '-':
+    case '.':
+    case '^':
+    case '_':
+    case '`':
+    case '|':
+    case '~':
       return true;
     default:
       return false;
@@ -215,8 +228,8 @@ Http1Step Http1RequestParser::next() {
         std::string_view digits = line.substr(0, line.find(';'));
         digits = trim_ows(digits);
         if (digits.empty() || digits.size() > 15) {
-          if (digits.size() > 15 && std::all_of(digits.begin(), digits.end(),
-                                                [](char c) { return hex_digit(c) >= 0; })) {
+          if (digits.size() > 15 &&
+              std::all_of(digits.begin(), digits.end(), [](char c) { return hex_digit(c) >= 0; })) {
             return fail(413, "the request body is larger than the limit");
           }
           return fail(400, "a chunk size is not a hexadecimal number");
@@ -319,7 +332,8 @@ Http1Step Http1RequestParser::end_of_head() {
   for (const auto& [name, value] : r.headers) {
     if (!http1_iequals(name, "Content-Encoding")) continue;
     bool other = false;
-    for_each_element(value, [&](std::string_view t) { other = other || !http1_iequals(t, "identity"); });
+    for_each_element(value,
+                     [&](std::string_view t) { other = other || !http1_iequals(t, "identity"); });
     if (other) return fail(415, "a Content-Encoding other than identity is not accepted");
   }
 
@@ -406,34 +420,62 @@ Http1Step Http1RequestParser::finish_request() {
 
 const char* http1_reason(int status) {
   switch (status) {
-    case 100: return "Continue";
-    case 200: return "OK";
-    case 201: return "Created";
-    case 202: return "Accepted";
-    case 204: return "No Content";
-    case 304: return "Not Modified";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 409: return "Conflict";
-    case 411: return "Length Required";
-    case 413: return "Content Too Large";
-    case 414: return "URI Too Long";
-    case 415: return "Unsupported Media Type";
-    case 417: return "Expectation Failed";
-    case 421: return "Misdirected Request";
-    case 429: return "Too Many Requests";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
-    case 502: return "Bad Gateway";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    case 505: return "HTTP Version Not Supported";
-    default: return "Unknown";
+    case 100:
+      return "Continue";
+    case 200:
+      return "OK";
+    case 201:
+      return "Created";
+    case 202:
+      return "Accepted";
+    case 204:
+      return "No Content";
+    case 304:
+      return "Not Modified";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 408:
+      return "Request Timeout";
+    case 409:
+      return "Conflict";
+    case 411:
+      return "Length Required";
+    case 413:
+      return "Content Too Large";
+    case 414:
+      return "URI Too Long";
+    case 415:
+      return "Unsupported Media Type";
+    case 417:
+      return "Expectation Failed";
+    case 421:
+      return "Misdirected Request";
+    case 429:
+      return "Too Many Requests";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 500:
+      return "Internal Server Error";
+    case 501:
+      return "Not Implemented";
+    case 502:
+      return "Bad Gateway";
+    case 503:
+      return "Service Unavailable";
+    case 504:
+      return "Gateway Timeout";
+    case 505:
+      return "HTTP Version Not Supported";
+    default:
+      return "Unknown";
   }
 }
 
@@ -449,7 +491,8 @@ bool http1_response_closes(const Http1Response& response) {
   for (const auto& [name, value] : response.headers) {
     if (!http1_iequals(name, "Connection")) continue;
     bool close = false;
-    for_each_element(value, [&](std::string_view t) { close = close || http1_iequals(t, "close"); });
+    for_each_element(value,
+                     [&](std::string_view t) { close = close || http1_iequals(t, "close"); });
     if (close) return true;
   }
   return false;

@@ -4,7 +4,7 @@
 // Why: the agent's API faces clients it does not control. A parser that buffers a header line
 // until its newline, counts no headers, inflates compressed bodies or reads a chunked body without
 // a bound lets one client hold gigabytes before any authentication runs. Every bound is here, in
-// one place, decided from the bytes alone (h11's model): the host (native-agent/http_front.h)
+// one place, decided from the bytes alone (h11's model): the host (native-agent/api/http_front.h)
 // only moves bytes, keeps the clocks and writes what the parser decides.
 //
 // What it bounds and refuses (each refusal is an `Http1Failure` with the status to answer, after
@@ -101,8 +101,16 @@ class Http1RequestParser {
   const Http1Limits& limits() const { return limits_; }
 
  private:
-  enum class State { kRequestLine, kHeaders, kBody, kChunkSize, kChunkData, kChunkEnd, kTrailers,
-                     kFailed };
+  enum class State {
+    kRequestLine,
+    kHeaders,
+    kBody,
+    kChunkSize,
+    kChunkData,
+    kChunkEnd,
+    kTrailers,
+    kFailed
+  };
 
   Http1Step fail(int status, std::string message);
   // One line from buf_ (without its "\n" and one "\r" before it), or false when it is not

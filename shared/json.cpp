@@ -220,9 +220,9 @@ Result<Json> parse_json(std::string_view text, const JsonParseOptions& options) 
   }
   Json value;
   BoundedDomBuilder builder(value, options.max_depth, options.keep_number_literals);
-  const bool ok = Json::sax_parse(text.begin(), text.end(), &builder,
-                                  nlohmann::detail::input_format_t::json, /*strict=*/true,
-                                  options.allow_comments);
+  const bool ok =
+      Json::sax_parse(text.begin(), text.end(), &builder, nlohmann::detail::input_format_t::json,
+                      /*strict=*/true, options.allow_comments);
   if (ok) {
     // `-0` came through as the integer 0: keep it as written (a literal).
     if (options.keep_number_literals && may_hold_negative_zero(text)) {
@@ -235,16 +235,17 @@ Result<Json> parse_json(std::string_view text, const JsonParseOptions& options) 
     if (std::optional<Json> kept = parse_with_overflow_literals(text, options)) return *kept;
   }
   if (builder.too_deep()) {
-    return Error(ErrorCode::kInvalidArgument, "JSON nested deeper than " +
-                                                  std::to_string(options.max_depth) +
-                                                  " levels (the limit)");
+    return Error(
+        ErrorCode::kInvalidArgument,
+        "JSON nested deeper than " + std::to_string(options.max_depth) + " levels (the limit)");
   }
   // "malformed JSON at line 1, column 13 (byte 13): syntax error while parsing value - ..."
   std::string where = sanitized_parse_error(builder.what());
   const std::string byte = "byte " + std::to_string(builder.position());
   const std::size_t colon = where.find(':');
-  where = colon == std::string::npos ? byte + where
-                                     : where.substr(0, colon) + " (" + byte + ")" + where.substr(colon);
+  where = colon == std::string::npos
+              ? byte + where
+              : where.substr(0, colon) + " (" + byte + ")" + where.substr(colon);
   return Error(ErrorCode::kInvalidArgument, "malformed JSON at " + where);
 }
 

@@ -56,7 +56,7 @@ inline constexpr std::size_t kMaxJsonBytes = 16u << 20;
 struct JsonParseOptions {
   std::size_t max_bytes = kMaxJsonBytes;
   std::size_t max_depth = kMaxJsonDepth;
-  bool allow_comments = false;  // `//` and `/* */` (the configuration file only)
+  bool allow_comments = false;        // `//` and `/* */` (the configuration file only)
   bool keep_number_literals = false;  // see "Numbers kept as written"
 };
 

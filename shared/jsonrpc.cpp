@@ -13,9 +13,7 @@ Error invalid(std::string what) {
   return Error(ErrorCode::kInvalidReply, "not a JSON-RPC 2.0 message: " + std::move(what));
 }
 
-std::string dump(const Json& j) {
-  return serialize_json(j);
-}
+std::string dump(const Json& j) { return serialize_json(j); }
 
 }  // namespace
 
@@ -129,9 +127,12 @@ std::string encode_error(const Json& id, int64_t code, std::string_view message)
 
 std::string describe(const JsonRpcMessage& m) {
   switch (m.kind) {
-    case JsonRpcKind::kRequest: return "request " + dump(m.id) + " " + m.method;
-    case JsonRpcKind::kNotification: return "notification " + m.method;
-    case JsonRpcKind::kResult: return "result for " + dump(m.id);
+    case JsonRpcKind::kRequest:
+      return "request " + dump(m.id) + " " + m.method;
+    case JsonRpcKind::kNotification:
+      return "notification " + m.method;
+    case JsonRpcKind::kResult:
+      return "result for " + dump(m.id);
     case JsonRpcKind::kError:
       return "error " + std::to_string(m.error.code) + " for " + dump(m.id);
   }
@@ -162,7 +163,8 @@ std::optional<int64_t> unreadable_response_id(std::string_view text) {
       return scalar();
     }
     bool number_unsigned(number_unsigned_t v) {
-      if (id_next && depth == 1 && v <= static_cast<number_unsigned_t>(std::numeric_limits<int64_t>::max())) {
+      if (id_next && depth == 1 &&
+          v <= static_cast<number_unsigned_t>(std::numeric_limits<int64_t>::max())) {
         id = static_cast<int64_t>(v);
       }
       return scalar();

@@ -125,8 +125,8 @@ Result<RedisCommand> record_failure_command(const LeaseKeys& keys, const Lease& 
                                             const FencedWriteOptions& options);
 
 // The argument checks of the commands above without the commands: a store that runs the same
-// steps without Redis (native-agent/sqlite_store.h) checks exactly what the scripts' callers do.
-// kInvalidArgument, with the message the command builder gives.
+// steps without Redis (native-agent/store/sqlite_store.h) checks exactly what the scripts' callers
+// do. kInvalidArgument, with the message the command builder gives.
 Status validate_acquire(std::string_view token, int64_t lease_ms);
 Status validate_renew(const Lease& lease, int64_t lease_ms);
 Status validate_release(const Lease& lease);

@@ -21,9 +21,10 @@ enum class ListKind { kTools = 0, kResources, kResourceTemplates, kPrompts };
 inline constexpr int kListKindCount = 4;
 
 // The JSON-RPC method and the result array field of each list.
-const char* list_method(ListKind kind);       // "tools/list", ...
-const char* list_result_field(ListKind kind);  // "tools", "resources", "resourceTemplates", "prompts"
-const char* list_kind_name(ListKind kind);     // "tools", "resources", "resource_templates", "prompts"
+const char* list_method(ListKind kind);  // "tools/list", ...
+const char* list_result_field(
+    ListKind kind);                         // "tools", "resources", "resourceTemplates", "prompts"
+const char* list_kind_name(ListKind kind);  // "tools", "resources", "resource_templates", "prompts"
 
 enum class ListState {
   kNotListed = 0,  // not attempted (yet)
@@ -37,8 +38,8 @@ const char* list_state_name(ListState state);  // "not_listed", "ok", "absent", 
 // MCP 2026-07-28 cache hints, combined over pages: the shortest ttlMs wins, one private page
 // makes the whole list private.
 struct CacheHints {
-  std::optional<int64_t> ttl_ms;            // absent: the server gave no hint
-  std::optional<std::string> cache_scope;   // "public" | "private"
+  std::optional<int64_t> ttl_ms;           // absent: the server gave no hint
+  std::optional<std::string> cache_scope;  // "public" | "private"
 };
 
 struct ListOutcome {
@@ -50,7 +51,7 @@ struct ListOutcome {
 };
 
 struct Listing {
-  std::string protocol_version;  // negotiated, e.g. "2025-11-25"
+  std::string protocol_version;               // negotiated, e.g. "2025-11-25"
   Json server_info = Json::object();          // initialize result's serverInfo, as sent
   Json server_capabilities = Json::object();  // initialize result's capabilities, as sent
   std::optional<std::string> instructions;

@@ -23,7 +23,7 @@ inline constexpr std::size_t kEllipsisBytes = 3;
 inline constexpr std::size_t kHashChars = 50;  // "sha256-" + 43
 
 inline constexpr ListKind kAllKinds[] = {ListKind::kTools, ListKind::kResources,
-                                  ListKind::kResourceTemplates, ListKind::kPrompts};
+                                         ListKind::kResourceTemplates, ListKind::kPrompts};
 
 // ---- Peer field reading (mcp_definitions.cpp) ----
 

@@ -226,7 +226,8 @@ Status list_from_json(const Json& manifest, ListKind kind, ManifestList<T>* list
       message = json_string(*e, "message");
     }
     if (!at || !code || !message) {
-      return bad(where, "'kept' needs 'listed_at' and an 'error' with a known 'code' and a 'message'");
+      return bad(where,
+                 "'kept' needs 'listed_at' and an 'error' with a known 'code' and a 'message'");
     }
     list->kept = KeptList{*at, Error(*code, *message)};
   }
@@ -290,8 +291,8 @@ Json manifest_to_json(const Manifest& m) {
       l["error"] = error_to_json(list.error.value_or(Error(ErrorCode::kUnknown, "")));
       if (list.partial_items > 0) l["partial_items"] = list.partial_items;
     } else if (list.kept) {
-      l["kept"] = Json{{"listed_at", list.kept->listed_at_ms},
-                       {"error", error_to_json(list.kept->error)}};
+      l["kept"] =
+          Json{{"listed_at", list.kept->listed_at_ms}, {"error", error_to_json(list.kept->error)}};
     }
     l["cache"] = cache_to_json(list.cache);
     j[list_kind_name(kind)] = std::move(l);

@@ -441,11 +441,10 @@ void McpSession::expire(int64_t now_ms) {
       }
       case Purpose::kInitialize:
         abandon(id, "timeout", /*cancel=*/false);  // initialize must not be cancelled
-        shut_down(
-            I::kFail,
-            Error(ErrorCode::kTimeout, "initialize: no answer within " +
-                                           std::to_string(handshake_timeout_ms()) + " ms"),
-            Error(), now_ms);
+        shut_down(I::kFail,
+                  Error(ErrorCode::kTimeout, "initialize: no answer within " +
+                                                 std::to_string(handshake_timeout_ms()) + " ms"),
+                  Error(), now_ms);
         break;
       case Purpose::kListPage: {
         abandon(id, "timeout", /*cancel=*/true);
@@ -596,8 +595,7 @@ void McpSession::dispatch_response(int64_t id, JsonRpcMessage& message, int64_t 
       if (ok) {
         on_initialize_result(message.result, now_ms);
       } else if (message.error.code == kMcpUnsupportedProtocolVersion &&
-                 policy_ == EraPolicy::kProbe && !rediscovered_ &&
-                 !modern_versions_.empty()) {
+                 policy_ == EraPolicy::kProbe && !rediscovered_ && !modern_versions_.empty()) {
         // A 2026-07-28 server refusing initialize: the probe only gave up too early (a slow
         // start). It is modern: discover again, once, with the request deadline.
         rediscovered_ = true;
@@ -624,12 +622,11 @@ void McpSession::dispatch_response(int64_t id, JsonRpcMessage& message, int64_t 
       if (ok) {
         on_listen_ended(std::nullopt);
       } else {
-        on_listen_ended(Error(message.error.code == kJsonRpcMethodNotFound
-                                  ? ErrorCode::kMethodNotFound
-                                  : ErrorCode::kUpstreamError,
-                              "subscriptions/listen: upstream error " +
-                                  std::to_string(message.error.code) + ": " +
-                                  clip(message.error.message, config_.max_error_message_chars)));
+        on_listen_ended(
+            Error(message.error.code == kJsonRpcMethodNotFound ? ErrorCode::kMethodNotFound
+                                                               : ErrorCode::kUpstreamError,
+                  "subscriptions/listen: upstream error " + std::to_string(message.error.code) +
+                      ": " + clip(message.error.message, config_.max_error_message_chars)));
       }
       return;
   }
@@ -857,12 +854,12 @@ void McpSession::on_page_result(ListKind kind, Json& result, std::size_t wire_by
   // The budget counts every page that arrives, even one that turns out malformed.
   listing_bytes_ += wire_bytes;
   if (listing_bytes_ > config_.max_listing_bytes) {
-    return fail_list(kind,
-                     Error(ErrorCode::kTooLarge,
-                           method + ": the listing's pages exceed its byte budget of " +
-                               std::to_string(config_.max_listing_bytes) + " bytes (" +
-                               std::to_string(listing_bytes_) + " received)"),
-                     now_ms);
+    return fail_list(
+        kind,
+        Error(ErrorCode::kTooLarge, method + ": the listing's pages exceed its byte budget of " +
+                                        std::to_string(config_.max_listing_bytes) + " bytes (" +
+                                        std::to_string(listing_bytes_) + " received)"),
+        now_ms);
   }
   if (!result.is_object()) return invalid("the result is not an object");
   if (era_ == ProtocolEra::kModern) {

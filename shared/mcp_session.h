@@ -38,10 +38,11 @@
 //   `initialize`. A slow-starting modern server is not mistaken for legacy: a DiscoverResult to
 //   the given-up probe that arrives while `initialize` runs is accepted (the initialize is
 //   abandoned), and -32022 (UnsupportedProtocolVersion) in answer to `initialize` means "modern":
-//   `server/discover` is sent once more, with the request deadline, and no further fallback. The era is a property of the server: `era()` reports it so the host can
-//   cache it and pass EraPolicy::kLegacy / kModern to the next session for that server. With
-//   kModern, server/discover is the handshake and has `handshake_timeout_ms`. `sent_initialize()`
-//   tells the host that a modern session also received `initialize` (a mixed session).
+//   `server/discover` is sent once more, with the request deadline, and no further fallback. The
+//   era is a property of the server: `era()` reports it so the host can cache it and pass
+//   EraPolicy::kLegacy / kModern to the next session for that server. With kModern, server/discover
+//   is the handshake and has `handshake_timeout_ms`. `sent_initialize()` tells the host that a
+//   modern session also received `initialize` (a mixed session).
 // Not implemented from 2026-07-28: MRTR input (we never supply input). `subscriptions/listen`
 // is: see "Listening" below.
 //
@@ -136,7 +137,7 @@ struct McpSessionConfig {
   std::vector<std::string> protocol_versions = {"2026-07-28", "2025-11-25", "2025-06-18",
                                                 "2025-03-26", "2024-11-05"};
   EraPolicy era = EraPolicy::kProbe;
-  int64_t request_timeout_ms = 3000;   // each request (initialize, each page)
+  int64_t request_timeout_ms = 3000;  // each request (initialize, each page)
   // `initialize` alone (0: request_timeout_ms): a host with a start-up budget gives a server that
   // is still starting (a stdio child, a cold remote) that long to answer its first request.
   int64_t handshake_timeout_ms = 0;
@@ -217,7 +218,7 @@ class McpSession {
     Error error;
   };
   struct Closed {};
-  struct ListenEnded {  // the subscriptions/listen request was answered or failed
+  struct ListenEnded {           // the subscriptions/listen request was answered or failed
     std::optional<Error> error;  // nullopt: the server ended it with a result
   };
   using Event = std::variant<ListingReady, ListChanged, Failed, Closed, ListenEnded>;
@@ -256,7 +257,9 @@ class McpSession {
   const std::string& protocol_version() const { return protocol_version_; }
   std::optional<ProtocolEra> era() const { return era_; }
   // The handshake is running (discover or initialize in flight).
-  bool starting() const { return state_ == SessionState::kDiscovering || state_ == SessionState::kInitializing; }
+  bool starting() const {
+    return state_ == SessionState::kDiscovering || state_ == SessionState::kInitializing;
+  }
   // A legacy `initialize` went out on this session (the probe gave up, or the era is legacy).
   // With era() modern, the server saw both eras: a 2026-07-28 SDK then treats the session as a
   // 2025 one (no cache hints on its answers), and the host should replace it with a clean one.
@@ -353,7 +356,7 @@ class McpSession {
   bool rediscovered_ = false;  // initialize was refused with -32022: discovering once more
   bool sent_initialize_ = false;
   McpSessionStats stats_;
-  bool discover_retried_ = false;  // -32022 with a version we speak: discover once more
+  bool discover_retried_ = false;     // -32022 with a version we speak: discover once more
   std::optional<int64_t> listen_id_;  // subscriptions/listen part
   bool listen_acknowledged_ = false;
   int64_t listen_acks_ = 0;

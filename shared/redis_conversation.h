@@ -1,7 +1,7 @@
 // RedisConversation: what Quiver says to Redis on one connection and how it reads the answers,
 // without the connection. Both hosts drive it: the edge (shared/edge_service.cpp) with the bytes
-// worker.mjs moves over its socket, the agent's Redis store (native-agent/redis_store.cpp) with
-// the replies hiredis decodes.
+// worker.mjs moves over its socket, the agent's Redis store (native-agent/store/redis_store.cpp)
+// with the replies hiredis decodes.
 //
 // Why one piece: the rules of the conversation are the same at both hosts and easy to get subtly
 // wrong twice: AUTH goes first on a new connection and its refusal is told apart from a Redis that
@@ -44,8 +44,9 @@ struct RedisCredentials {
 };
 
 // A Redis error reply as an Error. States that pass (a restart loading its data, a busy script, a
-// replica, memory full) are kStoreUnavailable like a dropped connection; a refusal of our credentials
-// or rights is kUnauthenticated; the rest are our bugs (kInternal). `what` names the operation.
+// replica, memory full) are kStoreUnavailable like a dropped connection; a refusal of our
+// credentials or rights is kUnauthenticated; the rest are our bugs (kInternal). `what` names the
+// operation.
 Error redis_reply_error(const RespValue& reply, std::string_view what);
 
 // AUTH's reply when it is not +OK: WRONGPASS or an ACL refusal is about the credentials

@@ -7,7 +7,7 @@
 // record, both) and whether the lease is renewed first or released with the write. They depend
 // only on the listing, the stored meta, the connection's config_hash, the policy and the time, so
 // they live here and are tested without a store or an upstream; the native agent
-// (native-agent/refresh_runner.cpp) only reads, lists, writes, counts and logs.
+// (native-agent/engine/refresh_runner.cpp) only reads, lists, writes, counts and logs.
 //
 // The host's sequence:
 //   acquire the lease            (held elsewhere: refresh_outcome kInProgress)

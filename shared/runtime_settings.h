@@ -1,9 +1,9 @@
 // The runtime settings, one table for both hosts: each setting's name in the agent's
 // `quiver.runtime` section, its environment variable, default, bounds, unit and the hosts that
-// read it. The agent's config parser (native-agent/config_runtime.cpp) and the edge's environment
-// parser (shared/edge_service.cpp, edge_settings_from_env) both take the bounds and the number
-// syntax from here, so a value is valid for both hosts or for neither. The README's runtime table
-// lists exactly these rows (tests/shared/runtime_settings_test.cpp checks it).
+// read it. The agent's config parser (native-agent/base/config_runtime.cpp) and the edge's
+// environment parser (shared/edge_service.cpp, edge_settings_from_env) both take the bounds and the
+// number syntax from here, so a value is valid for both hosts or for neither. The README's runtime
+// table lists exactly these rows (tests/shared/runtime_settings_test.cpp checks it).
 #pragma once
 
 #include <cstdint>

@@ -19,19 +19,19 @@ enum class ErrorCode {
   kInvalidArgument,  // the caller handed us something malformed (bad JSON, bad config)
   kTooLarge,         // input or output over a configured bound
   kNotFound,
-  kMethodNotFound,   // JSON-RPC -32601 from an upstream: "has none", not a failure
-  kTimeout,          // a deadline passed
-  kTransport,        // the bytes did not arrive (closed pipe, reset, HTTP status)
-  kProtocol,         // the peer broke the protocol (wrong version, bad sequence)
-  kInvalidReply,     // the peer's reply is not what the protocol allows
-  kUpstreamError,    // the upstream answered with a JSON-RPC error other than -32601
+  kMethodNotFound,       // JSON-RPC -32601 from an upstream: "has none", not a failure
+  kTimeout,              // a deadline passed
+  kTransport,            // the bytes did not arrive (closed pipe, reset, HTTP status)
+  kProtocol,             // the peer broke the protocol (wrong version, bad sequence)
+  kInvalidReply,         // the peer's reply is not what the protocol allows
+  kUpstreamError,        // the upstream answered with a JSON-RPC error other than -32601
   kUpstreamUnavailable,  // an upstream retried on a fresh session and still failing
   kStoreUnavailable,     // the cache store (Redis, SQLite) cannot be reached or refused the op
   kResourceUnavailable,  // the host lacks a local resource: entropy, a listening address
-  kConflict,         // lease held elsewhere, fence or config_hash mismatch
+  kConflict,             // lease held elsewhere, fence or config_hash mismatch
   kUnauthenticated,
   kInternal,
-  kStoreNotReady,    // the store answers, but holds no initialised namespace (wiped, restoring)
+  kStoreNotReady,  // the store answers, but holds no initialised namespace (wiped, restoring)
 };
 
 // Stable, upper-case name of a code, as used in JSON error bodies, logs and metric labels.
@@ -53,8 +53,8 @@ struct Error {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}       // NOLINT(google-explicit-constructor)
-  Result(Error error) : v_(std::move(error)) {}   // NOLINT(google-explicit-constructor)
+  Result(T value) : v_(std::move(value)) {}      // NOLINT(google-explicit-constructor)
+  Result(Error error) : v_(std::move(error)) {}  // NOLINT(google-explicit-constructor)
 
   bool ok() const { return v_.index() == 0; }
   explicit operator bool() const { return ok(); }

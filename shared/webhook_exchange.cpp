@@ -49,9 +49,9 @@ HttpResponse webhook_replay_response() {
 }
 
 HttpResponse webhook_store_failed_response(const Error& error) {
-  return error_response(HttpErrorCode::kStoreUnavailable,
-                        std::string(store_unavailable_message(error)) +
-                            "; the webhook was not applied");
+  return error_response(
+      HttpErrorCode::kStoreUnavailable,
+      std::string(store_unavailable_message(error)) + "; the webhook was not applied");
 }
 
 HttpResponse webhook_accepted_response(const std::vector<WebhookRefreshResult>& results) {

@@ -55,7 +55,8 @@ WebhookCheck check_webhook(const HttpRequest& request, const std::vector<std::st
 
 // Step 6's answers.
 HttpResponse webhook_replay_response();
-HttpResponse webhook_store_failed_response(const Error& error);  // 503, saying why (down / being restored)
+HttpResponse webhook_store_failed_response(
+    const Error& error);  // 503, saying why (down / being restored)
 HttpResponse webhook_accepted_response(const std::vector<WebhookRefreshResult>& results);
 
 }  // namespace quiver

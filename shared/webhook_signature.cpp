@@ -97,9 +97,8 @@ Result<std::string> sign_webhook_v1(std::string_view secret, std::string_view bo
 // ---- verification ------------------------------------------------------------------------------
 
 Result<WebhookVerified> verify_webhook(std::string_view header, std::string_view body,
-                                       const std::vector<std::string>& secrets,
-                                       std::string_view ns, int64_t now_ms,
-                                       int64_t tolerance_ms) {
+                                       const std::vector<std::string>& secrets, std::string_view ns,
+                                       int64_t now_ms, int64_t tolerance_ms) {
   if (Status s = check_secrets(secrets); !s.ok()) return s.error();
   if (Status s = validate_namespace(ns); !s.ok()) return s.error();
   if (tolerance_ms <= 0) return invalid("webhook tolerance must be positive");

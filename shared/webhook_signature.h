@@ -57,8 +57,7 @@ Result<std::string> sign_webhook(const std::vector<std::string>& secrets, std::s
 Result<std::string> sign_webhook(std::string_view secret, std::string_view ns,
                                  std::string_view body, int64_t now_ms);
 // The deprecated form (`v1=`, no namespace), for senders and tests of the transition only.
-Result<std::string> sign_webhook_v1(std::string_view secret, std::string_view body,
-                                    int64_t now_ms);
+Result<std::string> sign_webhook_v1(std::string_view secret, std::string_view body, int64_t now_ms);
 
 struct WebhookVerified {
   int64_t timestamp_ms = 0;  // the signed `t`, in ms
@@ -84,8 +83,8 @@ struct WebhookVerified {
 // zeros; `v2` and (deprecated) `v1` 1..8 times together, 64 hex digits (either case); other keys
 // (future schemes) ignored. A v2 signature made for another namespace does not match.
 Result<WebhookVerified> verify_webhook(std::string_view header, std::string_view body,
-                                       const std::vector<std::string>& secrets,
-                                       std::string_view ns, int64_t now_ms,
+                                       const std::vector<std::string>& secrets, std::string_view ns,
+                                       int64_t now_ms,
                                        int64_t tolerance_ms = kDefaultWebhookToleranceMs);
 
 // ---- the body ----------------------------------------------------------------------------------

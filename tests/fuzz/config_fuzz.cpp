@@ -1,5 +1,5 @@
-// Fuzzes the agent's configuration parser (native-agent/config.h: parse_config) from text, with
-// a fake environment and secret-file reader: nothing touches the real file system. Input: the
+// Fuzzes the agent's configuration parser (native-agent/base/config.h: parse_config) from text,
+// with a fake environment and secret-file reader: nothing touches the real file system. Input: the
 // config text, optionally followed by a NUL byte and "NAME=value" lines that extend the
 // environment (QUIVER_* overrides included). An accepted configuration must keep its promises:
 // every connection's id is valid and unique, upstream_for works for each of its principals, and
@@ -12,7 +12,7 @@
 #include <string>
 #include <string_view>
 
-#include "native-agent/config.h"
+#include "native-agent/base/config.h"
 #include "tests/fuzz/fuzz_support.h"
 
 namespace quiver {

@@ -312,8 +312,7 @@ void hand_written() {
   write_seed("resp", "nested", "*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n");
   // webhook: "<header>\n<body>"
   auto sig = sign_webhook("fuzz-webhook-secret-0123456789abcdef", "default",
-                          R"({"connection_id":"docs"})",
-                          1800000000000);
+                          R"({"connection_id":"docs"})", 1800000000000);
   write_seed("webhook", "signed", (sig.ok() ? *sig : "") + "\n" + R"({"connection_id":"docs"})");
   write_seed("webhook", "list",
              "t=1800000000,v1=" + std::string(64, 'a') + ",v1=" + std::string(64, 'B') + ",v0=x\n" +

@@ -9,8 +9,8 @@
 #include <string_view>
 #include <vector>
 
-#include "native-agent/config.h"
-#include "native-agent/url_guard.h"
+#include "native-agent/base/config.h"
+#include "native-agent/base/url_guard.h"
 #include "tests/fuzz/fuzz_support.h"
 
 namespace quiver {

@@ -3,7 +3,7 @@
 // decide what is written; preferences survive upstream churn and reach the store's overlay
 // without a re-listing; list_changed, the revalidation stream and the maintenance loop trigger
 // refreshes; no secret reaches Redis, SQLite, the logs or the metrics.
-#include "native-agent/agent.h"
+#include "native-agent/engine/agent.h"
 
 #include <algorithm>
 #include <atomic>
@@ -23,12 +23,12 @@
 #include <sqlite3.h>
 #include <sys/stat.h>
 
-#include "native-agent/api_server.h"
-#include "native-agent/child_process.h"
-#include "native-agent/metrics.h"
-#include "native-agent/preferences_db.h"
-#include "native-agent/redis_store.h"
-#include "native-agent/sqlite_store.h"
+#include "native-agent/api/api_server.h"
+#include "native-agent/engine/metrics.h"
+#include "native-agent/store/preferences_db.h"
+#include "native-agent/store/redis_store.h"
+#include "native-agent/store/sqlite_store.h"
+#include "native-agent/upstream/child_process.h"
 #include "shared/caller_token.h"
 #include "shared/lease.h"
 #include "shared/manifest.h"
@@ -430,8 +430,9 @@ TEST(AgentRedis, ConfigChangeMidListingRefusesTheWriteAndRemovedConnectionsGo) {
   RedisServer redis;
   ASSERT_TRUE(redis.ok()) << redis.error();
   TempDir dir;
-  Json servers = {{"t", upstream_server({"--delay-ms", "1500", "--stats-file", dir.path("t.stats")})},
-                  {"gone", upstream_server({})}};
+  Json servers = {
+      {"t", upstream_server({"--delay-ms", "1500", "--stats-file", dir.path("t.stats")})},
+      {"gone", upstream_server({})}};
   LogCapture log_a, log_b;
   AgentConfig old_cfg = make_config(dir, servers, {{"redis", redis_url(redis)}}, {}, "a");
   auto a = make_agent(old_cfg, manual_options(log_a));
@@ -628,7 +629,8 @@ TEST(AgentRedis, TwoAgentsShareOnePreferenceAuthority) {
     Result<RefreshReport> r = agent.refresh_now("t", shared, "manual");
     EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().message) << log.all();
     EXPECT_TRUE(!r.ok() || r->committed)
-        << r->outcome << ": " << (r->error ? r->error->message : "") << "\n" << log.all();
+        << r->outcome << ": " << (r->error ? r->error->message : "") << "\n"
+        << log.all();
     return r.ok() && r->committed;
   };
   auto a = start("data-a");
@@ -839,7 +841,8 @@ TEST(AgentPreferences, UpstreamOfflineKeepsKnownCapabilitiesAndTheLastGoodManife
   EXPECT_TRUE(log.contains("refresh of t (shared) (manual) failed"));
 }
 
-// ---- hostile upstreams (issue 9, issue 10) -------------------------------------------------------
+// ---- hostile upstreams (issue 9, issue 10)
+// -------------------------------------------------------
 
 // The stored manifest's tools list: its state and error message ("" when none).
 std::pair<ListState, std::string> tools_state(ManifestStore& store, const std::string& cid) {
@@ -1012,8 +1015,8 @@ void a_failed_list_never_poses_as_data(Json quiver) {
   EXPECT_NE(meta->error_code, "");                       // the connection records the error
   EXPECT_GE(meta->error_at_ms, meta->fetched_at_ms);
   EXPECT_NE(meta->error_message.find("prompts/list"), std::string::npos);
-  Classification c = classify(cache_entry_meta(*meta), FreshnessPolicy{}, cfg.connections[0].config_hash,
-                              system_clock_ms()());
+  Classification c = classify(cache_entry_meta(*meta), FreshnessPolicy{},
+                              cfg.connections[0].config_hash, system_clock_ms()());
   EXPECT_EQ(c.state, Freshness::kStale);
   EXPECT_TRUE(c.last_refresh_failed);
   Json shown = shown_entry(store, "alice", "t", DiscoveryView::kMcp);
@@ -1111,8 +1114,9 @@ TEST(AgentFidelity, ASlowServerIsNotFreshAndEmpty) {
   LogCapture log;
   TestUpstreamHttp http({"--delay-ms", "5000"});
   ASSERT_TRUE(http.ok()) << http.error();
-  AgentConfig cfg = make_config(dir, {{"slow", {{"url", http.url()}}}},
-                                {{"allow_private_upstreams", true}, {"grants", {{"alice", {"slow"}}}}});
+  AgentConfig cfg =
+      make_config(dir, {{"slow", {{"url", http.url()}}}},
+                  {{"allow_private_upstreams", true}, {"grants", {{"alice", {"slow"}}}}});
   cfg.runtime.list_timeout_ms = 1500;
   cfg.runtime.request_timeout_ms = 1000;
   auto agent = make_agent(cfg, manual_options(log));
@@ -1129,7 +1133,8 @@ TEST(AgentFidelity, ASlowServerIsNotFreshAndEmpty) {
   Json shown = shown_entry(agent->store(), "alice", "slow", DiscoveryView::kMcp);
   EXPECT_EQ(shown["status"], "stale") << shown.dump();
   EXPECT_NE(shown["mcp"], Json::object());
-  for (const char* method : {"tools/list", "resources/list", "resources/templates/list", "prompts/list"}) {
+  for (const char* method :
+       {"tools/list", "resources/list", "resources/templates/list", "prompts/list"}) {
     EXPECT_EQ(shown["mcp"][method]["error"]["code"], "TIMEOUT") << method << ": " << shown.dump();
   }
   EXPECT_EQ(shown["error"]["code"], "TIMEOUT");
@@ -1153,9 +1158,9 @@ TEST(AgentFidelity, ASlowStartingStdioServerIsListedWithTheDefaults) {
                   test_upstream_js(), spawns}}};
   };
   // The defaults are the point: an empty `runtime` keeps make_config's test deadlines out.
-  AgentConfig cfg = make_config(dir, {{"slow", sleepy()}, {"strict", sleepy()}},
-                                {{"runtime", Json::object()},
-                                 {"connections", {{"strict", {{"startup_timeout_ms", 0}}}}}});
+  AgentConfig cfg = make_config(
+      dir, {{"slow", sleepy()}, {"strict", sleepy()}},
+      {{"runtime", Json::object()}, {"connections", {{"strict", {{"startup_timeout_ms", 0}}}}}});
   EXPECT_EQ(cfg.runtime.list_timeout_ms, 3500);
   EXPECT_EQ(cfg.runtime.request_timeout_ms, 3000);
   EXPECT_EQ(cfg.runtime.startup_timeout_ms, 30000);
@@ -1200,11 +1205,11 @@ TEST(AgentHostile, HostileListingsFailAndKeepTheLastGoodManifest) {
   TempDir dir;
   std::string ctl = dir.path("ctl");
   LogCapture log;
-  AgentConfig cfg = make_config(
-      dir,
-      {{"h", upstream_server({"--tools", "2000", "--page-size", "10", "--control", ctl,
-                              "--stats-file", dir.path("h.stats")})}},
-      {{"redis", redis_url(redis)}});
+  AgentConfig cfg =
+      make_config(dir,
+                  {{"h", upstream_server({"--tools", "2000", "--page-size", "10", "--control", ctl,
+                                          "--stats-file", dir.path("h.stats")})}},
+                  {{"redis", redis_url(redis)}});
   cfg.runtime.list_timeout_ms = 60000;  // the deadline of the 6.3 GB report
   cfg.runtime.request_timeout_ms = 20000;
   auto agent = make_agent(cfg, manual_options(log));
@@ -1255,8 +1260,8 @@ TEST(AgentHostile, HostileListingsFailAndKeepTheLastGoodManifest) {
       const int64_t give_up = steady_now_ms() + 15000;
       for (;;) {
         Result<RefreshReport> r = agent->refresh_now("h", Principal::shared(), "manual");
-        const bool backing_off = r.ok() && r->error &&
-                                 r->error->message.find("backing off") != std::string::npos;
+        const bool backing_off =
+            r.ok() && r->error && r->error->message.find("backing off") != std::string::npos;
         if (!backing_off || steady_now_ms() >= give_up) return r;
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
       }
@@ -1267,7 +1272,8 @@ TEST(AgentHostile, HostileListingsFailAndKeepTheLastGoodManifest) {
     // "partial": the other lists loaded and were committed, tools kept from the last good
     // listing; "failed": the whole listing failed (the self-heal's fresh session too).
     EXPECT_TRUE(r->outcome == "partial" || r->outcome == "failed")
-        << step.set << ": " << r->outcome << "\n" << log.all();
+        << step.set << ": " << r->outcome << "\n"
+        << log.all();
     ASSERT_TRUE(r->error.has_value()) << step.set;
     // Self-heal retries once on a fresh session (ADR-004); the same refusal there is reported
     // as UPSTREAM_UNAVAILABLE naming the cause.
@@ -1380,7 +1386,8 @@ TEST(AgentTriggers, StaleEntriesOfACrashedConsumerAreClaimed) {
       make_agent(make_config(dir, {{"t", upstream_server({})}}, {{"redis", redis_url(redis)}}), o);
   ASSERT_TRUE(agent);
   ASSERT_TRUE(agent->start().ok());
-  ASSERT_EQ(*agent->request_refresh("t", Principal::shared(), "miss"), RevalidationOutcome::kQueued);
+  ASSERT_EQ(*agent->request_refresh("t", Principal::shared(), "miss"),
+            RevalidationOutcome::kQueued);
   // Another consumer takes the request and dies without acknowledging it.
   Result<RevalidationBatch> taken = agent->store().read_revalidations("crashed-agent", 10, 0);
   ASSERT_TRUE(taken.ok());
@@ -1580,8 +1587,8 @@ TEST(AgentRedis, TheStoreCheckRestoresAWipedNamespaceWithinItsInterval) {
       << log.all();
   ASSERT_TRUE(
       agent->set_preference("t", Principal::shared(), CapabilityType::kTool, "tool_2", false).ok());
-  ASSERT_TRUE(wait_until(
-      [&] { return shown_tools(agent->store(), "alice", "t").size() == 2; }, 5000))
+  ASSERT_TRUE(
+      wait_until([&] { return shown_tools(agent->store(), "alice", "t").size() == 2; }, 5000))
       << log.all();
 
   for (int round = 0; round < 2; ++round) {
@@ -1769,7 +1776,8 @@ TEST(AgentSecrets, NoSecretInRedisSqliteLogsOrMetrics) {
   EXPECT_EQ(rb->outcome, "failed");
   ASSERT_TRUE(
       agent->set_preference("s", Principal::shared(), CapabilityType::kTool, "tool_1", false).ok());
-  ASSERT_EQ(*agent->request_refresh("s", Principal::shared(), "webhook"), RevalidationOutcome::kQueued);
+  ASSERT_EQ(*agent->request_refresh("s", Principal::shared(), "webhook"),
+            RevalidationOutcome::kQueued);
   Result<Json> probe = agent->test_connection("bad", Principal::shared());
   EXPECT_FALSE(probe.ok());
   if (!probe.ok()) {
@@ -1861,11 +1869,11 @@ TEST(AgentSecrets, EchoingUpstreamsLeaveNoCredentialInAnySink) {
 
   auto at = [&](const std::string& echo) { return http.url() + "?echo=" + echo; };
   auto stdio = [](const std::string& echo) {
-    return Json{{"command", "node"},
-                {"args",
-                 {test_upstream_js(), "stdio", "--quiet", "--echo-on", echo, "--echo-env",
-                  "API_TOKEN"}},
-                {"env", {{"API_TOKEN", "${ENVTOK}"}}}};
+    return Json{
+        {"command", "node"},
+        {"args",
+         {test_upstream_js(), "stdio", "--quiet", "--echo-on", echo, "--echo-env", "API_TOKEN"}},
+        {"env", {{"API_TOKEN", "${ENVTOK}"}}}};
   };
   const Json custom = {{"X-Custom-Auth", "${CUSTOM}"}};
   Json servers = {
@@ -1998,14 +2006,14 @@ TEST(AgentSecrets, EchoingUpstreamsLeaveNoCredentialInAnySink) {
   EXPECT_NE(stores.find("refused credential ***"), std::string::npos);  // a listing's echo
   const std::string sqlite = sqlite_everything(dir.path("data") + "/quiver.db");
   const std::string metrics = agent->metrics().prometheus_text();
-  for (const auto& [sink, text] : std::vector<std::pair<std::string, std::string>>{
-           {"Redis", stores},
-           {"SQLite", sqlite},
-           {"the log", logs},
-           {"/metrics", metrics},
-           {"refresh and test results", results},
-           {"the discovery API", answers},
-           {"status and refresh output", cli}}) {
+  for (const auto& [sink, text] :
+       std::vector<std::pair<std::string, std::string>>{{"Redis", stores},
+                                                        {"SQLite", sqlite},
+                                                        {"the log", logs},
+                                                        {"/metrics", metrics},
+                                                        {"refresh and test results", results},
+                                                        {"the discovery API", answers},
+                                                        {"status and refresh output", cli}}) {
     const std::string leak = leak_in(text, secrets);
     EXPECT_EQ(leak, "") << sink << " holds " << leak << ":\n" << text.substr(0, 4000);
   }
@@ -2034,7 +2042,8 @@ TEST(AgentSecrets, ASecretAcrossTheErrorMessageCutIsRedactedWhole) {
   ASSERT_TRUE(r->error.has_value()) << log.all();
   const std::string& message = r->error->message;
   EXPECT_NE(message.find("refused credential ***"), std::string::npos) << message;
-  Result<std::optional<StoredManifest>> stored = agent->store().read_manifest("cut", Principal::shared());
+  Result<std::optional<StoredManifest>> stored =
+      agent->store().read_manifest("cut", Principal::shared());
   ASSERT_TRUE(stored.ok() && stored->has_value());
   const std::string stored_error = (*stored)->meta.error_message;
   EXPECT_NE(stored_error.find("refused credential ***"), std::string::npos) << stored_error;
@@ -2059,9 +2068,9 @@ TEST(AgentFiles, TheDatabaseItsWalAndTheDataDirectoryArePrivate) {
   LogCapture log;
   const std::string data = dir.path("data");
   const std::string db = data + "/quiver.db";
-  AgentConfig cfg = make_config(
-      dir, {{"t", upstream_server({"--tools", "2"})}},
-      {{"runtime", {{"list_timeout_ms", 30000}, {"request_timeout_ms", 30000}}}});
+  AgentConfig cfg =
+      make_config(dir, {{"t", upstream_server({"--tools", "2"})}},
+                  {{"runtime", {{"list_timeout_ms", 30000}, {"request_timeout_ms", 30000}}}});
   const mode_t saved = ::umask(022);  // the usual umask, under which SQLite makes files 0644
   {
     auto agent = make_agent(cfg, manual_options(log));
@@ -2144,7 +2153,9 @@ TEST(AgentLogger, EveryControlCharacterIsEscaped) {
       [] { return int64_t{0}; });
   // An upstream's tool name carrying ANSI sequences: ESC [ (C0), CSI as UTF-8 U+009B (C1), a
   // bell, DEL, a tab, CR; the other UTF-8 (é, €) passes.
-  logger.warn("upstream", "tool \x1b[31mred\x1b[0m \xc2\x9b" "2J\a\x7f\t\r é€");
+  logger.warn("upstream",
+              "tool \x1b[31mred\x1b[0m \xc2\x9b"
+              "2J\a\x7f\t\r é€");
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_EQ(lines[0],
             "1970-01-01T00:00:00.000Z WARN upstream: tool \\x1b[31mred\\x1b[0m \\u009b2J\\x07"

@@ -1,9 +1,9 @@
 // The agent's HTTP API against hostile clients: the real ApiServer on a free loopback port in
 // front of the real Agent (embedded SQLite, real MCP upstreams over stdio), spoken to over real
 // sockets byte by byte. Each test is something a client did to the cpp-httplib 0.11.4 server that
-// came before native-agent/http_front.h: stream 100 MB bodies it buffered, hold its workers with
-// slow or idle connections, run unbounded connection tests, reach /metrics through a rebound DNS
-// name, read the store's location from /healthz.
+// came before native-agent/api/http_front.h: stream 100 MB bodies it buffered, hold its workers
+// with slow or idle connections, run unbounded connection tests, reach /metrics through a rebound
+// DNS name, read the store's location from /healthz.
 //
 // Memory is the process's own peak resident set (VmHWM, reset through /proc/self/clear_refs before
 // each attack): the server runs in this process, and the client side streams from one small
@@ -29,9 +29,9 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "native-agent/agent.h"
-#include "native-agent/api_server.h"
-#include "native-agent/config.h"
+#include "native-agent/api/api_server.h"
+#include "native-agent/base/config.h"
+#include "native-agent/engine/agent.h"
 #include "shared/caller_token.h"
 #include "tests/support/mcp_peers.h"
 
@@ -182,10 +182,10 @@ class HostileApiTest : public ::testing::Test {
     ::setrlimit(RLIMIT_NOFILE, &files);
 
     Json servers = {
-        {"t", {{"command", "node"},
-               {"args", {test_upstream_js(), "stdio", "--quiet", "--tools", "3"}}}},
-        {"hang", {{"command", "node"},
-                  {"args", {test_upstream_js(), "stdio", "--quiet", "--hang"}}}},
+        {"t",
+         {{"command", "node"}, {"args", {test_upstream_js(), "stdio", "--quiet", "--tools", "3"}}}},
+        {"hang",
+         {{"command", "node"}, {"args", {test_upstream_js(), "stdio", "--quiet", "--hang"}}}},
     };
     Json quiver = {
         {"data_dir", dir_.path("data")},
@@ -248,8 +248,8 @@ class HostileApiTest : public ::testing::Test {
     ASSERT_FALSE(got.empty()) << what << ": no answer";
     EXPECT_EQ(got.back(), status) << what << "\n" << wire.substr(0, 400);
     EXPECT_EQ(error_code_in(wire), code) << what;
-    EXPECT_LT(peak - before, kFlatKb) << what << ": the peak resident set grew by "
-                                      << (peak - before) / 1024 << " MiB";
+    EXPECT_LT(peak - before, kFlatKb)
+        << what << ": the peak resident set grew by " << (peak - before) / 1024 << " MiB";
     // And the server serves the next client as before.
     httplib::Client c("127.0.0.1", server_->port());
     c.set_read_timeout(10);
@@ -335,7 +335,8 @@ TEST_F(HostileApiTest, SlowAndIdleClientsLeaveHealthzAnswering) {
   std::thread trickle([&] {
     for (std::size_t at = 0; at < request.size() && !stop; ++at) {
       for (int fd : slow) (void)::send(fd, &request[at], 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-      for (int i = 0; i < 10 && !stop; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      for (int i = 0; i < 10 && !stop; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   });
   struct StopTrickle {
@@ -466,10 +467,9 @@ TEST_F(HostileApiTest, AHostThatIsNotThisAgentIsRefused) {
   start();
   const std::string port = std::to_string(server_->port());
   auto ask = [&](const std::string& host_header) {
-    return stream_attack(server_->port(),
-                         "GET /metrics HTTP/1.1\r\nHost: " + host_header +
-                             "\r\nConnection: close\r\n\r\n",
-                         "", 0);
+    return stream_attack(
+        server_->port(),
+        "GET /metrics HTTP/1.1\r\nHost: " + host_header + "\r\nConnection: close\r\n\r\n", "", 0);
   };
   for (const std::string& rebound :
        std::vector<std::string>{"attacker.example:" + port, "attacker.example",
@@ -479,9 +479,8 @@ TEST_F(HostileApiTest, AHostThatIsNotThisAgentIsRefused) {
     EXPECT_EQ(error_code_in(wire), "MISDIRECTED_REQUEST") << rebound;
     EXPECT_EQ(wire.find("quiver_"), std::string::npos) << rebound;
   }
-  for (const std::string& ours : std::vector<std::string>{"127.0.0.1:" + port, "127.0.0.1",
-                                                         "localhost:" + port, "LOCALHOST",
-                                                         "[::1]:" + port}) {
+  for (const std::string& ours : std::vector<std::string>{
+           "127.0.0.1:" + port, "127.0.0.1", "localhost:" + port, "LOCALHOST", "[::1]:" + port}) {
     EXPECT_EQ(statuses(ask(ours)), std::vector<int>{200}) << ours;
   }
 }

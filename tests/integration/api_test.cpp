@@ -19,17 +19,17 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <sqlite3.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sqlite3.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "native-agent/agent.h"
-#include "native-agent/api_server.h"
-#include "native-agent/child_process.h"
-#include "native-agent/config.h"
-#include "native-agent/metrics.h"
+#include "native-agent/api/api_server.h"
+#include "native-agent/base/config.h"
+#include "native-agent/engine/agent.h"
+#include "native-agent/engine/metrics.h"
+#include "native-agent/upstream/child_process.h"
 #include "shared/caller_token.h"
 #include "shared/sha256.h"
 #include "shared/webhook_signature.h"
@@ -93,7 +93,7 @@ class ThrowingAgent final : public AgentService {
   ManifestStore& store() override { return real_.store(); }
   Metrics& metrics() override { return real_.metrics(); }
   Result<RevalidationOutcome> request_refresh(const std::string& c, const Principal& p,
-                                         const std::string& t) override {
+                                              const std::string& t) override {
     return real_.request_refresh(c, p, t);
   }
   Result<RefreshReport> refresh_now(const std::string& c, const Principal& p,
@@ -128,7 +128,8 @@ class ApiTest : public ::testing::TestWithParam<Backend> {
     ASSERT_FALSE(dir_.root().empty());
     stats_ = dir_.path("t-stats.json");
     Json servers = {
-        {"t", test_upstream({"--tools", "3", "--stats-file", stats_, "--control", dir_.path("t-ctl")})},
+        {"t",
+         test_upstream({"--tools", "3", "--stats-file", stats_, "--control", dir_.path("t-ctl")})},
         {"u", test_upstream({"--tools", "2"})},
         {"broken", {{"command", "node"}, {"args", {dir_.path("no-such-server.mjs")}}}},
         // Per-member: each member's credential makes the upstream list `<member>_tool_N`.
@@ -274,7 +275,8 @@ TEST_P(ApiTest, HealthzNeedsNoTokenAndNamesTheStoreToACaller) {
 // A Redis that restarted empty (here: FLUSHALL): the agent's own discovery answers 503 as the
 // edge does, /healthz says the namespace is missing, and both are back once the agent restored it.
 TEST_P(ApiTest, AWipedStoreIs503AndHealthzSaysSoUntilTheAgentRestoresIt) {
-  if (GetParam() != Backend::kRedis) GTEST_SKIP() << "the embedded store cannot be wiped under the agent";
+  if (GetParam() != Backend::kRedis)
+    GTEST_SKIP() << "the embedded store cannot be wiped under the agent";
   auto before = client_->Get("/v1/mcp-connections/t/manifest", bearer("alice"));
   ASSERT_TRUE(before);
   ASSERT_EQ(before->status, 200) << before->body;
@@ -730,8 +732,8 @@ TEST_P(ApiTest, DeeplyNestedBodiesAndTokensAreRefusedAndTheApiStaysUp) {
   const std::string hook = "{\"connection_id\":\"t\",\"reason\":" + value + "}";
   auto r = client_->Post(
       "/v1/webhooks/refresh",
-      {{kWebhookSignatureHeader, *sign_webhook(kWebhookSecret, ns(), hook, system_clock_ms()())}}, hook,
-      "application/json");
+      {{kWebhookSignatureHeader, *sign_webhook(kWebhookSecret, ns(), hook, system_clock_ms()())}},
+      hook, "application/json");
   ASSERT_TRUE(r) << "webhook: no answer";
   EXPECT_EQ(r->status, 400) << r->body;
   // A caller token whose header segment is as deep as the 4 KiB token bound allows (1,400
@@ -763,8 +765,8 @@ TEST_P(ApiTest, DeeplyNestedBodiesAndTokensAreRefusedAndTheApiStaysUp) {
 TEST_P(ApiTest, ADeeplyNestedManifestInTheStoreIsUnreadableAndOthersAreServed) {
   Result<RefreshReport> u = agent_->refresh_now("u", Principal::shared(), "manual");
   ASSERT_TRUE(u.ok() && u->committed) << log();
-  const std::string deep = "{\"format\":1,\"tools\":" + std::string(200000, '[') +
-                           std::string(200000, ']') + "}";
+  const std::string deep =
+      "{\"format\":1,\"tools\":" + std::string(200000, '[') + std::string(200000, ']') + "}";
   if (GetParam() == Backend::kRedis) {
     testing::RedisConnection c(redis_->connect());
     ASSERT_TRUE(c);
@@ -976,7 +978,8 @@ TEST_P(ApiTest, EveryOperationInTheOpenApiDocumentIsServed) {
   }
 }
 
-// Overload shedding, slow and idle clients and unbounded bodies: tests/integration/api_hostile_test.cpp.
+// Overload shedding, slow and idle clients and unbounded bodies:
+// tests/integration/api_hostile_test.cpp.
 
 // ---- quiver-agent serve ------------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
 // ChildProcess against real processes: cat, sh, ls, env and a real MCP server.
-#include "native-agent/child_process.h"
+#include "native-agent/upstream/child_process.h"
 
 #include <chrono>
 #include <cstdlib>

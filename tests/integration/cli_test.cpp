@@ -1,7 +1,7 @@
 // The `quiver-agent` commands as a user runs them: the real binary as a child process, a config
 // file with real upstreams (tests/peers/test-upstream.mjs), the embedded SQLite store in a temp
 // dir. Output and exit codes (cli.h) are what is checked.
-#include "native-agent/cli.h"
+#include "native-agent/cli/cli.h"
 
 #include <cstdlib>
 #include <map>
@@ -13,8 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "native-agent/child_process.h"
-#include "native-agent/store.h"
+#include "native-agent/store/store.h"
+#include "native-agent/upstream/child_process.h"
 #include "shared/caller_token.h"
 #include "shared/json.h"
 #include "tests/support/mcp_peers.h"
@@ -261,20 +261,21 @@ TEST(AgentProcess, AStdioUpstreamCannotReadTheAgentsEnvironment) {
   const std::string reader =
       "cat /proc/$PPID/environ > \"$1\" 2>&1; echo \" rc=$?\" >> \"$1\"; "
       "exec node \"$2\" stdio --quiet";
-  Json config = {{"mcpServers",
-                  {{"t",
-                    {{"command", "sh"},
-                     {"args", {"-c", reader, "sh", seen, test_upstream_js()}},
-                     {"env", {{"API_TOKEN", "${SECRET_TOKEN}"}}}}}}},
-                 // Generous: node starts slowly on a loaded machine.
-                 {"quiver", {{"runtime", {{"list_timeout_ms", 30000}, {"request_timeout_ms", 30000}}}}}};
+  Json config = {
+      {"mcpServers",
+       {{"t",
+         {{"command", "sh"},
+          {"args", {"-c", reader, "sh", seen, test_upstream_js()}},
+          {"env", {{"API_TOKEN", "${SECRET_TOKEN}"}}}}}}},
+      // Generous: node starts slowly on a loaded machine.
+      {"quiver", {{"runtime", {{"list_timeout_ms", 30000}, {"request_timeout_ms", 30000}}}}}};
   const std::string config_file = dir.path("quiver.json");
   testing::append_line(config_file, config.dump());
   ASSERT_EQ(::chmod(config_file.c_str(), 0644), 0);
-  CliRun r = run({"--reuid=65534", "--regid=65534", "--clear-groups",
-                  testing::quiver_agent_binary(), "refresh", "--all", "--config", config_file},
-                 {{"SECRET_TOKEN", secret}, {"QUIVER_DATA_DIR", dir.path("data")}},
-                 "/usr/bin/setpriv");
+  CliRun r =
+      run({"--reuid=65534", "--regid=65534", "--clear-groups", testing::quiver_agent_binary(),
+           "refresh", "--all", "--config", config_file},
+          {{"SECRET_TOKEN", secret}, {"QUIVER_DATA_DIR", dir.path("data")}}, "/usr/bin/setpriv");
   // Whether the listing then succeeds does not matter here, and cannot be required: `nobody`
   // may not be able to read the checkout (a CI clone in a 0700 mktemp directory), so node may
   // fail to load the test upstream. The shell line before it ran as `nobody` all the same, and

@@ -1,10 +1,10 @@
 // Configuration: the mcpServers convention plus the quiver section, validated with errors that name
 // the field; environment overrides; secrets that never show; config_hash; the deploy/ examples.
-#include "native-agent/config.h"
+#include "native-agent/base/config.h"
 
 #include <cstdio>
-#include <map>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -264,8 +264,9 @@ std::vector<ErrorCase> error_cases() {
       // the file
       {"malformed", "{\"mcpServers\": {", "test.json: malformed JSON at line 1, column 17"},
       // 200,000 levels (400 KB, under the 1 MiB file bound): refused by the parse, not built.
-      {"deep", R"({"mcpServers": {}, "quiver": {"runtime": )" + std::string(200000, '[') +
-                   std::string(200000, ']') + "}}",
+      {"deep",
+       R"({"mcpServers": {}, "quiver": {"runtime": )" + std::string(200000, '[') +
+           std::string(200000, ']') + "}}",
        "test.json: JSON nested deeper than 128 levels (the limit)"},
       {"deep in a comment does not count",
        "{\"mcpServers\": {\"s\": /* " + std::string(1000, '[') + " */ []}}",

@@ -3,7 +3,7 @@
 // tests/peers/http-test-peer.cjs for what real servers do not do on demand (hang, drip, garble,
 // oversize, echo secrets, close a stream early). Every peer is its own process group, killed and
 // reaped in teardown.
-#include "native-agent/http_transport.h"
+#include "native-agent/upstream/http_transport.h"
 
 #include <chrono>
 #include <cstdlib>

@@ -54,7 +54,6 @@ RefreshFailure failure_under(const std::string& config_hash) {
   return f;
 }
 
-
 class LeaseScripts : public ::testing::Test {
  protected:
   static void SetUpTestSuite() { server_ = new RedisServer(); }
@@ -202,7 +201,7 @@ TEST_F(LeaseScripts, CommitWritesTheManifestClearsTheErrorAndBumpsTheEpoch) {
       {"fetched_at", "1000"},     {"fresh_until", "901000"},
       {"expires_at", "86401000"}, {"cache_scope", "public"},
       {"truncated", "1"},         {"attempt_at", "1000"}};
-  EXPECT_EQ(hash(keys_.manifest), expected);  // no error_* left
+  EXPECT_EQ(hash(keys_.manifest), expected);         // no error_* left
   EXPECT_EQ(integer({"PTTL", keys_.manifest}), -1);  // no TTL (schema/redis-keys.md)
   // Not released on request: the holder may still renew.
   EXPECT_EQ(get({"GET", keys_.lease}), a.lease.value());
@@ -309,8 +308,8 @@ TEST_F(LeaseScripts, AFailedRefreshKeepsTheLastGoodManifestAndItsConfigHash) {
   EXPECT_EQ(after["error_at"], "5000");
   EXPECT_EQ(after["attempt_at"], "4000");
   EXPECT_EQ(integer({"PTTL", keys_.manifest}), -1);  // the old TTL is dropped: kept for good
-  EXPECT_EQ(get({"GET", keys_.epoch}), "1");              // only commits bump the epoch
-  EXPECT_EQ(integer({"EXISTS", keys_.lease}), 0);         // released
+  EXPECT_EQ(get({"GET", keys_.epoch}), "1");         // only commits bump the epoch
+  EXPECT_EQ(integer({"EXISTS", keys_.lease}), 0);    // released
 }
 
 TEST_F(LeaseScripts, AFailureWithoutAManifestRecordsAnErrorRowWithoutConfigHash) {

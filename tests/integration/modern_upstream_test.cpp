@@ -10,8 +10,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include "native-agent/http_transport.h"
-#include "native-agent/upstream.h"
+#include "native-agent/upstream/http_transport.h"
+#include "native-agent/upstream/upstream.h"
 #include "shared/canonical_json.h"
 #include "tests/support/mcp_peers.h"
 #include "tests/support/redis_server.h"
@@ -20,12 +20,12 @@ namespace quiver {
 namespace {
 
 using testing::append_line;
+using testing::free_loopback_port;
 using testing::HttpPeer;
 using testing::node_modules;
 using testing::peers_dir;
 using testing::steady_now_ms;
 using testing::TempDir;
-using testing::free_loopback_port;
 
 std::string sdk2_js() { return peers_dir() + "/sdk2-upstream.mjs"; }
 std::string node22() { return node_modules() + "/node/bin/node"; }
@@ -40,8 +40,8 @@ const Json* find_tool(const Listing& l, const std::string& name) {
 // ---- the header rules -------------------------------------------------------------------------
 
 TEST(McpStandardHeaders, EveryRequestAndNotificationNamesItsMethod) {
-  auto h = mcp_standard_headers(Json{{"jsonrpc", "2.0"}, {"id", 1}, {"method", "tools/list"},
-                                     {"params", {{"cursor", "abc"}}}});
+  auto h = mcp_standard_headers(Json{
+      {"jsonrpc", "2.0"}, {"id", 1}, {"method", "tools/list"}, {"params", {{"cursor", "abc"}}}});
   ASSERT_EQ(h.size(), 1u);
   EXPECT_EQ(h[0].name, "Mcp-Method");
   EXPECT_EQ(h[0].value, "tools/list");
@@ -54,12 +54,13 @@ TEST(McpStandardHeaders, EveryRequestAndNotificationNamesItsMethod) {
 }
 
 TEST(McpStandardHeaders, NameCarriesTheToolPromptOrResourceItAddresses) {
-  auto h = mcp_standard_headers(Json{{"id", 2}, {"method", "tools/call"},
-                                     {"params", {{"name", "my-hyphenated-tool"}}}});
+  auto h = mcp_standard_headers(
+      Json{{"id", 2}, {"method", "tools/call"}, {"params", {{"name", "my-hyphenated-tool"}}}});
   ASSERT_EQ(h.size(), 2u);
   EXPECT_EQ(h[1].name, "Mcp-Name");
   EXPECT_EQ(h[1].value, "my-hyphenated-tool");
-  h = mcp_standard_headers(Json{{"id", 3}, {"method", "resources/read"},
+  h = mcp_standard_headers(Json{{"id", 3},
+                                {"method", "resources/read"},
                                 {"params", {{"uri", "file:///path/to/file%20name.txt"}}}});
   ASSERT_EQ(h.size(), 2u);
   EXPECT_EQ(h[1].value, "file:///path/to/file%20name.txt");
@@ -105,8 +106,8 @@ class Sdk2Http : public ::testing::Test {
     ASSERT_TRUE(peer_->ok()) << peer_->error();
   }
   UpstreamSpec spec() const {
-    return UpstreamSpec::http("sdk2-http", "http://127.0.0.1:" + std::to_string(port_) + "/mcp",
-                              {}, /*allow_private=*/true);
+    return UpstreamSpec::http("sdk2-http", "http://127.0.0.1:" + std::to_string(port_) + "/mcp", {},
+                              /*allow_private=*/true);
   }
   std::unique_ptr<HttpPeer> peer_;
   int port_ = 0;
@@ -151,9 +152,10 @@ TEST_F(Sdk2Http, NegotiatesTheModernRevisionAndKeepsTheCacheHints) {
 TEST_F(Sdk2Http, HttpAndStdioListTheSameDefinitionsWithTheSameHints) {
   start({"--tools", "5", "--page-size", "2"});
   UpstreamConnection http(spec());
-  UpstreamConnection stdio(UpstreamSpec::stdio("sdk2-stdio", "node",
-                                               {sdk2_js(), "stdio", "--tools", "5", "--page-size", "2"}),
-                           patient_stdio_options());
+  UpstreamConnection stdio(
+      UpstreamSpec::stdio("sdk2-stdio", "node",
+                          {sdk2_js(), "stdio", "--tools", "5", "--page-size", "2"}),
+      patient_stdio_options());
   auto h = http.list(http.now_ms() + 8000);
   auto s = stdio.list(stdio.now_ms() + 8000);
   ASSERT_TRUE(h.ok()) << h.error().message;
@@ -256,9 +258,9 @@ TEST(Sdk2Stdio, AServerThatAnswersTheProbeLateIsStillModern) {
   options.session.request_timeout_ms = 1000;
   options.startup_timeout_ms = 15000;
   UpstreamConnection conn(
-      UpstreamSpec::stdio("sdk2-slow", "sh",
-                          {"-c", "sleep 2.5; exec node \"$0\" stdio --tools 5 --page-size 2",
-                           sdk2_js()}),
+      UpstreamSpec::stdio(
+          "sdk2-slow", "sh",
+          {"-c", "sleep 2.5; exec node \"$0\" stdio --tools 5 --page-size 2", sdk2_js()}),
       options);
   auto listing = conn.list(conn.now_ms() + 5000);
   ASSERT_TRUE(listing.ok()) << listing.error().message;

@@ -10,7 +10,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 
-#include "native-agent/child_process.h"
+#include "native-agent/upstream/child_process.h"
 #include "shared/json.h"
 #include "tests/support/mcp_peers.h"
 

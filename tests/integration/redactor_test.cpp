@@ -1,6 +1,6 @@
-// The Redactor (native-agent/redactor.h): every form of a configured secret an upstream may echo
-// is replaced, nothing else is, and a JSON text stays the same JSON with its strings redacted.
-#include "native-agent/redactor.h"
+// The Redactor (native-agent/base/redactor.h): every form of a configured secret an upstream may
+// echo is replaced, nothing else is, and a JSON text stays the same JSON with its strings redacted.
+#include "native-agent/base/redactor.h"
 
 #include <string>
 #include <vector>
@@ -62,16 +62,17 @@ TEST(Redactor, ReplacesBase64AtEveryAlignment) {
       const std::string out = r.redact("header " + encoded + " end");
       EXPECT_NE(out.find("***"), std::string::npos) << prefix << " " << encoded;
       // What is left of the run: at most the two characters shared with each neighbour.
-      const std::size_t left = out.size() - std::string("header ").size() -
-                               std::string(" end").size() - 3;
-      EXPECT_LE(left, base64_encode(prefix, url).size() + 1 +
-                          base64_encode(" and more", url).size() + 1)
+      const std::size_t left =
+          out.size() - std::string("header ").size() - std::string(" end").size() - 3;
+      EXPECT_LE(left,
+                base64_encode(prefix, url).size() + 1 + base64_encode(" and more", url).size() + 1)
           << prefix << ": " << out;
     }
   }
   // Case matters in base64: a different text of the same letters is left alone.
   std::string swapped = base64_encode(kToken);
-  for (char& c : swapped) c = std::isupper(static_cast<unsigned char>(c)) ? std::tolower(c) : std::toupper(c);
+  for (char& c : swapped)
+    c = std::isupper(static_cast<unsigned char>(c)) ? std::tolower(c) : std::toupper(c);
   EXPECT_EQ(r.redact(swapped), swapped);
 }
 

@@ -1,5 +1,5 @@
 // split_shell_words: the quoting rules of a POSIX shell, none of its expansions.
-#include "native-agent/shell_words.h"
+#include "native-agent/base/shell_words.h"
 
 #include <string>
 #include <vector>

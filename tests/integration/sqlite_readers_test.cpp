@@ -10,8 +10,8 @@
 
 #include <gtest/gtest.h>
 
-#include "native-agent/sqlite_db.h"
-#include "native-agent/sqlite_store.h"
+#include "native-agent/store/sqlite_db.h"
+#include "native-agent/store/sqlite_store.h"
 #include "tests/support/mcp_peers.h"
 
 namespace quiver {

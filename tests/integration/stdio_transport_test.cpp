@@ -1,8 +1,8 @@
-#include "native-agent/stdio_transport.h"
-
-#include <gtest/gtest.h>
+#include "native-agent/upstream/stdio_transport.h"
 
 #include <string>
+
+#include <gtest/gtest.h>
 
 #include "shared/jsonrpc.h"
 
@@ -10,7 +10,8 @@ namespace quiver {
 namespace {
 
 std::string everything_js() {
-  return std::string(QUIVER_NODE_MODULES) + "/@modelcontextprotocol/server-everything/dist/index.js";
+  return std::string(QUIVER_NODE_MODULES) +
+         "/@modelcontextprotocol/server-everything/dist/index.js";
 }
 
 TEST(StdioTransport, InitializesRealServerEverything) {
@@ -69,8 +70,8 @@ TEST(StdioTransport, OversizedLineIsRefused) {
 }
 
 TEST(StdioTransport, SpawnFailureNamesTheUpstreamNotItsArguments) {
-  auto t = StdioTransport::start(ChildSpec("/nonexistent/quiver-upstream", {"--token=s3cret"}),
-                                 "ghost");
+  auto t =
+      StdioTransport::start(ChildSpec("/nonexistent/quiver-upstream", {"--token=s3cret"}), "ghost");
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.error().message.find("ghost"), std::string::npos);
   EXPECT_EQ(t.error().message.find("s3cret"), std::string::npos);

@@ -11,9 +11,9 @@
 
 #include <gtest/gtest.h>
 
-#include "native-agent/redis_store.h"
-#include "native-agent/sqlite_store.h"
-#include "native-agent/store.h"
+#include "native-agent/store/redis_store.h"
+#include "native-agent/store/sqlite_store.h"
+#include "native-agent/store/store.h"
 #include "shared/discovery.h"
 #include "tests/support/mcp_peers.h"
 #include "tests/support/preference_rows.h"
@@ -53,7 +53,8 @@ void commit(ManifestStore& store, const std::string& cid, const Principal& p,
   w.fresh_until_ms = kNow + 900'000;
   w.expires_at_ms = kNow + 86'400'000;
   w.cache_scope = scope;
-  Result<FencedWriteResult> r = store.commit_manifest(cid, p, lease->lease, w, FencedWriteOptions{true});
+  Result<FencedWriteResult> r =
+      store.commit_manifest(cid, p, lease->lease, w, FencedWriteOptions{true});
   ASSERT_TRUE(r.ok() && r->ok());
 }
 
@@ -66,7 +67,8 @@ void fail(ManifestStore& store, const std::string& cid, const Principal& p) {
   f.error_message = "connection reset";
   f.error_at_ms = kNow + 1;
   f.attempt_at_ms = kNow;
-  Result<FencedWriteResult> r = store.record_failure(cid, p, lease->lease, f, FencedWriteOptions{true});
+  Result<FencedWriteResult> r =
+      store.record_failure(cid, p, lease->lease, f, FencedWriteOptions{true});
   ASSERT_TRUE(r.ok() && r->ok());
 }
 
@@ -251,8 +253,7 @@ TEST_F(StoreDiscovery, RedisDownIsUnavailableThenRecovers) {
   seed(*redis_store_);
   Result<DiscoverySnapshot> back = redis_store_->read_discovery(member("alice"));
   ASSERT_TRUE(back.ok()) << back.error().message;
-  EXPECT_EQ(back->connections,
-            sqlite_store_->read_discovery(member("alice"))->connections);
+  EXPECT_EQ(back->connections, sqlite_store_->read_discovery(member("alice"))->connections);
 }
 
 }  // namespace

@@ -5,7 +5,7 @@
 //
 // Time: the SQLite store runs on a fake clock that `pass()` moves; the Redis store expires keys on
 // Redis' clock, so `pass()` sleeps. Short leases and windows keep that under a second per test.
-#include "native-agent/store.h"
+#include "native-agent/store/store.h"
 
 #include <algorithm>
 #include <atomic>
@@ -25,9 +25,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "native-agent/redis_store.h"
-#include "native-agent/sqlite_db.h"
-#include "native-agent/sqlite_store.h"
+#include "native-agent/store/redis_store.h"
+#include "native-agent/store/sqlite_db.h"
+#include "native-agent/store/sqlite_store.h"
 #include "shared/freshness.h"
 #include "shared/resp.h"
 #include "tests/support/hiredis_run.h"
@@ -139,7 +139,7 @@ std::set<std::string> field_names(const RespValue& v) {
   return out;
 }
 
-// Store options for a Redis URL, parsed as the configuration does (native-agent/config.h).
+// Store options for a Redis URL, parsed as the configuration does (native-agent/base/config.h).
 RedisStoreOptions redis_options(const std::string& url) {
   RedisStoreOptions o;
   Result<RedisConfig> parsed = parse_redis_url(url);
@@ -266,7 +266,7 @@ class StoreConformance : public ::testing::TestWithParam<Kind> {
     return r.ok() ? *r : std::nullopt;
   }
   RevalidationOutcome enqueue(const std::string& cid, const Principal& p, const char* reason,
-                         int64_t window_ms = 60'000) {
+                              int64_t window_ms = 60'000) {
     Result<RevalidationOutcome> r = store_->enqueue_revalidation(cid, p, reason, window_ms);
     EXPECT_TRUE(r.ok()) << r.error().message;
     return r.ok() ? *r : RevalidationOutcome::kAlreadyQueued;
@@ -640,7 +640,8 @@ TEST_P(StoreConformance, DeadConsumersWithNothingPendingAreRemoved) {
   EXPECT_TRUE(store_->remove_idle_consumers("me", 60'000)->empty());
   Result<std::vector<std::string>> removed = store_->remove_idle_consumers("me", 20);
   ASSERT_TRUE(removed.ok()) << removed.error().message;
-  EXPECT_EQ(*removed, std::vector<std::string>{"older-run"});  // "old-run" holds an entry; "me" is us
+  EXPECT_EQ(*removed,
+            std::vector<std::string>{"older-run"});  // "old-run" holds an entry; "me" is us
   // Once its entry is claimed (and handled), it goes too.
   RevalidationBatch taken = claim("me", 0);
   ASSERT_EQ(taken.requests.size(), 1u);
@@ -649,9 +650,9 @@ TEST_P(StoreConformance, DeadConsumersWithNothingPendingAreRemoved) {
   removed = store_->remove_idle_consumers("me", 20);
   ASSERT_TRUE(removed.ok()) << removed.error().message;
   EXPECT_EQ(*removed, std::vector<std::string>{"old-run"});
-  RespValue left = raw_value(shared_redis(), {"XINFO", "CONSUMERS",
-                                              RedisKeys::create()->revalidate_stream(),
-                                              kRevalidateConsumerGroup});
+  RespValue left = raw_value(
+      shared_redis(),
+      {"XINFO", "CONSUMERS", RedisKeys::create()->revalidate_stream(), kRevalidateConsumerGroup});
   ASSERT_EQ(left.elements.size(), 1u);  // only "me"
 }
 
@@ -896,7 +897,8 @@ TEST_P(StoreConformance, AManualRefreshIsQueuedAgainOnceTheGateIsASecondOld) {
   configure({record("c1", "h1")});
   const Principal alice = member("alice");
   ASSERT_EQ(enqueue("c1", alice, "stale"), RevalidationOutcome::kQueued);
-  EXPECT_EQ(enqueue("c1", alice, "manual"), RevalidationOutcome::kAlreadyQueued);  // younger than 1 s
+  EXPECT_EQ(enqueue("c1", alice, "manual"),
+            RevalidationOutcome::kAlreadyQueued);  // younger than 1 s
   pass(kManualRequeueAfterMs + 300);
   EXPECT_EQ(enqueue("c1", alice, "stale"), RevalidationOutcome::kAlreadyQueued);  // readers wait
   EXPECT_EQ(enqueue("c1", alice, "manual"), RevalidationOutcome::kQueued);
@@ -1294,7 +1296,8 @@ TEST(RedisStoreOnly, WritesExactlyTheDocumentedKeyLayout) {
   AcquireResult b = *store->acquire_lease("gh", member("bob"), token(2), kLongLease);
   ASSERT_TRUE(
       store->record_failure("gh", member("bob"), b.lease, failure_under("h1"), kWrite)->ok());
-  ASSERT_EQ(*store->enqueue_revalidation("gh", alice, "stale", 60'000), RevalidationOutcome::kQueued);
+  ASSERT_EQ(*store->enqueue_revalidation("gh", alice, "stale", 60'000),
+            RevalidationOutcome::kQueued);
   ASSERT_TRUE(*store->remember_once("webhook-signature", 60'000));
 
   auto type_of = [&](const std::string& key) { return raw(server, {"TYPE", key}); };

@@ -15,7 +15,7 @@
 #include <httplib.h>
 #include <unistd.h>
 
-#include "native-agent/child_process.h"
+#include "native-agent/upstream/child_process.h"
 #include "shared/json.h"
 
 namespace quiver {

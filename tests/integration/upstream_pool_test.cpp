@@ -1,6 +1,6 @@
 // UpstreamPool: many upstreams listed with bounded concurrency, a hung one giving up at its own
 // deadline while the others finish, the agent-wide bound across calls, and the watcher.
-#include "native-agent/upstream_pool.h"
+#include "native-agent/engine/upstream_pool.h"
 
 #include <algorithm>
 #include <atomic>

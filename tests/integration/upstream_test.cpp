@@ -1,7 +1,7 @@
 // UpstreamConnection against real MCP servers over stdio and Streamable HTTP (all on loopback,
 // started by the tests): complete listings, kept sessions, list_changed at runtime, self-heal,
 // restart backoff, and upstreams that hang, drip, garble, truncate or bloat their replies.
-#include "native-agent/upstream.h"
+#include "native-agent/upstream/upstream.h"
 
 #include <algorithm>
 #include <atomic>
@@ -285,7 +285,8 @@ TEST(Upstream, ABrokenGetStreamIsReconnectedAndAChangeInTheGapIsSeen) {
   ASSERT_EQ(log.size(), 0u);
 
   append_line(control, R"({"drop_streams":true,"add_tool":"gap_tool"})");
-  ASSERT_TRUE(pump_until(conn, [&] { return log.size() > 0; }, 15000))
+  ASSERT_TRUE(pump_until(
+      conn, [&] { return log.size() > 0; }, 15000))
       << "the change made while the stream was broken was not seen";
   UpstreamChange change = log.at(0);
   EXPECT_FALSE(change.session_lost);
@@ -476,8 +477,9 @@ TEST(Upstream, AServerStillStartingAtTheDeadlineIsKeptAndTheRetryListsTheSamePro
   options.startup_timeout_ms = 3000;
   UpstreamConnection conn(
       UpstreamSpec::stdio("late", "sh",
-                          {"-c", "echo $$ >> \"$2\"; sleep 4.5; exec node \"$1\" stdio --quiet "
-                                 "--stats-file \"$3\"",
+                          {"-c",
+                           "echo $$ >> \"$2\"; sleep 4.5; exec node \"$1\" stdio --quiet "
+                           "--stats-file \"$3\"",
                            "sh", testing::test_upstream_js(), spawns, stats_file}),
       options);
   auto first = conn.list(conn.now_ms() + 1000);

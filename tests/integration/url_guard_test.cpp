@@ -1,6 +1,6 @@
 // The URL guard: strict parsing of upstream URLs, address classification, and the rule that
 // every address a host resolves to must be public unless private addresses are allowed.
-#include "native-agent/url_guard.h"
+#include "native-agent/base/url_guard.h"
 
 #include <string>
 #include <vector>

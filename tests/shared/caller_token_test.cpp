@@ -478,7 +478,6 @@ TEST(CallerToken, MintsTheSameBytesAsNode) {
   EXPECT_GE(compared, 2);
 }
 
-
 // ---- VerifiedTokenCache: the same answers as verify_caller_token, fewer HMACs ----
 
 void expect_same(const Result<CallerIdentity>& cached, const Result<CallerIdentity>& fresh) {
@@ -552,7 +551,8 @@ TEST(VerifiedTokenCache, ANewKeyRingOrOtherOptionsEmptyIt) {
   VerifyOptions other;
   other.audience = "elsewhere";
   expect_refused(cache.verify(token, k, kT0, other), "audience", token);
-  const std::string scoped = mint("alice", "a", kSecretA, kT0, kHour, MintOptions{"quiver", "ns-one", {}});
+  const std::string scoped =
+      mint("alice", "a", kSecretA, kT0, kHour, MintOptions{"quiver", "ns-one", {}});
   ASSERT_TRUE(cache.verify(scoped, k, kT0).ok());
   VerifyOptions ns_two;
   ns_two.ns = "ns-two";
@@ -580,7 +580,9 @@ TEST(VerifiedTokenCache, AgreesWithVerifyOnRandomSequences) {
   Result<Keyring> k2 = Keyring::create({{"b", kSecretB}});
   ASSERT_TRUE(k2.ok());
   std::vector<std::string> tokens = {
-      mint("alice"), mint("bob", "b", kSecretB), mint("carol", "a", kSecretA, kT0, 10'000),
+      mint("alice"),
+      mint("bob", "b", kSecretB),
+      mint("carol", "a", kSecretA, kT0, 10'000),
       mint("dave", "a", kSecretA, kT0 + 5 * 60'000, kHour),  // iat in the future at first
       mint("erin", "a", kSecretA, kT0, kHour, MintOptions{"quiver", "ns-one", {}}),
       forge(kHeaderA, claims(R"(,"nbf":)" + std::to_string(kT0 / 1000 + 120))),

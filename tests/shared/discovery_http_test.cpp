@@ -146,8 +146,8 @@ TEST(DiscoveryHttp, AuthenticateCallerRules) {
   Keyring keyring = *Keyring::create({{"k1", secret}});
   const std::string token = *mint_caller_token("alice", secret, "k1", kNow, 60'000);
   const std::string bearer = "Bearer " + token;
-  CallerAuth two = authenticate_caller({{"Authorization", bearer}, {"authorization", bearer}},
-                                       keyring, kNow);
+  CallerAuth two =
+      authenticate_caller({{"Authorization", bearer}, {"authorization", bearer}}, keyring, kNow);
   EXPECT_FALSE(two.member_id.has_value());
   EXPECT_EQ(two.failure, "more than one Authorization header");
   EXPECT_FALSE(authenticate_caller({{"Authorization", bearer + ", " + bearer}}, keyring, kNow)
@@ -156,9 +156,9 @@ TEST(DiscoveryHttp, AuthenticateCallerRules) {
   CallerAuth none = authenticate_caller({{"Authorization", bearer}}, nullptr, kNow, {}, "no keys");
   EXPECT_FALSE(none.member_id.has_value());
   EXPECT_EQ(none.failure, "no keys");
-  EXPECT_EQ(authenticate_caller({{"Authorization", "Basic YTpi"}}, nullptr, kNow, {}, "no keys")
-                .failure,
-            "Authorization scheme is not Bearer");
+  EXPECT_EQ(
+      authenticate_caller({{"Authorization", "Basic YTpi"}}, nullptr, kNow, {}, "no keys").failure,
+      "Authorization scheme is not Bearer");
   EXPECT_EQ(authenticate_caller({}, nullptr, kNow, {}, "no keys").failure,
             "a bearer token is required (Authorization: Bearer ...)");
 }
@@ -171,10 +171,10 @@ TEST(DiscoveryHttp, SharedRoutes) {
   EXPECT_EQ(m.route, SharedRoute::kConnectionManifest);
   EXPECT_EQ(m.raw_id, "a%2Fb");  // one segment: decoded only after routing
   EXPECT_EQ(match_shared_route("/v1/mcp-connections/x/refresh-tools").route, SharedRoute::kRefresh);
-  for (const char* odd : {"//v1/manifests", "/v1/manifests/", "/v1//manifests", "/v1/Manifests",
-                          "/v1/%6Danifests", "/v1/mcp-connections//manifest",
-                          "/v1/mcp-connections/a/b/manifest", "/v1/mcp-connections/x/test", "",
-                          "v1/manifests", "/v1/manifests?x"}) {
+  for (const char* odd :
+       {"//v1/manifests", "/v1/manifests/", "/v1//manifests", "/v1/Manifests", "/v1/%6Danifests",
+        "/v1/mcp-connections//manifest", "/v1/mcp-connections/a/b/manifest",
+        "/v1/mcp-connections/x/test", "", "v1/manifests", "/v1/manifests?x"}) {
     EXPECT_EQ(match_shared_route(odd).route, SharedRoute::kNone) << odd;
   }
   EXPECT_TRUE(is_discovery_path("/v1/search"));

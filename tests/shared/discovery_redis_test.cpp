@@ -39,17 +39,16 @@ HashFields conn_fields(const std::string& mode) {
 }
 
 // What discovery_read.lua answers for alice with: `docs` (shared, fresh manifest, one disabled
-// tool, a webhook's mark at 900 that its listing at 1000 made moot), `mail` (per_member, no manifest, lease held), `old`
-// (removed).
+// tool, a webhook's mark at 900 that its listing at 1000 made moot), `mail` (per_member, no
+// manifest, lease held), `old` (removed).
 RespValue good_reply() {
   HashFields manifest = data_entry("h1", 1000, 2000, manifest_json({"a", "b"}));
-  return A(
-      {S("quiver.discovery.v1"), S("member/alice"), I(42), I(3), S(""), I(1),
-       A({A({S("docs"), flat(conn_fields("shared")), S("shared"), flat(manifest), A({S("tool:b")}),
-             I(0), S("900")}),
-          A({S("mail"), flat(conn_fields("per_member")), S("member/alice"), A({}), A({}), I(1),
-             RespValue::nil()}),
-          A({S("old"), A({}), S(""), A({}), A({}), I(0), RespValue::nil()})})});
+  return A({S("quiver.discovery.v1"), S("member/alice"), I(42), I(3), S(""), I(1),
+            A({A({S("docs"), flat(conn_fields("shared")), S("shared"), flat(manifest),
+                  A({S("tool:b")}), I(0), S("900")}),
+               A({S("mail"), flat(conn_fields("per_member")), S("member/alice"), A({}), A({}), I(1),
+                  RespValue::nil()}),
+               A({S("old"), A({}), S(""), A({}), A({}), I(0), RespValue::nil()})})});
 }
 
 TEST(DiscoveryRedis, ReadCommandCarriesTheScriptTheGrantsKeyAndTheQuery) {
@@ -242,9 +241,8 @@ TEST(DiscoveryRedis, EnqueueCommandGatesLeasesAndStreams) {
   ASSERT_TRUE(c.ok()) << c.error().message;
   EXPECT_EQ(*c, (RedisCommand{"EVAL", std::string(schema_asset("lua/revalidate_enqueue.lua")), "2",
                               "quiver:{default}:revalidate-gate:docs:shared",
-                              "quiver:{default}:revalidate",
-                              "30000", "10000", "5000", "-1", "cid", "docs", "principal", "shared",
-                              "reason", "stale", "at", "5000"}));
+                              "quiver:{default}:revalidate", "30000", "10000", "5000", "-1", "cid",
+                              "docs", "principal", "shared", "reason", "stale", "at", "5000"}));
   Revalidation manual{"docs", member_principal("alice"), "manual", true};
   c = revalidate_enqueue_command(keys, manual, 5000, options);
   ASSERT_TRUE(c.ok());
@@ -280,7 +278,8 @@ TEST(DiscoveryRedis, EnqueueRepliesParse) {
   EXPECT_EQ(parse_enqueue_reply(A({S("already_queued")}))->outcome,
             RevalidationOutcome::kAlreadyQueued);
   EXPECT_EQ(parse_enqueue_reply(A({S("in_progress")}))->outcome, RevalidationOutcome::kInProgress);
-  EXPECT_EQ(parse_enqueue_reply(RespValue::error("OOM")).error().code, ErrorCode::kStoreUnavailable);
+  EXPECT_EQ(parse_enqueue_reply(RespValue::error("OOM")).error().code,
+            ErrorCode::kStoreUnavailable);
   for (const RespValue& bad : {A({S("queued")}), A({}), I(1), A({S("held")}),
                                A({S("in_progress"), S("x")}), RespValue::nil()}) {
     EXPECT_EQ(parse_enqueue_reply(bad).error().code, ErrorCode::kInvalidReply)

@@ -548,7 +548,8 @@ TEST(Discovery, McpViewIsShapedLikeListResultsWithCacheHints) {
   EXPECT_TRUE(c["mcp"]["resources/templates/list"].contains("resourceTemplates"));
   // ADR-004: never an empty result (nor a missing one) for a list that could not be loaded.
   EXPECT_EQ(c["mcp"]["prompts/list"],
-            Json({{"error", {{"code", "TIMEOUT"}, {"message", "prompts/list could not be loaded: slow"}}}}));
+            Json({{"error",
+                   {{"code", "TIMEOUT"}, {"message", "prompts/list could not be loaded: slow"}}}}));
 
   MemoryStore stale = one_connection(20 * kMinute);
   Rendered s = render(stale, "alice", kNow, mcp);
@@ -562,8 +563,8 @@ TEST(Discovery, AManifestWithAFailedListIsStaleAndSaysWhichListFailed) {
   Listing listing;
   listing.protocol_version = "2025-11-25";
   listing.server_info = Json::object({{"name", "srv"}, {"version", "2"}});
-  for (ListKind k : {ListKind::kTools, ListKind::kResources, ListKind::kResourceTemplates,
-                     ListKind::kPrompts}) {
+  for (ListKind k :
+       {ListKind::kTools, ListKind::kResources, ListKind::kResourceTemplates, ListKind::kPrompts}) {
     listing.list(k).state = ListState::kFailed;
     listing.list(k).error = Error(ErrorCode::kTimeout, "no answer within 3500 ms");
   }

@@ -592,8 +592,7 @@ TEST(EdgeService, BrokenRepliesAndFailedAuthAreStoreFailures) {
 TEST(EdgeService, StoreFailuresLogTheAnsweredCodeOncePerWindowThenACount) {
   auto edge = service({{"QUIVER_L1_TTL_MS", "0"}});
   std::string alice = token_for("alice");
-  const std::string oom =
-      "-OOM command not allowed when used memory > 'maxmemory'.\r\n";
+  const std::string oom = "-OOM command not allowed when used memory > 'maxmemory'.\r\n";
   auto read_once = [&](int64_t at) {
     EdgeStep s = edge->begin(get("/v1/manifests", alice), at, kRandom);
     s = edge->feed(s.handle, "+OK\r\n" + oom, at);
@@ -962,9 +961,8 @@ TEST(EdgeService, BadWebhooksAreRefusedWithoutTouchingRedis) {
   EXPECT_EQ(s.log.find(kWebhookSecret), std::string::npos);
   EXPECT_EQ(answer(signed_webhook(body, kNow - 10 * kMinute), edge).response.status, 401);
   HttpRequest other_key = signed_webhook(body);
-  other_key.headers = {
-      {"X-Quiver-Signature",
-       *sign_webhook("another-secret-0123456789abcdef", "default", body, kNow)}};
+  other_key.headers = {{"X-Quiver-Signature",
+                        *sign_webhook("another-secret-0123456789abcdef", "default", body, kNow)}};
   EXPECT_EQ(answer(other_key, edge).response.status, 401);
   // Signed for another namespace that shares the secret: not a request for this one.
   HttpRequest other_ns = signed_webhook(body);

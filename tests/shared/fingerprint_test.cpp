@@ -1,9 +1,9 @@
 #include "shared/fingerprint.h"
 
-#include <gtest/gtest.h>
-
 #include <set>
 #include <string>
+
+#include <gtest/gtest.h>
 
 namespace quiver {
 namespace {

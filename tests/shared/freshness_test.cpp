@@ -201,8 +201,8 @@ TEST(Freshness, AFailedRefreshKeepsServingTheLastGoodData) {
   EXPECT_FALSE(classify(e, FreshnessPolicy{}, kHash, kT0 + 1).last_refresh_failed);
 }
 
-// ADR-004: data committed while a list failed is stored as never fresh; served (stale), revalidated,
-// then expires on the usual schedule.
+// ADR-004: data committed while a list failed is stored as never fresh; served (stale),
+// revalidated, then expires on the usual schedule.
 TEST(Freshness, DataWithAFailedListIsNeverFresh) {
   CacheEntryMeta e = entry_at(kT0);
   e.never_fresh = true;

@@ -68,8 +68,7 @@ TEST(Http1Parser, ParsesARequestWithItsHeadersAndBody) {
   Transcript t = same_at_every_split(
       "POST /v1/x?a=1 HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\nX-Y:  spaced  \r\n\r\nhello");
   ASSERT_EQ(t.size(), 1u);
-  EXPECT_EQ(t[0],
-            "POST /v1/x?a=1 1.1 keep [Host=h] [Content-Length=5] [X-Y=spaced] body=hello");
+  EXPECT_EQ(t[0], "POST /v1/x?a=1 1.1 keep [Host=h] [Content-Length=5] [X-Y=spaced] body=hello");
 }
 
 TEST(Http1Parser, PipelinedRequestsComeOutInOrder) {
@@ -123,7 +122,8 @@ TEST(Http1Parser, EachBoundIsRefusedWithItsStatus) {
       {"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n10\r\n" +
            std::string(16, 'x') + "\r\n1\r\n",
        413},
-      {"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffffff\r\n", 413},
+      {"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffffff\r\n",
+       413},
       {"POST / HTTP/1.1\r\nHost: h\r\nContent-Encoding: gzip\r\nContent-Length: 3\r\n\r\n", 415},
       {"POST / HTTP/1.1\r\nHost: h\r\nContent-Encoding: br\r\nTransfer-Encoding: chunked\r\n\r\n",
        415},

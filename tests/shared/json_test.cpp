@@ -1,8 +1,8 @@
 #include "shared/json.h"
 
-#include <gtest/gtest.h>
-
 #include <string>
+
+#include <gtest/gtest.h>
 
 #include "shared/jsonrpc.h"
 

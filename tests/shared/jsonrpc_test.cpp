@@ -22,8 +22,8 @@ TEST(JsonRpc, ClassifiesTheFourKinds) {
   auto res = parse_one(R"({"jsonrpc":"2.0","id":"a-1","result":{"tools":[]}})");
   EXPECT_EQ(res.kind, JsonRpcKind::kResult);
   EXPECT_EQ(res.id, "a-1");
-  auto err = parse_one(
-      R"({"jsonrpc":"2.0","id":7,"error":{"code":-32601,"message":"Method not found"}})");
+  auto err =
+      parse_one(R"({"jsonrpc":"2.0","id":7,"error":{"code":-32601,"message":"Method not found"}})");
   EXPECT_EQ(err.kind, JsonRpcKind::kError);
   EXPECT_EQ(err.error.code, kJsonRpcMethodNotFound);
   EXPECT_EQ(err.error.message, "Method not found");

@@ -330,8 +330,8 @@ TEST(ManifestFromListing, CouldNotLoadAndGenuinelyEmptyStayDistinct) {
   EXPECT_EQ(m.resources.state, ListState::kFailed);
   ASSERT_TRUE(m.resources.error.has_value());
   EXPECT_EQ(m.resources.error->code, ErrorCode::kTimeout);
-  EXPECT_TRUE(m.resources.items.empty());  // a partial list never reads as a complete one
-  EXPECT_EQ(m.resources.partial_items, 1);   // ... but what arrived is not lost without a word
+  EXPECT_TRUE(m.resources.items.empty());   // a partial list never reads as a complete one
+  EXPECT_EQ(m.resources.partial_items, 1);  // ... but what arrived is not lost without a word
   EXPECT_EQ(m.prompts.state, ListState::kAbsent);
 
   Json j = manifest_to_json(m);
@@ -359,10 +359,12 @@ TEST(ManifestKeepLastGood, FailedListsTakeTheLastGoodListsAndSaySo) {
   Manifest last_good = build(small_listing());  // tools: echo, add; prompts: greet
 
   Listing l = small_listing();
-  l.list(ListKind::kTools).items = {{{"name", "fresh_tool"}, {"inputSchema", {{"type", "object"}}}}};
+  l.list(ListKind::kTools).items = {
+      {{"name", "fresh_tool"}, {"inputSchema", {{"type", "object"}}}}};
   l.list(ListKind::kPrompts).state = ListState::kFailed;
   l.list(ListKind::kPrompts).items.clear();
-  l.list(ListKind::kPrompts).error = Error(ErrorCode::kTimeout, "prompts/list: no answer in 3500 ms");
+  l.list(ListKind::kPrompts).error =
+      Error(ErrorCode::kTimeout, "prompts/list: no answer in 3500 ms");
   l.list(ListKind::kResources).state = ListState::kFailed;  // never loaded before either
   l.list(ListKind::kResources).error = Error(ErrorCode::kUpstreamError, "boom");
   Manifest m = build(l);
@@ -385,9 +387,10 @@ TEST(ManifestKeepLastGood, FailedListsTakeTheLastGoodListsAndSaySo) {
 
   // Round trip through the strict reader; the JSON says what was kept.
   Json j = manifest_to_json(m);
-  EXPECT_EQ(j["prompts"]["kept"],
-            Json({{"listed_at", kOld},
-                  {"error", {{"code", "TIMEOUT"}, {"message", "prompts/list: no answer in 3500 ms"}}}}));
+  EXPECT_EQ(
+      j["prompts"]["kept"],
+      Json({{"listed_at", kOld},
+            {"error", {{"code", "TIMEOUT"}, {"message", "prompts/list: no answer in 3500 ms"}}}}));
   Result<Manifest> back = decode_manifest(encode(m));
   ASSERT_TRUE(back.ok()) << back.error().message;
   ASSERT_TRUE(back->prompts.kept.has_value());
@@ -475,7 +478,8 @@ TEST(ManifestKeepLastGood, TheStrictReaderRefusesKeptOrPartialWhereTheyCannotBe)
   EXPECT_TRUE(manifest_from_json(j).ok());
   EXPECT_EQ(list_kinds_from_text("tools,prompts"),
             std::optional<std::vector<ListKind>>({ListKind::kTools, ListKind::kPrompts}));
-  EXPECT_EQ(list_kinds_from_text(""), std::optional<std::vector<ListKind>>(std::vector<ListKind>{}));
+  EXPECT_EQ(list_kinds_from_text(""),
+            std::optional<std::vector<ListKind>>(std::vector<ListKind>{}));
   EXPECT_FALSE(list_kinds_from_text("tools,nope").has_value());
 }
 

@@ -820,7 +820,8 @@ TEST(McpSession, AnOverlongCursorIsAnInvalidReply) {
   const ListOutcome tools = sim.listing().list(ListKind::kTools);
   EXPECT_EQ(tools.state, ListState::kFailed);
   EXPECT_EQ(tools.error->code, ErrorCode::kInvalidReply);
-  EXPECT_EQ(tools.error->message, "tools/list: \"nextCursor\" of 16385 bytes exceeds the bound of 16384");
+  EXPECT_EQ(tools.error->message,
+            "tools/list: \"nextCursor\" of 16385 bytes exceeds the bound of 16384");
   EXPECT_EQ(sim.peer.count("tools/list"), 1);  // never sent back
   // Exactly at the bound is a cursor.
   Sim ok(c);
@@ -1064,7 +1065,7 @@ TEST(McpSession, HandshakeTimeoutsFailTheSession) {
 
 // A peer hook: `method` is answered `latency_ms` late, everything else as usual.
 std::function<bool(FakePeer&, const JsonRpcMessage&, int64_t)> answer_late(std::string method,
-                                                                         int64_t latency_ms) {
+                                                                           int64_t latency_ms) {
   return [method, latency_ms](FakePeer& peer, const JsonRpcMessage& m, int64_t now) {
     if (m.method != method) return false;
     int64_t usual = peer.latency_ms;
@@ -1406,8 +1407,8 @@ TEST(McpSession, ADeepReplyFailsItsRequestAtOnceAndADeepNotificationIsSkipped) {
       p.send_at(now + 1, R"({"jsonrpc":"2.0","method":"notifications/message","params":{"data":)" +
                              deep + "}}");
       p.send_at(now + 2, R"({"jsonrpc":"2.0","id":)" + m.id.dump() +
-                             R"(,"result":{"tools":[{"name":"t","inputSchema":{"default":)" +
-                             deep + "}}]}}");
+                             R"(,"result":{"tools":[{"name":"t","inputSchema":{"default":)" + deep +
+                             "}}]}}");
       return true;
     }
     return false;

@@ -66,14 +66,16 @@ TEST(NumberLiteral, NegativeZeroIsKeptAndLookalikesInStringsAreNot) {
   EXPECT_EQ(json_number_literal_text(j["z"][3]).value(), "0e5");
   EXPECT_EQ(json_number_literal_text(j["z"][4]).value(), "-0E-3");
   EXPECT_EQ(j["n"], -10);
-  EXPECT_EQ(serialize_json(j), R"({"d":"2026-07-28","n":-10,"s":"x -0 y","z":[0,-0,-0.0,0e5,-0E-3]})");
+  EXPECT_EQ(serialize_json(j),
+            R"({"d":"2026-07-28","n":-10,"s":"x -0 y","z":[0,-0,-0.0,0e5,-0E-3]})");
   // A text without a -0 token (only lookalikes) parses as before.
   Json plain = parse_kept(R"({"d":"2026-07-28","s":"x -0 y"})");
   EXPECT_EQ(plain["s"], "x -0 y");
 }
 
 TEST(NumberLiteral, OrdinaryNumbersStayNumbersAndAreNotLiterals) {
-  Json j = parse_kept(R"([0,-1,42,18446744073709551615,-9223372036854775808,0.5,1e+21,1.5e-7,3.14])");
+  Json j =
+      parse_kept(R"([0,-1,42,18446744073709551615,-9223372036854775808,0.5,1e+21,1.5e-7,3.14])");
   EXPECT_TRUE(j[0].is_number_integer());
   EXPECT_TRUE(j[3].is_number_unsigned());
   EXPECT_TRUE(j[4].is_number_integer());
@@ -111,9 +113,12 @@ TEST(NumberLiteral, LiteralIsNeitherAStringNorAnObjectAndReadsAsADouble) {
 }
 
 TEST(NumberLiteral, EqualInputHashesEquallyAndDifferentTextsDiffer) {
-  const std::string a = R"({"name":"t","inputSchema":{"type":"object","maximum":123456789012345678901234567890}})";
-  const std::string b = R"({"inputSchema":{"maximum":123456789012345678901234567890,"type":"object"},"name":"t"})";
-  const std::string c = R"({"name":"t","inputSchema":{"type":"object","maximum":123456789012345678901234567891}})";
+  const std::string a =
+      R"({"name":"t","inputSchema":{"type":"object","maximum":123456789012345678901234567890}})";
+  const std::string b =
+      R"({"inputSchema":{"maximum":123456789012345678901234567890,"type":"object"},"name":"t"})";
+  const std::string c =
+      R"({"name":"t","inputSchema":{"type":"object","maximum":123456789012345678901234567891}})";
   Result<std::string> ha = definition_hash(parse_kept(a));
   Result<std::string> hb = definition_hash(parse_kept(b));
   Result<std::string> hc = definition_hash(parse_kept(c));
@@ -196,7 +201,8 @@ TEST(NumberLiteral, NumbersPastTheDoubleRangeAreKeptAndNoStringPosesAsOne) {
 
 TEST(NumberLiteral, SerializeIndentsLikeDumpAndNeverFails) {
   Json j = parse_kept(R"({"a":[1,1.0,"x"],"b":{},"c":[]})");
-  EXPECT_EQ(serialize_json(j, 2), "{\n  \"a\": [\n    1,\n    1.0,\n    \"x\"\n  ],\n  \"b\": {},\n  \"c\": []\n}");
+  EXPECT_EQ(serialize_json(j, 2),
+            "{\n  \"a\": [\n    1,\n    1.0,\n    \"x\"\n  ],\n  \"b\": {},\n  \"c\": []\n}");
   Json odd = Json::object();
   odd["bad"] = std::string("\xff");
   odd["nan"] = std::nan("");

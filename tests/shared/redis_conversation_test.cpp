@@ -255,8 +255,10 @@ TEST(RedisConversation, KeepsTheRepliesBytesWithoutAuth) {
 }
 
 TEST(RedisConversation, ReplyErrorsAreMappedByKind) {
-  EXPECT_EQ(redis_reply_error(E("LOADING Redis is loading"), "read").code, ErrorCode::kStoreUnavailable);
-  EXPECT_EQ(redis_reply_error(E("OOM command not allowed"), "write").code, ErrorCode::kStoreUnavailable);
+  EXPECT_EQ(redis_reply_error(E("LOADING Redis is loading"), "read").code,
+            ErrorCode::kStoreUnavailable);
+  EXPECT_EQ(redis_reply_error(E("OOM command not allowed"), "write").code,
+            ErrorCode::kStoreUnavailable);
   EXPECT_EQ(redis_reply_error(E("NOPERM no"), "read").code, ErrorCode::kUnauthenticated);
   EXPECT_EQ(redis_reply_error(E("NOAUTH Authentication required."), "read").code,
             ErrorCode::kUnauthenticated);

@@ -9,9 +9,8 @@
 
 #include <gtest/gtest.h>
 
-#include "tests/support/markdown_table.h"
-
 #include "shared/identity.h"
+#include "tests/support/markdown_table.h"
 
 namespace quiver {
 namespace {

@@ -11,10 +11,9 @@
 
 #include <gtest/gtest.h>
 
-#include "tests/support/markdown_table.h"
-
 #include "shared/edge_service.h"
 #include "shared/json.h"
+#include "tests/support/markdown_table.h"
 
 namespace quiver {
 namespace {
@@ -30,7 +29,8 @@ std::string unquote(const std::string& cell) {
              : cell;
 }
 
-using Row = std::tuple<std::string, std::string, std::string>;  // field ("—": edge only), env, hosts
+using Row =
+    std::tuple<std::string, std::string, std::string>;  // field ("—": edge only), env, hosts
 
 std::string hosts_text(unsigned hosts) {
   std::string out;

@@ -1,8 +1,8 @@
 #include "shared/sha256.h"
 
-#include <gtest/gtest.h>
-
 #include <string>
+
+#include <gtest/gtest.h>
 
 namespace quiver {
 namespace {

@@ -1,12 +1,11 @@
 // The search engine the edge will use (SQLite FTS5 ranked by bm25) works in both builds: natively
 // against Debian's libsqlite3, in wasm against the amalgamation fetched at build time. An
 // in-memory database only: no files.
-#include <sqlite3.h>
-
-#include <gtest/gtest.h>
-
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
+#include <sqlite3.h>
 
 namespace {
 
@@ -14,23 +13,25 @@ struct Db {
   sqlite3* db = nullptr;
   Db() { sqlite3_open(":memory:", &db); }
   ~Db() { sqlite3_close(db); }
-  bool exec(const char* sql) { return sqlite3_exec(db, sql, nullptr, nullptr, nullptr) == SQLITE_OK; }
+  bool exec(const char* sql) {
+    return sqlite3_exec(db, sql, nullptr, nullptr, nullptr) == SQLITE_OK;
+  }
 };
 
 TEST(SqliteFts5, RanksToolsWithBm25) {
   Db d;
   ASSERT_NE(d.db, nullptr);
   ASSERT_TRUE(d.exec("CREATE VIRTUAL TABLE tools USING fts5(name, description)"));
-  ASSERT_TRUE(d.exec(
-      "INSERT INTO tools VALUES"
-      "('read_file', 'Read a file from disk'),"
-      "('search_files', 'Search files by name; files files'),"
-      "('echo', 'Echo the input back')"));
+  ASSERT_TRUE(
+      d.exec("INSERT INTO tools VALUES"
+             "('read_file', 'Read a file from disk'),"
+             "('search_files', 'Search files by name; files files'),"
+             "('echo', 'Echo the input back')"));
   sqlite3_stmt* stmt = nullptr;
-  ASSERT_EQ(sqlite3_prepare_v2(d.db,
-                               "SELECT name FROM tools WHERE tools MATCH ? ORDER BY bm25(tools)",
-                               -1, &stmt, nullptr),
-            SQLITE_OK);
+  ASSERT_EQ(
+      sqlite3_prepare_v2(d.db, "SELECT name FROM tools WHERE tools MATCH ? ORDER BY bm25(tools)",
+                         -1, &stmt, nullptr),
+      SQLITE_OK);
   sqlite3_bind_text(stmt, 1, "files", -1, SQLITE_STATIC);
   std::vector<std::string> names;
   while (sqlite3_step(stmt) == SQLITE_ROW) {

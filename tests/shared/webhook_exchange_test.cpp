@@ -54,9 +54,9 @@ TEST(WebhookExchange, ChecksInOrder) {
                                   kNow, kOff)),
             "401 UNAUTHENTICATED");
   // Signed but malformed: 400, before any store operation (the replay guard is the host's next).
-  EXPECT_EQ(code_of(check_webhook(post(malformed, signed_for(malformed)), kSecrets, kNs, kNow,
-                                  kOff)),
-            "400 BAD_REQUEST");
+  EXPECT_EQ(
+      code_of(check_webhook(post(malformed, signed_for(malformed)), kSecrets, kNs, kNow, kOff)),
+      "400 BAD_REQUEST");
   const WebhookCheck ok = check_webhook(post(good, signed_for(good)), kSecrets, kNs, kNow, kOff);
   ASSERT_EQ(code_of(ok), "checked");
   const WebhookChecked& checked = std::get<WebhookChecked>(ok);
@@ -73,7 +73,8 @@ TEST(WebhookExchange, Answers) {
   EXPECT_EQ(restoring.status, 503);
   EXPECT_NE(restoring.body.find("being restored"), std::string::npos) << restoring.body;
   EXPECT_NE(restoring.body.find("STORE_UNAVAILABLE"), std::string::npos) << restoring.body;
-  HttpResponse accepted = webhook_accepted_response({{"docs", Principal::shared(), "queued", true}});
+  HttpResponse accepted =
+      webhook_accepted_response({{"docs", Principal::shared(), "queued", true}});
   EXPECT_EQ(accepted.status, 202);
   Result<Json> body = parse_json(accepted.body);
   ASSERT_TRUE(body.ok());

@@ -128,10 +128,11 @@ TEST(WebhookSignature, TimestampTolerance) {
 TEST(WebhookSignature, RefusesBadSignatures) {
   Result<std::string> header = sign_webhook(kSecret, kNs, kBody, kNow);
   ASSERT_TRUE(header.ok());
-  expect_refused(verify_webhook(*header, kBody + " ", {kSecret}, kNs, kNow), "no signature matches");
-  expect_refused(
-      verify_webhook(*header, R"({"connection_id":"gitlab","reason":"deploy"})", {kSecret}, kNs, kNow),
-      "no signature matches");
+  expect_refused(verify_webhook(*header, kBody + " ", {kSecret}, kNs, kNow),
+                 "no signature matches");
+  expect_refused(verify_webhook(*header, R"({"connection_id":"gitlab","reason":"deploy"})",
+                                {kSecret}, kNs, kNow),
+                 "no signature matches");
   expect_refused(verify_webhook(*header, kBody, {kNewSecret}, kNs, kNow), "no signature matches");
   // The signed timestamp cannot be moved: a fresh t with the old signature fails.
   std::string moved = "t=1780000100,v2=" + v2(kSecret, kNow / 1000, kBody);
@@ -238,14 +239,13 @@ TEST(WebhookSignature, TheDeprecatedV1FormIsStillAcceptedAndFlagged) {
   expect_refused(verify_webhook(*old_form, kBody + " ", {kSecret}, kNs, kNow),
                  "no signature matches");
 
-  const std::string both = *sign_webhook(kSecret, kNs, kBody, kNow) + ",v1=" +
-                           v1(kSecret, kNow / 1000, kBody);
+  const std::string both =
+      *sign_webhook(kSecret, kNs, kBody, kNow) + ",v1=" + v1(kSecret, kNow / 1000, kBody);
   Result<WebhookVerified> b = verify_webhook(both, kBody, {kSecret}, kNs, kNow);
   ASSERT_TRUE(b.ok());
   EXPECT_FALSE(b->legacy_v1);
   EXPECT_EQ(b->replay_key, v->replay_key);
-  EXPECT_FALSE(verify_webhook(*sign_webhook(kSecret, kNs, kBody, kNow), kBody, {kSecret}, kNs,
-                              kNow)
+  EXPECT_FALSE(verify_webhook(*sign_webhook(kSecret, kNs, kBody, kNow), kBody, {kSecret}, kNs, kNow)
                    ->legacy_v1);
 }
 

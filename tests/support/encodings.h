@@ -1,5 +1,5 @@
 // Encodings a careless upstream applies to a credential it echoes (base64, base64url,
-// JavaScript's encodeURIComponent), written independently of native-agent/redactor.cpp so that
+// JavaScript's encodeURIComponent), written independently of native-agent/base/redactor.cpp so that
 // tests check the redactor against encoders it does not share code with.
 #pragma once
 

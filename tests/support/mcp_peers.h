@@ -28,8 +28,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "native-agent/child_process.h"
-#include "native-agent/upstream.h"
+#include "native-agent/upstream/child_process.h"
+#include "native-agent/upstream/upstream.h"
 #include "shared/json.h"
 #include "tests/support/redis_server.h"
 

@@ -1,5 +1,10 @@
 #include "tests/support/redis_server.h"
 
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
 #include <arpa/inet.h>
 #include <hiredis.h>
 #include <netinet/in.h>
@@ -7,11 +12,6 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <chrono>
-#include <cstdlib>
-#include <string>
-#include <thread>
 
 namespace quiver::testing {
 
@@ -63,10 +63,9 @@ bool RedisServer::start() {
   }
   if (pid == 0) {
     // Bind loopback only; no persistence; die with the test.
-    ::execlp(exe.c_str(), exe.c_str(), "--port", port.c_str(), "--bind", "127.0.0.1",
-             "--dir", dir_.c_str(), "--save", "", "--appendonly", "no", "--daemonize", "no",
-             "--loglevel", "warning", "--logfile", (dir_ + "/redis.log").c_str(),
-             static_cast<char*>(nullptr));
+    ::execlp(exe.c_str(), exe.c_str(), "--port", port.c_str(), "--bind", "127.0.0.1", "--dir",
+             dir_.c_str(), "--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel",
+             "warning", "--logfile", (dir_ + "/redis.log").c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }
   pid_ = pid;

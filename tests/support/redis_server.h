@@ -6,9 +6,9 @@
 //   redisContext* c = redis.connect();    // hiredis, caller frees
 #pragma once
 
-#include <sys/types.h>
-
 #include <string>
+
+#include <sys/types.h>
 
 struct redisContext;
 

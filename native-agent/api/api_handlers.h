@@ -1,0 +1,40 @@
+// The agent API's route handlers, by concern: each file answers one group of endpoints through
+// the shared ApiContext (native-agent/api/api_context.h); ApiServer routes to them
+// (native-agent/api/api_server.cpp). schema/openapi.yaml describes every endpoint.
+//   api_discovery.cpp    the shared discovery endpoints, driven through the core's exchange
+//   api_health.cpp       GET /healthz, GET /metrics
+//   api_connections.cpp  GET /v1/mcp-connections, POST .../{id}/test, POST .../{id}/evidence
+//   api_preferences.cpp  GET / PUT / PATCH .../{id}/preferences
+//   api_webhook.cpp      POST /v1/webhooks/refresh
+#pragma once
+
+#include <httplib.h>
+
+#include "native-agent/api/api_context.h"
+#include "shared/identity.h"
+
+namespace quiver::api {
+
+// Takes the request as the front parsed it and answers in the core's shape: no cpp-httplib
+// request or response in between (their header maps cost more than an answer from the render
+// cache).
+HttpResponse discovery_exchange(ApiContext& api, const HttpRequest& request);
+
+void healthz(ApiContext& api, const httplib::Request& req, httplib::Response& res);
+void metrics(ApiContext& api, const httplib::Request& req, httplib::Response& res);
+
+void list_connections(ApiContext& api, const httplib::Request& req, httplib::Response& res,
+                      const Principal& member);
+void test_connection(ApiContext& api, const httplib::Request& req, httplib::Response& res,
+                     const Principal& member);
+void evidence(ApiContext& api, const httplib::Request& req, httplib::Response& res,
+              const Principal& member);
+
+void get_preferences(ApiContext& api, const httplib::Request& req, httplib::Response& res,
+                     const Principal& member);
+void set_preferences(ApiContext& api, const httplib::Request& req, httplib::Response& res,
+                     const Principal& member);
+
+void webhook(ApiContext& api, const httplib::Request& req, httplib::Response& res);
+
+}  // namespace quiver::api

@@ -1,0 +1,291 @@
+#include "native-agent/api/api_server.h"
+
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <httplib.h>
+
+#include "native-agent/api/api_context.h"
+#include "native-agent/api/api_handlers.h"
+#include "native-agent/api/api_http.h"
+#include "native-agent/api/http_front.h"
+#include "shared/caller_token.h"
+#include "shared/discovery_http.h"
+#include "shared/webhook_signature.h"
+
+namespace quiver {
+
+using api::ApiContext;
+using api::LockedSearcher;
+using api::overloaded_response;
+using api::refusal_response;
+using api::Router;
+using api::send_error;
+using api::to_http1;
+
+ApiServerOptions api_server_options(const AgentConfig& config) {
+  ApiServerOptions options;
+  options.listen = config.listen;
+  return options;
+}
+
+// ---- the server --------------------------------------------------------------------------------
+
+struct ApiServer::Impl : ApiContext {
+  Impl(AgentService& a, ApiServerOptions o) : ApiContext(a, std::move(o)) {}
+
+  Router router;
+  int bound_port = 0;
+  bool started = false;
+  std::atomic<bool> stopped{false};
+
+  // Wraps a handler of an authenticated endpoint: 401 unless the bearer token names a member.
+  using MemberHandler =
+      std::function<void(const httplib::Request&, httplib::Response&, const Principal& member)>;
+  Router::Handler authed(MemberHandler handler) {
+    return [this, handler = std::move(handler)](const httplib::Request& req,
+                                                httplib::Response& res) {
+      CallerAuth caller = authenticate(req);
+      if (!caller.member_id)
+        return send_error(res, HttpErrorCode::kUnauthenticated, caller.failure);
+      Result<Principal> member = Principal::member(*caller.member_id);
+      if (!member.ok()) {
+        return send_error(res, HttpErrorCode::kUnauthenticated, "the token names no valid member");
+      }
+      handler(req, res, *member);
+    };
+  }
+
+  // ---- wiring: every route, hook and limit in one place ----
+
+  void register_routes() {
+    Router& s = router;
+    const std::string id = "/v1/mcp-connections/{}";
+
+    s.Get("/healthz", [this](const auto& req, auto& res) { api::healthz(*this, req, res); });
+    s.Get("/metrics", [this](const auto& req, auto& res) { api::metrics(*this, req, res); });
+
+    // Discovery and the webhook are routed by the core before this table (serve): the edge
+    // serves the same.
+
+    // The agent's own.
+    s.Get("/v1/mcp-connections", authed([this](const auto& req, auto& res, const Principal& m) {
+            api::list_connections(*this, req, res, m);
+          }));
+    s.Post(id + "/test", authed([this](const auto& req, auto& res, const Principal& m) {
+             api::test_connection(*this, req, res, m);
+           }));
+    s.Post(id + "/evidence", authed([this](const auto& req, auto& res, const Principal& m) {
+             api::evidence(*this, req, res, m);
+           }));
+    s.Get(id + "/preferences", authed([this](const auto& req, auto& res, const Principal& m) {
+            api::get_preferences(*this, req, res, m);
+          }));
+    auto set = authed([this](const auto& req, auto& res, const Principal& m) {
+      api::set_preferences(*this, req, res, m);
+    });
+    s.Put(id + "/preferences", set);
+    s.Patch(id + "/preferences", set);
+  }
+
+  // One request, on a front worker: Host checked, routed, the handler run, every escaping
+  // exception a 500 whose detail goes to the log. The front (native-agent/api/http_front.h) has
+  // already refused what breaks a bound, and sheds what no worker can take.
+  // Runs `answer` for `in`: every escaping exception a 500 whose detail goes to the log, and a
+  // body without a Content-Type labelled JSON (as send() labels it).
+  template <typename Answer>
+  Http1Response guarded(const Http1Request& in, Answer&& answer) {
+    HttpResponse r;
+    const std::string path(std::string_view(in.target).substr(0, in.target.find('?')));
+    try {
+      r = answer();
+    } catch (const std::exception& e) {
+      log("api: " + in.method + " " + path + ": " + e.what());
+      r = error_response(HttpErrorCode::kInternal, "internal error");
+    } catch (...) {
+      log("api: " + in.method + " " + path + ": an unknown exception");
+      r = error_response(HttpErrorCode::kInternal, "internal error");
+    }
+    if (!r.body.empty() && !find_header(r.headers, "Content-Type")) {
+      r.headers.emplace_back("Content-Type", api::kJson);
+    }
+    return to_http1(std::move(r));
+  }
+
+  Http1Response serve(const Http1Request& in, const HttpPeer& peer) {
+    if (!api::host_allowed(in.header("Host"), options.listen.host, peer)) {
+      return to_http1(refusal_response(
+          421, "the Host header names neither a loopback address nor this agent's listen address"));
+    }
+    // The shared endpoints are routed by the core on the raw path (shared/discovery_http.h), as
+    // the edge routes them: discovery straight to the core's exchange, then the webhook and the
+    // agent's own endpoints through cpp-httplib's types.
+    const std::size_t q = in.target.find('?');
+    const SharedRoute shared = match_shared_route(std::string_view(in.target).substr(0, q)).route;
+    if (shared != SharedRoute::kNone && shared != SharedRoute::kWebhook) {
+      HttpRequest request;
+      request.method = in.method;
+      request.path = in.target.substr(0, q);
+      if (q != std::string::npos) request.query = in.target.substr(q + 1);
+      request.headers = in.headers;
+      request.body = in.body;
+      return guarded(in, [&] { return api::discovery_exchange(*this, request); });
+    }
+    httplib::Request req;
+    req.method = in.method;
+    req.target = in.target;
+    req.version = in.minor_version == 0 ? "HTTP/1.0" : "HTTP/1.1";
+    req.path = httplib::detail::decode_url(in.target.substr(0, q), false);
+    if (q != std::string::npos)
+      httplib::detail::parse_query_text(in.target.substr(q + 1), req.params);
+    for (const auto& [name, value] : in.headers) req.headers.emplace(name, value);
+    req.body = in.body;
+    req.remote_addr = peer.remote_addr;
+    req.remote_port = peer.remote_port;
+    req.local_addr = peer.local_addr;
+    req.local_port = peer.local_port;
+
+    httplib::Response res;
+    Router::Found found = Router::Found::kNoPath;
+    std::string allow;
+    Router::Handler core_handler;
+    if (shared == SharedRoute::kWebhook) {
+      core_handler = [this](const httplib::Request& r, httplib::Response& out) {
+        api::webhook(*this, r, out);
+      };
+    }
+    const Router::Handler* handler =
+        core_handler ? &core_handler : router.find(req, &found, &allow);
+    if (core_handler) found = Router::Found::kRoute;
+    if (found == Router::Found::kNoMethod) res.set_header("Allow", allow);
+    if (handler == nullptr) {
+      send_error(res,
+                 found == Router::Found::kNoMethod ? HttpErrorCode::kMethodNotAllowed
+                                                   : HttpErrorCode::kNotFound,
+                 found == Router::Found::kNoMethod ? "this endpoint does not take " + req.method
+                                                   : std::string("no such endpoint"));
+    } else {
+      try {
+        (*handler)(req, res);
+      } catch (const std::exception& e) {
+        log("api: " + req.method + " " + req.path + ": " + e.what());
+        res = httplib::Response();
+        send_error(res, HttpErrorCode::kInternal, "internal error");
+      } catch (...) {
+        log("api: " + req.method + " " + req.path + ": an unknown exception");
+        res = httplib::Response();
+        send_error(res, HttpErrorCode::kInternal, "internal error");
+      }
+    }
+    Http1Response out;
+    out.status = res.status < 0 ? 200 : res.status;
+    for (const auto& [name, value] : res.headers) out.headers.emplace_back(name, value);
+    out.body = std::move(res.body);
+    return out;
+  }
+};
+
+ApiServer::ApiServer(AgentService& agent, ApiServerOptions options)
+    : impl_(std::make_unique<Impl>(agent, std::move(options))) {}
+
+ApiServer::~ApiServer() { stop(); }
+
+Status ApiServer::start() {
+  Impl& s = *impl_;
+  if (s.started) return Error(ErrorCode::kInvalidArgument, "api server: already started");
+  if (s.options.worker_threads < 1 || s.options.max_queued_requests < 1 ||
+      s.options.header_timeout_ms < 1 || s.options.body_timeout_ms < 1 ||
+      s.options.write_timeout_ms < 1 || s.options.max_body_bytes < 1 ||
+      s.options.max_concurrent_tests < 1 || !s.options.now_ms) {
+    return Error(ErrorCode::kInvalidArgument, "api server: invalid options");
+  }
+  const AgentConfig& config = s.agent.config();
+
+  std::vector<Keyring::Key> keys;
+  for (const auto& [kid, secret] : config.caller_token_keys) keys.push_back({kid, secret.reveal()});
+  if (keys.empty()) {
+    s.keyring_problem = "the agent has no caller_token_keys configured: no token is accepted";
+  } else {
+    Result<Keyring> ring = Keyring::create(std::move(keys));
+    if (!ring.ok()) return ring.error();
+    s.keyring = std::move(*ring);
+  }
+  s.verify.ns = config.ns;
+  for (const auto& [name, secret] : config.webhook_secrets) {
+    if (secret.reveal().size() < kMinWebhookSecretBytes) {
+      return Error(ErrorCode::kInvalidArgument,
+                   "quiver.webhook_secrets." + name + ": shorter than " +
+                       std::to_string(kMinWebhookSecretBytes) + " bytes");
+    }
+    s.webhook_secrets.push_back(secret.reveal());
+  }
+  s.operators = config.operators;
+
+  s.searcher = std::make_unique<LockedSearcher>(s.options.search_cache_entries,
+                                                s.options.search_cache_bytes);
+  s.discovery.freshness = config.runtime.freshness_policy();
+  s.discovery.render.max_cache_age_s = s.options.max_cache_age_s;
+  s.discovery.render.max_manifest_bytes = std::max<std::size_t>(
+      std::size_t{1} << 20, static_cast<std::size_t>(config.runtime.max_manifest_bytes) * 2);
+  s.discovery.searcher = s.searcher.get();
+  s.discovery.render.cache = &s.render_cache;
+
+  s.register_routes();
+  HttpFrontOptions front;
+  front.host = s.options.listen.host;
+  front.port = s.options.listen.port;
+  front.worker_threads = s.options.worker_threads;
+  front.max_queued_requests = s.options.max_queued_requests;
+  front.limits.max_body_bytes = s.options.max_body_bytes;
+  front.header_timeout_ms = s.options.header_timeout_ms;
+  front.body_timeout_ms = s.options.body_timeout_ms;
+  front.keep_alive_timeout_ms = s.options.keep_alive_timeout_ms;
+  front.write_timeout_ms = s.options.write_timeout_ms;
+  front.keep_alive_max_requests = s.options.keep_alive_max_requests;
+  front.max_connections = s.options.max_connections;
+  front.max_connections_per_peer = s.options.max_connections_per_peer;
+  s.front = std::make_unique<HttpFront>(
+      front, [&s](const Http1Request& req, const HttpPeer& peer) { return s.serve(req, peer); },
+      [](int status, const std::string& message) {
+        return to_http1(refusal_response(status, message));
+      },
+      [] { return to_http1(overloaded_response()); });
+  Status listening = s.front->start();
+  if (!listening.ok()) {
+    s.front.reset();
+    return Error(ErrorCode::kResourceUnavailable, "api server: " + listening.error().message);
+  }
+  s.bound_port = s.front->port();
+  s.started = true;
+  s.bg_thread = std::thread([&s] { s.run_background(); });
+  return Status::Ok();
+}
+
+void ApiServer::stop() {
+  Impl& s = *impl_;
+  if (!s.started || s.stopped.exchange(true)) return;
+  s.front->stop();
+  {
+    std::lock_guard<std::mutex> lock(s.bg_mu);
+    s.bg_stop = true;
+  }
+  s.bg_cv.notify_all();
+  if (s.bg_thread.joinable()) s.bg_thread.join();
+}
+
+int ApiServer::port() const { return impl_->bound_port; }
+
+std::string ApiServer::base_url() const {
+  const std::string& host = impl_->options.listen.host;
+  std::string h = host.find(':') != std::string::npos ? "[" + host + "]" : host;
+  if (h == "0.0.0.0") h = "127.0.0.1";
+  if (h == "[::]") h = "[::1]";
+  return "http://" + h + ":" + std::to_string(impl_->bound_port);
+}
+
+}  // namespace quiver

@@ -1,0 +1,355 @@
+// `quiver-agent probe`: list one upstream MCP server live and print what Quiver would cache.
+//
+// It is the agent's "test connection": a fresh session, every page of every list, one deadline.
+// Output (stdout) is one JSON object: status, the upstream (described without secrets), protocol
+// version and era, server info, timings, each list's state and count, and the listing itself.
+// `--watch` keeps the session open and prints a new object as one NDJSON line whenever the
+// upstream's lists change (list_changed notices, debounced), until SIGINT or SIGTERM (exit 0).
+// Secrets (--header values, --env values) are handed to the transport and never printed.
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <signal.h>
+
+#include "native-agent/base/logger.h"
+#include "native-agent/base/shell_words.h"
+#include "native-agent/cli/cli.h"
+#include "native-agent/upstream/upstream.h"
+#include "shared/canonical_json.h"
+#include "shared/json.h"
+#include "shared/listing.h"
+#include "shared/manifest.h"
+#include "shared/numbers.h"
+
+namespace quiver {
+namespace {
+
+constexpr const char* kProbeUsage =
+    R"(usage: quiver-agent probe (--stdio "CMD ARGS" | --url URL) [options]
+
+Lists one upstream MCP server live (every page of tools, resources, resource templates and
+prompts) and prints the result as JSON on stdout. Exit status: 0 listed, 1 could not list (or a
+list failed), 2 usage error.
+
+upstream (exactly one):
+  --stdio "CMD ARGS"     run CMD as a stdio MCP server; split like a shell splits words
+                         (quotes and backslashes), but no shell runs it: nothing is expanded
+  --url URL              a Streamable HTTP MCP endpoint
+
+options:
+  --header "Name: value" HTTP header sent on every request (repeatable); values are secrets
+  --env NAME=VALUE       environment variable for the stdio server (repeatable); values are
+                         secrets. The server otherwise sees only PATH, HOME and LANG
+  --timeout-ms N         deadline for the whole listing, handshake included (default 3500)
+  --allow-private        allow URLs on loopback and private addresses (local servers)
+  --watch                keep the session; print one NDJSON line per change until interrupted
+  --name NAME            the upstream's name in messages (default "probe")
+  --verbose              the server's stderr and connection events on stderr
+  --help                 this text
+)";
+
+std::atomic<bool> g_stop{false};
+
+void on_signal(int) { g_stop = true; }
+
+struct ProbeArgs {
+  std::string stdio;
+  std::string url;
+  std::vector<UpstreamHeader> headers;
+  std::map<std::string, std::string> env;
+  int64_t timeout_ms = 3500;
+  bool allow_private = false;
+  bool watch = false;
+  bool verbose = false;
+  bool help = false;
+  std::string name = "probe";
+};
+
+int usage_error(const std::string& message) {
+  std::fprintf(stderr, "quiver-agent probe: %s\n(see quiver-agent probe --help)\n",
+               message.c_str());
+  return kExitUsage;
+}
+
+// Parses the arguments; on a usage error prints it and returns the exit code.
+std::optional<int> parse_args(const std::vector<std::string>& args, ProbeArgs* out) {
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    std::string arg = args[i];
+    std::optional<std::string> inline_value;
+    if (arg.rfind("--", 0) == 0) {
+      std::size_t eq = arg.find('=');
+      if (eq != std::string::npos) {
+        inline_value = arg.substr(eq + 1);
+        arg = arg.substr(0, eq);
+      }
+    }
+    auto value = [&](std::string* v) -> bool {
+      if (inline_value) {
+        *v = *inline_value;
+        return true;
+      }
+      if (i + 1 >= args.size()) return false;
+      *v = args[++i];
+      return true;
+    };
+    auto flag = [&]() -> bool { return !inline_value; };
+    std::string v;
+    if (arg == "--help" || arg == "-h") {
+      out->help = true;
+    } else if (arg == "--stdio") {
+      if (!value(&out->stdio)) return usage_error("--stdio needs a command");
+      if (out->stdio.empty()) return usage_error("--stdio needs a command");
+    } else if (arg == "--url") {
+      if (!value(&out->url) || out->url.empty()) return usage_error("--url needs a URL");
+    } else if (arg == "--header") {
+      if (!value(&v)) return usage_error("--header needs \"Name: value\"");
+      std::size_t colon = v.find(':');
+      if (colon == std::string::npos || colon == 0) {
+        return usage_error("--header must be \"Name: value\" (the value is not shown)");
+      }
+      std::string name = v.substr(0, colon);
+      std::string val = v.substr(colon + 1);
+      std::size_t start = val.find_first_not_of(" \t");
+      val = start == std::string::npos ? "" : val.substr(start);
+      out->headers.push_back({name, val});
+    } else if (arg == "--env") {
+      if (!value(&v)) return usage_error("--env needs NAME=VALUE");
+      std::size_t eq = v.find('=');
+      if (eq == std::string::npos || eq == 0) {
+        return usage_error("--env must be NAME=VALUE (the value is not shown)");
+      }
+      out->env[v.substr(0, eq)] = v.substr(eq + 1);
+    } else if (arg == "--timeout-ms") {
+      if (!value(&v)) return usage_error("--timeout-ms needs a number");
+      std::optional<int64_t> n = parse_decimal_in(v, 1, 600000);
+      if (!n) return usage_error("--timeout-ms must be a whole number of milliseconds, 1..600000");
+      out->timeout_ms = *n;
+    } else if (arg == "--name") {
+      if (!value(&out->name) || out->name.empty()) return usage_error("--name needs a name");
+    } else if (arg == "--allow-private" && flag()) {
+      out->allow_private = true;
+    } else if (arg == "--watch" && flag()) {
+      out->watch = true;
+    } else if (arg == "--verbose" && flag()) {
+      out->verbose = true;
+    } else {
+      // Never echo an unknown argument whole: it may be a mistyped secret.
+      return usage_error("unknown argument " + (arg.rfind("--", 0) == 0
+                                                    ? arg
+                                                    : std::string("(a value without an option)")));
+    }
+  }
+  if (out->help) return std::nullopt;
+  if (out->stdio.empty() == out->url.empty()) {
+    return usage_error("give exactly one of --stdio \"CMD ARGS\" or --url URL");
+  }
+  if (!out->headers.empty() && out->url.empty()) return usage_error("--header needs --url");
+  if (!out->env.empty() && out->stdio.empty()) return usage_error("--env needs --stdio");
+  if (out->allow_private && out->url.empty()) return usage_error("--allow-private needs --url");
+  return std::nullopt;
+}
+
+Json error_json(const Error& e) {
+  return Json{{"code", error_code_name(e.code)}, {"message", e.message}};
+}
+
+bool listing_ok(const Listing& listing) {
+  for (const auto& out : listing.lists) {
+    if (out.state == ListState::kFailed) return false;
+  }
+  return true;
+}
+
+// The report printed for a listing: what the probe saw (status, timings, each list's state) and
+// the manifest Quiver would cache, with its ETag.
+Result<Json> report_json(const UpstreamSpec& spec, const Listing& listing, const ListInfo& info,
+                         std::optional<ProtocolEra> era) {
+  auto manifest = manifest_from_listing(listing);
+  if (!manifest.ok()) return manifest.error();
+  auto encoded = encode_manifest(*manifest);
+  if (!encoded.ok()) return encoded.error();
+  Json lists = Json::object();
+  for (int i = 0; i < kListKindCount; ++i) {
+    auto kind = static_cast<ListKind>(i);
+    const ListOutcome& out = listing.list(kind);
+    Json l = {{"state", list_state_name(out.state)}};
+    if (out.state == ListState::kOk) {
+      l["count"] = out.items.size();
+      l["pages"] = out.pages;
+    }
+    if (out.error) l["error"] = error_json(*out.error);
+    lists[list_kind_name(kind)] = l;
+  }
+  Json report = {
+      {"status", listing_ok(listing) ? "ok" : "partial"},
+      {"upstream", spec.describe()},
+      {"protocol_version", listing.protocol_version},
+      {"server_info", listing.server_info},
+      {"timings",
+       {{"connect_ms", info.connect_ms}, {"list_ms", info.list_ms}, {"total_ms", info.total_ms}}},
+      {"lists", lists},
+      {"truncated", manifest->truncated},
+      {"etag", encoded->etag},
+      {"manifest", manifest_to_json(*manifest)},
+  };
+  if (era) report["era"] = protocol_era_name(*era);
+  return report;
+}
+
+void print_json(const Json& j, bool one_line) {
+  std::string text = serialize_json(j, one_line ? -1 : 2);
+  std::fprintf(stdout, "%s\n", text.c_str());
+  std::fflush(stdout);
+}
+
+std::string failed_lists(const Listing& listing) {
+  std::string out;
+  for (int i = 0; i < kListKindCount; ++i) {
+    const ListOutcome& l = listing.lists[i];
+    if (l.state != ListState::kFailed) continue;
+    out += std::string(out.empty() ? "" : "; ") + list_kind_name(static_cast<ListKind>(i)) +
+           " could not be loaded: " + (l.error ? l.error->message : "unknown error");
+  }
+  return out;
+}
+
+int run_watch(UpstreamConnection& conn, const ProbeArgs& args, Json first_report) {
+  std::atomic<bool> changed{false};
+  std::atomic<bool> lost{false};
+  conn.set_change_callback([&](const UpstreamChange& c) {
+    if (c.session_lost) {
+      lost = true;
+      std::fprintf(stderr, "quiver-agent probe: session lost (%s); reconnecting\n",
+                   c.error ? c.error->message.c_str() : "closed");
+    }
+    changed = true;
+  });
+  std::string last_etag = first_report.value("etag", "");
+  bool last_failed = false;
+  int64_t retry_at = 0;
+  while (!g_stop) {
+    conn.pump(100);
+    if (g_stop) break;
+    if (!changed || conn.now_ms() < retry_at) continue;
+    changed = false;
+    ListInfo info;
+    auto listing = conn.list(conn.now_ms() + args.timeout_ms, {}, &info);
+    if (!listing.ok()) {
+      if (!last_failed) {
+        print_json(Json{{"status", "failed"},
+                        {"upstream", conn.spec().describe()},
+                        {"error", error_json(listing.error())}},
+                   true);
+      }
+      std::fprintf(stderr, "quiver-agent probe: %s\n", listing.error().message.c_str());
+      last_failed = true;
+      changed = true;  // try again after the backoff
+      retry_at = conn.now_ms() + std::max<int64_t>(conn.backoff_remaining_ms(), 1000);
+      continue;
+    }
+    auto report = report_json(conn.spec(), *listing, info, conn.stats().era);
+    if (!report.ok()) {
+      std::fprintf(stderr, "quiver-agent probe: no manifest: %s\n", report.error().message.c_str());
+      last_failed = true;
+      continue;
+    }
+    std::string etag = report->value("etag", "");
+    if (etag != last_etag || last_failed) print_json(*report, true);
+    last_etag = etag;
+    last_failed = false;
+  }
+  conn.close();
+  return kExitOk;
+}
+
+}  // namespace
+
+int cmd_probe(const std::vector<std::string>& args) {
+  ProbeArgs a;
+  if (auto code = parse_args(args, &a)) return *code;
+  if (a.help) {
+    std::fputs(kProbeUsage, stdout);
+    return kExitOk;
+  }
+
+  UpstreamSpec spec;
+  if (!a.stdio.empty()) {
+    auto words = split_shell_words(a.stdio);
+    if (!words.ok()) return usage_error("--stdio: " + words.error().message);
+    if (words->empty()) return usage_error("--stdio needs a command");
+    std::vector<std::string> rest(words->begin() + 1, words->end());
+    spec = UpstreamSpec::stdio(a.name, (*words)[0], std::move(rest), a.env);
+  } else {
+    spec = UpstreamSpec::http(a.name, a.url, a.headers, a.allow_private);
+  }
+
+  UpstreamOptions options;
+  options.list_timeout_ms = a.timeout_ms;
+  // One budget for a probe: a single slow page may use all of it.
+  options.session.request_timeout_ms = a.timeout_ms;
+  options.watch = a.watch;
+  // The values given with --header and --env are the probe's secrets: an upstream that echoes
+  // one must not get it printed.
+  std::vector<std::string> secret_values;
+  for (const auto& [name, value] : a.env) secret_values.push_back(value);
+  for (const auto& h : a.headers) secret_values.push_back(h.value);
+  options.redactor = std::make_shared<const Redactor>(secret_values);
+  if (a.verbose) {
+    options.log = [](const std::string& line) {
+      std::fprintf(stderr, "quiver-agent probe: %s\n", escape_control_characters(line).c_str());
+    };
+  }
+  UpstreamConnection conn(spec, options);
+
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+
+  ListInfo info;
+  auto listing = conn.list(conn.now_ms() + a.timeout_ms, {}, &info);
+  if (!listing.ok()) {
+    const Error& e = listing.error();
+    std::string hint;
+    if (e.message.find("allow_private_addresses") != std::string::npos) {
+      hint = "\n(--allow-private allows servers on loopback and private addresses)";
+    } else if (!a.verbose && spec.transport == UpstreamSpec::Transport::kStdio &&
+               (e.code == ErrorCode::kTransport || e.code == ErrorCode::kTimeout)) {
+      hint = "\n(--verbose shows the server's stderr)";
+    }
+    std::fprintf(stderr, "quiver-agent probe: cannot list %s: %s [%s]%s\n", spec.describe().c_str(),
+                 e.message.c_str(), error_code_name(e.code), hint.c_str());
+    return kExitFailed;
+  }
+  auto made = report_json(spec, *listing, info, conn.stats().era);
+  if (!made.ok()) {
+    std::fprintf(stderr, "quiver-agent probe: %s answered, but no manifest can be made of it: %s\n",
+                 spec.describe().c_str(), made.error().message.c_str());
+    return kExitFailed;
+  }
+  const Json& report = *made;
+  if (a.watch) {
+    print_json(report, true);
+    if (!listing_ok(*listing)) {
+      std::fprintf(stderr, "quiver-agent probe: %s\n", failed_lists(*listing).c_str());
+    }
+    return run_watch(conn, a, report);
+  }
+  print_json(report, false);
+  conn.close();
+  if (!listing_ok(*listing)) {
+    std::fprintf(stderr, "quiver-agent probe: %s\n", failed_lists(*listing).c_str());
+    return kExitFailed;
+  }
+  return kExitOk;
+}
+
+}  // namespace quiver

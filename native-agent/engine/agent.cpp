@@ -1,0 +1,428 @@
+#include "native-agent/engine/agent.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <thread>
+#include <utility>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "native-agent/base/clock.h"
+#include "native-agent/engine/agent_context.h"
+#include "native-agent/engine/maintenance.h"
+#include "native-agent/engine/refresh_runner.h"
+#include "native-agent/engine/revalidation_consumer.h"
+#include "native-agent/engine/triggers.h"
+#include "native-agent/store/redis_store.h"
+#include "native-agent/store/sqlite_store.h"
+#include "shared/manifest.h"
+#include "shared/sha256.h"
+
+namespace quiver {
+
+namespace {
+
+Status make_dirs(const std::string& path) {
+  if (path.empty()) return Status::Ok();
+  std::string partial;
+  std::size_t pos = 0;
+  while (pos != std::string::npos) {
+    pos = path.find('/', pos + 1);
+    partial = path.substr(0, pos);
+    if (partial.empty()) continue;
+    if (::mkdir(partial.c_str(), 0700) != 0 && errno != EEXIST) {
+      return Error(ErrorCode::kStoreUnavailable,
+                   "cannot create data directory " + partial + ": " + std::strerror(errno));
+    }
+  }
+  // The data directory holds the database (manifests, preferences) and its WAL: private to the
+  // agent's user, also when it existed before (an older agent made it 0755, so did `mkdir -p`).
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && (st.st_mode & 077) != 0 &&
+      ::chmod(path.c_str(), st.st_mode & 0700) != 0) {
+    return Error(ErrorCode::kStoreUnavailable,
+                 "cannot make data directory " + path + " private (0700): " + std::strerror(errno));
+  }
+  return Status::Ok();
+}
+
+std::string sanitize_consumer_part(std::string s) {
+  for (char& c : s) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '-' || c == '_';
+    if (!ok) c = '-';
+  }
+  return s.substr(0, 64);
+}
+
+Json error_json(const Error& e) {
+  return Json{{"code", error_code_name(e.code)}, {"message", e.message}};
+}
+
+}  // namespace
+
+// ---- host pieces -------------------------------------------------------------------------------
+
+RandomSource urandom_source() {
+  return [](std::size_t n) -> Result<std::string> {
+    int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      return Error(ErrorCode::kResourceUnavailable,
+                   std::string("cannot open /dev/urandom: ") + std::strerror(errno));
+    }
+    std::string out(n, '\0');
+    std::size_t got = 0;
+    while (got < n) {
+      ssize_t r = ::read(fd, &out[got], n - got);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) {
+        ::close(fd);
+        return Error(ErrorCode::kResourceUnavailable, "short read from /dev/urandom");
+      }
+      got += static_cast<std::size_t>(r);
+    }
+    ::close(fd);
+    return out;
+  };
+}
+
+UpstreamSpec upstream_spec_for(const std::string& name, const ResolvedUpstream& upstream) {
+  if (upstream.transport == TransportKind::kHttp) {
+    std::vector<UpstreamHeader> headers;
+    for (const auto& [header, value] : upstream.headers) {
+      headers.push_back(UpstreamHeader{header, value.reveal()});
+    }
+    return UpstreamSpec::http(name, upstream.url, std::move(headers),
+                              upstream.allow_private_addresses);
+  }
+  std::map<std::string, std::string> env;
+  for (const auto& [var, value] : upstream.env) env[var] = value.reveal();
+  UpstreamSpec spec = UpstreamSpec::stdio(name, upstream.command, upstream.args, std::move(env));
+  spec.working_dir = upstream.cwd;
+  return spec;
+}
+
+// ---- the engine: the parts, wired ---------------------------------------------------------------
+
+struct Agent::Impl {
+  AgentContext ctx;
+  std::unique_ptr<RefreshRunner> runner;
+  std::unique_ptr<Triggers> triggers;
+  std::unique_ptr<RevalidationConsumer> revalidations;
+  std::unique_ptr<Maintenance> maintenance;
+  std::thread scheduler;
+  std::vector<std::thread> workers;
+
+  void scheduler_loop() {
+    int64_t next_maintenance = steady_ms();
+    int64_t next_store_check = steady_ms() + ctx.config.runtime.store_check_interval_ms;
+    while (ctx.is_running()) {
+      if (ctx.options.run_maintenance && steady_ms() >= next_store_check) {
+        (void)maintenance->check_store_once();
+        next_store_check = steady_ms() + ctx.config.runtime.store_check_interval_ms;
+      }
+      triggers->process();
+      if (ctx.options.run_retries) runner->process_retries();
+      if (ctx.options.run_maintenance && steady_ms() >= next_maintenance) {
+        (void)maintenance->run_once();
+        next_maintenance = steady_ms() + ctx.config.runtime.maintenance_interval_ms;
+      }
+      if (!ctx.wait_running(kSchedulerTickMs)) break;
+    }
+  }
+};
+
+// ---- Agent -------------------------------------------------------------------------------------
+
+Result<std::unique_ptr<Agent>> Agent::create(AgentConfig config, AgentOptions options) {
+  if (Status st = make_dirs(config.data_dir); !st.ok()) return st.error();
+  std::shared_ptr<ManifestStore> store;
+  if (config.redis) {
+    RedisStoreOptions ro;
+    ro.redis = *config.redis;
+    ro.ns = config.ns;
+    ro.now_ms = options.now_ms;
+    Result<std::unique_ptr<RedisStore>> r = RedisStore::create(std::move(ro));
+    if (!r.ok()) return r.error();
+    store = std::move(*r);
+  } else {
+    SqliteStoreOptions so;
+    so.path = config.data_dir + "/quiver.db";
+    so.now_ms = options.now_ms;
+    Result<std::unique_ptr<SqliteStore>> s = SqliteStore::open(std::move(so));
+    if (!s.ok()) return s.error();
+    store = std::move(*s);
+  }
+  return create(std::move(config), std::move(store), std::move(options));
+}
+
+Result<std::unique_ptr<Agent>> Agent::create(AgentConfig config,
+                                             std::shared_ptr<ManifestStore> store,
+                                             AgentOptions options) {
+  if (!store) return Error(ErrorCode::kInvalidArgument, "agent: no store");
+  if (!options.now_ms || !options.random) {
+    return Error(ErrorCode::kInvalidArgument, "agent: a clock and a random source are required");
+  }
+  if (config.data_dir.empty()) {
+    return Error(ErrorCode::kInvalidArgument, "agent: no data directory configured");
+  }
+  if (Status st = make_dirs(config.data_dir); !st.ok()) return st.error();
+  auto impl = std::make_unique<Impl>();
+  AgentContext& s = impl->ctx;
+  s.config = std::move(config);
+  s.store = std::move(store);
+  s.options = std::move(options);
+  if (!s.config.redactor) {
+    std::vector<std::string> values;
+    for (const Secret& secret : s.config.secrets()) values.push_back(secret.reveal());
+    s.config.redactor = std::make_shared<const Redactor>(values);
+  }
+  std::shared_ptr<const Redactor> redactor = s.config.redactor;
+  s.logger = std::make_unique<Logger>(
+      s.options.log_level, s.options.log_sink,
+      [redactor](std::string_view text) { return redactor->redact(text); }, s.options.now_ms);
+  s.policy = s.config.runtime.freshness_policy();
+  s.claim_idle_ms =
+      s.options.claim_idle_ms > 0 ? s.options.claim_idle_ms : s.config.runtime.lease_ms;
+
+  PreferencesDbOptions po;
+  po.path = s.config.data_dir + "/quiver.db";
+  po.now_ms = s.options.now_ms;
+  po.store = s.store.get();
+  Result<std::unique_ptr<PreferencesDb>> prefs = PreferencesDb::open(std::move(po));
+  if (!prefs.ok()) return prefs.error();
+  s.prefs = std::move(*prefs);
+
+  UpstreamPoolOptions pool;
+  pool.upstream = s.upstream_options();
+  pool.max_concurrent_listings = static_cast<int>(s.config.runtime.list_concurrency);
+  pool.watch_interval_ms = s.options.watch_interval_ms;
+  s.pool = std::make_unique<UpstreamPool>(std::move(pool));
+
+  if (!s.options.consumer_name.empty()) {
+    if (Status st = validate_consumer_name(s.options.consumer_name); !st.ok()) return st.error();
+    s.consumer = s.options.consumer_name;
+  } else {
+    char host[256] = {0};
+    if (::gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "host");
+    Result<std::string> rnd = s.options.random(4);
+    if (!rnd.ok()) return rnd.error();
+    s.consumer = "agent-" + sanitize_consumer_part(host) + "-" + std::to_string(::getpid()) + "-" +
+                 hex_encode(reinterpret_cast<const uint8_t*>(rnd->data()), rnd->size());
+  }
+  impl->runner = std::make_unique<RefreshRunner>(s);
+  impl->triggers = std::make_unique<Triggers>(s, *impl->runner);
+  impl->revalidations = std::make_unique<RevalidationConsumer>(s, *impl->runner, *impl->triggers);
+  impl->maintenance = std::make_unique<Maintenance>(s);
+  return std::unique_ptr<Agent>(new Agent(std::move(impl)));
+}
+
+Agent::Agent(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
+  Triggers* triggers = impl_->triggers.get();
+  impl_->ctx.pool->set_change_callback(
+      [triggers](const std::string& name, const UpstreamChange& change) {
+        triggers->on_upstream_change(name, change);
+      });
+}
+
+Agent::~Agent() {
+  stop();
+  impl_->ctx.pool->stop_watching();
+}
+
+Status Agent::start() {
+  Impl& impl = *impl_;
+  AgentContext& s = impl.ctx;
+  if (s.started()) return Status::Ok();
+  // A namespace never initialised (or lost) is marked `restoring` first: readers answer 503 until
+  // connections, grants and overlays are all in (below).
+  if (Status st = s.store->begin_namespace_restore(s.options.now_ms()); !st.ok()) {
+    s.logger->error(kAgentLog,
+                    "cannot reach the store " + s.store->describe() + ": " + st.error().message);
+    return st;
+  }
+  if (Status st = impl.maintenance->sync_config(); !st.ok()) {
+    s.logger->error(kAgentLog, "cannot sync the configuration to " + s.store->describe() + ": " +
+                                   st.error().message);
+    return st;
+  }
+  // Rows of a per-member connection under `shared` can only be from before schema v3, fed by
+  // every member's listing: no member may read them (sqlite-migrate-v3.sql).
+  for (const ConnectionConfig& c : s.config.connections) {
+    if (c.credential_mode != CredentialMode::kPerMember) continue;
+    if (Status st = s.prefs->forget(c.id, Principal::shared()); !st.ok()) {
+      s.logger->warn(kAgentLog, "preferences of " + c.id + ": " + st.error().message);
+    }
+  }
+  if (Status st = s.prefs->sync_all(); !st.ok()) {
+    // The namespace stays `restoring` (readers: 503) until the store check gets them in.
+    s.logger->warn(kAgentLog, "preferences not yet merged with the store: " + st.error().message);
+  } else if (Result<bool> ready = s.store->mark_namespace_ready(s.options.now_ms());
+             !ready.ok() || !*ready) {
+    s.logger->warn(kAgentLog, "the namespace record could not be marked ready yet: " +
+                                  (ready.ok() ? std::string("it vanished (the store was flushed)")
+                                              : ready.error().message));
+  } else {
+    s.metrics.store_namespace("ready");
+  }
+  s.mark_started();
+  if (s.options.watch_upstreams) s.pool->start_watching();
+  if (s.options.run_revalidation_workers) {
+    int64_t n = std::max<int64_t>(1, s.config.runtime.revalidate_concurrency);
+    RevalidationConsumer* consumer = impl.revalidations.get();
+    for (int64_t i = 0; i < n; ++i)
+      impl.workers.emplace_back([consumer] { consumer->worker_loop(); });
+  }
+  impl.scheduler = std::thread([&impl] { impl.scheduler_loop(); });
+  s.logger->info(kAgentLog, "started: " + std::to_string(s.config.connections.size()) +
+                                " connections, store " + s.store->describe() + ", consumer " +
+                                s.consumer);
+  return Status::Ok();
+}
+
+void Agent::stop() {
+  Impl& impl = *impl_;
+  AgentContext& s = impl.ctx;
+  if (!s.mark_stopped()) return;
+  if (impl.scheduler.joinable()) impl.scheduler.join();
+  for (std::thread& t : impl.workers) {
+    if (t.joinable()) t.join();
+  }
+  impl.workers.clear();
+  s.pool->stop_watching();
+  for (const std::string& name : s.pool->names()) s.pool->remove(name);
+  s.logger->info(kAgentLog, "stopped");
+}
+
+const AgentConfig& Agent::config() const { return impl_->ctx.config; }
+ManifestStore& Agent::store() { return *impl_->ctx.store; }
+Metrics& Agent::metrics() { return impl_->ctx.metrics; }
+const std::string& Agent::consumer_name() const { return impl_->ctx.consumer; }
+const Logger& Agent::logger() const { return *impl_->ctx.logger; }
+
+Result<RevalidationOutcome> Agent::request_refresh(const std::string& connection_id,
+                                                   const Principal& principal,
+                                                   const std::string& trigger) {
+  return impl_->triggers->request_refresh(connection_id, principal, trigger);
+}
+
+Result<RefreshReport> Agent::refresh_now(const std::string& connection_id,
+                                         const Principal& principal, const std::string& trigger) {
+  return impl_->runner->run(connection_id, principal, trigger, std::nullopt);
+}
+
+Result<Json> Agent::test_connection(const std::string& connection_id, const Principal& principal) {
+  AgentContext& s = impl_->ctx;
+  Result<const ConnectionConfig*> found = s.connection(connection_id);
+  if (!found.ok()) return found.error();
+  if (Status st = check_principal(**found, principal); !st.ok()) return st.error();
+  Result<ResolvedUpstream> upstream = (*found)->upstream_for(principal);
+  if (!upstream.ok()) return upstream.error();
+  UpstreamSpec spec = with_deadlines(
+      upstream_spec_for(AgentContext::pool_name(connection_id, principal) + "#test", *upstream),
+      **found, s.config.runtime);
+  std::string described = spec.describe();
+  UpstreamConnection conn(std::move(spec), s.upstream_options());
+  ListInfo info;
+  Result<Listing> listing =
+      conn.list(conn.now_ms() + list_timeout_for(**found, s.config.runtime), {}, &info);
+  conn.close();
+  if (!listing.ok()) {
+    Error e = listing.error();
+    e.message = s.config.redact(e.message);
+    s.logger->info(kAgentLog, "test of " + s.who(connection_id, principal) +
+                                  " failed: " + error_code_name(e.code) + ": " + e.message);
+    return e;
+  }
+  Json lists = Json::object();
+  bool complete = true;
+  for (int i = 0; i < kListKindCount; ++i) {
+    auto kind = static_cast<ListKind>(i);
+    const ListOutcome& out = listing->list(kind);
+    Json l = {{"state", list_state_name(out.state)}};
+    if (out.state == ListState::kOk) l["count"] = out.items.size();
+    if (out.error) {
+      Error e = *out.error;
+      e.message = s.config.redact(e.message);
+      l["error"] = error_json(e);
+    }
+    if (out.state == ListState::kFailed) complete = false;
+    lists[list_kind_name(kind)] = l;
+  }
+  ManifestLimits limits;
+  limits.max_bytes = static_cast<std::size_t>(s.config.runtime.max_manifest_bytes);
+  limits.max_definition_bytes = std::min(limits.max_definition_bytes, limits.max_bytes);
+  Result<Manifest> manifest = manifest_from_listing(*listing, limits);
+  if (!manifest.ok()) return manifest.error();
+  Result<EncodedManifest> encoded = encode_manifest(*manifest);
+  if (!encoded.ok()) return encoded.error();
+  return Json{
+      {"connection_id", connection_id},
+      {"principal", principal.str()},
+      {"status", complete ? "ok" : "partial"},
+      {"upstream", s.config.redact(described)},
+      {"protocol_version", listing->protocol_version},
+      {"timings",
+       {{"connect_ms", info.connect_ms}, {"list_ms", info.list_ms}, {"total_ms", info.total_ms}}},
+      {"lists", lists},
+      {"truncated", manifest->truncated},
+      {"etag", encoded->etag},
+      {"manifest", manifest_to_json(*manifest)},
+  };
+}
+
+namespace {
+
+// The principal a connection's preferences are kept under must be the one its credential mode
+// gives: a caller cannot reach another principal's rows by naming it.
+Status check_preference_principal(const ConnectionConfig& c, const Principal& principal) {
+  const bool per_member = c.credential_mode == CredentialMode::kPerMember;
+  if (per_member == principal.is_shared()) {
+    return Error(ErrorCode::kInvalidArgument,
+                 "connection " + c.id + " keeps preferences " +
+                     (per_member ? "per member: name the member" : "shared: name no member"));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::vector<PreferenceRow>> Agent::preferences(const std::string& connection_id,
+                                                      const Principal& principal) {
+  Result<const ConnectionConfig*> found = impl_->ctx.connection(connection_id);
+  if (!found.ok()) return found.error();
+  if (Status st = check_preference_principal(**found, principal); !st.ok()) return st.error();
+  return impl_->ctx.prefs->rows(connection_id, principal);
+}
+
+Status Agent::set_preference(const std::string& connection_id, const Principal& principal,
+                             CapabilityType type, const std::string& key, bool enabled) {
+  AgentContext& s = impl_->ctx;
+  Result<const ConnectionConfig*> found = s.connection(connection_id);
+  if (!found.ok()) return found.error();
+  if (Status st = check_preference_principal(**found, principal); !st.ok()) return st;
+  Status st = s.prefs->set_enabled(connection_id, principal, type, key, enabled);
+  if (st.ok() || st.error().code == ErrorCode::kStoreUnavailable) {
+    s.logger->info(
+        kAgentLog,
+        std::string("preference ") + capability_type_name(type) + ":" + key + " of " +
+            connection_id + " (" + principal.str() + ") set to " +
+            (enabled ? "enabled" : "disabled") +
+            (st.ok() ? "" : " (not yet merged with the store: " + st.error().message + ")"));
+  }
+  return st;
+}
+
+MaintenanceReport Agent::run_maintenance_once() { return impl_->maintenance->run_once(); }
+std::string Agent::check_store_once() { return impl_->maintenance->check_store_once(); }
+
+std::size_t Agent::drain_revalidations_once(int64_t block_ms) {
+  return impl_->revalidations->drain_once(block_ms);
+}
+
+}  // namespace quiver

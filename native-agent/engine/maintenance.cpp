@@ -1,0 +1,258 @@
+#include "native-agent/engine/maintenance.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "native-agent/base/clock.h"
+
+namespace quiver {
+
+Status Maintenance::sync_config() {
+  std::vector<ConnectionRecord> records;
+  int64_t now = ctx_.options.now_ms();
+  for (const ConnectionConfig& c : ctx_.config.connections) {
+    ConnectionRecord r;
+    r.id = c.id;
+    r.config_hash = c.config_hash;
+    r.credential_mode = c.credential_mode;
+    r.name = c.name;
+    r.transport = transport_kind_name(c.transport);
+    r.updated_at_ms = now;
+    records.push_back(std::move(r));
+  }
+  Result<ConnectionSync> synced = ctx_.store->sync_connections(records);
+  if (!synced.ok()) return synced.error();
+  if (synced->any()) {
+    auto join = [](const std::vector<std::string>& ids) {
+      std::string out;
+      for (const std::string& id : ids) out += (out.empty() ? "" : ",") + id;
+      return out.empty() ? std::string("-") : out;
+    };
+    ctx_.logger->info(kAgentLog, "connections synced to " + ctx_.store->describe() + ": added " +
+                                     join(synced->added) + ", changed " + join(synced->changed) +
+                                     ", removed " + join(synced->removed));
+  }
+  Result<GrantSync> grants = ctx_.store->sync_grants(ctx_.config.grants);
+  if (!grants.ok()) return grants.error();
+  return Status::Ok();
+}
+
+// ---- the store check: a namespace the store lost, clock skew, dead consumers ----
+
+// How long a restore keeps the namespace `restoring` after this agent first saw it not ready:
+// two store-check intervals (and a scheduler tick), so that every other agent of the
+// namespace (same store_check_interval_ms) has had a store check meanwhile, seen the record
+// `restoring` and merged its own preference copy in. Without it the first agent to restore
+// marked the namespace ready with its copy alone, and a capability hidden through another agent
+// whose toggle this one had not pulled yet showed until that agent's next check.
+int64_t Maintenance::restore_hold_ms() const {
+  return 2 * ctx_.config.runtime.store_check_interval_ms + kSchedulerTickMs;
+}
+
+// Connections, grants and preference overlays into the store, then, once the hold is over, the
+// namespace record `ready` (true). Between the two writes of the record readers answer 503,
+// never "nothing granted". False: synced, still held `restoring` (the next check goes on).
+Result<bool> Maintenance::restore_namespace() {
+  if (Status st = ctx_.store->begin_namespace_restore(ctx_.options.now_ms()); !st.ok())
+    return st.error();
+  if (Status st = sync_config(); !st.ok()) return st.error();
+  // Overlays are part of the namespace: a tool the team hid must not show after a wipe.
+  if (Status st = ctx_.prefs->sync_all(); !st.ok()) return st.error();
+  if (steady_ms() - restore_seen_at_ < restore_hold_ms()) return false;
+  Result<bool> ready = ctx_.store->mark_namespace_ready(ctx_.options.now_ms());
+  if (!ready.ok()) return ready.error();
+  if (!*ready) {
+    return Error(ErrorCode::kStoreNotReady,
+                 "the namespace record vanished while it was being restored (wiped again)");
+  }
+  return true;
+}
+
+std::string Maintenance::check_store_once() {
+  Result<NamespaceRecord> record = ctx_.store->read_namespace();
+  if (!record.ok()) {
+    ctx_.metrics.store_namespace("unknown");
+    ctx_.log_store_error("store check", record.error());
+    return "unknown";
+  }
+  if (record->state == NamespaceState::kReady) {
+    ctx_.metrics.store_namespace("ready");
+    if (!last_ready_record_.empty() && record->value != last_ready_record_) {
+      // Another agent restored (or an agent started on) the namespace: this agent's preference
+      // copy may hold toggles that one had not seen yet.
+      if (Status st = ctx_.prefs->sync_all(); !st.ok()) {
+        ctx_.log_store_error("store: merging preferences after a restore", st.error());
+        return "ready";  // again at the next check
+      }
+    }
+    last_ready_record_ = record->value;
+    last_namespace_state_ = "ready";
+    restore_seen_at_ = 0;
+    return "ready";
+  }
+  const char* seen = namespace_state_name(record->state);
+  ctx_.metrics.store_namespace(seen);
+  if (restore_seen_at_ == 0) restore_seen_at_ = steady_ms();
+  if (last_namespace_state_ != seen) {
+    ctx_.logger->warn(kAgentLog,
+                      std::string("store: the namespace record is ") + seen +
+                          (record->state == NamespaceState::kMissing
+                               ? " (the store lost its data: restarted empty, flushed or failed "
+                                 "over): restoring connections, grants and preference overlays; "
+                                 "readers answer 503 until then"
+                               : ": finishing the restore"));
+  }
+  last_namespace_state_ = seen;
+  Result<bool> restored = restore_namespace();
+  if (!restored.ok()) {
+    ctx_.log_store_error("store: restoring the namespace", restored.error());
+    return seen;
+  }
+  if (!*restored) {  // synced, and held `restoring` for the other agents' copies
+    return namespace_state_name(NamespaceState::kRestoring);
+  }
+  last_namespace_state_ = "ready";
+  last_ready_record_.clear();  // the next check takes our own record as the one seen
+  ctx_.metrics.store_namespace("ready");
+  ctx_.metrics.namespace_restored();
+  ctx_.logger->info(kAgentLog, "store: namespace restored " +
+                                   std::to_string(steady_ms() - restore_seen_at_) +
+                                   " ms after it was seen lost; re-listing what it lost");
+  restore_seen_at_ = 0;
+  (void)run_once();  // seeds the listings the wipe took
+  return "ready";
+}
+
+// This agent's clock against the store's (Redis TIME): reported, warned about past a bound.
+void Maintenance::measure_clock_skew() {
+  const int64_t before = ctx_.options.now_ms();
+  Result<std::optional<int64_t>> theirs = ctx_.store->store_time_ms();
+  const int64_t after = ctx_.options.now_ms();
+  if (!theirs.ok()) {
+    ctx_.log_store_error("clock check", theirs.error());
+    return;
+  }
+  if (!theirs->has_value()) return;
+  const int64_t skew = (before + after) / 2 - **theirs;
+  ctx_.metrics.clock_skew_ms(skew);
+  if (std::llabs(skew) > ctx_.options.clock_skew_warn_ms) {
+    ctx_.logger->warn(kAgentLog,
+                      "clock: this agent's clock is " + std::to_string(skew) +
+                          " ms off the store's (Redis TIME); freshness and lease times are "
+                          "compared across hosts: fix the clock (NTP)");
+  }
+}
+
+// Consumers of the revalidation group left behind by earlier runs and reloads.
+void Maintenance::remove_dead_consumers() {
+  const int64_t idle = ctx_.options.dead_consumer_idle_ms > 0 ? ctx_.options.dead_consumer_idle_ms
+                                                              : int64_t{3'600'000};
+  Result<std::vector<std::string>> removed = ctx_.store->remove_idle_consumers(ctx_.consumer, idle);
+  if (!removed.ok()) {
+    ctx_.log_store_error("maintenance: removing dead consumers", removed.error());
+    return;
+  }
+  if (removed->empty()) return;
+  ctx_.metrics.consumers_removed(static_cast<int64_t>(removed->size()));
+  std::string names;
+  for (const std::string& n : *removed) names += (names.empty() ? "" : ", ") + n;
+  ctx_.logger->info(kAgentLog,
+                    "maintenance: removed " + std::to_string(removed->size()) +
+                        " dead revalidation consumer(s) (idle, nothing pending): " + names);
+}
+
+// ---- maintenance ----
+
+MaintenanceReport Maintenance::run_once() {
+  MaintenanceReport report;
+  measure_clock_skew();
+  remove_dead_consumers();
+  // Re-sync what a flushed or restarted store lost (unchanged records are not rewritten).
+  if (Status st = sync_config(); !st.ok()) {
+    ++report.errors;
+    ctx_.log_store_error("maintenance: syncing connections", st.error());
+    return report;
+  }
+  // Every pass merges this agent's preference copy into the store: rows and overlays that a
+  // flushed or restarted store lost come back with the rest of the namespace.
+  if (Status st = ctx_.prefs->sync_all(); !st.ok()) {
+    ctx_.log_store_error("maintenance: merging preferences", st.error());
+  }
+  int64_t now = ctx_.options.now_ms();
+  std::set<std::string> seen;
+  std::string cursor;
+  auto batch =
+      static_cast<std::size_t>(std::max<int64_t>(1, ctx_.config.runtime.maintenance_batch));
+  auto queue = [&](const std::string& cid, const Principal& p, const char* reason) {
+    Result<RevalidationOutcome> r = ctx_.enqueue(cid, p, reason);
+    if (!r.ok()) {
+      ++report.errors;
+      ctx_.metrics.revalidation_dropped();
+      ctx_.log_store_error("maintenance: queueing " + ctx_.who(cid, p), r.error());
+      return false;
+    }
+    if (*r == RevalidationOutcome::kQueued) {
+      ++report.queued;
+      return true;
+    }
+    ++report.skipped;
+    return false;
+  };
+  for (;;) {
+    Result<ManifestPage> page = ctx_.store->list_manifest_metas(cursor, batch);
+    if (!page.ok()) {
+      ++report.errors;
+      ctx_.log_store_error("maintenance walk", page.error());
+      return report;
+    }
+    for (const std::string& u : page->unreadable) {
+      ctx_.logger->warn(kAgentLog, "maintenance: unreadable manifest record skipped: " + u);
+    }
+    for (const ManifestMeta& meta : page->metas) {
+      ++report.examined;
+      seen.insert(ctx_.pool_name(meta.connection_id, meta.principal));
+      const ConnectionConfig* cfg = ctx_.config.find_connection(meta.connection_id);
+      if (cfg == nullptr) continue;  // removed connections are deleted by sync
+      if (!check_principal(*cfg, meta.principal).ok()) {
+        // A member whose grant was removed (or a principal of the other credential mode): its
+        // manifest is never read again (grants are checked live) and goes.
+        Result<bool> dropped = ctx_.store->drop_manifest(meta.connection_id, meta.principal);
+        if (!dropped.ok()) {
+          ++report.errors;
+          ctx_.log_store_error(
+              "maintenance: dropping " + ctx_.who(meta.connection_id, meta.principal),
+              dropped.error());
+        } else if (*dropped) {
+          ++report.dropped;
+          ctx_.logger->info(kAgentLog, "maintenance: dropped the manifest of " +
+                                           ctx_.who(meta.connection_id, meta.principal) +
+                                           ": no longer cached under that principal");
+        }
+        continue;
+      }
+      RefreshDecision d =
+          decide_refresh(cache_entry_meta(meta), ctx_.policy, cfg->config_hash, now);
+      if (d.refresh) queue(meta.connection_id, meta.principal, "maintenance");
+    }
+    if (page->next_cursor.empty()) break;
+    cursor = page->next_cursor;
+  }
+  for (const ConnectionConfig& c : ctx_.config.connections) {
+    if (c.credential_mode != CredentialMode::kShared) continue;
+    if (seen.count(ctx_.pool_name(c.id, Principal::shared())) > 0) continue;
+    if (queue(c.id, Principal::shared(), "seed")) ++report.seeded;
+  }
+  if (report.queued > 0 || report.errors > 0 || report.dropped > 0) {
+    ctx_.logger->info(kAgentLog, "maintenance: examined " + std::to_string(report.examined) +
+                                     ", queued " + std::to_string(report.queued) + " (seeded " +
+                                     std::to_string(report.seeded) + "), dropped " +
+                                     std::to_string(report.dropped) + ", errors " +
+                                     std::to_string(report.errors));
+  }
+  return report;
+}
+
+}  // namespace quiver

@@ -1,0 +1,77 @@
+// AgentService: what the agent's HTTP API and CLI ask of the running agent.
+//
+// The refresh engine (native-agent/engine/agent.h, `Agent`) implements it; the HTTP API
+// (native-agent/api/api_server.h) and the CLI commands only call it. It is the seam between
+// "keeping manifests fresh" and "answering people": neither side reaches into the other.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "native-agent/base/config.h"
+#include "native-agent/store/store.h"
+#include "shared/identity.h"
+#include "shared/json.h"
+#include "shared/listing.h"
+#include "shared/preferences.h"
+#include "shared/status.h"
+
+namespace quiver {
+
+class Metrics;
+
+// `trigger` says why a refresh was asked for (a short token stored with queued requests and
+// counted in /metrics): "manual", "webhook", "list_changed", "maintenance", "stale", "miss",
+// "config", "evidence" (an unknown-tool error seen by a caller), "seed".
+
+struct RefreshReport {
+  std::string connection_id;
+  Principal principal = Principal::shared();
+  bool committed = false;  // a new manifest is stored
+  // "committed", "partial" (committed, but lists failed: see incomplete_lists and error),
+  // "failed", "in_progress" (lease held elsewhere), "up_to_date" (a queued request a newer
+  // listing already served), "refused:<lease_lost|stale_fence|config_changed|...>".
+  std::string outcome;
+  std::string etag;
+  int64_t duration_ms = 0;
+  std::optional<Error> error;  // the listing's error when it (or a list of it) failed (redacted)
+  // "partial": the lists that failed (shown failed, or kept from the last good manifest).
+  std::vector<ListKind> incomplete_lists;
+};
+
+class AgentService {
+ public:
+  virtual ~AgentService() = default;
+
+  virtual const AgentConfig& config() const = 0;
+  virtual ManifestStore& store() = 0;
+  virtual Metrics& metrics() = 0;
+
+  // Queues a refresh of (connection, principal) for the background workers: queued,
+  // already_queued, or in_progress (a lease is held: the refresh under way will serve it).
+  virtual Result<RevalidationOutcome> request_refresh(const std::string& connection_id,
+                                                      const Principal& principal,
+                                                      const std::string& trigger) = 0;
+
+  // Refreshes now and waits (CLI `refresh`, tests): lease, list, reconcile, fenced commit.
+  virtual Result<RefreshReport> refresh_now(const std::string& connection_id,
+                                            const Principal& principal,
+                                            const std::string& trigger) = 0;
+
+  // "Test connection": a fresh transient upstream connection (not the pooled one), listed once,
+  // nothing stored. The manifest JSON as the probe prints it, or the error.
+  virtual Result<Json> test_connection(const std::string& connection_id,
+                                       const Principal& principal) = 0;
+
+  // Preferences (ADR-004): the rows of one (connection, principal) — `shared` on a shared
+  // connection, the member on a per-member one; never another principal's — and a toggle that
+  // reaches discovery without re-listing (the principal's overlay is republished). Who may
+  // toggle is the caller's business (the API: operators on shared connections).
+  virtual Result<std::vector<PreferenceRow>> preferences(const std::string& connection_id,
+                                                         const Principal& principal) = 0;
+  virtual Status set_preference(const std::string& connection_id, const Principal& principal,
+                                CapabilityType type, const std::string& key, bool enabled) = 0;
+};
+
+}  // namespace quiver

@@ -1,0 +1,1340 @@
+#include "native-agent/store/redis_store.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <utility>
+
+#include <hiredis.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/time.h>
+
+#include "shared/discovery_redis.h"
+#include "shared/numbers.h"
+#include "shared/preferences_redis.h"
+#include "shared/redis_conversation.h"
+#include "shared/resp.h"
+#include "shared/schema_assets.h"
+
+namespace quiver {
+
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+Error invalid(std::string message) {
+  return Error(ErrorCode::kInvalidArgument, std::move(message));
+}
+
+// A non-negative decimal within [min, max] (stream ids, SCAN cursors).
+bool parse_int(std::string_view text, int64_t min, int64_t max, int64_t* out) {
+  std::optional<int64_t> v = parse_decimal_in(text, min, max);
+  if (!v || text[0] == '-') return false;
+  *out = *v;
+  return true;
+}
+
+// A signed decimal int64 exactly (what Redis stores in counters and hash fields).
+bool parse_i64(std::string_view text, int64_t* out) {
+  std::optional<int64_t> v = parse_decimal_i64(text);
+  if (!v) return false;
+  *out = *v;
+  return true;
+}
+
+// ---- SIGPIPE -----------------------------------------------------------------------------------
+
+// hiredis 0.14 writes with write(2): a server that closed the socket raises SIGPIPE, whose default
+// action ends the process. Block it on this thread while hiredis runs and swallow one raised
+// meanwhile; the write itself then fails with EPIPE, which becomes kStoreUnavailable.
+class SigpipeGuard {
+ public:
+  SigpipeGuard() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    sigset_t pending;
+    sigemptyset(&pending);
+    was_pending_ = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~SigpipeGuard() {
+    if (!was_pending_) {
+      sigset_t pending;
+      sigemptyset(&pending);
+      if (sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1) {
+        timespec zero{0, 0};
+        while (sigtimedwait(&pipe_, nullptr, &zero) == -1 && errno == EINTR) {
+        }
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  SigpipeGuard(const SigpipeGuard&) = delete;
+  SigpipeGuard& operator=(const SigpipeGuard&) = delete;
+
+ private:
+  sigset_t pipe_;
+  sigset_t old_;
+  bool was_pending_ = false;
+};
+
+// ---- replies -----------------------------------------------------------------------------------
+
+RespValue to_resp(const redisReply* r) {
+  switch (r->type) {
+    case REDIS_REPLY_STATUS:
+      return RespValue::simple_string(std::string(r->str, r->len));
+    case REDIS_REPLY_STRING:
+      return RespValue::bulk_string(std::string(r->str, r->len));
+    case REDIS_REPLY_ERROR:
+      return RespValue::error(std::string(r->str, r->len));
+    case REDIS_REPLY_INTEGER:
+      return RespValue::integer_value(r->integer);
+    case REDIS_REPLY_ARRAY: {
+      std::vector<RespValue> elements;
+      elements.reserve(r->elements);
+      for (std::size_t i = 0; i < r->elements; ++i) elements.push_back(to_resp(r->element[i]));
+      return RespValue::array(std::move(elements));
+    }
+    default:
+      return RespValue::nil();
+  }
+}
+
+bool starts_with(std::string_view s, std::string_view prefix) {
+  return s.substr(0, prefix.size()) == prefix;
+}
+
+// A Redis error reply as an Error: the core's mapping, the edge's too
+// (shared/redis_conversation.h).
+Error reply_error(const RespValue& reply, std::string_view what) {
+  return redis_reply_error(reply, what);
+}
+
+std::string key_list_error(std::string_view what, const Error& e) {
+  return std::string(what) + ": " + e.message;
+}
+
+// ---- one connection ----------------------------------------------------------------------------
+
+class RedisConnection {
+ public:
+  explicit RedisConnection(const RedisStoreOptions& options)
+      : redis_(options.redis),
+        options_(options),
+        conversation_(
+            {}, RedisCredentials{options.redis.username, options.redis.password.has_value()
+                                                             ? options.redis.password->reveal()
+                                                             : std::string()}) {}
+  ~RedisConnection() {
+    std::lock_guard<std::mutex> lock(mu_);
+    drop_locked();
+  }
+  RedisConnection(const RedisConnection&) = delete;
+  RedisConnection& operator=(const RedisConnection&) = delete;
+
+  // Sends `commands` as one pipeline and returns one reply per command, in order. Error replies
+  // are values; a connection that fails or times out is dropped and the call is kStoreUnavailable.
+  // `timeout_ms` > 0 replaces the command timeout for this call (a blocking read). Scripts go as
+  // EVALSHA, and again as EVAL where Redis answers NOSCRIPT (the core's conversation), except
+  // inside MULTI/EXEC, where a NOSCRIPT would abort the transaction at EXEC.
+  Result<std::vector<RespValue>> run(const std::vector<RedisCommand>& commands,
+                                     int64_t timeout_ms = 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    SigpipeGuard no_sigpipe;
+    if (Status s = connect_locked(); !s.ok()) return s.error();
+    if (timeout_ms > 0) redisSetTimeout(ctx_, to_timeval(timeout_ms));
+    const bool transaction = !commands.empty() && commands.front() == RedisCommand{"MULTI"};
+    Result<std::vector<RespValue>> replies =
+        converse_locked(commands, transaction ? ScriptForm::kText : ScriptForm::kBySha);
+    if (replies.ok() && timeout_ms > 0) {
+      redisSetTimeout(ctx_, to_timeval(options_.command_timeout_ms));
+    }
+    return replies;
+  }
+
+ private:
+  static timeval to_timeval(int64_t ms) {
+    timeval tv{};
+    tv.tv_sec = static_cast<time_t>(ms / 1000);
+    tv.tv_usec = static_cast<suseconds_t>((ms % 1000) * 1000);
+    return tv;
+  }
+
+  std::string address() const { return redis_.host + ":" + std::to_string(redis_.port); }
+
+  void drop_locked() {
+    if (ctx_ != nullptr) redisFree(ctx_);
+    ctx_ = nullptr;
+    conversation_.drop();
+  }
+
+  Error fail_locked(const char* during) {
+    std::string reason = ctx_ != nullptr && ctx_->errstr[0] != '\0' ? ctx_->errstr : "I/O error";
+    if (ctx_ != nullptr && ctx_->err == REDIS_ERR_IO &&
+        (reason.find("temporarily unavailable") != std::string::npos ||
+         reason.find("timed out") != std::string::npos)) {
+      reason = "timed out";
+    }
+    drop_locked();  // the stream may be out of step with our requests: never reuse it
+    return Error(ErrorCode::kStoreUnavailable,
+                 "redis " + address() + ": connection lost " + during + " (" + reason + ")");
+  }
+
+  // Connects unless connected; spaces attempts after a failure by the backoff.
+  Status connect_locked() {
+    if (ctx_ != nullptr) return Status::Ok();
+    SteadyClock::time_point now = SteadyClock::now();
+    if (now < next_attempt_) {
+      auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next_attempt_ - now);
+      return Error(ErrorCode::kStoreUnavailable, "redis " + address() + ": unavailable (" +
+                                                     last_error_ + "); next attempt in " +
+                                                     std::to_string(wait.count()) + " ms");
+    }
+    Status s = open_locked();
+    if (s.ok()) {
+      backoff_ms_ = 0;
+      next_attempt_ = {};
+      return s;
+    }
+    drop_locked();
+    last_error_ = s.error().message;
+    backoff_ms_ = backoff_ms_ == 0 ? options_.reconnect_backoff_initial_ms
+                                   : std::min(backoff_ms_ * 2, options_.reconnect_backoff_max_ms);
+    next_attempt_ = now + std::chrono::milliseconds(backoff_ms_);
+    return Error(s.error().code, "redis " + address() + ": " + s.error().message);
+  }
+
+  Status open_locked() {
+    ctx_ = redisConnectWithTimeout(redis_.host.c_str(), redis_.port,
+                                   to_timeval(options_.connect_timeout_ms));
+    if (ctx_ == nullptr)
+      return Error(ErrorCode::kStoreUnavailable, "cannot connect (out of memory)");
+    if (ctx_->err != 0) {
+      return Error(ErrorCode::kStoreUnavailable, std::string("cannot connect: ") + ctx_->errstr);
+    }
+    redisSetTimeout(ctx_, to_timeval(options_.command_timeout_ms));
+    redisEnableKeepAlive(ctx_);
+    // AUTH alone (when configured), so that a refusal counts as a failed connection attempt.
+    if (RedisRound auth = conversation_.begin({}); conversation_.awaiting() > 0) {
+      if (!append_locked(auth.bytes)) return handshake_io_error("AUTH");
+      std::optional<RedisTurn> turn = take_reply_locked();
+      if (!turn) return handshake_io_error("AUTH");
+      if (*turn == RedisTurn::kFailed) return conversation_.error();
+    }
+    if (redis_.db != 0) {
+      if (Status s = handshake_locked({"SELECT", std::to_string(redis_.db)}, "SELECT"); !s.ok()) {
+        return s;
+      }
+    }
+    return Status::Ok();
+  }
+
+  // One command during connection set-up; `what` names it (never its arguments: AUTH's hold the
+  // password).
+  Status handshake_locked(const RedisCommand& argv, const char* what) {
+    std::vector<const char*> parts;
+    std::vector<std::size_t> lengths;
+    for (const std::string& a : argv) {
+      parts.push_back(a.data());
+      lengths.push_back(a.size());
+    }
+    auto* reply = static_cast<redisReply*>(
+        redisCommandArgv(ctx_, static_cast<int>(argv.size()), parts.data(), lengths.data()));
+    if (reply == nullptr) return handshake_io_error(what);
+    RespValue v = to_resp(reply);
+    freeReplyObject(reply);
+    if (v.is_error()) {
+      return Error(reply_error(v, what).code, std::string(what) + " refused: " + v.str);
+    }
+    return Status::Ok();
+  }
+
+  Error handshake_io_error(const char* what) const {
+    // hiredis reports a read timeout as an I/O error with strerror(EAGAIN): a Redis that
+    // stalls, not one that refused us.
+    if (ctx_->err == REDIS_ERR_IO && std::strcmp(ctx_->errstr, std::strerror(EAGAIN)) == 0) {
+      return Error(ErrorCode::kStoreUnavailable,
+                   std::string(what) + " timed out (no answer within " +
+                       std::to_string(options_.command_timeout_ms) + " ms)");
+    }
+    return Error(ErrorCode::kStoreUnavailable, std::string(what) + " failed: " + ctx_->errstr);
+  }
+
+  // One round of the core's conversation over hiredis: its bytes out, hiredis' decoded replies in,
+  // until the conversation has every reply (or wants the NOSCRIPT ones sent again as EVAL).
+  Result<std::vector<RespValue>> converse_locked(std::vector<RedisCommand> commands,
+                                                 ScriptForm form) {
+    RedisRound round = conversation_.begin(std::move(commands), form);
+    if (!append_locked(round.bytes)) return fail_locked("sending a command");
+    if (conversation_.awaiting() == 0) return conversation_.take_replies();
+    for (;;) {
+      std::optional<RedisTurn> turn = take_reply_locked();
+      if (!turn) return fail_locked("waiting for a reply");
+      switch (*turn) {
+        case RedisTurn::kRead:
+          break;
+        case RedisTurn::kWrite:
+          if (!append_locked(conversation_.take_write())) return fail_locked("sending a command");
+          break;
+        case RedisTurn::kDone:
+          return conversation_.take_replies();
+        case RedisTurn::kFailed: {
+          Error e = conversation_.error();
+          drop_locked();
+          return e;
+        }
+      }
+    }
+  }
+
+  // One reply read by hiredis, handed to the conversation; nullopt when the read failed.
+  std::optional<RedisTurn> take_reply_locked() {
+    void* raw = nullptr;
+    if (redisGetReply(ctx_, &raw) != REDIS_OK || raw == nullptr) return std::nullopt;
+    auto* reply = static_cast<redisReply*>(raw);
+    RedisTurn turn = conversation_.take(to_resp(reply));
+    freeReplyObject(reply);
+    return turn;
+  }
+
+  bool append_locked(const std::string& bytes) {
+    return bytes.empty() ||
+           redisAppendFormattedCommand(ctx_, bytes.data(), bytes.size()) == REDIS_OK;
+  }
+
+  const RedisConfig& redis_;
+  const RedisStoreOptions& options_;
+  std::mutex mu_;
+  redisContext* ctx_ = nullptr;
+  RedisConversation conversation_;  // AUTH, pipelining, EVALSHA then EVAL (shared/)
+  SteadyClock::time_point next_attempt_{};
+  int64_t backoff_ms_ = 0;
+  std::string last_error_;
+};
+
+// HGETALL's flat [field, value, ...] as a map.
+std::map<std::string, std::string> field_map(const RespValue& reply) {
+  std::map<std::string, std::string> out;
+  const std::vector<RespValue>* e = reply.as_array();
+  if (e == nullptr) return out;
+  for (std::size_t i = 0; i + 1 < e->size(); i += 2) {
+    std::optional<std::string_view> f = (*e)[i].as_string();
+    std::optional<std::string_view> v = (*e)[i + 1].as_string();
+    if (f && v) out.emplace(std::string(*f), std::string(*v));
+  }
+  return out;
+}
+
+std::set<std::string> string_set(const RespValue& reply) {
+  std::set<std::string> out;
+  if (const std::vector<RespValue>* e = reply.as_array()) {
+    for (const RespValue& v : *e) {
+      if (std::optional<std::string_view> s = v.as_string()) out.emplace(*s);
+    }
+  }
+  return out;
+}
+
+// The metadata fields of a manifest hash, in the order HMGET is asked for them.
+const std::vector<std::string>& meta_fields() {
+  static const std::vector<std::string> fields = {
+      redis_field::kEtag,         redis_field::kConfigHash, redis_field::kFence,
+      redis_field::kFetchedAt,    redis_field::kFreshUntil, redis_field::kExpiresAt,
+      redis_field::kCacheScope,   redis_field::kTruncated,  redis_field::kErrorCode,
+      redis_field::kErrorMessage, redis_field::kErrorAt,    redis_field::kAttemptAt};
+  return fields;
+}
+
+// The three commands that read one manifest's metadata: its hash's fields, whether it holds
+// data, and its invalidation mark (a key of its own: schema/redis-keys.md).
+constexpr std::size_t kMetaReadCommands = 3;
+void append_meta_reads(std::vector<RedisCommand>& out, const std::string& manifest_key,
+                       const std::string& invalidated_key) {
+  RedisCommand hmget = {"HMGET", manifest_key};
+  for (const std::string& f : meta_fields()) hmget.push_back(f);
+  out.push_back(std::move(hmget));
+  out.push_back({"HEXISTS", manifest_key, redis_field::kManifest});
+  out.push_back({"GET", invalidated_key});
+}
+
+struct MetaFields {
+  std::map<std::string, std::string> fields;
+  bool has_manifest = false;
+  // No record: nothing stored, or only a mark left behind by data dropped since.
+  bool empty() const {
+    return !has_manifest && fields.size() <= fields.count(redis_field::kInvalidatedAt);
+  }
+};
+
+// The replies of append_meta_reads (starting at `at`) as fields, the mark as kInvalidatedAt.
+Result<MetaFields> meta_reads_reply(const std::vector<RespValue>& replies, std::size_t at) {
+  if (replies.size() < at + kMetaReadCommands) {
+    return Error(ErrorCode::kInvalidReply, "manifest metadata: missing replies");
+  }
+  for (std::size_t i = at; i < at + kMetaReadCommands; ++i) {
+    if (replies[i].is_error()) return Error(ErrorCode::kInvalidReply, replies[i].str);
+  }
+  MetaFields out;
+  const std::vector<RespValue>* values = replies[at].as_array();
+  for (std::size_t i = 0; values != nullptr && i < values->size() && i < meta_fields().size();
+       ++i) {
+    if (std::optional<std::string_view> v = (*values)[i].as_string()) {
+      out.fields.emplace(meta_fields()[i], std::string(*v));
+    }
+  }
+  out.has_manifest = replies[at + 1].as_int() == std::optional<int64_t>(1);
+  if (std::optional<std::string_view> mark = replies[at + 2].as_string()) {
+    out.fields.emplace(redis_field::kInvalidatedAt, std::string(*mark));
+  }
+  return out;
+}
+
+Result<ManifestMeta> meta_from_fields(std::string_view cid, const Principal& principal,
+                                      const std::map<std::string, std::string>& f,
+                                      bool has_manifest, const std::string& key) {
+  ManifestMeta m;
+  m.connection_id = std::string(cid);
+  m.principal = principal;
+  m.has_data = has_manifest;
+  auto text = [&](const char* name) {
+    auto it = f.find(name);
+    return it == f.end() ? std::string() : it->second;
+  };
+  auto number = [&](const char* name, int64_t* out) -> Status {
+    auto it = f.find(name);
+    if (it == f.end() || it->second.empty()) return Status::Ok();
+    if (!parse_i64(it->second, out)) {
+      return Error(ErrorCode::kInvalidReply,
+                   "manifest record " + key + ": field " + name + " is not a number");
+    }
+    return Status::Ok();
+  };
+  m.etag = text(redis_field::kEtag);
+  m.config_hash = text(redis_field::kConfigHash);
+  m.cache_scope = text(redis_field::kCacheScope);
+  m.truncated = text(redis_field::kTruncated) == "1";
+  m.error_code = text(redis_field::kErrorCode);
+  m.error_message = text(redis_field::kErrorMessage);
+  using NumberField = std::pair<const char*, int64_t*>;
+  for (const NumberField& field :
+       std::initializer_list<NumberField>{{redis_field::kFence, &m.fence},
+                                          {redis_field::kFetchedAt, &m.fetched_at_ms},
+                                          {redis_field::kFreshUntil, &m.fresh_until_ms},
+                                          {redis_field::kExpiresAt, &m.expires_at_ms},
+                                          {redis_field::kErrorAt, &m.error_at_ms}}) {
+    auto [name, out] = field;
+    if (Status s = number(name, out); !s.ok()) return s.error();
+  }
+  for (auto [name, out] : {std::pair{redis_field::kAttemptAt, &m.attempt_at_ms},
+                           std::pair{redis_field::kInvalidatedAt, &m.invalidated_at_ms}}) {
+    if (f.count(name) == 0) continue;
+    int64_t at = 0;
+    if (Status s = number(name, &at); !s.ok()) return s.error();
+    *out = at;
+  }
+  return m;
+}
+
+Result<ConnectionRecord> record_from_fields(std::string_view cid,
+                                            const std::map<std::string, std::string>& f) {
+  ConnectionRecord r;
+  r.id = std::string(cid);
+  auto text = [&](const char* name) {
+    auto it = f.find(name);
+    return it == f.end() ? std::string() : it->second;
+  };
+  r.config_hash = text(redis_field::kConfigHash);
+  r.credential_mode = credential_mode_from_string(text(redis_field::kCredentialMode));
+  r.name = text(redis_field::kName);
+  r.transport = text(redis_field::kTransport);
+  std::string updated = text(redis_field::kUpdatedAt);
+  if (!updated.empty() && !parse_i64(updated, &r.updated_at_ms)) {
+    return Error(ErrorCode::kInvalidReply,
+                 "connection record " + std::string(cid) + ": updated_at is not a number");
+  }
+  return r;
+}
+
+bool valid_stream_id(std::string_view id) {
+  std::size_t dash = id.find('-');
+  if (dash == std::string_view::npos) return false;
+  int64_t ignored = 0;
+  return parse_int(id.substr(0, dash), 0, INT64_MAX, &ignored) &&
+         parse_int(id.substr(dash + 1), 0, INT64_MAX, &ignored);
+}
+
+}  // namespace
+
+// ---- the store ---------------------------------------------------------------------------------
+
+struct RedisStore::Impl {
+  RedisStoreOptions options;
+  RedisKeys keys;
+  RedisConnection main;
+  RedisConnection blocking;
+
+  Impl(RedisStoreOptions o, RedisKeys k)
+      : options(std::move(o)), keys(std::move(k)), main(options), blocking(options) {}
+
+  // One command whose error reply is a failure.
+  Result<RespValue> one(const RedisCommand& argv, std::string_view what) {
+    Result<std::vector<RespValue>> r = main.run({argv});
+    if (!r.ok()) return r.error();
+    RespValue& v = (*r)[0];
+    if (v.is_error()) return reply_error(v, what);
+    return std::move(v);
+  }
+
+  // A pipeline whose every error reply is a failure.
+  Result<std::vector<RespValue>> many(const std::vector<RedisCommand>& commands,
+                                      std::string_view what) {
+    if (commands.empty()) return std::vector<RespValue>{};
+    Result<std::vector<RespValue>> r = main.run(commands);
+    if (!r.ok()) return r.error();
+    for (const RespValue& v : *r) {
+      if (v.is_error()) return reply_error(v, what);
+    }
+    return r;
+  }
+
+  // MULTI, the commands, EXEC in one round trip: the commands' replies.
+  Result<std::vector<RespValue>> transaction(const std::vector<RedisCommand>& commands,
+                                             std::string_view what) {
+    std::vector<RedisCommand> all;
+    all.reserve(commands.size() + 2);
+    all.push_back({"MULTI"});
+    all.insert(all.end(), commands.begin(), commands.end());
+    all.push_back({"EXEC"});
+    Result<std::vector<RespValue>> r = main.run(all);
+    if (!r.ok()) return r.error();
+    for (const RespValue& v : *r) {
+      if (v.is_error()) return reply_error(v, what);
+    }
+    const RespValue& exec = r->back();
+    if (!exec.is_array() || exec.elements.size() != commands.size()) {
+      return Error(ErrorCode::kInvalidReply, "redis " + std::string(what) + ": EXEC aborted");
+    }
+    for (const RespValue& v : exec.elements) {
+      if (v.is_error()) return reply_error(v, what);
+    }
+    return exec.elements;
+  }
+
+  // One script the core built (lease.h, discovery_redis.h); an invalid argument fails here.
+  Result<RespValue> script(const Result<RedisCommand>& command, std::string_view what) {
+    if (!command.ok()) return command.error();
+    return one(*command, what);
+  }
+
+  Result<LeaseKeys> lease_keys(std::string_view cid, const Principal& principal) {
+    LeaseKeys k;
+    Result<std::string> manifest = keys.manifest(cid, principal);
+    if (!manifest.ok()) return manifest.error();
+    k.manifest = *manifest;
+    k.lease = *keys.lease(cid, principal);
+    k.fence = *keys.fence(cid, principal);
+    k.connection = *keys.conn(cid);
+    k.epoch = keys.epoch();
+    return k;
+  }
+
+  // Every key of the namespace (SCAN MATCH "quiver:{ns}:*", optionally of one TYPE), page by page.
+  // TODO(contract): a RedisKeys::namespace_match_pattern() would keep even this pattern there.
+  // TODO(perf): O(keys of the namespace); run on config sync only.
+  Status scan_namespace(const char* type,
+                        const std::function<Status(const std::vector<std::string>&)>& page) {
+    std::string cursor = "0";
+    do {
+      RedisCommand scan = {"SCAN", cursor, "MATCH", keys.prefix() + "*", "COUNT", "1000"};
+      if (type != nullptr) {
+        scan.push_back("TYPE");
+        scan.push_back(type);
+      }
+      Result<RespValue> r = one(scan, "SCAN");
+      if (!r.ok()) return r.error();
+      const std::vector<RespValue>* e = r->as_array();
+      if (e == nullptr || e->size() != 2 || !(*e)[0].as_string() || !(*e)[1].is_array()) {
+        return Error(ErrorCode::kInvalidReply, "redis SCAN: unexpected reply");
+      }
+      cursor = std::string(*(*e)[0].as_string());
+      std::vector<std::string> found;
+      for (const RespValue& k : (*e)[1].elements) {
+        if (std::optional<std::string_view> s = k.as_string()) found.emplace_back(*s);
+      }
+      if (!found.empty()) {
+        if (Status s = page(found); !s.ok()) return s;
+      }
+    } while (cursor != "0");
+    return Status::Ok();
+  }
+
+  // The group reads the stream from its start, so requests queued before any agent ran are
+  // consumed. BUSYGROUP (it exists) is success.
+  Status ensure_group() {
+    Result<std::vector<RespValue>> r = main.run({{"XGROUP", "CREATE", keys.revalidate_stream(),
+                                                  kRevalidateConsumerGroup, "0", "MKSTREAM"}});
+    if (!r.ok()) return r.error();
+    const RespValue& v = (*r)[0];
+    if (v.is_error() && !starts_with(v.str, "BUSYGROUP")) return reply_error(v, "XGROUP CREATE");
+    return Status::Ok();
+  }
+
+  // Stream entries [[id, [field, value, ...]], ...] as requests; malformed ones are acknowledged
+  // and deleted here and reported by id.
+  Result<RevalidationBatch> batch_from_entries(const std::vector<RespValue>& entries) {
+    RevalidationBatch batch;
+    for (const RespValue& entry : entries) {
+      const std::vector<RespValue>* e = entry.as_array();
+      if (e == nullptr || e->empty() || !(*e)[0].as_string()) continue;
+      std::string id(*(*e)[0].as_string());
+      bool ok = false;
+      RevalidationRequest request;
+      if (e->size() == 2 && (*e)[1].is_array()) {
+        std::map<std::string, std::string> f = field_map((*e)[1]);
+        request.id = id;
+        request.connection_id = f[redis_field::kCid];
+        request.reason = f[redis_field::kReason];
+        Result<Principal> p = Principal::parse(f[redis_field::kPrincipal]);
+        ok = p.ok() && validate_connection_id(request.connection_id).ok() &&
+             validate_revalidation_reason(request.reason).ok() &&
+             parse_i64(f[redis_field::kAt], &request.at_ms) && request.at_ms >= 0;
+        if (p.ok()) request.principal = *p;
+      }
+      if (ok) {
+        batch.requests.push_back(std::move(request));
+      } else {
+        batch.malformed_ids.push_back(id);
+      }
+    }
+    if (!batch.malformed_ids.empty()) {
+      if (Status s = ack(batch.malformed_ids); !s.ok()) return s.error();
+    }
+    return batch;
+  }
+
+  Status ack(const std::vector<std::string>& ids) {
+    if (ids.empty()) return Status::Ok();
+    RedisCommand xack = {"XACK", keys.revalidate_stream(), kRevalidateConsumerGroup};
+    RedisCommand xdel = {"XDEL", keys.revalidate_stream()};
+    for (const std::string& id : ids) {
+      if (!valid_stream_id(id)) return invalid("revalidation id '" + id + "' is not a stream id");
+      xack.push_back(id);
+      xdel.push_back(id);
+    }
+    // Only one group reads the stream: a handled entry is deleted, so a group recreated from the
+    // start never sees it again.
+    Result<std::vector<RespValue>> r = many({xack, xdel}, "XACK");
+    return r.ok() ? Status::Ok() : Status(r.error());
+  }
+};
+
+Result<std::unique_ptr<RedisStore>> RedisStore::create(RedisStoreOptions options) {
+  if (options.redis.tls) {
+    return invalid(
+        "redis store: rediss:// (TLS) is not supported by this agent's hiredis 0.14; reach a TLS "
+        "Redis through a local TLS tunnel and give its redis:// address");
+  }
+  if (options.redis.host.empty()) return invalid("redis store: no host");
+  if (options.redis.port <= 0 || options.redis.port > 65535) {
+    return invalid("redis store: the port must be 1 to 65535");
+  }
+  if (options.redis.db < 0) return invalid("redis store: the database must not be negative");
+  Result<RedisKeys> keys = RedisKeys::create(options.ns);
+  if (!keys.ok()) return keys.error();
+  if (options.connect_timeout_ms <= 0 || options.command_timeout_ms <= 0) {
+    return invalid("redis store: timeouts must be positive");
+  }
+  if (options.reconnect_backoff_initial_ms <= 0 ||
+      options.reconnect_backoff_max_ms < options.reconnect_backoff_initial_ms) {
+    return invalid("redis store: need 0 < reconnect backoff initial <= max");
+  }
+  if (options.revalidate_stream_max_len <= 0) {
+    return invalid("redis store: revalidate_stream_max_len must be positive");
+  }
+  if (!options.now_ms) return invalid("redis store: no clock");
+  auto impl = std::make_unique<Impl>(std::move(options), std::move(keys).value());
+  return std::unique_ptr<RedisStore>(new RedisStore(std::move(impl)));
+}
+
+RedisStore::RedisStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+RedisStore::~RedisStore() = default;
+
+std::string RedisStore::describe() const {
+  return impl_->options.redis.describe() + " namespace " + impl_->keys.ns();
+}
+
+Status RedisStore::health() {
+  Result<RespValue> r = impl_->one({"PING"}, "PING");
+  if (!r.ok()) return r.error();
+  if (r->as_string() != std::optional<std::string_view>("PONG")) {
+    return Error(ErrorCode::kInvalidReply, "redis PING: unexpected reply " + r->debug_string());
+  }
+  return Status::Ok();
+}
+
+// ---- the namespace record ----------------------------------------------------------------------
+
+Result<NamespaceRecord> RedisStore::read_namespace() {
+  Result<RespValue> r = impl_->one({"GET", impl_->keys.namespace_record()}, "GET namespace");
+  if (!r.ok()) return r.error();
+  NamespaceRecord out;
+  if (r->is_nil()) return out;
+  std::optional<std::string_view> v = r->as_string();
+  if (!v) return Error(ErrorCode::kInvalidReply, "redis namespace record: not a string");
+  out.value = std::string(*v);
+  // `restoring:` or anything else a reader would not serve counts as restoring.
+  out.state = starts_with(*v, std::string(kNamespaceReady) + ":") ? NamespaceState::kReady
+                                                                  : NamespaceState::kRestoring;
+  return out;
+}
+
+Status RedisStore::begin_namespace_restore(int64_t now_ms) {
+  Result<RespValue> r =
+      impl_->one({"SET", impl_->keys.namespace_record(),
+                  std::string(kNamespaceRestoring) + ":" + std::to_string(now_ms), "NX"},
+                 "SET namespace");
+  return r.ok() ? Status::Ok() : Status(r.error());
+}
+
+Result<bool> RedisStore::mark_namespace_ready(int64_t now_ms) {
+  Result<RespValue> r =
+      impl_->one({"SET", impl_->keys.namespace_record(),
+                  std::string(kNamespaceReady) + ":" + std::to_string(now_ms), "XX"},
+                 "SET namespace");
+  if (!r.ok()) return r.error();
+  return r->is_ok();  // nil: no record to update (wiped since the restore began)
+}
+
+Result<std::optional<int64_t>> RedisStore::store_time_ms() {
+  Result<RespValue> r = impl_->one({"TIME"}, "TIME");
+  if (!r.ok()) return r.error();
+  const std::vector<RespValue>* a = r->as_array();
+  int64_t sec = 0, usec = 0;
+  if (a == nullptr || a->size() != 2 || !(*a)[0].as_string() || !(*a)[1].as_string() ||
+      !parse_i64(std::string(*(*a)[0].as_string()), &sec) ||
+      !parse_i64(std::string(*(*a)[1].as_string()), &usec)) {
+    return Error(ErrorCode::kInvalidReply, "redis TIME: unexpected reply");
+  }
+  return std::optional<int64_t>(sec * 1000 + usec / 1000);
+}
+
+// ---- leases and fenced writes ------------------------------------------------------------------
+
+Result<AcquireResult> RedisStore::acquire_lease(std::string_view cid, const Principal& principal,
+                                                std::string_view token, int64_t lease_ms) {
+  Result<LeaseKeys> k = impl_->lease_keys(cid, principal);
+  if (!k.ok()) return k.error();
+  Result<RespValue> r = impl_->script(acquire_lease_command(*k, token, lease_ms), "lease_acquire");
+  if (!r.ok()) return r.error();
+  return parse_acquire_reply(*r, token);
+}
+
+Result<LeaseOutcome> RedisStore::renew_lease(std::string_view cid, const Principal& principal,
+                                             const Lease& lease, int64_t lease_ms) {
+  Result<LeaseKeys> k = impl_->lease_keys(cid, principal);
+  if (!k.ok()) return k.error();
+  Result<RespValue> r = impl_->script(renew_lease_command(*k, lease, lease_ms), "lease_renew");
+  if (!r.ok()) return r.error();
+  return parse_renew_reply(*r);
+}
+
+Result<LeaseOutcome> RedisStore::release_lease(std::string_view cid, const Principal& principal,
+                                               const Lease& lease) {
+  Result<LeaseKeys> k = impl_->lease_keys(cid, principal);
+  if (!k.ok()) return k.error();
+  Result<RespValue> r = impl_->script(release_lease_command(*k, lease), "lease_release");
+  if (!r.ok()) return r.error();
+  return parse_release_reply(*r);
+}
+
+Result<FencedWriteResult> RedisStore::commit_manifest(std::string_view cid,
+                                                      const Principal& principal,
+                                                      const Lease& lease,
+                                                      const ManifestWrite& write,
+                                                      const FencedWriteOptions& options) {
+  Result<LeaseKeys> k = impl_->lease_keys(cid, principal);
+  if (!k.ok()) return k.error();
+  Result<RespValue> r =
+      impl_->script(commit_manifest_command(*k, lease, write, options), "manifest_commit");
+  if (!r.ok()) return r.error();
+  return parse_commit_reply(*r);
+}
+
+Result<FencedWriteResult> RedisStore::record_failure(std::string_view cid,
+                                                     const Principal& principal, const Lease& lease,
+                                                     const RefreshFailure& failure,
+                                                     const FencedWriteOptions& options) {
+  Result<LeaseKeys> k = impl_->lease_keys(cid, principal);
+  if (!k.ok()) return k.error();
+  Result<RespValue> r =
+      impl_->script(record_failure_command(*k, lease, failure, options), "manifest_fail");
+  if (!r.ok()) return r.error();
+  return parse_failure_reply(*r);
+}
+
+// ---- manifest reads ----------------------------------------------------------------------------
+
+Result<std::optional<ManifestMeta>> RedisStore::read_manifest_meta(std::string_view cid,
+                                                                   const Principal& principal) {
+  Result<std::string> key = impl_->keys.manifest(cid, principal);
+  if (!key.ok()) return key.error();
+  Result<std::string> mark = impl_->keys.invalidated(cid, principal);
+  if (!mark.ok()) return mark.error();
+  std::vector<RedisCommand> reads;
+  append_meta_reads(reads, *key, *mark);
+  Result<std::vector<RespValue>> r = impl_->many(reads, "HMGET");
+  if (!r.ok()) return r.error();
+  Result<MetaFields> read = meta_reads_reply(*r, 0);
+  if (!read.ok()) return read.error();
+  std::map<std::string, std::string>& fields = read->fields;
+  const bool has_manifest = read->has_manifest;
+  if (read->empty()) return std::optional<ManifestMeta>();
+  Result<ManifestMeta> meta = meta_from_fields(cid, principal, fields, has_manifest, *key);
+  if (!meta.ok()) return meta.error();
+  return std::optional<ManifestMeta>(std::move(meta).value());
+}
+
+Result<std::optional<StoredManifest>> RedisStore::read_manifest(std::string_view cid,
+                                                                const Principal& principal) {
+  Result<std::string> key = impl_->keys.manifest(cid, principal);
+  if (!key.ok()) return key.error();
+  Result<std::string> mark = impl_->keys.invalidated(cid, principal);
+  if (!mark.ok()) return mark.error();
+  Result<std::vector<RespValue>> r = impl_->many({{"HGETALL", *key}, {"GET", *mark}}, "HGETALL");
+  if (!r.ok()) return r.error();
+  std::map<std::string, std::string> fields = field_map((*r)[0]);
+  if (fields.empty()) return std::optional<StoredManifest>();
+  if (std::optional<std::string_view> at = (*r)[1].as_string()) {
+    fields[redis_field::kInvalidatedAt] = std::string(*at);
+  }
+  auto body = fields.find(redis_field::kManifest);
+  Result<ManifestMeta> meta = meta_from_fields(cid, principal, fields, body != fields.end(), *key);
+  if (!meta.ok()) return meta.error();
+  StoredManifest out{std::move(meta).value(), body != fields.end() ? body->second : ""};
+  return std::optional<StoredManifest>(std::move(out));
+}
+
+Result<ManifestPage> RedisStore::list_manifest_metas(std::string_view cursor, std::size_t batch) {
+  if (batch == 0) return invalid("list_manifest_metas: batch must be at least 1");
+  int64_t ignored = 0;
+  if (!cursor.empty() && !parse_int(cursor, 0, INT64_MAX, &ignored)) {
+    return invalid("list_manifest_metas: malformed cursor");
+  }
+  std::string next = cursor.empty() ? "0" : std::string(cursor);
+  std::vector<std::string> found;
+  std::set<std::string> seen;
+  do {
+    Result<RespValue> r = impl_->one({"SCAN", next, "MATCH", impl_->keys.manifest_match_pattern(),
+                                      "COUNT", std::to_string(std::max<std::size_t>(batch, 100))},
+                                     "SCAN");
+    if (!r.ok()) return r.error();
+    const std::vector<RespValue>* e = r->as_array();
+    if (e == nullptr || e->size() != 2 || !(*e)[0].as_string() || !(*e)[1].is_array()) {
+      return Error(ErrorCode::kInvalidReply, "redis SCAN: unexpected reply");
+    }
+    next = std::string(*(*e)[0].as_string());
+    for (const RespValue& k : (*e)[1].elements) {
+      std::optional<std::string_view> s = k.as_string();
+      if (s && seen.emplace(*s).second) found.emplace_back(*s);
+    }
+  } while (found.size() < batch && next != "0");
+
+  ManifestPage page;
+  page.next_cursor = next == "0" ? "" : next;
+  std::vector<RedisCommand> commands;
+  std::vector<ParsedKey> parsed;
+  std::vector<std::string> keys;
+  for (const std::string& key : found) {
+    Result<ParsedKey> p = impl_->keys.parse_manifest_key(key);
+    if (!p.ok()) {
+      page.unreadable.push_back(key + ": " + p.error().message);
+      continue;
+    }
+    append_meta_reads(commands, key, *impl_->keys.invalidated(p->connection_id, *p->principal));
+    parsed.push_back(std::move(p).value());
+    keys.push_back(key);
+  }
+  if (commands.empty()) return page;
+  Result<std::vector<RespValue>> r = impl_->main.run(commands);
+  if (!r.ok()) return r.error();
+  for (std::size_t i = 0; i < parsed.size(); ++i) {
+    Result<MetaFields> read = meta_reads_reply(*r, kMetaReadCommands * i);
+    if (!read.ok()) {
+      page.unreadable.push_back(keys[i] + ": " + read.error().message);
+      continue;
+    }
+    std::map<std::string, std::string>& fields = read->fields;
+    const bool has_manifest = read->has_manifest;
+    if (read->empty()) continue;  // deleted since the SCAN
+    Result<ManifestMeta> meta = meta_from_fields(parsed[i].connection_id, *parsed[i].principal,
+                                                 fields, has_manifest, keys[i]);
+    if (!meta.ok()) {
+      page.unreadable.push_back(meta.error().message);
+      continue;
+    }
+    page.metas.push_back(std::move(meta).value());
+  }
+  return page;
+}
+
+// ---- connection records, grants, overlays, epoch -----------------------------------------------
+
+Result<ConnectionSync> RedisStore::sync_connections(const std::vector<ConnectionRecord>& records) {
+  RedisKeys& keys = impl_->keys;
+  std::map<std::string, const ConnectionRecord*> wanted;
+  for (const ConnectionRecord& r : records) {
+    if (Status s = validate_connection_record(r); !s.ok()) return s.error();
+    if (!wanted.emplace(r.id, &r).second) {
+      return invalid("sync_connections: connection '" + r.id + "' appears twice");
+    }
+  }
+  Result<RespValue> members = impl_->one({"SMEMBERS", keys.conns()}, "SMEMBERS");
+  if (!members.ok()) return members.error();
+  std::set<std::string> listed = string_set(*members);
+  std::vector<std::string> ids;  // listed or wanted, each once
+  std::vector<RedisCommand> writes;
+  for (const std::string& id : listed) {
+    if (validate_connection_id(id).ok()) {
+      ids.push_back(id);
+    } else {
+      writes.push_back({"SREM", keys.conns(), id});  // not an id any agent wrote: drop it
+    }
+  }
+  for (const auto& [id, record] : wanted) {
+    if (listed.count(id) == 0) ids.push_back(id);
+  }
+  std::vector<RedisCommand> reads;
+  for (const std::string& id : ids) reads.push_back({"HGETALL", *keys.conn(id)});
+  Result<std::vector<RespValue>> stored = impl_->many(reads, "HGETALL");
+  if (!stored.ok()) return stored.error();
+
+  ConnectionSync sync;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const std::string& id = ids[i];
+    std::map<std::string, std::string> fields = field_map((*stored)[i]);
+    auto want = wanted.find(id);
+    if (want == wanted.end()) {
+      sync.removed.push_back(id);
+      writes.push_back({"SREM", keys.conns(), id});
+      writes.push_back({"DEL", *keys.conn(id)});
+      continue;
+    }
+    const ConnectionRecord& r = *want->second;
+    Result<ConnectionRecord> current = record_from_fields(id, fields);
+    bool exists = listed.count(id) != 0 && !fields.empty();
+    if (exists && current.ok() && current->same_config(r)) continue;
+    (exists ? sync.changed : sync.added).push_back(id);
+    std::string conn = *keys.conn(id);
+    writes.push_back({"DEL", conn});
+    writes.push_back({"HSET", conn, redis_field::kConfigHash, r.config_hash,
+                      redis_field::kCredentialMode, credential_mode_name(r.credential_mode),
+                      redis_field::kName, r.name, redis_field::kTransport, r.transport,
+                      redis_field::kUpdatedAt, std::to_string(r.updated_at_ms)});
+    writes.push_back({"SADD", keys.conns(), id});
+  }
+  if (!writes.empty()) {
+    writes.push_back({"INCR", keys.epoch()});
+    Result<std::vector<RespValue>> w = impl_->transaction(writes, "sync connections");
+    if (!w.ok()) return w.error();
+  }
+
+  // Everything else that names a connection no longer configured: manifests, leases, fences,
+  // gates, overlays, grants; also leftovers of an interrupted sync.
+  bool cleaned = false;
+  std::vector<std::string> grant_keys;
+  Status s = impl_->scan_namespace(nullptr, [&](const std::vector<std::string>& page) -> Status {
+    RedisCommand del = {"UNLINK"};
+    for (const std::string& key : page) {
+      Result<ParsedKey> p = keys.parse(key);
+      if (!p.ok()) continue;
+      if (p->kind == KeyKind::kGrants) {
+        grant_keys.push_back(key);
+      } else if (key_has_connection_id(p->kind) && p->kind != KeyKind::kPrefs &&
+                 wanted.count(p->connection_id) == 0) {
+        // Everything of a removed connection goes, its overlays too; its preference rows stay
+        // (a user's choice outlives the connection, as in every agent's local copy).
+        del.push_back(key);
+      }
+    }
+    if (del.size() == 1) return Status::Ok();
+    cleaned = true;
+    Result<RespValue> r = impl_->one(del, "UNLINK");
+    return r.ok() ? Status::Ok() : Status(r.error());
+  });
+  if (!s.ok()) return Error(s.error().code, key_list_error("sync_connections", s.error()));
+  std::vector<RedisCommand> grant_reads;
+  for (const std::string& key : grant_keys) grant_reads.push_back({"SMEMBERS", key});
+  Result<std::vector<RespValue>> grants = impl_->many(grant_reads, "SMEMBERS");
+  if (!grants.ok()) return grants.error();
+  std::vector<RedisCommand> grant_writes;
+  for (std::size_t i = 0; i < grant_keys.size(); ++i) {
+    RedisCommand srem = {"SREM", grant_keys[i]};
+    for (const std::string& cid : string_set((*grants)[i])) {
+      if (wanted.count(cid) == 0) srem.push_back(cid);
+    }
+    if (srem.size() > 2) grant_writes.push_back(std::move(srem));
+  }
+  if (!grant_writes.empty() || (cleaned && writes.empty())) {
+    grant_writes.push_back({"INCR", keys.epoch()});
+    Result<std::vector<RespValue>> w = impl_->transaction(grant_writes, "sync connections");
+    if (!w.ok()) return w.error();
+  }
+  return sync;
+}
+
+Result<std::vector<ConnectionRecord>> RedisStore::list_connections() {
+  Result<RespValue> members = impl_->one({"SMEMBERS", impl_->keys.conns()}, "SMEMBERS");
+  if (!members.ok()) return members.error();
+  std::vector<std::string> ids;
+  std::vector<RedisCommand> reads;
+  for (const std::string& id : string_set(*members)) {
+    Result<std::string> key = impl_->keys.conn(id);
+    if (!key.ok()) continue;  // not ours to list
+    ids.push_back(id);
+    reads.push_back({"HGETALL", *key});
+  }
+  Result<std::vector<RespValue>> stored = impl_->many(reads, "HGETALL");
+  if (!stored.ok()) return stored.error();
+  std::vector<ConnectionRecord> out;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    std::map<std::string, std::string> fields = field_map((*stored)[i]);
+    if (fields.empty()) continue;
+    Result<ConnectionRecord> r = record_from_fields(ids[i], fields);
+    if (!r.ok()) return r.error();
+    out.push_back(std::move(r).value());
+  }
+  return out;  // ids came from a std::set: sorted
+}
+
+// ---- the discovery read -------------------------------------------------------------------------
+
+// The edge's own script (schema/lua/discovery_read.lua via shared/discovery_redis.h): grants,
+// records, manifests, overlays and leases of one member in one round trip, decoded strictly.
+Result<DiscoverySnapshot> RedisStore::read_discovery(const Principal& member,
+                                                     const SnapshotQuery& query) {
+  Result<RedisCommand> command = discovery_read_command(impl_->keys, member, query);
+  if (!command.ok()) return command.error();
+  Result<std::vector<RespValue>> reply = impl_->main.run({*command});
+  if (!reply.ok()) return reply.error();
+  return decode_discovery_reply((*reply)[0], member);
+}
+
+Result<std::optional<ConnectionRecord>> RedisStore::read_connection(std::string_view cid) {
+  Result<std::string> key = impl_->keys.conn(cid);
+  if (!key.ok()) return key.error();
+  Result<RespValue> r = impl_->one({"HGETALL", *key}, "HGETALL");
+  if (!r.ok()) return r.error();
+  std::map<std::string, std::string> fields = field_map(*r);
+  if (fields.empty()) return std::optional<ConnectionRecord>();
+  Result<ConnectionRecord> record = record_from_fields(cid, fields);
+  if (!record.ok()) return record.error();
+  return std::optional<ConnectionRecord>(std::move(record).value());
+}
+
+Result<GrantSync> RedisStore::sync_grants(const GrantMap& grants) {
+  RedisKeys& keys = impl_->keys;
+  std::map<std::string, std::string> key_of;  // member id → grants key
+  // The reverse index (grantees:<cid>, what the edge's refresh webhook expands a target by),
+  // kept in the same transaction as the grants.
+  std::map<std::string, std::set<std::string>> grantees_of;  // cid → member principals
+  std::set<std::string> grantee_keys;                        // stored, and wanted
+  for (const auto& [member, cids] : grants) {
+    Result<Principal> p = Principal::member(member);
+    if (!p.ok()) return p.error();
+    for (const std::string& cid : cids) {
+      if (Status s = validate_connection_id(cid); !s.ok()) return s.error();
+      grantees_of[cid].insert(p->str());
+      grantee_keys.insert(*keys.grantees(cid));
+    }
+    key_of.emplace(member, *keys.grants(*p));
+  }
+  Status s = impl_->scan_namespace("set", [&](const std::vector<std::string>& page) {
+    for (const std::string& key : page) {
+      Result<ParsedKey> p = keys.parse(key);
+      if (!p.ok()) continue;
+      if (p->kind == KeyKind::kGrants && p->principal) {
+        key_of.emplace(std::string(p->principal->member_id()), key);
+      } else if (p->kind == KeyKind::kGrantees) {
+        grantee_keys.insert(key);
+      }
+    }
+    return Status::Ok();
+  });
+  if (!s.ok()) return Error(s.error().code, key_list_error("sync_grants", s.error()));
+  std::vector<std::string> members;
+  std::vector<RedisCommand> reads;
+  for (const auto& [member, key] : key_of) {
+    members.push_back(member);
+    reads.push_back({"SMEMBERS", key});
+  }
+  for (const std::string& key : grantee_keys) reads.push_back({"SMEMBERS", key});
+  Result<std::vector<RespValue>> stored = impl_->many(reads, "SMEMBERS");
+  if (!stored.ok()) return stored.error();
+  GrantSync sync;
+  std::vector<RedisCommand> writes;
+  static const std::set<std::string> kNone;
+  auto replace_set = [&](const std::string& key, const std::set<std::string>& desired) {
+    writes.push_back({"DEL", key});
+    if (desired.empty()) return;
+    RedisCommand sadd = {"SADD", key};
+    sadd.insert(sadd.end(), desired.begin(), desired.end());
+    writes.push_back(std::move(sadd));
+  };
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    auto want = grants.find(members[i]);
+    const std::set<std::string>& desired = want == grants.end() ? kNone : want->second;
+    if (string_set((*stored)[i]) == desired) continue;
+    sync.changed_members.push_back(members[i]);
+    replace_set(key_of[members[i]], desired);
+  }
+  std::size_t at = members.size();
+  for (const std::string& key : grantee_keys) {
+    Result<ParsedKey> p = keys.parse(key);
+    auto want = grantees_of.find(p.ok() ? p->connection_id : std::string());
+    const std::set<std::string>& desired = want == grantees_of.end() ? kNone : want->second;
+    if (string_set((*stored)[at++]) != desired) replace_set(key, desired);
+  }
+  if (!writes.empty()) {
+    writes.push_back({"INCR", keys.epoch()});
+    Result<std::vector<RespValue>> w = impl_->transaction(writes, "sync grants");
+    if (!w.ok()) return w.error();
+  }
+  return sync;
+}
+
+Result<std::set<std::string>> RedisStore::read_grants(std::string_view member_id) {
+  Result<Principal> p = Principal::member(member_id);
+  if (!p.ok()) return p.error();
+  Result<RespValue> r = impl_->one({"SMEMBERS", *impl_->keys.grants(*p)}, "SMEMBERS");
+  if (!r.ok()) return r.error();
+  return string_set(*r);
+}
+
+Result<MergedPreferences> RedisStore::merge_preferences(std::string_view cid,
+                                                        const Principal& principal,
+                                                        const std::vector<PreferenceRow>& rows) {
+  Result<RespValue> r = impl_->script(merge_preferences_command(impl_->keys, cid, principal, rows),
+                                      "preferences_merge");
+  if (!r.ok()) return r.error();
+  return parse_merge_preferences_reply(*r, cid, principal);
+}
+
+Result<DisabledOverlay> RedisStore::read_disabled(std::string_view cid,
+                                                  const Principal& principal) {
+  Result<std::string> key = impl_->keys.disabled(cid, principal);
+  if (!key.ok()) return key.error();
+  Result<RespValue> r = impl_->one({"SMEMBERS", *key}, "SMEMBERS");
+  if (!r.ok()) return r.error();
+  DisabledOverlay out;
+  for (const std::string& m : string_set(*r)) out.insert(m);
+  return out;
+}
+
+Result<int64_t> RedisStore::bump_epoch() {
+  Result<RespValue> r = impl_->one({"INCR", impl_->keys.epoch()}, "INCR");
+  if (!r.ok()) return r.error();
+  std::optional<int64_t> v = r->as_int();
+  if (!v) return Error(ErrorCode::kInvalidReply, "redis INCR epoch: not an integer");
+  return *v;
+}
+
+Result<int64_t> RedisStore::read_epoch() {
+  Result<RespValue> r = impl_->one({"GET", impl_->keys.epoch()}, "GET");
+  if (!r.ok()) return r.error();
+  if (r->is_nil()) return int64_t{0};
+  std::optional<int64_t> v = r->as_int();
+  if (!v) return Error(ErrorCode::kInvalidReply, "redis epoch: not an integer");
+  return *v;
+}
+
+// ---- revalidation queue ------------------------------------------------------------------------
+
+Result<RevalidationOutcome> RedisStore::enqueue_revalidation(std::string_view cid,
+                                                             const Principal& principal,
+                                                             std::string_view reason,
+                                                             int64_t window_ms) {
+  if (Result<std::string> lease = impl_->keys.lease(cid, principal); !lease.ok()) {
+    return lease.error();
+  }
+  if (Status s = validate_revalidation_reason(reason); !s.ok()) return s.error();
+  if (window_ms <= 0) return invalid("enqueue_revalidation: window_ms must be positive");
+  // One EVAL of schema/lua/revalidate_enqueue.lua, as the edge queues: nothing while a refresh
+  // holds the lease, then one request per key per window, atomically however many readers race.
+  // A manual refresh (refresh-tools) is queued again once the gate is a second old.
+  Revalidation r{std::string(cid), principal, std::string(reason), reason == "manual"};
+  EnqueueOptions options;
+  options.window_ms = window_ms;
+  options.stream_maxlen = impl_->options.revalidate_stream_max_len;
+  Result<RespValue> reply =
+      impl_->script(revalidate_enqueue_command(impl_->keys, r, impl_->options.now_ms(), options),
+                    "revalidate_enqueue");
+  if (!reply.ok()) return reply.error();
+  Result<RevalidationResult> result = parse_enqueue_reply(*reply);
+  if (!result.ok()) return result.error();
+  return result->outcome;
+}
+
+Result<bool> RedisStore::drop_manifest(std::string_view cid, const Principal& principal) {
+  Result<std::string> manifest = impl_->keys.manifest(cid, principal);
+  if (!manifest.ok()) return manifest.error();
+  Result<std::vector<RespValue>> r =
+      impl_->transaction({{"DEL", *manifest, *impl_->keys.revalidate_gate(cid, principal),
+                           *impl_->keys.invalidated(cid, principal)},
+                          {"INCR", impl_->keys.epoch()}},
+                         "drop manifest");
+  if (!r.ok()) return r.error();
+  return !r->empty() && (*r)[0].type == RespValue::Type::kInteger && (*r)[0].integer > 0;
+}
+
+Result<bool> RedisStore::invalidate_manifest(std::string_view cid, const Principal& principal) {
+  Result<RespValue> reply = impl_->script(
+      manifest_invalidate_command(impl_->keys, cid, principal, impl_->options.now_ms()),
+      "manifest_invalidate");
+  if (!reply.ok()) return reply.error();
+  if (reply->type != RespValue::Type::kInteger) {
+    return Error(ErrorCode::kInvalidReply,
+                 "manifest_invalidate: unexpected reply " + reply->debug_string());
+  }
+  return reply->integer == 1;
+}
+
+Result<RevalidationBatch> RedisStore::read_revalidations(std::string_view consumer, std::size_t max,
+                                                         int64_t block_ms) {
+  if (Status s = validate_consumer_name(consumer); !s.ok()) return s.error();
+  if (max == 0) return invalid("read_revalidations: max must be at least 1");
+  if (block_ms < 0) return invalid("read_revalidations: block_ms must not be negative");
+  RedisCommand read = {"XREADGROUP",          "GROUP", kRevalidateConsumerGroup,
+                       std::string(consumer), "COUNT", std::to_string(max)};
+  if (block_ms > 0) {  // BLOCK 0 would wait forever
+    read.push_back("BLOCK");
+    read.push_back(std::to_string(block_ms));
+  }
+  read.insert(read.end(), {"STREAMS", impl_->keys.revalidate_stream(), ">"});
+  RedisConnection& conn = block_ms > 0 ? impl_->blocking : impl_->main;
+  int64_t timeout = block_ms > 0 ? block_ms + impl_->options.command_timeout_ms : 0;
+  Result<std::vector<RespValue>> r = conn.run({read}, timeout);
+  if (r.ok() && (*r)[0].is_error() && starts_with((*r)[0].str, "NOGROUP")) {
+    if (Status s = impl_->ensure_group(); !s.ok()) return s.error();
+    r = conn.run({read}, timeout);
+  }
+  if (!r.ok()) return r.error();
+  const RespValue& v = (*r)[0];
+  if (v.is_error()) return reply_error(v, "XREADGROUP");
+  if (v.is_nil()) return RevalidationBatch{};
+  // [[stream, [[id, fields], ...]]]
+  const std::vector<RespValue>* streams = v.as_array();
+  if (streams == nullptr || streams->empty()) return RevalidationBatch{};
+  const std::vector<RespValue>* s = (*streams)[0].as_array();
+  if (s == nullptr || s->size() != 2 || !(*s)[1].is_array()) {
+    return Error(ErrorCode::kInvalidReply, "redis XREADGROUP: unexpected reply");
+  }
+  return impl_->batch_from_entries((*s)[1].elements);
+}
+
+Status RedisStore::ack_revalidations(const std::vector<std::string>& ids) {
+  return impl_->ack(ids);
+}
+
+Result<RevalidationBatch> RedisStore::claim_stale_revalidations(std::string_view consumer,
+                                                                int64_t min_idle_ms,
+                                                                std::size_t max) {
+  if (Status s = validate_consumer_name(consumer); !s.ok()) return s.error();
+  if (max == 0) return invalid("claim_stale_revalidations: max must be at least 1");
+  if (min_idle_ms < 0) return invalid("claim_stale_revalidations: min_idle_ms must be >= 0");
+  RevalidationBatch out;
+  std::string start = "0-0";
+  // XAUTOCLAIM scans the pending list COUNT entries at a time; a few rounds reach `max` unless
+  // the list is mostly younger entries, which the next call finds.
+  for (int round = 0; round < 16 && out.requests.size() < max; ++round) {
+    std::size_t want = max - out.requests.size();
+    Result<std::vector<RespValue>> r =
+        impl_->main.run({{"XAUTOCLAIM", impl_->keys.revalidate_stream(), kRevalidateConsumerGroup,
+                          std::string(consumer), std::to_string(min_idle_ms), start, "COUNT",
+                          std::to_string(want)}});
+    if (!r.ok()) return r.error();
+    const RespValue& v = (*r)[0];
+    if (v.is_error()) {
+      if (starts_with(v.str, "NOGROUP")) return out;  // no group: nothing was ever delivered
+      return reply_error(v, "XAUTOCLAIM");
+    }
+    // [next start, [[id, fields], ...], [deleted ids]] (Redis 7; 6.2 has no third element and
+    // reports a deleted entry with nil fields, which batch_from_entries acknowledges).
+    const std::vector<RespValue>* e = v.as_array();
+    if (e == nullptr || e->size() < 2 || !(*e)[0].as_string() || !(*e)[1].is_array()) {
+      return Error(ErrorCode::kInvalidReply, "redis XAUTOCLAIM: unexpected reply");
+    }
+    Result<RevalidationBatch> batch = impl_->batch_from_entries((*e)[1].elements);
+    if (!batch.ok()) return batch.error();
+    for (RevalidationRequest& req : batch->requests) out.requests.push_back(std::move(req));
+    for (std::string& id : batch->malformed_ids) out.malformed_ids.push_back(std::move(id));
+    start = std::string(*(*e)[0].as_string());
+    if (start == "0-0") break;
+  }
+  return out;
+}
+
+Result<std::vector<std::string>> RedisStore::remove_idle_consumers(std::string_view self,
+                                                                   int64_t min_idle_ms) {
+  if (min_idle_ms < 0) return invalid("remove_idle_consumers: min_idle_ms must be >= 0");
+  const std::string stream = impl_->keys.revalidate_stream();
+  Result<std::vector<RespValue>> info =
+      impl_->main.run({{"XINFO", "CONSUMERS", stream, kRevalidateConsumerGroup}});
+  if (!info.ok()) return info.error();
+  const RespValue& v = (*info)[0];
+  std::vector<std::string> removed;
+  if (v.is_error()) {
+    // No stream or no group yet (a fresh or wiped store): nobody to remove.
+    if (starts_with(v.str, "NOGROUP") || starts_with(v.str, "ERR no such key")) return removed;
+    return reply_error(v, "XINFO CONSUMERS");
+  }
+  const std::vector<RespValue>* consumers = v.as_array();
+  if (consumers == nullptr) {
+    return Error(ErrorCode::kInvalidReply, "redis XINFO CONSUMERS: unexpected reply");
+  }
+  std::string_view text = schema_asset("lua/consumer_remove.lua");
+  if (text.empty()) {
+    return Error(ErrorCode::kInternal, "schema/lua/consumer_remove.lua is not compiled in");
+  }
+  for (const RespValue& c : *consumers) {
+    // [name, <name>, pending, <n>, idle, <ms>, ...] (RESP2 flat map; 7.2 adds `inactive`).
+    std::string name;
+    int64_t pending = -1, idle = -1;
+    if (const std::vector<RespValue>* kv = c.as_array()) {
+      for (std::size_t i = 0; i + 1 < kv->size(); i += 2) {
+        std::optional<std::string_view> k = (*kv)[i].as_string();
+        if (!k) continue;
+        const RespValue& val = (*kv)[i + 1];
+        if (*k == "name" && val.as_string()) name = std::string(*val.as_string());
+        if (*k == "pending") pending = val.as_int().value_or(-1);
+        if (*k == "idle") idle = val.as_int().value_or(-1);
+      }
+    }
+    if (name.empty() || name == self || pending != 0 || idle < min_idle_ms) continue;
+    Result<RespValue> r =
+        impl_->one({"EVAL", std::string(text), "1", stream, kRevalidateConsumerGroup, name},
+                   "consumer_remove");
+    if (!r.ok()) return r.error();
+    if (r->as_int() == std::optional<int64_t>(1)) removed.push_back(name);
+  }
+  std::sort(removed.begin(), removed.end());
+  return removed;
+}
+
+// ---- replay guard ------------------------------------------------------------------------------
+
+Result<bool> RedisStore::remember_once(std::string_view key, int64_t ttl_ms) {
+  if (key.empty()) return invalid("remember_once: the key is empty");
+  if (ttl_ms <= 0) return invalid("remember_once: ttl_ms must be positive");
+  Result<RespValue> r = impl_->one(
+      {"SET", impl_->keys.replay(key), "1", "NX", "PX", std::to_string(ttl_ms)}, "SET replay");
+  if (!r.ok()) return r.error();
+  return r->is_ok();
+}
+
+}  // namespace quiver

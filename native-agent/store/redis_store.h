@@ -1,0 +1,121 @@
+// RedisStore: the ManifestStore on Redis, the layout of schema/redis-keys.md, for teams (several
+// agents and the edge share one Redis).
+//
+// Built from the configuration's RedisConfig (native-agent/base/config.h parses
+// `redis://[[user]:password@]host[:port][/db]` and holds the password as a Secret). The password
+// is sent with AUTH and nowhere else: describe(), logs and error messages never carry it.
+// `rediss://` (TLS) is refused with a clear message: hiredis 0.14 has no TLS.
+//
+// Every key comes from RedisKeys (shared/identity.h), with two exceptions marked TODO(contract)
+// until RedisKeys has them: the replay guard's key (`quiver:{ns}:replay:<sha256>`) and the
+// namespace SCAN pattern of config sync. The lease steps and fenced writes are the Lua scripts of
+// schema/lua/, run through shared/lease.h's command builders. Multi-key updates (config sync,
+// grants, overlay publishing) are pipelined: reads in one round trip, writes in one MULTI/EXEC.
+//
+// Connections: created lazily, with a connect timeout and a command timeout. An op whose
+// connection drops or times out fails with kStoreUnavailable and drops the connection; the next op
+// reconnects at once. While Redis stays unreachable, reconnect attempts are spaced by a bounded
+// exponential backoff (ops in between fail fast with kStoreUnavailable, saying when the next
+// attempt is due). Writing to a socket the server closed never raises SIGPIPE in the process.
+//
+// Threads: the store holds two connections, each guarded by its own mutex: one for every op, one
+// for read_revalidations with block_ms > 0 (so a consumer waiting on the stream does not hold up
+// commits). Calls from many threads are safe; they take turns on a connection.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "native-agent/base/config.h"
+#include "native-agent/store/store.h"
+
+namespace quiver {
+
+struct RedisStoreOptions {
+  RedisConfig redis;                   // host, port, db, user, password (config.h)
+  std::string ns = kDefaultNamespace;  // the key namespace, quiver:{ns}:
+  int64_t connect_timeout_ms = 2'000;
+  int64_t command_timeout_ms = 2'000;
+  int64_t reconnect_backoff_initial_ms = 100;
+  int64_t reconnect_backoff_max_ms = 5'000;
+  // XADD MAXLEN ~ bound of the revalidation stream.
+  int64_t revalidate_stream_max_len = 10'000;
+  // `at` of queued revalidation requests.
+  Clock now_ms = system_clock_ms();
+};
+
+class RedisStore final : public ManifestStore {
+ public:
+  // Checks the options; does not connect (the first op does, and health() tells).
+  static Result<std::unique_ptr<RedisStore>> create(RedisStoreOptions options);
+  ~RedisStore() override;
+  RedisStore(const RedisStore&) = delete;
+  RedisStore& operator=(const RedisStore&) = delete;
+
+  std::string describe() const override;
+  Status health() override;
+  Result<NamespaceRecord> read_namespace() override;
+  Status begin_namespace_restore(int64_t now_ms) override;
+  Result<bool> mark_namespace_ready(int64_t now_ms) override;
+  Result<std::optional<int64_t>> store_time_ms() override;
+
+  Result<AcquireResult> acquire_lease(std::string_view cid, const Principal& principal,
+                                      std::string_view token, int64_t lease_ms) override;
+  Result<LeaseOutcome> renew_lease(std::string_view cid, const Principal& principal,
+                                   const Lease& lease, int64_t lease_ms) override;
+  Result<LeaseOutcome> release_lease(std::string_view cid, const Principal& principal,
+                                     const Lease& lease) override;
+
+  Result<FencedWriteResult> commit_manifest(std::string_view cid, const Principal& principal,
+                                            const Lease& lease, const ManifestWrite& write,
+                                            const FencedWriteOptions& options) override;
+  Result<FencedWriteResult> record_failure(std::string_view cid, const Principal& principal,
+                                           const Lease& lease, const RefreshFailure& failure,
+                                           const FencedWriteOptions& options) override;
+
+  Result<std::optional<ManifestMeta>> read_manifest_meta(std::string_view cid,
+                                                         const Principal& principal) override;
+  Result<std::optional<StoredManifest>> read_manifest(std::string_view cid,
+                                                      const Principal& principal) override;
+  Result<ManifestPage> list_manifest_metas(std::string_view cursor, std::size_t batch) override;
+
+  Result<ConnectionSync> sync_connections(const std::vector<ConnectionRecord>& records) override;
+  Result<DiscoverySnapshot> read_discovery(const Principal& member,
+                                           const SnapshotQuery& query = {}) override;
+
+  Result<std::vector<ConnectionRecord>> list_connections() override;
+  Result<std::optional<ConnectionRecord>> read_connection(std::string_view cid) override;
+  Result<GrantSync> sync_grants(const GrantMap& grants) override;
+  Result<std::set<std::string>> read_grants(std::string_view member_id) override;
+  Result<MergedPreferences> merge_preferences(std::string_view cid, const Principal& principal,
+                                              const std::vector<PreferenceRow>& rows) override;
+  Result<DisabledOverlay> read_disabled(std::string_view cid, const Principal& principal) override;
+  Result<int64_t> bump_epoch() override;
+  Result<int64_t> read_epoch() override;
+
+  // One EVAL of schema/lua/revalidate_enqueue.lua, the edge's own: reason "manual" (refresh-tools)
+  // is queued again once the gate is a second old (shared/discovery_redis.h EnqueueOptions).
+  Result<RevalidationOutcome> enqueue_revalidation(std::string_view cid, const Principal& principal,
+                                                   std::string_view reason,
+                                                   int64_t window_ms) override;
+  Result<bool> invalidate_manifest(std::string_view cid, const Principal& principal) override;
+  Result<bool> drop_manifest(std::string_view cid, const Principal& principal) override;
+  Result<RevalidationBatch> read_revalidations(std::string_view consumer, std::size_t max,
+                                               int64_t block_ms) override;
+  Status ack_revalidations(const std::vector<std::string>& ids) override;
+  Result<RevalidationBatch> claim_stale_revalidations(std::string_view consumer,
+                                                      int64_t min_idle_ms,
+                                                      std::size_t max) override;
+
+  Result<std::vector<std::string>> remove_idle_consumers(std::string_view self,
+                                                         int64_t min_idle_ms) override;
+  Result<bool> remember_once(std::string_view key, int64_t ttl_ms) override;
+
+ private:
+  struct Impl;
+  explicit RedisStore(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace quiver

@@ -1,0 +1,125 @@
+#include "native-agent/store/store.h"
+
+#include <chrono>
+
+namespace quiver {
+
+Clock system_clock_ms() {
+  return [] {
+    return static_cast<int64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                    std::chrono::system_clock::now().time_since_epoch())
+                                    .count());
+  };
+}
+
+bool ConnectionRecord::same_config(const ConnectionRecord& other) const {
+  return id == other.id && config_hash == other.config_hash &&
+         credential_mode == other.credential_mode && name == other.name &&
+         transport == other.transport;
+}
+
+bool ConnectionRecord::operator==(const ConnectionRecord& other) const {
+  return same_config(other) && updated_at_ms == other.updated_at_ms;
+}
+
+CacheEntryMeta cache_entry_meta(const ManifestMeta& meta) {
+  CacheEntryMeta out;
+  out.has_data = meta.has_data;
+  if (meta.has_data) {
+    out.fetched_at_ms = meta.fetched_at_ms;
+    out.config_hash = meta.config_hash;
+    out.upstream_ttl_ms = meta.fresh_until_ms - meta.fetched_at_ms;
+    out.never_fresh = meta.fresh_until_ms == meta.fetched_at_ms;
+  }
+  out.cache_scope = cache_scope_from_string(meta.cache_scope);
+  if (!meta.error_code.empty()) {
+    out.last_error = RefreshError{meta.error_code, meta.error_message, meta.error_at_ms};
+  }
+  out.last_attempt_at_ms = meta.attempt_at_ms;
+  out.invalidated_at_ms = meta.invalidated_at_ms;
+  return out;
+}
+
+namespace {
+
+Error invalid(std::string message) {
+  return Error(ErrorCode::kInvalidArgument, std::move(message));
+}
+
+}  // namespace
+
+Status validate_consumer_name(std::string_view consumer) {
+  if (consumer.empty() || consumer.size() > 128) {
+    return invalid("consumer name must be 1 to 128 characters");
+  }
+  for (char c : consumer) {
+    bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '@' || c == ':' || c == '-';
+    if (!ok) return invalid("consumer name may hold only [A-Za-z0-9._@:-]");
+  }
+  return Status::Ok();
+}
+
+Status validate_overlay_member(std::string_view member) {
+  std::size_t colon = member.find(':');
+  if (colon == std::string_view::npos || colon + 1 == member.size()) {
+    return invalid("overlay member must be <type>:<key>");
+  }
+  if (!parse_capability_type(member.substr(0, colon)).has_value()) {
+    return invalid("overlay member has an unknown capability type '" +
+                   std::string(member.substr(0, colon)) + "'");
+  }
+  if (member.size() - colon - 1 > kMaxCapabilityKeyBytes) {
+    return invalid("overlay member key is longer than 2048 bytes");
+  }
+  return Status::Ok();
+}
+
+Status validate_connection_record(const ConnectionRecord& record) {
+  if (Status s = validate_connection_id(record.id); !s.ok()) return s;
+  if (record.config_hash.empty()) {
+    return invalid("connection '" + record.id + "': config_hash is empty");
+  }
+  if (record.credential_mode != CredentialMode::kShared &&
+      record.credential_mode != CredentialMode::kPerMember) {
+    return invalid("connection '" + record.id + "': credential_mode must be shared or per_member");
+  }
+  if (record.transport.empty()) {
+    return invalid("connection '" + record.id + "': transport is empty");
+  }
+  if (record.updated_at_ms < 0) {
+    return invalid("connection '" + record.id + "': updated_at is negative");
+  }
+  return Status::Ok();
+}
+
+Status validate_revalidation_reason(std::string_view reason) {
+  if (reason.empty() || reason.size() > kMaxRevalidationReasonBytes) {
+    return invalid("revalidation reason must be 1 to 64 bytes");
+  }
+  return Status::Ok();
+}
+
+Status namespace_ready(ManifestStore& store) {
+  Result<NamespaceRecord> record = store.read_namespace();
+  if (!record.ok()) return record.error();
+  if (record->state == NamespaceState::kReady) return Status::Ok();
+  return Error(ErrorCode::kStoreNotReady,
+               std::string("the namespace is not initialised in the store (record ") +
+                   namespace_state_name(record->state) +
+                   "): its data was lost or is being restored by an agent");
+}
+
+const char* namespace_state_name(NamespaceState state) {
+  switch (state) {
+    case NamespaceState::kMissing:
+      return "missing";
+    case NamespaceState::kRestoring:
+      return "restoring";
+    case NamespaceState::kReady:
+      return "ready";
+  }
+  return "missing";
+}
+
+}  // namespace quiver

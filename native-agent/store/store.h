@@ -1,0 +1,335 @@
+// ManifestStore: where the agent keeps what it shares with readers — connection records, grants,
+// preferences and their disabled overlays, cached manifests with their leases and fences, the
+// revalidation queue and the webhook replay guard.
+//
+// Two implementations with identical semantics, chosen by configuration:
+//   RedisStore  (native-agent/store/redis_store.h)   the team setup: the edge reads the same keys.
+//   SqliteStore (native-agent/store/sqlite_store.h)  the embedded default: one SQLite file.
+// A conformance suite (tests/integration/store_test.cpp) runs every behaviour against both.
+//
+// The refresh engine's cycle for one (connection, principal):
+//   acquire_lease → list the upstream (renew_lease while it takes long) → commit_manifest, or
+//   record_failure when the listing failed. Both fenced writes release the lease by default.
+// Readers queue work with enqueue_revalidation (gated once per window, refused while a lease is
+// held); agents consume it with read_revalidations / ack_revalidations and take over a crashed
+// consumer's entries with claim_stale_revalidations. The maintenance loop walks
+// list_manifest_metas in batches and list_connections for never-listed keys; config loading calls
+// sync_connections then sync_grants; preference changes call merge_preferences.
+//
+// Errors are values. A store that cannot be reached answers kStoreUnavailable with a message that
+// says so (never a crash, never a secret); the op may or may not have been applied when the reply
+// was lost, and every write here is safe to repeat or to leave (the fenced ones refuse a repeat).
+// Refusals that are part of the protocol (lease held, stale fence, config changed, already
+// queued) are outcomes inside an ok Result, not errors. Bad arguments are kInvalidArgument.
+//
+// Time: data timestamps (`at` of a queued request, updated_at, fetched_at) come from the caller or
+// the store's injected clock. Lease, gate and replay expiry run on the store's clock: Redis' own
+// for RedisStore, the injected `now_ms` for SqliteStore (so tests expire leases deterministically).
+//
+// Every implementation is safe to call from several threads; see each for how.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shared/discovery.h"
+#include "shared/freshness.h"
+#include "shared/identity.h"
+#include "shared/lease.h"
+#include "shared/preferences.h"
+#include "shared/status.h"
+
+namespace quiver {
+
+// Milliseconds since the Unix epoch. Stores take one in their options; tests pass a fake.
+using Clock = std::function<int64_t()>;
+Clock system_clock_ms();
+
+// ---- connection records ------------------------------------------------------------------------
+
+// The non-secret record of one configured connection (quiver:{ns}:conn:<cid>).
+struct ConnectionRecord {
+  std::string id;           // validate_connection_id
+  std::string config_hash;  // identity.h config_hash(); never empty
+  CredentialMode credential_mode = CredentialMode::kShared;  // kShared or kPerMember
+  std::string name;                                          // display name
+  std::string transport;                                     // "stdio" or "http"
+  int64_t updated_at_ms = 0;
+
+  // Equal apart from updated_at: what decides whether sync rewrites the record.
+  bool same_config(const ConnectionRecord& other) const;
+  bool operator==(const ConnectionRecord& other) const;
+  bool operator!=(const ConnectionRecord& other) const { return !(*this == other); }
+};
+
+// What sync_connections changed (ids, sorted).
+struct ConnectionSync {
+  std::vector<std::string> added;
+  std::vector<std::string> changed;  // config_hash, credential mode, name or transport differ
+  std::vector<std::string> removed;  // record, grants, overlay, manifests, leases, fences gone
+  bool any() const { return !added.empty() || !changed.empty() || !removed.empty(); }
+};
+
+// Grants: member id → connection ids the member may use. sync_grants takes the complete map.
+using GrantMap = std::map<std::string, std::set<std::string>>;
+
+struct GrantSync {
+  std::vector<std::string> changed_members;  // member ids whose set changed (sorted)
+};
+
+// ---- manifests ---------------------------------------------------------------------------------
+
+// Everything stored about one cached manifest except its body (quiver:{ns}:manifest:<cid>:<p>).
+struct ManifestMeta {
+  std::string connection_id;
+  Principal principal = Principal::shared();
+  bool has_data = false;    // a good manifest is stored (false: an error-only record)
+  std::string etag;         // empty without data
+  std::string config_hash;  // the config the data was listed under; empty without data
+  int64_t fence = 0;        // of the commit that wrote the data
+  int64_t fetched_at_ms = 0;
+  int64_t fresh_until_ms = 0;
+  int64_t expires_at_ms = 0;
+  std::string cache_scope;  // "public", "private" or "" (no hint)
+  bool truncated = false;
+  std::string error_code;  // empty: no failure recorded since the last good commit
+  std::string error_message;
+  int64_t error_at_ms = 0;
+  std::optional<int64_t> attempt_at_ms;
+  std::optional<int64_t> invalidated_at_ms;  // marked stale by a refresh webhook (Redis only)
+};
+
+// What classify() / decide_refresh() take (shared/freshness.h), as schema/redis-keys.md maps it:
+// upstream TTL as applied = fresh_until − fetched_at; never_fresh when fresh_until = fetched_at (a
+// list failed); last_error when error_code is set.
+CacheEntryMeta cache_entry_meta(const ManifestMeta& meta);
+
+struct StoredManifest {
+  ManifestMeta meta;
+  std::string manifest;  // canonical JSON; empty without data
+};
+
+// One page of the maintenance walk. Start with an empty cursor; the walk is done when
+// next_cursor comes back empty. A page may hold fewer than `batch` entries before the end (Redis
+// SCAN), and under concurrent writes an entry may appear on two pages or, if written during the
+// walk, not at all: the loop runs again in a few minutes.
+struct ManifestPage {
+  std::vector<ManifestMeta> metas;
+  std::string next_cursor;
+  // Records that exist but could not be read (corrupt fields, wrong type), described for a log
+  // line: skipped rather than failing the whole walk.
+  std::vector<std::string> unreadable;
+};
+
+// ---- revalidation queue ------------------------------------------------------------------------
+
+// The outcome of queuing is the core's RevalidationOutcome (shared/discovery.h), the same at
+// the edge.
+
+// Longest `reason` (a short token such as "stale", "miss", "webhook").
+inline constexpr std::size_t kMaxRevalidationReasonBytes = 64;
+
+struct RevalidationRequest {
+  std::string id;  // the store's id for ack (a stream id on Redis, a row id on SQLite)
+  std::string connection_id;
+  Principal principal = Principal::shared();
+  std::string reason;
+  int64_t at_ms = 0;  // when it was queued (the reader's clock)
+};
+
+struct RevalidationBatch {
+  std::vector<RevalidationRequest> requests;  // in queue order
+  // Entries that were not a valid request (a foreign writer, a bad id): acknowledged and removed
+  // by the store, listed here so the caller can count and log them rather than lose them quietly.
+  std::vector<std::string> malformed_ids;
+};
+
+// ---- the namespace record ----------------------------------------------------------------------
+
+// Whether the store holds an initialised namespace (RedisKeys::namespace_record): a Redis that
+// restarted empty (or was flushed) has lost connections, grants and overlays, and readers must
+// not take that for "nothing granted". Agents restore it (begin_namespace_restore, sync, then
+// mark_namespace_ready); readers refuse to serve it in between.
+enum class NamespaceState { kMissing = 0, kRestoring, kReady };
+const char* namespace_state_name(NamespaceState state);  // "missing", "restoring", "ready"
+
+struct NamespaceRecord {
+  NamespaceState state = NamespaceState::kMissing;
+  // The record as stored (`ready:<at>`: each restore writes a new one, so an agent that sees it
+  // change knows another agent restored the namespace and merges its own preference copy in).
+  std::string value;
+};
+
+class ManifestStore;
+// Ok when the store's namespace record is `ready`; kStoreNotReady (naming the state) when it is
+// missing or restoring; the read's own error otherwise. For writes a reader causes outside a
+// discovery read (the refresh webhook), which must not answer as if the namespace were empty.
+Status namespace_ready(ManifestStore& store);
+
+// ---- the store ---------------------------------------------------------------------------------
+
+class ManifestStore {
+ public:
+  virtual ~ManifestStore() = default;
+
+  // "redis://host:port/db" or "sqlite:<file>": for logs, never a password.
+  virtual std::string describe() const = 0;
+  // One round trip to the backend: ok, or why not (kStoreUnavailable, kUnauthenticated).
+  virtual Status health() = 0;
+
+  // --- the namespace record (NamespaceState) ---
+  // RedisStore: quiver:{ns}:namespace. SqliteStore: always kReady (the file is the agent's own;
+  // nothing else can empty it under a running agent) and the writes are no-ops.
+  virtual Result<NamespaceRecord> read_namespace() = 0;
+  // Marks the namespace `restoring` unless a record is there (never demotes a ready one).
+  virtual Status begin_namespace_restore(int64_t now_ms) = 0;
+  // Marks it `ready`, only if a record is still there: false when it vanished since
+  // begin_namespace_restore (wiped again mid-restore: the caller restores again).
+  virtual Result<bool> mark_namespace_ready(int64_t now_ms) = 0;
+  // The store's own clock (Redis TIME), for the agent's clock-skew report; nullopt when the store
+  // has no clock of its own (SqliteStore).
+  virtual Result<std::optional<int64_t>> store_time_ms() = 0;
+
+  // --- leases (shared/lease.h semantics: token 32–128 lowercase hex, lease_ms > 0) ---
+
+  // acquired{lease.fence} or held{holder_remaining_ms, holder_fence}. The fence only moves when
+  // the lease is granted, and always past the fence of the last committed manifest.
+  virtual Result<AcquireResult> acquire_lease(std::string_view cid, const Principal& principal,
+                                              std::string_view token, int64_t lease_ms) = 0;
+  // kOk, or kLeaseLost when the lease expired or another holder has it.
+  virtual Result<LeaseOutcome> renew_lease(std::string_view cid, const Principal& principal,
+                                           const Lease& lease, int64_t lease_ms) = 0;
+  virtual Result<LeaseOutcome> release_lease(std::string_view cid, const Principal& principal,
+                                             const Lease& lease) = 0;
+
+  // --- the fenced writes ---
+
+  // Writes the manifest only if `lease` is still held, its fence is the newest and the
+  // connection's config_hash is still write.config_hash; clears the recorded error, bumps the
+  // epoch. Otherwise nothing is written and the outcome says why.
+  virtual Result<FencedWriteResult> commit_manifest(std::string_view cid,
+                                                    const Principal& principal, const Lease& lease,
+                                                    const ManifestWrite& write,
+                                                    const FencedWriteOptions& options) = 0;
+  // Records a failed listing, fenced like a commit. The last good manifest and its config_hash
+  // stay as they are; a key never listed gets an error-only record without a config_hash.
+  virtual Result<FencedWriteResult> record_failure(std::string_view cid, const Principal& principal,
+                                                   const Lease& lease,
+                                                   const RefreshFailure& failure,
+                                                   const FencedWriteOptions& options) = 0;
+
+  // --- manifest reads ---
+
+  virtual Result<std::optional<ManifestMeta>> read_manifest_meta(std::string_view cid,
+                                                                 const Principal& principal) = 0;
+  virtual Result<std::optional<StoredManifest>> read_manifest(std::string_view cid,
+                                                              const Principal& principal) = 0;
+  // The maintenance walk over every manifest record (see ManifestPage). batch >= 1.
+  virtual Result<ManifestPage> list_manifest_metas(std::string_view cursor, std::size_t batch) = 0;
+
+  // The reader's one batched read for a member (`member/<id>`): its grants and, per granted
+  // connection (paged and filtered by `query`), the record, the manifest of the principal that
+  // applies, the disabled overlay and whether a refresh lease is held — shared/discovery.h's
+  // DiscoverySnapshot, which the discovery core renders. RedisStore: the edge's own script
+  // (schema/lua/discovery_read.lua), one round trip; SqliteStore: read_snapshot over one read
+  // transaction. kInvalidArgument for a principal that is not a member or a query out of
+  // bounds; kStoreUnavailable when the store cannot be reached.
+  virtual Result<DiscoverySnapshot> read_discovery(const Principal& member,
+                                                   const SnapshotQuery& query = {}) = 0;
+
+  // --- connection records, grants, overlays, epoch ---
+
+  // Makes the stored records exactly `records` (the configuration). Records whose config is
+  // unchanged keep their stored updated_at. Everything of a connection no longer configured goes:
+  // its record, its grants, its disabled overlay, its manifests, leases, fences and revalidation
+  // gates, including leftovers of a sync that was interrupted. Preferences stay (the store's rows
+  // and the agents' copies): a user's choice outlives the connection. Bumps the epoch when anything
+  // changed. One configuration owns a namespace: two agents with different configurations on one
+  // namespace undo each other.
+  virtual Result<ConnectionSync> sync_connections(const std::vector<ConnectionRecord>& records) = 0;
+  virtual Result<std::vector<ConnectionRecord>> list_connections() = 0;  // sorted by id
+  virtual Result<std::optional<ConnectionRecord>> read_connection(std::string_view cid) = 0;
+
+  // Makes the stored grants exactly `grants` (a member with an empty set has none). Bumps the
+  // epoch when anything changed.
+  virtual Result<GrantSync> sync_grants(const GrantMap& grants) = 0;
+  virtual Result<std::set<std::string>> read_grants(std::string_view member_id) = 0;
+
+  // The namespace's preference authority (shared/preferences.h, "One authority"): merges `rows`
+  // (all of (cid, principal); none: only read back) into the store's rows with
+  // merge_preference, rewrites the principal's disabled overlay when the merged rows say
+  // otherwise (bumping the epoch: also a wiped or stale overlay is repaired), and returns every
+  // merged row of (cid, principal). Atomic: RedisStore one script
+  // (schema/lua/preferences_merge.lua), SqliteStore one transaction on the preference table.
+  // kInvalidArgument for a row of another (cid, principal) or a malformed one.
+  virtual Result<MergedPreferences> merge_preferences(std::string_view cid,
+                                                      const Principal& principal,
+                                                      const std::vector<PreferenceRow>& rows) = 0;
+  // The principal's disabled overlay as published (what discovery hides).
+  virtual Result<DisabledOverlay> read_disabled(std::string_view cid,
+                                                const Principal& principal) = 0;
+
+  virtual Result<int64_t> bump_epoch() = 0;  // the new value
+  virtual Result<int64_t> read_epoch() = 0;  // 0 before the first bump
+
+  // --- revalidation queue ---
+
+  // What a reader does for a stale or missing manifest: kInProgress while a lease is held, else
+  // take the gate for `window_ms` (kAlreadyQueued if it is taken), else queue a request with the
+  // store's clock as `at`. A request queued but never consumed is re-armed by the next stale
+  // read once the gate expires.
+  virtual Result<RevalidationOutcome> enqueue_revalidation(std::string_view cid,
+                                                           const Principal& principal,
+                                                           std::string_view reason,
+                                                           int64_t window_ms) = 0;
+  // A principal the connection is no longer cached under (a member whose grant was removed, a
+  // principal of the other credential mode): its manifest and revalidation gate go, the fence
+  // stays (fencing stays monotonic should it come back). True when a manifest was there.
+  virtual Result<bool> drop_manifest(std::string_view cid, const Principal& principal) = 0;
+  // A refresh webhook: the cached data of (cid, principal) reads as stale from now on, until a
+  // listing that starts later commits (CacheEntryMeta::invalidated_at_ms). False when nothing
+  // with data is cached there (nothing is created).
+  virtual Result<bool> invalidate_manifest(std::string_view cid, const Principal& principal) = 0;
+  // Up to `max` requests no consumer has received yet, now delivered to `consumer` (pending until
+  // acknowledged). Waits up to `block_ms` for one when there are none (0: answer at once).
+  virtual Result<RevalidationBatch> read_revalidations(std::string_view consumer, std::size_t max,
+                                                       int64_t block_ms) = 0;
+  // Done with these (handled or deliberately skipped); unknown ids are ignored.
+  virtual Status ack_revalidations(const std::vector<std::string>& ids) = 0;
+  // Up to `max` requests delivered to any consumer at least `min_idle_ms` ago and not
+  // acknowledged (its consumer crashed or hangs), now delivered to `consumer`.
+  virtual Result<RevalidationBatch> claim_stale_revalidations(std::string_view consumer,
+                                                              int64_t min_idle_ms,
+                                                              std::size_t max) = 0;
+
+  // Consumers of the revalidation group other than `self` that have been idle at least
+  // `min_idle_ms` and hold no pending entries (a restarted or reloaded agent's old names; what
+  // they held is taken over by claim_stale_revalidations first): removed from the group, their
+  // names returned (sorted). A consumer with pending entries is kept. SqliteStore has no
+  // consumers: always empty.
+  virtual Result<std::vector<std::string>> remove_idle_consumers(std::string_view self,
+                                                                 int64_t min_idle_ms) = 0;
+
+  // --- webhook replay guard ---
+
+  // True the first time `key` is seen within `ttl_ms` (atomically across agents), false for a
+  // replay. Only a digest of the key is stored.
+  virtual Result<bool> remember_once(std::string_view key, int64_t ttl_ms) = 0;
+};
+
+// Consumer names for read_revalidations: [A-Za-z0-9._@:-]{1,128}.
+Status validate_consumer_name(std::string_view consumer);
+// A member of a disabled overlay: `<type>:<key>` with a capability type of preferences.h.
+Status validate_overlay_member(std::string_view member);
+// The checks both stores apply to a record before writing it.
+Status validate_connection_record(const ConnectionRecord& record);
+Status validate_revalidation_reason(std::string_view reason);
+
+}  // namespace quiver
