@@ -74,8 +74,8 @@ struct HttpFrontOptions {
   // this many ms, no other request waits and another worker is idle (0: always hand it back).
   int64_t hot_connection_ms = 2;
   // The inline handler's budget per call and the pause after a call over it.
-  int64_t inline_budget_us = 5'000;
-  int64_t inline_pause_ms = 1'000;
+  int64_t inline_budget_us = 10'000;
+  int64_t inline_pause_ms = 250;
   std::size_t max_connections = 4'096;
   std::size_t max_connections_per_peer = 256;
 };
