@@ -441,12 +441,13 @@ Result<std::string> ChildProcess::read_stdout(std::size_t max_bytes) {
   drain_stderr();
   std::string out;
   if (stdout_fd_ < 0 || max_bytes == 0) return out;
-  out.resize(max_bytes);
-  size_t got = 0;
-  while (got < max_bytes) {
-    ssize_t n = ::read(stdout_fd_, &out[got], max_bytes - got);
+  // Through a stack buffer: most reads find a line or nothing, so a string sized (and zeroed) to
+  // max_bytes up front would cost more than the read.
+  char buf[16384];
+  while (out.size() < max_bytes) {
+    ssize_t n = ::read(stdout_fd_, buf, std::min(sizeof buf, max_bytes - out.size()));
     if (n > 0) {
-      got += static_cast<size_t>(n);
+      out.append(buf, static_cast<std::size_t>(n));
       continue;
     }
     if (n == 0) {
@@ -459,7 +460,6 @@ Result<std::string> ChildProcess::read_stdout(std::size_t max_bytes) {
     close_fd(stdout_fd_);
     return Error(ErrorCode::kTransport, "read from the child's stdout failed: " + errno_text(e));
   }
-  out.resize(got);
   return out;
 }
 

@@ -2,6 +2,8 @@
 // declines goes to a worker, a slow call pauses it, a throw falls back to a worker, a deep
 // pipeline is answered in order without deepening the stack, and the keep-alive bound holds. A
 // real front on a free loopback port, spoken to over real sockets.
+#include "native-agent/api/http_front.h"
+
 #include <atomic>
 #include <chrono>
 #include <string>
@@ -13,8 +15,6 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include "native-agent/api/http_front.h"
 
 namespace quiver {
 namespace {
@@ -153,8 +153,9 @@ TEST(HttpFrontInline, DeepPipelineIsAnsweredInOrder) {
   for (int i = 0; i < kRequests; ++i) {
     const std::string want = "/" + std::to_string(i) + ";";
     std::size_t next = got.find(want, at);
-    ASSERT_NE(next, std::string::npos) << "answer " << i << " missing or out of order; the end: "
-                                       << got.substr(got.size() - std::min<std::size_t>(got.size(), 400));
+    ASSERT_NE(next, std::string::npos)
+        << "answer " << i << " missing or out of order; the end: "
+        << got.substr(got.size() - std::min<std::size_t>(got.size(), 400));
     at = next + want.size();
   }
   EXPECT_EQ(f.front.inline_count(), kRequests);
