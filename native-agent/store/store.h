@@ -104,7 +104,7 @@ struct ManifestMeta {
   std::string error_message;
   int64_t error_at_ms = 0;
   std::optional<int64_t> attempt_at_ms;
-  std::optional<int64_t> invalidated_at_ms;  // marked stale by a refresh webhook (Redis only)
+  std::optional<int64_t> invalidated_at_ms;  // marked stale by a refresh webhook (apply_webhook)
 };
 
 // What classify() / decide_refresh() take (shared/freshness.h), as schema/redis-keys.md maps it:
