@@ -338,3 +338,34 @@ ON CONFLICT (digest) DO UPDATE SET until = excluded.until WHERE replay_guard.unt
 
 -- name: replay_purge
 DELETE FROM replay_guard WHERE until <= :now;
+
+-- name: webhook_connection_mode
+-- The refresh webhook (store.h apply_webhook: schema/lua/webhook_refresh.lua's rules in one
+-- transaction, with replay_purge, replay_remember, lease_select_live, revalidation_enqueue and
+-- epoch_bump). A target's connection and how it is cached; no row: unknown_connection.
+SELECT credential_mode FROM connections WHERE id = :id;
+
+-- name: webhook_grantees
+-- A per_member target's principals (grantees:<cid>): every member granted the connection, sorted
+-- as the script sorts them (:principal ''), or only the one it names (none: unknown_principal).
+SELECT principal FROM grants
+WHERE connection_id = :connection_id AND (:principal = '' OR principal = :principal)
+ORDER BY principal;
+
+-- name: webhook_mark_stale
+-- Cached data of (connection, principal) reads as stale from :at on (shared/freshness.h); a later
+-- mark only moves it forward. Rows without data (or past their retention) are left alone:
+-- sqlite3_changes() says whether there was data to mark.
+UPDATE manifests SET invalidated_at = max(coalesce(invalidated_at, :at), :at)
+WHERE connection_id = :connection_id AND principal = :principal AND manifest IS NOT NULL
+  AND (retain_until IS NULL OR retain_until > :now);
+
+-- name: webhook_gate_take
+-- The gate for a webhook's request: taken until :until when free (absent or expired at the store's
+-- :now), or taken again when it was taken at least :requeue_after ms before :at (the webhook's
+-- time, which the gate then holds). sqlite3_changes() == 0: already_queued, nothing is queued.
+INSERT INTO revalidation_gates (connection_id, principal, until, taken_at)
+VALUES (:connection_id, :principal, :until, :at)
+ON CONFLICT (connection_id, principal) DO UPDATE SET until = excluded.until,
+  taken_at = excluded.taken_at
+WHERE revalidation_gates.until <= :now OR revalidation_gates.taken_at <= :at - :requeue_after;

@@ -105,11 +105,7 @@ Result<RedisCommand> webhook_refresh_command(const RedisKeys& keys, const Webhoo
                                              const WebhookRefreshRequest& request, int64_t now_ms,
                                              const EnqueueOptions& options);
 
-struct WebhookRefreshReply {
-  bool replay = false;  // the signed request was seen before: nothing was done
-  std::vector<WebhookRefreshResult> results;
-};
-
+// The script's reply as the core's WebhookRefreshReply (shared/webhook_signature.h).
 // kStoreUnavailable for a Redis error reply, kStoreNotReady when the namespace record is not
 // `ready` (nothing was done, not even the replay guard), kInvalidReply for any other shape.
 Result<WebhookRefreshReply> parse_webhook_refresh_reply(const RespValue& reply);

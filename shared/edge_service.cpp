@@ -401,7 +401,7 @@ EdgeStep EdgeService::complete(Request& r, std::vector<RespValue> replies, int64
       Result<WebhookRefreshReply> reply = parse_webhook_refresh_reply(replies[0]);
       if (!reply.ok()) return store_failed(r, reply.error(), now_ms);
       advance(r, EdgeEvent::kRedisAnswered);
-      return webhook_answered(r, *reply);
+      return webhook_answered(r, reply);
     }
     case EdgePhase::kBackground: {
       advance(r, EdgeEvent::kRedisAnswered);
@@ -423,20 +423,13 @@ EdgeStep EdgeService::complete(Request& r, std::vector<RespValue> replies, int64
   }
 }
 
-EdgeStep EdgeService::webhook_answered(Request& r, const WebhookRefreshReply& reply) {
-  if (reply.replay) {
-    EdgeStep s = respond_now(r, webhook_replay_response());
-    s.log = "webhook refused: a replay";
-    return s;
-  }
-  EdgeStep s = respond_now(r, webhook_accepted_response(reply.results));
-  s.log = "webhook accepted (" + std::to_string(reply.results.size()) + " refresh(es), reason " +
-          r.webhook_reason + ")";
-  if (r.webhook_legacy_v1) {
-    s.log += std::string("; ") + kWebhookV1DeprecatedLog;  // a warning: the sender must move
-  } else {
-    s.log_info = true;
-  }
+EdgeStep EdgeService::webhook_answered(Request& r, const Result<WebhookRefreshReply>& outcome) {
+  WebhookAnswer a = webhook_answer(outcome, r.webhook_reason, r.webhook_legacy_v1);
+  // A store failure is logged as every other one (the code answered, throttled).
+  if (!outcome.ok()) return respond_now(r, std::move(a.response), std::move(a.log));
+  EdgeStep s = respond_now(r, std::move(a.response));
+  s.log = std::move(a.log);
+  s.log_info = a.log_info;
   return s;
 }
 
@@ -486,7 +479,7 @@ EdgeStep EdgeService::store_failed(Request& r, Error error, int64_t now_ms) {
           r, r.exchange->resume_enqueue({Result<RevalidationResult>(std::move(error))}, now_ms),
           now_ms);
     case EdgePhase::kWebhook:
-      return respond_now(r, webhook_store_failed_response(error), "webhook: " + error.message);
+      return webhook_answered(r, Result<WebhookRefreshReply>(std::move(error)));
     default: {  // kBackground: logged, the claims released; the answer went out
       for (const Revalidation& rev : r.background) cache_.release_revalidation(claim_key(rev));
       EdgeStep s;

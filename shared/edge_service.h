@@ -112,7 +112,7 @@ class EdgeService {
   EdgeStep respond_now(Request& r, HttpResponse response, std::string log = {});
   EdgeStep healthz(Request& r, const HttpRequest& request);
   EdgeStep webhook(Request& r, const HttpRequest& request, int64_t now_ms);
-  EdgeStep webhook_answered(Request& r, const WebhookRefreshReply& reply);
+  EdgeStep webhook_answered(Request& r, const Result<WebhookRefreshReply>& outcome);
   EdgeStep replay(Request& r, const HttpRequest& request, HttpResponse response,
                   std::vector<Revalidation> revalidations, int64_t age_ms, int64_t now_ms);
   void note_snapshot(Request& r, const DiscoverySnapshot& snapshot, int64_t now_ms);

@@ -1,5 +1,6 @@
 #include "shared/webhook_exchange.h"
 
+#include <string>
 #include <utility>
 
 namespace quiver {
@@ -60,6 +61,23 @@ HttpResponse webhook_accepted_response(const std::vector<WebhookRefreshResult>& 
   res.headers = {{"Content-Type", "application/json"}, {"Cache-Control", "no-store"}};
   res.body = webhook_accepted_body(results);
   return res;
+}
+
+WebhookAnswer webhook_answer(const Result<WebhookRefreshReply>& outcome, std::string_view reason,
+                             bool legacy_v1) {
+  if (!outcome.ok()) {
+    return {webhook_store_failed_response(outcome.error()), "webhook: " + outcome.error().message};
+  }
+  if (outcome->replay) return {webhook_replay_response(), "webhook refused: a replay"};
+  WebhookAnswer a{webhook_accepted_response(outcome->results),
+                  "webhook accepted (" + std::to_string(outcome->results.size()) +
+                      " refresh(es), reason " + std::string(reason) + ")",
+                  true};
+  if (legacy_v1) {
+    a.log += std::string("; ") + kWebhookV1DeprecatedLog;  // a warning: the sender must move
+    a.log_info = false;
+  }
+  return a;
 }
 
 }  // namespace quiver

@@ -8,11 +8,14 @@
 //   4. the signature over the exact body (shared/webhook_signature.h): 401 when it does not
 //      verify or is out of its time window; 500 INTERNAL when the secrets are misconfigured
 //   5. the body parsed (parse_webhook_refresh): 400 BAD_REQUEST, 413 PAYLOAD_TOO_LARGE
-//   6. the host's store operation, one step: the namespace record (not `ready`: 503, nothing
-//      written, not even the replay guard), the replay guard, then for each target every
-//      (connection, principal) marked stale and its refresh queued (the edge: one Lua script,
-//      schema/lua/webhook_refresh.lua; the agent: its store). A replay → 401
-//      (`webhook_replay_response`); the store unreachable → 503 STORE_UNAVAILABLE, nothing applied
+//   6. the host's store operation, one step with one set of rules: the namespace record (not
+//      `ready`: 503, nothing written, not even the replay guard), the replay guard, then for each
+//      target every (connection, principal) the STORE lists for it (the connection record's
+//      credential mode, its grantees) marked stale and its refresh queued (the edge: one Lua
+//      script, schema/lua/webhook_refresh.lua; the agent: ManifestStore::apply_webhook, that
+//      script on Redis and the same rules in one transaction on SQLite). `webhook_answer` turns
+//      its outcome into the answer at both hosts: a replay → 401 (`webhook_replay_response`); the
+//      store unreachable or the namespace not ready → 503 STORE_UNAVAILABLE, nothing applied
 //      (`webhook_store_failed_response`); else 202 with one result per (connection, principal)
 //      (`webhook_accepted_response`).
 // Of the two orders the hosts had, this is the edge's (parse before the replay guard), chosen as
@@ -20,7 +23,6 @@
 // signature is spent only by a request that is applied; a malformed body never writes to the store
 // (the agent's order remembered it, so a sender's corrected retry with the same signature
 // could not be told from a replay). A replayed well-formed request is 401 at both.
-// A host may add a store-state check (e.g. a namespace being restored → 503) before step 6.
 #pragma once
 
 #include <cstdint>
@@ -58,5 +60,16 @@ HttpResponse webhook_replay_response();
 HttpResponse webhook_store_failed_response(
     const Error& error);  // 503, saying why (down / being restored)
 HttpResponse webhook_accepted_response(const std::vector<WebhookRefreshResult>& results);
+
+// Step 6's outcome as both hosts answer and log it. `reason` is the first target's (for the log);
+// `legacy_v1` as WebhookVerified says (an accepted request signed only with v1 is logged as a
+// problem: the sender must move to v2).
+struct WebhookAnswer {
+  HttpResponse response;
+  std::string log;        // never empty
+  bool log_info = false;  // routine (an accepted request); else a problem
+};
+WebhookAnswer webhook_answer(const Result<WebhookRefreshReply>& outcome, std::string_view reason,
+                             bool legacy_v1);
 
 }  // namespace quiver

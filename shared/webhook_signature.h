@@ -133,6 +133,14 @@ struct WebhookRefreshResult {
   }
 };
 
+// What the host's store operation made of a verified webhook (the edge: webhook_refresh.lua, the
+// agent: ManifestStore::apply_webhook, the same rules): a replay, or one result per (connection,
+// principal) in the order the targets were sent, a target's principals sorted.
+struct WebhookRefreshReply {
+  bool replay = false;  // the signed request was seen before: nothing was done
+  std::vector<WebhookRefreshResult> results;
+};
+
 // The 202 body both hosts answer (schema/openapi.yaml, refreshWebhook):
 //   {"status": "accepted", "refreshes": [{"connection_id", "principal"?, "status",
 //    "marked_stale", "error"?}, ...]}

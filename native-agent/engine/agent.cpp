@@ -311,6 +311,24 @@ Result<RevalidationOutcome> Agent::request_refresh(const std::string& connection
   return impl_->triggers->request_refresh(connection_id, principal, trigger);
 }
 
+Result<WebhookRefreshReply> Agent::apply_webhook(const WebhookVerified& verified,
+                                                 const WebhookRefreshRequest& request,
+                                                 int64_t now_ms) {
+  AgentContext& s = impl_->ctx;
+  Result<WebhookRefreshReply> reply =
+      s.store->apply_webhook(verified, request, now_ms, s.revalidation_window_ms());
+  if (!reply.ok()) return reply;
+  for (const WebhookRefreshResult& r : reply->results) {
+    // Queued (also behind a lease): the workers take it from the stream. The gate taken by an
+    // earlier request: that one may be served by a listing that predates this change.
+    if (r.principal && r.status == revalidation_outcome_name(RevalidationOutcome::kAlreadyQueued)) {
+      impl_->triggers->follow_up_already_queued(r.connection_id, *r.principal,
+                                                ChangeTrigger::kWebhook, now_ms);
+    }
+  }
+  return reply;
+}
+
 Result<RefreshReport> Agent::refresh_now(const std::string& connection_id,
                                          const Principal& principal, const std::string& trigger) {
   return impl_->runner->run(connection_id, principal, trigger, std::nullopt);

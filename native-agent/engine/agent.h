@@ -30,7 +30,8 @@
 //     members, manifests of principals no longer granted left to sync (records and grants);
 //   - start(): connection records and grants synced (a changed config_hash makes readers miss;
 //     removed connections' manifests deleted);
-//   - manual (`refresh_now`), webhooks and evidence come through the API as request_refresh.
+//   - manual (`refresh_now`) and evidence come through the API as request_refresh; a webhook as
+//     apply_webhook (one store step, the edge's: its requests come back through the stream).
 //
 // Where each part lives: the decisions of a refresh and of a change trigger's follow-up are the
 // core's (shared/refresh_plan.h, shared/change_trigger.h); refresh_runner.h carries out one
@@ -139,6 +140,9 @@ class Agent final : public AgentService {
   Result<RevalidationOutcome> request_refresh(const std::string& connection_id,
                                               const Principal& principal,
                                               const std::string& trigger) override;
+  Result<WebhookRefreshReply> apply_webhook(const WebhookVerified& verified,
+                                            const WebhookRefreshRequest& request,
+                                            int64_t now_ms) override;
   Result<RefreshReport> refresh_now(const std::string& connection_id, const Principal& principal,
                                     const std::string& trigger) override;
   Result<Json> test_connection(const std::string& connection_id,

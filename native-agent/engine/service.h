@@ -54,6 +54,14 @@ class AgentService {
                                                       const Principal& principal,
                                                       const std::string& trigger) = 0;
 
+  // A verified refresh webhook (shared/webhook_exchange.h step 6): ManifestStore::apply_webhook
+  // with the agent's gate window (the edge's rules: the store's records say which principals a
+  // target names; requests are queued for the revalidation workers, also behind a held lease),
+  // then a change answered already_queued is followed up like any change trigger.
+  virtual Result<WebhookRefreshReply> apply_webhook(const WebhookVerified& verified,
+                                                    const WebhookRefreshRequest& request,
+                                                    int64_t now_ms) = 0;
+
   // Refreshes now and waits (CLI `refresh`, tests): lease, list, reconcile, fenced commit.
   virtual Result<RefreshReport> refresh_now(const std::string& connection_id,
                                             const Principal& principal,

@@ -46,6 +46,11 @@ void Triggers::follow_up_in_progress(const std::string& cid, const Principal& pr
   follow_up(cid, principal, trigger, changed_at_ms, QueueAnswer::kInProgress);
 }
 
+void Triggers::follow_up_already_queued(const std::string& cid, const Principal& principal,
+                                        ChangeTrigger trigger, int64_t changed_at_ms) {
+  follow_up(cid, principal, trigger, changed_at_ms, QueueAnswer::kAlreadyQueued);
+}
+
 Result<RevalidationOutcome> Triggers::request_refresh(const std::string& cid,
                                                       const Principal& principal,
                                                       const std::string& trigger) {

@@ -28,6 +28,10 @@ class Triggers {
                                               const std::string& trigger);
   // The upstream pool's callback: list_changed (and a session that ended, logged).
   void on_upstream_change(const std::string& pool_name, const UpstreamChange& change);
+  // A change whose request met the gate taken (a webhook's, queued by the store): the request
+  // that took it may be served by a listing that predates the change.
+  void follow_up_already_queued(const std::string& cid, const Principal& principal,
+                                ChangeTrigger trigger, int64_t changed_at_ms);
   // A queued change whose refresh found the lease held: that listing may predate the change.
   void follow_up_in_progress(const std::string& cid, const Principal& principal,
                              ChangeTrigger trigger, int64_t changed_at_ms);

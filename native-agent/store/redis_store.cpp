@@ -1337,4 +1337,18 @@ Result<bool> RedisStore::remember_once(std::string_view key, int64_t ttl_ms) {
   return r->is_ok();
 }
 
+// The edge's own step (shared/discovery_redis.h webhook_refresh_command): the same script, the
+// same arguments (the gate's window, the stream's bound, a manual refresh's requeue age).
+Result<WebhookRefreshReply> RedisStore::apply_webhook(const WebhookVerified& verified,
+                                                      const WebhookRefreshRequest& request,
+                                                      int64_t now_ms, int64_t window_ms) {
+  EnqueueOptions options;
+  options.window_ms = window_ms;
+  options.stream_maxlen = impl_->options.revalidate_stream_max_len;
+  Result<RespValue> reply = impl_->script(
+      webhook_refresh_command(impl_->keys, verified, request, now_ms, options), "webhook_refresh");
+  if (!reply.ok()) return reply.error();
+  return parse_webhook_refresh_reply(*reply);
+}
+
 }  // namespace quiver

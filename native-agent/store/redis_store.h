@@ -111,6 +111,10 @@ class RedisStore final : public ManifestStore {
   Result<std::vector<std::string>> remove_idle_consumers(std::string_view self,
                                                          int64_t min_idle_ms) override;
   Result<bool> remember_once(std::string_view key, int64_t ttl_ms) override;
+  // One EVAL of schema/lua/webhook_refresh.lua, exactly as the edge sends it.
+  Result<WebhookRefreshReply> apply_webhook(const WebhookVerified& verified,
+                                            const WebhookRefreshRequest& request, int64_t now_ms,
+                                            int64_t window_ms) override;
 
  private:
   struct Impl;

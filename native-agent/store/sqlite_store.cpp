@@ -15,6 +15,7 @@
 #include "native-agent/store/preferences_db.h"
 #include "native-agent/store/sqlite_db.h"
 #include "shared/discovery.h"
+#include "shared/discovery_redis.h"
 #include "shared/numbers.h"
 #include "shared/sha256.h"
 #include "shared/utf8.h"
@@ -1100,27 +1101,153 @@ Result<RevalidationBatch> SqliteStore::claim_stale_revalidations(std::string_vie
   return batch;
 }
 
-// ---- replay guard ------------------------------------------------------------------------------
+// ---- the refresh webhook -----------------------------------------------------------------------
 
-Result<bool> SqliteStore::remember_once(std::string_view key, int64_t ttl_ms) {
-  if (key.empty()) return invalid("remember_once: the key is empty");
-  if (ttl_ms <= 0) return invalid("remember_once: ttl_ms must be positive");
-  std::string digest = sha256_hex(key);
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  Impl& s = *impl_;
-  int64_t now = s.options.now_ms();
-  Transaction tx(s);
-  if (!tx.begun().ok()) return tx.begun().error();
+namespace {
+
+// The replay guard inside the caller's transaction: true the first time `key` is seen.
+Result<bool> remember_locked(Db& s, std::string_view key, int64_t ttl_ms, int64_t now) {
   {
     Query purge(s, "replay_purge");
     if (Result<int> r = purge.integer(":now", now).run(); !r.ok()) return r.error();
   }
   Query q(s, "replay_remember");
   Result<int> first =
-      q.text(":digest", digest).integer(":until", now + ttl_ms).integer(":now", now).run();
+      q.text(":digest", sha256_hex(key)).integer(":until", now + ttl_ms).integer(":now", now).run();
+  if (!first.ok()) return first.error();
+  return *first == 1;
+}
+
+// The principals a webhook target names, as webhook_refresh.lua expands it from the store's
+// records: `shared`, or the connection's grantees (sorted), or the one named; nullopt for an
+// unknown connection.
+Result<std::optional<std::vector<Principal>>> webhook_principals(Db& s,
+                                                                 const WebhookRefreshTarget& t) {
+  std::string mode;
+  {
+    Query q(s, "webhook_connection_mode");
+    Result<bool> row = q.text(":id", t.connection_id).step();
+    if (!row.ok()) return row.error();
+    if (*row) mode = q.text_at(0);
+  }
+  std::vector<Principal> out;
+  if (mode == credential_mode_name(CredentialMode::kShared)) {
+    if (!t.principal || t.principal->is_shared()) out.push_back(Principal::shared());
+  } else if (mode == credential_mode_name(CredentialMode::kPerMember)) {
+    Query q(s, "webhook_grantees");
+    q.text(":connection_id", t.connection_id)
+        .text(":principal", t.principal ? t.principal->str() : "");
+    for (;;) {
+      Result<bool> row = q.step();
+      if (!row.ok()) return row.error();
+      if (!*row) break;
+      Result<Principal> p = Principal::parse(q.text_at(0));
+      if (!p.ok()) return Error(ErrorCode::kInvalidReply, "grant row: bad principal");
+      out.push_back(std::move(*p));
+    }
+  } else {
+    return std::optional<std::vector<Principal>>();
+  }
+  return std::optional<std::vector<Principal>>(std::move(out));
+}
+
+}  // namespace
+
+Result<bool> SqliteStore::remember_once(std::string_view key, int64_t ttl_ms) {
+  if (key.empty()) return invalid("remember_once: the key is empty");
+  if (ttl_ms <= 0) return invalid("remember_once: ttl_ms must be positive");
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Impl& s = *impl_;
+  Transaction tx(s);
+  if (!tx.begun().ok()) return tx.begun().error();
+  Result<bool> first = remember_locked(s, key, ttl_ms, s.options.now_ms());
   if (!first.ok()) return first.error();
   if (Status st = tx.commit(); !st.ok()) return st.error();
-  return *first == 1;
+  return *first;
+}
+
+// webhook_refresh.lua, rule for rule, in one transaction. `now_ms` is the data time (the marks,
+// the gate's age, the requests' `at`); expiry (leases, gates, the replay guard) runs on the store's
+// clock, as it runs on Redis' there.
+Result<WebhookRefreshReply> SqliteStore::apply_webhook(const WebhookVerified& verified,
+                                                       const WebhookRefreshRequest& request,
+                                                       int64_t now_ms, int64_t window_ms) {
+  if (window_ms <= 0) return invalid("webhook: window_ms must be positive");
+  if (request.targets.empty()) return invalid("webhook: no target");
+  if (verified.replay_key.empty()) return invalid("webhook: no replay key");
+  for (const WebhookRefreshTarget& t : request.targets) {
+    if (Status st = validate_connection_id(t.connection_id); !st.ok()) return st.error();
+  }
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Impl& s = *impl_;
+  const int64_t now = s.options.now_ms();
+  Transaction tx(s);
+  if (!tx.begun().ok()) return tx.begun().error();
+  WebhookRefreshReply reply;
+  // The namespace is always ready here (read_namespace); a replay writes nothing (rolled back).
+  Result<bool> first =
+      remember_locked(s, verified.replay_key, std::max<int64_t>(1, verified.retain_for_ms), now);
+  if (!first.ok()) return first.error();
+  if (!*first) {
+    reply.replay = true;
+    return reply;
+  }
+  bool marked_any = false;
+  bool queued_any = false;
+  for (const WebhookRefreshTarget& t : request.targets) {
+    Result<std::optional<std::vector<Principal>>> principals = webhook_principals(s, t);
+    if (!principals.ok()) return principals.error();
+    if (!principals->has_value()) {
+      reply.results.push_back({t.connection_id, std::nullopt, "unknown_connection", false});
+      continue;
+    }
+    if ((*principals)->empty() && t.principal) {
+      reply.results.push_back({t.connection_id, t.principal, "unknown_principal", false});
+      continue;
+    }
+    for (const Principal& p : **principals) {
+      Query mark(s, "webhook_mark_stale");
+      Result<int> marked =
+          bind_key(mark, t.connection_id, p).integer(":at", now_ms).integer(":now", now).run();
+      if (!marked.ok()) return marked.error();
+      marked_any = marked_any || *marked == 1;
+      RevalidationOutcome outcome = RevalidationOutcome::kQueued;
+      Result<std::optional<Holder>> holder = live_holder(s, t.connection_id, p, now);
+      if (!holder.ok()) return holder.error();
+      if (holder->has_value()) {
+        outcome = RevalidationOutcome::kInProgress;  // queued behind the lease all the same
+      } else {
+        Query gate(s, "webhook_gate_take");
+        bind_key(gate, t.connection_id, p)
+            .integer(":until", now + window_ms)
+            .integer(":now", now)
+            .integer(":at", now_ms)
+            .integer(":requeue_after", kManualRequeueAfterMs);
+        Result<int> taken = gate.run();
+        if (!taken.ok()) return taken.error();
+        if (*taken == 0) outcome = RevalidationOutcome::kAlreadyQueued;
+      }
+      if (outcome != RevalidationOutcome::kAlreadyQueued) {
+        Query q(s, "revalidation_enqueue");
+        bind_key(q, t.connection_id, p)
+            .text(":reason", kWebhookRefreshReason)
+            .integer(":at", now_ms);
+        if (Result<int> r = q.run(); !r.ok()) return r.error();
+        queued_any = true;
+      }
+      reply.results.push_back(
+          {t.connection_id, p, revalidation_outcome_name(outcome), *marked == 1});
+    }
+  }
+  if (marked_any) {
+    if (Result<int64_t> e = bump_epoch_locked(s); !e.ok()) return e.error();
+  }
+  if (Status st = tx.commit(); !st.ok()) return st.error();
+  if (queued_any) {  // a consumer blocked on the queue takes it at once
+    s.queue_dirty = true;
+    s.queue_cv.notify_all();
+  }
+  return reply;
 }
 
 }  // namespace quiver

@@ -6,7 +6,7 @@
 // process that opens the file (two agents on one file behave like two agents on one Redis): the
 // lease with its token and fence, the fenced commit (holder, newest fence, current config_hash),
 // the failure record that never restamps config_hash, the revalidation gate and queue, the replay
-// guard.
+// guard, the refresh webhook (schema/lua/webhook_refresh.lua's rules).
 //
 // Time: lease, gate and replay expiry and the manifests' retention run on the injected clock
 // (`now_ms`), so tests expire a lease by moving the clock. Blocking reads of the queue wait in real
@@ -105,6 +105,9 @@ class SqliteStore final : public ManifestStore {
   Result<std::vector<std::string>> remove_idle_consumers(std::string_view self,
                                                          int64_t min_idle_ms) override;
   Result<bool> remember_once(std::string_view key, int64_t ttl_ms) override;
+  Result<WebhookRefreshReply> apply_webhook(const WebhookVerified& verified,
+                                            const WebhookRefreshRequest& request, int64_t now_ms,
+                                            int64_t window_ms) override;
 
  private:
   struct Impl;

@@ -100,16 +100,6 @@ Status validate_revalidation_reason(std::string_view reason) {
   return Status::Ok();
 }
 
-Status namespace_ready(ManifestStore& store) {
-  Result<NamespaceRecord> record = store.read_namespace();
-  if (!record.ok()) return record.error();
-  if (record->state == NamespaceState::kReady) return Status::Ok();
-  return Error(ErrorCode::kStoreNotReady,
-               std::string("the namespace is not initialised in the store (record ") +
-                   namespace_state_name(record->state) +
-                   "): its data was lost or is being restored by an agent");
-}
-
 const char* namespace_state_name(NamespaceState state) {
   switch (state) {
     case NamespaceState::kMissing:

@@ -1,6 +1,6 @@
 // ManifestStore: where the agent keeps what it shares with readers — connection records, grants,
 // preferences and their disabled overlays, cached manifests with their leases and fences, the
-// revalidation queue and the webhook replay guard.
+// revalidation queue and the refresh webhook's step (its replay guard included).
 //
 // Two implementations with identical semantics, chosen by configuration:
 //   RedisStore  (native-agent/store/redis_store.h)   the team setup: the edge reads the same keys.
@@ -45,6 +45,7 @@
 #include "shared/lease.h"
 #include "shared/preferences.h"
 #include "shared/status.h"
+#include "shared/webhook_signature.h"
 
 namespace quiver {
 
@@ -103,7 +104,7 @@ struct ManifestMeta {
   std::string error_message;
   int64_t error_at_ms = 0;
   std::optional<int64_t> attempt_at_ms;
-  std::optional<int64_t> invalidated_at_ms;  // marked stale by a refresh webhook (Redis only)
+  std::optional<int64_t> invalidated_at_ms;  // marked stale by a refresh webhook (apply_webhook)
 };
 
 // What classify() / decide_refresh() take (shared/freshness.h), as schema/redis-keys.md maps it:
@@ -166,12 +167,6 @@ struct NamespaceRecord {
   // change knows another agent restored the namespace and merges its own preference copy in).
   std::string value;
 };
-
-class ManifestStore;
-// Ok when the store's namespace record is `ready`; kStoreNotReady (naming the state) when it is
-// missing or restoring; the read's own error otherwise. For writes a reader causes outside a
-// discovery read (the refresh webhook), which must not answer as if the namespace were empty.
-Status namespace_ready(ManifestStore& store);
 
 // ---- the store ---------------------------------------------------------------------------------
 
@@ -326,11 +321,28 @@ class ManifestStore {
   virtual Result<std::vector<std::string>> remove_idle_consumers(std::string_view self,
                                                                  int64_t min_idle_ms) = 0;
 
-  // --- webhook replay guard ---
+  // --- the refresh webhook ---
 
   // True the first time `key` is seen within `ttl_ms` (atomically across agents), false for a
   // replay. Only a digest of the key is stored.
   virtual Result<bool> remember_once(std::string_view key, int64_t ttl_ms) = 0;
+
+  // A verified refresh webhook (shared/webhook_exchange.h step 6), the edge's rules in one atomic
+  // step: the namespace record (not ready: kStoreNotReady, nothing written), the replay guard
+  // (verified.replay_key kept verified.retain_for_ms; seen: `replay`, nothing else done), then per
+  // target, in order, the principals the STORE lists for it — `shared` on a shared connection,
+  // the grantees (sorted) or the one named grantee on a per_member one; else unknown_connection /
+  // unknown_principal — each marked stale at `now_ms` when data is cached there (marked '1'; a
+  // later mark only moves it forward) and queued with reason kWebhookRefreshReason: `in_progress`
+  // behind a held lease (still queued), else through the gate (`window_ms`), which a request
+  // passes again once it was taken kManualRequeueAfterMs ago (`queued`), else `already_queued`
+  // (nothing queued). The epoch moves when anything was marked. RedisStore: the edge's own script
+  // (schema/lua/webhook_refresh.lua via shared/discovery_redis.h); SqliteStore: the same rules in
+  // one transaction (its namespace is always ready). kInvalidArgument for an empty request, a bad
+  // connection id, no replay key or window_ms <= 0.
+  virtual Result<WebhookRefreshReply> apply_webhook(const WebhookVerified& verified,
+                                                    const WebhookRefreshRequest& request,
+                                                    int64_t now_ms, int64_t window_ms) = 0;
 };
 
 // Consumer names for read_revalidations: [A-Za-z0-9._@:-]{1,128}.

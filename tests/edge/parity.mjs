@@ -9,12 +9,15 @@
 // every row agrees (and says what it should), 77 (ctest SKIP_RETURN_CODE) when the native
 // quiver-agent is not built.
 //
-// The data: one shared connection `docs` (tests/peers/test-upstream.mjs over stdio, listed by the
-// agent; written into Redis for the edge in the agent's key layout, with its manifest), granted
-// to alice; dave holds a valid token and no grant. The same token key, namespace and webhook
-// secret at both hosts. Each row is a request with an expected status and error code: both
-// hosts must answer exactly that (so a row where they agree on a wrong answer fails too).
-// Requests that change state (webhooks) are made once per host, each signed for its host.
+// The data: one shared connection `docs` and one per_member connection `team`
+// (tests/peers/test-upstream.mjs over stdio, listed by the agent; written into Redis for the edge
+// in the agent's key layout — records, grants, the grantees set the agent publishes — with the
+// manifests the agent listed). alice is granted both, bob `team` only; dave holds a valid token and
+// no grant. The same token key, namespace and webhook secret at both hosts. Each row is a request
+// with an expected status and error code: both hosts must answer exactly that (so a row where
+// they agree on a wrong answer fails too); a row with `refreshes` must also have exactly that
+// 202 body at both (the webhook's per-target results). Requests that change state (webhooks)
+// are made once per host, each signed for its host.
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 
@@ -34,23 +37,34 @@ const KID = 'parity-1';
 const SECRET = 'parity-caller-token-secret-0123456789abcdef';
 const EDGE_REDIS_PASSWORD = 'parity-edge-redis-password';
 const WEBHOOK_SECRET = 'parity-webhook-secret-0123456789abcdef';
+const TEAM_KEYS = { alice: 'parity-team-key-of-alice', bob: 'parity-team-key-of-bob' };
 const layout = new Layout(NS);
 
 const tokenOf = (member, opts = {}) => mintToken({ member, kid: KID, secret: SECRET, ...opts });
 const bearer = (member, opts) => `Bearer ${tokenOf(member, opts)}`;
 const alice = () => ({ authorization: bearer('alice') });
 
+// Equal as JSON values (objects compared whatever the order of their keys).
+const sorted = (v) => (Array.isArray(v) ? v.map(sorted) : v && typeof v === 'object'
+  ? Object.fromEntries(Object.keys(v).sort().map((k) => [k, sorted(v[k])])) : v);
+const sameJson = (a, b) => JSON.stringify(sorted(a)) === JSON.stringify(sorted(b));
+
 // One row: a request and what both hosts must answer ([status] or [status, error code]).
 // `headers` may be a function (fresh tokens); `body` a function of the host's name (a webhook
 // applied at one host must not be a replay at the other); `sign` signs the body for the webhook
 // secret (namespace `signNs`, at `signAt()`); `repeat` sends it that many times, the last answer
-// compared; `check` looks at a 2xx body.
+// compared; `check` looks at a 2xx body; `refreshes` is a webhook's whole list of results, the
+// same at both hosts.
 function row(name, method, target, expect, { headers = {}, body, repeat = 1, check, sign = false,
-                                            signNs = NS, signAt = () => Date.now() } = {}) {
+                                            signNs = NS, signAt = () => Date.now(),
+                                            refreshes } = {}) {
+  if (refreshes) check = (r) => sameJson(r.json?.refreshes, refreshes);
   return { name, method, target, expect, headers, body, repeat, check, sign, signNs, signAt };
 }
 
 const goodWebhook = (tag) => JSON.stringify({ connection_id: 'docs', reason: `parity-${tag}` });
+const refreshed = (cid, principal, status, marked) => ({
+  connection_id: cid, ...(principal ? { principal } : {}), status, marked_stale: marked });
 
 const ROWS = [
   // Authentication (the core's authenticate_caller at both).
@@ -78,7 +92,7 @@ const ROWS = [
 
   // Good requests.
   row('manifests', 'GET', '/v1/manifests', [200], { headers: alice,
-    check: (r) => r.json?.connections?.map((c) => c.id).join(',') === 'docs' }),
+    check: (r) => r.json?.connections?.map((c) => c.id).join(',') === 'docs,team' }),
   row('manifests, mcp view and a limit', 'GET', '/v1/manifests?view=mcp&limit=5', [200],
       { headers: alice }),
   row('HEAD manifests', 'HEAD', '/v1/manifests', [200], { headers: alice }),
@@ -163,8 +177,30 @@ const ROWS = [
       { body: (host) => goodWebhook(`replayed-${host}`), sign: true, repeat: 2 }),
   row('webhook unknown connection', 'POST', '/v1/webhooks/refresh', [202],
       { body: (host) => JSON.stringify({ connection_id: 'nope', reason: `unknown-${host}` }),
+        sign: true, refreshes: [refreshed('nope', undefined, 'unknown_connection', false)] }),
+  // Who a target names comes from the store at both hosts (the connection record's mode, the
+  // grantees the agent published), in one atomic step: a named grantee, then every grantee
+  // (sorted; the one just queued stands behind its gate), a member who is not a grantee, `shared`
+  // on a per_member connection, a member on a shared one, an unknown connection.
+  row('webhook per_member targets', 'POST', '/v1/webhooks/refresh', [202],
+      { body: (host) => JSON.stringify({
+        connections: [{ connection_id: 'team', principal: 'member/bob' }, 'team',
+                      { connection_id: 'team', principal: 'member/zed' },
+                      { connection_id: 'team', principal: 'shared' },
+                      { connection_id: 'docs', principal: 'member/alice' }, 'nope'],
+        reason: `team-${host}` }),
         sign: true,
-        check: (r) => r.json?.refreshes?.[0]?.status === 'unknown_connection' }),
+        refreshes: [refreshed('team', 'member/bob', 'queued', true),
+                    refreshed('team', 'member/alice', 'queued', true),
+                    refreshed('team', 'member/bob', 'already_queued', true),
+                    refreshed('team', 'member/zed', 'unknown_principal', false),
+                    refreshed('team', 'shared', 'unknown_principal', false),
+                    refreshed('docs', 'member/alice', 'unknown_principal', false),
+                    refreshed('nope', undefined, 'unknown_connection', false)] }),
+  row('webhook unknown principal', 'POST', '/v1/webhooks/refresh', [202],
+      { body: (host) => JSON.stringify({ connection_id: 'team', principal: 'member/dave',
+                                         reason: `stranger-${host}` }),
+        sign: true, refreshes: [refreshed('team', 'member/dave', 'unknown_principal', false)] }),
 ];
 async function send(host, hostName, r) {
   const body = typeof r.body === 'function' ? r.body(hostName) : r.body;
@@ -182,22 +218,43 @@ async function send(host, hostName, r) {
 const answer = (res) => [res.status, res.json?.error?.code].filter((x) => x !== undefined);
 
 function agentConfig() {
+  const upstream = {
+    command: process.execPath,
+    args: [testUpstreamScript, 'stdio', '--tools', '2', '--quiet'],
+    env: { QUIVER_NODE_MODULES: nodeModules() },
+  };
   return {
-    mcpServers: {
-      docs: {
-        command: process.execPath,
-        args: [testUpstreamScript, 'stdio', '--tools', '2', '--quiet'],
-        env: { QUIVER_NODE_MODULES: nodeModules() },
-      },
-    },
+    mcpServers: { docs: upstream, team: upstream },
     quiver: {
       namespace: NS,
       caller_token_keys: { [KID]: { env: 'PARITY_TOKEN_KEY' } },
       webhook_secrets: { deploys: { env: 'PARITY_WEBHOOK_SECRET' } },
       members: ['alice', 'bob'],
-      grants: { alice: ['docs'] },
+      grants: { alice: ['docs', 'team'], bob: ['team'] },
+      connections: {
+        team: {
+          credential_mode: 'per_member', auth: 'api_key', credential_env: 'TEAM_KEY',
+          credentials: { alice: { env: 'PARITY_TEAM_ALICE' }, bob: { env: 'PARITY_TEAM_BOB' } },
+        },
+      },
     },
   };
+}
+
+// The manifest the agent serves `member` for `cid`, once it has listed it.
+async function listedBy(agent, cid, member, logs) {
+  let listed;
+  let last;
+  const headers = { authorization: bearer(member) };
+  await waitFor(`the agent lists ${cid} for ${member}`, async () => {
+    last = await agent.request('GET', `/v1/mcp-connections/${cid}/manifest`, { headers });
+    listed = (last.json?.connections?.[0] ?? last.json)?.manifest;
+    return last.status === 200 && listed?.tools?.items?.length > 0;
+  }, 30000).catch((e) => {
+    throw new Error(`${e.message}: last ${last?.status} ${last?.text?.slice(0, 300)}\n` +
+                    logs.slice(-20).join('\n'));
+  });
+  return manifestJson(listed.tools.items, listed.server?.name ?? cid);
 }
 
 async function main() {
@@ -215,26 +272,30 @@ async function main() {
   try {
     agent = await Agent.start({
       binary: agentBinary, config: agentConfig(), logs,
-      env: { PARITY_TOKEN_KEY: SECRET, PARITY_WEBHOOK_SECRET: WEBHOOK_SECRET } });
-    // The agent lists docs; its manifest is the edge's data too.
-    let listed;
-    let last;
-    await waitFor('the agent lists docs', async () => {
-      last = await agent.request('GET', '/v1/mcp-connections/docs/manifest', { headers: alice() });
-      listed = (last.json?.connections?.[0] ?? last.json)?.manifest;
-      return last.status === 200 && listed?.tools?.items?.length > 0;
-    }, 30000).catch((e) => {
-      throw new Error(`${e.message}: last ${last?.status} ${last?.text?.slice(0, 300)}\n` +
-                      logs.slice(-20).join('\n'));
-    });
+      env: { PARITY_TOKEN_KEY: SECRET, PARITY_WEBHOOK_SECRET: WEBHOOK_SECRET,
+             PARITY_TEAM_ALICE: TEAM_KEYS.alice, PARITY_TEAM_BOB: TEAM_KEYS.bob } });
+    // The agent lists docs and team (for each grantee); what it listed is the edge's data too.
+    const manifests = {
+      docs: await listedBy(agent, 'docs', 'alice', logs),
+      'team:member/alice': await listedBy(agent, 'team', 'alice', logs),
+      'team:member/bob': await listedBy(agent, 'team', 'bob', logs),
+    };
 
     redis = await RedisServer.start();
     db = await redis.client();
     await createEdgeUser(db, NS, EDGE_REDIS_PASSWORD);
-    const manifest = manifestJson(listed.tools.items, listed.server?.name ?? 'docs');
+    // The agent's key layout (store sync_grants: grants per member, grantees per connection).
     for (const cmd of [...connectionCommands(layout, 'docs', 'shared'),
-                       ['SADD', layout.grants('alice'), 'docs'],
-                       ...manifestCommands(layout, 'docs', 'shared', manifest)]) {
+                       ...connectionCommands(layout, 'team', 'per_member'),
+                       ['SADD', layout.grants('alice'), 'docs', 'team'],
+                       ['SADD', layout.grants('bob'), 'team'],
+                       ['SADD', layout.grantees('docs'), 'member/alice'],
+                       ['SADD', layout.grantees('team'), 'member/alice', 'member/bob'],
+                       ...manifestCommands(layout, 'docs', 'shared', manifests.docs),
+                       ...manifestCommands(layout, 'team', 'member/alice',
+                                           manifests['team:member/alice']),
+                       ...manifestCommands(layout, 'team', 'member/bob',
+                                           manifests['team:member/bob'])]) {
       await db.call(...cmd);
     }
     edge = await Workerd.start({
@@ -274,7 +335,8 @@ async function main() {
     await agent?.stop();
     await redis?.stop();
   }
-  failed += loggedProblems(logs, [SECRET, EDGE_REDIS_PASSWORD, WEBHOOK_SECRET]);
+  failed += loggedProblems(logs, [SECRET, EDGE_REDIS_PASSWORD, WEBHOOK_SECRET,
+                                  ...Object.values(TEAM_KEYS)]);
   console.log(`${failed ? 'FAILED' : 'passed'} in ${Date.now() - started} ms`);
   if (failed && process.env.QUIVER_EDGE_LOGS) console.log(logs.join('\n'));
   process.exit(failed ? 1 : 0);

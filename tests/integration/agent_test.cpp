@@ -1339,6 +1339,40 @@ TEST(AgentTriggers, ListChangedRefreshesWithinASecond) {
   agent->stop();
 }
 
+// A webhook is one store step (the edge's); the refresh it queues is taken by the agent's
+// revalidation workers: a listing that started after the webhook is stored within a second.
+TEST(AgentTriggers, AWebhookRefreshesWithinASecond) {
+  TempDir dir;
+  LogCapture log;
+  AgentOptions o = manual_options(log);
+  o.run_revalidation_workers = true;
+  auto agent = make_agent(make_config(dir, {{"t", upstream_server({})}}), o);
+  ASSERT_TRUE(agent);
+  ASSERT_TRUE(agent->start().ok());
+  ASSERT_TRUE(agent->refresh_now("t", Principal::shared(), "manual")->committed);
+
+  WebhookRefreshRequest request;
+  request.targets = {{"t", std::nullopt, "deploy"}};
+  const int64_t now = system_clock_ms()();
+  int64_t t0 = steady_now_ms();
+  Result<WebhookRefreshReply> reply =
+      agent->apply_webhook(WebhookVerified{now, "wh:agent-test", 300'000}, request, now);
+  ASSERT_TRUE(reply.ok()) << reply.error().message;
+  ASSERT_EQ(reply->results.size(), 1u);
+  EXPECT_EQ(reply->results[0].status, "queued");
+  EXPECT_TRUE(reply->results[0].marked_stale);
+  ASSERT_TRUE(wait_until(
+      [&] {
+        std::optional<ManifestMeta> m = meta_of(agent->store(), "t", Principal::shared());
+        return m && m->fetched_at_ms >= now;
+      },
+      2500))
+      << log.all();
+  EXPECT_LT(steady_now_ms() - t0, 1500);
+  EXPECT_TRUE(log.contains("refreshed t (shared) (webhook)")) << log.all();
+  agent->stop();
+}
+
 TEST(AgentTriggers, MaintenanceSeedsAndRefreshesAStaleKey) {
   RedisServer redis;
   ASSERT_TRUE(redis.ok()) << redis.error();

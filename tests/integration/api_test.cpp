@@ -96,6 +96,11 @@ class ThrowingAgent final : public AgentService {
                                               const std::string& t) override {
     return real_.request_refresh(c, p, t);
   }
+  Result<WebhookRefreshReply> apply_webhook(const WebhookVerified& v,
+                                            const WebhookRefreshRequest& r,
+                                            int64_t now_ms) override {
+    return real_.apply_webhook(v, r, now_ms);
+  }
   Result<RefreshReport> refresh_now(const std::string& c, const Principal& p,
                                     const std::string& t) override {
     return real_.refresh_now(c, p, t);

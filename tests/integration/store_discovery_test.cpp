@@ -18,44 +18,22 @@
 #include "tests/support/mcp_peers.h"
 #include "tests/support/preference_rows.h"
 #include "tests/support/redis_server.h"
+#include "tests/support/store_pair.h"
 
 namespace quiver {
 namespace {
-
-using testing::RedisServer;
-using testing::TempDir;
 
 constexpr int64_t kNow = 1'790'000'000'000;
 
 Principal member(const char* id) { return *Principal::member(id); }
 
 ConnectionRecord record(const std::string& id, CredentialMode mode) {
-  ConnectionRecord r;
-  r.id = id;
-  r.config_hash = "hash-" + id;
-  r.credential_mode = mode;
-  r.name = "Connection " + id;
-  r.transport = "stdio";
-  r.updated_at_ms = kNow;
-  return r;
+  return testing::stdio_record(id, mode, kNow);
 }
 
 void commit(ManifestStore& store, const std::string& cid, const Principal& p,
             const std::string& scope = "") {
-  Result<AcquireResult> lease = store.acquire_lease(cid, p, std::string(32, 'c'), 60'000);
-  ASSERT_TRUE(lease.ok() && lease->acquired);
-  ManifestWrite w;
-  w.manifest = R"({"format":"quiver.manifest.v1","tools":{"state":"ok","items":[{"name":"x_)" +
-               cid + R"("}]}})";
-  w.etag = "sha256-" + cid;
-  w.config_hash = "hash-" + cid;
-  w.fetched_at_ms = kNow;
-  w.fresh_until_ms = kNow + 900'000;
-  w.expires_at_ms = kNow + 86'400'000;
-  w.cache_scope = scope;
-  Result<FencedWriteResult> r =
-      store.commit_manifest(cid, p, lease->lease, w, FencedWriteOptions{true});
-  ASSERT_TRUE(r.ok() && r->ok());
+  testing::commit_listing(store, cid, p, testing::listing_write(cid, kNow, scope));
 }
 
 void fail(ManifestStore& store, const std::string& cid, const Principal& p) {
@@ -110,37 +88,14 @@ void seed(ManifestStore& store) {
   ASSERT_TRUE(*store.mark_namespace_ready(kNow));
 }
 
-class StoreDiscovery : public ::testing::Test {
+class StoreDiscovery : public testing::StorePairTest {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(redis_.ok()) << redis_.error();
-    RedisStoreOptions ro;
-    ro.redis.host = "127.0.0.1";
-    ro.redis.port = redis_.port();
-    ro.ns = "discovery-test";
-    ro.connect_timeout_ms = 300;
-    ro.command_timeout_ms = 500;
-    ro.reconnect_backoff_initial_ms = 10;
-    ro.reconnect_backoff_max_ms = 50;
-    auto r = RedisStore::create(ro);
-    ASSERT_TRUE(r.ok()) << r.error().message;
-    redis_store_ = std::move(*r);
-    SqliteStoreOptions so;
-    so.path = dir_.path("quiver.db");
-    so.now_ms = [] { return kNow; };
-    auto s = SqliteStore::open(so);
-    ASSERT_TRUE(s.ok()) << s.error().message;
-    sqlite_store_ = std::move(*s);
+    open_stores("discovery-test", kNow);
+    if (HasFatalFailure()) return;
     seed(*redis_store_);
     seed(*sqlite_store_);
   }
-
-  std::vector<ManifestStore*> stores() { return {redis_store_.get(), sqlite_store_.get()}; }
-
-  RedisServer redis_;
-  TempDir dir_;
-  std::unique_ptr<RedisStore> redis_store_;
-  std::unique_ptr<SqliteStore> sqlite_store_;
 };
 
 TEST_F(StoreDiscovery, BothStoresGiveTheSameSnapshot) {

@@ -81,5 +81,35 @@ TEST(WebhookExchange, Answers) {
   EXPECT_EQ(json_string(*body, "status"), std::optional<std::string>("accepted"));
 }
 
+// One function turns the store step's outcome into the answer and the log line, at both hosts.
+TEST(WebhookExchange, TheStoreStepsOutcomeIsAnsweredAlikeAtBothHosts) {
+  WebhookAnswer down =
+      webhook_answer(Error(ErrorCode::kStoreNotReady, "namespace restoring"), "deploy", false);
+  EXPECT_EQ(down.response.status, 503);
+  EXPECT_EQ(down.response.body,
+            webhook_store_failed_response(Error(ErrorCode::kStoreNotReady, "x")).body);
+  EXPECT_EQ(down.log, "webhook: namespace restoring");
+  EXPECT_FALSE(down.log_info);
+
+  WebhookRefreshReply replay;
+  replay.replay = true;
+  WebhookAnswer replayed = webhook_answer(replay, "deploy", false);
+  EXPECT_EQ(replayed.response.status, 401);
+  EXPECT_FALSE(replayed.log_info);
+
+  WebhookRefreshReply accepted;
+  accepted.results = {{"docs", Principal::shared(), "queued", true},
+                      {"nope", std::nullopt, "unknown_connection", false}};
+  WebhookAnswer ok = webhook_answer(accepted, "deploy", false);
+  EXPECT_EQ(ok.response.status, 202);
+  EXPECT_EQ(ok.response.body, webhook_accepted_response(accepted.results).body);
+  EXPECT_EQ(ok.log, "webhook accepted (2 refresh(es), reason deploy)");
+  EXPECT_TRUE(ok.log_info);
+  WebhookAnswer legacy = webhook_answer(accepted, "deploy", true);
+  EXPECT_EQ(legacy.response.body, ok.response.body);
+  EXPECT_NE(legacy.log.find(kWebhookV1DeprecatedLog), std::string::npos) << legacy.log;
+  EXPECT_FALSE(legacy.log_info);  // a warning: the sender must move to v2
+}
+
 }  // namespace
 }  // namespace quiver
