@@ -125,7 +125,7 @@ EntryView evaluate(const GrantedConnection& conn, const Principal& member,
                    Need need) {
   EntryView v;
   v.conn = &conn;
-  const ConnectionInfo& record = *conn.record;
+  const ConnectionRecord& record = *conn.record;
 
   Result<Principal> principal = applicable_principal(record, member);
   if (!principal.ok()) {
@@ -167,12 +167,12 @@ EntryView evaluate(const GrantedConnection& conn, const Principal& member,
   if (c.revalidate) queue_unless_leased(&v, revalidation_reason(c));
 
   if (c.state != Freshness::kMiss) {
-    const std::string* text = field(conn.manifest, redis_field::kManifest);
-    const std::string* etag = field(conn.manifest, redis_field::kEtag);
-    v.content_id = (etag && !etag->empty()) ? *etag : digest_tag(text ? *text : "");
+    // Not a miss: the entry is there (cache_entry_meta gave a meta).
+    const ManifestEntry& entry = *conn.manifest;
+    v.content_id = (entry.etag && !entry.etag->empty()) ? *entry.etag : digest_tag(entry.text);
   }
   if (c.servable) {
-    const std::string& text = *field(conn.manifest, redis_field::kManifest);
+    const std::string& text = conn.manifest->text;
     if (need == Need::kPayload && options.cache != nullptr) {
       // A hit means this exact text parsed into an object before: servable, nothing to parse.
       v.cache_key = render_cache_key(conn.id, *v.principal, v.content_id, conn.disabled,
@@ -223,7 +223,7 @@ std::vector<EntryView> evaluate_all(const DiscoverySnapshot& snapshot,
 
 // The entry's clock-free metadata: what the validator covers.
 Json entry_meta_json(const EntryView& v) {
-  const ConnectionInfo& record = *v.conn->record;
+  const ConnectionRecord& record = *v.conn->record;
   Json m = Json::object();
   m["id"] = v.conn->id;
   m["name"] = record.name;
@@ -240,9 +240,9 @@ Json entry_meta_json(const EntryView& v) {
     m["fetched_at"] = v.meta->fetched_at_ms;
     m["fresh_until"] = c->fresh_until_ms;
     m["expires_at"] = c->expires_at_ms;
-    const std::string* truncated = field(v.conn->manifest, redis_field::kTruncated);
-    m["truncated"] = truncated != nullptr && *truncated == "1";
-    if (const std::string* etag = field(v.conn->manifest, redis_field::kEtag)) m["etag"] = *etag;
+    const ManifestEntry& entry = *v.conn->manifest;  // not a miss: the entry is there
+    m["truncated"] = entry.truncated;
+    if (entry.etag) m["etag"] = *entry.etag;
     if (v.meta->cache_scope != CacheScope::kUnspecified) {
       m["cache_scope"] = cache_scope_name(v.meta->cache_scope);
     }
@@ -397,8 +397,7 @@ const RenderedFragment& payload(EntryView& v, const RenderOptions& options) {
     v.filtered = true;
     v.fragment = render_fragment(v.manifest, options.view);
     if (options.cache != nullptr && !v.cache_key.empty()) {
-      options.cache->insert(v.cache_key, *field(v.conn->manifest, redis_field::kManifest),
-                            v.conn->disabled, v.fragment);
+      options.cache->insert(v.cache_key, v.conn->manifest->text, v.conn->disabled, v.fragment);
     }
   }
   return *v.fragment;
@@ -510,9 +509,13 @@ void add_list_summary(Json& entry, const Json& manifest) {
 
 // ---- snapshot ----------------------------------------------------------------------------------
 
-bool ConnectionInfo::operator==(const ConnectionInfo& o) const {
-  return config_hash == o.config_hash && credential_mode == o.credential_mode && name == o.name &&
-         transport == o.transport;
+bool ManifestEntry::operator==(const ManifestEntry& o) const {
+  return text == o.text && etag == o.etag && config_hash == o.config_hash &&
+         fetched_at_ms == o.fetched_at_ms && fresh_until_ms == o.fresh_until_ms &&
+         cache_scope == o.cache_scope && truncated == o.truncated && error_code == o.error_code &&
+         error_message == o.error_message && error_at_ms == o.error_at_ms &&
+         attempt_at_ms == o.attempt_at_ms && invalidated_at_ms == o.invalidated_at_ms &&
+         unreadable == o.unreadable;
 }
 
 bool GrantedConnection::operator==(const GrantedConnection& o) const {
@@ -530,19 +533,7 @@ bool DiscoveryStats::operator==(const DiscoveryStats& o) const {
          expired == o.expired;
 }
 
-std::optional<ConnectionInfo> connection_info_from_fields(const HashFields& fields) {
-  if (fields.empty()) return std::nullopt;
-  ConnectionInfo r;
-  if (const std::string* v = field(fields, redis_field::kConfigHash)) r.config_hash = *v;
-  if (const std::string* v = field(fields, redis_field::kCredentialMode)) {
-    r.credential_mode = credential_mode_from_string(*v);
-  }
-  if (const std::string* v = field(fields, redis_field::kName)) r.name = *v;
-  if (const std::string* v = field(fields, redis_field::kTransport)) r.transport = *v;
-  return r;
-}
-
-Result<Principal> applicable_principal(const ConnectionInfo& record, const Principal& member) {
+Result<Principal> applicable_principal(const ConnectionRecord& record, const Principal& member) {
   if (member.is_shared()) return invalid("discovery: the caller must be a member principal");
   return principal_for(record.credential_mode, member.member_id());
 }
@@ -602,7 +593,7 @@ Result<DiscoverySnapshot> read_snapshot(SnapshotSource& source, const Principal&
     ++taken;
     GrantedConnection conn;
     conn.id = id;
-    Result<std::optional<ConnectionInfo>> record = source.record(id);
+    Result<std::optional<ConnectionRecord>> record = source.record(id);
     if (!record.ok()) return record.error();
     conn.record = *record;
     if (conn.record) {
@@ -613,7 +604,7 @@ Result<DiscoverySnapshot> read_snapshot(SnapshotSource& source, const Principal&
         Result<DisabledOverlay> disabled = source.disabled(id, *principal);
         if (!disabled.ok()) return disabled.error();
         conn.disabled = std::move(*disabled);
-        Result<HashFields> manifest = source.manifest(id, *principal);
+        Result<std::optional<ManifestEntry>> manifest = source.manifest(id, *principal);
         if (!manifest.ok()) return manifest.error();
         conn.manifest = std::move(*manifest);
         Result<bool> lease = source.lease_held(id, *principal);
@@ -659,49 +650,62 @@ const char* revalidation_outcome_name(RevalidationOutcome outcome) {
   return "queued";
 }
 
-Result<std::optional<CacheEntryMeta>> cache_entry_meta(const HashFields& m) {
-  if (m.empty()) return std::optional<CacheEntryMeta>();
-  CacheEntryMeta e;
-  auto time_field = [&](const char* name, std::optional<int64_t>* out) -> Status {
+std::optional<ManifestEntry> manifest_entry_from_fields(const HashFields& m) {
+  if (m.empty()) return std::nullopt;
+  ManifestEntry e;
+  // The time fields, in the order a malformed one is reported.
+  for (auto [name, out] : {std::pair{redis_field::kFetchedAt, &e.fetched_at_ms},
+                           std::pair{redis_field::kFreshUntil, &e.fresh_until_ms},
+                           std::pair{redis_field::kErrorAt, &e.error_at_ms},
+                           std::pair{redis_field::kAttemptAt, &e.attempt_at_ms},
+                           std::pair{redis_field::kInvalidatedAt, &e.invalidated_at_ms}}) {
     const std::string* v = field(m, name);
-    if (v == nullptr || v->empty()) return Status::Ok();
-    std::optional<int64_t> n = parse_decimal_i64(*v);
-    if (!n) return invalid(std::string("field `") + name + "` is not an integer");
-    *out = n;
-    return Status::Ok();
-  };
-  std::optional<int64_t> fetched_at, fresh_until, error_at, attempt_at, invalidated_at;
-  for (auto [name, out] : {std::pair{redis_field::kFetchedAt, &fetched_at},
-                           std::pair{redis_field::kFreshUntil, &fresh_until},
-                           std::pair{redis_field::kErrorAt, &error_at},
-                           std::pair{redis_field::kAttemptAt, &attempt_at},
-                           std::pair{redis_field::kInvalidatedAt, &invalidated_at}}) {
-    if (Status s = time_field(name, out); !s.ok()) return s.error();
-  }
-  const std::string* manifest = field(m, redis_field::kManifest);
-  e.has_data = manifest != nullptr && !manifest->empty();
-  if (e.has_data) {
-    if (!fetched_at) return invalid("a manifest without `fetched_at`");
-    e.fetched_at_ms = *fetched_at;
-    if (const std::string* h = field(m, redis_field::kConfigHash)) e.config_hash = *h;
-    if (fresh_until) {
-      if (*fresh_until < *fetched_at) return invalid("`fresh_until` lies before `fetched_at`");
-      // The TTL the writer applied; it only ever shortens the reader's own fresh TTL.
-      e.upstream_ttl_ms = *fresh_until - *fetched_at;
-      // The writer stored it as never fresh: a list of it failed (schema/redis-keys.md).
-      e.never_fresh = *fresh_until == *fetched_at;
+    if (v == nullptr || v->empty()) continue;
+    *out = parse_decimal_i64(*v);
+    if (!*out && e.unreadable.empty()) {
+      e.unreadable = std::string("field `") + name + "` is not an integer";
     }
   }
-  if (const std::string* s = field(m, redis_field::kCacheScope)) {
-    e.cache_scope = cache_scope_from_string(*s);
+  if (const std::string* v = field(m, redis_field::kManifest)) e.text = *v;
+  if (const std::string* v = field(m, redis_field::kEtag)) e.etag = *v;
+  if (const std::string* v = field(m, redis_field::kConfigHash)) e.config_hash = *v;
+  if (const std::string* v = field(m, redis_field::kCacheScope)) {
+    e.cache_scope = cache_scope_from_string(*v);
   }
-  const std::string* code = field(m, redis_field::kErrorCode);
-  if (code != nullptr && !code->empty()) {
-    const std::string* message = field(m, redis_field::kErrorMessage);
-    e.last_error = RefreshError{*code, message ? *message : "", error_at.value_or(0)};
+  const std::string* truncated = field(m, redis_field::kTruncated);
+  e.truncated = truncated != nullptr && *truncated == "1";
+  if (const std::string* v = field(m, redis_field::kErrorCode)) e.error_code = *v;
+  if (const std::string* v = field(m, redis_field::kErrorMessage)) e.error_message = *v;
+  return e;
+}
+
+Result<std::optional<CacheEntryMeta>> cache_entry_meta(const std::optional<ManifestEntry>& entry) {
+  if (!entry) return std::optional<CacheEntryMeta>();
+  const ManifestEntry& m = *entry;
+  if (!m.unreadable.empty()) return invalid(m.unreadable);
+  CacheEntryMeta e;
+  e.has_data = !m.text.empty();
+  if (e.has_data) {
+    if (!m.fetched_at_ms) return invalid("a manifest without `fetched_at`");
+    const int64_t fetched_at = *m.fetched_at_ms;
+    e.fetched_at_ms = fetched_at;
+    e.config_hash = m.config_hash;
+    if (m.fresh_until_ms) {
+      if (*m.fresh_until_ms < fetched_at) {
+        return invalid("`fresh_until` lies before `fetched_at`");
+      }
+      // The TTL the writer applied; it only ever shortens the reader's own fresh TTL.
+      e.upstream_ttl_ms = *m.fresh_until_ms - fetched_at;
+      // The writer stored it as never fresh: a list of it failed (schema/redis-keys.md).
+      e.never_fresh = *m.fresh_until_ms == fetched_at;
+    }
   }
-  e.last_attempt_at_ms = attempt_at;
-  e.invalidated_at_ms = invalidated_at;
+  e.cache_scope = m.cache_scope;
+  if (!m.error_code.empty()) {
+    e.last_error = RefreshError{m.error_code, m.error_message, m.error_at_ms.value_or(0)};
+  }
+  e.last_attempt_at_ms = m.attempt_at_ms;
+  e.invalidated_at_ms = m.invalidated_at_ms;
   return std::optional<CacheEntryMeta>(std::move(e));
 }
 

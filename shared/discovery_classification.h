@@ -24,11 +24,11 @@ namespace quiver {
 enum class EntryStatus { kPending = 0, kFresh, kStale, kExpired, kError };
 const char* entry_status_name(EntryStatus status);  // "pending", "fresh", ...
 
-// The classification input of a manifest hash, per schema/redis-keys.md (`has_data` = `manifest`
-// present and not empty; upstream TTL = fresh_until − fetched_at). nullopt when the hash is empty.
-// kInvalidArgument when a field a reader needs is malformed (a time that is not an integer, data
-// without fetched_at).
-Result<std::optional<CacheEntryMeta>> cache_entry_meta(const HashFields& manifest);
+// The classification input of a manifest entry, per schema/redis-keys.md (`has_data` = a manifest
+// text that is not empty; upstream TTL = fresh_until − fetched_at). nullopt without an entry.
+// kInvalidArgument when the entry cannot be read: a field a reader needs is malformed
+// (ManifestEntry::unreadable, data without fetched_at, fresh_until before fetched_at).
+Result<std::optional<CacheEntryMeta>> cache_entry_meta(const std::optional<ManifestEntry>& entry);
 
 // A revalidation to queue for one (connection, principal).
 // A manual refresh is queued again once the gate of an earlier request is this old, so a user's

@@ -84,7 +84,7 @@ Result<GrantedConnection> decode_entry(const RespValue& v, std::size_t index,
 
   Result<HashFields> conn_fields = hash_fields((*e)[1], where + ": connection record");
   if (!conn_fields.ok()) return conn_fields.error();
-  conn.record = connection_info_from_fields(*conn_fields);
+  conn.record = connection_record_for_discovery(conn.id, *conn_fields);
 
   std::optional<std::string_view> used = (*e)[2].as_string();
   if (!used) return bad_reply(where, "principal is no string");
@@ -108,14 +108,14 @@ Result<GrantedConnection> decode_entry(const RespValue& v, std::size_t index,
   if (!conn.principal && !manifest->empty()) {
     return bad_reply(where, "a manifest without a principal");
   }
-  conn.manifest = std::move(*manifest);
   // The webhook's mark (invalidated:<cid>:<principal>) belongs with the data it marks.
   if (std::optional<std::string_view> mark = (*e)[6].as_string()) {
     if (!conn.principal) return bad_reply(where, "an invalidation mark without a principal");
-    if (!conn.manifest.empty()) conn.manifest[redis_field::kInvalidatedAt] = std::string(*mark);
+    if (!manifest->empty()) (*manifest)[redis_field::kInvalidatedAt] = std::string(*mark);
   } else if (!(*e)[6].is_nil()) {
     return bad_reply(where, "invalidation mark is neither a string nor nil");
   }
+  conn.manifest = manifest_entry_from_fields(*manifest);
 
   const std::vector<RespValue>* disabled = (*e)[4].as_array();
   if (disabled == nullptr) return bad_reply(where, "disabled set is no array");

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "shared/connection_record.h"
 #include "shared/freshness.h"
 #include "shared/identity.h"
 #include "shared/json.h"
@@ -22,37 +23,51 @@ namespace quiver {
 
 // ---- The snapshot ------------------------------------------------------------------------------
 
-// The non-secret connection record (`quiver:{ns}:conn:<cid>`), as far as discovery uses it.
-struct ConnectionInfo {
-  std::string config_hash;
-  CredentialMode credential_mode = CredentialMode::kUnknown;
-  std::string name;
-  std::string transport;
+// The manifest of one (connection, principal) as discovery reads it: the fields of
+// `manifest:<cid>:<principal>` that classification and rendering use (schema/redis-keys.md), and
+// the mark of a refresh webhook (invalidated:<cid>:<principal>). Redis readers decode the hash
+// with manifest_entry_from_fields; other stores fill it from their columns. A field the store does
+// not hold is empty or nullopt.
+struct ManifestEntry {
+  std::string text;                 // the manifest's canonical JSON; empty: no data
+  std::optional<std::string> etag;  // the content hash the writer stored
+  std::string config_hash;          // the config the data was listed under
+  std::optional<int64_t> fetched_at_ms;
+  std::optional<int64_t> fresh_until_ms;
+  CacheScope cache_scope = CacheScope::kUnspecified;
+  bool truncated = false;
+  std::string error_code;  // empty: no failure recorded since the last good commit
+  std::string error_message;
+  std::optional<int64_t> error_at_ms;
+  std::optional<int64_t> attempt_at_ms;
+  std::optional<int64_t> invalidated_at_ms;
+  // Why the stored entry cannot be read (a field of the hash that is not what its writer writes):
+  // cache_entry_meta fails with it, so the entry shows as unreadable. Empty: readable.
+  std::string unreadable;
 
-  bool operator==(const ConnectionInfo& o) const;
+  bool operator==(const ManifestEntry& o) const;
 };
 
-// A hash's fields as read (HGETALL): field → value.
-using HashFields = std::map<std::string, std::string, std::less<>>;
-
-// The record of a connection hash's fields. nullopt when the hash is empty (the connection was
-// removed). Unknown fields are ignored; an unknown credential_mode is kept as kUnknown.
-std::optional<ConnectionInfo> connection_info_from_fields(const HashFields& fields);
+// The entry in a manifest hash's fields (HGETALL, with the invalidation mark added as
+// redis_field::kInvalidatedAt). nullopt when the hash is empty (nothing cached). Unknown fields
+// are ignored; a time field that is not a decimal integer makes the entry `unreadable`.
+std::optional<ManifestEntry> manifest_entry_from_fields(const HashFields& fields);
 
 // The principal whose manifest `member` sees on a connection with `record`: `shared` in shared
 // mode, the member itself in per-member mode; kInvalidArgument for an unknown mode or when
 // `member` is not a member principal. THE one derivation: every reader goes through it.
-Result<Principal> applicable_principal(const ConnectionInfo& record, const Principal& member);
+Result<Principal> applicable_principal(const ConnectionRecord& record, const Principal& member);
 
 // One granted connection, as read.
 struct GrantedConnection {
   std::string id;
-  std::optional<ConnectionInfo> record;  // nullopt: removed; the entry is never shown
+  std::optional<ConnectionRecord> record;  // nullopt: removed; the entry is never shown
   // applicable_principal(record, member); nullopt without a record or with an unknown mode.
   std::optional<Principal> principal;
-  HashFields manifest;       // the manifest hash of `principal`; empty: no entry
-  DisabledOverlay disabled;  // the overlay of `principal` (disabled:<cid>:<principal>); empty: none
-  bool lease_held = false;   // a refresh of (id, principal) is under way
+  std::optional<ManifestEntry> manifest;  // the manifest of `principal`; nullopt: no entry
+  // The overlay of `principal` (disabled:<cid>:<principal>); empty: none.
+  DisabledOverlay disabled;
+  bool lease_held = false;  // a refresh of (id, principal) is under way
 
   bool operator==(const GrantedConnection& o) const;
 };
@@ -86,8 +101,9 @@ class SnapshotSource {
  public:
   virtual ~SnapshotSource() = default;
   virtual Result<std::vector<std::string>> granted(const Principal& member) = 0;
-  virtual Result<std::optional<ConnectionInfo>> record(std::string_view cid) = 0;
-  virtual Result<HashFields> manifest(std::string_view cid, const Principal& principal) = 0;
+  virtual Result<std::optional<ConnectionRecord>> record(std::string_view cid) = 0;
+  virtual Result<std::optional<ManifestEntry>> manifest(std::string_view cid,
+                                                        const Principal& principal) = 0;
   virtual Result<DisabledOverlay> disabled(std::string_view cid, const Principal& principal) = 0;
   virtual Result<bool> lease_held(std::string_view cid, const Principal& principal) = 0;
   virtual Result<int64_t> epoch() = 0;

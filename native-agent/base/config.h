@@ -236,14 +236,17 @@ Result<ListenAddress> parse_listen_address(std::string_view text);
 // Maps a server name to a connection id (see the header comment). kInvalidArgument when empty.
 Result<std::string> connection_id_for_name(std::string_view name);
 
-// What a transport needs to reach the upstream for one principal: the credential already placed
-// in a header (HTTP) or an env var (stdio).
-struct ResolvedUpstream {
+// What a transport needs to reach an upstream, resolved (`${}` substituted):
+// ConnectionConfig::endpoint as configured, and ConnectionConfig::upstream_for the same for one
+// principal with its credential placed in a header (HTTP) or an env var (stdio).
+struct UpstreamEndpoint {
   TransportKind transport = TransportKind::kUnknown;
+  // stdio
   std::string command;
   std::vector<std::string> args;
   std::map<std::string, Secret> env;
   std::string cwd;  // empty: the agent's
+  // http
   std::string url;
   std::map<std::string, Secret> headers;
   bool allow_private_addresses = false;
@@ -252,17 +255,8 @@ struct ResolvedUpstream {
 struct ConnectionConfig {
   std::string name;  // the mcpServers key, as written
   std::string id;    // a valid connection id
-  TransportKind transport = TransportKind::kUnknown;
-
-  // stdio (resolved)
-  std::string command;
-  std::vector<std::string> args;
-  std::map<std::string, Secret> env;
-  std::string cwd;
-  // http (resolved)
-  std::string url;
-  std::map<std::string, Secret> headers;
-  bool allow_private_addresses = false;
+  // The transport and its parameters, resolved; no credential placed (upstream_for places it).
+  UpstreamEndpoint endpoint;
 
   // As written in the file (`${}` unresolved): what status output and describe() show.
   std::string written_command;
@@ -286,8 +280,7 @@ struct ConnectionConfig {
   std::optional<int64_t> startup_timeout_ms;
 
   std::set<std::string> granted_members;  // who may read this connection
-  ConnectionIdentity identity;            // names only: no secret values
-  std::string config_hash;                // config_hash(identity)
+  std::string config_hash;                // config_hash(identity())
 
   // The principals this connection is listed for: `shared`, or `member/<id>` for each granted
   // member (per_member).
@@ -297,7 +290,10 @@ struct ConnectionConfig {
   Result<Principal> principal_for_member(std::string_view member_id) const;
   // Transport parameters for `principal`, credentials placed. kInvalidArgument when the principal
   // does not fit the credential mode, kNotFound when a member has no credential.
-  Result<ResolvedUpstream> upstream_for(const Principal& principal) const;
+  Result<UpstreamEndpoint> upstream_for(const Principal& principal) const;
+  // What config_hash is taken over (shared/config_hash.h): the endpoint and auth settings, with
+  // the names of env vars and headers (the credential's too) and no secret value.
+  ConnectionIdentity identity() const;
   // Every secret of this connection (env and header values, credentials).
   std::vector<Secret> secrets() const;
   // "github (http https://host/mcp?…, auth bearer, per_member)": the URL as written, its query

@@ -28,16 +28,8 @@ Result<Principal> ConnectionConfig::principal_for_member(std::string_view member
   return principal_for(credential_mode, member_id);
 }
 
-Result<ResolvedUpstream> ConnectionConfig::upstream_for(const Principal& principal) const {
-  ResolvedUpstream u;
-  u.transport = transport;
-  u.command = command;
-  u.args = args;
-  u.env = env;
-  u.cwd = cwd;
-  u.url = url;
-  u.headers = headers;
-  u.allow_private_addresses = allow_private_addresses;
+Result<UpstreamEndpoint> ConnectionConfig::upstream_for(const Principal& principal) const {
+  UpstreamEndpoint u = endpoint;
   std::optional<Secret> secret;
   if (credential_mode == CredentialMode::kShared) {
     if (!principal.is_shared()) {
@@ -63,13 +55,33 @@ Result<ResolvedUpstream> ConnectionConfig::upstream_for(const Principal& princip
     }
     if (auth == AuthType::kBearer) {
       u.headers["Authorization"] = Secret("Bearer " + secret->reveal(), secret->source());
-    } else if (transport == TransportKind::kHttp) {
+    } else if (endpoint.transport == TransportKind::kHttp) {
       u.headers[api_key_header] = *secret;
     } else {
       u.env[credential_env] = *secret;
     }
   }
   return u;
+}
+
+ConnectionIdentity ConnectionConfig::identity() const {
+  ConnectionIdentity id;
+  id.transport = endpoint.transport;
+  id.auth_type = auth;
+  id.credential_mode = credential_mode;
+  id.credential_version = credential_version;
+  if (endpoint.transport == TransportKind::kStdio) {
+    id.command = endpoint.command;
+    id.args = endpoint.args;
+    for (const auto& [name, value] : endpoint.env) id.env[name] = "";
+    if (!credential_env.empty()) id.env[credential_env] = "";
+  } else {
+    id.url = endpoint.url;
+    for (const auto& [name, value] : endpoint.headers) id.headers[name] = "";
+    if (auth == AuthType::kBearer) id.headers["Authorization"] = "";
+    if (auth == AuthType::kApiKey) id.headers[api_key_header] = "";
+  }
+  return id;
 }
 
 const ConnectionConfig* AgentConfig::find_connection(std::string_view id) const {

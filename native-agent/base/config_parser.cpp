@@ -36,8 +36,9 @@ Result<std::string> connection_id_for_name(std::string_view name) {
 }
 
 std::string ConnectionConfig::describe() const {
-  std::string out = id + " (" + transport_kind_name(transport) + " ";
-  out += transport == TransportKind::kHttp ? url_for_display(written_url) : command;
+  std::string out = id + " (" + transport_kind_name(endpoint.transport) + " ";
+  out +=
+      endpoint.transport == TransportKind::kHttp ? url_for_display(written_url) : endpoint.command;
   out += std::string(", auth ") + auth_type_name(auth) + ", " +
          credential_mode_name(credential_mode) + ")";
   return out;
@@ -76,21 +77,21 @@ Json AgentConfig::effective_config_json() const {
     Json j = Json::object();
     j["id"] = c.id;
     j["name"] = c.name;
-    j["transport"] = transport_kind_name(c.transport);
-    if (c.transport == TransportKind::kStdio) {
+    j["transport"] = transport_kind_name(c.endpoint.transport);
+    if (c.endpoint.transport == TransportKind::kStdio) {
       j["command"] = c.written_command;
       j["args"] = Json(c.written_args);
-      if (!c.cwd.empty()) j["cwd"] = c.cwd;
+      if (!c.endpoint.cwd.empty()) j["cwd"] = c.endpoint.cwd;
       Json env = Json::object();
-      for (const auto& [k, v] : c.env) env[k] = secret_json(v);
+      for (const auto& [k, v] : c.endpoint.env) env[k] = secret_json(v);
       j["env"] = env;
       if (!c.credential_env.empty()) j["credential_env"] = c.credential_env;
     } else {
       j["url"] = url_for_display(c.written_url);
       Json headers = Json::object();
-      for (const auto& [k, v] : c.headers) headers[k] = secret_json(v);
+      for (const auto& [k, v] : c.endpoint.headers) headers[k] = secret_json(v);
       j["headers"] = headers;
-      j["allow_private_addresses"] = c.allow_private_addresses;
+      j["allow_private_addresses"] = c.endpoint.allow_private_addresses;
       if (!c.api_key_header.empty()) j["api_key_header"] = c.api_key_header;
     }
     j["credential_mode"] = credential_mode_name(c.credential_mode);
@@ -303,23 +304,7 @@ void Parser::top_level_settings(const Json* q) {
 void Parser::identities() {
   for (Server& s : servers_) {
     ConnectionConfig& c = s.conn;
-    ConnectionIdentity& id = c.identity;
-    id.transport = c.transport;
-    id.auth_type = c.auth;
-    id.credential_mode = c.credential_mode;
-    id.credential_version = c.credential_version;
-    if (c.transport == TransportKind::kStdio) {
-      id.command = c.command;
-      id.args = c.args;
-      for (const auto& [name, value] : c.env) id.env[name] = "";
-      if (!c.credential_env.empty()) id.env[c.credential_env] = "";
-    } else {
-      id.url = c.url;
-      for (const auto& [name, value] : c.headers) id.headers[name] = "";
-      if (c.auth == AuthType::kBearer) id.headers["Authorization"] = "";
-      if (c.auth == AuthType::kApiKey) id.headers[c.api_key_header] = "";
-    }
-    Result<std::string> hash = config_hash(id);
+    Result<std::string> hash = config_hash(c.identity());
     if (!hash.ok()) {
       p_.error(s.path, hash.error().message);
       continue;

@@ -24,8 +24,8 @@ std::string redact(std::string_view text, const std::vector<Secret>& secrets) {
 
 std::vector<Secret> ConnectionConfig::secrets() const {
   std::vector<Secret> out;
-  for (const auto& [k, v] : env) out.push_back(v);
-  for (const auto& [k, v] : headers) out.push_back(v);
+  for (const auto& [k, v] : endpoint.env) out.push_back(v);
+  for (const auto& [k, v] : endpoint.headers) out.push_back(v);
   if (credential.has_value()) out.push_back(*credential);
   for (const auto& [k, v] : member_credentials) out.push_back(v);
   for (const Secret& v : url_substitutions) out.push_back(v);

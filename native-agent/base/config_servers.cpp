@@ -73,10 +73,10 @@ void Parser::server(const std::string& name, const Json& entry) {
   if (type.has_value()) {
     const std::string t = ascii_lower(*type);
     if (t == "stdio") {
-      s.conn.transport = TransportKind::kStdio;
+      s.conn.endpoint.transport = TransportKind::kStdio;
     } else if (t == "http" || t == "streamable-http" || t == "streamablehttp" ||
                t == "streamable_http") {
-      s.conn.transport = TransportKind::kHttp;
+      s.conn.endpoint.transport = TransportKind::kHttp;
     } else if (t == "sse") {
       p_.error(path + ".type",
                "the legacy HTTP+SSE transport is not supported; use streamable-http (or set "
@@ -90,9 +90,9 @@ void Parser::server(const std::string& name, const Json& entry) {
     p_.error(path, "has both `command` and `url`; set `type` or remove one");
     return;
   } else if (command.has_value()) {
-    s.conn.transport = TransportKind::kStdio;
+    s.conn.endpoint.transport = TransportKind::kStdio;
   } else if (url.has_value()) {
-    s.conn.transport = TransportKind::kHttp;
+    s.conn.endpoint.transport = TransportKind::kHttp;
   } else {
     if (json_field(entry, "command") == nullptr && json_field(entry, "url") == nullptr) {
       p_.error(path, "needs `command` (stdio) or `url` (Streamable HTTP)");
@@ -100,7 +100,7 @@ void Parser::server(const std::string& name, const Json& entry) {
     return;
   }
 
-  if (s.conn.transport == TransportKind::kStdio) {
+  if (s.conn.endpoint.transport == TransportKind::kStdio) {
     if (!command.has_value()) {
       if (json_field(entry, "command") == nullptr) p_.error(path, "type stdio needs `command`");
       return;
@@ -112,7 +112,7 @@ void Parser::server(const std::string& name, const Json& entry) {
     s.conn.written_command = *command;
     if (std::optional<std::string> c = expand_plain(*command, path + ".command")) {
       if (c->empty()) p_.error(path + ".command", "is empty");
-      s.conn.command = *c;
+      s.conn.endpoint.command = *c;
     }
     if (const Json* args = json_field(entry, "args")) {
       if (!args->is_array()) {
@@ -128,7 +128,7 @@ void Parser::server(const std::string& name, const Json& entry) {
           }
           s.conn.written_args.push_back(a.get<std::string>());
           if (std::optional<std::string> v = expand_plain(a.get<std::string>(), ap)) {
-            s.conn.args.push_back(*v);
+            s.conn.endpoint.args.push_back(*v);
           }
         }
       }
@@ -154,14 +154,14 @@ void Parser::server(const std::string& name, const Json& entry) {
               p_.error(ep, "the value contains NUL");
               continue;
             }
-            s.conn.env[k] = *sv;
+            s.conn.endpoint.env[k] = *sv;
           }
         }
       }
     }
     if (std::optional<std::string> cwd = string_field(entry, "cwd", path)) {
       if (std::optional<std::string> v = expand_plain(*cwd, path + ".cwd")) {
-        s.conn.cwd = join_path(src_.working_dir, *v);
+        s.conn.endpoint.cwd = join_path(src_.working_dir, *v);
       }
     }
   } else {
@@ -180,7 +180,7 @@ void Parser::server(const std::string& name, const Json& entry) {
     } else {
       Status st = check_http_url(u->value);
       if (!st.ok()) p_.error(path + ".url", st.error().message);
-      s.conn.url = u->value;
+      s.conn.endpoint.url = u->value;
       // Some upstreams take a token in the path: what was substituted is redacted like a secret.
       for (const std::string& ref : u->refs) {
         Secret value(env_.get(ref).value_or(""), "env:" + ref);
@@ -214,13 +214,13 @@ void Parser::server(const std::string& name, const Json& entry) {
               p_.error(hp, "the value contains a line break or NUL");
               continue;
             }
-            s.conn.headers[k] = *sv;
+            s.conn.endpoint.headers[k] = *sv;
           }
         }
         s.has_headers = !headers->empty();
       }
     }
-    s.conn.allow_private_addresses = cfg_.allow_private_upstreams;
+    s.conn.endpoint.allow_private_addresses = cfg_.allow_private_upstreams;
   }
   servers_.push_back(std::move(s));
 }
@@ -294,7 +294,7 @@ void Parser::connection(Server& server, const Json& settings, const std::string&
       return;
     }
   }
-  const bool http = c.transport == TransportKind::kHttp;
+  const bool http = c.endpoint.transport == TransportKind::kHttp;
   c.auth = http && server.has_headers ? AuthType::kHeaders : AuthType::kNone;
   const bool auth_given = json_field(settings, "auth") != nullptr;
   if (std::optional<std::string> auth = string_field(settings, "auth", path)) {
@@ -341,7 +341,7 @@ void Parser::connection(Server& server, const Json& settings, const std::string&
     if (!http) {
       p_.error(path + ".allow_private_addresses", "only for HTTP servers");
     } else {
-      c.allow_private_addresses = *b;
+      c.endpoint.allow_private_addresses = *b;
     }
   }
 
@@ -367,7 +367,7 @@ void Parser::connection(Server& server, const Json& settings, const std::string&
                  "credential_env");
         return;
       }
-      for (const auto& [name, value] : c.headers) {
+      for (const auto& [name, value] : c.endpoint.headers) {
         if (ascii_lower(name) == "authorization") {
           p_.error(server.path + ".headers." + name,
                    "conflicts with auth bearer, which sets Authorization");
@@ -379,7 +379,7 @@ void Parser::connection(Server& server, const Json& settings, const std::string&
         c.api_key_header = api_key_header.value_or(kDefaultApiKeyHeader);
         Status st = check_header_name(c.api_key_header);
         if (!st.ok()) p_.error(path + ".api_key_header", st.error().message);
-        for (const auto& [name, value] : c.headers) {
+        for (const auto& [name, value] : c.endpoint.headers) {
           if (ascii_lower(name) == ascii_lower(c.api_key_header)) {
             p_.error(server.path + ".headers." + name,
                      "conflicts with auth api_key, which sets this header");
@@ -394,7 +394,7 @@ void Parser::connection(Server& server, const Json& settings, const std::string&
         c.credential_env = *credential_env;
         Status st = check_env_name(c.credential_env);
         if (!st.ok()) p_.error(path + ".credential_env", st.error().message);
-        if (c.env.count(c.credential_env) > 0) {
+        if (c.endpoint.env.count(c.credential_env) > 0) {
           p_.error(server.path + ".env." + c.credential_env,
                    "conflicts with credential_env, which sets this variable");
         }

@@ -238,7 +238,7 @@ int cmd_status(const std::vector<std::string>& argv) {
     for (const ConnectionConfig& c : config->connections) {
       Json j = Json::object({{"id", c.id},
                              {"name", c.name},
-                             {"transport", transport_kind_name(c.transport)},
+                             {"transport", transport_kind_name(c.endpoint.transport)},
                              {"credential_mode", credential_mode_name(c.credential_mode)},
                              {"config_hash", c.config_hash}});
       Json principals = Json::array();

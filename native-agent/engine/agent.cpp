@@ -91,7 +91,7 @@ RandomSource urandom_source() {
   };
 }
 
-UpstreamSpec upstream_spec_for(const std::string& name, const ResolvedUpstream& upstream) {
+UpstreamSpec upstream_spec_for(const std::string& name, const UpstreamEndpoint& upstream) {
   if (upstream.transport == TransportKind::kHttp) {
     std::vector<UpstreamHeader> headers;
     for (const auto& [header, value] : upstream.headers) {
@@ -339,7 +339,7 @@ Result<Json> Agent::test_connection(const std::string& connection_id, const Prin
   Result<const ConnectionConfig*> found = s.connection(connection_id);
   if (!found.ok()) return found.error();
   if (Status st = check_principal(**found, principal); !st.ok()) return st.error();
-  Result<ResolvedUpstream> upstream = (*found)->upstream_for(principal);
+  Result<UpstreamEndpoint> upstream = (*found)->upstream_for(principal);
   if (!upstream.ok()) return upstream.error();
   UpstreamSpec spec = with_deadlines(
       upstream_spec_for(AgentContext::pool_name(connection_id, principal) + "#test", *upstream),

@@ -66,9 +66,9 @@ using RandomSource = std::function<Result<std::string>(std::size_t n)>;
 // The native host's source: /dev/urandom.
 RandomSource urandom_source();
 
-// The one place config's ResolvedUpstream becomes the upstream module's UpstreamSpec. `name` is
+// The one place config's UpstreamEndpoint becomes the upstream module's UpstreamSpec. `name` is
 // the log name of the pooled connection (never a secret).
-UpstreamSpec upstream_spec_for(const std::string& name, const ResolvedUpstream& upstream);
+UpstreamSpec upstream_spec_for(const std::string& name, const UpstreamEndpoint& upstream);
 
 struct AgentOptions {
   Clock now_ms = system_clock_ms();        // data timestamps (fetched_at, preferences)

@@ -19,7 +19,7 @@ Status Maintenance::sync_config() {
     r.config_hash = c.config_hash;
     r.credential_mode = c.credential_mode;
     r.name = c.name;
-    r.transport = transport_kind_name(c.transport);
+    r.transport = transport_kind_name(c.endpoint.transport);
     r.updated_at_ms = now;
     records.push_back(std::move(r));
   }

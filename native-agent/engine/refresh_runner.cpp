@@ -63,7 +63,7 @@ Result<RefreshReport> RefreshRunner::run(const std::string& cid, const Principal
   const ConnectionConfig& cfg = **found;
   if (Status st = check_principal(cfg, principal); !st.ok()) return st.error();
   if (Status st = validate_revalidation_reason(trigger); !st.ok()) return st.error();
-  Result<ResolvedUpstream> upstream = cfg.upstream_for(principal);
+  Result<UpstreamEndpoint> upstream = cfg.upstream_for(principal);
   if (!upstream.ok()) return upstream.error();
   Result<std::string> random = c.options.random(kLeaseTokenBytes);
   if (!random.ok()) return random.error();

@@ -319,8 +319,8 @@ class RedisConnection {
 };
 
 // HGETALL's flat [field, value, ...] as a map.
-std::map<std::string, std::string> field_map(const RespValue& reply) {
-  std::map<std::string, std::string> out;
+HashFields field_map(const RespValue& reply) {
+  HashFields out;
   const std::vector<RespValue>* e = reply.as_array();
   if (e == nullptr) return out;
   for (std::size_t i = 0; i + 1 < e->size(); i += 2) {
@@ -364,7 +364,7 @@ void append_meta_reads(std::vector<RedisCommand>& out, const std::string& manife
 }
 
 struct MetaFields {
-  std::map<std::string, std::string> fields;
+  HashFields fields;
   bool has_manifest = false;
   // No record: nothing stored, or only a mark left behind by data dropped since.
   bool empty() const {
@@ -396,8 +396,8 @@ Result<MetaFields> meta_reads_reply(const std::vector<RespValue>& replies, std::
 }
 
 Result<ManifestMeta> meta_from_fields(std::string_view cid, const Principal& principal,
-                                      const std::map<std::string, std::string>& f,
-                                      bool has_manifest, const std::string& key) {
+                                      const HashFields& f, bool has_manifest,
+                                      const std::string& key) {
   ManifestMeta m;
   m.connection_id = std::string(cid);
   m.principal = principal;
@@ -439,26 +439,6 @@ Result<ManifestMeta> meta_from_fields(std::string_view cid, const Principal& pri
     *out = at;
   }
   return m;
-}
-
-Result<ConnectionRecord> record_from_fields(std::string_view cid,
-                                            const std::map<std::string, std::string>& f) {
-  ConnectionRecord r;
-  r.id = std::string(cid);
-  auto text = [&](const char* name) {
-    auto it = f.find(name);
-    return it == f.end() ? std::string() : it->second;
-  };
-  r.config_hash = text(redis_field::kConfigHash);
-  r.credential_mode = credential_mode_from_string(text(redis_field::kCredentialMode));
-  r.name = text(redis_field::kName);
-  r.transport = text(redis_field::kTransport);
-  std::string updated = text(redis_field::kUpdatedAt);
-  if (!updated.empty() && !parse_i64(updated, &r.updated_at_ms)) {
-    return Error(ErrorCode::kInvalidReply,
-                 "connection record " + std::string(cid) + ": updated_at is not a number");
-  }
-  return r;
 }
 
 bool valid_stream_id(std::string_view id) {
@@ -596,7 +576,7 @@ struct RedisStore::Impl {
       bool ok = false;
       RevalidationRequest request;
       if (e->size() == 2 && (*e)[1].is_array()) {
-        std::map<std::string, std::string> f = field_map((*e)[1]);
+        HashFields f = field_map((*e)[1]);
         request.id = id;
         request.connection_id = f[redis_field::kCid];
         request.reason = f[redis_field::kReason];
@@ -792,7 +772,7 @@ Result<std::optional<ManifestMeta>> RedisStore::read_manifest_meta(std::string_v
   if (!r.ok()) return r.error();
   Result<MetaFields> read = meta_reads_reply(*r, 0);
   if (!read.ok()) return read.error();
-  std::map<std::string, std::string>& fields = read->fields;
+  HashFields& fields = read->fields;
   const bool has_manifest = read->has_manifest;
   if (read->empty()) return std::optional<ManifestMeta>();
   Result<ManifestMeta> meta = meta_from_fields(cid, principal, fields, has_manifest, *key);
@@ -808,7 +788,7 @@ Result<std::optional<StoredManifest>> RedisStore::read_manifest(std::string_view
   if (!mark.ok()) return mark.error();
   Result<std::vector<RespValue>> r = impl_->many({{"HGETALL", *key}, {"GET", *mark}}, "HGETALL");
   if (!r.ok()) return r.error();
-  std::map<std::string, std::string> fields = field_map((*r)[0]);
+  HashFields fields = field_map((*r)[0]);
   if (fields.empty()) return std::optional<StoredManifest>();
   if (std::optional<std::string_view> at = (*r)[1].as_string()) {
     fields[redis_field::kInvalidatedAt] = std::string(*at);
@@ -869,7 +849,7 @@ Result<ManifestPage> RedisStore::list_manifest_metas(std::string_view cursor, st
       page.unreadable.push_back(keys[i] + ": " + read.error().message);
       continue;
     }
-    std::map<std::string, std::string>& fields = read->fields;
+    HashFields& fields = read->fields;
     const bool has_manifest = read->has_manifest;
     if (read->empty()) continue;  // deleted since the SCAN
     Result<ManifestMeta> meta = meta_from_fields(parsed[i].connection_id, *parsed[i].principal,
@@ -917,7 +897,7 @@ Result<ConnectionSync> RedisStore::sync_connections(const std::vector<Connection
   ConnectionSync sync;
   for (std::size_t i = 0; i < ids.size(); ++i) {
     const std::string& id = ids[i];
-    std::map<std::string, std::string> fields = field_map((*stored)[i]);
+    HashFields fields = field_map((*stored)[i]);
     auto want = wanted.find(id);
     if (want == wanted.end()) {
       sync.removed.push_back(id);
@@ -926,16 +906,18 @@ Result<ConnectionSync> RedisStore::sync_connections(const std::vector<Connection
       continue;
     }
     const ConnectionRecord& r = *want->second;
-    Result<ConnectionRecord> current = record_from_fields(id, fields);
+    Result<std::optional<ConnectionRecord>> current = connection_record_from_fields(id, fields);
     bool exists = listed.count(id) != 0 && !fields.empty();
-    if (exists && current.ok() && current->same_config(r)) continue;
+    if (exists && current.ok() && (*current)->same_config(r)) continue;
     (exists ? sync.changed : sync.added).push_back(id);
     std::string conn = *keys.conn(id);
     writes.push_back({"DEL", conn});
-    writes.push_back({"HSET", conn, redis_field::kConfigHash, r.config_hash,
-                      redis_field::kCredentialMode, credential_mode_name(r.credential_mode),
-                      redis_field::kName, r.name, redis_field::kTransport, r.transport,
-                      redis_field::kUpdatedAt, std::to_string(r.updated_at_ms)});
+    RedisCommand hset = {"HSET", conn};
+    for (auto& [name, value] : connection_record_fields(r)) {
+      hset.push_back(name);
+      hset.push_back(std::move(value));
+    }
+    writes.push_back(std::move(hset));
     writes.push_back({"SADD", keys.conns(), id});
   }
   if (!writes.empty()) {
@@ -1003,11 +985,10 @@ Result<std::vector<ConnectionRecord>> RedisStore::list_connections() {
   if (!stored.ok()) return stored.error();
   std::vector<ConnectionRecord> out;
   for (std::size_t i = 0; i < ids.size(); ++i) {
-    std::map<std::string, std::string> fields = field_map((*stored)[i]);
-    if (fields.empty()) continue;
-    Result<ConnectionRecord> r = record_from_fields(ids[i], fields);
+    Result<std::optional<ConnectionRecord>> r =
+        connection_record_from_fields(ids[i], field_map((*stored)[i]));
     if (!r.ok()) return r.error();
-    out.push_back(std::move(r).value());
+    if (*r) out.push_back(std::move(**r));
   }
   return out;  // ids came from a std::set: sorted
 }
@@ -1030,11 +1011,7 @@ Result<std::optional<ConnectionRecord>> RedisStore::read_connection(std::string_
   if (!key.ok()) return key.error();
   Result<RespValue> r = impl_->one({"HGETALL", *key}, "HGETALL");
   if (!r.ok()) return r.error();
-  std::map<std::string, std::string> fields = field_map(*r);
-  if (fields.empty()) return std::optional<ConnectionRecord>();
-  Result<ConnectionRecord> record = record_from_fields(cid, fields);
-  if (!record.ok()) return record.error();
-  return std::optional<ConnectionRecord>(std::move(record).value());
+  return connection_record_from_fields(cid, field_map(*r));
 }
 
 Result<GrantSync> RedisStore::sync_grants(const GrantMap& grants) {

@@ -629,8 +629,9 @@ namespace {
 
 // The discovery core's SnapshotSource over the store's tables, each lookup a named statement. The
 // caller holds the mutex and one read transaction, so the snapshot is consistent (WAL: readers see
-// one commit, whatever writers do meanwhile). Rows come back as the Redis hashes hold them (same
-// field names and encodings), so the core classifies both stores' data with one code path.
+// one commit, whatever writers do meanwhile). Rows fill the core's ConnectionRecord and
+// ManifestEntry directly, the model the Redis readers decode hashes into, so the core classifies
+// both stores' data with one code path.
 class SqliteSnapshotSource final : public SnapshotSource {
  public:
   SqliteSnapshotSource(SqliteDb& impl, int64_t now) : impl_(impl), now_(now) {}
@@ -647,53 +648,43 @@ class SqliteSnapshotSource final : public SnapshotSource {
     }
   }
 
-  Result<std::optional<ConnectionInfo>> record(std::string_view cid) override {
+  Result<std::optional<ConnectionRecord>> record(std::string_view cid) override {
     Query q(impl_, "connection_select");
     q.text(":id", cid);
     Result<bool> row = q.step();
     if (!row.ok()) return row.error();
-    if (!*row) return std::optional<ConnectionInfo>();
-    HashFields fields;
-    fields[redis_field::kConfigHash] = q.text_at(1);
-    fields[redis_field::kCredentialMode] = q.text_at(2);
-    fields[redis_field::kName] = q.text_at(3);
-    fields[redis_field::kTransport] = q.text_at(4);
-    fields[redis_field::kUpdatedAt] = std::to_string(q.integer_at(5));
-    return connection_info_from_fields(fields);
+    if (!*row) return std::optional<ConnectionRecord>();
+    return std::optional<ConnectionRecord>(record_from_row(q));
   }
 
-  Result<HashFields> manifest(std::string_view cid, const Principal& principal) override {
+  Result<std::optional<ManifestEntry>> manifest(std::string_view cid,
+                                                const Principal& principal) override {
     Query q(impl_, "manifest_select");
     bind_key(q, cid, principal).integer(":now", now_);
     Result<bool> row = q.step();
     if (!row.ok()) return row.error();
-    HashFields f;
-    if (!*row) return f;
+    if (!*row) return std::optional<ManifestEntry>();
     // Columns of manifest_select: 0 cid, 1 principal, 2 has data, 3 etag, 4 config_hash, 5 fence,
     // 6 fetched_at, 7 fresh_until, 8 expires_at, 9 cache_scope, 10 truncated, 11 error_code,
     // 12 error_message, 13 error_at, 14 attempt_at, 15 invalidated_at, 16 manifest. NULL: the
-    // hash has no field.
-    auto text = [&](int col, const char* name) {
-      if (!q.is_null(col)) f[name] = q.text_at(col);
+    // store holds no such field.
+    ManifestEntry e;
+    auto time = [&](int col) {
+      return q.is_null(col) ? std::optional<int64_t>() : std::optional<int64_t>(q.integer_at(col));
     };
-    auto integer = [&](int col, const char* name) {
-      if (!q.is_null(col)) f[name] = std::to_string(q.integer_at(col));
-    };
-    text(16, redis_field::kManifest);
-    text(3, redis_field::kEtag);
-    text(4, redis_field::kConfigHash);
-    integer(5, redis_field::kFence);
-    integer(6, redis_field::kFetchedAt);
-    integer(7, redis_field::kFreshUntil);
-    integer(8, redis_field::kExpiresAt);
-    text(9, redis_field::kCacheScope);
-    integer(10, redis_field::kTruncated);
-    text(11, redis_field::kErrorCode);
-    text(12, redis_field::kErrorMessage);
-    integer(13, redis_field::kErrorAt);
-    integer(14, redis_field::kAttemptAt);
-    integer(15, redis_field::kInvalidatedAt);
-    return f;
+    e.text = q.text_at(16);
+    if (!q.is_null(3)) e.etag = q.text_at(3);
+    e.config_hash = q.text_at(4);
+    e.fetched_at_ms = time(6);
+    e.fresh_until_ms = time(7);
+    e.cache_scope = cache_scope_from_string(q.text_at(9));
+    e.truncated = q.integer_at(10) == 1;
+    e.error_code = q.text_at(11);
+    e.error_message = q.text_at(12);
+    e.error_at_ms = time(13);
+    e.attempt_at_ms = time(14);
+    e.invalidated_at_ms = time(15);
+    return std::optional<ManifestEntry>(std::move(e));
   }
 
   Result<DisabledOverlay> disabled(std::string_view cid, const Principal& principal) override {

@@ -12,16 +12,6 @@ Clock system_clock_ms() {
   };
 }
 
-bool ConnectionRecord::same_config(const ConnectionRecord& other) const {
-  return id == other.id && config_hash == other.config_hash &&
-         credential_mode == other.credential_mode && name == other.name &&
-         transport == other.transport;
-}
-
-bool ConnectionRecord::operator==(const ConnectionRecord& other) const {
-  return same_config(other) && updated_at_ms == other.updated_at_ms;
-}
-
 CacheEntryMeta cache_entry_meta(const ManifestMeta& meta) {
   CacheEntryMeta out;
   out.has_data = meta.has_data;

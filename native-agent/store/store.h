@@ -39,6 +39,7 @@
 #include <string_view>
 #include <vector>
 
+#include "shared/connection_record.h"
 #include "shared/discovery.h"
 #include "shared/freshness.h"
 #include "shared/identity.h"
@@ -55,20 +56,8 @@ Clock system_clock_ms();
 
 // ---- connection records ------------------------------------------------------------------------
 
-// The non-secret record of one configured connection (quiver:{ns}:conn:<cid>).
-struct ConnectionRecord {
-  std::string id;           // validate_connection_id
-  std::string config_hash;  // identity.h config_hash(); never empty
-  CredentialMode credential_mode = CredentialMode::kShared;  // kShared or kPerMember
-  std::string name;                                          // display name
-  std::string transport;                                     // "stdio" or "http"
-  int64_t updated_at_ms = 0;
-
-  // Equal apart from updated_at: what decides whether sync rewrites the record.
-  bool same_config(const ConnectionRecord& other) const;
-  bool operator==(const ConnectionRecord& other) const;
-  bool operator!=(const ConnectionRecord& other) const { return !(*this == other); }
-};
+// The non-secret record of one configured connection is the core's ConnectionRecord
+// (shared/connection_record.h).
 
 // What sync_connections changed (ids, sorted).
 struct ConnectionSync {

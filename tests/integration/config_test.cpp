@@ -90,11 +90,12 @@ TEST(ConfigTest, AClientConfigWorksUnchangedWithDefaults) {
   ASSERT_EQ(cfg.connections.size(), 2u);  // `old` is disabled
   const ConnectionConfig* fs = cfg.find_connection("filesystem");
   ASSERT_NE(fs, nullptr);
-  EXPECT_EQ(fs->transport, TransportKind::kStdio);
-  EXPECT_EQ(fs->command, "npx");
-  EXPECT_EQ(fs->args, (std::vector<std::string>{"-y", "@modelcontextprotocol/server-filesystem",
-                                                "/Users/u/Desktop"}));
-  EXPECT_EQ(fs->env.at("DEBUG").reveal(), "1");
+  EXPECT_EQ(fs->endpoint.transport, TransportKind::kStdio);
+  EXPECT_EQ(fs->endpoint.command, "npx");
+  EXPECT_EQ(fs->endpoint.args,
+            (std::vector<std::string>{"-y", "@modelcontextprotocol/server-filesystem",
+                                      "/Users/u/Desktop"}));
+  EXPECT_EQ(fs->endpoint.env.at("DEBUG").reveal(), "1");
   EXPECT_EQ(fs->auth, AuthType::kNone);
   EXPECT_EQ(fs->credential_mode, CredentialMode::kShared);
   EXPECT_TRUE(fs->auto_enable_new_capabilities);
@@ -102,10 +103,10 @@ TEST(ConfigTest, AClientConfigWorksUnchangedWithDefaults) {
 
   const ConnectionConfig* remote = cfg.find_connection_by_name("remote");
   ASSERT_NE(remote, nullptr);
-  EXPECT_EQ(remote->transport, TransportKind::kHttp);
-  EXPECT_EQ(remote->url, "https://mcp.example.com/mcp");
+  EXPECT_EQ(remote->endpoint.transport, TransportKind::kHttp);
+  EXPECT_EQ(remote->endpoint.url, "https://mcp.example.com/mcp");
   EXPECT_EQ(remote->auth, AuthType::kHeaders);  // an HTTP server with headers
-  EXPECT_FALSE(remote->allow_private_addresses);
+  EXPECT_FALSE(remote->endpoint.allow_private_addresses);
 
   // Defaults: README's table.
   EXPECT_EQ(cfg.ns, "default");
@@ -185,11 +186,11 @@ TEST(ConfigTest, TypeSpellingsAndInference) {
     "d": {"type": "stdio", "command": "srv"},
     "e": {"command": "srv", "url": "ignored-for-stdio", "type": "stdio"}}})");
   ASSERT_EQ(cfg.connections.size(), 5u);
-  EXPECT_EQ(cfg.find_connection("a")->transport, TransportKind::kHttp);
-  EXPECT_EQ(cfg.find_connection("b")->transport, TransportKind::kHttp);
-  EXPECT_EQ(cfg.find_connection("c")->transport, TransportKind::kHttp);
-  EXPECT_EQ(cfg.find_connection("d")->transport, TransportKind::kStdio);
-  EXPECT_EQ(cfg.find_connection("e")->transport, TransportKind::kStdio);
+  EXPECT_EQ(cfg.find_connection("a")->endpoint.transport, TransportKind::kHttp);
+  EXPECT_EQ(cfg.find_connection("b")->endpoint.transport, TransportKind::kHttp);
+  EXPECT_EQ(cfg.find_connection("c")->endpoint.transport, TransportKind::kHttp);
+  EXPECT_EQ(cfg.find_connection("d")->endpoint.transport, TransportKind::kStdio);
+  EXPECT_EQ(cfg.find_connection("e")->endpoint.transport, TransportKind::kStdio);
   EXPECT_TRUE(has_warning(cfg, "mcpServers.e.url: only for HTTP servers"));
 }
 
@@ -681,15 +682,17 @@ TEST(ConfigTest, ReferencesResolveFromTheEnvironment) {
       "quiver": {"data_dir": "state"}})");
   const ConnectionConfig* s = cfg.find_connection("s");
   ASSERT_NE(s, nullptr);
-  EXPECT_EQ(s->command, "/opt/bin/srv");
-  EXPECT_EQ(s->args, (std::vector<std::string>{"--x=/opt/bin", "fallback", "${LIT}"}));
+  EXPECT_EQ(s->endpoint.command, "/opt/bin/srv");
+  EXPECT_EQ(s->endpoint.args, (std::vector<std::string>{"--x=/opt/bin", "fallback", "${LIT}"}));
   EXPECT_EQ(s->written_command, "${BIN}/srv");
-  EXPECT_EQ(s->env.at("K").reveal(), "t0k3n");
-  EXPECT_EQ(s->env.at("K").source(), "env:TOKEN");
-  EXPECT_EQ(s->env.at("F").reveal(), "/srv/work/state/f.json");  // relative data_dir: working dir
-  EXPECT_EQ(s->cwd, "/srv/work/sub");
+  EXPECT_EQ(s->endpoint.env.at("K").reveal(), "t0k3n");
+  EXPECT_EQ(s->endpoint.env.at("K").source(), "env:TOKEN");
+  EXPECT_EQ(s->endpoint.env.at("F").reveal(),
+            "/srv/work/state/f.json");  // relative data_dir: working dir
+  EXPECT_EQ(s->endpoint.cwd, "/srv/work/sub");
   EXPECT_EQ(cfg.data_dir, "/srv/work/state");
-  EXPECT_EQ(cfg.find_connection("h")->headers.at("Authorization").reveal(), "Bearer t0k3n");
+  EXPECT_EQ(cfg.find_connection("h")->endpoint.headers.at("Authorization").reveal(),
+            "Bearer t0k3n");
 }
 
 TEST(ConfigTest, DataDirDefaultsFollowXdgThenHome) {
@@ -816,7 +819,7 @@ TEST(ConfigTest, TopLevelSettingsHaveEnvironmentOverrides) {
   EXPECT_EQ(plain.ns, "filens");
   ASSERT_TRUE(plain.redis.has_value());
   EXPECT_EQ(plain.redis->describe(), "redis://h:1/2");
-  EXPECT_FALSE(plain.find_connection("h")->allow_private_addresses);
+  EXPECT_FALSE(plain.find_connection("h")->endpoint.allow_private_addresses);
 
   in.env = {{"QUIVER_NAMESPACE", "envns"},
             {"QUIVER_REDIS_URL", "rediss://user:p%40ss@[::1]:6380/3"},
@@ -835,7 +838,7 @@ TEST(ConfigTest, TopLevelSettingsHaveEnvironmentOverrides) {
   EXPECT_EQ(cfg.listen.describe(), "0.0.0.0:9000");
   EXPECT_TRUE(has_warning(cfg, "QUIVER_LISTEN: not a loopback address"));
   EXPECT_TRUE(cfg.allow_private_upstreams);
-  EXPECT_TRUE(cfg.find_connection("h")->allow_private_addresses);
+  EXPECT_TRUE(cfg.find_connection("h")->endpoint.allow_private_addresses);
   EXPECT_EQ(cfg.env_overrides.size(), 4u);
 
   // Set and empty: the embedded default, whatever the file says.
@@ -958,7 +961,7 @@ TEST(ConfigTest, SecretsNeverAppearInDescribeOrTheEffectiveConfig) {
   SecretWorld w;
   AgentConfig cfg = parse_ok(w.in, w.config);
   ASSERT_EQ(cfg.connections.size(), 5u);
-  EXPECT_EQ(cfg.find_connection("z")->url, "https://z.example/s/PATHTOKEN-1212/mcp");
+  EXPECT_EQ(cfg.find_connection("z")->endpoint.url, "https://z.example/s/PATHTOKEN-1212/mcp");
   // Every secret was loaded (else the test would prove nothing).
   const std::string all = [&] {
     std::string s;
@@ -1130,7 +1133,7 @@ TEST(ConfigTest, GrantsPrincipalsAndCredentialsPlacement) {
   EXPECT_EQ(cfg.principal_for("alice", "nope").error().code, ErrorCode::kNotFound);
 
   // Credentials go where the auth type says, for the principal asked about.
-  Result<ResolvedUpstream> alice_gh = gh->upstream_for(*Principal::member("alice"));
+  Result<UpstreamEndpoint> alice_gh = gh->upstream_for(*Principal::member("alice"));
   ASSERT_TRUE(alice_gh.ok()) << alice_gh.error().message;
   EXPECT_EQ(alice_gh->headers.at("Authorization").reveal(), "Bearer alice-token");
   EXPECT_EQ(alice_gh->headers.at("X-Org").reveal(), "acme");
@@ -1146,7 +1149,7 @@ TEST(ConfigTest, GrantsPrincipalsAndCredentialsPlacement) {
             ErrorCode::kInvalidArgument);
 
   const ConnectionConfig* notes = cfg.find_connection("notes");
-  Result<ResolvedUpstream> bob_notes = notes->upstream_for(*Principal::member("bob"));
+  Result<UpstreamEndpoint> bob_notes = notes->upstream_for(*Principal::member("bob"));
   ASSERT_TRUE(bob_notes.ok());
   EXPECT_EQ(bob_notes->env.at("TOKEN").reveal(), "bob-file-key");  // trailing newline cut
   EXPECT_EQ(bob_notes->env.at("MODE").reveal(), "ro");
@@ -1202,20 +1205,20 @@ TEST(ConfigTest, QuickstartExampleLoads) {
   ASSERT_EQ(cfg.connections.size(), 3u);
   for (const ConnectionConfig& c : cfg.connections) {
     SCOPED_TRACE(c.id);
-    EXPECT_EQ(c.transport, TransportKind::kStdio);
-    EXPECT_EQ(c.command, "node");
-    ASSERT_FALSE(c.args.empty());
+    EXPECT_EQ(c.endpoint.transport, TransportKind::kStdio);
+    EXPECT_EQ(c.endpoint.command, "node");
+    ASSERT_FALSE(c.endpoint.args.empty());
     // The server script exists where scripts/setup.sh puts it.
     struct stat st {};
-    EXPECT_EQ(::stat(c.args[0].c_str(), &st), 0) << c.args[0];
+    EXPECT_EQ(::stat(c.endpoint.args[0].c_str(), &st), 0) << c.endpoint.args[0];
     EXPECT_EQ(c.principals().size(), 1u);
     EXPECT_EQ(cfg.principal_for("local", c.id)->str(), "shared");
   }
-  EXPECT_EQ(cfg.find_connection("memory")->env.at("MEMORY_FILE_PATH").reveal(),
+  EXPECT_EQ(cfg.find_connection("memory")->endpoint.env.at("MEMORY_FILE_PATH").reveal(),
             data_dir + "/memory.jsonl");
-  EXPECT_EQ(cfg.find_connection("filesystem")->args.back(), data_dir + "/files");
+  EXPECT_EQ(cfg.find_connection("filesystem")->endpoint.args.back(), data_dir + "/files");
   EXPECT_FALSE(cfg.find_connection("filesystem")->auto_enable_new_capabilities);
-  EXPECT_EQ(cfg.find_connection("everything")->args.back(), "stdio");
+  EXPECT_EQ(cfg.find_connection("everything")->endpoint.args.back(), "stdio");
   EXPECT_EQ(cfg.caller_token_signing_kid, "local-1");
   EXPECT_TRUE(cfg.warnings.empty()) << cfg.warnings[0];
 }

@@ -460,7 +460,8 @@ class WebhookRedisIntegration : public DiscoveryRedisIntegration {
     // The webhook's mark is a key of its own (schema/redis-keys.md), read with the manifest.
     RespValue mark = cmd({"GET", *keys_.invalidated(cid, *Principal::parse(principal))});
     if (mark.is_string()) fields[redis_field::kInvalidatedAt] = mark.str;
-    Result<std::optional<CacheEntryMeta>> meta = cache_entry_meta(fields);
+    Result<std::optional<CacheEntryMeta>> meta =
+        cache_entry_meta(manifest_entry_from_fields(fields));
     EXPECT_TRUE(meta.ok() && meta->has_value());
     return classify(**meta, FreshnessPolicy{}, "h-" + cid, now).state;
   }

@@ -177,10 +177,9 @@ TEST(SqliteStoreReads, SnapshotsFromManyThreadsWhileCommitsGoOn) {
     Result<DiscoverySnapshot> after = store.read_discovery(alice, SnapshotQuery{});
     ASSERT_TRUE(after.ok());
     ASSERT_EQ(after->connections.size(), 1u);
-    const auto& fields = after->connections[0].manifest;
-    auto etag = fields.find("etag");
-    ASSERT_NE(etag, fields.end());
-    EXPECT_EQ(etag->second, w.etag);
+    const std::optional<ManifestEntry>& entry = after->connections[0].manifest;
+    ASSERT_TRUE(entry && entry->etag);
+    EXPECT_EQ(*entry->etag, w.etag);
     last_seen = i;
   }
   done = true;

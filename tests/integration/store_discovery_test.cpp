@@ -129,25 +129,28 @@ TEST_F(StoreDiscovery, ASnapshotHoldsWhatTheCallerMaySee) {
     ASSERT_TRUE(a->record);
     EXPECT_EQ(a->record->config_hash, "hash-a");
     EXPECT_EQ(a->principal, Principal::shared());
-    EXPECT_EQ(a->manifest.at("etag"), "sha256-a");
-    EXPECT_EQ(a->manifest.at("cache_scope"), "public");
+    ASSERT_TRUE(a->manifest);
+    EXPECT_EQ(a->manifest->etag, "sha256-a");
+    EXPECT_EQ(a->manifest->cache_scope, CacheScope::kPublic);
     EXPECT_EQ(a->disabled, (DisabledOverlay{"prompt:p", "tool:x_a"}));
     EXPECT_FALSE(a->lease_held);
     const GrantedConnection* b = snap->find("b");
     ASSERT_NE(b, nullptr);
     EXPECT_EQ(b->principal, member("alice"));  // per-member: her own listing, never bob's
-    EXPECT_EQ(b->manifest.at("etag"), "sha256-b");
-    EXPECT_EQ(b->manifest.count("error_code"), 0u);
+    ASSERT_TRUE(b->manifest);
+    EXPECT_EQ(b->manifest->etag, "sha256-b");
+    EXPECT_EQ(b->manifest->error_code, "");
     EXPECT_TRUE(snap->find("c")->lease_held);
-    EXPECT_TRUE(snap->find("c")->manifest.empty());
+    EXPECT_FALSE(snap->find("c")->manifest.has_value());
     EXPECT_FALSE(snap->find("gone")->record.has_value());  // removed: never shown
 
     Result<DiscoverySnapshot> bob = store->read_discovery(member("bob"));
     ASSERT_TRUE(bob.ok());
     EXPECT_EQ(bob->granted_ids(), (std::vector<std::string>{"a", "b"}));
     EXPECT_EQ(bob->find("b")->principal, member("bob"));
-    EXPECT_EQ(bob->find("b")->manifest.at("error_code"), "UPSTREAM_UNAVAILABLE");
-    EXPECT_EQ(bob->find("b")->manifest.at("cache_scope"), "private");
+    ASSERT_TRUE(bob->find("b")->manifest);
+    EXPECT_EQ(bob->find("b")->manifest->error_code, "UPSTREAM_UNAVAILABLE");
+    EXPECT_EQ(bob->find("b")->manifest->cache_scope, CacheScope::kPrivate);
 
     Result<DiscoverySnapshot> carol = store->read_discovery(member("carol"));
     ASSERT_TRUE(carol.ok());

@@ -101,9 +101,10 @@ TEST(DiscoveryRedis, DecodesTheScriptReply) {
   EXPECT_EQ(docs.record->credential_mode, CredentialMode::kShared);
   EXPECT_EQ(docs.record->transport, "http");
   EXPECT_EQ(docs.principal, Principal::shared());
-  EXPECT_EQ(docs.manifest.at("fetched_at"), "1000");
+  ASSERT_TRUE(docs.manifest);
+  EXPECT_EQ(docs.manifest->fetched_at_ms, 1000);
   // The webhook's mark (its own key) is read with the manifest it marks.
-  EXPECT_EQ(docs.manifest.at("invalidated_at"), "900");
+  EXPECT_EQ(docs.manifest->invalidated_at_ms, 900);
   EXPECT_EQ(docs.disabled, (DisabledOverlay{"tool:b"}));
   EXPECT_FALSE(docs.lease_held);
   EXPECT_EQ(s->connections[1].principal, member_principal("alice"));

@@ -379,8 +379,8 @@ TEST(Discovery, AnEntryReadUnderAnotherPrincipalIsNeverServed) {
   MemoryStore store = one_connection(kMinute, "per_member");
   DiscoverySnapshot s = snapshot_of(store, "alice");
   s.connections[0].principal = member_principal("bob");
-  s.connections[0].manifest =
-      data_entry("h-c", kNow, kNow + kMinute, manifest_json({"bobs-private-tool"}));
+  s.connections[0].manifest = manifest_entry_from_fields(
+      data_entry("h-c", kNow, kNow + kMinute, manifest_json({"bobs-private-tool"})));
   RenderedDiscovery r = render_manifests(s, policy(), kNow);
   EXPECT_EQ(r.body.find("bobs-private-tool"), std::string::npos);
   EXPECT_NE(r.body.find("\"status\":\"error\""), std::string::npos);
@@ -395,7 +395,7 @@ TEST(Discovery, SharedPrincipalIsNotACaller) {
   MemoryStore store = one_connection(kMinute);
   EXPECT_EQ(read_snapshot(store, Principal::shared(), {}).error().code,
             ErrorCode::kInvalidArgument);
-  ConnectionInfo record;
+  ConnectionRecord record;
   record.credential_mode = CredentialMode::kShared;
   EXPECT_FALSE(applicable_principal(record, Principal::shared()).ok());
   EXPECT_EQ(applicable_principal(record, member_principal("a"))->str(), "shared");
@@ -724,10 +724,10 @@ TEST(Discovery, ReadSnapshotPassesStoreFailuresOn) {
 }
 
 TEST(Discovery, CacheEntryMetaReadsTheDocumentedFields) {
-  EXPECT_FALSE(cache_entry_meta({}).value().has_value());
+  EXPECT_FALSE(cache_entry_meta(manifest_entry_from_fields({})).value().has_value());
   HashFields f = data_entry("h", 1000, 61'000, "{}");
   f["cache_scope"] = "private";
-  std::optional<CacheEntryMeta> m = cache_entry_meta(f).value();
+  std::optional<CacheEntryMeta> m = cache_entry_meta(manifest_entry_from_fields(f)).value();
   ASSERT_TRUE(m.has_value());
   EXPECT_TRUE(m->has_data);
   EXPECT_EQ(m->fetched_at_ms, 1000);
@@ -746,14 +746,15 @@ TEST(Discovery, CacheEntryMetaReadsTheDocumentedFields) {
                                                         {"fresh_until", "999"}}) {
     HashFields bad = f;
     bad[name] = value;
-    EXPECT_EQ(cache_entry_meta(bad).error().code, ErrorCode::kInvalidArgument)
+    EXPECT_EQ(cache_entry_meta(manifest_entry_from_fields(bad)).error().code,
+              ErrorCode::kInvalidArgument)
         << name << "=" << value;
   }
   HashFields no_time = f;
   no_time.erase("fetched_at");
-  EXPECT_FALSE(cache_entry_meta(no_time).ok());
+  EXPECT_FALSE(cache_entry_meta(manifest_entry_from_fields(no_time)).ok());
   HashFields error_only{{"error_code", "TIMEOUT"}, {"error_at", "5"}};
-  m = cache_entry_meta(error_only).value();
+  m = cache_entry_meta(manifest_entry_from_fields(error_only)).value();
   EXPECT_FALSE(m->has_data);
   EXPECT_EQ(m->last_error->code, "TIMEOUT");
   EXPECT_EQ(m->last_error->at_ms, 5);

@@ -111,16 +111,19 @@ class MemoryStore : public SnapshotSource {
     auto it = grants.find(member.str());
     return it == grants.end() ? std::vector<std::string>{} : it->second;
   }
-  Result<std::optional<ConnectionInfo>> record(std::string_view cid) override {
+  // Records and manifests decode as the Redis readers decode them.
+  Result<std::optional<ConnectionRecord>> record(std::string_view cid) override {
     if (failure) return *failure;
     auto it = conns.find(std::string(cid));
-    if (it == conns.end()) return std::optional<ConnectionInfo>();
-    return connection_info_from_fields(it->second);
+    if (it == conns.end()) return std::optional<ConnectionRecord>();
+    return connection_record_for_discovery(cid, it->second);
   }
-  Result<HashFields> manifest(std::string_view cid, const Principal& principal) override {
+  Result<std::optional<ManifestEntry>> manifest(std::string_view cid,
+                                                const Principal& principal) override {
     if (failure) return *failure;
     auto it = manifests.find({std::string(cid), principal.str()});
-    return it == manifests.end() ? HashFields{} : it->second;
+    return it == manifests.end() ? std::optional<ManifestEntry>()
+                                 : manifest_entry_from_fields(it->second);
   }
   Result<DisabledOverlay> disabled(std::string_view cid, const Principal& principal) override {
     if (failure) return *failure;
