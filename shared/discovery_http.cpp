@@ -1,11 +1,13 @@
 #include "shared/discovery_http.h"
 
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <set>
 
 #include "shared/ascii.h"
+#include "shared/enum_names.h"
 #include "shared/json.h"
 #include "shared/utf8.h"
 #include "shared/webhook_signature.h"
@@ -75,29 +77,13 @@ std::optional<std::string_view> find_header(const HttpHeaders& headers, std::str
 }
 
 const char* http_error_name(HttpErrorCode code) {
-  switch (code) {
-    case HttpErrorCode::kUnauthenticated:
-      return "UNAUTHENTICATED";
-    case HttpErrorCode::kNotFound:
-      return "NOT_FOUND";
-    case HttpErrorCode::kMethodNotAllowed:
-      return "METHOD_NOT_ALLOWED";
-    case HttpErrorCode::kBadRequest:
-      return "BAD_REQUEST";
-    case HttpErrorCode::kPayloadTooLarge:
-      return "PAYLOAD_TOO_LARGE";
-    case HttpErrorCode::kUriTooLong:
-      return "URI_TOO_LONG";
-    case HttpErrorCode::kStoreUnavailable:
-      return "STORE_UNAVAILABLE";
-    case HttpErrorCode::kUpstreamUnavailable:
-      return "UPSTREAM_UNAVAILABLE";
-    case HttpErrorCode::kInternal:
-      return "INTERNAL";
-    case HttpErrorCode::kForbidden:
-      return "FORBIDDEN";
-  }
-  return "INTERNAL";
+  static constexpr const char* const kNames[] = {
+      "UNAUTHENTICATED",   "NOT_FOUND",    "METHOD_NOT_ALLOWED", "BAD_REQUEST",
+      "PAYLOAD_TOO_LARGE", "URI_TOO_LONG", "STORE_UNAVAILABLE",  "UPSTREAM_UNAVAILABLE",
+      "INTERNAL",          "FORBIDDEN"};
+  static_assert(std::size(kNames) == kHttpErrorCodeCount,
+                "one name per HttpErrorCode, in enum order");
+  return name_of(kNames, code, "INTERNAL");
 }
 
 int http_error_status(HttpErrorCode code) {

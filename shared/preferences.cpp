@@ -1,9 +1,12 @@
 #include "shared/preferences.h"
 
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <tuple>
 #include <utility>
+
+#include "shared/enum_names.h"
 
 namespace quiver {
 
@@ -23,6 +26,11 @@ const char* key_field(ListKind kind) {
   return "name";
 }
 
+constexpr const char* const kCapabilityTypeNames[] = {"tool", "resource", "resource_template",
+                                                      "prompt"};
+static_assert(std::size(kCapabilityTypeNames) == kCapabilityTypeCount,
+              "one name per CapabilityType, in enum order");
+
 bool row_less(const PreferenceRow& a, const PreferenceRow& b) {
   return std::tie(a.capability_type, a.capability_key) <
          std::tie(b.capability_type, b.capability_key);
@@ -31,25 +39,11 @@ bool row_less(const PreferenceRow& a, const PreferenceRow& b) {
 }  // namespace
 
 const char* capability_type_name(CapabilityType type) {
-  switch (type) {
-    case CapabilityType::kTool:
-      return "tool";
-    case CapabilityType::kResource:
-      return "resource";
-    case CapabilityType::kResourceTemplate:
-      return "resource_template";
-    case CapabilityType::kPrompt:
-      return "prompt";
-  }
-  return "tool";
+  return name_of(kCapabilityTypeNames, type, "tool");
 }
 
 std::optional<CapabilityType> parse_capability_type(std::string_view name) {
-  for (int i = 0; i < kCapabilityTypeCount; ++i) {
-    auto t = static_cast<CapabilityType>(i);
-    if (name == capability_type_name(t)) return t;
-  }
-  return std::nullopt;
+  return find_value<CapabilityType>(kCapabilityTypeNames, name);
 }
 
 CapabilityType capability_type_for(ListKind kind) { return static_cast<CapabilityType>(kind); }

@@ -8,6 +8,8 @@
 
 #include <hiredis/read.h>
 
+#include "shared/enum_names.h"
+
 namespace quiver {
 
 // --- RespValue ----------------------------------------------------------------------------------
@@ -177,21 +179,11 @@ bool operator==(const RespValue& a, const RespValue& b) {
 }
 
 const char* resp_type_name(RespValue::Type type) {
-  switch (type) {
-    case RespValue::Type::kNil:
-      return "nil";
-    case RespValue::Type::kSimpleString:
-      return "simple_string";
-    case RespValue::Type::kError:
-      return "error";
-    case RespValue::Type::kInteger:
-      return "integer";
-    case RespValue::Type::kBulkString:
-      return "bulk_string";
-    case RespValue::Type::kArray:
-      return "array";
-  }
-  return "unknown";
+  static constexpr const char* const kNames[] = {"nil",     "simple_string", "error",
+                                                 "integer", "bulk_string",   "array"};
+  static_assert(covers_enum(kNames, RespValue::Type::kArray),
+                "one name per RespValue::Type, in enum order");
+  return name_of(kNames, type, "unknown");
 }
 
 std::ostream& operator<<(std::ostream& os, const RespValue& v) { return os << v.debug_string(); }

@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 
 #include "shared/ascii.h"
+#include "shared/enum_names.h"
 #include "shared/numbers.h"
 
 namespace quiver {
@@ -196,25 +197,12 @@ Result<HttpUrl> parse_http_url(std::string_view url) {
 }
 
 const char* address_scope_name(AddressScope scope) {
-  switch (scope) {
-    case AddressScope::kPublic:
-      return "public";
-    case AddressScope::kUnspecified:
-      return "unspecified";
-    case AddressScope::kLoopback:
-      return "loopback";
-    case AddressScope::kPrivate:
-      return "private";
-    case AddressScope::kLinkLocal:
-      return "link-local";
-    case AddressScope::kUniqueLocal:
-      return "unique-local";
-    case AddressScope::kMulticast:
-      return "multicast";
-    case AddressScope::kReserved:
-      return "reserved";
-  }
-  return "unknown";
+  static constexpr const char* const kNames[] = {"public",    "unspecified", "loopback",
+                                                 "private",   "link-local",  "unique-local",
+                                                 "multicast", "reserved"};
+  static_assert(covers_enum(kNames, AddressScope::kReserved),
+                "one name per AddressScope, in enum order");
+  return name_of(kNames, scope, "unknown");
 }
 
 Result<AddressScope> classify_ip(std::string_view ip) {
