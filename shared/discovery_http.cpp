@@ -9,6 +9,7 @@
 #include "shared/ascii.h"
 #include "shared/enum_names.h"
 #include "shared/json.h"
+#include "shared/numbers.h"
 #include "shared/utf8.h"
 #include "shared/webhook_signature.h"
 
@@ -230,14 +231,10 @@ QueryParams parse_query_params(std::string_view text, std::initializer_list<cons
 }
 
 std::optional<std::size_t> parse_count_param(std::string_view s, std::size_t min, std::size_t max) {
-  if (s.empty() || s.size() > 6) return std::nullopt;
-  std::size_t v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return std::nullopt;
-    v = v * 10 + static_cast<std::size_t>(c - '0');
-  }
-  if (v < min || v > max) return std::nullopt;
-  return v;
+  if (s.size() > 6) return std::nullopt;
+  std::optional<uint64_t> v = parse_decimal_u64(s, max);
+  if (!v || *v < min) return std::nullopt;
+  return static_cast<std::size_t>(*v);
 }
 
 // ---- search ------------------------------------------------------------------------------------

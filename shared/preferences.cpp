@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "shared/enum_names.h"
+#include "shared/numbers.h"
 
 namespace quiver {
 
@@ -206,13 +207,10 @@ std::string preference_entry_value(const PreferenceRow& row) {
 namespace {
 
 bool parse_time(std::string_view text, int64_t* out) {
-  if (text.empty() || text.size() > 18) return false;
-  int64_t v = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9') return false;
-    v = v * 10 + (c - '0');
-  }
-  *out = v;
+  if (text.size() > 18) return false;
+  std::optional<uint64_t> v = parse_decimal_u64(text);
+  if (!v) return false;
+  *out = static_cast<int64_t>(*v);  // at most 18 digits: below 10^18
   return true;
 }
 

@@ -1,7 +1,6 @@
 #include "shared/resp.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cstring>
 #include <ostream>
 #include <utility>
@@ -9,6 +8,7 @@
 #include <hiredis/read.h>
 
 #include "shared/enum_names.h"
+#include "shared/numbers.h"
 
 namespace quiver {
 
@@ -56,23 +56,9 @@ std::optional<std::string_view> RespValue::as_string() const {
   return std::string_view(str);
 }
 
-namespace {
-
-// Exactly a base-10 int64: optional '-', digits, nothing else (no '+', no spaces).
-std::optional<int64_t> parse_int64(std::string_view s) {
-  if (s.empty() || s.front() == '+') return std::nullopt;
-  int64_t v = 0;
-  const char* end = s.data() + s.size();
-  auto [ptr, ec] = std::from_chars(s.data(), end, v);
-  if (ec != std::errc() || ptr != end) return std::nullopt;
-  return v;
-}
-
-}  // namespace
-
 std::optional<int64_t> RespValue::as_int() const {
   if (type == Type::kInteger) return integer;
-  if (is_string()) return parse_int64(str);
+  if (is_string()) return parse_decimal_i64(str);
   return std::nullopt;
 }
 
@@ -490,7 +476,7 @@ Result<std::optional<RespValue>> RespDecoder::next() {
       case REDIS_REPLY_STRING:
         if (eol < avail) {
           // The length line is complete (hiredis accepted it); the payload is still coming.
-          auto len = parse_int64(std::string_view(p, eol));
+          auto len = parse_decimal_i64(std::string_view(p, eol));
           if (len && *len >= 0 && static_cast<uint64_t>(*len) > d.limits.max_bulk_bytes) {
             return d.poison(Error(ErrorCode::kTooLarge,
                                   "RESP bulk string of " + std::to_string(*len) + " bytes in " +
