@@ -23,19 +23,7 @@ const std::string kRandom(16, '\x5a');
 
 // ---- canned Redis replies ----------------------------------------------------------------------
 
-using testing::A;
-using testing::encode_reply;
-using testing::I;
-using testing::S;
-
-RespValue flat(const std::vector<std::pair<std::string, std::string>>& fields) {
-  std::vector<RespValue> out;
-  for (const auto& [k, v] : fields) {
-    out.push_back(S(k));
-    out.push_back(S(v));
-  }
-  return A(std::move(out));
-}
+using namespace testing;  // tests/support/resp_values.h
 
 std::string manifest_json(const std::vector<std::string>& tools) {
   Json items = Json::array();
