@@ -30,7 +30,7 @@
 namespace quiver {
 namespace {
 
-using namespace testing;  // tests/support/resp_values.h
+using namespace testing;  // quiver::testing: tests/support/resp_values.h
 
 std::string g_out;
 int g_failures = 0;

@@ -25,43 +25,23 @@
 #include "tests/support/discovery_fixture.h"
 #include "tests/support/hiredis_run.h"
 #include "tests/support/loopback_socket.h"
-#include "tests/support/redis_server.h"
+#include "tests/support/redis_fixture.h"
 
 namespace quiver {
 namespace {
 
-using quiver::testing::add_failure;
-using quiver::testing::data_entry;
-using quiver::testing::manifest_json;
-using quiver::testing::member_principal;
-using quiver::testing::MemoryStore;
-using quiver::testing::RedisConnection;
-using quiver::testing::RedisServer;
-using quiver::testing::run_argv;
-
-constexpr int64_t kNow = 100'000'000;
-constexpr int64_t kMinute = 60'000;
+using namespace testing;  // quiver::testing: tests/support/ (fixture, Redis server)
 
 using RawSocket = testing::LoopbackSocket;
 
-class DiscoveryRedisIntegration : public ::testing::Test {
+class DiscoveryRedisIntegration : public RedisFixture {
  protected:
-  static void SetUpTestSuite() { server_ = new RedisServer(); }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-
   void SetUp() override {
-    ASSERT_TRUE(server_->ok()) << server_->error();
-    c_.reset(server_->connect());
-    ASSERT_NE(c_, nullptr);
-    run_argv(c_.get(), {"FLUSHALL"});
+    RedisFixture::SetUp();
+    if (HasFatalFailure()) return;
     // As an agent leaves a namespace it has synced (schema/redis-keys.md, `namespace`).
-    run_argv(c_.get(), {"SET", keys_.namespace_record(), "ready:1"});
+    cmd({"SET", keys_.namespace_record(), "ready:1"});
   }
-
-  RespValue cmd(const std::vector<std::string>& argv) { return run_argv(c_.get(), argv); }
 
   // Writes every key of `store` with hiredis, spelled by RedisKeys.
   void populate(const MemoryStore& store) {
@@ -124,12 +104,8 @@ class DiscoveryRedisIntegration : public ::testing::Test {
 
   int64_t xlen() { return cmd({"XLEN", keys_.revalidate_stream()}).integer; }
 
-  static RedisServer* server_;
-  RedisConnection c_;
   RedisKeys keys_ = *RedisKeys::create("itest");
 };
-
-RedisServer* DiscoveryRedisIntegration::server_ = nullptr;
 
 // Three members, three connections in mixed modes, manifests for every principal, grants
 // varying, plus disabled tools (shared and per member), a held lease, a removed connection and a

@@ -23,7 +23,7 @@ const std::string kRandom(16, '\x5a');
 
 // ---- canned Redis replies ----------------------------------------------------------------------
 
-using namespace testing;  // tests/support/resp_values.h
+using namespace testing;  // quiver::testing: tests/support/resp_values.h
 
 std::string manifest_json(const std::vector<std::string>& tools) {
   Json items = Json::array();

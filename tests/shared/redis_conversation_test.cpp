@@ -11,7 +11,7 @@
 namespace quiver {
 namespace {
 
-using namespace testing;  // tests/support/resp_values.h
+using namespace testing;  // quiver::testing: tests/support/resp_values.h
 
 RespValue E(std::string message) { return RespValue::error(std::move(message)); }
 

@@ -16,14 +16,19 @@ inline RespValue S(std::string s) { return RespValue::bulk_string(std::move(s));
 inline RespValue I(int64_t v) { return RespValue::integer_value(v); }
 inline RespValue A(std::vector<RespValue> e) { return RespValue::array(std::move(e)); }
 
-// A hash as HGETALL (and the scripts) answer it: field, value, field, value, ...
-inline RespValue flat(const std::vector<std::pair<std::string, std::string>>& fields) {
+// A hash as HGETALL (and the scripts) answer it: field, value, field, value, ... in the order of
+// `fields` (pairs of strings: a vector, or a map such as HashFields).
+template <typename Fields>
+RespValue flat(const Fields& fields) {
   std::vector<RespValue> out;
   for (const auto& [k, v] : fields) {
     out.push_back(S(k));
     out.push_back(S(v));
   }
   return A(std::move(out));
+}
+inline RespValue flat(const std::vector<std::pair<std::string, std::string>>& fields) {
+  return flat<std::vector<std::pair<std::string, std::string>>>(fields);
 }
 
 // RESP2 bytes of a reply value, as Redis would send them.
