@@ -13,24 +13,9 @@ namespace quiver {
 
 namespace {
 
-const char* key_field(ListKind kind) {
-  switch (kind) {
-    case ListKind::kTools:
-      return "name";
-    case ListKind::kResources:
-      return "uri";
-    case ListKind::kResourceTemplates:
-      return "uriTemplate";
-    case ListKind::kPrompts:
-      return "name";
-  }
-  return "name";
-}
-
 constexpr const char* const kCapabilityTypeNames[] = {"tool", "resource", "resource_template",
                                                       "prompt"};
-static_assert(std::size(kCapabilityTypeNames) == kCapabilityTypeCount,
-              "one name per CapabilityType, in enum order");
+static_assert(std::size(kCapabilityTypeNames) == kCapabilityTypeCount);
 
 bool row_less(const PreferenceRow& a, const PreferenceRow& b) {
   return std::tie(a.capability_type, a.capability_key) <
@@ -51,7 +36,7 @@ CapabilityType capability_type_for(ListKind kind) { return static_cast<Capabilit
 
 std::optional<std::string> capability_key(ListKind kind, const Json& item) {
   if (!item.is_object()) return std::nullopt;
-  std::optional<std::string> key = json_string(item, key_field(kind));
+  std::optional<std::string> key = json_string(item, list_key_field(kind));
   if (!key || key->empty() || key->size() > kMaxCapabilityKeyBytes) return std::nullopt;
   return key;
 }
