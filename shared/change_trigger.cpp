@@ -10,12 +10,10 @@ namespace quiver {
 namespace {
 
 constexpr const char* const kTriggerNames[] = {"list_changed", "webhook", "evidence", "config"};
-static_assert(covers_enum(kTriggerNames, ChangeTrigger::kConfig),
-              "one name per ChangeTrigger, in enum order");
+static_assert(covers_enum(kTriggerNames, ChangeTrigger::kConfig));
 
 constexpr const char* const kDecisionNames[] = {"none", "wait", "done", "dropped", "give_up"};
-static_assert(covers_enum(kDecisionNames, FollowupDecision::kGiveUp),
-              "one name per FollowupDecision, in enum order");
+static_assert(covers_enum(kDecisionNames, FollowupDecision::kGiveUp));
 
 // What a look at a follow-up means, one row per FollowupCheck (in enum order): whether the
 // change needs no more looking after (for the change looked at), and whether that is a dropped

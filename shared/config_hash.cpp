@@ -36,13 +36,11 @@ std::string url_without_password(std::string_view url) {
 }
 
 constexpr const char* const kTransportNames[] = {"unknown", "stdio", "http"};
-static_assert(covers_enum(kTransportNames, TransportKind::kHttp),
-              "one name per TransportKind, in enum order");
+static_assert(covers_enum(kTransportNames, TransportKind::kHttp));
 
 constexpr const char* const kAuthTypeNames[] = {"unknown", "none",    "bearer",
                                                 "api_key", "headers", "oauth"};
-static_assert(covers_enum(kAuthTypeNames, AuthType::kOAuth),
-              "one name per AuthType, in enum order");
+static_assert(covers_enum(kAuthTypeNames, AuthType::kOAuth));
 
 // Recipe version: changing what goes into the canonical form changes every hash (each cached
 // manifest misses once), so the version is part of the input and bumped with the recipe.

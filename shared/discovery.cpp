@@ -635,17 +635,14 @@ Result<DiscoverySnapshot> read_snapshot(SnapshotSource& source, const Principal&
 namespace {
 
 constexpr const char* const kEntryStatusNames[] = {"pending", "fresh", "stale", "expired", "error"};
-static_assert(covers_enum(kEntryStatusNames, EntryStatus::kError),
-              "one name per EntryStatus, in enum order");
+static_assert(covers_enum(kEntryStatusNames, EntryStatus::kError));
 
 constexpr const char* const kRevalidationOutcomeNames[] = {"queued", "already_queued",
                                                            "in_progress"};
-static_assert(covers_enum(kRevalidationOutcomeNames, RevalidationOutcome::kInProgress),
-              "one name per RevalidationOutcome, in enum order");
+static_assert(covers_enum(kRevalidationOutcomeNames, RevalidationOutcome::kInProgress));
 
 constexpr const char* const kViewNames[] = {"manifest", "mcp"};
-static_assert(covers_enum(kViewNames, DiscoveryView::kMcp),
-              "one name per DiscoveryView, in enum order");
+static_assert(covers_enum(kViewNames, DiscoveryView::kMcp));
 
 }  // namespace
 

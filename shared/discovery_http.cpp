@@ -82,8 +82,7 @@ const char* http_error_name(HttpErrorCode code) {
       "UNAUTHENTICATED",   "NOT_FOUND",    "METHOD_NOT_ALLOWED", "BAD_REQUEST",
       "PAYLOAD_TOO_LARGE", "URI_TOO_LONG", "STORE_UNAVAILABLE",  "UPSTREAM_UNAVAILABLE",
       "INTERNAL",          "FORBIDDEN"};
-  static_assert(std::size(kNames) == kHttpErrorCodeCount,
-                "one name per HttpErrorCode, in enum order");
+  static_assert(std::size(kNames) == kHttpErrorCodeCount);
   return name_of(kNames, code, "INTERNAL");
 }
 

@@ -45,11 +45,11 @@ constexpr Transition kTransitions[] = {
 
 constexpr const char* const kPhaseNames[] = {"deciding",  "reading_snapshot", "queueing", "webhook",
                                              "responded", "background",       "done"};
-static_assert(std::size(kPhaseNames) == kEdgePhaseCount, "one name per EdgePhase, in enum order");
+static_assert(std::size(kPhaseNames) == kEdgePhaseCount);
 constexpr const char* const kEventNames[] = {"read_snapshot",  "queue",        "send_webhook",
                                              "redis_answered", "store_failed", "respond",
                                              "background",     "nothing_left", "internal_error"};
-static_assert(std::size(kEventNames) == kEdgeEventCount, "one name per EdgeEvent, in enum order");
+static_assert(std::size(kEventNames) == kEdgeEventCount);
 
 }  // namespace
 

@@ -24,8 +24,7 @@ uint32_t get_u32(std::string_view in) {
 }
 
 constexpr const char* const kActionNames[] = {"respond", "redis", "read", "done"};
-static_assert(covers_enum(kActionNames, EdgeAction::kDone),
-              "one name per EdgeAction, in enum order");
+static_assert(covers_enum(kActionNames, EdgeAction::kDone));
 
 Json headers_json(const HttpHeaders& headers) {
   Json a = Json::array();

@@ -48,21 +48,17 @@ int64_t effective_ttl(const FreshnessPolicy& s, std::optional<int64_t> upstream_
 }
 
 constexpr const char* const kScopeNames[] = {"", "public", "private"};
-static_assert(covers_enum(kScopeNames, CacheScope::kPrivate),
-              "one name per CacheScope, in enum order");
+static_assert(covers_enum(kScopeNames, CacheScope::kPrivate));
 
 constexpr const char* const kFreshnessNames[] = {"miss", "fresh", "stale", "expired"};
-static_assert(covers_enum(kFreshnessNames, Freshness::kExpired),
-              "one name per Freshness, in enum order");
+static_assert(covers_enum(kFreshnessNames, Freshness::kExpired));
 
 constexpr const char* const kMissReasonNames[] = {"", "no_entry", "no_data", "config_changed"};
-static_assert(covers_enum(kMissReasonNames, MissReason::kConfigChanged),
-              "one name per MissReason, in enum order");
+static_assert(covers_enum(kMissReasonNames, MissReason::kConfigChanged));
 
 constexpr const char* const kRefreshReasonNames[] = {"none",  "backing_off", "ahead",
                                                      "stale", "expired",     "miss"};
-static_assert(covers_enum(kRefreshReasonNames, RefreshReason::kMiss),
-              "one name per RefreshReason, in enum order");
+static_assert(covers_enum(kRefreshReasonNames, RefreshReason::kMiss));
 
 // What each state means for the caller. Which state an entry is in is decided by the ordered
 // rules in `classify`; this table is everything that follows from the state.

@@ -152,8 +152,7 @@ Result<std::string> make_lease_token(std::string_view random_bytes) {
 const char* lease_outcome_name(LeaseOutcome outcome) {
   static constexpr const char* const kNames[] = {"ok", "lease_lost", "stale_fence",
                                                  "config_changed", "connection_removed"};
-  static_assert(covers_enum(kNames, LeaseOutcome::kConnectionRemoved),
-                "one name per LeaseOutcome, in enum order");
+  static_assert(covers_enum(kNames, LeaseOutcome::kConnectionRemoved));
   return name_of(kNames, outcome, "lease_lost");
 }
 

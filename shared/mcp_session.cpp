@@ -43,13 +43,11 @@ constexpr Transition kTransitions[] = {
 
 constexpr const char* const kStateNames[] = {"idle",    "discovering", "initializing",
                                              "listing", "ready",       "closed"};
-static_assert(std::size(kStateNames) == kSessionStateCount,
-              "one name per SessionState, in enum order");
+static_assert(std::size(kStateNames) == kSessionStateCount);
 constexpr const char* const kInputNames[] = {"start_discover", "start_initialize", "handshake_done",
                                              "listing_done",   "relist",           "fail",
                                              "close"};
-static_assert(std::size(kInputNames) == kSessionInputCount,
-              "one name per SessionInput, in enum order");
+static_assert(std::size(kInputNames) == kSessionInputCount);
 
 constexpr ListKind kAllKinds[] = {ListKind::kTools, ListKind::kResources,
                                   ListKind::kResourceTemplates, ListKind::kPrompts};

@@ -36,8 +36,7 @@ constexpr std::string_view kMemberIdExtra = "._@+-";
 constexpr std::string_view kNamespaceExtra = "._-";
 
 constexpr const char* const kCredentialModeNames[] = {"unknown", "shared", "per_member"};
-static_assert(covers_enum(kCredentialModeNames, CredentialMode::kPerMember),
-              "one name per CredentialMode, in enum order");
+static_assert(covers_enum(kCredentialModeNames, CredentialMode::kPerMember));
 
 }  // namespace
 

@@ -62,7 +62,7 @@ Error redis_auth_error(const RespValue& reply) {
 
 const char* redis_turn_name(RedisTurn turn) {
   static constexpr const char* const kNames[] = {"read", "write", "done", "failed"};
-  static_assert(covers_enum(kNames, RedisTurn::kFailed), "one name per RedisTurn, in enum order");
+  static_assert(covers_enum(kNames, RedisTurn::kFailed));
   return name_of(kNames, turn, "failed");
 }
 

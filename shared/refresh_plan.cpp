@@ -14,8 +14,7 @@ namespace {
 const char* outcome_word(RefreshOutcome outcome) {
   static constexpr const char* const kNames[] = {"unknown",     "committed",  "partial", "failed",
                                                  "in_progress", "up_to_date", "refused"};
-  static_assert(covers_enum(kNames, RefreshOutcome::kRefused),
-                "one name per RefreshOutcome, in enum order");
+  static_assert(covers_enum(kNames, RefreshOutcome::kRefused));
   return name_of(kNames, outcome, "unknown");
 }
 

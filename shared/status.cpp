@@ -23,8 +23,7 @@ constexpr const char* const kNames[] = {"UNKNOWN",
                                         "UNAUTHENTICATED",
                                         "INTERNAL",
                                         "STORE_NOT_READY"};
-static_assert(covers_enum(kNames, ErrorCode::kStoreNotReady),
-              "one name per ErrorCode, in enum order");
+static_assert(covers_enum(kNames, ErrorCode::kStoreNotReady));
 
 }  // namespace
 

@@ -13,7 +13,7 @@ namespace quiver {
 
 const char* log_level_name(LogLevel level) {
   static constexpr const char* const kNames[] = {"DEBUG", "INFO", "WARN", "ERROR"};
-  static_assert(covers_enum(kNames, LogLevel::kError), "one name per LogLevel, in enum order");
+  static_assert(covers_enum(kNames, LogLevel::kError));
   return name_of(kNames, level, "INFO");
 }
 

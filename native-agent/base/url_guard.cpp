@@ -200,8 +200,7 @@ const char* address_scope_name(AddressScope scope) {
   static constexpr const char* const kNames[] = {"public",    "unspecified", "loopback",
                                                  "private",   "link-local",  "unique-local",
                                                  "multicast", "reserved"};
-  static_assert(covers_enum(kNames, AddressScope::kReserved),
-                "one name per AddressScope, in enum order");
+  static_assert(covers_enum(kNames, AddressScope::kReserved));
   return name_of(kNames, scope, "unknown");
 }
 
