@@ -3,20 +3,16 @@
 #include <iterator>
 
 #include "shared/enum_names.h"
+#include "shared/state_table.h"
 
 namespace quiver {
 
 namespace {
 
-struct Transition {
-  EdgePhase from;
-  EdgeEvent event;
-  EdgePhase to;
-};
-
+// The state table: every legal (phase, event) → phase. Anything else is refused.
 using P = EdgePhase;
 using E = EdgeEvent;
-constexpr Transition kTransitions[] = {
+constexpr Transition<P, E> kTransitions[] = {
     {P::kDeciding, E::kReadSnapshot, P::kReadingSnapshot},
     {P::kDeciding, E::kQueue, P::kQueueing},
     {P::kDeciding, E::kSendWebhook, P::kWebhook},
@@ -58,10 +54,7 @@ const char* edge_phase_name(EdgePhase phase) { return name_of(kPhaseNames, phase
 const char* edge_event_name(EdgeEvent event) { return name_of(kEventNames, event, "?"); }
 
 std::optional<EdgePhase> edge_transition(EdgePhase from, EdgeEvent event) {
-  for (const Transition& t : kTransitions) {
-    if (t.from == from && t.event == event) return t.to;
-  }
-  return std::nullopt;
+  return next_state(kTransitions, from, event);
 }
 
 bool edge_waits_on_redis(EdgePhase phase) {

@@ -6,21 +6,16 @@
 #include <utility>
 
 #include "shared/enum_names.h"
+#include "shared/state_table.h"
 #include "shared/utf8.h"
 
 namespace quiver {
 namespace {
 
 // The state table: every legal (state, input) → state. Anything else is refused.
-struct Transition {
-  SessionState from;
-  SessionInput input;
-  SessionState to;
-};
-
 using S = SessionState;
 using I = SessionInput;
-constexpr Transition kTransitions[] = {
+constexpr Transition<S, I> kTransitions[] = {
     {S::kIdle, I::kStartDiscover, S::kDiscovering},
     {S::kIdle, I::kStartInitialize, S::kInitializing},
     {S::kDiscovering, I::kStartInitialize, S::kInitializing},  // legacy server: fall back
@@ -230,10 +225,7 @@ const char* session_input_name(SessionInput input) {
 }
 
 std::optional<SessionState> session_transition(SessionState from, SessionInput input) {
-  for (const auto& t : kTransitions) {
-    if (t.from == from && t.input == input) return t.to;
-  }
-  return std::nullopt;
+  return next_state(kTransitions, from, input);
 }
 
 bool should_evict_and_retry(const Error& error) {
