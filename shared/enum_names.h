@@ -13,7 +13,7 @@ namespace quiver {
 
 // Whether `names` has exactly one name per value 0 .. `last`.
 template <typename E, std::size_t N>
-constexpr bool covers_enum(const char* const (&names)[N], E last) {
+constexpr bool covers_enum(const char* const (&)[N], E last) {
   return static_cast<std::size_t>(last) + 1 == N;
 }
 
