@@ -17,38 +17,19 @@ namespace quiver {
 RespValue RespValue::nil() { return RespValue(); }
 
 RespValue RespValue::simple_string(std::string s) {
-  RespValue v;
-  v.type = Type::kSimpleString;
-  v.str = std::move(s);
-  return v;
+  return {Type::kSimpleString, std::move(s), 0, {}};
 }
 
 RespValue RespValue::error(std::string message) {
-  RespValue v;
-  v.type = Type::kError;
-  v.str = std::move(message);
-  return v;
+  return {Type::kError, std::move(message), 0, {}};
 }
 
-RespValue RespValue::integer_value(int64_t i) {
-  RespValue v;
-  v.type = Type::kInteger;
-  v.integer = i;
-  return v;
-}
+RespValue RespValue::integer_value(int64_t i) { return {Type::kInteger, {}, i, {}}; }
 
-RespValue RespValue::bulk_string(std::string s) {
-  RespValue v;
-  v.type = Type::kBulkString;
-  v.str = std::move(s);
-  return v;
-}
+RespValue RespValue::bulk_string(std::string s) { return {Type::kBulkString, std::move(s), 0, {}}; }
 
 RespValue RespValue::array(std::vector<RespValue> elements) {
-  RespValue v;
-  v.type = Type::kArray;
-  v.elements = std::move(elements);
-  return v;
+  return {Type::kArray, {}, 0, std::move(elements)};
 }
 
 std::optional<std::string_view> RespValue::as_string() const {
