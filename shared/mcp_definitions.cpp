@@ -39,6 +39,16 @@ Error missing(const char* key, bool non_empty) {
                             " or not a string");
 }
 
+// What every definition writes alike: its unknown fields, "name", "title" and "description".
+template <typename D>
+Json named_json(const D& d) {
+  Json j = base(d.extra);
+  j["name"] = d.name;
+  put(j, "title", d.title);
+  put(j, "description", d.description);
+  return j;
+}
+
 // A prompt argument, tolerated like a definition: without a string name it is dropped, a
 // wrong-typed optional field is dropped and reported with the argument's position.
 Result<PromptArgument> prompt_argument_from_json(const Json& item, std::size_t index,
@@ -90,10 +100,7 @@ Result<Tool> tool_from_json(const Json& item, std::vector<std::string>* problems
 }
 
 Json to_json(const Tool& t) {
-  Json j = base(t.extra);
-  j["name"] = t.name;
-  put(j, "title", t.title);
-  put(j, "description", t.description);
+  Json j = named_json(t);
   j["inputSchema"] = t.input_schema;
   put(j, "outputSchema", t.output_schema);
   put(j, "annotations", t.annotations);
@@ -136,11 +143,8 @@ Result<R> resource_like_from_json(const Json& item, const char* key_field, std::
 
 template <typename R>
 Json resource_like_to_json(const R& r, const char* key_field, const std::string& key) {
-  Json j = base(r.extra);
+  Json j = named_json(r);
   j[key_field] = key;
-  j["name"] = r.name;
-  put(j, "title", r.title);
-  put(j, "description", r.description);
   put(j, "mimeType", r.mime_type);
   if constexpr (kSized<R>) {
     if (r.size) j["size"] = *r.size;
@@ -195,19 +199,13 @@ Result<Prompt> prompt_from_json(const Json& item, std::vector<std::string>* prob
 }
 
 Json to_json(const PromptArgument& a) {
-  Json j = base(a.extra);
-  j["name"] = a.name;
-  put(j, "title", a.title);
-  put(j, "description", a.description);
+  Json j = named_json(a);
   if (a.required) j["required"] = *a.required;
   return j;
 }
 
 Json to_json(const Prompt& p) {
-  Json j = base(p.extra);
-  j["name"] = p.name;
-  put(j, "title", p.title);
-  put(j, "description", p.description);
+  Json j = named_json(p);
   if (p.arguments) {
     Json args = Json::array();
     for (const PromptArgument& a : *p.arguments) args.push_back(to_json(a));
