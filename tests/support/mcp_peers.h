@@ -115,6 +115,18 @@ inline Json read_stats(const std::string& path) {
   return parsed.ok() ? *parsed : Json();
 }
 
+// Whether something accepts TCP connections on 127.0.0.1:`port`.
+inline bool loopback_port_open(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  bool up = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  ::close(fd);
+  return up;
+}
+
 // The direct children of `parent`, from /proc.
 inline std::vector<pid_t> children_of(pid_t parent) {
   std::vector<pid_t> out;
@@ -161,10 +173,10 @@ class HttpPeer {
             [&] {
               child_->drain_stderr();
               (void)child_->read_stdout();
-              return port_open(port) || !child_->running();
+              return loopback_port_open(port) || !child_->running();
             },
             15000) ||
-        !port_open(port)) {
+        !loopback_port_open(port)) {
       error_ =
           "the peer did not listen on port " + std::to_string(port) + ": " + child_->stderr_tail();
     }
@@ -181,17 +193,6 @@ class HttpPeer {
     kill_child_groups(child_->pid());
     (void)child_->terminate(0);
     child_.reset();
-  }
-
-  static bool port_open(int port) {
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    bool up = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-    ::close(fd);
-    return up;
   }
 
  private:
