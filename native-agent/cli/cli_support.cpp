@@ -172,11 +172,8 @@ std::optional<AgentConfig> load_cli_config(const char* command, const CliArgs& a
 
 std::unique_ptr<Agent> create_cli_agent(const char* command, const AgentConfig& config,
                                         int* exit_code) {
-  AgentOptions options;
+  AgentOptions options = AgentOptions::on_demand();
   options.log_level = LogLevel::kWarn;
-  options.watch_upstreams = false;
-  options.run_revalidation_workers = false;
-  options.run_maintenance = false;
   Result<std::unique_ptr<Agent>> created = Agent::create(config, options);
   if (!created.ok()) {
     *exit_code = cli_fail(command, created.error().message, store_exit_code(created.error()));

@@ -204,10 +204,7 @@ class HostileApiTest : public ::testing::Test {
     sources.working_dir = dir_.root();
     Result<AgentConfig> config = parse_config(sources);
     ASSERT_TRUE(config.ok()) << config.error().message;
-    AgentOptions options;
-    options.watch_upstreams = false;
-    options.run_revalidation_workers = false;
-    options.run_maintenance = false;
+    AgentOptions options = AgentOptions::on_demand();
     options.log_sink = [](const std::string&) {};
     Result<std::unique_ptr<Agent>> agent = Agent::create(*config, options);
     ASSERT_TRUE(agent.ok()) << agent.error().message;

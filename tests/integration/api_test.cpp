@@ -172,10 +172,7 @@ class ApiTest : public ::testing::TestWithParam<Backend> {
     Result<AgentConfig> config = parse_config(sources);
     ASSERT_TRUE(config.ok()) << config.error().message;
 
-    AgentOptions options;
-    options.watch_upstreams = false;
-    options.run_revalidation_workers = false;
-    options.run_maintenance = false;
+    AgentOptions options = AgentOptions::on_demand();
     options.log_sink = [this](const std::string& line) {
       std::lock_guard<std::mutex> lock(log_mu_);
       log_ += line + "\n";
