@@ -38,9 +38,7 @@
 namespace quiver {
 namespace {
 
-using testing::TempDir;
-using testing::test_upstream_js;
-using testing::wait_until;
+using namespace testing;  // quiver::testing: tests/support/
 
 constexpr char kTokenKey[] = "test-caller-token-key-0123456789abcdef";
 constexpr char kWebhookSecret[] = "test-webhook-secret-0123456789";

@@ -1044,30 +1044,31 @@ void stop_serve(Served& s) {
   EXPECT_EQ(serve.stderr_tail().find(kTokenKey), std::string::npos);
 }
 
-Json serve_config(const std::string& key_file, Json servers) {
-  return {{"mcpServers", std::move(servers)},
-          {"quiver",
-           {{"members", {"local"}},
-            {"grants", {{"*", {"*"}}}},
-            {"caller_token_keys", {{"local-1", {{"file", key_file}}}}}}}};
-}
-
 void write_file(const std::string& path, const std::string& text) {
   std::remove(path.c_str());
   testing::append_line(path, text);
 }
 
+// Writes the caller-token key and a configuration serving `servers` (member `local`, granted
+// everything) into `dir`; returns the configuration's path. Written again, it replaces both.
+std::string write_serve_config(const TempDir& dir, Json servers) {
+  const std::string key_file = dir.path("caller-token.key");
+  write_file(key_file, kTokenKey);
+  const std::string config_file = dir.path("quiver.json");
+  const Json config = {{"mcpServers", std::move(servers)},
+                       {"quiver",
+                        {{"members", {"local"}},
+                         {"grants", {{"*", {"*"}}}},
+                         {"caller_token_keys", {{"local-1", {{"file", key_file}}}}}}}};
+  write_file(config_file, config.dump());
+  return config_file;
+}
+
 TEST(ApiServe, PrintsACurlLineThatShowsManifestsAndStopsOnSigterm) {
   TempDir dir;
-  const std::string key_file = dir.path("caller-token.key");
-  testing::append_line(key_file, kTokenKey);
-  const std::string config_file = dir.path("quiver.json");
-  write_file(config_file,
-             serve_config(key_file,
-                          {{"everything",
-                            {{"command", "node"}, {"args", {testing::everything_js(), "stdio"}}}},
-                           {"t", test_upstream({"--tools", "2"})}})
-                 .dump());
+  const std::string config_file = write_serve_config(
+      dir, {{"everything", {{"command", "node"}, {"args", {testing::everything_js(), "stdio"}}}},
+            {"t", test_upstream({"--tools", "2"})}});
   Served s;
   ASSERT_NO_FATAL_FAILURE(start_serve(dir, config_file, &s));
   EXPECT_NE(s.out.find("2 of 2 connection(s) listed"), std::string::npos) << s.out;
@@ -1091,10 +1092,7 @@ TEST(ApiServe, PrintsACurlLineThatShowsManifestsAndStopsOnSigterm) {
 // one. (A terminal gets the curl line with the token; --print-token forces it, see start_serve.)
 TEST(ApiServe, PrintsNoTokenWhenStdoutIsNotATerminal) {
   TempDir dir;
-  const std::string key_file = dir.path("caller-token.key");
-  testing::append_line(key_file, kTokenKey);
-  const std::string config_file = dir.path("quiver.json");
-  write_file(config_file, serve_config(key_file, {{"t", test_upstream({"--tools", "2"})}}).dump());
+  const std::string config_file = write_serve_config(dir, {{"t", test_upstream({"--tools", "2"})}});
   ChildSpec spec(testing::quiver_agent_binary(),
                  {"serve", "--config", config_file, "--listen", "127.0.0.1:0"},
                  {{"QUIVER_DATA_DIR", dir.path("data")}, {"SECRET", kUpstreamSecret}});
@@ -1123,10 +1121,7 @@ TEST(ApiServe, PrintsNoTokenWhenStdoutIsNotATerminal) {
 
 TEST(ApiServe, SighupReloadsTheConfigurationAndRefusesABadOne) {
   TempDir dir;
-  const std::string key_file = dir.path("caller-token.key");
-  testing::append_line(key_file, kTokenKey);
-  const std::string config_file = dir.path("quiver.json");
-  write_file(config_file, serve_config(key_file, {{"t", test_upstream({"--tools", "2"})}}).dump());
+  const std::string config_file = write_serve_config(dir, {{"t", test_upstream({"--tools", "2"})}});
   Served s;
   ASSERT_NO_FATAL_FAILURE(start_serve(dir, config_file, &s));
   ChildProcess& serve = *s.child;
@@ -1145,9 +1140,8 @@ TEST(ApiServe, SighupReloadsTheConfigurationAndRefusesABadOne) {
   EXPECT_EQ(ids(), (std::vector<std::string>{"t"}));
 
   // A new connection: served on the same address once reloaded, and listed.
-  write_file(config_file, serve_config(key_file, {{"t", test_upstream({"--tools", "2"})},
-                                                  {"u", test_upstream({"--tools", "3"})}})
-                              .dump());
+  write_serve_config(
+      dir, {{"t", test_upstream({"--tools", "2"})}, {"u", test_upstream({"--tools", "3"})}});
   ASSERT_EQ(::kill(serve.pid(), SIGHUP), 0);
   EXPECT_TRUE(wait_until(
       [&] {
