@@ -230,6 +230,20 @@ class ApiTest : public ::testing::TestWithParam<Backend> {
     return {{"Authorization", "Bearer " + token(member_id)}};
   }
 
+  // The revalidation queue holds one request, for `t`, queued for `reason`.
+  void expect_one_queued_for_t(const std::string& reason) {
+    Result<RevalidationBatch> queued = agent_->store().read_revalidations("api-test", 10, 0);
+    ASSERT_TRUE(queued.ok());
+    ASSERT_EQ(queued->requests.size(), 1u);
+    EXPECT_EQ(queued->requests[0].connection_id, "t");
+    EXPECT_EQ(queued->requests[0].reason, reason);
+  }
+
+  httplib::Result post_webhook(const std::string& payload, const std::string& signature) {
+    return client_->Post("/v1/webhooks/refresh", {{kWebhookSignatureHeader, signature}}, payload,
+                         "application/json");
+  }
+
   std::vector<std::string> visible_tools(const std::string& member_id, const std::string& cid) {
     std::vector<std::string> names;
     auto r = client_->Get("/v1/manifests", bearer(member_id));
@@ -448,11 +462,7 @@ TEST_P(ApiTest, RefreshToolsIsQueuedOrInProgressWhileALeaseIsHeld) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 202) << r->body;
   EXPECT_EQ(body_of(r)["status"], "queued");
-  Result<RevalidationBatch> queued = agent_->store().read_revalidations("api-test", 10, 0);
-  ASSERT_TRUE(queued.ok());
-  ASSERT_EQ(queued->requests.size(), 1u);
-  EXPECT_EQ(queued->requests[0].connection_id, "t");
-  EXPECT_EQ(queued->requests[0].reason, "manual");
+  ASSERT_NO_FATAL_FAILURE(expect_one_queued_for_t("manual"));
 
   // Another worker is listing it: the answer says so, and nothing more is queued.
   Result<AcquireResult> held =
@@ -472,11 +482,7 @@ TEST_P(ApiTest, EvidenceOfAnUnknownToolQueuesARefresh) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 202) << r->body;
   EXPECT_EQ(body_of(r)["status"], "queued");
-  Result<RevalidationBatch> queued = agent_->store().read_revalidations("api-test", 10, 0);
-  ASSERT_TRUE(queued.ok());
-  ASSERT_EQ(queued->requests.size(), 1u);
-  EXPECT_EQ(queued->requests[0].connection_id, "t");
-  EXPECT_EQ(queued->requests[0].reason, "evidence");
+  ASSERT_NO_FATAL_FAILURE(expect_one_queued_for_t("evidence"));
 
   for (const char* bad : {R"({"kind":"unknown_tool"})", R"({"kind":"guess","name":"x"})",
                           R"({"kind":"unknown_tool","name":""})", "not json", "[]"}) {
@@ -494,10 +500,7 @@ TEST_P(ApiTest, EvidenceOfAnUnknownToolQueuesARefresh) {
 TEST_P(ApiTest, WebhooksNeedAFreshUnusedSignature) {
   const std::string payload = R"({"connection_id":"t","reason":"deploy"})";
   const int64_t now = system_clock_ms()();
-  auto post = [&](const std::string& signature) {
-    return client_->Post("/v1/webhooks/refresh", {{kWebhookSignatureHeader, signature}}, payload,
-                         "application/json");
-  };
+  auto post = [&](const std::string& signature) { return post_webhook(payload, signature); };
   const std::string good = *sign_webhook(kWebhookSecret, ns(), payload, now);
   auto r = post(good);
   ASSERT_TRUE(r);
@@ -510,10 +513,7 @@ TEST_P(ApiTest, WebhooksNeedAFreshUnusedSignature) {
   auto read = client_->Get("/v1/mcp-connections/t/manifest", bearer("alice"));
   ASSERT_TRUE(read);
   EXPECT_EQ(body_of(read)["status"], "stale") << read->body;
-  Result<RevalidationBatch> queued = agent_->store().read_revalidations("api-test", 10, 0);
-  ASSERT_TRUE(queued.ok());
-  ASSERT_EQ(queued->requests.size(), 1u);
-  EXPECT_EQ(queued->requests[0].reason, "webhook");
+  ASSERT_NO_FATAL_FAILURE(expect_one_queued_for_t("webhook"));
 
   r = post(good);  // the same signed request again
   ASSERT_TRUE(r);
@@ -549,10 +549,7 @@ TEST_P(ApiTest, WebhooksNeedAFreshUnusedSignature) {
 TEST_P(ApiTest, WebhooksAreBoundToTheNamespace) {
   const std::string payload = R"({"connection_id":"t","reason":"deploy"})";
   const int64_t now = system_clock_ms()();
-  auto post = [&](const std::string& signature) {
-    return client_->Post("/v1/webhooks/refresh", {{kWebhookSignatureHeader, signature}}, payload,
-                         "application/json");
-  };
+  auto post = [&](const std::string& signature) { return post_webhook(payload, signature); };
   ASSERT_NE(ns(), "elsewhere");
   auto r = post(*sign_webhook(kWebhookSecret, "elsewhere", payload, now));
   ASSERT_TRUE(r);
@@ -1125,6 +1122,15 @@ TEST(ApiServe, SighupReloadsTheConfigurationAndRefusesABadOne) {
   Served s;
   ASSERT_NO_FATAL_FAILURE(start_serve(dir, config_file, &s));
   ChildProcess& serve = *s.child;
+  // Whether serve's stderr says `text` within `timeout_ms`.
+  auto logs = [&](const char* text, int64_t timeout_ms) {
+    return wait_until(
+        [&] {
+          serve.drain_stderr();
+          return serve.stderr_tail().find(text) != std::string::npos;
+        },
+        timeout_ms);
+  };
   httplib::Client c(s.base);
   auto ids = [&]() {
     std::vector<std::string> out;
@@ -1151,24 +1157,12 @@ TEST(ApiServe, SighupReloadsTheConfigurationAndRefusesABadOne) {
       15'000))
       << serve.stderr_tail();
   // The line comes once the new API listens: possibly just after the answer above.
-  EXPECT_TRUE(wait_until(
-      [&] {
-        serve.drain_stderr();
-        return serve.stderr_tail().find("reloaded: 2 connection(s)") != std::string::npos;
-      },
-      5'000))
-      << serve.stderr_tail();
+  EXPECT_TRUE(logs("reloaded: 2 connection(s)", 5'000)) << serve.stderr_tail();
 
   // A broken file: refused, the running configuration kept.
   write_file(config_file, "{\"mcpServers\": ");
   ASSERT_EQ(::kill(serve.pid(), SIGHUP), 0);
-  EXPECT_TRUE(wait_until(
-      [&] {
-        serve.drain_stderr();
-        return serve.stderr_tail().find("reload refused") != std::string::npos;
-      },
-      10'000))
-      << serve.stderr_tail();
+  EXPECT_TRUE(logs("reload refused", 10'000)) << serve.stderr_tail();
   EXPECT_TRUE(serve.running());
   EXPECT_EQ(ids(), (std::vector<std::string>{"t", "u"}));
   stop_serve(s);
