@@ -107,9 +107,7 @@ struct AgentOptions {
   // maintenance loop (one-shot commands; tests that drive the steps by hand).
   static AgentOptions on_demand() {
     AgentOptions o;
-    o.watch_upstreams = false;
-    o.run_revalidation_workers = false;
-    o.run_maintenance = false;
+    o.watch_upstreams = o.run_revalidation_workers = o.run_maintenance = false;
     return o;
   }
 };

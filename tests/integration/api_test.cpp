@@ -35,13 +35,13 @@
 #include "shared/webhook_signature.h"
 #include "tests/support/hiredis_run.h"
 #include "tests/support/mcp_peers.h"
+#include "tests/support/redis_fixture.h"
 #include "tests/support/redis_server.h"
 
 namespace quiver {
 namespace {
 
 using testing::read_stats;
-using testing::RedisServer;
 using testing::TempDir;
 using testing::test_upstream_js;
 using testing::wait_until;
@@ -116,14 +116,8 @@ class ThrowingAgent final : public AgentService {
   AgentService& real_;
 };
 
-class ApiTest : public ::testing::TestWithParam<Backend> {
+class ApiTest : public testing::WithRedisServer<::testing::TestWithParam<Backend>> {
  protected:
-  static void SetUpTestSuite() { redis_ = new RedisServer(); }
-  static void TearDownTestSuite() {
-    delete redis_;
-    redis_ = nullptr;
-  }
-
   void SetUp() override {
     ASSERT_FALSE(dir_.root().empty());
     stats_ = dir_.path("t-stats.json");
@@ -257,7 +251,6 @@ class ApiTest : public ::testing::TestWithParam<Backend> {
     return names;
   }
 
-  static RedisServer* redis_;
   TempDir dir_;
   std::string stats_;
   std::unique_ptr<Agent> agent_;
@@ -266,8 +259,6 @@ class ApiTest : public ::testing::TestWithParam<Backend> {
   std::mutex log_mu_;
   std::string log_;
 };
-
-RedisServer* ApiTest::redis_ = nullptr;
 
 INSTANTIATE_TEST_SUITE_P(BothStores, ApiTest, ::testing::Values(Backend::kSqlite, Backend::kRedis),
                          backend_name);

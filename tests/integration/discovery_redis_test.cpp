@@ -84,7 +84,7 @@ class DiscoveryRedisIntegration : public RedisFixture {
   Result<DiscoverySnapshot> read(const std::string& member, const SnapshotQuery& query = {}) {
     Result<RedisCommand> command = discovery_read_command(keys_, member_principal(member), query);
     if (!command.ok()) return command.error();
-    RawSocket socket(server_->port());
+    RawSocket socket(redis_->port());
     Result<std::vector<RespValue>> replies = socket.exchange(encode_command(*command), 1);
     if (!replies.ok()) return replies.error();
     return decode_discovery_reply((*replies)[0], member_principal(member));
@@ -94,7 +94,7 @@ class DiscoveryRedisIntegration : public RedisFixture {
                                                   int64_t now, const EnqueueOptions& options = {}) {
     Result<Pipeline> pipeline = revalidate_enqueue_pipeline(keys_, page, now, options);
     EXPECT_TRUE(pipeline.ok());
-    RawSocket socket(server_->port());
+    RawSocket socket(redis_->port());
     Result<std::vector<RespValue>> replies =
         socket.exchange(pipeline->bytes(), pipeline->expected_replies());
     EXPECT_TRUE(replies.ok()) << replies.error().message;
@@ -318,7 +318,7 @@ TEST_F(DiscoveryRedisIntegration, TwoHundredConcurrentEnqueuesQueueExactlyOnce) 
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
-      RedisConnection c(server_->connect());
+      RedisConnection c(redis_->connect());
       ++ready;
       while (!go) std::this_thread::yield();
       for (int i = 0; i < kPerThread; ++i) {
@@ -421,7 +421,7 @@ class WebhookRedisIntegration : public DiscoveryRedisIntegration {
     Result<RedisCommand> command = webhook_refresh_command(
         keys_, WebhookVerified{now, signed_id, 300'000}, request, now, EnqueueOptions{});
     if (!command.ok()) return command.error();
-    RawSocket socket(server_->port());
+    RawSocket socket(redis_->port());
     Result<std::vector<RespValue>> replies = socket.exchange(encode_command(*command), 1);
     if (!replies.ok()) return replies.error();
     return parse_webhook_refresh_reply((*replies)[0]);
@@ -584,7 +584,7 @@ TEST_F(DiscoveryRedisIntegration, TheEdgeFallsBackToEvalWhenRedisLostItsScripts)
     for (int guard = 0; guard < 20 && step.action != EdgeAction::kRespond; ++guard) {
       if (step.action == EdgeAction::kRedis) {
         if (step.new_connection || socket == nullptr) {
-          socket = std::make_unique<RawSocket>(server_->port());
+          socket = std::make_unique<RawSocket>(redis_->port());
         }
         ++out.round_trips;
         out.sent += step.redis_bytes;

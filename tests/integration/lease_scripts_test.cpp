@@ -350,7 +350,7 @@ TEST_F(LeaseScripts, ThreadsRacingToAcquireProduceExactlyOneHolder) {
     cmd({"DEL", keys_.lease});
     std::vector<RedisConnection> conns;
     for (int i = 0; i < kThreads; ++i) {
-      conns.emplace_back(server_->connect());
+      conns.emplace_back(redis_->connect());
       ASSERT_NE(conns.back(), nullptr);
     }
     std::atomic<int> ready{0};

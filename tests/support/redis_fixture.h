@@ -1,6 +1,6 @@
-// A gtest fixture for the integration tests that drive one real redis-server: the server starts
-// once per suite and stops after it; each test gets an emptied server (FLUSHALL) and its own
-// hiredis connection.
+// gtest fixtures for the integration tests that drive one real redis-server, started once per
+// suite and stopped after it. WithRedisServer<Base> holds just the server (`redis_`);
+// RedisFixture adds an emptied server (FLUSHALL) and a hiredis connection for each test.
 //
 //   class MyRedisTest : public quiver::testing::RedisFixture {
 //     void SetUp() override {
@@ -22,24 +22,29 @@
 
 namespace quiver::testing {
 
-class RedisFixture : public ::testing::Test {
+template <typename Base = ::testing::Test>
+class WithRedisServer : public Base {
  protected:
-  static void SetUpTestSuite() { server_ = new RedisServer(); }
+  static void SetUpTestSuite() { redis_ = new RedisServer(); }
   static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
+    delete redis_;
+    redis_ = nullptr;
   }
 
+  static inline RedisServer* redis_ = nullptr;  // one suite's at a time
+};
+
+class RedisFixture : public WithRedisServer<> {
+ protected:
   void SetUp() override {
-    ASSERT_TRUE(server_->ok()) << server_->error();
-    c_.reset(server_->connect());
+    ASSERT_TRUE(redis_->ok()) << redis_->error();
+    c_.reset(redis_->connect());
     ASSERT_NE(c_, nullptr);
     cmd({"FLUSHALL"});
   }
 
   RespValue cmd(const std::vector<std::string>& argv) { return run_argv(c_.get(), argv); }
 
-  static inline RedisServer* server_ = nullptr;  // one suite's at a time
   RedisConnection c_;
 };
 
