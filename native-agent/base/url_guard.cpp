@@ -4,7 +4,6 @@
 #include <array>
 #include <chrono>
 #include <condition_variable>
-#include <cstring>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -31,20 +30,21 @@ bool is_host_char(char c) {
          c == '.' || c == '_';
 }
 
+// A numeric address of `family` (AF_INET: 4 bytes, AF_INET6: 16), in network order. inet_pton
+// writes `out` only when the whole text is an address.
+template <std::size_t N>
+bool parse_ip(int family, std::string_view text, std::array<uint8_t, N>* out) {
+  static_assert(N == sizeof(in_addr) || N == sizeof(in6_addr));
+  const std::string s(text);
+  return inet_pton(family, s.c_str(), out->data()) == 1;
+}
+
 bool parse_ipv4(std::string_view text, std::array<uint8_t, 4>* out) {
-  std::string s(text);
-  in_addr a{};
-  if (inet_pton(AF_INET, s.c_str(), &a) != 1) return false;
-  std::memcpy(out->data(), &a, 4);
-  return true;
+  return parse_ip(AF_INET, text, out);
 }
 
 bool parse_ipv6(std::string_view text, std::array<uint8_t, 16>* out) {
-  std::string s(text);
-  in6_addr a{};
-  if (inet_pton(AF_INET6, s.c_str(), &a) != 1) return false;
-  std::memcpy(out->data(), &a, 16);
-  return true;
+  return parse_ip(AF_INET6, text, out);
 }
 
 AddressScope classify_v4(const std::array<uint8_t, 4>& b) {
