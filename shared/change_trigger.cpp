@@ -3,20 +3,17 @@
 #include <algorithm>
 #include <cstddef>
 
+#include "shared/enum_names.h"
+
 namespace quiver {
 
 namespace {
 
-struct TriggerName {
-  ChangeTrigger trigger;
-  const char* name;
-};
-constexpr TriggerName kTriggerNames[] = {
-    {ChangeTrigger::kListChanged, "list_changed"},
-    {ChangeTrigger::kWebhook, "webhook"},
-    {ChangeTrigger::kEvidence, "evidence"},
-    {ChangeTrigger::kConfig, "config"},
-};
+constexpr const char* const kTriggerNames[] = {"list_changed", "webhook", "evidence", "config"};
+static_assert(covers_enum(kTriggerNames, ChangeTrigger::kConfig));
+
+constexpr const char* const kDecisionNames[] = {"none", "wait", "done", "dropped", "give_up"};
+static_assert(covers_enum(kDecisionNames, FollowupDecision::kGiveUp));
 
 // What a look at a follow-up means, one row per FollowupCheck (in enum order): whether the
 // change needs no more looking after (for the change looked at), and whether that is a dropped
@@ -41,26 +38,15 @@ static_assert(sizeof kChecks / sizeof kChecks[0] ==
 }  // namespace
 
 const char* change_trigger_name(ChangeTrigger trigger) {
-  for (const TriggerName& t : kTriggerNames) {
-    if (t.trigger == trigger) return t.name;
-  }
-  return "unknown";
+  return name_of(kTriggerNames, trigger, "unknown");
 }
 
 std::optional<ChangeTrigger> change_trigger_from_reason(std::string_view reason) {
-  for (const TriggerName& t : kTriggerNames) {
-    if (reason == t.name) return t.trigger;
-  }
-  return std::nullopt;
+  return find_value<ChangeTrigger>(kTriggerNames, reason);
 }
 
 const char* followup_decision_name(FollowupDecision decision) {
-  constexpr const char* kNames[] = {"none", "wait", "done", "dropped", "give_up"};
-  static_assert(
-      sizeof kNames / sizeof kNames[0] == static_cast<std::size_t>(FollowupDecision::kGiveUp) + 1,
-      "one name per FollowupDecision, in enum order");
-  const auto i = static_cast<std::size_t>(decision);
-  return i < sizeof kNames / sizeof kNames[0] ? kNames[i] : "unknown";
+  return name_of(kDecisionNames, decision, "unknown");
 }
 
 FollowupDecision ChangeFollowups::on_trigger(const std::string& connection_id,

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "shared/ascii.h"
+#include "shared/enum_names.h"
 #include "shared/json.h"
 #include "shared/sha256.h"
 #include "shared/utf8.h"
@@ -34,6 +35,13 @@ std::string url_without_password(std::string_view url) {
   return out;
 }
 
+constexpr const char* const kTransportNames[] = {"unknown", "stdio", "http"};
+static_assert(covers_enum(kTransportNames, TransportKind::kHttp));
+
+constexpr const char* const kAuthTypeNames[] = {"unknown", "none",    "bearer",
+                                                "api_key", "headers", "oauth"};
+static_assert(covers_enum(kAuthTypeNames, AuthType::kOAuth));
+
 // Recipe version: changing what goes into the canonical form changes every hash (each cached
 // manifest misses once), so the version is part of the input and bumped with the recipe.
 constexpr int kConfigHashRecipe = 1;
@@ -41,47 +49,17 @@ constexpr int kConfigHashRecipe = 1;
 }  // namespace
 
 const char* transport_kind_name(TransportKind kind) {
-  switch (kind) {
-    case TransportKind::kUnknown:
-      return "unknown";
-    case TransportKind::kStdio:
-      return "stdio";
-    case TransportKind::kHttp:
-      return "http";
-  }
-  return "unknown";
+  return name_of(kTransportNames, kind, "unknown");
 }
 
 TransportKind transport_kind_from_string(std::string_view text) {
-  if (text == "stdio") return TransportKind::kStdio;
-  if (text == "http") return TransportKind::kHttp;
-  return TransportKind::kUnknown;
+  return value_of(kTransportNames, text, TransportKind::kUnknown);
 }
 
-const char* auth_type_name(AuthType type) {
-  switch (type) {
-    case AuthType::kUnknown:
-      return "unknown";
-    case AuthType::kNone:
-      return "none";
-    case AuthType::kBearer:
-      return "bearer";
-    case AuthType::kApiKey:
-      return "api_key";
-    case AuthType::kHeaders:
-      return "headers";
-    case AuthType::kOAuth:
-      return "oauth";
-  }
-  return "unknown";
-}
+const char* auth_type_name(AuthType type) { return name_of(kAuthTypeNames, type, "unknown"); }
 
 AuthType auth_type_from_string(std::string_view text) {
-  for (AuthType t : {AuthType::kNone, AuthType::kBearer, AuthType::kApiKey, AuthType::kHeaders,
-                     AuthType::kOAuth}) {
-    if (text == auth_type_name(t)) return t;
-  }
-  return AuthType::kUnknown;
+  return value_of(kAuthTypeNames, text, AuthType::kUnknown);
 }
 
 Result<std::string> config_identity_canonical(const ConnectionIdentity& id) {

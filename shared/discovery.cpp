@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "shared/canonical_json.h"
+#include "shared/enum_names.h"
 #include "shared/fingerprint.h"
 #include "shared/numbers.h"
 #include "shared/render_cache.h"
@@ -622,32 +623,26 @@ Result<DiscoverySnapshot> read_snapshot(SnapshotSource& source, const Principal&
 
 // ---- classification ----------------------------------------------------------------------------
 
+namespace {
+
+constexpr const char* const kEntryStatusNames[] = {"pending", "fresh", "stale", "expired", "error"};
+static_assert(covers_enum(kEntryStatusNames, EntryStatus::kError));
+
+constexpr const char* const kRevalidationOutcomeNames[] = {"queued", "already_queued",
+                                                           "in_progress"};
+static_assert(covers_enum(kRevalidationOutcomeNames, RevalidationOutcome::kInProgress));
+
+constexpr const char* const kViewNames[] = {"manifest", "mcp"};
+static_assert(covers_enum(kViewNames, DiscoveryView::kMcp));
+
+}  // namespace
+
 const char* entry_status_name(EntryStatus status) {
-  switch (status) {
-    case EntryStatus::kPending:
-      return "pending";
-    case EntryStatus::kFresh:
-      return "fresh";
-    case EntryStatus::kStale:
-      return "stale";
-    case EntryStatus::kExpired:
-      return "expired";
-    case EntryStatus::kError:
-      return "error";
-  }
-  return "pending";
+  return name_of(kEntryStatusNames, status, "pending");
 }
 
 const char* revalidation_outcome_name(RevalidationOutcome outcome) {
-  switch (outcome) {
-    case RevalidationOutcome::kQueued:
-      return "queued";
-    case RevalidationOutcome::kAlreadyQueued:
-      return "already_queued";
-    case RevalidationOutcome::kInProgress:
-      return "in_progress";
-  }
-  return "queued";
+  return name_of(kRevalidationOutcomeNames, outcome, "queued");
 }
 
 std::optional<ManifestEntry> manifest_entry_from_fields(const HashFields& m) {
@@ -712,13 +707,11 @@ Result<std::optional<CacheEntryMeta>> cache_entry_meta(const std::optional<Manif
 // ---- rendering ---------------------------------------------------------------------------------
 
 const char* discovery_view_name(DiscoveryView view) {
-  return view == DiscoveryView::kMcp ? "mcp" : "manifest";
+  return name_of(kViewNames, view, "manifest");
 }
 
 std::optional<DiscoveryView> discovery_view_from_name(std::string_view name) {
-  if (name == "manifest") return DiscoveryView::kManifest;
-  if (name == "mcp") return DiscoveryView::kMcp;
-  return std::nullopt;
+  return find_value<DiscoveryView>(kViewNames, name);
 }
 
 Json hide_disabled(Json manifest, const DisabledOverlay& disabled) {

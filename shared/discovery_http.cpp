@@ -1,12 +1,15 @@
 #include "shared/discovery_http.h"
 
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <set>
 
 #include "shared/ascii.h"
+#include "shared/enum_names.h"
 #include "shared/json.h"
+#include "shared/numbers.h"
 #include "shared/utf8.h"
 #include "shared/webhook_signature.h"
 
@@ -75,29 +78,12 @@ std::optional<std::string_view> find_header(const HttpHeaders& headers, std::str
 }
 
 const char* http_error_name(HttpErrorCode code) {
-  switch (code) {
-    case HttpErrorCode::kUnauthenticated:
-      return "UNAUTHENTICATED";
-    case HttpErrorCode::kNotFound:
-      return "NOT_FOUND";
-    case HttpErrorCode::kMethodNotAllowed:
-      return "METHOD_NOT_ALLOWED";
-    case HttpErrorCode::kBadRequest:
-      return "BAD_REQUEST";
-    case HttpErrorCode::kPayloadTooLarge:
-      return "PAYLOAD_TOO_LARGE";
-    case HttpErrorCode::kUriTooLong:
-      return "URI_TOO_LONG";
-    case HttpErrorCode::kStoreUnavailable:
-      return "STORE_UNAVAILABLE";
-    case HttpErrorCode::kUpstreamUnavailable:
-      return "UPSTREAM_UNAVAILABLE";
-    case HttpErrorCode::kInternal:
-      return "INTERNAL";
-    case HttpErrorCode::kForbidden:
-      return "FORBIDDEN";
-  }
-  return "INTERNAL";
+  static constexpr const char* const kNames[] = {
+      "UNAUTHENTICATED",   "NOT_FOUND",    "METHOD_NOT_ALLOWED", "BAD_REQUEST",
+      "PAYLOAD_TOO_LARGE", "URI_TOO_LONG", "STORE_UNAVAILABLE",  "UPSTREAM_UNAVAILABLE",
+      "INTERNAL",          "FORBIDDEN"};
+  static_assert(std::size(kNames) == kHttpErrorCodeCount);
+  return name_of(kNames, code, "INTERNAL");
 }
 
 int http_error_status(HttpErrorCode code) {
@@ -244,14 +230,10 @@ QueryParams parse_query_params(std::string_view text, std::initializer_list<cons
 }
 
 std::optional<std::size_t> parse_count_param(std::string_view s, std::size_t min, std::size_t max) {
-  if (s.empty() || s.size() > 6) return std::nullopt;
-  std::size_t v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return std::nullopt;
-    v = v * 10 + static_cast<std::size_t>(c - '0');
-  }
-  if (v < min || v > max) return std::nullopt;
-  return v;
+  if (s.size() > 6) return std::nullopt;
+  std::optional<uint64_t> v = parse_decimal_u64(s, max);
+  if (!v || *v < min) return std::nullopt;
+  return static_cast<std::size_t>(*v);
 }
 
 // ---- search ------------------------------------------------------------------------------------

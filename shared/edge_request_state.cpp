@@ -1,18 +1,18 @@
 #include "shared/edge_request_state.h"
 
+#include <iterator>
+
+#include "shared/enum_names.h"
+#include "shared/state_table.h"
+
 namespace quiver {
 
 namespace {
 
-struct Transition {
-  EdgePhase from;
-  EdgeEvent event;
-  EdgePhase to;
-};
-
+// The state table: every legal (phase, event) → phase. Anything else is refused.
 using P = EdgePhase;
 using E = EdgeEvent;
-constexpr Transition kTransitions[] = {
+constexpr Transition<P, E> kTransitions[] = {
     {P::kDeciding, E::kReadSnapshot, P::kReadingSnapshot},
     {P::kDeciding, E::kQueue, P::kQueueing},
     {P::kDeciding, E::kSendWebhook, P::kWebhook},
@@ -39,57 +39,22 @@ constexpr Transition kTransitions[] = {
     {P::kDone, E::kInternalError, P::kDone},
 };
 
+constexpr const char* const kPhaseNames[] = {"deciding",  "reading_snapshot", "queueing", "webhook",
+                                             "responded", "background",       "done"};
+static_assert(std::size(kPhaseNames) == kEdgePhaseCount);
+constexpr const char* const kEventNames[] = {"read_snapshot",  "queue",        "send_webhook",
+                                             "redis_answered", "store_failed", "respond",
+                                             "background",     "nothing_left", "internal_error"};
+static_assert(std::size(kEventNames) == kEdgeEventCount);
+
 }  // namespace
 
-const char* edge_phase_name(EdgePhase phase) {
-  switch (phase) {
-    case P::kDeciding:
-      return "deciding";
-    case P::kReadingSnapshot:
-      return "reading_snapshot";
-    case P::kQueueing:
-      return "queueing";
-    case P::kWebhook:
-      return "webhook";
-    case P::kResponded:
-      return "responded";
-    case P::kBackground:
-      return "background";
-    case P::kDone:
-      return "done";
-  }
-  return "?";
-}
+const char* edge_phase_name(EdgePhase phase) { return name_of(kPhaseNames, phase, "?"); }
 
-const char* edge_event_name(EdgeEvent event) {
-  switch (event) {
-    case E::kReadSnapshot:
-      return "read_snapshot";
-    case E::kQueue:
-      return "queue";
-    case E::kSendWebhook:
-      return "send_webhook";
-    case E::kRedisAnswered:
-      return "redis_answered";
-    case E::kStoreFailed:
-      return "store_failed";
-    case E::kRespond:
-      return "respond";
-    case E::kBackground:
-      return "background";
-    case E::kNothingLeft:
-      return "nothing_left";
-    case E::kInternalError:
-      return "internal_error";
-  }
-  return "?";
-}
+const char* edge_event_name(EdgeEvent event) { return name_of(kEventNames, event, "?"); }
 
 std::optional<EdgePhase> edge_transition(EdgePhase from, EdgeEvent event) {
-  for (const Transition& t : kTransitions) {
-    if (t.from == from && t.event == event) return t.to;
-  }
-  return std::nullopt;
+  return next_state(kTransitions, from, event);
 }
 
 bool edge_waits_on_redis(EdgePhase phase) {

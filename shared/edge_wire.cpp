@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "shared/enum_names.h"
 #include "shared/json.h"
 
 namespace quiver {
@@ -22,6 +23,9 @@ uint32_t get_u32(std::string_view in) {
   return v;
 }
 
+constexpr const char* const kActionNames[] = {"respond", "redis", "read", "done"};
+static_assert(covers_enum(kActionNames, EdgeAction::kDone));
+
 Json headers_json(const HttpHeaders& headers) {
   Json a = Json::array();
   for (const auto& [name, value] : headers) a.push_back(Json::array({name, value}));
@@ -30,19 +34,7 @@ Json headers_json(const HttpHeaders& headers) {
 
 }  // namespace
 
-const char* edge_action_name(EdgeAction action) {
-  switch (action) {
-    case EdgeAction::kRespond:
-      return "respond";
-    case EdgeAction::kRedis:
-      return "redis";
-    case EdgeAction::kRead:
-      return "read";
-    case EdgeAction::kDone:
-      return "done";
-  }
-  return "done";
-}
+const char* edge_action_name(EdgeAction action) { return name_of(kActionNames, action, "done"); }
 
 Result<HttpRequest> edge_request_from_wire(std::string_view bytes) {
   if (bytes.size() < 4) return invalid("request: shorter than its header");

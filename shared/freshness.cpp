@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "shared/enum_names.h"
+
 namespace quiver {
 namespace {
 
@@ -44,6 +46,19 @@ int64_t effective_ttl(const FreshnessPolicy& s, std::optional<int64_t> upstream_
   if (!upstream_ttl_ms.has_value()) return s.fresh_ttl_ms;
   return std::max(s.min_upstream_ttl_ms, std::min(s.fresh_ttl_ms, *upstream_ttl_ms));
 }
+
+constexpr const char* const kScopeNames[] = {"", "public", "private"};
+static_assert(covers_enum(kScopeNames, CacheScope::kPrivate));
+
+constexpr const char* const kFreshnessNames[] = {"miss", "fresh", "stale", "expired"};
+static_assert(covers_enum(kFreshnessNames, Freshness::kExpired));
+
+constexpr const char* const kMissReasonNames[] = {"", "no_entry", "no_data", "config_changed"};
+static_assert(covers_enum(kMissReasonNames, MissReason::kConfigChanged));
+
+constexpr const char* const kRefreshReasonNames[] = {"none",  "backing_off", "ahead",
+                                                     "stale", "expired",     "miss"};
+static_assert(covers_enum(kRefreshReasonNames, RefreshReason::kMiss));
 
 // What each state means for the caller. Which state an entry is in is decided by the ordered
 // rules in `classify`; this table is everything that follows from the state.
@@ -94,68 +109,19 @@ Status validate_freshness_policy(const FreshnessPolicy& p) {
   return Status::Ok();
 }
 
-const char* cache_scope_name(CacheScope scope) {
-  switch (scope) {
-    case CacheScope::kUnspecified:
-      return "";
-    case CacheScope::kPublic:
-      return "public";
-    case CacheScope::kPrivate:
-      return "private";
-  }
-  return "private";
-}
+const char* cache_scope_name(CacheScope scope) { return name_of(kScopeNames, scope, "private"); }
 
 CacheScope cache_scope_from_string(std::string_view text) {
-  if (text.empty()) return CacheScope::kUnspecified;
-  if (text == "public") return CacheScope::kPublic;
-  return CacheScope::kPrivate;  // "private" and anything we do not understand
+  // "" is kUnspecified; "private" and anything we do not understand are private.
+  return value_of(kScopeNames, text, CacheScope::kPrivate);
 }
 
-const char* freshness_name(Freshness state) {
-  switch (state) {
-    case Freshness::kMiss:
-      return "miss";
-    case Freshness::kFresh:
-      return "fresh";
-    case Freshness::kStale:
-      return "stale";
-    case Freshness::kExpired:
-      return "expired";
-  }
-  return "miss";
-}
+const char* freshness_name(Freshness state) { return name_of(kFreshnessNames, state, "miss"); }
 
-const char* miss_reason_name(MissReason reason) {
-  switch (reason) {
-    case MissReason::kNone:
-      return "";
-    case MissReason::kNoEntry:
-      return "no_entry";
-    case MissReason::kNoData:
-      return "no_data";
-    case MissReason::kConfigChanged:
-      return "config_changed";
-  }
-  return "";
-}
+const char* miss_reason_name(MissReason reason) { return name_of(kMissReasonNames, reason, ""); }
 
 const char* refresh_reason_name(RefreshReason reason) {
-  switch (reason) {
-    case RefreshReason::kNone:
-      return "none";
-    case RefreshReason::kBackingOff:
-      return "backing_off";
-    case RefreshReason::kAhead:
-      return "ahead";
-    case RefreshReason::kStale:
-      return "stale";
-    case RefreshReason::kExpired:
-      return "expired";
-    case RefreshReason::kMiss:
-      return "miss";
-  }
-  return "none";
+  return name_of(kRefreshReasonNames, reason, "none");
 }
 
 int64_t effective_fresh_ttl_ms(const FreshnessPolicy& policy,

@@ -141,6 +141,24 @@ bool Http1RequestParser::take_line(std::size_t limit, std::string_view* line, bo
   return true;
 }
 
+std::optional<Http1Step> Http1RequestParser::take_head_line(std::size_t limit, int too_long_status,
+                                                            const char* too_long_message,
+                                                            std::string_view* line) {
+  bool too_long = false;
+  if (!take_line(limit, line, &too_long)) {
+    if (too_long) return fail(too_long_status, too_long_message);
+    if (head_bytes_ + buffered() > limits_.max_head_bytes) {
+      return fail(431, "the request head is larger than the limit");
+    }
+    compact();
+    return Http1NeedMore{};
+  }
+  if (head_bytes_ > limits_.max_head_bytes) {
+    return fail(431, "the request head is larger than the limit");
+  }
+  return std::nullopt;
+}
+
 Http1Step Http1RequestParser::next() {
   for (;;) {
     std::string_view line;
@@ -150,16 +168,10 @@ Http1Step Http1RequestParser::next() {
         return failure_;
 
       case State::kRequestLine: {
-        if (!take_line(limits_.max_request_line_bytes, &line, &too_long)) {
-          if (too_long) return fail(414, "the request line is longer than the limit");
-          if (head_bytes_ + buffered() > limits_.max_head_bytes) {
-            return fail(431, "the request head is larger than the limit");
-          }
-          compact();
-          return Http1NeedMore{};
-        }
-        if (head_bytes_ > limits_.max_head_bytes) {
-          return fail(431, "the request head is larger than the limit");
+        if (std::optional<Http1Step> stop =
+                take_head_line(limits_.max_request_line_bytes, 414,
+                               "the request line is longer than the limit", &line)) {
+          return *stop;
         }
         if (line.empty()) continue;  // RFC 9112 2.2: empty lines before a request line
         Http1Step step = parse_request_line(line);
@@ -170,16 +182,10 @@ Http1Step Http1RequestParser::next() {
 
       case State::kHeaders:
       case State::kTrailers: {
-        if (!take_line(limits_.max_header_line_bytes, &line, &too_long)) {
-          if (too_long) return fail(431, "a header line is longer than the limit");
-          if (head_bytes_ + buffered() > limits_.max_head_bytes) {
-            return fail(431, "the request head is larger than the limit");
-          }
-          compact();
-          return Http1NeedMore{};
-        }
-        if (head_bytes_ > limits_.max_head_bytes) {
-          return fail(431, "the request head is larger than the limit");
+        if (std::optional<Http1Step> stop =
+                take_head_line(limits_.max_header_line_bytes, 431,
+                               "a header line is longer than the limit", &line)) {
+          return *stop;
         }
         if (line.empty()) {
           if (state_ == State::kTrailers) return finish_request();

@@ -35,6 +35,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -116,6 +117,11 @@ class Http1RequestParser {
   // One line from buf_ (without its "\n" and one "\r" before it), or false when it is not
   // complete yet. `limit` bounds the line; over it, `*too_long` is set.
   bool take_line(std::size_t limit, std::string_view* line, bool* too_long);
+  // One line of the head (request line, header, trailer) into `*line`: nullopt when it was taken,
+  // else what next() returns: need more, or a failure (`too_long_status` and `too_long_message`
+  // for a line over `limit`, 431 for a head over max_head_bytes).
+  std::optional<Http1Step> take_head_line(std::size_t limit, int too_long_status,
+                                          const char* too_long_message, std::string_view* line);
   Http1Step parse_request_line(std::string_view line);
   Http1Step parse_header_line(std::string_view line);
   Http1Step end_of_head();

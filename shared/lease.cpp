@@ -3,6 +3,7 @@
 #include <initializer_list>
 #include <utility>
 
+#include "shared/enum_names.h"
 #include "shared/schema_assets.h"
 #include "shared/sha256.h"
 #include "shared/utf8.h"
@@ -149,19 +150,10 @@ Result<std::string> make_lease_token(std::string_view random_bytes) {
 }
 
 const char* lease_outcome_name(LeaseOutcome outcome) {
-  switch (outcome) {
-    case LeaseOutcome::kOk:
-      return "ok";
-    case LeaseOutcome::kLeaseLost:
-      return "lease_lost";
-    case LeaseOutcome::kStaleFence:
-      return "stale_fence";
-    case LeaseOutcome::kConfigChanged:
-      return "config_changed";
-    case LeaseOutcome::kConnectionRemoved:
-      return "connection_removed";
-  }
-  return "lease_lost";
+  static constexpr const char* const kNames[] = {"ok", "lease_lost", "stale_fence",
+                                                 "config_changed", "connection_removed"};
+  static_assert(covers_enum(kNames, LeaseOutcome::kConnectionRemoved));
+  return name_of(kNames, outcome, "lease_lost");
 }
 
 Status validate_acquire(std::string_view token, int64_t lease_ms) {

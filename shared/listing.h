@@ -25,6 +25,8 @@ const char* list_method(ListKind kind);  // "tools/list", ...
 const char* list_result_field(
     ListKind kind);                         // "tools", "resources", "resourceTemplates", "prompts"
 const char* list_kind_name(ListKind kind);  // "tools", "resources", "resource_templates", "prompts"
+// The field that keys a definition of the list: "name", "uri", "uriTemplate", "name".
+const char* list_key_field(ListKind kind);
 
 enum class ListState {
   kNotListed = 0,  // not attempted (yet)

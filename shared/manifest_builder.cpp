@@ -102,7 +102,7 @@ Status Builder::convert(ListKind kind, const ListOutcome& outcome, ManifestList<
   for (std::size_t i = 0; i < outcome.items.size(); ++i) {
     const Json& item = outcome.items[i];
     std::string raw_key;
-    if (const Json* k = json_field(item, key_field(kind)); k != nullptr && k->is_string()) {
+    if (const Json* k = json_field(item, list_key_field(kind)); k != nullptr && k->is_string()) {
       raw_key = k->get<std::string>();
     }
     problems.clear();

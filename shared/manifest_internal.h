@@ -118,8 +118,6 @@ Json cache_to_json(const CacheHints& hints);
 CacheHints normalized(const CacheHints& hints);
 void combine(CacheHints* into, const CacheHints& hints);
 Json error_to_json(const Error& e);
-// The field holding the key of a raw definition of `kind`.
-const char* key_field(ListKind kind);
 std::optional<ListKind> list_kind_from_name(std::string_view name);
 
 // ---- Generic access to the four lists ----

@@ -72,18 +72,6 @@ Result<Prompt> from_json_as(const Json& j, std::vector<std::string>* p, const Pr
   return prompt_from_json(j, p);
 }
 
-// The field holding the key of a raw definition of `kind`.
-const char* key_field(ListKind kind) {
-  switch (kind) {
-    case ListKind::kResources:
-      return "uri";
-    case ListKind::kResourceTemplates:
-      return "uriTemplate";
-    default:
-      return "name";
-  }
-}
-
 std::optional<ListKind> list_kind_from_name(std::string_view name) {
   for (ListKind k : kAllKinds) {
     if (name == list_kind_name(k)) return k;

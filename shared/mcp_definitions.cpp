@@ -1,5 +1,6 @@
 #include "shared/mcp_definitions.h"
 
+#include <type_traits>
 #include <utility>
 
 #include "shared/manifest_internal.h"
@@ -36,6 +37,16 @@ std::optional<std::string> required_string(const Json& item, const char* key, bo
 Error missing(const char* key, bool non_empty) {
   return invalid_definition(std::string("'") + key + "' is missing" + (non_empty ? ", empty" : "") +
                             " or not a string");
+}
+
+// What every definition writes alike: its unknown fields, "name", "title" and "description".
+template <typename D>
+Json named_json(const D& d) {
+  Json j = base(d.extra);
+  j["name"] = d.name;
+  put(j, "title", d.title);
+  put(j, "description", d.description);
+  return j;
 }
 
 // A prompt argument, tolerated like a definition: without a string name it is dropped, a
@@ -89,10 +100,7 @@ Result<Tool> tool_from_json(const Json& item, std::vector<std::string>* problems
 }
 
 Json to_json(const Tool& t) {
-  Json j = base(t.extra);
-  j["name"] = t.name;
-  put(j, "title", t.title);
-  put(j, "description", t.description);
+  Json j = named_json(t);
   j["inputSchema"] = t.input_schema;
   put(j, "outputSchema", t.output_schema);
   put(j, "annotations", t.annotations);
@@ -102,75 +110,66 @@ Json to_json(const Tool& t) {
   return j;
 }
 
-Result<Resource> resource_from_json(const Json& item, std::vector<std::string>* problems) {
+namespace {
+
+// A resource and a resource template have the same fields but for their key ("uri",
+// "uriTemplate") and a resource's size, and are read and written alike.
+template <typename R>
+constexpr bool kSized = std::is_same_v<R, Resource>;
+
+template <typename R>
+Result<R> resource_like_from_json(const Json& item, const char* key_field, std::string R::*key,
+                                  std::vector<std::string>* problems) {
   if (!item.is_object()) return invalid_definition("not an object");
-  std::optional<std::string> uri = required_string(item, "uri", true);
-  if (!uri) return missing("uri", true);
+  std::optional<std::string> k = required_string(item, key_field, true);
+  if (!k) return missing(key_field, true);
   std::optional<std::string> name = required_string(item, "name", false);
   if (!name) return missing("name", false);
   FieldReader r(item, problems);
-  Resource res;
-  res.uri = std::move(*uri);
+  R res;
+  res.*key = std::move(*k);
   res.name = std::move(*name);
   res.title = r.string("title");
   res.description = r.string("description");
   res.mime_type = r.string("mimeType");
-  res.size = r.count("size");
+  if constexpr (kSized<R>) res.size = r.count("size");
   res.annotations = r.object("annotations");
   res.icons = r.array("icons");
   res.meta = r.object("_meta");
-  res.extra = r.extra(
-      {"uri", "name", "title", "description", "mimeType", "size", "annotations", "icons", "_meta"});
+  res.extra = r.extra({key_field, "name", "title", "description", "mimeType",
+                       kSized<R> ? "size" : key_field, "annotations", "icons", "_meta"});
   return res;
 }
 
-Json to_json(const Resource& r) {
-  Json j = base(r.extra);
-  j["uri"] = r.uri;
-  j["name"] = r.name;
-  put(j, "title", r.title);
-  put(j, "description", r.description);
+template <typename R>
+Json resource_like_to_json(const R& r, const char* key_field, const std::string& key) {
+  Json j = named_json(r);
+  j[key_field] = key;
   put(j, "mimeType", r.mime_type);
-  if (r.size) j["size"] = *r.size;
+  if constexpr (kSized<R>) {
+    if (r.size) j["size"] = *r.size;
+  }
   put(j, "annotations", r.annotations);
   put(j, "icons", r.icons);
   put(j, "_meta", r.meta);
   return j;
 }
 
+}  // namespace
+
+Result<Resource> resource_from_json(const Json& item, std::vector<std::string>* problems) {
+  return resource_like_from_json(item, "uri", &Resource::uri, problems);
+}
+
+Json to_json(const Resource& r) { return resource_like_to_json(r, "uri", r.uri); }
+
 Result<ResourceTemplate> resource_template_from_json(const Json& item,
                                                      std::vector<std::string>* problems) {
-  if (!item.is_object()) return invalid_definition("not an object");
-  std::optional<std::string> uri_template = required_string(item, "uriTemplate", true);
-  if (!uri_template) return missing("uriTemplate", true);
-  std::optional<std::string> name = required_string(item, "name", false);
-  if (!name) return missing("name", false);
-  FieldReader r(item, problems);
-  ResourceTemplate t;
-  t.uri_template = std::move(*uri_template);
-  t.name = std::move(*name);
-  t.title = r.string("title");
-  t.description = r.string("description");
-  t.mime_type = r.string("mimeType");
-  t.annotations = r.object("annotations");
-  t.icons = r.array("icons");
-  t.meta = r.object("_meta");
-  t.extra = r.extra(
-      {"uriTemplate", "name", "title", "description", "mimeType", "annotations", "icons", "_meta"});
-  return t;
+  return resource_like_from_json(item, "uriTemplate", &ResourceTemplate::uri_template, problems);
 }
 
 Json to_json(const ResourceTemplate& t) {
-  Json j = base(t.extra);
-  j["uriTemplate"] = t.uri_template;
-  j["name"] = t.name;
-  put(j, "title", t.title);
-  put(j, "description", t.description);
-  put(j, "mimeType", t.mime_type);
-  put(j, "annotations", t.annotations);
-  put(j, "icons", t.icons);
-  put(j, "_meta", t.meta);
-  return j;
+  return resource_like_to_json(t, "uriTemplate", t.uri_template);
 }
 
 Result<Prompt> prompt_from_json(const Json& item, std::vector<std::string>* problems) {
@@ -200,19 +199,13 @@ Result<Prompt> prompt_from_json(const Json& item, std::vector<std::string>* prob
 }
 
 Json to_json(const PromptArgument& a) {
-  Json j = base(a.extra);
-  j["name"] = a.name;
-  put(j, "title", a.title);
-  put(j, "description", a.description);
+  Json j = named_json(a);
   if (a.required) j["required"] = *a.required;
   return j;
 }
 
 Json to_json(const Prompt& p) {
-  Json j = base(p.extra);
-  j["name"] = p.name;
-  put(j, "title", p.title);
-  put(j, "description", p.description);
+  Json j = named_json(p);
   if (p.arguments) {
     Json args = Json::array();
     for (const PromptArgument& a : *p.arguments) args.push_back(to_json(a));

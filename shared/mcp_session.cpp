@@ -1,24 +1,21 @@
 #include "shared/mcp_session.h"
 
 #include <algorithm>
+#include <iterator>
 #include <limits>
 #include <utility>
 
+#include "shared/enum_names.h"
+#include "shared/state_table.h"
 #include "shared/utf8.h"
 
 namespace quiver {
 namespace {
 
 // The state table: every legal (state, input) → state. Anything else is refused.
-struct Transition {
-  SessionState from;
-  SessionInput input;
-  SessionState to;
-};
-
 using S = SessionState;
 using I = SessionInput;
-constexpr Transition kTransitions[] = {
+constexpr Transition<S, I> kTransitions[] = {
     {S::kIdle, I::kStartDiscover, S::kDiscovering},
     {S::kIdle, I::kStartInitialize, S::kInitializing},
     {S::kDiscovering, I::kStartInitialize, S::kInitializing},  // legacy server: fall back
@@ -38,6 +35,14 @@ constexpr Transition kTransitions[] = {
     {S::kListing, I::kClose, S::kClosed},
     {S::kReady, I::kClose, S::kClosed},
 };
+
+constexpr const char* const kStateNames[] = {"idle",    "discovering", "initializing",
+                                             "listing", "ready",       "closed"};
+static_assert(std::size(kStateNames) == kSessionStateCount);
+constexpr const char* const kInputNames[] = {"start_discover", "start_initialize", "handshake_done",
+                                             "listing_done",   "relist",           "fail",
+                                             "close"};
+static_assert(std::size(kInputNames) == kSessionInputCount);
 
 constexpr ListKind kAllKinds[] = {ListKind::kTools, ListKind::kResources,
                                   ListKind::kResourceTemplates, ListKind::kPrompts};
@@ -212,48 +217,15 @@ Status validate_session_config(const McpSessionConfig& c) {
 }
 
 const char* session_state_name(SessionState state) {
-  switch (state) {
-    case S::kIdle:
-      return "idle";
-    case S::kDiscovering:
-      return "discovering";
-    case S::kInitializing:
-      return "initializing";
-    case S::kListing:
-      return "listing";
-    case S::kReady:
-      return "ready";
-    case S::kClosed:
-      return "closed";
-  }
-  return "unknown";
+  return name_of(kStateNames, state, "unknown");
 }
 
 const char* session_input_name(SessionInput input) {
-  switch (input) {
-    case I::kStartDiscover:
-      return "start_discover";
-    case I::kStartInitialize:
-      return "start_initialize";
-    case I::kHandshakeDone:
-      return "handshake_done";
-    case I::kListingDone:
-      return "listing_done";
-    case I::kRelist:
-      return "relist";
-    case I::kFail:
-      return "fail";
-    case I::kClose:
-      return "close";
-  }
-  return "unknown";
+  return name_of(kInputNames, input, "unknown");
 }
 
 std::optional<SessionState> session_transition(SessionState from, SessionInput input) {
-  for (const auto& t : kTransitions) {
-    if (t.from == from && t.input == input) return t.to;
-  }
-  return std::nullopt;
+  return next_state(kTransitions, from, input);
 }
 
 bool should_evict_and_retry(const Error& error) {

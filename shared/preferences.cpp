@@ -1,27 +1,21 @@
 #include "shared/preferences.h"
 
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <tuple>
 #include <utility>
+
+#include "shared/enum_names.h"
+#include "shared/numbers.h"
 
 namespace quiver {
 
 namespace {
 
-const char* key_field(ListKind kind) {
-  switch (kind) {
-    case ListKind::kTools:
-      return "name";
-    case ListKind::kResources:
-      return "uri";
-    case ListKind::kResourceTemplates:
-      return "uriTemplate";
-    case ListKind::kPrompts:
-      return "name";
-  }
-  return "name";
-}
+constexpr const char* const kCapabilityTypeNames[] = {"tool", "resource", "resource_template",
+                                                      "prompt"};
+static_assert(std::size(kCapabilityTypeNames) == kCapabilityTypeCount);
 
 bool row_less(const PreferenceRow& a, const PreferenceRow& b) {
   return std::tie(a.capability_type, a.capability_key) <
@@ -31,32 +25,18 @@ bool row_less(const PreferenceRow& a, const PreferenceRow& b) {
 }  // namespace
 
 const char* capability_type_name(CapabilityType type) {
-  switch (type) {
-    case CapabilityType::kTool:
-      return "tool";
-    case CapabilityType::kResource:
-      return "resource";
-    case CapabilityType::kResourceTemplate:
-      return "resource_template";
-    case CapabilityType::kPrompt:
-      return "prompt";
-  }
-  return "tool";
+  return name_of(kCapabilityTypeNames, type, "tool");
 }
 
 std::optional<CapabilityType> parse_capability_type(std::string_view name) {
-  for (int i = 0; i < kCapabilityTypeCount; ++i) {
-    auto t = static_cast<CapabilityType>(i);
-    if (name == capability_type_name(t)) return t;
-  }
-  return std::nullopt;
+  return find_value<CapabilityType>(kCapabilityTypeNames, name);
 }
 
 CapabilityType capability_type_for(ListKind kind) { return static_cast<CapabilityType>(kind); }
 
 std::optional<std::string> capability_key(ListKind kind, const Json& item) {
   if (!item.is_object()) return std::nullopt;
-  std::optional<std::string> key = json_string(item, key_field(kind));
+  std::optional<std::string> key = json_string(item, list_key_field(kind));
   if (!key || key->empty() || key->size() > kMaxCapabilityKeyBytes) return std::nullopt;
   return key;
 }
@@ -212,13 +192,10 @@ std::string preference_entry_value(const PreferenceRow& row) {
 namespace {
 
 bool parse_time(std::string_view text, int64_t* out) {
-  if (text.empty() || text.size() > 18) return false;
-  int64_t v = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9') return false;
-    v = v * 10 + (c - '0');
-  }
-  *out = v;
+  if (text.size() > 18) return false;
+  std::optional<uint64_t> v = parse_decimal_u64(text);
+  if (!v) return false;
+  *out = static_cast<int64_t>(*v);  // at most 18 digits: below 10^18
   return true;
 }
 

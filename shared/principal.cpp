@@ -1,5 +1,7 @@
 #include "shared/principal.h"
 
+#include "shared/enum_names.h"
+
 namespace quiver {
 namespace {
 
@@ -33,6 +35,9 @@ constexpr std::string_view kConnectionIdExtra = "._-";
 constexpr std::string_view kMemberIdExtra = "._@+-";
 constexpr std::string_view kNamespaceExtra = "._-";
 
+constexpr const char* const kCredentialModeNames[] = {"unknown", "shared", "per_member"};
+static_assert(covers_enum(kCredentialModeNames, CredentialMode::kPerMember));
+
 }  // namespace
 
 // ---- identifiers -------------------------------------------------------------------------------
@@ -52,21 +57,11 @@ Status validate_namespace(std::string_view ns) {
 // ---- principals --------------------------------------------------------------------------------
 
 const char* credential_mode_name(CredentialMode mode) {
-  switch (mode) {
-    case CredentialMode::kUnknown:
-      return "unknown";
-    case CredentialMode::kShared:
-      return "shared";
-    case CredentialMode::kPerMember:
-      return "per_member";
-  }
-  return "unknown";
+  return name_of(kCredentialModeNames, mode, "unknown");
 }
 
 CredentialMode credential_mode_from_string(std::string_view text) {
-  if (text == "shared") return CredentialMode::kShared;
-  if (text == "per_member") return CredentialMode::kPerMember;
-  return CredentialMode::kUnknown;
+  return value_of(kCredentialModeNames, text, CredentialMode::kUnknown);
 }
 
 Principal Principal::shared() { return Principal(kSharedPrincipal); }

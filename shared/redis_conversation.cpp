@@ -3,6 +3,7 @@
 #include <iterator>
 #include <utility>
 
+#include "shared/enum_names.h"
 #include "shared/schema_assets.h"
 
 namespace quiver {
@@ -60,17 +61,9 @@ Error redis_auth_error(const RespValue& reply) {
 }
 
 const char* redis_turn_name(RedisTurn turn) {
-  switch (turn) {
-    case RedisTurn::kRead:
-      return "read";
-    case RedisTurn::kWrite:
-      return "write";
-    case RedisTurn::kDone:
-      return "done";
-    case RedisTurn::kFailed:
-      return "failed";
-  }
-  return "failed";
+  static constexpr const char* const kNames[] = {"read", "write", "done", "failed"};
+  static_assert(covers_enum(kNames, RedisTurn::kFailed));
+  return name_of(kNames, turn, "failed");
 }
 
 RedisConversation::RedisConversation(RespLimits limits, RedisCredentials credentials)

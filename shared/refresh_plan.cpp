@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "shared/enum_names.h"
 #include "shared/manifest.h"
 #include "shared/utf8.h"
 
@@ -11,23 +12,10 @@ namespace quiver {
 namespace {
 
 const char* outcome_word(RefreshOutcome outcome) {
-  switch (outcome) {
-    case RefreshOutcome::kCommitted:
-      return "committed";
-    case RefreshOutcome::kPartial:
-      return "partial";
-    case RefreshOutcome::kFailed:
-      return "failed";
-    case RefreshOutcome::kInProgress:
-      return "in_progress";
-    case RefreshOutcome::kUpToDate:
-      return "up_to_date";
-    case RefreshOutcome::kRefused:
-      return "refused";
-    case RefreshOutcome::kUnknown:
-      break;
-  }
-  return "unknown";
+  static constexpr const char* const kNames[] = {"unknown",     "committed",  "partial", "failed",
+                                                 "in_progress", "up_to_date", "refused"};
+  static_assert(covers_enum(kNames, RefreshOutcome::kRefused));
+  return name_of(kNames, outcome, "unknown");
 }
 
 std::string refresh_outcome_joined(RefreshOutcome outcome, LeaseOutcome refused, char sep) {

@@ -1,12 +1,14 @@
 #include "shared/resp.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cstring>
 #include <ostream>
 #include <utility>
 
 #include <hiredis/read.h>
+
+#include "shared/enum_names.h"
+#include "shared/numbers.h"
 
 namespace quiver {
 
@@ -15,38 +17,19 @@ namespace quiver {
 RespValue RespValue::nil() { return RespValue(); }
 
 RespValue RespValue::simple_string(std::string s) {
-  RespValue v;
-  v.type = Type::kSimpleString;
-  v.str = std::move(s);
-  return v;
+  return {Type::kSimpleString, std::move(s), 0, {}};
 }
 
 RespValue RespValue::error(std::string message) {
-  RespValue v;
-  v.type = Type::kError;
-  v.str = std::move(message);
-  return v;
+  return {Type::kError, std::move(message), 0, {}};
 }
 
-RespValue RespValue::integer_value(int64_t i) {
-  RespValue v;
-  v.type = Type::kInteger;
-  v.integer = i;
-  return v;
-}
+RespValue RespValue::integer_value(int64_t i) { return {Type::kInteger, {}, i, {}}; }
 
-RespValue RespValue::bulk_string(std::string s) {
-  RespValue v;
-  v.type = Type::kBulkString;
-  v.str = std::move(s);
-  return v;
-}
+RespValue RespValue::bulk_string(std::string s) { return {Type::kBulkString, std::move(s), 0, {}}; }
 
 RespValue RespValue::array(std::vector<RespValue> elements) {
-  RespValue v;
-  v.type = Type::kArray;
-  v.elements = std::move(elements);
-  return v;
+  return {Type::kArray, {}, 0, std::move(elements)};
 }
 
 std::optional<std::string_view> RespValue::as_string() const {
@@ -54,23 +37,9 @@ std::optional<std::string_view> RespValue::as_string() const {
   return std::string_view(str);
 }
 
-namespace {
-
-// Exactly a base-10 int64: optional '-', digits, nothing else (no '+', no spaces).
-std::optional<int64_t> parse_int64(std::string_view s) {
-  if (s.empty() || s.front() == '+') return std::nullopt;
-  int64_t v = 0;
-  const char* end = s.data() + s.size();
-  auto [ptr, ec] = std::from_chars(s.data(), end, v);
-  if (ec != std::errc() || ptr != end) return std::nullopt;
-  return v;
-}
-
-}  // namespace
-
 std::optional<int64_t> RespValue::as_int() const {
   if (type == Type::kInteger) return integer;
-  if (is_string()) return parse_int64(str);
+  if (is_string()) return parse_decimal_i64(str);
   return std::nullopt;
 }
 
@@ -177,21 +146,10 @@ bool operator==(const RespValue& a, const RespValue& b) {
 }
 
 const char* resp_type_name(RespValue::Type type) {
-  switch (type) {
-    case RespValue::Type::kNil:
-      return "nil";
-    case RespValue::Type::kSimpleString:
-      return "simple_string";
-    case RespValue::Type::kError:
-      return "error";
-    case RespValue::Type::kInteger:
-      return "integer";
-    case RespValue::Type::kBulkString:
-      return "bulk_string";
-    case RespValue::Type::kArray:
-      return "array";
-  }
-  return "unknown";
+  static constexpr const char* const kNames[] = {"nil",     "simple_string", "error",
+                                                 "integer", "bulk_string",   "array"};
+  static_assert(covers_enum(kNames, RespValue::Type::kArray));
+  return name_of(kNames, type, "unknown");
 }
 
 std::ostream& operator<<(std::ostream& os, const RespValue& v) { return os << v.debug_string(); }
@@ -498,7 +456,7 @@ Result<std::optional<RespValue>> RespDecoder::next() {
       case REDIS_REPLY_STRING:
         if (eol < avail) {
           // The length line is complete (hiredis accepted it); the payload is still coming.
-          auto len = parse_int64(std::string_view(p, eol));
+          auto len = parse_decimal_i64(std::string_view(p, eol));
           if (len && *len >= 0 && static_cast<uint64_t>(*len) > d.limits.max_bulk_bytes) {
             return d.poison(Error(ErrorCode::kTooLarge,
                                   "RESP bulk string of " + std::to_string(*len) + " bytes in " +

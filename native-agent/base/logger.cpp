@@ -7,21 +7,14 @@
 #include <iostream>
 
 #include "shared/ascii.h"
+#include "shared/enum_names.h"
 
 namespace quiver {
 
 const char* log_level_name(LogLevel level) {
-  switch (level) {
-    case LogLevel::kDebug:
-      return "DEBUG";
-    case LogLevel::kInfo:
-      return "INFO";
-    case LogLevel::kWarn:
-      return "WARN";
-    case LogLevel::kError:
-      return "ERROR";
-  }
-  return "INFO";
+  static constexpr const char* const kNames[] = {"DEBUG", "INFO", "WARN", "ERROR"};
+  static_assert(covers_enum(kNames, LogLevel::kError));
+  return name_of(kNames, level, "INFO");
 }
 
 std::optional<LogLevel> parse_log_level(std::string_view text) {

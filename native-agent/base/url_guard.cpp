@@ -4,7 +4,6 @@
 #include <array>
 #include <chrono>
 #include <condition_variable>
-#include <cstring>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -16,6 +15,7 @@
 #include <sys/socket.h>
 
 #include "shared/ascii.h"
+#include "shared/enum_names.h"
 #include "shared/numbers.h"
 
 namespace quiver {
@@ -30,20 +30,21 @@ bool is_host_char(char c) {
          c == '.' || c == '_';
 }
 
+// A numeric address of `family` (AF_INET: 4 bytes, AF_INET6: 16), in network order. inet_pton
+// writes `out` only when the whole text is an address.
+template <std::size_t N>
+bool parse_ip(int family, std::string_view text, std::array<uint8_t, N>* out) {
+  static_assert(N == sizeof(in_addr) || N == sizeof(in6_addr));
+  const std::string s(text);
+  return inet_pton(family, s.c_str(), out->data()) == 1;
+}
+
 bool parse_ipv4(std::string_view text, std::array<uint8_t, 4>* out) {
-  std::string s(text);
-  in_addr a{};
-  if (inet_pton(AF_INET, s.c_str(), &a) != 1) return false;
-  std::memcpy(out->data(), &a, 4);
-  return true;
+  return parse_ip(AF_INET, text, out);
 }
 
 bool parse_ipv6(std::string_view text, std::array<uint8_t, 16>* out) {
-  std::string s(text);
-  in6_addr a{};
-  if (inet_pton(AF_INET6, s.c_str(), &a) != 1) return false;
-  std::memcpy(out->data(), &a, 16);
-  return true;
+  return parse_ip(AF_INET6, text, out);
 }
 
 AddressScope classify_v4(const std::array<uint8_t, 4>& b) {
@@ -196,25 +197,11 @@ Result<HttpUrl> parse_http_url(std::string_view url) {
 }
 
 const char* address_scope_name(AddressScope scope) {
-  switch (scope) {
-    case AddressScope::kPublic:
-      return "public";
-    case AddressScope::kUnspecified:
-      return "unspecified";
-    case AddressScope::kLoopback:
-      return "loopback";
-    case AddressScope::kPrivate:
-      return "private";
-    case AddressScope::kLinkLocal:
-      return "link-local";
-    case AddressScope::kUniqueLocal:
-      return "unique-local";
-    case AddressScope::kMulticast:
-      return "multicast";
-    case AddressScope::kReserved:
-      return "reserved";
-  }
-  return "unknown";
+  static constexpr const char* const kNames[] = {"public",    "unspecified", "loopback",
+                                                 "private",   "link-local",  "unique-local",
+                                                 "multicast", "reserved"};
+  static_assert(covers_enum(kNames, AddressScope::kReserved));
+  return name_of(kNames, scope, "unknown");
 }
 
 Result<AddressScope> classify_ip(std::string_view ip) {

@@ -3,8 +3,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
+#include <utility>
 
 #include "native-agent/cli/cli.h"
+#include "native-agent/engine/agent.h"
 #include "shared/caller_token.h"
 #include "shared/numbers.h"
 
@@ -166,6 +168,18 @@ std::optional<AgentConfig> load_cli_config(const char* command, const CliArgs& a
     std::fprintf(stderr, "quiver-agent %s: warning: %s\n", command, w.c_str());
   }
   return std::move(config).value();
+}
+
+std::unique_ptr<Agent> create_cli_agent(const char* command, const AgentConfig& config,
+                                        int* exit_code) {
+  AgentOptions options = AgentOptions::on_demand();
+  options.log_level = LogLevel::kWarn;
+  Result<std::unique_ptr<Agent>> created = Agent::create(config, options);
+  if (!created.ok()) {
+    *exit_code = cli_fail(command, created.error().message, store_exit_code(created.error()));
+    return nullptr;
+  }
+  return std::move(*created);
 }
 
 const ConnectionConfig* find_connection_named(const AgentConfig& config,

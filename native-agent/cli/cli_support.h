@@ -1,6 +1,6 @@
 // CLI support: what every `quiver-agent` command that works on a configuration does the same way —
-// read its options, find and load the configuration, name connections, parse durations, and turn
-// an error into one of cli.h's exit codes.
+// read its options, find and load the configuration, open a one-shot agent, name connections, parse
+// durations, and turn an error into one of cli.h's exit codes.
 //
 // Options are GNU style: `--name value` or `--name=value`, flags without a value, `--` ends the
 // options, `-h` is `--help`. Each command lists the options it knows; anything else is a usage
@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -21,6 +22,8 @@
 #include "shared/status.h"
 
 namespace quiver {
+
+class Agent;
 
 struct CliOption {
   const char* name;  // without the dashes: "config"
@@ -62,6 +65,12 @@ int store_exit_code(const Error& error);
 // On failure, prints why (one line per problem) and returns the exit code in `*exit_code`.
 std::optional<AgentConfig> load_cli_config(const char* command, const CliArgs& args,
                                            int* exit_code);
+
+// The agent of a one-shot command (status, prefs, refresh): it logs warnings and worse, watches
+// no upstream and runs no revalidation workers and no maintenance loop. On failure, prints why and
+// returns nullptr with the exit code (store_exit_code) in `*exit_code`.
+std::unique_ptr<Agent> create_cli_agent(const char* command, const AgentConfig& config,
+                                        int* exit_code);
 
 // The connection named `name_or_id` (a server name as written, or a connection id), or nullptr.
 const ConnectionConfig* find_connection_named(const AgentConfig& config,

@@ -124,16 +124,9 @@ int cmd_prefs(const std::vector<std::string>& argv) {
     principal = Principal::shared();
   }
 
-  AgentOptions options;
-  options.log_level = LogLevel::kWarn;
-  options.watch_upstreams = false;
-  options.run_revalidation_workers = false;
-  options.run_maintenance = false;
-  Result<std::unique_ptr<Agent>> created = Agent::create(*config, options);
-  if (!created.ok()) {
-    return cli_fail("prefs", created.error().message, store_exit_code(created.error()));
-  }
-  Agent& agent = **created;
+  std::unique_ptr<Agent> created = create_cli_agent("prefs", *config, &code);
+  if (!created) return code;
+  Agent& agent = *created;
 
   int status = kExitOk;
   for (const Toggle& t : toggles) {

@@ -120,16 +120,9 @@ int cmd_refresh(const std::vector<std::string>& argv) {
     return kExitOk;
   }
 
-  AgentOptions options;
-  options.log_level = LogLevel::kWarn;
-  options.watch_upstreams = false;
-  options.run_revalidation_workers = false;
-  options.run_maintenance = false;
-  Result<std::unique_ptr<Agent>> created = Agent::create(*config, options);
-  if (!created.ok()) {
-    return cli_fail("refresh", created.error().message, store_exit_code(created.error()));
-  }
-  Agent& agent = **created;
+  std::unique_ptr<Agent> created = create_cli_agent("refresh", *config, &code);
+  if (!created) return code;
+  Agent& agent = *created;
   if (Status st = agent.start(); !st.ok()) {
     return cli_fail(
         "refresh",

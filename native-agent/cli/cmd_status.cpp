@@ -203,16 +203,9 @@ int cmd_status(const std::vector<std::string>& argv) {
   std::optional<AgentConfig> config = load_cli_config("status", *args, &code);
   if (!config) return code;
 
-  AgentOptions options;
-  options.log_level = LogLevel::kWarn;
-  options.watch_upstreams = false;
-  options.run_revalidation_workers = false;
-  options.run_maintenance = false;
-  Result<std::unique_ptr<Agent>> created = Agent::create(*config, options);
-  if (!created.ok()) {
-    return cli_fail("status", created.error().message, store_exit_code(created.error()));
-  }
-  Agent& agent = **created;
+  std::unique_ptr<Agent> created = create_cli_agent("status", *config, &code);
+  if (!created) return code;
+  Agent& agent = *created;
   ManifestStore& store = agent.store();
 
   Json status = Json::object();

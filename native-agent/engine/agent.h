@@ -103,6 +103,14 @@ struct AgentOptions {
   // Pooled upstream connections: list_changed debounce and the watcher's visiting interval.
   int64_t change_debounce_ms = 250;
   int64_t watch_interval_ms = 50;
+
+  // An agent that does only what it is asked: no upstream watching, no revalidation workers, no
+  // maintenance loop (one-shot commands; tests that drive the steps by hand).
+  static AgentOptions on_demand() {
+    AgentOptions o;
+    o.watch_upstreams = o.run_revalidation_workers = o.run_maintenance = false;
+    return o;
+  }
 };
 
 // What a maintenance pass did (tests, status).

@@ -30,10 +30,7 @@
 namespace quiver {
 namespace {
 
-using testing::A;
-using testing::encode_reply;
-using testing::I;
-using testing::S;
+using namespace testing;  // quiver::testing: tests/support/resp_values.h
 
 std::string g_out;
 int g_failures = 0;
@@ -152,15 +149,6 @@ Recording record_session(const Json& fx, EraPolicy era) {
 }
 
 // ---- edge ------------------------------------------------------------------------------------
-
-RespValue flat(const std::vector<std::pair<std::string, std::string>>& fields) {
-  std::vector<RespValue> out;
-  for (const auto& [k, v] : fields) {
-    out.push_back(S(k));
-    out.push_back(S(v));
-  }
-  return A(std::move(out));
-}
 
 constexpr int64_t kEdgeNow = 1'800'000'000'000;  // edge_fuzz.cpp's clock
 

@@ -72,12 +72,9 @@ struct LogCapture {
 
 // An options set for tests: threads off (tests drive the steps), every line captured.
 AgentOptions manual_options(LogCapture& log) {
-  AgentOptions o;
+  AgentOptions o = AgentOptions::on_demand();
   o.log_sink = log.sink();
   o.log_level = LogLevel::kDebug;
-  o.watch_upstreams = false;
-  o.run_revalidation_workers = false;
-  o.run_maintenance = false;
   o.run_retries = false;
   o.revalidation_block_ms = 50;
   return o;

@@ -38,9 +38,7 @@
 namespace quiver {
 namespace {
 
-using testing::TempDir;
-using testing::test_upstream_js;
-using testing::wait_until;
+using namespace testing;  // quiver::testing: tests/support/
 
 constexpr char kTokenKey[] = "test-caller-token-key-0123456789abcdef";
 constexpr char kWebhookSecret[] = "test-webhook-secret-0123456789";
@@ -204,10 +202,7 @@ class HostileApiTest : public ::testing::Test {
     sources.working_dir = dir_.root();
     Result<AgentConfig> config = parse_config(sources);
     ASSERT_TRUE(config.ok()) << config.error().message;
-    AgentOptions options;
-    options.watch_upstreams = false;
-    options.run_revalidation_workers = false;
-    options.run_maintenance = false;
+    AgentOptions options = AgentOptions::on_demand();
     options.log_sink = [](const std::string&) {};
     Result<std::unique_ptr<Agent>> agent = Agent::create(*config, options);
     ASSERT_TRUE(agent.ok()) << agent.error().message;

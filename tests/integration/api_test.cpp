@@ -35,13 +35,13 @@
 #include "shared/webhook_signature.h"
 #include "tests/support/hiredis_run.h"
 #include "tests/support/mcp_peers.h"
+#include "tests/support/redis_fixture.h"
 #include "tests/support/redis_server.h"
 
 namespace quiver {
 namespace {
 
 using testing::read_stats;
-using testing::RedisServer;
 using testing::TempDir;
 using testing::test_upstream_js;
 using testing::wait_until;
@@ -121,14 +121,8 @@ class ThrowingAgent final : public AgentService {
   AgentService& real_;
 };
 
-class ApiTest : public ::testing::TestWithParam<Backend> {
+class ApiTest : public testing::WithRedisServer<::testing::TestWithParam<Backend>> {
  protected:
-  static void SetUpTestSuite() { redis_ = new RedisServer(); }
-  static void TearDownTestSuite() {
-    delete redis_;
-    redis_ = nullptr;
-  }
-
   void SetUp() override {
     ASSERT_FALSE(dir_.root().empty());
     stats_ = dir_.path("t-stats.json");
@@ -177,10 +171,7 @@ class ApiTest : public ::testing::TestWithParam<Backend> {
     Result<AgentConfig> config = parse_config(sources);
     ASSERT_TRUE(config.ok()) << config.error().message;
 
-    AgentOptions options;
-    options.watch_upstreams = false;
-    options.run_revalidation_workers = false;
-    options.run_maintenance = false;
+    AgentOptions options = AgentOptions::on_demand();
     options.log_sink = [this](const std::string& line) {
       std::lock_guard<std::mutex> lock(log_mu_);
       log_ += line + "\n";
@@ -238,6 +229,20 @@ class ApiTest : public ::testing::TestWithParam<Backend> {
     return {{"Authorization", "Bearer " + token(member_id)}};
   }
 
+  // The revalidation queue holds one request, for `t`, queued for `reason`.
+  void expect_one_queued_for_t(const std::string& reason) {
+    Result<RevalidationBatch> queued = agent_->store().read_revalidations("api-test", 10, 0);
+    ASSERT_TRUE(queued.ok());
+    ASSERT_EQ(queued->requests.size(), 1u);
+    EXPECT_EQ(queued->requests[0].connection_id, "t");
+    EXPECT_EQ(queued->requests[0].reason, reason);
+  }
+
+  httplib::Result post_webhook(const std::string& payload, const std::string& signature) {
+    return client_->Post("/v1/webhooks/refresh", {{kWebhookSignatureHeader, signature}}, payload,
+                         "application/json");
+  }
+
   std::vector<std::string> visible_tools(const std::string& member_id, const std::string& cid) {
     std::vector<std::string> names;
     auto r = client_->Get("/v1/manifests", bearer(member_id));
@@ -251,7 +256,6 @@ class ApiTest : public ::testing::TestWithParam<Backend> {
     return names;
   }
 
-  static RedisServer* redis_;
   TempDir dir_;
   std::string stats_;
   std::unique_ptr<Agent> agent_;
@@ -260,8 +264,6 @@ class ApiTest : public ::testing::TestWithParam<Backend> {
   std::mutex log_mu_;
   std::string log_;
 };
-
-RedisServer* ApiTest::redis_ = nullptr;
 
 INSTANTIATE_TEST_SUITE_P(BothStores, ApiTest, ::testing::Values(Backend::kSqlite, Backend::kRedis),
                          backend_name);
@@ -456,11 +458,7 @@ TEST_P(ApiTest, RefreshToolsIsQueuedOrInProgressWhileALeaseIsHeld) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 202) << r->body;
   EXPECT_EQ(body_of(r)["status"], "queued");
-  Result<RevalidationBatch> queued = agent_->store().read_revalidations("api-test", 10, 0);
-  ASSERT_TRUE(queued.ok());
-  ASSERT_EQ(queued->requests.size(), 1u);
-  EXPECT_EQ(queued->requests[0].connection_id, "t");
-  EXPECT_EQ(queued->requests[0].reason, "manual");
+  ASSERT_NO_FATAL_FAILURE(expect_one_queued_for_t("manual"));
 
   // Another worker is listing it: the answer says so, and nothing more is queued.
   Result<AcquireResult> held =
@@ -480,11 +478,7 @@ TEST_P(ApiTest, EvidenceOfAnUnknownToolQueuesARefresh) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 202) << r->body;
   EXPECT_EQ(body_of(r)["status"], "queued");
-  Result<RevalidationBatch> queued = agent_->store().read_revalidations("api-test", 10, 0);
-  ASSERT_TRUE(queued.ok());
-  ASSERT_EQ(queued->requests.size(), 1u);
-  EXPECT_EQ(queued->requests[0].connection_id, "t");
-  EXPECT_EQ(queued->requests[0].reason, "evidence");
+  ASSERT_NO_FATAL_FAILURE(expect_one_queued_for_t("evidence"));
 
   for (const char* bad : {R"({"kind":"unknown_tool"})", R"({"kind":"guess","name":"x"})",
                           R"({"kind":"unknown_tool","name":""})", "not json", "[]"}) {
@@ -502,10 +496,7 @@ TEST_P(ApiTest, EvidenceOfAnUnknownToolQueuesARefresh) {
 TEST_P(ApiTest, WebhooksNeedAFreshUnusedSignature) {
   const std::string payload = R"({"connection_id":"t","reason":"deploy"})";
   const int64_t now = system_clock_ms()();
-  auto post = [&](const std::string& signature) {
-    return client_->Post("/v1/webhooks/refresh", {{kWebhookSignatureHeader, signature}}, payload,
-                         "application/json");
-  };
+  auto post = [&](const std::string& signature) { return post_webhook(payload, signature); };
   const std::string good = *sign_webhook(kWebhookSecret, ns(), payload, now);
   auto r = post(good);
   ASSERT_TRUE(r);
@@ -518,10 +509,7 @@ TEST_P(ApiTest, WebhooksNeedAFreshUnusedSignature) {
   auto read = client_->Get("/v1/mcp-connections/t/manifest", bearer("alice"));
   ASSERT_TRUE(read);
   EXPECT_EQ(body_of(read)["status"], "stale") << read->body;
-  Result<RevalidationBatch> queued = agent_->store().read_revalidations("api-test", 10, 0);
-  ASSERT_TRUE(queued.ok());
-  ASSERT_EQ(queued->requests.size(), 1u);
-  EXPECT_EQ(queued->requests[0].reason, "webhook");
+  ASSERT_NO_FATAL_FAILURE(expect_one_queued_for_t("webhook"));
 
   r = post(good);  // the same signed request again
   ASSERT_TRUE(r);
@@ -557,10 +545,7 @@ TEST_P(ApiTest, WebhooksNeedAFreshUnusedSignature) {
 TEST_P(ApiTest, WebhooksAreBoundToTheNamespace) {
   const std::string payload = R"({"connection_id":"t","reason":"deploy"})";
   const int64_t now = system_clock_ms()();
-  auto post = [&](const std::string& signature) {
-    return client_->Post("/v1/webhooks/refresh", {{kWebhookSignatureHeader, signature}}, payload,
-                         "application/json");
-  };
+  auto post = [&](const std::string& signature) { return post_webhook(payload, signature); };
   ASSERT_NE(ns(), "elsewhere");
   auto r = post(*sign_webhook(kWebhookSecret, "elsewhere", payload, now));
   ASSERT_TRUE(r);
@@ -1052,30 +1037,31 @@ void stop_serve(Served& s) {
   EXPECT_EQ(serve.stderr_tail().find(kTokenKey), std::string::npos);
 }
 
-Json serve_config(const std::string& key_file, Json servers) {
-  return {{"mcpServers", std::move(servers)},
-          {"quiver",
-           {{"members", {"local"}},
-            {"grants", {{"*", {"*"}}}},
-            {"caller_token_keys", {{"local-1", {{"file", key_file}}}}}}}};
-}
-
 void write_file(const std::string& path, const std::string& text) {
   std::remove(path.c_str());
   testing::append_line(path, text);
 }
 
+// Writes the caller-token key and a configuration serving `servers` (member `local`, granted
+// everything) into `dir`; returns the configuration's path. Written again, it replaces both.
+std::string write_serve_config(const TempDir& dir, Json servers) {
+  const std::string key_file = dir.path("caller-token.key");
+  write_file(key_file, kTokenKey);
+  const std::string config_file = dir.path("quiver.json");
+  const Json config = {{"mcpServers", std::move(servers)},
+                       {"quiver",
+                        {{"members", {"local"}},
+                         {"grants", {{"*", {"*"}}}},
+                         {"caller_token_keys", {{"local-1", {{"file", key_file}}}}}}}};
+  write_file(config_file, config.dump());
+  return config_file;
+}
+
 TEST(ApiServe, PrintsACurlLineThatShowsManifestsAndStopsOnSigterm) {
   TempDir dir;
-  const std::string key_file = dir.path("caller-token.key");
-  testing::append_line(key_file, kTokenKey);
-  const std::string config_file = dir.path("quiver.json");
-  write_file(config_file,
-             serve_config(key_file,
-                          {{"everything",
-                            {{"command", "node"}, {"args", {testing::everything_js(), "stdio"}}}},
-                           {"t", test_upstream({"--tools", "2"})}})
-                 .dump());
+  const std::string config_file = write_serve_config(
+      dir, {{"everything", {{"command", "node"}, {"args", {testing::everything_js(), "stdio"}}}},
+            {"t", test_upstream({"--tools", "2"})}});
   Served s;
   ASSERT_NO_FATAL_FAILURE(start_serve(dir, config_file, &s));
   EXPECT_NE(s.out.find("2 of 2 connection(s) listed"), std::string::npos) << s.out;
@@ -1099,10 +1085,7 @@ TEST(ApiServe, PrintsACurlLineThatShowsManifestsAndStopsOnSigterm) {
 // one. (A terminal gets the curl line with the token; --print-token forces it, see start_serve.)
 TEST(ApiServe, PrintsNoTokenWhenStdoutIsNotATerminal) {
   TempDir dir;
-  const std::string key_file = dir.path("caller-token.key");
-  testing::append_line(key_file, kTokenKey);
-  const std::string config_file = dir.path("quiver.json");
-  write_file(config_file, serve_config(key_file, {{"t", test_upstream({"--tools", "2"})}}).dump());
+  const std::string config_file = write_serve_config(dir, {{"t", test_upstream({"--tools", "2"})}});
   ChildSpec spec(testing::quiver_agent_binary(),
                  {"serve", "--config", config_file, "--listen", "127.0.0.1:0"},
                  {{"QUIVER_DATA_DIR", dir.path("data")}, {"SECRET", kUpstreamSecret}});
@@ -1131,13 +1114,19 @@ TEST(ApiServe, PrintsNoTokenWhenStdoutIsNotATerminal) {
 
 TEST(ApiServe, SighupReloadsTheConfigurationAndRefusesABadOne) {
   TempDir dir;
-  const std::string key_file = dir.path("caller-token.key");
-  testing::append_line(key_file, kTokenKey);
-  const std::string config_file = dir.path("quiver.json");
-  write_file(config_file, serve_config(key_file, {{"t", test_upstream({"--tools", "2"})}}).dump());
+  const std::string config_file = write_serve_config(dir, {{"t", test_upstream({"--tools", "2"})}});
   Served s;
   ASSERT_NO_FATAL_FAILURE(start_serve(dir, config_file, &s));
   ChildProcess& serve = *s.child;
+  // Whether serve's stderr says `text` within `timeout_ms`.
+  auto logs = [&](const char* text, int64_t timeout_ms) {
+    return wait_until(
+        [&] {
+          serve.drain_stderr();
+          return serve.stderr_tail().find(text) != std::string::npos;
+        },
+        timeout_ms);
+  };
   httplib::Client c(s.base);
   auto ids = [&]() {
     std::vector<std::string> out;
@@ -1153,9 +1142,8 @@ TEST(ApiServe, SighupReloadsTheConfigurationAndRefusesABadOne) {
   EXPECT_EQ(ids(), (std::vector<std::string>{"t"}));
 
   // A new connection: served on the same address once reloaded, and listed.
-  write_file(config_file, serve_config(key_file, {{"t", test_upstream({"--tools", "2"})},
-                                                  {"u", test_upstream({"--tools", "3"})}})
-                              .dump());
+  write_serve_config(
+      dir, {{"t", test_upstream({"--tools", "2"})}, {"u", test_upstream({"--tools", "3"})}});
   ASSERT_EQ(::kill(serve.pid(), SIGHUP), 0);
   EXPECT_TRUE(wait_until(
       [&] {
@@ -1165,24 +1153,12 @@ TEST(ApiServe, SighupReloadsTheConfigurationAndRefusesABadOne) {
       15'000))
       << serve.stderr_tail();
   // The line comes once the new API listens: possibly just after the answer above.
-  EXPECT_TRUE(wait_until(
-      [&] {
-        serve.drain_stderr();
-        return serve.stderr_tail().find("reloaded: 2 connection(s)") != std::string::npos;
-      },
-      5'000))
-      << serve.stderr_tail();
+  EXPECT_TRUE(logs("reloaded: 2 connection(s)", 5'000)) << serve.stderr_tail();
 
   // A broken file: refused, the running configuration kept.
   write_file(config_file, "{\"mcpServers\": ");
   ASSERT_EQ(::kill(serve.pid(), SIGHUP), 0);
-  EXPECT_TRUE(wait_until(
-      [&] {
-        serve.drain_stderr();
-        return serve.stderr_tail().find("reload refused") != std::string::npos;
-      },
-      10'000))
-      << serve.stderr_tail();
+  EXPECT_TRUE(logs("reload refused", 10'000)) << serve.stderr_tail();
   EXPECT_TRUE(serve.running());
   EXPECT_EQ(ids(), (std::vector<std::string>{"t", "u"}));
   stop_serve(s);

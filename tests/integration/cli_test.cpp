@@ -23,9 +23,7 @@
 namespace quiver {
 namespace {
 
-using testing::TempDir;
-using testing::test_upstream_js;
-using testing::wait_until;
+using namespace testing;  // quiver::testing: tests/support/
 
 constexpr char kTokenKey[] = "cli-test-caller-token-key-0123456789";
 constexpr char kUpstreamSecret[] = "cli-upstream-secret-5b1e0d";

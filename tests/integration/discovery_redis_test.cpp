@@ -25,43 +25,23 @@
 #include "tests/support/discovery_fixture.h"
 #include "tests/support/hiredis_run.h"
 #include "tests/support/loopback_socket.h"
-#include "tests/support/redis_server.h"
+#include "tests/support/redis_fixture.h"
 
 namespace quiver {
 namespace {
 
-using quiver::testing::add_failure;
-using quiver::testing::data_entry;
-using quiver::testing::manifest_json;
-using quiver::testing::member_principal;
-using quiver::testing::MemoryStore;
-using quiver::testing::RedisConnection;
-using quiver::testing::RedisServer;
-using quiver::testing::run_argv;
-
-constexpr int64_t kNow = 100'000'000;
-constexpr int64_t kMinute = 60'000;
+using namespace testing;  // quiver::testing: tests/support/ (fixture, Redis server)
 
 using RawSocket = testing::LoopbackSocket;
 
-class DiscoveryRedisIntegration : public ::testing::Test {
+class DiscoveryRedisIntegration : public RedisFixture {
  protected:
-  static void SetUpTestSuite() { server_ = new RedisServer(); }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-
   void SetUp() override {
-    ASSERT_TRUE(server_->ok()) << server_->error();
-    c_.reset(server_->connect());
-    ASSERT_NE(c_, nullptr);
-    run_argv(c_.get(), {"FLUSHALL"});
+    RedisFixture::SetUp();
+    if (HasFatalFailure()) return;
     // As an agent leaves a namespace it has synced (schema/redis-keys.md, `namespace`).
-    run_argv(c_.get(), {"SET", keys_.namespace_record(), "ready:1"});
+    cmd({"SET", keys_.namespace_record(), "ready:1"});
   }
-
-  RespValue cmd(const std::vector<std::string>& argv) { return run_argv(c_.get(), argv); }
 
   // Writes every key of `store` with hiredis, spelled by RedisKeys.
   void populate(const MemoryStore& store) {
@@ -104,7 +84,7 @@ class DiscoveryRedisIntegration : public ::testing::Test {
   Result<DiscoverySnapshot> read(const std::string& member, const SnapshotQuery& query = {}) {
     Result<RedisCommand> command = discovery_read_command(keys_, member_principal(member), query);
     if (!command.ok()) return command.error();
-    RawSocket socket(server_->port());
+    RawSocket socket(redis_->port());
     Result<std::vector<RespValue>> replies = socket.exchange(encode_command(*command), 1);
     if (!replies.ok()) return replies.error();
     return decode_discovery_reply((*replies)[0], member_principal(member));
@@ -114,7 +94,7 @@ class DiscoveryRedisIntegration : public ::testing::Test {
                                                   int64_t now, const EnqueueOptions& options = {}) {
     Result<Pipeline> pipeline = revalidate_enqueue_pipeline(keys_, page, now, options);
     EXPECT_TRUE(pipeline.ok());
-    RawSocket socket(server_->port());
+    RawSocket socket(redis_->port());
     Result<std::vector<RespValue>> replies =
         socket.exchange(pipeline->bytes(), pipeline->expected_replies());
     EXPECT_TRUE(replies.ok()) << replies.error().message;
@@ -124,12 +104,8 @@ class DiscoveryRedisIntegration : public ::testing::Test {
 
   int64_t xlen() { return cmd({"XLEN", keys_.revalidate_stream()}).integer; }
 
-  static RedisServer* server_;
-  RedisConnection c_;
   RedisKeys keys_ = *RedisKeys::create("itest");
 };
-
-RedisServer* DiscoveryRedisIntegration::server_ = nullptr;
 
 // Three members, three connections in mixed modes, manifests for every principal, grants
 // varying, plus disabled tools (shared and per member), a held lease, a removed connection and a
@@ -342,7 +318,7 @@ TEST_F(DiscoveryRedisIntegration, TwoHundredConcurrentEnqueuesQueueExactlyOnce) 
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
-      RedisConnection c(server_->connect());
+      RedisConnection c(redis_->connect());
       ++ready;
       while (!go) std::this_thread::yield();
       for (int i = 0; i < kPerThread; ++i) {
@@ -445,7 +421,7 @@ class WebhookRedisIntegration : public DiscoveryRedisIntegration {
     Result<RedisCommand> command = webhook_refresh_command(
         keys_, WebhookVerified{now, signed_id, 300'000}, request, now, EnqueueOptions{});
     if (!command.ok()) return command.error();
-    RawSocket socket(server_->port());
+    RawSocket socket(redis_->port());
     Result<std::vector<RespValue>> replies = socket.exchange(encode_command(*command), 1);
     if (!replies.ok()) return replies.error();
     return parse_webhook_refresh_reply((*replies)[0]);
@@ -609,7 +585,7 @@ TEST_F(DiscoveryRedisIntegration, TheEdgeFallsBackToEvalWhenRedisLostItsScripts)
     for (int guard = 0; guard < 20 && step.action != EdgeAction::kRespond; ++guard) {
       if (step.action == EdgeAction::kRedis) {
         if (step.new_connection || socket == nullptr) {
-          socket = std::make_unique<RawSocket>(server_->port());
+          socket = std::make_unique<RawSocket>(redis_->port());
         }
         ++out.round_trips;
         out.sent += step.redis_bytes;

@@ -28,6 +28,7 @@
 
 #include "shared/json.h"
 #include "shared/jsonrpc.h"
+#include "tests/support/mcp_peers.h"
 #include "tests/support/redis_server.h"
 
 extern char** environ;
@@ -41,19 +42,9 @@ int64_t elapsed_ms(Clock::time_point since) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - since).count();
 }
 
-std::string node_modules() { return QUIVER_NODE_MODULES; }
-std::string peers_dir() { return std::string(QUIVER_SOURCE_DIR) + "/tests/peers"; }
-
-std::string read_file(const std::string& path) {
-  std::string out;
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) return out;
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-  std::fclose(f);
-  return out;
-}
+using testing::node_modules;
+using testing::peers_dir;
+using testing::read_file;
 
 // A peer process in its own process group. stdout goes to a pipe (read_line) or to `log_path`.
 class PeerProcess {
@@ -111,25 +102,6 @@ class PeerProcess {
 
   bool running() const { return pid_ > 0; }
 
-  static std::vector<pid_t> children_of(pid_t parent) {
-    std::vector<pid_t> out;
-    DIR* proc = ::opendir("/proc");
-    if (proc == nullptr) return out;
-    while (dirent* entry = ::readdir(proc)) {
-      if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
-      std::string stat = read_file(std::string("/proc/") + entry->d_name + "/stat");
-      std::size_t paren = stat.rfind(')');  // the command name may hold spaces
-      if (paren == std::string::npos) continue;
-      int ppid = 0;
-      char state = 0;
-      if (std::sscanf(stat.c_str() + paren + 1, " %c %d", &state, &ppid) == 2 && ppid == parent) {
-        out.push_back(static_cast<pid_t>(std::atoi(entry->d_name)));
-      }
-    }
-    ::closedir(proc);
-    return out;
-  }
-
   // One line of the peer's stdout ("" on timeout or EOF).
   std::string read_line(int timeout_ms) {
     auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
@@ -157,10 +129,7 @@ class PeerProcess {
   // state worth a graceful exit, and supergateway's takes two seconds.
   void stop() {
     if (pid_ > 0) {
-      for (pid_t child : children_of(pid_)) {
-        pid_t group = ::getpgid(child);
-        if (group > 0 && group != pid_) ::kill(-group, SIGKILL);
-      }
+      testing::kill_child_groups(pid_);
       ::kill(-pid_, SIGKILL);
       int status = 0;
       ::waitpid(pid_, &status, 0);
@@ -181,14 +150,7 @@ class PeerProcess {
 bool wait_for_port(int port, int timeout_ms) {
   auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   while (Clock::now() < deadline) {
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    bool up = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-    ::close(fd);
-    if (up) return true;
+    if (testing::loopback_port_open(port)) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(25));
   }
   return false;

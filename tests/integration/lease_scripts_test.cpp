@@ -12,13 +12,12 @@
 
 #include "shared/lease.h"
 #include "tests/support/hiredis_run.h"
-#include "tests/support/redis_server.h"
+#include "tests/support/redis_fixture.h"
 
 namespace quiver {
 namespace {
 
 using quiver::testing::RedisConnection;
-using quiver::testing::RedisServer;
 using quiver::testing::run_argv;
 
 LeaseKeys keys_for(const std::string& cid, const std::string& principal) {
@@ -54,24 +53,15 @@ RefreshFailure failure_under(const std::string& config_hash) {
   return f;
 }
 
-class LeaseScripts : public ::testing::Test {
+class LeaseScripts : public testing::RedisFixture {
  protected:
-  static void SetUpTestSuite() { server_ = new RedisServer(); }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-
   void SetUp() override {
-    ASSERT_TRUE(server_->ok()) << server_->error();
-    c_.reset(server_->connect());
-    ASSERT_NE(c_, nullptr);
-    cmd({"FLUSHALL"});
+    RedisFixture::SetUp();
+    if (HasFatalFailure()) return;
     keys_ = keys_for("github", "member/alice");
     set_config_hash("h1");
   }
 
-  RespValue cmd(const std::vector<std::string>& argv) { return run_argv(c_.get(), argv); }
   std::string get(const std::vector<std::string>& argv) {
     RespValue r = cmd(argv);
     return r.is_string() ? r.str : "(nil)";
@@ -132,12 +122,8 @@ class LeaseScripts : public ::testing::Test {
     ASSERT_EQ(integer({"EXISTS", keys_.lease}), 0);
   }
 
-  static RedisServer* server_;
-  RedisConnection c_;
   LeaseKeys keys_;
 };
-
-RedisServer* LeaseScripts::server_ = nullptr;
 
 TEST_F(LeaseScripts, AcquireGrantsOneHolderAndTellsOthersHowLongToWait) {
   AcquireResult a = acquire(token(1), 60'000);
@@ -364,7 +350,7 @@ TEST_F(LeaseScripts, ThreadsRacingToAcquireProduceExactlyOneHolder) {
     cmd({"DEL", keys_.lease});
     std::vector<RedisConnection> conns;
     for (int i = 0; i < kThreads; ++i) {
-      conns.emplace_back(server_->connect());
+      conns.emplace_back(redis_->connect());
       ASSERT_NE(conns.back(), nullptr);
     }
     std::atomic<int> ready{0};

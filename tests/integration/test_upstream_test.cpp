@@ -286,23 +286,23 @@ TEST(TestUpstreamStdio, HangsGarblesBloatsAndDrips) {
     Json ping = peer.request(3, "ping");
     EXPECT_TRUE(ping.contains("result")) << "the rest still works: " << ping.dump();
   }
-  {
-    auto child = start_upstream({"stdio", "--garble"});
-    ASSERT_NE(child, nullptr);
+  // The line an upstream started with `flags` answers tools/list with, after the handshake.
+  auto tools_list_line = [](std::vector<std::string> flags) -> std::optional<std::string> {
+    auto child = start_upstream(std::move(flags));
+    EXPECT_NE(child, nullptr);
+    if (child == nullptr) return std::nullopt;
     StdioPeer peer(*child);
     peer.handshake();
     peer.send(R"({"jsonrpc":"2.0","id":2,"method":"tools/list"})");
-    auto line = peer.next_line(3000);
+    return peer.next_line(3000);
+  };
+  {
+    auto line = tools_list_line({"stdio", "--garble"});
     ASSERT_TRUE(line.has_value());
     EXPECT_FALSE(parse_json(*line).ok()) << *line;
   }
   {
-    auto child = start_upstream({"stdio", "--oversize-bytes", "300000"});
-    ASSERT_NE(child, nullptr);
-    StdioPeer peer(*child);
-    peer.handshake();
-    peer.send(R"({"jsonrpc":"2.0","id":2,"method":"tools/list"})");
-    auto line = peer.next_line(3000);
+    auto line = tools_list_line({"stdio", "--oversize-bytes", "300000"});
     ASSERT_TRUE(line.has_value());
     EXPECT_GE(line->size(), 300000u);
     auto parsed = parse_json(*line);

@@ -12,13 +12,7 @@
 namespace quiver {
 namespace {
 
-using testing::data_entry;
-using testing::manifest_json;
-using testing::member_principal;
-using testing::MemoryStore;
-
-constexpr int64_t kNow = 100'000'000;
-constexpr int64_t kMinute = 60'000;
+using namespace testing;  // quiver::testing: tests/support/discovery_fixture.h
 
 HttpRequest get(std::string path, std::string query = "") {
   return HttpRequest{"GET", std::move(path), std::move(query), {}, ""};

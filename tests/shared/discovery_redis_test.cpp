@@ -12,23 +12,7 @@
 namespace quiver {
 namespace {
 
-using testing::data_entry;
-using testing::manifest_json;
-using testing::member_principal;
-
-using testing::A;
-using testing::encode_reply;
-using testing::I;
-using testing::S;
-
-RespValue flat(const HashFields& fields) {
-  std::vector<RespValue> out;
-  for (const auto& [k, v] : fields) {
-    out.push_back(S(k));
-    out.push_back(S(v));
-  }
-  return A(std::move(out));
-}
+using namespace testing;  // quiver::testing: tests/support/ (fixture, RESP values)
 
 HashFields conn_fields(const std::string& mode) {
   return {{"config_hash", "h1"},

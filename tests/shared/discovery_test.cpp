@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -12,16 +13,16 @@
 namespace quiver {
 namespace {
 
-using testing::add_failure;
-using testing::data_entry;
-using testing::manifest_json;
-using testing::member_principal;
-using testing::MemoryStore;
-using testing::policy;
-using testing::snapshot_of;
+using namespace testing;  // quiver::testing: tests/support/discovery_fixture.h
 
-constexpr int64_t kNow = 100'000'000;
-constexpr int64_t kMinute = 60'000;
+// One shared connection `c`, granted to alice, whose manifest hash is `manifest`.
+MemoryStore alice_with_c(HashFields manifest) {
+  MemoryStore store;
+  store.add_connection("c", "shared");
+  store.grant("alice", "c");
+  store.manifests[{"c", "shared"}] = std::move(manifest);
+  return store;
+}
 
 struct Rendered {
   RenderedDiscovery out;
@@ -148,10 +149,7 @@ TEST(Discovery, MissingEntryIsPendingAndQueued) {
 }
 
 TEST(Discovery, RefreshUnderWayWithoutDataIsPending) {
-  MemoryStore store;
-  store.add_connection("c", "shared");
-  store.grant("alice", "c");
-  store.manifests[{"c", "shared"}] = HashFields{{"attempt_at", std::to_string(kNow - 1000)}};
+  MemoryStore store = alice_with_c(HashFields{{"attempt_at", std::to_string(kNow - 1000)}});
   store.leases.insert({"c", "shared"});
   Rendered r = render(store, "alice");
   EXPECT_EQ((*entry(r.body, "c"))["status"], "pending");
@@ -173,12 +171,9 @@ TEST(Discovery, ConfigChangeIsPendingNotServed) {
 }
 
 TEST(Discovery, FailedFirstListingIsErrorWithTheRecordedError) {
-  MemoryStore store;
-  store.add_connection("c", "shared");
-  store.grant("alice", "c");
   HashFields f;
   add_failure(&f, "UPSTREAM_UNAVAILABLE", "connection refused twice", kNow - 5000);
-  store.manifests[{"c", "shared"}] = f;
+  MemoryStore store = alice_with_c(f);
   Rendered r = render(store, "alice");
   const Json* c = entry(r.body, "c");
   EXPECT_EQ((*c)["status"], "error");
@@ -408,13 +403,10 @@ TEST(Discovery, SharedPrincipalIsNotACaller) {
 // ---- disabled capabilities ---------------------------------------------------------------------
 
 TEST(Discovery, DisabledCapabilitiesAreHiddenInEveryKind) {
-  MemoryStore store;
-  store.add_connection("c", "shared");
-  store.grant("alice", "c");
-  store.manifests[{"c", "shared"}] =
+  MemoryStore store = alice_with_c(
       data_entry("h-c", kNow, kNow + kMinute,
                  manifest_json({"keep", "drop"}, {"file:///keep", "file:///drop"},
-                               {"file:///{keep}", "file:///{drop}"}, {"p-keep", "p-drop"}));
+                               {"file:///{keep}", "file:///{drop}"}, {"p-keep", "p-drop"})));
   store.disabled_sets[{"c", "shared"}] = {"tool:drop", "resource:file:///drop",
                                           "resource_template:file:///{drop}", "prompt:p-drop",
                                           "tool:not-listed"};
@@ -497,11 +489,8 @@ TEST(Discovery, AManifestFromTheModelStaysAValidManifestWithCapabilitiesHidden) 
   Result<EncodedManifest> encoded = encode_manifest(*manifest);
   ASSERT_TRUE(encoded.ok());
 
-  MemoryStore store;
-  store.add_connection("c", "shared");
-  store.grant("alice", "c");
-  store.manifests[{"c", "shared"}] =
-      data_entry("h-c", kNow, kNow + kMinute, encoded->bytes, encoded->etag);
+  MemoryStore store =
+      alice_with_c(data_entry("h-c", kNow, kNow + kMinute, encoded->bytes, encoded->etag));
   store.disabled_sets[{"c", "shared"}] = {"tool:drop", "resource_template:file:///{x}"};
   Rendered r = render(store, "alice");
   const Json& c = *entry(r.body, "c");
@@ -578,11 +567,8 @@ TEST(Discovery, AManifestWithAFailedListIsStaleAndSaysWhichListFailed) {
   Result<EncodedManifest> encoded = encode_manifest(*manifest);
   ASSERT_TRUE(encoded.ok());
 
-  MemoryStore store;
-  store.add_connection("c", "shared");
-  store.grant("alice", "c");
-  store.manifests[{"c", "shared"}] =
-      data_entry("h-c", kNow - 1000, kNow - 1000, encoded->bytes, encoded->etag);
+  MemoryStore store =
+      alice_with_c(data_entry("h-c", kNow - 1000, kNow - 1000, encoded->bytes, encoded->etag));
   add_failure(&store.manifests[{"c", "shared"}], "TIMEOUT",
               "resources/list could not be loaded: no answer within 3500 ms", kNow - 900);
   RenderOptions mcp;

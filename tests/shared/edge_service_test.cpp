@@ -23,19 +23,7 @@ const std::string kRandom(16, '\x5a');
 
 // ---- canned Redis replies ----------------------------------------------------------------------
 
-using testing::A;
-using testing::encode_reply;
-using testing::I;
-using testing::S;
-
-RespValue flat(const std::vector<std::pair<std::string, std::string>>& fields) {
-  std::vector<RespValue> out;
-  for (const auto& [k, v] : fields) {
-    out.push_back(S(k));
-    out.push_back(S(v));
-  }
-  return A(std::move(out));
-}
+using namespace testing;  // quiver::testing: tests/support/resp_values.h
 
 std::string manifest_json(const std::vector<std::string>& tools) {
   Json items = Json::array();
@@ -109,6 +97,13 @@ HttpRequest get(const std::string& path, const std::string& token = "",
   r.query = query;
   if (!token.empty()) r.headers.emplace_back("authorization", "Bearer " + token);
   return r;
+}
+
+// GET /v1/manifests with `token`, Redis answering "+OK" and `reply`.
+EdgeStep read_manifests(EdgeService& edge, const std::string& token, const RespValue& reply,
+                        int64_t now) {
+  EdgeStep s = edge.begin(get("/v1/manifests", token), now, kRandom);
+  return edge.feed(s.handle, "+OK\r\n" + encode_reply(reply), now);
 }
 
 std::string header(const HttpResponse& r, const std::string& name) {
@@ -444,9 +439,7 @@ TEST(EdgeService, ARenderedAnswerIsNotRepeatedPastAStatusChange) {
   auto edge = service();
   std::string alice = token_for("alice");
   // Fresh for another 500 ms.
-  EdgeStep s = edge->begin(get("/v1/manifests", alice), kNow, kRandom);
-  s = edge->feed(s.handle,
-                 "+OK\r\n" + encode_reply(discovery_reply("alice", 1, 15 * kMinute - 500)), kNow);
+  EdgeStep s = read_manifests(*edge, alice, discovery_reply("alice", 1, 15 * kMinute - 500), kNow);
   ASSERT_EQ(body_of(s)["connections"][0]["status"], "fresh");
   EXPECT_FALSE(s.background);
   edge->end(s.handle);
@@ -534,9 +527,7 @@ TEST(EdgeService, RedisDownServesTheL1CopyMarkedStaleElse503) {
   EXPECT_NE(s.log.find("connect timed out"), std::string::npos);
   edge->end(s.handle);
 
-  s = edge->begin(get("/v1/manifests", alice), kNow, kRandom);
-  s = edge->feed(
-      s.handle, "+OK\r\n" + encode_reply(discovery_reply("alice", 1, 14 * kMinute + 45'000)), kNow);
+  s = read_manifests(*edge, alice, discovery_reply("alice", 1, 14 * kMinute + 45'000), kNow);
   ASSERT_EQ(s.response.status, 200);
   edge->end(s.handle);
 
@@ -635,8 +626,7 @@ TEST(EdgeService, AfterARedisTimeoutOneRequestProbesAndTheOthersFailFast) {
   std::string alice = token_for("alice");
   std::string bob = token_for("bob");
   // alice has an L1 copy; bob has none.
-  EdgeStep s = edge->begin(get("/v1/manifests", alice), kNow, kRandom);
-  s = edge->feed(s.handle, "+OK\r\n" + encode_reply(discovery_reply("alice", 1, 0)), kNow);
+  EdgeStep s = read_manifests(*edge, alice, discovery_reply("alice", 1, 0), kNow);
   ASSERT_EQ(s.response.status, 200);
   edge->end(s.handle);
 

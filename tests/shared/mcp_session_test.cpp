@@ -201,6 +201,28 @@ struct FakePeer {
   }
 };
 
+using PeerHook = std::function<bool(FakePeer&, const JsonRpcMessage&, int64_t)>;
+
+// Hooks that take `method` over from the peer: answered with `result`, refused with an error,
+// or never answered. Every other message goes to the peer as usual.
+PeerHook reply_to(std::string method, Json result) {
+  return [method, result](FakePeer& p, const JsonRpcMessage& m, int64_t now) {
+    if (m.method != method) return false;
+    p.reply(m, now, result);
+    return true;
+  };
+}
+PeerHook refuse(std::string method, int64_t code, std::string message) {
+  return [method, code, message](FakePeer& p, const JsonRpcMessage& m, int64_t now) {
+    if (m.method != method) return false;
+    p.reply_error(m, now, code, message);
+    return true;
+  };
+}
+PeerHook never_answer(std::string method) {
+  return [method](FakePeer&, const JsonRpcMessage& m, int64_t) { return m.method == method; };
+}
+
 McpSessionConfig legacy_config() {
   McpSessionConfig c;
   c.era = EraPolicy::kLegacy;
@@ -721,11 +743,7 @@ TEST(McpSession, MalformedListResultsAreInvalidReplies) {
   for (const Json& bad : bad_results) {
     SCOPED_TRACE(bad.dump());
     Sim sim;
-    sim.peer.hook = [&](FakePeer& p, const JsonRpcMessage& m, int64_t now) {
-      if (m.method != "tools/list") return false;
-      p.reply(m, now, bad);
-      return true;
-    };
+    sim.peer.hook = reply_to("tools/list", bad);
     sim.start();
     sim.run();
     const ListOutcome tools = sim.listing().list(ListKind::kTools);
@@ -810,11 +828,8 @@ TEST(McpSession, AnOverlongCursorIsAnInvalidReply) {
   McpSessionConfig c = legacy_config();
   Sim sim(c);
   const std::string huge(c.max_cursor_bytes + 1, 'c');
-  sim.peer.hook = [&](FakePeer& p, const JsonRpcMessage& m, int64_t now) {
-    if (m.method != "tools/list") return false;
-    p.reply(m, now, {{"tools", Json::array({{{"name", "t"}}})}, {"nextCursor", huge}});
-    return true;
-  };
+  sim.peer.hook =
+      reply_to("tools/list", {{"tools", Json::array({{{"name", "t"}}})}, {"nextCursor", huge}});
   sim.start();
   sim.run();
   const ListOutcome tools = sim.listing().list(ListKind::kTools);
@@ -981,9 +996,7 @@ TEST(McpSession, CancellationsCanBeTurnedOff) {
   McpSessionConfig c = legacy_config();
   c.send_cancellations = false;
   Sim sim(c);
-  sim.peer.hook = [](FakePeer&, const JsonRpcMessage& m, int64_t) {
-    return m.method == "prompts/list";
-  };
+  sim.peer.hook = never_answer("prompts/list");
   sim.start();
   sim.run();
   EXPECT_EQ(sim.listing().list(ListKind::kPrompts).error->code, ErrorCode::kTimeout);
@@ -1035,9 +1048,7 @@ TEST(McpSession, ASlowPeerHitsTheDeadlineWithPartialPagesKept) {
 TEST(McpSession, HandshakeTimeoutsFailTheSession) {
   {
     Sim sim;
-    sim.peer.hook = [](FakePeer&, const JsonRpcMessage& m, int64_t) {
-      return m.method == "initialize";
-    };
+    sim.peer.hook = never_answer("initialize");
     sim.start();
     sim.run();
     ASSERT_TRUE(sim.failure());
@@ -1052,9 +1063,7 @@ TEST(McpSession, HandshakeTimeoutsFailTheSession) {
     McpSessionConfig c = legacy_config();
     c.request_timeout_ms = 10000;  // the whole-listing deadline comes first
     Sim sim(c);
-    sim.peer.hook = [](FakePeer&, const JsonRpcMessage& m, int64_t) {
-      return m.method == "initialize";
-    };
+    sim.peer.hook = never_answer("initialize");
     sim.start();
     sim.run();
     ASSERT_TRUE(sim.failure());
@@ -1064,8 +1073,7 @@ TEST(McpSession, HandshakeTimeoutsFailTheSession) {
 }
 
 // A peer hook: `method` is answered `latency_ms` late, everything else as usual.
-std::function<bool(FakePeer&, const JsonRpcMessage&, int64_t)> answer_late(std::string method,
-                                                                           int64_t latency_ms) {
+PeerHook answer_late(std::string method, int64_t latency_ms) {
   return [method, latency_ms](FakePeer& peer, const JsonRpcMessage& m, int64_t now) {
     if (m.method != method) return false;
     int64_t usual = peer.latency_ms;
@@ -1354,11 +1362,7 @@ TEST(McpSession, InvalidInitializeResultsFailTheSession) {
   for (const Json& bad : bad_results) {
     SCOPED_TRACE(bad.dump());
     Sim sim;
-    sim.peer.hook = [&](FakePeer& p, const JsonRpcMessage& m, int64_t now) {
-      if (m.method != "initialize") return false;
-      p.reply(m, now, bad);
-      return true;
-    };
+    sim.peer.hook = reply_to("initialize", bad);
     sim.start();
     sim.run();
     ASSERT_TRUE(sim.failure());
@@ -1366,11 +1370,8 @@ TEST(McpSession, InvalidInitializeResultsFailTheSession) {
     EXPECT_EQ(sim.session.state(), SessionState::kClosed);
   }
   Sim refused;
-  refused.peer.hook = [](FakePeer& p, const JsonRpcMessage& m, int64_t now) {
-    if (m.method != "initialize") return false;
-    p.reply_error(m, now, kJsonRpcInvalidParams, "Unsupported protocol version; try 2026-07-28");
-    return true;
-  };
+  refused.peer.hook =
+      refuse("initialize", kJsonRpcInvalidParams, "Unsupported protocol version; try 2026-07-28");
   refused.start();
   refused.run();
   ASSERT_TRUE(refused.failure());
@@ -1430,9 +1431,7 @@ TEST(McpSession, ADeepReplyFailsItsRequestAtOnceAndADeepNotificationIsSkipped) {
 
 TEST(McpSession, EveryPrefixOfAnAnswerIsGarbageUntilItIsWhole) {
   Sim sim;
-  sim.peer.hook = [](FakePeer&, const JsonRpcMessage& m, int64_t) {
-    return m.method == "initialize";
-  };
+  sim.peer.hook = never_answer("initialize");
   sim.start();
   std::string answer =
       encode_result(Json(1), {{"protocolVersion", "2025-11-25"},
@@ -1516,9 +1515,7 @@ TEST(McpSession, AnswersPingAndRefusesOtherServerRequests) {
 
 TEST(McpSession, AcceptsBatches) {
   Sim sim;
-  sim.peer.hook = [](FakePeer&, const JsonRpcMessage& m, int64_t) {
-    return m.method == "initialize";
-  };
+  sim.peer.hook = never_answer("initialize");
   sim.start();
   std::string batch = "[" + encode_notification("notifications/message", Json()) + "," +
                       encode_result(Json(1), {{"protocolVersion", "2025-03-26"},
@@ -1611,11 +1608,8 @@ TEST(McpSessionModern, InputRequiredOrUnknownResultTypesAreInvalid) {
     SCOPED_TRACE(type);
     Sim sim{McpSessionConfig{}};
     sim.peer.era = FakePeer::Era::kModern;
-    sim.peer.hook = [&](FakePeer& p, const JsonRpcMessage& m, int64_t now) {
-      if (m.method != "tools/list") return false;
-      p.reply(m, now, {{"resultType", type}, {"inputRequests", Json::object()}});
-      return true;
-    };
+    sim.peer.hook =
+        reply_to("tools/list", {{"resultType", type}, {"inputRequests", Json::object()}});
     sim.start();
     sim.run();
     const ListOutcome tools = sim.listing().list(ListKind::kTools);
@@ -1740,11 +1734,8 @@ TEST(McpSessionModern, UnsupportedVersionToInitializeRediscoversOnce) {
 
   // A legacy-only session does not rediscover: -32022 to initialize is an upstream error.
   Sim legacy;
-  legacy.peer.hook = [](FakePeer& peer, const JsonRpcMessage& m, int64_t now) {
-    if (m.method != "initialize") return false;
-    peer.reply_error(m, now, kMcpUnsupportedProtocolVersion, "Unsupported protocol version");
-    return true;
-  };
+  legacy.peer.hook =
+      refuse("initialize", kMcpUnsupportedProtocolVersion, "Unsupported protocol version");
   legacy.start();
   legacy.run();
   ASSERT_TRUE(legacy.failure());
@@ -1822,11 +1813,8 @@ TEST(McpSessionModern, UnsupportedProtocolVersionErrors) {
   {
     // Missing client capability: a modern server, not a reason to fall back.
     Sim sim{McpSessionConfig{}};
-    sim.peer.hook = [](FakePeer& p, const JsonRpcMessage& m, int64_t now) {
-      if (m.method != "server/discover") return false;
-      p.reply_error(m, now, kMcpMissingRequiredClientCapability, "needs elicitation");
-      return true;
-    };
+    sim.peer.hook =
+        refuse("server/discover", kMcpMissingRequiredClientCapability, "needs elicitation");
     sim.start();
     sim.run();
     ASSERT_TRUE(sim.failure());
@@ -1848,11 +1836,7 @@ TEST(McpSessionModern, DiscoverResultsAreValidated) {
   for (const Json& bad : bad_results) {
     SCOPED_TRACE(bad.dump());
     Sim sim{McpSessionConfig{}};
-    sim.peer.hook = [&](FakePeer& p, const JsonRpcMessage& m, int64_t now) {
-      if (m.method != "server/discover") return false;
-      p.reply(m, now, bad);
-      return true;
-    };
+    sim.peer.hook = reply_to("server/discover", bad);
     sim.start();
     sim.run();
     ASSERT_TRUE(sim.failure());

@@ -11,10 +11,7 @@
 namespace quiver {
 namespace {
 
-using testing::A;
-using testing::encode_reply;
-using testing::I;
-using testing::S;
+using namespace testing;  // quiver::testing: tests/support/resp_values.h
 
 RespValue E(std::string message) { return RespValue::error(std::move(message)); }
 

@@ -97,90 +97,27 @@ struct PlanCase {
   RefreshWrite write;
   bool error;
   bool release_with_commit;
-  std::vector<ListKind> incomplete;
+  bool tools_incomplete;  // plan.incomplete is {kTools}, else empty
   LastGoodUse last_good;
   bool never_fresh;
 };
 
 TEST(RefreshPlan, PlanTable) {
   const std::vector<PlanCase> cases = {
-      {"complete listing",
-       true,
-       false,
-       Last::kNone,
-       262144,
-       RefreshWrite::kCommit,
-       false,
-       true,
-       {},
-       LastGoodUse::kNotNeeded,
-       false},
-      {"listing failed",
-       false,
-       false,
-       Last::kSameConfig,
-       262144,
-       RefreshWrite::kRecordFailure,
-       true,
-       true,
-       {},
-       LastGoodUse::kNotNeeded,
-       false},
-      {"a list failed, no last good",
-       true,
-       true,
-       Last::kNone,
-       262144,
-       RefreshWrite::kCommit,
-       true,
-       false,
-       {ListKind::kTools},
-       LastGoodUse::kNone,
-       true},
-      {"a list failed, last good kept",
-       true,
-       true,
-       Last::kSameConfig,
-       262144,
-       RefreshWrite::kCommit,
-       true,
-       false,
-       {ListKind::kTools},
-       LastGoodUse::kKept,
-       true},
-      {"a list failed, last good under another config",
-       true,
-       true,
-       Last::kOtherConfig,
-       262144,
-       RefreshWrite::kCommit,
-       true,
-       false,
-       {ListKind::kTools},
-       LastGoodUse::kNone,
-       true},
-      {"a list failed, last good unreadable",
-       true,
-       true,
-       Last::kUnreadable,
-       262144,
-       RefreshWrite::kCommit,
-       true,
-       false,
-       {ListKind::kTools},
-       LastGoodUse::kUnreadable,
-       true},
-      {"over the manifest bound",
-       true,
-       false,
-       Last::kNone,
-       16,
-       RefreshWrite::kRecordFailure,
-       true,
-       true,
-       {},
-       LastGoodUse::kNotNeeded,
-       false},
+      {"complete listing", true, false, Last::kNone, 262144, RefreshWrite::kCommit, false, true,
+       false, LastGoodUse::kNotNeeded, false},
+      {"listing failed", false, false, Last::kSameConfig, 262144, RefreshWrite::kRecordFailure,
+       true, true, false, LastGoodUse::kNotNeeded, false},
+      {"a list failed, no last good", true, true, Last::kNone, 262144, RefreshWrite::kCommit, true,
+       false, true, LastGoodUse::kNone, true},
+      {"a list failed, last good kept", true, true, Last::kSameConfig, 262144,
+       RefreshWrite::kCommit, true, false, true, LastGoodUse::kKept, true},
+      {"a list failed, last good under another config", true, true, Last::kOtherConfig, 262144,
+       RefreshWrite::kCommit, true, false, true, LastGoodUse::kNone, true},
+      {"a list failed, last good unreadable", true, true, Last::kUnreadable, 262144,
+       RefreshWrite::kCommit, true, false, true, LastGoodUse::kUnreadable, true},
+      {"over the manifest bound", true, false, Last::kNone, 16, RefreshWrite::kRecordFailure, true,
+       true, false, LastGoodUse::kNotNeeded, false},
   };
   for (const PlanCase& c : cases) {
     Listing listing = c.tools_fail ? tools_failed() : good_listing();
@@ -201,7 +138,9 @@ TEST(RefreshPlan, PlanTable) {
     RefreshPlan plan = plan_refresh(in);
     EXPECT_EQ(plan.write, c.write) << c.name;
     EXPECT_EQ(plan.error.has_value(), c.error) << c.name;
-    EXPECT_EQ(plan.incomplete, c.incomplete) << c.name;
+    EXPECT_EQ(plan.incomplete, c.tools_incomplete ? std::vector<ListKind>{ListKind::kTools}
+                                                  : std::vector<ListKind>{})
+        << c.name;
     EXPECT_EQ(plan.last_good, c.last_good) << c.name;
     EXPECT_EQ(plan.renew_after_ms, 500) << c.name;
     if (c.write != RefreshWrite::kCommit) continue;

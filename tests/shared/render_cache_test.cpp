@@ -12,16 +12,7 @@
 namespace quiver {
 namespace {
 
-using testing::add_failure;
-using testing::data_entry;
-using testing::manifest_json;
-using testing::member_principal;
-using testing::MemoryStore;
-using testing::policy;
-using testing::snapshot_of;
-
-constexpr int64_t kNow = 100'000'000;
-constexpr int64_t kMinute = 60'000;
+using namespace testing;  // quiver::testing: tests/support/discovery_fixture.h
 
 // A store with every status, disabled capabilities, a per-member connection, bare-array and
 // MCP-shaped manifests, a failed list, peer strings that are not UTF-8, floats and escapes.

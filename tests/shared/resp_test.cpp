@@ -534,29 +534,24 @@ TEST(RespDecodeAll, ErrorRepliesAreValuesNotFailures) {
 }
 
 TEST(RespDecodeAll, CountMismatchIsAnError) {
-  auto fewer = decode_all("+OK\r\n:1\r\n", 3);
-  ASSERT_FALSE(fewer.ok());
-  EXPECT_EQ(fewer.error().code, ErrorCode::kInvalidReply);
-  EXPECT_NE(fewer.error().message.find("2 of 3"), std::string::npos) << fewer.error().message;
-
-  auto truncated = decode_all("+OK\r\n:1\r\n$5\r\nhel", 3);
-  ASSERT_FALSE(truncated.ok());
-  EXPECT_NE(truncated.error().message.find("ends inside reply #3"), std::string::npos)
-      << truncated.error().message;
-
-  auto more = decode_all("+OK\r\n:1\r\n+extra\r\n", 2);
-  ASSERT_FALSE(more.ok());
-  EXPECT_NE(more.error().message.find("more than the 2 expected"), std::string::npos)
-      << more.error().message;
-
-  auto trailing = decode_all("+OK\r\n:1\r\n$3\r\n", 2);
-  ASSERT_FALSE(trailing.ok());
-  EXPECT_NE(trailing.error().message.find("bytes after the 2 expected"), std::string::npos)
-      << trailing.error().message;
-
-  auto malformed = decode_all("+OK\r\n:x\r\n", 2);
-  ASSERT_FALSE(malformed.ok());
-  EXPECT_NE(malformed.error().message.find("Bad integer value"), std::string::npos);
+  struct Case {
+    const char* bytes;
+    std::size_t expected_count;
+    const char* message;  // a part of the error's message
+  };
+  const Case cases[] = {
+      {"+OK\r\n:1\r\n", 3, "2 of 3"},
+      {"+OK\r\n:1\r\n$5\r\nhel", 3, "ends inside reply #3"},
+      {"+OK\r\n:1\r\n+extra\r\n", 2, "more than the 2 expected"},
+      {"+OK\r\n:1\r\n$3\r\n", 2, "bytes after the 2 expected"},
+      {"+OK\r\n:x\r\n", 2, "Bad integer value"},
+  };
+  for (const Case& c : cases) {
+    auto r = decode_all(c.bytes, c.expected_count);
+    ASSERT_FALSE(r.ok()) << c.message;
+    EXPECT_EQ(r.error().code, ErrorCode::kInvalidReply) << c.message;
+    EXPECT_NE(r.error().message.find(c.message), std::string::npos) << r.error().message;
+  }
 }
 
 }  // namespace

@@ -114,11 +114,7 @@ TEST(SearchIndex, ColumnWeights) {
   EXPECT_EQ(names(index, "alpha"),
             (std::vector<std::string>{"alpha_tool", "delta_tool", "gamma_tool", "beta_tool"}));
 
-  SearchWeights descriptions_first;
-  descriptions_first.name = 1;
-  descriptions_first.title = 2;
-  descriptions_first.connection = 3;
-  descriptions_first.description = 20;
+  const SearchWeights descriptions_first{1, 2, 3, 20};  // name, title, connection, description
   SearchIndex reversed = build(entries, descriptions_first);
   EXPECT_EQ(names(reversed, "alpha"),
             (std::vector<std::string>{"beta_tool", "gamma_tool", "delta_tool", "alpha_tool"}));
@@ -143,11 +139,7 @@ TEST(SearchIndex, ScoresAreFts5Bm25) {
          std::string(words[i % 8]) + "_" + words[(i / 8) % 8] + "_" + std::to_string(i),
          std::string(words[(i / 3) % 8]) + " tool", description});
   }
-  SearchWeights weights;
-  weights.name = 7;
-  weights.title = 3.5;
-  weights.connection = 1.5;
-  weights.description = 0.75;
+  const SearchWeights weights{7, 3.5, 1.5, 0.75};  // name, title, connection, description
   SearchIndex index = build(entries, weights);
 
   sqlite3* db = nullptr;

@@ -4,6 +4,7 @@
 // read_snapshot in memory and through discovery_read.lua in a real Redis.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <set>
@@ -17,6 +18,10 @@
 #include "shared/json.h"
 
 namespace quiver::testing {
+
+// The clock the discovery tests read their fixtures at.
+inline constexpr int64_t kNow = 100'000'000;
+inline constexpr int64_t kMinute = 60'000;
 
 // A manifest JSON in the manifest model's shape (schema/manifest.schema.json): each list an
 // object {state, items, hashes, cache}. `marker` goes into every description, so a test can tell

@@ -115,6 +115,47 @@ inline Json read_stats(const std::string& path) {
   return parsed.ok() ? *parsed : Json();
 }
 
+// Whether something accepts TCP connections on 127.0.0.1:`port`.
+inline bool loopback_port_open(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  bool up = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  ::close(fd);
+  return up;
+}
+
+// The direct children of `parent`, from /proc.
+inline std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> out;
+  DIR* proc = ::opendir("/proc");
+  if (proc == nullptr) return out;
+  while (dirent* entry = ::readdir(proc)) {
+    if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
+    std::string stat = read_file(std::string("/proc/") + entry->d_name + "/stat");
+    std::size_t paren = stat.rfind(')');  // the command name may hold spaces
+    if (paren == std::string::npos) continue;
+    int ppid = 0;
+    char state = 0;
+    if (std::sscanf(stat.c_str() + paren + 1, " %c %d", &state, &ppid) == 2 && ppid == parent) {
+      out.push_back(static_cast<pid_t>(std::atoi(entry->d_name)));
+    }
+  }
+  ::closedir(proc);
+  return out;
+}
+
+// SIGKILL to the process group of each direct child of `parent` that is not in parent's group
+// (supergateway starts each stdio server detached, in a group of its own).
+inline void kill_child_groups(pid_t parent) {
+  for (pid_t child : children_of(parent)) {
+    pid_t group = ::getpgid(child);
+    if (group > 0 && group != parent) ::kill(-group, SIGKILL);
+  }
+}
+
 // A server listening on a loopback port, run as a child in its own process group. Stops (with
 // the process groups of its direct children: supergateway starts its stdio server in a group
 // of its own) when destroyed.
@@ -132,10 +173,10 @@ class HttpPeer {
             [&] {
               child_->drain_stderr();
               (void)child_->read_stdout();
-              return port_open(port) || !child_->running();
+              return loopback_port_open(port) || !child_->running();
             },
             15000) ||
-        !port_open(port)) {
+        !loopback_port_open(port)) {
       error_ =
           "the peer did not listen on port " + std::to_string(port) + ": " + child_->stderr_tail();
     }
@@ -149,42 +190,9 @@ class HttpPeer {
 
   void stop() {
     if (!child_) return;
-    for (pid_t kid : children_of(child_->pid())) {
-      pid_t group = ::getpgid(kid);
-      if (group > 0 && group != child_->pid()) ::kill(-group, SIGKILL);
-    }
+    kill_child_groups(child_->pid());
     (void)child_->terminate(0);
     child_.reset();
-  }
-
-  static bool port_open(int port) {
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    bool up = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-    ::close(fd);
-    return up;
-  }
-
-  static std::vector<pid_t> children_of(pid_t parent) {
-    std::vector<pid_t> out;
-    DIR* proc = ::opendir("/proc");
-    if (proc == nullptr) return out;
-    while (dirent* entry = ::readdir(proc)) {
-      if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
-      std::string stat = read_file(std::string("/proc/") + entry->d_name + "/stat");
-      std::size_t paren = stat.rfind(')');
-      if (paren == std::string::npos) continue;
-      int ppid = 0;
-      char state = 0;
-      if (std::sscanf(stat.c_str() + paren + 1, " %c %d", &state, &ppid) == 2 && ppid == parent) {
-        out.push_back(static_cast<pid_t>(std::atoi(entry->d_name)));
-      }
-    }
-    ::closedir(proc);
-    return out;
   }
 
  private:

@@ -1,5 +1,6 @@
 // Redis replies for the unit tests that feed the core canned answers: short builders for reply
-// values (bulk strings, integers, arrays) and their RESP2 bytes as Redis sends them.
+// values (bulk strings, integers, arrays, hashes) and their RESP2 bytes as Redis sends them.
+// A test takes them all with `using namespace testing;` inside namespace quiver.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +15,21 @@ namespace quiver::testing {
 inline RespValue S(std::string s) { return RespValue::bulk_string(std::move(s)); }
 inline RespValue I(int64_t v) { return RespValue::integer_value(v); }
 inline RespValue A(std::vector<RespValue> e) { return RespValue::array(std::move(e)); }
+
+// A hash as HGETALL (and the scripts) answer it: field, value, field, value, ... in the order of
+// `fields` (pairs of strings: a vector, or a map such as HashFields).
+template <typename Fields>
+RespValue flat(const Fields& fields) {
+  std::vector<RespValue> out;
+  for (const auto& [k, v] : fields) {
+    out.push_back(S(k));
+    out.push_back(S(v));
+  }
+  return A(std::move(out));
+}
+inline RespValue flat(const std::vector<std::pair<std::string, std::string>>& fields) {
+  return flat<std::vector<std::pair<std::string, std::string>>>(fields);
+}
 
 // RESP2 bytes of a reply value, as Redis would send them.
 inline std::string encode_reply(const RespValue& v) {
