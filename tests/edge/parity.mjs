@@ -54,14 +54,28 @@ const sameJson = (a, b) => JSON.stringify(sorted(a)) === JSON.stringify(sorted(b
 // applied at one host must not be a replay at the other); `sign` signs the body for the webhook
 // secret (namespace `signNs`, at `signAt()`); `repeat` sends it that many times, the last answer
 // compared; `check` looks at a 2xx body; `refreshes` is a webhook's whole list of results, the
-// same at both hosts.
+// same at both hosts. A result's status ADMITTED stands for `queued` or `already_queued`: whether
+// a target's revalidation gate is still taken depends on what each host did before (the agent's
+// own first reads and listings take gates; the edge's Redis is seeded without them), so where a
+// row's earlier history differs between the hosts, it says only that the request was admitted.
 function row(name, method, target, expect, { headers = {}, body, repeat = 1, check, sign = false,
                                             signNs = NS, signAt = () => Date.now(),
                                             refreshes } = {}) {
-  if (refreshes) check = (r) => sameJson(r.json?.refreshes, refreshes);
+  if (refreshes) {
+    check = (r) => {
+      const got = r.json?.refreshes;
+      if (!Array.isArray(got) || got.length !== refreshes.length) return false;
+      return refreshes.every((want, i) => {
+        const admitted = ['queued', 'already_queued'].includes(got[i]?.status);
+        const status = want.status === ADMITTED && admitted ? ADMITTED : got[i]?.status;
+        return sameJson({ ...got[i], status }, want);
+      });
+    };
+  }
   return { name, method, target, expect, headers, body, repeat, check, sign, signNs, signAt };
 }
 
+const ADMITTED = 'queued or already_queued';
 const goodWebhook = (tag) => JSON.stringify({ connection_id: 'docs', reason: `parity-${tag}` });
 const refreshed = (cid, principal, status, marked) => ({
   connection_id: cid, ...(principal ? { principal } : {}), status, marked_stale: marked });
@@ -190,8 +204,8 @@ const ROWS = [
                       { connection_id: 'docs', principal: 'member/alice' }, 'nope'],
         reason: `team-${host}` }),
         sign: true,
-        refreshes: [refreshed('team', 'member/bob', 'queued', true),
-                    refreshed('team', 'member/alice', 'queued', true),
+        refreshes: [refreshed('team', 'member/bob', ADMITTED, true),
+                    refreshed('team', 'member/alice', ADMITTED, true),
                     refreshed('team', 'member/bob', 'already_queued', true),
                     refreshed('team', 'member/zed', 'unknown_principal', false),
                     refreshed('team', 'shared', 'unknown_principal', false),
