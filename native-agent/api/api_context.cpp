@@ -49,6 +49,11 @@ Result<DiscoverySnapshot> ApiContext::snapshot(const Principal& member,
   return agent.store().read_discovery(member, query);
 }
 
+std::optional<Result<DiscoverySnapshot>> ApiContext::snapshot_now(const Principal& member,
+                                                                  const SnapshotQuery& query) {
+  return agent.store().read_discovery_now(member, query);
+}
+
 Result<GrantedConnection> ApiContext::granted(const Principal& member, const std::string& cid) {
   if (!validate_connection_id(cid).ok()) return Error(ErrorCode::kNotFound, "no such connection");
   SnapshotQuery query;

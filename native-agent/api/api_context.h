@@ -87,6 +87,10 @@ struct ApiContext {
   CallerAuth authenticate(const httplib::Request& req) const;
 
   Result<DiscoverySnapshot> snapshot(const Principal& member, const SnapshotQuery& query);
+  // The same read when the store can make it without waiting (ManifestStore::read_discovery_now);
+  // nullopt when it would wait.
+  std::optional<Result<DiscoverySnapshot>> snapshot_now(const Principal& member,
+                                                        const SnapshotQuery& query);
   // The granted connection `cid` of `member` with its applicable principal, from one snapshot
   // read. kNotFound when not granted, unknown or removed (indistinguishable, by design).
   Result<GrantedConnection> granted(const Principal& member, const std::string& cid);

@@ -19,6 +19,10 @@ namespace quiver::api {
 // request or response in between (their header maps cost more than an answer from the render
 // cache).
 HttpResponse discovery_exchange(ApiContext& api, const HttpRequest& request);
+// The same exchange, when it can finish without waiting (ApiContext::snapshot_now answers and no
+// revalidation must be queued before the answer); nullopt otherwise, with nothing counted or
+// queued, so that discovery_exchange can run it again from the start on a worker.
+std::optional<HttpResponse> discovery_exchange_now(ApiContext& api, const HttpRequest& request);
 
 void healthz(ApiContext& api, const httplib::Request& req, httplib::Response& res);
 void metrics(ApiContext& api, const httplib::Request& req, httplib::Response& res);

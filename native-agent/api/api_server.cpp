@@ -93,11 +93,15 @@ struct ApiServer::Impl : ApiContext {
     s.Patch(id + "/preferences", set);
   }
 
-  // One request, on a front worker: Host checked, routed, the handler run, every escaping
-  // exception a 500 whose detail goes to the log. The front (native-agent/api/http_front.h) has
-  // already refused what breaks a bound, and sheds what no worker can take.
-  // Runs `answer` for `in`: every escaping exception a 500 whose detail goes to the log, and a
-  // body without a Content-Type labelled JSON (as send() labels it).
+  // A body without a Content-Type is labelled JSON (as send() labels it).
+  static Http1Response finish(HttpResponse r) {
+    if (!r.body.empty() && !find_header(r.headers, "Content-Type")) {
+      r.headers.emplace_back("Content-Type", api::kJson);
+    }
+    return to_http1(std::move(r));
+  }
+
+  // Runs `answer` for `in`: every escaping exception a 500 whose detail goes to the log.
   template <typename Answer>
   Http1Response guarded(const Http1Request& in, Answer&& answer) {
     HttpResponse r;
@@ -111,12 +115,45 @@ struct ApiServer::Impl : ApiContext {
       log("api: " + in.method + " " + path + ": an unknown exception");
       r = error_response(HttpErrorCode::kInternal, "internal error");
     }
-    if (!r.body.empty() && !find_header(r.headers, "Content-Type")) {
-      r.headers.emplace_back("Content-Type", api::kJson);
-    }
-    return to_http1(std::move(r));
+    return finish(std::move(r));
   }
 
+  // A discovery request (routed by the core on the raw path, as the edge routes it) in the core's
+  // shape; nullopt for every other path, and for every route but the manifest reads when
+  // `manifests_only` (a search may build an index, a refresh queues).
+  static std::optional<HttpRequest> discovery_request(const Http1Request& in,
+                                                      bool manifests_only = false) {
+    const std::size_t q = in.target.find('?');
+    const SharedRoute shared = match_shared_route(std::string_view(in.target).substr(0, q)).route;
+    if (shared == SharedRoute::kNone || shared == SharedRoute::kWebhook) return std::nullopt;
+    if (manifests_only && shared != SharedRoute::kManifests &&
+        shared != SharedRoute::kConnectionManifest) {
+      return std::nullopt;
+    }
+    HttpRequest request;
+    request.method = in.method;
+    request.path = in.target.substr(0, q);
+    if (q != std::string::npos) request.query = in.target.substr(q + 1);
+    request.headers = in.headers;
+    request.body = in.body;
+    return request;
+  }
+
+  // On the front's loop thread (HttpFront's inline handler): a manifest read answered from the
+  // store's readers and the render cache when that needs no waiting; everything else, and
+  // anything that would wait or throws, is declined and goes to a worker (serve).
+  std::optional<Http1Response> serve_now(const Http1Request& in, const HttpPeer& peer) {
+    if (!api::host_allowed(in.header("Host"), options.listen.host, peer)) return std::nullopt;
+    std::optional<HttpRequest> request = discovery_request(in, true);
+    if (!request) return std::nullopt;
+    std::optional<HttpResponse> r = api::discovery_exchange_now(*this, *request);
+    if (!r) return std::nullopt;
+    return finish(std::move(*r));
+  }
+
+  // One request, on a front worker: Host checked, routed, the handler run, every escaping
+  // exception a 500 whose detail goes to the log. The front (native-agent/api/http_front.h) has
+  // already refused what breaks a bound, and sheds what no worker can take.
   Http1Response serve(const Http1Request& in, const HttpPeer& peer) {
     if (!api::host_allowed(in.header("Host"), options.listen.host, peer)) {
       return to_http1(refusal_response(
@@ -125,17 +162,11 @@ struct ApiServer::Impl : ApiContext {
     // The shared endpoints are routed by the core on the raw path (shared/discovery_http.h), as
     // the edge routes them: discovery straight to the core's exchange, then the webhook and the
     // agent's own endpoints through cpp-httplib's types.
+    if (std::optional<HttpRequest> request = discovery_request(in)) {
+      return guarded(in, [&] { return api::discovery_exchange(*this, *request); });
+    }
     const std::size_t q = in.target.find('?');
     const SharedRoute shared = match_shared_route(std::string_view(in.target).substr(0, q)).route;
-    if (shared != SharedRoute::kNone && shared != SharedRoute::kWebhook) {
-      HttpRequest request;
-      request.method = in.method;
-      request.path = in.target.substr(0, q);
-      if (q != std::string::npos) request.query = in.target.substr(q + 1);
-      request.headers = in.headers;
-      request.body = in.body;
-      return guarded(in, [&] { return api::discovery_exchange(*this, request); });
-    }
     httplib::Request req;
     req.method = in.method;
     req.target = in.target;
@@ -254,7 +285,12 @@ Status ApiServer::start() {
       [](int status, const std::string& message) {
         return to_http1(refusal_response(status, message));
       },
-      [] { return to_http1(overloaded_response()); });
+      [] { return to_http1(overloaded_response()); },
+      s.options.inline_discovery
+          ? HttpInlineHandler([&s](const Http1Request& req, const HttpPeer& peer) {
+              return s.serve_now(req, peer);
+            })
+          : HttpInlineHandler());
   Status listening = s.front->start();
   if (!listening.ok()) {
     s.front.reset();

@@ -63,6 +63,10 @@ struct ApiServerOptions {
   // every request goes through the epoll thread and two thread hand-offs (measured: 16 keep-alive
   // connections served about 1.4 x the requests/s with 16 workers than with 8; docs/benchmarks.md).
   int worker_threads = 16;
+  // Discovery answered on the front's loop thread when the store reads without waiting (the
+  // embedded SQLite store's readers) and nothing must be queued first: no thread hand-off per
+  // request (HttpFront's inline handler). Off: every request goes to a worker.
+  bool inline_discovery = true;
   std::size_t max_queued_requests = 64;  // complete requests waiting for a worker before shedding
   int64_t header_timeout_ms = 10'000;    // a request's whole head, from its first byte
   int64_t body_timeout_ms = 10'000;      // its whole body, from the end of its head

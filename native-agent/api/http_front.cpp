@@ -92,16 +92,18 @@ struct HttpFront::Impl {
     std::size_t answered;  // requests the worker answered (more than one: a hot connection)
   };
 
-  Impl(HttpFrontOptions o, HttpHandler h, HttpRefusal r, HttpOverloaded ov)
+  Impl(HttpFrontOptions o, HttpHandler h, HttpRefusal r, HttpOverloaded ov, HttpInlineHandler in)
       : options(std::move(o)),
         handler(std::move(h)),
         refuse(std::move(r)),
-        overloaded(std::move(ov)) {}
+        overloaded(std::move(ov)),
+        inline_handler(std::move(in)) {}
 
   HttpFrontOptions options;
   HttpHandler handler;
   HttpRefusal refuse;
   HttpOverloaded overloaded;
+  HttpInlineHandler inline_handler;
 
   int listen_fd = -1;
   int epoll_fd = -1;
@@ -110,6 +112,11 @@ struct HttpFront::Impl {
   bool started = false;
   std::atomic<bool> stopping{false};
   std::atomic<int64_t> shed{0};
+  std::atomic<int64_t> inlined{0};
+  std::atomic<int64_t> inline_paused{0};
+  // Written by the loop thread, read by the workers (a hot connection goes back to the loop once
+  // inline answers are not paused).
+  std::atomic<int64_t> inline_paused_until{0};
   std::thread loop_thread;
 
   // Loop-thread state.
@@ -316,7 +323,12 @@ struct HttpFront::Impl {
     for (int reads = 0;;) {
       Http1Step step = c.parser.next();
       if (auto* request = std::get_if<Http1Request>(&step)) {
-        return dispatch(c, std::move(*request));
+        std::optional<Http1Response> now_answer = answer_inline(c, *request, now);
+        if (!now_answer) return dispatch(c, std::move(*request));
+        // Written and reading again: the parser may already hold the next request (pipelined).
+        // A loop, not a recursion: a deep pipeline must not deepen the stack.
+        if (!respond(c, *request, std::move(*now_answer), now)) return;
+        continue;
       }
       if (auto* failure = std::get_if<Http1Failure>(&step)) {
         return answer(c, http1_serialize(refuse(failure->status, failure->message), 1, false), true,
@@ -338,6 +350,47 @@ struct HttpFront::Impl {
       // The peer closed (or the socket failed): a half-sent request gets no answer.
       return close_conn(c.fd);
     }
+  }
+
+  // The inline handler's answer to `request`, unless there is none, it declines, it is paused, or
+  // it throws (the worker then answers, and its handler logs what went wrong).
+  std::optional<Http1Response> answer_inline(Conn& c, const Http1Request& request, int64_t now) {
+    if (!inline_handler || now < inline_paused_until.load()) return std::nullopt;
+    const auto start = std::chrono::steady_clock::now();
+    std::optional<Http1Response> response;
+    try {
+      response = inline_handler(request, c.peer);
+    } catch (...) {
+      response.reset();
+    }
+    const int64_t took_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                                std::chrono::steady_clock::now() - start)
+                                .count();
+    if (took_us > options.inline_budget_us) {
+      inline_paused.fetch_add(1);
+      inline_paused_until.store(now + options.inline_pause_ms);
+    }
+    if (response) inlined.fetch_add(1);
+    return response;
+  }
+
+  // Writes the loop's own answer to `request`; true when it is out and the connection reads
+  // again (false: still writing, closing or closed; `c` may be gone).
+  bool respond(Conn& c, const Http1Request& request, Http1Response response, int64_t now) {
+    const bool keep = c.requests + 1 < options.keep_alive_max_requests && request.keep_alive &&
+                      !http1_response_closes(response);
+    std::string bytes =
+        http1_serialize(response, request.minor_version, keep, request.method == "HEAD");
+    ++c.requests;
+    c.idle_since = now;
+    c.head_start = now;
+    c.body_start = 0;
+    c.state = State::kWriting;
+    c.state_since = now;
+    c.out = std::move(bytes);
+    c.out_pos = 0;
+    c.close_after_write = !keep;
+    return flush(c, now);
   }
 
   void dispatch(Conn& c, Http1Request request) {
@@ -371,6 +424,13 @@ struct HttpFront::Impl {
   }
 
   void on_writable(Conn& c, int64_t now) {
+    if (flush(c, now)) on_readable(c, now);  // a pipelined request may be waiting in the parser
+  }
+
+  // Writes what the socket takes. True when everything is out and the connection is reading
+  // again; false while the rest waits for EPOLLOUT, when the connection is closing (lingering
+  // drain), or when it is closed (`c` is then gone).
+  bool flush(Conn& c, int64_t now) {
     while (c.out_pos < c.out.size()) {
       ssize_t n = ::send(c.fd, c.out.data() + c.out_pos, c.out.size() - c.out_pos, MSG_NOSIGNAL);
       if (n > 0) {
@@ -379,9 +439,10 @@ struct HttpFront::Impl {
       }
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
         watch(c, EPOLLOUT);
-        return;
+        return false;
       }
-      return close_conn(c.fd);
+      close_conn(c.fd);
+      return false;
     }
     std::string().swap(c.out);
     c.out_pos = 0;
@@ -393,11 +454,11 @@ struct HttpFront::Impl {
       c.state = State::kDraining;
       c.state_since = now;
       watch(c, EPOLLIN | EPOLLRDHUP);
-      return;
+      return false;
     }
     c.state = State::kReading;
     watch(c, EPOLLIN | EPOLLRDHUP);
-    on_readable(c, now);  // a pipelined request may be waiting in the parser already
+    return true;
   }
 
   void drain(Conn& c) {
@@ -561,6 +622,10 @@ struct HttpFront::Impl {
       }
       if (d->failed || d->close || d->written < d->bytes.size()) return;
       if (options.hot_connection_ms <= 0 || stopping.load()) return;
+      // With an inline handler, the loop answers a connection's next request without any thread
+      // hand-off: keep a connection here only while inline answers are paused. (Otherwise one
+      // pause would leave a busy connection with the workers, a wake-up per request, for good.)
+      if (inline_handler && steady_ms() >= inline_paused_until.load()) return;
       {
         // Only while another worker is idle: a new request must never wait for a hot connection
         // (nor be shed because of one).
@@ -616,9 +681,9 @@ struct HttpFront::Impl {
 };
 
 HttpFront::HttpFront(HttpFrontOptions options, HttpHandler handler, HttpRefusal refuse,
-                     HttpOverloaded overloaded)
+                     HttpOverloaded overloaded, HttpInlineHandler inline_handler)
     : impl_(std::make_unique<Impl>(std::move(options), std::move(handler), std::move(refuse),
-                                   std::move(overloaded))) {}
+                                   std::move(overloaded), std::move(inline_handler))) {}
 
 HttpFront::~HttpFront() { stop(); }
 
@@ -629,7 +694,8 @@ Status HttpFront::start() {
   if (o.worker_threads < 1 || o.max_queued_requests < 1 || o.header_timeout_ms < 1 ||
       o.body_timeout_ms < 1 || o.keep_alive_timeout_ms < 1 || o.write_timeout_ms < 1 ||
       o.linger_ms < 1 || o.max_connections < 1 || o.max_connections_per_peer < 1 ||
-      o.keep_alive_max_requests < 1 || !s.handler || !s.refuse || !s.overloaded) {
+      o.keep_alive_max_requests < 1 || o.inline_budget_us < 1 || o.inline_pause_ms < 0 ||
+      !s.handler || !s.refuse || !s.overloaded) {
     return Error(ErrorCode::kInvalidArgument, "http front: invalid options");
   }
   Status bound = s.bind_and_listen();
@@ -685,5 +751,9 @@ void HttpFront::stop() {
 int HttpFront::port() const { return impl_->bound_port; }
 
 int64_t HttpFront::shed_count() const { return impl_->shed.load(); }
+
+int64_t HttpFront::inline_count() const { return impl_->inlined.load(); }
+
+int64_t HttpFront::inline_paused_count() const { return impl_->inline_paused.load(); }
 
 }  // namespace quiver

@@ -14,6 +14,16 @@
 // if it arrives within `hot_connection_ms` (a busy keep-alive connection then costs one thread
 // wake-up per request, as in a thread-per-connection server, without holding a worker when idle).
 //
+// A host may also pass an inline handler: it runs on the loop thread for each complete request
+// first, and answers there when it can do so without waiting (the agent: discovery served from
+// its local SQLite readers and render cache). Such an answer costs no thread hand-off at all, as
+// in a single-threaded event loop (nginx's model); anything else it declines (nullopt) goes to a
+// worker as above. The loop watches the handler's time: one call over `inline_budget_us` pauses
+// inline answers for `inline_pause_ms` (counted in `inline_paused_count()`), so a store that
+// starts to wait (a disk stall, a busy lock) costs the other connections one slow answer, not a
+// stalled loop. With an inline handler a worker keeps a connection hot only during such a pause:
+// otherwise the connection goes back to the loop after each worker's answer.
+//
 // Deadlines (each explicit, all in HttpFrontOptions): the whole request head within
 // `header_timeout_ms` of its first byte (or of the connection's start); the whole body within
 // `body_timeout_ms` of the head; an idle keep-alive connection closes after
@@ -34,6 +44,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "shared/http1.h"
@@ -63,12 +74,19 @@ struct HttpFrontOptions {
   // A worker that answered a request keeps the connection while its next request arrives within
   // this many ms, no other request waits and another worker is idle (0: always hand it back).
   int64_t hot_connection_ms = 2;
+  // The inline handler's budget per call and the pause after a call over it.
+  int64_t inline_budget_us = 10'000;
+  int64_t inline_pause_ms = 250;
   std::size_t max_connections = 4'096;
   std::size_t max_connections_per_peer = 256;
 };
 
 // Runs on a worker thread with a complete request.
 using HttpHandler = std::function<Http1Response(const Http1Request&, const HttpPeer&)>;
+// Runs on the loop thread: answers without waiting, or declines (nullopt) and the request goes to
+// a worker. It must not wait for a lock held across I/O, a network round trip or a full pool.
+using HttpInlineHandler =
+    std::function<std::optional<Http1Response>(const Http1Request&, const HttpPeer&)>;
 // Runs on the loop thread: must not block (no store, no I/O).
 using HttpRefusal = std::function<Http1Response(int status, const std::string& message)>;
 using HttpOverloaded = std::function<Http1Response()>;
@@ -76,7 +94,7 @@ using HttpOverloaded = std::function<Http1Response()>;
 class HttpFront {
  public:
   HttpFront(HttpFrontOptions options, HttpHandler handler, HttpRefusal refuse,
-            HttpOverloaded overloaded);
+            HttpOverloaded overloaded, HttpInlineHandler inline_handler = nullptr);
   ~HttpFront();  // stop()
   HttpFront(const HttpFront&) = delete;
   HttpFront& operator=(const HttpFront&) = delete;
@@ -90,6 +108,8 @@ class HttpFront {
 
   int port() const;
   int64_t shed_count() const;
+  int64_t inline_count() const;         // requests answered on the loop thread
+  int64_t inline_paused_count() const;  // inline answers over budget (each paused inlining)
 
  private:
   struct Impl;

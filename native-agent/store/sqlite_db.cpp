@@ -289,24 +289,36 @@ void SqliteReaders::configure(std::string path, int64_t busy_timeout_ms, int max
 }
 
 Result<SqliteReaders::Lease> SqliteReaders::acquire() {
-  {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] {
-      return !idle_.empty() || lent_or_opening_ + static_cast<int>(idle_.size()) < max_;
-    });
-    ++lent_or_opening_;
-    if (!idle_.empty()) {
-      std::unique_ptr<SqliteDb> db = std::move(idle_.back());
-      idle_.pop_back();
-      return Lease(this, std::move(db));
-    }
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] {
+    return !idle_.empty() || lent_or_opening_ + static_cast<int>(idle_.size()) < max_;
+  });
+  return lend(lock);
+}
+
+std::optional<Result<SqliteReaders::Lease>> SqliteReaders::try_acquire() {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (idle_.empty() && lent_or_opening_ + static_cast<int>(idle_.size()) >= max_) {
+    return std::nullopt;
   }
-  // A new connection, opened outside the lock (opening reads the file's header).
+  return lend(lock);
+}
+
+// With `lock` held and a reader idle or room for one: an idle reader, else a new connection,
+// opened outside the lock (opening reads the file's header).
+Result<SqliteReaders::Lease> SqliteReaders::lend(std::unique_lock<std::mutex>& lock) {
+  ++lent_or_opening_;
+  if (!idle_.empty()) {
+    std::unique_ptr<SqliteDb> db = std::move(idle_.back());
+    idle_.pop_back();
+    return Lease(this, std::move(db));
+  }
+  lock.unlock();
   auto db = std::make_unique<SqliteDb>("sqlite");
   Status st = db->open(path_, busy_timeout_ms_);
   if (st.ok()) st = db->exec("PRAGMA query_only=ON", "read-only reader");
   if (!st.ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::mutex> relock(mu_);
     --lent_or_opening_;
     cv_.notify_one();
     return st.error();

@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -154,8 +155,12 @@ class SqliteReaders {
   void configure(std::string path, int64_t busy_timeout_ms, int max);
   bool enabled() const { return max_ > 0; }
   Result<Lease> acquire();
+  // An idle reader, or a new one when the pool has room; nullopt when every reader is lent (where
+  // acquire() would wait).
+  std::optional<Result<Lease>> try_acquire();
 
  private:
+  Result<Lease> lend(std::unique_lock<std::mutex>& lock);
   void give_back(std::unique_ptr<SqliteDb> db);
 
   std::string path_;

@@ -711,25 +711,42 @@ class SqliteSnapshotSource final : public SnapshotSource {
 
 }  // namespace
 
+namespace {
+
+// One read transaction (BEGIN ... COMMIT) on `db`: a consistent snapshot of the file.
+Result<DiscoverySnapshot> read_discovery_on(SqliteDb& db, int64_t now_ms, const Principal& member,
+                                            const SnapshotQuery& query) {
+  if (Status st = db.exec("BEGIN", "begin read transaction"); !st.ok()) return st.error();
+  SqliteSnapshotSource source(db, now_ms);
+  Result<DiscoverySnapshot> snapshot = read_snapshot(source, member, query);
+  Status end = db.exec(snapshot.ok() ? "COMMIT" : "ROLLBACK", "end read transaction");
+  if (!end.ok() && snapshot.ok()) return end.error();
+  return snapshot;
+}
+
+}  // namespace
+
 Result<DiscoverySnapshot> SqliteStore::read_discovery(const Principal& member,
                                                       const SnapshotQuery& query) {
   Impl& s = *impl_;
-  // One read transaction (BEGIN ... COMMIT) on `db`: a consistent snapshot of the file.
-  auto read = [&](SqliteDb& db) -> Result<DiscoverySnapshot> {
-    if (Status st = db.exec("BEGIN", "begin read transaction"); !st.ok()) return st.error();
-    SqliteSnapshotSource source(db, s.options.now_ms());
-    Result<DiscoverySnapshot> snapshot = read_snapshot(source, member, query);
-    Status end = db.exec(snapshot.ok() ? "COMMIT" : "ROLLBACK", "end read transaction");
-    if (!end.ok() && snapshot.ok()) return end.error();
-    return snapshot;
-  };
   if (!s.readers.enabled()) {
     std::lock_guard<std::mutex> lock(s.mu);
-    return read(s);
+    return read_discovery_on(s, s.options.now_ms(), member, query);
   }
   Result<SqliteReaders::Lease> reader = s.readers.acquire();
   if (!reader.ok()) return reader.error();
-  return read(reader->db());
+  return read_discovery_on(reader->db(), s.options.now_ms(), member, query);
+}
+
+std::optional<Result<DiscoverySnapshot>> SqliteStore::read_discovery_now(
+    const Principal& member, const SnapshotQuery& query) {
+  Impl& s = *impl_;
+  // Without readers every read takes the writers' mutex, which a commit holds across its I/O.
+  if (!s.readers.enabled()) return std::nullopt;
+  std::optional<Result<SqliteReaders::Lease>> reader = s.readers.try_acquire();
+  if (!reader) return std::nullopt;
+  if (!reader->ok()) return Result<DiscoverySnapshot>(reader->error());
+  return read_discovery_on((*reader)->db(), s.options.now_ms(), member, query);
 }
 
 Result<GrantSync> SqliteStore::sync_grants(const GrantMap& grants) {

@@ -77,6 +77,8 @@ class SqliteStore final : public ManifestStore {
   Result<ConnectionSync> sync_connections(const std::vector<ConnectionRecord>& records) override;
   Result<DiscoverySnapshot> read_discovery(const Principal& member,
                                            const SnapshotQuery& query = {}) override;
+  std::optional<Result<DiscoverySnapshot>> read_discovery_now(const Principal& member,
+                                                              const SnapshotQuery& query) override;
 
   Result<std::vector<ConnectionRecord>> list_connections() override;
   Result<std::optional<ConnectionRecord>> read_connection(std::string_view cid) override;

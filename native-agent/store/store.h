@@ -227,6 +227,15 @@ class ManifestStore {
   // bounds; kStoreUnavailable when the store cannot be reached.
   virtual Result<DiscoverySnapshot> read_discovery(const Principal& member,
                                                    const SnapshotQuery& query = {}) = 0;
+  // read_discovery when the store can make it without waiting for anything (a lock held across
+  // a write, a network round trip, a full pool), for a caller on an event loop; nullopt when it
+  // would wait (and always for a store over the network). SqliteStore: on an idle pooled reader.
+  virtual std::optional<Result<DiscoverySnapshot>> read_discovery_now(const Principal& member,
+                                                                      const SnapshotQuery& query) {
+    (void)member;
+    (void)query;
+    return std::nullopt;
+  }
 
   // --- connection records, grants, overlays, epoch ---
 
