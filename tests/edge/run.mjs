@@ -2,7 +2,12 @@
 // real redis-server, both on free loopback ports, started and stopped here. HTTP client →
 // workerd → wasm core → Redis (AUTH, one pipelined round trip) → back.
 //
-//   node tests/edge/run.mjs [--edge-dir build/wasm/edge] [--only substring]
+//   node tests/edge/run.mjs [--edge-dir build/wasm/edge] [--only substring] [--runtime wrangler]
+//
+// With `--runtime wrangler` the edge under test is served by `wrangler dev --local` from the
+// committed deploy/wrangler.toml (tests/edge/wrangler.mjs) instead of workerd with the staged
+// workerd.capnp; the extra edges some tests start (a second isolate, TLS, broken settings) stay
+// on workerd.
 //
 // Registered as the ctest `wasm.edge_e2e` (wasm-worker/CMakeLists.txt). The data is written in the
 // layout of schema/redis-keys.md, as the agent's fenced commit writes it; the manifests carry the
@@ -24,6 +29,7 @@ import {
 
 const edgeDir = edgeDirArg();
 const only = argValue('--only', '');
+const runtime = argValue('--runtime', 'workerd');
 
 const NS = 'e2e';
 const KID = 'k-e2e';
@@ -59,7 +65,7 @@ const auth = (member, opts) => ({ authorization: `Bearer ${token(member, opts)}`
 
 let redis;  // RedisServer
 let db;     // Redis client
-let edge;   // Workerd
+let edge;   // Workerd, or WranglerDev (--runtime wrangler)
 const logs = [];
 
 const edgeEnv = (extra = {}) => harnessEdgeEnv({
@@ -897,7 +903,18 @@ async function main() {
   db = await redis.client();
   await createEdgeUser(db, NS, EDGE_REDIS_PASSWORD);
   await populate();
-  edge = await Workerd.start({ config: path.join(edgeDir, 'workerd.capnp'), env: edgeEnv(), logs });
+  if (runtime === 'wrangler') {
+    const { WranglerDev, wranglerMissing } = await import('./wrangler.mjs');
+    if (wranglerMissing()) {
+      console.log(`skipped: ${wranglerMissing()}`);
+      process.exit(77);
+    }
+    // deploy/wrangler.toml's [vars] apply as deployed, but for TLS: the test Redis is plaintext.
+    edge = await WranglerDev.start({ edgeDir, env: edgeEnv({ REDIS_TLS: '0' }), logs });
+  } else {
+    edge = await Workerd.start({ config: path.join(edgeDir, 'workerd.capnp'), env: edgeEnv(),
+                                logs });
+  }
   let failed = 0;
   const started = Date.now();
   try {
