@@ -132,6 +132,22 @@ Http1Response to_http1(HttpResponse r) {
 // what a browser page sends when it reaches a loopback service by DNS rebinding: refused (421),
 // whatever the endpoint. An HTTP/1.0 request without Host is let through (browsers always send
 // one; HTTP/1.1 requires it, and the parser refuses a 1.1 request without it).
+std::string route_template(std::string_view target) {
+  std::string_view path = target.substr(0, target.find('?'));
+  constexpr std::string_view kConnections = "/v1/mcp-connections/";
+  std::string out;
+  if (path.substr(0, kConnections.size()) == kConnections) {
+    std::string_view rest = path.substr(kConnections.size());
+    const std::size_t slash = rest.find('/');
+    out = std::string(kConnections) + "{id}" +
+          std::string(slash == std::string_view::npos ? "" : rest.substr(slash));
+  } else {
+    out = std::string(path);
+  }
+  if (out.size() > 64) out.resize(64);
+  return out;
+}
+
 bool host_allowed(const std::string* host_header, const std::string& listen_host,
                   const HttpPeer& peer) {
   if (host_header == nullptr) return true;

@@ -55,6 +55,10 @@ Http1Response to_http1(HttpResponse r);
 bool host_allowed(const std::string* host_header, const std::string& listen_host,
                   const HttpPeer& peer);
 
+// The route of a request target for traces: the path without its query, a connection id
+// (`/v1/mcp-connections/<id>/...`) as `{id}`, at most 64 characters of what remains.
+std::string route_template(std::string_view target);
+
 // Segment `index` of a path that matched a route ("/v1/mcp-connections/x/test": 2 is "x").
 std::string path_segment(std::string_view path, std::size_t index);
 

@@ -14,6 +14,7 @@
 #include "native-agent/api/api_handlers.h"
 #include "native-agent/api/api_http.h"
 #include "native-agent/api/http_front.h"
+#include "native-agent/engine/tracer.h"
 #include "shared/caller_token.h"
 #include "shared/discovery_http.h"
 #include "shared/webhook_signature.h"
@@ -137,6 +138,33 @@ struct ApiServer::Impl : ApiContext {
     request.headers = in.headers;
     request.body = in.body;
     return request;
+  }
+
+  // The span of one API request (native-agent/engine/tracer.h): "{method} {route}", a child of
+  // the caller's `traceparent` when it sends one. Inert when tracing is off.
+  Span request_span(const Http1Request& in) {
+    Tracer* t = agent.tracer();
+    if (t == nullptr || !t->enabled()) return Span();
+    std::optional<SpanContext> parent;
+    if (const std::string* tp = in.header("traceparent")) parent = parse_traceparent(*tp);
+    Span span = t->start(in.method, SpanKind::kServer, parent);
+    span.set("http.request.method", in.method);
+    return span;
+  }
+  // Its route (a template: a connection id is `{id}`; a path no endpoint has is "unmatched",
+  // so that no caller's text reaches a trace) and status; a 5xx is an error.
+  static void end_request_span(Span& span, const Http1Request& in, int status) {
+    if (!span.recording()) return;
+    const std::string route = status == 404 ? "unmatched" : api::route_template(in.target);
+    span.rename(in.method + " " + route);
+    span.set("http.route", route);
+    span.set("http.response.status_code", int64_t{status});
+    if (status >= 500) {
+      span.error("HTTP " + std::to_string(status));
+    } else {
+      span.ok();
+    }
+    span.end();
   }
 
   // On the front's loop thread (HttpFront's inline handler): a manifest read answered from the
@@ -281,14 +309,27 @@ Status ApiServer::start() {
   front.max_connections = s.options.max_connections;
   front.max_connections_per_peer = s.options.max_connections_per_peer;
   s.front = std::make_unique<HttpFront>(
-      front, [&s](const Http1Request& req, const HttpPeer& peer) { return s.serve(req, peer); },
+      front,
+      [&s](const Http1Request& req, const HttpPeer& peer) {
+        Span span = s.request_span(req);
+        Http1Response response = s.serve(req, peer);
+        Impl::end_request_span(span, req, response.status);
+        return response;
+      },
       [](int status, const std::string& message) {
         return to_http1(refusal_response(status, message));
       },
       [] { return to_http1(overloaded_response()); },
       s.options.inline_discovery
           ? HttpInlineHandler([&s](const Http1Request& req, const HttpPeer& peer) {
-              return s.serve_now(req, peer);
+              Span span = s.request_span(req);
+              std::optional<Http1Response> response = s.serve_now(req, peer);
+              if (response) {
+                Impl::end_request_span(span, req, response->status);
+              } else {
+                span.discard();  // a worker answers it, in a span of its own
+              }
+              return response;
             })
           : HttpInlineHandler());
   Status listening = s.front->start();

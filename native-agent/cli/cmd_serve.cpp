@@ -21,6 +21,7 @@
 // is listed again) and the API listens again on the same address. If the new engine cannot
 // start, the previous configuration is started again; if even that fails, exit 3.
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <memory>
 #include <optional>
@@ -166,6 +167,14 @@ struct StartFailure {
 Result<Running> start_running(const AgentConfig& config, LogLevel level, StartFailure* failure) {
   AgentOptions options;
   options.log_level = level;
+  // OpenTelemetry traces, when an OTLP endpoint is set (native-agent/engine/tracer.h).
+  Result<TracerOptions> tracing =
+      tracer_options_from_env([](const char* name) { return std::getenv(name); });
+  if (!tracing.ok()) {
+    *failure = {tracing.error(), kExitUsage};
+    return tracing.error();
+  }
+  options.tracing = std::move(*tracing);
   Result<std::unique_ptr<Agent>> created = Agent::create(config, options);
   if (!created.ok()) {
     *failure = {created.error(), store_exit_code(created.error())};

@@ -186,6 +186,9 @@ Result<std::unique_ptr<Agent>> Agent::create(AgentConfig config,
   s.logger = std::make_unique<Logger>(
       s.options.log_level, s.options.log_sink,
       [redactor](std::string_view text) { return redactor->redact(text); }, s.options.now_ms);
+  Result<std::unique_ptr<Tracer>> tracer = Tracer::create(s.options.tracing, s.logger.get());
+  if (!tracer.ok()) return tracer.error();
+  s.tracer = std::move(*tracer);
   s.policy = s.config.runtime.freshness_policy();
   s.claim_idle_ms =
       s.options.claim_idle_ms > 0 ? s.options.claim_idle_ms : s.config.runtime.lease_ms;
@@ -302,6 +305,7 @@ void Agent::stop() {
 const AgentConfig& Agent::config() const { return impl_->ctx.config; }
 ManifestStore& Agent::store() { return *impl_->ctx.store; }
 Metrics& Agent::metrics() { return impl_->ctx.metrics; }
+Tracer* Agent::tracer() { return impl_->ctx.tracer.get(); }
 const std::string& Agent::consumer_name() const { return impl_->ctx.consumer; }
 const Logger& Agent::logger() const { return *impl_->ctx.logger; }
 

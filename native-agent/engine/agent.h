@@ -54,6 +54,7 @@
 #include "native-agent/base/logger.h"
 #include "native-agent/engine/metrics.h"
 #include "native-agent/engine/service.h"
+#include "native-agent/engine/tracer.h"
 #include "native-agent/store/store.h"
 
 namespace quiver {
@@ -103,6 +104,8 @@ struct AgentOptions {
   // Pooled upstream connections: list_changed debounce and the watcher's visiting interval.
   int64_t change_debounce_ms = 250;
   int64_t watch_interval_ms = 50;
+  // OpenTelemetry traces (tracer.h): off unless an endpoint is set (`serve`: the OTEL_* variables).
+  TracerOptions tracing;
 
   // An agent that does only what it is asked: no upstream watching, no revalidation workers, no
   // maintenance loop (one-shot commands; tests that drive the steps by hand).
@@ -145,6 +148,7 @@ class Agent final : public AgentService {
   const AgentConfig& config() const override;
   ManifestStore& store() override;
   Metrics& metrics() override;
+  Tracer* tracer() override;
   Result<RevalidationOutcome> request_refresh(const std::string& connection_id,
                                               const Principal& principal,
                                               const std::string& trigger) override;

@@ -41,6 +41,7 @@ struct AgentContext {
   AgentOptions options;
   Metrics metrics;
   std::unique_ptr<Logger> logger;
+  std::unique_ptr<Tracer> tracer;  // after the logger it writes to: destroyed (and flushed) first
   std::unique_ptr<PreferencesDb> prefs;
   std::unique_ptr<UpstreamPool> pool;
   std::string consumer;

@@ -46,10 +46,26 @@ Result<RefreshReport> RefreshRunner::run(const std::string& cid, const Principal
   RefreshReport report;
   report.connection_id = cid;
   report.principal = principal;
+  // One span per refresh (tracer.h), its listing a child span.
+  Span span = c.tracer ? c.tracer->start("quiver.refresh", SpanKind::kInternal) : Span();
+  span.set("quiver.connection_id", cid);
+  span.set("quiver.principal", principal.str());
+  span.set("quiver.trigger", trigger);
+  auto failed = [&](Error e) -> Result<RefreshReport> {
+    span.error(error_code_name(e.code));
+    return e;
+  };
   auto finish = [&](const RefreshSettlement& s) -> Result<RefreshReport> {
     report.outcome = s.text();
     report.duration_ms = steady_ms() - started_steady;
-    c.metrics.refresh(refresh_outcome_label(s.outcome, s.refused));
+    const std::string label = refresh_outcome_label(s.outcome, s.refused);
+    c.metrics.refresh(label);
+    span.set("quiver.outcome", label);
+    if (report.error) {
+      span.error(error_code_name(report.error->code));
+    } else {
+      span.ok();
+    }
     return report;
   };
   auto finish_as = [&](RefreshOutcome outcome) {
@@ -77,7 +93,7 @@ Result<RefreshReport> RefreshRunner::run(const std::string& cid, const Principal
     c.metrics.refresh_failure(error_code_name(acquired.error().code));
     log.warn(kAgentLog, "refresh of " + who + " (" + trigger +
                             "): no lease, the store failed: " + acquired.error().message);
-    return acquired.error();
+    return failed(acquired.error());
   }
   if (!acquired->acquired) {
     c.metrics.lease_contention();
@@ -112,8 +128,32 @@ Result<RefreshReport> RefreshRunner::run(const std::string& cid, const Principal
       !put.ok()) {
     listing = put.error();
   } else {
+    Span list_span =
+        c.tracer ? c.tracer->start("quiver.list", SpanKind::kClient, span.context()) : Span();
+    list_span.set("quiver.connection_id", cid);
+    list_span.set("quiver.transport", std::string(transport_kind_name(upstream->transport)));
     ListInfo info;
     listing = c.pool->list(name, list_timeout_for(cfg, rt), &info);
+    if (listing.ok()) {
+      int64_t failed_lists = 0;
+      for (int i = 0; i < kListKindCount; ++i) {
+        const ListOutcome& out = listing->list(static_cast<ListKind>(i));
+        if (out.state == ListState::kOk) {
+          list_span.set(std::string("quiver.") + list_kind_name(static_cast<ListKind>(i)),
+                        static_cast<int64_t>(out.items.size()));
+        } else if (out.state == ListState::kFailed) {
+          ++failed_lists;
+        }
+      }
+      list_span.set("quiver.failed_lists", failed_lists);
+      if (failed_lists > 0) {
+        list_span.error("LISTS_FAILED");
+      } else {
+        list_span.ok();
+      }
+    } else {
+      list_span.error(error_code_name(listing.error().code));
+    }
   }
   c.metrics.listing_duration_ms(steady_ms() - lease_at);
 
@@ -205,7 +245,7 @@ Result<RefreshReport> RefreshRunner::run(const std::string& cid, const Principal
     log.warn(kAgentLog, "refresh of " + who + " (" + trigger +
                             "): the store failed writing: " + written.error().message);
     (void)c.store->release_lease(cid, principal, lease);
-    return written.error();
+    return failed(written.error());
   }
   const RefreshSettlement settled = settle_refresh(plan, *written);
   if (settled.outcome == RefreshOutcome::kRefused) {

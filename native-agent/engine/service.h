@@ -20,6 +20,7 @@
 namespace quiver {
 
 class Metrics;
+class Tracer;
 
 // `trigger` says why a refresh was asked for (a short token stored with queued requests and
 // counted in /metrics): "manual", "webhook", "list_changed", "maintenance", "stale", "miss",
@@ -47,6 +48,8 @@ class AgentService {
   virtual const AgentConfig& config() const = 0;
   virtual ManifestStore& store() = 0;
   virtual Metrics& metrics() = 0;
+  // The agent's tracer (native-agent/engine/tracer.h); null when there is none.
+  virtual Tracer* tracer() { return nullptr; }
 
   // Queues a refresh of (connection, principal) for the background workers: queued,
   // already_queued, or in_progress (a lease is held: the refresh under way will serve it).
