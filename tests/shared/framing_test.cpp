@@ -100,12 +100,9 @@ std::vector<SseEvent> sse_events(std::string_view input) {
   SseParser parser;
   parser.feed(input);
   std::vector<SseEvent> events;
-  for (;;) {
-    auto event = parser.next();
-    EXPECT_TRUE(event.ok()) << event.error().message;
-    if (!event.ok() || !event->has_value()) break;
-    events.push_back(**event);
-  }
+  quiver::testing::drain_decoder(
+      parser, [&](const SseEvent& e) { events.push_back(e); },
+      [](const Error& e) { ADD_FAILURE() << e.message; });
   return events;
 }
 
