@@ -12,6 +12,7 @@
 
 #include "shared/framing.h"
 #include "tests/fuzz/fuzz_support.h"
+#include "tests/support/decoder_run.h"
 
 namespace quiver {
 namespace {
@@ -25,26 +26,15 @@ std::vector<std::string> ndjson_run(const std::vector<std::string_view>& pieces,
                                     std::size_t max_line) {
   NdjsonDecoder d(max_line);
   std::vector<std::string> out;
-  auto drain = [&] {
-    for (;;) {
-      auto r = d.next();
-      if (!r.ok()) {
-        out.push_back(error_text(r.error()));
-        continue;
-      }
-      if (!r->has_value()) break;
-      fuzz::check(!(*r)->empty(), "ndjson: a blank line was returned");
-      fuzz::check((*r)->find('\n') == std::string::npos, "ndjson: a line holds a newline");
-      out.push_back("L:" + **r);
-    }
+  auto on_line = [&](const std::string& line) {
+    fuzz::check(!line.empty(), "ndjson: a blank line was returned");
+    fuzz::check(line.find('\n') == std::string::npos, "ndjson: a line holds a newline");
+    out.push_back("L:" + line);
   };
-  for (std::string_view p : pieces) {
-    d.feed(p);
-    drain();
-  }
-  Status end = d.finish();
+  auto on_error = [&](const Error& e) { out.push_back(error_text(e)); };
+  Status end = testing::feed_pieces(d, pieces, on_line, on_error);
   out.push_back(end.ok() ? "end:ok" : "end:" + error_text(end.error()));
-  drain();
+  testing::drain_decoder(d, on_line, on_error);
   fuzz::check(d.buffered_bytes() == 0, "ndjson: bytes left after finish and drain");
   return out;
 }
@@ -53,27 +43,16 @@ std::vector<std::string> sse_run(const std::vector<std::string_view>& pieces,
                                  std::size_t max_event) {
   SseParser p(max_event);
   std::vector<std::string> out;
-  auto drain = [&] {
-    for (;;) {
-      auto r = p.next();
-      if (!r.ok()) {
-        out.push_back(error_text(r.error()) + " id=" + p.last_event_id());
-        continue;
-      }
-      if (!r->has_value()) break;
-      const SseEvent& e = **r;
-      fuzz::check(e.priming == e.data.empty(), "sse: priming flag disagrees with empty data");
-      fuzz::check(!e.type.empty(), "sse: empty event type");
-      fuzz::check(e.id == p.last_event_id(), "sse: event id is not the last event id");
-      fuzz::check(e.id.find('\0') == std::string::npos, "sse: an id holds NUL");
-      out.push_back("ev:" + e.type + "|" + e.id + "|" + e.data);
-    }
-  };
-  for (std::string_view piece : pieces) {
-    p.feed(piece);
-    drain();
-  }
-  Status end = p.finish();
+  Status end = testing::feed_pieces(
+      p, pieces,
+      [&](const SseEvent& e) {
+        fuzz::check(e.priming == e.data.empty(), "sse: priming flag disagrees with empty data");
+        fuzz::check(!e.type.empty(), "sse: empty event type");
+        fuzz::check(e.id == p.last_event_id(), "sse: event id is not the last event id");
+        fuzz::check(e.id.find('\0') == std::string::npos, "sse: an id holds NUL");
+        out.push_back("ev:" + e.type + "|" + e.id + "|" + e.data);
+      },
+      [&](const Error& e) { out.push_back(error_text(e) + " id=" + p.last_event_id()); });
   out.push_back(end.ok() ? "end:ok" : "end:" + error_text(end.error()));
   out.push_back("last_id:" + p.last_event_id());
   out.push_back("retry:" + (p.retry() ? std::to_string(*p.retry()) : std::string("none")));

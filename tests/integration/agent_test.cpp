@@ -112,6 +112,21 @@ std::string redis_url(const RedisServer& redis) {
   return "redis://127.0.0.1:" + std::to_string(redis.port()) + "/0";
 }
 
+// A per-member connection to a `--per-auth` test upstream: alice's key from $ALICE_CRED, bob's
+// from $BOB_CRED, sent as the upstream's authorization.
+Json per_member_api_key() {
+  return {{"credential_mode", "per_member"},
+          {"auth", "api_key"},
+          {"credential_env", "TEST_UPSTREAM_AUTHORIZATION"},
+          {"credentials", {{"alice", {{"env", "ALICE_CRED"}}}, {"bob", {{"env", "BOB_CRED"}}}}}};
+}
+
+// One server `t` on `redis`, granted to alice.
+AgentConfig alice_and_t(const TempDir& dir, const RedisServer& redis) {
+  return make_config(dir, {{"t", upstream_server({})}},
+                     {{"redis", redis_url(redis)}, {"grants", {{"alice", {"t"}}}}});
+}
+
 std::unique_ptr<Agent> make_agent(AgentConfig config, AgentOptions options) {
   Result<std::unique_ptr<Agent>> a = Agent::create(std::move(config), std::move(options));
   EXPECT_TRUE(a.ok()) << (a.ok() ? "" : a.error().message);
@@ -470,13 +485,7 @@ TEST(AgentRedis, PerMemberPrincipalsSeeTheirOwnToolsOnly) {
   Json servers = {{"p", upstream_server({"--per-auth"})}};
   Json quiver = {{"redis", redis_url(redis)},
                  {"grants", {{"alice", {"p"}}, {"bob", {"p"}}}},
-                 {"connections",
-                  {{"p",
-                    {{"credential_mode", "per_member"},
-                     {"auth", "api_key"},
-                     {"credential_env", "TEST_UPSTREAM_AUTHORIZATION"},
-                     {"credentials",
-                      {{"alice", {{"env", "ALICE_CRED"}}}, {"bob", {{"env", "BOB_CRED"}}}}}}}}}};
+                 {"connections", {{"p", per_member_api_key()}}}};
   LogCapture log;
   auto agent = make_agent(make_config(dir, servers, quiver,
                                       {{"ALICE_CRED", "Bearer alice"}, {"BOB_CRED", "Bearer bob"}}),
@@ -699,15 +708,8 @@ TEST(AgentRedis, TwoAgentsShareOnePreferenceAuthority) {
 TEST(AgentPreferences, AVersion2FileKeepsSharedChoicesAndDropsUnattributableMemberRows) {
   TempDir dir;
   const Json servers = {{"s", upstream_server({})}, {"p", upstream_server({"--per-auth"})}};
-  const Json quiver = {
-      {"grants", {{"alice", {"s", "p"}}, {"bob", {"p"}}}},
-      {"connections",
-       {{"p",
-         {{"credential_mode", "per_member"},
-          {"auth", "api_key"},
-          {"credential_env", "TEST_UPSTREAM_AUTHORIZATION"},
-          {"credentials",
-           {{"alice", {{"env", "ALICE_CRED"}}}, {"bob", {{"env", "BOB_CRED"}}}}}}}}}};
+  const Json quiver = {{"grants", {{"alice", {"s", "p"}}, {"bob", {"p"}}}},
+                       {"connections", {{"p", per_member_api_key()}}}};
   const EnvMap env = {{"ALICE_CRED", "Bearer alice"}, {"BOB_CRED", "Bearer bob"}};
   LogCapture log;
   { auto first = make_agent(make_config(dir, servers, quiver, env), manual_options(log)); }
@@ -1521,8 +1523,7 @@ TEST(AgentRedis, AWipedNamespaceIsNotReadyUntilRestoredAndHiddenToolsStayHidden)
   ASSERT_TRUE(redis.ok()) << redis.error();
   TempDir dir;
   LogCapture log;
-  AgentConfig cfg = make_config(dir, {{"t", upstream_server({})}},
-                                {{"redis", redis_url(redis)}, {"grants", {{"alice", {"t"}}}}});
+  AgentConfig cfg = alice_and_t(dir, redis);
   auto agent = make_agent(cfg, manual_options(log));
   ASSERT_TRUE(agent);
   ASSERT_TRUE(agent->start().ok());
@@ -1604,8 +1605,7 @@ TEST(AgentRedis, TheStoreCheckRestoresAWipedNamespaceWithinItsInterval) {
   ASSERT_TRUE(redis.ok()) << redis.error();
   TempDir dir;
   LogCapture log;
-  AgentConfig cfg = make_config(dir, {{"t", upstream_server({})}},
-                                {{"redis", redis_url(redis)}, {"grants", {{"alice", {"t"}}}}});
+  AgentConfig cfg = alice_and_t(dir, redis);
   cfg.runtime.store_check_interval_ms = 100;
   cfg.runtime.maintenance_interval_ms = 3'600'000;  // only the store check can restore
   AgentOptions o = manual_options(log);

@@ -14,9 +14,12 @@
 #include <unistd.h>
 
 #include "shared/runtime_settings.h"
+#include "tests/support/temp_dir.h"
 
 namespace quiver {
 namespace {
+
+using quiver::testing::TempDir;
 
 std::string read_source(const std::string& relative) {
   std::ifstream in(std::string(QUIVER_SOURCE_DIR) + "/" + relative, std::ios::binary);
@@ -714,58 +717,48 @@ TEST(ConfigTest, EveryRuntimeControlHasAnEnvironmentOverride) {
       "refresh_ahead_ratio": 0.5, "max_manifest_bytes": 2048, "maintenance_interval_ms": 100,
       "maintenance_batch": 7, "lease_ms": 2000, "revalidate_concurrency": 1,
       "request_timeout_ms": 900}}})";
+  // Each whole-number control: its variable, the value the file above gives it (0: none), and
+  // the variable's value.
+  struct Control {
+    const char* env;
+    int64_t RuntimeControls::*field;
+    int64_t from_file;
+    int64_t from_env;
+  };
+  const Control controls[] = {
+      {"QUIVER_LIST_TIMEOUT_MS", &RuntimeControls::list_timeout_ms, 1000, 1500},
+      {"QUIVER_LIST_CONCURRENCY", &RuntimeControls::list_concurrency, 2, 9},
+      {"QUIVER_FRESH_TTL_MS", &RuntimeControls::fresh_ttl_ms, 5000, 6000},
+      {"QUIVER_MAX_AGE_MS", &RuntimeControls::max_age_ms, 9000, 12000},
+      {"QUIVER_MAX_MANIFEST_BYTES", &RuntimeControls::max_manifest_bytes, 2048, 4096},
+      {"QUIVER_MAINTENANCE_INTERVAL_MS", &RuntimeControls::maintenance_interval_ms, 100, 250},
+      {"QUIVER_MAINTENANCE_BATCH", &RuntimeControls::maintenance_batch, 7, 11},
+      {"QUIVER_LEASE_MS", &RuntimeControls::lease_ms, 2000, 30000},
+      {"QUIVER_REVALIDATE_CONCURRENCY", &RuntimeControls::revalidate_concurrency, 1, 4},
+      {"QUIVER_REQUEST_TIMEOUT_MS", &RuntimeControls::request_timeout_ms, 900, 1200},
+      {"QUIVER_MAX_LISTING_BYTES", &RuntimeControls::max_listing_bytes, 0, 131072},
+      // The edge reads the same variable.
+      {"QUIVER_REVALIDATE_WINDOW_MS", &RuntimeControls::revalidate_window_ms, 0, 4000},
+      {"QUIVER_STORE_CHECK_INTERVAL_MS", &RuntimeControls::store_check_interval_ms, 0, 500},
+      {"QUIVER_MIN_UPSTREAM_TTL_MS", &RuntimeControls::min_upstream_ttl_ms, 0, 5000},
+      {"QUIVER_STARTUP_TIMEOUT_MS", &RuntimeControls::startup_timeout_ms, 0, 20000},
+      {"QUIVER_RETRY_MAX_BACKOFF_MS", &RuntimeControls::retry_max_backoff_ms, 0, 7000},
+  };
   AgentConfig from_file = parse_ok(in, file);
-  EXPECT_EQ(from_file.runtime.list_timeout_ms, 1000);
-  EXPECT_EQ(from_file.runtime.list_concurrency, 2);
-  EXPECT_EQ(from_file.runtime.fresh_ttl_ms, 5000);
-  EXPECT_EQ(from_file.runtime.max_age_ms, 9000);
+  for (const Control& c : controls) {
+    if (c.from_file != 0) EXPECT_EQ(from_file.runtime.*c.field, c.from_file) << c.env;
+  }
   EXPECT_DOUBLE_EQ(from_file.runtime.refresh_ahead_ratio, 0.5);
-  EXPECT_EQ(from_file.runtime.max_manifest_bytes, 2048);
-  EXPECT_EQ(from_file.runtime.maintenance_interval_ms, 100);
-  EXPECT_EQ(from_file.runtime.maintenance_batch, 7);
-  EXPECT_EQ(from_file.runtime.lease_ms, 2000);
-  EXPECT_EQ(from_file.runtime.revalidate_concurrency, 1);
-  EXPECT_EQ(from_file.runtime.request_timeout_ms, 900);
   // A fresh TTL under the 60 s upstream floor still makes a valid policy.
   EXPECT_TRUE(validate_freshness_policy(from_file.runtime.freshness_policy()).ok());
   EXPECT_EQ(from_file.runtime.freshness_policy().fresh_ttl_ms, 5000);
 
-  in.env["QUIVER_LIST_TIMEOUT_MS"] = "1500";
-  in.env["QUIVER_LIST_CONCURRENCY"] = "9";
-  in.env["QUIVER_FRESH_TTL_MS"] = "6000";
-  in.env["QUIVER_MAX_AGE_MS"] = "12000";
+  for (const Control& c : controls) in.env[c.env] = std::to_string(c.from_env);
   in.env["QUIVER_REFRESH_AHEAD_RATIO"] = "0.75";
-  in.env["QUIVER_MAX_MANIFEST_BYTES"] = "4096";
-  in.env["QUIVER_MAINTENANCE_INTERVAL_MS"] = "250";
-  in.env["QUIVER_MAINTENANCE_BATCH"] = "11";
-  in.env["QUIVER_LEASE_MS"] = "30000";
-  in.env["QUIVER_REVALIDATE_CONCURRENCY"] = "4";
-  in.env["QUIVER_REQUEST_TIMEOUT_MS"] = "1200";
-  in.env["QUIVER_MAX_LISTING_BYTES"] = "131072";
-  in.env["QUIVER_REVALIDATE_WINDOW_MS"] = "4000";
-  in.env["QUIVER_STORE_CHECK_INTERVAL_MS"] = "500";
-  in.env["QUIVER_MIN_UPSTREAM_TTL_MS"] = "5000";
-  in.env["QUIVER_STARTUP_TIMEOUT_MS"] = "20000";
-  in.env["QUIVER_RETRY_MAX_BACKOFF_MS"] = "7000";
   AgentConfig cfg = parse_ok(in, file);
-  EXPECT_EQ(cfg.runtime.list_timeout_ms, 1500);
-  EXPECT_EQ(cfg.runtime.list_concurrency, 9);
-  EXPECT_EQ(cfg.runtime.fresh_ttl_ms, 6000);
-  EXPECT_EQ(cfg.runtime.max_age_ms, 12000);
+  for (const Control& c : controls) EXPECT_EQ(cfg.runtime.*c.field, c.from_env) << c.env;
   EXPECT_DOUBLE_EQ(cfg.runtime.refresh_ahead_ratio, 0.75);
-  EXPECT_EQ(cfg.runtime.max_manifest_bytes, 4096);
-  EXPECT_EQ(cfg.runtime.maintenance_interval_ms, 250);
-  EXPECT_EQ(cfg.runtime.maintenance_batch, 11);
-  EXPECT_EQ(cfg.runtime.lease_ms, 30000);
-  EXPECT_EQ(cfg.runtime.revalidate_concurrency, 4);
-  EXPECT_EQ(cfg.runtime.request_timeout_ms, 1200);
-  EXPECT_EQ(cfg.runtime.max_listing_bytes, 131072);
-  EXPECT_EQ(cfg.runtime.revalidate_window_ms, 4000);  // the edge reads the same variable
-  EXPECT_EQ(cfg.runtime.store_check_interval_ms, 500);
-  EXPECT_EQ(cfg.runtime.min_upstream_ttl_ms, 5000);
   EXPECT_EQ(cfg.runtime.freshness_policy().min_upstream_ttl_ms, 5000);
-  EXPECT_EQ(cfg.runtime.retry_max_backoff_ms, 7000);
-  EXPECT_EQ(cfg.runtime.startup_timeout_ms, 20000);
   EXPECT_EQ(cfg.env_overrides.size(), kRuntimeControls.size());
   EXPECT_EQ(cfg.effective_config_json()["runtime"]["lease_ms"], 30000);
 }
@@ -774,39 +767,37 @@ TEST(ConfigTest, ABadEnvironmentValueNamesTheVariable) {
   struct Case {
     const char* var;
     const char* value;
-    const char* expected;
+    const char* expected;  // after "<var>: "
   };
   const Case cases[] = {
-      {"QUIVER_LIST_TIMEOUT_MS", "abc", "QUIVER_LIST_TIMEOUT_MS: `abc` is not a whole number"},
-      {"QUIVER_LIST_TIMEOUT_MS", "3.5", "QUIVER_LIST_TIMEOUT_MS: `3.5` is not a whole number"},
-      {"QUIVER_LIST_TIMEOUT_MS", " 100", "QUIVER_LIST_TIMEOUT_MS: ` 100` is not a whole number"},
-      {"QUIVER_LIST_CONCURRENCY", "-1", "QUIVER_LIST_CONCURRENCY: `-1` must not be negative"},
-      {"QUIVER_LIST_CONCURRENCY", "0", "QUIVER_LIST_CONCURRENCY: `0` must be greater than 0"},
-      {"QUIVER_LIST_CONCURRENCY", "", "QUIVER_LIST_CONCURRENCY: is empty"},
-      {"QUIVER_FRESH_TTL_MS", "99999999999999999999",
-       "QUIVER_FRESH_TTL_MS: `99999999999999999999` must be at most"},
-      {"QUIVER_MAX_AGE_MS", "1000", "QUIVER_MAX_AGE_MS: 1000 is shorter than the fresh TTL"},
-      {"QUIVER_REFRESH_AHEAD_RATIO", "0", "QUIVER_REFRESH_AHEAD_RATIO: `0` must be greater than 0"},
-      {"QUIVER_REFRESH_AHEAD_RATIO", "1.01", "QUIVER_REFRESH_AHEAD_RATIO: `1.01` must be greater"},
-      {"QUIVER_REFRESH_AHEAD_RATIO", "8e-1", "QUIVER_REFRESH_AHEAD_RATIO: `8e-1` is not a decimal"},
-      {"QUIVER_MAX_MANIFEST_BYTES", "1k", "QUIVER_MAX_MANIFEST_BYTES: `1k` is not a whole number"},
-      {"QUIVER_MAINTENANCE_INTERVAL_MS", "0",
-       "QUIVER_MAINTENANCE_INTERVAL_MS: `0` must be greater"},
-      {"QUIVER_MAINTENANCE_BATCH", "-20", "QUIVER_MAINTENANCE_BATCH: `-20` must not be negative"},
-      {"QUIVER_LEASE_MS", "1000", "QUIVER_LEASE_MS: 1000 must be longer than the listing deadline"},
-      {"QUIVER_REVALIDATE_CONCURRENCY", "x", "QUIVER_REVALIDATE_CONCURRENCY: `x` is not a whole"},
-      {"QUIVER_NAMESPACE", "a{b}", "QUIVER_NAMESPACE: namespace has a character outside"},
-      {"QUIVER_LISTEN", "nowhere", "QUIVER_LISTEN: not a listen address"},
-      {"QUIVER_REDIS_URL", "localhost:6379", "QUIVER_REDIS_URL: not a Redis URL"},
-      {"QUIVER_DATA_DIR", "", "QUIVER_DATA_DIR: is empty"},
-      {"QUIVER_ALLOW_PRIVATE_UPSTREAMS", "maybe", "QUIVER_ALLOW_PRIVATE_UPSTREAMS: `maybe` is not"},
+      {"QUIVER_LIST_TIMEOUT_MS", "abc", "`abc` is not a whole number"},
+      {"QUIVER_LIST_TIMEOUT_MS", "3.5", "`3.5` is not a whole number"},
+      {"QUIVER_LIST_TIMEOUT_MS", " 100", "` 100` is not a whole number"},
+      {"QUIVER_LIST_CONCURRENCY", "-1", "`-1` must not be negative"},
+      {"QUIVER_LIST_CONCURRENCY", "0", "`0` must be greater than 0"},
+      {"QUIVER_LIST_CONCURRENCY", "", "is empty"},
+      {"QUIVER_FRESH_TTL_MS", "99999999999999999999", "`99999999999999999999` must be at most"},
+      {"QUIVER_MAX_AGE_MS", "1000", "1000 is shorter than the fresh TTL"},
+      {"QUIVER_REFRESH_AHEAD_RATIO", "0", "`0` must be greater than 0"},
+      {"QUIVER_REFRESH_AHEAD_RATIO", "1.01", "`1.01` must be greater"},
+      {"QUIVER_REFRESH_AHEAD_RATIO", "8e-1", "`8e-1` is not a decimal"},
+      {"QUIVER_MAX_MANIFEST_BYTES", "1k", "`1k` is not a whole number"},
+      {"QUIVER_MAINTENANCE_INTERVAL_MS", "0", "`0` must be greater"},
+      {"QUIVER_MAINTENANCE_BATCH", "-20", "`-20` must not be negative"},
+      {"QUIVER_LEASE_MS", "1000", "1000 must be longer than the listing deadline"},
+      {"QUIVER_REVALIDATE_CONCURRENCY", "x", "`x` is not a whole"},
+      {"QUIVER_NAMESPACE", "a{b}", "namespace has a character outside"},
+      {"QUIVER_LISTEN", "nowhere", "not a listen address"},
+      {"QUIVER_REDIS_URL", "localhost:6379", "not a Redis URL"},
+      {"QUIVER_DATA_DIR", "", "is empty"},
+      {"QUIVER_ALLOW_PRIVATE_UPSTREAMS", "maybe", "`maybe` is not"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.var + std::string("=") + c.value);
     Inputs in;
     in.env[c.var] = c.value;
     const std::string message = parse_error(in, "{}");
-    EXPECT_NE(message.find(c.expected), std::string::npos) << message;
+    EXPECT_NE(message.find(c.var + std::string(": ") + c.expected), std::string::npos) << message;
   }
 }
 
@@ -1274,29 +1265,6 @@ TEST(ConfigTest, RedisTeamExampleLoads) {
 
 // ---- the real file system ----------------------------------------------------------------------
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/quiver-config-test-XXXXXX";
-    path_ = ::mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    for (const std::string& f : files_) std::remove(f.c_str());
-    ::rmdir(path_.c_str());
-  }
-  std::string write(const std::string& name, const std::string& content) {
-    const std::string p = path_ + "/" + name;
-    std::ofstream(p, std::ios::binary) << content;
-    files_.push_back(p);
-    return p;
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-  std::vector<std::string> files_;
-};
-
 TEST(ConfigTest, LoadsAFileWithRealSecretFiles) {
   TempDir dir;
   const std::string key = dir.write("key", std::string(48, 'z') + "\n");
@@ -1307,7 +1275,7 @@ TEST(ConfigTest, LoadsAFileWithRealSecretFiles) {
   ASSERT_TRUE(cfg.ok()) << cfg.error().message;
   EXPECT_EQ(cfg->caller_token_keys.at("k").reveal(), std::string(48, 'z'));
 
-  Result<AgentConfig> missing = load_config_file(dir.path() + "/nope.json", {});
+  Result<AgentConfig> missing = load_config_file(dir.path("nope.json"), {});
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.error().code, ErrorCode::kNotFound);
   EXPECT_NE(missing.error().message.find("nope.json"), std::string::npos);
@@ -1316,7 +1284,7 @@ TEST(ConfigTest, LoadsAFileWithRealSecretFiles) {
   Result<std::string> read = read_secret_file(big);
   ASSERT_TRUE(read.ok());
   EXPECT_EQ(read->size(), kMaxSecretFileBytes + 1);  // enough to say "too large", no more
-  EXPECT_EQ(read_secret_file(dir.path() + "/absent").error().code, ErrorCode::kNotFound);
+  EXPECT_EQ(read_secret_file(dir.path("absent")).error().code, ErrorCode::kNotFound);
 }
 
 TEST(ConfigTest, EnvironFromTheProcessForm) {

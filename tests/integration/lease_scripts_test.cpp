@@ -79,39 +79,37 @@ class LeaseScripts : public testing::RedisFixture {
     cmd({"HSET", keys_.connection, "config_hash", h, "credential_mode", "per_member"});
   }
 
+  // Runs `command` and parses its reply with `parse`; a failure at either step fails the test
+  // and gives `otherwise`.
+  template <typename T, typename Parse>
+  T run(const Result<RedisCommand>& command, Parse parse, T otherwise, redisContext* c = nullptr) {
+    EXPECT_TRUE(command.ok()) << command.error().message;
+    if (!command.ok()) return otherwise;
+    Result<T> r = parse(run_argv(c ? c : c_.get(), *command));
+    EXPECT_TRUE(r.ok()) << r.error().message;
+    return r.ok() ? *r : otherwise;
+  }
   AcquireResult acquire(const std::string& tok, int64_t lease_ms = kDefaultLeaseMs,
                         redisContext* c = nullptr) {
-    Result<RedisCommand> command = acquire_lease_command(keys_, tok, lease_ms);
-    EXPECT_TRUE(command.ok()) << command.error().message;
-    Result<AcquireResult> r = parse_acquire_reply(run_argv(c ? c : c_.get(), *command), tok);
-    EXPECT_TRUE(r.ok()) << r.error().message;
-    return r.ok() ? *r : AcquireResult{};
+    return run(
+        acquire_lease_command(keys_, tok, lease_ms),
+        [&](const RespValue& reply) { return parse_acquire_reply(reply, tok); }, AcquireResult{},
+        c);
   }
   FencedWriteResult commit(const Lease& lease, const ManifestWrite& w, bool release = true) {
-    Result<RedisCommand> command =
-        commit_manifest_command(keys_, lease, w, FencedWriteOptions{release});
-    EXPECT_TRUE(command.ok()) << command.error().message;
-    Result<FencedWriteResult> r = parse_commit_reply(cmd(*command));
-    EXPECT_TRUE(r.ok()) << r.error().message;
-    return r.ok() ? *r : FencedWriteResult{};
+    return run(commit_manifest_command(keys_, lease, w, FencedWriteOptions{release}),
+               parse_commit_reply, FencedWriteResult{});
   }
   FencedWriteResult fail(const Lease& lease, const RefreshFailure& f, bool release = true) {
-    Result<RedisCommand> command =
-        record_failure_command(keys_, lease, f, FencedWriteOptions{release});
-    EXPECT_TRUE(command.ok()) << command.error().message;
-    Result<FencedWriteResult> r = parse_failure_reply(cmd(*command));
-    EXPECT_TRUE(r.ok()) << r.error().message;
-    return r.ok() ? *r : FencedWriteResult{};
+    return run(record_failure_command(keys_, lease, f, FencedWriteOptions{release}),
+               parse_failure_reply, FencedWriteResult{});
   }
   LeaseOutcome renew(const Lease& lease, int64_t lease_ms) {
-    Result<LeaseOutcome> r = parse_renew_reply(cmd(*renew_lease_command(keys_, lease, lease_ms)));
-    EXPECT_TRUE(r.ok()) << r.error().message;
-    return r.ok() ? *r : LeaseOutcome::kLeaseLost;
+    return run(renew_lease_command(keys_, lease, lease_ms), parse_renew_reply,
+               LeaseOutcome::kLeaseLost);
   }
   LeaseOutcome release(const Lease& lease) {
-    Result<LeaseOutcome> r = parse_release_reply(cmd(*release_lease_command(keys_, lease)));
-    EXPECT_TRUE(r.ok()) << r.error().message;
-    return r.ok() ? *r : LeaseOutcome::kLeaseLost;
+    return run(release_lease_command(keys_, lease), parse_release_reply, LeaseOutcome::kLeaseLost);
   }
   void let_lease_expire(const AcquireResult& a) {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);

@@ -3,7 +3,6 @@
 // both (the SDK's HTTP entry refuses a request without Mcp-Method: 400, -32020), keeps the cache
 // hints, lists every page, keeps numbers a double cannot hold exactly as sent, and sees list
 // changes through subscriptions/listen. Also the standard-header rules themselves.
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -20,6 +19,8 @@ namespace quiver {
 namespace {
 
 using testing::append_line;
+using testing::ChangeLog;
+using testing::expect_a_change_across_a_gap;
 using testing::free_loopback_port;
 using testing::HttpPeer;
 using testing::node_modules;
@@ -197,25 +198,10 @@ TEST_F(Sdk2Http, NumbersBeyondADoubleArriveExactlyAsTheServerWroteThem) {
 
 // ---- subscriptions/listen -----------------------------------------------------------------------
 
-struct Changes {
-  std::mutex mu;
-  std::vector<UpstreamChange> seen;
-  ChangeCallback callback() {
-    return [this](const UpstreamChange& c) {
-      std::lock_guard<std::mutex> lock(mu);
-      seen.push_back(c);
-    };
-  }
-  std::size_t size() {
-    std::lock_guard<std::mutex> lock(mu);
-    return seen.size();
-  }
-};
-
 // Lists, waits for the subscription, adds a tool on the server, and expects the change to be
 // reported and the relist to show it.
 void expect_listen_reports_a_new_tool(UpstreamConnection& conn, const std::string& control) {
-  Changes changes;
+  ChangeLog changes;
   conn.set_change_callback(changes.callback());
   auto first = conn.list(conn.now_ms() + 8000);
   ASSERT_TRUE(first.ok()) << first.error().message;
@@ -228,7 +214,7 @@ void expect_listen_reports_a_new_tool(UpstreamConnection& conn, const std::strin
   end = steady_now_ms() + 10000;
   while (changes.size() == 0 && steady_now_ms() < end) conn.pump(100);
   ASSERT_GE(changes.size(), 1u) << "no change reported through subscriptions/listen";
-  UpstreamChange change = changes.seen.at(0);
+  UpstreamChange change = changes.at(0);
   EXPECT_FALSE(change.session_lost);
   ASSERT_EQ(change.kinds.size(), 1u);
   EXPECT_EQ(change.kinds[0], ListKind::kTools);
@@ -304,27 +290,14 @@ TEST_F(Sdk2Http, ABrokenListenStreamIsReopenedAndAChangeInTheGapIsSeen) {
   options.watch = true;
   options.change_debounce_ms = 100;
   UpstreamConnection conn(spec(), options);
-  Changes changes;
+  ChangeLog changes;
   conn.set_change_callback(changes.callback());
   auto first = conn.list(conn.now_ms() + 8000);
   ASSERT_TRUE(first.ok()) << first.error().message;
   ASSERT_EQ(first->protocol_version, "2026-07-28");
-  int64_t end = steady_now_ms() + 1500;  // the subscription opens and is acknowledged
-  while (steady_now_ms() < end) conn.pump(100);
-  ASSERT_EQ(changes.size(), 0u);
-
-  append_line(control, R"({"drop_listens":true,"add_tool":"gap_tool"})");
-  end = steady_now_ms() + 15000;
-  while (changes.size() == 0 && steady_now_ms() < end) conn.pump(100);
-  ASSERT_GE(changes.size(), 1u) << "the change made while the stream was broken was not seen";
-  UpstreamChange change = changes.seen.at(0);
-  EXPECT_FALSE(change.session_lost);
-  ASSERT_FALSE(change.kinds.empty());
-  EXPECT_EQ(change.kinds[0], ListKind::kTools);
-  EXPECT_GE(conn.stats().listen_gaps, 1);
-  auto second = conn.list(conn.now_ms() + 8000, change.kinds);
-  ASSERT_TRUE(second.ok()) << second.error().message;
-  EXPECT_NE(find_tool(*second, "gap_tool"), nullptr);
+  // 1.5 s for the subscription to open and be acknowledged.
+  expect_a_change_across_a_gap(conn, changes, control,
+                               R"({"drop_listens":true,"add_tool":"gap_tool"})", 1500, 8000);
 }
 
 TEST(Sdk2Stdio, ListChangesArriveThroughSubscriptionsListen) {

@@ -70,12 +70,19 @@ RespValue I(int64_t i) { return RespValue::integer_value(i); }
 RespValue S(std::string s) { return RespValue::simple_string(std::move(s)); }
 RespValue A(std::vector<RespValue> v) { return RespValue::array(std::move(v)); }
 
-TEST(RespRedis, PipelineOfEveryReplyTypeRoundTrips) {
-  testing::RedisServer redis;
-  ASSERT_TRUE(redis.ok()) << redis.error();
-  Socket socket(redis.port());
-  ASSERT_TRUE(socket.ok());
+// A real redis-server and one raw connection to it.
+class RespRedis : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(redis.ok()) << redis.error();
+    ASSERT_TRUE(socket.ok());
+  }
 
+  testing::RedisServer redis;
+  Socket socket{redis.port()};
+};
+
+TEST_F(RespRedis, PipelineOfEveryReplyTypeRoundTrips) {
   const std::string binary = "bin\r\n\0\xff\r\n$3\r\n*1\r\n-ERR not an error\r\n"s;
   const std::string big(100000, 'z');  // spans many reads
   Pipeline p;
@@ -135,12 +142,7 @@ TEST(RespRedis, PipelineOfEveryReplyTypeRoundTrips) {
   EXPECT_EQ(*all, x.replies);
 }
 
-TEST(RespRedis, OversizedReplyFromRedisIsRefused) {
-  testing::RedisServer redis;
-  ASSERT_TRUE(redis.ok()) << redis.error();
-  Socket socket(redis.port());
-  ASSERT_TRUE(socket.ok());
-
+TEST_F(RespRedis, OversizedReplyFromRedisIsRefused) {
   Pipeline p;
   p.add({"SET", "quiver:{t}:big", std::string(50000, 'z')});
   p.add({"GET", "quiver:{t}:big"});
@@ -153,12 +155,7 @@ TEST(RespRedis, OversizedReplyFromRedisIsRefused) {
   EXPECT_EQ(x.replies.size(), 1u);  // the SET's +OK came through before the refusal
 }
 
-TEST(RespRedis, NestingBeyondTheReaderIsRefused) {
-  testing::RedisServer redis;
-  ASSERT_TRUE(redis.ok()) << redis.error();
-  Socket socket(redis.port());
-  ASSERT_TRUE(socket.ok());
-
+TEST_F(RespRedis, NestingBeyondTheReaderIsRefused) {
   Pipeline p;
   p.add({"EVAL", "return {{{{{{{{1}}}}}}}}", "0"});    // 8 levels: the most supported
   p.add({"EVAL", "return {{{{{{{{{1}}}}}}}}}", "0"});  // 9 levels

@@ -14,27 +14,15 @@
 #include "shared/preferences.h"
 #include "shared/schema_assets.h"
 #include "shared/sql_queries.h"
+#include "tests/support/temp_dir.h"
 
 namespace quiver {
 namespace {
 
+using quiver::testing::TempDir;
+
 constexpr int64_t kT0 = 1'780'000'000'000;
 constexpr int64_t kMinute = 60'000;
-
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/quiver-sqlite-XXXXXX";
-    if (::mkdtemp(tmpl) != nullptr) path_ = tmpl;
-  }
-  ~TempDir() {
-    if (!path_.empty()) (void)std::system(("rm -rf '" + path_ + "'").c_str());
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 class Db {
  public:
@@ -132,23 +120,22 @@ std::string column(sqlite3_stmt* stmt, int i) {
 // The store side of reconciliation: both lists, one transaction.
 void write(Db& db, const Reconciliation& r) {
   ASSERT_EQ(db.exec("BEGIN IMMEDIATE"), SQLITE_OK) << db.error();
-  for (const PreferenceRow& row : r.rows_to_insert) {
-    Query q(db, "preferences_insert_seen");
-    q.bind(":resource_id", row.resource_id)
+  // Both queries name the row by its key and stamp it seen; a new row also says whether it is on.
+  auto bind_seen = [](Query& q, const PreferenceRow& row) -> Query& {
+    return q.bind(":resource_id", row.resource_id)
         .bind(":principal", row.principal.str())
         .bind(":capability_type", std::string(capability_type_name(row.capability_type)))
         .bind(":capability_key", row.capability_key)
-        .bind(":enabled", int64_t{row.enabled ? 1 : 0})
         .bind(":seen_at", row.last_seen_at);
+  };
+  for (const PreferenceRow& row : r.rows_to_insert) {
+    Query q(db, "preferences_insert_seen");
+    bind_seen(q, row).bind(":enabled", int64_t{row.enabled ? 1 : 0});
     EXPECT_EQ(q.run(), 1);
   }
   for (const PreferenceRow& row : r.rows_to_update) {
     Query q(db, "preferences_touch");
-    q.bind(":resource_id", row.resource_id)
-        .bind(":principal", row.principal.str())
-        .bind(":capability_type", std::string(capability_type_name(row.capability_type)))
-        .bind(":capability_key", row.capability_key)
-        .bind(":seen_at", row.last_seen_at);
+    bind_seen(q, row);
     EXPECT_EQ(q.run(), 1);
   }
   ASSERT_EQ(db.exec("COMMIT"), SQLITE_OK) << db.error();
@@ -208,8 +195,8 @@ Listing tools_listing(const std::vector<std::string>& tools) {
 class SqliteSchema : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_FALSE(dir_.path().empty());
-    file_ = dir_.path() + "/quiver.db";
+    ASSERT_FALSE(dir_.root().empty());
+    file_ = dir_.path("quiver.db");
     db_ = std::make_unique<Db>(file_);
     ASSERT_TRUE(db_->error().empty()) << db_->error();
     ASSERT_EQ(db_->text("PRAGMA journal_mode=WAL"), "wal");

@@ -33,6 +33,7 @@
 #include "tests/support/hiredis_run.h"
 #include "tests/support/preference_rows.h"
 #include "tests/support/redis_server.h"
+#include "tests/support/temp_dir.h"
 
 namespace quiver {
 namespace {
@@ -42,6 +43,7 @@ using quiver::testing::preference_rows;
 using quiver::testing::RedisConnection;
 using quiver::testing::RedisServer;
 using quiver::testing::run_argv;
+using quiver::testing::TempDir;
 using SteadyClock = std::chrono::steady_clock;
 
 constexpr int64_t kT0 = 1'780'000'000'000;
@@ -93,21 +95,6 @@ RefreshFailure failure_under(const std::string& config_hash, int64_t at = kT0 + 
   f.attempt_at_ms = at - 1'000;
   return f;
 }
-
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/quiver-store-XXXXXX";
-    if (::mkdtemp(tmpl) != nullptr) path_ = tmpl;
-  }
-  ~TempDir() {
-    if (!path_.empty()) (void)std::system(("rm -rf '" + path_ + "'").c_str());
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // Runs one raw command on a test server (set-up and inspection only; the stores are under test),
 // on a connection of its own.
@@ -190,7 +177,7 @@ class SqliteBackend : public Backend {
  public:
   Result<std::unique_ptr<ManifestStore>> open() override {
     SqliteStoreOptions o;
-    o.path = dir_.path() + "/quiver.db";
+    o.path = dir_.path("quiver.db");
     o.now_ms = [this] { return clock_.load(); };
     o.poll_interval_ms = 5;
     Result<std::unique_ptr<SqliteStore>> s = SqliteStore::open(o);
@@ -1416,7 +1403,7 @@ TEST(RedisStoreOnly, ScriptsGoBySha1AndSurviveAScriptFlush) {
 TEST(SqliteStoreOnly, AVersion1FileIsMigratedKeepingItsData) {
   TempDir dir;
   SqliteStoreOptions o;
-  o.path = dir.path() + "/v1.db";
+  o.path = dir.path("v1.db");
   o.now_ms = [] { return kT0; };
   {
     std::unique_ptr<SqliteStore> store = std::move(SqliteStore::open(o)).value();
@@ -1466,7 +1453,7 @@ TEST(SqliteStoreOnly, OpeningFailsClearly) {
 
   // A file from a newer agent is not touched.
   TempDir dir;
-  std::string path = dir.path() + "/newer.db";
+  std::string path = dir.path("newer.db");
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
   const std::string newer_version =

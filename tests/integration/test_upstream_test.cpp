@@ -17,10 +17,12 @@
 
 #include "native-agent/upstream/child_process.h"
 #include "shared/json.h"
+#include "tests/support/temp_dir.h"
 
 namespace quiver {
 namespace {
 
+using quiver::testing::TempDir;
 using Clock = std::chrono::steady_clock;
 
 int64_t elapsed_ms(Clock::time_point since) {
@@ -38,22 +40,6 @@ std::unique_ptr<ChildProcess> start_upstream(std::vector<std::string> args) {
   EXPECT_TRUE(child.ok()) << child.error().message;
   return child.ok() ? std::move(child.value()) : nullptr;
 }
-
-// A private temporary directory for control and stats files, removed at the end.
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/quiver-upstream-XXXXXX";
-    if (::mkdtemp(tmpl) != nullptr) path_ = tmpl;
-  }
-  ~TempDir() {
-    if (!path_.empty()) (void)std::system(("rm -rf '" + path_ + "'").c_str());
-  }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 void append_line(const std::string& file, const std::string& line) {
   std::ofstream out(file, std::ios::app);
@@ -179,7 +165,7 @@ Json read_json_file(const std::string& path) {
 
 TEST(TestUpstreamStdio, HandshakePaginationCacheHintsAndCallCount) {
   TempDir dir;
-  std::string stats = dir.file("stats.json");
+  std::string stats = dir.path("stats.json");
   auto child = start_upstream({"stdio", "--tools", "7", "--page-size", "3", "--ttl-ms", "60000",
                                "--cache-scope", "private", "--stats-file", stats});
   ASSERT_NE(child, nullptr);
@@ -229,7 +215,7 @@ TEST(TestUpstreamStdio, HandshakePaginationCacheHintsAndCallCount) {
 
 TEST(TestUpstreamStdio, ControlFileAddsAndRemovesToolsWithListChanged) {
   TempDir dir;
-  std::string control = dir.file("control");
+  std::string control = dir.path("control");
   auto child = start_upstream({"stdio", "--tools", "2", "--control", control});
   ASSERT_NE(child, nullptr);
   StdioPeer peer(*child);

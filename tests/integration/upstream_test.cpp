@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -19,10 +18,13 @@ namespace quiver {
 namespace {
 
 using testing::append_line;
+using testing::ChangeLog;
 using testing::everything_js;
+using testing::expect_a_change_across_a_gap;
 using testing::HttpPeer;
 using testing::loopback_preload;
 using testing::node_modules;
+using testing::pump_until;
 using testing::read_stats;
 using testing::steady_now_ms;
 using testing::TempDir;
@@ -40,36 +42,6 @@ bool has_tool(const Listing& l, const std::string& name) {
 }
 
 // Collects change callbacks.
-struct ChangeLog {
-  std::mutex mu;
-  std::vector<UpstreamChange> changes;
-  ChangeCallback callback() {
-    return [this](const UpstreamChange& c) {
-      std::lock_guard<std::mutex> lock(mu);
-      changes.push_back(c);
-    };
-  }
-  std::size_t size() {
-    std::lock_guard<std::mutex> lock(mu);
-    return changes.size();
-  }
-  UpstreamChange at(std::size_t i) {
-    std::lock_guard<std::mutex> lock(mu);
-    return changes.at(i);
-  }
-};
-
-// Pumps `conn` until `condition` holds (or the time is up).
-bool pump_until(UpstreamConnection& conn, const std::function<bool()>& condition,
-                int64_t timeout_ms) {
-  int64_t end = steady_now_ms() + timeout_ms;
-  while (!condition()) {
-    if (steady_now_ms() >= end) return false;
-    conn.pump(50);
-  }
-  return true;
-}
-
 // ---- real servers ---------------------------------------------------------------------------
 
 TEST(Upstream, ServerEverythingOverStdioListsEverythingAndKeepsTheSession) {
@@ -280,22 +252,9 @@ TEST(Upstream, ABrokenGetStreamIsReconnectedAndAChangeInTheGapIsSeen) {
   auto first = conn.list(conn.now_ms() + 4000);
   ASSERT_TRUE(first.ok()) << first.error().message;
   ASSERT_EQ(conn.stats().era, ProtocolEra::kLegacy);
-  int64_t end = steady_now_ms() + 1000;  // the GET stream opens
-  while (steady_now_ms() < end) conn.pump(100);
-  ASSERT_EQ(log.size(), 0u);
-
-  append_line(control, R"({"drop_streams":true,"add_tool":"gap_tool"})");
-  ASSERT_TRUE(pump_until(
-      conn, [&] { return log.size() > 0; }, 15000))
-      << "the change made while the stream was broken was not seen";
-  UpstreamChange change = log.at(0);
-  EXPECT_FALSE(change.session_lost);
-  ASSERT_FALSE(change.kinds.empty());
-  EXPECT_EQ(change.kinds[0], ListKind::kTools);
-  EXPECT_GE(conn.stats().listen_gaps, 1);
-  auto second = conn.list(conn.now_ms() + 4000, change.kinds);
-  ASSERT_TRUE(second.ok()) << second.error().message;
-  EXPECT_TRUE(has_tool(*second, "gap_tool"));
+  // 1 s for the GET stream to open.
+  expect_a_change_across_a_gap(conn, log, control, R"({"drop_streams":true,"add_tool":"gap_tool"})",
+                               1000, 4000);
 }
 
 TEST(Upstream, ChangeNoticeOlderThanAListingIsDropped) {

@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/state_tables.h"
+
 namespace quiver {
 namespace {
 
@@ -17,25 +19,12 @@ using E = EdgeEvent;
 
 // The table's properties and the paths a request takes, rather than a second copy of the table.
 
-std::vector<P> all_phases() {
-  std::vector<P> out;
-  for (int p = 0; p < kEdgePhaseCount; ++p) out.push_back(static_cast<P>(p));
-  return out;
-}
-
-std::vector<E> all_events() {
-  std::vector<E> out;
-  for (int e = 0; e < kEdgeEventCount; ++e) out.push_back(static_cast<E>(e));
-  return out;
-}
+std::vector<P> all_phases() { return quiver::testing::enum_values<P>(kEdgePhaseCount); }
+std::vector<E> all_events() { return quiver::testing::enum_values<E>(kEdgeEventCount); }
 
 // Where `events` take a request that starts deciding; nullopt at the first refused one.
 std::optional<P> walk(std::initializer_list<E> events) {
-  std::optional<P> at = P::kDeciding;
-  for (E e : events) {
-    if (at) at = edge_transition(*at, e);
-  }
-  return at;
+  return quiver::testing::walk_table(edge_transition, P::kDeciding, events);
 }
 
 TEST(EdgeRequestTable, TheRequestsPathsEndDone) {
@@ -99,16 +88,8 @@ TEST(EdgeRequestTable, AfterTheAnswerOnlyTheBackgroundRoundAndTheEndRemain) {
 }
 
 TEST(EdgeRequestTable, EveryPhaseIsReachableAndCanEnd) {
-  std::set<P> reached = {P::kDeciding};
-  for (bool grew = true; grew;) {
-    grew = false;
-    for (P from : std::set<P>(reached)) {
-      for (E e : all_events()) {
-        std::optional<P> to = edge_transition(from, e);
-        if (to && reached.insert(*to).second) grew = true;
-      }
-    }
-  }
+  std::set<P> reached =
+      quiver::testing::reachable_states(edge_transition, P::kDeciding, all_events());
   EXPECT_EQ(reached.size(), static_cast<std::size_t>(kEdgePhaseCount));
   for (P from : all_phases()) {
     std::optional<P> at = from;

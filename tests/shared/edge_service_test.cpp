@@ -106,6 +106,14 @@ EdgeStep read_manifests(EdgeService& edge, const std::string& token, const RespV
   return edge.feed(s.handle, "+OK\r\n" + encode_reply(reply), now);
 }
 
+// A read of /v1/manifests whose Redis round fails with `reason`: the step after the failure.
+EdgeStep read_manifests_failing(EdgeService& edge, const std::string& token,
+                                const std::string& reason, int64_t now) {
+  EdgeStep s = edge.begin(get("/v1/manifests", token), now, kRandom);
+  EXPECT_EQ(s.action, EdgeAction::kRedis);
+  return edge.fail(s.handle, reason, now);
+}
+
 std::string header(const HttpResponse& r, const std::string& name) {
   std::optional<std::string_view> v = find_header(r.headers, name);
   return v ? std::string(*v) : "<absent>";
@@ -519,8 +527,7 @@ TEST(EdgeService, RedisDownServesTheL1CopyMarkedStaleElse503) {
   auto edge = service();
   std::string alice = token_for("alice");
   // No copy yet: 503.
-  EdgeStep s = edge->begin(get("/v1/manifests", alice), kNow, kRandom);
-  s = edge->fail(s.handle, "connect timed out", kNow);
+  EdgeStep s = read_manifests_failing(*edge, alice, "connect timed out", kNow);
   ASSERT_EQ(s.action, EdgeAction::kRespond);
   EXPECT_EQ(s.response.status, 503);
   EXPECT_EQ(error_code_of(s), "STORE_UNAVAILABLE");
@@ -533,9 +540,7 @@ TEST(EdgeService, RedisDownServesTheL1CopyMarkedStaleElse503) {
 
   // 30 s later Redis is gone: the copy is served, marked, with no revalidation attempted.
   int64_t later = kNow + 30'000;
-  s = edge->begin(get("/v1/manifests", alice), later, kRandom);
-  ASSERT_EQ(s.action, EdgeAction::kRedis);
-  s = edge->fail(s.handle, "connection refused", later);
+  s = read_manifests_failing(*edge, alice, "connection refused", later);
   ASSERT_EQ(s.action, EdgeAction::kRespond);
   EXPECT_EQ(s.response.status, 200);
   EXPECT_EQ(header(s.response, "X-Quiver-Cache"), "stale-if-error");
@@ -548,8 +553,7 @@ TEST(EdgeService, RedisDownServesTheL1CopyMarkedStaleElse503) {
 
   // Beyond the stale-if-error period: 503 again.
   int64_t much_later = kNow + 60'000;
-  s = edge->begin(get("/v1/manifests", alice), much_later, kRandom);
-  s = edge->fail(s.handle, "connection refused", much_later);
+  s = read_manifests_failing(*edge, alice, "connection refused", much_later);
   EXPECT_EQ(s.response.status, 503);
   edge->end(s.handle);
 }
@@ -632,9 +636,7 @@ TEST(EdgeService, AfterARedisTimeoutOneRequestProbesAndTheOthersFailFast) {
 
   // Redis stalls: a read times out (after the host's REDIS_TIMEOUT_MS).
   int64_t t = kNow + 5'000;
-  s = edge->begin(get("/v1/manifests", bob), t, kRandom);
-  ASSERT_EQ(s.action, EdgeAction::kRedis);
-  s = edge->fail(s.handle, "read timed out after 2000 ms", t);
+  s = read_manifests_failing(*edge, bob, "read timed out after 2000 ms", t);
   EXPECT_EQ(s.response.status, 503);
   EXPECT_NE(s.log.find("fail-fast"), std::string::npos) << s.log;
   edge->end(s.handle);
@@ -684,8 +686,7 @@ TEST(EdgeService, AfterARedisTimeoutOneRequestProbesAndTheOthersFailFast) {
 TEST(EdgeService, TheFailFastWindowIsBoundedAndCanBeTurnedOff) {
   auto edge = service({{"QUIVER_REDIS_FAIL_FAST_MS", "1000"}});
   std::string bob = token_for("bob");
-  EdgeStep s = edge->begin(get("/v1/manifests", bob), kNow, kRandom);
-  s = edge->fail(s.handle, "connect timed out after 1000 ms", kNow);
+  EdgeStep s = read_manifests_failing(*edge, bob, "connect timed out after 1000 ms", kNow);
   edge->end(s.handle);
   EdgeStep probe = edge->begin(get("/v1/manifests", bob), kNow + 1, kRandom);
   ASSERT_EQ(probe.action, EdgeAction::kRedis);
@@ -695,14 +696,12 @@ TEST(EdgeService, TheFailFastWindowIsBoundedAndCanBeTurnedOff) {
   edge->end(s.handle);
   edge->end(probe.handle);
   // A refused connection is not a stall: no window.
-  s = edge->begin(get("/v1/manifests", bob), kNow + 5'000, kRandom);
-  s = edge->fail(s.handle, "connection refused", kNow + 5'000);
+  s = read_manifests_failing(*edge, bob, "connection refused", kNow + 5'000);
   edge->end(s.handle);
   EXPECT_FALSE(edge->fail_fast().open(kNow + 5'001));
 
   auto off = service({{"QUIVER_REDIS_FAIL_FAST_MS", "0"}});
-  s = off->begin(get("/v1/manifests", bob), kNow, kRandom);
-  s = off->fail(s.handle, "read timed out after 2000 ms", kNow);
+  s = read_manifests_failing(*off, bob, "read timed out after 2000 ms", kNow);
   off->end(s.handle);
   EXPECT_FALSE(off->fail_fast().open(kNow + 1));
   EXPECT_FALSE(edge_settings_from_env(env_json({{"QUIVER_REDIS_FAIL_FAST_MS", "600000"}})).ok());
@@ -711,9 +710,8 @@ TEST(EdgeService, TheFailFastWindowIsBoundedAndCanBeTurnedOff) {
 TEST(EdgeService, AStaleEntryIsServedAndOneRevalidationQueuedInTheBackground) {
   auto edge = service();
   std::string alice = token_for("alice");
-  EdgeStep s = edge->begin(get("/v1/manifests", alice), kNow, kRandom);
+  EdgeStep s = read_manifests(*edge, alice, discovery_reply("alice", 1, 20 * kMinute), kNow);
   uint32_t h = s.handle;
-  s = edge->feed(h, "+OK\r\n" + encode_reply(discovery_reply("alice", 1, 20 * kMinute)), kNow);
   ASSERT_EQ(s.action, EdgeAction::kRespond);
   EXPECT_EQ(body_of(s)["connections"][0]["status"], "stale");
   EXPECT_TRUE(s.background);
@@ -740,9 +738,8 @@ TEST(EdgeService, AStaleEntryIsServedAndOneRevalidationQueuedInTheBackground) {
 TEST(EdgeService, AFailedBackgroundQueueIsRetriedByTheNextStaleRead) {
   auto edge = service();
   std::string alice = token_for("alice");
-  EdgeStep s = edge->begin(get("/v1/manifests", alice), kNow, kRandom);
+  EdgeStep s = read_manifests(*edge, alice, discovery_reply("alice", 1, 20 * kMinute), kNow);
   uint32_t h = s.handle;
-  s = edge->feed(h, "+OK\r\n" + encode_reply(discovery_reply("alice", 1, 20 * kMinute)), kNow);
   ASSERT_TRUE(s.background);
   s = edge->background(h, kNow);
   s = edge->fail(h, "reset by peer", kNow);
@@ -1044,9 +1041,7 @@ TEST(EdgeService, NoScriptIsAnsweredByOneEvalOnTheSameConnection) {
   edge->end(h);
 
   // The L1 snapshot copy holds the EVAL reply alone: with Redis down it serves the stale answer.
-  s = edge->begin(get("/v1/manifests", alice), kNow + 1, kRandom);
-  ASSERT_EQ(s.action, EdgeAction::kRedis);
-  s = edge->fail(s.handle, "connection refused", kNow + 1);
+  s = read_manifests_failing(*edge, alice, "connection refused", kNow + 1);
   ASSERT_EQ(s.action, EdgeAction::kRespond);
   EXPECT_EQ(s.response.status, 200);
   EXPECT_EQ(header(s.response, "X-Quiver-Cache"), "stale-if-error");

@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/decoder_run.h"
+
 namespace quiver {
 
 // gtest prints events readably (found by argument-dependent lookup, so outside the anonymous
@@ -31,25 +33,22 @@ std::string read_fixture(const std::string& relative) {
 // assertion: each message or error in order, then what finish() said.
 using Transcript = std::vector<std::string>;
 
+// Feeds `chunks` to `decoder`: each message as `describe` has it, each error, then finish().
+template <typename Decoder, typename Describe>
+Transcript transcript(Decoder& decoder, const std::vector<std::string_view>& chunks,
+                      Describe describe) {
+  Transcript out;
+  Status end = quiver::testing::feed_pieces(
+      decoder, chunks, [&](const auto& message) { out.push_back(describe(message)); },
+      [&](const Error& e) { out.push_back(std::string("error ") + error_code_name(e.code)); });
+  out.push_back(std::string("finish ") + (end.ok() ? "OK" : error_code_name(end.error().code)));
+  return out;
+}
+
 Transcript ndjson_transcript(const std::vector<std::string_view>& chunks,
                              std::size_t max_line = kDefaultMaxMessageBytes) {
   NdjsonDecoder decoder(max_line);
-  Transcript out;
-  for (std::string_view chunk : chunks) {
-    decoder.feed(chunk);
-    for (;;) {
-      auto line = decoder.next();
-      if (!line.ok()) {
-        out.push_back(std::string("error ") + error_code_name(line.error().code));
-        continue;
-      }
-      if (!line->has_value()) break;
-      out.push_back("line " + **line);
-    }
-  }
-  Status end = decoder.finish();
-  out.push_back(std::string("finish ") + (end.ok() ? "OK" : error_code_name(end.error().code)));
-  return out;
+  return transcript(decoder, chunks, [](const std::string& line) { return "line " + line; });
 }
 
 std::string describe(const SseEvent& e) {
@@ -60,21 +59,7 @@ std::string describe(const SseEvent& e) {
 Transcript sse_transcript(const std::vector<std::string_view>& chunks,
                           std::size_t max_event = kDefaultMaxMessageBytes) {
   SseParser parser(max_event);
-  Transcript out;
-  for (std::string_view chunk : chunks) {
-    parser.feed(chunk);
-    for (;;) {
-      auto event = parser.next();
-      if (!event.ok()) {
-        out.push_back(std::string("error ") + error_code_name(event.error().code));
-        continue;
-      }
-      if (!event->has_value()) break;
-      out.push_back(describe(**event));
-    }
-  }
-  Status end = parser.finish();
-  out.push_back(std::string("finish ") + (end.ok() ? "OK" : error_code_name(end.error().code)));
+  Transcript out = transcript(parser, chunks, describe);
   out.push_back("last_event_id=" + parser.last_event_id());
   out.push_back("retry=" + (parser.retry() ? std::to_string(*parser.retry()) : "none"));
   return out;
@@ -115,12 +100,9 @@ std::vector<SseEvent> sse_events(std::string_view input) {
   SseParser parser;
   parser.feed(input);
   std::vector<SseEvent> events;
-  for (;;) {
-    auto event = parser.next();
-    EXPECT_TRUE(event.ok()) << event.error().message;
-    if (!event.ok() || !event->has_value()) break;
-    events.push_back(**event);
-  }
+  quiver::testing::drain_decoder(
+      parser, [&](const SseEvent& e) { events.push_back(e); },
+      [](const Error& e) { ADD_FAILURE() << e.message; });
   return events;
 }
 

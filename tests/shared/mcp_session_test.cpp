@@ -3,13 +3,18 @@
 #include <algorithm>
 #include <fstream>
 #include <functional>
+#include <initializer_list>
 #include <map>
+#include <memory>
 #include <optional>
+#include <set>
 #include <string>
-#include <tuple>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "tests/support/state_tables.h"
 
 namespace quiver {
 namespace {
@@ -76,7 +81,7 @@ std::vector<Json> everything_templates() {
 std::vector<Json> everything_prompts() {
   return named({"simple-prompt", "args-prompt", "completable-prompt", "resource-prompt"});
 }
-// server-everything@2025.12.18: 100 resources, served 10 per page.
+// server-everything@2025.12.18: 100 resources (FakePeer::serve_numbered_resources pages them).
 std::vector<Json> numbered_resources(int n) {
   std::vector<Json> out;
   for (int i = 1; i <= n; ++i) {
@@ -167,6 +172,12 @@ struct FakePeer {
     reply_error(m, now, kJsonRpcMethodNotFound, "Method not found");
   }
 
+  // Resources like server-everything@2025.12.18's: `n` of them, served 10 per page.
+  void serve_numbered_resources(int n) {
+    lists[idx(ListKind::kResources)] = numbered_resources(n);
+    page_size[idx(ListKind::kResources)] = 10;
+  }
+
   static std::string cursor_for(std::size_t offset) { return base64(std::to_string(offset)); }
 
   void answer_list(ListKind k, const JsonRpcMessage& m, int64_t now) {
@@ -221,6 +232,31 @@ PeerHook refuse(std::string method, int64_t code, std::string message) {
 }
 PeerHook never_answer(std::string method) {
   return [method](FakePeer&, const JsonRpcMessage& m, int64_t) { return m.method == method; };
+}
+
+// A hook that answers every page of `kind` with one item, "t1", "t2", ... for tools ("p1", ...
+// for prompts), and the nextCursor `cursor_after(page)` gives (nullopt: the page has none).
+PeerHook one_item_pages(ListKind kind, std::function<std::optional<Json>(int)> cursor_after) {
+  auto pages = std::make_shared<int>(0);
+  return [kind, cursor_after, pages](FakePeer& p, const JsonRpcMessage& m, int64_t now) {
+    if (m.method != list_method(kind)) return false;
+    const int page = ++*pages;
+    const std::string field = list_result_field(kind);
+    Json result = {{field, Json::array({{{"name", field.substr(0, 1) + std::to_string(page)}}})}};
+    if (auto cursor = cursor_after(page)) result["nextCursor"] = *cursor;
+    p.reply(m, now, result);
+    return true;
+  };
+}
+
+// The first of `hooks` that takes the message over handles it.
+PeerHook first_of(std::vector<PeerHook> hooks) {
+  return [hooks](FakePeer& p, const JsonRpcMessage& m, int64_t now) {
+    for (const PeerHook& hook : hooks) {
+      if (hook(p, m, now)) return true;
+    }
+    return false;
+  };
 }
 
 McpSessionConfig legacy_config() {
@@ -285,6 +321,23 @@ struct Sim {
     ADD_FAILURE() << "the simulation did not settle";
   }
 
+  // start() and run(): the listing of a session left to itself.
+  Listing list_all() {
+    start();
+    run();
+    return listing();
+  }
+
+  // start() and run(): the session failed with `code`, the message naming `needle`.
+  void expect_failure(ErrorCode code, std::string_view needle = "") {
+    start();
+    run();
+    std::optional<Error> error = failure();
+    ASSERT_TRUE(error.has_value());
+    EXPECT_EQ(error->code, code);
+    EXPECT_NE(error->message.find(needle), std::string::npos) << error->message;
+  }
+
   std::vector<Listing> listings() const {
     std::vector<Listing> out;
     for (const auto& e : events) {
@@ -317,6 +370,14 @@ struct Sim {
   }
 };
 
+// A list that failed with `code`, its message naming `needle`.
+void expect_failed(const ListOutcome& out, ErrorCode code, std::string_view needle = "") {
+  EXPECT_EQ(out.state, ListState::kFailed);
+  ASSERT_TRUE(out.error.has_value());
+  EXPECT_EQ(out.error->code, code);
+  EXPECT_NE(out.error->message.find(needle), std::string::npos) << out.error->message;
+}
+
 std::vector<std::string> names(const ListOutcome& out, const char* key = "name") {
   std::vector<std::string> n;
   for (const auto& item : out.items) n.push_back(json_string(item, key).value_or("?"));
@@ -324,41 +385,113 @@ std::vector<std::string> names(const ListOutcome& out, const char* key = "name")
 }
 
 // --- the state table ----------------------------------------------------------------------
+// The table's properties and the paths a session takes, rather than a second copy of the table.
+// Between them, the properties below decide every (state, input) pair.
 
-const std::vector<std::tuple<SessionState, SessionInput, SessionState>> kExpectedTable = {
-    {SessionState::kIdle, SessionInput::kStartDiscover, SessionState::kDiscovering},
-    {SessionState::kIdle, SessionInput::kStartInitialize, SessionState::kInitializing},
-    {SessionState::kDiscovering, SessionInput::kStartInitialize, SessionState::kInitializing},
-    {SessionState::kDiscovering, SessionInput::kHandshakeDone, SessionState::kListing},
-    {SessionState::kInitializing, SessionInput::kHandshakeDone, SessionState::kListing},
-    {SessionState::kInitializing, SessionInput::kStartDiscover, SessionState::kDiscovering},
-    {SessionState::kListing, SessionInput::kListingDone, SessionState::kReady},
-    {SessionState::kReady, SessionInput::kRelist, SessionState::kListing},
-    {SessionState::kIdle, SessionInput::kFail, SessionState::kClosed},
-    {SessionState::kDiscovering, SessionInput::kFail, SessionState::kClosed},
-    {SessionState::kInitializing, SessionInput::kFail, SessionState::kClosed},
-    {SessionState::kListing, SessionInput::kFail, SessionState::kClosed},
-    {SessionState::kReady, SessionInput::kFail, SessionState::kClosed},
-    {SessionState::kIdle, SessionInput::kClose, SessionState::kClosed},
-    {SessionState::kDiscovering, SessionInput::kClose, SessionState::kClosed},
-    {SessionState::kInitializing, SessionInput::kClose, SessionState::kClosed},
-    {SessionState::kListing, SessionInput::kClose, SessionState::kClosed},
-    {SessionState::kReady, SessionInput::kClose, SessionState::kClosed},
-};
+using S = SessionState;
+using I = SessionInput;
 
-TEST(McpSessionTable, AllowsExactlyTheseTransitions) {
-  for (int s = 0; s < kSessionStateCount; ++s) {
-    for (int i = 0; i < kSessionInputCount; ++i) {
-      auto from = static_cast<SessionState>(s);
-      auto input = static_cast<SessionInput>(i);
-      std::optional<SessionState> expected;
-      for (const auto& [f, in, to] : kExpectedTable) {
-        if (f == from && in == input) expected = to;
-      }
-      EXPECT_EQ(session_transition(from, input), expected)
+std::vector<S> all_states() { return quiver::testing::enum_values<S>(kSessionStateCount); }
+std::vector<I> all_inputs() { return quiver::testing::enum_values<I>(kSessionInputCount); }
+
+// The handshake runs (McpSession::starting()).
+bool handshaking(S s) { return s == S::kDiscovering || s == S::kInitializing; }
+
+// Where `inputs` take a session that was just constructed; nullopt at the first refused one.
+std::optional<S> walk(std::initializer_list<I> inputs) {
+  return quiver::testing::walk_table(session_transition, S::kIdle, inputs);
+}
+
+TEST(McpSessionTable, TheSessionsPathsEndWhereTheyShould) {
+  // Legacy: initialize, the lists, a relist after list_changed, then the host closes.
+  EXPECT_EQ(walk({I::kStartInitialize, I::kHandshakeDone, I::kListingDone, I::kRelist,
+                  I::kListingDone, I::kClose}),
+            S::kClosed);
+  // The probe finds a legacy server and falls back to initialize.
+  EXPECT_EQ(walk({I::kStartDiscover, I::kStartInitialize, I::kHandshakeDone, I::kListingDone}),
+            S::kReady);
+  // -32022 to that initialize: the server is modern after all, discover once more.
+  EXPECT_EQ(walk({I::kStartDiscover, I::kStartInitialize, I::kStartDiscover, I::kHandshakeDone}),
+            S::kListing);
+  // A refused handshake and a broken pipe mid-listing both close the session.
+  EXPECT_EQ(walk({I::kStartDiscover, I::kFail}), S::kClosed);
+  EXPECT_EQ(walk({I::kStartInitialize, I::kHandshakeDone, I::kFail}), S::kClosed);
+  // Refused: starting twice, relisting while a listing runs, a listing before the handshake.
+  EXPECT_EQ(walk({I::kStartInitialize, I::kHandshakeDone, I::kListingDone, I::kStartDiscover}),
+            std::nullopt);
+  EXPECT_EQ(walk({I::kStartInitialize, I::kHandshakeDone, I::kRelist}), std::nullopt);
+  EXPECT_EQ(walk({I::kStartInitialize, I::kListingDone}), std::nullopt);
+  EXPECT_EQ(walk({I::kRelist}), std::nullopt);
+}
+
+TEST(McpSessionTable, OnlyAnIdleSessionStartsAndTheHandshakeMaySwitchEraOnce) {
+  const std::pair<I, S> starts[] = {{I::kStartDiscover, S::kDiscovering},
+                                    {I::kStartInitialize, S::kInitializing}};
+  for (const auto& [start, handshake] : starts) {
+    for (S from : all_states()) {
+      // Idle starts either handshake; a running handshake may turn into the other one (the probe
+      // fell back, or initialize was answered -32022); nothing else starts.
+      std::optional<S> expected;
+      if (from == S::kIdle || (handshaking(from) && from != handshake)) expected = handshake;
+      EXPECT_EQ(session_transition(from, start), expected)
+          << session_state_name(from) << " + " << session_input_name(start);
+    }
+  }
+}
+
+TEST(McpSessionTable, EitherHandshakeLeadsToTheListing) {
+  for (S from : all_states()) {
+    EXPECT_EQ(session_transition(from, I::kHandshakeDone),
+              handshaking(from) ? std::optional<S>(S::kListing) : std::nullopt)
+        << session_state_name(from);
+  }
+}
+
+TEST(McpSessionTable, ListingAndReadyAlternate) {
+  for (S from : all_states()) {
+    EXPECT_EQ(session_transition(from, I::kListingDone),
+              from == S::kListing ? std::optional<S>(S::kReady) : std::nullopt)
+        << session_state_name(from);
+    EXPECT_EQ(session_transition(from, I::kRelist),
+              from == S::kReady ? std::optional<S>(S::kListing) : std::nullopt)
+        << session_state_name(from);
+  }
+}
+
+TEST(McpSessionTable, EveryLiveSessionCanEndAndClosedIsTerminal) {
+  for (S from : all_states()) {
+    for (I end : {I::kFail, I::kClose}) {
+      EXPECT_EQ(session_transition(from, end),
+                from == S::kClosed ? std::nullopt : std::optional<S>(S::kClosed))
+          << session_state_name(from) << " + " << session_input_name(end);
+    }
+  }
+  for (I input : all_inputs()) {
+    EXPECT_EQ(session_transition(S::kClosed, input), std::nullopt) << session_input_name(input);
+  }
+}
+
+TEST(McpSessionTable, EveryStateIsReachableAndNoneLeadsBackToIdle) {
+  std::set<S> reached =
+      quiver::testing::reachable_states(session_transition, S::kIdle, all_inputs());
+  EXPECT_EQ(reached.size(), static_cast<std::size_t>(kSessionStateCount));
+  for (S from : all_states()) {
+    for (I input : all_inputs()) {
+      EXPECT_NE(session_transition(from, input), std::optional<S>(S::kIdle))
           << session_state_name(from) << " + " << session_input_name(input);
     }
   }
+}
+
+TEST(McpSessionTable, NamesAreDistinct) {
+  std::set<std::string> states;
+  for (S s : all_states()) states.insert(session_state_name(s));
+  EXPECT_EQ(states.size(), static_cast<std::size_t>(kSessionStateCount));
+  EXPECT_EQ(states.count("unknown"), 0u);
+  std::set<std::string> inputs;
+  for (I i : all_inputs()) inputs.insert(session_input_name(i));
+  EXPECT_EQ(inputs.size(), static_cast<std::size_t>(kSessionInputCount));
+  EXPECT_EQ(inputs.count("unknown"), 0u);
 }
 
 // Brings a fresh simulation into `state` through the public API.
@@ -433,19 +566,28 @@ void apply(Sim& sim, SessionState from, SessionInput input) {
 }
 
 TEST(McpSessionTable, EveryTransitionHappensThroughTheApi) {
-  for (const auto& [from, input, to] : kExpectedTable) {
-    SCOPED_TRACE(std::string(session_state_name(from)) + " + " + session_input_name(input));
-    Sim sim;
-    drive_to(sim, from);
-    ASSERT_EQ(sim.session.state(), from);
-    apply(sim, from, input);
-    EXPECT_EQ(sim.session.state(), to);
-    if (to == SessionState::kClosed) {
-      EXPECT_EQ(sim.closed_events(), 1);
-      EXPECT_FALSE(sim.session.next_deadline().has_value());
-      EXPECT_FALSE(sim.session.poll_transmit().has_value());
+  int transitions = 0;
+  for (S from : all_states()) {
+    for (I input : all_inputs()) {
+      std::optional<S> to = session_transition(from, input);
+      if (!to) continue;
+      ++transitions;
+      SCOPED_TRACE(std::string(session_state_name(from)) + " + " + session_input_name(input));
+      Sim sim;
+      drive_to(sim, from);
+      ASSERT_EQ(sim.session.state(), from);
+      apply(sim, from, input);
+      EXPECT_EQ(sim.session.state(), *to);
+      if (*to == SessionState::kClosed) {
+        EXPECT_EQ(sim.closed_events(), 1);
+        EXPECT_FALSE(sim.session.next_deadline().has_value());
+        EXPECT_FALSE(sim.session.poll_transmit().has_value());
+      }
     }
   }
+  // Two starts, two era switches, two handshakes, the listing and the relist, and the five live
+  // states' two ways to end.
+  EXPECT_EQ(transitions, 2 + 2 + 2 + 2 + 5 * 2);
 }
 
 TEST(McpSessionTable, RefusesCallsTheTableDoesNotAllow) {
@@ -576,8 +718,7 @@ TEST(McpSession, ReplaysRealServerEverythingStdoutOutput) {
 
 TEST(McpSession, FollowsEveryCursorOfAPaginatedList) {
   Sim sim;
-  sim.peer.lists[idx(ListKind::kResources)] = numbered_resources(100);
-  sim.peer.page_size[idx(ListKind::kResources)] = 10;
+  sim.peer.serve_numbered_resources(100);
   sim.start();
   sim.run();
   const ListOutcome out = sim.listing().list(ListKind::kResources);
@@ -600,15 +741,8 @@ TEST(McpSession, FollowsEveryCursorOfAPaginatedList) {
 TEST(McpSession, AnEmptyCursorEndsTheListAsNullDoes) {
   for (const Json& last : {Json(""), Json(nullptr)}) {
     Sim sim;
-    int page = 0;
-    sim.peer.hook = [&](FakePeer& p, const JsonRpcMessage& m, int64_t now) {
-      if (m.method != "prompts/list") return false;
-      ++page;
-      Json result = {{"prompts", Json::array({{{"name", "p" + std::to_string(page)}}})}};
-      result["nextCursor"] = page == 1 ? Json("next") : last;
-      p.reply(m, now, result);
-      return true;
-    };
+    sim.peer.hook = one_item_pages(ListKind::kPrompts,
+                                   [&](int page) { return page == 1 ? Json("next") : last; });
     sim.start();
     sim.run();
     const ListOutcome out = sim.listing().list(ListKind::kPrompts);
@@ -686,12 +820,8 @@ TEST(McpSession, ProbingUnadvertisedKindsTreatsMethodNotFoundAsAbsent) {
 TEST(McpSession, MethodNotFoundOnAdvertisedToolsIsAFailure) {
   Sim sim;
   sim.peer.lists[idx(ListKind::kTools)] = std::nullopt;
-  sim.start();
-  sim.run();
-  const ListOutcome tools = sim.listing().list(ListKind::kTools);
-  EXPECT_EQ(tools.state, ListState::kFailed);
-  ASSERT_TRUE(tools.error.has_value());
-  EXPECT_EQ(tools.error->code, ErrorCode::kMethodNotFound);
+  const ListOutcome tools = sim.list_all().list(ListKind::kTools);
+  expect_failed(tools, ErrorCode::kMethodNotFound);
   EXPECT_FALSE(should_evict_and_retry(*tools.error));
   EXPECT_EQ(sim.listing().list(ListKind::kPrompts).state, ListState::kOk);
 }
@@ -744,13 +874,8 @@ TEST(McpSession, MalformedListResultsAreInvalidReplies) {
     SCOPED_TRACE(bad.dump());
     Sim sim;
     sim.peer.hook = reply_to("tools/list", bad);
-    sim.start();
-    sim.run();
-    const ListOutcome tools = sim.listing().list(ListKind::kTools);
-    EXPECT_EQ(tools.state, ListState::kFailed);
-    ASSERT_TRUE(tools.error.has_value());
-    EXPECT_EQ(tools.error->code, ErrorCode::kInvalidReply);
-    EXPECT_NE(tools.error->message.find("tools/list"), std::string::npos);
+    const ListOutcome tools = sim.list_all().list(ListKind::kTools);
+    expect_failed(tools, ErrorCode::kInvalidReply, "tools/list");
     EXPECT_TRUE(tools.items.empty());
     EXPECT_EQ(sim.listing().list(ListKind::kPrompts).state, ListState::kOk);
   }
@@ -758,8 +883,7 @@ TEST(McpSession, MalformedListResultsAreInvalidReplies) {
 
 TEST(McpSession, AMalformedLaterPageKeepsTheEarlierPages) {
   Sim sim;
-  sim.peer.lists[idx(ListKind::kResources)] = numbered_resources(30);
-  sim.peer.page_size[idx(ListKind::kResources)] = 10;
+  sim.peer.serve_numbered_resources(30);
   sim.peer.hook = [](FakePeer& p, const JsonRpcMessage& m, int64_t now) {
     if (m.method == "resources/list" && json_string(m.params, "cursor") == p.cursor_for(20)) {
       p.reply(m, now, {{"resources", "oops"}});
@@ -767,33 +891,18 @@ TEST(McpSession, AMalformedLaterPageKeepsTheEarlierPages) {
     }
     return false;
   };
-  sim.start();
-  sim.run();
-  const ListOutcome out = sim.listing().list(ListKind::kResources);
-  EXPECT_EQ(out.state, ListState::kFailed);
-  EXPECT_EQ(out.error->code, ErrorCode::kInvalidReply);
+  const ListOutcome out = sim.list_all().list(ListKind::kResources);
+  expect_failed(out, ErrorCode::kInvalidReply);
   EXPECT_EQ(out.items.size(), 20u);
   EXPECT_EQ(out.pages, 2);
 }
 
 TEST(McpSession, ARepeatedCursorIsALoop) {
   Sim sim;
-  int page = 0;
-  sim.peer.hook = [&](FakePeer& p, const JsonRpcMessage& m, int64_t now) {
-    if (m.method != "tools/list") return false;
-    ++page;
-    // a, b, a, b, ... forever
-    p.reply(m, now,
-            {{"tools", Json::array({{{"name", "t" + std::to_string(page)}}})},
-             {"nextCursor", page % 2 == 1 ? "a" : "b"}});
-    return true;
-  };
-  sim.start();
-  sim.run();
-  const ListOutcome tools = sim.listing().list(ListKind::kTools);
-  EXPECT_EQ(tools.state, ListState::kFailed);
-  EXPECT_EQ(tools.error->code, ErrorCode::kInvalidReply);
-  EXPECT_NE(tools.error->message.find("loop"), std::string::npos);
+  // a, b, a, b, ... forever
+  sim.peer.hook = one_item_pages(ListKind::kTools, [](int page) { return page % 2 ? "a" : "b"; });
+  const ListOutcome tools = sim.list_all().list(ListKind::kTools);
+  expect_failed(tools, ErrorCode::kInvalidReply, "loop");
   EXPECT_EQ(tools.pages, 3);
   EXPECT_EQ(sim.peer.count("tools/list"), 3);
 }
@@ -802,23 +911,14 @@ TEST(McpSession, ARepeatedCursorIsALoop) {
 // comes round, not only a cursor repeated at once.
 TEST(McpSession, ALoopOfAnyLengthIsCaught) {
   for (int cycle : {1, 2, 7}) {
+    SCOPED_TRACE(cycle);
     Sim sim;
-    int page = 0;
-    sim.peer.hook = [&](FakePeer& p, const JsonRpcMessage& m, int64_t now) {
-      if (m.method != "tools/list") return false;
-      ++page;
-      // c1, c2, ..., c<cycle>, c1, ...
-      p.reply(m, now,
-              {{"tools", Json::array({{{"name", "t" + std::to_string(page)}}})},
-               {"nextCursor", "c" + std::to_string((page - 1) % cycle + 1)}});
-      return true;
-    };
-    sim.start();
-    sim.run();
-    const ListOutcome tools = sim.listing().list(ListKind::kTools);
-    EXPECT_EQ(tools.state, ListState::kFailed) << cycle;
-    EXPECT_EQ(tools.error->code, ErrorCode::kInvalidReply);
-    EXPECT_NE(tools.error->message.find("pagination loop"), std::string::npos);
+    // c1, c2, ..., c<cycle>, c1, ...
+    sim.peer.hook = one_item_pages(ListKind::kTools, [cycle](int page) {
+      return "c" + std::to_string((page - 1) % cycle + 1);
+    });
+    const ListOutcome tools = sim.list_all().list(ListKind::kTools);
+    expect_failed(tools, ErrorCode::kInvalidReply, "pagination loop");
     EXPECT_EQ(tools.pages, cycle + 1);
     EXPECT_EQ(sim.peer.count("tools/list"), cycle + 1);
   }
@@ -830,25 +930,17 @@ TEST(McpSession, AnOverlongCursorIsAnInvalidReply) {
   const std::string huge(c.max_cursor_bytes + 1, 'c');
   sim.peer.hook =
       reply_to("tools/list", {{"tools", Json::array({{{"name", "t"}}})}, {"nextCursor", huge}});
-  sim.start();
-  sim.run();
-  const ListOutcome tools = sim.listing().list(ListKind::kTools);
-  EXPECT_EQ(tools.state, ListState::kFailed);
-  EXPECT_EQ(tools.error->code, ErrorCode::kInvalidReply);
+  const ListOutcome tools = sim.list_all().list(ListKind::kTools);
+  expect_failed(tools, ErrorCode::kInvalidReply);
   EXPECT_EQ(tools.error->message,
             "tools/list: \"nextCursor\" of 16385 bytes exceeds the bound of 16384");
   EXPECT_EQ(sim.peer.count("tools/list"), 1);  // never sent back
   // Exactly at the bound is a cursor.
   Sim ok(c);
-  int page = 0;
-  ok.peer.hook = [&](FakePeer& p, const JsonRpcMessage& m, int64_t now) {
-    if (m.method != "tools/list") return false;
-    ++page;
-    Json r = {{"tools", Json::array({{{"name", "t" + std::to_string(page)}}})}};
-    if (page == 1) r["nextCursor"] = std::string(c.max_cursor_bytes, 'c');
-    p.reply(m, now, r);
-    return true;
-  };
+  ok.peer.hook = one_item_pages(ListKind::kTools, [&](int page) -> std::optional<Json> {
+    if (page == 1) return Json(std::string(c.max_cursor_bytes, 'c'));
+    return std::nullopt;
+  });
   ok.start();
   ok.run();
   EXPECT_EQ(ok.listing().list(ListKind::kTools).state, ListState::kOk);
@@ -931,14 +1023,9 @@ TEST(McpSession, PagesAndItemsAreBounded) {
     McpSessionConfig c = legacy_config();
     c.max_pages_per_list = 4;
     Sim sim(c);
-    sim.peer.lists[idx(ListKind::kResources)] = numbered_resources(100);
-    sim.peer.page_size[idx(ListKind::kResources)] = 10;
-    sim.start();
-    sim.run();
-    const ListOutcome out = sim.listing().list(ListKind::kResources);
-    EXPECT_EQ(out.state, ListState::kFailed);
-    EXPECT_EQ(out.error->code, ErrorCode::kTooLarge);
-    EXPECT_NE(out.error->message.find("4 pages"), std::string::npos);
+    sim.peer.serve_numbered_resources(100);
+    const ListOutcome out = sim.list_all().list(ListKind::kResources);
+    expect_failed(out, ErrorCode::kTooLarge, "4 pages");
     EXPECT_EQ(out.pages, 4);
     EXPECT_EQ(out.items.size(), 40u);
     EXPECT_EQ(sim.peer.count("resources/list"), 4);
@@ -947,13 +1034,9 @@ TEST(McpSession, PagesAndItemsAreBounded) {
     McpSessionConfig c = legacy_config();
     c.max_items_per_list = 25;
     Sim sim(c);
-    sim.peer.lists[idx(ListKind::kResources)] = numbered_resources(100);
-    sim.peer.page_size[idx(ListKind::kResources)] = 10;
-    sim.start();
-    sim.run();
-    const ListOutcome out = sim.listing().list(ListKind::kResources);
-    EXPECT_EQ(out.state, ListState::kFailed);
-    EXPECT_EQ(out.error->code, ErrorCode::kTooLarge);
+    sim.peer.serve_numbered_resources(100);
+    const ListOutcome out = sim.list_all().list(ListKind::kResources);
+    expect_failed(out, ErrorCode::kTooLarge);
     EXPECT_EQ(out.items.size(), 25u);
     EXPECT_EQ(sim.listing().list(ListKind::kTools).state, ListState::kOk);
   }
@@ -1026,8 +1109,7 @@ TEST(McpSession, AnAnswerAfterItsDeadlineDoesNotCountEvenBeforeHandleTimeout) {
 TEST(McpSession, ASlowPeerHitsTheDeadlineWithPartialPagesKept) {
   Sim sim;
   sim.peer.latency_ms = 400;
-  sim.peer.lists[idx(ListKind::kResources)] = numbered_resources(100);
-  sim.peer.page_size[idx(ListKind::kResources)] = 10;
+  sim.peer.serve_numbered_resources(100);
   sim.start();
   sim.run();
   Listing l = sim.listing();
@@ -1049,11 +1131,7 @@ TEST(McpSession, HandshakeTimeoutsFailTheSession) {
   {
     Sim sim;
     sim.peer.hook = never_answer("initialize");
-    sim.start();
-    sim.run();
-    ASSERT_TRUE(sim.failure());
-    EXPECT_EQ(sim.failure()->code, ErrorCode::kTimeout);
-    EXPECT_NE(sim.failure()->message.find("initialize"), std::string::npos);
+    sim.expect_failure(ErrorCode::kTimeout, "initialize");
     EXPECT_EQ(sim.closed_events(), 1);
     EXPECT_TRUE(sim.listings().empty());
     EXPECT_EQ(sim.session.state(), SessionState::kClosed);
@@ -1064,11 +1142,7 @@ TEST(McpSession, HandshakeTimeoutsFailTheSession) {
     c.request_timeout_ms = 10000;  // the whole-listing deadline comes first
     Sim sim(c);
     sim.peer.hook = never_answer("initialize");
-    sim.start();
-    sim.run();
-    ASSERT_TRUE(sim.failure());
-    EXPECT_EQ(sim.failure()->code, ErrorCode::kTimeout);
-    EXPECT_NE(sim.failure()->message.find("3500 ms"), std::string::npos);
+    sim.expect_failure(ErrorCode::kTimeout, "3500 ms");
   }
 }
 
@@ -1108,12 +1182,7 @@ TEST(McpSession, AStartUpDeadlineLetsALateHandshakeListInFull) {
   c.startup_deadline_ms = 3000;
   Sim late(c);
   late.peer.hook = sim.peer.hook;
-  late.start();
-  late.run();
-  ASSERT_TRUE(late.failure());
-  EXPECT_EQ(late.failure()->code, ErrorCode::kTimeout);
-  EXPECT_NE(late.failure()->message.find("start-up deadline of 3000 ms"), std::string::npos)
-      << late.failure()->message;
+  late.expect_failure(ErrorCode::kTimeout, "start-up deadline of 3000 ms");
 }
 
 // A session started for a server known to be modern sends no initialize, and its discover has
@@ -1137,8 +1206,7 @@ TEST(McpSession, AKnownModernServerGetsTheHandshakeTimeForDiscover) {
 
 TEST(McpSession, ATransportFailureClosesTheSessionAndReportsWhatArrived) {
   Sim sim;
-  sim.peer.lists[idx(ListKind::kResources)] = numbered_resources(100);
-  sim.peer.page_size[idx(ListKind::kResources)] = 10;
+  sim.peer.serve_numbered_resources(100);
   sim.start();
   sim.run(22);  // +5 initialize, +10 first pages, +15 and +20 more resource pages
   ASSERT_EQ(sim.session.state(), SessionState::kListing);
@@ -1176,12 +1244,8 @@ TEST(McpSession, ARequestWithoutAJsonRpcAnswerFailsItsList) {
                                   Error(ErrorCode::kUnknown, "HTTP 502 Bad Gateway"), sim.now);
     return true;
   };
-  sim.start();
-  sim.run();
-  const ListOutcome prompts = sim.listing().list(ListKind::kPrompts);
-  EXPECT_EQ(prompts.state, ListState::kFailed);
-  EXPECT_EQ(prompts.error->code, ErrorCode::kTransport);
-  EXPECT_NE(prompts.error->message.find("HTTP 502"), std::string::npos);
+  const ListOutcome prompts = sim.list_all().list(ListKind::kPrompts);
+  expect_failed(prompts, ErrorCode::kTransport, "HTTP 502");
   EXPECT_EQ(sim.session.state(), SessionState::kReady);  // the session lives on
 }
 
@@ -1228,8 +1292,7 @@ TEST(McpSession, ListChangedDuringListingRelistsThatKind) {
 
 TEST(McpSession, ListChangedAfterAKindFinishedStillRelistsIt) {
   Sim sim;
-  sim.peer.lists[idx(ListKind::kResources)] = numbered_resources(30);
-  sim.peer.page_size[idx(ListKind::kResources)] = 10;
+  sim.peer.serve_numbered_resources(30);
   bool renamed = false;
   sim.peer.hook = [&](FakePeer& p, const JsonRpcMessage& m, int64_t now) {
     // When the second resources page is asked for, prompts (already listed) change.
@@ -1329,11 +1392,7 @@ TEST(McpSession, RefusesAVersionWeDoNotSpeakNamingBoth) {
     SCOPED_TRACE(version);
     Sim sim;
     sim.peer.forced_version = version;
-    sim.start();
-    sim.run();
-    ASSERT_TRUE(sim.failure());
-    EXPECT_EQ(sim.failure()->code, ErrorCode::kProtocol);
-    EXPECT_NE(sim.failure()->message.find(version), std::string::npos);
+    sim.expect_failure(ErrorCode::kProtocol, version);
     EXPECT_NE(sim.failure()->message.find("2025-11-25"), std::string::npos);
     EXPECT_EQ(sim.closed_events(), 1);
     EXPECT_EQ(sim.peer.count("notifications/initialized"), 0);
@@ -1363,20 +1422,13 @@ TEST(McpSession, InvalidInitializeResultsFailTheSession) {
     SCOPED_TRACE(bad.dump());
     Sim sim;
     sim.peer.hook = reply_to("initialize", bad);
-    sim.start();
-    sim.run();
-    ASSERT_TRUE(sim.failure());
-    EXPECT_EQ(sim.failure()->code, ErrorCode::kInvalidReply);
+    sim.expect_failure(ErrorCode::kInvalidReply);
     EXPECT_EQ(sim.session.state(), SessionState::kClosed);
   }
   Sim refused;
   refused.peer.hook =
       refuse("initialize", kJsonRpcInvalidParams, "Unsupported protocol version; try 2026-07-28");
-  refused.start();
-  refused.run();
-  ASSERT_TRUE(refused.failure());
-  EXPECT_EQ(refused.failure()->code, ErrorCode::kUpstreamError);
-  EXPECT_NE(refused.failure()->message.find("2026-07-28"), std::string::npos);
+  refused.expect_failure(ErrorCode::kUpstreamError, "2026-07-28");
 }
 
 // --- garbage and strangers ----------------------------------------------------------------
@@ -1572,8 +1624,7 @@ TEST(McpSessionModern, DiscoversAndListsWithPerRequestMeta) {
 TEST(McpSessionModern, CacheHintsCombineOverPages) {
   Sim sim{McpSessionConfig{}};
   sim.peer.era = FakePeer::Era::kModern;
-  sim.peer.lists[idx(ListKind::kResources)] = numbered_resources(40);
-  sim.peer.page_size[idx(ListKind::kResources)] = 10;
+  sim.peer.serve_numbered_resources(40);
   int page = 0;
   sim.peer.hook = [&](FakePeer& p, const JsonRpcMessage& m, int64_t now) {
     if (m.method != "resources/list") return false;
@@ -1610,11 +1661,8 @@ TEST(McpSessionModern, InputRequiredOrUnknownResultTypesAreInvalid) {
     sim.peer.era = FakePeer::Era::kModern;
     sim.peer.hook =
         reply_to("tools/list", {{"resultType", type}, {"inputRequests", Json::object()}});
-    sim.start();
-    sim.run();
-    const ListOutcome tools = sim.listing().list(ListKind::kTools);
-    EXPECT_EQ(tools.state, ListState::kFailed);
-    EXPECT_EQ(tools.error->code, ErrorCode::kInvalidReply);
+    const ListOutcome tools = sim.list_all().list(ListKind::kTools);
+    expect_failed(tools, ErrorCode::kInvalidReply);
     EXPECT_EQ(sim.listing().list(ListKind::kPrompts).state, ListState::kOk);
   }
 }
@@ -1697,14 +1745,14 @@ TEST(McpSessionModern, UnsupportedVersionToInitializeRediscoversOnce) {
   c.listing_deadline_ms = 10000;
   Sim sim{c};
   sim.peer.era = FakePeer::Era::kModern;
-  sim.peer.hook = [](FakePeer& peer, const JsonRpcMessage& m, int64_t now) {
-    if (m.method == "server/discover" && peer.count("server/discover") == 1) return true;  // lost
-    if (m.method == "initialize") {
-      peer.reply_error(m, now, kMcpUnsupportedProtocolVersion, "Unsupported protocol version");
-      return true;
-    }
-    return false;
-  };
+  const PeerHook refuse_initialize =
+      refuse("initialize", kMcpUnsupportedProtocolVersion, "Unsupported protocol version");
+  sim.peer.hook =
+      first_of({[](FakePeer& peer, const JsonRpcMessage& m, int64_t) {
+                  // the first discover is lost
+                  return m.method == "server/discover" && peer.count("server/discover") == 1;
+                },
+                refuse_initialize});
   sim.start();
   sim.run();
   EXPECT_FALSE(sim.failure()) << sim.failure()->message;
@@ -1716,26 +1764,14 @@ TEST(McpSessionModern, UnsupportedVersionToInitializeRediscoversOnce) {
   // A second probe that goes unanswered fails the session: no endless fallback.
   Sim silent{c};
   silent.peer.era = FakePeer::Era::kModern;
-  silent.peer.hook = [](FakePeer& peer, const JsonRpcMessage& m, int64_t now) {
-    if (m.method == "server/discover") return true;  // never answered
-    if (m.method == "initialize") {
-      peer.reply_error(m, now, kMcpUnsupportedProtocolVersion, "Unsupported protocol version");
-      return true;
-    }
-    return false;
-  };
-  silent.start();
-  silent.run();
-  ASSERT_TRUE(silent.failure());
-  EXPECT_EQ(silent.failure()->code, ErrorCode::kTimeout);
-  EXPECT_NE(silent.failure()->message.find("3000 ms"), std::string::npos)
-      << silent.failure()->message;  // the second probe waits the request deadline
+  silent.peer.hook = first_of({never_answer("server/discover"), refuse_initialize});
+  silent.expect_failure(ErrorCode::kTimeout,
+                        "3000 ms");  // the second probe waits the request deadline
   EXPECT_EQ(silent.peer.count("initialize"), 1);
 
   // A legacy-only session does not rediscover: -32022 to initialize is an upstream error.
   Sim legacy;
-  legacy.peer.hook =
-      refuse("initialize", kMcpUnsupportedProtocolVersion, "Unsupported protocol version");
+  legacy.peer.hook = refuse_initialize;
   legacy.start();
   legacy.run();
   ASSERT_TRUE(legacy.failure());
@@ -1801,11 +1837,7 @@ TEST(McpSessionModern, UnsupportedProtocolVersionErrors) {
     // Nothing in common: a protocol error naming both sides.
     Sim sim{McpSessionConfig{}};
     sim.peer.hook = unsupported({"2027-01-01"});
-    sim.start();
-    sim.run();
-    ASSERT_TRUE(sim.failure());
-    EXPECT_EQ(sim.failure()->code, ErrorCode::kProtocol);
-    EXPECT_NE(sim.failure()->message.find("2027-01-01"), std::string::npos);
+    sim.expect_failure(ErrorCode::kProtocol, "2027-01-01");
     EXPECT_NE(sim.failure()->message.find("2026-07-28"), std::string::npos);
     EXPECT_EQ(sim.session.era(), ProtocolEra::kModern);
     EXPECT_EQ(sim.peer.count("initialize"), 0);
@@ -1815,10 +1847,7 @@ TEST(McpSessionModern, UnsupportedProtocolVersionErrors) {
     Sim sim{McpSessionConfig{}};
     sim.peer.hook =
         refuse("server/discover", kMcpMissingRequiredClientCapability, "needs elicitation");
-    sim.start();
-    sim.run();
-    ASSERT_TRUE(sim.failure());
-    EXPECT_EQ(sim.failure()->code, ErrorCode::kProtocol);
+    sim.expect_failure(ErrorCode::kProtocol);
     EXPECT_EQ(sim.peer.count("initialize"), 0);
   }
 }
@@ -1837,10 +1866,7 @@ TEST(McpSessionModern, DiscoverResultsAreValidated) {
     SCOPED_TRACE(bad.dump());
     Sim sim{McpSessionConfig{}};
     sim.peer.hook = reply_to("server/discover", bad);
-    sim.start();
-    sim.run();
-    ASSERT_TRUE(sim.failure());
-    EXPECT_EQ(sim.failure()->code, ErrorCode::kInvalidReply);
+    sim.expect_failure(ErrorCode::kInvalidReply);
   }
 }
 
@@ -1848,19 +1874,12 @@ TEST(McpSessionModern, ModernPolicyDoesNotFallBack) {
   McpSessionConfig c;
   c.era = EraPolicy::kModern;
   Sim sim(c);
-  sim.start();
-  sim.run();
-  ASSERT_TRUE(sim.failure());
-  EXPECT_EQ(sim.failure()->code, ErrorCode::kProtocol);
-  EXPECT_NE(sim.failure()->message.find("-32601"), std::string::npos);
+  sim.expect_failure(ErrorCode::kProtocol, "-32601");
   EXPECT_EQ(sim.peer.count("initialize"), 0);
 
   Sim silent(c);
   silent.peer.legacy_discover_error = std::nullopt;
-  silent.start();
-  silent.run();
-  ASSERT_TRUE(silent.failure());
-  EXPECT_EQ(silent.failure()->code, ErrorCode::kTimeout);
+  silent.expect_failure(ErrorCode::kTimeout);
 }
 
 TEST(McpSessionModern, ADualEraServerListingLegacyVersionsStaysModern) {

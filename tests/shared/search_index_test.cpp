@@ -126,6 +126,15 @@ TEST(SearchIndex, ColumnWeights) {
   }
 }
 
+// `sql` prepared on `db`; nullptr (and a failure naming SQLite's message) if it does not prepare.
+sqlite3_stmt* prepared(sqlite3* db, const char* sql) {
+  sqlite3_stmt* stmt = nullptr;
+  if (sqlite3_prepare_v2(db, sql, -1, &stmt, nullptr) != SQLITE_OK) {
+    ADD_FAILURE() << sqlite3_errmsg(db) << " in " << sql;
+  }
+  return stmt;
+}
+
 // The index ranks with its own copy of bm25 (row lengths read once, not per row). Its scores must
 // be FTS5's bm25 with the same column weights, computed here on a plain FTS5 table.
 TEST(SearchIndex, ScoresAreFts5Bm25) {
@@ -149,12 +158,10 @@ TEST(SearchIndex, ScoresAreFts5Bm25) {
                          "description, tokenize = 'unicode61 remove_diacritics 2')",
                          nullptr, nullptr, nullptr),
             SQLITE_OK);
-  sqlite3_stmt* insert = nullptr;
-  ASSERT_EQ(sqlite3_prepare_v2(db,
-                               "INSERT INTO tools(rowid, name, title, connection, description) "
-                               "VALUES (?1, ?2, ?3, ?4, ?5)",
-                               -1, &insert, nullptr),
-            SQLITE_OK);
+  sqlite3_stmt* insert = prepared(db,
+                                  "INSERT INTO tools(rowid, name, title, connection, description) "
+                                  "VALUES (?1, ?2, ?3, ?4, ?5)");
+  ASSERT_NE(insert, nullptr);
   for (std::size_t i = 0; i < entries.size(); ++i) {
     sqlite3_bind_int64(insert, 1, static_cast<sqlite3_int64>(i) + 1);
     sqlite3_bind_text(insert, 2, entries[i].name.c_str(), -1, SQLITE_TRANSIENT);
@@ -170,12 +177,10 @@ TEST(SearchIndex, ScoresAreFts5Bm25) {
     SCOPED_TRACE(query);
     Result<std::string> expression = search_match_expression(query);
     ASSERT_TRUE(expression.ok());
-    sqlite3_stmt* select = nullptr;
-    ASSERT_EQ(sqlite3_prepare_v2(db,
-                                 "SELECT rowid, -bm25(tools, 7, 3.5, 1.5, 0.75) AS s FROM tools "
-                                 "WHERE tools MATCH ?1 ORDER BY s DESC, rowid LIMIT 50",
-                                 -1, &select, nullptr),
-              SQLITE_OK);
+    sqlite3_stmt* select = prepared(db,
+                                    "SELECT rowid, -bm25(tools, 7, 3.5, 1.5, 0.75) AS s FROM tools "
+                                    "WHERE tools MATCH ?1 ORDER BY s DESC, rowid LIMIT 50");
+    ASSERT_NE(select, nullptr);
     sqlite3_bind_text(select, 1, expression->c_str(), -1, SQLITE_TRANSIENT);
     std::vector<std::pair<std::size_t, double>> reference;
     while (sqlite3_step(select) == SQLITE_ROW) {

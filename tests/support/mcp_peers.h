@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -22,7 +23,7 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
-#include <ftw.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -32,6 +33,7 @@
 #include "native-agent/upstream/upstream.h"
 #include "shared/json.h"
 #include "tests/support/redis_server.h"
+#include "tests/support/temp_dir.h"
 
 namespace quiver::testing {
 
@@ -65,29 +67,37 @@ inline bool wait_until(const std::function<bool()>& condition, int64_t timeout_m
   return true;
 }
 
-class TempDir {
- public:
-  TempDir() {
-    char pattern[] = "/tmp/quiver-upstream-XXXXXX";
-    const char* made = ::mkdtemp(pattern);
-    path_ = made != nullptr ? made : "";
+// The changes an UpstreamConnection reports (set_change_callback(log.callback())), kept for the
+// test thread to read.
+struct ChangeLog {
+  std::mutex mu;
+  std::vector<UpstreamChange> changes;
+  ChangeCallback callback() {
+    return [this](const UpstreamChange& c) {
+      std::lock_guard<std::mutex> lock(mu);
+      changes.push_back(c);
+    };
   }
-  ~TempDir() {
-    if (path_.empty()) return;
-    ::nftw(
-        path_.c_str(),
-        [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p); }, 16,
-        FTW_DEPTH | FTW_PHYS);
+  std::size_t size() {
+    std::lock_guard<std::mutex> lock(mu);
+    return changes.size();
   }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  std::string path(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& root() const { return path_; }
-
- private:
-  std::string path_;
+  UpstreamChange at(std::size_t i) {
+    std::lock_guard<std::mutex> lock(mu);
+    return changes.at(i);
+  }
 };
+
+// Pumps `conn` until `condition` holds (or the time is up).
+inline bool pump_until(UpstreamConnection& conn, const std::function<bool()>& condition,
+                       int64_t timeout_ms) {
+  int64_t end = steady_now_ms() + timeout_ms;
+  while (!condition()) {
+    if (steady_now_ms() >= end) return false;
+    conn.pump(50);
+  }
+  return true;
+}
 
 inline std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -99,6 +109,37 @@ inline std::string read_file(const std::string& path) {
 inline void append_line(const std::string& path, const std::string& line) {
   std::ofstream out(path, std::ios::app | std::ios::binary);
   out << line << "\n";
+}
+
+// A change made while a stream to the server (the GET stream, or a subscriptions/listen) was
+// broken is still seen. Lets the stream open for `settle_ms` (nothing changes meanwhile), then
+// sends `control_line` (it cuts the stream and adds the tool `gap_tool`). The change is reported
+// within 15 s, the session lives on, the tools are named first and the gap is counted; listing
+// the changed kinds again (within `list_ms`) shows `gap_tool`.
+inline void expect_a_change_across_a_gap(UpstreamConnection& conn, ChangeLog& log,
+                                         const std::string& control,
+                                         const std::string& control_line, int64_t settle_ms,
+                                         int64_t list_ms) {
+  int64_t end = steady_now_ms() + settle_ms;
+  while (steady_now_ms() < end) conn.pump(100);
+  ASSERT_EQ(log.size(), 0u);
+
+  append_line(control, control_line);
+  ASSERT_TRUE(pump_until(
+      conn, [&] { return log.size() > 0; }, 15000))
+      << "the change made while the stream was broken was not seen";
+  UpstreamChange change = log.at(0);
+  EXPECT_FALSE(change.session_lost);
+  ASSERT_FALSE(change.kinds.empty());
+  EXPECT_EQ(change.kinds[0], ListKind::kTools);
+  EXPECT_GE(conn.stats().listen_gaps, 1);
+  auto second = conn.list(conn.now_ms() + list_ms, change.kinds);
+  ASSERT_TRUE(second.ok()) << second.error().message;
+  bool seen = false;
+  for (const Json& tool : second->list(ListKind::kTools).items) {
+    seen = seen || tool.value("name", "") == "gap_tool";
+  }
+  EXPECT_TRUE(seen) << "the relisted tools lack gap_tool";
 }
 
 // tests/peers/test-upstream.mjs over stdio, quiet, with `flags`.
