@@ -177,41 +177,26 @@ ON CONFLICT (connection_id, principal) DO UPDATE SET
   error_at = excluded.error_at, attempt_at = excluded.attempt_at, retain_until = NULL;
 
 -- name: manifest_select
--- One manifest row, body included, unless past its retention. Columns as manifest_select_meta,
--- then the manifest.
-SELECT connection_id, principal, manifest IS NOT NULL, etag, config_hash, fence, fetched_at,
-       fresh_until, expires_at, cache_scope, truncated, error_code, error_message, error_at,
-       attempt_at, invalidated_at, manifest
-FROM manifests
-WHERE connection_id = :connection_id AND principal = :principal
-  AND (retain_until IS NULL OR retain_until > :now);
-
--- name: manifest_select_meta
--- One manifest row without its body, unless past its retention.
-SELECT connection_id, principal, manifest IS NOT NULL, etag, config_hash, fence, fetched_at,
-       fresh_until, expires_at, cache_scope, truncated, error_code, error_message, error_at,
-       attempt_at, invalidated_at
+-- One manifest row unless past its retention, its body only when :with_body is 1. Has data: a
+-- manifest that is not empty (the core's rule, as on Redis).
+SELECT connection_id, principal, coalesce(length(manifest) > 0, 0), etag, config_hash, fence,
+       fetched_at, fresh_until, expires_at, cache_scope, truncated, error_code, error_message,
+       error_at, attempt_at, invalidated_at, CASE WHEN :with_body = 1 THEN manifest END
 FROM manifests
 WHERE connection_id = :connection_id AND principal = :principal
   AND (retain_until IS NULL OR retain_until > :now);
 
 -- name: manifest_list_meta
 -- The maintenance walk: the next :limit rows after the cursor (connection_id, principal), in key
--- order, without bodies.
-SELECT connection_id, principal, manifest IS NOT NULL, etag, config_hash, fence, fetched_at,
-       fresh_until, expires_at, cache_scope, truncated, error_code, error_message, error_at,
-       attempt_at, invalidated_at
+-- order, without bodies. Columns as manifest_select.
+SELECT connection_id, principal, coalesce(length(manifest) > 0, 0), etag, config_hash, fence,
+       fetched_at, fresh_until, expires_at, cache_scope, truncated, error_code, error_message,
+       error_at, attempt_at, invalidated_at, NULL
 FROM manifests
 WHERE (connection_id, principal) > (:after_connection_id, :after_principal)
   AND (retain_until IS NULL OR retain_until > :now)
 ORDER BY connection_id, principal
 LIMIT :limit;
-
--- name: manifest_invalidate
--- A refresh webhook: data listed before :at reads as stale from :at on (freshness.h). Rows
--- without data are left alone; sqlite3_changes() says whether there was data to mark.
-UPDATE manifests SET invalidated_at = :at
-WHERE connection_id = :connection_id AND principal = :principal AND manifest IS NOT NULL;
 
 -- name: manifests_purge_retained
 -- Rows past their retention (housekeeping of the maintenance walk).

@@ -676,10 +676,15 @@ std::optional<ManifestEntry> manifest_entry_from_fields(const HashFields& m) {
 
 Result<std::optional<CacheEntryMeta>> cache_entry_meta(const std::optional<ManifestEntry>& entry) {
   if (!entry) return std::optional<CacheEntryMeta>();
-  const ManifestEntry& m = *entry;
+  Result<CacheEntryMeta> meta = cache_entry_meta(*entry, !entry->text.empty());
+  if (!meta.ok()) return meta.error();
+  return std::optional<CacheEntryMeta>(std::move(meta).value());
+}
+
+Result<CacheEntryMeta> cache_entry_meta(const ManifestEntry& m, bool has_data) {
   if (!m.unreadable.empty()) return invalid(m.unreadable);
   CacheEntryMeta e;
-  e.has_data = !m.text.empty();
+  e.has_data = has_data;
   if (e.has_data) {
     if (!m.fetched_at_ms) return invalid("a manifest without `fetched_at`");
     const int64_t fetched_at = *m.fetched_at_ms;
@@ -701,7 +706,7 @@ Result<std::optional<CacheEntryMeta>> cache_entry_meta(const std::optional<Manif
   }
   e.last_attempt_at_ms = m.attempt_at_ms;
   e.invalidated_at_ms = m.invalidated_at_ms;
-  return std::optional<CacheEntryMeta>(std::move(e));
+  return e;
 }
 
 // ---- rendering ---------------------------------------------------------------------------------

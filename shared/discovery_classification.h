@@ -29,6 +29,9 @@ const char* entry_status_name(EntryStatus status);  // "pending", "fresh", ...
 // kInvalidArgument when the entry cannot be read: a field a reader needs is malformed
 // (ManifestEntry::unreadable, data without fetched_at, fresh_until before fetched_at).
 Result<std::optional<CacheEntryMeta>> cache_entry_meta(const std::optional<ManifestEntry>& entry);
+// The same for an entry read without its text (the agent's metadata reads): `has_data` says
+// whether the text stored is not empty.
+Result<CacheEntryMeta> cache_entry_meta(const ManifestEntry& entry, bool has_data);
 
 // A revalidation to queue for one (connection, principal).
 // A manual refresh is queued again once the gate of an earlier request is this old, so a user's

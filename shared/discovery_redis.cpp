@@ -371,16 +371,6 @@ Result<WebhookRefreshReply> parse_webhook_refresh_reply(const RespValue& reply) 
   return out;
 }
 
-Result<RedisCommand> manifest_invalidate_command(const RedisKeys& keys, std::string_view cid,
-                                                 const Principal& principal, int64_t now_ms) {
-  Result<std::string> manifest = keys.manifest(cid, principal);
-  if (!manifest.ok()) return manifest.error();
-  Result<std::string> mark = keys.invalidated(cid, principal);
-  if (!mark.ok()) return mark.error();
-  return eval("manifest_invalidate.lua", {*manifest, keys.epoch(), *mark},
-              {std::to_string(now_ms)});
-}
-
 std::vector<Result<RevalidationResult>> parse_enqueue_replies(
     const std::vector<RespValue>& replies) {
   std::vector<Result<RevalidationResult>> out;

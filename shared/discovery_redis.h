@@ -110,9 +110,4 @@ Result<RedisCommand> webhook_refresh_command(const RedisKeys& keys, const Webhoo
 // `ready` (nothing was done, not even the replay guard), kInvalidReply for any other shape.
 Result<WebhookRefreshReply> parse_webhook_refresh_reply(const RespValue& reply);
 
-// EVAL schema/lua/manifest_invalidate.lua: one (connection, principal) marked stale at `now_ms`
-// (the agent's webhook). Its reply is an integer: 1 marked, 0 nothing cached to mark.
-Result<RedisCommand> manifest_invalidate_command(const RedisKeys& keys, std::string_view cid,
-                                                 const Principal& principal, int64_t now_ms);
-
 }  // namespace quiver

@@ -92,17 +92,20 @@ Json principal_status(ManifestStore& store, const ConnectionConfig& c, const Pri
   if (!stored->has_value()) return out;
   const ManifestMeta& meta = (*stored)->meta;
   if (meta.has_data) {
-    out["fetched_at"] = meta.fetched_at_ms;
-    out["age_ms"] = now - meta.fetched_at_ms;
-    out["etag"] = meta.etag;
+    // Data always has fetched_at (the store checks it, as the core's reader does).
+    const int64_t fetched_at = meta.fetched_at_ms.value_or(0);
+    out["fetched_at"] = fetched_at;
+    out["age_ms"] = now - fetched_at;
+    out["etag"] = meta.etag.value_or("");
     ListSummary lists = list_summary((*stored)->manifest);
     out["counts"] = std::move(lists.counts);
     if (!lists.failed.empty()) out["failed_lists"] = std::move(lists.failed);
     if (meta.truncated) out["truncated"] = true;
   }
   if (!meta.error_code.empty()) {
-    out["error"] = Json::object(
-        {{"code", meta.error_code}, {"message", meta.error_message}, {"at", meta.error_at_ms}});
+    out["error"] = Json::object({{"code", meta.error_code},
+                                 {"message", meta.error_message},
+                                 {"at", meta.error_at_ms.value_or(0)}});
   }
   return out;
 }

@@ -33,7 +33,8 @@ std::optional<LastGoodManifest> RefreshRunner::read_last_good(const std::string&
   }
   if (!last->has_value()) return std::nullopt;
   const StoredManifest& m = **last;
-  return LastGoodManifest{m.meta.has_data, m.meta.config_hash, m.meta.fetched_at_ms, m.manifest};
+  return LastGoodManifest{m.meta.has_data, m.meta.config_hash, m.meta.fetched_at_ms.value_or(0),
+                          m.manifest};
 }
 
 Result<RefreshReport> RefreshRunner::run(const std::string& cid, const Principal& principal,
@@ -111,7 +112,7 @@ Result<RefreshReport> RefreshRunner::run(const std::string& cid, const Principal
         already_answered(cache_entry_meta(**meta), queued_at_ms, c.policy, cfg.config_hash,
                          c.options.now_ms())) {
       (void)c.store->release_lease(cid, principal, lease);
-      report.etag = (*meta)->etag;
+      report.etag = (*meta)->etag.value_or("");
       return finish_as(RefreshOutcome::kUpToDate);
     }
   }

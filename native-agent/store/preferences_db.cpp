@@ -71,12 +71,17 @@ Result<std::vector<PreferenceRow>> select_preference_rows(SqliteDb& db, std::str
   return rows;
 }
 
-Status merge_preference_row(SqliteDb& db, const PreferenceRow& row) {
-  Query q(db, "preferences_merge");
-  q.text(":resource_id", row.resource_id)
+// The row's key: (resource_id, principal, capability_type, capability_key).
+Query& bind_row_key(Query& q, const PreferenceRow& row) {
+  return q.text(":resource_id", row.resource_id)
       .text(":principal", row.principal.str())
       .text(":capability_type", capability_type_name(row.capability_type))
-      .text(":capability_key", row.capability_key)
+      .text(":capability_key", row.capability_key);
+}
+
+Status merge_preference_row(SqliteDb& db, const PreferenceRow& row) {
+  Query q(db, "preferences_merge");
+  bind_row_key(q, row)
       .integer(":enabled", row.enabled ? 1 : 0)
       .integer(":toggled_at", row.toggled_at)
       .integer(":first_seen_at", row.first_seen_at)
@@ -180,21 +185,14 @@ Result<ReconcileReport> PreferencesDb::reconcile_listing(std::string_view connec
       Reconciliation r = reconcile(*stored, live, policy, now);
       for (const PreferenceRow& row : r.rows_to_insert) {
         Query q(*impl_, "preferences_insert_seen");
-        q.text(":resource_id", row.resource_id)
-            .text(":principal", row.principal.str())
-            .text(":capability_type", capability_type_name(row.capability_type))
-            .text(":capability_key", row.capability_key)
+        bind_row_key(q, row)
             .integer(":enabled", row.enabled ? 1 : 0)
             .integer(":seen_at", row.last_seen_at);
         if (Result<bool> done = q.step(); !done.ok()) return done.error();
       }
       for (const PreferenceRow& row : r.rows_to_update) {
         Query q(*impl_, "preferences_touch");
-        q.text(":resource_id", row.resource_id)
-            .text(":principal", row.principal.str())
-            .text(":capability_type", capability_type_name(row.capability_type))
-            .text(":capability_key", row.capability_key)
-            .integer(":seen_at", row.last_seen_at);
+        bind_row_key(q, row).integer(":seen_at", row.last_seen_at);
         if (Result<bool> done = q.step(); !done.ok()) return done.error();
       }
       report.inserted = r.rows_to_insert.size();
@@ -235,12 +233,7 @@ Status PreferencesDb::set_enabled(std::string_view connection_id, const Principa
       // agent's clock is behind the one that made the previous toggle.
       const int64_t toggled_at = std::max(impl_->options.now_ms(), row->toggled_at + 1);
       Query q(*impl_, "preferences_set_enabled");
-      q.text(":resource_id", connection_id)
-          .text(":principal", principal.str())
-          .text(":capability_type", capability_type_name(type))
-          .text(":capability_key", key)
-          .integer(":enabled", enabled ? 1 : 0)
-          .integer(":toggled_at", toggled_at);
+      bind_row_key(q, *row).integer(":enabled", enabled ? 1 : 0).integer(":toggled_at", toggled_at);
       Result<int> changed = q.run();
       return changed.ok() ? Status::Ok() : Status(changed.error());
     });

@@ -351,24 +351,25 @@ const std::vector<std::string>& meta_fields() {
   return fields;
 }
 
-// The three commands that read one manifest's metadata: its hash's fields, whether it holds
-// data, and its invalidation mark (a key of its own: schema/redis-keys.md).
+// The three commands that read one manifest's metadata: its hash's fields, the length of its
+// body (data is a body that is not empty, the core's rule) and its invalidation mark (a key of its
+// own: schema/redis-keys.md).
 constexpr std::size_t kMetaReadCommands = 3;
 void append_meta_reads(std::vector<RedisCommand>& out, const std::string& manifest_key,
                        const std::string& invalidated_key) {
   RedisCommand hmget = {"HMGET", manifest_key};
   for (const std::string& f : meta_fields()) hmget.push_back(f);
   out.push_back(std::move(hmget));
-  out.push_back({"HEXISTS", manifest_key, redis_field::kManifest});
+  out.push_back({"HSTRLEN", manifest_key, redis_field::kManifest});
   out.push_back({"GET", invalidated_key});
 }
 
 struct MetaFields {
   HashFields fields;
-  bool has_manifest = false;
+  bool has_data = false;
   // No record: nothing stored, or only a mark left behind by data dropped since.
   bool empty() const {
-    return !has_manifest && fields.size() <= fields.count(redis_field::kInvalidatedAt);
+    return !has_data && fields.size() <= fields.count(redis_field::kInvalidatedAt);
   }
 };
 
@@ -388,56 +389,32 @@ Result<MetaFields> meta_reads_reply(const std::vector<RespValue>& replies, std::
       out.fields.emplace(meta_fields()[i], std::string(*v));
     }
   }
-  out.has_manifest = replies[at + 1].as_int() == std::optional<int64_t>(1);
+  out.has_data = replies[at + 1].as_int().value_or(0) > 0;
   if (std::optional<std::string_view> mark = replies[at + 2].as_string()) {
     out.fields.emplace(redis_field::kInvalidatedAt, std::string(*mark));
   }
   return out;
 }
 
+// A manifest hash's fields without the body, decoded by the core (manifest_entry_from_fields, the
+// edge's reader) and with the agent's own fields; its errors name `key`.
 Result<ManifestMeta> meta_from_fields(std::string_view cid, const Principal& principal,
-                                      const HashFields& f, bool has_manifest,
+                                      const HashFields& fields, bool has_data,
                                       const std::string& key) {
   ManifestMeta m;
+  if (std::optional<ManifestEntry> entry = manifest_entry_from_fields(fields)) {
+    static_cast<ManifestEntry&>(m) = std::move(*entry);
+  }
   m.connection_id = std::string(cid);
   m.principal = principal;
-  m.has_data = has_manifest;
-  auto text = [&](const char* name) {
-    auto it = f.find(name);
-    return it == f.end() ? std::string() : it->second;
-  };
-  auto number = [&](const char* name, int64_t* out) -> Status {
-    auto it = f.find(name);
-    if (it == f.end() || it->second.empty()) return Status::Ok();
-    if (!parse_i64(it->second, out)) {
-      return Error(ErrorCode::kInvalidReply,
-                   "manifest record " + key + ": field " + name + " is not a number");
-    }
-    return Status::Ok();
-  };
-  m.etag = text(redis_field::kEtag);
-  m.config_hash = text(redis_field::kConfigHash);
-  m.cache_scope = text(redis_field::kCacheScope);
-  m.truncated = text(redis_field::kTruncated) == "1";
-  m.error_code = text(redis_field::kErrorCode);
-  m.error_message = text(redis_field::kErrorMessage);
-  using NumberField = std::pair<const char*, int64_t*>;
-  for (const NumberField& field :
-       std::initializer_list<NumberField>{{redis_field::kFence, &m.fence},
-                                          {redis_field::kFetchedAt, &m.fetched_at_ms},
-                                          {redis_field::kFreshUntil, &m.fresh_until_ms},
-                                          {redis_field::kExpiresAt, &m.expires_at_ms},
-                                          {redis_field::kErrorAt, &m.error_at_ms}}) {
-    auto [name, out] = field;
-    if (Status s = number(name, out); !s.ok()) return s.error();
+  m.has_data = has_data;
+  for (auto [name, out] : {std::pair{redis_field::kFence, &m.fence},
+                           std::pair{redis_field::kExpiresAt, &m.expires_at_ms}}) {
+    auto it = fields.find(name);
+    if (it == fields.end() || it->second.empty() || parse_i64(it->second, out)) continue;
+    if (m.unreadable.empty()) m.unreadable = std::string("field `") + name + "` is not an integer";
   }
-  for (auto [name, out] : {std::pair{redis_field::kAttemptAt, &m.attempt_at_ms},
-                           std::pair{redis_field::kInvalidatedAt, &m.invalidated_at_ms}}) {
-    if (f.count(name) == 0) continue;
-    int64_t at = 0;
-    if (Status s = number(name, &at); !s.ok()) return s.error();
-    *out = at;
-  }
+  if (Status s = check_manifest_meta(m, "manifest record " + key); !s.ok()) return s.error();
   return m;
 }
 
@@ -772,10 +749,8 @@ Result<std::optional<ManifestMeta>> RedisStore::read_manifest_meta(std::string_v
   if (!r.ok()) return r.error();
   Result<MetaFields> read = meta_reads_reply(*r, 0);
   if (!read.ok()) return read.error();
-  HashFields& fields = read->fields;
-  const bool has_manifest = read->has_manifest;
   if (read->empty()) return std::optional<ManifestMeta>();
-  Result<ManifestMeta> meta = meta_from_fields(cid, principal, fields, has_manifest, *key);
+  Result<ManifestMeta> meta = meta_from_fields(cid, principal, read->fields, read->has_data, *key);
   if (!meta.ok()) return meta.error();
   return std::optional<ManifestMeta>(std::move(meta).value());
 }
@@ -793,10 +768,14 @@ Result<std::optional<StoredManifest>> RedisStore::read_manifest(std::string_view
   if (std::optional<std::string_view> at = (*r)[1].as_string()) {
     fields[redis_field::kInvalidatedAt] = std::string(*at);
   }
-  auto body = fields.find(redis_field::kManifest);
-  Result<ManifestMeta> meta = meta_from_fields(cid, principal, fields, body != fields.end(), *key);
+  std::string body;
+  if (auto it = fields.find(redis_field::kManifest); it != fields.end()) {
+    body = std::move(it->second);
+    fields.erase(it);
+  }
+  Result<ManifestMeta> meta = meta_from_fields(cid, principal, fields, !body.empty(), *key);
   if (!meta.ok()) return meta.error();
-  StoredManifest out{std::move(meta).value(), body != fields.end() ? body->second : ""};
+  StoredManifest out{std::move(meta).value(), std::move(body)};
   return std::optional<StoredManifest>(std::move(out));
 }
 
@@ -849,11 +828,9 @@ Result<ManifestPage> RedisStore::list_manifest_metas(std::string_view cursor, st
       page.unreadable.push_back(keys[i] + ": " + read.error().message);
       continue;
     }
-    HashFields& fields = read->fields;
-    const bool has_manifest = read->has_manifest;
     if (read->empty()) continue;  // deleted since the SCAN
     Result<ManifestMeta> meta = meta_from_fields(parsed[i].connection_id, *parsed[i].principal,
-                                                 fields, has_manifest, keys[i]);
+                                                 read->fields, read->has_data, keys[i]);
     if (!meta.ok()) {
       page.unreadable.push_back(meta.error().message);
       continue;
@@ -1169,23 +1146,11 @@ Result<bool> RedisStore::drop_manifest(std::string_view cid, const Principal& pr
   return !r->empty() && (*r)[0].type == RespValue::Type::kInteger && (*r)[0].integer > 0;
 }
 
-Result<bool> RedisStore::invalidate_manifest(std::string_view cid, const Principal& principal) {
-  Result<RespValue> reply = impl_->script(
-      manifest_invalidate_command(impl_->keys, cid, principal, impl_->options.now_ms()),
-      "manifest_invalidate");
-  if (!reply.ok()) return reply.error();
-  if (reply->type != RespValue::Type::kInteger) {
-    return Error(ErrorCode::kInvalidReply,
-                 "manifest_invalidate: unexpected reply " + reply->debug_string());
-  }
-  return reply->integer == 1;
-}
-
 Result<RevalidationBatch> RedisStore::read_revalidations(std::string_view consumer, std::size_t max,
                                                          int64_t block_ms) {
-  if (Status s = validate_consumer_name(consumer); !s.ok()) return s.error();
-  if (max == 0) return invalid("read_revalidations: max must be at least 1");
-  if (block_ms < 0) return invalid("read_revalidations: block_ms must not be negative");
+  if (Status s = validate_revalidation_read(consumer, max, block_ms); !s.ok()) {
+    return s.error();
+  }
   RedisCommand read = {"XREADGROUP",          "GROUP", kRevalidateConsumerGroup,
                        std::string(consumer), "COUNT", std::to_string(max)};
   if (block_ms > 0) {  // BLOCK 0 would wait forever
@@ -1221,9 +1186,9 @@ Status RedisStore::ack_revalidations(const std::vector<std::string>& ids) {
 Result<RevalidationBatch> RedisStore::claim_stale_revalidations(std::string_view consumer,
                                                                 int64_t min_idle_ms,
                                                                 std::size_t max) {
-  if (Status s = validate_consumer_name(consumer); !s.ok()) return s.error();
-  if (max == 0) return invalid("claim_stale_revalidations: max must be at least 1");
-  if (min_idle_ms < 0) return invalid("claim_stale_revalidations: min_idle_ms must be >= 0");
+  if (Status s = validate_revalidation_claim(consumer, min_idle_ms, max); !s.ok()) {
+    return s.error();
+  }
   RevalidationBatch out;
   std::string start = "0-0";
   // XAUTOCLAIM scans the pending list COUNT entries at a time; a few rounds reach `max` unless
@@ -1303,16 +1268,7 @@ Result<std::vector<std::string>> RedisStore::remove_idle_consumers(std::string_v
   return removed;
 }
 
-// ---- replay guard ------------------------------------------------------------------------------
-
-Result<bool> RedisStore::remember_once(std::string_view key, int64_t ttl_ms) {
-  if (key.empty()) return invalid("remember_once: the key is empty");
-  if (ttl_ms <= 0) return invalid("remember_once: ttl_ms must be positive");
-  Result<RespValue> r = impl_->one(
-      {"SET", impl_->keys.replay(key), "1", "NX", "PX", std::to_string(ttl_ms)}, "SET replay");
-  if (!r.ok()) return r.error();
-  return r->is_ok();
-}
+// ---- the refresh webhook ------------------------------------------------------------------------
 
 // The edge's own step (shared/discovery_redis.h webhook_refresh_command): the same script, the
 // same arguments (the gate's window, the stream's bound, a manual refresh's requeue age).

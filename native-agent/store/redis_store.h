@@ -99,7 +99,6 @@ class RedisStore final : public ManifestStore {
   Result<RevalidationOutcome> enqueue_revalidation(std::string_view cid, const Principal& principal,
                                                    std::string_view reason,
                                                    int64_t window_ms) override;
-  Result<bool> invalidate_manifest(std::string_view cid, const Principal& principal) override;
   Result<bool> drop_manifest(std::string_view cid, const Principal& principal) override;
   Result<RevalidationBatch> read_revalidations(std::string_view consumer, std::size_t max,
                                                int64_t block_ms) override;
@@ -110,7 +109,6 @@ class RedisStore final : public ManifestStore {
 
   Result<std::vector<std::string>> remove_idle_consumers(std::string_view self,
                                                          int64_t min_idle_ms) override;
-  Result<bool> remember_once(std::string_view key, int64_t ttl_ms) override;
   // One EVAL of schema/lua/webhook_refresh.lua, exactly as the edge sends it.
   Result<WebhookRefreshReply> apply_webhook(const WebhookVerified& verified,
                                             const WebhookRefreshRequest& request, int64_t now_ms,

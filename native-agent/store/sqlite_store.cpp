@@ -66,29 +66,45 @@ namespace {
 using Query = SqliteQuery;
 using Transaction = SqliteTransaction;
 
-// The columns of manifest_select_meta / manifest_list_meta (and the first 16 of manifest_select).
+// Columns of manifest_select and manifest_list_meta: 0 cid, 1 principal, 2 has data, 3 etag,
+// 4 config_hash, 5 fence, 6 fetched_at, 7 fresh_until, 8 expires_at, 9 cache_scope, 10 truncated,
+// 11 error_code, 12 error_message, 13 error_at, 14 attempt_at, 15 invalidated_at, 16 the manifest
+// (NULL when not asked for). NULL: the store holds no such field.
+
+// The row but its body as the core's ManifestEntry, the model the Redis readers decode hashes
+// into, so the core classifies both stores' data with one code path.
+ManifestEntry entry_from_row(const Query& q) {
+  ManifestEntry e;
+  auto time = [&](int col) {
+    return q.is_null(col) ? std::optional<int64_t>() : std::optional<int64_t>(q.integer_at(col));
+  };
+  if (!q.is_null(3)) e.etag = q.text_at(3);
+  e.config_hash = q.text_at(4);
+  e.fetched_at_ms = time(6);
+  e.fresh_until_ms = time(7);
+  e.cache_scope = cache_scope_from_string(q.text_at(9));
+  e.truncated = q.integer_at(10) == 1;
+  e.error_code = q.text_at(11);
+  e.error_message = q.text_at(12);
+  e.error_at_ms = time(13);
+  e.attempt_at_ms = time(14);
+  e.invalidated_at_ms = time(15);
+  return e;
+}
+
+// The row as metadata (the body, when asked for, stays in column 16).
 Result<ManifestMeta> meta_from_row(const Query& q) {
   ManifestMeta m;
+  static_cast<ManifestEntry&>(m) = entry_from_row(q);
   m.connection_id = q.text_at(0);
+  const std::string record = "manifest row " + m.connection_id + " " + q.text_at(1);
   Result<Principal> p = Principal::parse(q.text_at(1));
-  if (!p.ok()) {
-    return Error(ErrorCode::kInvalidReply, "manifest row " + m.connection_id + ": bad principal");
-  }
+  if (!p.ok()) return Error(ErrorCode::kInvalidReply, record + ": bad principal");
   m.principal = *p;
   m.has_data = q.integer_at(2) != 0;
-  m.etag = q.text_at(3);
-  m.config_hash = q.text_at(4);
   m.fence = q.integer_at(5);
-  m.fetched_at_ms = q.integer_at(6);
-  m.fresh_until_ms = q.integer_at(7);
   m.expires_at_ms = q.integer_at(8);
-  m.cache_scope = q.text_at(9);
-  m.truncated = q.integer_at(10) != 0;
-  m.error_code = q.text_at(11);
-  m.error_message = q.text_at(12);
-  m.error_at_ms = q.integer_at(13);
-  if (!q.is_null(14)) m.attempt_at_ms = q.integer_at(14);
-  if (!q.is_null(15)) m.invalidated_at_ms = q.integer_at(15);
+  if (Status s = check_manifest_meta(m, record); !s.ok()) return s.error();
   return m;
 }
 
@@ -292,6 +308,29 @@ Status drop_lease(Db& impl, std::string_view cid, const Principal& principal) {
   return r.ok() ? Status::Ok() : Status(r.error());
 }
 
+// A fenced write (manifest_commit.lua / manifest_fail.lua) in one transaction: fenced_check
+// under `config_hash` (a refusal writes nothing), then `write(check)`, whose result is the
+// answer, then the lease released when `options` say so.
+template <typename Write>
+Result<FencedWriteResult> fenced_write(Db& s, std::string_view cid, const Principal& principal,
+                                       const Lease& lease, const std::string& config_hash,
+                                       const FencedWriteOptions& options, Write write) {
+  std::lock_guard<std::mutex> lock(s.mu);
+  int64_t now = s.options.now_ms();
+  Transaction tx(s);
+  if (!tx.begun().ok()) return tx.begun().error();
+  if (Status st = purge_expired_manifest(s, cid, principal, now); !st.ok()) return st.error();
+  Result<FencedWriteResult> check = fenced_check(s, cid, principal, lease, config_hash, now);
+  if (!check.ok() || !check->ok()) return check;
+  Result<FencedWriteResult> out = write(*check);
+  if (!out.ok()) return out;
+  if (options.release_lease) {
+    if (Status st = drop_lease(s, cid, principal); !st.ok()) return st.error();
+  }
+  if (Status st = tx.commit(); !st.ok()) return st.error();
+  return out;
+}
+
 }  // namespace
 
 Result<AcquireResult> SqliteStore::acquire_lease(std::string_view cid, const Principal& principal,
@@ -385,15 +424,8 @@ Result<FencedWriteResult> SqliteStore::commit_manifest(std::string_view cid,
                                                        const FencedWriteOptions& options) {
   if (Status valid = validate_connection_id(cid); !valid.ok()) return valid.error();
   if (Status valid = validate_manifest_write(lease, write); !valid.ok()) return valid.error();
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  Impl& s = *impl_;
-  int64_t now = s.options.now_ms();
-  Transaction tx(s);
-  if (!tx.begun().ok()) return tx.begun().error();
-  if (Status st = purge_expired_manifest(s, cid, principal, now); !st.ok()) return st.error();
-  Result<FencedWriteResult> check = fenced_check(s, cid, principal, lease, write.config_hash, now);
-  if (!check.ok() || !check->ok()) return check;  // a refusal writes nothing
-  {
+  Db& s = *impl_;
+  auto write_data = [&](const FencedWriteResult&) -> Result<FencedWriteResult> {
     Query q(s, "manifest_commit");
     bind_key(q, cid, principal)
         .text(":manifest", write.manifest)
@@ -406,17 +438,14 @@ Result<FencedWriteResult> SqliteStore::commit_manifest(std::string_view cid,
         .text_or_null(":cache_scope", write.cache_scope)
         .integer(":truncated", write.truncated ? 1 : 0);
     if (Result<int> r = q.run(); !r.ok()) return r.error();
-  }
-  Result<int64_t> epoch = bump_epoch_locked(s);
-  if (!epoch.ok()) return epoch.error();
-  if (options.release_lease) {
-    if (Status st = drop_lease(s, cid, principal); !st.ok()) return st.error();
-  }
-  if (Status st = tx.commit(); !st.ok()) return st.error();
-  FencedWriteResult out;
-  out.outcome = LeaseOutcome::kOk;
-  out.epoch = *epoch;
-  return out;
+    Result<int64_t> epoch = bump_epoch_locked(s);
+    if (!epoch.ok()) return epoch.error();
+    FencedWriteResult out;
+    out.outcome = LeaseOutcome::kOk;
+    out.epoch = *epoch;
+    return out;
+  };
+  return fenced_write(s, cid, principal, lease, write.config_hash, options, write_data);
 }
 
 Result<FencedWriteResult> SqliteStore::record_failure(std::string_view cid,
@@ -426,16 +455,8 @@ Result<FencedWriteResult> SqliteStore::record_failure(std::string_view cid,
                                                       const FencedWriteOptions& options) {
   if (Status valid = validate_connection_id(cid); !valid.ok()) return valid.error();
   if (Status valid = validate_refresh_failure(lease, failure); !valid.ok()) return valid.error();
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  Impl& s = *impl_;
-  int64_t now = s.options.now_ms();
-  Transaction tx(s);
-  if (!tx.begun().ok()) return tx.begun().error();
-  if (Status st = purge_expired_manifest(s, cid, principal, now); !st.ok()) return st.error();
-  Result<FencedWriteResult> check =
-      fenced_check(s, cid, principal, lease, failure.config_hash, now);
-  if (!check.ok() || !check->ok()) return check;
-  {
+  Db& s = *impl_;
+  auto write_error = [&](const FencedWriteResult& check) -> Result<FencedWriteResult> {
     Query q(s, "manifest_record_failure");
     bind_key(q, cid, principal)
         .text(":error_code", failure.error_code)
@@ -443,47 +464,45 @@ Result<FencedWriteResult> SqliteStore::record_failure(std::string_view cid,
         .integer(":error_at", failure.error_at_ms)
         .integer(":attempt_at", failure.attempt_at_ms);
     if (Result<int> r = q.run(); !r.ok()) return r.error();
-  }
-  if (options.release_lease) {
-    if (Status st = drop_lease(s, cid, principal); !st.ok()) return st.error();
-  }
-  if (Status st = tx.commit(); !st.ok()) return st.error();
-  return check;
+    return check;
+  };
+  return fenced_write(s, cid, principal, lease, failure.config_hash, options, write_error);
 }
 
 // ---- manifest reads ----------------------------------------------------------------------------
 
-Result<std::optional<ManifestMeta>> SqliteStore::read_manifest_meta(std::string_view cid,
-                                                                    const Principal& principal) {
-  if (Status valid = validate_connection_id(cid); !valid.ok()) {
-    return valid.error();
-  }
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  Query q(*impl_, "manifest_select_meta");
-  bind_key(q, cid, principal).integer(":now", impl_->options.now_ms());
-  Result<bool> row = q.step();
-  if (!row.ok()) return row.error();
-  if (!*row) return std::optional<ManifestMeta>();
-  Result<ManifestMeta> meta = meta_from_row(q);
-  if (!meta.ok()) return meta.error();
-  return std::optional<ManifestMeta>(std::move(meta).value());
-}
+namespace {
 
-Result<std::optional<StoredManifest>> SqliteStore::read_manifest(std::string_view cid,
-                                                                 const Principal& principal) {
-  if (Status valid = validate_connection_id(cid); !valid.ok()) {
-    return valid.error();
-  }
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  Query q(*impl_, "manifest_select");
-  bind_key(q, cid, principal).integer(":now", impl_->options.now_ms());
+// One manifest row (manifest_select), its body only when `with_body`.
+Result<std::optional<StoredManifest>> select_manifest(Db& s, std::string_view cid,
+                                                      const Principal& principal, bool with_body) {
+  if (Status valid = validate_connection_id(cid); !valid.ok()) return valid.error();
+  std::lock_guard<std::mutex> lock(s.mu);
+  Query q(s, "manifest_select");
+  bind_key(q, cid, principal)
+      .integer(":now", s.options.now_ms())
+      .integer(":with_body", with_body ? 1 : 0);
   Result<bool> row = q.step();
   if (!row.ok()) return row.error();
   if (!*row) return std::optional<StoredManifest>();
   Result<ManifestMeta> meta = meta_from_row(q);
   if (!meta.ok()) return meta.error();
-  StoredManifest out{std::move(meta).value(), q.text_at(16)};
-  return std::optional<StoredManifest>(std::move(out));
+  return std::optional<StoredManifest>(StoredManifest{std::move(meta).value(), q.text_at(16)});
+}
+
+}  // namespace
+
+Result<std::optional<ManifestMeta>> SqliteStore::read_manifest_meta(std::string_view cid,
+                                                                    const Principal& principal) {
+  Result<std::optional<StoredManifest>> row = select_manifest(*impl_, cid, principal, false);
+  if (!row.ok()) return row.error();
+  if (!row->has_value()) return std::optional<ManifestMeta>();
+  return std::optional<ManifestMeta>(std::move((*row)->meta));
+}
+
+Result<std::optional<StoredManifest>> SqliteStore::read_manifest(std::string_view cid,
+                                                                 const Principal& principal) {
+  return select_manifest(*impl_, cid, principal, true);
 }
 
 Result<ManifestPage> SqliteStore::list_manifest_metas(std::string_view cursor, std::size_t batch) {
@@ -660,30 +679,12 @@ class SqliteSnapshotSource final : public SnapshotSource {
   Result<std::optional<ManifestEntry>> manifest(std::string_view cid,
                                                 const Principal& principal) override {
     Query q(impl_, "manifest_select");
-    bind_key(q, cid, principal).integer(":now", now_);
+    bind_key(q, cid, principal).integer(":now", now_).integer(":with_body", 1);
     Result<bool> row = q.step();
     if (!row.ok()) return row.error();
     if (!*row) return std::optional<ManifestEntry>();
-    // Columns of manifest_select: 0 cid, 1 principal, 2 has data, 3 etag, 4 config_hash, 5 fence,
-    // 6 fetched_at, 7 fresh_until, 8 expires_at, 9 cache_scope, 10 truncated, 11 error_code,
-    // 12 error_message, 13 error_at, 14 attempt_at, 15 invalidated_at, 16 manifest. NULL: the
-    // store holds no such field.
-    ManifestEntry e;
-    auto time = [&](int col) {
-      return q.is_null(col) ? std::optional<int64_t>() : std::optional<int64_t>(q.integer_at(col));
-    };
+    ManifestEntry e = entry_from_row(q);
     e.text = q.text_at(16);
-    if (!q.is_null(3)) e.etag = q.text_at(3);
-    e.config_hash = q.text_at(4);
-    e.fetched_at_ms = time(6);
-    e.fresh_until_ms = time(7);
-    e.cache_scope = cache_scope_from_string(q.text_at(9));
-    e.truncated = q.integer_at(10) == 1;
-    e.error_code = q.text_at(11);
-    e.error_message = q.text_at(12);
-    e.error_at_ms = time(13);
-    e.attempt_at_ms = time(14);
-    e.invalidated_at_ms = time(15);
     return std::optional<ManifestEntry>(std::move(e));
   }
 
@@ -999,24 +1000,11 @@ Result<bool> SqliteStore::drop_manifest(std::string_view cid, const Principal& p
   return *dropped == 1;
 }
 
-Result<bool> SqliteStore::invalidate_manifest(std::string_view cid, const Principal& principal) {
-  if (Status valid = validate_connection_id(cid); !valid.ok()) {
-    return valid.error();
-  }
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  Impl& s = *impl_;
-  Query q(s, "manifest_invalidate");
-  bind_key(q, cid, principal).integer(":at", s.options.now_ms());
-  Result<int> changed = q.run();
-  if (!changed.ok()) return changed.error();
-  return *changed == 1;
-}
-
 Result<RevalidationBatch> SqliteStore::read_revalidations(std::string_view consumer,
                                                           std::size_t max, int64_t block_ms) {
-  if (Status st = validate_consumer_name(consumer); !st.ok()) return st.error();
-  if (max == 0) return invalid("read_revalidations: max must be at least 1");
-  if (block_ms < 0) return invalid("read_revalidations: block_ms must not be negative");
+  if (Status st = validate_revalidation_read(consumer, max, block_ms); !st.ok()) {
+    return st.error();
+  }
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(block_ms);
   const std::size_t limit = std::min<std::size_t>(max, 1'000'000);
   std::unique_lock<std::mutex> lock(impl_->mu);
@@ -1073,9 +1061,9 @@ Status SqliteStore::ack_revalidations(const std::vector<std::string>& ids) {
 Result<RevalidationBatch> SqliteStore::claim_stale_revalidations(std::string_view consumer,
                                                                  int64_t min_idle_ms,
                                                                  std::size_t max) {
-  if (Status st = validate_consumer_name(consumer); !st.ok()) return st.error();
-  if (max == 0) return invalid("claim_stale_revalidations: max must be at least 1");
-  if (min_idle_ms < 0) return invalid("claim_stale_revalidations: min_idle_ms must be >= 0");
+  if (Status st = validate_revalidation_claim(consumer, min_idle_ms, max); !st.ok()) {
+    return st.error();
+  }
   std::lock_guard<std::mutex> lock(impl_->mu);
   Impl& s = *impl_;
   int64_t now = s.options.now_ms();
@@ -1143,19 +1131,6 @@ Result<std::optional<std::vector<Principal>>> webhook_principals(Db& s,
 }
 
 }  // namespace
-
-Result<bool> SqliteStore::remember_once(std::string_view key, int64_t ttl_ms) {
-  if (key.empty()) return invalid("remember_once: the key is empty");
-  if (ttl_ms <= 0) return invalid("remember_once: ttl_ms must be positive");
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  Impl& s = *impl_;
-  Transaction tx(s);
-  if (!tx.begun().ok()) return tx.begun().error();
-  Result<bool> first = remember_locked(s, key, ttl_ms, s.options.now_ms());
-  if (!first.ok()) return first.error();
-  if (Status st = tx.commit(); !st.ok()) return st.error();
-  return *first;
-}
 
 // webhook_refresh.lua, rule for rule, in one transaction. `now_ms` is the data time (the marks,
 // the gate's age, the requests' `at`); expiry (leases, gates, the replay guard) runs on the store's

@@ -13,21 +13,15 @@ Clock system_clock_ms() {
 }
 
 CacheEntryMeta cache_entry_meta(const ManifestMeta& meta) {
-  CacheEntryMeta out;
-  out.has_data = meta.has_data;
-  if (meta.has_data) {
-    out.fetched_at_ms = meta.fetched_at_ms;
-    out.config_hash = meta.config_hash;
-    out.upstream_ttl_ms = meta.fresh_until_ms - meta.fetched_at_ms;
-    out.never_fresh = meta.fresh_until_ms == meta.fetched_at_ms;
-  }
-  out.cache_scope = cache_scope_from_string(meta.cache_scope);
-  if (!meta.error_code.empty()) {
-    out.last_error = RefreshError{meta.error_code, meta.error_message, meta.error_at_ms};
-  }
-  out.last_attempt_at_ms = meta.attempt_at_ms;
-  out.invalidated_at_ms = meta.invalidated_at_ms;
-  return out;
+  Result<CacheEntryMeta> out = cache_entry_meta(meta, meta.has_data);
+  // Stores return only metadata that passes check_manifest_meta; anything else reads as nothing.
+  return out.ok() ? std::move(out).value() : CacheEntryMeta{};
+}
+
+Status check_manifest_meta(const ManifestMeta& meta, std::string_view record) {
+  Result<CacheEntryMeta> out = cache_entry_meta(meta, meta.has_data);
+  if (out.ok()) return Status::Ok();
+  return Error(ErrorCode::kInvalidReply, std::string(record) + ": " + out.error().message);
 }
 
 namespace {
@@ -47,6 +41,21 @@ Status validate_consumer_name(std::string_view consumer) {
               c == '.' || c == '_' || c == '@' || c == ':' || c == '-';
     if (!ok) return invalid("consumer name may hold only [A-Za-z0-9._@:-]");
   }
+  return Status::Ok();
+}
+
+Status validate_revalidation_read(std::string_view consumer, std::size_t max, int64_t block_ms) {
+  if (Status s = validate_consumer_name(consumer); !s.ok()) return s;
+  if (max == 0) return invalid("read_revalidations: max must be at least 1");
+  if (block_ms < 0) return invalid("read_revalidations: block_ms must not be negative");
+  return Status::Ok();
+}
+
+Status validate_revalidation_claim(std::string_view consumer, int64_t min_idle_ms,
+                                   std::size_t max) {
+  if (Status s = validate_consumer_name(consumer); !s.ok()) return s;
+  if (max == 0) return invalid("claim_stale_revalidations: max must be at least 1");
+  if (min_idle_ms < 0) return invalid("claim_stale_revalidations: min_idle_ms must be >= 0");
   return Status::Ok();
 }
 

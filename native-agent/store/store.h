@@ -76,30 +76,27 @@ struct GrantSync {
 
 // ---- manifests ---------------------------------------------------------------------------------
 
-// Everything stored about one cached manifest except its body (quiver:{ns}:manifest:<cid>:<p>).
-struct ManifestMeta {
+// Everything stored about one cached manifest except its body (quiver:{ns}:manifest:<cid>:<p>):
+// the core's ManifestEntry (shared/discovery_snapshot.h), on Redis decoded by the edge's own
+// manifest_entry_from_fields, with `text` left empty (the body is StoredManifest::manifest), and
+// the fields only the agent reads. A store returns only metadata the core can classify (else
+// kInvalidReply with the core's reason, the entry the edge shows as unreadable).
+struct ManifestMeta : ManifestEntry {
   std::string connection_id;
   Principal principal = Principal::shared();
-  bool has_data = false;    // a good manifest is stored (false: an error-only record)
-  std::string etag;         // empty without data
-  std::string config_hash;  // the config the data was listed under; empty without data
-  int64_t fence = 0;        // of the commit that wrote the data
-  int64_t fetched_at_ms = 0;
-  int64_t fresh_until_ms = 0;
+  bool has_data = false;  // a manifest that is not empty is stored (false: an error-only record)
+  int64_t fence = 0;      // of the commit that wrote the data
   int64_t expires_at_ms = 0;
-  std::string cache_scope;  // "public", "private" or "" (no hint)
-  bool truncated = false;
-  std::string error_code;  // empty: no failure recorded since the last good commit
-  std::string error_message;
-  int64_t error_at_ms = 0;
-  std::optional<int64_t> attempt_at_ms;
-  std::optional<int64_t> invalidated_at_ms;  // marked stale by a refresh webhook (apply_webhook)
+
+  bool operator==(const ManifestMeta& o) const = delete;  // not ManifestEntry's: compare fields
 };
 
-// What classify() / decide_refresh() take (shared/freshness.h), as schema/redis-keys.md maps it:
-// upstream TTL as applied = fresh_until − fetched_at; never_fresh when fresh_until = fetched_at (a
-// list failed); last_error when error_code is set.
+// What classify() / decide_refresh() take (shared/freshness.h): the core's cache_entry_meta with
+// the store's `has_data`.
 CacheEntryMeta cache_entry_meta(const ManifestMeta& meta);
+
+// kInvalidReply, naming `record`, unless the core can classify `meta` (cache_entry_meta).
+Status check_manifest_meta(const ManifestMeta& meta, std::string_view record);
 
 struct StoredManifest {
   ManifestMeta meta;
@@ -286,10 +283,6 @@ class ManifestStore {
   // principal of the other credential mode): its manifest and revalidation gate go, the fence
   // stays (fencing stays monotonic should it come back). True when a manifest was there.
   virtual Result<bool> drop_manifest(std::string_view cid, const Principal& principal) = 0;
-  // A refresh webhook: the cached data of (cid, principal) reads as stale from now on, until a
-  // listing that starts later commits (CacheEntryMeta::invalidated_at_ms). False when nothing
-  // with data is cached there (nothing is created).
-  virtual Result<bool> invalidate_manifest(std::string_view cid, const Principal& principal) = 0;
   // Up to `max` requests no consumer has received yet, now delivered to `consumer` (pending until
   // acknowledged). Waits up to `block_ms` for one when there are none (0: answer at once).
   virtual Result<RevalidationBatch> read_revalidations(std::string_view consumer, std::size_t max,
@@ -312,10 +305,6 @@ class ManifestStore {
 
   // --- the refresh webhook ---
 
-  // True the first time `key` is seen within `ttl_ms` (atomically across agents), false for a
-  // replay. Only a digest of the key is stored.
-  virtual Result<bool> remember_once(std::string_view key, int64_t ttl_ms) = 0;
-
   // A verified refresh webhook (shared/webhook_exchange.h step 6), the edge's rules in one atomic
   // step: the namespace record (not ready: kStoreNotReady, nothing written), the replay guard
   // (verified.replay_key kept verified.retain_for_ms; seen: `replay`, nothing else done), then per
@@ -336,6 +325,9 @@ class ManifestStore {
 
 // Consumer names for read_revalidations: [A-Za-z0-9._@:-]{1,128}.
 Status validate_consumer_name(std::string_view consumer);
+// The arguments of read_revalidations and claim_stale_revalidations, as both stores check them.
+Status validate_revalidation_read(std::string_view consumer, std::size_t max, int64_t block_ms);
+Status validate_revalidation_claim(std::string_view consumer, int64_t min_idle_ms, std::size_t max);
 // A member of a disabled overlay: `<type>:<key>` with a capability type of preferences.h.
 Status validate_overlay_member(std::string_view member);
 // The checks both stores apply to a record before writing it.

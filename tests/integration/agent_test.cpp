@@ -811,7 +811,7 @@ TEST(AgentPreferences, UpstreamOfflineKeepsKnownCapabilitiesAndTheLastGoodManife
   ASSERT_TRUE(agent->refresh_now("t", Principal::shared(), "manual")->committed);
   ASSERT_TRUE(
       agent->set_preference("t", Principal::shared(), CapabilityType::kTool, "tool_3", false).ok());
-  std::string etag = meta_of(agent->store(), "t")->etag;
+  std::string etag = meta_of(agent->store(), "t")->etag.value_or("");
 
   append_line(flag, "x");
   agent->stop();  // closes the session: the next listing must start the upstream again
@@ -1392,7 +1392,7 @@ TEST(AgentTriggers, MaintenanceSeedsAndRefreshesAStaleKey) {
   EXPECT_EQ(first.seeded, 2);
   EXPECT_EQ(agent->drain_revalidations_once(0) + agent->drain_revalidations_once(0), 2u);
   ASSERT_TRUE(meta_of(agent->store(), "a") && meta_of(agent->store(), "b"));
-  int64_t fetched = meta_of(agent->store(), "a")->fetched_at_ms;
+  int64_t fetched = meta_of(agent->store(), "a")->fetched_at_ms.value_or(0);
 
   // Fresh: nothing to do.
   MaintenanceReport fresh = agent->run_maintenance_once();

@@ -135,6 +135,18 @@ RedisStoreOptions redis_options(const std::string& url) {
   return o;
 }
 
+// A refresh webhook for every principal of `cid` at `at`, its replay guard under `replay_key`:
+// whether it marked cached data stale.
+bool webhook_marks(ManifestStore& store, const std::string& cid, const std::string& replay_key,
+                   int64_t at) {
+  WebhookRefreshRequest request;
+  request.targets = {{cid, std::nullopt, "deploy"}};
+  Result<WebhookRefreshReply> r =
+      store.apply_webhook({at, replay_key, 60'000}, request, at, 60'000);
+  EXPECT_TRUE(r.ok()) << r.error().message;
+  return r.ok() && !r->replay && r->results.size() == 1 && r->results[0].marked_stale;
+}
+
 RedisStoreOptions local_redis(int port) {
   return redis_options("redis://127.0.0.1:" + std::to_string(port));
 }
@@ -922,10 +934,10 @@ TEST_P(StoreConformance, DroppingAPrincipalKeepsItsFenceAndTheOthers) {
 
 TEST_P(StoreConformance, AWebhookMarksCachedDataStaleUntilALaterListing) {
   configure({record("c1", "h1")});
+  ASSERT_TRUE(store_->begin_namespace_restore(kT0).ok());
+  ASSERT_TRUE(*store_->mark_namespace_ready(kT0));
   // Nothing cached: nothing marked, nothing created.
-  Result<bool> none = store_->invalidate_manifest("c1", shared_);
-  ASSERT_TRUE(none.ok()) << none.error().message;
-  EXPECT_FALSE(*none);
+  EXPECT_FALSE(webhook_marks(*store_, "c1", "wh:1", backend_->now()));
   EXPECT_FALSE(meta("c1", shared_));
 
   // Listed just now, on the stores' clock.
@@ -940,9 +952,7 @@ TEST_P(StoreConformance, AWebhookMarksCachedDataStaleUntilALaterListing) {
   ASSERT_TRUE(first.acquired);
   ASSERT_TRUE(commit("c1", shared_, first.lease, listed_at("v1", backend_->now())).ok());
   const int64_t before = epoch();
-  Result<bool> marked = store_->invalidate_manifest("c1", shared_);
-  ASSERT_TRUE(marked.ok()) << marked.error().message;
-  EXPECT_TRUE(*marked);
+  EXPECT_TRUE(webhook_marks(*store_, "c1", "wh:2", backend_->now()));
   std::optional<ManifestMeta> m = meta("c1", shared_);
   ASSERT_TRUE(m && m->invalidated_at_ms);
   const int64_t at = *m->invalidated_at_ms;
@@ -1055,24 +1065,7 @@ TEST_P(StoreConformance, ACrashedConsumersRequestsAreClaimedByAnother) {
   EXPECT_TRUE(claim("fourth", 0).requests.empty());
 }
 
-// ---- replay guard, health, arguments -----------------------------------------------------------
-
-TEST_P(StoreConformance, RememberOnceIsTrueOnlyTheFirstTimeWithinItsTtl) {
-  const std::string sig =
-      "t=1780000000,v1=5257a869e7ecebeda32affa62cdca3fa51cad7e77a0e56ff536d0ce8e108d8bd";
-  EXPECT_TRUE(*store_->remember_once(sig, 300));
-  EXPECT_FALSE(*store_->remember_once(sig, 300));
-  std::unique_ptr<ManifestStore> other = open();  // another agent sees it too
-  EXPECT_FALSE(*other->remember_once(sig, 300));
-  EXPECT_TRUE(*store_->remember_once(sig + "x", 300));
-  pass(kPastShort + 100);
-  EXPECT_TRUE(*store_->remember_once(sig, 300));
-  EXPECT_FALSE(*store_->remember_once(sig, 300));
-
-  Result<bool> empty = store_->remember_once("", 300);
-  ASSERT_FALSE(empty.ok());
-  EXPECT_EQ(empty.error().code, ErrorCode::kInvalidArgument);
-}
+// ---- health, arguments --------------------------------------------------------------------------
 
 TEST_P(StoreConformance, BadArgumentsAreRefusedBeforeAnythingIsWritten) {
   configure({record("c1", "h1")});
@@ -1285,7 +1278,10 @@ TEST(RedisStoreOnly, WritesExactlyTheDocumentedKeyLayout) {
       store->record_failure("gh", member("bob"), b.lease, failure_under("h1"), kWrite)->ok());
   ASSERT_EQ(*store->enqueue_revalidation("gh", alice, "stale", 60'000),
             RevalidationOutcome::kQueued);
-  ASSERT_TRUE(*store->remember_once("webhook-signature", 60'000));
+  // A webhook for a connection the store does not know: its replay guard, nothing else.
+  ASSERT_TRUE(store->begin_namespace_restore(kT0).ok());
+  ASSERT_TRUE(*store->mark_namespace_ready(kT0));
+  EXPECT_FALSE(webhook_marks(*store, "unknown", "webhook-signature", kT0));
 
   auto type_of = [&](const std::string& key) { return raw(server, {"TYPE", key}); };
   EXPECT_EQ(type_of(keys.conns()), "set");
@@ -1431,9 +1427,9 @@ TEST(SqliteStoreOnly, AVersion1FileIsMigratedKeepingItsData) {
   ASSERT_TRUE(kept.ok() && kept->has_value());
   EXPECT_EQ((*kept)->meta.etag, "\"etag-v1\"");
   EXPECT_FALSE((*kept)->meta.invalidated_at_ms);
-  EXPECT_TRUE(*store.invalidate_manifest("c1", Principal::shared()));
   EXPECT_EQ(*store.enqueue_revalidation("c1", Principal::shared(), "manual", 60'000),
             RevalidationOutcome::kQueued);
+  EXPECT_TRUE(webhook_marks(store, "c1", "wh:1", kT0));
   ASSERT_EQ(sqlite3_open(o.path.c_str(), &db), SQLITE_OK);
   sqlite3_stmt* stmt = nullptr;
   ASSERT_EQ(sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &stmt, nullptr), SQLITE_OK);
