@@ -746,7 +746,9 @@ TEST(ConfigTest, EveryRuntimeControlHasAnEnvironmentOverride) {
   };
   AgentConfig from_file = parse_ok(in, file);
   for (const Control& c : controls) {
-    if (c.from_file != 0) EXPECT_EQ(from_file.runtime.*c.field, c.from_file) << c.env;
+    if (c.from_file != 0) {
+      EXPECT_EQ(from_file.runtime.*c.field, c.from_file) << c.env;
+    }
   }
   EXPECT_DOUBLE_EQ(from_file.runtime.refresh_ahead_ratio, 0.5);
   // A fresh TTL under the 60 s upstream floor still makes a valid policy.
