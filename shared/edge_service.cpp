@@ -13,6 +13,15 @@ namespace quiver {
 
 namespace {
 
+// A step of `handle` that does `action` (and carries `log`); the other fields as they default.
+EdgeStep step_of(uint32_t handle, EdgeAction action, std::string log = {}) {
+  EdgeStep s;
+  s.handle = handle;
+  s.action = action;
+  s.log = std::move(log);
+  return s;
+}
+
 void set_header(HttpHeaders& headers, std::string_view name, std::string value) {
   for (auto& [n, v] : headers) {
     if (ascii_iequals(n, name)) {
@@ -103,12 +112,15 @@ EdgeService::Request* EdgeService::find(uint32_t handle) {
   return it == requests_.end() ? nullptr : it->second.get();
 }
 
+EdgeService::Request* EdgeService::find(uint32_t handle, int64_t now_ms) {
+  Request* r = find(handle);
+  if (r != nullptr) r->now_ms = now_ms;
+  return r;
+}
+
 EdgeStep EdgeService::unknown_handle(uint32_t handle) {
-  EdgeStep s;
-  s.handle = handle;
-  s.action = EdgeAction::kDone;
-  s.log = "edge: unknown request handle " + std::to_string(handle);
-  return s;
+  return step_of(handle, EdgeAction::kDone,
+                 "edge: unknown request handle " + std::to_string(handle));
 }
 
 EdgeStep EdgeService::respond_now(Request& r, HttpResponse response, std::string log) {
@@ -348,33 +360,28 @@ EdgeStep EdgeService::send(Request& r, EdgeEvent event, std::vector<RedisCommand
   // A snapshot read's bytes go to L1 as they came.
   RedisRound round =
       r.redis.begin(std::move(commands), ScriptForm::kBySha, event == EdgeEvent::kReadSnapshot);
-  EdgeStep s;
-  s.handle = r.handle;
-  s.action = EdgeAction::kRedis;
+  EdgeStep s = step_of(r.handle, EdgeAction::kRedis);
   s.redis_bytes = std::move(round.bytes);
   s.new_connection = round.new_connection;
   return s;
 }
 
 EdgeStep EdgeService::feed(uint32_t handle, std::string_view bytes, int64_t now_ms) {
-  Request* r = find(handle);
+  Request* r = find(handle, now_ms);
   if (r == nullptr) return unknown_handle(handle);
-  r->now_ms = now_ms;
   if (!edge_waits_on_redis(r->phase) || !r->redis.in_round()) {
     return internal_error(handle, "edge: Redis bytes arrived while none were expected");
   }
   RedisTurn turn = r->redis.feed(bytes);
   if (r->redis.answered()) fail_fast_.answered(handle);  // even error replies: not stalled
-  EdgeStep s;
-  s.handle = handle;
   switch (turn) {
     case RedisTurn::kRead:
-      s.action = EdgeAction::kRead;
-      return s;
-    case RedisTurn::kWrite:  // the scripts Redis lacked, as EVAL, on the same connection
-      s.action = EdgeAction::kRedis;
+      return step_of(handle, EdgeAction::kRead);
+    case RedisTurn::kWrite: {  // the scripts Redis lacked, as EVAL, on the same connection
+      EdgeStep s = step_of(handle, EdgeAction::kRedis);
       s.redis_bytes = r->redis.take_write();
       return s;
+    }
     case RedisTurn::kFailed:
       return store_failed(*r, r->redis.error(), now_ms);
     case RedisTurn::kDone:
@@ -406,9 +413,7 @@ EdgeStep EdgeService::complete(Request& r, std::vector<RespValue> replies, int64
     case EdgePhase::kBackground: {
       advance(r, EdgeEvent::kRedisAnswered);
       std::vector<Result<RevalidationResult>> results = parse_enqueue_replies(replies);
-      EdgeStep s;
-      s.handle = r.handle;
-      s.action = EdgeAction::kDone;
+      EdgeStep s = step_of(r.handle, EdgeAction::kDone);
       for (std::size_t i = 0; i < results.size() && i < r.background.size(); ++i) {
         if (results[i].ok()) continue;
         cache_.release_revalidation(claim_key(r.background[i]));
@@ -434,9 +439,8 @@ EdgeStep EdgeService::webhook_answered(Request& r, const Result<WebhookRefreshRe
 }
 
 EdgeStep EdgeService::fail(uint32_t handle, std::string_view why, int64_t now_ms) {
-  Request* r = find(handle);
+  Request* r = find(handle, now_ms);
   if (r == nullptr) return unknown_handle(handle);
-  r->now_ms = now_ms;
   return store_failed(*r, r->redis.connection_failed(why), now_ms);
 }
 
@@ -451,11 +455,7 @@ EdgeStep EdgeService::store_failed(Request& r, Error error, int64_t now_ms) {
   const EdgePhase phase = r.phase;
   if (!advance(r, EdgeEvent::kStoreFailed)) {
     if (!edge_responded(phase)) return internal_error(r.handle, "edge: " + error.message);
-    EdgeStep s;
-    s.handle = r.handle;
-    s.action = EdgeAction::kDone;
-    s.log = error.message;
-    return s;
+    return step_of(r.handle, EdgeAction::kDone, error.message);
   }
   switch (phase) {
     case EdgePhase::kReadingSnapshot: {
@@ -482,11 +482,8 @@ EdgeStep EdgeService::store_failed(Request& r, Error error, int64_t now_ms) {
       return webhook_answered(r, Result<WebhookRefreshReply>(std::move(error)));
     default: {  // kBackground: logged, the claims released; the answer went out
       for (const Revalidation& rev : r.background) cache_.release_revalidation(claim_key(rev));
-      EdgeStep s;
-      s.handle = r.handle;
-      s.action = EdgeAction::kDone;
-      s.log = store_log_.admit("revalidations not queued: " + error.message, now_ms);
-      return s;
+      return step_of(r.handle, EdgeAction::kDone,
+                     store_log_.admit("revalidations not queued: " + error.message, now_ms));
     }
   }
 }
@@ -495,9 +492,7 @@ EdgeStep EdgeService::finish(Request& r, Respond respond) {
   if (!advance(r, EdgeEvent::kRespond)) return misstep(r, EdgeEvent::kRespond);
   r.background = std::move(respond.background);
   HttpResponse& res = respond.response;
-  EdgeStep s;
-  s.handle = r.handle;
-  s.action = EdgeAction::kRespond;
+  EdgeStep s = step_of(r.handle, EdgeAction::kRespond);
   if (r.fail_fast) {
     res.headers.emplace_back("X-Quiver-Cache", "fail-fast");  // an L1 copy or a 503, no wait
   } else if (r.source != nullptr) {
@@ -530,12 +525,9 @@ EdgeStep EdgeService::finish(Request& r, Respond respond) {
 }
 
 EdgeStep EdgeService::background(uint32_t handle, int64_t now_ms) {
-  Request* r = find(handle);
+  Request* r = find(handle, now_ms);
   if (r == nullptr) return unknown_handle(handle);
-  r->now_ms = now_ms;
-  EdgeStep done;
-  done.handle = handle;
-  done.action = EdgeAction::kDone;
+  EdgeStep done = step_of(handle, EdgeAction::kDone);
   if (r->phase != EdgePhase::kResponded) return done;
   if (r->background.empty()) {
     advance(*r, EdgeEvent::kNothingLeft);
@@ -558,16 +550,11 @@ void EdgeService::end(uint32_t handle) {
 }
 
 EdgeStep EdgeService::internal_error(uint32_t handle, std::string_view what) {
-  EdgeStep s;
-  s.handle = handle;
-  s.log = "INTERNAL: " + std::string(what);
+  EdgeStep s = step_of(handle, EdgeAction::kDone, "INTERNAL: " + std::string(what));
   Request* r = find(handle);
   const bool responded = r != nullptr && edge_responded(r->phase);
   if (r != nullptr) advance(*r, EdgeEvent::kInternalError);
-  if (responded) {
-    s.action = EdgeAction::kDone;
-    return s;
-  }
+  if (responded) return s;
   if (r != nullptr) r->background.clear();
   s.action = EdgeAction::kRespond;
   s.response = error_response(HttpErrorCode::kInternal, "internal error");

@@ -127,6 +127,7 @@ class EdgeService {
   EdgeStep store_failed(Request& r, Error error, int64_t now_ms);
   EdgeStep finish(Request& r, Respond respond);
   Request* find(uint32_t handle);
+  Request* find(uint32_t handle, int64_t now_ms);  // and sets its now_ms
   EdgeStep unknown_handle(uint32_t handle);
 
   std::optional<EdgeSettings> settings_;

@@ -26,6 +26,16 @@ uint32_t get_u32(std::string_view in) {
 constexpr const char* const kActionNames[] = {"respond", "redis", "read", "done"};
 static_assert(covers_enum(kActionNames, EdgeAction::kDone));
 
+// u32 meta length | meta JSON | body: the request's and the rendered answer's layout.
+std::string meta_then_body(const Json& meta, const std::string& body) {
+  std::string m = json_text(meta);
+  std::string out;
+  put_u32(out, static_cast<uint32_t>(m.size()));
+  out += m;
+  out += body;
+  return out;
+}
+
 Json headers_json(const HttpHeaders& headers) {
   Json a = Json::array();
   for (const auto& [name, value] : headers) a.push_back(Json::array({name, value}));
@@ -74,12 +84,7 @@ std::string edge_request_to_wire(const HttpRequest& request) {
   meta["path"] = request.path;
   meta["query"] = request.query;
   meta["headers"] = headers_json(request.headers);
-  std::string m = json_text(meta);
-  std::string out;
-  put_u32(out, static_cast<uint32_t>(m.size()));
-  out += m;
-  out += request.body;
-  return out;
+  return meta_then_body(meta, request.body);
 }
 
 std::string edge_step_to_wire(const EdgeStep& step) {
@@ -118,12 +123,7 @@ std::string encode_edge_answer(const HttpResponse& response,
     r.push_back(Json::array({rev.connection_id, rev.principal.str(), rev.reason, rev.manual}));
   }
   meta["revalidations"] = std::move(r);
-  std::string m = json_text(meta);
-  std::string out;
-  put_u32(out, static_cast<uint32_t>(m.size()));
-  out += m;
-  out += response.body;
-  return out;
+  return meta_then_body(meta, response.body);
 }
 
 std::optional<StoredAnswer> decode_edge_answer(std::string_view bytes) {

@@ -245,12 +245,18 @@ struct DecoderState {
     return e;
   }
 
+  // Records why a callback refuses: "RESP <what><where> <verb> the limit of <limit> <unit>".
+  template <typename Limit>
+  void too_large(const std::string& what, const char* verb, Limit limit, const char* unit) {
+    callback_error =
+        Error(ErrorCode::kTooLarge, "RESP " + what + where() + " " + verb + " the limit of " +
+                                        std::to_string(limit) + " " + unit);
+  }
+
   // Returns false (and records why) when the reply under construction would outgrow the limits.
   bool account(size_t bytes) {
     if (bytes > limits.max_buffered_bytes || pending_bytes > limits.max_buffered_bytes - bytes) {
-      callback_error =
-          Error(ErrorCode::kTooLarge, "RESP " + where() + " needs more than the limit of " +
-                                          std::to_string(limits.max_buffered_bytes) + " bytes");
+      too_large("", "needs more than", limits.max_buffered_bytes, "bytes");
       return false;
     }
     pending_bytes += bytes;
@@ -290,10 +296,8 @@ void* place(const redisReadTask* task, RespValue&& v) {
 void* create_string(const redisReadTask* task, char* str, size_t len) {
   Impl* d = impl_of(task);
   if (len > d->limits.max_bulk_bytes) {
-    d->callback_error =
-        Error(ErrorCode::kTooLarge, "RESP string of " + std::to_string(len) + " bytes in " +
-                                        d->where() + " exceeds the limit of " +
-                                        std::to_string(d->limits.max_bulk_bytes) + " bytes");
+    d->too_large("string of " + std::to_string(len) + " bytes in ", "exceeds",
+                 d->limits.max_bulk_bytes, "bytes");
     return nullptr;
   }
   RespValue v;
@@ -328,20 +332,16 @@ void* create_array(const redisReadTask* task, int elements) {
   Impl* d = impl_of(task);
   int depth = depth_of(task);
   if (depth > d->limits.max_depth) {
-    d->callback_error =
-        Error(ErrorCode::kTooLarge, "RESP arrays nested " + std::to_string(depth) + " deep in " +
-                                        d->where() + " exceed the limit of " +
-                                        std::to_string(d->limits.max_depth) + " levels");
+    d->too_large("arrays nested " + std::to_string(depth) + " deep in ", "exceed",
+                 d->limits.max_depth, "levels");
     return nullptr;
   }
   // hiredis guarantees 0 <= elements <= INT_MAX; the reservation below is what they will cost.
   size_t n = elements < 0 ? 0 : static_cast<size_t>(elements);
   size_t max_elements = d->limits.max_buffered_bytes / sizeof(RespValue);
   if (n > max_elements || !d->account(sizeof(RespValue) * (n + 1))) {
-    d->callback_error =
-        Error(ErrorCode::kTooLarge, "RESP array of " + std::to_string(n) + " elements in " +
-                                        d->where() + " needs more than the limit of " +
-                                        std::to_string(d->limits.max_buffered_bytes) + " bytes");
+    d->too_large("array of " + std::to_string(n) + " elements in ", "needs more than",
+                 d->limits.max_buffered_bytes, "bytes");
     return nullptr;
   }
   RespValue v;

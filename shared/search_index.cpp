@@ -78,6 +78,9 @@ Status check_weights(const SearchWeights& w) {
 struct Statement {
   sqlite3_stmt* stmt = nullptr;
   ~Statement() { sqlite3_finalize(stmt); }
+  bool prepare(sqlite3* db, const char* sql) {
+    return sqlite3_prepare_v2(db, sql, -1, &stmt, nullptr) == SQLITE_OK;
+  }
 };
 
 // ---- ranking -----------------------------------------------------------------------------------
@@ -199,9 +202,7 @@ int64_t docsize_total(const unsigned char* p, int n) {
 fts5_api* fts5_api_of(sqlite3* db) {
   fts5_api* api = nullptr;
   Statement stmt;
-  if (sqlite3_prepare_v2(db, "SELECT fts5(?1)", -1, &stmt.stmt, nullptr) != SQLITE_OK) {
-    return nullptr;
-  }
+  if (!stmt.prepare(db, "SELECT fts5(?1)")) return nullptr;
   sqlite3_bind_pointer(stmt.stmt, 1, static_cast<void*>(&api), "fts5_api_ptr", nullptr);
   sqlite3_step(stmt.stmt);
   return api;
@@ -317,10 +318,9 @@ Result<SearchIndex> SearchIndex::build(std::vector<SearchEntry> entries,
   }
   {
     Statement insert;
-    if (sqlite3_prepare_v2(db,
-                           "INSERT INTO tools(rowid, name, title, connection, description) "
-                           "VALUES (?1, ?2, ?3, ?4, ?5)",
-                           -1, &insert.stmt, nullptr) != SQLITE_OK) {
+    if (!insert.prepare(db,
+                        "INSERT INTO tools(rowid, name, title, connection, description) "
+                        "VALUES (?1, ?2, ?3, ?4, ?5)")) {
       return sqlite_error(db, "cannot prepare the insert");
     }
     for (std::size_t i = 0; i < entries.size(); ++i) {
@@ -361,8 +361,7 @@ Result<SearchIndex> SearchIndex::build(std::vector<SearchEntry> entries,
   }
   {
     Statement lengths;
-    if (sqlite3_prepare_v2(db, "SELECT id, sz FROM tools_docsize", -1, &lengths.stmt, nullptr) !=
-        SQLITE_OK) {
+    if (!lengths.prepare(db, "SELECT id, sz FROM tools_docsize")) {
       return sqlite_error(db, "cannot read the row lengths");
     }
     int rc;
@@ -424,10 +423,9 @@ Result<std::vector<SearchHit>> SearchIndex::search(std::string_view query, int l
   if (db_ == nullptr) return Error(ErrorCode::kInternal, "search index: used after move");
 
   Statement select;
-  if (sqlite3_prepare_v2(db_,
-                         "SELECT rowid, quiver_bm25(tools) AS r FROM tools "
-                         "WHERE tools MATCH ?1 ORDER BY r, rowid LIMIT ?2",
-                         -1, &select.stmt, nullptr) != SQLITE_OK) {
+  if (!select.prepare(db_,
+                      "SELECT rowid, quiver_bm25(tools) AS r FROM tools "
+                      "WHERE tools MATCH ?1 ORDER BY r, rowid LIMIT ?2")) {
     return sqlite_error(db_, "cannot prepare the search");
   }
   sqlite3_bind_text(select.stmt, 1, expression->data(), static_cast<int>(expression->size()),

@@ -312,10 +312,6 @@ std::string webhook_accepted_body(const std::vector<WebhookRefreshResult>& resul
     if (r.principal) j["principal"] = r.principal->str();
     j["status"] = r.status;
     j["marked_stale"] = r.marked_stale;
-    if (r.status == "error") {
-      j["error"] = Json::object(
-          {{"code", "STORE_UNAVAILABLE"}, {"message", "the refresh could not be queued"}});
-    }
     refreshes.push_back(std::move(j));
   }
   Json body = Json::object({{"status", "accepted"}, {"refreshes", std::move(refreshes)}});

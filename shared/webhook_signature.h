@@ -123,7 +123,7 @@ struct WebhookRefreshResult {
   std::string connection_id;
   std::optional<Principal> principal;  // absent for an unknown connection
   // queued, already_queued, in_progress (a listing is under way; the refresh follows it),
-  // unknown_connection, unknown_principal, error (the refresh could not be queued)
+  // unknown_connection, unknown_principal. A store failure fails the whole request instead.
   std::string status;
   bool marked_stale = false;  // the cached manifest now reads as stale (Redis: invalidated_at)
 
@@ -143,8 +143,7 @@ struct WebhookRefreshReply {
 
 // The 202 body both hosts answer (schema/openapi.yaml, refreshWebhook):
 //   {"status": "accepted", "refreshes": [{"connection_id", "principal"?, "status",
-//    "marked_stale", "error"?}, ...]}
-// with `error` {"code": "STORE_UNAVAILABLE", ...} on status `error`.
+//    "marked_stale"}, ...]}
 std::string webhook_accepted_body(const std::vector<WebhookRefreshResult>& results);
 
 }  // namespace quiver

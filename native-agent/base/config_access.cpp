@@ -112,30 +112,34 @@ namespace config_internal {
 void Parser::members_and_grants(const Json* quiver) {
   const Json* members = quiver != nullptr ? json_field(*quiver, "members") : nullptr;
   const Json* grants = quiver != nullptr ? json_field(*quiver, "grants") : nullptr;
+  // Each valid member id of the array `quiver.<field>`, handed to `use` with its path; a wrong
+  // shape or id is reported and skipped.
+  auto member_ids = [&](const Json& list, const std::string& field, const auto& use) {
+    if (!list.is_array()) {
+      p_.error("quiver." + field,
+               std::string("must be an array of member ids, not ") + json_type(list));
+      return;
+    }
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const std::string path = "quiver." + field + "[" + std::to_string(i) + "]";
+      const Json& m = list[i];
+      if (!m.is_string()) {
+        p_.error(path, std::string("must be a string, not ") + json_type(m));
+        continue;
+      }
+      if (Status st = validate_member_id(m.get<std::string>()); !st.ok()) {
+        p_.error(path, st.error().message);
+        continue;
+      }
+      use(path, m.get<std::string>());
+    }
+  };
   std::optional<std::set<std::string>> listed;
   if (members != nullptr) {
     listed.emplace();
-    if (!members->is_array()) {
-      p_.error("quiver.members",
-               std::string("must be an array of member ids, not ") + json_type(*members));
-    } else {
-      for (std::size_t i = 0; i < members->size(); ++i) {
-        const std::string path = "quiver.members[" + std::to_string(i) + "]";
-        const Json& m = (*members)[i];
-        if (!m.is_string()) {
-          p_.error(path, std::string("must be a string, not ") + json_type(m));
-          continue;
-        }
-        Status s = validate_member_id(m.get<std::string>());
-        if (!s.ok()) {
-          p_.error(path, s.error().message);
-          continue;
-        }
-        if (!listed->insert(m.get<std::string>()).second) {
-          p_.error(path, "`" + m.get<std::string>() + "` is listed twice");
-        }
-      }
-    }
+    member_ids(*members, "members", [&](const std::string& path, const std::string& id) {
+      if (!listed->insert(id).second) p_.error(path, "`" + id + "` is listed twice");
+    });
   }
 
   auto id_of = [&](const std::string& ref) -> std::optional<std::string> {
@@ -221,28 +225,13 @@ void Parser::members_and_grants(const Json* quiver) {
 
   // Operators: members who may toggle a shared connection's capabilities (for everyone).
   if (const Json* ops = quiver != nullptr ? json_field(*quiver, "operators") : nullptr) {
-    if (!ops->is_array()) {
-      p_.error("quiver.operators",
-               std::string("must be an array of member ids, not ") + json_type(*ops));
-    } else {
-      for (std::size_t i = 0; i < ops->size(); ++i) {
-        const std::string path = "quiver.operators[" + std::to_string(i) + "]";
-        const Json& m = (*ops)[i];
-        if (!m.is_string()) {
-          p_.error(path, std::string("must be a string, not ") + json_type(m));
-          continue;
-        }
-        if (Status st = validate_member_id(m.get<std::string>()); !st.ok()) {
-          p_.error(path, st.error().message);
-          continue;
-        }
-        if (listed.has_value() && listed->count(m.get<std::string>()) == 0) {
-          p_.error(path, "`" + m.get<std::string>() + "` is not in quiver.members");
-          continue;
-        }
-        cfg_.operators.insert(m.get<std::string>());
+    member_ids(*ops, "operators", [&](const std::string& path, const std::string& id) {
+      if (listed.has_value() && listed->count(id) == 0) {
+        p_.error(path, "`" + id + "` is not in quiver.members");
+        return;
       }
-    }
+      cfg_.operators.insert(id);
+    });
   }
 
   const std::set<std::string> everyone =

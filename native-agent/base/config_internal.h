@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -188,6 +189,12 @@ class Parser {
   }
 
   std::optional<Secret> secret_ref(const Json& v, const std::string& path);
+  // Each entry of the object `quiver.<field>` (`names` -> secret reference; a name is checked as
+  // `what`), handed to `use` with its path; a wrong shape or name is reported and skipped.
+  using NamedSecretUse =
+      std::function<void(const std::string& path, const std::string& name, const Secret& secret)>;
+  void named_secrets(const Json& quiver, const char* field, const char* names, const char* what,
+                     const NamedSecretUse& use);
   void top_level_settings(const Json* quiver);
   void runtime(const Json* quiver);
   void redis(const Json* quiver);

@@ -227,14 +227,21 @@ void Parser::top_level_settings(const Json* q) {
     cfg_.env_overrides.insert(name);
     return it->second;
   };
+  // A string setting of `quiver` an environment variable overrides; `path` is set to where the
+  // value came from (the place an error names).
+  auto overridable = [&](const char* key, const char* env_name, std::string* path) {
+    *path = std::string("quiver.") + key;
+    std::optional<std::string> value = string_field(quiver, key, "quiver");
+    if (std::optional<std::string> e = env_value(env_name)) {
+      value = e;
+      *path = env_name;
+    }
+    return value;
+  };
 
   // namespace
-  std::string ns_path = "quiver.namespace";
-  std::optional<std::string> ns = string_field(quiver, "namespace", "quiver");
-  if (std::optional<std::string> e = env_value(kEnvNamespace)) {
-    ns = e;
-    ns_path = kEnvNamespace;
-  }
+  std::string ns_path;
+  std::optional<std::string> ns = overridable("namespace", kEnvNamespace, &ns_path);
   if (ns.has_value()) {
     Status s = validate_namespace(*ns);
     if (!s.ok()) p_.error(ns_path, s.error().message);
@@ -264,12 +271,8 @@ void Parser::top_level_settings(const Json* q) {
   env_.set_builtin(kEnvDataDir, cfg_.data_dir);
 
   // listen
-  std::string listen_path = "quiver.listen";
-  std::optional<std::string> listen = string_field(quiver, "listen", "quiver");
-  if (std::optional<std::string> e = env_value(kEnvListen)) {
-    listen = e;
-    listen_path = kEnvListen;
-  }
+  std::string listen_path;
+  std::optional<std::string> listen = overridable("listen", kEnvListen, &listen_path);
   if (listen.has_value()) {
     Result<ListenAddress> a = parse_listen_address(*listen);
     if (!a.ok()) {

@@ -128,33 +128,40 @@ std::optional<Secret> Parser::secret_ref(const Json& v, const std::string& path)
 
 // ---- keys and secrets of the agent itself ------------------------------------------------------
 
+void Parser::named_secrets(const Json& quiver, const char* field, const char* names,
+                           const char* what, const NamedSecretUse& use) {
+  const Json* object = json_field(quiver, field);
+  if (object == nullptr) return;
+  const std::string at = std::string("quiver.") + field;
+  if (!object->is_object()) {
+    p_.error(at, std::string("must be an object (") + names + " -> secret reference), not " +
+                     json_type(*object));
+    return;
+  }
+  for (const auto& [name, ref] : object->items()) {
+    const std::string path = at + "." + name;
+    Status s = check_key_name(what, name);
+    if (!s.ok()) {
+      p_.error(path, s.error().message);
+      continue;
+    }
+    std::optional<Secret> secret = secret_ref(ref, path);
+    if (secret.has_value()) use(path, name, *secret);
+  }
+}
+
 void Parser::keys(const Json* quiver) {
   if (quiver == nullptr) return;
-  if (const Json* keys = json_field(*quiver, "caller_token_keys")) {
-    if (!keys->is_object()) {
-      p_.error(
-          "quiver.caller_token_keys",
-          std::string("must be an object (key id -> secret reference), not ") + json_type(*keys));
-    } else {
-      for (const auto& [kid, ref] : keys->items()) {
-        const std::string path = "quiver.caller_token_keys." + kid;
-        Status s = check_key_name("a key id", kid);
-        if (!s.ok()) {
-          p_.error(path, s.error().message);
-          continue;
-        }
-        std::optional<Secret> secret = secret_ref(ref, path);
-        if (!secret.has_value()) continue;
-        if (secret->reveal().size() < kMinCallerTokenKeyBytes) {
-          p_.error(path, "the key is " + std::to_string(secret->reveal().size()) +
-                             " bytes; HMAC-SHA256 token keys need at least " +
-                             std::to_string(kMinCallerTokenKeyBytes));
-          continue;
-        }
-        cfg_.caller_token_keys[kid] = *secret;
-      }
-    }
-  }
+  named_secrets(*quiver, "caller_token_keys", "key id", "a key id",
+                [&](const std::string& path, const std::string& kid, const Secret& secret) {
+                  if (secret.reveal().size() < kMinCallerTokenKeyBytes) {
+                    p_.error(path, "the key is " + std::to_string(secret.reveal().size()) +
+                                       " bytes; HMAC-SHA256 token keys need at least " +
+                                       std::to_string(kMinCallerTokenKeyBytes));
+                    return;
+                  }
+                  cfg_.caller_token_keys[kid] = secret;
+                });
   if (std::optional<std::string> kid =
           string_field(*quiver, "caller_token_signing_kid", "quiver")) {
     const Json* keys = json_field(*quiver, "caller_token_keys");
@@ -167,28 +174,13 @@ void Parser::keys(const Json* quiver) {
   } else if (cfg_.caller_token_keys.size() == 1) {
     cfg_.caller_token_signing_kid = cfg_.caller_token_keys.begin()->first;
   }
-  if (const Json* secrets = json_field(*quiver, "webhook_secrets")) {
-    if (!secrets->is_object()) {
-      p_.error(
-          "quiver.webhook_secrets",
-          std::string("must be an object (name -> secret reference), not ") + json_type(*secrets));
-    } else {
-      for (const auto& [name, ref] : secrets->items()) {
-        const std::string path = "quiver.webhook_secrets." + name;
-        Status s = check_key_name("a webhook secret name", name);
-        if (!s.ok()) {
-          p_.error(path, s.error().message);
-          continue;
-        }
-        std::optional<Secret> secret = secret_ref(ref, path);
-        if (!secret.has_value()) continue;
-        if (secret->reveal().size() < 16) {
-          p_.warn(path, "shorter than 16 bytes: easy to guess");
-        }
-        cfg_.webhook_secrets[name] = *secret;
-      }
-    }
-  }
+  named_secrets(*quiver, "webhook_secrets", "name", "a webhook secret name",
+                [&](const std::string& path, const std::string& name, const Secret& secret) {
+                  if (secret.reveal().size() < 16) {
+                    p_.warn(path, "shorter than 16 bytes: easy to guess");
+                  }
+                  cfg_.webhook_secrets[name] = secret;
+                });
 }
 
 Json secret_json(const Secret& s) { return Json{{"value", s.describe()}, {"from", s.source()}}; }

@@ -42,6 +42,28 @@ void Parser::servers(const Json& root) {
 
 void Parser::server(const std::string& name, const Json& entry) {
   const std::string path = "mcpServers." + name;
+  // Each entry of the object of strings at `at` whose name `check_name` admits, its value
+  // expanded as a secret and handed to `use` with its path; anything else is reported, skipped.
+  auto secret_strings = [&](const Json& object, const std::string& at, const auto& check_name,
+                            const auto& use) {
+    if (!object.is_object()) {
+      p_.error(at, std::string("must be an object of strings, not ") + json_type(object));
+      return;
+    }
+    for (const auto& [k, v] : object.items()) {
+      const std::string ep = at + "." + k;
+      if (Status st = check_name(k); !st.ok()) {
+        p_.error(ep, st.error().message);
+        continue;
+      }
+      if (!v.is_string()) {
+        p_.error(ep, std::string("must be a string, not ") + json_type(v));
+        continue;
+      }
+      if (std::optional<Secret> sv = expand_secret(v.template get<std::string>(), ep))
+        use(ep, k, *sv);
+    }
+  };
   if (!entry.is_object()) {
     p_.error(path, std::string("must be an object, not ") + json_type(entry));
     return;
@@ -134,30 +156,14 @@ void Parser::server(const std::string& name, const Json& entry) {
       }
     }
     if (const Json* env = json_field(entry, "env")) {
-      if (!env->is_object()) {
-        p_.error(path + ".env",
-                 std::string("must be an object of strings, not ") + json_type(*env));
-      } else {
-        for (const auto& [k, v] : env->items()) {
-          const std::string ep = path + ".env." + k;
-          Status st = check_env_name(k);
-          if (!st.ok()) {
-            p_.error(ep, st.error().message);
-            continue;
-          }
-          if (!v.is_string()) {
-            p_.error(ep, std::string("must be a string, not ") + json_type(v));
-            continue;
-          }
-          if (std::optional<Secret> sv = expand_secret(v.get<std::string>(), ep)) {
-            if (sv->reveal().find('\0') != std::string::npos) {
-              p_.error(ep, "the value contains NUL");
-              continue;
-            }
-            s.conn.endpoint.env[k] = *sv;
-          }
-        }
-      }
+      secret_strings(*env, path + ".env", check_env_name,
+                     [&](const std::string& ep, const std::string& k, const Secret& sv) {
+                       if (sv.reveal().find('\0') != std::string::npos) {
+                         p_.error(ep, "the value contains NUL");
+                         return;
+                       }
+                       s.conn.endpoint.env[k] = sv;
+                     });
     }
     if (std::optional<std::string> cwd = string_field(entry, "cwd", path)) {
       if (std::optional<std::string> v = expand_plain(*cwd, path + ".cwd")) {
@@ -189,36 +195,24 @@ void Parser::server(const std::string& name, const Json& entry) {
       }
     }
     if (const Json* headers = json_field(entry, "headers")) {
-      if (!headers->is_object()) {
-        p_.error(path + ".headers",
-                 std::string("must be an object of strings, not ") + json_type(*headers));
-      } else {
-        std::set<std::string> seen;
-        for (const auto& [k, v] : headers->items()) {
-          const std::string hp = path + ".headers." + k;
-          Status st = check_header_name(k);
-          if (!st.ok()) {
-            p_.error(hp, st.error().message);
-            continue;
-          }
-          if (!seen.insert(ascii_lower(k)).second) {
-            p_.error(hp, "the same header is set twice (names are case-insensitive)");
-            continue;
-          }
-          if (!v.is_string()) {
-            p_.error(hp, std::string("must be a string, not ") + json_type(v));
-            continue;
-          }
-          if (std::optional<Secret> sv = expand_secret(v.get<std::string>(), hp)) {
-            if (has_line_break_or_nul(sv->reveal())) {
-              p_.error(hp, "the value contains a line break or NUL");
-              continue;
-            }
-            s.conn.endpoint.headers[k] = *sv;
-          }
+      std::set<std::string> seen;
+      auto admit = [&seen](const std::string& k) -> Status {
+        if (Status st = check_header_name(k); !st.ok()) return st;
+        if (!seen.insert(ascii_lower(k)).second) {
+          return Error(ErrorCode::kInvalidArgument,
+                       "the same header is set twice (names are case-insensitive)");
         }
-        s.has_headers = !headers->empty();
-      }
+        return Status::Ok();
+      };
+      secret_strings(*headers, path + ".headers", admit,
+                     [&](const std::string& hp, const std::string& k, const Secret& sv) {
+                       if (has_line_break_or_nul(sv.reveal())) {
+                         p_.error(hp, "the value contains a line break or NUL");
+                         return;
+                       }
+                       s.conn.endpoint.headers[k] = sv;
+                     });
+      if (headers->is_object()) s.has_headers = !headers->empty();
     }
     s.conn.endpoint.allow_private_addresses = cfg_.allow_private_upstreams;
   }

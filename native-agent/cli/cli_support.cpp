@@ -132,6 +132,26 @@ int cli_usage_error(const char* command, const std::string& message) {
   return kExitUsage;
 }
 
+std::optional<CliArgs> cli_begin(const char* command, const std::vector<std::string>& argv,
+                                 const std::vector<CliOption>& options, const char* usage,
+                                 bool positional, int* exit_code) {
+  Result<CliArgs> args = parse_cli_args(argv, options);
+  if (!args.ok()) {
+    *exit_code = cli_usage_error(command, args.error().message);
+    return std::nullopt;
+  }
+  if (args->has("help")) {
+    std::fputs(usage, stdout);
+    *exit_code = kExitOk;
+    return std::nullopt;
+  }
+  if (!positional && !args->positional.empty()) {
+    *exit_code = cli_usage_error(command, "unexpected argument `" + args->positional[0] + "`");
+    return std::nullopt;
+  }
+  return std::move(args).value();
+}
+
 int cli_fail(const char* command, const std::string& message, int exit_code) {
   std::fprintf(stderr, "quiver-agent %s: %s\n", command, message.c_str());
   return exit_code;

@@ -56,6 +56,13 @@ int cli_usage_error(const char* command, const std::string& message);
 // Prints `quiver-agent <command>: <message>` on stderr and returns `exit_code`.
 int cli_fail(const char* command, const std::string& message, int exit_code);
 
+// The start every command shares: its options parsed (parse_cli_args; an error is a usage error),
+// --help answered with `usage` on stdout and, unless `positional`, a positional argument refused.
+// Nothing, with the exit code in `*exit_code`, when the command has nothing more to do.
+std::optional<CliArgs> cli_begin(const char* command, const std::vector<std::string>& argv,
+                                 const std::vector<CliOption>& options, const char* usage,
+                                 bool positional, int* exit_code);
+
 // The exit code for an error of the store (kStoreUnavailable, kUnauthenticated -> 3) or anything
 // else
 // (-> 1).

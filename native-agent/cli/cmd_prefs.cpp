@@ -63,13 +63,12 @@ std::optional<Toggle> parse_toggle(const std::string& text, bool enabled) {
 }  // namespace
 
 int cmd_prefs(const std::vector<std::string>& argv) {
-  Result<CliArgs> args = parse_cli_args(
-      argv, {{"enable", true, true}, {"disable", true, true}, {"member", true}, {"config", true}});
-  if (!args.ok()) return cli_usage_error("prefs", args.error().message);
-  if (args->has("help")) {
-    std::fputs(kPrefsUsage, stdout);
-    return kExitOk;
-  }
+  int code = kExitOk;
+  std::optional<CliArgs> args = cli_begin(
+      "prefs", argv,
+      {{"enable", true, true}, {"disable", true, true}, {"member", true}, {"config", true}},
+      kPrefsUsage, true, &code);
+  if (!args) return code;
   if (args->positional.size() != 1) {
     return cli_usage_error(
         "prefs", args->positional.empty() ? "which connection? name one" : "name one connection");
@@ -95,7 +94,6 @@ int cmd_prefs(const std::vector<std::string>& argv) {
     }
     toggles.push_back(*t);
   }
-  int code = kExitOk;
   std::optional<AgentConfig> config = load_cli_config("prefs", *args, &code);
   if (!config) return code;
   const ConnectionConfig* conn = find_connection_named(*config, args->positional[0]);

@@ -21,11 +21,11 @@
 #include "native-agent/base/logger.h"
 #include "native-agent/base/shell_words.h"
 #include "native-agent/cli/cli.h"
+#include "native-agent/upstream/probe_report.h"
 #include "native-agent/upstream/upstream.h"
 #include "shared/canonical_json.h"
 #include "shared/json.h"
 #include "shared/listing.h"
-#include "shared/manifest.h"
 #include "shared/numbers.h"
 
 namespace quiver {
@@ -156,51 +156,10 @@ std::optional<int> parse_args(const std::vector<std::string>& args, ProbeArgs* o
   return std::nullopt;
 }
 
-Json error_json(const Error& e) {
-  return Json{{"code", error_code_name(e.code)}, {"message", e.message}};
-}
-
-bool listing_ok(const Listing& listing) {
-  for (const auto& out : listing.lists) {
-    if (out.state == ListState::kFailed) return false;
-  }
-  return true;
-}
-
-// The report printed for a listing: what the probe saw (status, timings, each list's state) and
-// the manifest Quiver would cache, with its ETag.
-Result<Json> report_json(const UpstreamSpec& spec, const Listing& listing, const ListInfo& info,
-                         std::optional<ProtocolEra> era) {
-  auto manifest = manifest_from_listing(listing);
-  if (!manifest.ok()) return manifest.error();
-  auto encoded = encode_manifest(*manifest);
-  if (!encoded.ok()) return encoded.error();
-  Json lists = Json::object();
-  for (int i = 0; i < kListKindCount; ++i) {
-    auto kind = static_cast<ListKind>(i);
-    const ListOutcome& out = listing.list(kind);
-    Json l = {{"state", list_state_name(out.state)}};
-    if (out.state == ListState::kOk) {
-      l["count"] = out.items.size();
-      l["pages"] = out.pages;
-    }
-    if (out.error) l["error"] = error_json(*out.error);
-    lists[list_kind_name(kind)] = l;
-  }
-  Json report = {
-      {"status", listing_ok(listing) ? "ok" : "partial"},
-      {"upstream", spec.describe()},
-      {"protocol_version", listing.protocol_version},
-      {"server_info", listing.server_info},
-      {"timings",
-       {{"connect_ms", info.connect_ms}, {"list_ms", info.list_ms}, {"total_ms", info.total_ms}}},
-      {"lists", lists},
-      {"truncated", manifest->truncated},
-      {"etag", encoded->etag},
-      {"manifest", manifest_to_json(*manifest)},
-  };
-  if (era) report["era"] = protocol_era_name(*era);
-  return report;
+// The report printed for a listing: what the probe saw and the manifest Quiver would cache.
+Result<Json> report_json(const UpstreamConnection& conn, const Listing& listing,
+                         const ListInfo& info) {
+  return probe_report(conn.spec().describe(), listing, info, conn.stats().era);
 }
 
 void print_json(const Json& j, bool one_line) {
@@ -245,7 +204,7 @@ int run_watch(UpstreamConnection& conn, const ProbeArgs& args, Json first_report
       if (!last_failed) {
         print_json(Json{{"status", "failed"},
                         {"upstream", conn.spec().describe()},
-                        {"error", error_json(listing.error())}},
+                        {"error", probe_error_json(listing.error())}},
                    true);
       }
       std::fprintf(stderr, "quiver-agent probe: %s\n", listing.error().message.c_str());
@@ -254,7 +213,7 @@ int run_watch(UpstreamConnection& conn, const ProbeArgs& args, Json first_report
       retry_at = conn.now_ms() + std::max<int64_t>(conn.backoff_remaining_ms(), 1000);
       continue;
     }
-    auto report = report_json(conn.spec(), *listing, info, conn.stats().era);
+    auto report = report_json(conn, *listing, info);
     if (!report.ok()) {
       std::fprintf(stderr, "quiver-agent probe: no manifest: %s\n", report.error().message.c_str());
       last_failed = true;
@@ -329,7 +288,7 @@ int cmd_probe(const std::vector<std::string>& args) {
                  e.message.c_str(), error_code_name(e.code), hint.c_str());
     return kExitFailed;
   }
-  auto made = report_json(spec, *listing, info, conn.stats().era);
+  auto made = report_json(conn, *listing, info);
   if (!made.ok()) {
     std::fprintf(stderr, "quiver-agent probe: %s answered, but no manifest can be made of it: %s\n",
                  spec.describe().c_str(), made.error().message.c_str());
@@ -338,14 +297,14 @@ int cmd_probe(const std::vector<std::string>& args) {
   const Json& report = *made;
   if (a.watch) {
     print_json(report, true);
-    if (!listing_ok(*listing)) {
+    if (!listing_complete(*listing)) {
       std::fprintf(stderr, "quiver-agent probe: %s\n", failed_lists(*listing).c_str());
     }
     return run_watch(conn, a, report);
   }
   print_json(report, false);
   conn.close();
-  if (!listing_ok(*listing)) {
+  if (!listing_complete(*listing)) {
     std::fprintf(stderr, "quiver-agent probe: %s\n", failed_lists(*listing).c_str());
     return kExitFailed;
   }

@@ -67,18 +67,16 @@ std::string describe_report(const RefreshReport& r) {
 }  // namespace
 
 int cmd_refresh(const std::vector<std::string>& argv) {
-  Result<CliArgs> args = parse_cli_args(argv, {{"all", false}, {"member", true}, {"config", true}});
-  if (!args.ok()) return cli_usage_error("refresh", args.error().message);
-  if (args->has("help")) {
-    std::fputs(kRefreshUsage, stdout);
-    return kExitOk;
-  }
+  int code = kExitOk;
+  std::optional<CliArgs> args =
+      cli_begin("refresh", argv, {{"all", false}, {"member", true}, {"config", true}},
+                kRefreshUsage, true, &code);
+  if (!args) return code;
   const bool all = args->has("all");
   if (all == !args->positional.empty()) {
     return cli_usage_error("refresh", all ? "--all and connection names exclude each other"
                                           : "which connection? name one, or pass --all");
   }
-  int code = kExitOk;
   std::optional<AgentConfig> config = load_cli_config("refresh", *args, &code);
   if (!config) return code;
 

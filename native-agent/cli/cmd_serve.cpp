@@ -256,20 +256,16 @@ bool reload(const CliArgs& args, LogLevel level, AgentConfig* current, Running* 
 }  // namespace
 
 int cmd_serve(const std::vector<std::string>& argv) {
-  Result<CliArgs> args = parse_cli_args(argv, {{"config", true},
-                                               {"listen", true},
-                                               {"log-level", true},
-                                               {"token-ttl", true},
-                                               {"no-wait", false},
-                                               {"print-token", false}});
-  if (!args.ok()) return cli_usage_error("serve", args.error().message);
-  if (args->has("help")) {
-    std::fputs(kServeUsage, stdout);
-    return kExitOk;
-  }
-  if (!args->positional.empty()) {
-    return cli_usage_error("serve", "unexpected argument `" + args->positional[0] + "`");
-  }
+  int code = kExitOk;
+  std::optional<CliArgs> args = cli_begin("serve", argv,
+                                          {{"config", true},
+                                           {"listen", true},
+                                           {"log-level", true},
+                                           {"token-ttl", true},
+                                           {"no-wait", false},
+                                           {"print-token", false}},
+                                          kServeUsage, false, &code);
+  if (!args) return code;
   LogLevel level = LogLevel::kInfo;
   if (std::optional<std::string> l = args->value("log-level")) {
     std::optional<LogLevel> parsed = parse_log_level(*l);
@@ -282,7 +278,6 @@ int cmd_serve(const std::vector<std::string>& argv) {
     if (!parsed.ok()) return cli_usage_error("serve", "--token-ttl: " + parsed.error().message);
     token_ttl_ms = *parsed;
   }
-  int code = kExitOk;
   std::optional<AgentConfig> config = load_cli_config("serve", *args, &code);
   if (!config) return code;
   if (std::optional<std::string> listen = args->value("listen")) {
@@ -314,10 +309,14 @@ int cmd_serve(const std::vector<std::string>& argv) {
 
     std::optional<std::string> member = curl_member(agent.config());
     const bool print_token = args->has("print-token") || ::isatty(STDOUT_FILENO) == 1;
-    if (member && !print_token) {
+    // Waits (unless --no-wait) for the member's first listings; false when a signal came first.
+    auto waited = [&]() {
       Result<Principal> p = Principal::member(*member);
       if (!args->has("no-wait") && p.ok()) sig = wait_for_first_listings(agent, *p, signals);
-      if (sig == 0) {
+      return sig == 0;
+    };
+    if (member && !print_token) {
+      if (waited()) {
         std::printf(
             "\nstdout is not a terminal: no caller token is printed (a log would keep it). "
             "Mint one for member `%s` with\n\n  quiver-agent token --member %s\n\n"
@@ -336,9 +335,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
         std::printf("quiver-agent: cannot mint a caller token for the curl line: %s\n",
                     token.error().message.c_str());
       } else {
-        Result<Principal> p = Principal::member(*member);
-        if (!args->has("no-wait") && p.ok()) sig = wait_for_first_listings(agent, *p, signals);
-        if (sig == 0) {
+        if (waited()) {
           std::printf(
               "\nThe cached manifests of member `%s` (token valid for %s):\n\n"
               "  curl -s -H %s %s/v1/manifests\n\n"

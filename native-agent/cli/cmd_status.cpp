@@ -193,16 +193,10 @@ std::string text_of(const Json& status) {
 }  // namespace
 
 int cmd_status(const std::vector<std::string>& argv) {
-  Result<CliArgs> args = parse_cli_args(argv, {{"json", false}, {"config", true}});
-  if (!args.ok()) return cli_usage_error("status", args.error().message);
-  if (args->has("help")) {
-    std::fputs(kStatusUsage, stdout);
-    return kExitOk;
-  }
-  if (!args->positional.empty()) {
-    return cli_usage_error("status", "unexpected argument `" + args->positional[0] + "`");
-  }
   int code = kExitOk;
+  std::optional<CliArgs> args =
+      cli_begin("status", argv, {{"json", false}, {"config", true}}, kStatusUsage, false, &code);
+  if (!args) return code;
   std::optional<AgentConfig> config = load_cli_config("status", *args, &code);
   if (!config) return code;
 

@@ -33,15 +33,11 @@ constexpr int64_t kMaxTokenTtlMs = int64_t{30} * 86'400'000;
 }  // namespace
 
 int cmd_token(const std::vector<std::string>& argv) {
-  Result<CliArgs> args = parse_cli_args(argv, {{"member", true}, {"ttl", true}, {"config", true}});
-  if (!args.ok()) return cli_usage_error("token", args.error().message);
-  if (args->has("help")) {
-    std::fputs(kTokenUsage, stdout);
-    return kExitOk;
-  }
-  if (!args->positional.empty()) {
-    return cli_usage_error("token", "unexpected argument `" + args->positional[0] + "`");
-  }
+  int code = kExitOk;
+  std::optional<CliArgs> args =
+      cli_begin("token", argv, {{"member", true}, {"ttl", true}, {"config", true}}, kTokenUsage,
+                false, &code);
+  if (!args) return code;
   int64_t ttl_ms = 3'600'000;
   if (std::optional<std::string> ttl = args->value("ttl")) {
     Result<int64_t> parsed = parse_duration_ms(*ttl);
@@ -49,7 +45,6 @@ int cmd_token(const std::vector<std::string>& argv) {
     if (*parsed > kMaxTokenTtlMs) return cli_usage_error("token", "--ttl: at most 30d");
     ttl_ms = *parsed;
   }
-  int code = kExitOk;
   std::optional<AgentConfig> config = load_cli_config("token", *args, &code);
   if (!config) return code;
   std::optional<std::string> member = args->value("member");

@@ -20,6 +20,7 @@
 #include "native-agent/engine/triggers.h"
 #include "native-agent/store/redis_store.h"
 #include "native-agent/store/sqlite_store.h"
+#include "native-agent/upstream/probe_report.h"
 #include "shared/manifest.h"
 #include "shared/sha256.h"
 
@@ -58,10 +59,6 @@ std::string sanitize_consumer_part(std::string s) {
     if (!ok) c = '-';
   }
   return s.substr(0, 64);
-}
-
-Json error_json(const Error& e) {
-  return Json{{"code", error_code_name(e.code)}, {"message", e.message}};
 }
 
 }  // namespace
@@ -361,41 +358,16 @@ Result<Json> Agent::test_connection(const std::string& connection_id, const Prin
                                   " failed: " + error_code_name(e.code) + ": " + e.message);
     return e;
   }
-  Json lists = Json::object();
-  bool complete = true;
-  for (int i = 0; i < kListKindCount; ++i) {
-    auto kind = static_cast<ListKind>(i);
-    const ListOutcome& out = listing->list(kind);
-    Json l = {{"state", list_state_name(out.state)}};
-    if (out.state == ListState::kOk) l["count"] = out.items.size();
-    if (out.error) {
-      Error e = *out.error;
-      e.message = s.config.redact(e.message);
-      l["error"] = error_json(e);
-    }
-    if (out.state == ListState::kFailed) complete = false;
-    lists[list_kind_name(kind)] = l;
-  }
-  ManifestLimits limits;
-  limits.max_bytes = static_cast<std::size_t>(s.config.runtime.max_manifest_bytes);
-  limits.max_definition_bytes = std::min(limits.max_definition_bytes, limits.max_bytes);
-  Result<Manifest> manifest = manifest_from_listing(*listing, limits);
-  if (!manifest.ok()) return manifest.error();
-  Result<EncodedManifest> encoded = encode_manifest(*manifest);
-  if (!encoded.ok()) return encoded.error();
-  return Json{
-      {"connection_id", connection_id},
-      {"principal", principal.str()},
-      {"status", complete ? "ok" : "partial"},
-      {"upstream", s.config.redact(described)},
-      {"protocol_version", listing->protocol_version},
-      {"timings",
-       {{"connect_ms", info.connect_ms}, {"list_ms", info.list_ms}, {"total_ms", info.total_ms}}},
-      {"lists", lists},
-      {"truncated", manifest->truncated},
-      {"etag", encoded->etag},
-      {"manifest", manifest_to_json(*manifest)},
-  };
+  ProbeReportOptions report;
+  report.limits.max_bytes = static_cast<std::size_t>(s.config.runtime.max_manifest_bytes);
+  report.limits.max_definition_bytes =
+      std::min(report.limits.max_definition_bytes, report.limits.max_bytes);
+  report.redact = [&s](const std::string& text) { return s.config.redact(text); };
+  Result<Json> made = probe_report(described, *listing, info, conn.stats().era, report);
+  if (!made.ok()) return made.error();
+  (*made)["connection_id"] = connection_id;
+  (*made)["principal"] = principal.str();
+  return made;
 }
 
 namespace {

@@ -43,36 +43,56 @@ void family(std::ostringstream& out, const char* name, const char* type, const c
   out << "# HELP " << name << ' ' << help << '\n' << "# TYPE " << name << ' ' << type << '\n';
 }
 
+// A family of one unlabelled sample.
+template <typename T>
+void single(std::ostringstream& out, const char* name, const char* type, const char* help,
+            const T& value) {
+  family(out, name, type, help);
+  out << name << ' ' << value << '\n';
+}
+
+// A counter family with one sample per value of `label`.
+void labelled(std::ostringstream& out, const char* name, const char* help, const char* label,
+              const std::map<std::string, int64_t, std::less<>>& samples) {
+  family(out, name, "counter", help);
+  for (const auto& [value, n] : samples) {
+    out << name << '{' << label << "=\"" << value << "\"} " << n << '\n';
+  }
+}
+
+// The field, read under the lock.
+template <typename T>
+T read_locked(std::mutex& mu, const T& field) {
+  std::lock_guard<std::mutex> lock(mu);
+  return field;
+}
+
+void add_locked(std::mutex& mu, int64_t& counter, int64_t n) {
+  std::lock_guard<std::mutex> lock(mu);
+  counter += n;
+}
+
+void count_locked(std::mutex& mu, std::map<std::string, int64_t, std::less<>>& counts,
+                  std::string_view label) {
+  std::lock_guard<std::mutex> lock(mu);
+  ++counts[safe_label(label)];
+}
+
+int64_t lookup_locked(std::mutex& mu, const std::map<std::string, int64_t, std::less<>>& counts,
+                      std::string_view label) {
+  std::lock_guard<std::mutex> lock(mu);
+  return lookup(counts, label);
+}
+
 }  // namespace
 
-void Metrics::discovery_hit(int64_t n) {
-  std::lock_guard<std::mutex> lock(mu_);
-  hits_ += n;
-}
-void Metrics::discovery_stale_serve(int64_t n) {
-  std::lock_guard<std::mutex> lock(mu_);
-  stale_serves_ += n;
-}
-void Metrics::discovery_miss(int64_t n) {
-  std::lock_guard<std::mutex> lock(mu_);
-  misses_ += n;
-}
-void Metrics::refresh(std::string_view outcome) {
-  std::lock_guard<std::mutex> lock(mu_);
-  ++refreshes_[safe_label(outcome)];
-}
-void Metrics::refresh_failure(std::string_view code) {
-  std::lock_guard<std::mutex> lock(mu_);
-  ++failures_[safe_label(code)];
-}
-void Metrics::lease_contention() {
-  std::lock_guard<std::mutex> lock(mu_);
-  ++lease_contention_;
-}
-void Metrics::revalidation_dropped() {
-  std::lock_guard<std::mutex> lock(mu_);
-  ++dropped_;
-}
+void Metrics::discovery_hit(int64_t n) { add_locked(mu_, hits_, n); }
+void Metrics::discovery_stale_serve(int64_t n) { add_locked(mu_, stale_serves_, n); }
+void Metrics::discovery_miss(int64_t n) { add_locked(mu_, misses_, n); }
+void Metrics::refresh(std::string_view outcome) { count_locked(mu_, refreshes_, outcome); }
+void Metrics::refresh_failure(std::string_view code) { count_locked(mu_, failures_, code); }
+void Metrics::lease_contention() { add_locked(mu_, lease_contention_, 1); }
+void Metrics::revalidation_dropped() { add_locked(mu_, dropped_, 1); }
 void Metrics::listing_duration_ms(int64_t ms) {
   if (ms < 0) ms = 0;
   double seconds = static_cast<double>(ms) / 1000.0;
@@ -84,30 +104,16 @@ void Metrics::listing_duration_ms(int64_t ms) {
   listing_sum_seconds_ += seconds;
 }
 
-int64_t Metrics::discovery_hits() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return hits_;
-}
-int64_t Metrics::discovery_stale_serves() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return stale_serves_;
-}
-int64_t Metrics::discovery_misses() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return misses_;
-}
+int64_t Metrics::discovery_hits() const { return read_locked(mu_, hits_); }
+int64_t Metrics::discovery_stale_serves() const { return read_locked(mu_, stale_serves_); }
+int64_t Metrics::discovery_misses() const { return read_locked(mu_, misses_); }
 int64_t Metrics::refreshes(std::string_view outcome) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return lookup(refreshes_, outcome);
+  return lookup_locked(mu_, refreshes_, outcome);
 }
 int64_t Metrics::refresh_failures(std::string_view code) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return lookup(failures_, code);
+  return lookup_locked(mu_, failures_, code);
 }
-void Metrics::list_failure(std::string_view list) {
-  std::lock_guard<std::mutex> lock(mu_);
-  ++list_failures_[safe_label(list)];
-}
+void Metrics::list_failure(std::string_view list) { count_locked(mu_, list_failures_, list); }
 
 void Metrics::set_incomplete(const std::string& key, bool incomplete) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -119,8 +125,7 @@ void Metrics::set_incomplete(const std::string& key, bool incomplete) {
 }
 
 int64_t Metrics::list_failures(std::string_view list) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return lookup(list_failures_, list);
+  return lookup_locked(mu_, list_failures_, list);
 }
 
 int64_t Metrics::incomplete_manifests() const {
@@ -128,85 +133,46 @@ int64_t Metrics::incomplete_manifests() const {
   return static_cast<int64_t>(incomplete_.size());
 }
 
-int64_t Metrics::lease_contentions() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return lease_contention_;
-}
-int64_t Metrics::revalidations_dropped() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return dropped_;
-}
-int64_t Metrics::listing_count() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return listing_count_;
-}
+int64_t Metrics::lease_contentions() const { return read_locked(mu_, lease_contention_); }
+int64_t Metrics::revalidations_dropped() const { return read_locked(mu_, dropped_); }
+int64_t Metrics::listing_count() const { return read_locked(mu_, listing_count_); }
 
 void Metrics::store_namespace(std::string_view state) {
   std::lock_guard<std::mutex> lock(mu_);
   namespace_state_ = std::string(state);
 }
-void Metrics::namespace_restored() {
-  std::lock_guard<std::mutex> lock(mu_);
-  ++namespace_restores_;
-}
+void Metrics::namespace_restored() { add_locked(mu_, namespace_restores_, 1); }
 void Metrics::clock_skew_ms(int64_t skew) {
   std::lock_guard<std::mutex> lock(mu_);
   clock_skew_ms_ = skew;
 }
-void Metrics::consumers_removed(int64_t n) {
-  std::lock_guard<std::mutex> lock(mu_);
-  consumers_removed_ += n;
-}
-std::string Metrics::store_namespace() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return namespace_state_;
-}
-std::optional<int64_t> Metrics::clock_skew_ms() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return clock_skew_ms_;
-}
-int64_t Metrics::namespace_restores() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return namespace_restores_;
-}
-int64_t Metrics::consumers_removed() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return consumers_removed_;
-}
+void Metrics::consumers_removed(int64_t n) { add_locked(mu_, consumers_removed_, n); }
+std::string Metrics::store_namespace() const { return read_locked(mu_, namespace_state_); }
+std::optional<int64_t> Metrics::clock_skew_ms() const { return read_locked(mu_, clock_skew_ms_); }
+int64_t Metrics::namespace_restores() const { return read_locked(mu_, namespace_restores_); }
+int64_t Metrics::consumers_removed() const { return read_locked(mu_, consumers_removed_); }
 
 std::string Metrics::prometheus_text() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::ostringstream out;
-  family(out, "quiver_discovery_hits_total", "counter", "Manifests served fresh.");
-  out << "quiver_discovery_hits_total " << hits_ << '\n';
-  family(out, "quiver_discovery_stale_serves_total", "counter",
-         "Manifests served stale while a revalidation was queued.");
-  out << "quiver_discovery_stale_serves_total " << stale_serves_ << '\n';
-  family(out, "quiver_discovery_misses_total", "counter",
-         "Discovery reads that found no usable manifest.");
-  out << "quiver_discovery_misses_total " << misses_ << '\n';
-  family(out, "quiver_refreshes_total", "counter", "Refresh attempts by outcome.");
-  for (const auto& [outcome, n] : refreshes_) {
-    out << "quiver_refreshes_total{outcome=\"" << outcome << "\"} " << n << '\n';
-  }
-  family(out, "quiver_refresh_failures_total", "counter", "Failed refreshes by error code.");
-  for (const auto& [code, n] : failures_) {
-    out << "quiver_refresh_failures_total{code=\"" << code << "\"} " << n << '\n';
-  }
-  family(out, "quiver_lease_contention_total", "counter",
-         "Refreshes skipped because another worker held the lease.");
-  out << "quiver_lease_contention_total " << lease_contention_ << '\n';
-  family(out, "quiver_revalidations_dropped_total", "counter",
-         "Revalidation requests that could not be queued or handled.");
-  out << "quiver_revalidations_dropped_total " << dropped_ << '\n';
-  family(out, "quiver_list_failures_total", "counter",
-         "Lists that could not be loaded in a listing that was still committed, by list.");
-  for (const auto& [list, n] : list_failures_) {
-    out << "quiver_list_failures_total{list=\"" << list << "\"} " << n << '\n';
-  }
-  family(out, "quiver_incomplete_manifests", "gauge",
-         "Connections whose latest listing left a list failed or kept from an earlier listing.");
-  out << "quiver_incomplete_manifests " << incomplete_.size() << '\n';
+  single(out, "quiver_discovery_hits_total", "counter", "Manifests served fresh.", hits_);
+  single(out, "quiver_discovery_stale_serves_total", "counter",
+         "Manifests served stale while a revalidation was queued.", stale_serves_);
+  single(out, "quiver_discovery_misses_total", "counter",
+         "Discovery reads that found no usable manifest.", misses_);
+  labelled(out, "quiver_refreshes_total", "Refresh attempts by outcome.", "outcome", refreshes_);
+  labelled(out, "quiver_refresh_failures_total", "Failed refreshes by error code.", "code",
+           failures_);
+  single(out, "quiver_lease_contention_total", "counter",
+         "Refreshes skipped because another worker held the lease.", lease_contention_);
+  single(out, "quiver_revalidations_dropped_total", "counter",
+         "Revalidation requests that could not be queued or handled.", dropped_);
+  labelled(out, "quiver_list_failures_total",
+           "Lists that could not be loaded in a listing that was still committed, by list.", "list",
+           list_failures_);
+  single(out, "quiver_incomplete_manifests", "gauge",
+         "Connections whose latest listing left a list failed or kept from an earlier listing.",
+         incomplete_.size());
   family(out, "quiver_listing_duration_seconds", "histogram",
          "Time to list one upstream (every page of every list).");
   for (std::size_t i = 0; i < kListingDurationBuckets.size(); ++i) {
@@ -216,21 +182,19 @@ std::string Metrics::prometheus_text() const {
   out << "quiver_listing_duration_seconds_bucket{le=\"+Inf\"} " << listing_count_ << '\n';
   out << "quiver_listing_duration_seconds_sum " << format_double(listing_sum_seconds_) << '\n';
   out << "quiver_listing_duration_seconds_count " << listing_count_ << '\n';
-  family(out, "quiver_store_namespace_ready", "gauge",
+  single(out, "quiver_store_namespace_ready", "gauge",
          "1 while the store's namespace record says ready; 0 while it is missing (the store lost "
-         "its data) or being restored.");
-  out << "quiver_store_namespace_ready " << (namespace_state_ == "ready" ? 1 : 0) << '\n';
-  family(out, "quiver_store_namespace_restores_total", "counter",
-         "Namespaces this agent restored after the store lost them.");
-  out << "quiver_store_namespace_restores_total " << namespace_restores_ << '\n';
-  family(out, "quiver_revalidation_consumers_removed_total", "counter",
-         "Dead consumers (idle, nothing pending) removed from the revalidation group.");
-  out << "quiver_revalidation_consumers_removed_total " << consumers_removed_ << '\n';
+         "its data) or being restored.",
+         namespace_state_ == "ready" ? 1 : 0);
+  single(out, "quiver_store_namespace_restores_total", "counter",
+         "Namespaces this agent restored after the store lost them.", namespace_restores_);
+  single(out, "quiver_revalidation_consumers_removed_total", "counter",
+         "Dead consumers (idle, nothing pending) removed from the revalidation group.",
+         consumers_removed_);
   if (clock_skew_ms_) {
-    family(out, "quiver_clock_skew_seconds", "gauge",
-           "This agent's clock minus the store's clock (Redis TIME), in seconds.");
-    out << "quiver_clock_skew_seconds "
-        << format_double(static_cast<double>(*clock_skew_ms_) / 1000) << '\n';
+    single(out, "quiver_clock_skew_seconds", "gauge",
+           "This agent's clock minus the store's clock (Redis TIME), in seconds.",
+           format_double(static_cast<double>(*clock_skew_ms_) / 1000));
   }
   return out.str();
 }

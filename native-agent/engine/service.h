@@ -71,7 +71,8 @@ class AgentService {
                                             const std::string& trigger) = 0;
 
   // "Test connection": a fresh transient upstream connection (not the pooled one), listed once,
-  // nothing stored. The manifest JSON as the probe prints it, or the error.
+  // nothing stored. The report `quiver-agent probe` prints (probe_report), with connection_id and
+  // principal added and secrets redacted, or the error.
   virtual Result<Json> test_connection(const std::string& connection_id,
                                        const Principal& principal) = 0;
 

@@ -37,8 +37,8 @@ import {
   Agent, HttpUpstream, agentBinaryOrSkip, nodeModules, testUpstreamScript, upstreamStats,
 } from './agent.mjs';
 import {
-  Layout, RedisServer, argValue, crashed, createEdgeUser, edgeDirArg, edgeEnv, finish, mintToken,
-  repoRoot, runTests, signWebhook, sleep, startEdges,
+  Layout, argValue, crashed, edgeDirArg, edgeEnv, finish, mintToken, repoRoot, runTests,
+  signWebhook, sleep, startEdgeRedis, startEdges,
 } from './harness.mjs';
 
 const edgeDir = edgeDirArg();
@@ -498,9 +498,7 @@ async function main() {
   const started = Date.now();
   let failed = 0;
   try {
-    redis = await RedisServer.start({ password: REDIS_PASSWORD });
-    db = await redis.client();
-    await createEdgeUser(db, NS, EDGE_REDIS_PASSWORD);
+    ({ redis, db } = await startEdgeRedis(NS, EDGE_REDIS_PASSWORD, { password: REDIS_PASSWORD }));
     permUpstream = await HttpUpstream.start(['--per-auth', '--auth-users', 'alice,bob'], { logs });
     agent = await Agent.start({
       binary: agentBinary, config: agentConfig(), logs,

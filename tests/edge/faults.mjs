@@ -27,8 +27,8 @@ import assert from 'node:assert/strict';
 
 import { Agent, agentBinaryOrSkip, testUpstreamScript, nodeModules } from './agent.mjs';
 import {
-  RedisServer, argValue, crashed, createEdgeUser, edgeDirArg, edgeEnv, finish, mintToken, runTests,
-  sleep, startEdges,
+  argValue, crashed, edgeDirArg, edgeEnv, finish, mintToken, runTests, sleep, startEdgeRedis,
+  startEdges,
 } from './harness.mjs';
 
 const edgeDir = edgeDirArg();
@@ -168,9 +168,9 @@ async function restartRedis({ keepData }) {
   const { port, dir } = redis;
   if (keepData) await admin('SAVE');
   await redis.stop({ keepData });
-  redis = await RedisServer.start({ password: REDIS_PASSWORD, port, dir: keepData ? dir : null });
-  const c = await redis.client();
-  await createEdgeUser(c, NS, EDGE_REDIS_PASSWORD);
+  let c;
+  const options = { password: REDIS_PASSWORD, port, dir: keepData ? dir : null };
+  ({ redis, db: c } = await startEdgeRedis(NS, EDGE_REDIS_PASSWORD, options));
   c.close();
 }
 
@@ -303,9 +303,9 @@ async function main() {
   const started = Date.now();
   let failed = 0;
   try {
-    redis = await RedisServer.start({ password: REDIS_PASSWORD });
-    const c = await redis.client();
-    await createEdgeUser(c, NS, EDGE_REDIS_PASSWORD);
+    let c;
+    const options = { password: REDIS_PASSWORD };
+    ({ redis, db: c } = await startEdgeRedis(NS, EDGE_REDIS_PASSWORD, options));
     c.close();
     const first = await startAgent();
     auth = { authorization: `Bearer ${mintToken({ member: 'alice', kid: KID, secret: SECRET,

@@ -280,6 +280,16 @@ export async function createEdgeUser(admin, ns, password) {
   await admin.call('ACL', 'SETUSER', EDGE_REDIS_USER, 'reset', ...edgeAclRules(ns), `>${password}`);
 }
 
+// What the edge suites start on: a redis-server (`options` as RedisServer.start takes them) with
+// the edge's user for namespace `ns` created (password `edgePassword`), and `db`, a client of the
+// default user.
+export async function startEdgeRedis(ns, edgePassword, options = {}) {
+  const redis = await RedisServer.start(options);
+  const db = await redis.client();
+  await createEdgeUser(db, ns, edgePassword);
+  return { redis, db };
+}
+
 // ---- processes ---------------------------------------------------------------------------------
 
 // A redis-server on loopback. With `tls` ({cert, key}), it also listens with TLS on `tlsPort`

@@ -23,8 +23,8 @@ import path from 'node:path';
 
 import { Agent, defaultAgentBinary, nodeModules, testUpstreamScript } from './agent.mjs';
 import {
-  EDGE_REDIS_USER, Layout, RedisServer, Workerd, argValue, connectionCommands, createEdgeUser,
-  edgeDirArg, loggedProblems, manifestCommands, manifestJson, mintToken, signWebhook, waitFor,
+  EDGE_REDIS_USER, Layout, Workerd, argValue, connectionCommands, edgeDirArg, loggedProblems,
+  manifestCommands, manifestJson, mintToken, signWebhook, startEdgeRedis, waitFor,
 } from './harness.mjs';
 
 const edgeDir = edgeDirArg();
@@ -295,9 +295,7 @@ async function main() {
       'team:member/bob': await listedBy(agent, 'team', 'bob', logs),
     };
 
-    redis = await RedisServer.start();
-    db = await redis.client();
-    await createEdgeUser(db, NS, EDGE_REDIS_PASSWORD);
+    ({ redis, db } = await startEdgeRedis(NS, EDGE_REDIS_PASSWORD));
     // The agent's key layout (store sync_grants: grants per member, grantees per connection).
     for (const cmd of [...connectionCommands(layout, 'docs', 'shared'),
                        ...connectionCommands(layout, 'team', 'per_member'),

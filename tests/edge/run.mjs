@@ -25,6 +25,7 @@ import {
   EDGE_REDIS_USER, Layout, Redis, RedisServer, Workerd, argValue, connectionCommands, crashed,
   createEdgeUser, edgeDirArg, edgeEnv as harnessEdgeEnv, everythingTools, finish,
   manifestCommands, manifestJson, mintToken, repoRoot, runTests, signWebhook, signWebhookV1, sleep,
+  startEdgeRedis,
 } from './harness.mjs';
 
 const edgeDir = edgeDirArg();
@@ -899,9 +900,7 @@ test('Redis down: an L1 copy is served marked stale, else 503 STORE_UNAVAILABLE'
 // ---- runner ------------------------------------------------------------------------------------
 
 async function main() {
-  redis = await RedisServer.start({ password: REDIS_PASSWORD });
-  db = await redis.client();
-  await createEdgeUser(db, NS, EDGE_REDIS_PASSWORD);
+  ({ redis, db } = await startEdgeRedis(NS, EDGE_REDIS_PASSWORD, { password: REDIS_PASSWORD }));
   await populate();
   if (runtime === 'wrangler') {
     const { WranglerDev, wranglerMissing } = await import('./wrangler.mjs');
