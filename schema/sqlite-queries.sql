@@ -178,8 +178,9 @@ ON CONFLICT (connection_id, principal) DO UPDATE SET
 
 -- name: manifest_select
 -- One manifest row unless past its retention, its body only when :with_body is 1. Has data: a
--- manifest that is not empty (the core's rule, as on Redis).
-SELECT connection_id, principal, coalesce(length(manifest) > 0, 0), etag, config_hash, fence,
+-- manifest that is not empty (the core's rule, as on Redis), compared with '', never measured:
+-- length() counts the characters of the whole body on every read.
+SELECT connection_id, principal, coalesce(manifest <> '', 0), etag, config_hash, fence,
        fetched_at, fresh_until, expires_at, cache_scope, truncated, error_code, error_message,
        error_at, attempt_at, invalidated_at, CASE WHEN :with_body = 1 THEN manifest END
 FROM manifests
@@ -189,7 +190,7 @@ WHERE connection_id = :connection_id AND principal = :principal
 -- name: manifest_list_meta
 -- The maintenance walk: the next :limit rows after the cursor (connection_id, principal), in key
 -- order, without bodies. Columns as manifest_select.
-SELECT connection_id, principal, coalesce(length(manifest) > 0, 0), etag, config_hash, fence,
+SELECT connection_id, principal, coalesce(manifest <> '', 0), etag, config_hash, fence,
        fetched_at, fresh_until, expires_at, cache_scope, truncated, error_code, error_message,
        error_at, attempt_at, invalidated_at, NULL
 FROM manifests
