@@ -342,33 +342,29 @@ export function workerdBinary() {
          path.join(repoRoot, 'build', 'node', 'node_modules', '.bin', 'workerd');
 }
 
-// workerd serving `socket` of a capnp config on a free loopback port. `env` holds the worker's
-// variables (workerd.capnp reads them with fromEnvironment); its output goes to `logs`.
-export class Workerd {
-  static async start({ config, env = {}, logs = [], socket = 'http' }) {
-    const w = new Workerd();
-    w.port = await freePort();
-    w.logs = logs;
-    w.proc = spawnTied(workerdBinary(),
-                       ['serve', config, '--socket-addr', `${socket}=127.0.0.1:${w.port}`],
-                       { env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env } });
-    for (const stream of [w.proc.stdout, w.proc.stderr]) {
+// An HTTP server in a child process tied to this one (spawnTied) on `port`, its output in
+// `logs`: launch() resolves once `GET /healthz` answers at all (`timeoutMs`), or rejects with
+// `exitHint` when the process exits first. Workerd and wrangler.mjs's WranglerDev are these.
+export class ServedProcess {
+  async launch({ command, args, options, logs, what, exitHint, timeoutMs }) {
+    this.logs = logs;
+    this.proc = spawnTied(command, args, options);
+    for (const stream of [this.proc.stdout, this.proc.stderr]) {
       stream.setEncoding('utf8');
       stream.on('data', (d) => logs.push(...d.split('\n').filter(Boolean)));
     }
-    w.exited = new Promise((resolve) => w.proc.once('exit', resolve));
-    const spawnError = new Promise((_, reject) => w.proc.once('exit', (code) => reject(
-      new Error(`workerd exited (${code}): is it installed? (scripts/setup.sh; QUIVER_WORKERD)`))));
+    this.exited = new Promise((resolve) => this.proc.once('exit', resolve));
+    const spawnError = new Promise((_, reject) => this.proc.once('exit', (code) => reject(
+      new Error(`${what} exited (${code}): ${exitHint()}`))));
     spawnError.catch(() => {});
-    w.agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
+    this.agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
     try {
-      await Promise.race([spawnError, waitFor('workerd', async () =>
-        (await w.request('GET', '/healthz')).status > 0, 15000)]);
+      await Promise.race([spawnError, waitFor(what, async () =>
+        (await this.request('GET', '/healthz')).status > 0, timeoutMs)]);
     } catch (e) {
-      await w.stop();
+      await this.stop();
       throw new Error(`${e.message}\n${logs.join('\n')}`);
     }
-    return w;
   }
 
   // One HTTP request; resolves to {status, headers, text, json}.
@@ -380,6 +376,23 @@ export class Workerd {
     this.agent?.destroy();
     await stopTied(this.proc, this.exited);
     this.proc = null;
+  }
+}
+
+// workerd serving `socket` of a capnp config on a free loopback port. `env` holds the worker's
+// variables (workerd.capnp reads them with fromEnvironment); its output goes to `logs`.
+export class Workerd extends ServedProcess {
+  static async start({ config, env = {}, logs = [], socket = 'http' }) {
+    const w = new Workerd();
+    w.port = await freePort();
+    await w.launch({
+      command: workerdBinary(),
+      args: ['serve', config, '--socket-addr', `${socket}=127.0.0.1:${w.port}`],
+      options: { env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env } },
+      logs, what: 'workerd', timeoutMs: 15000,
+      exitHint: () => 'is it installed? (scripts/setup.sh; QUIVER_WORKERD)',
+    });
+    return w;
   }
 }
 

@@ -12,11 +12,10 @@ import { execFile } from 'node:child_process';
 import {
   copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync,
 } from 'node:fs';
-import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 
-import { freePort, httpRequest, repoRoot, spawnTied, stopTied, waitFor } from './harness.mjs';
+import { ServedProcess, freePort, repoRoot } from './harness.mjs';
 
 const nodeModules = path.join(repoRoot, 'build', 'node', 'node_modules');
 const node22 = () => path.join(nodeModules, 'node', 'bin', 'node');
@@ -86,48 +85,32 @@ export async function dryRun(edgeDir) {
 
 // `wrangler dev --local` serving the staged worker of `edgeDir` on a free loopback port, with
 // `env` as its variables and secrets; the same interface as harness.mjs Workerd.
-export class WranglerDev {
+export class WranglerDev extends ServedProcess {
   static async start({ edgeDir, env = {}, logs = [] }) {
     const w = new WranglerDev();
     const { dir, project, home } = stage(edgeDir, env);
     w.dir = dir;
     w.port = await freePort();
     const inspector = await freePort();
-    w.logs = logs;
-    w.proc = spawnTied(node22(), [
-      wranglerJs(), 'dev', '--local', '--ip', '127.0.0.1', '--port', String(w.port),
-      '--inspector-port', String(inspector), '--show-interactive-dev-session=false',
-      '--log-level', 'warn',
-    ], { cwd: project, env: wranglerEnv(home) });
-    for (const stream of [w.proc.stdout, w.proc.stderr]) {
-      stream.setEncoding('utf8');
-      stream.on('data', (d) => logs.push(...d.split('\n').filter(Boolean)));
-    }
-    w.exited = new Promise((resolve) => w.proc.once('exit', resolve));
-    const spawnError = new Promise((_, reject) => w.proc.once('exit', (code) => reject(
-      new Error(`wrangler dev exited (${code}): ${wranglerMissing() || 'see its output'}`))));
-    spawnError.catch(() => {});
-    w.agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
-    try {
-      await Promise.race([spawnError, waitFor('wrangler dev', async () =>
-        (await w.request('GET', '/healthz')).status > 0, 60_000)]);
-      const health = await w.request('GET', '/healthz');
-      if (health.status !== 200) throw new Error(`wrangler dev: /healthz: ${health.text}`);
-    } catch (e) {
+    await w.launch({
+      command: node22(),
+      args: [wranglerJs(), 'dev', '--local', '--ip', '127.0.0.1', '--port', String(w.port),
+             '--inspector-port', String(inspector), '--show-interactive-dev-session=false',
+             '--log-level', 'warn'],
+      options: { cwd: project, env: wranglerEnv(home) },
+      logs, what: 'wrangler dev', timeoutMs: 60_000,
+      exitHint: () => wranglerMissing() || 'see its output',
+    });
+    const health = await w.request('GET', '/healthz');
+    if (health.status !== 200) {
       await w.stop();
-      throw new Error(`${e.message}\n${logs.join('\n')}`);
+      throw new Error(`wrangler dev: /healthz: ${health.text}`);
     }
     return w;
   }
 
-  request(method, pathAndQuery, opts = {}) {
-    return httpRequest(this.port, method, pathAndQuery, { agent: this.agent, ...opts });
-  }
-
   async stop() {
-    this.agent?.destroy();
-    await stopTied(this.proc, this.exited);
-    this.proc = null;
+    await super.stop();
     if (this.dir) rmSync(this.dir, { recursive: true, force: true });
   }
 }
