@@ -61,9 +61,8 @@ Result<RedisCommand> eval(const char* script, std::initializer_list<const std::s
   if (text.empty()) {
     return Error(ErrorCode::kInternal, std::string("schema/lua/") + script + " is not compiled in");
   }
-  // TODO(perf): EVALSHA with an EVAL fallback on NOSCRIPT would save sending the script text
-  // (~1–2 KiB) per call; it needs SHA-1 in the core. These scripts run once per refresh, not per
-  // read, so EVAL is what we pay for now.
+  // Built as EVAL; the Redis conversation (shared/redis_conversation.h) sends it as EVALSHA and
+  // falls back to this text only when Redis answers NOSCRIPT.
   RedisCommand argv;
   argv.reserve(3 + keys.size() + args.size());
   argv.emplace_back("EVAL");

@@ -171,6 +171,8 @@ std::string RedisKeys::manifest_match_pattern() const {
   return prefix_ + key_kind_name(KeyKind::kManifest) + ":*";
 }
 
+std::string RedisKeys::namespace_match_pattern() const { return prefix_ + "*"; }
+
 Result<ParsedKey> RedisKeys::parse(std::string_view key) const {
   if (key.substr(0, prefix_.size()) != prefix_) {
     return invalid("not a key of namespace `" + ns_ + "`");

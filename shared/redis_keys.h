@@ -131,6 +131,8 @@ class RedisKeys {
 
   // SCAN MATCH pattern for every manifest key of the namespace (maintenance).
   std::string manifest_match_pattern() const;
+  // Every key of the namespace, as a SCAN MATCH pattern.
+  std::string namespace_match_pattern() const;
 
   // The inverse of the builders, for keys of this namespace only.
   Result<ParsedKey> parse(std::string_view key) const;

@@ -502,13 +502,13 @@ struct RedisStore::Impl {
   }
 
   // Every key of the namespace (SCAN MATCH "quiver:{ns}:*", optionally of one TYPE), page by page.
-  // TODO(contract): a RedisKeys::namespace_match_pattern() would keep even this pattern there.
   // TODO(perf): O(keys of the namespace); run on config sync only.
   Status scan_namespace(const char* type,
                         const std::function<Status(const std::vector<std::string>&)>& page) {
     std::string cursor = "0";
     do {
-      RedisCommand scan = {"SCAN", cursor, "MATCH", keys.prefix() + "*", "COUNT", "1000"};
+      RedisCommand scan = {"SCAN",  cursor, "MATCH", keys.namespace_match_pattern(),
+                           "COUNT", "1000"};
       if (type != nullptr) {
         scan.push_back("TYPE");
         scan.push_back(type);

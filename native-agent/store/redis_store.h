@@ -6,11 +6,10 @@
 // is sent with AUTH and nowhere else: describe(), logs and error messages never carry it.
 // `rediss://` (TLS) is refused with a clear message: hiredis 0.14 has no TLS.
 //
-// Every key comes from RedisKeys (shared/identity.h), with two exceptions marked TODO(contract)
-// until RedisKeys has them: the replay guard's key (`quiver:{ns}:replay:<sha256>`) and the
-// namespace SCAN pattern of config sync. The lease steps and fenced writes are the Lua scripts of
-// schema/lua/, run through shared/lease.h's command builders. Multi-key updates (config sync,
-// grants, overlay publishing) are pipelined: reads in one round trip, writes in one MULTI/EXEC.
+// Every key and SCAN pattern comes from RedisKeys (shared/redis_keys.h). The lease steps and
+// fenced writes are the Lua scripts of schema/lua/, run through shared/lease.h's command builders.
+// Multi-key updates (config sync, grants, overlay publishing) are pipelined: reads in one round
+// trip, writes in one MULTI/EXEC.
 //
 // Connections: created lazily, with a connect timeout and a command timeout. An op whose
 // connection drops or times out fails with kStoreUnavailable and drops the connection; the next op
