@@ -267,8 +267,8 @@ bool Tracer::export_batch(const std::vector<TraceSpan>& batch) {
     // The endpoint is the operator's; the answer's body is not logged (a collector's text).
     std::string why = res ? "the collector answered HTTP " + std::to_string(res->status)
                           : "no answer (" + httplib::to_string(res.error()) + ")";
-    log_->warn(kTraceLog, "exporting " + std::to_string(batch.size()) + " span(s) to " +
-                              base_url_ + path_ + " failed: " + why +
+    log_->warn(kTraceLog, "exporting " + std::to_string(batch.size()) + " span(s) to " + base_url_ +
+                              path_ + " failed: " + why +
                               "; dropped (logged at most once a minute)");
   }
   return false;

@@ -53,7 +53,9 @@ class OtlpReceiver {
     server_.stop();
     thread_.join();
   }
-  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_) + "/v1/traces"; }
+  std::string endpoint() const {
+    return "http://127.0.0.1:" + std::to_string(port_) + "/v1/traces";
+  }
   std::vector<std::string> bodies() {
     std::lock_guard<std::mutex> lock(mu_);
     return bodies_;
@@ -160,9 +162,8 @@ class TracingTest : public ::testing::Test {
   httplib::Headers bearer() {
     MintOptions o;
     o.ns = agent_->config().ns;
-    return {{"Authorization",
-             "Bearer " + *mint_caller_token("alice", kTokenKey, "k1", system_clock_ms()(),
-                                            3'600'000, o)}};
+    return {{"Authorization", "Bearer " + *mint_caller_token("alice", kTokenKey, "k1",
+                                                             system_clock_ms()(), 3'600'000, o)}};
   }
 
   std::string log() {
@@ -318,9 +319,9 @@ TEST(Tracer, OptionsComeFromTheOtelVariables) {
                   {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "https://t.example/otlp/traces"}})
                 ->endpoint,
             "https://t.example/otlp/traces");
-  EXPECT_TRUE(from({{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"},
-                    {"OTEL_TRACES_EXPORTER", "none"}})
-                  ->endpoint.empty());
+  EXPECT_TRUE(
+      from({{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"}, {"OTEL_TRACES_EXPORTER", "none"}})
+          ->endpoint.empty());
   EXPECT_EQ(from({{"OTEL_SERVICE_NAME", "agent-eu-1"}})->service_name, "agent-eu-1");
   Result<TracerOptions> headers =
       from({{"OTEL_EXPORTER_OTLP_HEADERS", " api-key = a%20b%3Dc , x-team=ops,"}});

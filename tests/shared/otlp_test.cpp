@@ -29,23 +29,22 @@ TEST(Otlp, TracesJsonIsTheOtlpJsonMapping) {
   root.name = "root";
 
   const std::string body = otlp_traces_json({s, root}, "quiver-agent", "0.1.0");
-  EXPECT_EQ(
-      body,
-      R"({"resourceSpans":[{"resource":{"attributes":[)"
-      R"({"key":"service.name","value":{"stringValue":"quiver-agent"}},)"
-      R"({"key":"service.version","value":{"stringValue":"0.1.0"}}]},)"
-      R"("scopeSpans":[{"scope":{"name":"quiver-agent","version":"0.1.0"},"spans":[)"
-      R"({"traceId":"4bf92f3577b34da6a3ce929d0e0e4736","spanId":"00f067aa0ba902b7",)"
-      R"("parentSpanId":"b7ad6b7169203331","name":"GET /v1/manifests","kind":2,)"
-      R"("startTimeUnixNano":"1700000000000000001","endTimeUnixNano":"1700000000000000999",)"
-      R"("attributes":[{"key":"http.route","value":{"stringValue":"/v1/manifests"}},)"
-      R"({"key":"http.response.status_code","value":{"intValue":"200"}},)"
-      R"({"key":"quiver.flag","value":{"boolValue":true}},)"
-      R"({"key":"quote\"d","value":{"stringValue":"line\nbreak"}}],)"
-      R"("status":{"code":2,"message":"HTTP 503"}},)"
-      R"({"traceId":"4bf92f3577b34da6a3ce929d0e0e4736","spanId":"b7ad6b7169203331",)"
-      R"("name":"root","kind":1,"startTimeUnixNano":"0","endTimeUnixNano":"0",)"
-      R"("attributes":[],"status":{"code":0}}]}]}]})");
+  EXPECT_EQ(body,
+            R"({"resourceSpans":[{"resource":{"attributes":[)"
+            R"({"key":"service.name","value":{"stringValue":"quiver-agent"}},)"
+            R"({"key":"service.version","value":{"stringValue":"0.1.0"}}]},)"
+            R"("scopeSpans":[{"scope":{"name":"quiver-agent","version":"0.1.0"},"spans":[)"
+            R"({"traceId":"4bf92f3577b34da6a3ce929d0e0e4736","spanId":"00f067aa0ba902b7",)"
+            R"("parentSpanId":"b7ad6b7169203331","name":"GET /v1/manifests","kind":2,)"
+            R"("startTimeUnixNano":"1700000000000000001","endTimeUnixNano":"1700000000000000999",)"
+            R"("attributes":[{"key":"http.route","value":{"stringValue":"/v1/manifests"}},)"
+            R"({"key":"http.response.status_code","value":{"intValue":"200"}},)"
+            R"({"key":"quiver.flag","value":{"boolValue":true}},)"
+            R"({"key":"quote\"d","value":{"stringValue":"line\nbreak"}}],)"
+            R"("status":{"code":2,"message":"HTTP 503"}},)"
+            R"({"traceId":"4bf92f3577b34da6a3ce929d0e0e4736","spanId":"b7ad6b7169203331",)"
+            R"("name":"root","kind":1,"startTimeUnixNano":"0","endTimeUnixNano":"0",)"
+            R"("attributes":[],"status":{"code":0}}]}]}]})");
   EXPECT_TRUE(parse_json(body).ok());
   // An empty batch is still a valid request.
   EXPECT_TRUE(parse_json(otlp_traces_json({}, "q", "1")).ok());
@@ -70,8 +69,9 @@ TEST(Otlp, TraceparentFollowsW3cTraceContext) {
     EXPECT_FALSE(parse_traceparent(bad).has_value()) << bad;
   }
   EXPECT_TRUE(is_trace_id("4bf92f3577b34da6a3ce929d0e0e4736"));
-  EXPECT_FALSE(is_span_id("4bf92f3577b34da6"
-                          "a"));
+  EXPECT_FALSE(
+      is_span_id("4bf92f3577b34da6"
+                 "a"));
 }
 
 }  // namespace
