@@ -398,10 +398,20 @@ TEST(Upstream, CrashingUpstreamBacksOffInsteadOfSpinning) {
 // ---- misbehaving upstreams --------------------------------------------------------------------
 
 TEST(Upstream, HungListGivesUpAtTheDeadlineAndKeepsTheSession) {
-  UpstreamConnection conn(test_upstream_stdio("hung", {"--hang"}));
-  int64_t start = steady_now_ms();
-  auto listing = conn.list(conn.now_ms() + 1200);
-  int64_t took = steady_now_ms() - start;
+  // On a loaded machine node can take longer than the 1.2 s deadline to start: with a start-up
+  // budget the process is kept and the next attempt goes on with it (issue 10), so the hung
+  // *lists* are what is timed, on the one session, whatever the start cost.
+  UpstreamOptions options;
+  options.startup_timeout_ms = 10'000;
+  UpstreamConnection conn(test_upstream_stdio("hung", {"--hang"}), options);
+  Result<Listing> listing = Error(ErrorCode::kInternal, "not listed");
+  int64_t took = 0;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    const int64_t start = steady_now_ms();
+    listing = conn.list(conn.now_ms() + 1200);
+    took = steady_now_ms() - start;
+    if (listing.ok() && took < 1800) break;  // the handshake had been done: the lists hung
+  }
   ASSERT_TRUE(listing.ok()) << listing.error().message;  // the handshake worked
   EXPECT_GE(took, 1150);
   EXPECT_LT(took, 1800);
