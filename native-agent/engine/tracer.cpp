@@ -7,6 +7,7 @@
 #include <httplib.h>
 
 #include "native-agent/base/clock.h"
+#include "native-agent/base/config_internal.h"  // percent_decode, as for config values
 #include "shared/sha256.h"
 
 namespace quiver {
@@ -20,13 +21,6 @@ int64_t unix_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
 }
 
 // OTEL_EXPORTER_OTLP_HEADERS: `key=value` pairs separated by commas, values percent-encoded
@@ -57,17 +51,7 @@ Result<std::vector<std::pair<std::string, std::string>>> parse_headers(std::stri
                      "OTEL_EXPORTER_OTLP_HEADERS: a header name is not a token");
       }
     }
-    std::string_view raw = trim(item.substr(eq + 1));
-    std::string value;
-    for (std::size_t i = 0; i < raw.size(); ++i) {
-      if (raw[i] == '%' && i + 2 < raw.size() && hex_value(raw[i + 1]) >= 0 &&
-          hex_value(raw[i + 2]) >= 0) {
-        value += static_cast<char>(hex_value(raw[i + 1]) * 16 + hex_value(raw[i + 2]));
-        i += 2;
-      } else {
-        value += raw[i];
-      }
-    }
+    std::string value = config_internal::percent_decode(trim(item.substr(eq + 1)));
     for (char c : value) {
       if (c == '\r' || c == '\n' || c == '\0') {
         return Error(ErrorCode::kInvalidArgument,
