@@ -39,6 +39,7 @@
 #include <string_view>
 #include <vector>
 
+#include "native-agent/store/catalog.h"
 #include "shared/connection_record.h"
 #include "shared/discovery.h"
 #include "shared/freshness.h"
@@ -268,6 +269,54 @@ class ManifestStore {
 
   virtual Result<int64_t> bump_epoch() = 0;  // the new value
   virtual Result<int64_t> read_epoch() = 0;  // 0 before the first bump
+
+  // Makes one member's stored grants (the set readers check, RedisKeys grants:member/<id>)
+  // exactly `cids`, and the reverse sets (grantees) with it; bumps the epoch when anything
+  // changed. True when something changed. The cost grows with the member's old and new grants,
+  // never with the number of members: the admin API's per-member grant changes go here.
+  virtual Result<bool> set_member_grants(std::string_view /*member_id*/,
+                                         const std::set<std::string>& /*cids*/) {
+    return Error(ErrorCode::kInternal, "TODO(catalog helper): not implemented");
+  }  // NOLINT
+  // The members granted connection `cid` (ids, sorted): the grantees a per-member connection is
+  // listed for.
+  virtual Result<std::set<std::string>> read_grantees(std::string_view /*cid*/) {
+    return Error(ErrorCode::kInternal, "TODO(catalog helper): not implemented");
+  }  // NOLINT
+
+  // --- the runtime catalog and the audit log (native-agent/store/catalog.h) ---
+
+  // Writes `entry` (a tombstone when its value is nullopt). kAlways: unconditionally; kFileSeed:
+  // only when catalog_seed_applies(stored, entry.meta.file_hash, entry.meta.rev_ms), read and
+  // written atomically. An applied write bumps the kind's version. kInvalidArgument for a key
+  // that is not valid for its kind (a member id, a connection id, "*" for grants only) or a
+  // value over kMaxCatalogValueBytes.
+  virtual Result<CatalogWriteResult> catalog_write(const CatalogEntry& /*entry*/,
+                                                   CatalogWriteMode /*mode*/) {
+    return Error(ErrorCode::kInternal, "TODO(catalog helper): not implemented");
+  }  // NOLINT
+  virtual Result<std::optional<CatalogEntry>> catalog_read(CatalogKind /*kind*/,
+                                                           std::string_view /*key*/) {
+    return Error(ErrorCode::kInternal, "TODO(catalog helper): not implemented");
+  }  // NOLINT
+  // Entries of `kind` in key order, from just after `cursor` ("" from the start), at most `limit`
+  // (>= 1). The cost of a page does not grow with the number of entries.
+  virtual Result<CatalogPage> catalog_list(CatalogKind /*kind*/, std::string_view /*cursor*/,
+                                           std::size_t /*limit*/) {
+    return Error(ErrorCode::kInternal, "TODO(catalog helper): not implemented");
+  }  // NOLINT
+  virtual Result<CatalogVersions> catalog_versions() {
+    return Error(ErrorCode::kInternal, "TODO(catalog helper): not implemented");
+  }  // NOLINT
+  // Appends one line (its id and at_ms given by the store when empty / 0); the log is bounded
+  // (the oldest lines go first past kMaxAuditEntries).
+  virtual Status append_audit(const AuditEntry& /*entry*/) {
+    return Error(ErrorCode::kInternal, "TODO(catalog helper): not implemented");
+  }  // NOLINT
+  // Newest first, from just before `cursor` ("" from the newest), at most `limit` (>= 1).
+  virtual Result<AuditPage> read_audit(std::string_view /*cursor*/, std::size_t /*limit*/) {
+    return Error(ErrorCode::kInternal, "TODO(catalog helper): not implemented");
+  }  // NOLINT
 
   // --- revalidation queue ---
 
