@@ -203,7 +203,7 @@ EdgeStep EdgeService::healthz(Request& r, const HttpRequest& request) {
   }
   Json body = Json::object();
   body["service"] = "quiver-edge";
-  body["version"] = kEdgeVersion;
+  body["version"] = kQuiverVersion;
   int status = 200;
   if (!settings_) {
     status = 503;

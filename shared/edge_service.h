@@ -67,10 +67,10 @@
 #include "shared/resp.h"
 #include "shared/search_index.h"
 #include "shared/status.h"
+#include "shared/version.h"
 
 namespace quiver {
 
-inline constexpr char kEdgeVersion[] = "0.1.0";
 // The largest request body the host reads (webhook bodies are the largest); beyond it, 413.
 inline constexpr std::size_t kMaxEdgeRequestBodyBytes = 64 * 1024;
 // The search indexes kept per isolate (shared/search_index.h), by count and by bytes.

@@ -105,6 +105,7 @@
 #include "shared/jsonrpc.h"
 #include "shared/listing.h"
 #include "shared/status.h"
+#include "shared/version.h"
 
 namespace quiver {
 
@@ -132,7 +133,7 @@ enum class EraPolicy {
 
 struct McpSessionConfig {
   std::string client_name = "quiver";
-  std::string client_version = "0.1.0";
+  std::string client_version = kQuiverVersion;
   // The versions we speak; the newest of each era is preferred, order does not matter.
   std::vector<std::string> protocol_versions = {"2026-07-28", "2025-11-25", "2025-06-18",
                                                 "2025-03-26", "2024-11-05"};

@@ -9,6 +9,7 @@
 #include "native-agent/base/clock.h"
 #include "native-agent/base/config_internal.h"  // percent_decode, as for config values
 #include "shared/sha256.h"
+#include "shared/version.h"
 
 namespace quiver {
 
@@ -236,7 +237,7 @@ bool Tracer::export_batch(const std::vector<TraceSpan>& batch) {
   client.set_write_timeout(secs, usecs);
   httplib::Headers headers;
   for (const auto& [k, v] : options_.headers) headers.emplace(k, v);
-  std::string body = otlp_traces_json(batch, options_.service_name, "0.1.0");
+  std::string body = otlp_traces_json(batch, options_.service_name, kQuiverVersion);
   httplib::Result res = client.Post(path_, headers, body, "application/json");
   const bool ok = res && res->status >= 200 && res->status < 300;
   if (ok) {
