@@ -33,6 +33,7 @@
 #include "native-agent/base/config.h"
 #include "native-agent/engine/agent.h"
 #include "shared/caller_token.h"
+#include "tests/support/agent_setup.h"
 #include "tests/support/mcp_peers.h"
 
 namespace quiver {
@@ -194,13 +195,9 @@ class HostileApiTest : public ::testing::Test {
         {"webhook_secrets", {{"ci", {{"env", "TEST_WEBHOOK_SECRET"}}}}},
         {"runtime", {{"list_timeout_ms", 4000}}},
     };
-    const std::string text = Json{{"mcpServers", servers}, {"quiver", quiver}}.dump();
-    ConfigSources sources;
-    sources.text = text;  // a view: the text outlives the parse
-    sources.origin = "api_hostile_test.json";
-    sources.env = {{"TEST_TOKEN_KEY", kTokenKey}, {"TEST_WEBHOOK_SECRET", kWebhookSecret}};
-    sources.working_dir = dir_.root();
-    Result<AgentConfig> config = parse_config(sources);
+    Result<AgentConfig> config = parse_test_config(
+        Json{{"mcpServers", servers}, {"quiver", quiver}}, "api_hostile_test.json",
+        {{"TEST_TOKEN_KEY", kTokenKey}, {"TEST_WEBHOOK_SECRET", kWebhookSecret}}, dir_.root());
     ASSERT_TRUE(config.ok()) << config.error().message;
     AgentOptions options = AgentOptions::on_demand();
     options.log_sink = [](const std::string&) {};

@@ -33,6 +33,7 @@
 #include "shared/caller_token.h"
 #include "shared/sha256.h"
 #include "shared/webhook_signature.h"
+#include "tests/support/agent_setup.h"
 #include "tests/support/hiredis_run.h"
 #include "tests/support/mcp_peers.h"
 #include "tests/support/redis_fixture.h"
@@ -41,6 +42,8 @@
 namespace quiver {
 namespace {
 
+using testing::LogCapture;
+using testing::parse_test_config;
 using testing::read_stats;
 using testing::TempDir;
 using testing::test_upstream_js;
@@ -158,24 +161,18 @@ class ApiTest : public testing::WithRedisServer<::testing::TestWithParam<Backend
       static std::atomic<int> n{0};
       quiver["namespace"] = "api-" + std::to_string(::getpid()) + "-" + std::to_string(++n);
     }
-    std::string text = Json{{"mcpServers", servers}, {"quiver", quiver}}.dump();
-    ConfigSources sources;
-    sources.text = text;
-    sources.origin = "api_test.json";
-    sources.env = {{"TEST_TOKEN_KEY", kTokenKey},
-                   {"TEST_WEBHOOK_SECRET", kWebhookSecret},
-                   {"SECRET", kUpstreamSecret},
-                   {"CAROL_CRED", "Bearer carol"},
-                   {"DAVE_CRED", "Bearer dave"}};
-    sources.working_dir = dir_.root();
-    Result<AgentConfig> config = parse_config(sources);
+    Result<AgentConfig> config =
+        parse_test_config(Json{{"mcpServers", servers}, {"quiver", quiver}}, "api_test.json",
+                          {{"TEST_TOKEN_KEY", kTokenKey},
+                           {"TEST_WEBHOOK_SECRET", kWebhookSecret},
+                           {"SECRET", kUpstreamSecret},
+                           {"CAROL_CRED", "Bearer carol"},
+                           {"DAVE_CRED", "Bearer dave"}},
+                          dir_.root());
     ASSERT_TRUE(config.ok()) << config.error().message;
 
     AgentOptions options = AgentOptions::on_demand();
-    options.log_sink = [this](const std::string& line) {
-      std::lock_guard<std::mutex> lock(log_mu_);
-      log_ += line + "\n";
-    };
+    options.log_sink = log_.sink();
     Result<std::unique_ptr<Agent>> agent = Agent::create(*config, options);
     ASSERT_TRUE(agent.ok()) << agent.error().message;
     agent_ = std::move(*agent);
@@ -202,20 +199,14 @@ class ApiTest : public testing::WithRedisServer<::testing::TestWithParam<Backend
     options.worker_threads = workers;
     options.max_queued_requests = queued;
     options.keep_alive_timeout_ms = 1000;
-    options.log = [this](const std::string& line) {
-      std::lock_guard<std::mutex> lock(log_mu_);
-      log_ += line + "\n";
-    };
+    options.log = log_.sink();
     auto server = std::make_unique<ApiServer>(service, options);
     Status started = server->start();
     EXPECT_TRUE(started.ok()) << (started.ok() ? "" : started.error().message);
     return started.ok() ? std::move(server) : nullptr;
   }
 
-  std::string log() {
-    std::lock_guard<std::mutex> lock(log_mu_);
-    return log_;
-  }
+  std::string log() { return log_.text(); }
 
   std::string ns() const { return agent_->config().ns; }
 
@@ -261,8 +252,7 @@ class ApiTest : public testing::WithRedisServer<::testing::TestWithParam<Backend
   std::unique_ptr<Agent> agent_;
   std::unique_ptr<ApiServer> server_;
   std::unique_ptr<httplib::Client> client_;
-  std::mutex log_mu_;
-  std::string log_;
+  LogCapture log_;
 };
 
 INSTANTIATE_TEST_SUITE_P(BothStores, ApiTest, ::testing::Values(Backend::kSqlite, Backend::kRedis),

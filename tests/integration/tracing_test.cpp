@@ -21,6 +21,7 @@
 #include "native-agent/engine/tracer.h"
 #include "shared/caller_token.h"
 #include "shared/json.h"
+#include "tests/support/agent_setup.h"
 #include "tests/support/mcp_peers.h"
 
 namespace quiver {
@@ -131,19 +132,12 @@ class TracingTest : public ::testing::Test {
         {"grants", {{"alice", {"t"}}}},
         {"caller_token_keys", {{"k1", {{"env", "TEST_TOKEN_KEY"}}}}},
     };
-    text_ = Json{{"mcpServers", servers}, {"quiver", quiver}}.dump();
-    ConfigSources sources;
-    sources.text = text_;
-    sources.origin = "tracing_test.json";
-    sources.env = {{"TEST_TOKEN_KEY", kTokenKey}, {"TEST_UPSTREAM_SECRET", kUpstreamSecret}};
-    sources.working_dir = dir_.root();
-    Result<AgentConfig> config = parse_config(sources);
+    Result<AgentConfig> config = parse_test_config(
+        Json{{"mcpServers", servers}, {"quiver", quiver}}, "tracing_test.json",
+        {{"TEST_TOKEN_KEY", kTokenKey}, {"TEST_UPSTREAM_SECRET", kUpstreamSecret}}, dir_.root());
     ASSERT_TRUE(config.ok()) << config.error().message;
     AgentOptions options = AgentOptions::on_demand();
-    options.log_sink = [this](const std::string& line) {
-      std::lock_guard<std::mutex> lock(log_mu_);
-      log_ += line + "\n";
-    };
+    options.log_sink = log_.sink();
     options.tracing = std::move(tracing);
     Result<std::unique_ptr<Agent>> agent = Agent::create(*config, options);
     ASSERT_TRUE(agent.ok()) << agent.error().message;
@@ -166,15 +160,10 @@ class TracingTest : public ::testing::Test {
                                                              system_clock_ms()(), 3'600'000, o)}};
   }
 
-  std::string log() {
-    std::lock_guard<std::mutex> lock(log_mu_);
-    return log_;
-  }
+  std::string log() { return log_.text(); }
 
   TempDir dir_;
-  std::string text_;
-  std::mutex log_mu_;
-  std::string log_;
+  LogCapture log_;
   std::unique_ptr<Agent> agent_;
   std::unique_ptr<ApiServer> server_;
 };
