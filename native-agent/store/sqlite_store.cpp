@@ -750,6 +750,25 @@ std::optional<Result<DiscoverySnapshot>> SqliteStore::read_discovery_now(
   return read_discovery_on((*reader)->db(), s.options.now_ms(), member, query);
 }
 
+namespace {
+
+// One member's grants rows made exactly `cids` (inside the caller's transaction).
+Status replace_member_grants(Db& s, const std::string& principal,
+                             const std::set<std::string>& cids) {
+  Query del(s, "grants_delete_member");
+  if (Result<int> r = del.text(":principal", principal).run(); !r.ok()) return r.error();
+  for (const std::string& cid : cids) {
+    Query ins(s, "grant_insert");
+    if (Result<int> r = ins.text(":principal", principal).text(":connection_id", cid).run();
+        !r.ok()) {
+      return r.error();
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<GrantSync> SqliteStore::sync_grants(const GrantMap& grants) {
   for (const auto& [member, cids] : grants) {
     if (Status st = validate_member_id(member); !st.ok()) return st.error();
@@ -784,15 +803,8 @@ Result<GrantSync> SqliteStore::sync_grants(const GrantMap& grants) {
     auto have = current.find(member);
     if ((have == current.end() ? kNone : have->second) == desired) continue;
     sync.changed_members.push_back(member);
-    std::string principal = Principal::member(member)->str();
-    Query del(s, "grants_delete_member");
-    if (Result<int> r = del.text(":principal", principal).run(); !r.ok()) return r.error();
-    for (const std::string& cid : desired) {
-      Query ins(s, "grant_insert");
-      if (Result<int> r = ins.text(":principal", principal).text(":connection_id", cid).run();
-          !r.ok()) {
-        return r.error();
-      }
+    if (Status st = replace_member_grants(s, Principal::member(member)->str(), desired); !st.ok()) {
+      return st.error();
     }
   }
   if (!sync.changed_members.empty()) {
@@ -1279,15 +1291,7 @@ Result<bool> SqliteStore::set_member_grants(std::string_view member_id,
   }
   if (have == cids) return false;
   // The grants table is also the grantees index (grants_by_connection): one write serves both.
-  Query del(s, "grants_delete_member");
-  if (Result<int> r = del.text(":principal", p->str()).run(); !r.ok()) return r.error();
-  for (const std::string& cid : cids) {
-    Query ins(s, "grant_insert");
-    if (Result<int> r = ins.text(":principal", p->str()).text(":connection_id", cid).run();
-        !r.ok()) {
-      return r.error();
-    }
-  }
+  if (Status st = replace_member_grants(s, p->str(), cids); !st.ok()) return st.error();
   if (Result<int64_t> e = bump_epoch_locked(s); !e.ok()) return e.error();
   if (Status st = tx.commit(); !st.ok()) return st.error();
   return true;
