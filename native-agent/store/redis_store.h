@@ -9,7 +9,9 @@
 // Every key and SCAN pattern comes from RedisKeys (shared/redis_keys.h). The lease steps and
 // fenced writes are the Lua scripts of schema/lua/, run through shared/lease.h's command builders.
 // Multi-key updates (config sync, grants, overlay publishing) are pipelined: reads in one round
-// trip, writes in one MULTI/EXEC.
+// trip, writes in one MULTI/EXEC. A catalog write is one script (schema/lua/catalog_write.lua,
+// the file rule evaluated inside it); set_member_grants reads the member's set, then writes it and
+// the grantees sets it touches in one MULTI/EXEC.
 //
 // Connections: created lazily, with a connect timeout and a command timeout. An op whose
 // connection drops or times out fails with kStoreUnavailable and drops the connection; the next op

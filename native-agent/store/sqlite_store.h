@@ -6,7 +6,8 @@
 // process that opens the file (two agents on one file behave like two agents on one Redis): the
 // lease with its token and fence, the fenced commit (holder, newest fence, current config_hash),
 // the failure record that never restamps config_hash, the revalidation gate and queue, the replay
-// guard, the refresh webhook (schema/lua/webhook_refresh.lua's rules).
+// guard, the refresh webhook (schema/lua/webhook_refresh.lua's rules), a catalog write with its
+// file rule (schema/lua/catalog_write.lua's), a member's grants, an audit line with its bound.
 //
 // Time: lease, gate and replay expiry and the manifests' retention run on the injected clock
 // (`now_ms`), so tests expire a lease by moving the clock. Blocking reads of the queue wait in real
