@@ -9,7 +9,9 @@
 // Every key and SCAN pattern comes from RedisKeys (shared/redis_keys.h). The lease steps and
 // fenced writes are the Lua scripts of schema/lua/, run through shared/lease.h's command builders.
 // Multi-key updates (config sync, grants, overlay publishing) are pipelined: reads in one round
-// trip, writes in one MULTI/EXEC.
+// trip, writes in one MULTI/EXEC. A catalog write is one script (schema/lua/catalog_write.lua,
+// the file rule evaluated inside it); set_member_grants reads the member's set, then writes it and
+// the grantees sets it touches in one MULTI/EXEC.
 //
 // Connections: created lazily, with a connect timeout and a command timeout. An op whose
 // connection drops or times out fails with kStoreUnavailable and drops the connection; the next op
@@ -40,7 +42,9 @@ struct RedisStoreOptions {
   int64_t reconnect_backoff_max_ms = 5'000;
   // XADD MAXLEN ~ bound of the revalidation stream.
   int64_t revalidate_stream_max_len = 10'000;
-  // `at` of queued revalidation requests.
+  // XADD MAXLEN ~ bound of the audit stream (quiver:{ns}:audit).
+  int64_t max_audit_entries = static_cast<int64_t>(kMaxAuditEntries);
+  // `at` of queued revalidation requests, updated_at of catalog entries, at of audit lines.
   Clock now_ms = system_clock_ms();
 };
 
@@ -87,6 +91,17 @@ class RedisStore final : public ManifestStore {
   Result<std::optional<ConnectionRecord>> read_connection(std::string_view cid) override;
   Result<GrantSync> sync_grants(const GrantMap& grants) override;
   Result<std::set<std::string>> read_grants(std::string_view member_id) override;
+  Result<bool> set_member_grants(std::string_view member_id,
+                                 const std::set<std::string>& cids) override;
+  Result<std::set<std::string>> read_grantees(std::string_view cid) override;
+  Result<CatalogWriteResult> catalog_write(const CatalogEntry& entry,
+                                           CatalogWriteMode mode) override;
+  Result<std::optional<CatalogEntry>> catalog_read(CatalogKind kind, std::string_view key) override;
+  Result<CatalogPage> catalog_list(CatalogKind kind, std::string_view cursor,
+                                   std::size_t limit) override;
+  Result<CatalogVersions> catalog_versions() override;
+  Status append_audit(const AuditEntry& entry) override;
+  Result<AuditPage> read_audit(std::string_view cursor, std::size_t limit) override;
   Result<MergedPreferences> merge_preferences(std::string_view cid, const Principal& principal,
                                               const std::vector<PreferenceRow>& rows) override;
   Result<DisabledOverlay> read_disabled(std::string_view cid, const Principal& principal) override;
