@@ -151,8 +151,8 @@ Result<AgentConfig> effective_config(const ConfigSources& file,
     }
     const std::string name = v["name"].get<std::string>();
     if (servers.contains(name)) {
-      warn("connection", e.key, "its name `" + name + "` is taken by connection `" +
-                                    name_of[name] + "` (skipped)");
+      warn("connection", e.key,
+           "its name `" + name + "` is taken by connection `" + name_of[name] + "` (skipped)");
       continue;
     }
     Json doc = connection_document(e.key, v);
@@ -243,7 +243,8 @@ Result<AgentConfig> effective_config(const ConfigSources& file,
     for (const std::string& id : ids) {
       const Live& live = connections[id];
       if (live.needs_credential && live.credentialed.count(m) == 0) {
-        warn("grant", m, "connection `" + id + "` has no credential for this member (grant ignored)");
+        warn("grant", m,
+             "connection `" + id + "` has no credential for this member (grant ignored)");
         continue;
       }
       list.push_back(id);
@@ -297,8 +298,8 @@ void referenced_vars(const Json& v, std::set<std::string>* out) {
       std::size_t start = p + 2;
       if (s.compare(start, 4, "env:") == 0) start += 4;
       std::size_t end = start;
-      while (end < s.size() && (std::isalnum(static_cast<unsigned char>(s[end])) != 0 ||
-                                s[end] == '_')) {
+      while (end < s.size() &&
+             (std::isalnum(static_cast<unsigned char>(s[end])) != 0 || s[end] == '_')) {
         ++end;
       }
       if (end > start) out->insert(s.substr(start, end - start));
@@ -326,10 +327,12 @@ Status validate_catalog_value(CatalogKind kind, std::string_view key, const Json
   const std::string k(key);
   switch (kind) {
     case CatalogKind::kMember: {
-      if (Status s = validate_member_id(key); !s.ok()) return invalid_arg("member: " + s.error().message);
+      if (Status s = validate_member_id(key); !s.ok())
+        return invalid_arg("member: " + s.error().message);
       if (Status s = check_keys(value, {"operator"}, "member"); !s.ok()) return s;
       const Json* op = json_field(value, "operator");
-      if (op != nullptr && !op->is_boolean()) return invalid_arg("member.operator: must be true or false");
+      if (op != nullptr && !op->is_boolean())
+        return invalid_arg("member.operator: must be true or false");
       return Status();
     }
     case CatalogKind::kGrant: {
@@ -356,7 +359,8 @@ Status validate_catalog_value(CatalogKind kind, std::string_view key, const Json
     case CatalogKind::kConnection:
       break;
   }
-  if (Status s = validate_connection_id(key); !s.ok()) return invalid_arg("connection: " + s.error().message);
+  if (Status s = validate_connection_id(key); !s.ok())
+    return invalid_arg("connection: " + s.error().message);
   if (Status s = check_keys(value, {"name", "server", "settings"}, "connection"); !s.ok()) return s;
   const Json* name = json_field(value, "name");
   if (name == nullptr || !name->is_string() || name->get<std::string>().empty()) {
@@ -377,8 +381,9 @@ Status validate_catalog_value(CatalogKind kind, std::string_view key, const Json
     }
   }
   // Literal secrets: refused. The catalog is stored in clear.
-  const char* kRefs = ": secrets must be references ({\"env\": \"NAME\"}, {\"file\": \"/path\"} or "
-                      "\"${NAME}\"), not literal values";
+  const char* kRefs =
+      ": secrets must be references ({\"env\": \"NAME\"}, {\"file\": \"/path\"} or "
+      "\"${NAME}\"), not literal values";
   for (const char* field : {"env", "headers"}) {
     const Json* map = json_field(*server, field);
     if (map == nullptr || !map->is_object()) continue;
@@ -389,7 +394,8 @@ Status validate_catalog_value(CatalogKind kind, std::string_view key, const Json
     }
   }
   if (settings != nullptr) {
-    if (const Json* c = json_field(*settings, "credential"); c != nullptr && !is_secret_reference(*c)) {
+    if (const Json* c = json_field(*settings, "credential");
+        c != nullptr && !is_secret_reference(*c)) {
       return invalid_arg(std::string("connection.settings.credential") + kRefs);
     }
     if (const Json* cs = json_field(*settings, "credentials"); cs != nullptr && cs->is_object()) {

@@ -32,7 +32,9 @@ const char kFile[] = R"({
 
 struct Fixture {
   std::string text = kFile;
-  EnvMap env = {{"HOME", "/home/u"}, {"K", "k-secret-value"}, {"ORG", "acme-org-value"},
+  EnvMap env = {{"HOME", "/home/u"},
+                {"K", "k-secret-value"},
+                {"ORG", "acme-org-value"},
                 {"ALICE_TOKEN", "alice-token-value"}};
   ConfigSources sources() const {
     ConfigSources s;
@@ -65,7 +67,8 @@ const CatalogEntry* find(const std::vector<CatalogEntry>& v, CatalogKind kind,
 }
 
 CatalogEntry* find(std::vector<CatalogEntry>& v, CatalogKind kind, const std::string& key) {
-  return const_cast<CatalogEntry*>(find(static_cast<const std::vector<CatalogEntry>&>(v), kind, key));
+  return const_cast<CatalogEntry*>(
+      find(static_cast<const std::vector<CatalogEntry>&>(v), kind, key));
 }
 
 bool has_warning(const AgentConfig& cfg, const std::string& part) {
@@ -98,7 +101,8 @@ TEST(CatalogConfig, FileItemsAreTheFileAsWritten) {
   ASSERT_NE(alice_grants, nullptr);
   Result<std::string> my_id = connection_id_for_name("My Server");
   ASSERT_TRUE(my_id.ok());
-  EXPECT_EQ((*alice_grants->value)["connections"], Json(std::vector<std::string>{*my_id, "github"}));
+  EXPECT_EQ((*alice_grants->value)["connections"],
+            Json(std::vector<std::string>{*my_id, "github"}));
   EXPECT_EQ((*find(v, CatalogKind::kGrant, "bob")->value)["connections"], Json::array());
   EXPECT_EQ((*find(v, CatalogKind::kMember, "alice")->value)["operator"], true);
   EXPECT_EQ((*find(v, CatalogKind::kMember, "bob")->value)["operator"], false);
@@ -138,7 +142,8 @@ TEST(CatalogConfig, TheCatalogWinsOverTheFile) {
   Fixture f;
   std::vector<CatalogEntry> v = items(f);
   // Another agent's (newer) definition of `gh`: a different URL, and a tombstone for `everything`.
-  (*find(v, CatalogKind::kConnection, "github")->value)["server"]["url"] = "https://gh2.example/mcp";
+  (*find(v, CatalogKind::kConnection, "github")->value)["server"]["url"] =
+      "https://gh2.example/mcp";
   find(v, CatalogKind::kConnection, "everything")->value.reset();
   Result<AgentConfig> eff = effective_config(f.sources(), v);
   ASSERT_TRUE(eff.ok()) << eff.error().message;
@@ -216,8 +221,7 @@ TEST(CatalogConfig, EveryConnectionGrantFollowsTheCatalog) {
   EXPECT_EQ(eff->find_connection("extra")->name, "Extra One");
   // `*` takes every connection but the per-member one carol has no credential for.
   Result<std::string> my_id = connection_id_for_name("My Server");
-  EXPECT_EQ(eff->grants.at("carol"),
-            (std::set<std::string>{"everything", "extra", *my_id}));
+  EXPECT_EQ(eff->grants.at("carol"), (std::set<std::string>{"everything", "extra", *my_id}));
 }
 
 TEST(CatalogConfig, ValuesAreCheckedAndLiteralSecretsRefused) {
@@ -270,8 +274,9 @@ TEST(CatalogConfig, ValuesAreCheckedAndLiteralSecretsRefused) {
   // Shapes and parse errors.
   EXPECT_NE(check(CatalogKind::kConnection, "gh", R"({"name": "gh"})"), "");
   EXPECT_NE(check(CatalogKind::kConnection, "gh", R"({"name": "gh", "server": {}, "x": 1})"), "");
-  EXPECT_NE(check(CatalogKind::kConnection, "g h", R"({"name": "gh", "server": {"url": "https://h"}})"),
-            "");
+  EXPECT_NE(
+      check(CatalogKind::kConnection, "g h", R"({"name": "gh", "server": {"url": "https://h"}})"),
+      "");
   EXPECT_NE(check(CatalogKind::kConnection, "gh",
                   R"({"name": "gh", "server": {"url": "https://h"}, "settings": {"id": "other"}})"),
             "");
