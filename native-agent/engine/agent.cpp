@@ -242,6 +242,10 @@ Result<std::unique_ptr<Agent>> Agent::create(AgentConfig config,
       s.logger->info(kAgentLog, line);
     }
   }
+  // The catalog entries this agent cannot use (skipped here), said once per start.
+  for (const std::string& w : s.config.warnings) {
+    if (w.rfind("catalog ", 0) == 0) s.logger->warn(kAgentLog, w);
+  }
   return std::unique_ptr<Agent>(new Agent(std::move(impl)));
 }
 
