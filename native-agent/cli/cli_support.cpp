@@ -163,8 +163,8 @@ int store_exit_code(const Error& error) {
              : kExitFailed;
 }
 
-std::optional<AgentConfig> load_cli_config(const char* command, const CliArgs& args,
-                                           int* exit_code) {
+std::optional<AgentConfig> load_cli_config(const char* command, const CliArgs& args, int* exit_code,
+                                           std::shared_ptr<const ConfigFile>* file) {
   EnvMap env = env_from_environ(environ);
   std::string path;
   if (std::optional<std::string> p = args.value("config")) {
@@ -176,7 +176,9 @@ std::optional<AgentConfig> load_cli_config(const char* command, const CliArgs& a
         command, std::string("no configuration: pass --config FILE or set ") + kConfigPathEnv);
     return std::nullopt;
   }
-  Result<AgentConfig> config = load_config_file(path, env);
+  Result<ConfigFile> read = read_config_file(path, env);
+  Result<AgentConfig> config =
+      read.ok() ? parse_config_file(*read) : Result<AgentConfig>(read.error());
   if (!config.ok()) {
     std::fprintf(stderr, "quiver-agent %s: invalid configuration (%s):\n", command, path.c_str());
     std::istringstream lines(config.error().message);
@@ -187,6 +189,7 @@ std::optional<AgentConfig> load_cli_config(const char* command, const CliArgs& a
   for (const std::string& w : config->warnings) {
     std::fprintf(stderr, "quiver-agent %s: warning: %s\n", command, w.c_str());
   }
+  if (file != nullptr) *file = std::make_shared<const ConfigFile>(std::move(*read));
   return std::move(config).value();
 }
 

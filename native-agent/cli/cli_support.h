@@ -70,8 +70,9 @@ int store_exit_code(const Error& error);
 
 // Loads the configuration named by --config or $QUIVER_CONFIG with the process environment.
 // On failure, prints why (one line per problem) and returns the exit code in `*exit_code`.
-std::optional<AgentConfig> load_cli_config(const char* command, const CliArgs& args,
-                                           int* exit_code);
+// `file`: set to the file as read (`serve` seeds the runtime catalog from it).
+std::optional<AgentConfig> load_cli_config(const char* command, const CliArgs& args, int* exit_code,
+                                           std::shared_ptr<const ConfigFile>* file = nullptr);
 
 // The agent of a one-shot command (status, prefs, refresh): it logs warnings and worse, watches
 // no upstream and runs no revalidation workers and no maintenance loop. On failure, prints why and

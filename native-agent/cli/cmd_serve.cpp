@@ -13,6 +13,12 @@
 // never interrupts a worker in the middle of a write, and shutdown runs on an ordinary thread
 // (stop accepting, finish requests in flight, stop the engine, close every upstream), exit 0.
 //
+// The runtime catalog (native-agent/engine/catalog_config.h): the engine seeds the file's members,
+// grants and connections into the store by the file rule and runs on the effective configuration
+// built from the catalog. When the catalog changes what the engine runs (another agent's newer
+// file, the admin API), the engine asks for a reload (Agent::reload_requested, polled every
+// second) and it happens as on SIGHUP.
+//
 // SIGHUP: the configuration file is read again. A file that does not parse, or a store that
 // cannot be opened, is refused with the reason on stderr and the running agent keeps going
 // untouched. Otherwise the engine restarts in-process on the new configuration: the API stops
@@ -164,9 +170,12 @@ struct StartFailure {
 };
 
 // Creates (opening the store), starts the engine, then the API. On failure nothing runs.
-Result<Running> start_running(const AgentConfig& config, LogLevel level, StartFailure* failure) {
+Result<Running> start_running(const AgentConfig& config,
+                              const std::shared_ptr<const ConfigFile>& file, LogLevel level,
+                              StartFailure* failure) {
   AgentOptions options;
   options.log_level = level;
+  options.config_file = file;
   // OpenTelemetry traces, when an OTLP endpoint is set (native-agent/engine/tracer.h).
   Result<TracerOptions> tracing =
       tracer_options_from_env([](const char* name) { return std::getenv(name); });
@@ -210,10 +219,12 @@ Result<Running> start_running(const AgentConfig& config, LogLevel level, StartFa
 
 // SIGHUP: the file again; the engine restarted on it, or the running one kept (see the top).
 // False when neither configuration runs any more.
-bool reload(const CliArgs& args, LogLevel level, AgentConfig* current, Running* running) {
-  std::fprintf(stderr, "quiver-agent: SIGHUP received, reloading the configuration\n");
+bool reload(const CliArgs& args, LogLevel level, const char* why, AgentConfig* current,
+            std::shared_ptr<const ConfigFile>* current_file, Running* running) {
+  std::fprintf(stderr, "quiver-agent: %s, reloading the configuration\n", why);
   int code = kExitOk;
-  std::optional<AgentConfig> next = load_cli_config("serve", args, &code);
+  std::shared_ptr<const ConfigFile> next_file;
+  std::optional<AgentConfig> next = load_cli_config("serve", args, &code, &next_file);
   if (!next) {
     std::fprintf(stderr, "quiver-agent: reload refused; the running configuration is kept\n");
     return true;
@@ -231,10 +242,11 @@ bool reload(const CliArgs& args, LogLevel level, AgentConfig* current, Running* 
   }
   running->stop();
   StartFailure failure;
-  Result<Running> started = start_running(*next, level, &failure);
+  Result<Running> started = start_running(*next, next_file, level, &failure);
   if (started.ok()) {
     *running = std::move(*started);
     *current = std::move(*next);
+    *current_file = std::move(next_file);
     std::fprintf(stderr, "quiver-agent: reloaded: %zu connection(s), serving %s\n",
                  current->connections.size(), running->server->base_url().c_str());
     return true;
@@ -243,7 +255,7 @@ bool reload(const CliArgs& args, LogLevel level, AgentConfig* current, Running* 
                "quiver-agent: the new configuration cannot run (%s); starting the previous "
                "one again\n",
                failure.error.message.c_str());
-  Result<Running> previous = start_running(*current, level, &failure);
+  Result<Running> previous = start_running(*current, *current_file, level, &failure);
   if (!previous.ok()) {
     std::fprintf(stderr, "quiver-agent: the previous configuration cannot run either: %s\n",
                  failure.error.message.c_str());
@@ -278,7 +290,8 @@ int cmd_serve(const std::vector<std::string>& argv) {
     if (!parsed.ok()) return cli_usage_error("serve", "--token-ttl: " + parsed.error().message);
     token_ttl_ms = *parsed;
   }
-  std::optional<AgentConfig> config = load_cli_config("serve", *args, &code);
+  std::shared_ptr<const ConfigFile> file;
+  std::optional<AgentConfig> config = load_cli_config("serve", *args, &code, &file);
   if (!config) return code;
   if (std::optional<std::string> listen = args->value("listen")) {
     Result<ListenAddress> a = parse_listen_address(*listen);
@@ -295,7 +308,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   StartFailure failure;
-  Result<Running> started = start_running(*config, level, &failure);
+  Result<Running> started = start_running(*config, file, level, &failure);
   if (!started.ok()) return cli_fail("serve", failure.error.message, failure.exit_code);
   Running running = std::move(*started);
   AgentConfig current = *config;
@@ -351,10 +364,12 @@ int cmd_serve(const std::vector<std::string>& argv) {
   }
 
   for (;;) {
-    while (sig == 0) sig = wait_for_signal(signals, 1000);
-    if (sig != SIGHUP) break;
+    while (sig == 0 && !running.agent->reload_requested()) sig = wait_for_signal(signals, 1000);
+    if (sig != 0 && sig != SIGHUP) break;
+    const char* why =
+        sig == SIGHUP ? "SIGHUP received" : "the runtime catalog changed what this agent runs";
     sig = 0;
-    if (!reload(*args, level, &current, &running)) {
+    if (!reload(*args, level, why, &current, &file, &running)) {
       return cli_fail("serve", "stopped: no configuration can run", kExitStoreUnavailable);
     }
   }

@@ -14,6 +14,7 @@
 
 #include "native-agent/base/clock.h"
 #include "native-agent/engine/agent_context.h"
+#include "native-agent/engine/catalog_config.h"
 #include "native-agent/engine/maintenance.h"
 #include "native-agent/engine/refresh_runner.h"
 #include "native-agent/engine/revalidation_consumer.h"
@@ -169,9 +170,24 @@ Result<std::unique_ptr<Agent>> Agent::create(AgentConfig config,
     return Error(ErrorCode::kInvalidArgument, "agent: no data directory configured");
   }
   if (Status st = make_dirs(config.data_dir); !st.ok()) return st.error();
+  // The runtime catalog: the file's items seeded, the configuration built from the catalog.
+  std::vector<std::string> catalog_lines;
+  std::optional<CatalogVersions> catalog_versions;
+  if (options.config_file) {
+    Result<CatalogConfig> built = seed_catalog_from_file(
+        *store, options.config_file->sources(), config.revision_ms,
+        [&catalog_lines](const std::string& line) { catalog_lines.push_back(line); });
+    if (!built.ok()) {
+      return Error(built.error().code,
+                   "the runtime catalog in " + store->describe() + ": " + built.error().message);
+    }
+    use_catalog_config(std::move(built->config), &config);
+    catalog_versions = built->versions;
+  }
   auto impl = std::make_unique<Impl>();
   AgentContext& s = impl->ctx;
   s.config = std::move(config);
+  s.catalog_versions = catalog_versions;
   s.store = std::move(store);
   s.options = std::move(options);
   if (!s.config.redactor) {
@@ -219,6 +235,17 @@ Result<std::unique_ptr<Agent>> Agent::create(AgentConfig config,
   impl->triggers = std::make_unique<Triggers>(s, *impl->runner);
   impl->revalidations = std::make_unique<RevalidationConsumer>(s, *impl->runner, *impl->triggers);
   impl->maintenance = std::make_unique<Maintenance>(s);
+  for (const std::string& line : catalog_lines) {
+    if (line.rfind("config file is behind", 0) == 0) {
+      s.logger->warn(kAgentLog, line);
+    } else {
+      s.logger->info(kAgentLog, line);
+    }
+  }
+  // The catalog entries this agent cannot use (skipped here), said once per start.
+  for (const std::string& w : s.config.warnings) {
+    if (w.rfind("catalog ", 0) == 0) s.logger->warn(kAgentLog, w);
+  }
   return std::unique_ptr<Agent>(new Agent(std::move(impl)));
 }
 
@@ -303,6 +330,7 @@ const AgentConfig& Agent::config() const { return impl_->ctx.config; }
 ManifestStore& Agent::store() { return *impl_->ctx.store; }
 Metrics& Agent::metrics() { return impl_->ctx.metrics; }
 Tracer* Agent::tracer() { return impl_->ctx.tracer.get(); }
+bool Agent::reload_requested() const { return impl_->ctx.reload_requested.load(); }
 const std::string& Agent::consumer_name() const { return impl_->ctx.consumer; }
 const Logger& Agent::logger() const { return *impl_->ctx.logger; }
 

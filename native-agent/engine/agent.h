@@ -107,6 +107,15 @@ struct AgentOptions {
   // OpenTelemetry traces (tracer.h): off unless an endpoint is set (`serve`: the OTEL_* variables).
   TracerOptions tracing;
 
+  // The config file the configuration came from (`serve`). Set: create() seeds the file's
+  // members, grants and connections into the store's runtime catalog by the file rule (revision:
+  // the configuration's revision_ms), and the agent runs on the effective configuration built
+  // from the catalog (native-agent/engine/catalog_config.h), watching the catalog for changes
+  // (reload_requested). Null: the configuration is used as given (one-shot commands, tests).
+  std::shared_ptr<const ConfigFile> config_file;
+  // Catalog changes are rebuilt into a configuration at most this often.
+  int64_t catalog_debounce_ms = 2'000;
+
   // An agent that does only what it is asked: no upstream watching, no revalidation workers, no
   // maintenance loop (one-shot commands; tests that drive the steps by hand).
   static AgentOptions on_demand() {
@@ -171,6 +180,10 @@ class Agent final : public AgentService {
   // (connections, grants, overlays), holds it "restoring" for 2 x store_check_interval_ms, then
   // marks it ready and runs maintenance. Returns "ready", "restoring", "missing" or "unknown".
   std::string check_store_once();
+  // Whether the runtime catalog changed what this engine runs on (a connection's definition, who
+  // is granted a per-member connection, the operators): the owner (`serve`) restarts the engine
+  // on the configuration again, as on SIGHUP. Set by the store check; never reset.
+  bool reload_requested() const;
   // Reads (and claims stale) revalidation requests once, refreshes them, acknowledges them.
   // Returns how many requests were handled.
   std::size_t drain_revalidations_once(int64_t block_ms = 0);

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -47,6 +48,10 @@ struct AgentContext {
   std::string consumer;
   int64_t claim_idle_ms = 0;
   FreshnessPolicy policy;
+  // The runtime catalog's versions `config` was built from (options.config_file set), and
+  // whether the catalog has since changed what the engine runs on (maintenance sets it).
+  std::optional<CatalogVersions> catalog_versions;
+  std::atomic<bool> reload_requested{false};
 
   // The pooled connection's name of (cid, principal).
   static std::string pool_name(const std::string& cid, const Principal& principal) {

@@ -7,10 +7,11 @@
 #include <vector>
 
 #include "native-agent/base/clock.h"
+#include "native-agent/engine/catalog_config.h"
 
 namespace quiver {
 
-Status Maintenance::sync_config() {
+Status Maintenance::sync_connections() {
   std::vector<ConnectionRecord> records;
   int64_t now = ctx_.options.now_ms();
   for (const ConnectionConfig& c : ctx_.config.connections) {
@@ -34,10 +35,54 @@ Status Maintenance::sync_config() {
     ctx_.logger->info(kAgentLog, "connections synced to " + ctx_.store->describe() + ": added " +
                                      join(synced->added) + ", changed " + join(synced->changed) +
                                      ", removed " + join(synced->removed));
+    // Written while the catalog moved on: the reload writes the catalog's.
+    (void)catalog_current(true);
   }
-  Result<GrantSync> grants = ctx_.store->sync_grants(ctx_.config.grants);
+  return Status::Ok();
+}
+
+Status Maintenance::sync_config() {
+  if (!catalog_current(true)) {
+    if (ctx_.reload_requested) return Status::Ok();  // the reload syncs the catalog's
+    return Error(ErrorCode::kStoreUnavailable, "the runtime catalog cannot be read");
+  }
+  if (Status st = sync_connections(); !st.ok()) return st;
+  if (ctx_.reload_requested) return Status::Ok();
+  Result<GrantSync> grants = ctx_.store->sync_grants(grants_ ? *grants_ : ctx_.config.grants);
   if (!grants.ok()) return grants.error();
   return Status::Ok();
+}
+
+void Maintenance::request_reload(const std::string& why) {
+  if (ctx_.reload_requested.exchange(true)) return;
+  ctx_.logger->info(kAgentLog, "catalog: " + why + "; reloading the configuration");
+}
+
+bool Maintenance::catalog_current(bool force) {
+  if (!ctx_.catalog_versions || !ctx_.options.config_file) return true;
+  if (ctx_.reload_requested) return false;
+  Result<CatalogVersions> now = ctx_.store->catalog_versions();
+  if (!now.ok()) {
+    ctx_.log_store_error("catalog check", now.error());
+    return false;
+  }
+  if (*now == *ctx_.catalog_versions) return true;
+  if (!force && steady_ms() - last_rebuild_at_ < ctx_.options.catalog_debounce_ms) return false;
+  last_rebuild_at_ = steady_ms();
+  Result<CatalogConfig> built =
+      build_catalog_config(*ctx_.store, ctx_.options.config_file->sources());
+  if (!built.ok()) {
+    ctx_.log_store_error("catalog: rebuilding the configuration", built.error());
+    return false;
+  }
+  if (engine_config_differs(ctx_.config, built->config)) {
+    request_reload("the runtime catalog changed what this agent runs");
+    return false;
+  }
+  // Members or grants of shared connections only: readers check them live; nothing to restart.
+  grants_ = built->config.grants;
+  ctx_.catalog_versions = built->versions;
+  return true;
 }
 
 // ---- the store check: a namespace the store lost, clock skew, dead consumers ----
@@ -59,6 +104,7 @@ Result<bool> Maintenance::restore_namespace() {
   if (Status st = ctx_.store->begin_namespace_restore(ctx_.options.now_ms()); !st.ok())
     return st.error();
   if (Status st = sync_config(); !st.ok()) return st.error();
+  if (ctx_.reload_requested) return false;  // the reload restores with the catalog's
   // Overlays are part of the namespace: a tool the team hid must not show after a wipe.
   if (Status st = ctx_.prefs->sync_all(); !st.ok()) return st.error();
   if (steady_ms() - restore_seen_at_ < restore_hold_ms()) return false;
@@ -80,6 +126,7 @@ std::string Maintenance::check_store_once() {
   }
   if (record->state == NamespaceState::kReady) {
     ctx_.metrics.store_namespace("ready");
+    (void)catalog_current(false);
     if (!last_ready_record_.empty() && record->value != last_ready_record_) {
       // Another agent restored (or an agent started on) the namespace: this agent's preference
       // copy may hold toggles that one had not seen yet.
@@ -170,8 +217,15 @@ MaintenanceReport Maintenance::run_once() {
   MaintenanceReport report;
   measure_clock_skew();
   remove_dead_consumers();
-  // Re-sync what a flushed or restarted store lost (unchanged records are not rewritten).
-  if (Status st = sync_config(); !st.ok()) {
+  // Re-sync what a flushed or restarted store lost (unchanged records are not rewritten), unless
+  // the catalog moved past the running configuration (the reload syncs).
+  if (!catalog_current(true)) {
+    ctx_.logger->debug(kAgentLog,
+                       "maintenance: the catalog moved past this configuration; "
+                       "the pass waits for the reload");
+    return report;
+  }
+  if (Status st = sync_connections(); !st.ok()) {
     ++report.errors;
     ctx_.log_store_error("maintenance: syncing connections", st.error());
     return report;

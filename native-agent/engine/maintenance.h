@@ -2,7 +2,14 @@
 // into it.
 //
 //   - sync_config(): connection records and grants (a changed config_hash makes readers miss;
-//     removed connections' manifests deleted). start() and every pass run it.
+//     removed connections' manifests deleted). start() and a namespace restore run it; every
+//     pass syncs the connection records only (the admin API keeps members' grant sets current).
+//   - the runtime catalog (an agent started with its config file): the store check reads the
+//     catalog's versions; when they moved from the ones the running configuration was built
+//     from, the effective configuration is rebuilt (at most once per catalog_debounce_ms) and,
+//     when it differs in what the engine runs on (engine_config_differs), a reload is requested
+//     (Agent::reload_requested; `serve` restarts the engine as on SIGHUP). A sync never writes a
+//     configuration the catalog has moved past: it is skipped and the reload does it.
 //   - run_once(), every maintenance_interval_ms, in batches of maintenance_batch: decide_refresh
 //     on each stored manifest (stale, errored, refresh-ahead at 0.8 × TTL), never-listed `shared`
 //     connections seeded, manifests of principals no longer granted dropped; also the clock
@@ -15,8 +22,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
+#include "native-agent/base/clock.h"
 #include "native-agent/engine/agent_context.h"
 
 namespace quiver {
@@ -33,6 +42,11 @@ class Maintenance {
  private:
   int64_t restore_hold_ms() const;
   Result<bool> restore_namespace();
+  Status sync_connections();
+  // True when the running configuration is the catalog's (or there is no catalog); false when a
+  // reload is (now) requested or the catalog could not be read. `force`: no debounce.
+  bool catalog_current(bool force);
+  void request_reload(const std::string& why);
   void measure_clock_skew();
   void remove_dead_consumers();
 
@@ -41,6 +55,11 @@ class Maintenance {
   std::string last_ready_record_;  // "": none seen yet
   // When this agent first saw the namespace not ready (steady ms; 0: it is ready).
   int64_t restore_seen_at_ = 0;
+  // The last rebuild from the catalog (steady ms; the engine's start counts as one).
+  int64_t last_rebuild_at_ = steady_ms();
+  // Members' grants as the catalog last said (the running configuration's, then rebuilt ones a
+  // member/grant change left the engine indifferent to): what sync_grants writes.
+  std::optional<GrantMap> grants_;
 };
 
 }  // namespace quiver
