@@ -45,21 +45,50 @@ struct ApiServer::Impl : ApiContext {
   bool started = false;
   std::atomic<bool> stopped{false};
 
+  // The caller of a request, or nullopt when the 401 has been sent.
+  std::optional<api::Caller> caller_of(const httplib::Request& req, httplib::Response& res) {
+    CallerAuth caller = authenticate(req);
+    if (!caller.member_id) {
+      send_error(res, HttpErrorCode::kUnauthenticated, caller.failure);
+      return std::nullopt;
+    }
+    Result<Principal> member = Principal::member(*caller.member_id);
+    if (!member.ok()) {
+      send_error(res, HttpErrorCode::kUnauthenticated, "the token names no valid member");
+      return std::nullopt;
+    }
+    return api::Caller{std::move(*member), caller.operator_claim};
+  }
+
   // Wraps a handler of an authenticated endpoint: 401 unless the bearer token names a member.
   using MemberHandler =
       std::function<void(const httplib::Request&, httplib::Response&, const Principal& member)>;
   Router::Handler authed(MemberHandler handler) {
-    return [this, handler = std::move(handler)](const httplib::Request& req,
-                                                httplib::Response& res) {
-      CallerAuth caller = authenticate(req);
-      if (!caller.member_id)
-        return send_error(res, HttpErrorCode::kUnauthenticated, caller.failure);
-      Result<Principal> member = Principal::member(*caller.member_id);
-      if (!member.ok()) {
-        return send_error(res, HttpErrorCode::kUnauthenticated, "the token names no valid member");
-      }
-      handler(req, res, *member);
-    };
+    return authed_caller([handler = std::move(handler)](
+                             const httplib::Request& req, httplib::Response& res,
+                             const api::Caller& caller) { handler(req, res, caller.member); });
+  }
+  using CallerHandler =
+      std::function<void(const httplib::Request&, httplib::Response&, const api::Caller&)>;
+  Router::Handler authed_caller(CallerHandler handler) {
+    return
+        [this, handler = std::move(handler)](const httplib::Request& req, httplib::Response& res) {
+          if (std::optional<api::Caller> caller = caller_of(req, res)) handler(req, res, *caller);
+        };
+  }
+
+  // Wraps a handler of an operators-only endpoint (the admin API, the status page's data): 401
+  // without a valid token, 403 "operators only" for a member who is not an operator
+  // (ApiContext::is_operator), 503 when the store cannot say.
+  Router::Handler operator_only(CallerHandler handler) {
+    return authed_caller([this, handler = std::move(handler)](const httplib::Request& req,
+                                                              httplib::Response& res,
+                                                              const api::Caller& caller) {
+      Result<bool> allowed = is_operator(caller);
+      if (!allowed.ok()) return fail_store(res, allowed.error(), "operator check");
+      if (!*allowed) return send_error(res, HttpErrorCode::kForbidden, "operators only");
+      handler(req, res, caller);
+    });
   }
 
   // ---- wiring: every route, hook and limit in one place ----
@@ -87,11 +116,40 @@ struct ApiServer::Impl : ApiContext {
     s.Get(id + "/preferences", authed([this](const auto& req, auto& res, const Principal& m) {
             api::get_preferences(*this, req, res, m);
           }));
-    auto set = authed([this](const auto& req, auto& res, const Principal& m) {
-      api::set_preferences(*this, req, res, m);
+    auto set = authed_caller([this](const auto& req, auto& res, const api::Caller& c) {
+      api::set_preferences(*this, req, res, c);
     });
     s.Put(id + "/preferences", set);
     s.Patch(id + "/preferences", set);
+
+    register_admin_routes();
+  }
+
+  // The admin API (api_admin.cpp, api_admin_connections.cpp): operators only, every route.
+  void register_admin_routes() {
+    Router& s = router;
+    auto admin = [this](api::AdminHandler h) {
+      return operator_only(
+          [this, h](const auto& req, auto& res, const api::Caller& c) { h(*this, req, res, c); });
+    };
+    const std::string member = "/v1/admin/members/{}";
+    s.Get("/v1/admin/members", admin(api::admin_list_members));
+    s.Get(member, admin(api::admin_get_member));
+    s.Put(member, admin(api::admin_put_member));
+    s.Delete(member, admin(api::admin_delete_member));
+    s.Get(member + "/grants", admin(api::admin_get_grants));
+    s.Put(member + "/grants", admin(api::admin_set_grants));
+    s.Patch(member + "/grants", admin(api::admin_set_grants));
+    s.Get("/v1/admin/grants/everyone", admin(api::admin_get_everyone));
+    s.Put("/v1/admin/grants/everyone", admin(api::admin_put_everyone));
+    s.Put("/v1/admin/grants", admin(api::admin_put_bulk_grants));
+    s.Get("/v1/admin/audit", admin(api::admin_audit));
+    const std::string connection = "/v1/admin/connections/{}";
+    s.Get("/v1/admin/connections", admin(api::admin_list_connections));
+    s.Get(connection, admin(api::admin_get_connection));
+    s.Put(connection, admin(api::admin_put_connection));
+    s.Patch(connection, admin(api::admin_patch_connection));
+    s.Delete(connection, admin(api::admin_delete_connection));
   }
 
   // A body without a Content-Type is labelled JSON (as send() labels it).
