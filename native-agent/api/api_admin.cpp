@@ -227,8 +227,8 @@ Result<std::size_t> publish_all_member_grants(ApiContext& api) {
   Status done = for_each_live(api, CatalogKind::kMember, [&](const CatalogEntry& member) -> Status {
     Result<std::set<std::string>> own = stored_grants(api, member.key);
     if (!own.ok()) return own.error();
-    Result<bool> set = api.agent.store().set_member_grants(
-        member.key, effective_grants(*own, *everyone, *live));
+    Result<bool> set =
+        api.agent.store().set_member_grants(member.key, effective_grants(*own, *everyone, *live));
     if (!set.ok()) return set.error();
     ++published;
     return Status::Ok();
@@ -285,10 +285,9 @@ Status replace_member_grants(ApiContext& api, const Caller& caller, const std::s
   Result<std::optional<CatalogEntry>> member = admin_live(api, CatalogKind::kMember, member_id);
   if (!member.ok()) return member.error();
   if (!*member) {
-    Result<CatalogEntry> made =
-        admin_write(api, caller, CatalogKind::kMember, member_id,
-                    Json::object({{"operator", false}}), "member.put",
-                    Json::object({{"operator", false}, {"created", true}}));
+    Result<CatalogEntry> made = admin_write(api, caller, CatalogKind::kMember, member_id,
+                                            Json::object({{"operator", false}}), "member.put",
+                                            Json::object({{"operator", false}, {"created", true}}));
     if (!made.ok()) return made.error();
   }
   Result<CatalogEntry> written =
@@ -367,7 +366,8 @@ void admin_put_member(ApiContext& api, const httplib::Request& req, httplib::Res
   if (!body) return;
   bool is_operator = false;
   if (const Json* op = json_field(*body, "operator")) {
-    if (!op->is_boolean()) return send_error(res, HttpErrorCode::kBadRequest, "operator must be a boolean");
+    if (!op->is_boolean())
+      return send_error(res, HttpErrorCode::kBadRequest, "operator must be a boolean");
     is_operator = op->get<bool>();
   }
   std::lock_guard<std::mutex> lock(api.admin_mu);
@@ -375,9 +375,9 @@ void admin_put_member(ApiContext& api, const httplib::Request& req, httplib::Res
   if (!g) return;
   Result<std::optional<CatalogEntry>> before = admin_live(api, CatalogKind::kMember, *id);
   if (!before.ok()) return api.fail_store(res, before.error(), "admin member");
-  Result<CatalogEntry> written = admin_write(
-      api, caller, CatalogKind::kMember, *id, Json::object({{"operator", is_operator}}),
-      "member.put", Json::object({{"operator", is_operator}, {"created", !*before}}));
+  Result<CatalogEntry> written =
+      admin_write(api, caller, CatalogKind::kMember, *id, Json::object({{"operator", is_operator}}),
+                  "member.put", Json::object({{"operator", is_operator}, {"created", !*before}}));
   if (!written.ok()) return api.fail_store(res, written.error(), "admin member");
   // A new member sees everyone's grants at once.
   Result<std::set<std::string>> own = stored_grants(api, *id);
@@ -428,8 +428,8 @@ void admin_set_grants(ApiContext& api, const httplib::Request& req, httplib::Res
   std::optional<std::string> id = admin_key(req, res, 3, CatalogKind::kMember);
   if (!id) return;
   const bool patch = req.method == "PATCH";
-  std::optional<Json> body =
-      patch ? admin_body(api, req, res, {"add", "remove"}) : admin_body(api, req, res, {"connections"});
+  std::optional<Json> body = patch ? admin_body(api, req, res, {"add", "remove"})
+                                   : admin_body(api, req, res, {"connections"});
   if (!body) return;
   std::set<std::string> put;
   std::set<std::string> add;

@@ -131,8 +131,8 @@ void admin_delete_connection(ApiContext& api, const httplib::Request& req, httpl
   std::lock_guard<std::mutex> lock(api.admin_mu);
   std::optional<CatalogEntry> before = admin_existing(api, res, CatalogKind::kConnection, *id);
   if (!before) return;
-  write_connection(api, res, caller, *id, before, std::nullopt, "connection.delete",
-                   Json::object(), 200);
+  write_connection(api, res, caller, *id, before, std::nullopt, "connection.delete", Json::object(),
+                   200);
 }
 
 }  // namespace quiver::api

@@ -32,7 +32,8 @@ std::optional<Target> target_of(const char* command, const CliArgs& args,
     while (!rest.empty() && rest.back() == '/') rest.pop_back();
     Result<ListenAddress> address = parse_listen_address(rest);
     if (rest.empty() || !address.ok()) {
-      *code = cli_usage_error(command, "--url must be http://HOST:PORT (the agent's listen address)");
+      *code =
+          cli_usage_error(command, "--url must be http://HOST:PORT (the agent's listen address)");
       return std::nullopt;
     }
     t = Target{address->host, address->port};
@@ -119,15 +120,17 @@ int run_admin_call(const char* command, const CliArgs& args, const AdminCall& ca
   client.set_write_timeout(kTimeoutSeconds);
   const httplib::Headers headers = {{"Authorization", "Bearer " + *token}};
   const std::string body = call.body ? call.body->dump() : std::string();
-  httplib::Result r = call.method == "GET"     ? client.Get(call.path, headers)
-                      : call.method == "PUT"   ? client.Put(call.path, headers, body, "application/json")
-                      : call.method == "PATCH" ? client.Patch(call.path, headers, body, "application/json")
-                                               : client.Delete(call.path, headers);
+  httplib::Result r =
+      call.method == "GET"     ? client.Get(call.path, headers)
+      : call.method == "PUT"   ? client.Put(call.path, headers, body, "application/json")
+      : call.method == "PATCH" ? client.Patch(call.path, headers, body, "application/json")
+                               : client.Delete(call.path, headers);
   const std::string where = "http://" + ListenAddress{target->host, target->port}.describe();
   if (!r) {
-    return cli_fail(command, "the agent's API at " + where + " did not answer (" +
-                                 httplib::to_string(r.error()) + ")",
-                    kExitFailed);
+    return cli_fail(
+        command,
+        "the agent's API at " + where + " did not answer (" + httplib::to_string(r.error()) + ")",
+        kExitFailed);
   }
   Result<Json> answer = parse_json(r->body);
   if (r->status >= 200 && r->status < 300) {

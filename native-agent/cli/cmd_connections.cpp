@@ -47,9 +47,8 @@ int cmd_connections(const std::vector<std::string>& argv) {
   const std::vector<std::string>& p = args->positional;
   const std::string verb = p.empty() ? "" : p[0];
   if (verb == "list" && p.size() == 1) {
-    return run_admin_call(
-        "connections", *args,
-        {"GET", "/v1/admin/connections" + admin_page_query(*args), std::nullopt});
+    return run_admin_call("connections", *args,
+                          {"GET", "/v1/admin/connections" + admin_page_query(*args), std::nullopt});
   }
   if (p.size() != 2) {
     return cli_usage_error("connections", "expected list, or get|put|delete|disable|enable ID");

@@ -46,12 +46,13 @@ int cmd_grants(const std::vector<std::string>& argv) {
   const std::string verb = p.empty() ? "" : p[0];
   if (verb == "everyone") {
     if (!args->has("set")) {
-      if (p.size() != 1) return cli_usage_error("grants", "to change everyone's grants, pass --set");
+      if (p.size() != 1)
+        return cli_usage_error("grants", "to change everyone's grants, pass --set");
       return run_admin_call("grants", *args, {"GET", "/v1/admin/grants/everyone", std::nullopt});
     }
-    return run_admin_call("grants", *args,
-                          {"PUT", "/v1/admin/grants/everyone",
-                           Json::object({{"connections", list_of(p, 1)}})});
+    return run_admin_call(
+        "grants", *args,
+        {"PUT", "/v1/admin/grants/everyone", Json::object({{"connections", list_of(p, 1)}})});
   }
   if (args->has("set")) return cli_usage_error("grants", "--set goes with `everyone`");
   if (p.size() < 2) return cli_usage_error("grants", "expected get|set|add|remove MEMBER");
@@ -66,8 +67,9 @@ int cmd_grants(const std::vector<std::string>& argv) {
   if ((verb == "add" || verb == "remove") && p.size() > 2) {
     return run_admin_call("grants", *args, {"PATCH", path, Json::object({{verb, list_of(p, 2)}})});
   }
-  return cli_usage_error("grants", "expected get MEMBER, set MEMBER [CONNECTION...], or "
-                                   "add|remove MEMBER CONNECTION...");
+  return cli_usage_error("grants",
+                         "expected get MEMBER, set MEMBER [CONNECTION...], or "
+                         "add|remove MEMBER CONNECTION...");
 }
 
 }  // namespace quiver

@@ -32,8 +32,7 @@ options:
 int cmd_members(const std::vector<std::string>& argv) {
   int code = kExitOk;
   std::optional<CliArgs> args = cli_begin(
-      "members", argv,
-      admin_cli_options({{"operator", false}, {"cursor", true}, {"limit", true}}),
+      "members", argv, admin_cli_options({{"operator", false}, {"cursor", true}, {"limit", true}}),
       (std::string(kMembersUsage) + kAdminCliOptionsUsage).c_str(), true, &code);
   if (!args) return code;
   const std::vector<std::string>& p = args->positional;

@@ -116,8 +116,8 @@ class AdminApiTest : public testing::WithRedisServer<::testing::TestWithParam<Ba
     // The connections as the catalog holds them (the file's, seeded by the agent, or written here
     // when this agent does not seed yet): the same definitions either way.
     for (const char* cid : {"t", "u"}) {
-      auto r = put("/v1/admin/connections/" + std::string(cid), "alice",
-                   Json{{"server", servers[cid]}});
+      auto r =
+          put("/v1/admin/connections/" + std::string(cid), "alice", Json{{"server", servers[cid]}});
       ASSERT_TRUE(r && (r->status == 200 || r->status == 201)) << (r ? r->body : "no answer");
     }
   }
@@ -196,8 +196,8 @@ TEST_P(AdminApiTest, OnlyOperatorsAreServed) {
   r = client_->Get("/v1/admin/members", {{"Authorization", "Bearer not.a.token"}});
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 401);
-  for (const std::string path : {"/v1/admin/members", "/v1/admin/connections",
-                                 "/v1/admin/audit", "/v1/admin/members/bob/grants"}) {
+  for (const std::string path : {"/v1/admin/members", "/v1/admin/connections", "/v1/admin/audit",
+                                 "/v1/admin/members/bob/grants"}) {
     r = get(path, "bob");
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 403) << path;
@@ -207,7 +207,7 @@ TEST_P(AdminApiTest, OnlyOperatorsAreServed) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 403);
 
-  EXPECT_EQ(get("/v1/admin/members", "alice")->status, 200);          // quiver.operators
+  EXPECT_EQ(get("/v1/admin/members", "alice")->status, 200);                   // quiver.operators
   EXPECT_EQ(client_->Get("/v1/admin/members", as("zed", true))->status, 200);  // role claim
   EXPECT_EQ(get("/v1/admin/members", "carol")->status, 403);
   r = put("/v1/admin/members/carol", "alice", Json{{"operator", true}});  // the catalog flag
@@ -313,8 +313,7 @@ TEST_P(AdminApiTest, EveryoneAndTheBulkForm) {
   ASSERT_EQ(r->status, 200) << r->body;
   EXPECT_EQ(get("/v1/admin/grants/everyone")->body, R"({"connections":["u"]})");
 
-  r = put("/v1/admin/grants", "alice",
-          Json{{"members", {{"x1", {"t"}}, {"x2", Json::array()}}}});
+  r = put("/v1/admin/grants", "alice", Json{{"members", {{"x1", {"t"}}, {"x2", Json::array()}}}});
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
   EXPECT_EQ(body_of(r)["members"]["x1"], Json::array({"t", "u"}));
@@ -389,8 +388,9 @@ TEST_P(AdminApiTest, ConnectionsRoundTripAndALiteralSecretIsNeverStored) {
 // Every change is an audit line naming its actor, and one INFO line.
 TEST_P(AdminApiTest, AuditLinesNameTheActor) {
   ASSERT_EQ(put("/v1/admin/members/gina", "alice", Json::object())->status, 201);
-  ASSERT_EQ(client_->Put("/v1/admin/members/gina/grants", as("zed", true),
-                         R"({"connections":["u"]})", "application/json")
+  ASSERT_EQ(client_
+                ->Put("/v1/admin/members/gina/grants", as("zed", true), R"({"connections":["u"]})",
+                      "application/json")
                 ->status,
             200);
   Json lines = audit();
@@ -472,8 +472,8 @@ TEST_P(AdminApiTest, HostileBodiesAreRefusedAndWriteNothing) {
 TEST_P(AdminApiTest, AStoreThatIsDownIs503) {
   if (GetParam() != Backend::kRedis) GTEST_SKIP() << "the embedded store is a local file";
   redis_->stop();
-  for (const std::string path : {"/v1/admin/members", "/v1/admin/members/bob",
-                                 "/v1/admin/connections", "/v1/admin/audit"}) {
+  for (const std::string path :
+       {"/v1/admin/members", "/v1/admin/members/bob", "/v1/admin/connections", "/v1/admin/audit"}) {
     auto r = get(path);
     ASSERT_TRUE(r) << path;
     EXPECT_EQ(r->status, 503) << path << ": " << r->body;

@@ -18,8 +18,7 @@ struct CliRun {
   std::string err;
 };
 
-inline CliRun run(const std::vector<std::string>& args,
-                  std::map<std::string, std::string> env = {},
+inline CliRun run(const std::vector<std::string>& args, std::map<std::string, std::string> env = {},
                   const std::string& program = quiver_agent_binary()) {
   CliRun r;
   auto child = ChildProcess::spawn(ChildSpec(program, args, std::move(env)));
