@@ -6,6 +6,8 @@
 //   api_connections.cpp  GET /v1/mcp-connections, POST .../{id}/test, POST .../{id}/evidence
 //   api_preferences.cpp  GET / PUT / PATCH .../{id}/preferences
 //   api_webhook.cpp      POST /v1/webhooks/refresh
+//   api_status.cpp       GET /status (+ .js, .css), GET /v1/admin/status,
+//                        POST /v1/admin/connections/{id}/refresh (operators)
 #pragma once
 
 #include <httplib.h>
@@ -40,5 +42,12 @@ void set_preferences(ApiContext& api, const httplib::Request& req, httplib::Resp
                      const Principal& member);
 
 void webhook(ApiContext& api, const httplib::Request& req, httplib::Response& res);
+
+// The status page's static files (/status, /status.js, /status.css): no data, no token.
+void status_page(ApiContext& api, const httplib::Request& req, httplib::Response& res);
+void admin_status(ApiContext& api, const httplib::Request& req, httplib::Response& res,
+                  const Principal& member);
+void admin_refresh(ApiContext& api, const httplib::Request& req, httplib::Response& res,
+                   const Principal& member);
 
 }  // namespace quiver::api

@@ -92,6 +92,18 @@ struct ApiServer::Impl : ApiContext {
     });
     s.Put(id + "/preferences", set);
     s.Patch(id + "/preferences", set);
+
+    // The operators' status page (api_status.cpp): static files, then its JSON and its button.
+    for (const char* file : {"/status", "/status.js", "/status.css"}) {
+      s.Get(file, [this](const auto& req, auto& res) { api::status_page(*this, req, res); });
+    }
+    s.Get("/v1/admin/status", authed([this](const auto& req, auto& res, const Principal& m) {
+            api::admin_status(*this, req, res, m);
+          }));
+    s.Post("/v1/admin/connections/{}/refresh",
+           authed([this](const auto& req, auto& res, const Principal& m) {
+             api::admin_refresh(*this, req, res, m);
+           }));
   }
 
   // A body without a Content-Type is labelled JSON (as send() labels it).

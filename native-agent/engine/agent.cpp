@@ -303,6 +303,10 @@ const AgentConfig& Agent::config() const { return impl_->ctx.config; }
 ManifestStore& Agent::store() { return *impl_->ctx.store; }
 Metrics& Agent::metrics() { return impl_->ctx.metrics; }
 Tracer* Agent::tracer() { return impl_->ctx.tracer.get(); }
+std::optional<ListingRecord> Agent::last_listing(const std::string& connection_id,
+                                                 const Principal& principal) const {
+  return impl_->ctx.listings.find(connection_id, principal);
+}
 const std::string& Agent::consumer_name() const { return impl_->ctx.consumer; }
 const Logger& Agent::logger() const { return *impl_->ctx.logger; }
 
