@@ -13,7 +13,7 @@
   const capabilities = new Map(); // connection id -> {rows} or {error}
   let timer = null;
 
-  // An element with properties (never innerHTML) and children (nodes or text).
+  // An element with properties and children (nodes, or strings that become text nodes).
   function el(tag, props, ...children) {
     const e = document.createElement(tag);
     for (const [k, v] of Object.entries(props || {})) {
