@@ -138,7 +138,8 @@ for _ in $(seq 100); do
 done
 
 # The edge's own Redis user, least privilege (schema/redis-acl-edge.txt): it reads the namespace
-# and writes only queues, gates, replay keys and invalidation marks. Its password: made once.
+# (not the runtime catalog nor the audit log) and writes only queues, gates, replay keys and
+# invalidation marks. Its password: made once.
 [ -s "$data/redis-edge-password" ] ||
   head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$data/redis-edge-password"
 edge_redis_password=$(cat "$data/redis-edge-password")

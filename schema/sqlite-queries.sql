@@ -355,3 +355,45 @@ VALUES (:connection_id, :principal, :until, :at)
 ON CONFLICT (connection_id, principal) DO UPDATE SET until = excluded.until,
   taken_at = excluded.taken_at
 WHERE revalidation_gates.until <= :now OR revalidation_gates.taken_at <= :at - :requeue_after;
+
+-- name: grantees_select
+-- The members granted a connection (store.h read_grantees), through grants_by_connection.
+SELECT principal FROM grants WHERE connection_id = :connection_id ORDER BY principal;
+
+-- name: catalog_select
+-- One catalog entry (store.h catalog_read; catalog_write reads it in its transaction for the file
+-- rule). value NULL: a tombstone.
+SELECT kind, key, value, origin, rev_ms, file_hash, changed_by, updated_at
+FROM catalog WHERE kind = :kind AND key = :key;
+
+-- name: catalog_upsert
+INSERT INTO catalog (kind, key, value, origin, rev_ms, file_hash, changed_by, updated_at)
+VALUES (:kind, :key, :value, :origin, :rev_ms, :file_hash, :changed_by, :updated_at)
+ON CONFLICT (kind, key) DO UPDATE SET value = excluded.value, origin = excluded.origin,
+  rev_ms = excluded.rev_ms, file_hash = excluded.file_hash, changed_by = excluded.changed_by,
+  updated_at = excluded.updated_at;
+
+-- name: catalog_list
+-- One page of a kind in key order, after :cursor ('' from the start): a range of the primary key.
+SELECT kind, key, value, origin, rev_ms, file_hash, changed_by, updated_at
+FROM catalog WHERE kind = :kind AND key > :cursor ORDER BY key LIMIT :limit;
+
+-- name: catalog_version_bump
+UPDATE catalog_versions SET version = version + 1 WHERE kind = :kind;
+
+-- name: catalog_versions_select
+SELECT kind, version FROM catalog_versions;
+
+-- name: audit_insert
+INSERT INTO audit_log (at, actor, action, target, detail)
+VALUES (:at, :actor, :action, :target, :detail);
+
+-- name: audit_trim
+-- Keeps the newest :max rows (ids only grow: the newest row is never deleted, so a new row's id
+-- is always past every id handed out before).
+DELETE FROM audit_log WHERE id <= (SELECT max(id) FROM audit_log) - :max;
+
+-- name: audit_page
+-- Newest first, from just before :before (a row id; max int64 from the newest).
+SELECT id, at, actor, action, target, detail FROM audit_log
+WHERE id < :before ORDER BY id DESC LIMIT :limit;

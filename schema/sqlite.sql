@@ -7,10 +7,10 @@
 -- busy_timeout and synchronous=NORMAL are set when the file is opened, not here (journal_mode
 -- cannot change inside a transaction).
 --
--- Version: PRAGMA user_version (last statement), now 3. The agent reads user_version first and,
+-- Version: PRAGMA user_version (last statement), now 4. The agent reads user_version first and,
 -- in the same transaction, runs each migration from it (sqlite-migrate-v2.sql: 1 -> 2,
--- sqlite-migrate-v3.sql: 2 -> 3) before this file; this file alone brings a new database to the
--- current version.
+-- sqlite-migrate-v3.sql: 2 -> 3, sqlite-migrate-v4.sql: 3 -> 4) before this file; this file alone
+-- brings a new database to the current version.
 --
 -- Conventions: times are INTEGER milliseconds since the Unix epoch; booleans are INTEGER 0/1;
 -- tables are STRICT (a value of the wrong type is an error, not a silent conversion). Identifier
@@ -81,6 +81,9 @@ CREATE TABLE IF NOT EXISTS grants (
                        AND connection_id NOT GLOB '*[^A-Za-z0-9._-]*'),
   PRIMARY KEY (principal, connection_id)
 ) STRICT, WITHOUT ROWID;
+
+-- quiver:{ns}:grantees:<cid>: the members granted a connection, read through this index (v4).
+CREATE INDEX IF NOT EXISTS grants_by_connection ON grants (connection_id, principal);
 
 -- quiver:{ns}:manifest:<cid>:<principal>: the cached manifest and its metadata.
 -- A row is a good manifest (manifest IS NOT NULL, with everything a reader needs to classify it),
@@ -205,4 +208,50 @@ CREATE TABLE IF NOT EXISTS epoch (
 
 INSERT OR IGNORE INTO epoch (id, value) VALUES (1, 0);
 
-PRAGMA user_version = 3;
+-- The runtime catalog (native-agent/store/catalog.h, v4): quiver:{ns}:catalog:<kind> and its
+-- :keys index. One row per (kind, key): a member (key: member id), a grant (key: member id or `*`,
+-- everyone) or a connection definition (key: connection id). `value` is the entry's canonical JSON,
+-- NULL for a tombstone (a deleted entry keeps its revision, so an older config file cannot bring it
+-- back). origin 'file' (seeded from a config file by the file rule) or 'api' (the admin API);
+-- rev_ms the change's revision; file_hash the sha256 hex of the file definition last seeded ('':
+-- never from a file); changed_by who ("operator:<id>", "key:<name>", "file:<path>"); updated_at
+-- when the store wrote it. catalog_list pages by key within a kind (the primary key's order).
+CREATE TABLE IF NOT EXISTS catalog (
+  kind       TEXT NOT NULL CHECK (kind IN ('member', 'grant', 'connection')),
+  key        TEXT NOT NULL
+             CHECK (length(key) BETWEEN 1 AND 128
+                    AND ((kind = 'member' AND key NOT GLOB '*[^A-Za-z0-9._@+-]*')
+                         OR (kind = 'grant' AND (key = '*' OR key NOT GLOB '*[^A-Za-z0-9._@+-]*'))
+                         OR (kind = 'connection' AND key NOT GLOB '*[^A-Za-z0-9._-]*'))),
+  value      TEXT CHECK (length(CAST(value AS BLOB)) BETWEEN 1 AND 65536),
+  origin     TEXT NOT NULL CHECK (origin IN ('file', 'api')),
+  rev_ms     INTEGER NOT NULL CHECK (rev_ms >= 0),
+  file_hash  TEXT NOT NULL DEFAULT ''
+             CHECK (file_hash = '' OR (length(file_hash) = 64 AND file_hash NOT GLOB '*[^0-9a-f]*')),
+  changed_by TEXT NOT NULL CHECK (length(changed_by) BETWEEN 1 AND 512),
+  updated_at INTEGER NOT NULL CHECK (updated_at >= 0),
+  PRIMARY KEY (kind, key)
+) STRICT, WITHOUT ROWID;
+
+-- quiver:{ns}:catalog:versions: one counter per kind, bumped by every applied catalog write.
+CREATE TABLE IF NOT EXISTS catalog_versions (
+  kind    TEXT PRIMARY KEY CHECK (kind IN ('member', 'grant', 'connection')),
+  version INTEGER NOT NULL CHECK (version >= 0)
+) STRICT, WITHOUT ROWID;
+
+INSERT OR IGNORE INTO catalog_versions (kind, version)
+VALUES ('member', 0), ('grant', 0), ('connection', 0);
+
+-- quiver:{ns}:audit: who changed what in the catalog, newest last (the row id orders it). Bounded:
+-- each append deletes the rows older than the newest kMaxAuditEntries (catalog.h). detail is a
+-- JSON object, never a secret value.
+CREATE TABLE IF NOT EXISTS audit_log (
+  id     INTEGER PRIMARY KEY CHECK (id > 0),
+  at     INTEGER NOT NULL CHECK (at >= 0),
+  actor  TEXT NOT NULL CHECK (length(actor) BETWEEN 1 AND 512),
+  action TEXT NOT NULL CHECK (length(action) BETWEEN 1 AND 64),
+  target TEXT NOT NULL CHECK (length(target) <= 256),
+  detail TEXT NOT NULL DEFAULT '{}' CHECK (substr(detail, 1, 1) = '{')
+) STRICT;
+
+PRAGMA user_version = 4;

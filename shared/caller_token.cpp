@@ -212,6 +212,10 @@ Result<std::string> mint_caller_token(std::string_view member_id, std::string_vi
     return invalid("token id (jti) must be 1.." + std::to_string(kMaxTokenIdLength) +
                    " printable ASCII characters");
   }
+  if (options.role && !printable_ascii(*options.role, kMaxTokenRoleLength)) {
+    return invalid("token role must be 1.." + std::to_string(kMaxTokenRoleLength) +
+                   " printable ASCII characters");
+  }
 
   // Key order as written in the header comment (what JSON.stringify of a literal gives), so a
   // token minted here is byte-identical to one minted by the usual JavaScript code.
@@ -226,6 +230,7 @@ Result<std::string> mint_caller_token(std::string_view member_id, std::string_vi
   claims["aud"] = options.audience;
   if (options.ns) claims["ns"] = *options.ns;
   if (options.jti) claims["jti"] = *options.jti;
+  if (options.role) claims["role"] = *options.role;
 
   std::string signing_input =
       base64url_encode(header.dump()) + "." + base64url_encode(claims.dump());
@@ -342,13 +347,22 @@ Result<CallerIdentity> verify_caller_token(std::string_view token, const Keyring
     }
     jti = jti_field->get<std::string>();
   }
+  std::optional<std::string> role;
+  if (const Json* role_field = json_field(*claims, "role"); role_field != nullptr) {
+    if (!role_field->is_string() ||
+        !printable_ascii(role_field->get_ref<const std::string&>(), kMaxTokenRoleLength)) {
+      return unauthenticated("token role is malformed");
+    }
+    role = role_field->get<std::string>();
+  }
 
   Result<Principal> principal = Principal::member(*sub);
   if (!principal.ok()) return unauthenticated("token subject is not a member id");
-  return CallerIdentity{*sub,          std::move(principal).value(),
-                        kid_text,      iat->value_or(0),
-                        **exp,         nbf->value_or(0),
-                        std::move(ns), std::move(jti)};
+  return CallerIdentity{*sub,           std::move(principal).value(),
+                        kid_text,       iat->value_or(0),
+                        **exp,          nbf->value_or(0),
+                        std::move(ns),  std::move(jti),
+                        std::move(role)};
 }
 
 // ---- VerifiedTokenCache ------------------------------------------------------------------------
@@ -373,6 +387,7 @@ std::size_t identity_bytes(std::string_view token, const CallerIdentity& who) {
       sizeof(CallerIdentity) + token.size() * 2 + who.member_id.size() * 2 + who.kid.size();
   if (who.ns) bytes += who.ns->size();
   if (who.jti) bytes += who.jti->size();
+  if (who.role) bytes += who.role->size();
   return bytes;
 }
 

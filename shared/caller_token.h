@@ -5,7 +5,9 @@
 // same rules, in native code and in wasm. The scheme is a standard JWT (RFC 7519) in compact form,
 // HS256 only, so any JWT library can mint one: header `{"alg":"HS256","typ":"JWT","kid":"<key
 // id>"}`, claims `sub` (member id), `iat`, `exp` (seconds), `aud` (default "quiver"), optional
-// `nbf`, `ns` (deployment namespace) and `jti`. A principal never comes from anywhere else.
+// `nbf`, `ns` (deployment namespace), `jti` and `role` ("operator": the caller may use the agent's
+// admin API; any other role grants nothing more than a member has). A principal never comes from
+// anywhere else.
 //
 // When to call what:
 //  - at start-up, `Keyring::create` (or `Keyring::from_json` for the `{"kid": "secret"}` text a
@@ -37,6 +39,8 @@ inline constexpr std::size_t kMinTokenSecretBytes = 32;   // HS256 wants a key a
 inline constexpr std::size_t kMaxTokenBytes = 4096;       // longer tokens are refused unread
 inline constexpr std::size_t kMaxKeyIdLength = 64;        // key ids: [A-Za-z0-9._-]{1,64}
 inline constexpr std::size_t kMaxTokenIdLength = 128;     // `jti`: printable ASCII, 1..128
+inline constexpr std::size_t kMaxTokenRoleLength = 64;    // `role`: printable ASCII, 1..64
+inline constexpr char kOperatorRole[] = "operator";       // the role of the admin API's callers
 inline constexpr int64_t kDefaultTokenLeewayMs = 60'000;  // clock skew tolerated on exp/nbf/iat
 
 Status validate_key_id(std::string_view kid);
@@ -71,13 +75,14 @@ class Keyring {
 
 struct MintOptions {
   std::string audience = kDefaultTokenAudience;
-  std::optional<std::string> ns;   // deployment namespace the token is meant for
-  std::optional<std::string> jti;  // a unique id, if the host wants one (randomness comes in)
+  std::optional<std::string> ns;    // deployment namespace the token is meant for
+  std::optional<std::string> jti;   // a unique id, if the host wants one (randomness comes in)
+  std::optional<std::string> role;  // the `role` claim: kOperatorRole for an operator's token
 };
 
 // A signed token for `member_id`: iat = floor(now_ms / 1000), exp = floor((now_ms + ttl_ms) /
-// 1000). kInvalidArgument for an invalid member id, key id, namespace or jti, a secret shorter
-// than kMinTokenSecretBytes, a ttl_ms that is not positive, or an empty audience.
+// 1000). kInvalidArgument for an invalid member id, key id, namespace, jti or role, a secret
+// shorter than kMinTokenSecretBytes, a ttl_ms that is not positive, or an empty audience.
 Result<std::string> mint_caller_token(std::string_view member_id, std::string_view secret,
                                       std::string_view kid, int64_t now_ms, int64_t ttl_ms,
                                       const MintOptions& options = {});
@@ -98,6 +103,8 @@ struct CallerIdentity {
   int64_t not_before_ms = 0;  // 0 when the token has no nbf
   std::optional<std::string> ns;
   std::optional<std::string> jti;
+  std::optional<std::string> role;  // the `role` claim as signed (kOperatorRole: an operator)
+  bool is_operator() const { return role && *role == kOperatorRole; }
 };
 
 // Checks, in order: size (<= kMaxTokenBytes), charset (base64url and exactly two dots: no
@@ -105,7 +112,7 @@ struct CallerIdentity {
 // "HS512" and "RS256" are all refused; typ "JWT" (any case) when present; no `crit`; a known kid),
 // the signature (HMAC-SHA256 over `header.payload`, compared in constant time with the canonical
 // encoding), then the claims: sub a valid member id, exp required and not passed (now >= exp +
-// leeway is expired), nbf and iat not in the future beyond the leeway, aud, ns, jti.
+// leeway is expired), nbf and iat not in the future beyond the leeway, aud, ns, jti, role.
 // kUnauthenticated on any failure.
 Result<CallerIdentity> verify_caller_token(std::string_view token, const Keyring& keyring,
                                            int64_t now_ms, const VerifyOptions& options = {});

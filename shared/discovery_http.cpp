@@ -150,7 +150,7 @@ CallerAuth authenticate_caller(const HttpHeaders& headers, const Keyring* keyrin
                                       ? tokens->verify(*token, *keyring, now_ms, options)
                                       : verify_caller_token(*token, *keyring, now_ms, options);
   if (!caller.ok()) return CallerAuth::unauthenticated(caller.error().message);
-  return CallerAuth::member(caller->member_id);
+  return CallerAuth::member(caller->member_id, caller->is_operator());
 }
 
 // ---- routing and queries -----------------------------------------------------------------------

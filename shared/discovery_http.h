@@ -101,10 +101,15 @@ const char* store_unavailable_message(const Error& error);
 struct CallerAuth {
   std::optional<std::string> member_id;  // set: authenticated as this member
   std::string failure;                   // otherwise, why not (shown in the 401 body)
+  // The token carries `"role": "operator"` (shared/caller_token.h). Only the agent's admin API
+  // reads it; discovery answers an operator exactly as any member.
+  bool operator_claim = false;
 
-  static CallerAuth member(std::string id) { return CallerAuth{std::move(id), ""}; }
+  static CallerAuth member(std::string id, bool operator_claim = false) {
+    return CallerAuth{std::move(id), "", operator_claim};
+  }
   static CallerAuth unauthenticated(std::string why) {
-    return CallerAuth{std::nullopt, std::move(why)};
+    return CallerAuth{std::nullopt, std::move(why), false};
   }
 };
 

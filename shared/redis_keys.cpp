@@ -18,6 +18,8 @@ struct KindInfo {
   bool has_cid;
   bool has_principal;
   bool has_digest = false;
+  bool has_catalog_kind = false;
+  const char* suffix = nullptr;  // a fixed last segment (catalog:<kind>:keys, catalog:versions)
 };
 
 // The layout in one table, in the order of schema/redis-keys.md.
@@ -37,7 +39,21 @@ constexpr KindInfo kKinds[kKeyKindCount] = {
     {KeyKind::kReplay, "replay", "STRING", false, false, true},
     {KeyKind::kInvalidated, "invalidated", "STRING", true, true},
     {KeyKind::kNamespace, "namespace", "STRING", false, false},
+    {KeyKind::kCatalog, "catalog", "HASH", false, false, false, true},
+    {KeyKind::kCatalogKeys, "catalog", "ZSET", false, false, false, true, "keys"},
+    {KeyKind::kCatalogVersions, "catalog", "HASH", false, false, false, false, "versions"},
+    {KeyKind::kAudit, "audit", "STREAM", false, false},
 };
+
+constexpr char kCatalogVersionsSegment[] = "versions";
+
+bool is_catalog_kind_segment(std::string_view s) {
+  if (s.empty() || s.size() > 32 || s == kCatalogVersionsSegment) return false;
+  for (char c : s) {
+    if (c < 'a' || c > 'z') return false;
+  }
+  return true;
+}
 
 bool is_sha256_hex(std::string_view s) {
   if (s.size() != 64) return false;
@@ -59,6 +75,7 @@ const char* key_redis_type(KeyKind kind) { return info(kind).redis_type; }
 bool key_has_connection_id(KeyKind kind) { return info(kind).has_cid; }
 bool key_has_principal(KeyKind kind) { return info(kind).has_principal; }
 bool key_has_digest(KeyKind kind) { return info(kind).has_digest; }
+bool key_has_catalog_kind(KeyKind kind) { return info(kind).has_catalog_kind; }
 
 const std::vector<std::string>& key_fields(KeyKind kind) {
   namespace f = redis_field;
@@ -71,6 +88,8 @@ const std::vector<std::string>& key_fields(KeyKind kind) {
       f::kErrorMessage, f::kErrorAt,   f::kAttemptAt};
   static const std::vector<std::string> kRevalidateFields = {f::kCid, f::kPrincipal, f::kReason,
                                                              f::kAt};
+  static const std::vector<std::string> kAuditFields = {f::kAt, f::kActor, f::kAction, f::kTarget,
+                                                        f::kDetail};
   switch (kind) {
     case KeyKind::kConn:
       return kConnFields;
@@ -78,6 +97,8 @@ const std::vector<std::string>& key_fields(KeyKind kind) {
       return kManifestFields;
     case KeyKind::kRevalidate:
       return kRevalidateFields;
+    case KeyKind::kAudit:
+      return kAuditFields;
     default:
       return kNone;
   }
@@ -93,7 +114,7 @@ Result<RedisKeys> RedisKeys::create(std::string_view ns) {
 
 Result<std::string> RedisKeys::key(KeyKind kind, std::string_view cid,
                                    const std::optional<Principal>& principal,
-                                   std::string_view digest) const {
+                                   std::string_view digest, std::string_view catalog_kind) const {
   const KindInfo& k = info(kind);
   std::string out = prefix_ + k.segment;
   if (k.has_cid) {
@@ -117,6 +138,17 @@ Result<std::string> RedisKeys::key(KeyKind kind, std::string_view cid,
     out += ':';
     out += digest;
   }
+  if (k.has_catalog_kind) {
+    if (!is_catalog_kind_segment(catalog_kind)) {
+      return invalid(std::string(k.segment) + " key needs a catalog kind ([a-z]{1,32})");
+    }
+    out += ':';
+    out += catalog_kind;
+  }
+  if (k.suffix != nullptr) {
+    out += ':';
+    out += k.suffix;
+  }
   return out;
 }
 
@@ -131,6 +163,16 @@ std::string RedisKeys::namespace_record() const {
 std::string RedisKeys::replay(std::string_view signed_id) const {
   return prefix_ + key_kind_name(KeyKind::kReplay) + ":" + sha256_hex(signed_id);
 }
+Result<std::string> RedisKeys::catalog(std::string_view catalog_kind) const {
+  return key(KeyKind::kCatalog, {}, std::nullopt, {}, catalog_kind);
+}
+Result<std::string> RedisKeys::catalog_keys(std::string_view catalog_kind) const {
+  return key(KeyKind::kCatalogKeys, {}, std::nullopt, {}, catalog_kind);
+}
+std::string RedisKeys::catalog_versions() const {
+  return *key(KeyKind::kCatalogVersions, {}, std::nullopt);
+}
+std::string RedisKeys::audit() const { return prefix_ + key_kind_name(KeyKind::kAudit); }
 Result<std::string> RedisKeys::grantees(std::string_view cid) const {
   return key(KeyKind::kGrantees, cid, std::nullopt);
 }
@@ -188,8 +230,17 @@ Result<ParsedKey> RedisKeys::parse(std::string_view key) const {
   }
   for (const KindInfo& k : kKinds) {
     if (parts[0] != k.segment) continue;
-    const std::size_t expected =
-        1 + (k.has_cid ? 1 : 0) + (k.has_principal ? 1 : 0) + (k.has_digest ? 1 : 0);
+    const std::size_t expected = 1 + (k.has_cid ? 1 : 0) + (k.has_principal ? 1 : 0) +
+                                 (k.has_digest ? 1 : 0) + (k.has_catalog_kind ? 1 : 0) +
+                                 (k.suffix != nullptr ? 1 : 0);
+    // Kinds that share a segment (catalog:<kind>, catalog:<kind>:keys, catalog:versions) differ
+    // in their segment count and fixed suffix.
+    const bool shared_segment = k.has_catalog_kind || k.suffix != nullptr;
+    if (shared_segment &&
+        (parts.size() != expected || (k.suffix != nullptr && parts.back() != k.suffix) ||
+         (k.has_catalog_kind && !is_catalog_kind_segment(parts[1])))) {
+      continue;
+    }
     if (parts.size() != expected) {
       return invalid(std::string(k.segment) + " key has " + std::to_string(parts.size()) +
                      " segments after the namespace; expected " + std::to_string(expected));
@@ -214,6 +265,7 @@ Result<ParsedKey> RedisKeys::parse(std::string_view key) const {
       if (!is_sha256_hex(parts[next])) return invalid("replay key without a SHA-256 digest");
       out.digest = std::string(parts[next]);
     }
+    if (k.has_catalog_kind) out.catalog_kind = std::string(parts[1]);
     return out;
   }
   return invalid("unknown key kind after the namespace prefix");

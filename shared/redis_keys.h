@@ -30,14 +30,21 @@ enum class KeyKind {
   kReplay,
   kInvalidated,
   kNamespace,
+  kCatalog,
+  kCatalogKeys,
+  kCatalogVersions,
+  kAudit,
 };
-inline constexpr int kKeyKindCount = 15;
+inline constexpr int kKeyKindCount = 19;
 
 const char* key_kind_name(KeyKind kind);   // the key's segment: "conns", "revalidate-gate", ...
 const char* key_redis_type(KeyKind kind);  // "SET", "HASH", "STRING", "STREAM"
 bool key_has_connection_id(KeyKind kind);
 bool key_has_principal(KeyKind kind);
 bool key_has_digest(KeyKind kind);  // a 64-hex-digit SHA-256 segment (replay)
+// A runtime catalog kind segment (catalog:<kind>, catalog:<kind>:keys): [a-z]{1,32}, not
+// "versions" (native-agent/store/catalog.h names them: member, grant, connection).
+bool key_has_catalog_kind(KeyKind kind);
 // HASH fields or STREAM entry fields; empty for other types.
 const std::vector<std::string>& key_fields(KeyKind kind);
 
@@ -82,6 +89,11 @@ inline constexpr char kCid[] = "cid";
 inline constexpr char kPrincipal[] = "principal";
 inline constexpr char kReason[] = "reason";
 inline constexpr char kAt[] = "at";
+// audit stream entries (also `at`)
+inline constexpr char kActor[] = "actor";
+inline constexpr char kAction[] = "action";
+inline constexpr char kTarget[] = "target";
+inline constexpr char kDetail[] = "detail";
 }  // namespace redis_field
 
 struct ParsedKey {
@@ -89,6 +101,7 @@ struct ParsedKey {
   std::string connection_id;           // empty when the kind has none
   std::optional<Principal> principal;  // nullopt when the kind has none
   std::string digest;                  // empty when the kind has none
+  std::string catalog_kind;            // empty when the kind has none
 };
 
 class RedisKeys {
@@ -122,12 +135,20 @@ class RedisKeys {
   // The namespace record (kNamespaceReady): whether agents have synced connections, grants and
   // overlays into this namespace since the store last lost its data. Every reader checks it.
   std::string namespace_record() const;
+  // The runtime catalog (native-agent/store/catalog.h), agents only: the entries of one kind (a
+  // HASH key -> one JSON string holding the value and its meta), their keys for paging (a ZSET,
+  // every score 0, paged with ZRANGEBYLEX), the per-kind version counters (a HASH) and the audit
+  // log (a STREAM). The edge's user can neither read nor write them (schema/redis-acl-edge.txt).
+  Result<std::string> catalog(std::string_view catalog_kind) const;
+  Result<std::string> catalog_keys(std::string_view catalog_kind) const;
+  std::string catalog_versions() const;
+  std::string audit() const;
 
   // Any kind. Parts the kind does not use are ignored; the ones it uses are validated
   // (`digest`: 64 lowercase hex digits).
   Result<std::string> key(KeyKind kind, std::string_view cid,
-                          const std::optional<Principal>& principal,
-                          std::string_view digest = {}) const;
+                          const std::optional<Principal>& principal, std::string_view digest = {},
+                          std::string_view catalog_kind = {}) const;
 
   // SCAN MATCH pattern for every manifest key of the namespace (maintenance).
   std::string manifest_match_pattern() const;

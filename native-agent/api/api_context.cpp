@@ -42,6 +42,15 @@ CallerAuth ApiContext::authenticate(const httplib::Request& req) const {
   return authenticate(headers);
 }
 
+Result<bool> ApiContext::is_operator(const Caller& caller) {
+  if (caller.operator_claim || operators.count(caller.id()) > 0) return true;
+  Result<std::optional<CatalogEntry>> entry =
+      agent.store().catalog_read(CatalogKind::kMember, caller.member.member_id());
+  if (!entry.ok()) return entry.error();
+  if (!*entry || !(*entry)->value) return false;
+  return json_bool(*(*entry)->value, "operator").value_or(false);
+}
+
 // ---- store reads ----
 
 Result<DiscoverySnapshot> ApiContext::snapshot(const Principal& member,

@@ -49,6 +49,14 @@ class LockedSearcher final : public ToolSearcher {
   IndexedToolSearcher inner_;
 };
 
+// An authenticated caller: the member its bearer token names, and whether the token claims the
+// operator role (`"role": "operator"`, shared/caller_token.h).
+struct Caller {
+  Principal member;  // member/<id>
+  bool operator_claim = false;
+  std::string id() const { return std::string(member.member_id()); }
+};
+
 struct ApiContext {
   ApiContext(AgentService& a, ApiServerOptions o) : agent(a), options(std::move(o)) {}
 
@@ -62,7 +70,7 @@ struct ApiContext {
   mutable std::mutex tokens_mu;
   mutable VerifiedTokenCache tokens;  // bearer tokens already verified; shared by the workers
   std::vector<std::string> webhook_secrets;
-  std::set<std::string> operators;  // quiver.operators: may toggle shared connections
+  std::set<std::string> operators;  // quiver.operators (see is_operator)
 
   std::unique_ptr<LockedSearcher> searcher;
   LockedRenderCache render_cache;  // each servable entry's rendered payload, for every thread
@@ -85,6 +93,11 @@ struct ApiContext {
   // The one place a request becomes a member: its bearer token, through the core.
   CallerAuth authenticate(const HttpHeaders& headers) const;
   CallerAuth authenticate(const httplib::Request& req) const;
+  // Whether `caller` is an operator (may use the admin API, toggle a shared connection): its
+  // token claims the operator role, or its member id is in quiver.operators, or the runtime
+  // catalog's member entry says {"operator": true} (native-agent/store/catalog.h). The catalog is
+  // read only when neither of the first two says so; its failure is the error.
+  Result<bool> is_operator(const Caller& caller);
 
   Result<DiscoverySnapshot> snapshot(const Principal& member, const SnapshotQuery& query);
   // The same read when the store can make it without waiting (ManifestStore::read_discovery_now);

@@ -39,7 +39,7 @@ void evidence(ApiContext& api, const httplib::Request& req, httplib::Response& r
 void get_preferences(ApiContext& api, const httplib::Request& req, httplib::Response& res,
                      const Principal& member);
 void set_preferences(ApiContext& api, const httplib::Request& req, httplib::Response& res,
-                     const Principal& member);
+                     const Caller& caller);
 
 void webhook(ApiContext& api, const httplib::Request& req, httplib::Response& res);
 

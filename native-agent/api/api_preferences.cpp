@@ -46,18 +46,21 @@ void get_preferences(ApiContext& api, const httplib::Request& req, httplib::Resp
 }
 
 // PUT and PATCH: {"type", "key", "enabled"}, or {"changes": [those]} applied in order.
-// A shared connection's choices are everyone's: only an operator (quiver.operators) may change
-// them; any other granted member is refused with 403. On a per-member connection each member
-// changes their own.
+// A shared connection's choices are everyone's: only an operator (ApiContext::is_operator: the
+// token's role claim, quiver.operators, or the catalog) may change them; any other granted member
+// is refused with 403. On a per-member connection each member changes their own.
 void set_preferences(ApiContext& api, const httplib::Request& req, httplib::Response& res,
-                     const Principal& member) {
-  std::optional<GrantedConnection> conn = api.connection_of(req, res, member, "preferences");
+                     const Caller& caller) {
+  std::optional<GrantedConnection> conn = api.connection_of(req, res, caller.member, "preferences");
   if (!conn) return;
   const std::string& cid = conn->id;
-  if (conn->principal->is_shared() && api.operators.count(std::string(member.member_id())) == 0) {
-    return send_error(res, HttpErrorCode::kForbidden,
-                      "only an operator (quiver.operators) may change the preferences of a "
-                      "shared connection");
+  if (conn->principal->is_shared()) {
+    Result<bool> allowed = api.is_operator(caller);
+    if (!allowed.ok()) return api.fail_store(res, allowed.error(), "operator check");
+    if (!*allowed) {
+      return send_error(res, HttpErrorCode::kForbidden,
+                        "only an operator may change the preferences of a shared connection");
+    }
   }
   Result<Json> body = parse_json(req.body, api.options.max_body_bytes);
   if (!body.ok() || !body->is_object()) {

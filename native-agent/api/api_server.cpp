@@ -45,21 +45,50 @@ struct ApiServer::Impl : ApiContext {
   bool started = false;
   std::atomic<bool> stopped{false};
 
+  // The caller of a request, or nullopt when the 401 has been sent.
+  std::optional<api::Caller> caller_of(const httplib::Request& req, httplib::Response& res) {
+    CallerAuth caller = authenticate(req);
+    if (!caller.member_id) {
+      send_error(res, HttpErrorCode::kUnauthenticated, caller.failure);
+      return std::nullopt;
+    }
+    Result<Principal> member = Principal::member(*caller.member_id);
+    if (!member.ok()) {
+      send_error(res, HttpErrorCode::kUnauthenticated, "the token names no valid member");
+      return std::nullopt;
+    }
+    return api::Caller{std::move(*member), caller.operator_claim};
+  }
+
   // Wraps a handler of an authenticated endpoint: 401 unless the bearer token names a member.
   using MemberHandler =
       std::function<void(const httplib::Request&, httplib::Response&, const Principal& member)>;
   Router::Handler authed(MemberHandler handler) {
-    return [this, handler = std::move(handler)](const httplib::Request& req,
-                                                httplib::Response& res) {
-      CallerAuth caller = authenticate(req);
-      if (!caller.member_id)
-        return send_error(res, HttpErrorCode::kUnauthenticated, caller.failure);
-      Result<Principal> member = Principal::member(*caller.member_id);
-      if (!member.ok()) {
-        return send_error(res, HttpErrorCode::kUnauthenticated, "the token names no valid member");
-      }
-      handler(req, res, *member);
-    };
+    return authed_caller([handler = std::move(handler)](
+                             const httplib::Request& req, httplib::Response& res,
+                             const api::Caller& caller) { handler(req, res, caller.member); });
+  }
+  using CallerHandler =
+      std::function<void(const httplib::Request&, httplib::Response&, const api::Caller&)>;
+  Router::Handler authed_caller(CallerHandler handler) {
+    return
+        [this, handler = std::move(handler)](const httplib::Request& req, httplib::Response& res) {
+          if (std::optional<api::Caller> caller = caller_of(req, res)) handler(req, res, *caller);
+        };
+  }
+
+  // Wraps a handler of an operators-only endpoint (the admin API, the status page's data): 401
+  // without a valid token, 403 "operators only" for a member who is not an operator
+  // (ApiContext::is_operator), 503 when the store cannot say.
+  Router::Handler operator_only(CallerHandler handler) {
+    return authed_caller([this, handler = std::move(handler)](const httplib::Request& req,
+                                                              httplib::Response& res,
+                                                              const api::Caller& caller) {
+      Result<bool> allowed = is_operator(caller);
+      if (!allowed.ok()) return fail_store(res, allowed.error(), "operator check");
+      if (!*allowed) return send_error(res, HttpErrorCode::kForbidden, "operators only");
+      handler(req, res, caller);
+    });
   }
 
   // ---- wiring: every route, hook and limit in one place ----
@@ -87,8 +116,8 @@ struct ApiServer::Impl : ApiContext {
     s.Get(id + "/preferences", authed([this](const auto& req, auto& res, const Principal& m) {
             api::get_preferences(*this, req, res, m);
           }));
-    auto set = authed([this](const auto& req, auto& res, const Principal& m) {
-      api::set_preferences(*this, req, res, m);
+    auto set = authed_caller([this](const auto& req, auto& res, const api::Caller& c) {
+      api::set_preferences(*this, req, res, c);
     });
     s.Put(id + "/preferences", set);
     s.Patch(id + "/preferences", set);

@@ -215,7 +215,7 @@ std::optional<std::string> default_member(const AgentConfig& config) {
 }
 
 Result<std::string> mint_token_from_config(const AgentConfig& config, const std::string& member_id,
-                                           int64_t now_ms, int64_t ttl_ms) {
+                                           int64_t now_ms, int64_t ttl_ms, bool operator_role) {
   if (Status s = validate_member_id(member_id); !s.ok()) return s.error();
   if (!config.members.empty() && config.members.count(member_id) == 0) {
     return Error(ErrorCode::kInvalidArgument,
@@ -240,6 +240,7 @@ Result<std::string> mint_token_from_config(const AgentConfig& config, const std:
   }
   MintOptions options;
   options.ns = config.ns;
+  if (operator_role) options.role = kOperatorRole;
   return mint_caller_token(member_id, key->second.reveal(), kid, now_ms, ttl_ms, options);
 }
 

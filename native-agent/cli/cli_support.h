@@ -90,7 +90,9 @@ std::optional<std::string> default_member(const AgentConfig& config);
 // A caller token for `member_id` from the configuration's key ring: the signing key
 // (caller_token_signing_kid, or the only key). kInvalidArgument when there is no key, several keys
 // and none chosen, or the member is not one of the configured members (when members are listed).
+// `operator_role`: the token claims the operator role (`"role": "operator"`: the admin API).
 Result<std::string> mint_token_from_config(const AgentConfig& config, const std::string& member_id,
-                                           int64_t now_ms, int64_t ttl_ms);
+                                           int64_t now_ms, int64_t ttl_ms,
+                                           bool operator_role = false);
 
 }  // namespace quiver

@@ -12,7 +12,8 @@
 namespace quiver {
 namespace {
 
-constexpr char kTokenUsage[] = R"(usage: quiver-agent token [--member M] [--ttl 1h] [--config FILE]
+constexpr char kTokenUsage[] =
+    R"(usage: quiver-agent token [--member M] [--operator] [--ttl 1h] [--config FILE]
 
 Mints a caller token (an HS256 JWT) for member M with the configuration's caller token key
 (quiver.caller_token_signing_kid, or the only key) and prints it on stdout. Callers send it as
@@ -21,6 +22,8 @@ Mints a caller token (an HS256 JWT) for member M with the configuration's caller
 options:
   --member M       the member the token identifies (default: the only configured member, or
                    `local`); it must be one of quiver.members when members are listed
+  --operator       the token claims the operator role ("role": "operator"): it may use the
+                   admin API (/v1/admin/..., `quiver-agent members|grants|connections`)
   --ttl DURATION   lifetime: 90s, 15m, 1h (default), 7d; at most 30d
   --config FILE    the configuration (default: $QUIVER_CONFIG)
   --help           this text
@@ -34,9 +37,9 @@ constexpr int64_t kMaxTokenTtlMs = int64_t{30} * 86'400'000;
 
 int cmd_token(const std::vector<std::string>& argv) {
   int code = kExitOk;
-  std::optional<CliArgs> args =
-      cli_begin("token", argv, {{"member", true}, {"ttl", true}, {"config", true}}, kTokenUsage,
-                false, &code);
+  std::optional<CliArgs> args = cli_begin(
+      "token", argv, {{"member", true}, {"operator", false}, {"ttl", true}, {"config", true}},
+      kTokenUsage, false, &code);
   if (!args) return code;
   int64_t ttl_ms = 3'600'000;
   if (std::optional<std::string> ttl = args->value("ttl")) {
@@ -50,7 +53,8 @@ int cmd_token(const std::vector<std::string>& argv) {
   std::optional<std::string> member = args->value("member");
   if (!member) member = default_member(*config);
   if (!member) return cli_usage_error("token", "which member? pass --member M");
-  Result<std::string> token = mint_token_from_config(*config, *member, system_clock_ms()(), ttl_ms);
+  Result<std::string> token =
+      mint_token_from_config(*config, *member, system_clock_ms()(), ttl_ms, args->has("operator"));
   if (!token.ok()) return cli_fail("token", token.error().message, kExitUsage);
   std::printf("%s\n", token->c_str());
   return kExitOk;

@@ -14,6 +14,7 @@
 #include <signal.h>
 #include <sys/time.h>
 
+#include "shared/canonical_json.h"
 #include "shared/discovery_redis.h"
 #include "shared/numbers.h"
 #include "shared/preferences_redis.h"
@@ -1282,6 +1283,275 @@ Result<WebhookRefreshReply> RedisStore::apply_webhook(const WebhookVerified& ver
       webhook_refresh_command(impl_->keys, verified, request, now_ms, options), "webhook_refresh");
   if (!reply.ok()) return reply.error();
   return parse_webhook_refresh_reply(*reply);
+}
+
+// ---- per-member grants, the runtime catalog, the audit log ----------------------------------
+
+Result<bool> RedisStore::set_member_grants(std::string_view member_id,
+                                           const std::set<std::string>& cids) {
+  Result<Principal> p = Principal::member(member_id);
+  if (!p.ok()) return p.error();
+  for (const std::string& cid : cids) {
+    if (Status st = validate_connection_id(cid); !st.ok()) return st.error();
+  }
+  RedisKeys& keys = impl_->keys;
+  const std::string grants_key = *keys.grants(*p);
+  Result<RespValue> stored = impl_->one({"SMEMBERS", grants_key}, "SMEMBERS");
+  if (!stored.ok()) return stored.error();
+  const std::set<std::string> have = string_set(*stored);
+  if (have == cids) return false;
+  // The member's set, and its principal in the grantees set of each connection added or removed:
+  // the cost follows this member's grants, never the number of members.
+  std::vector<RedisCommand> writes = {{"DEL", grants_key}};
+  if (!cids.empty()) {
+    RedisCommand sadd = {"SADD", grants_key};
+    sadd.insert(sadd.end(), cids.begin(), cids.end());
+    writes.push_back(std::move(sadd));
+  }
+  for (const std::string& cid : have) {
+    if (cids.count(cid) == 0) writes.push_back({"SREM", *keys.grantees(cid), p->str()});
+  }
+  for (const std::string& cid : cids) {
+    if (have.count(cid) == 0) writes.push_back({"SADD", *keys.grantees(cid), p->str()});
+  }
+  writes.push_back({"INCR", keys.epoch()});
+  Result<std::vector<RespValue>> w = impl_->transaction(writes, "set member grants");
+  if (!w.ok()) return w.error();
+  return true;
+}
+
+Result<std::set<std::string>> RedisStore::read_grantees(std::string_view cid) {
+  Result<std::string> key = impl_->keys.grantees(cid);
+  if (!key.ok()) return key.error();
+  Result<RespValue> r = impl_->one({"SMEMBERS", *key}, "SMEMBERS");
+  if (!r.ok()) return r.error();
+  std::set<std::string> out;
+  for (const std::string& principal : string_set(*r)) {
+    Result<Principal> p = Principal::parse(principal);
+    if (p.ok() && !p->is_shared()) out.insert(std::string(p->member_id()));
+  }
+  return out;
+}
+
+namespace {
+
+// An entry as the hash holds it (schema/redis-keys.md, catalog:<kind>): canonical JSON of the meta
+// with "value" last (keys sorted), the value's canonical text spliced in as it is.
+std::string catalog_entry_json(const CatalogMeta& meta, const std::string& value_text) {
+  Json m = {{"by", meta.by},
+            {"file_hash", meta.file_hash},
+            {"origin", meta.origin},
+            {"rev_ms", meta.rev_ms},
+            {"updated_at", meta.updated_at_ms}};
+  std::string out = serialize_json(m);  // strings and integers only: canonical
+  out.pop_back();                       // the closing brace
+  out += ",\"value\":";
+  out += value_text.empty() ? "null" : value_text;
+  out += '}';
+  return out;
+}
+
+Result<CatalogEntry> catalog_entry_from_json(CatalogKind kind, std::string_view key,
+                                             std::string_view text) {
+  const std::string record =
+      std::string("catalog entry ") + catalog_kind_name(kind) + " " + std::string(key);
+  Result<Json> parsed = parse_json(text);
+  if (!parsed.ok() || !parsed->is_object()) {
+    return Error(ErrorCode::kInvalidReply, record + ": not a JSON object");
+  }
+  CatalogEntry e;
+  e.kind = kind;
+  e.key = std::string(key);
+  std::optional<std::string> origin = json_string(*parsed, "origin");
+  std::optional<std::string> file_hash = json_string(*parsed, "file_hash");
+  std::optional<std::string> by = json_string(*parsed, "by");
+  std::optional<int64_t> rev = json_int(*parsed, "rev_ms");
+  std::optional<int64_t> updated = json_int(*parsed, "updated_at");
+  Json* value = json_field(*parsed, "value");
+  if (!origin || !file_hash || !by || !rev || !updated || value == nullptr) {
+    return Error(ErrorCode::kInvalidReply, record + ": a field is missing or of the wrong type");
+  }
+  e.meta.origin = std::move(*origin);
+  e.meta.file_hash = std::move(*file_hash);
+  e.meta.by = std::move(*by);
+  e.meta.rev_ms = *rev;
+  e.meta.updated_at_ms = *updated;
+  if (!value->is_null()) e.value = std::move(*value);
+  return e;
+}
+
+}  // namespace
+
+Result<CatalogWriteResult> RedisStore::catalog_write(const CatalogEntry& entry,
+                                                     CatalogWriteMode mode) {
+  Result<std::string> value = catalog_value_text(entry);
+  if (!value.ok()) return value.error();
+  std::string_view script = schema_asset("lua/catalog_write.lua");
+  if (script.empty()) {
+    return Error(ErrorCode::kInternal, "schema/lua/catalog_write.lua is not compiled in");
+  }
+  RedisKeys& keys = impl_->keys;
+  const char* kind = catalog_kind_name(entry.kind);
+  CatalogEntry written = entry;
+  written.meta.updated_at_ms = impl_->options.now_ms();
+  Result<RespValue> r =
+      impl_->one({"EVAL", std::string(script), "3", *keys.catalog(kind), *keys.catalog_keys(kind),
+                  keys.catalog_versions(), kind, entry.key,
+                  mode == CatalogWriteMode::kFileSeed ? "seed" : "always", entry.meta.file_hash,
+                  std::to_string(entry.meta.rev_ms), catalog_entry_json(written.meta, *value)},
+                 "catalog_write");
+  if (!r.ok()) return r.error();
+  const std::vector<RespValue>* reply = r->as_array();
+  if (reply == nullptr || reply->size() < 1 || !(*reply)[0].as_int()) {
+    return Error(ErrorCode::kInvalidReply, "redis catalog_write: unexpected reply");
+  }
+  CatalogWriteResult out;
+  out.applied = *(*reply)[0].as_int() == 1;
+  if (out.applied) {
+    out.current = std::move(written);
+    return out;
+  }
+  if (reply->size() > 1) {
+    if (std::optional<std::string_view> stored = (*reply)[1].as_string()) {
+      Result<CatalogEntry> e = catalog_entry_from_json(entry.kind, entry.key, *stored);
+      if (!e.ok()) return e.error();
+      out.current = std::move(e).value();
+    }
+  }
+  return out;
+}
+
+Result<std::optional<CatalogEntry>> RedisStore::catalog_read(CatalogKind kind,
+                                                             std::string_view key) {
+  if (Status st = validate_catalog_key(kind, key); !st.ok()) return st.error();
+  Result<RespValue> r =
+      impl_->one({"HGET", *impl_->keys.catalog(catalog_kind_name(kind)), std::string(key)}, "HGET");
+  if (!r.ok()) return r.error();
+  std::optional<std::string_view> text = r->as_string();
+  if (!text) return std::optional<CatalogEntry>();
+  Result<CatalogEntry> e = catalog_entry_from_json(kind, key, *text);
+  if (!e.ok()) return e.error();
+  return std::optional<CatalogEntry>(std::move(e).value());
+}
+
+Result<CatalogPage> RedisStore::catalog_list(CatalogKind kind, std::string_view cursor,
+                                             std::size_t limit) {
+  if (Status st = validate_catalog_page(limit); !st.ok()) return st.error();
+  RedisKeys& keys = impl_->keys;
+  const char* name = catalog_kind_name(kind);
+  // One key past the page says whether there is a next one.
+  Result<RespValue> listed = impl_->one(
+      {"ZRANGEBYLEX", *keys.catalog_keys(name), cursor.empty() ? "-" : "(" + std::string(cursor),
+       "+", "LIMIT", "0", std::to_string(limit + 1)},
+      "ZRANGEBYLEX");
+  if (!listed.ok()) return listed.error();
+  const std::vector<RespValue>* names = listed->as_array();
+  if (names == nullptr) return Error(ErrorCode::kInvalidReply, "redis ZRANGEBYLEX: not an array");
+  CatalogPage page;
+  RedisCommand hmget = {"HMGET", *keys.catalog(name)};
+  for (const RespValue& n : *names) {
+    if (hmget.size() - 2 == limit) break;
+    std::optional<std::string_view> k = n.as_string();
+    if (!k) return Error(ErrorCode::kInvalidReply, "redis ZRANGEBYLEX: not a string");
+    hmget.emplace_back(*k);
+  }
+  if (hmget.size() == 2) return page;
+  if (names->size() > limit) page.next_cursor = hmget.back();
+  Result<RespValue> values = impl_->one(hmget, "HMGET");
+  if (!values.ok()) return values.error();
+  const std::vector<RespValue>* texts = values->as_array();
+  if (texts == nullptr || texts->size() != hmget.size() - 2) {
+    return Error(ErrorCode::kInvalidReply, "redis HMGET: unexpected reply");
+  }
+  for (std::size_t i = 0; i < texts->size(); ++i) {
+    std::optional<std::string_view> text = (*texts)[i].as_string();
+    if (!text) continue;  // indexed but gone (nothing deletes entries: a foreign writer)
+    Result<CatalogEntry> e = catalog_entry_from_json(kind, hmget[i + 2], *text);
+    if (!e.ok()) return e.error();
+    page.entries.push_back(std::move(e).value());
+  }
+  return page;
+}
+
+Result<CatalogVersions> RedisStore::catalog_versions() {
+  Result<RespValue> r = impl_->one(
+      {"HMGET", impl_->keys.catalog_versions(), "member", "grant", "connection"}, "HMGET");
+  if (!r.ok()) return r.error();
+  const std::vector<RespValue>* v = r->as_array();
+  if (v == nullptr || v->size() != 3) {
+    return Error(ErrorCode::kInvalidReply, "redis HMGET catalog versions: unexpected reply");
+  }
+  CatalogVersions out;
+  int64_t* fields[] = {&out.member, &out.grant, &out.connection};
+  for (std::size_t i = 0; i < 3; ++i) {
+    std::optional<std::string_view> text = (*v)[i].as_string();
+    if (text && !parse_i64(*text, fields[i])) {
+      return Error(ErrorCode::kInvalidReply, "redis catalog versions: not an integer");
+    }
+  }
+  return out;
+}
+
+Status RedisStore::append_audit(const AuditEntry& entry) {
+  Result<std::string> detail = audit_detail_text(entry);
+  if (!detail.ok()) return detail.error();
+  namespace f = redis_field;
+  const int64_t at = entry.at_ms != 0 ? entry.at_ms : impl_->options.now_ms();
+  Result<RespValue> r =
+      impl_->one({"XADD", impl_->keys.audit(), "MAXLEN", "~",
+                  std::to_string(std::max<int64_t>(impl_->options.max_audit_entries, 1)), "*",
+                  f::kAt, std::to_string(at), f::kActor, entry.actor, f::kAction, entry.action,
+                  f::kTarget, entry.target, f::kDetail, *detail},
+                 "XADD");
+  return r.ok() ? Status::Ok() : Status(r.error());
+}
+
+Result<AuditPage> RedisStore::read_audit(std::string_view cursor, std::size_t limit) {
+  if (Status st = validate_catalog_page(limit); !st.ok()) return st.error();
+  if (!cursor.empty() && !valid_stream_id(cursor)) {
+    return invalid("read_audit: the cursor is not an audit line id");
+  }
+  Result<RespValue> r = impl_->one(
+      {"XREVRANGE", impl_->keys.audit(), cursor.empty() ? "+" : "(" + std::string(cursor), "-",
+       "COUNT", std::to_string(limit + 1)},
+      "XREVRANGE");
+  if (!r.ok()) return r.error();
+  const std::vector<RespValue>* lines = r->as_array();
+  if (lines == nullptr) return Error(ErrorCode::kInvalidReply, "redis XREVRANGE: not an array");
+  AuditPage page;
+  for (const RespValue& line : *lines) {
+    if (page.entries.size() == limit) {
+      page.next_cursor = page.entries.back().id;
+      break;
+    }
+    const std::vector<RespValue>* parts = line.as_array();
+    if (parts == nullptr || parts->size() != 2 || !(*parts)[0].as_string() ||
+        !(*parts)[1].is_array()) {
+      return Error(ErrorCode::kInvalidReply, "redis XREVRANGE: unexpected entry");
+    }
+    AuditEntry e;
+    e.id = std::string(*(*parts)[0].as_string());
+    const std::vector<RespValue>& kv = (*parts)[1].elements;
+    for (std::size_t i = 0; i + 1 < kv.size(); i += 2) {
+      std::optional<std::string_view> k = kv[i].as_string();
+      std::optional<std::string_view> v = kv[i + 1].as_string();
+      if (!k || !v) continue;
+      if (*k == redis_field::kAt) {
+        (void)parse_i64(*v, &e.at_ms);
+      } else if (*k == redis_field::kActor) {
+        e.actor = std::string(*v);
+      } else if (*k == redis_field::kAction) {
+        e.action = std::string(*v);
+      } else if (*k == redis_field::kTarget) {
+        e.target = std::string(*v);
+      } else if (*k == redis_field::kDetail) {
+        Result<Json> detail = parse_json(*v);
+        if (detail.ok()) e.detail = std::move(detail).value();
+      }
+    }
+    page.entries.push_back(std::move(e));
+  }
+  return page;
 }
 
 }  // namespace quiver

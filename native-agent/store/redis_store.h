@@ -40,7 +40,9 @@ struct RedisStoreOptions {
   int64_t reconnect_backoff_max_ms = 5'000;
   // XADD MAXLEN ~ bound of the revalidation stream.
   int64_t revalidate_stream_max_len = 10'000;
-  // `at` of queued revalidation requests.
+  // XADD MAXLEN ~ bound of the audit stream (quiver:{ns}:audit).
+  int64_t max_audit_entries = static_cast<int64_t>(kMaxAuditEntries);
+  // `at` of queued revalidation requests, updated_at of catalog entries, at of audit lines.
   Clock now_ms = system_clock_ms();
 };
 
@@ -87,6 +89,17 @@ class RedisStore final : public ManifestStore {
   Result<std::optional<ConnectionRecord>> read_connection(std::string_view cid) override;
   Result<GrantSync> sync_grants(const GrantMap& grants) override;
   Result<std::set<std::string>> read_grants(std::string_view member_id) override;
+  Result<bool> set_member_grants(std::string_view member_id,
+                                 const std::set<std::string>& cids) override;
+  Result<std::set<std::string>> read_grantees(std::string_view cid) override;
+  Result<CatalogWriteResult> catalog_write(const CatalogEntry& entry,
+                                           CatalogWriteMode mode) override;
+  Result<std::optional<CatalogEntry>> catalog_read(CatalogKind kind, std::string_view key) override;
+  Result<CatalogPage> catalog_list(CatalogKind kind, std::string_view cursor,
+                                   std::size_t limit) override;
+  Result<CatalogVersions> catalog_versions() override;
+  Status append_audit(const AuditEntry& entry) override;
+  Result<AuditPage> read_audit(std::string_view cursor, std::size_t limit) override;
   Result<MergedPreferences> merge_preferences(std::string_view cid, const Principal& principal,
                                               const std::vector<PreferenceRow>& rows) override;
   Result<DisabledOverlay> read_disabled(std::string_view cid, const Principal& principal) override;

@@ -1216,4 +1216,256 @@ Result<WebhookRefreshReply> SqliteStore::apply_webhook(const WebhookVerified& ve
   return reply;
 }
 
+// ---- per-member grants, the runtime catalog, the audit log ----------------------------------
+
+namespace {
+
+// Columns of catalog_select and catalog_list: 0 kind, 1 key, 2 value (NULL: a tombstone), 3 origin,
+// 4 rev_ms, 5 file_hash, 6 changed_by, 7 updated_at.
+Result<CatalogEntry> catalog_entry_from_row(const Query& q) {
+  CatalogEntry e;
+  std::optional<CatalogKind> kind = parse_catalog_kind(q.text_at(0));
+  e.key = q.text_at(1);
+  const std::string record = "catalog row " + q.text_at(0) + " " + e.key;
+  if (!kind) return Error(ErrorCode::kInvalidReply, record + ": unknown kind");
+  e.kind = *kind;
+  if (!q.is_null(2)) {
+    Result<Json> value = parse_json(q.text_at(2));
+    if (!value.ok()) return Error(ErrorCode::kInvalidReply, record + ": value is not JSON");
+    e.value = std::move(value).value();
+  }
+  e.meta.origin = q.text_at(3);
+  e.meta.rev_ms = q.integer_at(4);
+  e.meta.file_hash = q.text_at(5);
+  e.meta.by = q.text_at(6);
+  e.meta.updated_at_ms = q.integer_at(7);
+  return e;
+}
+
+Result<std::optional<CatalogEntry>> catalog_select(Db& s, CatalogKind kind, std::string_view key) {
+  Query q(s, "catalog_select");
+  q.text(":kind", catalog_kind_name(kind)).text(":key", key);
+  Result<bool> row = q.step();
+  if (!row.ok()) return row.error();
+  if (!*row) return std::optional<CatalogEntry>();
+  Result<CatalogEntry> e = catalog_entry_from_row(q);
+  if (!e.ok()) return e.error();
+  return std::optional<CatalogEntry>(std::move(e).value());
+}
+
+}  // namespace
+
+Result<bool> SqliteStore::set_member_grants(std::string_view member_id,
+                                            const std::set<std::string>& cids) {
+  Result<Principal> p = Principal::member(member_id);
+  if (!p.ok()) return p.error();
+  for (const std::string& cid : cids) {
+    if (Status st = validate_connection_id(cid); !st.ok()) return st.error();
+  }
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Impl& s = *impl_;
+  Transaction tx(s);
+  if (!tx.begun().ok()) return tx.begun().error();
+  std::set<std::string> have;
+  {
+    Query q(s, "grants_select_member");
+    q.text(":principal", p->str());
+    for (;;) {
+      Result<bool> row = q.step();
+      if (!row.ok()) return row.error();
+      if (!*row) break;
+      have.insert(q.text_at(0));
+    }
+  }
+  if (have == cids) return false;
+  // The grants table is also the grantees index (grants_by_connection): one write serves both.
+  Query del(s, "grants_delete_member");
+  if (Result<int> r = del.text(":principal", p->str()).run(); !r.ok()) return r.error();
+  for (const std::string& cid : cids) {
+    Query ins(s, "grant_insert");
+    if (Result<int> r = ins.text(":principal", p->str()).text(":connection_id", cid).run();
+        !r.ok()) {
+      return r.error();
+    }
+  }
+  if (Result<int64_t> e = bump_epoch_locked(s); !e.ok()) return e.error();
+  if (Status st = tx.commit(); !st.ok()) return st.error();
+  return true;
+}
+
+Result<std::set<std::string>> SqliteStore::read_grantees(std::string_view cid) {
+  if (Status st = validate_connection_id(cid); !st.ok()) return st.error();
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Query q(*impl_, "grantees_select");
+  q.text(":connection_id", cid);
+  std::set<std::string> out;
+  for (;;) {
+    Result<bool> row = q.step();
+    if (!row.ok()) return row.error();
+    if (!*row) break;
+    Result<Principal> p = Principal::parse(q.text_at(0));
+    if (p.ok() && !p->is_shared()) out.insert(std::string(p->member_id()));
+  }
+  return out;
+}
+
+Result<CatalogWriteResult> SqliteStore::catalog_write(const CatalogEntry& entry,
+                                                      CatalogWriteMode mode) {
+  Result<std::string> value = catalog_value_text(entry);
+  if (!value.ok()) return value.error();
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Impl& s = *impl_;
+  // The file rule reads and writes in one BEGIN IMMEDIATE transaction: another agent on the file
+  // waits for the write lock, then sees this write.
+  Transaction tx(s);
+  if (!tx.begun().ok()) return tx.begun().error();
+  CatalogWriteResult out;
+  if (mode == CatalogWriteMode::kFileSeed) {
+    Result<std::optional<CatalogEntry>> stored = catalog_select(s, entry.kind, entry.key);
+    if (!stored.ok()) return stored.error();
+    if (!catalog_seed_applies(*stored, entry.meta.file_hash, entry.meta.rev_ms)) {
+      out.current = std::move(stored).value();
+      return out;  // nothing written: the transaction rolls back
+    }
+  }
+  CatalogEntry written = entry;
+  written.meta.updated_at_ms = s.options.now_ms();
+  Query up(s, "catalog_upsert");
+  up.text(":kind", catalog_kind_name(entry.kind))
+      .text(":key", entry.key)
+      .text(":origin", entry.meta.origin)
+      .integer(":rev_ms", entry.meta.rev_ms)
+      .text(":file_hash", entry.meta.file_hash)
+      .text(":changed_by", entry.meta.by)
+      .integer(":updated_at", written.meta.updated_at_ms);
+  if (entry.value) {
+    up.text(":value", *value);
+  } else {
+    up.null(":value");
+  }
+  if (Result<int> r = up.run(); !r.ok()) return r.error();
+  Query bump(s, "catalog_version_bump");
+  if (Result<int> r = bump.text(":kind", catalog_kind_name(entry.kind)).run(); !r.ok()) {
+    return r.error();
+  }
+  if (Status st = tx.commit(); !st.ok()) return st.error();
+  out.applied = true;
+  out.current = std::move(written);
+  return out;
+}
+
+Result<std::optional<CatalogEntry>> SqliteStore::catalog_read(CatalogKind kind,
+                                                              std::string_view key) {
+  if (Status st = validate_catalog_key(kind, key); !st.ok()) return st.error();
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return catalog_select(*impl_, kind, key);
+}
+
+Result<CatalogPage> SqliteStore::catalog_list(CatalogKind kind, std::string_view cursor,
+                                              std::size_t limit) {
+  if (Status st = validate_catalog_page(limit); !st.ok()) return st.error();
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Query q(*impl_, "catalog_list");
+  // One row past the page says whether there is a next one.
+  q.text(":kind", catalog_kind_name(kind))
+      .text(":cursor", cursor)
+      .integer(":limit", static_cast<int64_t>(limit) + 1);
+  CatalogPage page;
+  for (;;) {
+    Result<bool> row = q.step();
+    if (!row.ok()) return row.error();
+    if (!*row) break;
+    if (page.entries.size() == limit) {
+      page.next_cursor = page.entries.back().key;
+      break;
+    }
+    Result<CatalogEntry> e = catalog_entry_from_row(q);
+    if (!e.ok()) return e.error();
+    page.entries.push_back(std::move(e).value());
+  }
+  return page;
+}
+
+Result<CatalogVersions> SqliteStore::catalog_versions() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Query q(*impl_, "catalog_versions_select");
+  CatalogVersions v;
+  for (;;) {
+    Result<bool> row = q.step();
+    if (!row.ok()) return row.error();
+    if (!*row) break;
+    std::optional<CatalogKind> kind = parse_catalog_kind(q.text_at(0));
+    if (!kind) continue;  // the CHECK rules this out
+    int64_t n = q.integer_at(1);
+    switch (*kind) {
+      case CatalogKind::kMember:
+        v.member = n;
+        break;
+      case CatalogKind::kGrant:
+        v.grant = n;
+        break;
+      case CatalogKind::kConnection:
+        v.connection = n;
+        break;
+    }
+  }
+  return v;
+}
+
+Status SqliteStore::append_audit(const AuditEntry& entry) {
+  Result<std::string> detail = audit_detail_text(entry);
+  if (!detail.ok()) return detail.error();
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Impl& s = *impl_;
+  Transaction tx(s);
+  if (!tx.begun().ok()) return tx.begun().error();
+  Query ins(s, "audit_insert");
+  ins.integer(":at", entry.at_ms != 0 ? entry.at_ms : s.options.now_ms())
+      .text(":actor", entry.actor)
+      .text(":action", entry.action)
+      .text(":target", entry.target)
+      .text(":detail", *detail);
+  if (Result<int> r = ins.run(); !r.ok()) return r.error();
+  Query trim(s, "audit_trim");
+  if (Result<int> r = trim.integer(":max", std::max<int64_t>(s.options.max_audit_entries, 1)).run();
+      !r.ok()) {
+    return r.error();
+  }
+  return tx.commit();
+}
+
+Result<AuditPage> SqliteStore::read_audit(std::string_view cursor, std::size_t limit) {
+  if (Status st = validate_catalog_page(limit); !st.ok()) return st.error();
+  int64_t before = std::numeric_limits<int64_t>::max();
+  if (!cursor.empty() && !parse_row_id(cursor, &before)) {
+    return invalid("read_audit: the cursor is not an audit line id");
+  }
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Query q(*impl_, "audit_page");
+  q.integer(":before", before).integer(":limit", static_cast<int64_t>(limit) + 1);
+  AuditPage page;
+  for (;;) {
+    Result<bool> row = q.step();
+    if (!row.ok()) return row.error();
+    if (!*row) break;
+    if (page.entries.size() == limit) {
+      page.next_cursor = page.entries.back().id;
+      break;
+    }
+    AuditEntry e;
+    e.id = std::to_string(q.integer_at(0));
+    e.at_ms = q.integer_at(1);
+    e.actor = q.text_at(2);
+    e.action = q.text_at(3);
+    e.target = q.text_at(4);
+    Result<Json> detail = parse_json(q.text_at(5));
+    if (!detail.ok()) {
+      return Error(ErrorCode::kInvalidReply, "audit row " + e.id + ": detail is not JSON");
+    }
+    e.detail = std::move(detail).value();
+    page.entries.push_back(std::move(e));
+  }
+  return page;
+}
+
 }  // namespace quiver

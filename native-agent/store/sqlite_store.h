@@ -37,6 +37,8 @@ struct SqliteStoreOptions {
   // Discovery snapshots run on up to this many read-only connections of their own (WAL readers
   // wait for nothing); 0 runs them on the store's one connection, behind its mutex.
   int max_readers = 4;
+  // The audit log's bound (append_audit deletes what is older than the newest this many lines).
+  int64_t max_audit_entries = static_cast<int64_t>(kMaxAuditEntries);
 };
 
 class SqliteStore final : public ManifestStore {
@@ -84,6 +86,17 @@ class SqliteStore final : public ManifestStore {
   Result<std::optional<ConnectionRecord>> read_connection(std::string_view cid) override;
   Result<GrantSync> sync_grants(const GrantMap& grants) override;
   Result<std::set<std::string>> read_grants(std::string_view member_id) override;
+  Result<bool> set_member_grants(std::string_view member_id,
+                                 const std::set<std::string>& cids) override;
+  Result<std::set<std::string>> read_grantees(std::string_view cid) override;
+  Result<CatalogWriteResult> catalog_write(const CatalogEntry& entry,
+                                           CatalogWriteMode mode) override;
+  Result<std::optional<CatalogEntry>> catalog_read(CatalogKind kind, std::string_view key) override;
+  Result<CatalogPage> catalog_list(CatalogKind kind, std::string_view cursor,
+                                   std::size_t limit) override;
+  Result<CatalogVersions> catalog_versions() override;
+  Status append_audit(const AuditEntry& entry) override;
+  Result<AuditPage> read_audit(std::string_view cursor, std::size_t limit) override;
   Result<MergedPreferences> merge_preferences(std::string_view cid, const Principal& principal,
                                               const std::vector<PreferenceRow>& rows) override;
   Result<DisabledOverlay> read_disabled(std::string_view cid, const Principal& principal) override;

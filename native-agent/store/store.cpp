@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include "shared/canonical_json.h"
+
 namespace quiver {
 
 Clock system_clock_ms() {
@@ -95,6 +97,76 @@ Status validate_connection_record(const ConnectionRecord& record) {
 Status validate_revalidation_reason(std::string_view reason) {
   if (reason.empty() || reason.size() > kMaxRevalidationReasonBytes) {
     return invalid("revalidation reason must be 1 to 64 bytes");
+  }
+  return Status::Ok();
+}
+
+Status validate_catalog_key(CatalogKind kind, std::string_view key) {
+  const std::string what = std::string(catalog_kind_name(kind)) + " key";
+  Status s = Status::Ok();
+  switch (kind) {
+    case CatalogKind::kMember:
+      s = validate_member_id(key);
+      break;
+    case CatalogKind::kGrant:
+      if (key == kEveryoneGrantKey) return Status::Ok();
+      s = validate_member_id(key);
+      break;
+    case CatalogKind::kConnection:
+      s = validate_connection_id(key);
+      break;
+  }
+  if (s.ok()) return s;
+  return invalid(what + ": " + s.error().message);
+}
+
+Result<std::string> catalog_value_text(const CatalogEntry& entry) {
+  if (Status s = validate_catalog_key(entry.kind, entry.key); !s.ok()) return s.error();
+  const CatalogMeta& m = entry.meta;
+  const std::string what = std::string(catalog_kind_name(entry.kind)) + " '" + entry.key + "'";
+  if (m.origin != kCatalogOriginFile && m.origin != kCatalogOriginApi) {
+    return invalid(what + ": origin must be \"file\" or \"api\"");
+  }
+  if (m.rev_ms < 0 || m.rev_ms > kMaxCatalogRevMs) {
+    return invalid(what + ": rev_ms must be 0 to 2^53 - 1");
+  }
+  if (!m.file_hash.empty() &&
+      (m.file_hash.size() != 64 ||
+       m.file_hash.find_first_not_of("0123456789abcdef") != std::string::npos)) {
+    return invalid(what + ": file_hash must be empty or 64 lowercase hex digits");
+  }
+  if (m.by.empty() || m.by.size() > kMaxCatalogByBytes) {
+    return invalid(what + ": `by` must be 1 to 512 bytes");
+  }
+  if (!entry.value) return std::string();
+  Result<std::string> text = canonical_json(*entry.value);
+  if (!text.ok()) return invalid(what + ": " + text.error().message);
+  if (text->size() > kMaxCatalogValueBytes) {
+    return invalid(what + ": the value is " + std::to_string(text->size()) +
+                   " bytes, over the limit of " + std::to_string(kMaxCatalogValueBytes));
+  }
+  return text;
+}
+
+Result<std::string> audit_detail_text(const AuditEntry& entry) {
+  if (entry.actor.empty() || entry.actor.size() > kMaxCatalogByBytes) {
+    return invalid("audit: actor must be 1 to 512 bytes");
+  }
+  if (entry.action.empty() || entry.action.size() > 64) {
+    return invalid("audit: action must be 1 to 64 bytes");
+  }
+  if (entry.target.size() > 256) return invalid("audit: target is longer than 256 bytes");
+  if (entry.at_ms < 0) return invalid("audit: at_ms is negative");
+  if (!entry.detail.is_object()) return invalid("audit: detail must be a JSON object");
+  Result<std::string> text = canonical_json(entry.detail);
+  if (!text.ok()) return invalid("audit: detail: " + text.error().message);
+  if (text->size() > kMaxCatalogValueBytes) return invalid("audit: detail is over 64 KiB");
+  return text;
+}
+
+Status validate_catalog_page(std::size_t limit) {
+  if (limit == 0 || limit > kMaxCatalogPage) {
+    return invalid("page limit must be 1 to " + std::to_string(kMaxCatalogPage));
   }
   return Status::Ok();
 }

@@ -274,15 +274,11 @@ class ManifestStore {
   // exactly `cids`, and the reverse sets (grantees) with it; bumps the epoch when anything
   // changed. True when something changed. The cost grows with the member's old and new grants,
   // never with the number of members: the admin API's per-member grant changes go here.
-  virtual Result<bool> set_member_grants(std::string_view /*member_id*/,
-                                         const std::set<std::string>& /*cids*/) {
-    return Error(ErrorCode::kInternal, "TODO(catalog helper): not implemented");
-  }  // NOLINT
+  virtual Result<bool> set_member_grants(std::string_view member_id,
+                                         const std::set<std::string>& cids) = 0;
   // The members granted connection `cid` (ids, sorted): the grantees a per-member connection is
   // listed for.
-  virtual Result<std::set<std::string>> read_grantees(std::string_view /*cid*/) {
-    return Error(ErrorCode::kInternal, "TODO(catalog helper): not implemented");
-  }  // NOLINT
+  virtual Result<std::set<std::string>> read_grantees(std::string_view cid) = 0;
 
   // --- the runtime catalog and the audit log (native-agent/store/catalog.h) ---
 
@@ -291,32 +287,20 @@ class ManifestStore {
   // written atomically. An applied write bumps the kind's version. kInvalidArgument for a key
   // that is not valid for its kind (a member id, a connection id, "*" for grants only) or a
   // value over kMaxCatalogValueBytes.
-  virtual Result<CatalogWriteResult> catalog_write(const CatalogEntry& /*entry*/,
-                                                   CatalogWriteMode /*mode*/) {
-    return Error(ErrorCode::kInternal, "TODO(catalog helper): not implemented");
-  }  // NOLINT
-  virtual Result<std::optional<CatalogEntry>> catalog_read(CatalogKind /*kind*/,
-                                                           std::string_view /*key*/) {
-    return Error(ErrorCode::kInternal, "TODO(catalog helper): not implemented");
-  }  // NOLINT
+  virtual Result<CatalogWriteResult> catalog_write(const CatalogEntry& entry,
+                                                   CatalogWriteMode mode) = 0;
+  virtual Result<std::optional<CatalogEntry>> catalog_read(CatalogKind kind,
+                                                           std::string_view key) = 0;
   // Entries of `kind` in key order, from just after `cursor` ("" from the start), at most `limit`
   // (>= 1). The cost of a page does not grow with the number of entries.
-  virtual Result<CatalogPage> catalog_list(CatalogKind /*kind*/, std::string_view /*cursor*/,
-                                           std::size_t /*limit*/) {
-    return Error(ErrorCode::kInternal, "TODO(catalog helper): not implemented");
-  }  // NOLINT
-  virtual Result<CatalogVersions> catalog_versions() {
-    return Error(ErrorCode::kInternal, "TODO(catalog helper): not implemented");
-  }  // NOLINT
+  virtual Result<CatalogPage> catalog_list(CatalogKind kind, std::string_view cursor,
+                                           std::size_t limit) = 0;
+  virtual Result<CatalogVersions> catalog_versions() = 0;
   // Appends one line (its id and at_ms given by the store when empty / 0); the log is bounded
   // (the oldest lines go first past kMaxAuditEntries).
-  virtual Status append_audit(const AuditEntry& /*entry*/) {
-    return Error(ErrorCode::kInternal, "TODO(catalog helper): not implemented");
-  }  // NOLINT
+  virtual Status append_audit(const AuditEntry& entry) = 0;
   // Newest first, from just before `cursor` ("" from the newest), at most `limit` (>= 1).
-  virtual Result<AuditPage> read_audit(std::string_view /*cursor*/, std::size_t /*limit*/) {
-    return Error(ErrorCode::kInternal, "TODO(catalog helper): not implemented");
-  }  // NOLINT
+  virtual Result<AuditPage> read_audit(std::string_view cursor, std::size_t limit) = 0;
 
   // --- revalidation queue ---
 
@@ -382,5 +366,22 @@ Status validate_overlay_member(std::string_view member);
 // The checks both stores apply to a record before writing it.
 Status validate_connection_record(const ConnectionRecord& record);
 Status validate_revalidation_reason(std::string_view reason);
+
+// The runtime catalog's checks, as both stores apply them before writing:
+// a key valid for its kind (a member id; a member id or "*" for a grant; a connection id);
+Status validate_catalog_key(CatalogKind kind, std::string_view key);
+// that and the meta (origin "file" or "api", rev_ms 0 to kMaxCatalogRevMs, file_hash "" or 64
+// lowercase hex digits, `by` 1 to kMaxCatalogByBytes bytes) and a value whose canonical JSON is at
+// most kMaxCatalogValueBytes. The value's canonical JSON ("" for a tombstone).
+inline constexpr std::size_t kMaxCatalogByBytes = 512;
+// Revisions stay exact as doubles (schema/lua/catalog_write.lua compares them in Lua).
+inline constexpr int64_t kMaxCatalogRevMs = (int64_t{1} << 53) - 1;
+Result<std::string> catalog_value_text(const CatalogEntry& entry);
+// An audit line to append: actor 1 to kMaxCatalogByBytes bytes, action 1 to 64, target at most
+// 256, detail an object whose JSON is at most kMaxCatalogValueBytes. The detail's canonical JSON.
+Result<std::string> audit_detail_text(const AuditEntry& entry);
+// The limit of a catalog or audit page: 1 to kMaxCatalogPage.
+inline constexpr std::size_t kMaxCatalogPage = 10000;
+Status validate_catalog_page(std::size_t limit);
 
 }  // namespace quiver

@@ -227,6 +227,12 @@ test('the edge\'s Redis user reads the namespace and writes only queues, gates, 
     await refused('a script that writes a grant', 'EVAL',
                   "return redis.call('SET', 'quiver:{e2e}:grants:member/dave', 'x')", '0');
     await refused('another namespace', 'GET', 'quiver:{other}:epoch');
+    // The runtime catalog and its audit log are the agents' alone: not even read.
+    await refused('a catalog read', 'HGETALL', `${layout.prefix}catalog:member`);
+    await refused('a catalog version read', 'HGET', `${layout.prefix}catalog:versions`, 'grant');
+    await refused('an audit read', 'EXISTS', `${layout.prefix}audit`);
+    await refused('a script that reads the catalog', 'EVAL_RO',
+                  "return redis.call('HGETALL', KEYS[1])", '1', `${layout.prefix}catalog:grant`);
     // What it reads and writes.
     assert.equal(await as.call('SISMEMBER', layout.grants('alice'), 'docs'), 1);
     assert.equal(await as.call('SET', `${layout.prefix}invalidated:docs:shared`, '1'), 'OK');

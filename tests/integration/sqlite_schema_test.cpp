@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include <sqlite3.h>
 #include <stdlib.h>
 
+#include "native-agent/store/sqlite_store.h"
 #include "shared/preferences.h"
 #include "shared/schema_assets.h"
 #include "shared/sql_queries.h"
@@ -211,16 +213,19 @@ class SqliteSchema : public ::testing::Test {
 TEST_F(SqliteSchema, AppliesIdempotentlyAndSetsTheVersion) {
   Db& db = *db_;
   ASSERT_EQ(db.apply_schema(), SQLITE_OK) << db.error();
-  EXPECT_EQ(db.text("PRAGMA user_version"), "3");
-  for (const char* table :
-       {"mcp_capability_preferences", "connections", "grants", "manifests", "leases", "fences",
-        "revalidation_queue", "revalidation_gates", "epoch"}) {
+  EXPECT_EQ(db.text("PRAGMA user_version"), "4");
+  for (const char* table : {"mcp_capability_preferences", "connections", "grants", "manifests",
+                            "leases", "fences", "revalidation_queue", "revalidation_gates", "epoch",
+                            "catalog", "catalog_versions", "audit_log"}) {
     EXPECT_EQ(db.text(std::string("SELECT type FROM sqlite_schema WHERE name = '") + table + "'"),
               "table")
         << table;
   }
   EXPECT_EQ(db.text("SELECT type FROM sqlite_schema WHERE name = 'disabled_capabilities'"), "view");
   EXPECT_EQ(db.text("SELECT count(*) || ':' || max(value) FROM epoch"), "1:0");
+  EXPECT_EQ(db.text("SELECT group_concat(kind || '=' || version) FROM (SELECT * FROM "
+                    "catalog_versions ORDER BY kind)"),
+            "connection=0,grant=0,member=0");
 
   // Data survives a re-application from a second connection (what an agent restart does).
   ASSERT_EQ(db.exec("UPDATE epoch SET value = 7"), SQLITE_OK) << db.error();
@@ -379,6 +384,60 @@ TEST_F(SqliteSchema, ConstraintsRejectBadRows) {
       "INSERT INTO revalidation_queue (connection_id, principal, reason, at, claimed_by) "
       "VALUES ('c1', 'shared', 'stale', 5, 'agent-1')");  // a claim needs a deadline
   rejects("INSERT INTO epoch VALUES (2, 0)");
+
+  const std::string cat =
+      "INSERT INTO catalog (kind, key, value, origin, rev_ms, file_hash, changed_by, updated_at) "
+      "VALUES ";
+  const std::string hash(64, 'a');
+  accepts(cat + "('member', 'alice+ops@example.com', '{}', 'api', 1, '', 'key:ops', 2)");
+  accepts(cat + "('grant', '*', '{}', 'file', 1, '" + hash + "', 'file:/q.json', 2)");
+  accepts(cat + "('connection', 'gh', NULL, 'api', 1, '', 'operator:a', 2)");  // a tombstone
+  rejects(cat + "('connection', 'gh', '{}', 'api', 1, '', 'operator:a', 2)");  // duplicate
+  rejects(cat + "('members', 'bob', '{}', 'api', 1, '', 'key:ops', 2)");
+  rejects(cat + "('member', '*', '{}', 'api', 1, '', 'key:ops', 2)");  // "*": grants only
+  rejects(cat + "('connection', '*', '{}', 'api', 1, '', 'key:ops', 2)");
+  rejects(cat + "('connection', 'a@b', '{}', 'api', 1, '', 'key:ops', 2)");
+  rejects(cat + "('member', 'b b', '{}', 'api', 1, '', 'key:ops', 2)");
+  rejects(cat + "('member', 'bob', '{}', 'cli', 1, '', 'key:ops', 2)");
+  rejects(cat + "('member', 'bob', '{}', 'api', -1, '', 'key:ops', 2)");
+  rejects(cat + "('member', 'bob', '{}', 'api', 1, 'abc', 'key:ops', 2)");
+  rejects(cat + "('member', 'bob', '{}', 'api', 1, '', '', 2)");
+  rejects(cat + "('member', 'bob', '', 'api', 1, '', 'key:ops', 2)");
+  rejects(cat + "('member', 'bob', '" + std::string(65537, 'x') + "', 'api', 1, '', 'k', 2)");
+  rejects("INSERT INTO catalog_versions VALUES ('widget', 0)");
+  accepts(
+      "INSERT INTO audit_log (at, actor, action, target, detail) VALUES (1, 'a', 'x', 't', "
+      "'{}')");
+  rejects(
+      "INSERT INTO audit_log (at, actor, action, target, detail) VALUES (1, 'a', 'x', 't', "
+      "'[]')");
+  rejects(
+      "INSERT INTO audit_log (at, actor, action, target, detail) VALUES (1, '', 'x', 't', "
+      "'{}')");
+}
+
+// A file at version 3 (before the runtime catalog) is migrated by the store on open: the new
+// tables and the grantees index appear, everything else stays.
+TEST_F(SqliteSchema, AVersion3FileMigratesToVersion4) {
+  Db& db = *db_;
+  for (const char* sql :
+       {"DROP TABLE catalog", "DROP TABLE catalog_versions", "DROP TABLE audit_log",
+        "DROP INDEX grants_by_connection", "INSERT INTO grants VALUES ('member/alice', 'c1')",
+        "UPDATE epoch SET value = 9", "PRAGMA user_version = 3"}) {
+    ASSERT_EQ(db.exec(sql), SQLITE_OK) << sql << ": " << db.error();
+  }
+  SqliteStoreOptions o;
+  o.path = file_;
+  Result<std::unique_ptr<SqliteStore>> store = SqliteStore::open(o);
+  ASSERT_TRUE(store.ok()) << store.error().message;
+  EXPECT_EQ(db.text("PRAGMA user_version"), "4");
+  EXPECT_EQ(db.text("SELECT type FROM sqlite_schema WHERE name = 'grants_by_connection'"), "index");
+  EXPECT_EQ(*(*store)->read_grantees("c1"), std::set<std::string>{"alice"});
+  EXPECT_EQ(*(*store)->read_epoch(), 9);
+  EXPECT_EQ(*(*store)->catalog_versions(), CatalogVersions{});
+  Result<CatalogPage> page = (*store)->catalog_list(CatalogKind::kMember, "", 10);
+  ASSERT_TRUE(page.ok()) << page.error().message;
+  EXPECT_TRUE(page->entries.empty());
 }
 
 }  // namespace

@@ -120,6 +120,39 @@ TEST(CallerToken, RoundTrip) {
   EXPECT_EQ(id->expires_at_ms, kT0 + kHour);
   EXPECT_FALSE(id->ns.has_value());
   EXPECT_FALSE(id->jti.has_value());
+  EXPECT_FALSE(id->role.has_value());
+  EXPECT_FALSE(id->is_operator());
+}
+
+TEST(CallerToken, TheOperatorRoleClaim) {
+  Keyring k = ring();
+  MintOptions options;
+  options.role = kOperatorRole;
+  std::string token = mint("ops", "a", kSecretA, kT0, kHour, options);
+  Result<CallerIdentity> id = verify_caller_token(token, k, kT0);
+  ASSERT_TRUE(id.ok()) << id.error().message;
+  EXPECT_EQ(id->role, "operator");
+  EXPECT_TRUE(id->is_operator());
+  // Any other role is carried but grants nothing; the claim is signed like the others, so a
+  // member cannot add it to their own token.
+  options.role = "auditor";
+  id = verify_caller_token(mint("bob", "a", kSecretA, kT0, kHour, options), k, kT0);
+  ASSERT_TRUE(id.ok());
+  EXPECT_FALSE(id->is_operator());
+  const std::string member = mint("bob");
+  const std::string forged_claims = base64url_encode(claims(R"(,"role":"operator")"));
+  const std::string tampered =
+      member.substr(0, member.find('.') + 1) + forged_claims + member.substr(member.rfind('.'));
+  expect_refused(verify_caller_token(tampered, k, kT0), "signature", tampered);
+  // A role that is not a short printable string is refused, minting and verifying.
+  for (const char* bad : {R"(,"role":7)", R"(,"role":"")", R"(,"role":["operator"])"}) {
+    std::string t = forge(kHeaderA, claims(bad));
+    expect_refused(verify_caller_token(t, k, kT0), "role", t);
+  }
+  options.role = "two words";
+  EXPECT_FALSE(mint_caller_token("alice", kSecretA, "a", kT0, kHour, options).ok());
+  options.role = std::string(kMaxTokenRoleLength + 1, 'r');
+  EXPECT_FALSE(mint_caller_token("alice", kSecretA, "a", kT0, kHour, options).ok());
 }
 
 TEST(CallerToken, RoundTripWithNamespaceJtiAudienceAndRotation) {
@@ -495,6 +528,7 @@ void expect_same(const Result<CallerIdentity>& cached, const Result<CallerIdenti
   EXPECT_EQ(cached->not_before_ms, fresh->not_before_ms);
   EXPECT_EQ(cached->ns, fresh->ns);
   EXPECT_EQ(cached->jti, fresh->jti);
+  EXPECT_EQ(cached->role, fresh->role);
 }
 
 TEST(VerifiedTokenCache, ASecondRequestIsAHitWithTheSameIdentity) {
@@ -552,7 +586,7 @@ TEST(VerifiedTokenCache, ANewKeyRingOrOtherOptionsEmptyIt) {
   other.audience = "elsewhere";
   expect_refused(cache.verify(token, k, kT0, other), "audience", token);
   const std::string scoped =
-      mint("alice", "a", kSecretA, kT0, kHour, MintOptions{"quiver", "ns-one", {}});
+      mint("alice", "a", kSecretA, kT0, kHour, MintOptions{"quiver", "ns-one", {}, {}});
   ASSERT_TRUE(cache.verify(scoped, k, kT0).ok());
   VerifyOptions ns_two;
   ns_two.ns = "ns-two";
@@ -584,7 +618,7 @@ TEST(VerifiedTokenCache, AgreesWithVerifyOnRandomSequences) {
       mint("bob", "b", kSecretB),
       mint("carol", "a", kSecretA, kT0, 10'000),
       mint("dave", "a", kSecretA, kT0 + 5 * 60'000, kHour),  // iat in the future at first
-      mint("erin", "a", kSecretA, kT0, kHour, MintOptions{"quiver", "ns-one", {}}),
+      mint("erin", "a", kSecretA, kT0, kHour, MintOptions{"quiver", "ns-one", {}, {}}),
       forge(kHeaderA, claims(R"(,"nbf":)" + std::to_string(kT0 / 1000 + 120))),
       "not.a.token"};
   VerifyOptions plain;

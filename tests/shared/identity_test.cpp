@@ -383,7 +383,7 @@ TEST(RedisKeys, EveryKeyOfANamespaceSharesOneHashTag) {
   const RedisKeys k = keys("team-a.prod");
   for (int i = 0; i < kKeyKindCount; ++i) {
     const auto kind = static_cast<KeyKind>(i);
-    Result<std::string> key = k.key(kind, "conn.1", member("bob"), std::string(64, 'a'));
+    Result<std::string> key = k.key(kind, "conn.1", member("bob"), std::string(64, 'a'), "member");
     ASSERT_TRUE(key.ok()) << key_kind_name(kind);
     // Redis Cluster hashes only the part between the first '{' and the next '}'.
     const std::size_t open = key->find('{');
@@ -428,7 +428,7 @@ TEST(RedisKeys, ParseIsTheInverseOfEveryBuilder) {
     for (const Principal& p : {member("carol+ops@example.com"), Principal::shared()}) {
       if (kind == KeyKind::kGrants && p.is_shared()) continue;
       const std::string digest = sha256_hex("signed content");
-      Result<std::string> key = k.key(kind, "my-conn_2", p, digest);
+      Result<std::string> key = k.key(kind, "my-conn_2", p, digest, "grant");
       ASSERT_TRUE(key.ok());
       Result<ParsedKey> parsed = k.parse(*key);
       ASSERT_TRUE(parsed.ok()) << *key << ": " << parsed.error().message;
@@ -436,6 +436,7 @@ TEST(RedisKeys, ParseIsTheInverseOfEveryBuilder) {
       EXPECT_EQ(parsed->digest, key_has_digest(kind) ? digest : "") << *key;
       EXPECT_EQ(parsed->connection_id, key_has_connection_id(kind) ? "my-conn_2" : "") << *key;
       EXPECT_EQ(parsed->principal.has_value(), key_has_principal(kind)) << *key;
+      EXPECT_EQ(parsed->catalog_kind, key_has_catalog_kind(kind) ? "grant" : "") << *key;
       if (parsed->principal) {
         EXPECT_EQ(*parsed->principal, p) << *key;
       }
@@ -453,6 +454,28 @@ TEST(RedisKeys, TheReplayKeyHoldsTheDigestOfTheSignedIdAndGranteesAConnection) {
   EXPECT_EQ(*k.grantees("github"), "quiver:{ns1}:grantees:github");
   EXPECT_FALSE(k.grantees("git hub").ok());
   EXPECT_FALSE(k.key(KeyKind::kReplay, "", std::nullopt, "not-a-digest").ok());
+}
+
+TEST(RedisKeys, TheRuntimeCatalogKeys) {
+  const RedisKeys k = keys("ns1");
+  EXPECT_EQ(*k.catalog("member"), "quiver:{ns1}:catalog:member");
+  EXPECT_EQ(*k.catalog_keys("connection"), "quiver:{ns1}:catalog:connection:keys");
+  EXPECT_EQ(k.catalog_versions(), "quiver:{ns1}:catalog:versions");
+  EXPECT_EQ(k.audit(), "quiver:{ns1}:audit");
+  for (const char* bad : {"", "versions", "Member", "a:b", "x*"}) {
+    EXPECT_FALSE(k.catalog(bad).ok()) << bad;
+    EXPECT_FALSE(k.catalog_keys(bad).ok()) << bad;
+  }
+  EXPECT_EQ(k.parse("quiver:{ns1}:catalog:versions")->kind, KeyKind::kCatalogVersions);
+  EXPECT_EQ(k.parse("quiver:{ns1}:catalog:grant")->kind, KeyKind::kCatalog);
+  EXPECT_EQ(k.parse("quiver:{ns1}:catalog:grant:keys")->kind, KeyKind::kCatalogKeys);
+  EXPECT_EQ(k.parse("quiver:{ns1}:catalog:grant:keys")->catalog_kind, "grant");
+  EXPECT_EQ(k.parse("quiver:{ns1}:audit")->kind, KeyKind::kAudit);
+  for (const char* bad :
+       {"quiver:{ns1}:catalog", "quiver:{ns1}:catalog:Grant", "quiver:{ns1}:catalog:grant:vals",
+        "quiver:{ns1}:catalog:versions:keys", "quiver:{ns1}:audit:x"}) {
+    EXPECT_FALSE(k.parse(bad).ok()) << bad;
+  }
 }
 
 TEST(RedisKeys, ParseRefusesForeignAndMalformedKeys) {

@@ -83,7 +83,7 @@ std::string built_pattern(KeyKind kind) {
   Result<RedisKeys> keys = RedisKeys::create("ns");  // "quiver:{ns}:" is the document's spelling
   EXPECT_TRUE(keys.ok());
   const std::string digest(64, 'f');
-  Result<std::string> key = keys->key(kind, "CID", *Principal::member("PRINCIPAL"), digest);
+  Result<std::string> key = keys->key(kind, "CID", *Principal::member("PRINCIPAL"), digest, "kind");
   EXPECT_TRUE(key.ok()) << key_kind_name(kind);
   std::string pattern = key.ok() ? *key : std::string();
   auto replace = [&](const std::string& from, const std::string& to) {
@@ -94,6 +94,7 @@ std::string built_pattern(KeyKind kind) {
   replace("CID", "<cid>");
   replace("member/PRINCIPAL", "<principal>");
   replace(digest, "<sha256>");
+  if (key_has_catalog_kind(kind)) replace(":kind", ":<kind>");
   return pattern;
 }
 
