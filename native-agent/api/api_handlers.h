@@ -45,9 +45,10 @@ void webhook(ApiContext& api, const httplib::Request& req, httplib::Response& re
 
 // The status page's static files (/status, /status.js, /status.css): no data, no token.
 void status_page(ApiContext& api, const httplib::Request& req, httplib::Response& res);
+// Operators only (ApiServer's operator_only has checked the caller).
 void admin_status(ApiContext& api, const httplib::Request& req, httplib::Response& res,
-                  const Principal& member);
+                  const Caller& caller);
 void admin_refresh(ApiContext& api, const httplib::Request& req, httplib::Response& res,
-                   const Principal& member);
+                   const Caller& caller);
 
 }  // namespace quiver::api

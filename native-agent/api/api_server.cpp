@@ -126,12 +126,13 @@ struct ApiServer::Impl : ApiContext {
     for (const char* file : {"/status", "/status.js", "/status.css"}) {
       s.Get(file, [this](const auto& req, auto& res) { api::status_page(*this, req, res); });
     }
-    s.Get("/v1/admin/status", authed([this](const auto& req, auto& res, const Principal& m) {
-            api::admin_status(*this, req, res, m);
+    s.Get("/v1/admin/status",
+          operator_only([this](const auto& req, auto& res, const api::Caller& c) {
+            api::admin_status(*this, req, res, c);
           }));
     s.Post("/v1/admin/connections/{}/refresh",
-           authed([this](const auto& req, auto& res, const Principal& m) {
-             api::admin_refresh(*this, req, res, m);
+           operator_only([this](const auto& req, auto& res, const api::Caller& c) {
+             api::admin_refresh(*this, req, res, c);
            }));
   }
 

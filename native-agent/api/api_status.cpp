@@ -95,13 +95,6 @@ Result<Json> principal_status(ApiContext& api, const ConnectionConfig& c,
   return out;
 }
 
-bool refuse_unless_operator(ApiContext& api, httplib::Response& res, const Principal& member) {
-  if (api.operators.count(std::string(member.member_id())) > 0) return false;
-  send_error(res, HttpErrorCode::kForbidden,
-             "only an operator (quiver.operators) may see the status of every connection");
-  return true;
-}
-
 }  // namespace
 
 void status_page(ApiContext& /*api*/, const httplib::Request& req, httplib::Response& res) {
@@ -117,8 +110,7 @@ void status_page(ApiContext& /*api*/, const httplib::Request& req, httplib::Resp
 // Every connection of this agent's configuration, each principal it is listed for (at most
 // kMaxStatusPrincipals), and the members with their grants (at most kMaxStatusMembers).
 void admin_status(ApiContext& api, const httplib::Request& req, httplib::Response& res,
-                  const Principal& member) {
-  if (refuse_unless_operator(api, res, member)) return;
+                  const Caller& caller) {
   if (QueryParams q = check_params(req, {}); q.error) {
     return send_error(res, HttpErrorCode::kBadRequest, *q.error);
   }
@@ -156,7 +148,7 @@ void admin_status(ApiContext& api, const httplib::Request& req, httplib::Respons
                                       {"refresh_in_flight", false}}));
         continue;
       }
-      Result<Json> entry = principal_status(api, c, *rec->second, p, member, now);
+      Result<Json> entry = principal_status(api, c, *rec->second, p, caller.member, now);
       if (!entry.ok()) return api.fail_store(res, entry.error(), "GET /v1/admin/status");
       shown.push_back(std::move(*entry));
     }
@@ -195,8 +187,7 @@ void admin_status(ApiContext& api, const httplib::Request& req, httplib::Respons
 // cached manifests read as stale, a request already queued is followed up), answered with the
 // webhook's 202 body.
 void admin_refresh(ApiContext& api, const httplib::Request& req, httplib::Response& res,
-                   const Principal& member) {
-  if (refuse_unless_operator(api, res, member)) return;
+                   const Caller& caller) {
   if (QueryParams q = check_params(req, {}); q.error) {
     return send_error(res, HttpErrorCode::kBadRequest, *q.error);
   }
@@ -208,15 +199,14 @@ void admin_refresh(ApiContext& api, const httplib::Request& req, httplib::Respon
   static std::atomic<uint64_t> sequence{0};
   WebhookVerified verified;
   // Not a signed delivery: the replay guard gets a key of its own that no delivery can have.
-  verified.replay_key = "operator:" + std::string(member.member_id()) + ":" + cid + ":" +
-                        std::to_string(now) + ":" + std::to_string(++sequence);
+  verified.replay_key = "operator:" + caller.id() + ":" + cid + ":" + std::to_string(now) + ":" +
+                        std::to_string(++sequence);
   verified.retain_for_ms = 1;
   WebhookRefreshRequest request;
   request.targets.push_back(WebhookRefreshTarget{cid, std::nullopt, "operator"});
   WebhookAnswer answer =
       webhook_answer(api.agent.apply_webhook(verified, request, now), "operator", false);
-  api.note("api: refresh of " + cid + " by operator " + std::string(member.member_id()) + ": " +
-           answer.log);
+  api.note("api: refresh of " + cid + " by operator " + caller.id() + ": " + answer.log);
   send(answer.response, res);
 }
 

@@ -299,8 +299,8 @@ TEST_P(StoreCatalog, ListsInKeyOrderPageByPage) {
   std::rotate(shuffled.begin(), shuffled.begin() + 7, shuffled.end());
   for (const std::string& k : shuffled) {
     const bool tomb = k.size() == 4 && k.back() == '5';
-    ASSERT_TRUE(write(api_item(k, tomb ? std::nullopt : std::optional<Json>(Json::object()), 1))
-                    .applied);
+    ASSERT_TRUE(
+        write(api_item(k, tomb ? std::nullopt : std::optional<Json>(Json::object()), 1)).applied);
   }
   ASSERT_TRUE(write(api_item("zz", Json::object(), 1, CatalogKind::kGrant)).applied);
   std::sort(keys.begin(), keys.end());
@@ -401,8 +401,8 @@ TEST_P(StoreCatalog, TwoAgentsSeedingAtOnceEndInOneState) {
     for (int round = 0; round < kRounds; ++round) {
       for (int k = 0; k < kKeys; ++k) {
         // Both agents offer every revision; each file has its own definition.
-        CatalogEntry e = file_item("m" + std::to_string(k), fh(file + std::to_string(round)),
-                                   1'000 + round);
+        CatalogEntry e =
+            file_item("m" + std::to_string(k), fh(file + std::to_string(round)), 1'000 + round);
         Result<CatalogWriteResult> r = s->catalog_write(e, CatalogWriteMode::kFileSeed);
         if (!r.ok()) {
           ++failures;
@@ -434,8 +434,8 @@ TEST_P(StoreCatalog, VersionsCountAppliedWritesPerKind) {
   EXPECT_EQ(versions(), CatalogVersions{});
   EXPECT_TRUE(write(api_item("alice", Json::object(), 1)).applied);
   EXPECT_FALSE(seed(file_item("alice", fh("x"), 0)));  // refused: nothing moves
-  EXPECT_TRUE(write(api_item("*", Json{{"connections", Json::array()}}, 1, CatalogKind::kGrant))
-                  .applied);
+  EXPECT_TRUE(
+      write(api_item("*", Json{{"connections", Json::array()}}, 1, CatalogKind::kGrant)).applied);
   EXPECT_TRUE(write(api_item("c", Json::object(), 1, CatalogKind::kConnection)).applied);
   EXPECT_TRUE(write(api_item("c", std::nullopt, 2, CatalogKind::kConnection)).applied);
   CatalogVersions want;
@@ -557,8 +557,7 @@ TEST_P(StoreCatalog, SetMemberGrantsChangesOneMemberAndItsGrantees) {
   EXPECT_TRUE(again->changed_members.empty());
 
   EXPECT_EQ(store_->set_member_grants("a b", {"a"}).error().code, ErrorCode::kInvalidArgument);
-  EXPECT_EQ(store_->set_member_grants("alice", {"a b"}).error().code,
-            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(store_->set_member_grants("alice", {"a b"}).error().code, ErrorCode::kInvalidArgument);
   EXPECT_EQ(store_->read_grantees("a b").error().code, ErrorCode::kInvalidArgument);
 }
 
@@ -581,8 +580,8 @@ TEST(StoreCatalogRedis, RedisDownIsStoreUnavailable) {
   auto made = RedisStore::create(o);
   ASSERT_TRUE(made.ok());
   RedisStore& store = **made;
-  ASSERT_TRUE(store.catalog_write(api_item("alice", Json::object(), 1), CatalogWriteMode::kAlways)
-                  .ok());
+  ASSERT_TRUE(
+      store.catalog_write(api_item("alice", Json::object(), 1), CatalogWriteMode::kAlways).ok());
   server.stop();
   auto unavailable = [](const Status& s, const char* what) {
     ASSERT_FALSE(s.ok()) << what;
