@@ -123,11 +123,8 @@ void admin_status(ApiContext& api, const httplib::Request& req, httplib::Respons
 
   Json connections = Json::array();
   for (const ConnectionConfig& c : config.connections) {
-    Json conn = Json::object({{"id", c.id},
-                              {"name", c.name},
-                              {"transport", transport_kind_name(c.endpoint.transport)},
-                              {"credential_mode", credential_mode_name(c.credential_mode)},
-                              {"auto_enable_new_capabilities", c.auto_enable_new_capabilities}});
+    Json conn = c.summary_json();
+    conn["auto_enable_new_capabilities"] = c.auto_enable_new_capabilities;
     Json granted = Json::array();
     for (const std::string& m : c.granted_members) {
       if (granted.size() >= kMaxStatusMembers) break;

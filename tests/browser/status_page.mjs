@@ -15,23 +15,7 @@ import os from 'node:os';
 import path from 'node:path';
 
 import { Agent, agentBinaryOrSkip, nodeModules, testUpstreamScript } from '../edge/agent.mjs';
-import { argValue, sleep } from '../edge/harness.mjs';
-
-// The first truthy value of `probe` (polled), or an error naming `what` after `timeoutMs`.
-async function waitFor(what, probe, timeoutMs = 20000) {
-  const deadline = Date.now() + timeoutMs;
-  let last;
-  while (Date.now() < deadline) {
-    try {
-      const v = await probe();
-      if (v) return v;
-    } catch (e) {
-      last = e;
-    }
-    await sleep(100);
-  }
-  throw new Error(`${what}: not within ${timeoutMs} ms${last ? `: ${last.message}` : ''}`);
-}
+import { argValue, sleep, waitFor } from '../edge/harness.mjs';
 
 const HOSTILE = '<img src=x onerror=alert(1)>';
 const chromium = process.env.QUIVER_CHROMIUM || '/usr/bin/chromium';
