@@ -76,6 +76,10 @@ struct ApiContext {
   LockedRenderCache render_cache;  // each servable entry's rendered payload, for every thread
   DiscoveryConfig discovery;
 
+  // Held by every admin API write: one agent's operators' changes do not interleave (each is
+  // read, catalog write, grant publication). Agents of a namespace do not share it.
+  std::mutex admin_mu;
+
   std::atomic<int> tests_running{
       0};  // POST .../test calls in flight (options.max_concurrent_tests)
 

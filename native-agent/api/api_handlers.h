@@ -8,6 +8,8 @@
 //   api_webhook.cpp      POST /v1/webhooks/refresh
 //   api_status.cpp       GET /status (+ .js, .css), GET /v1/admin/status,
 //                        POST /v1/admin/connections/{id}/refresh (operators)
+//   api_admin.cpp        /v1/admin/members, .../grants, /v1/admin/grants, /v1/admin/audit
+//   api_admin_connections.cpp  /v1/admin/connections (operators only, as every /v1/admin route)
 #pragma once
 
 #include <httplib.h>
@@ -50,5 +52,39 @@ void admin_status(ApiContext& api, const httplib::Request& req, httplib::Respons
                   const Caller& caller);
 void admin_refresh(ApiContext& api, const httplib::Request& req, httplib::Response& res,
                    const Caller& caller);
+// The admin API (api_admin.h): routed through operator_only.
+using AdminHandler = void (*)(ApiContext&, const httplib::Request&, httplib::Response&,
+                              const Caller&);
+void admin_list_members(ApiContext& api, const httplib::Request& req, httplib::Response& res,
+                        const Caller& caller);
+void admin_get_member(ApiContext& api, const httplib::Request& req, httplib::Response& res,
+                      const Caller& caller);
+void admin_put_member(ApiContext& api, const httplib::Request& req, httplib::Response& res,
+                      const Caller& caller);
+void admin_delete_member(ApiContext& api, const httplib::Request& req, httplib::Response& res,
+                         const Caller& caller);
+void admin_get_grants(ApiContext& api, const httplib::Request& req, httplib::Response& res,
+                      const Caller& caller);
+// PUT and PATCH .../members/{id}/grants.
+void admin_set_grants(ApiContext& api, const httplib::Request& req, httplib::Response& res,
+                      const Caller& caller);
+void admin_get_everyone(ApiContext& api, const httplib::Request& req, httplib::Response& res,
+                        const Caller& caller);
+void admin_put_everyone(ApiContext& api, const httplib::Request& req, httplib::Response& res,
+                        const Caller& caller);
+void admin_put_bulk_grants(ApiContext& api, const httplib::Request& req, httplib::Response& res,
+                           const Caller& caller);
+void admin_audit(ApiContext& api, const httplib::Request& req, httplib::Response& res,
+                 const Caller& caller);
+void admin_list_connections(ApiContext& api, const httplib::Request& req, httplib::Response& res,
+                            const Caller& caller);
+void admin_get_connection(ApiContext& api, const httplib::Request& req, httplib::Response& res,
+                          const Caller& caller);
+void admin_put_connection(ApiContext& api, const httplib::Request& req, httplib::Response& res,
+                          const Caller& caller);
+void admin_patch_connection(ApiContext& api, const httplib::Request& req, httplib::Response& res,
+                            const Caller& caller);
+void admin_delete_connection(ApiContext& api, const httplib::Request& req, httplib::Response& res,
+                             const Caller& caller);
 
 }  // namespace quiver::api

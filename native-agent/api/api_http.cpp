@@ -134,15 +134,15 @@ Http1Response to_http1(HttpResponse r) {
 // one; HTTP/1.1 requires it, and the parser refuses a 1.1 request without it).
 std::string route_template(std::string_view target) {
   std::string_view path = target.substr(0, target.find('?'));
-  constexpr std::string_view kConnections = "/v1/mcp-connections/";
-  std::string out;
-  if (path.substr(0, kConnections.size()) == kConnections) {
-    std::string_view rest = path.substr(kConnections.size());
+  std::string out(path);
+  for (std::string_view prefix :
+       {"/v1/mcp-connections/", "/v1/admin/members/", "/v1/admin/connections/"}) {
+    if (path.substr(0, prefix.size()) != prefix) continue;
+    std::string_view rest = path.substr(prefix.size());
     const std::size_t slash = rest.find('/');
-    out = std::string(kConnections) + "{id}" +
+    out = std::string(prefix) + "{id}" +
           std::string(slash == std::string_view::npos ? "" : rest.substr(slash));
-  } else {
-    out = std::string(path);
+    break;
   }
   if (out.size() > 64) out.resize(64);
   return out;

@@ -55,8 +55,9 @@ Http1Response to_http1(HttpResponse r);
 bool host_allowed(const std::string* host_header, const std::string& listen_host,
                   const HttpPeer& peer);
 
-// The route of a request target for traces: the path without its query, a connection id
-// (`/v1/mcp-connections/<id>/...`) as `{id}`, at most 64 characters of what remains.
+// The route of a request target for traces: the path without its query, a connection or member
+// id (`/v1/mcp-connections/<id>/...`, `/v1/admin/members/<id>/...`, `/v1/admin/connections/<id>`)
+// as `{id}`, at most 64 characters of what remains.
 std::string route_template(std::string_view target);
 
 // Segment `index` of a path that matched a route ("/v1/mcp-connections/x/test": 2 is "x").
@@ -76,6 +77,7 @@ class Router {
   void Post(const std::string& pattern, Handler h) { add("POST", pattern, std::move(h)); }
   void Put(const std::string& pattern, Handler h) { add("PUT", pattern, std::move(h)); }
   void Patch(const std::string& pattern, Handler h) { add("PATCH", pattern, std::move(h)); }
+  void Delete(const std::string& pattern, Handler h) { add("DELETE", pattern, std::move(h)); }
 
   // The handler of req's method and path (HEAD is GET without the body); otherwise why not, and
   // for kNoMethod the methods the path takes (`allow`).

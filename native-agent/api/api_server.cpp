@@ -122,18 +122,41 @@ struct ApiServer::Impl : ApiContext {
     s.Put(id + "/preferences", set);
     s.Patch(id + "/preferences", set);
 
-    // The operators' status page (api_status.cpp): static files, then its JSON and its button.
+    // The operators' status page (api_status.cpp): static files; its JSON and its button are
+    // admin routes.
     for (const char* file : {"/status", "/status.js", "/status.css"}) {
       s.Get(file, [this](const auto& req, auto& res) { api::status_page(*this, req, res); });
     }
-    s.Get("/v1/admin/status",
-          operator_only([this](const auto& req, auto& res, const api::Caller& c) {
-            api::admin_status(*this, req, res, c);
-          }));
-    s.Post("/v1/admin/connections/{}/refresh",
-           operator_only([this](const auto& req, auto& res, const api::Caller& c) {
-             api::admin_refresh(*this, req, res, c);
-           }));
+    register_admin_routes();
+  }
+
+  // The admin API (api_admin.cpp, api_admin_connections.cpp): operators only, every route.
+  void register_admin_routes() {
+    Router& s = router;
+    auto admin = [this](api::AdminHandler h) {
+      return operator_only(
+          [this, h](const auto& req, auto& res, const api::Caller& c) { h(*this, req, res, c); });
+    };
+    const std::string member = "/v1/admin/members/{}";
+    s.Get("/v1/admin/members", admin(api::admin_list_members));
+    s.Get(member, admin(api::admin_get_member));
+    s.Put(member, admin(api::admin_put_member));
+    s.Delete(member, admin(api::admin_delete_member));
+    s.Get(member + "/grants", admin(api::admin_get_grants));
+    s.Put(member + "/grants", admin(api::admin_set_grants));
+    s.Patch(member + "/grants", admin(api::admin_set_grants));
+    s.Get("/v1/admin/grants/everyone", admin(api::admin_get_everyone));
+    s.Put("/v1/admin/grants/everyone", admin(api::admin_put_everyone));
+    s.Put("/v1/admin/grants", admin(api::admin_put_bulk_grants));
+    s.Get("/v1/admin/audit", admin(api::admin_audit));
+    const std::string connection = "/v1/admin/connections/{}";
+    s.Get("/v1/admin/connections", admin(api::admin_list_connections));
+    s.Get(connection, admin(api::admin_get_connection));
+    s.Put(connection, admin(api::admin_put_connection));
+    s.Patch(connection, admin(api::admin_patch_connection));
+    s.Delete(connection, admin(api::admin_delete_connection));
+    s.Get("/v1/admin/status", admin(api::admin_status));  // the status page's (api_status.cpp)
+    s.Post(connection + "/refresh", admin(api::admin_refresh));
   }
 
   // A body without a Content-Type is labelled JSON (as send() labels it).

@@ -12,6 +12,7 @@
 //      "github": {"url": "https://host/mcp", "headers": {"X-Org": "acme"}},
 //      "other":  {"type": "streamable-http" | "http" | "stdio", ...}},
 //    "quiver": {
+//      "revision": "2026-12-03T12:00:00Z",
 //      "namespace": "default", "redis": "rediss://:${REDIS_PASSWORD}@host:6380/0",
 //      "data_dir": "/var/lib/quiver", "listen": "127.0.0.1:8787",
 //      "allow_private_upstreams": false,
@@ -70,6 +71,10 @@
 // - Precedence: environment variable > file > default (see kRuntimeControls for the names).
 //   `QUIVER_REDIS_URL=` (set, empty) selects the embedded default even when the file names Redis.
 // - A relative `data_dir` is taken from the working directory.
+// - Revision. `quiver.revision` says how new the file's members, grants and connections are when
+//   they are seeded into the runtime catalog (native-agent/store/catalog.h, the file rule): an
+//   integer >= 1 taken as milliseconds since the epoch (`date +%s%3N`), or an ISO-8601 UTC time
+//   `YYYY-MM-DDTHH:MM:SS[.fff]Z`. Absent, load_config_file takes the file's mtime in ms.
 //
 // Errors name the field path (`mcpServers.github.url: not a valid http(s) URL: ...`), never a
 // secret value; every problem found is reported, one per line. `kConfigExitCode` is the exit
@@ -315,6 +320,9 @@ struct AgentConfig {
   ListenAddress listen;
   bool allow_private_upstreams = false;
   RuntimeControls runtime;
+  // The file's revision in ms (`quiver.revision`, else the file's mtime from load_config_file);
+  // 0: no file (a configuration built by hand seeds nothing into the catalog).
+  int64_t revision_ms = 0;
   std::set<std::string> env_overrides;  // the variables that overrode a setting
 
   std::map<std::string, Secret> caller_token_keys;  // kid -> HMAC key
@@ -348,6 +356,9 @@ struct AgentConfig {
 
 // Parses and validates. kInvalidArgument with one `path: problem` line per problem found.
 Result<AgentConfig> parse_config(const ConfigSources& sources);
+// The config file's JSON as parse_config reads it (comments allowed, size and depth bounded).
+// kInvalidArgument naming `origin` and the line and column, never the text.
+Result<Json> parse_config_json(std::string_view text, const std::string& origin);
 
 // ---- the real world (main) ---------------------------------------------------------------------
 
@@ -355,7 +366,23 @@ EnvMap env_from_environ(const char* const* environ);
 // Reads a secret file, at most kMaxSecretFileBytes (+1 to detect more).
 Result<std::string> read_secret_file(const std::string& path);
 // Reads `path` (at most kMaxConfigBytes) and parses it with the real file system, `env` and the
-// current working directory.
+// current working directory. revision_ms is the file's mtime in ms unless `quiver.revision` is set.
 Result<AgentConfig> load_config_file(const std::string& path, const EnvMap& env);
+
+// A config file read whole, with what parse_config needs to parse it again (the effective
+// configuration is built from its text and the catalog: native-agent/engine/catalog_config.h).
+struct ConfigFile {
+  std::string path;
+  std::string text;
+  EnvMap env;
+  std::string working_dir;
+  int64_t mtime_ms = 0;
+  ConfigSources sources() const;  // text, path as origin, env, read_secret_file, working_dir
+};
+Result<ConfigFile> read_config_file(const std::string& path, const EnvMap& env);
+// Parses a file read by read_config_file: load_config_file in two steps.
+Result<AgentConfig> parse_config_file(const ConfigFile& file);
+// "2026-12-03T12:00:00Z" or with milliseconds ".123Z": ms since the epoch; nullopt otherwise.
+std::optional<int64_t> parse_utc_time_ms(std::string_view text);
 
 }  // namespace quiver

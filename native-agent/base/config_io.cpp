@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "native-agent/base/config.h"
@@ -56,19 +57,45 @@ Result<std::string> read_secret_file(const std::string& path) {
   return read_bounded(path, kMaxSecretFileBytes);
 }
 
-Result<AgentConfig> load_config_file(const std::string& path, const EnvMap& env) {
+ConfigSources ConfigFile::sources() const {
+  ConfigSources sources;
+  sources.text = text;
+  sources.origin = path;
+  sources.env = env;
+  sources.read_file = read_secret_file;
+  sources.working_dir = working_dir;
+  return sources;
+}
+
+Result<ConfigFile> read_config_file(const std::string& path, const EnvMap& env) {
+  ConfigFile file;
+  file.path = path;
+  file.env = env;
+  struct stat st {};
+  // The mtime before the read: a write racing the read makes the next reload see a newer file.
+  if (::stat(path.c_str(), &st) == 0) {
+    file.mtime_ms = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1000000;
+  }
   Result<std::string> text = read_bounded(path, kMaxConfigBytes);
   if (!text.ok()) {
     return Error(text.error().code, "config file `" + path + "`: " + text.error().message);
   }
+  file.text = std::move(*text);
   char cwd[4096];
-  ConfigSources sources;
-  sources.text = *text;
-  sources.origin = path;
-  sources.env = env;
-  sources.read_file = read_secret_file;
-  if (::getcwd(cwd, sizeof cwd) != nullptr) sources.working_dir = cwd;
-  return parse_config(sources);
+  if (::getcwd(cwd, sizeof cwd) != nullptr) file.working_dir = cwd;
+  return file;
+}
+
+Result<AgentConfig> parse_config_file(const ConfigFile& file) {
+  Result<AgentConfig> cfg = parse_config(file.sources());
+  if (cfg.ok() && cfg->revision_ms == 0) cfg->revision_ms = std::max<int64_t>(file.mtime_ms, 1);
+  return cfg;
+}
+
+Result<AgentConfig> load_config_file(const std::string& path, const EnvMap& env) {
+  Result<ConfigFile> file = read_config_file(path, env);
+  if (!file.ok()) return file.error();
+  return parse_config_file(*file);
 }
 
 }  // namespace quiver

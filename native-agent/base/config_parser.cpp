@@ -126,7 +126,54 @@ Json AgentConfig::effective_config_json() const {
   return out;
 }
 
+// The one JSON entry point (shared/json.h: size and depth bounds, messages that never quote the
+// text), with comments allowed as in other MCP clients' config files.
+Result<Json> parse_config_json(std::string_view text, const std::string& origin) {
+  JsonParseOptions options;
+  options.max_bytes = kMaxConfigBytes;
+  options.allow_comments = true;
+  Result<Json> value = parse_json(text, options);
+  if (!value.ok()) return config_internal::invalid(origin + ": " + value.error().message);
+  return value;
+}
+
 Result<AgentConfig> parse_config(const ConfigSources& sources) { return Parser(sources).run(); }
+
+std::optional<int64_t> parse_utc_time_ms(std::string_view t) {
+  // YYYY-MM-DDTHH:MM:SSZ or YYYY-MM-DDTHH:MM:SS.fffZ
+  if (t.size() != 20 && t.size() != 24) return std::nullopt;
+  auto num = [&](std::size_t at, std::size_t n) -> int64_t {
+    int64_t v = 0;
+    for (std::size_t i = at; i < at + n; ++i) {
+      if (!is_digit(t[i])) return -1;
+      v = v * 10 + (t[i] - '0');
+    }
+    return v;
+  };
+  if (t[4] != '-' || t[7] != '-' || t[10] != 'T' || t[13] != ':' || t[16] != ':' ||
+      t.back() != 'Z') {
+    return std::nullopt;
+  }
+  const int64_t y = num(0, 4), mo = num(5, 2), d = num(8, 2), h = num(11, 2), mi = num(14, 2),
+                s = num(17, 2);
+  int64_t ms = 0;
+  if (t.size() == 24) {
+    if (t[19] != '.') return std::nullopt;
+    ms = num(20, 3);
+  }
+  if (y < 1970 || mo < 1 || mo > 12 || d < 1 || d > 31 || h < 0 || h > 23 || mi < 0 || mi > 59 ||
+      s < 0 || s > 60 || ms < 0) {
+    return std::nullopt;
+  }
+  // Days from the civil date (Howard Hinnant's algorithm).
+  const int64_t yy = y - (mo <= 2 ? 1 : 0);
+  const int64_t era = yy / 400;
+  const int64_t yoe = yy - era * 400;
+  const int64_t doy = (153 * (mo + (mo > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+  const int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+  const int64_t days = era * 146097 + doe - 719468;
+  return ((days * 24 + h) * 60 + mi) * 60000 + s * 1000 + ms;
+}
 
 namespace config_internal {
 
@@ -220,7 +267,7 @@ std::string strip_trailing_slashes(std::string path) {
 const std::vector<std::string> kQuiverKeys = {
     "namespace", "redis", "data_dir", "listen", "allow_private_upstreams", "runtime",
     "caller_token_keys", "caller_token_signing_kid", "webhook_secrets", "members", "grants",
-    "operators", "connections"};
+    "operators", "connections", "revision"};
 // clang-format on
 
 // ---- namespace, data_dir, listen, allow_private_upstreams --------------------------------------
@@ -276,6 +323,26 @@ void Parser::top_level_settings(const Json* q) {
   }
   cfg_.data_dir = strip_trailing_slashes(join_path(src_.working_dir, dir.value_or("")));
   env_.set_builtin(kEnvDataDir, cfg_.data_dir);
+
+  // revision
+  if (const Json* rev = json_field(quiver, "revision")) {
+    std::optional<int64_t> ms;
+    if (rev->is_number_integer()) {
+      if (rev->is_number_unsigned() ? rev->get<uint64_t>() <= INT64_MAX
+                                    : rev->get<int64_t>() >= 1) {
+        ms = rev->get<int64_t>();
+      }
+    } else if (rev->is_string()) {
+      ms = parse_utc_time_ms(rev->get<std::string>());
+    }
+    if (!ms.has_value() || *ms < 1) {
+      p_.error("quiver.revision",
+               "must be an integer >= 1 (ms since the epoch) or a UTC time "
+               "YYYY-MM-DDTHH:MM:SS[.fff]Z");
+    } else {
+      cfg_.revision_ms = *ms;
+    }
+  }
 
   // listen
   std::string listen_path;
@@ -333,17 +400,6 @@ void Parser::env_warnings() {
     if (known.count(name) > 0 || env_.referenced().count(name) > 0) continue;
     p_.warn(name, "not a Quiver setting and not referenced by the config (ignored)");
   }
-}
-
-// The one JSON entry point (shared/json.h: size and depth bounds, messages that never quote the
-// text), with comments allowed as in other MCP clients' config files.
-Result<Json> parse_config_json(std::string_view text, const std::string& origin) {
-  JsonParseOptions options;
-  options.max_bytes = kMaxConfigBytes;
-  options.allow_comments = true;
-  Result<Json> value = parse_json(text, options);
-  if (!value.ok()) return invalid(origin + ": " + value.error().message);
-  return value;
 }
 
 Result<AgentConfig> Parser::run() {

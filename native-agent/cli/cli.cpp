@@ -19,6 +19,12 @@ const std::vector<CliCommand>& cli_commands() {
        cmd_probe},
       {"token", "mint a caller token for a member from the configured key ring (for testing)",
        cmd_token},
+      {"members", "list, show, add or remove members through a running agent (operators)",
+       cmd_members},
+      {"grants", "show or change a member's grants, or everyone's, through a running agent",
+       cmd_grants},
+      {"connections", "list, show, add, change, disable or remove connections (operators)",
+       cmd_connections},
   };
   return commands;
 }
@@ -30,7 +36,7 @@ void print_usage(FILE* out) {
                "usage: quiver-agent <command> [options]\n\n"
                "Quiver's agent: lists upstream MCP servers and keeps their manifests cached.\n\n"
                "commands:\n");
-  for (const CliCommand& c : cli_commands()) std::fprintf(out, "  %-10s %s\n", c.name, c.summary);
+  for (const CliCommand& c : cli_commands()) std::fprintf(out, "  %-12s %s\n", c.name, c.summary);
   std::fprintf(out, "\n`quiver-agent <command> --help` describes a command.\n");
 }
 

@@ -25,5 +25,8 @@ int cmd_status(const std::vector<std::string>& args);
 int cmd_prefs(const std::vector<std::string>& args);
 int cmd_probe(const std::vector<std::string>& args);
 int cmd_token(const std::vector<std::string>& args);
+int cmd_members(const std::vector<std::string>& args);
+int cmd_grants(const std::vector<std::string>& args);
+int cmd_connections(const std::vector<std::string>& args);
 
 }  // namespace quiver

@@ -958,6 +958,7 @@ TEST_P(ApiTest, EveryOperationInTheOpenApiDocumentIsServed) {
       if (method == "get") return client_->Get(p, bearer("alice"));
       if (method == "put") return client_->Put(p, bearer("alice"), "{}", "application/json");
       if (method == "patch") return client_->Patch(p, bearer("alice"), "{}", "application/json");
+      if (method == "delete") return client_->Delete(p, bearer("alice"));
       return client_->Post(p, bearer("alice"), "{}", "application/json");
     };
     httplib::Result r = send();

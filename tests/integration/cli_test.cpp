@@ -17,6 +17,7 @@
 #include "native-agent/upstream/child_process.h"
 #include "shared/caller_token.h"
 #include "shared/json.h"
+#include "tests/support/cli_run.h"
 #include "tests/support/mcp_peers.h"
 #include "tests/support/redis_server.h"
 
@@ -27,38 +28,6 @@ using namespace testing;  // quiver::testing: tests/support/
 
 constexpr char kTokenKey[] = "cli-test-caller-token-key-0123456789";
 constexpr char kUpstreamSecret[] = "cli-upstream-secret-5b1e0d";
-
-struct CliRun {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
-
-CliRun run(const std::vector<std::string>& args, std::map<std::string, std::string> env = {},
-           const std::string& program = testing::quiver_agent_binary()) {
-  CliRun r;
-  auto child = ChildProcess::spawn(ChildSpec(program, args, std::move(env)));
-  if (!child.ok()) {
-    r.err = child.error().message;
-    return r;
-  }
-  ChildProcess& p = **child;
-  std::optional<ExitStatus> status;
-  wait_until(
-      [&] {
-        (void)p.wait_readable(50);
-        Result<std::string> bytes = p.read_stdout();
-        if (bytes.ok()) r.out += *bytes;
-        p.drain_stderr();
-        if (!p.stdout_eof()) return false;
-        status = p.exit_status();
-        return status.has_value();
-      },
-      30'000);
-  r.err = p.stderr_tail();
-  if (status && status->exited) r.code = status->code;
-  return r;
-}
 
 bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
@@ -108,7 +77,8 @@ class CliTest : public ::testing::Test {
 TEST_F(CliTest, EveryCommandHasHelp) {
   CliRun top = run({"--help"});
   EXPECT_EQ(top.code, kExitOk);
-  for (const char* command : {"serve", "refresh", "status", "prefs", "token"}) {
+  for (const char* command :
+       {"serve", "refresh", "status", "prefs", "token", "members", "grants", "connections"}) {
     EXPECT_TRUE(contains(top.out, command)) << command;
     CliRun r = run({command, "--help"});
     EXPECT_EQ(r.code, kExitOk) << command;
