@@ -16,7 +16,8 @@ run_pkgs=(g++ cmake make pkg-config nlohmann-json3-dev libcpp-httplib-dev libhir
           libsqlite3-dev libssl-dev)
 edge_pkgs=(emscripten redis-server)
 test_pkgs=(libgtest-dev googletest emscripten redis-server openssl iproute2 util-linux wrk
-           clang-14 clang-format-14 libfuzzer-14-dev libclang-rt-14-dev dpkg-dev)
+           clang-14 clang-format-14 libfuzzer-14-dev libclang-rt-14-dev dpkg-dev
+           chromium)  # chromium: the status page's browser test (tests/browser/)
 bench_pkgs=(wrk nginx-light)
 
 case "$mode" in

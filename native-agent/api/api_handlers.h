@@ -6,6 +6,8 @@
 //   api_connections.cpp  GET /v1/mcp-connections, POST .../{id}/test, POST .../{id}/evidence
 //   api_preferences.cpp  GET / PUT / PATCH .../{id}/preferences
 //   api_webhook.cpp      POST /v1/webhooks/refresh
+//   api_status.cpp       GET /status (+ .js, .css), GET /v1/admin/status,
+//                        POST /v1/admin/connections/{id}/refresh (operators)
 //   api_admin.cpp        /v1/admin/members, .../grants, /v1/admin/grants, /v1/admin/audit
 //   api_admin_connections.cpp  /v1/admin/connections (operators only, as every /v1/admin route)
 #pragma once
@@ -43,6 +45,13 @@ void set_preferences(ApiContext& api, const httplib::Request& req, httplib::Resp
 
 void webhook(ApiContext& api, const httplib::Request& req, httplib::Response& res);
 
+// The status page's static files (/status, /status.js, /status.css): no data, no token.
+void status_page(ApiContext& api, const httplib::Request& req, httplib::Response& res);
+// Operators only (ApiServer's operator_only has checked the caller).
+void admin_status(ApiContext& api, const httplib::Request& req, httplib::Response& res,
+                  const Caller& caller);
+void admin_refresh(ApiContext& api, const httplib::Request& req, httplib::Response& res,
+                   const Caller& caller);
 // The admin API (api_admin.h): routed through operator_only.
 using AdminHandler = void (*)(ApiContext&, const httplib::Request&, httplib::Response&,
                               const Caller&);

@@ -122,6 +122,11 @@ struct ApiServer::Impl : ApiContext {
     s.Put(id + "/preferences", set);
     s.Patch(id + "/preferences", set);
 
+    // The operators' status page (api_status.cpp): static files; its JSON and its button are
+    // admin routes.
+    for (const char* file : {"/status", "/status.js", "/status.css"}) {
+      s.Get(file, [this](const auto& req, auto& res) { api::status_page(*this, req, res); });
+    }
     register_admin_routes();
   }
 
@@ -150,6 +155,8 @@ struct ApiServer::Impl : ApiContext {
     s.Put(connection, admin(api::admin_put_connection));
     s.Patch(connection, admin(api::admin_patch_connection));
     s.Delete(connection, admin(api::admin_delete_connection));
+    s.Get("/v1/admin/status", admin(api::admin_status));  // the status page's (api_status.cpp)
+    s.Post(connection + "/refresh", admin(api::admin_refresh));
   }
 
   // A body without a Content-Type is labelled JSON (as send() labels it).

@@ -304,6 +304,9 @@ struct ConnectionConfig {
   // "github (http https://host/mcp?…, auth bearer, per_member)": the URL as written, its query
   // hidden; no secret.
   std::string describe() const;
+  // {"id", "name", "transport", "credential_mode"}: how status output (`quiver-agent status`,
+  // GET /v1/admin/status) names the connection.
+  Json summary_json() const;
 };
 
 std::ostream& operator<<(std::ostream& out, const ConnectionConfig& connection);

@@ -44,6 +44,13 @@ std::string ConnectionConfig::describe() const {
   return out;
 }
 
+Json ConnectionConfig::summary_json() const {
+  return Json::object({{"id", id},
+                       {"name", name},
+                       {"transport", transport_kind_name(endpoint.transport)},
+                       {"credential_mode", credential_mode_name(credential_mode)}});
+}
+
 std::ostream& operator<<(std::ostream& out, const ConnectionConfig& connection) {
   return out << connection.describe();
 }

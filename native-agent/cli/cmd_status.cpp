@@ -226,11 +226,8 @@ int cmd_status(const std::vector<std::string>& argv) {
     const FreshnessPolicy policy = config->runtime.freshness_policy();
     const int64_t now = system_clock_ms()();
     for (const ConnectionConfig& c : config->connections) {
-      Json j = Json::object({{"id", c.id},
-                             {"name", c.name},
-                             {"transport", transport_kind_name(c.endpoint.transport)},
-                             {"credential_mode", credential_mode_name(c.credential_mode)},
-                             {"config_hash", c.config_hash}});
+      Json j = c.summary_json();
+      j["config_hash"] = c.config_hash;
       Json principals = Json::array();
       for (const Principal& p : c.principals()) {
         principals.push_back(principal_status(store, c, p, policy, now));

@@ -331,6 +331,10 @@ ManifestStore& Agent::store() { return *impl_->ctx.store; }
 Metrics& Agent::metrics() { return impl_->ctx.metrics; }
 Tracer* Agent::tracer() { return impl_->ctx.tracer.get(); }
 bool Agent::reload_requested() const { return impl_->ctx.reload_requested.load(); }
+std::optional<ListingRecord> Agent::last_listing(const std::string& connection_id,
+                                                 const Principal& principal) const {
+  return impl_->ctx.listings.find(connection_id, principal);
+}
 const std::string& Agent::consumer_name() const { return impl_->ctx.consumer; }
 const Logger& Agent::logger() const { return *impl_->ctx.logger; }
 

@@ -15,6 +15,7 @@
 #include <string_view>
 
 #include "native-agent/engine/agent.h"
+#include "native-agent/engine/listing_log.h"
 #include "native-agent/engine/upstream_pool.h"
 #include "native-agent/store/preferences_db.h"
 #include "native-agent/upstream/upstream.h"
@@ -41,6 +42,7 @@ struct AgentContext {
   std::shared_ptr<ManifestStore> store;
   AgentOptions options;
   Metrics metrics;
+  ListingLog listings;  // this agent's own listings (the status page)
   std::unique_ptr<Logger> logger;
   std::unique_ptr<Tracer> tracer;  // after the logger it writes to: destroyed (and flushed) first
   std::unique_ptr<PreferencesDb> prefs;

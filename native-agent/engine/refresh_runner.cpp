@@ -124,6 +124,7 @@ Result<RefreshReport> RefreshRunner::run(const std::string& cid, const Principal
     pool_keys_.insert_or_assign(name, std::make_pair(cid, principal));
   }
   int64_t fetched_at = c.options.now_ms();
+  ListingLog::Scope in_flight(c.listings, cid, principal, fetched_at);  // to the write's end
   Result<Listing> listing = Error(ErrorCode::kInternal, "not listed");
   if (Status put = c.pool->put(with_deadlines(upstream_spec_for(name, *upstream), cfg, rt));
       !put.ok()) {

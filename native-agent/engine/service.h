@@ -6,10 +6,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "native-agent/base/config.h"
+#include "native-agent/engine/listing_log.h"
 #include "native-agent/store/store.h"
 #include "shared/identity.h"
 #include "shared/json.h"
@@ -50,6 +52,12 @@ class AgentService {
   virtual Metrics& metrics() = 0;
   // The agent's tracer (native-agent/engine/tracer.h); null when there is none.
   virtual Tracer* tracer() { return nullptr; }
+  // This agent's record of its own listings of (connection, principal) (listing_log.h): in
+  // flight, the last one's start and duration; nullopt when it has listed none since it started.
+  virtual std::optional<ListingRecord> last_listing(const std::string& /*connection_id*/,
+                                                    const Principal& /*principal*/) const {
+    return std::nullopt;
+  }
 
   // Queues a refresh of (connection, principal) for the background workers: queued,
   // already_queued, or in_progress (a lease is held: the refresh under way will serve it).

@@ -143,12 +143,14 @@ export async function stopTied(proc, exited) {
   clearTimeout(t);
 }
 
+// Polls `probe` until it gives a truthy value, which it resolves to.
 export async function waitFor(what, probe, timeoutMs = 10000) {
   const deadline = Date.now() + timeoutMs;
   let last;
   while (Date.now() < deadline) {
     try {
-      if (await probe()) return;
+      const value = await probe();
+      if (value) return value;
     } catch (e) {
       last = e;
     }

@@ -959,6 +959,119 @@ TEST_P(ApiTest, EveryOperationInTheOpenApiDocumentIsServed) {
   }
 }
 
+// ---- the operators' status page (native-agent/api/api_status.cpp) ----------------------------
+// The page itself in a real browser: tests/browser/status_page.mjs.
+
+TEST_P(ApiTest, StatusPageIsStaticWithItsOwnHeaders) {
+  for (const char* path : {"/status", "/status.js", "/status.css"}) {
+    auto r = client_->Get(path);  // no token: the files hold no data
+    ASSERT_TRUE(r) << path;
+    EXPECT_EQ(r->status, 200) << path;
+    EXPECT_EQ(r->get_header_value("Content-Security-Policy"),
+              "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'");
+    EXPECT_EQ(r->get_header_value("X-Content-Type-Options"), "nosniff");
+    EXPECT_EQ(r->get_header_value("Cache-Control"), "no-cache");
+    EXPECT_FALSE(r->body.empty());
+  }
+  EXPECT_EQ(client_->Get("/status")->get_header_value("Content-Type"), "text/html; charset=utf-8");
+  EXPECT_EQ(client_->Get("/status.js")->get_header_value("Content-Type"),
+            "text/javascript; charset=utf-8");
+  EXPECT_EQ(client_->Get("/status.css")->get_header_value("Content-Type"),
+            "text/css; charset=utf-8");
+  // The page never parses data as markup.
+  const std::string script = client_->Get("/status.js")->body;
+  for (const char* sink : {"innerHTML", "outerHTML", "insertAdjacentHTML", "document.write"}) {
+    EXPECT_EQ(script.find(sink), std::string::npos) << sink;
+  }
+}
+
+TEST_P(ApiTest, AdminStatusAndRefreshAreForOperatorsOnly) {
+  auto r = client_->Get("/v1/admin/status");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 401);
+  r = client_->Get("/v1/admin/status", bearer("bob"));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 403);
+  EXPECT_EQ(error_code(r), "FORBIDDEN");
+  r = client_->Post("/v1/admin/connections/t/refresh", bearer("carol"), "", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 403);
+  r = client_->Get("/v1/admin/status", bearer("alice"));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(r->get_header_value("Cache-Control"), "no-store");
+}
+
+TEST_P(ApiTest, AdminStatusShowsEveryConnectionPrincipalAndMember) {
+  // `broken` fails: its error is shown as stored.
+  ASSERT_TRUE(agent_->refresh_now("broken", Principal::shared(), "manual").ok());
+  auto r = client_->Get("/v1/admin/status", bearer("alice"));
+  ASSERT_TRUE(r && r->status == 200) << (r ? r->body : "no answer");
+  const Json j = body_of(r);
+  std::map<std::string, Json> conns;
+  for (const Json& c : j["connections"]) conns[c["id"]] = c;
+  ASSERT_EQ(conns.size(), 4u) << r->body;  // t, u, broken, pm: every connection, not alice's
+
+  const Json& t = conns["t"];
+  EXPECT_EQ(t["credential_mode"], "shared");
+  EXPECT_EQ(t["members"], Json::array({"alice", "carol"}));
+  ASSERT_EQ(t["principals"].size(), 1u);
+  const Json& tp = t["principals"][0];
+  EXPECT_EQ(tp["principal"], "shared");
+  EXPECT_EQ(tp["status"], "fresh");
+  EXPECT_EQ(tp["counts"]["tools"], 3);
+  EXPECT_EQ(tp["counts"]["resources"], 2);
+  EXPECT_EQ(tp["last_listing"]["source"], "agent");  // listed by this agent in SetUp
+  EXPECT_TRUE(tp["last_listing"]["duration_ms"].is_number_integer());
+  EXPECT_TRUE(tp["last_listing"]["at"].is_number_integer());
+  EXPECT_EQ(tp["refresh_in_flight"], false);
+  EXPECT_EQ(tp["capabilities"]["total"], 8);  // 3 tools, 2 resources, 1 template, 2 prompts
+  EXPECT_EQ(t["capabilities_enabled"], 8);
+
+  EXPECT_EQ(conns["u"]["principals"][0]["status"], "pending");  // never listed
+  EXPECT_TRUE(conns["u"]["principals"][0]["last_listing"]["at"].is_null());
+  const Json& bp = conns["broken"]["principals"][0];
+  EXPECT_EQ(bp["status"], "error");
+  EXPECT_FALSE(bp["error"]["code"].get<std::string>().empty());
+  EXPECT_FALSE(bp.contains("counts"));  // could not load: never 0 items
+
+  const Json& pm = conns["pm"];
+  EXPECT_EQ(pm["credential_mode"], "per_member");
+  EXPECT_TRUE(pm["capabilities_enabled"].is_null());
+  ASSERT_EQ(pm["principals"].size(), 2u);
+  EXPECT_EQ(pm["principals"][0]["principal"], "member/carol");
+  EXPECT_EQ(pm["principals"][1]["principal"], "member/dave");
+  EXPECT_EQ(pm["principals_truncated"], false);
+
+  ASSERT_EQ(j["members"].size(), 4u);
+  EXPECT_EQ(j["members"][0]["id"], "alice");
+  EXPECT_EQ(j["members"][0]["operator"], true);
+  EXPECT_EQ(j["members"][0]["connections"], Json::array({"broken", "t"}));
+  EXPECT_EQ(j["members"][1]["operator"], false);
+  EXPECT_EQ(j["members_truncated"], false);
+  EXPECT_EQ(r->body.find(kUpstreamSecret), std::string::npos);
+}
+
+TEST_P(ApiTest, AdminRefreshQueuesEveryPrincipalAsTheWebhookDoes) {
+  auto r =
+      client_->Post("/v1/admin/connections/pm/refresh", bearer("alice"), "", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 202) << r->body;
+  const Json j = body_of(r);
+  EXPECT_EQ(j["status"], "accepted");
+  ASSERT_EQ(j["refreshes"].size(), 2u) << r->body;
+  EXPECT_EQ(j["refreshes"][0]["principal"], "member/carol");
+  EXPECT_EQ(j["refreshes"][0]["status"], "queued");
+  EXPECT_EQ(j["refreshes"][1]["principal"], "member/dave");
+  r = client_->Post("/v1/admin/connections/t/refresh", bearer("alice"), "", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 202) << r->body;
+  EXPECT_EQ(body_of(r)["refreshes"][0]["marked_stale"], true);  // t's manifest reads stale now
+  r = client_->Post("/v1/admin/connections/nope/refresh", bearer("alice"), "", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404);
+}
+
 // Overload shedding, slow and idle clients and unbounded bodies:
 // tests/integration/api_hostile_test.cpp.
 
