@@ -173,6 +173,7 @@ Result<std::unique_ptr<Agent>> Agent::create(AgentConfig config,
   // The runtime catalog: the file's items seeded, the configuration built from the catalog.
   std::vector<std::string> catalog_lines;
   std::optional<CatalogVersions> catalog_versions;
+  std::vector<CatalogEntry> catalog_entries;
   if (options.config_file) {
     Result<CatalogConfig> built = seed_catalog_from_file(
         *store, options.config_file->sources(), config.revision_ms,
@@ -183,11 +184,13 @@ Result<std::unique_ptr<Agent>> Agent::create(AgentConfig config,
     }
     use_catalog_config(std::move(built->config), &config);
     catalog_versions = built->versions;
+    catalog_entries = std::move(built->entries);
   }
   auto impl = std::make_unique<Impl>();
   AgentContext& s = impl->ctx;
   s.config = std::move(config);
   s.catalog_versions = catalog_versions;
+  s.catalog_entries = std::move(catalog_entries);
   s.store = std::move(store);
   s.options = std::move(options);
   if (!s.config.redactor) {

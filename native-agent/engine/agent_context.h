@@ -53,6 +53,9 @@ struct AgentContext {
   // The runtime catalog's versions `config` was built from (options.config_file set), and
   // whether the catalog has since changed what the engine runs on (maintenance sets it).
   std::optional<CatalogVersions> catalog_versions;
+  // The catalog's entries `config` was built from (maintenance thread only after start): what a
+  // restore puts back when the store lost the namespace.
+  std::vector<CatalogEntry> catalog_entries;
   std::atomic<bool> reload_requested{false};
 
   // The pooled connection's name of (cid, principal).

@@ -449,7 +449,7 @@ Result<CatalogConfig> build_catalog_config(ManifestStore& store, const ConfigSou
   if (!snap.ok()) return snap.error();
   Result<AgentConfig> cfg = effective_config(file, snap->entries);
   if (!cfg.ok()) return cfg.error();
-  return CatalogConfig{std::move(*cfg), snap->versions};
+  return CatalogConfig{std::move(*cfg), snap->versions, std::move(snap->entries)};
 }
 
 Result<CatalogConfig> seed_catalog_from_file(ManifestStore& store, const ConfigSources& file,

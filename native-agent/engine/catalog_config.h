@@ -54,6 +54,9 @@ Result<CatalogSnapshot> read_catalog(ManifestStore& store);
 struct CatalogConfig {
   AgentConfig config;
   CatalogVersions versions;  // the ones it was built from
+  // The entries it was built from: the agent's copy of the catalog, put back into a namespace the
+  // store lost (CatalogWriteMode::kRestore).
+  std::vector<CatalogEntry> entries;
 };
 Result<CatalogConfig> build_catalog_config(ManifestStore& store, const ConfigSources& file);
 

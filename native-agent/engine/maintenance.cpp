@@ -68,6 +68,14 @@ bool Maintenance::catalog_current(bool force) {
   }
   if (*now == *ctx_.catalog_versions) return true;
   if (!force && steady_ms() - last_rebuild_at_ < ctx_.options.catalog_debounce_ms) return false;
+  // A namespace the store lost has lost its catalog too: never rebuild from what is left (an
+  // empty catalog would remove every connection); the store check restores it first.
+  Result<NamespaceRecord> ns = ctx_.store->read_namespace();
+  if (!ns.ok() || ns->state != NamespaceState::kReady) return false;
+  return adopt_catalog();
+}
+
+bool Maintenance::adopt_catalog() {
   last_rebuild_at_ = steady_ms();
   Result<CatalogConfig> built =
       build_catalog_config(*ctx_.store, ctx_.options.config_file->sources());
@@ -82,7 +90,25 @@ bool Maintenance::catalog_current(bool force) {
   // Members or grants of shared connections only: readers check them live; nothing to restart.
   grants_ = built->config.grants;
   ctx_.catalog_versions = built->versions;
+  ctx_.catalog_entries = std::move(built->entries);
   return true;
+}
+
+Status Maintenance::restore_catalog() {
+  if (!ctx_.catalog_versions || !ctx_.options.config_file) return Status::Ok();
+  std::size_t put_back = 0;
+  for (const CatalogEntry& e : ctx_.catalog_entries) {
+    Result<CatalogWriteResult> w = ctx_.store->catalog_write(e, CatalogWriteMode::kRestore);
+    if (!w.ok()) return w.error();
+    if (w->applied) ++put_back;
+  }
+  if (put_back > 0) {
+    ctx_.logger->info(kAgentLog, "store: put back " + std::to_string(put_back) +
+                                     " runtime catalog entries from this agent's copy");
+  }
+  // Now what the catalog holds (ours, or entries another agent put back or wrote meanwhile).
+  if (adopt_catalog() || ctx_.reload_requested) return Status::Ok();
+  return Error(ErrorCode::kStoreUnavailable, "the runtime catalog cannot be read back");
 }
 
 // ---- the store check: a namespace the store lost, clock skew, dead consumers ----
@@ -103,6 +129,9 @@ int64_t Maintenance::restore_hold_ms() const {
 Result<bool> Maintenance::restore_namespace() {
   if (Status st = ctx_.store->begin_namespace_restore(ctx_.options.now_ms()); !st.ok())
     return st.error();
+  // The catalog first: connections and grants are synced from it.
+  if (Status st = restore_catalog(); !st.ok()) return st.error();
+  if (ctx_.reload_requested) return false;  // the reload restores with the catalog's
   if (Status st = sync_config(); !st.ok()) return st.error();
   if (ctx_.reload_requested) return false;  // the reload restores with the catalog's
   // Overlays are part of the namespace: a tool the team hid must not show after a wipe.

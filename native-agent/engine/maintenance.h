@@ -46,6 +46,11 @@ class Maintenance {
   // True when the running configuration is the catalog's (or there is no catalog); false when a
   // reload is (now) requested or the catalog could not be read. `force`: no debounce.
   bool catalog_current(bool force);
+  // Rebuilds the configuration from the catalog as it is now: adopted (true) when the engine's
+  // part is unchanged, else a reload is requested (false).
+  bool adopt_catalog();
+  // The agent's copy of the catalog, put back where nothing is stored (a namespace the store lost).
+  Status restore_catalog();
   void request_reload(const std::string& why);
   void measure_clock_skew();
   void remove_dead_consumers();

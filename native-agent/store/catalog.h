@@ -70,6 +70,10 @@ struct CatalogEntry {
 enum class CatalogWriteMode {
   kAlways = 0,  // the admin API: write unconditionally
   kFileSeed,    // the file rule (catalog_seed_applies) against the stored entry, atomically
+  // Only when nothing (not even a tombstone) is stored under the key, atomically: an agent putting
+  // back its copy of the catalog into a namespace the store lost (a Redis restarted empty), meta
+  // as it was. An entry another agent restored or wrote since is kept.
+  kRestore,
 };
 
 struct CatalogWriteResult {

@@ -1380,6 +1380,19 @@ Result<CatalogEntry> catalog_entry_from_json(CatalogKind kind, std::string_view 
   return e;
 }
 
+// ARGV[3] of schema/lua/catalog_write.lua.
+const char* catalog_mode_name(CatalogWriteMode mode) {
+  switch (mode) {
+    case CatalogWriteMode::kFileSeed:
+      return "seed";
+    case CatalogWriteMode::kRestore:
+      return "restore";
+    case CatalogWriteMode::kAlways:
+      break;
+  }
+  return "always";
+}
+
 }  // namespace
 
 Result<CatalogWriteResult> RedisStore::catalog_write(const CatalogEntry& entry,
@@ -1394,12 +1407,11 @@ Result<CatalogWriteResult> RedisStore::catalog_write(const CatalogEntry& entry,
   const char* kind = catalog_kind_name(entry.kind);
   CatalogEntry written = entry;
   written.meta.updated_at_ms = impl_->options.now_ms();
-  Result<RespValue> r =
-      impl_->one({"EVAL", std::string(script), "3", *keys.catalog(kind), *keys.catalog_keys(kind),
-                  keys.catalog_versions(), kind, entry.key,
-                  mode == CatalogWriteMode::kFileSeed ? "seed" : "always", entry.meta.file_hash,
-                  std::to_string(entry.meta.rev_ms), catalog_entry_json(written.meta, *value)},
-                 "catalog_write");
+  Result<RespValue> r = impl_->one(
+      {"EVAL", std::string(script), "3", *keys.catalog(kind), *keys.catalog_keys(kind),
+       keys.catalog_versions(), kind, entry.key, catalog_mode_name(mode), entry.meta.file_hash,
+       std::to_string(entry.meta.rev_ms), catalog_entry_json(written.meta, *value)},
+      "catalog_write");
   if (!r.ok()) return r.error();
   const std::vector<RespValue>* reply = r->as_array();
   if (reply == nullptr || reply->size() < 1 || !(*reply)[0].as_int()) {

@@ -1324,10 +1324,14 @@ Result<CatalogWriteResult> SqliteStore::catalog_write(const CatalogEntry& entry,
   Transaction tx(s);
   if (!tx.begun().ok()) return tx.begun().error();
   CatalogWriteResult out;
-  if (mode == CatalogWriteMode::kFileSeed) {
+  if (mode != CatalogWriteMode::kAlways) {
     Result<std::optional<CatalogEntry>> stored = catalog_select(s, entry.kind, entry.key);
     if (!stored.ok()) return stored.error();
-    if (!catalog_seed_applies(*stored, entry.meta.file_hash, entry.meta.rev_ms)) {
+    const bool applies =
+        mode == CatalogWriteMode::kRestore
+            ? !stored->has_value()
+            : catalog_seed_applies(*stored, entry.meta.file_hash, entry.meta.rev_ms);
+    if (!applies) {
       out.current = std::move(stored).value();
       return out;  // nothing written: the transaction rolls back
     }

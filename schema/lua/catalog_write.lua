@@ -5,7 +5,8 @@
 -- KEYS[1] entries   quiver:{ns}:catalog:<kind>       HASH key -> entry JSON
 -- KEYS[2] keys      quiver:{ns}:catalog:<kind>:keys  ZSET key, score 0
 -- KEYS[3] versions  quiver:{ns}:catalog:versions     HASH <kind> -> counter
--- ARGV[1] kind      ARGV[2] key   ARGV[3] mode: 'always' (the admin API) or 'seed' (the file rule)
+-- ARGV[1] kind      ARGV[2] key   ARGV[3] mode: 'always' (the admin API), 'seed' (the file rule)
+--                                 or 'restore' (only when nothing is stored: an agent's copy put back)
 -- ARGV[4] file_hash of the item ('' for a removal)  ARGV[5] its revision (decimal ms)
 -- ARGV[6] the entry JSON to store: {"by","file_hash","origin","rev_ms","updated_at","value"}
 --
@@ -36,8 +37,10 @@ if ARGV[3] == 'seed' then
     end
   end
   if not applies then return {0, stored} end
+elseif ARGV[3] == 'restore' then
+  if stored then return {0, stored} end
 elseif ARGV[3] ~= 'always' then
-  return redis.error_reply('ERR catalog_write: mode must be always or seed')
+  return redis.error_reply('ERR catalog_write: mode must be always, seed or restore')
 end
 redis.call('HSET', KEYS[1], ARGV[2], ARGV[6])
 redis.call('ZADD', KEYS[2], 0, ARGV[2])

@@ -247,6 +247,31 @@ TEST_P(StoreCatalog, WritesReadsAndKeepsATombstone) {
   EXPECT_EQ(read(CatalogKind::kGrant, "*")->value, (Json{{"connections", {"gh"}}}));
 }
 
+// An agent's copy put back into a namespace the store lost: written only where nothing is stored
+// (a tombstone counts), meta as it was.
+TEST_P(StoreCatalog, ARestoreWritesOnlyWhereNothingIsStored) {
+  const CatalogEntry mine = api_item("alice", Json{{"operator", true}}, kT0 - 10);
+  const CatalogVersions v0 = versions();
+  CatalogWriteResult r = write(mine, CatalogWriteMode::kRestore);
+  EXPECT_TRUE(r.applied);
+  std::optional<CatalogEntry> got = read(CatalogKind::kMember, "alice");
+  ASSERT_TRUE(got);
+  expect_same(*got, mine);
+  EXPECT_EQ(versions().member, v0.member + 1);
+
+  // Written since (another agent's copy, an operator's change): kept.
+  const CatalogEntry newer = api_item("bob", Json{{"operator", false}}, kT0 + 5);
+  ASSERT_TRUE(write(newer).applied);
+  r = write(api_item("bob", Json{{"operator", true}}, kT0 - 10), CatalogWriteMode::kRestore);
+  EXPECT_FALSE(r.applied);
+  ASSERT_TRUE(r.current);
+  expect_same(*r.current, newer);
+  ASSERT_TRUE(write(api_item("carol", std::nullopt, kT0)).applied);  // a tombstone
+  EXPECT_FALSE(
+      write(api_item("carol", Json::object(), kT0 - 10), CatalogWriteMode::kRestore).applied);
+  EXPECT_FALSE(read(CatalogKind::kMember, "carol")->value);
+}
+
 TEST_P(StoreCatalog, RefusesBadKeysMetaAndOversizedValues) {
   auto refused = [&](const CatalogEntry& e, const char* why) {
     for (CatalogWriteMode mode : {CatalogWriteMode::kAlways, CatalogWriteMode::kFileSeed}) {
