@@ -21,10 +21,12 @@
 // removal of an item an earlier file seeded — only when the file's definition of it is not the
 // one last seeded (file_hash differs) and the file is newer than the entry (file revision >
 // rev_ms). The file revision is `quiver.revision` when the file sets it, else the file's mtime in
-// milliseconds. So: an unchanged file never reverts an operator's API change; an edited or newly
-// deployed file wins over older state; an agent still running an older file (a rolling deploy)
-// changes nothing and logs that it is behind. The store applies the rule atomically
-// (CatalogWriteMode::kFileSeed): two agents seeding at once cannot interleave.
+// milliseconds. So: restarting or reloading on a file older than an operator's API change never
+// reverts it (an API write clears file_hash and takes rev_ms = now, so a file deployed after the
+// change, even with the same content, does win); an edited or newly deployed file wins over older
+// state; an agent still running an older file (a rolling deploy) changes nothing and logs that it
+// is behind. The store applies the rule atomically (CatalogWriteMode::kFileSeed): two agents
+// seeding at once cannot interleave.
 #pragma once
 
 #include <cstddef>
