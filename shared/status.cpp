@@ -22,8 +22,9 @@ constexpr const char* const kNames[] = {"UNKNOWN",
                                         "CONFLICT",
                                         "UNAUTHENTICATED",
                                         "INTERNAL",
-                                        "STORE_NOT_READY"};
-static_assert(covers_enum(kNames, ErrorCode::kStoreNotReady));
+                                        "STORE_NOT_READY",
+                                        "AUTHORIZATION_REQUIRED"};
+static_assert(covers_enum(kNames, ErrorCode::kAuthorizationRequired));
 
 }  // namespace
 

@@ -32,6 +32,11 @@ enum class ErrorCode {
   kUnauthenticated,
   kInternal,
   kStoreNotReady,  // the store answers, but holds no initialised namespace (wiped, restoring)
+  // An OAuth connection has no usable authorization for this principal: never connected, the
+  // member disconnected, or the refresh token stopped working (invalid_grant). Someone must
+  // authorize (POST /v1/mcp-connections/{id}/authorize, `quiver-agent login`); not an upstream
+  // failure and not retried by itself.
+  kAuthorizationRequired,
 };
 
 // Stable, upper-case name of a code, as used in JSON error bodies, logs and metric labels.

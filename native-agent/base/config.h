@@ -97,6 +97,7 @@
 #include "shared/freshness.h"
 #include "shared/identity.h"
 #include "shared/json.h"
+#include "shared/oauth.h"
 #include "shared/status.h"
 
 namespace quiver {
@@ -257,6 +258,48 @@ struct UpstreamEndpoint {
   bool allow_private_addresses = false;
 };
 
+// `quiver.connections.<name>.oauth`, for a connection with `auth: "oauth"` (HTTP only). Every key
+// is optional: without a client id the agent uses the server's client ID metadata document
+// support or dynamic registration. Secrets are references, as everywhere.
+//   {"grant": "authorization_code" | "client_credentials", "client_id": "quiver-prod",
+//    "client_secret": {"env": "LINEAR_CLIENT_SECRET"},
+//    "client_id_metadata_url": "https://quiver.example.com/oauth/client.json",
+//    "scopes": ["read", "offline_access"], "token_endpoint_auth_method": "client_secret_basic",
+//    "private_key": {"file": "/run/secrets/quiver-es256.pem"}, "private_key_id": "k1",
+//    "audience": "https://api.example.com", "resource": false}
+// `resource: false` omits the RFC 8707 parameter (identity providers that refuse it).
+// `client_credentials` needs a client id and a secret or a private key, and suits `shared` mode.
+struct OAuthConnectionSettings {
+  oauth::GrantType grant = oauth::GrantType::kAuthorizationCode;
+  std::string client_id;  // not a secret
+  std::optional<Secret> client_secret;
+  std::string client_id_metadata_url;
+  std::vector<std::string> scopes;
+  std::string token_endpoint_auth_method;
+  std::optional<Secret> private_key;  // PEM
+  std::string private_key_id;
+  std::string audience;
+  bool send_resource = true;
+  // The core's settings, secrets revealed, for a flow redirecting to `redirect_uri`.
+  oauth::OAuthClientSettings client_settings(const std::string& redirect_uri) const;
+};
+
+// `quiver.oauth`: what every OAuth connection of this agent shares.
+//   {"key": {"env": "QUIVER_OAUTH_KEY"},          32 bytes, 64 hex digits or base64; required
+//                                                 as soon as one connection has auth oauth
+//    "redirect_uri": "https://edge.example.com/v1/oauth/callback",
+//    "token_store": "/var/lib/quiver/oauth-tokens.db"}
+// `redirect_uri` defaults to http://<listen>/v1/oauth/callback (the agent's own callback, for a
+// local agent); an edge in front sets its public callback URL here. `token_store` defaults to
+// `<data_dir>/oauth-tokens.db` (native-agent/store/token_store.h).
+struct OAuthAgentSettings {
+  std::optional<Secret> key;
+  std::string redirect_uri;
+  std::string token_store;
+  // A token is refreshed when it expires within this long (and on a 401). 60 s.
+  int64_t refresh_ahead_ms = 60000;
+};
+
 struct ConnectionConfig {
   std::string name;  // the mcpServers key, as written
   std::string id;    // a valid connection id
@@ -277,6 +320,7 @@ struct ConnectionConfig {
   std::string credential_env;                        // stdio + api_key
   std::optional<Secret> credential;                  // shared bearer / api_key
   std::map<std::string, Secret> member_credentials;  // per_member: member id -> secret
+  std::optional<OAuthConnectionSettings> oauth;      // auth oauth
   bool auto_enable_new_capabilities = true;
   // This connection's deadlines (`quiver.connections.<name>`), overriding the runtime controls
   // of the same names; nullopt: the runtime control applies. Not part of config_hash.
@@ -328,6 +372,7 @@ struct AgentConfig {
   std::map<std::string, Secret> caller_token_keys;  // kid -> HMAC key
   std::string caller_token_signing_kid;             // empty: none chosen (several keys)
   std::map<std::string, Secret> webhook_secrets;    // name -> secret
+  OAuthAgentSettings oauth;                         // `quiver.oauth`
 
   std::set<std::string> members;
   // Members who may toggle the capabilities of `shared` connections (everyone's view); other

@@ -1,0 +1,94 @@
+// OAuthManager: the agent's OAuth side. Connects members' (and operators') accounts to upstream MCP
+// servers with `auth: "oauth"`, keeps their tokens fresh, and hands the upstream connections a
+// valid access token for each (connection, principal).
+//
+// Flows (the protocol is shared/oauth.h; requests go out through native-agent/upstream/oauth_http.h):
+//   begin(cid, principal)       POST /v1/mcp-connections/{id}/authorize, `quiver-agent login`:
+//                               discovery from the server's 401, the client (pre-registered,
+//                               CIMD or a dynamic registration reused per issuer), a pending
+//                               authorization in the token store; answers the URL for the user
+//   complete(callback)          GET /v1/oauth/callback at the agent, or a callback the edge
+//                               queued in Redis (`oauth:callbacks`, schema/redis-keys.md): takes
+//                               the pending row (single use, expiring), exchanges the code, stores
+//                               the authorization and lists that principal's manifest at once
+//   disconnect(cid, principal)  DELETE /v1/mcp-connections/{id}/authorization: tokens and the
+//                               principal's manifest go
+//   client credentials          a `shared` connection with grant client_credentials needs no user:
+//                               access_token() obtains and renews its token itself
+//
+// Tokens. access_token() answers the stored token, refreshing first when it expires within
+// `quiver.oauth.refresh_ahead_ms`; after an upstream 401 the caller asks again with
+// `rejected` set and gets a refreshed token (or kAuthorizationRequired). One refresh in flight per
+// (connection, principal) across every agent sharing the token store (TokenStore::try_lock_refresh):
+// the others wait for it and read the new token. A refresh answered `invalid_grant` deletes
+// nothing but the dead tokens' usefulness: the principal's status becomes authorization_required
+// while its last good manifest stays visible as stale.
+//
+// kAuthorizationRequired (shared/status.h) is what the upstream connection, the listing, the
+// manifest's error, the API, the edge, `status` and `/metrics` report for a principal without a
+// usable authorization.
+//
+// Secrets. Tokens, codes, verifiers and client secrets live in the token store (encrypted) and in
+// memory for the request that uses them; never in a log line, a metric, an error or the store.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "native-agent/base/config.h"
+#include "native-agent/store/token_store.h"
+#include "shared/identity.h"
+#include "shared/oauth.h"
+#include "shared/status.h"
+
+namespace quiver {
+
+struct AgentContext;
+
+struct AuthorizationStart {
+  std::string authorization_url;
+  int64_t expires_at_ms = 0;  // the pending authorization's end (wall clock)
+};
+
+struct AuthorizationDone {
+  std::string connection_id;
+  Principal principal;
+};
+
+class OAuthManager {
+ public:
+  // `holder` names this agent in refresh locks (its consumer name).
+  OAuthManager(const AgentConfig& config, std::unique_ptr<TokenStore> tokens, std::string holder);
+  ~OAuthManager();
+
+  // The connection's configuration changed (reload): flows use the new settings.
+  void set_config(const AgentConfig& config);
+
+  // A bearer token for (connection, principal). kAuthorizationRequired when there is none or it
+  // cannot be refreshed; other codes when the authorization server failed (the token is kept).
+  // `rejected`: the token the upstream just refused with 401 (refresh unless the stored one is
+  // already newer).
+  Result<Secret> access_token(const ConnectionConfig& connection, const Principal& principal,
+                              int64_t deadline_ms, const std::optional<Secret>& rejected = {});
+
+  Result<AuthorizationStart> begin(const ConnectionConfig& connection, const Principal& principal,
+                                   int64_t deadline_ms);
+  // kInvalidArgument for an unknown, used or expired state, an `error` from the authorization
+  // server, a wrong `iss`; the token endpoint's failures as they are. Nothing stored on failure.
+  Result<AuthorizationDone> complete(const oauth::CallbackParams& callback, int64_t deadline_ms);
+  // True when an authorization was deleted.
+  Result<bool> disconnect(const std::string& connection_id, const Principal& principal);
+
+  // Whether (connection, principal) has a stored authorization (no secret read).
+  Result<bool> connected(const std::string& connection_id, const Principal& principal);
+
+  TokenStore& tokens();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace quiver
