@@ -73,8 +73,12 @@ class OAuthManager {
   Result<Secret> access_token(const ConnectionConfig& connection, const Principal& principal,
                               int64_t deadline_ms, const std::optional<Secret>& rejected = {});
 
+  // `redirect_uri`: where the authorization server sends the browser back; nullopt:
+  // `quiver.oauth.redirect_uri` (`quiver-agent login` passes its loopback address, RFC 8252, and
+  // registers as a native application).
   Result<AuthorizationStart> begin(const ConnectionConfig& connection, const Principal& principal,
-                                   int64_t deadline_ms);
+                                   int64_t deadline_ms,
+                                   const std::optional<std::string>& redirect_uri = std::nullopt);
   // kInvalidArgument for an unknown, used or expired state, an `error` from the authorization
   // server, a wrong `iss`; the token endpoint's failures as they are. Nothing stored on failure.
   Result<AuthorizationDone> complete(const oauth::CallbackParams& callback, int64_t deadline_ms);
