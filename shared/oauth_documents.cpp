@@ -33,7 +33,8 @@ std::optional<UrlParts> parse_url(std::string_view url) {
   std::string_view authority = rest.substr(0, end);
   if (authority.empty() || authority.find('@') != std::string_view::npos) return std::nullopt;
   for (char c : authority) {
-    if (static_cast<unsigned char>(c) <= 0x20 || c == '\\' || static_cast<unsigned char>(c) >= 0x7f) {
+    if (static_cast<unsigned char>(c) <= 0x20 || c == '\\' ||
+        static_cast<unsigned char>(c) >= 0x7f) {
       return std::nullopt;
     }
   }
@@ -173,7 +174,8 @@ std::string join_scopes(const std::vector<std::string>& scopes) {
   return out;
 }
 
-std::vector<std::string> scope_union(std::vector<std::string> a, const std::vector<std::string>& b) {
+std::vector<std::string> scope_union(std::vector<std::string> a,
+                                     const std::vector<std::string>& b) {
   for (const std::string& s : b) {
     if (std::find(a.begin(), a.end(), s) == a.end()) a.push_back(s);
   }
@@ -365,7 +367,8 @@ Result<Json> parse_object(std::string_view body, const char* what) {
   }
   Result<Json> j = parse_json(body, kMaxResponseBytes);
   if (!j.ok()) return Error(ErrorCode::kInvalidReply, std::string(what) + ": " + j.error().message);
-  if (!j->is_object()) return Error(ErrorCode::kInvalidReply, std::string(what) + ": not a JSON object");
+  if (!j->is_object())
+    return Error(ErrorCode::kInvalidReply, std::string(what) + ": not a JSON object");
   return j;
 }
 
@@ -380,7 +383,8 @@ Status read_string(const Json& j, const char* key, const char* what, std::string
   return Status::Ok();
 }
 
-Status read_strings(const Json& j, const char* key, const char* what, std::vector<std::string>* out) {
+Status read_strings(const Json& j, const char* key, const char* what,
+                    std::vector<std::string>* out) {
   const Json* v = json_field(j, key);
   if (v == nullptr || v->is_null()) return Status::Ok();
   if (!v->is_array()) {
@@ -404,9 +408,9 @@ Json strings_json(const std::vector<std::string>& v) {
   return a;
 }
 
-#define QUIVER_OAUTH_TRY(expr)        \
-  do {                                \
-    Status st_ = (expr);              \
+#define QUIVER_OAUTH_TRY(expr)         \
+  do {                                 \
+    Status st_ = (expr);               \
     if (!st_.ok()) return st_.error(); \
   } while (0)
 
@@ -418,7 +422,8 @@ Result<ProtectedResourceMetadata> parse_protected_resource_metadata(std::string_
   if (!j.ok()) return j.error();
   ProtectedResourceMetadata m;
   QUIVER_OAUTH_TRY(read_string(*j, "resource", what, &m.resource));
-  if (m.resource.empty()) return Error(ErrorCode::kInvalidReply, std::string(what) + ": no 'resource'");
+  if (m.resource.empty())
+    return Error(ErrorCode::kInvalidReply, std::string(what) + ": no 'resource'");
   QUIVER_OAUTH_TRY(read_strings(*j, "authorization_servers", what, &m.authorization_servers));
   QUIVER_OAUTH_TRY(read_strings(*j, "scopes_supported", what, &m.scopes_supported));
   return m;
@@ -480,9 +485,8 @@ Result<AuthorizationServerMetadata> parse_authorization_server_metadata(
   if (!m.ok()) return m.error();
   m->defaults = false;
   if (m->issuer != expected_issuer) {
-    return Error(ErrorCode::kInvalidReply, std::string(what) + ": issuer '" +
-                                               clip_text(m->issuer) + "' is not '" +
-                                               clip_text(expected_issuer) + "'");
+    return Error(ErrorCode::kInvalidReply, std::string(what) + ": issuer '" + clip_text(m->issuer) +
+                                               "' is not '" + clip_text(expected_issuer) + "'");
   }
   return m;
 }
@@ -538,7 +542,8 @@ Result<TokenSet> TokenSet::from_json(const Json& j) {
   t.scope = json_string(j, "scope").value_or("");
   t.expires_at_ms = json_int(j, "expires_at_ms").value_or(0);
   t.obtained_at_ms = json_int(j, "obtained_at_ms").value_or(0);
-  if (t.access_token.empty()) return Error(ErrorCode::kInvalidArgument, "token set: no access token");
+  if (t.access_token.empty())
+    return Error(ErrorCode::kInvalidArgument, "token set: no access token");
   return t;
 }
 
@@ -562,15 +567,17 @@ Result<TokenSet> parse_token_response(const HttpResponse& response, int64_t now_
     if (error.empty() && response.status >= 500) return Error(ErrorCode::kTransport, msg);
     return Error(ErrorCode::kInvalidReply, msg);
   }
-  if (j == nullptr) return Error(ErrorCode::kInvalidReply, "token endpoint: the answer is not a JSON object");
+  if (j == nullptr)
+    return Error(ErrorCode::kInvalidReply, "token endpoint: the answer is not a JSON object");
   TokenSet t;
   std::optional<std::string> access = json_string(*j, "access_token");
-  if (!access || access->empty()) return Error(ErrorCode::kInvalidReply, "token endpoint: no access_token");
+  if (!access || access->empty())
+    return Error(ErrorCode::kInvalidReply, "token endpoint: no access_token");
   t.access_token = *access;
   std::string type = json_string(*j, "token_type").value_or("Bearer");
   if (!ascii_iequals(type, "Bearer")) {
-    return Error(ErrorCode::kInvalidReply, "token endpoint: token_type '" + clip_text(type, 32) +
-                                               "' is not Bearer");
+    return Error(ErrorCode::kInvalidReply,
+                 "token endpoint: token_type '" + clip_text(type, 32) + "' is not Bearer");
   }
   t.token_type = "Bearer";
   t.refresh_token = json_string(*j, "refresh_token").value_or("");
@@ -582,9 +589,8 @@ Result<TokenSet> parse_token_response(const HttpResponse& response, int64_t now_
     if (!secs && expires->is_string()) {
       std::optional<double> parsed_secs;
       const std::string& s = expires->get_ref<const std::string&>();
-      if (!s.empty() && s.size() < 12 && std::all_of(s.begin(), s.end(), [](char c) {
-            return c >= '0' && c <= '9';
-          })) {
+      if (!s.empty() && s.size() < 12 &&
+          std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; })) {
         int64_t n = 0;
         for (char c : s) n = n * 10 + (c - '0');
         parsed_secs = static_cast<double>(n);
@@ -592,7 +598,8 @@ Result<TokenSet> parse_token_response(const HttpResponse& response, int64_t now_
       secs = parsed_secs;
     }
     if (!secs || *secs < 0 || *secs > 10.0 * 365 * 24 * 3600) {
-      return Error(ErrorCode::kInvalidReply, "token endpoint: expires_in is not a number of seconds");
+      return Error(ErrorCode::kInvalidReply,
+                   "token endpoint: expires_in is not a number of seconds");
     }
     t.expires_at_ms = now_ms + static_cast<int64_t>(*secs * 1000);
   }
@@ -634,7 +641,8 @@ Json PendingAuthorization::to_json() const {
 }
 
 Result<PendingAuthorization> PendingAuthorization::from_json(const Json& j) {
-  if (!j.is_object()) return Error(ErrorCode::kInvalidArgument, "pending authorization: not an object");
+  if (!j.is_object())
+    return Error(ErrorCode::kInvalidArgument, "pending authorization: not an object");
   PendingAuthorization p;
   p.state = json_string(j, "state").value_or("");
   p.code_verifier = json_string(j, "code_verifier").value_or("");
@@ -663,7 +671,8 @@ Result<PendingAuthorization> PendingAuthorization::from_json(const Json& j) {
 
 Result<CallbackParams> CallbackParams::from_query(std::string_view query) {
   if (!query.empty() && query.front() == '?') query.remove_prefix(1);
-  if (query.size() > 16 << 10) return Error(ErrorCode::kTooLarge, "callback: query longer than 16 KiB");
+  if (query.size() > 16 << 10)
+    return Error(ErrorCode::kTooLarge, "callback: query longer than 16 KiB");
   CallbackParams out;
   bool have_state = false;
   std::vector<std::string> seen;
@@ -683,8 +692,8 @@ Result<CallbackParams> CallbackParams::from_query(std::string_view query) {
         internal::form_decode(eq == std::string_view::npos ? "" : part.substr(eq + 1));
     if (!name || !value) return Error(ErrorCode::kInvalidArgument, "callback: malformed escape");
     if (std::find(seen.begin(), seen.end(), *name) != seen.end()) {
-      return Error(ErrorCode::kInvalidArgument, "callback: parameter '" + clip_text(*name, 40) +
-                                                    "' repeats");
+      return Error(ErrorCode::kInvalidArgument,
+                   "callback: parameter '" + clip_text(*name, 40) + "' repeats");
     }
     seen.push_back(*name);
     if (*name == "state") {
@@ -701,7 +710,8 @@ Result<CallbackParams> CallbackParams::from_query(std::string_view query) {
     }
     if (end >= query.size()) break;
   }
-  if (!have_state || out.state.empty()) return Error(ErrorCode::kInvalidArgument, "callback: no state");
+  if (!have_state || out.state.empty())
+    return Error(ErrorCode::kInvalidArgument, "callback: no state");
   return out;
 }
 

@@ -73,8 +73,8 @@ bool resource_matches(std::string_view prm_resource, std::string_view server_url
   while (!rp.empty() && rp.back() == '/') rp.pop_back();
   while (!sp.empty() && sp.back() == '/') sp.pop_back();
   if (rp.empty()) return true;
-  return sp == rp || (sp.size() > rp.size() && sp.compare(0, rp.size(), rp) == 0 &&
-                      sp[rp.size()] == '/');
+  return sp == rp ||
+         (sp.size() > rp.size() && sp.compare(0, rp.size(), rp) == 0 && sp[rp.size()] == '/');
 }
 
 }  // namespace
@@ -122,9 +122,9 @@ struct OAuthFlow::Impl {
 
   bool send(Phase next, HttpRequest req) {
     if (!is_allowed_endpoint(req.url)) {
-      fail(ErrorCode::kInvalidReply,
-           "OAuth endpoint " + clip_text(req.url.substr(0, req.url.find('?'))) +
-               " is neither https nor a loopback http URL");
+      fail(ErrorCode::kInvalidReply, "OAuth endpoint " +
+                                         clip_text(req.url.substr(0, req.url.find('?'))) +
+                                         " is neither https nor a loopback http URL");
       return false;
     }
     phase = next;
@@ -141,10 +141,12 @@ struct OAuthFlow::Impl {
   }
 
   Result<std::string> random_token() {
-    if (!host.random_bytes) return Error(ErrorCode::kResourceUnavailable, "OAuth: no random source");
+    if (!host.random_bytes)
+      return Error(ErrorCode::kResourceUnavailable, "OAuth: no random source");
     Result<std::string> bytes = host.random_bytes(32);
     if (!bytes.ok()) return bytes.error();
-    if (bytes->size() != 32) return Error(ErrorCode::kResourceUnavailable, "OAuth: short random read");
+    if (bytes->size() != 32)
+      return Error(ErrorCode::kResourceUnavailable, "OAuth: short random read");
     return base64url_encode(*bytes);
   }
   int64_t now() const { return host.now_ms ? host.now_ms() : 0; }
@@ -156,7 +158,8 @@ struct OAuthFlow::Impl {
       fail(ErrorCode::kInvalidArgument, "OAuth: the server URL is not an absolute http(s) URL");
       return;
     }
-    if (challenge && challenge->resource_metadata) prm_urls.push_back(*challenge->resource_metadata);
+    if (challenge && challenge->resource_metadata)
+      prm_urls.push_back(*challenge->resource_metadata);
     for (std::string& u : protected_resource_metadata_urls(server_url)) {
       if (!contains(prm_urls, u)) prm_urls.push_back(std::move(u));
     }
@@ -188,7 +191,8 @@ struct OAuthFlow::Impl {
           return;
         }
         if (m->authorization_servers.empty()) {
-          fail(ErrorCode::kInvalidReply, "protected resource metadata lists no authorization server");
+          fail(ErrorCode::kInvalidReply,
+               "protected resource metadata lists no authorization server");
           return;
         }
         issuer = m->authorization_servers.front();
@@ -204,8 +208,8 @@ struct OAuthFlow::Impl {
   void start_server_metadata() {
     as_urls = authorization_server_metadata_urls(issuer);
     if (as_urls.empty()) {
-      fail(ErrorCode::kInvalidReply, "authorization server '" + clip_text(issuer) +
-                                         "' is not an http(s) URL");
+      fail(ErrorCode::kInvalidReply,
+           "authorization server '" + clip_text(issuer) + "' is not an http(s) URL");
       return;
     }
     as_index = 0;
@@ -228,7 +232,8 @@ struct OAuthFlow::Impl {
       return;
     }
     if (!legacy) {
-      fail(ErrorCode::kInvalidReply, "no authorization server metadata for '" + clip_text(issuer) + "'");
+      fail(ErrorCode::kInvalidReply,
+           "no authorization server metadata for '" + clip_text(issuer) + "'");
       return;
     }
     server = AuthorizationServerMetadata();
@@ -256,7 +261,8 @@ struct OAuthFlow::Impl {
     bool offline_listed = contains(server.scopes_supported, "offline_access");
     if (!offline_listed) {
       scopes.erase(std::remove(scopes.begin(), scopes.end(), "offline_access"), scopes.end());
-    } else if (settings.grant == GrantType::kAuthorizationCode && !contains(scopes, "offline_access")) {
+    } else if (settings.grant == GrantType::kAuthorizationCode &&
+               !contains(scopes, "offline_access")) {
       scopes.push_back("offline_access");
     }
   }
@@ -269,7 +275,8 @@ struct OAuthFlow::Impl {
       return "private_key_jwt";
     }
     if (has_secret) {
-      if (supported.empty() || contains(supported, "client_secret_basic")) return "client_secret_basic";
+      if (supported.empty() || contains(supported, "client_secret_basic"))
+        return "client_secret_basic";
       if (contains(supported, "client_secret_post")) return "client_secret_post";
       return "client_secret_basic";
     }
@@ -280,13 +287,12 @@ struct OAuthFlow::Impl {
     if (!server.code_challenge_methods_supported.empty() &&
         !contains(server.code_challenge_methods_supported, "S256") &&
         settings.grant == GrantType::kAuthorizationCode) {
-      fail(ErrorCode::kInvalidReply, "authorization server '" + clip_text(server.issuer) +
-                                         "' does not support PKCE S256");
+      fail(ErrorCode::kInvalidReply,
+           "authorization server '" + clip_text(server.issuer) + "' does not support PKCE S256");
       return;
     }
-    resource = settings.send_resource
-                   ? (prm ? prm->resource : canonical_resource(server_url))
-                   : std::string();
+    resource = settings.send_resource ? (prm ? prm->resource : canonical_resource(server_url))
+                                      : std::string();
     choose_scopes();
     if (known_client && known_client->issuer == server.issuer && !known_client->client_id.empty()) {
       client = *known_client;
@@ -313,8 +319,9 @@ struct OAuthFlow::Impl {
       return;
     }
     if (server.registration_endpoint.empty()) {
-      fail(ErrorCode::kInvalidArgument, "authorization server '" + clip_text(server.issuer) +
-                                            "' offers no dynamic registration: configure a client id");
+      fail(ErrorCode::kInvalidArgument,
+           "authorization server '" + clip_text(server.issuer) +
+               "' offers no dynamic registration: configure a client id");
       return;
     }
     register_client();
@@ -371,7 +378,8 @@ struct OAuthFlow::Impl {
     client.client_id = *id;
     client.client_secret = json_string(*j, "client_secret").value_or("");
     client.dynamic = true;
-    client.client_secret_expires_at_ms = json_int(*j, "client_secret_expires_at").value_or(0) * 1000;
+    client.client_secret_expires_at_ms =
+        json_int(*j, "client_secret_expires_at").value_or(0) * 1000;
     std::string method = json_string(*j, "token_endpoint_auth_method").value_or("");
     if (method.empty()) method = client.client_secret.empty() ? "none" : "client_secret_basic";
     client.token_endpoint_auth_method = method;
@@ -443,8 +451,12 @@ struct OAuthFlow::Impl {
     int64_t iat = now() / 1000;
     Json header = {{"alg", alg}, {"typ", "JWT"}};
     if (!settings.private_key_id.empty()) header["kid"] = settings.private_key_id;
-    Json claims = {{"iss", client.client_id}, {"sub", client.client_id}, {"aud", server.issuer},
-                   {"jti", *jti},             {"iat", iat},             {"exp", iat + 300}};
+    Json claims = {{"iss", client.client_id},
+                   {"sub", client.client_id},
+                   {"aud", server.issuer},
+                   {"jti", *jti},
+                   {"iat", iat},
+                   {"exp", iat + 300}};
     std::string input = base64url_encode(header.dump()) + "." + base64url_encode(claims.dump());
     Result<std::string> sig = host.sign(alg, input);
     if (!sig.ok()) return sig.error();
@@ -564,9 +576,11 @@ OAuthFlow OAuthFlow::resume(PendingAuthorization pending, const CallbackParams& 
   } else if (pending.expires_at_ms != 0 && f.now() > pending.expires_at_ms) {
     f.fail(ErrorCode::kInvalidArgument, "OAuth callback: the authorization request expired");
   } else if (callback.error) {
-    std::string msg = "OAuth callback: the authorization server answered " + clip_text(*callback.error, 64);
+    std::string msg =
+        "OAuth callback: the authorization server answered " + clip_text(*callback.error, 64);
     if (callback.error_description) msg += " (" + clip_text(*callback.error_description) + ")";
-    f.fail(*callback.error == "access_denied" ? ErrorCode::kUnauthenticated : ErrorCode::kInvalidArgument,
+    f.fail(*callback.error == "access_denied" ? ErrorCode::kUnauthenticated
+                                              : ErrorCode::kInvalidArgument,
            msg);
   } else if (callback.iss && *callback.iss != pending.server.issuer) {
     f.fail(ErrorCode::kInvalidArgument, "OAuth callback: iss '" + clip_text(*callback.iss) +
@@ -617,9 +631,8 @@ OAuthFlow OAuthFlow::step_up(Authorization current, const BearerChallenge& chall
                              std::string server_url, OAuthClientSettings settings, OAuthHost host) {
   if (attempt > kMaxStepUps) {
     auto impl = std::make_unique<Impl>();
-    impl->fail(ErrorCode::kUnauthenticated,
-               "OAuth: the server still asks for more scope after " + std::to_string(kMaxStepUps) +
-                   " step-up attempts");
+    impl->fail(ErrorCode::kUnauthenticated, "OAuth: the server still asks for more scope after " +
+                                                std::to_string(kMaxStepUps) + " step-up attempts");
     return OAuthFlow(std::move(impl));
   }
   std::vector<std::string> granted = split_scopes(current.tokens.scope);
@@ -654,7 +667,9 @@ std::optional<HttpRequest> OAuthFlow::poll_request() {
   return r;
 }
 
-void OAuthFlow::handle_response(Result<HttpResponse> response) { impl_->handle(std::move(response)); }
+void OAuthFlow::handle_response(Result<HttpResponse> response) {
+  impl_->handle(std::move(response));
+}
 
 const std::string& OAuthFlow::authorization_url() const { return impl_->authorization_url; }
 const PendingAuthorization& OAuthFlow::pending() const { return impl_->pending; }
