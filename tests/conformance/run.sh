@@ -4,6 +4,11 @@
 #
 #   tests/conformance/run.sh QUIVER_AGENT NODE_MODULES [SCENARIO...]   (default: all that apply)
 #
+# A scenario is a name of the installed suite (0.2.0-alpha.12), e.g. `initialize` or
+# `auth/metadata-default`, or `0116:auth/<name>` for the same-named scenario of the suite's
+# 0.1.16 release (the npm alias `conformance-0116`). The `auth/*` scenarios run
+# `probe --oauth` through oauth_browser.sh, which plays the browser.
+#
 # The suite's scenario servers listen on every interface, so the whole run happens in a private
 # network namespace with only loopback up (`unshare -n`; root, or a user namespace with -r).
 # Each scenario passes when its checks.json holds no FAILURE, the checks listed below succeeded,
@@ -14,19 +19,52 @@ agent=${1:?usage: run.sh QUIVER_AGENT NODE_MODULES [SCENARIO...]}
 node_modules=${2:?usage: run.sh QUIVER_AGENT NODE_MODULES [SCENARIO...]}
 shift 2
 scenarios=("$@")
-[ ${#scenarios[@]} -gt 0 ] || scenarios=(initialize sse-retry request-metadata http-standard-headers
-                                         json-schema-ref-no-deref)
+in_list() { local x; for x in "${@:2}"; do [ "$x" = "$1" ] && return 0; done; return 1; }
+auth_listing=(metadata-default metadata-var1 metadata-var2 metadata-var3 basic-cimd
+              scope-from-www-authenticate scope-from-scopes-supported scope-omitted-when-undefined
+              token-endpoint-auth-basic token-endpoint-auth-post
+              token-endpoint-auth-none pre-registration 2025-03-26-oauth-metadata-backcompat
+              2025-03-26-oauth-endpoint-fallback client-credentials-basic client-credentials-jwt
+              offline-access-scope offline-access-not-supported)
+auth_refusing=(resource-mismatch scope-retry-limit)
+# 0.1.16 publishes a wrong `issuer` in this scenario's metadata (README.md): a client that checks
+# the issuer, as the spec requires, cannot pass it.
+auth_0116_suite_bugs=(2025-03-26-oauth-metadata-backcompat)
+auth_2026=(iss-supported iss-not-advertised)
+auth_2026_refusing=(iss-supported-missing iss-wrong-issuer iss-unexpected iss-normalized
+                    metadata-issuer-mismatch)
+if [ ${#scenarios[@]} -eq 0 ]; then
+  scenarios=(initialize sse-retry request-metadata http-standard-headers json-schema-ref-no-deref)
+  for s in "${auth_listing[@]}" "${auth_refusing[@]}" "${auth_2026[@]}" "${auth_2026_refusing[@]}"; do
+    scenarios+=("auth/$s")
+  done
+  for s in "${auth_listing[@]}" "${auth_refusing[@]}"; do
+    in_list "$s" "${auth_0116_suite_bugs[@]}" || scenarios+=("0116:auth/$s")
+  done
+fi
 
-suite="$node_modules/@modelcontextprotocol/conformance/dist/index.js"
+suite_current="$node_modules/@modelcontextprotocol/conformance/dist/index.js"
+suite_0116="$node_modules/conformance-0116/dist/index.js"
+suite=$suite_current
+browser="$(cd "$(dirname "$0")" && pwd)/oauth_browser.sh"
 # The suite (0.2.x) needs Node 22: the npm package `node` brings it into build/node (setup.sh).
 node22="$node_modules/node/bin/node"
 [ -x "$agent" ] || { echo "run.sh: no quiver-agent at $agent (build it first)" >&2; exit 1; }
 [ -f "$suite" ] || { echo "run.sh: no conformance suite at $suite (run scripts/setup.sh)" >&2; exit 1; }
+for scenario in "${scenarios[@]}"; do
+  case "$scenario" in
+    0116:*) [ -f "$suite_0116" ] || {
+      echo "run.sh: no conformance suite 0.1.16 at $suite_0116 (run scripts/setup.sh)" >&2; exit 1; } ;;
+  esac
+done
 [ -x "$node22" ] || { echo "run.sh: no Node 22 at $node22 (run scripts/setup.sh --peers)" >&2; exit 1; }
 
 if [ -z "${QUIVER_CONFORMANCE_NETNS:-}" ]; then
   for cmd in unshare ip node; do
     command -v "$cmd" >/dev/null || { echo "run.sh: '$cmd' is needed" >&2; exit 1; }
+  done
+  for cmd in curl; do
+    command -v "$cmd" >/dev/null || { echo "run.sh: '$cmd' is needed (oauth_browser.sh)" >&2; exit 1; }
   done
   export QUIVER_CONFORMANCE_NETNS=1
   inner=(sh -c 'ip link set lo up && exec "$@"' sh bash "$0" "$agent" "$node_modules"
@@ -45,9 +83,19 @@ trap 'rm -rf "$work"' EXIT
 
 # What each scenario must show. `expect`: check ids that must be SUCCESS. `allow`: check ids
 # that may be WARNING. `command`: how the suite runs the probe (it appends the server URL).
+# `listed`: whether the probe must list the scenario server (yes) or refuse it (no: the auth
+# scenarios where a correct client stops, e.g. a wrong `iss`).
+oauth_probe="$browser $agent probe --allow-private --oauth --oauth-wait-ms 15000
+  --client-metadata-url https://conformance-test.local/client-metadata.json"
 status=0
 for scenario in "${scenarios[@]}"; do
+  listed=yes
+  suite=$suite_current
+  name=$scenario
   case "$scenario" in
+    0116:*) suite=$suite_0116; name=${scenario#0116:} ;;
+  esac
+  case "$name" in
     initialize)
       command="$agent probe --allow-private --url"
       expect="mcp-client-initialization"
@@ -84,16 +132,42 @@ for scenario in "${scenarios[@]}"; do
       expect="sep-2106-no-network-ref-deref"
       allow=""
       ;;
+    auth/*)
+      short=${name#auth/}
+      current_only=no
+      [ "$suite" = "$suite_current" ] && current_only=yes
+      if [ $current_only = no ] && in_list "$short" "${auth_0116_suite_bugs[@]}"; then
+        echo "run.sh: scenario '$scenario' cannot pass: a suite bug (README.md)" >&2
+        status=1
+        continue
+      elif in_list "$short" "${auth_listing[@]}" ||
+         { [ $current_only = yes ] && in_list "$short" "${auth_2026[@]}"; }; then
+        command="$oauth_probe --url"
+      elif in_list "$short" "${auth_refusing[@]}" ||
+           { [ $current_only = yes ] && in_list "$short" "${auth_2026_refusing[@]}"; }; then
+        command="$oauth_probe --url"
+        listed=no
+      else
+        echo "run.sh: scenario '$scenario' does not apply to a discovery client (README.md)" >&2
+        status=1
+        continue
+      fi
+      case "$short" in
+        client-credentials-*) command="$oauth_probe --client-credentials --url" ;;
+      esac
+      expect=""
+      allow=""
+      ;;
     *)
       echo "run.sh: scenario '$scenario' does not apply to a discovery client (README.md)" >&2
       status=1
       continue
       ;;
   esac
-  out="$work/$scenario"
+  out="$work/${scenario//[:\/]/_}"
   mkdir -p "$out"
   # The suite's own verdict counts warnings as failures; the checks are judged below instead.
-  "$node22" "$suite" client --command "$command" --scenario "$scenario" --timeout 20000 -o "$out" \
+  "$node22" "$suite" client --command "${command//$'\n'/ }" --scenario "$name" --timeout 30000 -o "$out" \
     >"$out/suite.log" 2>&1 || true
   checks=$(find "$out" -name checks.json | head -n 1)
   if [ -z "$checks" ]; then
@@ -102,9 +176,9 @@ for scenario in "${scenarios[@]}"; do
     status=1
     continue
   fi
-  if ! summary=$(node - "$checks" "$expect" "$allow" "$(dirname "$checks")/stdout.txt" <<'JS'
+  if ! summary=$(node - "$checks" "$expect" "$allow" "$(dirname "$checks")/stdout.txt" "$listed" <<'JS'
 const fs = require('fs');
-const [checksPath, expect, allow, stdoutPath] = process.argv.slice(2);
+const [checksPath, expect, allow, stdoutPath, listed] = process.argv.slice(2);
 const checks = JSON.parse(fs.readFileSync(checksPath, 'utf8'));
 const expected = expect.split(/\s+/).filter(Boolean);
 const allowed = new Set(allow.split(/\s+/).filter(Boolean));
@@ -124,7 +198,12 @@ let report = null;
 for (const text of [first, first.split('\n')[0]]) {  // pretty JSON, or the first NDJSON line
   try { report = report || JSON.parse(text); } catch {}
 }
-if (!report || report.status !== 'ok') problems.push(`the probe did not report status ok: ${first.slice(0, 300)}`);
+if (listed === 'yes' && (!report || report.status !== 'ok')) {
+  problems.push(`the probe did not report status ok: ${first.slice(0, 300)}`);
+}
+if (listed === 'no' && report && report.status === 'ok') {
+  problems.push('the probe listed a server it should have refused');
+}
 for (const p of problems) console.error('  ' + p);
 const shown = checks.filter((c) => c.status !== 'INFO').map((c) => `${c.status} ${c.id}`);
 console.log('     checks: ' + shown.join(', '));
