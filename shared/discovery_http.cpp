@@ -24,7 +24,8 @@ int hex_value(char c) {
   return -1;
 }
 
-// Percent-decoding; `plus_is_space` for query components (application/x-www-form-urlencoded).
+}  // namespace
+
 std::optional<std::string> percent_decode(std::string_view s, bool plus_is_space) {
   std::string out;
   out.reserve(s.size());
@@ -44,6 +45,8 @@ std::optional<std::string> percent_decode(std::string_view s, bool plus_is_space
   }
   return out;
 }
+
+namespace {
 
 std::vector<std::string_view> split(std::string_view s, char sep) {
   std::vector<std::string_view> parts;

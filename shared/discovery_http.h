@@ -53,6 +53,10 @@ using HttpHeaders = std::vector<std::pair<std::string, std::string>>;
 // The first value of header `name` (case-insensitive), if any.
 std::optional<std::string_view> find_header(const HttpHeaders& headers, std::string_view name);
 
+// Percent-decoding; `plus_is_space` for query components (application/x-www-form-urlencoded).
+// nullopt on a malformed escape. Also the OAuth callback's query (shared/oauth.h).
+std::optional<std::string> percent_decode(std::string_view s, bool plus_is_space);
+
 struct HttpRequest {
   std::string method;  // "GET", "POST", ...
   std::string path;    // "/v1/manifests", without the query

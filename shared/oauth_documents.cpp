@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "shared/ascii.h"
+#include "shared/discovery_http.h"
 #include "shared/json.h"
 #include "shared/oauth.h"
 #include "shared/oauth_internal.h"
@@ -96,34 +97,8 @@ std::string form_body(const std::vector<std::pair<std::string, std::string>>& fi
   return out;
 }
 
-namespace {
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-}  // namespace
-
 std::optional<std::string> form_decode(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    char c = text[i];
-    if (c == '+') {
-      out += ' ';
-    } else if (c == '%') {
-      if (i + 2 >= text.size()) return std::nullopt;
-      int hi = hex_value(text[i + 1]);
-      int lo = hex_value(text[i + 2]);
-      if (hi < 0 || lo < 0) return std::nullopt;
-      out += static_cast<char>(hi * 16 + lo);
-      i += 2;
-    } else {
-      out += c;
-    }
-  }
-  return out;
+  return percent_decode(text, /*plus_is_space=*/true);
 }
 
 std::string base64_encode(std::string_view data) {

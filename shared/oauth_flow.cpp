@@ -519,6 +519,19 @@ struct OAuthFlow::Impl {
     phase = Phase::kDone;
   }
 
+  // A flow that starts at the token endpoint (resume, refresh): discovery and the client are known.
+  static std::unique_ptr<Impl> at_token_endpoint(OAuthClientSettings settings, OAuthHost host,
+                                                 AuthorizationServerMetadata server,
+                                                 RegisteredClient client, std::string resource) {
+    auto impl = std::make_unique<Impl>();
+    impl->settings = std::move(settings);
+    impl->host = std::move(host);
+    impl->server = std::move(server);
+    impl->client = std::move(client);
+    impl->resource = std::move(resource);
+    return impl;
+  }
+
   void handle(Result<HttpResponse> r) {
     if (r.ok() && r->body.size() > kMaxResponseBytes) {
       r = Error(ErrorCode::kTooLarge, "OAuth: a response larger than 256 KiB");
@@ -562,13 +575,9 @@ OAuthFlow OAuthFlow::authorize(std::string server_url, OAuthClientSettings setti
 
 OAuthFlow OAuthFlow::resume(PendingAuthorization pending, const CallbackParams& callback,
                             OAuthClientSettings settings, OAuthHost host) {
-  auto impl = std::make_unique<Impl>();
+  auto impl = Impl::at_token_endpoint(std::move(settings), std::move(host), pending.server,
+                                      pending.client, pending.resource);
   Impl& f = *impl;
-  f.settings = std::move(settings);
-  f.host = std::move(host);
-  f.server = pending.server;
-  f.client = pending.client;
-  f.resource = pending.resource;
   f.scopes = pending.scopes;
   f.token_kind = TokenKind::kCode;
   if (!constant_time_equal(callback.state, pending.state)) {
@@ -603,13 +612,9 @@ OAuthFlow OAuthFlow::resume(PendingAuthorization pending, const CallbackParams& 
 }
 
 OAuthFlow OAuthFlow::refresh(Authorization current, OAuthClientSettings settings, OAuthHost host) {
-  auto impl = std::make_unique<Impl>();
+  auto impl = Impl::at_token_endpoint(std::move(settings), std::move(host), current.server,
+                                      current.client, current.resource);
   Impl& f = *impl;
-  f.settings = std::move(settings);
-  f.host = std::move(host);
-  f.server = current.server;
-  f.client = current.client;
-  f.resource = current.resource;
   f.scopes = split_scopes(current.tokens.scope);
   f.previous_tokens = current.tokens;
   if (!current.tokens.refresh_token.empty()) {
