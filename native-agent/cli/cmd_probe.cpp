@@ -371,6 +371,7 @@ int cmd_probe(const std::vector<std::string>& args) {
     return kExitOk;
   }
 
+  std::vector<std::string> oauth_secrets;
   if (a.oauth) {
     Result<std::string> token = probe_oauth_token(a);
     if (!token.ok()) {
@@ -379,6 +380,7 @@ int cmd_probe(const std::vector<std::string>& args) {
       return kExitFailed;
     }
     a.headers.push_back({"Authorization", "Bearer " + *token});
+    oauth_secrets.push_back(*token);  // redacted alone too, should the server echo it bare
   }
 
   UpstreamSpec spec;
@@ -402,6 +404,7 @@ int cmd_probe(const std::vector<std::string>& args) {
   std::vector<std::string> secret_values;
   for (const auto& [name, value] : a.env) secret_values.push_back(value);
   for (const auto& h : a.headers) secret_values.push_back(h.value);
+  for (const std::string& v : oauth_secrets) secret_values.push_back(v);
   options.redactor = std::make_shared<const Redactor>(secret_values);
   if (a.verbose) {
     options.log = [](const std::string& line) {
