@@ -375,8 +375,12 @@ int cmd_probe(const std::vector<std::string>& args) {
   if (a.oauth) {
     Result<std::string> token = probe_oauth_token(a);
     if (!token.ok()) {
-      std::fprintf(stderr, "quiver-agent probe: OAuth failed: %s [%s]\n",
-                   token.error().message.c_str(), error_code_name(token.error().code));
+      const Error& e = token.error();
+      const bool guard = e.message.find("allow_private_addresses") != std::string::npos;
+      std::fprintf(
+          stderr, "quiver-agent probe: OAuth failed: %s [%s]%s\n", e.message.c_str(),
+          error_code_name(e.code),
+          guard ? "\n(--allow-private allows servers on loopback and private addresses)" : "");
       return kExitFailed;
     }
     a.headers.push_back({"Authorization", "Bearer " + *token});
