@@ -255,8 +255,10 @@ Result<oauth::OAuthClientSettings> probe_oauth_settings(const ProbeArgs& a) {
   return settings;
 }
 
-// Runs the OAuth flow for the probe's server; the access token.
-Result<std::string> probe_oauth_token(const ProbeArgs& a) {
+// Runs the OAuth flow for the probe's server. `known_client`: the client of an earlier run (a
+// new authorization server registers again).
+Result<oauth::Authorization> probe_oauth(const ProbeArgs& a,
+                                         std::optional<oauth::RegisteredClient> known_client) {
   Result<oauth::OAuthClientSettings> settings = probe_oauth_settings(a);
   if (!settings.ok()) return settings.error();
   OAuthHttpOptions http;
@@ -272,7 +274,8 @@ Result<std::string> probe_oauth_token(const ProbeArgs& a) {
     listener = std::move(*started);
     settings->redirect_uri = listener->redirect_uri();
   }
-  oauth::OAuthFlow flow = oauth::OAuthFlow::authorize(a.url, *settings, *host, *challenge);
+  oauth::OAuthFlow flow =
+      oauth::OAuthFlow::authorize(a.url, *settings, *host, *challenge, std::move(known_client));
   drive_oauth_flow(flow, http);
   if (flow.step() == oauth::FlowStep::kNeedsUser) {
     std::fprintf(stderr, "authorize: %s\n", flow.authorization_url().c_str());
@@ -286,7 +289,18 @@ Result<std::string> probe_oauth_token(const ProbeArgs& a) {
   if (flow.step() != oauth::FlowStep::kDone) {
     return Error(ErrorCode::kInternal, "the OAuth flow stopped unfinished");
   }
-  return flow.authorization().tokens.access_token;
+  return flow.authorization();
+}
+
+// Whether a listing failed for want of authorization (HTTP 401/403), whole or one list.
+bool unauthorized(const Result<Listing>& listing) {
+  if (!listing.ok()) return listing.error().code == ErrorCode::kUnauthenticated;
+  for (const ListOutcome& l : listing->lists) {
+    if (l.state == ListState::kFailed && l.error && l.error->code == ErrorCode::kUnauthenticated) {
+      return true;
+    }
+  }
+  return false;
 }
 
 // The report printed for a listing: what the probe saw and the manifest Quiver would cache.
@@ -371,60 +385,76 @@ int cmd_probe(const std::vector<std::string>& args) {
     return kExitOk;
   }
 
-  std::vector<std::string> oauth_secrets;
-  if (a.oauth) {
-    Result<std::string> token = probe_oauth_token(a);
-    if (!token.ok()) {
-      const Error& e = token.error();
-      const bool guard = e.message.find("allow_private_addresses") != std::string::npos;
-      std::fprintf(
-          stderr, "quiver-agent probe: OAuth failed: %s [%s]%s\n", e.message.c_str(),
-          error_code_name(e.code),
-          guard ? "\n(--allow-private allows servers on loopback and private addresses)" : "");
-      return kExitFailed;
-    }
-    a.headers.push_back({"Authorization", "Bearer " + *token});
-    oauth_secrets.push_back(*token);  // redacted alone too, should the server echo it bare
-  }
-
-  UpstreamSpec spec;
-  if (!a.stdio.empty()) {
-    auto words = split_shell_words(a.stdio);
-    if (!words.ok()) return usage_error("--stdio: " + words.error().message);
-    if (words->empty()) return usage_error("--stdio needs a command");
-    std::vector<std::string> rest(words->begin() + 1, words->end());
-    spec = UpstreamSpec::stdio(a.name, (*words)[0], std::move(rest), a.env);
-  } else {
-    spec = UpstreamSpec::http(a.name, a.url, a.headers, a.allow_private);
-  }
-
-  UpstreamOptions options;
-  options.list_timeout_ms = a.timeout_ms;
-  // One budget for a probe: a single slow page may use all of it.
-  options.session.request_timeout_ms = a.timeout_ms;
-  options.watch = a.watch;
-  // The values given with --header and --env are the probe's secrets: an upstream that echoes
-  // one must not get it printed.
-  std::vector<std::string> secret_values;
-  for (const auto& [name, value] : a.env) secret_values.push_back(value);
-  for (const auto& h : a.headers) secret_values.push_back(h.value);
-  for (const std::string& v : oauth_secrets) secret_values.push_back(v);
-  options.redactor = std::make_shared<const Redactor>(secret_values);
-  if (a.verbose) {
-    options.log = [](const std::string& line) {
-      std::fprintf(stderr, "quiver-agent probe: %s\n", escape_control_characters(line).c_str());
-    };
-  }
-  UpstreamConnection conn(spec, options);
-
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
 
+  // With --oauth, a listing refused for want of authorization (the server moved to another
+  // authorization server, or revoked the token) authorizes once more and lists again.
+  std::vector<std::string> oauth_secrets;
+  std::optional<oauth::RegisteredClient> oauth_client;
+  const std::vector<UpstreamHeader> given_headers = a.headers;
+  UpstreamSpec spec;
+  std::unique_ptr<UpstreamConnection> conn_owner;
   ListInfo info;
-  auto listing = conn.list(conn.now_ms() + a.timeout_ms, {}, &info);
+  Result<Listing> listing = Error(ErrorCode::kInternal, "not listed");
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (a.oauth) {
+      Result<oauth::Authorization> authorized = probe_oauth(a, oauth_client);
+      if (!authorized.ok()) {
+        const Error& e = authorized.error();
+        const bool guard = e.message.find("allow_private_addresses") != std::string::npos;
+        std::fprintf(
+            stderr, "quiver-agent probe: OAuth failed: %s [%s]%s\n", e.message.c_str(),
+            error_code_name(e.code),
+            guard ? "\n(--allow-private allows servers on loopback and private addresses)" : "");
+        return kExitFailed;
+      }
+      oauth_client = authorized->client;
+      const std::string& token = authorized->tokens.access_token;
+      a.headers = given_headers;
+      a.headers.push_back({"Authorization", "Bearer " + token});
+      oauth_secrets.push_back(token);  // redacted alone too, should the server echo it bare
+    }
+    if (!a.stdio.empty()) {
+      auto words = split_shell_words(a.stdio);
+      if (!words.ok()) return usage_error("--stdio: " + words.error().message);
+      if (words->empty()) return usage_error("--stdio needs a command");
+      std::vector<std::string> rest(words->begin() + 1, words->end());
+      spec = UpstreamSpec::stdio(a.name, (*words)[0], std::move(rest), a.env);
+    } else {
+      spec = UpstreamSpec::http(a.name, a.url, a.headers, a.allow_private);
+    }
+
+    UpstreamOptions options;
+    options.list_timeout_ms = a.timeout_ms;
+    // One budget for a probe: a single slow page may use all of it.
+    options.session.request_timeout_ms = a.timeout_ms;
+    options.watch = a.watch;
+    // The values given with --header and --env are the probe's secrets: an upstream that echoes
+    // one must not get it printed.
+    std::vector<std::string> secret_values;
+    for (const auto& [name, value] : a.env) secret_values.push_back(value);
+    for (const auto& h : a.headers) secret_values.push_back(h.value);
+    for (const std::string& v : oauth_secrets) secret_values.push_back(v);
+    options.redactor = std::make_shared<const Redactor>(secret_values);
+    if (a.verbose) {
+      options.log = [](const std::string& line) {
+        std::fprintf(stderr, "quiver-agent probe: %s\n", escape_control_characters(line).c_str());
+      };
+    }
+    if (conn_owner) conn_owner->close();
+    conn_owner = std::make_unique<UpstreamConnection>(spec, options);
+    info = ListInfo();
+    listing = conn_owner->list(conn_owner->now_ms() + a.timeout_ms, {}, &info);
+    if (!a.oauth || !unauthorized(listing)) break;
+    if (attempt == 0) {
+      std::fprintf(stderr, "quiver-agent probe: the server refused the token; authorizing again\n");
+    }
+  }
+  UpstreamConnection& conn = *conn_owner;
   if (!listing.ok()) {
     const Error& e = listing.error();
     std::string hint;

@@ -30,7 +30,7 @@ auth_refusing=(resource-mismatch scope-retry-limit)
 # 0.1.16 publishes a wrong `issuer` in this scenario's metadata (README.md): a client that checks
 # the issuer, as the spec requires, cannot pass it.
 auth_0116_suite_bugs=(2025-03-26-oauth-metadata-backcompat)
-auth_2026=(iss-supported iss-not-advertised)
+auth_2026=(iss-supported iss-not-advertised authorization-server-migration)
 auth_2026_refusing=(iss-supported-missing iss-wrong-issuer iss-unexpected iss-normalized
                     metadata-issuer-mismatch)
 if [ ${#scenarios[@]} -eq 0 ]; then
