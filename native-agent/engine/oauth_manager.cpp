@@ -179,7 +179,14 @@ Result<Secret> OAuthManager::access_token(const ConnectionConfig& connection,
   auto stale = [&](const std::optional<oauth::Authorization>& a) {
     if (!a.has_value()) return true;
     if (rejected.has_value() && rejected->reveal() == a->tokens.access_token) return true;
-    return a->tokens.expires_at_ms != 0 && a->tokens.expires_at_ms - wall_now_ms() <= ahead_ms;
+    if (a->tokens.expires_at_ms == 0) return false;  // refreshed on a 401 only
+    // Ahead by refresh_ahead_ms, at most half the token's lifetime (a server handing out 30 s
+    // tokens must not make every call refresh).
+    int64_t ahead = ahead_ms;
+    if (a->tokens.obtained_at_ms > 0 && a->tokens.expires_at_ms > a->tokens.obtained_at_ms) {
+      ahead = std::min(ahead, (a->tokens.expires_at_ms - a->tokens.obtained_at_ms) / 2);
+    }
+    return a->tokens.expires_at_ms - wall_now_ms() <= ahead;
   };
   auto read = [&]() -> Result<std::optional<oauth::Authorization>> {
     Result<std::optional<AuthorizationRecord>> r =

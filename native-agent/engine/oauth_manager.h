@@ -18,12 +18,16 @@
 //                               access_token() obtains and renews its token itself
 //
 // Tokens. access_token() answers the stored token, refreshing first when it expires within
-// `quiver.oauth.refresh_ahead_ms`; after an upstream 401 the caller asks again with
-// `rejected` set and gets a refreshed token (or kAuthorizationRequired). One refresh in flight per
-// (connection, principal) across every agent sharing the token store
-// (TokenStore::try_lock_refresh): the others wait for it and read the new token. A refresh answered
-// `invalid_grant` deletes nothing but the dead tokens' usefulness: the principal's status becomes
-// authorization_required while its last good manifest stays visible as stale.
+// `quiver.oauth.refresh_ahead_ms` (at most half the token's lifetime); after an upstream 401 the
+// caller asks again with `rejected` set and gets a refreshed token (or kAuthorizationRequired).
+// One refresh in flight per (connection, principal) across every agent sharing the token store
+// (TokenStore::try_lock_refresh, held by the agent's consumer name; threads of one agent take
+// turns in memory): the others wait for it and read the new token. A refresh answered
+// `invalid_grant` (or an expired or refused token without a refresh token) deletes the dead
+// tokens, so the next call answers kAuthorizationRequired without asking the token endpoint
+// again: the principal's status becomes authorization_required while its last good manifest stays
+// visible as stale (the listing records the error; the agent does not retry it by backoff).
+// Deadlines (`deadline_ms`) are on the steady clock (native-agent/base/clock.h).
 //
 // kAuthorizationRequired (shared/status.h) is what the upstream connection, the listing, the
 // manifest's error, the API, the edge, `status` and `/metrics` report for a principal without a

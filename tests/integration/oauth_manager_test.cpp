@@ -230,7 +230,7 @@ oauth::Authorization stored(const AuthServer& as, const std::string& access,
   a.tokens.access_token = access;
   a.tokens.refresh_token = refresh;
   a.tokens.expires_at_ms = wall_ms() + expires_in_ms;
-  a.tokens.obtained_at_ms = wall_ms();
+  a.tokens.obtained_at_ms = a.tokens.expires_at_ms - 3'600'000;  // an hour's token
   return a;
 }
 
