@@ -2108,7 +2108,7 @@ TEST(AgentSecrets, EchoedOAuthTokensLeaveNoTraceAndNoAuthorizationIsTheListingsE
     results += (t.ok() ? t->dump() : t.error().message) + "\n";
   }
   // The upstream did echo the token (else the scan proves nothing), redacted.
-  EXPECT_NE(results.find("refused credential ***"), std::string::npos) << results;
+  EXPECT_NE(results.find("refused credential Bearer ***"), std::string::npos) << results;
 
   // Bob never connected: the listing fails AUTHORIZATION_REQUIRED, recorded as the manifest's
   // error.

@@ -534,7 +534,7 @@ std::vector<ErrorCase> error_cases() {
        "quiver.connections.h.auth: headers (the server's own headers) cannot be per member"},
       {"per member none",
        with_quiver(R"({"connections": {"h": {"credential_mode": "per_member"}}})"),
-       "quiver.connections.h.credential_mode: per_member needs auth bearer or api_key"},
+       "quiver.connections.h.credential_mode: per_member needs auth bearer, api_key or oauth"},
       {"credential with none",
        with_quiver(R"({"connections": {"s": {"credential": {"env": "X"}}}})"),
        "quiver.connections.s.credential: only with auth bearer or api_key"},
@@ -1483,10 +1483,10 @@ TEST(ConfigTest, OAuthConnectionsAndTheAgentsOAuthSettings) {
 
   // Secrets: redacted everywhere, shown as *** with their source.
   const std::string effective = cfg.effective_config_json().dump();
-  for (const std::string& secret : {std::string(kOAuthKeyHex), in.env["LIN_SECRET"],
-                                    in.files["/run/secrets/key.pem"].substr(0, 40)}) {
-    EXPECT_EQ(effective.find(secret), std::string::npos);
-    EXPECT_EQ(cfg.redact("x " + secret + " y").find(secret), std::string::npos);
+  for (const std::string& secret :
+       {std::string(kOAuthKeyHex), in.env["LIN_SECRET"], in.files["/run/secrets/key.pem"]}) {
+    EXPECT_EQ(effective.find(secret.substr(0, 40)), std::string::npos);
+    EXPECT_EQ(cfg.redact("x " + secret + " y").find(secret.substr(0, 40)), std::string::npos);
   }
   const Json j = cfg.effective_config_json();
   EXPECT_EQ(j["oauth"]["key"]["value"], "***");
