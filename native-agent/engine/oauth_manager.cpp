@@ -9,6 +9,7 @@
 
 #include "native-agent/base/clock.h"
 #include "native-agent/engine/agent_context.h"
+#include "native-agent/store/store.h"
 #include "native-agent/upstream/oauth_http.h"
 
 namespace quiver {
@@ -21,11 +22,7 @@ constexpr int64_t kRefreshPollMs = 50;
 // the others after it).
 constexpr int64_t kRefreshLockSlackMs = 5000;
 
-int64_t wall_now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
+int64_t wall_now_ms() { return system_clock_ms()(); }
 
 Error authorization_required(const std::string& cid, const Principal& principal,
                              const std::string& why) {

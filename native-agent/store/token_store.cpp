@@ -1,7 +1,6 @@
 #include "native-agent/store/token_store.h"
 
 #include <algorithm>
-#include <chrono>
 #include <set>
 #include <utility>
 
@@ -10,6 +9,7 @@
 #include <sqlite3.h>
 
 #include "native-agent/store/sqlite_db.h"
+#include "native-agent/store/store.h"
 #include "shared/schema_assets.h"
 #include "shared/sha256.h"
 
@@ -313,15 +313,12 @@ Status TokenStore::put_client(const std::string& connection_id,
       seal(impl_->key, client.to_json().dump(), aad_of({"clients", connection_id, client.issuer}));
   if (!sealed.ok()) return sealed.error();
   std::lock_guard<std::mutex> lock(impl_->mu);
-  Result<int> n =
-      SqliteQuery(*impl_->db, "token_client_upsert")
-          .text(":connection_id", connection_id)
-          .text(":issuer", client.issuer)
-          .text(":sealed", *sealed)
-          .integer(":updated_at", std::chrono::duration_cast<std::chrono::milliseconds>(
-                                      std::chrono::system_clock::now().time_since_epoch())
-                                      .count())
-          .run();
+  Result<int> n = SqliteQuery(*impl_->db, "token_client_upsert")
+                      .text(":connection_id", connection_id)
+                      .text(":issuer", client.issuer)
+                      .text(":sealed", *sealed)
+                      .integer(":updated_at", system_clock_ms()())
+                      .run();
   if (!n.ok()) return n.error();
   return Status::Ok();
 }

@@ -13,10 +13,8 @@
 
 #include <atomic>
 #include <chrono>
-#include <fstream>
 #include <map>
 #include <mutex>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,11 +24,13 @@
 
 #include "native-agent/base/clock.h"
 #include "shared/sha256.h"
+#include "tests/support/mcp_peers.h"
 #include "tests/support/temp_dir.h"
 
 namespace quiver {
 namespace {
 
+using quiver::testing::read_file;
 using quiver::testing::TempDir;
 
 constexpr char kKeyHex[] = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
@@ -234,13 +234,6 @@ oauth::Authorization stored(const AuthServer& as, const std::string& access,
   return a;
 }
 
-std::string file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 struct Fixture {
   AuthServer as;
   TempDir dir;
@@ -335,7 +328,7 @@ TEST(OAuthManagerTest, AMemberConnectsThroughTheBrowserAndTheCallback) {
 
   // No token, code or verifier in the token store's bytes.
   const std::string path = f.cfg.oauth.token_store;
-  const std::string bytes = file_bytes(path) + file_bytes(path + "-wal");
+  const std::string bytes = read_file(path) + read_file(path + "-wal");
   ASSERT_FALSE(bytes.empty());
   for (const std::string& secret : {std::string("qvSECRETaccess"), std::string("qvSECRETrefresh"),
                                     std::string("code-1"), callback->state}) {

@@ -3,19 +3,19 @@
 // anything; single-use pending authorizations; refresh locks shared by two stores on one file.
 #include "native-agent/store/token_store.h"
 
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
 
+#include "tests/support/mcp_peers.h"
 #include "tests/support/temp_dir.h"
 
 namespace quiver {
 namespace {
 
+using quiver::testing::read_file;
 using quiver::testing::TempDir;
 
 constexpr char kKeyA[] = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
@@ -66,16 +66,9 @@ oauth::PendingAuthorization pending(const std::string& state, int64_t expires_at
   return p;
 }
 
-std::string file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // Every byte the store wrote: the database, its WAL and shared-memory index.
 std::string all_bytes(const std::string& path) {
-  return file_bytes(path) + file_bytes(path + "-wal") + file_bytes(path + "-shm");
+  return read_file(path) + read_file(path + "-wal") + read_file(path + "-shm");
 }
 
 const Principal kAlice = *Principal::member("alice");
