@@ -156,6 +156,8 @@ Result<AgentConfig> effective_config(const ConfigSources& file,
       continue;
     }
     Json doc = connection_document(e.key, v);
+    // An auth-oauth connection needs the agent's `quiver.oauth` (its key) to parse.
+    if (root["quiver"].contains("oauth")) doc["quiver"]["oauth"] = root["quiver"]["oauth"];
     // Credentials of members checked below, against the catalog's members.
     Result<AgentConfig> alone = parse_document(file, doc);
     if (!alone.ok() || alone->connections.size() != 1 || alone->connections[0].id != e.key) {

@@ -25,6 +25,7 @@
 
 #include "native-agent/api/api_server.h"
 #include "native-agent/engine/metrics.h"
+#include "native-agent/engine/oauth_manager.h"
 #include "native-agent/store/preferences_db.h"
 #include "native-agent/store/redis_store.h"
 #include "native-agent/store/sqlite_store.h"
@@ -2048,6 +2049,108 @@ TEST(AgentSecrets, EchoingUpstreamsLeaveNoCredentialInAnySink) {
     const std::string leak = leak_in(text, secrets);
     EXPECT_EQ(leak, "") << sink << " holds " << leak << ":\n" << text.substr(0, 4000);
   }
+}
+
+// Issue 12: an OAuth access token is no configured secret, and an upstream may echo it like any
+// credential. Each member's token (stored in the token store as a callback would) goes to an
+// upstream that quotes it in an error or in its listing; no sink holds a trace of it, nor of the
+// refresh token. A member without an authorization gets AUTHORIZATION_REQUIRED as the listing's
+// error, and a member whose tokens went keeps the last good manifest, stale.
+TEST(AgentSecrets, EchoedOAuthTokensLeaveNoTraceAndNoAuthorizationIsTheListingsError) {
+  TempDir dir;
+  TestUpstreamHttp http;
+  ASSERT_TRUE(http.ok()) << http.error();
+  const std::string key = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
+  const EnvMap env = {{"OAUTH_KEY", key}};
+  auto at = [&](const std::string& echo) { return http.url() + "?echo=" + echo; };
+  const Json servers = {{"oauth-err", {{"url", at("tools/list")}}},
+                        {"oauth-ok", {{"url", at("listing")}}}};
+  const Json per_member_oauth = {{"auth", "oauth"}, {"credential_mode", "per_member"}};
+  const Json quiver = {
+      {"allow_private_upstreams", true},
+      {"members", {"alice", "bob"}},
+      {"grants", {{"*", {"*"}}}},
+      {"oauth", {{"key", {{"env", "OAUTH_KEY"}}}}},
+      {"connections", {{"oauth-err", per_member_oauth}, {"oauth-ok", per_member_oauth}}}};
+  AgentConfig cfg = make_config(dir, servers, quiver, env);
+  ASSERT_EQ(cfg.connections.size(), 2u);
+  EXPECT_EQ(cfg.oauth.token_store, dir.path("data") + "/oauth-tokens.db");
+  const std::vector<std::string> secrets = {"qvT-SECRET-oauth-access/7d1e+a=",
+                                            "qvR-SECRET-oauth-refresh-0b9c42"};
+  LogCapture log;
+  auto agent = make_agent(cfg, manual_options(log));
+  ASSERT_TRUE(agent);
+  ASSERT_NE(agent->oauth(), nullptr);
+  // Alice's authorizations, as complete() stores them (valid for an hour: no refresh).
+  for (const char* cid : {"oauth-err", "oauth-ok"}) {
+    oauth::Authorization a;
+    a.resource = http.url();
+    a.server.issuer = "http://127.0.0.1:9";
+    a.server.token_endpoint = "http://127.0.0.1:9/token";
+    a.client.issuer = a.server.issuer;
+    a.client.client_id = "c";
+    a.tokens.access_token = secrets[0];
+    a.tokens.refresh_token = secrets[1];
+    a.tokens.expires_at_ms = system_clock_ms()() + 3'600'000;
+    ASSERT_TRUE(agent->oauth()
+                    ->tokens()
+                    .put_authorization(cid, member("alice"), a, system_clock_ms()())
+                    .ok());
+  }
+  ASSERT_TRUE(agent->start().ok());
+  std::string results;
+  for (const char* cid : {"oauth-err", "oauth-ok"}) {
+    Result<RefreshReport> r = agent->refresh_now(cid, member("alice"), "manual");
+    ASSERT_TRUE(r.ok()) << cid << ": " << r.error().message;
+    EXPECT_TRUE(r->committed) << cid << "\n" << log.all();
+    if (r->error) results += r->error->message + "\n";
+    Result<Json> t = agent->test_connection(cid, member("alice"));
+    results += (t.ok() ? t->dump() : t.error().message) + "\n";
+  }
+  // The upstream did echo the token (else the scan proves nothing), redacted.
+  EXPECT_NE(results.find("refused credential Bearer ***"), std::string::npos) << results;
+
+  // Bob never connected: the listing fails AUTHORIZATION_REQUIRED, recorded as the manifest's
+  // error.
+  Result<RefreshReport> bob = agent->refresh_now("oauth-ok", member("bob"), "manual");
+  ASSERT_TRUE(bob.ok()) << bob.error().message;
+  EXPECT_FALSE(bob->committed);
+  ASSERT_TRUE(bob->error.has_value());
+  EXPECT_EQ(bob->error->code, ErrorCode::kAuthorizationRequired) << bob->error->message;
+  Result<std::optional<ManifestMeta>> bob_meta =
+      agent->store().read_manifest_meta("oauth-ok", member("bob"));
+  ASSERT_TRUE(bob_meta.ok() && bob_meta->has_value());
+  EXPECT_EQ((*bob_meta)->error_code, "AUTHORIZATION_REQUIRED");
+
+  // Alice's tokens go (a refresh token refused): her last good manifest stays, with the error.
+  ASSERT_TRUE(*agent->oauth()->tokens().delete_authorization("oauth-ok", member("alice")));
+  Result<RefreshReport> again = agent->refresh_now("oauth-ok", member("alice"), "manual");
+  ASSERT_TRUE(again.ok());
+  ASSERT_TRUE(again->error.has_value());
+  EXPECT_EQ(again->error->code, ErrorCode::kAuthorizationRequired);
+  Result<std::optional<StoredManifest>> kept =
+      agent->store().read_manifest("oauth-ok", member("alice"));
+  ASSERT_TRUE(kept.ok() && kept->has_value());
+  EXPECT_TRUE((*kept)->meta.has_data);
+  EXPECT_EQ((*kept)->meta.error_code, "AUTHORIZATION_REQUIRED");
+  agent->stop();
+
+  const std::string logs = log.all();
+  const std::string sqlite = sqlite_everything(dir.path("data") + "/quiver.db");
+  const std::string metrics = agent->metrics().prometheus_text();
+  for (const auto& [sink, text] :
+       std::vector<std::pair<std::string, std::string>>{{"SQLite", sqlite},
+                                                        {"the log", logs},
+                                                        {"/metrics", metrics},
+                                                        {"refresh and test results", results}}) {
+    const std::string leak = leak_in(text, secrets);
+    EXPECT_EQ(leak, "") << sink << " holds " << leak << ":\n" << text.substr(0, 4000);
+  }
+  // The token store holds them only sealed.
+  const std::string tokens = read_file(dir.path("data") + "/oauth-tokens.db") +
+                             read_file(dir.path("data") + "/oauth-tokens.db-wal");
+  ASSERT_FALSE(tokens.empty());
+  EXPECT_EQ(leak_in(tokens, secrets), "");
 }
 
 // Upstream error messages are cut (200 characters) before they are stored: a secret across the

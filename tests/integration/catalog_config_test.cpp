@@ -138,6 +138,25 @@ TEST(CatalogConfig, EffectiveConfigOfTheFileItemsIsTheFile) {
   EXPECT_EQ(none->ns, "team");
 }
 
+// Issue 12: an auth-oauth connection of the catalog parses with the file's `quiver.oauth` (its
+// key).
+TEST(CatalogConfig, OAuthConnectionsKeepTheAgentsOAuthSettings) {
+  Fixture f;
+  f.text = R"({"mcpServers": {"linear": {"url": "https://linear.example/mcp"}},
+    "quiver": {"members": ["alice"], "grants": {"*": ["*"]}, "oauth": {"key": {"env": "OK"}},
+      "connections": {"linear": {"auth": "oauth", "credential_mode": "per_member",
+                                 "oauth": {"scopes": ["read"]}}}}})";
+  f.env["OK"] = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
+  Result<AgentConfig> direct = parse_config(f.sources());
+  ASSERT_TRUE(direct.ok()) << direct.error().message;
+  Result<AgentConfig> eff = effective_config(f.sources(), items(f));
+  ASSERT_TRUE(eff.ok()) << eff.error().message;
+  ASSERT_EQ(eff->connections.size(), 1u) << eff->effective_config_json().dump();
+  EXPECT_EQ(without_warnings(*eff), without_warnings(*direct));
+  ASSERT_TRUE(eff->connections[0].oauth.has_value());
+  EXPECT_EQ(eff->connections[0].oauth->scopes, std::vector<std::string>{"read"});
+}
+
 TEST(CatalogConfig, TheCatalogWinsOverTheFile) {
   Fixture f;
   std::vector<CatalogEntry> v = items(f);
