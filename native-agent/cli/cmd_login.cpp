@@ -142,8 +142,8 @@ int cmd_login(const std::vector<std::string>& argv) {
   if (!start.ok()) {
     stop();
     return cli_fail("login",
-                    "cannot start the authorization of `" + c->name + "`: " +
-                        error_code_name(start.error().code) + ": " +
+                    "cannot start the authorization of `" + c->name +
+                        "`: " + error_code_name(start.error().code) + ": " +
                         config->redact(start.error().message),
                     kExitFailed);
   }
@@ -159,10 +159,10 @@ int cmd_login(const std::vector<std::string>& argv) {
   }
   stop();
   if (!done) {
-    return cli_fail("login",
-                    "no redirect came back within " + format_duration_ms(timeout_ms) +
-                        "; nothing was stored",
-                    kExitFailed);
+    return cli_fail(
+        "login",
+        "no redirect came back within " + format_duration_ms(timeout_ms) + "; nothing was stored",
+        kExitFailed);
   }
   if (done->result.outcome != OAuthCallbackOutcome::kConnected) {
     return cli_fail("login", "the authorization failed: " + done->result.message, kExitFailed);
