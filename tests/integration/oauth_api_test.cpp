@@ -15,9 +15,9 @@
 #include "native-agent/api/api_server.h"
 #include "native-agent/base/config.h"
 #include "native-agent/engine/agent.h"
+#include "native-agent/engine/oauth_callbacks.h"
 #include "native-agent/engine/oauth_manager.h"
 #include "shared/caller_token.h"
-#include "native-agent/engine/oauth_callbacks.h"
 #include "shared/oauth_callback.h"
 #include "shared/redis_keys.h"
 #include "tests/support/agent_setup.h"
@@ -30,9 +30,9 @@ namespace quiver {
 namespace {
 
 using testing::LogCapture;
+using testing::parse_test_config;
 using testing::RedisConnection;
 using testing::run_argv;
-using testing::parse_test_config;
 using testing::TempDir;
 using testing::test_upstream_js;
 
@@ -108,9 +108,8 @@ class OAuthApiTest : public testing::WithRedisServer<> {
   httplib::Headers bearer(const std::string& member) {
     MintOptions o;
     o.ns = agent_->config().ns;
-    return {{"Authorization",
-             "Bearer " + *mint_caller_token(member, kTokenKey, "k1", system_clock_ms()(),
-                                            3'600'000, o)}};
+    return {{"Authorization", "Bearer " + *mint_caller_token(member, kTokenKey, "k1",
+                                                             system_clock_ms()(), 3'600'000, o)}};
   }
 
   static std::string code_of(const httplib::Result& r) {
@@ -121,7 +120,8 @@ class OAuthApiTest : public testing::WithRedisServer<> {
 
   // Whether the token store holds any authorization: nothing is ever stored by a refusal.
   bool nothing_stored() {
-    Result<std::vector<std::pair<std::string, Principal>>> all = agent_->oauth()->tokens().authorized();
+    Result<std::vector<std::pair<std::string, Principal>>> all =
+        agent_->oauth()->tokens().authorized();
     return all.ok() && all->empty();
   }
 
@@ -181,9 +181,9 @@ TEST_F(OAuthApiTest, TheCallbackRefusesHostileQueriesWithAPageAndStoresNothing) 
   const std::string code = "code-never-shown-0123456789";
   for (const std::string& q : std::vector<std::string>{
            "", "code=" + code, "state=s&code=a&code=b", "state=s&state=t&code=a",
-        "state=s&code=" + std::string(5000, 'c'), "state=" + std::string(600, 's') + "&code=a",
-        std::string("state=s"), std::string("state=s&code=a&error=x"),
-        std::string("state=s%00&code=a"), std::string("state=%zz&code=a")}) {
+           "state=s&code=" + std::string(5000, 'c'), "state=" + std::string(600, 's') + "&code=a",
+           std::string("state=s"), std::string("state=s&code=a&error=x"),
+           std::string("state=s%00&code=a"), std::string("state=%zz&code=a")}) {
     auto r = client_->Get("/v1/oauth/callback?" + q);  // no caller token: none is needed
     ASSERT_TRUE(r) << q.substr(0, 40);
     EXPECT_EQ(r->status, 400) << q.substr(0, 40);
@@ -292,7 +292,8 @@ TEST_F(OAuthEdgeCallbackTest, OnlyTheAgentHoldingTheStateReportsAndNothingSecret
   pending.client.token_endpoint_auth_method = "none";
   pending.created_at_ms = now;
   pending.expires_at_ms = now + oauth::kPendingTtlMs;
-  ASSERT_TRUE(agent_->oauth()->tokens().put_pending("lin", *Principal::member("bob"), pending).ok());
+  ASSERT_TRUE(
+      agent_->oauth()->tokens().put_pending("lin", *Principal::member("bob"), pending).ok());
   xadd("ours", "c3", now);
   EXPECT_EQ(consumer.pass(now), 1);
   RespValue none = run_argv(c.get(), {"GET", keys->oauth_result("not-ours")});
