@@ -118,6 +118,26 @@ class OAuthApiTest : public testing::WithRedisServer<> {
     return (*j)["error"].value("code", "");
   }
 
+  // Puts a pending authorization of bob's on `lin` into the token store, as begin would (begin
+  // itself needs a reachable server); its token endpoint is unreachable here.
+  oauth::PendingAuthorization put_pending(const std::string& state, const std::string& redirect) {
+    oauth::PendingAuthorization pending;
+    pending.state = state;
+    pending.code_verifier = "verifier-" + state + "-0123456789-0123456789-0123456789";
+    pending.redirect_uri = redirect;
+    pending.server.issuer = "http://127.0.0.1:9";
+    pending.server.authorization_endpoint = "http://127.0.0.1:9/authorize";
+    pending.server.token_endpoint = "http://127.0.0.1:9/token";
+    pending.client.issuer = pending.server.issuer;
+    pending.client.client_id = "quiver-test";
+    pending.client.token_endpoint_auth_method = "none";
+    pending.created_at_ms = system_clock_ms()();
+    pending.expires_at_ms = pending.created_at_ms + oauth::kPendingTtlMs;
+    Result<Principal> bob = Principal::member("bob");
+    EXPECT_TRUE(bob.ok() && agent_->oauth()->tokens().put_pending("lin", *bob, pending).ok());
+    return pending;
+  }
+
   // Whether the token store holds any authorization: nothing is ever stored by a refusal.
   bool nothing_stored() {
     Result<std::vector<std::pair<std::string, Principal>>> all =
@@ -215,21 +235,8 @@ TEST_F(OAuthApiTest, TheCallbackRefusesHostileQueriesWithAPageAndStoresNothing) 
 TEST_F(OAuthApiTest, AReplayedStateIsRefusedTheSecondTime) {
   // A pending authorization the manager made (its begin needs a reachable server: put one in
   // the token store as begin would), used once through the callback, then replayed.
-  oauth::PendingAuthorization pending;
-  pending.state = "state-used-once";
-  pending.code_verifier = "verifier-0123456789-0123456789-0123456789-0123";
-  pending.redirect_uri = "http://127.0.0.1/v1/oauth/callback";
-  pending.server.issuer = "http://127.0.0.1:9";
-  pending.server.authorization_endpoint = "http://127.0.0.1:9/authorize";
-  pending.server.token_endpoint = "http://127.0.0.1:9/token";
-  pending.client.issuer = pending.server.issuer;
-  pending.client.client_id = "quiver-test";
-  pending.client.token_endpoint_auth_method = "none";
-  pending.created_at_ms = system_clock_ms()();
-  pending.expires_at_ms = pending.created_at_ms + oauth::kPendingTtlMs;
-  Result<Principal> bob = Principal::member("bob");
-  ASSERT_TRUE(bob.ok());
-  ASSERT_TRUE(agent_->oauth()->tokens().put_pending("lin", *bob, pending).ok());
+  const oauth::PendingAuthorization pending =
+      put_pending("state-used-once", "http://127.0.0.1/v1/oauth/callback");
   // The first use reaches the token endpoint (unreachable here): failed, and the state is gone.
   auto r = client_->Get("/v1/oauth/callback?state=state-used-once&code=c1");
   ASSERT_TRUE(r);
@@ -280,20 +287,8 @@ TEST_F(OAuthEdgeCallbackTest, OnlyTheAgentHoldingTheStateReportsAndNothingSecret
   // An entry older than any pending authorization: skipped.
   xadd("too-old", "c2", now - oauth::kPendingTtlMs - 1000);
   // One this agent holds; its token endpoint is unreachable here: completed as failed.
-  oauth::PendingAuthorization pending;
-  pending.state = "ours";
-  pending.code_verifier = "verifier-ours-0123456789-0123456789-0123456789";
-  pending.redirect_uri = "https://edge.example/v1/oauth/callback";
-  pending.server.issuer = "http://127.0.0.1:9";
-  pending.server.authorization_endpoint = "http://127.0.0.1:9/authorize";
-  pending.server.token_endpoint = "http://127.0.0.1:9/token";
-  pending.client.issuer = pending.server.issuer;
-  pending.client.client_id = "quiver-test";
-  pending.client.token_endpoint_auth_method = "none";
-  pending.created_at_ms = now;
-  pending.expires_at_ms = now + oauth::kPendingTtlMs;
-  ASSERT_TRUE(
-      agent_->oauth()->tokens().put_pending("lin", *Principal::member("bob"), pending).ok());
+  const oauth::PendingAuthorization pending =
+      put_pending("ours", "https://edge.example/v1/oauth/callback");
   xadd("ours", "c3", now);
   EXPECT_EQ(consumer.pass(now), 1);
   RespValue none = run_argv(c.get(), {"GET", keys->oauth_result("not-ours")});
