@@ -275,6 +275,8 @@ Result<RefreshReport> RefreshRunner::run(const std::string& cid, const Principal
                             std::to_string(lease.fence) + ")");
     return finish(settled);
   }
+  c.metrics.set_authorization_required(
+      name, !commit && report.error && report.error->code == ErrorCode::kAuthorizationRequired);
   if (settled.retry == RetryAction::kSettle) settle_retry(name);
   if (settled.retry == RetryAction::kSchedule) schedule_retry(name, cid, principal);
   if (commit) {
