@@ -3,6 +3,9 @@ find_package(PkgConfig REQUIRED)
 find_package(Threads REQUIRED)
 find_package(nlohmann_json 3.11 REQUIRED)
 find_package(SQLite3 REQUIRED)
+# OpenSSL's libcrypto: the OAuth token store's AES-256-GCM and the OAuth client's random bytes and
+# JWT signatures (native-agent/store/token_store.cpp, native-agent/upstream/oauth_http.cpp).
+find_package(OpenSSL REQUIRED)
 pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
 # cpp-httplib's class layout depends on its feature macros: take its pkg-config flags as they are.
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)

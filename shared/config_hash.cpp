@@ -82,6 +82,10 @@ Result<std::string> config_identity_canonical(const ConnectionIdentity& id) {
   canon["auth"] = auth_type_name(id.auth_type);
   canon["credential_mode"] = credential_mode_name(id.credential_mode);
   canon["credential_version"] = id.credential_version;
+  if (!id.oauth.empty()) {
+    if (!(s = check_utf8("oauth settings", id.oauth)).ok()) return s.error();
+    canon["oauth"] = id.oauth;
+  }
 
   switch (id.transport) {
     case TransportKind::kStdio: {

@@ -35,6 +35,9 @@ struct ConnectionIdentity {
   AuthType auth_type = AuthType::kUnknown;
   CredentialMode credential_mode = CredentialMode::kUnknown;
   std::string credential_version;  // bumped when credentials are rotated
+  // auth oauth: the non-secret OAuth settings as canonical JSON (client id, scopes, grant, ...);
+  // empty otherwise (then it is not part of the canonical form, so other hashes stay as they were).
+  std::string oauth;
 };
 
 // The canonical JSON the hash is taken over (sorted keys, a recipe version `v`). It holds no

@@ -165,7 +165,14 @@ EntryView evaluate(const GrantedConnection& conn, const Principal& member,
   v.status = status_of(c);
   if (c.state == Freshness::kMiss) v.pending_reason = miss_reason_name(c.miss_reason);
   if (c.last_refresh_failed && v.meta && v.meta->last_error) v.shown_error = v.meta->last_error;
-  if (c.revalidate) queue_unless_leased(&v, revalidation_reason(c));
+  if (v.shown_error && v.shown_error->code == error_code_name(ErrorCode::kAuthorizationRequired)) {
+    // Someone must authorize (an OAuth connection without a usable authorization): a listing
+    // would fail the same way, so nothing is queued; completing the authorization lists at once.
+    // The last good data, if any, is still served below (as the classification says).
+    v.status = EntryStatus::kAuthorizationRequired;
+  } else if (c.revalidate) {
+    queue_unless_leased(&v, revalidation_reason(c));
+  }
 
   if (c.state != Freshness::kMiss) {
     // Not a miss: the entry is there (cache_entry_meta gave a meta).
@@ -248,6 +255,7 @@ Json entry_meta_json(const EntryView& v) {
       m["cache_scope"] = cache_scope_name(v.meta->cache_scope);
     }
   }
+  if (v.status == EntryStatus::kAuthorizationRequired) m["authorize"] = authorize_path(v.conn->id);
   if (v.shown_error) {
     Json e = Json::object();
     e["code"] = v.shown_error->code;
@@ -461,6 +469,9 @@ void tally(const EntryView& v, DiscoveryStats* stats, std::vector<Revalidation>*
     case EntryStatus::kExpired:
       ++stats->expired;
       break;
+    case EntryStatus::kAuthorizationRequired:
+      ++stats->authorization_required;
+      break;
   }
   if (v.revalidate) {
     revalidations->push_back(Revalidation{v.conn->id, *v.principal, *v.revalidate, false});
@@ -531,7 +542,7 @@ bool Revalidation::operator==(const Revalidation& o) const {
 
 bool DiscoveryStats::operator==(const DiscoveryStats& o) const {
   return fresh == o.fresh && stale == o.stale && pending == o.pending && error == o.error &&
-         expired == o.expired;
+         expired == o.expired && authorization_required == o.authorization_required;
 }
 
 Result<Principal> applicable_principal(const ConnectionRecord& record, const Principal& member) {
@@ -625,8 +636,9 @@ Result<DiscoverySnapshot> read_snapshot(SnapshotSource& source, const Principal&
 
 namespace {
 
-constexpr const char* const kEntryStatusNames[] = {"pending", "fresh", "stale", "expired", "error"};
-static_assert(covers_enum(kEntryStatusNames, EntryStatus::kError));
+constexpr const char* const kEntryStatusNames[] = {"pending", "fresh", "stale",
+                                                   "expired", "error", "authorization_required"};
+static_assert(covers_enum(kEntryStatusNames, EntryStatus::kAuthorizationRequired));
 
 constexpr const char* const kRevalidationOutcomeNames[] = {"queued", "already_queued",
                                                            "in_progress"};
@@ -639,6 +651,10 @@ static_assert(covers_enum(kViewNames, DiscoveryView::kMcp));
 
 const char* entry_status_name(EntryStatus status) {
   return name_of(kEntryStatusNames, status, "pending");
+}
+
+std::string authorize_path(std::string_view connection_id) {
+  return "/v1/mcp-connections/" + std::string(connection_id) + "/authorize";
 }
 
 const char* revalidation_outcome_name(RevalidationOutcome outcome) {

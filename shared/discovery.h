@@ -33,6 +33,12 @@
 //            revalidation as for pending. Also a cache entry that cannot be read (revalidation
 //            `corrupt`: a commit rewrites every data field) and a connection record whose
 //            credential mode is unknown (no principal, so nothing is read or queued).
+//   authorization_required  the last refresh failed with AUTHORIZATION_REQUIRED: an OAuth
+//            connection this principal has not connected (or whose refresh token stopped
+//            working). Carries `authorize` (the path of POST /v1/mcp-connections/{id}/authorize)
+//            and `error`; the last good data, if any, is still served (as stale/expired would be);
+//            nothing is queued (a listing fails the same way until someone authorizes, and
+//            completing the authorization lists at once).
 // Any status carries `error` {code, message, at} when the last refresh failed after the data was
 // fetched. While a lease is held nothing is queued (`refresh: in_progress`); otherwise an entry
 // that needs revalidation says `refresh: requested`.

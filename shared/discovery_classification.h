@@ -1,4 +1,5 @@
-// Classification of one discovery entry: its status (fresh, stale, expired, pending, error; the
+// Classification of one discovery entry: its status (fresh, stale, expired, pending, error,
+// authorization_required; the
 // table is in discovery.cpp), the classification input read from a manifest hash, and the
 // revalidations an entry asks for. The statuses are described in shared/discovery.h.
 #pragma once
@@ -21,8 +22,15 @@ namespace quiver {
 
 // ---- Classification of one entry ---------------------------------------------------------------
 
-enum class EntryStatus { kPending = 0, kFresh, kStale, kExpired, kError };
+// kAuthorizationRequired: the last refresh failed with AUTHORIZATION_REQUIRED (an OAuth
+// connection without a usable authorization for this principal); last in the enum so that the
+// numbering of the others does not move.
+enum class EntryStatus { kPending = 0, kFresh, kStale, kExpired, kError, kAuthorizationRequired };
 const char* entry_status_name(EntryStatus status);  // "pending", "fresh", ...
+
+// The endpoint a member calls to connect an OAuth connection: "/v1/mcp-connections/<id>/authorize"
+// (shown with the authorization_required status).
+std::string authorize_path(std::string_view connection_id);
 
 // The classification input of a manifest entry, per schema/redis-keys.md (`has_data` = a manifest
 // text that is not empty; upstream TTL = fresh_until − fetched_at). nullopt without an entry.

@@ -197,7 +197,10 @@ const std::string* QueryParams::find(std::string_view name) const {
   return nullptr;
 }
 
-QueryParams parse_query_params(std::string_view text, std::initializer_list<const char*> allowed) {
+namespace {
+
+QueryParams parse_params(std::string_view text, std::initializer_list<const char*> allowed,
+                         bool ignore_unknown) {
   QueryParams q;
   if (text.empty()) return q;
   for (std::string_view part : split(text, '&')) {
@@ -216,6 +219,7 @@ QueryParams parse_query_params(std::string_view text, std::initializer_list<cons
     }
     bool known =
         std::any_of(allowed.begin(), allowed.end(), [&](const char* a) { return *name == a; });
+    if (!known && ignore_unknown) continue;
     if (!known) {
       q.error = "unknown query parameter `" + shown_name(*name) + "`";
       return q;
@@ -227,6 +231,17 @@ QueryParams parse_query_params(std::string_view text, std::initializer_list<cons
     q.params.emplace_back(std::move(*name), std::move(*value));
   }
   return q;
+}
+
+}  // namespace
+
+QueryParams parse_query_params(std::string_view text, std::initializer_list<const char*> allowed) {
+  return parse_params(text, allowed, false);
+}
+
+QueryParams parse_known_query_params(std::string_view text,
+                                     std::initializer_list<const char*> known) {
+  return parse_params(text, known, true);
 }
 
 std::optional<std::size_t> parse_count_param(std::string_view s, std::size_t min, std::size_t max) {

@@ -216,6 +216,10 @@ struct QueryParams {
   const std::string* find(std::string_view name) const;
 };
 QueryParams parse_query_params(std::string_view query, std::initializer_list<const char*> allowed);
+// The same, but names not in `known` are skipped instead of refused (a redirect from an
+// authorization server may carry parameters of its own: shared/oauth_callback.h).
+QueryParams parse_known_query_params(std::string_view query,
+                                     std::initializer_list<const char*> known);
 
 // A count parameter (`limit`): decimal digits only, at most 6 of them, within [min, max].
 std::optional<std::size_t> parse_count_param(std::string_view text, std::size_t min,

@@ -379,4 +379,39 @@ std::vector<Result<RevalidationResult>> parse_enqueue_replies(
   return out;
 }
 
+Result<RedisCommand> oauth_callback_command(const RedisKeys& keys,
+                                            const oauth::CallbackParams& callback, int64_t now_ms,
+                                            int64_t stream_maxlen) {
+  if (callback.state.empty()) return invalid("oauth callback: no state");
+  if (stream_maxlen <= 0) return invalid("oauth callback: stream_maxlen must be positive");
+  namespace f = redis_field;
+  return eval(
+      "oauth_callback.lua", {keys.oauth_callbacks()},
+      {keys.oauth_result(callback.state), std::to_string(stream_maxlen), f::kState, callback.state,
+       f::kCode, callback.code.value_or(""), f::kIss, callback.iss.value_or(""), f::kError,
+       callback.error.value_or(""), f::kErrorDescription, callback.error_description.value_or(""),
+       f::kAt, std::to_string(now_ms)});
+}
+
+Result<std::optional<std::string>> parse_oauth_callback_reply(const RespValue& reply) {
+  if (reply.is_error()) {
+    return Error(ErrorCode::kStoreUnavailable, "oauth callback: Redis error: " + reply.str);
+  }
+  const std::vector<RespValue>* a = reply.as_array();
+  std::optional<std::string_view> word;
+  std::optional<std::string_view> value;
+  if (a != nullptr && a->size() == 2) {
+    word = (*a)[0].as_string();
+    value = (*a)[1].as_string();
+  }
+  if (word == std::optional<std::string_view>("queued") && value) {
+    return std::optional<std::string>();
+  }
+  if (word == std::optional<std::string_view>("result") && value) {
+    return std::optional<std::string>(std::string(*value));
+  }
+  return Error(ErrorCode::kInvalidReply,
+               "oauth callback reply: unexpected " + reply.debug_string());
+}
+
 }  // namespace quiver

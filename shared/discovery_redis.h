@@ -30,6 +30,7 @@
 #include "shared/discovery.h"
 #include "shared/identity.h"
 #include "shared/lease.h"
+#include "shared/oauth.h"
 #include "shared/redis_conversation.h"
 #include "shared/resp.h"
 #include "shared/status.h"
@@ -109,5 +110,23 @@ Result<RedisCommand> webhook_refresh_command(const RedisKeys& keys, const Webhoo
 // kStoreUnavailable for a Redis error reply, kStoreNotReady when the namespace record is not
 // `ready` (nothing was done, not even the replay guard), kInvalidReply for any other shape.
 Result<WebhookRefreshReply> parse_webhook_refresh_reply(const RespValue& reply);
+
+// ---- OAuth callbacks at the edge ----------------------------------------------------------------
+//
+// GET /v1/oauth/callback at the edge (shared/oauth_callback.h) in ONE script,
+// schema/lua/oauth_callback.lua: the outcome an agent wrote to RedisKeys::oauth_result(state), if
+// any; else the callback XADDed to RedisKeys::oauth_callbacks (MAXLEN ~ `stream_maxlen`) for the
+// agents, which read every entry (no consumer group: the agent whose token store holds the state
+// completes it).
+
+inline constexpr int64_t kOAuthCallbackStreamMaxLen = 1000;
+
+Result<RedisCommand> oauth_callback_command(const RedisKeys& keys,
+                                            const oauth::CallbackParams& callback, int64_t now_ms,
+                                            int64_t stream_maxlen = kOAuthCallbackStreamMaxLen);
+
+// nullopt: queued, no outcome yet; else the outcome record's text (shared/oauth_callback.h).
+// kStoreUnavailable for a Redis error reply, kInvalidReply for another shape.
+Result<std::optional<std::string>> parse_oauth_callback_reply(const RespValue& reply);
 
 }  // namespace quiver

@@ -45,7 +45,7 @@ struct RenderOptions {
 };
 
 struct DiscoveryStats {
-  int fresh = 0, stale = 0, pending = 0, error = 0, expired = 0;
+  int fresh = 0, stale = 0, pending = 0, error = 0, expired = 0, authorization_required = 0;
   bool operator==(const DiscoveryStats& o) const;
 };
 

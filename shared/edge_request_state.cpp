@@ -28,6 +28,10 @@ constexpr Transition<P, E> kTransitions[] = {
     {P::kWebhook, E::kRedisAnswered, P::kDeciding},
     {P::kWebhook, E::kStoreFailed, P::kDeciding},
     {P::kWebhook, E::kInternalError, P::kResponded},
+    {P::kDeciding, E::kSendOAuthCallback, P::kOAuthCallback},
+    {P::kOAuthCallback, E::kRedisAnswered, P::kDeciding},
+    {P::kOAuthCallback, E::kStoreFailed, P::kDeciding},
+    {P::kOAuthCallback, E::kInternalError, P::kResponded},
     {P::kResponded, E::kBackground, P::kBackground},
     {P::kResponded, E::kNothingLeft, P::kDone},
     {P::kResponded, E::kInternalError, P::kDone},
@@ -39,12 +43,13 @@ constexpr Transition<P, E> kTransitions[] = {
     {P::kDone, E::kInternalError, P::kDone},
 };
 
-constexpr const char* const kPhaseNames[] = {"deciding",  "reading_snapshot", "queueing", "webhook",
-                                             "responded", "background",       "done"};
+constexpr const char* const kPhaseNames[] = {"deciding", "reading_snapshot", "queueing",
+                                             "webhook",  "responded",        "background",
+                                             "done",     "oauth_callback"};
 static_assert(std::size(kPhaseNames) == kEdgePhaseCount);
-constexpr const char* const kEventNames[] = {"read_snapshot",  "queue",        "send_webhook",
-                                             "redis_answered", "store_failed", "respond",
-                                             "background",     "nothing_left", "internal_error"};
+constexpr const char* const kEventNames[] = {
+    "read_snapshot", "queue",      "send_webhook", "redis_answered", "store_failed",
+    "respond",       "background", "nothing_left", "internal_error", "send_oauth_callback"};
 static_assert(std::size(kEventNames) == kEdgeEventCount);
 
 }  // namespace
@@ -59,7 +64,7 @@ std::optional<EdgePhase> edge_transition(EdgePhase from, EdgeEvent event) {
 
 bool edge_waits_on_redis(EdgePhase phase) {
   return phase == P::kReadingSnapshot || phase == P::kQueueing || phase == P::kWebhook ||
-         phase == P::kBackground;
+         phase == P::kOAuthCallback || phase == P::kBackground;
 }
 
 bool edge_responded(EdgePhase phase) {

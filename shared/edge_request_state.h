@@ -7,6 +7,7 @@
 //   kDeciding ──kReadSnapshot──▶ kReadingSnapshot ──kRedisAnswered / kStoreFailed──▶ kDeciding
 //   kDeciding ──kQueue──▶ kQueueing ──kRedisAnswered / kStoreFailed──▶ kDeciding
 //   kDeciding ──kSendWebhook──▶ kWebhook ──kRedisAnswered / kStoreFailed──▶ kDeciding
+//   kDeciding ──kSendOAuthCallback──▶ kOAuthCallback ──kRedisAnswered / kStoreFailed──▶ kDeciding
 //   kDeciding ──kRespond──▶ kResponded ──kBackground──▶ kBackground ──(either)──▶ kDone
 //                                      ──kNothingLeft──▶ kDone
 //   any phase before kResponded ──kInternalError──▶ kResponded (a 500); after it ──▶ kDone
@@ -19,25 +20,27 @@ namespace quiver {
 enum class EdgePhase {
   kDeciding = 0,     // begun, or Redis just answered: the core picks the next step; no round open
   kReadingSnapshot,  // the discovery read script is in flight
-  kQueueing,    // revalidations the answer waits for are in flight (the exchange's NeedEnqueue)
-  kWebhook,     // the webhook script is in flight
-  kResponded,   // the answer went out; the revalidations it asked for wait for background()
-  kBackground,  // those revalidations are in flight, after the answer
-  kDone,        // nothing left: end() frees the request
+  kQueueing,       // revalidations the answer waits for are in flight (the exchange's NeedEnqueue)
+  kWebhook,        // the webhook script is in flight
+  kResponded,      // the answer went out; the revalidations it asked for wait for background()
+  kBackground,     // those revalidations are in flight, after the answer
+  kDone,           // nothing left: end() frees the request
+  kOAuthCallback,  // the OAuth callback's script is in flight (shared/oauth_callback.h)
 };
 enum class EdgeEvent {
-  kReadSnapshot,   // a snapshot read goes to Redis (an L1 hit sends nothing and moves nothing)
-  kQueue,          // revalidations go to Redis before the answer
-  kSendWebhook,    // the signed webhook's script goes to Redis
-  kRedisAnswered,  // every reply of the round arrived and decoded
-  kStoreFailed,    // the round failed: connection, timeout, AUTH, a broken reply, fail-fast
-  kRespond,        // the answer is ready
-  kBackground,     // background() with revalidations to queue
-  kNothingLeft,    // background() with none
-  kInternalError,  // a bug: a 500 if nothing was answered yet
+  kReadSnapshot,       // a snapshot read goes to Redis (an L1 hit sends nothing and moves nothing)
+  kQueue,              // revalidations go to Redis before the answer
+  kSendWebhook,        // the signed webhook's script goes to Redis
+  kRedisAnswered,      // every reply of the round arrived and decoded
+  kStoreFailed,        // the round failed: connection, timeout, AUTH, a broken reply, fail-fast
+  kRespond,            // the answer is ready
+  kBackground,         // background() with revalidations to queue
+  kNothingLeft,        // background() with none
+  kInternalError,      // a bug: a 500 if nothing was answered yet
+  kSendOAuthCallback,  // an OAuth callback's script goes to Redis
 };
-inline constexpr int kEdgePhaseCount = 7;
-inline constexpr int kEdgeEventCount = 9;
+inline constexpr int kEdgePhaseCount = 8;
+inline constexpr int kEdgeEventCount = 10;
 const char* edge_phase_name(EdgePhase phase);
 const char* edge_event_name(EdgeEvent event);
 // The next phase, or nullopt when `event` is not allowed in `from`.

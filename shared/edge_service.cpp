@@ -6,6 +6,7 @@
 #include "shared/ascii.h"
 #include "shared/edge_snapshot.h"
 #include "shared/json.h"
+#include "shared/oauth_callback.h"
 #include "shared/sha256.h"
 #include "shared/webhook_exchange.h"
 
@@ -172,6 +173,7 @@ EdgeStep EdgeService::begin(HttpRequest request, int64_t now_ms, std::string_vie
         r, error_response(HttpErrorCode::kPayloadTooLarge, "the request body is too large"));
   }
   if (request.path == kWebhookRefreshPath) return webhook(r, request, now_ms);
+  if (request.path == kOAuthCallbackPath) return oauth_callback(r, request, now_ms);
   if (!is_discovery_path(request.path)) {
     return respond_now(r, error_response(HttpErrorCode::kNotFound, "no such endpoint"));
   }
@@ -248,6 +250,47 @@ EdgeStep EdgeService::webhook(Request& r, const HttpRequest& request, int64_t no
   r.webhook_reason = checked.request.targets.front().reason;
   r.webhook_legacy_v1 = checked.verified.legacy_v1;
   return send(r, EdgeEvent::kSendWebhook, {std::move(*command)});
+}
+
+// The browser coming back from an authorization server: no bearer token (the state is what
+// authenticates it, and only the agent holding it can use it). Queued for the agents with the
+// outcome already reported, if any, in one script (shared/oauth_callback.h).
+EdgeStep EdgeService::oauth_callback(Request& r, const HttpRequest& request, int64_t now_ms) {
+  if (request.method != "GET") {
+    return respond_now(r, oauth_callback_refusal(405, "The callback takes GET only"));
+  }
+  Result<oauth::CallbackParams> params = parse_oauth_callback(request.query);
+  if (!params.ok()) {
+    return respond_now(r, oauth_callback_refusal(400, params.error().message));
+  }
+  Result<RedisCommand> command = oauth_callback_command(*keys_, *params, now_ms);
+  if (!command.ok()) {
+    return respond_now(r, oauth_callback_refusal(500, "Quiver could not record the sign-in"),
+                       "oauth callback: " + command.error().message);
+  }
+  return send(r, EdgeEvent::kSendOAuthCallback, {std::move(*command)});
+}
+
+EdgeStep EdgeService::oauth_callback_answered(Request& r,
+                                              const Result<std::optional<std::string>>& reply) {
+  if (!reply.ok()) {
+    return respond_now(r,
+                       oauth_callback_refusal(503,
+                                              "Quiver could not record the sign-in: its "
+                                              "store is unavailable; try again shortly"),
+                       store_log_.admit("oauth callback: " + reply.error().message, r.now_ms));
+  }
+  OAuthCallbackResult result;  // received: queued, no outcome yet
+  if (reply->has_value()) {
+    if (std::optional<OAuthCallbackResult> stored = parse_oauth_result_record(**reply)) {
+      result = std::move(*stored);
+    }
+  }
+  EdgeStep s = respond_now(r, oauth_callback_page(result));
+  s.log = std::string("oauth callback: ") +
+          (reply->has_value() ? "outcome shown" : "queued for the agents");
+  s.log_info = true;
+  return s;
 }
 
 EdgeStep EdgeService::replay(Request& r, const HttpRequest& request, HttpResponse response,
@@ -410,6 +453,14 @@ EdgeStep EdgeService::complete(Request& r, std::vector<RespValue> replies, int64
       advance(r, EdgeEvent::kRedisAnswered);
       return webhook_answered(r, reply);
     }
+    case EdgePhase::kOAuthCallback: {
+      Result<std::optional<std::string>> reply = parse_oauth_callback_reply(replies[0]);
+      if (!reply.ok() && reply.error().code != ErrorCode::kStoreUnavailable) {
+        return store_failed(r, reply.error(), now_ms);
+      }
+      advance(r, EdgeEvent::kRedisAnswered);
+      return oauth_callback_answered(r, reply);
+    }
     case EdgePhase::kBackground: {
       advance(r, EdgeEvent::kRedisAnswered);
       std::vector<Result<RevalidationResult>> results = parse_enqueue_replies(replies);
@@ -480,6 +531,8 @@ EdgeStep EdgeService::store_failed(Request& r, Error error, int64_t now_ms) {
           now_ms);
     case EdgePhase::kWebhook:
       return webhook_answered(r, Result<WebhookRefreshReply>(std::move(error)));
+    case EdgePhase::kOAuthCallback:
+      return oauth_callback_answered(r, Result<std::optional<std::string>>(std::move(error)));
     default: {  // kBackground: logged, the claims released; the answer went out
       for (const Revalidation& rev : r.background) cache_.release_revalidation(claim_key(rev));
       return step_of(r.handle, EdgeAction::kDone,

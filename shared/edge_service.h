@@ -19,7 +19,8 @@
 //   end(handle)    always, last: frees the handle (and closes the connection on the host's side)
 //
 // Per request: host endpoints first (`GET /healthz`, the signed `POST /v1/webhooks/refresh`:
-// verified here, then one script in Redis, shared/discovery_redis.h), then the discovery API
+// verified here, then one script in Redis, shared/discovery_redis.h; `GET /v1/oauth/callback`:
+// queued for the agents in one script, shared/oauth_callback.h), then the discovery API
 // (shared/discovery_http.h) behind the caller's bearer token (shared/caller_token.h), with the
 // in-isolate L1 (shared/edge_cache.h) in front of the one-round-trip Redis read
 // (shared/discovery_redis.h). L1, for GET and HEAD, within QUIVER_L1_TTL_MS and the epoch:
@@ -113,6 +114,8 @@ class EdgeService {
   EdgeStep healthz(Request& r, const HttpRequest& request);
   EdgeStep webhook(Request& r, const HttpRequest& request, int64_t now_ms);
   EdgeStep webhook_answered(Request& r, const Result<WebhookRefreshReply>& outcome);
+  EdgeStep oauth_callback(Request& r, const HttpRequest& request, int64_t now_ms);
+  EdgeStep oauth_callback_answered(Request& r, const Result<std::optional<std::string>>& reply);
   EdgeStep replay(Request& r, const HttpRequest& request, HttpResponse response,
                   std::vector<Revalidation> revalidations, int64_t age_ms, int64_t now_ms);
   void note_snapshot(Request& r, const DiscoverySnapshot& snapshot, int64_t now_ms);

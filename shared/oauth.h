@@ -1,4 +1,5 @@
-// The OAuth 2.1 client of the MCP authorization spec (2025-06-18, 2025-11-25, 2026-07-28), sans-I/O.
+// The OAuth 2.1 client of the MCP authorization spec (2025-06-18, 2025-11-25, 2026-07-28),
+// sans-I/O.
 //
 // Like McpSession, nothing here does I/O, reads a clock or draws randomness: an `OAuthFlow` says
 // which HTTP request to make next (`poll_request`), the host performs it and hands back the
@@ -8,7 +9,8 @@
 // requests over cpp-httplib (native-agent/upstream/oauth_http.h); the same code could run in the
 // edge's wasm build.
 //
-// What a flow does, per the spec (https://modelcontextprotocol.io/specification/2025-11-25/basic/authorization):
+// What a flow does, per the spec
+// (https://modelcontextprotocol.io/specification/2025-11-25/basic/authorization):
 // - Discovery, starting from the upstream's 401: the Bearer challenge's `resource_metadata`, else
 //   the path-based then the root protected-resource metadata (RFC 9728 §3.1); the authorization
 //   server's metadata (RFC 8414 path-aware, then OpenID discovery, both orders as the spec lists),
@@ -58,7 +60,7 @@ inline constexpr std::size_t kMaxResponseBytes = std::size_t{256} << 10;
 
 struct HttpRequest {
   std::string method;  // "GET" or "POST"
-  std::string url;     // absolute https (http only for loopback hosts; the host's URL guard decides)
+  std::string url;  // absolute https (http only for loopback hosts; the host's URL guard decides)
   std::vector<std::pair<std::string, std::string>> headers;  // may hold a secret (Authorization)
   std::string body;  // form-encoded or JSON; may hold secrets: never log it
 };
@@ -153,10 +155,10 @@ enum class GrantType { kAuthorizationCode = 0, kClientCredentials };
 // Per connection (from `quiver.connections.<name>.oauth`, secrets revealed by the host).
 struct OAuthClientSettings {
   GrantType grant = GrantType::kAuthorizationCode;
-  std::string client_id;      // pre-registered; empty: CIMD or dynamic registration
-  std::string client_secret;  // pre-registered secret; empty: none
-  std::string client_id_metadata_url;  // CIMD URL; used when the server supports it
-  std::vector<std::string> scopes;     // empty: chosen as described above
+  std::string client_id;                   // pre-registered; empty: CIMD or dynamic registration
+  std::string client_secret;               // pre-registered secret; empty: none
+  std::string client_id_metadata_url;      // CIMD URL; used when the server supports it
+  std::vector<std::string> scopes;         // empty: chosen as described above
   std::string token_endpoint_auth_method;  // empty: chosen from what the server supports
   std::string private_key_pem;  // private_key_jwt and client_credentials with a key (ES256/RS256)
   std::string private_key_id;   // the JWT header's kid; empty: none

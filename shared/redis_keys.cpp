@@ -43,6 +43,8 @@ constexpr KindInfo kKinds[kKeyKindCount] = {
     {KeyKind::kCatalogKeys, "catalog", "ZSET", false, false, false, true, "keys"},
     {KeyKind::kCatalogVersions, "catalog", "HASH", false, false, false, false, "versions"},
     {KeyKind::kAudit, "audit", "STREAM", false, false},
+    {KeyKind::kOAuthCallbacks, "oauth-callbacks", "STREAM", false, false},
+    {KeyKind::kOAuthResult, "oauth-result", "STRING", false, false, true},
 };
 
 constexpr char kCatalogVersionsSegment[] = "versions";
@@ -90,6 +92,8 @@ const std::vector<std::string>& key_fields(KeyKind kind) {
                                                              f::kAt};
   static const std::vector<std::string> kAuditFields = {f::kAt, f::kActor, f::kAction, f::kTarget,
                                                         f::kDetail};
+  static const std::vector<std::string> kOAuthCallbackFields = {
+      f::kState, f::kCode, f::kIss, f::kError, f::kErrorDescription, f::kAt};
   switch (kind) {
     case KeyKind::kConn:
       return kConnFields;
@@ -99,6 +103,8 @@ const std::vector<std::string>& key_fields(KeyKind kind) {
       return kRevalidateFields;
     case KeyKind::kAudit:
       return kAuditFields;
+    case KeyKind::kOAuthCallbacks:
+      return kOAuthCallbackFields;
     default:
       return kNone;
   }
@@ -162,6 +168,12 @@ std::string RedisKeys::namespace_record() const {
 }
 std::string RedisKeys::replay(std::string_view signed_id) const {
   return prefix_ + key_kind_name(KeyKind::kReplay) + ":" + sha256_hex(signed_id);
+}
+std::string RedisKeys::oauth_callbacks() const {
+  return prefix_ + key_kind_name(KeyKind::kOAuthCallbacks);
+}
+std::string RedisKeys::oauth_result(std::string_view state) const {
+  return prefix_ + key_kind_name(KeyKind::kOAuthResult) + ":" + sha256_hex(state);
 }
 Result<std::string> RedisKeys::catalog(std::string_view catalog_kind) const {
   return key(KeyKind::kCatalog, {}, std::nullopt, {}, catalog_kind);

@@ -34,8 +34,10 @@ enum class KeyKind {
   kCatalogKeys,
   kCatalogVersions,
   kAudit,
+  kOAuthCallbacks,
+  kOAuthResult,
 };
-inline constexpr int kKeyKindCount = 19;
+inline constexpr int kKeyKindCount = 21;
 
 const char* key_kind_name(KeyKind kind);   // the key's segment: "conns", "revalidate-gate", ...
 const char* key_redis_type(KeyKind kind);  // "SET", "HASH", "STRING", "STREAM"
@@ -94,6 +96,12 @@ inline constexpr char kActor[] = "actor";
 inline constexpr char kAction[] = "action";
 inline constexpr char kTarget[] = "target";
 inline constexpr char kDetail[] = "detail";
+// oauth-callbacks stream entries (also `at`): the query of a redirect the edge received
+inline constexpr char kState[] = "state";
+inline constexpr char kCode[] = "code";
+inline constexpr char kIss[] = "iss";
+inline constexpr char kError[] = "error";
+inline constexpr char kErrorDescription[] = "error_description";
 }  // namespace redis_field
 
 struct ParsedKey {
@@ -129,6 +137,11 @@ class RedisKeys {
   // The replay guard of one signed webhook: `signed_id` is WebhookVerified::replay_key
   // (shared/webhook_signature.h); the key holds its SHA-256, so any id length fits.
   std::string replay(std::string_view signed_id) const;
+  // The OAuth callbacks the edge queues for the agents (GET /v1/oauth/callback at the edge:
+  // shared/oauth_callback.h), and the outcome an agent writes back for one, keyed by the SHA-256
+  // of the callback's `state` (never the state itself).
+  std::string oauth_callbacks() const;
+  std::string oauth_result(std::string_view state) const;
   // When a refresh webhook last marked the (connection, principal)'s data stale (a STRING of
   // epoch ms): written by agents and edges, read with the manifest.
   Result<std::string> invalidated(std::string_view cid, const Principal& principal) const;

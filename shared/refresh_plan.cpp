@@ -155,7 +155,10 @@ RefreshSettlement settle_refresh(const RefreshPlan& plan, const FencedWriteResul
   RefreshSettlement s;
   if (plan.write == RefreshWrite::kRecordFailure) {
     s.outcome = RefreshOutcome::kFailed;
-    s.retry = RetryAction::kSchedule;
+    // Nothing changes until someone authorizes (a new authorization lists at once): no retry.
+    s.retry = plan.error && plan.error->code == ErrorCode::kAuthorizationRequired
+                  ? RetryAction::kSettle
+                  : RetryAction::kSchedule;
   } else if (plan.incomplete.empty()) {
     s.outcome = RefreshOutcome::kCommitted;
     s.retry = RetryAction::kSettle;

@@ -115,8 +115,9 @@ RefreshPlan plan_refresh(const RefreshInputs& inputs);
 RefreshFailure failure_record(const Error& error, std::string_view config_hash,
                               int64_t attempt_at_ms, int64_t now_ms);
 
-// What follows a failed listing: nothing, the backoff cleared (a complete manifest is stored), or
-// a retry scheduled with backoff (retry_backoff_ms).
+// What follows a failed listing: nothing, the backoff cleared (a complete manifest is stored, or
+// the listing failed kAuthorizationRequired: nothing changes until someone authorizes, and a new
+// authorization lists at once), or a retry scheduled with backoff (retry_backoff_ms).
 enum class RetryAction { kNone = 0, kSettle, kSchedule };
 
 struct RefreshSettlement {

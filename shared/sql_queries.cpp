@@ -115,4 +115,15 @@ std::string_view sql_query(std::string_view name) {
   return {};
 }
 
+std::string_view sql_query_in(std::string_view asset, std::string_view name) {
+  if (asset == "sqlite-queries.sql") return sql_query(name);
+  // The asset's text is a compiled-in constant: the views parse_named_sql returns stay valid.
+  Result<std::vector<NamedSql>> parsed = parse_named_sql(schema_asset(asset));
+  if (!parsed.ok()) return {};
+  for (const NamedSql& q : *parsed) {
+    if (q.name == name) return q.sql;
+  }
+  return {};
+}
+
 }  // namespace quiver

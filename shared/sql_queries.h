@@ -29,5 +29,9 @@ const std::vector<NamedSql>& sql_queries();
 
 // The statement called `name`, or an empty view.
 std::string_view sql_query(std::string_view name);
+// The statement called `name` of another queries file of schema/ (e.g.
+// "oauth-tokens-queries.sql"), parsed on each call (callers prepare once); an empty view when the
+// asset or the name is unknown.
+std::string_view sql_query_in(std::string_view asset, std::string_view name);
 
 }  // namespace quiver

@@ -280,8 +280,14 @@ struct OAuthConnectionSettings {
   std::string private_key_id;
   std::string audience;
   bool send_resource = true;
-  // The core's settings, secrets revealed, for a flow redirecting to `redirect_uri`.
+  // The core's settings, secrets revealed, for a flow redirecting to `redirect_uri`: a loopback
+  // redirect (127.0.0.1, [::1], localhost) registers as a native application (RFC 8252), any
+  // other as a web application.
   oauth::OAuthClientSettings client_settings(const std::string& redirect_uri) const;
+  // What config_hash takes of these settings (ConnectionIdentity::oauth): grant, client id, CIMD
+  // URL, scopes, token endpoint auth method, audience, the resource flag, the key id; never a
+  // secret value.
+  Json identity_json() const;
 };
 
 // `quiver.oauth`: what every OAuth connection of this agent shares.
@@ -297,8 +303,15 @@ struct OAuthAgentSettings {
   std::string redirect_uri;
   std::string token_store;
   // A token is refreshed when it expires within this long (and on a 401). 60 s.
+  // (`refresh_ahead_ms`, 0 .. 86400000).
   int64_t refresh_ahead_ms = 60000;
 };
+
+// The 32 bytes of `quiver.oauth.key`: 64 hex digits, or base64 (standard or URL alphabet, padded
+// or not). kInvalidArgument otherwise, never quoting the value. (Also declared in
+// native-agent/store/token_store.h, whose store uses it; defined here so that parse_config checks
+// the key.)
+Result<std::string> parse_token_key(const Secret& key);
 
 struct ConnectionConfig {
   std::string name;  // the mcpServers key, as written

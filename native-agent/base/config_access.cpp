@@ -43,11 +43,12 @@ Result<UpstreamEndpoint> ConnectionConfig::upstream_for(const Principal& princip
                      "is required");
     }
     auto it = member_credentials.find(std::string(principal.member_id()));
-    if (it == member_credentials.end()) {
+    // OAuth: the member's token comes from the token store (OAuthManager), not the config.
+    if (it == member_credentials.end() && auth != AuthType::kOAuth) {
       return Error(ErrorCode::kNotFound, "connection `" + id + "` has no credential for member `" +
                                              std::string(principal.member_id()) + "`");
     }
-    secret = it->second;
+    if (it != member_credentials.end()) secret = it->second;
   }
   if (auth == AuthType::kBearer || auth == AuthType::kApiKey) {
     if (!secret.has_value()) {
@@ -78,8 +79,9 @@ ConnectionIdentity ConnectionConfig::identity() const {
   } else {
     id.url = endpoint.url;
     for (const auto& [name, value] : endpoint.headers) id.headers[name] = "";
-    if (auth == AuthType::kBearer) id.headers["Authorization"] = "";
+    if (auth == AuthType::kBearer || auth == AuthType::kOAuth) id.headers["Authorization"] = "";
     if (auth == AuthType::kApiKey) id.headers[api_key_header] = "";
+    if (auth == AuthType::kOAuth && oauth.has_value()) id.oauth = oauth->identity_json().dump();
   }
   return id;
 }

@@ -8,6 +8,7 @@
 //   config_runtime.cpp        the runtime controls (shared/runtime_settings.h rows)
 //   config_servers.cpp        `mcpServers` and `quiver.connections`
 //   config_access.cpp         members, grants and operators; who gets which principal
+//   config_oauth.cpp          `quiver.connections.<name>.oauth`, `quiver.oauth`, the token key
 //   config_io.cpp             the real file system and environment
 #pragma once
 
@@ -203,6 +204,11 @@ class Parser {
   void connection_settings(const Json* quiver);
   void connection(Server& server, const Json& settings, const std::string& path);
   void members_and_grants(const Json* quiver);
+  // `quiver.connections.<name>.oauth` (`path` is the connection's); nullopt after an error.
+  std::optional<OAuthConnectionSettings> oauth_connection(const Json& settings, bool per_member,
+                                                          const std::string& path);
+  // `quiver.oauth`, and the key every auth-oauth connection needs.
+  void oauth_agent(const Json* quiver);
   void keys(const Json* quiver);
   void identities();
   void env_warnings();

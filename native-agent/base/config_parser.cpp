@@ -73,6 +73,10 @@ Json AgentConfig::effective_config_json() const {
   Json hooks = Json::object();
   for (const auto& [name, secret] : webhook_secrets) hooks[name] = secret_json(secret);
   out["webhook_secrets"] = hooks;
+  out["oauth"] = Json::object({{"key", oauth.key ? secret_json(*oauth.key) : Json(nullptr)},
+                               {"redirect_uri", oauth.redirect_uri},
+                               {"token_store", oauth.token_store},
+                               {"refresh_ahead_ms", oauth.refresh_ahead_ms}});
   out["members"] = Json(members);
   out["operators"] = Json(operators);
   Json g = Json::object();
@@ -109,6 +113,13 @@ Json AgentConfig::effective_config_json() const {
       Json creds = Json::object();
       for (const auto& [m, s] : c.member_credentials) creds[m] = secret_json(s);
       j["credentials"] = creds;
+    }
+    if (c.oauth.has_value()) {
+      Json o = c.oauth->identity_json();
+      o["client_secret"] =
+          c.oauth->client_secret ? secret_json(*c.oauth->client_secret) : Json(nullptr);
+      o["private_key"] = c.oauth->private_key ? secret_json(*c.oauth->private_key) : Json(nullptr);
+      j["oauth"] = std::move(o);
     }
     j["auto_enable_new_capabilities"] = c.auto_enable_new_capabilities;
     if (c.list_timeout_ms) j["list_timeout_ms"] = *c.list_timeout_ms;
@@ -267,7 +278,7 @@ std::string strip_trailing_slashes(std::string path) {
 const std::vector<std::string> kQuiverKeys = {
     "namespace", "redis", "data_dir", "listen", "allow_private_upstreams", "runtime",
     "caller_token_keys", "caller_token_signing_kid", "webhook_secrets", "members", "grants",
-    "operators", "connections", "revision"};
+    "operators", "connections", "revision", "oauth"};
 // clang-format on
 
 // ---- namespace, data_dir, listen, allow_private_upstreams --------------------------------------
@@ -438,6 +449,7 @@ Result<AgentConfig> Parser::run() {
   connection_settings(quiver);
   members_and_grants(quiver);
   keys(quiver);
+  oauth_agent(quiver);
   env_warnings();
   if (!p_.has_errors()) identities();
 

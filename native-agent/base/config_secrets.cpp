@@ -29,6 +29,10 @@ std::vector<Secret> ConnectionConfig::secrets() const {
   if (credential.has_value()) out.push_back(*credential);
   for (const auto& [k, v] : member_credentials) out.push_back(v);
   for (const Secret& v : url_substitutions) out.push_back(v);
+  if (oauth.has_value()) {
+    if (oauth->client_secret.has_value()) out.push_back(*oauth->client_secret);
+    if (oauth->private_key.has_value()) out.push_back(*oauth->private_key);
+  }
   return out;
 }
 
@@ -37,6 +41,7 @@ std::vector<Secret> AgentConfig::secrets() const {
   if (redis.has_value() && redis->password.has_value()) out.push_back(*redis->password);
   for (const auto& [k, v] : caller_token_keys) out.push_back(v);
   for (const auto& [k, v] : webhook_secrets) out.push_back(v);
+  if (oauth.key.has_value()) out.push_back(*oauth.key);
   for (const ConnectionConfig& c : connections) {
     for (Secret& s : c.secrets()) out.push_back(std::move(s));
   }

@@ -16,7 +16,7 @@ namespace config_internal {
 const std::vector<std::string> kConnectionKeys = {
     "id", "credential_mode", "auth", "credential_version", "credential", "credentials",
     "api_key_header", "credential_env", "auto_enable_new_capabilities", "allow_private_addresses",
-    "list_timeout_ms", "request_timeout_ms", "startup_timeout_ms"};
+    "list_timeout_ms", "request_timeout_ms", "startup_timeout_ms", "oauth"};
 const std::vector<std::string> kServerKeys = {
     "type", "command", "args", "env", "cwd", "url", "headers", "disabled"};
 // clang-format on
@@ -293,12 +293,9 @@ void Parser::connection(Server& server, const Json& settings, const std::string&
   const bool auth_given = json_field(settings, "auth") != nullptr;
   if (std::optional<std::string> auth = string_field(settings, "auth", path)) {
     c.auth = auth_type_from_string(*auth);
-    if (c.auth == AuthType::kOAuth) {
-      p_.error(path + ".auth", "oauth is not supported yet; use bearer with per-member tokens");
-      return;
-    }
     if (c.auth == AuthType::kUnknown) {
-      p_.error(path + ".auth", "`" + shown(*auth) + "` is not none, bearer, api_key or headers");
+      p_.error(path + ".auth",
+               "`" + shown(*auth) + "` is not none, bearer, api_key, headers or oauth");
       return;
     }
   } else if (auth_given) {
@@ -406,10 +403,23 @@ void Parser::connection(Server& server, const Json& settings, const std::string&
         return;
       }
       break;
+    case AuthType::kOAuth:
+      if (!http) {
+        p_.error(path + ".auth", "oauth is only for HTTP servers");
+        return;
+      }
+      for (const auto& [name, value] : c.endpoint.headers) {
+        if (ascii_lower(name) == "authorization") {
+          p_.error(server.path + ".headers." + name,
+                   "conflicts with auth oauth, which sets Authorization");
+        }
+      }
+      c.oauth = oauth_connection(settings, per_member, path);
+      break;
     case AuthType::kNone:
       if (per_member) {
         p_.error(path + ".credential_mode",
-                 "per_member needs auth bearer or api_key (a credential per member)");
+                 "per_member needs auth bearer, api_key or oauth (a credential per member)");
         return;
       }
       break;
@@ -417,7 +427,20 @@ void Parser::connection(Server& server, const Json& settings, const std::string&
       break;
   }
 
+  if (c.auth != AuthType::kOAuth && json_field(settings, "oauth") != nullptr) {
+    p_.error(path + ".oauth", "only with auth oauth");
+  }
   // The credentials themselves.
+  if (c.auth == AuthType::kOAuth) {
+    for (const char* k : {"credential", "credentials"}) {
+      if (json_field(settings, k) != nullptr) {
+        p_.error(path + "." + k,
+                 "not with auth oauth: tokens come from the authorization server (members "
+                 "connect through POST /v1/mcp-connections/{id}/authorize)");
+      }
+    }
+    return;
+  }
   if (!takes_credential) {
     if (credential != nullptr) {
       p_.error(path + ".credential", "only with auth bearer or api_key");

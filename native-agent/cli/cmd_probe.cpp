@@ -6,13 +6,17 @@
 // `--watch` keeps the session open and prints a new object as one NDJSON line whenever the
 // upstream's lists change (list_changed notices, debounced), until SIGINT or SIGTERM (exit 0).
 // Secrets (--header values, --env values) are handed to the transport and never printed.
+// `--oauth` first obtains a bearer token through the OAuth flow (shared/oauth.h) and sends it as
+// an Authorization header; the token, the client secret and the key are never printed.
 #include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -21,12 +25,16 @@
 #include "native-agent/base/logger.h"
 #include "native-agent/base/shell_words.h"
 #include "native-agent/cli/cli.h"
+#include "native-agent/upstream/oauth_http.h"
+#include "native-agent/upstream/oauth_loopback.h"
 #include "native-agent/upstream/probe_report.h"
 #include "native-agent/upstream/upstream.h"
 #include "shared/canonical_json.h"
 #include "shared/json.h"
 #include "shared/listing.h"
 #include "shared/numbers.h"
+#include "shared/oauth.h"
+#include "shared/oauth_internal.h"
 
 namespace quiver {
 namespace {
@@ -53,6 +61,26 @@ options:
   --name NAME            the upstream's name in messages (default "probe")
   --verbose              the server's stderr and connection events on stderr
   --help                 this text
+
+OAuth (--url only; the MCP authorization spec):
+  --oauth                obtain a bearer token first: discovery from the server's 401, then
+                         the authorization code flow with PKCE; the authorization URL is
+                         printed on stderr as a line "authorize: <URL>" and the probe waits
+                         (up to --oauth-wait-ms, default 120000) for the browser's redirect
+                         to its loopback listener http://127.0.0.1:PORT/callback (RFC 8252)
+  --client-id ID         a pre-registered client (else a client ID metadata document, else
+                         dynamic registration)
+  --client-secret S      its secret (a secret: never printed)
+  --client-credentials   the client_credentials grant (no browser; needs --client-id)
+  --private-key-file F   a PEM private key (EC P-256: ES256, RSA: RS256) for private_key_jwt
+  --client-metadata-url U  the client ID metadata document URL, used when the authorization
+                         server advertises client_id_metadata_document_supported
+  --scope S              scopes to ask for (repeatable, or space-separated); default: the
+                         challenge's, else the server's scopes_supported
+  --oauth-wait-ms N      how long to wait for the redirect
+  When --oauth is given without --client-id, --client-secret and --private-key-file, the JSON
+  object in the environment variable MCP_CONFORMANCE_CONTEXT (the MCP conformance suite's) may
+  supply "client_id", "client_secret" and "private_key_pem".
 )";
 
 std::atomic<bool> g_stop{false};
@@ -70,6 +98,15 @@ struct ProbeArgs {
   bool verbose = false;
   bool help = false;
   std::string name = "probe";
+  // OAuth
+  bool oauth = false;
+  bool client_credentials = false;
+  std::string client_id;
+  std::string client_secret;
+  std::string private_key_file;
+  std::string client_metadata_url;
+  std::vector<std::string> scopes;
+  int64_t oauth_wait_ms = 120000;
 };
 
 int usage_error(const std::string& message) {
@@ -133,6 +170,30 @@ std::optional<int> parse_args(const std::vector<std::string>& args, ProbeArgs* o
       out->timeout_ms = *n;
     } else if (arg == "--name") {
       if (!value(&out->name) || out->name.empty()) return usage_error("--name needs a name");
+    } else if (arg == "--oauth" && flag()) {
+      out->oauth = true;
+    } else if (arg == "--client-credentials" && flag()) {
+      out->client_credentials = true;
+    } else if (arg == "--client-id") {
+      if (!value(&out->client_id) || out->client_id.empty())
+        return usage_error("--client-id needs an id");
+    } else if (arg == "--client-secret") {
+      if (!value(&out->client_secret)) return usage_error("--client-secret needs a value");
+    } else if (arg == "--private-key-file") {
+      if (!value(&out->private_key_file) || out->private_key_file.empty()) {
+        return usage_error("--private-key-file needs a file");
+      }
+    } else if (arg == "--client-metadata-url") {
+      if (!value(&out->client_metadata_url))
+        return usage_error("--client-metadata-url needs a URL");
+    } else if (arg == "--scope") {
+      if (!value(&v)) return usage_error("--scope needs a scope");
+      for (const std::string& s : oauth::internal::split_scopes(v)) out->scopes.push_back(s);
+    } else if (arg == "--oauth-wait-ms") {
+      if (!value(&v)) return usage_error("--oauth-wait-ms needs a number");
+      std::optional<int64_t> n = parse_decimal_in(v, 1, 3600000);
+      if (!n) return usage_error("--oauth-wait-ms must be a whole number of milliseconds");
+      out->oauth_wait_ms = *n;
     } else if (arg == "--allow-private" && flag()) {
       out->allow_private = true;
     } else if (arg == "--watch" && flag()) {
@@ -153,7 +214,79 @@ std::optional<int> parse_args(const std::vector<std::string>& args, ProbeArgs* o
   if (!out->headers.empty() && out->url.empty()) return usage_error("--header needs --url");
   if (!out->env.empty() && out->stdio.empty()) return usage_error("--env needs --stdio");
   if (out->allow_private && out->url.empty()) return usage_error("--allow-private needs --url");
+  bool oauth_options = out->client_credentials || !out->client_id.empty() ||
+                       !out->client_secret.empty() || !out->private_key_file.empty() ||
+                       !out->client_metadata_url.empty() || !out->scopes.empty();
+  if (oauth_options && !out->oauth) return usage_error("the OAuth options need --oauth");
+  if (out->oauth && out->url.empty()) return usage_error("--oauth needs --url");
+  if (out->oauth && out->watch) return usage_error("--oauth and --watch do not go together");
   return std::nullopt;
+}
+
+// The OAuth settings of the probe: its flags, else MCP_CONFORMANCE_CONTEXT's keys.
+Result<oauth::OAuthClientSettings> probe_oauth_settings(const ProbeArgs& a) {
+  oauth::OAuthClientSettings settings;
+  settings.grant = a.client_credentials ? oauth::GrantType::kClientCredentials
+                                        : oauth::GrantType::kAuthorizationCode;
+  settings.client_id = a.client_id;
+  settings.client_secret = a.client_secret;
+  settings.client_id_metadata_url = a.client_metadata_url;
+  settings.scopes = a.scopes;
+  settings.application_type = "native";
+  settings.client_name = "quiver-agent probe";
+  if (!a.private_key_file.empty()) {
+    std::ifstream in(a.private_key_file, std::ios::binary);
+    if (!in) return Error(ErrorCode::kInvalidArgument, "cannot read " + a.private_key_file);
+    std::ostringstream text;
+    text << in.rdbuf();
+    settings.private_key_pem = text.str();
+  }
+  const char* context = std::getenv("MCP_CONFORMANCE_CONTEXT");
+  if (context != nullptr && a.client_id.empty() && a.client_secret.empty() &&
+      a.private_key_file.empty()) {
+    Result<Json> j = parse_json(context, 64 << 10);
+    if (!j.ok() || !j->is_object()) {
+      return Error(ErrorCode::kInvalidArgument, "MCP_CONFORMANCE_CONTEXT is not a JSON object");
+    }
+    settings.client_id = json_string(*j, "client_id").value_or("");
+    settings.client_secret = json_string(*j, "client_secret").value_or("");
+    settings.private_key_pem = json_string(*j, "private_key_pem").value_or("");
+  }
+  return settings;
+}
+
+// Runs the OAuth flow for the probe's server; the access token.
+Result<std::string> probe_oauth_token(const ProbeArgs& a) {
+  Result<oauth::OAuthClientSettings> settings = probe_oauth_settings(a);
+  if (!settings.ok()) return settings.error();
+  OAuthHttpOptions http;
+  http.allow_private = a.allow_private;
+  Result<std::optional<oauth::BearerChallenge>> challenge = fetch_bearer_challenge(a.url, http);
+  if (!challenge.ok()) return challenge.error();
+  Result<oauth::OAuthHost> host = make_oauth_host(settings->private_key_pem);
+  if (!host.ok()) return host.error();
+  std::unique_ptr<OAuthLoopbackListener> listener;
+  if (settings->grant == oauth::GrantType::kAuthorizationCode) {
+    auto started = OAuthLoopbackListener::start();
+    if (!started.ok()) return started.error();
+    listener = std::move(*started);
+    settings->redirect_uri = listener->redirect_uri();
+  }
+  oauth::OAuthFlow flow = oauth::OAuthFlow::authorize(a.url, *settings, *host, *challenge);
+  drive_oauth_flow(flow, http);
+  if (flow.step() == oauth::FlowStep::kNeedsUser) {
+    std::fprintf(stderr, "authorize: %s\n", flow.authorization_url().c_str());
+    std::fflush(stderr);
+    Result<oauth::CallbackParams> callback = listener->wait(a.oauth_wait_ms);
+    if (!callback.ok()) return callback.error();
+    flow = oauth::OAuthFlow::resume(flow.pending(), *callback, *settings, *host);
+    drive_oauth_flow(flow, http);
+  }
+  if (flow.step() == oauth::FlowStep::kFailed) return flow.error();
+  if (flow.step() != oauth::FlowStep::kDone) {
+    return Error(ErrorCode::kInternal, "the OAuth flow stopped unfinished");
+  }
+  return flow.authorization().tokens.access_token;
 }
 
 // The report printed for a listing: what the probe saw and the manifest Quiver would cache.
@@ -236,6 +369,16 @@ int cmd_probe(const std::vector<std::string>& args) {
   if (a.help) {
     std::fputs(kProbeUsage, stdout);
     return kExitOk;
+  }
+
+  if (a.oauth) {
+    Result<std::string> token = probe_oauth_token(a);
+    if (!token.ok()) {
+      std::fprintf(stderr, "quiver-agent probe: OAuth failed: %s [%s]\n",
+                   token.error().message.c_str(), error_code_name(token.error().code));
+      return kExitFailed;
+    }
+    a.headers.push_back({"Authorization", "Bearer " + *token});
   }
 
   UpstreamSpec spec;

@@ -14,6 +14,7 @@
 #include "native-agent/cli/cli.h"
 #include "native-agent/cli/cli_support.h"
 #include "native-agent/engine/agent.h"
+#include "shared/discovery_classification.h"
 #include "shared/freshness.h"
 #include "shared/json.h"
 
@@ -23,9 +24,9 @@ namespace {
 constexpr char kStatusUsage[] = R"(usage: quiver-agent status [--json] [--config FILE]
 
 Shows what the store holds for the configuration: every connection and principal with its state
-(fresh, stale, expired, missing, error), age, capability counts and last refresh error; the
-grants; and the effective configuration (defaults and environment overrides applied, secrets
-shown as *** with where they come from). Nothing is changed.
+(fresh, stale, expired, missing, error, authorization_required), age, capability counts and last
+refresh error; the grants; and the effective configuration (defaults and environment overrides
+applied, secrets shown as *** with where they come from). Nothing is changed.
 
 options:
   --json           one JSON object instead of text
@@ -107,6 +108,13 @@ Json principal_status(ManifestStore& store, const ConnectionConfig& c, const Pri
                                  {"message", meta.error_message},
                                  {"at", meta.error_at_ms.value_or(0)}});
   }
+  // As readers classify it (shared/discovery.h): the last refresh failed for want of an OAuth
+  // authorization; the last good data, if any, is still there.
+  if (cls.last_refresh_failed &&
+      meta.error_code == error_code_name(ErrorCode::kAuthorizationRequired)) {
+    out["state"] = "authorization_required";
+    out["authorize"] = authorize_path(c.id);
+  }
   return out;
 }
 
@@ -174,6 +182,11 @@ std::string text_of(const Json& status) {
       }
       if (const Json* e = json_field(p, "error")) {
         line += "\n      last error: " + str((*e)["code"]) + ": " + str((*e)["message"]);
+      }
+      if (const Json* a = json_field(p, "authorize")) {
+        line += "\n      to connect: POST " + str(*a) +
+                (str(p["principal"]) == "shared" ? " or quiver-agent login " + str(c["name"])
+                                                 : std::string());
       }
       out += "    " + pad(str(p["principal"]), 24) + " " + line + "\n";
     }

@@ -234,6 +234,22 @@ Result<std::unique_ptr<Agent>> Agent::create(AgentConfig config,
     s.consumer = "agent-" + sanitize_consumer_part(host) + "-" + std::to_string(::getpid()) + "-" +
                  hex_encode(reinterpret_cast<const uint8_t*>(rnd->data()), rnd->size());
   }
+  // OAuth: one manager (and token store) when a connection has auth oauth; the consumer name
+  // holds its refresh locks.
+  if (std::any_of(s.config.connections.begin(), s.config.connections.end(),
+                  [](const ConnectionConfig& c) { return c.auth == AuthType::kOAuth; })) {
+    if (!s.config.oauth.key.has_value()) {
+      return Error(ErrorCode::kInvalidArgument,
+                   "a connection has auth oauth and quiver.oauth.key is not set");
+    }
+    TokenStoreOptions to;
+    to.path = s.config.oauth.token_store.empty() ? s.config.data_dir + "/oauth-tokens.db"
+                                                 : s.config.oauth.token_store;
+    to.key = *s.config.oauth.key;
+    Result<std::unique_ptr<TokenStore>> tokens = TokenStore::open(to);
+    if (!tokens.ok()) return tokens.error();
+    s.oauth = std::make_unique<OAuthManager>(s.config, std::move(*tokens), s.consumer);
+  }
   impl->runner = std::make_unique<RefreshRunner>(s);
   impl->triggers = std::make_unique<Triggers>(s, *impl->runner);
   impl->revalidations = std::make_unique<RevalidationConsumer>(s, *impl->runner, *impl->triggers);
@@ -253,6 +269,29 @@ Result<std::unique_ptr<Agent>> Agent::create(AgentConfig config,
 }
 
 Agent::Agent(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
+  if (impl_->ctx.oauth) {
+    // A new authorization lists that principal at once; a disconnect drops its manifest.
+    Impl* agent = impl_.get();
+    OAuthManager::Hooks hooks;
+    hooks.connected = [agent](const std::string& cid, const Principal& principal) {
+      Result<RefreshReport> r = agent->runner->run(cid, principal, "authorized", std::nullopt);
+      if (!r.ok()) {
+        agent->ctx.logger->warn(kAgentLog,
+                                "listing " + agent->ctx.who(cid, principal) +
+                                    " after its authorization failed: " + r.error().message);
+      }
+    };
+    hooks.disconnected = [agent](const std::string& cid, const Principal& principal) {
+      agent->ctx.pool->remove(AgentContext::pool_name(cid, principal));
+      Result<bool> dropped = agent->ctx.store->drop_manifest(cid, principal);
+      if (!dropped.ok()) {
+        agent->ctx.log_store_error("dropping the manifest of " + agent->ctx.who(cid, principal),
+                                   dropped.error());
+      }
+      agent->ctx.logger->info(kAgentLog, "disconnected " + agent->ctx.who(cid, principal));
+    };
+    impl_->ctx.oauth->set_hooks(std::move(hooks));
+  }
   Triggers* triggers = impl_->triggers.get();
   impl_->ctx.pool->set_change_callback(
       [triggers](const std::string& name, const UpstreamChange& change) {
@@ -280,6 +319,22 @@ Status Agent::start() {
     s.logger->error(kAgentLog, "cannot sync the configuration to " + s.store->describe() + ": " +
                                    st.error().message);
     return st;
+  }
+  // OAuth tokens of connections no longer configured (or principals no longer granted) go.
+  if (s.oauth) {
+    std::vector<std::pair<std::string, Principal>> keep;
+    for (const ConnectionConfig& c : s.config.connections) {
+      if (c.auth != AuthType::kOAuth) continue;
+      for (const Principal& p : c.principals()) keep.emplace_back(c.id, p);
+    }
+    Result<int> gone = s.oauth->tokens().delete_authorizations_except(keep);
+    if (!gone.ok()) {
+      s.logger->warn(kAgentLog, "OAuth token store: " + gone.error().message);
+    } else if (*gone > 0) {
+      s.logger->info(kAgentLog, "OAuth token store: " + std::to_string(*gone) +
+                                    " authorizations of connections or members no longer "
+                                    "configured deleted");
+    }
   }
   // Rows of a per-member connection under `shared` can only be from before schema v3, fed by
   // every member's listing: no member may read them (sqlite-migrate-v3.sql).
@@ -333,6 +388,7 @@ const AgentConfig& Agent::config() const { return impl_->ctx.config; }
 ManifestStore& Agent::store() { return *impl_->ctx.store; }
 Metrics& Agent::metrics() { return impl_->ctx.metrics; }
 Tracer* Agent::tracer() { return impl_->ctx.tracer.get(); }
+OAuthManager* Agent::oauth() { return impl_->ctx.oauth.get(); }
 bool Agent::reload_requested() const { return impl_->ctx.reload_requested.load(); }
 std::optional<ListingRecord> Agent::last_listing(const std::string& connection_id,
                                                  const Principal& principal) const {
@@ -375,11 +431,11 @@ Result<Json> Agent::test_connection(const std::string& connection_id, const Prin
   Result<const ConnectionConfig*> found = s.connection(connection_id);
   if (!found.ok()) return found.error();
   if (Status st = check_principal(**found, principal); !st.ok()) return st.error();
-  Result<UpstreamEndpoint> upstream = (*found)->upstream_for(principal);
-  if (!upstream.ok()) return upstream.error();
-  UpstreamSpec spec = with_deadlines(
-      upstream_spec_for(AgentContext::pool_name(connection_id, principal) + "#test", *upstream),
-      **found, s.config.runtime);
+  Result<UpstreamSpec> built =
+      s.spec_for(AgentContext::pool_name(connection_id, principal) + "#test", **found, principal,
+                 steady_ms() + list_timeout_for(**found, s.config.runtime));
+  if (!built.ok()) return built.error();
+  UpstreamSpec spec = std::move(*built);
   std::string described = spec.describe();
   UpstreamConnection conn(std::move(spec), s.upstream_options());
   ListInfo info;
@@ -399,7 +455,7 @@ Result<Json> Agent::test_connection(const std::string& connection_id, const Prin
       std::min(report.limits.max_definition_bytes, report.limits.max_bytes);
   report.redact = [&s](const std::string& text) { return s.config.redact(text); };
   Result<Json> made = probe_report(described, *listing, info, conn.stats().era, report);
-  if (!made.ok()) return made.error();
+  if (!built.ok()) return built.error();
   (*made)["connection_id"] = connection_id;
   (*made)["principal"] = principal.str();
   return made;

@@ -158,6 +158,7 @@ class Agent final : public AgentService {
   ManifestStore& store() override;
   Metrics& metrics() override;
   Tracer* tracer() override;
+  OAuthManager* oauth() override;
   std::optional<ListingRecord> last_listing(const std::string& connection_id,
                                             const Principal& principal) const override;
   Result<RevalidationOutcome> request_refresh(const std::string& connection_id,

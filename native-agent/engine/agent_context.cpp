@@ -40,6 +40,39 @@ UpstreamSpec with_deadlines(UpstreamSpec spec, const ConnectionConfig& c,
   return spec;
 }
 
+bool refused_credential(const Result<Listing>& listing) {
+  if (!listing.ok()) return listing.error().code == ErrorCode::kUnauthenticated;
+  return std::any_of(std::begin(listing->lists), std::end(listing->lists),
+                     [](const ListOutcome& l) {
+                       return l.state == ListState::kFailed && l.error &&
+                              l.error->code == ErrorCode::kUnauthenticated;
+                     });
+}
+
+Result<UpstreamSpec> AgentContext::spec_for(const std::string& name, const ConnectionConfig& c,
+                                            const Principal& principal, int64_t deadline_ms,
+                                            const std::optional<Secret>& rejected,
+                                            std::optional<Secret>* bearer) const {
+  Result<UpstreamEndpoint> upstream = c.upstream_for(principal);
+  if (!upstream.ok()) return upstream.error();
+  if (c.auth != AuthType::kOAuth) {
+    return with_deadlines(upstream_spec_for(name, *upstream), c, config.runtime);
+  }
+  if (!oauth) {
+    return Error(ErrorCode::kInternal,
+                 "connection `" + c.id + "` uses auth oauth, and this agent has no OAuth manager");
+  }
+  Result<Secret> token = oauth->access_token(c, principal, deadline_ms, rejected);
+  if (!token.ok()) return token.error();
+  upstream->headers["Authorization"] = Secret("Bearer " + token->reveal(), token->source());
+  UpstreamSpec spec = with_deadlines(upstream_spec_for(name, *upstream), c, config.runtime);
+  std::vector<std::string> secrets = {token->reveal()};
+  for (const Secret& s : config.secrets()) secrets.push_back(s.reveal());
+  spec.redactor = std::make_shared<const Redactor>(secrets);
+  if (bearer != nullptr) *bearer = *token;
+  return spec;
+}
+
 Result<const ConnectionConfig*> AgentContext::connection(const std::string& cid) const {
   if (Status st = validate_connection_id(cid); !st.ok()) return st.error();
   const ConnectionConfig* cfg = config.find_connection(cid);

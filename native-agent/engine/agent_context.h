@@ -16,6 +16,7 @@
 
 #include "native-agent/engine/agent.h"
 #include "native-agent/engine/listing_log.h"
+#include "native-agent/engine/oauth_manager.h"
 #include "native-agent/engine/upstream_pool.h"
 #include "native-agent/store/preferences_db.h"
 #include "native-agent/upstream/upstream.h"
@@ -37,6 +38,10 @@ int64_t list_timeout_for(const ConnectionConfig& c, const RuntimeControls& rt);
 UpstreamSpec with_deadlines(UpstreamSpec spec, const ConnectionConfig& c,
                             const RuntimeControls& rt);
 
+// Whether a listing's failure is the upstream refusing its credential (a 401 or 403 on the whole
+// listing or on one of its lists): an OAuth connection asks for a new token and lists once more.
+bool refused_credential(const Result<Listing>& listing);
+
 struct AgentContext {
   AgentConfig config;
   std::shared_ptr<ManifestStore> store;
@@ -47,6 +52,8 @@ struct AgentContext {
   std::unique_ptr<Tracer> tracer;  // after the logger it writes to: destroyed (and flushed) first
   std::unique_ptr<PreferencesDb> prefs;
   std::unique_ptr<UpstreamPool> pool;
+  // The OAuth side (tokens of connections with auth oauth); null when no connection has it.
+  std::unique_ptr<OAuthManager> oauth;
   std::string consumer;
   int64_t claim_idle_ms = 0;
   FreshnessPolicy policy;
@@ -68,6 +75,16 @@ struct AgentContext {
   }
 
   Result<const ConnectionConfig*> connection(const std::string& cid) const;
+  // The upstream spec `name` of (connection, principal), its deadlines set and its credential
+  // placed: the configuration's (ConnectionConfig::upstream_for), and for auth oauth
+  // `Authorization: Bearer <token>` from the OAuthManager, with a redactor that knows the token
+  // (kAuthorizationRequired when the principal has no usable authorization). The token, when
+  // `bearer` is given, is put there (a retry's `rejected`). `deadline_ms` (steady clock) bounds
+  // a token refresh.
+  Result<UpstreamSpec> spec_for(const std::string& name, const ConnectionConfig& c,
+                                const Principal& principal, int64_t deadline_ms,
+                                const std::optional<Secret>& rejected = std::nullopt,
+                                std::optional<Secret>* bearer = nullptr) const;
   UpstreamOptions upstream_options() const;
   // One window for the gate every agent and edge of the namespace shares.
   int64_t revalidation_window_ms() const;

@@ -115,13 +115,29 @@ int64_t Metrics::refresh_failures(std::string_view code) const {
 }
 void Metrics::list_failure(std::string_view list) { count_locked(mu_, list_failures_, list); }
 
+namespace {
+void mark_key(std::set<std::string>& keys, const std::string& key, bool on) {
+  if (on) {
+    keys.insert(key);
+  } else {
+    keys.erase(key);
+  }
+}
+}  // namespace
+
 void Metrics::set_incomplete(const std::string& key, bool incomplete) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (incomplete) {
-    incomplete_.insert(key);
-  } else {
-    incomplete_.erase(key);
-  }
+  mark_key(incomplete_, key, incomplete);
+}
+
+void Metrics::set_authorization_required(const std::string& key, bool required) {
+  std::lock_guard<std::mutex> lock(mu_);
+  mark_key(authorization_required_, key, required);
+}
+
+int64_t Metrics::authorization_required() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(authorization_required_.size());
 }
 
 int64_t Metrics::list_failures(std::string_view list) const {
@@ -173,6 +189,10 @@ std::string Metrics::prometheus_text() const {
   single(out, "quiver_incomplete_manifests", "gauge",
          "Connections whose latest listing left a list failed or kept from an earlier listing.",
          incomplete_.size());
+  single(out, "quiver_oauth_authorization_required", "gauge",
+         "OAuth connections and principals whose latest listing by this agent found no usable "
+         "authorization (someone must connect: POST /v1/mcp-connections/{id}/authorize).",
+         authorization_required_.size());
   family(out, "quiver_listing_duration_seconds", "histogram",
          "Time to list one upstream (every page of every list).");
   for (std::size_t i = 0; i < kListingDurationBuckets.size(); ++i) {

@@ -51,6 +51,10 @@ class Metrics {
   // quiver_incomplete_manifests: the (connection, principal) keys whose latest listing by this
   // agent left a list failed or kept from an earlier listing (`key` is an opaque local name).
   void set_incomplete(const std::string& key, bool incomplete);
+  // quiver_oauth_authorization_required: the (connection, principal) keys whose latest listing by
+  // this agent failed AUTHORIZATION_REQUIRED (an OAuth connection nobody has connected yet, or
+  // whose refresh token stopped working). Principals awaiting authorization; no identity in it.
+  void set_authorization_required(const std::string& key, bool required);
 
   // --- the store (set by the agent's store check and maintenance pass) ---
   // The namespace record as last seen: "ready", "restoring", "missing", or "unknown" (the store
@@ -78,6 +82,7 @@ class Metrics {
   int64_t listing_count() const;
   int64_t list_failures(std::string_view list) const;
   int64_t incomplete_manifests() const;
+  int64_t authorization_required() const;
 
   // The Prometheus text exposition format (version 0.0.4): HELP and TYPE lines, every family
   // present even when zero, labelled series sorted by label value.
@@ -94,6 +99,7 @@ class Metrics {
   int64_t dropped_ = 0;
   std::map<std::string, int64_t, std::less<>> list_failures_;
   std::set<std::string> incomplete_;
+  std::set<std::string> authorization_required_;
   std::vector<int64_t> bucket_counts_ = std::vector<int64_t>(kListingDurationBucketCount, 0);
   int64_t listing_count_ = 0;
   std::string namespace_state_ = "unknown";

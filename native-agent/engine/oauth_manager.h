@@ -2,7 +2,8 @@
 // servers with `auth: "oauth"`, keeps their tokens fresh, and hands the upstream connections a
 // valid access token for each (connection, principal).
 //
-// Flows (the protocol is shared/oauth.h; requests go out through native-agent/upstream/oauth_http.h):
+// Flows (the protocol is shared/oauth.h; requests go out through
+// native-agent/upstream/oauth_http.h):
 //   begin(cid, principal)       POST /v1/mcp-connections/{id}/authorize, `quiver-agent login`:
 //                               discovery from the server's 401, the client (pre-registered,
 //                               CIMD or a dynamic registration reused per issuer), a pending
@@ -19,10 +20,10 @@
 // Tokens. access_token() answers the stored token, refreshing first when it expires within
 // `quiver.oauth.refresh_ahead_ms`; after an upstream 401 the caller asks again with
 // `rejected` set and gets a refreshed token (or kAuthorizationRequired). One refresh in flight per
-// (connection, principal) across every agent sharing the token store (TokenStore::try_lock_refresh):
-// the others wait for it and read the new token. A refresh answered `invalid_grant` deletes
-// nothing but the dead tokens' usefulness: the principal's status becomes authorization_required
-// while its last good manifest stays visible as stale.
+// (connection, principal) across every agent sharing the token store
+// (TokenStore::try_lock_refresh): the others wait for it and read the new token. A refresh answered
+// `invalid_grant` deletes nothing but the dead tokens' usefulness: the principal's status becomes
+// authorization_required while its last good manifest stays visible as stale.
 //
 // kAuthorizationRequired (shared/status.h) is what the upstream connection, the listing, the
 // manifest's error, the API, the edge, `status` and `/metrics` report for a principal without a
@@ -33,6 +34,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -87,6 +89,19 @@ class OAuthManager {
 
   // Whether (connection, principal) has a stored authorization (no secret read).
   Result<bool> connected(const std::string& connection_id, const Principal& principal);
+
+  // What the agent does when an authorization arrives or goes. Agent::create sets them:
+  // `connected` (after complete() stored the tokens) lists that principal's manifest at once
+  // (Agent::refresh_now, trigger "authorized", synchronously: complete() returns after the
+  // listing); `disconnected` (after disconnect() deleted tokens) drops the principal's manifest
+  // (ManifestStore::drop_manifest). Called on the calling thread, outside the manager's locks;
+  // a hook's failure is the hook's to log, never complete()'s or disconnect()'s. Unset: nothing.
+  using PrincipalHook = std::function<void(const std::string& connection_id, const Principal&)>;
+  struct Hooks {
+    PrincipalHook connected;
+    PrincipalHook disconnected;
+  };
+  void set_hooks(Hooks hooks);
 
   TokenStore& tokens();
 

@@ -125,11 +125,11 @@ Result<RefreshReport> RefreshRunner::run(const std::string& cid, const Principal
   }
   int64_t fetched_at = c.options.now_ms();
   ListingLog::Scope in_flight(c.listings, cid, principal, fetched_at);  // to the write's end
-  Result<Listing> listing = Error(ErrorCode::kInternal, "not listed");
-  if (Status put = c.pool->put(with_deadlines(upstream_spec_for(name, *upstream), cfg, rt));
-      !put.ok()) {
-    listing = put.error();
-  } else {
+  // One listing through the pooled connection of `spec` (a changed credential makes a new
+  // session: the pool compares specs).
+  auto list_through = [&](UpstreamSpec spec) -> Result<Listing> {
+    Result<Listing> listing = Error(ErrorCode::kInternal, "not listed");
+    if (Status put = c.pool->put(std::move(spec)); !put.ok()) return put.error();
     Span list_span =
         c.tracer ? c.tracer->start("quiver.list", SpanKind::kClient, span.context()) : Span();
     list_span.set("quiver.connection_id", cid);
@@ -156,6 +156,23 @@ Result<RefreshReport> RefreshRunner::run(const std::string& cid, const Principal
     } else {
       list_span.error(error_code_name(listing.error().code));
     }
+    return listing;
+  };
+  // OAuth: the token is asked for within the listing's deadline; an upstream that refuses it
+  // (401) gets one more listing with a renewed token. No authorization is the listing's error
+  // (kAuthorizationRequired), recorded like any other: the last good manifest stays, stale.
+  const int64_t token_deadline = steady_ms() + list_timeout_for(cfg, rt);
+  std::optional<Secret> bearer;
+  auto attempt = [&](const std::optional<Secret>& rejected) -> Result<Listing> {
+    Result<UpstreamSpec> spec = c.spec_for(name, cfg, principal, token_deadline, rejected, &bearer);
+    if (!spec.ok()) return spec.error();
+    return list_through(std::move(*spec));
+  };
+  Result<Listing> listing = attempt(std::nullopt);
+  if (cfg.auth == AuthType::kOAuth && bearer.has_value() && refused_credential(listing)) {
+    log.info(kAgentLog, "refresh of " + who + ": the upstream refused its access token; renewing");
+    const std::optional<Secret> refused = bearer;
+    listing = attempt(refused);
   }
   c.metrics.listing_duration_ms(steady_ms() - lease_at);
 
@@ -258,6 +275,8 @@ Result<RefreshReport> RefreshRunner::run(const std::string& cid, const Principal
                             std::to_string(lease.fence) + ")");
     return finish(settled);
   }
+  c.metrics.set_authorization_required(
+      name, !commit && report.error && report.error->code == ErrorCode::kAuthorizationRequired);
   if (settled.retry == RetryAction::kSettle) settle_retry(name);
   if (settled.retry == RetryAction::kSchedule) schedule_retry(name, cid, principal);
   if (commit) {

@@ -23,6 +23,7 @@ namespace quiver {
 
 class Metrics;
 class Tracer;
+class OAuthManager;
 
 // `trigger` says why a refresh was asked for (a short token stored with queued requests and
 // counted in /metrics): "manual", "webhook", "list_changed", "maintenance", "stale", "miss",
@@ -52,6 +53,9 @@ class AgentService {
   virtual Metrics& metrics() = 0;
   // The agent's tracer (native-agent/engine/tracer.h); null when there is none.
   virtual Tracer* tracer() { return nullptr; }
+  // The agent's OAuth side (native-agent/engine/oauth_manager.h: begin, complete, disconnect);
+  // null when no connection has auth oauth.
+  virtual OAuthManager* oauth() { return nullptr; }
   // This agent's record of its own listings of (connection, principal) (listing_log.h): in
   // flight, the last one's start and duration; nullopt when it has listed none since it started.
   virtual std::optional<ListingRecord> last_listing(const std::string& /*connection_id*/,

@@ -1566,4 +1566,70 @@ Result<AuditPage> RedisStore::read_audit(std::string_view cursor, std::size_t li
   return page;
 }
 
+// ---- OAuth callbacks the edge queued ----------------------------------------------------------
+
+Result<OAuthCallbackBatch> RedisStore::read_oauth_callbacks(std::string_view after_id,
+                                                            std::size_t max) {
+  if (max == 0) return invalid("read_oauth_callbacks: max must be positive");
+  if (!after_id.empty() && !valid_stream_id(after_id)) {
+    return invalid("read_oauth_callbacks: after_id is not a stream id");
+  }
+  const std::string stream = impl_->keys.oauth_callbacks();
+  OAuthCallbackBatch batch;
+  batch.last_id = after_id.empty() ? "0-0" : std::string(after_id);
+  RedisCommand read = after_id.empty()
+                          ? RedisCommand{"XREVRANGE", stream, "+", "-", "COUNT", "1"}
+                          : RedisCommand{"XRANGE", stream,  "(" + std::string(after_id),
+                                         "+",      "COUNT", std::to_string(max)};
+  Result<RespValue> r = impl_->one(read, read[0]);
+  if (!r.ok()) return r.error();
+  const std::vector<RespValue>* lines = r->as_array();
+  if (lines == nullptr)
+    return Error(ErrorCode::kInvalidReply, "redis " + read[0] + ": not an array");
+  for (const RespValue& line : *lines) {
+    const std::vector<RespValue>* parts = line.as_array();
+    if (parts == nullptr || parts->size() != 2 || !(*parts)[0].as_string() ||
+        !(*parts)[1].is_array()) {
+      return Error(ErrorCode::kInvalidReply, "redis " + read[0] + ": unexpected entry");
+    }
+    batch.last_id = std::string(*(*parts)[0].as_string());
+    if (after_id.empty()) break;  // where to start; older callbacks are not this run's
+    OAuthCallbackEntry e;
+    e.id = batch.last_id;
+    const std::vector<RespValue>& kv = (*parts)[1].elements;
+    for (std::size_t i = 0; i + 1 < kv.size(); i += 2) {
+      std::optional<std::string_view> k = kv[i].as_string();
+      std::optional<std::string_view> v = kv[i + 1].as_string();
+      if (!k || !v) continue;
+      auto set_if = [&](std::optional<std::string>& field) {
+        if (!v->empty()) field = std::string(*v);
+      };
+      if (*k == redis_field::kAt) {
+        (void)parse_i64(*v, &e.at_ms);
+      } else if (*k == redis_field::kState) {
+        e.params.state = std::string(*v);
+      } else if (*k == redis_field::kCode) {
+        set_if(e.params.code);
+      } else if (*k == redis_field::kIss) {
+        set_if(e.params.iss);
+      } else if (*k == redis_field::kError) {
+        set_if(e.params.error);
+      } else if (*k == redis_field::kErrorDescription) {
+        set_if(e.params.error_description);
+      }
+    }
+    batch.entries.push_back(std::move(e));
+  }
+  return batch;
+}
+
+Status RedisStore::put_oauth_result(std::string_view state, std::string_view record,
+                                    int64_t ttl_ms) {
+  if (state.empty() || ttl_ms <= 0) return invalid("put_oauth_result: no state or no lifetime");
+  Result<RespValue> r = impl_->one(
+      {"SET", impl_->keys.oauth_result(state), std::string(record), "PX", std::to_string(ttl_ms)},
+      "SET");
+  return r.ok() ? Status::Ok() : Status(r.error());
+}
+
 }  // namespace quiver

@@ -168,10 +168,10 @@ Result<int64_t> SqliteDb::run_cached(const char* sql, std::string_view what, boo
 Result<sqlite3_stmt*> SqliteDb::prepared(std::string_view name) {
   auto it = statements_.find(name);
   if (it != statements_.end()) return it->second;
-  std::string_view sql = sql_query(name);
+  std::string_view sql = sql_query_in(queries_, name);
   if (sql.empty()) {
     return Error(ErrorCode::kInternal,
-                 "schema/sqlite-queries.sql has no statement '" + std::string(name) + "'");
+                 "schema/" + queries_ + " has no statement '" + std::string(name) + "'");
   }
   sqlite3_stmt* stmt = nullptr;
   int rc = sqlite3_prepare_v2(db_, sql.data(), static_cast<int>(sql.size()), &stmt, nullptr);

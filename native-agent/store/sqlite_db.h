@@ -35,7 +35,9 @@ inline constexpr int kSqliteSchemaVersion = 4;
 class SqliteDb {
  public:
   // `label` begins every error message ("sqlite", "preferences"), before the file's path.
-  explicit SqliteDb(std::string label) : label_(std::move(label)) {}
+  // `queries`: the schema/ file of named statements `prepared` takes them from.
+  explicit SqliteDb(std::string label, std::string queries = "sqlite-queries.sql")
+      : label_(std::move(label)), queries_(std::move(queries)) {}
   ~SqliteDb();  // finalizes every cached statement and closes
   SqliteDb(const SqliteDb&) = delete;
   SqliteDb& operator=(const SqliteDb&) = delete;
@@ -58,7 +60,8 @@ class SqliteDb {
   Status exec(const char* sql, std::string_view what);
   // The first column of the first row of one statement (a PRAGMA), prepared once like exec's.
   Result<int64_t> query_integer(const char* sql, std::string_view what);
-  // The cached statement `name` of schema/sqlite-queries.sql, prepared on first use.
+  // The cached statement `name` of the queries file (schema/sqlite-queries.sql unless the
+  // constructor named another), prepared on first use.
   Result<sqlite3_stmt*> prepared(std::string_view name);
   // Rows changed by the last statement.
   int changes() const;
@@ -67,6 +70,7 @@ class SqliteDb {
   Result<int64_t> run_cached(const char* sql, std::string_view what, bool* got_row);
 
   std::string label_;
+  std::string queries_;
   std::string path_;
   sqlite3* db_ = nullptr;
   std::map<std::string, sqlite3_stmt*, std::less<>> statements_;

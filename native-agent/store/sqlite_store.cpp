@@ -1476,4 +1476,16 @@ Result<AuditPage> SqliteStore::read_audit(std::string_view cursor, std::size_t l
   return page;
 }
 
+// No edge stands in front of an embedded store: no OAuth callback is ever queued, and no page
+// waits for an outcome (the agent's own GET /v1/oauth/callback answers the browser itself).
+Result<OAuthCallbackBatch> SqliteStore::read_oauth_callbacks(std::string_view /*after_id*/,
+                                                             std::size_t /*max*/) {
+  return OAuthCallbackBatch{};
+}
+
+Status SqliteStore::put_oauth_result(std::string_view /*state*/, std::string_view /*record*/,
+                                     int64_t /*ttl_ms*/) {
+  return Status::Ok();
+}
+
 }  // namespace quiver

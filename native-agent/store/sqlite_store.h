@@ -98,6 +98,9 @@ class SqliteStore final : public ManifestStore {
   Result<CatalogVersions> catalog_versions() override;
   Status append_audit(const AuditEntry& entry) override;
   Result<AuditPage> read_audit(std::string_view cursor, std::size_t limit) override;
+  Result<OAuthCallbackBatch> read_oauth_callbacks(std::string_view after_id,
+                                                  std::size_t max) override;
+  Status put_oauth_result(std::string_view state, std::string_view record, int64_t ttl_ms) override;
   Result<MergedPreferences> merge_preferences(std::string_view cid, const Principal& principal,
                                               const std::vector<PreferenceRow>& rows) override;
   Result<DisabledOverlay> read_disabled(std::string_view cid, const Principal& principal) override;

@@ -45,6 +45,7 @@
 #include "shared/freshness.h"
 #include "shared/identity.h"
 #include "shared/lease.h"
+#include "shared/oauth.h"
 #include "shared/preferences.h"
 #include "shared/status.h"
 #include "shared/webhook_signature.h"
@@ -156,6 +157,17 @@ struct NamespaceRecord {
 };
 
 // ---- the store ---------------------------------------------------------------------------------
+
+// One OAuth callback the edge queued for the agents.
+struct OAuthCallbackEntry {
+  std::string id;  // the stream entry's id
+  oauth::CallbackParams params;
+  int64_t at_ms = 0;  // when the edge queued it (its clock)
+};
+struct OAuthCallbackBatch {
+  std::vector<OAuthCallbackEntry> entries;
+  std::string last_id;  // read from here next ("" when the stream is empty)
+};
 
 class ManifestStore {
  public:
@@ -354,6 +366,21 @@ class ManifestStore {
   virtual Result<WebhookRefreshReply> apply_webhook(const WebhookVerified& verified,
                                                     const WebhookRefreshRequest& request,
                                                     int64_t now_ms, int64_t window_ms) = 0;
+
+  // --- OAuth callbacks the edge received (shared/oauth_callback.h) ---
+
+  // Up to `max` callbacks the edge queued (stream oauth-callbacks, schema/redis-keys.md) after the
+  // entry `after_id`, oldest first; `after_id` "" answers no entries and the id of the newest
+  // one (where a reader that just started begins: older callbacks are another run's). Every
+  // agent reads every entry (no consumer group). `last_id` is where to read from next.
+  // SqliteStore: there is no edge in front of an embedded store, so never any entry.
+  virtual Result<OAuthCallbackBatch> read_oauth_callbacks(std::string_view after_id,
+                                                          std::size_t max) = 0;
+  // The outcome of the callback with this `state` for the edge's page (`record`:
+  // shared/oauth_callback.h's oauth_result_record, no secret), kept `ttl_ms`, under the state's
+  // SHA-256. SqliteStore: nothing to tell, nothing written.
+  virtual Status put_oauth_result(std::string_view state, std::string_view record,
+                                  int64_t ttl_ms) = 0;
 };
 
 // Consumer names for read_revalidations: [A-Za-z0-9._@:-]{1,128}.

@@ -91,6 +91,9 @@ class TokenStore {
   Result<std::optional<oauth::RegisteredClient>> client(const std::string& connection_id,
                                                         const std::string& issuer);
   Status put_client(const std::string& connection_id, const oauth::RegisteredClient& client);
+  // The connection's most recently stored client registration, whichever issuer (begin() offers
+  // it to OAuthFlow::authorize, which reuses it only for the same issuer); nullopt when none.
+  Result<std::optional<oauth::RegisteredClient>> latest_client(const std::string& connection_id);
 
   Status put_pending(const std::string& connection_id, const Principal& principal,
                      const oauth::PendingAuthorization& pending);

@@ -183,6 +183,7 @@ struct UpstreamConnection::Attempt {
 
 UpstreamConnection::UpstreamConnection(UpstreamSpec spec, UpstreamOptions options)
     : spec_(std::move(spec)), options_(std::move(options)) {
+  if (spec_.redactor) options_.redactor = spec_.redactor;
   clock_ = options_.clock ? options_.clock : steady_ms;
   if (!options_.factory) options_.factory = make_upstream_transport;
   settings_.max_message_bytes = options_.max_message_bytes;

@@ -117,6 +117,10 @@ struct UpstreamSpec {
   // 0: none).
   std::optional<int64_t> request_timeout_ms;
   std::optional<int64_t> startup_timeout_ms;
+  // Set: redacts this upstream's text instead of UpstreamOptions::redactor, for a credential the
+  // configuration does not hold (an OAuth access token: every configured secret plus the token).
+  // Not compared by the pool: a new token is a new header, so a new connection anyway.
+  std::shared_ptr<const Redactor> redactor;
 
   static UpstreamSpec stdio(std::string name, std::string command,
                             std::vector<std::string> args = {},

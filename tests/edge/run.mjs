@@ -15,6 +15,7 @@
 // the core. Exit status 0 when every test passed.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
@@ -22,7 +23,7 @@ import os from 'node:os';
 import path from 'node:path';
 
 import {
-  EDGE_REDIS_USER, Layout, Redis, RedisServer, Workerd, argValue, connectionCommands, crashed,
+  EDGE_REDIS_USER, Layout, Redis, RedisServer, Workerd, argValue, configHash, connectionCommands, crashed,
   createEdgeUser, edgeDirArg, edgeEnv as harnessEdgeEnv, everythingTools, finish,
   manifestCommands, manifestJson, mintToken, repoRoot, runTests, signWebhook, signWebhookV1, sleep,
   startEdgeRedis,
@@ -233,6 +234,12 @@ test('the edge\'s Redis user reads the namespace and writes only queues, gates, 
     await refused('an audit read', 'EXISTS', `${layout.prefix}audit`);
     await refused('a script that reads the catalog', 'EVAL_RO',
                   "return redis.call('HGETALL', KEYS[1])", '1', `${layout.prefix}catalog:grant`);
+    // OAuth: it queues callbacks but never reads them back, and reads the agents' outcomes
+    // without writing one.
+    await refused('an OAuth callback read', 'XRANGE', `${layout.prefix}oauth-callbacks`, '-', '+');
+    await refused('an OAuth result write', 'SET', `${layout.prefix}oauth-result:${'a'.repeat(64)}`,
+                  '{"status":"connected"}');
+    assert.equal(await as.call('GET', `${layout.prefix}oauth-result:${'a'.repeat(64)}`), null);
     // What it reads and writes.
     assert.equal(await as.call('SISMEMBER', layout.grants('alice'), 'docs'), 1);
     assert.equal(await as.call('SET', `${layout.prefix}invalidated:docs:shared`, '1'), 'OK');
@@ -517,6 +524,107 @@ test('POST refresh-tools queues a manual refresh (202), 404 when not granted', a
   const denied = await edge.request('POST', '/v1/mcp-connections/secret/refresh-tools',
                                     { headers: auth('alice') });
   assertJsonError(denied, 404, 'NOT_FOUND');
+});
+
+test('a member without an OAuth authorization sees authorization_required, with the path to call',
+     async () => {
+  await resetStream();
+  const key = layout.manifest('mail', 'member/carol');
+  const at = String(Date.now());
+  await db.call('HSET', key, 'config_hash', configHash('mail'), 'error_code',
+                'AUTHORIZATION_REQUIRED', 'error_message', 'connect your account', 'error_at', at,
+                'attempt_at', at);
+  await db.call('INCR', layout.epoch());
+  await sleep(L1_TTL_MS);
+  try {
+    const res = await edge.request('GET', '/v1/manifests', { headers: auth('carol') });
+    assert.equal(res.status, 200, res.text);
+    const entry = res.json.connections.find((c) => c.id === 'mail');
+    assert.equal(entry.status, 'authorization_required', JSON.stringify(entry));
+    assert.equal(entry.authorize, '/v1/mcp-connections/mail/authorize');
+    assert.equal(entry.error.code, 'AUTHORIZATION_REQUIRED');
+    assert.equal(entry.refresh, undefined, 'nothing is queued until someone authorizes');
+    await settle();
+    assert.deepEqual((await streamEntries()).filter((e) => e.cid === 'mail'), []);
+    // bob's own manifest of the same connection is untouched.
+    const bob = await edge.request('GET', '/v1/mcp-connections/mail/manifest',
+                                   { headers: auth('bob') });
+    assert.equal(bob.json.status, 'fresh');
+  } finally {
+    await db.call('DEL', key);
+    await db.call('INCR', layout.epoch());
+  }
+});
+
+const oauthStream = () => `${layout.prefix}oauth-callbacks`;
+const oauthResult = (state) =>
+  `${layout.prefix}oauth-result:${createHash('sha256').update(state).digest('hex')}`;
+async function oauthEntries() {
+  const entries = await db.call('XRANGE', oauthStream(), '-', '+');
+  return entries.map(([, fields]) => {
+    const o = {};
+    for (let i = 0; i < fields.length; i += 2) o[fields[i]] = fields[i + 1];
+    return o;
+  });
+}
+function assertCallbackPage(res, status, title) {
+  assert.equal(res.status, status, res.text);
+  assert.match(res.headers['content-type'] ?? '', /^text\/html/);
+  assert.match(res.headers['content-security-policy'] ?? '', /default-src 'none'/);
+  assert.equal(res.headers['referrer-policy'], 'no-referrer');
+  assert.equal(res.headers['cache-control'], 'no-store');
+  assert.match(res.text, new RegExp(`<h1>${title}</h1>`));
+  assert.doesNotMatch(res.text, /<script/i);
+}
+
+test('an OAuth callback is queued for the agents; the outcome an agent writes is shown', async () => {
+  await db.call('DEL', oauthStream(), oauthResult('st-1'), oauthResult('st-2'));
+  const code = 'code-e2e-0123456789';
+  const url = `/v1/oauth/callback?state=st-1&code=${code}&iss=${encodeURIComponent('https://as.example/')}&scope=extra`;
+  // No caller token: the state authenticates the browser. No agent answered yet.
+  const first = await edge.request('GET', url);
+  assertCallbackPage(first, 200, 'Received');
+  assert.ok(!first.text.includes(code), 'the page never shows the code');
+  let entries = await oauthEntries();
+  assert.equal(entries.length, 1);
+  assert.deepEqual({ ...entries[0], at: undefined },
+                   { state: 'st-1', code, iss: 'https://as.example/', error: '',
+                     error_description: '', at: undefined });
+  assert.ok(Math.abs(Number(entries[0].at) - Date.now()) < 60_000);
+  // The agent that held the state completed it and wrote the outcome (SET EX 60, no secret).
+  await db.call('SET', oauthResult('st-1'),
+                JSON.stringify({ status: 'connected', connection: 'Linear <prod>' }), 'EX', '60');
+  const done = await edge.request('GET', url);
+  assertCallbackPage(done, 200, 'Connected');
+  assert.match(done.text, /Linear &lt;prod&gt;/);
+  assert.equal((await oauthEntries()).length, 1, 'an answered callback is not queued again');
+  // A failure the agent reported.
+  await db.call('SET', oauthResult('st-2'),
+                JSON.stringify({ status: 'failed', message: 'the authorization server said access_denied' }),
+                'EX', '60');
+  const failed = await edge.request('GET', '/v1/oauth/callback?state=st-2&error=access_denied');
+  assertCallbackPage(failed, 400, 'Connection failed');
+  assert.match(failed.text, /access_denied/);
+  // Hostile queries: refused with a reason, nothing queued.
+  const hostile = [
+    '/v1/oauth/callback?code=abc',                           // no state
+    '/v1/oauth/callback?state=s&code=a&code=b',              // a repeated parameter
+    '/v1/oauth/callback?state=s&state=t&code=a',
+    `/v1/oauth/callback?state=s&code=${'c'.repeat(5000)}`,   // oversized
+    `/v1/oauth/callback?state=${'s'.repeat(600)}&code=a`,
+    '/v1/oauth/callback?state=s',                            // neither code nor error
+    '/v1/oauth/callback?state=s&code=a&error=x',             // both
+    '/v1/oauth/callback?state=s%00&code=a',                  // a control character
+    '/v1/oauth/callback?state=%zz&code=a',                   // bad percent-encoding
+  ];
+  for (const q of hostile) {
+    const res = await edge.request('GET', q);
+    assertCallbackPage(res, 400, 'Connection failed');
+  }
+  const post = await edge.request('POST', '/v1/oauth/callback?state=s&code=a', { body: '' });
+  assert.equal(post.status, 405);
+  assert.equal((await oauthEntries()).length, 1, 'nothing queued by a refused callback');
+  await db.call('DEL', oauthStream(), oauthResult('st-1'), oauthResult('st-2'));
 });
 
 test('oversized and malformed requests get 4xx JSON errors', async () => {

@@ -239,6 +239,9 @@ TEST(ConfigTest, ServerNamesMapToConnectionIdsDeterministically) {
 
 // ---- validation: one row per error path --------------------------------------------------------
 
+// quiver.oauth.key's value in tests: 32 bytes as hex.
+constexpr char kOAuthKeyHex[] = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
+
 struct ErrorCase {
   const char* what;
   std::string config;
@@ -416,11 +419,100 @@ std::vector<ErrorCase> error_cases() {
       {"mode", with_quiver(R"({"connections": {"h": {"credential_mode": "team"}}})"),
        "quiver.connections.h.credential_mode: `team` is not shared or per_member"},
       {"auth", with_quiver(R"({"connections": {"h": {"auth": "basic"}}})"),
-       "quiver.connections.h.auth: `basic` is not none, bearer, api_key or headers"},
+       "quiver.connections.h.auth: `basic` is not none, bearer, api_key, headers or oauth"},
       {"auth type", with_quiver(R"({"connections": {"h": {"auth": 1}}})"),
        "quiver.connections.h.auth: must be a string"},
-      {"oauth", with_quiver(R"({"connections": {"h": {"auth": "oauth"}}})"),
-       "quiver.connections.h.auth: oauth is not supported yet"},
+      // oauth (issue 12)
+      {"oauth without key", with_quiver(R"({"connections": {"h": {"auth": "oauth"}}})"),
+       "quiver.connections.h.auth: oauth needs quiver.oauth.key"},
+      {"oauth stdio",
+       with_quiver(R"({"oauth": {"key": {"env": "K"}}, "connections": {"s": {"auth": "oauth"}}})"),
+       "quiver.connections.s.auth: oauth is only for HTTP servers",
+       {{"K", kOAuthKeyHex}}},
+      {"oauth key short",
+       with_quiver(R"({"oauth": {"key": {"env": "K"}}})"),
+       "quiver.oauth.key: the OAuth token key must be 32 bytes as 64 hex digits or base64",
+       {{"K", "00ff"}}},
+      {"oauth key inline", with_quiver(R"({"oauth": {"key": "00ff"}})"),
+       "quiver.oauth.key: an inline secret is not allowed here"},
+      {"oauth agent typo", with_quiver(R"({"oauth": {"redirect": "x"}})"),
+       "quiver.oauth.redirect: unknown setting (did you mean `redirect_uri`?)"},
+      {"oauth redirect", with_quiver(R"({"oauth": {"redirect_uri": "callback"}})"),
+       "quiver.oauth.redirect_uri: "},
+      {"oauth refresh ahead", with_quiver(R"({"oauth": {"refresh_ahead_ms": -1}})"),
+       "quiver.oauth.refresh_ahead_ms: must be a whole number of milliseconds, 0 to 86400000"},
+      {"oauth settings without oauth",
+       with_quiver(R"({"connections": {"h": {"auth": "bearer", "credential": {"env": "K"},
+          "oauth": {}}}})"),
+       "quiver.connections.h.oauth: only with auth oauth",
+       {{"K", kOAuthKeyHex}}},
+      {"oauth credentials",
+       conn(R"({"h": {"auth": "oauth", "credential_mode": "per_member",
+          "credentials": {"alice": {"env": "K"}}}})"),
+       "quiver.connections.h.credentials: not with auth oauth",
+       {{"K", kOAuthKeyHex}}},
+      {"oauth typo",
+       with_quiver(R"({"oauth": {"key": {"env": "K"}}, "connections": {"h": {"auth": "oauth",
+          "oauth": {"scope": ["a"]}}}})"),
+       "quiver.connections.h.oauth.scope: unknown setting (did you mean `scopes`?)",
+       {{"K", kOAuthKeyHex}}},
+      {"oauth grant",
+       with_quiver(R"({"oauth": {"key": {"env": "K"}}, "connections": {"h": {"auth": "oauth",
+          "oauth": {"grant": "password"}}}})"),
+       "quiver.connections.h.oauth.grant: `password` is not authorization_code or "
+       "client_credentials",
+       {{"K", kOAuthKeyHex}}},
+      {"oauth client credentials needs secret",
+       with_quiver(R"({"oauth": {"key": {"env": "K"}}, "connections": {"h": {"auth": "oauth",
+          "oauth": {"grant": "client_credentials", "client_id": "q"}}}})"),
+       "quiver.connections.h.oauth.grant: client_credentials needs client_id and client_secret "
+       "or private_key",
+       {{"K", kOAuthKeyHex}}},
+      {"oauth client credentials per member",
+       conn(R"({"h": {"auth": "oauth", "credential_mode": "per_member", "oauth": {
+          "grant": "client_credentials", "client_id": "q", "client_secret": {"env": "K"}}}})"),
+       "quiver.connections.h.oauth.grant: client_credentials gets one token for the connection",
+       {{"K", kOAuthKeyHex}}},
+      {"oauth secret inline",
+       with_quiver(R"({"oauth": {"key": {"env": "K"}}, "connections": {"h": {"auth": "oauth",
+          "oauth": {"client_id": "q", "client_secret": "s3cr3t"}}}})"),
+       "quiver.connections.h.oauth.client_secret: an inline secret is not allowed here",
+       {{"K", kOAuthKeyHex}}},
+      {"oauth secret without client id",
+       with_quiver(R"({"oauth": {"key": {"env": "K"}}, "connections": {"h": {"auth": "oauth",
+          "oauth": {"client_secret": {"env": "K"}}}}})"),
+       "quiver.connections.h.oauth.client_secret: needs client_id",
+       {{"K", kOAuthKeyHex}}},
+      {"oauth auth method",
+       with_quiver(R"({"oauth": {"key": {"env": "K"}}, "connections": {"h": {"auth": "oauth",
+          "oauth": {"token_endpoint_auth_method": "tls_client_auth"}}}})"),
+       "quiver.connections.h.oauth.token_endpoint_auth_method: `tls_client_auth` is not",
+       {{"K", kOAuthKeyHex}}},
+      {"oauth private_key_jwt needs key",
+       with_quiver(R"({"oauth": {"key": {"env": "K"}}, "connections": {"h": {"auth": "oauth",
+          "oauth": {"client_id": "q", "token_endpoint_auth_method": "private_key_jwt"}}}})"),
+       "quiver.connections.h.oauth.token_endpoint_auth_method: private_key_jwt needs private_key",
+       {{"K", kOAuthKeyHex}}},
+      {"oauth key not pem",
+       with_quiver(R"({"oauth": {"key": {"env": "K"}}, "connections": {"h": {"auth": "oauth",
+          "oauth": {"client_id": "q", "private_key": {"env": "K"}}}}})"),
+       "quiver.connections.h.oauth.private_key: is not a PEM private key",
+       {{"K", kOAuthKeyHex}}},
+      {"oauth scopes",
+       with_quiver(R"({"oauth": {"key": {"env": "K"}}, "connections": {"h": {"auth": "oauth",
+          "oauth": {"scopes": ["read write"]}}}})"),
+       "quiver.connections.h.oauth.scopes[0]: must be a scope",
+       {{"K", kOAuthKeyHex}}},
+      {"oauth cimd http",
+       with_quiver(R"({"oauth": {"key": {"env": "K"}}, "connections": {"h": {"auth": "oauth",
+          "oauth": {"client_id_metadata_url": "http://q.example/client.json"}}}})"),
+       "quiver.connections.h.oauth.client_id_metadata_url: must be an https URL",
+       {{"K", kOAuthKeyHex}}},
+      {"oauth header conflict",
+       with_quiver(R"({"oauth": {"key": {"env": "K"}}, "connections": {"h": {"auth": "oauth"}}})",
+                   R"("h": {"url": "https://h.example/mcp", "headers": {"Authorization": "x"}})"),
+       "mcpServers.h.headers.Authorization: conflicts with auth oauth",
+       {{"K", kOAuthKeyHex}}},
       {"version", with_quiver(R"({"connections": {"h": {"credential_version": -1}}})"),
        "quiver.connections.h.credential_version: must be a string or a non-negative"},
       {"auto enable", with_quiver(R"({"connections": {"h": {"auto_enable_new_capabilities": 1}}})"),
@@ -1320,6 +1412,121 @@ TEST(ConfigTest, PerConnectionDeadlinesOverrideTheRuntimeControls) {
     if (c["id"] == "h") shown = c.value("list_timeout_ms", int64_t{0}) == 30000;
   }
   EXPECT_TRUE(shown);
+}
+
+// Issue 12: `auth: "oauth"` with `quiver.connections.<n>.oauth` and `quiver.oauth`.
+TEST(ConfigTest, OAuthConnectionsAndTheAgentsOAuthSettings) {
+  Inputs in;
+  in.env["K"] = kOAuthKeyHex;
+  in.env["LIN_SECRET"] = "lin-client-secret-value-1";
+  in.files["/run/secrets/key.pem"] =
+      "-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg\n"
+      "-----END PRIVATE KEY-----\n";
+  const std::string servers = R"("linear": {"url": "https://mcp.linear.example/mcp"},
+    "notion": {"url": "https://mcp.notion.example/mcp"},
+    "ci": {"url": "https://ci.example/mcp"})";
+  auto text = [&](const std::string& linear_oauth) {
+    return with_quiver(R"({"listen": "127.0.0.1:9000", "data_dir": "/var/lib/q",
+      "members": ["alice", "bob"], "grants": {"*": ["*"]},
+      "oauth": {"key": {"env": "K"}},
+      "connections": {
+        "linear": {"auth": "oauth", "oauth": )" +
+                           linear_oauth + R"(},
+        "notion": {"auth": "oauth", "credential_mode": "per_member"},
+        "ci": {"auth": "oauth", "oauth": {"grant": "client_credentials", "client_id": "ci-bot",
+               "private_key": {"file": "/run/secrets/key.pem"}, "private_key_id": "k1",
+               "token_endpoint_auth_method": "private_key_jwt", "audience": "https://api.ci",
+               "resource": false}}}})",
+                       servers);
+  };
+  const std::string linear = R"({"client_id": "quiver-prod",
+      "client_secret": {"env": "LIN_SECRET"}, "scopes": ["read", "offline_access"],
+      "token_endpoint_auth_method": "client_secret_basic"})";
+  AgentConfig cfg = parse_ok(in, text(linear));
+  // quiver.oauth: the defaults follow listen and data_dir.
+  ASSERT_TRUE(cfg.oauth.key.has_value());
+  EXPECT_EQ(cfg.oauth.redirect_uri, "http://127.0.0.1:9000/v1/oauth/callback");
+  EXPECT_EQ(cfg.oauth.token_store, "/var/lib/q/oauth-tokens.db");
+  EXPECT_EQ(cfg.oauth.refresh_ahead_ms, 60000);
+  Result<std::string> key = parse_token_key(*cfg.oauth.key);
+  ASSERT_TRUE(key.ok());
+  EXPECT_EQ(key->size(), 32u);
+  EXPECT_EQ(static_cast<unsigned char>((*key)[31]), 0x1f);
+
+  const ConnectionConfig* l = cfg.find_connection("linear");
+  ASSERT_NE(l, nullptr);
+  ASSERT_TRUE(l->oauth.has_value());
+  EXPECT_EQ(l->auth, AuthType::kOAuth);
+  EXPECT_EQ(l->oauth->client_id, "quiver-prod");
+  EXPECT_EQ(l->oauth->scopes, (std::vector<std::string>{"read", "offline_access"}));
+  oauth::OAuthClientSettings web =
+      l->oauth->client_settings("https://edge.example/v1/oauth/callback");
+  EXPECT_EQ(web.client_secret, "lin-client-secret-value-1");
+  EXPECT_EQ(web.application_type, "web");
+  EXPECT_EQ(web.redirect_uri, "https://edge.example/v1/oauth/callback");
+  EXPECT_EQ(l->oauth->client_settings(cfg.oauth.redirect_uri).application_type, "native");
+  const ConnectionConfig* ci = cfg.find_connection("ci");
+  ASSERT_TRUE(ci != nullptr && ci->oauth.has_value());
+  EXPECT_EQ(ci->oauth->grant, oauth::GrantType::kClientCredentials);
+  EXPECT_FALSE(ci->oauth->send_resource);
+  EXPECT_NE(ci->oauth->client_settings("x").private_key_pem.find("BEGIN PRIVATE KEY"),
+            std::string::npos);
+  // A per-member oauth connection needs no credentials; its upstream carries none from the config
+  // (the agent places the member's token).
+  const ConnectionConfig* n = cfg.find_connection("notion");
+  ASSERT_TRUE(n != nullptr && n->oauth.has_value());
+  EXPECT_EQ(n->principals().size(), 2u);
+  Result<UpstreamEndpoint> up = n->upstream_for(*Principal::member("alice"));
+  ASSERT_TRUE(up.ok()) << up.error().message;
+  EXPECT_EQ(up->headers.count("Authorization"), 0u);
+  EXPECT_FALSE(n->upstream_for(Principal::shared()).ok());
+
+  // Secrets: redacted everywhere, shown as *** with their source.
+  const std::string effective = cfg.effective_config_json().dump();
+  for (const std::string& secret : {std::string(kOAuthKeyHex), in.env["LIN_SECRET"],
+                                    in.files["/run/secrets/key.pem"].substr(0, 40)}) {
+    EXPECT_EQ(effective.find(secret), std::string::npos);
+    EXPECT_EQ(cfg.redact("x " + secret + " y").find(secret), std::string::npos);
+  }
+  const Json j = cfg.effective_config_json();
+  EXPECT_EQ(j["oauth"]["key"]["value"], "***");
+  EXPECT_EQ(j["oauth"]["key"]["from"], "env:K");
+  EXPECT_EQ(j["oauth"]["redirect_uri"], "http://127.0.0.1:9000/v1/oauth/callback");
+  bool shown = false;
+  for (const Json& c : j["connections"]) {
+    if (c["id"] != "linear") continue;
+    shown = c["oauth"]["client_id"] == "quiver-prod" &&
+            c["oauth"]["client_secret"]["value"] == "***" &&
+            c["oauth"]["client_secret"]["from"] == "env:LIN_SECRET" && c["auth"] == "oauth";
+  }
+  EXPECT_TRUE(shown) << j["connections"].dump();
+
+  // config_hash: the non-secret settings are identity; the secret's value is not.
+  in.env["LIN_SECRET"] = "rotated-secret-value-2";
+  EXPECT_EQ(parse_ok(in, text(linear)).find_connection("linear")->config_hash, l->config_hash);
+  for (const std::string& other :
+       {std::string(R"({"client_id": "quiver-dev", "client_secret": {"env": "LIN_SECRET"}})"),
+        std::string(R"({"client_id": "quiver-prod", "client_secret": {"env": "LIN_SECRET"},
+            "scopes": ["read"], "token_endpoint_auth_method": "client_secret_basic"})"),
+        std::string(R"({"audience": "https://api.linear.example"})"),
+        std::string(R"({"resource": false})")}) {
+    SCOPED_TRACE(other);
+    EXPECT_NE(parse_ok(in, text(other)).find_connection("linear")->config_hash, l->config_hash);
+  }
+
+  // quiver.oauth settings, and the key as base64.
+  in.env["K"] = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+  AgentConfig b64 = parse_ok(in, with_quiver(R"({"oauth": {"key": {"env": "K"},
+      "redirect_uri": "https://edge.example/v1/oauth/callback", "token_store": "tokens.db",
+      "refresh_ahead_ms": 120000}, "connections": {"h": {"auth": "oauth"}}})"));
+  ASSERT_TRUE(b64.oauth.key.has_value());
+  EXPECT_EQ(*parse_token_key(*b64.oauth.key), *key);
+  EXPECT_EQ(b64.oauth.redirect_uri, "https://edge.example/v1/oauth/callback");
+  EXPECT_EQ(b64.oauth.token_store, "/srv/work/tokens.db");
+  EXPECT_EQ(b64.oauth.refresh_ahead_ms, 120000);
+  EXPECT_FALSE(parse_token_key(Secret("AAEC")).ok());
+  EXPECT_EQ(parse_token_key(Secret("not a key at all")).error().message.find("not a key"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -184,6 +184,34 @@ TEST(Discovery, FailedFirstListingIsErrorWithTheRecordedError) {
   EXPECT_EQ(r.out.stats.error, 1);
 }
 
+TEST(Discovery, NoAuthorizationIsAuthorizationRequiredWithThePathAndNothingQueued) {
+  HashFields f;
+  add_failure(&f, "AUTHORIZATION_REQUIRED", "no authorization for member/alice", kNow - 5000);
+  MemoryStore store = alice_with_c(f);
+  Rendered r = render(store, "alice");
+  const Json* c = entry(r.body, "c");
+  EXPECT_EQ((*c)["status"], "authorization_required");
+  EXPECT_EQ((*c)["authorize"], "/v1/mcp-connections/c/authorize");
+  EXPECT_EQ((*c)["error"]["code"], "AUTHORIZATION_REQUIRED");
+  EXPECT_FALSE(c->contains("refresh"));
+  EXPECT_TRUE(r.out.revalidations.empty());  // a listing would fail the same way
+  EXPECT_EQ(r.out.stats.authorization_required, 1);
+  EXPECT_EQ(r.out.stats.error, 0);
+  EXPECT_EQ(r.out.max_age_s, 0);
+}
+
+TEST(Discovery, ARefreshTokenThatStoppedWorkingKeepsTheLastGoodDataVisible) {
+  MemoryStore store = one_connection(20 * kMinute);
+  add_failure(&store.manifests[{"c", "shared"}], "AUTHORIZATION_REQUIRED", "invalid_grant",
+              kNow - kMinute);
+  Rendered r = render(store, "alice");
+  const Json* c = entry(r.body, "c");
+  EXPECT_EQ((*c)["status"], "authorization_required");
+  EXPECT_TRUE(c->contains("manifest"));  // the last good manifest, still served
+  EXPECT_TRUE(c->contains("fetched_at"));
+  EXPECT_TRUE(r.out.revalidations.empty());
+}
+
 TEST(Discovery, StaleDataAfterAFailedRefreshIsServedWithTheError) {
   MemoryStore store = one_connection(20 * kMinute);
   add_failure(&store.manifests[{"c", "shared"}], "TIMEOUT", "listing deadline passed",
@@ -249,7 +277,7 @@ TEST(Discovery, UnknownCredentialModeIsAnErrorWithNothingRead) {
 TEST(Discovery, StatusTableCoversEveryStatus) {
   // One snapshot holding every status at once; the stats count each.
   MemoryStore store;
-  for (const char* id : {"a-fresh", "b-stale", "c-expired", "d-pending", "e-error"}) {
+  for (const char* id : {"a-fresh", "b-stale", "c-expired", "d-pending", "e-error", "f-auth"}) {
     store.add_connection(id, "shared");
     store.grant("alice", id);
   }
@@ -262,11 +290,15 @@ TEST(Discovery, StatusTableCoversEveryStatus) {
   HashFields failed;
   add_failure(&failed, "TIMEOUT", "x", kNow - 1);
   store.manifests[{"e-error", "shared"}] = failed;
+  HashFields unauthorized;
+  add_failure(&unauthorized, "AUTHORIZATION_REQUIRED", "x", kNow - 1);
+  store.manifests[{"f-auth", "shared"}] = unauthorized;
   Rendered r = render(store, "alice");
   std::vector<std::string> statuses;
   for (const Json& c : r.body["connections"]) statuses.push_back(c["status"]);
-  EXPECT_EQ(statuses, (std::vector<std::string>{"fresh", "stale", "expired", "pending", "error"}));
-  EXPECT_EQ(r.out.stats, (DiscoveryStats{1, 1, 1, 1, 1}));
+  EXPECT_EQ(statuses, (std::vector<std::string>{"fresh", "stale", "expired", "pending", "error",
+                                                "authorization_required"}));
+  EXPECT_EQ(r.out.stats, (DiscoveryStats{1, 1, 1, 1, 1, 1}));
   std::vector<std::string> reasons;
   for (const Revalidation& v : r.out.revalidations) reasons.push_back(v.reason);
   EXPECT_EQ(reasons, (std::vector<std::string>{"stale", "expired", "miss", "miss"}));

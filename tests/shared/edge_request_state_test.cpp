@@ -46,7 +46,8 @@ TEST(EdgeRequestTable, TheRequestsPathsEndDone) {
 TEST(EdgeRequestTable, EachRoundBeforeTheAnswerOpensItsPhaseAndReturnsToDeciding) {
   const std::pair<E, P> rounds[] = {{E::kReadSnapshot, P::kReadingSnapshot},
                                     {E::kQueue, P::kQueueing},
-                                    {E::kSendWebhook, P::kWebhook}};
+                                    {E::kSendWebhook, P::kWebhook},
+                                    {E::kSendOAuthCallback, P::kOAuthCallback}};
   for (const auto& [open, phase] : rounds) {
     EXPECT_EQ(edge_transition(P::kDeciding, open), phase) << edge_event_name(open);
     for (E end : {E::kRedisAnswered, E::kStoreFailed}) {
@@ -54,7 +55,8 @@ TEST(EdgeRequestTable, EachRoundBeforeTheAnswerOpensItsPhaseAndReturnsToDeciding
           << edge_phase_name(phase) << " + " << edge_event_name(end);
     }
     // One round at a time: an open round opens no other and answers nothing.
-    for (E e : {E::kReadSnapshot, E::kQueue, E::kSendWebhook, E::kRespond, E::kBackground}) {
+    for (E e : {E::kReadSnapshot, E::kQueue, E::kSendWebhook, E::kSendOAuthCallback, E::kRespond,
+                E::kBackground}) {
       EXPECT_EQ(edge_transition(phase, e), std::nullopt)
           << edge_phase_name(phase) << " + " << edge_event_name(e);
     }

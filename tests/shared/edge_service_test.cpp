@@ -9,6 +9,7 @@
 #include "shared/caller_token.h"
 #include "shared/json.h"
 #include "shared/schema_assets.h"
+#include "shared/sha256.h"
 #include "shared/webhook_signature.h"
 #include "tests/support/resp_values.h"
 
@@ -816,6 +817,89 @@ TEST(EdgeService, RefreshQueuesThroughTheSameConnection) {
   ASSERT_EQ(s.action, EdgeAction::kRespond);
   EXPECT_EQ(s.response.status, 503);
   edge->end(h);
+}
+
+// ---- OAuth callbacks ---------------------------------------------------------------------------
+
+HttpRequest callback(const std::string& query) {
+  HttpRequest r;
+  r.method = "GET";
+  r.path = "/v1/oauth/callback";
+  r.query = query;
+  return r;
+}
+
+TEST(EdgeService, AnOAuthCallbackIsQueuedInOneScriptAndTheAgentsOutcomeShown) {
+  auto edge = service();
+  // No caller token: the state authenticates the browser.
+  EdgeStep s =
+      edge->begin(callback("state=st-1&code=the-code&iss=https%3A%2F%2Fas.example"), kNow, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRedis);
+  EXPECT_NE(
+      s.redis_bytes.find(std::string(schema_asset_sha1_of(schema_asset("lua/oauth_callback.lua")))),
+      std::string::npos);
+  EXPECT_NE(s.redis_bytes.find("quiver:{default}:oauth-callbacks"), std::string::npos);
+  EXPECT_NE(s.redis_bytes.find("quiver:{default}:oauth-result:" + sha256_hex("st-1")),
+            std::string::npos);
+  uint32_t h = s.handle;
+  s = edge->feed(h, "+OK\r\n" + encode_reply(A({S("queued"), S("1-0")})), kNow);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(s.response.status, 200);
+  EXPECT_EQ(header(s.response, "Content-Type"), "text/html; charset=utf-8");
+  EXPECT_EQ(header(s.response, "Referrer-Policy"), "no-referrer");
+  EXPECT_NE(header(s.response, "Content-Security-Policy").find("default-src 'none'"),
+            std::string::npos);
+  EXPECT_NE(s.response.body.find("finishing the connection"), std::string::npos);
+  EXPECT_EQ(s.response.body.find("the-code"), std::string::npos);
+  edge->end(h);
+
+  // An agent reported: the page says so (escaped), nothing queued again.
+  s = edge->begin(callback("state=st-1&code=the-code"), kNow, kRandom);
+  s = edge->feed(
+      s.handle,
+      "+OK\r\n" +
+          encode_reply(A({S("result"), S(R"({"status":"failed","message":"<b>denied</b>"})")})),
+      kNow);
+  EXPECT_EQ(s.response.status, 400);
+  EXPECT_NE(s.response.body.find("&lt;b&gt;denied&lt;/b&gt;"), std::string::npos);
+  edge->end(s.handle);
+  s = edge->begin(callback("state=st-1&code=the-code"), kNow, kRandom);
+  s = edge->feed(s.handle, "+OK\r\n" + encode_reply(A({S("result"), S(R"({"status":"connected",
+                                                                 "connection":"Linear"})")})),
+                 kNow);
+  EXPECT_EQ(s.response.status, 200);
+  EXPECT_NE(s.response.body.find("connected to Linear"), std::string::npos);
+  edge->end(s.handle);
+
+  // Redis gone: a 503 page, never "connected".
+  s = edge->begin(callback("state=st-1&code=c"), kNow, kRandom);
+  s = edge->fail(s.handle, "connection refused", kNow);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(s.response.status, 503);
+  edge->end(s.handle);
+  EXPECT_EQ(edge->open_requests(), 0u);
+}
+
+TEST(EdgeService, HostileOAuthCallbacksAreRefusedWithoutTouchingRedis) {
+  auto edge = service();
+  for (const std::string& q :
+       {std::string("code=abc"), std::string("state=s&code=a&code=b"),
+        std::string("state=s&state=t&code=a"), "state=s&code=" + std::string(5000, 'c'),
+        "state=" + std::string(600, 's') + "&code=a", std::string("state=s"),
+        std::string("state=s&code=a&error=x"), std::string("state=s%00&code=a"),
+        std::string("state=%zz&code=a"), std::string(9000, 'q')}) {
+    EdgeStep s = edge->begin(callback(q), kNow, kRandom);
+    ASSERT_EQ(s.action, EdgeAction::kRespond) << q.substr(0, 40);
+    EXPECT_EQ(s.response.status, 400) << q.substr(0, 40);
+    EXPECT_EQ(header(s.response, "Content-Type"), "text/html; charset=utf-8");
+    edge->end(s.handle);
+  }
+  HttpRequest post = callback("state=s&code=a");
+  post.method = "POST";
+  EdgeStep s = edge->begin(post, kNow, kRandom);
+  EXPECT_EQ(s.response.status, 405);
+  edge->end(s.handle);
+  EXPECT_EQ(edge->open_requests(), 0u);
 }
 
 // ---- refresh webhooks --------------------------------------------------------------------------

@@ -174,6 +174,9 @@
         const badge = el('span', { className: 'badge status-' + p.status }, p.status);
         const st = el('td', { className: 'status' }, badge);
         if (p.pending_reason) st.append(el('div', { className: 'sub' }, p.pending_reason));
+        // authorization_required: someone must connect (a member: POST this path with their
+        // token; a shared connection: an operator, or `quiver-agent login`).
+        if (p.authorize) st.append(el('div', { className: 'sub authorize' }, 'to connect: POST ' + p.authorize));
         if (p.refresh_in_flight) st.append(el('div', { className: 'sub' }, 'refreshing…'));
         tr.append(st);
         tr.append(el('td', { className: 'age' }, duration(p.age_ms)));
