@@ -5,6 +5,8 @@
 //   api_health.cpp       GET /healthz, GET /metrics
 //   api_connections.cpp  GET /v1/mcp-connections, POST .../{id}/test, POST .../{id}/evidence
 //   api_preferences.cpp  GET / PUT / PATCH .../{id}/preferences
+//   api_oauth.cpp        POST .../{id}/authorize, DELETE .../{id}/authorization,
+//                        GET /v1/oauth/callback (no caller token: the state authenticates it)
 //   api_webhook.cpp      POST /v1/webhooks/refresh
 //   api_status.cpp       GET /status (+ .js, .css), GET /v1/admin/status,
 //                        POST /v1/admin/connections/{id}/refresh (operators)
@@ -44,6 +46,14 @@ void set_preferences(ApiContext& api, const httplib::Request& req, httplib::Resp
                      const Caller& caller);
 
 void webhook(ApiContext& api, const httplib::Request& req, httplib::Response& res);
+
+// OAuth connections (api_oauth.cpp): the caller's token, the principal chosen as discovery does.
+void oauth_authorize(ApiContext& api, const httplib::Request& req, httplib::Response& res,
+                     const Caller& caller);
+void oauth_disconnect(ApiContext& api, const httplib::Request& req, httplib::Response& res,
+                      const Caller& caller);
+// The redirect back from the authorization server: no caller token (the state authenticates it).
+void oauth_callback(ApiContext& api, const httplib::Request& req, httplib::Response& res);
 
 // The status page's static files (/status, /status.js, /status.css): no data, no token.
 void status_page(ApiContext& api, const httplib::Request& req, httplib::Response& res);

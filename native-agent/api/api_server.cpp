@@ -17,6 +17,7 @@
 #include "native-agent/engine/tracer.h"
 #include "shared/caller_token.h"
 #include "shared/discovery_http.h"
+#include "shared/oauth_callback.h"
 #include "shared/webhook_signature.h"
 
 namespace quiver {
@@ -121,6 +122,19 @@ struct ApiServer::Impl : ApiContext {
     });
     s.Put(id + "/preferences", set);
     s.Patch(id + "/preferences", set);
+
+    // OAuth connections (api_oauth.cpp). The callback has no caller token: the browser comes from
+    // the authorization server, and the state authenticates it.
+    s.Post(id + "/authorize",
+           authed_caller([this](const auto& req, auto& res, const api::Caller& c) {
+             api::oauth_authorize(*this, req, res, c);
+           }));
+    s.Delete(id + "/authorization",
+             authed_caller([this](const auto& req, auto& res, const api::Caller& c) {
+               api::oauth_disconnect(*this, req, res, c);
+             }));
+    s.Get(kOAuthCallbackPath,
+          [this](const auto& req, auto& res) { api::oauth_callback(*this, req, res); });
 
     // The operators' status page (api_status.cpp): static files; its JSON and its button are
     // admin routes.

@@ -15,6 +15,8 @@ const std::vector<CliCommand>& cli_commands() {
        cmd_status},
       {"prefs", "show or toggle a connection's capabilities (--enable/--disable TYPE:KEY)",
        cmd_prefs},
+      {"login", "authorize a shared OAuth connection from this machine (browser, loopback)",
+       cmd_login},
       {"probe", "list one upstream MCP server live and print its manifest (test connection)",
        cmd_probe},
       {"token", "mint a caller token for a member from the configured key ring (for testing)",

@@ -21,6 +21,7 @@ int run_cli(int argc, char** argv);
 // Commands (each defined in its cmd_<name>.cpp).
 int cmd_serve(const std::vector<std::string>& args);
 int cmd_refresh(const std::vector<std::string>& args);
+int cmd_login(const std::vector<std::string>& args);
 int cmd_status(const std::vector<std::string>& args);
 int cmd_prefs(const std::vector<std::string>& args);
 int cmd_probe(const std::vector<std::string>& args);

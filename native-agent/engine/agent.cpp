@@ -16,6 +16,7 @@
 #include "native-agent/engine/agent_context.h"
 #include "native-agent/engine/catalog_config.h"
 #include "native-agent/engine/maintenance.h"
+#include "native-agent/engine/oauth_callbacks.h"
 #include "native-agent/engine/refresh_runner.h"
 #include "native-agent/engine/revalidation_consumer.h"
 #include "native-agent/engine/triggers.h"
@@ -115,6 +116,9 @@ struct Agent::Impl {
   std::unique_ptr<Maintenance> maintenance;
   std::thread scheduler;
   std::vector<std::thread> workers;
+  // The edge's OAuth callbacks (oauth_callbacks.h), when a connection authorizes with OAuth.
+  std::unique_ptr<OAuthCallbackConsumer> oauth_callbacks;
+  std::thread oauth_callback_loop;
 
   void scheduler_loop() {
     int64_t next_maintenance = steady_ms();
@@ -364,6 +368,15 @@ Status Agent::start() {
       impl.workers.emplace_back([consumer] { consumer->worker_loop(); });
   }
   impl.scheduler = std::thread([&impl] { impl.scheduler_loop(); });
+  if (s.options.run_revalidation_workers && s.oauth) {
+    impl.oauth_callbacks = std::make_unique<OAuthCallbackConsumer>(*this, *s.oauth, *s.logger);
+    impl.oauth_callback_loop = std::thread([&impl] {
+      AgentContext& c = impl.ctx;
+      do {
+        (void)impl.oauth_callbacks->pass(c.options.now_ms());
+      } while (c.wait_running(kOAuthCallbackPollMs));
+    });
+  }
   s.logger->info(kAgentLog, "started: " + std::to_string(s.config.connections.size()) +
                                 " connections, store " + s.store->describe() + ", consumer " +
                                 s.consumer);
@@ -375,6 +388,7 @@ void Agent::stop() {
   AgentContext& s = impl.ctx;
   if (!s.mark_stopped()) return;
   if (impl.scheduler.joinable()) impl.scheduler.join();
+  if (impl.oauth_callback_loop.joinable()) impl.oauth_callback_loop.join();
   for (std::thread& t : impl.workers) {
     if (t.joinable()) t.join();
   }

@@ -1,0 +1,178 @@
+// `quiver-agent login NAME`: an operator authorizes a shared OAuth connection from this machine,
+// the native-application flow of RFC 8252: a loopback listener on 127.0.0.1 and an ephemeral
+// port is the redirect URI; the authorization URL is printed on stderr (`authorize: <URL>`) for
+// the operator to open; the redirect back is completed here (OAuthManager::complete) and the
+// tokens go to the agent's token store (the same file a running agent reads). Per-member
+// connections are refused: members connect through the API (POST .../{id}/authorize).
+//
+// stdout: one JSON line, never a token: {"connection", "connection_id", "principal", "status":
+// "connected"}. The listing is queued for a running agent (finish_oauth_callback).
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <httplib.h>
+
+#include "native-agent/api/api_http.h"
+#include "native-agent/base/clock.h"
+#include "native-agent/cli/cli.h"
+#include "native-agent/cli/cli_support.h"
+#include "native-agent/engine/agent.h"
+#include "native-agent/engine/oauth_callbacks.h"
+#include "native-agent/engine/oauth_manager.h"
+#include "native-agent/store/token_store.h"
+#include "shared/oauth_callback.h"
+
+namespace quiver {
+namespace {
+
+constexpr char kLoginUsage[] =
+    R"(usage: quiver-agent login NAME [--timeout DURATION] [--config FILE]
+
+Authorizes the shared OAuth connection NAME (a server name from mcpServers, or a connection id)
+for everyone: prints `authorize: <URL>` on stderr; open it in a browser and sign in. The
+authorization server sends the browser back to a listener on 127.0.0.1 (an ephemeral port, RFC
+8252); the tokens go to the agent's encrypted token store (quiver.oauth.token_store) and a
+running agent lists the connection. Prints one JSON line on stdout (never a token).
+Per-member connections are refused: each member connects through the API
+(POST /v1/mcp-connections/{id}/authorize).
+
+options:
+  --timeout DURATION  how long to wait for the browser (default 5m)
+  --config FILE       the configuration (default: $QUIVER_CONFIG)
+  --help              this text
+
+Exit status: 0 connected, 1 the authorization failed or timed out, 2 usage or configuration
+error, 3 the store is unavailable.
+)";
+
+constexpr int64_t kDefaultTimeoutMs = 5 * 60 * 1000;
+constexpr int64_t kFlowBudgetMs = 30'000;
+
+// The loopback redirect: the first callback that parses is completed and answered; anything else
+// (a favicon, a stray request, a bad query) is refused and the wait goes on.
+struct Loopback {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<FinishedCallback> done;
+};
+
+}  // namespace
+
+int cmd_login(const std::vector<std::string>& argv) {
+  int code = kExitOk;
+  std::optional<CliArgs> args =
+      cli_begin("login", argv, {{"timeout", true}, {"config", true}}, kLoginUsage, true, &code);
+  if (!args) return code;
+  if (args->positional.size() != 1) {
+    return cli_usage_error("login", "name one connection");
+  }
+  int64_t timeout_ms = kDefaultTimeoutMs;
+  if (std::optional<std::string> t = args->value("timeout")) {
+    Result<int64_t> ms = parse_duration_ms(*t);
+    if (!ms.ok()) return cli_usage_error("login", "--timeout: " + ms.error().message);
+    timeout_ms = *ms;
+  }
+  std::optional<AgentConfig> config = load_cli_config("login", *args, &code);
+  if (!config) return code;
+  const std::string& name = args->positional[0];
+  const ConnectionConfig* c = find_connection_named(*config, name);
+  if (c == nullptr) return cli_usage_error("login", "no connection named `" + name + "`");
+  if (c->auth != AuthType::kOAuth || !c->oauth) {
+    return cli_usage_error("login", "`" + c->name + "` does not authorize with OAuth");
+  }
+  if (c->credential_mode == CredentialMode::kPerMember) {
+    return cli_usage_error("login", "`" + c->name +
+                                        "` is per_member: each member connects through the API "
+                                        "(POST /v1/mcp-connections/" +
+                                        c->id + "/authorize)");
+  }
+  if (c->oauth->grant == oauth::GrantType::kClientCredentials) {
+    return cli_usage_error("login", "`" + c->name +
+                                        "` uses the client_credentials grant: the agent obtains "
+                                        "its tokens itself, no login needed");
+  }
+  std::unique_ptr<Agent> agent = create_cli_agent("login", *config, &code);
+  if (!agent) return code;
+  OAuthManager* oauth = agent->oauth();
+  if (oauth == nullptr) {
+    return cli_fail("login", "the agent has no OAuth manager (is quiver.oauth.key set?)",
+                    kExitUsage);
+  }
+
+  Loopback loopback;
+  httplib::Server server;
+  server.Get("/callback", [&](const httplib::Request& req, httplib::Response& res) {
+    Result<oauth::CallbackParams> params = parse_oauth_callback(api::raw_query(req));
+    if (!params.ok()) return api::send(oauth_callback_refusal(400, params.error().message), res);
+    {
+      std::lock_guard<std::mutex> lock(loopback.mu);
+      if (loopback.done) {
+        return api::send(oauth_callback_refusal(400, "This login has already finished"), res);
+      }
+    }
+    FinishedCallback f =
+        finish_oauth_callback(*agent, *oauth, *params, steady_ms() + kFlowBudgetMs);
+    if (f.unknown_state) {  // not this login's: keep waiting for the real one
+      return api::send(oauth_callback_refusal(400, "This is not the login Quiver is waiting for"),
+                       res);
+    }
+    api::send(oauth_callback_page(f.result), res);
+    std::lock_guard<std::mutex> lock(loopback.mu);
+    loopback.done = std::move(f);
+    loopback.cv.notify_all();
+  });
+  const int port = server.bind_to_any_port("127.0.0.1");
+  if (port <= 0) return cli_fail("login", "cannot listen on 127.0.0.1", kExitFailed);
+  std::thread listener([&server] { server.listen_after_bind(); });
+  auto stop = [&] {
+    server.stop();
+    if (listener.joinable()) listener.join();
+  };
+
+  const std::string redirect = "http://127.0.0.1:" + std::to_string(port) + "/callback";
+  Result<AuthorizationStart> start =
+      oauth->begin(*c, Principal::shared(), steady_ms() + kFlowBudgetMs, redirect);
+  if (!start.ok()) {
+    stop();
+    return cli_fail("login",
+                    "cannot start the authorization of `" + c->name + "`: " +
+                        error_code_name(start.error().code) + ": " +
+                        config->redact(start.error().message),
+                    kExitFailed);
+  }
+  std::fprintf(stderr, "authorize: %s\n", start->authorization_url.c_str());
+  std::fflush(stderr);
+
+  std::optional<FinishedCallback> done;
+  {
+    std::unique_lock<std::mutex> lock(loopback.mu);
+    loopback.cv.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                         [&] { return loopback.done.has_value(); });
+    done = loopback.done;
+  }
+  stop();
+  if (!done) {
+    return cli_fail("login",
+                    "no redirect came back within " + format_duration_ms(timeout_ms) +
+                        "; nothing was stored",
+                    kExitFailed);
+  }
+  if (done->result.outcome != OAuthCallbackOutcome::kConnected) {
+    return cli_fail("login", "the authorization failed: " + done->result.message, kExitFailed);
+  }
+  Json out = Json::object({{"connection", c->name},
+                           {"connection_id", c->id},
+                           {"principal", Principal::shared().str()},
+                           {"status", "connected"}});
+  std::printf("%s\n", json_text(out).c_str());
+  return kExitOk;
+}
+
+}  // namespace quiver
