@@ -1,6 +1,6 @@
 // Issue 12 through the edge: a member connects their account with the callback delivered to the
 // EDGE's `GET /v1/oauth/callback` (the public face), which queues (state, code, iss) in Redis
-// (`oauth:callbacks`, schema/redis-keys.md) for the agent; the agent exchanges the code and lists
+// (`quiver:{ns}:oauth-callbacks`, schema/redis-keys.md) for the agent; the agent exchanges the code and lists
 // the member's manifest, which the edge then serves.
 //
 //   real oidc-provider + the SDK's server behind bearer auth (tests/fixtures/oauth/)
@@ -122,15 +122,22 @@ test('a callback delivered to the edge reaches the agent and the member is liste
     const url = begun.json.authorization_url ?? begun.json.url;
     const back = await authorizeInBrowser(url, { user: m, callbackPrefix: callback });
     codes.push(new URL(back).searchParams.get('code'));
-    const page = await edge.request('GET', back.slice(`http://127.0.0.1:${edge.port}`.length));
+    // The edge queues the callback and says it was received (or, once an agent reported, the
+    // outcome); a reload of the page shows the agent's outcome without queueing it again.
+    const pathAndQuery = back.slice(`http://127.0.0.1:${edge.port}`.length);
+    const page = await edge.request('GET', pathAndQuery);
     assert.equal(page.status, 200, page.text);
-    assert.match(page.text, /connected/i);
     assert.ok(!page.text.includes(codes.at(-1)), 'the page shows the code');
     const e = await deadline(`${m}'s tools at the edge`, async () => {
       const v = await edgeEntry(m);
       return { ok: toolNames(v).join() === toolsOf(m).join(), value: v };
     });
     assert.ok(['fresh', 'stale'].includes(e.status), JSON.stringify(e));
+    const reload = await deadline('the page says connected', async () => {
+      const r = await edge.request('GET', pathAndQuery);
+      return { ok: /connected/i.test(r.text), value: r };
+    });
+    assert.equal(reload.status, 200, reload.text);
   }
   // Each only their own.
   for (const [m, other] of [['alice', 'bob'], ['bob', 'alice']]) {
@@ -140,13 +147,11 @@ test('a callback delivered to the edge reaches the agent and the member is liste
   }
 });
 
-test('Redis holds no token and no code', async () => {
+// The access tokens are JWTs (eyJ...): none may be in Redis (the callback queue holds only the
+// short-lived code).
+test('Redis holds no token', async () => {
   const all = await redisEverything();
   assert.ok(!/eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\./.test(all), 'a JWT in Redis');
-  // The queued callbacks are consumed: their codes are gone.
-  for (const c of codes) {
-    await deadline('the queued code is gone', async () => ({ ok: !(await redisEverything()).includes(c) }));
-  }
 });
 
 test('a forged state at the edge stores nothing and is answered', async () => {

@@ -16,11 +16,13 @@
 // resource, a garbage or hanging token endpoint) is a clear error that stores nothing and logs no
 // code. `quiver-agent login` and `probe --oauth` are driven the same way.
 //
-// DISABLED_ until the pieces they drive land on this branch (say so when enabling): the agent's
-// `quiver.oauth` settings and `auth: "oauth"` connections (h/tokens), and the HTTP flows
-// (h/flows): POST /v1/mcp-connections/{id}/authorize, GET /v1/oauth/callback, DELETE
-// /v1/mcp-connections/{id}/authorization, the `authorization_required` status, `quiver-agent
-// login` and `probe --oauth` (h/core, h/flows). Run them with --gtest_also_run_disabled_tests.
+// The tests that run `quiver-agent serve` are DISABLED_: with h/flows merged (8cb2890), `serve`
+// drops every `auth: "oauth"` connection when it builds its configuration from the runtime
+// catalog ("catalog connection `linear`: does not parse on this agent (skipped):
+// quiver.connections.linear.auth: oauth needs quiver.oauth.key"; the file's `quiver.oauth.key`
+// is set), so the agent serves 0 connections and every request for it is 404. Enable them when
+// that is fixed (run them meanwhile with --gtest_also_run_disabled_tests). login and probe --oauth
+// do not go through the catalog and pass.
 #include "tests/support/oauth_e2e.h"
 
 #include <algorithm>
@@ -235,6 +237,7 @@ TEST_F(OAuthE2E, DISABLED_TwoMembersEachConnectAndSeeOnlyTheirOwnTools) {
     Json e = wait_entry(*agent, member, "linear", needs_authorization);
     EXPECT_EQ(e.value("status", ""), "authorization_required") << e.dump() << agent->logs();
     EXPECT_TRUE(tool_names(e).empty()) << e.dump();
+    EXPECT_EQ(e.value("authorize", ""), "/v1/mcp-connections/linear/authorize") << e.dump();
   }
   std::vector<std::string> callbacks;
   for (const char* member : {"alice", "bob"}) {
@@ -547,7 +550,7 @@ std::string authorize_line(DrainedChild& child) {
   return url;
 }
 
-TEST_F(OAuthE2E, DISABLED_LoginAuthorizesASharedConnectionThroughItsLoopbackRedirect) {
+TEST_F(OAuthE2E, LoginAuthorizesASharedConnectionThroughItsLoopbackRedirect) {
   Json cfg = agent_config("ops", mcp_->str("url"), Json::object(), "shared");
   cfg["quiver"]["data_dir"] = dir_.path("agent");
   const std::string path = dir_.write("login.json", cfg.dump(2));
@@ -572,7 +575,7 @@ TEST_F(OAuthE2E, DISABLED_LoginAuthorizesASharedConnectionThroughItsLoopbackRedi
   EXPECT_EQ(login.text().find(param(*back, "code")), std::string::npos) << "the code was printed";
 }
 
-TEST_F(OAuthE2E, DISABLED_ProbeOAuthListsTheUsersTools) {
+TEST_F(OAuthE2E, ProbeOAuthListsTheUsersTools) {
   DrainedChild probe(ChildSpec(testing::quiver_agent_binary(),
                                {"probe", "--url", mcp_->str("url"), "--oauth", "--allow-private"}));
   const std::string url = authorize_line(probe);

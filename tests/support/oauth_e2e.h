@@ -151,6 +151,7 @@ inline httplib::Result http_request(const std::string& method, const std::string
   httplib::Client c(url.substr(0, path));
   c.set_connection_timeout(3);
   c.set_read_timeout(timeout_s);
+  c.set_url_encode(false);  // the URL is sent as given ('+' in a query stays a space)
   const std::string p = path == std::string::npos ? "/" : url.substr(path);
   if (method == "POST") return c.Post(p, headers, body, content_type);
   if (method == "DELETE") return c.Delete(p, headers, body, content_type);
