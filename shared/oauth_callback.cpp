@@ -46,12 +46,13 @@ HttpResponse page(int status, std::string_view title, std::string_view text) {
       {"Referrer-Policy", "no-referrer"},  // this URL carries the authorization code
       {"X-Content-Type-Options", "nosniff"},
   };
-  res.body = "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-             "<meta name=\"viewport\" content=\"width=device-width\"><title>Quiver: " +
-             html_escape(title) +
-             "</title><style>body{font:16px/1.5 system-ui,sans-serif;max-width:36rem;"
-             "margin:3rem auto;padding:0 1rem;color:#1d2330}</style></head><body><h1>" +
-             html_escape(title) + "</h1><p>" + html_escape(text) + "</p></body></html>\n";
+  res.body =
+      "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+      "<meta name=\"viewport\" content=\"width=device-width\"><title>Quiver: " +
+      html_escape(title) +
+      "</title><style>body{font:16px/1.5 system-ui,sans-serif;max-width:36rem;"
+      "margin:3rem auto;padding:0 1rem;color:#1d2330}</style></head><body><h1>" +
+      html_escape(title) + "</h1><p>" + html_escape(text) + "</p></body></html>\n";
   return res;
 }
 
@@ -96,9 +97,10 @@ Result<oauth::CallbackParams> parse_oauth_callback(std::string_view query) {
     const char* name;
     std::size_t max;
   };
-  for (const Bound& b : {Bound{"state", kMaxCallbackStateBytes}, Bound{"code", kMaxCallbackCodeBytes},
-                         Bound{"iss", kMaxCallbackIssBytes}, Bound{"error", kMaxCallbackErrorBytes},
-                         Bound{"error_description", kMaxCallbackErrorDescriptionBytes}}) {
+  for (const Bound& b :
+       {Bound{"state", kMaxCallbackStateBytes}, Bound{"code", kMaxCallbackCodeBytes},
+        Bound{"iss", kMaxCallbackIssBytes}, Bound{"error", kMaxCallbackErrorBytes},
+        Bound{"error_description", kMaxCallbackErrorDescriptionBytes}}) {
     const std::string* v = q.find(b.name);
     if (v == nullptr) continue;
     if (v->size() > b.max) {
@@ -112,8 +114,9 @@ Result<oauth::CallbackParams> parse_oauth_callback(std::string_view query) {
   oauth::CallbackParams out;
   const std::string* state = q.find("state");
   if (state == nullptr || state->empty()) {
-    return invalid("the callback has no `state`: it did not come from an authorization Quiver "
-                   "started");
+    return invalid(
+        "the callback has no `state`: it did not come from an authorization Quiver "
+        "started");
   }
   out.state = *state;
   auto optional = [&](const char* name) -> std::optional<std::string> {
@@ -164,10 +167,11 @@ HttpResponse oauth_callback_page(const OAuthCallbackResult& result) {
                       (result.connection.empty() ? std::string("the server") : result.connection) +
                       ". You can close this page; your tools are being listed now.");
     case OAuthCallbackOutcome::kFailed:
-      return page(400, "Connection failed",
-                  "The connection was not made: " +
-                      (result.message.empty() ? std::string("no reason was given") : result.message) +
-                      ". Nothing was stored; start again from your client.");
+      return page(
+          400, "Connection failed",
+          "The connection was not made: " +
+              (result.message.empty() ? std::string("no reason was given") : result.message) +
+              ". Nothing was stored; start again from your client.");
     case OAuthCallbackOutcome::kReceived:
       break;
   }
@@ -177,8 +181,9 @@ HttpResponse oauth_callback_page(const OAuthCallbackResult& result) {
 }
 
 HttpResponse oauth_callback_refusal(int status, std::string_view reason) {
-  HttpResponse res = page(status, "Connection failed",
-                          std::string(reason) + ". Nothing was stored; start again from your client.");
+  HttpResponse res =
+      page(status, "Connection failed",
+           std::string(reason) + ". Nothing was stored; start again from your client.");
   if (status == 405) res.headers.emplace_back("Allow", "GET");
   return res;
 }

@@ -6,7 +6,7 @@
 // connections are refused: members connect through the API (POST .../{id}/authorize).
 //
 // stdout: one JSON line, never a token: {"connection", "connection_id", "principal", "status":
-// "connected"}. The listing is queued for a running agent (finish_oauth_callback).
+// "connected"}. The shared principal is listed at once (the manager's `connected` hook).
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -100,6 +100,11 @@ int cmd_login(const std::vector<std::string>& argv) {
   }
   std::unique_ptr<Agent> agent = create_cli_agent("login", *config, &code);
   if (!agent) return code;
+  // start() syncs the connection records: the listing that follows the authorization commits
+  // through the same fenced write as a running agent's (background threads stay off).
+  if (Status st = agent->start(); !st.ok()) {
+    return cli_fail("login", "the store: " + st.error().message, store_exit_code(st.error()));
+  }
   OAuthManager* oauth = agent->oauth();
   if (oauth == nullptr) {
     return cli_fail("login", "the agent has no OAuth manager (is quiver.oauth.key set?)",
@@ -142,8 +147,8 @@ int cmd_login(const std::vector<std::string>& argv) {
   if (!start.ok()) {
     stop();
     return cli_fail("login",
-                    "cannot start the authorization of `" + c->name + "`: " +
-                        error_code_name(start.error().code) + ": " +
+                    "cannot start the authorization of `" + c->name +
+                        "`: " + error_code_name(start.error().code) + ": " +
                         config->redact(start.error().message),
                     kExitFailed);
   }
@@ -159,10 +164,10 @@ int cmd_login(const std::vector<std::string>& argv) {
   }
   stop();
   if (!done) {
-    return cli_fail("login",
-                    "no redirect came back within " + format_duration_ms(timeout_ms) +
-                        "; nothing was stored",
-                    kExitFailed);
+    return cli_fail(
+        "login",
+        "no redirect came back within " + format_duration_ms(timeout_ms) + "; nothing was stored",
+        kExitFailed);
   }
   if (done->result.outcome != OAuthCallbackOutcome::kConnected) {
     return cli_fail("login", "the authorization failed: " + done->result.message, kExitFailed);

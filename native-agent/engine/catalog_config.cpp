@@ -26,7 +26,9 @@ const Json* object_field(const Json& object, const char* key) {
 
 // The minimal document one connection definition parses in: its server, its settings (the
 // connection id as the catalog key says), no members or grants.
-Json connection_document(const std::string& key, const Json& value) {
+// `oauth`: the agent-wide `quiver.oauth` section the definition is parsed with (an OAuth
+// connection needs its key); null: none.
+Json connection_document(const std::string& key, const Json& value, const Json* oauth = nullptr) {
   Json doc = Json::object();
   const std::string name = value.value("name", std::string());
   doc["mcpServers"] = Json::object();
@@ -38,6 +40,7 @@ Json connection_document(const std::string& key, const Json& value) {
   doc["quiver"] = Json::object();
   doc["quiver"]["connections"] = Json::object();
   doc["quiver"]["connections"][name] = std::move(settings);
+  if (oauth != nullptr) doc["quiver"]["oauth"] = *oauth;
   return doc;
 }
 
@@ -155,7 +158,7 @@ Result<AgentConfig> effective_config(const ConfigSources& file,
            "its name `" + name + "` is taken by connection `" + name_of[name] + "` (skipped)");
       continue;
     }
-    Json doc = connection_document(e.key, v);
+    Json doc = connection_document(e.key, v, json_field(root["quiver"], "oauth"));
     // Credentials of members checked below, against the catalog's members.
     Result<AgentConfig> alone = parse_document(file, doc);
     if (!alone.ok() || alone->connections.size() != 1 || alone->connections[0].id != e.key) {
@@ -414,7 +417,11 @@ Status validate_catalog_value(CatalogKind kind, std::string_view key, const Json
   sources.origin = "connection";
   for (const std::string& v : vars) sources.env[v] = "1";
   sources.read_file = [](const std::string&) -> Result<std::string> { return std::string("1"); };
-  Result<AgentConfig> parsed = parse_document(sources, connection_document(k, value));
+  // An OAuth connection needs the agent's token-store key to parse: a placeholder one.
+  const Json oauth =
+      Json::object({{"key", Json::object({{"env", "QUIVER_VALIDATION_OAUTH_KEY"}})}});
+  sources.env["QUIVER_VALIDATION_OAUTH_KEY"] = std::string(64, '0');
+  Result<AgentConfig> parsed = parse_document(sources, connection_document(k, value, &oauth));
   if (!parsed.ok()) return invalid_arg("connection `" + k + "`: " + parsed.error().message);
   if (parsed->connections.size() != 1) {
     return invalid_arg("connection `" + k + "`: the server is disabled or not a connection");

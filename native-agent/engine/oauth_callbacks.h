@@ -45,7 +45,7 @@ FinishedCallback finish_oauth_callback(AgentService& agent, OAuthManager& oauth,
 
 class OAuthCallbackConsumer {
  public:
-  OAuthCallbackConsumer(AgentService& agent, OAuthManager& oauth, Logger& log)
+  OAuthCallbackConsumer(AgentService& agent, OAuthManager& oauth, const Logger& log)
       : agent_(agent), oauth_(oauth), log_(log) {}
 
   // Reads what the edge queued since the last pass and finishes each entry; the number finished
@@ -55,7 +55,7 @@ class OAuthCallbackConsumer {
  private:
   AgentService& agent_;
   OAuthManager& oauth_;
-  Logger& log_;
+  const Logger& log_;
   std::string after_;  // the last entry seen; "" before the first pass
 };
 
