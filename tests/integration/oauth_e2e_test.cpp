@@ -16,13 +16,8 @@
 // resource, a garbage or hanging token endpoint) is a clear error that stores nothing and logs no
 // code. `quiver-agent login` and `probe --oauth` are driven the same way.
 //
-// The tests that run `quiver-agent serve` are DISABLED_: with h/flows merged (8cb2890), `serve`
-// drops every `auth: "oauth"` connection when it builds its configuration from the runtime
-// catalog ("catalog connection `linear`: does not parse on this agent (skipped):
-// quiver.connections.linear.auth: oauth needs quiver.oauth.key"; the file's `quiver.oauth.key`
-// is set), so the agent serves 0 connections and every request for it is 404. Enable them when
-// that is fixed (run them meanwhile with --gtest_also_run_disabled_tests). login and probe --oauth
-// do not go through the catalog and pass.
+// The agents are given their address in the file's `listen` too: the default redirect URI is
+// derived from it, not from `serve --listen`.
 #include "tests/support/oauth_e2e.h"
 
 #include <algorithm>
@@ -230,7 +225,7 @@ class OAuthE2E : public ::testing::Test {
 };
 
 // Two members through the agent: authorization_required before, each their own tools after.
-TEST_F(OAuthE2E, DISABLED_TwoMembersEachConnectAndSeeOnlyTheirOwnTools) {
+TEST_F(OAuthE2E, TwoMembersEachConnectAndSeeOnlyTheirOwnTools) {
   auto agent = start_agent(agent_config("linear", mcp_->str("url")));
   ASSERT_TRUE(agent);
   for (const char* member : {"alice", "bob"}) {
@@ -272,7 +267,7 @@ TEST_F(OAuthE2E, DISABLED_TwoMembersEachConnectAndSeeOnlyTheirOwnTools) {
 
 // The access token lives 3 s: a listing after it expired refreshes it first; the manifest never
 // turns into a miss meanwhile, and the authorization server counted the refresh.
-TEST_F(OAuthE2E, DISABLED_AnExpiredAccessTokenIsRefreshedWithoutAMiss) {
+TEST_F(OAuthE2E, AnExpiredAccessTokenIsRefreshedWithoutAMiss) {
   auto agent = start_agent(agent_config("linear", mcp_->str("url")));
   ASSERT_TRUE(agent);
   connect(*agent, "alice", "linear");
@@ -304,7 +299,7 @@ TEST_F(OAuthE2E, DISABLED_AnExpiredAccessTokenIsRefreshedWithoutAMiss) {
 
 // The user revoked Quiver at the provider: the refresh answers invalid_grant, the member's status
 // is authorization_required with the last good manifest still visible; a reconnect lists again.
-TEST_F(OAuthE2E, DISABLED_ARevokedRefreshTokenNeedsAuthorizationAndAReconnectListsAgain) {
+TEST_F(OAuthE2E, ARevokedRefreshTokenNeedsAuthorizationAndAReconnectListsAgain) {
   auto agent = start_agent(agent_config("linear", mcp_->str("url")));
   ASSERT_TRUE(agent);
   connect(*agent, "alice", "linear");
@@ -332,7 +327,7 @@ TEST_F(OAuthE2E, DISABLED_ARevokedRefreshTokenNeedsAuthorizationAndAReconnectLis
 }
 
 // DELETE /v1/mcp-connections/{id}/authorization: the member's tokens and manifest go.
-TEST_F(OAuthE2E, DISABLED_DeletingTheAuthorizationDisconnects) {
+TEST_F(OAuthE2E, DeletingTheAuthorizationDisconnects) {
   auto agent = start_agent(agent_config("linear", mcp_->str("url")));
   ASSERT_TRUE(agent);
   connect(*agent, "alice", "linear");
@@ -363,7 +358,7 @@ TEST_F(OAuthE2E, DISABLED_DeletingTheAuthorizationDisconnects) {
 
 // Two agents on one Redis share one token store file: when the tokens expire and both agents
 // need them at once, each (connection, principal) is refreshed once.
-TEST_F(OAuthE2E, DISABLED_TwoAgentsSharingATokenStoreRefreshEachTokenOnce) {
+TEST_F(OAuthE2E, TwoAgentsSharingATokenStoreRefreshEachTokenOnce) {
   RedisServer redis;
   ASSERT_TRUE(redis.ok()) << redis.error();
   Json shared = {{"redis", "redis://127.0.0.1:" + std::to_string(redis.port()) + "/0"},
@@ -443,7 +438,7 @@ class HostileOAuth : public OAuthE2E {
     if (!marker.empty()) {
       EXPECT_EQ(logs.find(marker), std::string::npos) << "logged: " << marker;
     }
-    Json e = entry(*agent_, "alice", "hostile");
+    Json e = wait_entry(*agent_, "alice", "hostile", needs_authorization, 15000);
     EXPECT_TRUE(needs_authorization(e)) << e.dump();
   }
 
@@ -461,7 +456,7 @@ class HostileOAuth : public OAuthE2E {
   std::unique_ptr<AgentServe> agent_;
 };
 
-TEST_F(HostileOAuth, DISABLED_MetadataForAnotherResourceIsRefused) {
+TEST_F(HostileOAuth, MetadataForAnotherResourceIsRefused) {
   mode("other-resource");
   Json answer;
   int status = 0;
@@ -474,7 +469,7 @@ TEST_F(HostileOAuth, DISABLED_MetadataForAnotherResourceIsRefused) {
   expect_nothing_kept();
 }
 
-TEST_F(HostileOAuth, DISABLED_AWrongIssIsRefusedBeforeTheCodeIsExchanged) {
+TEST_F(HostileOAuth, AWrongIssIsRefusedBeforeTheCodeIsExchanged) {
   mode("wrong-iss");
   std::string cb = callback_url();
   ASSERT_FALSE(cb.empty());
@@ -485,7 +480,7 @@ TEST_F(HostileOAuth, DISABLED_AWrongIssIsRefusedBeforeTheCodeIsExchanged) {
   expect_nothing_kept();
 }
 
-TEST_F(HostileOAuth, DISABLED_AForgedOrReplayedStateIsRefused) {
+TEST_F(HostileOAuth, AForgedOrReplayedStateIsRefused) {
   auto forged = deliver(agent_->url("/v1/oauth/callback?state=forged-state&code=c0de&iss=") +
                         hostile_->str("issuer"));
   ASSERT_TRUE(forged);
@@ -505,7 +500,7 @@ TEST_F(HostileOAuth, DISABLED_AForgedOrReplayedStateIsRefused) {
   EXPECT_EQ(code_exchanges(), 1) << "a replayed state exchanged a code again";
 }
 
-TEST_F(HostileOAuth, DISABLED_AGarbageTokenResponseStoresNothing) {
+TEST_F(HostileOAuth, AGarbageTokenResponseStoresNothing) {
   mode("garbage-token");
   std::string cb = callback_url();
   ASSERT_FALSE(cb.empty());
@@ -517,7 +512,7 @@ TEST_F(HostileOAuth, DISABLED_AGarbageTokenResponseStoresNothing) {
   expect_nothing_kept("hostile-garbage-SECRET");
 }
 
-TEST_F(HostileOAuth, DISABLED_AHangingTokenEndpointTimesOutAndStoresNothing) {
+TEST_F(HostileOAuth, AHangingTokenEndpointTimesOutAndStoresNothing) {
   mode("hang-token");
   std::string cb = callback_url();
   ASSERT_FALSE(cb.empty());

@@ -215,6 +215,9 @@ class AgentServe {
              const std::string& name = "agent") {
     port_ = free_loopback_port();
     if (!config["quiver"].contains("data_dir")) config["quiver"]["data_dir"] = dir + "/" + name;
+    // In the file too: the default redirect URI (http://<listen>/v1/oauth/callback) is derived
+    // from the file's `listen`, not from serve's --listen.
+    config["quiver"]["listen"] = "127.0.0.1:" + std::to_string(port_);
     config_path_ = dir + "/" + name + ".json";
     std::ofstream(config_path_) << config.dump(2);
     child_ = std::make_unique<DrainedChild>(
