@@ -340,7 +340,16 @@ struct OAuthFlow::Impl {
     body["response_types"] = Json::array({"code"});
     body["token_endpoint_auth_method"] = method;
     body["application_type"] = settings.application_type;
-    if (!scopes.empty()) body["scope"] = join_scopes(scopes);
+    // The registration names only scopes the authorization server itself lists: the resource's
+    // scopes (the challenge's, the protected-resource metadata's) are asked for at authorization
+    // time, and servers such as oidc-provider refuse a registration naming a scope they do not know
+    // (invalid_client_metadata).
+    std::vector<std::string> known;
+    for (const std::string& scope : scopes) {
+      const std::vector<std::string>& listed = server.scopes_supported;
+      if (std::find(listed.begin(), listed.end(), scope) != listed.end()) known.push_back(scope);
+    }
+    if (!known.empty()) body["scope"] = join_scopes(known);
     HttpRequest r;
     r.method = "POST";
     r.url = server.registration_endpoint;

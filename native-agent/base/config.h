@@ -301,6 +301,7 @@ struct OAuthConnectionSettings {
 struct OAuthAgentSettings {
   std::optional<Secret> key;
   std::string redirect_uri;
+  bool redirect_uri_configured = false;  // false: the default, following `listen`
   std::string token_store;
   // A token is refreshed when it expires within this long (and on a 401). 60 s.
   // (`refresh_ahead_ms`, 0 .. 86400000).
@@ -394,6 +395,10 @@ struct AgentConfig {
   std::map<std::string, std::set<std::string>> grants;  // member id -> connection ids
   std::vector<ConnectionConfig> connections;            // sorted by id; disabled ones absent
   std::vector<std::string> warnings;                    // ignored fields, skipped servers, ...
+
+  // Sets where the API listens (`serve --listen`, a port chosen at bind time); the default OAuth
+  // redirect URI (the agent's own callback) follows it.
+  void set_listen(const ListenAddress& address);
 
   const ConnectionConfig* find_connection(std::string_view id) const;
   const ConnectionConfig* find_connection_by_name(std::string_view name) const;

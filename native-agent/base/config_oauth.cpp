@@ -50,6 +50,10 @@ bool is_loopback_redirect(std::string_view uri) {
   return false;
 }
 
+std::string default_redirect_uri(const ListenAddress& listen) {
+  return "http://" + listen.describe() + "/v1/oauth/callback";
+}
+
 }  // namespace
 
 oauth::OAuthClientSettings OAuthConnectionSettings::client_settings(
@@ -259,7 +263,7 @@ void Parser::oauth_agent(const Json* quiver) {
       }
     }
   }
-  o.redirect_uri = "http://" + cfg_.listen.describe() + "/v1/oauth/callback";
+  o.redirect_uri = default_redirect_uri(cfg_.listen);
   if (std::optional<std::string> r = string_field(settings, "redirect_uri", "quiver.oauth")) {
     if (std::optional<std::string> v = expand_plain(*r, "quiver.oauth.redirect_uri")) {
       if (Status st = check_http_url(*v); !st.ok()) {
@@ -268,6 +272,7 @@ void Parser::oauth_agent(const Json* quiver) {
         p_.error("quiver.oauth.redirect_uri", "must not have a fragment (RFC 6749 §3.1.2)");
       } else {
         o.redirect_uri = *v;
+        o.redirect_uri_configured = true;
       }
     }
   }
@@ -302,5 +307,10 @@ void Parser::oauth_agent(const Json* quiver) {
 }
 
 }  // namespace config_internal
+
+void AgentConfig::set_listen(const ListenAddress& address) {
+  listen = address;
+  if (!oauth.redirect_uri_configured) oauth.redirect_uri = default_redirect_uri(listen);
+}
 
 }  // namespace quiver

@@ -231,7 +231,7 @@ bool reload(const CliArgs& args, LogLevel level, const char* why, AgentConfig* c
   }
   if (std::optional<std::string> listen = args.value("listen")) {
     Result<ListenAddress> a = parse_listen_address(*listen);
-    if (a.ok()) next->listen = *a;
+    if (a.ok()) next->set_listen(*a);
   }
   // Port 0 took any free port at start: keep that one, callers know it.
   if (next->listen.port == 0 && next->listen.host == current->listen.host) {
@@ -296,7 +296,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
   if (std::optional<std::string> listen = args->value("listen")) {
     Result<ListenAddress> a = parse_listen_address(*listen);
     if (!a.ok()) return cli_usage_error("serve", "--listen: " + a.error().message);
-    config->listen = *a;
+    config->set_listen(*a);
   }
 
   // Every thread started from here on inherits the blocked set; the main thread takes them.
