@@ -63,3 +63,17 @@ WHERE connection_id = :connection_id AND principal = :principal AND holder = :ho
 -- name: token_client_latest
 SELECT issuer, sealed FROM clients WHERE connection_id = :connection_id
 ORDER BY updated_at DESC LIMIT 1;
+
+-- name: token_step_up_select
+SELECT scope, attempts, updated_at FROM step_ups
+WHERE connection_id = :connection_id AND principal = :principal;
+
+-- name: token_step_up_upsert
+INSERT INTO step_ups (connection_id, principal, scope, attempts, updated_at)
+VALUES (:connection_id, :principal, :scope, :attempts, :updated_at)
+ON CONFLICT (connection_id, principal)
+DO UPDATE SET scope = excluded.scope, attempts = excluded.attempts,
+  updated_at = excluded.updated_at;
+
+-- name: token_step_up_delete
+DELETE FROM step_ups WHERE connection_id = :connection_id AND principal = :principal;

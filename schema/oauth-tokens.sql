@@ -10,7 +10,8 @@
 --
 -- Applying this file is idempotent (CREATE ... IF NOT EXISTS), in one transaction
 -- (BEGIN IMMEDIATE ... COMMIT); journal_mode=WAL and busy_timeout are set when the file is opened.
--- Version: PRAGMA user_version (last statement), now 1; an agent refuses a newer file.
+-- Version: PRAGMA user_version (last statement), now 2 (1 + step_ups; applying this file to a
+-- version 1 file adds the table); an agent refuses a newer file.
 -- Conventions as schema/sqlite.sql: times INTEGER ms since the Unix epoch, STRICT tables.
 
 -- (connection, principal, issuer) -> the sealed oauth::Authorization (tokens, client, metadata).
@@ -52,4 +53,18 @@ CREATE TABLE IF NOT EXISTS refresh_locks (
   PRIMARY KEY (connection_id, principal)
 ) STRICT, WITHOUT ROWID;
 
-PRAGMA user_version = 1;
+-- (connection, principal) -> a step-up in progress (MCP authorization, "Scope Challenge
+-- Handling"): the upstream answered 403 `insufficient_scope`, `scope` is the union of what was
+-- granted, configured and challenged (what the next authorization asks for), `attempts` counts the
+-- step-ups since the last listing that succeeded (at most oauth::kMaxStepUps). Not secret.
+-- Added in version 2.
+CREATE TABLE IF NOT EXISTS step_ups (
+  connection_id TEXT NOT NULL,
+  principal TEXT NOT NULL,
+  scope TEXT NOT NULL,
+  attempts INTEGER NOT NULL,
+  updated_at INTEGER NOT NULL,
+  PRIMARY KEY (connection_id, principal)
+) STRICT, WITHOUT ROWID;
+
+PRAGMA user_version = 2;

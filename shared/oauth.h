@@ -144,6 +144,9 @@ struct RegisteredClient {
   std::string token_endpoint_auth_method;  // what the token requests use
   int64_t client_secret_expires_at_ms = 0;
   bool dynamic = false;  // obtained through dynamic registration (re-register on a new issuer)
+  // The scopes a dynamic registration named (the server's answer, else the request's); empty: not
+  // restricted. A flow that needs a listed scope the registration lacks (a step-up) registers anew.
+  std::vector<std::string> scopes;
   Json to_json() const;
   static Result<RegisteredClient> from_json(const Json& j);
 };
@@ -203,9 +206,7 @@ struct CallbackParams {
   std::optional<std::string> iss;
   std::optional<std::string> error;  // the authorization server's `error` (access_denied, ...)
   std::optional<std::string> error_description;
-  // From a raw query string ("state=...&code=...&iss=..."); kInvalidArgument when state is
-  // missing or a parameter repeats.
-  static Result<CallbackParams> from_query(std::string_view query);
+  // Parsed from a redirect's query by parse_oauth_callback (shared/oauth_callback.h), bounded.
 };
 
 // What a finished flow hands the host to store per (connection, principal, issuer).

@@ -101,30 +101,6 @@ std::optional<std::string> form_decode(std::string_view text) {
   return percent_decode(text, /*plus_is_space=*/true);
 }
 
-std::string base64_encode(std::string_view data) {
-  std::string out = base64url_encode(data);
-  for (char& c : out) {
-    if (c == '-') c = '+';
-    if (c == '_') c = '/';
-  }
-  while (out.size() % 4 != 0) out += '=';
-  return out;
-}
-
-std::optional<std::string> base64_decode(std::string_view text) {
-  std::string url;
-  url.reserve(text.size());
-  for (char c : text) {
-    if (c == ' ' || c == '\n' || c == '\r' || c == '\t' || c == '=') continue;
-    if (c == '+') c = '-';
-    if (c == '/') c = '_';
-    url += c;
-  }
-  std::string out;
-  if (!base64url_decode(url, &out)) return std::nullopt;
-  return out;
-}
-
 std::vector<std::string> split_scopes(std::string_view scope) {
   std::vector<std::string> out;
   std::size_t i = 0;
@@ -587,7 +563,8 @@ Json RegisteredClient::to_json() const {
               {"client_secret", client_secret},
               {"token_endpoint_auth_method", token_endpoint_auth_method},
               {"client_secret_expires_at_ms", client_secret_expires_at_ms},
-              {"dynamic", dynamic}};
+              {"dynamic", dynamic},
+              {"scopes", strings_json(scopes)}};
 }
 
 Result<RegisteredClient> RegisteredClient::from_json(const Json& j) {
@@ -599,6 +576,11 @@ Result<RegisteredClient> RegisteredClient::from_json(const Json& j) {
   c.token_endpoint_auth_method = json_string(j, "token_endpoint_auth_method").value_or("");
   c.client_secret_expires_at_ms = json_int(j, "client_secret_expires_at_ms").value_or(0);
   c.dynamic = json_bool(j, "dynamic").value_or(false);
+  if (auto it = j.find("scopes"); it != j.end() && it->is_array()) {
+    for (const Json& s : *it) {
+      if (s.is_string()) c.scopes.push_back(s.get<std::string>());
+    }
+  }
   if (c.client_id.empty()) return Error(ErrorCode::kInvalidArgument, "client: no client_id");
   return c;
 }
@@ -642,52 +624,6 @@ Result<PendingAuthorization> PendingAuthorization::from_json(const Json& j) {
     return Error(ErrorCode::kInvalidArgument, "pending authorization: no state or verifier");
   }
   return p;
-}
-
-Result<CallbackParams> CallbackParams::from_query(std::string_view query) {
-  if (!query.empty() && query.front() == '?') query.remove_prefix(1);
-  if (query.size() > 16 << 10)
-    return Error(ErrorCode::kTooLarge, "callback: query longer than 16 KiB");
-  CallbackParams out;
-  bool have_state = false;
-  std::vector<std::string> seen;
-  std::size_t i = 0;
-  while (i <= query.size()) {
-    std::size_t end = query.find('&', i);
-    if (end == std::string_view::npos) end = query.size();
-    std::string_view part = query.substr(i, end - i);
-    i = end + 1;
-    if (part.empty()) {
-      if (end >= query.size()) break;
-      continue;
-    }
-    std::size_t eq = part.find('=');
-    std::optional<std::string> name = internal::form_decode(part.substr(0, eq));
-    std::optional<std::string> value =
-        internal::form_decode(eq == std::string_view::npos ? "" : part.substr(eq + 1));
-    if (!name || !value) return Error(ErrorCode::kInvalidArgument, "callback: malformed escape");
-    if (std::find(seen.begin(), seen.end(), *name) != seen.end()) {
-      return Error(ErrorCode::kInvalidArgument,
-                   "callback: parameter '" + clip_text(*name, 40) + "' repeats");
-    }
-    seen.push_back(*name);
-    if (*name == "state") {
-      out.state = std::move(*value);
-      have_state = true;
-    } else if (*name == "code") {
-      out.code = std::move(*value);
-    } else if (*name == "iss") {
-      out.iss = std::move(*value);
-    } else if (*name == "error") {
-      out.error = clip_text(*value, 64);
-    } else if (*name == "error_description") {
-      out.error_description = clip_text(*value);
-    }
-    if (end >= query.size()) break;
-  }
-  if (!have_state || out.state.empty())
-    return Error(ErrorCode::kInvalidArgument, "callback: no state");
-  return out;
 }
 
 Json Authorization::to_json() const {

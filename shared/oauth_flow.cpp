@@ -55,7 +55,7 @@ std::string signing_alg(std::string_view pem) {
   std::size_t end = pem.find("-----END PRIVATE KEY-----");
   if (begin != std::string_view::npos && end != std::string_view::npos && end > begin) {
     begin += std::string_view("-----BEGIN PRIVATE KEY-----").size();
-    std::optional<std::string> der = internal::base64_decode(pem.substr(begin, end - begin));
+    std::optional<std::string> der = base64_decode(pem.substr(begin, end - begin));
     static const char kRsaOid[] = "\x06\x09\x2a\x86\x48\x86\xf7\x0d\x01\x01\x01";
     if (der && der->find(std::string_view(kRsaOid, 11)) != std::string::npos) return "RS256";
   }
@@ -284,17 +284,28 @@ struct OAuthFlow::Impl {
   }
 
   void after_discovery() {
-    if (!server.code_challenge_methods_supported.empty() &&
-        !contains(server.code_challenge_methods_supported, "S256") &&
-        settings.grant == GrantType::kAuthorizationCode) {
-      fail(ErrorCode::kInvalidReply,
-           "authorization server '" + clip_text(server.issuer) + "' does not support PKCE S256");
-      return;
+    // PKCE (2025-11-25 authorization, "Authorization Code Protection"): a server whose metadata
+    // lists no code_challenge_methods_supported does not support PKCE, and the client must refuse
+    // to go on. Only the 2025-03-26 defaults (no metadata document at all) assume S256.
+    if (settings.grant == GrantType::kAuthorizationCode && !server.defaults) {
+      if (server.code_challenge_methods_supported.empty()) {
+        fail(ErrorCode::kInvalidReply,
+             "authorization server '" + clip_text(server.issuer) +
+                 "' does not advertise PKCE (its metadata has no "
+                 "code_challenge_methods_supported); refusing to authorize without it");
+        return;
+      }
+      if (!contains(server.code_challenge_methods_supported, "S256")) {
+        fail(ErrorCode::kInvalidReply,
+             "authorization server '" + clip_text(server.issuer) + "' does not support PKCE S256");
+        return;
+      }
     }
     resource = settings.send_resource ? (prm ? prm->resource : canonical_resource(server_url))
                                       : std::string();
     choose_scopes();
-    if (known_client && known_client->issuer == server.issuer && !known_client->client_id.empty()) {
+    if (known_client && known_client->issuer == server.issuer && !known_client->client_id.empty() &&
+        registration_covers(*known_client)) {
       client = *known_client;
       after_client();
       return;
@@ -327,6 +338,25 @@ struct OAuthFlow::Impl {
     register_client();
   }
 
+  // The scopes a registration may name: those of `scopes` the authorization server lists.
+  std::vector<std::string> registrable_scopes() const {
+    std::vector<std::string> known;
+    for (const std::string& scope : scopes) {
+      if (contains(server.scopes_supported, scope)) known.push_back(scope);
+    }
+    return known;
+  }
+
+  // Whether a known client may ask for `scopes`: a dynamic registration that named scopes must
+  // name every registrable one (servers refuse a client asking beyond its registration).
+  bool registration_covers(const RegisteredClient& c) const {
+    if (!c.dynamic || c.scopes.empty()) return true;
+    for (const std::string& scope : registrable_scopes()) {
+      if (!contains(c.scopes, scope)) return false;
+    }
+    return true;
+  }
+
   void register_client() {
     std::string method = choose_auth_method(false);
     if (settings.token_endpoint_auth_method.empty() && settings.private_key_pem.empty()) {
@@ -344,12 +374,9 @@ struct OAuthFlow::Impl {
     // scopes (the challenge's, the protected-resource metadata's) are asked for at authorization
     // time, and servers such as oidc-provider refuse a registration naming a scope they do not know
     // (invalid_client_metadata).
-    std::vector<std::string> known;
-    for (const std::string& scope : scopes) {
-      const std::vector<std::string>& listed = server.scopes_supported;
-      if (std::find(listed.begin(), listed.end(), scope) != listed.end()) known.push_back(scope);
-    }
+    const std::vector<std::string> known = registrable_scopes();
     if (!known.empty()) body["scope"] = join_scopes(known);
+    client.scopes = known;
     HttpRequest r;
     r.method = "POST";
     r.url = server.registration_endpoint;
@@ -387,6 +414,9 @@ struct OAuthFlow::Impl {
     client.client_id = *id;
     client.client_secret = json_string(*j, "client_secret").value_or("");
     client.dynamic = true;
+    if (std::optional<std::string> granted = json_string(*j, "scope"); granted.has_value()) {
+      client.scopes = split_scopes(*granted);
+    }
     client.client_secret_expires_at_ms =
         json_int(*j, "client_secret_expires_at").value_or(0) * 1000;
     std::string method = json_string(*j, "token_endpoint_auth_method").value_or("");
@@ -482,7 +512,7 @@ struct OAuthFlow::Impl {
     if (method == "client_secret_basic") {
       std::string pair = internal::form_encode(client.client_id) + ":" +
                          internal::form_encode(client.client_secret);
-      r.headers.emplace_back("Authorization", "Basic " + internal::base64_encode(pair));
+      r.headers.emplace_back("Authorization", "Basic " + base64_encode(pair));
     } else if (method == "client_secret_post") {
       fields.emplace_back("client_id", client.client_id);
       fields.emplace_back("client_secret", client.client_secret);

@@ -28,10 +28,6 @@ std::string form_body(const std::vector<std::pair<std::string, std::string>>& fi
 // Percent- and '+'-decoding; nullopt on a malformed escape.
 std::optional<std::string> form_decode(std::string_view text);
 
-// RFC 4648 §4 base64 with padding, and its decoder (whitespace skipped).
-std::string base64_encode(std::string_view data);
-std::optional<std::string> base64_decode(std::string_view text);
-
 // Space-separated scopes; the union keeps first-seen order.
 std::vector<std::string> split_scopes(std::string_view scope);
 std::string join_scopes(const std::vector<std::string>& scopes);

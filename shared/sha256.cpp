@@ -209,6 +209,30 @@ bool base64url_decode(std::string_view text, std::string* out) {
   return true;
 }
 
+std::string base64_encode(std::string_view data) {
+  std::string out = base64url_encode(data);
+  for (char& c : out) {
+    if (c == '-') c = '+';
+    if (c == '_') c = '/';
+  }
+  while (out.size() % 4 != 0) out += '=';
+  return out;
+}
+
+std::optional<std::string> base64_decode(std::string_view text) {
+  std::string url;
+  url.reserve(text.size());
+  for (char c : text) {
+    if (c == ' ' || c == '\n' || c == '\r' || c == '\t' || c == '=') continue;
+    if (c == '+') c = '-';
+    if (c == '/') c = '_';
+    url += c;
+  }
+  std::string out;
+  if (!base64url_decode(url, &out)) return std::nullopt;
+  return out;
+}
+
 bool constant_time_equal(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
   unsigned char diff = 0;

@@ -9,6 +9,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -42,6 +43,10 @@ inline std::string hex_encode(const Digest256& d) { return hex_encode(d.data(), 
 // whitespace and characters outside the alphabet; returns false on failure).
 std::string base64url_encode(std::string_view data);
 bool base64url_decode(std::string_view text, std::string* out);
+// RFC 4648 §4 base64 with padding (HTTP Basic, SEP-2243 header values, PEM), and its lenient
+// decoder (whitespace and padding skipped, either alphabet; nullopt for anything else).
+std::string base64_encode(std::string_view data);
+std::optional<std::string> base64_decode(std::string_view text);
 
 // Compares in time independent of where the inputs differ (for signatures and tokens).
 bool constant_time_equal(std::string_view a, std::string_view b);

@@ -7,37 +7,11 @@
 #include "shared/ascii.h"
 #include "shared/http1.h"
 #include "shared/jsonrpc.h"
+#include "shared/sha256.h"
 #include "shared/utf8.h"
 
 namespace quiver {
 namespace {
-
-// RFC 4648 base64 with padding, as SEP-2243 encodes header values (sha256.h has only base64url).
-std::string base64_encode(std::string_view data) {
-  static const char kAlphabet[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  out.reserve((data.size() + 2) / 3 * 4);
-  std::size_t i = 0;
-  for (; i + 3 <= data.size(); i += 3) {
-    uint32_t v = (static_cast<unsigned char>(data[i]) << 16) |
-                 (static_cast<unsigned char>(data[i + 1]) << 8) |
-                 static_cast<unsigned char>(data[i + 2]);
-    out += kAlphabet[v >> 18];
-    out += kAlphabet[(v >> 12) & 63];
-    out += kAlphabet[(v >> 6) & 63];
-    out += kAlphabet[v & 63];
-  }
-  if (i < data.size()) {
-    uint32_t v = static_cast<unsigned char>(data[i]) << 16;
-    if (i + 1 < data.size()) v |= static_cast<unsigned char>(data[i + 1]) << 8;
-    out += kAlphabet[v >> 18];
-    out += kAlphabet[(v >> 12) & 63];
-    out += i + 1 < data.size() ? kAlphabet[(v >> 6) & 63] : '=';
-    out += '=';
-  }
-  return out;
-}
 
 bool is_managed_header(std::string_view name) {
   static const char* const kManaged[] = {
@@ -95,7 +69,7 @@ std::string mcp_header_value(std::string_view value) {
     plain = false;
   }
   if (plain || value.empty()) return std::string(value);
-  return "=?base64?" + base64_encode(value) + "?=";
+  return "=?base64?" + base64_encode(value) + "?=";  // SEP-2243: RFC 4648 base64, padded
 }
 
 std::vector<HttpHeader> mcp_standard_headers(const Json& message) {

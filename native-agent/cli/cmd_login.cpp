@@ -8,21 +8,16 @@
 // stdout: one JSON line, never a token: {"connection", "connection_id", "principal", "status":
 // "connected"}. The shared principal is listed at once (the manager's `connected` hook).
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include <httplib.h>
-
-#include "native-agent/api/api_http.h"
 #include "native-agent/base/clock.h"
 #include "native-agent/cli/cli.h"
 #include "native-agent/cli/cli_support.h"
+#include "native-agent/cli/oauth_loopback.h"
 #include "native-agent/engine/agent.h"
 #include "native-agent/engine/oauth_callbacks.h"
 #include "native-agent/engine/oauth_manager.h"
@@ -54,14 +49,6 @@ error, 3 the store is unavailable.
 
 constexpr int64_t kDefaultTimeoutMs = 5 * 60 * 1000;
 constexpr int64_t kFlowBudgetMs = 30'000;
-
-// The loopback redirect: the first callback that parses is completed and answered; anything else
-// (a favicon, a stray request, a bad query) is refused and the wait goes on.
-struct Loopback {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::optional<FinishedCallback> done;
-};
 
 }  // namespace
 
@@ -111,41 +98,28 @@ int cmd_login(const std::vector<std::string>& argv) {
                     kExitUsage);
   }
 
-  Loopback loopback;
-  httplib::Server server;
-  server.Get("/callback", [&](const httplib::Request& req, httplib::Response& res) {
-    Result<oauth::CallbackParams> params = parse_oauth_callback(api::raw_query(req));
-    if (!params.ok()) return api::send(oauth_callback_refusal(400, params.error().message), res);
-    {
-      std::lock_guard<std::mutex> lock(loopback.mu);
-      if (loopback.done) {
-        return api::send(oauth_callback_refusal(400, "This login has already finished"), res);
-      }
-    }
-    FinishedCallback f =
-        finish_oauth_callback(*agent, *oauth, *params, steady_ms() + kFlowBudgetMs);
-    if (f.unknown_state) {  // not this login's: keep waiting for the real one
-      return api::send(oauth_callback_refusal(400, "This is not the login Quiver is waiting for"),
-                       res);
-    }
-    api::send(oauth_callback_page(f.result), res);
-    std::lock_guard<std::mutex> lock(loopback.mu);
-    loopback.done = std::move(f);
-    loopback.cv.notify_all();
-  });
-  const int port = server.bind_to_any_port("127.0.0.1");
-  if (port <= 0) return cli_fail("login", "cannot listen on 127.0.0.1", kExitFailed);
-  std::thread listener([&server] { server.listen_after_bind(); });
-  auto stop = [&] {
-    server.stop();
-    if (listener.joinable()) listener.join();
-  };
+  // The loopback redirect: the first redirect of this login is completed and answered; anything
+  // else (a bad query, another authorization's state) is refused and the wait goes on.
+  std::optional<FinishedCallback> done;  // written by the handler before the wait ends
+  Result<std::unique_ptr<OAuthLoopbackListener>> listener = OAuthLoopbackListener::start(
+      [&](const Result<oauth::CallbackParams>& redirect) -> OAuthLoopbackListener::Answer {
+        if (!redirect.ok()) return {oauth_callback_refusal(400, redirect.error().message), false};
+        FinishedCallback f =
+            finish_oauth_callback(*agent, *oauth, *redirect, steady_ms() + kFlowBudgetMs);
+        if (f.unknown_state) {
+          return {oauth_callback_refusal(400, "This is not the login Quiver is waiting for"),
+                  false};
+        }
+        HttpResponse page = oauth_callback_page(f.result);
+        done = std::move(f);
+        return {std::move(page), true};
+      });
+  if (!listener.ok()) return cli_fail("login", listener.error().message, kExitFailed);
 
-  const std::string redirect = "http://127.0.0.1:" + std::to_string(port) + "/callback";
+  const std::string& redirect = (*listener)->redirect_uri();
   Result<AuthorizationStart> start =
       oauth->begin(*c, Principal::shared(), steady_ms() + kFlowBudgetMs, redirect);
   if (!start.ok()) {
-    stop();
     return cli_fail("login",
                     "cannot start the authorization of `" + c->name +
                         "`: " + error_code_name(start.error().code) + ": " +
@@ -155,14 +129,8 @@ int cmd_login(const std::vector<std::string>& argv) {
   std::fprintf(stderr, "authorize: %s\n", start->authorization_url.c_str());
   std::fflush(stderr);
 
-  std::optional<FinishedCallback> done;
-  {
-    std::unique_lock<std::mutex> lock(loopback.mu);
-    loopback.cv.wait_for(lock, std::chrono::milliseconds(timeout_ms),
-                         [&] { return loopback.done.has_value(); });
-    done = loopback.done;
-  }
-  stop();
+  (void)(*listener)->wait(timeout_ms);
+  listener->reset();  // stopped: no handler runs any more
   if (!done) {
     return cli_fail(
         "login",

@@ -41,6 +41,7 @@
 #include "native-agent/cli/cli.h"
 #include "native-agent/cli/cli_support.h"
 #include "native-agent/engine/agent.h"
+#include "native-agent/engine/oauth_manager.h"
 #include "shared/discovery.h"
 
 namespace quiver {
@@ -214,6 +215,12 @@ Result<Running> start_running(const AgentConfig& config,
     r.stop();
     return failure->error;
   }
+  if (config.listen.port == 0 && agent.oauth() != nullptr) {
+    // Port 0 took any free port: the default OAuth redirect URI names the one it took.
+    AgentConfig bound = agent.config();
+    bound.set_listen(ListenAddress{config.listen.host, r.server->port()});
+    agent.oauth()->set_config(bound);
+  }
   return r;
 }
 
@@ -234,11 +241,12 @@ bool reload(const CliArgs& args, LogLevel level, const char* why, AgentConfig* c
     if (a.ok()) next->set_listen(*a);
   }
   // Port 0 took any free port at start: keep that one, callers know it.
+  // set_listen: the default OAuth redirect URI follows the port too.
   if (next->listen.port == 0 && next->listen.host == current->listen.host) {
-    next->listen.port = running->server->port();
+    next->set_listen(ListenAddress{next->listen.host, running->server->port()});
   }
   if (current->listen.port == 0 && next->listen.host == current->listen.host) {
-    current->listen.port = running->server->port();
+    current->set_listen(ListenAddress{current->listen.host, running->server->port()});
   }
   running->stop();
   StartFailure failure;

@@ -16,12 +16,9 @@ constexpr char kLog[] = "oauth";
 constexpr int64_t kCallbackBudgetMs = 20'000;
 constexpr std::size_t kBatch = 100;
 
-// OAuthManager::complete answers kInvalidArgument "unknown, already used or expired OAuth state"
-// when its token store holds no pending authorization for the state.
-bool is_unknown_state(const Error& e) {
-  return e.code == ErrorCode::kInvalidArgument &&
-         e.message.find("OAuth state") != std::string::npos;
-}
+// OAuthManager::complete answers kNotFound, and only then, when its token store holds no pending
+// authorization for the state.
+bool is_unknown_state(const Error& e) { return e.code == ErrorCode::kNotFound; }
 
 }  // namespace
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -11,6 +12,7 @@
 #include "native-agent/engine/agent_context.h"
 #include "native-agent/store/store.h"
 #include "native-agent/upstream/oauth_http.h"
+#include "shared/oauth_internal.h"
 
 namespace quiver {
 
@@ -58,10 +60,16 @@ struct OAuthManager::Impl {
     return m;
   }
 
-  OAuthHttpOptions http_options(const ConnectionConfig& c, int64_t deadline_ms) const {
+  // The authorization server's requests of one flow (discovery, registration, the token
+  // endpoint) share the caller's deadline, cut to the connection's own listing timeout: a hung
+  // authorization server costs what a hung upstream would, not a fixed budget.
+  OAuthHttpOptions http_options(const ConnectionConfig& c, int64_t deadline_ms) {
     OAuthHttpOptions o;
     o.allow_private = c.endpoint.allow_private_addresses;
     o.deadline_ms = deadline_ms;
+    if (std::shared_ptr<const AgentConfig> cfg = current()) {
+      o.deadline_ms = std::min(deadline_ms, steady_ms() + list_timeout_for(c, cfg->runtime));
+    }
     return o;
   }
 
@@ -136,6 +144,38 @@ struct OAuthManager::Impl {
     }
     return done;
   }
+
+  // A usable access token for (connection, principal): the stored one unless it is about to
+  // expire or is `rejected`; else `renewal` runs once, under this process's lock for the key and
+  // the token store's lock (every agent sharing the file), while the others wait for its token.
+  using Renewal = std::function<Result<oauth::Authorization>(
+      const std::optional<oauth::Authorization>& latest)>;
+  Result<Secret> obtain(const ConnectionConfig& connection, const Principal& principal,
+                        int64_t deadline_ms, const std::optional<Secret>& rejected,
+                        const Renewal& renewal, bool fall_back_to_usable = true);
+
+  // A step-up of the client_credentials grant (under obtain()'s locks): a new token asking for
+  // `scopes`.
+  Result<oauth::Authorization> client_credentials_step_up(
+      const ConnectionConfig& c, const Principal& principal,
+      const std::optional<oauth::Authorization>& current, const oauth::BearerChallenge& challenge,
+      const std::vector<std::string>& scopes, int attempt, int64_t deadline_ms) {
+    Result<oauth::OAuthHost> host = host_for(c);
+    if (!host.ok()) return host.error();
+    oauth::OAuthClientSettings settings = c.oauth->client_settings(redirect_uri());
+    settings.scopes = scopes;
+    oauth::OAuthFlow flow =
+        current.has_value()
+            ? oauth::OAuthFlow::step_up(*current, challenge, attempt, c.endpoint.url, settings,
+                                        *host)
+            : oauth::OAuthFlow::authorize(c.endpoint.url, settings, *host, challenge);
+    Result<oauth::Authorization> done = finish(flow, http_options(c, deadline_ms));
+    if (!done.ok()) return done.error();
+    if (Status st = tokens->put_authorization(c.id, principal, *done, wall_now_ms()); !st.ok()) {
+      return st.error();
+    }
+    return done;
+  }
 };
 
 OAuthManager::OAuthManager(const AgentConfig& config, std::unique_ptr<TokenStore> tokens,
@@ -164,12 +204,23 @@ TokenStore& OAuthManager::tokens() { return *impl_->tokens; }
 Result<Secret> OAuthManager::access_token(const ConnectionConfig& connection,
                                           const Principal& principal, int64_t deadline_ms,
                                           const std::optional<Secret>& rejected) {
-  Impl& m = *impl_;
   if (connection.auth != AuthType::kOAuth || !connection.oauth.has_value()) {
     return Error(ErrorCode::kInvalidArgument,
                  "connection `" + connection.id + "` does not use auth oauth");
   }
   if (Status st = check_principal(connection, principal); !st.ok()) return st.error();
+  Impl& m = *impl_;
+  return m.obtain(connection, principal, deadline_ms, rejected,
+                  [&](const std::optional<oauth::Authorization>& latest) {
+                    return m.renew(connection, principal, latest, deadline_ms);
+                  });
+}
+
+Result<Secret> OAuthManager::Impl::obtain(const ConnectionConfig& connection,
+                                          const Principal& principal, int64_t deadline_ms,
+                                          const std::optional<Secret>& rejected,
+                                          const Renewal& renewal, bool fall_back_to_usable) {
+  Impl& m = *this;
   const std::string source = "oauth:" + connection.id;
   const int64_t ahead_ms = m.refresh_ahead_ms();
   // Whether `a` must be renewed before use.
@@ -239,9 +290,9 @@ Result<Secret> OAuthManager::access_token(const ConnectionConfig& connection,
                  latest->value().tokens.refresh_token.empty() && usable(*latest)) {
         renewed = latest->value();  // about to expire, cannot be renewed: good until it does
       } else {
-        renewed = m.renew(connection, principal, *latest, deadline_ms);
-        if (!renewed.ok() && renewed.error().code != ErrorCode::kAuthorizationRequired &&
-            usable(*latest)) {
+        renewed = renewal(*latest);
+        if (fall_back_to_usable && !renewed.ok() &&
+            renewed.error().code != ErrorCode::kAuthorizationRequired && usable(*latest)) {
           renewed = latest->value();  // the authorization server failed; the token still works
         }
       }
@@ -289,9 +340,16 @@ Result<AuthorizationStart> OAuthManager::begin(const ConnectionConfig& connectio
   if (!challenge.ok()) return challenge.error();
   Result<oauth::OAuthHost> host = m.host_for(connection);
   if (!host.ok()) return host.error();
-  oauth::OAuthFlow flow = oauth::OAuthFlow::authorize(connection.endpoint.url,
-                                                      connection.oauth->client_settings(redirect),
-                                                      *host, *challenge, known);
+  oauth::OAuthClientSettings settings = connection.oauth->client_settings(redirect);
+  // After a 403 insufficient_scope the new authorization asks for the step-up's union of scopes.
+  Result<std::optional<StepUpRecord>> step_up = m.tokens->step_up(connection.id, principal);
+  if (!step_up.ok()) return step_up.error();
+  if (step_up->has_value()) {
+    settings.scopes = oauth::internal::scope_union(
+        settings.scopes, oauth::internal::split_scopes((*step_up)->scope));
+  }
+  oauth::OAuthFlow flow =
+      oauth::OAuthFlow::authorize(connection.endpoint.url, settings, *host, *challenge, known);
   drive_oauth_flow(flow, http);
   if (flow.step() == oauth::FlowStep::kFailed) return flow.error();
   if (flow.step() != oauth::FlowStep::kNeedsUser) {
@@ -317,14 +375,14 @@ Result<AuthorizationDone> OAuthManager::complete(const oauth::CallbackParams& ca
       m.tokens->take_pending(callback.state, wall_now_ms());
   if (!taken.ok()) return taken.error();
   if (!taken->has_value()) {
-    return Error(ErrorCode::kInvalidArgument,
+    return Error(ErrorCode::kNotFound,
                  "unknown, already used or expired OAuth state: start the authorization again");
   }
   PendingRecord& rec = **taken;
   std::shared_ptr<const AgentConfig> cfg = m.current();
   const ConnectionConfig* connection = cfg ? cfg->find_connection(rec.connection_id) : nullptr;
   if (connection == nullptr || connection->auth != AuthType::kOAuth || !connection->oauth) {
-    return Error(ErrorCode::kNotFound,
+    return Error(ErrorCode::kInvalidArgument,
                  "connection `" + rec.connection_id + "` is no longer configured with auth oauth");
   }
   Result<oauth::OAuthHost> host = m.host_for(*connection);
@@ -353,6 +411,9 @@ Result<bool> OAuthManager::disconnect(const std::string& connection_id,
   Impl& m = *impl_;
   Result<bool> deleted = m.tokens->delete_authorization(connection_id, principal);
   if (!deleted.ok()) return deleted;
+  if (Result<bool> step_up = m.tokens->delete_step_up(connection_id, principal); !step_up.ok()) {
+    return step_up.error();
+  }
   PrincipalHook hook;
   {
     std::lock_guard<std::mutex> lock(m.config_mu);
@@ -368,6 +429,105 @@ Result<bool> OAuthManager::connected(const std::string& connection_id, const Pri
   return std::any_of(all->begin(), all->end(), [&](const auto& p) {
     return p.first == connection_id && p.second == principal;
   });
+}
+
+Result<Secret> OAuthManager::step_up(const ConnectionConfig& connection, const Principal& principal,
+                                     int64_t deadline_ms, const Secret& refused,
+                                     const oauth::BearerChallenge& challenge) {
+  using oauth::internal::join_scopes;
+  using oauth::internal::scope_union;
+  using oauth::internal::split_scopes;
+  if (connection.auth != AuthType::kOAuth || !connection.oauth.has_value()) {
+    return Error(ErrorCode::kInvalidArgument,
+                 "connection `" + connection.id + "` does not use auth oauth");
+  }
+  if (Status st = check_principal(connection, principal); !st.ok()) return st.error();
+  Impl& m = *impl_;
+  const std::string who = "connection `" + connection.id + "` (" + principal.str() + ")";
+  const std::string asked = challenge.scope.value_or("");
+  // The scopes to ask for: configured, granted, asked by earlier step-ups, and now.
+  auto wanted_scopes = [&](const std::optional<oauth::Authorization>& current,
+                           const std::optional<StepUpRecord>& earlier) {
+    std::vector<std::string> s = connection.oauth->scopes;
+    if (current.has_value()) s = scope_union(std::move(s), split_scopes(current->tokens.scope));
+    if (earlier.has_value()) s = scope_union(std::move(s), split_scopes(earlier->scope));
+    return scope_union(std::move(s), split_scopes(asked));
+  };
+  auto too_many = [&](int attempts) {
+    return Error(ErrorCode::kUnauthenticated,
+                 who + ": the upstream still answers 403 insufficient_scope (asking for '" +
+                     oauth::internal::clip_text(asked) + "') after " +
+                     std::to_string(attempts - 1) +
+                     " step-ups; it stays refused until a listing succeeds (check the "
+                     "authorization server's scopes, or disconnect and authorize again)");
+  };
+
+  if (connection.oauth->grant == oauth::GrantType::kClientCredentials) {
+    // The agent can ask for the scopes itself, once across every agent sharing the token store
+    // (an agent that finds a token newer than the refused one uses it).
+    return m.obtain(
+        connection, principal, deadline_ms, refused,
+        [&](const std::optional<oauth::Authorization>& latest) -> Result<oauth::Authorization> {
+          Result<std::optional<StepUpRecord>> earlier = m.tokens->step_up(connection.id, principal);
+          if (!earlier.ok()) return earlier.error();
+          const int attempts = earlier->has_value() ? (*earlier)->attempts + 1 : 1;
+          if (attempts > oauth::kMaxStepUps) return too_many(attempts);
+          const std::vector<std::string> wanted = wanted_scopes(latest, *earlier);
+          if (Status st =
+                  m.tokens->put_step_up(connection.id, principal,
+                                        StepUpRecord{join_scopes(wanted), attempts, wall_now_ms()});
+              !st.ok()) {
+            return st.error();
+          }
+          return m.client_credentials_step_up(connection, principal, latest, challenge, wanted,
+                                              attempts, deadline_ms);
+        },
+        /*fall_back_to_usable=*/false);
+  }
+
+  // Authorization code: a person must consent to the wider scopes. The refused tokens go (nobody
+  // lists with them again), the union waits for the next begin(), and until then the principal is
+  // authorization_required (its last good manifest stays, stale).
+  std::shared_ptr<std::timed_mutex> key = m.key_lock(connection.id, principal);
+  std::unique_lock<std::timed_mutex> in_process(*key, std::defer_lock);
+  if (!in_process.try_lock_for(
+          std::chrono::milliseconds(std::max<int64_t>(0, deadline_ms - steady_ms())))) {
+    return Error(ErrorCode::kTimeout, who + ": waiting for another token refresh");
+  }
+  Result<std::optional<AuthorizationRecord>> current =
+      m.tokens->authorization(connection.id, principal);
+  if (!current.ok()) return current.error();
+  if (!current->has_value()) {
+    return authorization_required(
+        connection.id, principal,
+        "the upstream asks for more scope ('" + oauth::internal::clip_text(asked) + "')");
+  }
+  if ((*current)->authorization.tokens.access_token != refused.reveal()) {
+    // Another thread or agent already has a newer token: try that one.
+    return Secret((*current)->authorization.tokens.access_token, "oauth:" + connection.id);
+  }
+  Result<std::optional<StepUpRecord>> earlier = m.tokens->step_up(connection.id, principal);
+  if (!earlier.ok()) return earlier.error();
+  const int attempts = earlier->has_value() ? (*earlier)->attempts + 1 : 1;
+  if (attempts > oauth::kMaxStepUps) return too_many(attempts);
+  const std::vector<std::string> wanted = wanted_scopes((*current)->authorization, *earlier);
+  if (Status st = m.tokens->put_step_up(connection.id, principal,
+                                        StepUpRecord{join_scopes(wanted), attempts, wall_now_ms()});
+      !st.ok()) {
+    return st.error();
+  }
+  if (Result<bool> gone = m.tokens->delete_authorization(connection.id, principal); !gone.ok()) {
+    return gone.error();
+  }
+  return authorization_required(connection.id, principal,
+                                "the upstream needs more scope (403 insufficient_scope; the next "
+                                "authorization asks for '" +
+                                    oauth::internal::clip_text(join_scopes(wanted)) + "')");
+}
+
+void OAuthManager::listed(const std::string& connection_id, const Principal& principal) {
+  // A failure here only means the count goes on from where it was; never the listing's concern.
+  (void)impl_->tokens->delete_step_up(connection_id, principal);
 }
 
 }  // namespace quiver

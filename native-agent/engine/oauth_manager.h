@@ -79,14 +79,30 @@ class OAuthManager {
   Result<Secret> access_token(const ConnectionConfig& connection, const Principal& principal,
                               int64_t deadline_ms, const std::optional<Secret>& rejected = {});
 
+  // Step-up (MCP authorization, "Scope Challenge Handling"): the upstream refused `refused` with
+  // 403 `insufficient_scope` (`challenge`, its WWW-Authenticate). The scopes to ask for are the
+  // union of the configured, the granted, earlier step-ups' and the challenge's.
+  // client_credentials: a new token with them (once across agents sharing the token store),
+  // answered for the next listing. authorization_code: a person must consent, so the refused tokens
+  // go, the union is kept for the next begin(), and the answer is kAuthorizationRequired. At most
+  // oauth::kMaxStepUps step-ups until a listing succeeds (listed()); then kUnauthenticated, with
+  // no request to the authorization server.
+  Result<Secret> step_up(const ConnectionConfig& connection, const Principal& principal,
+                         int64_t deadline_ms, const Secret& refused,
+                         const oauth::BearerChallenge& challenge);
+  // A listing of (connection, principal) succeeded with its token: a step-up in progress is done.
+  void listed(const std::string& connection_id, const Principal& principal);
+
   // `redirect_uri`: where the authorization server sends the browser back; nullopt:
   // `quiver.oauth.redirect_uri` (`quiver-agent login` passes its loopback address, RFC 8252, and
   // registers as a native application).
   Result<AuthorizationStart> begin(const ConnectionConfig& connection, const Principal& principal,
                                    int64_t deadline_ms,
                                    const std::optional<std::string>& redirect_uri = std::nullopt);
-  // kInvalidArgument for an unknown, used or expired state, an `error` from the authorization
-  // server, a wrong `iss`; the token endpoint's failures as they are. Nothing stored on failure.
+  // kNotFound for an unknown, used or expired state (no pending authorization of this token store:
+  // another agent's, or none); kInvalidArgument for an `error` from the authorization server, a
+  // wrong `iss`, a connection no longer configured; the token endpoint's failures as they are.
+  // Nothing stored on failure.
   Result<AuthorizationDone> complete(const oauth::CallbackParams& callback, int64_t deadline_ms);
   // True when an authorization was deleted.
   Result<bool> disconnect(const std::string& connection_id, const Principal& principal);

@@ -4,12 +4,24 @@
 #include <vector>
 
 #include "native-agent/base/clock.h"
+#include "native-agent/engine/oauth_manager.h"
 #include "shared/lease.h"
 #include "shared/manifest.h"
+#include "shared/oauth.h"
 
 namespace quiver {
 
 namespace {
+
+// The Bearer challenge of a 401/403 when it asks for more scope (RFC 6750 §3.1
+// `insufficient_scope`); nullopt for anything else, an unreadable value included.
+std::optional<oauth::BearerChallenge> insufficient_scope(const std::optional<std::string>& value) {
+  if (!value.has_value() || value->empty()) return std::nullopt;
+  Result<std::optional<oauth::BearerChallenge>> parsed = oauth::parse_www_authenticate(*value);
+  if (!parsed.ok() || !parsed->has_value()) return std::nullopt;
+  if ((*parsed)->error != std::optional<std::string>("insufficient_scope")) return std::nullopt;
+  return *parsed;
+}
 
 constexpr std::size_t kLeaseTokenBytes = 16;
 
@@ -127,6 +139,7 @@ Result<RefreshReport> RefreshRunner::run(const std::string& cid, const Principal
   ListingLog::Scope in_flight(c.listings, cid, principal, fetched_at);  // to the write's end
   // One listing through the pooled connection of `spec` (a changed credential makes a new
   // session: the pool compares specs).
+  ListInfo info;  // of the last listing (its auth_challenge drives a step-up)
   auto list_through = [&](UpstreamSpec spec) -> Result<Listing> {
     Result<Listing> listing = Error(ErrorCode::kInternal, "not listed");
     if (Status put = c.pool->put(std::move(spec)); !put.ok()) return put.error();
@@ -134,7 +147,7 @@ Result<RefreshReport> RefreshRunner::run(const std::string& cid, const Principal
         c.tracer ? c.tracer->start("quiver.list", SpanKind::kClient, span.context()) : Span();
     list_span.set("quiver.connection_id", cid);
     list_span.set("quiver.transport", std::string(transport_kind_name(upstream->transport)));
-    ListInfo info;
+    info = ListInfo{};
     listing = c.pool->list(name, list_timeout_for(cfg, rt), &info);
     if (listing.ok()) {
       int64_t failed_lists = 0;
@@ -159,8 +172,10 @@ Result<RefreshReport> RefreshRunner::run(const std::string& cid, const Principal
     return listing;
   };
   // OAuth: the token is asked for within the listing's deadline; an upstream that refuses it
-  // (401) gets one more listing with a renewed token. No authorization is the listing's error
-  // (kAuthorizationRequired), recorded like any other: the last good manifest stays, stale.
+  // (401) gets one more listing with a renewed token; one that answers 403 insufficient_scope
+  // gets a step-up (OAuthManager::step_up: a new token with more scope, or authorization_required
+  // when a person must consent), at most oauth::kMaxStepUps. No authorization is the listing's
+  // error (kAuthorizationRequired), recorded like any other: the last good manifest stays, stale.
   const int64_t token_deadline = steady_ms() + list_timeout_for(cfg, rt);
   std::optional<Secret> bearer;
   auto attempt = [&](const std::optional<Secret>& rejected) -> Result<Listing> {
@@ -169,10 +184,33 @@ Result<RefreshReport> RefreshRunner::run(const std::string& cid, const Principal
     return list_through(std::move(*spec));
   };
   Result<Listing> listing = attempt(std::nullopt);
-  if (cfg.auth == AuthType::kOAuth && bearer.has_value() && refused_credential(listing)) {
-    log.info(kAgentLog, "refresh of " + who + ": the upstream refused its access token; renewing");
-    const std::optional<Secret> refused = bearer;
-    listing = attempt(refused);
+  if (cfg.auth == AuthType::kOAuth) {
+    bool renewed = false;
+    for (int step_ups = 0; bearer.has_value() && refused_credential(listing);) {
+      const std::optional<Secret> refused = bearer;
+      std::optional<oauth::BearerChallenge> scope = insufficient_scope(info.auth_challenge);
+      if (scope.has_value() && step_ups < oauth::kMaxStepUps) {
+        ++step_ups;
+        log.info(kAgentLog, "refresh of " + who +
+                                ": the upstream asks for more scope (403 insufficient_scope); "
+                                "stepping up");
+        Result<Secret> stepped = c.oauth->step_up(cfg, principal, token_deadline, *refused, *scope);
+        if (!stepped.ok()) {
+          listing = stepped.error();
+          break;
+        }
+        bearer.reset();
+        listing = attempt(std::nullopt);  // spec_for reads the stepped-up token
+        continue;
+      }
+      if (scope.has_value() || renewed) break;
+      renewed = true;
+      log.info(kAgentLog,
+               "refresh of " + who + ": the upstream refused its access token; renewing");
+      bearer.reset();
+      listing = attempt(refused);
+    }
+    if (c.oauth && listing.ok() && !refused_credential(listing)) c.oauth->listed(cid, principal);
   }
   c.metrics.listing_duration_ms(steady_ms() - lease_at);
 

@@ -19,7 +19,7 @@ namespace {
 
 constexpr char kQueries[] = "oauth-tokens-queries.sql";
 constexpr char kSealPrefix[] = "v1:";
-constexpr int kTokenStoreSchemaVersion = 1;  // schema/oauth-tokens.sql's user_version
+constexpr int kTokenStoreSchemaVersion = 2;  // schema/oauth-tokens.sql's user_version
 constexpr std::size_t kNonceBytes = 12;
 constexpr std::size_t kTagBytes = 16;
 
@@ -417,6 +417,43 @@ Status TokenStore::unlock_refresh(const std::string& connection_id, const Princi
                       .run();
   if (!n.ok()) return n.error();
   return Status::Ok();
+}
+
+Result<std::optional<StepUpRecord>> TokenStore::step_up(const std::string& connection_id,
+                                                        const Principal& principal) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  SqliteQuery q(*impl_->db, "token_step_up_select");
+  q.text(":connection_id", connection_id).text(":principal", principal.str());
+  Result<bool> row = q.step();
+  if (!row.ok()) return row.error();
+  if (!*row) return std::optional<StepUpRecord>();
+  return std::optional<StepUpRecord>(
+      StepUpRecord{q.text_at(0), static_cast<int>(q.integer_at(1)), q.integer_at(2)});
+}
+
+Status TokenStore::put_step_up(const std::string& connection_id, const Principal& principal,
+                               const StepUpRecord& record) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Result<int> n = SqliteQuery(*impl_->db, "token_step_up_upsert")
+                      .text(":connection_id", connection_id)
+                      .text(":principal", principal.str())
+                      .text(":scope", record.scope)
+                      .integer(":attempts", record.attempts)
+                      .integer(":updated_at", record.updated_at_ms)
+                      .run();
+  if (!n.ok()) return n.error();
+  return Status::Ok();
+}
+
+Result<bool> TokenStore::delete_step_up(const std::string& connection_id,
+                                        const Principal& principal) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Result<int> n = SqliteQuery(*impl_->db, "token_step_up_delete")
+                      .text(":connection_id", connection_id)
+                      .text(":principal", principal.str())
+                      .run();
+  if (!n.ok()) return n.error();
+  return *n > 0;
 }
 
 }  // namespace quiver

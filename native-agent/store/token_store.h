@@ -25,6 +25,8 @@
 //     same transaction that reads it (single use, across agents sharing the file)
 //   refresh_locks (connection_id, principal) → holder, until_ms: one refresh in flight per
 //     (connection, principal) across every process sharing the file
+//   step_ups (connection_id, principal) → scope, attempts: a step-up after a 403
+//     `insufficient_scope` (OAuthManager::step_up), until a listing succeeds
 //
 // Thread-safe: one connection behind a mutex; every write one short BEGIN IMMEDIATE transaction
 // (WAL, busy timeout), so agents sharing the file take turns.
@@ -61,6 +63,14 @@ struct PendingRecord {
   std::string connection_id;
   Principal principal;
   oauth::PendingAuthorization pending;
+};
+
+// A step-up in progress (not secret): the scopes the next authorization asks for and how many
+// step-ups there were since the last listing that succeeded.
+struct StepUpRecord {
+  std::string scope;  // space-separated
+  int attempts = 0;
+  int64_t updated_at_ms = 0;
 };
 
 struct AuthorizationRecord {
@@ -107,6 +117,13 @@ class TokenStore {
                                 const std::string& holder, int64_t now_ms, int64_t ttl_ms);
   Status unlock_refresh(const std::string& connection_id, const Principal& principal,
                         const std::string& holder);
+
+  Result<std::optional<StepUpRecord>> step_up(const std::string& connection_id,
+                                              const Principal& principal);
+  Status put_step_up(const std::string& connection_id, const Principal& principal,
+                     const StepUpRecord& record);
+  // True when there was one.
+  Result<bool> delete_step_up(const std::string& connection_id, const Principal& principal);
 
  private:
   TokenStore();

@@ -99,6 +99,12 @@ httplib::Headers HttpTransport::Impl::base_headers(bool with_session, bool* sent
 
 bool HttpTransport::Impl::on_headers(Exchange& ex, const httplib::Response& res) {
   ex.reader.begin_response(res.status, res.get_header_value("Content-Type"));
+  if ((res.status == 401 || res.status == 403) && options.on_auth_challenge) {
+    constexpr std::size_t kMaxChallengeBytes = 4096;
+    std::string challenge = res.get_header_value("WWW-Authenticate");
+    if (challenge.size() > kMaxChallengeBytes) challenge.resize(kMaxChallengeBytes);
+    options.on_auth_challenge(res.status, challenge);
+  }
   if (res.status < 200 || res.status > 299 || !ex.is_initialize) return true;
   auto sid = reply_session_id(res.get_header_value("Mcp-Session-Id"), where());
   if (!sid.ok()) {

@@ -57,6 +57,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -88,6 +89,10 @@ struct HttpTransportOptions {
   // Notification-stream messages waiting for `receive`, in bytes; past it the transport fails
   // (kTooLarge) rather than drop a notification silently.
   std::size_t max_pending_bytes = kDefaultMaxMessageBytes;
+  // Called with the status and the `WWW-Authenticate` value (cut to 4 KiB; empty when absent) of
+  // every 401 or 403: the OAuth side reads a step-up request (`insufficient_scope`) from it.
+  // Runs on the thread of the request; must not call back into the transport.
+  std::function<void(int status, const std::string& www_authenticate)> on_auth_challenge;
   // A session to continue (sent from the first request on). Empty: the initialize response
   // assigns one, if the server uses sessions.
   std::string session_id;

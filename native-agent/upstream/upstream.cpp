@@ -124,6 +124,7 @@ Result<UpstreamTransport> make_upstream_transport(const UpstreamSpec& spec,
   options.allow_private_addresses = spec.allow_private;
   options.max_reply_bytes = settings.max_message_bytes;
   options.redactor = settings.redactor;
+  options.on_auth_challenge = settings.on_auth_challenge;
   auto t = HttpTransport::create(std::move(options));
   if (!t.ok()) {
     Error e = t.error();
@@ -188,6 +189,13 @@ UpstreamConnection::UpstreamConnection(UpstreamSpec spec, UpstreamOptions option
   if (!options_.factory) options_.factory = make_upstream_transport;
   settings_.max_message_bytes = options_.max_message_bytes;
   settings_.redactor = options_.redactor;
+  // Shared pointers, not `this`: a transport (and its notification thread) may outlive a moved
+  // settings copy, never the state it writes to.
+  settings_.on_auth_challenge = [mu = challenge_mu_, last = last_challenge_](
+                                    int /*status*/, const std::string& www_authenticate) {
+    std::lock_guard<std::mutex> lock(*mu);
+    *last = www_authenticate;
+  };
   if (options_.log) {
     auto log_fn = options_.log;
     auto redactor = options_.redactor;
@@ -624,8 +632,16 @@ Result<Listing> UpstreamConnection::list(int64_t deadline_ms, const std::vector<
   ListInfo local;
   ListInfo* out = info ? info : &local;
   *out = ListInfo{};
+  {
+    std::lock_guard<std::mutex> challenge_lock(*challenge_mu_);
+    last_challenge_->reset();
+  }
   auto result = list_locked(deadline_ms, normalized(kinds), out);
   out->total_ms = clock_() - start;
+  {
+    std::lock_guard<std::mutex> challenge_lock(*challenge_mu_);
+    out->auth_challenge = *last_challenge_;
+  }
   std::lock_guard<std::mutex> state_lock(state_mu_);
   if (result.ok()) {
     ++stats_.listings;

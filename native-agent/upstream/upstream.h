@@ -154,6 +154,8 @@ struct TransportSettings {
   // body with it before cutting the body to a snippet.
   std::shared_ptr<const Redactor> redactor;
   std::function<void(const std::string& line)> on_stderr_line;  // stdio: each stderr line
+  // HTTP: each 401/403 (HttpTransportOptions::on_auth_challenge).
+  std::function<void(int status, const std::string& www_authenticate)> on_auth_challenge;
 };
 
 // Builds the transport for a spec; the default is `make_upstream_transport`. Tests inject fakes.
@@ -210,6 +212,9 @@ struct ListInfo {
   int64_t connect_ms = -1;  // spawn/dial plus handshake of the fresh session (-1: none opened)
   int64_t list_ms = 0;      // the lists themselves (every page), on the session that answered
   int64_t total_ms = 0;
+  // The `WWW-Authenticate` value of the last 401/403 the upstream answered during this listing
+  // (HTTP only): a 403 `insufficient_scope` asks the OAuth side for a step-up.
+  std::optional<std::string> auth_challenge;
 };
 
 struct UpstreamStats {
@@ -298,6 +303,10 @@ class UpstreamConnection {
   ChangeCallback callback_;
   bool changed_[kListKindCount] = {};
   std::optional<int64_t> change_due_at_;
+  // Set by the transports' on_auth_challenge; list() reports it in ListInfo::auth_challenge.
+  std::shared_ptr<std::mutex> challenge_mu_ = std::make_shared<std::mutex>();
+  std::shared_ptr<std::optional<std::string>> last_challenge_ =
+      std::make_shared<std::optional<std::string>>();
   std::optional<UpstreamChange> lost_;  // a session lost while idle, not reported yet
 };
 

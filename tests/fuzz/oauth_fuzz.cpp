@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "shared/oauth.h"
+#include "shared/oauth_callback.h"
 #include "tests/fuzz/fuzz_support.h"
 
 namespace quiver::oauth {
@@ -75,13 +76,14 @@ void token(std::string_view input) {
 }
 
 void callback(std::string_view input) {
-  auto c = CallbackParams::from_query(input);
+  auto c = quiver::parse_oauth_callback(input);
   if (!c.ok()) {
     fuzz::check(is_one_of(c.error().code, {ErrorCode::kInvalidArgument, ErrorCode::kTooLarge}),
-                "CallbackParams::from_query: an unexpected code");
+                "parse_oauth_callback: an unexpected code");
     return;
   }
   fuzz::check(!c->state.empty(), "a callback without state");
+  fuzz::check(c->code.has_value() != c->error.has_value(), "a callback with both code and error");
 }
 
 }  // namespace

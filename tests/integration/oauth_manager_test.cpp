@@ -23,6 +23,7 @@
 #include <httplib.h>
 
 #include "native-agent/base/clock.h"
+#include "shared/oauth_callback.h"
 #include "shared/sha256.h"
 #include "tests/support/mcp_peers.h"
 #include "tests/support/temp_dir.h"
@@ -278,7 +279,7 @@ TEST(OAuthManagerTest, AMemberConnectsThroughTheBrowserAndTheCallback) {
   ASSERT_EQ(r->status, 302);
   const std::string location = r->get_header_value("Location");
   Result<oauth::CallbackParams> callback =
-      oauth::CallbackParams::from_query(location.substr(location.find('?') + 1));
+      parse_oauth_callback(location.substr(location.find('?') + 1));
   ASSERT_TRUE(callback.ok());
 
   Result<AuthorizationDone> done = f.manager->complete(*callback, in_ms(10000));
@@ -295,10 +296,10 @@ TEST(OAuthManagerTest, AMemberConnectsThroughTheBrowserAndTheCallback) {
   // The state was single use: a replay (and a forged state) is refused, nothing stored.
   Result<AuthorizationDone> replay = f.manager->complete(*callback, in_ms(10000));
   ASSERT_FALSE(replay.ok());
-  EXPECT_EQ(replay.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(replay.error().code, ErrorCode::kNotFound);
   oauth::CallbackParams forged = *callback;
   forged.state = "forged-state";
-  EXPECT_EQ(f.manager->complete(forged, in_ms(10000)).error().code, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(f.manager->complete(forged, in_ms(10000)).error().code, ErrorCode::kNotFound);
   EXPECT_EQ(f.as.tokens_issued.load(), 1);
 
   // A second member reuses the dynamic registration of the same issuer.
@@ -311,7 +312,7 @@ TEST(OAuthManagerTest, AMemberConnectsThroughTheBrowserAndTheCallback) {
   ASSERT_TRUE(rb);
   const std::string bob_location = rb->get_header_value("Location");
   Result<oauth::CallbackParams> bob_callback =
-      oauth::CallbackParams::from_query(bob_location.substr(bob_location.find('?') + 1));
+      parse_oauth_callback(bob_location.substr(bob_location.find('?') + 1));
   ASSERT_TRUE(bob_callback.ok());
   oauth::CallbackParams wrong_iss = *bob_callback;
   wrong_iss.iss = "https://evil.example";
@@ -423,6 +424,59 @@ TEST(OAuthManagerTest, GarbageAndAHangingTokenEndpointKeepTheToken) {
 
 // Two agents on one token store file, four concurrent requests for an expiring token: the token
 // endpoint is asked once, and everyone gets the new token.
+// Step-up of the authorization-code grant: a person must consent, so the refused tokens go, the
+// union of scopes waits for the next begin() (whose authorization request asks for it), and after
+// kMaxStepUps step-ups without a listing that succeeded the answer is kUnauthenticated with the
+// tokens kept and no request made. listed() ends the step-up.
+TEST(OAuthManagerTest, AnAuthorizationCodeStepUpWaitsForThePersonAndIsBounded) {
+  Fixture f;
+  oauth::BearerChallenge challenge;
+  challenge.error = "insufficient_scope";
+  challenge.scope = "read write";
+  oauth::Authorization a = stored(f.as, "AT-old-qvSECRET", "RT-old-qvSECRET", 3'600'000);
+  a.tokens.scope = "read";
+  f.put(a);
+
+  // Another agent already stepped up: its newer token is answered, nothing else happens.
+  Result<Secret> newer =
+      f.manager->step_up(f.linear(), kAlice, in_ms(5000), Secret("AT-older"), challenge);
+  ASSERT_TRUE(newer.ok()) << newer.error().message;
+  EXPECT_EQ(newer->reveal(), "AT-old-qvSECRET");
+  EXPECT_FALSE(f.manager->tokens().step_up("linear", kAlice)->has_value());
+
+  for (int attempt = 1; attempt <= oauth::kMaxStepUps; ++attempt) {
+    f.put(a);
+    Result<Secret> r =
+        f.manager->step_up(f.linear(), kAlice, in_ms(5000), Secret("AT-old-qvSECRET"), challenge);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().code, ErrorCode::kAuthorizationRequired) << r.error().message;
+    EXPECT_NE(r.error().message.find("read write"), std::string::npos) << r.error().message;
+    EXPECT_EQ(r.error().message.find("qvSECRET"), std::string::npos);
+    EXPECT_FALSE(*f.manager->connected("linear", kAlice)) << "the refused tokens go";
+    auto row = f.manager->tokens().step_up("linear", kAlice);
+    ASSERT_TRUE(row.ok() && row->has_value());
+    EXPECT_EQ((*row)->scope, "read write");
+    EXPECT_EQ((*row)->attempts, attempt);
+  }
+  // The next authorization asks for the union.
+  Result<AuthorizationStart> start = f.manager->begin(f.linear(), kAlice, in_ms(5000));
+  ASSERT_TRUE(start.ok()) << start.error().message;
+  EXPECT_NE(start->authorization_url.find("scope=read+write"), std::string::npos)
+      << start->authorization_url;
+  // One step-up too many: refused without a request, the tokens kept.
+  f.put(a);
+  const int calls = f.as.token_calls.load();
+  Result<Secret> bounded =
+      f.manager->step_up(f.linear(), kAlice, in_ms(5000), Secret("AT-old-qvSECRET"), challenge);
+  ASSERT_FALSE(bounded.ok());
+  EXPECT_EQ(bounded.error().code, ErrorCode::kUnauthenticated) << bounded.error().message;
+  EXPECT_TRUE(*f.manager->connected("linear", kAlice));
+  EXPECT_EQ(f.as.token_calls.load(), calls);
+  // A listing that succeeded ends it.
+  f.manager->listed("linear", kAlice);
+  EXPECT_FALSE(f.manager->tokens().step_up("linear", kAlice)->has_value());
+}
+
 TEST(OAuthManagerTest, TwoAgentsOnOneTokenStoreRefreshOnce) {
   Fixture f;
   f.put(stored(f.as, "AT-expiring", "RT-shared", 10'000));

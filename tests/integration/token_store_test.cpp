@@ -247,6 +247,44 @@ TEST(TokenStoreTest, RefreshLocksExcludeAcrossStoresOnOneFileAndExpire) {
   EXPECT_TRUE(*a->try_lock_refresh("linear", kAlice, "agent-a", kNow + 10'005, 10'000));
 }
 
+// A step-up in progress: kept per (connection, principal), replaced, deleted; a version 1 file
+// (before step_ups existed) gets the table when opened and keeps its rows.
+TEST(TokenStoreTest, StepUpsRoundTripAndAVersionOneFileIsUpgraded) {
+  TempDir dir;
+  const std::string path = dir.path("oauth-tokens.db");
+  {
+    auto store = open_store(path);
+    ASSERT_TRUE(store);
+    ASSERT_TRUE(
+        store->put_authorization("linear", kAlice, authorization("at-1", "rt-1"), kNow).ok());
+    EXPECT_FALSE(store->step_up("linear", kAlice)->has_value());
+    ASSERT_TRUE(store->put_step_up("linear", kAlice, StepUpRecord{"read write", 1, kNow}).ok());
+    ASSERT_TRUE(
+        store->put_step_up("linear", kAlice, StepUpRecord{"read write admin", 2, kNow + 1}).ok());
+    auto got = store->step_up("linear", kAlice);
+    ASSERT_TRUE(got.ok() && got->has_value());
+    EXPECT_EQ((*got)->scope, "read write admin");
+    EXPECT_EQ((*got)->attempts, 2);
+    EXPECT_EQ((*got)->updated_at_ms, kNow + 1);
+    EXPECT_FALSE(store->step_up("linear", Principal::shared())->has_value());
+    EXPECT_TRUE(*store->delete_step_up("linear", kAlice));
+    EXPECT_FALSE(*store->delete_step_up("linear", kAlice));
+  }
+  // Back to version 1: no step_ups table.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(
+      sqlite3_exec(db, "DROP TABLE step_ups; PRAGMA user_version = 1;", nullptr, nullptr, nullptr),
+      SQLITE_OK);
+  sqlite3_close(db);
+  auto upgraded = open_store(path);
+  ASSERT_TRUE(upgraded);
+  ASSERT_TRUE(upgraded->put_step_up("linear", kAlice, StepUpRecord{"read", 1, kNow}).ok());
+  auto kept = upgraded->authorization("linear", kAlice);
+  ASSERT_TRUE(kept.ok() && kept->has_value());
+  EXPECT_EQ((*kept)->authorization.tokens.access_token, "at-1");
+}
+
 TEST(TokenStoreTest, MaintenanceDeletesAuthorizationsNoLongerConfigured) {
   TempDir dir;
   auto store = open_store(dir.path("oauth-tokens.db"));

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "shared/json.h"
+#include "shared/oauth_callback.h"
 #include "shared/oauth_internal.h"
 #include "shared/sha256.h"
 
@@ -158,15 +159,16 @@ TEST(OAuthDocuments, TokenResponses) {
 }
 
 TEST(OAuthDocuments, CallbackQuery) {
-  auto c = CallbackParams::from_query("code=abc%2Bd&state=s+1&iss=https%3A%2F%2Fauth.example.com");
+  auto c =
+      quiver::parse_oauth_callback("code=abc%2Bd&state=s+1&iss=https%3A%2F%2Fauth.example.com");
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c->code, "abc+d");
   EXPECT_EQ(c->state, "s 1");
   EXPECT_EQ(c->iss, "https://auth.example.com");
-  EXPECT_FALSE(CallbackParams::from_query("code=abc").ok());
-  EXPECT_FALSE(CallbackParams::from_query("state=a&state=b").ok());
-  EXPECT_FALSE(CallbackParams::from_query("state=%zz").ok());
-  auto denied = CallbackParams::from_query("state=s&error=access_denied");
+  EXPECT_FALSE(quiver::parse_oauth_callback("code=abc").ok());
+  EXPECT_FALSE(quiver::parse_oauth_callback("state=a&state=b").ok());
+  EXPECT_FALSE(quiver::parse_oauth_callback("state=%zz").ok());
+  auto denied = quiver::parse_oauth_callback("state=s&error=access_denied");
   ASSERT_TRUE(denied.ok());
   EXPECT_EQ(denied->error, "access_denied");
 }
@@ -306,7 +308,7 @@ TEST(OAuthFlow, AuthorizeThenResume) {
   EXPECT_EQ(q["state"], flow.pending().state);
 
   PendingAuthorization pending = *PendingAuthorization::from_json(flow.pending().to_json());
-  auto cb = CallbackParams::from_query("code=C0DE&state=" + pending.state + "&iss=" + kIssuer);
+  auto cb = quiver::parse_oauth_callback("code=C0DE&state=" + pending.state + "&iss=" + kIssuer);
   ASSERT_TRUE(cb.ok());
   now += 1000;
   OAuthFlow resumed = OAuthFlow::resume(pending, *cb, code_settings(), test_host(&now));
@@ -353,7 +355,7 @@ PendingAuthorization pending_for_tests(int64_t* now, Json extra_metadata = Json:
 }
 
 Error resume_error(const PendingAuthorization& p, const std::string& query, int64_t* now) {
-  auto cb = CallbackParams::from_query(query);
+  auto cb = quiver::parse_oauth_callback(query);
   if (!cb.ok()) return cb.error();
   OAuthFlow f = OAuthFlow::resume(p, *cb, code_settings(), test_host(now));
   EXPECT_EQ(f.step(), FlowStep::kFailed);
@@ -382,7 +384,7 @@ TEST(OAuthFlow, IssChecks) {
   EXPECT_EQ(
       resume_error(p, "code=c&state=" + p.state + "&iss=https://auth.example.com/", &now).code,
       ErrorCode::kInvalidArgument);
-  auto cb = CallbackParams::from_query("code=c&state=" + p.state);
+  auto cb = quiver::parse_oauth_callback("code=c&state=" + p.state);
   OAuthFlow ok = OAuthFlow::resume(p, *cb, code_settings(), test_host(&now));
   EXPECT_EQ(ok.step(), FlowStep::kNeedsHttp);
   // Advertised: required.
@@ -419,7 +421,7 @@ TEST(OAuthFlow, RefusesIssuerMismatch) {
 TEST(OAuthFlow, GarbageTokenResponse) {
   int64_t now = 0;
   PendingAuthorization p = pending_for_tests(&now);
-  auto cb = CallbackParams::from_query("code=c&state=" + p.state);
+  auto cb = quiver::parse_oauth_callback("code=c&state=" + p.state);
   OAuthFlow f = OAuthFlow::resume(p, *cb, code_settings(), test_host(&now));
   drive(f, {{"https://auth.example.com/token", HttpResponse{200, {}, "{not json"}}});
   ASSERT_EQ(f.step(), FlowStep::kFailed);
@@ -540,7 +542,7 @@ TEST(OAuthFlow, ClientSecretBasicEncodesBeforeBase64) {
   s.client_id = "id:1";
   s.client_secret = "s e/cret";
   HttpRequest r = client_credentials_request(s);
-  EXPECT_EQ(header_of(r, "Authorization"), "Basic " + internal::base64_encode("id%3A1:s+e%2Fcret"));
+  EXPECT_EQ(header_of(r, "Authorization"), "Basic " + base64_encode("id%3A1:s+e%2Fcret"));
   auto f = form_fields(r.body);
   EXPECT_EQ(f["grant_type"], "client_credentials");
   EXPECT_EQ(f.count("client_secret"), 0u);
@@ -588,7 +590,7 @@ TEST(OAuthFlow, PrivateKeyJwt) {
 TEST(OAuthFlow, PublicClientSendsItsId) {
   int64_t now = 0;
   PendingAuthorization p = pending_for_tests(&now);
-  auto cb = CallbackParams::from_query("code=c&state=" + p.state);
+  auto cb = quiver::parse_oauth_callback("code=c&state=" + p.state);
   OAuthFlow f = OAuthFlow::resume(p, *cb, code_settings(), test_host(&now));
   std::optional<HttpRequest> r = f.poll_request();
   ASSERT_TRUE(r.has_value());
@@ -634,6 +636,24 @@ TEST(OAuthFlow, RefusesWithoutS256) {
   OAuthFlow flow = OAuthFlow::authorize(kServer, code_settings(), test_host(&now), std::nullopt);
   drive(flow, answers);
   ASSERT_EQ(flow.step(), FlowStep::kFailed);
+}
+
+// Metadata without code_challenge_methods_supported means no PKCE: refused before any client is
+// registered or the user is sent anywhere. A client_credentials flow needs no PKCE and goes on.
+TEST(OAuthFlow, RefusesMetadataThatAdvertisesNoPkce) {
+  int64_t now = 0;
+  auto answers = standard_answers();
+  Json no_pkce = as_metadata();
+  no_pkce.erase("code_challenge_methods_supported");
+  answers["https://auth.example.com/.well-known/oauth-authorization-server"] =
+      json_response(200, no_pkce);
+  OAuthFlow flow = OAuthFlow::authorize(kServer, code_settings(), test_host(&now), std::nullopt);
+  std::vector<HttpRequest> seen;
+  drive(flow, answers, &seen);
+  ASSERT_EQ(flow.step(), FlowStep::kFailed);
+  EXPECT_EQ(flow.error().code, ErrorCode::kInvalidReply);
+  EXPECT_NE(flow.error().message.find("code_challenge_methods_supported"), std::string::npos);
+  for (const HttpRequest& r : seen) EXPECT_NE(r.url, "https://auth.example.com/register");
 }
 
 }  // namespace

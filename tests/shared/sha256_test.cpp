@@ -1,6 +1,8 @@
 #include "shared/sha256.h"
 
+#include <optional>
 #include <string>
+#include <utility>
 
 #include <gtest/gtest.h>
 
@@ -56,6 +58,24 @@ TEST(ConstantTimeEqual, ComparesWholeStrings) {
   EXPECT_TRUE(constant_time_equal("abc", "abc"));
   EXPECT_FALSE(constant_time_equal("abc", "abd"));
   EXPECT_FALSE(constant_time_equal("abc", "ab"));
+}
+
+// RFC 4648 §10's test vectors; the decoder takes what PEM and headers carry (line breaks).
+TEST(Base64, Rfc4648VectorsAndLenientDecoding) {
+  const std::pair<const char*, const char*> vectors[] = {{"", ""},
+                                                         {"f", "Zg=="},
+                                                         {"fo", "Zm8="},
+                                                         {"foo", "Zm9v"},
+                                                         {"foob", "Zm9vYg=="},
+                                                         {"fooba", "Zm9vYmE="},
+                                                         {"foobar", "Zm9vYmFy"}};
+  for (const auto& [plain, encoded] : vectors) {
+    EXPECT_EQ(base64_encode(plain), encoded);
+    EXPECT_EQ(base64_decode(encoded), std::optional<std::string>(plain));
+  }
+  EXPECT_EQ(base64_encode("\xfb\xff"), "+/8=");
+  EXPECT_EQ(base64_decode("Zm9v\r\nYmFy"), std::optional<std::string>("foobar"));
+  EXPECT_EQ(base64_decode("Zm9v*mFy"), std::nullopt);
 }
 
 }  // namespace

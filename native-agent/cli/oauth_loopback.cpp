@@ -1,4 +1,4 @@
-#include "native-agent/upstream/oauth_loopback.h"
+#include "native-agent/cli/oauth_loopback.h"
 
 #include <chrono>
 #include <condition_variable>
@@ -9,13 +9,36 @@
 
 #include <httplib.h>
 
+#include "native-agent/api/api_http.h"
+#include "shared/oauth_callback.h"
+
 namespace quiver {
+
+namespace {
+
+// The page of a listener without a handler: the terminal that waits says the rest.
+OAuthLoopbackListener::Answer plain_page(const Result<oauth::CallbackParams>& redirect) {
+  OAuthCallbackResult result;
+  if (!redirect.ok()) {
+    result.outcome = OAuthCallbackOutcome::kFailed;
+    result.message = redirect.error().message;
+  } else if (redirect->error) {
+    result.outcome = OAuthCallbackOutcome::kFailed;
+    result.message = "the authorization server answered " + *redirect->error;
+  } else {
+    result.outcome = OAuthCallbackOutcome::kConnected;
+  }
+  return {oauth_callback_page(result), true};
+}
+
+}  // namespace
 
 struct OAuthLoopbackListener::Impl {
   httplib::Server server;
   std::thread thread;
   std::string redirect_uri;
-  std::mutex mu;
+  Handler handler;
+  std::mutex mu;  // one handler at a time; guards `result`
   std::condition_variable cv;
   std::optional<Result<oauth::CallbackParams>> result;
 };
@@ -27,24 +50,20 @@ OAuthLoopbackListener::~OAuthLoopbackListener() {
   if (impl_->thread.joinable()) impl_->thread.join();
 }
 
-Result<std::unique_ptr<OAuthLoopbackListener>> OAuthLoopbackListener::start() {
+Result<std::unique_ptr<OAuthLoopbackListener>> OAuthLoopbackListener::start(Handler handler) {
   auto impl = std::make_unique<Impl>();
   Impl* self = impl.get();
+  self->handler = handler ? std::move(handler) : Handler(plain_page);
   self->server.Get("/callback", [self](const httplib::Request& req, httplib::Response& res) {
-    // The query as received: from_query checks that state is there and nothing repeats.
-    std::string query;
-    std::size_t q = req.target.find('?');
-    if (q != std::string::npos) query = req.target.substr(q + 1);
-    Result<oauth::CallbackParams> params = oauth::CallbackParams::from_query(query);
-    bool ok = params.ok() && !params->error;
-    res.set_content(ok ? "<!doctype html><title>Quiver</title><p>Authorized. You can close this "
-                         "window and return to the terminal.</p>"
-                       : "<!doctype html><title>Quiver</title><p>The authorization did not "
-                         "succeed; the terminal says why.</p>",
-                    "text/html; charset=utf-8");
+    Result<oauth::CallbackParams> redirect = parse_oauth_callback(api::raw_query(req));
     std::lock_guard<std::mutex> lock(self->mu);
-    if (!self->result) {
-      self->result = std::move(params);
+    if (self->result) {
+      return api::send(oauth_callback_refusal(400, "This authorization has already finished"), res);
+    }
+    Answer answer = self->handler(redirect);
+    api::send(std::move(answer.page), res);
+    if (answer.done) {
+      self->result = std::move(redirect);
       self->cv.notify_all();
     }
   });
