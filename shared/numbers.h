@@ -19,7 +19,8 @@ inline std::optional<uint64_t> parse_decimal_u64(
   for (char c : s) {
     if (c < '0' || c > '9') return std::nullopt;
     const auto digit = static_cast<uint64_t>(c - '0');
-    if (value > (max - digit) / 10) return std::nullopt;  // value * 10 + digit > max
+    // value * 10 + digit > max, without overflow (and without max - digit wrapping for max < 9)
+    if (digit > max || value > (max - digit) / 10) return std::nullopt;
     value = value * 10 + digit;
   }
   return value;

@@ -16,6 +16,13 @@ TEST(Numbers, UnsignedTakesDigitsOnlyUpToTheLimit) {
                           "1 ", "1x", "0x10", "1.0"}) {
     EXPECT_FALSE(parse_decimal_u64(bad).has_value()) << bad;
   }
+  // A limit under 9: every digit above it is refused (max - digit must not wrap around).
+  EXPECT_EQ(parse_decimal_u64("1", 1), 1u);
+  EXPECT_FALSE(parse_decimal_u64("3", 1).has_value());
+  EXPECT_FALSE(parse_decimal_u64("9", 0).has_value());
+  EXPECT_EQ(parse_decimal_u64("0", 0), 0u);
+  EXPECT_EQ(parse_decimal_u64("120", 120), 120u);
+  EXPECT_FALSE(parse_decimal_u64("121", 120).has_value());
 }
 
 TEST(Numbers, SignedTakesOneLeadingMinusAndTheWholeRange) {
