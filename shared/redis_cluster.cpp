@@ -89,6 +89,17 @@ std::optional<int64_t> number_in(const RespValue* v, int64_t min, int64_t max) {
   return n;
 }
 
+// A host we may dial: bounded, no space or control byte (it goes into logs and errors).
+Status check_host(std::string_view host, std::size_t max_bytes) {
+  if (host.size() > max_bytes) return invalid_reply("a node's host is too long");
+  for (char c : host) {
+    if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f) {
+      return invalid_reply("a node's host holds a control character or a space");
+    }
+  }
+  return Status::Ok();
+}
+
 // An announced host: empty, "?" or nil means "the host you asked" (Redis's unknown endpoint).
 Result<std::string> announced_host(const RespValue* v, std::string_view answered_host,
                                    const ClusterParseLimits& limits) {
@@ -96,12 +107,7 @@ Result<std::string> announced_host(const RespValue* v, std::string_view answered
   std::optional<std::string_view> s = v->as_string();
   if (!s) return invalid_reply("a node's host is not a string");
   if (s->empty() || *s == "?") return std::string(answered_host);
-  if (s->size() > limits.max_host_bytes) return invalid_reply("a node's host is too long");
-  for (char c : *s) {
-    if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f) {
-      return invalid_reply("a node's host holds a control character or a space");
-    }
-  }
+  if (Status ok = check_host(*s, limits.max_host_bytes); !ok.ok()) return ok.error();
   return std::string(*s);
 }
 
@@ -187,6 +193,9 @@ Result<std::pair<uint16_t, ClusterNode>> slot_and_address(std::string_view rest,
   std::string_view host = address.substr(0, colon);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);
+  }
+  if (Status ok = check_host(host, ClusterParseLimits{}.max_host_bytes); !ok.ok()) {
+    return ok.error();
   }
   ClusterNode node;
   node.host = host.empty() || host == "?" ? std::string(answered_host) : std::string(host);
@@ -584,9 +593,11 @@ ClusterPlan plan_cluster_batch(const ClusterSlotMap& map,
                                const std::vector<ClusterRequest>& requests,
                                const ClusterPlanOptions& options) {
   ClusterPlan plan;
-  auto find_batch = [&](const ClusterNode& node) -> ClusterNodeBatch* {
+  // A batch is a node in a role: a map that names one address as a master and as a replica (in
+  // the middle of a failover) never puts a write on a READONLY connection.
+  auto find_batch = [&](const ClusterNode& node, bool replica) -> ClusterNodeBatch* {
     for (ClusterNodeBatch& b : plan.batches) {
-      if (b.node.same_address(node)) return &b;
+      if (b.replica == replica && b.node.same_address(node)) return &b;
     }
     return nullptr;
   };
@@ -600,14 +611,18 @@ ClusterPlan plan_cluster_batch(const ClusterSlotMap& map,
       plan.refused.emplace_back(i, slot.error());
       continue;
     }
-    if (!slot->has_value()) {  // no key: any node, preferably one already in the plan
-      if (!plan.batches.empty()) {
-        plan.batches.front().indices.push_back(i);
-      } else if (!masters.empty()) {
-        plan.batches.push_back(ClusterNodeBatch{masters.front(), false, {i}});
-      } else {
+    if (!slot->has_value()) {  // no key: any master, preferably one already in the plan
+      auto in_plan = std::find_if(plan.batches.begin(), plan.batches.end(),
+                                  [](const ClusterNodeBatch& b) { return !b.replica; });
+      if (in_plan != plan.batches.end()) {
+        in_plan->indices.push_back(i);
+      } else if (masters.empty()) {
         plan.refused.emplace_back(
             i, Error(ErrorCode::kStoreUnavailable, "redis cluster: no node serves any slot"));
+      } else if (room()) {
+        plan.batches.push_back(ClusterNodeBatch{masters.front(), false, {i}});
+      } else {
+        plan.deferred.push_back(i);
       }
       continue;
     }
@@ -635,7 +650,7 @@ ClusterPlan plan_cluster_batch(const ClusterSlotMap& map,
     // A node already in the plan costs no socket: take the first such candidate.
     ClusterNodeBatch* chosen = nullptr;
     for (const auto& c : candidates) {
-      if ((chosen = find_batch(*c.first)) != nullptr) break;
+      if ((chosen = find_batch(*c.first, c.second)) != nullptr) break;
     }
     if (chosen == nullptr && room()) {
       plan.batches.push_back(

@@ -462,6 +462,43 @@ TEST(ClusterPlan, RefusesWhatCannotBeRouted) {
   EXPECT_NE(none.refused[0].second.message.find("slot 12182"), std::string::npos);
 }
 
+// Found by the fuzz target (tests/fuzz/redis_cluster_fuzz.cpp): a command without a key joined
+// the first batch even when that was a replica's, and a map naming one address as a replica of
+// one shard and the master of another merged a write into the replica's batch.
+TEST(ClusterPlan, WritesNeverJoinAReplicaBatch) {
+  RespValue reply = A({
+      shard({I(0), I(8000)},
+            {shards_node("m1", "h", 1, "master"), shards_node("r1", "h", 2, "replica")}),
+      shard({I(8001), I(16383)}, {shards_node("m2", "h", 2, "master")}),
+  });
+  Result<ClusterSlotMap> map = ClusterSlotMap::from_shards(reply, "h");
+  ASSERT_TRUE(map.ok());
+  std::string low;  // a key in 0..8000 and one in 8001..16383
+  std::string high;
+  for (int i = 0; low.empty() || high.empty(); ++i) {
+    std::string k = "k" + std::to_string(i);
+    (cluster_key_slot(k) <= 8000 ? low : high) = k;
+  }
+  ClusterPlanOptions options;
+  options.replica_reads = true;
+  ClusterPlan plan = plan_cluster_batch(
+      *map, {{{"GET", low}, true}, {{"SET", high, "1"}, false}, {{"FLUSHALL"}, false}}, options);
+  for (const ClusterNodeBatch& b : plan.batches) {
+    for (std::size_t i : b.indices) EXPECT_FALSE(b.replica && i != 0) << i;
+  }
+  ASSERT_EQ(plan.batches.size(), 2u);
+  EXPECT_TRUE(plan.batches[0].replica);
+  EXPECT_EQ(plan.batches[1].indices, (std::vector<std::size_t>{1, 2}));
+}
+
+TEST(ClusterRedirect, RefusesAHostWithControlBytes) {
+  Result<ClusterRedirect> r = parse_cluster_redirect(E("MOVED 1 a\x01"
+                                                       "b:7000"),
+                                                     "h");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ErrorCode::kInvalidReply);
+}
+
 TEST(ClusterPlan, ReplicaConnectionsStartWithReadonly) {
   EXPECT_EQ(cluster_connection_preamble(true), (std::vector<RedisCommand>{{"READONLY"}}));
   EXPECT_TRUE(cluster_connection_preamble(false).empty());
