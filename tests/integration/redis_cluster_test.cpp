@@ -261,18 +261,30 @@ TEST_F(RedisClusterTest, SlotMigratedMidTrafficIsFollowedThroughAskThenMoved) {
   std::atomic<int> reads{0};
   std::atomic<int> failures{0};
   std::string first_failure;
+  std::atomic<int> writes{0};
   std::thread reader([&] {
-    while (!stop.load()) {
+    for (int n = 0; !stop.load(); ++n) {
       for (const auto& [k, v] : expected) {
         Result<RespValue> r = traffic->run({"GET", k}, true);
         ++reads;
         if (value_of(r) != v && failures.fetch_add(1) == 0) first_failure = k + ": " + value_of(r);
       }
+      // Writes into the migrating slot: to the old owner while it holds the key, through ASK once
+      // the key is gone or new; read back at once.
+      const std::string w = tag + ":w" + std::to_string(n % 5);
+      Result<RespValue> set = traffic->run({"SET", w, std::to_string(n)});
+      Result<RespValue> got = traffic->run({"GET", w}, true);
+      ++writes;
+      if ((!set.ok() || !set->is_ok() || value_of(got) != std::to_string(n)) &&
+          failures.fetch_add(1) == 0) {
+        first_failure = w + ": " + value_of(set) + " then " + value_of(got);
+      }
     }
   });
-  auto wait_for_reads = [&](int more) {
-    int target = reads.load() + more;
-    for (int i = 0; i < 2000 && reads.load() < target; ++i) {
+  // Two more rounds of traffic (every key read, one write) in the current state of the slot.
+  auto wait_for_traffic = [&] {
+    int target = writes.load() + 2;
+    for (int i = 0; i < 6000 && writes.load() < target; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   };
@@ -290,7 +302,7 @@ TEST_F(RedisClusterTest, SlotMigratedMidTrafficIsFollowedThroughAskThenMoved) {
     ASSERT_TRUE(r.is_ok()) << r.debug_string();
   };
   migrate(0, 9);
-  wait_for_reads(100);
+  wait_for_traffic();
 
   // Half moved: a moved key is asked for at the importing node, a key not yet moved is served
   // where it was, a new key goes to the importing node.
@@ -302,7 +314,19 @@ TEST_F(RedisClusterTest, SlotMigratedMidTrafficIsFollowedThroughAskThenMoved) {
   const uint64_t moved_before = pool->stats().moved;
   EXPECT_EQ(moved_before, 0u);
 
+  // The rest of the slot, whatever the traffic wrote meanwhile (as redis-cli --cluster reshard
+  // does: CLUSTER GETKEYSINSLOT until the old owner holds none).
   migrate(10, 19);
+  for (;;) {
+    RespValue left = on(from, {"CLUSTER", "GETKEYSINSLOT", s, "100"});
+    ASSERT_TRUE(left.is_array()) << left.debug_string();
+    if (left.elements.empty()) break;
+    std::vector<std::string> argv = {"MIGRATE", "127.0.0.1", std::to_string(to), "", "0",
+                                     "5000",    "KEYS"};
+    for (const RespValue& k : left.elements) argv.push_back(k.str);
+    RespValue r = on(from, argv);
+    ASSERT_TRUE(r.is_ok()) << r.debug_string();
+  }
   // The importing node first, then the migrating one, then the other masters (as redis-cli does).
   ASSERT_TRUE(on(to, {"CLUSTER", "SETSLOT", s, "NODE", to_id}).is_ok());
   ASSERT_TRUE(on(from, {"CLUSTER", "SETSLOT", s, "NODE", to_id}).is_ok());
@@ -311,7 +335,7 @@ TEST_F(RedisClusterTest, SlotMigratedMidTrafficIsFollowedThroughAskThenMoved) {
       ASSERT_TRUE(on(port, {"CLUSTER", "SETSLOT", s, "NODE", to_id}).is_ok());
     }
   }
-  wait_for_reads(100);
+  wait_for_traffic();
 
   // Done: the old owner answers MOVED; the pool follows it and remembers.
   EXPECT_EQ(value_of(pool->run({"GET", tag + ":k15"})), "m15");
@@ -323,9 +347,14 @@ TEST_F(RedisClusterTest, SlotMigratedMidTrafficIsFollowedThroughAskThenMoved) {
 
   stop = true;
   reader.join();
-  EXPECT_GT(reads.load(), 200);
+  EXPECT_GE(writes.load(), 4);
+  EXPECT_GE(reads.load(), 50 * writes.load());
   EXPECT_EQ(failures.load(), 0) << first_failure;
   EXPECT_GE(traffic->stats().ask + traffic->stats().moved, 1u);
+  RecordProperty("traffic_reads", reads.load());
+  RecordProperty("traffic_writes", writes.load());
+  RecordProperty("traffic_ask", static_cast<int>(traffic->stats().ask));
+  RecordProperty("traffic_moved", static_cast<int>(traffic->stats().moved));
 }
 
 TEST_F(RedisClusterTest, MasterKilledMidTrafficFailsOverAndThePoolRecovers) {
@@ -377,6 +406,8 @@ TEST_F(RedisClusterTest, MasterKilledMidTrafficFailsOverAndThePoolRecovers) {
   }
   EXPECT_TRUE(cluster_->wait_until_ok(30));
   RecordProperty("failed_during_failover", failed);
+  RecordProperty("refreshes", static_cast<int>(pool->stats().refreshes));
+  RecordProperty("retries", static_cast<int>(pool->stats().retries));
 }
 
 class RedisClusterAuthTest : public RedisClusterTest {
