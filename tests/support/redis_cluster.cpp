@@ -140,29 +140,18 @@ bool RedisCluster::start_node(std::size_t i) {
     error_ = "cannot create " + node_dir;
     return false;
   }
-  std::vector<std::string> argv = {exe,
-                                   "--port",
-                                   std::to_string(ports_[i]),
-                                   "--bind",
-                                   "127.0.0.1",
-                                   "--dir",
-                                   node_dir,
-                                   "--cluster-enabled",
-                                   "yes",
-                                   "--cluster-config-file",
-                                   node_dir + "/nodes.conf",
-                                   "--cluster-node-timeout",
-                                   std::to_string(options_.node_timeout_ms),
-                                   "--save",
-                                   "",
-                                   "--appendonly",
-                                   "no",
-                                   "--daemonize",
-                                   "no",
-                                   "--loglevel",
-                                   "warning",
-                                   "--logfile",
-                                   node_dir + "/redis.log"};
+  std::vector<std::string> argv = {
+      exe, "--port", std::to_string(ports_[i]), "--bind", "127.0.0.1", "--dir", node_dir,
+      "--cluster-enabled", "yes", "--cluster-config-file", node_dir + "/nodes.conf",
+      "--cluster-node-timeout", std::to_string(options_.node_timeout_ms), "--save", "",
+      "--appendonly", "no",
+      // A replica's first sync starts at once, not after 5 s.
+      "--repl-diskless-sync-delay", "0",
+      // A replica counts as online (CLUSTER SHARDS, SLOTS) once its
+      // offset is above 0: the master's first PING to its replicas
+      // comes after this period.
+      "--repl-ping-replica-period", "1", "--daemonize", "no", "--loglevel", "warning", "--logfile",
+      node_dir + "/redis.log"};
   if (!options_.password.empty()) {
     argv.insert(argv.end(),
                 {"--requirepass", options_.password, "--masterauth", options_.password});
