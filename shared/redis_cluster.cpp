@@ -602,7 +602,13 @@ ClusterPlan plan_cluster_batch(const ClusterSlotMap& map,
     return nullptr;
   };
   auto room = [&] { return options.max_nodes == 0 || plan.batches.size() < options.max_nodes; };
-  const std::vector<ClusterNode> masters = map.masters();
+  // Only a command without a key needs the list of masters (a walk over every slot): found once,
+  // when the first one comes.
+  std::optional<std::vector<ClusterNode>> masters_cache;
+  auto masters = [&]() -> const std::vector<ClusterNode>& {
+    if (!masters_cache) masters_cache = map.masters();
+    return *masters_cache;
+  };
 
   for (std::size_t i = 0; i < requests.size(); ++i) {
     const ClusterRequest& req = requests[i];
@@ -616,11 +622,11 @@ ClusterPlan plan_cluster_batch(const ClusterSlotMap& map,
                                   [](const ClusterNodeBatch& b) { return !b.replica; });
       if (in_plan != plan.batches.end()) {
         in_plan->indices.push_back(i);
-      } else if (masters.empty()) {
+      } else if (masters().empty()) {
         plan.refused.emplace_back(
             i, Error(ErrorCode::kStoreUnavailable, "redis cluster: no node serves any slot"));
       } else if (room()) {
-        plan.batches.push_back(ClusterNodeBatch{masters.front(), false, {i}});
+        plan.batches.push_back(ClusterNodeBatch{masters().front(), false, {i}});
       } else {
         plan.deferred.push_back(i);
       }
