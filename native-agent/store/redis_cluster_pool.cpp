@@ -1,0 +1,514 @@
+#include "native-agent/store/redis_cluster_pool.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include <hiredis.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include "shared/redis_conversation.h"
+
+namespace quiver {
+namespace {
+
+timeval to_timeval(int64_t ms) {
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(ms / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((ms % 1000) * 1000);
+  return tv;
+}
+
+// One node's connection: hiredis opens the socket (connect timeout, keep-alive, send and receive
+// timeouts); the core's RedisConversation writes the bytes and decodes the answers. Sends use
+// MSG_NOSIGNAL, so a node that went away never raises SIGPIPE.
+class NodeConnection {
+ public:
+  NodeConnection(ClusterNode node, const RedisClusterPoolOptions& options)
+      : node_(std::move(node)),
+        options_(options),
+        conversation_({}, RedisCredentials{options.username, options.password.has_value()
+                                                                 ? options.password->reveal()
+                                                                 : std::string()}) {}
+  ~NodeConnection() { close(); }
+  NodeConnection(const NodeConnection&) = delete;
+  NodeConnection& operator=(const NodeConnection&) = delete;
+
+  // Sends `commands` as one pipeline; one reply per command. `replica`: the connection must be in
+  // READONLY mode (sent with AUTH on a new connection, or ahead of the commands on an open one).
+  // `*after_send` tells whether a failure may have come after the commands reached the node.
+  Result<std::vector<RespValue>> round(std::vector<RedisCommand> commands, bool replica,
+                                       ScriptForm form, bool* after_send, uint64_t* opened) {
+    *after_send = false;
+    if (ctx_ == nullptr) {
+      if (Status s = open(replica); !s.ok()) return s.error();
+      ++*opened;
+    }
+    const bool prefix = replica && !readonly_;
+    if (prefix) commands.insert(commands.begin(), RedisCommand{"READONLY"});
+    *after_send = true;
+    Result<std::vector<RespValue>> replies = converse(std::move(commands), form);
+    if (!replies.ok()) return replies;
+    if (prefix) {
+      if (!replies->front().is_ok()) {
+        close();
+        return Error(ErrorCode::kStoreUnavailable,
+                     "redis " + node_.address() + ": READONLY refused: " + replies->front().str);
+      }
+      readonly_ = true;
+      replies->erase(replies->begin());
+    }
+    return replies;
+  }
+
+  void close() {
+    if (ctx_ != nullptr) redisFree(ctx_);
+    ctx_ = nullptr;
+    readonly_ = false;
+    conversation_.drop();
+  }
+
+ private:
+  Status open(bool replica) {
+    ctx_ = redisConnectWithTimeout(node_.host.c_str(), node_.port,
+                                   to_timeval(options_.connect_timeout_ms));
+    if (ctx_ == nullptr || ctx_->err != 0) {
+      std::string why = ctx_ != nullptr ? ctx_->errstr : "out of memory";
+      close();
+      return Error(ErrorCode::kStoreUnavailable,
+                   "redis " + node_.address() + ": cannot connect: " + why);
+    }
+    redisSetTimeout(ctx_, to_timeval(options_.command_timeout_ms));
+    redisEnableKeepAlive(ctx_);
+    // AUTH (when configured) and, for a replica, READONLY: one write.
+    std::vector<RedisCommand> preamble = cluster_connection_preamble(replica);
+    Result<std::vector<RespValue>> replies = converse(preamble, ScriptForm::kText);
+    if (!replies.ok()) {
+      close();
+      return replies.error();
+    }
+    for (const RespValue& r : *replies) {
+      if (!r.is_ok()) {
+        close();
+        return Error(ErrorCode::kStoreUnavailable,
+                     "redis " + node_.address() + ": READONLY refused: " + r.str);
+      }
+    }
+    readonly_ = replica;
+    return Status::Ok();
+  }
+
+  Result<std::vector<RespValue>> converse(std::vector<RedisCommand> commands, ScriptForm form) {
+    RedisRound round = conversation_.begin(std::move(commands), form);
+    if (!write_all(round.bytes)) return io_failure("sending");
+    while (conversation_.awaiting() > 0) {
+      char buf[16384];
+      ssize_t n = ::recv(ctx_->fd, buf, sizeof buf, 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        return io_failure(n == 0 ? "the node closed the connection"
+                          : (errno == EAGAIN || errno == EWOULDBLOCK) ? "timed out"
+                                                                      : std::strerror(errno));
+      }
+      switch (conversation_.feed(std::string_view(buf, static_cast<std::size_t>(n)))) {
+        case RedisTurn::kRead:
+          break;
+        case RedisTurn::kWrite:
+          if (!write_all(conversation_.take_write())) return io_failure("sending");
+          break;
+        case RedisTurn::kDone:
+          return conversation_.take_replies();
+        case RedisTurn::kFailed: {
+          Error e = conversation_.error();
+          close();
+          return Error(e.code, "redis " + node_.address() + ": " + e.message);
+        }
+      }
+    }
+    return conversation_.take_replies();
+  }
+
+  bool write_all(const std::string& bytes) {
+    std::size_t sent = 0;
+    while (sent < bytes.size()) {
+      ssize_t n = ::send(ctx_->fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        write_error_ = n < 0 ? std::strerror(errno) : "nothing sent";
+        return false;
+      }
+      sent += static_cast<std::size_t>(n);
+    }
+    return true;
+  }
+
+  Error io_failure(const std::string& why) {
+    std::string reason = why == "sending" ? "sending: " + write_error_ : why;
+    Error e = conversation_.connection_failed(reason);
+    close();
+    return Error(ErrorCode::kStoreUnavailable, "redis " + node_.address() + ": " + e.message);
+  }
+
+  ClusterNode node_;
+  const RedisClusterPoolOptions& options_;
+  redisContext* ctx_ = nullptr;
+  bool readonly_ = false;
+  RedisConversation conversation_;
+  std::string write_error_;
+};
+
+bool is_unknown_subcommand(const RespValue& reply) {
+  return reply.is_error() && (reply.str.find("unknown subcommand") != std::string::npos ||
+                              reply.str.find("Unknown subcommand") != std::string::npos);
+}
+
+}  // namespace
+
+struct RedisClusterPool::Impl {
+  RedisClusterPoolOptions options;
+  mutable std::mutex mu;
+  ClusterSlotMap map;
+  bool have_map = false;
+  std::map<std::string, std::unique_ptr<NodeConnection>> connections;  // by address
+  RedisClusterPoolStats stats;
+  uint64_t spread = 0;
+
+  NodeConnection& connection(const ClusterNode& node) {
+    std::unique_ptr<NodeConnection>& c = connections[node.address()];
+    if (c == nullptr) c = std::make_unique<NodeConnection>(node, options);
+    return *c;
+  }
+
+  Result<std::vector<RespValue>> round(const ClusterNode& node, std::vector<RedisCommand> commands,
+                                       bool replica, ScriptForm form, bool* after_send) {
+    return connection(node).round(std::move(commands), replica, form, after_send,
+                                  &stats.connections);
+  }
+
+  // Every node worth asking for the map: the known masters and replicas, then the seeds.
+  std::vector<ClusterNode> map_sources() const {
+    std::vector<ClusterNode> out;
+    auto add = [&](const ClusterNode& n) {
+      for (const ClusterNode& o : out) {
+        if (o.same_address(n)) return;
+      }
+      out.push_back(n);
+    };
+    if (have_map) {
+      for (const ClusterShard& s : map.shards()) {
+        add(s.master);
+        for (const ClusterNode& r : s.replicas) {
+          if (r.healthy) add(r);
+        }
+      }
+    }
+    for (const ClusterNode& n : options.seeds) add(n);
+    return out;
+  }
+
+  Status refresh_locked() {
+    std::optional<ClusterSlotMap> best;
+    std::string last = "no node to ask";
+    ErrorCode code = ErrorCode::kStoreUnavailable;
+    for (const ClusterNode& node : map_sources()) {
+      bool after_send = false;
+      Result<std::vector<RespValue>> r =
+          round(node, {{"CLUSTER", "SHARDS"}}, false, ScriptForm::kText, &after_send);
+      if (!r.ok()) {
+        last = r.error().message;
+        // Refused credentials are no passing state: say so rather than retry.
+        if (r.error().code == ErrorCode::kUnauthenticated) code = ErrorCode::kUnauthenticated;
+        continue;
+      }
+      Result<ClusterSlotMap> parsed = ClusterSlotMap::from_shards(r->front(), node.host);
+      if (!parsed.ok() && is_unknown_subcommand(r->front())) {  // before Redis 7.0
+        r = round(node, {{"CLUSTER", "SLOTS"}}, false, ScriptForm::kText, &after_send);
+        if (!r.ok()) {
+          last = r.error().message;
+          continue;
+        }
+        parsed = ClusterSlotMap::from_slots(r->front(), node.host);
+      }
+      if (!parsed.ok()) {
+        last = node.address() + ": " + parsed.error().message;
+        continue;
+      }
+      if (!best || parsed->served_slots() > best->served_slots()) best = std::move(*parsed);
+      if (best->covers_all_slots()) break;
+    }
+    if (!best || best->served_slots() == 0) {
+      return Error(code, "redis cluster: no node answered with a slot map (last: " + last + ")");
+    }
+    map = std::move(*best);
+    have_map = true;
+    ++stats.refreshes;
+    prune_connections();
+    return Status::Ok();
+  }
+
+  // Connections to nodes that left the map (and are no seeds) are closed: the pool stays bounded
+  // by the cluster's size however often nodes come and go.
+  void prune_connections() {
+    std::vector<ClusterNode> keep = map_sources();
+    for (auto it = connections.begin(); it != connections.end();) {
+      bool known = std::any_of(keep.begin(), keep.end(),
+                               [&](const ClusterNode& n) { return n.address() == it->first; });
+      it = known ? std::next(it) : connections.erase(it);
+    }
+  }
+
+  std::vector<Result<RespValue>> run_batch_locked(const std::vector<ClusterRequest>& requests);
+  std::vector<std::pair<ClusterNode, Result<RespValue>>> run_on_masters_locked(
+      const RedisCommand& argv);
+};
+
+namespace {
+
+// Per request, across the rounds of one run_batch.
+struct RequestState {
+  int attempts = 0;
+  int redirects = 0;
+  std::optional<ClusterNode> ask;  // the next try goes to this node, after ASKING
+};
+
+}  // namespace
+
+std::vector<Result<RespValue>> RedisClusterPool::Impl::run_batch_locked(
+    const std::vector<ClusterRequest>& requests) {
+  const std::size_t n = requests.size();
+  std::vector<std::optional<Result<RespValue>>> results(n);
+  std::vector<RequestState> state(n);
+  std::vector<std::size_t> pending;
+  for (std::size_t i = 0; i < n; ++i) pending.push_back(i);
+
+  bool refresh = !have_map;
+  int64_t backoff_ms = 0;
+  std::vector<std::size_t> next;
+
+  auto follow = [&](std::size_t i, const RespValue& reply, const std::string& host) {
+    RequestState& st = state[i];
+    ++st.attempts;
+    ClusterStep step = decide_cluster_step(reply, host, st.attempts, st.redirects, options.retry);
+    switch (step.action) {
+      case ClusterStep::Action::kUseReply:
+        results[i] = reply;
+        return;
+      case ClusterStep::Action::kRetryAt:
+        map.apply_moved(step.slot, step.node);
+        ++st.redirects;
+        ++stats.moved;
+        break;
+      case ClusterStep::Action::kAskAt:
+        st.ask = step.node;
+        ++st.redirects;
+        ++stats.ask;
+        break;
+      case ClusterStep::Action::kRefreshThenRetry:
+        refresh = true;
+        ++stats.retries;
+        break;
+      case ClusterStep::Action::kBackoffThenRetry:
+        refresh = refresh || step.refresh_map;
+        backoff_ms = std::max(backoff_ms, step.backoff_ms);
+        ++stats.retries;
+        break;
+      case ClusterStep::Action::kGiveUp:
+        results[i] = step.error;
+        return;
+    }
+    next.push_back(i);
+  };
+  // The node could not be reached or the connection failed (or no node serves the slot yet).
+  auto failed = [&](std::size_t i, const Error& error, bool after_send) {
+    RequestState& st = state[i];
+    ++st.attempts;
+    if (error.code == ErrorCode::kUnauthenticated) {
+      results[i] = error;
+      return;
+    }
+    if (after_send && !requests[i].read_only) {
+      results[i] = Error(ErrorCode::kStoreUnavailable,
+                         error.message + " (a write that may have run is not sent again)");
+      return;
+    }
+    ClusterStep step = cluster_step_after_io_failure(error.message, st.attempts, options.retry);
+    if (step.action == ClusterStep::Action::kGiveUp) {
+      results[i] = step.error;
+      return;
+    }
+    refresh = true;
+    backoff_ms = std::max(backoff_ms, step.backoff_ms);
+    ++stats.retries;
+    next.push_back(i);
+  };
+
+  while (!pending.empty()) {
+    if (backoff_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
+    backoff_ms = 0;
+    if (refresh) {
+      refresh = false;
+      if (Status s = refresh_locked(); !s.ok() && !have_map) {
+        for (std::size_t i : pending) failed(i, s.error(), false);
+        pending.swap(next);
+        next.clear();
+        continue;
+      }
+    }
+    std::vector<std::size_t> routed;
+    std::vector<std::size_t> asking;
+    for (std::size_t i : pending) (state[i].ask ? asking : routed).push_back(i);
+    std::vector<ClusterRequest> sub;
+    sub.reserve(routed.size());
+    for (std::size_t i : routed) sub.push_back(requests[i]);
+    ClusterPlanOptions plan_options;
+    plan_options.replica_reads = options.replica_reads;
+    plan_options.spread = spread++;
+    ClusterPlan plan = plan_cluster_batch(map, sub, plan_options);
+
+    for (const auto& [k, error] : plan.refused) {
+      // An unserved slot passes (a failover in progress); a malformed command does not.
+      if (error.code == ErrorCode::kStoreUnavailable) {
+        failed(routed[k], error, false);
+      } else {
+        results[routed[k]] = error;
+      }
+    }
+    for (const ClusterNodeBatch& batch : plan.batches) {
+      std::vector<RedisCommand> commands;
+      for (std::size_t k : batch.indices) commands.push_back(requests[routed[k]].argv);
+      bool after_send = false;
+      Result<std::vector<RespValue>> replies =
+          round(batch.node, std::move(commands), batch.replica, ScriptForm::kBySha, &after_send);
+      for (std::size_t j = 0; j < batch.indices.size(); ++j) {
+        std::size_t i = routed[batch.indices[j]];
+        if (replies.ok()) {
+          follow(i, (*replies)[j], batch.node.host);
+        } else {
+          failed(i, replies.error(), after_send);
+        }
+      }
+    }
+    // ASK: ASKING and the command, to the importing node, once. Scripts go as EVAL: a NOSCRIPT
+    // retry would go without ASKING.
+    for (std::size_t i : asking) {
+      ClusterNode node = *state[i].ask;
+      state[i].ask.reset();
+      bool after_send = false;
+      Result<std::vector<RespValue>> replies =
+          round(node, {{"ASKING"}, requests[i].argv}, false, ScriptForm::kText, &after_send);
+      if (replies.ok()) {
+        follow(i, (*replies)[1], node.host);
+      } else {
+        failed(i, replies.error(), after_send);
+      }
+    }
+    pending.swap(next);
+    next.clear();
+  }
+
+  std::vector<Result<RespValue>> out;
+  out.reserve(n);
+  for (auto& r : results) {
+    out.push_back(r.has_value() ? std::move(*r)
+                                : Result<RespValue>(Error(ErrorCode::kStoreUnavailable,
+                                                          "redis cluster: no answer")));
+  }
+  return out;
+}
+
+std::vector<std::pair<ClusterNode, Result<RespValue>>>
+RedisClusterPool::Impl::run_on_masters_locked(const RedisCommand& argv) {
+  std::vector<std::pair<ClusterNode, Result<RespValue>>> out;
+  if (!have_map) {
+    if (Status s = refresh_locked(); !s.ok()) {
+      out.emplace_back(ClusterNode{}, s.error());
+      return out;
+    }
+  }
+  for (const ClusterNode& master : map.masters()) {
+    bool after_send = false;
+    Result<std::vector<RespValue>> r =
+        round(master, {argv}, false, ScriptForm::kBySha, &after_send);
+    if (r.ok()) {
+      out.emplace_back(master, std::move(r->front()));
+    } else {
+      out.emplace_back(master, r.error());
+    }
+  }
+  return out;
+}
+
+Result<std::unique_ptr<RedisClusterPool>> RedisClusterPool::create(
+    RedisClusterPoolOptions options) {
+  if (options.seeds.empty()) {
+    return Error(ErrorCode::kInvalidArgument, "redis cluster: no seed node");
+  }
+  for (const ClusterNode& s : options.seeds) {
+    if (s.host.empty() || s.port <= 0 || s.port > 65535) {
+      return Error(ErrorCode::kInvalidArgument, "redis cluster: a seed needs a host and a port");
+    }
+  }
+  if (options.connect_timeout_ms <= 0 || options.command_timeout_ms <= 0) {
+    return Error(ErrorCode::kInvalidArgument, "redis cluster: timeouts must be positive");
+  }
+  if (options.retry.max_attempts < 1 || options.retry.max_redirects < 0 ||
+      options.retry.backoff_initial_ms < 0 ||
+      options.retry.backoff_max_ms < options.retry.backoff_initial_ms) {
+    return Error(ErrorCode::kInvalidArgument, "redis cluster: the retry policy is inconsistent");
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->options = std::move(options);
+  return std::unique_ptr<RedisClusterPool>(new RedisClusterPool(std::move(impl)));
+}
+
+RedisClusterPool::RedisClusterPool(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+RedisClusterPool::~RedisClusterPool() = default;
+
+Status RedisClusterPool::refresh() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->refresh_locked();
+}
+
+Result<RespValue> RedisClusterPool::run(const RedisCommand& argv, bool read_only) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return std::move(impl_->run_batch_locked({ClusterRequest{argv, read_only}}).front());
+}
+
+std::vector<Result<RespValue>> RedisClusterPool::run_batch(
+    const std::vector<ClusterRequest>& requests) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->run_batch_locked(requests);
+}
+
+std::vector<std::pair<ClusterNode, Result<RespValue>>> RedisClusterPool::run_on_masters(
+    const RedisCommand& argv) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->run_on_masters_locked(argv);
+}
+
+ClusterSlotMap RedisClusterPool::map() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->map;
+}
+
+RedisClusterPoolStats RedisClusterPool::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->stats;
+}
+
+std::string RedisClusterPool::describe() const {
+  std::string out = "redis-cluster:";
+  for (std::size_t i = 0; i < impl_->options.seeds.size(); ++i) {
+    if (i > 0) out += ",";
+    out += impl_->options.seeds[i].address();
+  }
+  return out;
+}
+
+}  // namespace quiver

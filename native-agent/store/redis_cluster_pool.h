@@ -1,0 +1,91 @@
+// RedisClusterPool: the agent's connections to a Redis Cluster, one per node, over hiredis.
+//
+// The routing is the core's (shared/redis_cluster.h): the pool only carries its decisions out.
+// It learns the slot map from the seed nodes (CLUSTER SHARDS, or CLUSTER SLOTS on a server older
+// than 7.0), sends each command to the node serving its key's slot (commands for one node of a
+// batch go as one pipeline), and follows the answers: MOVED updates the map and retries at the
+// named master; ASK sends ASKING + the command to the importing node once and leaves the map
+// alone; TRYAGAIN, LOADING, CLUSTERDOWN and MASTERDOWN are retried after a bounded backoff (the
+// last two after a map refresh); READONLY (a write reached a former master) refreshes the map. A
+// node that cannot be reached refreshes the map and the command is retried within the budget
+// (ClusterRetryPolicy), except a write whose connection failed after it was sent: whether it ran
+// is unknown, so it fails (kStoreUnavailable) rather than run twice. What the budget cannot fix
+// is kStoreUnavailable with the last answer in the message, never kInternal.
+//
+// Connections open lazily, with a connect and a command timeout; AUTH goes first, and a connection
+// to a replica that serves reads (`replica_reads`) sends READONLY in the same write as AUTH. The
+// bytes are the core's RedisConversation (EVALSHA, then EVAL on NOSCRIPT; the RESP decoder);
+// hiredis only opens the socket. The password never appears in an error or describe().
+//
+// Threads: one mutex for the whole pool (calls take turns). TODO(perf): the pipelines of one batch
+// go to their nodes one after another; a batch over many nodes could overlap them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "native-agent/base/config.h"
+#include "shared/redis_cluster.h"
+#include "shared/status.h"
+
+namespace quiver {
+
+struct RedisClusterPoolOptions {
+  std::vector<ClusterNode> seeds;  // host and port of one or more nodes
+  std::string username;            // empty: the default user
+  std::optional<Secret> password;  // nullopt: no AUTH
+  int64_t connect_timeout_ms = 2'000;
+  int64_t command_timeout_ms = 2'000;
+  bool replica_reads = false;  // read_only requests may go to healthy replicas
+  ClusterRetryPolicy retry;
+};
+
+// What the pool has done, for tests and metrics.
+struct RedisClusterPoolStats {
+  uint64_t moved = 0;        // MOVED answers followed
+  uint64_t ask = 0;          // ASK answers followed
+  uint64_t retries = 0;      // TRYAGAIN, LOADING, CLUSTERDOWN, MASTERDOWN, READONLY, I/O failures
+  uint64_t refreshes = 0;    // slot maps read
+  uint64_t connections = 0;  // connections opened
+};
+
+class RedisClusterPool {
+ public:
+  // Checks the options; connects to nothing (the first call does).
+  static Result<std::unique_ptr<RedisClusterPool>> create(RedisClusterPoolOptions options);
+  ~RedisClusterPool();
+  RedisClusterPool(const RedisClusterPool&) = delete;
+  RedisClusterPool& operator=(const RedisClusterPool&) = delete;
+
+  // Reads the slot map again, from the first node that answers (known nodes, then the seeds).
+  Status refresh();
+
+  // One command, routed by its keys. A Redis error reply of the command's own (WRONGTYPE, a
+  // script's error) is a value; routing that fails is an Error.
+  Result<RespValue> run(const RedisCommand& argv, bool read_only = false);
+
+  // Many commands: grouped per node, one pipeline per node, redirects followed per command. One
+  // result per request, in order. The order of commands across nodes is not kept (it is within
+  // one node, and always for commands of one slot).
+  std::vector<Result<RespValue>> run_batch(const std::vector<ClusterRequest>& requests);
+
+  // `argv` on every master serving slots (a SCAN walk, DBSIZE, FLUSHALL, SCRIPT LOAD), with the
+  // master's address. A master that cannot be reached is an Error in its place.
+  std::vector<std::pair<ClusterNode, Result<RespValue>>> run_on_masters(const RedisCommand& argv);
+
+  ClusterSlotMap map() const;
+  RedisClusterPoolStats stats() const;
+  // "redis-cluster:127.0.0.1:7000,127.0.0.1:7001" (the seeds; never the password).
+  std::string describe() const;
+
+ private:
+  struct Impl;
+  explicit RedisClusterPool(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace quiver
