@@ -1,5 +1,6 @@
 // The lease and fenced-write scripts (schema/lua/) run by a real redis-server, driven by exactly
 // the argv that shared/lease.h builds.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -380,8 +381,8 @@ TEST_F(LeaseScripts, ABodyIsKeptWhileARecordNamingItIsServableAndThenExpires) {
   const int64_t now = wall_ms();
   auto commit_expiring = [&](int n, int64_t expires_at, int64_t grace) {
     ManifestWrite w = manifest_v("gc", "h1");
-    w.fetched_at_ms = now - 1000;
-    w.fresh_until_ms = now;
+    w.fetched_at_ms = std::min(now, expires_at) - 1000;
+    w.fresh_until_ms = w.fetched_at_ms;
     w.expires_at_ms = expires_at;
     FencedWriteOptions options;
     options.body_grace_ms = grace;
