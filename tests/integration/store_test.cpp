@@ -1303,7 +1303,11 @@ TEST(RedisStoreOnly, WritesExactlyTheDocumentedKeyLayout) {
   std::set<std::string> written =
       field_names(raw_value(server, {"HGETALL", *keys.manifest("gh", alice)}));
   for (const std::string& f : written) EXPECT_EQ(allowed.count(f), 1u) << f;
-  EXPECT_EQ(written.count("manifest"), 1u);
+  // The body apart, under the SHA-256 the record names (schema/redis-keys.md, "Manifest bodies").
+  EXPECT_EQ(written.count("manifest"), 0u);
+  EXPECT_EQ(written.count("body"), 1u);
+  const std::string body_digest = raw(server, {"HGET", *keys.manifest("gh", alice), "body"});
+  EXPECT_EQ(raw(server, {"GET", *keys.body(body_digest)}), manifest_v("v1", "h1").manifest);
   EXPECT_EQ(raw(server, {"HGET", *keys.manifest("gh", alice), "config_hash"}), "h1");
   std::set<std::string> failed =
       field_names(raw_value(server, {"HGETALL", *keys.manifest("gh", member("bob"))}));
@@ -1334,6 +1338,7 @@ TEST(RedisStoreOnly, WritesExactlyTheDocumentedKeyLayout) {
   EXPECT_EQ(kinds.count(KeyKind::kReplay), 1u);
   EXPECT_EQ(kinds.count(KeyKind::kGrantees), 1u);
   EXPECT_EQ(kinds.count(KeyKind::kPrefs), 1u);
+  EXPECT_EQ(kinds.count(KeyKind::kBody), 1u);
 
   // Another namespace on the same Redis sees none of it.
   RedisStoreOptions other = o;
