@@ -30,6 +30,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bench/bench_redis_server.h"
 #include "native-agent/store/redis_store.h"
 #include "native-agent/store/sqlite_store.h"
 #include "shared/redis_keys.h"
@@ -70,53 +71,6 @@ Json grant_value(const std::set<std::string>& cids) {
 [[noreturn]] void die(const std::string& why) {
   std::fprintf(stderr, "catalog_grants: %s\n", why.c_str());
   std::exit(1);
-}
-
-// ---- the redis-server ---------------------------------------------------------------------------
-
-struct Server {
-  pid_t pid = -1;
-  int port = 0;
-  std::string dir;
-};
-
-Server start_server(const std::string& binary, const std::string& base_dir) {
-  Server s;
-  char templ[256];
-  std::snprintf(templ, sizeof templ, "%s/catalog-bench-XXXXXX", base_dir.c_str());
-  if (mkdtemp(templ) == nullptr) die("mkdtemp failed");
-  s.dir = templ;
-  s.port = 30000 + static_cast<int>(getpid() % 20000);
-  s.pid = fork();
-  if (s.pid == 0) {
-    std::string port = std::to_string(s.port);
-    execlp(binary.c_str(), binary.c_str(), "--bind", "127.0.0.1", "--port", port.c_str(), "--dir",
-           s.dir.c_str(), "--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel",
-           "warning", "--logfile", (s.dir + "/redis.log").c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  for (int i = 0; i < 200; ++i) {
-    redisContext* c = redisConnect("127.0.0.1", s.port);
-    if (c != nullptr && c->err == 0) {
-      redisFree(c);
-      return s;
-    }
-    if (c != nullptr) redisFree(c);
-    std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  }
-  die("redis-server did not start");
-}
-
-void stop_server(Server& s) {
-  if (s.pid > 0) {
-    kill(s.pid, SIGTERM);
-    waitpid(s.pid, nullptr, 0);
-    s.pid = -1;
-  }
-  if (!s.dir.empty()) {
-    std::string cmd = "rm -rf '" + s.dir + "'";
-    if (std::system(cmd.c_str()) != 0) std::fprintf(stderr, "could not delete %s\n", s.dir.c_str());
-  }
 }
 
 redisReply* command(redisContext* c, const std::vector<std::string>& argv) {
@@ -258,7 +212,7 @@ void run_redis(const std::string& binary, const std::string& dir, const std::vec
   std::printf("| --- | --- | --- | --- | --- | --- |\n");
   double first_us = 0, first_cpu = 0;
   for (int64_t n : ns) {
-    Server server = start_server(binary, dir);
+    bench::RedisServerProcess server = bench::start_redis_server(binary, dir, "catalog-bench");
     redisContext* c = redisConnect("127.0.0.1", server.port);
     auto keys = quiver::RedisKeys::create("bench");
     auto t0 = Clock::now();
@@ -313,7 +267,7 @@ void run_redis(const std::string& binary, const std::string& dir, const std::vec
     std::fflush(stdout);
     store->reset();
     redisFree(c);
-    stop_server(server);
+    server.stop();
   }
 }
 

@@ -179,6 +179,16 @@ EntryView evaluate(const GrantedConnection& conn, const Principal& member,
     const ManifestEntry& entry = *conn.manifest;
     v.content_id = (entry.etag && !entry.etag->empty()) ? *entry.etag : digest_tag(entry.text);
   }
+  if (c.servable && conn.manifest->body_missing()) {
+    // The record names a body the store no longer holds (evicted, lost) or the read could not
+    // fetch: a store failure of this entry, never an empty manifest. A refresh writes it again.
+    v.status = EntryStatus::kError;
+    v.servable = false;
+    v.shown_error = RefreshError{error_code_name(ErrorCode::kStoreUnavailable),
+                                 "the cached manifest's body is missing from the store", 0};
+    queue_unless_leased(&v, "body_missing");
+    return v;
+  }
   if (c.servable) {
     const std::string& text = conn.manifest->text;
     if (need == Need::kPayload && options.cache != nullptr) {
@@ -522,9 +532,10 @@ void add_list_summary(Json& entry, const Json& manifest) {
 // ---- snapshot ----------------------------------------------------------------------------------
 
 bool ManifestEntry::operator==(const ManifestEntry& o) const {
-  return text == o.text && etag == o.etag && config_hash == o.config_hash &&
-         fetched_at_ms == o.fetched_at_ms && fresh_until_ms == o.fresh_until_ms &&
-         cache_scope == o.cache_scope && truncated == o.truncated && error_code == o.error_code &&
+  return text == o.text && has_body() == o.has_body() && etag == o.etag &&
+         config_hash == o.config_hash && fetched_at_ms == o.fetched_at_ms &&
+         fresh_until_ms == o.fresh_until_ms && cache_scope == o.cache_scope &&
+         truncated == o.truncated && error_code == o.error_code &&
          error_message == o.error_message && error_at_ms == o.error_at_ms &&
          attempt_at_ms == o.attempt_at_ms && invalidated_at_ms == o.invalidated_at_ms &&
          unreadable == o.unreadable;
@@ -678,6 +689,13 @@ std::optional<ManifestEntry> manifest_entry_from_fields(const HashFields& m) {
     }
   }
   if (const std::string* v = field(m, redis_field::kManifest)) e.text = *v;
+  if (const std::string* v = field(m, redis_field::kBody); v != nullptr && e.text.empty()) {
+    if (v->size() == 64 && v->find_first_not_of("0123456789abcdef") == std::string::npos) {
+      e.body_digest = *v;
+    } else if (e.unreadable.empty()) {
+      e.unreadable = "field `body` is not a SHA-256 in hex";
+    }
+  }
   if (const std::string* v = field(m, redis_field::kEtag)) e.etag = *v;
   if (const std::string* v = field(m, redis_field::kConfigHash)) e.config_hash = *v;
   if (const std::string* v = field(m, redis_field::kCacheScope)) {
@@ -692,7 +710,7 @@ std::optional<ManifestEntry> manifest_entry_from_fields(const HashFields& m) {
 
 Result<std::optional<CacheEntryMeta>> cache_entry_meta(const std::optional<ManifestEntry>& entry) {
   if (!entry) return std::optional<CacheEntryMeta>();
-  Result<CacheEntryMeta> meta = cache_entry_meta(*entry, !entry->text.empty());
+  Result<CacheEntryMeta> meta = cache_entry_meta(*entry, entry->has_body());
   if (!meta.ok()) return meta.error();
   return std::optional<CacheEntryMeta>(std::move(meta).value());
 }

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "shared/schema_assets.h"
+#include "shared/sha256.h"
 
 namespace quiver {
 
@@ -230,6 +231,70 @@ Result<DiscoverySnapshot> decode_discovery_reply(const RespValue& reply, const P
     return bad_reply("top level", "next_after is not the last entry");
   }
   return snapshot;
+}
+
+std::string manifest_body_digest(std::string_view body) { return sha256_hex(body); }
+
+std::vector<std::string> missing_bodies(const DiscoverySnapshot& snapshot) {
+  std::vector<std::string> out;
+  std::set<std::string_view> seen;
+  for (const GrantedConnection& c : snapshot.connections) {
+    if (!c.manifest || !c.manifest->body_missing()) continue;
+    if (seen.insert(c.manifest->body_digest).second) out.push_back(c.manifest->body_digest);
+  }
+  return out;
+}
+
+std::size_t fill_body(DiscoverySnapshot& snapshot, std::string_view digest, std::string_view body) {
+  std::size_t filled = 0;
+  for (GrantedConnection& c : snapshot.connections) {
+    if (c.manifest && c.manifest->body_missing() && c.manifest->body_digest == digest) {
+      c.manifest->text = std::string(body);
+      ++filled;
+    }
+  }
+  return filled;
+}
+
+Result<RedisCommand> body_read_command(const RedisKeys& keys,
+                                       const std::vector<std::string>& digests) {
+  if (digests.empty() || digests.size() > kMaxSnapshotLimit) {
+    return invalid("body read: between 1 and " + std::to_string(kMaxSnapshotLimit) + " bodies");
+  }
+  RedisCommand argv;
+  argv.reserve(1 + digests.size());
+  argv.emplace_back("MGET");
+  for (const std::string& d : digests) {
+    Result<std::string> key = keys.body(d);
+    if (!key.ok()) return key.error();
+    argv.push_back(std::move(*key));
+  }
+  return argv;
+}
+
+Result<std::vector<std::optional<std::string>>> decode_body_reply(
+    const RespValue& reply, const std::vector<std::string>& digests) {
+  if (reply.is_error()) {
+    return Error(ErrorCode::kStoreUnavailable, "body read: Redis error: " + reply.str);
+  }
+  const std::vector<RespValue>* a = array_of(reply, digests.size());
+  if (a == nullptr || digests.empty()) {
+    return Error(ErrorCode::kInvalidReply,
+                 "body read: expected an array of " + std::to_string(digests.size()));
+  }
+  std::vector<std::optional<std::string>> out(digests.size());
+  for (std::size_t i = 0; i < digests.size(); ++i) {
+    if ((*a)[i].is_nil()) continue;
+    std::optional<std::string_view> body = (*a)[i].as_string();
+    if (!body) {
+      return Error(ErrorCode::kInvalidReply,
+                   "body read: element " + std::to_string(i) + " is neither a string nor nil");
+    }
+    // Content-named and cached without expiry: bytes that are not what the name says would be
+    // served to every record naming it, so they count as absent (a refresh writes them anew).
+    if (!body->empty() && manifest_body_digest(*body) == digests[i]) out[i] = std::string(*body);
+  }
+  return out;
 }
 
 Result<RedisCommand> revalidate_enqueue_command(const RedisKeys& keys, const Revalidation& r,

@@ -59,6 +59,38 @@ Result<RedisCommand> discovery_read_command(const RedisKeys& keys, const Princip
 // kInvalidReply for any shape mismatch, naming the element.
 Result<DiscoverySnapshot> decode_discovery_reply(const RespValue& reply, const Principal& member);
 
+// ---- manifest bodies ----------------------------------------------------------------------------
+//
+// A manifest record names its body by SHA-256 (`body`, schema/redis-keys.md): bodies are stored
+// once per content under RedisKeys::body, immutable, shared by every principal listing the same
+// bytes. The discovery script returns metadata only; a reader then takes the bodies it lacks from
+// its own cache (the edge's BodyCache, shared/edge_cache.h: no expiry, the content never changes)
+// or fetches them in one MGET, a second round trip only on a body-cache miss. A body that cannot
+// be fetched leaves its entry without text: rendered as a store failure of that entry and
+// revalidated, never as an empty list (shared/discovery.h). Records still holding the body inline
+// (`manifest`, written before bodies were stored apart) need nothing fetched.
+
+// The body's name: the SHA-256 of its bytes, lowercase hex.
+std::string manifest_body_digest(std::string_view body);
+
+// The digests of the bodies `snapshot` refers to and does not hold (ManifestEntry::body_missing),
+// each once, in entry order.
+std::vector<std::string> missing_bodies(const DiscoverySnapshot& snapshot);
+
+// Gives every entry of `snapshot` that lacks the body `digest` the text `body`; the number filled.
+std::size_t fill_body(DiscoverySnapshot& snapshot, std::string_view digest, std::string_view body);
+
+// MGET of the body keys of `digests` (1 to kMaxSnapshotLimit). kInvalidArgument for a digest that
+// is not a SHA-256 in hex, or for none.
+Result<RedisCommand> body_read_command(const RedisKeys& keys,
+                                       const std::vector<std::string>& digests);
+
+// The MGET reply: one body per digest, in order; nullopt where the key is absent (expired,
+// evicted) or holds bytes whose SHA-256 is not the digest (never served as that body).
+// kStoreUnavailable for a Redis error reply, kInvalidReply for another shape.
+Result<std::vector<std::optional<std::string>>> decode_body_reply(
+    const RespValue& reply, const std::vector<std::string>& digests);
+
 struct EnqueueOptions {
   int64_t window_ms = 30'000;                               // one queued request per key per window
   int64_t stream_maxlen = 10'000;                           // XADD MAXLEN ~

@@ -29,7 +29,12 @@ namespace quiver {
 // with manifest_entry_from_fields; other stores fill it from their columns. A field the store does
 // not hold is empty or nullopt.
 struct ManifestEntry {
-  std::string text;                 // the manifest's canonical JSON; empty: no data
+  std::string text;  // the manifest's canonical JSON; empty: no data, or a body not fetched yet
+  // The SHA-256 (hex) of a body stored apart (RedisKeys::body, schema/redis-keys.md): the entry
+  // has data; `text` is empty until the reader fetched it (fill_bodies, shared/discovery_redis.h).
+  // A servable entry whose body could not be fetched renders as a store failure of that entry
+  // and is revalidated (never as an empty manifest). Empty: the body, if any, is `text`.
+  std::string body_digest;
   std::optional<std::string> etag;  // the content hash the writer stored
   std::string config_hash;          // the config the data was listed under
   std::optional<int64_t> fetched_at_ms;
@@ -45,12 +50,19 @@ struct ManifestEntry {
   // cache_entry_meta fails with it, so the entry shows as unreadable. Empty: readable.
   std::string unreadable;
 
+  // Data is stored: inline, fetched, or by reference still to fetch.
+  bool has_body() const { return !text.empty() || !body_digest.empty(); }
+  // Data stored apart that is not here (yet).
+  bool body_missing() const { return text.empty() && !body_digest.empty(); }
+  // Compares content: where a store keeps the body (`body_digest`) is not part of it.
   bool operator==(const ManifestEntry& o) const;
 };
 
 // The entry in a manifest hash's fields (HGETALL, with the invalidation mark added as
 // redis_field::kInvalidatedAt). nullopt when the hash is empty (nothing cached). Unknown fields
-// are ignored; a time field that is not a decimal integer makes the entry `unreadable`.
+// are ignored; a time field that is not a decimal integer, or a `body` that is not a SHA-256 in
+// hex, makes the entry `unreadable`. The body is `manifest` (inline, the layout before bodies were
+// stored apart) or named by `body` (body_digest; the text is fetched apart).
 std::optional<ManifestEntry> manifest_entry_from_fields(const HashFields& fields);
 
 // The principal whose manifest `member` sees on a connection with `record`: `shared` in shared

@@ -151,6 +151,20 @@ void EdgeCache::clear() {
   claims_.clear();
 }
 
+// An entry's cost: its digest, its bytes and the bookkeeping around them.
+BodyCache::BodyCache(std::size_t max_bytes) : lru_(max_bytes / 1024 + 1, max_bytes) {}
+
+BodyCache::Value BodyCache::find(std::string_view digest) {
+  const Value* v = lru_.find(digest);
+  return v == nullptr ? nullptr : *v;
+}
+
+bool BodyCache::put(std::string digest, std::string body) {
+  const std::size_t bytes = digest.size() + body.size() + kEntryOverhead;
+  return lru_.insert(std::move(digest), std::make_shared<const std::string>(std::move(body)),
+                     bytes);
+}
+
 EdgeCacheStats EdgeCache::stats() const {
   EdgeCacheStats s = stats_;
   s.entries = lru_.size();

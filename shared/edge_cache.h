@@ -36,6 +36,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "shared/bounded_lru.h"
 #include "shared/status.h"
 
 namespace quiver {
@@ -49,6 +50,8 @@ struct EdgeCacheOptions {
   std::size_t max_entry_bytes = std::size_t{1} << 20;
   int64_t revalidation_claim_ms = 5'000;  // one revalidation per key from this isolate per period
   std::size_t max_claims = 10'000;        // claims remembered at most (oldest dropped)
+  // The BodyCache's bound (below): manifest bodies by content, apart from max_bytes. 0: off.
+  std::size_t body_max_bytes = std::size_t{16} << 20;
 };
 
 // OK when usable: ttl and claim period >= 0, stale_if_error_ms >= ttl_ms, max_entry_bytes <=
@@ -123,6 +126,33 @@ class EdgeCache {
   std::size_t bytes_ = 0;
   EdgeCacheStats stats_;
   std::unordered_map<std::string, int64_t> claims_;  // key → claimed at
+};
+
+// BodyCache: manifest bodies by content, the isolate-wide level under the discovery read.
+//
+// A manifest record names its body by the SHA-256 of its bytes (schema/redis-keys.md, "Manifest
+// bodies"): the bytes under one name never change, so a body kept here needs no TTL, no epoch and
+// no invalidation, and one copy serves every caller and principal listing the same content. Only
+// the byte bound evicts (least recently used first); a body over the bound alone is not kept.
+// Callers put only bodies whose digest they checked (decode_body_reply, shared/discovery_redis.h).
+// What the TTL of the EdgeCache above bounds (a revoked grant, a toggled preference, a new commit)
+// lives in the records, never here.
+class BodyCache {
+ public:
+  using Value = std::shared_ptr<const std::string>;
+  explicit BodyCache(std::size_t max_bytes);
+
+  // The body named `digest`, now the most recently used; nullptr when not held.
+  Value find(std::string_view digest);
+  // Keeps `body` under `digest`; false when it alone is over the bound (or the cache is off).
+  bool put(std::string digest, std::string body);
+
+  std::size_t entries() const { return lru_.size(); }
+  std::size_t bytes() const { return lru_.bytes(); }
+  const LruStats& stats() const { return lru_.stats(); }
+
+ private:
+  BoundedLru<Value> lru_;
 };
 
 }  // namespace quiver

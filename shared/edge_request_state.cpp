@@ -32,6 +32,10 @@ constexpr Transition<P, E> kTransitions[] = {
     {P::kOAuthCallback, E::kRedisAnswered, P::kDeciding},
     {P::kOAuthCallback, E::kStoreFailed, P::kDeciding},
     {P::kOAuthCallback, E::kInternalError, P::kResponded},
+    {P::kDeciding, E::kReadBodies, P::kReadingBodies},
+    {P::kReadingBodies, E::kRedisAnswered, P::kDeciding},
+    {P::kReadingBodies, E::kStoreFailed, P::kDeciding},
+    {P::kReadingBodies, E::kInternalError, P::kResponded},
     {P::kResponded, E::kBackground, P::kBackground},
     {P::kResponded, E::kNothingLeft, P::kDone},
     {P::kResponded, E::kInternalError, P::kDone},
@@ -45,11 +49,12 @@ constexpr Transition<P, E> kTransitions[] = {
 
 constexpr const char* const kPhaseNames[] = {"deciding", "reading_snapshot", "queueing",
                                              "webhook",  "responded",        "background",
-                                             "done",     "oauth_callback"};
+                                             "done",     "oauth_callback",   "reading_bodies"};
 static_assert(std::size(kPhaseNames) == kEdgePhaseCount);
 constexpr const char* const kEventNames[] = {
     "read_snapshot", "queue",      "send_webhook", "redis_answered", "store_failed",
-    "respond",       "background", "nothing_left", "internal_error", "send_oauth_callback"};
+    "respond",       "background", "nothing_left", "internal_error", "send_oauth_callback",
+    "read_bodies"};
 static_assert(std::size(kEventNames) == kEdgeEventCount);
 
 }  // namespace
@@ -64,7 +69,7 @@ std::optional<EdgePhase> edge_transition(EdgePhase from, EdgeEvent event) {
 
 bool edge_waits_on_redis(EdgePhase phase) {
   return phase == P::kReadingSnapshot || phase == P::kQueueing || phase == P::kWebhook ||
-         phase == P::kOAuthCallback || phase == P::kBackground;
+         phase == P::kOAuthCallback || phase == P::kBackground || phase == P::kReadingBodies;
 }
 
 bool edge_responded(EdgePhase phase) {

@@ -8,6 +8,7 @@
 //   kDeciding ──kQueue──▶ kQueueing ──kRedisAnswered / kStoreFailed──▶ kDeciding
 //   kDeciding ──kSendWebhook──▶ kWebhook ──kRedisAnswered / kStoreFailed──▶ kDeciding
 //   kDeciding ──kSendOAuthCallback──▶ kOAuthCallback ──kRedisAnswered / kStoreFailed──▶ kDeciding
+//   kDeciding ──kReadBodies──▶ kReadingBodies ──kRedisAnswered / kStoreFailed──▶ kDeciding
 //   kDeciding ──kRespond──▶ kResponded ──kBackground──▶ kBackground ──(either)──▶ kDone
 //                                      ──kNothingLeft──▶ kDone
 //   any phase before kResponded ──kInternalError──▶ kResponded (a 500); after it ──▶ kDone
@@ -26,6 +27,7 @@ enum class EdgePhase {
   kBackground,     // those revalidations are in flight, after the answer
   kDone,           // nothing left: end() frees the request
   kOAuthCallback,  // the OAuth callback's script is in flight (shared/oauth_callback.h)
+  kReadingBodies,  // the manifest bodies a snapshot lacks (not in the isolate's BodyCache)
 };
 enum class EdgeEvent {
   kReadSnapshot,       // a snapshot read goes to Redis (an L1 hit sends nothing and moves nothing)
@@ -38,9 +40,10 @@ enum class EdgeEvent {
   kNothingLeft,        // background() with none
   kInternalError,      // a bug: a 500 if nothing was answered yet
   kSendOAuthCallback,  // an OAuth callback's script goes to Redis
+  kReadBodies,         // after a snapshot (read or from L1): the bodies it lacks, one MGET
 };
-inline constexpr int kEdgePhaseCount = 8;
-inline constexpr int kEdgeEventCount = 10;
+inline constexpr int kEdgePhaseCount = 9;
+inline constexpr int kEdgeEventCount = 11;
 const char* edge_phase_name(EdgePhase phase);
 const char* edge_event_name(EdgeEvent event);
 // The next phase, or nullopt when `event` is not allowed in `from`.

@@ -79,6 +79,9 @@ struct EdgeService::Request {
   std::string webhook_reason;      // the sender's, for the log
   bool webhook_legacy_v1 = false;  // signed with the deprecated v1 form only: said in the log
   std::vector<Revalidation> background;
+  // A snapshot waiting for the bodies its records name (kReadingBodies), and their digests.
+  std::optional<DiscoverySnapshot> pending;
+  std::vector<std::string> wanted_bodies;
 
   EdgePhase phase = EdgePhase::kDeciding;  // the only state: shared/edge_request_state.h
   RedisConversation redis;                 // this request's connection, opened lazily
@@ -87,6 +90,7 @@ struct EdgeService::Request {
 EdgeService::EdgeService(Result<EdgeSettings> settings)
     : cache_(half_of(settings.ok() ? settings->l1 : EdgeCacheOptions{})),
       answers_(half_of(settings.ok() ? settings->l1 : EdgeCacheOptions{})),
+      bodies_((settings.ok() ? settings->l1 : EdgeCacheOptions{}).body_max_bytes),
       fail_fast_(settings.ok() ? settings->fail_fast_ms : 0) {
   if (!settings.ok()) {
     settings_error_ = settings.error().message;
@@ -224,7 +228,11 @@ EdgeStep EdgeService::healthz(Request& r, const HttpRequest& request) {
                                {"answer_hits", answers.hits},
                                {"snapshot_hits", snapshots.hits},
                                {"snapshot_misses", snapshots.misses},
-                               {"stale_served", snapshots.stale_served}});
+                               {"stale_served", snapshots.stale_served},
+                               {"body_entries", bodies_.entries()},
+                               {"body_bytes", bodies_.bytes()},
+                               {"body_hits", bodies_.stats().hits},
+                               {"body_misses", bodies_.stats().misses}});
   }
   HttpResponse res = json_response(status, body);
   if (request.method == "HEAD") res.body.clear();
@@ -321,6 +329,28 @@ void EdgeService::note_snapshot(Request& r, const DiscoverySnapshot& snapshot, i
   r.answer_fresh_until = snapshot_next_transition(snapshot, settings_->discovery.freshness, now_ms);
 }
 
+EdgeStep EdgeService::with_bodies(Request& r, DiscoverySnapshot snapshot, int64_t now_ms,
+                                  bool may_read) {
+  std::vector<std::string> lacking;
+  for (const std::string& digest : missing_bodies(snapshot)) {
+    if (BodyCache::Value body = bodies_.find(digest)) {
+      fill_body(snapshot, digest, *body);
+    } else {
+      lacking.push_back(digest);
+    }
+  }
+  if (!lacking.empty() && may_read) {
+    Result<RedisCommand> command = body_read_command(*keys_, lacking);
+    if (command.ok()) {
+      r.pending = std::move(snapshot);
+      r.wanted_bodies = std::move(lacking);
+      r.source = "miss";  // Redis was asked, if only for bodies
+      return send(r, EdgeEvent::kReadBodies, {std::move(*command)});
+    }
+  }
+  return drive(r, r.exchange->resume_snapshot(std::move(snapshot), now_ms), now_ms);
+}
+
 EdgeStep EdgeService::drive(Request& r, DiscoveryStep step, int64_t now_ms) {
   if (Respond* respond = std::get_if<Respond>(&step)) {
     // Revalidations go out in the background, once per key per claim period from this isolate;
@@ -353,7 +383,7 @@ EdgeStep EdgeService::drive(Request& r, DiscoveryStep step, int64_t now_ms) {
         if (snapshot.ok()) {
           r.source = "hit";
           note_snapshot(r, *snapshot, now_ms);
-          return drive(r, r.exchange->resume_snapshot(std::move(snapshot), now_ms), now_ms);
+          return with_bodies(r, std::move(*snapshot), now_ms, /*may_read=*/true);
         }
       }
     }
@@ -442,6 +472,21 @@ EdgeStep EdgeService::complete(Request& r, std::vector<RespValue> replies, int64
       cache_.put(r.l1_key, r.redis.reply_bytes(), snapshot->epoch, now_ms);
       answers_.observe_epoch(snapshot->epoch);
       note_snapshot(r, *snapshot, now_ms);
+      return with_bodies(r, std::move(*snapshot), now_ms, /*may_read=*/true);
+    }
+    case EdgePhase::kReadingBodies: {
+      Result<std::vector<std::optional<std::string>>> bodies =
+          decode_body_reply(replies[0], r.wanted_bodies);
+      if (!bodies.ok()) return store_failed(r, bodies.error(), now_ms);
+      advance(r, EdgeEvent::kRedisAnswered);
+      DiscoverySnapshot snapshot = std::move(*r.pending);
+      r.pending.reset();
+      for (std::size_t i = 0; i < bodies->size(); ++i) {
+        std::optional<std::string>& body = (*bodies)[i];
+        if (!body) continue;  // absent: its entries render as store failures and revalidate
+        fill_body(snapshot, r.wanted_bodies[i], *body);
+        bodies_.put(std::move(r.wanted_bodies[i]), std::move(*body));
+      }
       return drive(r, r.exchange->resume_snapshot(std::move(snapshot), now_ms), now_ms);
     }
     case EdgePhase::kQueueing:
@@ -519,11 +564,21 @@ EdgeStep EdgeService::store_failed(Request& r, Error error, int64_t now_ms) {
             r.source = kStaleIfError;
             r.stale_age_ms = age;
             r.store_error = error.message;
-            return drive(r, r.exchange->resume_snapshot(std::move(snapshot), now_ms), now_ms);
+            return with_bodies(r, std::move(*snapshot), now_ms, /*may_read=*/false);
           }
         }
       }
       return drive(r, r.exchange->resume_snapshot(std::move(error), now_ms), now_ms);
+    }
+    case EdgePhase::kReadingBodies: {
+      // The snapshot was read; its bodies were not. Answered from it with what bodies_ holds,
+      // the others shown as store failures, marked and not kept like any stale-if-error answer.
+      r.source = kStaleIfError;
+      r.stale_age_ms = 0;
+      r.store_error = error.message;
+      DiscoverySnapshot snapshot = std::move(*r.pending);
+      r.pending.reset();
+      return with_bodies(r, std::move(snapshot), now_ms, /*may_read=*/false);
     }
     case EdgePhase::kQueueing:
       return drive(

@@ -27,9 +27,12 @@
 //   1. the rendered answer to the same caller's same request, as an HTTP cache would repeat it
 //      (with `Age`; If-None-Match → 304), until the first of its entries changes status;
 //   2. else the same caller's snapshot read, rendered afresh;
-//   3. else Redis. Unreachable (connect, I/O, timeout, AUTH, a broken reply): the snapshot copy
-//      within its stale-if-error period is served, marked `X-Quiver-Cache: stale-if-error` and
-//      `Cache-Control: private, no-cache`; without one, 503 STORE_UNAVAILABLE.
+//   3. else Redis: the script returns metadata; the manifest bodies it names come from the
+//      isolate's BodyCache (by content, no expiry), those it lacks from one MGET on the same
+//      connection (a second round trip only then). Unreachable (connect, I/O, timeout, AUTH, a
+//      broken reply): the snapshot copy within its stale-if-error period is served, marked
+//      `X-Quiver-Cache: stale-if-error` and `Cache-Control: private, no-cache`; without one, 503
+//      STORE_UNAVAILABLE.
 //   A namespace whose record is not `ready` (the store lost its data; an agent restores it) is a
 //      store failure too: never an empty list or a 404.
 //   After a Redis timeout, for QUIVER_REDIS_FAIL_FAST_MS (shared/redis_fail_fast.h), requests do
@@ -104,6 +107,7 @@ class EdgeService {
   std::size_t open_requests() const { return requests_.size(); }
   const EdgeCache& cache() const { return cache_; }
   const EdgeCache& answers() const { return answers_; }
+  const BodyCache& bodies() const { return bodies_; }
   const RenderCache* render_cache() const { return render_cache_.get(); }
 
  private:
@@ -119,6 +123,10 @@ class EdgeService {
   EdgeStep replay(Request& r, const HttpRequest& request, HttpResponse response,
                   std::vector<Revalidation> revalidations, int64_t age_ms, int64_t now_ms);
   void note_snapshot(Request& r, const DiscoverySnapshot& snapshot, int64_t now_ms);
+  // Gives `snapshot` the bodies its records name from bodies_, then answers from it; the ones
+  // bodies_ lacks are read first in one more round when `may_read` (else their entries render as
+  // store failures: shared/discovery_redis.h, "manifest bodies").
+  EdgeStep with_bodies(Request& r, DiscoverySnapshot snapshot, int64_t now_ms, bool may_read);
   EdgeStep drive(Request& r, DiscoveryStep step, int64_t now_ms);
   // Moves `r` by the table (shared/edge_request_state.h); false when the table has no such row.
   bool advance(Request& r, EdgeEvent event);
@@ -138,6 +146,7 @@ class EdgeService {
   std::optional<RedisKeys> keys_;
   EdgeCache cache_;            // L1: snapshot reads, per caller and query
   EdgeCache answers_;          // L1: rendered answers, per caller and exact request
+  BodyCache bodies_;           // manifest bodies by content, no expiry (shared/edge_cache.h)
   VerifiedTokenCache tokens_;  // bearer tokens this isolate has verified
   std::unique_ptr<SearchIndexCache> search_cache_;  // one FTS5 index per caller and corpus version
   // Each servable entry's rendered payload (shared/render_cache.h); single-threaded like the rest.

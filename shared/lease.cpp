@@ -248,18 +248,28 @@ Result<LeaseOutcome> parse_release_reply(const RespValue& reply) {
 Result<RedisCommand> commit_manifest_command(const LeaseKeys& keys, const Lease& lease,
                                              const ManifestWrite& write,
                                              const FencedWriteOptions& options) {
-  if (Status s =
-          check_keys({&keys.manifest, &keys.lease, &keys.fence, &keys.connection, &keys.epoch});
+  if (Status s = check_keys(
+          {&keys.manifest, &keys.lease, &keys.fence, &keys.connection, &keys.epoch, &keys.body});
       !s.ok()) {
     return s.error();
   }
   if (Status s = validate_manifest_write(lease, write); !s.ok()) return s.error();
-  return eval("manifest_commit.lua",
-              {&keys.manifest, &keys.lease, &keys.fence, &keys.connection, &keys.epoch},
-              {std::to_string(lease.fence), lease.token, write.config_hash, write.manifest,
-               write.etag, std::to_string(write.fetched_at_ms),
-               std::to_string(write.fresh_until_ms), std::to_string(write.expires_at_ms),
-               write.cache_scope, write.truncated ? "1" : "0", options.release_lease ? "1" : "0"});
+  if (options.body_grace_ms < 0) return invalid("manifest commit: body_grace_ms is negative");
+  // The body key names the body's content: a key for other bytes would serve them to every record
+  // with that content.
+  const std::string digest = sha256_hex(write.manifest);
+  if (keys.body.size() <= digest.size() ||
+      keys.body.compare(keys.body.size() - digest.size() - 1, std::string::npos, ":" + digest) !=
+          0) {
+    return invalid("manifest commit: the body key does not name the manifest's SHA-256");
+  }
+  return eval(
+      "manifest_commit.lua",
+      {&keys.manifest, &keys.lease, &keys.fence, &keys.connection, &keys.epoch, &keys.body},
+      {std::to_string(lease.fence), lease.token, write.config_hash, write.manifest, write.etag,
+       std::to_string(write.fetched_at_ms), std::to_string(write.fresh_until_ms),
+       std::to_string(write.expires_at_ms), write.cache_scope, write.truncated ? "1" : "0",
+       options.release_lease ? "1" : "0", digest, std::to_string(options.body_grace_ms)});
 }
 
 Result<RedisCommand> record_failure_command(const LeaseKeys& keys, const Lease& lease,

@@ -42,9 +42,13 @@ struct LeaseKeys {
   std::string fence;       // quiver:{ns}:fence:<cid>:<principal>
   std::string connection;  // quiver:{ns}:conn:<cid>
   std::string epoch;       // quiver:{ns}:epoch
+  // A commit only: quiver:{ns}:body:<sha256 of the manifest bytes> (RedisKeys::body), where the
+  // body is stored once for every record with the same content.
+  std::string body;
 };
 
 inline constexpr int64_t kDefaultLeaseMs = 60'000;
+inline constexpr int64_t kDefaultBodyGraceMs = 24 * 3'600'000;
 inline constexpr std::size_t kMinLeaseTokenBytes = 16;  // 128 random bits
 inline constexpr std::size_t kMaxLeaseTokenBytes = 64;
 inline constexpr std::size_t kMaxErrorMessageBytes = 1024;
@@ -115,6 +119,12 @@ struct FencedWriteOptions {
   // No retention: a manifest hash has no TTL (schema/redis-keys.md). The last good manifest and
   // its error record stay until the connection (or the principal's grant) goes.
   bool release_lease = true;  // give the lease back in the same script
+  // A commit keeps its body key (shared by every record with the same content, immutable) until
+  // at least the manifest's expires_at (or Redis's clock, if later) plus this grace; every commit
+  // naming the same content moves that later, never earlier. A body no record names any more goes
+  // after it; a record that outlives its body is past expires_at, which readers never serve as data
+  // (schema/redis-keys.md, "Manifest bodies").
+  int64_t body_grace_ms = kDefaultBodyGraceMs;
 };
 
 Result<RedisCommand> commit_manifest_command(const LeaseKeys& keys, const Lease& lease,

@@ -45,6 +45,7 @@ constexpr KindInfo kKinds[kKeyKindCount] = {
     {KeyKind::kAudit, "audit", "STREAM", false, false},
     {KeyKind::kOAuthCallbacks, "oauth-callbacks", "STREAM", false, false},
     {KeyKind::kOAuthResult, "oauth-result", "STRING", false, false, true},
+    {KeyKind::kBody, "body", "STRING", false, false, true},
 };
 
 constexpr char kCatalogVersionsSegment[] = "versions";
@@ -85,9 +86,9 @@ const std::vector<std::string>& key_fields(KeyKind kind) {
   static const std::vector<std::string> kConnFields = {f::kConfigHash, f::kCredentialMode, f::kName,
                                                        f::kTransport, f::kUpdatedAt};
   static const std::vector<std::string> kManifestFields = {
-      f::kManifest,     f::kEtag,      f::kConfigHash, f::kFence,     f::kFetchedAt,
-      f::kFreshUntil,   f::kExpiresAt, f::kCacheScope, f::kTruncated, f::kErrorCode,
-      f::kErrorMessage, f::kErrorAt,   f::kAttemptAt};
+      f::kManifest,  f::kBody,         f::kEtag,      f::kConfigHash, f::kFence,
+      f::kFetchedAt, f::kFreshUntil,   f::kExpiresAt, f::kCacheScope, f::kTruncated,
+      f::kErrorCode, f::kErrorMessage, f::kErrorAt,   f::kAttemptAt};
   static const std::vector<std::string> kRevalidateFields = {f::kCid, f::kPrincipal, f::kReason,
                                                              f::kAt};
   static const std::vector<std::string> kAuditFields = {f::kAt, f::kActor, f::kAction, f::kTarget,
@@ -174,6 +175,9 @@ std::string RedisKeys::oauth_callbacks() const {
 }
 std::string RedisKeys::oauth_result(std::string_view state) const {
   return prefix_ + key_kind_name(KeyKind::kOAuthResult) + ":" + sha256_hex(state);
+}
+Result<std::string> RedisKeys::body(std::string_view digest) const {
+  return key(KeyKind::kBody, {}, std::nullopt, digest);
 }
 Result<std::string> RedisKeys::catalog(std::string_view catalog_kind) const {
   return key(KeyKind::kCatalog, {}, std::nullopt, {}, catalog_kind);
@@ -274,7 +278,9 @@ Result<ParsedKey> RedisKeys::parse(std::string_view key) const {
       out.principal = std::move(*p);
     }
     if (k.has_digest) {
-      if (!is_sha256_hex(parts[next])) return invalid("replay key without a SHA-256 digest");
+      if (!is_sha256_hex(parts[next])) {
+        return invalid(std::string(k.segment) + " key without a SHA-256 digest");
+      }
       out.digest = std::string(parts[next]);
     }
     if (k.has_catalog_kind) out.catalog_kind = std::string(parts[1]);

@@ -36,14 +36,15 @@ enum class KeyKind {
   kAudit,
   kOAuthCallbacks,
   kOAuthResult,
+  kBody,
 };
-inline constexpr int kKeyKindCount = 21;
+inline constexpr int kKeyKindCount = 22;
 
 const char* key_kind_name(KeyKind kind);   // the key's segment: "conns", "revalidate-gate", ...
 const char* key_redis_type(KeyKind kind);  // "SET", "HASH", "STRING", "STREAM"
 bool key_has_connection_id(KeyKind kind);
 bool key_has_principal(KeyKind kind);
-bool key_has_digest(KeyKind kind);  // a 64-hex-digit SHA-256 segment (replay)
+bool key_has_digest(KeyKind kind);  // a 64-hex-digit SHA-256 segment (replay, body, ...)
 // A runtime catalog kind segment (catalog:<kind>, catalog:<kind>:keys): [a-z]{1,32}, not
 // "versions" (native-agent/store/catalog.h names them: member, grant, connection).
 bool key_has_catalog_kind(KeyKind kind);
@@ -82,6 +83,9 @@ inline constexpr char kErrorCode[] = "error_code";
 inline constexpr char kErrorMessage[] = "error_message";
 inline constexpr char kErrorAt[] = "error_at";
 inline constexpr char kAttemptAt[] = "attempt_at";
+// The SHA-256 (hex) of the manifest body, stored apart under body:<sha256>. A record written
+// before bodies were stored apart holds its body inline in `manifest` instead (still read).
+inline constexpr char kBody[] = "body";
 // Not a field of the hash: the value of invalidated:<cid>:<principal> (kept apart so that the
 // edge's Redis user, which may write invalidation marks, never writes a manifest hash). Readers
 // hand it to meta decoding under this name.
@@ -142,6 +146,11 @@ class RedisKeys {
   // of the callback's `state` (never the state itself).
   std::string oauth_callbacks() const;
   std::string oauth_result(std::string_view state) const;
+  // A manifest body, stored once for every record that lists the same content (immutable; kept
+  // while records refer to it: schema/redis-keys.md). `digest` is the SHA-256 of the body in
+  // lowercase hex (manifest_body_digest, shared/discovery_redis.h), which the records name in
+  // their `body` field; kInvalidArgument for anything else.
+  Result<std::string> body(std::string_view digest) const;
   // When a refresh webhook last marked the (connection, principal)'s data stale (a STRING of
   // epoch ms): written by agents and edges, read with the manifest.
   Result<std::string> invalidated(std::string_view cid, const Principal& principal) const;

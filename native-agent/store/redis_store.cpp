@@ -348,13 +348,15 @@ const std::vector<std::string>& meta_fields() {
       redis_field::kEtag,         redis_field::kConfigHash, redis_field::kFence,
       redis_field::kFetchedAt,    redis_field::kFreshUntil, redis_field::kExpiresAt,
       redis_field::kCacheScope,   redis_field::kTruncated,  redis_field::kErrorCode,
-      redis_field::kErrorMessage, redis_field::kErrorAt,    redis_field::kAttemptAt};
+      redis_field::kErrorMessage, redis_field::kErrorAt,    redis_field::kAttemptAt,
+      redis_field::kBody};
   return fields;
 }
 
-// The three commands that read one manifest's metadata: its hash's fields, the length of its
-// body (data is a body that is not empty, the core's rule) and its invalidation mark (a key of its
-// own: schema/redis-keys.md).
+// The three commands that read one manifest's metadata: its hash's fields (with `body`, the name
+// of a body stored apart), the length of an inline body (data is a body that is not empty, the
+// core's rule; records written before bodies were stored apart hold it inline) and its
+// invalidation mark (a key of its own: schema/redis-keys.md).
 constexpr std::size_t kMetaReadCommands = 3;
 void append_meta_reads(std::vector<RedisCommand>& out, const std::string& manifest_key,
                        const std::string& invalidated_key) {
@@ -390,7 +392,8 @@ Result<MetaFields> meta_reads_reply(const std::vector<RespValue>& replies, std::
       out.fields.emplace(meta_fields()[i], std::string(*v));
     }
   }
-  out.has_data = replies[at + 1].as_int().value_or(0) > 0;
+  // Data: a body inline (the layout before bodies were stored apart) or named by `body`.
+  out.has_data = replies[at + 1].as_int().value_or(0) > 0 || out.fields.count(redis_field::kBody);
   if (std::optional<std::string_view> mark = replies[at + 2].as_string()) {
     out.fields.emplace(redis_field::kInvalidatedAt, std::string(*mark));
   }
@@ -718,6 +721,9 @@ Result<FencedWriteResult> RedisStore::commit_manifest(std::string_view cid,
                                                       const FencedWriteOptions& options) {
   Result<LeaseKeys> k = impl_->lease_keys(cid, principal);
   if (!k.ok()) return k.error();
+  Result<std::string> body = impl_->keys.body(manifest_body_digest(write.manifest));
+  if (!body.ok()) return body.error();
+  k->body = std::move(*body);
   Result<RespValue> r =
       impl_->script(commit_manifest_command(*k, lease, write, options), "manifest_commit");
   if (!r.ok()) return r.error();
@@ -771,11 +777,24 @@ Result<std::optional<StoredManifest>> RedisStore::read_manifest(std::string_view
   }
   std::string body;
   if (auto it = fields.find(redis_field::kManifest); it != fields.end()) {
-    body = std::move(it->second);
+    body = std::move(it->second);  // inline: written before bodies were stored apart
     fields.erase(it);
   }
-  Result<ManifestMeta> meta = meta_from_fields(cid, principal, fields, !body.empty(), *key);
+  const bool has_data = !body.empty() || fields.count(redis_field::kBody) != 0;
+  Result<ManifestMeta> meta = meta_from_fields(cid, principal, fields, has_data, *key);
   if (!meta.ok()) return meta.error();
+  if (!meta->body_digest.empty()) {
+    // Stored apart, once per content. Absent (evicted, lost, or past its retention): the meta
+    // keeps naming it and the text stays empty, which readers show as a store failure.
+    Result<RedisCommand> read = body_read_command(impl_->keys, {meta->body_digest});
+    if (!read.ok()) return read.error();
+    Result<RespValue> reply = impl_->one(*read, "MGET");
+    if (!reply.ok()) return reply.error();
+    Result<std::vector<std::optional<std::string>>> bodies =
+        decode_body_reply(*reply, {meta->body_digest});
+    if (!bodies.ok()) return bodies.error();
+    if ((*bodies)[0]) body = std::move(*(*bodies)[0]);
+  }
   StoredManifest out{std::move(meta).value(), std::move(body)};
   return std::optional<StoredManifest>(std::move(out));
 }
@@ -981,7 +1000,23 @@ Result<DiscoverySnapshot> RedisStore::read_discovery(const Principal& member,
   if (!command.ok()) return command.error();
   Result<std::vector<RespValue>> reply = impl_->main.run({*command});
   if (!reply.ok()) return reply.error();
-  return decode_discovery_reply((*reply)[0], member);
+  Result<DiscoverySnapshot> snapshot = decode_discovery_reply((*reply)[0], member);
+  if (!snapshot.ok()) return snapshot;
+  // The bodies the records name (stored apart, once per content), in one more round trip.
+  // TODO(perf): the agent keeps no body cache (the edge does, shared/edge_cache.h): a local
+  // discovery read moves every body it shows.
+  const std::vector<std::string> wanted = missing_bodies(*snapshot);
+  if (wanted.empty()) return snapshot;
+  Result<RedisCommand> read = body_read_command(impl_->keys, wanted);
+  if (!read.ok()) return read.error();
+  Result<RespValue> bodies_reply = impl_->one(*read, "MGET");
+  if (!bodies_reply.ok()) return bodies_reply.error();
+  Result<std::vector<std::optional<std::string>>> bodies = decode_body_reply(*bodies_reply, wanted);
+  if (!bodies.ok()) return bodies.error();
+  for (std::size_t i = 0; i < wanted.size(); ++i) {
+    if ((*bodies)[i]) fill_body(*snapshot, wanted[i], *(*bodies)[i]);
+  }
+  return snapshot;
 }
 
 Result<std::optional<ConnectionRecord>> RedisStore::read_connection(std::string_view cid) {

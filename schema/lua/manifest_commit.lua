@@ -6,10 +6,21 @@
 -- KEYS[3] fence       quiver:{ns}:fence:<cid>:<principal>
 -- KEYS[4] connection  quiver:{ns}:conn:<cid>                  HASH (its `config_hash` is read)
 -- KEYS[5] epoch       quiver:{ns}:epoch
+-- KEYS[6] body        quiver:{ns}:body:<sha256>               STRING, the body, once per content
 -- ARGV[1] fence  ARGV[2] token  ARGV[3] config_hash the listing started under
 -- ARGV[4] manifest  ARGV[5] etag  ARGV[6] fetched_at  ARGV[7] fresh_until  ARGV[8] expires_at
 -- ARGV[9] cache_scope ('' = none)  ARGV[10] truncated ('0'/'1')
 -- ARGV[11] release the lease afterwards ('0'/'1')
+-- ARGV[12] the body's SHA-256 (hex; KEYS[6] ends with it)
+-- ARGV[13] grace (ms): the body is kept until at least max(expires_at, Redis's now) + grace
+--
+-- The body goes to its own key, written only when absent: it is immutable, named by its
+-- content, and shared by every record that lists the same bytes (deduplicated across principals).
+-- The record keeps the metadata and `body`, the SHA-256 naming it; a body still inline in
+-- `manifest` (the layout before) is dropped from the record here. The body key lives until the
+-- manifest's expires_at (or Redis's clock, if later: an agent's clock may lag) plus the grace,
+-- moved later, never earlier, by every commit that names it: a body no record names any more
+-- expires; a record past its expires_at (never served as data) may outlive its body.
 --
 -- The hash gets no TTL (schema/redis-keys.md): an expired manifest still answers with its status
 -- and its last error, however long the upstream stays down. PERSIST drops a TTL that agents
@@ -39,8 +50,22 @@ if current ~= ARGV[3] then
   return {'config_changed'}
 end
 
+if string.sub(KEYS[6], -#ARGV[12] - 1) ~= ':' .. ARGV[12] then
+  return redis.error_reply('ERR manifest_commit: KEYS[6] is not the body key of ARGV[12]')
+end
+-- Present with these bytes (the usual case: the same content listed again, or by another
+-- principal): only its expiry moves. Absent: written. Other bytes, which no commit writes (KEYS[6]
+-- names the SHA-256 of ARGV[4], checked by the caller): repaired, not kept.
+local time = redis.call('TIME')
+local keep = math.max(tonumber(ARGV[8]), tonumber(time[1]) * 1000 + math.floor(time[2] / 1000))
+keep = string.format('%.0f', keep + tonumber(ARGV[13]))
+if redis.call('GET', KEYS[6]) == ARGV[4] then
+  redis.call('PEXPIREAT', KEYS[6], keep, 'GT')
+else
+  redis.call('SET', KEYS[6], ARGV[4], 'PXAT', keep)
+end
 redis.call('HSET', KEYS[1],
-  'manifest', ARGV[4], 'etag', ARGV[5], 'config_hash', ARGV[3], 'fence', ARGV[1],
+  'body', ARGV[12], 'etag', ARGV[5], 'config_hash', ARGV[3], 'fence', ARGV[1],
   'fetched_at', ARGV[6], 'fresh_until', ARGV[7], 'expires_at', ARGV[8],
   'truncated', ARGV[10], 'attempt_at', ARGV[6])
 if ARGV[9] == '' then
@@ -49,6 +74,7 @@ else
   redis.call('HSET', KEYS[1], 'cache_scope', ARGV[9])
   redis.call('HDEL', KEYS[1], 'error_code', 'error_message', 'error_at')
 end
+redis.call('HDEL', KEYS[1], 'manifest')
 redis.call('PERSIST', KEYS[1])
 local epoch = redis.call('INCR', KEYS[5])
 if ARGV[11] == '1' then

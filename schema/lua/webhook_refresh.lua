@@ -70,7 +70,8 @@ local results, marked_any = {}, false
 local function refresh(cid, principal)
   local mkey = prefix .. 'manifest:' .. cid .. ':' .. principal
   local marked = '0'
-  if redis.call('HEXISTS', mkey, 'manifest') == 1 then
+  -- Data: a body by reference (`body`), or inline (`manifest`, the layout before bodies apart).
+  if redis.call('HEXISTS', mkey, 'body') == 1 or redis.call('HEXISTS', mkey, 'manifest') == 1 then
     local mark = prefix .. 'invalidated:' .. cid .. ':' .. principal
     local before = tonumber(redis.call('GET', mark))
     if not before or before < at then

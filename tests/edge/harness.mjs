@@ -459,6 +459,7 @@ export class Layout {
   conn(cid) { return `${this.prefix}conn:${cid}`; }
   grants(member) { return `${this.prefix}grants:member/${member}`; }
   manifest(cid, principal) { return `${this.prefix}manifest:${cid}:${principal}`; }
+  body(digest) { return `${this.prefix}body:${digest}`; }
   lease(cid, principal) { return `${this.prefix}lease:${cid}:${principal}`; }
   disabled(cid, principal) { return `${this.prefix}disabled:${cid}:${principal}`; }
   prefs(cid, principal) { return `${this.prefix}prefs:${cid}:${principal}`; }
@@ -482,13 +483,26 @@ export function connectionCommands(layout, cid, mode, name = cid) {
   ];
 }
 
+// The name a record gives its body (schema/redis-keys.md, "Manifest bodies"): SHA-256, hex.
+export const bodyDigest = (manifest) => createHash('sha256').update(manifest).digest('hex');
+
 // Commands writing a manifest as the agent's fenced commit would, fetched `ageMs` ago with a
-// fresh TTL of `freshMs`; and bumping the epoch as every commit does.
+// fresh TTL of `freshMs`; and bumping the epoch as every commit does. The body goes to its own
+// key, once per content, the record naming it; `inline: true` writes the layout before that (the
+// body in the record's `manifest` field), which readers still read.
 export function manifestCommands(layout, cid, principal, manifest,
-                                 { ageMs = 0, freshMs = 900_000, maxAgeMs = 86_400_000 } = {}) {
+                                 { ageMs = 0, freshMs = 900_000, maxAgeMs = 86_400_000,
+                                   inline = false } = {}) {
   const fetched = Date.now() - ageMs;
+  const key = layout.manifest(cid, principal);
+  const digest = bodyDigest(manifest);
+  const body = inline
+    ? [['HSET', key, 'manifest', manifest], ['HDEL', key, 'body']]
+    : [['SET', layout.body(digest), manifest, 'PXAT', String(fetched + 2 * maxAgeMs)],
+       ['HSET', key, 'body', digest], ['HDEL', key, 'manifest']];
   return [
-    ['HSET', layout.manifest(cid, principal), 'manifest', manifest, 'etag', hashOf(manifest),
+    ...body,
+    ['HSET', key, 'etag', hashOf(manifest),
      'config_hash', configHash(cid), 'fence', '1', 'fetched_at', String(fetched),
      'fresh_until', String(fetched + freshMs), 'expires_at', String(fetched + maxAgeMs),
      'cache_scope', '', 'truncated', '0', 'attempt_at', String(fetched)],

@@ -25,7 +25,8 @@ import path from 'node:path';
 import {
   EDGE_REDIS_USER, Layout, Redis, RedisServer, Workerd, argValue, configHash, connectionCommands, crashed,
   createEdgeUser, edgeDirArg, edgeEnv as harnessEdgeEnv, everythingTools, finish,
-  manifestCommands, manifestJson, mintToken, repoRoot, runTests, signWebhook, signWebhookV1, sleep,
+  bodyDigest, manifestCommands, manifestJson, mintToken, repoRoot, runTests, signWebhook,
+  signWebhookV1, sleep,
   startEdgeRedis,
 } from './harness.mjs';
 
@@ -92,7 +93,8 @@ async function populate() {
   put('everything', 'shared', manifestJson(tools, 'everything'));
   put('docs', 'shared', manifestJson(small(['search_docs', 'fetch_page'], 'docs'), 'docs'));
   put('mail', 'member/alice', manifestJson(small(['send', 'inbox'], 'alice'), 'mail'));
-  put('mail', 'member/bob', manifestJson(small(['send', 'inbox'], 'bob'), 'mail'));
+  // bob's as agents wrote it before bodies were stored apart: readers still read it.
+  put('mail', 'member/bob', manifestJson(small(['send', 'inbox'], 'bob'), 'mail'), { inline: true });
   put('secret', 'shared', manifestJson(small(['launch'], 'secret'), 'secret'));
   put('stale1', 'shared', manifestJson(small(['old_tool'], 'stale1'), 'stale1'),
       { ageMs: 20 * 60_000 });
@@ -966,6 +968,56 @@ async function withSilentRedis(env, fn) {
     silent.close();
   }
 }
+
+test('manifest bodies: stored apart, one MGET per isolate; a lost one is an error, never empty',
+     async () => {
+  const tools = (marker) => [{ name: `${marker}_tool`, description: `for ${marker}`,
+                               inputSchema: { type: 'object' } }];
+  const lost = manifestJson(tools('lost'), 'bodies3');
+  await db.pipeline([
+    ...['bodies1', 'bodies2', 'bodies3'].flatMap((cid) => connectionCommands(layout, cid, 'shared')),
+    ['SADD', layout.grants('body1'), 'bodies1', 'bodies2'],
+    ['SADD', layout.grants('body2'), 'bodies1', 'bodies2'],
+    ['SADD', layout.grants('body3'), 'bodies3'],
+    ...manifestCommands(layout, 'bodies1', 'shared', manifestJson(tools('one'), 'bodies1')),
+    ...manifestCommands(layout, 'bodies2', 'shared', manifestJson(tools('two'), 'bodies2')),
+    ...manifestCommands(layout, 'bodies3', 'shared', lost),
+    ['DEL', layout.body(bodyDigest(lost))],  // evicted, or lost
+  ]);
+  await settle();
+  const mgets = async () => {
+    const m = String(await db.call('INFO', 'commandstats')).match(/cmdstat_mget:calls=(\d+)/);
+    return m ? Number(m[1]) : 0;
+  };
+  await db.call('CONFIG', 'RESETSTAT');
+  const first = await edge.request('GET', '/v1/manifests', { headers: auth('body1') });
+  assert.equal(first.status, 200, first.text);
+  assert.deepEqual(first.json.connections.map((c) => [c.id, c.status]),
+                   [['bodies1', 'fresh'], ['bodies2', 'fresh']]);
+  assert.equal(first.json.connections[1].manifest.tools.items[0].name, 'two_tool');
+  assert.equal(await mgets(), 1, 'the bodies this isolate lacked, in one MGET');
+  // Another member, the same contents: the isolate has them, only metadata comes from Redis.
+  const second = await edge.request('GET', '/v1/manifests', { headers: auth('body2') });
+  assert.equal(second.status, 200, second.text);
+  assert.equal(second.headers['x-quiver-cache'], 'miss');
+  assert.equal(second.json.connections[0].manifest.tools.items[0].name, 'one_tool');
+  assert.equal(await mgets(), 1, 'no second MGET');
+  // A record whose body is gone: a store failure of that entry, queued for the refresh that
+  // writes it again.
+  await resetStream();
+  const broken = await edge.request('GET', '/v1/manifests', { headers: auth('body3') });
+  assert.equal(broken.status, 200, broken.text);
+  const entry = broken.json.connections[0];
+  assert.equal(entry.status, 'error', JSON.stringify(entry));
+  assert.equal(entry.error.code, 'STORE_UNAVAILABLE');
+  assert.equal(entry.manifest, undefined, 'never an empty manifest');
+  await settle();
+  assert.deepEqual((await streamEntries()).filter((e) => e.cid === 'bodies3').map((e) => e.reason),
+                   ['body_missing']);
+  const health = await edge.request('GET', '/healthz');
+  assert.ok(health.json.l1.body_entries >= 2, JSON.stringify(health.json.l1));
+  await resetStream();
+});
 
 test('a Redis that accepts but never answers times out into a 503, and frees the request',
      () => withSilentRedis({ REDIS_TIMEOUT_MS: '300' }, async (hung) => {

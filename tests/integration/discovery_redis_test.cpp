@@ -104,6 +104,37 @@ class DiscoveryRedisIntegration : public RedisFixture {
 
   int64_t xlen() { return cmd({"XLEN", keys_.revalidate_stream()}).integer; }
 
+  // Rewrites every manifest hash holding its body inline into the layout commits write now: the
+  // body under body:<sha256> (once per content), the record naming it in `body`.
+  void store_bodies_apart() {
+    RespValue found = cmd({"KEYS", keys_.manifest_match_pattern()});
+    for (const RespValue& key : found.elements) {
+      RespValue text = cmd({"HGET", key.str, "manifest"});
+      if (!text.is_string()) continue;
+      const std::string digest = manifest_body_digest(text.str);
+      cmd({"SET", *keys_.body(digest), text.str});
+      cmd({"HDEL", key.str, "manifest"});
+      cmd({"HSET", key.str, "body", digest});
+    }
+  }
+
+  // The second round a reader makes: the bodies `snapshot` lacks, in one MGET (the edge's bytes).
+  void fill_bodies(DiscoverySnapshot& snapshot) {
+    const std::vector<std::string> wanted = missing_bodies(snapshot);
+    if (wanted.empty()) return;
+    Result<RedisCommand> mget = body_read_command(keys_, wanted);
+    ASSERT_TRUE(mget.ok()) << mget.error().message;
+    RawSocket socket(redis_->port());
+    Result<std::vector<RespValue>> replies = socket.exchange(encode_command(*mget), 1);
+    ASSERT_TRUE(replies.ok()) << replies.error().message;
+    Result<std::vector<std::optional<std::string>>> bodies =
+        decode_body_reply((*replies)[0], wanted);
+    ASSERT_TRUE(bodies.ok()) << bodies.error().message;
+    for (std::size_t i = 0; i < wanted.size(); ++i) {
+      if ((*bodies)[i]) fill_body(snapshot, wanted[i], *(*bodies)[i]);
+    }
+  }
+
   RedisKeys keys_ = *RedisKeys::create("itest");
 };
 
@@ -241,6 +272,8 @@ TEST_F(DiscoveryRedisIntegration, ReadsWhatTheRealCommitScriptWrote) {
   const Principal alice = member_principal("alice");
   LeaseKeys lk{*keys_.manifest("gh", alice), *keys_.lease("gh", alice), *keys_.fence("gh", alice),
                *keys_.conn("gh"), keys_.epoch()};
+  const std::string committed_text = manifest_json({"create_issue", "search_code"});
+  lk.body = *keys_.body(manifest_body_digest(committed_text));
   const std::string token(32, 'b');
   Result<AcquireResult> acquired =
       parse_acquire_reply(cmd(*acquire_lease_command(lk, token)), token);
@@ -252,7 +285,7 @@ TEST_F(DiscoveryRedisIntegration, ReadsWhatTheRealCommitScriptWrote) {
   EXPECT_EQ(during["connections"][0]["refresh"], "in_progress");
 
   ManifestWrite w;
-  w.manifest = manifest_json({"create_issue", "search_code"});
+  w.manifest = committed_text;
   w.etag = "sha256-committed";
   w.config_hash = "cfg-1";
   w.fetched_at_ms = kNow - 1000;
@@ -266,6 +299,9 @@ TEST_F(DiscoveryRedisIntegration, ReadsWhatTheRealCommitScriptWrote) {
   Result<DiscoverySnapshot> s = read("alice");
   ASSERT_TRUE(s.ok()) << s.error().message;
   EXPECT_EQ(s->epoch, committed->epoch);
+  // The script returned the metadata and the body's name; the body comes apart.
+  ASSERT_EQ(missing_bodies(*s), std::vector<std::string>{manifest_body_digest(committed_text)});
+  fill_bodies(*s);
   RenderedDiscovery r = render_manifests(*s, FreshnessPolicy{}, kNow);
   Json c = (*parse_json(r.body))["connections"][0];
   EXPECT_EQ(c["status"], "fresh");
@@ -627,6 +663,187 @@ TEST_F(DiscoveryRedisIntegration, TheEdgeFallsBackToEvalWhenRedisLostItsScripts)
   Outcome third = get(kNow + 2);
   EXPECT_EQ(third.status, 200);
   EXPECT_EQ(third.round_trips, 2);
+}
+
+// ---- manifest bodies stored apart (schema/redis-keys.md, "Manifest bodies")
+// ----------------------
+
+// One request through a real EdgeService against the real Redis: its bytes over a plain socket,
+// Redis's bytes fed back, until it answers (and, when asked, its background round).
+struct EdgeOutcome {
+  int status = 0;
+  std::string body;
+  std::string cache;    // X-Quiver-Cache
+  int round_trips = 0;  // before the answer
+  std::string sent;     // every byte written to Redis before the answer
+  std::size_t received = 0;
+};
+
+EdgeOutcome edge_get(EdgeService& edge, int port, const std::string& token, int64_t now,
+                     const std::string& path = "/v1/manifests") {
+  HttpRequest request;
+  request.method = "GET";
+  request.path = path;
+  request.headers.emplace_back("Authorization", "Bearer " + token);
+  EdgeOutcome out;
+  std::unique_ptr<LoopbackSocket> socket;
+  EdgeStep step = edge.begin(request, now, std::string(16, 'r'));
+  bool answered = false;
+  for (int guard = 0; guard < 40 && step.action != EdgeAction::kDone; ++guard) {
+    if (step.action == EdgeAction::kRespond) {
+      answered = true;
+      out.status = step.response.status;
+      out.body = step.response.body;
+      std::optional<std::string_view> cache = find_header(step.response.headers, "X-Quiver-Cache");
+      out.cache = cache ? std::string(*cache) : "";
+      if (!step.background) break;
+      step = edge.background(step.handle, now);
+      continue;
+    }
+    if (step.action == EdgeAction::kRedis) {
+      if (step.new_connection || socket == nullptr) {
+        socket = std::make_unique<LoopbackSocket>(port);
+      }
+      if (!answered) {
+        ++out.round_trips;
+        out.sent += step.redis_bytes;
+      }
+      EXPECT_TRUE(socket->send_all(step.redis_bytes));
+    }
+    std::string bytes = socket->receive(1 << 16);
+    if (!answered) out.received += bytes.size();
+    step = bytes.empty() ? edge.fail(step.handle, "closed or timed out", now)
+                         : edge.feed(step.handle, bytes, now);
+  }
+  EXPECT_TRUE(answered);
+  edge.end(step.handle);
+  return out;
+}
+
+std::unique_ptr<EdgeService> edge_for(const std::string& secret, const std::string& ns,
+                                      std::vector<std::pair<std::string, std::string>> extra = {}) {
+  Json env = Json::object();
+  env["QUIVER_TOKEN_KEYS"] = Json::object({{"k", secret}}).dump();
+  env["QUIVER_NAMESPACE"] = ns;
+  env["QUIVER_L1_TTL_MS"] = "0";  // every request reads Redis: what is measured is the body cache
+  for (auto& [k, v] : extra) env[k] = v;
+  return std::make_unique<EdgeService>(edge_settings_from_env(env.dump()));
+}
+
+TEST_F(DiscoveryRedisIntegration, BodiesStoredApartAnswerExactlyAsInlineBodiesDid) {
+  MemoryStore store = matrix_store();
+  populate(store);
+  const FreshnessPolicy policy;
+  std::map<std::string, std::string> inline_answers;
+  for (const char* member : {"alice", "bob", "carol"}) {
+    Result<DiscoverySnapshot> s = read(member);
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    EXPECT_TRUE(missing_bodies(*s).empty());  // inline: nothing to fetch
+    inline_answers[member] = render_manifests(*s, policy, kNow).body;
+  }
+  store_bodies_apart();
+  for (const char* member : {"alice", "bob", "carol"}) {
+    SCOPED_TRACE(member);
+    Result<DiscoverySnapshot> s = read(member);
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    EXPECT_FALSE(missing_bodies(*s).empty());
+    fill_bodies(*s);
+    EXPECT_TRUE(missing_bodies(*s).empty());
+    EXPECT_EQ(render_manifests(*s, policy, kNow).body, inline_answers[member]);
+    Result<DiscoverySnapshot> memory = read_snapshot(store, member_principal(member), {});
+    ASSERT_TRUE(memory.ok());
+    EXPECT_EQ(s->connections, memory->connections);  // the same content, wherever it is kept
+  }
+}
+
+TEST_F(DiscoveryRedisIntegration, TheEdgeFetchesABodyOnceAndThenMovesMetadataOnly) {
+  // Two members on a shared connection and a per-member connection whose two members list the
+  // same bytes: three records, two bodies.
+  MemoryStore store;
+  store.add_connection("docs", "shared");
+  store.add_connection("gh", "per_member");
+  const std::string docs = manifest_json({"search", "fetch"}, {}, {}, {}, std::string(4000, 'd'));
+  const std::string gh = manifest_json({"create_issue"}, {}, {}, {}, std::string(4000, 'g'));
+  store.manifests[{"docs", "shared"}] = data_entry("h-docs", kNow - kMinute, kNow + kMinute, docs);
+  for (const char* m : {"member/alice", "member/bob"}) {
+    store.manifests[{"gh", m}] = data_entry("h-gh", kNow - kMinute, kNow + kMinute, gh);
+  }
+  for (const char* m : {"alice", "bob"}) {
+    store.grant(m, "docs");
+    store.grant(m, "gh");
+  }
+  populate(store);
+  store_bodies_apart();
+  EXPECT_EQ(cmd({"KEYS", "quiver:{itest}:body:*"}).elements.size(), 2u);
+
+  const std::string secret = "edge-bodies-integration-secret-0123456789";
+  std::unique_ptr<EdgeService> edge = edge_for(secret, "itest");
+  ASSERT_TRUE(edge->configured());
+  cmd({"SCRIPT", "LOAD", std::string(schema_asset("lua/discovery_read.lua"))});
+  const std::string alice = *mint_caller_token("alice", secret, "k", kNow, 3'600'000);
+  const std::string bob = *mint_caller_token("bob", secret, "k", kNow, 3'600'000);
+
+  EdgeOutcome first = edge_get(*edge, redis_->port(), alice, kNow);
+  EXPECT_EQ(first.status, 200);
+  EXPECT_EQ(first.cache, "miss");
+  EXPECT_EQ(first.round_trips, 2);  // the script, then one MGET of both bodies
+  EXPECT_NE(first.sent.find("MGET"), std::string::npos);
+  EXPECT_NE(first.body.find(std::string(4000, 'd')), std::string::npos);
+  EXPECT_NE(first.body.find(std::string(4000, 'g')), std::string::npos);
+  EXPECT_EQ(edge->bodies().entries(), 2u);
+
+  // Bob's records name the same two bodies: the script alone, and only metadata comes back.
+  EdgeOutcome second = edge_get(*edge, redis_->port(), bob, kNow + 1);
+  EXPECT_EQ(second.status, 200);
+  EXPECT_EQ(second.round_trips, 1);
+  EXPECT_EQ(second.sent.find("MGET"), std::string::npos);
+  EXPECT_LT(second.received, 2000u);
+  EXPECT_GT(first.received, 8000u);
+  EXPECT_NE(second.body.find(std::string(4000, 'g')), std::string::npos);
+
+  // The same answer as from the inline layout the edge read before.
+  Json a = *parse_json(second.body);
+  EXPECT_EQ(a["connections"].size(), 2u);
+  for (const Json& c : a["connections"]) EXPECT_EQ(c["status"], "fresh") << c.dump();
+}
+
+TEST_F(DiscoveryRedisIntegration, AMissingBodyIsAStoreFailureOfItsEntryAndIsRevalidated) {
+  MemoryStore store;
+  store.add_connection("docs", "shared");
+  store.add_connection("old", "shared");
+  store.manifests[{"docs", "shared"}] =
+      data_entry("h-docs", kNow - kMinute, kNow + kMinute, manifest_json({"search"}));
+  // Past its expires_at: never served, so its body is not needed.
+  store.manifests[{"old", "shared"}] =
+      data_entry("h-old", kNow - 2 * 86'400'000, kNow - 2 * 86'400'000, manifest_json({"gone"}));
+  store.grant("alice", "docs");
+  store.grant("alice", "old");
+  populate(store);
+  store_bodies_apart();
+  RespValue bodies = cmd({"KEYS", "quiver:{itest}:body:*"});
+  for (const RespValue& k : bodies.elements) cmd({"DEL", k.str});  // evicted, lost
+
+  const std::string secret = "edge-bodies-integration-secret-0123456789";
+  std::unique_ptr<EdgeService> edge = edge_for(secret, "itest");
+  const std::string alice = *mint_caller_token("alice", secret, "k", kNow, 3'600'000);
+  EdgeOutcome out = edge_get(*edge, redis_->port(), alice, kNow);
+  ASSERT_EQ(out.status, 200) << out.body;
+  Json answer = *parse_json(out.body);
+  ASSERT_EQ(answer["connections"].size(), 2u);
+  const Json& docs = answer["connections"][0];
+  EXPECT_EQ(docs["id"], "docs");
+  EXPECT_EQ(docs["status"], "error");
+  EXPECT_EQ(docs["error"]["code"], "STORE_UNAVAILABLE") << docs.dump();
+  EXPECT_FALSE(docs.contains("manifest"));  // never an empty manifest
+  EXPECT_EQ(answer["connections"][1]["status"], "expired");
+  // The refresh that writes the body again is queued.
+  RespValue entries = cmd({"XRANGE", keys_.revalidate_stream(), "-", "+"});
+  std::string flat;
+  for (const RespValue& entry : entries.elements) {
+    for (const RespValue& f : entry.elements.at(1).elements) flat += f.str + "=";
+    flat += "\n";
+  }
+  EXPECT_NE(flat.find("cid=docs=principal=shared=reason=body_missing="), std::string::npos) << flat;
 }
 
 }  // namespace

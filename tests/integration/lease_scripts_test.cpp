@@ -1,5 +1,6 @@
 // The lease and fenced-write scripts (schema/lua/) run by a real redis-server, driven by exactly
 // the argv that shared/lease.h builds.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -11,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "shared/lease.h"
+#include "shared/sha256.h"
 #include "tests/support/hiredis_run.h"
 #include "tests/support/redis_fixture.h"
 
@@ -75,6 +77,12 @@ class LeaseScripts : public testing::RedisFixture {
     }
     return out;
   }
+  // The body a record names (`body`: its SHA-256, stored apart), or "(nil)".
+  std::string body_of(const std::map<std::string, std::string>& record) {
+    auto it = record.find("body");
+    if (it == record.end()) return "(nil)";
+    return get({"GET", "quiver:{default}:body:" + it->second});
+  }
   void set_config_hash(const std::string& h) {
     cmd({"HSET", keys_.connection, "config_hash", h, "credential_mode", "per_member"});
   }
@@ -96,8 +104,14 @@ class LeaseScripts : public testing::RedisFixture {
         [&](const RespValue& reply) { return parse_acquire_reply(reply, tok); }, AcquireResult{},
         c);
   }
+  // The body key of `w` (RedisKeys::body spells it the same way).
+  LeaseKeys with_body(const ManifestWrite& w) const {
+    LeaseKeys k = keys_;
+    k.body = "quiver:{default}:body:" + sha256_hex(w.manifest);
+    return k;
+  }
   FencedWriteResult commit(const Lease& lease, const ManifestWrite& w, bool release = true) {
-    return run(commit_manifest_command(keys_, lease, w, FencedWriteOptions{release}),
+    return run(commit_manifest_command(with_body(w), lease, w, FencedWriteOptions{release}),
                parse_commit_reply, FencedWriteResult{});
   }
   FencedWriteResult fail(const Lease& lease, const RefreshFailure& f, bool release = true) {
@@ -179,14 +193,19 @@ TEST_F(LeaseScripts, CommitWritesTheManifestClearsTheErrorAndBumpsTheEpoch) {
   EXPECT_EQ(r.epoch, 1);
   EXPECT_EQ(get({"GET", keys_.epoch}), "1");
 
-  std::map<std::string, std::string> expected = {
-      {"manifest", w.manifest},   {"etag", w.etag},
-      {"config_hash", "h1"},      {"fence", "2"},
-      {"fetched_at", "1000"},     {"fresh_until", "901000"},
-      {"expires_at", "86401000"}, {"cache_scope", "public"},
-      {"truncated", "1"},         {"attempt_at", "1000"}};
+  std::map<std::string, std::string> expected = {{"body", sha256_hex(w.manifest)},
+                                                 {"etag", w.etag},
+                                                 {"config_hash", "h1"},
+                                                 {"fence", "2"},
+                                                 {"fetched_at", "1000"},
+                                                 {"fresh_until", "901000"},
+                                                 {"expires_at", "86401000"},
+                                                 {"cache_scope", "public"},
+                                                 {"truncated", "1"},
+                                                 {"attempt_at", "1000"}};
   EXPECT_EQ(hash(keys_.manifest), expected);         // no error_* left
   EXPECT_EQ(integer({"PTTL", keys_.manifest}), -1);  // no TTL (schema/redis-keys.md)
+  EXPECT_EQ(body_of(expected), w.manifest);          // the body, stored apart
   // Not released on request: the holder may still renew.
   EXPECT_EQ(get({"GET", keys_.lease}), a.lease.value());
 
@@ -235,7 +254,7 @@ TEST_F(LeaseScripts, ANewerFenceWinsOverAnOlderHolder) {
   EXPECT_EQ(release(old_holder.lease), LeaseOutcome::kLeaseLost);
 
   std::map<std::string, std::string> m = hash(keys_.manifest);
-  EXPECT_EQ(m["manifest"], manifest_v("new", "h1").manifest);
+  EXPECT_EQ(body_of(m), manifest_v("new", "h1").manifest);
   EXPECT_EQ(m["fence"], "2");
   EXPECT_EQ(m.count("error_code"), 0u);
   EXPECT_EQ(get({"GET", keys_.lease}), new_holder.lease.value());
@@ -263,7 +282,7 @@ TEST_F(LeaseScripts, AConfigChangeMidListingRefusesTheCommit) {
   FencedWriteResult gone = commit(b.lease, manifest_v("2", "h2"));
   EXPECT_EQ(gone.outcome, LeaseOutcome::kConnectionRemoved);
   EXPECT_EQ(fail(b.lease, failure_under("h2")).outcome, LeaseOutcome::kConnectionRemoved);
-  EXPECT_EQ(hash(keys_.manifest)["manifest"], manifest_v("1", "h2").manifest);
+  EXPECT_EQ(body_of(hash(keys_.manifest)), manifest_v("1", "h2").manifest);
 }
 
 TEST_F(LeaseScripts, AFailedRefreshKeepsTheLastGoodManifestAndItsConfigHash) {
@@ -282,7 +301,7 @@ TEST_F(LeaseScripts, AFailedRefreshKeepsTheLastGoodManifestAndItsConfigHash) {
   ASSERT_TRUE(r.ok()) << lease_outcome_name(r.outcome);
 
   std::map<std::string, std::string> after = hash(keys_.manifest);
-  EXPECT_EQ(after["manifest"], good.manifest);
+  EXPECT_EQ(body_of(after), good.manifest);
   EXPECT_EQ(after["etag"], good.etag);
   EXPECT_EQ(after["config_hash"], "h1");  // not restamped: readers see a config mismatch
   EXPECT_EQ(after["fence"], "1");
@@ -330,6 +349,86 @@ TEST_F(LeaseScripts, FencesStayAheadOfTheCommittedManifestIfTheCounterIsLost) {
   EXPECT_EQ(b.lease.fence, 6);
   EXPECT_EQ(get({"GET", keys_.fence}), "6");
   EXPECT_TRUE(commit(b.lease, manifest_v("2", "h1")).ok());
+}
+
+// ---- manifest bodies, stored once per content (schema/redis-keys.md, "Manifest bodies")
+// ----------
+
+int64_t wall_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+TEST_F(LeaseScripts, ABodyIsStoredOnceForEveryRecordThatListsTheSameBytes) {
+  const ManifestWrite same = manifest_v("1", "h1");
+  ASSERT_TRUE(commit(acquire(token(1)).lease, same).ok());
+  const LeaseKeys alice = keys_;
+  keys_ = keys_for("github", "member/bob");  // another principal, identical content
+  ASSERT_TRUE(commit(acquire(token(2)).lease, same).ok());
+  EXPECT_EQ(hash(alice.manifest)["body"], hash(keys_.manifest)["body"]);
+  EXPECT_EQ(cmd({"KEYS", "quiver:{default}:body:*"}).elements.size(), 1u);
+  EXPECT_EQ(body_of(hash(keys_.manifest)), same.manifest);
+
+  // New content for bob: a second body; alice's record still names, and reads, the first.
+  ASSERT_TRUE(commit(acquire(token(3)).lease, manifest_v("2", "h1")).ok());
+  EXPECT_EQ(cmd({"KEYS", "quiver:{default}:body:*"}).elements.size(), 2u);
+  EXPECT_EQ(body_of(hash(alice.manifest)), same.manifest);
+  EXPECT_EQ(body_of(hash(keys_.manifest)), manifest_v("2", "h1").manifest);
+}
+
+TEST_F(LeaseScripts, ABodyIsKeptWhileARecordNamingItIsServableAndThenExpires) {
+  const int64_t now = wall_ms();
+  auto commit_expiring = [&](int n, int64_t expires_at, int64_t grace) {
+    ManifestWrite w = manifest_v("gc", "h1");
+    w.fetched_at_ms = std::min(now, expires_at) - 1000;
+    w.fresh_until_ms = w.fetched_at_ms;
+    w.expires_at_ms = expires_at;
+    FencedWriteOptions options;
+    options.body_grace_ms = grace;
+    AcquireResult a = acquire(token(n));
+    EXPECT_TRUE(a.acquired);
+    return run(commit_manifest_command(with_body(w), a.lease, w, options), parse_commit_reply,
+               FencedWriteResult{});
+  };
+  const std::string body_key = with_body(manifest_v("gc", "h1")).body;
+  const int64_t hour = 3'600'000;
+  ASSERT_TRUE(commit_expiring(1, now + 2 * hour, kDefaultBodyGraceMs).ok());
+  EXPECT_EQ(integer({"PEXPIRETIME", body_key}), now + 2 * hour + kDefaultBodyGraceMs);
+  // A commit of the same content that expires sooner never shortens it; a later one moves it.
+  ASSERT_TRUE(commit_expiring(2, now + hour, kDefaultBodyGraceMs).ok());
+  EXPECT_EQ(integer({"PEXPIRETIME", body_key}), now + 2 * hour + kDefaultBodyGraceMs);
+  ASSERT_TRUE(commit_expiring(3, now + 3 * hour, kDefaultBodyGraceMs).ok());
+  EXPECT_EQ(integer({"PEXPIRETIME", body_key}), now + 3 * hour + kDefaultBodyGraceMs);
+
+  // An agent clock far behind (expires_at long past by Redis's clock): kept from Redis's now.
+  ASSERT_TRUE(commit(acquire(token(4)).lease, manifest_v("old-clock", "h1")).ok());
+  const std::string lagging = with_body(manifest_v("old-clock", "h1")).body;
+  EXPECT_GE(integer({"PEXPIRETIME", lagging}), now + kDefaultBodyGraceMs);
+
+  // Nothing names a body any more and its time passes: it leaves Redis, the record stays (past
+  // its expires_at: shown expired, never served, so nothing needs the body).
+  cmd({"DEL", body_key});
+  ASSERT_TRUE(commit_expiring(5, now - 2 * hour, 50).ok());
+  EXPECT_EQ(integer({"EXISTS", body_key}), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(integer({"EXISTS", body_key}), 0);
+  EXPECT_EQ(hash(keys_.manifest)["body"], sha256_hex(manifest_v("gc", "h1").manifest));
+}
+
+TEST_F(LeaseScripts, ACommitMovesAnInlineBodyOutAndRepairsABodyKeyHoldingOtherBytes) {
+  // A record as agents wrote it before bodies were stored apart.
+  cmd({"HSET", keys_.manifest, "manifest", R"({"tools":[]})", "etag", "sha256-old", "config_hash",
+       "h1", "fence", "1", "fetched_at", "1000", "fresh_until", "2000", "expires_at", "3000"});
+  const ManifestWrite w = manifest_v("1", "h1");
+  const std::string body_key = with_body(w).body;
+  cmd({"SET", body_key, "not the bytes its name says"});
+  ASSERT_TRUE(commit(acquire(token(1)).lease, w).ok());
+  std::map<std::string, std::string> record = hash(keys_.manifest);
+  EXPECT_EQ(record.count("manifest"), 0u);
+  EXPECT_EQ(record["body"], sha256_hex(w.manifest));
+  EXPECT_EQ(get({"GET", body_key}), w.manifest);
+  EXPECT_GT(integer({"PTTL", body_key}), 0);
 }
 
 TEST_F(LeaseScripts, RedisErrorsSurfaceAsErrors) {

@@ -674,6 +674,9 @@ TEST(StoreCatalogRedis, TheEdgesUserCannotReachTheCatalogOrTheAudit) {
   allowed({"GET", p + "epoch"});
   allowed({"SMEMBERS", p + "grantees:gh"});
   allowed({"HGET", p + "conn:gh", "credential_mode"});
+  // The bodies the records name, in one MGET after the script; read only.
+  allowed({"MGET", p + "body:" + std::string(64, 'a'), p + "body:" + std::string(64, 'b')});
+  refused({"SET", p + "body:" + std::string(64, 'a'), "{}"});
   // The catalog and the audit log: not even read, not from a script either.
   refused({"HGETALL", p + "catalog:member"});
   refused({"HGET", p + "catalog:grant", "*"});

@@ -30,6 +30,7 @@
 #include "native-agent/store/sqlite_store.h"
 #include "shared/freshness.h"
 #include "shared/resp.h"
+#include "shared/sha256.h"
 #include "tests/support/hiredis_run.h"
 #include "tests/support/preference_rows.h"
 #include "tests/support/redis_server.h"
@@ -1255,6 +1256,60 @@ TEST(RedisStoreOnly, AServerThatNeverAnswersTimesOut) {
   ::close(fd);
 }
 
+// The agent's reads of bodies stored apart: an inline record (written before) reads as it did; a
+// record whose body is gone keeps its data flag and no text (readers show a store failure).
+TEST(RedisStoreOnly, ReadsBodiesApartAndInlineRecordsAndSaysWhenABodyIsGone) {
+  ASSERT_TRUE(shared_redis().ok()) << shared_redis().error();
+  RedisServer& server = shared_redis();
+  (void)raw(server, {"FLUSHALL"});
+  RedisStoreOptions o = local_redis(server.port());
+  o.ns = "team-a";
+  std::unique_ptr<RedisStore> store = std::move(RedisStore::create(o)).value();
+  RedisKeys keys = *RedisKeys::create("team-a");
+  const Principal alice = member("alice"), bob = member("bob");
+  ASSERT_TRUE(store->sync_connections({record("gh", "h1", CredentialMode::kPerMember)}).ok());
+  ASSERT_TRUE(store->sync_grants({{"alice", {"gh"}}, {"bob", {"gh"}}}).ok());
+  ASSERT_TRUE(store->begin_namespace_restore(kT0).ok());
+  ASSERT_TRUE(*store->mark_namespace_ready(kT0));
+
+  const ManifestWrite w = manifest_v("v1", "h1");
+  AcquireResult a = *store->acquire_lease("gh", alice, token(1), kLongLease);
+  ASSERT_TRUE(store->commit_manifest("gh", alice, a.lease, w, kWrite)->ok());
+  Result<std::optional<StoredManifest>> apart = store->read_manifest("gh", alice);
+  ASSERT_TRUE(apart.ok() && apart->has_value());
+  EXPECT_EQ((*apart)->manifest, w.manifest);
+  EXPECT_TRUE((*apart)->meta.has_data);
+
+  // bob's record as an agent wrote it before bodies were stored apart.
+  (void)raw(server,
+            {"HSET", *keys.manifest("gh", bob), "manifest", w.manifest, "etag", w.etag,
+             "config_hash", "h1", "fence", "1", "fetched_at", std::to_string(w.fetched_at_ms),
+             "fresh_until", std::to_string(w.fresh_until_ms), "expires_at",
+             std::to_string(w.expires_at_ms), "truncated", "0"});
+  Result<std::optional<StoredManifest>> inline_read = store->read_manifest("gh", bob);
+  ASSERT_TRUE(inline_read.ok() && inline_read->has_value());
+  EXPECT_EQ((*inline_read)->manifest, w.manifest);
+  Result<ManifestPage> page = store->list_manifest_metas("", 10);
+  ASSERT_TRUE(page.ok());
+  ASSERT_EQ(page->metas.size(), 2u);
+  for (const ManifestMeta& m : page->metas) EXPECT_TRUE(m.has_data) << m.principal.str();
+  for (const char* who : {"alice", "bob"}) {
+    Result<DiscoverySnapshot> s = store->read_discovery(member(who), {});
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    EXPECT_EQ(s->connections.at(0).manifest->text, w.manifest) << who;
+  }
+
+  // alice's body is gone (evicted): the record still says it has data, the text is missing.
+  (void)raw(server, {"DEL", *keys.body(sha256_hex(w.manifest))});
+  Result<std::optional<StoredManifest>> gone = store->read_manifest("gh", alice);
+  ASSERT_TRUE(gone.ok() && gone->has_value());
+  EXPECT_TRUE((*gone)->meta.has_data);
+  EXPECT_TRUE((*gone)->manifest.empty());
+  Result<DiscoverySnapshot> s = store->read_discovery(alice, {});
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  EXPECT_TRUE(s->connections.at(0).manifest->body_missing());
+}
+
 TEST(RedisStoreOnly, WritesExactlyTheDocumentedKeyLayout) {
   ASSERT_TRUE(shared_redis().ok()) << shared_redis().error();
   RedisServer& server = shared_redis();
@@ -1303,7 +1358,11 @@ TEST(RedisStoreOnly, WritesExactlyTheDocumentedKeyLayout) {
   std::set<std::string> written =
       field_names(raw_value(server, {"HGETALL", *keys.manifest("gh", alice)}));
   for (const std::string& f : written) EXPECT_EQ(allowed.count(f), 1u) << f;
-  EXPECT_EQ(written.count("manifest"), 1u);
+  // The body apart, under the SHA-256 the record names (schema/redis-keys.md, "Manifest bodies").
+  EXPECT_EQ(written.count("manifest"), 0u);
+  EXPECT_EQ(written.count("body"), 1u);
+  const std::string body_digest = raw(server, {"HGET", *keys.manifest("gh", alice), "body"});
+  EXPECT_EQ(raw(server, {"GET", *keys.body(body_digest)}), manifest_v("v1", "h1").manifest);
   EXPECT_EQ(raw(server, {"HGET", *keys.manifest("gh", alice), "config_hash"}), "h1");
   std::set<std::string> failed =
       field_names(raw_value(server, {"HGETALL", *keys.manifest("gh", member("bob"))}));
@@ -1334,6 +1393,7 @@ TEST(RedisStoreOnly, WritesExactlyTheDocumentedKeyLayout) {
   EXPECT_EQ(kinds.count(KeyKind::kReplay), 1u);
   EXPECT_EQ(kinds.count(KeyKind::kGrantees), 1u);
   EXPECT_EQ(kinds.count(KeyKind::kPrefs), 1u);
+  EXPECT_EQ(kinds.count(KeyKind::kBody), 1u);
 
   // Another namespace on the same Redis sees none of it.
   RedisStoreOptions other = o;

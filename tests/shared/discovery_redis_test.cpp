@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "shared/schema_assets.h"
+#include "shared/sha256.h"
 #include "tests/support/discovery_fixture.h"
 #include "tests/support/resp_values.h"
 namespace quiver {
@@ -365,6 +366,80 @@ TEST(DiscoveryRedis, WebhookRepliesParseStrictly) {
         A({S("accepted"), A({S("docs"), I(1), S("queued"), S("0")})})}) {
     EXPECT_EQ(parse_webhook_refresh_reply(bad).error().code, ErrorCode::kInvalidReply)
         << bad.debug_string();
+  }
+}
+
+// ---- manifest bodies stored apart ---------------------------------------------------------------
+
+// `docs` as good_reply() has it, but naming its body instead of holding it (what commits write).
+RespValue reply_naming_body(const std::string& digest) {
+  HashFields manifest = data_entry("h1", 1000, 2000, "");
+  manifest.erase("manifest");
+  manifest["body"] = digest;
+  return A({S("quiver.discovery.v1"), S("member/alice"), I(42), I(1), S(""), I(0),
+            A({A({S("docs"), flat(conn_fields("shared")), S("shared"), flat(manifest), A({}), I(0),
+                  RespValue::nil()})})});
+}
+
+TEST(DiscoveryRedis, ARecordNamingItsBodyHasDataWhoseTextIsFetchedApart) {
+  const std::string text = manifest_json({"a", "b"});
+  const std::string digest = manifest_body_digest(text);
+  EXPECT_EQ(digest, sha256_hex(text));
+  Result<DiscoverySnapshot> s =
+      decode_discovery_reply(reply_naming_body(digest), member_principal("alice"));
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  const ManifestEntry& entry = *s->connections[0].manifest;
+  EXPECT_TRUE(entry.text.empty());
+  EXPECT_EQ(entry.body_digest, digest);
+  EXPECT_TRUE(entry.has_body());
+  EXPECT_TRUE(entry.body_missing());
+  EXPECT_EQ(missing_bodies(*s), std::vector<std::string>{digest});
+
+  EXPECT_EQ(fill_body(*s, std::string(64, '0'), text), 0u);  // another body: nothing filled
+  EXPECT_EQ(fill_body(*s, digest, text), 1u);
+  EXPECT_EQ(s->connections[0].manifest->text, text);
+  EXPECT_TRUE(missing_bodies(*s).empty());
+
+  // A `body` that is not a SHA-256 makes the entry unreadable, as any malformed field does.
+  Result<DiscoverySnapshot> bad =
+      decode_discovery_reply(reply_naming_body("sha256-not-hex"), member_principal("alice"));
+  ASSERT_TRUE(bad.ok());
+  EXPECT_NE(bad->connections[0].manifest->unreadable.find("body"), std::string::npos);
+}
+
+TEST(DiscoveryRedis, TheBodyReadIsOneMgetOfTheBodyKeys) {
+  RedisKeys keys = *RedisKeys::create("team-a");
+  const std::string d1(64, 'a'), d2(64, 'b');
+  Result<RedisCommand> c = body_read_command(keys, {d1, d2});
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(*c, (RedisCommand{"MGET", "quiver:{team-a}:body:" + d1, "quiver:{team-a}:body:" + d2}));
+  EXPECT_FALSE(body_read_command(keys, {}).ok());
+  EXPECT_FALSE(body_read_command(keys, {"sha256-AAAA"}).ok());
+  EXPECT_FALSE(body_read_command(keys, {std::string(64, 'A')}).ok());  // uppercase hex
+  EXPECT_FALSE(body_read_command(keys, std::vector<std::string>(kMaxSnapshotLimit + 1, d1)).ok());
+}
+
+TEST(DiscoveryRedis, BodyRepliesGiveOnlyBytesThatAreWhatTheirNameSays) {
+  const std::string good = manifest_json({"a"});
+  const std::string other = manifest_json({"b"});
+  const std::vector<std::string> digests = {manifest_body_digest(good), manifest_body_digest(good),
+                                            manifest_body_digest(other)};
+  // Found; absent (expired, evicted); bytes that are not the content its name says.
+  Result<std::vector<std::optional<std::string>>> bodies =
+      decode_body_reply(A({S(good), RespValue::nil(), S(good)}), digests);
+  ASSERT_TRUE(bodies.ok()) << bodies.error().message;
+  EXPECT_EQ((*bodies)[0], std::optional<std::string>(good));
+  EXPECT_EQ((*bodies)[1], std::nullopt);
+  EXPECT_EQ((*bodies)[2], std::nullopt);
+
+  Result<std::vector<std::optional<std::string>>> error =
+      decode_body_reply(RespValue::error("NOPERM no permissions"), digests);
+  ASSERT_FALSE(error.ok());
+  EXPECT_EQ(error.error().code, ErrorCode::kStoreUnavailable);
+  for (const RespValue& bad : {A({S(good)}), S(good), A({S(good), I(1), S(good)})}) {
+    Result<std::vector<std::optional<std::string>>> r = decode_body_reply(bad, digests);
+    ASSERT_FALSE(r.ok()) << bad.debug_string();
+    EXPECT_EQ(r.error().code, ErrorCode::kInvalidReply);
   }
 }
 

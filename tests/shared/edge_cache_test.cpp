@@ -213,5 +213,42 @@ TEST(EdgeCache, OptionsAreValidated) {
   EXPECT_FALSE(validate_edge_cache_options(o).ok());
 }
 
+// ---- BodyCache: manifest bodies by content ----------------------------------------------------
+
+TEST(BodyCache, KeepsABodyWithoutExpiryUntilTheByteBoundEvictsTheLeastRecentlyUsed) {
+  const std::string a(64, 'a'), b(64, 'b'), c(64, 'c');
+  BodyCache cache(3 * 1024);
+  ASSERT_TRUE(cache.put(a, std::string(700, 'A')));
+  ASSERT_TRUE(cache.put(b, std::string(700, 'B')));
+  EXPECT_EQ(cache.entries(), 2u);
+  // No clock at all: content named by its hash never goes stale.
+  EXPECT_EQ(value_of(cache.find(a)), std::string(700, 'A'));  // now the most recently used
+  ASSERT_TRUE(cache.put(c, std::string(1500, 'C')));          // b, the least recently used, goes
+  EXPECT_EQ(cache.find(b), nullptr);
+  EXPECT_NE(cache.find(a), nullptr);
+  EXPECT_NE(cache.find(c), nullptr);
+  EXPECT_LE(cache.bytes(), 3u * 1024);
+  EXPECT_EQ(cache.stats().evictions, 1u);
+  EXPECT_EQ(cache.stats().misses, 1u);
+}
+
+TEST(BodyCache, ABodyOverTheBoundIsNotKeptAndABoundOfZeroTurnsItOff) {
+  BodyCache cache(1024);
+  EXPECT_FALSE(cache.put(std::string(64, 'a'), std::string(2048, 'x')));
+  EXPECT_EQ(cache.entries(), 0u);
+  BodyCache off(0);
+  EXPECT_FALSE(off.put(std::string(64, 'a'), "{}"));
+  EXPECT_EQ(off.find(std::string(64, 'a')), nullptr);
+}
+
+TEST(BodyCache, AHandedOutBodyOutlivesItsEviction) {
+  BodyCache cache(1024);
+  ASSERT_TRUE(cache.put(std::string(64, 'a'), std::string(600, 'A')));
+  BodyCache::Value held = cache.find(std::string(64, 'a'));
+  ASSERT_TRUE(cache.put(std::string(64, 'b'), std::string(600, 'B')));  // evicts a
+  EXPECT_EQ(cache.find(std::string(64, 'a')), nullptr);
+  EXPECT_EQ(value_of(held), std::string(600, 'A'));  // a request still rendering it keeps it
+}
+
 }  // namespace
 }  // namespace quiver

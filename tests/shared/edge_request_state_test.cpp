@@ -34,6 +34,10 @@ TEST(EdgeRequestTable, TheRequestsPathsEndDone) {
   EXPECT_EQ(walk({E::kReadSnapshot, E::kRedisAnswered, E::kQueue, E::kRedisAnswered, E::kRespond,
                   E::kBackground, E::kRedisAnswered}),
             P::kDone);
+  // A snapshot whose bodies the isolate lacks: a second round for them, then the answer.
+  EXPECT_EQ(walk({E::kReadSnapshot, E::kRedisAnswered, E::kReadBodies, E::kRedisAnswered,
+                  E::kRespond, E::kNothingLeft}),
+            P::kDone);
   // A webhook whose store failed is still answered (the error), and the request ends.
   EXPECT_EQ(walk({E::kSendWebhook, E::kStoreFailed, E::kRespond, E::kNothingLeft}), P::kDone);
   // Background failures are released, never answered again.
@@ -47,7 +51,8 @@ TEST(EdgeRequestTable, EachRoundBeforeTheAnswerOpensItsPhaseAndReturnsToDeciding
   const std::pair<E, P> rounds[] = {{E::kReadSnapshot, P::kReadingSnapshot},
                                     {E::kQueue, P::kQueueing},
                                     {E::kSendWebhook, P::kWebhook},
-                                    {E::kSendOAuthCallback, P::kOAuthCallback}};
+                                    {E::kSendOAuthCallback, P::kOAuthCallback},
+                                    {E::kReadBodies, P::kReadingBodies}};
   for (const auto& [open, phase] : rounds) {
     EXPECT_EQ(edge_transition(P::kDeciding, open), phase) << edge_event_name(open);
     for (E end : {E::kRedisAnswered, E::kStoreFailed}) {
@@ -55,8 +60,8 @@ TEST(EdgeRequestTable, EachRoundBeforeTheAnswerOpensItsPhaseAndReturnsToDeciding
           << edge_phase_name(phase) << " + " << edge_event_name(end);
     }
     // One round at a time: an open round opens no other and answers nothing.
-    for (E e : {E::kReadSnapshot, E::kQueue, E::kSendWebhook, E::kSendOAuthCallback, E::kRespond,
-                E::kBackground}) {
+    for (E e : {E::kReadSnapshot, E::kQueue, E::kSendWebhook, E::kSendOAuthCallback, E::kReadBodies,
+                E::kRespond, E::kBackground}) {
       EXPECT_EQ(edge_transition(phase, e), std::nullopt)
           << edge_phase_name(phase) << " + " << edge_event_name(e);
     }
@@ -119,7 +124,7 @@ TEST(EdgeRequestTable, RedisEventsOnlyWhileARoundIsOpen) {
         << edge_phase_name(from);
   }
   // Rounds open only from kDeciding (before the answer) or kResponded (after it).
-  for (E open : {E::kReadSnapshot, E::kQueue, E::kSendWebhook, E::kBackground}) {
+  for (E open : {E::kReadSnapshot, E::kQueue, E::kSendWebhook, E::kReadBodies, E::kBackground}) {
     for (int p = 0; p < kEdgePhaseCount; ++p) {
       auto from = static_cast<P>(p);
       std::optional<P> to = edge_transition(from, open);

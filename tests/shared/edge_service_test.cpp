@@ -61,6 +61,20 @@ RespValue discovery_reply(const std::string& member, int64_t epoch, int64_t age,
                   RespValue::nil()})})});
 }
 
+// The same, written the way commits write now: the record names its body (stored apart).
+RespValue discovery_reply_naming_body(const std::string& member, int64_t epoch, int64_t age,
+                                      const std::string& body) {
+  RespValue reply = discovery_reply(member, epoch, age);
+  RespValue& fields = reply.elements[6].elements[0].elements[3];
+  for (std::size_t i = 0; i + 1 < fields.elements.size(); i += 2) {
+    if (fields.elements[i].str == "manifest") {
+      fields.elements[i] = S("body");
+      fields.elements[i + 1] = S(sha256_hex(body));
+    }
+  }
+  return reply;
+}
+
 std::string enqueue_reply(const char* outcome) {
   if (std::string(outcome) == "queued") return encode_reply(A({S("queued"), S("1-0")}));
   return encode_reply(A({S(outcome)}));
@@ -1187,6 +1201,98 @@ TEST(EdgeService, ARepeatedReadRendersFromTheRenderCacheWithTheSameBytes) {
   ASSERT_NE(edge->render_cache(), nullptr);
   EXPECT_EQ(edge->render_cache()->stats().hits, 1u);
   EXPECT_EQ(edge->render_cache()->size(), 1u);
+}
+
+// ---- manifest bodies stored apart (shared/discovery_redis.h, "manifest bodies") -----------------
+
+TEST(EdgeService, ABodyTheIsolateLacksIsReadInASecondRoundThenServedFromItsBodyCache) {
+  auto edge = service({{"QUIVER_L1_TTL_MS", "0"}});
+  const std::string body = manifest_json({"search", "fetch"});
+  EdgeStep s = edge->begin(get("/v1/manifests", token_for("alice")), kNow, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRedis);
+  const uint32_t h = s.handle;
+  s = edge->feed(
+      h, "+OK\r\n" + encode_reply(discovery_reply_naming_body("alice", 1, kMinute, body)), kNow);
+  // The metadata named a body this isolate does not hold: one MGET on the same connection.
+  ASSERT_EQ(s.action, EdgeAction::kRedis);
+  EXPECT_FALSE(s.new_connection);
+  EXPECT_EQ(s.redis_bytes.find("AUTH"), std::string::npos);
+  EXPECT_NE(s.redis_bytes.find("MGET"), std::string::npos);
+  EXPECT_NE(s.redis_bytes.find("quiver:{default}:body:" + sha256_hex(body)), std::string::npos);
+  s = feed_bytewise(*edge, h, encode_reply(A({S(body)})));
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(s.response.status, 200);
+  EXPECT_EQ(header(s.response, "X-Quiver-Cache"), "miss");
+  Json c = body_of(s)["connections"][0];
+  EXPECT_EQ(c["status"], "fresh");
+  EXPECT_EQ(c["manifest"]["tools"]["items"].size(), 2u);
+  edge->end(h);
+  EXPECT_EQ(edge->bodies().entries(), 1u);
+
+  // Bob's record names the same content: the script's metadata alone answers him.
+  s = read_manifests(*edge, token_for("bob"), discovery_reply_naming_body("bob", 1, kMinute, body),
+                     kNow + 1);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(s.response.status, 200);
+  EXPECT_EQ(body_of(s)["connections"][0]["manifest"]["tools"]["items"].size(), 2u);
+  edge->end(s.handle);
+
+  // Records written before bodies were stored apart still answer as they did.
+  s = read_manifests(*edge, token_for("carol"), discovery_reply("carol", 1, kMinute), kNow + 2);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(body_of(s)["connections"][0]["manifest"]["tools"]["items"].size(), 2u);
+  edge->end(s.handle);
+
+  Json health = body_of(edge->begin(get("/healthz"), kNow, kRandom))["l1"];
+  EXPECT_EQ(health["body_entries"], 1);
+  EXPECT_EQ(health["body_hits"], 1);
+}
+
+TEST(EdgeService, ABodyMissingFromTheStoreIsAnErrorEntryThatRevalidatesNeverAnEmptyList) {
+  auto edge = service();
+  const std::string body = manifest_json({"search"});
+  // Evicted: nil. Bytes that are not what the body's name says count as missing too.
+  int64_t now = kNow;
+  for (const RespValue& reply : {RespValue::nil(), S("{\"tools\":{}}")}) {
+    SCOPED_TRACE(reply.debug_string());
+    now += 10'000;  // past the isolate's revalidation claim of the case before
+    EdgeStep s = edge->begin(get("/v1/manifests", token_for("alice")), now, kRandom);
+    const uint32_t h = s.handle;
+    s = edge->feed(
+        h, "+OK\r\n" + encode_reply(discovery_reply_naming_body("alice", 1, kMinute, body)), now);
+    ASSERT_EQ(s.action, EdgeAction::kRedis);
+    s = edge->feed(h, encode_reply(A({reply})), now);
+    ASSERT_EQ(s.action, EdgeAction::kRespond);
+    EXPECT_EQ(s.response.status, 200);
+    Json c = body_of(s)["connections"][0];
+    EXPECT_EQ(c["status"], "error");
+    EXPECT_EQ(c["error"]["code"], "STORE_UNAVAILABLE");
+    EXPECT_FALSE(c.contains("manifest"));  // never an empty manifest
+    ASSERT_TRUE(s.background);             // the refresh that writes the body again
+    s = edge->background(h, now);
+    ASSERT_EQ(s.action, EdgeAction::kRedis);
+    EXPECT_NE(s.redis_bytes.find("body_missing"), std::string::npos);
+    edge->end(h);
+    EXPECT_EQ(edge->bodies().entries(), 0u);  // nothing wrong is kept
+  }
+}
+
+TEST(EdgeService, ABodyRoundThatFailsAnswersFromTheSnapshotMarkedStaleIfError) {
+  auto edge = service({{"QUIVER_L1_TTL_MS", "0"}});
+  const std::string body = manifest_json({"search"});
+  EdgeStep s = edge->begin(get("/v1/manifests", token_for("alice")), kNow, kRandom);
+  s = edge->feed(s.handle,
+                 "+OK\r\n" + encode_reply(discovery_reply_naming_body("alice", 1, kMinute, body)),
+                 kNow);
+  ASSERT_EQ(s.action, EdgeAction::kRedis);
+  s = edge->fail(s.handle, "connection reset", kNow);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(s.response.status, 200);
+  EXPECT_EQ(header(s.response, "X-Quiver-Cache"), "stale-if-error");
+  EXPECT_EQ(header(s.response, "Cache-Control"), "private, no-cache");
+  EXPECT_EQ(body_of(s)["connections"][0]["status"], "error");
+  EXPECT_FALSE(s.background);
+  edge->end(s.handle);
 }
 
 }  // namespace

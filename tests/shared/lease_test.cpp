@@ -6,17 +6,25 @@
 #include <gtest/gtest.h>
 
 #include "shared/schema_assets.h"
+#include "shared/sha256.h"
 
 namespace quiver {
 namespace {
 
 using R = RespValue;
 
-// Built by hand from the Redis key layout (the key builder is another concept).
+constexpr char kManifestText[] = R"({"tools":[]})";
+
+// Built by hand from the Redis key layout (the key builder is another concept). `body` is the
+// body key of kManifestText, what good_write() commits.
 LeaseKeys keys_for(const std::string& ns, const std::string& cid, const std::string& principal) {
   std::string p = "quiver:{" + ns + "}:";
-  return LeaseKeys{p + "manifest:" + cid + ":" + principal, p + "lease:" + cid + ":" + principal,
-                   p + "fence:" + cid + ":" + principal, p + "conn:" + cid, p + "epoch"};
+  return LeaseKeys{p + "manifest:" + cid + ":" + principal,
+                   p + "lease:" + cid + ":" + principal,
+                   p + "fence:" + cid + ":" + principal,
+                   p + "conn:" + cid,
+                   p + "epoch",
+                   p + "body:" + sha256_hex(kManifestText)};
 }
 
 const std::string kToken(32, 'a');
@@ -25,7 +33,7 @@ Lease lease(int64_t fence) { return Lease{fence, kToken}; }
 
 ManifestWrite good_write() {
   ManifestWrite w;
-  w.manifest = R"({"tools":[]})";
+  w.manifest = kManifestText;
   w.etag = "\"e1\"";
   w.config_hash = "h1";
   w.fetched_at_ms = 1000;
@@ -179,18 +187,53 @@ TEST(Lease, CommitCarriesEveryManifestFieldAndTheFence) {
   w.cache_scope.clear();
   Result<RedisCommand> cmd = commit_manifest_command(k, lease(7), w, FencedWriteOptions{false});
   ASSERT_TRUE(cmd.ok()) << cmd.error().message;
-  std::vector<std::string> expected = {
-      "EVAL",       std::string(schema_asset("lua/manifest_commit.lua")),
-      "5",          k.manifest,
-      k.lease,      k.fence,
-      k.connection, k.epoch,
-      "7",          kToken,
-      "h1",         w.manifest,
-      w.etag,       "1000",
-      "2000",       "3000",
-      "",           "1",
-      "0"};
+  std::vector<std::string> expected = {"EVAL",
+                                       std::string(schema_asset("lua/manifest_commit.lua")),
+                                       "6",
+                                       k.manifest,
+                                       k.lease,
+                                       k.fence,
+                                       k.connection,
+                                       k.epoch,
+                                       k.body,
+                                       "7",
+                                       kToken,
+                                       "h1",
+                                       w.manifest,
+                                       w.etag,
+                                       "1000",
+                                       "2000",
+                                       "3000",
+                                       "",
+                                       "1",
+                                       "0",
+                                       sha256_hex(w.manifest),
+                                       std::to_string(kDefaultBodyGraceMs)};
   EXPECT_EQ(*cmd, expected);
+}
+
+// The body key names the bytes committed: a key for other bytes (or none) is refused before
+// anything reaches Redis, so one content name never holds two contents.
+TEST(Lease, CommitRefusesABodyKeyThatDoesNotNameTheManifest) {
+  auto refused = [](const Result<RedisCommand>& r, const char* part) {
+    ASSERT_FALSE(r.ok()) << part;
+    EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument);
+    EXPECT_NE(r.error().message.find(part), std::string::npos) << r.error().message;
+  };
+  LeaseKeys k = keys_for("default", "c1", "shared");
+  ManifestWrite w = good_write();
+  w.manifest = R"({"tools":[{"name":"other"}]})";
+  refused(commit_manifest_command(k, lease(1), w, kOptions), "SHA-256");
+  k.body.clear();
+  refused(commit_manifest_command(k, lease(1), good_write(), kOptions), "missing");
+  k = keys_for("default", "c1", "shared");
+  k.body = "quiver:{other}:body:" + sha256_hex(kManifestText);
+  refused(commit_manifest_command(k, lease(1), good_write(), kOptions), "hash tag");
+  FencedWriteOptions negative = kOptions;
+  negative.body_grace_ms = -1;
+  refused(commit_manifest_command(keys_for("default", "c1", "shared"), lease(1), good_write(),
+                                  negative),
+          "body_grace_ms");
 }
 
 TEST(Lease, FailureRecordCutsLongMessagesAtACharacterBoundary) {

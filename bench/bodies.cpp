@@ -1,0 +1,419 @@
+// Benchmark (not a test): manifest bodies stored once, by content (schema/redis-keys.md,
+// "Manifest bodies"), against the layout before them (every record holding its body inline), side
+// by side in one run on one redis-server of its own:
+//
+//   bodies [--redis-server redis-server] [--g 50] [--size 20000] [--k 400] [--principals 1000]
+//
+// 1. The edge's discovery read. A member granted G shared connections, each manifest about
+//    `size` bytes of canonical JSON; K reads of GET /v1/manifests through the real EdgeService
+//    (the core the wasm edge runs, here natively) with its L1 off (QUIVER_L1_TTL_MS=0: every read
+//    goes to Redis), its bytes written to a plain socket and Redis's bytes fed back, as the
+//    edge's JS host does. Three cases:
+//      inline  the records as the commit script wrote them before (body in `manifest`);
+//      warm    bodies stored apart, the isolate's body cache holding them (every read after an
+//              isolate's first): the script's metadata only;
+//      cold    bodies stored apart, a new isolate per read (its first read): the script, then one
+//              MGET of the G bodies.
+//    Per read: Redis time (INFO commandstats: the usec of the top-level commands the edge sends,
+//    EVALSHA_RO and MGET; the script's inner calls are included in the EVALSHA_RO figure), Redis
+//    CPU (used_cpu_user + used_cpu_sys: also the socket I/O), bytes read from Redis, round trips,
+//    and the client's wall time per read (the core's work plus loopback round trips).
+//    The discovery script is the same in both layouts: the inline case is what main's edge sends
+//    and receives.
+// 2. Memory per manifest: P principals of one per-member connection listing identical content,
+//    committed (a) as before, inline, and (b) through the real commit script: INFO used_memory
+//    before and after each load, per manifest.
+//
+// The server binds 127.0.0.1 on a port from the pid, keeps no data on disk, and is stopped and its
+// directory deleted at the end.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <hiredis.h>
+
+#include "bench/bench_redis_server.h"
+#include "shared/caller_token.h"
+#include "shared/discovery_redis.h"
+#include "shared/edge_service.h"
+#include "shared/json.h"
+#include "shared/lease.h"
+#include "shared/manifest_record.h"
+#include "shared/redis_keys.h"
+#include "shared/resp.h"
+#include "shared/schema_assets.h"
+#include "shared/sha256.h"
+#include "tests/support/loopback_socket.h"
+
+namespace {
+
+using quiver::Json;
+using Clock = std::chrono::steady_clock;
+
+constexpr char kSecret[] = "bench-bodies-caller-token-secret-0123456789";
+
+[[noreturn]] void die(const std::string& why) {
+  std::fprintf(stderr, "bodies: %s\n", why.c_str());
+  std::exit(1);
+}
+
+int64_t wall_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// One command; an error reply (or none) ends the benchmark.
+std::string command(redisContext* c, const std::vector<std::string>& argv) {
+  std::vector<const char*> a;
+  std::vector<size_t> l;
+  for (const std::string& s : argv) {
+    a.push_back(s.data());
+    l.push_back(s.size());
+  }
+  auto* r = static_cast<redisReply*>(
+      redisCommandArgv(c, static_cast<int>(argv.size()), a.data(), l.data()));
+  if (r == nullptr) die("redis command failed");
+  if (r->type == REDIS_REPLY_ERROR) die(argv[0] + ": " + std::string(r->str, r->len));
+  std::string out = r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS
+                        ? std::string(r->str, r->len)
+                        : std::to_string(r->integer);
+  if (r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+      r->element[0]->type == REDIS_REPLY_STRING) {
+    out = std::string(r->element[0]->str, r->element[0]->len);  // a script's outcome word
+  }
+  freeReplyObject(r);
+  return out;
+}
+
+// INFO commandstats, cpu and memory: "cmd:<name>" -> usec, "calls:<name>" -> calls, "cpu" -> µs,
+// "used_memory" -> bytes.
+std::map<std::string, double> info(redisContext* c) {
+  std::map<std::string, double> out;
+  for (const char* section : {"commandstats", "cpu", "memory"}) {
+    auto* r = static_cast<redisReply*>(redisCommand(c, "INFO %s", section));
+    if (r == nullptr || r->type != REDIS_REPLY_STRING) die("INFO failed");
+    std::istringstream in(std::string(r->str, r->len));
+    freeReplyObject(r);
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("cmdstat_", 0) == 0) {
+        std::string name = line.substr(8, line.find(':') - 8);
+        long long calls = 0, usec = 0;
+        std::sscanf(line.c_str() + line.find(':') + 1, "calls=%lld,usec=%lld", &calls, &usec);
+        out["cmd:" + name] = static_cast<double>(usec);
+        out["calls:" + name] = static_cast<double>(calls);
+      } else if (line.rfind("used_cpu_user:", 0) == 0 || line.rfind("used_cpu_sys:", 0) == 0) {
+        out["cpu"] += std::atof(line.c_str() + line.find(':') + 1) * 1e6;
+      } else if (line.rfind("used_memory:", 0) == 0) {
+        out["used_memory"] = std::atof(line.c_str() + line.find(':') + 1);
+      }
+    }
+  }
+  return out;
+}
+
+// ---- the data -----------------------------------------------------------------------------------
+
+// A manifest of about `size` bytes: tools whose descriptions carry `marker`, in the manifest
+// model's shape (each list {state, items, hashes, cache}).
+std::string manifest_text(std::size_t size, const std::string& marker) {
+  Json items = Json::array();
+  Json hashes = Json::object();
+  std::size_t bytes = 0;
+  for (int i = 0; bytes < size; ++i) {
+    std::string name = "tool_" + std::to_string(i);
+    std::string description = "Does " + name + " for " + marker + ". " + std::string(900, 'x');
+    Json item = Json::object({{"name", name},
+                              {"description", description},
+                              {"inputSchema", Json::object({{"type", "object"}})}});
+    bytes += item.dump().size() + 60;
+    items.push_back(std::move(item));
+    hashes[name] = "sha256-" + std::string(43, 'A');
+  }
+  auto absent = [] {
+    return Json::object({{"state", "absent"},
+                         {"items", Json::array()},
+                         {"hashes", Json::object()},
+                         {"cache", Json::object()}});
+  };
+  Json m = Json::object();
+  m["format"] = "quiver.manifest.v1";
+  m["protocol_version"] = "2025-11-25";
+  m["server"] = Json::object({{"name", "bench-" + marker}, {"version", "1.0.0"}});
+  m["capabilities"] = Json::object();
+  m["tools"] = Json::object({{"state", "ok"},
+                             {"items", std::move(items)},
+                             {"hashes", std::move(hashes)},
+                             {"cache", Json::object()}});
+  m["resources"] = absent();
+  m["resource_templates"] = absent();
+  m["prompts"] = absent();
+  m["cache"] = Json::object();
+  m["truncated"] = false;
+  m["issues"] = Json::array();
+  m["issues_omitted"] = 0;
+  return quiver::json_text(m);
+}
+
+void put_connection(redisContext* c, const quiver::RedisKeys& keys, const std::string& cid,
+                    const std::string& mode) {
+  command(c, {"HSET", *keys.conn(cid), "config_hash", "h-" + cid, "credential_mode", mode, "name",
+              cid, "transport", "http", "updated_at", "1"});
+  command(c, {"SADD", keys.conns(), cid});
+}
+
+// The record as the commit script wrote it before bodies were stored apart (and the fence its
+// lease left, as in the other layout).
+void commit_inline(redisContext* c, const quiver::RedisKeys& keys, const std::string& cid,
+                   const quiver::Principal& p, const std::string& text, int64_t now) {
+  command(c, {"INCR", *keys.fence(cid, p)});
+  command(c, {"HSET",        *keys.manifest(cid, p),
+              "manifest",    text,
+              "etag",        quiver::content_hash(text),
+              "config_hash", "h-" + cid,
+              "fence",       "1",
+              "fetched_at",  std::to_string(now),
+              "fresh_until", std::to_string(now + 900'000),
+              "expires_at",  std::to_string(now + 86'400'000),
+              "truncated",   "0",
+              "attempt_at",  std::to_string(now)});
+}
+
+// The record through the real, fenced commit script (lease taken first), as agents write it now.
+void commit_apart(redisContext* c, const quiver::RedisKeys& keys, const std::string& cid,
+                  const quiver::Principal& p, const std::string& text, int64_t now) {
+  quiver::LeaseKeys k{*keys.manifest(cid, p), *keys.lease(cid, p),
+                      *keys.fence(cid, p),    *keys.conn(cid),
+                      keys.epoch(),           *keys.body(quiver::manifest_body_digest(text))};
+  const std::string token(32, 'b');
+  std::vector<std::string> acquire = *quiver::acquire_lease_command(k, token);
+  auto* r = static_cast<redisReply*>(nullptr);
+  {
+    std::vector<const char*> a;
+    std::vector<size_t> l;
+    for (const std::string& s : acquire) {
+      a.push_back(s.data());
+      l.push_back(s.size());
+    }
+    r = static_cast<redisReply*>(
+        redisCommandArgv(c, static_cast<int>(acquire.size()), a.data(), l.data()));
+  }
+  if (r == nullptr || r->type != REDIS_REPLY_ARRAY || r->elements < 2) die("lease_acquire failed");
+  const int64_t fence = r->element[1]->integer;
+  freeReplyObject(r);
+  quiver::ManifestWrite w;
+  w.manifest = text;
+  w.etag = quiver::content_hash(text);
+  w.config_hash = "h-" + cid;
+  w.fetched_at_ms = now;
+  w.fresh_until_ms = now + 900'000;
+  w.expires_at_ms = now + 86'400'000;
+  if (command(c, *quiver::commit_manifest_command(k, quiver::Lease{fence, token}, w,
+                                                  quiver::FencedWriteOptions{})) != "committed") {
+    die("manifest_commit refused");
+  }
+}
+
+// ---- the edge's read ----------------------------------------------------------------------------
+
+struct ReadTotals {
+  int64_t reads = 0;
+  int64_t round_trips = 0;
+  int64_t bytes_in = 0;
+  int64_t bytes_out = 0;
+  double wall_us = 0;
+};
+
+// One GET /v1/manifests through `edge`, its Redis bytes over a fresh loopback connection.
+void edge_read(quiver::EdgeService& edge, int port, const std::string& token, ReadTotals* t,
+               std::size_t expect_bodies_chars) {
+  quiver::HttpRequest request;
+  request.method = "GET";
+  request.path = "/v1/manifests";
+  request.headers.emplace_back("Authorization", "Bearer " + token);
+  const auto start = Clock::now();
+  std::unique_ptr<quiver::testing::LoopbackSocket> socket;
+  quiver::EdgeStep step = edge.begin(request, wall_ms(), std::string(16, 'r'));
+  for (int guard = 0; guard < 100 && step.action != quiver::EdgeAction::kRespond; ++guard) {
+    if (step.action == quiver::EdgeAction::kRedis) {
+      if (step.new_connection || socket == nullptr) {
+        socket = std::make_unique<quiver::testing::LoopbackSocket>(port);
+      }
+      ++t->round_trips;
+      t->bytes_out += static_cast<int64_t>(step.redis_bytes.size());
+      if (!socket->send_all(step.redis_bytes)) die("send to Redis failed");
+    } else if (step.action != quiver::EdgeAction::kRead) {
+      die("unexpected edge step");
+    }
+    std::string bytes = socket->receive(1 << 20);
+    if (bytes.empty()) die("Redis closed or timed out");
+    t->bytes_in += static_cast<int64_t>(bytes.size());
+    step = edge.feed(step.handle, bytes, wall_ms());
+  }
+  t->wall_us += std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+  if (step.action != quiver::EdgeAction::kRespond || step.response.status != 200) {
+    die("the read did not answer 200: " + step.response.body.substr(0, 300));
+  }
+  if (step.response.body.size() < expect_bodies_chars) die("the answer lacks its manifests");
+  edge.end(step.handle);
+  ++t->reads;
+}
+
+std::unique_ptr<quiver::EdgeService> new_edge(const std::string& ns) {
+  Json env = Json::object();
+  env["QUIVER_TOKEN_KEYS"] = Json::object({{"k", kSecret}}).dump();
+  env["QUIVER_NAMESPACE"] = ns;
+  env["QUIVER_L1_TTL_MS"] = "0";
+  auto edge = std::make_unique<quiver::EdgeService>(quiver::edge_settings_from_env(env.dump()));
+  if (!edge->configured()) die("edge settings refused");
+  return edge;
+}
+
+struct Row {
+  std::string name;
+  double redis_us = 0;  // top-level commandstats usec per read
+  double cpu_us = 0;    // used_cpu delta per read
+  double bytes_in = 0;
+  double bytes_out = 0;
+  double round_trips = 0;
+  double wall_us = 0;
+};
+
+Row measure(const std::string& name, redisContext* c, int port, const std::string& ns,
+            const std::string& token, int k, bool new_isolate_per_read, std::size_t expect) {
+  std::unique_ptr<quiver::EdgeService> edge = new_edge(ns);
+  ReadTotals warmup;
+  edge_read(*edge, port, token, &warmup, expect);  // the script loaded, the isolate's caches warm
+  std::map<std::string, double> before = info(c);
+  ReadTotals t;
+  for (int i = 0; i < k; ++i) {
+    if (new_isolate_per_read) edge = new_edge(ns);
+    edge_read(*edge, port, token, &t, expect);
+  }
+  std::map<std::string, double> after = info(c);
+  Row row;
+  row.name = name;
+  for (const char* cmd : {"evalsha_ro", "eval_ro", "mget", "auth"}) {
+    row.redis_us += after["cmd:" + std::string(cmd)] - before["cmd:" + std::string(cmd)];
+  }
+  row.redis_us /= k;
+  row.cpu_us = (after["cpu"] - before["cpu"]) / k;
+  row.bytes_in = static_cast<double>(t.bytes_in) / k;
+  row.bytes_out = static_cast<double>(t.bytes_out) / k;
+  row.round_trips = static_cast<double>(t.round_trips) / k;
+  row.wall_us = t.wall_us / k;
+  return row;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string redis_server = "redis-server";
+  int g = 50, k = 400, principals = 1000;
+  std::size_t size = 20'000;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string a = argv[i];
+    if (a == "--redis-server")
+      redis_server = argv[i + 1];
+    else if (a == "--g")
+      g = std::atoi(argv[i + 1]);
+    else if (a == "--k")
+      k = std::atoi(argv[i + 1]);
+    else if (a == "--size")
+      size = static_cast<std::size_t>(std::atoll(argv[i + 1]));
+    else if (a == "--principals")
+      principals = std::atoi(argv[i + 1]);
+    else
+      die("unknown argument " + a);
+  }
+  if (g < 1 || k < 1 || principals < 1 || size < 100) die("bad arguments");
+
+  bench::RedisServerProcess server =
+      bench::start_redis_server(redis_server, "/tmp", "bodies-bench");
+  redisContext* c = redisConnect("127.0.0.1", server.port);
+  if (c == nullptr || c->err != 0) die("connect failed");
+  const int64_t now = wall_ms();
+
+  // 1. The read: two namespaces with the same member, grants and contents, one per layout.
+  const std::string token = *quiver::mint_caller_token("reader", kSecret, "k", now, 3'600'000);
+  const quiver::Principal reader = *quiver::Principal::member("reader");
+  std::size_t manifest_chars = 0;
+  for (const std::string ns : {"inline", "apart"}) {
+    quiver::RedisKeys keys = *quiver::RedisKeys::create(ns);
+    command(c, {"SET", keys.namespace_record(), "ready:1"});
+    for (int i = 0; i < g; ++i) {
+      char cid[16];
+      std::snprintf(cid, sizeof cid, "c%03d", i);
+      put_connection(c, keys, cid, "shared");
+      command(c, {"SADD", *keys.grants(reader), cid});
+      const std::string text = manifest_text(size, cid);
+      if (ns == "inline") {
+        manifest_chars += text.size();
+        commit_inline(c, keys, cid, quiver::Principal::shared(), text, now);
+      } else {
+        commit_apart(c, keys, cid, quiver::Principal::shared(), text, now);
+      }
+    }
+  }
+  const std::size_t expect = manifest_chars * 9 / 10;
+  std::vector<Row> rows;
+  rows.push_back(measure("inline (before: body in every record)", c, server.port, "inline", token,
+                         k, false, expect));
+  rows.push_back(
+      measure("apart, body cache warm (after)", c, server.port, "apart", token, k, false, expect));
+  rows.push_back(measure("apart, new isolate per read (after, cold)", c, server.port, "apart",
+                         token, k, true, expect));
+
+  std::printf("## Edge discovery read: G = %d, manifests of %zu bytes (mean), %d reads each\n\n", g,
+              manifest_chars / g, k);
+  std::printf(
+      "| layout | Redis µs per read (commandstats) | vs inline | Redis CPU µs per read | bytes "
+      "from "
+      "Redis per read | vs inline | bytes to Redis | round trips | client µs per read |\n");
+  std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  for (const Row& r : rows) {
+    std::printf("| %s | %.1f | %.3f | %.1f | %.0f | %.4f | %.0f | %.1f | %.0f |\n", r.name.c_str(),
+                r.redis_us, r.redis_us / rows[0].redis_us, r.cpu_us, r.bytes_in,
+                r.bytes_in / rows[0].bytes_in, r.bytes_out, r.round_trips, r.wall_us);
+  }
+
+  // 2. Memory per manifest with deduplication: P principals, one per-member connection, the same
+  // content for all.
+  const std::string shared_text = manifest_text(size, "everyone");
+  std::printf(
+      "\n## Memory: %d principals of one per-member connection, identical %zu-byte "
+      "manifests\n\n",
+      principals, shared_text.size());
+  std::printf("| layout | used_memory delta | bytes per manifest | vs inline |\n");
+  std::printf("| --- | ---: | ---: | ---: |\n");
+  double inline_per = 0;
+  for (const std::string ns : {"mem-inline", "mem-apart"}) {
+    quiver::RedisKeys keys = *quiver::RedisKeys::create(ns);
+    put_connection(c, keys, "team", "per_member");
+    const double before = info(c)["used_memory"];
+    for (int i = 0; i < principals; ++i) {
+      const quiver::Principal p = *quiver::Principal::member("m" + std::to_string(i));
+      if (ns == "mem-inline") {
+        commit_inline(c, keys, "team", p, shared_text, now);
+      } else {
+        commit_apart(c, keys, "team", p, shared_text, now);
+      }
+    }
+    const double per = (info(c)["used_memory"] - before) / principals;
+    if (ns == "mem-inline") inline_per = per;
+    std::printf("| %s | %.0f | %.0f | %.4f |\n",
+                ns == "mem-inline" ? "inline (before)" : "apart (after)", per * principals, per,
+                per / inline_per);
+  }
+
+  redisFree(c);
+  server.stop();
+  return 0;
+}
