@@ -224,17 +224,27 @@ class McpEndpoint {
   struct Pending;  // mcp_endpoint.cpp: one request of the POST (a batch holds several)
 
  private:
+  void classify(Pending& p, int64_t now_ms);
   McpStep advance(int64_t now_ms);
+  McpStep finish(int64_t now_ms);
+  void serve_list(Pending& p, const DiscoverySnapshot& snapshot, const VisibleConnections& visible);
+  void serve_search(Pending& p, const DiscoverySnapshot& snapshot, int64_t now_ms);
+  void prepare_call(Pending& p, const DiscoverySnapshot& snapshot,
+                    const VisibleConnections& visible, int64_t now_ms);
 
   const McpEndpointConfig& config_;
-  std::optional<Principal> member_;
-  std::vector<std::shared_ptr<Pending>> pending_;
-  bool batch_ = false;
-  std::string protocol_version_;
-  std::vector<Revalidation> background_;
-  std::optional<NeedSnapshot> snapshot_request_;
-  std::vector<std::size_t> relay_of_;  // NeedRelay calls → pending index
   bool started_ = false;
+  std::optional<Principal> member_;
+  bool batch_ = false;
+  std::string protocol_version_;  // the MCP-Protocol-Version header, "" without one
+  // The requests of the POST in order (notifications and responses are not kept); handled one
+  // at a time: `current_` is the one a NeedSnapshot or NeedRelay was asked for.
+  std::vector<std::shared_ptr<Pending>> pending_;
+  std::size_t current_ = 0;
+  std::optional<RelayCall> relay_;
+  std::vector<Revalidation> background_;
+  DiscoveryStats stats_;
+  std::optional<Error> log_;
 };
 
 // True for the path the hosts route to the endpoint ("/mcp").
