@@ -187,6 +187,10 @@ enum class RelayFailure {
   kRefused,              // the agent's own grant / preference check refused it (unknown tool etc.)
 };
 int64_t relay_failure_code(RelayFailure failure);
+// The message of RelayFailure::kUnavailable where a host has no relay wired.
+inline constexpr char kMcpCallsUnavailableMessage[] =
+    "calls are not available at this endpoint: tools/call, resources/read, prompts/get and "
+    "completion/complete cannot be relayed to the upstream from here";
 
 // What became of one RelayCall.
 struct RelayReply {
