@@ -8,7 +8,11 @@
 // (GET /v1/manifests?view=mcp) with each name or URI exposed per connection; bob never sees
 // alice's connections; a call answers the JSON-RPC error of an endpoint without a relay.
 //
-//   node tests/integration/mcp_endpoint_clients.mjs --agent QUIVER_AGENT
+//   node tests/integration/mcp_endpoint_clients.mjs --agent QUIVER_AGENT [--edge-dir DIR]
+//
+// With --edge-dir (the ctest wasm.edge_mcp), the same tests run against the edge's /mcp: the
+// agent then keeps its cache in a real redis-server and the staged quiver-edge in workerd serves
+// /mcp (and the /v1/manifests the expectations are read from) from that Redis.
 import { isDeepStrictEqual } from 'node:util';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
@@ -16,7 +20,9 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 
 import { Agent, agentBinaryOrSkip, nodeModules } from '../edge/agent.mjs';
-import { argValue, crashed, finish, runTests, waitFor } from '../edge/harness.mjs';
+import {
+  argValue, crashed, edgeEnv, finish, runTests, startEdgeRedis, startEdges, waitFor,
+} from '../edge/harness.mjs';
 
 const binary = agentBinaryOrSkip();
 const nm = nodeModules();
@@ -41,11 +47,19 @@ const exposed = (field, cid, name) =>
   (field === 'name' ? `${cid}__${name}` : `quiver://${cid}/${name}`);
 
 let agent;
+let server;  // what the clients talk to: the agent, or the edge in workerd
+let redis;
+let db;
+const edges = [];
 const tokens = {};
+const edgeDir = argValue('--edge-dir', '');
+const NS = 'mcptest';
+const KID = 'k1';
+const EDGE_REDIS_PASSWORD = 'mcp-endpoint-edge-redis-password';
 
 // What the agent's cache holds for `member`, as the endpoint must list it.
 async function expected(member) {
-  const res = await agent.request('GET', '/v1/manifests?view=mcp',
+  const res = await server.request('GET', '/v1/manifests?view=mcp',
                                   { headers: { authorization: `Bearer ${tokens[member]}` } });
   if (res.status !== 200) throw new Error(`/v1/manifests: ${res.status} ${res.text}`);
   const out = {};
@@ -101,7 +115,7 @@ function sameLists(got, want, who) {
   }
 }
 
-const url = () => new URL(`http://127.0.0.1:${agent.port}/mcp`);
+const url = () => new URL(`http://127.0.0.1:${server.port}/mcp`);
 const auth = (member) => ({ headers: { Authorization: `Bearer ${tokens[member]}` } });
 
 async function connect1(member) {
@@ -212,11 +226,11 @@ const tests = [
     fn: async () => {
       const body = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'ping' });
       const headers = { 'content-type': 'application/json', accept: 'application/json' };
-      const res = await agent.request('POST', '/mcp', { headers, body });
+      const res = await server.request('POST', '/mcp', { headers, body });
       if (res.status !== 401 || !/^Bearer /.test(res.headers['www-authenticate'] ?? '')) {
         throw new Error(`${res.status} ${res.headers['www-authenticate']}`);
       }
-      const get = await agent.request('GET', '/mcp', {
+      const get = await server.request('GET', '/mcp', {
         headers: { authorization: `Bearer ${tokens.alice}`, accept: 'text/event-stream' } });
       if (get.status !== 405 || get.headers.allow !== 'POST') throw new Error(`GET: ${get.status}`);
     },
@@ -227,6 +241,17 @@ async function main() {
   const started = Date.now();
   let failed = 0;
   try {
+    const quiver = {
+      caller_token_keys: { [KID]: { env: 'MCP_TEST_KEY' } },
+      members: ['alice', 'bob'],
+      grants: { alice: ['everything', 'memory'], bob: ['memory'] },
+      runtime: { list_timeout_ms: 15000 },
+    };
+    if (edgeDir) {
+      ({ redis, db } = await startEdgeRedis(NS, EDGE_REDIS_PASSWORD));
+      quiver.namespace = NS;
+      quiver.redis = `redis://127.0.0.1:${redis.port}/0`;
+    }
     agent = await Agent.start({
       binary, logs,
       env: { MCP_TEST_KEY: KEY },
@@ -242,28 +267,33 @@ async function main() {
             env: { MEMORY_FILE_PATH: path.join(tmp, 'memory.jsonl') },
           },
         },
-        quiver: {
-          caller_token_keys: { k1: { env: 'MCP_TEST_KEY' } },
-          members: ['alice', 'bob'],
-          grants: { alice: ['everything', 'memory'], bob: ['memory'] },
-          runtime: { list_timeout_ms: 15000 },
-        },
+        quiver,
       },
     });
+    server = agent;
+    if (edgeDir) {
+      const env = edgeEnv({ ns: NS, kid: KID, secret: KEY, redisPort: redis.port,
+                            edgeRedisPassword: EDGE_REDIS_PASSWORD, l1TtlMs: 500 });
+      edges.push(...await startEdges(1, { edgeDir, env, logs }));
+      server = edges[0];
+    }
     tokens.alice = agent.token('alice');
     tokens.bob = agent.token('bob');
     await waitFor('both connections listed', async () => {
-      const res = await agent.request('GET', '/v1/manifests',
-                                      { headers: { authorization: `Bearer ${tokens.alice}` } });
+      const res = await server.request('GET', '/v1/manifests',
+                                       { headers: { authorization: `Bearer ${tokens.alice}` } });
       return res.status === 200 && res.json.connections.length === 2 &&
         res.json.connections.every((c) => c.status === 'fresh');
     }, 30000);
     failed += await runTests(tests, argValue('--only', ''));
   } finally {
+    db?.close();
+    for (const w of edges) await w.stop();
     await agent?.stop();
+    await redis?.stop();
     rmSync(tmp, { recursive: true, force: true });
   }
-  finish({ failed, count: tests.length, started, logs, secrets: [KEY] });
+  finish({ failed, count: tests.length, started, logs, secrets: [KEY, EDGE_REDIS_PASSWORD] });
 }
 
 main().catch(crashed(logs));
