@@ -110,6 +110,7 @@ EdgeService::EdgeService(Result<EdgeSettings> settings)
   mcp_config_.searcher = searcher_.get();
   mcp_config_.max_body_bytes = kMaxEdgeRequestBodyBytes;
   mcp_config_.server_name = "quiver-edge";
+  mcp_config_.search_mode = settings_->mcp_search_mode;
 }
 
 EdgeService::~EdgeService() = default;

@@ -384,7 +384,7 @@ Status ApiServer::start() {
   s.mcp.freshness = s.discovery.freshness;
   s.mcp.render = s.discovery.render;
   s.mcp.searcher = s.discovery.searcher;
-  s.mcp.search_mode = s.options.mcp_search_mode;
+  s.mcp.search_mode = s.options.mcp_search_mode || config.runtime.mcp_search_mode != 0;
   s.mcp.max_body_bytes = s.options.max_body_bytes;  // the front refuses larger bodies first
   s.mcp.server_name = "quiver-agent";
 
