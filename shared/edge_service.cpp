@@ -235,7 +235,7 @@ EdgeStep EdgeService::mcp_relay(Request& r, NeedRelay need, int64_t now_ms) {
 EdgeStep EdgeService::resume_snapshot(Request& r, Result<DiscoverySnapshot> snapshot,
                                       int64_t now_ms) {
   if (r.mcp) return drive_mcp(r, r.mcp->resume_snapshot(std::move(snapshot), now_ms), now_ms);
-  return resume_snapshot(r, std::move(snapshot), now_ms);
+  return drive(r, r.exchange->resume_snapshot(std::move(snapshot), now_ms), now_ms);
 }
 
 EdgeStep EdgeService::healthz(Request& r, const HttpRequest& request) {
