@@ -62,6 +62,7 @@ struct EdgeService::Request {
   std::string id;     // hex, from the host's random bytes
   bool read = false;  // GET or HEAD: may be answered from L1
   std::optional<DiscoveryExchange> exchange;
+  std::optional<McpEndpoint> mcp;  // POST /mcp: the MCP endpoint instead of the exchange
   std::optional<Principal> member;
   std::string l1_key;
   bool head = false;
@@ -108,6 +109,12 @@ EdgeService::EdgeService(Result<EdgeSettings> settings)
   settings_->discovery.searcher = searcher_.get();
   render_cache_ = std::make_unique<RenderCache>();
   settings_->discovery.render.cache = render_cache_.get();
+  mcp_config_.freshness = settings_->discovery.freshness;
+  mcp_config_.render = settings_->discovery.render;
+  mcp_config_.searcher = searcher_.get();
+  mcp_config_.max_body_bytes = kMaxEdgeRequestBodyBytes;
+  mcp_config_.server_name = "quiver-edge";
+  mcp_config_.search_mode = settings_->mcp_search_mode;
 }
 
 EdgeService::~EdgeService() = default;
@@ -178,6 +185,7 @@ EdgeStep EdgeService::begin(HttpRequest request, int64_t now_ms, std::string_vie
   }
   if (request.path == kWebhookRefreshPath) return webhook(r, request, now_ms);
   if (request.path == kOAuthCallbackPath) return oauth_callback(r, request, now_ms);
+  if (is_mcp_path(request.path)) return mcp(r, request, now_ms);
   if (!is_discovery_path(request.path)) {
     return respond_now(r, error_response(HttpErrorCode::kNotFound, "no such endpoint"));
   }
@@ -199,6 +207,39 @@ EdgeStep EdgeService::begin(HttpRequest request, int64_t now_ms, std::string_vie
     }
   }
   return drive(r, r.exchange->start(request, caller, now_ms), now_ms);
+}
+
+// POST /mcp (shared/mcp_endpoint.h): lists from the same snapshot read and L1 as discovery
+// (stale-if-error included); calls through mcp_relay.
+EdgeStep EdgeService::mcp(Request& r, const HttpRequest& request, int64_t now_ms) {
+  CallerAuth caller = authenticate_caller(request.headers, &*settings_->keyring, now_ms,
+                                          settings_->token, "no caller token keys", &tokens_);
+  r.read = true;  // a cache read: L1 snapshots serve it, as they serve GET /v1/manifests
+  r.mcp.emplace(mcp_config_);
+  return drive_mcp(r, r.mcp->start(request, caller, now_ms), now_ms);
+}
+
+EdgeStep EdgeService::drive_mcp(Request& r, McpStep step, int64_t now_ms) {
+  if (auto* respond = std::get_if<Respond>(&step)) return drive(r, std::move(*respond), now_ms);
+  if (auto* need = std::get_if<NeedSnapshot>(&step)) return drive(r, std::move(*need), now_ms);
+  return mcp_relay(r, std::move(std::get<NeedRelay>(step)), now_ms);
+}
+
+// THE RELAY HOOK of the edge's /mcp: tools/call, resources/read, prompts/get and
+// completion/complete go to an agent through Redis (the relay, h/relay). Until it is wired every
+// call is answered RelayFailure::kUnavailable: a JSON-RPC error saying so, never a fake result.
+EdgeStep EdgeService::mcp_relay(Request& r, NeedRelay need, int64_t now_ms) {
+  std::vector<RelayReply> replies;
+  for (std::size_t i = 0; i < need.calls.size(); ++i) {
+    replies.push_back(RelayReply::failed(RelayFailure::kUnavailable, kMcpCallsUnavailableMessage));
+  }
+  return drive_mcp(r, r.mcp->resume_relay(std::move(replies), now_ms), now_ms);
+}
+
+EdgeStep EdgeService::resume_snapshot(Request& r, Result<DiscoverySnapshot> snapshot,
+                                      int64_t now_ms) {
+  if (r.mcp) return drive_mcp(r, r.mcp->resume_snapshot(std::move(snapshot), now_ms), now_ms);
+  return drive(r, r.exchange->resume_snapshot(std::move(snapshot), now_ms), now_ms);
 }
 
 EdgeStep EdgeService::healthz(Request& r, const HttpRequest& request) {
@@ -348,7 +389,7 @@ EdgeStep EdgeService::with_bodies(Request& r, DiscoverySnapshot snapshot, int64_
       return send(r, EdgeEvent::kReadBodies, {std::move(*command)});
     }
   }
-  return drive(r, r.exchange->resume_snapshot(std::move(snapshot), now_ms), now_ms);
+  return resume_snapshot(r, std::move(snapshot), now_ms);
 }
 
 EdgeStep EdgeService::drive(Request& r, DiscoveryStep step, int64_t now_ms) {
@@ -487,7 +528,7 @@ EdgeStep EdgeService::complete(Request& r, std::vector<RespValue> replies, int64
         fill_body(snapshot, r.wanted_bodies[i], *body);
         bodies_.put(std::move(r.wanted_bodies[i]), std::move(*body));
       }
-      return drive(r, r.exchange->resume_snapshot(std::move(snapshot), now_ms), now_ms);
+      return resume_snapshot(r, std::move(snapshot), now_ms);
     }
     case EdgePhase::kQueueing:
       advance(r, EdgeEvent::kRedisAnswered);
@@ -568,7 +609,7 @@ EdgeStep EdgeService::store_failed(Request& r, Error error, int64_t now_ms) {
           }
         }
       }
-      return drive(r, r.exchange->resume_snapshot(std::move(error), now_ms), now_ms);
+      return resume_snapshot(r, std::move(error), now_ms);
     }
     case EdgePhase::kReadingBodies: {
       // The snapshot was read; its bodies were not. Answered from it with what bodies_ holds,

@@ -23,7 +23,9 @@
 // queued for the agents in one script, shared/oauth_callback.h), then the discovery API
 // (shared/discovery_http.h) behind the caller's bearer token (shared/caller_token.h), with the
 // in-isolate L1 (shared/edge_cache.h) in front of the one-round-trip Redis read
-// (shared/discovery_redis.h). L1, for GET and HEAD, within QUIVER_L1_TTL_MS and the epoch:
+// (shared/discovery_redis.h). `POST /mcp` (shared/mcp_endpoint.h) reads through the same L1 and
+// Redis read; its calls go to the relay hook (mcp_relay). L1, for GET and HEAD, within
+// QUIVER_L1_TTL_MS and the epoch:
 //   1. the rendered answer to the same caller's same request, as an HTTP cache would repeat it
 //      (with `Age`; If-None-Match → 304), until the first of its entries changes status;
 //   2. else the same caller's snapshot read, rendered afresh;
@@ -65,6 +67,7 @@
 #include "shared/edge_wire.h"
 #include "shared/identity.h"
 #include "shared/log_throttle.h"
+#include "shared/mcp_endpoint.h"
 #include "shared/redis_conversation.h"
 #include "shared/redis_fail_fast.h"
 #include "shared/render_cache.h"
@@ -116,6 +119,11 @@ class EdgeService {
   Request& new_request(std::string_view random);
   EdgeStep respond_now(Request& r, HttpResponse response, std::string log = {});
   EdgeStep healthz(Request& r, const HttpRequest& request);
+  EdgeStep mcp(Request& r, const HttpRequest& request, int64_t now_ms);
+  EdgeStep drive_mcp(Request& r, McpStep step, int64_t now_ms);
+  EdgeStep mcp_relay(Request& r, NeedRelay need, int64_t now_ms);  // the relay hook
+  // Hands a snapshot read (or its failure) to the request's core: the exchange or the endpoint.
+  EdgeStep resume_snapshot(Request& r, Result<DiscoverySnapshot> snapshot, int64_t now_ms);
   EdgeStep webhook(Request& r, const HttpRequest& request, int64_t now_ms);
   EdgeStep webhook_answered(Request& r, const Result<WebhookRefreshReply>& outcome);
   EdgeStep oauth_callback(Request& r, const HttpRequest& request, int64_t now_ms);
@@ -152,6 +160,7 @@ class EdgeService {
   // Each servable entry's rendered payload (shared/render_cache.h); single-threaded like the rest.
   std::unique_ptr<RenderCache> render_cache_;
   std::unique_ptr<IndexedToolSearcher> searcher_;
+  McpEndpointConfig mcp_config_;  // POST /mcp: the discovery settings' freshness, cache, searcher
   std::unordered_map<uint32_t, std::unique_ptr<Request>> requests_;
   FailFast fail_fast_;
   LogThrottle store_log_;  // store-failure lines: one per window, then a count

@@ -60,6 +60,7 @@ Result<EdgeSettings> edge_settings_from_env(std::string_view env_json) {
   }
 
   int64_t max_bytes = static_cast<int64_t>(s.l1.max_bytes);
+  int64_t search_mode = s.mcp_search_mode ? 1 : 0;
   for (Status st :
        {get_ms("QUIVER_L1_TTL_MS", &s.l1.ttl_ms),
         get_ms("QUIVER_L1_STALE_IF_ERROR_MS", &s.l1.stale_if_error_ms),
@@ -68,9 +69,11 @@ Result<EdgeSettings> edge_settings_from_env(std::string_view env_json) {
         get_ms("QUIVER_MAX_AGE_MS", &s.discovery.freshness.max_age_ms),
         get_ms("QUIVER_MIN_UPSTREAM_TTL_MS", &s.discovery.freshness.min_upstream_ttl_ms),
         get_ms("QUIVER_REVALIDATE_WINDOW_MS", &s.enqueue.window_ms),
-        get_ms("QUIVER_REDIS_FAIL_FAST_MS", &s.fail_fast_ms)}) {
+        get_ms("QUIVER_REDIS_FAIL_FAST_MS", &s.fail_fast_ms),
+        get_ms("QUIVER_MCP_SEARCH_MODE", &search_mode)}) {
     if (!st.ok()) return st.error();
   }
+  s.mcp_search_mode = search_mode != 0;
   s.l1.max_bytes = static_cast<std::size_t>(max_bytes);
   s.l1.max_entry_bytes = std::min(s.l1.max_entry_bytes, s.l1.max_bytes);
   s.l1.stale_if_error_ms = std::max(s.l1.stale_if_error_ms, s.l1.ttl_ms);

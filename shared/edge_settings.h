@@ -50,6 +50,7 @@ struct EdgeSettings {
   RespLimits resp;
   std::vector<std::string> webhook_secrets;  // any one may sign; empty: webhooks are off
   int64_t fail_fast_ms = 2'000;              // QUIVER_REDIS_FAIL_FAST_MS (0: off)
+  bool mcp_search_mode = false;              // QUIVER_MCP_SEARCH_MODE=1 (shared/mcp_endpoint.h)
 };
 
 // Settings from environment variables (the table above), given as a JSON object of strings

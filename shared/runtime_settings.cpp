@@ -32,6 +32,7 @@ const std::vector<RuntimeSetting>& runtime_settings() {
       {"min_upstream_ttl_ms", "QUIVER_MIN_UPSTREAM_TTL_MS", 60000, 0, kSettingYearMs, "ms", kBoth},
       {"retry_max_backoff_ms", "QUIVER_RETRY_MAX_BACKOFF_MS", 300000, 1, kSettingDayMs, "ms",
        kAgent},
+      {"mcp_search_mode", "QUIVER_MCP_SEARCH_MODE", 0, 0, 1, "count", kBoth},
       // The edge's own (shared/edge_service.h); no `quiver.runtime` field at the agent.
       {"l1_ttl_ms", "QUIVER_L1_TTL_MS", 2000, 0, kSettingDayMs, "ms", kEdge},
       {"l1_stale_if_error_ms", "QUIVER_L1_STALE_IF_ERROR_MS", 60000, 0, kSettingYearMs, "ms",

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -26,6 +27,7 @@
 #include "shared/caller_token.h"
 #include "shared/discovery.h"
 #include "shared/discovery_http.h"
+#include "shared/mcp_endpoint.h"
 #include "shared/search_index.h"
 
 namespace quiver::api {
@@ -75,6 +77,12 @@ struct ApiContext {
   std::unique_ptr<LockedSearcher> searcher;
   LockedRenderCache render_cache;  // each servable entry's rendered payload, for every thread
   DiscoveryConfig discovery;
+  McpEndpointConfig mcp;  // POST /mcp (api_mcp.cpp): the same freshness, render cache and searcher
+  // THE RELAY HOOK of POST /mcp: performs one tools/call, resources/read, prompts/get or
+  // completion/complete on the upstream through this agent's live sessions, for the caller (the
+  // grant and the preference checked again at call time). Called on a worker thread. Unset: every
+  // call is answered RelayFailure::kUnavailable (a JSON-RPC error saying calls are unavailable).
+  std::function<RelayReply(const RelayCall&)> mcp_relay;
 
   // Held by every admin API write: one agent's operators' changes do not interleave (each is
   // read, catalog write, grant publication). Agents of a namespace do not share it.

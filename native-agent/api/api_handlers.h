@@ -2,6 +2,7 @@
 // the shared ApiContext (native-agent/api/api_context.h); ApiServer routes to them
 // (native-agent/api/api_server.cpp). schema/openapi.yaml describes every endpoint.
 //   api_discovery.cpp    the shared discovery endpoints, driven through the core's exchange
+//   api_mcp.cpp          POST /mcp, the MCP endpoint (lists from the cache, calls to the relay)
 //   api_health.cpp       GET /healthz, GET /metrics
 //   api_connections.cpp  GET /v1/mcp-connections, POST .../{id}/test, POST .../{id}/evidence
 //   api_preferences.cpp  GET / PUT / PATCH .../{id}/preferences
@@ -29,6 +30,8 @@ HttpResponse discovery_exchange(ApiContext& api, const HttpRequest& request);
 // revalidation must be queued before the answer); nullopt otherwise, with nothing counted or
 // queued, so that discovery_exchange can run it again from the start on a worker.
 std::optional<HttpResponse> discovery_exchange_now(ApiContext& api, const HttpRequest& request);
+// POST /mcp (api_mcp.cpp): the MCP endpoint of shared/mcp_endpoint.h; calls go to api.mcp_relay.
+HttpResponse mcp_endpoint(ApiContext& api, const HttpRequest& request);
 
 void healthz(ApiContext& api, const httplib::Request& req, httplib::Response& res);
 void metrics(ApiContext& api, const httplib::Request& req, httplib::Response& res);

@@ -210,6 +210,12 @@ struct ApiServer::Impl : ApiContext {
         shared != SharedRoute::kConnectionManifest) {
       return std::nullopt;
     }
+    return core_request(in);
+  }
+
+  // A request in the core's shape (shared/discovery_http.h's HttpRequest).
+  static HttpRequest core_request(const Http1Request& in) {
+    const std::size_t q = in.target.find('?');
     HttpRequest request;
     request.method = in.method;
     request.path = in.target.substr(0, q);
@@ -271,6 +277,9 @@ struct ApiServer::Impl : ApiContext {
     // agent's own endpoints through cpp-httplib's types.
     if (std::optional<HttpRequest> request = discovery_request(in)) {
       return guarded(in, [&] { return api::discovery_exchange(*this, *request); });
+    }
+    if (is_mcp_path(std::string_view(in.target).substr(0, in.target.find('?')))) {
+      return guarded(in, [&] { return api::mcp_endpoint(*this, core_request(in)); });
     }
     const std::size_t q = in.target.find('?');
     const SharedRoute shared = match_shared_route(std::string_view(in.target).substr(0, q)).route;
@@ -372,6 +381,12 @@ Status ApiServer::start() {
       std::size_t{1} << 20, static_cast<std::size_t>(config.runtime.max_manifest_bytes) * 2);
   s.discovery.searcher = s.searcher.get();
   s.discovery.render.cache = &s.render_cache;
+  s.mcp.freshness = s.discovery.freshness;
+  s.mcp.render = s.discovery.render;
+  s.mcp.searcher = s.discovery.searcher;
+  s.mcp.search_mode = s.options.mcp_search_mode || config.runtime.mcp_search_mode != 0;
+  s.mcp.max_body_bytes = s.options.max_body_bytes;  // the front refuses larger bodies first
+  s.mcp.server_name = "quiver-agent";
 
   s.register_routes();
   HttpFrontOptions front;

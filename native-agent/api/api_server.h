@@ -81,6 +81,8 @@ struct ApiServerOptions {
   int64_t max_cache_age_s = 30;           // Cache-Control max-age cap of discovery answers
   std::size_t search_cache_entries = 64;  // per-principal search indexes kept
   std::size_t search_cache_bytes = std::size_t{64} << 20;
+  // POST /mcp lists three tools of its own (search, describe, call) instead of every tool.
+  bool mcp_search_mode = false;
   Clock now_ms = system_clock_ms();
   ApiLog log;  // null: no log
   // Routine events (an accepted webhook): the log at INFO. Null: they go to `log`.

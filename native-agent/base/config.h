@@ -190,6 +190,8 @@ struct RuntimeControls {
   // After a listing in which lists failed (or that failed as a whole), the agent retries on its
   // own, after 2 s, then doubling, at most this long apart, until a listing succeeds. 5 min.
   int64_t retry_max_backoff_ms = 300000;
+  // 1: POST /mcp lists three tools of its own (search, describe, call) instead of every tool.
+  int64_t mcp_search_mode = 0;
 
   // fresh TTL, max age and ratio from here; the upstream-TTL floor is
   // min(min_upstream_ttl_ms, fresh TTL).

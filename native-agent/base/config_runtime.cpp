@@ -58,6 +58,7 @@ Slot slot(RuntimeControls& r, std::string_view field) {
   if (field == "store_check_interval_ms") return {&r.store_check_interval_ms, nullptr};
   if (field == "min_upstream_ttl_ms") return {&r.min_upstream_ttl_ms, nullptr};
   if (field == "retry_max_backoff_ms") return {&r.retry_max_backoff_ms, nullptr};
+  if (field == "mcp_search_mode") return {&r.mcp_search_mode, nullptr};
   return {};
 }
 

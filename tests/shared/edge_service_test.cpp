@@ -1297,3 +1297,65 @@ TEST(EdgeService, ABodyRoundThatFailsAnswersFromTheSnapshotMarkedStaleIfError) {
 
 }  // namespace
 }  // namespace quiver
+
+namespace quiver {
+namespace {
+
+HttpRequest mcp_post(const std::string& token, const Json& body) {
+  HttpRequest r;
+  r.method = "POST";
+  r.path = "/mcp";
+  r.headers = {{"content-type", "application/json"}};
+  if (!token.empty()) r.headers.emplace_back("authorization", "Bearer " + token);
+  r.body = body.dump();
+  return r;
+}
+
+// POST /mcp at the edge (shared/mcp_endpoint.h): the same one-round-trip read and L1 as discovery,
+// calls answered by the unwired relay hook with a JSON-RPC error, 401 before Redis.
+TEST(EdgeService, McpListsFromTheSameReadAndL1AndCallsHaveNoRelayYet) {
+  auto edge = service();
+  std::string alice = token_for("alice");
+  Json list = Json::object({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "tools/list"}});
+  EdgeStep s = edge->begin(mcp_post("", list), kNow, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(s.response.status, 401);
+  EXPECT_EQ(header(s.response, "WWW-Authenticate").rfind("Bearer ", 0), 0u);
+  edge->end(s.handle);
+
+  s = edge->begin(mcp_post(alice, list), kNow, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRedis);
+  EXPECT_NE(s.redis_bytes.find("quiver:{default}:grants:member/alice"), std::string::npos);
+  s = edge->feed(s.handle, "+OK\r\n" + encode_reply(discovery_reply("alice", 5, kMinute)), kNow);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(s.response.status, 200);
+  EXPECT_EQ(header(s.response, "X-Quiver-Cache"), "miss");
+  Json b = body_of(s);
+  ASSERT_EQ(b["result"]["tools"].size(), 2u) << s.response.body;
+  EXPECT_EQ(b["result"]["tools"][0]["name"], "docs__search");
+  EXPECT_EQ(b["result"]["cacheScope"], "private");
+  EXPECT_EQ(b["result"]["ttlMs"], 14 * kMinute);
+  edge->end(s.handle);
+
+  // Within the L1 TTL the snapshot is not read again.
+  s = edge->begin(mcp_post(alice, list), kNow + 1, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(header(s.response, "X-Quiver-Cache"), "hit");
+  EXPECT_EQ(body_of(s)["result"]["tools"][1]["name"], "docs__fetch");
+  edge->end(s.handle);
+
+  Json call = Json::object({{"jsonrpc", "2.0"},
+                            {"id", 2},
+                            {"method", "tools/call"},
+                            {"params", {{"name", "docs__search"}, {"arguments", Json::object()}}}});
+  s = edge->begin(mcp_post(alice, call), kNow + 2, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRedis);  // a read of that one connection: its grant, live
+  s = edge->feed(s.handle, "+OK\r\n" + encode_reply(discovery_reply("alice", 5, kMinute)), kNow);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(body_of(s)["error"]["code"], kMcpErrorCallsUnavailable) << s.response.body;
+  edge->end(s.handle);
+  EXPECT_EQ(edge->open_requests(), 0u);
+}
+
+}  // namespace
+}  // namespace quiver

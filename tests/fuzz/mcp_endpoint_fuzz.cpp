@@ -1,0 +1,120 @@
+// Fuzzes the MCP endpoint's request handling (shared/mcp_endpoint.h): the first byte picks the
+// MCP-Protocol-Version / Mcp-Method headers, the rest is the POST body. Against a fixed snapshot
+// (one shared connection `docs` with tools, a resource and a prompt) and a relay that echoes, the
+// endpoint must end with a response (never more than a few steps), a non-empty body must be JSON,
+// every RelayCall must name the granted connection with a name or URI that maps back to what the
+// client sent, and the naming scheme must round-trip any name it decodes.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "shared/canonical_json.h"
+#include "shared/connection_record.h"
+#include "shared/mcp_endpoint.h"
+#include "tests/fuzz/fuzz_support.h"
+
+namespace quiver {
+namespace {
+
+constexpr int64_t kNow = 100'000'000;
+
+DiscoverySnapshot snapshot(const Principal& member) {
+  DiscoverySnapshot s(member);
+  GrantedConnection c;
+  c.id = "docs";
+  c.record = connection_record_for_discovery("docs", HashFields{{"config_hash", "h"},
+                                                                {"credential_mode", "shared"},
+                                                                {"name", "Docs"},
+                                                                {"transport", "stdio"},
+                                                                {"updated_at", "1"}});
+  c.principal = Principal::shared();
+  ManifestEntry m;
+  m.text = R"({"tools":[{"name":"search","inputSchema":{"type":"object"}},{"name":"a__b"}],)"
+           R"("resources":[{"uri":"file:///x","name":"x"}],"prompts":[{"name":"p"}]})";
+  m.config_hash = "h";
+  m.fetched_at_ms = kNow - 1000;
+  m.fresh_until_ms = kNow + 60'000;
+  c.manifest = m;
+  c.disabled = {"tool:a__b"};
+  s.connections.push_back(std::move(c));
+  s.granted_total = 1;
+  return s;
+}
+
+void check_relay(const RelayCall& call) {
+  fuzz::check(call.connection_id == "docs", "mcp_endpoint: a relay to an ungranted connection");
+  fuzz::check(call.member.str() == "member/fuzz", "mcp_endpoint: a relay for another member");
+  const Json* name = json_field(call.params, "name");
+  const Json* uri = json_field(call.params, "uri");
+  if (call.method == "tools/call" && name != nullptr && name->is_string()) {
+    fuzz::check(encode_mcp_name("docs", name->get<std::string>()) == call.exposed_name,
+                "mcp_endpoint: a relayed tool name does not map back");
+    fuzz::check(name->get<std::string>() != "a__b", "mcp_endpoint: a disabled tool relayed");
+  }
+  if (call.method == "resources/read") {
+    fuzz::check(uri != nullptr && uri->is_string() &&
+                    encode_mcp_uri("docs", uri->get<std::string>()) == call.exposed_name,
+                "mcp_endpoint: a relayed URI does not map back");
+  }
+}
+
+}  // namespace
+}  // namespace quiver
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace quiver;
+  std::string_view input = fuzz::as_view(data, size);
+  // The naming scheme on the raw input.
+  if (auto n = decode_mcp_name(input)) {
+    fuzz::check(encode_mcp_name(n->connection_id, n->name) == input,
+                "mcp_endpoint: a decoded name does not encode back");
+  }
+  if (auto u = decode_mcp_uri(input)) {
+    fuzz::check(encode_mcp_uri(u->connection_id, u->name) == input,
+                "mcp_endpoint: a decoded URI does not encode back");
+  }
+  if (input.empty()) return 0;
+  const unsigned char mode = static_cast<unsigned char>(input[0]);
+  input.remove_prefix(1);
+  HttpRequest request{
+      "POST", "/mcp", "", {{"Content-Type", "application/json"}}, std::string(input)};
+  static const char* kVersions[] = {"", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"};
+  if (const char* v = kVersions[mode % 5]; *v)
+    request.headers.emplace_back("MCP-Protocol-Version", v);
+  static const char* kMethods[] = {"", "tools/list", "tools/call", "resources/read"};
+  if (const char* m = kMethods[(mode / 5) % 4]; *m) request.headers.emplace_back("Mcp-Method", m);
+  if (mode & 0x80) request.headers.emplace_back("Mcp-Name", "docs__search");
+
+  McpEndpointConfig config;
+  config.search_mode = (mode & 0x40) != 0;
+  config.page_size = 1;
+  McpEndpoint endpoint(config);
+  Principal member = *Principal::member("fuzz");
+  McpStep step = endpoint.start(request, CallerAuth::member("fuzz"), kNow);
+  for (int guard = 0;; ++guard) {
+    fuzz::check(guard < 80, "mcp_endpoint: the request does not end");
+    if (auto* r = std::get_if<Respond>(&step)) {
+      const HttpResponse& res = r->response;
+      fuzz::check(res.status >= 200 && res.status < 600, "mcp_endpoint: a bad status");
+      if (!res.body.empty()) {
+        fuzz::check(parse_json(res.body).ok(), "mcp_endpoint: a body that is not JSON", res.body);
+      }
+      break;
+    }
+    if (auto* n = std::get_if<NeedSnapshot>(&step)) {
+      fuzz::check(n->member == member, "mcp_endpoint: a snapshot of another member");
+      step = endpoint.resume_snapshot(snapshot(member), kNow);
+      continue;
+    }
+    auto& need = std::get<NeedRelay>(step);
+    std::vector<RelayReply> replies;
+    for (const RelayCall& call : need.calls) {
+      check_relay(call);
+      replies.push_back(RelayReply::ok(Json::object({{"echo", call.params}})));
+    }
+    step = endpoint.resume_relay(std::move(replies), kNow);
+  }
+  return 0;
+}
