@@ -36,8 +36,11 @@ enum class KeyKind {
   kAudit,
   kOAuthCallbacks,
   kOAuthResult,
+  kCalls,
+  kCallReply,
+  kCallAgents,
 };
-inline constexpr int kKeyKindCount = 21;
+inline constexpr int kKeyKindCount = 24;
 
 const char* key_kind_name(KeyKind kind);   // the key's segment: "conns", "revalidate-gate", ...
 const char* key_redis_type(KeyKind kind);  // "SET", "HASH", "STRING", "STREAM"
@@ -102,7 +105,17 @@ inline constexpr char kCode[] = "code";
 inline constexpr char kIss[] = "iss";
 inline constexpr char kError[] = "error";
 inline constexpr char kErrorDescription[] = "error_description";
+// calls stream entries (also `cid`, `at`): one call the edge relays to the agents
+// (shared/call_relay.h)
+inline constexpr char kRid[] = "rid";
+inline constexpr char kMember[] = "member";
+inline constexpr char kMethod[] = "method";
+inline constexpr char kParams[] = "params";
+inline constexpr char kDeadline[] = "deadline";
 }  // namespace redis_field
+
+// The consumer group that agents read the calls stream with (shared/call_relay.h).
+inline constexpr char kCallsConsumerGroup[] = "quiver-call-agents";
 
 struct ParsedKey {
   KeyKind kind = KeyKind::kConns;
@@ -142,6 +155,12 @@ class RedisKeys {
   // of the callback's `state` (never the state itself).
   std::string oauth_callbacks() const;
   std::string oauth_result(std::string_view state) const;
+  // Calls relayed from the edge to the agents (shared/call_relay.h): the request stream, the
+  // reply list of one request (`rid`: 64 lowercase hex digits, random per request), and the key
+  // consuming agents keep alive while they consume (the edge fails fast without it).
+  std::string calls() const;
+  Result<std::string> call_reply(std::string_view rid) const;
+  std::string call_agents() const;
   // When a refresh webhook last marked the (connection, principal)'s data stale (a STRING of
   // epoch ms): written by agents and edges, read with the manifest.
   Result<std::string> invalidated(std::string_view cid, const Principal& principal) const;
