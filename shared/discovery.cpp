@@ -893,6 +893,31 @@ SearchCorpus search_corpus(const DiscoverySnapshot& snapshot, const FreshnessPol
   return corpus;
 }
 
+// ---- serving lists -----------------------------------------------------------------------------
+
+VisibleConnections visible_connections(const DiscoverySnapshot& snapshot,
+                                       const FreshnessPolicy& policy, int64_t now_ms,
+                                       const RenderOptions& options) {
+  std::vector<EntryView> views = evaluate_all(snapshot, policy, now_ms, options, Need::kJson);
+  VisibleConnections out;
+  for (EntryView& v : views) {
+    tally(v, &out.stats, &out.revalidations);
+    VisibleConnection c;
+    c.id = v.conn->id;
+    c.status = v.status;
+    c.principal = v.principal;
+    c.servable = v.servable;
+    if (v.servable) {
+      c.manifest = std::move(v.manifest);
+      if (v.status == EntryStatus::kFresh && v.classification) {
+        c.ttl_ms = std::max<int64_t>(0, v.classification->fresh_until_ms - now_ms);
+      }
+    }
+    out.connections.push_back(std::move(c));
+  }
+  return out;
+}
+
 // ---- validators --------------------------------------------------------------------------------
 
 bool if_none_match_matches(std::string_view header, std::string_view etag) {

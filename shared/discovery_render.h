@@ -115,4 +115,28 @@ struct SearchCorpus {
 SearchCorpus search_corpus(const DiscoverySnapshot& snapshot, const FreshnessPolicy& policy,
                            int64_t now_ms, const RenderOptions& options = {});
 
+// ---- Serving lists (the MCP endpoint, shared/mcp_endpoint.h) -----------------------------------
+
+// One granted connection as the MCP endpoint serves it: its status, and when servable (fresh,
+// stale, or authorization_required with data) its manifest with the disabled capabilities hidden.
+struct VisibleConnection {
+  std::string id;
+  EntryStatus status = EntryStatus::kPending;
+  std::optional<Principal> principal;  // applicable_principal; nullopt for an unknown mode
+  bool servable = false;
+  Json manifest;       // servable: the filtered manifest (listed_items reads its lists)
+  int64_t ttl_ms = 0;  // servable and fresh: ms until it turns stale; else 0
+};
+
+struct VisibleConnections {
+  std::vector<VisibleConnection> connections;  // by id; removed connections left out
+  std::vector<Revalidation> revalidations;     // as render_manifests would queue them
+  DiscoveryStats stats;
+};
+
+// Every granted connection of `snapshot`, classified exactly as render_manifests classifies it.
+VisibleConnections visible_connections(const DiscoverySnapshot& snapshot,
+                                       const FreshnessPolicy& policy, int64_t now_ms,
+                                       const RenderOptions& options = {});
+
 }  // namespace quiver

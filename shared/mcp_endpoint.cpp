@@ -1,0 +1,1081 @@
+// The MCP endpoint: see shared/mcp_endpoint.h for the protocol, the lists, calls and naming.
+#include "shared/mcp_endpoint.h"
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include "shared/canonical_json.h"
+#include "shared/mcp_session.h"
+#include "shared/oauth_internal.h"
+#include "shared/preferences.h"
+#include "shared/principal.h"
+#include "shared/sha256.h"
+#include "shared/version.h"
+
+namespace quiver {
+
+namespace {
+
+constexpr const char* kModernVersion = "2026-07-28";
+// Legacy versions we answer `initialize` with, newest first (2024-11-05 is not offered: the
+// endpoint follows 2025-03-26 and later; a client asking for it gets our newest and decides).
+constexpr const char* kLegacyVersions[] = {"2025-11-25", "2025-06-18", "2025-03-26"};
+constexpr const char* kBatchVersion = "2025-03-26";  // the only revision with JSON-RPC batches
+
+constexpr const char* kMetaProtocolVersion = "io.modelcontextprotocol/protocolVersion";
+constexpr const char* kMetaServerInfo = "io.modelcontextprotocol/serverInfo";
+
+constexpr const char* kSearchTool = "quiver_search_tools";
+constexpr const char* kDescribeTool = "quiver_describe_tool";
+constexpr const char* kCallTool = "quiver_call_tool";
+constexpr std::size_t kDefaultSearchHits = 10;
+constexpr std::size_t kMaxSearchHits = 50;
+
+bool is_legacy_version(std::string_view v) {
+  for (const char* k : kLegacyVersions) {
+    if (v == k) return true;
+  }
+  return false;
+}
+bool is_served_version(std::string_view v) { return v == kModernVersion || is_legacy_version(v); }
+
+Json supported_versions() {
+  Json out = Json::array();
+  out.push_back(kModernVersion);
+  for (const char* v : kLegacyVersions) out.push_back(v);
+  return out;
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return out;
+}
+
+// A header value as SEP-2243 encodes it: plain, or `=?base64?…?=`. nullopt: a bad encoding.
+std::optional<std::string> decode_header_value(std::string_view value) {
+  if (value.size() >= 11 && value.substr(0, 9) == "=?base64?" &&
+      value.substr(value.size() - 2) == "?=") {
+    return oauth::internal::base64_decode(value.substr(9, value.size() - 11));
+  }
+  return std::string(value);
+}
+
+Json rpc_error_object(int64_t code, std::string message, Json data = Json()) {
+  Json e = Json::object({{"code", code}, {"message", std::move(message)}});
+  if (!data.is_null()) e["data"] = std::move(data);
+  return e;
+}
+
+HttpResponse json_response(int status, const std::string& body) {
+  HttpResponse r;
+  r.status = status;
+  r.headers = {{"Content-Type", "application/json"}, {"Cache-Control", "no-store"}};
+  r.body = body;
+  return r;
+}
+
+HttpResponse rpc_error_response(int status, const Json& id, int64_t code, std::string message,
+                                Json data = Json()) {
+  Json m = Json::object({{"jsonrpc", "2.0"},
+                         {"id", id},
+                         {"error", rpc_error_object(code, std::move(message), std::move(data))}});
+  return json_response(status, serialize_json(m));
+}
+
+// ---- cursors -----------------------------------------------------------------------------------
+
+struct Cursor {
+  std::string method;
+  std::string after;       // the snapshot is read after this id ("" = from the start)
+  std::string connection;  // resume in this connection ("" = the first after `after`)
+  std::size_t offset = 0;  // items of `connection` already given
+};
+
+std::string encode_cursor(const Cursor& c) {
+  Json j = Json::object({{"m", c.method}, {"a", c.after}, {"c", c.connection}, {"i", c.offset}});
+  return base64url_encode(serialize_json(j));
+}
+
+std::optional<Cursor> decode_cursor(const Json& value, std::string_view method,
+                                    std::size_t max_bytes) {
+  if (!value.is_string()) return std::nullopt;
+  const std::string& text = value.get_ref<const std::string&>();
+  if (text.empty() || text.size() > max_bytes) return std::nullopt;
+  std::string raw;
+  if (!base64url_decode(text, &raw)) return std::nullopt;
+  Result<Json> j = parse_json(raw, max_bytes);
+  if (!j.ok() || !j->is_object()) return std::nullopt;
+  Cursor c;
+  std::optional<std::string> m = json_string(*j, "m");
+  std::optional<std::string> a = json_string(*j, "a");
+  std::optional<std::string> cid = json_string(*j, "c");
+  std::optional<int64_t> i = json_int(*j, "i");
+  if (!m || *m != method || !a || !cid || !i || *i < 0 || *i > 1'000'000) return std::nullopt;
+  if (!a->empty() && !validate_connection_id(*a).ok()) return std::nullopt;
+  if (!cid->empty() && !validate_connection_id(*cid).ok()) return std::nullopt;
+  c.method = *m;
+  c.after = *a;
+  c.connection = *cid;
+  c.offset = static_cast<std::size_t>(*i);
+  return c;
+}
+
+std::optional<ListKind> list_kind_of(std::string_view method) {
+  for (int i = 0; i < kListKindCount; ++i) {
+    auto kind = static_cast<ListKind>(i);
+    if (method == list_method(kind)) return kind;
+  }
+  return std::nullopt;
+}
+
+// The field of an item that the naming scheme rewrites.
+const char* exposed_field(ListKind kind) {
+  switch (kind) {
+    case ListKind::kTools:
+    case ListKind::kPrompts:
+      return "name";
+    case ListKind::kResources:
+      return "uri";
+    case ListKind::kResourceTemplates:
+      return "uriTemplate";
+  }
+  return "name";
+}
+
+std::string encode_for(ListKind kind, std::string_view cid, std::string_view name) {
+  return (kind == ListKind::kTools || kind == ListKind::kPrompts) ? encode_mcp_name(cid, name)
+                                                                  : encode_mcp_uri(cid, name);
+}
+
+// The item with its name or URI exposed; nullopt when it has none to expose.
+std::optional<Json> expose_item(ListKind kind, std::string_view cid, Json item) {
+  const char* field = exposed_field(kind);
+  std::optional<std::string> name = item.is_object() ? json_string(item, field) : std::nullopt;
+  if (!name || name->empty()) return std::nullopt;
+  item[field] = encode_for(kind, cid, *name);
+  return item;
+}
+
+// URIs inside a relayed result (resources/read contents, tools/call resource links and embedded
+// resources) exposed, so the client can read them back through the endpoint.
+void expose_result_uris(Json& result, std::string_view cid) {
+  auto fix = [&](Json& obj) {
+    if (!obj.is_object()) return;
+    if (Json* uri = json_field(obj, "uri"); uri != nullptr && uri->is_string()) {
+      *uri = encode_mcp_uri(cid, uri->get_ref<const std::string&>());
+    }
+  };
+  if (!result.is_object()) return;
+  if (Json* contents = json_field(result, "contents"); contents && contents->is_array()) {
+    for (Json& c : *contents) fix(c);
+  }
+  auto content_uris = [&](Json* content) {
+    if (content == nullptr || !content->is_array()) return;
+    for (Json& c : *content) {
+      if (!c.is_object()) continue;
+      std::optional<std::string> type = json_string(c, "type");
+      if (type == std::optional<std::string>("resource_link")) fix(c);
+      if (type == std::optional<std::string>("resource")) {
+        if (Json* r = json_field(c, "resource")) fix(*r);
+      }
+    }
+  };
+  content_uris(json_field(result, "content"));
+  if (Json* messages = json_field(result, "messages"); messages && messages->is_array()) {
+    for (Json& m : *messages) {
+      if (!m.is_object()) continue;
+      Json* content = json_field(m, "content");
+      if (content != nullptr && content->is_object()) {
+        Json one = Json::array({*content});
+        content_uris(&one);
+        *content = std::move(one[0]);
+      }
+    }
+  }
+}
+
+Json search_mode_tools() {
+  auto schema = [](Json properties, Json required) {
+    return Json::object({{"type", "object"},
+                         {"properties", std::move(properties)},
+                         {"required", std::move(required)}});
+  };
+  Json tools = Json::array();
+  tools.push_back(Json::object(
+      {{"name", kSearchTool},
+       {"title", "Search tools"},
+       {"description",
+        "Search the tools of every MCP server you can use, by words in their names, titles and "
+        "descriptions. Returns the best matches (name, title, description); describe one with " +
+            std::string(kDescribeTool) + " and call it with " + kCallTool + "."},
+       {"inputSchema",
+        schema(Json::object({{"query", {{"type", "string"}, {"description", "what you need"}}},
+                             {"limit",
+                              {{"type", "integer"},
+                               {"minimum", 1},
+                               {"maximum", kMaxSearchHits},
+                               {"description", "at most this many results (10)"}}}}),
+               Json::array({"query"}))},
+       {"annotations", {{"readOnlyHint", true}, {"openWorldHint", false}}}}));
+  tools.push_back(Json::object(
+      {{"name", kDescribeTool},
+       {"title", "Describe a tool"},
+       {"description", "The full definition of one tool found by " + std::string(kSearchTool) +
+                           ": its input schema, output schema and annotations."},
+       {"inputSchema",
+        schema(Json::object({{"name", {{"type", "string"}, {"description", "the tool's name"}}}}),
+               Json::array({"name"}))},
+       {"annotations", {{"readOnlyHint", true}, {"openWorldHint", false}}}}));
+  tools.push_back(Json::object(
+      {{"name", kCallTool},
+       {"title", "Call a tool"},
+       {"description", "Call one tool found by " + std::string(kSearchTool) +
+                           " with arguments matching its input schema."},
+       {"inputSchema",
+        schema(Json::object({{"name", {{"type", "string"}, {"description", "the tool's name"}}},
+                             {"arguments", {{"type", "object"}}}}),
+               Json::array({"name"}))}}));
+  return tools;
+}
+
+Json text_result(std::string text, Json structured = Json(), bool is_error = false) {
+  Json r = Json::object(
+      {{"content", Json::array({Json::object({{"type", "text"}, {"text", std::move(text)}})})}});
+  if (!structured.is_null()) r["structuredContent"] = std::move(structured);
+  if (is_error) r["isError"] = true;
+  return r;
+}
+
+}  // namespace
+
+// ---- naming
+// --------------------------------------------------------------------------------------
+
+std::string encode_mcp_name(std::string_view connection_id, std::string_view upstream_name) {
+  std::string out;
+  out.reserve(connection_id.size() + 2 + upstream_name.size());
+  for (char c : connection_id) {
+    out += c;
+    if (c == '_') out += '-';
+  }
+  out += kMcpNameSeparator;
+  out += upstream_name;
+  return out;
+}
+
+std::optional<UpstreamName> decode_mcp_name(std::string_view exposed) {
+  UpstreamName out;
+  for (std::size_t i = 0; i < exposed.size(); ++i) {
+    if (exposed[i] != '_') {
+      out.connection_id += exposed[i];
+      continue;
+    }
+    if (i + 1 >= exposed.size()) return std::nullopt;
+    if (exposed[i + 1] == '-') {
+      out.connection_id += '_';
+      ++i;
+      continue;
+    }
+    if (exposed[i + 1] != '_') return std::nullopt;  // a lone `_` is never written
+    out.name = std::string(exposed.substr(i + 2));
+    if (out.name.empty() || !validate_connection_id(out.connection_id).ok()) return std::nullopt;
+    return out;
+  }
+  return std::nullopt;
+}
+
+std::string encode_mcp_uri(std::string_view connection_id, std::string_view upstream_uri) {
+  std::string out(kMcpResourceScheme);
+  out += connection_id;
+  out += '/';
+  out += upstream_uri;
+  return out;
+}
+
+std::optional<UpstreamName> decode_mcp_uri(std::string_view exposed) {
+  std::string_view scheme(kMcpResourceScheme);
+  if (exposed.substr(0, scheme.size()) != scheme) return std::nullopt;
+  exposed.remove_prefix(scheme.size());
+  std::size_t slash = exposed.find('/');
+  if (slash == std::string_view::npos) return std::nullopt;
+  UpstreamName out{std::string(exposed.substr(0, slash)), std::string(exposed.substr(slash + 1))};
+  if (out.name.empty() || !validate_connection_id(out.connection_id).ok()) return std::nullopt;
+  return out;
+}
+
+bool is_mcp_path(std::string_view path) { return path == "/mcp"; }
+
+// ---- relaying
+// ------------------------------------------------------------------------------------
+
+int64_t relay_failure_code(RelayFailure failure) {
+  switch (failure) {
+    case RelayFailure::kUnavailable:
+      return kMcpErrorCallsUnavailable;
+    case RelayFailure::kAgentUnreachable:
+      return kMcpErrorAgentUnreachable;
+    case RelayFailure::kUpstreamUnavailable:
+      return kMcpErrorUpstreamUnavailable;
+    case RelayFailure::kTimeout:
+      return kMcpErrorTimeout;
+    case RelayFailure::kTooLarge:
+      return kMcpErrorResultTooLarge;
+    case RelayFailure::kRefused:
+      return kJsonRpcInvalidParams;
+  }
+  return kJsonRpcInternalError;
+}
+
+RelayReply RelayReply::ok(Json result) {
+  RelayReply r;
+  r.kind = Kind::kResult;
+  r.result = std::move(result);
+  return r;
+}
+
+RelayReply RelayReply::upstream_error(JsonRpcError error) {
+  RelayReply r;
+  r.kind = Kind::kUpstreamError;
+  r.error = std::move(error);
+  return r;
+}
+
+RelayReply RelayReply::failed(RelayFailure failure, std::string message) {
+  RelayReply r;
+  r.kind = Kind::kFailed;
+  r.failure = failure;
+  r.error = JsonRpcError{relay_failure_code(failure), std::move(message), Json()};
+  return r;
+}
+
+// ---- the endpoint -------------------------------------------------------------------------------
+
+// One request of the POST and what became of it.
+struct McpEndpoint::Pending {
+  enum class Stage { kNew = 0, kNeedSnapshot, kNeedRelay, kDone };
+  enum class Work { kNone = 0, kList, kCall, kSearch, kDescribe };
+
+  Json id;
+  std::string method;
+  Json params;  // object (null → {})
+  bool modern = false;
+  Stage stage = Stage::kNew;
+  Work work = Work::kNone;
+  // kList
+  ListKind kind = ListKind::kTools;
+  Cursor cursor;
+  // kCall, kDescribe
+  UpstreamName target;
+  CapabilityType capability = CapabilityType::kTool;
+  std::string exposed;
+  Json relay_params;
+  // kSearch
+  std::string query;
+  std::size_t limit = kDefaultSearchHits;
+  // the answer
+  Json response;  // a complete JSON-RPC response object once kDone
+  int http_status = 200;
+};
+
+namespace {
+
+using Pending = McpEndpoint::Pending;
+
+void answer(Pending& p, Json result) {
+  if (p.modern && result.is_object() && json_field(result, "resultType") == nullptr) {
+    result["resultType"] = "complete";
+  }
+  p.response = Json::object({{"jsonrpc", "2.0"}, {"id", p.id}, {"result", std::move(result)}});
+  p.stage = Pending::Stage::kDone;
+}
+
+void answer_error(Pending& p, int64_t code, std::string message, Json data = Json(),
+                  int http_status = 200) {
+  p.response =
+      Json::object({{"jsonrpc", "2.0"},
+                    {"id", p.id},
+                    {"error", rpc_error_object(code, std::move(message), std::move(data))}});
+  p.http_status = http_status;
+  p.stage = Pending::Stage::kDone;
+}
+
+Json capabilities() {
+  return Json::object({{"tools", {{"listChanged", false}}},
+                       {"resources", {{"subscribe", false}, {"listChanged", false}}},
+                       {"prompts", {{"listChanged", false}}},
+                       {"completions", Json::object()}});
+}
+
+Json server_info(const McpEndpointConfig& config) {
+  return Json::object({{"name", config.server_name},
+                       {"version", config.server_version.empty() ? std::string(kQuiverVersion)
+                                                                 : config.server_version}});
+}
+
+// The name a method's `Mcp-Name` header mirrors (2026-07-28), if any.
+std::optional<std::string> mcp_name_of(const std::string& method, const Json& params) {
+  if (method == "tools/call" || method == "prompts/get") return json_string(params, "name");
+  if (method == "resources/read") return json_string(params, "uri");
+  return std::nullopt;
+}
+
+}  // namespace
+
+McpStep McpEndpoint::start(const HttpRequest& request, const CallerAuth& caller, int64_t now_ms) {
+  if (started_) {
+    return Respond{error_response(HttpErrorCode::kInternal, "the MCP request was started twice"),
+                   {},
+                   Error(ErrorCode::kInternal, "McpEndpoint::start called twice"),
+                   {}};
+  }
+  started_ = true;
+  if (!caller.member_id) {
+    HttpResponse r = error_response(HttpErrorCode::kUnauthenticated, caller.failure);
+    std::string challenge = "Bearer realm=\"quiver\", error=\"invalid_token\"";
+    if (!config_.resource_metadata_url.empty()) {
+      challenge += ", resource_metadata=\"" + config_.resource_metadata_url + "\"";
+    }
+    for (auto& [name, value] : r.headers) {
+      if (lower(name) == "www-authenticate") value = challenge;
+    }
+    return Respond{std::move(r), {}, {}, {}};
+  }
+  Result<Principal> member = Principal::member(*caller.member_id);
+  if (!member.ok()) {
+    return Respond{
+        error_response(HttpErrorCode::kUnauthenticated, member.error().message), {}, {}, {}};
+  }
+  member_ = *member;
+
+  if (request.method != "POST") {
+    HttpResponse r = error_response(
+        HttpErrorCode::kMethodNotAllowed,
+        "the MCP endpoint takes POST only: it opens no event stream and keeps no session");
+    r.headers.emplace_back("Allow", "POST");
+    return Respond{std::move(r), {}, {}, {}};
+  }
+  std::optional<std::string_view> content_type = find_header(request.headers, "Content-Type");
+  if (!content_type || lower(*content_type).rfind("application/json", 0) != 0) {
+    HttpResponse r = error_response(HttpErrorCode::kBadRequest,
+                                    "the body must be JSON (Content-Type: application/json)");
+    r.status = 415;
+    return Respond{std::move(r), {}, {}, {}};
+  }
+  if (std::optional<std::string_view> accept = find_header(request.headers, "Accept")) {
+    std::string a = lower(*accept);
+    if (a.find("application/json") == std::string::npos && a.find("*/*") == std::string::npos &&
+        a.find("application/*") == std::string::npos) {
+      HttpResponse r = error_response(HttpErrorCode::kBadRequest,
+                                      "the MCP endpoint answers application/json: Accept it");
+      r.status = 406;
+      return Respond{std::move(r), {}, {}, {}};
+    }
+  }
+  if (request.body.size() > config_.max_body_bytes) {
+    return Respond{rpc_error_response(413, Json(), kJsonRpcInvalidRequest,
+                                      "the request body is over " +
+                                          std::to_string(config_.max_body_bytes) + " bytes"),
+                   {},
+                   {},
+                   {}};
+  }
+  std::optional<std::string_view> version_header =
+      find_header(request.headers, "MCP-Protocol-Version");
+  if (version_header && !is_served_version(*version_header)) {
+    return Respond{rpc_error_response(400, Json(), kMcpUnsupportedProtocolVersion,
+                                      "unsupported MCP-Protocol-Version",
+                                      Json::object({{"supported", supported_versions()},
+                                                    {"requested", std::string(*version_header)}})),
+                   {},
+                   {},
+                   {}};
+  }
+  protocol_version_ = version_header ? std::string(*version_header) : "";
+
+  JsonParseOptions parse_options;
+  parse_options.max_bytes = config_.max_body_bytes;
+  parse_options.keep_number_literals = true;
+  Result<Json> parsed = parse_json(request.body, parse_options);
+  if (!parsed.ok()) {
+    return Respond{rpc_error_response(400, Json(), kJsonRpcParseError,
+                                      "parse error: " + parsed.error().message),
+                   {},
+                   {},
+                   {}};
+  }
+  std::vector<Json> items;
+  if (parsed->is_array()) {
+    if (!protocol_version_.empty() && protocol_version_ != kBatchVersion) {
+      return Respond{rpc_error_response(
+                         400, Json(), kJsonRpcInvalidRequest,
+                         "JSON-RPC batches exist only in protocol " + std::string(kBatchVersion)),
+                     {},
+                     {},
+                     {}};
+    }
+    if (parsed->empty() || parsed->size() > config_.max_batch) {
+      return Respond{
+          rpc_error_response(400, Json(), kJsonRpcInvalidRequest,
+                             parsed->empty() ? "empty batch"
+                                             : "a batch holds at most " +
+                                                   std::to_string(config_.max_batch) + " messages"),
+          {},
+          {},
+          {}};
+    }
+    batch_ = true;
+    for (Json& item : *parsed) items.push_back(std::move(item));
+  } else {
+    items.push_back(std::move(*parsed));
+  }
+
+  std::optional<std::string_view> method_header = find_header(request.headers, "Mcp-Method");
+  std::optional<std::string_view> name_header = find_header(request.headers, "Mcp-Name");
+  for (Json& item : items) {
+    Json raw_id = item.is_object() && item.contains("id") ? item["id"] : Json();
+    if (!raw_id.is_string() && !raw_id.is_number_integer()) raw_id = Json();
+    Result<JsonRpcMessage> message = parse_jsonrpc(std::move(item));
+    auto p = std::make_shared<Pending>();
+    if (!message.ok()) {
+      p->id = raw_id;
+      answer_error(*p, kJsonRpcInvalidRequest, "invalid request: " + message.error().message, {},
+                   400);
+      pending_.push_back(std::move(p));
+      continue;
+    }
+    if (message->kind == JsonRpcKind::kResult || message->kind == JsonRpcKind::kError) {
+      continue;  // a response to nothing we sent: accepted, nothing to answer
+    }
+    if (message->kind == JsonRpcKind::kNotification) {
+      if (!batch_ && method_header && *method_header != message->method) {
+        p->id = Json();
+        answer_error(*p, kMcpHeaderMismatch,
+                     "the Mcp-Method header names " + std::string(*method_header) +
+                         " but the body names " + message->method,
+                     {}, 400);
+        pending_.push_back(std::move(p));
+      }
+      continue;  // notifications are accepted (202): the endpoint keeps no state to update
+    }
+    p->id = message->id;
+    p->method = message->method;
+    p->params = message->params.is_null() ? Json::object() : std::move(message->params);
+    pending_.push_back(p);
+    if (!p->params.is_object()) {
+      answer_error(*p, kJsonRpcInvalidParams, "params must be an object");
+      continue;
+    }
+    // The era of this request: a modern one names its version in _meta.
+    const Json* meta = json_field(p->params, "_meta");
+    const Json* version =
+        meta != nullptr && meta->is_object() ? json_field(*meta, kMetaProtocolVersion) : nullptr;
+    if (version != nullptr) {
+      p->modern = true;
+      if (batch_) {
+        answer_error(*p, kJsonRpcInvalidRequest, "protocol 2026-07-28 has no batches", {}, 400);
+        continue;
+      }
+      if (!version->is_string() || version->get_ref<const std::string&>() != kModernVersion) {
+        answer_error(
+            *p, kMcpUnsupportedProtocolVersion, "unsupported protocol version",
+            Json::object({{"supported", Json::array({kModernVersion})}, {"requested", *version}}),
+            400);
+        continue;
+      }
+      if (version_header && *version_header != kModernVersion) {
+        answer_error(*p, kMcpHeaderMismatch,
+                     "the MCP-Protocol-Version header says " + std::string(*version_header) +
+                         " but _meta says " + kModernVersion,
+                     {}, 400);
+        continue;
+      }
+      if (!method_header || *method_header != p->method) {
+        answer_error(*p, kMcpHeaderMismatch,
+                     method_header ? "the Mcp-Method header names " + std::string(*method_header) +
+                                         " but the body names " + p->method
+                                   : "the Mcp-Method header is missing",
+                     {}, 400);
+        continue;
+      }
+      if (std::optional<std::string> name = mcp_name_of(p->method, p->params)) {
+        std::optional<std::string> decoded =
+            name_header ? decode_header_value(*name_header) : std::nullopt;
+        if (!decoded || *decoded != *name) {
+          answer_error(*p, kMcpHeaderMismatch,
+                       name_header ? "the Mcp-Name header does not match the body"
+                                   : "the Mcp-Name header is missing",
+                       {}, 400);
+          continue;
+        }
+      }
+    } else if (!batch_ && method_header && *method_header != p->method) {
+      answer_error(*p, kMcpHeaderMismatch,
+                   "the Mcp-Method header names " + std::string(*method_header) +
+                       " but the body names " + p->method,
+                   {}, 400);
+      continue;
+    }
+    classify(*p, now_ms);
+  }
+  return advance(now_ms);
+}
+
+void McpEndpoint::classify(Pending& p, int64_t now_ms) {
+  (void)now_ms;
+  const std::string& m = p.method;
+  if (m == "initialize") {
+    if (p.modern) {
+      return answer_error(p, kJsonRpcMethodNotFound,
+                          "protocol 2026-07-28 has no initialize: use server/discover");
+    }
+    std::optional<std::string> asked = json_string(p.params, "protocolVersion");
+    if (!asked) return answer_error(p, kJsonRpcInvalidParams, "initialize: protocolVersion");
+    std::string version = is_legacy_version(*asked) ? *asked : kLegacyVersions[0];
+    Json result = Json::object({{"protocolVersion", version},
+                                {"capabilities", capabilities()},
+                                {"serverInfo", server_info(config_)}});
+    if (!config_.instructions.empty()) result["instructions"] = config_.instructions;
+    return answer(p, std::move(result));
+  }
+  if (m == "server/discover") {
+    Json result =
+        Json::object({{"supportedVersions", Json::array({kModernVersion})},
+                      {"capabilities", capabilities()},
+                      {"_meta", Json::object({{kMetaServerInfo, server_info(config_)}})}});
+    if (!config_.instructions.empty()) result["instructions"] = config_.instructions;
+    return answer(p, std::move(result));
+  }
+  if (m == "ping") return answer(p, Json::object());
+  if (std::optional<ListKind> kind = list_kind_of(m)) {
+    p.kind = *kind;
+    if (config_.search_mode && *kind == ListKind::kTools) {
+      return answer(
+          p,
+          Json::object({{"tools", search_mode_tools()}, {"ttlMs", 0}, {"cacheScope", "private"}}));
+    }
+    p.cursor.method = m;
+    if (const Json* cursor = json_field(p.params, "cursor"); cursor && !cursor->is_null()) {
+      std::optional<Cursor> c = decode_cursor(*cursor, m, config_.max_cursor_bytes);
+      if (!c) return answer_error(p, kJsonRpcInvalidParams, "invalid cursor");
+      p.cursor = *c;
+    }
+    p.work = Pending::Work::kList;
+    p.stage = Pending::Stage::kNeedSnapshot;
+    return;
+  }
+  auto unknown_tool = [&](const std::string& name) {
+    answer_error(p, kJsonRpcInvalidParams, "Unknown tool: " + name);
+  };
+  if (m == "tools/call") {
+    std::optional<std::string> name = json_string(p.params, "name");
+    if (!name) return answer_error(p, kJsonRpcInvalidParams, "tools/call: name");
+    if (const Json* a = json_field(p.params, "arguments"); a && !a->is_null() && !a->is_object()) {
+      return answer_error(p, kJsonRpcInvalidParams, "tools/call: arguments must be an object");
+    }
+    if (*name == kSearchTool || *name == kDescribeTool || *name == kCallTool) {
+      if (!config_.search_mode) return unknown_tool(*name);
+      const Json* args = json_field(p.params, "arguments");
+      Json arguments = args != nullptr && args->is_object() ? *args : Json::object();
+      if (*name == kSearchTool) {
+        std::optional<std::string> query = json_string(arguments, "query");
+        if (!query || query->empty()) {
+          return answer(p, text_result("query: a non-empty string is required", Json(), true));
+        }
+        p.query = *query;
+        if (const Json* l = json_field(arguments, "limit"); l && !l->is_null()) {
+          std::optional<int64_t> limit = json_int(arguments, "limit");
+          if (!limit || *limit < 1 || *limit > static_cast<int64_t>(kMaxSearchHits)) {
+            return answer(
+                p, text_result("limit: an integer from 1 to " + std::to_string(kMaxSearchHits),
+                               Json(), true));
+          }
+          p.limit = static_cast<std::size_t>(*limit);
+        }
+        p.work = Pending::Work::kSearch;
+        p.stage = Pending::Stage::kNeedSnapshot;
+        return;
+      }
+      std::optional<std::string> target = json_string(arguments, "name");
+      if (!target) return answer(p, text_result("name: a tool's name is required", Json(), true));
+      std::optional<UpstreamName> up = decode_mcp_name(*target);
+      if (!up) return answer(p, text_result("no tool named " + *target, Json(), true));
+      p.target = *up;
+      p.exposed = *target;
+      p.capability = CapabilityType::kTool;
+      if (*name == kDescribeTool) {
+        p.work = Pending::Work::kDescribe;
+      } else {
+        p.work = Pending::Work::kCall;
+        p.method = "tools/call";
+        p.relay_params = Json::object({{"name", up->name}});
+        if (const Json* a = json_field(arguments, "arguments"); a && a->is_object()) {
+          p.relay_params["arguments"] = *a;
+        }
+      }
+      p.stage = Pending::Stage::kNeedSnapshot;
+      return;
+    }
+    std::optional<UpstreamName> up = decode_mcp_name(*name);
+    if (!up) return unknown_tool(*name);
+    p.target = *up;
+    p.exposed = *name;
+    p.capability = CapabilityType::kTool;
+    p.relay_params = p.params;
+    p.relay_params["name"] = up->name;
+    p.work = Pending::Work::kCall;
+    p.stage = Pending::Stage::kNeedSnapshot;
+    return;
+  }
+  if (m == "prompts/get") {
+    std::optional<std::string> name = json_string(p.params, "name");
+    if (!name) return answer_error(p, kJsonRpcInvalidParams, "prompts/get: name");
+    std::optional<UpstreamName> up = decode_mcp_name(*name);
+    if (!up) return answer_error(p, kJsonRpcInvalidParams, "Unknown prompt: " + *name);
+    p.target = *up;
+    p.exposed = *name;
+    p.capability = CapabilityType::kPrompt;
+    p.relay_params = p.params;
+    p.relay_params["name"] = up->name;
+    p.work = Pending::Work::kCall;
+    p.stage = Pending::Stage::kNeedSnapshot;
+    return;
+  }
+  if (m == "resources/read") {
+    std::optional<std::string> uri = json_string(p.params, "uri");
+    if (!uri) return answer_error(p, kJsonRpcInvalidParams, "resources/read: uri");
+    std::optional<UpstreamName> up = decode_mcp_uri(*uri);
+    if (!up) {
+      return answer_error(p, kMcpErrorResourceNotFound, "Resource not found",
+                          Json::object({{"uri", *uri}}));
+    }
+    p.target = *up;
+    p.exposed = *uri;
+    p.capability = CapabilityType::kResource;
+    p.relay_params = p.params;
+    p.relay_params["uri"] = up->name;
+    p.work = Pending::Work::kCall;
+    p.stage = Pending::Stage::kNeedSnapshot;
+    return;
+  }
+  if (m == "completion/complete") {
+    const Json* ref = json_field(p.params, "ref");
+    std::optional<std::string> type =
+        ref && ref->is_object() ? json_string(*ref, "type") : std::nullopt;
+    std::optional<UpstreamName> up;
+    std::string field;
+    if (type == std::optional<std::string>("ref/prompt")) {
+      field = "name";
+      if (auto n = json_string(*ref, "name")) up = decode_mcp_name(*n), p.exposed = *n;
+      p.capability = CapabilityType::kPrompt;
+    } else if (type == std::optional<std::string>("ref/resource")) {
+      field = "uri";
+      if (auto u = json_string(*ref, "uri")) up = decode_mcp_uri(*u), p.exposed = *u;
+      p.capability = CapabilityType::kResourceTemplate;
+    } else {
+      return answer_error(p, kJsonRpcInvalidParams, "completion/complete: ref");
+    }
+    if (!up) return answer_error(p, kJsonRpcInvalidParams, "completion/complete: unknown ref");
+    p.target = *up;
+    p.relay_params = p.params;
+    p.relay_params["ref"][field] = up->name;
+    p.work = Pending::Work::kCall;
+    p.stage = Pending::Stage::kNeedSnapshot;
+    return;
+  }
+  answer_error(p, kJsonRpcMethodNotFound, "Method not found: " + m);
+}
+
+McpStep McpEndpoint::advance(int64_t now_ms) {
+  for (std::size_t i = 0; i < pending_.size(); ++i) {
+    Pending& p = *pending_[i];
+    if (p.stage == Pending::Stage::kNeedSnapshot) {
+      current_ = i;
+      NeedSnapshot need{*member_, SnapshotQuery{}};
+      if (p.work == Pending::Work::kList || p.work == Pending::Work::kSearch) {
+        need.query.after = p.work == Pending::Work::kList ? p.cursor.after : "";
+        need.query.limit = std::min(config_.max_connections_per_read, kMaxSnapshotLimit);
+      } else {
+        need.query.only = p.target.connection_id;
+        need.query.limit = 1;
+      }
+      return need;
+    }
+    if (p.stage == Pending::Stage::kNeedRelay) {
+      current_ = i;
+      return NeedRelay{{*relay_}};
+    }
+  }
+  return finish(now_ms);
+}
+
+McpStep McpEndpoint::finish(int64_t now_ms) {
+  (void)now_ms;
+  // Dedup the background revalidations (a batch may read the same connection twice).
+  std::vector<Revalidation> background;
+  for (Revalidation& r : background_) {
+    if (std::find(background.begin(), background.end(), r) == background.end()) {
+      background.push_back(std::move(r));
+    }
+  }
+  std::vector<const Json*> answers;
+  int status = 200;
+  for (const auto& p : pending_) {
+    if (p->stage != Pending::Stage::kDone) continue;
+    answers.push_back(&p->response);
+    if (!batch_ && p->http_status != 200) status = p->http_status;
+  }
+  HttpResponse response;
+  if (answers.empty()) {
+    response.status = 202;
+    response.headers = {{"Cache-Control", "no-store"}};
+  } else if (!batch_) {
+    response = json_response(status, serialize_json(*answers.front()));
+  } else {
+    Json array = Json::array();
+    for (const Json* a : answers) array.push_back(*a);
+    response = json_response(200, serialize_json(array));
+  }
+  return Respond{std::move(response), std::move(background), std::move(log_), stats_};
+}
+
+McpStep McpEndpoint::resume_snapshot(Result<DiscoverySnapshot> snapshot, int64_t now_ms) {
+  if (current_ >= pending_.size() || pending_[current_]->stage != Pending::Stage::kNeedSnapshot) {
+    return Respond{error_response(HttpErrorCode::kInternal, "internal error"),
+                   {},
+                   Error(ErrorCode::kInternal, "McpEndpoint::resume_snapshot out of turn"),
+                   {}};
+  }
+  Pending& p = *pending_[current_];
+  if (!snapshot.ok()) {
+    log_ = snapshot.error();
+    answer_error(p, kMcpErrorStoreUnavailable, store_unavailable_message(snapshot.error()));
+    return advance(now_ms);
+  }
+  if (snapshot->member != *member_) {
+    log_ = Error(ErrorCode::kInternal, "the snapshot is of another member");
+    answer_error(p, kJsonRpcInternalError, "internal error");
+    return advance(now_ms);
+  }
+  VisibleConnections visible =
+      visible_connections(*snapshot, config_.freshness, now_ms, config_.render);
+  for (Revalidation& r : visible.revalidations) background_.push_back(std::move(r));
+  stats_.fresh += visible.stats.fresh;
+  stats_.stale += visible.stats.stale;
+  stats_.pending += visible.stats.pending;
+  stats_.error += visible.stats.error;
+  stats_.expired += visible.stats.expired;
+  stats_.authorization_required += visible.stats.authorization_required;
+  switch (p.work) {
+    case Pending::Work::kList:
+      serve_list(p, *snapshot, visible);
+      break;
+    case Pending::Work::kSearch:
+      serve_search(p, *snapshot, now_ms);
+      break;
+    case Pending::Work::kDescribe:
+    case Pending::Work::kCall:
+      prepare_call(p, *snapshot, visible, now_ms);
+      break;
+    case Pending::Work::kNone:
+      answer_error(p, kJsonRpcInternalError, "internal error");
+      break;
+  }
+  return advance(now_ms);
+}
+
+void McpEndpoint::serve_list(Pending& p, const DiscoverySnapshot& snapshot,
+                             const VisibleConnections& visible) {
+  const Cursor& from = p.cursor;
+  Json items = Json::array();
+  Json missing = Json::array();
+  std::optional<int64_t> ttl;
+  std::optional<Cursor> next;
+  for (std::size_t k = 0; k < visible.connections.size(); ++k) {
+    const VisibleConnection& c = visible.connections[k];
+    if (!from.connection.empty() && c.id < from.connection) continue;
+    std::size_t offset = c.id == from.connection ? from.offset : 0;
+    if (!c.servable) {
+      if (offset == 0) {
+        missing.push_back(Json::object({{"id", c.id}, {"status", entry_status_name(c.status)}}));
+      }
+      continue;
+    }
+    std::optional<std::vector<Json>> listed = listed_items(c.manifest, p.kind);
+    if (!listed) {
+      const Json* list = nullptr;
+      for (const char* f : {list_kind_name(p.kind), list_result_field(p.kind)}) {
+        if (const Json* l = json_field(c.manifest, f)) list = l;
+      }
+      std::optional<std::string> state =
+          list != nullptr && list->is_object() ? json_string(*list, "state") : std::nullopt;
+      if (state == std::optional<std::string>("failed") && offset == 0) {
+        missing.push_back(Json::object({{"id", c.id}, {"status", "failed"}}));
+      }
+      continue;
+    }
+    ttl = std::min(ttl.value_or(c.ttl_ms), c.ttl_ms);
+    std::vector<Json>& all = *listed;
+    std::size_t i = offset;
+    for (; i < all.size(); ++i) {
+      if (items.size() >= config_.page_size) break;
+      if (std::optional<Json> item = expose_item(p.kind, c.id, std::move(all[i]))) {
+        items.push_back(std::move(*item));
+      }
+    }
+    if (i < all.size()) {
+      // The page is full inside this connection: resume here.
+      Cursor n;
+      n.method = p.method;
+      n.connection = c.id;
+      n.offset = i;
+      // The id before this one in the snapshot (or where this read began): a read after it
+      // starts with this connection.
+      n.after = from.after;
+      for (const GrantedConnection& g : snapshot.connections) {
+        if (g.id < c.id) n.after = g.id;
+      }
+      next = n;
+      break;
+    }
+  }
+  if (!next && snapshot.next_after) {
+    Cursor n;
+    n.method = p.method;
+    n.after = *snapshot.next_after;
+    next = n;
+  }
+  Json result = Json::object({{list_result_field(p.kind), std::move(items)},
+                              {"ttlMs", ttl.value_or(0)},
+                              {"cacheScope", "private"}});
+  if (!missing.empty()) result["_meta"] = Json::object({{"quiver/missing", std::move(missing)}});
+  if (next) result["nextCursor"] = encode_cursor(*next);
+  answer(p, std::move(result));
+}
+
+void McpEndpoint::serve_search(Pending& p, const DiscoverySnapshot& snapshot, int64_t now_ms) {
+  SearchCorpus corpus = search_corpus(snapshot, config_.freshness, now_ms, config_.render);
+  IndexedToolSearcher fallback;
+  ToolSearcher* searcher = config_.searcher != nullptr ? config_.searcher : &fallback;
+  Result<std::vector<SearchHit>> hits = searcher->search(corpus, p.query, p.limit);
+  if (!hits.ok()) {
+    if (hits.error().code == ErrorCode::kInvalidArgument ||
+        hits.error().code == ErrorCode::kTooLarge) {
+      return answer(p, text_result("query: " + hits.error().message, Json(), true));
+    }
+    log_ = hits.error();
+    return answer_error(p, kJsonRpcInternalError, "the search failed");
+  }
+  Json found = Json::array();
+  std::string text;
+  for (const SearchHit& hit : *hits) {
+    if (hit.entry >= corpus.tools.size()) continue;
+    const ToolCandidate& t = corpus.tools[hit.entry];
+    Json row = Json::object(
+        {{"name", encode_mcp_name(t.connection_id, hit.name)}, {"connection", t.connection_id}});
+    if (auto title = json_string(t.tool, "title")) row["title"] = *title;
+    if (auto d = json_string(t.tool, "description")) row["description"] = *d;
+    text += row["name"].get<std::string>();
+    if (auto d = json_string(t.tool, "description")) text += ": " + d->substr(0, 200);
+    text += "\n";
+    found.push_back(std::move(row));
+  }
+  if (found.empty()) text = "no tool matches";
+  Json structured = Json::object({{"tools", std::move(found)}});
+  if (!corpus.unavailable.empty()) {
+    Json missing = Json::array();
+    for (const auto& [id, status] : corpus.unavailable) {
+      missing.push_back(Json::object({{"id", id}, {"status", entry_status_name(status)}}));
+    }
+    structured["missing"] = std::move(missing);
+  }
+  answer(p, text_result(std::move(text), std::move(structured)));
+}
+
+void McpEndpoint::prepare_call(Pending& p, const DiscoverySnapshot& snapshot,
+                               const VisibleConnections& visible, int64_t now_ms) {
+  const VisibleConnection* c = nullptr;
+  for (const VisibleConnection& v : visible.connections) {
+    if (v.id == p.target.connection_id) c = &v;
+  }
+  const GrantedConnection* g = snapshot.find(p.target.connection_id);
+  auto refuse = [&](const std::string& why) {
+    if (p.work == Pending::Work::kDescribe) {
+      return answer(p, text_result("no tool named " + p.exposed + why, Json(), true));
+    }
+    switch (p.capability) {
+      case CapabilityType::kTool:
+        return answer_error(p, kJsonRpcInvalidParams, "Unknown tool: " + p.exposed + why);
+      case CapabilityType::kPrompt:
+        return answer_error(p, kJsonRpcInvalidParams, "Unknown prompt: " + p.exposed + why);
+      case CapabilityType::kResource:
+      case CapabilityType::kResourceTemplate:
+        return answer_error(p, kMcpErrorResourceNotFound, "Resource not found" + why,
+                            Json::object({{"uri", p.exposed}}));
+    }
+  };
+  // Not granted, removed, or unknown: indistinguishable, by design.
+  if (c == nullptr || g == nullptr || !c->principal) return refuse("");
+  if (p.capability != CapabilityType::kResourceTemplate &&
+      !quiver::visible(g->disabled, p.capability, p.target.name)) {
+    return refuse(" (disabled)");
+  }
+  if (p.work == Pending::Work::kDescribe) {
+    std::optional<std::vector<Json>> tools =
+        c->servable ? listed_items(c->manifest, ListKind::kTools) : std::nullopt;
+    if (tools) {
+      for (Json& t : *tools) {
+        if (json_string(t, "name") == std::optional<std::string>(p.target.name)) {
+          std::optional<Json> exposed = expose_item(ListKind::kTools, c->id, std::move(t));
+          return answer(p,
+                        text_result(serialize_json(*exposed), Json::object({{"tool", *exposed}})));
+        }
+      }
+    }
+    return refuse(c->servable ? ""
+                              : std::string(" (the connection's list is ") +
+                                    entry_status_name(c->status) + ")");
+  }
+  relay_ =
+      RelayCall{p.target.connection_id,
+                *member_,
+                *c->principal,
+                p.method,
+                p.relay_params,
+                p.exposed,
+                p.id,
+                now_ms + config_.relay_timeout_ms,
+                p.modern ? kModernVersion
+                         : (protocol_version_.empty() ? kLegacyVersions[0] : protocol_version_)};
+  p.stage = Pending::Stage::kNeedRelay;
+}
+
+McpStep McpEndpoint::resume_relay(std::vector<RelayReply> replies, int64_t now_ms) {
+  if (current_ >= pending_.size() || pending_[current_]->stage != Pending::Stage::kNeedRelay) {
+    return Respond{error_response(HttpErrorCode::kInternal, "internal error"),
+                   {},
+                   Error(ErrorCode::kInternal, "McpEndpoint::resume_relay out of turn"),
+                   {}};
+  }
+  Pending& p = *pending_[current_];
+  RelayReply reply = replies.empty()
+                         ? RelayReply::failed(RelayFailure::kUnavailable,
+                                              "tool calls are not available at this endpoint")
+                         : std::move(replies.front());
+  switch (reply.kind) {
+    case RelayReply::Kind::kResult:
+      expose_result_uris(reply.result, p.target.connection_id);
+      answer(p, std::move(reply.result));
+      break;
+    case RelayReply::Kind::kUpstreamError:
+    case RelayReply::Kind::kFailed:
+      answer_error(p, reply.error.code, reply.error.message, reply.error.data);
+      break;
+  }
+  return advance(now_ms);
+}
+
+}  // namespace quiver
