@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <iterator>
 #include <utility>
 
 #include "shared/canonical_json.h"
@@ -48,6 +49,21 @@ std::optional<int64_t> to_int(const std::string& s) {
     v = v * 10 + (c - '0');
   }
   return v;
+}
+
+constexpr const char* kFailureNames[] = {"unavailable", "agent_unreachable", "upstream_unavailable",
+                                         "timeout",     "too_large",         "refused"};
+
+const char* failure_name(RelayFailure f) {
+  const auto i = static_cast<std::size_t>(f);
+  return i < std::size(kFailureNames) ? kFailureNames[i] : "unavailable";
+}
+
+std::optional<RelayFailure> parse_failure(std::string_view name) {
+  for (std::size_t i = 0; i < std::size(kFailureNames); ++i) {
+    if (name == kFailureNames[i]) return static_cast<RelayFailure>(i);
+  }
+  return std::nullopt;
 }
 
 Json error_json(const JsonRpcError& e) {
@@ -121,33 +137,37 @@ bool is_unknown_capability_answer(std::string_view method, const std::optional<J
          (t.find("tool") != std::string::npos && t.find("not found") != std::string::npos);
 }
 
-JsonRpcError call_failure_error(const Error& error) {
-  JsonRpcError e;
+RelayReply relay_reply_for_failure(const Error& error) {
+  RelayFailure failure = RelayFailure::kUpstreamUnavailable;
   switch (error.code) {
     case ErrorCode::kNotFound:
     case ErrorCode::kInvalidArgument:
-      e.code = kJsonRpcInvalidParams;
+    case ErrorCode::kStoreUnavailable:
+    case ErrorCode::kStoreNotReady:
+    case ErrorCode::kAuthorizationRequired:
+      failure = RelayFailure::kRefused;
       break;
     case ErrorCode::kTimeout:
-      e.code = kCallTimeoutError;
+      failure = RelayFailure::kTimeout;
+      break;
+    case ErrorCode::kTooLarge:
+      failure = RelayFailure::kTooLarge;
       break;
     default:
-      e.code = kCallUnavailableError;
       break;
   }
-  e.message = error.message;
-  e.data = Json{{"code", error_code_name(error.code)}};
-  return e;
+  RelayReply reply = RelayReply::failed(failure, error.message);
+  reply.error.data = Json{{"code", error_code_name(error.code)}};
+  return reply;
 }
 
-JsonRpcError agent_unreachable_error() {
-  JsonRpcError e;
-  e.code = kCallUnavailableError;
-  e.message =
+RelayReply agent_unreachable_reply() {
+  RelayReply reply = RelayReply::failed(
+      RelayFailure::kAgentUnreachable,
       "no Quiver agent is consuming calls: the call cannot reach its upstream (lists still work "
-      "from the cache)";
-  e.data = Json{{"code", kAgentUnreachable}};
-  return e;
+      "from the cache)");
+  reply.error.data = Json{{"code", kAgentUnreachable}};
+  return reply;
 }
 
 // ---- the Redis relay ---------------------------------------------------------------------------
@@ -192,9 +212,6 @@ Result<std::vector<RedisCommand>> relay_call_commands(const RedisKeys& keys,
   }
   Result<std::string> reply_key = keys.call_reply(request.rid);
   if (!reply_key.ok()) return reply_key.error();
-  JsonRpcError unreachable = agent_unreachable_error();
-  RelayReply no_agent;
-  no_agent.error = unreachable;
   RedisCommand eval = {"EVAL",
                        std::string(script),
                        "2",
@@ -203,7 +220,7 @@ Result<std::vector<RedisCommand>> relay_call_commands(const RedisKeys& keys,
                        keys.call_agents(),
                        std::to_string(stream_maxlen),
                        std::to_string(kCallReplyTtlMs),
-                       relay_reply_record(no_agent)};
+                       relay_reply_record(agent_unreachable_reply())};
   for (std::string& f : fields) eval.push_back(std::move(f));
   // BLPOP takes seconds, with decimals since Redis 6.
   char wait[32];
@@ -214,18 +231,27 @@ Result<std::vector<RedisCommand>> relay_call_commands(const RedisKeys& keys,
 
 std::string relay_reply_record(const RelayReply& reply, std::size_t max_bytes) {
   Json record = Json::object();
-  if (reply.error) {
-    record["error"] = error_json(*reply.error);
-  } else {
-    record["result"] = reply.result ? *reply.result : Json::object();
+  switch (reply.kind) {
+    case RelayReply::Kind::kResult:
+      record["kind"] = "result";
+      record["result"] = reply.result.is_null() ? Json::object() : reply.result;
+      break;
+    case RelayReply::Kind::kUpstreamError:
+      record["kind"] = "upstream_error";
+      record["error"] = error_json(reply.error);
+      break;
+    case RelayReply::Kind::kFailed:
+      record["kind"] = "failed";
+      record["failure"] = failure_name(reply.failure);
+      record["error"] = error_json(reply.error);
+      break;
   }
   std::string text = text_of(record);
   if (text.size() <= max_bytes) return text;
-  JsonRpcError too_large = call_failure_error(
+  return relay_reply_record(relay_reply_for_failure(
       Error(ErrorCode::kTooLarge, "the upstream's answer is " + std::to_string(text.size()) +
-                                      " bytes, over the relay's bound of " +
-                                      std::to_string(max_bytes) + " bytes"));
-  return text_of(Json{{"error", error_json(too_large)}});
+                                      " bytes, over the bound of " + std::to_string(max_bytes) +
+                                      " bytes")));
 }
 
 Result<RelayReply> parse_relay_reply(std::string_view record) {
@@ -233,26 +259,31 @@ Result<RelayReply> parse_relay_reply(std::string_view record) {
   options.max_bytes = kMaxRelayReplyBytes + 1024;
   options.keep_number_literals = true;
   Result<Json> parsed = parse_json(record, options);
-  if (!parsed.ok()) {
-    return Error(ErrorCode::kInvalidReply, "relay reply: " + parsed.error().message);
+  if (!parsed.ok() || !parsed->is_object()) {
+    return Error(
+        ErrorCode::kInvalidReply,
+        "relay reply: " + (parsed.ok() ? std::string("not an object") : parsed.error().message));
   }
-  RelayReply out;
-  if (Json* result = json_field(*parsed, "result")) {
-    out.result = std::move(*result);
-    return out;
+  const std::string kind = json_string(*parsed, "kind").value_or("");
+  if (kind == "result") {
+    Json* result = json_field(*parsed, "result");
+    if (result == nullptr) return Error(ErrorCode::kInvalidReply, "relay reply: no result");
+    return RelayReply::ok(std::move(*result));
   }
   const Json* error = json_field(*parsed, "error");
-  if (error == nullptr || !error->is_object()) {
-    return Error(ErrorCode::kInvalidReply, "relay reply: neither result nor error");
-  }
-  std::optional<int64_t> code = json_int(*error, "code");
-  if (!code) return Error(ErrorCode::kInvalidReply, "relay reply: the error has no code");
+  std::optional<int64_t> code = error != nullptr ? json_int(*error, "code") : std::nullopt;
+  if (!code) return Error(ErrorCode::kInvalidReply, "relay reply: no error code");
   JsonRpcError e;
   e.code = *code;
   e.message = json_string(*error, "message").value_or("");
   if (const Json* data = json_field(*error, "data")) e.data = *data;
-  out.error = std::move(e);
-  return out;
+  if (kind == "upstream_error") return RelayReply::upstream_error(std::move(e));
+  std::optional<RelayFailure> failure =
+      kind == "failed" ? parse_failure(json_string(*parsed, "failure").value_or("")) : std::nullopt;
+  if (!failure) return Error(ErrorCode::kInvalidReply, "relay reply: unknown kind or failure");
+  RelayReply reply = RelayReply::failed(*failure, e.message);
+  reply.error = std::move(e);
+  return reply;
 }
 
 Result<RelayReply> parse_relay_call_replies(const std::vector<RespValue>& replies) {
@@ -262,13 +293,26 @@ Result<RelayReply> parse_relay_call_replies(const std::vector<RespValue>& replie
   }
   const RespValue& popped = replies[1];
   if (popped.is_nil()) {
-    return Error(ErrorCode::kTimeout, "no agent answered the call by its deadline");
+    return relay_reply_for_failure(
+        Error(ErrorCode::kTimeout, "no agent answered the call by its deadline"));
   }
   const std::vector<RespValue>* pair = popped.as_array();
   if (pair == nullptr || pair->size() != 2 || !(*pair)[1].as_string()) {
     return Error(ErrorCode::kInvalidReply, "relay: BLPOP answered an unexpected shape");
   }
   return parse_relay_reply(*(*pair)[1].as_string());
+}
+
+RelayRequest relay_request_for(const RelayCall& call, std::string rid, int64_t now_ms) {
+  RelayRequest r;
+  r.rid = std::move(rid);
+  r.connection_id = call.connection_id;
+  r.member_id = std::string(call.member.member_id());
+  r.method = call.method;
+  r.params = call.params;
+  r.deadline_ms = call.deadline_ms;
+  r.at_ms = now_ms;
+  return r;
 }
 
 Result<RelayRequest> relay_request_from_fields(

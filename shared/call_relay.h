@@ -17,7 +17,7 @@
 //     1. EVAL schema/lua/call_enqueue.lua: no agent alive (`call-agents` absent) → the reply
 //        list gets an agent_unreachable reply at once; else XADD the request to `calls`.
 //     2. BLPOP call-reply:<rid> wait_s: the agent's reply, or nil when the deadline passed.
-//   parse_relay_call_replies(...) → the reply record (parse_relay_reply) or a timeout.
+//   parse_relay_call_replies(...) → the RelayReply (shared/mcp_endpoint.h) or a timeout.
 // The agents read `calls` with XREADGROUP ... NOACK (each request goes to one agent, once: a
 // call is never repeated), drop a request whose deadline passed (never performed late), perform
 // the rest as the request's member (the grant and preference checked again), and RPUSH one reply
@@ -35,7 +35,9 @@
 #include <vector>
 
 #include "shared/jsonrpc.h"
+#include "shared/mcp_endpoint.h"
 #include "shared/preferences.h"
+#include "shared/redis_conversation.h"
 #include "shared/redis_keys.h"
 #include "shared/resp.h"
 #include "shared/status.h"
@@ -61,15 +63,14 @@ Result<CalledCapability> called_capability(std::string_view method, const Json& 
 bool is_unknown_capability_answer(std::string_view method, const std::optional<Json>& result,
                                   const std::optional<JsonRpcError>& error);
 
-// Quiver's JSON-RPC errors for a call that got no answer from the upstream. `data.code` is the
-// stable ErrorCode name (UPSTREAM_UNAVAILABLE, TIMEOUT, TOO_LARGE, ...) or AGENT_UNREACHABLE.
-inline constexpr int64_t kCallTimeoutError = -32001;  // as the TypeScript SDK's RequestTimeout
-inline constexpr int64_t kCallUnavailableError = -32603;
+// The RelayReply (shared/mcp_endpoint.h) of a call that got no answer, by the Error's code:
+// kNotFound / kInvalidArgument / kStoreUnavailable / kAuthorizationRequired (not granted,
+// disabled, the grant or preference could not be checked, no authorization) → kRefused;
+// kTimeout → kTimeout; kTooLarge → kTooLarge; the rest → kUpstreamUnavailable. The message is
+// the error's (already redacted); `data.code` its ErrorCode name.
+RelayReply relay_reply_for_failure(const Error& error);
+RelayReply agent_unreachable_reply();
 inline constexpr char kAgentUnreachable[] = "AGENT_UNREACHABLE";
-// kNotFound / kInvalidArgument (not granted, disabled, unknown connection) → -32602;
-// kTimeout → kCallTimeoutError; the rest → -32603. The message is the error's (already redacted).
-JsonRpcError call_failure_error(const Error& error);
-JsonRpcError agent_unreachable_error();
 
 // ---- the Redis relay ---------------------------------------------------------------------------
 
@@ -102,20 +103,20 @@ Result<std::vector<RedisCommand>> relay_call_commands(const RedisKeys& keys,
                                                       const RelayRequest& request, int64_t wait_ms,
                                                       int64_t stream_maxlen = kCallStreamMaxLen);
 
-// One reply as the edge reads it: the upstream's result, its JSON-RPC error, or Quiver's error
-// for a call that got no answer (AGENT_UNREACHABLE, TIMEOUT, UPSTREAM_UNAVAILABLE, ...).
-struct RelayReply {
-  std::optional<Json> result;
-  std::optional<JsonRpcError> error;
-};
-// The record an agent pushes: {"result": ...} or {"error": {code, message, data?}}. A record
-// over `max_bytes` becomes a TOO_LARGE error record (the result is not sent).
+// The record an agent pushes, one JSON object: {"kind": "result", "result": ...},
+// {"kind": "upstream_error", "error": {code, message, data?}} or {"kind": "failed", "failure":
+// "timeout" | "upstream_unavailable" | ..., "error": {...}}. A record over `max_bytes` becomes a
+// kTooLarge failure (the result is not sent).
 std::string relay_reply_record(const RelayReply& reply,
                                std::size_t max_bytes = kMaxRelayReplyBytes);
 Result<RelayReply> parse_relay_reply(std::string_view record);
-// The replies of relay_call_commands' pipeline: the reply, or kTimeout when BLPOP gave up (no
-// agent answered by the deadline), kStoreUnavailable for a Redis error.
+// The replies of relay_call_commands' pipeline: the reply (a kTimeout failure when BLPOP gave up:
+// no agent answered by the deadline), or kStoreUnavailable for a Redis error, kInvalidReply.
 Result<RelayReply> parse_relay_call_replies(const std::vector<RespValue>& replies);
+
+// The request of a RelayCall (the edge's hook): `rid` random, the deadline the call's, `now_ms`
+// the edge's wall clock.
+RelayRequest relay_request_for(const RelayCall& call, std::string rid, int64_t now_ms);
 
 // An agent's side: one stream entry's fields as a request (kInvalidArgument naming what is
 // wrong; the entry is then dropped and counted).

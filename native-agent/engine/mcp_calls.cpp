@@ -97,9 +97,8 @@ Result<RelayReply> McpCalls::perform(const UpstreamCall& call,
                                      named->key + "`: listing refreshed (" +
                                      (queued.ok() ? "requested" : queued.error().message) + ")");
   }
-  RelayReply reply;
-  reply.result = std::move(answer->result);
-  reply.error = std::move(answer->error);
+  RelayReply reply = answer->error ? RelayReply::upstream_error(std::move(*answer->error))
+                                   : RelayReply::ok(std::move(answer->result).value_or(Json()));
   // The answer's bound, the same for the agent's own endpoint and the relay (whose record is
   // this text). TODO(perf): the relay serializes it once more for its record.
   const std::size_t bytes = relay_reply_record(reply, SIZE_MAX).size();
@@ -109,6 +108,24 @@ Result<RelayReply> McpCalls::perform(const UpstreamCall& call,
                                            std::to_string(kMaxRelayReplyBytes) + " bytes");
   }
   return reply;
+}
+
+RelayReply perform_relay_call(AgentService& agent, const RelayCall& call, int64_t now_ms,
+                              const std::function<bool()>& cancelled) {
+  UpstreamCall upstream;
+  upstream.connection_id = call.connection_id;
+  upstream.member_id = std::string(call.member.member_id());
+  upstream.method = call.method;
+  upstream.params = call.params;
+  if (call.deadline_ms > 0) {
+    if (call.deadline_ms <= now_ms) {
+      return relay_reply_for_failure(
+          Error(ErrorCode::kTimeout, call.method + ": the deadline passed before it was sent"));
+    }
+    upstream.timeout_ms = call.deadline_ms - now_ms;
+  }
+  Result<RelayReply> reply = agent.call_upstream(upstream, cancelled);
+  return reply.ok() ? std::move(*reply) : relay_reply_for_failure(reply.error());
 }
 
 // ---- the Redis relay's consumer ----------------------------------------------------------------
@@ -132,12 +149,7 @@ void CallRelayConsumer::handle(const RelayRequest& request) {
   call.timeout_ms = request.deadline_ms - now;
   Result<RelayReply> reply = calls_.perform(call);
   ++performed_;
-  RelayReply record;
-  if (reply.ok()) {
-    record = std::move(*reply);
-  } else {
-    record.error = call_failure_error(reply.error());
-  }
+  const RelayReply record = reply.ok() ? std::move(*reply) : relay_reply_for_failure(reply.error());
   Status put = ctx_.store->put_call_reply(request.rid, relay_reply_record(record), kCallReplyTtlMs);
   if (!put.ok()) {
     ++reply_failures_;

@@ -65,6 +65,12 @@ class McpCalls {
   Triggers& triggers_;
 };
 
+// The agent's RelayCall hook (shared/mcp_endpoint.h NeedRelay at the agent's own /mcp): the call
+// performed directly (AgentService::call_upstream; `now_ms` on the clock of call.deadline_ms), its
+// failure as the RelayReply the endpoint answers with.
+RelayReply perform_relay_call(AgentService& agent, const RelayCall& call, int64_t now_ms,
+                              const std::function<bool()>& cancelled = {});
+
 struct CallRelayStats {
   int64_t performed = 0;       // requests performed (whatever the answer)
   int64_t expired = 0;         // dropped: read after their deadline

@@ -1709,10 +1709,17 @@ Status RedisStore::put_call_reply(std::string_view rid, std::string_view record,
 
 Status RedisStore::mark_call_agent_alive(std::string_view consumer, int64_t ttl_ms) {
   if (ttl_ms <= 0) return invalid("mark_call_agent_alive: no lifetime");
-  Result<RespValue> r = impl_->one(
-      {"SET", impl_->keys.call_agents(), std::string(consumer), "PX", std::to_string(ttl_ms)},
-      "SET");
-  return r.ok() ? Status::Ok() : Status(r.error());
+  // The group first (from the stream's end; BUSYGROUP: it exists): an edge queues only while
+  // `call-agents` exists, so every request it queues is after the group's start.
+  Result<std::vector<RespValue>> r = impl_->main.run(
+      {{"XGROUP", "CREATE", impl_->keys.calls(), kCallsConsumerGroup, "$", "MKSTREAM"},
+       {"SET", impl_->keys.call_agents(), std::string(consumer), "PX", std::to_string(ttl_ms)}});
+  if (!r.ok()) return r.error();
+  if ((*r)[0].is_error() && !starts_with((*r)[0].str, "BUSYGROUP")) {
+    return reply_error((*r)[0], "XGROUP CREATE");
+  }
+  if ((*r)[1].is_error()) return reply_error((*r)[1], "SET");
+  return Status::Ok();
 }
 
 }  // namespace quiver
