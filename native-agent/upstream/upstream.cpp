@@ -932,8 +932,10 @@ Result<CallAnswer> UpstreamConnection::call_locked(const std::string& method, co
                          "(notifications/cancelled sent)");
       }
       if (now >= deadline_ms) {
-        // The session's own timer for the call fires at the deadline: expire it there.
+        // The session's own timer for the call fires at the deadline: expire it there (the
+        // notifications/cancelled it queues gets a short send budget of its own).
         s.mcp->handle_timeout(std::max(now, deadline_ms));
+        s.send_until = now + kCallCancelPollMs;
         flush_transmits();
         process_events();
         break;

@@ -4,6 +4,8 @@
 // real redis-server, the test playing the edge with exactly the commands the core builds
 // (shared/call_relay.h). The upstream side is checked through the test upstream's own counters:
 // a refused call never reaches it.
+#include "native-agent/engine/mcp_calls.h"
+
 #include <atomic>
 #include <memory>
 #include <string>
@@ -14,7 +16,6 @@
 #include <hiredis.h>
 
 #include "native-agent/engine/agent.h"
-#include "native-agent/engine/mcp_calls.h"
 #include "shared/call_relay.h"
 #include "shared/redis_keys.h"
 #include "tests/support/hiredis_run.h"
@@ -128,10 +129,10 @@ TEST(McpCalls, EchoAResourceAPromptAndACompletionOnServerEverything) {
   ASSERT_TRUE(agent);
 
   CallReport report;
-  Result<RelayReply> echo = agent->call_upstream(
-      call_of("everything", "alice", "tools/call",
-              {{"name", "echo"}, {"arguments", {{"message", "hello relay"}}}}),
-      {}, &report);
+  Result<RelayReply> echo =
+      agent->call_upstream(call_of("everything", "alice", "tools/call",
+                                   {{"name", "echo"}, {"arguments", {{"message", "hello relay"}}}}),
+                           {}, &report);
   ASSERT_TRUE(echo.ok()) << echo.error().message << log.all();
   EXPECT_EQ(echo->kind, RelayReply::Kind::kResult);
   EXPECT_EQ(first_text(*echo), "Echo: hello relay");
@@ -139,9 +140,8 @@ TEST(McpCalls, EchoAResourceAPromptAndACompletionOnServerEverything) {
   EXPECT_FALSE(report.upstream.reused) << "the first call opened the session";
 
   const std::string uri = "demo://resource/static/document/architecture.md";
-  Result<RelayReply> read =
-      agent->call_upstream(call_of("everything", "alice", "resources/read", {{"uri", uri}}), {},
-                           &report);
+  Result<RelayReply> read = agent->call_upstream(
+      call_of("everything", "alice", "resources/read", {{"uri", uri}}), {}, &report);
   ASSERT_TRUE(read.ok()) << read.error().message;
   ASSERT_EQ(read->kind, RelayReply::Kind::kResult);
   EXPECT_EQ(read->result["contents"][0]["uri"], uri);
@@ -153,14 +153,13 @@ TEST(McpCalls, EchoAResourceAPromptAndACompletionOnServerEverything) {
   ASSERT_EQ(prompt->kind, RelayReply::Kind::kResult);
   EXPECT_FALSE(prompt->result["messages"].empty()) << prompt->result.dump();
 
-  Result<RelayReply> completion = agent->call_upstream(call_of(
-      "everything", "alice", "completion/complete",
-      {{"ref", {{"type", "ref/prompt"}, {"name", "completable-prompt"}}},
-       {"argument", {{"name", "department"}, {"value", "E"}}}}));
+  Result<RelayReply> completion = agent->call_upstream(
+      call_of("everything", "alice", "completion/complete",
+              {{"ref", {{"type", "ref/prompt"}, {"name", "completable-prompt"}}},
+               {"argument", {{"name", "department"}, {"value", "E"}}}}));
   ASSERT_TRUE(completion.ok()) << completion.error().message;
   ASSERT_EQ(completion->kind, RelayReply::Kind::kResult) << completion->error.message;
-  EXPECT_TRUE(completion->result["completion"]["values"].is_array())
-      << completion->result.dump();
+  EXPECT_TRUE(completion->result["completion"]["values"].is_array()) << completion->result.dump();
 
   // An unknown tool: the upstream's own error, and the listing is refreshed (evidence).
   Result<RelayReply> unknown = agent->call_upstream(
@@ -177,10 +176,10 @@ TEST(McpCalls, DisabledOrUngrantedCallsNeverReachTheUpstream) {
   TempDir dir;
   Lines log;
   const std::string stats = dir.path("stats.json");
-  auto agent = started_agent(
-      make_config(dir, {{"t", test_upstream({"--stats-file", stats})}},
-                  {{"members", {"alice", "bob"}}, {"grants", {{"alice", {"t"}}}}}),
-      log);
+  auto agent =
+      started_agent(make_config(dir, {{"t", test_upstream({"--stats-file", stats})}},
+                                {{"members", {"alice", "bob"}}, {"grants", {{"alice", {"t"}}}}}),
+                    log);
   ASSERT_TRUE(agent);
   ASSERT_TRUE(agent->refresh_now("t", Principal::shared(), "manual").ok()) << log.all();
   ASSERT_TRUE(
@@ -231,13 +230,13 @@ TEST(McpCalls, PerMemberCallsUseTheMembersOwnSessionAndCredential) {
       {"auth", "api_key"},
       {"credential_env", "TEST_UPSTREAM_AUTHORIZATION"},
       {"credentials", {{"alice", {{"env", "ALICE_CRED"}}}, {"bob", {{"env", "BOB_CRED"}}}}}};
-  auto agent = started_agent(
-      make_config(dir, {{"p", test_upstream({"--per-auth"})}},
-                  {{"members", {"alice", "bob", "carol"}},
-                   {"grants", {{"alice", {"p"}}, {"bob", {"p"}}}},
-                   {"connections", {{"p", per_member}}}},
-                  {{"ALICE_CRED", "Bearer alice.k1"}, {"BOB_CRED", "Bearer bob.k2"}}),
-      log);
+  auto agent =
+      started_agent(make_config(dir, {{"p", test_upstream({"--per-auth"})}},
+                                {{"members", {"alice", "bob", "carol"}},
+                                 {"grants", {{"alice", {"p"}}, {"bob", {"p"}}}},
+                                 {"connections", {{"p", per_member}}}},
+                                {{"ALICE_CRED", "Bearer alice.k1"}, {"BOB_CRED", "Bearer bob.k2"}}),
+                    log);
   ASSERT_TRUE(agent);
 
   CallReport alice_report;
@@ -312,9 +311,10 @@ TEST(McpCalls, AClientThatGoesAwayCancelsItsCall) {
     wait_until([&] { return called_tools(stats) == Json::array({"tool_1"}); }, 30000);
     gone = true;
   });
-  Result<RelayReply> cancelled = agent->call_upstream(
-      call_of("t", "alice", "tools/call", {{"name", "tool_1"}, {"arguments", {{"sleep_ms", 60000}}}}),
-      [&] { return gone.load(); });
+  Result<RelayReply> cancelled =
+      agent->call_upstream(call_of("t", "alice", "tools/call",
+                                   {{"name", "tool_1"}, {"arguments", {{"sleep_ms", 60000}}}}),
+                           [&] { return gone.load(); });
   client.join();
   ASSERT_FALSE(cancelled.ok());
   EXPECT_NE(cancelled.error().message.find("cancelled"), std::string::npos)
@@ -326,9 +326,8 @@ TEST(McpCalls, AClientThatGoesAwayCancelsItsCall) {
 TEST(McpCalls, AnOversizedAnswerIsRefusedAndTheNextCallWorks) {
   TempDir dir;
   Lines log;
-  auto agent =
-      started_agent(make_config(dir, {{"t", test_upstream({})}}, {{"grants", {{"alice", {"t"}}}}}),
-                    log);
+  auto agent = started_agent(
+      make_config(dir, {{"t", test_upstream({})}}, {{"grants", {{"alice", {"t"}}}}}), log);
   ASSERT_TRUE(agent);
   Result<RelayReply> big = agent->call_upstream(
       call_of("t", "alice", "tools/call",
@@ -346,13 +345,12 @@ TEST(McpCalls, AnOversizedAnswerIsRefusedAndTheNextCallWorks) {
 TEST(McpCalls, TheAgentsRelayCallHookAnswersWithTheEndpointsReplies) {
   TempDir dir;
   Lines log;
-  auto agent =
-      started_agent(make_config(dir, {{"t", test_upstream({})}}, {{"grants", {{"alice", {"t"}}}}}),
-                    log);
+  auto agent = started_agent(
+      make_config(dir, {{"t", test_upstream({})}}, {{"grants", {{"alice", {"t"}}}}}), log);
   ASSERT_TRUE(agent);
-  RelayCall call{"t",      *Principal::member("alice"), Principal::shared(), "tools/call",
-                 {{"name", "tool_2"}}, "t__tool_2", Json(1), 1'000'000 + 30'000,
-                 "2025-06-18"};
+  RelayCall call{"t",          *Principal::member("alice"), Principal::shared(),
+                 "tools/call", {{"name", "tool_2"}},        "t__tool_2",
+                 Json(1),      1'000'000 + 30'000,          "2025-06-18"};
   RelayReply ok = perform_relay_call(*agent, call, 1'000'000);
   EXPECT_EQ(ok.kind, RelayReply::Kind::kResult);
   EXPECT_EQ(first_text(ok), "called tool_2");
@@ -437,8 +435,8 @@ TEST(McpCallsRedis, TheEdgeRelayReachesTheAgentAndFailsFastWithoutOne) {
   // A request read after its deadline is dropped, never performed late (no reply is written).
   stop = true;
   consumer.join();
-  Result<std::vector<RedisCommand>> late_cmds = relay_call_commands(
-      *keys, relay_request("d", "alice", echo, system_clock_ms()() - 1), 1);
+  Result<std::vector<RedisCommand>> late_cmds =
+      relay_call_commands(*keys, relay_request("d", "alice", echo, system_clock_ms()() - 1), 1);
   ASSERT_TRUE(late_cmds.ok());
   run_argv(edge.get(), (*late_cmds)[0]);  // queued (the agent is alive), not waited for
   const int64_t expired_before = agent->call_relay_stats().expired;

@@ -76,17 +76,18 @@ TEST(CallRelay, AnUnknownCapabilityAnswerIsEvidenceAndOtherAnswersAreNot) {
                                            error(kJsonRpcInvalidParams, "Prompt x not found")));
   EXPECT_TRUE(is_unknown_capability_answer("resources/read", std::nullopt,
                                            error(-32002, "Resource not found")));
-  Json is_error = {{"isError", true}, {"content", {{{"type", "text"}, {"text", "Unknown tool: x"}}}}};
+  Json is_error = {{"isError", true},
+                   {"content", {{{"type", "text"}, {"text", "Unknown tool: x"}}}}};
   EXPECT_TRUE(is_unknown_capability_answer("tools/call", is_error, std::nullopt));
   // Not evidence: bad arguments, another code, a failing tool, a plain result.
-  EXPECT_FALSE(is_unknown_capability_answer(
-      "tools/call", std::nullopt, error(kJsonRpcInvalidParams, "message: Required")));
+  EXPECT_FALSE(is_unknown_capability_answer("tools/call", std::nullopt,
+                                            error(kJsonRpcInvalidParams, "message: Required")));
   EXPECT_FALSE(is_unknown_capability_answer("tools/call", std::nullopt,
                                             error(kJsonRpcInternalError, "Tool x not found")));
   Json failed = {{"isError", true}, {"content", {{{"type", "text"}, {"text", "disk full"}}}}};
   EXPECT_FALSE(is_unknown_capability_answer("tools/call", failed, std::nullopt));
-  EXPECT_FALSE(is_unknown_capability_answer("tools/call", Json{{"content", Json::array()}},
-                                            std::nullopt));
+  EXPECT_FALSE(
+      is_unknown_capability_answer("tools/call", Json{{"content", Json::array()}}, std::nullopt));
 }
 
 TEST(CallRelay, FailuresBecomeTheEndpointsRelayFailures) {
@@ -209,8 +210,7 @@ TEST(CallRelay, AgentsRefuseMalformedEntries) {
   for (const char* field : {"rid", "cid", "member", "method", "params", "deadline", "at"}) {
     auto broken = fields;
     broken[field] = field == std::string("params") ? "{not json" : "";
-    EXPECT_EQ(relay_request_from_fields(broken).error().code, ErrorCode::kInvalidArgument)
-        << field;
+    EXPECT_EQ(relay_request_from_fields(broken).error().code, ErrorCode::kInvalidArgument) << field;
   }
   auto array_params = fields;
   array_params["params"] = "[1]";

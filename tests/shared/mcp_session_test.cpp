@@ -2057,7 +2057,7 @@ TEST(McpSessionCalls, ACancelledCallSendsCancelledAndReportsNothingMore) {
 
 TEST(McpSessionCalls, ACallRunsBesideAListingAndFailsWhenTheSessionEnds) {
   Sim sim;
-  sim.peer.hook = never_answer("tools/call");
+  sim.peer.hook = never_answer("prompts/get");
   sim.list_all();
   sim.events.clear();
   ASSERT_TRUE(sim.session.relist({ListKind::kTools}, sim.now).ok());
