@@ -9,6 +9,8 @@
 // Prints p50 / p99 of each, and the hop each adds (agent − direct, relay − agent).
 //
 //   call_relay --everything JS --redis-port P [--n 1000] [--warmup 50]
+#include "shared/call_relay.h"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -26,7 +28,6 @@
 #include "native-agent/engine/agent.h"
 #include "native-agent/engine/mcp_calls.h"
 #include "native-agent/upstream/upstream.h"
-#include "shared/call_relay.h"
 #include "shared/resp.h"
 
 namespace {
@@ -67,8 +68,8 @@ RespValue run(redisContext* c, const std::vector<std::string>& argv) {
     a.push_back(s.data());
     l.push_back(s.size());
   }
-  auto* r = static_cast<redisReply*>(
-      redisCommandArgv(c, static_cast<int>(a.size()), a.data(), l.data()));
+  auto* r =
+      static_cast<redisReply*>(redisCommandArgv(c, static_cast<int>(a.size()), a.data(), l.data()));
   RespValue v = to_resp(r);
   if (r != nullptr) freeReplyObject(r);
   return v;
