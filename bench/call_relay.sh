@@ -11,12 +11,12 @@ out="$build/bench"
 mkdir -p "$out"
 
 cmake -S "$root" -B "$build" >/dev/null
-make -C "$build" -j2 quiver_agent_cli >/dev/null
+make -C "$build" -j2 quiver_agent_engine >/dev/null
 
 flags=(-std=c++17 -O2 -I"$root")
 read -r -a pc <<<"$(pkg-config --cflags --libs cpp-httplib hiredis)"
 g++ "${flags[@]}" -o "$out/call_relay" "$root/bench/call_relay.cpp" \
-  "$build"/native-agent/libquiver_agent_{cli,api,engine,upstream,store,base}.a "$build/shared/libquiver_core.a" \
+  "$build"/native-agent/libquiver_agent_{engine,upstream,store,base}.a "$build/shared/libquiver_core.a" \
   "${pc[@]}" -lsqlite3 -lssl -lcrypto -lpthread
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
