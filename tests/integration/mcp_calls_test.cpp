@@ -18,6 +18,7 @@
 #include "native-agent/engine/agent.h"
 #include "shared/call_relay.h"
 #include "shared/redis_keys.h"
+#include "tests/support/edge_acl.h"
 #include "tests/support/hiredis_run.h"
 #include "tests/support/mcp_peers.h"
 #include "tests/support/redis_server.h"
@@ -405,8 +406,16 @@ TEST(McpCallsRedis, TheEdgeRelayReachesTheAgentAndFailsFastWithoutOne) {
   ASSERT_TRUE(agent);
   Result<RedisKeys> keys = RedisKeys::create(agent->config().ns);
   ASSERT_TRUE(keys.ok());
+  // The edge runs as its least-privilege user (schema/redis-acl-edge.txt).
+  testing::RedisConnection admin(redis.connect());
+  ASSERT_TRUE(admin);
+  ASSERT_EQ(run_argv(admin.get(), testing::edge_acl_setuser(agent->config().ns, "edge-pw")).str,
+            "OK");
   testing::RedisConnection edge(redis.connect());
   ASSERT_TRUE(edge);
+  ASSERT_EQ(run_argv(edge.get(), {"AUTH", "quiver-edge", "edge-pw"}).str, "OK");
+  // It may read call-agents, never fake an agent being alive.
+  EXPECT_TRUE(run_argv(edge.get(), {"SET", keys->call_agents(), "x"}).is_error());
   const Json echo = {{"name", "echo"}, {"arguments", {{"message", "via redis"}}}};
 
   // No agent consumes: AGENT_UNREACHABLE at once (the BLPOP does not wait out its 20 s), and
@@ -416,7 +425,7 @@ TEST(McpCallsRedis, TheEdgeRelayReachesTheAgentAndFailsFastWithoutOne) {
   ASSERT_TRUE(unreachable.ok()) << unreachable.error().message;
   EXPECT_EQ(unreachable->failure, RelayFailure::kAgentUnreachable);
   EXPECT_EQ(unreachable->error.code, kMcpErrorAgentUnreachable);
-  EXPECT_EQ(run_argv(edge.get(), {"XLEN", keys->calls()}).integer, 0);
+  EXPECT_EQ(run_argv(admin.get(), {"XLEN", keys->calls()}).integer, 0);
 
   // An agent consumes: the call is performed as alice and answered through the reply list.
   ASSERT_TRUE(agent->mark_call_agent_alive().ok());
@@ -446,10 +455,10 @@ TEST(McpCallsRedis, TheEdgeRelayReachesTheAgentAndFailsFastWithoutOne) {
   const int64_t expired_before = agent->call_relay_stats().expired;
   agent->drain_relayed_calls_once(1000);
   EXPECT_EQ(agent->call_relay_stats().expired, expired_before + 1);
-  EXPECT_EQ(run_argv(edge.get(), {"LLEN", *keys->call_reply(std::string(64, 'd'))}).integer, 0);
+  EXPECT_EQ(run_argv(admin.get(), {"LLEN", *keys->call_reply(std::string(64, 'd'))}).integer, 0);
 
   // Malformed entries are dropped and counted, not performed.
-  run_argv(edge.get(), {"XADD", keys->calls(), "*", "rid", "x", "cid", "everything"});
+  run_argv(admin.get(), {"XADD", keys->calls(), "*", "rid", "x", "cid", "everything"});
   const int64_t malformed_before = agent->call_relay_stats().malformed;
   agent->drain_relayed_calls_once(1000);
   EXPECT_EQ(agent->call_relay_stats().malformed, malformed_before + 1);
