@@ -285,7 +285,7 @@ int64_t McpSession::send_request(std::string_view method, Json params, Purpose p
         {kMetaClientCapabilities, Json::object()}};
   }
   int64_t id = next_id_++;
-  pending_[id] = Pending{purpose, kind, now_ms + timeout_ms};
+  pending_[id] = Pending{purpose, kind, now_ms + timeout_ms, now_ms};
   transmits_.push_back(encode_request(id, method, params));
   ++stats_.requests_sent;
   return id;
@@ -431,6 +431,12 @@ void McpSession::expire(int64_t now_ms) {
       }
       case Purpose::kListen:  // never due: the subscription has no deadline
         break;
+      case Purpose::kCall:
+        abandon(id, "timeout", /*cancel=*/true);
+        call_failed(id, Error(ErrorCode::kTimeout, "no answer within " +
+                                                       std::to_string(p.deadline_ms - p.sent_at) +
+                                                       " ms (notifications/cancelled sent)"));
+        break;
     }
   }
   if (now_ms < deadline_ms_) return;
@@ -485,6 +491,10 @@ void McpSession::on_request_failed(int64_t request_id, const Error& error, int64
     case Purpose::kListen:
       abandon(request_id, "rejected", /*cancel=*/false);
       on_listen_ended(Error(e.code, "subscriptions/listen: " + e.message));
+      break;
+    case Purpose::kCall:
+      abandon(request_id, "rejected", /*cancel=*/false);
+      call_failed(request_id, e);
       break;
   }
 }
@@ -601,6 +611,18 @@ void McpSession::dispatch_response(int64_t id, JsonRpcMessage& message, int64_t 
                       ": " + clip(message.error.message, config_.max_error_message_chars)));
       }
       return;
+    case Purpose::kCall: {
+      CallDone done;
+      done.id = id;
+      if (ok) {
+        done.result = std::move(message.result);
+      } else {
+        done.error = std::move(message.error);
+        done.error->message = clip(done.error->message, config_.max_error_message_chars);
+      }
+      events_.push_back(std::move(done));
+      return;
+    }
   }
 }
 
@@ -987,6 +1009,10 @@ void McpSession::shut_down(SessionInput input, const std::optional<Error>& failu
     listing_.finished_at_ms = now_ms;
     events_.push_back(ListingReady{take_listing()});
   }
+  for (const auto& [id, p] : pending_) {
+    if (p.purpose != Purpose::kCall) continue;
+    call_failed(id, Error(list_error.code, failure ? failure->message : list_error.message));
+  }
   pending_.clear();
   listen_id_.reset();
   transmits_.clear();
@@ -1052,5 +1078,45 @@ void McpSession::on_listen_ended(std::optional<Error> error) {
 }
 
 // ==== end of subscriptions/listen ===========================================================
+
+// ==== calls (the relay, issue 13) ===========================================================
+// One more pending request (Purpose::kCall) with its own deadline; its answer, error or failure
+// becomes a CallDone event. The listing code above never looks at it.
+
+Result<int64_t> McpSession::call(std::string_view method, Json params, int64_t timeout_ms,
+                                 int64_t now_ms) {
+  expire(now_ms);
+  if (state_ != S::kReady && state_ != S::kListing) {
+    return Error(ErrorCode::kInvalidArgument,
+                 std::string("call: the session is ") + session_state_name(state_));
+  }
+  if (method.empty()) return Error(ErrorCode::kInvalidArgument, "call: no method");
+  if (timeout_ms <= 0) return Error(ErrorCode::kInvalidArgument, "call: no time left");
+  if (!params.is_object()) params = Json::object();
+  return send_request(method, std::move(params), Purpose::kCall, ListKind::kTools, timeout_ms,
+                      now_ms);
+}
+
+bool McpSession::cancel_call(int64_t id, const std::string& reason) {
+  auto it = pending_.find(id);
+  if (it == pending_.end() || it->second.purpose != Purpose::kCall || state_ == S::kClosed) {
+    return false;
+  }
+  abandon(id, reason.c_str(), /*cancel=*/true);
+  return true;
+}
+
+std::size_t McpSession::calls_in_flight() const {
+  std::size_t n = 0;
+  for (const auto& [id, p] : pending_) n += p.purpose == Purpose::kCall ? 1 : 0;
+  return n;
+}
+
+void McpSession::call_failed(int64_t id, Error error) {
+  CallDone done;
+  done.id = id;
+  done.failure = std::move(error);
+  events_.push_back(std::move(done));
+}
 
 }  // namespace quiver

@@ -86,6 +86,17 @@
 // listing. When it ends (a result, an error, on_request_failed), ListenEnded says how, and the
 // host may listen() again after a pause of its choosing.
 //
+// Calls (the relay, issue 13). Once the handshake is done (ready or listing), `call(method,
+// params, timeout_ms, now)` sends one request of the host's choosing (`tools/call`,
+// `resources/read`, `prompts/get`, `completion/complete`) on the session, with the 2026-07-28
+// `_meta` like every request of a modern session, and answers its id. Exactly one CallDone
+// follows for it: the upstream's result, its JSON-RPC error (as sent, the message clipped), or a
+// failure (kTimeout past `timeout_ms`; kTransport and the like from on_request_failed or a
+// session that ended). A call that times out, or that the host gives up on with
+// `cancel_call(id, reason)` (its client went away), is abandoned with `notifications/cancelled`
+// to the upstream; a cancelled call reports nothing more. Calls never change the session's state
+// and run beside a listing.
+//
 // Server → client: `ping` is answered with {}, any other request with -32601, notifications other
 // than list_changed are ignored. Responses with unknown ids are ignored and counted; an error with
 // a null id is attributed to the only request in flight, if there is exactly one.
@@ -222,7 +233,13 @@ class McpSession {
   struct ListenEnded {           // the subscriptions/listen request was answered or failed
     std::optional<Error> error;  // nullopt: the server ended it with a result
   };
-  using Event = std::variant<ListingReady, ListChanged, Failed, Closed, ListenEnded>;
+  struct CallDone {  // the answer to call(), exactly one per call not cancelled
+    int64_t id = 0;
+    std::optional<Json> result;         // the upstream's result
+    std::optional<JsonRpcError> error;  // the upstream's JSON-RPC error (message clipped)
+    std::optional<Error> failure;       // no answer: kTimeout, kTransport, kInvalidReply, ...
+  };
+  using Event = std::variant<ListingReady, ListChanged, Failed, Closed, ListenEnded, CallDone>;
 
   explicit McpSession(McpSessionConfig config = {});
 
@@ -284,12 +301,22 @@ class McpSession {
   std::vector<ListKind> list_changed_kinds() const;
   // ---- end of subscriptions/listen ----------------------------------------------------------
 
+  // ---- calls (see "Calls") -------------------------------------------------------------------
+  // kInvalidArgument before the handshake is done, after close, for an empty method or a
+  // timeout <= 0; else the request id its CallDone will carry.
+  Result<int64_t> call(std::string_view method, Json params, int64_t timeout_ms, int64_t now_ms);
+  // Gives up on a call still waiting: notifications/cancelled with `reason`; no CallDone. False
+  // when the call is not waiting (answered, unknown).
+  bool cancel_call(int64_t id, const std::string& reason);
+  std::size_t calls_in_flight() const;
+
  private:
-  enum class Purpose { kDiscover, kInitialize, kListPage, kListen };
+  enum class Purpose { kDiscover, kInitialize, kListPage, kListen, kCall };
   struct Pending {
     Purpose purpose = Purpose::kListPage;
     ListKind kind = ListKind::kTools;
     int64_t deadline_ms = 0;
+    int64_t sent_at = 0;
   };
   struct ListRun {
     bool wanted = false;     // part of the running listing
@@ -336,6 +363,7 @@ class McpSession {
                  int64_t now_ms);
   std::string versions_we_speak(bool legacy_only) const;
   void on_listen_ended(std::optional<Error> error);  // subscriptions/listen part
+  void call_failed(int64_t id, Error error);         // calls part: CallDone with a failure
 
   McpSessionConfig config_;
   EraPolicy policy_ = EraPolicy::kProbe;      // config_.era, narrowed by the versions configured

@@ -46,6 +46,9 @@ constexpr KindInfo kKinds[kKeyKindCount] = {
     {KeyKind::kOAuthCallbacks, "oauth-callbacks", "STREAM", false, false},
     {KeyKind::kOAuthResult, "oauth-result", "STRING", false, false, true},
     {KeyKind::kBody, "body", "STRING", false, false, true},
+    {KeyKind::kCalls, "calls", "STREAM", false, false},
+    {KeyKind::kCallReply, "call-reply", "LIST", false, false, true},
+    {KeyKind::kCallAgents, "call-agents", "STRING", false, false},
 };
 
 constexpr char kCatalogVersionsSegment[] = "versions";
@@ -95,7 +98,11 @@ const std::vector<std::string>& key_fields(KeyKind kind) {
                                                         f::kDetail};
   static const std::vector<std::string> kOAuthCallbackFields = {
       f::kState, f::kCode, f::kIss, f::kError, f::kErrorDescription, f::kAt};
+  static const std::vector<std::string> kCallFields = {
+      f::kRid, f::kCid, f::kMember, f::kMethod, f::kParams, f::kDeadline, f::kAt};
   switch (kind) {
+    case KeyKind::kCalls:
+      return kCallFields;
     case KeyKind::kConn:
       return kConnFields;
     case KeyKind::kManifest:
@@ -173,6 +180,12 @@ std::string RedisKeys::replay(std::string_view signed_id) const {
 std::string RedisKeys::oauth_callbacks() const {
   return prefix_ + key_kind_name(KeyKind::kOAuthCallbacks);
 }
+std::string RedisKeys::calls() const { return prefix_ + key_kind_name(KeyKind::kCalls); }
+Result<std::string> RedisKeys::call_reply(std::string_view rid) const {
+  return key(KeyKind::kCallReply, {}, std::nullopt, rid);
+}
+std::string RedisKeys::call_agents() const { return prefix_ + key_kind_name(KeyKind::kCallAgents); }
+
 std::string RedisKeys::oauth_result(std::string_view state) const {
   return prefix_ + key_kind_name(KeyKind::kOAuthResult) + ":" + sha256_hex(state);
 }

@@ -37,8 +37,11 @@ enum class KeyKind {
   kOAuthCallbacks,
   kOAuthResult,
   kBody,
+  kCalls,
+  kCallReply,
+  kCallAgents,
 };
-inline constexpr int kKeyKindCount = 22;
+inline constexpr int kKeyKindCount = 25;
 
 const char* key_kind_name(KeyKind kind);   // the key's segment: "conns", "revalidate-gate", ...
 const char* key_redis_type(KeyKind kind);  // "SET", "HASH", "STRING", "STREAM"
@@ -106,7 +109,17 @@ inline constexpr char kCode[] = "code";
 inline constexpr char kIss[] = "iss";
 inline constexpr char kError[] = "error";
 inline constexpr char kErrorDescription[] = "error_description";
+// calls stream entries (also `cid`, `at`): one call the edge relays to the agents
+// (shared/call_relay.h)
+inline constexpr char kRid[] = "rid";
+inline constexpr char kMember[] = "member";
+inline constexpr char kMethod[] = "method";
+inline constexpr char kParams[] = "params";
+inline constexpr char kDeadline[] = "deadline";
 }  // namespace redis_field
+
+// The consumer group that agents read the calls stream with (shared/call_relay.h).
+inline constexpr char kCallsConsumerGroup[] = "quiver-call-agents";
 
 struct ParsedKey {
   KeyKind kind = KeyKind::kConns;
@@ -151,6 +164,12 @@ class RedisKeys {
   // lowercase hex (manifest_body_digest, shared/discovery_redis.h), which the records name in
   // their `body` field; kInvalidArgument for anything else.
   Result<std::string> body(std::string_view digest) const;
+  // Calls relayed from the edge to the agents (shared/call_relay.h): the request stream, the
+  // reply list of one request (`rid`: 64 lowercase hex digits, random per request), and the key
+  // consuming agents keep alive while they consume (the edge fails fast without it).
+  std::string calls() const;
+  Result<std::string> call_reply(std::string_view rid) const;
+  std::string call_agents() const;
   // When a refresh webhook last marked the (connection, principal)'s data stale (a STRING of
   // epoch ms): written by agents and edges, read with the manifest.
   Result<std::string> invalidated(std::string_view cid, const Principal& principal) const;

@@ -16,6 +16,7 @@
 #include "native-agent/engine/agent_context.h"
 #include "native-agent/engine/catalog_config.h"
 #include "native-agent/engine/maintenance.h"
+#include "native-agent/engine/mcp_calls.h"
 #include "native-agent/engine/oauth_callbacks.h"
 #include "native-agent/engine/refresh_runner.h"
 #include "native-agent/engine/revalidation_consumer.h"
@@ -114,6 +115,11 @@ struct Agent::Impl {
   std::unique_ptr<Triggers> triggers;
   std::unique_ptr<RevalidationConsumer> revalidations;
   std::unique_ptr<Maintenance> maintenance;
+  // Calls through the agent (mcp_calls.h): its own /mcp and the edge's relay.
+  std::unique_ptr<McpCalls> calls;
+  std::unique_ptr<CallRelayConsumer> call_relay;
+  std::vector<std::thread> call_workers;
+  std::thread call_heartbeat;
   std::thread scheduler;
   std::vector<std::thread> workers;
   // The edge's OAuth callbacks (oauth_callbacks.h), when a connection authorizes with OAuth.
@@ -257,6 +263,8 @@ Result<std::unique_ptr<Agent>> Agent::create(AgentConfig config,
   impl->runner = std::make_unique<RefreshRunner>(s);
   impl->triggers = std::make_unique<Triggers>(s, *impl->runner);
   impl->revalidations = std::make_unique<RevalidationConsumer>(s, *impl->runner, *impl->triggers);
+  impl->calls = std::make_unique<McpCalls>(s, *impl->triggers);
+  impl->call_relay = std::make_unique<CallRelayConsumer>(s, *impl->calls);
   impl->maintenance = std::make_unique<Maintenance>(s);
   for (const std::string& line : catalog_lines) {
     if (line.rfind("config file is behind", 0) == 0) {
@@ -368,6 +376,13 @@ Status Agent::start() {
       impl.workers.emplace_back([consumer] { consumer->worker_loop(); });
   }
   impl.scheduler = std::thread([&impl] { impl.scheduler_loop(); });
+  if (s.options.call_relay_workers > 0 && s.store->relays_calls()) {
+    CallRelayConsumer* relay = impl.call_relay.get();
+    for (int i = 0; i < s.options.call_relay_workers; ++i) {
+      impl.call_workers.emplace_back([relay] { relay->worker_loop(); });
+    }
+    impl.call_heartbeat = std::thread([relay] { relay->heartbeat_loop(); });
+  }
   if (s.options.run_revalidation_workers && s.oauth) {
     impl.oauth_callbacks = std::make_unique<OAuthCallbackConsumer>(*this, *s.oauth, *s.logger);
     impl.oauth_callback_loop = std::thread([&impl] {
@@ -393,6 +408,11 @@ void Agent::stop() {
     if (t.joinable()) t.join();
   }
   impl.workers.clear();
+  if (impl.call_heartbeat.joinable()) impl.call_heartbeat.join();
+  for (std::thread& t : impl.call_workers) {
+    if (t.joinable()) t.join();
+  }
+  impl.call_workers.clear();
   s.pool->stop_watching();
   for (const std::string& name : s.pool->names()) s.pool->remove(name);
   s.logger->info(kAgentLog, "stopped");
@@ -410,6 +430,25 @@ std::optional<ListingRecord> Agent::last_listing(const std::string& connection_i
 }
 const std::string& Agent::consumer_name() const { return impl_->ctx.consumer; }
 const Logger& Agent::logger() const { return *impl_->ctx.logger; }
+
+Result<RelayReply> Agent::call_upstream(const UpstreamCall& call,
+                                        const std::function<bool()>& cancelled) {
+  return impl_->calls->perform(call, cancelled);
+}
+
+Result<RelayReply> Agent::call_upstream(const UpstreamCall& call,
+                                        const std::function<bool()>& cancelled,
+                                        CallReport* report) {
+  return impl_->calls->perform(call, cancelled, report);
+}
+
+std::size_t Agent::drain_relayed_calls_once(int64_t block_ms) {
+  return impl_->call_relay->drain_once(block_ms);
+}
+
+Status Agent::mark_call_agent_alive() { return impl_->call_relay->mark_alive(); }
+
+CallRelayStats Agent::call_relay_stats() const { return impl_->call_relay->stats(); }
 
 Result<RevalidationOutcome> Agent::request_refresh(const std::string& connection_id,
                                                    const Principal& principal,

@@ -59,7 +59,9 @@
 
 namespace quiver {
 
-struct UpstreamSpec;  // native-agent/upstream/upstream.h
+struct UpstreamSpec;    // native-agent/upstream/upstream.h
+struct CallReport;      // native-agent/engine/mcp_calls.h
+struct CallRelayStats;  // native-agent/engine/mcp_calls.h
 
 // `n` random bytes (lease tokens, consumer names). kResourceUnavailable when no entropy could be
 // read.
@@ -116,11 +118,17 @@ struct AgentOptions {
   // Catalog changes are rebuilt into a configuration at most this often.
   int64_t catalog_debounce_ms = 2'000;
 
+  // Edge calls relayed through the store (native-agent/engine/mcp_calls.h CallRelayConsumer):
+  // this many workers read the `calls` stream, and `call-agents` is kept alive while they run.
+  // Only on a store that relays calls (Redis); 0: none.
+  int call_relay_workers = 4;
+
   // An agent that does only what it is asked: no upstream watching, no revalidation workers, no
   // maintenance loop (one-shot commands; tests that drive the steps by hand).
   static AgentOptions on_demand() {
     AgentOptions o;
     o.watch_upstreams = o.run_revalidation_workers = o.run_maintenance = false;
+    o.call_relay_workers = 0;
     return o;
   }
 };
@@ -173,6 +181,16 @@ class Agent final : public AgentService {
                                const Principal& principal) override;
   Result<std::vector<PreferenceRow>> preferences(const std::string& connection_id,
                                                  const Principal& principal) override;
+  Result<RelayReply> call_upstream(const UpstreamCall& call,
+                                   const std::function<bool()>& cancelled = {}) override;
+  // The same, with how it went (tests, benchmarks).
+  Result<RelayReply> call_upstream(const UpstreamCall& call, const std::function<bool()>& cancelled,
+                                   CallReport* report);
+  // Reads the edge's relayed calls once (waiting up to `block_ms`), performs and answers them.
+  std::size_t drain_relayed_calls_once(int64_t block_ms = 0);
+  // Marks `call-agents` alive once (what the heartbeat thread does every second).
+  Status mark_call_agent_alive();
+  CallRelayStats call_relay_stats() const;
   Status set_preference(const std::string& connection_id, const Principal& principal,
                         CapabilityType type, const std::string& key, bool enabled) override;
 

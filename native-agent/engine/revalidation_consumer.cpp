@@ -80,19 +80,25 @@ std::size_t RevalidationConsumer::drain_once(int64_t block_ms, bool* store_faile
   return handled + handle(*batch);
 }
 
-void RevalidationConsumer::worker_loop() {
+void consume_until_stopped(AgentContext& ctx,
+                           const std::function<void(int64_t block_ms, bool* store_failed)>& drain) {
   int64_t backoff = 0;
-  while (ctx_.is_running()) {
+  while (ctx.is_running()) {
     bool store_failed = false;
-    drain_once(ctx_.options.revalidation_block_ms, &store_failed);
+    drain(ctx.options.revalidation_block_ms, &store_failed);
     // A store that answers at once with an error would make this loop spin: back off.
     if (store_failed) {
       backoff = std::min<int64_t>(backoff == 0 ? 50 : backoff * 2, 1000);
-      if (!ctx_.wait_running(backoff)) break;
+      if (!ctx.wait_running(backoff)) break;
     } else {
       backoff = 0;
     }
   }
+}
+
+void RevalidationConsumer::worker_loop() {
+  consume_until_stopped(
+      ctx_, [this](int64_t block_ms, bool* store_failed) { drain_once(block_ms, store_failed); });
 }
 
 }  // namespace quiver

@@ -9,12 +9,19 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "native-agent/engine/agent_context.h"
 #include "native-agent/engine/refresh_runner.h"
 #include "native-agent/engine/triggers.h"
 
 namespace quiver {
+
+// The agent's one consumer loop (the revalidation workers, the relayed calls' workers): runs
+// `drain_once(block_ms, &store_failed)` until the agent stops, backing off (50 ms doubling to 1 s)
+// while the store answers at once with an error, which would otherwise make the loop spin.
+void consume_until_stopped(AgentContext& ctx,
+                           const std::function<void(int64_t block_ms, bool* store_failed)>& drain);
 
 class RevalidationConsumer {
  public:

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "native-agent/base/config.h"
 #include "native-agent/engine/listing_log.h"
 #include "native-agent/store/store.h"
+#include "shared/call_relay.h"
 #include "shared/identity.h"
 #include "shared/json.h"
 #include "shared/listing.h"
@@ -42,6 +44,15 @@ struct RefreshReport {
   std::optional<Error> error;  // the listing's error when it (or a list of it) failed (redacted)
   // "partial": the lists that failed (shown failed, or kept from the last good manifest).
   std::vector<ListKind> incomplete_lists;
+};
+
+// One call relayed to an upstream (issue 13; native-agent/engine/mcp_calls.h performs it).
+struct UpstreamCall {
+  std::string connection_id;
+  std::string member_id;   // the caller, as its token authenticated it
+  std::string method;      // a relayed method (shared/call_relay.h is_relayed_method)
+  Json params;             // with the upstream's own tool / prompt name or resource URI
+  int64_t timeout_ms = 0;  // the caller's budget (0: none): it caps the connection's
 };
 
 class AgentService {
@@ -96,6 +107,15 @@ class AgentService {
                                                          const Principal& principal) = 0;
   virtual Status set_preference(const std::string& connection_id, const Principal& principal,
                                 CapabilityType type, const std::string& key, bool enabled) = 0;
+
+  // A call relayed to the upstream (tools/call, resources/read, prompts/get,
+  // completion/complete) as `call.member_id`, the grant and the preference checked now, on that
+  // principal's live session (McpCalls::perform, native-agent/engine/mcp_calls.h: the errors).
+  // `cancelled` turning true (the client went away) cancels it upstream.
+  virtual Result<RelayReply> call_upstream(const UpstreamCall& /*call*/,
+                                           const std::function<bool()>& /*cancelled*/ = {}) {
+    return Error(ErrorCode::kInternal, "this agent performs no upstream calls");
+  }
 };
 
 }  // namespace quiver

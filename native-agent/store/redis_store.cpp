@@ -439,9 +439,14 @@ struct RedisStore::Impl {
   RedisKeys keys;
   RedisConnection main;
   RedisConnection blocking;
+  RedisConnection calls;  // read_relayed_calls with block_ms > 0
 
   Impl(RedisStoreOptions o, RedisKeys k)
-      : options(std::move(o)), keys(std::move(k)), main(options), blocking(options) {}
+      : options(std::move(o)),
+        keys(std::move(k)),
+        main(options),
+        blocking(options),
+        calls(options) {}
 
   // One command whose error reply is a failure.
   Result<RespValue> one(const RedisCommand& argv, std::string_view what) {
@@ -1665,6 +1670,91 @@ Status RedisStore::put_oauth_result(std::string_view state, std::string_view rec
       {"SET", impl_->keys.oauth_result(state), std::string(record), "PX", std::to_string(ttl_ms)},
       "SET");
   return r.ok() ? Status::Ok() : Status(r.error());
+}
+
+// ---- calls relayed from the edge ---------------------------------------------------------------
+
+Result<RelayedCallBatch> RedisStore::read_relayed_calls(std::string_view consumer, std::size_t max,
+                                                        int64_t block_ms) {
+  if (Status s = validate_revalidation_read(consumer, max, block_ms); !s.ok()) return s.error();
+  const std::string stream = impl_->keys.calls();
+  RedisCommand read = {
+      "XREADGROUP",        "GROUP", kCallsConsumerGroup, std::string(consumer), "COUNT",
+      std::to_string(max), "NOACK"};
+  if (block_ms > 0) {  // BLOCK 0 would wait forever
+    read.push_back("BLOCK");
+    read.push_back(std::to_string(block_ms));
+  }
+  read.insert(read.end(), {"STREAMS", stream, ">"});
+  RedisConnection& conn = block_ms > 0 ? impl_->calls : impl_->main;
+  int64_t timeout = block_ms > 0 ? block_ms + impl_->options.command_timeout_ms : 0;
+  Result<std::vector<RespValue>> r = conn.run({read}, timeout);
+  if (r.ok() && (*r)[0].is_error() && starts_with((*r)[0].str, "NOGROUP")) {
+    // From the stream's end ($): a call queued while no agent consumed is past its use (the
+    // edge answered agent_unreachable or timed out); BUSYGROUP (another agent made it) is fine.
+    Result<std::vector<RespValue>> made =
+        impl_->main.run({{"XGROUP", "CREATE", stream, kCallsConsumerGroup, "$", "MKSTREAM"}});
+    if (!made.ok()) return made.error();
+    const RespValue& v = (*made)[0];
+    if (v.is_error() && !starts_with(v.str, "BUSYGROUP")) return reply_error(v, "XGROUP CREATE");
+    r = conn.run({read}, timeout);
+  }
+  if (!r.ok()) return r.error();
+  const RespValue& v = (*r)[0];
+  if (v.is_error()) return reply_error(v, "XREADGROUP");
+  RelayedCallBatch batch;
+  if (v.is_nil()) return batch;
+  const std::vector<RespValue>* streams = v.as_array();
+  if (streams == nullptr || streams->empty()) return batch;
+  const std::vector<RespValue>* s = (*streams)[0].as_array();
+  if (s == nullptr || s->size() != 2 || !(*s)[1].is_array()) {
+    return Error(ErrorCode::kInvalidReply, "redis XREADGROUP: unexpected reply");
+  }
+  std::vector<std::string> bad;
+  for (const RespValue& entry : (*s)[1].elements) {
+    const std::vector<RespValue>* e = entry.as_array();
+    if (e == nullptr || e->empty() || !(*e)[0].as_string()) continue;
+    std::string id(*(*e)[0].as_string());
+    Result<RelayRequest> request = e->size() == 2 && (*e)[1].is_array()
+                                       ? relay_request_from_fields(field_map((*e)[1]))
+                                       : Result<RelayRequest>(invalid("no fields"));
+    if (request.ok()) {
+      batch.requests.push_back(std::move(*request));
+    } else {
+      bad.push_back(id);
+      batch.malformed_ids.push_back(id + " (" + request.error().message + ")");
+    }
+  }
+  if (!bad.empty()) {
+    RedisCommand del = {"XDEL", stream};
+    del.insert(del.end(), bad.begin(), bad.end());
+    (void)impl_->main.run({del});
+  }
+  return batch;
+}
+
+Status RedisStore::put_call_reply(std::string_view rid, std::string_view record, int64_t ttl_ms) {
+  if (ttl_ms <= 0) return invalid("put_call_reply: no lifetime");
+  Result<std::string> key = impl_->keys.call_reply(rid);
+  if (!key.ok()) return key.error();
+  Result<std::vector<RespValue>> r = impl_->many(
+      {{"RPUSH", *key, std::string(record)}, {"PEXPIRE", *key, std::to_string(ttl_ms)}}, "RPUSH");
+  return r.ok() ? Status::Ok() : Status(r.error());
+}
+
+Status RedisStore::mark_call_agent_alive(std::string_view consumer, int64_t ttl_ms) {
+  if (ttl_ms <= 0) return invalid("mark_call_agent_alive: no lifetime");
+  // The group first (from the stream's end; BUSYGROUP: it exists): an edge queues only while
+  // `call-agents` exists, so every request it queues is after the group's start.
+  Result<std::vector<RespValue>> r = impl_->main.run(
+      {{"XGROUP", "CREATE", impl_->keys.calls(), kCallsConsumerGroup, "$", "MKSTREAM"},
+       {"SET", impl_->keys.call_agents(), std::string(consumer), "PX", std::to_string(ttl_ms)}});
+  if (!r.ok()) return r.error();
+  if ((*r)[0].is_error() && !starts_with((*r)[0].str, "BUSYGROUP")) {
+    return reply_error((*r)[0], "XGROUP CREATE");
+  }
+  if ((*r)[1].is_error()) return reply_error((*r)[1], "SET");
+  return Status::Ok();
 }
 
 }  // namespace quiver

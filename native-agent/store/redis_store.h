@@ -19,9 +19,10 @@
 // exponential backoff (ops in between fail fast with kStoreUnavailable, saying when the next
 // attempt is due). Writing to a socket the server closed never raises SIGPIPE in the process.
 //
-// Threads: the store holds two connections, each guarded by its own mutex: one for every op, one
+// Threads: the store holds three connections, each guarded by its own mutex: one for every op, one
 // for read_revalidations with block_ms > 0 (so a consumer waiting on the stream does not hold up
-// commits). Calls from many threads are safe; they take turns on a connection.
+// commits), one for read_relayed_calls with block_ms > 0 (nor the revalidation workers). Calls from
+// many threads are safe; they take turns on a connection.
 #pragma once
 
 #include <cstdint>
@@ -105,6 +106,13 @@ class RedisStore final : public ManifestStore {
   Result<OAuthCallbackBatch> read_oauth_callbacks(std::string_view after_id,
                                                   std::size_t max) override;
   Status put_oauth_result(std::string_view state, std::string_view record, int64_t ttl_ms) override;
+  bool relays_calls() const override { return true; }
+  // XREADGROUP … NOACK on `calls` (group quiver-call-agents, created at the stream's end: calls
+  // queued while no agent ran are not performed late), on a connection of its own.
+  Result<RelayedCallBatch> read_relayed_calls(std::string_view consumer, std::size_t max,
+                                              int64_t block_ms) override;
+  Status put_call_reply(std::string_view rid, std::string_view record, int64_t ttl_ms) override;
+  Status mark_call_agent_alive(std::string_view consumer, int64_t ttl_ms) override;
   Result<MergedPreferences> merge_preferences(std::string_view cid, const Principal& principal,
                                               const std::vector<PreferenceRow>& rows) override;
   Result<DisabledOverlay> read_disabled(std::string_view cid, const Principal& principal) override;

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "native-agent/store/catalog.h"
+#include "shared/call_relay.h"
 #include "shared/connection_record.h"
 #include "shared/discovery.h"
 #include "shared/freshness.h"
@@ -167,6 +168,14 @@ struct OAuthCallbackEntry {
 struct OAuthCallbackBatch {
   std::vector<OAuthCallbackEntry> entries;
   std::string last_id;  // read from here next ("" when the stream is empty)
+};
+
+// Calls the edge relayed (shared/call_relay.h), as one read hands them to an agent.
+struct RelayedCallBatch {
+  std::vector<RelayRequest> requests;  // in queue order
+  // Entries that were no valid request (a foreign writer): removed from the stream, listed here
+  // so the caller counts and logs them.
+  std::vector<std::string> malformed_ids;
 };
 
 class ManifestStore {
@@ -381,6 +390,26 @@ class ManifestStore {
   // SHA-256. SqliteStore: nothing to tell, nothing written.
   virtual Status put_oauth_result(std::string_view state, std::string_view record,
                                   int64_t ttl_ms) = 0;
+
+  // --- calls relayed from the edge (shared/call_relay.h, schema/redis-keys.md `calls`) ---
+  // The embedded SQLite store has no edge in front of it: these answer kInvalidArgument there
+  // (the default), and an agent on it starts no call consumer.
+  virtual bool relays_calls() const { return false; }
+  // Up to `max` calls no agent has taken yet, now this `consumer`'s (each is delivered once, to
+  // one agent, and never again: a call is not repeated). Waits up to `block_ms` for one.
+  virtual Result<RelayedCallBatch> read_relayed_calls(std::string_view /*consumer*/,
+                                                      std::size_t /*max*/, int64_t /*block_ms*/) {
+    return Error(ErrorCode::kInvalidArgument, describe() + " relays no calls");
+  }
+  // The reply record of call `rid` (relay_reply_record) for the edge waiting on it, kept ttl_ms.
+  virtual Status put_call_reply(std::string_view /*rid*/, std::string_view /*record*/,
+                                int64_t /*ttl_ms*/) {
+    return Error(ErrorCode::kInvalidArgument, describe() + " relays no calls");
+  }
+  // Tells the edges that an agent consumes calls (`call-agents`, kept ttl_ms).
+  virtual Status mark_call_agent_alive(std::string_view /*consumer*/, int64_t /*ttl_ms*/) {
+    return Error(ErrorCode::kInvalidArgument, describe() + " relays no calls");
+  }
 };
 
 // Consumer names for read_revalidations: [A-Za-z0-9._@:-]{1,128}.

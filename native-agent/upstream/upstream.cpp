@@ -173,6 +173,7 @@ struct UpstreamConnection::Session {
   std::string header_version;     // the MCP-Protocol-Version the transport was last given
   int64_t garbage = 0;            // unreadable texts during the running listing
   std::string last_garbage;
+  std::map<int64_t, McpSession::CallDone> calls_done;  // answers to call(), by request id
 };
 
 // The outcome of driving one listing.
@@ -317,6 +318,9 @@ void UpstreamConnection::process_events() {
       s.failure = failed->error;
     } else if (std::holds_alternative<McpSession::Closed>(*event)) {
       s.closed = true;
+    } else if (auto* done = std::get_if<McpSession::CallDone>(&*event)) {
+      int64_t id = done->id;
+      s.calls_done.insert_or_assign(id, std::move(*done));
     } else if (auto* ended = std::get_if<McpSession::ListenEnded>(&*event)) {
       // The subscription ended: listen again a little later, unless the server has none.
       if (ended->error) log("subscriptions/listen ended: " + scrub(ended->error->message));
@@ -860,6 +864,144 @@ void UpstreamConnection::pump(int64_t wait_ms) {
     callback = callback_;
   }
   if (callback) callback(*change);
+}
+
+// ---- calls --------------------------------------------------------------------------------
+
+bool UpstreamConnection::session_ready() const {
+  return session_ && !session_->closed && session_->mcp->state() == SessionState::kReady &&
+         last_listing_.has_value();
+}
+
+Result<CallAnswer> UpstreamConnection::call(const std::string& method, const Json& params,
+                                            int64_t deadline_ms,
+                                            const std::function<bool()>& cancelled,
+                                            CallInfo* info) {
+  std::unique_lock<std::timed_mutex> lock(busy_, std::defer_lock);
+  int64_t wait = deadline_ms - clock_();
+  if (!lock.try_lock_for(std::chrono::milliseconds(std::max<int64_t>(wait, 0)))) {
+    std::lock_guard<std::mutex> state_lock(state_mu_);
+    ++stats_.calls_failed;
+    return Error(ErrorCode::kTimeout,
+                 label() + ": busy with another call or listing until the deadline");
+  }
+  CallInfo local;
+  CallInfo* out = info ? info : &local;
+  *out = CallInfo{};
+  auto answer = call_locked(method, params, deadline_ms, cancelled, out);
+  std::lock_guard<std::mutex> state_lock(state_mu_);
+  ++(answer.ok() ? stats_.calls : stats_.calls_failed);
+  return answer;
+}
+
+Result<CallAnswer> UpstreamConnection::call_locked(const std::string& method, const Json& params,
+                                                   int64_t deadline_ms,
+                                                   const std::function<bool()>& cancelled,
+                                                   CallInfo* info) {
+  auto labelled = [&](Error e) {
+    if (!starts_with(e.message, "stdio upstream") && !starts_with(e.message, "upstream")) {
+      e.message = label() + ": " + e.message;
+    }
+    return e;
+  };
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (!session_ready()) {
+      // No live session: open one (its handshake and listing) within the call's deadline.
+      int64_t opened_at = clock_();
+      ListInfo li;
+      auto opened = list_locked(deadline_ms, normalized({}), &li);
+      if (!opened.ok()) return opened.error();
+      info->connect_ms = clock_() - opened_at;
+      if (!session_ready()) {
+        return Error(ErrorCode::kUpstreamUnavailable,
+                     label() + ": no session to call on (the listing ended without one)");
+      }
+    } else if (attempt == 0) {
+      info->reused = true;
+    }
+    Session& s = *session_;
+    int64_t now = clock_();
+    if (now >= deadline_ms) {
+      return Error(ErrorCode::kTimeout, label() + ": " + method + ": no time left to send it");
+    }
+    Result<int64_t> id = s.mcp->call(method, params, deadline_ms - now, now);
+    if (!id.ok()) return labelled(id.error());
+    const int64_t sent_at = now;
+    // The request goes out with the whole deadline (an HTTP POST blocks until its answer).
+    s.send_until = deadline_ms;
+    flush_transmits();
+    process_events();
+    // Dead when sending (the write failed: the child exited while idle): the request cannot
+    // have run.
+    const bool dead_on_send = s.closed;
+    auto answered = [&] { return s.calls_done.count(*id) != 0 || s.closed; };
+    while (!answered()) {
+      now = clock_();
+      if (cancelled && cancelled()) {
+        s.mcp->cancel_call(*id, "the client went away");
+        s.send_until = now + kCallCancelPollMs;
+        flush_transmits();
+        process_events();
+        return Error(ErrorCode::kTimeout,  // no code of its own: nobody reads it (the client left)
+                     label() + ": " + method +
+                         ": cancelled, the client went away "
+                         "(notifications/cancelled sent)");
+      }
+      if (now >= deadline_ms) {
+        // The session's own timer for the call fires at the deadline: expire it there (the
+        // notifications/cancelled it queues gets a short send budget of its own).
+        s.mcp->handle_timeout(std::max(now, deadline_ms));
+        s.send_until = now + kCallCancelPollMs;
+        flush_transmits();
+        process_events();
+        break;
+      }
+      drive(std::min(deadline_ms, now + kCallCancelPollMs), answered);
+    }
+    auto it = s.calls_done.find(*id);
+    if (it == s.calls_done.end()) {
+      // The session ended under the call (the child exited, the transport broke).
+      Error why = s.failure ? *s.failure : Error(ErrorCode::kTransport, "the session closed");
+      bool reused = info->reused && !info->retried;
+      end_session(/*failure=*/true, why);
+      if (reused && attempt == 0 && dead_on_send) {
+        // Found dead when sending on a kept session: the request cannot have run. Once more on
+        // a fresh session (ADR-004's self-heal, narrowed to what is safe for a call).
+        log("the kept session was dead when " + method + " was sent (" + why.message +
+            "); sending it on a fresh session");
+        info->retried = true;
+        continue;
+      }
+      return Error(ErrorCode::kUpstreamUnavailable,
+                   labelled(why).message + " (the session ended during " + method + ")");
+    }
+    McpSession::CallDone done = std::move(it->second);
+    s.calls_done.erase(it);
+    info->call_ms = clock_() - sent_at;
+    if (done.failure) {
+      Error e = labelled(*done.failure);
+      e.message = label() + ": " + method + ": " + done.failure->message;
+      bool expired = s.t.session_expired && s.t.session_expired();
+      if ((expired || dead_on_send) && attempt == 0 && info->reused) {
+        // A kept session found dead when sending (the child had exited, the server had expired
+        // the HTTP session): the request was refused, not run. Once more on a fresh session
+        // (ADR-004's self-heal, narrowed to what is safe for a call).
+        end_session(/*failure=*/true, e);
+        log("the kept session was dead when " + method + " was sent (" + e.message +
+            "); sending it on a fresh session");
+        info->retried = true;
+        continue;
+      }
+      if (s.closed || expired) end_session(/*failure=*/true, e);
+      if (e.code == ErrorCode::kTransport) e.code = ErrorCode::kUpstreamUnavailable;
+      return e;
+    }
+    CallAnswer answer;
+    answer.result = std::move(done.result);
+    answer.error = std::move(done.error);
+    return answer;
+  }
+  return Error(ErrorCode::kUpstreamUnavailable, label() + ": " + method + ": unavailable");
 }
 
 }  // namespace quiver

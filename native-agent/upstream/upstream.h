@@ -63,6 +63,22 @@
 // and was sent anew) reports every kind it watches as changed: a change in the gap reached
 // nobody, and the host re-lists instead of waiting for the TTL.
 //
+// Calls (issue 13: the relay). `call` sends one request of the caller's choosing (tools/call,
+// resources/read, prompts/get, completion/complete) on the live session and waits for its
+// answer until `deadline_ms`; with no session open it opens one first (its handshake and listing,
+// within the same deadline). The answer is the upstream's result or its JSON-RPC error, as sent
+// (secrets redacted at the door like every upstream text). No answer by the deadline: kTimeout,
+// `notifications/cancelled` sent, the session kept. `cancelled()` turning true (the client went
+// away) ends the wait the same way, within kCallCancelPollMs (kTimeout, "cancelled" in the
+// message). Over Streamable HTTP the request is one POST that blocks until the answer or the
+// deadline, so a client going away is noticed only when it returns (TODO: cancel a POST under way).
+// Self-heal as for listings, but only where the request cannot have run: a REUSED session found
+// dead when sending (the child exited, the HTTP session expired) is evicted and the call sent once
+// on a fresh session; any other failure is not retried (a tool call is not idempotent) and a
+// session that died under the call is ended, kUpstreamUnavailable. Calls on one connection go one
+// at a time, like listings (the same lock): a long call holds up the next call and a listing of
+// that connection until its deadline (TODO(perf): several calls in flight on one session).
+//
 // Secrets. Header values and env values of the spec are secrets: they are handed to the
 // transport and appear nowhere else (not in `describe`, errors, logs or the listing).
 //
@@ -217,6 +233,23 @@ struct ListInfo {
   std::optional<std::string> auth_challenge;
 };
 
+// How one call() went.
+struct CallInfo {
+  bool reused = false;      // sent on a session kept from before
+  bool retried = false;     // that session was found dead: evicted, sent on a fresh one
+  int64_t connect_ms = -1;  // a session opened for the call (handshake and listing), -1: none
+  int64_t call_ms = 0;      // from sending the request to its answer
+};
+
+// The upstream's answer to a call: exactly one of the two.
+struct CallAnswer {
+  std::optional<Json> result;
+  std::optional<JsonRpcError> error;
+};
+
+// How often a waiting call looks at its `cancelled` predicate.
+inline constexpr int64_t kCallCancelPollMs = 50;
+
 struct UpstreamStats {
   int64_t sessions_opened = 0;   // fresh sessions attempted (spawns, HTTP initializations)
   int64_t listings = 0;          // list() calls that returned a Listing
@@ -229,7 +262,9 @@ struct UpstreamStats {
   int64_t garbage_messages = 0;  // texts from the upstream that were not JSON-RPC
   int64_t kept_starting = 0;     // attempts that ended with the session still starting (kept)
   int64_t mixed_sessions_replaced = 0;  // modern sessions that had also received initialize
-  int64_t listen_gaps = 0;  // change streams open again after a break (watched kinds re-listed)
+  int64_t listen_gaps = 0;   // change streams open again after a break (watched kinds re-listed)
+  int64_t calls = 0;         // call()s that got an answer (result or JSON-RPC error)
+  int64_t calls_failed = 0;  // ... that got none (timeout, cancelled, transport, no session)
   std::optional<ProtocolEra> era;
 };
 
@@ -245,6 +280,10 @@ class UpstreamConnection {
   // fresh one (always all four). See the header comment for errors and self-heal.
   Result<Listing> list(int64_t deadline_ms, const std::vector<ListKind>& kinds = {},
                        ListInfo* info = nullptr);
+
+  // Sends `method` with `params` and waits for the answer; see "Calls" in the header comment.
+  Result<CallAnswer> call(const std::string& method, const Json& params, int64_t deadline_ms,
+                          const std::function<bool()>& cancelled = {}, CallInfo* info = nullptr);
 
   // Services the idle session for up to `wait_ms`: reads what arrived, answers pings, opens the
   // HTTP notification stream (watch), and calls the change callback when a debounce window
@@ -273,6 +312,9 @@ class UpstreamConnection {
   Result<Listing> resume_start(int64_t deadline_ms, ListInfo* info);
   Result<Listing> finish_start(Attempt a, int64_t caller_deadline, ListInfo* info);
   Attempt run_listing(int64_t deadline_ms);
+  Result<CallAnswer> call_locked(const std::string& method, const Json& params, int64_t deadline_ms,
+                                 const std::function<bool()>& cancelled, CallInfo* info);
+  bool session_ready() const;
   void drive(int64_t until_ms, const std::function<bool()>& done);
   void flush_transmits();
   void process_events();

@@ -19,6 +19,7 @@
 #include "native-agent/store/sqlite_store.h"
 #include "native-agent/store/store.h"
 #include "shared/sha256.h"
+#include "tests/support/edge_acl.h"
 #include "tests/support/hiredis_run.h"
 #include "tests/support/markdown_table.h"
 #include "tests/support/redis_server.h"
@@ -636,18 +637,8 @@ TEST(StoreCatalogRedis, TheEdgesUserCannotReachTheCatalogOrTheAudit) {
   ASSERT_TRUE(server.ok()) << server.error();
   RedisConnection admin(server.connect());
   ASSERT_NE(admin, nullptr);
-  std::vector<std::string> setuser = {"ACL", "SETUSER", "quiver-edge", "reset"};
-  std::istringstream lines(quiver::testing::read_source_file("schema/redis-acl-edge.txt"));
-  for (std::string line; std::getline(lines, line);) {
-    line = line.substr(0, line.find('#'));
-    line = quiver::testing::trim(line);
-    if (line.empty()) continue;
-    for (std::size_t at; (at = line.find("{ns}")) != std::string::npos;) {
-      line.replace(at, 4, "{acl}");
-    }
-    setuser.push_back(line);
-  }
-  setuser.push_back(">edge-password");
+  const std::vector<std::string> setuser =
+      quiver::testing::edge_acl_setuser("acl", "edge-password");
   ASSERT_EQ(run_argv(admin.get(), setuser).str, "OK");
   RedisConnection edge(server.connect());
   ASSERT_NE(edge, nullptr);

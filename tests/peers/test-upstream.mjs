@@ -175,7 +175,7 @@ const state = {
   })),
 };
 
-const stats = { calls: {}, sessions: { created: 0, expired: 0, open: 0 }, control: 0 };
+const stats = { calls: {}, sessions: { created: 0, expired: 0, open: 0 }, control: 0, called: [] };
 
 function countCall(method) {
   stats.calls[method] = (stats.calls[method] ?? 0) + 1;
@@ -190,6 +190,7 @@ function statsSnapshot() {
     sessions: stats.sessions,
     control_commands: stats.control,
     tools: state.tools.map((t) => t.name),
+    called_tools: stats.called,
   };
 }
 
@@ -346,9 +347,31 @@ function makeServer(req, url) {
   );
   server.setRequestHandler(types.ListToolsRequestSchema, (r, x) => listPage('tools', r, x, places));
   server.setRequestHandler(types.CallToolRequestSchema, async (r, x) => {
+    stats.called.push(r.params.name);
+    countCall('tools/call');
     const prefix = principalPrefix(x);
     if (!state.tools.some((t) => prefix + t.name === r.params.name)) {
       throw new McpError(ErrorCode.InvalidParams, `unknown tool: ${r.params.name}`);
+    }
+    // Arguments for the relay's tests: sleep_ms (answers after that long, unless the client
+    // cancels: notifications/cancelled aborts the request and is counted as `cancelled`), bytes
+    // (a text of that many bytes).
+    const args = r.params.arguments ?? {};
+    if (Number.isInteger(args.sleep_ms) && args.sleep_ms > 0) {
+      const aborted = await new Promise((resolve) => {
+        const timer = setTimeout(() => resolve(false), args.sleep_ms);
+        x?.signal?.addEventListener('abort', () => {
+          clearTimeout(timer);
+          resolve(true);
+        });
+      });
+      if (aborted) {
+        countCall('cancelled');
+        return { content: [] };
+      }
+    }
+    if (Number.isInteger(args.bytes) && args.bytes > 0) {
+      return { content: [{ type: 'text', text: 'x'.repeat(args.bytes) }] };
     }
     return { content: [{ type: 'text', text: `called ${r.params.name}` }] };
   });

@@ -1965,5 +1965,130 @@ TEST(McpSessionConfigTest, KnowsTheVersionsAndEras) {
   EXPECT_STREQ(protocol_era_name(ProtocolEra::kModern), "modern");
 }
 
+// --- calls (the relay, issue 13) -----------------------------------------------------------
+
+std::vector<McpSession::CallDone> calls_done(const Sim& sim) {
+  std::vector<McpSession::CallDone> out;
+  for (const auto& e : sim.events) {
+    if (auto* d = std::get_if<McpSession::CallDone>(&e)) out.push_back(*d);
+  }
+  return out;
+}
+
+TEST(McpSessionCalls, ACallIsAnsweredWithTheUpstreamsResultOrErrorAsSent) {
+  Sim sim;
+  sim.peer.hook = first_of({[](FakePeer& p, const JsonRpcMessage& m, int64_t now) {
+    if (m.method != "tools/call") return false;
+    if (json_string(m.params, "name") == std::optional<std::string>("echo")) {
+      p.reply(m, now, {{"content", {{{"type", "text"}, {"text", "Echo: hi"}}}}});
+    } else {
+      p.reply_error(m, now, kJsonRpcInvalidParams, "Tool nope not found");
+    }
+    return true;
+  }});
+  McpSession idle;
+  EXPECT_EQ(idle.call("tools/call", Json::object(), 1000, 0).error().code,
+            ErrorCode::kInvalidArgument)
+      << "no call before the handshake";
+  sim.list_all();
+  EXPECT_EQ(sim.session.call("", Json::object(), 1000, sim.now).error().code,
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(sim.session.call("tools/call", Json::object(), 0, sim.now).error().code,
+            ErrorCode::kInvalidArgument);
+  sim.events.clear();
+  Result<int64_t> ok = sim.session.call("tools/call", {{"name", "echo"}}, 1000, sim.now);
+  Result<int64_t> bad = sim.session.call("tools/call", {{"name", "nope"}}, 1000, sim.now);
+  ASSERT_TRUE(ok.ok() && bad.ok());
+  EXPECT_EQ(sim.session.calls_in_flight(), 2u);
+  sim.run();
+  std::vector<McpSession::CallDone> done = calls_done(sim);
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done[0].id, *ok);
+  ASSERT_TRUE(done[0].result.has_value());
+  EXPECT_EQ((*done[0].result)["content"][0]["text"], "Echo: hi");
+  EXPECT_EQ(done[1].id, *bad);
+  ASSERT_TRUE(done[1].error.has_value());
+  EXPECT_EQ(done[1].error->code, kJsonRpcInvalidParams);
+  EXPECT_EQ(done[1].error->message, "Tool nope not found");
+  EXPECT_EQ(sim.session.state(), SessionState::kReady) << "calls do not change the state";
+  EXPECT_EQ(sim.session.calls_in_flight(), 0u);
+}
+
+TEST(McpSessionCalls, ACallPastItsTimeoutFailsAndIsCancelledUpstreamTheSessionStays) {
+  Sim sim;
+  sim.peer.hook = never_answer("tools/call");
+  sim.list_all();
+  sim.events.clear();
+  const int64_t sent_at = sim.now;
+  Result<int64_t> id = sim.session.call("tools/call", {{"name", "slow"}}, 700, sim.now);
+  ASSERT_TRUE(id.ok());
+  sim.run();
+  std::vector<McpSession::CallDone> done = calls_done(sim);
+  ASSERT_EQ(done.size(), 1u);
+  ASSERT_TRUE(done[0].failure.has_value());
+  EXPECT_EQ(done[0].failure->code, ErrorCode::kTimeout);
+  EXPECT_EQ(sim.now, sent_at + 700);
+  std::vector<JsonRpcMessage> cancels;
+  for (const auto& m : sim.peer.received) {
+    if (m.method == "notifications/cancelled") cancels.push_back(m);
+  }
+  ASSERT_EQ(cancels.size(), 1u);
+  EXPECT_EQ(cancels[0].params["requestId"], *id);
+  EXPECT_EQ(sim.session.state(), SessionState::kReady);
+  EXPECT_FALSE(sim.failure().has_value());
+}
+
+TEST(McpSessionCalls, ACancelledCallSendsCancelledAndReportsNothingMore) {
+  Sim sim;
+  sim.peer.latency_ms = 500;
+  sim.peer.hook = reply_to("tools/call", {{"content", Json::array()}});
+  sim.list_all();
+  sim.events.clear();
+  Result<int64_t> id = sim.session.call("tools/call", {{"name", "x"}}, 5000, sim.now);
+  ASSERT_TRUE(id.ok());
+  sim.flush();
+  EXPECT_TRUE(sim.session.cancel_call(*id, "the client went away"));
+  EXPECT_FALSE(sim.session.cancel_call(*id, "again")) << "no longer waiting";
+  sim.run();  // the upstream's late answer is counted as late, not reported
+  EXPECT_TRUE(calls_done(sim).empty());
+  EXPECT_EQ(sim.peer.count("notifications/cancelled"), 1);
+  EXPECT_EQ(sim.session.stats().late_responses, 1);
+}
+
+TEST(McpSessionCalls, ACallRunsBesideAListingAndFailsWhenTheSessionEnds) {
+  Sim sim;
+  sim.peer.hook = never_answer("prompts/get");
+  sim.list_all();
+  sim.events.clear();
+  ASSERT_TRUE(sim.session.relist({ListKind::kTools}, sim.now).ok());
+  Result<int64_t> id = sim.session.call("prompts/get", {{"name", "p"}}, 5000, sim.now);
+  ASSERT_TRUE(id.ok()) << "a call may go out while a listing runs";
+  sim.run(100);
+  EXPECT_EQ(sim.listings().size(), 1u);
+  sim.session.on_transport_error(Error(ErrorCode::kTransport, "the child exited"), sim.now);
+  sim.flush();
+  std::vector<McpSession::CallDone> done = calls_done(sim);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].id, *id);
+  ASSERT_TRUE(done[0].failure.has_value());
+  EXPECT_EQ(done[0].failure->code, ErrorCode::kTransport);
+  EXPECT_NE(done[0].failure->message.find("the child exited"), std::string::npos);
+}
+
+TEST(McpSessionCalls, AModernSessionsCallCarriesTheMetaOfEveryRequest) {
+  McpSessionConfig config;
+  config.era = EraPolicy::kModern;
+  Sim sim(config);
+  sim.peer.era = FakePeer::Era::kModern;
+  sim.peer.hook = reply_to("tools/call", {{"resultType", "complete"}, {"content", Json::array()}});
+  sim.list_all();
+  ASSERT_TRUE(sim.session.call("tools/call", {{"name", "echo"}}, 1000, sim.now).ok());
+  sim.run();
+  std::vector<JsonRpcMessage> sent = sim.peer.requests("tools/call");
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].params["_meta"]["io.modelcontextprotocol/protocolVersion"], "2026-07-28");
+  EXPECT_EQ(sent[0].params["name"], "echo");
+}
+
 }  // namespace
 }  // namespace quiver
