@@ -7,7 +7,6 @@
 
 #include "shared/canonical_json.h"
 #include "shared/mcp_session.h"
-#include "shared/oauth_internal.h"
 #include "shared/preferences.h"
 #include "shared/principal.h"
 #include "shared/sha256.h"
@@ -59,7 +58,7 @@ std::string lower(std::string_view s) {
 std::optional<std::string> decode_header_value(std::string_view value) {
   if (value.size() >= 11 && value.substr(0, 9) == "=?base64?" &&
       value.substr(value.size() - 2) == "?=") {
-    return oauth::internal::base64_decode(value.substr(9, value.size() - 11));
+    return base64_decode(value.substr(9, value.size() - 11));
   }
   return std::string(value);
 }

@@ -14,6 +14,7 @@
 #include "native-agent/api/api_handlers.h"
 #include "native-agent/api/api_http.h"
 #include "native-agent/api/http_front.h"
+#include "native-agent/engine/mcp_calls.h"
 #include "native-agent/engine/tracer.h"
 #include "shared/caller_token.h"
 #include "shared/discovery_http.h"
@@ -387,6 +388,11 @@ Status ApiServer::start() {
   s.mcp.search_mode = s.options.mcp_search_mode || config.runtime.mcp_search_mode != 0;
   s.mcp.max_body_bytes = s.options.max_body_bytes;  // the front refuses larger bodies first
   s.mcp.server_name = "quiver-agent";
+  // Calls at the agent's own /mcp go straight to its live sessions (engine/mcp_calls.h), with the
+  // grant and the preference checked again; RelayCall deadlines are on the API's wall clock.
+  s.mcp_relay = [&s](const RelayCall& call) {
+    return perform_relay_call(s.agent, call, s.options.now_ms());
+  };
 
   s.register_routes();
   HttpFrontOptions front;

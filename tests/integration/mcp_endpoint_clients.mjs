@@ -192,21 +192,36 @@ const tests = [
     },
   },
   {
-    name: 'a call is a JSON-RPC error while no relay is wired, never a fake result',
+    name: 'calls go through the agent: echo, a resource read and a prompt, in both eras',
     fn: async () => {
       for (const connect of [connect1, connect2]) {
         const { client } = await connect('alice');
         try {
+          const echoed = await client.callTool({ name: 'everything__echo',
+                                                 arguments: { message: 'hi from mcp' } });
+          const text = (echoed.content ?? []).map((c) => c.text ?? '').join(' ');
+          if (!text.includes('hi from mcp')) {
+            throw new Error(`echo answered ${JSON.stringify(echoed)}`);
+          }
+          const { resources } = await client.listResources();
+          const resource = resources.find((r) => r.uri.startsWith('quiver://everything/'));
+          if (!resource) throw new Error('no resource of everything is listed');
+          const read = await client.readResource({ uri: resource.uri });
+          if (!Array.isArray(read.contents) || read.contents.length === 0) {
+            throw new Error(`reading ${resource.uri} answered ${JSON.stringify(read)}`);
+          }
+          if (!read.contents.every((c) => c.uri.startsWith('quiver://everything/'))) {
+            throw new Error(`the read's URIs are not exposed: ${JSON.stringify(read.contents)}`);
+          }
+          const { prompts } = await client.listPrompts();
+          const prompt = prompts.find((p) => p.name.startsWith('everything__') &&
+                                             !(p.arguments ?? []).some((x) => x.required));
+          if (!prompt) throw new Error('no argument-free prompt of everything is listed');
+          const got = await client.getPrompt({ name: prompt.name, arguments: {} });
+          if (!Array.isArray(got.messages) || got.messages.length === 0) {
+            throw new Error(`${prompt.name} answered ${JSON.stringify(got)}`);
+          }
           let error;
-          try {
-            await client.callTool({ name: 'everything__echo', arguments: { message: 'hi' } });
-          } catch (e) {
-            error = e;
-          }
-          if (!error || error.code !== -32010) {
-            throw new Error(`expected error -32010, got ${error ? `${error.code} ${error.message}`
-                                                              : 'a result'}`);
-          }
           // An ungranted connection's tool is unknown, whoever asks.
           error = undefined;
           try {
@@ -217,6 +232,21 @@ const tests = [
           if (!error || error.code !== -32602) throw new Error(`expected -32602, got ${error?.code}`);
         } finally {
           await client.close();
+        }
+        // bob is not granted everything: its echo is unknown to him, never called.
+        const { client: bob } = await connect('bob');
+        try {
+          let refused;
+          try {
+            await bob.callTool({ name: 'everything__echo', arguments: { message: 'x' } });
+          } catch (e) {
+            refused = e;
+          }
+          if (!refused || refused.code !== -32602) {
+            throw new Error(`bob's call: expected -32602, got ${refused?.code ?? 'a result'}`);
+          }
+        } finally {
+          await bob.close();
         }
       }
     },

@@ -1,8 +1,8 @@
 // The edge's least-privilege Redis user for the integration tests, exactly as
 // schema/redis-acl-edge.txt describes it (tests/edge/harness.mjs does the same for the edge suite).
 //
-//   run_argv(admin.get(), edge_acl_setuser("acl", "edge-password"));   // ACL SETUSER quiver-edge ...
-//   run_argv(edge.get(), {"AUTH", "quiver-edge", "edge-password"});
+//   run_argv(admin.get(), edge_acl_setuser("acl", "edge-password"));   // ACL SETUSER quiver-edge
+//   ... run_argv(edge.get(), {"AUTH", "quiver-edge", "edge-password"});
 #pragma once
 
 #include <sstream>
