@@ -1067,6 +1067,12 @@ McpStep McpEndpoint::resume_relay(std::vector<RelayReply> replies, int64_t now_m
   switch (reply.kind) {
     case RelayReply::Kind::kResult:
       expose_result_uris(reply.result, p.target.connection_id);
+      if (p.modern && reply.result.is_object()) {
+        // 2026-07-28 results carry cache hints (resources/read requires them): an upstream of an
+        // older era sends none, and a relayed answer is the caller's own, not to be kept.
+        if (!reply.result.contains("ttlMs")) reply.result["ttlMs"] = 0;
+        if (!reply.result.contains("cacheScope")) reply.result["cacheScope"] = "private";
+      }
       answer(p, std::move(reply.result));
       break;
     case RelayReply::Kind::kUpstreamError:

@@ -161,6 +161,7 @@ TEST(ConfigTest, RuntimeControlsAreTheSharedTablesAgentRows) {
       {"store_check_interval_ms", r.store_check_interval_ms},
       {"min_upstream_ttl_ms", r.min_upstream_ttl_ms},
       {"retry_max_backoff_ms", r.retry_max_backoff_ms},
+      {"mcp_search_mode", r.mcp_search_mode},
   };
   std::size_t agent_rows = 0;
   for (const RuntimeSetting& s : runtime_settings()) {
@@ -835,6 +836,8 @@ TEST(ConfigTest, EveryRuntimeControlHasAnEnvironmentOverride) {
       {"QUIVER_MIN_UPSTREAM_TTL_MS", &RuntimeControls::min_upstream_ttl_ms, 0, 5000},
       {"QUIVER_STARTUP_TIMEOUT_MS", &RuntimeControls::startup_timeout_ms, 0, 20000},
       {"QUIVER_RETRY_MAX_BACKOFF_MS", &RuntimeControls::retry_max_backoff_ms, 0, 7000},
+      // The edge reads the same variable.
+      {"QUIVER_MCP_SEARCH_MODE", &RuntimeControls::mcp_search_mode, 0, 1},
   };
   AgentConfig from_file = parse_ok(in, file);
   for (const Control& c : controls) {

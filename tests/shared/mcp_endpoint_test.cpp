@@ -298,6 +298,33 @@ TEST(McpEndpoint, ServerDiscoverAndModernRequestsAreStateless) {
                modern_headers("tools/call", "=?base64?ZG9jc19fc2VhcmNo?=")));
   EXPECT_EQ(d.relays.size(), 1u) << d.respond.response.body;
 
+  // A relayed result of an older-era upstream gets the cache hints 2026-07-28 requires: not to
+  // be kept (ttlMs 0), the caller's own (private). The upstream's own hints are kept.
+  Relay read = [](const RelayCall& c) {
+    return RelayReply::ok(Json::object(
+        {{"contents", Json::array({Json::object({{"uri", c.params["uri"]}, {"text", "hi"}})})}}));
+  };
+  Json uri = modern_params(Json::object({{"uri", "quiver://docs/file:///readme"}}));
+  d = run(post(request(5, "resources/read", uri),
+               modern_headers("resources/read", "quiver://docs/file:///readme")),
+          "alice", config(), read);
+  ASSERT_EQ(d.relays.size(), 1u) << d.respond.response.body;
+  EXPECT_EQ(d.body["result"]["ttlMs"], 0);
+  EXPECT_EQ(d.body["result"]["cacheScope"], "private");
+  Relay hinted = [](const RelayCall&) {
+    return RelayReply::ok(
+        Json::object({{"contents", Json::array()}, {"ttlMs", 5000}, {"cacheScope", "private"}}));
+  };
+  d = run(post(request(6, "resources/read", uri),
+               modern_headers("resources/read", "quiver://docs/file:///readme")),
+          "alice", config(), hinted);
+  EXPECT_EQ(d.body["result"]["ttlMs"], 5000);
+  // The older eras' results are the upstream's as they are.
+  d = run(
+      post(request(7, "resources/read", Json::object({{"uri", "quiver://docs/file:///readme"}}))),
+      "alice", config(), read);
+  EXPECT_FALSE(d.body["result"].contains("ttlMs")) << d.body.dump();
+
   // An unknown modern version: -32022 naming what we support.
   Json future = modern_params();
   future["_meta"]["io.modelcontextprotocol/protocolVersion"] = "2030-01-01";
