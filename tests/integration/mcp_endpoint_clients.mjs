@@ -192,11 +192,24 @@ const tests = [
     },
   },
   {
-    name: 'calls go through the agent: echo, a resource read and a prompt, in both eras',
+    name: 'calls: the agent performs echo, a resource read and a prompt in both eras; the edge ' +
+          'answers -32010 (its relay phase is not wired yet), never a fake result',
     fn: async () => {
       for (const connect of [connect1, connect2]) {
         const { client } = await connect('alice');
         try {
+          if (edgeDir) {
+            let unavailable;
+            try {
+              await client.callTool({ name: 'everything__echo', arguments: { message: 'hi' } });
+            } catch (e) {
+              unavailable = e;
+            }
+            if (!unavailable || unavailable.code !== -32010) {
+              throw new Error(`the edge: expected -32010, got ${unavailable?.code ?? 'a result'}`);
+            }
+            continue;
+          }
           const echoed = await client.callTool({ name: 'everything__echo',
                                                  arguments: { message: 'hi from mcp' } });
           const text = (echoed.content ?? []).map((c) => c.text ?? '').join(' ');
