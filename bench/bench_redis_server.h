@@ -1,14 +1,20 @@
 // A redis-server of a benchmark's own: started on 127.0.0.1 (a port from the pid), no
-// persistence, its directory under `base_dir`; stop() ends it and deletes the directory. Shared by
-// the benchmarks that measure Redis (bench/catalog_grants.cpp, bench/bodies.cpp). Not a test
-// helper: tests use tests/support/redis_server.h.
+// persistence, its directory under `base_dir`; stop() ends it and deletes the directory. Then what
+// the benchmarks that measure Redis (bench/catalog_grants.cpp, bench/bodies.cpp) do with it: one
+// command from an argv, a pipelined one, and INFO's counters parsed. Not a test helper: tests use
+// tests/support/redis_server.h.
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <hiredis.h>
 #include <signal.h>
@@ -69,6 +75,82 @@ inline RedisServerProcess start_redis_server(const std::string& binary, const st
   s.stop();
   std::fprintf(stderr, "%s: redis-server did not start\n", name.c_str());
   std::exit(1);
+}
+
+// One command from an argv (binary-safe); the reply, which the caller frees, or nullptr when the
+// connection failed.
+inline redisReply* command_argv(redisContext* c, const std::vector<std::string>& argv) {
+  std::vector<const char*> a;
+  std::vector<size_t> l;
+  for (const std::string& s : argv) {
+    a.push_back(s.data());
+    l.push_back(s.size());
+  }
+  return static_cast<redisReply*>(
+      redisCommandArgv(c, static_cast<int>(argv.size()), a.data(), l.data()));
+}
+
+// The same, appended to the connection's output (pipelining); its reply comes with redisGetReply.
+inline void append_argv(redisContext* c, const std::vector<std::string>& argv) {
+  std::vector<const char*> a;
+  std::vector<size_t> l;
+  for (const std::string& s : argv) {
+    a.push_back(s.data());
+    l.push_back(s.size());
+  }
+  redisAppendCommandArgv(c, static_cast<int>(argv.size()), a.data(), l.data());
+}
+
+// What INFO says of the server's work so far.
+struct RedisInfo {
+  struct Command {
+    int64_t calls = 0;
+    int64_t usec = 0;  // includes the commands a script or EXEC ran
+  };
+  std::map<std::string, Command> commands;  // commandstats, by lowercase name
+  double cpu_us = 0;                        // used_cpu_user + used_cpu_sys
+  double used_memory = 0;                   // bytes
+  std::string used_memory_human;
+  double net_output_bytes = 0;  // total_net_output_bytes: what clients read, INFO replies included
+
+  Command command(const std::string& name) const {
+    auto it = commands.find(name);
+    return it == commands.end() ? Command{} : it->second;
+  }
+};
+
+// INFO commandstats, cpu, memory and stats; exits the benchmark (status 1) when INFO fails.
+inline RedisInfo read_info(redisContext* c) {
+  RedisInfo out;
+  for (const char* section : {"commandstats", "cpu", "memory", "stats"}) {
+    redisReply* r = command_argv(c, {"INFO", section});
+    if (r == nullptr || r->type != REDIS_REPLY_STRING) {
+      std::fprintf(stderr, "INFO %s failed\n", section);
+      std::exit(1);
+    }
+    std::istringstream in(std::string(r->str, r->len));
+    freeReplyObject(r);
+    for (std::string line; std::getline(in, line);) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      const std::size_t colon = line.find(':');
+      if (colon == std::string::npos) continue;
+      const std::string name = line.substr(0, colon), value = line.substr(colon + 1);
+      if (name.rfind("cmdstat_", 0) == 0) {
+        long long calls = 0, usec = 0;
+        std::sscanf(value.c_str(), "calls=%lld,usec=%lld", &calls, &usec);
+        out.commands[name.substr(8)] = {calls, usec};
+      } else if (name == "used_cpu_user" || name == "used_cpu_sys") {
+        out.cpu_us += std::atof(value.c_str()) * 1e6;
+      } else if (name == "used_memory") {
+        out.used_memory = std::atof(value.c_str());
+      } else if (name == "used_memory_human") {
+        out.used_memory_human = value;
+      } else if (name == "total_net_output_bytes") {
+        out.net_output_bytes = std::atof(value.c_str());
+      }
+    }
+  }
+  return out;
 }
 
 }  // namespace bench

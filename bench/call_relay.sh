@@ -4,27 +4,13 @@
 # run, against a redis-server of its own on a free loopback port. Not a test. Extra arguments go to
 # the benchmark: bench/call_relay.sh [--n 1000 --warmup 50]
 # Results and how to read them: docs/benchmarks.md, "Calls through the agent and the edge relay".
-set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-build="$root/build/native"
-out="$build/bench"
-mkdir -p "$out"
+source "$(dirname "$0")/lib.sh"
 
-cmake -S "$root" -B "$build" >/dev/null
-make -C "$build" -j2 quiver_agent_engine >/dev/null
+bench_build quiver_agent_engine
+mapfile -t libs < <(bench_libs engine upstream store base)
+bench_compile call_relay call_relay.cpp cpp-httplib hiredis -- "${libs[@]}"
 
-flags=(-std=c++17 -O2 -I"$root")
-read -r -a pc <<<"$(pkg-config --cflags --libs cpp-httplib hiredis)"
-g++ "${flags[@]}" -o "$out/call_relay" "$root/bench/call_relay.cpp" \
-  "$build"/native-agent/libquiver_agent_{engine,upstream,store,base}.a "$build/shared/libquiver_core.a" \
-  "${pc[@]}" -lsqlite3 -lssl -lcrypto -lpthread
-
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-redis_dir=$(mktemp -d)
-redis-server --bind 127.0.0.1 --port "$port" --save "" --appendonly no --dir "$redis_dir" \
-  --daemonize no >/dev/null &
-redis_pid=$!
-trap 'kill "$redis_pid" 2>/dev/null; rm -rf "$redis_dir" /tmp/quiver-bench-call-relay' EXIT
-for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
-everything="$root/build/node/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
-"$out/call_relay" --everything "$everything" --redis-port "$port" "$@"
+bench_start_redis
+bench_at_exit "rm -rf /tmp/quiver-bench-call-relay"
+everything="$BENCH_ROOT/build/node/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
+"$BENCH_OUT/call_relay" --everything "$everything" --redis-port "$BENCH_REDIS_PORT" "$@"

@@ -17,17 +17,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <set>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <hiredis.h>
-#include <signal.h>
 #include <sqlite3.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "bench/bench_redis_server.h"
@@ -74,14 +70,7 @@ Json grant_value(const std::set<std::string>& cids) {
 }
 
 redisReply* command(redisContext* c, const std::vector<std::string>& argv) {
-  std::vector<const char*> a;
-  std::vector<size_t> l;
-  for (const std::string& s : argv) {
-    a.push_back(s.data());
-    l.push_back(s.size());
-  }
-  auto* r = static_cast<redisReply*>(
-      redisCommandArgv(c, static_cast<int>(argv.size()), a.data(), l.data()));
+  redisReply* r = bench::command_argv(c, argv);
   if (r == nullptr) die("redis command failed");
   return r;
 }
@@ -92,13 +81,7 @@ class Pipeline {
   explicit Pipeline(redisContext* c) : c_(c) {}
   ~Pipeline() { flush(); }
   void add(const std::vector<std::string>& argv) {
-    std::vector<const char*> a;
-    std::vector<size_t> l;
-    for (const std::string& s : argv) {
-      a.push_back(s.data());
-      l.push_back(s.size());
-    }
-    redisAppendCommandArgv(c_, static_cast<int>(argv.size()), a.data(), l.data());
+    bench::append_argv(c_, argv);
     if (++pending_ == 2000) flush();
   }
   void flush() {
@@ -139,29 +122,6 @@ void load_redis(redisContext* c, const quiver::RedisKeys& keys, int64_t from, in
     p.add(sadd);
     for (const std::string& k : g) p.add({"SADD", *keys.grantees(k), "member/" + id});
   }
-}
-
-// INFO commandstats and cpu, parsed: command -> (calls, usec), and "cpu" -> (user+sys µs, 0).
-std::map<std::string, std::pair<int64_t, int64_t>> info(redisContext* c) {
-  std::map<std::string, std::pair<int64_t, int64_t>> out;
-  for (const char* section : {"commandstats", "cpu"}) {
-    redisReply* r = command(c, {"INFO", section});
-    std::istringstream in(std::string(r->str, r->len));
-    freeReplyObject(r);
-    double cpu = 0;
-    for (std::string line; std::getline(in, line);) {
-      if (line.rfind("cmdstat_", 0) == 0) {
-        std::string name = line.substr(8, line.find(':') - 8);
-        long long calls = 0, usec = 0;
-        std::sscanf(line.c_str() + line.find(':') + 1, "calls=%lld,usec=%lld", &calls, &usec);
-        out[name] = {calls, usec};
-      } else if (line.rfind("used_cpu_user:", 0) == 0 || line.rfind("used_cpu_sys:", 0) == 0) {
-        cpu += std::atof(line.c_str() + line.find(':') + 1);
-      }
-    }
-    if (std::strcmp(section, "cpu") == 0) out["(cpu)"] = {static_cast<int64_t>(cpu * 1e6), 0};
-  }
-  return out;
 }
 
 struct Change {
@@ -226,18 +186,17 @@ void run_redis(const std::string& binary, const std::string& dir, const std::vec
     if (!store.ok()) die(store.error().message);
     std::vector<Change> chs = changes(n, k);
     apply(**store, {member_id(0), {"c49"}}, 2);  // warm: connection, script cache
-    auto before = info(c);
+    const bench::RedisInfo before = bench::read_info(c);
     auto t1 = Clock::now();
     for (int j = 0; j < k; ++j) apply(**store, chs[j], 3 + j);
     const double us = std::chrono::duration<double, std::micro>(Clock::now() - t1).count() / k;
-    auto after = info(c);
+    const bench::RedisInfo after = bench::read_info(c);
     int64_t calls = 0, leaf_usec = 0;
     std::string breakdown;
-    for (const auto& [name, v] : after) {
-      if (name == "(cpu)" || name == "info") continue;
-      auto b = before.find(name);
-      const int64_t dc = v.first - (b == before.end() ? 0 : b->second.first);
-      const int64_t du = v.second - (b == before.end() ? 0 : b->second.second);
+    for (const auto& [name, v] : after.commands) {
+      if (name == "info") continue;
+      const int64_t dc = v.calls - before.command(name).calls;
+      const int64_t du = v.usec - before.command(name).usec;
       if (dc == 0) continue;
       calls += dc;
       if (name != "evalsha" && name != "eval" && name != "exec" && name != "multi") leaf_usec += du;
@@ -246,18 +205,12 @@ void run_redis(const std::string& binary, const std::string& dir, const std::vec
                     static_cast<double>(dc) / k);
       breakdown += part;
     }
-    const double cpu =
-        static_cast<double>(after["(cpu)"].first - before["(cpu)"].first) / static_cast<double>(k);
+    const double cpu = (after.cpu_us - before.cpu_us) / static_cast<double>(k);
     if (first_us == 0) {
       first_us = us;
       first_cpu = cpu;
     }
-    redisReply* mem = command(c, {"INFO", "memory"});
-    std::string m(mem->str, mem->len);
-    freeReplyObject(mem);
-    std::size_t at = m.find("used_memory_human:");
-    std::string used =
-        at == std::string::npos ? "?" : m.substr(at + 18, m.find('\r', at) - at - 18);
+    const std::string used = bench::read_info(c).used_memory_human;
     std::printf("| %lld | %.1f | %.2f | %.1f | %.1f | %.1f s (%s) |\n", static_cast<long long>(n),
                 us, static_cast<double>(calls) / k, static_cast<double>(leaf_usec) / k, cpu, load_s,
                 used.c_str());
