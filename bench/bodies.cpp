@@ -20,7 +20,10 @@
 //    and the client's wall time per read (the core's work plus loopback round trips).
 //    The discovery script is the same in both layouts: the inline case is what main's edge sends
 //    and receives.
-// 2. Memory per manifest: P principals of one per-member connection listing identical content,
+// 2. The agent's read of the same member (RedisStore::read_discovery, what its discovery API reads
+//    before rendering), bodies apart, without and with its body cache
+//    (native-agent/store/body_cache.h): Redis time, bytes, MGETs and client time per read.
+// 3. Memory per manifest: P principals of one per-member connection listing identical content,
 //    committed (a) as before, inline, and (b) through the real commit script: INFO used_memory
 //    before and after each load, per manifest.
 //
@@ -29,17 +32,14 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <map>
 #include <memory>
-#include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <hiredis.h>
 
 #include "bench/bench_redis_server.h"
+#include "native-agent/store/redis_store.h"
 #include "shared/caller_token.h"
 #include "shared/discovery_redis.h"
 #include "shared/edge_service.h"
@@ -72,14 +72,7 @@ int64_t wall_ms() {
 
 // One command; an error reply (or none) ends the benchmark.
 std::string command(redisContext* c, const std::vector<std::string>& argv) {
-  std::vector<const char*> a;
-  std::vector<size_t> l;
-  for (const std::string& s : argv) {
-    a.push_back(s.data());
-    l.push_back(s.size());
-  }
-  auto* r = static_cast<redisReply*>(
-      redisCommandArgv(c, static_cast<int>(argv.size()), a.data(), l.data()));
+  redisReply* r = bench::command_argv(c, argv);
   if (r == nullptr) die("redis command failed");
   if (r->type == REDIS_REPLY_ERROR) die(argv[0] + ": " + std::string(r->str, r->len));
   std::string out = r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS
@@ -90,32 +83,6 @@ std::string command(redisContext* c, const std::vector<std::string>& argv) {
     out = std::string(r->element[0]->str, r->element[0]->len);  // a script's outcome word
   }
   freeReplyObject(r);
-  return out;
-}
-
-// INFO commandstats, cpu and memory: "cmd:<name>" -> usec, "calls:<name>" -> calls, "cpu" -> µs,
-// "used_memory" -> bytes.
-std::map<std::string, double> info(redisContext* c) {
-  std::map<std::string, double> out;
-  for (const char* section : {"commandstats", "cpu", "memory"}) {
-    auto* r = static_cast<redisReply*>(redisCommand(c, "INFO %s", section));
-    if (r == nullptr || r->type != REDIS_REPLY_STRING) die("INFO failed");
-    std::istringstream in(std::string(r->str, r->len));
-    freeReplyObject(r);
-    for (std::string line; std::getline(in, line);) {
-      if (line.rfind("cmdstat_", 0) == 0) {
-        std::string name = line.substr(8, line.find(':') - 8);
-        long long calls = 0, usec = 0;
-        std::sscanf(line.c_str() + line.find(':') + 1, "calls=%lld,usec=%lld", &calls, &usec);
-        out["cmd:" + name] = static_cast<double>(usec);
-        out["calls:" + name] = static_cast<double>(calls);
-      } else if (line.rfind("used_cpu_user:", 0) == 0 || line.rfind("used_cpu_sys:", 0) == 0) {
-        out["cpu"] += std::atof(line.c_str() + line.find(':') + 1) * 1e6;
-      } else if (line.rfind("used_memory:", 0) == 0) {
-        out["used_memory"] = std::atof(line.c_str() + line.find(':') + 1);
-      }
-    }
-  }
   return out;
 }
 
@@ -193,18 +160,7 @@ void commit_apart(redisContext* c, const quiver::RedisKeys& keys, const std::str
                       *keys.fence(cid, p),    *keys.conn(cid),
                       keys.epoch(),           *keys.body(quiver::manifest_body_digest(text))};
   const std::string token(32, 'b');
-  std::vector<std::string> acquire = *quiver::acquire_lease_command(k, token);
-  auto* r = static_cast<redisReply*>(nullptr);
-  {
-    std::vector<const char*> a;
-    std::vector<size_t> l;
-    for (const std::string& s : acquire) {
-      a.push_back(s.data());
-      l.push_back(s.size());
-    }
-    r = static_cast<redisReply*>(
-        redisCommandArgv(c, static_cast<int>(acquire.size()), a.data(), l.data()));
-  }
+  redisReply* r = bench::command_argv(c, *quiver::acquire_lease_command(k, token));
   if (r == nullptr || r->type != REDIS_REPLY_ARRAY || r->elements < 2) die("lease_acquire failed");
   const int64_t fence = r->element[1]->integer;
   freeReplyObject(r);
@@ -219,6 +175,16 @@ void commit_apart(redisContext* c, const quiver::RedisKeys& keys, const std::str
                                                   quiver::FencedWriteOptions{})) != "committed") {
     die("manifest_commit refused");
   }
+}
+
+// The usec of the top-level commands a discovery read sends (the script's inner calls are in its
+// EVALSHA_RO figure), between two INFO readings.
+double top_level_usec(const bench::RedisInfo& before, const bench::RedisInfo& after) {
+  double usec = 0;
+  for (const char* cmd : {"evalsha_ro", "eval_ro", "evalsha", "eval", "mget", "auth"}) {
+    usec += static_cast<double>(after.command(cmd).usec - before.command(cmd).usec);
+  }
+  return usec;
 }
 
 // ---- the edge's read ----------------------------------------------------------------------------
@@ -291,24 +257,70 @@ Row measure(const std::string& name, redisContext* c, int port, const std::strin
   std::unique_ptr<quiver::EdgeService> edge = new_edge(ns);
   ReadTotals warmup;
   edge_read(*edge, port, token, &warmup, expect);  // the script loaded, the isolate's caches warm
-  std::map<std::string, double> before = info(c);
+  const bench::RedisInfo before = bench::read_info(c);
   ReadTotals t;
   for (int i = 0; i < k; ++i) {
     if (new_isolate_per_read) edge = new_edge(ns);
     edge_read(*edge, port, token, &t, expect);
   }
-  std::map<std::string, double> after = info(c);
+  const bench::RedisInfo after = bench::read_info(c);
   Row row;
   row.name = name;
-  for (const char* cmd : {"evalsha_ro", "eval_ro", "mget", "auth"}) {
-    row.redis_us += after["cmd:" + std::string(cmd)] - before["cmd:" + std::string(cmd)];
-  }
-  row.redis_us /= k;
-  row.cpu_us = (after["cpu"] - before["cpu"]) / k;
+  row.redis_us = top_level_usec(before, after) / k;
+  row.cpu_us = (after.cpu_us - before.cpu_us) / k;
   row.bytes_in = static_cast<double>(t.bytes_in) / k;
   row.bytes_out = static_cast<double>(t.bytes_out) / k;
   row.round_trips = static_cast<double>(t.round_trips) / k;
   row.wall_us = t.wall_us / k;
+  return row;
+}
+
+// ---- the agent's read ---------------------------------------------------------------------------
+
+struct AgentRow {
+  std::string name;
+  double redis_us = 0;  // top-level commandstats usec per read
+  double cpu_us = 0;
+  double bytes_in =
+      0;  // total_net_output_bytes per read (INFO's own replies: a few bytes per read)
+  double mgets = 0;
+  double wall_us = 0;
+};
+
+// K discovery reads of `reader` through the agent's RedisStore (what the agent's API does before
+// rendering), its body cache `body_cache_bytes` (0: off, as before issue 14's cache).
+AgentRow measure_agent(const std::string& name, redisContext* c, int port, const std::string& ns,
+                       const quiver::Principal& reader, int k, std::size_t body_cache_bytes,
+                       std::size_t expect_chars) {
+  quiver::RedisStoreOptions o;
+  o.redis.host = "127.0.0.1";
+  o.redis.port = port;
+  o.ns = ns;
+  o.body_cache_max_bytes = body_cache_bytes;
+  quiver::Result<std::unique_ptr<quiver::RedisStore>> store = quiver::RedisStore::create(o);
+  if (!store.ok()) die(store.error().message);
+  auto read = [&] {
+    quiver::Result<quiver::DiscoverySnapshot> s = (*store)->read_discovery(reader, {});
+    if (!s.ok()) die("the agent's read failed: " + s.error().message);
+    std::size_t chars = 0;
+    for (const quiver::GrantedConnection& g : s->connections) {
+      if (g.manifest) chars += g.manifest->text.size();
+    }
+    if (chars != expect_chars) die("the agent's read lacks manifests");
+  };
+  read();  // connected, the script loaded, the body cache (if on) warm
+  const bench::RedisInfo before = bench::read_info(c);
+  const auto start = Clock::now();
+  for (int i = 0; i < k; ++i) read();
+  const double wall = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+  const bench::RedisInfo after = bench::read_info(c);
+  AgentRow row;
+  row.name = name;
+  row.redis_us = top_level_usec(before, after) / k;
+  row.cpu_us = (after.cpu_us - before.cpu_us) / k;
+  row.bytes_in = (after.net_output_bytes - before.net_output_bytes) / k;
+  row.mgets = static_cast<double>(after.command("mget").calls - before.command("mget").calls) / k;
+  row.wall_us = wall / k;
   return row;
 }
 
@@ -384,7 +396,25 @@ int main(int argc, char** argv) {
                 r.bytes_in / rows[0].bytes_in, r.bytes_out, r.round_trips, r.wall_us);
   }
 
-  // 2. Memory per manifest with deduplication: P principals, one per-member connection, the same
+  // 2. The agent's discovery read of the same member, bodies apart: without and with its body
+  // cache (native-agent/store/body_cache.h).
+  std::vector<AgentRow> agent;
+  agent.push_back(measure_agent("agent, no body cache (before)", c, server.port, "apart", reader, k,
+                                0, manifest_chars));
+  agent.push_back(measure_agent("agent, body cache (after)", c, server.port, "apart", reader, k,
+                                std::size_t{16} << 20, manifest_chars));
+  std::printf("\n## Agent discovery read (RedisStore::read_discovery): G = %d, %d reads each\n\n",
+              g, k);
+  std::printf(
+      "| agent | Redis µs per read (commandstats) | Redis CPU µs per read | bytes from Redis per "
+      "read | MGETs per read | client µs per read | vs before (client) |\n");
+  std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  for (const AgentRow& r : agent) {
+    std::printf("| %s | %.1f | %.1f | %.0f | %.2f | %.0f | %.3f |\n", r.name.c_str(), r.redis_us,
+                r.cpu_us, r.bytes_in, r.mgets, r.wall_us, r.wall_us / agent[0].wall_us);
+  }
+
+  // 3. Memory per manifest with deduplication: P principals, one per-member connection, the same
   // content for all.
   const std::string shared_text = manifest_text(size, "everyone");
   std::printf(
@@ -397,7 +427,7 @@ int main(int argc, char** argv) {
   for (const std::string ns : {"mem-inline", "mem-apart"}) {
     quiver::RedisKeys keys = *quiver::RedisKeys::create(ns);
     put_connection(c, keys, "team", "per_member");
-    const double before = info(c)["used_memory"];
+    const double before = bench::read_info(c).used_memory;
     for (int i = 0; i < principals; ++i) {
       const quiver::Principal p = *quiver::Principal::member("m" + std::to_string(i));
       if (ns == "mem-inline") {
@@ -406,7 +436,7 @@ int main(int argc, char** argv) {
         commit_apart(c, keys, "team", p, shared_text, now);
       }
     }
-    const double per = (info(c)["used_memory"] - before) / principals;
+    const double per = (bench::read_info(c).used_memory - before) / principals;
     if (ns == "mem-inline") inline_per = per;
     std::printf("| %s | %.0f | %.0f | %.4f |\n",
                 ns == "mem-inline" ? "inline (before)" : "apart (after)", per * principals, per,

@@ -440,6 +440,7 @@ struct RedisStore::Impl {
   RedisConnection main;
   RedisConnection blocking;
   RedisConnection calls;  // read_relayed_calls with block_ms > 0
+  LockedBodyCache bodies{options.body_cache_max_bytes};
 
   Impl(RedisStoreOptions o, RedisKeys k)
       : options(std::move(o)),
@@ -455,6 +456,11 @@ struct RedisStore::Impl {
     RespValue& v = (*r)[0];
     if (v.is_error()) return reply_error(v, what);
     return std::move(v);
+  }
+
+  // An MGET of body keys on the main connection (native-agent/store/body_cache.h).
+  BodyFetch body_fetch() {
+    return [this](const RedisCommand& mget) { return one(mget, "MGET"); };
   }
 
   // A pipeline whose every error reply is a failure.
@@ -631,6 +637,8 @@ Result<std::unique_ptr<RedisStore>> RedisStore::create(RedisStoreOptions options
 RedisStore::RedisStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 RedisStore::~RedisStore() = default;
 
+BodyCacheCounts RedisStore::body_cache_counts() const { return impl_->bodies.counts(); }
+
 std::string RedisStore::describe() const {
   return impl_->options.redis.describe() + " namespace " + impl_->keys.ns();
 }
@@ -789,16 +797,13 @@ Result<std::optional<StoredManifest>> RedisStore::read_manifest(std::string_view
   Result<ManifestMeta> meta = meta_from_fields(cid, principal, fields, has_data, *key);
   if (!meta.ok()) return meta.error();
   if (!meta->body_digest.empty()) {
-    // Stored apart, once per content. Absent (evicted, lost, or past its retention): the meta
-    // keeps naming it and the text stays empty, which readers show as a store failure.
-    Result<RedisCommand> read = body_read_command(impl_->keys, {meta->body_digest});
+    // Stored apart, once per content, and kept here by content. Absent (evicted, lost, or past
+    // its retention): the meta keeps naming it and the text stays empty, which readers show as a
+    // store failure.
+    Result<std::optional<std::string>> read =
+        read_body(impl_->bodies, impl_->keys, meta->body_digest, impl_->body_fetch());
     if (!read.ok()) return read.error();
-    Result<RespValue> reply = impl_->one(*read, "MGET");
-    if (!reply.ok()) return reply.error();
-    Result<std::vector<std::optional<std::string>>> bodies =
-        decode_body_reply(*reply, {meta->body_digest});
-    if (!bodies.ok()) return bodies.error();
-    if ((*bodies)[0]) body = std::move(*(*bodies)[0]);
+    if (*read) body = std::move(**read);
   }
   StoredManifest out{std::move(meta).value(), std::move(body)};
   return std::optional<StoredManifest>(std::move(out));
@@ -1007,20 +1012,10 @@ Result<DiscoverySnapshot> RedisStore::read_discovery(const Principal& member,
   if (!reply.ok()) return reply.error();
   Result<DiscoverySnapshot> snapshot = decode_discovery_reply((*reply)[0], member);
   if (!snapshot.ok()) return snapshot;
-  // The bodies the records name (stored apart, once per content), in one more round trip.
-  // TODO(perf): the agent keeps no body cache (the edge does, shared/edge_cache.h): a local
-  // discovery read moves every body it shows.
-  const std::vector<std::string> wanted = missing_bodies(*snapshot);
-  if (wanted.empty()) return snapshot;
-  Result<RedisCommand> read = body_read_command(impl_->keys, wanted);
-  if (!read.ok()) return read.error();
-  Result<RespValue> bodies_reply = impl_->one(*read, "MGET");
-  if (!bodies_reply.ok()) return bodies_reply.error();
-  Result<std::vector<std::optional<std::string>>> bodies = decode_body_reply(*bodies_reply, wanted);
+  // The bodies the records name (stored apart, once per content): those the body cache holds,
+  // the rest in one more round trip.
+  Status bodies = fill_snapshot_bodies(impl_->bodies, impl_->keys, *snapshot, impl_->body_fetch());
   if (!bodies.ok()) return bodies.error();
-  for (std::size_t i = 0; i < wanted.size(); ++i) {
-    if ((*bodies)[i]) fill_body(*snapshot, wanted[i], *(*bodies)[i]);
-  }
   return snapshot;
 }
 

@@ -30,6 +30,7 @@
 #include <string>
 
 #include "native-agent/base/config.h"
+#include "native-agent/store/body_cache.h"
 #include "native-agent/store/store.h"
 
 namespace quiver {
@@ -47,6 +48,8 @@ struct RedisStoreOptions {
   int64_t max_audit_entries = static_cast<int64_t>(kMaxAuditEntries);
   // `at` of queued revalidation requests, updated_at of catalog entries, at of audit lines.
   Clock now_ms = system_clock_ms();
+  // The bound of the manifest bodies kept by content (native-agent/store/body_cache.h). 0: off.
+  std::size_t body_cache_max_bytes = std::size_t{16} << 20;
 };
 
 class RedisStore final : public ManifestStore {
@@ -138,6 +141,9 @@ class RedisStore final : public ManifestStore {
   Result<WebhookRefreshReply> apply_webhook(const WebhookVerified& verified,
                                             const WebhookRefreshRequest& request, int64_t now_ms,
                                             int64_t window_ms) override;
+
+  // The bodies kept by content: entries, bytes, hits, misses, evictions.
+  BodyCacheCounts body_cache_counts() const;
 
  private:
   struct Impl;
