@@ -38,6 +38,8 @@
 
 #include <hiredis.h>
 
+#include "bench/bench_edge.h"
+#include "bench/bench_manifests.h"
 #include "bench/bench_redis_server.h"
 #include "native-agent/store/redis_store.h"
 #include "shared/caller_token.h"
@@ -50,7 +52,6 @@
 #include "shared/resp.h"
 #include "shared/schema_assets.h"
 #include "shared/sha256.h"
-#include "tests/support/loopback_socket.h"
 
 namespace {
 
@@ -62,119 +63,6 @@ constexpr char kSecret[] = "bench-bodies-caller-token-secret-0123456789";
 [[noreturn]] void die(const std::string& why) {
   std::fprintf(stderr, "bodies: %s\n", why.c_str());
   std::exit(1);
-}
-
-int64_t wall_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-// One command; an error reply (or none) ends the benchmark.
-std::string command(redisContext* c, const std::vector<std::string>& argv) {
-  redisReply* r = bench::command_argv(c, argv);
-  if (r == nullptr) die("redis command failed");
-  if (r->type == REDIS_REPLY_ERROR) die(argv[0] + ": " + std::string(r->str, r->len));
-  std::string out = r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS
-                        ? std::string(r->str, r->len)
-                        : std::to_string(r->integer);
-  if (r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
-      r->element[0]->type == REDIS_REPLY_STRING) {
-    out = std::string(r->element[0]->str, r->element[0]->len);  // a script's outcome word
-  }
-  freeReplyObject(r);
-  return out;
-}
-
-// ---- the data -----------------------------------------------------------------------------------
-
-// A manifest of about `size` bytes: tools whose descriptions carry `marker`, in the manifest
-// model's shape (each list {state, items, hashes, cache}).
-std::string manifest_text(std::size_t size, const std::string& marker) {
-  Json items = Json::array();
-  Json hashes = Json::object();
-  std::size_t bytes = 0;
-  for (int i = 0; bytes < size; ++i) {
-    std::string name = "tool_" + std::to_string(i);
-    std::string description = "Does " + name + " for " + marker + ". " + std::string(900, 'x');
-    Json item = Json::object({{"name", name},
-                              {"description", description},
-                              {"inputSchema", Json::object({{"type", "object"}})}});
-    bytes += item.dump().size() + 60;
-    items.push_back(std::move(item));
-    hashes[name] = "sha256-" + std::string(43, 'A');
-  }
-  auto absent = [] {
-    return Json::object({{"state", "absent"},
-                         {"items", Json::array()},
-                         {"hashes", Json::object()},
-                         {"cache", Json::object()}});
-  };
-  Json m = Json::object();
-  m["format"] = "quiver.manifest.v1";
-  m["protocol_version"] = "2025-11-25";
-  m["server"] = Json::object({{"name", "bench-" + marker}, {"version", "1.0.0"}});
-  m["capabilities"] = Json::object();
-  m["tools"] = Json::object({{"state", "ok"},
-                             {"items", std::move(items)},
-                             {"hashes", std::move(hashes)},
-                             {"cache", Json::object()}});
-  m["resources"] = absent();
-  m["resource_templates"] = absent();
-  m["prompts"] = absent();
-  m["cache"] = Json::object();
-  m["truncated"] = false;
-  m["issues"] = Json::array();
-  m["issues_omitted"] = 0;
-  return quiver::json_text(m);
-}
-
-void put_connection(redisContext* c, const quiver::RedisKeys& keys, const std::string& cid,
-                    const std::string& mode) {
-  command(c, {"HSET", *keys.conn(cid), "config_hash", "h-" + cid, "credential_mode", mode, "name",
-              cid, "transport", "http", "updated_at", "1"});
-  command(c, {"SADD", keys.conns(), cid});
-}
-
-// The record as the commit script wrote it before bodies were stored apart (and the fence its
-// lease left, as in the other layout).
-void commit_inline(redisContext* c, const quiver::RedisKeys& keys, const std::string& cid,
-                   const quiver::Principal& p, const std::string& text, int64_t now) {
-  command(c, {"INCR", *keys.fence(cid, p)});
-  command(c, {"HSET",        *keys.manifest(cid, p),
-              "manifest",    text,
-              "etag",        quiver::content_hash(text),
-              "config_hash", "h-" + cid,
-              "fence",       "1",
-              "fetched_at",  std::to_string(now),
-              "fresh_until", std::to_string(now + 900'000),
-              "expires_at",  std::to_string(now + 86'400'000),
-              "truncated",   "0",
-              "attempt_at",  std::to_string(now)});
-}
-
-// The record through the real, fenced commit script (lease taken first), as agents write it now.
-void commit_apart(redisContext* c, const quiver::RedisKeys& keys, const std::string& cid,
-                  const quiver::Principal& p, const std::string& text, int64_t now) {
-  quiver::LeaseKeys k{*keys.manifest(cid, p), *keys.lease(cid, p),
-                      *keys.fence(cid, p),    *keys.conn(cid),
-                      keys.epoch(),           *keys.body(quiver::manifest_body_digest(text))};
-  const std::string token(32, 'b');
-  redisReply* r = bench::command_argv(c, *quiver::acquire_lease_command(k, token));
-  if (r == nullptr || r->type != REDIS_REPLY_ARRAY || r->elements < 2) die("lease_acquire failed");
-  const int64_t fence = r->element[1]->integer;
-  freeReplyObject(r);
-  quiver::ManifestWrite w;
-  w.manifest = text;
-  w.etag = quiver::content_hash(text);
-  w.config_hash = "h-" + cid;
-  w.fetched_at_ms = now;
-  w.fresh_until_ms = now + 900'000;
-  w.expires_at_ms = now + 86'400'000;
-  if (command(c, *quiver::commit_manifest_command(k, quiver::Lease{fence, token}, w,
-                                                  quiver::FencedWriteOptions{})) != "committed") {
-    die("manifest_commit refused");
-  }
 }
 
 // The usec of the top-level commands a discovery read sends (the script's inner calls are in its
@@ -189,57 +77,20 @@ double top_level_usec(const bench::RedisInfo& before, const bench::RedisInfo& af
 
 // ---- the edge's read ----------------------------------------------------------------------------
 
-struct ReadTotals {
-  int64_t reads = 0;
-  int64_t round_trips = 0;
-  int64_t bytes_in = 0;
-  int64_t bytes_out = 0;
-  double wall_us = 0;
-};
-
-// One GET /v1/manifests through `edge`, its Redis bytes over a fresh loopback connection.
-void edge_read(quiver::EdgeService& edge, int port, const std::string& token, ReadTotals* t,
+// One GET /v1/manifests through `edge`; dies unless it answers 200 with the manifests.
+void edge_read(quiver::EdgeService& edge, int port, const std::string& token, bench::EdgeTotals* t,
                std::size_t expect_bodies_chars) {
   quiver::HttpRequest request;
   request.method = "GET";
   request.path = "/v1/manifests";
   request.headers.emplace_back("Authorization", "Bearer " + token);
-  const auto start = Clock::now();
-  std::unique_ptr<quiver::testing::LoopbackSocket> socket;
-  quiver::EdgeStep step = edge.begin(request, wall_ms(), std::string(16, 'r'));
-  for (int guard = 0; guard < 100 && step.action != quiver::EdgeAction::kRespond; ++guard) {
-    if (step.action == quiver::EdgeAction::kRedis) {
-      if (step.new_connection || socket == nullptr) {
-        socket = std::make_unique<quiver::testing::LoopbackSocket>(port);
-      }
-      ++t->round_trips;
-      t->bytes_out += static_cast<int64_t>(step.redis_bytes.size());
-      if (!socket->send_all(step.redis_bytes)) die("send to Redis failed");
-    } else if (step.action != quiver::EdgeAction::kRead) {
-      die("unexpected edge step");
-    }
-    std::string bytes = socket->receive(1 << 20);
-    if (bytes.empty()) die("Redis closed or timed out");
-    t->bytes_in += static_cast<int64_t>(bytes.size());
-    step = edge.feed(step.handle, bytes, wall_ms());
-  }
-  t->wall_us += std::chrono::duration<double, std::micro>(Clock::now() - start).count();
-  if (step.action != quiver::EdgeAction::kRespond || step.response.status != 200) {
-    die("the read did not answer 200: " + step.response.body.substr(0, 300));
-  }
-  if (step.response.body.size() < expect_bodies_chars) die("the answer lacks its manifests");
-  edge.end(step.handle);
-  ++t->reads;
+  quiver::HttpResponse response = bench::edge_exchange(edge, port, std::move(request), t);
+  if (response.status != 200) die("the read did not answer 200: " + response.body.substr(0, 300));
+  if (response.body.size() < expect_bodies_chars) die("the answer lacks its manifests");
 }
 
 std::unique_ptr<quiver::EdgeService> new_edge(const std::string& ns) {
-  Json env = Json::object();
-  env["QUIVER_TOKEN_KEYS"] = Json::object({{"k", kSecret}}).dump();
-  env["QUIVER_NAMESPACE"] = ns;
-  env["QUIVER_L1_TTL_MS"] = "0";
-  auto edge = std::make_unique<quiver::EdgeService>(quiver::edge_settings_from_env(env.dump()));
-  if (!edge->configured()) die("edge settings refused");
-  return edge;
+  return bench::new_edge(ns, kSecret, 0);
 }
 
 struct Row {
@@ -255,10 +106,10 @@ struct Row {
 Row measure(const std::string& name, redisContext* c, int port, const std::string& ns,
             const std::string& token, int k, bool new_isolate_per_read, std::size_t expect) {
   std::unique_ptr<quiver::EdgeService> edge = new_edge(ns);
-  ReadTotals warmup;
+  bench::EdgeTotals warmup;
   edge_read(*edge, port, token, &warmup, expect);  // the script loaded, the isolate's caches warm
   const bench::RedisInfo before = bench::read_info(c);
-  ReadTotals t;
+  bench::EdgeTotals t;
   for (int i = 0; i < k; ++i) {
     if (new_isolate_per_read) edge = new_edge(ns);
     edge_read(*edge, port, token, &t, expect);
@@ -351,7 +202,7 @@ int main(int argc, char** argv) {
       bench::start_redis_server(redis_server, "/tmp", "bodies-bench");
   redisContext* c = redisConnect("127.0.0.1", server.port);
   if (c == nullptr || c->err != 0) die("connect failed");
-  const int64_t now = wall_ms();
+  const int64_t now = bench::wall_ms();
 
   // 1. The read: two namespaces with the same member, grants and contents, one per layout.
   const std::string token = *quiver::mint_caller_token("reader", kSecret, "k", now, 3'600'000);
@@ -359,18 +210,18 @@ int main(int argc, char** argv) {
   std::size_t manifest_chars = 0;
   for (const std::string ns : {"inline", "apart"}) {
     quiver::RedisKeys keys = *quiver::RedisKeys::create(ns);
-    command(c, {"SET", keys.namespace_record(), "ready:1"});
+    bench::command(c, {"SET", keys.namespace_record(), "ready:1"});
     for (int i = 0; i < g; ++i) {
       char cid[16];
       std::snprintf(cid, sizeof cid, "c%03d", i);
-      put_connection(c, keys, cid, "shared");
-      command(c, {"SADD", *keys.grants(reader), cid});
-      const std::string text = manifest_text(size, cid);
+      bench::put_connection(c, keys, cid, "shared");
+      bench::command(c, {"SADD", *keys.grants(reader), cid});
+      const std::string text = bench::manifest_text(size, cid);
       if (ns == "inline") {
         manifest_chars += text.size();
-        commit_inline(c, keys, cid, quiver::Principal::shared(), text, now);
+        bench::commit_inline(c, keys, cid, quiver::Principal::shared(), text, now);
       } else {
-        commit_apart(c, keys, cid, quiver::Principal::shared(), text, now);
+        bench::commit_apart(c, keys, cid, quiver::Principal::shared(), text, now);
       }
     }
   }
@@ -416,7 +267,7 @@ int main(int argc, char** argv) {
 
   // 3. Memory per manifest with deduplication: P principals, one per-member connection, the same
   // content for all.
-  const std::string shared_text = manifest_text(size, "everyone");
+  const std::string shared_text = bench::manifest_text(size, "everyone");
   std::printf(
       "\n## Memory: %d principals of one per-member connection, identical %zu-byte "
       "manifests\n\n",
@@ -426,14 +277,14 @@ int main(int argc, char** argv) {
   double inline_per = 0;
   for (const std::string ns : {"mem-inline", "mem-apart"}) {
     quiver::RedisKeys keys = *quiver::RedisKeys::create(ns);
-    put_connection(c, keys, "team", "per_member");
+    bench::put_connection(c, keys, "team", "per_member");
     const double before = bench::read_info(c).used_memory;
     for (int i = 0; i < principals; ++i) {
       const quiver::Principal p = *quiver::Principal::member("m" + std::to_string(i));
       if (ns == "mem-inline") {
-        commit_inline(c, keys, "team", p, shared_text, now);
+        bench::commit_inline(c, keys, "team", p, shared_text, now);
       } else {
-        commit_apart(c, keys, "team", p, shared_text, now);
+        bench::commit_apart(c, keys, "team", p, shared_text, now);
       }
     }
     const double per = (bench::read_info(c).used_memory - before) / principals;

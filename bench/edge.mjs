@@ -1,9 +1,12 @@
 // Edge benchmark: quiver-edge against two baselines, side by side in one run, with wrk.
 //
-//   node bench/edge.mjs [--duration 5] [--edge-dir build/wasm/edge] [--write docs/benchmarks.md]
+//   node bench/edge.mjs [--duration 5] [--members everything,realistic] [--edge-dir build/wasm/edge]
+//                       [--write docs/benchmarks.md]
 //
-// Targets, all in workerd on this machine, all answering GET of one connection's manifest (the
-// tools server-everything lists):
+// Members (bench/edge_fixture.mjs): `everything`, one connection (GET of its manifest: the tools
+// server-everything lists, one disabled), and `realistic`, 10 connections with ~20 KB manifests
+// (GET /v1/manifests, ~200 KB). Targets, all in workerd on this machine, all answering the same
+// bytes for the member's path:
 //   edge, L1 hit      quiver-edge with a long L1 TTL: token check + render from the in-isolate copy
 //   edge, Redis hit   quiver-edge with L1 off: token check + one Redis round trip (a new
 //                     connection, AUTH, the discovery script) + render, every request
@@ -16,22 +19,17 @@ import { copyFileSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 
-import {
-  Layout, RedisServer, Workerd, connectionCommands, everythingTools, manifestCommands,
-  argValue, edgeDirArg, manifestJson, mintToken, repoRoot,
-} from '../tests/edge/harness.mjs';
+import { Workerd, argValue, edgeDirArg, repoRoot } from '../tests/edge/harness.mjs';
+import { PASSWORD, startEdgeFixture } from './edge_fixture.mjs';
 import { hasWrk, machineLine, printRow, wrk, wrkVersion, writeSection } from './report.mjs';
 
 const arg = argValue;
 const duration = Number(arg('--duration', '5'));
+const members = arg('--members', 'everything').split(',');
 const edgeDir = edgeDirArg();
 const writeTo = arg('--write', '');
 
-const KID = 'bench';
-const SECRET = 'quiver-edge-benchmark-secret-0123456789';
-const PASSWORD = 'bench-redis-password';
-const NS = 'bench';
-const PATH = '/v1/mcp-connections/everything/manifest';
+const PATHS = { everything: '/v1/mcp-connections/everything/manifest', realistic: '/v1/manifests' };
 const BODY_KEY = 'bench:body';
 
 if (!hasWrk()) {
@@ -39,41 +37,12 @@ if (!hasWrk()) {
   process.exit(2);
 }
 
-async function main() {
-  const logs = [];
-  const redis = await RedisServer.start({ password: PASSWORD });
-  const db = await redis.client();
-  const layout = new Layout(NS);
-  await db.pipeline([
-    ...connectionCommands(layout, 'everything', 'shared'),
-    ['SADD', layout.grants('bench'), 'everything'],
-    ...manifestCommands(layout, 'everything', 'shared', manifestJson(everythingTools())),
-    ['SADD', layout.disabled('everything'), 'tool:echo'],
-  ]);
-  const edgeEnv = (ttl) => ({
-    QUIVER_TOKEN_KEYS: JSON.stringify({ [KID]: SECRET }), QUIVER_NAMESPACE: NS,
-    QUIVER_L1_TTL_MS: String(ttl), REDIS_PORT: String(redis.port), REDIS_PASSWORD: PASSWORD,
-  });
-  const config = path.join(edgeDir, 'workerd.capnp');
-  const servers = [];
-  const tmp = mkdtempSync(path.join(os.tmpdir(), 'quiver-edge-bench-'));
-  try {
-    const edgeL1 = await Workerd.start({ config, env: edgeEnv(600_000), logs });
-    servers.push(edgeL1);
-    const edgeRedis = await Workerd.start({ config, env: edgeEnv(0), logs });
-    servers.push(edgeRedis);
-
-    const token = mintToken({ member: 'bench', kid: KID, secret: SECRET, ttlMs: 3600_000 });
-    const headers = { Authorization: `Bearer ${token}` };
-    const sample = await edgeL1.request('GET', PATH, { headers });
-    if (sample.status !== 200) throw new Error(`edge answered ${sample.status}: ${sample.text}`);
-    await db.call('SET', BODY_KEY, sample.text);
-
-    // The baselines: one workerd, two workers, two sockets.
-    for (const f of ['plain.mjs', 'redis-get.mjs']) {
-      copyFileSync(path.join(repoRoot, 'bench', 'workers', f), path.join(tmp, f));
-    }
-    writeFileSync(path.join(tmp, 'baselines.capnp'), `\
+// The baselines for `body` (the bytes the edge answered), each worker in a workerd of its own.
+async function startBaselines(tmp, redisPort, body, logs) {
+  for (const f of ['plain.mjs', 'redis-get.mjs']) {
+    copyFileSync(path.join(repoRoot, 'bench', 'workers', f), path.join(tmp, f));
+  }
+  writeFileSync(path.join(tmp, 'baselines.capnp'), `\
 using Workerd = import "/workerd/workerd.capnp";
 const config :Workerd.Config = (
   services = [
@@ -95,63 +64,78 @@ const config :Workerd.Config = (
   ],
 );
 `);
-    const plain = await Workerd.start({ config: path.join(tmp, 'baselines.capnp'), logs,
-                                        env: { BODY: sample.text, REDIS_PORT: String(redis.port),
-                                               REDIS_PASSWORD: PASSWORD } });
-    servers.push(plain);
-    // The same config again, serving the other socket: each baseline has a process to itself.
-    const redisGetProc = await Workerd.start({
-      config: path.join(tmp, 'baselines.capnp'), logs, socket: 'redis',
-      env: { BODY: '', REDIS_PORT: String(redis.port), REDIS_PASSWORD: PASSWORD } });
-    servers.push(redisGetProc);
-
-    const check = await redisGetProc.request('GET', PATH);
-    if (check.text !== sample.text) {
-      throw new Error(`the Redis GET baseline answered ${check.status}`);
-    }
-
-    const targets = [
-      ['quiver-edge, L1 hit', edgeL1, headers],
-      ['quiver-edge, Redis hit (L1 off)', edgeRedis, headers],
-      ['plain JS response (same bytes)', plain, {}],
-      ['hand-written JS: connect + AUTH + GET', redisGetProc, {}],
-    ];
-    const rows = [];
-    for (const connections of [1, 16]) {
-      for (const [name, server, h] of targets) {
-        const r = wrk({ port: server.port, path: PATH, connections, duration, headers: h });
-        rows.push({ name, connections, ...r });
-        printRow(name, connections, r);
-      }
-    }
-    const body = Buffer.byteLength(sample.text);
-    if (writeTo) writeSection(writeTo, 'Edge', sectionLines(rows, body));
-  } finally {
-    db.close();
-    for (const s of servers.reverse()) await s.stop();
-    await redis.stop();
-    rmSync(tmp, { recursive: true, force: true });
-  }
+  const config = path.join(tmp, 'baselines.capnp');
+  const env = { REDIS_PORT: String(redisPort), REDIS_PASSWORD: PASSWORD };
+  const plain = await Workerd.start({ config, logs, env: { ...env, BODY: body } });
+  // The same config again, serving the other socket: each baseline has a process to itself.
+  const redisGet = await Workerd.start({ config, logs, socket: 'redis', env: { ...env, BODY: '' } });
+  return { plain, redisGet };
 }
 
-function sectionLines(rows, bodyBytes) {
+async function runMember(member, logs) {
+  const fx = await startEdgeFixture({ edgeDir, member, logs });
+  const tmp = mkdtempSync(path.join(os.tmpdir(), 'quiver-edge-bench-'));
+  const rows = [];
+  try {
+    const target = PATHS[member];
+    const headers = { Authorization: `Bearer ${fx.token}` };
+    const sample = await fx.edgeL1.request('GET', target, { headers });
+    if (sample.status !== 200) throw new Error(`edge answered ${sample.status}: ${sample.text}`);
+    await fx.db.call('SET', BODY_KEY, sample.text);
+    const { plain, redisGet } = await startBaselines(tmp, fx.redis.port, sample.text, logs);
+    fx.servers.push(plain, redisGet);
+    const check = await redisGet.request('GET', target);
+    if (check.text !== sample.text) throw new Error(`the Redis GET baseline answered ${check.status}`);
+
+    const targets = [
+      ['quiver-edge, L1 hit', fx.edgeL1, headers],
+      ['quiver-edge, Redis hit (L1 off)', fx.edgeRedis, headers],
+      ['plain JS response (same bytes)', plain, {}],
+      ['hand-written JS: connect + AUTH + GET', redisGet, {}],
+    ];
+    for (const connections of [1, 16]) {
+      for (const [name, server, h] of targets) {
+        const r = wrk({ port: server.port, path: target, connections, duration, headers: h });
+        rows.push({ member, name, connections, bytes: Buffer.byteLength(sample.text), ...r });
+        printRow(`${member}: ${name}`, connections, r);
+      }
+    }
+  } finally {
+    await fx.stop();
+    rmSync(tmp, { recursive: true, force: true });
+  }
+  return rows;
+}
+
+async function main() {
+  const logs = [];
+  const rows = [];
+  for (const member of members) rows.push(...await runMember(member, logs));
+  if (writeTo) writeSection(writeTo, 'Edge', sectionLines(rows));
+}
+
+function sectionLines(rows) {
   const workerdVersion = execFileSync(
     path.join(repoRoot, 'build', 'node', 'node_modules', '.bin', 'workerd'), ['--version'],
     { encoding: 'utf8' }).trim();
-  const base = (c) => rows.find((r) => r.connections === c && r.name.startsWith('plain'));
+  const find = (r, prefix) => rows.find((x) => x.member === r.member &&
+    x.connections === r.connections && x.name.startsWith(prefix));
+  const described = members.map((m) => `\`${m}\`: \`GET ${PATHS[m]}\`, ` +
+    `${rows.find((r) => r.member === m).bytes} bytes`).join('; ');
   return [
     '',
-    `\`node bench/edge.mjs --duration ${duration}\`, ${new Date().toISOString().slice(0, 10)}:`,
+    `\`node bench/edge.mjs --duration ${duration} --members ${members.join(',')}\`, ` +
+      `${new Date().toISOString().slice(0, 10)}:`,
     `${machineLine()}, ${workerdVersion}, wrk ${wrkVersion()}, redis-server on loopback.`,
     'One wrk thread, keep-alive; workerd, Redis and wrk share the machine (and other builds).',
-    `Every target answers \`GET ${PATH}\``,
-    `with the same ${bodyBytes}-byte body: the tools server-everything lists, one disabled.`,
+    `Every target of a member answers the same bytes (${described}).`,
     '',
-    '| target | conns | p50 ms | p99 ms | req/s | vs plain JS (req/s) |',
-    '| --- | ---: | ---: | ---: | ---: | ---: |',
-    ...rows.map((r) => `| ${r.name} | ${r.connections} | ${r.p50.toFixed(3)} | ` +
-      `${r.p99.toFixed(3)} | ${r.rps.toFixed(0)} | ` +
-      `${(r.rps / base(r.connections).rps).toFixed(2)} |` +
+    '| member | target | conns | p50 ms | p99 ms | req/s | vs plain JS (req/s) | ' +
+      'vs hand-written Redis GET (req/s) |',
+    '| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |',
+    ...rows.map((r) => `| ${r.member} | ${r.name} | ${r.connections} | ${r.p50.toFixed(3)} | ` +
+      `${r.p99.toFixed(3)} | ${r.rps.toFixed(0)} | ${(r.rps / find(r, 'plain').rps).toFixed(2)} | ` +
+      `${(r.rps / find(r, 'hand-written').rps).toFixed(2)} |` +
       `${r.errors ? ` (${r.errors} non-2xx)` : ''}`),
   ];
 }

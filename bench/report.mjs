@@ -2,8 +2,9 @@
 // and writing one `## Section` of docs/benchmarks.md in place (bench/edge.mjs,
 // bench/agent_vs_nginx.mjs).
 import { execFileSync, spawnSync } from 'node:child_process';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
+import path from 'node:path';
 
 // wrk's "12.34ms" as milliseconds.
 export function parseDuration(text) {
@@ -20,13 +21,28 @@ export function wrkVersion() {
 }
 
 // One wrk run: one thread, `connections` keep-alive connections for `duration` seconds against
-// GET http://127.0.0.1:port/path. p50 / p99 / max in ms, requests/s; `errors` counts answers
-// outside 2xx and 3xx.
-export function wrk({ port, path, connections, duration, headers = {} }) {
+// `method` (GET unless given; with `body`, through a wrk Lua script) http://127.0.0.1:port/path.
+// p50 / p99 / max in ms, requests/s; `errors` counts answers outside 2xx and 3xx.
+export function wrk({ port, path: target, connections, duration, headers = {}, method = 'GET',
+                      body = null }) {
   const cmd = ['-t1', `-c${connections}`, `-d${duration}s`, '--latency', '--timeout', '5s'];
   for (const [k, v] of Object.entries(headers)) cmd.push('-H', `${k}: ${v}`);
-  cmd.push(`http://127.0.0.1:${port}${path}`);
-  const out = execFileSync('wrk', cmd, { encoding: 'utf8' });
+  let dir = null;
+  if (method !== 'GET' || body !== null) {
+    if (`${method}${body ?? ''}`.includes(']==]')) throw new Error('wrk: "]==]" in the request');
+    dir = mkdtempSync(path.join(os.tmpdir(), 'quiver-wrk-'));
+    const script = path.join(dir, 'request.lua');
+    writeFileSync(script, `wrk.method = [==[${method}]==]\n` +
+                          (body === null ? '' : `wrk.body = [==[${body}]==]\n`));
+    cmd.push('-s', script);
+  }
+  cmd.push(`http://127.0.0.1:${port}${target}`);
+  let out;
+  try {
+    out = execFileSync('wrk', cmd, { encoding: 'utf8' });
+  } finally {
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  }
   const pct = (p) => parseDuration(new RegExp(`^\\s+${p}%\\s+(\\S+)`, 'm').exec(out)?.[1] ?? '');
   const max = parseDuration(/^\s+Latency\s+\S+\s+\S+\s+(\S+)/m.exec(out)?.[1] ?? '');
   const rps = Number(/Requests\/sec:\s+([\d.]+)/.exec(out)?.[1]);
