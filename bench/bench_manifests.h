@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,19 @@ using quiver::Json;
 [[noreturn]] inline void fail(const std::string& why) {
   std::fprintf(stderr, "bench: %s\n", why.c_str());
   std::exit(1);
+}
+
+// A benchmark's "--name value" arguments, each name one of `defaults`' (whose values are used for
+// those not given); exits on another name or a name without a value.
+inline std::map<std::string, std::string> parse_args(int argc, char** argv,
+                                                     std::map<std::string, std::string> defaults) {
+  for (int i = 1; i < argc; i += 2) {
+    auto it = defaults.find(argv[i]);
+    if (it == defaults.end()) fail(std::string("unknown argument ") + argv[i]);
+    if (i + 1 >= argc) fail(std::string(argv[i]) + " needs a value");
+    it->second = argv[i + 1];
+  }
+  return defaults;
 }
 
 // One command; an error reply (or none) ends the benchmark.

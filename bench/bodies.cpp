@@ -32,6 +32,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -178,24 +179,16 @@ AgentRow measure_agent(const std::string& name, redisContext* c, int port, const
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string redis_server = "redis-server";
-  int g = 50, k = 400, principals = 1000;
-  std::size_t size = 20'000;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string a = argv[i];
-    if (a == "--redis-server")
-      redis_server = argv[i + 1];
-    else if (a == "--g")
-      g = std::atoi(argv[i + 1]);
-    else if (a == "--k")
-      k = std::atoi(argv[i + 1]);
-    else if (a == "--size")
-      size = static_cast<std::size_t>(std::atoll(argv[i + 1]));
-    else if (a == "--principals")
-      principals = std::atoi(argv[i + 1]);
-    else
-      die("unknown argument " + a);
-  }
+  std::map<std::string, std::string> args = bench::parse_args(argc, argv,
+                                                              {{"--redis-server", "redis-server"},
+                                                               {"--g", "50"},
+                                                               {"--size", "20000"},
+                                                               {"--k", "400"},
+                                                               {"--principals", "1000"}});
+  const std::string redis_server = args["--redis-server"];
+  const int g = std::atoi(args["--g"].c_str()), k = std::atoi(args["--k"].c_str());
+  const int principals = std::atoi(args["--principals"].c_str());
+  const std::size_t size = static_cast<std::size_t>(std::atoll(args["--size"].c_str()));
   if (g < 1 || k < 1 || principals < 1 || size < 100) die("bad arguments");
 
   bench::RedisServerProcess server =

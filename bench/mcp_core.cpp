@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -78,22 +79,12 @@ double p50(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string redis_server = "redis-server";
-  int g = 10, k = 2000;
-  std::size_t size = 9000;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string a = argv[i];
-    if (a == "--redis-server")
-      redis_server = argv[i + 1];
-    else if (a == "--g")
-      g = std::atoi(argv[i + 1]);
-    else if (a == "--k")
-      k = std::atoi(argv[i + 1]);
-    else if (a == "--size")
-      size = static_cast<std::size_t>(std::atoll(argv[i + 1]));
-    else
-      bench::fail("unknown argument " + a);
-  }
+  std::map<std::string, std::string> args = bench::parse_args(
+      argc, argv,
+      {{"--redis-server", "redis-server"}, {"--g", "10"}, {"--size", "9000"}, {"--k", "2000"}});
+  const std::string redis_server = args["--redis-server"];
+  const int g = std::atoi(args["--g"].c_str()), k = std::atoi(args["--k"].c_str());
+  const std::size_t size = static_cast<std::size_t>(std::atoll(args["--size"].c_str()));
   if (g < 1 || k < 1 || size < 100) bench::fail("bad arguments");
 
   bench::RedisServerProcess server =
