@@ -150,4 +150,28 @@ inline void commit_apart(redisContext* c, const quiver::RedisKeys& keys, const s
   }
 }
 
+// A namespace ready for readers, `member` granted G shared connections c000, c001, ... each with a
+// manifest of about `size` bytes committed at `now`, inline (as before bodies were stored apart)
+// or apart; the manifests' bytes in all.
+inline std::size_t seed_member(redisContext* c, const quiver::RedisKeys& keys,
+                               const quiver::Principal& member, int g, std::size_t size,
+                               int64_t now, bool inline_bodies) {
+  command(c, {"SET", keys.namespace_record(), "ready:1"});
+  std::size_t bytes = 0;
+  for (int i = 0; i < g; ++i) {
+    char cid[16];
+    std::snprintf(cid, sizeof cid, "c%03d", i);
+    put_connection(c, keys, cid, "shared");
+    command(c, {"SADD", *keys.grants(member), cid});
+    const std::string text = manifest_text(size, cid);
+    bytes += text.size();
+    if (inline_bodies) {
+      commit_inline(c, keys, cid, quiver::Principal::shared(), text, now);
+    } else {
+      commit_apart(c, keys, cid, quiver::Principal::shared(), text, now);
+    }
+  }
+  return bytes;
+}
+
 }  // namespace bench

@@ -202,22 +202,10 @@ int main(int argc, char** argv) {
   const quiver::Principal reader = *quiver::Principal::member("reader");
   std::size_t manifest_chars = 0;
   for (const std::string ns : {"inline", "apart"}) {
-    quiver::RedisKeys keys = *quiver::RedisKeys::create(ns);
-    bench::command(c, {"SET", keys.namespace_record(), "ready:1"});
-    for (int i = 0; i < g; ++i) {
-      char cid[16];
-      std::snprintf(cid, sizeof cid, "c%03d", i);
-      bench::put_connection(c, keys, cid, "shared");
-      bench::command(c, {"SADD", *keys.grants(reader), cid});
-      const std::string text = bench::manifest_text(size, cid);
-      if (ns == "inline") {
-        manifest_chars += text.size();
-        bench::commit_inline(c, keys, cid, quiver::Principal::shared(), text, now);
-      } else {
-        bench::commit_apart(c, keys, cid, quiver::Principal::shared(), text, now);
-      }
-    }
+    manifest_chars =
+        bench::seed_member(c, *quiver::RedisKeys::create(ns), reader, g, size, now, ns == "inline");
   }
+
   const std::size_t expect = manifest_chars * 9 / 10;
   std::vector<Row> rows;
   rows.push_back(measure("inline (before: body in every record)", c, server.port, "inline", token,

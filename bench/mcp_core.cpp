@@ -95,17 +95,7 @@ int main(int argc, char** argv) {
   const std::string ns = "mcp";
   quiver::RedisKeys keys = *quiver::RedisKeys::create(ns);
   const quiver::Principal reader = *quiver::Principal::member("reader");
-  bench::command(c, {"SET", keys.namespace_record(), "ready:1"});
-  std::size_t manifest_bytes = 0;
-  for (int i = 0; i < g; ++i) {
-    char cid[16];
-    std::snprintf(cid, sizeof cid, "c%03d", i);
-    bench::put_connection(c, keys, cid, "shared");
-    bench::command(c, {"SADD", *keys.grants(reader), cid});
-    const std::string text = bench::manifest_text(size, cid);
-    manifest_bytes += text.size();
-    bench::commit_apart(c, keys, cid, quiver::Principal::shared(), text, now);
-  }
+  const std::size_t manifest_bytes = bench::seed_member(c, keys, reader, g, size, now, false);
   const std::string token = *quiver::mint_caller_token("reader", kSecret, "k", now, 3'600'000);
 
   std::vector<Case> cases;
