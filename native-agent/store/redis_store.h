@@ -23,6 +23,9 @@
 // for read_revalidations with block_ms > 0 (so a consumer waiting on the stream does not hold up
 // commits), one for read_relayed_calls with block_ms > 0 (nor the revalidation workers). Calls from
 // many threads are safe; they take turns on a connection.
+//
+// Bodies: the manifest bodies a read fetched are kept by content (body_cache.h, bounded by
+// body_cache_max_bytes), so later reads send no MGET for them; a new commit names a new body.
 #pragma once
 
 #include <cstdint>
