@@ -158,6 +158,9 @@ TEST(SqliteStoreReads, SnapshotsFromManyThreadsWhileCommitsGoOn) {
       }
     });
   }
+  // The readers are reading before the first commit (on a loaded machine the commits could
+  // otherwise all finish before any reader thread runs).
+  while (reads.load() == 0 && failures.load() == 0) std::this_thread::yield();
   // Commits through the store's own connection while the readers read: each is seen by the
   // next snapshot taken after it.
   for (int i = 1; i <= 30; ++i) {
