@@ -82,10 +82,12 @@ const calledTimes = (cid, name) =>
   (upstreamStats(stats[cid])?.called_tools ?? []).filter((n) => n === name).length;
 const counted = (cid, what) => upstreamStats(stats[cid])?.calls?.[what] ?? 0;
 
-// Redis's count of clients blocked in BLPOP (INFO clients).
+// The edges' connections blocked in BLPOP (CLIENT LIST: the agents' XREADGROUP BLOCK are
+// blocked clients too, under another user).
 async function blockedClients() {
-  const info = await db.call('INFO', 'clients');
-  return Number(/blocked_clients:(\d+)/.exec(info)?.[1] ?? -1);
+  const list = await db.call('CLIENT', 'LIST');
+  return list.split('\n').filter((l) => / user=quiver-edge /.test(l) && / cmd=blpop /.test(l) &&
+                                        / flags=\S*b/.test(l)).length;
 }
 
 async function openRequests(server) {

@@ -1359,11 +1359,16 @@ Json tools_call(int id, const std::string& name) {
                        {"params", {{"name", name}, {"arguments", {{"q", "x"}}}}}});
 }
 
-// Begins a tools/call of docs__search by alice and answers its snapshot read: the next step is
+bool is_relay_round(const EdgeStep& s) {
+  return s.action == EdgeAction::kRedis && s.redis_bytes.find("BLPOP") != std::string::npos;
+}
+
+// Begins a tools/call by alice and answers its snapshot read unless L1 held it: the next step is
 // the relay round.
 EdgeStep begin_call(EdgeService& edge, const Json& body, const std::string& random = kRelayRandom,
                     int64_t now = kNow) {
   EdgeStep s = edge.begin(mcp_post(token_for("alice"), body), now, random);
+  if (is_relay_round(s) || s.action == EdgeAction::kRespond) return s;  // the grant came from L1
   EXPECT_EQ(s.action, EdgeAction::kRedis);  // a read of that one connection: its grant, live
   return edge.feed(s.handle, "+OK\r\n" + encode_reply(discovery_reply("alice", 5, kMinute)), now);
 }
@@ -1382,7 +1387,7 @@ TEST(EdgeService, McpCallsGoThroughTheRedisRelayOnAConnectionOfTheirOwn) {
   ASSERT_EQ(s.action, EdgeAction::kRedis) << s.response.body;
   EXPECT_TRUE(s.new_connection);
   EXPECT_EQ(s.redis_blocks_ms, McpEndpointConfig{}.relay_timeout_ms);
-  EXPECT_EQ(s.redis_bytes.rfind("*3\r\n$4\r\nAUTH\r\n", 0), 0u) << s.redis_bytes.substr(0, 40);
+  EXPECT_EQ(s.redis_bytes.rfind("*2\r\n$4\r\nAUTH\r\n", 0), 0u) << s.redis_bytes.substr(0, 40);
   EXPECT_NE(s.redis_bytes.find("$4\r\nEVAL\r\n"), std::string::npos);
   EXPECT_EQ(s.redis_bytes.find("EVALSHA"), std::string::npos);
   EXPECT_NE(s.redis_bytes.find("quiver:{default}:calls"), std::string::npos);
@@ -1393,7 +1398,7 @@ TEST(EdgeService, McpCallsGoThroughTheRedisRelayOnAConnectionOfTheirOwn) {
   EXPECT_NE(s.redis_bytes.find("$5\r\nalice\r\n"), std::string::npos);
   // The rid: SHA-256 of the seed and the call's index, in the reply key.
   const std::string rid = *relay_rid(kRelayRandom.substr(16), 0);
-  EXPECT_NE(s.redis_bytes.find("call-reply:" + rid), std::string::npos);
+  EXPECT_NE(s.redis_bytes.find("quiver:{default}:call-reply:" + rid), std::string::npos);
 
   // Bytes arrive in pieces: each read step keeps the long timeout.
   const std::string replies =
@@ -1423,7 +1428,7 @@ TEST(EdgeService, McpCallsGoThroughTheRedisRelayOnAConnectionOfTheirOwn) {
 TEST(EdgeService, McpCallFailuresAreTheirOwnJsonRpcErrorsNeverAResult) {
   auto edge = service();
   auto error_of = [](const EdgeStep& s) {
-    EXPECT_EQ(s.action, EdgeAction::kRespond);
+    EXPECT_EQ(s.action, EdgeAction::kRespond) << s.log;
     return body_of(s)["error"];
   };
   // No agent consumes: call_enqueue.lua pushed the agent_unreachable record itself.
@@ -1487,27 +1492,29 @@ TEST(EdgeService, McpCallFailuresAreTheirOwnJsonRpcErrorsNeverAResult) {
 }
 
 TEST(EdgeService, AnMcpCallRelayedAfterARedisTimeoutFailsFastAsStoreUnavailable) {
-  auto edge = service();
+  auto edge = service({{"QUIVER_L1_TTL_MS", "600000"}});  // the grant stays in L1 throughout
   EdgeStep s = begin_call(*edge, tools_call(1, "docs__search"));
-  ASSERT_EQ(s.action, EdgeAction::kRedis);
+  ASSERT_TRUE(is_relay_round(s));
   // The host's read gave up (deadline + its own timeout): Redis stalled. The window opens.
   s = edge->fail(s.handle, "read timed out after 62000 ms", kNow + 62'000);
   EXPECT_EQ(body_of(s)["error"]["code"], kMcpErrorStoreUnavailable);
   EXPECT_NE(body_of(s)["error"]["message"].get<std::string>().find("outcome is unknown"),
             std::string::npos);
   const uint32_t first = s.handle;
-  // Another call meanwhile: its snapshot read probes Redis...
-  EdgeStep other = begin_call(*edge, tools_call(2, "docs__search"), kRelayRandom, kNow + 62'001);
-  ASSERT_EQ(other.action, EdgeAction::kRedis);
-  // ...while a third request fails fast without waiting.
-  EdgeStep third = edge->begin(mcp_post(token_for("alice"), tools_call(3, "docs__search")),
-                               kNow + 62'002, kRelayRandom);
+  // The next call probes Redis...
+  EdgeStep probe = begin_call(*edge, tools_call(2, "docs__search"), kRelayRandom, kNow + 62'001);
+  ASSERT_TRUE(is_relay_round(probe));
+  // ...while another fails fast without waiting, saying it was not relayed.
+  EdgeStep third = begin_call(*edge, tools_call(3, "docs__search"), kRelayRandom, kNow + 62'002);
   ASSERT_EQ(third.action, EdgeAction::kRespond);
-  EXPECT_EQ(body_of(third)["error"]["code"], kMcpErrorStoreUnavailable) << third.response.body;
+  Json e = body_of(third)["error"];
+  EXPECT_EQ(e["code"], kMcpErrorStoreUnavailable) << third.response.body;
+  EXPECT_NE(e["message"].get<std::string>().find("not relayed"), std::string::npos);
   EXPECT_EQ(header(third.response, "X-Quiver-Cache"), "fail-fast");
   edge->end(first);
-  edge->end(other.handle);
+  edge->end(probe.handle);
   edge->end(third.handle);
+  EXPECT_EQ(edge->open_requests(), 0u);
 }
 
 TEST(EdgeService, ABatchRelaysEachCallInItsOwnRoundWithItsOwnRid) {
@@ -1518,15 +1525,16 @@ TEST(EdgeService, ABatchRelaysEachCallInItsOwnRoundWithItsOwnRid) {
   EdgeStep s = edge->begin(post, kNow, kRelayRandom);
   std::vector<std::string> rids;
   for (int round = 0; round < 8 && s.action == EdgeAction::kRedis; ++round) {
-    if (s.redis_bytes.find("BLPOP") == std::string::npos) {  // a snapshot read
+    if (!is_relay_round(s)) {  // a snapshot read
       s = edge->feed(s.handle, "+OK\r\n" + encode_reply(discovery_reply("alice", 5, kMinute)),
                      kNow);
       continue;
     }
     EXPECT_TRUE(s.new_connection);
-    const std::size_t at = s.redis_bytes.find("call-reply:");
+    const std::string key = "quiver:{default}:call-reply:";
+    const std::size_t at = s.redis_bytes.find(key);
     ASSERT_NE(at, std::string::npos);
-    rids.push_back(s.redis_bytes.substr(at + 11, 64));
+    rids.push_back(s.redis_bytes.substr(at + key.size(), 64));
     s = edge->feed(s.handle,
                    "+OK\r\n" + queued_reply() +
                        popped(relay_reply_record(RelayReply::ok(
