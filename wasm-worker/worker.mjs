@@ -13,7 +13,8 @@
 //    Redis holds its reply (a BLPOP) up to the call's deadline, so that round's reads wait that
 //    much longer than REDIS_TIMEOUT_MS. A client that goes away meanwhile (request.signal, the
 //    `enable_request_signal` compatibility flag) stops the wait: the socket is closed (the BLPOP
-//    with it) and the core's request ended, at once.
+//    with it) and the core's request ended, at once. (workerd takes a reset connection for gone;
+//    a half-closed one, FIN only, is a client still waiting for its answer, as HTTP allows.)
 //
 // Environment (see deploy/workerd.capnp and deploy/wrangler.toml; the core's settings are listed
 // in shared/edge_service.h):
