@@ -22,7 +22,8 @@ import path from 'node:path';
 
 import { Agent, agentBinaryOrSkip, nodeModules, testUpstreamScript, upstreamStats } from './agent.mjs';
 import {
-  argValue, crashed, edgeDirArg, edgeEnv, finish, runTests, startEdgeRedis, startEdges, waitFor,
+  EDGE_REDIS_USER, Redis, argValue, crashed, edgeDirArg, edgeEnv, finish, runTests, startEdgeRedis,
+  startEdges, waitFor,
 } from './harness.mjs';
 
 const binary = agentBinaryOrSkip();
@@ -103,6 +104,26 @@ const tests = [
         throw new Error(`answered ${JSON.stringify(answer)}`);
       }
       if (calledTimes('t', 'tool_1') !== 1) throw new Error('the upstream was not called once');
+    },
+  },
+  {
+    name: "the edge's Redis user (schema/redis-acl-edge.txt) relays, never reads the queue or " +
+          'fakes an agent',
+    fn: async () => {
+      const asEdge = await Redis.connect(redis.port, EDGE_REDIS_PASSWORD, EDGE_REDIS_USER);
+      try {
+        const calls = `quiver:{${NS}}:calls`;
+        for (const cmd of [['XRANGE', calls, '-', '+'], ['XREADGROUP', 'GROUP', 'g', 'c', 'STREAMS',
+                            calls, '>'], ['SET', `quiver:{${NS}}:call-agents`, 'x'],
+                           ['LRANGE', `quiver:{${NS}}:call-reply:${'a'.repeat(64)}`, '0', '-1']]) {
+          const refused = await asEdge.call(...cmd).then(() => null, (e) => e);
+          if (!/NOPERM/.test(refused?.message ?? '')) {
+            throw new Error(`${cmd[0]} as the edge: ${refused?.message ?? 'allowed'}`);
+          }
+        }
+      } finally {
+        asEdge.close();
+      }
     },
   },
   {
