@@ -127,9 +127,6 @@ inline constexpr std::size_t kRelaySeedBytes = 32;
 // calls get distinct, unpredictable rids from one draw of the host's CSPRNG. kInvalidArgument when
 // `seed` is shorter than kRelaySeedBytes (the host gave no randomness: nothing is relayed).
 Result<std::string> relay_rid(std::string_view seed, uint32_t index);
-// How long past the BLPOP's own wait the host keeps reading a relay round before it calls Redis
-// stalled (on top of its usual read timeout; BLPOP answers nil itself at the deadline).
-inline constexpr int64_t kRelayReadMarginMs = 1'000;
 // The RelayReply of a relay round that failed at the store (Redis unreachable or stalled, the
 // fail-fast window open, a command refused, a broken reply): kStoreUnavailable with
 // `data.code` STORE_UNAVAILABLE, the message saying whether the call may have reached an agent.
