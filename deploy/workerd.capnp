@@ -42,6 +42,8 @@ const edgeWorker :Workerd.Worker = (
     (name = "quiver-edge.wasm", wasm = embed "quiver-edge.wasm"),
   ],
   compatibilityDate = "2024-09-23",
+  # request.signal aborts when the client disconnects: a relayed /mcp call stops waiting at once.
+  compatibilityFlags = ["enable_request_signal"],
   globalOutbound = "redis-network",
   bindings = [
     (name = "QUIVER_TOKEN_KEYS", fromEnvironment = "QUIVER_TOKEN_KEYS"),

@@ -10,6 +10,7 @@
 #include "shared/json.h"
 #include "shared/principal.h"
 #include "shared/schema_assets.h"
+#include "shared/sha256.h"
 
 namespace quiver {
 
@@ -51,8 +52,12 @@ std::optional<int64_t> to_int(const std::string& s) {
   return v;
 }
 
-constexpr const char* kFailureNames[] = {"unavailable", "agent_unreachable", "upstream_unavailable",
-                                         "timeout",     "too_large",         "refused"};
+constexpr const char* kFailureNames[] = {
+    "unavailable", "agent_unreachable", "upstream_unavailable", "timeout",
+    "too_large",   "refused",           "store_unavailable"};
+static_assert(std::size(kFailureNames) ==
+                  static_cast<std::size_t>(RelayFailure::kStoreUnavailable) + 1,
+              "one name per RelayFailure");
 
 const char* failure_name(RelayFailure f) {
   const auto i = static_cast<std::size_t>(f);
@@ -301,6 +306,29 @@ Result<RelayReply> parse_relay_call_replies(const std::vector<RespValue>& replie
     return Error(ErrorCode::kInvalidReply, "relay: BLPOP answered an unexpected shape");
   }
   return parse_relay_reply(*(*pair)[1].as_string());
+}
+
+Result<std::string> relay_rid(std::string_view seed, uint32_t index) {
+  if (seed.size() < kRelaySeedBytes) {
+    return invalid("relay: the host gave " + std::to_string(seed.size()) +
+                   " random bytes for the call's rid, not " + std::to_string(kRelaySeedBytes));
+  }
+  std::string input(seed);
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    input.push_back(static_cast<char>((index >> shift) & 0xff));
+  }
+  return sha256_hex(input);
+}
+
+RelayReply relay_store_failure_reply(bool maybe_sent) {
+  RelayReply reply = RelayReply::failed(
+      RelayFailure::kStoreUnavailable,
+      maybe_sent ? "the relay's store (Redis) stopped answering while the call was relayed: its "
+                   "outcome is unknown (lists still work from the cache)"
+                 : "the relay's store (Redis) is unavailable: the call was not relayed (lists "
+                   "still work from the cache)");
+  reply.error.data = Json{{"code", error_code_name(ErrorCode::kStoreUnavailable)}};
+  return reply;
 }
 
 RelayRequest relay_request_for(const RelayCall& call, std::string rid, int64_t now_ms) {

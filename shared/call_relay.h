@@ -118,6 +118,21 @@ Result<RelayReply> parse_relay_call_replies(const std::vector<RespValue>& replie
 // the edge's wall clock.
 RelayRequest relay_request_for(const RelayCall& call, std::string rid, int64_t now_ms);
 
+// ---- the edge's side (shared/edge_service.cpp drives it)
+// ------------------------------------------
+
+// The bytes of the host's CSPRNG a request's relay draws its rids from.
+inline constexpr std::size_t kRelaySeedBytes = 32;
+// The rid of the `index`-th call of one HTTP request: hex(SHA-256(seed || index)), so a batch's
+// calls get distinct, unpredictable rids from one draw of the host's CSPRNG. kInvalidArgument when
+// `seed` is shorter than kRelaySeedBytes (the host gave no randomness: nothing is relayed).
+Result<std::string> relay_rid(std::string_view seed, uint32_t index);
+// The RelayReply of a relay round that failed at the store (Redis unreachable or stalled, the
+// fail-fast window open, a command refused, a broken reply): kStoreUnavailable with
+// `data.code` STORE_UNAVAILABLE, the message saying whether the call may have reached an agent.
+// Never a result: the client gets a JSON-RPC error.
+RelayReply relay_store_failure_reply(bool maybe_sent);
+
 // An agent's side: one stream entry's fields as a request (kInvalidArgument naming what is
 // wrong; the entry is then dropped and counted).
 Result<RelayRequest> relay_request_from_fields(

@@ -36,6 +36,11 @@ constexpr Transition<P, E> kTransitions[] = {
     {P::kReadingBodies, E::kRedisAnswered, P::kDeciding},
     {P::kReadingBodies, E::kStoreFailed, P::kDeciding},
     {P::kReadingBodies, E::kInternalError, P::kResponded},
+    // A relayed call's reply (or the store's failure, a JSON-RPC error) goes back to the endpoint.
+    {P::kDeciding, E::kRelay, P::kRelaying},
+    {P::kRelaying, E::kRedisAnswered, P::kDeciding},
+    {P::kRelaying, E::kStoreFailed, P::kDeciding},
+    {P::kRelaying, E::kInternalError, P::kResponded},
     {P::kResponded, E::kBackground, P::kBackground},
     {P::kResponded, E::kNothingLeft, P::kDone},
     {P::kResponded, E::kInternalError, P::kDone},
@@ -47,14 +52,14 @@ constexpr Transition<P, E> kTransitions[] = {
     {P::kDone, E::kInternalError, P::kDone},
 };
 
-constexpr const char* const kPhaseNames[] = {"deciding", "reading_snapshot", "queueing",
-                                             "webhook",  "responded",        "background",
-                                             "done",     "oauth_callback",   "reading_bodies"};
+constexpr const char* const kPhaseNames[] = {
+    "deciding", "reading_snapshot", "queueing",       "webhook", "responded", "background",
+    "done",     "oauth_callback",   "reading_bodies", "relaying"};
 static_assert(std::size(kPhaseNames) == kEdgePhaseCount);
 constexpr const char* const kEventNames[] = {
     "read_snapshot", "queue",      "send_webhook", "redis_answered", "store_failed",
     "respond",       "background", "nothing_left", "internal_error", "send_oauth_callback",
-    "read_bodies"};
+    "read_bodies",   "relay"};
 static_assert(std::size(kEventNames) == kEdgeEventCount);
 
 }  // namespace
@@ -69,7 +74,8 @@ std::optional<EdgePhase> edge_transition(EdgePhase from, EdgeEvent event) {
 
 bool edge_waits_on_redis(EdgePhase phase) {
   return phase == P::kReadingSnapshot || phase == P::kQueueing || phase == P::kWebhook ||
-         phase == P::kOAuthCallback || phase == P::kBackground || phase == P::kReadingBodies;
+         phase == P::kOAuthCallback || phase == P::kBackground || phase == P::kReadingBodies ||
+         phase == P::kRelaying;
 }
 
 bool edge_responded(EdgePhase phase) {

@@ -9,6 +9,7 @@
 //   kDeciding ──kSendWebhook──▶ kWebhook ──kRedisAnswered / kStoreFailed──▶ kDeciding
 //   kDeciding ──kSendOAuthCallback──▶ kOAuthCallback ──kRedisAnswered / kStoreFailed──▶ kDeciding
 //   kDeciding ──kReadBodies──▶ kReadingBodies ──kRedisAnswered / kStoreFailed──▶ kDeciding
+//   kDeciding ──kRelay──▶ kRelaying ──kRedisAnswered / kStoreFailed──▶ kDeciding
 //   kDeciding ──kRespond──▶ kResponded ──kBackground──▶ kBackground ──(either)──▶ kDone
 //                                      ──kNothingLeft──▶ kDone
 //   any phase before kResponded ──kInternalError──▶ kResponded (a 500); after it ──▶ kDone
@@ -28,6 +29,7 @@ enum class EdgePhase {
   kDone,           // nothing left: end() frees the request
   kOAuthCallback,  // the OAuth callback's script is in flight (shared/oauth_callback.h)
   kReadingBodies,  // the manifest bodies a snapshot lacks (not in the isolate's BodyCache)
+  kRelaying,       // a /mcp call is relayed to the agents: enqueue + BLPOP on its own connection
 };
 enum class EdgeEvent {
   kReadSnapshot,       // a snapshot read goes to Redis (an L1 hit sends nothing and moves nothing)
@@ -41,9 +43,10 @@ enum class EdgeEvent {
   kInternalError,      // a bug: a 500 if nothing was answered yet
   kSendOAuthCallback,  // an OAuth callback's script goes to Redis
   kReadBodies,         // after a snapshot (read or from L1): the bodies it lacks, one MGET
+  kRelay,              // a /mcp call goes to the agents through Redis (shared/call_relay.h)
 };
-inline constexpr int kEdgePhaseCount = 9;
-inline constexpr int kEdgeEventCount = 11;
+inline constexpr int kEdgePhaseCount = 10;
+inline constexpr int kEdgeEventCount = 12;
 const char* edge_phase_name(EdgePhase phase);
 const char* edge_event_name(EdgeEvent event);
 // The next phase, or nullopt when `event` is not allowed in `from`.

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "shared/ascii.h"
+#include "shared/call_relay.h"
 #include "shared/edge_snapshot.h"
 #include "shared/json.h"
 #include "shared/oauth_callback.h"
@@ -76,6 +77,7 @@ struct EdgeService::Request {
   int64_t stale_age_ms = 0;
   std::string store_error;         // why stale-if-error was used
   bool fail_fast = false;          // answered without Redis: the fail-fast window was open
+  bool round_unsent = false;       // the latest round failed before anything was written
   int64_t now_ms = 0;              // of the host's latest call for this request (log throttling)
   std::string webhook_reason;      // the sender's, for the log
   bool webhook_legacy_v1 = false;  // signed with the deprecated v1 form only: said in the log
@@ -83,6 +85,13 @@ struct EdgeService::Request {
   // A snapshot waiting for the bodies its records name (kReadingBodies), and their digests.
   std::optional<DiscoverySnapshot> pending;
   std::vector<std::string> wanted_bodies;
+  // /mcp calls relayed to the agents, one round each (mcp_relay): the calls, the replies so far,
+  // the seed of their rids, and how long the open round's BLPOP may hold its reply.
+  std::vector<RelayCall> relay_calls;
+  std::vector<RelayReply> relay_replies;
+  std::string relay_seed;
+  uint32_t relay_count = 0;  // calls relayed so far (the next rid's index)
+  int64_t redis_blocks_ms = 0;
 
   EdgePhase phase = EdgePhase::kDeciding;  // the only state: shared/edge_request_state.h
   RedisConversation redis;                 // this request's connection, opened lazily
@@ -156,6 +165,7 @@ EdgeService::Request& EdgeService::new_request(std::string_view random) {
     std::string_view head = random.substr(0, 8);
     r.id = hex_encode(reinterpret_cast<const uint8_t*>(head.data()), head.size());
   }
+  if (random.size() >= 16 + kRelaySeedBytes) r.relay_seed = random.substr(16, kRelaySeedBytes);
   requests_.emplace(handle, std::move(owned));
   return r;
 }
@@ -226,14 +236,52 @@ EdgeStep EdgeService::drive_mcp(Request& r, McpStep step, int64_t now_ms) {
 }
 
 // THE RELAY HOOK of the edge's /mcp: tools/call, resources/read, prompts/get and
-// completion/complete go to an agent through Redis (the relay, h/relay). Until it is wired every
-// call is answered RelayFailure::kUnavailable: a JSON-RPC error saying so, never a fake result.
+// completion/complete go to an agent through Redis (shared/call_relay.h), one round per call.
 EdgeStep EdgeService::mcp_relay(Request& r, NeedRelay need, int64_t now_ms) {
-  std::vector<RelayReply> replies;
-  for (std::size_t i = 0; i < need.calls.size(); ++i) {
-    replies.push_back(RelayReply::failed(RelayFailure::kUnavailable, kMcpCallsUnavailableMessage));
+  r.relay_calls = std::move(need.calls);
+  r.relay_replies.clear();
+  return relay_next(r, now_ms);
+}
+
+EdgeStep EdgeService::relay_next(Request& r, int64_t now_ms) {
+  if (r.relay_replies.size() >= r.relay_calls.size()) {
+    r.relay_calls.clear();
+    return drive_mcp(r, r.mcp->resume_relay(std::move(r.relay_replies), now_ms), now_ms);
   }
-  return drive_mcp(r, r.mcp->resume_relay(std::move(replies), now_ms), now_ms);
+  const RelayCall& call = r.relay_calls[r.relay_replies.size()];
+  const int64_t wait_ms = call.deadline_ms - now_ms;
+  if (wait_ms < 1) {
+    return relay_answered(
+        r,
+        relay_reply_for_failure(
+            Error(ErrorCode::kTimeout, "the call's deadline passed before it was sent")),
+        {}, now_ms);
+  }
+  Result<std::string> rid = relay_rid(r.relay_seed, r.relay_count++);
+  if (!rid.ok()) {
+    return relay_answered(
+        r, RelayReply::failed(RelayFailure::kUnavailable, kMcpCallsUnavailableMessage),
+        "relay: " + rid.error().message, now_ms);
+  }
+  Result<std::vector<RedisCommand>> commands =
+      relay_call_commands(*keys_, relay_request_for(call, std::move(*rid), now_ms), wait_ms);
+  if (!commands.ok())
+    return relay_answered(r, relay_reply_for_failure(commands.error()), {}, now_ms);
+  // A BLPOP blocks its connection: the round gets one of its own (the host closes any other).
+  r.redis.drop();
+  r.redis_blocks_ms = wait_ms;
+  // EVAL with the text: after an EVALSHA answered NOSCRIPT, the BLPOP behind it would wait out the
+  // deadline for a call that was never queued.
+  return send(r, EdgeEvent::kRelay, std::move(*commands), ScriptForm::kText);
+}
+
+EdgeStep EdgeService::relay_answered(Request& r, RelayReply reply, std::string log,
+                                     int64_t now_ms) {
+  r.redis_blocks_ms = 0;
+  r.relay_replies.push_back(std::move(reply));
+  EdgeStep s = relay_next(r, now_ms);
+  if (!log.empty()) s.log = s.log.empty() ? std::move(log) : std::move(log) + "; " + s.log;
+  return s;
 }
 
 EdgeStep EdgeService::resume_snapshot(Request& r, Result<DiscoverySnapshot> snapshot,
@@ -459,11 +507,14 @@ EdgeStep EdgeService::misstep(Request& r, EdgeEvent event) {
                                       edge_phase_name(r.phase));
 }
 
-EdgeStep EdgeService::send(Request& r, EdgeEvent event, std::vector<RedisCommand> commands) {
+EdgeStep EdgeService::send(Request& r, EdgeEvent event, std::vector<RedisCommand> commands,
+                           ScriptForm form) {
   if (!advance(r, event)) return misstep(r, event);
+  r.round_unsent = false;
   if (fail_fast_.admit(r.handle, r.now_ms) == FailFast::Admit::kFailFast) {
     // Redis timed out moments ago and a probe is testing it: no waiting on it meanwhile.
     r.fail_fast = true;
+    r.round_unsent = true;
     return store_failed(
         r,
         Error(ErrorCode::kStoreUnavailable,
@@ -472,11 +523,11 @@ EdgeStep EdgeService::send(Request& r, EdgeEvent event, std::vector<RedisCommand
         r.now_ms);
   }
   // A snapshot read's bytes go to L1 as they came.
-  RedisRound round =
-      r.redis.begin(std::move(commands), ScriptForm::kBySha, event == EdgeEvent::kReadSnapshot);
+  RedisRound round = r.redis.begin(std::move(commands), form, event == EdgeEvent::kReadSnapshot);
   EdgeStep s = step_of(r.handle, EdgeAction::kRedis);
   s.redis_bytes = std::move(round.bytes);
   s.new_connection = round.new_connection;
+  s.redis_blocks_ms = r.redis_blocks_ms;
   return s;
 }
 
@@ -489,11 +540,15 @@ EdgeStep EdgeService::feed(uint32_t handle, std::string_view bytes, int64_t now_
   RedisTurn turn = r->redis.feed(bytes);
   if (r->redis.answered()) fail_fast_.answered(handle);  // even error replies: not stalled
   switch (turn) {
-    case RedisTurn::kRead:
-      return step_of(handle, EdgeAction::kRead);
+    case RedisTurn::kRead: {
+      EdgeStep s = step_of(handle, EdgeAction::kRead);
+      s.redis_blocks_ms = r->redis_blocks_ms;
+      return s;
+    }
     case RedisTurn::kWrite: {  // the scripts Redis lacked, as EVAL, on the same connection
       EdgeStep s = step_of(handle, EdgeAction::kRedis);
       s.redis_bytes = r->redis.take_write();
+      s.redis_blocks_ms = r->redis_blocks_ms;
       return s;
     }
     case RedisTurn::kFailed:
@@ -546,6 +601,13 @@ EdgeStep EdgeService::complete(Request& r, std::vector<RespValue> replies, int64
       }
       advance(r, EdgeEvent::kRedisAnswered);
       return oauth_callback_answered(r, reply);
+    }
+    case EdgePhase::kRelaying: {
+      Result<RelayReply> reply = parse_relay_call_replies(replies);
+      if (!reply.ok()) return store_failed(r, reply.error(), now_ms);
+      advance(r, EdgeEvent::kRedisAnswered);
+      r.redis.drop();  // the BLPOP's own connection: not reused by a later round
+      return relay_answered(r, std::move(*reply), {}, now_ms);
     }
     case EdgePhase::kBackground: {
       advance(r, EdgeEvent::kRedisAnswered);
@@ -629,6 +691,10 @@ EdgeStep EdgeService::store_failed(Request& r, Error error, int64_t now_ms) {
       return webhook_answered(r, Result<WebhookRefreshReply>(std::move(error)));
     case EdgePhase::kOAuthCallback:
       return oauth_callback_answered(r, Result<std::optional<std::string>>(std::move(error)));
+    case EdgePhase::kRelaying:
+      // Never a made-up result: the client gets STORE_UNAVAILABLE.
+      return relay_answered(r, relay_store_failure_reply(/*maybe_sent=*/!r.round_unsent),
+                            store_log_.admit("relay: " + error.message, now_ms), now_ms);
     default: {  // kBackground: logged, the claims released; the answer went out
       for (const Revalidation& rev : r.background) cache_.release_revalidation(claim_key(rev));
       return step_of(r.handle, EdgeAction::kDone,

@@ -24,7 +24,8 @@
 // (shared/discovery_http.h) behind the caller's bearer token (shared/caller_token.h), with the
 // in-isolate L1 (shared/edge_cache.h) in front of the one-round-trip Redis read
 // (shared/discovery_redis.h). `POST /mcp` (shared/mcp_endpoint.h) reads through the same L1 and
-// Redis read; its calls go to the relay hook (mcp_relay). L1, for GET and HEAD, within
+// Redis read; its calls go to the agents through the Redis relay (mcp_relay, below). L1, for GET
+// and HEAD, within
 // QUIVER_L1_TTL_MS and the epoch:
 //   1. the rendered answer to the same caller's same request, as an HTTP cache would repeat it
 //      (with `Age`; If-None-Match → 304), until the first of its entries changes status;
@@ -42,6 +43,21 @@
 // Every discovery read says where it came from in `X-Quiver-Cache` (`hit`, `miss`,
 // `stale-if-error`, `fail-fast`). Revalidations the answer asks for are queued in the background,
 // once per key per claim period from this isolate (the Redis gate dedups across isolates).
+//
+// The relay (mcp_relay; shared/call_relay.h): each call of a /mcp request (a 2025-03-26 batch may
+// hold several) is its own round, one after the other: [EVAL call_enqueue.lua, BLPOP
+// call-reply:<rid> <the call's remaining deadline>], pipelined (EVAL with the script's text, not
+// EVALSHA: a NOSCRIPT would leave the BLPOP behind it waiting out the deadline for a call that was
+// never queued), on a connection of its own
+// (`new_connection`: a BLPOP blocks its connection, so it never shares one with another round),
+// with `redis_blocks_ms` = that wait so the host reads for the deadline plus its own timeout, not
+// its short one. The rid is drawn from the host's CSPRNG (`random` bytes 16..48 of begin()). What
+// the client gets: the agent's reply (the upstream's result or error, or the agent's refusal,
+// timeout, ...); AGENT_UNREACHABLE at once when no agent consumes calls; the timeout error when
+// the BLPOP gives up at the deadline; STORE_UNAVAILABLE (-32014) when Redis cannot be reached,
+// stalls or the fail-fast window is open. Never a made-up result. A client that goes away: the
+// host stops waiting and calls end(), which closes the connection (the BLPOP with it); the agent
+// still drops a request read after its deadline.
 //
 // Configuration: shared/edge_settings.h. The wire format to the host: shared/edge_wire.h. What
 // moves one request from state to state: shared/edge_request_state.h.
@@ -94,7 +110,8 @@ class EdgeService {
   EdgeService(const EdgeService&) = delete;
   EdgeService& operator=(const EdgeService&) = delete;
 
-  // `random` (16 bytes from the host's CSPRNG) names the request in logs and `X-Request-Id`.
+  // `random` (48 bytes from the host's CSPRNG): the first 8 name the request in logs and
+  // `X-Request-Id`; bytes 16..48 seed its relayed calls' rids (fewer: /mcp calls are refused).
   EdgeStep begin(HttpRequest request, int64_t now_ms, std::string_view random);
   EdgeStep begin_wire(std::string_view request_wire, int64_t now_ms, std::string_view random);
   EdgeStep feed(uint32_t handle, std::string_view bytes, int64_t now_ms);
@@ -122,6 +139,11 @@ class EdgeService {
   EdgeStep mcp(Request& r, const HttpRequest& request, int64_t now_ms);
   EdgeStep drive_mcp(Request& r, McpStep step, int64_t now_ms);
   EdgeStep mcp_relay(Request& r, NeedRelay need, int64_t now_ms);  // the relay hook
+  // The next call of r.relay_calls as a relay round, or, when every call has its reply, the
+  // replies back to the endpoint.
+  EdgeStep relay_next(Request& r, int64_t now_ms);
+  // One call's reply (or its failure): the next call or the endpoint's answer; `log` rides along.
+  EdgeStep relay_answered(Request& r, RelayReply reply, std::string log, int64_t now_ms);
   // Hands a snapshot read (or its failure) to the request's core: the exchange or the endpoint.
   EdgeStep resume_snapshot(Request& r, Result<DiscoverySnapshot> snapshot, int64_t now_ms);
   EdgeStep webhook(Request& r, const HttpRequest& request, int64_t now_ms);
@@ -141,7 +163,8 @@ class EdgeService {
   EdgeStep misstep(Request& r, EdgeEvent event);
   // `event` opens a Redis round of `commands` (EVALs) on the request's conversation
   // (shared/redis_conversation.h), unless the fail-fast window fails it at once.
-  EdgeStep send(Request& r, EdgeEvent event, std::vector<RedisCommand> commands);
+  EdgeStep send(Request& r, EdgeEvent event, std::vector<RedisCommand> commands,
+                ScriptForm form = ScriptForm::kBySha);
   EdgeStep complete(Request& r, std::vector<RespValue> replies, int64_t now_ms);
   EdgeStep store_failed(Request& r, Error error, int64_t now_ms);
   EdgeStep finish(Request& r, Respond respond);

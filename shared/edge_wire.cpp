@@ -101,6 +101,10 @@ std::string edge_step_to_wire(const EdgeStep& step) {
     meta["new_connection"] = step.new_connection;
     payload = &step.redis_bytes;
   }
+  if ((step.action == EdgeAction::kRedis || step.action == EdgeAction::kRead) &&
+      step.redis_blocks_ms > 0) {
+    meta["redis_blocks_ms"] = step.redis_blocks_ms;
+  }
   if (!step.log.empty()) meta["log"] = step.log;
   if (!step.log.empty() && step.log_info) meta["log_level"] = "info";
   std::string m = json_text(meta);

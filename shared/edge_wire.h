@@ -7,8 +7,8 @@
 //            | body bytes
 //   step:    u32 meta length | u32 payload length | meta JSON | payload (body or Redis bytes)
 //            meta {"handle","action":"respond"|"redis"|"read"|"done", "status", "headers",
-//                  "background", "new_connection", "log", "log_level" ("info" for routine
-//                  events, absent for problems)}
+//                  "background", "new_connection", "redis_blocks_ms", "log", "log_level"
+//                  ("info" for routine events, absent for problems)}
 //
 // A rendered answer as L1 keeps it: u32 meta length | meta JSON {"status", "headers",
 // "revalidations": [[connection_id, principal, reason, manual], ...]} | body.
@@ -39,8 +39,11 @@ struct EdgeStep {
   bool background = false;      // kRespond: call background(handle) after responding
   std::string redis_bytes;      // kRedis
   bool new_connection = false;  // kRedis: open a fresh connection (closing any open one)
-  std::string log;              // for the host's log (the detail behind a 5xx, a failed queue)
-  bool log_info = false;        // `log` is a routine event (an accepted webhook), not a problem
+  // kRedis, kRead: Redis holds this round's reply up to this long on purpose (a relayed call's
+  // BLPOP, shared/call_relay.h): the host's read timeout for the round is its own plus this.
+  int64_t redis_blocks_ms = 0;
+  std::string log;        // for the host's log (the detail behind a 5xx, a failed queue)
+  bool log_info = false;  // `log` is a routine event (an accepted webhook), not a problem
 };
 
 // The request and step wire formats (above).

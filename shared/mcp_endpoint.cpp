@@ -325,6 +325,8 @@ int64_t relay_failure_code(RelayFailure failure) {
       return kMcpErrorResultTooLarge;
     case RelayFailure::kRefused:
       return kJsonRpcInvalidParams;
+    case RelayFailure::kStoreUnavailable:
+      return kMcpErrorStoreUnavailable;
   }
   return kJsonRpcInternalError;
 }

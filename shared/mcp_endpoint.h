@@ -185,6 +185,8 @@ enum class RelayFailure {
   kTimeout,              // the deadline passed (kMcpErrorTimeout)
   kTooLarge,             // the result is over the bound (kMcpErrorResultTooLarge)
   kRefused,              // the agent's own grant / preference check refused it (unknown tool etc.)
+  kStoreUnavailable,     // the edge's relay store (Redis) could not be reached or answered
+                         // wrongly (kMcpErrorStoreUnavailable)
 };
 int64_t relay_failure_code(RelayFailure failure);
 // The message of RelayFailure::kUnavailable where a host has no relay wired.

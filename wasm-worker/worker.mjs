@@ -9,6 +9,12 @@
 //  - a socket belongs to its request: each request opens its own Redis connection (lazily, only
 //    when the core asks for one) and closes it when it is done, background work included.
 //  - time is Date.now() and randomness crypto.getRandomValues, passed into the core.
+//  - a relayed /mcp call (shared/call_relay.h) is a Redis round the core marks `redis_blocks_ms`:
+//    Redis holds its reply (a BLPOP) up to the call's deadline, so that round's reads wait that
+//    much longer than REDIS_TIMEOUT_MS. A client that goes away meanwhile (request.signal, the
+//    `enable_request_signal` compatibility flag) stops the wait: the socket is closed (the BLPOP
+//    with it) and the core's request ended, at once. (workerd takes a reset connection for gone;
+//    a half-closed one, FIN only, is a client still waiting for its answer, as HTTP allows.)
 //
 // Environment (see deploy/workerd.capnp and deploy/wrangler.toml; the core's settings are listed
 // in shared/edge_service.h):
@@ -18,6 +24,10 @@ import { connect } from 'cloudflare:sockets';
 
 import createQuiverEdge from './quiver-edge.mjs';
 import wasmModule from './quiver-edge.wasm';
+
+// The random bytes each request gets from the CSPRNG (shared/edge_service.h begin): its id, and
+// the seed of its relayed calls' rids.
+const RANDOM_BYTES = 48;
 
 // The largest request body read (the core's kMaxEdgeRequestBodyBytes): one byte more is read so
 // that the core sees the body is too large and answers 413.
@@ -166,8 +176,9 @@ class RedisConnection {
     return withTimeout(this.writer.write(bytes), this.timeoutMs, 'write');
   }
 
-  async read() {
-    const { value, done } = await withTimeout(this.reader.read(), this.timeoutMs, 'read');
+  // `blocksMs`: how long Redis may hold this reply on purpose (the core's redis_blocks_ms).
+  async read(blocksMs = 0) {
+    const { value, done } = await withTimeout(this.reader.read(), this.timeoutMs + blocksMs, 'read');
     if (done) throw new Error('connection closed by Redis');
     return value;
   }
@@ -177,6 +188,9 @@ class RedisConnection {
     this.socket = null;
   }
 }
+
+// The client went away: nothing is answered, the request is over.
+class ClientGone extends Error {}
 
 // Carries out Redis steps until the core answers (respond) or is done. Any I/O failure goes back
 // to the core (edge.fail), which decides: another connection, a stale L1 copy, or a 503.
@@ -191,8 +205,11 @@ async function drive(edge, step, io, env) {
         }
         await io.redis.write(step.payload);
       }
-      step = edge.feed(step.handle, await io.redis.read());
+      const bytes = await io.redis.read(step.redis_blocks_ms ?? 0);
+      if (io.gone) throw new ClientGone();
+      step = edge.feed(step.handle, bytes);
     } catch (e) {
+      if (io.gone) throw new ClientGone();
       io.redis?.close();
       io.redis = null;
       step = edge.fail(step.handle, String(e?.message ?? e));
@@ -205,6 +222,27 @@ function finish(edge, handle, io) {
   io.redis?.close();
   io.redis = null;
   edge.end(handle);
+}
+
+// Until the answer goes out: a client that disconnects ends the request at once (the open Redis
+// socket is closed, a relayed call's BLPOP with it; the core forgets the request). The agent
+// still drops the call if it reads it after its deadline.
+function watchClient(request, edge, io, handleOf) {
+  const signal = request.signal;
+  if (!signal || typeof signal.addEventListener !== 'function') return () => {};
+  const gone = () => {
+    if (io.gone || io.answered) return;
+    io.gone = true;
+    const handle = handleOf();
+    console.log(`quiver-edge: the client went away; request ${handle} stopped`);
+    if (handle) {
+      io.ended = true;
+      finish(edge, handle, io);
+    }
+  };
+  if (signal.aborted) gone();
+  signal.addEventListener('abort', gone);
+  return () => signal.removeEventListener('abort', gone);
 }
 
 // ---- HTTP --------------------------------------------------------------------------------------
@@ -282,12 +320,17 @@ export default {
     } catch (e) {
       return unavailable(`the wasm module could not be instantiated (retried with the next request): ${e?.message ?? e}`);
     }
-    const io = { redis: null };
+    const io = { redis: null, gone: false, answered: false, ended: false };
     let handle = 0;
+    const unwatch = watchClient(request, edge, io, () => handle);
     try {
-      let step = edge.begin(await requestWire(request), crypto.getRandomValues(new Uint8Array(16)));
+      let step = edge.begin(await requestWire(request),
+                            crypto.getRandomValues(new Uint8Array(RANDOM_BYTES)));
       handle = step?.handle ?? 0;
+      if (io.gone) throw new ClientGone();
       step = await drive(edge, step, io, env);
+      io.answered = true;
+      unwatch();
       if (!step || step.action !== 'respond') {
         throw new Error(`no response from the core: ${step?.log ?? 'null step'}`);
       }
@@ -309,8 +352,14 @@ export default {
       }
       return response;
     } catch (e) {
+      if (e instanceof ClientGone) {
+        if (handle && !io.ended) finish(edge, handle, io);
+        handle = 0;  // ended when the client went
+        return new Response(null, { status: 499 });  // nobody reads it
+      }
       return internalError(e?.stack ?? String(e));
     } finally {
+      unwatch();
       if (handle) finish(edge, handle, io);
     }
   },

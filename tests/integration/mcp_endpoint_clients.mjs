@@ -6,13 +6,15 @@
 // bob only memory. Each client lists every kind (tools, resources, resource templates, prompts),
 // every page, and what arrived on the wire must be exactly the agent's cached lists
 // (GET /v1/manifests?view=mcp) with each name or URI exposed per connection; bob never sees
-// alice's connections; a call answers the JSON-RPC error of an endpoint without a relay.
+// alice's connections; each client calls `echo`, reads a resource and gets a prompt, and bob's
+// call to a connection he is not granted is refused, never performed.
 //
 //   node tests/integration/mcp_endpoint_clients.mjs --agent QUIVER_AGENT [--edge-dir DIR]
 //
 // With --edge-dir (the ctest wasm.edge_mcp), the same tests run against the edge's /mcp: the
 // agent then keeps its cache in a real redis-server and the staged quiver-edge in workerd serves
-// /mcp (and the /v1/manifests the expectations are read from) from that Redis.
+// /mcp (and the /v1/manifests the expectations are read from) from that Redis. Calls then go
+// through the edge's Redis relay (shared/call_relay.h) to the agent, which consumes them.
 import { isDeepStrictEqual } from 'node:util';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
@@ -192,24 +194,12 @@ const tests = [
     },
   },
   {
-    name: 'calls: the agent performs echo, a resource read and a prompt in both eras; the edge ' +
-          'answers -32010 (its relay phase is not wired yet), never a fake result',
+    name: 'calls: echo, a resource read and a prompt in both eras, performed by the agent (at ' +
+          'the edge: relayed to it through Redis)',
     fn: async () => {
       for (const connect of [connect1, connect2]) {
         const { client } = await connect('alice');
         try {
-          if (edgeDir) {
-            let unavailable;
-            try {
-              await client.callTool({ name: 'everything__echo', arguments: { message: 'hi' } });
-            } catch (e) {
-              unavailable = e;
-            }
-            if (!unavailable || unavailable.code !== -32010) {
-              throw new Error(`the edge: expected -32010, got ${unavailable?.code ?? 'a result'}`);
-            }
-            continue;
-          }
           const echoed = await client.callTool({ name: 'everything__echo',
                                                  arguments: { message: 'hi from mcp' } });
           const text = (echoed.content ?? []).map((c) => c.text ?? '').join(' ');

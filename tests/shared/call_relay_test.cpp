@@ -120,7 +120,7 @@ TEST(CallRelay, ReplyRecordsRoundTripEveryKindAndStayBounded) {
       RelayReply::ok({{"content", {{{"type", "text"}, {"text", "Echo: hi"}}}}}),
       RelayReply::upstream_error(JsonRpcError{-32602, "Tool nope not found", Json{{"x", 1}}}),
       relay_reply_for_failure(Error(ErrorCode::kTimeout, "no answer within 3000 ms")),
-      agent_unreachable_reply()};
+      agent_unreachable_reply(), relay_store_failure_reply(true)};
   for (const RelayReply& r : replies) {
     Result<RelayReply> back = parse_relay_reply(relay_reply_record(r));
     ASSERT_TRUE(back.ok()) << back.error().message;
@@ -248,6 +248,43 @@ TEST(CallRelay, TheRequestOfARelayCallCarriesTheCallerAndTheDeadline) {
   EXPECT_EQ(r.deadline_ms, 5000);
   EXPECT_EQ(r.at_ms, 1000);
   EXPECT_TRUE(validate_relay_request(r).ok());
+}
+
+// The edge's rids: one draw of the host's CSPRNG per request, a distinct rid per call of it.
+TEST(CallRelay, RidsComeFromTheHostsSeedOnePerCallAndNeedTheSeed) {
+  const std::string seed(kRelaySeedBytes, '\x42');
+  Result<std::string> first = relay_rid(seed, 0);
+  Result<std::string> second = relay_rid(seed, 1);
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE(second.ok());
+  EXPECT_NE(*first, *second);
+  EXPECT_EQ(*first, *relay_rid(seed, 0));  // a function of the seed and the index
+  EXPECT_NE(*first, *relay_rid(std::string(kRelaySeedBytes, '\x43'), 0));
+  // A valid rid for a request (64 lowercase hex digits).
+  RelayRequest r;
+  r.rid = *first;
+  r.connection_id = "docs";
+  r.member_id = "alice";
+  r.method = "tools/call";
+  r.params = Json{{"name", "search"}};
+  r.deadline_ms = 1;
+  EXPECT_TRUE(validate_relay_request(r).ok());
+  // No randomness from the host: no rid (and no call).
+  EXPECT_EQ(relay_rid(std::string(kRelaySeedBytes - 1, 'x'), 0).error().code,
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(relay_rid("", 0).error().code, ErrorCode::kInvalidArgument);
+}
+
+TEST(CallRelay, AStoreFailureAtTheEdgeIsStoreUnavailableNeverAResult) {
+  for (bool maybe_sent : {false, true}) {
+    RelayReply r = relay_store_failure_reply(maybe_sent);
+    EXPECT_EQ(r.kind, RelayReply::Kind::kFailed);
+    EXPECT_EQ(r.failure, RelayFailure::kStoreUnavailable);
+    EXPECT_EQ(r.error.code, kMcpErrorStoreUnavailable);
+    EXPECT_EQ(r.error.data, (Json{{"code", "STORE_UNAVAILABLE"}}));
+    EXPECT_EQ(r.error.message.find("outcome is unknown") != std::string::npos, maybe_sent)
+        << r.error.message;
+  }
 }
 
 }  // namespace

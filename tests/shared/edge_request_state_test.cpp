@@ -38,6 +38,10 @@ TEST(EdgeRequestTable, TheRequestsPathsEndDone) {
   EXPECT_EQ(walk({E::kReadSnapshot, E::kRedisAnswered, E::kReadBodies, E::kRedisAnswered,
                   E::kRespond, E::kNothingLeft}),
             P::kDone);
+  // A /mcp call: the snapshot read, the relay round (one per call of a batch), the answer.
+  EXPECT_EQ(walk({E::kReadSnapshot, E::kRedisAnswered, E::kRelay, E::kRedisAnswered, E::kRelay,
+                  E::kStoreFailed, E::kRespond, E::kNothingLeft}),
+            P::kDone);
   // A webhook whose store failed is still answered (the error), and the request ends.
   EXPECT_EQ(walk({E::kSendWebhook, E::kStoreFailed, E::kRespond, E::kNothingLeft}), P::kDone);
   // Background failures are released, never answered again.
@@ -48,11 +52,10 @@ TEST(EdgeRequestTable, TheRequestsPathsEndDone) {
 }
 
 TEST(EdgeRequestTable, EachRoundBeforeTheAnswerOpensItsPhaseAndReturnsToDeciding) {
-  const std::pair<E, P> rounds[] = {{E::kReadSnapshot, P::kReadingSnapshot},
-                                    {E::kQueue, P::kQueueing},
-                                    {E::kSendWebhook, P::kWebhook},
-                                    {E::kSendOAuthCallback, P::kOAuthCallback},
-                                    {E::kReadBodies, P::kReadingBodies}};
+  const std::pair<E, P> rounds[] = {
+      {E::kReadSnapshot, P::kReadingSnapshot}, {E::kQueue, P::kQueueing},
+      {E::kSendWebhook, P::kWebhook},          {E::kSendOAuthCallback, P::kOAuthCallback},
+      {E::kReadBodies, P::kReadingBodies},     {E::kRelay, P::kRelaying}};
   for (const auto& [open, phase] : rounds) {
     EXPECT_EQ(edge_transition(P::kDeciding, open), phase) << edge_event_name(open);
     for (E end : {E::kRedisAnswered, E::kStoreFailed}) {
@@ -61,7 +64,7 @@ TEST(EdgeRequestTable, EachRoundBeforeTheAnswerOpensItsPhaseAndReturnsToDeciding
     }
     // One round at a time: an open round opens no other and answers nothing.
     for (E e : {E::kReadSnapshot, E::kQueue, E::kSendWebhook, E::kSendOAuthCallback, E::kReadBodies,
-                E::kRespond, E::kBackground}) {
+                E::kRelay, E::kRespond, E::kBackground}) {
       EXPECT_EQ(edge_transition(phase, e), std::nullopt)
           << edge_phase_name(phase) << " + " << edge_event_name(e);
     }
@@ -124,7 +127,8 @@ TEST(EdgeRequestTable, RedisEventsOnlyWhileARoundIsOpen) {
         << edge_phase_name(from);
   }
   // Rounds open only from kDeciding (before the answer) or kResponded (after it).
-  for (E open : {E::kReadSnapshot, E::kQueue, E::kSendWebhook, E::kReadBodies, E::kBackground}) {
+  for (E open :
+       {E::kReadSnapshot, E::kQueue, E::kSendWebhook, E::kReadBodies, E::kRelay, E::kBackground}) {
     for (int p = 0; p < kEdgePhaseCount; ++p) {
       auto from = static_cast<P>(p);
       std::optional<P> to = edge_transition(from, open);

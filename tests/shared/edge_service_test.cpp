@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "shared/call_relay.h"
 #include "shared/caller_token.h"
 #include "shared/json.h"
 #include "shared/schema_assets.h"
@@ -1312,8 +1313,8 @@ HttpRequest mcp_post(const std::string& token, const Json& body) {
 }
 
 // POST /mcp at the edge (shared/mcp_endpoint.h): the same one-round-trip read and L1 as discovery,
-// calls answered by the unwired relay hook with a JSON-RPC error, 401 before Redis.
-TEST(EdgeService, McpListsFromTheSameReadAndL1AndCallsHaveNoRelayYet) {
+// 401 before Redis.
+TEST(EdgeService, McpListsFromTheSameReadAndL1) {
   auto edge = service();
   std::string alice = token_for("alice");
   Json list = Json::object({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "tools/list"}});
@@ -1344,17 +1345,211 @@ TEST(EdgeService, McpListsFromTheSameReadAndL1AndCallsHaveNoRelayYet) {
   EXPECT_EQ(body_of(s)["result"]["tools"][1]["name"], "docs__fetch");
   edge->end(s.handle);
 
-  Json call = Json::object({{"jsonrpc", "2.0"},
-                            {"id", 2},
-                            {"method", "tools/call"},
-                            {"params", {{"name", "docs__search"}, {"arguments", Json::object()}}}});
-  s = edge->begin(mcp_post(alice, call), kNow + 2, kRandom);
-  ASSERT_EQ(s.action, EdgeAction::kRedis);  // a read of that one connection: its grant, live
-  s = edge->feed(s.handle, "+OK\r\n" + encode_reply(discovery_reply("alice", 5, kMinute)), kNow);
-  ASSERT_EQ(s.action, EdgeAction::kRespond);
-  EXPECT_EQ(body_of(s)["error"]["code"], kMcpErrorCallsUnavailable) << s.response.body;
   edge->end(s.handle);
   EXPECT_EQ(edge->open_requests(), 0u);
+}
+
+// 48 bytes from the "host's CSPRNG": the request id's and the relay's seed.
+const std::string kRelayRandom = std::string(16, '\x5a') + std::string(32, '\x33');
+
+Json tools_call(int id, const std::string& name) {
+  return Json::object({{"jsonrpc", "2.0"},
+                       {"id", id},
+                       {"method", "tools/call"},
+                       {"params", {{"name", name}, {"arguments", {{"q", "x"}}}}}});
+}
+
+bool is_relay_round(const EdgeStep& s) {
+  return s.action == EdgeAction::kRedis && s.redis_bytes.find("BLPOP") != std::string::npos;
+}
+
+// Begins a tools/call by alice and answers its snapshot read unless L1 held it: the next step is
+// the relay round.
+EdgeStep begin_call(EdgeService& edge, const Json& body, const std::string& random = kRelayRandom,
+                    int64_t now = kNow) {
+  EdgeStep s = edge.begin(mcp_post(token_for("alice"), body), now, random);
+  if (is_relay_round(s) || s.action == EdgeAction::kRespond) return s;  // the grant came from L1
+  EXPECT_EQ(s.action, EdgeAction::kRedis);  // a read of that one connection: its grant, live
+  return edge.feed(s.handle, "+OK\r\n" + encode_reply(discovery_reply("alice", 5, kMinute)), now);
+}
+
+std::string queued_reply() { return encode_reply(A({S("queued"), S("1-0")})); }
+std::string popped(const std::string& record) {
+  return encode_reply(A({S("quiver:{default}:call-reply:x"), S(record)}));
+}
+
+// The relay round of a call (shared/call_relay.h): one pipeline on a connection of its own,
+// EVAL (by text) + BLPOP for the call's deadline, the host told to read that long; the agent's
+// reply is the client's answer.
+TEST(EdgeService, McpCallsGoThroughTheRedisRelayOnAConnectionOfTheirOwn) {
+  auto edge = service();
+  EdgeStep s = begin_call(*edge, tools_call(2, "docs__search"));
+  ASSERT_EQ(s.action, EdgeAction::kRedis) << s.response.body;
+  EXPECT_TRUE(s.new_connection);
+  EXPECT_EQ(s.redis_blocks_ms, McpEndpointConfig{}.relay_timeout_ms);
+  EXPECT_EQ(s.redis_bytes.rfind("*2\r\n$4\r\nAUTH\r\n", 0), 0u) << s.redis_bytes.substr(0, 40);
+  EXPECT_NE(s.redis_bytes.find("$4\r\nEVAL\r\n"), std::string::npos);
+  EXPECT_EQ(s.redis_bytes.find("EVALSHA"), std::string::npos);
+  EXPECT_NE(s.redis_bytes.find("quiver:{default}:calls"), std::string::npos);
+  EXPECT_NE(s.redis_bytes.find("$5\r\nBLPOP\r\n"), std::string::npos);
+  EXPECT_NE(s.redis_bytes.find("$6\r\n60.000\r\n"), std::string::npos);
+  // The upstream's own name goes to the agent, with the caller.
+  EXPECT_NE(s.redis_bytes.find("\"name\":\"search\""), std::string::npos);
+  EXPECT_NE(s.redis_bytes.find("$5\r\nalice\r\n"), std::string::npos);
+  // The rid: SHA-256 of the seed and the call's index, in the reply key.
+  const std::string rid = *relay_rid(kRelayRandom.substr(16), 0);
+  EXPECT_NE(s.redis_bytes.find("quiver:{default}:call-reply:" + rid), std::string::npos);
+
+  // Bytes arrive in pieces: each read step keeps the long timeout.
+  const std::string replies =
+      "+OK\r\n" + queued_reply() +
+      popped(relay_reply_record(RelayReply::ok(Json::object(
+          {{"content", Json::array({Json::object({{"type", "text"}, {"text", "found"}})})}}))));
+  s = edge->feed(s.handle, replies.substr(0, 10), kNow + 5);
+  ASSERT_EQ(s.action, EdgeAction::kRead);
+  EXPECT_EQ(s.redis_blocks_ms, McpEndpointConfig{}.relay_timeout_ms);
+  s = edge->feed(s.handle, replies.substr(10), kNow + 5);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(s.response.status, 200);
+  Json b = body_of(s);
+  EXPECT_EQ(b["id"], 2);
+  EXPECT_EQ(b["result"]["content"][0]["text"], "found") << s.response.body;
+  edge->end(s.handle);
+  EXPECT_EQ(edge->open_requests(), 0u);
+
+  // The wire carries the wait to the host.
+  EdgeStep blocking;
+  blocking.action = EdgeAction::kRead;
+  blocking.redis_blocks_ms = 1234;
+  const std::string wire = edge_step_to_wire(blocking);
+  EXPECT_NE(wire.find("\"redis_blocks_ms\":1234"), std::string::npos);
+}
+
+TEST(EdgeService, McpCallFailuresAreTheirOwnJsonRpcErrorsNeverAResult) {
+  auto edge = service();
+  auto error_of = [](const EdgeStep& s) {
+    EXPECT_EQ(s.action, EdgeAction::kRespond) << s.log;
+    return body_of(s)["error"];
+  };
+  // No agent consumes: call_enqueue.lua pushed the agent_unreachable record itself.
+  EdgeStep s = begin_call(*edge, tools_call(3, "docs__search"));
+  s = edge->feed(s.handle,
+                 "+OK\r\n" + encode_reply(A({S("no_agent")})) +
+                     popped(relay_reply_record(agent_unreachable_reply())),
+                 kNow);
+  Json e = error_of(s);
+  EXPECT_EQ(e["code"], kMcpErrorAgentUnreachable);
+  EXPECT_EQ(e["data"]["code"], kAgentUnreachable);
+  edge->end(s.handle);
+
+  // The upstream's own error comes through verbatim.
+  s = begin_call(*edge, tools_call(4, "docs__search"));
+  s = edge->feed(s.handle,
+                 "+OK\r\n" + queued_reply() +
+                     popped(relay_reply_record(
+                         RelayReply::upstream_error(JsonRpcError{-32603, "boom", Json()}))),
+                 kNow);
+  e = error_of(s);
+  EXPECT_EQ(e["code"], -32603);
+  EXPECT_EQ(e["message"], "boom");
+  edge->end(s.handle);
+
+  // BLPOP gave up at the deadline: the timeout error.
+  s = begin_call(*edge, tools_call(5, "docs__search"));
+  s = edge->feed(s.handle, "+OK\r\n" + queued_reply() + encode_reply(RespValue::nil()), kNow);
+  e = error_of(s);
+  EXPECT_EQ(e["code"], kMcpErrorTimeout);
+  edge->end(s.handle);
+
+  // Redis unreachable: STORE_UNAVAILABLE, logged (the detail in the log, not the answer).
+  s = begin_call(*edge, tools_call(6, "docs__search"));
+  s = edge->fail(s.handle, "connection refused", kNow);
+  e = error_of(s);
+  EXPECT_EQ(e["code"], kMcpErrorStoreUnavailable);
+  EXPECT_EQ(e["data"]["code"], "STORE_UNAVAILABLE");
+  EXPECT_EQ(s.response.status, 200);  // a JSON-RPC error, in a 200
+  EXPECT_NE(s.log.find("connection refused"), std::string::npos) << s.log;
+  EXPECT_EQ(e["message"].get<std::string>().find("refused"), std::string::npos);
+  edge->end(s.handle);
+
+  // A command refused (an ACL without the relay's rights): the store's error too.
+  s = begin_call(*edge, tools_call(7, "docs__search"));
+  s = edge->feed(s.handle,
+                 "+OK\r\n-NOPERM this user has no permissions to run the 'eval' command\r\n" +
+                     encode_reply(RespValue::nil()),
+                 kNow + 10 * kMinute);  // another log window
+  e = error_of(s);
+  EXPECT_EQ(e["code"], kMcpErrorStoreUnavailable);
+  EXPECT_NE(s.log.find("NOPERM"), std::string::npos) << s.log;
+  edge->end(s.handle);
+
+  // The host gave no randomness for the rid: nothing is relayed.
+  s = begin_call(*edge, tools_call(8, "docs__search"), kRandom);
+  e = error_of(s);
+  EXPECT_EQ(e["code"], kMcpErrorCallsUnavailable);
+  edge->end(s.handle);
+  EXPECT_EQ(edge->open_requests(), 0u);
+}
+
+TEST(EdgeService, AnMcpCallRelayedAfterARedisTimeoutFailsFastAsStoreUnavailable) {
+  auto edge = service({{"QUIVER_L1_TTL_MS", "600000"}});  // the grant stays in L1 throughout
+  EdgeStep s = begin_call(*edge, tools_call(1, "docs__search"));
+  ASSERT_TRUE(is_relay_round(s));
+  // The host's read gave up (deadline + its own timeout): Redis stalled. The window opens.
+  s = edge->fail(s.handle, "read timed out after 62000 ms", kNow + 62'000);
+  EXPECT_EQ(body_of(s)["error"]["code"], kMcpErrorStoreUnavailable);
+  EXPECT_NE(body_of(s)["error"]["message"].get<std::string>().find("outcome is unknown"),
+            std::string::npos);
+  const uint32_t first = s.handle;
+  // The next call probes Redis...
+  EdgeStep probe = begin_call(*edge, tools_call(2, "docs__search"), kRelayRandom, kNow + 62'001);
+  ASSERT_TRUE(is_relay_round(probe));
+  // ...while another fails fast without waiting, saying it was not relayed.
+  EdgeStep third = begin_call(*edge, tools_call(3, "docs__search"), kRelayRandom, kNow + 62'002);
+  ASSERT_EQ(third.action, EdgeAction::kRespond);
+  Json e = body_of(third)["error"];
+  EXPECT_EQ(e["code"], kMcpErrorStoreUnavailable) << third.response.body;
+  EXPECT_NE(e["message"].get<std::string>().find("not relayed"), std::string::npos);
+  EXPECT_EQ(header(third.response, "X-Quiver-Cache"), "fail-fast");
+  edge->end(first);
+  edge->end(probe.handle);
+  edge->end(third.handle);
+  EXPECT_EQ(edge->open_requests(), 0u);
+}
+
+TEST(EdgeService, ABatchRelaysEachCallInItsOwnRoundWithItsOwnRid) {
+  auto edge = service();
+  Json batch = Json::array({tools_call(1, "docs__search"), tools_call(2, "docs__fetch")});
+  HttpRequest post = mcp_post(token_for("alice"), batch);
+  post.headers.emplace_back("mcp-protocol-version", "2025-03-26");
+  EdgeStep s = edge->begin(post, kNow, kRelayRandom);
+  std::vector<std::string> rids;
+  for (int round = 0; round < 8 && s.action == EdgeAction::kRedis; ++round) {
+    if (!is_relay_round(s)) {  // a snapshot read
+      s = edge->feed(s.handle, "+OK\r\n" + encode_reply(discovery_reply("alice", 5, kMinute)),
+                     kNow);
+      continue;
+    }
+    EXPECT_TRUE(s.new_connection);
+    const std::string key = "quiver:{default}:call-reply:";
+    const std::size_t at = s.redis_bytes.find(key);
+    ASSERT_NE(at, std::string::npos);
+    rids.push_back(s.redis_bytes.substr(at + key.size(), 64));
+    s = edge->feed(s.handle,
+                   "+OK\r\n" + queued_reply() +
+                       popped(relay_reply_record(RelayReply::ok(
+                           Json::object({{"n", static_cast<int64_t>(rids.size())}})))),
+                   kNow);
+  }
+  ASSERT_EQ(s.action, EdgeAction::kRespond) << s.response.body;
+  ASSERT_EQ(rids.size(), 2u);
+  EXPECT_NE(rids[0], rids[1]);
+  Json b = body_of(s);
+  ASSERT_TRUE(b.is_array()) << s.response.body;
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(b[0]["result"]["n"], 1);
+  EXPECT_EQ(b[1]["result"]["n"], 2);
+  edge->end(s.handle);
 }
 
 }  // namespace
