@@ -61,7 +61,8 @@ Result<RelayReply> McpCalls::perform(const UpstreamCall& call,
 
   // 4. The principal's own pooled connection and credential.
   const RuntimeControls& rt = ctx_.config.runtime;
-  int64_t timeout = cfg->request_timeout_ms.value_or(rt.request_timeout_ms);
+  // A call's own deadline (runtime.call_timeout_ms), never the listing's per-request one.
+  int64_t timeout = rt.call_timeout_ms;
   if (call.timeout_ms > 0) timeout = std::min(timeout, call.timeout_ms);
   out.timeout_ms = timeout;
   const int64_t deadline = started + timeout;
