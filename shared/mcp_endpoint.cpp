@@ -579,13 +579,29 @@ McpStep McpEndpoint::start(const HttpRequest& request, const CallerAuth& caller,
   std::optional<std::string_view> version_header =
       find_header(request.headers, "MCP-Protocol-Version");
   if (version_header && !is_served_version(*version_header)) {
-    return Respond{rpc_error_response(400, Json(), kMcpUnsupportedProtocolVersion,
-                                      "unsupported MCP-Protocol-Version",
-                                      Json::object({{"supported", supported_versions()},
-                                                    {"requested", std::string(*version_header)}})),
-                   {},
-                   {},
-                   {}};
+    // The request's id, and its era, if the body says (an error carries the request's id).
+    Json id;
+    bool modern_body = false;
+    JsonParseOptions peek;
+    peek.max_bytes = config_.max_body_bytes;
+    if (Result<Json> body = parse_json(request.body, peek); body.ok() && body->is_object()) {
+      if (const Json* i = json_field(*body, "id");
+          i && (i->is_string() || i->is_number_integer())) {
+        id = *i;
+      }
+      const Json* params = json_field(*body, "params");
+      const Json* meta = params && params->is_object() ? json_field(*params, "_meta") : nullptr;
+      modern_body = meta && meta->is_object() && json_field(*meta, kMetaProtocolVersion);
+    }
+    return Respond{
+        rpc_error_response(
+            400, std::move(id), kMcpUnsupportedProtocolVersion, "unsupported MCP-Protocol-Version",
+            Json::object(
+                {{"supported", modern_body ? Json::array({kModernVersion}) : supported_versions()},
+                 {"requested", std::string(*version_header)}})),
+        {},
+        {},
+        {}};
   }
   protocol_version_ = version_header ? std::string(*version_header) : "";
 
@@ -666,10 +682,34 @@ McpStep McpEndpoint::start(const HttpRequest& request, const CallerAuth& caller,
     const Json* meta = json_field(p->params, "_meta");
     const Json* version =
         meta != nullptr && meta->is_object() ? json_field(*meta, kMetaProtocolVersion) : nullptr;
-    if (version != nullptr) {
+    const bool header_modern = version_header && *version_header == kModernVersion;
+    if (version != nullptr || header_modern) {
       p->modern = true;
       if (batch_) {
         answer_error(*p, kJsonRpcInvalidRequest, "protocol 2026-07-28 has no batches", {}, 400);
+        continue;
+      }
+      // The header and _meta must agree before either is judged (-32020, not -32022).
+      if (version != nullptr && version_header &&
+          (!version->is_string() || version->get_ref<const std::string&>() != *version_header)) {
+        answer_error(*p, kMcpHeaderMismatch,
+                     "the MCP-Protocol-Version header says " + std::string(*version_header) +
+                         " but _meta names another version",
+                     {}, 400);
+        continue;
+      }
+      // Every 2026-07-28 request carries its version and the client's capabilities in _meta.
+      const Json* client_caps =
+          meta != nullptr && meta->is_object()
+              ? json_field(*meta, "io.modelcontextprotocol/clientCapabilities")
+              : nullptr;
+      if (version == nullptr || client_caps == nullptr || !client_caps->is_object()) {
+        answer_error(*p, kJsonRpcInvalidParams,
+                     std::string("protocol 2026-07-28: _meta[\"") +
+                         (version == nullptr ? kMetaProtocolVersion
+                                             : "io.modelcontextprotocol/clientCapabilities") +
+                         "\"] is required",
+                     {}, 400);
         continue;
       }
       if (!version->is_string() || version->get_ref<const std::string&>() != kModernVersion) {
@@ -720,11 +760,16 @@ McpStep McpEndpoint::start(const HttpRequest& request, const CallerAuth& caller,
 void McpEndpoint::classify(Pending& p, int64_t now_ms) {
   (void)now_ms;
   const std::string& m = p.method;
+  // 2026-07-28 removed these methods; a method a server does not implement is HTTP 404 there.
+  if (p.modern && (m == "initialize" || m == "ping" || m == "logging/setLevel" ||
+                   m == "resources/subscribe" || m == "resources/unsubscribe")) {
+    return answer_error(p, kJsonRpcMethodNotFound,
+                        m == "initialize"
+                            ? "protocol 2026-07-28 has no initialize: use server/discover"
+                            : "protocol 2026-07-28 has no " + m,
+                        Json(), 404);
+  }
   if (m == "initialize") {
-    if (p.modern) {
-      return answer_error(p, kJsonRpcMethodNotFound,
-                          "protocol 2026-07-28 has no initialize: use server/discover");
-    }
     std::optional<std::string> asked = json_string(p.params, "protocolVersion");
     if (!asked) return answer_error(p, kJsonRpcInvalidParams, "initialize: protocolVersion");
     std::string version = is_legacy_version(*asked) ? *asked : kLegacyVersions[0];
@@ -880,8 +925,8 @@ void McpEndpoint::classify(Pending& p, int64_t now_ms) {
     if (!uri) return answer_error(p, kJsonRpcInvalidParams, "resources/read: uri");
     std::optional<UpstreamName> up = decode_mcp_uri(*uri);
     if (!up) {
-      return answer_error(p, kMcpErrorResourceNotFound, "Resource not found",
-                          Json::object({{"uri", *uri}}));
+      return answer_error(p, p.modern ? kJsonRpcInvalidParams : kMcpErrorResourceNotFound,
+                          "Resource not found", Json::object({{"uri", *uri}}));
     }
     p.target = *up;
     p.exposed = *uri;
@@ -917,7 +962,7 @@ void McpEndpoint::classify(Pending& p, int64_t now_ms) {
     p.stage = Pending::Stage::kNeedSnapshot;
     return;
   }
-  answer_error(p, kJsonRpcMethodNotFound, "Method not found: " + m);
+  answer_error(p, kJsonRpcMethodNotFound, "Method not found: " + m, Json(), p.modern ? 404 : 200);
 }
 
 McpStep McpEndpoint::advance(int64_t now_ms) {
@@ -1153,8 +1198,9 @@ void McpEndpoint::prepare_call(Pending& p, const DiscoverySnapshot& snapshot,
         return answer_error(p, kJsonRpcInvalidParams, "Unknown prompt: " + p.exposed + why);
       case CapabilityType::kResource:
       case CapabilityType::kResourceTemplate:
-        return answer_error(p, kMcpErrorResourceNotFound, "Resource not found" + why,
-                            Json::object({{"uri", p.exposed}}));
+        // SEP-2164 (2026-07-28): an unknown resource is -32602; the older eras' -32002 stays.
+        return answer_error(p, p.modern ? kJsonRpcInvalidParams : kMcpErrorResourceNotFound,
+                            "Resource not found" + why, Json::object({{"uri", p.exposed}}));
     }
   };
   // Not granted, removed, or unknown: indistinguishable, by design.

@@ -37,11 +37,16 @@
 //     ignored. Later requests may carry `MCP-Protocol-Version`; an unknown one is 400.
 //     Batches (JSON arrays) are accepted under 2025-03-26 (the only era that has them): a batch is
 //     answered with an array of the responses to its requests (202 if it holds none).
-//   - 2026-07-28 (`server/discover`, no handshake): every request carries
-//     `_meta["io.modelcontextprotocol/protocolVersion"]` (and clientInfo / clientCapabilities),
-//     which is checked; `Mcp-Method` (and `Mcp-Name` for methods naming a tool, prompt or
-//     resource) must agree with the body, else -32020 (HeaderMismatch) with HTTP 400. An
-//     unsupported version is -32022 with `data.supported`. Results carry `resultType: "complete"`.
+//   - 2026-07-28 (`server/discover`, no handshake; a request is of this era when its _meta names
+//     a version or its MCP-Protocol-Version header says 2026-07-28): every request carries
+//     `_meta["io.modelcontextprotocol/protocolVersion"]` and `.../clientCapabilities` (else
+//     -32602 with HTTP 400; clientInfo is optional); the header and _meta must agree (-32020,
+//     judged before the version); `Mcp-Method` (and `Mcp-Name` for methods naming a tool, prompt
+//     or resource) must agree with the body, else -32020 (HeaderMismatch) with HTTP 400. An
+//     unsupported version is -32022 with `data.supported` (the request's id echoed). Removed
+//     methods (initialize, ping, logging/setLevel, resources/subscribe and unsubscribe) and
+//     unknown ones are -32601 with HTTP 404; an unknown resource is -32602 (SEP-2164; the older
+//     eras keep -32002). Results carry `resultType: "complete"`.
 //   - `ping` → {}; notifications (`notifications/initialized`, `notifications/cancelled`, ...)
 //     → 202 with no body; a client's response (to nothing we sent) → 202.
 // Errors for malformed or hostile input are JSON-RPC errors (shared/jsonrpc.h): unparseable

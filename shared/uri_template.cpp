@@ -68,7 +68,8 @@ bool uri_matches_template(std::string_view tmpl, std::string_view uri) {
   while (i < tmpl.size()) {
     if (tmpl[i] != '{') {
       std::size_t brace = tmpl.find('{', i);
-      std::string_view literal = tmpl.substr(i, brace == std::string_view::npos ? brace : brace - i);
+      std::string_view literal =
+          tmpl.substr(i, brace == std::string_view::npos ? brace : brace - i);
       std::vector<char> next(n + 1, 0);
       bool any = false;
       for (std::size_t p = 0; p + literal.size() <= n; ++p) {
@@ -109,7 +110,8 @@ bool uri_matches_template(std::string_view tmpl, std::string_view uri) {
 
 bool resource_read_visible(const DisabledOverlay& overlay, std::string_view uri) {
   if (!visible(overlay, CapabilityType::kResource, uri)) return false;
-  const std::string prefix = std::string(capability_type_name(CapabilityType::kResourceTemplate)) + ":";
+  const std::string prefix =
+      std::string(capability_type_name(CapabilityType::kResourceTemplate)) + ":";
   for (auto it = overlay.lower_bound(prefix); it != overlay.end(); ++it) {
     std::string_view member = *it;
     if (member.compare(0, prefix.size(), prefix) != 0) break;

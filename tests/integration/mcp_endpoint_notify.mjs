@@ -9,9 +9,11 @@
 //   2. a tool added to shop notifies alice on both streams, and her next tools/list has it;
 //   3. alice hiding a tool of shop (a preference) notifies her again;
 // and when the agent stops, every stream ends cleanly (2.x: the graceful listen result), after
-// which the counts are exact: what the agent queued before its end has all arrived.
+// which the counts are exact: what the agent queued before its end has all arrived. Also: the
+// MCP Inspector's CLI lists the tools through /mcp, and the /mcp body bound.
 //
 //   node tests/integration/mcp_endpoint_notify.mjs --agent QUIVER_AGENT
+import { execFile } from 'node:child_process';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 
@@ -138,7 +140,42 @@ async function postMcp(member, body) {
     body });
 }
 
+// @modelcontextprotocol/inspector-cli (the MCP Inspector's CLI) as a child process. Its working
+// directory is its own build/: it looks for its package.json relative to the working directory
+// (`../package.json`) before importing it relative to itself.
+function inspector(args) {
+  const build = path.join(nm, '@modelcontextprotocol', 'inspector-cli', 'build');
+  return new Promise((resolve) => {
+    execFile(process.execPath, [path.join(build, 'index.js'), ...args],
+             { cwd: build, timeout: 60000, maxBuffer: 16 << 20 },
+             (error, stdout, stderr) => resolve({ code: error ? error.code ?? 1 : 0, stdout, stderr }));
+  });
+}
+
 const tests = [
+  {
+    name: 'the MCP Inspector CLI lists the tools through /mcp, exactly what tools/list serves',
+    fn: async () => {
+      const { code, stdout, stderr } = await inspector([
+        `http://127.0.0.1:${agent.port}/mcp`, '--transport', 'http', '--method', 'tools/list',
+        '--header', `Authorization: Bearer ${tokens.alice}`]);
+      if (code !== 0) throw new Error(`inspector-cli exited ${code}: ${stderr}`);
+      const listed = JSON.parse(stdout).tools.map((t) => t.name);
+      const alice = await listen1('alice');
+      try {
+        const want = await toolNames(alice.client);
+        if (JSON.stringify(listed) !== JSON.stringify(want) || !listed.includes('shop__tool_1')) {
+          throw new Error(`inspector listed ${JSON.stringify(listed)}, want ${JSON.stringify(want)}`);
+        }
+      } finally {
+        await alice.client.close();
+      }
+      // Without the token: refused, never an empty list.
+      const refused = await inspector([`http://127.0.0.1:${agent.port}/mcp`, '--transport', 'http',
+                                       '--method', 'tools/list']);
+      if (refused.code === 0) throw new Error(`listed without a token: ${refused.stdout}`);
+    },
+  },
   {
     name: 'the /mcp body bound: a call with ~1 MiB of arguments goes through; over it, 413 with ' +
           'a JSON-RPC error; other endpoints keep their 64 KiB',

@@ -54,9 +54,12 @@ std::string pct(unsigned char c) {
   const char* hex = "0123456789ABCDEF";
   return std::string("%") + hex[c >> 4] + hex[c & 15];
 }
-bool unreserved(unsigned char c) { return std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~'; }
+bool unreserved(unsigned char c) {
+  return std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~';
+}
 bool reserved(unsigned char c) {
-  return std::string_view(":/?#[]@!$&'()*+,;=").find(static_cast<char>(c)) != std::string_view::npos;
+  return std::string_view(":/?#[]@!$&'()*+,;=").find(static_cast<char>(c)) !=
+         std::string_view::npos;
 }
 std::string expand(char op, const std::string& value, bool defined) {
   if (!defined) return "";
@@ -128,9 +131,8 @@ TEST(UriTemplate, TheEndpointRefusesAReadOfADisabledTemplatesUri) {
   s.disabled_sets[{"docs", "shared"}] = {"resource_template:file:///{path}"};
   McpEndpointConfig config;
   config.freshness = policy();
-  for (const auto& [uri, relayed] :
-       std::vector<std::pair<std::string, bool>>{{"quiver://docs/file:///other", false},
-                                                 {"quiver://docs/http://x/y", true}}) {
+  for (const auto& [uri, relayed] : std::vector<std::pair<std::string, bool>>{
+           {"quiver://docs/file:///other", false}, {"quiver://docs/http://x/y", true}}) {
     McpEndpoint e(config);
     Json body = Json::object({{"jsonrpc", "2.0"},
                               {"id", 1},
