@@ -7,6 +7,7 @@
 
 #include "native-agent/base/clock.h"
 #include "native-agent/engine/revalidation_consumer.h"
+#include "shared/uri_template.h"
 
 namespace quiver {
 
@@ -53,7 +54,9 @@ Result<RelayReply> McpCalls::perform(const UpstreamCall& call,
     return Error(ErrorCode::kStoreUnavailable,
                  "the preference could not be checked (refused): " + disabled.error().message);
   }
-  if (disabled->count(overlay_member(named->type, named->key)) != 0) {
+  // A resource read is hidden too by a disabled template it expands from (shared/uri_template.h).
+  if (disabled->count(overlay_member(named->type, named->key)) != 0 ||
+      (named->type == CapabilityType::kResource && !resource_read_visible(*disabled, named->key))) {
     return Error(ErrorCode::kInvalidArgument, std::string(capability_type_name(named->type)) +
                                                   " `" + named->key + "` of connection `" +
                                                   call.connection_id + "` is disabled");
