@@ -3,6 +3,7 @@
 // resource template is refused as the disabled resource would be.
 #include "shared/uri_template.h"
 
+#include <cctype>
 #include <random>
 #include <string>
 #include <variant>
