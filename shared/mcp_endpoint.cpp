@@ -10,6 +10,7 @@
 #include "shared/preferences.h"
 #include "shared/principal.h"
 #include "shared/sha256.h"
+#include "shared/uri_template.h"
 #include "shared/version.h"
 
 namespace quiver {
@@ -308,6 +309,51 @@ std::optional<UpstreamName> decode_mcp_uri(std::string_view exposed) {
 
 bool is_mcp_path(std::string_view path) { return path == "/mcp"; }
 
+// ---- change notifications
+// ------------------------------------------------------------------------
+
+std::string mcp_sse_event(const Json& message) {
+  // serialize_json writes no raw newline (strings escape theirs), so one data line holds it.
+  return "event: message\ndata: " + serialize_json(message) + "\n\n";
+}
+
+std::string mcp_list_changed_event(const McpListen& listen, McpChangeKind kind) {
+  const char* method = nullptr;
+  bool asked = false;
+  switch (kind) {
+    case McpChangeKind::kTools:
+      method = "notifications/tools/list_changed";
+      asked = listen.tools;
+      break;
+    case McpChangeKind::kResources:
+      method = "notifications/resources/list_changed";
+      asked = listen.resources;
+      break;
+    case McpChangeKind::kPrompts:
+      method = "notifications/prompts/list_changed";
+      asked = listen.prompts;
+      break;
+  }
+  if (!asked || method == nullptr) return "";
+  Json message = Json::object({{"jsonrpc", "2.0"}, {"method", method}});
+  if (listen.modern) {
+    message["params"] = Json::object(
+        {{"_meta",
+          Json::object({{"io.modelcontextprotocol/subscriptionId", listen.subscription_id}})}});
+  }
+  return mcp_sse_event(message);
+}
+
+std::string mcp_listen_end_event(const McpListen& listen) {
+  if (!listen.modern) return "";
+  return mcp_sse_event(Json::object(
+      {{"jsonrpc", "2.0"},
+       {"id", listen.subscription_id},
+       {"result", Json::object({{"_meta", Json::object({{"io.modelcontextprotocol/subscriptionId",
+                                                         listen.subscription_id}})},
+                                {"resultType", "complete"}})}}));
+}
+
 // ---- relaying
 // ------------------------------------------------------------------------------------
 
@@ -358,7 +404,7 @@ RelayReply RelayReply::failed(RelayFailure failure, std::string message) {
 // One request of the POST and what became of it.
 struct McpEndpoint::Pending {
   enum class Stage { kNew = 0, kNeedSnapshot, kNeedRelay, kDone };
-  enum class Work { kNone = 0, kList, kCall, kSearch, kDescribe };
+  enum class Work { kNone = 0, kList, kCall, kSearch, kDescribe, kListen };
 
   Json id;
   std::string method;
@@ -404,11 +450,35 @@ void answer_error(Pending& p, int64_t code, std::string message, Json data = Jso
   p.stage = Pending::Stage::kDone;
 }
 
-Json capabilities() {
-  return Json::object({{"tools", {{"listChanged", false}}},
-                       {"resources", {{"subscribe", false}, {"listChanged", false}}},
-                       {"prompts", {{"listChanged", false}}},
+Json capabilities(bool list_changed) {
+  return Json::object({{"tools", {{"listChanged", list_changed}}},
+                       {"resources", {{"subscribe", false}, {"listChanged", list_changed}}},
+                       {"prompts", {{"listChanged", list_changed}}},
                        {"completions", Json::object()}});
+}
+
+constexpr const char* kMetaSubscriptionId = "io.modelcontextprotocol/subscriptionId";
+
+// The GET listen stream (2025 eras), or its refusal.
+HttpResponse open_get_stream(const McpEndpointConfig& config, const HttpRequest& request) {
+  if (!config.list_changed) {
+    HttpResponse r = error_response(
+        HttpErrorCode::kMethodNotAllowed,
+        "the MCP endpoint takes POST only: it opens no event stream and keeps no session");
+    r.headers.emplace_back("Allow", "POST");
+    return r;
+  }
+  std::optional<std::string_view> accept = find_header(request.headers, "Accept");
+  if (!accept || lower(*accept).find("text/event-stream") == std::string::npos) {
+    HttpResponse r = error_response(HttpErrorCode::kBadRequest,
+                                    "GET /mcp opens an event stream: Accept text/event-stream");
+    r.status = 406;
+    return r;
+  }
+  HttpResponse r;
+  r.status = 200;
+  r.headers = {{"Content-Type", "text/event-stream"}, {"Cache-Control", "no-store"}};
+  return r;
 }
 
 Json server_info(const McpEndpointConfig& config) {
@@ -452,11 +522,35 @@ McpStep McpEndpoint::start(const HttpRequest& request, const CallerAuth& caller,
   }
   member_ = *member;
 
+  if (request.method == "GET") {
+    HttpResponse r = open_get_stream(config_, request);
+    std::optional<std::string_view> version = find_header(request.headers, "MCP-Protocol-Version");
+    if (r.status == 200 && version && *version == kModernVersion) {
+      r = error_response(HttpErrorCode::kMethodNotAllowed,
+                         "protocol 2026-07-28 has no GET stream: use subscriptions/listen");
+      r.headers.emplace_back("Allow", "POST");
+    } else if (r.status == 200 && version && !is_served_version(*version)) {
+      r = rpc_error_response(400, Json(), kMcpUnsupportedProtocolVersion,
+                             "unsupported MCP-Protocol-Version",
+                             Json::object({{"supported", supported_versions()},
+                                           {"requested", std::string(*version)}}));
+    }
+    if (r.status == 200) {
+      McpListen listen;
+      listen.member = *member_;
+      listen.tools = listen.resources = listen.prompts = true;
+      listen_ = std::move(listen);
+    }
+    return Respond{std::move(r), {}, {}, {}};
+  }
   if (request.method != "POST") {
     HttpResponse r = error_response(
         HttpErrorCode::kMethodNotAllowed,
-        "the MCP endpoint takes POST only: it opens no event stream and keeps no session");
-    r.headers.emplace_back("Allow", "POST");
+        config_.list_changed ? "the MCP endpoint takes POST, and GET for its event stream; it "
+                               "keeps no session"
+                             : "the MCP endpoint takes POST only: it opens no event stream and "
+                               "keeps no session");
+    r.headers.emplace_back("Allow", config_.list_changed ? "GET, POST" : "POST");
     return Respond{std::move(r), {}, {}, {}};
   }
   std::optional<std::string_view> content_type = find_header(request.headers, "Content-Type");
@@ -487,13 +581,29 @@ McpStep McpEndpoint::start(const HttpRequest& request, const CallerAuth& caller,
   std::optional<std::string_view> version_header =
       find_header(request.headers, "MCP-Protocol-Version");
   if (version_header && !is_served_version(*version_header)) {
-    return Respond{rpc_error_response(400, Json(), kMcpUnsupportedProtocolVersion,
-                                      "unsupported MCP-Protocol-Version",
-                                      Json::object({{"supported", supported_versions()},
-                                                    {"requested", std::string(*version_header)}})),
-                   {},
-                   {},
-                   {}};
+    // The request's id, and its era, if the body says (an error carries the request's id).
+    Json id;
+    bool modern_body = false;
+    JsonParseOptions peek;
+    peek.max_bytes = config_.max_body_bytes;
+    if (Result<Json> body = parse_json(request.body, peek); body.ok() && body->is_object()) {
+      if (const Json* i = json_field(*body, "id");
+          i && (i->is_string() || i->is_number_integer())) {
+        id = *i;
+      }
+      const Json* params = json_field(*body, "params");
+      const Json* meta = params && params->is_object() ? json_field(*params, "_meta") : nullptr;
+      modern_body = meta && meta->is_object() && json_field(*meta, kMetaProtocolVersion);
+    }
+    return Respond{
+        rpc_error_response(
+            400, std::move(id), kMcpUnsupportedProtocolVersion, "unsupported MCP-Protocol-Version",
+            Json::object(
+                {{"supported", modern_body ? Json::array({kModernVersion}) : supported_versions()},
+                 {"requested", std::string(*version_header)}})),
+        {},
+        {},
+        {}};
   }
   protocol_version_ = version_header ? std::string(*version_header) : "";
 
@@ -574,10 +684,34 @@ McpStep McpEndpoint::start(const HttpRequest& request, const CallerAuth& caller,
     const Json* meta = json_field(p->params, "_meta");
     const Json* version =
         meta != nullptr && meta->is_object() ? json_field(*meta, kMetaProtocolVersion) : nullptr;
-    if (version != nullptr) {
+    const bool header_modern = version_header && *version_header == kModernVersion;
+    if (version != nullptr || header_modern) {
       p->modern = true;
       if (batch_) {
         answer_error(*p, kJsonRpcInvalidRequest, "protocol 2026-07-28 has no batches", {}, 400);
+        continue;
+      }
+      // The header and _meta must agree before either is judged (-32020, not -32022).
+      if (version != nullptr && version_header &&
+          (!version->is_string() || version->get_ref<const std::string&>() != *version_header)) {
+        answer_error(*p, kMcpHeaderMismatch,
+                     "the MCP-Protocol-Version header says " + std::string(*version_header) +
+                         " but _meta names another version",
+                     {}, 400);
+        continue;
+      }
+      // Every 2026-07-28 request carries its version and the client's capabilities in _meta.
+      const Json* client_caps =
+          meta != nullptr && meta->is_object()
+              ? json_field(*meta, "io.modelcontextprotocol/clientCapabilities")
+              : nullptr;
+      if (version == nullptr || client_caps == nullptr || !client_caps->is_object()) {
+        answer_error(*p, kJsonRpcInvalidParams,
+                     std::string("protocol 2026-07-28: _meta[\"") +
+                         (version == nullptr ? kMetaProtocolVersion
+                                             : "io.modelcontextprotocol/clientCapabilities") +
+                         "\"] is required",
+                     {}, 400);
         continue;
       }
       if (!version->is_string() || version->get_ref<const std::string&>() != kModernVersion) {
@@ -628,16 +762,21 @@ McpStep McpEndpoint::start(const HttpRequest& request, const CallerAuth& caller,
 void McpEndpoint::classify(Pending& p, int64_t now_ms) {
   (void)now_ms;
   const std::string& m = p.method;
+  // 2026-07-28 removed these methods; a method a server does not implement is HTTP 404 there.
+  if (p.modern && (m == "initialize" || m == "ping" || m == "logging/setLevel" ||
+                   m == "resources/subscribe" || m == "resources/unsubscribe")) {
+    return answer_error(p, kJsonRpcMethodNotFound,
+                        m == "initialize"
+                            ? "protocol 2026-07-28 has no initialize: use server/discover"
+                            : "protocol 2026-07-28 has no " + m,
+                        Json(), 404);
+  }
   if (m == "initialize") {
-    if (p.modern) {
-      return answer_error(p, kJsonRpcMethodNotFound,
-                          "protocol 2026-07-28 has no initialize: use server/discover");
-    }
     std::optional<std::string> asked = json_string(p.params, "protocolVersion");
     if (!asked) return answer_error(p, kJsonRpcInvalidParams, "initialize: protocolVersion");
     std::string version = is_legacy_version(*asked) ? *asked : kLegacyVersions[0];
     Json result = Json::object({{"protocolVersion", version},
-                                {"capabilities", capabilities()},
+                                {"capabilities", capabilities(config_.list_changed)},
                                 {"serverInfo", server_info(config_)}});
     if (!config_.instructions.empty()) result["instructions"] = config_.instructions;
     return answer(p, std::move(result));
@@ -645,12 +784,50 @@ void McpEndpoint::classify(Pending& p, int64_t now_ms) {
   if (m == "server/discover") {
     Json result =
         Json::object({{"supportedVersions", Json::array({kModernVersion})},
-                      {"capabilities", capabilities()},
+                      {"capabilities", capabilities(config_.list_changed)},
                       {"_meta", Json::object({{kMetaServerInfo, server_info(config_)}})}});
     if (!config_.instructions.empty()) result["instructions"] = config_.instructions;
     return answer(p, std::move(result));
   }
   if (m == "ping") return answer(p, Json::object());
+  if (m == "subscriptions/listen" && config_.list_changed) {
+    if (!p.modern) {
+      return answer_error(p, kJsonRpcMethodNotFound,
+                          "subscriptions/listen is protocol 2026-07-28's: earlier protocols "
+                          "listen with GET /mcp");
+    }
+    if (batch_ || (!p.id.is_string() && !p.id.is_number_integer())) {
+      return answer_error(p, kJsonRpcInvalidRequest, "subscriptions/listen: a single request");
+    }
+    const Json* filter = json_field(p.params, "notifications");
+    if (filter == nullptr || !filter->is_object()) {
+      return answer_error(p, kJsonRpcInvalidParams, "subscriptions/listen: notifications");
+    }
+    auto asked = [&](const char* field) {
+      const Json* f = json_field(*filter, field);
+      return f != nullptr && f->is_boolean() && f->get<bool>();
+    };
+    McpListen listen;
+    listen.member = *member_;
+    listen.modern = true;
+    listen.subscription_id = p.id;
+    listen.tools = asked("toolsListChanged");
+    listen.resources = asked("resourcesListChanged");
+    listen.prompts = asked("promptsListChanged");
+    Json honoured = Json::object();
+    if (listen.tools) honoured["toolsListChanged"] = true;
+    if (listen.resources) honoured["resourcesListChanged"] = true;
+    if (listen.prompts) honoured["promptsListChanged"] = true;
+    p.response = Json::object(
+        {{"jsonrpc", "2.0"},
+         {"method", "notifications/subscriptions/acknowledged"},
+         {"params", Json::object({{"notifications", std::move(honoured)},
+                                  {"_meta", Json::object({{kMetaSubscriptionId, p.id}})}})}});
+    p.work = Pending::Work::kListen;
+    p.stage = Pending::Stage::kDone;
+    listen_ = std::move(listen);
+    return;
+  }
   if (std::optional<ListKind> kind = list_kind_of(m)) {
     p.kind = *kind;
     if (config_.search_mode && *kind == ListKind::kTools) {
@@ -750,8 +927,8 @@ void McpEndpoint::classify(Pending& p, int64_t now_ms) {
     if (!uri) return answer_error(p, kJsonRpcInvalidParams, "resources/read: uri");
     std::optional<UpstreamName> up = decode_mcp_uri(*uri);
     if (!up) {
-      return answer_error(p, kMcpErrorResourceNotFound, "Resource not found",
-                          Json::object({{"uri", *uri}}));
+      return answer_error(p, p.modern ? kJsonRpcInvalidParams : kMcpErrorResourceNotFound,
+                          "Resource not found", Json::object({{"uri", *uri}}));
     }
     p.target = *up;
     p.exposed = *uri;
@@ -787,7 +964,7 @@ void McpEndpoint::classify(Pending& p, int64_t now_ms) {
     p.stage = Pending::Stage::kNeedSnapshot;
     return;
   }
-  answer_error(p, kJsonRpcMethodNotFound, "Method not found: " + m);
+  answer_error(p, kJsonRpcMethodNotFound, "Method not found: " + m, Json(), p.modern ? 404 : 200);
 }
 
 McpStep McpEndpoint::advance(int64_t now_ms) {
@@ -830,7 +1007,15 @@ McpStep McpEndpoint::finish(int64_t now_ms) {
     if (!batch_ && p->http_status != 200) status = p->http_status;
   }
   HttpResponse response;
-  if (answers.empty()) {
+  if (listen_) {
+    // subscriptions/listen: the stream opens with the acknowledgement (classify made it the
+    // POST's only request).
+    response.status = 200;
+    response.headers = {{"Content-Type", "text/event-stream"}, {"Cache-Control", "no-store"}};
+    for (const auto& p : pending_) {
+      if (p->work == Pending::Work::kListen) response.body = mcp_sse_event(p->response);
+    }
+  } else if (answers.empty()) {
     response.status = 202;
     response.headers = {{"Cache-Control", "no-store"}};
   } else if (!batch_) {
@@ -882,6 +1067,7 @@ McpStep McpEndpoint::resume_snapshot(Result<DiscoverySnapshot> snapshot, int64_t
       prepare_call(p, *snapshot, visible, now_ms);
       break;
     case Pending::Work::kNone:
+    case Pending::Work::kListen:
       answer_error(p, kJsonRpcInternalError, "internal error");
       break;
   }
@@ -1014,14 +1200,20 @@ void McpEndpoint::prepare_call(Pending& p, const DiscoverySnapshot& snapshot,
         return answer_error(p, kJsonRpcInvalidParams, "Unknown prompt: " + p.exposed + why);
       case CapabilityType::kResource:
       case CapabilityType::kResourceTemplate:
-        return answer_error(p, kMcpErrorResourceNotFound, "Resource not found" + why,
-                            Json::object({{"uri", p.exposed}}));
+        // SEP-2164 (2026-07-28): an unknown resource is -32602; the older eras' -32002 stays.
+        return answer_error(p, p.modern ? kJsonRpcInvalidParams : kMcpErrorResourceNotFound,
+                            "Resource not found" + why, Json::object({{"uri", p.exposed}}));
     }
   };
   // Not granted, removed, or unknown: indistinguishable, by design.
   if (c == nullptr || g == nullptr || !c->principal) return refuse("");
   if (p.capability != CapabilityType::kResourceTemplate &&
       !quiver::visible(g->disabled, p.capability, p.target.name)) {
+    return refuse(" (disabled)");
+  }
+  // A read of a URI that expands from a disabled template is hidden with it.
+  if (p.capability == CapabilityType::kResource &&
+      !resource_read_visible(g->disabled, p.target.name)) {
     return refuse(" (disabled)");
   }
   if (p.work == Pending::Work::kDescribe) {

@@ -15,10 +15,21 @@
 // A host that cannot relay (no relay wired yet, or none configured) answers every RelayCall with
 // RelayReply::failed(RelayFailure::kUnavailable, ...): the client gets a JSON-RPC error saying so.
 //
-// Transport: MCP Streamable HTTP, one POST per message (or batch). Every response is a single
-// JSON body (`application/json`); the endpoint never opens an event stream, so GET (the listen
-// stream) and DELETE (session end) are 405 with `Allow: POST`. Stateless in every era, so any
-// isolate or agent thread can answer any request:
+// Transport: MCP Streamable HTTP, one POST per message (or batch). Every answer to a request is a
+// single JSON body (`application/json`). Stateless in every era, so any isolate or agent thread
+// can answer any request. Change notifications (`list_changed` in the config, the agent only: a
+// host sets it only where it honours it, and the capabilities it advertises say so) are the one
+// long-lived answer:
+//   - 2025-era listen stream: GET with `Accept: text/event-stream` answers 200 with an event
+//     stream (no body yet) and `listen()` set; the host keeps the stream open and writes
+//     mcp_list_changed_event(...) when the caller's merged lists change.
+//   - 2026-07-28 `subscriptions/listen` (a single POST): answered 200 with an event stream whose
+//     first event is `notifications/subscriptions/acknowledged` (the honoured filter: the three
+//     list_changed kinds asked for; `resourceSubscriptions` is never honoured), `listen()` set;
+//     every notification carries `_meta["io.modelcontextprotocol/subscriptionId"]` (the listen
+//     request's id) and mcp_listen_end_event is the graceful end (the listen result).
+// Without `list_changed`, GET is 405 with `Allow: POST` and `subscriptions/listen` is -32601;
+// DELETE (session end) is always 405. Per era:
 //   - 2025-03-26, 2025-06-18, 2025-11-25 (`initialize`): answered with the newest of those
 //     versions that the client asked for or, if it asked for one we do not speak, our newest
 //     legacy version (the spec's negotiation). No `Mcp-Session-Id` is issued (the spec lets a
@@ -26,11 +37,16 @@
 //     ignored. Later requests may carry `MCP-Protocol-Version`; an unknown one is 400.
 //     Batches (JSON arrays) are accepted under 2025-03-26 (the only era that has them): a batch is
 //     answered with an array of the responses to its requests (202 if it holds none).
-//   - 2026-07-28 (`server/discover`, no handshake): every request carries
-//     `_meta["io.modelcontextprotocol/protocolVersion"]` (and clientInfo / clientCapabilities),
-//     which is checked; `Mcp-Method` (and `Mcp-Name` for methods naming a tool, prompt or
-//     resource) must agree with the body, else -32020 (HeaderMismatch) with HTTP 400. An
-//     unsupported version is -32022 with `data.supported`. Results carry `resultType: "complete"`.
+//   - 2026-07-28 (`server/discover`, no handshake; a request is of this era when its _meta names
+//     a version or its MCP-Protocol-Version header says 2026-07-28): every request carries
+//     `_meta["io.modelcontextprotocol/protocolVersion"]` and `.../clientCapabilities` (else
+//     -32602 with HTTP 400; clientInfo is optional); the header and _meta must agree (-32020,
+//     judged before the version); `Mcp-Method` (and `Mcp-Name` for methods naming a tool, prompt
+//     or resource) must agree with the body, else -32020 (HeaderMismatch) with HTTP 400. An
+//     unsupported version is -32022 with `data.supported` (the request's id echoed). Removed
+//     methods (initialize, ping, logging/setLevel, resources/subscribe and unsubscribe) and
+//     unknown ones are -32601 with HTTP 404; an unknown resource is -32602 (SEP-2164; the older
+//     eras keep -32002). Results carry `resultType: "complete"`.
 //   - `ping` → {}; notifications (`notifications/initialized`, `notifications/cancelled`, ...)
 //     → 202 with no body; a client's response (to nothing we sent) → 202.
 // Errors for malformed or hostile input are JSON-RPC errors (shared/jsonrpc.h): unparseable
@@ -159,7 +175,38 @@ struct McpEndpointConfig {
   // Absolute URL of the protected resource metadata (RFC 9728), named in the 401's
   // WWW-Authenticate when set.
   std::string resource_metadata_url;
+  // The host sends notifications/{tools,resources,prompts}/list_changed on a listen stream (GET,
+  // or subscriptions/listen): `listChanged: true` in the capabilities. Off: advertised false,
+  // and no stream is opened (the edge).
+  bool list_changed = false;
 };
+
+// ---- change notifications
+// ------------------------------------------------------------------------
+
+// A listen stream the host must keep open after a Respond (McpEndpoint::listen()).
+struct McpListen {
+  Principal member = Principal::shared();
+  bool modern = false;     // subscriptions/listen (2026-07-28); else the 2025-era GET stream
+  Json subscription_id;    // modern: the listen request's JSON-RPC id
+  bool tools = false;      // the kinds honoured (legacy: all three)
+  bool resources = false;  // resources and resource templates
+  bool prompts = false;
+};
+
+// The kinds a list_changed notification names: tools, resources (resource templates included),
+// prompts.
+enum class McpChangeKind { kTools = 0, kResources, kPrompts };
+inline constexpr int kMcpChangeKindCount = 3;
+
+// One server-sent event carrying `message` (`event: message`, the JSON on one `data:` line).
+std::string mcp_sse_event(const Json& message);
+// notifications/<kind>/list_changed for `listen` ("" when `listen` did not ask for `kind`).
+std::string mcp_list_changed_event(const McpListen& listen, McpChangeKind kind);
+// The graceful end of the stream: modern, the listen request's (empty) result; legacy, "".
+std::string mcp_listen_end_event(const McpListen& listen);
+// An SSE comment that keeps an idle stream (and the proxies on its way) open.
+inline constexpr char kMcpSseKeepalive[] = ": keepalive\n\n";
 
 // ---- relaying
 // ------------------------------------------------------------------------------------
@@ -226,6 +273,9 @@ class McpEndpoint {
   McpStep resume_snapshot(Result<DiscoverySnapshot> snapshot, int64_t now_ms);
   // After NeedRelay: one reply per call, in order (a missing one counts as kUnavailable).
   McpStep resume_relay(std::vector<RelayReply> replies, int64_t now_ms);
+  // Set once a Respond opened a listen stream (config.list_changed only): the host keeps the
+  // connection and writes the change notifications of `listen()->member` to it.
+  const std::optional<McpListen>& listen() const { return listen_; }
 
   struct Pending;  // mcp_endpoint.cpp: one request of the POST (a batch holds several)
 
@@ -251,6 +301,7 @@ class McpEndpoint {
   std::vector<Revalidation> background_;
   DiscoveryStats stats_;
   std::optional<Error> log_;
+  std::optional<McpListen> listen_;
 };
 
 // True for the path the hosts route to the endpoint ("/mcp").

@@ -23,6 +23,7 @@
 #include "native-agent/api/api_server.h"
 #include "native-agent/api/http_front.h"
 #include "native-agent/api/locked_render_cache.h"
+#include "native-agent/api/mcp_notifier.h"
 #include "native-agent/engine/service.h"
 #include "shared/caller_token.h"
 #include "shared/discovery.h"
@@ -83,6 +84,8 @@ struct ApiContext {
   // grant and the preference checked again at call time). Called on a worker thread. Unset: every
   // call is answered RelayFailure::kUnavailable (a JSON-RPC error saying calls are unavailable).
   std::function<RelayReply(const RelayCall&)> mcp_relay;
+  // The change notifications of /mcp's listen streams (mcp_notifier.h); null: none are opened.
+  std::unique_ptr<McpNotifier> notifier;
 
   // Held by every admin API write: one agent's operators' changes do not interleave (each is
   // read, catalog write, grant publication). Agents of a namespace do not share it.

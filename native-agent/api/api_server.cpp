@@ -273,15 +273,21 @@ struct ApiServer::Impl : ApiContext {
       return to_http1(refusal_response(
           421, "the Host header names neither a loopback address nor this agent's listen address"));
     }
+    const bool mcp = is_mcp_path(std::string_view(in.target).substr(0, in.target.find('?')));
+    if (!mcp && in.body.size() > options.max_body_bytes) {
+      return to_http1(refusal_response(
+          413, "the request body is over " + std::to_string(options.max_body_bytes) + " bytes"));
+    }
     // The shared endpoints are routed by the core on the raw path (shared/discovery_http.h), as
     // the edge routes them: discovery straight to the core's exchange, then the webhook and the
     // agent's own endpoints through cpp-httplib's types.
     if (std::optional<HttpRequest> request = discovery_request(in)) {
       return guarded(in, [&] { return api::discovery_exchange(*this, *request); });
     }
-    if (is_mcp_path(std::string_view(in.target).substr(0, in.target.find('?')))) {
+    if (mcp) {
       return guarded(in, [&] { return api::mcp_endpoint(*this, core_request(in)); });
     }
+
     const std::size_t q = in.target.find('?');
     const SharedRoute shared = match_shared_route(std::string_view(in.target).substr(0, q)).route;
     httplib::Request req;
@@ -349,7 +355,7 @@ Status ApiServer::start() {
   if (s.options.worker_threads < 1 || s.options.max_queued_requests < 1 ||
       s.options.header_timeout_ms < 1 || s.options.body_timeout_ms < 1 ||
       s.options.write_timeout_ms < 1 || s.options.max_body_bytes < 1 ||
-      s.options.max_concurrent_tests < 1 || !s.options.now_ms) {
+      s.options.mcp_max_body_bytes < 1 || s.options.max_concurrent_tests < 1 || !s.options.now_ms) {
     return Error(ErrorCode::kInvalidArgument, "api server: invalid options");
   }
   const AgentConfig& config = s.agent.config();
@@ -386,7 +392,8 @@ Status ApiServer::start() {
   s.mcp.render = s.discovery.render;
   s.mcp.searcher = s.discovery.searcher;
   s.mcp.search_mode = s.options.mcp_search_mode || config.runtime.mcp_search_mode != 0;
-  s.mcp.max_body_bytes = s.options.max_body_bytes;  // the front refuses larger bodies first
+  s.mcp.max_body_bytes = s.options.mcp_max_body_bytes;
+  s.mcp.relay_timeout_ms = config.runtime.call_timeout_ms;  // a call's deadline, not a listing's
   s.mcp.server_name = "quiver-agent";
   // Calls at the agent's own /mcp go straight to its live sessions (engine/mcp_calls.h), with the
   // grant and the preference checked again; RelayCall deadlines are on the API's wall clock.
@@ -394,13 +401,25 @@ Status ApiServer::start() {
     return perform_relay_call(s.agent, call, s.options.now_ms());
   };
 
+  // Change notifications on the agent's /mcp (it honours listChanged; the edge does not).
+  s.mcp.list_changed = true;
+  api::McpNotifierOptions notify;
+  notify.poll_ms = s.options.mcp_notify_poll_ms;
+  notify.max_streams_per_member = s.options.mcp_max_streams_per_member;
+  notify.max_streams = s.options.mcp_max_streams;
+  s.notifier = std::make_unique<api::McpNotifier>(s, notify);
+
   s.register_routes();
   HttpFrontOptions front;
+  front.stream_keepalive_ms = s.options.mcp_stream_keepalive_ms;
   front.host = s.options.listen.host;
   front.port = s.options.listen.port;
   front.worker_threads = s.options.worker_threads;
   front.max_queued_requests = s.options.max_queued_requests;
-  front.limits.max_body_bytes = s.options.max_body_bytes;
+  // The front reads up to the larger bound (and a margin, so that a body just over /mcp's gets
+  // its JSON-RPC 413); serve() holds every other endpoint to max_body_bytes.
+  front.limits.max_body_bytes =
+      std::max(s.options.max_body_bytes, s.options.mcp_max_body_bytes + 64 * 1024);
   front.header_timeout_ms = s.options.header_timeout_ms;
   front.body_timeout_ms = s.options.body_timeout_ms;
   front.keep_alive_timeout_ms = s.options.keep_alive_timeout_ms;
@@ -439,6 +458,7 @@ Status ApiServer::start() {
   }
   s.bound_port = s.front->port();
   s.started = true;
+  s.notifier->start();
   s.bg_thread = std::thread([&s] { s.run_background(); });
   return Status::Ok();
 }
@@ -446,6 +466,7 @@ Status ApiServer::start() {
 void ApiServer::stop() {
   Impl& s = *impl_;
   if (!s.started || s.stopped.exchange(true)) return;
+  s.notifier->stop();  // every listen stream ends cleanly (the front writes what they queued)
   s.front->stop();
   {
     std::lock_guard<std::mutex> lock(s.bg_mu);

@@ -76,7 +76,17 @@ struct ApiServerOptions {
   std::size_t max_connections = 4'096;
   std::size_t max_connections_per_peer = 256;  // from one address (idle ones make room first)
   int max_concurrent_tests = 2;                // POST /v1/mcp-connections/{id}/test at once
-  std::size_t max_body_bytes = 64 * 1024;      // the largest body any endpoint reads (webhooks)
+  std::size_t max_body_bytes = 64 * 1024;      // the largest body any endpoint but /mcp reads
+  // POST /mcp: a tools/call whose params are as large as a relayed call's may be
+  // (kMaxRelayParamsBytes, shared/call_relay.h: 1 MiB) with its JSON-RPC envelope. A larger body
+  // is answered 413 with a JSON-RPC error (up to 64 KiB over it; beyond, the front's 413).
+  std::size_t mcp_max_body_bytes = (1u << 20) + 16 * 1024;
+  // /mcp listen streams (native-agent/api/mcp_notifier.h): how often the store's epoch is read
+  // while one is open, the keep-alive of an idle stream, and the streams per member and in all.
+  int64_t mcp_notify_poll_ms = 250;
+  int64_t mcp_stream_keepalive_ms = 15'000;
+  std::size_t mcp_max_streams_per_member = 8;
+  std::size_t mcp_max_streams = 1'024;
   std::size_t background_queue = 1'024;   // stale-while-revalidate requests waiting to be queued
   int64_t max_cache_age_s = 30;           // Cache-Control max-age cap of discovery answers
   std::size_t search_cache_entries = 64;  // per-principal search indexes kept

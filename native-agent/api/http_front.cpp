@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -35,6 +37,43 @@ constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
 constexpr std::size_t kReadChunk = 16 * 1024;
 constexpr int64_t kScanEveryMs = 50;  // how often deadlines are checked
 
+// The stream a handler opened on this worker thread during its call (HttpFront::open_stream).
+struct StreamSlot {
+  std::shared_ptr<HttpStream> stream;
+};
+thread_local StreamSlot* tl_stream_slot = nullptr;
+
+// One chunk of a chunked body ("" for no bytes: an empty chunk would end the body).
+std::string chunk(const std::string& bytes, bool chunked) {
+  if (bytes.empty() || !chunked) return bytes;
+  char size[24];
+  std::snprintf(size, sizeof size, "%zx\r\n", bytes.size());
+  return size + bytes + "\r\n";
+}
+
+// The head of a streamed response, and its first bytes.
+std::string stream_head(const Http1Response& response, bool chunked) {
+  auto clean = [](std::string v) {
+    for (char& ch : v) {
+      if (ch == '\r' || ch == '\n' || ch == '\0') ch = ' ';
+    }
+    return v;
+  };
+  std::string out = std::string(chunked ? "HTTP/1.1 " : "HTTP/1.0 ") +
+                    std::to_string(response.status) + " " + http1_reason(response.status) + "\r\n";
+  for (const auto& [name, value] : response.headers) {
+    std::string lname;
+    for (char ch : name) lname += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (lname == "content-length" || lname == "transfer-encoding" || lname == "connection") {
+      continue;
+    }
+    out += clean(name) + ": " + clean(value) + "\r\n";
+  }
+  if (chunked) out += "Transfer-Encoding: chunked\r\n";
+  out += "Connection: close\r\n\r\n";
+  return out + chunk(response.body, chunked);
+}
+
 void describe_address(const sockaddr_storage& sa, std::string* addr, int* port) {
   char text[INET6_ADDRSTRLEN] = {0};
   if (sa.ss_family == AF_INET) {
@@ -52,7 +91,7 @@ void describe_address(const sockaddr_storage& sa, std::string* addr, int* port) 
 }  // namespace
 
 struct HttpFront::Impl {
-  enum class State { kReading, kProcessing, kWriting, kDraining };
+  enum class State { kReading, kProcessing, kWriting, kDraining, kStreaming };
 
   struct Conn {
     uint64_t id = 0;
@@ -70,6 +109,10 @@ struct HttpFront::Impl {
     int64_t state_since = 0;   // writing / draining began
     uint32_t events = 0;       // registered with epoll
     bool registered = true;    // in the epoll set (not while a worker holds the socket)
+    // kStreaming: the producer's stream, chunked framing (HTTP/1.1) and the last write.
+    std::shared_ptr<HttpStream> stream;
+    bool chunked = true;
+    int64_t last_write = 0;
 
     explicit Conn(const Http1Limits& limits) : parser(limits) {}
   };
@@ -90,6 +133,8 @@ struct HttpFront::Impl {
     bool failed;          // the worker's send failed: the client is gone
     bool close;
     std::size_t answered;  // requests the worker answered (more than one: a hot connection)
+    std::shared_ptr<HttpStream> stream = nullptr;  // the answer opened a stream
+    bool chunked = true;
   };
 
   Impl(HttpFrontOptions o, HttpHandler h, HttpRefusal r, HttpOverloaded ov, HttpInlineHandler in)
@@ -136,6 +181,8 @@ struct HttpFront::Impl {
   std::vector<std::thread> workers;
   std::mutex done_mu;
   std::deque<Done> done;
+  std::vector<std::pair<int, uint64_t>> stream_ready;  // streams with bytes queued (done_mu)
+  std::atomic<std::size_t> streams{0};
 
   // ---- set-up ----
 
@@ -205,6 +252,10 @@ struct HttpFront::Impl {
   void close_conn(int fd) {
     auto it = conns.find(fd);
     if (it == conns.end()) return;
+    if (it->second->stream) {
+      it->second->stream->end_by_front();
+      streams.fetch_sub(1);
+    }
     if (it->second->registered) (void)::epoll_ctl(epoll_fd, EPOLL_CTL_DEL, fd, nullptr);
     ::close(fd);
     auto p = per_peer.find(it->second->peer.remote_addr);
@@ -474,7 +525,11 @@ struct HttpFront::Impl {
     auto it = conns.find(d.fd);
     if (it == conns.end() || it->second->id != d.id) return;  // the client went away
     Conn& c = *it->second;
-    if (d.failed) return close_conn(d.fd);
+    if (d.failed) {
+      if (d.stream) d.stream->end_by_front();
+      return close_conn(d.fd);
+    }
+    if (d.stream) return start_stream(c, std::move(d), now);
     c.requests += d.answered;
     c.idle_since = now;
     c.head_start = now;
@@ -501,14 +556,30 @@ struct HttpFront::Impl {
         return c.state_since + options.write_timeout_ms;
       case State::kDraining:
         return c.state_since + options.linger_ms;
+      case State::kStreaming:
+        return c.out_pos < c.out.size() ? c.state_since + options.write_timeout_ms : kNever;
     }
     return kNever;
   }
 
   void scan(int64_t now) {
     std::vector<int> expired;
+    std::vector<int> idle_streams;
     for (const auto& [fd, c] : conns) {
-      if (deadline(*c) <= now) expired.push_back(fd);
+      if (deadline(*c) <= now) {
+        expired.push_back(fd);
+      } else if (c->state == State::kStreaming && c->out_pos >= c->out.size() &&
+                 now - c->last_write >= options.stream_keepalive_ms) {
+        idle_streams.push_back(fd);
+      }
+    }
+    for (int fd : idle_streams) {
+      Conn& c = *conns[fd];
+      c.out = chunk(c.stream->keepalive(), c.chunked);
+      c.out_pos = 0;
+      c.state_since = now;
+      c.last_write = now;  // even when the keep-alive is empty: one attempt per interval
+      stream_flush(c, now);
     }
     for (int fd : expired) {
       auto it = conns.find(fd);
@@ -553,11 +624,19 @@ struct HttpFront::Impl {
           uint64_t v = 0;
           (void)!::read(wake_fd, &v, sizeof v);
           std::deque<Done> ready;
+          std::vector<std::pair<int, uint64_t>> pumped;
           {
             std::lock_guard<std::mutex> lock(done_mu);
             ready.swap(done);
+            pumped.swap(stream_ready);
           }
           for (Done& d : ready) on_done(std::move(d), now);
+          for (const auto& [sfd, sid] : pumped) {
+            auto s = conns.find(sfd);
+            if (s != conns.end() && s->second->id == sid && s->second->state == State::kStreaming) {
+              pump_stream(*s->second, now);
+            }
+          }
           continue;
         }
         auto it = conns.find(fd);
@@ -579,6 +658,9 @@ struct HttpFront::Impl {
             break;
           case State::kProcessing:
             break;
+          case State::kStreaming:
+            on_stream_event(c, ev, now);
+            break;
         }
       }
       if (now >= next_scan) {
@@ -596,10 +678,29 @@ struct HttpFront::Impl {
     Http1Request request = std::move(job.request);
     for (;;) {
       Http1Response response;
+      StreamSlot slot;
+      tl_stream_slot = &slot;
       try {
         response = handler(request, job.peer);
       } catch (...) {  // the handler catches its own; this keeps a worker alive regardless
         response = refuse(500, "internal error");
+        slot.stream.reset();
+      }
+      tl_stream_slot = nullptr;
+      if (slot.stream && request.method == "HEAD") {
+        slot.stream->end_by_front();  // a HEAD gets the head alone, as any other answer
+        slot.stream.reset();
+      }
+      if (slot.stream) {
+        // The answer is the head of a stream: the loop owns the connection from here on.
+        d->chunked = request.minor_version >= 1;
+        d->bytes = stream_head(response, d->chunked);
+        d->stream = std::move(slot.stream);
+        d->written = 0;
+        d->close = false;
+        ++d->answered;
+        write_now(d);
+        return;
       }
       const bool keep = job.answered + d->answered + 1 < options.keep_alive_max_requests &&
                         request.keep_alive && !http1_response_closes(response);
@@ -609,17 +710,7 @@ struct HttpFront::Impl {
       ++d->answered;
       // The socket is this worker's until the Done is handed back: write what it takes now (all
       // of it, usually); the loop writes the rest under the write deadline.
-      while (d->written < d->bytes.size()) {
-        ssize_t n = ::send(d->fd, d->bytes.data() + d->written, d->bytes.size() - d->written,
-                           MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n > 0) {
-          d->written += static_cast<std::size_t>(n);
-          continue;
-        }
-        if (n < 0 && errno == EINTR) continue;
-        d->failed = n < 0 && errno != EAGAIN && errno != EWOULDBLOCK;
-        break;
-      }
+      write_now(d);
       if (d->failed || d->close || d->written < d->bytes.size()) return;
       if (options.hot_connection_ms <= 0 || stopping.load()) return;
       // With an inline handler, the loop answers a connection's next request without any thread
@@ -653,6 +744,130 @@ struct HttpFront::Impl {
       auto* next = std::get_if<Http1Request>(&step);
       if (next == nullptr) return;  // need more, or a failure the parser repeats to the loop
       request = std::move(*next);
+    }
+  }
+
+  static void write_now(Done* d) {
+    while (d->written < d->bytes.size()) {
+      ssize_t n = ::send(d->fd, d->bytes.data() + d->written, d->bytes.size() - d->written,
+                         MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        d->written += static_cast<std::size_t>(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      d->failed = n < 0 && errno != EAGAIN && errno != EWOULDBLOCK;
+      break;
+    }
+  }
+
+  // ---- streams ----
+
+  void start_stream(Conn& c, Done d, int64_t now) {
+    c.requests += d.answered;
+    c.state = State::kStreaming;
+    c.state_since = now;
+    c.last_write = now;
+    c.out = std::move(d.bytes);
+    c.out_pos = d.written;
+    c.close_after_write = false;
+    c.chunked = d.chunked;
+    c.stream = std::move(d.stream);
+    streams.fetch_add(1);
+    const int fd = c.fd;
+    const uint64_t id = c.id;
+    c.stream->attach(
+        [this, fd, id] {
+          {
+            std::lock_guard<std::mutex> lock(done_mu);
+            stream_ready.emplace_back(fd, id);
+          }
+          uint64_t one = 1;
+          (void)!::write(wake_fd, &one, sizeof one);
+        },
+        options.max_stream_buffer_bytes);
+    pump_stream(c, now);  // what the producer queued before the loop took the connection
+  }
+
+  // Moves the producer's queued bytes (and its end) into the write buffer and writes.
+  void pump_stream(Conn& c, int64_t now) {
+    HttpStream::Drained d = c.stream->drain();
+    if (c.close_after_write) return;  // already ending
+    if (c.out_pos >= c.out.size()) {
+      c.out.clear();
+      c.out_pos = 0;
+      c.state_since = now;
+    }
+    c.out += chunk(d.bytes, c.chunked);
+    if (d.end) {
+      if (c.chunked) c.out += "0\r\n\r\n";
+      c.close_after_write = true;
+    }
+    stream_flush(c, now);
+  }
+
+  // Writes what the socket takes; at the end of an ending stream, the lingering close.
+  void stream_flush(Conn& c, int64_t now) {
+    while (c.out_pos < c.out.size()) {
+      ssize_t n = ::send(c.fd, c.out.data() + c.out_pos, c.out.size() - c.out_pos, MSG_NOSIGNAL);
+      if (n > 0) {
+        c.out_pos += static_cast<std::size_t>(n);
+        c.last_write = now;
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        watch(c, EPOLLIN | EPOLLRDHUP | EPOLLOUT);
+        return;
+      }
+      close_conn(c.fd);
+      return;
+    }
+    std::string().swap(c.out);
+    c.out_pos = 0;
+    if (c.close_after_write) {
+      c.stream->end_by_front();
+      c.stream.reset();
+      streams.fetch_sub(1);
+      ::shutdown(c.fd, SHUT_WR);
+      c.state = State::kDraining;
+      c.state_since = now;
+      watch(c, EPOLLIN | EPOLLRDHUP);
+      return;
+    }
+    watch(c, EPOLLIN | EPOLLRDHUP);
+  }
+
+  // A stream's socket: writable (the rest of a write), or readable (a client sends nothing on a
+  // stream: its bytes are dropped; its end ends the stream).
+  void on_stream_event(Conn& c, uint32_t ev, int64_t now) {
+    if (ev & EPOLLOUT) {
+      stream_flush(c, now);
+      auto it = conns.find(c.fd);
+      if (it == conns.end() || it->second.get() != &c || c.state != State::kStreaming) return;
+    }
+    if (ev & (EPOLLIN | EPOLLRDHUP)) {
+      for (int i = 0; i < 16; ++i) {
+        ssize_t n = ::recv(c.fd, scratch.data(), scratch.size(), 0);
+        if (n > 0) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+        return close_conn(c.fd);  // the client left
+      }
+    }
+  }
+
+  // stop(): every open stream ends with its farewell and the body's end, written as far as the
+  // socket takes it at once.
+  void end_streams() {
+    for (const auto& [fd, c] : conns) {
+      if (c->state != State::kStreaming || !c->stream) continue;
+      std::string bytes = c->out.substr(std::min(c->out_pos, c->out.size()));
+      HttpStream::Drained d = c->stream->drain();
+      bytes += chunk(d.bytes, c->chunked);
+      if (!d.end) bytes += chunk(c->stream->farewell(), c->chunked);
+      if (c->chunked) bytes += "0\r\n\r\n";
+      (void)::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      ::shutdown(fd, SHUT_WR);
     }
   }
 
@@ -739,6 +954,7 @@ void HttpFront::stop() {
   }
   s.cv.notify_all();
   for (std::thread& t : s.workers) t.join();
+  s.end_streams();
   std::vector<int> fds;
   for (const auto& [fd, c] : s.conns) fds.push_back(fd);
   for (int fd : fds) s.close_conn(fd);
@@ -749,6 +965,68 @@ void HttpFront::stop() {
 }
 
 int HttpFront::port() const { return impl_->bound_port; }
+
+std::size_t HttpFront::open_streams() const { return impl_->streams.load(); }
+
+std::shared_ptr<HttpStream> HttpFront::open_stream(std::string keepalive, std::string farewell) {
+  if (tl_stream_slot == nullptr) return nullptr;
+  tl_stream_slot->stream = std::make_shared<HttpStream>(std::move(keepalive), std::move(farewell));
+  return tl_stream_slot->stream;
+}
+
+// ---- HttpStream
+// ----------------------------------------------------------------------------------
+
+bool HttpStream::send(std::string bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (ended_ || producer_closed_) return false;
+  if (queued_.size() + bytes.size() > max_buffer_) {
+    // A reader that does not keep up: the stream is cut (ended cleanly), never grown.
+    producer_closed_ = true;
+    if (wake_) wake_();
+    return false;
+  }
+  queued_ += bytes;
+  if (wake_) wake_();
+  return true;
+}
+
+void HttpStream::close(std::string last) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (ended_ || producer_closed_) return;
+  queued_ += last;
+  producer_closed_ = true;
+  if (wake_) wake_();
+}
+
+bool HttpStream::ended() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ended_ || producer_closed_;
+}
+
+HttpStream::Drained HttpStream::drain() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Drained d{std::move(queued_), producer_closed_ || ended_};
+  queued_.clear();
+  return d;
+}
+
+void HttpStream::attach(std::function<void()> wake, std::size_t max_buffer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  max_buffer_ = max_buffer;
+  if (!ended_) wake_ = std::move(wake);
+}
+
+void HttpStream::end_by_front() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ended_ = true;
+  wake_ = nullptr;
+}
+
+std::string HttpStream::farewell() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return farewell_;
+}
 
 int64_t HttpFront::shed_count() const { return impl_->shed.load(); }
 

@@ -35,6 +35,16 @@
 // per-peer cap: it has no request in flight, and a client must be ready for an idle keep-alive
 // connection to close); when none is idle it is answered 503 and closed.
 //
+// Streams (server-sent events): a handler on a worker may call `HttpFront::open_stream()`; its
+// response then goes out as the head of a chunked body that stays open (no keep-alive after it),
+// and the connection belongs to the loop as a stream: whatever a producer thread `send`s through
+// the returned HttpStream is written as one chunk, bounded (`max_stream_buffer_bytes` unwritten:
+// past it the stream is cut, a slow reader costs nothing), with `keepalive` bytes written after
+// `stream_keepalive_ms` without any. The client closing its side, a write that fails or the
+// producer's `close(last)` ends it (the last bytes, then the terminating chunk); `stop()` ends
+// every open stream the same way with the `farewell` bytes the producer set, so a client sees a
+// clean end, not a reset. A stream holds no worker.
+//
 // A refused request (a parser failure, a timeout) gets `refuse(status, message)`'s answer and the
 // connection is closed after a short lingering drain (the client's unread bytes are read and
 // discarded, never kept) so that the client reads the answer instead of a reset.
@@ -44,6 +54,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -79,6 +90,43 @@ struct HttpFrontOptions {
   int64_t inline_pause_ms = 250;
   std::size_t max_connections = 4'096;
   std::size_t max_connections_per_peer = 256;
+  // Streams: a keep-alive write after this long without one, and the unwritten bytes one may hold.
+  int64_t stream_keepalive_ms = 15'000;
+  std::size_t max_stream_buffer_bytes = 256 * 1024;
+};
+
+// The producer's side of one open stream (thread-safe). Lives as long as either side holds it.
+class HttpStream {
+ public:
+  HttpStream(std::string keepalive, std::string farewell)
+      : keepalive_(std::move(keepalive)), farewell_(std::move(farewell)) {}
+  // Queues `bytes` as one chunk; false once the stream has ended (the client left, the front
+  // stopped, the buffer bound was passed, or close() was called): the producer drops it then.
+  bool send(std::string bytes);
+  // Ends the stream after `last` (and what is queued).
+  void close(std::string last = {});
+  bool ended() const;
+
+  // The front's side.
+  struct Drained {
+    std::string bytes;
+    bool end = false;  // write `bytes`, then end the body
+  };
+  Drained drain();
+  void attach(std::function<void()> wake, std::size_t max_buffer);
+  void end_by_front();
+  const std::string& keepalive() const { return keepalive_; }
+  std::string farewell() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::string keepalive_;
+  std::string farewell_;
+  std::string queued_;
+  bool producer_closed_ = false;
+  bool ended_ = false;
+  std::size_t max_buffer_ = 256 * 1024;
+  std::function<void()> wake_;
 };
 
 // Runs on a worker thread with a complete request.
@@ -106,7 +154,13 @@ class HttpFront {
   // joins every thread. Idempotent.
   void stop();
 
+  // From a handler on a worker thread (not the inline handler): makes this request's response
+  // the head of a stream and returns its producer side; `keepalive` is written when the stream
+  // is idle, `farewell` when the front stops. nullptr outside a worker's handler call.
+  static std::shared_ptr<HttpStream> open_stream(std::string keepalive, std::string farewell);
+
   int port() const;
+  std::size_t open_streams() const;
   int64_t shed_count() const;
   int64_t inline_count() const;         // requests answered on the loop thread
   int64_t inline_paused_count() const;  // inline answers over budget (each paused inlining)

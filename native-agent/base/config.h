@@ -164,6 +164,9 @@ struct RuntimeControls {
   int64_t list_timeout_ms = 3500;     // one deadline for all pages of one connection
   int64_t request_timeout_ms = 3000;  // each request (initialize, each page); capped
                                       // by list_timeout_ms
+  // A call through the agent's /mcp (tools/call, resources/read, prompts/get,
+  // completion/complete): its deadline, apart from the listing's. 60 s.
+  int64_t call_timeout_ms = 60000;
   // A fresh upstream session's start-up budget (spawn or dial, the handshake), on top of the
   // listing deadline: a server that needs 6 s (or 20 s) to answer `initialize` is listed. 30 s.
   int64_t startup_timeout_ms = 30000;

@@ -43,6 +43,7 @@ struct Slot {
 Slot slot(RuntimeControls& r, std::string_view field) {
   if (field == "list_timeout_ms") return {&r.list_timeout_ms, nullptr};
   if (field == "request_timeout_ms") return {&r.request_timeout_ms, nullptr};
+  if (field == "call_timeout_ms") return {&r.call_timeout_ms, nullptr};
   if (field == "startup_timeout_ms") return {&r.startup_timeout_ms, nullptr};
   if (field == "list_concurrency") return {&r.list_concurrency, nullptr};
   if (field == "fresh_ttl_ms") return {&r.fresh_ttl_ms, nullptr};

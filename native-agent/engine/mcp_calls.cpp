@@ -7,6 +7,7 @@
 
 #include "native-agent/base/clock.h"
 #include "native-agent/engine/revalidation_consumer.h"
+#include "shared/uri_template.h"
 
 namespace quiver {
 
@@ -53,7 +54,9 @@ Result<RelayReply> McpCalls::perform(const UpstreamCall& call,
     return Error(ErrorCode::kStoreUnavailable,
                  "the preference could not be checked (refused): " + disabled.error().message);
   }
-  if (disabled->count(overlay_member(named->type, named->key)) != 0) {
+  // A resource read is hidden too by a disabled template it expands from (shared/uri_template.h).
+  if (disabled->count(overlay_member(named->type, named->key)) != 0 ||
+      (named->type == CapabilityType::kResource && !resource_read_visible(*disabled, named->key))) {
     return Error(ErrorCode::kInvalidArgument, std::string(capability_type_name(named->type)) +
                                                   " `" + named->key + "` of connection `" +
                                                   call.connection_id + "` is disabled");
@@ -61,7 +64,8 @@ Result<RelayReply> McpCalls::perform(const UpstreamCall& call,
 
   // 4. The principal's own pooled connection and credential.
   const RuntimeControls& rt = ctx_.config.runtime;
-  int64_t timeout = cfg->request_timeout_ms.value_or(rt.request_timeout_ms);
+  // A call's own deadline (runtime.call_timeout_ms), never the listing's per-request one.
+  int64_t timeout = rt.call_timeout_ms;
   if (call.timeout_ms > 0) timeout = std::min(timeout, call.timeout_ms);
   out.timeout_ms = timeout;
   const int64_t deadline = started + timeout;

@@ -146,6 +146,7 @@ TEST(ConfigTest, RuntimeControlsAreTheSharedTablesAgentRows) {
   const std::map<std::string, double> defaults = {
       {"list_timeout_ms", r.list_timeout_ms},
       {"request_timeout_ms", r.request_timeout_ms},
+      {"call_timeout_ms", r.call_timeout_ms},
       {"startup_timeout_ms", r.startup_timeout_ms},
       {"list_concurrency", r.list_concurrency},
       {"fresh_ttl_ms", r.fresh_ttl_ms},
@@ -809,7 +810,7 @@ TEST(ConfigTest, EveryRuntimeControlHasAnEnvironmentOverride) {
       "list_timeout_ms": 1000, "list_concurrency": 2, "fresh_ttl_ms": 5000, "max_age_ms": 9000,
       "refresh_ahead_ratio": 0.5, "max_manifest_bytes": 2048, "maintenance_interval_ms": 100,
       "maintenance_batch": 7, "lease_ms": 2000, "revalidate_concurrency": 1,
-      "request_timeout_ms": 900}}})";
+      "request_timeout_ms": 900, "call_timeout_ms": 15000}}})";
   // Each whole-number control: its variable, the value the file above gives it (0: none), and
   // the variable's value.
   struct Control {
@@ -829,6 +830,7 @@ TEST(ConfigTest, EveryRuntimeControlHasAnEnvironmentOverride) {
       {"QUIVER_LEASE_MS", &RuntimeControls::lease_ms, 2000, 30000},
       {"QUIVER_REVALIDATE_CONCURRENCY", &RuntimeControls::revalidate_concurrency, 1, 4},
       {"QUIVER_REQUEST_TIMEOUT_MS", &RuntimeControls::request_timeout_ms, 900, 1200},
+      {"QUIVER_CALL_TIMEOUT_MS", &RuntimeControls::call_timeout_ms, 15000, 90000},
       {"QUIVER_MAX_LISTING_BYTES", &RuntimeControls::max_listing_bytes, 0, 131072},
       // The edge reads the same variable.
       {"QUIVER_REVALIDATE_WINDOW_MS", &RuntimeControls::revalidate_window_ms, 0, 4000},

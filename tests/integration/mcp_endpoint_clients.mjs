@@ -255,7 +255,7 @@ const tests = [
     },
   },
   {
-    name: 'without a token: 401 with a Bearer challenge; GET is 405',
+    name: 'without a token: 401 with a Bearer challenge; GET is 405 at the edge (no listChanged)',
     fn: async () => {
       const body = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'ping' });
       const headers = { 'content-type': 'application/json', accept: 'application/json' };
@@ -263,6 +263,8 @@ const tests = [
       if (res.status !== 401 || !/^Bearer /.test(res.headers['www-authenticate'] ?? '')) {
         throw new Error(`${res.status} ${res.headers['www-authenticate']}`);
       }
+      // The agent opens its listen stream there (tests/integration/mcp_endpoint_notify.mjs).
+      if (!edgeDir) return;
       const get = await server.request('GET', '/mcp', {
         headers: { authorization: `Bearer ${tokens.alice}`, accept: 'text/event-stream' } });
       if (get.status !== 405 || get.headers.allow !== 'POST') throw new Error(`GET: ${get.status}`);

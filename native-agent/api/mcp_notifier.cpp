@@ -1,0 +1,208 @@
+#include "native-agent/api/mcp_notifier.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "native-agent/api/api_context.h"
+#include "shared/canonical_json.h"
+#include "shared/discovery_render.h"
+#include "shared/json.h"
+#include "shared/listing.h"
+
+namespace quiver::api {
+
+namespace {
+
+McpChangeKind change_kind(ListKind kind) {
+  switch (kind) {
+    case ListKind::kTools:
+      return McpChangeKind::kTools;
+    case ListKind::kResources:
+    case ListKind::kResourceTemplates:
+      return McpChangeKind::kResources;
+    case ListKind::kPrompts:
+      return McpChangeKind::kPrompts;
+  }
+  return McpChangeKind::kTools;
+}
+
+}  // namespace
+
+McpNotifier::McpNotifier(ApiContext& api, McpNotifierOptions options)
+    : api_(api), options_(options) {}
+
+McpNotifier::~McpNotifier() { stop(); }
+
+void McpNotifier::start() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (started_ || stop_) return;
+  started_ = true;
+  thread_ = std::thread([this] { run(); });
+}
+
+void McpNotifier::stop() {
+  std::map<std::string, Member> members;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return;
+    stop_ = true;
+    members.swap(members_);
+    total_ = 0;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  // Every stream ends cleanly: a 2026-07-28 client reads the listen result (a graceful end).
+  for (auto& [key, member] : members) {
+    for (Sub& sub : member.subs) sub.stream->close(mcp_listen_end_event(sub.listen));
+  }
+}
+
+bool McpNotifier::add(const McpListen& listen, std::shared_ptr<HttpStream> stream) {
+  const std::string key = listen.member.str();
+  bool known = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_ || total_ >= options_.max_streams) return false;
+    auto it = members_.find(key);
+    known = it != members_.end() && it->second.known;
+  }
+  // The baseline, before the stream is announced to the client (the handler returns after this):
+  // a change the client could miss is one it lists after anyway.
+  std::optional<McpListDigests> baseline;
+  if (!known) {
+    Result<McpListDigests> d = digests(listen.member, api_.options.now_ms());
+    if (d.ok()) baseline = *d;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stop_ || total_ >= options_.max_streams) return false;
+  Member& m = members_[key];
+  if (!m.known && baseline) {
+    m.digests = *baseline;
+    m.known = true;
+  }
+  while (m.subs.size() >= std::max<std::size_t>(1, options_.max_streams_per_member)) {
+    Sub& oldest = m.subs.front();
+    oldest.stream->close(mcp_listen_end_event(oldest.listen));
+    m.subs.erase(m.subs.begin());
+    --total_;
+  }
+  m.subs.push_back(Sub{listen, std::move(stream)});
+  ++total_;
+  cv_.notify_all();
+  return true;
+}
+
+Result<McpListDigests> McpNotifier::digests(const Principal& member, int64_t now_ms) {
+  std::array<Sha256, kMcpChangeKindCount> h;
+  SnapshotQuery query;
+  query.limit = std::min(api_.mcp.max_connections_per_read, kMaxSnapshotLimit);
+  for (;;) {
+    Result<DiscoverySnapshot> snapshot = api_.snapshot(member, query);
+    if (!snapshot.ok()) return snapshot.error();
+    VisibleConnections visible =
+        visible_connections(*snapshot, api_.mcp.freshness, now_ms, api_.mcp.render);
+    for (const VisibleConnection& c : visible.connections) {
+      if (!c.servable) continue;
+      for (int k = 0; k < kListKindCount; ++k) {
+        const auto kind = static_cast<ListKind>(k);
+        const McpChangeKind change = change_kind(kind);
+        // Search mode lists three fixed tools: the tool list never changes.
+        if (change == McpChangeKind::kTools && api_.mcp.search_mode) continue;
+        std::optional<std::vector<Json>> items = listed_items(c.manifest, kind);
+        if (!items) continue;
+        Sha256& d = h[static_cast<int>(change)];
+        d.update(c.id);
+        d.update(std::string_view("\0", 1));
+        d.update(list_kind_name(kind));
+        d.update(std::string_view("\0", 1));
+        for (const Json& item : *items) {
+          d.update(serialize_json(item));
+          d.update("\n");
+        }
+      }
+    }
+    if (!snapshot->next_after || snapshot->connections.empty()) break;
+    query.after = *snapshot->next_after;
+  }
+  McpListDigests out;
+  for (int k = 0; k < kMcpChangeKindCount; ++k) out[k] = h[k].finish();
+  return out;
+}
+
+std::size_t McpNotifier::streams() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return total_;
+}
+
+int64_t McpNotifier::checks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return checks_;
+}
+
+void McpNotifier::run() {
+  int64_t last_epoch = -1;
+  int64_t next_recheck = 0;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(options_.poll_ms), [&] { return stop_; });
+      if (stop_) return;
+      if (total_ == 0) {
+        last_epoch = -1;  // nothing to tell anyone: no read at all
+        continue;
+      }
+    }
+    Result<int64_t> epoch = api_.agent.store().read_epoch();
+    if (!epoch.ok()) continue;  // the store cannot say: no change is a change we know of
+    const int64_t now = api_.options.now_ms();
+    if (*epoch == last_epoch && now < next_recheck) continue;
+    last_epoch = *epoch;
+    next_recheck = now + options_.recheck_ms;
+    check(now);
+  }
+}
+
+void McpNotifier::check(int64_t now_ms) {
+  std::vector<Principal> todo;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = members_.begin(); it != members_.end();) {
+      std::vector<Sub>& subs = it->second.subs;
+      const std::size_t before = subs.size();
+      subs.erase(
+          std::remove_if(subs.begin(), subs.end(), [](const Sub& s) { return s.stream->ended(); }),
+          subs.end());
+      total_ -= before - subs.size();
+      if (subs.empty()) {
+        it = members_.erase(it);  // its digests go too: nothing tracks it until a new stream
+      } else {
+        todo.push_back(subs.front().listen.member);
+        ++it;
+      }
+    }
+  }
+  for (const Principal& member : todo) {
+    Result<McpListDigests> d = digests(member, now_ms);
+    if (!d.ok()) continue;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = members_.find(member.str());
+    if (it == members_.end()) continue;
+    Member& m = it->second;
+    if (m.known) {
+      for (int k = 0; k < kMcpChangeKindCount; ++k) {
+        if (m.digests[k] == (*d)[k]) continue;
+        for (Sub& sub : m.subs) {
+          std::string event = mcp_list_changed_event(sub.listen, static_cast<McpChangeKind>(k));
+          if (!event.empty()) (void)sub.stream->send(std::move(event));
+        }
+      }
+    }
+    m.digests = *d;
+    m.known = true;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  ++checks_;
+}
+
+}  // namespace quiver::api
