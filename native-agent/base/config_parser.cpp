@@ -276,7 +276,7 @@ std::string strip_trailing_slashes(std::string path) {
 
 // clang-format off
 const std::vector<std::string> kQuiverKeys = {
-    "namespace", "redis", "data_dir", "listen", "allow_private_upstreams", "runtime",
+    "namespace", "redis", "redis_tls", "data_dir", "listen", "allow_private_upstreams", "runtime",
     "caller_token_keys", "caller_token_signing_kid", "webhook_secrets", "members", "grants",
     "operators", "connections", "revision", "oauth"};
 // clang-format on
