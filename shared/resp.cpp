@@ -1,6 +1,7 @@
 #include "shared/resp.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include <ostream>
 #include <utility>
@@ -412,6 +413,9 @@ RespDecoder::RespDecoder(RespLimits limits) : impl_(std::make_unique<Impl>()) {
   }
   // Not redisReaderSetPrivdata: the macro casts the pointer to int.
   impl_->reader->privdata = static_cast<DecoderState*>(impl_.get());
+  // An array header past INT_MAX elements is out of range (malformed), as RESP2 readers take it;
+  // hiredis 1.x would otherwise accept up to 2^32 - 1 and leave it to create_array's limit.
+  impl_->reader->maxelements = INT_MAX;
 }
 
 RespDecoder::~RespDecoder() = default;

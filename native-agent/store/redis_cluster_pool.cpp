@@ -129,10 +129,7 @@ class NodeConnection {
 
   Error io_failure(const std::string& why) {
     std::string reason = why == "sending" ? "sending: " + write_error_ : why;
-    // A TLS port closes a plain connection at its first bytes.
-    if (tls_ == nullptr && !answered_ && reason == "the node closed the connection") {
-      reason += "; if this Redis port expects TLS, use rediss://";
-    }
+    reason += tls_port_hint(tls_ != nullptr, answered_, reason);
     Error e = conversation_.connection_failed(reason);
     close();
     return Error(ErrorCode::kStoreUnavailable, "redis " + node_.address() + ": " + e.message);

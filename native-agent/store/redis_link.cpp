@@ -180,6 +180,17 @@ std::ptrdiff_t redis_recv(redisContext* ctx, char* buf, std::size_t cap, std::st
   return n;
 }
 
+std::string tls_port_hint(bool tls, bool answered, std::string_view reason) {
+  if (tls || answered) return "";
+  for (std::string_view closed :
+       {"closed the connection", "Server closed", "reset by peer", "Broken pipe"}) {
+    if (reason.find(closed) != std::string_view::npos) {
+      return "; if this Redis port expects TLS, use rediss://";
+    }
+  }
+  return "";
+}
+
 // ---- SIGPIPE -----------------------------------------------------------------------------------
 
 SigpipeGuard::SigpipeGuard() {

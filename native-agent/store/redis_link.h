@@ -58,6 +58,11 @@ bool redis_send_all(redisContext* ctx, std::string_view bytes, std::string* why)
 // ("timed out" when the command timeout passed, "the server closed the connection").
 std::ptrdiff_t redis_recv(redisContext* ctx, char* buf, std::size_t cap, std::string* why);
 
+// "; if this Redis port expects TLS, use rediss://" when a plain (`tls` false) connection failed
+// before its first reply with `reason` as a TLS port answers plain bytes (it closes or resets the
+// connection); "" otherwise.
+std::string tls_port_hint(bool tls, bool answered, std::string_view reason);
+
 // hiredis and OpenSSL write with write(2)/send(2): a server that closed the socket raises
 // SIGPIPE, whose default action ends the process. Block it on this thread while a connection is
 // used and swallow one raised meanwhile; the write itself then fails with EPIPE.

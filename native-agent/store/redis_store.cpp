@@ -147,10 +147,7 @@ class RedisConnection {
          reason.find("timed out") != std::string::npos)) {
       reason = "timed out";
     }
-    // A TLS port closes a plain connection at its first bytes.
-    if (!redis_.tls && !answered_ && ctx_ != nullptr && ctx_->err == REDIS_ERR_EOF) {
-      reason += "; if this Redis port expects TLS, use rediss://";
-    }
+    reason += tls_port_hint(redis_.tls, answered_, reason);
     drop_locked();  // the stream may be out of step with our requests: never reuse it
     return Error(ErrorCode::kStoreUnavailable,
                  "redis " + address() + ": connection lost " + during + " (" + reason + ")");
@@ -228,12 +225,8 @@ class RedisConnection {
                    std::string(what) + " timed out (no answer within " +
                        std::to_string(options_.command_timeout_ms) + " ms)");
     }
-    std::string hint;
-    if (!redis_.tls && ctx_->err == REDIS_ERR_EOF) {
-      hint = "; if this Redis port expects TLS, use rediss://";  // a TLS port closes at once
-    }
-    return Error(ErrorCode::kStoreUnavailable,
-                 std::string(what) + " failed: " + ctx_->errstr + hint);
+    return Error(ErrorCode::kStoreUnavailable, std::string(what) + " failed: " + ctx_->errstr +
+                                                   tls_port_hint(redis_.tls, false, ctx_->errstr));
   }
 
   // One round of the core's conversation over hiredis: its bytes out, hiredis' decoded replies in,
