@@ -54,11 +54,14 @@ done
 
 opts=(-o Dir::Etc::SourceList=/dev/null -o "Dir::Etc::SourceParts=$work/parts"
       -o "Dir::State::Lists=$work/lists" -o Debug::NoLocking=1)
-apt-get "${opts[@]}" update -qq >"$work/update.log" 2>&1 ||
-  fail "apt-get update of the $TARGET_SUITE source index failed (offline?): $(tail -3 "$work/update.log" | tr '\n' ' ')"
+# apt-get update can exit 0 when a fetch failed: the index files themselves tell.
+if ! apt-get "${opts[@]}" update -qq >"$work/update.log" 2>&1 ||
+   ! ls "$work"/lists/*_Sources* >/dev/null 2>&1; then
+  fail "cannot fetch the $TARGET_SUITE source index from the machine's Debian archive (offline?): $(tail -3 "$work/update.log" | tr '\n' ' ')"
+fi
 # The newest ${HIREDIS_SERIES}.x version the index carries (apt-get source wants an exact version).
 version=$(apt-cache "${opts[@]}" showsrc hiredis 2>/dev/null |
-  sed -n 's/^Version: //p' | grep -E "^${HIREDIS_SERIES//./\\.}\\." | sort -V | tail -1)
+  sed -n 's/^Version: //p' | { grep -E "^${HIREDIS_SERIES//./\\.}\\." || true; } | sort -V | tail -1)
 [ -n "$version" ] || fail "the $TARGET_SUITE source index has no hiredis ${HIREDIS_SERIES}.x"
 (cd "$work/dl" && apt-get "${opts[@]}" source --download-only "hiredis=$version" \
   >"$work/source.log" 2>&1) ||
