@@ -72,8 +72,8 @@ Result<std::shared_ptr<RedisTls>> RedisTls::create(const RedisTlsFiles& files) {
                      openssl_reason());
     }
     if (SSL_CTX_use_PrivateKey_file(ctx, files.key_file.c_str(), SSL_FILETYPE_PEM) != 1) {
-      return invalid("redis TLS: cannot load the client key " + files.key_file + ": " +
-                     openssl_reason());
+      return invalid("redis TLS: cannot load the client key " + files.key_file +
+                     " (for the certificate " + files.cert_file + "): " + openssl_reason());
     }
     if (SSL_CTX_check_private_key(ctx) != 1) {
       return invalid("redis TLS: the client key " + files.key_file +
