@@ -402,9 +402,10 @@ void Parser::identities() {
 }
 
 void Parser::env_warnings() {
-  std::set<std::string> known = {
-      kEnvNamespace, kEnvRedisUrl, kEnvDataDir, kEnvListen, kEnvAllowPrivateUpstreams,
-      kConfigPathEnv};
+  std::set<std::string> known = {kEnvNamespace,     kEnvRedisUrl,     kEnvRedisCaFile,
+                                 kEnvRedisCertFile, kEnvRedisKeyFile, kEnvRedisServerName,
+                                 kEnvDataDir,       kEnvListen,       kEnvAllowPrivateUpstreams,
+                                 kConfigPathEnv};
   for (const RuntimeControlInfo& info : kRuntimeControls) known.insert(info.env);
   for (const auto& [name, value] : src_.env) {
     if (name.rfind("QUIVER_", 0) != 0) continue;

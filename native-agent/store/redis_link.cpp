@@ -1,6 +1,7 @@
 #include "native-agent/store/redis_link.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <utility>
 
@@ -32,6 +33,15 @@ std::string openssl_reason() {
   return r != nullptr ? r : "unknown OpenSSL error";
 }
 
+// Why `path` cannot be read ("No such file or directory"), or "" when it can: OpenSSL's own reason
+// for a missing file is only "system lib".
+std::string unreadable(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return std::strerror(errno);
+  std::fclose(f);
+  return "";
+}
+
 bool is_ip_literal(const std::string& name) {
   in6_addr a6{};
   in_addr a4{};
@@ -58,6 +68,12 @@ Result<std::shared_ptr<RedisTls>> RedisTls::create(const RedisTlsFiles& files) {
   std::shared_ptr<RedisTls> tls(new RedisTls(ctx, files.server_name));
   SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
   SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
+  for (const std::string* path : {&files.ca_file, &files.cert_file, &files.key_file}) {
+    if (path->empty()) continue;
+    if (std::string why = unreadable(*path); !why.empty()) {
+      return invalid("redis TLS: cannot read " + *path + ": " + why);
+    }
+  }
   if (!files.ca_file.empty()) {
     if (SSL_CTX_load_verify_locations(ctx, files.ca_file.c_str(), nullptr) != 1) {
       return invalid("redis TLS: cannot load the CA file " + files.ca_file + ": " +
