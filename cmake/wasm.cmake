@@ -23,10 +23,14 @@ file(CREATE_LINK /usr/include/nlohmann "${CMAKE_BINARY_DIR}/include-shim/nlohman
 add_library(quiver_json INTERFACE)
 target_include_directories(quiver_json SYSTEM INTERFACE "${CMAKE_BINARY_DIR}/include-shim")
 
+# hiredis' protocol reader: the same hiredis 1.2 sources the native build compiles (fetched by
+# scripts/fetch-hiredis.sh); the reader alone, no sockets.
+include(${CMAKE_CURRENT_LIST_DIR}/hiredis.cmake)
 add_library(quiver_resp_reader STATIC
-  "${QUIVER_DEPS_DIR}/hiredis-src/read.c"
-  "${QUIVER_DEPS_DIR}/hiredis-src/sds.c")
-target_include_directories(quiver_resp_reader SYSTEM PUBLIC "${QUIVER_DEPS_DIR}/hiredis-include")
+  "${QUIVER_HIREDIS_SRC}/alloc.c"
+  "${QUIVER_HIREDIS_SRC}/read.c"
+  "${QUIVER_HIREDIS_SRC}/sds.c")
+target_include_directories(quiver_resp_reader SYSTEM PUBLIC "${QUIVER_HIREDIS_INCLUDE}")
 target_compile_options(quiver_resp_reader PRIVATE -w -Wno-incompatible-function-pointer-types)
 
 # SQLite amalgamation, for the edge's FTS5 search. Compiling it takes ~40 s: it is its own target

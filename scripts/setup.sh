@@ -12,8 +12,10 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 mode=${1:-all}
 
-run_pkgs=(g++ cmake make pkg-config nlohmann-json3-dev libcpp-httplib-dev libhiredis-dev
-          libsqlite3-dev libssl-dev)
+# hiredis is not among them: the build compiles hiredis 1.2 (with TLS, against libssl-dev) from
+# Debian 13's source package, fetched at configure time (scripts/fetch-hiredis.sh).
+run_pkgs=(g++ cmake make pkg-config nlohmann-json3-dev libcpp-httplib-dev libsqlite3-dev
+          libssl-dev)
 edge_pkgs=(emscripten redis-server)
 test_pkgs=(libgtest-dev googletest emscripten redis-server openssl iproute2 util-linux wrk
            clang-14 clang-format-14 libfuzzer-14-dev libclang-rt-14-dev dpkg-dev

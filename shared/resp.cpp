@@ -1,6 +1,7 @@
 #include "shared/resp.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include <ostream>
 #include <utility>
@@ -208,8 +209,8 @@ void Pipeline::clear() {
 
 namespace {
 
-// hiredis' rstack has 9 slots and refuses an array in the 9th ("depth > 7" in its words).
-static_assert(RespLimits::kMaxSupportedDepth == 8, "hiredis 0.14.1 reads 8 levels of arrays");
+// hiredis 1.2 grows its task stack without bound; create_array refuses past the limit, which is
+// clamped to kMaxSupportedDepth.
 
 // A length or integer line is at most 20 characters ("-9223372036854775808"); anything much
 // longer without its CRLF is not RESP, and is refused without waiting for more.
@@ -293,8 +294,23 @@ void* place(const redisReadTask* task, RespValue&& v) {
   return &parent->elements.back();
 }
 
+// The core speaks RESP2 (it never sends HELLO 3): hiredis 1.x' reader also parses the RESP3 types
+// (double, boolean, map, set, push, verbatim string, big number, attribute, null), and each is
+// refused here as a protocol error, as a RESP2 reader would.
+void* refuse_resp3(const redisReadTask* task) {
+  Impl* d = impl_of(task);
+  d->callback_error =
+      Error(ErrorCode::kInvalidReply, "malformed RESP in " + d->where() + ": RESP3 reply type " +
+                                          std::to_string(task->type) + " from a RESP2 connection");
+  return nullptr;
+}
+
 void* create_string(const redisReadTask* task, char* str, size_t len) {
   Impl* d = impl_of(task);
+  if (task->type != REDIS_REPLY_STRING && task->type != REDIS_REPLY_STATUS &&
+      task->type != REDIS_REPLY_ERROR) {
+    return refuse_resp3(task);
+  }
   if (len > d->limits.max_bulk_bytes) {
     d->too_large("string of " + std::to_string(len) + " bytes in ", "exceeds",
                  d->limits.max_bulk_bytes, "bytes");
@@ -303,7 +319,7 @@ void* create_string(const redisReadTask* task, char* str, size_t len) {
   RespValue v;
   switch (task->type) {
     case REDIS_REPLY_STRING:
-      // hiredis 0.14.1 skips the two bytes after a bulk payload without looking at them. They
+      // hiredis skips the two bytes after a bulk payload without looking at them. They
       // are in its buffer (it waited for them), so check them here: "$3\r\nabcXY" is malformed.
       if (str[len] != '\r' || str[len + 1] != '\n') {
         d->callback_error = Error(ErrorCode::kInvalidReply,
@@ -328,16 +344,17 @@ void* create_string(const redisReadTask* task, char* str, size_t len) {
   return place(task, std::move(v));
 }
 
-void* create_array(const redisReadTask* task, int elements) {
+void* create_array(const redisReadTask* task, size_t elements) {
   Impl* d = impl_of(task);
+  if (task->type != REDIS_REPLY_ARRAY) return refuse_resp3(task);
   int depth = depth_of(task);
   if (depth > d->limits.max_depth) {
     d->too_large("arrays nested " + std::to_string(depth) + " deep in ", "exceed",
                  d->limits.max_depth, "levels");
     return nullptr;
   }
-  // hiredis guarantees 0 <= elements <= INT_MAX; the reservation below is what they will cost.
-  size_t n = elements < 0 ? 0 : static_cast<size_t>(elements);
+  // The reservation below is what the elements will cost.
+  size_t n = elements;
   size_t max_elements = d->limits.max_buffered_bytes / sizeof(RespValue);
   if (n > max_elements || !d->account(sizeof(RespValue) * (n + 1))) {
     d->too_large("array of " + std::to_string(n) + " elements in ", "needs more than",
@@ -356,15 +373,23 @@ void* create_integer(const redisReadTask* task, long long value) {
 }
 
 void* create_nil(const redisReadTask* task) {
+  if (task->type == REDIS_REPLY_NIL)
+    return refuse_resp3(task);  // RESP3's `_`; RESP2's are $-1, *-1
   if (!impl_of(task)->account(sizeof(RespValue))) return nullptr;
   return place(task, RespValue::nil());
 }
 
+void* create_double(const redisReadTask* task, double, char*, size_t) { return refuse_resp3(task); }
+
+void* create_bool(const redisReadTask* task, int) { return refuse_resp3(task); }
+
 void free_object(void* obj) { delete static_cast<RespValue*>(obj); }
 
-// hiredis keeps this pointer (non-const in its API) for the reader's lifetime.
+// hiredis keeps this pointer (non-const in its API) for the reader's lifetime. Every callback is
+// set: for a missing one hiredis would hand out a type number cast to a pointer.
 redisReplyObjectFunctions kBuilderFunctions = {create_string, create_array, create_integer,
-                                               create_nil, free_object};
+                                               create_double, create_nil,   create_bool,
+                                               free_object};
 
 // Position of the first CRLF in [p, p + n), or n.
 size_t find_crlf(const char* p, size_t n) {
@@ -388,6 +413,9 @@ RespDecoder::RespDecoder(RespLimits limits) : impl_(std::make_unique<Impl>()) {
   }
   // Not redisReaderSetPrivdata: the macro casts the pointer to int.
   impl_->reader->privdata = static_cast<DecoderState*>(impl_.get());
+  // An array header past INT_MAX elements is out of range (malformed), as RESP2 readers take it;
+  // hiredis 1.x would otherwise accept up to 2^32 - 1 and leave it to create_array's limit.
+  impl_->reader->maxelements = INT_MAX;
 }
 
 RespDecoder::~RespDecoder() = default;
@@ -425,13 +453,6 @@ Result<std::optional<RespValue>> RespDecoder::next() {
   if (redisReaderGetReply(r, &raw) != REDIS_OK) {
     if (d.callback_error) return d.poison(*d.callback_error);
     std::string why = r->errstr;
-    // hiredis refuses a 9th level before any callback runs.
-    if (why.rfind("No support for nested", 0) == 0) {
-      return d.poison(
-          Error(ErrorCode::kTooLarge, "RESP arrays in " + d.where() + " nested deeper than " +
-                                          std::to_string(RespLimits::kMaxSupportedDepth) +
-                                          " levels, the most the reader supports"));
-    }
     if (r->err == REDIS_ERR_OOM) {
       return d.poison(Error(ErrorCode::kTooLarge, "out of memory decoding RESP " + d.where()));
     }
@@ -448,7 +469,7 @@ Result<std::optional<RespValue>> RespDecoder::next() {
 
   // Need more bytes. Refuse now what can only end in a refusal, rather than buffer toward it.
   if (r->ridx >= 0) {
-    const redisReadTask& cur = r->rstack[r->ridx];
+    const redisReadTask& cur = *r->task[r->ridx];
     const char* p = r->buf + r->pos;
     size_t avail = d.unconsumed();
     size_t eol = find_crlf(p, avail);
@@ -508,7 +529,7 @@ bool RespDecoder::at_boundary() const {
   const redisReader* r = impl_->reader.get();
   // With its buffer drained, the reader may sit at task 0 waiting for a type byte: no reply
   // has begun.
-  return r->ridx < 0 || (r->ridx == 0 && r->rstack[0].type < 0);
+  return r->ridx < 0 || (r->ridx == 0 && r->task[0]->type < 0);
 }
 
 uint64_t RespDecoder::replies_decoded() const { return impl_ ? impl_->replies : 0; }

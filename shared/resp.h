@@ -5,7 +5,7 @@
 // bytes to its socket, feeds whatever comes back into a `RespDecoder` and hands the decoded
 // `RespValue`s back to the core. The same code runs natively (agent, tests) and in wasm (edge).
 //
-// Decoding is hiredis' protocol reader (`read.c`, 0.14.1 in both builds) with our own reply
+// Decoding is hiredis' protocol reader (`read.c`, 1.2 in both builds) with our own reply
 // builder, behind limits that keep a hostile or broken peer from making us buffer without end:
 // a bulk string longer than `max_bulk_bytes`, arrays nested deeper than `max_depth`, or more
 // than `max_buffered_bytes` of undecoded input plus partial reply are kTooLarge. Malformed bytes
@@ -128,8 +128,8 @@ struct RespLimits {
   // Longest bulk string, simple string or error line. Redis' own default for requests is 512 MB;
   // Quiver's largest value is a 256 KiB manifest.
   size_t max_bulk_bytes = size_t{8} << 20;
-  // Deepest nesting of arrays (a flat array is 1). hiredis 0.14.1 reads at most
-  // kMaxSupportedDepth; larger settings are clamped to it.
+  // Deepest nesting of arrays (a flat array is 1). At most kMaxSupportedDepth (Quiver's deepest
+  // reply is 4 levels); larger settings are clamped to it.
   int max_depth = kMaxSupportedDepth;
   // Undecoded input plus the reply under construction. Drain the decoder with next() between
   // feeds: this bounds what one peer can make us hold, not the total over a connection.

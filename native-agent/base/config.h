@@ -14,6 +14,8 @@
 //    "quiver": {
 //      "revision": "2026-12-03T12:00:00Z",
 //      "namespace": "default", "redis": "rediss://:${REDIS_PASSWORD}@host:6380/0",
+//      "redis_tls": {"ca_file": "/etc/quiver/redis-ca.pem", "cert_file": "...", "key_file": "...",
+//                    "server_name": "redis.example.com"},
 //      "data_dir": "/var/lib/quiver", "listen": "127.0.0.1:8787",
 //      "allow_private_upstreams": false,
 //      "runtime": {"list_timeout_ms": 3500, ...},
@@ -214,17 +216,37 @@ extern const std::vector<RuntimeControlInfo> kRuntimeControls;
 // Environment variables for the other top-level settings.
 inline constexpr char kEnvNamespace[] = "QUIVER_NAMESPACE";
 inline constexpr char kEnvRedisUrl[] = "QUIVER_REDIS_URL";
+// TLS to Redis (`rediss://`): each overrides its `quiver.redis_tls` field.
+inline constexpr char kEnvRedisCaFile[] = "QUIVER_REDIS_CA_FILE";
+inline constexpr char kEnvRedisCertFile[] = "QUIVER_REDIS_CERT_FILE";
+inline constexpr char kEnvRedisKeyFile[] = "QUIVER_REDIS_KEY_FILE";
+inline constexpr char kEnvRedisServerName[] = "QUIVER_REDIS_TLS_SERVER_NAME";
 inline constexpr char kEnvDataDir[] = "QUIVER_DATA_DIR";
 inline constexpr char kEnvListen[] = "QUIVER_LISTEN";
 inline constexpr char kEnvAllowPrivateUpstreams[] = "QUIVER_ALLOW_PRIVATE_UPSTREAMS";
 
 // ---- stores and listening ----------------------------------------------------------------------
 
+// TLS settings of a `rediss://` Redis (`quiver.redis_tls`, QUIVER_REDIS_CA_FILE, ...): the server's
+// certificate is always verified; paths are absolute (relative ones are taken from the working
+// directory).
+struct RedisTlsFiles {
+  std::string
+      ca_file;  // PEM CA certificates to trust instead of the system store; empty: the store
+  std::string cert_file;    // client certificate chain (PEM), for a server that asks for one (mTLS)
+  std::string key_file;     // its private key (PEM); set with cert_file or not at all
+  std::string server_name;  // the name the certificate must carry (and SNI); empty: the URL's host
+  bool empty() const {
+    return ca_file.empty() && cert_file.empty() && key_file.empty() && server_name.empty();
+  }
+};
+
 // `redis://[[user]:password@]host[:port][/db]`, `rediss://` for TLS. User and password are
 // percent-decoded; the password may be a `${NAME}` reference.
 struct RedisConfig {
   bool tls = false;
-  std::string host;  // an IPv6 literal without brackets
+  RedisTlsFiles tls_files;  // used with tls only
+  std::string host;         // an IPv6 literal without brackets
   int port = 6379;
   int64_t db = 0;
   std::string username;            // empty: the default user

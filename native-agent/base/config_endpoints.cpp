@@ -246,6 +246,82 @@ Status finish_redis(const RedisParts& parts, const std::string& host_port, const
 }
 
 void Parser::redis(const Json* quiver) {
+  redis_url(quiver);
+  redis_tls(quiver);
+}
+
+// `quiver.redis_tls` {ca_file, cert_file, key_file, server_name} (strings; `${}` allowed), each
+// overridden by its environment variable. Used only with a rediss:// URL.
+void Parser::redis_tls(const Json* quiver) {
+  struct Field {
+    const char* key;
+    const char* env;
+    bool is_path;
+    std::string RedisTlsFiles::*member;
+  };
+  static const Field kFields[] = {
+      {"ca_file", kEnvRedisCaFile, true, &RedisTlsFiles::ca_file},
+      {"cert_file", kEnvRedisCertFile, true, &RedisTlsFiles::cert_file},
+      {"key_file", kEnvRedisKeyFile, true, &RedisTlsFiles::key_file},
+      {"server_name", kEnvRedisServerName, false, &RedisTlsFiles::server_name},
+  };
+  const std::string path = "quiver.redis_tls";
+  const Json* section = quiver != nullptr ? json_field(*quiver, "redis_tls") : nullptr;
+  if (section != nullptr && !section->is_null() && !section->is_object()) {
+    p_.error(path, std::string("must be an object, not ") + json_type(*section));
+    section = nullptr;
+  }
+  if (section != nullptr && section->is_object()) {
+    for (const auto& [key, value] : section->items()) {
+      bool known = false;
+      for (const Field& f : kFields) known = known || key == f.key;
+      if (!known)
+        p_.error(path + "." + key, "unknown key (ca_file, cert_file, key_file, server_name)");
+    }
+  }
+  RedisTlsFiles files;
+  std::string set_at;  // where the first setting came from, for the warning below
+  for (const Field& f : kFields) {
+    std::optional<std::string> value;
+    std::string at = path + "." + f.key;
+    auto env = src_.env.find(f.env);
+    if (env != src_.env.end()) {
+      cfg_.env_overrides.insert(f.env);
+      value = env->second;
+      at = f.env;
+    } else if (section != nullptr && section->is_object()) {
+      if (std::optional<std::string> v = string_field(*section, f.key, path)) {
+        value = expand_plain(*v, at);
+      }
+    }
+    if (!value.has_value() || value->empty()) continue;
+    if (has_line_break_or_nul(*value)) {
+      p_.error(at, "has a line break or NUL");
+      continue;
+    }
+    if (!f.is_path) {
+      std::string host;
+      int port = 0;
+      if (Status s = split_host_port(*value, &host, &port, 0, true); !s.ok() || port != 0) {
+        p_.error(at, "must be a host name or IP address (no port)");
+        continue;
+      }
+    }
+    files.*f.member = f.is_path ? join_path(src_.working_dir, *value) : *value;
+    if (set_at.empty()) set_at = at;
+  }
+  if (files.cert_file.empty() != files.key_file.empty()) {
+    p_.error(path,
+             "a client certificate needs both cert_file and key_file (QUIVER_REDIS_CERT_FILE, "
+             "QUIVER_REDIS_KEY_FILE)");
+  }
+  if (!files.empty() && (!cfg_.redis.has_value() || !cfg_.redis->tls)) {
+    p_.warn(set_at, "TLS settings are ignored: the store is not a rediss:// Redis");
+  }
+  if (cfg_.redis.has_value()) cfg_.redis->tls_files = std::move(files);
+}
+
+void Parser::redis_url(const Json* quiver) {
   auto env = src_.env.find(kEnvRedisUrl);
   if (env != src_.env.end()) {
     cfg_.env_overrides.insert(kEnvRedisUrl);

@@ -199,6 +199,8 @@ class Parser {
   void top_level_settings(const Json* quiver);
   void runtime(const Json* quiver);
   void redis(const Json* quiver);
+  void redis_url(const Json* quiver);
+  void redis_tls(const Json* quiver);
   void servers(const Json& root);
   void server(const std::string& name, const Json& entry);
   void connection_settings(const Json* quiver);

@@ -276,7 +276,7 @@ std::string strip_trailing_slashes(std::string path) {
 
 // clang-format off
 const std::vector<std::string> kQuiverKeys = {
-    "namespace", "redis", "data_dir", "listen", "allow_private_upstreams", "runtime",
+    "namespace", "redis", "redis_tls", "data_dir", "listen", "allow_private_upstreams", "runtime",
     "caller_token_keys", "caller_token_signing_kid", "webhook_secrets", "members", "grants",
     "operators", "connections", "revision", "oauth"};
 // clang-format on
@@ -402,9 +402,10 @@ void Parser::identities() {
 }
 
 void Parser::env_warnings() {
-  std::set<std::string> known = {
-      kEnvNamespace, kEnvRedisUrl, kEnvDataDir, kEnvListen, kEnvAllowPrivateUpstreams,
-      kConfigPathEnv};
+  std::set<std::string> known = {kEnvNamespace,     kEnvRedisUrl,     kEnvRedisCaFile,
+                                 kEnvRedisCertFile, kEnvRedisKeyFile, kEnvRedisServerName,
+                                 kEnvDataDir,       kEnvListen,       kEnvAllowPrivateUpstreams,
+                                 kConfigPathEnv};
   for (const RuntimeControlInfo& info : kRuntimeControls) known.insert(info.env);
   for (const auto& [name, value] : src_.env) {
     if (name.rfind("QUIVER_", 0) != 0) continue;

@@ -9,30 +9,24 @@
 #include <thread>
 #include <utility>
 
-#include <hiredis.h>
-#include <sys/socket.h>
-#include <sys/time.h>
+#include <hiredis/hiredis.h>
 
+#include "native-agent/store/redis_link.h"
 #include "shared/redis_conversation.h"
 
 namespace quiver {
 namespace {
 
-timeval to_timeval(int64_t ms) {
-  timeval tv{};
-  tv.tv_sec = static_cast<time_t>(ms / 1000);
-  tv.tv_usec = static_cast<suseconds_t>((ms % 1000) * 1000);
-  return tv;
-}
-
 // One node's connection: hiredis opens the socket (connect timeout, keep-alive, send and receive
-// timeouts); the core's RedisConversation writes the bytes and decodes the answers. Sends use
-// MSG_NOSIGNAL, so a node that went away never raises SIGPIPE.
+// timeouts) and runs the TLS handshake for rediss:// (redis_link.h); the core's RedisConversation
+// writes the bytes and decodes the answers, through hiredis' stream (plain or TLS). A SigpipeGuard
+// around each round keeps a node that went away from raising SIGPIPE.
 class NodeConnection {
  public:
-  NodeConnection(ClusterNode node, const RedisClusterPoolOptions& options)
+  NodeConnection(ClusterNode node, const RedisClusterPoolOptions& options, const RedisTls* tls)
       : node_(std::move(node)),
         options_(options),
+        tls_(tls),
         conversation_({}, RedisCredentials{options.username, options.password.has_value()
                                                                  ? options.password->reveal()
                                                                  : std::string()}) {}
@@ -46,6 +40,7 @@ class NodeConnection {
   Result<std::vector<RespValue>> round(std::vector<RedisCommand> commands, bool replica,
                                        ScriptForm form, bool* after_send, uint64_t* opened) {
     *after_send = false;
+    SigpipeGuard no_sigpipe;
     if (ctx_ == nullptr) {
       if (Status s = open(replica); !s.ok()) return s.error();
       ++*opened;
@@ -71,21 +66,19 @@ class NodeConnection {
     if (ctx_ != nullptr) redisFree(ctx_);
     ctx_ = nullptr;
     readonly_ = false;
+    answered_ = false;
     conversation_.drop();
   }
 
  private:
   Status open(bool replica) {
-    ctx_ = redisConnectWithTimeout(node_.host.c_str(), node_.port,
-                                   to_timeval(options_.connect_timeout_ms));
-    if (ctx_ == nullptr || ctx_->err != 0) {
-      std::string why = ctx_ != nullptr ? ctx_->errstr : "out of memory";
+    Result<redisContext*> ctx = redis_open(node_.host, node_.port, options_.connect_timeout_ms,
+                                           options_.command_timeout_ms, tls_);
+    if (!ctx.ok()) {
       close();
-      return Error(ErrorCode::kStoreUnavailable,
-                   "redis " + node_.address() + ": cannot connect: " + why);
+      return Error(ctx.error().code, "redis " + node_.address() + ": " + ctx.error().message);
     }
-    redisSetTimeout(ctx_, to_timeval(options_.command_timeout_ms));
-    redisEnableKeepAlive(ctx_);
+    ctx_ = *ctx;
     // AUTH (when configured) and, for a replica, READONLY: one write.
     std::vector<RedisCommand> preamble = cluster_connection_preamble(replica);
     Result<std::vector<RespValue>> replies = converse(preamble, ScriptForm::kText);
@@ -109,13 +102,10 @@ class NodeConnection {
     if (!write_all(round.bytes)) return io_failure("sending");
     while (conversation_.awaiting() > 0) {
       char buf[16384];
-      ssize_t n = ::recv(ctx_->fd, buf, sizeof buf, 0);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        return io_failure(n == 0 ? "the node closed the connection"
-                          : (errno == EAGAIN || errno == EWOULDBLOCK) ? "timed out"
-                                                                      : std::strerror(errno));
-      }
+      std::string why;
+      std::ptrdiff_t n = redis_recv(ctx_, buf, sizeof buf, &why);
+      if (n == 0) continue;  // interrupted
+      if (n < 0) return io_failure(why);
       switch (conversation_.feed(std::string_view(buf, static_cast<std::size_t>(n)))) {
         case RedisTurn::kRead:
           break;
@@ -123,6 +113,7 @@ class NodeConnection {
           if (!write_all(conversation_.take_write())) return io_failure("sending");
           break;
         case RedisTurn::kDone:
+          answered_ = true;
           return conversation_.take_replies();
         case RedisTurn::kFailed: {
           Error e = conversation_.error();
@@ -134,22 +125,11 @@ class NodeConnection {
     return conversation_.take_replies();
   }
 
-  bool write_all(const std::string& bytes) {
-    std::size_t sent = 0;
-    while (sent < bytes.size()) {
-      ssize_t n = ::send(ctx_->fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        write_error_ = n < 0 ? std::strerror(errno) : "nothing sent";
-        return false;
-      }
-      sent += static_cast<std::size_t>(n);
-    }
-    return true;
-  }
+  bool write_all(const std::string& bytes) { return redis_send_all(ctx_, bytes, &write_error_); }
 
   Error io_failure(const std::string& why) {
     std::string reason = why == "sending" ? "sending: " + write_error_ : why;
+    reason += tls_port_hint(tls_ != nullptr, answered_, reason);
     Error e = conversation_.connection_failed(reason);
     close();
     return Error(ErrorCode::kStoreUnavailable, "redis " + node_.address() + ": " + e.message);
@@ -157,8 +137,10 @@ class NodeConnection {
 
   ClusterNode node_;
   const RedisClusterPoolOptions& options_;
+  const RedisTls* tls_;  // nullptr: plain TCP
   redisContext* ctx_ = nullptr;
   bool readonly_ = false;
+  bool answered_ = false;  // a round was answered on this connection
   RedisConversation conversation_;
   std::string write_error_;
 };
@@ -172,6 +154,7 @@ bool is_unknown_subcommand(const RespValue& reply) {
 
 struct RedisClusterPool::Impl {
   RedisClusterPoolOptions options;
+  std::shared_ptr<RedisTls> tls;  // options.tls only
   mutable std::mutex mu;
   ClusterSlotMap map;
   bool have_map = false;
@@ -181,7 +164,7 @@ struct RedisClusterPool::Impl {
 
   NodeConnection& connection(const ClusterNode& node) {
     std::unique_ptr<NodeConnection>& c = connections[node.address()];
-    if (c == nullptr) c = std::make_unique<NodeConnection>(node, options);
+    if (c == nullptr) c = std::make_unique<NodeConnection>(node, options, tls.get());
     return *c;
   }
 
@@ -463,6 +446,11 @@ Result<std::unique_ptr<RedisClusterPool>> RedisClusterPool::create(
     return Error(ErrorCode::kInvalidArgument, "redis cluster: the retry policy is inconsistent");
   }
   auto impl = std::make_unique<Impl>();
+  if (options.tls) {
+    Result<std::shared_ptr<RedisTls>> tls = RedisTls::create(options.tls_files);
+    if (!tls.ok()) return tls.error();
+    impl->tls = std::move(tls).value();
+  }
   impl->options = std::move(options);
   return std::unique_ptr<RedisClusterPool>(new RedisClusterPool(std::move(impl)));
 }
@@ -503,7 +491,7 @@ RedisClusterPoolStats RedisClusterPool::stats() const {
 }
 
 std::string RedisClusterPool::describe() const {
-  std::string out = "redis-cluster:";
+  std::string out = impl_->options.tls ? "rediss-cluster:" : "redis-cluster:";
   for (std::size_t i = 0; i < impl_->options.seeds.size(); ++i) {
     if (i > 0) out += ",";
     out += impl_->options.seeds[i].address();

@@ -15,7 +15,9 @@
 // Connections open lazily, with a connect and a command timeout; AUTH goes first, and a connection
 // to a replica that serves reads (`replica_reads`) sends READONLY in the same write as AUTH. The
 // bytes are the core's RedisConversation (EVALSHA, then EVAL on NOSCRIPT; the RESP decoder);
-// hiredis only opens the socket. The password never appears in an error or describe().
+// hiredis opens the socket, runs the TLS handshake (`tls`, the nodes' TLS ports: a cluster with
+// `tls-cluster yes` announces them) and carries the bytes. The password never appears in an
+// error or describe().
 //
 // Threads: one mutex for the whole pool (calls take turns). TODO(perf): the pipelines of one batch
 // go to their nodes one after another; a batch over many nodes could overlap them.
@@ -38,6 +40,8 @@ struct RedisClusterPoolOptions {
   std::vector<ClusterNode> seeds;  // host and port of one or more nodes
   std::string username;            // empty: the default user
   std::optional<Secret> password;  // nullopt: no AUTH
+  bool tls = false;                // rediss://: every node over TLS (redis_link.h)
+  RedisTlsFiles tls_files;         // CA file, client certificate, server name (tls only)
   int64_t connect_timeout_ms = 2'000;
   int64_t command_timeout_ms = 2'000;
   bool replica_reads = false;  // read_only requests may go to healthy replicas
@@ -79,7 +83,8 @@ class RedisClusterPool {
 
   ClusterSlotMap map() const;
   RedisClusterPoolStats stats() const;
-  // "redis-cluster:127.0.0.1:7000,127.0.0.1:7001" (the seeds; never the password).
+  // "redis-cluster:127.0.0.1:7000,127.0.0.1:7001", "rediss-cluster:..." over TLS (the seeds;
+  // never the password).
   std::string describe() const;
 
  private:

@@ -9,11 +9,10 @@
 #include <optional>
 #include <utility>
 
-#include <hiredis.h>
-#include <pthread.h>
-#include <signal.h>
+#include <hiredis/hiredis.h>
 #include <sys/time.h>
 
+#include "native-agent/store/redis_link.h"
 #include "shared/canonical_json.h"
 #include "shared/discovery_redis.h"
 #include "shared/numbers.h"
@@ -47,42 +46,6 @@ bool parse_i64(std::string_view text, int64_t* out) {
   *out = *v;
   return true;
 }
-
-// ---- SIGPIPE -----------------------------------------------------------------------------------
-
-// hiredis 0.14 writes with write(2): a server that closed the socket raises SIGPIPE, whose default
-// action ends the process. Block it on this thread while hiredis runs and swallow one raised
-// meanwhile; the write itself then fails with EPIPE, which becomes kStoreUnavailable.
-class SigpipeGuard {
- public:
-  SigpipeGuard() {
-    sigemptyset(&pipe_);
-    sigaddset(&pipe_, SIGPIPE);
-    sigset_t pending;
-    sigemptyset(&pending);
-    was_pending_ = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
-    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
-  }
-  ~SigpipeGuard() {
-    if (!was_pending_) {
-      sigset_t pending;
-      sigemptyset(&pending);
-      if (sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1) {
-        timespec zero{0, 0};
-        while (sigtimedwait(&pipe_, nullptr, &zero) == -1 && errno == EINTR) {
-        }
-      }
-    }
-    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
-  }
-  SigpipeGuard(const SigpipeGuard&) = delete;
-  SigpipeGuard& operator=(const SigpipeGuard&) = delete;
-
- private:
-  sigset_t pipe_;
-  sigset_t old_;
-  bool was_pending_ = false;
-};
 
 // ---- replies -----------------------------------------------------------------------------------
 
@@ -125,9 +88,10 @@ std::string key_list_error(std::string_view what, const Error& e) {
 
 class RedisConnection {
  public:
-  explicit RedisConnection(const RedisStoreOptions& options)
+  RedisConnection(const RedisStoreOptions& options, const RedisTls* tls)
       : redis_(options.redis),
         options_(options),
+        tls_(tls),
         conversation_(
             {}, RedisCredentials{options.redis.username, options.redis.password.has_value()
                                                              ? options.redis.password->reveal()
@@ -172,6 +136,7 @@ class RedisConnection {
   void drop_locked() {
     if (ctx_ != nullptr) redisFree(ctx_);
     ctx_ = nullptr;
+    answered_ = false;
     conversation_.drop();
   }
 
@@ -182,6 +147,7 @@ class RedisConnection {
          reason.find("timed out") != std::string::npos)) {
       reason = "timed out";
     }
+    reason += tls_port_hint(redis_.tls, answered_, reason);
     drop_locked();  // the stream may be out of step with our requests: never reuse it
     return Error(ErrorCode::kStoreUnavailable,
                  "redis " + address() + ": connection lost " + during + " (" + reason + ")");
@@ -212,15 +178,10 @@ class RedisConnection {
   }
 
   Status open_locked() {
-    ctx_ = redisConnectWithTimeout(redis_.host.c_str(), redis_.port,
-                                   to_timeval(options_.connect_timeout_ms));
-    if (ctx_ == nullptr)
-      return Error(ErrorCode::kStoreUnavailable, "cannot connect (out of memory)");
-    if (ctx_->err != 0) {
-      return Error(ErrorCode::kStoreUnavailable, std::string("cannot connect: ") + ctx_->errstr);
-    }
-    redisSetTimeout(ctx_, to_timeval(options_.command_timeout_ms));
-    redisEnableKeepAlive(ctx_);
+    Result<redisContext*> ctx = redis_open(redis_.host, redis_.port, options_.connect_timeout_ms,
+                                           options_.command_timeout_ms, tls_);
+    if (!ctx.ok()) return ctx.error();
+    ctx_ = *ctx;
     // AUTH alone (when configured), so that a refusal counts as a failed connection attempt.
     if (RedisRound auth = conversation_.begin({}); conversation_.awaiting() > 0) {
       if (!append_locked(auth.bytes)) return handshake_io_error("AUTH");
@@ -264,7 +225,8 @@ class RedisConnection {
                    std::string(what) + " timed out (no answer within " +
                        std::to_string(options_.command_timeout_ms) + " ms)");
     }
-    return Error(ErrorCode::kStoreUnavailable, std::string(what) + " failed: " + ctx_->errstr);
+    return Error(ErrorCode::kStoreUnavailable, std::string(what) + " failed: " + ctx_->errstr +
+                                                   tls_port_hint(redis_.tls, false, ctx_->errstr));
   }
 
   // One round of the core's conversation over hiredis: its bytes out, hiredis' decoded replies in,
@@ -298,6 +260,7 @@ class RedisConnection {
   std::optional<RedisTurn> take_reply_locked() {
     void* raw = nullptr;
     if (redisGetReply(ctx_, &raw) != REDIS_OK || raw == nullptr) return std::nullopt;
+    answered_ = true;
     auto* reply = static_cast<redisReply*>(raw);
     RedisTurn turn = conversation_.take(to_resp(reply));
     freeReplyObject(reply);
@@ -311,8 +274,10 @@ class RedisConnection {
 
   const RedisConfig& redis_;
   const RedisStoreOptions& options_;
+  const RedisTls* tls_;  // nullptr: plain TCP
   std::mutex mu_;
   redisContext* ctx_ = nullptr;
+  bool answered_ = false;           // a reply came on this connection
   RedisConversation conversation_;  // AUTH, pipelining, EVALSHA then EVAL (shared/)
   SteadyClock::time_point next_attempt_{};
   int64_t backoff_ms_ = 0;
@@ -437,17 +402,19 @@ bool valid_stream_id(std::string_view id) {
 struct RedisStore::Impl {
   RedisStoreOptions options;
   RedisKeys keys;
+  std::shared_ptr<RedisTls> tls;  // rediss:// only
   RedisConnection main;
   RedisConnection blocking;
   RedisConnection calls;  // read_relayed_calls with block_ms > 0
   LockedBodyCache bodies{options.body_cache_max_bytes};
 
-  Impl(RedisStoreOptions o, RedisKeys k)
+  Impl(RedisStoreOptions o, RedisKeys k, std::shared_ptr<RedisTls> t)
       : options(std::move(o)),
         keys(std::move(k)),
-        main(options),
-        blocking(options),
-        calls(options) {}
+        tls(std::move(t)),
+        main(options, tls.get()),
+        blocking(options, tls.get()),
+        calls(options, tls.get()) {}
 
   // One command whose error reply is a failure.
   Result<RespValue> one(const RedisCommand& argv, std::string_view what) {
@@ -607,11 +574,6 @@ struct RedisStore::Impl {
 };
 
 Result<std::unique_ptr<RedisStore>> RedisStore::create(RedisStoreOptions options) {
-  if (options.redis.tls) {
-    return invalid(
-        "redis store: rediss:// (TLS) is not supported by this agent's hiredis 0.14; reach a TLS "
-        "Redis through a local TLS tunnel and give its redis:// address");
-  }
   if (options.redis.host.empty()) return invalid("redis store: no host");
   if (options.redis.port <= 0 || options.redis.port > 65535) {
     return invalid("redis store: the port must be 1 to 65535");
@@ -630,7 +592,13 @@ Result<std::unique_ptr<RedisStore>> RedisStore::create(RedisStoreOptions options
     return invalid("redis store: revalidate_stream_max_len must be positive");
   }
   if (!options.now_ms) return invalid("redis store: no clock");
-  auto impl = std::make_unique<Impl>(std::move(options), std::move(keys).value());
+  std::shared_ptr<RedisTls> tls;
+  if (options.redis.tls) {
+    Result<std::shared_ptr<RedisTls>> t = RedisTls::create(options.redis.tls_files);
+    if (!t.ok()) return t.error();
+    tls = std::move(t).value();
+  }
+  auto impl = std::make_unique<Impl>(std::move(options), std::move(keys).value(), std::move(tls));
   return std::unique_ptr<RedisStore>(new RedisStore(std::move(impl)));
 }
 

@@ -4,7 +4,9 @@
 // Built from the configuration's RedisConfig (native-agent/base/config.h parses
 // `redis://[[user]:password@]host[:port][/db]` and holds the password as a Secret). The password
 // is sent with AUTH and nowhere else: describe(), logs and error messages never carry it.
-// `rediss://` (TLS) is refused with a clear message: hiredis 0.14 has no TLS.
+// `rediss://` is TLS (native-agent/store/redis_link.h): the server's certificate is verified
+// against the system CA store or RedisConfig::tls_files.ca_file, and must name the host; a client
+// certificate is sent when configured. create() loads those files and fails when it cannot.
 //
 // Every key and SCAN pattern comes from RedisKeys (shared/redis_keys.h). The lease steps and
 // fenced writes are the Lua scripts of schema/lua/, run through shared/lease.h's command builders.

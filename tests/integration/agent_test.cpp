@@ -17,7 +17,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
-#include <hiredis.h>
+#include <hiredis/hiredis.h>
 #include <httplib.h>
 #include <signal.h>
 #include <sqlite3.h>

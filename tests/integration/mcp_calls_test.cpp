@@ -13,7 +13,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
-#include <hiredis.h>
+#include <hiredis/hiredis.h>
 
 #include "native-agent/engine/agent.h"
 #include "shared/call_relay.h"

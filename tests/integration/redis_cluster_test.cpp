@@ -15,7 +15,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
-#include <hiredis.h>
+#include <hiredis/hiredis.h>
 
 #include "native-agent/store/redis_cluster_pool.h"
 #include "tests/support/hiredis_run.h"

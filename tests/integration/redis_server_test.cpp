@@ -1,7 +1,7 @@
 #include "tests/support/redis_server.h"
 
 #include <gtest/gtest.h>
-#include <hiredis.h>
+#include <hiredis/hiredis.h>
 
 namespace quiver::testing {
 namespace {

@@ -363,6 +363,15 @@ const std::vector<Malformed> kMalformed = {
     {"$3\r\nabcXY+OK\r\n", "bulk string of 3 bytes not followed by CRLF"},
     {":111111111111111111111111111111111111", "no CRLF within 32 bytes"},
     {"$111111111111111111111111111111111111", "no CRLF within 32 bytes"},
+    // RESP3 types (hiredis 1.x parses them; the core speaks RESP2 and never sends HELLO 3).
+    {",1.5\r\n", "RESP3 reply type"},
+    {"#t\r\n", "RESP3 reply type"},
+    {"_\r\n", "RESP3 reply type"},
+    {"%1\r\n+a\r\n+b\r\n", "RESP3 reply type"},
+    {"~1\r\n:1\r\n", "RESP3 reply type"},
+    {">1\r\n:1\r\n", "RESP3 reply type"},
+    {"*2\r\n:1\r\n=7\r\ntxt:abc\r\n", "RESP3 reply type"},
+    {"(12345678901234567890123\r\n", "RESP3 reply type"},
 };
 
 TEST(RespDecode, MalformedInputIsAClearError) {

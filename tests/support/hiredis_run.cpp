@@ -1,6 +1,6 @@
 #include "tests/support/hiredis_run.h"
 
-#include <hiredis.h>
+#include <hiredis/hiredis.h>
 
 namespace quiver::testing {
 namespace {

@@ -7,7 +7,8 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <hiredis.h>
+#include <hiredis/hiredis.h>
+#include <hiredis/hiredis_ssl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -81,6 +82,18 @@ int run_child(const std::vector<std::string>& argv, const std::string& log) {
 }  // namespace
 
 RedisCluster::RedisCluster(RedisClusterOptions options) : options_(std::move(options)) {
+  if (options_.tls) {
+    const RedisServerTls& tls = *options_.tls;
+    const bool cert = !tls.client_cert.empty();
+    redisSSLContextError why = REDIS_SSL_CTX_NONE;
+    ssl_ = redisCreateSSLContext(tls.ca_file.c_str(), nullptr,
+                                 cert ? tls.client_cert.c_str() : nullptr,
+                                 cert ? tls.client_key.c_str() : nullptr, nullptr, &why);
+    if (ssl_ == nullptr) {
+      error_ = std::string("hiredis TLS context: ") + redisSSLContextGetError(why);
+      return;
+    }
+  }
   char tmpl[] = "/tmp/quiver-redis-cluster-XXXXXX";
   if (::mkdtemp(tmpl) == nullptr) {
     error_ = "mkdtemp failed";
@@ -129,6 +142,7 @@ RedisCluster::~RedisCluster() {
     std::string cmd = "rm -rf '" + dir_ + "'";
     (void)std::system(cmd.c_str());
   }
+  if (ssl_ != nullptr) redisFreeSSLContext(ssl_);
 }
 
 bool RedisCluster::start_node(std::size_t i) {
@@ -155,6 +169,14 @@ bool RedisCluster::start_node(std::size_t i) {
   if (!options_.password.empty()) {
     argv.insert(argv.end(),
                 {"--requirepass", options_.password, "--masterauth", options_.password});
+  }
+  if (options_.tls) {
+    const RedisServerTls& tls = *options_.tls;
+    argv[2] = "0";  // TLS only; the bus port is the TLS port + 10000
+    argv.insert(argv.end(), {"--tls-port", std::to_string(ports_[i]), "--tls-cluster", "yes",
+                             "--tls-replication", "yes", "--tls-cert-file", tls.cert_file,
+                             "--tls-key-file", tls.key_file, "--tls-ca-cert-file", tls.ca_file,
+                             "--tls-auth-clients", tls.auth_clients ? "yes" : "no"});
   }
   pid_t pid = ::fork();
   if (pid < 0) {
@@ -191,6 +213,13 @@ bool RedisCluster::create_cluster() {
   for (int p : ports_) argv.push_back("127.0.0.1:" + std::to_string(p));
   argv.insert(argv.end(), {"--cluster-replicas", "1", "--cluster-yes"});
   if (!options_.password.empty()) argv.insert(argv.end(), {"-a", options_.password});
+  if (options_.tls) {
+    argv.insert(argv.end(), {"--tls", "--cacert", options_.tls->ca_file});
+    if (!options_.tls->client_cert.empty()) {
+      argv.insert(argv.end(),
+                  {"--cert", options_.tls->client_cert, "--key", options_.tls->client_key});
+    }
+  }
   std::string log = dir_ + "/create.log";
   int rc = run_child(argv, log);
   if (rc != 0) {
@@ -204,7 +233,7 @@ redisContext* RedisCluster::connect(int port) const {
   timeval timeout{2, 0};
   redisContext* c = redisConnectWithTimeout("127.0.0.1", port, timeout);
   if (c == nullptr) return nullptr;
-  if (c->err != 0) {
+  if (c->err != 0 || (ssl_ != nullptr && redisInitiateSSLWithContext(c, ssl_) != REDIS_OK)) {
     redisFree(c);
     return nullptr;
   }

@@ -6,15 +6,19 @@
 // directory goes) when the object goes away.
 //
 //   RedisCluster cluster;                       // or RedisCluster cluster({.password = "pw"});
+//   (RedisClusterOptions::tls: the same over TLS only, with tls-cluster yes.)
 //   ASSERT_TRUE(cluster.ok()) << cluster.error();
 //   redisContext* c = cluster.connect(cluster.ports()[0]);   // hiredis, caller frees
 //   cluster.kill(port);                         // SIGKILL: a crashed master, for failover tests
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <sys/types.h>
+
+#include "tests/support/redis_server.h"
 
 struct redisContext;
 
@@ -23,6 +27,9 @@ namespace quiver::testing {
 struct RedisClusterOptions {
   int node_timeout_ms = 1000;  // cluster-node-timeout: how fast a dead master is failed over
   std::string password;        // requirepass and masterauth on every node; empty: none
+  // TLS only: every node listens on a TLS port (`--port 0 --tls-port P`), the cluster bus and
+  // replication are TLS (`tls-cluster yes`, `tls-replication yes`), and connect() speaks TLS.
+  std::optional<RedisServerTls> tls;
 };
 
 class RedisCluster {
@@ -63,6 +70,7 @@ class RedisCluster {
   std::string error_;
   std::vector<int> ports_;
   std::vector<pid_t> pids_;
+  redisSSLContext* ssl_ = nullptr;  // connect()'s, with options_.tls
 };
 
 }  // namespace quiver::testing

@@ -4,9 +4,12 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <arpa/inet.h>
-#include <hiredis.h>
+#include <hiredis/hiredis.h>
+#include <hiredis/hiredis_ssl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -32,6 +35,26 @@ int free_loopback_port() {
   return port;
 }
 
+RedisServer::RedisServer(RedisServerTls tls) : tls_(std::move(tls)) {
+  redisSSLContextError why = REDIS_SSL_CTX_NONE;
+  const bool cert = !tls_->client_cert.empty();
+  ssl_ = redisCreateSSLContext(tls_->ca_file.c_str(), nullptr,
+                               cert ? tls_->client_cert.c_str() : nullptr,
+                               cert ? tls_->client_key.c_str() : nullptr, nullptr, &why);
+  if (ssl_ == nullptr) {
+    error_ = std::string("hiredis TLS context: ") + redisSSLContextGetError(why);
+    return;
+  }
+  char tmpl[] = "/tmp/quiver-redis-XXXXXX";
+  if (::mkdtemp(tmpl) == nullptr) {
+    error_ = "mkdtemp failed";
+    return;
+  }
+  dir_ = tmpl;
+  port_ = free_loopback_port();
+  start();
+}
+
 RedisServer::RedisServer() {
   char tmpl[] = "/tmp/quiver-redis-XXXXXX";
   if (::mkdtemp(tmpl) == nullptr) {
@@ -49,6 +72,7 @@ RedisServer::~RedisServer() {
     std::string cmd = "rm -rf '" + dir_ + "'";
     (void)std::system(cmd.c_str());
   }
+  if (ssl_ != nullptr) redisFreeSSLContext(ssl_);
 }
 
 bool RedisServer::start() {
@@ -63,9 +87,34 @@ bool RedisServer::start() {
   }
   if (pid == 0) {
     // Bind loopback only; no persistence; die with the test.
-    ::execlp(exe.c_str(), exe.c_str(), "--port", port.c_str(), "--bind", "127.0.0.1", "--dir",
-             dir_.c_str(), "--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel",
-             "warning", "--logfile", (dir_ + "/redis.log").c_str(), static_cast<char*>(nullptr));
+    std::vector<std::string> args = {exe,
+                                     "--port",
+                                     port,
+                                     "--bind",
+                                     "127.0.0.1",
+                                     "--dir",
+                                     dir_,
+                                     "--save",
+                                     "",
+                                     "--appendonly",
+                                     "no",
+                                     "--daemonize",
+                                     "no",
+                                     "--loglevel",
+                                     "warning",
+                                     "--logfile",
+                                     dir_ + "/redis.log"};
+    if (tls_) {
+      args[2] = "0";  // TLS only
+      args.insert(args.end(),
+                  {"--tls-port", port, "--tls-cert-file", tls_->cert_file, "--tls-key-file",
+                   tls_->key_file, "--tls-ca-cert-file", tls_->ca_file, "--tls-auth-clients",
+                   tls_->auth_clients ? "yes" : "no"});
+    }
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execvp(exe.c_str(), argv.data());
     ::_exit(127);
   }
   pid_ = pid;
@@ -112,7 +161,7 @@ redisContext* RedisServer::connect() const {
   timeval timeout{2, 0};
   redisContext* c = redisConnectWithTimeout("127.0.0.1", port_, timeout);
   if (c == nullptr) return nullptr;
-  if (c->err != 0) {
+  if (c->err != 0 || (ssl_ != nullptr && redisInitiateSSLWithContext(c, ssl_) != REDIS_OK)) {
     redisFree(c);
     return nullptr;
   }
