@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include <hiredis.h>
+#include <hiredis/hiredis.h>
 
 #include "bench/bench_redis_server.h"
 #include "shared/discovery_redis.h"

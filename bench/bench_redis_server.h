@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include <hiredis.h>
+#include <hiredis/hiredis.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>

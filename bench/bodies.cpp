@@ -37,7 +37,7 @@
 #include <string>
 #include <vector>
 
-#include <hiredis.h>
+#include <hiredis/hiredis.h>
 
 #include "bench/bench_edge.h"
 #include "bench/bench_manifests.h"

@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include <hiredis.h>
+#include <hiredis/hiredis.h>
 
 #include "native-agent/base/config.h"
 #include "native-agent/engine/agent.h"

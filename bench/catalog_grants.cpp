@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include <hiredis.h>
+#include <hiredis/hiredis.h>
 #include <sqlite3.h>
 #include <unistd.h>
 

@@ -9,7 +9,8 @@
 #   bench_compile NAME SOURCE [PKG...] [-- LIB...]
 #                                  g++ -O2 bench/SOURCE into $BENCH_OUT/NAME, against LIB... and
 #                                  the pkg-config packages PKG... (with their feature macros: some
-#                                  class layouts depend on them)
+#                                  class layouts depend on them); `hiredis` names the build's own
+#                                  hiredis 1.2 (cmake/hiredis.cmake), not a system package
 #   bench_at_exit COMMAND          run COMMAND when the script ends (last registered, first run)
 #   bench_free_port                a loopback TCP port free a moment ago
 #   bench_start_redis              a redis-server of the script's own on 127.0.0.1 (no persistence,
@@ -46,7 +47,22 @@ bench_compile() {
     pkgs+=("$1")
     shift
   done
-  if ((${#pkgs[@]})); then read -r -a pc <<<"$(pkg-config --cflags --libs "${pkgs[@]}")"; fi
+  # hiredis is not a system package: the build compiles hiredis 1.2 (cmake/hiredis.cmake).
+  local i
+  for i in "${!pkgs[@]}"; do
+    if [[ ${pkgs[i]} == hiredis ]]; then
+      unset 'pkgs[i]'
+      cmake --build "$BENCH_BUILD" -j2 --target quiver_hiredis >/dev/null
+      libs+=("$(find "$BENCH_BUILD" -maxdepth 3 -name libquiver_hiredis.a | head -1)")
+      pc+=("-isystem" "$BENCH_BUILD/_deps/hiredis-1.2/include")
+    fi
+  done
+  pkgs=("${pkgs[@]}")
+  if ((${#pkgs[@]})); then
+    local extra=()
+    read -r -a extra <<<"$(pkg-config --cflags --libs "${pkgs[@]}")"
+    pc+=("${extra[@]}")
+  fi
   g++ -std=c++17 -O2 -I"$BENCH_ROOT" -o "$BENCH_OUT/$name" "$BENCH_ROOT/bench/$source" \
     "${libs[@]}" "${pc[@]}" -lsqlite3 -lssl -lcrypto -lpthread
 }

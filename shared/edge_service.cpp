@@ -181,6 +181,39 @@ EdgeStep EdgeService::begin_wire(std::string_view request_wire, int64_t now_ms,
   return respond_now(new_request(random), std::move(res), request.error().message);
 }
 
+namespace {
+
+// The answers cache key of a POST /mcp that lists (tools/list, resources/list,
+// resources/templates/list, prompts/list: one request, not a batch), or "" for any other. The
+// answer is a function of the caller, the body's exact bytes (method, params and cursor, the
+// JSON-RPC id, a 2026-07-28 request's _meta) and the headers the endpoint reads; the cached
+// answer is replayed only to the same request, under the rules of a GET answer (200 only, built
+// from a snapshot, until the snapshot's next transition or a newer epoch).
+std::string mcp_list_answer_key(const std::string& member_id, const HttpRequest& request) {
+  if (request.method != "POST" || request.body.size() > 16 * 1024) return {};
+  Result<Json> body = parse_json(request.body);
+  if (!body.ok() || !body->is_object()) return {};
+  auto method = body->find("method");
+  if (method == body->end() || !method->is_string()) return {};
+  const std::string& m = method->get_ref<const std::string&>();
+  if (m != "tools/list" && m != "resources/list" && m != "resources/templates/list" &&
+      m != "prompts/list") {
+    return {};
+  }
+  std::string key = std::string(kMemberPrincipalPrefix) + member_id + "\nPOST " + request.path;
+  for (const char* name :
+       {"Content-Type", "Accept", "MCP-Protocol-Version", "Mcp-Method", "Mcp-Name"}) {
+    std::optional<std::string_view> value = find_header(request.headers, name);
+    key += '\n';
+    if (value) key.append(value->data(), value->size());
+  }
+  key += "\n\n";
+  key += request.body;
+  return key;
+}
+
+}  // namespace
+
 EdgeStep EdgeService::begin(HttpRequest request, int64_t now_ms, std::string_view random) {
   Request& r = new_request(random);
   r.now_ms = now_ms;
@@ -226,6 +259,18 @@ EdgeStep EdgeService::mcp(Request& r, const HttpRequest& request, int64_t now_ms
                                           settings_->token, "no caller token keys", &tokens_);
   r.read = true;  // a cache read: L1 snapshots serve it, as they serve GET /v1/manifests
   r.mcp.emplace(mcp_config_);
+  if (caller.member_id) {
+    r.answer_key = mcp_list_answer_key(*caller.member_id, request);
+    int64_t age = 0;
+    EdgeCache::Value stored =
+        r.answer_key.empty() ? nullptr : answers_.get_fresh(r.answer_key, now_ms, &age);
+    if (stored) {
+      if (std::optional<StoredAnswer> answer = decode_edge_answer(*stored)) {
+        return replay(r, request, std::move(answer->response), std::move(answer->revalidations),
+                      age, now_ms);
+      }
+    }
+  }
   return drive_mcp(r, r.mcp->start(request, caller, now_ms), now_ms);
 }
 
@@ -395,7 +440,7 @@ EdgeStep EdgeService::replay(Request& r, const HttpRequest& request, HttpRespons
                              int64_t now_ms) {
   std::optional<std::string_view> etag = find_header(response.headers, "ETag");
   std::optional<std::string_view> inm = find_header(request.headers, "If-None-Match");
-  if (etag && inm && if_none_match_matches(*inm, *etag)) {
+  if (request.method != "POST" && etag && inm && if_none_match_matches(*inm, *etag)) {
     response.status = 304;
     response.body.clear();
     response.headers.erase(std::remove_if(response.headers.begin(), response.headers.end(),

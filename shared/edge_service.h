@@ -24,11 +24,12 @@
 // (shared/discovery_http.h) behind the caller's bearer token (shared/caller_token.h), with the
 // in-isolate L1 (shared/edge_cache.h) in front of the one-round-trip Redis read
 // (shared/discovery_redis.h). `POST /mcp` (shared/mcp_endpoint.h) reads through the same L1 and
-// Redis read; its calls go to the agents through the Redis relay (mcp_relay, below). L1, for GET
-// and HEAD, within
-// QUIVER_L1_TTL_MS and the epoch:
+// Redis read; its calls go to the agents through the Redis relay (mcp_relay, below). L1, for GET,
+// HEAD and the /mcp lists, within QUIVER_L1_TTL_MS and the epoch:
 //   1. the rendered answer to the same caller's same request, as an HTTP cache would repeat it
-//      (with `Age`; If-None-Match → 304), until the first of its entries changes status;
+//      (with `Age`; If-None-Match → 304), until the first of its entries changes status; for
+//      `POST /mcp` the four list methods only, keyed by the body's bytes and the headers the
+//      endpoint reads (never a call);
 //   2. else the same caller's snapshot read, rendered afresh;
 //   3. else Redis: the script returns metadata; the manifest bodies it names come from the
 //      isolate's BodyCache (by content, no expiry), those it lacks from one MGET on the same

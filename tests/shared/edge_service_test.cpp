@@ -1349,6 +1349,53 @@ TEST(EdgeService, McpListsFromTheSameReadAndL1) {
   EXPECT_EQ(edge->open_requests(), 0u);
 }
 
+// A list POST's answer is kept like a GET answer and replayed to the same request only: the same
+// caller, body bytes (the JSON-RPC id included) and endpoint headers. Another id renders from the
+// L1 snapshot; another protocol version header is another request.
+TEST(EdgeService, McpListAnswersAreReplayedToTheSameRequestOnly) {
+  auto edge = service();
+  std::string alice = token_for("alice");
+  Json list = Json::object({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "tools/list"}});
+  EdgeStep s = edge->begin(mcp_post(alice, list), kNow, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRedis);
+  s = edge->feed(s.handle, "+OK\r\n" + encode_reply(discovery_reply("alice", 5, kMinute)), kNow);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  const std::string first = s.response.body;
+  edge->end(s.handle);
+  EXPECT_EQ(edge->answers().stats().entries, 1u);
+
+  s = edge->begin(mcp_post(alice, list), kNow + 1, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(header(s.response, "X-Quiver-Cache"), "hit");
+  EXPECT_EQ(s.response.body, first);
+  EXPECT_EQ(edge->answers().stats().hits, 1u);
+  edge->end(s.handle);
+
+  Json other = list;
+  other["id"] = 2;
+  s = edge->begin(mcp_post(alice, other), kNow + 2, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(body_of(s)["id"], 2);
+  EXPECT_EQ(body_of(s)["result"]["tools"].size(), 2u);
+  EXPECT_EQ(edge->answers().stats().hits, 1u);  // rendered from the snapshot, not replayed
+  edge->end(s.handle);
+
+  HttpRequest versioned = mcp_post(alice, list);
+  versioned.headers.emplace_back("mcp-protocol-version", "2099-01-01");
+  s = edge->begin(versioned, kNow + 3, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(edge->answers().stats().hits, 1u);
+  EXPECT_NE(s.response.body, first);  // the endpoint's own answer to that header
+  edge->end(s.handle);
+
+  // Bob's identical request is his own.
+  s = edge->begin(mcp_post(token_for("bob"), list), kNow + 4, kRandom);
+  EXPECT_EQ(s.action, EdgeAction::kRedis);
+  EXPECT_EQ(edge->answers().stats().hits, 1u);
+  edge->end(s.handle);
+  EXPECT_EQ(edge->open_requests(), 0u);
+}
+
 // 48 bytes from the "host's CSPRNG": the request id's and the relay's seed.
 const std::string kRelayRandom = std::string(16, '\x5a') + std::string(32, '\x33');
 
