@@ -14,7 +14,8 @@
 #   REDIS_PASSWORD (secret), REDIS_USERNAME, REDIS_HOST, REDIS_PORT, REDIS_TLS
 #   QUIVER_NAMESPACE, QUIVER_TOKEN_AUDIENCE, QUIVER_L1_TTL_MS, QUIVER_L1_STALE_IF_ERROR_MS,
 #   QUIVER_L1_MAX_BYTES, QUIVER_FRESH_TTL_MS, QUIVER_MAX_AGE_MS, QUIVER_MIN_UPSTREAM_TTL_MS,
-#   QUIVER_REVALIDATE_WINDOW_MS,
+#   QUIVER_REVALIDATE_WINDOW_MS, QUIVER_MCP_SEARCH_MODE,
+#   QUIVER_CALL_TIMEOUT_MS (the deadline of one /mcp call relayed to the agents),
 #   REDIS_CONNECT_TIMEOUT_MS, REDIS_TIMEOUT_MS, QUIVER_REDIS_FAIL_FAST_MS (after a Redis timeout,
 #   answer without waiting on Redis for this long while one request probes it; 0: off)
 using Workerd = import "/workerd/workerd.capnp";
@@ -57,6 +58,8 @@ const edgeWorker :Workerd.Worker = (
     (name = "QUIVER_MAX_AGE_MS", fromEnvironment = "QUIVER_MAX_AGE_MS"),
     (name = "QUIVER_MIN_UPSTREAM_TTL_MS", fromEnvironment = "QUIVER_MIN_UPSTREAM_TTL_MS"),
     (name = "QUIVER_REVALIDATE_WINDOW_MS", fromEnvironment = "QUIVER_REVALIDATE_WINDOW_MS"),
+    (name = "QUIVER_MCP_SEARCH_MODE", fromEnvironment = "QUIVER_MCP_SEARCH_MODE"),
+    (name = "QUIVER_CALL_TIMEOUT_MS", fromEnvironment = "QUIVER_CALL_TIMEOUT_MS"),
     (name = "REDIS_HOST", fromEnvironment = "REDIS_HOST"),
     (name = "REDIS_PORT", fromEnvironment = "REDIS_PORT"),
     (name = "REDIS_TLS", fromEnvironment = "REDIS_TLS"),

@@ -124,6 +124,7 @@ EdgeService::EdgeService(Result<EdgeSettings> settings)
   mcp_config_.max_body_bytes = kMaxEdgeRequestBodyBytes;
   mcp_config_.server_name = "quiver-edge";
   mcp_config_.search_mode = settings_->mcp_search_mode;
+  mcp_config_.relay_timeout_ms = settings_->call_timeout_ms;  // QUIVER_CALL_TIMEOUT_MS
 }
 
 EdgeService::~EdgeService() = default;

@@ -17,6 +17,10 @@
 //   QUIVER_REDIS_FAIL_FAST_MS    after a Redis timeout, for this long requests do not wait on
 //                                Redis: an L1 copy or a 503 at once (X-Quiver-Cache: fail-fast),
 //                                while one probe request tests Redis; 0: off  2000
+//   QUIVER_CALL_TIMEOUT_MS       deadline of one /mcp call relayed to the agents (tools/call,
+//                                resources/read, prompts/get, completion/complete): the edge waits
+//                                this long for the reply, the agent never starts it later nor
+//                                runs it longer (as the agent's own call_timeout_ms) 60000
 //   QUIVER_WEBHOOK_SECRETS       refresh webhook secrets, JSON {"name":"secret"} (a secret; each
 //                                16+ bytes); unset: POST /v1/webhooks/refresh answers 404
 // Other names (REDIS_HOST, REDIS_PORT, REDIS_TLS, timeouts) are the host's.
@@ -50,6 +54,7 @@ struct EdgeSettings {
   RespLimits resp;
   std::vector<std::string> webhook_secrets;  // any one may sign; empty: webhooks are off
   int64_t fail_fast_ms = 2'000;              // QUIVER_REDIS_FAIL_FAST_MS (0: off)
+  int64_t call_timeout_ms = 60'000;          // QUIVER_CALL_TIMEOUT_MS (a relayed call's deadline)
   bool mcp_search_mode = false;              // QUIVER_MCP_SEARCH_MODE=1 (shared/mcp_endpoint.h)
 };
 

@@ -13,7 +13,7 @@ const std::vector<RuntimeSetting>& runtime_settings() {
   static const std::vector<RuntimeSetting> kTable = {
       {"list_timeout_ms", "QUIVER_LIST_TIMEOUT_MS", 3500, 1, 600000, "ms", kAgent},
       {"request_timeout_ms", "QUIVER_REQUEST_TIMEOUT_MS", 3000, 1, 600000, "ms", kAgent},
-      {"call_timeout_ms", "QUIVER_CALL_TIMEOUT_MS", 60000, 1, 3600000, "ms", kAgent},
+      {"call_timeout_ms", "QUIVER_CALL_TIMEOUT_MS", 60000, 1, 3600000, "ms", kBoth},
       {"startup_timeout_ms", "QUIVER_STARTUP_TIMEOUT_MS", 30000, 0, 600000, "ms", kAgent},
       {"list_concurrency", "QUIVER_LIST_CONCURRENCY", 5, 1, 1024, "count", kAgent},
       {"fresh_ttl_ms", "QUIVER_FRESH_TTL_MS", 900000, 1, kSettingYearMs, "ms", kBoth},

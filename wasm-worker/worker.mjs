@@ -10,11 +10,12 @@
 //    when the core asks for one) and closes it when it is done, background work included.
 //  - time is Date.now() and randomness crypto.getRandomValues, passed into the core.
 //  - a relayed /mcp call (shared/call_relay.h) is a Redis round the core marks `redis_blocks_ms`:
-//    Redis holds its reply (a BLPOP) up to the call's deadline, so that round's reads wait that
-//    much longer than REDIS_TIMEOUT_MS. A client that goes away meanwhile (request.signal, the
-//    `enable_request_signal` compatibility flag) stops the wait: the socket is closed (the BLPOP
-//    with it) and the core's request ended, at once. (workerd takes a reset connection for gone;
-//    a half-closed one, FIN only, is a client still waiting for its answer, as HTTP allows.)
+//    Redis holds its reply (a BLPOP) up to the call's deadline (QUIVER_CALL_TIMEOUT_MS), so that
+//    round's reads wait that much longer than REDIS_TIMEOUT_MS. A client that goes away meanwhile
+//    (request.signal, the `enable_request_signal` compatibility flag) stops the wait: the socket
+//    is closed (the BLPOP with it) and the core's request ended, at once. (workerd takes a reset
+//    connection for gone; a graceful close, FIN only, half or full, reads as a client still
+//    waiting for its answer, as HTTP allows: docs/design.md, "Calls through the agent".)
 //
 // Environment (see deploy/workerd.capnp and deploy/wrangler.toml; the core's settings are listed
 // in shared/edge_service.h):

@@ -160,6 +160,18 @@ export async function waitFor(what, probe, timeoutMs = 10000) {
   throw new Error(`${what} did not come up within ${timeoutMs} ms${why}`);
 }
 
+// Polls `server`'s GET /v1/manifests (an agent or an edge) as the holder of `token` until it
+// lists exactly `count` connections, every one fresh: what the suites wait for before their tests
+// (a per-member manifest not listed yet is a miss there, which queues its listing).
+export function waitForFresh(server, token, count, timeoutMs = 30000) {
+  return waitFor(`${count} connection(s) listed fresh`, async () => {
+    const res = await server.request('GET', '/v1/manifests',
+                                     { headers: { authorization: `Bearer ${token}` } });
+    return res.status === 200 && res.json.connections.length === count &&
+      res.json.connections.every((c) => c.status === 'fresh');
+  }, timeoutMs);
+}
+
 // ---- RESP --------------------------------------------------------------------------------------
 
 function encodeCommand(args) {

@@ -1,13 +1,22 @@
 #!/usr/bin/env node
 // The edge's call relay (shared/call_relay.h, shared/edge_service.h) end to end, with real parts:
-// the native quiver-agent on a real redis-server consuming relayed calls, two controllable
-// upstreams (tests/peers/test-upstream.mjs over stdio, each counting what reached it), and the
-// staged quiver-edge in workerd answering POST /mcp. What a client of the edge would notice:
+// the native quiver-agent on a real redis-server consuming relayed calls, three controllable
+// upstreams (tests/peers/test-upstream.mjs: two over stdio, one per-member connection over
+// Streamable HTTP, each recording what reached it and with which credential), and the staged
+// quiver-edge in workerd answering POST /mcp. What a client of the edge would notice:
 //   - a call is performed by the agent and its answer comes back through the edge;
 //   - isolation: a member cannot call a connection not granted to them, and a tool disabled after
 //     the edge's L1 copy was taken is refused by the agent's own check (never performed);
+//   - per-member credentials: alice's and bob's tools/call, resources/read, prompts/get and
+//     completion/complete on the per-member connection reach the upstream with that member's own
+//     credential only (the upstream records which one came); carol, not granted it, gets the MCP
+//     refusal for each of the four, exactly as for a connection that does not exist, and nothing
+//     reaches the upstream;
 //   - an upstream hanging mid-call: the timeout error (the agent's deadline, well within the
 //     edge's), and the upstream told to cancel;
+//   - the edge's own call deadline (QUIVER_CALL_TIMEOUT_MS): an edge set to 2 s answers a hanging
+//     call -32001 after that, long before the agent's own 10 s, and the agent cancels the call
+//     upstream at the edge's deadline; a bad value is refused, /healthz naming the variable;
 //   - a client disconnecting mid-call: the edge stops waiting at once (its BLPOP connection is
 //     closed, the request forgotten), long before the call's deadline;
 //   - the agent down (no `call-agents`): AGENT_UNREACHABLE at once, while tools/list still answers
@@ -15,15 +24,18 @@
 //   - Redis down: STORE_UNAVAILABLE, never a made-up result.
 //
 //   node tests/edge/relay.mjs --edge-dir build/wasm/edge --agent build/native/native-agent/quiver-agent
+import { createHash } from 'node:crypto';
 import net from 'node:net';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 
-import { Agent, agentBinaryOrSkip, nodeModules, testUpstreamScript, upstreamStats } from './agent.mjs';
 import {
-  EDGE_REDIS_USER, Redis, argValue, crashed, edgeDirArg, edgeEnv, finish, runTests, startEdgeRedis,
-  startEdges, waitFor,
+  Agent, HttpUpstream, agentBinaryOrSkip, nodeModules, testUpstreamScript, upstreamStats,
+} from './agent.mjs';
+import {
+  EDGE_REDIS_USER, Redis, argValue, crashed, edgeDirArg, edgeEnv, finish, httpRequest, runTests,
+  startEdgeRedis, startEdges, waitFor, waitForFresh,
 } from './harness.mjs';
 
 const binary = agentBinaryOrSkip();
@@ -32,6 +44,13 @@ const NS = 'relaytest';
 const KID = 'k1';
 const KEY = 'relay-test-caller-token-key-0123456789';
 const EDGE_REDIS_PASSWORD = 'relay-test-edge-redis-password';
+// The per-member connection `perm`: each member's own credential (not the member's name: the
+// upstream names tools after the member, and a credential must never be quoted).
+const PERM_CREDENTIALS = { alice: 'alice.relay-credential-a1', bob: 'bob.relay-credential-b2' };
+// The short edge's QUIVER_CALL_TIMEOUT_MS, and the agent's own call deadline (call_timeout_ms);
+// the other edges keep the default, 60 s.
+const SHORT_CALL_TIMEOUT_MS = 2000;
+const AGENT_CALL_TIMEOUT_MS = 10000;
 const logs = [];
 const tmp = mkdtempSync(path.join(os.tmpdir(), 'quiver-relay-'));
 const stats = { t: path.join(tmp, 't.json'), slow: path.join(tmp, 'slow.json') };
@@ -41,6 +60,9 @@ let db;
 let agent;
 let edge;      // L1 of 500 ms
 let longEdge;  // L1 of 10 min: its copy of a grant or preference outlives a change
+let shortEdge; // QUIVER_CALL_TIMEOUT_MS of 2 s
+let perm;      // the per-member connection's upstream (HTTP, --per-auth)
+let edgeEnvOf; // (l1TtlMs, extra) → an edge's environment for this suite
 const tokens = {};
 
 const upstream = (cid) => ({
@@ -77,6 +99,24 @@ function expectError(answer, code, what) {
   }
   return answer.error;
 }
+
+const sha256 = (text) => createHash('sha256').update(text).digest('hex');
+// What perm's upstream counted and served (tests/peers/README.md, "Counters").
+async function permStats() {
+  const res = await httpRequest(perm.port, 'GET', '/control/stats');
+  if (res.status !== 200) throw new Error(`perm stats: ${res.status} ${res.text}`);
+  return res.json;
+}
+const RELAYED = ['tools/call', 'resources/read', 'prompts/get', 'completion/complete'];
+// One request of each relayed method on connection `cid` (as the edge exposes its names); the
+// tool is `tool`.
+const relayedRequests = (cid, tool, value) => [
+  ['tools/call', { name: `${cid}__${tool}`, arguments: {} }],
+  ['resources/read', { uri: `quiver://${cid}/test://resource/1` }],
+  ['prompts/get', { name: `${cid}__prompt_1` }],
+  ['completion/complete', { ref: { type: 'ref/prompt', name: `${cid}__prompt_1` },
+                            argument: { name: 'topic', value } }],
+];
 
 const calledTimes = (cid, name) =>
   (upstreamStats(stats[cid])?.called_tools ?? []).filter((n) => n === name).length;
@@ -140,6 +180,90 @@ const tests = [
     },
   },
   {
+    name: 'per-member credentials: each relayed method of alice and of bob reaches the upstream ' +
+          "with that member's own credential only",
+    fn: async () => {
+      const before = (await permStats()).served.length;
+      for (const member of ['alice', 'bob']) {
+        const answers = [];
+        for (const [method, params] of relayedRequests('perm', `${member}_tool_1`, member)) {
+          const answer = await rpc(edge, member, method, params);
+          if (!answer.result) throw new Error(`${member}'s ${method}: ${JSON.stringify(answer)}`);
+          answers.push(answer.result);
+        }
+        const [called, contents, got, completed] = answers;
+        if (called.content?.[0]?.text !== `called ${member}_tool_1`) {
+          throw new Error(`${member}'s call: ${JSON.stringify(called)}`);
+        }
+        // The upstream's URI goes back exposed.
+        const content = contents.contents?.[0];
+        if (content?.uri !== 'quiver://perm/test://resource/1' ||
+            content?.text !== 'content of test://resource/1') {
+          throw new Error(`${member}'s read: ${JSON.stringify(contents)}`);
+        }
+        if (got.messages?.[0]?.content?.text !== 'prompt prompt_1') {
+          throw new Error(`${member}'s prompt: ${JSON.stringify(got)}`);
+        }
+        if (JSON.stringify(completed.completion?.values) !== JSON.stringify([`${member}-completed`])) {
+          throw new Error(`${member}'s completion: ${JSON.stringify(completed)}`);
+        }
+      }
+      // bob naming alice's tool: performed on bob's own session, with bob's credential, where the
+      // upstream knows no such tool.
+      const crossed = expectError(await call(edge, 'bob', 'perm__alice_tool_1'), -32602,
+                                  "bob's call of alice's tool");
+      if (!/unknown tool/.test(crossed.message)) throw new Error(crossed.message);
+      // What the upstream saw, request by request: each with its member's own credential.
+      const want = [];
+      for (const member of ['alice', 'bob']) {
+        const seen = { user: member, auth_sha256: sha256(`Bearer ${PERM_CREDENTIALS[member]}`) };
+        want.push({ method: 'tools/call', target: `${member}_tool_1`, ...seen },
+                  { method: 'resources/read', target: 'test://resource/1', ...seen },
+                  { method: 'prompts/get', target: 'prompt_1', ...seen },
+                  { method: 'completion/complete', target: 'prompt_1', ...seen });
+      }
+      want.push({ method: 'tools/call', target: 'alice_tool_1', user: 'bob',
+                  auth_sha256: sha256(`Bearer ${PERM_CREDENTIALS.bob}`) });
+      const served = (await permStats()).served.slice(before);
+      if (JSON.stringify(served) !== JSON.stringify(want)) {
+        throw new Error(`the upstream saw\n${JSON.stringify(served, null, 1)}\nwant\n` +
+                        JSON.stringify(want, null, 1));
+      }
+    },
+  },
+  {
+    name: 'isolation: carol, not granted the per-member connection, is refused each relayed ' +
+          'method as for a connection that does not exist; nothing reaches the upstream',
+    fn: async () => {
+      const before = await permStats();
+      // -32602 unknown tool / prompt; a resource in the 2025 eras: -32002 resource not found.
+      const codes = { 'tools/call': -32602, 'resources/read': -32002, 'prompts/get': -32602,
+                      'completion/complete': -32602 };
+      const nosuch = relayedRequests('nosuch', 'alice_tool_1', 'x');
+      for (const [i, [method, params]] of relayedRequests('perm', 'alice_tool_1', 'x').entries()) {
+        for (const w of [edge, longEdge]) {
+          const refused = expectError(await rpc(w, 'carol', method, params), codes[method],
+                                      `carol's ${method}`);
+          const unknown = expectError(await rpc(w, 'carol', method, nosuch[i][1]), codes[method],
+                                      `carol's ${method} of a connection that does not exist`);
+          if (JSON.stringify(unknown).replaceAll('nosuch', 'perm') !== JSON.stringify(refused)) {
+            throw new Error(`${method}: ${JSON.stringify(refused)} tells an ungranted connection ` +
+                            `from a missing one (${JSON.stringify(unknown)})`);
+          }
+        }
+      }
+      const after = await permStats();
+      for (const method of RELAYED) {
+        if ((after.calls[method] ?? 0) !== (before.calls[method] ?? 0)) {
+          throw new Error(`carol's ${method} reached the upstream`);
+        }
+      }
+      if (after.served.length !== before.served.length) {
+        throw new Error(`the upstream served ${JSON.stringify(after.served.slice(before.served.length))}`);
+      }
+    },
+  },
+  {
     name: "a tool disabled after the edge's L1 copy was taken is refused by the agent, not called",
     fn: async () => {
       // longEdge reads t's grant and preferences once; its L1 keeps them for 10 minutes.
@@ -168,7 +292,7 @@ const tests = [
   {
     name: 'an upstream hanging mid-call: the timeout error from the agent, the upstream cancelled',
     fn: async () => {
-      // t's request timeout is 2 s at the agent; the edge would wait 60 s.
+      // The agent's call deadline is 10 s (call_timeout_ms); the edge would wait 60 s.
       const err = expectError(await call(edge, 'alice', 't__tool_3', { sleep_ms: 600000 }),
                               -32001, 'hanging call');
       if (err.data?.code !== 'TIMEOUT') throw new Error(`data: ${JSON.stringify(err)}`);
@@ -181,19 +305,67 @@ const tests = [
     },
   },
   {
+    name: 'QUIVER_CALL_TIMEOUT_MS: an edge set to 2 s answers a hanging call -32001 after it, ' +
+          "long before the agent's own deadline; the agent cancels the call upstream",
+    fn: async () => {
+      const cancelled = counted('slow', 'cancelled');
+      // slow's request timeout is 10 min and the agent's call deadline 10 s: only the edge's
+      // deadline, which the relayed request carries to the agent, ends this call.
+      const t0 = Date.now();
+      const err = expectError(await call(shortEdge, 'alice', 'slow__tool_2', { sleep_ms: 600000 }),
+                              -32001, 'hanging call at the 2 s edge');
+      const took = Date.now() - t0;
+      if (err.data?.code !== 'TIMEOUT') throw new Error(`data: ${JSON.stringify(err)}`);
+      // Not before the edge's deadline (less the edge's coarse clock), and not the agent's.
+      if (took < SHORT_CALL_TIMEOUT_MS - 500 || took >= AGENT_CALL_TIMEOUT_MS) {
+        throw new Error(`answered after ${took} ms`);
+      }
+      await waitFor('the upstream told to cancel', () => counted('slow', 'cancelled') === cancelled + 1);
+      await waitFor('the edge closing its BLPOP connection', async () => await blockedClients() === 0);
+      // A bad value: the edge refuses to serve and /healthz names the variable, never the value.
+      const badLogs = [];
+      const [bad] = await startEdges(1, { edgeDir, logs: badLogs,
+                                          env: edgeEnvOf(500, { QUIVER_CALL_TIMEOUT_MS: '0' }) });
+      try {
+        const health = await bad.request('GET', '/healthz');
+        if (health.status !== 503 || !health.text.includes('QUIVER_CALL_TIMEOUT_MS')) {
+          throw new Error(`/healthz of an edge with QUIVER_CALL_TIMEOUT_MS=0: ${health.status} ` +
+                          health.text);
+        }
+      } finally {
+        await bad.stop();
+      }
+    },
+  },
+  {
     name: 'a client disconnecting mid-call: the edge stops waiting at once, the request is freed',
     fn: async () => {
       if (await blockedClients() !== 0) throw new Error('a BLPOP is already waiting');
       // slow's request timeout is 10 min: only the client going away ends the edge's wait (the
-      // call's deadline is 60 s).
+      // edge's deadline is 60 s; the agent answers at its own, 10 s, after cancelling upstream).
+      const cancelled = counted('slow', 'cancelled');
       const socket = await postRaw(edge, 'alice', 'tools/call',
                                    { name: 'slow__tool_1', arguments: { sleep_ms: 600000 } });
       await waitFor('the call reaching the upstream', () => calledTimes('slow', 'tool_1') === 1);
       if (await blockedClients() !== 1) throw new Error('the edge is not waiting in BLPOP');
-      // The client goes away (a reset: workerd takes a mere half-close, FIN, for a client still
-      // waiting for its answer, as HTTP allows; Cloudflare's front ends the request either way).
+      // The client goes away with a reset. Checked again with workerd 1.20261117.1 (a worker
+      // waiting 6 s on a timer, `enable_request_signal`): request.signal aborts when the client
+      // resets (RST), but not when it closes gracefully, neither a half-close (socket.end(): FIN,
+      // still reading) nor a full close (socket.destroy(): close(2) also sends only a FIN when
+      // nothing is left unread). Both are the same FIN on the wire, and a half-closed client
+      // still waiting for its answer is valid HTTP, so workerd reads either as the end of the
+      // request. Only a write tells them apart: a streamed answer whose next write meets the
+      // closed socket (the peer answers RST) does abort the signal. A relayed call writes nothing
+      // until the agent's reply (one JSON answer), so a graceful close is noticed only then, or
+      // at the call's deadline (QUIVER_CALL_TIMEOUT_MS). Detecting it would take answering calls
+      // as an SSE stream with keep-alive comments while waiting (docs/design.md, "Calls through
+      // the agent"). Cloudflare's front ends the request either way.
       socket.resetAndDestroy();
       await waitFor('the edge closing its BLPOP connection', async () => await blockedClients() === 0);
+      // Before the agent's answer (which comes after it cancels the call upstream).
+      if (counted('slow', 'cancelled') !== cancelled) {
+        throw new Error("the edge's wait ended with the agent's answer, not with the client");
+      }
       await waitFor('the edge forgetting the request', async () => await openRequests(edge) === 0);
       if (!logs.some((l) => l.includes('the client went away'))) {
         throw new Error('the edge did not log the client going away');
@@ -251,47 +423,61 @@ async function main() {
   let failed = 0;
   try {
     ({ redis, db } = await startEdgeRedis(NS, EDGE_REDIS_PASSWORD));
+    perm = await HttpUpstream.start(['--per-auth', '--completions'], { logs });
     agent = await Agent.start({
       binary, logs,
-      env: { RELAY_TEST_KEY: KEY },
+      env: { RELAY_TEST_KEY: KEY, RELAY_PERM_ALICE: PERM_CREDENTIALS.alice,
+             RELAY_PERM_BOB: PERM_CREDENTIALS.bob },
       config: {
-        mcpServers: { t: upstream('t'), slow: upstream('slow') },
+        mcpServers: { t: upstream('t'), slow: upstream('slow'),
+                      perm: { type: 'http', url: perm.url } },
         quiver: {
           namespace: NS,
           redis: `redis://127.0.0.1:${redis.port}/0`,
           caller_token_keys: { [KID]: { env: 'RELAY_TEST_KEY' } },
-          members: ['alice', 'bob'],
+          members: ['alice', 'bob', 'carol'],
           operators: ['alice'],
-          grants: { alice: ['t', 'slow'], bob: ['slow'] },
-          runtime: { list_timeout_ms: 15000 },
+          grants: { alice: ['t', 'slow', 'perm'], bob: ['slow', 'perm'], carol: ['slow'] },
+          allow_private_upstreams: true,
+          runtime: { list_timeout_ms: 15000, call_timeout_ms: AGENT_CALL_TIMEOUT_MS },
           connections: {
             t: { request_timeout_ms: 2000 },
             slow: { list_timeout_ms: 600000, request_timeout_ms: 600000 },
+            perm: {
+              credential_mode: 'per_member',
+              auth: 'bearer',
+              credentials: { alice: { env: 'RELAY_PERM_ALICE' }, bob: { env: 'RELAY_PERM_BOB' } },
+            },
           },
         },
       },
     });
     tokens.alice = agent.token('alice');
     tokens.bob = agent.token('bob');
-    const env = (l1TtlMs) => edgeEnv({ ns: NS, kid: KID, secret: KEY, redisPort: redis.port,
-                                       edgeRedisPassword: EDGE_REDIS_PASSWORD, l1TtlMs });
-    [edge] = await startEdges(1, { edgeDir, env: env(500), logs });
-    [longEdge] = await startEdges(1, { edgeDir, env: env(600000), logs });
-    await waitFor('both connections listed', async () => {
-      const res = await edge.request('GET', '/v1/manifests',
-                                     { headers: { authorization: `Bearer ${tokens.alice}` } });
-      return res.status === 200 && res.json.connections.length === 2 &&
-        res.json.connections.every((c) => c.status === 'fresh');
-    }, 30000);
+    tokens.carol = agent.token('carol');
+    edgeEnvOf = (l1TtlMs, extra = {}) => edgeEnv({
+      ns: NS, kid: KID, secret: KEY, redisPort: redis.port,
+      edgeRedisPassword: EDGE_REDIS_PASSWORD, l1TtlMs, extra });
+    [edge] = await startEdges(1, { edgeDir, env: edgeEnvOf(500), logs });
+    [longEdge] = await startEdges(1, { edgeDir, env: edgeEnvOf(600000), logs });
+    [shortEdge] = await startEdges(1, {
+      edgeDir, logs,
+      env: edgeEnvOf(500, { QUIVER_CALL_TIMEOUT_MS: String(SHORT_CALL_TIMEOUT_MS) }) });
+    // Each member's connections listed (perm per member: the first read queues the listing).
+    for (const [member, count] of [['alice', 3], ['bob', 2], ['carol', 1]]) {
+      await waitForFresh(edge, tokens[member], count);
+    }
     failed += await runTests(tests, argValue('--only', ''));
   } finally {
     db?.close();
-    for (const w of [edge, longEdge]) await w?.stop();
+    for (const w of [edge, longEdge, shortEdge]) await w?.stop();
     await agent?.stop();
+    await perm?.stop();
     await redis?.stop();
     rmSync(tmp, { recursive: true, force: true });
   }
-  finish({ failed, count: tests.length, started, logs, secrets: [KEY, EDGE_REDIS_PASSWORD] });
+  finish({ failed, count: tests.length, started, logs,
+           secrets: [KEY, EDGE_REDIS_PASSWORD, ...Object.values(PERM_CREDENTIALS)] });
 }
 
 main().catch(crashed(logs));

@@ -23,7 +23,7 @@ import { pathToFileURL } from 'node:url';
 
 import { Agent, agentBinaryOrSkip, nodeModules } from '../edge/agent.mjs';
 import {
-  argValue, crashed, edgeEnv, finish, runTests, startEdgeRedis, startEdges, waitFor,
+  argValue, crashed, edgeEnv, finish, runTests, startEdgeRedis, startEdges, waitForFresh,
 } from '../edge/harness.mjs';
 
 const binary = agentBinaryOrSkip();
@@ -314,12 +314,7 @@ async function main() {
     }
     tokens.alice = agent.token('alice');
     tokens.bob = agent.token('bob');
-    await waitFor('both connections listed', async () => {
-      const res = await server.request('GET', '/v1/manifests',
-                                       { headers: { authorization: `Bearer ${tokens.alice}` } });
-      return res.status === 200 && res.json.connections.length === 2 &&
-        res.json.connections.every((c) => c.status === 'fresh');
-    }, 30000);
+    await waitForFresh(server, tokens.alice, 2);
     failed += await runTests(tests, argValue('--only', ''));
   } finally {
     db?.close();

@@ -18,7 +18,7 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 
 import { Agent, HttpUpstream, agentBinaryOrSkip, nodeModules } from '../edge/agent.mjs';
-import { argValue, crashed, finish, runTests, waitFor } from '../edge/harness.mjs';
+import { argValue, crashed, finish, runTests, waitFor, waitForFresh } from '../edge/harness.mjs';
 
 const binary = agentBinaryOrSkip();
 const nm = nodeModules();
@@ -276,14 +276,7 @@ async function main() {
     });
     tokens.alice = agent.token('alice');
     tokens.bob = agent.token('bob');
-    for (const m of ['alice', 'bob']) {
-      await waitFor(`${m}'s connection listed`, async () => {
-        const res = await agent.request('GET', '/v1/manifests',
-                                        { headers: { authorization: `Bearer ${tokens[m]}` } });
-        return res.status === 200 && res.json.connections.length === 1 &&
-          res.json.connections[0].status === 'fresh';
-      }, 30000);
-    }
+    for (const m of ['alice', 'bob']) await waitForFresh(agent, tokens[m], 1);
     failed += await runTests(tests, argValue('--only', ''));
   } finally {
     await agent?.stop();

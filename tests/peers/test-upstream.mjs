@@ -11,7 +11,7 @@
 //
 // Imports resolve from build/node/node_modules (scripts/setup.sh); NODE_PATH does not apply to
 // ESM, so the SDK is located relative to this file (override with QUIVER_NODE_MODULES).
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
@@ -50,6 +50,7 @@ function parseArgs(argv) {
     failCode: -32603,
     noPrompts: false,
     noResources: false,
+    completions: false,
     garble: false,
     oversizeBytes: 0,
     slowDrip: false,
@@ -107,6 +108,7 @@ function parseArgs(argv) {
     '--hang': 'hang',
     '--no-prompts': 'noPrompts',
     '--no-resources': 'noResources',
+    '--completions': 'completions',
     '--garble': 'garble',
     '--slow-drip': 'slowDrip',
     '--per-auth': 'perAuth',
@@ -175,7 +177,9 @@ const state = {
   })),
 };
 
-const stats = { calls: {}, sessions: { created: 0, expired: 0, open: 0 }, control: 0, called: [] };
+const stats = {
+  calls: {}, sessions: { created: 0, expired: 0, open: 0 }, control: 0, called: [], served: [],
+};
 
 function countCall(method) {
   stats.calls[method] = (stats.calls[method] ?? 0) + 1;
@@ -191,6 +195,7 @@ function statsSnapshot() {
     control_commands: stats.control,
     tools: state.tools.map((t) => t.name),
     called_tools: stats.called,
+    served: stats.served,
   };
 }
 
@@ -269,14 +274,31 @@ function bearerUser(header) {
   return user && opts.authUsers.includes(user) ? user : null;
 }
 
+// The credential a request came with: the Authorization header (HTTP) or
+// TEST_UPSTREAM_AUTHORIZATION (stdio), or null.
+function authorizationOf(extra) {
+  const header = opts.transport === 'http'
+    ? extra?.requestInfo?.headers?.authorization
+    : process.env.TEST_UPSTREAM_AUTHORIZATION;
+  return typeof header === 'string' && header ? header : null;
+}
+
 function principalPrefix(extra) {
   if (!opts.perAuth) return '';
-  const header =
-    opts.transport === 'http'
-      ? extra?.requestInfo?.headers?.authorization
-      : process.env.TEST_UPSTREAM_AUTHORIZATION;
-  const user = bearerUser(header);
+  const user = bearerUser(authorizationOf(extra));
   return user ? `${user}_` : '';
+}
+
+// A call served (tools/call, resources/read, prompts/get, completion/complete), recorded in
+// `served` with what it named and the credential it came with: the user that credential names
+// (bearerUser) and its SHA-256 (hex), never the credential itself.
+function recordServed(method, target, extra) {
+  const header = authorizationOf(extra);
+  stats.served.push({
+    method, target, user: bearerUser(header),
+    auth_sha256: header ? createHash('sha256').update(header).digest('hex') : null,
+  });
+  writeStats();
 }
 
 // --cursor-bytes pads every cursor to at least that many characters.
@@ -338,6 +360,7 @@ function makeServer(req, url) {
   const capabilities = { tools: { listChanged: true } };
   if (!opts.noResources) capabilities.resources = { listChanged: true };
   if (!opts.noPrompts) capabilities.prompts = { listChanged: true };
+  if (opts.completions) capabilities.completions = {};
   const places = echoPlaces(url);
   const echo = places.includes('listing');
   const quote = echo ? echoText(credentialsSent({ requestInfo: { headers: req?.headers } })) : '';
@@ -348,6 +371,7 @@ function makeServer(req, url) {
   server.setRequestHandler(types.ListToolsRequestSchema, (r, x) => listPage('tools', r, x, places));
   server.setRequestHandler(types.CallToolRequestSchema, async (r, x) => {
     stats.called.push(r.params.name);
+    recordServed('tools/call', r.params.name, x);
     countCall('tools/call');
     const prefix = principalPrefix(x);
     if (!state.tools.some((t) => prefix + t.name === r.params.name)) {
@@ -380,15 +404,28 @@ function makeServer(req, url) {
     server.setRequestHandler(types.ListResourceTemplatesRequestSchema, (r, x) =>
       listPage('resourceTemplates', r, x),
     );
-    server.setRequestHandler(types.ReadResourceRequestSchema, async (r) => ({
-      contents: [{ uri: r.params.uri, mimeType: 'text/plain', text: `content of ${r.params.uri}` }],
-    }));
+    server.setRequestHandler(types.ReadResourceRequestSchema, async (r, x) => {
+      recordServed('resources/read', r.params.uri, x);
+      return {
+        contents: [{ uri: r.params.uri, mimeType: 'text/plain', text: `content of ${r.params.uri}` }],
+      };
+    });
   }
   if (!opts.noPrompts) {
     server.setRequestHandler(types.ListPromptsRequestSchema, (r, x) => listPage('prompts', r, x));
-    server.setRequestHandler(types.GetPromptRequestSchema, async (r) => ({
-      messages: [{ role: 'user', content: { type: 'text', text: `prompt ${r.params.name}` } }],
-    }));
+    server.setRequestHandler(types.GetPromptRequestSchema, async (r, x) => {
+      recordServed('prompts/get', r.params.name, x);
+      return {
+        messages: [{ role: 'user', content: { type: 'text', text: `prompt ${r.params.name}` } }],
+      };
+    });
+  }
+  if (opts.completions) {
+    // --completions: one value, the argument's value with `-completed` after it.
+    server.setRequestHandler(types.CompleteRequestSchema, async (r, x) => {
+      recordServed('completion/complete', r.params.ref?.name ?? r.params.ref?.uri, x);
+      return { completion: { values: [`${r.params.argument?.value ?? ''}-completed`] } };
+    });
   }
   // list_changed goes only to clients that finished the handshake (notifications/initialized).
   server.oninitialized = () => servers.add(server);

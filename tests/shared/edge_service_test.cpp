@@ -1538,6 +1538,44 @@ TEST(EdgeService, McpCallFailuresAreTheirOwnJsonRpcErrorsNeverAResult) {
   EXPECT_EQ(edge->open_requests(), 0u);
 }
 
+// QUIVER_CALL_TIMEOUT_MS is the edge's deadline of a relayed call: the BLPOP's wait, how long the
+// host reads for, and the deadline the request carries to the agent (which never starts the call
+// later, nor runs it longer). A bad value is refused naming the variable, never the value.
+TEST(EdgeService, QuiverCallTimeoutMsIsTheRelayedCallsDeadline) {
+  Result<EdgeSettings> settings =
+      edge_settings_from_env(env_json({{"QUIVER_CALL_TIMEOUT_MS", "2500"}}));
+  ASSERT_TRUE(settings.ok()) << settings.error().message;
+  EXPECT_EQ(settings->call_timeout_ms, 2'500);
+  EXPECT_EQ(edge_settings_from_env(env_json())->call_timeout_ms,
+            McpEndpointConfig{}.relay_timeout_ms);
+
+  auto edge = service({{"QUIVER_CALL_TIMEOUT_MS", "2500"}});
+  EdgeStep s = begin_call(*edge, tools_call(2, "docs__search"));
+  ASSERT_TRUE(is_relay_round(s)) << s.response.body;
+  EXPECT_EQ(s.redis_blocks_ms, 2'500);
+  EXPECT_NE(s.redis_bytes.find("$5\r\n2.500\r\n"), std::string::npos);  // BLPOP ... 2.500
+  EXPECT_NE(s.redis_bytes.find("\r\n" + std::to_string(kNow + 2'500) + "\r\n"), std::string::npos)
+      << "the request's deadline";
+  // The BLPOP gave up at that deadline: the timeout error.
+  s = edge->feed(s.handle, "+OK\r\n" + queued_reply() + encode_reply(RespValue::nil()),
+                 kNow + 2'500);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(body_of(s)["error"]["code"], kMcpErrorTimeout) << s.response.body;
+  edge->end(s.handle);
+
+  for (const char* bad : {"0", "3600001", "ten", "-5", "1.5", "60s"}) {
+    Result<EdgeSettings> r = edge_settings_from_env(env_json({{"QUIVER_CALL_TIMEOUT_MS", bad}}));
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.error().message.find("QUIVER_CALL_TIMEOUT_MS"), std::string::npos)
+        << r.error().message;
+  }
+  Result<EdgeSettings> words =
+      edge_settings_from_env(env_json({{"QUIVER_CALL_TIMEOUT_MS", "s3cr3t"}}));
+  ASSERT_FALSE(words.ok());
+  EXPECT_EQ(words.error().message.find("s3cr3t"), std::string::npos) << words.error().message;
+  EXPECT_TRUE(edge_settings_from_env(env_json({{"QUIVER_CALL_TIMEOUT_MS", "3600000"}})).ok());
+}
+
 TEST(EdgeService, AnMcpCallRelayedAfterARedisTimeoutFailsFastAsStoreUnavailable) {
   auto edge = service({{"QUIVER_L1_TTL_MS", "600000"}});  // the grant stays in L1 throughout
   EdgeStep s = begin_call(*edge, tools_call(1, "docs__search"));

@@ -91,6 +91,7 @@ TEST(RuntimeSettings, TheEdgeDefaultsAreTheTables) {
   EXPECT_EQ(static_cast<int64_t>(s->l1.max_bytes), def("QUIVER_L1_MAX_BYTES"));
   EXPECT_EQ(s->fail_fast_ms, def("QUIVER_REDIS_FAIL_FAST_MS"));
   EXPECT_EQ(s->mcp_search_mode ? 1 : 0, def("QUIVER_MCP_SEARCH_MODE"));
+  EXPECT_EQ(s->call_timeout_ms, def("QUIVER_CALL_TIMEOUT_MS"));
 }
 
 // Every edge variable: what the table refuses, the edge refuses (naming the variable, never the
