@@ -16,7 +16,9 @@
 #   QUIVER_L1_MAX_BYTES, QUIVER_FRESH_TTL_MS, QUIVER_MAX_AGE_MS, QUIVER_MIN_UPSTREAM_TTL_MS,
 #   QUIVER_REVALIDATE_WINDOW_MS,
 #   REDIS_CONNECT_TIMEOUT_MS, REDIS_TIMEOUT_MS, QUIVER_REDIS_FAIL_FAST_MS (after a Redis timeout,
-#   answer without waiting on Redis for this long while one request probes it; 0: off)
+#   answer without waiting on Redis for this long while one request probes it; 0: off),
+#   QUIVER_MCP_SEARCH_MODE, QUIVER_MCP_ALLOWED_ORIGINS (origins whose web pages may call /mcp
+#   besides loopback ones; comma-separated)
 using Workerd = import "/workerd/workerd.capnp";
 
 const config :Workerd.Config = (
@@ -65,5 +67,7 @@ const edgeWorker :Workerd.Worker = (
     (name = "REDIS_CONNECT_TIMEOUT_MS", fromEnvironment = "REDIS_CONNECT_TIMEOUT_MS"),
     (name = "REDIS_TIMEOUT_MS", fromEnvironment = "REDIS_TIMEOUT_MS"),
     (name = "QUIVER_REDIS_FAIL_FAST_MS", fromEnvironment = "QUIVER_REDIS_FAIL_FAST_MS"),
+    (name = "QUIVER_MCP_SEARCH_MODE", fromEnvironment = "QUIVER_MCP_SEARCH_MODE"),
+    (name = "QUIVER_MCP_ALLOWED_ORIGINS", fromEnvironment = "QUIVER_MCP_ALLOWED_ORIGINS"),
   ],
 );
