@@ -72,6 +72,10 @@ const listen = ['sep-2575-server-sends-subscription-ack', 'sep-2575-server-tags-
                 'sep-2575-server-honors-notification-filter'];
 export const EDGE_SCENARIOS = {
   ...SCENARIOS,
+  // `relayed`: methods the scenario calls, which must have gone edge → Redis (the calls stream)
+  // → the agent (its consumer group read them): the suite's check passing means the agent's
+  // answer came back through the edge.
+  'caching': { ...SCENARIOS.caching, relayed: ['resources/read'] },
   // The edge refuses the foreign Origin (shared/mcp_endpoint.h mcp_origin_refusal).
   'dns-rebinding-protection': {
     ...SCENARIOS['dns-rebinding-protection'],
@@ -151,6 +155,22 @@ function startProxy(agentPort, token) {
     res.on('close', () => up.destroy());
   });
   return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve(server)));
+}
+
+// What is wrong with the calls the edge relayed so far (`methods` each at least once, every one
+// read by the agents' consumer group), from Redis itself (schema/redis-keys.md, `calls`).
+async function relayProblems(db, methods) {
+  const stream = `quiver:{${NS}}:calls`;
+  const entries = await db.call('XRANGE', stream, '-', '+');
+  const sent = entries.map(([, fields]) => fields[fields.indexOf('method') + 1]);
+  const problems = methods.filter((m) => !sent.includes(m))
+    .map((m) => `${m}: not relayed through Redis (the calls stream holds ${JSON.stringify(sent)})`);
+  const groups = await db.call('XINFO', 'GROUPS', stream);
+  const read = groups.map((g) => g[g.indexOf('entries-read') + 1]);
+  if (!read.some((n) => n === entries.length)) {
+    problems.push(`the agents read ${JSON.stringify(read)} of ${entries.length} relayed calls`);
+  }
+  return problems;
 }
 
 async function main() {
@@ -245,6 +265,7 @@ async function main() {
           problems.push(`${id}: HTTP ${c?.details?.statusCode}, not ${status}`);
         }
       }
+      if (want?.relayed) problems.push(...await relayProblems(db, want.relayed));
       for (const id of want?.expect ?? []) {
         if (!checks.some((c) => c.id === id && c.status === 'SUCCESS')) problems.push(`${id}: not SUCCESS`);
       }
