@@ -2,7 +2,6 @@
 #include "shared/mcp_endpoint.h"
 
 #include <algorithm>
-#include <cctype>
 #include <set>
 #include <utility>
 
@@ -311,8 +310,8 @@ std::optional<UpstreamName> decode_mcp_uri(std::string_view exposed) {
 
 bool is_mcp_path(std::string_view path) { return path == "/mcp"; }
 
-// ---- change notifications
-// ------------------------------------------------------------------------
+// ---- DNS rebinding protection
+// ---------------------------------------------------------------------
 
 namespace {
 
@@ -325,10 +324,16 @@ std::string_view origin_host(std::string_view key) {
   return authority.substr(0, authority.find(':'));
 }
 
+bool is_ascii_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_ascii_hex(char c) { return is_ascii_digit(c) || (c >= 'a' && c <= 'f'); }  // lower case
+bool is_host_char(char c) {
+  return is_ascii_digit(c) || (c >= 'a' && c <= 'z') || c == '-' || c == '.' || c == '_';
+}
+
 }  // namespace
 
 std::optional<std::string> mcp_origin_key(std::string_view origin) {
-  std::string key = lower(origin);
+  std::string key = ascii_lower(origin);
   std::size_t sep = key.find("://");
   if (sep == std::string::npos) return std::nullopt;
   std::string_view scheme = std::string_view(key).substr(0, sep);
@@ -339,9 +344,7 @@ std::optional<std::string> mcp_origin_key(std::string_view origin) {
     std::size_t close = authority.find(']');
     if (close == std::string_view::npos || close < 2) return std::nullopt;
     for (char c : authority.substr(1, close - 1)) {
-      if (!(std::isxdigit(static_cast<unsigned char>(c)) || c == ':' || c == '.')) {
-        return std::nullopt;
-      }
+      if (!is_ascii_hex(c) && c != ':' && c != '.') return std::nullopt;
     }
     std::string_view rest = authority.substr(close + 1);
     if (!rest.empty() && (rest.front() != ':' || rest.size() < 2)) return std::nullopt;
@@ -351,9 +354,7 @@ std::optional<std::string> mcp_origin_key(std::string_view origin) {
     std::string_view host = authority.substr(0, colon);
     if (host.empty()) return std::nullopt;
     for (char c : host) {
-      if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_')) {
-        return std::nullopt;
-      }
+      if (!is_host_char(c)) return std::nullopt;
     }
     if (colon != std::string_view::npos) {
       port = authority.substr(colon + 1);
@@ -362,7 +363,7 @@ std::optional<std::string> mcp_origin_key(std::string_view origin) {
   }
   if (port.size() > 5) return std::nullopt;
   for (char c : port) {
-    if (c < '0' || c > '9') return std::nullopt;
+    if (!is_ascii_digit(c)) return std::nullopt;
   }
   return key;
 }
@@ -371,7 +372,7 @@ std::optional<HttpResponse> mcp_origin_refusal(const HttpHeaders& headers,
                                                const std::vector<std::string>& allowed) {
   const std::string* origin = nullptr;
   for (const auto& [name, value] : headers) {
-    if (lower(name) != "origin") continue;
+    if (!ascii_iequals(name, "Origin")) continue;
     if (origin != nullptr) {
       return error_response(HttpErrorCode::kForbidden,
                             "more than one Origin header: refused (DNS rebinding protection)");
@@ -388,6 +389,9 @@ std::optional<HttpResponse> mcp_origin_refusal(const HttpHeaders& headers,
                         "a web page of this Origin may not call the MCP endpoint (DNS rebinding "
                         "protection): only loopback origins and the allowed ones may");
 }
+
+// ---- change notifications
+// ------------------------------------------------------------------------
 
 std::string mcp_sse_event(const Json& message) {
   // serialize_json writes no raw newline (strings escape theirs), so one data line holds it.
