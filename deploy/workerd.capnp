@@ -17,7 +17,9 @@
 #   QUIVER_REVALIDATE_WINDOW_MS, QUIVER_MCP_SEARCH_MODE,
 #   QUIVER_CALL_TIMEOUT_MS (the deadline of one /mcp call relayed to the agents),
 #   REDIS_CONNECT_TIMEOUT_MS, REDIS_TIMEOUT_MS, QUIVER_REDIS_FAIL_FAST_MS (after a Redis timeout,
-#   answer without waiting on Redis for this long while one request probes it; 0: off)
+#   answer without waiting on Redis for this long while one request probes it; 0: off),
+#   QUIVER_MCP_ALLOWED_ORIGINS (origins whose web pages may call /mcp
+#   besides loopback ones; comma-separated)
 using Workerd = import "/workerd/workerd.capnp";
 
 const config :Workerd.Config = (
@@ -68,5 +70,6 @@ const edgeWorker :Workerd.Worker = (
     (name = "REDIS_CONNECT_TIMEOUT_MS", fromEnvironment = "REDIS_CONNECT_TIMEOUT_MS"),
     (name = "REDIS_TIMEOUT_MS", fromEnvironment = "REDIS_TIMEOUT_MS"),
     (name = "QUIVER_REDIS_FAIL_FAST_MS", fromEnvironment = "QUIVER_REDIS_FAIL_FAST_MS"),
+    (name = "QUIVER_MCP_ALLOWED_ORIGINS", fromEnvironment = "QUIVER_MCP_ALLOWED_ORIGINS"),
   ],
 );

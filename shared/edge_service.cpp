@@ -256,6 +256,11 @@ EdgeStep EdgeService::begin(HttpRequest request, int64_t now_ms, std::string_vie
 // POST /mcp (shared/mcp_endpoint.h): lists from the same snapshot read and L1 as discovery
 // (stale-if-error included); calls through mcp_relay.
 EdgeStep EdgeService::mcp(Request& r, const HttpRequest& request, int64_t now_ms) {
+  // Before the token, and before any answer is replayed: a foreign web page gets nothing.
+  if (std::optional<HttpResponse> refused =
+          mcp_origin_refusal(request.headers, settings_->mcp_allowed_origins)) {
+    return respond_now(r, std::move(*refused));
+  }
   CallerAuth caller = authenticate_caller(request.headers, &*settings_->keyring, now_ms,
                                           settings_->token, "no caller token keys", &tokens_);
   r.read = true;  // a cache read: L1 snapshots serve it, as they serve GET /v1/manifests

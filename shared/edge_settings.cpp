@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "shared/json.h"
+#include "shared/mcp_endpoint.h"
 #include "shared/runtime_settings.h"
 #include "shared/webhook_signature.h"
 
@@ -97,6 +98,23 @@ Result<EdgeSettings> edge_settings_from_env(std::string_view env_json) {
                        std::to_string(kMinWebhookSecretBytes) + " bytes");
       }
       s.webhook_secrets.push_back(value.get<std::string>());
+    }
+  }
+  if (std::optional<std::string> origins = get("QUIVER_MCP_ALLOWED_ORIGINS")) {
+    std::size_t at = 0;
+    while (at <= origins->size()) {
+      std::size_t comma = std::min(origins->find(',', at), origins->size());
+      std::string item = origins->substr(at, comma - at);
+      item.erase(0, item.find_first_not_of(" \t"));
+      item.erase(item.find_last_not_of(" \t") + 1);
+      at = comma + 1;
+      if (item.empty()) continue;
+      std::optional<std::string> key = mcp_origin_key(item);
+      if (!key) {
+        return invalid("QUIVER_MCP_ALLOWED_ORIGINS: \"" + item.substr(0, 100) +
+                       "\" is not an origin (scheme://host[:port], http or https, no path)");
+      }
+      s.mcp_allowed_origins.push_back(std::move(*key));
     }
   }
   s.l1.revalidation_claim_ms = std::min<int64_t>(5'000, s.enqueue.window_ms);

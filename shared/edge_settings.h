@@ -23,6 +23,9 @@
 //                                runs it longer (as the agent's own call_timeout_ms) 60000
 //   QUIVER_WEBHOOK_SECRETS       refresh webhook secrets, JSON {"name":"secret"} (a secret; each
 //                                16+ bytes); unset: POST /v1/webhooks/refresh answers 404
+//   QUIVER_MCP_ALLOWED_ORIGINS   origins (scheme://host[:port], comma-separated) whose web pages
+//                                may call /mcp besides loopback ones; any other `Origin` is 403
+//                                (DNS rebinding protection, mcp_origin_refusal)  none
 // Other names (REDIS_HOST, REDIS_PORT, REDIS_TLS, timeouts) are the host's.
 #pragma once
 
@@ -56,6 +59,7 @@ struct EdgeSettings {
   int64_t fail_fast_ms = 2'000;              // QUIVER_REDIS_FAIL_FAST_MS (0: off)
   int64_t call_timeout_ms = 60'000;          // QUIVER_CALL_TIMEOUT_MS (a relayed call's deadline)
   bool mcp_search_mode = false;              // QUIVER_MCP_SEARCH_MODE=1 (shared/mcp_endpoint.h)
+  std::vector<std::string> mcp_allowed_origins;  // QUIVER_MCP_ALLOWED_ORIGINS, mcp_origin_key's
 };
 
 // Settings from environment variables (the table above), given as a JSON object of strings

@@ -5,6 +5,7 @@
 #include <set>
 #include <utility>
 
+#include "shared/ascii.h"
 #include "shared/canonical_json.h"
 #include "shared/mcp_session.h"
 #include "shared/preferences.h"
@@ -308,6 +309,86 @@ std::optional<UpstreamName> decode_mcp_uri(std::string_view exposed) {
 }
 
 bool is_mcp_path(std::string_view path) { return path == "/mcp"; }
+
+// ---- DNS rebinding protection
+// ---------------------------------------------------------------------
+
+namespace {
+
+// The host of an origin key (mcp_origin_key's form): without brackets or port.
+std::string_view origin_host(std::string_view key) {
+  std::string_view authority = key.substr(key.find("://") + 3);
+  if (!authority.empty() && authority.front() == '[') {
+    return authority.substr(1, authority.find(']') - 1);
+  }
+  return authority.substr(0, authority.find(':'));
+}
+
+bool is_ascii_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_ascii_hex(char c) { return is_ascii_digit(c) || (c >= 'a' && c <= 'f'); }  // lower case
+bool is_host_char(char c) {
+  return is_ascii_digit(c) || (c >= 'a' && c <= 'z') || c == '-' || c == '.' || c == '_';
+}
+
+}  // namespace
+
+std::optional<std::string> mcp_origin_key(std::string_view origin) {
+  std::string key = ascii_lower(origin);
+  std::size_t sep = key.find("://");
+  if (sep == std::string::npos) return std::nullopt;
+  std::string_view scheme = std::string_view(key).substr(0, sep);
+  if (scheme != "http" && scheme != "https") return std::nullopt;
+  std::string_view authority = std::string_view(key).substr(sep + 3);
+  std::string_view port;
+  if (!authority.empty() && authority.front() == '[') {
+    std::size_t close = authority.find(']');
+    if (close == std::string_view::npos || close < 2) return std::nullopt;
+    for (char c : authority.substr(1, close - 1)) {
+      if (!is_ascii_hex(c) && c != ':' && c != '.') return std::nullopt;
+    }
+    std::string_view rest = authority.substr(close + 1);
+    if (!rest.empty() && (rest.front() != ':' || rest.size() < 2)) return std::nullopt;
+    if (!rest.empty()) port = rest.substr(1);
+  } else {
+    std::size_t colon = authority.find(':');
+    std::string_view host = authority.substr(0, colon);
+    if (host.empty()) return std::nullopt;
+    for (char c : host) {
+      if (!is_host_char(c)) return std::nullopt;
+    }
+    if (colon != std::string_view::npos) {
+      port = authority.substr(colon + 1);
+      if (port.empty()) return std::nullopt;
+    }
+  }
+  if (port.size() > 5) return std::nullopt;
+  for (char c : port) {
+    if (!is_ascii_digit(c)) return std::nullopt;
+  }
+  return key;
+}
+
+std::optional<HttpResponse> mcp_origin_refusal(const HttpHeaders& headers,
+                                               const std::vector<std::string>& allowed) {
+  const std::string* origin = nullptr;
+  for (const auto& [name, value] : headers) {
+    if (!ascii_iequals(name, "Origin")) continue;
+    if (origin != nullptr) {
+      return error_response(HttpErrorCode::kForbidden,
+                            "more than one Origin header: refused (DNS rebinding protection)");
+    }
+    origin = &value;
+  }
+  if (origin == nullptr) return std::nullopt;
+  if (std::optional<std::string> key = mcp_origin_key(*origin)) {
+    std::string_view host = origin_host(*key);
+    if (is_loopback_host(host)) return std::nullopt;
+    if (std::find(allowed.begin(), allowed.end(), *key) != allowed.end()) return std::nullopt;
+  }
+  return error_response(HttpErrorCode::kForbidden,
+                        "a web page of this Origin may not call the MCP endpoint (DNS rebinding "
+                        "protection): only loopback origins and the allowed ones may");
+}
 
 // ---- change notifications
 // ------------------------------------------------------------------------

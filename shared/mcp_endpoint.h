@@ -208,6 +208,23 @@ std::string mcp_listen_end_event(const McpListen& listen);
 // An SSE comment that keeps an idle stream (and the proxies on its way) open.
 inline constexpr char kMcpSseKeepalive[] = ": keepalive\n\n";
 
+// ---- DNS rebinding protection
+// ---------------------------------------------------------------------
+
+// MCP Streamable HTTP, "Security Warning": a server MUST validate the `Origin` header, and answer
+// 403 Forbidden to one present and invalid. A request without `Origin` (every client but a
+// browser page) passes. One with it passes when the origin is a loopback one (http or https to
+// `localhost`, a dotted-quad 127.0.0.0/8 or `[::1]`, any port: a page that rebound its own name
+// to this server sends its own origin, never a loopback one) or one of `allowed` (origins as
+// mcp_origin_key gives them). Otherwise, and for more than one `Origin` header, the 403 FORBIDDEN
+// to answer. The edge asks it before anything else of a /mcp request (the agent refuses foreign
+// `Host` names instead, for every endpoint: 421).
+std::optional<HttpResponse> mcp_origin_refusal(const HttpHeaders& headers,
+                                               const std::vector<std::string>& allowed);
+// An origin (`scheme://host[:port]`, http or https, nothing after the authority) in the form
+// `allowed` holds (lower case), or nullopt when `origin` is not one.
+std::optional<std::string> mcp_origin_key(std::string_view origin);
+
 // ---- relaying
 // ------------------------------------------------------------------------------------
 

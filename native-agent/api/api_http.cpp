@@ -1,19 +1,8 @@
 #include "native-agent/api/api_http.h"
 
-#include <arpa/inet.h>
-
 #include "shared/ascii.h"
 
 namespace quiver::api {
-
-namespace {
-
-bool is_loopback_ipv4(const std::string& h) {
-  in_addr a{};
-  return ::inet_pton(AF_INET, h.c_str(), &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
-}
-
-}  // namespace
 
 bool is_loopback_peer(const std::string& addr) {
   return addr.rfind("127.", 0) == 0 || addr == "::1" || addr.rfind("::ffff:127.", 0) == 0;
@@ -164,7 +153,7 @@ bool host_allowed(const std::string* host_header, const std::string& listen_host
   }
   if (!host.empty() && host.back() == '.') host.pop_back();
   if (host.empty()) return false;
-  if (host == "localhost" || host == "::1" || is_loopback_ipv4(host)) return true;
+  if (is_loopback_host(host)) return true;
   const std::string listen = ascii_lower(listen_host);
   if (host == listen && listen != "0.0.0.0" && listen != "::") return true;
   std::string local = ascii_lower(peer.local_addr);

@@ -59,24 +59,10 @@ for scenario in "${scenarios[@]}"; do
 done
 [ -x "$node22" ] || { echo "run.sh: no Node 22 at $node22 (run scripts/setup.sh --peers)" >&2; exit 1; }
 
-if [ -z "${QUIVER_CONFORMANCE_NETNS:-}" ]; then
-  for cmd in unshare ip node; do
-    command -v "$cmd" >/dev/null || { echo "run.sh: '$cmd' is needed" >&2; exit 1; }
-  done
-  for cmd in curl; do
-    command -v "$cmd" >/dev/null || { echo "run.sh: '$cmd' is needed (oauth_browser.sh)" >&2; exit 1; }
-  done
-  export QUIVER_CONFORMANCE_NETNS=1
-  inner=(sh -c 'ip link set lo up && exec "$@"' sh bash "$0" "$agent" "$node_modules"
-         "${scenarios[@]}")
-  if unshare -n true 2>/dev/null; then
-    exec unshare -n "${inner[@]}"
-  elif unshare -rn true 2>/dev/null; then
-    exec unshare -rn "${inner[@]}"
-  fi
-  echo "run.sh: cannot create a network namespace (unshare -n needs root or user namespaces)" >&2
-  exit 1
-fi
+command -v curl >/dev/null || { echo "run.sh: 'curl' is needed (oauth_browser.sh)" >&2; exit 1; }
+# shellcheck source=netns.sh
+. "$(cd "$(dirname "$0")" && pwd)/netns.sh"
+private_netns run.sh "$0" "$agent" "$node_modules" "${scenarios[@]}"
 
 work=$(mktemp -d /tmp/quiver-conformance-XXXXXX)
 trap 'rm -rf "$work"' EXIT

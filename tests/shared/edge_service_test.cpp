@@ -1637,5 +1637,51 @@ TEST(EdgeService, ABatchRelaysEachCallInItsOwnRoundWithItsOwnRid) {
   edge->end(s.handle);
 }
 
+// A /mcp request from a foreign web page (DNS rebinding: its own name, resolved to the edge) is
+// 403 before the token is looked at and before any answer is replayed: nothing reaches Redis.
+// Loopback origins and QUIVER_MCP_ALLOWED_ORIGINS pass; a malformed setting names the variable.
+TEST(EdgeService, McpRefusesAForeignOriginBeforeTheTokenAndTheAnswersCache) {
+  auto edge =
+      service({{"QUIVER_MCP_ALLOWED_ORIGINS", " https://app.example.com, http://x.test:81"}});
+  std::string alice = token_for("alice");
+  Json list = Json::object({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "tools/list"}});
+  EdgeStep s = edge->begin(mcp_post(alice, list), kNow, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRedis);
+  s = edge->feed(s.handle, "+OK\r\n" + encode_reply(discovery_reply("alice", 5, kMinute)), kNow);
+  ASSERT_EQ(s.response.status, 200);
+  edge->end(s.handle);
+
+  for (const char* origin : {"http://evil.example.com", "null", "http://127.0.0.1.nip.io"}) {
+    for (const std::string& token : {alice, std::string()}) {
+      HttpRequest foreign = mcp_post(token, list);
+      foreign.headers.emplace_back("Origin", origin);
+      s = edge->begin(foreign, kNow + 1, kRandom);
+      ASSERT_EQ(s.action, EdgeAction::kRespond) << origin;
+      EXPECT_EQ(s.response.status, 403) << origin;
+      EXPECT_EQ(error_code_of(s), "FORBIDDEN");
+      EXPECT_EQ(header(s.response, "X-Quiver-Cache"), "<absent>");
+      edge->end(s.handle);
+    }
+  }
+  for (const char* origin : {"http://localhost:8787", "http://127.0.0.1", "HTTPS://APP.example.com",
+                             "http://x.test:81"}) {
+    HttpRequest page = mcp_post(alice, list);
+    page.headers.emplace_back("Origin", origin);
+    s = edge->begin(page, kNow + 1, kRandom);
+    ASSERT_EQ(s.action, EdgeAction::kRespond) << origin;
+    EXPECT_EQ(s.response.status, 200) << origin;
+    EXPECT_EQ(header(s.response, "X-Quiver-Cache"), "hit");
+    edge->end(s.handle);
+  }
+  EXPECT_EQ(edge->open_requests(), 0u);
+
+  for (const char* bad : {"https://app.example.com/", "app.example.com", "https://a.test,*"}) {
+    Result<EdgeSettings> settings =
+        edge_settings_from_env(env_json({{"QUIVER_MCP_ALLOWED_ORIGINS", bad}}));
+    ASSERT_FALSE(settings.ok()) << bad;
+    EXPECT_NE(settings.error().message.find("QUIVER_MCP_ALLOWED_ORIGINS"), std::string::npos);
+  }
+}
+
 }  // namespace
 }  // namespace quiver

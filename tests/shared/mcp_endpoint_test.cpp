@@ -639,5 +639,61 @@ TEST(McpEndpoint, SearchModeListsItsOwnToolsAndRelaysTheChosenOne) {
   EXPECT_EQ(d.body["error"]["code"], kJsonRpcInvalidParams);
 }
 
+// DNS rebinding protection (Streamable HTTP's "Security Warning"): no Origin passes; a loopback
+// origin or an allowed one passes; any other, a malformed one, `null` or two Origin headers is
+// 403 FORBIDDEN.
+TEST(McpOrigin, OnlyLoopbackAndAllowedOriginsPass) {
+  const std::vector<std::string> allowed = {"https://app.example.com"};
+  auto refused = [&](std::vector<std::string> origins) {
+    HttpHeaders headers = {{"Content-Type", "application/json"}};
+    for (std::string& o : origins) headers.emplace_back("Origin", std::move(o));
+    return mcp_origin_refusal(headers, allowed);
+  };
+  EXPECT_FALSE(refused({}));
+  for (const char* ok : {"http://localhost", "http://localhost:8787", "https://LOCALHOST:3000",
+                         "http://127.0.0.1", "http://127.1.2.3:9", "http://[::1]:8080",
+                         "https://app.example.com", "HTTPS://App.Example.com"}) {
+    EXPECT_FALSE(refused({ok})) << ok;
+  }
+  for (const char* bad : {"http://evil.example.com",
+                          "http://evil.example.com:8787",
+                          "null",
+                          "",
+                          "http://127.0.0.1.nip.io",
+                          "http://127.0.0.1.evil.example.com:80",
+                          "http://0127.0.0.1",
+                          "http://128.0.0.1",
+                          "http://127.0.0",
+                          "http://127.0.0.256",
+                          "http://[::2]",
+                          "http://app.example.com",
+                          "https://app.example.com:8443",
+                          "https://app.example.com/",
+                          "ftp://localhost",
+                          "http://localhost@evil.example.com",
+                          "http://localhost:",
+                          "localhost",
+                          "http://localhost:123456",
+                          "http://localhost/path"}) {
+    std::optional<HttpResponse> r = refused({bad});
+    ASSERT_TRUE(r) << bad;
+    EXPECT_EQ(r->status, 403) << bad;
+    Result<Json> body = parse_json(r->body);
+    ASSERT_TRUE(body.ok());
+    EXPECT_EQ((*body)["error"]["code"], "FORBIDDEN");
+  }
+  std::optional<HttpResponse> twice = refused({"http://localhost", "http://evil.example.com"});
+  ASSERT_TRUE(twice);
+  EXPECT_EQ(twice->status, 403);
+  // The header name in any case.
+  EXPECT_TRUE(mcp_origin_refusal({{"oRiGiN", "http://evil.example.com"}}, allowed));
+
+  EXPECT_EQ(mcp_origin_key("HTTPS://App.Example.com:8443"), "https://app.example.com:8443");
+  EXPECT_EQ(mcp_origin_key("http://[::1]:80"), "http://[::1]:80");
+  EXPECT_FALSE(mcp_origin_key("https://app.example.com/x"));
+  EXPECT_FALSE(mcp_origin_key("https://"));
+  EXPECT_FALSE(mcp_origin_key("https://[zz]"));
+}
+
 }  // namespace
 }  // namespace quiver

@@ -1,0 +1,27 @@
+# Sourced by run.sh and server.sh: the suite's scenario servers listen on every interface, so a
+# conformance run happens in a private network namespace with only loopback up.
+#
+#   private_netns NAME SCRIPT ARG...
+#
+# Outside the namespace (QUIVER_CONFORMANCE_NETNS unset): checks that `unshare`, `ip` and `node`
+# exist, then re-executes `bash SCRIPT ARG...` in a new network namespace (`unshare -n`, which
+# needs root; else a user namespace, `unshare -rn`) with loopback up, and never returns. Inside
+# it, returns at once. NAME prefixes the error messages.
+private_netns() {
+  local name=$1
+  shift
+  [ -z "${QUIVER_CONFORMANCE_NETNS:-}" ] || return 0
+  local cmd
+  for cmd in unshare ip node; do
+    command -v "$cmd" >/dev/null || { echo "$name: '$cmd' is needed" >&2; exit 1; }
+  done
+  export QUIVER_CONFORMANCE_NETNS=1
+  local inner=(sh -c 'ip link set lo up && exec "$@"' sh bash "$@")
+  if unshare -n true 2>/dev/null; then
+    exec unshare -n "${inner[@]}"
+  elif unshare -rn true 2>/dev/null; then
+    exec unshare -rn "${inner[@]}"
+  fi
+  echo "$name: cannot create a network namespace (unshare -n needs root or user namespaces)" >&2
+  exit 1
+}
