@@ -105,6 +105,25 @@ RedisClusterOptions tls_cluster(const TlsMaterial& good, bool plain_port_too = f
   return co;
 }
 
+// A pool seeded with the cluster's first node (it learns the rest), the password given; TLS
+// verified against `ca` when `use_tls`.
+std::unique_ptr<RedisClusterPool> cluster_pool(const RedisCluster& cluster, bool use_tls,
+                                               const std::string& ca, bool replica_reads) {
+  RedisClusterPoolOptions o;
+  ClusterNode seed;
+  seed.host = "127.0.0.1";
+  seed.port = cluster.ports()[0];
+  o.seeds.push_back(seed);
+  o.password = Secret(kPassword);
+  o.tls = use_tls;
+  o.tls_files.ca_file = ca;
+  o.replica_reads = replica_reads;
+  o.retry.max_attempts = 10;
+  Result<std::unique_ptr<RedisClusterPool>> pool = RedisClusterPool::create(std::move(o));
+  EXPECT_TRUE(pool.ok()) << pool.error().message;
+  return pool.ok() ? std::move(*pool) : nullptr;
+}
+
 // What health() says: "" when it answered.
 std::string health_error(RedisStore& store) {
   Status s = store.health();
@@ -361,19 +380,7 @@ TEST(RedisTls, ThePoolTalksToATlsClusterOnEveryNode) {
   ASSERT_TRUE(cluster.ok()) << cluster.error();
 
   auto make_pool = [&](bool use_tls, const std::string& ca, bool replica_reads) {
-    RedisClusterPoolOptions o;
-    ClusterNode seed;
-    seed.host = "127.0.0.1";
-    seed.port = cluster.ports()[0];
-    o.seeds.push_back(seed);
-    o.password = Secret(kPassword);
-    o.tls = use_tls;
-    o.tls_files.ca_file = ca;
-    o.replica_reads = replica_reads;
-    o.retry.max_attempts = 10;
-    Result<std::unique_ptr<RedisClusterPool>> pool = RedisClusterPool::create(std::move(o));
-    EXPECT_TRUE(pool.ok()) << pool.error().message;
-    return pool.ok() ? std::move(*pool) : nullptr;
+    return cluster_pool(cluster, use_tls, ca, replica_reads);
   };
 
   auto pool = make_pool(true, good.ca_cert, false);
@@ -460,18 +467,10 @@ TEST(RedisTls, ATlsPoolDialsTheTlsPortOfNodesThatAnnounceBoth) {
     }
   }
 
-  RedisClusterPoolOptions o;
-  ClusterNode seed;
-  seed.host = "127.0.0.1";
-  seed.port = cluster.ports()[0];
-  o.seeds.push_back(seed);
-  o.password = Secret(kPassword);
-  o.tls = true;
-  o.tls_files.ca_file = good.ca_cert;
-  Result<std::unique_ptr<RedisClusterPool>> pool = RedisClusterPool::create(o);
-  ASSERT_TRUE(pool.ok()) << pool.error().message;
-  ASSERT_TRUE((*pool)->refresh().ok());
-  const ClusterSlotMap map = (*pool)->map();
+  std::unique_ptr<RedisClusterPool> pool = cluster_pool(cluster, true, good.ca_cert, false);
+  ASSERT_TRUE(pool);
+  ASSERT_TRUE(pool->refresh().ok());
+  const ClusterSlotMap map = pool->map();
   for (const ClusterShard& shard : map.shards()) {
     EXPECT_NE(std::find(tls_ports.begin(), tls_ports.end(), shard.master.port), tls_ports.end())
         << shard.master.address() << " is not a TLS port";
@@ -480,10 +479,10 @@ TEST(RedisTls, ATlsPoolDialsTheTlsPortOfNodesThatAnnounceBoth) {
   for (int i = 0; i < 60; ++i) {
     writes.push_back({{"SET", "k{" + std::to_string(i) + "}", std::to_string(i)}, false});
   }
-  for (const Result<RespValue>& r : (*pool)->run_batch(writes)) {
+  for (const Result<RespValue>& r : pool->run_batch(writes)) {
     ASSERT_TRUE(r.ok() && r->is_ok()) << (r.ok() ? r->str : r.error().message);
   }
-  EXPECT_EQ((*pool)->run_on_masters({"DBSIZE"}).size(), 3u);
+  EXPECT_EQ(pool->run_on_masters({"DBSIZE"}).size(), 3u);
 
   // The store, configured as an operator would: rediss+cluster:// and the CA file.
   auto store = store_for("rediss+cluster://:" + std::string(kPassword) +
