@@ -563,6 +563,10 @@ struct RedisStore::Impl {
 
   // Every key of the namespace (SCAN MATCH "quiver:{ns}:*", optionally of one TYPE), page by page.
   // TODO(perf): O(keys of the namespace); run on config sync only.
+  // On a cluster, layout v1 keeps every key of the namespace in the slot of `{ns}`: the SCAN goes
+  // to that slot's master (ClusterChannel) and sees them all. Layout v2 spreads them, and walks
+  // each master with its own cursor (RedisClusterPool::run_on_masters); so does
+  // list_manifest_metas' SCAN.
   Status scan_namespace(const char* type,
                         const std::function<Status(const std::vector<std::string>&)>& page) {
     std::string cursor = "0";
