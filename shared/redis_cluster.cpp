@@ -122,7 +122,8 @@ Result<ClusterSlotRange> slot_range(const RespValue* first, const RespValue* las
 // One node of CLUSTER SHARDS: a flat map of id, port, tls-port, ip, endpoint, hostname, role,
 // replication-offset, health. Returns the node and whether it is the shard's master.
 Result<std::pair<ClusterNode, bool>> shards_node(const RespValue& v, std::string_view answered_host,
-                                                 const ClusterParseLimits& limits) {
+                                                 const ClusterParseLimits& limits,
+                                                 ClusterPort wanted) {
   if (!is_flat_map(v)) return invalid_reply("a CLUSTER SHARDS node is not a map");
   const std::vector<RespValue>& m = *v.as_array();
   ClusterNode node;
@@ -136,8 +137,11 @@ Result<std::pair<ClusterNode, bool>> shards_node(const RespValue& v, std::string
   Result<std::string> host = announced_host(chosen, answered_host, limits);
   if (!host.ok()) return host.error();
   node.host = std::move(*host);
-  const RespValue* port = map_get(m, "port");
-  if (port == nullptr) port = map_get(m, "tls-port");
+  // The port of the client's kind first; the other when the node announces only that one.
+  const char* first = wanted == ClusterPort::kTls ? "tls-port" : "port";
+  const char* second = wanted == ClusterPort::kTls ? "port" : "tls-port";
+  const RespValue* port = map_get(m, first);
+  if (port == nullptr) port = map_get(m, second);
   std::optional<int64_t> p = number_in(port, 1, 65535);
   if (!p) return invalid_reply("a CLUSTER SHARDS node has no port in 1..65535");
   node.port = static_cast<int>(*p);
@@ -330,7 +334,8 @@ Result<ClusterSlotMap> ClusterSlotMap::from_shard_list(std::vector<ClusterShard>
 
 Result<ClusterSlotMap> ClusterSlotMap::from_shards(const RespValue& reply,
                                                    std::string_view answered_host,
-                                                   const ClusterParseLimits& limits) {
+                                                   const ClusterParseLimits& limits,
+                                                   ClusterPort port) {
   if (reply.is_error()) return invalid_reply("CLUSTER SHARDS refused: " + reply.str);
   const std::vector<RespValue>* list = reply.as_array();
   if (list == nullptr) return invalid_reply("CLUSTER SHARDS did not answer an array");
@@ -360,7 +365,7 @@ Result<ClusterSlotMap> ClusterSlotMap::from_shards(const RespValue& reply,
     }
     bool has_master = false;
     for (const RespValue& n : *nodes->as_array()) {
-      auto node = shards_node(n, answered_host, limits);
+      auto node = shards_node(n, answered_host, limits, port);
       if (!node.ok()) return node.error();
       if (node->second) {
         if (has_master) return invalid_reply("a shard names two masters");

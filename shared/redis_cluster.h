@@ -103,15 +103,23 @@ struct ClusterParseLimits {
   std::size_t max_ranges = kClusterSlotCount;
 };
 
+// Which of a node's ports a client dials. CLUSTER SHARDS names both `port` (plain TCP) and
+// `tls-port` when a node listens on both; a TLS client must take `tls-port`, a plain one `port`.
+// A node that announces only one of them is reached on that one. (CLUSTER SLOTS and MOVED already
+// name the port of the asking connection's kind.)
+enum class ClusterPort { kPlain = 0, kTls };
+
 class ClusterSlotMap {
  public:
   // An empty map: every slot unserved.
   ClusterSlotMap();
 
   // From CLUSTER SHARDS. `answered_host`: the host of the node that answered, used where a node's
-  // endpoint is empty or "?" (a node that does not know its own address).
+  // endpoint is empty or "?" (a node that does not know its own address). `port`: which announced
+  // port each node is reached on (the client's TLS or plain TCP).
   static Result<ClusterSlotMap> from_shards(const RespValue& reply, std::string_view answered_host,
-                                            const ClusterParseLimits& limits = {});
+                                            const ClusterParseLimits& limits = {},
+                                            ClusterPort port = ClusterPort::kPlain);
   // From CLUSTER SLOTS (servers before 7.0).
   static Result<ClusterSlotMap> from_slots(const RespValue& reply, std::string_view answered_host,
                                            const ClusterParseLimits& limits = {});

@@ -71,6 +71,7 @@ void metrics(ApiContext& api, const httplib::Request& req, httplib::Response& re
   text += "# HELP quiver_api_shed_total Connections answered 503 OVERLOADED by the API.\n";
   text += "# TYPE quiver_api_shed_total counter\n";
   text += "quiver_api_shed_total " + std::to_string(api.front ? api.front->shed_count() : 0) + "\n";
+  text += api.agent.store().metrics_text();
   res.set_content(text, kPrometheusText);
 }
 

@@ -241,17 +241,30 @@ struct RedisTlsFiles {
   }
 };
 
+struct RedisHostPort {
+  std::string host;  // an IPv6 literal without brackets
+  int port = 6379;
+};
+
 // `redis://[[user]:password@]host[:port][/db]`, `rediss://` for TLS. User and password are
 // percent-decoded; the password may be a `${NAME}` reference.
+//
+// A Redis Cluster: `redis+cluster://[[user]:password@]host[:port][,host[:port]...][/0]`
+// (`rediss+cluster://` for TLS): one or more seed nodes, comma-separated; the agent learns the
+// other nodes from them (CLUSTER SHARDS) and follows failovers. The database can only be 0 (a
+// cluster refuses SELECT); several hosts without `+cluster` are an error that says so.
 struct RedisConfig {
   bool tls = false;
   RedisTlsFiles tls_files;  // used with tls only
-  std::string host;         // an IPv6 literal without brackets
+  std::string host;         // an IPv6 literal without brackets (a cluster: the first seed's)
   int port = 6379;
   int64_t db = 0;
-  std::string username;            // empty: the default user
-  std::optional<Secret> password;  // nullopt: no AUTH
-  std::string describe() const;    // "rediss://user:***@host:6380/0"
+  bool cluster = false;              // redis+cluster:// or rediss+cluster://
+  std::vector<RedisHostPort> seeds;  // cluster only: every host:port of the URL, in order
+  std::string username;              // empty: the default user
+  std::optional<Secret> password;    // nullopt: no AUTH
+  // "rediss://user:***@host:6380/0", "redis+cluster://:***@10.0.0.1:7000,10.0.0.2:7000"
+  std::string describe() const;
 };
 // Parses a Redis URL with no `${}` references (the QUIVER_REDIS_URL form).
 Result<RedisConfig> parse_redis_url(std::string_view url);

@@ -29,14 +29,21 @@ Result<RedisConfig> parse_redis_url(std::string_view url) {
 }
 
 std::string RedisConfig::describe() const {
-  std::string out = tls ? "rediss://" : "redis://";
+  std::string out = tls ? "rediss" : "redis";
+  out += cluster ? "+cluster://" : "://";
   if (!username.empty() || password.has_value()) {
     out += username;
     if (password.has_value()) out += ":***";
     out += "@";
   }
-  out += host.find(':') != std::string::npos ? "[" + host + "]" : host;
-  out += ":" + std::to_string(port) + "/" + std::to_string(db);
+  auto address = [](const std::string& h, int p) {
+    return (h.find(':') != std::string::npos ? "[" + h + "]" : h) + ":" + std::to_string(p);
+  };
+  if (!cluster) return out + address(host, port) + "/" + std::to_string(db);
+  for (std::size_t i = 0; i < seeds.size(); ++i) {
+    if (i > 0) out += ",";
+    out += address(seeds[i].host, seeds[i].port);
+  }
   return out;
 }
 
@@ -196,13 +203,25 @@ Result<RedisParts> split_redis_url(std::string_view url, bool templated) {
   };
   RedisParts out;
   std::string_view rest;
-  if (ascii_istarts_with(url, "rediss://")) {
-    out.tls = true;
-    rest = url.substr(9);
-  } else if (ascii_istarts_with(url, "redis://")) {
-    rest = url.substr(8);
-  } else {
-    return invalid("not a Redis URL: it must start with redis:// or rediss://");
+  static constexpr struct {
+    std::string_view scheme;
+    bool tls, cluster;
+  } kSchemes[] = {{"redis://", false, false},
+                  {"rediss://", true, false},
+                  {"redis+cluster://", false, true},
+                  {"rediss+cluster://", true, true}};
+  bool known = false;
+  for (const auto& s : kSchemes) {
+    if (!ascii_istarts_with(url, s.scheme)) continue;
+    known = true;
+    out.tls = s.tls;
+    out.cluster = s.cluster;
+    rest = url.substr(s.scheme.size());
+  }
+  if (!known) {
+    return invalid(
+        "not a Redis URL: it must start with redis://, rediss://, redis+cluster:// or "
+        "rediss+cluster://");
   }
   std::size_t auth_end = find_any(rest, "/?#");
   if (auth_end == std::string_view::npos) auth_end = rest.size();
@@ -231,14 +250,40 @@ Result<RedisParts> split_redis_url(std::string_view url, bool templated) {
 Status finish_redis(const RedisParts& parts, const std::string& host_port, const std::string& db,
                     RedisConfig* out) {
   out->tls = parts.tls;
-  int port = 6379;
-  Status s = split_host_port(host_port, &out->host, &port, 6379, false);
-  if (!s.ok()) return invalid("not a Redis URL: " + s.error().message);
-  out->port = port;
+  out->cluster = parts.cluster;
+  out->seeds.clear();
+  if (!parts.cluster && host_port.find(',') != std::string::npos) {
+    return invalid(
+        "not a Redis URL: several hosts name a Redis Cluster: use redis+cluster:// (or "
+        "rediss+cluster://)");
+  }
+  // One host:port, or a cluster's comma-separated seeds.
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t comma = host_port.find(',', start);
+    const std::string one =
+        host_port.substr(start, comma == std::string::npos ? comma : comma - start);
+    RedisHostPort seed;
+    Status s = split_host_port(one, &seed.host, &seed.port, 6379, false);
+    if (!s.ok()) {
+      return invalid("not a Redis URL: " + std::string(parts.cluster ? "a seed: " : "") +
+                     s.error().message);
+    }
+    out->seeds.push_back(std::move(seed));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  out->host = out->seeds.front().host;
+  out->port = out->seeds.front().port;
+  if (!parts.cluster) out->seeds.clear();
   if (!db.empty()) {
     const std::optional<uint64_t> n = db.size() <= 9 ? parse_decimal_u64(db) : std::nullopt;
     if (!n.has_value()) {
       return invalid("not a Redis URL: the database (after `/`) must be a number");
+    }
+    if (parts.cluster && *n != 0) {
+      return invalid("not a Redis URL: a Redis Cluster has only database 0 (it refuses SELECT); " +
+                     std::string("remove `/") + db + "`");
     }
     out->db = static_cast<int64_t>(*n);
   }
@@ -316,7 +361,8 @@ void Parser::redis_tls(const Json* quiver) {
              "QUIVER_REDIS_KEY_FILE)");
   }
   if (!files.empty() && (!cfg_.redis.has_value() || !cfg_.redis->tls)) {
-    p_.warn(set_at, "TLS settings are ignored: the store is not a rediss:// Redis");
+    p_.warn(set_at,
+            "TLS settings are ignored: the store is not a rediss:// or rediss+cluster:// Redis");
   }
   if (cfg_.redis.has_value()) cfg_.redis->tls_files = std::move(files);
 }
@@ -340,7 +386,9 @@ void Parser::redis_url(const Json* quiver) {
   if (v == nullptr || v->is_null()) return;
   const std::string path = "quiver.redis";
   if (!v->is_string()) {
-    p_.error(path, std::string("must be a redis:// or rediss:// URL string, not ") + json_type(*v));
+    p_.error(path, std::string("must be a redis://, rediss://, redis+cluster:// or "
+                               "rediss+cluster:// URL string, not ") +
+                       json_type(*v));
     return;
   }
   Result<RedisParts> parts = split_redis_url(v->get<std::string>(), /*templated=*/true);

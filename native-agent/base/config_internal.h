@@ -120,6 +120,7 @@ Status check_key_name(std::string_view what, std::string_view name);
 // A Redis URL cut into its parts, before `${}` expansion when it came from the file.
 struct RedisParts {
   bool tls = false;
+  bool cluster = false;                       // redis+cluster://, rediss+cluster://
   std::string user, password, host_port, db;  // templates or plain text
   bool has_password = false;
 };

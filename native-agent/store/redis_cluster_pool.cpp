@@ -10,8 +10,11 @@
 #include <utility>
 
 #include <hiredis/hiredis.h>
+#include <poll.h>
+#include <sys/time.h>
 
 #include "native-agent/store/redis_link.h"
+#include "shared/ascii.h"
 #include "shared/redis_conversation.h"
 
 namespace quiver {
@@ -37,10 +40,15 @@ class NodeConnection {
   // Sends `commands` as one pipeline; one reply per command. `replica`: the connection must be in
   // READONLY mode (sent with AUTH on a new connection, or ahead of the commands on an open one).
   // `*after_send` tells whether a failure may have come after the commands reached the node.
+  // `timeout_ms` > 0 replaces the command timeout for this round (a blocking read).
   Result<std::vector<RespValue>> round(std::vector<RedisCommand> commands, bool replica,
-                                       ScriptForm form, bool* after_send, uint64_t* opened) {
+                                       ScriptForm form, bool* after_send, uint64_t* opened,
+                                       int64_t timeout_ms = 0) {
     *after_send = false;
     SigpipeGuard no_sigpipe;
+    // A connection whose node went away (killed, failed over and restarted) is found out before
+    // anything is sent on it: the commands then count as not sent, and are retried elsewhere.
+    if (ctx_ != nullptr && peer_closed()) close();
     if (ctx_ == nullptr) {
       if (Status s = open(replica); !s.ok()) return s.error();
       ++*opened;
@@ -48,8 +56,10 @@ class NodeConnection {
     const bool prefix = replica && !readonly_;
     if (prefix) commands.insert(commands.begin(), RedisCommand{"READONLY"});
     *after_send = true;
+    if (timeout_ms > 0) redisSetTimeout(ctx_, to_timeval(timeout_ms));
     Result<std::vector<RespValue>> replies = converse(std::move(commands), form);
     if (!replies.ok()) return replies;
+    if (timeout_ms > 0) redisSetTimeout(ctx_, to_timeval(options_.command_timeout_ms));
     if (prefix) {
       if (!replies->front().is_ok()) {
         close();
@@ -71,6 +81,23 @@ class NodeConnection {
   }
 
  private:
+  static timeval to_timeval(int64_t ms) {
+    timeval tv{};
+    tv.tv_sec = static_cast<time_t>(ms / 1000);
+    tv.tv_usec = static_cast<suseconds_t>((ms % 1000) * 1000);
+    return tv;
+  }
+
+  // Whether the node closed or reset this idle connection (it answers nothing unasked, so a
+  // hang-up is all an idle socket can report).
+  bool peer_closed() const {
+    pollfd p{};
+    p.fd = ctx_->fd;
+    p.events = POLLIN | POLLRDHUP;
+    if (::poll(&p, 1, 0) <= 0) return false;
+    return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+  }
+
   Status open(bool replica) {
     Result<redisContext*> ctx = redis_open(node_.host, node_.port, options_.connect_timeout_ms,
                                            options_.command_timeout_ms, tls_);
@@ -169,9 +196,10 @@ struct RedisClusterPool::Impl {
   }
 
   Result<std::vector<RespValue>> round(const ClusterNode& node, std::vector<RedisCommand> commands,
-                                       bool replica, ScriptForm form, bool* after_send) {
+                                       bool replica, ScriptForm form, bool* after_send,
+                                       int64_t timeout_ms = 0) {
     return connection(node).round(std::move(commands), replica, form, after_send,
-                                  &stats.connections);
+                                  &stats.connections, timeout_ms);
   }
 
   // Every node worth asking for the map: the known masters and replicas, then the seeds.
@@ -209,7 +237,8 @@ struct RedisClusterPool::Impl {
         if (r.error().code == ErrorCode::kUnauthenticated) code = ErrorCode::kUnauthenticated;
         continue;
       }
-      Result<ClusterSlotMap> parsed = ClusterSlotMap::from_shards(r->front(), node.host);
+      Result<ClusterSlotMap> parsed = ClusterSlotMap::from_shards(
+          r->front(), node.host, {}, options.tls ? ClusterPort::kTls : ClusterPort::kPlain);
       if (!parsed.ok() && is_unknown_subcommand(r->front())) {  // before Redis 7.0
         r = round(node, {{"CLUSTER", "SLOTS"}}, false, ScriptForm::kText, &after_send);
         if (!r.ok()) {
@@ -246,7 +275,37 @@ struct RedisClusterPool::Impl {
     }
   }
 
+  // What a routing step asks of the pool, whichever call sent the command: MOVED updates the map,
+  // a refresh or a backoff is noted, and the counters follow. The caller resends (ASK: to the
+  // node named) or gives up.
+  void note_step(const ClusterStep& step, bool* refresh, int64_t* backoff_ms) {
+    switch (step.action) {
+      case ClusterStep::Action::kRetryAt:
+        map.apply_moved(step.slot, step.node);
+        ++stats.moved;
+        break;
+      case ClusterStep::Action::kAskAt:
+        ++stats.ask;
+        break;
+      case ClusterStep::Action::kRefreshThenRetry:
+        *refresh = true;
+        ++stats.retries;
+        break;
+      case ClusterStep::Action::kBackoffThenRetry:
+        *refresh = *refresh || step.refresh_map;
+        *backoff_ms = std::max(*backoff_ms, step.backoff_ms);
+        ++stats.retries;
+        break;
+      case ClusterStep::Action::kUseReply:
+      case ClusterStep::Action::kGiveUp:
+        break;
+    }
+  }
+
   std::vector<Result<RespValue>> run_batch_locked(const std::vector<ClusterRequest>& requests);
+  Result<std::vector<RespValue>> run_at_slot_locked(uint16_t slot,
+                                                    const std::vector<RedisCommand>& commands,
+                                                    int64_t timeout_ms);
   std::vector<std::pair<ClusterNode, Result<RespValue>>> run_on_masters_locked(
       const RedisCommand& argv);
 };
@@ -278,32 +337,19 @@ std::vector<Result<RespValue>> RedisClusterPool::Impl::run_batch_locked(
     RequestState& st = state[i];
     ++st.attempts;
     ClusterStep step = decide_cluster_step(reply, host, st.attempts, st.redirects, options.retry);
-    switch (step.action) {
-      case ClusterStep::Action::kUseReply:
-        results[i] = reply;
-        return;
-      case ClusterStep::Action::kRetryAt:
-        map.apply_moved(step.slot, step.node);
-        ++st.redirects;
-        ++stats.moved;
-        break;
-      case ClusterStep::Action::kAskAt:
-        st.ask = step.node;
-        ++st.redirects;
-        ++stats.ask;
-        break;
-      case ClusterStep::Action::kRefreshThenRetry:
-        refresh = true;
-        ++stats.retries;
-        break;
-      case ClusterStep::Action::kBackoffThenRetry:
-        refresh = refresh || step.refresh_map;
-        backoff_ms = std::max(backoff_ms, step.backoff_ms);
-        ++stats.retries;
-        break;
-      case ClusterStep::Action::kGiveUp:
-        results[i] = step.error;
-        return;
+    if (step.action == ClusterStep::Action::kUseReply) {
+      results[i] = reply;
+      return;
+    }
+    if (step.action == ClusterStep::Action::kGiveUp) {
+      results[i] = step.error;
+      return;
+    }
+    note_step(step, &refresh, &backoff_ms);
+    if (step.action == ClusterStep::Action::kRetryAt) ++st.redirects;
+    if (step.action == ClusterStep::Action::kAskAt) {
+      st.ask = step.node;
+      ++st.redirects;
     }
     next.push_back(i);
   };
@@ -405,6 +451,137 @@ std::vector<Result<RespValue>> RedisClusterPool::Impl::run_batch_locked(
   return out;
 }
 
+namespace {
+
+// Commands that change nothing, and may be sent again after a connection failed mid-round.
+bool changes_nothing(const RedisCommand& argv) {
+  static constexpr std::string_view kReads[] = {
+      "GET",    "MGET",        "STRLEN", "EXISTS",  "TYPE",       "TTL",      "PTTL",      "HGET",
+      "HMGET",  "HGETALL",     "HLEN",   "HSTRLEN", "HEXISTS",    "SMEMBERS", "SISMEMBER", "SCARD",
+      "ZRANGE", "ZRANGEBYLEX", "ZCARD",  "XRANGE",  "XREVRANGE",  "XLEN",     "XINFO",     "SCAN",
+      "PING",   "TIME",        "DBSIZE", "EVAL_RO", "EVALSHA_RO", "FCALL_RO"};
+  if (argv.empty()) return false;
+  for (std::string_view r : kReads) {
+    if (ascii_iequals(argv[0], r)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+Result<std::vector<RespValue>> RedisClusterPool::Impl::run_at_slot_locked(
+    uint16_t slot, const std::vector<RedisCommand>& commands, int64_t timeout_ms) {
+  const std::size_t n = commands.size();
+  std::vector<RespValue> replies(n);
+  if (n == 0) return replies;
+  const bool transaction = commands.front() == RedisCommand{"MULTI"};
+  std::vector<std::size_t> all(n);
+  for (std::size_t i = 0; i < n; ++i) all[i] = i;
+  std::vector<std::size_t> pending = all;
+  std::optional<ClusterNode> ask;  // the next round goes there, each command after ASKING
+  bool refresh = !have_map;
+  int attempts = 0;
+  int redirects = 0;
+  int64_t backoff_ms = 0;
+  // A node that could not be asked (or no node serving the slot): refresh the map and try again
+  // after a backoff, within the attempts budget.
+  auto unreachable = [&](const std::string& why) -> std::optional<Error> {
+    ClusterStep step = cluster_step_after_io_failure(why, attempts, options.retry);
+    if (step.action == ClusterStep::Action::kGiveUp) return step.error;
+    refresh = true;
+    backoff_ms = step.backoff_ms;
+    ++stats.retries;
+    return std::nullopt;
+  };
+
+  for (;;) {
+    if (backoff_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
+    backoff_ms = 0;
+    if (refresh) {
+      refresh = false;
+      if (Status s = refresh_locked(); !s.ok() && !have_map) {
+        if (s.error().code == ErrorCode::kUnauthenticated) return s.error();
+        ++attempts;
+        if (std::optional<Error> e = unreachable(s.error().message)) return *e;
+        continue;
+      }
+    }
+    ClusterNode node;
+    if (ask) {
+      node = *ask;
+    } else if (const ClusterShard* shard = map.shard_for_slot(slot)) {
+      node = shard->master;
+    } else {
+      ++attempts;
+      if (std::optional<Error> e = unreachable("no node serves slot " + std::to_string(slot))) {
+        return *e;
+      }
+      continue;
+    }
+    // An ASK is followed command by command (ASKING holds for the next command only); a
+    // transaction is not split: it waits for the migration to end (the next MOVED) instead.
+    const bool asking = ask.has_value();
+    ask.reset();
+    std::vector<RedisCommand> sent;
+    for (std::size_t i : pending) {
+      if (asking) sent.push_back({"ASKING"});
+      sent.push_back(commands[i]);
+    }
+    bool after_send = false;
+    Result<std::vector<RespValue>> got =
+        round(node, std::move(sent), false, transaction ? ScriptForm::kText : ScriptForm::kBySha,
+              &after_send, timeout_ms);
+    ++attempts;
+    if (!got.ok()) {
+      if (got.error().code == ErrorCode::kUnauthenticated) return got.error();
+      bool reads = std::all_of(pending.begin(), pending.end(),
+                               [&](std::size_t i) { return changes_nothing(commands[i]); });
+      if (after_send && !reads) {
+        return Error(ErrorCode::kStoreUnavailable,
+                     got.error().message + " (a write that may have run is not sent again)");
+      }
+      if (std::optional<Error> e = unreachable(got.error().message)) return *e;
+      continue;
+    }
+    std::vector<RespValue> answers;
+    for (std::size_t k = asking ? 1 : 0; k < got->size(); k += asking ? 2 : 1) {
+      answers.push_back(std::move((*got)[k]));
+    }
+    // Every command of the round went to one slot: the first routing answer decides for all.
+    std::optional<ClusterStep> step;
+    std::vector<std::size_t> again;
+    for (std::size_t j = 0; j < answers.size() && j < pending.size(); ++j) {
+      ClusterStep s =
+          decide_cluster_step(answers[j], node.host, attempts, redirects, options.retry);
+      if (s.action == ClusterStep::Action::kUseReply) {
+        replies[pending[j]] = std::move(answers[j]);
+        continue;
+      }
+      again.push_back(pending[j]);
+      if (!step) step = std::move(s);
+    }
+    if (!step) return replies;
+    if (step->action == ClusterStep::Action::kGiveUp) return step->error;
+    if (step->action == ClusterStep::Action::kRetryAt && step->slot != slot) {
+      return Error(ErrorCode::kInvalidArgument, "redis cluster: a command sent to slot " +
+                                                    std::to_string(slot) + " names a key of slot " +
+                                                    std::to_string(step->slot));
+    }
+    note_step(*step, &refresh, &backoff_ms);
+    if (step->action == ClusterStep::Action::kRetryAt) ++redirects;
+    if (step->action == ClusterStep::Action::kAskAt) {
+      ++redirects;
+      if (transaction) {
+        backoff_ms = cluster_backoff_ms(attempts, options.retry);
+      } else {
+        ask = step->node;
+      }
+    }
+    // A transaction is sent whole again (a redirected command aborted it: nothing ran).
+    pending = transaction ? all : again;
+  }
+}
+
 std::vector<std::pair<ClusterNode, Result<RespValue>>>
 RedisClusterPool::Impl::run_on_masters_locked(const RedisCommand& argv) {
   std::vector<std::pair<ClusterNode, Result<RespValue>>> out;
@@ -472,6 +649,16 @@ std::vector<Result<RespValue>> RedisClusterPool::run_batch(
     const std::vector<ClusterRequest>& requests) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->run_batch_locked(requests);
+}
+
+Result<std::vector<RespValue>> RedisClusterPool::run_at_slot(
+    uint16_t slot, const std::vector<RedisCommand>& commands, int64_t timeout_ms) {
+  if (slot >= kClusterSlotCount) {
+    return Error(ErrorCode::kInvalidArgument,
+                 "redis cluster: slot " + std::to_string(slot) + " is past 16383");
+  }
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->run_at_slot_locked(slot, commands, timeout_ms);
 }
 
 std::vector<std::pair<ClusterNode, Result<RespValue>>> RedisClusterPool::run_on_masters(

@@ -77,6 +77,19 @@ class RedisClusterPool {
   // one node, and always for commands of one slot).
   std::vector<Result<RespValue>> run_batch(const std::vector<ClusterRequest>& requests);
 
+  // `commands` as ONE pipeline to the master serving `slot`, replies in order: a MULTI ... EXEC
+  // block, or commands whose keys all hash to `slot` (commands without a key go along: SCAN, PING,
+  // a script that declares no key). MOVED re-sends the redirected commands to the named master
+  // (a transaction whole: a redirected command aborted it, so nothing ran), ASK re-sends them to
+  // the importing node each after ASKING (a transaction waits for the migration's MOVED instead);
+  // the other answers and unreachable nodes as run(). A failed connection after the pipeline was
+  // sent is retried only when every command in it changes nothing. A MOVED for another slot is
+  // kInvalidArgument (a key outside `slot`). `timeout_ms` > 0 replaces the command timeout for
+  // this call (a blocking read: BLPOP, XREADGROUP BLOCK).
+  Result<std::vector<RespValue>> run_at_slot(uint16_t slot,
+                                             const std::vector<RedisCommand>& commands,
+                                             int64_t timeout_ms = 0);
+
   // `argv` on every master serving slots (a SCAN walk, DBSIZE, FLUSHALL, SCRIPT LOAD), with the
   // master's address. A master that cannot be reached is an Error in its place.
   std::vector<std::pair<ClusterNode, Result<RespValue>>> run_on_masters(const RedisCommand& argv);

@@ -12,11 +12,13 @@
 #include <hiredis/hiredis.h>
 #include <sys/time.h>
 
+#include "native-agent/store/redis_cluster_pool.h"
 #include "native-agent/store/redis_link.h"
 #include "shared/canonical_json.h"
 #include "shared/discovery_redis.h"
 #include "shared/numbers.h"
 #include "shared/preferences_redis.h"
+#include "shared/redis_cluster.h"
 #include "shared/redis_conversation.h"
 #include "shared/resp.h"
 #include "shared/schema_assets.h"
@@ -84,9 +86,46 @@ std::string key_list_error(std::string_view what, const Error& e) {
   return std::string(what) + ": " + e.message;
 }
 
+// ---- what the store sends through --------------------------------------------------------------
+
+// The one thing RedisStore needs of Redis, whether a single node or a Redis Cluster: `commands`
+// as one pipeline, one reply per command in order (error replies are values; a MULTI ... EXEC
+// block is sent whole, to one node). `timeout_ms` > 0 replaces the command timeout for this call
+// (a blocking read). The store's logic is written once over it; each channel is one connection
+// (or, on a cluster, one connection per node), so a blocking read holds only its own.
+class RedisChannel {
+ public:
+  virtual ~RedisChannel() = default;
+  virtual Result<std::vector<RespValue>> run(const std::vector<RedisCommand>& commands,
+                                             int64_t timeout_ms = 0) = 0;
+};
+
+// A Redis Cluster (native-agent/store/redis_cluster_pool.h). Key layout v1 puts every key of the
+// namespace under one hash tag, `quiver:{ns}:...`, so every key the store names lives in the
+// slot of the namespace: each pipeline goes, whole, to the master serving that slot, found by a
+// key of the namespace rather than by the commands' own keys. So a script that declares no key,
+// a MULTI/EXEC block and SCAN all reach the namespace's node, and a failover or a resharding
+// (MOVED, ASK) is followed there. Layout v2 (docs/design.md) spreads the keys: it routes each
+// command by its keys (RedisClusterPool::run_batch) and walks every master
+// (RedisClusterPool::run_on_masters) where v1 SCANs one node.
+class ClusterChannel final : public RedisChannel {
+ public:
+  ClusterChannel(std::unique_ptr<RedisClusterPool> pool, uint16_t slot)
+      : pool_(std::move(pool)), slot_(slot) {}
+  Result<std::vector<RespValue>> run(const std::vector<RedisCommand>& commands,
+                                     int64_t timeout_ms) override {
+    return pool_->run_at_slot(slot_, commands, timeout_ms);
+  }
+  RedisClusterPoolStats stats() const { return pool_->stats(); }
+
+ private:
+  std::unique_ptr<RedisClusterPool> pool_;
+  uint16_t slot_;
+};
+
 // ---- one connection ----------------------------------------------------------------------------
 
-class RedisConnection {
+class RedisConnection final : public RedisChannel {
  public:
   RedisConnection(const RedisStoreOptions& options, const RedisTls* tls)
       : redis_(options.redis),
@@ -109,7 +148,7 @@ class RedisConnection {
   // EVALSHA, and again as EVAL where Redis answers NOSCRIPT (the core's conversation), except
   // inside MULTI/EXEC, where a NOSCRIPT would abort the transaction at EXEC.
   Result<std::vector<RespValue>> run(const std::vector<RedisCommand>& commands,
-                                     int64_t timeout_ms = 0) {
+                                     int64_t timeout_ms) override {
     std::lock_guard<std::mutex> lock(mu_);
     SigpipeGuard no_sigpipe;
     if (Status s = connect_locked(); !s.ok()) return s.error();
@@ -403,22 +442,61 @@ struct RedisStore::Impl {
   RedisStoreOptions options;
   RedisKeys keys;
   std::shared_ptr<RedisTls> tls;  // rediss:// only
-  RedisConnection main;
-  RedisConnection blocking;
-  RedisConnection calls;  // read_relayed_calls with block_ms > 0
+  std::unique_ptr<RedisChannel> main;
+  std::unique_ptr<RedisChannel> blocking;  // read_revalidations with block_ms > 0
+  std::unique_ptr<RedisChannel> calls;     // read_relayed_calls with block_ms > 0
   LockedBodyCache bodies{options.body_cache_max_bytes};
 
   Impl(RedisStoreOptions o, RedisKeys k, std::shared_ptr<RedisTls> t)
-      : options(std::move(o)),
-        keys(std::move(k)),
-        tls(std::move(t)),
-        main(options, tls.get()),
-        blocking(options, tls.get()),
-        calls(options, tls.get()) {}
+      : options(std::move(o)), keys(std::move(k)), tls(std::move(t)) {}
+
+  // The channels: three connections to one Redis, or three pools on a cluster.
+  Status open_channels() {
+    if (!options.redis.cluster) {
+      main = std::make_unique<RedisConnection>(options, tls.get());
+      blocking = std::make_unique<RedisConnection>(options, tls.get());
+      calls = std::make_unique<RedisConnection>(options, tls.get());
+      return Status::Ok();
+    }
+    const uint16_t slot = cluster_key_slot(keys.namespace_record());
+    for (std::unique_ptr<RedisChannel>* channel : {&main, &blocking, &calls}) {
+      RedisClusterPoolOptions po;
+      for (const RedisHostPort& seed : options.redis.seeds) {
+        ClusterNode node;
+        node.host = seed.host;
+        node.port = seed.port;
+        po.seeds.push_back(std::move(node));
+      }
+      po.username = options.redis.username;
+      po.password = options.redis.password;
+      po.tls = options.redis.tls;
+      po.tls_files = options.redis.tls_files;
+      po.connect_timeout_ms = options.connect_timeout_ms;
+      po.command_timeout_ms = options.command_timeout_ms;
+      Result<std::unique_ptr<RedisClusterPool>> pool = RedisClusterPool::create(std::move(po));
+      if (!pool.ok()) return pool.error();
+      *channel = std::make_unique<ClusterChannel>(std::move(pool).value(), slot);
+    }
+    return Status::Ok();
+  }
+
+  std::optional<RedisClusterPoolStats> cluster_stats() const {
+    if (!options.redis.cluster) return std::nullopt;
+    RedisClusterPoolStats sum;
+    for (const std::unique_ptr<RedisChannel>* channel : {&main, &blocking, &calls}) {
+      RedisClusterPoolStats one = static_cast<const ClusterChannel&>(**channel).stats();
+      sum.moved += one.moved;
+      sum.ask += one.ask;
+      sum.retries += one.retries;
+      sum.refreshes += one.refreshes;
+      sum.connections += one.connections;
+    }
+    return sum;
+  }
 
   // One command whose error reply is a failure.
   Result<RespValue> one(const RedisCommand& argv, std::string_view what) {
-    Result<std::vector<RespValue>> r = main.run({argv});
+    Result<std::vector<RespValue>> r = main->run({argv});
     if (!r.ok()) return r.error();
     RespValue& v = (*r)[0];
     if (v.is_error()) return reply_error(v, what);
@@ -434,7 +512,7 @@ struct RedisStore::Impl {
   Result<std::vector<RespValue>> many(const std::vector<RedisCommand>& commands,
                                       std::string_view what) {
     if (commands.empty()) return std::vector<RespValue>{};
-    Result<std::vector<RespValue>> r = main.run(commands);
+    Result<std::vector<RespValue>> r = main->run(commands);
     if (!r.ok()) return r.error();
     for (const RespValue& v : *r) {
       if (v.is_error()) return reply_error(v, what);
@@ -450,7 +528,7 @@ struct RedisStore::Impl {
     all.push_back({"MULTI"});
     all.insert(all.end(), commands.begin(), commands.end());
     all.push_back({"EXEC"});
-    Result<std::vector<RespValue>> r = main.run(all);
+    Result<std::vector<RespValue>> r = main->run(all);
     if (!r.ok()) return r.error();
     for (const RespValue& v : *r) {
       if (v.is_error()) return reply_error(v, what);
@@ -485,6 +563,10 @@ struct RedisStore::Impl {
 
   // Every key of the namespace (SCAN MATCH "quiver:{ns}:*", optionally of one TYPE), page by page.
   // TODO(perf): O(keys of the namespace); run on config sync only.
+  // On a cluster, layout v1 keeps every key of the namespace in the slot of `{ns}`: the SCAN goes
+  // to that slot's master (ClusterChannel) and sees them all. Layout v2 spreads them, and walks
+  // each master with its own cursor (RedisClusterPool::run_on_masters); so does
+  // list_manifest_metas' SCAN.
   Status scan_namespace(const char* type,
                         const std::function<Status(const std::vector<std::string>&)>& page) {
     std::string cursor = "0";
@@ -516,8 +598,8 @@ struct RedisStore::Impl {
   // The group reads the stream from its start, so requests queued before any agent ran are
   // consumed. BUSYGROUP (it exists) is success.
   Status ensure_group() {
-    Result<std::vector<RespValue>> r = main.run({{"XGROUP", "CREATE", keys.revalidate_stream(),
-                                                  kRevalidateConsumerGroup, "0", "MKSTREAM"}});
+    Result<std::vector<RespValue>> r = main->run({{"XGROUP", "CREATE", keys.revalidate_stream(),
+                                                   kRevalidateConsumerGroup, "0", "MKSTREAM"}});
     if (!r.ok()) return r.error();
     const RespValue& v = (*r)[0];
     if (v.is_error() && !starts_with(v.str, "BUSYGROUP")) return reply_error(v, "XGROUP CREATE");
@@ -579,6 +661,12 @@ Result<std::unique_ptr<RedisStore>> RedisStore::create(RedisStoreOptions options
     return invalid("redis store: the port must be 1 to 65535");
   }
   if (options.redis.db < 0) return invalid("redis store: the database must not be negative");
+  if (options.redis.cluster) {
+    if (options.redis.seeds.empty()) return invalid("redis store: a cluster needs a seed node");
+    if (options.redis.db != 0) {
+      return invalid("redis store: a Redis Cluster has only database 0 (it refuses SELECT)");
+    }
+  }
   Result<RedisKeys> keys = RedisKeys::create(options.ns);
   if (!keys.ok()) return keys.error();
   if (options.connect_timeout_ms <= 0 || options.command_timeout_ms <= 0) {
@@ -599,6 +687,7 @@ Result<std::unique_ptr<RedisStore>> RedisStore::create(RedisStoreOptions options
     tls = std::move(t).value();
   }
   auto impl = std::make_unique<Impl>(std::move(options), std::move(keys).value(), std::move(tls));
+  if (Status s = impl->open_channels(); !s.ok()) return s.error();
   return std::unique_ptr<RedisStore>(new RedisStore(std::move(impl)));
 }
 
@@ -606,6 +695,34 @@ RedisStore::RedisStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 RedisStore::~RedisStore() = default;
 
 BodyCacheCounts RedisStore::body_cache_counts() const { return impl_->bodies.counts(); }
+
+std::optional<RedisClusterPoolStats> RedisStore::cluster_stats() const {
+  return impl_->cluster_stats();
+}
+
+std::string RedisStore::metrics_text() const {
+  std::optional<RedisClusterPoolStats> stats = impl_->cluster_stats();
+  if (!stats) return "";
+  std::string out;
+  auto counter = [&out](const char* name, const char* help, uint64_t value) {
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n" + name +
+           " " + std::to_string(value) + "\n";
+  };
+  counter("quiver_redis_cluster_moved_total",
+          "MOVED answers the Redis Cluster gave and the agent followed (a failover, a resharding).",
+          stats->moved);
+  counter("quiver_redis_cluster_ask_total",
+          "ASK answers followed (a slot in the middle of a migration).", stats->ask);
+  counter("quiver_redis_cluster_retries_total",
+          "Commands sent again after TRYAGAIN, LOADING, CLUSTERDOWN, MASTERDOWN, READONLY or a "
+          "node that could not be reached.",
+          stats->retries);
+  counter("quiver_redis_cluster_map_refreshes_total", "Slot maps read from the cluster.",
+          stats->refreshes);
+  counter("quiver_redis_cluster_connections_total", "Connections opened to cluster nodes.",
+          stats->connections);
+  return out;
+}
 
 std::string RedisStore::describe() const {
   return impl_->options.redis.describe() + " namespace " + impl_->keys.ns();
@@ -818,7 +935,7 @@ Result<ManifestPage> RedisStore::list_manifest_metas(std::string_view cursor, st
     keys.push_back(key);
   }
   if (commands.empty()) return page;
-  Result<std::vector<RespValue>> r = impl_->main.run(commands);
+  Result<std::vector<RespValue>> r = impl_->main->run(commands);
   if (!r.ok()) return r.error();
   for (std::size_t i = 0; i < parsed.size(); ++i) {
     Result<MetaFields> read = meta_reads_reply(*r, kMetaReadCommands * i);
@@ -976,7 +1093,7 @@ Result<DiscoverySnapshot> RedisStore::read_discovery(const Principal& member,
                                                      const SnapshotQuery& query) {
   Result<RedisCommand> command = discovery_read_command(impl_->keys, member, query);
   if (!command.ok()) return command.error();
-  Result<std::vector<RespValue>> reply = impl_->main.run({*command});
+  Result<std::vector<RespValue>> reply = impl_->main->run({*command});
   if (!reply.ok()) return reply.error();
   Result<DiscoverySnapshot> snapshot = decode_discovery_reply((*reply)[0], member);
   if (!snapshot.ok()) return snapshot;
@@ -1162,7 +1279,7 @@ Result<RevalidationBatch> RedisStore::read_revalidations(std::string_view consum
     read.push_back(std::to_string(block_ms));
   }
   read.insert(read.end(), {"STREAMS", impl_->keys.revalidate_stream(), ">"});
-  RedisConnection& conn = block_ms > 0 ? impl_->blocking : impl_->main;
+  RedisChannel& conn = block_ms > 0 ? *impl_->blocking : *impl_->main;
   int64_t timeout = block_ms > 0 ? block_ms + impl_->options.command_timeout_ms : 0;
   Result<std::vector<RespValue>> r = conn.run({read}, timeout);
   if (r.ok() && (*r)[0].is_error() && starts_with((*r)[0].str, "NOGROUP")) {
@@ -1200,9 +1317,9 @@ Result<RevalidationBatch> RedisStore::claim_stale_revalidations(std::string_view
   for (int round = 0; round < 16 && out.requests.size() < max; ++round) {
     std::size_t want = max - out.requests.size();
     Result<std::vector<RespValue>> r =
-        impl_->main.run({{"XAUTOCLAIM", impl_->keys.revalidate_stream(), kRevalidateConsumerGroup,
-                          std::string(consumer), std::to_string(min_idle_ms), start, "COUNT",
-                          std::to_string(want)}});
+        impl_->main->run({{"XAUTOCLAIM", impl_->keys.revalidate_stream(), kRevalidateConsumerGroup,
+                           std::string(consumer), std::to_string(min_idle_ms), start, "COUNT",
+                           std::to_string(want)}});
     if (!r.ok()) return r.error();
     const RespValue& v = (*r)[0];
     if (v.is_error()) {
@@ -1230,7 +1347,7 @@ Result<std::vector<std::string>> RedisStore::remove_idle_consumers(std::string_v
   if (min_idle_ms < 0) return invalid("remove_idle_consumers: min_idle_ms must be >= 0");
   const std::string stream = impl_->keys.revalidate_stream();
   Result<std::vector<RespValue>> info =
-      impl_->main.run({{"XINFO", "CONSUMERS", stream, kRevalidateConsumerGroup}});
+      impl_->main->run({{"XINFO", "CONSUMERS", stream, kRevalidateConsumerGroup}});
   if (!info.ok()) return info.error();
   const RespValue& v = (*info)[0];
   std::vector<std::string> removed;
@@ -1649,14 +1766,14 @@ Result<RelayedCallBatch> RedisStore::read_relayed_calls(std::string_view consume
     read.push_back(std::to_string(block_ms));
   }
   read.insert(read.end(), {"STREAMS", stream, ">"});
-  RedisConnection& conn = block_ms > 0 ? impl_->calls : impl_->main;
+  RedisChannel& conn = block_ms > 0 ? *impl_->calls : *impl_->main;
   int64_t timeout = block_ms > 0 ? block_ms + impl_->options.command_timeout_ms : 0;
   Result<std::vector<RespValue>> r = conn.run({read}, timeout);
   if (r.ok() && (*r)[0].is_error() && starts_with((*r)[0].str, "NOGROUP")) {
     // From the stream's end ($): a call queued while no agent consumed is past its use (the
     // edge answered agent_unreachable or timed out); BUSYGROUP (another agent made it) is fine.
     Result<std::vector<RespValue>> made =
-        impl_->main.run({{"XGROUP", "CREATE", stream, kCallsConsumerGroup, "$", "MKSTREAM"}});
+        impl_->main->run({{"XGROUP", "CREATE", stream, kCallsConsumerGroup, "$", "MKSTREAM"}});
     if (!made.ok()) return made.error();
     const RespValue& v = (*made)[0];
     if (v.is_error() && !starts_with(v.str, "BUSYGROUP")) return reply_error(v, "XGROUP CREATE");
@@ -1691,7 +1808,7 @@ Result<RelayedCallBatch> RedisStore::read_relayed_calls(std::string_view consume
   if (!bad.empty()) {
     RedisCommand del = {"XDEL", stream};
     del.insert(del.end(), bad.begin(), bad.end());
-    (void)impl_->main.run({del});
+    (void)impl_->main->run({del});
   }
   return batch;
 }
@@ -1709,7 +1826,7 @@ Status RedisStore::mark_call_agent_alive(std::string_view consumer, int64_t ttl_
   if (ttl_ms <= 0) return invalid("mark_call_agent_alive: no lifetime");
   // The group first (from the stream's end; BUSYGROUP: it exists): an edge queues only while
   // `call-agents` exists, so every request it queues is after the group's start.
-  Result<std::vector<RespValue>> r = impl_->main.run(
+  Result<std::vector<RespValue>> r = impl_->main->run(
       {{"XGROUP", "CREATE", impl_->keys.calls(), kCallsConsumerGroup, "$", "MKSTREAM"},
        {"SET", impl_->keys.call_agents(), std::string(consumer), "PX", std::to_string(ttl_ms)}});
   if (!r.ok()) return r.error();

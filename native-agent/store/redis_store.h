@@ -26,16 +26,26 @@
 // commits), one for read_relayed_calls with block_ms > 0 (nor the revalidation workers). Calls from
 // many threads are safe; they take turns on a connection.
 //
+// A Redis Cluster (`redis+cluster://seed1:port,seed2:port`, RedisConfig::cluster): the three
+// connections are three RedisClusterPools (native-agent/store/redis_cluster_pool.h), each with its
+// own connection per node. Key layout v1 keeps the whole namespace in one slot (one hash tag,
+// `quiver:{ns}:`), so every op goes to the master of that slot, as one pipeline: scripts,
+// MULTI/EXEC blocks and SCAN alike. A failover is followed (MOVED, a dead node's replica promoted:
+// the map is read again); the keys are not spread over the masters (layout v2 will). The ops and
+// their logic are the same as on one Redis: one implementation over both.
+//
 // Bodies: the manifest bodies a read fetched are kept by content (body_cache.h, bounded by
 // body_cache_max_bytes), so later reads send no MGET for them; a new commit names a new body.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "native-agent/base/config.h"
 #include "native-agent/store/body_cache.h"
+#include "native-agent/store/redis_cluster_pool.h"
 #include "native-agent/store/store.h"
 
 namespace quiver {
@@ -149,6 +159,12 @@ class RedisStore final : public ManifestStore {
 
   // The bodies kept by content: entries, bytes, hits, misses, evictions.
   BodyCacheCounts body_cache_counts() const;
+
+  // On a cluster: what the pools have done (MOVED and ASK followed, retries, slot maps read,
+  // connections), summed over the three; nullopt on one Redis.
+  std::optional<RedisClusterPoolStats> cluster_stats() const;
+  // On a cluster: those counters as Prometheus text (quiver_redis_cluster_*_total); "" otherwise.
+  std::string metrics_text() const override;
 
  private:
   struct Impl;

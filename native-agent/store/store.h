@@ -186,6 +186,9 @@ class ManifestStore {
   virtual std::string describe() const = 0;
   // One round trip to the backend: ok, or why not (kStoreUnavailable, kUnauthenticated).
   virtual Status health() = 0;
+  // The backend's own counters as Prometheus text, appended to GET /metrics (a Redis Cluster's
+  // redirects and retries); "" for a backend that keeps none (SQLite, one Redis).
+  virtual std::string metrics_text() const { return ""; }
 
   // --- the namespace record (NamespaceState) ---
   // RedisStore: quiver:{ns}:namespace. SqliteStore: always kReady (the file is the agent's own;

@@ -366,9 +366,16 @@ std::vector<ErrorCase> error_cases() {
       {"private type", with_quiver(R"({"allow_private_upstreams": "yes"})"),
        "quiver.allow_private_upstreams: must be true or false"},
       {"redis scheme", with_quiver(R"({"redis": "http://h:6379"})"),
-       "quiver.redis: not a Redis URL: it must start with redis:// or rediss://"},
+       "quiver.redis: not a Redis URL: it must start with redis://, rediss://, redis+cluster:// "
+       "or rediss+cluster://"},
       {"redis type", with_quiver(R"({"redis": {"host": "h"}})"),
-       "quiver.redis: must be a redis:// or rediss:// URL string"},
+       "quiver.redis: must be a redis://, rediss://, redis+cluster:// or rediss+cluster:// URL"},
+      {"redis hosts", with_quiver(R"({"redis": "redis://h1:7000,h2:7000"})"),
+       "quiver.redis: not a Redis URL: several hosts name a Redis Cluster: use redis+cluster://"},
+      {"redis cluster db", with_quiver(R"({"redis": "redis+cluster://h1:7000,h2:7000/2"})"),
+       "quiver.redis: not a Redis URL: a Redis Cluster has only database 0 (it refuses SELECT)"},
+      {"redis cluster seed", with_quiver(R"({"redis": "redis+cluster://h1:7000,:7001"})"),
+       "quiver.redis: not a Redis URL: a seed: the host is empty"},
       {"redis password var", with_quiver(R"({"redis": "redis://:${REDIS_PW}@h:6379/0"})"),
        "quiver.redis: the password references ${REDIS_PW}, which is not set"},
       {"redis port", with_quiver(R"({"redis": "redis://h:0"})"), "quiver.redis: not a Redis URL"},
@@ -958,6 +965,51 @@ TEST(ConfigTest, RedisUrlForms) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->password->reveal(), "a/b");
   EXPECT_EQ(r->db, 15);
+}
+
+// A Redis Cluster: seeds, comma-separated, in the file (with `${}`) and in QUIVER_REDIS_URL; the
+// password never in describe(); database 0 only.
+TEST(ConfigTest, RedisClusterUrls) {
+  Inputs in;
+  in.env["PW"] = "cl:uster";
+  in.env["SEED2"] = "10.0.0.2";
+  AgentConfig cfg = parse_ok(
+      in, R"({"quiver": {"redis": "redis+cluster://:${PW}@10.0.0.1:7000,${SEED2},[::1]:7002/0"}})");
+  ASSERT_TRUE(cfg.redis.has_value());
+  EXPECT_TRUE(cfg.redis->cluster);
+  EXPECT_FALSE(cfg.redis->tls);
+  ASSERT_EQ(cfg.redis->seeds.size(), 3u);
+  EXPECT_EQ(cfg.redis->seeds[0].host, "10.0.0.1");
+  EXPECT_EQ(cfg.redis->seeds[0].port, 7000);
+  EXPECT_EQ(cfg.redis->seeds[1].host, "10.0.0.2");
+  EXPECT_EQ(cfg.redis->seeds[1].port, 6379);
+  EXPECT_EQ(cfg.redis->seeds[2].host, "::1");
+  EXPECT_EQ(cfg.redis->seeds[2].port, 7002);
+  EXPECT_EQ(cfg.redis->host, "10.0.0.1");
+  EXPECT_EQ(cfg.redis->password->reveal(), "cl:uster");
+  EXPECT_EQ(cfg.redis->describe(), "redis+cluster://:***@10.0.0.1:7000,10.0.0.2:6379,[::1]:7002");
+
+  in.env = {{"QUIVER_REDIS_URL", "RediSS+Cluster://quiver:p%40ss@c1.internal:6380"}};
+  cfg = parse_ok(in, R"({"quiver": {"redis": "redis://ignored:6379"}})");
+  ASSERT_TRUE(cfg.redis.has_value());
+  EXPECT_TRUE(cfg.redis->cluster);
+  EXPECT_TRUE(cfg.redis->tls);
+  ASSERT_EQ(cfg.redis->seeds.size(), 1u);
+  EXPECT_EQ(cfg.redis->password->reveal(), "p@ss");
+  EXPECT_EQ(cfg.redis->describe(), "rediss+cluster://quiver:***@c1.internal:6380");
+
+  Result<RedisConfig> bad = parse_redis_url("redis+cluster://:pw@h1:7000,h2:7000/1");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("only database 0"), std::string::npos);
+  EXPECT_EQ(bad.error().message.find("pw"), std::string::npos);
+  bad = parse_redis_url("rediss://h1:7000,h2:7000");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("rediss+cluster://"), std::string::npos);
+  // A single node is unchanged: no seeds.
+  Result<RedisConfig> one = parse_redis_url("redis://h:1/2");
+  ASSERT_TRUE(one.ok());
+  EXPECT_FALSE(one->cluster);
+  EXPECT_TRUE(one->seeds.empty());
 }
 
 TEST(ConfigTest, UnknownQuiverVariablesAreWarnedAbout) {

@@ -357,6 +357,71 @@ TEST_F(RedisClusterTest, SlotMigratedMidTrafficIsFollowedThroughAskThenMoved) {
   RecordProperty("traffic_moved", static_cast<int>(traffic->stats().moved));
 }
 
+// run_at_slot: one pipeline to the slot's master, keyless commands along; mid-migration the keys
+// already moved are asked for at the importing node (ASKING before each), the rest answered where
+// they are; once moved, the old owner's MOVED sends the pipeline, and a MULTI/EXEC block whole, to
+// the new one. A key of another slot is refused, not sent around.
+TEST_F(RedisClusterTest, APipelinePinnedToASlotFollowsItsMigration) {
+  std::unique_ptr<RedisClusterPool> pool = make_pool();
+  ASSERT_TRUE(pool->refresh().ok());
+  const std::string tag = "{pin}";
+  const uint16_t slot = cluster_key_slot(tag);
+  const int from = pool->map().shard_for_slot(slot)->master.port;
+  int to = 0;
+  for (const ClusterNode& m : pool->map().masters()) {
+    if (m.port != from) to = m.port;
+  }
+  ASSERT_NE(to, 0);
+  auto values = [](const Result<std::vector<RespValue>>& r) {
+    std::vector<std::string> out;
+    if (!r.ok()) return std::vector<std::string>{"error: " + r.error().message};
+    for (const RespValue& v : *r) out.push_back(v.is_integer() ? std::to_string(v.integer) : v.str);
+    return out;
+  };
+  Result<std::vector<RespValue>> put =
+      pool->run_at_slot(slot, {{"SET", tag + "a", "1"}, {"SET", tag + "b", "2"}, {"PING"}});
+  EXPECT_EQ(values(put), (std::vector<std::string>{"OK", "OK", "PONG"}));
+
+  const std::string s = std::to_string(slot);
+  ASSERT_TRUE(on(to, {"CLUSTER", "SETSLOT", s, "IMPORTING", cluster_->node_id(from)}).is_ok());
+  ASSERT_TRUE(on(from, {"CLUSTER", "SETSLOT", s, "MIGRATING", cluster_->node_id(to)}).is_ok());
+  ASSERT_TRUE(
+      on(from, {"MIGRATE", "127.0.0.1", std::to_string(to), tag + "a", "0", "5000"}).is_ok());
+  // `a` moved, `b` not yet.
+  EXPECT_EQ(values(pool->run_at_slot(slot, {{"GET", tag + "a"}, {"GET", tag + "b"}})),
+            (std::vector<std::string>{"1", "2"}));
+  EXPECT_GE(pool->stats().ask, 1u);
+  EXPECT_EQ(pool->stats().moved, 0u);
+
+  ASSERT_TRUE(
+      on(from, {"MIGRATE", "127.0.0.1", std::to_string(to), tag + "b", "0", "5000"}).is_ok());
+  for (int port : cluster_->master_ports()) {
+    ASSERT_TRUE(on(port, {"CLUSTER", "SETSLOT", s, "NODE", cluster_->node_id(to)}).is_ok());
+  }
+  Result<std::vector<RespValue>> tx =
+      pool->run_at_slot(slot, {{"MULTI"}, {"INCR", tag + "a"}, {"INCR", tag + "b"}, {"EXEC"}});
+  ASSERT_TRUE(tx.ok()) << tx.error().message;
+  ASSERT_EQ(tx->size(), 4u);
+  ASSERT_TRUE(tx->back().is_array()) << tx->back().debug_string();
+  EXPECT_EQ(tx->back().elements.at(0).integer, 2);
+  EXPECT_EQ(tx->back().elements.at(1).integer, 3);
+  EXPECT_GE(pool->stats().moved, 1u);
+  EXPECT_EQ(pool->map().shard_for_slot(slot)->master.port, to);
+  // Every command ran once: the redirected transaction was sent again whole, nothing twice.
+  RespValue a = on(to, {"GET", tag + "a"});
+  EXPECT_EQ(a.str, "2");
+
+  // A key of another slot, on a node that does not serve it: refused with the reason.
+  std::string elsewhere;
+  for (int i = 0; elsewhere.empty(); ++i) {
+    const std::string k = "{x" + std::to_string(i) + "}";
+    if (pool->map().shard_for_slot(cluster_key_slot(k))->master.port != to) elsewhere = k;
+  }
+  Result<std::vector<RespValue>> wrong = pool->run_at_slot(slot, {{"GET", elsewhere}});
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_EQ(wrong.error().code, ErrorCode::kInvalidArgument) << wrong.error().message;
+}
+
 TEST_F(RedisClusterTest, MasterKilledMidTrafficFailsOverAndThePoolRecovers) {
   std::unique_ptr<RedisClusterPool> pool = make_pool();
   std::vector<ClusterRequest> writes;

@@ -92,6 +92,38 @@ std::unique_ptr<RedisStore> store_for(const std::string& url, RedisTlsFiles tls)
   return s.ok() ? std::move(*s) : nullptr;
 }
 
+// A six-node cluster on TLS with the `good` certificates, the password required.
+RedisClusterOptions tls_cluster(const TlsMaterial& good, bool plain_port_too = false) {
+  RedisClusterOptions co;
+  co.password = kPassword;
+  RedisServerTls tls;
+  tls.cert_file = good.server_cert;
+  tls.key_file = good.server_key;
+  tls.ca_file = good.ca_cert;
+  co.tls = tls;
+  co.plain_port_too = plain_port_too;
+  return co;
+}
+
+// A pool seeded with the cluster's first node (it learns the rest), the password given; TLS
+// verified against `ca` when `use_tls`.
+std::unique_ptr<RedisClusterPool> cluster_pool(const RedisCluster& cluster, bool use_tls,
+                                               const std::string& ca, bool replica_reads) {
+  RedisClusterPoolOptions o;
+  ClusterNode seed;
+  seed.host = "127.0.0.1";
+  seed.port = cluster.ports()[0];
+  o.seeds.push_back(seed);
+  o.password = Secret(kPassword);
+  o.tls = use_tls;
+  o.tls_files.ca_file = ca;
+  o.replica_reads = replica_reads;
+  o.retry.max_attempts = 10;
+  Result<std::unique_ptr<RedisClusterPool>> pool = RedisClusterPool::create(std::move(o));
+  EXPECT_TRUE(pool.ok()) << pool.error().message;
+  return pool.ok() ? std::move(*pool) : nullptr;
+}
+
 // What health() says: "" when it answered.
 std::string health_error(RedisStore& store) {
   Status s = store.health();
@@ -344,30 +376,11 @@ TEST(RedisTls, ThePoolTalksToATlsClusterOnEveryNode) {
   TlsMaterial good = make_tls_material(dir.root(), "good");
   TlsMaterial wrong = make_tls_material(dir.root(), "wrong");
   ASSERT_EQ(good.error + wrong.error, "");
-  RedisClusterOptions co;
-  co.password = kPassword;
-  RedisServerTls tls;
-  tls.cert_file = good.server_cert;
-  tls.key_file = good.server_key;
-  tls.ca_file = good.ca_cert;
-  co.tls = tls;
-  RedisCluster cluster(co);
+  RedisCluster cluster(tls_cluster(good));
   ASSERT_TRUE(cluster.ok()) << cluster.error();
 
   auto make_pool = [&](bool use_tls, const std::string& ca, bool replica_reads) {
-    RedisClusterPoolOptions o;
-    ClusterNode seed;
-    seed.host = "127.0.0.1";
-    seed.port = cluster.ports()[0];
-    o.seeds.push_back(seed);
-    o.password = Secret(kPassword);
-    o.tls = use_tls;
-    o.tls_files.ca_file = ca;
-    o.replica_reads = replica_reads;
-    o.retry.max_attempts = 10;
-    Result<std::unique_ptr<RedisClusterPool>> pool = RedisClusterPool::create(std::move(o));
-    EXPECT_TRUE(pool.ok()) << pool.error().message;
-    return pool.ok() ? std::move(*pool) : nullptr;
+    return cluster_pool(cluster, use_tls, ca, replica_reads);
   };
 
   auto pool = make_pool(true, good.ca_cert, false);
@@ -429,6 +442,57 @@ TEST(RedisTls, ThePoolTalksToATlsClusterOnEveryNode) {
       << plain_refused.error().message;
   EXPECT_NE(plain_refused.error().message.find("use rediss://"), std::string::npos)
       << plain_refused.error().message;
+}
+
+// Nodes that listen on a plain port and a TLS port announce both in CLUSTER SHARDS: a TLS pool
+// dials the TLS ports (not the plain ones, where its handshake would fail), a plain pool the plain
+// ones; and RedisStore runs over the TLS cluster configured as rediss+cluster://.
+TEST(RedisTls, ATlsPoolDialsTheTlsPortOfNodesThatAnnounceBoth) {
+  TempDir dir("quiver-tls");
+  TlsMaterial good = make_tls_material(dir.root(), "good");
+  ASSERT_EQ(good.error, "");
+  RedisCluster cluster(tls_cluster(good, /*plain_port_too=*/true));
+  ASSERT_TRUE(cluster.ok()) << cluster.error();
+  // Both are announced: read for a plain client, the map names other (plain) ports.
+  std::vector<int> tls_ports = cluster.ports();
+  {
+    testing::RedisConnection c(cluster.connect(tls_ports[0]));
+    ASSERT_NE(c, nullptr);
+    Result<ClusterSlotMap> plain =
+        ClusterSlotMap::from_shards(testing::run_argv(c.get(), {"CLUSTER", "SHARDS"}), "127.0.0.1");
+    ASSERT_TRUE(plain.ok()) << plain.error().message;
+    ASSERT_EQ(plain->shards().size(), 3u);
+    for (const ClusterShard& shard : plain->shards()) {
+      EXPECT_EQ(std::find(tls_ports.begin(), tls_ports.end(), shard.master.port), tls_ports.end());
+    }
+  }
+
+  std::unique_ptr<RedisClusterPool> pool = cluster_pool(cluster, true, good.ca_cert, false);
+  ASSERT_TRUE(pool);
+  ASSERT_TRUE(pool->refresh().ok());
+  const ClusterSlotMap map = pool->map();
+  for (const ClusterShard& shard : map.shards()) {
+    EXPECT_NE(std::find(tls_ports.begin(), tls_ports.end(), shard.master.port), tls_ports.end())
+        << shard.master.address() << " is not a TLS port";
+  }
+  std::vector<ClusterRequest> writes;
+  for (int i = 0; i < 60; ++i) {
+    writes.push_back({{"SET", "k{" + std::to_string(i) + "}", std::to_string(i)}, false});
+  }
+  for (const Result<RespValue>& r : pool->run_batch(writes)) {
+    ASSERT_TRUE(r.ok() && r->is_ok()) << (r.ok() ? r->str : r.error().message);
+  }
+  EXPECT_EQ(pool->run_on_masters({"DBSIZE"}).size(), 3u);
+
+  // The store, configured as an operator would: rediss+cluster:// and the CA file.
+  auto store = store_for("rediss+cluster://:" + std::string(kPassword) +
+                             "@127.0.0.1:" + std::to_string(cluster.ports()[0]),
+                         files(good.ca_cert));
+  ASSERT_TRUE(store);
+  ASSERT_TRUE(store->health().ok()) << store->health().error().message;
+  Result<int64_t> epoch = store->bump_epoch();
+  ASSERT_TRUE(epoch.ok()) << epoch.error().message;
+  EXPECT_EQ(*store->read_epoch(), *epoch);
 }
 
 }  // namespace

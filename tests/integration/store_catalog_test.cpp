@@ -22,6 +22,7 @@
 #include "tests/support/edge_acl.h"
 #include "tests/support/hiredis_run.h"
 #include "tests/support/markdown_table.h"
+#include "tests/support/redis_cluster.h"
 #include "tests/support/redis_server.h"
 #include "tests/support/temp_dir.h"
 
@@ -118,7 +119,8 @@ TEST(CatalogSeedApplies, KindNames) {
 
 // ---- both stores -------------------------------------------------------------------------------
 
-enum class Kind { kRedis, kSqlite };
+// RedisStore on one redis-server, on a six-node Redis Cluster (redis+cluster://), SqliteStore.
+enum class Kind { kRedis, kRedisCluster, kSqlite };
 
 // One server for this file's tests, stopped at exit; each test starts from FLUSHALL.
 RedisServer& catalog_redis() {
@@ -136,22 +138,31 @@ std::string raw(RedisServer& server, const std::vector<std::string>& argv) {
 class StoreCatalog : public ::testing::TestWithParam<Kind> {
  protected:
   void SetUp() override {
-    if (redis()) {
+    if (GetParam() == Kind::kRedis) {
       ASSERT_TRUE(catalog_redis().ok()) << catalog_redis().error();
       (void)raw(catalog_redis(), {"FLUSHALL"});
+    } else if (GetParam() == Kind::kRedisCluster) {
+      ASSERT_TRUE(testing::shared_test_cluster().ok()) << testing::shared_test_cluster().error();
+      ASSERT_TRUE(testing::shared_test_cluster().flush_all());
     }
     store_ = open();
     ASSERT_NE(store_, nullptr);
   }
 
-  bool redis() const { return GetParam() == Kind::kRedis; }
+  bool redis() const { return GetParam() != Kind::kSqlite; }
 
   // A store on this test's data; another call gives a second agent on the same data.
   std::unique_ptr<ManifestStore> open(int64_t max_audit = static_cast<int64_t>(kMaxAuditEntries)) {
     if (redis()) {
       RedisStoreOptions o;
       o.redis.host = "127.0.0.1";
-      o.redis.port = catalog_redis().port();
+      if (GetParam() == Kind::kRedisCluster) {
+        o.redis.cluster = true;
+        o.redis.port = testing::shared_test_cluster().ports()[0];
+        o.redis.seeds = {{o.redis.host, o.redis.port}};
+      } else {
+        o.redis.port = catalog_redis().port();
+      }
       o.max_audit_entries = max_audit;
       o.now_ms = [] { return kT0; };
       auto s = RedisStore::create(o);
@@ -587,9 +598,12 @@ TEST_P(StoreCatalog, SetMemberGrantsChangesOneMemberAndItsGrantees) {
   EXPECT_EQ(store_->read_grantees("a b").error().code, ErrorCode::kInvalidArgument);
 }
 
-INSTANTIATE_TEST_SUITE_P(BothStores, StoreCatalog, ::testing::Values(Kind::kRedis, Kind::kSqlite),
+INSTANTIATE_TEST_SUITE_P(BothStores, StoreCatalog,
+                         ::testing::Values(Kind::kRedis, Kind::kRedisCluster, Kind::kSqlite),
                          [](const ::testing::TestParamInfo<Kind>& info) {
-                           return info.param == Kind::kRedis ? "Redis" : "Sqlite";
+                           return info.param == Kind::kRedis          ? "Redis"
+                                  : info.param == Kind::kRedisCluster ? "RedisCluster"
+                                                                      : "Sqlite";
                          });
 
 // Redis gone: every catalog method says the store is unavailable (and nothing crashes).

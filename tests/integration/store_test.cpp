@@ -1,7 +1,8 @@
-// The ManifestStore contract, run against both stores: RedisStore on a real redis-server and
-// SqliteStore on real SQLite files. One parameterized suite (StoreConformance) holds every
-// behaviour the refresh engine relies on; then what only one backend has: Redis going away and
-// coming back, AUTH, two agents racing through two connections; two agents on one SQLite file.
+// The ManifestStore contract, run against both stores: RedisStore on a real redis-server (and on a
+// real six-node Redis Cluster, redis+cluster://) and SqliteStore on real SQLite files. One
+// parameterized suite (StoreConformance) holds every behaviour the refresh engine relies on; then
+// what only one backend has: Redis going away and coming back, AUTH, two agents racing through two
+// connections; two agents on one SQLite file.
 //
 // Time: the SQLite store runs on a fake clock that `pass()` moves; the Redis store expires keys on
 // Redis' clock, so `pass()` sleeps. Short leases and windows keep that under a second per test.
@@ -33,6 +34,7 @@
 #include "shared/sha256.h"
 #include "tests/support/hiredis_run.h"
 #include "tests/support/preference_rows.h"
+#include "tests/support/redis_cluster.h"
 #include "tests/support/redis_server.h"
 #include "tests/support/temp_dir.h"
 
@@ -105,9 +107,8 @@ RespValue raw_value(RedisServer& server, const std::vector<std::string>& argv) {
   return run_argv(c.get(), argv);
 }
 
-// The same, as text: a string, status or error as it is, an integer in decimal, else "(nil)".
-std::string raw(RedisServer& server, const std::vector<std::string>& argv) {
-  RespValue v = raw_value(server, argv);
+// A reply as text: a string, status or error as it is, an integer in decimal, else "(nil)".
+std::string text_of(const RespValue& v) {
   switch (v.type) {
     case RespValue::Type::kBulkString:
     case RespValue::Type::kSimpleString:
@@ -118,6 +119,11 @@ std::string raw(RedisServer& server, const std::vector<std::string>& argv) {
     default:
       return "(nil)";
   }
+}
+
+// The same of a raw command on a test server.
+std::string raw(RedisServer& server, const std::vector<std::string>& argv) {
+  return text_of(raw_value(server, argv));
 }
 
 // Field names of a flat [field, value, ...] array.
@@ -154,7 +160,9 @@ RedisStoreOptions local_redis(int port) {
 
 // ---- backends ----------------------------------------------------------------------------------
 
-enum class Kind { kRedis, kSqlite };
+// RedisStore on one redis-server, RedisStore on a six-node Redis Cluster (redis+cluster://),
+// SqliteStore.
+enum class Kind { kRedis, kRedisCluster, kSqlite };
 
 class Backend {
  public:
@@ -165,6 +173,10 @@ class Backend {
   virtual void pass(int64_t ms) = 0;
   // The stores' clock.
   virtual int64_t now() const = 0;
+  // A raw command on the Redis behind the store, for set-up and inspection (Redis kinds only).
+  virtual RespValue raw(const std::vector<std::string>& /*argv*/) {
+    return RespValue::error("not a Redis store");
+  }
 };
 
 // One server for the whole binary, stopped at exit; each test starts from FLUSHALL.
@@ -175,7 +187,7 @@ RedisServer& shared_redis() {
 
 class RedisBackend : public Backend {
  public:
-  RedisBackend() { (void)raw(shared_redis(), {"FLUSHALL"}); }
+  RedisBackend() { (void)raw({"FLUSHALL"}); }
   Result<std::unique_ptr<ManifestStore>> open() override {
     RedisStoreOptions o = local_redis(shared_redis().port());
     Result<std::unique_ptr<RedisStore>> s = RedisStore::create(o);
@@ -184,6 +196,45 @@ class RedisBackend : public Backend {
   }
   void pass(int64_t ms) override { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
   int64_t now() const override { return system_clock_ms()(); }
+  RespValue raw(const std::vector<std::string>& argv) override {
+    return raw_value(shared_redis(), argv);
+  }
+};
+
+class RedisClusterBackend : public Backend {
+ public:
+  RedisClusterBackend() { (void)raw({"FLUSHALL"}); }
+  void pass(int64_t ms) override { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+  int64_t now() const override { return system_clock_ms()(); }
+  Result<std::unique_ptr<ManifestStore>> open() override {
+    RedisStoreOptions o = redis_options(
+        "redis+cluster://127.0.0.1:" + std::to_string(testing::shared_test_cluster().ports()[0]) +
+        ",127.0.0.1:" + std::to_string(testing::shared_test_cluster().ports()[1]));
+    Result<std::unique_ptr<RedisStore>> s = RedisStore::create(o);
+    if (!s.ok()) return s.error();
+    return std::unique_ptr<ManifestStore>(std::move(s).value());
+  }
+  // FLUSHALL on every master; anything else on the master that serves the namespace's keys
+  // (one slot on key layout v1), found by following MOVED from any node.
+  RespValue raw(const std::vector<std::string>& argv) override {
+    testing::RedisCluster& cluster = testing::shared_test_cluster();
+    if (argv.front() == "FLUSHALL") {
+      return cluster.flush_all() ? RespValue::simple_string("OK") : RespValue::error("FLUSHALL");
+    }
+    const std::string key = RedisKeys::create()->namespace_record();
+    int port = cluster.ports()[0];
+    for (int hop = 0; hop < 3; ++hop) {
+      RedisConnection c(cluster.connect(port));
+      if (c == nullptr) return RespValue::error("no connection");
+      RespValue v = run_argv(c.get(), {"EXISTS", key});
+      if (v.is_error() && v.str.rfind("MOVED ", 0) == 0) {
+        port = std::stoi(v.str.substr(v.str.rfind(':') + 1));
+        continue;
+      }
+      return run_argv(c.get(), argv);
+    }
+    return RespValue::error("MOVED too often");
+  }
 };
 
 class SqliteBackend : public Backend {
@@ -211,6 +262,9 @@ class StoreConformance : public ::testing::TestWithParam<Kind> {
     if (GetParam() == Kind::kRedis) {
       ASSERT_TRUE(shared_redis().ok()) << shared_redis().error();
       backend_ = std::make_unique<RedisBackend>();
+    } else if (GetParam() == Kind::kRedisCluster) {
+      ASSERT_TRUE(testing::shared_test_cluster().ok()) << testing::shared_test_cluster().error();
+      backend_ = std::make_unique<RedisClusterBackend>();
     } else {
       backend_ = std::make_unique<SqliteBackend>();
     }
@@ -553,11 +607,11 @@ TEST_P(StoreConformance, AnOutageLongerThanTwiceTheMaxAgeKeepsTheLastManifestAnd
 
   FreshnessPolicy policy;
   const int64_t later = kT0 + 3 * policy.max_age_ms;
-  if (GetParam() == Kind::kRedis) {
+  if (GetParam() != Kind::kSqlite) {
     // Redis' clock cannot be moved: the hashes carry no TTL at all (schema/redis-keys.md).
     RedisKeys keys = *RedisKeys::create();
-    EXPECT_EQ(raw(shared_redis(), {"PTTL", *keys.manifest("c1", shared_)}), "-1");
-    EXPECT_EQ(raw(shared_redis(), {"PTTL", *keys.manifest("c1", member("bob"))}), "-1");
+    EXPECT_EQ(text_of(backend_->raw({"PTTL", *keys.manifest("c1", shared_)})), "-1");
+    EXPECT_EQ(text_of(backend_->raw({"PTTL", *keys.manifest("c1", member("bob"))})), "-1");
   } else {
     pass(3 * policy.max_age_ms);
   }
@@ -606,10 +660,10 @@ TEST_P(StoreConformance, TheNamespaceRecordTellsAWipedStoreFromAnEmptyOne) {
   ASSERT_TRUE(store_->begin_namespace_restore(kT0 + 2).ok());
   EXPECT_EQ(state(), NamespaceState::kReady);
   // Wiped mid-restore: the record is gone, and the late `ready` does not bring it back.
-  ASSERT_EQ(raw(shared_redis(), {"FLUSHALL"}), "OK");
+  ASSERT_EQ(text_of(backend_->raw({"FLUSHALL"})), "OK");
   EXPECT_EQ(state(), NamespaceState::kMissing);
   ASSERT_TRUE(store_->begin_namespace_restore(kT0 + 3).ok());
-  ASSERT_EQ(raw(shared_redis(), {"FLUSHALL"}), "OK");
+  ASSERT_EQ(text_of(backend_->raw({"FLUSHALL"})), "OK");
   EXPECT_FALSE(*store_->mark_namespace_ready(kT0 + 4));
   EXPECT_EQ(state(), NamespaceState::kMissing);
   // The store's clock, for the skew report.
@@ -650,8 +704,7 @@ TEST_P(StoreConformance, DeadConsumersWithNothingPendingAreRemoved) {
   removed = store_->remove_idle_consumers("me", 20);
   ASSERT_TRUE(removed.ok()) << removed.error().message;
   EXPECT_EQ(*removed, std::vector<std::string>{"old-run"});
-  RespValue left = raw_value(
-      shared_redis(),
+  RespValue left = backend_->raw(
       {"XINFO", "CONSUMERS", RedisKeys::create()->revalidate_stream(), kRevalidateConsumerGroup});
   ASSERT_EQ(left.elements.size(), 1u);  // only "me"
 }
@@ -961,7 +1014,7 @@ TEST_P(StoreConformance, AWebhookMarksCachedDataStaleUntilALaterListing) {
   const FreshnessPolicy policy;
   EXPECT_EQ(classify(cache_entry_meta(*m), policy, "h1", at).state, Freshness::kStale);
   EXPECT_EQ(classify(cache_entry_meta(*m), policy, "h1", at - 1).state, Freshness::kFresh);
-  if (GetParam() == Kind::kRedis) {
+  if (GetParam() != Kind::kSqlite) {
     EXPECT_GT(epoch(), before);  // edges drop L1 copies
   }
 
@@ -1097,9 +1150,11 @@ TEST_P(StoreConformance, BadArgumentsAreRefusedBeforeAnythingIsWritten) {
 }
 
 INSTANTIATE_TEST_SUITE_P(BothStores, StoreConformance,
-                         ::testing::Values(Kind::kRedis, Kind::kSqlite),
+                         ::testing::Values(Kind::kRedis, Kind::kRedisCluster, Kind::kSqlite),
                          [](const ::testing::TestParamInfo<Kind>& info) {
-                           return info.param == Kind::kRedis ? "Redis" : "Sqlite";
+                           return info.param == Kind::kRedis          ? "Redis"
+                                  : info.param == Kind::kRedisCluster ? "RedisCluster"
+                                                                      : "Sqlite";
                          });
 
 // ---- Redis only --------------------------------------------------------------------------------

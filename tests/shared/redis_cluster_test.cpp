@@ -193,6 +193,29 @@ TEST(ClusterSlotMap, FromShardsRefusesInconsistentOrHostileInput) {
   EXPECT_FALSE(ClusterSlotMap::from_shards(three_shards(), "h", tight).ok());
 }
 
+// A node on a plain port and a TLS port announces both: a TLS client dials `tls-port`, a plain one
+// `port`; a node with only one of them is reached on that one, whichever the client.
+TEST(ClusterSlotMap, FromShardsTakesThePortOfTheClientsKind) {
+  RespValue both = A({B("id"), B("m"), B("port"), I(7000), B("tls-port"), I(17000), B("ip"),
+                      B("10.0.0.1"), B("role"), B("master"), B("health"), B("online")});
+  RespValue tls_only = A({B("id"), B("r"), B("tls-port"), I(17001), B("ip"), B("10.0.0.2"),
+                          B("role"), B("replica"), B("health"), B("online")});
+  RespValue plain_only = A({B("id"), B("n"), B("port"), I(7002), B("ip"), B("10.0.0.3"), B("role"),
+                            B("master"), B("health"), B("online")});
+  RespValue reply =
+      A({shard({I(0), I(99)}, {both, tls_only}), shard({I(100), I(16383)}, {plain_only})});
+  Result<ClusterSlotMap> plain = ClusterSlotMap::from_shards(reply, "h");
+  Result<ClusterSlotMap> tls = ClusterSlotMap::from_shards(reply, "h", {}, ClusterPort::kTls);
+  ASSERT_TRUE(plain.ok()) << plain.error().message;
+  ASSERT_TRUE(tls.ok()) << tls.error().message;
+  EXPECT_EQ(plain->shard_for_slot(0)->master.address(), "10.0.0.1:7000");
+  EXPECT_EQ(tls->shard_for_slot(0)->master.address(), "10.0.0.1:17000");
+  EXPECT_EQ(plain->shard_for_slot(0)->replicas.at(0).address(), "10.0.0.2:17001");
+  EXPECT_EQ(tls->shard_for_slot(0)->replicas.at(0).address(), "10.0.0.2:17001");
+  EXPECT_EQ(plain->shard_for_slot(100)->master.address(), "10.0.0.3:7002");
+  EXPECT_EQ(tls->shard_for_slot(100)->master.address(), "10.0.0.3:7002");
+}
+
 TEST(ClusterSlotMap, FromShardsSkipsAShardWithoutMaster) {
   RespValue reply = A({shard({I(0), I(16383)}, {shards_node("r", "h", 1, "replica")})});
   Result<ClusterSlotMap> map = ClusterSlotMap::from_shards(reply, "h");

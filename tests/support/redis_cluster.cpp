@@ -83,16 +83,8 @@ int run_child(const std::vector<std::string>& argv, const std::string& log) {
 
 RedisCluster::RedisCluster(RedisClusterOptions options) : options_(std::move(options)) {
   if (options_.tls) {
-    const RedisServerTls& tls = *options_.tls;
-    const bool cert = !tls.client_cert.empty();
-    redisSSLContextError why = REDIS_SSL_CTX_NONE;
-    ssl_ = redisCreateSSLContext(tls.ca_file.c_str(), nullptr,
-                                 cert ? tls.client_cert.c_str() : nullptr,
-                                 cert ? tls.client_key.c_str() : nullptr, nullptr, &why);
-    if (ssl_ == nullptr) {
-      error_ = std::string("hiredis TLS context: ") + redisSSLContextGetError(why);
-      return;
-    }
+    ssl_ = redis_test_ssl_context(*options_.tls, &error_);
+    if (ssl_ == nullptr) return;
   }
   char tmpl[] = "/tmp/quiver-redis-cluster-XXXXXX";
   if (::mkdtemp(tmpl) == nullptr) {
@@ -146,49 +138,43 @@ RedisCluster::~RedisCluster() {
 }
 
 bool RedisCluster::start_node(std::size_t i) {
-  const char* binary = std::getenv("QUIVER_REDIS_SERVER");
-  std::string exe = binary != nullptr ? binary : "redis-server";
   std::string node_dir = dir_ + "/" + std::to_string(ports_[i]);
   std::string mk = "mkdir -p '" + node_dir + "'";
   if (std::system(mk.c_str()) != 0) {
     error_ = "cannot create " + node_dir;
     return false;
   }
-  std::vector<std::string> argv = {
-      exe, "--port", std::to_string(ports_[i]), "--bind", "127.0.0.1", "--dir", node_dir,
-      "--cluster-enabled", "yes", "--cluster-config-file", node_dir + "/nodes.conf",
-      "--cluster-node-timeout", std::to_string(options_.node_timeout_ms), "--save", "",
-      "--appendonly", "no",
-      // A replica's first sync starts at once, not after 5 s.
-      "--repl-diskless-sync-delay", "0",
-      // A replica counts as online (CLUSTER SHARDS, SLOTS) once its
-      // offset is above 0: the master's first PING to its replicas
-      // comes after this period.
-      "--repl-ping-replica-period", "1", "--daemonize", "no", "--loglevel", "warning", "--logfile",
-      node_dir + "/redis.log"};
+  // A test redis-server (TLS only with options_.tls; the bus port is the port + 10000), in
+  // cluster mode.
+  std::vector<std::string> argv = redis_server_argv(ports_[i], node_dir, options_.tls);
+  argv.insert(argv.end(),
+              {"--cluster-enabled", "yes", "--cluster-config-file", node_dir + "/nodes.conf",
+               "--cluster-node-timeout", std::to_string(options_.node_timeout_ms),
+               // A replica's first sync starts at once, not after 5 s.
+               "--repl-diskless-sync-delay", "0",
+               // A replica counts as online (CLUSTER SHARDS, SLOTS) once its offset is above 0:
+               // the master's first PING to its replicas comes after this period.
+               "--repl-ping-replica-period", "1"});
   if (!options_.password.empty()) {
     argv.insert(argv.end(),
                 {"--requirepass", options_.password, "--masterauth", options_.password});
   }
-  if (options_.tls) {
-    const RedisServerTls& tls = *options_.tls;
-    argv[2] = "0";  // TLS only; the bus port is the TLS port + 10000
-    argv.insert(argv.end(), {"--tls-port", std::to_string(ports_[i]), "--tls-cluster", "yes",
-                             "--tls-replication", "yes", "--tls-cert-file", tls.cert_file,
-                             "--tls-key-file", tls.key_file, "--tls-ca-cert-file", tls.ca_file,
-                             "--tls-auth-clients", tls.auth_clients ? "yes" : "no"});
+  if (options_.tls) argv.insert(argv.end(), {"--tls-cluster", "yes", "--tls-replication", "yes"});
+  if (options_.tls && options_.plain_port_too) {
+    // A plain TCP port besides the TLS one (both announced in CLUSTER SHARDS); the bus stays at
+    // the TLS port + 10000.
+    const int plain = free_cluster_port(ports_);
+    if (plain == 0) {
+      error_ = "no free port on 127.0.0.1";
+      return false;
+    }
+    argv[2] = std::to_string(plain);
+    argv.insert(argv.end(), {"--cluster-port", std::to_string(ports_[i] + 10000)});
   }
-  pid_t pid = ::fork();
+  pid_t pid = spawn_redis_server(argv);
   if (pid < 0) {
     error_ = "fork failed";
     return false;
-  }
-  if (pid == 0) {
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execvp(args[0], args.data());
-    ::_exit(127);
   }
   pids_[i] = pid;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -230,13 +216,9 @@ bool RedisCluster::create_cluster() {
 }
 
 redisContext* RedisCluster::connect(int port) const {
-  timeval timeout{2, 0};
-  redisContext* c = redisConnectWithTimeout("127.0.0.1", port, timeout);
+  redisContext* c = connect_loopback_redis(port, ssl_);
   if (c == nullptr) return nullptr;
-  if (c->err != 0 || (ssl_ != nullptr && redisInitiateSSLWithContext(c, ssl_) != REDIS_OK)) {
-    redisFree(c);
-    return nullptr;
-  }
+  timeval timeout{2, 0};
   redisSetTimeout(c, timeout);
   if (!options_.password.empty() && !run_argv(c, {"AUTH", options_.password}).is_ok()) {
     redisFree(c);
@@ -276,6 +258,15 @@ void RedisCluster::kill(int port) {
       pids_[i] = -1;
     }
   }
+}
+
+bool RedisCluster::flush_all() const {
+  bool all = true;
+  for (int port : master_ports()) {
+    RedisConnection c(connect(port));
+    all = all && c != nullptr && run_argv(c.get(), {"FLUSHALL"}).is_ok();
+  }
+  return all;
 }
 
 bool RedisCluster::wait_until_ok(int seconds) {

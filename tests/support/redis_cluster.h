@@ -30,6 +30,9 @@ struct RedisClusterOptions {
   // TLS only: every node listens on a TLS port (`--port 0 --tls-port P`), the cluster bus and
   // replication are TLS (`tls-cluster yes`, `tls-replication yes`), and connect() speaks TLS.
   std::optional<RedisServerTls> tls;
+  // With tls: each node listens on a plain TCP port too (`--port Q --tls-port P`), and CLUSTER
+  // SHARDS announces both; ports() are still the TLS ports.
+  bool plain_port_too = false;
 };
 
 class RedisCluster {
@@ -57,6 +60,9 @@ class RedisCluster {
   // SIGKILL the node's process (no shutdown, no goodbye to the cluster).
   void kill(int port);
 
+  // FLUSHALL on every master: every key gone. False when a master did not answer OK.
+  bool flush_all() const;
+
   // Waits (up to `seconds`) until every live node says cluster_state:ok and serves every slot.
   bool wait_until_ok(int seconds);
 
@@ -72,5 +78,12 @@ class RedisCluster {
   std::vector<pid_t> pids_;
   redisSSLContext* ssl_ = nullptr;  // connect()'s, with options_.tls
 };
+
+// One cluster for a whole test binary, started by its first user and stopped at exit (the store
+// suites run on it as on their one redis-server, from flush_all()).
+inline RedisCluster& shared_test_cluster() {
+  static RedisCluster cluster;
+  return cluster;
+}
 
 }  // namespace quiver::testing

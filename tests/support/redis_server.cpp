@@ -35,27 +35,72 @@ int free_loopback_port() {
   return port;
 }
 
-RedisServer::RedisServer(RedisServerTls tls) : tls_(std::move(tls)) {
-  redisSSLContextError why = REDIS_SSL_CTX_NONE;
-  const bool cert = !tls_->client_cert.empty();
-  ssl_ = redisCreateSSLContext(tls_->ca_file.c_str(), nullptr,
-                               cert ? tls_->client_cert.c_str() : nullptr,
-                               cert ? tls_->client_key.c_str() : nullptr, nullptr, &why);
-  if (ssl_ == nullptr) {
-    error_ = std::string("hiredis TLS context: ") + redisSSLContextGetError(why);
-    return;
+std::vector<std::string> redis_server_argv(int port, const std::string& dir,
+                                           const std::optional<RedisServerTls>& tls) {
+  const char* binary = std::getenv("QUIVER_REDIS_SERVER");
+  const std::string p = std::to_string(port);
+  // Bind loopback only; no persistence; die with the test.
+  std::vector<std::string> argv = {binary != nullptr ? binary : "redis-server",
+                                   "--port",
+                                   tls ? "0" : p,
+                                   "--bind",
+                                   "127.0.0.1",
+                                   "--dir",
+                                   dir,
+                                   "--save",
+                                   "",
+                                   "--appendonly",
+                                   "no",
+                                   "--daemonize",
+                                   "no",
+                                   "--loglevel",
+                                   "warning",
+                                   "--logfile",
+                                   dir + "/redis.log"};
+  if (tls) {
+    argv.insert(argv.end(), {"--tls-port", p, "--tls-cert-file", tls->cert_file, "--tls-key-file",
+                             tls->key_file, "--tls-ca-cert-file", tls->ca_file,
+                             "--tls-auth-clients", tls->auth_clients ? "yes" : "no"});
   }
-  char tmpl[] = "/tmp/quiver-redis-XXXXXX";
-  if (::mkdtemp(tmpl) == nullptr) {
-    error_ = "mkdtemp failed";
-    return;
-  }
-  dir_ = tmpl;
-  port_ = free_loopback_port();
-  start();
+  return argv;
 }
 
-RedisServer::RedisServer() {
+pid_t spawn_redis_server(const std::vector<std::string>& argv) {
+  pid_t pid = ::fork();
+  if (pid != 0) return pid;  // the parent (or -1: fork failed)
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  ::execvp(args[0], args.data());
+  ::_exit(127);
+}
+
+redisSSLContext* redis_test_ssl_context(const RedisServerTls& tls, std::string* error) {
+  redisSSLContextError why = REDIS_SSL_CTX_NONE;
+  const bool cert = !tls.client_cert.empty();
+  redisSSLContext* ssl =
+      redisCreateSSLContext(tls.ca_file.c_str(), nullptr, cert ? tls.client_cert.c_str() : nullptr,
+                            cert ? tls.client_key.c_str() : nullptr, nullptr, &why);
+  if (ssl == nullptr) *error = std::string("hiredis TLS context: ") + redisSSLContextGetError(why);
+  return ssl;
+}
+
+redisContext* connect_loopback_redis(int port, redisSSLContext* ssl) {
+  timeval timeout{2, 0};
+  redisContext* c = redisConnectWithTimeout("127.0.0.1", port, timeout);
+  if (c == nullptr) return nullptr;
+  if (c->err != 0 || (ssl != nullptr && redisInitiateSSLWithContext(c, ssl) != REDIS_OK)) {
+    redisFree(c);
+    return nullptr;
+  }
+  return c;
+}
+
+RedisServer::RedisServer(std::optional<RedisServerTls> tls) : tls_(std::move(tls)) {
+  if (tls_) {
+    ssl_ = redis_test_ssl_context(*tls_, &error_);
+    if (ssl_ == nullptr) return;
+  }
   char tmpl[] = "/tmp/quiver-redis-XXXXXX";
   if (::mkdtemp(tmpl) == nullptr) {
     error_ = "mkdtemp failed";
@@ -77,45 +122,10 @@ RedisServer::~RedisServer() {
 
 bool RedisServer::start() {
   if (pid_ > 0) return true;
-  const char* binary = std::getenv("QUIVER_REDIS_SERVER");
-  std::string exe = binary != nullptr ? binary : "redis-server";
-  std::string port = std::to_string(port_);
-  pid_t pid = ::fork();
+  pid_t pid = spawn_redis_server(redis_server_argv(port_, dir_, tls_));
   if (pid < 0) {
     error_ = "fork failed";
     return false;
-  }
-  if (pid == 0) {
-    // Bind loopback only; no persistence; die with the test.
-    std::vector<std::string> args = {exe,
-                                     "--port",
-                                     port,
-                                     "--bind",
-                                     "127.0.0.1",
-                                     "--dir",
-                                     dir_,
-                                     "--save",
-                                     "",
-                                     "--appendonly",
-                                     "no",
-                                     "--daemonize",
-                                     "no",
-                                     "--loglevel",
-                                     "warning",
-                                     "--logfile",
-                                     dir_ + "/redis.log"};
-    if (tls_) {
-      args[2] = "0";  // TLS only
-      args.insert(args.end(),
-                  {"--tls-port", port, "--tls-cert-file", tls_->cert_file, "--tls-key-file",
-                   tls_->key_file, "--tls-ca-cert-file", tls_->ca_file, "--tls-auth-clients",
-                   tls_->auth_clients ? "yes" : "no"});
-    }
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execvp(exe.c_str(), argv.data());
-    ::_exit(127);
   }
   pid_ = pid;
   // Wait until it answers PING (up to 10 s).
@@ -157,15 +167,6 @@ void RedisServer::stop() {
   pid_ = -1;
 }
 
-redisContext* RedisServer::connect() const {
-  timeval timeout{2, 0};
-  redisContext* c = redisConnectWithTimeout("127.0.0.1", port_, timeout);
-  if (c == nullptr) return nullptr;
-  if (c->err != 0 || (ssl_ != nullptr && redisInitiateSSLWithContext(c, ssl_) != REDIS_OK)) {
-    redisFree(c);
-    return nullptr;
-  }
-  return c;
-}
+redisContext* RedisServer::connect() const { return connect_loopback_redis(port_, ssl_); }
 
 }  // namespace quiver::testing

@@ -11,6 +11,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <sys/types.h>
 
@@ -29,8 +30,8 @@ struct RedisServerTls {
 
 class RedisServer {
  public:
-  RedisServer();
-  explicit RedisServer(RedisServerTls tls);
+  RedisServer() : RedisServer(std::optional<RedisServerTls>()) {}
+  explicit RedisServer(RedisServerTls tls) : RedisServer(std::optional<RedisServerTls>(tls)) {}
   ~RedisServer();
   RedisServer(const RedisServer&) = delete;
   RedisServer& operator=(const RedisServer&) = delete;
@@ -49,6 +50,8 @@ class RedisServer {
   bool start();
 
  private:
+  explicit RedisServer(std::optional<RedisServerTls> tls);
+
   pid_t pid_ = -1;
   int port_ = 0;
   std::optional<RedisServerTls> tls_;
@@ -59,5 +62,22 @@ class RedisServer {
 
 // A TCP port on 127.0.0.1 that was free a moment ago.
 int free_loopback_port();
+
+// What RedisServer and RedisCluster (redis_cluster.h) share: one way to start and reach a test
+// redis-server.
+//
+// The command line of a test redis-server on 127.0.0.1:`port` (TLS only with `tls`: `--port 0
+// --tls-port port` and the certificate files), in `dir`, with no persistence, logging warnings to
+// <dir>/redis.log; $QUIVER_REDIS_SERVER names the binary (default: redis-server).
+std::vector<std::string> redis_server_argv(int port, const std::string& dir,
+                                           const std::optional<RedisServerTls>& tls);
+// Starts `argv` as a child (its stdout and stderr the test's); its pid, or -1.
+pid_t spawn_redis_server(const std::vector<std::string>& argv);
+// hiredis' TLS context trusting `tls.ca_file` and presenting the client certificate when set;
+// nullptr with `*error` set when it cannot be made. The caller frees it (redisFreeSSLContext).
+redisSSLContext* redis_test_ssl_context(const RedisServerTls& tls, std::string* error);
+// A hiredis connection to 127.0.0.1:`port` (a 2 s connect timeout), over TLS with `ssl`; nullptr
+// on failure.
+redisContext* connect_loopback_redis(int port, redisSSLContext* ssl);
 
 }  // namespace quiver::testing
