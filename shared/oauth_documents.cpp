@@ -63,7 +63,7 @@ bool is_allowed_endpoint(std::string_view url) {
   std::optional<UrlParts> p = parse_url(url);
   if (!p) return false;
   if (p->scheme == "https") return true;
-  return p->host == "localhost" || p->host == "::1" || p->host.rfind("127.", 0) == 0;
+  return is_loopback_host(p->host);
 }
 
 std::string form_encode(std::string_view text) {

@@ -656,5 +656,20 @@ TEST(OAuthFlow, RefusesMetadataThatAdvertisesNoPkce) {
   for (const HttpRequest& r : seen) EXPECT_NE(r.url, "https://auth.example.com/register");
 }
 
+// Plain http is for loopback only: a name that merely starts like a loopback address is a public
+// host (127.0.0.1.nip.io resolves wherever its owner likes).
+TEST(OAuthEndpoints, PlainHttpOnlyToALoopbackHost) {
+  for (const char* url :
+       {"https://as.example.com/token", "http://127.0.0.1:5000/token", "http://127.9.8.7/token",
+        "http://localhost:80/authorize", "http://[::1]:9000/token"}) {
+    EXPECT_TRUE(internal::is_allowed_endpoint(url)) << url;
+  }
+  for (const char* url : {"http://127.0.0.1.nip.io/token", "http://127.evil.example/token",
+                          "http://as.example.com/token", "http://10.0.0.1/token",
+                          "http://1270.0.0.1/token", "ftp://127.0.0.1/token", "not a url"}) {
+    EXPECT_FALSE(internal::is_allowed_endpoint(url)) << url;
+  }
+}
+
 }  // namespace
 }  // namespace quiver::oauth
