@@ -863,9 +863,14 @@ void McpEndpoint::classify(Pending& p, int64_t now_ms) {
     return answer(p, std::move(result));
   }
   if (m == "server/discover") {
+    // A cacheable result (ttlMs and cacheScope are required by 2026-07-28's DiscoverResult). What
+    // it says changes only with the deployment, but a client must not carry it across one: 0 asks
+    // it to discover again rather than trust an old answer, and private keeps shared caches out.
     Json result =
         Json::object({{"supportedVersions", Json::array({kModernVersion})},
                       {"capabilities", capabilities(config_.list_changed)},
+                      {"ttlMs", 0},
+                      {"cacheScope", "private"},
                       {"_meta", Json::object({{kMetaServerInfo, server_info(config_)}})}});
     if (!config_.instructions.empty()) result["instructions"] = config_.instructions;
     return answer(p, std::move(result));

@@ -277,6 +277,8 @@ TEST(McpEndpoint, ServerDiscoverAndModernRequestsAreStateless) {
   ASSERT_EQ(d.respond.response.status, 200) << d.respond.response.body;
   EXPECT_EQ(d.body["result"]["supportedVersions"], Json::array({"2026-07-28"}));
   EXPECT_EQ(d.body["result"]["resultType"], "complete");
+  EXPECT_EQ(d.body["result"]["ttlMs"], 0);  // DiscoverResult is cacheable: both fields required
+  EXPECT_EQ(d.body["result"]["cacheScope"], "private");
   EXPECT_EQ(d.body["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "quiver");
 
   d = run(post(request(2, "tools/list", modern_params()), modern_headers("tools/list")));
