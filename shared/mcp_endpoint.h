@@ -307,4 +307,12 @@ class McpEndpoint {
 // True for the path the hosts route to the endpoint ("/mcp").
 bool is_mcp_path(std::string_view path);
 
+// The caller's granted connections as the endpoint lists them: visible_connections with, per
+// servable connection, its lists exposed under the connection's names in `fragment->lists`
+// (indexed by ListKind; see RenderedFragment). They are kept in `config.render.cache` (view
+// "mcp-items", keyed like REST's fragments by connection, principal, content id, disabled set),
+// so a list read with a warm cache parses no manifest: it splices the kept items' text.
+VisibleConnections mcp_visible_lists(const DiscoverySnapshot& snapshot,
+                                     const McpEndpointConfig& config, int64_t now_ms);
+
 }  // namespace quiver
