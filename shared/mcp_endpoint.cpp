@@ -1097,6 +1097,10 @@ McpStep McpEndpoint::finish(int64_t now_ms) {
   return Respond{std::move(response), std::move(background), std::move(log_), stats_};
 }
 
+bool McpEndpoint::one_list_request() const {
+  return !batch_ && pending_.size() == 1 && list_kind_of(pending_.front()->method).has_value();
+}
+
 McpStep McpEndpoint::resume_snapshot(Result<DiscoverySnapshot> snapshot, int64_t now_ms) {
   if (current_ >= pending_.size() || pending_[current_]->stage != Pending::Stage::kNeedSnapshot) {
     return Respond{error_response(HttpErrorCode::kInternal, "internal error"),

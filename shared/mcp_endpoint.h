@@ -276,6 +276,11 @@ class McpEndpoint {
   // Set once a Respond opened a listen stream (config.list_changed only): the host keeps the
   // connection and writes the change notifications of `listen()->member` to it.
   const std::optional<McpListen>& listen() const { return listen_; }
+  // After start: the POST held one request (not a batch) of a list method (tools/list,
+  // resources/list, resources/templates/list, prompts/list), whatever became of it. The edge
+  // keeps the 200 answers of such a POST read from a snapshot (EdgeService's answers cache)
+  // without parsing the body again to learn its method.
+  bool one_list_request() const;
 
   struct Pending;  // mcp_endpoint.cpp: one request of the POST (a batch holds several)
 
