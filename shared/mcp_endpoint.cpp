@@ -361,12 +361,6 @@ std::optional<UpstreamName> decode_mcp_uri(std::string_view exposed) {
 
 bool is_mcp_path(std::string_view path) { return path == "/mcp"; }
 
-VisibleConnections mcp_visible_lists(const DiscoverySnapshot& snapshot,
-                                     const McpEndpointConfig& config, int64_t now_ms) {
-  return visible_connections(snapshot, config.freshness, now_ms, config.render,
-                             &mcp_items_renderer());
-}
-
 // ---- change notifications
 // ------------------------------------------------------------------------
 
@@ -1095,6 +1089,12 @@ McpStep McpEndpoint::finish(int64_t now_ms) {
     response = json_response(200, body);
   }
   return Respond{std::move(response), std::move(background), std::move(log_), stats_};
+}
+
+VisibleConnections mcp_visible_lists(const DiscoverySnapshot& snapshot,
+                                     const McpEndpointConfig& config, int64_t now_ms) {
+  return visible_connections(snapshot, config.freshness, now_ms, config.render,
+                             &mcp_items_renderer());
 }
 
 bool McpEndpoint::one_list_request() const {
