@@ -8,6 +8,7 @@
 #include "shared/canonical_json.h"
 #include "shared/enum_names.h"
 #include "shared/fingerprint.h"
+#include "shared/json_splice.h"
 #include "shared/numbers.h"
 #include "shared/render_cache.h"
 #include "shared/sha256.h"
@@ -118,12 +119,14 @@ void queue_unless_leased(EntryView* v, std::string reason) {
 }
 
 // What the caller of `evaluate` needs of a servable manifest: the rendered payload (answers; the
-// render cache may supply it) or the filtered manifest itself (search).
-enum class Need { kPayload = 0, kJson };
+// render cache may supply it), the filtered manifest itself (search), or a host's own fragment
+// (kFragment, under the FragmentRenderer's view: the render cache may supply it, else the
+// filtered manifest to render it from).
+enum class Need { kPayload = 0, kJson, kFragment };
 
 EntryView evaluate(const GrantedConnection& conn, const Principal& member,
                    const FreshnessPolicy& policy, int64_t now_ms, const RenderOptions& options,
-                   Need need) {
+                   Need need, std::string_view fragment_view = {}) {
   EntryView v;
   v.conn = &conn;
   const ConnectionRecord& record = *conn.record;
@@ -191,10 +194,12 @@ EntryView evaluate(const GrantedConnection& conn, const Principal& member,
   }
   if (c.servable) {
     const std::string& text = conn.manifest->text;
-    if (need == Need::kPayload && options.cache != nullptr) {
+    if (need != Need::kJson && options.cache != nullptr) {
       // A hit means this exact text parsed into an object before: servable, nothing to parse.
-      v.cache_key = render_cache_key(conn.id, *v.principal, v.content_id, conn.disabled,
-                                     discovery_view_name(options.view), options.max_manifest_bytes);
+      v.cache_key = render_cache_key(
+          conn.id, *v.principal, v.content_id, conn.disabled,
+          need == Need::kFragment ? fragment_view : discovery_view_name(options.view),
+          options.max_manifest_bytes);
       v.fragment = options.cache->find(v.cache_key, text, conn.disabled);
       if (v.fragment != nullptr) {
         v.servable = true;
@@ -215,7 +220,7 @@ EntryView evaluate(const GrantedConnection& conn, const Principal& member,
     }
     v.servable = true;
     v.manifest = std::move(*parsed);
-    if (need == Need::kJson) {
+    if (need != Need::kPayload) {
       v.manifest = hide_disabled(std::move(v.manifest), conn.disabled);
       v.filtered = true;
     }
@@ -225,14 +230,15 @@ EntryView evaluate(const GrantedConnection& conn, const Principal& member,
 
 std::vector<EntryView> evaluate_all(const DiscoverySnapshot& snapshot,
                                     const FreshnessPolicy& policy, int64_t now_ms,
-                                    const RenderOptions& options, Need need) {
+                                    const RenderOptions& options, Need need,
+                                    std::string_view fragment_view = {}) {
   std::vector<EntryView> out;
   std::set<std::string_view> seen;
   for (const GrantedConnection& conn : snapshot.connections) {
     if (!conn.record.has_value()) continue;  // removed: never shown
     if (!validate_connection_id(conn.id).ok()) continue;
     if (!seen.insert(conn.id).second) continue;
-    out.push_back(evaluate(conn, snapshot.member, policy, now_ms, options, need));
+    out.push_back(evaluate(conn, snapshot.member, policy, now_ms, options, need, fragment_view));
   }
   std::sort(out.begin(), out.end(),
             [](const EntryView& a, const EntryView& b) { return a.conn->id < b.conn->id; });
@@ -350,29 +356,6 @@ Json mcp_view(const Json& manifest, int64_t ttl_ms) {
   return out;
 }
 
-// JSON text of `object` with the raw JSON text `raw` as the value of `key` (which must not be in
-// `object`): exactly what json_text would give with that value in place, keys in the object's
-// order (nlohmann's object is a std::map, so the order is the keys' and `key` takes its place).
-template <typename Raw>
-void append_object_with(std::string& out, const Json& object, const std::string& key, Raw&& raw) {
-  Json shaped = object;
-  shaped[key] = nullptr;  // a placeholder where `raw` goes
-  out += '{';
-  bool first = true;
-  for (auto it = shaped.begin(); it != shaped.end(); ++it) {
-    if (!first) out += ',';
-    first = false;
-    out += json_text(Json(it.key()));
-    out += ':';
-    if (it.key() == key) {
-      raw(out);
-    } else {
-      out += json_text(it.value());
-    }
-  }
-  out += '}';
-}
-
 // The payload of a servable entry in `view`, cut where the per-request ttlMs goes (see
 // RenderedFragment): the manifest view is the filtered manifest's text; the mcp view is
 // mcp_view()'s text with every `ttlMs` value left out.
@@ -446,7 +429,7 @@ void append_entry_body(std::string& out, EntryView& v, Json meta, int64_t now_ms
     ttl = std::max<int64_t>(0, c->fresh_until_ms - now_ms);
   }
   const std::string key = options.view == DiscoveryView::kMcp ? "mcp" : "manifest";
-  append_object_with(out, meta, key, [&](std::string& o) { fragment.append_to(o, ttl); });
+  append_json_object_with(out, meta, key, [&](std::string& o) { fragment.append_to(o, ttl); });
 }
 
 int64_t max_age_for(const std::vector<const EntryView*>& entries, int64_t now_ms,
@@ -824,7 +807,7 @@ RenderedDiscovery render_manifests(const DiscoverySnapshot& snapshot, const Fres
   validator["connections"] = std::move(validators);
   RenderedDiscovery out = finish(validator, shown, now_ms, options);
   if (out.not_modified || options.omit_body) return out;
-  append_object_with(out.body, body, "connections", [&](std::string& o) {
+  append_json_object_with(out.body, body, "connections", [&](std::string& o) {
     o += '[';
     for (std::size_t i = 0; i < views.size(); ++i) {
       if (i > 0) o += ',';
@@ -915,8 +898,12 @@ SearchCorpus search_corpus(const DiscoverySnapshot& snapshot, const FreshnessPol
 
 VisibleConnections visible_connections(const DiscoverySnapshot& snapshot,
                                        const FreshnessPolicy& policy, int64_t now_ms,
-                                       const RenderOptions& options) {
-  std::vector<EntryView> views = evaluate_all(snapshot, policy, now_ms, options, Need::kJson);
+                                       const RenderOptions& options,
+                                       const FragmentRenderer* renderer) {
+  std::vector<EntryView> views =
+      renderer != nullptr
+          ? evaluate_all(snapshot, policy, now_ms, options, Need::kFragment, renderer->view)
+          : evaluate_all(snapshot, policy, now_ms, options, Need::kJson);
   VisibleConnections out;
   for (EntryView& v : views) {
     tally(v, &out.stats, &out.revalidations);
@@ -925,8 +912,19 @@ VisibleConnections visible_connections(const DiscoverySnapshot& snapshot,
     c.status = v.status;
     c.principal = v.principal;
     c.servable = v.servable;
-    if (v.servable) {
+    if (v.servable && renderer != nullptr) {
+      if (v.fragment == nullptr) {
+        // Not in the render cache: render it from the filtered manifest, and keep it.
+        v.fragment = renderer->render(v.conn->id, v.manifest);
+        if (options.cache != nullptr && !v.cache_key.empty() && v.fragment != nullptr) {
+          options.cache->insert(v.cache_key, v.conn->manifest->text, v.conn->disabled, v.fragment);
+        }
+      }
+      c.fragment = std::move(v.fragment);
+    } else if (v.servable) {
       c.manifest = std::move(v.manifest);
+    }
+    if (v.servable) {
       if (v.status == EntryStatus::kFresh && v.classification) {
         c.ttl_ms = std::max<int64_t>(0, v.classification->fresh_until_ms - now_ms);
       }

@@ -5,7 +5,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -28,7 +30,8 @@ enum class DiscoveryView { kManifest = 0, kMcp };
 const char* discovery_view_name(DiscoveryView view);  // "manifest", "mcp"
 std::optional<DiscoveryView> discovery_view_from_name(std::string_view name);
 
-class RenderCache;  // shared/render_cache.h
+class RenderCache;        // shared/render_cache.h
+struct RenderedFragment;  // shared/render_cache.h
 
 struct RenderOptions {
   DiscoveryView view = DiscoveryView::kManifest;
@@ -118,13 +121,15 @@ SearchCorpus search_corpus(const DiscoverySnapshot& snapshot, const FreshnessPol
 // ---- Serving lists (the MCP endpoint, shared/mcp_endpoint.h) -----------------------------------
 
 // One granted connection as the MCP endpoint serves it: its status, and when servable (fresh,
-// stale, or authorization_required with data) its manifest with the disabled capabilities hidden.
+// stale, or authorization_required with data) its manifest with the disabled capabilities hidden,
+// or (with a FragmentRenderer) the fragment rendered from that manifest.
 struct VisibleConnection {
   std::string id;
   EntryStatus status = EntryStatus::kPending;
   std::optional<Principal> principal;  // applicable_principal; nullopt for an unknown mode
   bool servable = false;
-  Json manifest;       // servable: the filtered manifest (listed_items reads its lists)
+  Json manifest;  // servable, no renderer: the filtered manifest (listed_items reads it)
+  std::shared_ptr<const RenderedFragment> fragment;  // servable, with a renderer
   int64_t ttl_ms = 0;  // servable and fresh: ms until it turns stale; else 0
 };
 
@@ -134,9 +139,24 @@ struct VisibleConnections {
   DiscoveryStats stats;
 };
 
+// A payload a host renders from a servable entry and keeps in RenderOptions::cache under its own
+// `view` name (the MCP endpoint's exposed item lists, view "mcp-items"): `render` gets the
+// connection id and the manifest with the disabled capabilities hidden, and must depend on
+// nothing else (the cache key is the connection, principal, content id, disabled set and view).
+struct FragmentRenderer {
+  std::string view;
+  std::function<std::shared_ptr<const RenderedFragment>(std::string_view connection_id,
+                                                        const Json& filtered_manifest)>
+      render;
+};
+
 // Every granted connection of `snapshot`, classified exactly as render_manifests classifies it.
+// With `renderer`, each servable connection carries its fragment instead of its manifest: from
+// the render cache when it holds one for this exact text and disabled set (nothing is parsed),
+// else rendered now (and kept).
 VisibleConnections visible_connections(const DiscoverySnapshot& snapshot,
                                        const FreshnessPolicy& policy, int64_t now_ms,
-                                       const RenderOptions& options = {});
+                                       const RenderOptions& options = {},
+                                       const FragmentRenderer* renderer = nullptr);
 
 }  // namespace quiver

@@ -184,23 +184,17 @@ EdgeStep EdgeService::begin_wire(std::string_view request_wire, int64_t now_ms,
 
 namespace {
 
-// The answers cache key of a POST /mcp that lists (tools/list, resources/list,
-// resources/templates/list, prompts/list: one request, not a batch), or "" for any other. The
-// answer is a function of the caller, the body's exact bytes (method, params and cursor, the
-// JSON-RPC id, a 2026-07-28 request's _meta) and the headers the endpoint reads; the cached
-// answer is replayed only to the same request, under the rules of a GET answer (200 only, built
-// from a snapshot, until the snapshot's next transition or a newer epoch).
+// The answers cache key of a POST /mcp (a body of at most 16 KiB), or "" for any other request.
+// Only the answers of POSTs that list (tools/list, resources/list, resources/templates/list,
+// prompts/list: one request, not a batch; McpEndpoint::one_list_request says so once it has
+// parsed the body) are kept, so any other POST finds nothing under its key, and the body is
+// never parsed for the lookup. The answer is a function of the caller, the body's exact bytes
+// (method, params and cursor, the JSON-RPC id, a 2026-07-28 request's _meta) and the headers the
+// endpoint reads; the cached answer is replayed only to the same request, under the rules of a
+// GET answer (200 only, built from a snapshot, until the snapshot's next transition or a newer
+// epoch).
 std::string mcp_list_answer_key(const std::string& member_id, const HttpRequest& request) {
   if (request.method != "POST" || request.body.size() > 16 * 1024) return {};
-  Result<Json> body = parse_json(request.body);
-  if (!body.ok() || !body->is_object()) return {};
-  auto method = body->find("method");
-  if (method == body->end() || !method->is_string()) return {};
-  const std::string& m = method->get_ref<const std::string&>();
-  if (m != "tools/list" && m != "resources/list" && m != "resources/templates/list" &&
-      m != "prompts/list") {
-    return {};
-  }
   std::string key = std::string(kMemberPrincipalPrefix) + member_id + "\nPOST " + request.path;
   for (const char* name :
        {"Content-Type", "Accept", "MCP-Protocol-Version", "Mcp-Method", "Mcp-Name"}) {
@@ -277,7 +271,9 @@ EdgeStep EdgeService::mcp(Request& r, const HttpRequest& request, int64_t now_ms
       }
     }
   }
-  return drive_mcp(r, r.mcp->start(request, caller, now_ms), now_ms);
+  McpStep step = r.mcp->start(request, caller, now_ms);
+  if (!r.mcp->one_list_request()) r.answer_key.clear();  // never kept: not a list
+  return drive_mcp(r, std::move(step), now_ms);
 }
 
 EdgeStep EdgeService::drive_mcp(Request& r, McpStep step, int64_t now_ms) {

@@ -7,9 +7,11 @@
 
 #include "shared/ascii.h"
 #include "shared/canonical_json.h"
+#include "shared/json_splice.h"
 #include "shared/mcp_session.h"
 #include "shared/preferences.h"
 #include "shared/principal.h"
+#include "shared/render_cache.h"
 #include "shared/sha256.h"
 #include "shared/uri_template.h"
 #include "shared/version.h"
@@ -159,6 +161,56 @@ std::optional<Json> expose_item(ListKind kind, std::string_view cid, Json item) 
   if (!name || name->empty()) return std::nullopt;
   item[field] = encode_for(kind, cid, *name);
   return item;
+}
+
+// The state a manifest records for a list that is not listed: "failed" means it could not be
+// loaded (the connection is then named missing); anything else contributes nothing.
+bool list_failed(const Json& manifest, ListKind kind) {
+  const Json* list = nullptr;
+  for (const char* f : {list_kind_name(kind), list_result_field(kind)}) {
+    if (const Json* l = json_field(manifest, f)) list = l;
+  }
+  std::optional<std::string> state =
+      list != nullptr && list->is_object() ? json_string(*list, "state") : std::nullopt;
+  return state == std::optional<std::string>("failed");
+}
+
+// The render cache's view of the endpoint's lists (RenderedFragment::lists).
+constexpr char kMcpItemsView[] = "mcp-items";
+
+// One servable connection's lists as the endpoint serves them, from its filtered manifest: per
+// kind its state and each item exposed under the connection's names, serialized ("" for an item
+// without a name or URI to expose: it is skipped, but counts for the cursor's offset as before).
+std::shared_ptr<const RenderedFragment> render_mcp_items(std::string_view cid,
+                                                         const Json& manifest) {
+  auto fragment = std::make_shared<RenderedFragment>();
+  fragment->lists.resize(kListKindCount);
+  for (int k = 0; k < kListKindCount; ++k) {
+    const auto kind = static_cast<ListKind>(k);
+    RenderedFragment::ItemList& list = fragment->lists[static_cast<std::size_t>(k)];
+    std::optional<std::vector<Json>> listed = listed_items(manifest, kind);
+    if (!listed) {
+      if (list_failed(manifest, kind)) list.state = RenderedFragment::ItemList::State::kFailed;
+      continue;
+    }
+    list.state = RenderedFragment::ItemList::State::kListed;
+    list.items.reserve(listed->size());
+    Sha256 digest;
+    for (Json& item : *listed) {
+      std::optional<Json> exposed = expose_item(kind, cid, std::move(item));
+      list.items.push_back(exposed ? serialize_json(*exposed) : std::string());
+      digest.update(std::to_string(list.items.back().size()) + ":");
+      digest.update(list.items.back());
+    }
+    Digest256 d = digest.finish();
+    list.digest.assign(reinterpret_cast<const char*>(d.data()), d.size());
+  }
+  return fragment;
+}
+
+const FragmentRenderer& mcp_items_renderer() {
+  static const FragmentRenderer renderer{kMcpItemsView, &render_mcp_items};
+  return renderer;
 }
 
 // URIs inside a relayed result (resources/read contents, tools/call resource links and embedded
@@ -506,6 +558,9 @@ struct McpEndpoint::Pending {
   std::size_t limit = kDefaultSearchHits;
   // the answer
   Json response;  // a complete JSON-RPC response object once kDone
+  // When not empty, the response's JSON text (a list spliced from cached fragments: `response`
+  // then lacks the items); else serialize_json(response).
+  std::string response_text;
   int http_status = 200;
 };
 
@@ -1085,13 +1140,16 @@ McpStep McpEndpoint::finish(int64_t now_ms) {
       background.push_back(std::move(r));
     }
   }
-  std::vector<const Json*> answers;
+  std::vector<const Pending*> answers;
   int status = 200;
   for (const auto& p : pending_) {
     if (p->stage != Pending::Stage::kDone) continue;
-    answers.push_back(&p->response);
+    answers.push_back(p.get());
     if (!batch_ && p->http_status != 200) status = p->http_status;
   }
+  auto text_of = [](const Pending* p) {
+    return p->response_text.empty() ? serialize_json(p->response) : p->response_text;
+  };
   HttpResponse response;
   if (listen_) {
     // subscriptions/listen: the stream opens with the acknowledgement (classify made it the
@@ -1105,13 +1163,28 @@ McpStep McpEndpoint::finish(int64_t now_ms) {
     response.status = 202;
     response.headers = {{"Cache-Control", "no-store"}};
   } else if (!batch_) {
-    response = json_response(status, serialize_json(*answers.front()));
+    response = json_response(status, text_of(answers.front()));
   } else {
-    Json array = Json::array();
-    for (const Json* a : answers) array.push_back(*a);
-    response = json_response(200, serialize_json(array));
+    // serialize_json writes an array as its elements' texts joined by ','.
+    std::string body = "[";
+    for (std::size_t i = 0; i < answers.size(); ++i) {
+      if (i > 0) body += ',';
+      body += text_of(answers[i]);
+    }
+    body += ']';
+    response = json_response(200, body);
   }
   return Respond{std::move(response), std::move(background), std::move(log_), stats_};
+}
+
+VisibleConnections mcp_visible_lists(const DiscoverySnapshot& snapshot,
+                                     const McpEndpointConfig& config, int64_t now_ms) {
+  return visible_connections(snapshot, config.freshness, now_ms, config.render,
+                             &mcp_items_renderer());
+}
+
+bool McpEndpoint::one_list_request() const {
+  return !batch_ && pending_.size() == 1 && list_kind_of(pending_.front()->method).has_value();
 }
 
 McpStep McpEndpoint::resume_snapshot(Result<DiscoverySnapshot> snapshot, int64_t now_ms) {
@@ -1132,8 +1205,11 @@ McpStep McpEndpoint::resume_snapshot(Result<DiscoverySnapshot> snapshot, int64_t
     answer_error(p, kJsonRpcInternalError, "internal error");
     return advance(now_ms);
   }
+  // A list reads each connection's exposed items from the render cache (parsed only on a miss).
   VisibleConnections visible =
-      visible_connections(*snapshot, config_.freshness, now_ms, config_.render);
+      p.work == Pending::Work::kList
+          ? mcp_visible_lists(*snapshot, config_, now_ms)
+          : visible_connections(*snapshot, config_.freshness, now_ms, config_.render);
   for (Revalidation& r : visible.revalidations) background_.push_back(std::move(r));
   stats_.fresh += visible.stats.fresh;
   stats_.stale += visible.stats.stale;
@@ -1162,8 +1238,11 @@ McpStep McpEndpoint::resume_snapshot(Result<DiscoverySnapshot> snapshot, int64_t
 
 void McpEndpoint::serve_list(Pending& p, const DiscoverySnapshot& snapshot,
                              const VisibleConnections& visible) {
+  using ItemList = RenderedFragment::ItemList;
   const Cursor& from = p.cursor;
-  Json items = Json::array();
+  // The items' JSON text: the cached fragments' parts, never parsed again.
+  std::string items = "[";
+  std::size_t count = 0;
   Json missing = Json::array();
   std::optional<int64_t> ttl;
   std::optional<Cursor> next;
@@ -1177,27 +1256,25 @@ void McpEndpoint::serve_list(Pending& p, const DiscoverySnapshot& snapshot,
       }
       continue;
     }
-    std::optional<std::vector<Json>> listed = listed_items(c.manifest, p.kind);
-    if (!listed) {
-      const Json* list = nullptr;
-      for (const char* f : {list_kind_name(p.kind), list_result_field(p.kind)}) {
-        if (const Json* l = json_field(c.manifest, f)) list = l;
-      }
-      std::optional<std::string> state =
-          list != nullptr && list->is_object() ? json_string(*list, "state") : std::nullopt;
-      if (state == std::optional<std::string>("failed") && offset == 0) {
+    const ItemList* list = c.fragment != nullptr && c.fragment->lists.size() ==
+                                                        static_cast<std::size_t>(kListKindCount)
+                               ? &c.fragment->lists[static_cast<std::size_t>(p.kind)]
+                               : nullptr;
+    if (list == nullptr || list->state != ItemList::State::kListed) {
+      if (list != nullptr && list->state == ItemList::State::kFailed && offset == 0) {
         missing.push_back(Json::object({{"id", c.id}, {"status", "failed"}}));
       }
       continue;
     }
     ttl = std::min(ttl.value_or(c.ttl_ms), c.ttl_ms);
-    std::vector<Json>& all = *listed;
+    const std::vector<std::string>& all = list->items;
     std::size_t i = offset;
     for (; i < all.size(); ++i) {
-      if (items.size() >= config_.page_size) break;
-      if (std::optional<Json> item = expose_item(p.kind, c.id, std::move(all[i]))) {
-        items.push_back(std::move(*item));
-      }
+      if (count >= config_.page_size) break;
+      if (all[i].empty()) continue;  // nothing to expose
+      if (count > 0) items += ',';
+      items += all[i];
+      ++count;
     }
     if (i < all.size()) {
       // The page is full inside this connection: resume here.
@@ -1215,18 +1292,25 @@ void McpEndpoint::serve_list(Pending& p, const DiscoverySnapshot& snapshot,
       break;
     }
   }
+  items += ']';
   if (!next && snapshot.next_after) {
     Cursor n;
     n.method = p.method;
     n.after = *snapshot.next_after;
     next = n;
   }
-  Json result = Json::object({{list_result_field(p.kind), std::move(items)},
-                              {"ttlMs", ttl.value_or(0)},
-                              {"cacheScope", "private"}});
+  Json result = Json::object({{"ttlMs", ttl.value_or(0)}, {"cacheScope", "private"}});
   if (!missing.empty()) result["_meta"] = Json::object({{"quiver/missing", std::move(missing)}});
   if (next) result["nextCursor"] = encode_cursor(*next);
   answer(p, std::move(result));
+  // The text serialize_json would write with the items in place (objects' keys in order).
+  const std::string field = list_result_field(p.kind);
+  std::string text;
+  text.reserve(items.size() + 256);
+  append_json_object_with(text, p.response, "result", [&](std::string& out) {
+    append_json_object_with(out, p.response["result"], field, [&](std::string& o) { o += items; });
+  });
+  p.response_text = std::move(text);
 }
 
 void McpEndpoint::serve_search(Pending& p, const DiscoverySnapshot& snapshot, int64_t now_ms) {

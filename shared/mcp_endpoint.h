@@ -293,6 +293,11 @@ class McpEndpoint {
   // Set once a Respond opened a listen stream (config.list_changed only): the host keeps the
   // connection and writes the change notifications of `listen()->member` to it.
   const std::optional<McpListen>& listen() const { return listen_; }
+  // After start: the POST held one request (not a batch) of a list method (tools/list,
+  // resources/list, resources/templates/list, prompts/list), whatever became of it. The edge
+  // keeps the 200 answers of such a POST read from a snapshot (EdgeService's answers cache)
+  // without parsing the body again to learn its method.
+  bool one_list_request() const;
 
   struct Pending;  // mcp_endpoint.cpp: one request of the POST (a batch holds several)
 
@@ -323,5 +328,13 @@ class McpEndpoint {
 
 // True for the path the hosts route to the endpoint ("/mcp").
 bool is_mcp_path(std::string_view path);
+
+// The caller's granted connections as the endpoint lists them: visible_connections with, per
+// servable connection, its lists exposed under the connection's names in `fragment->lists`
+// (indexed by ListKind; see RenderedFragment). They are kept in `config.render.cache` (view
+// "mcp-items", keyed like REST's fragments by connection, principal, content id, disabled set),
+// so a list read with a warm cache parses no manifest: it splices the kept items' text.
+VisibleConnections mcp_visible_lists(const DiscoverySnapshot& snapshot,
+                                     const McpEndpointConfig& config, int64_t now_ms);
 
 }  // namespace quiver

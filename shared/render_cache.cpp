@@ -23,6 +23,10 @@ void put_part(std::string& key, std::string_view part) {
 std::size_t RenderedFragment::bytes() const {
   std::size_t n = 0;
   for (const std::string& p : parts) n += p.size() + kStringOverhead;
+  for (const ItemList& l : lists) {
+    n += l.digest.size() + kStringOverhead;
+    for (const std::string& item : l.items) n += item.size() + kStringOverhead;
+  }
   return n;
 }
 

@@ -44,8 +44,21 @@ namespace quiver {
 
 // One entry's payload in one view, as JSON text cut where the per-request `ttlMs` goes:
 // the body holds parts[0], ttl, parts[1], ttl, …, parts[n] (the manifest view has one part).
+//
+// The MCP endpoint's lists (view "mcp-items", shared/mcp_endpoint.cpp) keep `lists` instead: per
+// ListKind (shared/listing.h, in its order), the list's state and, when it is listed, each visible
+// item as the endpoint exposes it (renamed for the connection), serialized on its own so that a
+// page may end inside a connection; "" for an item without a name to expose (kept so that offsets
+// stay the listing's).
 struct RenderedFragment {
+  struct ItemList {
+    enum class State { kNone = 0, kListed, kFailed };  // absent or unservable / served / failed
+    State state = State::kNone;
+    std::vector<std::string> items;  // kListed
+    std::string digest;              // kListed: names `items` (change notifications compare it)
+  };
   std::vector<std::string> parts;
+  std::vector<ItemList> lists;
   std::size_t bytes() const;
   // The parts joined around `ttl_ms` (decimal), appended to `out`.
   void append_to(std::string& out, int64_t ttl_ms) const;

@@ -9,6 +9,7 @@
 #include "shared/discovery_render.h"
 #include "shared/json.h"
 #include "shared/listing.h"
+#include "shared/render_cache.h"
 
 namespace quiver::api {
 
@@ -100,26 +101,35 @@ Result<McpListDigests> McpNotifier::digests(const Principal& member, int64_t now
   for (;;) {
     Result<DiscoverySnapshot> snapshot = api_.snapshot(member, query);
     if (!snapshot.ok()) return snapshot.error();
-    VisibleConnections visible =
-        visible_connections(*snapshot, api_.mcp.freshness, now_ms, api_.mcp.render);
+    // The endpoint's own lists (mcp_visible_lists): each servable connection's exposed items and
+    // their digest per kind, kept in the render cache under the manifest's content id and the
+    // disabled set, so an epoch move re-reads the snapshot and parses only the manifests that
+    // changed (and those parses warm the cache the client's next */list reads). The digest mixes
+    // the digests of the lists the member would see, so it changes exactly when a merged list
+    // does: a new content id that lists the same items (a refresh that changed another kind, or
+    // nothing visible) gives the same list digest, so no spurious notification either. A change
+    // is never missed: the list digest names every item's exposed text in order, and a
+    // connection's list appearing, failing or vanishing changes which digests are mixed.
+    VisibleConnections visible = mcp_visible_lists(*snapshot, api_.mcp, now_ms);
     for (const VisibleConnection& c : visible.connections) {
-      if (!c.servable) continue;
+      if (!c.servable || c.fragment == nullptr ||
+          c.fragment->lists.size() != static_cast<std::size_t>(kListKindCount)) {
+        continue;
+      }
       for (int k = 0; k < kListKindCount; ++k) {
         const auto kind = static_cast<ListKind>(k);
         const McpChangeKind change = change_kind(kind);
         // Search mode lists three fixed tools: the tool list never changes.
         if (change == McpChangeKind::kTools && api_.mcp.search_mode) continue;
-        std::optional<std::vector<Json>> items = listed_items(c.manifest, kind);
-        if (!items) continue;
+        const RenderedFragment::ItemList& list = c.fragment->lists[static_cast<std::size_t>(k)];
+        if (list.state != RenderedFragment::ItemList::State::kListed) continue;
         Sha256& d = h[static_cast<int>(change)];
         d.update(c.id);
         d.update(std::string_view("\0", 1));
         d.update(list_kind_name(kind));
         d.update(std::string_view("\0", 1));
-        for (const Json& item : *items) {
-          d.update(serialize_json(item));
-          d.update("\n");
-        }
+        d.update(list.digest);
+        d.update("\n");
       }
     }
     if (!snapshot->next_after || snapshot->connections.empty()) break;

@@ -1,7 +1,9 @@
 // Fuzzes the MCP endpoint's request handling (shared/mcp_endpoint.h): the first byte picks the
 // MCP-Protocol-Version / Mcp-Method headers, the rest is the POST body. Against a fixed snapshot
 // (one shared connection `docs` with tools, a resource and a prompt) and a relay that echoes, the
-// endpoint must end with a response (never more than a few steps), a non-empty body must be JSON,
+// endpoint must end with a response (never more than a few steps), a non-empty body must be JSON
+// written exactly as serialize_json writes it (the lists splice their items' text from the render
+// cache's fragments: odd-sized inputs use a cache kept across inputs, even-sized ones none),
 // every RelayCall must name the granted connection with a name or URI that maps back to what the
 // client sent, and the naming scheme must round-trip any name it decodes.
 #include <cstddef>
@@ -13,6 +15,7 @@
 #include "shared/canonical_json.h"
 #include "shared/connection_record.h"
 #include "shared/mcp_endpoint.h"
+#include "shared/render_cache.h"
 #include "tests/fuzz/fuzz_support.h"
 
 namespace quiver {
@@ -90,6 +93,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   McpEndpointConfig config;
   config.search_mode = (mode & 0x40) != 0;
   config.page_size = 1;
+  static RenderCache cache;
+  if (size % 2 == 1) config.render.cache = &cache;
   McpEndpoint endpoint(config);
   Principal member = *Principal::member("fuzz");
   McpStep step = endpoint.start(request, CallerAuth::member("fuzz"), kNow);
@@ -99,7 +104,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const HttpResponse& res = r->response;
       fuzz::check(res.status >= 200 && res.status < 600, "mcp_endpoint: a bad status");
       if (!res.body.empty()) {
-        fuzz::check(parse_json(res.body).ok(), "mcp_endpoint: a body that is not JSON", res.body);
+        JsonParseOptions keep;
+        keep.keep_number_literals = true;
+        Result<Json> parsed = parse_json(res.body, keep);
+        fuzz::check(parsed.ok(), "mcp_endpoint: a body that is not JSON", res.body);
+        if (parsed.ok() && res.body.front() != 'e') {  // not an event stream
+          fuzz::check(serialize_json(*parsed) == res.body,
+                      "mcp_endpoint: a body not written as serialize_json writes it", res.body);
+        }
       }
       break;
     }

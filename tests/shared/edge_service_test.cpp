@@ -1393,6 +1393,25 @@ TEST(EdgeService, McpListAnswersAreReplayedToTheSameRequestOnly) {
   EXPECT_EQ(s.action, EdgeAction::kRedis);
   EXPECT_EQ(edge->answers().stats().hits, 1u);
   edge->end(s.handle);
+
+  // Only lists are kept (the endpoint says what the body held): a call answered 200 from the
+  // snapshot (an unknown tool, refused without a relay) is read afresh each time.
+  Json call = Json::object(
+      {{"jsonrpc", "2.0"}, {"id", 3}, {"method", "tools/call"}, {"params", {{"name", "nope__x"}}}});
+  const std::size_t kept = edge->answers().stats().entries;
+  for (int i = 0; i < 2; ++i) {
+    s = edge->begin(mcp_post(alice, call), kNow + 5 + i, kRandom);
+    if (s.action == EdgeAction::kRedis) {
+      s = edge->feed(s.handle, "+OK\r\n" + encode_reply(discovery_reply("alice", 5, kMinute)),
+                     kNow + 5 + i);
+    }
+    ASSERT_EQ(s.action, EdgeAction::kRespond);
+    EXPECT_EQ(s.response.status, 200);
+    EXPECT_EQ(body_of(s)["error"]["code"], kJsonRpcInvalidParams);
+    edge->end(s.handle);
+  }
+  EXPECT_EQ(edge->answers().stats().entries, kept);
+  EXPECT_EQ(edge->answers().stats().hits, 1u);
   EXPECT_EQ(edge->open_requests(), 0u);
 }
 

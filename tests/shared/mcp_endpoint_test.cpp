@@ -8,6 +8,7 @@
 
 #include "shared/canonical_json.h"
 #include "shared/mcp_session.h"
+#include "shared/render_cache.h"
 #include "tests/support/discovery_fixture.h"
 
 namespace quiver {
@@ -514,6 +515,117 @@ TEST(McpEndpoint, CursorsPageDeterministicallyAndBadOnesAreRefused) {
     d = run(post(request(3, "tools/list", Json::object({{"cursor", bad}}))));
     EXPECT_EQ(d.body["error"]["code"], kJsonRpcInvalidParams) << bad;
   }
+}
+
+// The lists are spliced from the render cache's fragments (view "mcp-items"): the same bytes as
+// with no cache, cold or warm, paged or not, in a batch too; each answer's text is exactly
+// serialize_json of the JSON it holds (what the endpoint wrote before it spliced).
+TEST(McpEndpoint, ListsFromTheRenderCacheAreTheSameBytes) {
+  MemoryStore s = store();
+  s.add_connection("my_srv", "shared");  // an id the naming scheme escapes
+  s.grant("alice", "my_srv");
+  s.manifests[{"my_srv", "shared"}] =
+      data_entry("h-my_srv", kNow - kMinute, kNow + 3 * kMinute,
+                 manifest_json({"get__x", "b", "c"}, {"mem://1"}, {}, {"p"}, "my"));
+  s.disabled_sets[{"docs", "shared"}] = DisabledOverlay{"tool:fetch"};
+  RenderCache cache;
+  auto body_of = [&](const McpEndpointConfig& c, const HttpRequest& r) {
+    McpEndpoint e(c);
+    Driven d = drive(e, s, r, CallerAuth::member("alice"));
+    EXPECT_EQ(d.respond.response.status, 200) << d.respond.response.body;
+    JsonParseOptions keep;
+    keep.keep_number_literals = true;
+    Result<Json> parsed = parse_json(d.respond.response.body, keep);
+    EXPECT_TRUE(parsed.ok());
+    if (parsed.ok()) EXPECT_EQ(serialize_json(*parsed), d.respond.response.body);
+    return d.respond.response.body;
+  };
+  for (std::size_t page_size : {std::size_t{1}, std::size_t{2}, std::size_t{100}}) {
+    McpEndpointConfig plain = config();
+    plain.page_size = page_size;
+    McpEndpointConfig cached = plain;
+    cached.render.cache = &cache;
+    for (const char* method :
+         {"tools/list", "resources/list", "resources/templates/list", "prompts/list"}) {
+      Json cursor;
+      for (int page = 0; page < 20; ++page) {
+        Json params = Json::object();
+        if (!cursor.is_null()) params["cursor"] = cursor;
+        HttpRequest r = post(request(page, method, params));
+        const std::string expected = body_of(plain, r);
+        const auto before = cache.stats();
+        EXPECT_EQ(body_of(cached, r), expected) << method << " page " << page;  // cold or warm
+        EXPECT_EQ(body_of(cached, r), expected) << method << " page " << page;  // warm
+        EXPECT_GT(cache.stats().hits, before.hits);
+        Result<Json> j = parse_json(expected);
+        ASSERT_TRUE(j.ok());
+        if (!(*j)["result"].contains("nextCursor")) break;
+        cursor = (*j)["result"]["nextCursor"];
+      }
+    }
+  }
+  // Every servable connection once per (principal, content, disabled set): docs, mail, my_srv.
+  EXPECT_EQ(cache.size(), 3u);
+  // The escaped id and the upstream name with a separator in it, and the disabled tool hidden.
+  McpEndpointConfig cached = config();
+  cached.render.cache = &cache;
+  Result<Json> tools = parse_json(body_of(cached, post(request(9, "tools/list"))));
+  ASSERT_TRUE(tools.ok());
+  EXPECT_EQ(names((*tools)["result"]["tools"]),
+            (std::vector<std::string>{"docs__search", "mail__inbox", "my_-srv__get__x",
+                                      "my_-srv__b", "my_-srv__c"}));
+  // A batch (2025-03-26) of list answers: the array of the same texts.
+  HttpRequest batch = post(Json::array({request(1, "tools/list"), request(2, "prompts/list")}),
+                           {{"MCP-Protocol-Version", "2025-03-26"}});
+  EXPECT_EQ(body_of(cached, batch), body_of(config(), batch));
+  // 2026-07-28: resultType is written beside the spliced items.
+  HttpRequest modern = post(
+      request(
+          3, "tools/list",
+          Json::object(
+              {{"_meta",
+                Json::object({{"io.modelcontextprotocol/protocolVersion", "2026-07-28"},
+                              {"io.modelcontextprotocol/clientCapabilities", Json::object()}})}})),
+      {{"MCP-Protocol-Version", "2026-07-28"}, {"Mcp-Method", "tools/list"}});
+  const std::string modern_body = body_of(cached, modern);
+  EXPECT_EQ(modern_body, body_of(config(), modern));
+  EXPECT_NE(modern_body.find("\"resultType\":\"complete\""), std::string::npos) << modern_body;
+}
+
+// A fragment is used only for the exact text and disabled set it was made from: a rewritten
+// manifest under the same content id, a toggled preference, another principal read afresh.
+TEST(McpEndpoint, ListFragmentsAreExactAndIsolated) {
+  MemoryStore s = store();
+  RenderCache cache;
+  McpEndpointConfig c = config();
+  c.render.cache = &cache;
+  auto tools = [&](const std::string& member) {
+    McpEndpoint e(c);
+    Driven d = drive(e, s, post(request(1, "tools/list")), CallerAuth::member(member));
+    return names(d.body["result"]["tools"]);
+  };
+  EXPECT_EQ(tools("alice"),
+            (std::vector<std::string>{"docs__search", "docs__fetch", "mail__inbox"}));
+  EXPECT_EQ(tools("alice"),
+            (std::vector<std::string>{"docs__search", "docs__fetch", "mail__inbox"}));
+  // bob's per-member manifest of mail is his own, under the same connection and content id.
+  EXPECT_EQ(tools("bob"), std::vector<std::string>{"mail__bob_inbox"});
+  // The same etag (content id), another text: never the old fragment.
+  s.manifests[{"docs", "shared"}]["manifest"] = manifest_json({"lookup"}, {}, {}, {}, "docs");
+  EXPECT_EQ(tools("alice"), (std::vector<std::string>{"docs__lookup", "mail__inbox"}));
+  s.disabled_sets[{"mail", "member/alice"}] = DisabledOverlay{"tool:inbox"};
+  EXPECT_EQ(tools("alice"), std::vector<std::string>{"docs__lookup"});
+  s.disabled_sets.clear();
+  EXPECT_EQ(tools("alice"), (std::vector<std::string>{"docs__lookup", "mail__inbox"}));
+  // A manifest that does not parse is an error, never an empty list, cached or not.
+  s.manifests[{"docs", "shared"}]["manifest"] = "{not json";
+  McpEndpoint e(c);
+  Driven d = drive(e, s, post(request(2, "tools/list")), CallerAuth::member("alice"));
+  EXPECT_EQ(names(d.body["result"]["tools"]), std::vector<std::string>{"mail__inbox"});
+  const Json& missing = d.body["result"]["_meta"]["quiver/missing"];
+  ASSERT_EQ(missing.size(), 1u) << d.body;
+  EXPECT_EQ(missing[0]["id"], "docs");
+  EXPECT_EQ(missing[0]["status"], "error");
 }
 
 // ---- calls -------------------------------------------------------------------------------------
