@@ -200,6 +200,14 @@ std::vector<std::string> relay_request_fields(const RelayRequest& r) {
           f::kAt,       std::to_string(r.at_ms)};
 }
 
+Result<RedisCommand> relay_cancel_command(const RedisKeys& keys, std::string_view rid,
+                                          int64_t deadline_ms, int64_t now_ms) {
+  Result<std::string> key = keys.call_cancel(rid);
+  if (!key.ok()) return key.error();
+  const int64_t ttl_ms = std::max<int64_t>(deadline_ms - now_ms, 0) + kCallCancelGraceMs;
+  return RedisCommand{"SET", std::move(*key), "1", "PX", std::to_string(ttl_ms)};
+}
+
 Result<std::vector<RedisCommand>> relay_call_commands(const RedisKeys& keys,
                                                       const RelayRequest& request, int64_t wait_ms,
                                                       int64_t stream_maxlen) {

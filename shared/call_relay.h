@@ -23,6 +23,12 @@
 // the rest as the request's member (the grant and preference checked again), and RPUSH one reply
 // record (relay_reply_record, bounded) with a PEXPIRE. While they consume they keep
 // `call-agents` alive (SET PX); an edge that finds it absent answers agent_unreachable at once.
+//
+// A client that goes away while the edge waits (the BLPOP round outstanding): the edge sends
+// relay_cancel_command (SET call-cancel:<rid> 1 PX <the call's remaining time + a grace>) on a
+// fresh connection, best effort, and forgets the call. The agent running the call checks the marks
+// of all its running calls in one MGET every few hundred ms (only while one runs); a mark turns the
+// call's `cancelled` predicate true, so the upstream is told (notifications/cancelled).
 #pragma once
 
 #include <cstddef>
@@ -79,6 +85,8 @@ inline constexpr int64_t kCallStreamMaxLen = 10'000;
 inline constexpr int64_t kCallReplyTtlMs = 30'000;
 // How long `call-agents` stays alive after an agent's last mark (agents mark it every second).
 inline constexpr int64_t kCallAgentsTtlMs = 3'000;
+// How long a cancel mark outlives the call's deadline (clock skew between edge and agent).
+inline constexpr int64_t kCallCancelGraceMs = 5'000;
 // A reply record's bound: a larger result is replaced by a TOO_LARGE error.
 inline constexpr std::size_t kMaxRelayReplyBytes = 4u << 20;
 // The request's params bound (a request over it is refused before it is queued).
@@ -96,6 +104,12 @@ struct RelayRequest {
 
 // kInvalidArgument for a bad rid, connection id, member id, method or oversized params.
 Status validate_relay_request(const RelayRequest& request);
+
+// The cancel mark of call `rid` whose client went away (the edge sends it on a fresh connection,
+// best effort): SET call-cancel:<rid> 1 PX <max(deadline_ms - now_ms, 0) + kCallCancelGraceMs>.
+// kInvalidArgument for a bad rid.
+Result<RedisCommand> relay_cancel_command(const RedisKeys& keys, std::string_view rid,
+                                          int64_t deadline_ms, int64_t now_ms);
 
 // The edge's pipeline: [EVAL call_enqueue.lua, BLPOP call-reply:<rid> wait]. `wait_ms` >= 1
 // (BLPOP waits whole... seconds with a fraction: Redis >= 6 takes a decimal timeout).

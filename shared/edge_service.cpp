@@ -91,6 +91,8 @@ struct EdgeService::Request {
   std::vector<RelayReply> relay_replies;
   std::string relay_seed;
   uint32_t relay_count = 0;  // calls relayed so far (the next rid's index)
+  std::string relay_rid;     // the call whose round is outstanding (its cancel mark's name)
+  int64_t relay_deadline_ms = 0;
   int64_t redis_blocks_ms = 0;
 
   EdgePhase phase = EdgePhase::kDeciding;  // the only state: shared/edge_request_state.h
@@ -152,9 +154,16 @@ EdgeStep EdgeService::respond_now(Request& r, HttpResponse response, std::string
   return finish(r, std::move(respond));
 }
 
-EdgeService::Request& EdgeService::new_request(std::string_view random) {
+uint32_t EdgeService::new_handle() {
   uint32_t handle = next_handle_++;
-  while (handle == 0 || requests_.count(handle) != 0) handle = next_handle_++;
+  while (handle == 0 || requests_.count(handle) != 0 || cancels_.count(handle) != 0) {
+    handle = next_handle_++;
+  }
+  return handle;
+}
+
+EdgeService::Request& EdgeService::new_request(std::string_view random) {
+  const uint32_t handle = new_handle();
   auto owned = std::make_unique<Request>();
   Request& r = *owned;
   r.handle = handle;
@@ -311,9 +320,11 @@ EdgeStep EdgeService::relay_next(Request& r, int64_t now_ms) {
         "relay: " + rid.error().message, now_ms);
   }
   Result<std::vector<RedisCommand>> commands =
-      relay_call_commands(*keys_, relay_request_for(call, std::move(*rid), now_ms), wait_ms);
+      relay_call_commands(*keys_, relay_request_for(call, *rid, now_ms), wait_ms);
   if (!commands.ok())
     return relay_answered(r, relay_reply_for_failure(commands.error()), {}, now_ms);
+  r.relay_rid = std::move(*rid);
+  r.relay_deadline_ms = call.deadline_ms;
   // A BLPOP blocks its connection: the round gets one of its own (the host closes any other).
   r.redis.drop();
   r.redis_blocks_ms = wait_ms;
@@ -325,6 +336,7 @@ EdgeStep EdgeService::relay_next(Request& r, int64_t now_ms) {
 EdgeStep EdgeService::relay_answered(Request& r, RelayReply reply, std::string log,
                                      int64_t now_ms) {
   r.redis_blocks_ms = 0;
+  r.relay_rid.clear();
   r.relay_replies.push_back(std::move(reply));
   EdgeStep s = relay_next(r, now_ms);
   if (!log.empty()) s.log = s.log.empty() ? std::move(log) : std::move(log) + "; " + s.log;
@@ -579,6 +591,9 @@ EdgeStep EdgeService::send(Request& r, EdgeEvent event, std::vector<RedisCommand
 }
 
 EdgeStep EdgeService::feed(uint32_t handle, std::string_view bytes, int64_t now_ms) {
+  if (auto c = cancels_.find(handle); c != cancels_.end()) {
+    return cancel_turn(handle, c->second, c->second.feed(bytes));
+  }
   Request* r = find(handle, now_ms);
   if (r == nullptr) return unknown_handle(handle);
   if (!edge_waits_on_redis(r->phase) || !r->redis.in_round()) {
@@ -685,6 +700,10 @@ EdgeStep EdgeService::webhook_answered(Request& r, const Result<WebhookRefreshRe
 }
 
 EdgeStep EdgeService::fail(uint32_t handle, std::string_view why, int64_t now_ms) {
+  if (auto c = cancels_.find(handle); c != cancels_.end()) {
+    return step_of(handle, EdgeAction::kDone,
+                   "relay: cancel mark not sent: " + c->second.connection_failed(why).message);
+  }
   Request* r = find(handle, now_ms);
   if (r == nullptr) return unknown_handle(handle);
   return store_failed(*r, r->redis.connection_failed(why), now_ms);
@@ -809,6 +828,62 @@ EdgeStep EdgeService::background(uint32_t handle, int64_t now_ms) {
 void EdgeService::end(uint32_t handle) {
   fail_fast_.ended(handle);
   requests_.erase(handle);
+  cancels_.erase(handle);
+}
+
+// A client that went away: the request is forgotten; a relayed call it was waiting on gets its
+// cancel mark, best effort, on a connection of its own (the request's holds the BLPOP).
+EdgeStep EdgeService::abandon(uint32_t handle, int64_t now_ms) {
+  Request* r = find(handle, now_ms);
+  if (r == nullptr) return unknown_handle(handle);
+  const bool waiting = r->phase == EdgePhase::kRelaying && !r->relay_rid.empty();
+  Result<RedisCommand> command =
+      waiting ? relay_cancel_command(*keys_, r->relay_rid, r->relay_deadline_ms, now_ms)
+              : Result<RedisCommand>(Error(ErrorCode::kNotFound, "no relayed call outstanding"));
+  end(handle);
+  if (!waiting) return step_of(handle, EdgeAction::kDone);
+  if (!command.ok()) {
+    return step_of(handle, EdgeAction::kDone,
+                   "relay: cancel mark not sent: " + command.error().message);
+  }
+  if (fail_fast_.open(now_ms)) {
+    return step_of(handle, EdgeAction::kDone,
+                   "relay: cancel mark not sent: fail-fast (Redis timed out moments ago)");
+  }
+  const uint32_t cancel = new_handle();
+  RedisConversation& c =
+      cancels_
+          .emplace(cancel,
+                   RedisConversation(settings_->resp, RedisCredentials{settings_->redis_username,
+                                                                       settings_->redis_password}))
+          .first->second;
+  RedisRound round = c.begin({std::move(*command)}, ScriptForm::kText);
+  EdgeStep s = step_of(cancel, EdgeAction::kRedis);
+  s.redis_bytes = std::move(round.bytes);
+  s.new_connection = true;
+  return s;
+}
+
+EdgeStep EdgeService::cancel_turn(uint32_t handle, RedisConversation& c, RedisTurn turn) {
+  switch (turn) {
+    case RedisTurn::kRead:
+      return step_of(handle, EdgeAction::kRead);
+    case RedisTurn::kWrite:  // no scripts in this round: never asked for
+    case RedisTurn::kFailed:
+      return step_of(
+          handle, EdgeAction::kDone,
+          "relay: cancel mark not sent: " +
+              (turn == RedisTurn::kFailed ? c.error().message : std::string("unexpected retry")));
+    case RedisTurn::kDone:
+      break;
+  }
+  std::vector<RespValue> replies = c.take_replies();
+  if (replies.size() != 1 || !replies[0].is_ok()) {
+    const Error e = replies.empty() ? Error(ErrorCode::kInvalidReply, "no reply")
+                                    : redis_reply_error(replies[0], "SET call-cancel");
+    return step_of(handle, EdgeAction::kDone, "relay: cancel mark not sent: " + e.message);
+  }
+  return step_of(handle, EdgeAction::kDone);
 }
 
 EdgeStep EdgeService::internal_error(uint32_t handle, std::string_view what) {

@@ -17,6 +17,9 @@
 //                  delaying the response (workerd: ctx.waitUntil), call
 //   background(handle, now)      → kRedis … kDone: the queued revalidations
 //   end(handle)    always, last: frees the handle (and closes the connection on the host's side)
+//   abandon(handle, now)  instead of end() when the client went away before the answer: frees
+//                  the handle; a relayed call's cancel mark comes back as a kRedis step under a
+//                  new handle, driven like the others (feed / fail) and then end()ed
 //
 // Per request: host endpoints first (`GET /healthz`, the signed `POST /v1/webhooks/refresh`:
 // verified here, then one script in Redis, shared/discovery_redis.h; `GET /v1/oauth/callback`:
@@ -57,8 +60,10 @@
 // timeout, ...); AGENT_UNREACHABLE at once when no agent consumes calls; the timeout error when
 // the BLPOP gives up at the deadline; STORE_UNAVAILABLE (-32014) when Redis cannot be reached,
 // stalls or the fail-fast window is open. Never a made-up result. A client that goes away: the
-// host stops waiting and calls end(), which closes the connection (the BLPOP with it); the agent
-// still drops a request read after its deadline.
+// host stops waiting and calls abandon(), which forgets the request (the host closes its
+// connection, the BLPOP with it) and, when a call's round was outstanding, gives the host that
+// call's cancel mark to send on a fresh connection, best effort: the agent running the call sees
+// it and cancels the call upstream. The agent still drops a request read after its deadline.
 //
 // Configuration: shared/edge_settings.h. The wire format to the host: shared/edge_wire.h. What
 // moves one request from state to state: shared/edge_request_state.h.
@@ -119,6 +124,12 @@ class EdgeService {
   EdgeStep fail(uint32_t handle, std::string_view why, int64_t now_ms);
   EdgeStep background(uint32_t handle, int64_t now_ms);
   void end(uint32_t handle);
+  // The client of `handle` went away before its answer. The request is ended (as end()); when a
+  // relayed call's round was outstanding (its BLPOP), the step is its cancel mark
+  // (shared/call_relay.h relay_cancel_command): kRedis on a new connection under a NEW handle,
+  // which the host drives like any other (feed / fail, kRead, until kDone; the log says what
+  // failed: best effort, nothing is answered) and then end()s. Otherwise kDone at once.
+  EdgeStep abandon(uint32_t handle, int64_t now_ms);
 
   // What the host returns when a call escaped with an exception (a bug): 500 INTERNAL if the
   // handle has not responded yet, else kDone; either way with `what` in the log.
@@ -186,6 +197,10 @@ class EdgeService {
   std::unique_ptr<IndexedToolSearcher> searcher_;
   McpEndpointConfig mcp_config_;  // POST /mcp: the discovery settings' freshness, cache, searcher
   std::unordered_map<uint32_t, std::unique_ptr<Request>> requests_;
+  // The cancel marks of abandoned relayed calls in flight, by their own handle (abandon()).
+  std::unordered_map<uint32_t, RedisConversation> cancels_;
+  EdgeStep cancel_turn(uint32_t handle, RedisConversation& c, RedisTurn turn);
+  uint32_t new_handle();
   FailFast fail_fast_;
   LogThrottle store_log_;  // store-failure lines: one per window, then a count
   uint32_t next_handle_ = 1;

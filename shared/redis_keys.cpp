@@ -49,6 +49,7 @@ constexpr KindInfo kKinds[kKeyKindCount] = {
     {KeyKind::kCalls, "calls", "STREAM", false, false},
     {KeyKind::kCallReply, "call-reply", "LIST", false, false, true},
     {KeyKind::kCallAgents, "call-agents", "STRING", false, false},
+    {KeyKind::kCallCancel, "call-cancel", "STRING", false, false, true},
 };
 
 constexpr char kCatalogVersionsSegment[] = "versions";
@@ -185,6 +186,9 @@ Result<std::string> RedisKeys::call_reply(std::string_view rid) const {
   return key(KeyKind::kCallReply, {}, std::nullopt, rid);
 }
 std::string RedisKeys::call_agents() const { return prefix_ + key_kind_name(KeyKind::kCallAgents); }
+Result<std::string> RedisKeys::call_cancel(std::string_view rid) const {
+  return key(KeyKind::kCallCancel, {}, std::nullopt, rid);
+}
 
 std::string RedisKeys::oauth_result(std::string_view state) const {
   return prefix_ + key_kind_name(KeyKind::kOAuthResult) + ":" + sha256_hex(state);

@@ -40,8 +40,9 @@ enum class KeyKind {
   kCalls,
   kCallReply,
   kCallAgents,
+  kCallCancel,
 };
-inline constexpr int kKeyKindCount = 25;
+inline constexpr int kKeyKindCount = 26;
 
 const char* key_kind_name(KeyKind kind);   // the key's segment: "conns", "revalidate-gate", ...
 const char* key_redis_type(KeyKind kind);  // "SET", "HASH", "STRING", "STREAM"
@@ -170,6 +171,9 @@ class RedisKeys {
   std::string calls() const;
   Result<std::string> call_reply(std::string_view rid) const;
   std::string call_agents() const;
+  // The mark an edge sets when the client of relayed call `rid` went away: the agent running it
+  // cancels it upstream (shared/call_relay.h relay_cancel_command).
+  Result<std::string> call_cancel(std::string_view rid) const;
   // When a refresh webhook last marked the (connection, principal)'s data stale (a STRING of
   // epoch ms): written by agents and edges, read with the manifest.
   Result<std::string> invalidated(std::string_view cid, const Principal& principal) const;

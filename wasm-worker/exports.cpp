@@ -103,6 +103,12 @@ const uint8_t* edge_background(uint32_t handle, double now_ms) {
   return guarded(handle, [&] { return edge().background(handle, static_cast<int64_t>(now_ms)); });
 }
 
+// The client went away: the request ends; the step is a relayed call's cancel mark to send (under
+// a new handle) or kDone (edge_service.h abandon).
+const uint8_t* edge_abandon(uint32_t handle, double now_ms) {
+  return guarded(handle, [&] { return edge().abandon(handle, static_cast<int64_t>(now_ms)); });
+}
+
 void edge_end(uint32_t handle) {
   try {
     if (g_edge) g_edge->end(handle);

@@ -100,6 +100,10 @@ class Edge {
   end(handle) {
     if (handle) this.m._edge_end(handle);
   }
+
+  abandon(handle) {
+    return this.step(this.m._edge_abandon(handle, Date.now()));
+  }
 }
 
 let edgePromise = null; // one instance per isolate
@@ -226,9 +230,11 @@ function finish(edge, handle, io) {
 }
 
 // Until the answer goes out: a client that disconnects ends the request at once (the open Redis
-// socket is closed, a relayed call's BLPOP with it; the core forgets the request). The agent
-// still drops the call if it reads it after its deadline.
-function watchClient(request, edge, io, handleOf) {
+// socket is closed, a relayed call's BLPOP with it; the core forgets the request: edge.abandon).
+// When a relayed call was outstanding, the core gives its cancel mark, sent here on a fresh
+// connection in the background, best effort (a failure is logged): the agent running the call
+// cancels it upstream. The agent still drops the call if it reads it after its deadline.
+function watchClient(request, edge, io, handleOf, env, ctx) {
   const signal = request.signal;
   if (!signal || typeof signal.addEventListener !== 'function') return () => {};
   const gone = () => {
@@ -238,7 +244,25 @@ function watchClient(request, edge, io, handleOf) {
     console.log(`quiver-edge: the client went away; request ${handle} stopped`);
     if (handle) {
       io.ended = true;
-      finish(edge, handle, io);
+      io.redis?.close();
+      io.redis = null;
+      const cancel = edge.abandon(handle);
+      if (cancel?.action === 'redis') {
+        const sent = (async () => {
+          const own = { redis: null, gone: false };
+          try {
+            log(await drive(edge, cancel, own, env));
+          } catch (e) {
+            console.error(`quiver-edge: relay: cancel mark not sent: ${e?.message ?? e}`);
+          } finally {
+            own.redis?.close();
+            edge.end(cancel.handle);
+          }
+        })();
+        ctx?.waitUntil?.(sent);
+      } else {
+        log(cancel);
+      }
     }
   };
   if (signal.aborted) gone();
@@ -323,7 +347,7 @@ export default {
     }
     const io = { redis: null, gone: false, answered: false, ended: false };
     let handle = 0;
-    const unwatch = watchClient(request, edge, io, () => handle);
+    const unwatch = watchClient(request, edge, io, () => handle, env, ctx);
     try {
       let step = edge.begin(await requestWire(request),
                             crypto.getRandomValues(new Uint8Array(RANDOM_BYTES)));

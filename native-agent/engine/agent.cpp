@@ -120,6 +120,7 @@ struct Agent::Impl {
   std::unique_ptr<CallRelayConsumer> call_relay;
   std::vector<std::thread> call_workers;
   std::thread call_heartbeat;
+  std::thread call_cancels;  // the cancel poller (CallRelayConsumer::cancel_loop)
   std::thread scheduler;
   std::vector<std::thread> workers;
   // The edge's OAuth callbacks (oauth_callbacks.h), when a connection authorizes with OAuth.
@@ -382,6 +383,7 @@ Status Agent::start() {
       impl.call_workers.emplace_back([relay] { relay->worker_loop(); });
     }
     impl.call_heartbeat = std::thread([relay] { relay->heartbeat_loop(); });
+    impl.call_cancels = std::thread([relay] { relay->cancel_loop(); });
   }
   if (s.options.run_revalidation_workers && s.oauth) {
     impl.oauth_callbacks = std::make_unique<OAuthCallbackConsumer>(*this, *s.oauth, *s.logger);
@@ -409,6 +411,7 @@ void Agent::stop() {
   }
   impl.workers.clear();
   if (impl.call_heartbeat.joinable()) impl.call_heartbeat.join();
+  if (impl.call_cancels.joinable()) impl.call_cancels.join();
   for (std::thread& t : impl.call_workers) {
     if (t.joinable()) t.join();
   }
@@ -447,6 +450,10 @@ std::size_t Agent::drain_relayed_calls_once(int64_t block_ms) {
 }
 
 Status Agent::mark_call_agent_alive() { return impl_->call_relay->mark_alive(); }
+
+std::size_t Agent::poll_call_cancel_marks_once() {
+  return impl_->call_relay->poll_cancel_marks_once();
+}
 
 CallRelayStats Agent::call_relay_stats() const { return impl_->call_relay->stats(); }
 

@@ -190,6 +190,9 @@ class Agent final : public AgentService {
   std::size_t drain_relayed_calls_once(int64_t block_ms = 0);
   // Marks `call-agents` alive once (what the heartbeat thread does every second).
   Status mark_call_agent_alive();
+  // Reads the running relayed calls' cancel marks once (what the cancel poller does every
+  // kCallCancelMarkPollMs); how many calls it newly cancelled.
+  std::size_t poll_call_cancel_marks_once();
   CallRelayStats call_relay_stats() const;
   Status set_preference(const std::string& connection_id, const Principal& principal,
                         CapabilityType type, const std::string& key, bool enabled) override;

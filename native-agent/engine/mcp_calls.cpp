@@ -151,8 +151,18 @@ void CallRelayConsumer::handle(const RelayRequest& request) {
   call.method = request.method;
   call.params = request.params;
   call.timeout_ms = request.deadline_ms - now;
-  Result<RelayReply> reply = calls_.perform(call);
+  const std::shared_ptr<std::atomic<bool>> cancel = track(request.rid);
+  Result<RelayReply> reply = calls_.perform(call, [&cancel] { return cancel->load(); });
+  untrack(request.rid);
   ++performed_;
+  if (cancel->load()) {
+    // The edge's client went away (the edge forgot the call): the reply would go unread.
+    ++cancelled_;
+    ctx_.logger->info(kCallsLog, "relayed " + request.method + " on " + request.connection_id +
+                                     " for " + request.member_id +
+                                     " cancelled: its client went away at the edge");
+    return;
+  }
   const RelayReply record = reply.ok() ? std::move(*reply) : relay_reply_for_failure(reply.error());
   Status put = ctx_.store->put_call_reply(request.rid, relay_reply_record(record), kCallReplyTtlMs);
   if (!put.ok()) {
@@ -193,8 +203,54 @@ void CallRelayConsumer::heartbeat_loop() {
   } while (ctx_.wait_running(kCallAgentsMarkMs));
 }
 
+std::shared_ptr<std::atomic<bool>> CallRelayConsumer::track(const std::string& rid) {
+  auto flag = std::make_shared<std::atomic<bool>>(false);
+  std::lock_guard<std::mutex> lock(running_mu_);
+  running_[rid] = flag;  // rids are random per call: a repeat is a repeated request, same flag use
+  return flag;
+}
+
+void CallRelayConsumer::untrack(const std::string& rid) {
+  std::lock_guard<std::mutex> lock(running_mu_);
+  running_.erase(rid);
+}
+
+std::size_t CallRelayConsumer::poll_cancel_marks_once(bool* store_failed) {
+  std::vector<std::string> rids;
+  std::vector<std::shared_ptr<std::atomic<bool>>> flags;
+  {
+    std::lock_guard<std::mutex> lock(running_mu_);
+    for (const auto& [rid, flag] : running_) {
+      if (flag->load()) continue;
+      rids.push_back(rid);
+      flags.push_back(flag);
+    }
+  }
+  if (rids.empty()) return 0;  // no relayed call runs: no Redis round
+  Result<std::vector<bool>> marks = ctx_.store->call_cancel_marks(rids);
+  if (!marks.ok()) {
+    if (store_failed != nullptr) *store_failed = true;
+    ctx_.log_store_error("reading relayed calls' cancel marks", marks.error());
+    return 0;
+  }
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < marks->size() && i < flags.size(); ++i) {
+    if ((*marks)[i] && !flags[i]->exchange(true)) ++n;
+  }
+  return n;
+}
+
+void CallRelayConsumer::cancel_loop() {
+  while (ctx_.wait_running(kCallCancelMarkPollMs)) (void)poll_cancel_marks_once();
+}
+
 CallRelayStats CallRelayConsumer::stats() const {
   CallRelayStats s;
+  s.cancelled = cancelled_.load();
+  {
+    std::lock_guard<std::mutex> lock(running_mu_);
+    s.running = static_cast<int64_t>(running_.size());
+  }
   s.performed = performed_.load();
   s.expired = expired_.load();
   s.malformed = malformed_.load();

@@ -25,13 +25,21 @@
 // deadline passed (never performed late), perform the rest with McpCalls as the request's member,
 // and push the bounded reply record to the request's reply list. A heartbeat keeps `call-agents`
 // alive while the workers run, so an edge fails fast when no agent consumes. The workers run the
-// agent's one consumer loop (consume_until_stopped, revalidation_consumer.h).
+// agent's one consumer loop (consume_until_stopped, revalidation_consumer.h). One cancel poller
+// per agent (cancel_loop): while relayed calls run, every kCallCancelMarkPollMs it reads the cancel
+// marks of all of them in one MGET (`call-cancel:<rid>`, set by the edge when the call's client
+// went away); a marked call's `cancelled` predicate turns true, so McpCalls cancels it upstream
+// (notifications/cancelled) and its reply is not written (nobody waits for it). No relayed call
+// running: no Redis round.
 #pragma once
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 
 #include "native-agent/engine/agent_context.h"
@@ -76,10 +84,14 @@ struct CallRelayStats {
   int64_t expired = 0;         // dropped: read after their deadline
   int64_t malformed = 0;       // dropped: not a valid request
   int64_t reply_failures = 0;  // replies the store refused
+  int64_t cancelled = 0;       // cancelled by the edge (its client went away): reply not written
+  int64_t running = 0;         // relayed calls running now
 };
 
 // How often a consuming agent marks `call-agents` alive (its TTL is kCallAgentsTtlMs).
 inline constexpr int64_t kCallAgentsMarkMs = 1'000;
+// How often the cancel poller reads the running calls' cancel marks (only while calls run).
+inline constexpr int64_t kCallCancelMarkPollMs = 200;
 
 class CallRelayConsumer {
  public:
@@ -93,10 +105,20 @@ class CallRelayConsumer {
   // The heartbeat thread: marks `call-agents` every kCallAgentsMarkMs until the agent stops.
   void heartbeat_loop();
   Status mark_alive();
+  // One round of the cancel poller: the cancel marks of every running relayed call, one MGET
+  // (none when no call runs). Returns how many calls it newly marked cancelled; `store_failed`
+  // is set when the marks could not be read (logged; the calls run on).
+  std::size_t poll_cancel_marks_once(bool* store_failed = nullptr);
+  // The cancel poller thread: poll_cancel_marks_once every kCallCancelMarkPollMs until the agent
+  // stops.
+  void cancel_loop();
   CallRelayStats stats() const;
 
  private:
   void handle(const RelayRequest& request);
+  // The running relayed calls by rid: each one's cancelled flag, which its predicate reads.
+  std::shared_ptr<std::atomic<bool>> track(const std::string& rid);
+  void untrack(const std::string& rid);
 
   AgentContext& ctx_;
   McpCalls& calls_;
@@ -104,6 +126,9 @@ class CallRelayConsumer {
   std::atomic<int64_t> expired_{0};
   std::atomic<int64_t> malformed_{0};
   std::atomic<int64_t> reply_failures_{0};
+  std::atomic<int64_t> cancelled_{0};
+  mutable std::mutex running_mu_;
+  std::map<std::string, std::shared_ptr<std::atomic<bool>>> running_;
 };
 
 }  // namespace quiver

@@ -1822,6 +1822,26 @@ Status RedisStore::put_call_reply(std::string_view rid, std::string_view record,
   return r.ok() ? Status::Ok() : Status(r.error());
 }
 
+Result<std::vector<bool>> RedisStore::call_cancel_marks(const std::vector<std::string>& rids) {
+  if (rids.empty()) return std::vector<bool>{};
+  RedisCommand mget = {"MGET"};
+  for (const std::string& rid : rids) {
+    Result<std::string> key = impl_->keys.call_cancel(rid);
+    if (!key.ok()) return key.error();
+    mget.push_back(std::move(*key));
+  }
+  Result<RespValue> r = impl_->one(mget, "MGET");
+  if (!r.ok()) return r.error();
+  const std::vector<RespValue>* marks = r->as_array();
+  if (marks == nullptr || marks->size() != rids.size()) {
+    return Error(ErrorCode::kInvalidReply, "redis MGET call-cancel: unexpected reply");
+  }
+  std::vector<bool> out;
+  out.reserve(marks->size());
+  for (const RespValue& m : *marks) out.push_back(!m.is_nil());
+  return out;
+}
+
 Status RedisStore::mark_call_agent_alive(std::string_view consumer, int64_t ttl_ms) {
   if (ttl_ms <= 0) return invalid("mark_call_agent_alive: no lifetime");
   // The group first (from the stream's end; BUSYGROUP: it exists): an edge queues only while

@@ -413,6 +413,11 @@ class ManifestStore {
   virtual Status mark_call_agent_alive(std::string_view /*consumer*/, int64_t /*ttl_ms*/) {
     return Error(ErrorCode::kInvalidArgument, describe() + " relays no calls");
   }
+  // Which of the calls `rids` an edge marked cancelled (`call-cancel:<rid>`: its client went
+  // away), one flag per rid in order, in one round trip.
+  virtual Result<std::vector<bool>> call_cancel_marks(const std::vector<std::string>& /*rids*/) {
+    return Error(ErrorCode::kInvalidArgument, describe() + " relays no calls");
+  }
 };
 
 // Consumer names for read_revalidations: [A-Za-z0-9._@:-]{1,128}.

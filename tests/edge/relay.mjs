@@ -18,7 +18,9 @@
 //     call -32001 after that, long before the agent's own 10 s, and the agent cancels the call
 //     upstream at the edge's deadline; a bad value is refused, /healthz naming the variable;
 //   - a client disconnecting mid-call: the edge stops waiting at once (its BLPOP connection is
-//     closed, the request forgotten), long before the call's deadline;
+//     closed, the request forgotten), long before the call's deadline, and sets the call's cancel
+//     mark: the agent cancels the call upstream (the upstream counts notifications/cancelled)
+//     because the client went away, not at its own deadline, and writes no reply;
 //   - the agent down (no `call-agents`): AGENT_UNREACHABLE at once, while tools/list still answers
 //     from the cache;
 //   - Redis down: STORE_UNAVAILABLE, never a made-up result.
@@ -338,7 +340,8 @@ const tests = [
     },
   },
   {
-    name: 'a client disconnecting mid-call: the edge stops waiting at once, the request is freed',
+    name: 'a client disconnecting mid-call: the edge stops waiting at once, the request is freed, ' +
+          'the call is cancelled upstream',
     fn: async () => {
       if (await blockedClients() !== 0) throw new Error('a BLPOP is already waiting');
       // slow's request timeout is 10 min: only the client going away ends the edge's wait (the
@@ -360,15 +363,28 @@ const tests = [
       // at the call's deadline (QUIVER_CALL_TIMEOUT_MS). Detecting it would take answering calls
       // as an SSE stream with keep-alive comments while waiting (docs/design.md, "Calls through
       // the agent"). Cloudflare's front ends the request either way.
+      const repliesBefore = await db.call('KEYS', `quiver:{${NS}}:call-reply:*`);
       socket.resetAndDestroy();
       await waitFor('the edge closing its BLPOP connection', async () => await blockedClients() === 0);
-      // Before the agent's answer (which comes after it cancels the call upstream).
-      if (counted('slow', 'cancelled') !== cancelled) {
-        throw new Error("the edge's wait ended with the agent's answer, not with the client");
-      }
       await waitFor('the edge forgetting the request', async () => await openRequests(edge) === 0);
       if (!logs.some((l) => l.includes('the client went away'))) {
         throw new Error('the edge did not log the client going away');
+      }
+      // The edge left the call's cancel mark (the rid is the edge's own: found by its pattern)...
+      await waitFor("the call's cancel mark", async () =>
+        (await db.call('KEYS', `quiver:{${NS}}:call-cancel:*`)).length === 1);
+      // ...the agent's poller saw it and the upstream was told to cancel...
+      await waitFor('the upstream told to cancel', () => counted('slow', 'cancelled') === cancelled + 1);
+      // ...because the client went away, not at the agent's own deadline (10 s: the call would
+      // then end as a timeout, logged as such, and its reply be written).
+      if (!logs.some((l) => l.includes('cancelled: its client went away at the edge'))) {
+        throw new Error(`the agent did not cancel the call for the edge:\n${logs.slice(-30).join('\n')}`);
+      }
+      const replies = await db.call('KEYS', `quiver:{${NS}}:call-reply:*`);
+      const written = replies.filter((key) => !repliesBefore.includes(key));
+      if (written.length !== 0) throw new Error(`a reply was written: ${written}`);
+      if (logs.some((l) => l.includes('cancel mark not sent'))) {
+        throw new Error('the edge logged a failed cancel mark');
       }
     },
   },

@@ -464,5 +464,89 @@ TEST(McpCallsRedis, TheEdgeRelayReachesTheAgentAndFailsFastWithoutOne) {
   EXPECT_EQ(agent->call_relay_stats().malformed, malformed_before + 1);
 }
 
+int64_t mget_calls(redisContext* admin) {
+  const RespValue info = run_argv(admin, {"INFO", "commandstats"});
+  const std::string text(info.as_string().value_or(""));
+  const std::size_t at = text.find("cmdstat_mget:calls=");
+  return at == std::string::npos ? 0 : std::stoll(text.substr(at + 19));
+}
+
+// The edge's client went away: the edge sets the call's cancel mark (as its least-privilege user,
+// with the command the core builds); the agent's poller reads the running calls' marks in one
+// MGET, the call is cancelled upstream (the test upstream counts notifications/cancelled) long
+// before its 60 s deadline, and no reply is written.
+TEST(McpCallsRedis, AnAbandonedRelayedCallIsCancelledUpstream) {
+  RedisServer redis;
+  ASSERT_TRUE(redis.ok()) << redis.error();
+  TempDir dir;
+  Lines log;
+  const std::string stats = dir.path("stats.json");
+  auto agent = started_agent(
+      make_config(dir, {{"t", test_upstream({"--stats-file", stats})}},
+                  {{"redis", "redis://127.0.0.1:" + std::to_string(redis.port()) + "/0"},
+                   {"members", {"alice"}},
+                   {"grants", {{"alice", {"t"}}}}}),
+      log);
+  ASSERT_TRUE(agent);
+  Result<RedisKeys> keys = RedisKeys::create(agent->config().ns);
+  ASSERT_TRUE(keys.ok());
+  testing::RedisConnection admin(redis.connect());
+  ASSERT_TRUE(admin);
+  ASSERT_EQ(run_argv(admin.get(), testing::edge_acl_setuser(agent->config().ns, "edge-pw")).str,
+            "OK");
+  testing::RedisConnection edge(redis.connect());
+  ASSERT_TRUE(edge);
+  ASSERT_EQ(run_argv(edge.get(), {"AUTH", "quiver-edge", "edge-pw"}).str, "OK");
+  ASSERT_TRUE(agent->mark_call_agent_alive().ok());
+
+  // No relayed call runs: the poller sends nothing.
+  const int64_t mgets_idle = mget_calls(admin.get());
+  EXPECT_EQ(agent->poll_call_cancel_marks_once(), 0u);
+  EXPECT_EQ(mget_calls(admin.get()), mgets_idle);
+
+  std::atomic<bool> stop{false};
+  std::thread consumer([&] {
+    while (!stop) agent->drain_relayed_calls_once(100);
+  });
+  RelayRequest hung;
+  hung.rid = std::string(64, 'e');
+  hung.connection_id = "t";
+  hung.member_id = "alice";
+  hung.method = "tools/call";
+  hung.params = {{"name", "tool_1"}, {"arguments", {{"sleep_ms", 60000}}}};
+  hung.at_ms = system_clock_ms()();
+  hung.deadline_ms = hung.at_ms + 60000;
+  Result<std::vector<RedisCommand>> cmds = relay_call_commands(*keys, hung, 60000);
+  ASSERT_TRUE(cmds.ok());
+  ASSERT_TRUE(run_argv(edge.get(), (*cmds)[0]).is_array());  // queued; the edge's BLPOP is gone
+  // The upstream is working on it; the call runs, unmarked.
+  ASSERT_TRUE(wait_until([&] { return called_tools(stats) == Json::array({"tool_1"}); }, 30000))
+      << read_stats(stats).dump() << log.all();
+  ASSERT_TRUE(wait_until([&] { return agent->call_relay_stats().running == 1; }, 10000));
+  EXPECT_EQ(agent->poll_call_cancel_marks_once(), 0u);
+  EXPECT_EQ(counted(stats, "cancelled"), 0);
+
+  // The edge marks it (SET only: its user may not read a mark back).
+  Result<RedisCommand> mark =
+      relay_cancel_command(*keys, hung.rid, hung.deadline_ms, system_clock_ms()());
+  ASSERT_TRUE(mark.ok());
+  EXPECT_TRUE(run_argv(edge.get(), *mark).is_ok());
+  EXPECT_TRUE(run_argv(edge.get(), {"GET", *keys->call_cancel(hung.rid)}).is_error());
+  const int64_t mgets_before = mget_calls(admin.get());
+  EXPECT_EQ(agent->poll_call_cancel_marks_once(), 1u);
+  EXPECT_EQ(mget_calls(admin.get()), mgets_before + 1);  // one round for every running call
+
+  // The upstream was told, and the call ended without a reply.
+  EXPECT_TRUE(wait_until([&] { return counted(stats, "cancelled") == 1; }, 20000))
+      << read_stats(stats).dump() << log.all();
+  EXPECT_TRUE(wait_until([&] { return agent->call_relay_stats().cancelled == 1; }, 20000))
+      << log.all();
+  stop = true;
+  consumer.join();
+  EXPECT_EQ(agent->call_relay_stats().running, 0);
+  EXPECT_LT(system_clock_ms()(), hung.deadline_ms) << "cancelled only by its deadline";
+  EXPECT_EQ(run_argv(admin.get(), {"LLEN", *keys->call_reply(hung.rid)}).integer, 0);
+}
+
 }  // namespace
 }  // namespace quiver

@@ -202,6 +202,27 @@ TEST(CallRelay, TheEdgesPipelineQueuesTheRequestAndWaitsOnItsReplyList) {
   EXPECT_EQ(relay_call_commands(*keys, bad, 100).error().code, ErrorCode::kTooLarge);
 }
 
+TEST(CallRelay, TheCancelMarkOfAnAbandonedCallLivesUntilItsDeadlinePlusAGrace) {
+  Result<RedisKeys> keys = RedisKeys::create("team");
+  ASSERT_TRUE(keys.ok());
+  Result<RedisCommand> mark = relay_cancel_command(*keys, kRid, 10'000, 7'500);
+  ASSERT_TRUE(mark.ok()) << mark.error().message;
+  EXPECT_EQ(*mark, (RedisCommand{"SET", "quiver:{team}:call-cancel:" + kRid, "1", "PX",
+                                 std::to_string(2'500 + kCallCancelGraceMs)}));
+  EXPECT_EQ(*keys->call_cancel(kRid), "quiver:{team}:call-cancel:" + kRid);
+  // A deadline already past: the grace alone (the agent may still be running it).
+  Result<RedisCommand> late = relay_cancel_command(*keys, kRid, 10'000, 20'000);
+  ASSERT_TRUE(late.ok());
+  EXPECT_EQ((*late)[4], std::to_string(kCallCancelGraceMs));
+  // Only a call's own rid names a mark.
+  for (const char* bad : {"", "x", "../calls", "ABCDEF"}) {
+    EXPECT_EQ(relay_cancel_command(*keys, bad, 10'000, 0).error().code, ErrorCode::kInvalidArgument)
+        << bad;
+  }
+  EXPECT_EQ(relay_cancel_command(*keys, std::string(64, 'A'), 10'000, 0).error().code,
+            ErrorCode::kInvalidArgument);
+}
+
 TEST(CallRelay, AgentsRefuseMalformedEntries) {
   std::map<std::string, std::string, std::less<>> fields;
   std::vector<std::string> flat = relay_request_fields(echo_request());

@@ -1491,6 +1491,74 @@ TEST(EdgeService, McpCallsGoThroughTheRedisRelayOnAConnectionOfTheirOwn) {
   EXPECT_NE(wire.find("\"redis_blocks_ms\":1234"), std::string::npos);
 }
 
+// A client that goes away while its call's BLPOP is outstanding: the request ends, and the host
+// gets the call's cancel mark to send on a connection of its own (a new handle), best effort.
+TEST(EdgeService, AnAbandonedRelayedCallGetsItsCancelMarkOnAFreshConnection) {
+  auto edge = service();
+  EdgeStep s = begin_call(*edge, tools_call(2, "docs__search"));
+  ASSERT_TRUE(is_relay_round(s)) << s.response.body;
+  const uint32_t call = s.handle;
+  const std::string rid = *relay_rid(kRelayRandom.substr(16), 0);
+
+  EdgeStep cancel = edge->abandon(call, kNow + 1'000);
+  ASSERT_EQ(cancel.action, EdgeAction::kRedis) << cancel.log;
+  EXPECT_NE(cancel.handle, call);
+  EXPECT_TRUE(cancel.new_connection);
+  EXPECT_EQ(cancel.redis_blocks_ms, 0);
+  // AUTH first (a fresh connection), then one SET of the call's own mark, for the call's
+  // remaining time (60 s from kNow) plus the grace.
+  EXPECT_EQ(cancel.redis_bytes.rfind("*2\r\n$4\r\nAUTH\r\n", 0), 0u);
+  EXPECT_NE(
+      cancel.redis_bytes.find(encode_command(
+          {"SET", "quiver:{default}:call-cancel:" + rid, "1", "PX",
+           std::to_string(McpEndpointConfig{}.relay_timeout_ms - 1'000 + kCallCancelGraceMs)})),
+      std::string::npos)
+      << cancel.redis_bytes;
+  // The abandoned request is gone: its handle is unknown now.
+  EXPECT_EQ(edge->feed(call, "+OK\r\n", kNow + 1'001).action, EdgeAction::kDone);
+  // The mark's replies in pieces: AUTH's, then SET's.
+  EdgeStep more = edge->feed(cancel.handle, "+OK\r\n", kNow + 1'002);
+  EXPECT_EQ(more.action, EdgeAction::kRead);
+  EdgeStep done = edge->feed(cancel.handle, "+OK\r\n", kNow + 1'003);
+  EXPECT_EQ(done.action, EdgeAction::kDone);
+  EXPECT_EQ(done.log, "");
+  edge->end(cancel.handle);
+  EXPECT_EQ(edge->open_requests(), 0u);
+
+  // A refused SET (an edge user without the new rule) is logged, never raised.
+  s = begin_call(*edge, tools_call(3, "docs__search"), kRelayRandom, kNow + 2'000);
+  ASSERT_TRUE(is_relay_round(s));
+  cancel = edge->abandon(s.handle, kNow + 2'001);
+  ASSERT_EQ(cancel.action, EdgeAction::kRedis);
+  done = edge->feed(cancel.handle, "+OK\r\n-NOPERM this user has no permissions\r\n", kNow + 2'002);
+  EXPECT_EQ(done.action, EdgeAction::kDone);
+  EXPECT_NE(done.log.find("cancel mark not sent"), std::string::npos) << done.log;
+  EXPECT_NE(done.log.find("NOPERM"), std::string::npos) << done.log;
+  edge->end(cancel.handle);
+  // The connection failed: logged too.
+  s = begin_call(*edge, tools_call(4, "docs__search"), kRelayRandom, kNow + 3'000);
+  ASSERT_TRUE(is_relay_round(s));
+  cancel = edge->abandon(s.handle, kNow + 3'001);
+  ASSERT_EQ(cancel.action, EdgeAction::kRedis);
+  done = edge->fail(cancel.handle, "connection refused", kNow + 3'002);
+  EXPECT_EQ(done.action, EdgeAction::kDone);
+  EXPECT_NE(done.log.find("cancel mark not sent"), std::string::npos) << done.log;
+  edge->end(cancel.handle);
+  EXPECT_EQ(edge->open_requests(), 0u);
+
+  // No relayed call outstanding yet (a fresh isolate: the call's snapshot read is in flight):
+  // nothing to cancel.
+  auto fresh = service();
+  EdgeStep read =
+      fresh->begin(mcp_post(token_for("alice"), tools_call(5, "docs__search")), kNow, kRelayRandom);
+  ASSERT_EQ(read.action, EdgeAction::kRedis);
+  ASSERT_FALSE(is_relay_round(read));
+  EdgeStep none = fresh->abandon(read.handle, kNow + 1);
+  EXPECT_EQ(none.action, EdgeAction::kDone);
+  EXPECT_EQ(none.log, "");
+  EXPECT_EQ(fresh->open_requests(), 0u);
+}
+
 TEST(EdgeService, McpCallFailuresAreTheirOwnJsonRpcErrorsNeverAResult) {
   auto edge = service();
   auto error_of = [](const EdgeStep& s) {
