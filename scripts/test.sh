@@ -14,6 +14,16 @@ cd "$root"
 "$root/scripts/setup.sh"
 
 jobs=$(nproc 2>/dev/null || echo 2)
+
+# A compiler cache when the machine has one (ccache is not installed for you; a clean checkout
+# then compiles only what changed since any earlier build on this machine). Paths are taken
+# relative to the checkout, so clones in other directories share entries. QUIVER_CCACHE=0: off.
+if [ "${QUIVER_CCACHE:-1}" != 0 ] && command -v ccache >/dev/null 2>&1 &&
+  [ -z "${CMAKE_CXX_COMPILER_LAUNCHER:-}" ]; then
+  export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-true}
+  echo "== compiler cache: ccache ($(ccache --version | head -1))"
+fi
 export NODE_PATH=${NODE_PATH:-/usr/share/nodejs}  # Emscripten's link step needs acorn from here
 
 echo "== format check (.clang-format, clang-format-14)"

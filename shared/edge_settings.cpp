@@ -101,21 +101,9 @@ Result<EdgeSettings> edge_settings_from_env(std::string_view env_json) {
     }
   }
   if (std::optional<std::string> origins = get("QUIVER_MCP_ALLOWED_ORIGINS")) {
-    std::size_t at = 0;
-    while (at <= origins->size()) {
-      std::size_t comma = std::min(origins->find(',', at), origins->size());
-      std::string item = origins->substr(at, comma - at);
-      item.erase(0, item.find_first_not_of(" \t"));
-      item.erase(item.find_last_not_of(" \t") + 1);
-      at = comma + 1;
-      if (item.empty()) continue;
-      std::optional<std::string> key = mcp_origin_key(item);
-      if (!key) {
-        return invalid("QUIVER_MCP_ALLOWED_ORIGINS: \"" + item.substr(0, 100) +
-                       "\" is not an origin (scheme://host[:port], http or https, no path)");
-      }
-      s.mcp_allowed_origins.push_back(std::move(*key));
-    }
+    Result<std::vector<std::string>> keys = parse_mcp_allowed_origins(*origins);
+    if (!keys.ok()) return invalid("QUIVER_MCP_ALLOWED_ORIGINS: " + keys.error().message);
+    s.mcp_allowed_origins = std::move(*keys);
   }
   s.l1.revalidation_claim_ms = std::min<int64_t>(5'000, s.enqueue.window_ms);
   return s;

@@ -420,6 +420,27 @@ std::optional<std::string> mcp_origin_key(std::string_view origin) {
   return key;
 }
 
+Result<std::vector<std::string>> parse_mcp_allowed_origins(std::string_view list) {
+  std::vector<std::string> out;
+  std::size_t at = 0;
+  while (at <= list.size()) {
+    const std::size_t comma = std::min(list.find(',', at), list.size());
+    std::string_view item = list.substr(at, comma - at);
+    at = comma + 1;
+    while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) item.remove_prefix(1);
+    while (!item.empty() && (item.back() == ' ' || item.back() == '\t')) item.remove_suffix(1);
+    if (item.empty()) continue;
+    std::optional<std::string> key = mcp_origin_key(item);
+    if (!key) {
+      return Error(ErrorCode::kInvalidArgument,
+                   "\"" + std::string(item.substr(0, 100)) +
+                       "\" is not an origin (scheme://host[:port], http or https, no path)");
+    }
+    out.push_back(std::move(*key));
+  }
+  return out;
+}
+
 std::optional<HttpResponse> mcp_origin_refusal(const HttpHeaders& headers,
                                                const std::vector<std::string>& allowed) {
   const std::string* origin = nullptr;

@@ -224,6 +224,10 @@ std::optional<HttpResponse> mcp_origin_refusal(const HttpHeaders& headers,
 // An origin (`scheme://host[:port]`, http or https, nothing after the authority) in the form
 // `allowed` holds (lower case), or nullopt when `origin` is not one.
 std::optional<std::string> mcp_origin_key(std::string_view origin);
+// A comma-separated list of origins (QUIVER_MCP_ALLOWED_ORIGINS at both hosts; blanks around an
+// item and empty items are ignored) as mcp_origin_key gives them, or the reason the first item
+// that is not an origin is refused (without the setting's name, which the caller adds).
+Result<std::vector<std::string>> parse_mcp_allowed_origins(std::string_view list);
 
 // ---- relaying
 // ------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@
 #include "native-agent/engine/tracer.h"
 #include "shared/caller_token.h"
 #include "shared/discovery_http.h"
+#include "shared/mcp_endpoint.h"
 #include "shared/oauth_callback.h"
 #include "shared/webhook_signature.h"
 
@@ -285,6 +286,12 @@ struct ApiServer::Impl : ApiContext {
       return guarded(in, [&] { return api::discovery_exchange(*this, *request); });
     }
     if (mcp) {
+      // DNS rebinding protection for a page whose Host passed (a loopback name): its Origin must
+      // be a loopback one or an allowed one (403 otherwise), as at the edge.
+      if (std::optional<HttpResponse> refused =
+              mcp_origin_refusal(in.headers, agent.config().mcp_allowed_origins)) {
+        return to_http1(std::move(*refused));
+      }
       return guarded(in, [&] { return api::mcp_endpoint(*this, core_request(in)); });
     }
 

@@ -224,6 +224,8 @@ inline constexpr char kEnvRedisServerName[] = "QUIVER_REDIS_TLS_SERVER_NAME";
 inline constexpr char kEnvDataDir[] = "QUIVER_DATA_DIR";
 inline constexpr char kEnvListen[] = "QUIVER_LISTEN";
 inline constexpr char kEnvAllowPrivateUpstreams[] = "QUIVER_ALLOW_PRIVATE_UPSTREAMS";
+// Web origins that may call /mcp besides loopback ones (comma-separated; the edge reads the same).
+inline constexpr char kEnvMcpAllowedOrigins[] = "QUIVER_MCP_ALLOWED_ORIGINS";
 
 // ---- stores and listening ----------------------------------------------------------------------
 
@@ -417,6 +419,10 @@ struct AgentConfig {
   std::string data_dir;
   ListenAddress listen;
   bool allow_private_upstreams = false;
+  // `quiver.mcp_allowed_origins` / QUIVER_MCP_ALLOWED_ORIGINS: origins (mcp_origin_key's form)
+  // whose web pages may call /mcp besides loopback ones (shared/mcp_endpoint.h
+  // mcp_origin_refusal: DNS rebinding protection). Empty: loopback pages only.
+  std::vector<std::string> mcp_allowed_origins;
   RuntimeControls runtime;
   // The file's revision in ms (`quiver.revision`, else the file's mtime from load_config_file);
   // 0: no file (a configuration built by hand seeds nothing into the catalog).

@@ -10,6 +10,7 @@
 #include "native-agent/base/config_internal.h"
 #include "native-agent/base/redactor.h"
 #include "shared/ascii.h"
+#include "shared/mcp_endpoint.h"
 #include "shared/sha256.h"
 
 namespace quiver {
@@ -63,6 +64,7 @@ Json AgentConfig::effective_config_json() const {
   out["data_dir"] = data_dir;
   out["listen"] = listen.describe();
   out["allow_private_upstreams"] = allow_private_upstreams;
+  out["mcp_allowed_origins"] = Json(mcp_allowed_origins);
   out["runtime"] = runtime_controls_json(runtime);
   out["env_overrides"] = Json(env_overrides);
   Json keys = Json::object();
@@ -278,7 +280,7 @@ std::string strip_trailing_slashes(std::string path) {
 const std::vector<std::string> kQuiverKeys = {
     "namespace", "redis", "redis_tls", "data_dir", "listen", "allow_private_upstreams", "runtime",
     "caller_token_keys", "caller_token_signing_kid", "webhook_secrets", "members", "grants",
-    "operators", "connections", "revision", "oauth"};
+    "operators", "connections", "revision", "oauth", "mcp_allowed_origins"};
 // clang-format on
 
 // ---- namespace, data_dir, listen, allow_private_upstreams --------------------------------------
@@ -385,6 +387,36 @@ void Parser::top_level_settings(const Json* q) {
                "`" + shown(*e) + "` is not a boolean (true, false, 1, 0, yes, no)");
     }
   }
+
+  // mcp_allowed_origins: an array of origins in the file, a comma-separated list in the
+  // environment (as the edge reads it); the environment wins.
+  if (std::optional<std::string> e = env_value(kEnvMcpAllowedOrigins)) {
+    Result<std::vector<std::string>> keys = parse_mcp_allowed_origins(*e);
+    if (!keys.ok()) {
+      p_.error(kEnvMcpAllowedOrigins, keys.error().message);
+    } else {
+      cfg_.mcp_allowed_origins = std::move(*keys);
+    }
+  } else if (const Json* list = json_field(quiver, "mcp_allowed_origins")) {
+    if (!list->is_array()) {
+      p_.error("quiver.mcp_allowed_origins",
+               std::string("must be an array of origins, not ") + json_type(*list));
+    } else {
+      for (std::size_t i = 0; i < list->size(); ++i) {
+        const std::string path = "quiver.mcp_allowed_origins[" + std::to_string(i) + "]";
+        const Json& item = (*list)[i];
+        std::optional<std::string> key;
+        if (item.is_string() && item.get<std::string>().find(',') == std::string::npos) {
+          key = mcp_origin_key(item.get<std::string>());
+        }
+        if (!key) {
+          p_.error(path, "not an origin (scheme://host[:port], http or https, no path)");
+        } else {
+          cfg_.mcp_allowed_origins.push_back(std::move(*key));
+        }
+      }
+    }
+  }
 }
 
 // ---- derived identity --------------------------------------------------------------------------
@@ -402,10 +434,10 @@ void Parser::identities() {
 }
 
 void Parser::env_warnings() {
-  std::set<std::string> known = {kEnvNamespace,     kEnvRedisUrl,     kEnvRedisCaFile,
-                                 kEnvRedisCertFile, kEnvRedisKeyFile, kEnvRedisServerName,
-                                 kEnvDataDir,       kEnvListen,       kEnvAllowPrivateUpstreams,
-                                 kConfigPathEnv};
+  std::set<std::string> known = {kEnvNamespace,         kEnvRedisUrl,     kEnvRedisCaFile,
+                                 kEnvRedisCertFile,     kEnvRedisKeyFile, kEnvRedisServerName,
+                                 kEnvDataDir,           kEnvListen,       kEnvAllowPrivateUpstreams,
+                                 kEnvMcpAllowedOrigins, kConfigPathEnv};
   for (const RuntimeControlInfo& info : kRuntimeControls) known.insert(info.env);
   for (const auto& [name, value] : src_.env) {
     if (name.rfind("QUIVER_", 0) != 0) continue;

@@ -194,6 +194,7 @@ class HostileApiTest : public ::testing::Test {
         {"caller_token_keys", {{"k1", {{"env", "TEST_TOKEN_KEY"}}}}},
         {"webhook_secrets", {{"ci", {{"env", "TEST_WEBHOOK_SECRET"}}}}},
         {"runtime", {{"list_timeout_ms", 4000}}},
+        {"mcp_allowed_origins", {"https://app.example.com"}},
     };
     Result<AgentConfig> config = parse_test_config(
         Json{{"mcpServers", servers}, {"quiver", quiver}}, "api_hostile_test.json",
@@ -481,6 +482,48 @@ TEST_F(HostileApiTest, AHostThatIsNotThisAgentIsRefused) {
   for (const std::string& ours : std::vector<std::string>{
            "127.0.0.1:" + port, "127.0.0.1", "localhost:" + port, "LOCALHOST", "[::1]:" + port}) {
     EXPECT_EQ(statuses(ask(ours)), std::vector<int>{200}) << ours;
+  }
+}
+
+// A web page that reached the agent under a loopback Host (so the Host check passed) still names
+// its own origin: /mcp answers a foreign one 403 before reading the token or the body, as the
+// edge does (the transport's DNS rebinding MUST). Loopback pages, the configured origins and
+// clients that send no Origin (every client that is not a web page) are served.
+TEST_F(HostileApiTest, McpRefusesAForeignOrigin) {
+  start();
+  const std::string ping = R"({"jsonrpc":"2.0","id":1,"method":"ping"})";
+  auto post = [&](const httplib::Headers& extra) {
+    std::string head = "POST /mcp HTTP/1.1\r\nHost: " + host() +
+                       "\r\nContent-Type: application/json\r\n"
+                       "Accept: application/json, text/event-stream\r\n"
+                       "MCP-Protocol-Version: 2025-06-18\r\n"
+                       "Authorization: Bearer " +
+                       token() + "\r\nConnection: close\r\n";
+    for (const auto& [name, value] : extra) head += name + ": " + value + "\r\n";
+    head += "Content-Length: " + std::to_string(ping.size()) + "\r\n\r\n" + ping;
+    return stream_attack(server_->port(), head, "", 0);
+  };
+  for (const httplib::Headers& foreign : std::vector<httplib::Headers>{
+           {{"Origin", "http://attacker.example"}},
+           {{"Origin", "null"}},
+           {{"Origin", "http://127.0.0.1.nip.io"}},
+           {{"Origin", "https://app.example.com.attacker.example"}},
+           {{"Origin", "http://localhost:3000"}, {"Origin", "http://attacker.example"}}}) {
+    std::string wire = post(foreign);
+    EXPECT_EQ(statuses(wire), std::vector<int>{403}) << foreign.begin()->second;
+    EXPECT_EQ(error_code_in(wire), "FORBIDDEN") << foreign.begin()->second;
+    EXPECT_EQ(wire.find("\"result\""), std::string::npos);
+  }
+  for (const httplib::Headers& ours :
+       std::vector<httplib::Headers>{{},
+                                     {{"Origin", "http://localhost:3000"}},
+                                     {{"Origin", "http://127.0.0.1"}},
+                                     {{"Origin", "http://[::1]:5173"}},
+                                     {{"Origin", "HTTPS://APP.example.com"}}}) {
+    std::string wire = post(ours);
+    const std::string shown = ours.empty() ? "(none)" : ours.begin()->second;
+    EXPECT_EQ(statuses(wire), std::vector<int>{200}) << shown << "\n" << wire.substr(0, 400);
+    EXPECT_NE(wire.find("\"result\":{}"), std::string::npos) << shown;
   }
 }
 

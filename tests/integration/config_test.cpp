@@ -897,6 +897,8 @@ TEST(ConfigTest, ABadEnvironmentValueNamesTheVariable) {
       {"QUIVER_REDIS_URL", "localhost:6379", "not a Redis URL"},
       {"QUIVER_DATA_DIR", "", "is empty"},
       {"QUIVER_ALLOW_PRIVATE_UPSTREAMS", "maybe", "`maybe` is not"},
+      {"QUIVER_MCP_ALLOWED_ORIGINS", "https://a.example, https://b.example/app",
+       "\"https://b.example/app\" is not an origin"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.var + std::string("=") + c.value);
@@ -941,6 +943,37 @@ TEST(ConfigTest, TopLevelSettingsHaveEnvironmentOverrides) {
   // Set and empty: the embedded default, whatever the file says.
   in.env = {{"QUIVER_REDIS_URL", ""}};
   EXPECT_FALSE(parse_ok(in, file).redis.has_value());
+}
+
+// The web origins that may call /mcp (DNS rebinding protection): an array in the file, a
+// comma-separated list in the environment (as the edge reads it), each checked and lower-cased.
+TEST(ConfigTest, McpAllowedOrigins) {
+  Inputs in;
+  EXPECT_TRUE(parse_ok(in, "{}").mcp_allowed_origins.empty());
+  const std::string file =
+      R"({"quiver": {"mcp_allowed_origins": ["https://App.Example.com", "http://[::1]:8080"]}})";
+  AgentConfig cfg = parse_ok(in, file);
+  EXPECT_EQ(cfg.mcp_allowed_origins,
+            (std::vector<std::string>{"https://app.example.com", "http://[::1]:8080"}));
+  EXPECT_EQ(cfg.effective_config_json()["mcp_allowed_origins"],
+            Json({"https://app.example.com", "http://[::1]:8080"}));
+
+  in.env = {{"QUIVER_MCP_ALLOWED_ORIGINS", " https://x.example:8443 ,, http://y.test "}};
+  cfg = parse_ok(in, file);  // the environment wins
+  EXPECT_EQ(cfg.mcp_allowed_origins,
+            (std::vector<std::string>{"https://x.example:8443", "http://y.test"}));
+  EXPECT_EQ(cfg.env_overrides.count("QUIVER_MCP_ALLOWED_ORIGINS"), 1u);
+
+  in.env.clear();
+  for (const std::string& bad :
+       {std::string(R"("https://a.example")"), std::string(R"([42])"),
+        std::string(R"(["https://a.example/path"])"), std::string(R"(["null"])"),
+        std::string(R"(["https://a.example,https://b.example"])")}) {
+    SCOPED_TRACE(bad);
+    const std::string message =
+        parse_error(in, R"({"quiver": {"mcp_allowed_origins": )" + bad + "}}");
+    EXPECT_NE(message.find("quiver.mcp_allowed_origins"), std::string::npos) << message;
+  }
 }
 
 TEST(ConfigTest, RedisUrlForms) {

@@ -409,11 +409,8 @@ TEST(McpCallsRedis, TheEdgeRelayReachesTheAgentAndFailsFastWithoutOne) {
   // The edge runs as its least-privilege user (schema/redis-acl-edge.txt).
   testing::RedisConnection admin(redis.connect());
   ASSERT_TRUE(admin);
-  ASSERT_EQ(run_argv(admin.get(), testing::edge_acl_setuser(agent->config().ns, "edge-pw")).str,
-            "OK");
-  testing::RedisConnection edge(redis.connect());
+  testing::RedisConnection edge = testing::connect_as_edge(redis, agent->config().ns);
   ASSERT_TRUE(edge);
-  ASSERT_EQ(run_argv(edge.get(), {"AUTH", "quiver-edge", "edge-pw"}).str, "OK");
   // It may read call-agents, never fake an agent being alive.
   EXPECT_TRUE(run_argv(edge.get(), {"SET", keys->call_agents(), "x"}).is_error());
   const Json echo = {{"name", "echo"}, {"arguments", {{"message", "via redis"}}}};
@@ -492,11 +489,8 @@ TEST(McpCallsRedis, AnAbandonedRelayedCallIsCancelledUpstream) {
   ASSERT_TRUE(keys.ok());
   testing::RedisConnection admin(redis.connect());
   ASSERT_TRUE(admin);
-  ASSERT_EQ(run_argv(admin.get(), testing::edge_acl_setuser(agent->config().ns, "edge-pw")).str,
-            "OK");
-  testing::RedisConnection edge(redis.connect());
+  testing::RedisConnection edge = testing::connect_as_edge(redis, agent->config().ns);
   ASSERT_TRUE(edge);
-  ASSERT_EQ(run_argv(edge.get(), {"AUTH", "quiver-edge", "edge-pw"}).str, "OK");
   ASSERT_TRUE(agent->mark_call_agent_alive().ok());
 
   // No relayed call runs: the poller sends nothing.

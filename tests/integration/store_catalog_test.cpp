@@ -649,14 +649,8 @@ TEST(StoreCatalogRedis, RedisDownIsStoreUnavailable) {
 TEST(StoreCatalogRedis, TheEdgesUserCannotReachTheCatalogOrTheAudit) {
   RedisServer server;
   ASSERT_TRUE(server.ok()) << server.error();
-  RedisConnection admin(server.connect());
-  ASSERT_NE(admin, nullptr);
-  const std::vector<std::string> setuser =
-      quiver::testing::edge_acl_setuser("acl", "edge-password");
-  ASSERT_EQ(run_argv(admin.get(), setuser).str, "OK");
-  RedisConnection edge(server.connect());
+  RedisConnection edge = quiver::testing::connect_as_edge(server, "acl");
   ASSERT_NE(edge, nullptr);
-  ASSERT_EQ(run_argv(edge.get(), {"AUTH", "quiver-edge", "edge-password"}).str, "OK");
   const std::string p = "quiver:{acl}:";
   auto allowed = [&](const std::vector<std::string>& argv) {
     RespValue v = run_argv(edge.get(), argv);

@@ -3,13 +3,19 @@
 //
 //   run_argv(admin.get(), edge_acl_setuser("acl", "edge-password"));   // ACL SETUSER quiver-edge
 //   ... run_argv(edge.get(), {"AUTH", "quiver-edge", "edge-password"});
+// or both at once:
+//   RedisConnection edge = connect_as_edge(server, "acl");
 #pragma once
 
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
+#include "tests/support/hiredis_run.h"
 #include "tests/support/markdown_table.h"
+#include "tests/support/redis_server.h"
 
 namespace quiver::testing {
 
@@ -28,6 +34,30 @@ inline std::vector<std::string> edge_acl_setuser(const std::string& ns,
   }
   setuser.push_back(">" + password);
   return setuser;
+}
+
+// Creates the edge's user on `server` (through a connection of its default user) and returns a
+// connection authenticated as it: what the edge may and may not do, tried as the edge. Null, with
+// the test failed, when a step fails.
+inline RedisConnection connect_as_edge(const RedisServer& server, const std::string& ns,
+                                       const std::string& password = "edge-password") {
+  RedisConnection admin(server.connect());
+  if (!admin) {
+    ADD_FAILURE() << "no connection to redis-server";
+    return nullptr;
+  }
+  RespValue created = run_argv(admin.get(), edge_acl_setuser(ns, password));
+  if (created.str != "OK") {
+    ADD_FAILURE() << "ACL SETUSER quiver-edge: " << created.str;
+    return nullptr;
+  }
+  RedisConnection edge(server.connect());
+  RespValue authed = edge ? run_argv(edge.get(), {"AUTH", "quiver-edge", password}) : RespValue();
+  if (!edge || authed.str != "OK") {
+    ADD_FAILURE() << "AUTH quiver-edge: " << authed.str;
+    return nullptr;
+  }
+  return edge;
 }
 
 }  // namespace quiver::testing
