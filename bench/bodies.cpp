@@ -66,16 +66,6 @@ constexpr char kSecret[] = "bench-bodies-caller-token-secret-0123456789";
   std::exit(1);
 }
 
-// The usec of the top-level commands a discovery read sends (the script's inner calls are in its
-// EVALSHA_RO figure), between two INFO readings.
-double top_level_usec(const bench::RedisInfo& before, const bench::RedisInfo& after) {
-  double usec = 0;
-  for (const char* cmd : {"evalsha_ro", "eval_ro", "evalsha", "eval", "mget", "auth"}) {
-    usec += static_cast<double>(after.command(cmd).usec - before.command(cmd).usec);
-  }
-  return usec;
-}
-
 // ---- the edge's read ----------------------------------------------------------------------------
 
 // One GET /v1/manifests through `edge`; dies unless it answers 200 with the manifests.
@@ -118,7 +108,7 @@ Row measure(const std::string& name, redisContext* c, int port, const std::strin
   const bench::RedisInfo after = bench::read_info(c);
   Row row;
   row.name = name;
-  row.redis_us = top_level_usec(before, after) / k;
+  row.redis_us = bench::discovery_read_usec(before, after) / k;
   row.cpu_us = (after.cpu_us - before.cpu_us) / k;
   row.bytes_in = static_cast<double>(t.bytes_in) / k;
   row.bytes_out = static_cast<double>(t.bytes_out) / k;
@@ -168,7 +158,7 @@ AgentRow measure_agent(const std::string& name, redisContext* c, int port, const
   const bench::RedisInfo after = bench::read_info(c);
   AgentRow row;
   row.name = name;
-  row.redis_us = top_level_usec(before, after) / k;
+  row.redis_us = bench::discovery_read_usec(before, after) / k;
   row.cpu_us = (after.cpu_us - before.cpu_us) / k;
   row.bytes_in = (after.net_output_bytes - before.net_output_bytes) / k;
   row.mgets = static_cast<double>(after.command("mget").calls - before.command("mget").calls) / k;

@@ -54,22 +54,9 @@ constexpr char kSecret[] = "bench-namespace-caller-token-secret-01234";
 constexpr char kNs[] = "scale";
 constexpr char kTeam[] = "team";
 
-[[noreturn]] void die(const std::string& why) {
-  std::fprintf(stderr, "namespace_scale: %s\n", why.c_str());
-  std::exit(1);
-}
-
-double top_level_usec(const bench::RedisInfo& before, const bench::RedisInfo& after) {
-  double usec = 0;
-  for (const char* cmd : {"evalsha_ro", "eval_ro", "evalsha", "eval", "mget", "auth"}) {
-    usec += static_cast<double>(after.command(cmd).usec - before.command(cmd).usec);
-  }
-  return usec;
-}
-
 int64_t integer_reply(redisContext* c, const std::vector<std::string>& argv) {
   redisReply* r = bench::command_argv(c, argv);
-  if (r == nullptr || r->type != REDIS_REPLY_INTEGER) die(argv[0] + " failed");
+  if (r == nullptr || r->type != REDIS_REPLY_INTEGER) bench::fail(argv[0] + " failed");
   const int64_t v = r->integer;
   freeReplyObject(r);
   return v;
@@ -79,7 +66,8 @@ int64_t integer_reply(redisContext* c, const std::vector<std::string>& argv) {
 // copies).
 std::vector<std::string> record_fields(redisContext* c, const std::string& key) {
   redisReply* r = bench::command_argv(c, {"HGETALL", key});
-  if (r == nullptr || r->type != REDIS_REPLY_ARRAY || r->elements == 0) die("no record " + key);
+  if (r == nullptr || r->type != REDIS_REPLY_ARRAY || r->elements == 0)
+    bench::fail("no record " + key);
   std::vector<std::string> out;
   for (std::size_t i = 0; i < r->elements; ++i) {
     out.emplace_back(r->element[i]->str, r->element[i]->len);
@@ -108,9 +96,10 @@ void grow(redisContext* c, const quiver::RedisKeys& keys, int64_t from, int64_t 
     }
     for (int64_t i = 0; i < sent; ++i) {
       void* reply = nullptr;
-      if (redisGetReply(c, &reply) != REDIS_OK || reply == nullptr) die("pipelined write failed");
+      if (redisGetReply(c, &reply) != REDIS_OK || reply == nullptr)
+        bench::fail("pipelined write failed");
       auto* r = static_cast<redisReply*>(reply);
-      if (r->type == REDIS_REPLY_ERROR) die(std::string("pipelined write: ") + r->str);
+      if (r->type == REDIS_REPLY_ERROR) bench::fail(std::string("pipelined write: ") + r->str);
       freeReplyObject(r);
     }
   }
@@ -140,8 +129,8 @@ void measure_edge(redisContext* c, int port, const std::string& token, int k,
     request.path = "/v1/manifests";
     request.headers.emplace_back("Authorization", "Bearer " + token);
     quiver::HttpResponse r = bench::edge_exchange(*edge, port, std::move(request), t);
-    if (r.status != 200) die("the edge read answered " + std::to_string(r.status));
-    if (r.body.size() < expect_chars) die("the edge read lacks its manifests");
+    if (r.status != 200) bench::fail("the edge read answered " + std::to_string(r.status));
+    if (r.body.size() < expect_chars) bench::fail("the edge read lacks its manifests");
   };
   bench::EdgeTotals warm;
   read(&warm);  // the script loaded, the isolate's body cache warm
@@ -151,7 +140,7 @@ void measure_edge(redisContext* c, int port, const std::string& token, int k,
     bench::EdgeTotals t;
     for (int i = 0; i < per_round; ++i) read(&t);
     const bench::RedisInfo after = bench::read_info(c);
-    least(&row->edge_redis_us, top_level_usec(before, after) / per_round, round);
+    least(&row->edge_redis_us, bench::discovery_read_usec(before, after) / per_round, round);
     least(&row->edge_bytes, static_cast<double>(t.bytes_in) / per_round, round);
     least(&row->edge_wall_us, t.wall_us / per_round, round);
   }
@@ -165,15 +154,15 @@ void measure_agent(redisContext* c, int port, const quiver::Principal& reader, i
   o.ns = kNs;
   o.body_cache_max_bytes = std::size_t{16} << 20;
   quiver::Result<std::unique_ptr<quiver::RedisStore>> store = quiver::RedisStore::create(o);
-  if (!store.ok()) die(store.error().message);
+  if (!store.ok()) bench::fail(store.error().message);
   auto read = [&] {
     quiver::Result<quiver::DiscoverySnapshot> s = (*store)->read_discovery(reader, {});
-    if (!s.ok()) die("the agent's read failed: " + s.error().message);
+    if (!s.ok()) bench::fail("the agent's read failed: " + s.error().message);
     std::size_t chars = 0;
     for (const quiver::GrantedConnection& g : s->connections) {
       if (g.manifest) chars += g.manifest->text.size();
     }
-    if (chars != expect_chars) die("the agent's read lacks manifests");
+    if (chars != expect_chars) bench::fail("the agent's read lacks manifests");
   };
   read();
   const int per_round = std::max(1, k / kRounds);
@@ -183,7 +172,7 @@ void measure_agent(redisContext* c, int port, const quiver::Principal& reader, i
     for (int i = 0; i < per_round; ++i) read();
     const double wall = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
     const bench::RedisInfo after = bench::read_info(c);
-    least(&row->agent_redis_us, top_level_usec(before, after) / per_round, round);
+    least(&row->agent_redis_us, bench::discovery_read_usec(before, after) / per_round, round);
     least(&row->agent_bytes, (after.net_output_bytes - before.net_output_bytes) / per_round, round);
     least(&row->agent_wall_us, wall / per_round, round);
   }
@@ -194,10 +183,10 @@ std::vector<int64_t> parse_sizes(const std::string& list) {
   std::stringstream in(list);
   for (std::string item; std::getline(in, item, ',');) {
     const int64_t n = std::atoll(item.c_str());
-    if (n < 1 || (!out.empty() && n <= out.back())) die("--members: increasing sizes >= 1");
+    if (n < 1 || (!out.empty() && n <= out.back())) bench::fail("--members: increasing sizes >= 1");
     out.push_back(n);
   }
-  if (out.empty()) die("--members: no size");
+  if (out.empty()) bench::fail("--members: no size");
   return out;
 }
 
@@ -214,12 +203,12 @@ int main(int argc, char** argv) {
   const int g = std::atoi(args["--g"].c_str()), k = std::atoi(args["--k"].c_str());
   const std::size_t size = static_cast<std::size_t>(std::atoll(args["--size"].c_str()));
   const std::vector<int64_t> sizes = parse_sizes(args["--members"]);
-  if (g < 2 || k < 1 || size < 100) die("bad arguments");
+  if (g < 2 || k < 1 || size < 100) bench::fail("bad arguments");
 
   bench::RedisServerProcess server =
       bench::start_redis_server(args["--redis-server"], "/tmp", "namespace-scale");
   redisContext* c = redisConnect("127.0.0.1", server.port);
-  if (c == nullptr || c->err != 0) die("connect failed");
+  if (c == nullptr || c->err != 0) bench::fail("connect failed");
   const int64_t now = bench::wall_ms();
   const quiver::RedisKeys keys = *quiver::RedisKeys::create(kNs);
   const quiver::Principal reader = *quiver::Principal::member("reader");
@@ -248,8 +237,8 @@ int main(int argc, char** argv) {
     row.used_memory = bench::read_info(c).used_memory;
     measure_edge(c, server.port, token, k, chars * 9 / 10, &row);
     measure_agent(c, server.port, reader, k, chars, &row);
-    std::fprintf(stderr, "%lld members: loaded in %.1f s, %lld keys\n",
-                 static_cast<long long>(n), load_s, static_cast<long long>(row.keys));
+    std::fprintf(stderr, "%lld members: loaded in %.1f s, %lld keys\n", static_cast<long long>(n),
+                 load_s, static_cast<long long>(row.keys));
     rows.push_back(row);
   }
 
@@ -258,7 +247,8 @@ int main(int argc, char** argv) {
       "of %zu bytes (mean), %d reads each\n\n",
       g, g - 1, chars / g, k);
   std::printf(
-      "| members | keys | Redis memory | edge: Redis µs per read | vs first | edge: bytes from Redis "
+      "| members | keys | Redis memory | edge: Redis µs per read | vs first | edge: bytes from "
+      "Redis "
       "| edge: client µs | agent: Redis µs per read | vs first | agent: bytes from Redis | "
       "agent: client µs |\n");
   std::printf("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
