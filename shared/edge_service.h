@@ -180,6 +180,9 @@ class EdgeService {
   EdgeStep complete(Request& r, std::vector<RespValue> replies, int64_t now_ms);
   EdgeStep store_failed(Request& r, Error error, int64_t now_ms);
   EdgeStep finish(Request& r, Respond respond);
+  // The headers every answer of `r` carries (X-Quiver-Cache, a stale-if-error copy's
+  // Cache-Control and Age, X-Request-Id): on its response, or on the head of its event stream.
+  void stamp_headers(const Request& r, HttpResponse& res) const;
   Request* find(uint32_t handle);
   Request* find(uint32_t handle, int64_t now_ms);  // and sets its now_ms
   EdgeStep unknown_handle(uint32_t handle);
