@@ -16,6 +16,7 @@
 #   QUIVER_L1_MAX_BYTES, QUIVER_FRESH_TTL_MS, QUIVER_MAX_AGE_MS, QUIVER_MIN_UPSTREAM_TTL_MS,
 #   QUIVER_REVALIDATE_WINDOW_MS, QUIVER_MCP_SEARCH_MODE,
 #   QUIVER_CALL_TIMEOUT_MS (the deadline of one /mcp call relayed to the agents),
+#   QUIVER_MCP_KEEPALIVE_MS (the keep-alive interval of a call answered as an event stream),
 #   REDIS_CONNECT_TIMEOUT_MS, REDIS_TIMEOUT_MS, QUIVER_REDIS_FAIL_FAST_MS (after a Redis timeout,
 #   answer without waiting on Redis for this long while one request probes it; 0: off),
 #   QUIVER_MCP_ALLOWED_ORIGINS (origins whose web pages may call /mcp
@@ -62,6 +63,7 @@ const edgeWorker :Workerd.Worker = (
     (name = "QUIVER_REVALIDATE_WINDOW_MS", fromEnvironment = "QUIVER_REVALIDATE_WINDOW_MS"),
     (name = "QUIVER_MCP_SEARCH_MODE", fromEnvironment = "QUIVER_MCP_SEARCH_MODE"),
     (name = "QUIVER_CALL_TIMEOUT_MS", fromEnvironment = "QUIVER_CALL_TIMEOUT_MS"),
+    (name = "QUIVER_MCP_KEEPALIVE_MS", fromEnvironment = "QUIVER_MCP_KEEPALIVE_MS"),
     (name = "REDIS_HOST", fromEnvironment = "REDIS_HOST"),
     (name = "REDIS_PORT", fromEnvironment = "REDIS_PORT"),
     (name = "REDIS_TLS", fromEnvironment = "REDIS_TLS"),

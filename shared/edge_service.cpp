@@ -330,7 +330,20 @@ EdgeStep EdgeService::relay_next(Request& r, int64_t now_ms) {
   r.redis_blocks_ms = wait_ms;
   // EVAL with the text: after an EVALSHA answered NOSCRIPT, the BLPOP behind it would wait out the
   // deadline for a call that was never queued.
-  return send(r, EdgeEvent::kRelay, std::move(*commands), ScriptForm::kText);
+  EdgeStep s = send(r, EdgeEvent::kRelay, std::move(*commands), ScriptForm::kText);
+  // About to wait: a client that takes an event stream gets its head now and keep-alives while
+  // the BLPOP waits, so that a client gone even by a graceful close fails a write (workerd tells
+  // a request nothing of a FIN before its response started: docs/design.md).
+  if (s.action == EdgeAction::kRedis && !r.mcp->streaming()) {
+    if (std::optional<HttpResponse> head = r.mcp->open_stream()) {
+      stamp_headers(r, *head);
+      s.open_stream = true;
+      s.response = std::move(*head);
+      s.keepalive_ms = settings_->mcp_keepalive_ms;
+      s.keepalive = kMcpSseKeepalive;
+    }
+  }
+  return s;
 }
 
 EdgeStep EdgeService::relay_answered(Request& r, RelayReply reply, std::string log,
@@ -774,17 +787,10 @@ EdgeStep EdgeService::finish(Request& r, Respond respond) {
   r.background = std::move(respond.background);
   HttpResponse& res = respond.response;
   EdgeStep s = step_of(r.handle, EdgeAction::kRespond);
-  if (r.fail_fast) {
-    res.headers.emplace_back("X-Quiver-Cache", "fail-fast");  // an L1 copy or a 503, no wait
-  } else if (r.source != nullptr) {
-    res.headers.emplace_back("X-Quiver-Cache", r.source);
-  }
+  stamp_headers(r, res);
   if (r.source != nullptr && std::string_view(r.source) == kStaleIfError) {
-    set_header(res.headers, "Cache-Control", "private, no-cache");
-    res.headers.emplace_back("Age", std::to_string(r.stale_age_ms / 1000));
     s.log = store_log_.admit("served from L1 (stale-if-error): " + r.store_error, r.now_ms);
   }
-  if (!r.id.empty()) res.headers.emplace_back("X-Request-Id", r.id);
   if (respond.log) {
     // The code the caller was answered (what an operator matches the log against), then the
     // detail: never the internal code of the cause, which reads like another answer.
@@ -803,6 +809,19 @@ EdgeStep EdgeService::finish(Request& r, Respond respond) {
   s.response = std::move(res);
   s.background = !r.background.empty();
   return s;
+}
+
+void EdgeService::stamp_headers(const Request& r, HttpResponse& res) const {
+  if (r.fail_fast) {
+    res.headers.emplace_back("X-Quiver-Cache", "fail-fast");  // an L1 copy or a 503, no wait
+  } else if (r.source != nullptr) {
+    res.headers.emplace_back("X-Quiver-Cache", r.source);
+  }
+  if (r.source != nullptr && std::string_view(r.source) == kStaleIfError) {
+    set_header(res.headers, "Cache-Control", "private, no-cache");
+    res.headers.emplace_back("Age", std::to_string(r.stale_age_ms / 1000));
+  }
+  if (!r.id.empty()) res.headers.emplace_back("X-Request-Id", r.id);
 }
 
 EdgeStep EdgeService::background(uint32_t handle, int64_t now_ms) {
@@ -894,6 +913,16 @@ EdgeStep EdgeService::internal_error(uint32_t handle, std::string_view what) {
   if (responded) return s;
   if (r != nullptr) r->background.clear();
   s.action = EdgeAction::kRespond;
+  if (r != nullptr && r->mcp && r->mcp->streaming()) {
+    // The stream's head (200) went out: the failure is the answer's one event.
+    s.response.status = 200;
+    s.response.body =
+        mcp_sse_event(Json::object({{"jsonrpc", "2.0"},
+                                    {"id", Json()},
+                                    {"error", Json::object({{"code", kJsonRpcInternalError},
+                                                            {"message", "internal error"}})}}));
+    return s;
+  }
   s.response = error_response(HttpErrorCode::kInternal, "internal error");
   return s;
 }

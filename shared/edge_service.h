@@ -59,7 +59,13 @@
 // the client gets: the agent's reply (the upstream's result or error, or the agent's refusal,
 // timeout, ...); AGENT_UNREACHABLE at once when no agent consumes calls; the timeout error when
 // the BLPOP gives up at the deadline; STORE_UNAVAILABLE (-32014) when Redis cannot be reached,
-// stalls or the fail-fast window is open. Never a made-up result. A client that goes away: the
+// stalls or the fail-fast window is open. Never a made-up result. A client whose Accept names
+// text/event-stream: the step that sends the first relay round also opens the answer as an event
+// stream (`open_stream`: McpEndpoint::open_stream's head, stamped like any answer, and the
+// keep-alive every QUIVER_MCP_KEEPALIVE_MS); the Respond is then the stream's events, and every
+// outcome after it (a store failure, the timeout, an internal error) an event in the 200. The
+// keep-alive writes are what tell the host of a client that closed gracefully (workerd says
+// nothing of a FIN until a write fails: docs/design.md). A client that goes away: the
 // host stops waiting and calls abandon(), which forgets the request (the host closes its
 // connection, the BLPOP with it) and, when a call's round was outstanding, gives the host that
 // call's cancel mark to send on a fresh connection, best effort: the agent running the call sees
@@ -180,6 +186,9 @@ class EdgeService {
   EdgeStep complete(Request& r, std::vector<RespValue> replies, int64_t now_ms);
   EdgeStep store_failed(Request& r, Error error, int64_t now_ms);
   EdgeStep finish(Request& r, Respond respond);
+  // The headers every answer of `r` carries (X-Quiver-Cache, a stale-if-error copy's
+  // Cache-Control and Age, X-Request-Id): on its response, or on the head of its event stream.
+  void stamp_headers(const Request& r, HttpResponse& res) const;
   Request* find(uint32_t handle);
   Request* find(uint32_t handle, int64_t now_ms);  // and sets its now_ms
   EdgeStep unknown_handle(uint32_t handle);

@@ -72,6 +72,7 @@ Result<EdgeSettings> edge_settings_from_env(std::string_view env_json) {
         get_ms("QUIVER_REVALIDATE_WINDOW_MS", &s.enqueue.window_ms),
         get_ms("QUIVER_REDIS_FAIL_FAST_MS", &s.fail_fast_ms),
         get_ms("QUIVER_CALL_TIMEOUT_MS", &s.call_timeout_ms),
+        get_ms("QUIVER_MCP_KEEPALIVE_MS", &s.mcp_keepalive_ms),
         get_ms("QUIVER_MCP_SEARCH_MODE", &search_mode)}) {
     if (!st.ok()) return st.error();
   }

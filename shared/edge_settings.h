@@ -21,6 +21,11 @@
 //                                resources/read, prompts/get, completion/complete): the edge waits
 //                                this long for the reply, the agent never starts it later nor
 //                                runs it longer (as the agent's own call_timeout_ms) 60000
+//   QUIVER_MCP_KEEPALIVE_MS      a relayed /mcp call answered as an event stream (Accept
+//                                text/event-stream): the interval of its keep-alive comments while
+//                                the edge waits for the agent's reply; a write that fails is a
+//                                client gone, so this bounds how late a closed client is noticed
+//                                (and its call cancelled upstream). 100 to 60000     1000
 //   QUIVER_WEBHOOK_SECRETS       refresh webhook secrets, JSON {"name":"secret"} (a secret; each
 //                                16+ bytes); unset: POST /v1/webhooks/refresh answers 404
 //   QUIVER_MCP_ALLOWED_ORIGINS   origins (scheme://host[:port], comma-separated) whose web pages
@@ -58,7 +63,8 @@ struct EdgeSettings {
   std::vector<std::string> webhook_secrets;  // any one may sign; empty: webhooks are off
   int64_t fail_fast_ms = 2'000;              // QUIVER_REDIS_FAIL_FAST_MS (0: off)
   int64_t call_timeout_ms = 60'000;          // QUIVER_CALL_TIMEOUT_MS (a relayed call's deadline)
-  bool mcp_search_mode = false;              // QUIVER_MCP_SEARCH_MODE=1 (shared/mcp_endpoint.h)
+  int64_t mcp_keepalive_ms = 1'000;  // QUIVER_MCP_KEEPALIVE_MS (an event-stream answer's comments)
+  bool mcp_search_mode = false;      // QUIVER_MCP_SEARCH_MODE=1 (shared/mcp_endpoint.h)
   std::vector<std::string> mcp_allowed_origins;  // QUIVER_MCP_ALLOWED_ORIGINS, mcp_origin_key's
 };
 

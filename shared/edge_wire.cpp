@@ -100,6 +100,12 @@ std::string edge_step_to_wire(const EdgeStep& step) {
   } else if (step.action == EdgeAction::kRedis) {
     meta["new_connection"] = step.new_connection;
     payload = &step.redis_bytes;
+    if (step.open_stream) {
+      meta["stream"] = Json::object({{"status", step.response.status},
+                                     {"headers", headers_json(step.response.headers)},
+                                     {"keepalive_ms", step.keepalive_ms},
+                                     {"keepalive", step.keepalive}});
+    }
   }
   if ((step.action == EdgeAction::kRedis || step.action == EdgeAction::kRead) &&
       step.redis_blocks_ms > 0) {

@@ -8,7 +8,9 @@
 //   step:    u32 meta length | u32 payload length | meta JSON | payload (body or Redis bytes)
 //            meta {"handle","action":"respond"|"redis"|"read"|"done", "status", "headers",
 //                  "background", "new_connection", "redis_blocks_ms", "log", "log_level"
-//                  ("info" for routine events, absent for problems)}
+//                  ("info" for routine events, absent for problems), and on the step that opens
+//                  an event stream (a kRedis step): "stream": {"status", "headers",
+//                  "keepalive_ms", "keepalive"}}
 //
 // A rendered answer as L1 keeps it: u32 meta length | meta JSON {"status", "headers",
 // "revalidations": [[connection_id, principal, reason, manual], ...]} | body.
@@ -42,6 +44,13 @@ struct EdgeStep {
   // kRedis, kRead: Redis holds this round's reply up to this long on purpose (a relayed call's
   // BLPOP, shared/call_relay.h): the host's read timeout for the round is its own plus this.
   int64_t redis_blocks_ms = 0;
+  // kRedis: before waiting on this round, send `response`'s status and headers now and keep the
+  // body open as an event stream: write `keepalive` every `keepalive_ms` until the kRespond,
+  // whose body (the answer's events) then ends the stream (its status and headers are not sent
+  // again). A keep-alive write that fails, or the stream cancelled, is a client gone (abandon).
+  bool open_stream = false;
+  int64_t keepalive_ms = 0;
+  std::string keepalive;
   std::string log;        // for the host's log (the detail behind a 5xx, a failed queue)
   bool log_info = false;  // `log` is a routine event (an accepted webhook), not a problem
 };

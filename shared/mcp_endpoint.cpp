@@ -468,8 +468,26 @@ std::optional<HttpResponse> mcp_origin_refusal(const HttpHeaders& headers,
 
 std::string mcp_sse_event(const Json& message) {
   // serialize_json writes no raw newline (strings escape theirs), so one data line holds it.
-  return "event: message\ndata: " + serialize_json(message) + "\n\n";
+  return mcp_sse_event_text(serialize_json(message));
 }
+
+std::string mcp_sse_event_text(std::string_view json_text) {
+  std::string event = "event: message\ndata: ";
+  event.reserve(event.size() + json_text.size() + 2);
+  event.append(json_text.data(), json_text.size());
+  event += "\n\n";
+  return event;
+}
+
+namespace {
+
+void set_event_stream_headers(HttpResponse& r) {
+  r.headers = {{"Content-Type", "text/event-stream"},
+               {"Cache-Control", "no-store"},
+               {"X-Accel-Buffering", "no"}};
+}
+
+}  // namespace
 
 std::string mcp_list_changed_event(const McpListen& listen, McpChangeKind kind) {
   const char* method = nullptr;
@@ -719,6 +737,7 @@ McpStep McpEndpoint::start(const HttpRequest& request, const CallerAuth& caller,
   }
   if (std::optional<std::string_view> accept = find_header(request.headers, "Accept")) {
     std::string a = lower(*accept);
+    accepts_event_stream_ = a.find("text/event-stream") != std::string::npos;
     if (a.find("application/json") == std::string::npos && a.find("*/*") == std::string::npos &&
         a.find("application/*") == std::string::npos) {
       HttpResponse r = error_response(HttpErrorCode::kBadRequest,
@@ -1180,6 +1199,11 @@ McpStep McpEndpoint::finish(int64_t now_ms) {
     for (const auto& p : pending_) {
       if (p->work == Pending::Work::kListen) response.body = mcp_sse_event(p->response);
     }
+  } else if (streaming_) {
+    // The head went out with open_stream(): the answers are its events, one per response.
+    response.status = 200;
+    set_event_stream_headers(response);
+    for (const Pending* p : answers) response.body += mcp_sse_event_text(text_of(p));
   } else if (answers.empty()) {
     response.status = 202;
     response.headers = {{"Cache-Control", "no-store"}};
@@ -1202,6 +1226,15 @@ VisibleConnections mcp_visible_lists(const DiscoverySnapshot& snapshot,
                                      const McpEndpointConfig& config, int64_t now_ms) {
   return visible_connections(snapshot, config.freshness, now_ms, config.render,
                              &mcp_items_renderer());
+}
+
+std::optional<HttpResponse> McpEndpoint::open_stream() {
+  if (!may_stream()) return std::nullopt;
+  streaming_ = true;
+  HttpResponse head;
+  head.status = 200;
+  set_event_stream_headers(head);
+  return head;
 }
 
 bool McpEndpoint::one_list_request() const {

@@ -16,7 +16,10 @@
 // RelayReply::failed(RelayFailure::kUnavailable, ...): the client gets a JSON-RPC error saying so.
 //
 // Transport: MCP Streamable HTTP, one POST per message (or batch). Every answer to a request is a
-// single JSON body (`application/json`). Stateless in every era, so any isolate or agent thread
+// single JSON body (`application/json`), except where a host that must wait on a relay opens an
+// event stream first (open_stream: the edge, for a client whose Accept names text/event-stream;
+// every era lets the server answer a POST so): then the answer is that stream's events, one
+// `event: message` per response. Stateless in every era, so any isolate or agent thread
 // can answer any request. Change notifications (`list_changed` in the config, the agent only: a
 // host sets it only where it honours it, and the capabilities it advertises say so) are the one
 // long-lived answer:
@@ -201,6 +204,8 @@ inline constexpr int kMcpChangeKindCount = 3;
 
 // One server-sent event carrying `message` (`event: message`, the JSON on one `data:` line).
 std::string mcp_sse_event(const Json& message);
+// The same for a message already serialized (compact: serialize_json's text holds no newline).
+std::string mcp_sse_event_text(std::string_view json_text);
 // notifications/<kind>/list_changed for `listen` ("" when `listen` did not ask for `kind`).
 std::string mcp_list_changed_event(const McpListen& listen, McpChangeKind kind);
 // The graceful end of the stream: modern, the listen request's (empty) result; legacy, "".
@@ -302,6 +307,18 @@ class McpEndpoint {
   // keeps the 200 answers of such a POST read from a snapshot (EdgeService's answers cache)
   // without parsing the body again to learn its method.
   bool one_list_request() const;
+  // After start: the POST's Accept names text/event-stream (and it is no listen), so its answer
+  // may be an event stream. Streamable HTTP lets the server choose per request in every era we
+  // speak (2025-03-26 to 2026-07-28); a client that accepts it MUST handle it.
+  bool may_stream() const { return accepts_event_stream_ && !listen_; }
+  // The head of that stream, for a host about to wait (a relay) that sends it at once: 200,
+  // `text/event-stream`, `Cache-Control: no-store`, `X-Accel-Buffering: no` (2026-07-28 asks it
+  // of a server opening an SSE stream: buffering proxies pass events on). From then on the
+  // Respond's body is the answer's events: one `event: message` per response (a batch's too, as
+  // the 2025-03-26 transport allows), status 200; a JSON-RPC error is such an event too. Only
+  // when may_stream() (else the head of the JSON answer to come is not known: nullopt).
+  std::optional<HttpResponse> open_stream();
+  bool streaming() const { return streaming_; }
 
   struct Pending;  // mcp_endpoint.cpp: one request of the POST (a batch holds several)
 
@@ -328,6 +345,8 @@ class McpEndpoint {
   DiscoveryStats stats_;
   std::optional<Error> log_;
   std::optional<McpListen> listen_;
+  bool accepts_event_stream_ = false;  // a POST whose Accept names text/event-stream
+  bool streaming_ = false;             // open_stream() was called: the answer is events
 };
 
 // True for the path the hosts route to the endpoint ("/mcp").

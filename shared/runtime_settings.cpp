@@ -40,6 +40,7 @@ const std::vector<RuntimeSetting>& runtime_settings() {
        kEdge},
       {"l1_max_bytes", "QUIVER_L1_MAX_BYTES", 8388608, 0, 4096.0 * 1024 * 1024, "bytes", kEdge},
       {"redis_fail_fast_ms", "QUIVER_REDIS_FAIL_FAST_MS", 2000, 0, 60000, "ms", kEdge},
+      {"mcp_keepalive_ms", "QUIVER_MCP_KEEPALIVE_MS", 1000, 100, 60000, "ms", kEdge},
   };
   return kTable;
 }

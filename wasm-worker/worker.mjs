@@ -13,9 +13,14 @@
 //    Redis holds its reply (a BLPOP) up to the call's deadline (QUIVER_CALL_TIMEOUT_MS), so that
 //    round's reads wait that much longer than REDIS_TIMEOUT_MS. A client that goes away meanwhile
 //    (request.signal, the `enable_request_signal` compatibility flag) stops the wait: the socket
-//    is closed (the BLPOP with it) and the core's request ended, at once. (workerd takes a reset
-//    connection for gone; a graceful close, FIN only, half or full, reads as a client still
-//    waiting for its answer, as HTTP allows: docs/design.md, "Calls through the agent".)
+//    is closed (the BLPOP with it) and the core's request ended, at once.
+//  - when the core's step says `stream` (a client that accepts text/event-stream, about to wait
+//    on a relay), the response starts at once with the step's status and headers, its body an
+//    event stream: the step's `keepalive` comment is written every `keepalive_ms` while the
+//    rounds go on, and the final respond step's payload (the answer's events) ends it. workerd
+//    tells a request of a reset connection at once, but of a graceful close (FIN) only once a
+//    response is streaming and a write to it fails; then the stream is cancelled and the signal
+//    aborts: the client is gone, as for a reset (docs/design.md, "Calls through the agent").
 //
 // Environment (see deploy/workerd.capnp and deploy/wrangler.toml; the core's settings are listed
 // in shared/edge_service.h):
@@ -198,15 +203,19 @@ class RedisConnection {
 class ClientGone extends Error {}
 
 // Carries out Redis steps until the core answers (respond) or is done. Any I/O failure goes back
-// to the core (edge.fail), which decides: another connection, a stale L1 copy, or a 503.
+// to the core (edge.fail), which decides: another connection, a stale L1 copy, or a 503. A step
+// that opens an event stream comes back unperformed while `io.stream` is not set: the caller
+// starts the response, then drives on from it.
 async function drive(edge, step, io, env) {
   while (step && (step.action === 'redis' || step.action === 'read')) {
+    if (step.stream && !io.stream) return step;
     try {
       if (step.action === 'redis') {
         if (step.new_connection || !io.redis) {
           io.redis?.close();
           io.redis = null;
           io.redis = await RedisConnection.open(env);
+          if (io.gone) throw new ClientGone();  // gone while it connected: no BLPOP is sent
         }
         await io.redis.write(step.payload);
       }
@@ -214,7 +223,11 @@ async function drive(edge, step, io, env) {
       if (io.gone) throw new ClientGone();
       step = edge.feed(step.handle, bytes);
     } catch (e) {
-      if (io.gone) throw new ClientGone();
+      if (io.gone) {
+        io.redis?.close();
+        io.redis = null;
+        throw new ClientGone();
+      }
       io.redis?.close();
       io.redis = null;
       step = edge.fail(step.handle, String(e?.message ?? e));
@@ -229,18 +242,68 @@ function finish(edge, handle, io) {
   edge.end(handle);
 }
 
+// The body of a response the core opened as an event stream (`stream` on its step): keep-alive
+// comments until close(bytes) writes the answer and ends it. A write that fails, or the stream
+// cancelled by the runtime (the client is gone), calls `gone`.
+class EventStream {
+  constructor(spec, gone) {
+    this.open = true;
+    this.readable = new ReadableStream({
+      start: (controller) => {
+        this.controller = controller;
+      },
+      cancel: () => {
+        this.stop();
+        gone();
+      },
+    });
+    const keepalive = encoder.encode(spec.keepalive);
+    this.timer = setInterval(() => {
+      if (!this.write(keepalive)) gone();
+    }, spec.keepalive_ms);
+  }
+
+  write(bytes) {
+    if (!this.open) return false;
+    try {
+      this.controller.enqueue(bytes);
+      return true;
+    } catch {
+      this.stop();
+      return false;
+    }
+  }
+
+  stop() {
+    this.open = false;
+    clearInterval(this.timer);
+  }
+
+  close(bytes) {
+    if (bytes?.length) this.write(bytes);
+    if (this.open) {
+      this.stop();
+      try {
+        this.controller.close();
+      } catch {
+        // cancelled meanwhile: nobody reads it
+      }
+    }
+  }
+}
+
 // Until the answer goes out: a client that disconnects ends the request at once (the open Redis
 // socket is closed, a relayed call's BLPOP with it; the core forgets the request: edge.abandon).
 // When a relayed call was outstanding, the core gives its cancel mark, sent here on a fresh
 // connection in the background, best effort (a failure is logged): the agent running the call
 // cancels it upstream. The agent still drops the call if it reads it after its deadline.
-function watchClient(request, edge, io, handleOf, env, ctx) {
-  const signal = request.signal;
-  if (!signal || typeof signal.addEventListener !== 'function') return () => {};
+// `io.gone_now` is the same for an event stream whose write failed or was cancelled.
+function watchClient(request, edge, io, env, ctx) {
   const gone = () => {
     if (io.gone || io.answered) return;
     io.gone = true;
-    const handle = handleOf();
+    io.stream?.stop();
+    const handle = io.handle;
     console.log(`quiver-edge: the client went away; request ${handle} stopped`);
     if (handle) {
       io.ended = true;
@@ -265,6 +328,9 @@ function watchClient(request, edge, io, handleOf, env, ctx) {
       }
     }
   };
+  io.gone_now = gone;
+  const signal = request.signal;
+  if (!signal || typeof signal.addEventListener !== 'function') return () => {};
   if (signal.aborted) gone();
   signal.addEventListener('abort', gone);
   return () => signal.removeEventListener('abort', gone);
@@ -337,6 +403,56 @@ function log(step, headers) {
   (step.log_level === 'info' ? console.log : console.error)(`quiver-edge ${id}: ${step.log}`);
 }
 
+// An answer the host gives when the core gave none (a bug), once an event stream has started:
+// the JSON-RPC error as the stream's one event (its 200 head went out).
+const INTERNAL_ERROR_EVENT = encoder.encode('event: message\ndata: {"jsonrpc":"2.0","id":null,' +
+  '"error":{"code":-32603,"message":"internal error"}}\n\n');
+
+// A respond step's queued revalidations (`background`): driven after the answer, without
+// delaying it (ctx.waitUntil); that work ends the handle.
+function queueBackground(edge, step, io, env, ctx, headers) {
+  if (!step.background) return;
+  const h = io.handle;
+  io.handle = 0;
+  ctx.waitUntil((async () => {
+    try {
+      log(await drive(edge, edge.background(h), io, env), headers);
+    } finally {
+      finish(edge, h, io);
+    }
+  })());
+}
+
+// The rest of a request whose response is an event stream (io.stream): the rounds go on, the
+// answer's events end the stream. A client gone meanwhile (a failed write, the stream cancelled,
+// the signal) was abandoned by watchClient's `gone`: nothing more is written.
+async function streamAnswer(edge, step, io, env, ctx, unwatch) {
+  const headers = step.stream.headers;
+  try {
+    step = await drive(edge, step, io, env);
+    io.answered = true;
+    if (!step || step.action !== 'respond') {
+      throw new Error(`no response from the core: ${step?.log ?? 'null step'}`);
+    }
+    log(step, headers);
+    io.stream.close(step.payload);
+    queueBackground(edge, step, io, env, ctx, headers);
+  } catch (e) {
+    if (e instanceof ClientGone) {
+      if (io.handle && !io.ended) finish(edge, io.handle, io);
+      io.handle = 0;  // ended when the client went
+      return;
+    }
+    io.answered = true;
+    console.error(`quiver-edge: ${e?.stack ?? e}`);
+    io.stream.close(INTERNAL_ERROR_EVENT);
+  } finally {
+    unwatch();
+    io.stream.stop();
+    if (io.handle) finish(edge, io.handle, io);
+  }
+}
+
 export default {
   async fetch(request, env, ctx) {
     let edge;
@@ -345,15 +461,24 @@ export default {
     } catch (e) {
       return unavailable(`the wasm module could not be instantiated (retried with the next request): ${e?.message ?? e}`);
     }
-    const io = { redis: null, gone: false, answered: false, ended: false };
-    let handle = 0;
-    const unwatch = watchClient(request, edge, io, () => handle, env, ctx);
+    const io = { handle: 0, redis: null, gone: false, answered: false, ended: false, stream: null };
+    const unwatch = watchClient(request, edge, io, env, ctx);
+    let streaming = false;  // the rest is streamAnswer's
     try {
       let step = edge.begin(await requestWire(request),
                             crypto.getRandomValues(new Uint8Array(RANDOM_BYTES)));
-      handle = step?.handle ?? 0;
+      io.handle = step?.handle ?? 0;
       if (io.gone) throw new ClientGone();
       step = await drive(edge, step, io, env);
+      if (step?.stream) {
+        // The core is about to wait and the client takes an event stream: the response starts
+        // now, and keep-alives show whether the client is still there while the rounds go on.
+        io.stream = new EventStream(step.stream, () => io.gone_now?.());
+        streaming = true;
+        ctx.waitUntil(streamAnswer(edge, step, io, env, ctx, unwatch));
+        return new Response(io.stream.readable,
+                            { status: step.stream.status, headers: step.stream.headers });
+      }
       io.answered = true;
       unwatch();
       if (!step || step.action !== 'respond') {
@@ -364,28 +489,20 @@ export default {
       const empty = step.payload.length === 0 || status === 304 || status === 204;
       const body = empty ? null : step.payload;
       const response = new Response(body, { status, headers });
-      if (step.background) {
-        const h = handle;
-        handle = 0; // the background work ends it
-        ctx.waitUntil((async () => {
-          try {
-            log(await drive(edge, edge.background(h), io, env), headers);
-          } finally {
-            finish(edge, h, io);
-          }
-        })());
-      }
+      queueBackground(edge, step, io, env, ctx, headers);
       return response;
     } catch (e) {
       if (e instanceof ClientGone) {
-        if (handle && !io.ended) finish(edge, handle, io);
-        handle = 0;  // ended when the client went
+        if (io.handle && !io.ended) finish(edge, io.handle, io);
+        io.handle = 0;  // ended when the client went
         return new Response(null, { status: 499 });  // nobody reads it
       }
       return internalError(e?.stack ?? String(e));
     } finally {
-      unwatch();
-      if (handle) finish(edge, handle, io);
+      if (!streaming) {
+        unwatch();
+        if (io.handle) finish(edge, io.handle, io);
+      }
     }
   },
 };

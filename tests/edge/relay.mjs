@@ -17,10 +17,15 @@
 //   - the edge's own call deadline (QUIVER_CALL_TIMEOUT_MS): an edge set to 2 s answers a hanging
 //     call -32001 after that, long before the agent's own 10 s, and the agent cancels the call
 //     upstream at the edge's deadline; a bad value is refused, /healthz naming the variable;
+//   - a client that accepts text/event-stream gets a relayed call's answer as an event stream
+//     (the head at once, keep-alive comments while it waits, the answer as one event); one that
+//     accepts only application/json gets today's JSON; the SDK client takes either;
 //   - a client disconnecting mid-call: the edge stops waiting at once (its BLPOP connection is
 //     closed, the request forgotten), long before the call's deadline, and sets the call's cancel
 //     mark: the agent cancels the call upstream (the upstream counts notifications/cancelled)
-//     because the client went away, not at its own deadline, and writes no reply;
+//     because the client went away, not at its own deadline, and writes no reply. So for a
+//     reset (RST) and, on an event stream, for a graceful full close (FIN: the next keep-alive
+//     write fails); a half-closed client (FIN, still reading) still gets its answer;
 //   - the agent down (no `call-agents`): AGENT_UNREACHABLE at once, while tools/list still answers
 //     from the cache;
 //   - Redis down: STORE_UNAVAILABLE, never a made-up result.
@@ -32,6 +37,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 
+import { pathToFileURL } from 'node:url';
+
 import {
   Agent, HttpUpstream, agentBinaryOrSkip, nodeModules, testUpstreamScript, upstreamStats,
 } from './agent.mjs';
@@ -42,6 +49,9 @@ import {
 
 const binary = agentBinaryOrSkip();
 const edgeDir = edgeDirArg();
+const sdkModule = (p) => import(pathToFileURL(path.join(nodeModules(), p)).href);
+const sdk1 = await sdkModule('@modelcontextprotocol/sdk/dist/esm/client/index.js');
+const sdk1Http = await sdkModule('@modelcontextprotocol/sdk/dist/esm/client/streamableHttp.js');
 const NS = 'relaytest';
 const KID = 'k1';
 const KEY = 'relay-test-caller-token-key-0123456789';
@@ -60,7 +70,7 @@ const stats = { t: path.join(tmp, 't.json'), slow: path.join(tmp, 'slow.json') }
 let redis;
 let db;
 let agent;
-let edge;      // L1 of 500 ms
+let edge;      // L1 of 500 ms, keep-alives every 200 ms
 let longEdge;  // L1 of 10 min: its copy of a grant or preference outlives a change
 let shortEdge; // QUIVER_CALL_TIMEOUT_MS of 2 s
 let perm;      // the per-member connection's upstream (HTTP, --per-auth)
@@ -73,23 +83,59 @@ const upstream = (cid) => ({
   env: { QUIVER_NODE_MODULES: nodeModules() },
 });
 
-// One JSON-RPC request to `server`'s /mcp as `member` (2025-06-18, no session).
+// The JSON-RPC messages of an event-stream body (`event: message` events; comments skipped),
+// and the number of comments (keep-alives) before the first message.
+function sseMessages(text) {
+  const messages = [];
+  let comments = 0;
+  for (const block of text.split('\n\n')) {
+    if (!block) continue;
+    const lines = block.split('\n');
+    if (lines.every((l) => l.startsWith(':'))) {
+      if (messages.length === 0) comments++;
+      continue;
+    }
+    if (lines[0] !== 'event: message' || lines.length !== 2 || !lines[1].startsWith('data: ')) {
+      throw new Error(`not an MCP event: ${JSON.stringify(block)}`);
+    }
+    messages.push(JSON.parse(lines[1].slice('data: '.length)));
+  }
+  return { messages, comments };
+}
+
+// One JSON-RPC request to `server`'s /mcp as `member` (2025-06-18, no session), accepting both
+// answers as MCP clients must (or `accept`). An event-stream answer must hold exactly the one
+// response; `answers` counts which kind each method got.
+const BOTH = 'application/json, text/event-stream';
+const answers = { json: {}, sse: {} };
 let nextId = 1;
-async function rpc(server, member, method, params) {
+async function rpc(server, member, method, params, accept = BOTH) {
   const id = nextId++;
   const res = await server.request('POST', '/mcp', {
     headers: {
       authorization: `Bearer ${tokens[member]}`,
       'content-type': 'application/json',
-      accept: 'application/json, text/event-stream',
+      accept,
       'mcp-protocol-version': '2025-06-18',
     },
     body: JSON.stringify({ jsonrpc: '2.0', id, method, params }),
   });
-  if (res.status !== 200 || res.json?.id !== id) {
+  let message = res.json;
+  const sse = (res.headers['content-type'] ?? '').startsWith('text/event-stream');
+  if (sse) {
+    const { messages } = sseMessages(res.text);
+    if (messages.length !== 1) throw new Error(`${method}: ${messages.length} events: ${res.text}`);
+    [message] = messages;
+    if (res.headers['cache-control'] !== 'no-store') {
+      throw new Error(`${method}: an event stream with Cache-Control ${res.headers['cache-control']}`);
+    }
+  }
+  const kind = sse ? answers.sse : answers.json;
+  kind[method] = (kind[method] ?? 0) + 1;
+  if (res.status !== 200 || message?.id !== id) {
     throw new Error(`${method}: HTTP ${res.status} ${res.text}`);
   }
-  return res.json;
+  return message;
 }
 
 const call = (server, member, name, args = {}) =>
@@ -340,6 +386,102 @@ const tests = [
     },
   },
   {
+    name: 'a client taking an event stream gets each relayed answer as one event; a client ' +
+          'taking only JSON gets JSON; lists stay JSON',
+    fn: async () => {
+      // So far every request of this suite accepted both: each relayed method was answered as
+      // an event stream once relayed (the refusals from the edge's own snapshot, carol's, never
+      // wait on a relay and stay JSON), and every list as JSON.
+      for (const method of RELAYED) {
+        if (!answers.sse[method] || !answers.json[method]) {
+          throw new Error(`${method} answered ${JSON.stringify(answers)}`);
+        }
+      }
+      if (answers.sse['tools/list'] || !answers.json['tools/list']) {
+        throw new Error(`tools/list answered ${JSON.stringify(answers)}`);
+      }
+      // A call waiting 2.5 s on the upstream, through a raw socket: the head comes before the
+      // answer, then keep-alive comments (1 s apart by default), then the answer's one event.
+      const socket = await postRaw(edge, 'alice', 'tools/call',
+                                   { name: 'slow__tool_2', arguments: { sleep_ms: 2500 } });
+      const got = await readResponse(socket);
+      if (got.headAt >= got.answerAt) throw new Error('the head came with the answer');
+      if (!/^HTTP\/1\.1 200 /.test(got.head) || !/content-type: text\/event-stream/i.test(got.head) ||
+          !/x-accel-buffering: no/i.test(got.head) || !/x-request-id: [0-9a-f]{16}/i.test(got.head)) {
+        throw new Error(`head: ${got.head}`);
+      }
+      const { messages, comments } = sseMessages(got.body);
+      if (messages.length !== 1 || messages[0].result?.content?.[0]?.text !== 'called tool_2') {
+        throw new Error(`body: ${got.body}`);
+      }
+      console.log(`  (${comments} keep-alive comments while the 2.5 s call ran)`);
+      if (comments < 1) throw new Error(`no keep-alive before the answer: ${JSON.stringify(got.body)}`);
+      // Only JSON accepted: today's answer.
+      const res = await edge.request('POST', '/mcp', {
+        headers: { authorization: `Bearer ${tokens.alice}`, 'content-type': 'application/json',
+                   accept: 'application/json', 'mcp-protocol-version': '2025-06-18' },
+        body: JSON.stringify({ jsonrpc: '2.0', id: 7, method: 'tools/call',
+                               params: { name: 't__tool_1', arguments: {} } }),
+      });
+      if (res.status !== 200 || !res.headers['content-type'].startsWith('application/json') ||
+          res.json?.result?.content?.[0]?.text !== 'called tool_1') {
+        throw new Error(`JSON only: ${res.status} ${res.headers['content-type']} ${res.text}`);
+      }
+      // A refusal before any wait stays JSON too, with its status.
+      const refused = await edge.request('POST', '/mcp', {
+        headers: { 'content-type': 'application/json', accept: BOTH },
+        body: JSON.stringify({ jsonrpc: '2.0', id: 8, method: 'tools/call',
+                               params: { name: 't__tool_1', arguments: {} } }),
+      });
+      if (refused.status !== 401 || !refused.headers['content-type'].startsWith('application/json')) {
+        throw new Error(`no token: ${refused.status} ${refused.headers['content-type']}`);
+      }
+    },
+  },
+  {
+    name: 'the SDK client (1.x) calls, reads, gets a prompt and completes through the edge; the ' +
+          'answers arrive as event streams',
+    fn: async () => {
+      const contentTypes = [];
+      const fetchAndNote = async (url, init) => {
+        const res = await fetch(url, init);
+        const body = init?.body ? JSON.parse(init.body) : null;
+        if (body?.method && RELAYED.includes(body.method)) {
+          contentTypes.push(`${body.method} ${res.headers.get('content-type')}`);
+        }
+        return res;
+      };
+      const transport = new sdk1Http.StreamableHTTPClientTransport(
+        new URL(`http://127.0.0.1:${edge.port}/mcp`),
+        { requestInit: { headers: { Authorization: `Bearer ${tokens.bob}` } }, fetch: fetchAndNote });
+      const client = new sdk1.Client({ name: 'relay-test', version: '1.0.0' });
+      await client.connect(transport);
+      try {
+        const called = await client.callTool({ name: 'perm__bob_tool_2', arguments: {} });
+        if (called.content?.[0]?.text !== 'called bob_tool_2') throw new Error(JSON.stringify(called));
+        const read = await client.readResource({ uri: 'quiver://perm/test://resource/1' });
+        if (read.contents?.[0]?.text !== 'content of test://resource/1') {
+          throw new Error(JSON.stringify(read));
+        }
+        const prompt = await client.getPrompt({ name: 'perm__prompt_1' });
+        if (prompt.messages?.[0]?.content?.text !== 'prompt prompt_1') {
+          throw new Error(JSON.stringify(prompt));
+        }
+        const done = await client.complete({ ref: { type: 'ref/prompt', name: 'perm__prompt_1' },
+                                             argument: { name: 'topic', value: 'bob' } });
+        if (JSON.stringify(done.completion?.values) !== JSON.stringify(['bob-completed'])) {
+          throw new Error(JSON.stringify(done));
+        }
+      } finally {
+        await client.close();
+      }
+      const want = RELAYED.map((m) => `${m} text/event-stream`);
+      if (JSON.stringify(contentTypes) !== JSON.stringify(want)) {
+        throw new Error(`content types: ${JSON.stringify(contentTypes)}`);
+      }
+    },
+  },
+  {
     name: 'a client disconnecting mid-call: the edge stops waiting at once, the request is freed, ' +
           'the call is cancelled upstream',
     fn: async () => {
@@ -347,22 +489,16 @@ const tests = [
       // slow's request timeout is 10 min: only the client going away ends the edge's wait (the
       // edge's deadline is 60 s; the agent answers at its own, 10 s, after cancelling upstream).
       const cancelled = counted('slow', 'cancelled');
+      // A client taking only JSON: no event stream, so only a reset tells the edge (below).
       const socket = await postRaw(edge, 'alice', 'tools/call',
-                                   { name: 'slow__tool_1', arguments: { sleep_ms: 600000 } });
+                                   { name: 'slow__tool_1', arguments: { sleep_ms: 600000 } },
+                                   'application/json');
       await waitFor('the call reaching the upstream', () => calledTimes('slow', 'tool_1') === 1);
       if (await blockedClients() !== 1) throw new Error('the edge is not waiting in BLPOP');
-      // The client goes away with a reset. Checked again with workerd 1.20261117.1 (a worker
-      // waiting 6 s on a timer, `enable_request_signal`): request.signal aborts when the client
-      // resets (RST), but not when it closes gracefully, neither a half-close (socket.end(): FIN,
-      // still reading) nor a full close (socket.destroy(): close(2) also sends only a FIN when
-      // nothing is left unread). Both are the same FIN on the wire, and a half-closed client
-      // still waiting for its answer is valid HTTP, so workerd reads either as the end of the
-      // request. Only a write tells them apart: a streamed answer whose next write meets the
-      // closed socket (the peer answers RST) does abort the signal. A relayed call writes nothing
-      // until the agent's reply (one JSON answer), so a graceful close is noticed only then, or
-      // at the call's deadline (QUIVER_CALL_TIMEOUT_MS). Detecting it would take answering calls
-      // as an SSE stream with keep-alive comments while waiting (docs/design.md, "Calls through
-      // the agent"). Cloudflare's front ends the request either way.
+      // The client goes away with a reset: request.signal aborts at once (workerd 1.20261117.1).
+      // A graceful close (FIN) of a client waiting for a JSON answer is not noticed before the
+      // answer: nothing is written until then (docs/design.md, "Calls through the agent"); a
+      // client taking an event stream is (the next test).
       const repliesBefore = await db.call('KEYS', `quiver:{${NS}}:call-reply:*`);
       socket.resetAndDestroy();
       await waitFor('the edge closing its BLPOP connection', async () => await blockedClients() === 0);
@@ -386,6 +522,76 @@ const tests = [
       if (logs.some((l) => l.includes('cancel mark not sent'))) {
         throw new Error('the edge logged a failed cancel mark');
       }
+    },
+  },
+  {
+    name: 'a client taking an event stream that closes gracefully mid-call (FIN, then close): ' +
+          'the next keep-alive write fails, the edge stops waiting, the call is cancelled upstream',
+    fn: async () => {
+      if (await blockedClients() !== 0) throw new Error('a BLPOP is already waiting');
+      // longEdge keeps the default keep-alive interval (QUIVER_MCP_KEEPALIVE_MS, 1 s). t's grant
+      // comes from its L1 (the Redis-down test below needs that copy: a newer epoch read here
+      // would retire it). The agent's deadline is 10 s; only the client's close ends it sooner.
+      const cancelled = counted('t', 'cancelled');
+      const called = calledTimes('t', 'tool_3');
+      const marksBefore = await db.call('KEYS', `quiver:{${NS}}:call-cancel:*`);
+      const repliesBefore = await db.call('KEYS', `quiver:{${NS}}:call-reply:*`);
+      const logsBefore = logs.length;
+      const socket = await postRaw(longEdge, 'alice', 'tools/call',
+                                   { name: 't__tool_3', arguments: { sleep_ms: 600000 } });
+      const r = new RawResponse(socket);
+      await waitFor('the call reaching the upstream', () => calledTimes('t', 'tool_3') === called + 1);
+      await waitFor('the event stream opening', () => r.head !== null);
+      if (!/content-type: text\/event-stream/i.test(r.head)) throw new Error(`head: ${r.head}`);
+      if (await blockedClients() !== 1) throw new Error('the edge is not waiting in BLPOP');
+      // A graceful full close: FIN (end), then the socket is closed once the FIN is out
+      // (destroySoon); no RST leaves this side until the edge writes to the closed socket.
+      const t0 = Date.now();
+      socket.end();
+      socket.destroySoon();
+      await waitFor('the edge closing its BLPOP connection', async () => await blockedClients() === 0);
+      await waitFor('the edge forgetting the request', async () => await openRequests(longEdge) === 0);
+      await waitFor("the call's cancel mark", async () =>
+        (await db.call('KEYS', `quiver:{${NS}}:call-cancel:*`)).length === marksBefore.length + 1);
+      const marked = Date.now() - t0;
+      await waitFor('the upstream told to cancel', () => counted('t', 'cancelled') === cancelled + 1);
+      const upstreamTold = Date.now() - t0;
+      console.log(`  (FIN → cancel mark ${marked} ms, → upstream cancelled ${upstreamTold} ms; ` +
+                  "keep-alive interval 1000 ms, the agent's call deadline 10000 ms)");
+      const since = logs.slice(logsBefore);
+      if (!since.some((l) => l.includes('the client went away'))) {
+        throw new Error('the edge did not log the client going away');
+      }
+      // Cancelled because the client went away, not at the agent's own deadline (10 s).
+      if (!since.some((l) => l.includes('cancelled: its client went away at the edge'))) {
+        throw new Error(`the agent did not cancel the call for the edge:\n${since.join('\n')}`);
+      }
+      const replies = await db.call('KEYS', `quiver:{${NS}}:call-reply:*`);
+      const written = replies.filter((key) => !repliesBefore.includes(key));
+      if (written.length !== 0) throw new Error(`a reply was written: ${written}`);
+    },
+  },
+  {
+    name: 'a half-closed client (FIN, still reading) is not gone: it gets its answer, nothing is ' +
+          'cancelled',
+    fn: async () => {
+      const cancelled = counted('slow', 'cancelled');
+      const marksBefore = (await db.call('KEYS', `quiver:{${NS}}:call-cancel:*`)).length;
+      const socket = await postRaw(edge, 'alice', 'tools/call',
+                                   { name: 'slow__tool_3', arguments: { sleep_ms: 1500 } });
+      const answer = readResponse(socket);
+      socket.end();  // FIN: the request is complete, the client still reads
+      const r = await answer;
+      const { messages, comments } = sseMessages(r.body);
+      if (messages.length !== 1 || messages[0].result?.content?.[0]?.text !== 'called tool_3') {
+        throw new Error(`answer: ${r.body}`);
+      }
+      console.log(`  (${comments} keep-alive comments reached the half-closed client)`);
+      if (counted('slow', 'cancelled') !== cancelled) throw new Error('the call was cancelled');
+      if ((await db.call('KEYS', `quiver:{${NS}}:call-cancel:*`)).length !== marksBefore) {
+        throw new Error('a cancel mark was set');
+      }
+      socket.destroy();
     },
   },
   {
@@ -417,21 +623,71 @@ const tests = [
   },
 ];
 
-// A JSON-RPC request written on a raw socket, its answer never read: resolves to the socket once
-// the request is sent.
-function postRaw(server, member, method, params) {
+// A JSON-RPC request written on a raw socket, its answer not read here: resolves to the socket
+// once the request is sent.
+function postRaw(server, member, method, params, accept = BOTH) {
   const body = JSON.stringify({ jsonrpc: '2.0', id: nextId++, method, params });
   return new Promise((resolve, reject) => {
     const socket = net.connect(server.port, '127.0.0.1', () => {
       socket.write(`POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n` +
                    `Authorization: Bearer ${tokens[member]}\r\n` +
                    'Content-Type: application/json\r\n' +
-                   'Accept: application/json, text/event-stream\r\n' +
+                   `Accept: ${accept}\r\n` +
                    'MCP-Protocol-Version: 2025-06-18\r\n' +
                    `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`, () => resolve(socket));
     });
     socket.on('error', reject);
   });
+}
+
+// What arrives on `socket` (an HTTP/1.1 response): `head` once the head is complete, `body` (the
+// de-chunked body so far), `ended` once the last chunk came, and the index of the `data` event
+// that completed the head and that brought the first `event: message` (which came first, with no
+// clock involved).
+class RawResponse {
+  constructor(socket) {
+    this.raw = Buffer.alloc(0);
+    this.head = null;
+    this.body = '';
+    this.ended = false;
+    this.closed = false;
+    this.chunks = 0;
+    this.headAt = -1;
+    this.answerAt = -1;
+    socket.on('data', (d) => this.data(d));
+    socket.on('close', () => { this.closed = true; });
+    socket.on('error', () => {});
+  }
+
+  data(d) {
+    this.chunks++;
+    this.raw = Buffer.concat([this.raw, d]);
+    if (this.head === null) {
+      const at = this.raw.indexOf('\r\n\r\n');
+      if (at < 0) return;
+      this.head = this.raw.subarray(0, at).toString('latin1');
+      this.raw = this.raw.subarray(at + 4);
+      this.headAt = this.chunks;
+      if (!/transfer-encoding: chunked/i.test(this.head)) throw new Error(`not chunked: ${this.head}`);
+    }
+    for (;;) {  // whole chunks only
+      const eol = this.raw.indexOf('\r\n');
+      if (eol < 0) return;
+      const size = Number.parseInt(this.raw.subarray(0, eol).toString('latin1'), 16);
+      if (this.raw.length < eol + 2 + size + 2) return;
+      this.body += this.raw.subarray(eol + 2, eol + 2 + size).toString('utf8');
+      this.raw = this.raw.subarray(eol + 2 + size + 2);
+      if (size === 0) this.ended = true;
+      if (this.answerAt < 0 && this.body.includes('event: message')) this.answerAt = this.chunks;
+    }
+  }
+}
+
+async function readResponse(socket) {
+  const r = new RawResponse(socket);
+  await waitFor('the answer', () => r.ended || r.closed, 30000);
+  if (!r.ended) throw new Error(`the connection closed before the answer ended: ${r.head} ${r.body}`);
+  return r;
 }
 
 async function main() {
@@ -474,7 +730,9 @@ async function main() {
     edgeEnvOf = (l1TtlMs, extra = {}) => edgeEnv({
       ns: NS, kid: KID, secret: KEY, redisPort: redis.port,
       edgeRedisPassword: EDGE_REDIS_PASSWORD, l1TtlMs, extra });
-    [edge] = await startEdges(1, { edgeDir, env: edgeEnvOf(500), logs });
+    // `edge` writes keep-alives every 200 ms (the others at the default, 1 s).
+    [edge] = await startEdges(1, { edgeDir, env: edgeEnvOf(500, { QUIVER_MCP_KEEPALIVE_MS: '200' }),
+                                   logs });
     [longEdge] = await startEdges(1, { edgeDir, env: edgeEnvOf(600000), logs });
     [shortEdge] = await startEdges(1, {
       edgeDir, logs,

@@ -12,7 +12,8 @@
 //                    out while it still reads, or no segment is left, the connection "fails".
 // Properties: the service always comes to a response, with an HTTP status, and ends with no
 // request left open; no secret (token key, Redis password, webhook secret) shows in a response
-// or a log line.
+// or a log line. An event stream (a /mcp call's, `open_stream`) opens at most once, on a Redis
+// step, with a 200 head and a keep-alive; its answer is then a 200 too.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -69,15 +70,25 @@ void serve(EdgeService& edge, EdgeStep step, std::vector<std::string_view>& roun
   std::vector<std::string_view> pieces;  // of the current round trip's answer
   const uint32_t handle = step.handle;
   bool responded = false;
+  bool streaming = false;
   for (int guard = 0;; ++guard) {
     fuzz::check(guard < 10000, "edge: a request that never ends");
     no_secret(step.log, "edge: a log line");
     fuzz::check(step.handle == handle, "edge: a step for another handle");
     if (step.action == EdgeAction::kDone) break;
+    if (step.open_stream) {
+      fuzz::check(step.action == EdgeAction::kRedis && !streaming && !responded,
+                  "edge: an event stream opened twice, or not before a wait");
+      fuzz::check(step.response.status == 200 && step.keepalive_ms > 0 && !step.keepalive.empty(),
+                  "edge: a bad event-stream head");
+      check_response(step);
+      streaming = true;
+    }
     if (step.action == EdgeAction::kRespond) {
       fuzz::check(!responded, "edge: responded twice");
       responded = true;
       check_response(step);
+      fuzz::check(!streaming || step.response.status == 200, "edge: a streamed answer not a 200");
       if (!step.background) break;
       step = edge.background(handle, now);
       continue;

@@ -5,7 +5,10 @@
 // written exactly as serialize_json writes it (the lists splice their items' text from the render
 // cache's fragments: odd-sized inputs use a cache kept across inputs, even-sized ones none),
 // every RelayCall must name the granted connection with a name or URI that maps back to what the
-// client sent, and the naming scheme must round-trip any name it decodes.
+// client sent, and the naming scheme must round-trip any name it decodes. With bit 0x20 of the
+// first byte the client accepts text/event-stream and the host opens the stream before relaying
+// (as the edge does): the answer must then be 200 and events only, each `event: message` with
+// one response written as serialize_json writes it.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -89,6 +92,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const char* kMethods[] = {"", "tools/list", "tools/call", "resources/read"};
   if (const char* m = kMethods[(mode / 5) % 4]; *m) request.headers.emplace_back("Mcp-Method", m);
   if (mode & 0x80) request.headers.emplace_back("Mcp-Name", "docs__search");
+  if (mode & 0x20) request.headers.emplace_back("Accept", "application/json, text/event-stream");
 
   McpEndpointConfig config;
   config.search_mode = (mode & 0x40) != 0;
@@ -103,6 +107,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (auto* r = std::get_if<Respond>(&step)) {
       const HttpResponse& res = r->response;
       fuzz::check(res.status >= 200 && res.status < 600, "mcp_endpoint: a bad status");
+      if (endpoint.streaming()) {
+        fuzz::check(res.status == 200, "mcp_endpoint: a streamed answer that is not a 200");
+        const std::string head = "event: message\ndata: ";
+        std::string_view rest = res.body;
+        fuzz::check(!rest.empty(), "mcp_endpoint: a stream without its answer");
+        while (!rest.empty()) {
+          fuzz::check(rest.substr(0, head.size()) == head, "mcp_endpoint: not an event", res.body);
+          const std::size_t end = rest.find("\n\n");
+          fuzz::check(end != std::string_view::npos, "mcp_endpoint: an unended event", res.body);
+          if (rest.substr(0, head.size()) != head || end == std::string_view::npos) break;
+          const std::string data(rest.substr(head.size(), end - head.size()));
+          JsonParseOptions keep;
+          keep.keep_number_literals = true;
+          Result<Json> parsed = parse_json(data, keep);
+          fuzz::check(parsed.ok() && parsed->is_object() && serialize_json(*parsed) == data,
+                      "mcp_endpoint: an event whose data is not one response", data);
+          rest.remove_prefix(end + 2);
+        }
+        break;
+      }
       if (!res.body.empty()) {
         JsonParseOptions keep;
         keep.keep_number_literals = true;
@@ -121,6 +145,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       continue;
     }
     auto& need = std::get<NeedRelay>(step);
+    if (endpoint.may_stream() && !endpoint.streaming()) {
+      std::optional<HttpResponse> head = endpoint.open_stream();
+      fuzz::check(head && head->status == 200 && head->body.empty() &&
+                      find_header(head->headers, "Content-Type") == "text/event-stream",
+                  "mcp_endpoint: a bad event-stream head");
+    }
     std::vector<RelayReply> replies;
     for (const RelayCall& call : need.calls) {
       check_relay(call);

@@ -1431,12 +1431,17 @@ bool is_relay_round(const EdgeStep& s) {
 
 // Begins a tools/call by alice and answers its snapshot read unless L1 held it: the next step is
 // the relay round.
-EdgeStep begin_call(EdgeService& edge, const Json& body, const std::string& random = kRelayRandom,
-                    int64_t now = kNow) {
-  EdgeStep s = edge.begin(mcp_post(token_for("alice"), body), now, random);
+EdgeStep begin_call_request(EdgeService& edge, HttpRequest request,
+                            const std::string& random = kRelayRandom, int64_t now = kNow) {
+  EdgeStep s = edge.begin(std::move(request), now, random);
   if (is_relay_round(s) || s.action == EdgeAction::kRespond) return s;  // the grant came from L1
   EXPECT_EQ(s.action, EdgeAction::kRedis);  // a read of that one connection: its grant, live
   return edge.feed(s.handle, "+OK\r\n" + encode_reply(discovery_reply("alice", 5, kMinute)), now);
+}
+
+EdgeStep begin_call(EdgeService& edge, const Json& body, const std::string& random = kRelayRandom,
+                    int64_t now = kNow) {
+  return begin_call_request(edge, mcp_post(token_for("alice"), body), random, now);
 }
 
 std::string queued_reply() { return encode_reply(A({S("queued"), S("1-0")})); }
@@ -1722,6 +1727,255 @@ TEST(EdgeService, ABatchRelaysEachCallInItsOwnRoundWithItsOwnRid) {
   EXPECT_EQ(b[0]["result"]["n"], 1);
   EXPECT_EQ(b[1]["result"]["n"], 2);
   edge->end(s.handle);
+}
+
+// ---- event-stream answers
+// ------------------------------------------------------------------------
+
+// A /mcp POST whose Accept names both answers, as MCP clients send it.
+HttpRequest mcp_post_streaming(const std::string& token, const Json& body) {
+  HttpRequest r = mcp_post(token, body);
+  r.headers.emplace_back("accept", "application/json, text/event-stream");
+  return r;
+}
+
+// One `event: message` per JSON-RPC message, in order (a body that is not such events: nothing).
+std::vector<Json> sse_messages(const std::string& body) {
+  std::vector<Json> out;
+  std::size_t at = 0;
+  while (at < body.size()) {
+    const std::string head = "event: message\ndata: ";
+    if (body.compare(at, head.size(), head) != 0) return {};
+    const std::size_t end = body.find("\n\n", at);
+    if (end == std::string::npos) return {};
+    Result<Json> message = parse_json(body.substr(at + head.size(), end - at - head.size()));
+    if (!message.ok()) return {};
+    out.push_back(*message);
+    at = end + 2;
+  }
+  return out;
+}
+
+// A client that takes an event stream (its Accept names text/event-stream) gets the head of one
+// on the step that sends the relay round, before the BLPOP waits: 200, text/event-stream,
+// no-store, X-Accel-Buffering: no and the request's id, with the keep-alive to write meanwhile.
+// The answer is then the stream's one event. The wire carries it all to the host.
+TEST(EdgeService, ARelayedCallOpensAnEventStreamBeforeItWaitsWhenTheClientTakesOne) {
+  auto edge = service();
+  EdgeStep s = begin_call_request(
+      *edge, mcp_post_streaming(token_for("alice"), tools_call(2, "docs__search")));
+  ASSERT_TRUE(is_relay_round(s)) << s.response.body;
+  ASSERT_TRUE(s.open_stream);
+  EXPECT_EQ(s.response.status, 200);
+  EXPECT_EQ(header(s.response, "Content-Type"), "text/event-stream");
+  EXPECT_EQ(header(s.response, "Cache-Control"), "no-store");
+  EXPECT_EQ(header(s.response, "X-Accel-Buffering"), "no");
+  const std::string request_id = header(s.response, "X-Request-Id");
+  EXPECT_EQ(request_id, "5a5a5a5a5a5a5a5a");
+  EXPECT_TRUE(s.response.body.empty());
+  EXPECT_EQ(s.keepalive_ms, 1'000);
+  EXPECT_EQ(s.keepalive, kMcpSseKeepalive);
+  EXPECT_EQ(s.redis_blocks_ms, McpEndpointConfig{}.relay_timeout_ms);
+
+  const std::string wire = edge_step_to_wire(s);
+  const uint32_t meta_len =
+      static_cast<unsigned char>(wire[0]) | static_cast<unsigned char>(wire[1]) << 8;
+  Json meta = *parse_json(wire.substr(8, meta_len));
+  EXPECT_EQ(meta["action"], "redis");
+  EXPECT_EQ(meta["stream"]["status"], 200);
+  EXPECT_EQ(meta["stream"]["keepalive_ms"], 1'000);
+  EXPECT_EQ(meta["stream"]["keepalive"], kMcpSseKeepalive);
+  EXPECT_NE(meta["stream"]["headers"].dump().find("text/event-stream"), std::string::npos);
+  EXPECT_EQ(wire.substr(8 + meta_len), s.redis_bytes);
+
+  const std::string replies =
+      "+OK\r\n" + queued_reply() +
+      popped(relay_reply_record(RelayReply::ok(Json::object(
+          {{"content", Json::array({Json::object({{"type", "text"}, {"text", "found"}})})}}))));
+  s = edge->feed(s.handle, replies.substr(0, 10), kNow + 5);
+  ASSERT_EQ(s.action, EdgeAction::kRead);
+  EXPECT_FALSE(s.open_stream);  // opened once
+  EXPECT_EQ(edge_step_to_wire(s).find("\"stream\""), std::string::npos);
+  s = edge->feed(s.handle, replies.substr(10), kNow + 5);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(s.response.status, 200);
+  EXPECT_EQ(header(s.response, "Content-Type"), "text/event-stream");
+  std::vector<Json> events = sse_messages(s.response.body);
+  ASSERT_EQ(events.size(), 1u) << s.response.body;
+  EXPECT_EQ(events[0]["id"], 2);
+  EXPECT_EQ(events[0]["result"]["content"][0]["text"], "found");
+  edge->end(s.handle);
+
+  // The keep-alive interval is QUIVER_MCP_KEEPALIVE_MS, bounded; a bad one names the variable.
+  auto quick = service({{"QUIVER_MCP_KEEPALIVE_MS", "250"}});
+  s = begin_call_request(*quick,
+                         mcp_post_streaming(token_for("alice"), tools_call(3, "docs__search")));
+  ASSERT_TRUE(s.open_stream);
+  EXPECT_EQ(s.keepalive_ms, 250);
+  quick->end(s.handle);
+  for (const char* bad : {"99", "60001", "0", "1s"}) {
+    Result<EdgeSettings> r = edge_settings_from_env(env_json({{"QUIVER_MCP_KEEPALIVE_MS", bad}}));
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.error().message.find("QUIVER_MCP_KEEPALIVE_MS"), std::string::npos);
+  }
+  EXPECT_EQ(edge->open_requests(), 0u);
+  EXPECT_EQ(quick->open_requests(), 0u);
+}
+
+// Without text/event-stream in Accept: today's JSON answer, no stream. Nothing that does not wait
+// on a relay opens one: lists, and every refusal before the relay keep their JSON and status.
+TEST(EdgeService, OnlyACallAboutToWaitOpensAStreamNeverAListOrAnEarlyError) {
+  auto edge = service();
+  HttpRequest json_only = mcp_post(token_for("alice"), tools_call(2, "docs__search"));
+  json_only.headers.emplace_back("accept", "application/json");
+  EdgeStep s = begin_call_request(*edge, json_only);
+  ASSERT_TRUE(is_relay_round(s));
+  EXPECT_FALSE(s.open_stream);
+  s = edge->feed(s.handle,
+                 "+OK\r\n" + queued_reply() +
+                     popped(relay_reply_record(RelayReply::ok(Json::object({{"n", 1}})))),
+                 kNow);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(header(s.response, "Content-Type"), "application/json");
+  EXPECT_EQ(body_of(s)["result"]["n"], 1);
+  edge->end(s.handle);
+
+  // A list: one snapshot read (no stream), a JSON answer.
+  auto fresh = service();
+  Json list = Json::object({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "tools/list"}});
+  s = fresh->begin(mcp_post_streaming(token_for("alice"), list), kNow, kRelayRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRedis);
+  EXPECT_FALSE(s.open_stream);
+  s = fresh->feed(s.handle, "+OK\r\n" + encode_reply(discovery_reply("alice", 5, kMinute)), kNow);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_FALSE(s.open_stream);
+  EXPECT_EQ(header(s.response, "Content-Type"), "application/json");
+  EXPECT_EQ(body_of(s)["result"]["tools"].size(), 2u) << s.response.body;
+  fresh->end(s.handle);
+
+  // A call refused from the snapshot (an unknown tool): JSON, never relayed.
+  s = begin_call_request(*fresh, mcp_post_streaming(token_for("alice"), tools_call(3, "nope__x")));
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_FALSE(s.open_stream);
+  EXPECT_EQ(header(s.response, "Content-Type"), "application/json");
+  EXPECT_EQ(body_of(s)["error"]["code"], kJsonRpcInvalidParams);
+  fresh->end(s.handle);
+
+  // No token: 401 JSON. A bad protocol version header: 400 JSON.
+  s = fresh->begin(mcp_post_streaming("", tools_call(4, "docs__search")), kNow, kRelayRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(s.response.status, 401);
+  EXPECT_EQ(header(s.response, "Content-Type"), "application/json");
+  fresh->end(s.handle);
+  HttpRequest bad_version = mcp_post_streaming(token_for("alice"), tools_call(5, "docs__search"));
+  bad_version.headers.emplace_back("mcp-protocol-version", "1999-01-01");
+  s = fresh->begin(bad_version, kNow, kRelayRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(s.response.status, 400);
+  EXPECT_EQ(header(s.response, "Content-Type"), "application/json");
+  fresh->end(s.handle);
+
+  // The fail-fast window open: refused before any wait, so JSON too.
+  auto stalled = service({{"QUIVER_L1_TTL_MS", "600000"}});
+  s = begin_call_request(*stalled,
+                         mcp_post_streaming(token_for("alice"), tools_call(6, "docs__search")));
+  ASSERT_TRUE(s.open_stream);
+  s = stalled->fail(s.handle, "read timed out after 62000 ms", kNow + 62'000);
+  const uint32_t timed_out = s.handle;
+  EdgeStep probe = begin_call(*stalled, tools_call(7, "docs__search"), kRelayRandom, kNow + 62'001);
+  ASSERT_TRUE(is_relay_round(probe));
+  s = begin_call_request(*stalled,
+                         mcp_post_streaming(token_for("alice"), tools_call(8, "docs__search")),
+                         kRelayRandom, kNow + 62'002);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_FALSE(s.open_stream);
+  EXPECT_EQ(header(s.response, "Content-Type"), "application/json");
+  EXPECT_EQ(body_of(s)["error"]["code"], kMcpErrorStoreUnavailable);
+  stalled->end(s.handle);
+  stalled->end(probe.handle);
+  stalled->end(timed_out);
+  EXPECT_EQ(edge->open_requests(), 0u);
+  EXPECT_EQ(fresh->open_requests(), 0u);
+  EXPECT_EQ(stalled->open_requests(), 0u);
+}
+
+// Once the stream is open, every outcome is an event in it (status 200): the store's failure,
+// the timeout, an internal error; a batch's answers are one event each; a client gone still
+// gets its call's cancel mark.
+TEST(EdgeService, AfterTheStreamOpenedEveryOutcomeIsAnEvent) {
+  auto edge = service();
+  EdgeStep s = begin_call_request(
+      *edge, mcp_post_streaming(token_for("alice"), tools_call(2, "docs__search")));
+  ASSERT_TRUE(s.open_stream);
+  s = edge->fail(s.handle, "connection reset", kNow + 5);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(s.response.status, 200);
+  std::vector<Json> events = sse_messages(s.response.body);
+  ASSERT_EQ(events.size(), 1u) << s.response.body;
+  EXPECT_EQ(events[0]["id"], 2);
+  EXPECT_EQ(events[0]["error"]["code"], kMcpErrorStoreUnavailable);
+  edge->end(s.handle);
+
+  s = begin_call_request(*edge,
+                         mcp_post_streaming(token_for("alice"), tools_call(3, "docs__search")));
+  ASSERT_TRUE(s.open_stream);
+  s = edge->feed(s.handle, "+OK\r\n" + queued_reply() + encode_reply(RespValue::nil()), kNow);
+  events = sse_messages(s.response.body);
+  ASSERT_EQ(events.size(), 1u) << s.response.body;
+  EXPECT_EQ(events[0]["error"]["code"], kMcpErrorTimeout);
+  edge->end(s.handle);
+
+  s = begin_call_request(*edge,
+                         mcp_post_streaming(token_for("alice"), tools_call(4, "docs__search")));
+  ASSERT_TRUE(s.open_stream);
+  s = edge->internal_error(s.handle, "a host mistake");
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(s.response.status, 200);
+  events = sse_messages(s.response.body);
+  ASSERT_EQ(events.size(), 1u) << s.response.body;
+  EXPECT_EQ(events[0]["error"]["code"], kJsonRpcInternalError);
+  EXPECT_NE(s.log.find("a host mistake"), std::string::npos);
+  edge->end(s.handle);
+
+  // A 2025-03-26 batch of two calls: the first round opens the stream, the second does not; the
+  // answers are two events, in order.
+  HttpRequest post = mcp_post_streaming(
+      token_for("alice"),
+      Json::array({tools_call(5, "docs__search"), tools_call(6, "docs__fetch")}));
+  post.headers.emplace_back("mcp-protocol-version", "2025-03-26");
+  s = begin_call_request(*edge, post);
+  int opened = 0;
+  int rounds = 0;
+  for (int i = 0; i < 8 && s.action == EdgeAction::kRedis; ++i) {
+    ASSERT_TRUE(is_relay_round(s));
+    opened += s.open_stream ? 1 : 0;
+    ++rounds;
+    s = edge->feed(s.handle,
+                   "+OK\r\n" + queued_reply() +
+                       popped(relay_reply_record(RelayReply::ok(Json::object({{"n", rounds}})))),
+                   kNow);
+  }
+  EXPECT_EQ(rounds, 2);
+  EXPECT_EQ(opened, 1);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  events = sse_messages(s.response.body);
+  ASSERT_EQ(events.size(), 2u) << s.response.body;
+  EXPECT_EQ(events[0]["id"], 5);
+  EXPECT_EQ(events[0]["result"]["n"], 1);
+  EXPECT_EQ(events[1]["id"], 6);
+  EXPECT_EQ(events[1]["result"]["n"], 2);
+  edge->end(s.handle);
+
+  // Gone while it waits (a keep-alive write failed): the same cancel mark as a reset.
+  s = begin_call_request(*edge,
+                         mcp_post_streaming(token_for("alice"), tools_call(7, "docs__search")));
+  ASSERT_TRUE(s.open_stream);
+  EdgeStep cancel = edge->abandon(s.handle, kNow + 1'000);
+  ASSERT_EQ(cancel.action, EdgeAction::kRedis);
+  EXPECT_NE(cancel.redis_bytes.find("call-cancel:"), std::string::npos);
+  EXPECT_FALSE(cancel.open_stream);
+  edge->end(cancel.handle);
+  EXPECT_EQ(edge->open_requests(), 0u);
 }
 
 // A /mcp request from a foreign web page (DNS rebinding: its own name, resolved to the edge) is

@@ -92,6 +92,7 @@ TEST(RuntimeSettings, TheEdgeDefaultsAreTheTables) {
   EXPECT_EQ(s->fail_fast_ms, def("QUIVER_REDIS_FAIL_FAST_MS"));
   EXPECT_EQ(s->mcp_search_mode ? 1 : 0, def("QUIVER_MCP_SEARCH_MODE"));
   EXPECT_EQ(s->call_timeout_ms, def("QUIVER_CALL_TIMEOUT_MS"));
+  EXPECT_EQ(s->mcp_keepalive_ms, def("QUIVER_MCP_KEEPALIVE_MS"));
 }
 
 // Every edge variable: what the table refuses, the edge refuses (naming the variable, never the
