@@ -1,6 +1,7 @@
 #include "shared/edge_service.h"
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -1530,25 +1531,30 @@ TEST(EdgeService, AnAbandonedRelayedCallGetsItsCancelMarkOnAFreshConnection) {
   edge->end(cancel.handle);
   EXPECT_EQ(edge->open_requests(), 0u);
 
-  // A refused SET (an edge user without the new rule) is logged, never raised.
-  s = begin_call(*edge, tools_call(3, "docs__search"), kRelayRandom, kNow + 2'000);
-  ASSERT_TRUE(is_relay_round(s));
-  cancel = edge->abandon(s.handle, kNow + 2'001);
-  ASSERT_EQ(cancel.action, EdgeAction::kRedis);
-  done = edge->feed(cancel.handle, "+OK\r\n-NOPERM this user has no permissions\r\n", kNow + 2'002);
-  EXPECT_EQ(done.action, EdgeAction::kDone);
-  EXPECT_NE(done.log.find("cancel mark not sent"), std::string::npos) << done.log;
-  EXPECT_NE(done.log.find("NOPERM"), std::string::npos) << done.log;
-  edge->end(cancel.handle);
-  // The connection failed: logged too.
-  s = begin_call(*edge, tools_call(4, "docs__search"), kRelayRandom, kNow + 3'000);
-  ASSERT_TRUE(is_relay_round(s));
-  cancel = edge->abandon(s.handle, kNow + 3'001);
-  ASSERT_EQ(cancel.action, EdgeAction::kRedis);
-  done = edge->fail(cancel.handle, "connection refused", kNow + 3'002);
-  EXPECT_EQ(done.action, EdgeAction::kDone);
-  EXPECT_NE(done.log.find("cancel mark not sent"), std::string::npos) << done.log;
-  edge->end(cancel.handle);
+  // A mark that cannot be sent is logged, never raised: a refused SET (an edge user without the
+  // new rule), a connection that failed.
+  auto unsent_mark_log = [&](int id, int64_t at,
+                             const std::function<EdgeStep(uint32_t handle)>& answer) {
+    EdgeStep call = begin_call(*edge, tools_call(id, "docs__search"), kRelayRandom, at);
+    EXPECT_TRUE(is_relay_round(call));
+    EdgeStep mark = edge->abandon(call.handle, at + 1);
+    EXPECT_EQ(mark.action, EdgeAction::kRedis);
+    EdgeStep after = answer(mark.handle);
+    EXPECT_EQ(after.action, EdgeAction::kDone);
+    EXPECT_NE(after.log.find("cancel mark not sent"), std::string::npos) << after.log;
+    edge->end(mark.handle);
+    return after.log;
+  };
+  EXPECT_NE(unsent_mark_log(3, kNow + 2'000,
+                            [&](uint32_t h) {
+                              return edge->feed(h,
+                                                "+OK\r\n-NOPERM this user has no permissions\r\n",
+                                                kNow + 2'002);
+                            })
+                .find("NOPERM"),
+            std::string::npos);
+  unsent_mark_log(4, kNow + 3'000,
+                  [&](uint32_t h) { return edge->fail(h, "connection refused", kNow + 3'002); });
   EXPECT_EQ(edge->open_requests(), 0u);
 
   // No relayed call outstanding yet (a fresh isolate: the call's snapshot read is in flight):
