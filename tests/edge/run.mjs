@@ -246,9 +246,13 @@ test('the edge\'s Redis user reads the namespace and writes only queues, gates, 
     assert.equal(await as.call('SISMEMBER', layout.grants('alice'), 'docs'), 1);
     assert.equal(await as.call('SET', `${layout.prefix}invalidated:docs:shared`, '1'), 'OK');
     await refused('DEL of a mark', 'DEL', `${layout.prefix}invalidated:docs:shared`);
+    // A connection's mark as a whole (a webhook for a per-member connection).
+    assert.equal(await as.call('SET', `${layout.prefix}marked:docs`, '1'), 'OK');
+    assert.equal(await as.call('GET', `${layout.prefix}marked:docs`), '1');
+    await refused('DEL of a connection mark', 'DEL', `${layout.prefix}marked:docs`);
   } finally {
     as.close();
-    await db.call('DEL', `${layout.prefix}invalidated:docs:shared`);
+    await db.call('DEL', `${layout.prefix}invalidated:docs:shared`, `${layout.prefix}marked:docs`);
   }
   // Unchanged by all of it.
   assert.equal(await db.call('SISMEMBER', layout.grants('dave'), 'secret'), 0);
