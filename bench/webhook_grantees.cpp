@@ -13,7 +13,8 @@
 // script from INFO commandstats (`eval` usec, which includes the commands the script ran) and the
 // client's wall time for the round trip; medians over the runs. Read: one member granted G
 // per-member connections with data, `reads` discovery reads with each script (EVAL_RO, in
-// alternating rounds), Redis time per read. The server is shut down and its directory deleted at the end.
+// alternating rounds), Redis time per read. The server is shut down and its directory deleted at
+// the end.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
