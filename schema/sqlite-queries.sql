@@ -179,24 +179,28 @@ ON CONFLICT (connection_id, principal) DO UPDATE SET
 -- name: manifest_select
 -- One manifest row unless past its retention, its body only when :with_body is 1. Has data: a
 -- manifest that is not empty (the core's rule, as on Redis), compared with '', never measured:
--- length() counts the characters of the whole body on every read.
-SELECT connection_id, principal, coalesce(manifest <> '', 0), etag, config_hash, fence,
+-- length() counts the characters of the whole body on every read. invalidated_at: the later of
+-- the row's own mark and its connection's (connection_marks), either absent.
+SELECT m.connection_id, principal, coalesce(manifest <> '', 0), etag, config_hash, fence,
        fetched_at, fresh_until, expires_at, cache_scope, truncated, error_code, error_message,
-       error_at, attempt_at, invalidated_at, CASE WHEN :with_body = 1 THEN manifest END
-FROM manifests
-WHERE connection_id = :connection_id AND principal = :principal
+       error_at, attempt_at,
+       max(coalesce(invalidated_at, k.marked_at), coalesce(k.marked_at, invalidated_at)),
+       CASE WHEN :with_body = 1 THEN manifest END
+FROM manifests m LEFT JOIN connection_marks k ON k.connection_id = m.connection_id
+WHERE m.connection_id = :connection_id AND principal = :principal
   AND (retain_until IS NULL OR retain_until > :now);
 
 -- name: manifest_list_meta
 -- The maintenance walk: the next :limit rows after the cursor (connection_id, principal), in key
 -- order, without bodies. Columns as manifest_select.
-SELECT connection_id, principal, coalesce(manifest <> '', 0), etag, config_hash, fence,
+SELECT m.connection_id, principal, coalesce(manifest <> '', 0), etag, config_hash, fence,
        fetched_at, fresh_until, expires_at, cache_scope, truncated, error_code, error_message,
-       error_at, attempt_at, invalidated_at, NULL
-FROM manifests
-WHERE (connection_id, principal) > (:after_connection_id, :after_principal)
+       error_at, attempt_at,
+       max(coalesce(invalidated_at, k.marked_at), coalesce(k.marked_at, invalidated_at)), NULL
+FROM manifests m LEFT JOIN connection_marks k ON k.connection_id = m.connection_id
+WHERE (m.connection_id, principal) > (:after_connection_id, :after_principal)
   AND (retain_until IS NULL OR retain_until > :now)
-ORDER BY connection_id, principal
+ORDER BY m.connection_id, principal
 LIMIT :limit;
 
 -- name: manifests_purge_retained
@@ -221,7 +225,7 @@ ON CONFLICT (id) DO UPDATE SET
 DELETE FROM connections WHERE id = :id;
 
 -- name: manifests_delete_unconfigured
--- After a config sync: what names a connection that is no longer configured goes (the six
+-- After a config sync: what names a connection that is no longer configured goes (the seven
 -- statements below). Preferences stay: the user's choice outlives the connection.
 DELETE FROM manifests WHERE connection_id NOT IN (SELECT id FROM connections);
 
@@ -233,6 +237,9 @@ DELETE FROM fences WHERE connection_id NOT IN (SELECT id FROM connections);
 
 -- name: gates_delete_unconfigured
 DELETE FROM revalidation_gates WHERE connection_id NOT IN (SELECT id FROM connections);
+
+-- name: connection_marks_delete_unconfigured
+DELETE FROM connection_marks WHERE connection_id NOT IN (SELECT id FROM connections);
 
 -- name: grants_delete_unconfigured
 DELETE FROM grants WHERE connection_id NOT IN (SELECT id FROM connections);
@@ -332,11 +339,11 @@ DELETE FROM replay_guard WHERE until <= :now;
 SELECT credential_mode FROM connections WHERE id = :id;
 
 -- name: webhook_grantees
--- A per_member target's principals (grantees:<cid>): every member granted the connection, sorted
--- as the script sorts them (:principal ''), or only the one it names (none: unknown_principal).
+-- A per_member target's principal (grantees:<cid>): the member it names when granted the
+-- connection (none: unknown_principal). A target without one marks the connection instead
+-- (webhook_mark_connection).
 SELECT principal FROM grants
-WHERE connection_id = :connection_id AND (:principal = '' OR principal = :principal)
-ORDER BY principal;
+WHERE connection_id = :connection_id AND principal = :principal;
 
 -- name: webhook_mark_stale
 -- Cached data of (connection, principal) reads as stale from :at on (shared/freshness.h); a later
@@ -345,6 +352,17 @@ ORDER BY principal;
 UPDATE manifests SET invalidated_at = max(coalesce(invalidated_at, :at), :at)
 WHERE connection_id = :connection_id AND principal = :principal AND manifest IS NOT NULL
   AND (retain_until IS NULL OR retain_until > :now);
+
+-- name: webhook_mark_connection
+-- A per_member connection as a whole (a target without a principal): one row, whatever its
+-- number of grantees, only ever moved forward; readers apply it to every principal.
+INSERT INTO connection_marks (connection_id, marked_at) VALUES (:connection_id, :at)
+ON CONFLICT (connection_id) DO UPDATE SET marked_at = max(marked_at, excluded.marked_at);
+
+-- name: webhook_has_grantees
+-- Whether the connection has grantees (the `marked` result's marked_stale), through
+-- grants_by_connection.
+SELECT EXISTS (SELECT 1 FROM grants WHERE connection_id = :connection_id);
 
 -- name: webhook_gate_take
 -- The gate for a webhook's request: taken until :until when free (absent or expired at the store's

@@ -7,10 +7,10 @@
 -- busy_timeout and synchronous=NORMAL are set when the file is opened, not here (journal_mode
 -- cannot change inside a transaction).
 --
--- Version: PRAGMA user_version (last statement), now 4. The agent reads user_version first and,
+-- Version: PRAGMA user_version (last statement), now 5. The agent reads user_version first and,
 -- in the same transaction, runs each migration from it (sqlite-migrate-v2.sql: 1 -> 2,
--- sqlite-migrate-v3.sql: 2 -> 3, sqlite-migrate-v4.sql: 3 -> 4) before this file; this file alone
--- brings a new database to the current version.
+-- sqlite-migrate-v3.sql: 2 -> 3, sqlite-migrate-v4.sql: 3 -> 4, sqlite-migrate-v5.sql: 4 -> 5)
+-- before this file; this file alone brings a new database to the current version.
 --
 -- Conventions: times are INTEGER milliseconds since the Unix epoch; booleans are INTEGER 0/1;
 -- tables are STRICT (a value of the wrong type is an error, not a silent conversion). Identifier
@@ -179,6 +179,17 @@ CREATE TABLE IF NOT EXISTS revalidation_gates (
   PRIMARY KEY (connection_id, principal)
 ) STRICT, WITHOUT ROWID;
 
+-- quiver:{ns}:marked:<cid>: a refresh webhook marked a per_member connection as a whole (v5).
+-- Readers apply it to every row of the connection: a row's effective invalidated_at is the later
+-- of its own and this (manifest_select, manifest_list_meta), so marking costs one row whatever
+-- the number of grantees. Goes with the connection.
+CREATE TABLE IF NOT EXISTS connection_marks (
+  connection_id TEXT PRIMARY KEY
+                CHECK (length(connection_id) BETWEEN 1 AND 128
+                       AND connection_id NOT GLOB '*[^A-Za-z0-9._-]*'),
+  marked_at     INTEGER NOT NULL CHECK (marked_at >= 0)
+) STRICT, WITHOUT ROWID;
+
 -- quiver:{ns}:disabled:<cid>:<principal>: the disabled overlay as last published (members
 -- `<type>:<key>`). Readers use this copy, as the edge reads the Redis set; a merge rewrites it
 -- whole when the preferences say otherwise (the disabled_capabilities view is what it copies).
@@ -254,4 +265,4 @@ CREATE TABLE IF NOT EXISTS audit_log (
   detail TEXT NOT NULL DEFAULT '{}' CHECK (substr(detail, 1, 1) = '{')
 ) STRICT;
 
-PRAGMA user_version = 4;
+PRAGMA user_version = 5;

@@ -6,6 +6,7 @@
 #include <string_view>
 #include <utility>
 
+#include "shared/numbers.h"
 #include "shared/schema_assets.h"
 #include "shared/sha256.h"
 
@@ -391,6 +392,16 @@ Result<RedisCommand> webhook_refresh_command(const RedisKeys& keys, const Webhoo
               std::move(args));
 }
 
+std::optional<std::string> effective_invalidation(std::optional<std::string_view> own,
+                                                  std::optional<std::string_view> connection) {
+  if (!own) return connection ? std::optional<std::string>(*connection) : std::nullopt;
+  if (!connection) return std::string(*own);
+  std::optional<int64_t> a = parse_decimal_i64(*own);
+  std::optional<int64_t> b = parse_decimal_i64(*connection);
+  if (b && (!a || *b > *a)) return std::string(*connection);
+  return std::string(*own);
+}
+
 Result<WebhookRefreshReply> parse_webhook_refresh_reply(const RespValue& reply) {
   if (reply.is_error())
     return Error(ErrorCode::kStoreUnavailable, "webhook: Redis error: " + reply.str);
@@ -411,8 +422,12 @@ Result<WebhookRefreshReply> parse_webhook_refresh_reply(const RespValue& reply) 
   if (*word != "accepted" || flat == nullptr || flat->size() % 4 != 0) {
     return bad("unexpected reply " + reply.debug_string());
   }
-  static const std::set<std::string_view> kStatuses = {"queued", "already_queued", "in_progress",
-                                                       "unknown_connection", "unknown_principal"};
+  static const std::set<std::string_view> kStatuses = {"queued",
+                                                       "already_queued",
+                                                       "in_progress",
+                                                       "unknown_connection",
+                                                       "unknown_principal",
+                                                       kWebhookConnectionMarked};
   for (std::size_t i = 0; i < flat->size(); i += 4) {
     std::optional<std::string_view> cid = (*flat)[i].as_string();
     std::optional<std::string_view> principal = (*flat)[i + 1].as_string();
@@ -421,6 +436,12 @@ Result<WebhookRefreshReply> parse_webhook_refresh_reply(const RespValue& reply) 
     const std::string where = "result " + std::to_string(i / 4);
     if (!cid || !principal || !status || !marked) return bad(where + " is not four strings");
     if (kStatuses.count(*status) == 0) return bad(where + ": unknown status");
+    // No principal exactly for an unknown connection and a connection marked as a whole.
+    if (principal->empty() !=
+        (*status == "unknown_connection" || *status == kWebhookConnectionMarked)) {
+      return bad(where + ": status " + std::string(*status) + " with principal '" +
+                 std::string(*principal) + "'");
+    }
     if (*marked != "0" && *marked != "1") return bad(where + ": marked is not 0 or 1");
     WebhookRefreshResult r;
     r.connection_id = std::string(*cid);

@@ -125,13 +125,28 @@ std::vector<Result<RevalidationResult>> parse_enqueue_replies(
 //
 // A verified webhook (shared/webhook_signature.h) in ONE script, schema/lua/webhook_refresh.lua:
 // the replay guard (SET NX PX on RedisKeys::replay), then per target every (connection,
-// principal) it names — a target without a principal expands to `shared` or to the members in
-// grantees:<cid> — is marked stale (RedisKeys::invalidated) and its refresh queued with reason
-// kWebhookRefreshReason, also while a lease is held (the listing under way may predate the
-// change). The gate admits one request per options.manual_requeue_after_ms, as a manual refresh.
+// principal) it names — a target without a principal is `shared` on a shared connection; on a
+// per_member one it marks the connection as a whole (kWebhookConnectionMarked) — is marked stale
+// (RedisKeys::invalidated) and its refresh queued with reason kWebhookRefreshReason, also while a
+// lease is held (the listing under way may predate the change). The gate admits one request per
+// options.manual_requeue_after_ms, as a manual refresh.
 
 // The stream entries' reason: a change trigger for the agent that takes them.
 inline constexpr char kWebhookRefreshReason[] = "webhook";
+
+// A target without a principal on a per_member connection marks the connection once
+// (RedisKeys::marked, O(1) whatever its number of grantees) and answers one result without a
+// principal and with this status; no per-member key is written and nothing is queued: each
+// member's data reads stale from then on (effective_invalidation) and is queued through that
+// member's gate when read, or refreshed by maintenance when due.
+inline constexpr char kWebhookConnectionMarked[] = "marked";
+
+// The effective invalidation mark of one (connection, principal), as discovery_read.lua computes
+// it: the later of its own mark (RedisKeys::invalidated) and its connection's (RedisKeys::marked);
+// nullopt when neither is set. A value that is not a decimal number loses to one that is (and is
+// kept when alone, for the reader to refuse as it refuses any malformed time).
+std::optional<std::string> effective_invalidation(std::optional<std::string_view> own,
+                                                  std::optional<std::string_view> connection);
 
 // kInvalidArgument for an empty target list, a bad connection id, or options out of range.
 Result<RedisCommand> webhook_refresh_command(const RedisKeys& keys, const WebhookVerified& verified,

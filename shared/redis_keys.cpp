@@ -22,7 +22,7 @@ struct KindInfo {
   const char* suffix = nullptr;  // a fixed last segment (catalog:<kind>:keys, catalog:versions)
 };
 
-// The layout in one table, in the order of schema/redis-keys.md.
+// The layout in one table, in the order of KeyKind (schema/redis-keys.md's, kMarked aside).
 constexpr KindInfo kKinds[kKeyKindCount] = {
     {KeyKind::kConns, "conns", "SET", false, false},
     {KeyKind::kConn, "conn", "HASH", true, false},
@@ -50,6 +50,7 @@ constexpr KindInfo kKinds[kKeyKindCount] = {
     {KeyKind::kCallReply, "call-reply", "LIST", false, false, true},
     {KeyKind::kCallAgents, "call-agents", "STRING", false, false},
     {KeyKind::kCallCancel, "call-cancel", "STRING", false, false, true},
+    {KeyKind::kMarked, "marked", "STRING", true, false},
 };
 
 constexpr char kCatalogVersionsSegment[] = "versions";
@@ -212,6 +213,10 @@ Result<std::string> RedisKeys::grantees(std::string_view cid) const {
 
 Result<std::string> RedisKeys::invalidated(std::string_view cid, const Principal& principal) const {
   return key(KeyKind::kInvalidated, cid, principal);
+}
+
+Result<std::string> RedisKeys::marked(std::string_view cid) const {
+  return key(KeyKind::kMarked, cid, std::nullopt);
 }
 
 Result<std::string> RedisKeys::conn(std::string_view cid) const {

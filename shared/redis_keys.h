@@ -41,8 +41,9 @@ enum class KeyKind {
   kCallReply,
   kCallAgents,
   kCallCancel,
+  kMarked,
 };
-inline constexpr int kKeyKindCount = 26;
+inline constexpr int kKeyKindCount = 27;
 
 const char* key_kind_name(KeyKind kind);   // the key's segment: "conns", "revalidate-gate", ...
 const char* key_redis_type(KeyKind kind);  // "SET", "HASH", "STRING", "STREAM"
@@ -177,6 +178,10 @@ class RedisKeys {
   // When a refresh webhook last marked the (connection, principal)'s data stale (a STRING of
   // epoch ms): written by agents and edges, read with the manifest.
   Result<std::string> invalidated(std::string_view cid, const Principal& principal) const;
+  // When a refresh webhook last marked a per_member connection as a whole (a STRING of epoch
+  // ms, O(1) whatever its number of grantees): readers apply it to every principal, the effective
+  // invalidated_at being the later of this and invalidated(cid, principal).
+  Result<std::string> marked(std::string_view cid) const;
   // The namespace record (kNamespaceReady): whether agents have synced connections, grants and
   // overlays into this namespace since the store last lost its data. Every reader checks it.
   std::string namespace_record() const;

@@ -121,11 +121,17 @@ Result<WebhookRefreshRequest> parse_webhook_refresh(std::string_view body);
 // What came of one (connection, principal) a webhook named.
 struct WebhookRefreshResult {
   std::string connection_id;
-  std::optional<Principal> principal;  // absent for an unknown connection
+  // Absent for an unknown connection and for a per_member connection marked as a whole.
+  std::optional<Principal> principal;
   // queued, already_queued, in_progress (a listing is under way; the refresh follows it),
-  // unknown_connection, unknown_principal. A store failure fails the whole request instead.
+  // unknown_connection, unknown_principal, marked (a target without a principal on a per_member
+  // connection: the connection is marked once, every member's data reads stale and is queued
+  // through that member's gate when read: shared/discovery_redis.h kWebhookConnectionMarked).
+  // A store failure fails the whole request instead.
   std::string status;
-  bool marked_stale = false;  // the cached manifest now reads as stale (Redis: invalidated_at)
+  // The cached manifest now reads as stale (Redis: invalidated_at); for `marked`, the connection
+  // has grantees whose data now reads stale.
+  bool marked_stale = false;
 
   bool operator==(const WebhookRefreshResult& o) const {
     return connection_id == o.connection_id && principal == o.principal && status == o.status &&
@@ -135,7 +141,7 @@ struct WebhookRefreshResult {
 
 // What the host's store operation made of a verified webhook (the edge: webhook_refresh.lua, the
 // agent: ManifestStore::apply_webhook, the same rules): a replay, or one result per (connection,
-// principal) in the order the targets were sent, a target's principals sorted.
+// principal) in the order the targets were sent (one per connection marked as a whole).
 struct WebhookRefreshReply {
   bool replay = false;  // the signed request was seen before: nothing was done
   std::vector<WebhookRefreshResult> results;

@@ -357,18 +357,35 @@ const std::vector<std::string>& meta_fields() {
   return fields;
 }
 
-// The three commands that read one manifest's metadata: its hash's fields (with `body`, the name
+// The two keys that mark one (connection, principal) stale: its own and its connection's
+// (a webhook for a per_member connection as a whole). Both are read with the manifest; the
+// effective mark is the later one (effective_invalidation).
+struct MarkKeys {
+  std::string own;
+  std::string connection;
+};
+Result<MarkKeys> mark_keys(const RedisKeys& keys, std::string_view cid,
+                           const Principal& principal) {
+  Result<std::string> own = keys.invalidated(cid, principal);
+  if (!own.ok()) return own.error();
+  Result<std::string> connection = keys.marked(cid);
+  if (!connection.ok()) return connection.error();
+  return MarkKeys{std::move(*own), std::move(*connection)};
+}
+
+// The four commands that read one manifest's metadata: its hash's fields (with `body`, the name
 // of a body stored apart), the length of an inline body (data is a body that is not empty, the
 // core's rule; records written before bodies were stored apart hold it inline) and its
-// invalidation mark (a key of its own: schema/redis-keys.md).
-constexpr std::size_t kMetaReadCommands = 3;
+// invalidation marks (keys of their own: schema/redis-keys.md).
+constexpr std::size_t kMetaReadCommands = 4;
 void append_meta_reads(std::vector<RedisCommand>& out, const std::string& manifest_key,
-                       const std::string& invalidated_key) {
+                       const MarkKeys& marks) {
   RedisCommand hmget = {"HMGET", manifest_key};
   for (const std::string& f : meta_fields()) hmget.push_back(f);
   out.push_back(std::move(hmget));
   out.push_back({"HSTRLEN", manifest_key, redis_field::kManifest});
-  out.push_back({"GET", invalidated_key});
+  out.push_back({"GET", marks.own});
+  out.push_back({"GET", marks.connection});
 }
 
 struct MetaFields {
@@ -398,8 +415,9 @@ Result<MetaFields> meta_reads_reply(const std::vector<RespValue>& replies, std::
   }
   // Data: a body inline (the layout before bodies were stored apart) or named by `body`.
   out.has_data = replies[at + 1].as_int().value_or(0) > 0 || out.fields.count(redis_field::kBody);
-  if (std::optional<std::string_view> mark = replies[at + 2].as_string()) {
-    out.fields.emplace(redis_field::kInvalidatedAt, std::string(*mark));
+  if (std::optional<std::string> mark =
+          effective_invalidation(replies[at + 2].as_string(), replies[at + 3].as_string())) {
+    out.fields.emplace(redis_field::kInvalidatedAt, std::move(*mark));
   }
   return out;
 }
@@ -846,10 +864,10 @@ Result<std::optional<ManifestMeta>> RedisStore::read_manifest_meta(std::string_v
                                                                    const Principal& principal) {
   Result<std::string> key = impl_->keys.manifest(cid, principal);
   if (!key.ok()) return key.error();
-  Result<std::string> mark = impl_->keys.invalidated(cid, principal);
-  if (!mark.ok()) return mark.error();
+  Result<MarkKeys> marks = mark_keys(impl_->keys, cid, principal);
+  if (!marks.ok()) return marks.error();
   std::vector<RedisCommand> reads;
-  append_meta_reads(reads, *key, *mark);
+  append_meta_reads(reads, *key, *marks);
   Result<std::vector<RespValue>> r = impl_->many(reads, "HMGET");
   if (!r.ok()) return r.error();
   Result<MetaFields> read = meta_reads_reply(*r, 0);
@@ -864,14 +882,16 @@ Result<std::optional<StoredManifest>> RedisStore::read_manifest(std::string_view
                                                                 const Principal& principal) {
   Result<std::string> key = impl_->keys.manifest(cid, principal);
   if (!key.ok()) return key.error();
-  Result<std::string> mark = impl_->keys.invalidated(cid, principal);
-  if (!mark.ok()) return mark.error();
-  Result<std::vector<RespValue>> r = impl_->many({{"HGETALL", *key}, {"GET", *mark}}, "HGETALL");
+  Result<MarkKeys> marks = mark_keys(impl_->keys, cid, principal);
+  if (!marks.ok()) return marks.error();
+  Result<std::vector<RespValue>> r =
+      impl_->many({{"HGETALL", *key}, {"GET", marks->own}, {"GET", marks->connection}}, "HGETALL");
   if (!r.ok()) return r.error();
   HashFields fields = field_map((*r)[0]);
   if (fields.empty()) return std::optional<StoredManifest>();
-  if (std::optional<std::string_view> at = (*r)[1].as_string()) {
-    fields[redis_field::kInvalidatedAt] = std::string(*at);
+  if (std::optional<std::string> at =
+          effective_invalidation((*r)[1].as_string(), (*r)[2].as_string())) {
+    fields[redis_field::kInvalidatedAt] = std::move(*at);
   }
   std::string body;
   if (auto it = fields.find(redis_field::kManifest); it != fields.end()) {
@@ -930,7 +950,7 @@ Result<ManifestPage> RedisStore::list_manifest_metas(std::string_view cursor, st
       page.unreadable.push_back(key + ": " + p.error().message);
       continue;
     }
-    append_meta_reads(commands, key, *impl_->keys.invalidated(p->connection_id, *p->principal));
+    append_meta_reads(commands, key, *mark_keys(impl_->keys, p->connection_id, *p->principal));
     parsed.push_back(std::move(p).value());
     keys.push_back(key);
   }

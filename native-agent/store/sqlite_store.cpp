@@ -605,7 +605,7 @@ Result<ConnectionSync> SqliteStore::sync_connections(const std::vector<Connectio
   for (const char* cleanup :
        {"manifests_delete_unconfigured", "leases_delete_unconfigured", "fences_delete_unconfigured",
         "gates_delete_unconfigured", "grants_delete_unconfigured",
-        "published_disabled_delete_unconfigured"}) {
+        "published_disabled_delete_unconfigured", "connection_marks_delete_unconfigured"}) {
     Query q(s, cleanup);
     Result<int> r = q.run();
     if (!r.ok()) return r.error();
@@ -1109,11 +1109,14 @@ Result<bool> remember_locked(Db& s, std::string_view key, int64_t ttl_ms, int64_
   return *first == 1;
 }
 
-// The principals a webhook target names, as webhook_refresh.lua expands it from the store's
-// records: `shared`, or the connection's grantees (sorted), or the one named; nullopt for an
-// unknown connection.
-Result<std::optional<std::vector<Principal>>> webhook_principals(Db& s,
-                                                                 const WebhookRefreshTarget& t) {
+// How a webhook target applies, as webhook_refresh.lua decides it from the store's records.
+struct WebhookTargetPlan {
+  bool known = false;                 // the connection exists (else unknown_connection)
+  bool whole_connection = false;      // a per_member connection without a principal: mark it once
+  std::vector<Principal> principals;  // else `shared`, or the member named when granted
+};
+
+Result<WebhookTargetPlan> webhook_plan(Db& s, const WebhookRefreshTarget& t) {
   std::string mode;
   {
     Query q(s, "webhook_connection_mode");
@@ -1121,25 +1124,37 @@ Result<std::optional<std::vector<Principal>>> webhook_principals(Db& s,
     if (!row.ok()) return row.error();
     if (*row) mode = q.text_at(0);
   }
-  std::vector<Principal> out;
+  WebhookTargetPlan out;
   if (mode == credential_mode_name(CredentialMode::kShared)) {
-    if (!t.principal || t.principal->is_shared()) out.push_back(Principal::shared());
+    out.known = true;
+    if (!t.principal || t.principal->is_shared()) out.principals.push_back(Principal::shared());
   } else if (mode == credential_mode_name(CredentialMode::kPerMember)) {
-    Query q(s, "webhook_grantees");
-    q.text(":connection_id", t.connection_id)
-        .text(":principal", t.principal ? t.principal->str() : "");
-    for (;;) {
-      Result<bool> row = q.step();
+    out.known = true;
+    out.whole_connection = !t.principal;
+    if (t.principal) {
+      Query q(s, "webhook_grantees");
+      Result<bool> row =
+          q.text(":connection_id", t.connection_id).text(":principal", t.principal->str()).step();
       if (!row.ok()) return row.error();
-      if (!*row) break;
-      Result<Principal> p = Principal::parse(q.text_at(0));
-      if (!p.ok()) return Error(ErrorCode::kInvalidReply, "grant row: bad principal");
-      out.push_back(std::move(*p));
+      if (*row) out.principals.push_back(*t.principal);
     }
-  } else {
-    return std::optional<std::vector<Principal>>();
   }
-  return std::optional<std::vector<Principal>>(std::move(out));
+  return out;
+}
+
+// webhook_mark_connection, then whether the connection has grantees (their data now reads
+// stale): the `marked` result's marked_stale.
+Result<bool> mark_connection_locked(Db& s, std::string_view cid, int64_t at) {
+  {
+    Query mark(s, "webhook_mark_connection");
+    if (Result<int> r = mark.text(":connection_id", cid).integer(":at", at).run(); !r.ok()) {
+      return r.error();
+    }
+  }
+  Query q(s, "webhook_has_grantees");
+  Result<bool> row = q.text(":connection_id", cid).step();
+  if (!row.ok()) return row.error();
+  return *row && q.integer_at(0) == 1;
 }
 
 }  // namespace
@@ -1173,17 +1188,24 @@ Result<WebhookRefreshReply> SqliteStore::apply_webhook(const WebhookVerified& ve
   bool marked_any = false;
   bool queued_any = false;
   for (const WebhookRefreshTarget& t : request.targets) {
-    Result<std::optional<std::vector<Principal>>> principals = webhook_principals(s, t);
-    if (!principals.ok()) return principals.error();
-    if (!principals->has_value()) {
+    Result<WebhookTargetPlan> plan = webhook_plan(s, t);
+    if (!plan.ok()) return plan.error();
+    if (!plan->known) {
       reply.results.push_back({t.connection_id, std::nullopt, "unknown_connection", false});
       continue;
     }
-    if ((*principals)->empty() && t.principal) {
+    if (plan->whole_connection) {
+      Result<bool> marked = mark_connection_locked(s, t.connection_id, now_ms);
+      if (!marked.ok()) return marked.error();
+      marked_any = marked_any || *marked;
+      reply.results.push_back({t.connection_id, std::nullopt, kWebhookConnectionMarked, *marked});
+      continue;
+    }
+    if (plan->principals.empty() && t.principal) {
       reply.results.push_back({t.connection_id, t.principal, "unknown_principal", false});
       continue;
     }
-    for (const Principal& p : **principals) {
+    for (const Principal& p : plan->principals) {
       Query mark(s, "webhook_mark_stale");
       Result<int> marked =
           bind_key(mark, t.connection_id, p).integer(":at", now_ms).integer(":now", now).run();

@@ -366,15 +366,19 @@ class ManifestStore {
   // step: the namespace record (not ready: kStoreNotReady, nothing written), the replay guard
   // (verified.replay_key kept verified.retain_for_ms; seen: `replay`, nothing else done), then per
   // target, in order, the principals the STORE lists for it — `shared` on a shared connection,
-  // the grantees (sorted) or the one named grantee on a per_member one; else unknown_connection /
-  // unknown_principal — each marked stale at `now_ms` when data is cached there (marked '1'; a
-  // later mark only moves it forward) and queued with reason kWebhookRefreshReason: `in_progress`
-  // behind a held lease (still queued), else through the gate (`window_ms`), which a request
-  // passes again once it was taken kManualRequeueAfterMs ago (`queued`), else `already_queued`
-  // (nothing queued). The epoch moves when anything was marked. RedisStore: the edge's own script
-  // (schema/lua/webhook_refresh.lua via shared/discovery_redis.h); SqliteStore: the same rules in
-  // one transaction (its namespace is always ready). kInvalidArgument for an empty request, a bad
-  // connection id, no replay key or window_ms <= 0.
+  // the one named grantee on a per_member one; else unknown_connection / unknown_principal; a
+  // per_member connection without a principal is marked once as a whole (RedisKeys::marked /
+  // connection_marks, O(1) in its grantees; one result without a principal, status
+  // kWebhookConnectionMarked, marked when it has grantees; nothing queued: readers see every
+  // member's data stale and queue it through the gate) — each marked stale at `now_ms` when data is
+  // cached there (marked '1'; a later mark only moves it forward) and queued with reason
+  // kWebhookRefreshReason: `in_progress` behind a held lease (still queued), else through the gate
+  // (`window_ms`), which a request passes again once it was taken kManualRequeueAfterMs ago
+  // (`queued`), else `already_queued` (nothing queued). The epoch moves when anything was marked.
+  // RedisStore: the edge's own script (schema/lua/webhook_refresh.lua via
+  // shared/discovery_redis.h); SqliteStore: the same rules in one transaction (its namespace is
+  // always ready). kInvalidArgument for an empty request, a bad connection id, no replay key or
+  // window_ms <= 0.
   virtual Result<WebhookRefreshReply> apply_webhook(const WebhookVerified& verified,
                                                     const WebhookRefreshRequest& request,
                                                     int64_t now_ms, int64_t window_ms) = 0;

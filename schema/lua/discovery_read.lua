@@ -10,7 +10,7 @@
 -- Keys read beyond KEYS. Which connections to read is only known once KEYS[1] is read, so the
 -- script builds their keys itself, from ARGV[1], exactly as RedisKeys (shared/identity.h) spells
 -- them: conn:<cid>, manifest:<cid>:<principal>, disabled:<cid>:<principal>,
--- lease:<cid>:<principal>, invalidated:<cid>:<principal>, epoch.
+-- lease:<cid>:<principal>, invalidated:<cid>:<principal>, marked:<cid>, epoch.
 -- Every key of a namespace carries the same {ns} hash tag, so they all live in KEYS[1]'s slot:
 -- on Redis Cluster the script never leaves its node. Granted ids outside the connection id
 -- charset are skipped (and counted): they could not carry the hash tag safely.
@@ -34,7 +34,9 @@
 --   {cid, conn_fields, principal, manifest_fields, disabled_members, lease_exists, invalidated_at}
 -- (fields as flat HGETALL arrays; principal '' when none applies; a removed connection has empty
 -- conn_fields and nothing else read; invalidated_at is the mark of a refresh webhook, false when
--- there is none).
+-- there is none: the later of the principal's own mark, invalidated:<cid>:<principal>, and the
+-- connection's, marked:<cid> (a webhook for a per_member connection as a whole marks it once;
+-- each member reads it here, so its data reads stale and its refresh goes through its gate)).
 local prefix, member = ARGV[1], ARGV[2]
 if string.sub(member, 1, 7) ~= 'member/' or KEYS[1] ~= prefix .. 'grants:' .. member then
   return redis.error_reply('ERR discovery_read: KEYS[1] is not the grants key of ARGV[2]')
@@ -100,7 +102,12 @@ for _, cid in ipairs(ids) do
         disabled = redis.call('SMEMBERS', prefix .. 'disabled:' .. cid .. ':' .. principal)
         manifest = redis.call('HGETALL', prefix .. 'manifest:' .. cid .. ':' .. principal)
         lease = redis.call('EXISTS', prefix .. 'lease:' .. cid .. ':' .. principal)
-        invalidated = redis.call('GET', prefix .. 'invalidated:' .. cid .. ':' .. principal)
+        local own = redis.call('GET', prefix .. 'invalidated:' .. cid .. ':' .. principal)
+        local whole = redis.call('GET', prefix .. 'marked:' .. cid)
+        invalidated = own
+        if whole and (not own or (tonumber(whole) or 0) > (tonumber(own) or 0)) then
+          invalidated = whole
+        end
       end
     end
     entries[#entries + 1] = {cid, conn, principal, manifest, disabled, lease, invalidated}

@@ -14,12 +14,12 @@
 -- ARGV[7] reason            the stream entries' `reason` (a short token: 'webhook'; the agent
 --                           that takes one treats it as a change, shared with list_changed)
 -- ARGV[8..] targets, two values each: cid, principal ('' = every principal the connection is
---           cached under: `shared`, or each member in grantees:<cid>)
+--           cached under: `shared`, or, on a per_member connection, the connection as a whole)
 --
 -- Keys read and written beyond KEYS, built from ARGV[1] exactly as RedisKeys spells them (the
 -- {ns} hash tag keeps them in KEYS[1]'s slot, as in discovery_read.lua): conn:<cid>,
--- grantees:<cid>, and per principal manifest: (read), lease: (read), invalidated: and
--- revalidate-gate:<cid>:<principal>. Every key it writes is one the edge's least-privilege Redis
+-- grantees:<cid>, marked:<cid>, and per principal manifest: (read), lease: (read), invalidated:
+-- and revalidate-gate:<cid>:<principal>. Every key it writes is one the edge's least-privilege Redis
 -- user may write (schema/redis-acl-edge.txt): it never writes a manifest hash.
 --
 -- Per (connection, principal):
@@ -31,6 +31,16 @@
 --     may have started before the change; the agent that takes the entry lists again only if the
 --     data still predates `at`). Otherwise the gate admits one request per requeue_after_ms.
 --
+-- A per_member connection as a whole (principal ''): marked once, in O(1) whatever its number of
+-- grantees. marked:<cid> = at (only ever moved forward); readers apply it to each principal
+-- lazily (the effective invalidated_at of (cid, p) is the later of invalidated:<cid>:<p> and
+-- marked:<cid>: discovery_read.lua, the agent's manifest reads), so each member's data reads stale
+-- and its refresh is queued through that member's gate when it is next read, or by the agent's
+-- maintenance when due. No stream entry and no per-member key: one result
+--   cid, '', 'marked', marked   marked '1' when the connection has grantees (data that now
+--                               reads stale may exist), '0' when it has none (the mark stands all
+--                               the same, for data a later grantee would find).
+--
 -- The namespace record (quiver:{ns}:namespace, spelled from ARGV[1]) is read first, as
 -- discovery_read.lua does: unless it says `ready:<at>` (a Redis restarted empty, a FLUSHALL, an
 -- agent restoring it) nothing is written, not even the replay guard, so the sender may retry the
@@ -39,9 +49,9 @@
 -- which the host answers 503 STORE_UNAVAILABLE, never 202 with every target unknown_connection.
 -- Replies {'replay'} when KEYS[1] existed (nothing else done), else
 --   {'accepted', results} with results flat, four values per (connection, principal):
---   cid, principal ('' for an unknown connection), status, marked ('1'/'0'); status one of
---   queued, already_queued, in_progress (lease held; queued behind it), unknown_connection,
---   unknown_principal.
+--   cid, principal ('' for an unknown connection or a connection-wide mark), status, marked
+--   ('1'/'0'); status one of queued, already_queued, in_progress (lease held; queued behind it),
+--   unknown_connection, unknown_principal, marked (a per_member connection as a whole).
 local prefix = ARGV[1]
 if string.sub(KEYS[1], 1, #prefix + 7) ~= prefix .. 'replay:' or
    KEYS[2] ~= prefix .. 'revalidate' or KEYS[3] ~= prefix .. 'epoch' then
@@ -67,6 +77,7 @@ local function valid_cid(cid)
 end
 
 local results, marked_any = {}, false
+local function grantees_key(cid) return prefix .. 'grantees:' .. cid end
 local function refresh(cid, principal)
   local mkey = prefix .. 'manifest:' .. cid .. ':' .. principal
   local marked = '0'
@@ -116,15 +127,21 @@ for i = 8, #ARGV, 2 do
       principals = {'shared'}
     end
   elseif mode == 'per_member' then
-    local grantees = prefix .. 'grantees:' .. cid
-    if principal == '' then
-      principals = redis.call('SMEMBERS', grantees)
-      table.sort(principals)
-    elseif redis.call('SISMEMBER', grantees, principal) == 1 then
+    local grantees = grantees_key(cid)
+    if principal ~= '' and redis.call('SISMEMBER', grantees, principal) == 1 then
       principals = {principal}
     end
   end
-  if not mode then
+  if mode == 'per_member' and principal == '' then
+    local mark = prefix .. 'marked:' .. cid
+    local before = tonumber(redis.call('GET', mark))
+    if not before or before < at then
+      redis.call('SET', mark, ARGV[3])
+    end
+    local marked = '0'
+    if redis.call('EXISTS', grantees_key(cid)) == 1 then marked, marked_any = '1', true end
+    for _, v in ipairs({cid, '', 'marked', marked}) do table.insert(results, v) end
+  elseif not mode then
     for _, v in ipairs({cid, '', 'unknown_connection', '0'}) do table.insert(results, v) end
   elseif #principals == 0 and principal ~= '' then
     for _, v in ipairs({cid, principal, 'unknown_principal', '0'}) do table.insert(results, v) end

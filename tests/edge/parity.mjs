@@ -193,9 +193,10 @@ const ROWS = [
       { body: (host) => JSON.stringify({ connection_id: 'nope', reason: `unknown-${host}` }),
         sign: true, refreshes: [refreshed('nope', undefined, 'unknown_connection', false)] }),
   // Who a target names comes from the store at both hosts (the connection record's mode, the
-  // grantees the agent published), in one atomic step: a named grantee, then every grantee
-  // (sorted; the one just queued stands behind its gate), a member who is not a grantee, `shared`
-  // on a per_member connection, a member on a shared one, an unknown connection.
+  // grantees the agent published), in one atomic step: a named grantee, then the connection as a
+  // whole (marked once, no principal: its members are queued when they read), a member who is
+  // not a grantee, `shared` on a per_member connection, a member on a shared one, an unknown
+  // connection.
   row('webhook per_member targets', 'POST', '/v1/webhooks/refresh', [202],
       { body: (host) => JSON.stringify({
         connections: [{ connection_id: 'team', principal: 'member/bob' }, 'team',
@@ -205,8 +206,7 @@ const ROWS = [
         reason: `team-${host}` }),
         sign: true,
         refreshes: [refreshed('team', 'member/bob', ADMITTED, true),
-                    refreshed('team', 'member/alice', ADMITTED, true),
-                    refreshed('team', 'member/bob', 'already_queued', true),
+                    refreshed('team', undefined, 'marked', true),
                     refreshed('team', 'member/zed', 'unknown_principal', false),
                     refreshed('team', 'shared', 'unknown_principal', false),
                     refreshed('docs', 'member/alice', 'unknown_principal', false),

@@ -246,9 +246,13 @@ test('the edge\'s Redis user reads the namespace and writes only queues, gates, 
     assert.equal(await as.call('SISMEMBER', layout.grants('alice'), 'docs'), 1);
     assert.equal(await as.call('SET', `${layout.prefix}invalidated:docs:shared`, '1'), 'OK');
     await refused('DEL of a mark', 'DEL', `${layout.prefix}invalidated:docs:shared`);
+    // A connection's mark as a whole (a webhook for a per-member connection).
+    assert.equal(await as.call('SET', `${layout.prefix}marked:docs`, '1'), 'OK');
+    assert.equal(await as.call('GET', `${layout.prefix}marked:docs`), '1');
+    await refused('DEL of a connection mark', 'DEL', `${layout.prefix}marked:docs`);
   } finally {
     as.close();
-    await db.call('DEL', `${layout.prefix}invalidated:docs:shared`);
+    await db.call('DEL', `${layout.prefix}invalidated:docs:shared`, `${layout.prefix}marked:docs`);
   }
   // Unchanged by all of it.
   assert.equal(await db.call('SISMEMBER', layout.grants('dave'), 'secret'), 0);
@@ -790,7 +794,8 @@ test('Redis over TLS with AUTH (secureTransport), and a wrong password is a 503'
   }
 });
 
-test('a signed webhook marks every principal stale and queues it once; replays and forgeries are 401',
+test('a signed webhook marks every principal stale and queues it once (a per-member connection: one ' +
+     'mark, each member queued by its own read); replays and forgeries are 401',
      async () => {
   await resetStream();
   await db.call('SADD', layout.grantees('mail'), 'member/alice', 'member/bob');
@@ -801,18 +806,31 @@ test('a signed webhook marks every principal stale and queues it once; replays a
   assert.equal(res.status, 202, res.text);
   assert.deepEqual(res.json, { status: 'accepted', refreshes: [
     { connection_id: 'docs', principal: 'shared', status: 'queued', marked_stale: true },
-    { connection_id: 'mail', principal: 'member/alice', status: 'queued', marked_stale: true },
-    { connection_id: 'mail', principal: 'member/bob', status: 'queued', marked_stale: true },
+    { connection_id: 'mail', status: 'marked', marked_stale: true },
     { connection_id: 'nope', status: 'unknown_connection', marked_stale: false },
   ] });
+  // The per-member connection: one key for the connection, none per member, nothing queued.
+  assert.match(String(await db.call('GET', `${layout.prefix}marked:mail`)), /^\d+$/);
+  assert.deepEqual(await db.call('KEYS', `${layout.prefix}invalidated:mail:*`), []);
   const entries = await streamEntries();
   assert.deepEqual(entries.map((e) => `${e.cid} ${e.principal} ${e.reason}`),
-                   ['docs shared webhook', 'mail member/alice webhook', 'mail member/bob webhook']);
+                   ['docs shared webhook']);
   // Readers see it stale at once: the webhook moved the epoch, which retires L1 copies.
   const docs = await edge.request('GET', '/v1/mcp-connections/docs/manifest',
                                   { headers: auth('alice') });
   assert.equal(docs.status, 200, docs.text);
   assert.equal(docs.json.status, 'stale');
+  // A member of `mail` reads its own data stale through the connection's mark, and that read
+  // queues the member's refresh, once (its gate) however often it reads.
+  for (let i = 0; i < 2; i++) {
+    const mail = await edge.request('GET', '/v1/mcp-connections/mail/manifest',
+                                    { headers: auth('bob') });
+    assert.equal(mail.status, 200, mail.text);
+    assert.equal((mail.json.connections?.[0] ?? mail.json).status, 'stale');
+    await settle();
+  }
+  assert.deepEqual((await streamEntries()).filter((e) => e.cid === 'mail')
+    .map((e) => e.principal), ['member/bob']);
 
   // The same signed request again, a forged one, an unsigned one: 401, nothing queued.
   assertJsonError(await post(body, signature), 401, 'UNAUTHENTICATED');
@@ -831,7 +849,7 @@ test('a signed webhook marks every principal stale and queues it once; replays a
   const old = await post(legacy, signWebhookV1(WEBHOOK_SECRET, legacy));
   assert.equal(old.status, 202, old.text);
   assert.equal(old.json.refreshes[0].status, 'unknown_connection');
-  assert.equal((await streamEntries()).length, 3);
+  assert.equal((await streamEntries()).length, 2);
   await settle();
 
   // A listing that started after the webhook clears the mark (as the agent's commit would).
@@ -840,6 +858,7 @@ test('a signed webhook marks every principal stale and queues it once; replays a
   const again = await edge.request('GET', '/v1/mcp-connections/docs/manifest',
                                    { headers: auth('alice') });
   assert.equal(again.json.status, 'fresh');
+  await db.call('DEL', `${layout.prefix}marked:mail`);  // the suite's other tests read mail as seeded
 });
 
 test('a namespace the store lost answers 503 STORE_UNAVAILABLE, never an empty list or a 404',

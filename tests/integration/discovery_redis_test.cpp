@@ -469,9 +469,15 @@ class WebhookRedisIntegration : public DiscoveryRedisIntegration {
     for (size_t i = 0; i + 1 < all.elements.size(); i += 2) {
       fields[all.elements[i].str] = all.elements[i + 1].str;
     }
-    // The webhook's mark is a key of its own (schema/redis-keys.md), read with the manifest.
-    RespValue mark = cmd({"GET", *keys_.invalidated(cid, *Principal::parse(principal))});
-    if (mark.is_string()) fields[redis_field::kInvalidatedAt] = mark.str;
+    // The webhook's marks are keys of their own (schema/redis-keys.md), read with the manifest:
+    // the principal's and the connection's; the later one applies.
+    RespValue own = cmd({"GET", *keys_.invalidated(cid, *Principal::parse(principal))});
+    RespValue whole = cmd({"GET", *keys_.marked(cid)});
+    if (std::optional<std::string> mark = effective_invalidation(
+            own.is_string() ? std::optional<std::string_view>(own.str) : std::nullopt,
+            whole.is_string() ? std::optional<std::string_view>(whole.str) : std::nullopt)) {
+      fields[redis_field::kInvalidatedAt] = *mark;
+    }
     Result<std::optional<CacheEntryMeta>> meta =
         cache_entry_meta(manifest_entry_from_fields(fields));
     EXPECT_TRUE(meta.ok() && meta->has_value());
@@ -500,7 +506,7 @@ TEST_F(WebhookRedisIntegration, AWipedNamespaceIsNotReadyAndNothingIsWritten) {
   EXPECT_EQ(r->results[0].status, "queued");
 }
 
-TEST_F(WebhookRedisIntegration, MarksStaleQueuesEveryPrincipalAndRefusesAReplay) {
+TEST_F(WebhookRedisIntegration, MarksStaleQueuesEachNamedPrincipalAndRefusesAReplay) {
   populate(matrix_store());
   cmd({"SADD", *keys_.grantees("pm-github"), "member/alice", "member/carol"});
   cmd({"SADD", *keys_.grantees("pm-mail"), "member/alice", "member/bob"});
@@ -517,22 +523,25 @@ TEST_F(WebhookRedisIntegration, MarksStaleQueuesEveryPrincipalAndRefusesAReplay)
   EXPECT_FALSE(r->replay);
   const std::vector<WebhookRefreshResult> expected = {
       {"shared-docs", Principal::shared(), "queued", true},
-      {"pm-github", member_principal("alice"), "queued", true},
-      {"pm-github", member_principal("carol"), "in_progress", true},  // a lease is held
+      {"pm-github", std::nullopt, "marked", true},  // the connection as a whole, once
       {"pm-mail", member_principal("bob"), "queued", true},
       {"pm-mail", member_principal("zed"), "unknown_principal", false},
       {"nope", std::nullopt, "unknown_connection", false}};
   EXPECT_EQ(r->results, expected);
 
-  // Marked stale: the data predates the webhook; the epoch moved so L1 copies retire.
+  // Marked stale: the data predates the webhook; the epoch moved so L1 copies retire. pm-github's
+  // members through the connection's one mark (no key of theirs was written).
   EXPECT_EQ(state_of("shared-docs", "shared", kNow), Freshness::kStale);
   EXPECT_EQ(state_of("pm-github", "member/carol", kNow), Freshness::kStale);
+  EXPECT_EQ(state_of("pm-github", "member/alice", kNow), Freshness::kStale);
+  EXPECT_EQ(cmd({"KEYS", "quiver:{itest}:invalidated:pm-github:*"}).elements.size(), 0u);
+  EXPECT_EQ(cmd({"GET", *keys_.marked("pm-github")}).str, std::to_string(kNow));
   EXPECT_EQ(state_of("shared-docs", "member/alice", kNow), Freshness::kFresh);  // not named
   EXPECT_EQ(std::stoll(cmd({"GET", keys_.epoch()}).str), epoch + 1);
 
-  // Queued for the agents, the one behind the lease too.
+  // Queued for the agents: each named principal (pm-github's members are queued by their reads).
   RespValue entries = cmd({"XRANGE", keys_.revalidate_stream(), "-", "+"});
-  ASSERT_EQ(entries.elements.size(), 4u);
+  ASSERT_EQ(entries.elements.size(), 2u);
   for (const RespValue& e : entries.elements) {
     const RespValue& f = e.elements[1];
     EXPECT_EQ(f.elements[4].str, "reason");
@@ -544,7 +553,7 @@ TEST_F(WebhookRedisIntegration, MarksStaleQueuesEveryPrincipalAndRefusesAReplay)
   Result<WebhookRefreshReply> again = webhook("wh:1", targets, kNow + 10);
   ASSERT_TRUE(again.ok());
   EXPECT_TRUE(again->replay);
-  EXPECT_EQ(xlen(), 4);
+  EXPECT_EQ(xlen(), 2);
   EXPECT_GT(cmd({"PTTL", keys_.replay("wh:1")}).integer, 290'000);
 
   // Another signed request within the requeue interval stands behind the first; after it, queued.
@@ -554,7 +563,7 @@ TEST_F(WebhookRedisIntegration, MarksStaleQueuesEveryPrincipalAndRefusesAReplay)
   Result<WebhookRefreshReply> later = webhook("wh:3", {targets[0]}, kNow + 2000);
   ASSERT_TRUE(later.ok());
   EXPECT_EQ(later->results.at(0).status, "queued");
-  EXPECT_EQ(xlen(), 5);
+  EXPECT_EQ(xlen(), 3);
 }
 
 TEST_F(WebhookRedisIntegration, NothingIsMarkedWhereNothingIsCachedAndNoKeyIsCreated) {
@@ -567,12 +576,15 @@ TEST_F(WebhookRedisIntegration, NothingIsMarkedWhereNothingIsCachedAndNoKeyIsCre
   EXPECT_EQ(r->results[0].status, "queued");
   EXPECT_FALSE(r->results[0].marked_stale);
   EXPECT_EQ(cmd({"EXISTS", *keys_.manifest("fresh-conn", Principal::shared())}).integer, 0);
-  // A per_member connection without grantees expands to nobody.
+  // A per_member connection without grantees: marked all the same (a later grantee's data
+  // listed before it reads stale), nothing reads stale now.
   store.add_connection("lonely", "per_member");
   populate(store);
   r = webhook("wh:y", {{"lonely", std::nullopt, "x"}}, kNow);
   ASSERT_TRUE(r.ok());
-  EXPECT_TRUE(r->results.empty());
+  EXPECT_EQ(r->results,
+            (std::vector<WebhookRefreshResult>{{"lonely", std::nullopt, "marked", false}}));
+  EXPECT_EQ(cmd({"GET", *keys_.marked("lonely")}).str, std::to_string(kNow));
 }
 
 // ---- EVALSHA ------------------------------------------------------------------------------------
@@ -844,6 +856,59 @@ TEST_F(DiscoveryRedisIntegration, AMissingBodyIsAStoreFailureOfItsEntryAndIsReva
     flat += "\n";
   }
   EXPECT_NE(flat.find("cid=docs=principal=shared=reason=body_missing="), std::string::npos) << flat;
+}
+
+// The edge's side of a connection marked as a whole, against a real Redis: the webhook's one key,
+// then each member's read through a real EdgeService shows that member's data stale and queues
+// that member's refresh once (its gate), a member whose listing is under way is not queued, and a
+// commit listed after the mark reads fresh again.
+TEST_F(WebhookRedisIntegration, TheEdgeAppliesAConnectionsMarkToEachMemberItServes) {
+  populate(matrix_store());
+  cmd({"SADD", *keys_.grantees("pm-github"), "member/alice", "member/carol"});
+  const int64_t keys_before = cmd({"DBSIZE"}).integer;
+  Result<WebhookRefreshReply> r = webhook("wh:whole", {{"pm-github", std::nullopt, "d"}}, kNow);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->results,
+            (std::vector<WebhookRefreshResult>{{"pm-github", std::nullopt, "marked", true}}));
+  EXPECT_EQ(cmd({"DBSIZE"}).integer, keys_before + 2);  // marked:pm-github and the replay guard
+  EXPECT_EQ(xlen(), 0);
+
+  const std::string secret = "edge-marked-integration-secret-0123456789";
+  std::unique_ptr<EdgeService> edge = edge_for(secret, "itest");
+  ASSERT_TRUE(edge->configured());
+  auto status_of = [&](const char* member, int64_t now) {
+    const std::string token = *mint_caller_token(member, secret, "k", kNow, 3'600'000);
+    EdgeOutcome out =
+        edge_get(*edge, redis_->port(), token, now, "/v1/mcp-connections/pm-github/manifest");
+    EXPECT_EQ(out.status, 200) << out.body;
+    Result<Json> answer = parse_json(out.body);
+    EXPECT_TRUE(answer.ok()) << out.body;
+    if (!answer.ok()) return std::string();
+    const Json& entry = answer->contains("connections") ? (*answer)["connections"][0] : *answer;
+    return entry.value("status", std::string());
+  };
+  auto queued_for = [&](const std::string& principal) {
+    int n = 0;
+    for (const RespValue& e : cmd({"XRANGE", keys_.revalidate_stream(), "-", "+"}).elements) {
+      const std::vector<RespValue>& f = e.elements.at(1).elements;
+      if (f.at(1).str == "pm-github" && f.at(3).str == principal) ++n;
+    }
+    return n;
+  };
+  EXPECT_EQ(status_of("alice", kNow + 1), "stale");
+  EXPECT_EQ(queued_for("member/alice"), 1);
+  EXPECT_EQ(status_of("alice", kNow + 2), "stale");
+  EXPECT_EQ(queued_for("member/alice"), 1);  // its gate: once
+  EXPECT_EQ(status_of("carol", kNow + 3), "stale");
+  EXPECT_EQ(queued_for("member/carol"), 0);  // her listing under way (a lease) follows
+  // alice's refresh commits, listed after the mark: fresh.
+  cmd({"HSET", *keys_.manifest("pm-github", member_principal("alice")), "fetched_at",
+       std::to_string(kNow + 5), "fresh_until", std::to_string(kNow + 15 * kMinute)});
+  EXPECT_EQ(status_of("alice", kNow + 6), "fresh");
+  // carol's, listed before the mark but committed after it: still stale.
+  cmd({"HSET", *keys_.manifest("pm-github", member_principal("carol")), "fetched_at",
+       std::to_string(kNow - 1), "fresh_until", std::to_string(kNow + 15 * kMinute)});
+  EXPECT_EQ(status_of("carol", kNow + 7), "stale");
 }
 
 }  // namespace

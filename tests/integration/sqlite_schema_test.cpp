@@ -213,10 +213,10 @@ class SqliteSchema : public ::testing::Test {
 TEST_F(SqliteSchema, AppliesIdempotentlyAndSetsTheVersion) {
   Db& db = *db_;
   ASSERT_EQ(db.apply_schema(), SQLITE_OK) << db.error();
-  EXPECT_EQ(db.text("PRAGMA user_version"), "4");
+  EXPECT_EQ(db.text("PRAGMA user_version"), "5");
   for (const char* table : {"mcp_capability_preferences", "connections", "grants", "manifests",
                             "leases", "fences", "revalidation_queue", "revalidation_gates", "epoch",
-                            "catalog", "catalog_versions", "audit_log"}) {
+                            "catalog", "catalog_versions", "audit_log", "connection_marks"}) {
     EXPECT_EQ(db.text(std::string("SELECT type FROM sqlite_schema WHERE name = '") + table + "'"),
               "table")
         << table;
@@ -418,19 +418,20 @@ TEST_F(SqliteSchema, ConstraintsRejectBadRows) {
 
 // A file at version 3 (before the runtime catalog) is migrated by the store on open: the new
 // tables and the grantees index appear, everything else stays.
-TEST_F(SqliteSchema, AVersion3FileMigratesToVersion4) {
+TEST_F(SqliteSchema, AVersion3FileMigratesToTheCurrentVersion) {
   Db& db = *db_;
   for (const char* sql :
        {"DROP TABLE catalog", "DROP TABLE catalog_versions", "DROP TABLE audit_log",
         "DROP INDEX grants_by_connection", "INSERT INTO grants VALUES ('member/alice', 'c1')",
-        "UPDATE epoch SET value = 9", "PRAGMA user_version = 3"}) {
+        "DROP TABLE connection_marks", "UPDATE epoch SET value = 9", "PRAGMA user_version = 3"}) {
     ASSERT_EQ(db.exec(sql), SQLITE_OK) << sql << ": " << db.error();
   }
   SqliteStoreOptions o;
   o.path = file_;
   Result<std::unique_ptr<SqliteStore>> store = SqliteStore::open(o);
   ASSERT_TRUE(store.ok()) << store.error().message;
-  EXPECT_EQ(db.text("PRAGMA user_version"), "4");
+  EXPECT_EQ(db.text("PRAGMA user_version"), "5");
+  EXPECT_EQ(db.text("SELECT type FROM sqlite_schema WHERE name = 'connection_marks'"), "table");
   EXPECT_EQ(db.text("SELECT type FROM sqlite_schema WHERE name = 'grants_by_connection'"), "index");
   EXPECT_EQ(*(*store)->read_grantees("c1"), std::set<std::string>{"alice"});
   EXPECT_EQ(*(*store)->read_epoch(), 9);
@@ -438,6 +439,32 @@ TEST_F(SqliteSchema, AVersion3FileMigratesToVersion4) {
   Result<CatalogPage> page = (*store)->catalog_list(CatalogKind::kMember, "", 10);
   ASSERT_TRUE(page.ok()) << page.error().message;
   EXPECT_TRUE(page->entries.empty());
+}
+
+// A file at version 4 (before a connection could be marked as a whole) gains connection_marks on
+// open; its rows stay, and a webhook for a per_member connection marks it there.
+TEST_F(SqliteSchema, AVersion4FileMigratesToVersion5) {
+  Db& db = *db_;
+  for (const char* sql :
+       {"DROP TABLE connection_marks",
+        "INSERT INTO connections VALUES ('pm', 'h', 'per_member', 'pm', 'stdio', 1)",
+        "INSERT INTO grants VALUES ('member/alice', 'pm')", "PRAGMA user_version = 4"}) {
+    ASSERT_EQ(db.exec(sql), SQLITE_OK) << sql << ": " << db.error();
+  }
+  SqliteStoreOptions o;
+  o.path = file_;
+  Result<std::unique_ptr<SqliteStore>> store = SqliteStore::open(o);
+  ASSERT_TRUE(store.ok()) << store.error().message;
+  EXPECT_EQ(db.text("PRAGMA user_version"), "5");
+  EXPECT_EQ(*(*store)->read_grantees("pm"), std::set<std::string>{"alice"});
+  WebhookRefreshRequest request;
+  request.targets = {{"pm", std::nullopt, "deploy"}};
+  Result<WebhookRefreshReply> r =
+      (*store)->apply_webhook({1'000, "wh:v5", 60'000}, request, 1'000, 30'000);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  ASSERT_EQ(r->results.size(), 1u);
+  EXPECT_EQ(r->results[0].status, "marked");
+  EXPECT_EQ(db.text("SELECT marked_at FROM connection_marks WHERE connection_id = 'pm'"), "1000");
 }
 
 }  // namespace

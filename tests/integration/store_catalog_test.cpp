@@ -670,6 +670,12 @@ TEST(StoreCatalogRedis, TheEdgesUserCannotReachTheCatalogOrTheAudit) {
   allowed({"HGETALL", p + "manifest:gh:shared"});
   allowed({"EXISTS", p + "lease:gh:shared"});
   allowed({"GET", p + "invalidated:gh:shared"});
+  allowed({"GET", p + "marked:gh"});
+  allowed({"EXISTS", p + "grantees:gh"});
+  // What webhook_refresh.lua writes: the marks (a principal's, a connection's as a whole).
+  allowed({"SET", p + "invalidated:gh:shared", "1"});
+  allowed({"SET", p + "marked:gh", "1"});
+  refused({"DEL", p + "marked:gh"});
   allowed({"GET", p + "epoch"});
   allowed({"SMEMBERS", p + "grantees:gh"});
   allowed({"HGET", p + "conn:gh", "credential_mode"});

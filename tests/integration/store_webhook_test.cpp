@@ -6,13 +6,16 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "native-agent/store/store.h"
+#include "shared/discovery_classification.h"
 #include "shared/discovery_redis.h"
+#include "shared/freshness.h"
 #include "shared/identity.h"
 #include "shared/redis_keys.h"
 #include "tests/support/hiredis_run.h"
@@ -147,22 +150,21 @@ TEST_F(StoreWebhook, BothStoresExpandMarkAndQueueTheSame) {
   EXPECT_FALSE(r->replay);
   const std::vector<WebhookRefreshResult> expected = {
       result("docs", Principal::shared(), "queued", true),  // shared: the one principal
-      // per_member without a principal: every grantee, sorted; marked only where data is cached
-      result("pm", member("alice"), "queued", true),
-      result("pm", member("bob"), "in_progress", true),  // a lease is held: queued behind it
-      result("pm", member("carol"), "queued", false),
+      // per_member without a principal: the connection marked once as a whole (it has grantees)
+      result("pm", std::nullopt, "marked", true),
       result("pm", member("zed"), "unknown_principal", false),  // not a grantee
       result("pm", Principal::shared(), "unknown_principal", false),
       result("docs", member("alice"), "unknown_principal", false),  // shared is cached as shared
       result("nope", std::nullopt, "unknown_connection", false),
-      // `lonely`: a per_member connection nobody is granted expands to nobody
+      // `lonely`: a per_member connection nobody is granted is marked all the same
+      result("lonely", std::nullopt, "marked", false),
   };
   EXPECT_EQ(r->results, expected) << describe(r);
-  expect_queued(
-      {"docs shared" + w, "pm member/alice" + w, "pm member/bob" + w, "pm member/carol" + w});
+  expect_queued({"docs shared" + w});  // the members are queued by their readers, not here
   for (std::size_t i = 0; i < 2; ++i) {
     ManifestStore& store = *stores()[i];
     EXPECT_EQ(invalidated_at(store, "docs", Principal::shared()), kNow) << i;
+    EXPECT_EQ(invalidated_at(store, "pm", member("alice")), kNow) << i;  // the connection's mark
     EXPECT_EQ(invalidated_at(store, "pm", member("bob")), kNow) << i;
     EXPECT_EQ(epoch_moved(i), 1) << i;  // once for the whole webhook
   }
@@ -173,14 +175,22 @@ TEST_F(StoreWebhook, BothStoresExpandMarkAndQueueTheSame) {
   EXPECT_TRUE(r->replay);
   expect_queued({});
 
-  // Another one within the requeue interval stands behind the first (nothing queued), but the mark
-  // moves forward; a held lease is queued behind all the same.
+  // Named members: each marked and queued on its own; a held lease is queued behind all the same.
   r = apply("2", {target("pm", member("alice")), target("pm", member("bob"))}, kNow + 10);
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->results, (std::vector<WebhookRefreshResult>{
-                            result("pm", member("alice"), "already_queued", true),
-                            result("pm", member("bob"), "in_progress", true)}));
-  expect_queued({"pm member/bob webhook " + std::to_string(kNow + 10)});
+  EXPECT_EQ(r->results,
+            (std::vector<WebhookRefreshResult>{result("pm", member("alice"), "queued", true),
+                                               result("pm", member("bob"), "in_progress", true)}));
+  expect_queued({"pm member/alice webhook " + std::to_string(kNow + 10),
+                 "pm member/bob webhook " + std::to_string(kNow + 10)});
+  // Another one within the requeue interval stands behind the first (nothing queued), but the mark
+  // moves forward.
+  r = apply("2b", {target("pm", member("alice"))}, kNow + 20);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(
+      r->results,
+      (std::vector<WebhookRefreshResult>{result("pm", member("alice"), "already_queued", true)}));
+  expect_queued({});
   // After the requeue interval (still inside the gate's window): queued again.
   r = apply("3", {target("pm", member("alice"))}, kNow + 2'000);
   ASSERT_TRUE(r.ok());
@@ -192,7 +202,7 @@ TEST_F(StoreWebhook, BothStoresExpandMarkAndQueueTheSame) {
   ASSERT_TRUE(r.ok());
   for (std::size_t i = 0; i < 2; ++i) {
     EXPECT_EQ(invalidated_at(*stores()[i], "pm", member("alice")), kNow + 2'000) << i;
-    EXPECT_EQ(epoch_moved(i), 4) << i;
+    EXPECT_EQ(epoch_moved(i), 5) << i;
   }
   // Nothing cached, nothing marked: no epoch move, no manifest created.
   r = apply("5", {target("pm", member("carol"))}, kNow + 9'000);
@@ -200,12 +210,122 @@ TEST_F(StoreWebhook, BothStoresExpandMarkAndQueueTheSame) {
   ASSERT_EQ(r->results.size(), 1u);
   EXPECT_FALSE(r->results[0].marked_stale);
   for (std::size_t i = 0; i < 2; ++i) {
-    EXPECT_EQ(epoch_moved(i), 4) << i;
+    EXPECT_EQ(epoch_moved(i), 5) << i;
     Result<std::optional<ManifestMeta>> meta =
         stores()[i]->read_manifest_meta("pm", member("carol"));
     ASSERT_TRUE(meta.ok());
     EXPECT_FALSE(meta->has_value()) << i;
   }
+}
+
+// A webhook for a per_member connection as a whole writes ONE key (marked:<cid>) however many
+// members are granted it: no per-member mark, gate or stream entry. Each member's reads then
+// apply it lazily (the later of its own mark and the connection's), at both stores: discovery
+// shows the member's data stale, the stale read queues that member once through its gate, a
+// listing that started after the mark makes it fresh again, and one that started before it
+// stays stale even when it commits after.
+TEST_F(StoreWebhook, AConnectionIsMarkedOnceAndEachMemberReadsItLazily) {
+  testing::RedisConnection c(redis_.connect());
+  ASSERT_NE(c, nullptr);
+  const RedisKeys keys = *RedisKeys::create(kNs);
+  auto keyspace = [&] {
+    std::set<std::string> out;
+    for (const RespValue& k : testing::run_argv(c.get(), {"KEYS", keys.prefix() + "*"}).elements) {
+      out.insert(k.str);
+    }
+    return out;
+  };
+  // Many more grantees than the seed's: their number must not matter.
+  GrantMap grants = {
+      {"alice", {"docs", "pm"}}, {"bob", {"pm"}}, {"carol", {"pm"}}, {"dave", {"docs"}}};
+  for (int i = 0; i < 200; ++i) grants["m" + std::to_string(i)] = {"pm"};
+  for (ManifestStore* store : stores()) ASSERT_TRUE(store->sync_grants(grants).ok());
+  const std::set<std::string> before = keyspace();
+  const int64_t stream_before =
+      testing::run_argv(c.get(), {"XLEN", keys.revalidate_stream()}).integer;
+  const int64_t at = kNow + 5'000;
+  Result<WebhookRefreshReply> r = apply("whole", {target("pm")}, at);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->results,
+            (std::vector<WebhookRefreshResult>{result("pm", std::nullopt, "marked", true)}));
+  // Redis: exactly the mark and the replay guard are new; the epoch moved; nothing queued.
+  std::set<std::string> added;
+  for (const std::string& k : keyspace()) {
+    if (before.count(k) == 0) added.insert(k);
+  }
+  EXPECT_EQ(added, (std::set<std::string>{*keys.marked("pm"), keys.replay("wh:whole")}));
+  EXPECT_EQ(testing::run_argv(c.get(), {"GET", *keys.marked("pm")}).str, std::to_string(at));
+  EXPECT_EQ(testing::run_argv(c.get(), {"XLEN", keys.revalidate_stream()}).integer, stream_before);
+  expect_queued({});
+  // A mark never moves back.
+  ASSERT_TRUE(apply("whole-earlier", {target("pm")}, at - 1'000).ok());
+  EXPECT_EQ(testing::run_argv(c.get(), {"GET", *keys.marked("pm")}).str, std::to_string(at));
+
+  const FreshnessPolicy policy;
+  auto status_in_discovery = [&](ManifestStore& store, const char* id) {
+    Result<DiscoverySnapshot> snap = store.read_discovery(member(id), SnapshotQuery{});
+    EXPECT_TRUE(snap.ok()) << snap.error().message;
+    const GrantedConnection* pm = snap.ok() ? snap->find("pm") : nullptr;
+    EXPECT_NE(pm, nullptr) << id;
+    if (pm == nullptr || !pm->manifest) return std::string("no entry");
+    EXPECT_EQ(pm->manifest->invalidated_at_ms, std::optional<int64_t>(at)) << id;
+    Result<std::optional<CacheEntryMeta>> meta = cache_entry_meta(pm->manifest);
+    EXPECT_TRUE(meta.ok());
+    if (!meta.ok()) return std::string("unreadable");
+    return std::string(freshness_name(classify(*meta, policy, "hash-pm", at + 1).state));
+  };
+  for (std::size_t i = 0; i < 2; ++i) {
+    ManifestStore& store = *stores()[i];
+    // alice and bob hold data listed before the mark: both read stale, through discovery and
+    // through the agent's own reads; carol has nothing cached.
+    EXPECT_EQ(status_in_discovery(store, "alice"), "stale") << i;
+    EXPECT_EQ(status_in_discovery(store, "bob"), "stale") << i;
+    EXPECT_EQ(invalidated_at(store, "pm", member("carol")), std::nullopt) << i;
+    Result<std::optional<StoredManifest>> full = store.read_manifest("pm", member("alice"));
+    ASSERT_TRUE(full.ok() && full->has_value()) << i;
+    EXPECT_EQ((*full)->meta.invalidated_at_ms, std::optional<int64_t>(at)) << i;
+    // The walk maintenance classifies with reads the same mark.
+    Result<ManifestPage> page = store.list_manifest_metas("", 100);
+    ASSERT_TRUE(page.ok()) << i;
+    int marked = 0;
+    for (const ManifestMeta& m : page->metas) {
+      if (m.connection_id == "pm") {
+        EXPECT_EQ(m.invalidated_at_ms, std::optional<int64_t>(at)) << i << m.principal.str();
+        ++marked;
+      }
+    }
+    EXPECT_EQ(marked, 2) << i;
+    // The stale read queues alice's refresh through her gate: once.
+    Result<RevalidationOutcome> first =
+        store.enqueue_revalidation("pm", member("alice"), "stale", kWindow);
+    ASSERT_TRUE(first.ok()) << i;
+    EXPECT_EQ(*first, RevalidationOutcome::kQueued) << i;
+    Result<RevalidationOutcome> second =
+        store.enqueue_revalidation("pm", member("alice"), "stale", kWindow);
+    ASSERT_TRUE(second.ok()) << i;
+    EXPECT_EQ(*second, RevalidationOutcome::kAlreadyQueued) << i;
+    // carol's listing started before the mark and commits after it: her data reads stale.
+    testing::commit_listing(store, "pm", member("carol"), testing::listing_write("pm", at - 1));
+    EXPECT_EQ(status_in_discovery(store, "carol"), "stale") << i;
+    // alice's refresh, listed after the mark: fresh again.
+    testing::commit_listing(store, "pm", member("alice"), testing::listing_write("pm", at + 1));
+    Result<DiscoverySnapshot> snap = store.read_discovery(member("alice"), SnapshotQuery{});
+    ASSERT_TRUE(snap.ok()) << i;
+    Result<std::optional<CacheEntryMeta>> meta = cache_entry_meta(snap->find("pm")->manifest);
+    ASSERT_TRUE(meta.ok()) << i;
+    EXPECT_EQ(classify(*meta, policy, "hash-pm", at + 2).state, Freshness::kFresh) << i;
+  }
+  for (ManifestStore* store : stores()) {
+    const std::vector<std::string> q = queued(*store);
+    ASSERT_EQ(q.size(), 1u);
+    EXPECT_EQ(q[0].rfind("pm member/alice stale ", 0), 0u) << q[0];
+  }
+
+  // The connection's mark goes with the connection.
+  for (ManifestStore* store : stores()) {
+    ASSERT_TRUE(store->sync_connections({record("docs", CredentialMode::kShared)}).ok());
+  }
+  EXPECT_EQ(testing::run_argv(c.get(), {"EXISTS", *keys.marked("pm")}).integer, 0);
 }
 
 TEST_F(StoreWebhook, BadRequestsAreRefusedAlikeAndWriteNothing) {

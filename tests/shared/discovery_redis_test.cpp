@@ -342,6 +342,16 @@ TEST(DiscoveryRedis, WebhookRepliesParseStrictly) {
   EXPECT_EQ(ok->results[2],
             (WebhookRefreshResult{"mail", member_principal("bob"), "in_progress", false}));
   EXPECT_EQ(parse_webhook_refresh_reply(A({S("accepted"), A({})}))->results.size(), 0u);
+  // A per_member connection marked as a whole: no principal, status `marked`.
+  Result<WebhookRefreshReply> whole =
+      parse_webhook_refresh_reply(A({S("accepted"), A({S("team"), S(""), S("marked"), S("1")})}));
+  ASSERT_TRUE(whole.ok()) << whole.error().message;
+  ASSERT_EQ(whole->results.size(), 1u);
+  EXPECT_EQ(whole->results[0],
+            (WebhookRefreshResult{"team", std::nullopt, kWebhookConnectionMarked, true}));
+  const std::string body = webhook_accepted_body(whole->results);
+  EXPECT_NE(body.find(R"("status":"marked")"), std::string::npos) << body;
+  EXPECT_EQ(body.find("principal"), std::string::npos) << body;
 
   EXPECT_EQ(parse_webhook_refresh_reply(RespValue::error("NOSCRIPT")).error().code,
             ErrorCode::kStoreUnavailable);
@@ -363,10 +373,29 @@ TEST(DiscoveryRedis, WebhookRepliesParseStrictly) {
         A({S("accepted"), A({S("docs"), S("shared"), S("done"), S("0")})}),
         A({S("accepted"), A({S("docs"), S("shared"), S("queued"), S("2")})}),
         A({S("accepted"), A({S("docs"), S("nobody"), S("queued"), S("0")})}),
-        A({S("accepted"), A({S("docs"), I(1), S("queued"), S("0")})})}) {
+        A({S("accepted"), A({S("docs"), I(1), S("queued"), S("0")})}),
+        // no principal only for an unknown connection or one marked as a whole
+        A({S("accepted"), A({S("docs"), S(""), S("queued"), S("0")})}),
+        A({S("accepted"), A({S("docs"), S("shared"), S("marked"), S("1")})}),
+        A({S("accepted"), A({S("docs"), S("shared"), S("unknown_connection"), S("0")})})}) {
     EXPECT_EQ(parse_webhook_refresh_reply(bad).error().code, ErrorCode::kInvalidReply)
         << bad.debug_string();
   }
+}
+
+// The effective mark of (connection, principal): the later of its own and its connection's.
+TEST(DiscoveryRedis, TheEffectiveInvalidationIsTheLaterMark) {
+  using Mark = std::optional<std::string_view>;
+  EXPECT_EQ(effective_invalidation(Mark(), Mark()), std::nullopt);
+  EXPECT_EQ(effective_invalidation(Mark("900"), Mark()), "900");
+  EXPECT_EQ(effective_invalidation(Mark(), Mark("900")), "900");
+  EXPECT_EQ(effective_invalidation(Mark("900"), Mark("1000")), "1000");  // numbers, not text
+  EXPECT_EQ(effective_invalidation(Mark("1000"), Mark("900")), "1000");
+  EXPECT_EQ(effective_invalidation(Mark("1000"), Mark("1000")), "1000");
+  // A malformed mark loses to a number; alone, it stays, for the decoder to refuse.
+  EXPECT_EQ(effective_invalidation(Mark("x"), Mark("5")), "5");
+  EXPECT_EQ(effective_invalidation(Mark("5"), Mark("x")), "5");
+  EXPECT_EQ(effective_invalidation(Mark("x"), Mark()), "x");
 }
 
 // ---- manifest bodies stored apart ---------------------------------------------------------------
