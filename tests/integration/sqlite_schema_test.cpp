@@ -213,7 +213,7 @@ class SqliteSchema : public ::testing::Test {
 TEST_F(SqliteSchema, AppliesIdempotentlyAndSetsTheVersion) {
   Db& db = *db_;
   ASSERT_EQ(db.apply_schema(), SQLITE_OK) << db.error();
-  EXPECT_EQ(db.text("PRAGMA user_version"), "4");
+  EXPECT_EQ(db.text("PRAGMA user_version"), "5");
   for (const char* table : {"mcp_capability_preferences", "connections", "grants", "manifests",
                             "leases", "fences", "revalidation_queue", "revalidation_gates", "epoch",
                             "catalog", "catalog_versions", "audit_log"}) {
@@ -423,6 +423,7 @@ TEST_F(SqliteSchema, AVersion3FileMigratesToVersion4) {
   for (const char* sql :
        {"DROP TABLE catalog", "DROP TABLE catalog_versions", "DROP TABLE audit_log",
         "DROP INDEX grants_by_connection", "INSERT INTO grants VALUES ('member/alice', 'c1')",
+        "DROP INDEX manifests_by_due", "ALTER TABLE manifests DROP COLUMN due_at",
         "UPDATE epoch SET value = 9", "PRAGMA user_version = 3"}) {
     ASSERT_EQ(db.exec(sql), SQLITE_OK) << sql << ": " << db.error();
   }
@@ -430,7 +431,7 @@ TEST_F(SqliteSchema, AVersion3FileMigratesToVersion4) {
   o.path = file_;
   Result<std::unique_ptr<SqliteStore>> store = SqliteStore::open(o);
   ASSERT_TRUE(store.ok()) << store.error().message;
-  EXPECT_EQ(db.text("PRAGMA user_version"), "4");
+  EXPECT_EQ(db.text("PRAGMA user_version"), "5");
   EXPECT_EQ(db.text("SELECT type FROM sqlite_schema WHERE name = 'grants_by_connection'"), "index");
   EXPECT_EQ(*(*store)->read_grantees("c1"), std::set<std::string>{"alice"});
   EXPECT_EQ(*(*store)->read_epoch(), 9);
@@ -438,6 +439,34 @@ TEST_F(SqliteSchema, AVersion3FileMigratesToVersion4) {
   Result<CatalogPage> page = (*store)->catalog_list(CatalogKind::kMember, "", 10);
   ASSERT_TRUE(page.ok()) << page.error().message;
   EXPECT_TRUE(page->entries.empty());
+}
+
+// A version 4 file (before the refresh-due index) migrates on open: manifests gain due_at, 0 for
+// every row (due at once: the backfill), and its index; maintenance then reads them through it.
+TEST_F(SqliteSchema, AVersion4FileMigratesToVersion5WithEveryRowDue) {
+  Db& db = *db_;
+  for (const char* sql :
+       {"DROP INDEX manifests_by_due", "ALTER TABLE manifests DROP COLUMN due_at",
+        "INSERT INTO manifests (connection_id, principal, manifest, etag, config_hash, fence, "
+        "fetched_at, fresh_until, expires_at) VALUES ('c1', 'shared', '{}', 'e', 'h1', 1, 10, 20, "
+        "30), ('c2', 'member/alice', '{}', 'e', 'h2', 1, 10, 20, 30)",
+        "PRAGMA user_version = 4"}) {
+    ASSERT_EQ(db.exec(sql), SQLITE_OK) << sql << ": " << db.error();
+  }
+  SqliteStoreOptions o;
+  o.path = file_;
+  Result<std::unique_ptr<SqliteStore>> store = SqliteStore::open(o);
+  ASSERT_TRUE(store.ok()) << store.error().message;
+  EXPECT_EQ(db.text("PRAGMA user_version"), "5");
+  EXPECT_EQ(db.text("SELECT type FROM sqlite_schema WHERE name = 'manifests_by_due'"), "index");
+  EXPECT_EQ(db.text("SELECT group_concat(due_at) FROM manifests"), "0,0");
+  Result<DuePage> due = (*store)->list_due(0, 0, 10);
+  ASSERT_TRUE(due.ok()) << due.error().message;
+  ASSERT_EQ(due->entries.size(), 2u);
+  EXPECT_EQ(due->entries[0].connection_id, "c1");
+  EXPECT_EQ(due->entries[1].principal.str(), "member/alice");
+  EXPECT_TRUE(due->entries[1].meta.has_value());
+  EXPECT_TRUE((*store)->backfill_due_index(1000)->done);
 }
 
 }  // namespace
