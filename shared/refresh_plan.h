@@ -117,7 +117,7 @@ RefreshFailure failure_record(const Error& error, std::string_view config_hash,
 
 // The refresh-due index scores (FencedWriteOptions::due_at_ms) of the two fenced writes: when
 // maintenance next has work on the key, never later than decide_refresh would. A commit: its
-// refresh-ahead time (fetched_at + ratio x its fresh TTL; at once for data stored never fresh).
+// refresh-ahead moment, fetched_at + ratio x its fresh TTL (at once for data stored never fresh).
 // A failure record: when the retry after it may start (max(error_at, attempt_at) +
 // retry_after_failure_ms); a later refresh-ahead time of data still fresh only costs a look.
 int64_t commit_due_at_ms(const ManifestWrite& write, const FreshnessPolicy& policy);
