@@ -129,9 +129,14 @@ inline void commit_inline(redisContext* c, const quiver::RedisKeys& keys, const 
 // The record through the real, fenced commit script (lease taken first), as agents write it now.
 inline void commit_apart(redisContext* c, const quiver::RedisKeys& keys, const std::string& cid,
                          const quiver::Principal& p, const std::string& text, int64_t now) {
-  quiver::LeaseKeys k{*keys.manifest(cid, p), *keys.lease(cid, p),
-                      *keys.fence(cid, p),    *keys.conn(cid),
-                      keys.epoch(),           *keys.body(quiver::manifest_body_digest(text))};
+  quiver::LeaseKeys k{*keys.manifest(cid, p),
+                      *keys.lease(cid, p),
+                      *keys.fence(cid, p),
+                      *keys.conn(cid),
+                      keys.epoch(),
+                      *keys.body(quiver::manifest_body_digest(text)),
+                      keys.due(),
+                      *quiver::due_member(cid, p)};
   const std::string token(32, 'b');
   redisReply* r = bench::command_argv(c, *quiver::acquire_lease_command(k, token));
   if (r == nullptr || r->type != REDIS_REPLY_ARRAY || r->elements < 2) fail("lease_acquire failed");

@@ -144,6 +144,15 @@ DELETE FROM revalidation_gates WHERE connection_id = :connection_id AND principa
 -- name: manifest_select_fence
 SELECT fence FROM manifests WHERE connection_id = :connection_id AND principal = :principal;
 
+-- name: manifest_due_now
+-- A member lost its grant of the connection: its row (if any) is due now (the ZADD XX 0 of the
+-- Redis store's grant writes), so maintenance drops it.
+UPDATE manifests SET due_at = 0 WHERE connection_id = :connection_id AND principal = :principal;
+
+-- name: manifests_due_now_connection
+-- A connection's record changed (config_hash, credential mode, ...): every row of it is due now.
+UPDATE manifests SET due_at = 0 WHERE connection_id = :connection_id;
+
 -- name: manifest_exists
 SELECT 1 FROM manifests WHERE connection_id = :connection_id AND principal = :principal;
 
@@ -151,30 +160,35 @@ SELECT 1 FROM manifests WHERE connection_id = :connection_id AND principal = :pr
 -- manifest_commit.lua's write: the data fields, the error fields cleared, attempt_at = fetched_at.
 -- No retention (retain_until NULL, also clearing one an older agent set): like the Redis hash, the
 -- row stays until its connection or principal goes.
+-- due_at: the refresh-due index's score, in the same statement (the script's ZADD).
 INSERT INTO manifests
   (connection_id, principal, manifest, etag, config_hash, fence, fetched_at, fresh_until,
    expires_at, cache_scope, truncated, error_code, error_message, error_at, attempt_at,
-   retain_until)
+   retain_until, due_at)
 VALUES
   (:connection_id, :principal, :manifest, :etag, :config_hash, :fence, :fetched_at, :fresh_until,
-   :expires_at, :cache_scope, :truncated, NULL, NULL, NULL, :fetched_at, NULL)
+   :expires_at, :cache_scope, :truncated, NULL, NULL, NULL, :fetched_at, NULL, :due_at)
 ON CONFLICT (connection_id, principal) DO UPDATE SET
   manifest = excluded.manifest, etag = excluded.etag, config_hash = excluded.config_hash,
   fence = excluded.fence, fetched_at = excluded.fetched_at, fresh_until = excluded.fresh_until,
   expires_at = excluded.expires_at, cache_scope = excluded.cache_scope,
   truncated = excluded.truncated, error_code = NULL, error_message = NULL, error_at = NULL,
-  attempt_at = excluded.attempt_at, retain_until = NULL;
+  attempt_at = excluded.attempt_at, retain_until = NULL, due_at = excluded.due_at;
 
 -- name: manifest_record_failure
 -- manifest_fail.lua's write: only the error fields and attempt_at. A new row is error-only (no
 -- manifest, no config_hash); an existing row keeps its data and its config_hash. No retention
 -- either way (retain_until NULL): the last good manifest and its error stay.
+-- due_at as in manifest_commit.
 INSERT INTO manifests
-  (connection_id, principal, error_code, error_message, error_at, attempt_at, retain_until)
-VALUES (:connection_id, :principal, :error_code, :error_message, :error_at, :attempt_at, NULL)
+  (connection_id, principal, error_code, error_message, error_at, attempt_at, retain_until,
+   due_at)
+VALUES (:connection_id, :principal, :error_code, :error_message, :error_at, :attempt_at, NULL,
+        :due_at)
 ON CONFLICT (connection_id, principal) DO UPDATE SET
   error_code = excluded.error_code, error_message = excluded.error_message,
-  error_at = excluded.error_at, attempt_at = excluded.attempt_at, retain_until = NULL;
+  error_at = excluded.error_at, attempt_at = excluded.attempt_at, retain_until = NULL,
+  due_at = excluded.due_at;
 
 -- name: manifest_select
 -- One manifest row unless past its retention, its body only when :with_body is 1. Has data: a
@@ -202,6 +216,25 @@ WHERE (m.connection_id, principal) > (:after_connection_id, :after_principal)
   AND (retain_until IS NULL OR retain_until > :now)
 ORDER BY m.connection_id, principal
 LIMIT :limit;
+
+-- name: manifest_list_due
+-- The refresh-due index (manifests_by_due): rows due at :now, soonest first, skipping :offset.
+-- Columns as manifest_select (the later of the row's own mark and its connection's), then
+-- due_at (17).
+SELECT m.connection_id, principal, coalesce(manifest <> '', 0), etag, config_hash, fence,
+       fetched_at, fresh_until, expires_at, cache_scope, truncated, error_code, error_message,
+       error_at, attempt_at,
+       max(coalesce(invalidated_at, k.marked_at), coalesce(k.marked_at, invalidated_at)), NULL,
+       due_at
+FROM manifests m LEFT JOIN connection_marks k ON k.connection_id = m.connection_id
+WHERE due_at <= :now AND (retain_until IS NULL OR retain_until > :now)
+ORDER BY due_at, m.connection_id, principal
+LIMIT :limit OFFSET :offset;
+
+-- name: manifest_settle_due
+-- due_settle.lua: the row's due_at moves only while it is still the one maintenance read.
+UPDATE manifests SET due_at = :due_at
+WHERE connection_id = :connection_id AND principal = :principal AND due_at = :seen_due_at;
 
 -- name: manifests_purge_retained
 -- Rows past their retention (housekeeping of the maintenance walk).

@@ -7,9 +7,10 @@
 -- busy_timeout and synchronous=NORMAL are set when the file is opened, not here (journal_mode
 -- cannot change inside a transaction).
 --
--- Version: PRAGMA user_version (last statement), now 5. The agent reads user_version first and,
+-- Version: PRAGMA user_version (last statement), now 6. The agent reads user_version first and,
 -- in the same transaction, runs each migration from it (sqlite-migrate-v2.sql: 1 -> 2,
--- sqlite-migrate-v3.sql: 2 -> 3, sqlite-migrate-v4.sql: 3 -> 4, sqlite-migrate-v5.sql: 4 -> 5)
+-- sqlite-migrate-v3.sql: 2 -> 3, sqlite-migrate-v4.sql: 3 -> 4, sqlite-migrate-v5.sql: 4 -> 5,
+-- sqlite-migrate-v6.sql: 5 -> 6)
 -- before this file; this file alone brings a new database to the current version.
 --
 -- Conventions: times are INTEGER milliseconds since the Unix epoch; booleans are INTEGER 0/1;
@@ -116,6 +117,9 @@ CREATE TABLE IF NOT EXISTS manifests (
   attempt_at    INTEGER,
   invalidated_at INTEGER,  -- a refresh webhook marked the data stale then (v2)
   retain_until  INTEGER,
+  -- The refresh-due index (v5; the Redis ZSET quiver:{ns}:due): when maintenance next has work on
+  -- the row, set by every fenced write and by maintenance; 0: at once.
+  due_at        INTEGER NOT NULL DEFAULT 0 CHECK (due_at >= 0),
   PRIMARY KEY (connection_id, principal),
   CHECK (manifest IS NULL
          OR (etag IS NOT NULL AND config_hash IS NOT NULL AND fence IS NOT NULL
@@ -126,6 +130,10 @@ CREATE TABLE IF NOT EXISTS manifests (
 ) STRICT, WITHOUT ROWID;
 
 CREATE INDEX IF NOT EXISTS manifests_by_fresh_until ON manifests (fresh_until);
+
+-- Maintenance reads what is due (manifest_list_due: due_at <= now) through this index, so a pass
+-- costs what is due, not the table.
+CREATE INDEX IF NOT EXISTS manifests_by_due ON manifests (due_at);
 
 -- quiver:{ns}:lease:<cid>:<principal>: the current refresh holder. A row past expires_at is no
 -- lease at all (Redis' PX); writers compare (token, fence) exactly as the Lua scripts do.
@@ -265,4 +273,4 @@ CREATE TABLE IF NOT EXISTS audit_log (
   detail TEXT NOT NULL DEFAULT '{}' CHECK (substr(detail, 1, 1) = '{')
 ) STRICT;
 
-PRAGMA user_version = 5;
+PRAGMA user_version = 6;

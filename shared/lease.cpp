@@ -55,6 +55,18 @@ Status check_lease(const Lease& lease) {
   return Status::Ok();
 }
 
+// The refresh-due index entry a fenced write scores: a member (`<cid>:<principal>`, the key's
+// own: the manifest key ends with it) and a time Lua keeps exact (at most 2^53 - 1).
+Status check_due(const LeaseKeys& keys, const FencedWriteOptions& options) {
+  const std::string& m = keys.due_member;
+  if (m.empty() || m.find(':') == std::string::npos || keys.manifest.size() <= m.size() ||
+      keys.manifest.compare(keys.manifest.size() - m.size() - 1, std::string::npos, ":" + m) != 0) {
+    return invalid(
+        "fenced write: the due index member is not the manifest key's <cid>:<principal>");
+  }
+  return validate_due_at(options.due_at_ms);
+}
+
 Result<RedisCommand> eval(const char* script, std::initializer_list<const std::string*> keys,
                           std::initializer_list<std::string> args) {
   std::string_view text = schema_asset(std::string("lua/") + script);
@@ -169,6 +181,13 @@ Status validate_renew(const Lease& lease, int64_t lease_ms) {
 
 Status validate_release(const Lease& lease) { return check_lease(lease); }
 
+Status validate_due_at(int64_t due_at_ms) {
+  if (due_at_ms < 0 || due_at_ms > (int64_t{1} << 53) - 1) {
+    return invalid("fenced write: due_at_ms must be 0 to 2^53 - 1");
+  }
+  return Status::Ok();
+}
+
 Status validate_manifest_write(const Lease& lease, const ManifestWrite& write) {
   if (Status s = check_fenced_write(lease, write.config_hash); !s.ok()) return s;
   if (write.manifest.empty()) return invalid("manifest commit: the manifest is empty");
@@ -248,13 +267,14 @@ Result<LeaseOutcome> parse_release_reply(const RespValue& reply) {
 Result<RedisCommand> commit_manifest_command(const LeaseKeys& keys, const Lease& lease,
                                              const ManifestWrite& write,
                                              const FencedWriteOptions& options) {
-  if (Status s = check_keys(
-          {&keys.manifest, &keys.lease, &keys.fence, &keys.connection, &keys.epoch, &keys.body});
+  if (Status s = check_keys({&keys.manifest, &keys.lease, &keys.fence, &keys.connection,
+                             &keys.epoch, &keys.body, &keys.due});
       !s.ok()) {
     return s.error();
   }
   if (Status s = validate_manifest_write(lease, write); !s.ok()) return s.error();
   if (options.body_grace_ms < 0) return invalid("manifest commit: body_grace_ms is negative");
+  if (Status s = check_due(keys, options); !s.ok()) return s.error();
   // The body key names the body's content: a key for other bytes would serve them to every record
   // with that content.
   const std::string digest = sha256_hex(write.manifest);
@@ -265,26 +285,31 @@ Result<RedisCommand> commit_manifest_command(const LeaseKeys& keys, const Lease&
   }
   return eval(
       "manifest_commit.lua",
-      {&keys.manifest, &keys.lease, &keys.fence, &keys.connection, &keys.epoch, &keys.body},
+      {&keys.manifest, &keys.lease, &keys.fence, &keys.connection, &keys.epoch, &keys.body,
+       &keys.due},
       {std::to_string(lease.fence), lease.token, write.config_hash, write.manifest, write.etag,
        std::to_string(write.fetched_at_ms), std::to_string(write.fresh_until_ms),
        std::to_string(write.expires_at_ms), write.cache_scope, write.truncated ? "1" : "0",
-       options.release_lease ? "1" : "0", digest, std::to_string(options.body_grace_ms)});
+       options.release_lease ? "1" : "0", digest, std::to_string(options.body_grace_ms),
+       std::to_string(options.due_at_ms), keys.due_member});
 }
 
 Result<RedisCommand> record_failure_command(const LeaseKeys& keys, const Lease& lease,
                                             const RefreshFailure& failure,
                                             const FencedWriteOptions& options) {
-  if (Status s = check_keys({&keys.manifest, &keys.lease, &keys.fence, &keys.connection});
+  if (Status s =
+          check_keys({&keys.manifest, &keys.lease, &keys.fence, &keys.connection, &keys.due});
       !s.ok()) {
     return s.error();
   }
   if (Status s = validate_refresh_failure(lease, failure); !s.ok()) return s.error();
+  if (Status s = check_due(keys, options); !s.ok()) return s.error();
   return eval(
-      "manifest_fail.lua", {&keys.manifest, &keys.lease, &keys.fence, &keys.connection},
+      "manifest_fail.lua", {&keys.manifest, &keys.lease, &keys.fence, &keys.connection, &keys.due},
       {std::to_string(lease.fence), lease.token, failure.config_hash, failure.error_code,
        cut_utf8(failure.error_message, kMaxErrorMessageBytes), std::to_string(failure.error_at_ms),
-       std::to_string(failure.attempt_at_ms), options.release_lease ? "1" : "0"});
+       std::to_string(failure.attempt_at_ms), options.release_lease ? "1" : "0",
+       std::to_string(options.due_at_ms), keys.due_member});
 }
 
 Result<FencedWriteResult> parse_commit_reply(const RespValue& reply) {

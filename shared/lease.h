@@ -45,6 +45,11 @@ struct LeaseKeys {
   // A commit only: quiver:{ns}:body:<sha256 of the manifest bytes> (RedisKeys::body), where the
   // body is stored once for every record with the same content.
   std::string body;
+  // The fenced writes only: the refresh-due index (RedisKeys::due) and this key's member in it
+  // (due_member: `<cid>:<principal>`), scored in the same script with
+  // FencedWriteOptions::due_at_ms.
+  std::string due;
+  std::string due_member;
 };
 
 inline constexpr int64_t kDefaultLeaseMs = 60'000;
@@ -125,6 +130,12 @@ struct FencedWriteOptions {
   // after it; a record that outlives its body is past expires_at, which readers never serve as data
   // (schema/redis-keys.md, "Manifest bodies").
   int64_t body_grace_ms = kDefaultBodyGraceMs;
+  // When maintenance next has work on this key (epoch ms): the score of its refresh-due index
+  // entry, written in the same atomic step (commit_due_at_ms / failure_due_at_ms in
+  // shared/refresh_plan.h). 0 (the default): due at once; maintenance then looks at the entry
+  // and moves it to when decide_refresh next has work. Earlier than needed only costs a look;
+  // later would delay a refresh, so a writer never guesses late.
+  int64_t due_at_ms = 0;
 };
 
 Result<RedisCommand> commit_manifest_command(const LeaseKeys& keys, const Lease& lease,
@@ -141,6 +152,8 @@ Status validate_acquire(std::string_view token, int64_t lease_ms);
 Status validate_renew(const Lease& lease, int64_t lease_ms);
 Status validate_release(const Lease& lease);
 Status validate_manifest_write(const Lease& lease, const ManifestWrite& write);
+// A refresh-due index score (FencedWriteOptions::due_at_ms): 0 to 2^53 - 1 ms, exact in Lua.
+Status validate_due_at(int64_t due_at_ms);
 Status validate_refresh_failure(const Lease& lease, const RefreshFailure& failure);
 
 struct FencedWriteResult {

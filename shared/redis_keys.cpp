@@ -51,6 +51,9 @@ constexpr KindInfo kKinds[kKeyKindCount] = {
     {KeyKind::kCallAgents, "call-agents", "STRING", false, false},
     {KeyKind::kCallCancel, "call-cancel", "STRING", false, false, true},
     {KeyKind::kMarked, "marked", "STRING", true, false},
+    {KeyKind::kDue, "due", "ZSET", false, false},
+    {KeyKind::kDueBackfill, "due-backfill", "STRING", false, false},
+    {KeyKind::kRemovedConns, "removed-conns", "SET", false, false},
 };
 
 constexpr char kCatalogVersionsSegment[] = "versions";
@@ -166,6 +169,31 @@ Result<std::string> RedisKeys::key(KeyKind kind, std::string_view cid,
     out += k.suffix;
   }
   return out;
+}
+
+Result<std::string> due_member(std::string_view cid, const Principal& principal) {
+  if (Status s = validate_connection_id(cid); !s.ok()) return s.error();
+  return std::string(cid) + ":" + principal.str();
+}
+
+Result<DueMember> parse_due_member(std::string_view member) {
+  const std::size_t colon = member.find(':');
+  if (colon == std::string_view::npos) return invalid("due index member without `:`");
+  DueMember out;
+  if (Status s = validate_connection_id(member.substr(0, colon)); !s.ok()) return s.error();
+  Result<Principal> p = Principal::parse(member.substr(colon + 1));
+  if (!p.ok()) return p.error();
+  out.connection_id = std::string(member.substr(0, colon));
+  out.principal = std::move(*p);
+  return out;
+}
+
+std::string RedisKeys::due() const { return prefix_ + key_kind_name(KeyKind::kDue); }
+std::string RedisKeys::due_backfill() const {
+  return prefix_ + key_kind_name(KeyKind::kDueBackfill);
+}
+std::string RedisKeys::removed_conns() const {
+  return prefix_ + key_kind_name(KeyKind::kRemovedConns);
 }
 
 std::string RedisKeys::conns() const { return prefix_ + key_kind_name(KeyKind::kConns); }

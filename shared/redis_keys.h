@@ -42,8 +42,11 @@ enum class KeyKind {
   kCallAgents,
   kCallCancel,
   kMarked,
+  kDue,
+  kDueBackfill,
+  kRemovedConns,
 };
-inline constexpr int kKeyKindCount = 27;
+inline constexpr int kKeyKindCount = 30;
 
 const char* key_kind_name(KeyKind kind);   // the key's segment: "conns", "revalidate-gate", ...
 const char* key_redis_type(KeyKind kind);  // "SET", "HASH", "STRING", "STREAM"
@@ -131,6 +134,15 @@ struct ParsedKey {
   std::string catalog_kind;            // empty when the kind has none
 };
 
+// A member of the refresh-due index (RedisKeys::due): `<cid>:<principal>`; kInvalidArgument for a
+// connection id that is not valid. parse_due_member is its inverse.
+Result<std::string> due_member(std::string_view cid, const Principal& principal);
+struct DueMember {
+  std::string connection_id;
+  Principal principal = Principal::shared();
+};
+Result<DueMember> parse_due_member(std::string_view member);
+
 class RedisKeys {
  public:
   // kInvalidArgument unless `ns` is a valid namespace.
@@ -193,6 +205,19 @@ class RedisKeys {
   Result<std::string> catalog_keys(std::string_view catalog_kind) const;
   std::string catalog_versions() const;
   std::string audit() const;
+
+  // The refresh-due index (a ZSET): one member per stored manifest record, due_member(cid,
+  // principal) = `<cid>:<principal>`, scored with when maintenance next has work on it (epoch ms).
+  // Written in the fenced commit and failure scripts, removed with the record; maintenance reads
+  // what is due (ZRANGEBYSCORE -inf <now>) instead of walking the namespace.
+  std::string due() const;
+  // The index's one-time backfill over a namespace written before it existed: absent (not begun),
+  // `scan:<cursor>` (the SCAN of manifest keys goes on from there), `done:<at>` (built).
+  std::string due_backfill() const;
+  // Connections removed by a config sync whose other keys (manifests, leases, fences, gates,
+  // marks, overlays, grants naming them) are still to be deleted: added in the removal's
+  // transaction, taken out once the sweep deleted them. Empty: no sweep runs.
+  std::string removed_conns() const;
 
   // Any kind. Parts the kind does not use are ignored; the ones it uses are validated
   // (`digest`: 64 lowercase hex digits).

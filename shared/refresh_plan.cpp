@@ -1,6 +1,7 @@
 #include "shared/refresh_plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "shared/enum_names.h"
@@ -137,6 +138,20 @@ RefreshPlan plan_refresh(const RefreshInputs& in) {
   w.cache_scope = manifest->cache.cache_scope.value_or("");
   w.truncated = manifest->truncated;
   return plan;
+}
+
+int64_t commit_due_at_ms(const ManifestWrite& write, const FreshnessPolicy& policy) {
+  // classify()'s refresh_at for the entry as written (its fresh TTL is fresh_until - fetched_at).
+  const int64_t ttl = std::max<int64_t>(0, write.fresh_until_ms - write.fetched_at_ms);
+  const double ratio = std::clamp(
+      std::isnan(policy.refresh_ahead_ratio) ? 1.0 : policy.refresh_ahead_ratio, 0.0, 1.0);
+  const auto ahead = static_cast<int64_t>(std::llround(ratio * static_cast<double>(ttl)));
+  return std::max<int64_t>(0, write.fetched_at_ms + std::min(ahead, ttl));
+}
+
+int64_t failure_due_at_ms(const RefreshFailure& failure, const FreshnessPolicy& policy) {
+  const int64_t last = std::max(failure.error_at_ms, failure.attempt_at_ms);
+  return std::max<int64_t>(0, last + std::max<int64_t>(0, policy.retry_after_failure_ms));
 }
 
 RefreshFailure failure_record(const Error& error, std::string_view config_hash,

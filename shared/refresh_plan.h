@@ -115,6 +115,14 @@ RefreshPlan plan_refresh(const RefreshInputs& inputs);
 RefreshFailure failure_record(const Error& error, std::string_view config_hash,
                               int64_t attempt_at_ms, int64_t now_ms);
 
+// The refresh-due index scores (FencedWriteOptions::due_at_ms) of the two fenced writes: when
+// maintenance next has work on the key, never later than decide_refresh would. A commit: its
+// refresh-ahead moment, fetched_at + ratio x its fresh TTL (at once for data stored never fresh).
+// A failure record: when the retry after it may start (max(error_at, attempt_at) +
+// retry_after_failure_ms); a later refresh-ahead time of data still fresh only costs a look.
+int64_t commit_due_at_ms(const ManifestWrite& write, const FreshnessPolicy& policy);
+int64_t failure_due_at_ms(const RefreshFailure& failure, const FreshnessPolicy& policy);
+
 // What follows a failed listing: nothing, the backoff cleared (a complete manifest is stored, or
 // the listing failed kAuthorizationRequired: nothing changes until someone authorizes, and a new
 // authorization lists at once), or a retry scheduled with backoff (retry_backoff_ms).

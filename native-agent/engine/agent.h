@@ -135,12 +135,14 @@ struct AgentOptions {
 
 // What a maintenance pass did (tests, status).
 struct MaintenanceReport {
-  int64_t examined = 0;  // stored manifests looked at
-  int64_t queued = 0;    // refresh requests queued (stale, errored, ahead, seeded)
-  int64_t seeded = 0;    // ... of which never-listed keys
-  int64_t skipped = 0;   // already queued or a lease held
-  int64_t dropped = 0;   // manifests of principals no longer granted, deleted
-  int64_t errors = 0;    // store errors (logged)
+  int64_t examined = 0;     // due entries of the refresh-due index looked at
+  int64_t queued = 0;       // refresh requests queued (stale, errored, ahead, seeded)
+  int64_t seeded = 0;       // ... of which never-listed keys
+  int64_t skipped = 0;      // already queued or a lease held
+  int64_t dropped = 0;      // manifests of principals no longer granted, deleted
+  int64_t rescheduled = 0;  // due entries with nothing to do yet, moved to when there will be
+  int64_t backfilled = 0;   // entries the index's one-time backfill added (a namespace from before)
+  int64_t errors = 0;       // store errors (logged)
 };
 
 class Agent final : public AgentService {

@@ -264,9 +264,22 @@ MaintenanceReport Maintenance::run_once() {
   if (Status st = ctx_.prefs->sync_all(); !st.ok()) {
     ctx_.log_store_error("maintenance: merging preferences", st.error());
   }
-  int64_t now = ctx_.options.now_ms();
-  std::set<std::string> seen;
-  std::string cursor;
+  // A namespace written before the refresh-due index existed: its records get entries, paced.
+  Result<DueBackfill> backfill = ctx_.store->backfill_due_index(kDueBackfillKeysPerPass);
+  if (!backfill.ok()) {
+    ++report.errors;
+    ctx_.log_store_error("maintenance: backfilling the refresh-due index", backfill.error());
+  } else {
+    report.backfilled = static_cast<int64_t>(backfill->added);
+    if (backfill->added > 0 || !backfill->done) {
+      ctx_.logger->info(
+          kAgentLog,
+          "maintenance: refresh-due index backfill: " + std::to_string(backfill->scanned) +
+              " records found, " + std::to_string(backfill->added) + " added" +
+              (backfill->done ? "; the index is built" : "; going on at the next pass"));
+    }
+  }
+  const int64_t now = ctx_.options.now_ms();
   auto batch =
       static_cast<std::size_t>(std::max<int64_t>(1, ctx_.config.runtime.maintenance_batch));
   auto queue = [&](const std::string& cid, const Principal& p, const char* reason) {
@@ -284,55 +297,103 @@ MaintenanceReport Maintenance::run_once() {
     ++report.skipped;
     return false;
   };
+  // What is due, soonest first (the refresh-due index: its cost is the work due, never the
+  // namespace). An entry left due (queued, or unreadable) stays in the range, so the next page
+  // starts past it; one settled (moved later, dropped, forgotten) leaves it.
+  std::size_t offset = 0;
   for (;;) {
-    Result<ManifestPage> page = ctx_.store->list_manifest_metas(cursor, batch);
+    Result<DuePage> page = ctx_.store->list_due(now, offset, batch);
     if (!page.ok()) {
       ++report.errors;
-      ctx_.log_store_error("maintenance walk", page.error());
+      ctx_.log_store_error("maintenance: reading the refresh-due index", page.error());
       return report;
     }
     for (const std::string& u : page->unreadable) {
-      ctx_.logger->warn(kAgentLog, "maintenance: unreadable manifest record skipped: " + u);
+      ctx_.logger->warn(kAgentLog, "maintenance: unreadable refresh-due entry removed: " + u);
     }
-    for (const ManifestMeta& meta : page->metas) {
+    std::vector<DueSettlement> settle;
+    for (const DueEntry& e : page->entries) {
       ++report.examined;
-      seen.insert(ctx_.pool_name(meta.connection_id, meta.principal));
-      const ConnectionConfig* cfg = ctx_.config.find_connection(meta.connection_id);
-      if (cfg == nullptr) continue;  // removed connections are deleted by sync
-      if (!check_principal(*cfg, meta.principal).ok()) {
-        // A member whose grant was removed (or a principal of the other credential mode): its
-        // manifest is never read again (grants are checked live) and goes.
-        Result<bool> dropped = ctx_.store->drop_manifest(meta.connection_id, meta.principal);
+      if (!e.unreadable.empty()) {
+        ctx_.logger->warn(kAgentLog,
+                          "maintenance: unreadable manifest record skipped: " + e.unreadable);
+        ++offset;
+        continue;
+      }
+      if (!e.meta) {  // the record is gone: so goes its entry
+        settle.push_back({e.connection_id, e.principal, e.due_at_ms, std::nullopt});
+        continue;
+      }
+      const ConnectionConfig* cfg = ctx_.config.find_connection(e.connection_id);
+      if (cfg == nullptr || !check_principal(*cfg, e.principal).ok()) {
+        // A removed connection, a member whose grant was removed (the grant write made it due)
+        // or a principal of the other credential mode: its manifest is never read again (grants
+        // are checked live) and goes, with its entry.
+        Result<bool> dropped = ctx_.store->drop_manifest(e.connection_id, e.principal);
         if (!dropped.ok()) {
           ++report.errors;
-          ctx_.log_store_error(
-              "maintenance: dropping " + ctx_.who(meta.connection_id, meta.principal),
-              dropped.error());
+          ++offset;
+          ctx_.log_store_error("maintenance: dropping " + ctx_.who(e.connection_id, e.principal),
+                               dropped.error());
         } else if (*dropped) {
           ++report.dropped;
           ctx_.logger->info(kAgentLog, "maintenance: dropped the manifest of " +
-                                           ctx_.who(meta.connection_id, meta.principal) +
+                                           ctx_.who(e.connection_id, e.principal) +
                                            ": no longer cached under that principal");
         }
         continue;
       }
       RefreshDecision d =
-          decide_refresh(cache_entry_meta(meta), ctx_.policy, cfg->config_hash, now);
-      if (d.refresh) queue(meta.connection_id, meta.principal, "maintenance");
+          decide_refresh(cache_entry_meta(*e.meta), ctx_.policy, cfg->config_hash, now);
+      if (d.refresh) {
+        // Stays due until the refresh's fenced write rescores it (a lost request is queued
+        // again by a later pass once its gate expires).
+        queue(e.connection_id, e.principal, "maintenance");
+        ++offset;
+        continue;
+      }
+      settle.push_back({e.connection_id, e.principal, e.due_at_ms, d.next_check_at_ms});
     }
-    if (page->next_cursor.empty()) break;
-    cursor = page->next_cursor;
+    if (!settle.empty()) {
+      Result<std::vector<bool>> settled = ctx_.store->settle_due(settle);
+      if (!settled.ok()) {
+        ++report.errors;
+        offset += settle.size();
+        ctx_.log_store_error("maintenance: settling refresh-due entries", settled.error());
+      } else {
+        for (std::size_t i = 0; i < settle.size(); ++i) {
+          if ((*settled)[i] && settle[i].due_at_ms) ++report.rescheduled;
+        }
+      }
+    }
+    if (page->listed < batch) break;
   }
-  for (const ConnectionConfig& c : ctx_.config.connections) {
-    if (c.credential_mode != CredentialMode::kShared) continue;
-    if (seen.count(ctx_.pool_name(c.id, Principal::shared())) > 0) continue;
-    if (queue(c.id, Principal::shared(), "seed")) ++report.seeded;
+  // Never-listed `shared` keys (a connection added, or whose listing never got written): no
+  // entry in the index, which covers every record once its backfill is done.
+  if (backfill.ok() && backfill->done) {
+    std::vector<DueKey> shared;
+    for (const ConnectionConfig& c : ctx_.config.connections) {
+      if (c.credential_mode == CredentialMode::kShared)
+        shared.push_back({c.id, Principal::shared()});
+    }
+    Result<std::vector<bool>> indexed = ctx_.store->has_due_entries(shared);
+    if (!indexed.ok()) {
+      ++report.errors;
+      ctx_.log_store_error("maintenance: reading the refresh-due index", indexed.error());
+    } else {
+      for (std::size_t i = 0; i < shared.size(); ++i) {
+        if (!(*indexed)[i] && queue(shared[i].connection_id, shared[i].principal, "seed")) {
+          ++report.seeded;
+        }
+      }
+    }
   }
   if (report.queued > 0 || report.errors > 0 || report.dropped > 0) {
     ctx_.logger->info(kAgentLog, "maintenance: examined " + std::to_string(report.examined) +
-                                     ", queued " + std::to_string(report.queued) + " (seeded " +
+                                     " due, queued " + std::to_string(report.queued) + " (seeded " +
                                      std::to_string(report.seeded) + "), dropped " +
-                                     std::to_string(report.dropped) + ", errors " +
+                                     std::to_string(report.dropped) + ", rescheduled " +
+                                     std::to_string(report.rescheduled) + ", errors " +
                                      std::to_string(report.errors));
   }
   return report;

@@ -10,10 +10,14 @@
 //     when it differs in what the engine runs on (engine_config_differs), a reload is requested
 //     (Agent::reload_requested; `serve` restarts the engine as on SIGHUP). A sync never writes a
 //     configuration the catalog has moved past: it is skipped and the reload does it.
-//   - run_once(), every maintenance_interval_ms, in batches of maintenance_batch: decide_refresh
-//     on each stored manifest (stale, errored, refresh-ahead at 0.8 × TTL), never-listed `shared`
-//     connections seeded, manifests of principals no longer granted dropped; also the clock
-//     skew against the store and the revalidation group's dead consumers.
+//   - run_once(), every maintenance_interval_ms, in pages of maintenance_batch: the entries of
+//     the refresh-due index that are due (ManifestStore::list_due; the store time of a pass
+//     follows the work due, never the namespace): decide_refresh on each (stale, errored,
+//     refresh-ahead at 0.8 × TTL) queues a refresh or moves the entry to when it next has work
+//     (settle_due); manifests of principals no longer granted (a grant write made them due) or
+//     of removed connections dropped; never-listed `shared` connections seeded (no entry);
+//     the index's one-time backfill paced at kDueBackfillKeysPerPass records per pass; also the
+//     clock skew against the store and the revalidation group's dead consumers.
 //   - check_store_once(), every store_check_interval_ms: a namespace the store lost (restarted
 //     empty, flushed, failed over) is restored (connections, grants, overlays), held `restoring`
 //     long enough for every other agent's preference copy, then marked ready and re-listed.
@@ -21,6 +25,7 @@
 // by the scheduler thread (or a test driving it by hand).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -29,6 +34,10 @@
 #include "native-agent/engine/agent_context.h"
 
 namespace quiver {
+
+// Records of a namespace from before the refresh-due index that one maintenance pass indexes
+// (ManifestStore::backfill_due_index): a SCAN of 100 pages of 1,000 keys, once per namespace.
+inline constexpr std::size_t kDueBackfillKeysPerPass = 100'000;
 
 class Maintenance {
  public:

@@ -277,12 +277,15 @@ Result<RefreshReport> RefreshRunner::run(const std::string& cid, const Principal
   Result<FencedWriteResult> written = Error(ErrorCode::kInternal, "nothing written");
   if (commit) {
     fenced.release_lease = plan.release_with_commit;
+    fenced.due_at_ms = commit_due_at_ms(plan.manifest, c.policy);
     written = c.store->commit_manifest(cid, principal, lease, plan.manifest, fenced);
     if (plan.error && written.ok() && written->ok()) {
       // A list failed: the lease was kept past the commit to record its error beside the data.
       fenced.release_lease = true;
+      RefreshFailure f = record_of(*plan.error);
+      fenced.due_at_ms = failure_due_at_ms(f, c.policy);
       Result<FencedWriteResult> recorded =
-          c.store->record_failure(cid, principal, lease, record_of(*plan.error), fenced);
+          c.store->record_failure(cid, principal, lease, f, fenced);
       if (!recorded.ok() || !recorded->ok()) {
         log.warn(
             kAgentLog,
@@ -292,9 +295,9 @@ Result<RefreshReport> RefreshRunner::run(const std::string& cid, const Principal
       }
     }
   } else {
-    written = c.store->record_failure(
-        cid, principal, lease,
-        record_of(plan.error.value_or(Error(ErrorCode::kUnknown, "listing failed"))), fenced);
+    RefreshFailure f = record_of(plan.error.value_or(Error(ErrorCode::kUnknown, "listing failed")));
+    fenced.due_at_ms = failure_due_at_ms(f, c.policy);
+    written = c.store->record_failure(cid, principal, lease, f, fenced);
   }
   if (!written.ok()) {
     c.metrics.refresh("error");

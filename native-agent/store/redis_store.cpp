@@ -1,6 +1,7 @@
 #include "native-agent/store/redis_store.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -464,6 +465,9 @@ struct RedisStore::Impl {
   std::unique_ptr<RedisChannel> blocking;  // read_revalidations with block_ms > 0
   std::unique_ptr<RedisChannel> calls;     // read_relayed_calls with block_ms > 0
   LockedBodyCache bodies{options.body_cache_max_bytes};
+  // The sweep of keys naming unconfigured connections (sync_connections) ran once in this
+  // process: later syncs sweep only after a removal (removed-conns not empty).
+  std::atomic<bool> swept{false};
 
   Impl(RedisStoreOptions o, RedisKeys k, std::shared_ptr<RedisTls> t)
       : options(std::move(o)), keys(std::move(k)), tls(std::move(t)) {}
@@ -576,6 +580,8 @@ struct RedisStore::Impl {
     k.fence = *keys.fence(cid, principal);
     k.connection = *keys.conn(cid);
     k.epoch = keys.epoch();
+    k.due = keys.due();
+    k.due_member = *due_member(cid, principal);
     return k;
   }
 
@@ -975,6 +981,205 @@ Result<ManifestPage> RedisStore::list_manifest_metas(std::string_view cursor, st
   return page;
 }
 
+// ---- the refresh-due index ---------------------------------------------------------------------
+
+namespace {
+
+// A score of the due index as Redis answers it: writers score integral ms, which Redis prints
+// as integers.
+bool parse_score(std::string_view text, int64_t* out) { return parse_i64(text, out); }
+
+// A member whose grants go from `have` to `want`: each connection it lost has its entry (if
+// any) due now, so the next maintenance pass drops that manifest (the principal is no longer
+// cached there). ZADD XX: a key never listed gets no entry. nullopt: nothing was revoked.
+std::optional<RedisCommand> due_now_command(const RedisKeys& keys, const Principal& member,
+                                            const std::set<std::string>& have,
+                                            const std::set<std::string>& want) {
+  RedisCommand due = {"ZADD", keys.due(), "XX"};
+  for (const std::string& cid : have) {
+    if (want.count(cid) != 0) continue;
+    Result<std::string> m = due_member(cid, member);
+    if (!m.ok()) continue;  // not an id any agent wrote
+    due.push_back("0");
+    due.push_back(std::move(m).value());
+  }
+  if (due.size() == 3) return std::nullopt;
+  return due;
+}
+
+// schema/lua/due_settle.lua for one settlement.
+Result<RedisCommand> due_settle_command(const RedisKeys& keys, const DueSettlement& settle) {
+  Result<std::string> member = due_member(settle.connection_id, settle.principal);
+  if (!member.ok()) return member.error();
+  if (Status s = validate_due_at(settle.due_at_ms.value_or(0)); !s.ok()) return s.error();
+  std::string_view text = schema_asset("lua/due_settle.lua");
+  if (text.empty())
+    return Error(ErrorCode::kInternal, "schema/lua/due_settle.lua is not compiled in");
+  return RedisCommand{"EVAL",
+                      std::string(text),
+                      "2",
+                      keys.due(),
+                      *keys.manifest(settle.connection_id, settle.principal),
+                      *member,
+                      std::to_string(settle.seen_due_at_ms),
+                      settle.due_at_ms ? std::to_string(*settle.due_at_ms) : std::string()};
+}
+
+}  // namespace
+
+Result<DuePage> RedisStore::list_due(int64_t now_ms, std::size_t offset, std::size_t batch) {
+  if (batch == 0) return invalid("list_due: batch must be at least 1");
+  RedisKeys& keys = impl_->keys;
+  Result<RespValue> r =
+      impl_->one({"ZRANGEBYSCORE", keys.due(), "-inf", std::to_string(now_ms), "WITHSCORES",
+                  "LIMIT", std::to_string(offset), std::to_string(batch)},
+                 "ZRANGEBYSCORE");
+  if (!r.ok()) return r.error();
+  const std::vector<RespValue>* e = r->as_array();
+  if (e == nullptr || e->size() % 2 != 0) {
+    return Error(ErrorCode::kInvalidReply, "redis ZRANGEBYSCORE due: unexpected reply");
+  }
+  DuePage page;
+  page.listed = e->size() / 2;
+  std::vector<RedisCommand> commands;
+  RedisCommand unindex = {"ZREM", keys.due()};
+  for (std::size_t i = 0; i < e->size(); i += 2) {
+    std::optional<std::string_view> member = (*e)[i].as_string();
+    std::optional<std::string_view> score = (*e)[i + 1].as_string();
+    Result<DueMember> parsed =
+        member ? parse_due_member(*member) : Result<DueMember>(invalid("not a string"));
+    DueEntry entry;
+    if (parsed.ok() && score && parse_score(*score, &entry.due_at_ms)) {
+      entry.connection_id = std::move(parsed->connection_id);
+      entry.principal = std::move(parsed->principal);
+      Result<MarkKeys> marks = mark_keys(keys, entry.connection_id, entry.principal);
+      if (marks.ok()) {
+        append_meta_reads(commands, *keys.manifest(entry.connection_id, entry.principal), *marks);
+        page.entries.push_back(std::move(entry));
+        continue;
+      }
+      parsed = marks.error();
+    }
+    // No member any writer makes: it goes, or it would come back on every page.
+    std::string what = member ? std::string(*member) : std::string("(not a string)");
+    page.unreadable.push_back(
+        "due index member `" + what +
+        "`: " + (parsed.ok() ? std::string("score is not a number") : parsed.error().message));
+    if (member) unindex.push_back(std::string(*member));
+  }
+  if (unindex.size() > 2) commands.push_back(unindex);
+  if (commands.empty()) return page;
+  Result<std::vector<RespValue>> replies = impl_->main->run(commands);
+  if (!replies.ok()) return replies.error();
+  for (std::size_t i = 0; i < page.entries.size(); ++i) {
+    DueEntry& entry = page.entries[i];
+    const std::string key = *keys.manifest(entry.connection_id, entry.principal);
+    Result<MetaFields> read = meta_reads_reply(*replies, kMetaReadCommands * i);
+    if (!read.ok()) {
+      entry.unreadable = key + ": " + read.error().message;
+      continue;
+    }
+    if (read->empty()) continue;  // the record is gone: meta stays nullopt
+    Result<ManifestMeta> meta =
+        meta_from_fields(entry.connection_id, entry.principal, read->fields, read->has_data, key);
+    if (!meta.ok()) {
+      entry.unreadable = meta.error().message;
+      continue;
+    }
+    entry.meta = std::move(meta).value();
+  }
+  return page;
+}
+
+Result<std::vector<bool>> RedisStore::settle_due(const std::vector<DueSettlement>& settlements) {
+  std::vector<RedisCommand> commands;
+  for (const DueSettlement& settle : settlements) {
+    Result<RedisCommand> c = due_settle_command(impl_->keys, settle);
+    if (!c.ok()) return c.error();
+    commands.push_back(std::move(c).value());
+  }
+  Result<std::vector<RespValue>> r = impl_->many(commands, "due_settle");
+  if (!r.ok()) return r.error();
+  std::vector<bool> out;
+  for (const RespValue& v : *r) out.push_back(v.as_int().value_or(0) == 1);
+  return out;
+}
+
+Result<std::vector<bool>> RedisStore::has_due_entries(const std::vector<DueKey>& keys) {
+  if (keys.empty()) return std::vector<bool>{};
+  RedisCommand zmscore = {"ZMSCORE", impl_->keys.due()};
+  for (const DueKey& k : keys) {
+    Result<std::string> member = due_member(k.connection_id, k.principal);
+    if (!member.ok()) return member.error();
+    zmscore.push_back(std::move(member).value());
+  }
+  Result<RespValue> r = impl_->one(zmscore, "ZMSCORE");
+  if (!r.ok()) return r.error();
+  const std::vector<RespValue>* e = r->as_array();
+  if (e == nullptr || e->size() != keys.size()) {
+    return Error(ErrorCode::kInvalidReply, "redis ZMSCORE due: unexpected reply");
+  }
+  std::vector<bool> out;
+  for (const RespValue& v : *e) out.push_back(!v.is_nil());
+  return out;
+}
+
+Result<DueBackfill> RedisStore::backfill_due_index(std::size_t max_keys) {
+  RedisKeys& keys = impl_->keys;
+  Result<RespValue> marker = impl_->one({"GET", keys.due_backfill()}, "GET due-backfill");
+  if (!marker.ok()) return marker.error();
+  DueBackfill out;
+  std::string cursor = "0";
+  if (std::optional<std::string_view> v = marker->as_string()) {
+    if (starts_with(*v, "done:")) {
+      out.done = true;
+      return out;
+    }
+    int64_t ignored = 0;
+    if (starts_with(*v, "scan:") && parse_int(v->substr(5), 0, INT64_MAX, &ignored)) {
+      cursor = std::string(v->substr(5));
+    }  // anything else: start again (the ZADDs below are idempotent)
+  }
+  // Paced by the keys walked: each SCAN page walks about kPage keys of the namespace.
+  constexpr std::size_t kPage = 1000;
+  const std::size_t pages = std::max<std::size_t>(1, max_keys / kPage);
+  std::size_t walked = 0;
+  do {
+    ++walked;
+    Result<RespValue> r = impl_->one(
+        {"SCAN", cursor, "MATCH", keys.manifest_match_pattern(), "COUNT", std::to_string(kPage)},
+        "SCAN");
+    if (!r.ok()) return r.error();
+    const std::vector<RespValue>* e = r->as_array();
+    if (e == nullptr || e->size() != 2 || !(*e)[0].as_string() || !(*e)[1].is_array()) {
+      return Error(ErrorCode::kInvalidReply, "redis SCAN: unexpected reply");
+    }
+    cursor = std::string(*(*e)[0].as_string());
+    // NX: an entry a write scored (or an earlier backfill added) keeps its score.
+    RedisCommand zadd = {"ZADD", keys.due(), "NX"};
+    for (const RespValue& k : (*e)[1].elements) {
+      std::optional<std::string_view> key = k.as_string();
+      if (!key) continue;
+      ++out.scanned;
+      Result<ParsedKey> p = keys.parse_manifest_key(*key);
+      if (!p.ok()) continue;  // maintenance never read it either
+      zadd.push_back("0");
+      zadd.push_back(*due_member(p->connection_id, *p->principal));
+    }
+    std::vector<RedisCommand> writes;
+    if (zadd.size() > 3) writes.push_back(zadd);
+    const bool finished = cursor == "0";
+    writes.push_back(
+        {"SET", keys.due_backfill(),
+         finished ? "done:" + std::to_string(impl_->options.now_ms()) : "scan:" + cursor});
+    Result<std::vector<RespValue>> w = impl_->many(writes, "ZADD due");
+    if (!w.ok()) return w.error();
+    if (zadd.size() > 3) out.added += static_cast<std::size_t>((*w)[0].as_int().value_or(0));
+    out.done = finished;
+  } while (!out.done && walked < pages);
+  return out;
+}
+
 // ---- connection records, grants, overlays, epoch -----------------------------------------------
 
 Result<ConnectionSync> RedisStore::sync_connections(const std::vector<ConnectionRecord>& records) {
@@ -1015,6 +1220,9 @@ Result<ConnectionSync> RedisStore::sync_connections(const std::vector<Connection
       sync.removed.push_back(id);
       writes.push_back({"SREM", keys.conns(), id});
       writes.push_back({"DEL", *keys.conn(id)});
+      // Its other keys go in the sweep below; noted in the same step, so a sweep that is
+      // interrupted runs again at the next sync.
+      writes.push_back({"SADD", keys.removed_conns(), id});
       continue;
     }
     const ConnectionRecord& r = *want->second;
@@ -1032,18 +1240,49 @@ Result<ConnectionSync> RedisStore::sync_connections(const std::vector<Connection
     writes.push_back(std::move(hset));
     writes.push_back({"SADD", keys.conns(), id});
   }
+  if (!sync.changed.empty()) {
+    // A changed connection (its config_hash, credential mode, ...): each of its entries is due
+    // now (a miss under the new config, or a principal it is no longer cached under), in the
+    // same transaction; its principals are `shared` and its grantees.
+    std::vector<RedisCommand> grantee_reads;
+    for (const std::string& id : sync.changed)
+      grantee_reads.push_back({"SMEMBERS", *keys.grantees(id)});
+    Result<std::vector<RespValue>> grantees = impl_->many(grantee_reads, "SMEMBERS");
+    if (!grantees.ok()) return grantees.error();
+    RedisCommand due = {"ZADD", keys.due(), "XX"};
+    for (std::size_t i = 0; i < sync.changed.size(); ++i) {
+      std::set<std::string> principals = string_set((*grantees)[i]);
+      principals.insert(Principal::shared().str());
+      for (const std::string& principal : principals) {
+        Result<Principal> parsed = Principal::parse(principal);
+        if (!parsed.ok()) continue;
+        due.push_back("0");
+        due.push_back(*due_member(sync.changed[i], *parsed));
+      }
+    }
+    writes.push_back(std::move(due));
+  }
   if (!writes.empty()) {
     writes.push_back({"INCR", keys.epoch()});
     Result<std::vector<RespValue>> w = impl_->transaction(writes, "sync connections");
     if (!w.ok()) return w.error();
   }
 
-  // Everything else that names a connection no longer configured: manifests, leases, fences,
-  // gates, overlays, grants; also leftovers of an interrupted sync.
+  // Everything else that names a connection no longer configured: manifests (and their
+  // refresh-due index entries), leases, fences, gates, overlays, grants; also leftovers of an
+  // interrupted sync. A SCAN of the whole namespace, so it runs only when a connection was
+  // removed (now, or by a sync whose sweep did not finish: removed-conns), and once per process
+  // as a safety net for keys that name no configured connection some other way (docs/design.md
+  // "Maintenance in O(work due)").
+  Result<RespValue> pending = impl_->one({"SMEMBERS", keys.removed_conns()}, "SMEMBERS");
+  if (!pending.ok()) return pending.error();
+  const std::set<std::string> to_sweep = string_set(*pending);
+  if (to_sweep.empty() && sync.removed.empty() && impl_->swept.load()) return sync;
   bool cleaned = false;
   std::vector<std::string> grant_keys;
   Status s = impl_->scan_namespace(nullptr, [&](const std::vector<std::string>& page) -> Status {
     RedisCommand del = {"UNLINK"};
+    RedisCommand unindex = {"ZREM", keys.due()};
     for (const std::string& key : page) {
       Result<ParsedKey> p = keys.parse(key);
       if (!p.ok()) continue;
@@ -1054,11 +1293,16 @@ Result<ConnectionSync> RedisStore::sync_connections(const std::vector<Connection
         // Everything of a removed connection goes, its overlays too; its preference rows stay
         // (a user's choice outlives the connection, as in every agent's local copy).
         del.push_back(key);
+        if (p->kind == KeyKind::kManifest) {
+          unindex.push_back(*due_member(p->connection_id, *p->principal));
+        }
       }
     }
     if (del.size() == 1) return Status::Ok();
     cleaned = true;
-    Result<RespValue> r = impl_->one(del, "UNLINK");
+    std::vector<RedisCommand> commands = {del};
+    if (unindex.size() > 2) commands.push_back(std::move(unindex));
+    Result<std::vector<RespValue>> r = impl_->many(commands, "UNLINK");
     return r.ok() ? Status::Ok() : Status(r.error());
   });
   if (!s.ok()) return Error(s.error().code, key_list_error("sync_connections", s.error()));
@@ -1079,6 +1323,16 @@ Result<ConnectionSync> RedisStore::sync_connections(const std::vector<Connection
     Result<std::vector<RespValue>> w = impl_->transaction(grant_writes, "sync connections");
     if (!w.ok()) return w.error();
   }
+  // Swept: the removals noted before this sweep began are done (one noted meanwhile stays).
+  std::vector<std::string> done(to_sweep.begin(), to_sweep.end());
+  done.insert(done.end(), sync.removed.begin(), sync.removed.end());
+  RedisCommand srem = {"SREM", keys.removed_conns()};
+  srem.insert(srem.end(), done.begin(), done.end());
+  if (srem.size() > 2) {
+    Result<RespValue> r = impl_->one(srem, "SREM");
+    if (!r.ok()) return r.error();
+  }
+  impl_->swept = true;
   return sync;
 }
 
@@ -1184,9 +1438,14 @@ Result<GrantSync> RedisStore::sync_grants(const GrantMap& grants) {
   for (std::size_t i = 0; i < members.size(); ++i) {
     auto want = grants.find(members[i]);
     const std::set<std::string>& desired = want == grants.end() ? kNone : want->second;
-    if (string_set((*stored)[i]) == desired) continue;
+    const std::set<std::string> have = string_set((*stored)[i]);
+    if (have == desired) continue;
     sync.changed_members.push_back(members[i]);
     replace_set(key_of[members[i]], desired);
+    if (std::optional<RedisCommand> due =
+            due_now_command(keys, *Principal::member(members[i]), have, desired)) {
+      writes.push_back(std::move(*due));
+    }
   }
   std::size_t at = members.size();
   for (const std::string& key : grantee_keys) {
@@ -1281,6 +1540,7 @@ Result<bool> RedisStore::drop_manifest(std::string_view cid, const Principal& pr
   Result<std::vector<RespValue>> r =
       impl_->transaction({{"DEL", *manifest, *impl_->keys.revalidate_gate(cid, principal),
                            *impl_->keys.invalidated(cid, principal)},
+                          {"ZREM", impl_->keys.due(), *due_member(cid, principal)},
                           {"INCR", impl_->keys.epoch()}},
                          "drop manifest");
   if (!r.ok()) return r.error();
@@ -1453,6 +1713,9 @@ Result<bool> RedisStore::set_member_grants(std::string_view member_id,
   }
   for (const std::string& cid : cids) {
     if (have.count(cid) == 0) writes.push_back({"SADD", *keys.grantees(cid), p->str()});
+  }
+  if (std::optional<RedisCommand> due = due_now_command(keys, *p, have, cids)) {
+    writes.push_back(std::move(*due));
   }
   writes.push_back({"INCR", keys.epoch()});
   Result<std::vector<RespValue>> w = impl_->transaction(writes, "set member grants");

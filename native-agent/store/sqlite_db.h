@@ -30,7 +30,7 @@ struct sqlite3_stmt;
 namespace quiver {
 
 // The schema version this agent writes (schema/sqlite.sql's PRAGMA user_version).
-inline constexpr int kSqliteSchemaVersion = 5;
+inline constexpr int kSqliteSchemaVersion = 6;
 
 class SqliteDb {
  public:

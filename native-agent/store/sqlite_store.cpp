@@ -53,6 +53,9 @@ struct Db : SqliteDb {
   int64_t seen_data_version = -1;
   std::condition_variable queue_cv;
   SqliteReaders readers;
+  // sync_connections deleted what names an unconfigured connection once in this process: later
+  // syncs do it only when they remove a connection (each delete reads a whole table).
+  bool swept = false;
 };
 
 }  // namespace sqlite_store_internal
@@ -424,6 +427,7 @@ Result<FencedWriteResult> SqliteStore::commit_manifest(std::string_view cid,
                                                        const FencedWriteOptions& options) {
   if (Status valid = validate_connection_id(cid); !valid.ok()) return valid.error();
   if (Status valid = validate_manifest_write(lease, write); !valid.ok()) return valid.error();
+  if (Status valid = validate_due_at(options.due_at_ms); !valid.ok()) return valid.error();
   Db& s = *impl_;
   auto write_data = [&](const FencedWriteResult&) -> Result<FencedWriteResult> {
     Query q(s, "manifest_commit");
@@ -436,7 +440,8 @@ Result<FencedWriteResult> SqliteStore::commit_manifest(std::string_view cid,
         .integer(":fresh_until", write.fresh_until_ms)
         .integer(":expires_at", write.expires_at_ms)
         .text_or_null(":cache_scope", write.cache_scope)
-        .integer(":truncated", write.truncated ? 1 : 0);
+        .integer(":truncated", write.truncated ? 1 : 0)
+        .integer(":due_at", options.due_at_ms);
     if (Result<int> r = q.run(); !r.ok()) return r.error();
     Result<int64_t> epoch = bump_epoch_locked(s);
     if (!epoch.ok()) return epoch.error();
@@ -455,6 +460,7 @@ Result<FencedWriteResult> SqliteStore::record_failure(std::string_view cid,
                                                       const FencedWriteOptions& options) {
   if (Status valid = validate_connection_id(cid); !valid.ok()) return valid.error();
   if (Status valid = validate_refresh_failure(lease, failure); !valid.ok()) return valid.error();
+  if (Status valid = validate_due_at(options.due_at_ms); !valid.ok()) return valid.error();
   Db& s = *impl_;
   auto write_error = [&](const FencedWriteResult& check) -> Result<FencedWriteResult> {
     Query q(s, "manifest_record_failure");
@@ -462,7 +468,8 @@ Result<FencedWriteResult> SqliteStore::record_failure(std::string_view cid,
         .text(":error_code", failure.error_code)
         .text(":error_message", cut_utf8(failure.error_message, kMaxErrorMessageBytes))
         .integer(":error_at", failure.error_at_ms)
-        .integer(":attempt_at", failure.attempt_at_ms);
+        .integer(":attempt_at", failure.attempt_at_ms)
+        .integer(":due_at", options.due_at_ms);
     if (Result<int> r = q.run(); !r.ok()) return r.error();
     return check;
   };
@@ -472,6 +479,19 @@ Result<FencedWriteResult> SqliteStore::record_failure(std::string_view cid,
 // ---- manifest reads ----------------------------------------------------------------------------
 
 namespace {
+
+// Rows whose time ran out (manifests past a legacy retention, expired gates), in one transaction;
+// the caller holds the store's mutex.
+Status purge_expired_rows(Db& s) {
+  const int64_t now = s.options.now_ms();
+  Transaction tx(s);
+  if (!tx.begun().ok()) return tx.begun().error();
+  for (const char* purge : {"manifests_purge_retained", "revalidation_gates_purge"}) {
+    Query q(s, purge);
+    if (Result<int> r = q.integer(":now", now).run(); !r.ok()) return r.error();
+  }
+  return tx.commit();
+}
 
 // One manifest row (manifest_select), its body only when `with_body`.
 Result<std::optional<StoredManifest>> select_manifest(Db& s, std::string_view cid,
@@ -523,13 +543,7 @@ Result<ManifestPage> SqliteStore::list_manifest_metas(std::string_view cursor, s
   int64_t now = s.options.now_ms();
   if (cursor.empty()) {
     // A new walk: housekeeping of rows whose time ran out (Redis drops such keys by itself).
-    Transaction tx(s);
-    if (!tx.begun().ok()) return tx.begun().error();
-    for (const char* purge : {"manifests_purge_retained", "revalidation_gates_purge"}) {
-      Query q(s, purge);
-      if (Result<int> r = q.integer(":now", now).run(); !r.ok()) return r.error();
-    }
-    if (Status st = tx.commit(); !st.ok()) return st.error();
+    if (Status st = purge_expired_rows(s); !st.ok()) return st.error();
   }
   ManifestPage page;
   Query q(s, "manifest_list_meta");
@@ -554,6 +568,97 @@ Result<ManifestPage> SqliteStore::list_manifest_metas(std::string_view cursor, s
   }
   if (rows == batch) page.next_cursor = last;
   return page;
+}
+
+// ---- the refresh-due index ---------------------------------------------------------------------
+
+Result<DuePage> SqliteStore::list_due(int64_t now_ms, std::size_t offset, std::size_t batch) {
+  if (batch == 0) return invalid("list_due: batch must be at least 1");
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (offset == 0) {
+    // A new pass: housekeeping of rows whose time ran out (Redis drops such keys by itself).
+    Status st = purge_expired_rows(*impl_);
+    if (!st.ok()) return st.error();
+  }
+  Query q(*impl_, "manifest_list_due");
+  q.integer(":now", now_ms)
+      .integer(":limit", static_cast<int64_t>(std::min<std::size_t>(batch, 1'000'000)))
+      .integer(":offset", static_cast<int64_t>(std::min<std::size_t>(offset, INT64_MAX)));
+  DuePage page;
+  for (;;) {
+    Result<bool> row = q.step();
+    if (!row.ok()) return row.error();
+    if (!*row) break;
+    ++page.listed;
+    DueEntry entry;
+    entry.connection_id = q.text_at(0);
+    entry.due_at_ms = q.integer_at(17);
+    Result<Principal> p = Principal::parse(q.text_at(1));
+    if (p.ok()) entry.principal = *p;
+    Result<ManifestMeta> meta = meta_from_row(q);
+    if (meta.ok()) {
+      entry.meta = std::move(meta).value();
+    } else {
+      entry.unreadable = meta.error().message;
+    }
+    page.entries.push_back(std::move(entry));
+  }
+  return page;
+}
+
+Result<std::vector<bool>> SqliteStore::settle_due(const std::vector<DueSettlement>& settlements) {
+  for (const DueSettlement& settle : settlements) {
+    if (Status valid = validate_connection_id(settle.connection_id); !valid.ok()) {
+      return valid.error();
+    }
+    if (Status valid = validate_due_at(settle.due_at_ms.value_or(0)); !valid.ok()) {
+      return valid.error();
+    }
+  }
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Impl& s = *impl_;
+  Transaction tx(s);
+  if (!tx.begun().ok()) return tx.begun().error();
+  std::vector<bool> out;
+  for (const DueSettlement& settle : settlements) {
+    // The row is the entry: a record that is gone has none left to forget.
+    if (!settle.due_at_ms) {
+      out.push_back(false);
+      continue;
+    }
+    Query q(s, "manifest_settle_due");
+    bind_key(q, settle.connection_id, settle.principal)
+        .integer(":due_at", *settle.due_at_ms)
+        .integer(":seen_due_at", settle.seen_due_at_ms);
+    Result<int> changed = q.run();
+    if (!changed.ok()) return changed.error();
+    out.push_back(*changed == 1);
+  }
+  if (Status st = tx.commit(); !st.ok()) return st.error();
+  return out;
+}
+
+Result<std::vector<bool>> SqliteStore::has_due_entries(const std::vector<DueKey>& keys) {
+  for (const DueKey& k : keys) {
+    if (Status valid = validate_connection_id(k.connection_id); !valid.ok()) return valid.error();
+  }
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::vector<bool> out;
+  for (const DueKey& k : keys) {
+    Query q(*impl_, "manifest_exists");
+    bind_key(q, k.connection_id, k.principal);
+    Result<bool> row = q.step();
+    if (!row.ok()) return row.error();
+    out.push_back(*row);
+  }
+  return out;
+}
+
+// sqlite-migrate-v6.sql scored every row that existed before the index 0 (due at once).
+Result<DueBackfill> SqliteStore::backfill_due_index(std::size_t) {
+  DueBackfill out;
+  out.done = true;
+  return out;
 }
 
 // ---- connection records, grants, overlays, epoch -----------------------------------------------
@@ -592,6 +697,12 @@ Result<ConnectionSync> SqliteStore::sync_connections(const std::vector<Connectio
     auto it = current.find(id);
     if (it != current.end() && it->second.same_config(*want)) continue;
     (it == current.end() ? sync.added : sync.changed).push_back(id);
+    if (it != current.end()) {
+      // Changed: each of its rows is due now (a miss under the new config, or a principal it is
+      // no longer cached under), as the Redis store rescores its entries.
+      Query due(s, "manifests_due_now_connection");
+      if (Result<int> r = due.text(":connection_id", id).run(); !r.ok()) return r.error();
+    }
     Query q(s, "connection_upsert");
     q.text(":id", id)
         .text(":config_hash", want->config_hash)
@@ -602,10 +713,12 @@ Result<ConnectionSync> SqliteStore::sync_connections(const std::vector<Connectio
     if (Result<int> r = q.run(); !r.ok()) return r.error();
   }
   int cleaned = 0;
+  const bool sweep = !sync.removed.empty() || !s.swept;
   for (const char* cleanup :
        {"manifests_delete_unconfigured", "leases_delete_unconfigured", "fences_delete_unconfigured",
         "gates_delete_unconfigured", "grants_delete_unconfigured",
         "published_disabled_delete_unconfigured", "connection_marks_delete_unconfigured"}) {
+    if (!sweep) break;
     Query q(s, cleanup);
     Result<int> r = q.run();
     if (!r.ok()) return r.error();
@@ -615,6 +728,7 @@ Result<ConnectionSync> SqliteStore::sync_connections(const std::vector<Connectio
     if (Result<int64_t> e = bump_epoch_locked(s); !e.ok()) return e.error();
   }
   if (Status st = tx.commit(); !st.ok()) return st.error();
+  if (sweep) s.swept = true;
   return sync;
 }
 
@@ -753,8 +867,18 @@ std::optional<Result<DiscoverySnapshot>> SqliteStore::read_discovery_now(
 namespace {
 
 // One member's grants rows made exactly `cids` (inside the caller's transaction).
-Status replace_member_grants(Db& s, const std::string& principal,
+// A member's grants from `have` to `cids`. Each connection it lost has its manifest row (if any)
+// due now (the Redis store's ZADD XX 0), so the next maintenance pass drops it.
+Status replace_member_grants(Db& s, const std::string& principal, const std::set<std::string>& have,
                              const std::set<std::string>& cids) {
+  for (const std::string& cid : have) {
+    if (cids.count(cid) != 0) continue;
+    Query due(s, "manifest_due_now");
+    if (Result<int> r = due.text(":connection_id", cid).text(":principal", principal).run();
+        !r.ok()) {
+      return r.error();
+    }
+  }
   Query del(s, "grants_delete_member");
   if (Result<int> r = del.text(":principal", principal).run(); !r.ok()) return r.error();
   for (const std::string& cid : cids) {
@@ -801,9 +925,11 @@ Result<GrantSync> SqliteStore::sync_grants(const GrantMap& grants) {
     auto want = grants.find(member);
     const std::set<std::string>& desired = want == grants.end() ? kNone : want->second;
     auto have = current.find(member);
-    if ((have == current.end() ? kNone : have->second) == desired) continue;
+    const std::set<std::string>& had = have == current.end() ? kNone : have->second;
+    if (had == desired) continue;
     sync.changed_members.push_back(member);
-    if (Status st = replace_member_grants(s, Principal::member(member)->str(), desired); !st.ok()) {
+    if (Status st = replace_member_grants(s, Principal::member(member)->str(), had, desired);
+        !st.ok()) {
       return st.error();
     }
   }
@@ -1313,7 +1439,7 @@ Result<bool> SqliteStore::set_member_grants(std::string_view member_id,
   }
   if (have == cids) return false;
   // The grants table is also the grantees index (grants_by_connection): one write serves both.
-  if (Status st = replace_member_grants(s, p->str(), cids); !st.ok()) return st.error();
+  if (Status st = replace_member_grants(s, p->str(), have, cids); !st.ok()) return st.error();
   if (Result<int64_t> e = bump_epoch_locked(s); !e.ok()) return e.error();
   if (Status st = tx.commit(); !st.ok()) return st.error();
   return true;

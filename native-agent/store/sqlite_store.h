@@ -76,6 +76,10 @@ class SqliteStore final : public ManifestStore {
   Result<std::optional<StoredManifest>> read_manifest(std::string_view cid,
                                                       const Principal& principal) override;
   Result<ManifestPage> list_manifest_metas(std::string_view cursor, std::size_t batch) override;
+  Result<DuePage> list_due(int64_t now_ms, std::size_t offset, std::size_t batch) override;
+  Result<std::vector<bool>> settle_due(const std::vector<DueSettlement>& settlements) override;
+  Result<std::vector<bool>> has_due_entries(const std::vector<DueKey>& keys) override;
+  Result<DueBackfill> backfill_due_index(std::size_t max_keys) override;
 
   Result<ConnectionSync> sync_connections(const std::vector<ConnectionRecord>& records) override;
   Result<DiscoverySnapshot> read_discovery(const Principal& member,

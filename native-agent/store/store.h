@@ -12,8 +12,8 @@
 //   record_failure when the listing failed. Both fenced writes release the lease by default.
 // Readers queue work with enqueue_revalidation (gated once per window, refused while a lease is
 // held); agents consume it with read_revalidations / ack_revalidations and take over a crashed
-// consumer's entries with claim_stale_revalidations. The maintenance loop walks
-// list_manifest_metas in batches and list_connections for never-listed keys; config loading calls
+// consumer's entries with claim_stale_revalidations. The maintenance loop reads the refresh-due
+// index (list_due, settle_due) and has_due_entries for never-listed keys; config loading calls
 // sync_connections then sync_grants; preference changes call merge_preferences.
 //
 // Errors are values. A store that cannot be reached answers kStoreUnavailable with a message that
@@ -116,6 +116,56 @@ struct ManifestPage {
   // Records that exist but could not be read (corrupt fields, wrong type), described for a log
   // line: skipped rather than failing the whole walk.
   std::vector<std::string> unreadable;
+};
+
+// ---- the refresh-due index ---------------------------------------------------------------------
+
+// Every stored manifest record has one entry in the refresh-due index, scored with when the
+// maintenance loop next has work on it (epoch ms): written in the same atomic step as the record
+// (the fenced commit and failure writes take FencedWriteOptions::due_at_ms), removed with it
+// (drop_manifest, a removed connection). RedisStore: the ZSET quiver:{ns}:due; SqliteStore: the
+// indexed column manifests.due_at. Maintenance reads only what is due, so its store time grows
+// with the work due, never with the namespace.
+
+// One due entry: the record's metadata (nullopt when the record is gone, or unreadable), and its
+// score as read (what settle_due compares).
+struct DueEntry {
+  std::string connection_id;
+  Principal principal = Principal::shared();
+  int64_t due_at_ms = 0;
+  std::optional<ManifestMeta> meta;
+  std::string unreadable;  // not empty: the record exists but could not be read (why)
+};
+
+struct DuePage {
+  std::vector<DueEntry> entries;  // soonest first
+  // Index entries the page read (entries, plus members that were no valid `<cid>:<principal>`,
+  // removed from the index and described in `unreadable`). Fewer than the batch: the last page.
+  std::size_t listed = 0;
+  std::vector<std::string> unreadable;
+};
+
+// What maintenance did with one due entry it read as `seen_due_at_ms`: moved to `due_at_ms`, or
+// (nullopt) forgotten because its record is gone. Applied only while the entry still has the
+// score it was read with: a fenced write that rescored it meanwhile wins.
+struct DueSettlement {
+  std::string connection_id;
+  Principal principal = Principal::shared();
+  int64_t seen_due_at_ms = 0;
+  std::optional<int64_t> due_at_ms;
+};
+
+// One (connection, principal).
+struct DueKey {
+  std::string connection_id;
+  Principal principal = Principal::shared();
+};
+
+// The one-time backfill of a namespace written before the index existed (see backfill_due_index).
+struct DueBackfill {
+  bool done = false;        // the index covers every record written before it existed
+  std::size_t added = 0;    // entries added by this call (scored 0: due at once)
+  std::size_t scanned = 0;  // records found by this call
 };
 
 // ---- revalidation queue ------------------------------------------------------------------------
@@ -237,8 +287,25 @@ class ManifestStore {
                                                                  const Principal& principal) = 0;
   virtual Result<std::optional<StoredManifest>> read_manifest(std::string_view cid,
                                                               const Principal& principal) = 0;
-  // The maintenance walk over every manifest record (see ManifestPage). batch >= 1.
+  // A walk over every manifest record (see ManifestPage), O(namespace); batch >= 1. Maintenance
+  // reads the refresh-due index instead (list_due).
   virtual Result<ManifestPage> list_manifest_metas(std::string_view cursor, std::size_t batch) = 0;
+
+  // --- the refresh-due index (DueEntry) ---
+
+  // Due entries (score <= now_ms), soonest first, skipping the first `offset`, at most `batch`
+  // (>= 1), each with its record's metadata read in the same round trip.
+  virtual Result<DuePage> list_due(int64_t now_ms, std::size_t offset, std::size_t batch) = 0;
+  // Applies each settlement (DueSettlement) atomically per entry; true for each one applied.
+  virtual Result<std::vector<bool>> settle_due(const std::vector<DueSettlement>& settlements) = 0;
+  // Whether each key has an entry (a stored record), in order; one round trip.
+  virtual Result<std::vector<bool>> has_due_entries(const std::vector<DueKey>& keys) = 0;
+  // Records written before the index existed get an entry due at once (never replacing one a
+  // write scored), about `max_keys` keys of the namespace walked per call; `done` once it all
+  // was covered (a marker in the store: later calls cost one read). RedisStore: a SCAN of the
+  // manifest keys, resumable across calls and agents (the cursor is kept in the marker).
+  // SqliteStore: its schema migration scored every existing row 0: always done.
+  virtual Result<DueBackfill> backfill_due_index(std::size_t max_keys) = 0;
 
   // The reader's one batched read for a member (`member/<id>`): its grants and, per granted
   // connection (paged and filtered by `query`), the record, the manifest of the principal that

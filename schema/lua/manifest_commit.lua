@@ -7,12 +7,18 @@
 -- KEYS[4] connection  quiver:{ns}:conn:<cid>                  HASH (its `config_hash` is read)
 -- KEYS[5] epoch       quiver:{ns}:epoch
 -- KEYS[6] body        quiver:{ns}:body:<sha256>               STRING, the body, once per content
+-- KEYS[7] due         quiver:{ns}:due                         ZSET, the refresh-due index
 -- ARGV[1] fence  ARGV[2] token  ARGV[3] config_hash the listing started under
 -- ARGV[4] manifest  ARGV[5] etag  ARGV[6] fetched_at  ARGV[7] fresh_until  ARGV[8] expires_at
 -- ARGV[9] cache_scope ('' = none)  ARGV[10] truncated ('0'/'1')
 -- ARGV[11] release the lease afterwards ('0'/'1')
 -- ARGV[12] the body's SHA-256 (hex; KEYS[6] ends with it)
 -- ARGV[13] grace (ms): the body is kept until at least max(expires_at, Redis's now) + grace
+-- ARGV[14] due_at: when maintenance next has work on this key (ms; '0': at once)
+-- ARGV[15] the key's member of the due index, `<cid>:<principal>`
+--
+-- The due index entry is scored in the same step as the data it describes, so maintenance
+-- (ZRANGEBYSCORE due -inf <now>) never misses a committed manifest and never walks the namespace.
 --
 -- The body goes to its own key, written only when absent: it is immutable, named by its
 -- content, and shared by every record that lists the same bytes (deduplicated across principals).
@@ -76,6 +82,7 @@ else
 end
 redis.call('HDEL', KEYS[1], 'manifest')
 redis.call('PERSIST', KEYS[1])
+redis.call('ZADD', KEYS[7], ARGV[14], ARGV[15])
 local epoch = redis.call('INCR', KEYS[5])
 if ARGV[11] == '1' then
   redis.call('DEL', KEYS[2])

@@ -7,9 +7,12 @@
 -- KEYS[2] lease       quiver:{ns}:lease:<cid>:<principal>
 -- KEYS[3] fence       quiver:{ns}:fence:<cid>:<principal>
 -- KEYS[4] connection  quiver:{ns}:conn:<cid>                  HASH (its `config_hash` is read)
+-- KEYS[5] due         quiver:{ns}:due                         ZSET, the refresh-due index
 -- ARGV[1] fence  ARGV[2] token  ARGV[3] config_hash the listing started under (compared only)
 -- ARGV[4] error_code  ARGV[5] error_message  ARGV[6] error_at  ARGV[7] attempt_at
 -- ARGV[8] release the lease afterwards ('0'/'1')
+-- ARGV[9] due_at: when maintenance next has work on this key (ms; '0': at once; the retry time)
+-- ARGV[10] the key's member of the due index, `<cid>:<principal>` (scored with the record)
 --
 -- No TTL (schema/redis-keys.md): the last good manifest and this error record stay until the
 -- connection goes, so readers see `expired` with the last error, never `pending`. PERSIST drops a
@@ -39,6 +42,7 @@ end
 redis.call('HSET', KEYS[1],
   'error_code', ARGV[4], 'error_message', ARGV[5], 'error_at', ARGV[6], 'attempt_at', ARGV[7])
 redis.call('PERSIST', KEYS[1])
+redis.call('ZADD', KEYS[5], ARGV[9], ARGV[10])
 if ARGV[8] == '1' then
   redis.call('DEL', KEYS[2])
 end

@@ -731,6 +731,7 @@ TEST(AgentPreferences, AVersion2FileKeepsSharedChoicesAndDropsUnattributableMemb
         "('s', 'tool', 'tool_2', 1, 1, 2), ('p', 'tool', 'bob_tool_1', 0, 1, 2), "
         "('p', 'tool', 'alice_tool_1', 1, 1, 2)",
         "INSERT INTO published_disabled VALUES ('s', 'tool:tool_1'), ('p', 'tool:bob_tool_1')",
+        "DROP INDEX manifests_by_due", "ALTER TABLE manifests DROP COLUMN due_at",
         "PRAGMA user_version = 2"}) {
     ASSERT_EQ(sqlite3_exec(db, sql, nullptr, nullptr, nullptr), SQLITE_OK)
         << sql << ": " << sqlite3_errmsg(db);
@@ -1395,9 +1396,9 @@ TEST(AgentTriggers, MaintenanceSeedsAndRefreshesAStaleKey) {
   ASSERT_TRUE(meta_of(agent->store(), "a") && meta_of(agent->store(), "b"));
   int64_t fetched = meta_of(agent->store(), "a")->fetched_at_ms.value_or(0);
 
-  // Fresh: nothing to do.
+  // Fresh: nothing is due, so nothing is even read.
   MaintenanceReport fresh = agent->run_maintenance_once();
-  EXPECT_EQ(fresh.examined, 2);
+  EXPECT_EQ(fresh.examined, 0);
   EXPECT_EQ(fresh.queued, 0);
   // Past the fresh TTL: stale, refreshed.
   now->fetch_add(agent->config().runtime.fresh_ttl_ms + 1);  // stale
@@ -1407,6 +1408,69 @@ TEST(AgentTriggers, MaintenanceSeedsAndRefreshesAStaleKey) {
   EXPECT_EQ(meta_of(agent->store(), "a")->fetched_at_ms, now->load());
   EXPECT_GT(now->load(), fetched);
   EXPECT_EQ(tools_list_calls(dir.path("a.stats")), 2);
+}
+
+// How many times the server ran `command` (INFO commandstats).
+int64_t redis_calls(const RedisServer& redis, const std::string& command) {
+  redisContext* c = redis.connect();
+  if (c == nullptr) return -1;
+  auto* r = static_cast<redisReply*>(redisCommand(c, "INFO commandstats"));
+  std::string info =
+      r != nullptr && r->type == REDIS_REPLY_STRING ? std::string(r->str, r->len) : "";
+  freeReplyObject(r);
+  redisFree(c);
+  const std::string needle = "cmdstat_" + command + ":calls=";
+  const std::size_t at = info.find(needle);
+  return at == std::string::npos ? 0 : std::stoll(info.substr(at + needle.size()));
+}
+
+// Maintenance reads the refresh-due index, not the namespace: a pass queues exactly the keys due
+// (past their refresh-ahead time), examines nothing else, and sends no SCAN (Redis' own command
+// counters); with nothing due it examines nothing. The only SCANs are the process's first sync
+// (a safety-net sweep) and the index's backfill, both in the first pass.
+TEST(AgentTriggers, MaintenanceRefreshesExactlyWhatIsDueWithoutAScan) {
+  RedisServer redis;
+  ASSERT_TRUE(redis.ok()) << redis.error();
+  TempDir dir;
+  auto now = std::make_shared<std::atomic<int64_t>>(1'780'000'000'000);
+  LogCapture log;
+  AgentOptions o = manual_options(log);
+  o.now_ms = [now] { return now->load(); };
+  o.revalidation_window_ms = 1;
+  Json servers = {{"a", upstream_server({"--stats-file", dir.path("a.stats")})},
+                  {"b", upstream_server({"--stats-file", dir.path("b.stats")})},
+                  {"c", upstream_server({"--stats-file", dir.path("c.stats")})}};
+  auto agent = make_agent(make_config(dir, servers, {{"redis", redis_url(redis)}}), o);
+  ASSERT_TRUE(agent);
+  ASSERT_TRUE(agent->start().ok());
+  ASSERT_TRUE(agent->refresh_now("a", Principal::shared(), "manual")->committed) << log.all();
+  ASSERT_TRUE(agent->refresh_now("b", Principal::shared(), "manual")->committed) << log.all();
+  EXPECT_EQ(agent->run_maintenance_once().seeded, 1);  // c: never listed
+  EXPECT_EQ(agent->drain_revalidations_once(0), 1u);
+  // c listed later: its refresh-ahead time is later than a's and b's.
+  now->fetch_add(agent->config().runtime.fresh_ttl_ms / 2);
+  ASSERT_TRUE(agent->refresh_now("c", Principal::shared(), "manual")->committed) << log.all();
+  EXPECT_EQ(tools_list_calls(dir.path("c.stats")), 2);
+
+  const int64_t scans = redis_calls(redis, "scan");
+  ASSERT_GT(scans, 0);  // the first pass's sweep and backfill
+  MaintenanceReport idle = agent->run_maintenance_once();
+  EXPECT_EQ(idle.examined, 0);
+  EXPECT_EQ(idle.queued, 0);
+
+  // Past a's and b's refresh-ahead time (0.8 of the fresh TTL), not c's.
+  now->fetch_add(agent->config().runtime.fresh_ttl_ms * 35 / 100);
+  MaintenanceReport due = agent->run_maintenance_once();
+  EXPECT_EQ(due.examined, 2) << log.all();
+  EXPECT_EQ(due.queued, 2);
+  EXPECT_EQ(agent->drain_revalidations_once(0) + agent->drain_revalidations_once(0), 2u);
+  EXPECT_EQ(tools_list_calls(dir.path("a.stats")), 2);
+  EXPECT_EQ(tools_list_calls(dir.path("b.stats")), 2);
+  EXPECT_EQ(tools_list_calls(dir.path("c.stats")), 2);
+  // Refreshed: moved to their next refresh-ahead time, so nothing is due again.
+  MaintenanceReport after = agent->run_maintenance_once();
+  EXPECT_EQ(after.examined, 0);
+  EXPECT_EQ(redis_calls(redis, "scan"), scans);
 }
 
 TEST(AgentTriggers, StaleEntriesOfACrashedConsumerAreClaimed) {

@@ -272,6 +272,8 @@ TEST_F(DiscoveryRedisIntegration, ReadsWhatTheRealCommitScriptWrote) {
   const Principal alice = member_principal("alice");
   LeaseKeys lk{*keys_.manifest("gh", alice), *keys_.lease("gh", alice), *keys_.fence("gh", alice),
                *keys_.conn("gh"), keys_.epoch()};
+  lk.due = keys_.due();
+  lk.due_member = *due_member("gh", alice);
   const std::string committed_text = manifest_json({"create_issue", "search_code"});
   lk.body = *keys_.body(manifest_body_digest(committed_text));
   const std::string token(32, 'b');

@@ -24,8 +24,14 @@ using quiver::testing::run_argv;
 
 LeaseKeys keys_for(const std::string& cid, const std::string& principal) {
   std::string p = "quiver:{default}:";
-  return LeaseKeys{p + "manifest:" + cid + ":" + principal, p + "lease:" + cid + ":" + principal,
-                   p + "fence:" + cid + ":" + principal, p + "conn:" + cid, p + "epoch"};
+  return LeaseKeys{p + "manifest:" + cid + ":" + principal,
+                   p + "lease:" + cid + ":" + principal,
+                   p + "fence:" + cid + ":" + principal,
+                   p + "conn:" + cid,
+                   p + "epoch",
+                   "",
+                   p + "due",
+                   cid + ":" + principal};
 }
 
 std::string token(int n) {

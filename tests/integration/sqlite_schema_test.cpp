@@ -213,7 +213,7 @@ class SqliteSchema : public ::testing::Test {
 TEST_F(SqliteSchema, AppliesIdempotentlyAndSetsTheVersion) {
   Db& db = *db_;
   ASSERT_EQ(db.apply_schema(), SQLITE_OK) << db.error();
-  EXPECT_EQ(db.text("PRAGMA user_version"), "5");
+  EXPECT_EQ(db.text("PRAGMA user_version"), "6");
   for (const char* table : {"mcp_capability_preferences", "connections", "grants", "manifests",
                             "leases", "fences", "revalidation_queue", "revalidation_gates", "epoch",
                             "catalog", "catalog_versions", "audit_log", "connection_marks"}) {
@@ -423,15 +423,18 @@ TEST_F(SqliteSchema, AVersion3FileMigratesToTheCurrentVersion) {
   for (const char* sql :
        {"DROP TABLE catalog", "DROP TABLE catalog_versions", "DROP TABLE audit_log",
         "DROP INDEX grants_by_connection", "INSERT INTO grants VALUES ('member/alice', 'c1')",
-        "DROP TABLE connection_marks", "UPDATE epoch SET value = 9", "PRAGMA user_version = 3"}) {
+        "DROP TABLE connection_marks", "DROP INDEX manifests_by_due",
+        "ALTER TABLE manifests DROP COLUMN due_at", "UPDATE epoch SET value = 9",
+        "PRAGMA user_version = 3"}) {
     ASSERT_EQ(db.exec(sql), SQLITE_OK) << sql << ": " << db.error();
   }
   SqliteStoreOptions o;
   o.path = file_;
   Result<std::unique_ptr<SqliteStore>> store = SqliteStore::open(o);
   ASSERT_TRUE(store.ok()) << store.error().message;
-  EXPECT_EQ(db.text("PRAGMA user_version"), "5");
+  EXPECT_EQ(db.text("PRAGMA user_version"), "6");
   EXPECT_EQ(db.text("SELECT type FROM sqlite_schema WHERE name = 'connection_marks'"), "table");
+  EXPECT_EQ(db.text("SELECT type FROM sqlite_schema WHERE name = 'manifests_by_due'"), "index");
   EXPECT_EQ(db.text("SELECT type FROM sqlite_schema WHERE name = 'grants_by_connection'"), "index");
   EXPECT_EQ(*(*store)->read_grantees("c1"), std::set<std::string>{"alice"});
   EXPECT_EQ(*(*store)->read_epoch(), 9);
@@ -441,12 +444,14 @@ TEST_F(SqliteSchema, AVersion3FileMigratesToTheCurrentVersion) {
   EXPECT_TRUE(page->entries.empty());
 }
 
-// A file at version 4 (before a connection could be marked as a whole) gains connection_marks on
-// open; its rows stay, and a webhook for a per_member connection marks it there.
-TEST_F(SqliteSchema, AVersion4FileMigratesToVersion5) {
+// A file at version 4 (before a connection could be marked as a whole) gains connection_marks (and
+// the refresh-due index) on open; its rows stay, and a webhook for a per_member connection marks it
+// there.
+TEST_F(SqliteSchema, AVersion4FileMigratesToTheCurrentVersion) {
   Db& db = *db_;
   for (const char* sql :
-       {"DROP TABLE connection_marks",
+       {"DROP TABLE connection_marks", "DROP INDEX manifests_by_due",
+        "ALTER TABLE manifests DROP COLUMN due_at",
         "INSERT INTO connections VALUES ('pm', 'h', 'per_member', 'pm', 'stdio', 1)",
         "INSERT INTO grants VALUES ('member/alice', 'pm')", "PRAGMA user_version = 4"}) {
     ASSERT_EQ(db.exec(sql), SQLITE_OK) << sql << ": " << db.error();
@@ -455,7 +460,7 @@ TEST_F(SqliteSchema, AVersion4FileMigratesToVersion5) {
   o.path = file_;
   Result<std::unique_ptr<SqliteStore>> store = SqliteStore::open(o);
   ASSERT_TRUE(store.ok()) << store.error().message;
-  EXPECT_EQ(db.text("PRAGMA user_version"), "5");
+  EXPECT_EQ(db.text("PRAGMA user_version"), "6");
   EXPECT_EQ(*(*store)->read_grantees("pm"), std::set<std::string>{"alice"});
   WebhookRefreshRequest request;
   request.targets = {{"pm", std::nullopt, "deploy"}};
@@ -465,6 +470,34 @@ TEST_F(SqliteSchema, AVersion4FileMigratesToVersion5) {
   ASSERT_EQ(r->results.size(), 1u);
   EXPECT_EQ(r->results[0].status, "marked");
   EXPECT_EQ(db.text("SELECT marked_at FROM connection_marks WHERE connection_id = 'pm'"), "1000");
+}
+
+// A version 5 file (before the refresh-due index) migrates on open: manifests gain due_at, 0 for
+// every row (due at once: the backfill), and its index; maintenance then reads them through it.
+TEST_F(SqliteSchema, AVersion5FileMigratesToVersion6WithEveryRowDue) {
+  Db& db = *db_;
+  for (const char* sql :
+       {"DROP INDEX manifests_by_due", "ALTER TABLE manifests DROP COLUMN due_at",
+        "INSERT INTO manifests (connection_id, principal, manifest, etag, config_hash, fence, "
+        "fetched_at, fresh_until, expires_at) VALUES ('c1', 'shared', '{}', 'e', 'h1', 1, 10, 20, "
+        "30), ('c2', 'member/alice', '{}', 'e', 'h2', 1, 10, 20, 30)",
+        "PRAGMA user_version = 5"}) {
+    ASSERT_EQ(db.exec(sql), SQLITE_OK) << sql << ": " << db.error();
+  }
+  SqliteStoreOptions o;
+  o.path = file_;
+  Result<std::unique_ptr<SqliteStore>> store = SqliteStore::open(o);
+  ASSERT_TRUE(store.ok()) << store.error().message;
+  EXPECT_EQ(db.text("PRAGMA user_version"), "6");
+  EXPECT_EQ(db.text("SELECT type FROM sqlite_schema WHERE name = 'manifests_by_due'"), "index");
+  EXPECT_EQ(db.text("SELECT group_concat(due_at) FROM manifests"), "0,0");
+  Result<DuePage> due = (*store)->list_due(0, 0, 10);
+  ASSERT_TRUE(due.ok()) << due.error().message;
+  ASSERT_EQ(due->entries.size(), 2u);
+  EXPECT_EQ(due->entries[0].connection_id, "c1");
+  EXPECT_EQ(due->entries[1].principal.str(), "member/alice");
+  EXPECT_TRUE(due->entries[1].meta.has_value());
+  EXPECT_TRUE((*store)->backfill_due_index(1000)->done);
 }
 
 }  // namespace

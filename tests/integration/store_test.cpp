@@ -913,6 +913,106 @@ TEST_P(StoreConformance, TheMaintenanceWalkSeesEveryRecordOnce) {
   EXPECT_EQ(bad.error().code, ErrorCode::kInvalidArgument);
 }
 
+// ---- the refresh-due index ---------------------------------------------------------------------
+
+// "<cid> <principal>@<due_at>" of every entry due at `now`, soonest first, read `batch` at a time.
+std::vector<std::string> due_at(ManifestStore& store, int64_t now, std::size_t batch = 100) {
+  std::vector<std::string> out;
+  for (std::size_t offset = 0;; offset += batch) {
+    Result<DuePage> page = store.list_due(now, offset, batch);
+    EXPECT_TRUE(page.ok()) << page.error().message;
+    if (!page.ok()) return out;
+    EXPECT_TRUE(page->unreadable.empty());
+    for (const DueEntry& e : page->entries) {
+      EXPECT_TRUE(e.unreadable.empty()) << e.unreadable;
+      out.push_back(e.connection_id + " " + e.principal.str() + "@" +
+                    std::to_string(e.due_at_ms - (e.due_at_ms == 0 ? 0 : kT0)) +
+                    (e.meta ? "" : " gone"));
+    }
+    if (page->listed < batch) return out;
+  }
+}
+
+// Every fenced write scores its key's entry in the same step; list_due reads what is due with
+// the metadata, soonest first, in pages; a settlement applies only to the score it read; a drop,
+// a revoked grant, a changed and a removed connection move or remove the entries they concern.
+TEST_P(StoreConformance, TheRefreshDueIndexHoldsWhenEachRecordIsNextDue) {
+  configure({record("c1", "h1"), record("c2", "h2", CredentialMode::kPerMember)});
+  ASSERT_TRUE(store_->sync_grants({{"alice", {"c2"}}, {"bob", {"c2"}}}).ok());
+  auto write = [&](const std::string& cid, const Principal& p, int n, int64_t due,
+                   bool failed = false) {
+    AcquireResult a = acquire(cid, p, n);
+    ASSERT_TRUE(a.acquired);
+    FencedWriteOptions o{true};
+    o.due_at_ms = kT0 + due;
+    Result<FencedWriteResult> r =
+        failed
+            ? store_->record_failure(cid, p, a.lease, failure_under(cid == "c1" ? "h1" : "h2"), o)
+            : store_->commit_manifest(cid, p, a.lease, manifest_v("v1", cid == "c1" ? "h1" : "h2"),
+                                      o);
+    ASSERT_TRUE(r.ok() && r->ok()) << (r.ok() ? "refused" : r.error().message);
+  };
+  write("c1", shared_, 1, 100);
+  write("c2", member("alice"), 2, 500);
+  write("c2", member("bob"), 3, 200, true);  // error-only: a record too
+
+  EXPECT_TRUE(due_at(*store_, kT0 + 50).empty());
+  EXPECT_EQ(due_at(*store_, kT0 + 300),
+            (std::vector<std::string>{"c1 shared@100", "c2 member/bob@200"}));
+  EXPECT_EQ(
+      due_at(*store_, kT0 + 1000, 2),
+      (std::vector<std::string>{"c1 shared@100", "c2 member/bob@200", "c2 member/alice@500"}));
+  Result<DuePage> page = store_->list_due(kT0 + 1000, 0, 10);
+  ASSERT_TRUE(page.ok()) << page.error().message;
+  ASSERT_EQ(page->entries.size(), 3u);
+  ASSERT_TRUE(page->entries[0].meta && page->entries[1].meta);
+  EXPECT_TRUE(page->entries[0].meta->has_data);
+  EXPECT_EQ(page->entries[0].meta->etag, "\"etag-v1\"");
+  EXPECT_FALSE(page->entries[1].meta->has_data);
+  EXPECT_EQ(page->entries[1].meta->error_code, "UPSTREAM_UNAVAILABLE");
+  EXPECT_EQ(
+      *store_->has_due_entries({{"c1", shared_}, {"c2", member("carol")}, {"c2", member("bob")}}),
+      (std::vector<bool>{true, false, true}));
+
+  // Maintenance settles what it read; a write that rescored the entry meanwhile wins.
+  write("c2", member("bob"), 4, 250, true);
+  Result<std::vector<bool>> settled = store_->settle_due(
+      {{"c1", shared_, kT0 + 100, kT0 + 5'000}, {"c2", member("bob"), kT0 + 200, kT0 + 6'000}});
+  ASSERT_TRUE(settled.ok()) << settled.error().message;
+  EXPECT_EQ(*settled, (std::vector<bool>{true, false}));
+  EXPECT_EQ(due_at(*store_, kT0 + 1000),
+            (std::vector<std::string>{"c2 member/bob@250", "c2 member/alice@500"}));
+  EXPECT_EQ(due_at(*store_, kT0 + 5'000).back(), "c1 shared@5000");
+
+  // A dropped principal takes its entry along.
+  ASSERT_TRUE(*store_->drop_manifest("c2", member("alice")));
+  EXPECT_EQ(due_at(*store_, kT0 + 1000), (std::vector<std::string>{"c2 member/bob@250"}));
+  // A revoked grant makes the member's entry due now (maintenance then drops it); a grant
+  // that stays, or a key never listed, gets nothing.
+  ASSERT_TRUE(store_->sync_grants({{"alice", {"c2"}}}).ok());
+  EXPECT_EQ(due_at(*store_, kT0), (std::vector<std::string>{"c2 member/bob@0"}));
+  ASSERT_TRUE(store_->set_member_grants("alice", {}).ok());
+  EXPECT_EQ(*store_->has_due_entries({{"c2", member("alice")}}), std::vector<bool>{false});
+  // A changed connection: each of its entries is due now.
+  configure({record("c1", "h1b"), record("c2", "h2", CredentialMode::kPerMember)});
+  EXPECT_EQ(due_at(*store_, kT0), (std::vector<std::string>{"c1 shared@0", "c2 member/bob@0"}));
+  // A removed connection: its entries go with its records.
+  configure({record("c1", "h1b")});
+  EXPECT_EQ(due_at(*store_, kT0), (std::vector<std::string>{"c1 shared@0"}));
+  EXPECT_EQ(*store_->has_due_entries({{"c2", member("bob")}}), std::vector<bool>{false});
+  // Nothing written before the index here: the backfill has nothing to add.
+  Result<DueBackfill> backfill = store_->backfill_due_index(1000);
+  ASSERT_TRUE(backfill.ok()) << backfill.error().message;
+  EXPECT_TRUE(backfill->done);
+  EXPECT_EQ(backfill->added, 0u);
+
+  EXPECT_EQ(store_->list_due(kT0, 0, 0).error().code, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(store_->settle_due({{"c1", shared_, 0, int64_t{1} << 53}}).error().code,
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(store_->has_due_entries({{"bad id!", shared_}}).error().code,
+            ErrorCode::kInvalidArgument);
+}
+
 // ---- revalidation queue ------------------------------------------------------------------------
 
 TEST_P(StoreConformance, RevalidationIsGatedOncePerWindowAndNotQueuedWhileLeased) {
@@ -1158,6 +1258,111 @@ INSTANTIATE_TEST_SUITE_P(BothStores, StoreConformance,
                          });
 
 // ---- Redis only --------------------------------------------------------------------------------
+
+// How many times this Redis has run `command` (INFO commandstats), -1 when it cannot tell.
+int64_t command_calls(RedisServer& server, const std::string& command) {
+  const std::string info = raw(server, {"INFO", "commandstats"});
+  const std::string needle = "cmdstat_" + command + ":calls=";
+  const std::size_t at = info.find(needle);
+  if (at == std::string::npos) return info.find("# Commandstats") != std::string::npos ? 0 : -1;
+  return std::stoll(info.substr(at + needle.size()));
+}
+
+// A namespace written before the refresh-due index (manifests, no `due`, no marker) gets an entry
+// due at once for each record, by a SCAN paced across calls and resumed from the cursor kept in
+// the marker (by any agent); an entry a write scored keeps its score; once done, a call costs one
+// GET and no SCAN.
+TEST(RedisStoreOnly, TheDueIndexIsBackfilledOnceOnANamespaceFromBefore) {
+  RedisServer server;
+  ASSERT_TRUE(server.ok()) << server.error();
+  std::unique_ptr<RedisStore> store =
+      std::move(RedisStore::create(local_redis(server.port()))).value();
+  std::vector<ConnectionRecord> records;
+  for (int i = 0; i < 30; ++i) records.push_back(record("c" + std::to_string(i), "h"));
+  ASSERT_TRUE(store->sync_connections(records).ok());
+  for (int i = 0; i < 30; ++i) {
+    const std::string cid = "c" + std::to_string(i);
+    AcquireResult a = *store->acquire_lease(cid, Principal::shared(), token(i + 1), kLongLease);
+    ASSERT_TRUE(a.acquired);
+    FencedWriteOptions o{true};
+    o.due_at_ms = kT0 + 1'000;
+    ASSERT_TRUE(
+        store->commit_manifest(cid, Principal::shared(), a.lease, manifest_v("v1", "h"), o)->ok());
+  }
+  const RedisKeys keys = *RedisKeys::create();
+  // As an agent from before the index left it, but for one record written by a new agent since.
+  ASSERT_EQ(raw(server, {"DEL", keys.due(), keys.due_backfill()}), "1");
+  ASSERT_EQ(raw(server, {"ZADD", keys.due(), std::to_string(kT0 + 7'000), "c7:shared"}), "1");
+  // Filler the SCAN walks past: more keys than one page.
+  for (int i = 0; i < 3000; ++i) {
+    ASSERT_EQ(raw(server, {"SET", keys.prefix() + "replay:" + sha256_hex(std::to_string(i)), "1"}),
+              "OK");
+  }
+  EXPECT_TRUE(due_at(*store, kT0 + 10'000) == std::vector<std::string>{"c7 shared@7000"});
+
+  Result<DueBackfill> first = store->backfill_due_index(1000);
+  ASSERT_TRUE(first.ok()) << first.error().message;
+  EXPECT_FALSE(first->done);  // paced: about 1,000 keys looked at per call
+  EXPECT_EQ(raw(server, {"GET", keys.due_backfill()}).rfind("scan:", 0), 0u);
+  // Another agent (another store) goes on from the marker's cursor.
+  std::unique_ptr<RedisStore> other =
+      std::move(RedisStore::create(local_redis(server.port()))).value();
+  std::size_t added = first->added;
+  for (int call = 0; call < 20; ++call) {
+    Result<DueBackfill> next = other->backfill_due_index(1000);
+    ASSERT_TRUE(next.ok()) << next.error().message;
+    added += next->added;
+    if (next->done) break;
+  }
+  EXPECT_EQ(added, 29u);
+  EXPECT_EQ(raw(server, {"GET", keys.due_backfill()}).rfind("done:", 0), 0u);
+  std::vector<std::string> due = due_at(*store, kT0);
+  EXPECT_EQ(due.size(), 29u);  // every record from before, due at once
+  EXPECT_EQ(std::count(due.begin(), due.end(), "c7 shared@0"), 0);
+  EXPECT_EQ(raw(server, {"ZSCORE", keys.due(), "c7:shared"}), std::to_string(kT0 + 7'000));
+
+  // Built: no SCAN any more.
+  const int64_t scans = command_calls(server, "scan");
+  ASSERT_GT(scans, 0);
+  Result<DueBackfill> done = store->backfill_due_index(1000);
+  ASSERT_TRUE(done.ok() && done->done);
+  EXPECT_EQ(done->scanned, 0u);
+  EXPECT_EQ(command_calls(server, "scan"), scans);
+}
+
+// A connection removal sweeps the namespace once (and a sweep cut short runs again at the next
+// sync: the removal is noted in removed-conns in its own transaction); a sync that removes
+// nothing sends no SCAN once the process swept once.
+TEST(RedisStoreOnly, OnlyARemovalSweepsTheNamespace) {
+  RedisServer server;
+  ASSERT_TRUE(server.ok()) << server.error();
+  std::unique_ptr<RedisStore> store =
+      std::move(RedisStore::create(local_redis(server.port()))).value();
+  ASSERT_TRUE(store->sync_connections({record("c1", "h1"), record("c2", "h2")}).ok());
+  AcquireResult a = *store->acquire_lease("c2", Principal::shared(), token(1), kLongLease);
+  ASSERT_TRUE(
+      store->commit_manifest("c2", Principal::shared(), a.lease, manifest_v("v1", "h2"), kWrite)
+          ->ok());
+  const int64_t scans = command_calls(server, "scan");
+  ASSERT_TRUE(store->sync_connections({record("c1", "h1"), record("c2", "h2")}).ok());
+  EXPECT_EQ(command_calls(server, "scan"), scans);
+
+  const RedisKeys keys = *RedisKeys::create();
+  // A removal whose sweep was cut short (as if the agent died after the removal's transaction).
+  ASSERT_EQ(raw(server, {"SADD", keys.removed_conns(), "c2"}), "1");
+  ASSERT_EQ(raw(server, {"SREM", keys.conns(), "c2"}), "1");
+  ASSERT_EQ(raw(server, {"DEL", *keys.conn("c2")}), "1");
+  ASSERT_TRUE(store->sync_connections({record("c1", "h1")}).ok());
+  EXPECT_GT(command_calls(server, "scan"), scans);
+  EXPECT_EQ(raw(server, {"EXISTS", *keys.manifest("c2", Principal::shared()),
+                         *keys.fence("c2", Principal::shared())}),
+            "0");
+  EXPECT_EQ(raw(server, {"ZSCORE", keys.due(), "c2:shared"}), "(nil)");
+  EXPECT_EQ(raw(server, {"EXISTS", keys.removed_conns()}), "0");
+  const int64_t after = command_calls(server, "scan");
+  ASSERT_TRUE(store->sync_connections({record("c1", "h1")}).ok());
+  EXPECT_EQ(command_calls(server, "scan"), after);
+}
 
 // TLS itself: tests/integration/redis_tls_test.cpp (real TLS redis-servers).
 TEST(RedisStoreOnly, TakesTlsAndNeverDescribesThePassword) {
@@ -1533,7 +1738,8 @@ TEST(SqliteStoreOnly, AVersion1FileIsMigratedKeepingItsData) {
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(o.path.c_str(), &db), SQLITE_OK);
   for (const char* sql :
-       {"ALTER TABLE manifests DROP COLUMN invalidated_at",
+       {"ALTER TABLE manifests DROP COLUMN invalidated_at", "DROP INDEX manifests_by_due",
+        "ALTER TABLE manifests DROP COLUMN due_at",
         "ALTER TABLE revalidation_gates DROP COLUMN taken_at", "PRAGMA user_version = 1"}) {
     ASSERT_EQ(sqlite3_exec(db, sql, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
   }

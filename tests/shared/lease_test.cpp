@@ -24,7 +24,9 @@ LeaseKeys keys_for(const std::string& ns, const std::string& cid, const std::str
                    p + "fence:" + cid + ":" + principal,
                    p + "conn:" + cid,
                    p + "epoch",
-                   p + "body:" + sha256_hex(kManifestText)};
+                   p + "body:" + sha256_hex(kManifestText),
+                   p + "due",
+                   cid + ":" + principal};
 }
 
 const std::string kToken(32, 'a');
@@ -185,17 +187,20 @@ TEST(Lease, CommitCarriesEveryManifestFieldAndTheFence) {
   ManifestWrite w = good_write();
   w.truncated = true;
   w.cache_scope.clear();
-  Result<RedisCommand> cmd = commit_manifest_command(k, lease(7), w, FencedWriteOptions{false});
+  FencedWriteOptions options{false};
+  options.due_at_ms = 1800;
+  Result<RedisCommand> cmd = commit_manifest_command(k, lease(7), w, options);
   ASSERT_TRUE(cmd.ok()) << cmd.error().message;
   std::vector<std::string> expected = {"EVAL",
                                        std::string(schema_asset("lua/manifest_commit.lua")),
-                                       "6",
+                                       "7",
                                        k.manifest,
                                        k.lease,
                                        k.fence,
                                        k.connection,
                                        k.epoch,
                                        k.body,
+                                       k.due,
                                        "7",
                                        kToken,
                                        "h1",
@@ -208,8 +213,38 @@ TEST(Lease, CommitCarriesEveryManifestFieldAndTheFence) {
                                        "1",
                                        "0",
                                        sha256_hex(w.manifest),
-                                       std::to_string(kDefaultBodyGraceMs)};
+                                       std::to_string(kDefaultBodyGraceMs),
+                                       "1800",
+                                       "c1:shared"};
   EXPECT_EQ(*cmd, expected);
+}
+
+// Both fenced writes score the key's own refresh-due index entry in the same script: an entry
+// for another key, a due index in another slot or a score Lua cannot hold exactly is refused.
+TEST(Lease, FencedWritesScoreTheirOwnDueEntry) {
+  auto refused = [](const Result<RedisCommand>& r, const char* part) {
+    ASSERT_FALSE(r.ok()) << part;
+    EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument);
+    EXPECT_NE(r.error().message.find(part), std::string::npos) << r.error().message;
+  };
+  const LeaseKeys good = keys_for("default", "c1", "member/alice");
+  ASSERT_TRUE(commit_manifest_command(good, lease(1), good_write(), kOptions).ok());
+  ASSERT_TRUE(record_failure_command(good, lease(1), failure(), kOptions).ok());
+  LeaseKeys k = good;
+  k.due_member = "c1:member/bob";
+  refused(commit_manifest_command(k, lease(1), good_write(), kOptions), "due index member");
+  refused(record_failure_command(k, lease(1), failure(), kOptions), "due index member");
+  k.due_member.clear();
+  refused(record_failure_command(k, lease(1), failure(), kOptions), "due index member");
+  k = good;
+  k.due = "quiver:{other}:due";
+  refused(commit_manifest_command(k, lease(1), good_write(), kOptions), "hash tag");
+  refused(record_failure_command(k, lease(1), failure(), kOptions), "hash tag");
+  FencedWriteOptions late = kOptions;
+  late.due_at_ms = int64_t{1} << 53;
+  refused(commit_manifest_command(good, lease(1), good_write(), late), "due_at_ms");
+  late.due_at_ms = -1;
+  refused(record_failure_command(good, lease(1), failure(), late), "due_at_ms");
 }
 
 // The body key names the bytes committed: a key for other bytes (or none) is refused before
@@ -243,17 +278,20 @@ TEST(Lease, FailureRecordCutsLongMessagesAtACharacterBoundary) {
   f.error_message = std::string(kMaxErrorMessageBytes - 1, 'x') + "\xe2\x82\xac" + "tail";
   Result<RedisCommand> cmd = record_failure_command(k, lease(3), f, kOptions);
   ASSERT_TRUE(cmd.ok()) << cmd.error().message;
-  ASSERT_EQ(cmd->size(), 15u);
-  EXPECT_EQ((*cmd)[2], "4");
-  EXPECT_EQ((*cmd)[7], "3");
-  EXPECT_EQ((*cmd)[9], "h1");
-  EXPECT_EQ((*cmd)[10], "TIMEOUT");
-  EXPECT_EQ((*cmd)[11], std::string(kMaxErrorMessageBytes - 1, 'x'));
-  EXPECT_EQ((*cmd)[12], "1000");
-  EXPECT_EQ((*cmd)[13], "900");
-  EXPECT_EQ((*cmd)[14], "1");  // release the lease (no retention argument any more)
+  ASSERT_EQ(cmd->size(), 18u);
+  EXPECT_EQ((*cmd)[2], "5");
+  EXPECT_EQ((*cmd)[7], k.due);
+  EXPECT_EQ((*cmd)[8], "3");
+  EXPECT_EQ((*cmd)[10], "h1");
+  EXPECT_EQ((*cmd)[11], "TIMEOUT");
+  EXPECT_EQ((*cmd)[12], std::string(kMaxErrorMessageBytes - 1, 'x'));
+  EXPECT_EQ((*cmd)[13], "1000");
+  EXPECT_EQ((*cmd)[14], "900");
+  EXPECT_EQ((*cmd)[15], "1");  // release the lease (no retention argument any more)
+  EXPECT_EQ((*cmd)[16], "0");  // due at once (the default score)
+  EXPECT_EQ((*cmd)[17], "c1:shared");
   f.error_message = "short";
-  EXPECT_EQ((*record_failure_command(k, lease(3), f, kOptions))[11], "short");
+  EXPECT_EQ((*record_failure_command(k, lease(3), f, kOptions))[12], "short");
 }
 
 TEST(Lease, AcquireReplies) {

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "shared/freshness.h"
 #include "shared/manifest.h"
 
 namespace quiver {
@@ -214,6 +215,47 @@ struct SettleCase {
   const char* label;
   RetryAction retry;
 };
+
+// The refresh-due index scores of the fenced writes are exactly when decide_refresh next has work
+// on the entry as written: never later (a refresh would wait), for a commit not earlier either.
+TEST(RefreshPlan, DueTimesAreWhenDecideRefreshNextHasWork) {
+  const int64_t t0 = 1'780'000'000'000;
+  for (double ratio : {0.8, 0.5, 1.0}) {
+    FreshnessPolicy policy;
+    policy.refresh_ahead_ratio = ratio;
+    for (int64_t ttl : {int64_t{0}, int64_t{60'000}, int64_t{900'000}}) {
+      ManifestWrite w;
+      w.config_hash = "h";
+      w.fetched_at_ms = t0;
+      w.fresh_until_ms = t0 + ttl;  // 0: never fresh (a list failed)
+      w.expires_at_ms = t0 + policy.max_age_ms;
+      CacheEntryMeta meta;
+      meta.has_data = true;
+      meta.fetched_at_ms = t0;
+      meta.config_hash = "h";
+      meta.never_fresh = ttl == 0;
+      if (ttl != 0 && ttl != policy.fresh_ttl_ms) meta.upstream_ttl_ms = ttl;
+      const int64_t due = commit_due_at_ms(w, policy);
+      SCOPED_TRACE("ratio " + std::to_string(ratio) + " ttl " + std::to_string(ttl));
+      EXPECT_TRUE(decide_refresh(meta, policy, "h", due).refresh);
+      if (due > t0) EXPECT_FALSE(decide_refresh(meta, policy, "h", due - 1).refresh);
+    }
+  }
+  FreshnessPolicy policy;
+  RefreshFailure f;
+  f.error_code = "TIMEOUT";
+  f.attempt_at_ms = t0;
+  f.error_at_ms = t0 + 3'500;
+  CacheEntryMeta errored;  // an error-only record: a miss, backing off after the failure
+  errored.last_error = RefreshError{"TIMEOUT", "timed out", f.error_at_ms};
+  errored.last_attempt_at_ms = f.attempt_at_ms;
+  const int64_t due = failure_due_at_ms(f, policy);
+  EXPECT_EQ(due, t0 + 3'500 + policy.retry_after_failure_ms);
+  EXPECT_TRUE(decide_refresh(errored, policy, "h", due).refresh);
+  RefreshDecision before = decide_refresh(errored, policy, "h", due - 1);
+  EXPECT_FALSE(before.refresh);
+  EXPECT_EQ(before.next_check_at_ms, due);
+}
 
 TEST(RefreshPlan, SettleTable) {
   const std::vector<SettleCase> cases = {
