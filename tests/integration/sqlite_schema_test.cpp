@@ -12,6 +12,7 @@
 #include <sqlite3.h>
 #include <stdlib.h>
 
+#include "native-agent/store/sqlite_db.h"
 #include "native-agent/store/sqlite_store.h"
 #include "shared/preferences.h"
 #include "shared/schema_assets.h"
@@ -203,6 +204,23 @@ class SqliteSchema : public ::testing::Test {
     ASSERT_TRUE(db_->error().empty()) << db_->error();
     ASSERT_EQ(db_->text("PRAGMA journal_mode=WAL"), "wal");
     ASSERT_EQ(db_->apply_schema(), SQLITE_OK) << db_->error();
+  }
+
+  // The file turned back by `sql` into an older version's shape, then opened by the store, which
+  // migrates it to the current version: the store, or null with the test failed.
+  std::unique_ptr<SqliteStore> migrated(std::initializer_list<const char*> sql) {
+    for (const char* statement : sql) {
+      EXPECT_EQ(db_->exec(statement), SQLITE_OK) << statement << ": " << db_->error();
+    }
+    SqliteStoreOptions o;
+    o.path = file_;
+    Result<std::unique_ptr<SqliteStore>> store = SqliteStore::open(o);
+    if (!store.ok()) {
+      ADD_FAILURE() << store.error().message;
+      return nullptr;
+    }
+    EXPECT_EQ(db_->text("PRAGMA user_version"), std::to_string(kSqliteSchemaVersion));
+    return std::move(store).value();
   }
 
   TempDir dir_;
@@ -420,26 +438,20 @@ TEST_F(SqliteSchema, ConstraintsRejectBadRows) {
 // tables and the grantees index appear, everything else stays.
 TEST_F(SqliteSchema, AVersion3FileMigratesToTheCurrentVersion) {
   Db& db = *db_;
-  for (const char* sql :
-       {"DROP TABLE catalog", "DROP TABLE catalog_versions", "DROP TABLE audit_log",
-        "DROP INDEX grants_by_connection", "INSERT INTO grants VALUES ('member/alice', 'c1')",
-        "DROP TABLE connection_marks", "DROP INDEX manifests_by_due",
-        "ALTER TABLE manifests DROP COLUMN due_at", "UPDATE epoch SET value = 9",
-        "PRAGMA user_version = 3"}) {
-    ASSERT_EQ(db.exec(sql), SQLITE_OK) << sql << ": " << db.error();
-  }
-  SqliteStoreOptions o;
-  o.path = file_;
-  Result<std::unique_ptr<SqliteStore>> store = SqliteStore::open(o);
-  ASSERT_TRUE(store.ok()) << store.error().message;
-  EXPECT_EQ(db.text("PRAGMA user_version"), "6");
+  std::unique_ptr<SqliteStore> store =
+      migrated({"DROP TABLE catalog", "DROP TABLE catalog_versions", "DROP TABLE audit_log",
+                "DROP INDEX grants_by_connection",
+                "INSERT INTO grants VALUES ('member/alice', 'c1')", "DROP TABLE connection_marks",
+                "DROP INDEX manifests_by_due", "ALTER TABLE manifests DROP COLUMN due_at",
+                "UPDATE epoch SET value = 9", "PRAGMA user_version = 3"});
+  ASSERT_TRUE(store);
   EXPECT_EQ(db.text("SELECT type FROM sqlite_schema WHERE name = 'connection_marks'"), "table");
   EXPECT_EQ(db.text("SELECT type FROM sqlite_schema WHERE name = 'manifests_by_due'"), "index");
   EXPECT_EQ(db.text("SELECT type FROM sqlite_schema WHERE name = 'grants_by_connection'"), "index");
-  EXPECT_EQ(*(*store)->read_grantees("c1"), std::set<std::string>{"alice"});
-  EXPECT_EQ(*(*store)->read_epoch(), 9);
-  EXPECT_EQ(*(*store)->catalog_versions(), CatalogVersions{});
-  Result<CatalogPage> page = (*store)->catalog_list(CatalogKind::kMember, "", 10);
+  EXPECT_EQ(*store->read_grantees("c1"), std::set<std::string>{"alice"});
+  EXPECT_EQ(*store->read_epoch(), 9);
+  EXPECT_EQ(*store->catalog_versions(), CatalogVersions{});
+  Result<CatalogPage> page = store->catalog_list(CatalogKind::kMember, "", 10);
   ASSERT_TRUE(page.ok()) << page.error().message;
   EXPECT_TRUE(page->entries.empty());
 }
@@ -449,23 +461,17 @@ TEST_F(SqliteSchema, AVersion3FileMigratesToTheCurrentVersion) {
 // there.
 TEST_F(SqliteSchema, AVersion4FileMigratesToTheCurrentVersion) {
   Db& db = *db_;
-  for (const char* sql :
-       {"DROP TABLE connection_marks", "DROP INDEX manifests_by_due",
-        "ALTER TABLE manifests DROP COLUMN due_at",
-        "INSERT INTO connections VALUES ('pm', 'h', 'per_member', 'pm', 'stdio', 1)",
-        "INSERT INTO grants VALUES ('member/alice', 'pm')", "PRAGMA user_version = 4"}) {
-    ASSERT_EQ(db.exec(sql), SQLITE_OK) << sql << ": " << db.error();
-  }
-  SqliteStoreOptions o;
-  o.path = file_;
-  Result<std::unique_ptr<SqliteStore>> store = SqliteStore::open(o);
-  ASSERT_TRUE(store.ok()) << store.error().message;
-  EXPECT_EQ(db.text("PRAGMA user_version"), "6");
-  EXPECT_EQ(*(*store)->read_grantees("pm"), std::set<std::string>{"alice"});
+  std::unique_ptr<SqliteStore> store =
+      migrated({"DROP TABLE connection_marks", "DROP INDEX manifests_by_due",
+                "ALTER TABLE manifests DROP COLUMN due_at",
+                "INSERT INTO connections VALUES ('pm', 'h', 'per_member', 'pm', 'stdio', 1)",
+                "INSERT INTO grants VALUES ('member/alice', 'pm')", "PRAGMA user_version = 4"});
+  ASSERT_TRUE(store);
+  EXPECT_EQ(*store->read_grantees("pm"), std::set<std::string>{"alice"});
   WebhookRefreshRequest request;
   request.targets = {{"pm", std::nullopt, "deploy"}};
   Result<WebhookRefreshReply> r =
-      (*store)->apply_webhook({1'000, "wh:v5", 60'000}, request, 1'000, 30'000);
+      store->apply_webhook({1'000, "wh:v5", 60'000}, request, 1'000, 30'000);
   ASSERT_TRUE(r.ok()) << r.error().message;
   ASSERT_EQ(r->results.size(), 1u);
   EXPECT_EQ(r->results[0].status, "marked");
@@ -476,28 +482,22 @@ TEST_F(SqliteSchema, AVersion4FileMigratesToTheCurrentVersion) {
 // every row (due at once: the backfill), and its index; maintenance then reads them through it.
 TEST_F(SqliteSchema, AVersion5FileMigratesToVersion6WithEveryRowDue) {
   Db& db = *db_;
-  for (const char* sql :
-       {"DROP INDEX manifests_by_due", "ALTER TABLE manifests DROP COLUMN due_at",
-        "INSERT INTO manifests (connection_id, principal, manifest, etag, config_hash, fence, "
-        "fetched_at, fresh_until, expires_at) VALUES ('c1', 'shared', '{}', 'e', 'h1', 1, 10, 20, "
-        "30), ('c2', 'member/alice', '{}', 'e', 'h2', 1, 10, 20, 30)",
-        "PRAGMA user_version = 5"}) {
-    ASSERT_EQ(db.exec(sql), SQLITE_OK) << sql << ": " << db.error();
-  }
-  SqliteStoreOptions o;
-  o.path = file_;
-  Result<std::unique_ptr<SqliteStore>> store = SqliteStore::open(o);
-  ASSERT_TRUE(store.ok()) << store.error().message;
-  EXPECT_EQ(db.text("PRAGMA user_version"), "6");
+  std::unique_ptr<SqliteStore> store = migrated(
+      {"DROP INDEX manifests_by_due", "ALTER TABLE manifests DROP COLUMN due_at",
+       "INSERT INTO manifests (connection_id, principal, manifest, etag, config_hash, fence, "
+       "fetched_at, fresh_until, expires_at) VALUES ('c1', 'shared', '{}', 'e', 'h1', 1, 10, 20, "
+       "30), ('c2', 'member/alice', '{}', 'e', 'h2', 1, 10, 20, 30)",
+       "PRAGMA user_version = 5"});
+  ASSERT_TRUE(store);
   EXPECT_EQ(db.text("SELECT type FROM sqlite_schema WHERE name = 'manifests_by_due'"), "index");
   EXPECT_EQ(db.text("SELECT group_concat(due_at) FROM manifests"), "0,0");
-  Result<DuePage> due = (*store)->list_due(0, 0, 10);
+  Result<DuePage> due = store->list_due(0, 0, 10);
   ASSERT_TRUE(due.ok()) << due.error().message;
   ASSERT_EQ(due->entries.size(), 2u);
   EXPECT_EQ(due->entries[0].connection_id, "c1");
   EXPECT_EQ(due->entries[1].principal.str(), "member/alice");
   EXPECT_TRUE(due->entries[1].meta.has_value());
-  EXPECT_TRUE((*store)->backfill_due_index(1000)->done);
+  EXPECT_TRUE(store->backfill_due_index(1000)->done);
 }
 
 }  // namespace

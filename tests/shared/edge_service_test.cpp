@@ -1449,6 +1449,13 @@ std::string queued_reply() { return encode_reply(A({S("queued"), S("1-0")})); }
 std::string popped(const std::string& record) {
   return encode_reply(A({S("quiver:{default}:call-reply:x"), S(record)}));
 }
+// A relay round's replies (AUTH's, the enqueue's, the BLPOP's) for a call the agent answered
+// with one text content, "found".
+std::string found_relay_replies() {
+  return "+OK\r\n" + queued_reply() +
+         popped(relay_reply_record(RelayReply::ok(Json::object(
+             {{"content", Json::array({Json::object({{"type", "text"}, {"text", "found"}})})}}))));
+}
 
 // The relay round of a call (shared/call_relay.h): one pipeline on a connection of its own,
 // EVAL (by text) + BLPOP for the call's deadline, the host told to read that long; the agent's
@@ -1473,10 +1480,7 @@ TEST(EdgeService, McpCallsGoThroughTheRedisRelayOnAConnectionOfTheirOwn) {
   EXPECT_NE(s.redis_bytes.find("quiver:{default}:call-reply:" + rid), std::string::npos);
 
   // Bytes arrive in pieces: each read step keeps the long timeout.
-  const std::string replies =
-      "+OK\r\n" + queued_reply() +
-      popped(relay_reply_record(RelayReply::ok(Json::object(
-          {{"content", Json::array({Json::object({{"type", "text"}, {"text", "found"}})})}}))));
+  const std::string replies = found_relay_replies();
   s = edge->feed(s.handle, replies.substr(0, 10), kNow + 5);
   ASSERT_EQ(s.action, EdgeAction::kRead);
   EXPECT_EQ(s.redis_blocks_ms, McpEndpointConfig{}.relay_timeout_ms);
@@ -1794,10 +1798,7 @@ TEST(EdgeService, ARelayedCallOpensAnEventStreamBeforeItWaitsWhenTheClientTakesO
   EXPECT_NE(meta["stream"]["headers"].dump().find("text/event-stream"), std::string::npos);
   EXPECT_EQ(wire.substr(8 + meta_len), s.redis_bytes);
 
-  const std::string replies =
-      "+OK\r\n" + queued_reply() +
-      popped(relay_reply_record(RelayReply::ok(Json::object(
-          {{"content", Json::array({Json::object({{"type", "text"}, {"text", "found"}})})}}))));
+  const std::string replies = found_relay_replies();
   s = edge->feed(s.handle, replies.substr(0, 10), kNow + 5);
   ASSERT_EQ(s.action, EdgeAction::kRead);
   EXPECT_FALSE(s.open_stream);  // opened once
