@@ -404,8 +404,10 @@ Status ApiServer::start() {
   s.mcp.server_name = "quiver-agent";
   // Calls at the agent's own /mcp go straight to its live sessions (engine/mcp_calls.h), with the
   // grant and the preference checked again; RelayCall deadlines are on the API's wall clock.
+  // A caller that leaves mid-call has it cancelled upstream (HttpFront::client_gone: the relay
+  // runs on the worker answering the request).
   s.mcp_relay = [&s](const RelayCall& call) {
-    return perform_relay_call(s.agent, call, s.options.now_ms());
+    return perform_relay_call(s.agent, call, s.options.now_ms(), HttpFront::client_gone());
   };
 
   // Change notifications on the agent's /mcp (it honours listChanged; the edge does not).

@@ -42,6 +42,8 @@ struct StreamSlot {
   std::shared_ptr<HttpStream> stream;
 };
 thread_local StreamSlot* tl_stream_slot = nullptr;
+// The socket of the request a worker's handler is answering (-1: none): HttpFront::client_gone.
+thread_local int tl_request_fd = -1;
 
 // One chunk of a chunked body ("" for no bytes: an empty chunk would end the body).
 std::string chunk(const std::string& bytes, bool chunked) {
@@ -680,6 +682,7 @@ struct HttpFront::Impl {
       Http1Response response;
       StreamSlot slot;
       tl_stream_slot = &slot;
+      tl_request_fd = job.fd;
       try {
         response = handler(request, job.peer);
       } catch (...) {  // the handler catches its own; this keeps a worker alive regardless
@@ -687,6 +690,7 @@ struct HttpFront::Impl {
         slot.stream.reset();
       }
       tl_stream_slot = nullptr;
+      tl_request_fd = -1;
       if (slot.stream && request.method == "HEAD") {
         slot.stream->end_by_front();  // a HEAD gets the head alone, as any other answer
         slot.stream.reset();
@@ -972,6 +976,19 @@ std::shared_ptr<HttpStream> HttpFront::open_stream(std::string keepalive, std::s
   if (tl_stream_slot == nullptr) return nullptr;
   tl_stream_slot->stream = std::make_shared<HttpStream>(std::move(keepalive), std::move(farewell));
   return tl_stream_slot->stream;
+}
+
+std::function<bool()> HttpFront::client_gone() {
+  const int fd = tl_request_fd;
+  if (fd < 0) return [] { return false; };
+  // The worker holds the socket while its handler runs (the loop neither reads nor closes it), so
+  // a peek is the only reader: 0 is the client's FIN, an error its reset.
+  return [fd] {
+    char byte = 0;
+    const ssize_t n = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0) return true;
+    return n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+  };
 }
 
 // ---- HttpStream

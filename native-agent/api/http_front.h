@@ -159,6 +159,14 @@ class HttpFront {
   // is idle, `farewell` when the front stops. nullptr outside a worker's handler call.
   static std::shared_ptr<HttpStream> open_stream(std::string keepalive, std::string farewell);
 
+  // From a handler on a worker thread: a predicate that says whether this request's client has
+  // gone (its end of the socket closed or reset), valid while the handler runs. The request is
+  // read whole before the handler runs, so the socket holds nothing but what the client does
+  // next: a FIN reads as gone (a half-closed HTTP/1.1 client still waiting is rare, and most
+  // servers take a FIN for an abort), bytes of a pipelined request as still there. Outside a
+  // worker's handler call: never gone.
+  static std::function<bool()> client_gone();
+
   int port() const;
   std::size_t open_streams() const;
   int64_t shed_count() const;

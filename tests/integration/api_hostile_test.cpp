@@ -182,7 +182,10 @@ class HostileApiTest : public ::testing::Test {
 
     Json servers = {
         {"t",
-         {{"command", "node"}, {"args", {test_upstream_js(), "stdio", "--quiet", "--tools", "3"}}}},
+         {{"command", "node"},
+          {"args",
+           {test_upstream_js(), "stdio", "--quiet", "--tools", "3", "--stats-file",
+            dir_.path("t.stats")}}}},
         {"hang",
          {{"command", "node"}, {"args", {test_upstream_js(), "stdio", "--quiet", "--hang"}}}},
     };
@@ -525,6 +528,58 @@ TEST_F(HostileApiTest, McpRefusesAForeignOrigin) {
     EXPECT_EQ(statuses(wire), std::vector<int>{200}) << shown << "\n" << wire.substr(0, 400);
     EXPECT_NE(wire.find("\"result\":{}"), std::string::npos) << shown;
   }
+}
+
+// A caller that leaves mid-call (it closes its socket: a FIN) has the call cancelled upstream at
+// once (the upstream is told: notifications/cancelled), long before the call's deadline; the
+// agent serves the next caller as before.
+TEST_F(HostileApiTest, ACallerThatLeavesMidCallHasItCancelledUpstream) {
+  start();
+  const std::string stats = dir_.path("t.stats");
+  auto counted = [&](const char* what) {
+    const Json* calls = json_field(read_stats(stats), "calls");
+    return calls != nullptr ? json_int(*calls, what).value_or(0) : 0;
+  };
+  const std::string call =
+      R"({"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"t__tool_1",)"
+      R"("arguments":{"sleep_ms":60000}}})";
+  const std::string head = "POST /mcp HTTP/1.1\r\nHost: " + host() +
+                           "\r\nContent-Type: application/json\r\n"
+                           "Accept: application/json, text/event-stream\r\n"
+                           "MCP-Protocol-Version: 2025-06-18\r\nAuthorization: Bearer " +
+                           token() + "\r\nContent-Length: " + std::to_string(call.size()) +
+                           "\r\n\r\n";
+  const int fd = connect_loopback(server_->port());
+  ASSERT_GE(fd, 0);
+  // Not inherited by the upstream the call starts (this process is the agent too): closing it
+  // here must close the connection.
+  ASSERT_EQ(::fcntl(fd, F_SETFD, FD_CLOEXEC), 0);
+  const std::string request = head + call;
+  ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(request.size()));
+  // The upstream is working on it (a 60 s sleep), then the caller leaves.
+  ASSERT_TRUE(wait_until(
+      [&] {
+        const Json* called = json_field(read_stats(stats), "called_tools");
+        return called != nullptr && *called == Json::array({"tool_1"});
+      },
+      30000))
+      << read_stats(stats).dump();
+  EXPECT_EQ(counted("cancelled"), 0);
+  ::close(fd);
+  EXPECT_TRUE(wait_until([&] { return counted("cancelled") == 1; }, 20000))
+      << read_stats(stats).dump();
+  // The next caller is served.
+  const std::string ping = R"({"jsonrpc":"2.0","id":1,"method":"ping"})";
+  std::string wire = stream_attack(
+      server_->port(),
+      "POST /mcp HTTP/1.1\r\nHost: " + host() +
+          "\r\nContent-Type: application/json\r\nAccept: application/json, "
+          "text/event-stream\r\nMCP-Protocol-Version: 2025-06-18\r\nAuthorization: Bearer " +
+          token() + "\r\nConnection: close\r\nContent-Length: " + std::to_string(ping.size()) +
+          "\r\n\r\n" + ping,
+      "", 0);
+  EXPECT_EQ(statuses(wire), std::vector<int>{200}) << wire.substr(0, 300);
 }
 
 TEST_F(HostileApiTest, HealthzShowsTheStoreOnlyToACaller) {
