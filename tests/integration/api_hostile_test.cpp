@@ -537,7 +537,8 @@ TEST_F(HostileApiTest, ACallerThatLeavesMidCallHasItCancelledUpstream) {
   start();
   const std::string stats = dir_.path("t.stats");
   auto counted = [&](const char* what) {
-    const Json* calls = json_field(read_stats(stats), "calls");
+    const Json now = read_stats(stats);
+    const Json* calls = json_field(now, "calls");
     return calls != nullptr ? json_int(*calls, what).value_or(0) : 0;
   };
   const std::string call =
@@ -560,7 +561,8 @@ TEST_F(HostileApiTest, ACallerThatLeavesMidCallHasItCancelledUpstream) {
   // The upstream is working on it (a 60 s sleep), then the caller leaves.
   ASSERT_TRUE(wait_until(
       [&] {
-        const Json* called = json_field(read_stats(stats), "called_tools");
+        const Json now = read_stats(stats);
+        const Json* called = json_field(now, "called_tools");
         return called != nullptr && *called == Json::array({"tool_1"});
       },
       30000))
