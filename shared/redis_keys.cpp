@@ -54,6 +54,9 @@ constexpr KindInfo kKinds[kKeyKindCount] = {
     {KeyKind::kDue, "due", "ZSET", false, false},
     {KeyKind::kDueBackfill, "due-backfill", "STRING", false, false},
     {KeyKind::kRemovedConns, "removed-conns", "SET", false, false},
+    {KeyKind::kGrantMembers, "grant-members", "SET", false, false},
+    {KeyKind::kGrantMembersBackfill, "grant-members-backfill", "STRING", false, false},
+    {KeyKind::kGranteesPending, "grantees-pending", "SET", false, false},
 };
 
 constexpr char kCatalogVersionsSegment[] = "versions";
@@ -194,6 +197,15 @@ std::string RedisKeys::due_backfill() const {
 }
 std::string RedisKeys::removed_conns() const {
   return prefix_ + key_kind_name(KeyKind::kRemovedConns);
+}
+std::string RedisKeys::grant_members() const {
+  return prefix_ + key_kind_name(KeyKind::kGrantMembers);
+}
+std::string RedisKeys::grant_members_backfill() const {
+  return prefix_ + key_kind_name(KeyKind::kGrantMembersBackfill);
+}
+std::string RedisKeys::grantees_pending() const {
+  return prefix_ + key_kind_name(KeyKind::kGranteesPending);
 }
 
 std::string RedisKeys::conns() const { return prefix_ + key_kind_name(KeyKind::kConns); }

@@ -45,8 +45,11 @@ enum class KeyKind {
   kDue,
   kDueBackfill,
   kRemovedConns,
+  kGrantMembers,
+  kGrantMembersBackfill,
+  kGranteesPending,
 };
-inline constexpr int kKeyKindCount = 30;
+inline constexpr int kKeyKindCount = 33;
 
 const char* key_kind_name(KeyKind kind);   // the key's segment: "conns", "revalidate-gate", ...
 const char* key_redis_type(KeyKind kind);  // "SET", "HASH", "STRING", "STREAM"
@@ -218,6 +221,19 @@ class RedisKeys {
   // marks, overlays, grants naming them) are still to be deleted: added in the removal's
   // transaction, taken out once the sweep deleted them. Empty: no sweep runs.
   std::string removed_conns() const;
+  // The members that have grants (a SET of `member/<id>` principals): every grants:<principal>
+  // key that exists has its principal here (SADD in the transaction that writes it), so a config
+  // sync finds the members it must empty without a SCAN. A principal listed without a grants key
+  // is harmless (the next sync drops it).
+  std::string grant_members() const;
+  // That registry's one-time backfill over a namespace written before it: absent (not built: the
+  // next sync SCANs the grants keys once) or `done:<at>`.
+  std::string grant_members_backfill() const;
+  // Grantees entries still to write (a SET of due_member(cid, principal) = `<cid>:<principal>`):
+  // a member's grant change adds the pairs it touched in its own transaction, then writes
+  // grantees:<cid> and takes them out. A pair left behind (a crash between the two) is repaired
+  // by the next sync from the member's grants, never trusted.
+  std::string grantees_pending() const;
 
   // Any kind. Parts the kind does not use are ignored; the ones it uses are validated
   // (`digest`: 64 lowercase hex digits).

@@ -457,6 +457,22 @@ bool valid_stream_id(std::string_view id) {
 
 // ---- the store ---------------------------------------------------------------------------------
 
+namespace {
+
+// One member's grants going from `have` to `want`, as every grant write does it (the admin API's
+// set_member_grants, the config sync): first one transaction of this member's keys only (its
+// grants set, its registry entry, the due entries of the connections it lost, the grantees pairs
+// it touches noted pending, the epoch), then the grantees:<cid> entries of the connections it
+// gained or lost and the pending pairs taken out. The second step is idempotent and recomputed
+// from the grants by the next sync if it never ran (repair_grantees): its cost follows this
+// member's change, never the number of members.
+struct MemberGrantWrite {
+  std::vector<RedisCommand> transaction;
+  std::vector<RedisCommand> grantees;
+};
+
+}  // namespace
+
 struct RedisStore::Impl {
   RedisStoreOptions options;
   RedisKeys keys;
@@ -563,6 +579,146 @@ struct RedisStore::Impl {
       if (v.is_error()) return reply_error(v, what);
     }
     return exec.elements;
+  }
+
+  // Member grant changes (member_grant_write): each member's transaction, pipelined in one round
+  // trip (each MULTI/EXEC is atomic alone: Redis never runs more than one member's in a row), then
+  // every grantees write of them in a second.
+  Status write_member_grants(const std::vector<MemberGrantWrite>& writes, std::string_view what) {
+    if (writes.empty()) return Status::Ok();
+    std::vector<RedisCommand> all;
+    std::vector<RedisCommand> grantees;
+    for (const MemberGrantWrite& w : writes) {
+      all.push_back({"MULTI"});
+      all.insert(all.end(), w.transaction.begin(), w.transaction.end());
+      all.push_back({"EXEC"});
+      grantees.insert(grantees.end(), w.grantees.begin(), w.grantees.end());
+    }
+    Result<std::vector<RespValue>> r = main->run(all);
+    if (!r.ok()) return r.error();
+    std::size_t at = 0;
+    for (const MemberGrantWrite& w : writes) {
+      for (std::size_t i = 0; i < w.transaction.size() + 2; ++i) {
+        if ((*r)[at + i].is_error()) return reply_error((*r)[at + i], what);
+      }
+      at += w.transaction.size() + 2;
+      const RespValue& exec = (*r)[at - 1];
+      if (!exec.is_array() || exec.elements.size() != w.transaction.size()) {
+        return Error(ErrorCode::kInvalidReply, "redis " + std::string(what) + ": EXEC aborted");
+      }
+      for (const RespValue& v : exec.elements) {
+        if (v.is_error()) return reply_error(v, what);
+      }
+    }
+    Result<std::vector<RespValue>> g = many(grantees, what);
+    return g.ok() ? Status::Ok() : Status(g.error());
+  }
+
+  // The grantees pairs a grant change noted pending and never settled (a crash, or a lost
+  // connection, between its two steps: member_grant_write): each recomputed from the member's
+  // grants as they stand (granted: SADD grantees:<cid>; not: SREM), then taken out. Idempotent;
+  // normally the set is empty and this is one SMEMBERS.
+  Status repair_grantees() {
+    Result<RespValue> pending = one({"SMEMBERS", keys.grantees_pending()}, "SMEMBERS");
+    if (!pending.ok()) return pending.error();
+    const std::set<std::string> pairs = string_set(*pending);
+    if (pairs.empty()) return Status::Ok();
+    std::map<std::string, std::vector<std::string>> cids_of;  // principal → cids touched
+    RedisCommand settled = {"SREM", keys.grantees_pending()};
+    for (const std::string& pair : pairs) {
+      settled.push_back(pair);
+      Result<DueMember> p = parse_due_member(pair);
+      if (!p.ok() || p->principal.is_shared()) continue;  // not a pair any agent wrote: drop it
+      cids_of[p->principal.str()].push_back(p->connection_id);
+    }
+    std::vector<std::string> principals;
+    std::vector<RedisCommand> reads;
+    for (const auto& [principal, cids] : cids_of) {
+      principals.push_back(principal);
+      reads.push_back({"SMEMBERS", *keys.grants(*Principal::parse(principal))});
+    }
+    Result<std::vector<RespValue>> grants = many(reads, "SMEMBERS");
+    if (!grants.ok()) return grants.error();
+    std::vector<RedisCommand> writes;
+    for (std::size_t i = 0; i < principals.size(); ++i) {
+      const std::set<std::string> granted = string_set((*grants)[i]);
+      for (const std::string& cid : cids_of[principals[i]]) {
+        writes.push_back(
+            {granted.count(cid) != 0 ? "SADD" : "SREM", *keys.grantees(cid), principals[i]});
+      }
+    }
+    writes.push_back(std::move(settled));
+    Result<std::vector<RespValue>> w = many(writes, "repair grantees");
+    return w.ok() ? Status::Ok() : Status(w.error());
+  }
+
+  // The registry of members with grants over a namespace written before it (grant-members-
+  // backfill absent): one SCAN of the namespace's sets, once; every grants key found listed, and
+  // its member added to the grantees set of each connection it holds (agents before the registry
+  // kept that index in the grants' own transaction; this makes sure of it once, additively, since
+  // later syncs write it only for members that change). Grant writes meanwhile list their members
+  // themselves (SADD is idempotent).
+  Status backfill_grant_members() {
+    Result<RespValue> marker = one({"GET", keys.grant_members_backfill()}, "GET");
+    if (!marker.ok()) return marker.error();
+    if (std::optional<std::string_view> v = marker->as_string(); v && starts_with(*v, "done:")) {
+      return Status::Ok();
+    }
+    Status s = scan_namespace("set", [&](const std::vector<std::string>& page) -> Status {
+      std::vector<std::string> principals;
+      std::vector<RedisCommand> reads;
+      for (const std::string& key : page) {
+        Result<ParsedKey> p = keys.parse(key);
+        if (!p.ok() || p->kind != KeyKind::kGrants || !p->principal) continue;
+        principals.push_back(p->principal->str());
+        reads.push_back({"SMEMBERS", key});
+      }
+      if (principals.empty()) return Status::Ok();
+      Result<std::vector<RespValue>> grants = many(reads, "SMEMBERS");
+      if (!grants.ok()) return grants.error();
+      RedisCommand listed = {"SADD", keys.grant_members()};
+      std::vector<RedisCommand> writes;
+      for (std::size_t i = 0; i < principals.size(); ++i) {
+        listed.push_back(principals[i]);
+        for (const std::string& cid : string_set((*grants)[i])) {
+          Result<std::string> grantees = keys.grantees(cid);
+          if (grantees.ok()) writes.push_back({"SADD", *grantees, principals[i]});
+        }
+      }
+      writes.push_back(std::move(listed));
+      Result<std::vector<RespValue>> w = many(writes, "SADD");
+      return w.ok() ? Status::Ok() : Status(w.error());
+    });
+    if (!s.ok()) return s;
+    Result<RespValue> done = one(
+        {"SET", keys.grant_members_backfill(), "done:" + std::to_string(options.now_ms())}, "SET");
+    return done.ok() ? Status::Ok() : Status(done.error());
+  }
+
+  // The registry, page by page (SSCAN: never one reply of a million members): member ids of the
+  // principals listed; anything else listed (not a member principal) in `unlisted`.
+  Status registry_members(std::set<std::string>& members, std::vector<std::string>& unlisted) {
+    std::string cursor = "0";
+    do {
+      Result<RespValue> r = one({"SSCAN", keys.grant_members(), cursor, "COUNT", "1000"}, "SSCAN");
+      if (!r.ok()) return r.error();
+      const std::vector<RespValue>* e = r->as_array();
+      if (e == nullptr || e->size() != 2 || !(*e)[0].as_string() || !(*e)[1].is_array()) {
+        return Error(ErrorCode::kInvalidReply, "redis SSCAN grant-members: unexpected reply");
+      }
+      cursor = std::string(*(*e)[0].as_string());
+      for (const RespValue& v : (*e)[1].elements) {
+        std::optional<std::string_view> text = v.as_string();
+        if (!text) continue;
+        Result<Principal> p = Principal::parse(*text);
+        if (p.ok() && !p->is_shared()) {
+          members.insert(std::string(p->member_id()));
+        } else {
+          unlisted.emplace_back(*text);
+        }
+      }
+    } while (cursor != "0");
+    return Status::Ok();
   }
 
   // One script the core built (lease.h, discovery_redis.h); an invalid argument fails here.
@@ -1007,6 +1163,51 @@ std::optional<RedisCommand> due_now_command(const RedisKeys& keys, const Princip
   return due;
 }
 
+// Where a member's grant change is counted, inside that change's transaction: the namespace
+// epoch (readers' L1 caches). The one place a grant write bumps anything.
+void bump_for_member_grants(const RedisKeys& keys, const Principal& member,
+                            std::vector<RedisCommand>& transaction) {
+  (void)member;
+  transaction.push_back({"INCR", keys.epoch()});
+}
+
+MemberGrantWrite member_grant_write(const RedisKeys& keys, const Principal& member,
+                                    const std::set<std::string>& have,
+                                    const std::set<std::string>& want) {
+  MemberGrantWrite w;
+  const std::string grants_key = *keys.grants(member);
+  w.transaction.push_back({"DEL", grants_key});
+  if (!want.empty()) {
+    RedisCommand sadd = {"SADD", grants_key};
+    sadd.insert(sadd.end(), want.begin(), want.end());
+    w.transaction.push_back(std::move(sadd));
+    w.transaction.push_back({"SADD", keys.grant_members(), member.str()});
+  } else {
+    w.transaction.push_back({"SREM", keys.grant_members(), member.str()});
+  }
+  if (std::optional<RedisCommand> due = due_now_command(keys, member, have, want)) {
+    w.transaction.push_back(std::move(*due));
+  }
+  RedisCommand pending = {"SADD", keys.grantees_pending()};
+  RedisCommand settled = {"SREM", keys.grantees_pending()};
+  auto touch = [&](const std::string& cid, const char* op) {
+    w.grantees.push_back({op, *keys.grantees(cid), member.str()});
+    std::string pair = *due_member(cid, member);
+    pending.push_back(pair);
+    settled.push_back(std::move(pair));
+  };
+  for (const std::string& cid : have) {
+    if (want.count(cid) == 0) touch(cid, "SREM");
+  }
+  for (const std::string& cid : want) {
+    if (have.count(cid) == 0) touch(cid, "SADD");
+  }
+  if (pending.size() > 2) w.transaction.push_back(std::move(pending));
+  bump_for_member_grants(keys, member, w.transaction);
+  if (settled.size() > 2) w.grantees.push_back(std::move(settled));
+  return w;
+}
+
 // schema/lua/due_settle.lua for one settlement.
 Result<RedisCommand> due_settle_command(const RedisKeys& keys, const DueSettlement& settle) {
   Result<std::string> member = due_member(settle.connection_id, settle.principal);
@@ -1386,78 +1587,73 @@ Result<std::optional<ConnectionRecord>> RedisStore::read_connection(std::string_
   return connection_record_from_fields(cid, field_map(*r));
 }
 
+// Per member, never one transaction over all members (docs/design.md "Webhooks, maintenance and
+// grants in O(work due)"): the members to compare are those wanted and those the registry lists
+// (no SCAN once it is built), their grants read in pipelined pages; each member whose set differs
+// is written by member_grant_write, a bounded batch of members per round trip. A sync with no
+// difference writes nothing; the grantees index is written only for members that changed (and
+// repaired from the grants for pairs a crash left pending).
 Result<GrantSync> RedisStore::sync_grants(const GrantMap& grants) {
+  constexpr std::size_t kReadPage = 1000;   // SMEMBERS per pipeline
+  constexpr std::size_t kWriteBatch = 100;  // members' transactions per pipeline
   RedisKeys& keys = impl_->keys;
-  std::map<std::string, std::string> key_of;  // member id → grants key
-  // The reverse index (grantees:<cid>, what the edge's refresh webhook expands a target by),
-  // kept in the same transaction as the grants.
-  std::map<std::string, std::set<std::string>> grantees_of;  // cid → member principals
-  std::set<std::string> grantee_keys;                        // stored, and wanted
   for (const auto& [member, cids] : grants) {
     Result<Principal> p = Principal::member(member);
     if (!p.ok()) return p.error();
     for (const std::string& cid : cids) {
       if (Status s = validate_connection_id(cid); !s.ok()) return s.error();
-      grantees_of[cid].insert(p->str());
-      grantee_keys.insert(*keys.grantees(cid));
     }
-    key_of.emplace(member, *keys.grants(*p));
   }
-  Status s = impl_->scan_namespace("set", [&](const std::vector<std::string>& page) {
-    for (const std::string& key : page) {
-      Result<ParsedKey> p = keys.parse(key);
-      if (!p.ok()) continue;
-      if (p->kind == KeyKind::kGrants && p->principal) {
-        key_of.emplace(std::string(p->principal->member_id()), key);
-      } else if (p->kind == KeyKind::kGrantees) {
-        grantee_keys.insert(key);
+  if (Status s = impl_->repair_grantees(); !s.ok()) return s.error();
+  if (Status s = impl_->backfill_grant_members(); !s.ok()) {
+    return Error(s.error().code, key_list_error("sync_grants", s.error()));
+  }
+  std::set<std::string> listed;  // member ids the registry lists
+  std::vector<std::string> unlisted;
+  if (Status s = impl_->registry_members(listed, unlisted); !s.ok()) return s.error();
+  std::set<std::string> members = listed;
+  for (const auto& [member, cids] : grants) members.insert(member);
+
+  GrantSync sync;
+  static const std::set<std::string> kNone;
+  std::vector<MemberGrantWrite> batch;
+  RedisCommand drop = {"SREM", keys.grant_members()};  // listed, without grants, none wanted
+  drop.insert(drop.end(), unlisted.begin(), unlisted.end());
+  auto flush = [&]() -> Status {
+    Status s = impl_->write_member_grants(batch, "sync grants");
+    batch.clear();
+    return s;
+  };
+  auto it = members.begin();
+  while (it != members.end()) {
+    std::vector<std::string> page;
+    std::vector<RedisCommand> reads;
+    for (; it != members.end() && page.size() < kReadPage; ++it) {
+      page.push_back(*it);
+      reads.push_back({"SMEMBERS", *keys.grants(*Principal::member(*it))});
+    }
+    Result<std::vector<RespValue>> stored = impl_->many(reads, "SMEMBERS");
+    if (!stored.ok()) return stored.error();
+    for (std::size_t i = 0; i < page.size(); ++i) {
+      auto want = grants.find(page[i]);
+      const std::set<std::string>& desired = want == grants.end() ? kNone : want->second;
+      const std::set<std::string> have = string_set((*stored)[i]);
+      const Principal member = *Principal::member(page[i]);
+      if (have == desired) {
+        if (desired.empty() && listed.count(page[i]) != 0) drop.push_back(member.str());
+        continue;
+      }
+      sync.changed_members.push_back(page[i]);
+      batch.push_back(member_grant_write(keys, member, have, desired));
+      if (batch.size() >= kWriteBatch) {
+        if (Status s = flush(); !s.ok()) return s.error();
       }
     }
-    return Status::Ok();
-  });
-  if (!s.ok()) return Error(s.error().code, key_list_error("sync_grants", s.error()));
-  std::vector<std::string> members;
-  std::vector<RedisCommand> reads;
-  for (const auto& [member, key] : key_of) {
-    members.push_back(member);
-    reads.push_back({"SMEMBERS", key});
   }
-  for (const std::string& key : grantee_keys) reads.push_back({"SMEMBERS", key});
-  Result<std::vector<RespValue>> stored = impl_->many(reads, "SMEMBERS");
-  if (!stored.ok()) return stored.error();
-  GrantSync sync;
-  std::vector<RedisCommand> writes;
-  static const std::set<std::string> kNone;
-  auto replace_set = [&](const std::string& key, const std::set<std::string>& desired) {
-    writes.push_back({"DEL", key});
-    if (desired.empty()) return;
-    RedisCommand sadd = {"SADD", key};
-    sadd.insert(sadd.end(), desired.begin(), desired.end());
-    writes.push_back(std::move(sadd));
-  };
-  for (std::size_t i = 0; i < members.size(); ++i) {
-    auto want = grants.find(members[i]);
-    const std::set<std::string>& desired = want == grants.end() ? kNone : want->second;
-    const std::set<std::string> have = string_set((*stored)[i]);
-    if (have == desired) continue;
-    sync.changed_members.push_back(members[i]);
-    replace_set(key_of[members[i]], desired);
-    if (std::optional<RedisCommand> due =
-            due_now_command(keys, *Principal::member(members[i]), have, desired)) {
-      writes.push_back(std::move(*due));
-    }
-  }
-  std::size_t at = members.size();
-  for (const std::string& key : grantee_keys) {
-    Result<ParsedKey> p = keys.parse(key);
-    auto want = grantees_of.find(p.ok() ? p->connection_id : std::string());
-    const std::set<std::string>& desired = want == grantees_of.end() ? kNone : want->second;
-    if (string_set((*stored)[at++]) != desired) replace_set(key, desired);
-  }
-  if (!writes.empty()) {
-    writes.push_back({"INCR", keys.epoch()});
-    Result<std::vector<RespValue>> w = impl_->transaction(writes, "sync grants");
-    if (!w.ok()) return w.error();
+  if (Status s = flush(); !s.ok()) return s.error();
+  if (drop.size() > 2) {
+    Result<RespValue> r = impl_->one(drop, "SREM");
+    if (!r.ok()) return r.error();
   }
   return sync;
 }
@@ -1695,31 +1891,17 @@ Result<bool> RedisStore::set_member_grants(std::string_view member_id,
     if (Status st = validate_connection_id(cid); !st.ok()) return st.error();
   }
   RedisKeys& keys = impl_->keys;
-  const std::string grants_key = *keys.grants(*p);
-  Result<RespValue> stored = impl_->one({"SMEMBERS", grants_key}, "SMEMBERS");
+  Result<RespValue> stored = impl_->one({"SMEMBERS", *keys.grants(*p)}, "SMEMBERS");
   if (!stored.ok()) return stored.error();
   const std::set<std::string> have = string_set(*stored);
   if (have == cids) return false;
   // The member's set, and its principal in the grantees set of each connection added or removed:
   // the cost follows this member's grants, never the number of members.
-  std::vector<RedisCommand> writes = {{"DEL", grants_key}};
-  if (!cids.empty()) {
-    RedisCommand sadd = {"SADD", grants_key};
-    sadd.insert(sadd.end(), cids.begin(), cids.end());
-    writes.push_back(std::move(sadd));
+  if (Status s = impl_->write_member_grants({member_grant_write(keys, *p, have, cids)},
+                                            "set member grants");
+      !s.ok()) {
+    return s.error();
   }
-  for (const std::string& cid : have) {
-    if (cids.count(cid) == 0) writes.push_back({"SREM", *keys.grantees(cid), p->str()});
-  }
-  for (const std::string& cid : cids) {
-    if (have.count(cid) == 0) writes.push_back({"SADD", *keys.grantees(cid), p->str()});
-  }
-  if (std::optional<RedisCommand> due = due_now_command(keys, *p, have, cids)) {
-    writes.push_back(std::move(*due));
-  }
-  writes.push_back({"INCR", keys.epoch()});
-  Result<std::vector<RespValue>> w = impl_->transaction(writes, "set member grants");
-  if (!w.ok()) return w.error();
   return true;
 }
 

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -769,6 +770,34 @@ TEST_P(StoreConformance, SyncRemovesEverythingOfAConnectionNoLongerConfigured) {
   EXPECT_TRUE(store_->sync_grants({{"alice", {"c1"}}})->changed_members.empty());
   EXPECT_EQ(store_->sync_grants({})->changed_members, std::vector<std::string>{"alice"});
   EXPECT_TRUE(store_->read_grants("alice")->empty());
+}
+
+// Both stores agree on a grant sync member by member: added, changed, removed (also a member
+// only the admin API wrote), and the reverse index follows each.
+TEST_P(StoreConformance, AGrantSyncAddsChangesAndRemovesMembersAndTheirGrantees) {
+  Result<GrantSync> first = store_->sync_grants({{"alice", {"c1", "c2"}}, {"bob", {"c2"}}});
+  ASSERT_TRUE(first.ok()) << first.error().message;
+  EXPECT_EQ(first->changed_members, (std::vector<std::string>{"alice", "bob"}));
+  ASSERT_TRUE(*store_->set_member_grants("erin", {"c2"}));
+  EXPECT_EQ(*store_->read_grantees("c2"), (std::set<std::string>{"alice", "bob", "erin"}));
+  const int64_t before = epoch();
+  Result<GrantSync> next =
+      store_->sync_grants({{"bob", {"c1", "c2"}}, {"carol", {"c3"}}, {"dave", {}}});
+  ASSERT_TRUE(next.ok()) << next.error().message;
+  // alice and erin removed, bob changed, carol added; dave had nothing and has nothing.
+  EXPECT_EQ(next->changed_members, (std::vector<std::string>{"alice", "bob", "carol", "erin"}));
+  EXPECT_GT(epoch(), before);
+  EXPECT_TRUE(store_->read_grants("alice")->empty());
+  EXPECT_TRUE(store_->read_grants("erin")->empty());
+  EXPECT_EQ(*store_->read_grants("bob"), (std::set<std::string>{"c1", "c2"}));
+  EXPECT_EQ(*store_->read_grantees("c1"), std::set<std::string>{"bob"});
+  EXPECT_EQ(*store_->read_grantees("c2"), std::set<std::string>{"bob"});
+  EXPECT_EQ(*store_->read_grantees("c3"), std::set<std::string>{"carol"});
+  const int64_t steady = epoch();
+  Result<GrantSync> same = store_->sync_grants({{"bob", {"c1", "c2"}}, {"carol", {"c3"}}});
+  ASSERT_TRUE(same.ok());
+  EXPECT_TRUE(same->changed_members.empty());
+  EXPECT_EQ(epoch(), steady);  // nothing written
 }
 
 TEST_P(StoreConformance, PreferencesMergeByToggleTimeAndPublishEachPrincipalsOverlay) {
@@ -1656,6 +1685,8 @@ TEST(RedisStoreOnly, WritesExactlyTheDocumentedKeyLayout) {
   }
   EXPECT_EQ(kinds.count(KeyKind::kReplay), 1u);
   EXPECT_EQ(kinds.count(KeyKind::kGrantees), 1u);
+  EXPECT_EQ(kinds.count(KeyKind::kGrantMembers), 1u);
+  EXPECT_EQ(kinds.count(KeyKind::kGrantMembersBackfill), 1u);
   EXPECT_EQ(kinds.count(KeyKind::kPrefs), 1u);
   EXPECT_EQ(kinds.count(KeyKind::kBody), 1u);
 
@@ -1669,33 +1700,203 @@ TEST(RedisStoreOnly, WritesExactlyTheDocumentedKeyLayout) {
   EXPECT_EQ(store->list_connections()->size(), 1u);
 }
 
-TEST(RedisStoreOnly, GranteesFollowTheGrantsInOneTransaction) {
+// The members of a SET as text.
+std::set<std::string> set_members(RedisServer& server, const std::string& key) {
+  std::set<std::string> out;
+  for (const RespValue& m : raw_value(server, {"SMEMBERS", key}).elements) out.insert(m.str);
+  return out;
+}
+
+// Grants are written per member (one small transaction each, then the grantees of the
+// connections it gained or lost); the registry of members with grants lets a sync find the
+// members to empty without a SCAN, whoever wrote them (config sync or the admin API).
+TEST(RedisStoreOnly, GrantSyncWritesPerMemberAndKeepsTheRegistryAndGrantees) {
   ASSERT_TRUE(shared_redis().ok()) << shared_redis().error();
   RedisServer& server = shared_redis();
   (void)raw(server, {"FLUSHALL"});
   std::unique_ptr<RedisStore> store =
       std::move(RedisStore::create(local_redis(server.port()))).value();
   RedisKeys keys = *RedisKeys::create();
-  auto grantees = [&](const std::string& cid) {
-    std::set<std::string> out;
-    for (const RespValue& m : raw_value(server, {"SMEMBERS", *keys.grantees(cid)}).elements) {
-      out.insert(m.str);
-    }
-    return out;
-  };
+  auto grantees = [&](const std::string& cid) { return set_members(server, *keys.grantees(cid)); };
   ASSERT_TRUE(store->sync_grants({{"alice", {"c1", "c2"}}, {"bob", {"c2"}}}).ok());
   EXPECT_EQ(grantees("c1"), (std::set<std::string>{"member/alice"}));
   EXPECT_EQ(grantees("c2"), (std::set<std::string>{"member/alice", "member/bob"}));
-  ASSERT_TRUE(store->sync_grants({{"bob", {"c2", "c3"}}}).ok());
+  EXPECT_EQ(set_members(server, keys.grant_members()),
+            (std::set<std::string>{"member/alice", "member/bob"}));
+  // A member the admin API granted, the config does not name: the sync finds it in the registry.
+  ASSERT_TRUE(*store->set_member_grants("erin", {"c1"}));
+  EXPECT_EQ(grantees("c1"), (std::set<std::string>{"member/alice", "member/erin"}));
+  const int64_t scans = command_calls(server, "scan");
+  // alice removed, bob changed, carol added, erin removed.
+  Result<GrantSync> sync = store->sync_grants({{"bob", {"c2", "c3"}}, {"carol", {"c3"}}});
+  ASSERT_TRUE(sync.ok()) << sync.error().message;
+  EXPECT_EQ(sync->changed_members, (std::vector<std::string>{"alice", "bob", "carol", "erin"}));
+  EXPECT_EQ(command_calls(server, "scan"), scans);  // the registry, not a SCAN
   EXPECT_EQ(raw(server, {"EXISTS", *keys.grantees("c1")}), "0");
   EXPECT_EQ(grantees("c2"), (std::set<std::string>{"member/bob"}));
+  EXPECT_EQ(grantees("c3"), (std::set<std::string>{"member/bob", "member/carol"}));
+  EXPECT_EQ(raw(server, {"EXISTS", *keys.grants(member("alice"))}), "0");
+  EXPECT_EQ(set_members(server, keys.grant_members()),
+            (std::set<std::string>{"member/bob", "member/carol"}));
+  EXPECT_EQ(raw(server, {"EXISTS", keys.grantees_pending()}), "0");  // every pair settled
+  // A member listed whose grants went another way (a connection's sweep emptied them) leaves the
+  // registry at the next sync.
+  ASSERT_EQ(raw(server, {"SADD", keys.grant_members(), "member/gone"}), "1");
+  Result<GrantSync> again = store->sync_grants({{"bob", {"c2", "c3"}}, {"carol", {"c3"}}});
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->changed_members.empty());
+  EXPECT_EQ(set_members(server, keys.grant_members()),
+            (std::set<std::string>{"member/bob", "member/carol"}));
+}
+
+// A grant change is two steps (the member's transaction, then the grantees of the connections it
+// touched); an agent that stops between them leaves the pairs pending, and the next sync
+// recomputes those grantees from the grants as they stand, though no grant differs any more.
+TEST(RedisStoreOnly, ACrashBetweenGrantsAndGranteesIsRepairedByTheNextSync) {
+  ASSERT_TRUE(shared_redis().ok()) << shared_redis().error();
+  RedisServer& server = shared_redis();
+  (void)raw(server, {"FLUSHALL"});
+  std::unique_ptr<RedisStore> store =
+      std::move(RedisStore::create(local_redis(server.port()))).value();
+  RedisKeys keys = *RedisKeys::create();
+  auto grantees = [&](const std::string& cid) { return set_members(server, *keys.grantees(cid)); };
+  ASSERT_TRUE(store->sync_grants({{"bob", {"c2", "c3"}}}).ok());
+  // bob goes from {c2, c3} to {c3, c4}: only the first step ran (as member_grant_write's
+  // transaction writes it), the grantees never.
+  const std::string grants = *keys.grants(member("bob"));
+  ASSERT_EQ(
+      text_of(raw_value(server, {"EVAL",
+                                 "redis.call('DEL', KEYS[1]); "
+                                 "redis.call('SADD', KEYS[1], 'c3', 'c4'); "
+                                 "redis.call('SADD', KEYS[2], 'member/bob'); "
+                                 "redis.call('SADD', KEYS[3], 'c2:member/bob', "
+                                 "'c4:member/bob'); return 'OK'",
+                                 "3", grants, keys.grant_members(), keys.grantees_pending()})),
+      "OK");
+  EXPECT_EQ(grantees("c2"), (std::set<std::string>{"member/bob"}));  // stale
+  EXPECT_TRUE(grantees("c4").empty());                               // missing
+  Result<GrantSync> sync = store->sync_grants({{"bob", {"c3", "c4"}}});
+  ASSERT_TRUE(sync.ok()) << sync.error().message;
+  EXPECT_TRUE(sync->changed_members.empty());  // the grants are right already
+  EXPECT_EQ(raw(server, {"EXISTS", *keys.grantees("c2")}), "0");
   EXPECT_EQ(grantees("c3"), (std::set<std::string>{"member/bob"}));
-  // An index lost (or written by an older agent) is rebuilt though no grant changed.
-  (void)raw(server, {"DEL", *keys.grantees("c3")});
-  Result<GrantSync> same = store->sync_grants({{"bob", {"c2", "c3"}}});
-  ASSERT_TRUE(same.ok());
-  EXPECT_TRUE(same->changed_members.empty());
-  EXPECT_EQ(grantees("c3"), (std::set<std::string>{"member/bob"}));
+  EXPECT_EQ(grantees("c4"), (std::set<std::string>{"member/bob"}));
+  EXPECT_EQ(raw(server, {"EXISTS", keys.grantees_pending()}), "0");
+  EXPECT_EQ(*store->read_grantees("c4"), std::set<std::string>{"bob"});
+  // A pair no agent wrote is dropped, not followed.
+  ASSERT_EQ(raw(server, {"SADD", keys.grantees_pending(), "not a pair", "c1:shared"}), "2");
+  ASSERT_TRUE(store->sync_grants({{"bob", {"c3", "c4"}}}).ok());
+  EXPECT_EQ(raw(server, {"EXISTS", keys.grantees_pending()}), "0");
+  EXPECT_EQ(raw(server, {"EXISTS", *keys.grantees("c1")}), "0");
+}
+
+// A namespace written before the registry (grants keys, no grant-members, no marker): the first
+// sync lists its members by one SCAN (and makes sure of their grantees), marks it done, and finds
+// a member the config no longer names; later syncs run no SCAN.
+TEST(RedisStoreOnly, TheGrantRegistryIsBackfilledOnceOnANamespaceFromBefore) {
+  ASSERT_TRUE(shared_redis().ok()) << shared_redis().error();
+  RedisServer& server = shared_redis();
+  (void)raw(server, {"FLUSHALL"});
+  std::unique_ptr<RedisStore> store =
+      std::move(RedisStore::create(local_redis(server.port()))).value();
+  RedisKeys keys = *RedisKeys::create();
+  // As an agent from before the registry left it: grants and grantees, nothing else. One
+  // grantees entry is missing.
+  ASSERT_EQ(raw(server, {"SADD", *keys.grants(member("alice")), "c1"}), "1");
+  ASSERT_EQ(raw(server, {"SADD", *keys.grants(member("dave")), "c1", "c9"}), "2");
+  ASSERT_EQ(raw(server, {"SADD", *keys.grantees("c1"), "member/alice", "member/dave"}), "2");
+  for (int i = 0; i < 1500; ++i) {  // filler: the SCAN walks more than one page
+    ASSERT_EQ(
+        raw(server, {"SADD", keys.prefix() + "disabled:c1:member/m" + std::to_string(i), "t"}),
+        "1");
+  }
+  const int64_t scans = command_calls(server, "scan");
+  Result<GrantSync> sync = store->sync_grants({{"alice", {"c1"}}});
+  ASSERT_TRUE(sync.ok()) << sync.error().message;
+  EXPECT_EQ(sync->changed_members, std::vector<std::string>{"dave"});
+  EXPECT_GT(command_calls(server, "scan"), scans);
+  EXPECT_EQ(raw(server, {"GET", keys.grant_members_backfill()}).rfind("done:", 0), 0u);
+  EXPECT_EQ(raw(server, {"EXISTS", *keys.grants(member("dave"))}), "0");
+  EXPECT_EQ(set_members(server, *keys.grantees("c1")), std::set<std::string>{"member/alice"});
+  EXPECT_EQ(raw(server, {"EXISTS", *keys.grantees("c9")}), "0");
+  EXPECT_EQ(set_members(server, keys.grant_members()), std::set<std::string>{"member/alice"});
+
+  const int64_t after = command_calls(server, "scan");
+  ASSERT_TRUE(store->sync_grants({{"alice", {"c1"}}, {"bob", {"c2"}}}).ok());
+  EXPECT_EQ(command_calls(server, "scan"), after);
+  EXPECT_EQ(*store->read_grants("bob"), std::set<std::string>{"c2"});
+}
+
+// Commands a grant sync sends (INFO commandstats deltas): with nothing changed, reads only (the
+// registry, one SMEMBERS per member, the pending pairs) and no write at all; with N members
+// changed, writes exactly proportional to N (one MULTI/EXEC and one epoch INCR per member),
+// whatever the number of members.
+TEST(RedisStoreOnly, AGrantSyncWritesInProportionToTheMembersChanged) {
+  ASSERT_TRUE(shared_redis().ok()) << shared_redis().error();
+  RedisServer& server = shared_redis();
+  (void)raw(server, {"FLUSHALL"});
+  std::unique_ptr<RedisStore> store =
+      std::move(RedisStore::create(local_redis(server.port()))).value();
+  constexpr int kMembers = 1200;  // more than one read page, more than one write batch
+  GrantMap grants;
+  for (int i = 0; i < kMembers; ++i) {
+    grants["m" + std::to_string(i)] = {"a" + std::to_string(i % 7), "b" + std::to_string(i % 11)};
+  }
+  Result<GrantSync> first = store->sync_grants(grants);
+  ASSERT_TRUE(first.ok()) << first.error().message;
+  EXPECT_EQ(first->changed_members.size(), static_cast<std::size_t>(kMembers));
+
+  const std::vector<std::string> kWrites = {"multi", "exec", "incr", "sadd", "srem",
+                                            "del",   "zadd", "set",  "scan"};
+  auto snapshot = [&]() {
+    std::map<std::string, int64_t> out;
+    for (const std::string& c : kWrites) out[c] = command_calls(server, c);
+    out["smembers"] = command_calls(server, "smembers");
+    out["sscan"] = command_calls(server, "sscan");
+    return out;
+  };
+  auto delta = [&](const std::map<std::string, int64_t>& before) {
+    std::map<std::string, int64_t> now = snapshot();
+    for (auto& [c, v] : now) v -= before.at(c);
+    return now;
+  };
+  auto writes = [&](const std::map<std::string, int64_t>& d) {
+    int64_t total = 0;
+    for (const std::string& c : kWrites) total += d.at(c);
+    return total;
+  };
+
+  std::map<std::string, int64_t> before = snapshot();
+  Result<GrantSync> steady = store->sync_grants(grants);
+  ASSERT_TRUE(steady.ok());
+  EXPECT_TRUE(steady->changed_members.empty());
+  std::map<std::string, int64_t> d = delta(before);
+  EXPECT_EQ(writes(d), 0);
+  EXPECT_EQ(d["smembers"], kMembers + 1);  // each member's grants, and the pending pairs
+  EXPECT_GE(d["sscan"], 1);
+
+  // N members changed the same way ({a, b} to {a, x}): N transactions, N INCRs, and the same
+  // writes per member.
+  auto change = [&](int n, int round) {
+    for (int i = round * 100; i < round * 100 + n; ++i) {
+      grants["m" + std::to_string(i)] = {"a" + std::to_string(i % 7), "x" + std::to_string(round)};
+    }
+    std::map<std::string, int64_t> b = snapshot();
+    Result<GrantSync> s = store->sync_grants(grants);
+    EXPECT_TRUE(s.ok());
+    if (s.ok()) EXPECT_EQ(s->changed_members.size(), static_cast<std::size_t>(n));
+    return delta(b);
+  };
+  std::map<std::string, int64_t> three = change(3, 1);
+  EXPECT_EQ(three["multi"], 3);
+  EXPECT_EQ(three["exec"], 3);
+  EXPECT_EQ(three["incr"], 3);
+  EXPECT_EQ(three["scan"], 0);
+  std::map<std::string, int64_t> thirty = change(30, 2);
+  EXPECT_EQ(thirty["multi"], 30);
+  EXPECT_EQ(thirty["incr"], 30);
+  for (const std::string& c : kWrites) EXPECT_EQ(thirty[c], 10 * three[c]) << c;
+  EXPECT_EQ(thirty["smembers"], three["smembers"]);  // the reads follow the members, not N
 }
 
 // ---- SQLite only -------------------------------------------------------------------------------
