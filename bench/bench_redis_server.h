@@ -101,6 +101,14 @@ inline void append_argv(redisContext* c, const std::vector<std::string>& argv) {
   redisAppendCommandArgv(c, static_cast<int>(argv.size()), a.data(), l.data());
 }
 
+// A comma-separated list of integers from the command line ("1000,100000").
+inline std::vector<int64_t> parse_int_list(const char* text) {
+  std::vector<int64_t> out;
+  std::stringstream in(text);
+  for (std::string part; std::getline(in, part, ',');) out.push_back(std::atoll(part.c_str()));
+  return out;
+}
+
 // What INFO says of the server's work so far.
 struct RedisInfo {
   struct Command {

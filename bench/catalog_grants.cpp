@@ -288,13 +288,6 @@ void run_sqlite(const std::string& dir, const std::vector<int64_t>& ns, int k) {
   }
 }
 
-std::vector<int64_t> parse_list(const char* text) {
-  std::vector<int64_t> out;
-  std::stringstream in(text);
-  for (std::string part; std::getline(in, part, ',');) out.push_back(std::atoll(part.c_str()));
-  return out;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -310,13 +303,13 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--redis-server") == 0) {
       binary = next();
     } else if (std::strcmp(argv[i], "--n") == 0) {
-      ns = parse_list(next());
+      ns = bench::parse_int_list(next());
     } else if (std::strcmp(argv[i], "--k") == 0) {
       k = std::atoi(next());
     } else if (std::strcmp(argv[i], "--sqlite") == 0) {
       sqlite = true;
     } else if (std::strcmp(argv[i], "--sqlite-n") == 0) {
-      sqlite_ns = parse_list(next());
+      sqlite_ns = bench::parse_int_list(next());
     } else if (std::strcmp(argv[i], "--dir") == 0) {
       dir = next();
     } else {

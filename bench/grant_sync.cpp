@@ -109,13 +109,6 @@ void print_row(int64_t n, const char* what, const Measure& m) {
   std::fflush(stdout);
 }
 
-std::vector<int64_t> parse_list(const char* text) {
-  std::vector<int64_t> out;
-  std::stringstream in(text);
-  for (std::string part; std::getline(in, part, ',');) out.push_back(std::atoll(part.c_str()));
-  return out;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -130,7 +123,7 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--redis-server") == 0) {
       binary = next();
     } else if (std::strcmp(argv[i], "--n") == 0) {
-      ns = parse_list(next());
+      ns = bench::parse_int_list(next());
     } else if (std::strcmp(argv[i], "--filler") == 0) {
       filler = std::atoi(next());
     } else if (std::strcmp(argv[i], "--dir") == 0) {

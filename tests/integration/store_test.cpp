@@ -1707,17 +1707,30 @@ std::set<std::string> set_members(RedisServer& server, const std::string& key) {
   return out;
 }
 
+// A flushed test Redis (shared_redis, checked by the caller) and a store on it.
+struct GrantFixture {
+  RedisServer& server = shared_redis();
+  RedisKeys keys = *RedisKeys::create();
+  std::unique_ptr<RedisStore> store;
+  GrantFixture() {
+    (void)raw(server, {"FLUSHALL"});
+    store = std::move(RedisStore::create(local_redis(server.port()))).value();
+  }
+  std::set<std::string> grantees(const std::string& cid) {
+    return set_members(server, *keys.grantees(cid));
+  }
+};
+
 // Grants are written per member (one small transaction each, then the grantees of the
 // connections it gained or lost); the registry of members with grants lets a sync find the
 // members to empty without a SCAN, whoever wrote them (config sync or the admin API).
 TEST(RedisStoreOnly, GrantSyncWritesPerMemberAndKeepsTheRegistryAndGrantees) {
   ASSERT_TRUE(shared_redis().ok()) << shared_redis().error();
-  RedisServer& server = shared_redis();
-  (void)raw(server, {"FLUSHALL"});
-  std::unique_ptr<RedisStore> store =
-      std::move(RedisStore::create(local_redis(server.port()))).value();
-  RedisKeys keys = *RedisKeys::create();
-  auto grantees = [&](const std::string& cid) { return set_members(server, *keys.grantees(cid)); };
+  GrantFixture f;
+  RedisServer& server = f.server;
+  std::unique_ptr<RedisStore>& store = f.store;
+  RedisKeys& keys = f.keys;
+  auto grantees = [&](const std::string& cid) { return f.grantees(cid); };
   ASSERT_TRUE(store->sync_grants({{"alice", {"c1", "c2"}}, {"bob", {"c2"}}}).ok());
   EXPECT_EQ(grantees("c1"), (std::set<std::string>{"member/alice"}));
   EXPECT_EQ(grantees("c2"), (std::set<std::string>{"member/alice", "member/bob"}));
@@ -1754,12 +1767,11 @@ TEST(RedisStoreOnly, GrantSyncWritesPerMemberAndKeepsTheRegistryAndGrantees) {
 // recomputes those grantees from the grants as they stand, though no grant differs any more.
 TEST(RedisStoreOnly, ACrashBetweenGrantsAndGranteesIsRepairedByTheNextSync) {
   ASSERT_TRUE(shared_redis().ok()) << shared_redis().error();
-  RedisServer& server = shared_redis();
-  (void)raw(server, {"FLUSHALL"});
-  std::unique_ptr<RedisStore> store =
-      std::move(RedisStore::create(local_redis(server.port()))).value();
-  RedisKeys keys = *RedisKeys::create();
-  auto grantees = [&](const std::string& cid) { return set_members(server, *keys.grantees(cid)); };
+  GrantFixture f;
+  RedisServer& server = f.server;
+  std::unique_ptr<RedisStore>& store = f.store;
+  RedisKeys& keys = f.keys;
+  auto grantees = [&](const std::string& cid) { return f.grantees(cid); };
   ASSERT_TRUE(store->sync_grants({{"bob", {"c2", "c3"}}}).ok());
   // bob goes from {c2, c3} to {c3, c4}: only the first step ran (as member_grant_write's
   // transaction writes it), the grantees never.
@@ -1795,11 +1807,10 @@ TEST(RedisStoreOnly, ACrashBetweenGrantsAndGranteesIsRepairedByTheNextSync) {
 // a member the config no longer names; later syncs run no SCAN.
 TEST(RedisStoreOnly, TheGrantRegistryIsBackfilledOnceOnANamespaceFromBefore) {
   ASSERT_TRUE(shared_redis().ok()) << shared_redis().error();
-  RedisServer& server = shared_redis();
-  (void)raw(server, {"FLUSHALL"});
-  std::unique_ptr<RedisStore> store =
-      std::move(RedisStore::create(local_redis(server.port()))).value();
-  RedisKeys keys = *RedisKeys::create();
+  GrantFixture f;
+  RedisServer& server = f.server;
+  std::unique_ptr<RedisStore>& store = f.store;
+  RedisKeys& keys = f.keys;
   // As an agent from before the registry left it: grants and grantees, nothing else. One
   // grantees entry is missing.
   ASSERT_EQ(raw(server, {"SADD", *keys.grants(member("alice")), "c1"}), "1");
@@ -1833,10 +1844,9 @@ TEST(RedisStoreOnly, TheGrantRegistryIsBackfilledOnceOnANamespaceFromBefore) {
 // whatever the number of members.
 TEST(RedisStoreOnly, AGrantSyncWritesInProportionToTheMembersChanged) {
   ASSERT_TRUE(shared_redis().ok()) << shared_redis().error();
-  RedisServer& server = shared_redis();
-  (void)raw(server, {"FLUSHALL"});
-  std::unique_ptr<RedisStore> store =
-      std::move(RedisStore::create(local_redis(server.port()))).value();
+  GrantFixture f;
+  RedisServer& server = f.server;
+  std::unique_ptr<RedisStore>& store = f.store;
   constexpr int kMembers = 1200;  // more than one read page, more than one write batch
   GrantMap grants;
   for (int i = 0; i < kMembers; ++i) {
