@@ -10,9 +10,11 @@
 // Registered as the ctest `wasm.edge_cluster` (wasm-worker/CMakeLists.txt). Exit status 0 when every
 // test passed, 77 (ctest SKIP_RETURN_CODE) when the native agent, redis-server or redis-cli is
 // absent. The tests: discovery at both edges equals the agent's (same manifest, same ETag), the
-// edges having learned the slot's node from the map their seed gave; a CLUSTER FAILOVER of the
-// slot's master mid-traffic is followed through MOVED with every read answered from Redis; a
-// SIGKILLed master: while its replica is promoted the edges answer from their L1 copy
+// edges having learned the slot's node from the map their seed gave; replica reads (a third edge
+// with QUIVER_REDIS_REPLICA_READS=1: its discovery reads run on the slot's replica, counted there);
+// a CLUSTER FAILOVER of the slot's master mid-traffic is followed through MOVED with every read
+// answered; the slot migrated to another master mid-traffic (IMPORTING/MIGRATING, MIGRATE, ASK,
+// then SETSLOT NODE and MOVED) with every read answered; a SIGKILLed master: while its replica is promoted the edges answer from their L1 copy
 // (stale-if-error) or 503 STORE_UNAVAILABLE, never an empty or wrong list, and recover.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -84,6 +86,43 @@ test('discovery at both edges, seeded off the slot, equals the agent\'s', async 
   }
 });
 
+// `INFO commandstats` of `port` as {command: calls}.
+async function commandCalls(port) {
+  const text = await cluster.call(port, 'INFO', 'commandstats');
+  const out = {};
+  for (const m of String(text).matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) out[m[1]] = Number(m[2]);
+  return out;
+}
+
+test('replica reads: the discovery read goes to the slot\'s replica after READONLY', async () => {
+  const { master, replicas } = await cluster.shardOf(slot);
+  const [edge] = await startEdges(1, { edgeDir, logs, env: edgeEnv({
+    ns: NS, kid: KID, secret: SECRET, redisPort: seed, edgeRedisPassword: EDGE_REDIS_PASSWORD,
+    l1TtlMs: 0, extra: { REDIS_CLUSTER: '1', QUIVER_REDIS_REPLICA_READS: '1' } }) });
+  try {
+    const fromAgent = entry(await agent.request('GET', '/v1/manifests', { headers: auth() }));
+    const before = await commandCalls(replicas[0]);
+    const masterBefore = await commandCalls(master);
+    const READS = 5;
+    for (let i = 0; i < READS; i++) {
+      const res = await edge.request('GET', '/v1/manifests', { headers: auth() });
+      assert.equal(res.status, 200, res.text);
+      assert.equal(res.headers['x-quiver-cache'], 'miss');
+      assert.equal(entry(res).etag, fromAgent.etag);
+      assert.equal(JSON.stringify(entry(res).manifest), JSON.stringify(fromAgent.manifest));
+    }
+    const after = await commandCalls(replicas[0]);
+    const masterAfter = await commandCalls(master);
+    const scripts = (c) => (c.evalsha_ro ?? 0) + (c.eval_ro ?? 0);
+    assert.equal((after.readonly ?? 0) - (before.readonly ?? 0), READS,
+                 'one READONLY per request, on the replica');
+    assert.ok(scripts(after) - scripts(before) >= READS, 'the discovery scripts ran on the replica');
+    assert.equal(scripts(masterAfter) - scripts(masterBefore), 0, 'none on the master');
+  } finally {
+    await edge.stop();
+  }
+});
+
 test('a CLUSTER FAILOVER mid-traffic is followed through MOVED, every read answered', async () => {
   const { master, replicas } = await cluster.shardOf(slot);
   assert.ok(replicas.length, 'the slot has a replica');
@@ -109,6 +148,51 @@ test('a CLUSTER FAILOVER mid-traffic is followed through MOVED, every read answe
   }
   const last = answers.filter((a) => a.source === 'miss').at(-1);
   assert.ok(last, 'reads reached Redis');
+});
+
+test('a slot migrated mid-traffic is followed through ASK, then MOVED', async () => {
+  const from = (await cluster.shardOf(slot, seed)).master;
+  const masters = [];
+  for (const port of cluster.alive()) {
+    if ((await cluster.call(port, 'ROLE'))[0] === 'master') masters.push(port);
+  }
+  const to = masters.find((p) => p !== from && p !== seed);
+  const fromId = await cluster.call(from, 'CLUSTER', 'MYID');
+  const toId = await cluster.call(to, 'CLUSTER', 'MYID');
+  const before = await Promise.all(edges.map(healthz));
+  let done = false;
+  const reads = readLoop(() => done);
+  await sleep(300);
+  // As `redis-cli --cluster reshard` does, with every key of the slot in one MIGRATE: the
+  // namespace's scripts read keys they do not declare (key layout v1), so the slot must never be
+  // split between the two nodes while they run.
+  await cluster.call(to, 'CLUSTER', 'SETSLOT', slot, 'IMPORTING', fromId);
+  await cluster.call(from, 'CLUSTER', 'SETSLOT', slot, 'MIGRATING', toId);
+  const keys = await cluster.call(from, 'CLUSTER', 'GETKEYSINSLOT', slot, 1000000);
+  assert.ok(keys.length > 0, 'the namespace has keys');
+  assert.equal(await cluster.call(from, 'MIGRATE', '127.0.0.1', to, '', 0, 10000, 'AUTH',
+                                  REDIS_PASSWORD, 'KEYS', ...keys), 'OK');
+  // The keys are at `to`, the slot still `from`'s: `from` answers ASK.
+  await sleep(1000);
+  for (const port of [to, from, ...masters.filter((p) => p !== to && p !== from)]) {
+    await cluster.call(port, 'CLUSTER', 'SETSLOT', slot, 'NODE', toId);
+  }
+  await cluster.waitUntilOk({ replicas: false });
+  await sleep(500);
+  done = true;
+  const answers = await reads;
+  assert.equal((await cluster.shardOf(slot, seed)).master, to, 'the slot moved');
+  const bad = answers.filter((a) => a.status !== 200 || a.count !== 1 || !a.entry?.manifest);
+  assert.deepEqual(bad, [], 'every read answered with the manifest');
+  for (const [i, w] of edges.entries()) {
+    const h = await healthz(w);
+    assert.ok(h.cluster.ask > before[i].cluster.ask, `edge ${i} followed ASK: ${JSON.stringify(h.cluster)}`);
+    assert.ok(h.cluster.moved > before[i].cluster.moved, `edge ${i} followed MOVED: ${JSON.stringify(h.cluster)}`);
+  }
+  const stale = answers.filter((a) => a.source === 'stale-if-error').length;
+  console.log(`      ${answers.length} reads during the migration: ${stale} from L1 (stale-if-error)`);
+  const res = await agent.request('GET', '/v1/manifests', { headers: auth() });
+  assert.equal(res.status, 200, res.text);
 });
 
 test('a SIGKILLed master: L1 copies or 503 meanwhile, never a wrong list, then recovery', async () => {
