@@ -54,9 +54,10 @@ RedisCommand ClusterRouter::map_command() const {
 
 Status ClusterRouter::learn(const RespValue& reply, const ClusterNode& answered) {
   if (reply.is_error()) {
+    const char* asked = use_slots_ ? "CLUSTER SLOTS" : "CLUSTER SHARDS";
     // A server before 7.0 knows no CLUSTER SHARDS: ask it for SLOTS next time.
     if (!use_slots_ && reply.str.find("nknown") != std::string::npos) use_slots_ = true;
-    return redis_reply_error(reply, use_slots_ ? "CLUSTER SHARDS" : "CLUSTER SLOTS");
+    return redis_reply_error(reply, asked);
   }
   Result<ClusterSlotMap> map =
       use_slots_
@@ -82,10 +83,6 @@ RoutedConversation::RoutedConversation(RespLimits limits, RedisCredentials crede
     : limits_(limits), credentials_(std::move(credentials)), router_(router) {
   if (router_ == nullptr)
     conns_.push_back(Conn{ClusterNode{}, RedisConversation(limits_, credentials_)});
-}
-
-bool RoutedConversation::answered() const {
-  return !conns_.empty() && current_ < conns_.size() && conns_[current_].conv.answered();
 }
 
 RoutedWrite RoutedConversation::begin(std::vector<RedisCommand> commands, ScriptForm form,
@@ -114,11 +111,8 @@ RoutedWrite RoutedConversation::begin(std::vector<RedisCommand> commands, Script
   refresh_ = false;
   delay_ms_ = 0;
   in_round_ = true;
-  if (dispatch() == RedisTurn::kFailed) {
-    // No write to make (budgets already spent cannot happen on a first try): an empty write
-    // the host performs is still answered by feed(); never reached in practice.
-    in_round_ = false;
-  }
+  // kFailed (no write to make: give_up ended the round): the caller sees !in_round(), error().
+  dispatch();
   return take_write();
 }
 
@@ -222,6 +216,7 @@ RedisTurn RoutedConversation::dispatch() {
 RedisTurn RoutedConversation::feed(std::string_view bytes) {
   if (router_ == nullptr) {
     RedisTurn turn = conns_[0].conv.feed(bytes);
+    answered_ = conns_[0].conv.answered();
     if (turn == RedisTurn::kWrite) write_.bytes = conns_[0].conv.take_write();
     if (turn == RedisTurn::kFailed) error_ = conns_[0].conv.error();
     if (turn == RedisTurn::kDone || turn == RedisTurn::kFailed) in_round_ = false;
@@ -230,6 +225,7 @@ RedisTurn RoutedConversation::feed(std::string_view bytes) {
   if (!in_round_) return give_up(Error(ErrorCode::kInvalidReply, "Redis sent bytes unasked"));
   RedisConversation& conv = current();
   RedisTurn turn = conv.feed(bytes);
+  answered_ = conv.answered();
   switch (turn) {
     case RedisTurn::kRead:
       return turn;

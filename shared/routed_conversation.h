@@ -135,7 +135,9 @@ class RoutedConversation {
   void drop();
 
   bool in_round() const { return in_round_; }
-  bool answered() const;
+  // The last feed() completed a node's replies (error replies, MOVED included): Redis is not
+  // stalled, whatever comes next.
+  bool answered() const { return answered_; }
   bool clustered() const { return router_ != nullptr; }
 
  private:
@@ -162,6 +164,7 @@ class RoutedConversation {
 
   // The round.
   bool in_round_ = false;
+  bool answered_ = false;
   std::vector<RedisCommand> commands_;
   ScriptForm form_ = ScriptForm::kBySha;
   bool keep_bytes_ = false;

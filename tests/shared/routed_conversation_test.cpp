@@ -152,6 +152,19 @@ TEST(RoutedConversation, TryAgainBacksOffAndClusterDownRefreshesTheMap) {
   EXPECT_EQ(router.stats().refreshes, 2u);
 }
 
+TEST(RoutedConversation, AServerWithoutClusterShardsIsAskedForClusterSlots) {
+  ClusterRouter router(seeded(), ns_slot());
+  RoutedConversation c({}, kCreds, &router);
+  c.begin({kGet});
+  ASSERT_EQ(c.feed(kAuthOk + "-ERR unknown subcommand 'SHARDS'. Try CLUSTER HELP.\r\n"),
+            RedisTurn::kWrite);
+  RoutedWrite w = c.take_write();
+  EXPECT_NE(w.bytes.find("SLOTS"), std::string::npos);
+  RespValue slots = A({A({I(0), I(16383), A({S("127.0.0.1"), I(7002), S("m")})})});
+  ASSERT_EQ(c.feed((w.new_connection ? kAuthOk : "") + encode_reply(slots)), RedisTurn::kWrite);
+  EXPECT_EQ(c.take_write().node->port, 7002);
+}
+
 TEST(RoutedConversation, RedirectsBeyondTheBudgetAreAStoreFailureNeverAnAnswer) {
   ClusterRouter router(seeded(), ns_slot());
   RoutedConversation c({}, kCreds, &router);
