@@ -163,7 +163,7 @@ RedisTurn RoutedConversation::dispatch() {
   learning_ = false;
   asking_ = false;
   preamble_ = 0;
-  if (refresh_ || !router_->have_map()) {
+  if (refresh_ || !router_->have_map() || router_->take_stale()) {
     refresh_ = false;
     learning_ = true;
     node = router_->refresh_node();
@@ -341,6 +341,11 @@ RedisTurn RoutedConversation::connection_failed(std::string_view why) {
   }
   Error e = current().connection_failed(why);
   if (!in_round_) return give_up(std::move(e));
+  if (e.code == ErrorCode::kTimeout) {
+    // Waiting again would hold the request for attempts × the timeout: fail now, refresh later.
+    router_->mark_stale();
+    return give_up(std::move(e));
+  }
   // Nothing was written (the connection never opened), or nothing written changes anything.
   const bool unsent = starts_with(why, "connect");
   if (learning_ || read_only_ || unsent) return retry_after_failure(e.message);

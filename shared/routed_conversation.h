@@ -22,8 +22,10 @@
 // A read-only round (the discovery script) may go to a replica when replica reads are on: its
 // connection opens with AUTH + READONLY in one write (cluster_connection_preamble); a redirect
 // sends it on to the master named. A connection that fails before anything was written (the
-// host's `why` starts with "connect"), or under a read-only round, is retried after a refresh; a
-// write that may have run is not sent again.
+// host's `why` starts with "connect": refused, reset), or under a read-only round, is retried
+// after a refresh; a write that may have run is not sent again. A timeout is not retried: the
+// request fails at once as on one Redis (the edge's fail-fast window and L1 copies take over)
+// and the isolate's next round asks for the map first (a failover may be under way).
 //
 // Each write names its node; the host keeps one connection per node for the request
 // (`new_connection`: close that node's connection, open another) and at most kMaxNodesPerRequest
@@ -36,6 +38,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "shared/redis_cluster.h"
@@ -87,6 +90,9 @@ class ClusterRouter {
   void moved(uint16_t slot, const ClusterNode& node);
   void note_ask() { ++stats_.ask; }
   void note_retry() { ++stats_.retries; }
+  // A node timed out: the next round of any request asks for the map first.
+  void mark_stale() { stale_ = true; }
+  bool take_stale() { return std::exchange(stale_, false); }
 
  private:
   ClusterRouterSettings settings_;
@@ -94,6 +100,7 @@ class ClusterRouter {
   ClusterSlotMap map_;
   bool have_map_ = false;
   bool use_slots_ = false;
+  bool stale_ = false;
   uint64_t next_refresh_ = 0;
   uint64_t spread_ = 0;
   ClusterRouterStats stats_;

@@ -244,6 +244,19 @@ TEST(RoutedConversation, AFailedConnectIsRetriedAfterARefreshAWriteThatMayHaveRu
   EXPECT_NE(c.error().message.find("not sent again"), std::string::npos) << c.error().message;
 }
 
+TEST(RoutedConversation, ATimeoutFailsAtOnceAndTheNextRoundAsksForTheMapFirst) {
+  ClusterRouter router(seeded(), ns_slot());
+  RoutedConversation c({}, kCreds, &router);
+  c.begin({kGet}, ScriptForm::kBySha, false, /*read_only=*/true);
+  c.feed(kAuthOk + encode_reply(shards()));
+  c.take_write();
+  ASSERT_EQ(c.connection_failed("read timed out after 2000 ms"), RedisTurn::kFailed);
+  EXPECT_EQ(c.error().code, ErrorCode::kTimeout);  // the edge's fail-fast window opens
+  RoutedConversation next({}, kCreds, &router);
+  RoutedWrite w = next.begin({kGet});
+  EXPECT_NE(w.bytes.find("SHARDS"), std::string::npos);
+}
+
 // ---- the edge --------------------------------------------------------------------------------
 
 std::unique_ptr<EdgeService> edge(std::vector<std::pair<std::string, std::string>> extra) {
