@@ -10,7 +10,8 @@
 // Registered as the ctest `wasm.edge_cluster` (wasm-worker/CMakeLists.txt). Exit status 0 when every
 // test passed, 77 (ctest SKIP_RETURN_CODE) when the native agent, redis-server or redis-cli is
 // absent. The tests: discovery at both edges equals the agent's (same manifest, same ETag), the
-// edges having learned the slot's node from the map their seed gave; replica reads (a third edge
+// edges having learned the slot's node from the map their seed gave; a tools/call relayed through
+// the cluster (enqueue + BLPOP on the slot's master) answered by the agent; replica reads (a third edge
 // with QUIVER_REDIS_REPLICA_READS=1: its discovery reads run on the slot's replica, counted there);
 // a CLUSTER FAILOVER of the slot's master mid-traffic is followed through MOVED with every read
 // answered; the slot migrated to another master mid-traffic (IMPORTING/MIGRATING, MIGRATE, ASK,
@@ -83,6 +84,21 @@ test('discovery at both edges, seeded off the slot, equals the agent\'s', async 
     assert.equal(h.cluster.slot, slot);
     assert.equal(h.cluster.map_known, true);
     assert.ok(h.cluster.refreshes >= 1, JSON.stringify(h.cluster));
+  }
+});
+
+test('a tools/call through the edge is relayed to the agent on the slot\'s master', async () => {
+  for (const [i, w] of edges.entries()) {
+    const res = await w.request('POST', '/mcp', {
+      headers: { ...auth(), 'content-type': 'application/json',
+                 accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-06-18' },
+      body: JSON.stringify({ jsonrpc: '2.0', id: i + 1, method: 'tools/call',
+                             params: { name: 't__tool_1', arguments: {} } }) });
+    assert.equal(res.status, 200, res.text);
+    const text = res.headers['content-type']?.startsWith('text/event-stream')
+      ? JSON.parse(res.text.split('\n').find((l) => l.startsWith('data: ')).slice(6)) : res.json;
+    assert.equal(text.id, i + 1, res.text);
+    assert.deepEqual(text.result?.content?.[0]?.text, 'called tool_1', res.text);
   }
 });
 
