@@ -363,6 +363,36 @@ TEST(EdgeCluster, AReadSeededAtANodeThatDoesNotOwnTheSlotFollowsMovedToTheSameAn
   EXPECT_TRUE(s.new_connection);  // a socket belongs to its request
 }
 
+TEST(EdgeCluster, AskSendsAskingAndTheReadScriptAsTextAndL1KeepsTheReplyAlone) {
+  auto clustered = edge({{"REDIS_CLUSTER", "127.0.0.1:7000"}, {"QUIVER_L1_TTL_MS", "60000"}});
+  EdgeStep s = clustered->begin(manifests_request(), kNow, kRandom);
+  s = clustered->feed(s.handle, kAuthOk + encode_reply(shards()), kNow);
+  ASSERT_EQ(s.redis_port, 7001);
+  EXPECT_NE(s.redis_bytes.find("EVALSHA_RO"), std::string::npos);
+  s = clustered->feed(s.handle,
+                      kAuthOk + "-ASK " + std::to_string(ns_slot()) + " 127.0.0.1:7002\r\n", kNow);
+  ASSERT_EQ(s.action, EdgeAction::kRedis);
+  EXPECT_EQ(s.redis_port, 7002);
+  const std::string asking = encode_command({"ASKING"});
+  const std::size_t at = s.redis_bytes.find(asking);
+  ASSERT_NE(at, std::string::npos);
+  // The script as text (a NOSCRIPT retry would go without ASKING).
+  EXPECT_NE(s.redis_bytes.find("$7\r\nEVAL_RO\r\n", at), std::string::npos);
+  EXPECT_EQ(s.redis_bytes.find("$10\r\nEVALSHA_RO\r\n"), std::string::npos);
+  s = clustered->feed(s.handle, kAuthOk + kAuthOk + encode_reply(empty_discovery()), kNow);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(s.response.status, 200);
+  clustered->end(s.handle);
+  EXPECT_EQ(clustered->cluster()->stats().ask, 1u);
+  // The snapshot L1 kept is the script's reply alone (ASKING's +OK stripped): a later request
+  // for another view of it is answered from L1, without Redis.
+  HttpRequest again = manifests_request();
+  again.query = "view=mcp";
+  s = clustered->begin(again, kNow + 1, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRespond) << s.redis_bytes;
+  EXPECT_EQ(s.response.status, 200);
+}
+
 TEST(EdgeCluster, ExhaustedRedirectsAre503StoreUnavailableNeverEmptyData) {
   auto clustered = edge({{"REDIS_CLUSTER", "127.0.0.1:7000"}});
   EdgeStep s = clustered->begin(manifests_request(), kNow, kRandom);
