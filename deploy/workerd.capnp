@@ -12,6 +12,8 @@
 #   QUIVER_WEBHOOK_SECRETS (secret)       webhook HMAC secrets, JSON {"<name>": "<secret>"}
 #                                         (POST /v1/webhooks/refresh; unset: 404)
 #   REDIS_PASSWORD (secret), REDIS_USERNAME, REDIS_HOST, REDIS_PORT, REDIS_TLS
+#   REDIS_CLUSTER ("1": a Redis Cluster seeded by REDIS_HOST:REDIS_PORT, or seeds "h:p,h:p"),
+#   QUIVER_REDIS_REPLICA_READS (cluster: discovery reads may go to replicas)
 #   QUIVER_NAMESPACE, QUIVER_TOKEN_AUDIENCE, QUIVER_L1_TTL_MS, QUIVER_L1_STALE_IF_ERROR_MS,
 #   QUIVER_L1_MAX_BYTES, QUIVER_FRESH_TTL_MS, QUIVER_MAX_AGE_MS, QUIVER_MIN_UPSTREAM_TTL_MS,
 #   QUIVER_REVALIDATE_WINDOW_MS, QUIVER_MCP_SEARCH_MODE,
@@ -67,6 +69,8 @@ const edgeWorker :Workerd.Worker = (
     (name = "REDIS_HOST", fromEnvironment = "REDIS_HOST"),
     (name = "REDIS_PORT", fromEnvironment = "REDIS_PORT"),
     (name = "REDIS_TLS", fromEnvironment = "REDIS_TLS"),
+    (name = "REDIS_CLUSTER", fromEnvironment = "REDIS_CLUSTER"),
+    (name = "QUIVER_REDIS_REPLICA_READS", fromEnvironment = "QUIVER_REDIS_REPLICA_READS"),
     (name = "REDIS_USERNAME", fromEnvironment = "REDIS_USERNAME"),
     (name = "REDIS_PASSWORD", fromEnvironment = "REDIS_PASSWORD"),
     (name = "REDIS_CONNECT_TIMEOUT_MS", fromEnvironment = "REDIS_CONNECT_TIMEOUT_MS"),

@@ -96,7 +96,7 @@ struct EdgeService::Request {
   int64_t redis_blocks_ms = 0;
 
   EdgePhase phase = EdgePhase::kDeciding;  // the only state: shared/edge_request_state.h
-  RedisConversation redis;                 // this request's connection, opened lazily
+  RoutedConversation redis;  // this request's connections (one per cluster node), opened lazily
 };
 
 EdgeService::EdgeService(Result<EdgeSettings> settings)
@@ -114,6 +114,11 @@ EdgeService::EdgeService(Result<EdgeSettings> settings)
     return;
   }
   keys_ = std::move(*keys);
+  if (settings->cluster) {
+    // Key layout v1: every key of the namespace is in the slot of its `{ns}` tag.
+    cluster_ =
+        std::make_unique<ClusterRouter>(*settings->cluster, cluster_key_slot(keys_->prefix()));
+  }
   settings_ = std::move(*settings);
   search_cache_ = std::make_unique<SearchIndexCache>(kSearchCacheEntries, kSearchCacheBytes);
   searcher_ = std::make_unique<IndexedToolSearcher>(search_cache_.get());
@@ -168,8 +173,9 @@ EdgeService::Request& EdgeService::new_request(std::string_view random) {
   Request& r = *owned;
   r.handle = handle;
   if (settings_) {
-    r.redis = RedisConversation(
-        settings_->resp, RedisCredentials{settings_->redis_username, settings_->redis_password});
+    r.redis = RoutedConversation(
+        settings_->resp, RedisCredentials{settings_->redis_username, settings_->redis_password},
+        cluster_.get());
   }
   if (!random.empty()) {
     std::string_view head = random.substr(0, 8);
@@ -394,6 +400,15 @@ EdgeStep EdgeService::healthz(Request& r, const HttpRequest& request) {
                                {"body_bytes", bodies_.bytes()},
                                {"body_hits", bodies_.stats().hits},
                                {"body_misses", bodies_.stats().misses}});
+    if (cluster_) {
+      const ClusterRouterStats& c = cluster_->stats();
+      body["cluster"] = Json::object({{"slot", cluster_->slot()},
+                                      {"map_known", cluster_->have_map()},
+                                      {"refreshes", c.refreshes},
+                                      {"moved", c.moved},
+                                      {"ask", c.ask},
+                                      {"retries", c.retries}});
+    }
   }
   HttpResponse res = json_response(status, body);
   if (request.method == "HEAD") res.body.clear();
@@ -595,11 +610,25 @@ EdgeStep EdgeService::send(Request& r, EdgeEvent event, std::vector<RedisCommand
         r.now_ms);
   }
   // A snapshot read's bytes go to L1 as they came.
-  RedisRound round = r.redis.begin(std::move(commands), form, event == EdgeEvent::kReadSnapshot);
-  EdgeStep s = step_of(r.handle, EdgeAction::kRedis);
-  s.redis_bytes = std::move(round.bytes);
-  s.new_connection = round.new_connection;
+  // The discovery read changes nothing: on a cluster it may go to a replica (replica reads on).
+  const bool read = event == EdgeEvent::kReadSnapshot;
+  RoutedWrite write = r.redis.begin(std::move(commands), form, read, read);
+  if (!r.redis.in_round()) return store_failed(r, r.redis.error(), r.now_ms);
+  EdgeStep s = redis_step(r.handle, std::move(write));
   s.redis_blocks_ms = r.redis_blocks_ms;
+  return s;
+}
+
+EdgeStep EdgeService::redis_step(uint32_t handle, RoutedWrite write) {
+  EdgeStep s = step_of(handle, EdgeAction::kRedis);
+  s.redis_bytes = std::move(write.bytes);
+  s.new_connection = write.new_connection;
+  if (write.node) {
+    s.redis_host = std::move(write.node->host);
+    s.redis_port = write.node->port;
+  }
+  s.redis_delay_ms = write.delay_ms;
+  s.redis_close = std::move(write.close);
   return s;
 }
 
@@ -620,9 +649,8 @@ EdgeStep EdgeService::feed(uint32_t handle, std::string_view bytes, int64_t now_
       s.redis_blocks_ms = r->redis_blocks_ms;
       return s;
     }
-    case RedisTurn::kWrite: {  // the scripts Redis lacked, as EVAL, on the same connection
-      EdgeStep s = step_of(handle, EdgeAction::kRedis);
-      s.redis_bytes = r->redis.take_write();
+    case RedisTurn::kWrite: {  // the scripts Redis lacked, as EVAL; or a cluster's redirect
+      EdgeStep s = redis_step(handle, r->redis.take_write());
       s.redis_blocks_ms = r->redis_blocks_ms;
       return s;
     }
@@ -640,7 +668,10 @@ EdgeStep EdgeService::complete(Request& r, std::vector<RespValue> replies, int64
       Result<DiscoverySnapshot> snapshot = decode_discovery_reply(replies[0], *r.member);
       if (!snapshot.ok()) return store_failed(r, snapshot.error(), now_ms);
       advance(r, EdgeEvent::kRedisAnswered);
-      cache_.put(r.l1_key, r.redis.reply_bytes(), snapshot->epoch, now_ms);
+      // (Empty when a cluster's ASKING or READONLY reply could not be told apart: not kept.)
+      if (!r.redis.reply_bytes().empty()) {
+        cache_.put(r.l1_key, r.redis.reply_bytes(), snapshot->epoch, now_ms);
+      }
       answers_.observe_epoch(snapshot->epoch);
       note_snapshot(r, *snapshot, now_ms);
       return with_bodies(r, std::move(*snapshot), now_ms, /*may_read=*/true);
@@ -714,12 +745,17 @@ EdgeStep EdgeService::webhook_answered(Request& r, const Result<WebhookRefreshRe
 
 EdgeStep EdgeService::fail(uint32_t handle, std::string_view why, int64_t now_ms) {
   if (auto c = cancels_.find(handle); c != cancels_.end()) {
-    return step_of(handle, EdgeAction::kDone,
-                   "relay: cancel mark not sent: " + c->second.connection_failed(why).message);
+    return cancel_turn(handle, c->second, c->second.connection_failed(why));
   }
   Request* r = find(handle, now_ms);
   if (r == nullptr) return unknown_handle(handle);
-  return store_failed(*r, r->redis.connection_failed(why), now_ms);
+  // On a cluster a failed node may be retried elsewhere (shared/routed_conversation.h).
+  if (r->redis.connection_failed(why) == RedisTurn::kWrite) {
+    EdgeStep s = redis_step(handle, r->redis.take_write());
+    s.redis_blocks_ms = r->redis_blocks_ms;
+    return s;
+  }
+  return store_failed(*r, r->redis.error(), now_ms);
 }
 
 EdgeStep EdgeService::store_failed(Request& r, Error error, int64_t now_ms) {
@@ -870,29 +906,29 @@ EdgeStep EdgeService::abandon(uint32_t handle, int64_t now_ms) {
                    "relay: cancel mark not sent: fail-fast (Redis timed out moments ago)");
   }
   const uint32_t cancel = new_handle();
-  RedisConversation& c =
+  RoutedConversation& c =
       cancels_
-          .emplace(cancel,
-                   RedisConversation(settings_->resp, RedisCredentials{settings_->redis_username,
-                                                                       settings_->redis_password}))
+          .emplace(cancel, RoutedConversation(settings_->resp,
+                                              RedisCredentials{settings_->redis_username,
+                                                               settings_->redis_password},
+                                              cluster_.get()))
           .first->second;
-  RedisRound round = c.begin({std::move(*command)}, ScriptForm::kText);
-  EdgeStep s = step_of(cancel, EdgeAction::kRedis);
-  s.redis_bytes = std::move(round.bytes);
+  EdgeStep s = redis_step(cancel, c.begin({std::move(*command)}, ScriptForm::kText));
+  if (!c.in_round())
+    return step_of(cancel, EdgeAction::kDone, "relay: cancel mark not sent: " + c.error().message);
   s.new_connection = true;
   return s;
 }
 
-EdgeStep EdgeService::cancel_turn(uint32_t handle, RedisConversation& c, RedisTurn turn) {
+EdgeStep EdgeService::cancel_turn(uint32_t handle, RoutedConversation& c, RedisTurn turn) {
   switch (turn) {
     case RedisTurn::kRead:
       return step_of(handle, EdgeAction::kRead);
-    case RedisTurn::kWrite:  // no scripts in this round: never asked for
+    case RedisTurn::kWrite:  // a cluster's redirect (no scripts in this round)
+      return redis_step(handle, c.take_write());
     case RedisTurn::kFailed:
-      return step_of(
-          handle, EdgeAction::kDone,
-          "relay: cancel mark not sent: " +
-              (turn == RedisTurn::kFailed ? c.error().message : std::string("unexpected retry")));
+      return step_of(handle, EdgeAction::kDone,
+                     "relay: cancel mark not sent: " + c.error().message);
     case RedisTurn::kDone:
       break;
   }

@@ -100,6 +100,7 @@
 #include "shared/redis_fail_fast.h"
 #include "shared/render_cache.h"
 #include "shared/resp.h"
+#include "shared/routed_conversation.h"
 #include "shared/search_index.h"
 #include "shared/status.h"
 #include "shared/version.h"
@@ -147,6 +148,7 @@ class EdgeService {
   const EdgeCache& answers() const { return answers_; }
   const BodyCache& bodies() const { return bodies_; }
   const RenderCache* render_cache() const { return render_cache_.get(); }
+  const ClusterRouter* cluster() const { return cluster_.get(); }
 
  private:
   struct Request;
@@ -207,8 +209,12 @@ class EdgeService {
   McpEndpointConfig mcp_config_;  // POST /mcp: the discovery settings' freshness, cache, searcher
   std::unordered_map<uint32_t, std::unique_ptr<Request>> requests_;
   // The cancel marks of abandoned relayed calls in flight, by their own handle (abandon()).
-  std::unordered_map<uint32_t, RedisConversation> cancels_;
-  EdgeStep cancel_turn(uint32_t handle, RedisConversation& c, RedisTurn turn);
+  std::unordered_map<uint32_t, RoutedConversation> cancels_;
+  EdgeStep cancel_turn(uint32_t handle, RoutedConversation& c, RedisTurn turn);
+  // A kRedis step of `handle` that carries out `write` (its node, backoff, connections to close).
+  static EdgeStep redis_step(uint32_t handle, RoutedWrite write);
+  // REDIS_CLUSTER: the isolate's slot map (shared/routed_conversation.h); null on one Redis.
+  std::unique_ptr<ClusterRouter> cluster_;
   uint32_t new_handle();
   FailFast fail_fast_;
   LogThrottle store_log_;  // store-failure lines: one per window, then a count

@@ -1,6 +1,7 @@
 #include "shared/edge_settings.h"
 
 #include <algorithm>
+#include <functional>
 #include <utility>
 
 #include "shared/json.h"
@@ -14,6 +15,80 @@ namespace {
 
 Error invalid(std::string message) {
   return Error(ErrorCode::kInvalidArgument, std::move(message));
+}
+
+std::optional<bool> flag(const std::string& v) {
+  std::string l;
+  for (char c : v) l.push_back(static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c));
+  if (l == "1" || l == "true" || l == "on" || l == "yes") return true;
+  if (l == "0" || l == "false" || l == "off" || l == "no") return false;
+  return std::nullopt;
+}
+
+// "host:port" or "[v6]:port"; nullopt when malformed.
+std::optional<ClusterNode> parse_node(std::string_view text) {
+  std::size_t colon = text.rfind(':');
+  if (colon == std::string_view::npos || colon == 0) return std::nullopt;
+  std::string_view host = text.substr(0, colon);
+  std::string_view port = text.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  if (host.empty() || host.size() > 255 || port.empty() || port.size() > 5) return std::nullopt;
+  int p = 0;
+  for (char c : port) {
+    if (c < '0' || c > '9') return std::nullopt;
+    p = p * 10 + (c - '0');
+  }
+  for (char c : host) {
+    if (static_cast<unsigned char>(c) <= ' ' || c == ',' || c == '/') return std::nullopt;
+  }
+  if (p < 1 || p > 65535) return std::nullopt;
+  ClusterNode n;
+  n.host = std::string(host);
+  n.port = p;
+  return n;
+}
+
+// REDIS_CLUSTER: "1" (REDIS_HOST:REDIS_PORT is the seed) or the seeds, "host:port,host:port".
+Result<std::optional<ClusterRouterSettings>> cluster_from_env(
+    const std::function<std::optional<std::string>(const char*)>& get) {
+  std::optional<std::string> cluster = get("REDIS_CLUSTER");
+  std::optional<std::string> replicas = get("QUIVER_REDIS_REPLICA_READS");
+  std::optional<bool> on = cluster ? flag(*cluster) : std::optional<bool>(false);
+  ClusterRouterSettings c;
+  if (on.has_value() && *on) {
+    ClusterNode seed;
+    seed.host = get("REDIS_HOST").value_or("127.0.0.1");
+    std::string port = get("REDIS_PORT").value_or("6379");
+    std::optional<ClusterNode> parsed = parse_node(seed.host + ":" + port);
+    if (!parsed) return invalid("REDIS_CLUSTER=1 needs REDIS_HOST and REDIS_PORT to name a seed");
+    c.seeds.push_back(std::move(*parsed));
+  } else if (!on.has_value()) {
+    std::string_view list = *cluster;
+    while (!list.empty()) {
+      std::size_t comma = list.find(',');
+      std::string_view item = list.substr(0, comma);
+      while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+      while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+      std::optional<ClusterNode> n = parse_node(item);
+      if (!n) return invalid("REDIS_CLUSTER must be 1 or seeds host:port[,host:port...]");
+      c.seeds.push_back(std::move(*n));
+      list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+    }
+    if (c.seeds.empty() || c.seeds.size() > 64) {
+      return invalid("REDIS_CLUSTER must be 1 or 1 to 64 seeds host:port[,host:port...]");
+    }
+  }
+  if (replicas) {
+    std::optional<bool> r = flag(*replicas);
+    if (!r) return invalid("QUIVER_REDIS_REPLICA_READS must be 0 or 1");
+    if (*r && c.seeds.empty()) return invalid("QUIVER_REDIS_REPLICA_READS needs REDIS_CLUSTER");
+    c.replica_reads = *r;
+  }
+  if (c.seeds.empty()) return std::optional<ClusterRouterSettings>();
+  if (std::optional<std::string> tls = get("REDIS_TLS")) c.tls = flag(*tls).value_or(false);
+  return std::optional<ClusterRouterSettings>(std::move(c));
 }
 
 }  // namespace
@@ -106,6 +181,9 @@ Result<EdgeSettings> edge_settings_from_env(std::string_view env_json) {
     if (!keys.ok()) return invalid("QUIVER_MCP_ALLOWED_ORIGINS: " + keys.error().message);
     s.mcp_allowed_origins = std::move(*keys);
   }
+  Result<std::optional<ClusterRouterSettings>> cluster = cluster_from_env(get);
+  if (!cluster.ok()) return cluster.error();
+  s.cluster = std::move(*cluster);
   s.l1.revalidation_claim_ms = std::min<int64_t>(5'000, s.enqueue.window_ms);
   return s;
 }

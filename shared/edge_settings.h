@@ -31,7 +31,14 @@
 //   QUIVER_MCP_ALLOWED_ORIGINS   origins (scheme://host[:port], comma-separated) whose web pages
 //                                may call /mcp besides loopback ones; any other `Origin` is 403
 //                                (DNS rebinding protection, mcp_origin_refusal)  none
-// Other names (REDIS_HOST, REDIS_PORT, REDIS_TLS, timeouts) are the host's.
+//   REDIS_CLUSTER                a Redis Cluster: "1" (REDIS_HOST:REDIS_PORT is the seed) or
+//                                seeds "host:port,host:port"; the core learns the slot map and
+//                                names each write's node (shared/routed_conversation.h)  off
+//   QUIVER_REDIS_REPLICA_READS   with REDIS_CLUSTER: the discovery read may go to a replica
+//                                (AUTH + READONLY); adds the replication lag to the staleness
+//                                bound (docs/design.md)                     0
+// Other names (REDIS_HOST, REDIS_PORT, REDIS_TLS, timeouts) are the host's; on a cluster the core
+// also reads REDIS_HOST, REDIS_PORT (the seed) and REDIS_TLS (which announced port to dial).
 #pragma once
 
 #include <cstdint>
@@ -46,6 +53,7 @@
 #include "shared/edge_cache.h"
 #include "shared/identity.h"
 #include "shared/resp.h"
+#include "shared/routed_conversation.h"
 #include "shared/status.h"
 
 namespace quiver {
@@ -66,6 +74,8 @@ struct EdgeSettings {
   int64_t mcp_keepalive_ms = 1'000;  // QUIVER_MCP_KEEPALIVE_MS (an event-stream answer's comments)
   bool mcp_search_mode = false;      // QUIVER_MCP_SEARCH_MODE=1 (shared/mcp_endpoint.h)
   std::vector<std::string> mcp_allowed_origins;  // QUIVER_MCP_ALLOWED_ORIGINS, mcp_origin_key's
+  // REDIS_CLUSTER (+ QUIVER_REDIS_REPLICA_READS, REDIS_TLS): a Redis Cluster; nullopt: one Redis.
+  std::optional<ClusterRouterSettings> cluster;
 };
 
 // Settings from environment variables (the table above), given as a JSON object of strings

@@ -100,6 +100,15 @@ std::string edge_step_to_wire(const EdgeStep& step) {
   } else if (step.action == EdgeAction::kRedis) {
     meta["new_connection"] = step.new_connection;
     payload = &step.redis_bytes;
+    if (!step.redis_host.empty()) {
+      meta["node"] = Json::object({{"host", step.redis_host}, {"port", step.redis_port}});
+    }
+    if (step.redis_delay_ms > 0) meta["delay_ms"] = step.redis_delay_ms;
+    if (!step.redis_close.empty()) {
+      Json close = Json::array();
+      for (const std::string& a : step.redis_close) close.push_back(a);
+      meta["close"] = std::move(close);
+    }
     if (step.open_stream) {
       meta["stream"] = Json::object({{"status", step.response.status},
                                      {"headers", headers_json(step.response.headers)},

@@ -8,6 +8,8 @@
 //   step:    u32 meta length | u32 payload length | meta JSON | payload (body or Redis bytes)
 //            meta {"handle","action":"respond"|"redis"|"read"|"done", "status", "headers",
 //                  "background", "new_connection", "redis_blocks_ms", "log", "log_level"
+//                  on a Redis Cluster only (a kRedis step): "node": {"host","port"},
+//                  "delay_ms", "close": ["host:port", ...];
 //                  ("info" for routine events, absent for problems), and on the step that opens
 //                  an event stream (a kRedis step): "stream": {"status", "headers",
 //                  "keepalive_ms", "keepalive"}}
@@ -37,10 +39,18 @@ const char* edge_action_name(EdgeAction action);  // "respond", "redis", "read",
 struct EdgeStep {
   uint32_t handle = 0;
   EdgeAction action = EdgeAction::kDone;
-  HttpResponse response;        // kRespond
-  bool background = false;      // kRespond: call background(handle) after responding
-  std::string redis_bytes;      // kRedis
-  bool new_connection = false;  // kRedis: open a fresh connection (closing any open one)
+  HttpResponse response;    // kRespond
+  bool background = false;  // kRespond: call background(handle) after responding
+  std::string redis_bytes;  // kRedis
+  bool new_connection =
+      false;  // kRedis: open a fresh connection (closing any open one to the node)
+  // kRedis on a Redis Cluster (shared/routed_conversation.h): the node to write to (empty: the one
+  // configured Redis), how long to wait before writing (a backoff), and the connections
+  // ("host:port") to close first (Workers' six sockets per request).
+  std::string redis_host;
+  int redis_port = 0;
+  int64_t redis_delay_ms = 0;
+  std::vector<std::string> redis_close;
   // kRedis, kRead: Redis holds this round's reply up to this long on purpose (a relayed call's
   // BLPOP, shared/call_relay.h): the host's read timeout for the round is its own plus this.
   int64_t redis_blocks_ms = 0;

@@ -26,6 +26,9 @@
 // in shared/edge_service.h):
 //   REDIS_HOST (127.0.0.1), REDIS_PORT (6379), REDIS_TLS ("1"/"true"/"on": TLS),
 //   REDIS_CONNECT_TIMEOUT_MS (1000), REDIS_TIMEOUT_MS (2000: each write and read).
+//   On a Redis Cluster (REDIS_CLUSTER, read by the core: shared/routed_conversation.h) each
+//   Redis step names its node (`node`), a backoff to wait first (`delay_ms`) and connections to
+//   close (`close`); this host keeps one socket per node per request, six at most.
 import { connect } from 'cloudflare:sockets';
 
 import createQuiverEdge from './quiver-edge.mjs';
@@ -164,9 +167,10 @@ function intVar(value, fallback) {
 }
 
 class RedisConnection {
-  static async open(env) {
-    const hostname = env.REDIS_HOST || '127.0.0.1';
-    const port = intVar(env.REDIS_PORT, 6379);
+  // `node` ({host, port}): a Redis Cluster node the core named; else REDIS_HOST:REDIS_PORT.
+  static async open(env, node) {
+    const hostname = node ? node.host : (env.REDIS_HOST || '127.0.0.1');
+    const port = node ? node.port : intVar(env.REDIS_PORT, 6379);
     const tls = ['1', 'true', 'on', 'yes'].includes(String(env.REDIS_TLS ?? '').toLowerCase());
     const c = new RedisConnection();
     c.timeoutMs = intVar(env.REDIS_TIMEOUT_MS, 2000);
@@ -175,7 +179,9 @@ class RedisConnection {
       await withTimeout(c.socket.opened, intVar(env.REDIS_CONNECT_TIMEOUT_MS, 1000), 'connect');
     } catch (e) {
       c.close();
-      throw e;
+      // "connect..." tells the core nothing was written (a cluster retries it at another node).
+      const why = String(e?.message ?? e);
+      throw new Error(why.startsWith('connect') ? why : `connect: ${why}`);
     }
     c.writer = c.socket.writable.getWriter();
     c.reader = c.socket.readable.getReader();
@@ -202,6 +208,28 @@ class RedisConnection {
 // The client went away: nothing is answered, the request is over.
 class ClientGone extends Error {}
 
+// A request's Redis connections: one per node ('' = REDIS_HOST:REDIS_PORT; on a Redis Cluster
+// "host:port" of the node the core named), at most MAX_SOCKETS (Workers' limit per request; the
+// core names the ones to close before it would need more), and the one the last write went to.
+const MAX_SOCKETS = 6;
+
+function nodeAddress(node) {
+  if (!node) return '';
+  return node.host.includes(':') ? `[${node.host}]:${node.port}` : `${node.host}:${node.port}`;
+}
+
+function closeNode(io, address) {
+  io.conns.get(address)?.close();
+  io.conns.delete(address);
+}
+
+function closeAll(io) {
+  for (const c of io.conns.values()) c.close();
+  io.conns.clear();
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
 // Carries out Redis steps until the core answers (respond) or is done. Any I/O failure goes back
 // to the core (edge.fail), which decides: another connection, a stale L1 copy, or a 503. A step
 // that opens an event stream comes back unperformed while `io.stream` is not set: the caller
@@ -211,25 +239,32 @@ async function drive(edge, step, io, env) {
     if (step.stream && !io.stream) return step;
     try {
       if (step.action === 'redis') {
-        if (step.new_connection || !io.redis) {
-          io.redis?.close();
-          io.redis = null;
-          io.redis = await RedisConnection.open(env);
+        for (const address of step.close ?? []) closeNode(io, address);
+        if (step.delay_ms > 0) {
+          await sleep(step.delay_ms);  // a cluster's backoff (TRYAGAIN, a failover)
+          if (io.gone) throw new ClientGone();
+        }
+        const address = nodeAddress(step.node);
+        io.current = address;
+        if (step.new_connection || !io.conns.has(address)) {
+          closeNode(io, address);
+          if (io.conns.size >= MAX_SOCKETS) throw new Error('more Redis sockets than a request may hold');
+          io.conns.set(address, await RedisConnection.open(env, step.node));
           if (io.gone) throw new ClientGone();  // gone while it connected: no BLPOP is sent
         }
-        await io.redis.write(step.payload);
+        await io.conns.get(address).write(step.payload);
       }
-      const bytes = await io.redis.read(step.redis_blocks_ms ?? 0);
+      const redis = io.conns.get(io.current);
+      if (!redis) throw new Error('no Redis connection to read from');
+      const bytes = await redis.read(step.redis_blocks_ms ?? 0);
       if (io.gone) throw new ClientGone();
       step = edge.feed(step.handle, bytes);
     } catch (e) {
       if (io.gone) {
-        io.redis?.close();
-        io.redis = null;
+        closeAll(io);
         throw new ClientGone();
       }
-      io.redis?.close();
-      io.redis = null;
+      closeNode(io, io.current);
       step = edge.fail(step.handle, String(e?.message ?? e));
     }
   }
@@ -237,8 +272,7 @@ async function drive(edge, step, io, env) {
 }
 
 function finish(edge, handle, io) {
-  io.redis?.close();
-  io.redis = null;
+  closeAll(io);
   edge.end(handle);
 }
 
@@ -307,18 +341,17 @@ function watchClient(request, edge, io, env, ctx) {
     console.log(`quiver-edge: the client went away; request ${handle} stopped`);
     if (handle) {
       io.ended = true;
-      io.redis?.close();
-      io.redis = null;
+      closeAll(io);
       const cancel = edge.abandon(handle);
       if (cancel?.action === 'redis') {
         const sent = (async () => {
-          const own = { redis: null, gone: false };
+          const own = { conns: new Map(), current: '', gone: false };
           try {
             log(await drive(edge, cancel, own, env));
           } catch (e) {
             console.error(`quiver-edge: relay: cancel mark not sent: ${e?.message ?? e}`);
           } finally {
-            own.redis?.close();
+            closeAll(own);
             edge.end(cancel.handle);
           }
         })();
@@ -461,7 +494,8 @@ export default {
     } catch (e) {
       return unavailable(`the wasm module could not be instantiated (retried with the next request): ${e?.message ?? e}`);
     }
-    const io = { handle: 0, redis: null, gone: false, answered: false, ended: false, stream: null };
+    const io = { handle: 0, conns: new Map(), current: '', gone: false, answered: false,
+                 ended: false, stream: null };
     const unwatch = watchClient(request, edge, io, env, ctx);
     let streaming = false;  // the rest is streamAnswer's
     try {

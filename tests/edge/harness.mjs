@@ -3,9 +3,9 @@
 // stopped by the caller. Plus what a test needs around them: a small RESP client, HS256 caller
 // tokens minted with node's own crypto (an implementation independent of the core's), and
 // manifests in the layout of schema/redis-keys.md built from a real server's tools/list.
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { createHash, createHmac } from 'node:crypto';
-import { readFileSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import os from 'node:os';
@@ -592,4 +592,157 @@ export function crashed(logs) {
     if (process.env.QUIVER_EDGE_LOGS) console.error(logs.join('\n'));
     process.exit(1);
   };
+}
+
+// ---- a Redis Cluster ---------------------------------------------------------------------------
+
+// A free loopback port whose cluster bus port (port + 10000) is free too.
+async function freeClusterPort(taken) {
+  for (;;) {
+    const p = await freePort();
+    if (p + 10000 > 65535 || taken.includes(p) || taken.includes(p + 10000)) continue;
+    const busFree = await new Promise((resolve) => {
+      const s = net.createServer();
+      s.unref();
+      s.once('error', () => resolve(false));
+      s.listen(p + 10000, '127.0.0.1', () => s.close(() => resolve(true)));
+    });
+    if (busFree) return p;
+  }
+}
+
+// `INFO`-style text as {field: value}.
+const infoFields = (text) => Object.fromEntries(String(text).split('\r\n')
+  .filter((l) => l.includes(':')).map((l) => [l.slice(0, l.indexOf(':')), l.slice(l.indexOf(':') + 1)]));
+
+// A flat [key, value, ...] RESP2 map as an object.
+const flatMap = (a) => {
+  const o = {};
+  for (let i = 0; i + 1 < a.length; i += 2) o[a[i]] = a[i + 1];
+  return o;
+};
+
+// A real six-node Redis Cluster on loopback (three masters, three replicas), the way
+// tests/support/redis_cluster.cpp makes one for the C++ tests: `redis-server --cluster-enabled
+// yes` ×6, `redis-cli --cluster create ... --cluster-replicas 1 --cluster-yes`, then waits until
+// every node says cluster_state:ok and every replica is online. Every node has `password` for the
+// default user; stop() ends every node.
+export class RedisCluster {
+  static async start({ password, nodeTimeoutMs = 2000 } = {}) {
+    const c = new RedisCluster();
+    c.password = password;
+    c.dir = mkdtempSync(path.join(os.tmpdir(), 'quiver-edge-cluster-'));
+    c.ports = [];
+    c.procs = new Map();
+    for (let i = 0; i < 6; i++) c.ports.push(await freeClusterPort(c.ports));
+    try {
+      for (const port of c.ports) {
+        const dir = path.join(c.dir, String(port));
+        mkdirSync(dir);
+        const args = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly',
+                      'no', '--dir', dir, '--cluster-enabled', 'yes', '--cluster-config-file',
+                      path.join(dir, 'nodes.conf'), '--cluster-node-timeout', String(nodeTimeoutMs),
+                      '--repl-diskless-sync-delay', '0', '--repl-ping-replica-period', '1',
+                      '--requirepass', password, '--masterauth', password];
+        const proc = spawnTied('redis-server', args, { stdout: 'ignore' });
+        proc.stderr.pipe(process.stderr);
+        c.procs.set(port, { proc, exited: new Promise((resolve) => proc.once('exit', resolve)) });
+      }
+      for (const port of c.ports) {
+        await waitFor(`redis-server on ${port}`, async () => {
+          const r = await c.client(port);
+          r.close();
+          return true;
+        });
+      }
+      const created = spawnSync('redis-cli', [
+        '--cluster', 'create', ...c.ports.map((p) => `127.0.0.1:${p}`), '--cluster-replicas', '1',
+        '--cluster-yes'], { env: { ...process.env, REDISCLI_AUTH: password }, encoding: 'utf8' });
+      if (created.status !== 0) {
+        throw new Error(`redis-cli --cluster create exited ${created.status}: ${created.stdout}` +
+                        `${created.stderr}`);
+      }
+      await c.waitUntilOk();
+    } catch (e) {
+      await c.stop();
+      throw e;
+    }
+    return c;
+  }
+
+  client(port) {
+    return Redis.connect(port, this.password);
+  }
+
+  // One command at `port`; the client is closed after.
+  async call(port, ...args) {
+    const r = await this.client(port);
+    try {
+      return await r.call(...args);
+    } finally {
+      r.close();
+    }
+  }
+
+  alive() {
+    return this.ports.filter((p) => this.procs.has(p));
+  }
+
+  // The shard serving `slot` now, as `port`'s CLUSTER SHARDS says: {master, replicas}.
+  async shardOf(slot, port = this.alive()[0]) {
+    for (const shard of await this.call(port, 'CLUSTER', 'SHARDS')) {
+      const s = flatMap(shard);
+      const ranges = s.slots;
+      let owns = false;
+      for (let i = 0; i + 1 < ranges.length; i += 2) owns ||= ranges[i] <= slot && slot <= ranges[i + 1];
+      if (!owns) continue;
+      const nodes = s.nodes.map(flatMap);
+      return { master: nodes.find((n) => n.role === 'master')?.port,
+               replicas: nodes.filter((n) => n.role === 'replica' && n.health === 'online')
+                 .map((n) => n.port) };
+    }
+    return null;
+  }
+
+  // Every live node says cluster_state:ok, serves all slots, and sees three shards each with an
+  // online replica (when `replicas`).
+  async waitUntilOk({ replicas = true, timeoutMs = 30000 } = {}) {
+    await waitFor('the cluster is ok', async () => {
+      for (const port of this.alive()) {
+        const info = infoFields(await this.call(port, 'CLUSTER', 'INFO'));
+        if (info.cluster_state !== 'ok' || info.cluster_slots_ok !== '16384') return false;
+        if (!replicas) continue;
+        const shards = (await this.call(port, 'CLUSTER', 'SHARDS')).map(flatMap);
+        if (shards.length !== 3) return false;
+        for (const s of shards) {
+          const nodes = s.nodes.map(flatMap);
+          if (!nodes.some((n) => n.role === 'replica' && n.health === 'online')) return false;
+        }
+      }
+      return true;
+    }, timeoutMs);
+  }
+
+  // CLUSTER FAILOVER on `replica`: it becomes its shard's master (the old one answers MOVED).
+  async failover(replica) {
+    const ok = await this.call(replica, 'CLUSTER', 'FAILOVER');
+    if (ok !== 'OK') throw new Error(`CLUSTER FAILOVER: ${ok}`);
+    await waitFor(`${replica} becomes master`, async () =>
+      (await this.call(replica, 'ROLE'))[0] === 'master', 30000);
+  }
+
+  // SIGKILL of the redis-server on `port` (not its tied wrapper: the process itself).
+  async kill(port) {
+    const pid = Number(infoFields(await this.call(port, 'INFO', 'server')).process_id);
+    process.kill(pid, 'SIGKILL');
+    const { exited } = this.procs.get(port);
+    await exited;
+    this.procs.delete(port);
+  }
+
+  async stop() {
+    for (const { proc, exited } of this.procs.values()) await stopTied(proc, exited);
+    this.procs.clear();
+    rmSync(this.dir, { recursive: true, force: true });
+  }
 }

@@ -3,7 +3,9 @@
 // Input layout:
 //   byte 0           flags: 1 = add a valid `Authorization: Bearer` for member alice,
 //                           2 = sign the body as a refresh webhook (X-Quiver-Signature),
-//                           4 = answer the same request a second time (L1 hits, replays)
+//                           4 = answer the same request a second time (L1 hits, replays),
+//                           8 = the edge on a Redis Cluster (REDIS_CLUSTER, seed 127.0.0.1:7000):
+//                               the segments then answer CLUSTER SHARDS, redirects, ...
 //   bytes 1..4       n, little-endian: the length of the request in the host wire format
 //   next n bytes     the request (edge_request_from_wire's format)
 //   the rest         what Redis answers: one segment per round trip, segments separated by
@@ -13,9 +15,12 @@
 // Properties: the service always comes to a response, with an HTTP status, and ends with no
 // request left open; no secret (token key, Redis password, webhook secret) shows in a response
 // or a log line. An event stream (a /mcp call's, `open_stream`) opens at most once, on a Redis
-// step, with a 200 head and a keep-alive; its answer is then a 200 too.
+// step, with a 200 head and a keep-alive; its answer is then a 200 too. On a cluster every Redis
+// step names its node, waits at most the policy's longest backoff, and the request never holds
+// more than six connections (shared/routed_conversation.h).
 #include <cstddef>
 #include <cstdint>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,8 +41,9 @@ constexpr char kWebhookSecret[] = "edge-fuzz-webhook-secret-0123456789";
 const std::string kRandom(16, '\x5a');
 constexpr std::string_view kRoundTrip = "\n~~~\n";
 
-std::string env_json() {
+std::string env_json(bool cluster) {
   Json env = Json::object();
+  if (cluster) env["REDIS_CLUSTER"] = "127.0.0.1:7000";
   env["QUIVER_TOKEN_KEYS"] = Json::object({{kKid, kTokenSecret}}).dump();
   env["REDIS_PASSWORD"] = kRedisPassword;
   env["QUIVER_WEBHOOK_SECRETS"] = Json::object({{"ci", kWebhookSecret}}).dump();
@@ -71,6 +77,7 @@ void serve(EdgeService& edge, EdgeStep step, std::vector<std::string_view>& roun
   const uint32_t handle = step.handle;
   bool responded = false;
   bool streaming = false;
+  std::set<std::string> open;  // a cluster's connections ("" is the one Redis)
   for (int guard = 0;; ++guard) {
     fuzz::check(guard < 10000, "edge: a request that never ends");
     no_secret(step.log, "edge: a log line");
@@ -95,6 +102,15 @@ void serve(EdgeService& edge, EdgeStep step, std::vector<std::string_view>& roun
     }
     // kRedis: the commands would be written, their answer is the next round trip's bytes.
     if (step.action == EdgeAction::kRedis) {
+      fuzz::check(edge.cluster() == nullptr || !step.redis_host.empty(),
+                  "edge: a cluster's Redis step names no node");
+      fuzz::check(step.redis_delay_ms >= 0 && step.redis_delay_ms <= 500,
+                  "edge: a backoff past the policy's bound");
+      for (const std::string& a : step.redis_close) open.erase(a);
+      const std::string node =
+          step.redis_host.empty() ? "" : step.redis_host + ":" + std::to_string(step.redis_port);
+      open.insert(node);
+      fuzz::check(open.size() <= kMaxNodesPerRequest, "edge: more than six Redis connections");
       pieces.clear();
       if (!round_trips.empty()) {
         pieces = fuzz::random_splits(round_trips.front());
@@ -128,8 +144,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view wire = rest.substr(0, n);
   std::string_view redis = rest.substr(n);
 
-  static const std::string env = env_json();
-  EdgeService edge(edge_settings_from_env(env));
+  static const std::string env = env_json(false);
+  static const std::string cluster_env = env_json(true);
+  EdgeService edge(edge_settings_from_env((flags & 8) ? cluster_env : env));
   fuzz::check(edge.configured(), "edge: the fuzz settings were refused");
 
   std::vector<std::string_view> round_trips;

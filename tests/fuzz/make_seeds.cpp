@@ -23,6 +23,8 @@
 #include "shared/jsonrpc.h"
 #include "shared/manifest.h"
 #include "shared/mcp_session.h"
+#include "shared/redis_cluster.h"
+#include "shared/redis_keys.h"
 #include "shared/sha256.h"
 #include "shared/webhook_signature.h"
 #include "tests/support/resp_values.h"
@@ -245,6 +247,29 @@ void edge_seeds(const std::string& manifest) {
        request("POST", kWebhookRefreshPath, "", R"({"connection_id": "docs"})"),
        {ok + encode_reply(A({S("replay")}))}},
   };
+  // On a Redis Cluster (flag 8, seeded at 127.0.0.1:7000): the map, then the namespace's slot
+  // moved (MOVED), or migrating (ASK: ASKING's +OK, then the reply).
+  const std::string slot = std::to_string(cluster_key_slot(RedisKeys::create("default")->prefix()));
+  auto cnode = [](const std::string& id, int port, const char* role) {
+    return A({S("id"), S(id), S("port"), I(port), S("ip"), S("127.0.0.1"), S("role"), S(role),
+              S("health"), S("online")});
+  };
+  const std::string shards =
+      encode_reply(A({A({S("slots"), A({I(0), I(16383)}), S("nodes"),
+                         A({cnode("a", 7001, "master"), cnode("b", 7004, "replica")})})}));
+  cases.push_back({"cluster-moved",
+                   1 | 8,
+                   request("GET", "/v1/manifests"),
+                   {ok + shards, ok + "-MOVED " + slot + " 127.0.0.1:7002\r\n", ok + read}});
+  cases.push_back(
+      {"cluster-ask",
+       1 | 8,
+       request("GET", "/v1/mcp-connections/docs/manifest"),
+       {ok + shards, ok + "-ASK " + slot + " 127.0.0.1:7002\r\n", ok + ok + read, queued}});
+  cases.push_back({"cluster-down",
+                   1 | 8,
+                   request("GET", "/v1/manifests"),
+                   {ok + shards, ok + "-CLUSTERDOWN The cluster is down\r\n", shards, read}});
   for (const Case& c : cases) write_seed("edge", c.name, edge_input(c.flags, c.req, c.redis));
   write_seed("edge", "wire-garbage",
              std::string("\x01\x08\x00\x00\x00", 5) + "\x04\x00\x00\x00{}}}");

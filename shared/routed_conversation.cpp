@@ -1,0 +1,360 @@
+#include "shared/routed_conversation.h"
+
+#include <utility>
+
+namespace quiver {
+
+namespace {
+
+constexpr std::string_view kOk = "+OK\r\n";
+
+bool starts_with(std::string_view s, std::string_view prefix) {
+  return s.substr(0, prefix.size()) == prefix;
+}
+
+}  // namespace
+
+// ---- the isolate's map -------------------------------------------------------------------------
+
+ClusterRouter::ClusterRouter(ClusterRouterSettings settings, uint16_t slot)
+    : settings_(std::move(settings)), slot_(slot) {}
+
+std::optional<ClusterNode> ClusterRouter::node_for_slot(bool read, bool* replica) {
+  *replica = false;
+  const ClusterShard* shard = have_map_ ? map_.shard_for_slot(slot_) : nullptr;
+  if (shard == nullptr) return std::nullopt;
+  if (read && settings_.replica_reads) {
+    std::vector<const ClusterNode*> healthy;
+    for (const ClusterNode& r : shard->replicas) {
+      if (r.healthy) healthy.push_back(&r);
+    }
+    if (!healthy.empty()) {
+      *replica = true;
+      return *healthy[spread_++ % healthy.size()];
+    }
+  }
+  return shard->master;
+}
+
+ClusterNode ClusterRouter::refresh_node() {
+  std::vector<ClusterNode> candidates = settings_.seeds;
+  if (have_map_) {
+    for (ClusterNode& m : map_.masters()) {
+      bool known = false;
+      for (const ClusterNode& c : candidates) known = known || c.same_address(m);
+      if (!known) candidates.push_back(std::move(m));
+    }
+  }
+  return candidates[next_refresh_++ % candidates.size()];
+}
+
+RedisCommand ClusterRouter::map_command() const {
+  return use_slots_ ? RedisCommand{"CLUSTER", "SLOTS"} : RedisCommand{"CLUSTER", "SHARDS"};
+}
+
+Status ClusterRouter::learn(const RespValue& reply, const ClusterNode& answered) {
+  if (reply.is_error()) {
+    const char* asked = use_slots_ ? "CLUSTER SLOTS" : "CLUSTER SHARDS";
+    // A server before 7.0 knows no CLUSTER SHARDS: ask it for SLOTS next time.
+    if (!use_slots_ && reply.str.find("nknown") != std::string::npos) use_slots_ = true;
+    return redis_reply_error(reply, asked);
+  }
+  Result<ClusterSlotMap> map =
+      use_slots_
+          ? ClusterSlotMap::from_slots(reply, answered.host)
+          : ClusterSlotMap::from_shards(reply, answered.host, {},
+                                        settings_.tls ? ClusterPort::kTls : ClusterPort::kPlain);
+  if (!map.ok()) return map.error();
+  map_ = std::move(*map);
+  have_map_ = true;
+  ++stats_.refreshes;
+  return Status();
+}
+
+void ClusterRouter::moved(uint16_t slot, const ClusterNode& node) {
+  if (have_map_) map_.apply_moved(slot, node);
+  ++stats_.moved;
+}
+
+// ---- one request's conversation -----------------------------------------------------------------
+
+RoutedConversation::RoutedConversation(RespLimits limits, RedisCredentials credentials,
+                                       ClusterRouter* router)
+    : limits_(limits), credentials_(std::move(credentials)), router_(router) {
+  if (router_ == nullptr)
+    conns_.push_back(Conn{ClusterNode{}, RedisConversation(limits_, credentials_)});
+}
+
+RoutedWrite RoutedConversation::begin(std::vector<RedisCommand> commands, ScriptForm form,
+                                      bool keep_bytes, bool read_only) {
+  bytes_.clear();
+  error_ = Error();
+  if (router_ == nullptr) {
+    in_round_ = true;
+    RedisRound round = conns_[0].conv.begin(std::move(commands), form, keep_bytes);
+    if (!conns_[0].conv.in_round()) in_round_ = false;
+    RoutedWrite w;
+    w.bytes = std::move(round.bytes);
+    w.new_connection = round.new_connection;
+    return w;
+  }
+  commands_ = std::move(commands);
+  form_ = form;
+  keep_bytes_ = keep_bytes;
+  read_only_ = read_only;
+  pending_.clear();
+  for (std::size_t i = 0; i < commands_.size(); ++i) pending_.push_back(i);
+  replies_.assign(commands_.size(), std::nullopt);
+  attempts_ = 0;
+  redirects_ = 0;
+  ask_.reset();
+  refresh_ = false;
+  delay_ms_ = 0;
+  in_round_ = true;
+  // kFailed (no write to make: give_up ended the round): the caller sees !in_round(), error().
+  dispatch();
+  return take_write();
+}
+
+RoutedWrite RoutedConversation::take_write() { return std::exchange(write_, RoutedWrite{}); }
+
+std::vector<RespValue> RoutedConversation::take_replies() {
+  if (router_ == nullptr) return conns_[0].conv.take_replies();
+  std::vector<RespValue> out;
+  out.reserve(replies_.size());
+  for (std::optional<RespValue>& r : replies_) out.push_back(r ? std::move(*r) : RespValue::nil());
+  replies_.clear();
+  return out;
+}
+
+std::size_t RoutedConversation::conn_for(const ClusterNode& node, std::vector<std::string>* close) {
+  for (std::size_t i = 0; i < conns_.size(); ++i) {
+    if (conns_[i].node.same_address(node)) {
+      conns_[i].used = ++use_;
+      return i;
+    }
+  }
+  if (conns_.size() >= kMaxNodesPerRequest) {
+    // Workers' cap: the least recently used connection goes.
+    std::size_t oldest = 0;
+    for (std::size_t i = 1; i < conns_.size(); ++i) {
+      if (conns_[i].used < conns_[oldest].used) oldest = i;
+    }
+    close->push_back(conns_[oldest].node.address());
+    conns_.erase(conns_.begin() + static_cast<std::ptrdiff_t>(oldest));
+  }
+  conns_.push_back(Conn{node, RedisConversation(limits_, credentials_), ++use_});
+  return conns_.size() - 1;
+}
+
+RedisTurn RoutedConversation::give_up(Error error) {
+  error_ = std::move(error);
+  in_round_ = false;
+  return RedisTurn::kFailed;
+}
+
+RedisTurn RoutedConversation::dispatch() {
+  std::vector<std::string> close;
+  ClusterNode node;
+  std::vector<RedisCommand> sent;
+  ScriptForm form = form_;
+  bool keep = false;
+  bool replica = false;
+  learning_ = false;
+  asking_ = false;
+  preamble_ = 0;
+  if (refresh_ || !router_->have_map() || router_->take_stale()) {
+    refresh_ = false;
+    learning_ = true;
+    node = router_->refresh_node();
+    sent.push_back(router_->map_command());
+  } else {
+    if (ask_) {
+      node = *ask_;
+      ask_.reset();
+      asking_ = true;
+      form = ScriptForm::kText;  // a NOSCRIPT retry would go without ASKING
+    } else {
+      // A replica on the first try only: after a redirect, the master named.
+      std::optional<ClusterNode> n = router_->node_for_slot(read_only_ && attempts_ == 0, &replica);
+      if (!n) {
+        ++attempts_;
+        ClusterStep step =
+            cluster_step_after_io_failure("no node serves slot " + std::to_string(router_->slot()),
+                                          attempts_, router_->settings().retry);
+        if (step.action == ClusterStep::Action::kGiveUp) return give_up(step.error);
+        router_->note_retry();
+        refresh_ = true;
+        delay_ms_ = std::max(delay_ms_, step.backoff_ms);
+        return dispatch();
+      }
+      node = *n;
+    }
+    keep = keep_bytes_ && pending_.size() == 1;
+    for (std::size_t i : pending_) {
+      if (asking_) sent.push_back({"ASKING"});
+      sent.push_back(commands_[i]);
+    }
+  }
+  current_ = conn_for(node, &close);
+  RedisConversation& conv = current();
+  if (replica && !conv.connected()) {
+    // AUTH + READONLY in one write (RedisConversation puts AUTH first).
+    std::vector<RedisCommand> preamble = cluster_connection_preamble(true);
+    preamble_ = preamble.size();
+    sent.insert(sent.begin(), preamble.begin(), preamble.end());
+  }
+  RedisRound round = conv.begin(std::move(sent), form, keep);
+  write_.bytes = std::move(round.bytes);
+  write_.new_connection = round.new_connection;
+  write_.node = node;
+  write_.delay_ms = std::exchange(delay_ms_, 0);
+  write_.close = std::move(close);
+  return RedisTurn::kWrite;
+}
+
+RedisTurn RoutedConversation::feed(std::string_view bytes) {
+  if (router_ == nullptr) {
+    RedisTurn turn = conns_[0].conv.feed(bytes);
+    answered_ = conns_[0].conv.answered();
+    if (turn == RedisTurn::kWrite) write_.bytes = conns_[0].conv.take_write();
+    if (turn == RedisTurn::kFailed) error_ = conns_[0].conv.error();
+    if (turn == RedisTurn::kDone || turn == RedisTurn::kFailed) in_round_ = false;
+    return turn;
+  }
+  if (!in_round_) return give_up(Error(ErrorCode::kInvalidReply, "Redis sent bytes unasked"));
+  RedisConversation& conv = current();
+  RedisTurn turn = conv.feed(bytes);
+  answered_ = conv.answered();
+  switch (turn) {
+    case RedisTurn::kRead:
+      return turn;
+    case RedisTurn::kWrite:  // NOSCRIPT: EVAL on the same connection
+      write_ = RoutedWrite{};
+      write_.bytes = conv.take_write();
+      write_.node = conns_[current_].node;
+      return turn;
+    case RedisTurn::kFailed:
+      // AUTH refused or a broken reply: the connection is poisoned; no other node would do better.
+      return give_up(conv.error());
+    case RedisTurn::kDone:
+      break;
+  }
+  return cluster_done();
+}
+
+RedisTurn RoutedConversation::cluster_done() {
+  RedisConversation& conv = current();
+  const ClusterNode node = conns_[current_].node;
+  std::vector<RespValue> got = conv.take_replies();
+  if (learning_) {
+    Status learned = got.empty() ? Status(Error(ErrorCode::kInvalidReply, "no reply"))
+                                 : router_->learn(got.front(), node);
+    if (!learned.ok()) return retry_after_failure("the cluster map: " + learned.error().message);
+    return dispatch();
+  }
+  // The commands' replies, without READONLY's and ASKING's.
+  std::vector<RespValue> answers;
+  bool preamble_ok = true;
+  for (std::size_t k = 0; k < got.size(); ++k) {
+    const bool extra = k < preamble_ || (asking_ && (k - preamble_) % 2 == 0);
+    if (extra) {
+      preamble_ok = preamble_ok && got[k].is_ok();
+      continue;
+    }
+    answers.push_back(std::move(got[k]));
+  }
+  if (keep_bytes_ && pending_.size() == 1) {
+    bytes_ = conv.reply_bytes();
+    const std::size_t extras = preamble_ + (asking_ ? 1 : 0);
+    if (!preamble_ok) {
+      bytes_.clear();
+    } else {
+      // After a NOSCRIPT retry only the EVAL's bytes were kept: strip what is there.
+      for (std::size_t k = 0; k < extras && starts_with(bytes_, kOk); ++k) {
+        bytes_.erase(0, kOk.size());
+      }
+    }
+  }
+  ++attempts_;
+  // Every command went to one slot: the first routing answer decides for the rest.
+  std::optional<ClusterStep> step;
+  std::vector<std::size_t> again;
+  for (std::size_t j = 0; j < answers.size() && j < pending_.size(); ++j) {
+    ClusterStep s = decide_cluster_step(answers[j], node.host, attempts_, redirects_,
+                                        router_->settings().retry);
+    if (s.action == ClusterStep::Action::kUseReply) {
+      replies_[pending_[j]] = std::move(answers[j]);
+      continue;
+    }
+    again.push_back(pending_[j]);
+    if (!step) step = std::move(s);
+  }
+  if (!step) {
+    in_round_ = false;
+    return RedisTurn::kDone;
+  }
+  switch (step->action) {
+    case ClusterStep::Action::kGiveUp:
+      return give_up(step->error);
+    case ClusterStep::Action::kRetryAt:
+      router_->moved(step->slot, step->node);
+      ++redirects_;
+      break;
+    case ClusterStep::Action::kAskAt:
+      router_->note_ask();
+      ask_ = step->node;
+      ++redirects_;
+      break;
+    case ClusterStep::Action::kRefreshThenRetry:
+      router_->note_retry();
+      refresh_ = true;
+      break;
+    case ClusterStep::Action::kBackoffThenRetry:
+      router_->note_retry();
+      refresh_ = refresh_ || step->refresh_map;
+      delay_ms_ = std::max(delay_ms_, step->backoff_ms);
+      break;
+    case ClusterStep::Action::kUseReply:
+      break;
+  }
+  pending_ = std::move(again);
+  bytes_.clear();
+  return dispatch();
+}
+
+RedisTurn RoutedConversation::retry_after_failure(std::string_view why) {
+  ++attempts_;
+  ClusterStep step = cluster_step_after_io_failure(why, attempts_, router_->settings().retry);
+  if (step.action == ClusterStep::Action::kGiveUp) return give_up(step.error);
+  router_->note_retry();
+  refresh_ = true;
+  delay_ms_ = std::max(delay_ms_, step.backoff_ms);
+  return dispatch();
+}
+
+RedisTurn RoutedConversation::connection_failed(std::string_view why) {
+  if (router_ == nullptr) {
+    error_ = conns_[0].conv.connection_failed(why);
+    in_round_ = false;
+    return RedisTurn::kFailed;
+  }
+  Error e = current().connection_failed(why);
+  if (!in_round_) return give_up(std::move(e));
+  if (e.code == ErrorCode::kTimeout) {
+    // Waiting again would hold the request for attempts × the timeout: fail now, refresh later.
+    router_->mark_stale();
+    return give_up(std::move(e));
+  }
+  // Nothing was written (the connection never opened), or nothing written changes anything.
+  const bool unsent = starts_with(why, "connect");
+  if (learning_ || read_only_ || unsent) return retry_after_failure(e.message);
+  return give_up(Error(e.code, e.message + " (a write that may have run is not sent again)"));
+}
+
+void RoutedConversation::drop() {
+  for (Conn& c : conns_) c.conv.drop();
+  in_round_ = false;
+}
+
+}  // namespace quiver

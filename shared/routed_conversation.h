@@ -1,0 +1,195 @@
+// RoutedConversation: the edge's Redis rounds, on one Redis or on a Redis Cluster, without the
+// sockets (issue 14; docs/design.md "Redis Cluster routing").
+//
+// On one Redis it is a RedisConversation (shared/redis_conversation.h) and nothing more: the same
+// bytes, on the one connection the host opens to REDIS_HOST:REDIS_PORT.
+//
+// On a Redis Cluster (key layout v1: every key of a namespace carries the `{ns}` hash tag, so all
+// of them live in one slot), a round of commands goes whole to the node serving the namespace's
+// slot, and every reply is classified by shared/redis_cluster.h's decide_cluster_step:
+//   - the map is learned from CLUSTER SHARDS (CLUSTER SLOTS on a server without SHARDS), asked of
+//     a seed or a known master, once per isolate (ClusterRouter lives as long as the EdgeService)
+//     and again after CLUSTERDOWN, READONLY, MASTERDOWN, an unreachable node or a slot no node
+//     serves;
+//   - MOVED: the map learns the slot's new master, the redirected commands go there;
+//   - ASK: ASKING + each redirected command to the importing node, once (scripts as EVAL: an
+//     EVALSHA's NOSCRIPT retry would go without ASKING), the map unchanged;
+//   - TRYAGAIN, LOADING, CLUSTERDOWN, MASTERDOWN: again after a bounded backoff (`delay_ms` on the
+//     write: the host waits, the core never does);
+//   - budgets (redirects, attempts) exhausted: kStoreUnavailable quoting the last answer, which
+//     the edge answers like any store failure (an L1 copy within stale-if-error, else 503
+//     STORE_UNAVAILABLE), never as empty data.
+// A read-only round (the discovery script) may go to a replica when replica reads are on: its
+// connection opens with AUTH + READONLY in one write (cluster_connection_preamble); a redirect
+// sends it on to the master named. A connection that fails before anything was written (the
+// host's `why` starts with "connect": refused, reset), or under a read-only round, is retried
+// after a refresh; a write that may have run is not sent again. A timeout is not retried: the
+// request fails at once as on one Redis (the edge's fail-fast window and L1 copies take over)
+// and the isolate's next round asks for the map first (a failover may be under way).
+//
+// Each write names its node; the host keeps one connection per node for the request
+// (`new_connection`: close that node's connection, open another) and at most kMaxNodesPerRequest
+// of them (Workers' limit of simultaneous sockets per request): past it the core names the
+// connections to close first (`close`).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "shared/redis_cluster.h"
+#include "shared/redis_conversation.h"
+#include "shared/resp.h"
+#include "shared/status.h"
+
+namespace quiver {
+
+// Workers let a request hold six sockets open at once.
+inline constexpr std::size_t kMaxNodesPerRequest = 6;
+
+struct ClusterRouterSettings {
+  std::vector<ClusterNode> seeds;  // where the map is first asked for
+  bool replica_reads = false;      // read-only rounds may go to a healthy replica
+  bool tls = false;                // dial the nodes' TLS ports (CLUSTER SHARDS' `tls-port`)
+  ClusterRetryPolicy retry;
+};
+
+struct ClusterRouterStats {
+  uint64_t refreshes = 0;  // maps learned
+  uint64_t moved = 0;      // MOVED followed
+  uint64_t ask = 0;        // ASK followed
+  uint64_t retries = 0;    // backoffs, unreachable nodes, TRYAGAIN, CLUSTERDOWN, ...
+};
+
+// What the isolate knows of the cluster: the slot map, learned once and updated by MOVED.
+class ClusterRouter {
+ public:
+  // `slot`: the namespace's (cluster_key_slot of any of its keys).
+  ClusterRouter(ClusterRouterSettings settings, uint16_t slot);
+
+  const ClusterRouterSettings& settings() const { return settings_; }
+  uint16_t slot() const { return slot_; }
+  bool have_map() const { return have_map_; }
+  const ClusterSlotMap& map() const { return map_; }
+  const ClusterRouterStats& stats() const { return stats_; }
+
+  // Where the slot's commands go now: its master, or for a read a healthy replica when replica
+  // reads are on (`*replica` says which); nullopt when the map has no shard for the slot.
+  std::optional<ClusterNode> node_for_slot(bool read, bool* replica);
+  // Where the next CLUSTER SHARDS (or SLOTS) is asked: the seeds and the known masters in turn.
+  ClusterNode refresh_node();
+  // The command that asks for the map.
+  RedisCommand map_command() const;
+  // The map from that command's reply, given by `answered` (the node asked). An error reply to
+  // CLUSTER SHARDS (a server before 7.0) switches to CLUSTER SLOTS for the next try.
+  Status learn(const RespValue& reply, const ClusterNode& answered);
+  void moved(uint16_t slot, const ClusterNode& node);
+  void note_ask() { ++stats_.ask; }
+  void note_retry() { ++stats_.retries; }
+  // A node timed out: the next round of any request asks for the map first.
+  void mark_stale() { stale_ = true; }
+  bool take_stale() { return std::exchange(stale_, false); }
+
+ private:
+  ClusterRouterSettings settings_;
+  uint16_t slot_;
+  ClusterSlotMap map_;
+  bool have_map_ = false;
+  bool use_slots_ = false;
+  bool stale_ = false;
+  uint64_t next_refresh_ = 0;
+  uint64_t spread_ = 0;
+  ClusterRouterStats stats_;
+};
+
+// One write the host carries out.
+struct RoutedWrite {
+  std::string bytes;
+  bool new_connection = false;      // open a fresh connection to `node` (closing that node's one)
+  std::optional<ClusterNode> node;  // nullopt: the one configured Redis (REDIS_HOST, REDIS_PORT)
+  int64_t delay_ms = 0;             // wait this long before writing (a cluster backoff)
+  std::vector<std::string> close;   // ClusterNode::address() of connections to close first
+};
+
+class RoutedConversation {
+ public:
+  // `router`: nullptr for one Redis; else the isolate's, which must outlive this conversation.
+  explicit RoutedConversation(RespLimits limits = {}, RedisCredentials credentials = {},
+                              ClusterRouter* router = nullptr);
+
+  // Starts a round (RedisConversation::begin's arguments); `read_only`: may go to a replica.
+  RoutedWrite begin(std::vector<RedisCommand> commands, ScriptForm form = ScriptForm::kBySha,
+                    bool keep_bytes = false, bool read_only = false);
+  // Bytes read from the connection of the last write. kWrite: carry out take_write() (the same
+  // node, or another after a redirect); kDone: take_replies(); kFailed: error().
+  RedisTurn feed(std::string_view bytes);
+  RoutedWrite take_write();
+  std::vector<RespValue> take_replies();
+  const Error& error() const { return error_; }
+  // After kDone with `keep_bytes` on a round of one command: its reply's bytes as Redis sent
+  // them; empty when they cannot be told apart from ASKING's or READONLY's (then not kept).
+  const std::string& reply_bytes() const {
+    return router_ == nullptr ? conns_[0].conv.reply_bytes() : bytes_;
+  }
+  // The connection of the last write failed (the host's words). kWrite: a retry elsewhere
+  // (take_write); kFailed: error(), the round is over.
+  RedisTurn connection_failed(std::string_view why);
+  // Forgets every connection: the next round opens new ones (the host closes them).
+  void drop();
+
+  bool in_round() const { return in_round_; }
+  // The last feed() completed a node's replies (error replies, MOVED included): Redis is not
+  // stalled, whatever comes next.
+  bool answered() const { return answered_; }
+  bool clustered() const { return router_ != nullptr; }
+
+ private:
+  struct Conn {
+    ClusterNode node;
+    RedisConversation conv;
+    uint64_t used = 0;
+  };
+
+  RedisConversation& current() { return conns_[current_].conv; }
+  // The next write of the round at the node the map (or an ASK) names; kFailed when none is left.
+  RedisTurn dispatch();
+  RedisTurn give_up(Error error);
+  RedisTurn retry_after_failure(std::string_view why);
+  RedisTurn cluster_done();
+  std::size_t conn_for(const ClusterNode& node, std::vector<std::string>* close);
+
+  RespLimits limits_;
+  RedisCredentials credentials_;
+  ClusterRouter* router_ = nullptr;
+  std::vector<Conn> conns_;  // one for one Redis; per node on a cluster
+  std::size_t current_ = 0;
+  uint64_t use_ = 0;
+
+  // The round.
+  bool in_round_ = false;
+  bool answered_ = false;
+  std::vector<RedisCommand> commands_;
+  ScriptForm form_ = ScriptForm::kBySha;
+  bool keep_bytes_ = false;
+  bool read_only_ = false;
+  std::vector<std::size_t> pending_;
+  std::vector<std::optional<RespValue>> replies_;
+  int attempts_ = 0;
+  int redirects_ = 0;
+  std::optional<ClusterNode> ask_;
+  bool refresh_ = false;
+  int64_t delay_ms_ = 0;
+  // The write in flight.
+  bool learning_ = false;     // it asks for the map
+  bool asking_ = false;       // each command behind an ASKING
+  std::size_t preamble_ = 0;  // replies before the commands' (READONLY)
+  RoutedWrite write_;
+  std::string bytes_;
+  Error error_;
+};
+
+}  // namespace quiver

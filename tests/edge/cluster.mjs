@@ -1,0 +1,326 @@
+// The edge on a real Redis Cluster (issue 14; shared/routed_conversation.h):
+//
+//   a real upstream → quiver-agent serve (redis+cluster://) → six redis-servers in cluster mode
+//   (three masters, three replicas) → quiver-edge in workerd ×2 (REDIS_CLUSTER=1, seeded at a
+//   master that does NOT serve the namespace's slot) → HTTP client
+//
+//   node tests/edge/cluster.mjs [--edge-dir build/wasm/edge] [--agent .../quiver-agent]
+//                               [--only substring]
+//
+// Registered as the ctest `wasm.edge_cluster` (wasm-worker/CMakeLists.txt). Exit status 0 when every
+// test passed, 77 (ctest SKIP_RETURN_CODE) when the native agent, redis-server or redis-cli is
+// absent. The tests: discovery at both edges equals the agent's (same manifest, same ETag), the
+// edges having learned the slot's node from the map their seed gave; a tools/call relayed through
+// the cluster (enqueue + BLPOP on the slot's master) answered by the agent; replica reads (a third edge
+// with QUIVER_REDIS_REPLICA_READS=1: its discovery reads run on the slot's replica, counted there);
+// a CLUSTER FAILOVER of the slot's master mid-traffic is followed through MOVED with every read
+// answered; the slot migrated to another master mid-traffic (IMPORTING/MIGRATING, MIGRATE, ASK,
+// then SETSLOT NODE and MOVED) with every read answered; a SIGKILLed master: while its replica is promoted the edges answer from their L1 copy
+// (stale-if-error) or 503 STORE_UNAVAILABLE, never an empty or wrong list, and recover.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+
+import { Agent, agentBinaryOrSkip } from './agent.mjs';
+import { testUpstreamScript, nodeModules } from './agent.mjs';
+import {
+  RedisCluster, argValue, crashed, createEdgeUser, edgeDirArg, edgeEnv, finish, runTests, sleep,
+  startEdges, waitForFresh,
+} from './harness.mjs';
+
+const edgeDir = edgeDirArg();
+const only = argValue('--only', '');
+
+const NS = 'cluster';
+const KID = 'cluster-1';
+const SECRET = 'cluster-e2e-caller-token-secret-0123456789';
+const REDIS_PASSWORD = 'cluster-redis-password';  // the agent's (default) user, on every node
+const EDGE_REDIS_PASSWORD = 'cluster-edge-redis-password';  // schema/redis-acl-edge.txt's user
+const L1_TTL_MS = 50;  // short: the reads below reach Redis
+
+let cluster;      // RedisCluster
+let agent;        // Agent
+const edges = []; // Workerd × 2
+const logs = [];
+let token;
+let slot;         // the namespace's
+let seed;         // the edges' seed: a master that does not serve `slot`
+const auth = () => ({ authorization: `Bearer ${token}` });
+
+const tests = [];
+const test = (name, fn) => tests.push({ name, fn });
+
+const entry = (res) => res.json?.connections?.find((c) => c.id === 't');
+
+async function healthz(w) {
+  return (await w.request('GET', '/healthz')).json;
+}
+
+// Reads GET /v1/manifests at every edge until `stop()` says so, recording each answer.
+async function readLoop(stop) {
+  const answers = [];
+  while (!stop()) {
+    await Promise.all(edges.map(async (w, i) => {
+      const res = await w.request('GET', '/v1/manifests', { headers: auth() });
+      answers.push({ edge: i, at: Date.now(), status: res.status, source: res.headers['x-quiver-cache'],
+                     code: res.json?.error?.code, entry: entry(res), count: res.json?.connections?.length });
+    }));
+  }
+  return answers;
+}
+
+test('discovery at both edges, seeded off the slot, equals the agent\'s', async () => {
+  const fromAgent = entry(await agent.request('GET', '/v1/manifests', { headers: auth() }));
+  assert.ok(fromAgent?.manifest, 'the agent serves t');
+  for (const w of edges) {
+    const res = await w.request('GET', '/v1/manifests', { headers: auth() });
+    assert.equal(res.status, 200, res.text);
+    const e = entry(res);
+    assert.equal(e.etag, fromAgent.etag);
+    assert.equal(JSON.stringify(e.manifest), JSON.stringify(fromAgent.manifest));
+    const one = await w.request('GET', '/v1/mcp-connections/t/manifest', { headers: auth() });
+    assert.equal(one.status, 200, one.text);
+    assert.equal(JSON.stringify(one.json.manifest), JSON.stringify(fromAgent.manifest));
+    const h = await healthz(w);
+    assert.equal(h.cluster.slot, slot);
+    assert.equal(h.cluster.map_known, true);
+    assert.ok(h.cluster.refreshes >= 1, JSON.stringify(h.cluster));
+  }
+});
+
+test('a tools/call through the edge is relayed to the agent on the slot\'s master', async () => {
+  for (const [i, w] of edges.entries()) {
+    const res = await w.request('POST', '/mcp', {
+      headers: { ...auth(), 'content-type': 'application/json',
+                 accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-06-18' },
+      body: JSON.stringify({ jsonrpc: '2.0', id: i + 1, method: 'tools/call',
+                             params: { name: 't__tool_1', arguments: {} } }) });
+    assert.equal(res.status, 200, res.text);
+    const text = res.headers['content-type']?.startsWith('text/event-stream')
+      ? JSON.parse(res.text.split('\n').find((l) => l.startsWith('data: ')).slice(6)) : res.json;
+    assert.equal(text.id, i + 1, res.text);
+    assert.deepEqual(text.result?.content?.[0]?.text, 'called tool_1', res.text);
+  }
+});
+
+// `INFO commandstats` of `port` as {command: calls}.
+async function commandCalls(port) {
+  const text = await cluster.call(port, 'INFO', 'commandstats');
+  const out = {};
+  for (const m of String(text).matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) out[m[1]] = Number(m[2]);
+  return out;
+}
+
+test('replica reads: the discovery read goes to the slot\'s replica after READONLY', async () => {
+  const { master, replicas } = await cluster.shardOf(slot);
+  const [edge] = await startEdges(1, { edgeDir, logs, env: edgeEnv({
+    ns: NS, kid: KID, secret: SECRET, redisPort: seed, edgeRedisPassword: EDGE_REDIS_PASSWORD,
+    l1TtlMs: 0, extra: { REDIS_CLUSTER: '1', QUIVER_REDIS_REPLICA_READS: '1' } }) });
+  try {
+    const fromAgent = entry(await agent.request('GET', '/v1/manifests', { headers: auth() }));
+    const before = await commandCalls(replicas[0]);
+    const masterBefore = await commandCalls(master);
+    const READS = 5;
+    for (let i = 0; i < READS; i++) {
+      const res = await edge.request('GET', '/v1/manifests', { headers: auth() });
+      assert.equal(res.status, 200, res.text);
+      assert.equal(res.headers['x-quiver-cache'], 'miss');
+      assert.equal(entry(res).etag, fromAgent.etag);
+      assert.equal(JSON.stringify(entry(res).manifest), JSON.stringify(fromAgent.manifest));
+    }
+    const after = await commandCalls(replicas[0]);
+    const masterAfter = await commandCalls(master);
+    const scripts = (c) => (c.evalsha_ro ?? 0) + (c.eval_ro ?? 0);
+    assert.equal((after.readonly ?? 0) - (before.readonly ?? 0), READS,
+                 'one READONLY per request, on the replica');
+    assert.ok(scripts(after) - scripts(before) >= READS, 'the discovery scripts ran on the replica');
+    assert.equal(scripts(masterAfter) - scripts(masterBefore), 0, 'none on the master');
+  } finally {
+    await edge.stop();
+  }
+});
+
+test('a CLUSTER FAILOVER mid-traffic is followed through MOVED, every read answered', async () => {
+  const { master, replicas } = await cluster.shardOf(slot);
+  assert.ok(replicas.length, 'the slot has a replica');
+  const before = await Promise.all(edges.map(healthz));
+  let done = false;
+  const reads = readLoop(() => done);
+  await sleep(300);
+  await cluster.failover(replicas[0]);
+  await cluster.waitUntilOk({ replicas: false });
+  await sleep(500);
+  done = true;
+  const answers = await reads;
+  assert.equal((await cluster.shardOf(slot)).master, replicas[0], 'the replica took over');
+  assert.ok(answers.length > 10, `${answers.length} reads`);
+  const bad = answers.filter((a) => a.status !== 200 || a.count !== 1 || !a.entry?.manifest);
+  assert.deepEqual(bad, [], 'every read answered with the manifest');
+  // At least the reads after the failover reached the new master through MOVED (the L1 TTL is
+  // short, so most reads go to Redis).
+  for (const [i, w] of edges.entries()) {
+    const h = await healthz(w);
+    assert.ok(h.cluster.moved > before[i].cluster.moved,
+              `edge ${i} followed MOVED: ${JSON.stringify(h.cluster)} (old master ${master})`);
+  }
+  const last = answers.filter((a) => a.source === 'miss').at(-1);
+  assert.ok(last, 'reads reached Redis');
+});
+
+test('a slot migrated mid-traffic is followed through ASK, then MOVED', async () => {
+  const from = (await cluster.shardOf(slot, seed)).master;
+  const masters = [];
+  for (const port of cluster.alive()) {
+    if ((await cluster.call(port, 'ROLE'))[0] === 'master') masters.push(port);
+  }
+  const to = masters.find((p) => p !== from && p !== seed);
+  const fromId = await cluster.call(from, 'CLUSTER', 'MYID');
+  const toId = await cluster.call(to, 'CLUSTER', 'MYID');
+  const before = await Promise.all(edges.map(healthz));
+  let done = false;
+  const reads = readLoop(() => done);
+  await sleep(300);
+  // As `redis-cli --cluster reshard` does, with every key of the slot in one MIGRATE: the
+  // namespace's scripts read keys they do not declare (key layout v1), so the slot must never be
+  // split between the two nodes while they run.
+  await cluster.call(to, 'CLUSTER', 'SETSLOT', slot, 'IMPORTING', fromId);
+  await cluster.call(from, 'CLUSTER', 'SETSLOT', slot, 'MIGRATING', toId);
+  const keys = await cluster.call(from, 'CLUSTER', 'GETKEYSINSLOT', slot, 1000000);
+  assert.ok(keys.length > 0, 'the namespace has keys');
+  assert.equal(await cluster.call(from, 'MIGRATE', '127.0.0.1', to, '', 0, 10000, 'AUTH',
+                                  REDIS_PASSWORD, 'KEYS', ...keys), 'OK');
+  // The keys are at `to`, the slot still `from`'s: `from` answers ASK.
+  await sleep(1000);
+  for (const port of [to, from, ...masters.filter((p) => p !== to && p !== from)]) {
+    await cluster.call(port, 'CLUSTER', 'SETSLOT', slot, 'NODE', toId);
+  }
+  await cluster.waitUntilOk({ replicas: false });
+  await sleep(500);
+  done = true;
+  const answers = await reads;
+  assert.equal((await cluster.shardOf(slot, seed)).master, to, 'the slot moved');
+  const bad = answers.filter((a) => a.status !== 200 || a.count !== 1 || !a.entry?.manifest);
+  assert.deepEqual(bad, [], 'every read answered with the manifest');
+  for (const [i, w] of edges.entries()) {
+    const h = await healthz(w);
+    assert.ok(h.cluster.ask > before[i].cluster.ask, `edge ${i} followed ASK: ${JSON.stringify(h.cluster)}`);
+    assert.ok(h.cluster.moved > before[i].cluster.moved, `edge ${i} followed MOVED: ${JSON.stringify(h.cluster)}`);
+  }
+  const stale = answers.filter((a) => a.source === 'stale-if-error').length;
+  console.log(`      ${answers.length} reads during the migration: ${stale} from L1 (stale-if-error)`);
+  const res = await agent.request('GET', '/v1/manifests', { headers: auth() });
+  assert.equal(res.status, 200, res.text);
+});
+
+test('a SIGKILLed master: L1 copies or 503 meanwhile, never a wrong list, then recovery', async () => {
+  const { master, replicas } = await cluster.shardOf(slot, seed);
+  assert.notEqual(master, seed, 'the seed survives');
+  assert.ok(replicas.length, 'the slot has a replica');
+  const before = await Promise.all(edges.map(healthz));
+  let done = false;
+  const reads = readLoop(() => done);
+  await sleep(300);
+  await cluster.kill(master);
+  await cluster.waitUntilOk({ replicas: false, timeoutMs: 60000 });
+  // Until both edges answer from Redis again.
+  const recoveredAt = Date.now();
+  for (;;) {
+    const rs = await Promise.all(edges.map((w) => w.request('GET', '/v1/manifests', { headers: auth() })));
+    if (rs.every((r) => r.status === 200 && r.headers['x-quiver-cache'] === 'miss')) break;
+    assert.ok(Date.now() - recoveredAt < 30000, 'the edges recover within 30 s of the promotion');
+    await sleep(100);
+  }
+  done = true;
+  const answers = await reads;
+  assert.equal((await cluster.shardOf(slot, seed)).master, replicas[0], 'the replica took over');
+  for (const a of answers) {
+    if (a.status === 200) {
+      assert.equal(a.count, 1, JSON.stringify(a));
+      assert.ok(a.entry?.manifest, JSON.stringify(a));
+    } else {
+      assert.equal(a.status, 503, JSON.stringify(a));
+      assert.equal(a.code, 'STORE_UNAVAILABLE', JSON.stringify(a));
+    }
+  }
+  for (const [i, w] of edges.entries()) {
+    const h = await healthz(w);
+    assert.ok(h.cluster.refreshes > before[i].cluster.refreshes,
+              `edge ${i} asked for the map again: ${JSON.stringify(h.cluster)}`);
+  }
+  const stale = answers.filter((a) => a.source === 'stale-if-error').length;
+  console.log(`      ${answers.length} reads during the kill: ${stale} from L1 (stale-if-error), ` +
+              `${answers.filter((a) => a.status === 503).length} 503`);
+  // The agent serves on, through its own pool.
+  const res = await agent.request('GET', '/v1/manifests', { headers: auth() });
+  assert.equal(res.status, 200, res.text);
+});
+
+// ---- runner ------------------------------------------------------------------------------------
+
+function skipUnless(command, args) {
+  const r = spawnSync(command, args, { encoding: 'utf8' });
+  if (r.error || r.status !== 0) {
+    console.log(`SKIP: ${command} is not installed (scripts/setup.sh)`);
+    process.exit(77);
+  }
+}
+
+async function main() {
+  const agentBinary = agentBinaryOrSkip();
+  skipUnless('redis-server', ['--version']);
+  skipUnless('redis-cli', ['--version']);
+  const started = Date.now();
+  let failed = 0;
+  try {
+    cluster = await RedisCluster.start({ password: REDIS_PASSWORD });
+    // ACL users are per node: the edge's on every one (a replica promoted later serves it too).
+    for (const port of cluster.ports) {
+      const admin = await cluster.client(port);
+      await createEdgeUser(admin, NS, EDGE_REDIS_PASSWORD);
+      admin.close();
+    }
+    slot = await cluster.call(cluster.ports[0], 'CLUSTER', 'KEYSLOT', `quiver:{${NS}}:namespace`);
+    const owner = (await cluster.shardOf(slot)).master;
+    const masters = [];
+    for (const port of cluster.ports) {
+      if ((await cluster.call(port, 'ROLE'))[0] === 'master') masters.push(port);
+    }
+    seed = masters.find((p) => p !== owner);
+    agent = await Agent.start({
+      binary: agentBinary, logs,
+      config: {
+        mcpServers: {
+          t: { command: process.execPath,
+               args: [testUpstreamScript, 'stdio', '--tools', '3', '--quiet'],
+               env: { QUIVER_NODE_MODULES: nodeModules() } },
+        },
+        quiver: {
+          namespace: NS,
+          redis: `redis+cluster://:\${CL_REDIS_PASSWORD}@127.0.0.1:${cluster.ports[0]},` +
+                 `127.0.0.1:${cluster.ports[1]}`,
+          caller_token_keys: { [KID]: { env: 'CL_TOKEN_KEY' } },
+          members: ['alice'],
+          grants: { alice: ['t'] },
+          runtime: { list_timeout_ms: 30000, request_timeout_ms: 30000 },
+        },
+      },
+      env: { CL_REDIS_PASSWORD: REDIS_PASSWORD, CL_TOKEN_KEY: SECRET },
+    });
+    token = agent.token('alice');
+    await waitForFresh(agent, token, 1);
+    const env = edgeEnv({
+      ns: NS, kid: KID, secret: SECRET, redisPort: seed, edgeRedisPassword: EDGE_REDIS_PASSWORD,
+      l1TtlMs: L1_TTL_MS, extra: { REDIS_CLUSTER: '1' } });
+    edges.push(...await startEdges(2, { edgeDir, env, logs }));
+    await waitForFresh(edges[0], token, 1);
+    await waitForFresh(edges[1], token, 1);
+    failed += await runTests(tests, only);
+  } finally {
+    for (const w of edges) await w.stop();
+    await agent?.stop();
+    await cluster?.stop();
+  }
+  finish({ failed, count: tests.length, started, logs,
+           secrets: [SECRET, REDIS_PASSWORD, EDGE_REDIS_PASSWORD] });
+}
+
+main().catch(crashed(logs));
