@@ -579,6 +579,20 @@ ClusterStep decide_cluster_step(const RespValue& reply, std::string_view answere
   return step;
 }
 
+ClusterStep hold_ask_for_round(ClusterStep step, const std::vector<RedisCommand>& round,
+                               int attempt, const ClusterRetryPolicy& policy) {
+  if (step.action != ClusterStep::Action::kAskAt) return step;
+  const bool followable = std::none_of(round.begin(), round.end(), [](const RedisCommand& c) {
+    return !c.empty() && (ascii_iequals(c[0], "MULTI") || is_script_call(c[0]));
+  });
+  if (followable) return step;
+  ClusterStep wait;
+  wait.action = ClusterStep::Action::kBackoffThenRetry;
+  wait.slot = step.slot;
+  wait.backoff_ms = cluster_backoff_ms(attempt, policy);
+  return wait;
+}
+
 ClusterStep cluster_step_after_io_failure(std::string_view why, int attempt,
                                           const ClusterRetryPolicy& policy) {
   if (attempt >= policy.max_attempts) {

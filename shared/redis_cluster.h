@@ -205,6 +205,20 @@ const char* cluster_action_name(ClusterStep::Action action);
 ClusterStep decide_cluster_step(const RespValue& reply, std::string_view answered_host, int attempt,
                                 int redirects, const ClusterRetryPolicy& policy);
 
+// An ASK is followed command by command (ASKING holds for the next command only), which is
+// right for a command that declares its keys: the importing node answers TRYAGAIN while some of
+// them have not moved yet. Two kinds of round may not follow one:
+//   - a transaction (MULTI ... EXEC): it is not split;
+//   - a round holding a script: key layout v1's scripts read keys they do not declare, and at the
+//     importing node such a key that has not moved yet reads as absent (a `disabled` overlay still
+//     on the source would not hide its tool), which would be a wrong answer, never an error.
+// Such a round waits out the migration instead: a bounded backoff, then the same node again, which
+// answers MOVED once the slot has moved (or ASK again, within the attempts and redirects budgets;
+// spent, the round is a store failure, kStoreUnavailable). `step` is what decide_cluster_step said
+// of the round's first routing answer; anything but kAskAt is returned as it is.
+ClusterStep hold_ask_for_round(ClusterStep step, const std::vector<RedisCommand>& round,
+                               int attempt, const ClusterRetryPolicy& policy);
+
 // The bounded exponential backoff before retry number `retry` (1-based).
 int64_t cluster_backoff_ms(int retry, const ClusterRetryPolicy& policy);
 

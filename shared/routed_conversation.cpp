@@ -294,6 +294,11 @@ RedisTurn RoutedConversation::cluster_done() {
     in_round_ = false;
     return RedisTurn::kDone;
   }
+  if (step->action == ClusterStep::Action::kAskAt) {
+    router_->note_ask();
+    ++redirects_;
+    step = hold_ask_for_round(std::move(*step), commands_, attempts_, router_->settings().retry);
+  }
   switch (step->action) {
     case ClusterStep::Action::kGiveUp:
       return give_up(step->error);
@@ -302,9 +307,7 @@ RedisTurn RoutedConversation::cluster_done() {
       ++redirects_;
       break;
     case ClusterStep::Action::kAskAt:
-      router_->note_ask();
       ask_ = step->node;
-      ++redirects_;
       break;
     case ClusterStep::Action::kRefreshThenRetry:
       router_->note_retry();

@@ -13,7 +13,9 @@
 //     serves;
 //   - MOVED: the map learns the slot's new master, the redirected commands go there;
 //   - ASK: ASKING + each redirected command to the importing node, once (scripts as EVAL: an
-//     EVALSHA's NOSCRIPT retry would go without ASKING), the map unchanged;
+//     EVALSHA's NOSCRIPT retry would go without ASKING), the map unchanged; except a round holding
+//     a script or a MULTI, which waits the migration out instead (hold_ask_for_round: key layout
+//     v1's scripts read keys they do not declare);
 //   - TRYAGAIN, LOADING, CLUSTERDOWN, MASTERDOWN: again after a bounded backoff (`delay_ms` on the
 //     write: the host waits, the core never does);
 //   - budgets (redirects, attempts) exhausted: kStoreUnavailable quoting the last answer, which
@@ -61,7 +63,7 @@ struct ClusterRouterSettings {
 struct ClusterRouterStats {
   uint64_t refreshes = 0;  // maps learned
   uint64_t moved = 0;      // MOVED followed
-  uint64_t ask = 0;        // ASK followed
+  uint64_t ask = 0;        // ASK answers (followed, or waited out)
   uint64_t retries = 0;    // backoffs, unreachable nodes, TRYAGAIN, CLUSTERDOWN, ...
 };
 

@@ -519,7 +519,7 @@ Result<std::vector<RespValue>> RedisClusterPool::Impl::run_at_slot_locked(
       continue;
     }
     // An ASK is followed command by command (ASKING holds for the next command only); a
-    // transaction is not split: it waits for the migration to end (the next MOVED) instead.
+    // transaction or a script waits for the migration to end instead (hold_ask_for_round).
     const bool asking = ask.has_value();
     ask.reset();
     std::vector<RedisCommand> sent;
@@ -561,6 +561,10 @@ Result<std::vector<RespValue>> RedisClusterPool::Impl::run_at_slot_locked(
       if (!step) step = std::move(s);
     }
     if (!step) return replies;
+    const bool asked = step->action == ClusterStep::Action::kAskAt;
+    if (asked) ++redirects;
+    step = hold_ask_for_round(std::move(*step), commands, attempts, options.retry);
+    if (asked && step->action != ClusterStep::Action::kAskAt) ++stats.ask;  // held, not followed
     if (step->action == ClusterStep::Action::kGiveUp) return step->error;
     if (step->action == ClusterStep::Action::kRetryAt && step->slot != slot) {
       return Error(ErrorCode::kInvalidArgument, "redis cluster: a command sent to slot " +
@@ -569,14 +573,7 @@ Result<std::vector<RespValue>> RedisClusterPool::Impl::run_at_slot_locked(
     }
     note_step(*step, &refresh, &backoff_ms);
     if (step->action == ClusterStep::Action::kRetryAt) ++redirects;
-    if (step->action == ClusterStep::Action::kAskAt) {
-      ++redirects;
-      if (transaction) {
-        backoff_ms = cluster_backoff_ms(attempts, options.retry);
-      } else {
-        ask = step->node;
-      }
-    }
+    if (step->action == ClusterStep::Action::kAskAt) ask = step->node;
     // A transaction is sent whole again (a redirected command aborted it: nothing ran).
     pending = transaction ? all : again;
   }

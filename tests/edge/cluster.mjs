@@ -166,7 +166,7 @@ test('a CLUSTER FAILOVER mid-traffic is followed through MOVED, every read answe
   assert.ok(last, 'reads reached Redis');
 });
 
-test('a slot migrated mid-traffic is followed through ASK, then MOVED', async () => {
+test('a slot migrated mid-traffic: the scripts wait out ASK (L1 copies meanwhile), then follow MOVED', async () => {
   const from = (await cluster.shardOf(slot, seed)).master;
   const masters = [];
   for (const port of cluster.alive()) {
@@ -188,7 +188,9 @@ test('a slot migrated mid-traffic is followed through ASK, then MOVED', async ()
   assert.ok(keys.length > 0, 'the namespace has keys');
   assert.equal(await cluster.call(from, 'MIGRATE', '127.0.0.1', to, '', 0, 10000, 'AUTH',
                                   REDIS_PASSWORD, 'KEYS', ...keys), 'OK');
-  // The keys are at `to`, the slot still `from`'s: `from` answers ASK.
+  // The keys are at `to`, the slot still `from`'s: `from` answers ASK, which a round holding a
+  // script (every discovery read) waits out instead of following (hold_ask_for_round: key layout
+  // v1's scripts read keys they do not declare), answered from L1 meanwhile.
   await sleep(1000);
   for (const port of [to, from, ...masters.filter((p) => p !== to && p !== from)]) {
     await cluster.call(port, 'CLUSTER', 'SETSLOT', slot, 'NODE', toId);
@@ -202,7 +204,7 @@ test('a slot migrated mid-traffic is followed through ASK, then MOVED', async ()
   assert.deepEqual(bad, [], 'every read answered with the manifest');
   for (const [i, w] of edges.entries()) {
     const h = await healthz(w);
-    assert.ok(h.cluster.ask > before[i].cluster.ask, `edge ${i} followed ASK: ${JSON.stringify(h.cluster)}`);
+    assert.ok(h.cluster.ask > before[i].cluster.ask, `edge ${i} was answered ASK: ${JSON.stringify(h.cluster)}`);
     assert.ok(h.cluster.moved > before[i].cluster.moved, `edge ${i} followed MOVED: ${JSON.stringify(h.cluster)}`);
   }
   const stale = answers.filter((a) => a.source === 'stale-if-error').length;

@@ -373,6 +373,38 @@ TEST(ClusterStep, BackoffIsBoundedAndIoFailuresRefresh) {
   EXPECT_NE(last.error.message.find("connection refused"), std::string::npos);
 }
 
+// Key layout v1's scripts read keys they do not declare, and a transaction is never split: a
+// round holding either waits an ASK out (a backoff at the same node) instead of following it.
+TEST(ClusterStep, AnAskIsHeldForARoundWithAScriptOrATransaction) {
+  ClusterRetryPolicy policy;
+  const ClusterStep ask = decide_cluster_step(E("ASK 5 h:7001"), "h", 2, 1, policy);
+  ASSERT_EQ(ask.action, Action::kAskAt);
+  const RedisCommand get = {"GET", "k"};
+  const std::vector<std::pair<std::vector<RedisCommand>, bool>> rounds = {
+      {{get}, true},
+      {{get, {"MGET", "a", "b"}}, true},
+      {{get, {"EVALSHA", "0123", "1", "k"}}, false},
+      {{{"evalsha_ro", "0123", "1", "k"}}, false},
+      {{{"EVAL", "return 1", "0"}}, false},
+      {{{"FCALL", "f", "1", "k"}}, false},
+      {{{"MULTI"}, {"SET", "k", "v"}, {"EXEC"}}, false},
+  };
+  for (const auto& [round, follows] : rounds) {
+    ClusterStep step = hold_ask_for_round(ask, round, 2, policy);
+    EXPECT_EQ(step.action, follows ? Action::kAskAt : Action::kBackoffThenRetry) << round[0][0];
+    if (!follows) {
+      EXPECT_EQ(step.backoff_ms, cluster_backoff_ms(2, policy));
+      EXPECT_FALSE(step.refresh_map);  // the map is right: the slot is still the source's
+    } else {
+      EXPECT_EQ(step.node.port, 7001);
+    }
+  }
+  // Anything but an ASK passes through unchanged.
+  ClusterStep moved = decide_cluster_step(E("MOVED 5 h:7001"), "h", 1, 0, policy);
+  EXPECT_EQ(hold_ask_for_round(moved, {{"EVAL", "return 1", "0"}}, 1, policy).action,
+            Action::kRetryAt);
+}
+
 // ---- planning ----------------------------------------------------------------------------------
 
 TEST(ClusterPlan, GroupsByMasterInOrder) {

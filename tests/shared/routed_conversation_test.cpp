@@ -106,7 +106,34 @@ TEST(RoutedConversation, LearnsTheMapFromASeedThenFollowsMoved) {
   EXPECT_EQ(w.bytes, encode_command(kGet));
 }
 
-TEST(RoutedConversation, AskSendsAskingAndTheScriptAsTextToTheImportingNodeOnce) {
+TEST(RoutedConversation, AskSendsAskingAndEachCommandToTheImportingNodeOnce) {
+  ClusterRouter router(seeded(), ns_slot());
+  RoutedConversation c({}, kCreds, &router);
+  c.begin({kGet});
+  ASSERT_EQ(c.feed(kAuthOk + encode_reply(shards())), RedisTurn::kWrite);
+  c.take_write();
+  RedisCommand other{"GET", "quiver:{default}:other"};
+  RoutedWrite w = c.begin({other, kGet});
+  const std::string ask = "-ASK " + std::to_string(ns_slot()) + " 127.0.0.1:7002\r\n";
+  // The first key moved, the second did not (yet).
+  ASSERT_EQ(c.feed(kAuthOk + ask + "$2\r\nv1\r\n"), RedisTurn::kWrite);
+  w = c.take_write();
+  EXPECT_EQ(w.node->port, 7002);
+  EXPECT_EQ(w.delay_ms, 0);
+  EXPECT_EQ(w.bytes, encode_command({"AUTH", "quiver-edge", "pw"}) + encode_command({"ASKING"}) +
+                         encode_command(other));
+  ASSERT_EQ(c.feed(kAuthOk + kAuthOk + "$2\r\nv0\r\n"), RedisTurn::kDone);
+  EXPECT_EQ(c.take_replies(), (std::vector<RespValue>{S("v0"), S("v1")}));
+  EXPECT_EQ(router.stats().ask, 1u);
+  // The map did not change: the next round goes to the slot's master again.
+  w = c.begin({kGet});
+  EXPECT_EQ(w.node->port, 7001);
+}
+
+// Key layout v1's scripts read keys they do not declare: at the importing node one that has not
+// moved yet would read as absent (a wrong answer, not an error). A round holding a script waits
+// the migration out at the source instead, and follows the MOVED that ends it.
+TEST(RoutedConversation, ARoundWithAScriptWaitsOutAnAskAndFollowsTheMovedThatEndsIt) {
   ClusterRouter router(seeded(), ns_slot());
   RoutedConversation c({}, kCreds, &router);
   c.begin({kGet});
@@ -115,18 +142,54 @@ TEST(RoutedConversation, AskSendsAskingAndTheScriptAsTextToTheImportingNodeOnce)
   RedisCommand script{"EVAL", "return 1", "1", "quiver:{default}:namespace"};
   RoutedWrite w = c.begin({script, kGet});
   const std::string ask = "-ASK " + std::to_string(ns_slot()) + " 127.0.0.1:7002\r\n";
-  // The script's key moved, the GET's did not (yet).
   ASSERT_EQ(c.feed(kAuthOk + ask + "$2\r\nv1\r\n"), RedisTurn::kWrite);
   w = c.take_write();
-  EXPECT_EQ(w.node->port, 7002);
-  EXPECT_EQ(w.bytes, encode_command({"AUTH", "quiver-edge", "pw"}) + encode_command({"ASKING"}) +
-                         encode_command(script));  // EVAL, not EVALSHA
-  ASSERT_EQ(c.feed(kAuthOk + kAuthOk + ":1\r\n"), RedisTurn::kDone);
-  EXPECT_EQ(c.take_replies(), (std::vector<RespValue>{I(1), S("v1")}));
+  EXPECT_EQ(w.node->port, 7001);  // the source again, after a backoff, no ASKING anywhere
+  EXPECT_GT(w.delay_ms, 0);
+  EXPECT_EQ(w.bytes.find("ASKING"), std::string::npos);
+  EXPECT_NE(w.bytes.find("EVAL"), std::string::npos);
   EXPECT_EQ(router.stats().ask, 1u);
-  // The map did not change: the next round goes to the slot's master again.
-  w = c.begin({kGet});
+  // Still migrating: waits again, longer.
+  const int64_t first_delay = w.delay_ms;
+  ASSERT_EQ(c.feed(ask), RedisTurn::kWrite);
+  w = c.take_write();
   EXPECT_EQ(w.node->port, 7001);
+  EXPECT_GT(w.delay_ms, first_delay);
+  // The slot moved: MOVED, and the script goes to its new master.
+  const std::string moved = "-MOVED " + std::to_string(ns_slot()) + " 127.0.0.1:7002\r\n";
+  ASSERT_EQ(c.feed(moved), RedisTurn::kWrite);
+  w = c.take_write();
+  EXPECT_EQ(w.node->port, 7002);
+  EXPECT_EQ(w.bytes.find("ASKING"), std::string::npos);
+  ASSERT_EQ(c.feed(kAuthOk + ":1\r\n"), RedisTurn::kDone);
+  EXPECT_EQ(c.take_replies(), (std::vector<RespValue>{I(1), S("v1")}));
+  EXPECT_EQ(router.stats().moved, 1u);
+}
+
+// A migration that does not end within the budget is a store failure, never an answer read at
+// the importing node.
+TEST(RoutedConversation, AnAskThatOutlastsTheBudgetIsAStoreFailure) {
+  ClusterRouter router(seeded(), ns_slot());
+  RoutedConversation c({}, kCreds, &router);
+  c.begin({kGet});
+  ASSERT_EQ(c.feed(kAuthOk + encode_reply(shards())), RedisTurn::kWrite);
+  c.take_write();
+  RedisCommand script{"EVALSHA", "0123456789012345678901234567890123456789", "1",
+                      "quiver:{default}:namespace"};
+  c.begin({script});
+  const std::string ask = "-ASK " + std::to_string(ns_slot()) + " 127.0.0.1:7002\r\n";
+  RedisTurn turn = c.feed(kAuthOk + ask);
+  int rounds = 1;
+  while (turn == RedisTurn::kWrite && rounds < 50) {
+    RoutedWrite again = c.take_write();
+    EXPECT_EQ(again.node->port, 7001);
+    EXPECT_EQ(again.bytes.find("ASKING"), std::string::npos);
+    turn = c.feed(ask);
+    ++rounds;
+  }
+  ASSERT_EQ(turn, RedisTurn::kFailed);
+  EXPECT_LT(rounds, 50);
+  EXPECT_EQ(c.error().code, ErrorCode::kStoreUnavailable) << c.error().message;
 }
 
 TEST(RoutedConversation, TryAgainBacksOffAndClusterDownRefreshesTheMap) {
@@ -363,7 +426,9 @@ TEST(EdgeCluster, AReadSeededAtANodeThatDoesNotOwnTheSlotFollowsMovedToTheSameAn
   EXPECT_TRUE(s.new_connection);  // a socket belongs to its request
 }
 
-TEST(EdgeCluster, AskSendsAskingAndTheReadScriptAsTextAndL1KeepsTheReplyAlone) {
+// The read script reads keys it does not declare (key layout v1): an ASK is waited out at the
+// source, never followed to the importing node, and the MOVED that ends the migration is.
+TEST(EdgeCluster, TheReadScriptWaitsOutAnAskAndFollowsTheMovedThatEndsIt) {
   auto clustered = edge({{"REDIS_CLUSTER", "127.0.0.1:7000"}, {"QUIVER_L1_TTL_MS", "60000"}});
   EdgeStep s = clustered->begin(manifests_request(), kNow, kRandom);
   s = clustered->feed(s.handle, kAuthOk + encode_reply(shards()), kNow);
@@ -372,20 +437,22 @@ TEST(EdgeCluster, AskSendsAskingAndTheReadScriptAsTextAndL1KeepsTheReplyAlone) {
   s = clustered->feed(s.handle,
                       kAuthOk + "-ASK " + std::to_string(ns_slot()) + " 127.0.0.1:7002\r\n", kNow);
   ASSERT_EQ(s.action, EdgeAction::kRedis);
+  EXPECT_EQ(s.redis_port, 7001);
+  EXPECT_GT(s.redis_delay_ms, 0);
+  EXPECT_EQ(s.redis_bytes.find("ASKING"), std::string::npos);
+  s = clustered->feed(s.handle, "-MOVED " + std::to_string(ns_slot()) + " 127.0.0.1:7002\r\n",
+                      kNow);
+  ASSERT_EQ(s.action, EdgeAction::kRedis);
   EXPECT_EQ(s.redis_port, 7002);
-  const std::string asking = encode_command({"ASKING"});
-  const std::size_t at = s.redis_bytes.find(asking);
-  ASSERT_NE(at, std::string::npos);
-  // The script as text (a NOSCRIPT retry would go without ASKING).
-  EXPECT_NE(s.redis_bytes.find("$7\r\nEVAL_RO\r\n", at), std::string::npos);
-  EXPECT_EQ(s.redis_bytes.find("$10\r\nEVALSHA_RO\r\n"), std::string::npos);
-  s = clustered->feed(s.handle, kAuthOk + kAuthOk + encode_reply(empty_discovery()), kNow);
+  EXPECT_EQ(s.redis_bytes.find("ASKING"), std::string::npos);
+  s = clustered->feed(s.handle, kAuthOk + encode_reply(empty_discovery()), kNow);
   ASSERT_EQ(s.action, EdgeAction::kRespond);
   EXPECT_EQ(s.response.status, 200);
   clustered->end(s.handle);
   EXPECT_EQ(clustered->cluster()->stats().ask, 1u);
-  // The snapshot L1 kept is the script's reply alone (ASKING's +OK stripped): a later request
-  // for another view of it is answered from L1, without Redis.
+  EXPECT_EQ(clustered->cluster()->stats().moved, 1u);
+  // The snapshot L1 kept is the script's reply alone (AUTH's +OK stripped): a later request for
+  // another view of it is answered from L1, without Redis.
   HttpRequest again = manifests_request();
   again.query = "view=mcp";
   s = clustered->begin(again, kNow + 1, kRandom);
