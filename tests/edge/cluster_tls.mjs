@@ -18,7 +18,8 @@
 // the slot's node from its seed's map; a tools/call relayed through the slot's master; a CLUSTER
 // FAILOVER of that master followed through MOVED to the promoted replica's TLS port, every read
 // answered; an edge without REDIS_TLS, or not trusting the nodes' CA, answers 503
-// STORE_UNAVAILABLE, never an empty list.
+// STORE_UNAVAILABLE, never an empty list; nodes that announce a hostname, with certificates for
+// that name alone, are dialled and verified by name (last: it changes the nodes' certificates).
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
@@ -27,7 +28,7 @@ import path from 'node:path';
 import { agentBinaryOrSkip, startClusterAgent } from './agent.mjs';
 import {
   Redis, RedisCluster, Workerd, argValue, crashed, edgeDirArg, edgeEnv, finish, flatMap,
-  makeTestCertificates, runTests, skipUnlessInstalled, sleep, stageEdgeTrustingTestCa,
+  makeTestCertificates, runTests, skipUnlessInstalled, sleep, stageEdgeTrustingTestCa, waitFor,
   waitForFresh,
 } from './harness.mjs';
 
@@ -194,6 +195,48 @@ test('an edge that does not trust the nodes\' CA (the staged browsers\' CAs): 50
     assert.match(logged, /STORE_UNAVAILABLE: redis cluster: no node answered/);
   } finally {
     await untrusting.stop();
+  }
+});
+
+test('nodes that announce a hostname (as hosted clusters do), their certificates naming only it: ' +
+     'the edge dials and verifies the name', async () => {
+  const fromAgent = entry(await agent.request('GET', '/v1/manifests', { headers: auth() }));
+  // Every node announces `localhost` as its preferred endpoint and presents a certificate for the
+  // name alone (no IP address in it): a client dialling 127.0.0.1 cannot verify it.
+  const named = makeTestCertificates(dir, { name: 'named', san: 'DNS:localhost' });
+  for (const port of cluster.alive()) {
+    await cluster.call(port, 'CONFIG', 'SET', 'cluster-announce-hostname', 'localhost',
+                       'cluster-preferred-endpoint-type', 'hostname', 'tls-cert-file', named.cert,
+                       'tls-key-file', named.key);
+  }
+  await waitFor('every node announces localhost', async () => {
+    for (const port of cluster.alive()) {
+      for (const shard of await cluster.call(port, 'CLUSTER', 'SHARDS')) {
+        const nodes = flatMap(shard).nodes.map(flatMap);
+        if (!nodes.every((n) => n.endpoint === 'localhost')) return false;
+      }
+    }
+    return true;
+  }, 30000);
+  const byName = await Workerd.start({ config, logs,
+                                       env: { ...edgeEnvTls, REDIS_HOST: 'localhost' } });
+  const byAddress = await Workerd.start({ config, logs, env: edgeEnvTls });
+  try {
+    const res = await byName.request('GET', '/v1/manifests', { headers: auth() });
+    assert.equal(res.status, 200, res.text);
+    assert.equal(entry(res).etag, fromAgent.etag);
+    assert.equal(JSON.stringify(entry(res).manifest), JSON.stringify(fromAgent.manifest));
+    assert.equal((await healthz(byName)).cluster.map_known, true);
+    // The same edge seeded at the address: its seed's certificate does not name 127.0.0.1.
+    const before = logs.length;
+    const refused = await byAddress.request('GET', '/v1/manifests', { headers: auth() });
+    assert.equal(refused.status, 503, refused.text);
+    assert.equal(refused.json?.error?.code, 'STORE_UNAVAILABLE', refused.text);
+    await sleep(100);
+    assert.match(logs.slice(before).join('\n'), /TLS handshake failed: invalid peer certificate/);
+  } finally {
+    await byName.stop();
+    await byAddress.stop();
   }
 });
 

@@ -6,7 +6,7 @@
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { createHash, createHmac } from 'node:crypto';
 import {
-  copyFileSync, mkdirSync, readFileSync, mkdtempSync, rmSync, writeFileSync,
+  copyFileSync, existsSync, mkdirSync, readFileSync, mkdtempSync, rmSync, writeFileSync,
 } from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
@@ -322,19 +322,23 @@ export function skipUnlessInstalled(command, args) {
 
 // ---- TLS ---------------------------------------------------------------------------------------
 
-// A private CA and a certificate it signed for localhost and 127.0.0.1, as a hosted Redis would
-// present, made by openssl in `dir`: {ca, cert, key} (PEM file paths).
-export function makeTestCertificates(dir) {
+// A private CA (made once per `dir`: ca.pem, ca.key) and a certificate it signed for `san`
+// (localhost and 127.0.0.1 unless told), as a hosted Redis would present, made by openssl in
+// `dir`: {ca, cert, key} (PEM file paths; the certificate's named `name`.pem and `name`.key).
+export function makeTestCertificates(dir, { name = 'redis',
+                                            san = 'DNS:localhost,IP:127.0.0.1' } = {}) {
   const ssl = (...a) => execFileSync('openssl', a, { cwd: dir, stdio: 'pipe' });
-  ssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2', '-subj', '/CN=quiver test CA',
-      '-keyout', 'ca.key', '-out', 'ca.pem');
-  ssl('req', '-newkey', 'rsa:2048', '-nodes', '-subj', '/CN=localhost', '-keyout', 'redis.key',
-      '-out', 'redis.csr');
-  writeFileSync(path.join(dir, 'san.ext'), 'subjectAltName=DNS:localhost,IP:127.0.0.1\n');
-  ssl('x509', '-req', '-in', 'redis.csr', '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial',
-      '-days', '2', '-extfile', 'san.ext', '-out', 'redis.pem');
-  return { ca: path.join(dir, 'ca.pem'), cert: path.join(dir, 'redis.pem'),
-           key: path.join(dir, 'redis.key') };
+  if (!existsSync(path.join(dir, 'ca.pem'))) {
+    ssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2', '-subj',
+        '/CN=quiver test CA', '-keyout', 'ca.key', '-out', 'ca.pem');
+  }
+  ssl('req', '-newkey', 'rsa:2048', '-nodes', '-subj', '/CN=localhost', '-keyout', `${name}.key`,
+      '-out', `${name}.csr`);
+  writeFileSync(path.join(dir, `${name}.ext`), `subjectAltName=${san}\n`);
+  ssl('x509', '-req', '-in', `${name}.csr`, '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial',
+      '-days', '2', '-extfile', `${name}.ext`, '-out', `${name}.pem`);
+  return { ca: path.join(dir, 'ca.pem'), cert: path.join(dir, `${name}.pem`),
+           key: path.join(dir, `${name}.key`) };
 }
 
 // The staged worker of `edgeDir` copied into `dir` with a workerd config that trusts the CA in
