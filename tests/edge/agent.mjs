@@ -27,6 +27,35 @@ export function agentBinaryOrSkip() {
   }
   return binary;
 }
+// `quiver-agent serve` on `cluster` (harness.mjs RedisCluster, its default user's `password`) for
+// namespace `ns`, member alice granted one connection `t` (a stdio test upstream with three tools),
+// caller tokens under `kid` with `secret`. Over TLS (`rediss+cluster://`, `redis_tls.ca_file`)
+// when the cluster was started with TLS. Secrets reach it through its environment only.
+export function startClusterAgent({ binary, logs, cluster, ns, kid, secret, password }) {
+  const scheme = cluster.tls ? 'rediss+cluster' : 'redis+cluster';
+  return Agent.start({
+    binary, logs,
+    config: {
+      mcpServers: {
+        t: { command: process.execPath,
+             args: [testUpstreamScript, 'stdio', '--tools', '3', '--quiet'],
+             env: { QUIVER_NODE_MODULES: nodeModules() } },
+      },
+      quiver: {
+        namespace: ns,
+        redis: `${scheme}://:\${CL_REDIS_PASSWORD}@127.0.0.1:${cluster.ports[0]},` +
+               `127.0.0.1:${cluster.ports[1]}`,
+        ...(cluster.tls ? { redis_tls: { ca_file: cluster.tls.ca } } : {}),
+        caller_token_keys: { [kid]: { env: 'CL_TOKEN_KEY' } },
+        members: ['alice'],
+        grants: { alice: ['t'] },
+        runtime: { list_timeout_ms: 30000, request_timeout_ms: 30000 },
+      },
+    },
+    env: { CL_REDIS_PASSWORD: password, CL_TOKEN_KEY: secret },
+  });
+}
+
 export const nodeModules = () => process.env.QUIVER_NODE_MODULES ||
   path.join(repoRoot, 'build', 'node', 'node_modules');
 export const testUpstreamScript = path.join(repoRoot, 'tests', 'peers', 'test-upstream.mjs');

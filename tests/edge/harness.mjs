@@ -3,13 +3,16 @@
 // stopped by the caller. Plus what a test needs around them: a small RESP client, HS256 caller
 // tokens minted with node's own crypto (an implementation independent of the core's), and
 // manifests in the layout of schema/redis-keys.md built from a real server's tools/list.
-import { spawn, spawnSync } from 'node:child_process';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { createHash, createHmac } from 'node:crypto';
-import { mkdirSync, readFileSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync, existsSync, mkdirSync, readFileSync, mkdtempSync, rmSync, writeFileSync,
+} from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import tls from 'node:tls';
 import { fileURLToPath } from 'node:url';
 
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -225,12 +228,16 @@ export class RedisError extends Error {}
 
 // A minimal pipelining Redis client for test set-up and checks.
 export class Redis {
-  // `password` alone authenticates the default user; with `username`, that ACL user.
-  static connect(port, password, username = '') {
+  // `password` alone authenticates the default user; with `username`, that ACL user. With `ca`
+  // (a PEM file), over TLS to a port that expects it, the server's certificate verified against
+  // that CA for the name localhost.
+  static connect(port, password, username = '', { ca = null } = {}) {
     return new Promise((resolve, reject) => {
-      const socket = net.connect(port, '127.0.0.1');
+      const socket = ca
+        ? tls.connect({ port, host: '127.0.0.1', servername: 'localhost', ca: readFileSync(ca) })
+        : net.connect(port, '127.0.0.1');
       socket.once('error', reject);
-      socket.once('connect', async () => {
+      socket.once(ca ? 'secureConnect' : 'connect', async () => {
         socket.removeListener('error', reject);
         const r = new Redis(socket);
         try {
@@ -302,6 +309,50 @@ export async function startEdgeRedis(ns, edgePassword, options = {}) {
   const db = await redis.client();
   await createEdgeUser(db, ns, edgePassword);
   return { redis, db };
+}
+
+// Exits 77 (ctest's SKIP_RETURN_CODE) when `command args` does not run: a part is not installed.
+export function skipUnlessInstalled(command, args) {
+  const r = spawnSync(command, args, { encoding: 'utf8' });
+  if (r.error || r.status !== 0) {
+    console.log(`SKIP: ${command} is not installed (scripts/setup.sh)`);
+    process.exit(77);
+  }
+}
+
+// ---- TLS ---------------------------------------------------------------------------------------
+
+// A private CA (made once per `dir`: ca.pem, ca.key) and a certificate it signed for `san`
+// (localhost and 127.0.0.1 unless told), as a hosted Redis would present, made by openssl in
+// `dir`: {ca, cert, key} (PEM file paths; the certificate's named `name`.pem and `name`.key).
+export function makeTestCertificates(dir, { name = 'redis',
+                                            san = 'DNS:localhost,IP:127.0.0.1' } = {}) {
+  const ssl = (...a) => execFileSync('openssl', a, { cwd: dir, stdio: 'pipe' });
+  if (!existsSync(path.join(dir, 'ca.pem'))) {
+    ssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2', '-subj',
+        '/CN=quiver test CA', '-keyout', 'ca.key', '-out', 'ca.pem');
+  }
+  ssl('req', '-newkey', 'rsa:2048', '-nodes', '-subj', '/CN=localhost', '-keyout', `${name}.key`,
+      '-out', `${name}.csr`);
+  writeFileSync(path.join(dir, `${name}.ext`), `subjectAltName=${san}\n`);
+  ssl('x509', '-req', '-in', `${name}.csr`, '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial',
+      '-days', '2', '-extfile', `${name}.ext`, '-out', `${name}.pem`);
+  return { ca: path.join(dir, 'ca.pem'), cert: path.join(dir, `${name}.pem`),
+           key: path.join(dir, `${name}.key`) };
+}
+
+// The staged worker of `edgeDir` copied into `dir` with a workerd config that trusts the CA in
+// `dir`/ca.pem (makeTestCertificates) instead of the browsers' ones. Returns the config's path.
+export function stageEdgeTrustingTestCa(edgeDir, dir) {
+  for (const f of ['worker.mjs', 'quiver-edge.mjs', 'quiver-edge.wasm']) {
+    copyFileSync(path.join(edgeDir, f), path.join(dir, f));
+  }
+  const staged = readFileSync(path.join(edgeDir, 'workerd.capnp'), 'utf8');
+  const config = staged.replace('tlsOptions = (trustBrowserCas = true)',
+                                'tlsOptions = (trustedCertificates = [embed "ca.pem"])');
+  if (config === staged) throw new Error('the staged workerd.capnp lacks the TLS options replaced');
+  writeFileSync(path.join(dir, 'workerd.capnp'), config);
+  return path.join(dir, 'workerd.capnp');
 }
 
 // ---- processes ---------------------------------------------------------------------------------
@@ -616,7 +667,8 @@ const infoFields = (text) => Object.fromEntries(String(text).split('\r\n')
   .filter((l) => l.includes(':')).map((l) => [l.slice(0, l.indexOf(':')), l.slice(l.indexOf(':') + 1)]));
 
 // A flat [key, value, ...] RESP2 map as an object.
-const flatMap = (a) => {
+// A RESP2 flat map ([k1, v1, k2, v2, ...], as CLUSTER SHARDS answers) as an object.
+export const flatMap = (a) => {
   const o = {};
   for (let i = 0; i + 1 < a.length; i += 2) o[a[i]] = a[i + 1];
   return o;
@@ -628,9 +680,14 @@ const flatMap = (a) => {
 // every node says cluster_state:ok and every replica is online. Every node has `password` for the
 // default user; stop() ends every node.
 export class RedisCluster {
-  static async start({ password, nodeTimeoutMs = 2000 } = {}) {
+  // `tls` ({ca, cert, key}, makeTestCertificates): the nodes listen for TLS only (`port 0`, each
+  // port a `tls-port`), their bus and replication over TLS too (`tls-cluster yes`,
+  // `tls-replication yes`; CLUSTER SHARDS then announces the TLS ports); clients are not asked for
+  // certificates. client() and call() then speak TLS, verifying against `tls.ca`.
+  static async start({ password, nodeTimeoutMs = 2000, tls = null } = {}) {
     const c = new RedisCluster();
     c.password = password;
+    c.tls = tls;
     c.dir = mkdtempSync(path.join(os.tmpdir(), 'quiver-edge-cluster-'));
     c.ports = [];
     c.procs = new Map();
@@ -639,11 +696,18 @@ export class RedisCluster {
       for (const port of c.ports) {
         const dir = path.join(c.dir, String(port));
         mkdirSync(dir);
-        const args = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly',
-                      'no', '--dir', dir, '--cluster-enabled', 'yes', '--cluster-config-file',
-                      path.join(dir, 'nodes.conf'), '--cluster-node-timeout', String(nodeTimeoutMs),
+        const args = ['--port', tls ? '0' : String(port), '--bind', '127.0.0.1', '--save', '',
+                      '--appendonly', 'no', '--dir', dir, '--cluster-enabled', 'yes',
+                      '--cluster-config-file', path.join(dir, 'nodes.conf'),
+                      '--cluster-node-timeout', String(nodeTimeoutMs),
                       '--repl-diskless-sync-delay', '0', '--repl-ping-replica-period', '1',
                       '--requirepass', password, '--masterauth', password];
+        if (tls) {
+          // The bus port stays the (TLS) port + 10000, as freeClusterPort checked.
+          args.push('--tls-port', String(port), '--tls-cert-file', tls.cert, '--tls-key-file',
+                    tls.key, '--tls-ca-cert-file', tls.ca, '--tls-auth-clients', 'no',
+                    '--tls-cluster', 'yes', '--tls-replication', 'yes');
+        }
         const proc = spawnTied('redis-server', args, { stdout: 'ignore' });
         proc.stderr.pipe(process.stderr);
         c.procs.set(port, { proc, exited: new Promise((resolve) => proc.once('exit', resolve)) });
@@ -657,7 +721,8 @@ export class RedisCluster {
       }
       const created = spawnSync('redis-cli', [
         '--cluster', 'create', ...c.ports.map((p) => `127.0.0.1:${p}`), '--cluster-replicas', '1',
-        '--cluster-yes'], { env: { ...process.env, REDISCLI_AUTH: password }, encoding: 'utf8' });
+        '--cluster-yes', ...(tls ? ['--tls', '--cacert', tls.ca] : [])],
+      { env: { ...process.env, REDISCLI_AUTH: password }, encoding: 'utf8' });
       if (created.status !== 0) {
         throw new Error(`redis-cli --cluster create exited ${created.status}: ${created.stdout}` +
                         `${created.stderr}`);
@@ -671,7 +736,7 @@ export class RedisCluster {
   }
 
   client(port) {
-    return Redis.connect(port, this.password);
+    return Redis.connect(port, this.password, '', { ca: this.tls?.ca });
   }
 
   // One command at `port`; the client is closed after.
@@ -696,12 +761,40 @@ export class RedisCluster {
       let owns = false;
       for (let i = 0; i + 1 < ranges.length; i += 2) owns ||= ranges[i] <= slot && slot <= ranges[i + 1];
       if (!owns) continue;
+      // The port this client dials: a TLS-only node announces `tls-port` alone.
+      const port = (n) => (this.tls ? n['tls-port'] : n.port);
       const nodes = s.nodes.map(flatMap);
-      return { master: nodes.find((n) => n.role === 'master')?.port,
+      return { master: port(nodes.find((n) => n.role === 'master') ?? {}),
                replicas: nodes.filter((n) => n.role === 'replica' && n.health === 'online')
-                 .map((n) => n.port) };
+                 .map(port) };
     }
     return null;
+  }
+
+  // `INFO commandstats` of `port` as {command: calls}.
+  async commandCalls(port) {
+    const text = await this.call(port, 'INFO', 'commandstats');
+    const out = {};
+    for (const m of String(text).matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) out[m[1]] = Number(m[2]);
+    return out;
+  }
+
+  // Ready for edges of namespace `ns`: the edge's ACL user (password `edgePassword`) on every node
+  // (ACL users are per node; a replica promoted later serves it too). Returns the namespace's
+  // `slot`, its master `owner` and `seed`, a master that does not serve it.
+  async prepareForEdges(ns, edgePassword) {
+    for (const port of this.ports) {
+      const admin = await this.client(port);
+      await createEdgeUser(admin, ns, edgePassword);
+      admin.close();
+    }
+    const slot = await this.call(this.ports[0], 'CLUSTER', 'KEYSLOT', `quiver:{${ns}}:namespace`);
+    const owner = (await this.shardOf(slot)).master;
+    const masters = [];
+    for (const port of this.ports) {
+      if ((await this.call(port, 'ROLE'))[0] === 'master') masters.push(port);
+    }
+    return { slot, owner, seed: masters.find((p) => p !== owner) };
   }
 
   // Every live node says cluster_state:ok, serves all slots, and sees three shards each with an

@@ -14,9 +14,8 @@
 // tools server-everything really lists. Tokens are minted with node's crypto, independently of
 // the core. Exit status 0 when every test passed.
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import os from 'node:os';
@@ -25,8 +24,8 @@ import path from 'node:path';
 import {
   EDGE_REDIS_USER, Layout, Redis, RedisServer, Workerd, argValue, configHash, connectionCommands, crashed,
   createEdgeUser, edgeDirArg, edgeEnv as harnessEdgeEnv, everythingTools, finish,
-  bodyDigest, manifestCommands, manifestJson, mintToken, repoRoot, runTests, signWebhook,
-  signWebhookV1, sleep,
+  bodyDigest, makeTestCertificates, manifestCommands, manifestJson, mintToken, repoRoot, runTests,
+  signWebhook, signWebhookV1, sleep, stageEdgeTrustingTestCa,
   startEdgeRedis,
 } from './harness.mjs';
 
@@ -729,17 +728,8 @@ test('Redis over TLS with AUTH (secureTransport), and a wrong password is a 503'
   const dir = mkdtempSync(path.join(os.tmpdir(), 'quiver-edge-tls-'));
   const servers = [];
   try {
-    // A private CA and a certificate for localhost, as a hosted Redis would present.
-    const ssl = (...a) => execFileSync('openssl', a, { cwd: dir, stdio: 'pipe' });
-    ssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2', '-subj', '/CN=quiver test CA',
-        '-keyout', 'ca.key', '-out', 'ca.pem');
-    ssl('req', '-newkey', 'rsa:2048', '-nodes', '-subj', '/CN=localhost', '-keyout', 'redis.key',
-        '-out', 'redis.csr');
-    writeFileSync(path.join(dir, 'san.ext'), 'subjectAltName=DNS:localhost,IP:127.0.0.1\n');
-    ssl('x509', '-req', '-in', 'redis.csr', '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial',
-        '-days', '2', '-extfile', 'san.ext', '-out', 'redis.pem');
-    const tlsRedis = await RedisServer.start({ password: REDIS_PASSWORD, tls: {
-      cert: path.join(dir, 'redis.pem'), key: path.join(dir, 'redis.key') } });
+    const certs = makeTestCertificates(dir);
+    const tlsRedis = await RedisServer.start({ password: REDIS_PASSWORD, tls: certs });
     servers.push(tlsRedis);
     // Seed it through the plain client port that only the test uses.
     const tdb = await tlsRedis.client();
@@ -751,19 +741,11 @@ test('Redis over TLS with AUTH (secureTransport), and a wrong password is a 503'
     tdb.close();
 
     // The staged config, trusting the private CA instead of the browsers' ones.
-    for (const f of ['worker.mjs', 'quiver-edge.mjs', 'quiver-edge.wasm']) {
-      copyFileSync(path.join(edgeDir, f), path.join(dir, f));
-    }
-    const staged = readFileSync(path.join(edgeDir, 'workerd.capnp'), 'utf8');
-    const config = staged.replace('tlsOptions = (trustBrowserCas = true)',
-                                  'tlsOptions = (trustedCertificates = [embed "ca.pem"])');
-    assert.notEqual(config, staged, 'the staged config has the TLS options this test replaces');
-    writeFileSync(path.join(dir, 'workerd.capnp'), config);
+    const config = stageEdgeTrustingTestCa(edgeDir, dir);
 
     const tlsEnv = { ...edgeEnv(), REDIS_HOST: 'localhost', REDIS_PORT: String(tlsRedis.tlsPort),
                      REDIS_TLS: '1' };
-    const tlsEdge = await Workerd.start({ config: path.join(dir, 'workerd.capnp'), env: tlsEnv,
-                                         logs });
+    const tlsEdge = await Workerd.start({ config, env: tlsEnv, logs });
     servers.push(tlsEdge);
     const res = await tlsEdge.request('GET', '/v1/mcp-connections/docs/manifest',
                                       { headers: auth('alice') });
@@ -772,13 +754,12 @@ test('Redis over TLS with AUTH (secureTransport), and a wrong password is a 503'
     assert.equal(entry.manifest.tools.items[0].name, 'tls_tool');
 
     // Plain TCP to a TLS port: the handshake never happens; the edge says the store is down.
-    const plainEdge = await Workerd.start({ config: path.join(dir, 'workerd.capnp'), logs,
-                                           env: { ...tlsEnv, REDIS_TLS: '' } });
+    const plainEdge = await Workerd.start({ config, logs, env: { ...tlsEnv, REDIS_TLS: '' } });
     servers.push(plainEdge);
     assertJsonError(await plainEdge.request('GET', '/v1/manifests', { headers: auth('alice') }),
                     503, 'STORE_UNAVAILABLE');
 
-    const wrongPassword = await Workerd.start({ config: path.join(dir, 'workerd.capnp'), logs,
+    const wrongPassword = await Workerd.start({ config, logs,
                                                env: { ...tlsEnv, REDIS_PASSWORD: 'wrong' } });
     servers.push(wrongPassword);
     const before = logs.length;
