@@ -18,13 +18,11 @@
 // then SETSLOT NODE and MOVED) with every read answered; a SIGKILLed master: while its replica is promoted the edges answer from their L1 copy
 // (stale-if-error) or 503 STORE_UNAVAILABLE, never an empty or wrong list, and recover.
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
 
-import { Agent, agentBinaryOrSkip } from './agent.mjs';
-import { testUpstreamScript, nodeModules } from './agent.mjs';
+import { agentBinaryOrSkip, startClusterAgent } from './agent.mjs';
 import {
-  RedisCluster, argValue, crashed, createEdgeUser, edgeDirArg, edgeEnv, finish, runTests, sleep,
-  startEdges, waitForFresh,
+  RedisCluster, argValue, crashed, edgeDirArg, edgeEnv, finish, runTests, skipUnlessInstalled,
+  sleep, startEdges, waitForFresh,
 } from './harness.mjs';
 
 const edgeDir = edgeDirArg();
@@ -102,13 +100,6 @@ test('a tools/call through the edge is relayed to the agent on the slot\'s maste
   }
 });
 
-// `INFO commandstats` of `port` as {command: calls}.
-async function commandCalls(port) {
-  const text = await cluster.call(port, 'INFO', 'commandstats');
-  const out = {};
-  for (const m of String(text).matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) out[m[1]] = Number(m[2]);
-  return out;
-}
 
 test('replica reads: the discovery read goes to the slot\'s replica after READONLY', async () => {
   const { master, replicas } = await cluster.shardOf(slot);
@@ -117,8 +108,8 @@ test('replica reads: the discovery read goes to the slot\'s replica after READON
     l1TtlMs: 0, extra: { REDIS_CLUSTER: '1', QUIVER_REDIS_REPLICA_READS: '1' } }) });
   try {
     const fromAgent = entry(await agent.request('GET', '/v1/manifests', { headers: auth() }));
-    const before = await commandCalls(replicas[0]);
-    const masterBefore = await commandCalls(master);
+    const before = await cluster.commandCalls(replicas[0]);
+    const masterBefore = await cluster.commandCalls(master);
     const READS = 5;
     for (let i = 0; i < READS; i++) {
       const res = await edge.request('GET', '/v1/manifests', { headers: auth() });
@@ -127,8 +118,8 @@ test('replica reads: the discovery read goes to the slot\'s replica after READON
       assert.equal(entry(res).etag, fromAgent.etag);
       assert.equal(JSON.stringify(entry(res).manifest), JSON.stringify(fromAgent.manifest));
     }
-    const after = await commandCalls(replicas[0]);
-    const masterAfter = await commandCalls(master);
+    const after = await cluster.commandCalls(replicas[0]);
+    const masterAfter = await cluster.commandCalls(master);
     const scripts = (c) => (c.evalsha_ro ?? 0) + (c.eval_ro ?? 0);
     assert.equal((after.readonly ?? 0) - (before.readonly ?? 0), READS,
                  'one READONLY per request, on the replica');
@@ -258,55 +249,17 @@ test('a SIGKILLed master: L1 copies or 503 meanwhile, never a wrong list, then r
 
 // ---- runner ------------------------------------------------------------------------------------
 
-function skipUnless(command, args) {
-  const r = spawnSync(command, args, { encoding: 'utf8' });
-  if (r.error || r.status !== 0) {
-    console.log(`SKIP: ${command} is not installed (scripts/setup.sh)`);
-    process.exit(77);
-  }
-}
-
 async function main() {
   const agentBinary = agentBinaryOrSkip();
-  skipUnless('redis-server', ['--version']);
-  skipUnless('redis-cli', ['--version']);
+  skipUnlessInstalled('redis-server', ['--version']);
+  skipUnlessInstalled('redis-cli', ['--version']);
   const started = Date.now();
   let failed = 0;
   try {
     cluster = await RedisCluster.start({ password: REDIS_PASSWORD });
-    // ACL users are per node: the edge's on every one (a replica promoted later serves it too).
-    for (const port of cluster.ports) {
-      const admin = await cluster.client(port);
-      await createEdgeUser(admin, NS, EDGE_REDIS_PASSWORD);
-      admin.close();
-    }
-    slot = await cluster.call(cluster.ports[0], 'CLUSTER', 'KEYSLOT', `quiver:{${NS}}:namespace`);
-    const owner = (await cluster.shardOf(slot)).master;
-    const masters = [];
-    for (const port of cluster.ports) {
-      if ((await cluster.call(port, 'ROLE'))[0] === 'master') masters.push(port);
-    }
-    seed = masters.find((p) => p !== owner);
-    agent = await Agent.start({
-      binary: agentBinary, logs,
-      config: {
-        mcpServers: {
-          t: { command: process.execPath,
-               args: [testUpstreamScript, 'stdio', '--tools', '3', '--quiet'],
-               env: { QUIVER_NODE_MODULES: nodeModules() } },
-        },
-        quiver: {
-          namespace: NS,
-          redis: `redis+cluster://:\${CL_REDIS_PASSWORD}@127.0.0.1:${cluster.ports[0]},` +
-                 `127.0.0.1:${cluster.ports[1]}`,
-          caller_token_keys: { [KID]: { env: 'CL_TOKEN_KEY' } },
-          members: ['alice'],
-          grants: { alice: ['t'] },
-          runtime: { list_timeout_ms: 30000, request_timeout_ms: 30000 },
-        },
-      },
-      env: { CL_REDIS_PASSWORD: REDIS_PASSWORD, CL_TOKEN_KEY: SECRET },
-    });
+    ({ slot, seed } = await cluster.prepareForEdges(NS, EDGE_REDIS_PASSWORD));
+    agent = await startClusterAgent({ binary: agentBinary, logs, cluster, ns: NS, kid: KID,
+                                      secret: SECRET, password: REDIS_PASSWORD });
     token = agent.token('alice');
     await waitForFresh(agent, token, 1);
     const env = edgeEnv({
