@@ -19,7 +19,9 @@
 //    of the top-level commands: EVALSHA, EVAL, EXEC; a script's inner calls are in its figure),
 //    Redis CPU µs per commit (used_cpu_user + used_cpu_sys: also the socket I/O), bytes sent to
 //    Redis per commit (total_net_input_bytes) and used_memory_dataset growth per commit (the data's
-//    own: a master's replication backlog fills as it writes, and is not the data). On the cluster
+//    own: a master's replication backlog fills as it writes, and is not the data; read with no
+//    store connected, the warm-up commits counted; a same-content row's one body is in it, spread
+//    over the row's commits). On the cluster
 //    the masters' counters are added up (the replicas repeat each write: not counted), and the
 //    busiest master's share of the Redis µs is shown: key layout v1 keeps a namespace in one slot,
 //    so one master does a namespace's work.
@@ -186,15 +188,20 @@ CommitRow run_commits(const Topology& topo, const std::vector<std::string>& name
           now));
     }
   }
+  // Memory is read with no store connected (their buffers are not data), before the stores and
+  // after them, and counts the warm-up commits too.
+  const double memory_before = topo.info().used_memory_dataset;
   std::vector<std::unique_ptr<quiver::RedisStore>> stores;
   for (int t = 0; t < threads; ++t) {
     auto s = quiver::RedisStore::create(
         topo.store_options(namespaces[static_cast<std::size_t>(t) % namespaces.size()], 0));
     if (!s.ok()) bench::fail(s.error().message);
     stores.push_back(std::move(*s));
-    // Connected, the scripts loaded, the shared body present: one commit unmeasured.
-    commit_once(*stores.back(), *quiver::Principal::member("warm-" + std::to_string(t)),
-                lease_token(t), manifest_write(same, now));
+    // Connected, the scripts loaded: one commit unmeasured, of content like the others'.
+    commit_once(
+        *stores.back(), *quiver::Principal::member("warm-" + std::to_string(t)), lease_token(t),
+        manifest_write(distinct ? bench::manifest_text(size, "warm-" + std::to_string(t)) : same,
+                       now));
   }
 
   const std::vector<bench::RedisInfo> before = topo.infos();
@@ -215,6 +222,8 @@ CommitRow run_commits(const Topology& topo, const std::vector<std::string>& name
   for (std::thread& w : workers) w.join();
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   const std::vector<bench::RedisInfo> after = topo.infos();
+  stores.clear();
+  const double memory_after = topo.info().used_memory_dataset;
 
   const int commits = per_thread * threads;
   CommitRow row;
@@ -231,7 +240,7 @@ CommitRow run_commits(const Topology& topo, const std::vector<std::string>& name
   row.redis_us = usec / commits;
   row.cpu_us = (a.cpu_us - b.cpu_us) / commits;
   row.bytes_in = (a.net_input_bytes - b.net_input_bytes) / commits;
-  row.memory = (a.used_memory_dataset - b.used_memory_dataset) / commits;
+  row.memory = (memory_after - memory_before) / (commits + threads);
   return row;
 }
 
@@ -352,6 +361,13 @@ int main(int argc, char** argv) {
   many.flush = [&cluster] { return cluster.flush_all(); };
   const std::vector<const Topology*> topologies = {&one, &many};
   const int64_t now = bench::wall_ms();
+
+  // Every server's scripts loaded and first allocations made before any row (FLUSHALL keeps the
+  // scripts): otherwise the first row's memory would carry them.
+  for (const Topology* topo : topologies) {
+    run_commits(*topo, spread_namespaces(*topo, namespaces), namespaces, namespaces * 8,
+                static_cast<std::size_t>(sizes.front()), true, now);
+  }
 
   // 1. Commits per second.
   std::printf(
