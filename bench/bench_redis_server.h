@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <map>
 #include <sstream>
 #include <string>
@@ -118,8 +119,11 @@ struct RedisInfo {
   std::map<std::string, Command> commands;  // commandstats, by lowercase name
   double cpu_us = 0;                        // used_cpu_user + used_cpu_sys
   double used_memory = 0;                   // bytes
+  double used_memory_dataset = 0;  // bytes: used_memory less the server's overhead (replication
+                                   // backlog, client buffers): the data's own
   std::string used_memory_human;
   double net_output_bytes = 0;  // total_net_output_bytes: what clients read, INFO replies included
+  double net_input_bytes = 0;   // total_net_input_bytes: what clients sent, INFO commands included
 
   Command command(const std::string& name) const {
     auto it = commands.find(name);
@@ -151,24 +155,52 @@ inline RedisInfo read_info(redisContext* c) {
         out.cpu_us += std::atof(value.c_str()) * 1e6;
       } else if (name == "used_memory") {
         out.used_memory = std::atof(value.c_str());
+      } else if (name == "used_memory_dataset") {
+        out.used_memory_dataset = std::atof(value.c_str());
       } else if (name == "used_memory_human") {
         out.used_memory_human = value;
       } else if (name == "total_net_output_bytes") {
         out.net_output_bytes = std::atof(value.c_str());
+      } else if (name == "total_net_input_bytes") {
+        out.net_input_bytes = std::atof(value.c_str());
       }
     }
   }
   return out;
 }
 
-// The usec of the top-level commands a discovery read sends (the script's inner calls are in its
-// EVALSHA_RO figure; MGET of bodies; AUTH), between two INFO readings.
-inline double discovery_read_usec(const RedisInfo& before, const RedisInfo& after) {
+// The counters of several servers (a cluster's masters) added up; used_memory_human is left empty.
+inline RedisInfo sum_info(const std::vector<RedisInfo>& infos) {
+  RedisInfo out;
+  for (const RedisInfo& i : infos) {
+    for (const auto& [name, cmd] : i.commands) {
+      out.commands[name].calls += cmd.calls;
+      out.commands[name].usec += cmd.usec;
+    }
+    out.cpu_us += i.cpu_us;
+    out.used_memory += i.used_memory;
+    out.used_memory_dataset += i.used_memory_dataset;
+    out.net_output_bytes += i.net_output_bytes;
+    out.net_input_bytes += i.net_input_bytes;
+  }
+  return out;
+}
+
+// The usec of `names` between two INFO readings. Only top-level commands: a script's inner calls
+// are in its EVALSHA figure (and counted again under their own names), a MULTI block's in EXEC's.
+inline double commands_usec(const RedisInfo& before, const RedisInfo& after,
+                            std::initializer_list<const char*> names) {
   double usec = 0;
-  for (const char* cmd : {"evalsha_ro", "eval_ro", "evalsha", "eval", "mget", "auth"}) {
+  for (const char* cmd : names) {
     usec += static_cast<double>(after.command(cmd).usec - before.command(cmd).usec);
   }
   return usec;
+}
+
+// The usec of the top-level commands a discovery read sends (the script's inner calls are in its
+// EVALSHA_RO figure; MGET of bodies; AUTH), between two INFO readings.
+inline double discovery_read_usec(const RedisInfo& before, const RedisInfo& after) {
+  return commands_usec(before, after, {"evalsha_ro", "eval_ro", "evalsha", "eval", "mget", "auth"});
 }
 
 }  // namespace bench

@@ -39,6 +39,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "bench/bench_agent_read.h"
 #include "bench/bench_edge.h"
 #include "bench/bench_manifests.h"
 #include "bench/bench_redis_server.h"
@@ -117,55 +118,6 @@ Row measure(const std::string& name, redisContext* c, int port, const std::strin
   return row;
 }
 
-// ---- the agent's read ---------------------------------------------------------------------------
-
-struct AgentRow {
-  std::string name;
-  double redis_us = 0;  // top-level commandstats usec per read
-  double cpu_us = 0;
-  double bytes_in =
-      0;  // total_net_output_bytes per read (INFO's own replies: a few bytes per read)
-  double mgets = 0;
-  double wall_us = 0;
-};
-
-// K discovery reads of `reader` through the agent's RedisStore (what the agent's API does before
-// rendering), its body cache `body_cache_bytes` (0: off, as before issue 14's cache).
-AgentRow measure_agent(const std::string& name, redisContext* c, int port, const std::string& ns,
-                       const quiver::Principal& reader, int k, std::size_t body_cache_bytes,
-                       std::size_t expect_chars) {
-  quiver::RedisStoreOptions o;
-  o.redis.host = "127.0.0.1";
-  o.redis.port = port;
-  o.ns = ns;
-  o.body_cache_max_bytes = body_cache_bytes;
-  quiver::Result<std::unique_ptr<quiver::RedisStore>> store = quiver::RedisStore::create(o);
-  if (!store.ok()) die(store.error().message);
-  auto read = [&] {
-    quiver::Result<quiver::DiscoverySnapshot> s = (*store)->read_discovery(reader, {});
-    if (!s.ok()) die("the agent's read failed: " + s.error().message);
-    std::size_t chars = 0;
-    for (const quiver::GrantedConnection& g : s->connections) {
-      if (g.manifest) chars += g.manifest->text.size();
-    }
-    if (chars != expect_chars) die("the agent's read lacks manifests");
-  };
-  read();  // connected, the script loaded, the body cache (if on) warm
-  const bench::RedisInfo before = bench::read_info(c);
-  const auto start = Clock::now();
-  for (int i = 0; i < k; ++i) read();
-  const double wall = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
-  const bench::RedisInfo after = bench::read_info(c);
-  AgentRow row;
-  row.name = name;
-  row.redis_us = bench::discovery_read_usec(before, after) / k;
-  row.cpu_us = (after.cpu_us - before.cpu_us) / k;
-  row.bytes_in = (after.net_output_bytes - before.net_output_bytes) / k;
-  row.mgets = static_cast<double>(after.command("mget").calls - before.command("mget").calls) / k;
-  row.wall_us = wall / k;
-  return row;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -220,18 +172,25 @@ int main(int argc, char** argv) {
 
   // 2. The agent's discovery read of the same member, bodies apart: without and with its body
   // cache (native-agent/store/body_cache.h).
-  std::vector<AgentRow> agent;
-  agent.push_back(measure_agent("agent, no body cache (before)", c, server.port, "apart", reader, k,
-                                0, manifest_chars));
-  agent.push_back(measure_agent("agent, body cache (after)", c, server.port, "apart", reader, k,
-                                std::size_t{16} << 20, manifest_chars));
+  auto info = [c] { return bench::read_info(c); };
+  quiver::RedisStoreOptions o;
+  o.redis.host = "127.0.0.1";
+  o.redis.port = server.port;
+  o.ns = "apart";
+  std::vector<bench::AgentReadRow> agent;
+  o.body_cache_max_bytes = 0;
+  agent.push_back(bench::measure_agent_read("agent, no body cache (before)", info, o, reader, k,
+                                            manifest_chars));
+  o.body_cache_max_bytes = std::size_t{16} << 20;
+  agent.push_back(
+      bench::measure_agent_read("agent, body cache (after)", info, o, reader, k, manifest_chars));
   std::printf("\n## Agent discovery read (RedisStore::read_discovery): G = %d, %d reads each\n\n",
               g, k);
   std::printf(
       "| agent | Redis µs per read (commandstats) | Redis CPU µs per read | bytes from Redis per "
       "read | MGETs per read | client µs per read | vs before (client) |\n");
   std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
-  for (const AgentRow& r : agent) {
+  for (const bench::AgentReadRow& r : agent) {
     std::printf("| %s | %.1f | %.1f | %.0f | %.2f | %.0f | %.3f |\n", r.name.c_str(), r.redis_us,
                 r.cpu_us, r.bytes_in, r.mgets, r.wall_us, r.wall_us / agent[0].wall_us);
   }
