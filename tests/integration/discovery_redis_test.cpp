@@ -274,6 +274,7 @@ TEST_F(DiscoveryRedisIntegration, ReadsWhatTheRealCommitScriptWrote) {
                *keys_.conn("gh"), keys_.epoch()};
   lk.due = keys_.due();
   lk.due_member = *due_member("gh", alice);
+  lk.version = *keys_.version_of("gh", alice);
   const std::string committed_text = manifest_json({"create_issue", "search_code"});
   lk.body = *keys_.body(manifest_body_digest(committed_text));
   const std::string token(32, 'b');

@@ -28,12 +28,13 @@ HashFields conn_fields(const std::string& mode) {
 // manifest, lease held), `old` (removed).
 RespValue good_reply() {
   HashFields manifest = data_entry("h1", 1000, 2000, manifest_json({"a", "b"}));
-  return A({S("quiver.discovery.v1"), S("member/alice"), I(42), I(3), S(""), I(1),
+  return A({S("quiver.discovery.v2"), S("member/alice"), I(42), I(3), S(""), I(1),
             A({A({S("docs"), flat(conn_fields("shared")), S("shared"), flat(manifest),
                   A({S("tool:b")}), I(0), S("900")}),
                A({S("mail"), flat(conn_fields("per_member")), S("member/alice"), A({}), A({}), I(1),
                   RespValue::nil()}),
-               A({S("old"), A({}), S(""), A({}), A({}), I(0), RespValue::nil()})})});
+               A({S("old"), A({}), S(""), A({}), A({}), I(0), RespValue::nil()})}),
+            A({S("ready:1"), S("7"), S("3"), S("5"), S("")})});
 }
 
 TEST(DiscoveryRedis, ReadCommandCarriesTheScriptTheGrantsKeyAndTheQuery) {
@@ -155,8 +156,11 @@ TEST(DiscoveryRedis, EveryShapeMismatchIsAClearError) {
   using Mutation = std::function<void(RespValue&)>;
   auto entries = [](RespValue& r) -> std::vector<RespValue>& { return r.elements[6].elements; };
   const std::vector<std::pair<Mutation, std::string>> cases = {
-      {[](RespValue& r) { r = S("OK"); }, "expected an array of 7"},
-      {[](RespValue& r) { r.elements.pop_back(); }, "expected an array of 7"},
+      {[](RespValue& r) { r = S("OK"); }, "expected an array of 8"},
+      {[](RespValue& r) { r.elements.pop_back(); }, "expected an array of 8"},
+      {[](RespValue& r) { r.elements[7].elements.pop_back(); }, "one per entry"},
+      {[](RespValue& r) { r.elements[7].elements[0] = S("restoring:1"); }, "not `ready`"},
+      {[](RespValue& r) { r.elements[7].elements[2] = I(3); }, "versions: element 2 is no string"},
       {[](RespValue& r) { r.elements[0] = S("quiver.discovery.v0"); }, "not a quiver.discovery"},
       {[](RespValue& r) { r.elements[1] = S("member/bob"); }, "another caller"},
       {[](RespValue& r) { r.elements[2] = S("42"); }, "element 2 is not a count"},
@@ -405,9 +409,10 @@ RespValue reply_naming_body(const std::string& digest) {
   HashFields manifest = data_entry("h1", 1000, 2000, "");
   manifest.erase("manifest");
   manifest["body"] = digest;
-  return A({S("quiver.discovery.v1"), S("member/alice"), I(42), I(1), S(""), I(0),
+  return A({S("quiver.discovery.v2"), S("member/alice"), I(42), I(1), S(""), I(0),
             A({A({S("docs"), flat(conn_fields("shared")), S("shared"), flat(manifest), A({}), I(0),
-                  RespValue::nil()})})});
+                  RespValue::nil()})}),
+            A({S("ready:1"), S("7"), S("3")})});
 }
 
 TEST(DiscoveryRedis, ARecordNamingItsBodyHasDataWhoseTextIsFetchedApart) {

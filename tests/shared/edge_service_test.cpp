@@ -58,9 +58,10 @@ RespValue discovery_reply(const std::string& member, int64_t epoch, int64_t age,
                         {"fresh_until", std::to_string(fetched + 15 * kMinute)},
                         {"expires_at", std::to_string(fetched + 24 * 60 * kMinute)},
                         {"truncated", "0"}});
-  return A({S("quiver.discovery.v1"), S("member/" + member), I(epoch), I(1), S(""), I(0),
-            A({A({S("docs"), conn, S("shared"), manifest, A({}), I(lease ? 1 : 0),
-                  RespValue::nil()})})});
+  return A(
+      {S("quiver.discovery.v2"), S("member/" + member), I(epoch), I(1), S(""), I(0),
+       A({A({S("docs"), conn, S("shared"), manifest, A({}), I(lease ? 1 : 0), RespValue::nil()})}),
+       A({S("ready:1"), S(std::to_string(epoch)), S(std::to_string(epoch))})});
 }
 
 // The same, written the way commits write now: the record names its body (stored apart).
@@ -1167,7 +1168,8 @@ TEST(EdgeService, OnlyTheNoScriptCommandsOfAPipelineAreSentAgain) {
   RespValue second = two.elements[6].elements[0];
   second.elements[0] = S("eeee");
   two.elements[6].elements.push_back(second);
-  two.elements[3] = I(2);  // granted_total
+  two.elements[3] = I(2);                      // granted_total
+  two.elements[7].elements.push_back(S("1"));  // its connection version
   EdgeStep s = edge->begin(get("/v1/manifests", token_for("alice")), kNow, kRandom);
   uint32_t h = s.handle;
   s = edge->feed(h, "+OK\r\n" + encode_reply(two), kNow);
