@@ -37,6 +37,73 @@ RespValue good_reply() {
             A({S("ready:1"), S("7"), S("3"), S("5"), S("")})});
 }
 
+TEST(DiscoveryRedis, AConditionalReadSendsTheVersionsAndTheLeasesItNeeds) {
+  RedisKeys keys = *RedisKeys::create("team-a");
+  Result<DiscoverySnapshot> held = decode_discovery_reply(good_reply(), member_principal("alice"));
+  ASSERT_TRUE(held.ok()) << held.error().message;
+  EXPECT_EQ(held->namespace_record, "ready:1");
+  EXPECT_EQ(held->member_version, "7");
+  EXPECT_EQ(held->connection_versions, (std::vector<std::string>{"3", "5", ""}));
+  Result<RedisCommand> c = conditional_discovery_read_command(keys, *held, {}, {1});
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(*c, (RedisCommand{"EVAL_RO",
+                              std::string(schema_asset("lua/discovery_read.lua")),
+                              "1",
+                              "quiver:{team-a}:grants:member/alice",
+                              "quiver:{team-a}:",
+                              "member/alice",
+                              "",
+                              "",
+                              "200",
+                              "if-unchanged",
+                              "ready:1",
+                              "7",
+                              "3",
+                              "docs",
+                              "3",
+                              "mail",
+                              "5",
+                              "old",
+                              "",
+                              "mail",
+                              "member/alice"}));
+  // A lease of an entry without a principal (removed) or out of range cannot be asked for.
+  EXPECT_FALSE(conditional_discovery_read_command(keys, *held, {}, {2}).ok());
+  EXPECT_FALSE(conditional_discovery_read_command(keys, *held, {}, {3}).ok());
+  DiscoverySnapshot bare(member_principal("alice"));  // not from a full read: no versions
+  EXPECT_FALSE(conditional_discovery_read_command(keys, bare, {}, {}).ok());
+}
+
+TEST(DiscoveryRedis, AnUnchangedReplyGivesTheHeldSnapshotItsEpochAndLeases) {
+  DiscoverySnapshot held = *decode_discovery_reply(good_reply(), member_principal("alice"));
+  ASSERT_TRUE(held.connections[1].lease_held);
+  Result<std::optional<DiscoverySnapshot>> r = decode_conditional_reply(
+      A({S("quiver.discovery.unchanged"), S("member/alice"), I(43), A({I(0)})}), held, {1});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_FALSE(r->has_value());
+  EXPECT_EQ(held.epoch, 43);
+  EXPECT_FALSE(held.connections[1].lease_held);
+  // Anything else is the full reply, decoded as one.
+  r = decode_conditional_reply(good_reply(), held, {1});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  ASSERT_TRUE(r->has_value());
+  EXPECT_EQ((*r)->epoch, 42);
+  const std::vector<std::pair<RespValue, std::string>> bad = {
+      {A({S("quiver.discovery.unchanged"), S("member/bob"), I(43), A({I(0)})}), "another caller"},
+      {A({S("quiver.discovery.unchanged"), S("member/alice"), I(-1), A({I(0)})}), "epoch"},
+      {A({S("quiver.discovery.unchanged"), S("member/alice"), I(43), A({})}), "one lease flag"},
+      {A({S("quiver.discovery.unchanged"), S("member/alice"), I(43), A({I(2)})}), "0 or 1"},
+      {A({S("quiver.discovery.unchanged"), S("member/alice"), I(43), S("x")}), "one lease flag"},
+  };
+  for (const auto& [reply, expected] : bad) {
+    r = decode_conditional_reply(reply, held, {1});
+    ASSERT_FALSE(r.ok()) << expected;
+    EXPECT_EQ(r.error().code, ErrorCode::kInvalidReply);
+    EXPECT_NE(r.error().message.find(expected), std::string::npos) << r.error().message;
+  }
+  EXPECT_EQ(held.epoch, 43) << "a refused reply changes nothing";
+}
+
 TEST(DiscoveryRedis, ReadCommandCarriesTheScriptTheGrantsKeyAndTheQuery) {
   RedisKeys keys = *RedisKeys::create("team-a");
   Result<RedisCommand> c = discovery_read_command(keys, member_principal("alice"));
