@@ -152,12 +152,13 @@ TEST_F(ConditionalRead, EveryKindOfChangeIsSeenByTheNextConditionalRead) {
     f.error_message = "connection reset";
     f.error_at_ms = kNow + 1;
     f.attempt_at_ms = kNow + 1;
-    Result<FencedWriteResult> r = s.record_failure(cid, p, lease->lease, f, FencedWriteOptions{true});
+    Result<FencedWriteResult> r =
+        s.record_failure(cid, p, lease->lease, f, FencedWriteOptions{true});
     ASSERT_TRUE(r.ok() && r->ok());
   };
   const std::vector<Case> cases = {
-      {"shared commit",
-       [&](RedisStore&) { commit("a", Principal::shared(), kNow + 1); }, Expect::kChanged},
+      {"shared commit", [&](RedisStore&) { commit("a", Principal::shared(), kNow + 1); },
+       Expect::kChanged},
       {"per-member commit of the reader",
        [&](RedisStore&) { commit("b", member("alice"), kNow + 1); }, Expect::kChanged},
       {"shared failure", [&](RedisStore& s) { fail(s, "a", Principal::shared()); },
@@ -165,18 +166,26 @@ TEST_F(ConditionalRead, EveryKindOfChangeIsSeenByTheNextConditionalRead) {
       {"per-member failure of the reader", [&](RedisStore& s) { fail(s, "b", member("alice")); },
        Expect::kChanged},
       {"grant added",
-       [](RedisStore& s) { ASSERT_TRUE(*s.set_member_grants("alice", {"a", "b", "c", "d"})); },
+       [](RedisStore& s) {
+         ASSERT_TRUE(*s.set_member_grants("alice", {"a", "b", "c", "d"}));
+       },
        Expect::kChanged},
-      {"grant removed", [](RedisStore& s) { ASSERT_TRUE(*s.set_member_grants("alice", {"a", "b"})); },
+      {"grant removed",
+       [](RedisStore& s) {
+         ASSERT_TRUE(*s.set_member_grants("alice", {"a", "b"}));
+       },
        Expect::kChanged},
       {"grants synced",
-       [](RedisStore& s) { ASSERT_TRUE(s.sync_grants({{"alice", {"a", "c"}}, {"bob", {"a"}}}).ok()); },
+       [](RedisStore& s) {
+         ASSERT_TRUE(s.sync_grants({{"alice", {"a", "c"}}, {"bob", {"a"}}}).ok());
+       },
        Expect::kChanged},
       {"shared preference toggled",
        [](RedisStore& s) {
-         ASSERT_TRUE(s.merge_preferences("a", Principal::shared(),
-                                         disabled_rows("a", Principal::shared(), {"tool:x_a"}, kNow))
-                         .ok());
+         ASSERT_TRUE(
+             s.merge_preferences("a", Principal::shared(),
+                                 disabled_rows("a", Principal::shared(), {"tool:x_a"}, kNow))
+                 .ok());
        },
        Expect::kChanged},
       {"the reader's own preference toggled",
