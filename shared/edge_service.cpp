@@ -571,8 +571,10 @@ EdgeStep EdgeService::drive(Request& r, DiscoveryStep step, int64_t now_ms) {
     }
     r.held.reset();
     r.lease_entries.clear();
-    // Past the TTL: the copy kept since its full read, checked against the store's versions.
-    if (EdgeCache::Value kept = kept_.get_stale(r.l1_key, now_ms)) {
+    // Past the TTL: the copy kept since its full read, checked against the store's versions
+    // (reads only, as L1: a write such as a manual refresh reads afresh).
+    EdgeCache::Value kept = r.read ? kept_.get_stale(r.l1_key, now_ms) : nullptr;
+    if (kept) {
       Result<DiscoverySnapshot> held =
           snapshot_from_cached_reply(*kept, need->member, settings_->resp);
       if (held.ok()) {
