@@ -69,12 +69,18 @@ inline quiver::HttpResponse edge_exchange(quiver::EdgeService& edge, int port,
 
 // An EdgeService for namespace `ns` whose callers' tokens are signed with `secret` (kid "k"), its
 // L1 kept `l1_ttl_ms` (0: every read goes to Redis), Redis without a password.
+// `validate_max_age_ms`: QUIVER_L1_VALIDATE_MAX_AGE_MS (-1: the default; 0: every read past the
+// TTL is a full read, no conditional reads).
 inline std::unique_ptr<quiver::EdgeService> new_edge(const std::string& ns,
-                                                     const std::string& secret, int64_t l1_ttl_ms) {
+                                                     const std::string& secret, int64_t l1_ttl_ms,
+                                                     int64_t validate_max_age_ms = -1) {
   quiver::Json env = quiver::Json::object();
   env["QUIVER_TOKEN_KEYS"] = quiver::Json::object({{"k", secret}}).dump();
   env["QUIVER_NAMESPACE"] = ns;
   env["QUIVER_L1_TTL_MS"] = std::to_string(l1_ttl_ms);
+  if (validate_max_age_ms >= 0) {
+    env["QUIVER_L1_VALIDATE_MAX_AGE_MS"] = std::to_string(validate_max_age_ms);
+  }
   auto edge = std::make_unique<quiver::EdgeService>(quiver::edge_settings_from_env(env.dump()));
   if (!edge->configured()) {
     std::fprintf(stderr, "new_edge: edge settings refused\n");

@@ -136,7 +136,8 @@ inline void commit_apart(redisContext* c, const quiver::RedisKeys& keys, const s
                       keys.epoch(),
                       *keys.body(quiver::manifest_body_digest(text)),
                       keys.due(),
-                      *quiver::due_member(cid, p)};
+                      *quiver::due_member(cid, p),
+                      *keys.version_of(cid, p)};
   const std::string token(32, 'b');
   redisReply* r = bench::command_argv(c, *quiver::acquire_lease_command(k, token));
   if (r == nullptr || r->type != REDIS_REPLY_ARRAY || r->elements < 2) fail("lease_acquire failed");

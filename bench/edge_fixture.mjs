@@ -59,17 +59,21 @@ export async function startEdgeFixture({ edgeDir, member, logs }) {
   };
   try {
     await db.pipeline(memberCommands(new Layout(NS), member));
-    const edgeEnv = (ttl) => ({
+    // `check`: QUIVER_L1_VALIDATE_MAX_AGE_MS (past the TTL, a conditional read of the copy kept).
+    const edgeEnv = (ttl, check = 600_000) => ({
       QUIVER_TOKEN_KEYS: JSON.stringify({ [KID]: SECRET }), QUIVER_NAMESPACE: NS,
-      QUIVER_L1_TTL_MS: String(ttl), REDIS_PORT: String(redis.port), REDIS_PASSWORD: PASSWORD,
+      QUIVER_L1_TTL_MS: String(ttl), QUIVER_L1_VALIDATE_MAX_AGE_MS: String(check),
+      REDIS_PORT: String(redis.port), REDIS_PASSWORD: PASSWORD,
     });
     const config = `${edgeDir}/workerd.capnp`;
     const edgeL1 = await Workerd.start({ config, env: edgeEnv(600_000), logs });
     servers.push(edgeL1);
     const edgeRedis = await Workerd.start({ config, env: edgeEnv(0), logs });
     servers.push(edgeRedis);
+    const edgeFull = await Workerd.start({ config, env: edgeEnv(0, 0), logs });
+    servers.push(edgeFull);
     const token = mintToken({ member: MEMBER, kid: KID, secret: SECRET, ttlMs: 3600_000 });
-    return { redis, db, edgeL1, edgeRedis, token, servers, stop };
+    return { redis, db, edgeL1, edgeRedis, edgeFull, token, servers, stop };
   } catch (e) {
     await stop();
     throw e;

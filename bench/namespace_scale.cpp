@@ -116,13 +116,18 @@ struct Row {
   int64_t members = 0;
   int64_t keys = 0;
   double used_memory = 0;
-  double edge_redis_us = 0, edge_bytes = 0, edge_wall_us = 0;
+  double edge_redis_us = 0, edge_bytes = 0, edge_wall_us = 0;     // full reads
+  double valid_redis_us = 0, valid_bytes = 0, valid_wall_us = 0;  // conditional reads
   double agent_redis_us = 0, agent_bytes = 0, agent_wall_us = 0;
 };
 
+// `conditional`: past the (zero) TTL the edge checks its copy against the versions (every read
+// after the first is answered "unchanged": nothing is written meanwhile); else every read is a
+// full read (QUIVER_L1_VALIDATE_MAX_AGE_MS=0).
 void measure_edge(redisContext* c, int port, const std::string& token, int k,
-                  std::size_t expect_chars, Row* row) {
-  auto edge = bench::new_edge(kNs, kSecret, 0);
+                  std::size_t expect_chars, bool conditional, double* redis_us, double* bytes,
+                  double* wall_us) {
+  auto edge = bench::new_edge(kNs, kSecret, 0, conditional ? 600'000 : 0);
   auto read = [&](bench::EdgeTotals* t) {
     quiver::HttpRequest request;
     request.method = "GET";
@@ -140,9 +145,14 @@ void measure_edge(redisContext* c, int port, const std::string& token, int k,
     bench::EdgeTotals t;
     for (int i = 0; i < per_round; ++i) read(&t);
     const bench::RedisInfo after = bench::read_info(c);
-    least(&row->edge_redis_us, bench::discovery_read_usec(before, after) / per_round, round);
-    least(&row->edge_bytes, static_cast<double>(t.bytes_in) / per_round, round);
-    least(&row->edge_wall_us, t.wall_us / per_round, round);
+    least(redis_us, bench::discovery_read_usec(before, after, false) / per_round, round);
+    least(bytes, static_cast<double>(t.bytes_in) / per_round, round);
+    least(wall_us, t.wall_us / per_round, round);
+  }
+  const uint64_t expected = conditional ? static_cast<uint64_t>(per_round * kRounds) : 0;
+  if (edge->revalidated() != expected) {
+    bench::fail("the edge answered " + std::to_string(edge->revalidated()) +
+                " reads from its checked copy, expected " + std::to_string(expected));
   }
 }
 
@@ -172,7 +182,8 @@ void measure_agent(redisContext* c, int port, const quiver::Principal& reader, i
     for (int i = 0; i < per_round; ++i) read();
     const double wall = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
     const bench::RedisInfo after = bench::read_info(c);
-    least(&row->agent_redis_us, bench::discovery_read_usec(before, after) / per_round, round);
+    least(&row->agent_redis_us, bench::discovery_read_usec(before, after, false) / per_round,
+          round);
     least(&row->agent_bytes, (after.net_output_bytes - before.net_output_bytes) / per_round, round);
     least(&row->agent_wall_us, wall / per_round, round);
   }
@@ -235,7 +246,10 @@ int main(int argc, char** argv) {
     row.members = n;
     row.keys = integer_reply(c, {"DBSIZE"});
     row.used_memory = bench::read_info(c).used_memory;
-    measure_edge(c, server.port, token, k, chars * 9 / 10, &row);
+    measure_edge(c, server.port, token, k, chars * 9 / 10, false, &row.edge_redis_us,
+                 &row.edge_bytes, &row.edge_wall_us);
+    measure_edge(c, server.port, token, k, chars * 9 / 10, true, &row.valid_redis_us,
+                 &row.valid_bytes, &row.valid_wall_us);
     measure_agent(c, server.port, reader, k, chars, &row);
     std::fprintf(stderr, "%lld members: loaded in %.1f s, %lld keys\n", static_cast<long long>(n),
                  load_s, static_cast<long long>(row.keys));
@@ -247,16 +261,19 @@ int main(int argc, char** argv) {
       "of %zu bytes (mean), %d reads each\n\n",
       g, g - 1, chars / g, k);
   std::printf(
-      "| members | keys | Redis memory | edge: Redis µs per read | vs first | edge: bytes from "
-      "Redis "
-      "| edge: client µs | agent: Redis µs per read | vs first | agent: bytes from Redis | "
-      "agent: client µs |\n");
-  std::printf("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+      "| members | keys | Redis memory | edge full read: Redis µs | vs first | bytes from Redis "
+      "| client µs | edge conditional read: Redis µs | vs full | bytes from Redis | client µs "
+      "| agent: Redis µs per read | vs first | agent: bytes from Redis | agent: client µs |\n");
+  std::printf(
+      "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+      "| ---: | ---: |\n");
   for (const Row& r : rows) {
     std::printf(
-        "| %lld | %lld | %.0f MB | %.1f | %.2f | %.0f | %.0f | %.1f | %.2f | %.0f | %.0f |\n",
+        "| %lld | %lld | %.0f MB | %.1f | %.2f | %.0f | %.0f | %.1f | %.3f | %.0f | %.0f | %.1f | "
+        "%.2f | %.0f | %.0f |\n",
         static_cast<long long>(r.members), static_cast<long long>(r.keys), r.used_memory / 1e6,
         r.edge_redis_us, r.edge_redis_us / rows[0].edge_redis_us, r.edge_bytes, r.edge_wall_us,
+        r.valid_redis_us, r.valid_redis_us / r.edge_redis_us, r.valid_bytes, r.valid_wall_us,
         r.agent_redis_us, r.agent_redis_us / rows[0].agent_redis_us, r.agent_bytes,
         r.agent_wall_us);
   }

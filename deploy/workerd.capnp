@@ -15,6 +15,7 @@
 #   REDIS_CLUSTER ("1": a Redis Cluster seeded by REDIS_HOST:REDIS_PORT, or seeds "h:p,h:p"),
 #   QUIVER_REDIS_REPLICA_READS (cluster: discovery reads may go to replicas)
 #   QUIVER_NAMESPACE, QUIVER_TOKEN_AUDIENCE, QUIVER_L1_TTL_MS, QUIVER_L1_STALE_IF_ERROR_MS,
+#   QUIVER_L1_VALIDATE_MAX_AGE_MS,
 #   QUIVER_L1_MAX_BYTES, QUIVER_FRESH_TTL_MS, QUIVER_MAX_AGE_MS, QUIVER_MIN_UPSTREAM_TTL_MS,
 #   QUIVER_REVALIDATE_WINDOW_MS, QUIVER_MCP_SEARCH_MODE,
 #   QUIVER_CALL_TIMEOUT_MS (the deadline of one /mcp call relayed to the agents),
@@ -59,6 +60,7 @@ const edgeWorker :Workerd.Worker = (
     (name = "QUIVER_L1_TTL_MS", fromEnvironment = "QUIVER_L1_TTL_MS"),
     (name = "QUIVER_L1_STALE_IF_ERROR_MS", fromEnvironment = "QUIVER_L1_STALE_IF_ERROR_MS"),
     (name = "QUIVER_L1_MAX_BYTES", fromEnvironment = "QUIVER_L1_MAX_BYTES"),
+    (name = "QUIVER_L1_VALIDATE_MAX_AGE_MS", fromEnvironment = "QUIVER_L1_VALIDATE_MAX_AGE_MS"),
     (name = "QUIVER_FRESH_TTL_MS", fromEnvironment = "QUIVER_FRESH_TTL_MS"),
     (name = "QUIVER_MAX_AGE_MS", fromEnvironment = "QUIVER_MAX_AGE_MS"),
     (name = "QUIVER_MIN_UPSTREAM_TTL_MS", fromEnvironment = "QUIVER_MIN_UPSTREAM_TTL_MS"),

@@ -141,10 +141,9 @@ Result<GrantedConnection> decode_entry(const RespValue& v, std::size_t index,
   return conn;
 }
 
-}  // namespace
-
-Result<RedisCommand> discovery_read_command(const RedisKeys& keys, const Principal& member,
-                                            const SnapshotQuery& query) {
+Result<std::vector<std::string>> discovery_read_argv(const RedisKeys& keys, const Principal& member,
+                                                     const SnapshotQuery& query,
+                                                     std::string* grants_key) {
   if (member.is_shared()) return invalid("discovery read: the caller must be a member principal");
   if (query.only && !validate_connection_id(*query.only).ok()) {
     return invalid("discovery read: `only` is not a connection id");
@@ -156,10 +155,48 @@ Result<RedisCommand> discovery_read_command(const RedisKeys& keys, const Princip
   if (query.after.size() > kMaxIdLength) return invalid("discovery read: `after` is too long");
   Result<std::string> grants = keys.grants(member);
   if (!grants.ok()) return grants.error();
-  return eval("discovery_read.lua", {*grants},
-              {keys.prefix(), member.str(), query.only.value_or(""), query.after,
-               std::to_string(query.limit)},
-              /*read_only=*/true);
+  *grants_key = std::move(*grants);
+  return std::vector<std::string>{keys.prefix(), member.str(), query.only.value_or(""), query.after,
+                                  std::to_string(query.limit)};
+}
+
+}  // namespace
+
+Result<RedisCommand> discovery_read_command(const RedisKeys& keys, const Principal& member,
+                                            const SnapshotQuery& query) {
+  std::string grants;
+  Result<std::vector<std::string>> argv = discovery_read_argv(keys, member, query, &grants);
+  if (!argv.ok()) return argv.error();
+  return eval("discovery_read.lua", {std::move(grants)}, std::move(*argv), /*read_only=*/true);
+}
+
+Result<RedisCommand> conditional_discovery_read_command(
+    const RedisKeys& keys, const DiscoverySnapshot& held, const SnapshotQuery& query,
+    const std::vector<std::size_t>& lease_entries) {
+  std::string grants;
+  Result<std::vector<std::string>> argv = discovery_read_argv(keys, held.member, query, &grants);
+  if (!argv.ok()) return argv.error();
+  if (held.namespace_record.empty() || held.connection_versions.size() != held.connections.size()) {
+    return invalid("conditional discovery read: the snapshot holds no versions of a full read");
+  }
+  std::vector<std::string>& a = *argv;
+  a.reserve(a.size() + 4 + 2 * held.connections.size() + 2 * lease_entries.size());
+  a.emplace_back("if-unchanged");
+  a.push_back(held.namespace_record);
+  a.push_back(held.member_version);
+  a.push_back(std::to_string(held.connections.size()));
+  for (std::size_t i = 0; i < held.connections.size(); ++i) {
+    a.push_back(held.connections[i].id);
+    a.push_back(held.connection_versions[i]);
+  }
+  for (std::size_t i : lease_entries) {
+    if (i >= held.connections.size() || !held.connections[i].principal) {
+      return invalid("conditional discovery read: a lease entry out of range or without principal");
+    }
+    a.push_back(held.connections[i].id);
+    a.push_back(held.connections[i].principal->str());
+  }
+  return eval("discovery_read.lua", {std::move(grants)}, std::move(a), /*read_only=*/true);
 }
 
 std::optional<Error> namespace_not_ready(const RespValue& reply, std::string_view what) {
@@ -185,9 +222,9 @@ Result<DiscoverySnapshot> decode_discovery_reply(const RespValue& reply, const P
   if (std::optional<Error> not_ready = namespace_not_ready(reply, "discovery read")) {
     return *not_ready;
   }
-  const std::vector<RespValue>* top = array_of(reply, 7);
+  const std::vector<RespValue>* top = array_of(reply, 8);
   if (top == nullptr) {
-    return bad_reply("top level", "expected an array of 7, got " + reply.debug_string());
+    return bad_reply("top level", "expected an array of 8, got " + reply.debug_string());
   }
   const std::vector<RespValue>& t = *top;
   if (t[0].as_string() != std::optional<std::string_view>(kDiscoveryReplyTag)) {
@@ -231,7 +268,62 @@ Result<DiscoverySnapshot> decode_discovery_reply(const RespValue& reply, const P
       (snapshot.connections.empty() || snapshot.connections.back().id != *snapshot.next_after)) {
     return bad_reply("top level", "next_after is not the last entry");
   }
+  // {namespace record, member version, one connection version per entry}
+  const std::vector<RespValue>* versions = t[7].as_array();
+  if (versions == nullptr || versions->size() != 2 + snapshot.connections.size()) {
+    return bad_reply("versions", "expected the record, the member's and one per entry");
+  }
+  for (std::size_t i = 0; i < versions->size(); ++i) {
+    std::optional<std::string_view> v = (*versions)[i].as_string();
+    if (!v) return bad_reply("versions", "element " + std::to_string(i) + " is no string");
+    if (i == 0) {
+      if (v->substr(0, sizeof(kNamespaceReady)) != std::string(kNamespaceReady) + ":") {
+        return bad_reply("versions", "the namespace record read is not `ready`");
+      }
+      snapshot.namespace_record = std::string(*v);
+    } else if (i == 1) {
+      snapshot.member_version = std::string(*v);
+    } else {
+      snapshot.connection_versions.emplace_back(*v);
+    }
+  }
   return snapshot;
+}
+
+Result<std::optional<DiscoverySnapshot>> decode_conditional_reply(
+    const RespValue& reply, DiscoverySnapshot& held,
+    const std::vector<std::size_t>& lease_entries) {
+  const std::vector<RespValue>* a = array_of(reply, 4);
+  if (a == nullptr ||
+      (*a)[0].as_string() != std::optional<std::string_view>(kDiscoveryUnchangedTag)) {
+    Result<DiscoverySnapshot> full = decode_discovery_reply(reply, held.member);
+    if (!full.ok()) return full.error();
+    return std::optional<DiscoverySnapshot>(std::move(*full));
+  }
+  if ((*a)[1].as_string() != std::optional<std::string_view>(held.member.str())) {
+    return bad_reply("unchanged", "the reply is for another caller");
+  }
+  if ((*a)[2].type != RespValue::Type::kInteger || (*a)[2].integer < 0) {
+    return bad_reply("unchanged", "the epoch is not a count");
+  }
+  const std::vector<RespValue>* leases = (*a)[3].as_array();
+  if (leases == nullptr || leases->size() != lease_entries.size()) {
+    return bad_reply("unchanged", "not one lease flag per entry asked");
+  }
+  for (std::size_t i = 0; i < lease_entries.size(); ++i) {
+    const RespValue& flag = (*leases)[i];
+    if (flag.type != RespValue::Type::kInteger || (flag.integer != 0 && flag.integer != 1)) {
+      return bad_reply("unchanged", "lease flag is not 0 or 1");
+    }
+    if (lease_entries[i] >= held.connections.size()) {
+      return bad_reply("unchanged", "a lease entry out of range");
+    }
+  }
+  for (std::size_t i = 0; i < lease_entries.size(); ++i) {
+    held.connections[lease_entries[i]].lease_held = (*leases)[i].integer == 1;
+  }
+  held.epoch = (*a)[2].integer;
+  return std::optional<DiscoverySnapshot>();
 }
 
 std::string manifest_body_digest(std::string_view body) { return sha256_hex(body); }

@@ -39,7 +39,9 @@
 namespace quiver {
 
 // The reply's first element: a script of another version answers with another tag.
-inline constexpr char kDiscoveryReplyTag[] = "quiver.discovery.v1";
+inline constexpr char kDiscoveryReplyTag[] = "quiver.discovery.v2";
+// A conditional read's reply when nothing it checks changed: {tag, member, epoch, leases}.
+inline constexpr char kDiscoveryUnchangedTag[] = "quiver.discovery.unchanged";
 // The script's reply when the namespace record (RedisKeys::namespace_record) is not `ready`:
 // {tag, state}.
 inline constexpr char kNamespaceNotReadyTag[] = "quiver.namespace.v1";
@@ -52,6 +54,34 @@ std::optional<Error> namespace_not_ready(const RespValue& reply, std::string_vie
 // kInvalidArgument for a shared principal, an invalid `only` or a limit out of [1, 1000].
 Result<RedisCommand> discovery_read_command(const RedisKeys& keys, const Principal& member,
                                             const SnapshotQuery& query = {});
+
+// ---- conditional reads (versions) ---------------------------------------------------------------
+//
+// A snapshot from a full read carries the versions it read (DiscoverySnapshot::namespace_record,
+// member_version, connection_versions). A reader that kept it sends the same script with those
+// versions and the entries whose lease it needs to know (`lease_entries`, indexes into
+// held.connections: the entries not fresh at its `now`, lease_sensitive_entries in
+// shared/discovery.h); the script reads every version, the epoch and those leases in ONE MGET and
+// answers "unchanged" when each version is what the reader holds, else the full reply (one round
+// trip either way). Correct because every write that changes what the script returns for this
+// member increments the member's version or the connection version of an entry it returns
+// (schema/redis-keys.md, "Versions"), in the same script or transaction as the write, and no
+// version value repeats (the keys are never deleted; a namespace that lost its data has a new
+// namespace record); what the records do not say (the leases) is read again, and what depends on
+// time (fresh, stale, expired) the reader recomputes at `now`, as for any copy it holds.
+
+// kInvalidArgument as discovery_read_command, for a snapshot without versions (not from a full
+// Redis read), for another member, or for a lease entry out of range or without a principal.
+Result<RedisCommand> conditional_discovery_read_command(
+    const RedisKeys& keys, const DiscoverySnapshot& held, const SnapshotQuery& query,
+    const std::vector<std::size_t>& lease_entries);
+
+// A conditional read's answer: the snapshot it read when something changed, else nullopt after
+// giving `held` the epoch read and the lease flag of each of `lease_entries` (the ones the command
+// was built with). Errors as decode_discovery_reply; kInvalidReply for an "unchanged" reply whose
+// leases do not match `lease_entries`.
+Result<std::optional<DiscoverySnapshot>> decode_conditional_reply(
+    const RespValue& reply, DiscoverySnapshot& held, const std::vector<std::size_t>& lease_entries);
 
 // The snapshot in the script's reply. `member` is the caller the command was built for.
 // kStoreUnavailable for a Redis error reply (e.g. NOSCRIPT, OOM, a script error); kStoreNotReady

@@ -94,6 +94,12 @@ struct DiscoverySnapshot {
   int64_t granted_total = 0;                   // ids in the grant set, before paging
   std::optional<std::string> next_after;       // more granted ids after this one (paging)
   int64_t ignored_grants = 0;                  // granted ids that are not valid connection ids
+  // What the read checked, for a later conditional read (shared/discovery_redis.h): the namespace
+  // record, the member's version and each entry's connection version, in entry order ("" for a
+  // version never written). Empty when the store has none (SQLite: it is read in place).
+  std::string namespace_record;
+  std::string member_version;
+  std::vector<std::string> connection_versions;
 
   std::vector<std::string> granted_ids() const;  // in order
   const GrantedConnection* find(std::string_view id) const;

@@ -31,6 +31,9 @@ Status validate_edge_cache_options(const EdgeCacheOptions& o) {
   if (o.revalidation_claim_ms < 0) {
     return Error(ErrorCode::kInvalidArgument, "revalidation claim period must not be negative");
   }
+  if (o.validate_max_age_ms < 0) {
+    return Error(ErrorCode::kInvalidArgument, "L1 validation max age must not be negative");
+  }
   return Status::Ok();
 }
 

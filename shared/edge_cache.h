@@ -18,6 +18,10 @@
 //  - Stale-if-error. An entry past its TTL stays (bytes permitting) for `stale_if_error_ms`: when
 //    Redis cannot be reached, `get_stale` hands it out and the host marks the answer stale. An
 //    entry known to be superseded (older epoch) is never served, not even then.
+//  - Validatable copies. EdgeService keeps each snapshot read once more, apart, for
+//    `validate_max_age_ms` after its full read (never dropped by the epoch): past the TTL, that
+//    copy is sent back to Redis as its versions (a conditional read, one round trip, one MGET in
+//    the script) and answered from when nothing it read changed (`X-Quiver-Cache: revalidated`).
 //  - Bounded bytes. Least recently used entries go first once `max_bytes` would be exceeded; a
 //    single value over `max_entry_bytes` is not kept at all.
 // Revalidation claims: a stale entry served from L1 would queue a revalidation on every hit. The
@@ -50,6 +54,11 @@ struct EdgeCacheOptions {
   std::size_t max_entry_bytes = std::size_t{1} << 20;
   int64_t revalidation_claim_ms = 5'000;  // one revalidation per key from this isolate per period
   std::size_t max_claims = 10'000;        // claims remembered at most (oldest dropped)
+  // Conditional reads (shared/discovery_redis.h): a snapshot read is kept this long after its
+  // full read, past the TTL and whatever the epoch, and checked against the store's versions in
+  // one round trip instead of read again; the bound on how long a missed version bump could go
+  // unseen. 0: off (a read past the TTL is a full read).
+  int64_t validate_max_age_ms = 30'000;
   // The BodyCache's bound (below): manifest bodies by content, apart from max_bytes. 0: off.
   std::size_t body_max_bytes = std::size_t{16} << 20;
 };

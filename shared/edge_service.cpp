@@ -48,9 +48,21 @@ std::string claim_key(const Revalidation& r) { return r.connection_id + "\n" + r
 constexpr char kStaleIfError[] = "stale-if-error";
 
 // The L1 halves (snapshots, rendered answers) share the configured byte bound.
-EdgeCacheOptions half_of(EdgeCacheOptions o) {
-  o.max_bytes /= 2;
+// The L1 bound shared by its parts: snapshot reads and rendered answers, and, with conditional
+// reads on, the validatable copies of snapshot reads (a third each).
+EdgeCacheOptions share_of(EdgeCacheOptions o) {
+  o.max_bytes /= o.validate_max_age_ms > 0 ? 3 : 2;
   o.max_entry_bytes = std::min(o.max_entry_bytes, o.max_bytes);
+  return o;
+}
+
+// The validatable copies: no TTL of their own (every use is checked against the store), kept
+// `validate_max_age_ms` after their full read; off (no bytes) when that is 0.
+EdgeCacheOptions kept_options(EdgeCacheOptions o) {
+  o = share_of(o);
+  o.ttl_ms = 0;
+  o.stale_if_error_ms = o.validate_max_age_ms;
+  if (o.validate_max_age_ms <= 0) o.max_bytes = o.max_entry_bytes = 0;
   return o;
 }
 
@@ -85,6 +97,11 @@ struct EdgeService::Request {
   // A snapshot waiting for the bodies its records name (kReadingBodies), and their digests.
   std::optional<DiscoverySnapshot> pending;
   std::vector<std::string> wanted_bodies;
+  // A conditional read (kReadingSnapshot): the kept snapshot it checks, and the entries whose
+  // lease it asked for.
+  std::optional<DiscoverySnapshot> held;
+  std::vector<std::size_t> lease_entries;
+  EdgeCache::Value kept_bytes;  // held's bytes as kept
   // /mcp calls relayed to the agents, one round each (mcp_relay): the calls, the replies so far,
   // the seed of their rids, and how long the open round's BLPOP may hold its reply.
   std::vector<RelayCall> relay_calls;
@@ -100,8 +117,9 @@ struct EdgeService::Request {
 };
 
 EdgeService::EdgeService(Result<EdgeSettings> settings)
-    : cache_(half_of(settings.ok() ? settings->l1 : EdgeCacheOptions{})),
-      answers_(half_of(settings.ok() ? settings->l1 : EdgeCacheOptions{})),
+    : cache_(share_of(settings.ok() ? settings->l1 : EdgeCacheOptions{})),
+      answers_(share_of(settings.ok() ? settings->l1 : EdgeCacheOptions{})),
+      kept_(kept_options(settings.ok() ? settings->l1 : EdgeCacheOptions{})),
       bodies_((settings.ok() ? settings->l1 : EdgeCacheOptions{}).body_max_bytes),
       fail_fast_(settings.ok() ? settings->fail_fast_ms : 0) {
   if (!settings.ok()) {
@@ -395,6 +413,9 @@ EdgeStep EdgeService::healthz(Request& r, const HttpRequest& request) {
                                {"answer_hits", answers.hits},
                                {"snapshot_hits", snapshots.hits},
                                {"snapshot_misses", snapshots.misses},
+                               {"validate_max_age_ms", cache_.options().validate_max_age_ms},
+                               {"revalidated", revalidated_},
+                               {"revalidate_changed", revalidate_changed_},
                                {"stale_served", snapshots.stale_served},
                                {"body_entries", bodies_.entries()},
                                {"body_bytes", bodies_.bytes()},
@@ -563,6 +584,29 @@ EdgeStep EdgeService::drive(Request& r, DiscoveryStep step, int64_t now_ms) {
         }
       }
     }
+    r.held.reset();
+    r.lease_entries.clear();
+    // Past the TTL: the copy kept since its full read, checked against the store's versions
+    // (reads only, as L1: a write such as a manual refresh reads afresh).
+    EdgeCache::Value kept = r.read ? kept_.get_stale(r.l1_key, now_ms) : nullptr;
+    if (kept) {
+      Result<DiscoverySnapshot> held =
+          snapshot_from_cached_reply(*kept, need->member, settings_->resp);
+      if (held.ok()) {
+        std::vector<std::size_t> leases = lease_sensitive_entries(
+            *held, settings_->discovery.freshness, now_ms,
+            [this](std::string_view digest) { return bodies_.find(digest) != nullptr; });
+        Result<RedisCommand> command =
+            conditional_discovery_read_command(*keys_, *held, need->query, leases);
+        if (command.ok()) {
+          r.held = std::move(*held);
+          r.lease_entries = std::move(leases);
+          r.kept_bytes = std::move(kept);
+          r.source = "miss";
+          return send(r, EdgeEvent::kReadSnapshot, {std::move(*command)});
+        }
+      }
+    }
     Result<RedisCommand> command = discovery_read_command(*keys_, need->member, need->query);
     if (!command.ok()) {
       return respond_now(r, error_response(HttpErrorCode::kInternal, "internal error"),
@@ -665,11 +709,34 @@ EdgeStep EdgeService::feed(uint32_t handle, std::string_view bytes, int64_t now_
 EdgeStep EdgeService::complete(Request& r, std::vector<RespValue> replies, int64_t now_ms) {
   switch (r.phase) {
     case EdgePhase::kReadingSnapshot: {
+      if (r.held) {
+        Result<std::optional<DiscoverySnapshot>> changed =
+            decode_conditional_reply(replies[0], *r.held, r.lease_entries);
+        if (!changed.ok()) return store_failed(r, changed.error(), now_ms);
+        if (!changed->has_value()) {
+          // Unchanged: what a full read would return now, its leases read again. Repeated from
+          // L1 within the TTL like a read, unless a lease matters (then the bytes kept would
+          // say an old one): the next read checks again.
+          advance(r, EdgeEvent::kRedisAnswered);
+          ++revalidated_;
+          DiscoverySnapshot held = std::move(*r.held);
+          r.held.reset();
+          if (r.lease_entries.empty()) cache_.put(r.l1_key, *r.kept_bytes, held.epoch, now_ms);
+          cache_.observe_epoch(held.epoch);
+          answers_.observe_epoch(held.epoch);
+          r.source = "revalidated";
+          note_snapshot(r, held, now_ms);
+          return with_bodies(r, std::move(held), now_ms, /*may_read=*/true);
+        }
+        ++revalidate_changed_;
+        r.held.reset();
+      }
       Result<DiscoverySnapshot> snapshot = decode_discovery_reply(replies[0], *r.member);
       if (!snapshot.ok()) return store_failed(r, snapshot.error(), now_ms);
       advance(r, EdgeEvent::kRedisAnswered);
       // (Empty when a cluster's ASKING or READONLY reply could not be told apart: not kept.)
       if (!r.redis.reply_bytes().empty()) {
+        kept_.put(r.l1_key, r.redis.reply_bytes(), 0, now_ms);
         cache_.put(r.l1_key, r.redis.reply_bytes(), snapshot->epoch, now_ms);
       }
       answers_.observe_epoch(snapshot->epoch);

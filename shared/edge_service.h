@@ -44,7 +44,10 @@
 //      store failure too: never an empty list or a 404.
 //   After a Redis timeout, for QUIVER_REDIS_FAIL_FAST_MS (shared/redis_fail_fast.h), requests do
 //      not wait on Redis: the copy or the 503 at once, marked `fail-fast`, while one probes.
-// Every discovery read says where it came from in `X-Quiver-Cache` (`hit`, `miss`,
+//   Past the TTL, within QUIVER_L1_VALIDATE_MAX_AGE_MS of its full read, the snapshot read is a
+//      conditional one (shared/discovery_redis.h): the copy kept since then is sent back as its
+//      versions and answered from when nothing changed, in one round trip (`revalidated`).
+// Every discovery read says where it came from in `X-Quiver-Cache` (`hit`, `miss`, `revalidated`,
 // `stale-if-error`, `fail-fast`). Revalidations the answer asks for are queued in the background,
 // once per key per claim period from this isolate (the Redis gate dedups across isolates).
 //
@@ -146,6 +149,9 @@ class EdgeService {
   std::size_t open_requests() const { return requests_.size(); }
   const EdgeCache& cache() const { return cache_; }
   const EdgeCache& answers() const { return answers_; }
+  const EdgeCache& kept() const { return kept_; }
+  uint64_t revalidated() const { return revalidated_; }
+  uint64_t revalidate_changed() const { return revalidate_changed_; }
   const BodyCache& bodies() const { return bodies_; }
   const RenderCache* render_cache() const { return render_cache_.get(); }
   const ClusterRouter* cluster() const { return cluster_.get(); }
@@ -198,10 +204,14 @@ class EdgeService {
   std::optional<EdgeSettings> settings_;
   std::string settings_error_;
   std::optional<RedisKeys> keys_;
-  EdgeCache cache_;            // L1: snapshot reads, per caller and query
-  EdgeCache answers_;          // L1: rendered answers, per caller and exact request
-  BodyCache bodies_;           // manifest bodies by content, no expiry (shared/edge_cache.h)
-  VerifiedTokenCache tokens_;  // bearer tokens this isolate has verified
+  EdgeCache cache_;    // L1: snapshot reads, per caller and query
+  EdgeCache answers_;  // L1: rendered answers, per caller and exact request
+  // The snapshot reads again, kept past the TTL for conditional reads (validate_max_age_ms).
+  EdgeCache kept_;
+  uint64_t revalidated_ = 0;         // conditional reads answered "unchanged"
+  uint64_t revalidate_changed_ = 0;  // conditional reads answered with a full read
+  BodyCache bodies_;                 // manifest bodies by content, no expiry (shared/edge_cache.h)
+  VerifiedTokenCache tokens_;        // bearer tokens this isolate has verified
   std::unique_ptr<SearchIndexCache> search_cache_;  // one FTS5 index per caller and corpus version
   // Each servable entry's rendered payload (shared/render_cache.h); single-threaded like the rest.
   std::unique_ptr<RenderCache> render_cache_;

@@ -141,6 +141,7 @@ Result<EdgeSettings> edge_settings_from_env(std::string_view env_json) {
        {get_ms("QUIVER_L1_TTL_MS", &s.l1.ttl_ms),
         get_ms("QUIVER_L1_STALE_IF_ERROR_MS", &s.l1.stale_if_error_ms),
         get_ms("QUIVER_L1_MAX_BYTES", &max_bytes),
+        get_ms("QUIVER_L1_VALIDATE_MAX_AGE_MS", &s.l1.validate_max_age_ms),
         get_ms("QUIVER_FRESH_TTL_MS", &s.discovery.freshness.fresh_ttl_ms),
         get_ms("QUIVER_MAX_AGE_MS", &s.discovery.freshness.max_age_ms),
         get_ms("QUIVER_MIN_UPSTREAM_TTL_MS", &s.discovery.freshness.min_upstream_ttl_ms),

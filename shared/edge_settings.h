@@ -11,6 +11,9 @@
 //                                may still be served from one isolate      2000
 //   QUIVER_L1_STALE_IF_ERROR_MS  L1 copies served while Redis is down      60000
 //   QUIVER_L1_MAX_BYTES          L1 size bound per isolate                 8388608
+//   QUIVER_L1_VALIDATE_MAX_AGE_MS  past the TTL, a snapshot read is checked against the store's
+//                                versions (one small round trip) instead of read again, for at
+//                                most this long after its full read; 0: off  30000
 //   QUIVER_FRESH_TTL_MS          fresh TTL (as the agent)                  900000
 //   QUIVER_MAX_AGE_MS            expired after (as the agent)              86400000
 //   QUIVER_REVALIDATE_WINDOW_MS  one queued revalidation per key per window 30000

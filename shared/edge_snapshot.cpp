@@ -36,4 +36,24 @@ int64_t snapshot_next_transition(const DiscoverySnapshot& snapshot, const Freshn
   return next;
 }
 
+std::vector<std::size_t> lease_sensitive_entries(
+    const DiscoverySnapshot& snapshot, const FreshnessPolicy& policy, int64_t now_ms,
+    const std::function<bool(std::string_view digest)>& body_held) {
+  std::vector<std::size_t> out;
+  for (std::size_t i = 0; i < snapshot.connections.size(); ++i) {
+    const GrantedConnection& c = snapshot.connections[i];
+    if (!c.record || !c.principal) continue;  // no principal: no lease is read or shown
+    Result<std::optional<CacheEntryMeta>> meta = cache_entry_meta(c.manifest);
+    if (!meta.ok()) {
+      out.push_back(i);  // unreadable: revalidated unless leased
+      continue;
+    }
+    Classification k = classify(*meta, policy, c.record->config_hash, now_ms);
+    const bool body_missing =
+        c.manifest && c.manifest->body_missing() && !body_held(c.manifest->body_digest);
+    if (k.revalidate || (k.servable && body_missing)) out.push_back(i);
+  }
+  return out;
+}
+
 }  // namespace quiver

@@ -4,9 +4,12 @@
 // exactly as a fresh read does.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "shared/discovery.h"
 #include "shared/freshness.h"
@@ -29,5 +32,15 @@ Result<DiscoverySnapshot> snapshot_from_cached_reply(std::string_view bytes,
 // EdgeCache::kForever when none will.
 int64_t snapshot_next_transition(const DiscoverySnapshot& snapshot, const FreshnessPolicy& policy,
                                  int64_t now_ms);
+
+// The entries of `snapshot` whose lease flag can change what is rendered at `now_ms` (indexes
+// into snapshot.connections, ascending): a lease is looked at only where a revalidation would be
+// queued (shared/discovery.cpp queue_unless_leased: an entry whose classification asks for one,
+// an unreadable record, a servable record whose body is missing). A fresh entry with its body
+// renders the same whoever holds its lease, so a conditional read need not ask for it.
+// `body_held(digest)`: whether the reader has that body (its body cache).
+std::vector<std::size_t> lease_sensitive_entries(
+    const DiscoverySnapshot& snapshot, const FreshnessPolicy& policy, int64_t now_ms,
+    const std::function<bool(std::string_view digest)>& body_held);
 
 }  // namespace quiver

@@ -268,7 +268,7 @@ Result<RedisCommand> commit_manifest_command(const LeaseKeys& keys, const Lease&
                                              const ManifestWrite& write,
                                              const FencedWriteOptions& options) {
   if (Status s = check_keys({&keys.manifest, &keys.lease, &keys.fence, &keys.connection,
-                             &keys.epoch, &keys.body, &keys.due});
+                             &keys.epoch, &keys.body, &keys.due, &keys.version});
       !s.ok()) {
     return s.error();
   }
@@ -286,7 +286,7 @@ Result<RedisCommand> commit_manifest_command(const LeaseKeys& keys, const Lease&
   return eval(
       "manifest_commit.lua",
       {&keys.manifest, &keys.lease, &keys.fence, &keys.connection, &keys.epoch, &keys.body,
-       &keys.due},
+       &keys.due, &keys.version},
       {std::to_string(lease.fence), lease.token, write.config_hash, write.manifest, write.etag,
        std::to_string(write.fetched_at_ms), std::to_string(write.fresh_until_ms),
        std::to_string(write.expires_at_ms), write.cache_scope, write.truncated ? "1" : "0",
@@ -297,15 +297,16 @@ Result<RedisCommand> commit_manifest_command(const LeaseKeys& keys, const Lease&
 Result<RedisCommand> record_failure_command(const LeaseKeys& keys, const Lease& lease,
                                             const RefreshFailure& failure,
                                             const FencedWriteOptions& options) {
-  if (Status s =
-          check_keys({&keys.manifest, &keys.lease, &keys.fence, &keys.connection, &keys.due});
+  if (Status s = check_keys(
+          {&keys.manifest, &keys.lease, &keys.fence, &keys.connection, &keys.due, &keys.version});
       !s.ok()) {
     return s.error();
   }
   if (Status s = validate_refresh_failure(lease, failure); !s.ok()) return s.error();
   if (Status s = check_due(keys, options); !s.ok()) return s.error();
   return eval(
-      "manifest_fail.lua", {&keys.manifest, &keys.lease, &keys.fence, &keys.connection, &keys.due},
+      "manifest_fail.lua",
+      {&keys.manifest, &keys.lease, &keys.fence, &keys.connection, &keys.due, &keys.version},
       {std::to_string(lease.fence), lease.token, failure.config_hash, failure.error_code,
        cut_utf8(failure.error_message, kMaxErrorMessageBytes), std::to_string(failure.error_at_ms),
        std::to_string(failure.attempt_at_ms), options.release_lease ? "1" : "0",

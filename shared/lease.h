@@ -50,6 +50,10 @@ struct LeaseKeys {
   // FencedWriteOptions::due_at_ms.
   std::string due;
   std::string due_member;
+  // The fenced writes only: the version a discovery read of this record checks
+  // (RedisKeys::version_of: conn-version:<cid> for `shared`, member-version:<member> else),
+  // INCRed with the write.
+  std::string version;
 };
 
 inline constexpr int64_t kDefaultLeaseMs = 60'000;

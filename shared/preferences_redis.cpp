@@ -31,7 +31,13 @@ Result<RedisCommand> merge_preferences_command(const RedisKeys& keys, std::strin
   if (!disabled.ok()) return disabled.error();
   std::string_view text = schema_asset(kScript);
   if (text.empty()) return Error(ErrorCode::kInternal, "schema/lua/preferences_merge.lua missing");
-  RedisCommand argv = {"EVAL", std::string(text), "3", *prefs, *disabled, keys.epoch()};
+  RedisCommand argv = {"EVAL",
+                       std::string(text),
+                       "4",
+                       *prefs,
+                       *disabled,
+                       keys.epoch(),
+                       *keys.version_of(cid, principal)};
   argv.reserve(argv.size() + 2 * rows.size());
   for (const PreferenceRow& row : rows) {
     if (row.resource_id != cid || row.principal != principal) {

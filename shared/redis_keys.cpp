@@ -57,6 +57,8 @@ constexpr KindInfo kKinds[kKeyKindCount] = {
     {KeyKind::kGrantMembers, "grant-members", "SET", false, false},
     {KeyKind::kGrantMembersBackfill, "grant-members-backfill", "STRING", false, false},
     {KeyKind::kGranteesPending, "grantees-pending", "SET", false, false},
+    {KeyKind::kConnVersion, "conn-version", "STRING", true, false},
+    {KeyKind::kMemberVersion, "member-version", "STRING", false, true},
 };
 
 constexpr char kCatalogVersionsSegment[] = "versions";
@@ -147,8 +149,9 @@ Result<std::string> RedisKeys::key(KeyKind kind, std::string_view cid,
   }
   if (k.has_principal) {
     if (!principal.has_value()) return invalid(std::string(k.segment) + " key needs a principal");
-    if (kind == KeyKind::kGrants && principal->is_shared()) {
-      return invalid("grants are kept per member: a `member/<id>` principal is required");
+    if ((kind == KeyKind::kGrants || kind == KeyKind::kMemberVersion) && principal->is_shared()) {
+      return invalid(std::string(k.segment) +
+                     " is kept per member: a `member/<id>` principal is required");
     }
     out += ':';
     out += principal->str();
@@ -259,6 +262,20 @@ Result<std::string> RedisKeys::marked(std::string_view cid) const {
   return key(KeyKind::kMarked, cid, std::nullopt);
 }
 
+Result<std::string> RedisKeys::conn_version(std::string_view cid) const {
+  return key(KeyKind::kConnVersion, cid, std::nullopt);
+}
+
+Result<std::string> RedisKeys::member_version(const Principal& member) const {
+  return key(KeyKind::kMemberVersion, {}, member);
+}
+
+Result<std::string> RedisKeys::version_of(std::string_view cid, const Principal& principal) const {
+  if (principal.is_shared()) return conn_version(cid);
+  if (Status s = validate_connection_id(cid); !s.ok()) return s.error();
+  return member_version(principal);
+}
+
 Result<std::string> RedisKeys::conn(std::string_view cid) const {
   return key(KeyKind::kConn, cid, std::nullopt);
 }
@@ -334,8 +351,8 @@ Result<ParsedKey> RedisKeys::parse(std::string_view key) const {
     if (k.has_principal) {
       Result<Principal> p = Principal::parse(parts[next++]);
       if (!p.ok()) return p.error();
-      if (k.kind == KeyKind::kGrants && p->is_shared()) {
-        return invalid("grants key with the `shared` principal");
+      if ((k.kind == KeyKind::kGrants || k.kind == KeyKind::kMemberVersion) && p->is_shared()) {
+        return invalid(std::string(k.segment) + " key with the `shared` principal");
       }
       out.principal = std::move(*p);
     }

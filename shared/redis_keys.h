@@ -48,8 +48,10 @@ enum class KeyKind {
   kGrantMembers,
   kGrantMembersBackfill,
   kGranteesPending,
+  kConnVersion,
+  kMemberVersion,
 };
-inline constexpr int kKeyKindCount = 33;
+inline constexpr int kKeyKindCount = 35;
 
 const char* key_kind_name(KeyKind kind);   // the key's segment: "conns", "revalidate-gate", ...
 const char* key_redis_type(KeyKind kind);  // "SET", "HASH", "STRING", "STREAM"
@@ -197,6 +199,16 @@ class RedisKeys {
   // ms, O(1) whatever its number of grantees): readers apply it to every principal, the effective
   // invalidated_at being the later of this and invalidated(cid, principal).
   Result<std::string> marked(std::string_view cid) const;
+  // Versions (STRING counters, INCR; never deleted, so no value repeats): what a discovery read of
+  // a member checks before answering "unchanged" (schema/lua/discovery_read.lua). A connection's
+  // moves with every write a read of any of its grantees sees (record, shared commit, failure,
+  // overlay or mark, connection-wide mark); a member's with every write only that member's read
+  // sees (grants, per-member commit, failure, overlay or mark).
+  Result<std::string> conn_version(std::string_view cid) const;
+  Result<std::string> member_version(const Principal& member) const;  // `member/<id>` only
+  // The one of the two a write to (cid, principal)'s records moves: the connection's for
+  // `shared`, the member's for a member.
+  Result<std::string> version_of(std::string_view cid, const Principal& principal) const;
   // The namespace record (kNamespaceReady): whether agents have synced connections, grants and
   // overlays into this namespace since the store last lost its data. Every reader checks it.
   std::string namespace_record() const;

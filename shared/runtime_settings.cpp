@@ -39,6 +39,8 @@ const std::vector<RuntimeSetting>& runtime_settings() {
       {"l1_stale_if_error_ms", "QUIVER_L1_STALE_IF_ERROR_MS", 60000, 0, kSettingYearMs, "ms",
        kEdge},
       {"l1_max_bytes", "QUIVER_L1_MAX_BYTES", 8388608, 0, 4096.0 * 1024 * 1024, "bytes", kEdge},
+      {"l1_validate_max_age_ms", "QUIVER_L1_VALIDATE_MAX_AGE_MS", 30000, 0, kSettingDayMs, "ms",
+       kEdge},
       {"redis_fail_fast_ms", "QUIVER_REDIS_FAIL_FAST_MS", 2000, 0, 60000, "ms", kEdge},
       {"mcp_keepalive_ms", "QUIVER_MCP_KEEPALIVE_MS", 1000, 100, 60000, "ms", kEdge},
   };

@@ -738,6 +738,7 @@ struct RedisStore::Impl {
     k.epoch = keys.epoch();
     k.due = keys.due();
     k.due_member = *due_member(cid, principal);
+    k.version = *keys.version_of(cid, principal);
     return k;
   }
 
@@ -1164,11 +1165,12 @@ std::optional<RedisCommand> due_now_command(const RedisKeys& keys, const Princip
 }
 
 // Where a member's grant change is counted, inside that change's transaction: the namespace
-// epoch (readers' L1 caches). The one place a grant write bumps anything.
+// epoch (readers' L1 caches, the notifier) and the member's version (conditional reads). The one
+// place a grant write bumps anything.
 void bump_for_member_grants(const RedisKeys& keys, const Principal& member,
                             std::vector<RedisCommand>& transaction) {
-  (void)member;
   transaction.push_back({"INCR", keys.epoch()});
+  transaction.push_back({"INCR", *keys.member_version(member)});
 }
 
 MemberGrantWrite member_grant_write(const RedisKeys& keys, const Principal& member,
@@ -1465,6 +1467,9 @@ Result<ConnectionSync> RedisStore::sync_connections(const std::vector<Connection
   }
   if (!writes.empty()) {
     writes.push_back({"INCR", keys.epoch()});
+    for (const std::vector<std::string>* ids : {&sync.added, &sync.changed, &sync.removed}) {
+      for (const std::string& id : *ids) writes.push_back({"INCR", *keys.conn_version(id)});
+    }
     Result<std::vector<RespValue>> w = impl_->transaction(writes, "sync connections");
     if (!w.ok()) return w.error();
   }
@@ -1490,9 +1495,10 @@ Result<ConnectionSync> RedisStore::sync_connections(const std::vector<Connection
       if (p->kind == KeyKind::kGrants) {
         grant_keys.push_back(key);
       } else if (key_has_connection_id(p->kind) && p->kind != KeyKind::kPrefs &&
-                 wanted.count(p->connection_id) == 0) {
+                 p->kind != KeyKind::kConnVersion && wanted.count(p->connection_id) == 0) {
         // Everything of a removed connection goes, its overlays too; its preference rows stay
-        // (a user's choice outlives the connection, as in every agent's local copy).
+        // (a user's choice outlives the connection, as in every agent's local copy), and so
+        // does its version (a connection added again must not repeat a value a reader holds).
         del.push_back(key);
         if (p->kind == KeyKind::kManifest) {
           unindex.push_back(*due_member(p->connection_id, *p->principal));
@@ -1517,7 +1523,12 @@ Result<ConnectionSync> RedisStore::sync_connections(const std::vector<Connection
     for (const std::string& cid : string_set((*grants)[i])) {
       if (wanted.count(cid) == 0) srem.push_back(cid);
     }
-    if (srem.size() > 2) grant_writes.push_back(std::move(srem));
+    if (srem.size() > 2) {
+      grant_writes.push_back(std::move(srem));
+      Result<ParsedKey> g = keys.parse(grant_keys[i]);
+      if (g.ok() && g->principal)
+        grant_writes.push_back({"INCR", *keys.member_version(*g->principal)});
+    }
   }
   if (!grant_writes.empty() || (cleaned && writes.empty())) {
     grant_writes.push_back({"INCR", keys.epoch()});
@@ -1737,7 +1748,8 @@ Result<bool> RedisStore::drop_manifest(std::string_view cid, const Principal& pr
       impl_->transaction({{"DEL", *manifest, *impl_->keys.revalidate_gate(cid, principal),
                            *impl_->keys.invalidated(cid, principal)},
                           {"ZREM", impl_->keys.due(), *due_member(cid, principal)},
-                          {"INCR", impl_->keys.epoch()}},
+                          {"INCR", impl_->keys.epoch()},
+                          {"INCR", *impl_->keys.version_of(cid, principal)}},
                          "drop manifest");
   if (!r.ok()) return r.error();
   return !r->empty() && (*r)[0].type == RespValue::Type::kInteger && (*r)[0].integer > 0;

@@ -6,11 +6,31 @@
 -- ARGV[3] only     one connection id to read alone, if granted ('' = every granted one)
 -- ARGV[4] after    read only ids sorting after this one, byte order ('' = from the start)
 -- ARGV[5] limit    at most this many connections
+-- ARGV[6] held     '' for a full read; 'if-unchanged' for a conditional read (below)
+-- ARGV[7..]        a conditional read only: what the reader holds from a full read of the same
+--                  ARGV[1..5]: its versions (the reply's last element: namespace record, member
+--                  version, one connection version per entry), as ARGV[7] record, ARGV[8] member
+--                  version, ARGV[9] n, then n pairs (cid, connection version) in entry order, then
+--                  pairs (cid, principal) whose lease the reader needs to know (entries not fresh
+--                  at its `now`: only those render differently with a lease held)
+--
+-- Versions (schema/redis-keys.md): member-version:<member> is INCRed by every write that changes
+-- what this script reads for the member alone (its grants, a per-member commit, failure, overlay
+-- or webhook mark), conn-version:<cid> by every write that changes what it reads for the
+-- connection as a whole (its record, a shared commit, failure, overlay or mark, a connection-wide
+-- mark). A conditional read reads all of them, the namespace record, the epoch and the named
+-- leases in ONE MGET; when each equals what the reader holds the reply is
+--   {'quiver.discovery.unchanged', member, epoch, leases}     leases: 0/1 per named pair
+-- and the reader renders from what it holds (a full read now would return the same records, the
+-- leases aside, which it was given); otherwise the script goes on as a full read, in the same
+-- round trip. A version key is never deleted (a removed connection's stays), so a value is never
+-- seen twice; a namespace that lost its data (FLUSHALL, a restart) has a new record value.
 --
 -- Keys read beyond KEYS. Which connections to read is only known once KEYS[1] is read, so the
 -- script builds their keys itself, from ARGV[1], exactly as RedisKeys (shared/identity.h) spells
 -- them: conn:<cid>, manifest:<cid>:<principal>, disabled:<cid>:<principal>,
--- lease:<cid>:<principal>, invalidated:<cid>:<principal>, marked:<cid>, epoch.
+-- lease:<cid>:<principal>, invalidated:<cid>:<principal>, marked:<cid>, epoch, member-version:<member>,
+-- conn-version:<cid>.
 -- Every key of a namespace carries the same {ns} hash tag, so they all live in KEYS[1]'s slot:
 -- on Redis Cluster the script never leaves its node. Granted ids outside the connection id
 -- charset are skipped (and counted): they could not carry the hash tag safely.
@@ -29,8 +49,9 @@
 --   {'quiver.namespace.v1', state}      state 'missing' or 'restoring'
 -- which readers answer as the store being unavailable, never as "no grants" or "no connection".
 -- Replies
---   {'quiver.discovery.v1', member, epoch, granted_total, next_after, ignored, entries}
--- with next_after '' when nothing is left after this page, and each entry
+--   {'quiver.discovery.v2', member, epoch, granted_total, next_after, ignored, entries, versions}
+-- with versions {namespace record, member version, connection version per entry} ('' for a
+-- version never written), next_after '' when nothing is left after this page, and each entry
 --   {cid, conn_fields, principal, manifest_fields, disabled_members, lease_exists, invalidated_at}
 -- (fields as flat HGETALL arrays; principal '' when none applies; a removed connection has empty
 -- conn_fields and nothing else read; invalidated_at is the mark of a refresh webhook, false when
@@ -46,15 +67,55 @@ if not limit or limit < 1 then
   return redis.error_reply('ERR discovery_read: limit must be a positive number')
 end
 
+local function valid_cid(cid)
+  return #cid >= 1 and #cid <= 128 and not string.find(cid, '[^A-Za-z0-9._-]')
+end
+
+if ARGV[6] == 'if-unchanged' then
+  local n = tonumber(ARGV[9])
+  if not n or n < 0 then
+    return redis.error_reply('ERR discovery_read: ARGV[9] is not a count')
+  end
+  local leases_at = 10 + 2 * n
+  if #ARGV < leases_at - 1 or (#ARGV - leases_at + 1) % 2 ~= 0 then
+    return redis.error_reply('ERR discovery_read: held versions and leases do not pair up')
+  end
+  local keys = {prefix .. 'namespace', prefix .. 'epoch', prefix .. 'member-version:' .. member}
+  for i = 10, leases_at - 1, 2 do
+    if not valid_cid(ARGV[i]) then
+      return redis.error_reply('ERR discovery_read: a held connection id is not valid')
+    end
+    keys[#keys + 1] = prefix .. 'conn-version:' .. ARGV[i]
+  end
+  for i = leases_at, #ARGV, 2 do
+    if not valid_cid(ARGV[i]) or (ARGV[i + 1] ~= 'shared' and ARGV[i + 1] ~= member) then
+      return redis.error_reply('ERR discovery_read: a lease to check is not the caller\'s')
+    end
+    keys[#keys + 1] = prefix .. 'lease:' .. ARGV[i] .. ':' .. ARGV[i + 1]
+  end
+  local got = redis.call('MGET', unpack(keys))
+  local same = got[1] and got[1] == ARGV[7] and string.sub(got[1], 1, 6) == 'ready:' and
+               (got[3] or '') == ARGV[8]
+  local at = 4
+  for i = 11, leases_at - 1, 2 do
+    if not same then break end
+    same = (got[at] or '') == ARGV[i]
+    at = at + 1
+  end
+  if same then
+    local leases = {}
+    for i = 4 + n, #got do
+      leases[#leases + 1] = got[i] and 1 or 0
+    end
+    return {'quiver.discovery.unchanged', member, tonumber(got[2]) or 0, leases}
+  end
+end
+
 local record = redis.call('GET', prefix .. 'namespace')
 if not record or string.sub(record, 1, 6) ~= 'ready:' then
   local state = 'missing'
   if record then state = string.match(record, '^[a-z]+') or 'unknown' end
   return {'quiver.namespace.v1', state}
-end
-
-local function valid_cid(cid)
-  return #cid >= 1 and #cid <= 128 and not string.find(cid, '[^A-Za-z0-9._-]')
 end
 
 -- Byte order, whatever the server's locale (Lua's string '<' uses strcoll).
@@ -114,5 +175,11 @@ for _, cid in ipairs(ids) do
   end
 end
 
-local epoch = tonumber(redis.call('GET', prefix .. 'epoch')) or 0
-return {'quiver.discovery.v1', member, epoch, #ids, next_after, ignored, entries}
+-- The versions of what was read, with the epoch, in one MGET.
+local keys = {prefix .. 'epoch', prefix .. 'member-version:' .. member}
+for _, e in ipairs(entries) do keys[#keys + 1] = prefix .. 'conn-version:' .. e[1] end
+local got = redis.call('MGET', unpack(keys))
+local versions = {record, got[2] or ''}
+for i = 3, #got do versions[#versions + 1] = got[i] or '' end
+local epoch = tonumber(got[1]) or 0
+return {'quiver.discovery.v2', member, epoch, #ids, next_after, ignored, entries, versions}

@@ -8,6 +8,8 @@
 -- KEYS[5] epoch       quiver:{ns}:epoch
 -- KEYS[6] body        quiver:{ns}:body:<sha256>               STRING, the body, once per content
 -- KEYS[7] due         quiver:{ns}:due                         ZSET, the refresh-due index
+-- KEYS[8] version     quiver:{ns}:conn-version:<cid> for `shared`, member-version:<member> for a
+--                     member: INCR with the epoch (a discovery read checks it: discovery_read.lua)
 -- ARGV[1] fence  ARGV[2] token  ARGV[3] config_hash the listing started under
 -- ARGV[4] manifest  ARGV[5] etag  ARGV[6] fetched_at  ARGV[7] fresh_until  ARGV[8] expires_at
 -- ARGV[9] cache_scope ('' = none)  ARGV[10] truncated ('0'/'1')
@@ -84,6 +86,7 @@ redis.call('HDEL', KEYS[1], 'manifest')
 redis.call('PERSIST', KEYS[1])
 redis.call('ZADD', KEYS[7], ARGV[14], ARGV[15])
 local epoch = redis.call('INCR', KEYS[5])
+redis.call('INCR', KEYS[8])
 if ARGV[11] == '1' then
   redis.call('DEL', KEYS[2])
 end

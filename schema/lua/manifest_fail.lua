@@ -8,6 +8,8 @@
 -- KEYS[3] fence       quiver:{ns}:fence:<cid>:<principal>
 -- KEYS[4] connection  quiver:{ns}:conn:<cid>                  HASH (its `config_hash` is read)
 -- KEYS[5] due         quiver:{ns}:due                         ZSET, the refresh-due index
+-- KEYS[6] version     quiver:{ns}:conn-version:<cid> for `shared`, member-version:<member> for a
+--                     member: INCR (the error fields are read by discovery_read.lua)
 -- ARGV[1] fence  ARGV[2] token  ARGV[3] config_hash the listing started under (compared only)
 -- ARGV[4] error_code  ARGV[5] error_message  ARGV[6] error_at  ARGV[7] attempt_at
 -- ARGV[8] release the lease afterwards ('0'/'1')
@@ -43,6 +45,7 @@ redis.call('HSET', KEYS[1],
   'error_code', ARGV[4], 'error_message', ARGV[5], 'error_at', ARGV[6], 'attempt_at', ARGV[7])
 redis.call('PERSIST', KEYS[1])
 redis.call('ZADD', KEYS[5], ARGV[9], ARGV[10])
+redis.call('INCR', KEYS[6])
 if ARGV[8] == '1' then
   redis.call('DEL', KEYS[2])
 end

@@ -4,6 +4,8 @@
 -- KEYS[1] prefs     quiver:{ns}:prefs:<cid>:<principal>     HASH <type>:<key> -> row value
 -- KEYS[2] disabled  quiver:{ns}:disabled:<cid>:<principal>  SET: the fields whose row is disabled
 -- KEYS[3] epoch     quiver:{ns}:epoch
+-- KEYS[4] version   quiver:{ns}:conn-version:<cid> (`shared`) or member-version:<member>: INCR
+--                   with the epoch when the overlay changes (discovery_read.lua checks it)
 -- ARGV    field, value, field, value, ...: the rows to merge (none: only check the overlay)
 --
 -- A row value is '<enabled 0|1>,<toggled_at>,<first_seen_at>,<last_seen_at>' (decimal ms). The
@@ -98,6 +100,7 @@ if not same then
   end
   if #batch > 0 then redis.call('SADD', KEYS[2], unpack(batch)) end
   redis.call('INCR', KEYS[3])
+  redis.call('INCR', KEYS[4])
   changed = 1
 end
 local epoch = tonumber(redis.call('GET', KEYS[3])) or 0

@@ -18,7 +18,8 @@
 --
 -- Keys read and written beyond KEYS, built from ARGV[1] exactly as RedisKeys spells them (the
 -- {ns} hash tag keeps them in KEYS[1]'s slot, as in discovery_read.lua): conn:<cid>,
--- grantees:<cid>, marked:<cid>, and per principal manifest: (read), lease: (read), invalidated:
+-- grantees:<cid>, marked:<cid>, the versions a mark moves (conn-version:<cid> for `shared` and a
+-- connection-wide mark, member-version:<member> for a member's own; INCR with the mark), and per principal manifest: (read), lease: (read), invalidated:
 -- and revalidate-gate:<cid>:<principal>. Every key it writes is one the edge's least-privilege Redis
 -- user may write (schema/redis-acl-edge.txt): it never writes a manifest hash.
 --
@@ -78,6 +79,15 @@ end
 
 local results, marked_any = {}, false
 local function grantees_key(cid) return prefix .. 'grantees:' .. cid end
+-- What a discovery read of the marked data checks (discovery_read.lua): a principal's mark is
+-- read by that member alone (`shared`: by every grantee of the connection).
+local function bump_version(cid, principal)
+  if principal == 'shared' or principal == '' then
+    redis.call('INCR', prefix .. 'conn-version:' .. cid)
+  else
+    redis.call('INCR', prefix .. 'member-version:' .. principal)
+  end
+end
 local function refresh(cid, principal)
   local mkey = prefix .. 'manifest:' .. cid .. ':' .. principal
   local marked = '0'
@@ -87,6 +97,7 @@ local function refresh(cid, principal)
     local before = tonumber(redis.call('GET', mark))
     if not before or before < at then
       redis.call('SET', mark, ARGV[3])
+      bump_version(cid, principal)
     end
     marked, marked_any = '1', true
   end
@@ -137,6 +148,7 @@ for i = 8, #ARGV, 2 do
     local before = tonumber(redis.call('GET', mark))
     if not before or before < at then
       redis.call('SET', mark, ARGV[3])
+      bump_version(cid, '')
     end
     local marked = '0'
     if redis.call('EXISTS', grantees_key(cid)) == 1 then marked, marked_any = '1', true end

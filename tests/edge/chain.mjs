@@ -428,6 +428,47 @@ test('a per-member toggle through the agent hides the tool at the edge from that
   }
 });
 
+test('past the L1 TTL the edge checks its copy against the versions: revalidated until a change',
+     async () => {
+  const read = () => edgeManifest('carol', 'everything', edges[1]);
+  // A refresh of `everything` committed meanwhile (the agent refreshes ahead) is a change, seen
+  // as one; so wait for a quiet spell: two reads a TTL apart, the second answered from the copy.
+  let copy;
+  await deadline('a read answered from the checked copy', async () => {
+    const first = await read();
+    assert.equal(first.status, 200, first.text);
+    await sleep(L1_TTL_MS + 50);
+    copy = await read();
+    assert.equal(copy.status, 200, copy.text);
+    if (copy.headers['x-quiver-cache'] !== 'revalidated') return false;
+    assert.equal(copy.text.replace(/"age_ms":\d+/g, ''), first.text.replace(/"age_ms":\d+/g, ''));
+    return true;
+  });
+  const health = await edges[1].request('GET', '/healthz');
+  assert.ok(health.json.l1.revalidated >= 1, health.text);
+  // A change (carol's shared overlay: the connection's version moves) is seen at the next read
+  // past the TTL, in the same round trip.
+  assert.ok(toolNames(entryOf(copy)).includes('echo'));
+  const toggle = async (enabled) => {
+    const res = await agent.request('PATCH', '/v1/mcp-connections/everything/preferences', {
+      headers: { ...auth('alice'), 'content-type': 'application/json' },
+      body: JSON.stringify({ type: 'tool', key: 'echo', enabled }) });
+    assert.equal(res.status, 200, res.text);
+  };
+  await toggle(false);
+  try {
+    await sleep(L1_TTL_MS + 50);
+    const after = await read();
+    assert.equal(after.status, 200, after.text);
+    assert.equal(after.headers['x-quiver-cache'], 'miss');
+    assert.ok(!toolNames(entryOf(after)).includes('echo'), after.text);
+    const counted = (await edges[1].request('GET', '/healthz')).json.l1.revalidate_changed;
+    assert.ok(counted >= 1, `revalidate_changed ${counted}`);
+  } finally {
+    await toggle(true);
+  }
+});
+
 // ---- runner ------------------------------------------------------------------------------------
 
 function agentConfig() {

@@ -529,6 +529,13 @@ export class Layout {
   revalidate() { return `${this.prefix}revalidate`; }
   gate(cid, principal) { return `${this.prefix}revalidate-gate:${cid}:${principal}`; }
   epoch() { return `${this.prefix}epoch`; }
+  // The versions a conditional read checks (schema/redis-keys.md): a hand-written write moves
+  // them as the agent's writes do, or an edge answers from the copy it holds.
+  connVersion(cid) { return `${this.prefix}conn-version:${cid}`; }
+  memberVersion(member) { return `${this.prefix}member-version:member/${member}`; }
+  version(cid, principal) {
+    return principal === 'shared' ? this.connVersion(cid) : `${this.prefix}member-version:${principal}`;
+  }
   grantees(cid) { return `${this.prefix}grantees:${cid}`; }
   namespace() { return `${this.prefix}namespace`; }
 }
@@ -543,6 +550,7 @@ export function connectionCommands(layout, cid, mode, name = cid) {
     ['SADD', layout.conns(), cid],
     ['HSET', layout.conn(cid), 'config_hash', configHash(cid), 'credential_mode', mode, 'name',
      name, 'transport', 'stdio', 'updated_at', String(Date.now())],
+    ['INCR', layout.connVersion(cid)],
   ];
 }
 
@@ -570,6 +578,7 @@ export function manifestCommands(layout, cid, principal, manifest,
      'fresh_until', String(fetched + freshMs), 'expires_at', String(fetched + maxAgeMs),
      'cache_scope', '', 'truncated', '0', 'attempt_at', String(fetched)],
     ['INCR', layout.epoch()],
+    ['INCR', layout.version(cid, principal)],
   ];
 }
 

@@ -171,8 +171,10 @@ std::string discovery_reply(const std::string& manifest, bool lease) {
                       {"fresh_until", std::to_string(fetched + 15 * 60'000)},
                       {"expires_at", std::to_string(fetched + 24 * 3'600'000)},
                       {"truncated", "0"}});
-  return encode_reply(A({S("quiver.discovery.v1"), S("member/alice"), I(3), I(1), S(""), I(0),
-                         A({A({S("docs"), conn, S("shared"), record, A({}), I(lease ? 1 : 0)})})}));
+  return encode_reply(
+      A({S("quiver.discovery.v2"), S("member/alice"), I(3), I(1), S(""), I(0),
+         A({A({S("docs"), conn, S("shared"), record, A({}), I(lease ? 1 : 0), RespValue::nil()})}),
+         A({S("ready:1"), S("3"), S("3")})}));
 }
 
 // edge_fuzz.cpp's input: flags, the request's length and wire bytes, then Redis' answer to each

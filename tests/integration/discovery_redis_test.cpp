@@ -274,6 +274,7 @@ TEST_F(DiscoveryRedisIntegration, ReadsWhatTheRealCommitScriptWrote) {
                *keys_.conn("gh"), keys_.epoch()};
   lk.due = keys_.due();
   lk.due_member = *due_member("gh", alice);
+  lk.version = *keys_.version_of("gh", alice);
   const std::string committed_text = manifest_json({"create_issue", "search_code"});
   lk.body = *keys_.body(manifest_body_digest(committed_text));
   const std::string token(32, 'b');
@@ -872,7 +873,8 @@ TEST_F(WebhookRedisIntegration, TheEdgeAppliesAConnectionsMarkToEachMemberItServ
   ASSERT_TRUE(r.ok()) << r.error().message;
   EXPECT_EQ(r->results,
             (std::vector<WebhookRefreshResult>{{"pm-github", std::nullopt, "marked", true}}));
-  EXPECT_EQ(cmd({"DBSIZE"}).integer, keys_before + 2);  // marked:pm-github and the replay guard
+  // marked:pm-github, its connection's version and the replay guard
+  EXPECT_EQ(cmd({"DBSIZE"}).integer, keys_before + 3);
   EXPECT_EQ(xlen(), 0);
 
   const std::string secret = "edge-marked-integration-secret-0123456789";
@@ -906,10 +908,14 @@ TEST_F(WebhookRedisIntegration, TheEdgeAppliesAConnectionsMarkToEachMemberItServ
   // alice's refresh commits, listed after the mark: fresh.
   cmd({"HSET", *keys_.manifest("pm-github", member_principal("alice")), "fetched_at",
        std::to_string(kNow + 5), "fresh_until", std::to_string(kNow + 15 * kMinute)});
+  // Written by hand: the member's version moved as manifest_commit.lua moves it with a commit
+  // (else the edge's conditional read rightly answers from the copy it holds).
+  cmd({"INCR", *keys_.member_version(member_principal("alice"))});
   EXPECT_EQ(status_of("alice", kNow + 6), "fresh");
   // carol's, listed before the mark but committed after it: still stale.
   cmd({"HSET", *keys_.manifest("pm-github", member_principal("carol")), "fetched_at",
        std::to_string(kNow - 1), "fresh_until", std::to_string(kNow + 15 * kMinute)});
+  cmd({"INCR", *keys_.member_version(member_principal("carol"))});
   EXPECT_EQ(status_of("carol", kNow + 7), "stale");
 }
 

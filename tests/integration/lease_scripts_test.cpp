@@ -24,14 +24,16 @@ using quiver::testing::run_argv;
 
 LeaseKeys keys_for(const std::string& cid, const std::string& principal) {
   std::string p = "quiver:{default}:";
-  return LeaseKeys{p + "manifest:" + cid + ":" + principal,
-                   p + "lease:" + cid + ":" + principal,
-                   p + "fence:" + cid + ":" + principal,
-                   p + "conn:" + cid,
-                   p + "epoch",
-                   "",
-                   p + "due",
-                   cid + ":" + principal};
+  return LeaseKeys{
+      p + "manifest:" + cid + ":" + principal,
+      p + "lease:" + cid + ":" + principal,
+      p + "fence:" + cid + ":" + principal,
+      p + "conn:" + cid,
+      p + "epoch",
+      "",
+      p + "due",
+      cid + ":" + principal,
+      principal == "shared" ? p + "conn-version:" + cid : p + "member-version:" + principal};
 }
 
 std::string token(int n) {

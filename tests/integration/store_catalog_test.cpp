@@ -677,6 +677,12 @@ TEST(StoreCatalogRedis, TheEdgesUserCannotReachTheCatalogOrTheAudit) {
   allowed({"SET", p + "marked:gh", "1"});
   refused({"DEL", p + "marked:gh"});
   allowed({"GET", p + "epoch"});
+  // The versions: read in one MGET by a conditional read, moved by a webhook's marks (INCR).
+  allowed({"MGET", p + "namespace", p + "epoch", p + "member-version:member/alice",
+           p + "conn-version:gh", p + "lease:gh:shared"});
+  allowed({"INCR", p + "conn-version:gh"});
+  allowed({"INCR", p + "member-version:member/alice"});
+  refused({"DEL", p + "conn-version:gh"});
   allowed({"SMEMBERS", p + "grantees:gh"});
   allowed({"HGET", p + "conn:gh", "credential_mode"});
   // The bodies the records name, in one MGET after the script; read only.

@@ -28,12 +28,80 @@ HashFields conn_fields(const std::string& mode) {
 // manifest, lease held), `old` (removed).
 RespValue good_reply() {
   HashFields manifest = data_entry("h1", 1000, 2000, manifest_json({"a", "b"}));
-  return A({S("quiver.discovery.v1"), S("member/alice"), I(42), I(3), S(""), I(1),
+  return A({S("quiver.discovery.v2"), S("member/alice"), I(42), I(3), S(""), I(1),
             A({A({S("docs"), flat(conn_fields("shared")), S("shared"), flat(manifest),
                   A({S("tool:b")}), I(0), S("900")}),
                A({S("mail"), flat(conn_fields("per_member")), S("member/alice"), A({}), A({}), I(1),
                   RespValue::nil()}),
-               A({S("old"), A({}), S(""), A({}), A({}), I(0), RespValue::nil()})})});
+               A({S("old"), A({}), S(""), A({}), A({}), I(0), RespValue::nil()})}),
+            A({S("ready:1"), S("7"), S("3"), S("5"), S("")})});
+}
+
+TEST(DiscoveryRedis, AConditionalReadSendsTheVersionsAndTheLeasesItNeeds) {
+  RedisKeys keys = *RedisKeys::create("team-a");
+  Result<DiscoverySnapshot> held = decode_discovery_reply(good_reply(), member_principal("alice"));
+  ASSERT_TRUE(held.ok()) << held.error().message;
+  EXPECT_EQ(held->namespace_record, "ready:1");
+  EXPECT_EQ(held->member_version, "7");
+  EXPECT_EQ(held->connection_versions, (std::vector<std::string>{"3", "5", ""}));
+  Result<RedisCommand> c = conditional_discovery_read_command(keys, *held, {}, {1});
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(*c, (RedisCommand{"EVAL_RO",
+                              std::string(schema_asset("lua/discovery_read.lua")),
+                              "1",
+                              "quiver:{team-a}:grants:member/alice",
+                              "quiver:{team-a}:",
+                              "member/alice",
+                              "",
+                              "",
+                              "200",
+                              "if-unchanged",
+                              "ready:1",
+                              "7",
+                              "3",
+                              "docs",
+                              "3",
+                              "mail",
+                              "5",
+                              "old",
+                              "",
+                              "mail",
+                              "member/alice"}));
+  // A lease of an entry without a principal (removed) or out of range cannot be asked for.
+  EXPECT_FALSE(conditional_discovery_read_command(keys, *held, {}, {2}).ok());
+  EXPECT_FALSE(conditional_discovery_read_command(keys, *held, {}, {3}).ok());
+  DiscoverySnapshot bare(member_principal("alice"));  // not from a full read: no versions
+  EXPECT_FALSE(conditional_discovery_read_command(keys, bare, {}, {}).ok());
+}
+
+TEST(DiscoveryRedis, AnUnchangedReplyGivesTheHeldSnapshotItsEpochAndLeases) {
+  DiscoverySnapshot held = *decode_discovery_reply(good_reply(), member_principal("alice"));
+  ASSERT_TRUE(held.connections[1].lease_held);
+  Result<std::optional<DiscoverySnapshot>> r = decode_conditional_reply(
+      A({S("quiver.discovery.unchanged"), S("member/alice"), I(43), A({I(0)})}), held, {1});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_FALSE(r->has_value());
+  EXPECT_EQ(held.epoch, 43);
+  EXPECT_FALSE(held.connections[1].lease_held);
+  // Anything else is the full reply, decoded as one.
+  r = decode_conditional_reply(good_reply(), held, {1});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  ASSERT_TRUE(r->has_value());
+  EXPECT_EQ((*r)->epoch, 42);
+  const std::vector<std::pair<RespValue, std::string>> bad = {
+      {A({S("quiver.discovery.unchanged"), S("member/bob"), I(43), A({I(0)})}), "another caller"},
+      {A({S("quiver.discovery.unchanged"), S("member/alice"), I(-1), A({I(0)})}), "epoch"},
+      {A({S("quiver.discovery.unchanged"), S("member/alice"), I(43), A({})}), "one lease flag"},
+      {A({S("quiver.discovery.unchanged"), S("member/alice"), I(43), A({I(2)})}), "0 or 1"},
+      {A({S("quiver.discovery.unchanged"), S("member/alice"), I(43), S("x")}), "one lease flag"},
+  };
+  for (const auto& [reply, expected] : bad) {
+    r = decode_conditional_reply(reply, held, {1});
+    ASSERT_FALSE(r.ok()) << expected;
+    EXPECT_EQ(r.error().code, ErrorCode::kInvalidReply);
+    EXPECT_NE(r.error().message.find(expected), std::string::npos) << r.error().message;
+  }
+  EXPECT_EQ(held.epoch, 43) << "a refused reply changes nothing";
 }
 
 TEST(DiscoveryRedis, ReadCommandCarriesTheScriptTheGrantsKeyAndTheQuery) {
@@ -155,8 +223,11 @@ TEST(DiscoveryRedis, EveryShapeMismatchIsAClearError) {
   using Mutation = std::function<void(RespValue&)>;
   auto entries = [](RespValue& r) -> std::vector<RespValue>& { return r.elements[6].elements; };
   const std::vector<std::pair<Mutation, std::string>> cases = {
-      {[](RespValue& r) { r = S("OK"); }, "expected an array of 7"},
-      {[](RespValue& r) { r.elements.pop_back(); }, "expected an array of 7"},
+      {[](RespValue& r) { r = S("OK"); }, "expected an array of 8"},
+      {[](RespValue& r) { r.elements.pop_back(); }, "expected an array of 8"},
+      {[](RespValue& r) { r.elements[7].elements.pop_back(); }, "one per entry"},
+      {[](RespValue& r) { r.elements[7].elements[0] = S("restoring:1"); }, "not `ready`"},
+      {[](RespValue& r) { r.elements[7].elements[2] = I(3); }, "versions: element 2 is no string"},
       {[](RespValue& r) { r.elements[0] = S("quiver.discovery.v0"); }, "not a quiver.discovery"},
       {[](RespValue& r) { r.elements[1] = S("member/bob"); }, "another caller"},
       {[](RespValue& r) { r.elements[2] = S("42"); }, "element 2 is not a count"},
@@ -405,9 +476,10 @@ RespValue reply_naming_body(const std::string& digest) {
   HashFields manifest = data_entry("h1", 1000, 2000, "");
   manifest.erase("manifest");
   manifest["body"] = digest;
-  return A({S("quiver.discovery.v1"), S("member/alice"), I(42), I(1), S(""), I(0),
+  return A({S("quiver.discovery.v2"), S("member/alice"), I(42), I(1), S(""), I(0),
             A({A({S("docs"), flat(conn_fields("shared")), S("shared"), flat(manifest), A({}), I(0),
-                  RespValue::nil()})})});
+                  RespValue::nil()})}),
+            A({S("ready:1"), S("7"), S("3")})});
 }
 
 TEST(DiscoveryRedis, ARecordNamingItsBodyHasDataWhoseTextIsFetchedApart) {

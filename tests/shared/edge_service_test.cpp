@@ -58,9 +58,10 @@ RespValue discovery_reply(const std::string& member, int64_t epoch, int64_t age,
                         {"fresh_until", std::to_string(fetched + 15 * kMinute)},
                         {"expires_at", std::to_string(fetched + 24 * 60 * kMinute)},
                         {"truncated", "0"}});
-  return A({S("quiver.discovery.v1"), S("member/" + member), I(epoch), I(1), S(""), I(0),
-            A({A({S("docs"), conn, S("shared"), manifest, A({}), I(lease ? 1 : 0),
-                  RespValue::nil()})})});
+  return A(
+      {S("quiver.discovery.v2"), S("member/" + member), I(epoch), I(1), S(""), I(0),
+       A({A({S("docs"), conn, S("shared"), manifest, A({}), I(lease ? 1 : 0), RespValue::nil()})}),
+       A({S("ready:1"), S(std::to_string(epoch)), S(std::to_string(epoch))})});
 }
 
 // The same, written the way commits write now: the record names its body (stored apart).
@@ -415,6 +416,112 @@ TEST(EdgeService, AReadIsOneRoundTripWithAuthThenTheL1AnswersUntilItsTtl) {
   EXPECT_EQ(s.action, EdgeAction::kRedis);
   edge->end(s.handle);
   EXPECT_EQ(edge->open_requests(), 0u);
+}
+
+RespValue unchanged_reply(const std::string& member, int64_t epoch, std::vector<int64_t> leases) {
+  std::vector<RespValue> flags;
+  for (int64_t l : leases) flags.push_back(I(l));
+  return A({S("quiver.discovery.unchanged"), S("member/" + member), I(epoch), A(std::move(flags))});
+}
+
+TEST(EdgeService, PastTheTtlTheCopyIsCheckedAgainstTheVersionsInOneRoundTrip) {
+  auto edge = service();
+  const std::string alice = token_for("alice");
+  EdgeStep s = read_manifests(*edge, alice, discovery_reply("alice", 5, kMinute), kNow);
+  ASSERT_EQ(s.response.status, 200);
+  EXPECT_EQ(header(s.response, "X-Quiver-Cache"), "miss");
+  edge->end(s.handle);
+
+  // Past the TTL: the same script, with the versions the copy was read at; no lease asked for
+  // (the entry is fresh, its lease changes nothing).
+  const int64_t later = kNow + 3'000;
+  s = edge->begin(get("/v1/manifests", alice), later, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRedis);
+  EXPECT_NE(s.redis_bytes.find("$12\r\nif-unchanged\r\n$7\r\nready:1\r\n$1\r\n5\r\n$1\r\n1\r\n"
+                               "$4\r\ndocs\r\n$1\r\n5\r\n"),
+            std::string::npos)
+      << s.redis_bytes;
+  s = edge->feed(s.handle, "+OK\r\n" + encode_reply(unchanged_reply("alice", 5, {})), later);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(s.response.status, 200);
+  EXPECT_EQ(header(s.response, "X-Quiver-Cache"), "revalidated");
+  // Byte for byte what a full read renders at that moment.
+  auto other = service();
+  EdgeStep full = read_manifests(*other, alice, discovery_reply("alice", 5, kMinute), later);
+  EXPECT_EQ(s.response.body, full.response.body);
+  EXPECT_EQ(header(s.response, "ETag"), header(full.response, "ETag"));
+  EXPECT_EQ(edge->revalidated(), 1u);
+  edge->end(s.handle);
+  other->end(full.handle);
+
+  // Revalidated: within the TTL again, answered from L1.
+  s = edge->begin(get("/v1/manifests", alice), later + 1'000, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(header(s.response, "X-Quiver-Cache"), "hit");
+  edge->end(s.handle);
+
+  // Something changed: the script answers the full read in the same round trip.
+  const int64_t changed_at = later + 3'000;
+  s = edge->begin(get("/v1/manifests", alice), changed_at, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRedis);
+  EXPECT_NE(s.redis_bytes.find("if-unchanged"), std::string::npos);
+  RespValue newer = discovery_reply("alice", 6, 0);
+  newer.elements[6].elements[0].elements[4] = A({S("tool:search")});  // a toggled preference
+  s = edge->feed(s.handle, "+OK\r\n" + encode_reply(newer), changed_at);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(header(s.response, "X-Quiver-Cache"), "miss");
+  EXPECT_EQ(edge->revalidate_changed(), 1u);
+  edge->end(s.handle);
+
+  // Past the max age of the copy read at changed_at: a full read, no versions sent.
+  s = edge->begin(get("/v1/manifests", alice), changed_at + 30'000, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRedis);
+  EXPECT_EQ(s.redis_bytes.find("if-unchanged"), std::string::npos);
+  edge->end(s.handle);
+}
+
+TEST(EdgeService, ALeaseIsAskedForOnlyWhereItChangesTheAnswer) {
+  auto edge = service({{"QUIVER_L1_TTL_MS", "0"}});
+  const std::string alice = token_for("alice");
+  // Stale: the answer queues a revalidation unless a refresh holds the lease.
+  EdgeStep s = read_manifests(*edge, alice, discovery_reply("alice", 5, 20 * kMinute), kNow);
+  ASSERT_EQ(s.response.status, 200);
+  EXPECT_TRUE(s.background);
+  edge->end(s.handle);
+  s = edge->begin(get("/v1/manifests", alice), kNow + 1, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRedis);
+  // The lease of (docs, shared) is named after the versions.
+  EXPECT_NE(s.redis_bytes.find("$4\r\ndocs\r\n$1\r\n5\r\n$4\r\ndocs\r\n$6\r\nshared\r\n"),
+            std::string::npos);
+  s = edge->feed(s.handle, "+OK\r\n" + encode_reply(unchanged_reply("alice", 5, {1})), kNow + 1);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(header(s.response, "X-Quiver-Cache"), "revalidated");
+  EXPECT_FALSE(s.background);  // the lease is held now: refreshing, nothing queued
+  auto other = service({{"QUIVER_L1_TTL_MS", "0"}});
+  EdgeStep full =
+      read_manifests(*other, alice, discovery_reply("alice", 5, 20 * kMinute, true), kNow + 1);
+  EXPECT_EQ(s.response.body, full.response.body);
+  edge->end(s.handle);
+  other->end(full.handle);
+
+  // An "unchanged" answer whose leases do not match what was asked is a store failure (served
+  // from the L1 copy within its stale-if-error period, as for any broken reply).
+  s = edge->begin(get("/v1/manifests", alice), kNow + 2, kRandom);
+  s = edge->feed(s.handle, "+OK\r\n" + encode_reply(unchanged_reply("alice", 5, {})), kNow + 2);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(header(s.response, "X-Quiver-Cache"), "stale-if-error");
+  edge->end(s.handle);
+}
+
+TEST(EdgeService, ConditionalReadsCanBeTurnedOff) {
+  auto edge = service({{"QUIVER_L1_VALIDATE_MAX_AGE_MS", "0"}});
+  const std::string alice = token_for("alice");
+  EdgeStep s = read_manifests(*edge, alice, discovery_reply("alice", 5, kMinute), kNow);
+  edge->end(s.handle);
+  s = edge->begin(get("/v1/manifests", alice), kNow + 3'000, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRedis);
+  EXPECT_EQ(s.redis_bytes.find("if-unchanged"), std::string::npos);
+  edge->end(s.handle);
 }
 
 TEST(EdgeService, AnL1HitRepeatsTheRenderedAnswerWithItsAge) {
@@ -1167,7 +1274,8 @@ TEST(EdgeService, OnlyTheNoScriptCommandsOfAPipelineAreSentAgain) {
   RespValue second = two.elements[6].elements[0];
   second.elements[0] = S("eeee");
   two.elements[6].elements.push_back(second);
-  two.elements[3] = I(2);  // granted_total
+  two.elements[3] = I(2);                      // granted_total
+  two.elements[7].elements.push_back(S("1"));  // its connection version
   EdgeStep s = edge->begin(get("/v1/manifests", token_for("alice")), kNow, kRandom);
   uint32_t h = s.handle;
   s = edge->feed(h, "+OK\r\n" + encode_reply(two), kNow);

@@ -19,14 +19,16 @@ constexpr char kManifestText[] = R"({"tools":[]})";
 // body key of kManifestText, what good_write() commits.
 LeaseKeys keys_for(const std::string& ns, const std::string& cid, const std::string& principal) {
   std::string p = "quiver:{" + ns + "}:";
-  return LeaseKeys{p + "manifest:" + cid + ":" + principal,
-                   p + "lease:" + cid + ":" + principal,
-                   p + "fence:" + cid + ":" + principal,
-                   p + "conn:" + cid,
-                   p + "epoch",
-                   p + "body:" + sha256_hex(kManifestText),
-                   p + "due",
-                   cid + ":" + principal};
+  return LeaseKeys{
+      p + "manifest:" + cid + ":" + principal,
+      p + "lease:" + cid + ":" + principal,
+      p + "fence:" + cid + ":" + principal,
+      p + "conn:" + cid,
+      p + "epoch",
+      p + "body:" + sha256_hex(kManifestText),
+      p + "due",
+      cid + ":" + principal,
+      principal == "shared" ? p + "conn-version:" + cid : p + "member-version:" + principal};
 }
 
 const std::string kToken(32, 'a');
@@ -193,7 +195,7 @@ TEST(Lease, CommitCarriesEveryManifestFieldAndTheFence) {
   ASSERT_TRUE(cmd.ok()) << cmd.error().message;
   std::vector<std::string> expected = {"EVAL",
                                        std::string(schema_asset("lua/manifest_commit.lua")),
-                                       "7",
+                                       "8",
                                        k.manifest,
                                        k.lease,
                                        k.fence,
@@ -201,6 +203,7 @@ TEST(Lease, CommitCarriesEveryManifestFieldAndTheFence) {
                                        k.epoch,
                                        k.body,
                                        k.due,
+                                       k.version,
                                        "7",
                                        kToken,
                                        "h1",
@@ -278,20 +281,21 @@ TEST(Lease, FailureRecordCutsLongMessagesAtACharacterBoundary) {
   f.error_message = std::string(kMaxErrorMessageBytes - 1, 'x') + "\xe2\x82\xac" + "tail";
   Result<RedisCommand> cmd = record_failure_command(k, lease(3), f, kOptions);
   ASSERT_TRUE(cmd.ok()) << cmd.error().message;
-  ASSERT_EQ(cmd->size(), 18u);
-  EXPECT_EQ((*cmd)[2], "5");
+  ASSERT_EQ(cmd->size(), 19u);
+  EXPECT_EQ((*cmd)[2], "6");
   EXPECT_EQ((*cmd)[7], k.due);
-  EXPECT_EQ((*cmd)[8], "3");
-  EXPECT_EQ((*cmd)[10], "h1");
-  EXPECT_EQ((*cmd)[11], "TIMEOUT");
-  EXPECT_EQ((*cmd)[12], std::string(kMaxErrorMessageBytes - 1, 'x'));
-  EXPECT_EQ((*cmd)[13], "1000");
-  EXPECT_EQ((*cmd)[14], "900");
-  EXPECT_EQ((*cmd)[15], "1");  // release the lease (no retention argument any more)
-  EXPECT_EQ((*cmd)[16], "0");  // due at once (the default score)
-  EXPECT_EQ((*cmd)[17], "c1:shared");
+  EXPECT_EQ((*cmd)[8], k.version);
+  EXPECT_EQ((*cmd)[9], "3");
+  EXPECT_EQ((*cmd)[11], "h1");
+  EXPECT_EQ((*cmd)[12], "TIMEOUT");
+  EXPECT_EQ((*cmd)[13], std::string(kMaxErrorMessageBytes - 1, 'x'));
+  EXPECT_EQ((*cmd)[14], "1000");
+  EXPECT_EQ((*cmd)[15], "900");
+  EXPECT_EQ((*cmd)[16], "1");  // release the lease (no retention argument any more)
+  EXPECT_EQ((*cmd)[17], "0");  // due at once (the default score)
+  EXPECT_EQ((*cmd)[18], "c1:shared");
   f.error_message = "short";
-  EXPECT_EQ((*record_failure_command(k, lease(3), f, kOptions))[12], "short");
+  EXPECT_EQ((*record_failure_command(k, lease(3), f, kOptions))[13], "short");
 }
 
 TEST(Lease, AcquireReplies) {
