@@ -67,8 +67,8 @@ Result<RedisCommand> discovery_read_command(const RedisKeys& keys, const Princip
 // member increments the member's version or the connection version of an entry it returns
 // (schema/redis-keys.md, "Versions"), in the same script or transaction as the write, and no
 // version value repeats (the keys are never deleted; a namespace that lost its data has a new
-// namespace record); what the records do not say (the leases) is read again, and what depends on
-// time (fresh, stale, expired) the reader recomputes at `now`, as for any copy it holds.
+// namespace record); what the records do not say (the leases) is read again, and the freshness
+// classes (fresh, stale, expired) the reader recomputes at `now`, as for any copy it holds.
 
 // kInvalidArgument as discovery_read_command, for a snapshot without versions (not from a full
 // Redis read), for another member, or for a lease entry out of range or without a principal.

@@ -344,7 +344,9 @@ HttpRequest manifests_request() {
 
 // A namespace where alice is granted nothing: a valid, empty discovery answer.
 RespValue empty_discovery() {
-  return A({S("quiver.discovery.v1"), S("member/alice"), I(1), I(1), S(""), I(0), A({})});
+  // Versions: the namespace record and the member's (no entry, no connection version).
+  return A({S("quiver.discovery.v2"), S("member/alice"), I(1), I(1), S(""), I(0), A({}),
+            A({S("ready:1"), S("1")})});
 }
 
 TEST(EdgeCluster, SettingsNameTheClusterAndRefuseWhatCannotBeOne) {
@@ -447,7 +449,7 @@ TEST(EdgeCluster, TheReadScriptWaitsOutAnAskAndFollowsTheMovedThatEndsIt) {
   EXPECT_EQ(s.redis_bytes.find("ASKING"), std::string::npos);
   s = clustered->feed(s.handle, kAuthOk + encode_reply(empty_discovery()), kNow);
   ASSERT_EQ(s.action, EdgeAction::kRespond);
-  EXPECT_EQ(s.response.status, 200);
+  EXPECT_EQ(s.response.status, 200) << s.response.body << " log: " << s.log;
   clustered->end(s.handle);
   EXPECT_EQ(clustered->cluster()->stats().ask, 1u);
   EXPECT_EQ(clustered->cluster()->stats().moved, 1u);
