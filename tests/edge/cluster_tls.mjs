@@ -28,8 +28,8 @@ import path from 'node:path';
 import { agentBinaryOrSkip, startClusterAgent } from './agent.mjs';
 import {
   Redis, RedisCluster, Workerd, argValue, crashed, edgeDirArg, edgeEnv, finish, flatMap,
-  makeTestCertificates, runTests, skipUnlessInstalled, sleep, stageEdgeTrustingTestCa, waitFor,
-  waitForFresh,
+  makeTestCertificates, readFromRedis, runTests, skipUnlessInstalled, sleep,
+  stageEdgeTrustingTestCa, waitFor, waitForFresh,
 } from './harness.mjs';
 
 const edgeDir = edgeDirArg();
@@ -158,7 +158,7 @@ test('a CLUSTER FAILOVER mid-traffic is followed through MOVED to a TLS port, ev
   await sleep(L1_TTL_MS * 2);
   const res = await edge.request('GET', '/v1/manifests', { headers: auth() });
   assert.equal(res.status, 200, res.text);
-  assert.equal(res.headers['x-quiver-cache'], 'miss');
+  assert.ok(readFromRedis(res.headers['x-quiver-cache']), res.headers['x-quiver-cache']);
   const newAfter = await cluster.commandCalls(replicas[0]);
   assert.ok(scripts(newAfter) > scripts(newBefore), 'the read ran on the promoted replica');
   const fromAgent = entry(await agent.request('GET', '/v1/manifests', { headers: auth() }));

@@ -311,6 +311,11 @@ export async function startEdgeRedis(ns, edgePassword, options = {}) {
   return { redis, db };
 }
 
+// Whether an answer's `X-Quiver-Cache` says it was read from Redis: a full read (`miss`) or a
+// conditional one that found its copy current (`revalidated`, docs/design.md "Versions instead of
+// the epoch"); not an L1 hit or a stale-if-error copy.
+export const readFromRedis = (source) => source === 'miss' || source === 'revalidated';
+
 // Exits 77 (ctest's SKIP_RETURN_CODE) when `command args` does not run: a part is not installed.
 export function skipUnlessInstalled(command, args) {
   const r = spawnSync(command, args, { encoding: 'utf8' });
