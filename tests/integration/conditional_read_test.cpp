@@ -144,17 +144,7 @@ TEST_F(ConditionalRead, EveryKindOfChangeIsSeenByTheNextConditionalRead) {
     ASSERT_TRUE(r.ok()) << r.error().message;
   };
   auto fail = [](RedisStore& s, const std::string& cid, const Principal& p) {
-    Result<AcquireResult> lease = s.acquire_lease(cid, p, std::string(32, 'f'), 60'000);
-    ASSERT_TRUE(lease.ok() && lease->acquired);
-    RefreshFailure f;
-    f.config_hash = "hash-" + cid;
-    f.error_code = "UPSTREAM_UNAVAILABLE";
-    f.error_message = "connection reset";
-    f.error_at_ms = kNow + 1;
-    f.attempt_at_ms = kNow + 1;
-    Result<FencedWriteResult> r =
-        s.record_failure(cid, p, lease->lease, f, FencedWriteOptions{true});
-    ASSERT_TRUE(r.ok() && r->ok());
+    testing::record_listing_failure(s, cid, p, kNow + 1, kNow + 1);
   };
   const std::vector<Case> cases = {
       {"shared commit", [&](RedisStore&) { commit("a", Principal::shared(), kNow + 1); },

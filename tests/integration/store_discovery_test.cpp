@@ -37,17 +37,7 @@ void commit(ManifestStore& store, const std::string& cid, const Principal& p,
 }
 
 void fail(ManifestStore& store, const std::string& cid, const Principal& p) {
-  Result<AcquireResult> lease = store.acquire_lease(cid, p, std::string(32, 'f'), 60'000);
-  ASSERT_TRUE(lease.ok() && lease->acquired);
-  RefreshFailure f;
-  f.config_hash = "hash-" + cid;
-  f.error_code = "UPSTREAM_UNAVAILABLE";
-  f.error_message = "connection reset";
-  f.error_at_ms = kNow + 1;
-  f.attempt_at_ms = kNow;
-  Result<FencedWriteResult> r =
-      store.record_failure(cid, p, lease->lease, f, FencedWriteOptions{true});
-  ASSERT_TRUE(r.ok() && r->ok());
+  testing::record_listing_failure(store, cid, p, kNow + 1, kNow);
 }
 
 // The same history written to a store: records, grants, manifests, a failure, an overlay, a lease.

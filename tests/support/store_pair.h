@@ -57,6 +57,24 @@ inline void commit_listing(ManifestStore& store, const std::string& cid, const P
   ASSERT_TRUE(r.ok() && r->ok());
 }
 
+// A failed listing of (cid, principal) recorded under a lease of its own, as a refresh records
+// one: error at `error_at_ms`, the attempt at `attempt_at_ms`.
+inline void record_listing_failure(ManifestStore& store, const std::string& cid,
+                                   const Principal& principal, int64_t error_at_ms,
+                                   int64_t attempt_at_ms) {
+  Result<AcquireResult> lease = store.acquire_lease(cid, principal, std::string(32, 'f'), 60'000);
+  ASSERT_TRUE(lease.ok() && lease->acquired);
+  RefreshFailure f;
+  f.config_hash = "hash-" + cid;
+  f.error_code = "UPSTREAM_UNAVAILABLE";
+  f.error_message = "connection reset";
+  f.error_at_ms = error_at_ms;
+  f.attempt_at_ms = attempt_at_ms;
+  Result<FencedWriteResult> r =
+      store.record_failure(cid, principal, lease->lease, f, FencedWriteOptions{true});
+  ASSERT_TRUE(r.ok() && r->ok());
+}
+
 class StorePairTest : public ::testing::Test {
  protected:
   // Opens both stores on empty data in namespace `ns` (Redis) with the SQLite clock at `now_ms`.
