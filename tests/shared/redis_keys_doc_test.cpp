@@ -5,6 +5,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -78,6 +79,20 @@ std::map<std::string, DocKey> documented_keys(const std::string& doc) {
   return out;
 }
 
+// A built key of `kind` with its variable parts replaced by the document's placeholders: each
+// `from` (at most once) by its `to`, in order, and a catalog kind `kind` by `<kind>`.
+std::string with_placeholders(std::string key, KeyKind kind,
+                              const std::vector<std::pair<std::string, std::string>>& parts) {
+  auto replace = [&](const std::string& from, const std::string& to) {
+    const std::size_t at = key.find(from);
+    if (at != std::string::npos) key.replace(at, from.size(), to);
+    EXPECT_EQ(key.find(from), std::string::npos) << key;
+  };
+  for (const auto& [from, to] : parts) replace(from, to);
+  if (key_has_catalog_kind(kind)) replace(":kind", ":<kind>");
+  return key;
+}
+
 // The builder's key for `kind`, with its variable parts replaced by the document's placeholders.
 std::string built_pattern(KeyKind kind) {
   Result<RedisKeys> keys = RedisKeys::create("ns");  // "quiver:{ns}:" is the document's spelling
@@ -85,17 +100,9 @@ std::string built_pattern(KeyKind kind) {
   const std::string digest(64, 'f');
   Result<std::string> key = keys->key(kind, "CID", *Principal::member("PRINCIPAL"), digest, "kind");
   EXPECT_TRUE(key.ok()) << key_kind_name(kind);
-  std::string pattern = key.ok() ? *key : std::string();
-  auto replace = [&](const std::string& from, const std::string& to) {
-    const std::size_t at = pattern.find(from);
-    if (at != std::string::npos) pattern.replace(at, from.size(), to);
-    EXPECT_EQ(pattern.find(from), std::string::npos) << pattern;
-  };
-  replace("CID", "<cid>");
-  replace("member/PRINCIPAL", "<principal>");
-  replace(digest, "<sha256>");
-  if (key_has_catalog_kind(kind)) replace(":kind", ":<kind>");
-  return pattern;
+  return with_placeholders(
+      key.ok() ? *key : std::string(), kind,
+      {{"CID", "<cid>"}, {"member/PRINCIPAL", "<principal>"}, {digest, "<sha256>"}});
 }
 
 TEST(RedisKeysDoc, EveryBuiltKeyIsDocumentedAndEveryDocumentedKeyIsBuilt) {
@@ -168,20 +175,14 @@ std::map<std::string, std::string> documented_v2_keys(const std::string& doc) {
   return out;
 }
 
-// A built key with its variable parts replaced by the v2 table's placeholders.
-std::string placeholders(std::string key, const std::string& digest) {
-  auto replace = [&](const std::string& from, const std::string& to) {
-    const std::size_t at = key.find(from);
-    if (at != std::string::npos) key.replace(at, from.size(), to);
-    EXPECT_EQ(key.find(from), std::string::npos) << key;
-  };
-  replace("CID", "<cid>");
-  replace("member/MEMBERID", "member/<id>");
-  replace("MEMBERID", "<id>");
-  replace(digest, "<sha256>");
-  replace(":KIND", ":<kind>");
-  replace(":s:7}", ":s:<k>}");
-  return key;
+// A key of the v2 table (either column) with the table's placeholders.
+std::string v2_table_pattern(const std::string& key, KeyKind kind, const std::string& digest) {
+  return with_placeholders(key, kind,
+                           {{"CID", "<cid>"},
+                            {"member/MEMBERID", "member/<id>"},
+                            {"MEMBERID", "<id>"},
+                            {digest, "<sha256>"},
+                            {":s:7}", ":s:<k>}"}});
 }
 
 TEST(RedisKeysDoc, EveryV2SpellingIsTheBuildersAndEveryV1KeyHasItsV2Row) {
@@ -193,7 +194,6 @@ TEST(RedisKeysDoc, EveryV2SpellingIsTheBuildersAndEveryV1KeyHasItsV2Row) {
   Result<RedisKeys> v2 = RedisKeys::create("ns", KeyLayout::kV2, 16);
   ASSERT_TRUE(v1.ok() && v2.ok());
   const std::string digest(64, 'e');
-  // Catalog kinds are lowercase: the placeholder is replaced after building.
   std::set<std::string> seen;
   for (int i = 0; i < kKeyKindCount; ++i) {
     const auto kind = static_cast<KeyKind>(i);
@@ -209,17 +209,10 @@ TEST(RedisKeysDoc, EveryV2SpellingIsTheBuildersAndEveryV1KeyHasItsV2Row) {
     for (const std::optional<Principal>& p : principals) {
       Result<std::string> old_key = v1->key(kind, "CID", p, digest, "kind");
       ASSERT_TRUE(old_key.ok()) << key_kind_name(kind);
-      std::string v1_pattern = *old_key;
-      if (key_has_catalog_kind(kind)) v1_pattern.replace(v1_pattern.find(":kind"), 5, ":KIND");
-      v1_pattern = placeholders(v1_pattern, digest);
+      const std::string v1_pattern = v2_table_pattern(*old_key, kind, digest);
       Result<std::string> new_key = v2->key(kind, "CID", p, digest, "kind", 7);
       EXPECT_EQ(new_key.ok(), key_exists_in_v2(kind)) << v1_pattern;
-      std::string v2_pattern;
-      if (new_key.ok()) {
-        v2_pattern = *new_key;
-        if (key_has_catalog_kind(kind)) v2_pattern.replace(v2_pattern.find(":kind"), 5, ":KIND");
-        v2_pattern = placeholders(v2_pattern, digest);
-      }
+      const std::string v2_pattern = new_key.ok() ? v2_table_pattern(*new_key, kind, digest) : "";
       seen.insert(v1_pattern);
       auto it = documented.find(v1_pattern);
       if (it == documented.end()) {
