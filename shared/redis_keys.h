@@ -3,6 +3,7 @@
 // ties it to schema/redis-keys.md.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -131,12 +132,34 @@ inline constexpr char kDeadline[] = "deadline";
 // The consumer group that agents read the calls stream with (shared/call_relay.h).
 inline constexpr char kCallsConsumerGroup[] = "quiver-call-agents";
 
+// The key layouts (schema/redis-keys.md; docs/design.md "Key layout v2"). v1: every key of a
+// namespace carries the one hash tag `{<ns>}`. v2: keys are tagged by what a script must see
+// atomically: `{<ns>:c:<cid>}` one connection, `{<ns>:m:<member id>}` one member,
+// `{<ns>:s:<k>}` one of S shards, `{<ns>:b:<sha256>}` one body, `{<ns>:r:<sha256>}` one replay
+// guard, and `{<ns>}` the namespace-wide records. Spelled and parsed here; no store writes v2
+// yet and no reader reads it (docs/design.md).
+enum class KeyLayout { kV1 = 1, kV2 = 2 };
+const char* key_layout_name(KeyLayout layout);  // "v1", "v2"
+
+// S, the number of shards of a v2 namespace (fixed for its life: it is part of the keys).
+inline constexpr uint32_t kDefaultShardCount = 16;
+inline constexpr uint32_t kMaxShardCount = 1024;
+
+// Whether `kind` is one key per shard in layout v2 (the connection registry, the revalidation
+// stream, the due index, the calls, ...): its builders take a shard 0..S-1 there.
+bool key_is_sharded_in_v2(KeyKind kind);
+// Whether layout v2 has the kind at all: the epoch (versions replace it) and the v1 backfill
+// markers (`due-backfill`, `grant-members-backfill`: a v2 namespace is filled with them built)
+// are v1 only.
+bool key_exists_in_v2(KeyKind kind);
+
 struct ParsedKey {
   KeyKind kind = KeyKind::kConns;
   std::string connection_id;           // empty when the kind has none
   std::optional<Principal> principal;  // nullopt when the kind has none
   std::string digest;                  // empty when the kind has none
   std::string catalog_kind;            // empty when the kind has none
+  std::optional<uint32_t> shard;       // v2's sharded kinds only (key_is_sharded_in_v2)
 };
 
 // A member of the refresh-due index (RedisKeys::due): `<cid>:<principal>`; kInvalidArgument for a
@@ -150,12 +173,44 @@ Result<DueMember> parse_due_member(std::string_view member);
 
 class RedisKeys {
  public:
-  // kInvalidArgument unless `ns` is a valid namespace.
-  static Result<RedisKeys> create(std::string_view ns = kDefaultNamespace);
+  // kInvalidArgument unless `ns` is a valid namespace and, for v2, 1 <= shards <= kMaxShardCount.
+  // `shards` is S of layout v2; a v1 namespace has one of each registry (shard_count() 1).
+  static Result<RedisKeys> create(std::string_view ns = kDefaultNamespace,
+                                  KeyLayout layout = KeyLayout::kV1,
+                                  uint32_t shards = kDefaultShardCount);
 
   const std::string& ns() const { return ns_; }
-  const std::string& prefix() const { return prefix_; }  // "quiver:{<ns>}:"
+  // "quiver:{<ns>}:", the namespace-wide keys' prefix in both layouts.
+  const std::string& prefix() const { return prefix_; }
+  KeyLayout key_layout() const { return layout_; }
 
+  // ---- shards (layout v2) ----
+  // S in v2; 1 in v1, where each registry below is one key (shard 0).
+  uint32_t shard_count() const { return layout_ == KeyLayout::kV2 ? shards_ : 1; }
+  // The shard of a connection, crc16_xmodem(cid) mod S (shared/redis_cluster.h): its registry
+  // entry, its revalidation requests, its due entries, its calls, its removal. 0 in v1.
+  Result<uint32_t> connection_shard(std::string_view cid) const;
+  // The shard of a member, crc16_xmodem(member id) mod S: its entry in `grant-members` and its
+  // `grantees-pending` pairs. A `member/<id>` principal only. 0 in v1.
+  Result<uint32_t> member_shard(const Principal& member) const;
+  // The per-shard keys, in either layout (v1: shard 0 names the one key; kInvalidArgument for a
+  // shard >= shard_count()).
+  Result<std::string> conns(uint32_t shard) const;
+  Result<std::string> revalidate_stream(uint32_t shard) const;
+  Result<std::string> due(uint32_t shard) const;
+  Result<std::string> calls(uint32_t shard) const;
+  Result<std::string> call_agents(uint32_t shard) const;
+  Result<std::string> call_reply(std::string_view rid, uint32_t shard) const;
+  Result<std::string> call_cancel(std::string_view rid, uint32_t shard) const;
+  Result<std::string> removed_conns(uint32_t shard) const;
+  Result<std::string> grant_members(uint32_t shard) const;
+  Result<std::string> grantees_pending(uint32_t shard) const;
+
+  // The builders below without a shard name the one key of layout v1. On a v2 RedisKeys, those
+  // of a kind v2 shards or does not have (conns, revalidate_stream, epoch, calls, call_agents,
+  // due, due_backfill, removed_conns, grant_members, grant_members_backfill, grantees_pending)
+  // return the empty string, and call_reply(rid) / call_cancel(rid) kInvalidArgument: use the
+  // shard overloads above (or key()), which say what is wrong.
   std::string conns() const;
   Result<std::string> conn(std::string_view cid) const;
   Result<std::string> grants(const Principal& member) const;  // a `member/<id>` principal only
@@ -248,24 +303,36 @@ class RedisKeys {
   std::string grantees_pending() const;
 
   // Any kind. Parts the kind does not use are ignored; the ones it uses are validated
-  // (`digest`: 64 lowercase hex digits).
+  // (`digest`: 64 lowercase hex digits; `shard`: below shard_count(), required for a sharded
+  // kind in v2). In v2 a kind v2 does not have (key_exists_in_v2) is kInvalidArgument.
   Result<std::string> key(KeyKind kind, std::string_view cid,
                           const std::optional<Principal>& principal, std::string_view digest = {},
-                          std::string_view catalog_kind = {}) const;
+                          std::string_view catalog_kind = {},
+                          std::optional<uint32_t> shard = std::nullopt) const;
 
-  // SCAN MATCH pattern for every manifest key of the namespace (maintenance).
+  // SCAN MATCH pattern for every manifest key of the namespace (maintenance). In v2:
+  // `quiver:{<ns>:[cm]:*}:manifest*`, the shared and the per-member ones.
   std::string manifest_match_pattern() const;
-  // Every key of the namespace, as a SCAN MATCH pattern.
+  // Every key of the namespace, as a SCAN MATCH pattern. In v2: `quiver:{<ns>[}:]*`, every tag
+  // of the namespace and no other namespace's (an `ns` holds no `:` or `}`).
   std::string namespace_match_pattern() const;
 
-  // The inverse of the builders, for keys of this namespace only.
+  // The inverse of the builders, for keys of this namespace and layout only (a v2 RedisKeys
+  // parses the namespace-wide keys, spelled alike in both, and v2 keys; v1 keys it refuses).
   Result<ParsedKey> parse(std::string_view key) const;
   Result<ParsedKey> parse_manifest_key(std::string_view key) const;  // a manifest key only
 
  private:
-  explicit RedisKeys(std::string ns);
+  RedisKeys(std::string ns, KeyLayout layout, uint32_t shards);
+  Result<std::string> key_v2(KeyKind kind, std::string_view cid,
+                             const std::optional<Principal>& principal, std::string_view digest,
+                             std::optional<uint32_t> shard) const;
+  Result<ParsedKey> parse_v2(std::string_view key) const;
+  std::string v1_only(KeyKind kind) const;
   std::string ns_;
   std::string prefix_;
+  KeyLayout layout_ = KeyLayout::kV1;
+  uint32_t shards_ = kDefaultShardCount;
 };
 
 }  // namespace quiver

@@ -125,6 +125,119 @@ TEST(RedisKeysDoc, EveryBuiltKeyIsDocumentedAndEveryDocumentedKeyIsBuilt) {
   }
 }
 
+// ---- layout v2 ----------------------------------------------------------------------------------
+
+// The table of "## Keys in layout v2" that maps v1 keys to v2 keys: v1 pattern -> v2 pattern, or
+// "" where the v2 cell holds no key (`—`).
+std::map<std::string, std::string> documented_v2_keys(const std::string& doc) {
+  std::map<std::string, std::string> out;
+  std::istringstream lines(doc);
+  std::string line;
+  while (std::getline(lines, line) && trim(line) != "## Keys in layout v2") {
+  }
+  // The first table whose header has both columns (the tag table comes before it).
+  int v1_col = -1, v2_col = -1;
+  std::size_t columns = 0;
+  while (std::getline(lines, line) && (v1_col < 0 || v2_col < 0)) {
+    if (trim(line).rfind("## ", 0) == 0) break;  // the next section: no such table
+    const std::vector<std::string> header = table_cells(line);
+    v1_col = v2_col = -1;
+    for (int i = 0; i < static_cast<int>(header.size()); ++i) {
+      if (header[i] == "v1 key") v1_col = i;
+      if (header[i] == "v2 key") v2_col = i;
+    }
+    columns = header.size();
+  }
+  EXPECT_GE(v1_col, 0) << "no table with `v1 key` and `v2 key` columns under ## Keys in layout v2";
+  if (v1_col < 0 || v2_col < 0) return out;
+  // `line` is the | --- | row now.
+  while (std::getline(lines, line)) {
+    const std::vector<std::string> row = table_cells(line);
+    if (row.empty()) break;
+    EXPECT_EQ(row.size(), columns) << "cell count: " << line;
+    if (row.size() != columns) continue;
+    const std::vector<std::string> v1 = backticked(row[v1_col]);
+    const std::vector<std::string> v2 = backticked(row[v2_col]);
+    EXPECT_EQ(v1.size(), 1u) << "the v1 key cell holds one `pattern`: " << line;
+    EXPECT_TRUE(v2.size() == 1 || (v2.empty() && row[v2_col] == "—"))
+        << "the v2 key cell holds one `pattern` or `—`: " << line;
+    if (v1.size() != 1 || v2.size() > 1) continue;
+    EXPECT_TRUE(out.emplace(v1[0], v2.empty() ? std::string() : v2[0]).second)
+        << "documented twice: " << v1[0];
+  }
+  return out;
+}
+
+// A built key with its variable parts replaced by the v2 table's placeholders.
+std::string placeholders(std::string key, const std::string& digest) {
+  auto replace = [&](const std::string& from, const std::string& to) {
+    const std::size_t at = key.find(from);
+    if (at != std::string::npos) key.replace(at, from.size(), to);
+    EXPECT_EQ(key.find(from), std::string::npos) << key;
+  };
+  replace("CID", "<cid>");
+  replace("member/MEMBERID", "member/<id>");
+  replace("MEMBERID", "<id>");
+  replace(digest, "<sha256>");
+  replace(":KIND", ":<kind>");
+  replace(":s:7}", ":s:<k>}");
+  return key;
+}
+
+TEST(RedisKeysDoc, EveryV2SpellingIsTheBuildersAndEveryV1KeyHasItsV2Row) {
+  const std::string doc = read_doc();
+  ASSERT_FALSE(doc.empty());
+  const std::map<std::string, std::string> documented = documented_v2_keys(doc);
+  ASSERT_FALSE(documented.empty()) << "no v1 -> v2 table under `## Keys in layout v2`";
+  Result<RedisKeys> v1 = RedisKeys::create("ns");
+  Result<RedisKeys> v2 = RedisKeys::create("ns", KeyLayout::kV2, 16);
+  ASSERT_TRUE(v1.ok() && v2.ok());
+  const std::string digest(64, 'e');
+  // Catalog kinds are lowercase: the placeholder is replaced after building.
+  std::set<std::string> seen;
+  for (int i = 0; i < kKeyKindCount; ++i) {
+    const auto kind = static_cast<KeyKind>(i);
+    std::vector<std::optional<Principal>> principals;
+    if (!key_has_principal(kind)) {
+      principals.push_back(std::nullopt);
+    } else {
+      if (kind != KeyKind::kGrants && kind != KeyKind::kMemberVersion) {
+        principals.push_back(Principal::shared());
+      }
+      principals.push_back(*Principal::member("MEMBERID"));
+    }
+    for (const std::optional<Principal>& p : principals) {
+      Result<std::string> old_key = v1->key(kind, "CID", p, digest, "kind");
+      ASSERT_TRUE(old_key.ok()) << key_kind_name(kind);
+      std::string v1_pattern = *old_key;
+      if (key_has_catalog_kind(kind)) v1_pattern.replace(v1_pattern.find(":kind"), 5, ":KIND");
+      v1_pattern = placeholders(v1_pattern, digest);
+      Result<std::string> new_key = v2->key(kind, "CID", p, digest, "kind", 7);
+      EXPECT_EQ(new_key.ok(), key_exists_in_v2(kind)) << v1_pattern;
+      std::string v2_pattern;
+      if (new_key.ok()) {
+        v2_pattern = *new_key;
+        if (key_has_catalog_kind(kind)) v2_pattern.replace(v2_pattern.find(":kind"), 5, ":KIND");
+        v2_pattern = placeholders(v2_pattern, digest);
+      }
+      seen.insert(v1_pattern);
+      auto it = documented.find(v1_pattern);
+      if (it == documented.end()) {
+        // Only a namespace-wide record may go unlisted (it keeps its v1 spelling).
+        EXPECT_EQ(v2_pattern, v1_pattern)
+            << v1_pattern << " becomes " << (v2_pattern.empty() ? "nothing" : v2_pattern)
+            << " in layout v2 but has no row in the v2 table of schema/redis-keys.md";
+        continue;
+      }
+      EXPECT_EQ(it->second, v2_pattern) << "the v2 key of " << v1_pattern;
+    }
+  }
+  for (const auto& [v1_pattern, v2_pattern] : documented) {
+    EXPECT_TRUE(seen.count(v1_pattern))
+        << v1_pattern << " (v2 table) is not a key RedisKeys builds in layout v1";
+  }
+}
+
 TEST(RedisKeysDoc, EveryFieldIsDescribed) {
   const std::string doc = read_doc();
   ASSERT_FALSE(doc.empty());
