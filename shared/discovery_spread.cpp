@@ -108,9 +108,9 @@ Status SpreadDiscoveryRead::feed_grants(const std::vector<RespValue>& replies) {
     } else if (!replies[0].is_nil()) {
       return bad_reply("namespace record", "neither a string nor nil");
     }
-    return *namespace_not_ready(
-        RespValue::array({RespValue::bulk_string(kNamespaceNotReadyTag), RespValue::bulk_string(state)}),
-        "discovery read");
+    return *namespace_not_ready(RespValue::array({RespValue::bulk_string(kNamespaceNotReadyTag),
+                                                  RespValue::bulk_string(state)}),
+                                "discovery read");
   }
   snapshot_.namespace_record = std::string(*record);
   std::optional<std::string> member_version = string_or_empty(replies[1]);
@@ -172,7 +172,8 @@ Status SpreadDiscoveryRead::plan_reads(const std::vector<std::size_t>& which) {
   for (std::size_t i : which) {
     const PageEntry& e = page_[i];
     std::vector<std::string> keys;
-    for (Result<std::string> k : {keys_.conn(e.cid), keys_.conn_version(e.cid), keys_.marked(e.cid)}) {
+    for (Result<std::string> k :
+         {keys_.conn(e.cid), keys_.conn_version(e.cid), keys_.marked(e.cid)}) {
       if (!k.ok()) return k.error();
       keys.push_back(std::move(*k));
     }
@@ -217,9 +218,9 @@ Status SpreadDiscoveryRead::feed_reads(const std::vector<RespValue>& replies) {
     const std::vector<RespValue>* a = replies[k].as_array();
     if (a == nullptr || a->size() != 5 ||
         (*a)[0].as_string() != std::optional<std::string_view>(kDiscoveryConnReplyTag)) {
-      return bad_reply("connection '" + e.cid + "'", "not a " +
-                                                         std::string(kDiscoveryConnReplyTag) +
-                                                         " reply: " + replies[k].debug_string());
+      return bad_reply(
+          "connection '" + e.cid + "'",
+          "not a " + std::string(kDiscoveryConnReplyTag) + " reply: " + replies[k].debug_string());
     }
     const std::vector<RespValue>* shared = (*a)[4].as_array();
     bool conn_present = (*a)[1].is_array() && !(*a)[1].elements.empty();
@@ -234,14 +235,15 @@ Status SpreadDiscoveryRead::feed_reads(const std::vector<RespValue>& replies) {
   if (!member_commands_.empty()) {
     const RespValue& r = replies.back();
     const std::vector<RespValue>* a = r.as_array();
-    const std::vector<RespValue>* parts = a != nullptr && a->size() == 2 ? (*a)[1].as_array()
-                                                                         : nullptr;
+    const std::vector<RespValue>* parts =
+        a != nullptr && a->size() == 2 ? (*a)[1].as_array() : nullptr;
     if (parts == nullptr ||
         (*a)[0].as_string() != std::optional<std::string_view>(kDiscoveryMemberReplyTag) ||
         parts->size() != member_commands_.size()) {
-      return bad_reply("member data",
-                       "not a " + std::string(kDiscoveryMemberReplyTag) + " reply with one part "
-                       "per connection: " + r.debug_string());
+      return bad_reply("member data", "not a " + std::string(kDiscoveryMemberReplyTag) +
+                                          " reply with one part "
+                                          "per connection: " +
+                                          r.debug_string());
     }
     for (std::size_t k = 0; k < parts->size(); ++k) {
       const std::vector<RespValue>* part = (*parts)[k].as_array();

@@ -75,8 +75,8 @@ class SpreadDiscoveryRead {
     std::string grant_mode;  // as the grant says; the record decides
     bool read_shared = false;
     bool read_member = false;
-    RespValue conn_reply;    // the discovery_conn_read reply part: {conn, version, marked, shared}
-    RespValue member_part;   // {manifest, disabled, lease, invalidated} from member_read
+    RespValue conn_reply;   // the discovery_conn_read reply part: {conn, version, marked, shared}
+    RespValue member_part;  // {manifest, disabled, lease, invalidated} from member_read
   };
 
   SpreadDiscoveryRead(RedisKeys keys, Principal member, SnapshotQuery query);
@@ -100,7 +100,8 @@ class SpreadDiscoveryRead {
   bool failed_ = false;
 };
 
-// ---- the conditional read on v2 ------------------------------------------------------------------
+// ---- the conditional read on v2
+// ------------------------------------------------------------------
 //
 // What the v1 script checks in one MGET, as single-key commands, one slot each (route them like a
 // round): GET namespace record, GET member version, GET each entry's connection version, EXISTS

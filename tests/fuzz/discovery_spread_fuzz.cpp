@@ -48,7 +48,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fuzz::check(!commands.empty(), "spread: a round without commands");
     if (read->round() > 1) {
       for (const RedisCommand& c : commands) {
-        fuzz::check(c.size() >= 4 && c[0] == "EVAL_RO", "spread: a read round command is not EVAL_RO");
+        fuzz::check(c.size() >= 4 && c[0] == "EVAL_RO",
+                    "spread: a read round command is not EVAL_RO");
         fuzz::check(c.size() == 3 + std::stoul(c[2]), "spread: ARGV beside the declared keys");
       }
     }

@@ -8,6 +8,8 @@
 // sets in place before each v2 read (and `as_v1_grants` back before the store writes again). That
 // conversion is the one part of this test that is not the product's; the keys are otherwise the
 // v1 spellings, which the rounds read the same way (on one node every slot is local).
+#include "shared/discovery_spread.h"
+
 #include <functional>
 #include <memory>
 #include <optional>
@@ -19,7 +21,6 @@
 #include "native-agent/store/redis_store.h"
 #include "shared/discovery.h"
 #include "shared/discovery_redis.h"
-#include "shared/discovery_spread.h"
 #include "shared/edge_snapshot.h"
 #include "tests/support/preference_rows.h"
 #include "tests/support/redis_fixture.h"
@@ -57,8 +58,9 @@ class SpreadRead : public testing::RedisFixture {
     commit("b", member("alice"), kNow);
     commit("b", member("bob"), kNow);
     commit("c", Principal::shared(), kNow - 1'000'000);  // stale at kNow: its lease matters
-    ASSERT_TRUE(store_->merge_preferences(
-                          "b", member("alice"), disabled_rows("b", member("alice"), {"tool:x_b"}, kNow))
+    ASSERT_TRUE(store_
+                    ->merge_preferences("b", member("alice"),
+                                        disabled_rows("b", member("alice"), {"tool:x_b"}, kNow))
                     .ok());
     ASSERT_TRUE(store_->mark_namespace_ready(kNow).ok());
   }
@@ -112,9 +114,8 @@ class SpreadRead : public testing::RedisFixture {
   }
 
   DiscoverySnapshot v1_read(const SnapshotQuery& q = {}) {
-    Result<DiscoverySnapshot> s =
-        decode_discovery_reply(cmd(*discovery_read_command(keys_, member("alice"), q)),
-                               member("alice"));
+    Result<DiscoverySnapshot> s = decode_discovery_reply(
+        cmd(*discovery_read_command(keys_, member("alice"), q)), member("alice"));
     EXPECT_TRUE(s.ok()) << (s.ok() ? "" : s.error().message);
     if (!s.ok()) return DiscoverySnapshot(member("alice"));
     fill_bodies(*s);
@@ -219,7 +220,9 @@ TEST_F(SpreadRead, EveryKindOfChangeReadsAsTheOneScriptReadAndMovesTheConditiona
        },
        true},
       {"grant added",
-       [](RedisStore& s) { ASSERT_TRUE(*s.set_member_grants("alice", {"a", "b", "c", "d"})); },
+       [](RedisStore& s) {
+         ASSERT_TRUE(*s.set_member_grants("alice", {"a", "b", "c", "d"}));
+       },
        true},
       {"grant removed", [](RedisStore& s) { ASSERT_TRUE(*s.set_member_grants("alice", {"a"})); },
        true},

@@ -2,6 +2,8 @@
 // round sends, and what it makes of replies, from the recorded rounds that seed its fuzz target
 // (tests/fuzz/seeds/discovery_spread: a byte of query flags, then the replies of every round).
 // tests/integration/discovery_spread_test.cpp runs it against a real redis-server.
+#include "shared/discovery_spread.h"
+
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -9,7 +11,6 @@
 
 #include <gtest/gtest.h>
 
-#include "shared/discovery_spread.h"
 #include "shared/resp.h"
 
 namespace quiver {
@@ -61,7 +62,8 @@ TEST(SpreadDiscoveryRead, RefusesWhatTheOneScriptReadRefuses) {
   EXPECT_FALSE(SpreadDiscoveryRead::start(kKeys, kAlice, {std::nullopt, "", 0}).ok());
   EXPECT_FALSE(SpreadDiscoveryRead::start(kKeys, kAlice, {std::nullopt, "", 1001}).ok());
   EXPECT_FALSE(SpreadDiscoveryRead::start(kKeys, kAlice, {std::string("a:b"), "", 5}).ok());
-  EXPECT_FALSE(SpreadDiscoveryRead::start(kKeys, kAlice, {std::nullopt, std::string(129, 'a'), 5}).ok());
+  EXPECT_FALSE(
+      SpreadDiscoveryRead::start(kKeys, kAlice, {std::nullopt, std::string(129, 'a'), 5}).ok());
 }
 
 TEST(SpreadDiscoveryRead, RoundOneReadsTheVersionBeforeTheGrants) {
@@ -71,7 +73,8 @@ TEST(SpreadDiscoveryRead, RoundOneReadsTheVersionBeforeTheGrants) {
                                           {"GET", *kKeys.member_version(kAlice)},
                                           {"HGETALL", *kKeys.grants(kAlice)}};
   EXPECT_EQ(read->commands(), want);
-  Result<SpreadDiscoveryRead> one = SpreadDiscoveryRead::start(kKeys, kAlice, {std::string("b"), "", 5});
+  Result<SpreadDiscoveryRead> one =
+      SpreadDiscoveryRead::start(kKeys, kAlice, {std::string("b"), "", 5});
   ASSERT_TRUE(one.ok());
   EXPECT_EQ(one->commands().back(), (RedisCommand{"HGET", *kKeys.grants(kAlice), "b"}));
 }
@@ -189,12 +192,15 @@ TEST(SpreadDiscoveryRead, TheConditionalReadComparesEveryVersionAndReadsLeases) 
   EXPECT_EQ((*c)[2], (RedisCommand{"GET", *kKeys.conn_version("a")}));
   EXPECT_EQ((*c)[5], (RedisCommand{"EXISTS", *kKeys.lease("c", Principal::shared())}));
   auto answer = [](const char* record, const char* c_version, int lease) {
-    return std::vector<RespValue>{RespValue::bulk_string(record), RespValue::bulk_string("7"),
-                                  RespValue::bulk_string("3"), RespValue::bulk_string("2"),
+    return std::vector<RespValue>{RespValue::bulk_string(record),
+                                  RespValue::bulk_string("7"),
+                                  RespValue::bulk_string("3"),
+                                  RespValue::bulk_string("2"),
                                   c_version ? RespValue::bulk_string(c_version) : RespValue::nil(),
                                   RespValue::integer_value(lease)};
   };
-  Result<bool> same = decode_spread_conditional(answer("ready:1790000000000", nullptr, 0), held, {2});
+  Result<bool> same =
+      decode_spread_conditional(answer("ready:1790000000000", nullptr, 0), held, {2});
   ASSERT_TRUE(same.ok());
   EXPECT_TRUE(*same);
   EXPECT_FALSE(held.connections[2].lease_held) << "the lease read again";
