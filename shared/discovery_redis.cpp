@@ -12,20 +12,8 @@
 
 namespace quiver {
 
-namespace {
-
-Error invalid(std::string message) {
-  return Error(ErrorCode::kInvalidArgument, std::move(message));
-}
-
-Error bad_reply(const std::string& where, const std::string& what) {
-  return Error(ErrorCode::kInvalidReply, "discovery reply: " + where + ": " + what);
-}
-
-// EVAL of a script from schema/lua/. `read_only` sends it as EVAL_RO (Redis 7): a read-only
-// script then runs for a Redis user that may only read the keys it declares.
-Result<RedisCommand> eval(const char* script, std::vector<std::string> keys,
-                          std::vector<std::string> args, bool read_only = false) {
+Result<RedisCommand> schema_script_command(const char* script, std::vector<std::string> keys,
+                                           std::vector<std::string> args, bool read_only) {
   std::string_view text = schema_asset(std::string("lua/") + script);
   if (text.empty()) {
     return Error(ErrorCode::kInternal, std::string("schema/lua/") + script + " is not compiled in");
@@ -40,6 +28,16 @@ Result<RedisCommand> eval(const char* script, std::vector<std::string> keys,
   for (std::string& k : keys) argv.push_back(std::move(k));
   for (std::string& a : args) argv.push_back(std::move(a));
   return argv;
+}
+
+namespace {
+
+Error invalid(std::string message) {
+  return Error(ErrorCode::kInvalidArgument, std::move(message));
+}
+
+Error bad_reply(const std::string& where, const std::string& what) {
+  return Error(ErrorCode::kInvalidReply, "discovery reply: " + where + ": " + what);
 }
 
 const std::vector<RespValue>* array_of(const RespValue& v, std::size_t size) {
@@ -73,8 +71,10 @@ bool short_token(std::string_view s) {
   return true;
 }
 
-Result<GrantedConnection> decode_entry(const RespValue& v, std::size_t index,
-                                       const Principal& member) {
+}  // namespace
+
+Result<GrantedConnection> decode_discovery_entry(const RespValue& v, std::size_t index,
+                                                 const Principal& member) {
   std::string where = "entry " + std::to_string(index);
   const std::vector<RespValue>* e = array_of(v, 7);
   if (e == nullptr) return bad_reply(where, "expected an array of 7, got " + v.debug_string());
@@ -141,6 +141,8 @@ Result<GrantedConnection> decode_entry(const RespValue& v, std::size_t index,
   return conn;
 }
 
+namespace {
+
 Result<std::vector<std::string>> discovery_read_argv(const RedisKeys& keys, const Principal& member,
                                                      const SnapshotQuery& query,
                                                      std::string* grants_key) {
@@ -167,7 +169,8 @@ Result<RedisCommand> discovery_read_command(const RedisKeys& keys, const Princip
   std::string grants;
   Result<std::vector<std::string>> argv = discovery_read_argv(keys, member, query, &grants);
   if (!argv.ok()) return argv.error();
-  return eval("discovery_read.lua", {std::move(grants)}, std::move(*argv), /*read_only=*/true);
+  return schema_script_command("discovery_read.lua", {std::move(grants)}, std::move(*argv),
+                               /*read_only=*/true);
 }
 
 Result<RedisCommand> conditional_discovery_read_command(
@@ -196,7 +199,8 @@ Result<RedisCommand> conditional_discovery_read_command(
     a.push_back(held.connections[i].id);
     a.push_back(held.connections[i].principal->str());
   }
-  return eval("discovery_read.lua", {std::move(grants)}, std::move(a), /*read_only=*/true);
+  return schema_script_command("discovery_read.lua", {std::move(grants)}, std::move(a),
+                               /*read_only=*/true);
 }
 
 std::optional<Error> namespace_not_ready(const RespValue& reply, std::string_view what) {
@@ -257,7 +261,7 @@ Result<DiscoverySnapshot> decode_discovery_reply(const RespValue& reply, const P
     return bad_reply("top level", "more entries than granted connections");
   }
   for (std::size_t i = 0; i < entries->size(); ++i) {
-    Result<GrantedConnection> conn = decode_entry((*entries)[i], i, member);
+    Result<GrantedConnection> conn = decode_discovery_entry((*entries)[i], i, member);
     if (!conn.ok()) return conn.error();
     if (!snapshot.connections.empty() && !(snapshot.connections.back().id < conn->id)) {
       return bad_reply("entry " + std::to_string(i), "ids are not strictly ascending");
@@ -399,11 +403,12 @@ Result<RedisCommand> revalidate_enqueue_command(const RedisKeys& keys, const Rev
   Result<std::string> gate = keys.revalidate_gate(r.connection_id, r.principal);
   if (!gate.ok()) return gate.error();
   const std::string at = std::to_string(now_ms);
-  return eval("revalidate_enqueue.lua", {*gate, keys.revalidate_stream()},
-              {std::to_string(options.window_ms), std::to_string(options.stream_maxlen), at,
-               r.manual ? std::to_string(options.manual_requeue_after_ms) : "-1", redis_field::kCid,
-               r.connection_id, redis_field::kPrincipal, r.principal.str(), redis_field::kReason,
-               r.reason, redis_field::kAt, at});
+  return schema_script_command(
+      "revalidate_enqueue.lua", {*gate, keys.revalidate_stream()},
+      {std::to_string(options.window_ms), std::to_string(options.stream_maxlen), at,
+       r.manual ? std::to_string(options.manual_requeue_after_ms) : "-1", redis_field::kCid,
+       r.connection_id, redis_field::kPrincipal, r.principal.str(), redis_field::kReason, r.reason,
+       redis_field::kAt, at});
 }
 
 Result<RevalidationResult> parse_enqueue_reply(const RespValue& reply) {
@@ -479,9 +484,9 @@ Result<RedisCommand> webhook_refresh_command(const RedisKeys& keys, const Webhoo
     args.push_back(t.connection_id);
     args.push_back(t.principal ? t.principal->str() : std::string());
   }
-  return eval("webhook_refresh.lua",
-              {keys.replay(verified.replay_key), keys.revalidate_stream(), keys.epoch()},
-              std::move(args));
+  return schema_script_command(
+      "webhook_refresh.lua",
+      {keys.replay(verified.replay_key), keys.revalidate_stream(), keys.epoch()}, std::move(args));
 }
 
 std::optional<std::string> effective_invalidation(std::optional<std::string_view> own,
@@ -563,7 +568,7 @@ Result<RedisCommand> oauth_callback_command(const RedisKeys& keys,
   if (callback.state.empty()) return invalid("oauth callback: no state");
   if (stream_maxlen <= 0) return invalid("oauth callback: stream_maxlen must be positive");
   namespace f = redis_field;
-  return eval(
+  return schema_script_command(
       "oauth_callback.lua", {keys.oauth_callbacks()},
       {keys.oauth_result(callback.state), std::to_string(stream_maxlen), f::kState, callback.state,
        f::kCode, callback.code.value_or(""), f::kIss, callback.iss.value_or(""), f::kError,

@@ -50,6 +50,20 @@ inline constexpr char kNamespaceNotReadyTag[] = "quiver.namespace.v1";
 // kStoreNotReady, `what` naming the script's use; nullopt for any other reply.
 std::optional<Error> namespace_not_ready(const RespValue& reply, std::string_view what);
 
+// EVAL of schema/lua/<script> with `keys` declared and `args`; EVAL_RO when `read_only` (Redis 7:
+// a read-only script then runs for a Redis user that may only read the keys it declares).
+// kInternal when the script is not compiled in.
+Result<RedisCommand> schema_script_command(const char* script, std::vector<std::string> keys,
+                                           std::vector<std::string> args, bool read_only = false);
+
+// One entry of a discovery reply, {cid, conn_fields, principal, manifest_fields,
+// disabled_members, lease_exists, invalidated_at} (discovery_read.lua), checked as
+// decode_discovery_reply checks it: the principal read must be the one the record's credential mode
+// gives `member`. The v2 read (shared/discovery_spread.h) assembles the same shape from its
+// per-slot replies, so both layouts decode through here.
+Result<GrantedConnection> decode_discovery_entry(const RespValue& entry, std::size_t index,
+                                                 const Principal& member);
+
 // EVAL discovery_read.lua for `member` (a member principal) under `keys`' namespace.
 // kInvalidArgument for a shared principal, an invalid `only` or a limit out of [1, 1000].
 Result<RedisCommand> discovery_read_command(const RedisKeys& keys, const Principal& member,

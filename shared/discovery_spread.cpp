@@ -1,0 +1,394 @@
+#include "shared/discovery_spread.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "shared/discovery_redis.h"
+
+namespace quiver {
+
+namespace {
+
+Error invalid(std::string message) {
+  return Error(ErrorCode::kInvalidArgument, "discovery read (v2): " + std::move(message));
+}
+
+Error bad_reply(const std::string& where, const std::string& what) {
+  return Error(ErrorCode::kInvalidReply, "discovery reply (v2): " + where + ": " + what);
+}
+
+Status redis_error(const RespValue& reply) {
+  return Error(ErrorCode::kStoreUnavailable, "discovery read: Redis error: " + reply.str);
+}
+
+// A string reply, or "" for nil (a version never written).
+std::optional<std::string> string_or_empty(const RespValue& v) {
+  if (v.is_nil()) return std::string();
+  if (std::optional<std::string_view> s = v.as_string()) return std::string(*s);
+  return std::nullopt;
+}
+
+// The credential mode in a flat HGETALL array of a connection record ("" when absent).
+std::string credential_mode_of(const RespValue& conn_fields) {
+  const std::vector<RespValue>* a = conn_fields.as_array();
+  if (a == nullptr) return {};
+  for (std::size_t i = 0; i + 1 < a->size(); i += 2) {
+    if ((*a)[i].as_string() == std::optional<std::string_view>(redis_field::kCredentialMode)) {
+      return std::string((*a)[i + 1].as_string().value_or(""));
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+SpreadDiscoveryRead::SpreadDiscoveryRead(RedisKeys keys, Principal member, SnapshotQuery query)
+    : keys_(std::move(keys)),
+      member_(member),
+      query_(std::move(query)),
+      snapshot_(std::move(member)) {}
+
+Result<SpreadDiscoveryRead> SpreadDiscoveryRead::start(const RedisKeys& keys,
+                                                       const Principal& member,
+                                                       const SnapshotQuery& query) {
+  if (member.is_shared()) return invalid("the caller must be a member principal");
+  if (query.only && !validate_connection_id(*query.only).ok()) {
+    return invalid("`only` is not a connection id");
+  }
+  if (query.limit == 0 || query.limit > kMaxSnapshotLimit) {
+    return invalid("limit must be between 1 and " + std::to_string(kMaxSnapshotLimit));
+  }
+  if (query.after.size() > kMaxIdLength) return invalid("`after` is too long");
+  Result<std::string> grants = keys.grants(member);
+  if (!grants.ok()) return grants.error();
+  Result<std::string> version = keys.member_version(member);
+  if (!version.ok()) return version.error();
+
+  SpreadDiscoveryRead read(keys, member, query);
+  read.commands_.push_back({"GET", keys.namespace_record()});
+  read.commands_.push_back({"GET", std::move(*version)});
+  if (query.only) {
+    read.commands_.push_back({"HGET", std::move(*grants), *query.only});
+  } else {
+    read.commands_.push_back({"HGETALL", std::move(*grants)});
+  }
+  return read;
+}
+
+Status SpreadDiscoveryRead::feed(const std::vector<RespValue>& replies) {
+  if (done_ || failed_) {
+    return Error(ErrorCode::kInternal, "discovery read (v2): fed after it ended");
+  }
+  if (replies.size() != commands_.size()) {
+    failed_ = true;
+    return bad_reply("round " + std::to_string(round_),
+                     std::to_string(replies.size()) + " replies to " +
+                         std::to_string(commands_.size()) + " commands");
+  }
+  Status s = round_ == 1 ? feed_grants(replies) : feed_reads(replies);
+  if (!s.ok()) failed_ = true;
+  return s;
+}
+
+Status SpreadDiscoveryRead::feed_grants(const std::vector<RespValue>& replies) {
+  for (const RespValue& r : replies) {
+    if (r.is_error()) return redis_error(r);
+  }
+  // The namespace record, as discovery_read.lua checks it.
+  std::optional<std::string_view> record = replies[0].as_string();
+  if (!record || record->substr(0, sizeof(kNamespaceReady)) != std::string(kNamespaceReady) + ":") {
+    std::string state = "missing";
+    if (record) {
+      state.clear();
+      for (char c : *record) {
+        if (c < 'a' || c > 'z') break;
+        state += c;
+      }
+      if (state.empty()) state = "unknown";
+    } else if (!replies[0].is_nil()) {
+      return bad_reply("namespace record", "neither a string nor nil");
+    }
+    return *namespace_not_ready(RespValue::array({RespValue::bulk_string(kNamespaceNotReadyTag),
+                                                  RespValue::bulk_string(state)}),
+                                "discovery read");
+  }
+  snapshot_.namespace_record = std::string(*record);
+  std::optional<std::string> member_version = string_or_empty(replies[1]);
+  if (!member_version) return bad_reply("member version", "neither a string nor nil");
+  snapshot_.member_version = std::move(*member_version);
+
+  // The grants: connection id → the credential mode the grant was written with.
+  std::vector<std::pair<std::string, std::string>> granted;
+  if (query_.only) {
+    if (std::optional<std::string_view> mode = replies[2].as_string()) {
+      granted.emplace_back(*query_.only, std::string(*mode));
+    } else if (!replies[2].is_nil()) {
+      return bad_reply("grant", "neither a string nor nil");
+    }
+  } else {
+    const std::vector<RespValue>* a = replies[2].as_array();
+    if (a == nullptr || a->size() % 2 != 0) {
+      return bad_reply("grants", "expected a flat array of field/value pairs");
+    }
+    for (std::size_t i = 0; i < a->size(); i += 2) {
+      std::optional<std::string_view> cid = (*a)[i].as_string();
+      std::optional<std::string_view> mode = (*a)[i + 1].as_string();
+      if (!cid || !mode) return bad_reply("grants", "element is no string");
+      if (validate_connection_id(*cid).ok()) {
+        granted.emplace_back(std::string(*cid), std::string(*mode));
+      } else {
+        ++snapshot_.ignored_grants;
+      }
+    }
+    // Byte order (std::string compares as unsigned char), as discovery_read.lua sorts.
+    std::sort(granted.begin(), granted.end());
+  }
+  snapshot_.granted_total = static_cast<int64_t>(granted.size());
+  for (auto& [cid, mode] : granted) {
+    if (!query_.after.empty() && !(query_.after < cid)) continue;
+    if (page_.size() == query_.limit) {
+      snapshot_.next_after = page_.back().cid;
+      break;
+    }
+    PageEntry e;
+    e.cid = std::move(cid);
+    e.grant_mode = std::move(mode);
+    e.read_shared = e.grant_mode == kGrantModeShared;
+    e.read_member = e.grant_mode == kGrantModePerMember;
+    page_.push_back(std::move(e));
+  }
+  if (page_.empty()) return finish();
+  std::vector<std::size_t> all(page_.size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+  round_ = 2;
+  return plan_reads(all);
+}
+
+Status SpreadDiscoveryRead::plan_reads(const std::vector<std::size_t>& which) {
+  commands_.clear();
+  conn_commands_.clear();
+  member_commands_.clear();
+  std::vector<std::string> member_keys;
+  for (std::size_t i : which) {
+    const PageEntry& e = page_[i];
+    std::vector<std::string> keys;
+    for (Result<std::string> k :
+         {keys_.conn(e.cid), keys_.conn_version(e.cid), keys_.marked(e.cid)}) {
+      if (!k.ok()) return k.error();
+      keys.push_back(std::move(*k));
+    }
+    auto add_principal_keys = [&](const Principal& p, std::vector<std::string>& out) -> Status {
+      for (Result<std::string> k : {keys_.manifest(e.cid, p), keys_.disabled(e.cid, p),
+                                    keys_.lease(e.cid, p), keys_.invalidated(e.cid, p)}) {
+        if (!k.ok()) return k.error();
+        out.push_back(std::move(*k));
+      }
+      return Status();
+    };
+    if (e.read_shared) {
+      Status s = add_principal_keys(Principal::shared(), keys);
+      if (!s.ok()) return s;
+    }
+    if (e.read_member) {
+      Status s = add_principal_keys(member_, member_keys);
+      if (!s.ok()) return s;
+      member_commands_.push_back(i);
+    }
+    Result<RedisCommand> c = schema_script_command("discovery_conn_read.lua", std::move(keys), {},
+                                                   /*read_only=*/true);
+    if (!c.ok()) return c.error();
+    commands_.push_back(std::move(*c));
+    conn_commands_.push_back(i);
+  }
+  if (!member_keys.empty()) {
+    Result<RedisCommand> c = schema_script_command("discovery_member_read.lua",
+                                                   std::move(member_keys), {}, /*read_only=*/true);
+    if (!c.ok()) return c.error();
+    commands_.push_back(std::move(*c));
+  }
+  return Status();
+}
+
+Status SpreadDiscoveryRead::feed_reads(const std::vector<RespValue>& replies) {
+  for (const RespValue& r : replies) {
+    if (r.is_error()) return redis_error(r);
+  }
+  for (std::size_t k = 0; k < conn_commands_.size(); ++k) {
+    PageEntry& e = page_[conn_commands_[k]];
+    const std::vector<RespValue>* a = replies[k].as_array();
+    if (a == nullptr || a->size() != 5 ||
+        (*a)[0].as_string() != std::optional<std::string_view>(kDiscoveryConnReplyTag)) {
+      return bad_reply(
+          "connection '" + e.cid + "'",
+          "not a " + std::string(kDiscoveryConnReplyTag) + " reply: " + replies[k].debug_string());
+    }
+    const std::vector<RespValue>* shared = (*a)[4].as_array();
+    bool conn_present = (*a)[1].is_array() && !(*a)[1].elements.empty();
+    if (!(*a)[1].is_array() || !string_or_empty((*a)[2]) || shared == nullptr ||
+        (shared->size() != 0 && shared->size() != 4) ||
+        // The shared part is there exactly when it was asked for and the connection exists.
+        (shared->size() == 4) != (e.read_shared && conn_present)) {
+      return bad_reply("connection '" + e.cid + "'", "malformed: " + replies[k].debug_string());
+    }
+    e.conn_reply = RespValue::array(std::vector<RespValue>(a->begin() + 1, a->end()));
+  }
+  if (!member_commands_.empty()) {
+    const RespValue& r = replies.back();
+    const std::vector<RespValue>* a = r.as_array();
+    const std::vector<RespValue>* parts =
+        a != nullptr && a->size() == 2 ? (*a)[1].as_array() : nullptr;
+    if (parts == nullptr ||
+        (*a)[0].as_string() != std::optional<std::string_view>(kDiscoveryMemberReplyTag) ||
+        parts->size() != member_commands_.size()) {
+      return bad_reply("member data", "not a " + std::string(kDiscoveryMemberReplyTag) +
+                                          " reply with one part "
+                                          "per connection: " +
+                                          r.debug_string());
+    }
+    for (std::size_t k = 0; k < parts->size(); ++k) {
+      const std::vector<RespValue>* part = (*parts)[k].as_array();
+      if (part == nullptr || part->size() != 4) {
+        return bad_reply("member data", "part " + std::to_string(k) + " is not 4 elements");
+      }
+      page_[member_commands_[k]].member_part = (*parts)[k];
+    }
+  }
+
+  // The record decides whose data applies; where it says otherwise than the grant the data was
+  // read for, read that connection again as the record says (once).
+  std::vector<std::size_t> again;
+  for (std::size_t i : conn_commands_) {
+    PageEntry& e = page_[i];
+    std::string mode = credential_mode_of(e.conn_reply.elements[0]);
+    bool want_shared = mode == kGrantModeShared;
+    bool want_member = mode == kGrantModePerMember;
+    if ((want_shared && !e.read_shared) || (want_member && !e.read_member)) {
+      if (round_ == 3) {
+        return Error(ErrorCode::kStoreUnavailable,
+                     "discovery read: the credential mode of connection '" + e.cid +
+                         "' changed while it was read; read again");
+      }
+      e.read_shared = want_shared;
+      e.read_member = want_member;
+      again.push_back(i);
+    }
+  }
+  if (!again.empty()) {
+    round_ = 3;
+    return plan_reads(again);
+  }
+  return finish();
+}
+
+Status SpreadDiscoveryRead::finish() {
+  commands_.clear();
+  for (std::size_t i = 0; i < page_.size(); ++i) {
+    const PageEntry& e = page_[i];
+    const std::vector<RespValue>& c = e.conn_reply.elements;  // {conn, version, marked, shared}
+    std::string mode = credential_mode_of(c[0]);
+    bool conn_present = !c[0].elements.empty();
+    const RespValue* data = nullptr;  // {manifest, disabled, lease, invalidated}
+    std::string principal;
+    if (conn_present && mode == kGrantModeShared) {
+      data = &c[3];
+      principal = Principal::shared().str();
+    } else if (conn_present && mode == kGrantModePerMember) {
+      data = &e.member_part;
+      principal = member_.str();
+    }
+    std::vector<RespValue> entry;
+    entry.push_back(RespValue::bulk_string(e.cid));
+    entry.push_back(c[0]);
+    entry.push_back(RespValue::bulk_string(principal));
+    if (data != nullptr) {
+      const std::vector<RespValue>& d = data->elements;
+      std::optional<std::string_view> own = d[3].as_string();
+      std::optional<std::string_view> whole = c[2].as_string();
+      if ((!own && !d[3].is_nil()) || (!whole && !c[2].is_nil())) {
+        return bad_reply("entry " + std::to_string(i), "a mark is neither a string nor nil");
+      }
+      std::optional<std::string> mark = effective_invalidation(own, whole);
+      entry.push_back(d[0]);
+      entry.push_back(d[1]);
+      entry.push_back(d[2]);
+      entry.push_back(mark ? RespValue::bulk_string(*mark) : RespValue::nil());
+    } else {
+      entry.push_back(RespValue::array({}));
+      entry.push_back(RespValue::array({}));
+      entry.push_back(RespValue::integer_value(0));
+      entry.push_back(RespValue::nil());
+    }
+    Result<GrantedConnection> conn =
+        decode_discovery_entry(RespValue::array(std::move(entry)), i, member_);
+    if (!conn.ok()) return conn.error();
+    snapshot_.connections.push_back(std::move(*conn));
+    snapshot_.connection_versions.push_back(*string_or_empty(c[1]));
+  }
+  done_ = true;
+  return Status();
+}
+
+DiscoverySnapshot SpreadDiscoveryRead::take_snapshot() { return std::move(snapshot_); }
+
+Result<std::vector<RedisCommand>> spread_conditional_commands(
+    const RedisKeys& keys, const DiscoverySnapshot& held,
+    const std::vector<std::size_t>& lease_entries) {
+  if (held.namespace_record.empty() || held.connection_versions.size() != held.connections.size()) {
+    return invalid("conditional read: the snapshot holds no versions of a full read");
+  }
+  Result<std::string> member_version = keys.member_version(held.member);
+  if (!member_version.ok()) return member_version.error();
+  std::vector<RedisCommand> out;
+  out.reserve(2 + held.connections.size() + lease_entries.size());
+  out.push_back({"GET", keys.namespace_record()});
+  out.push_back({"GET", std::move(*member_version)});
+  for (const GrantedConnection& c : held.connections) {
+    Result<std::string> k = keys.conn_version(c.id);
+    if (!k.ok()) return k.error();
+    out.push_back({"GET", std::move(*k)});
+  }
+  for (std::size_t i : lease_entries) {
+    if (i >= held.connections.size() || !held.connections[i].principal) {
+      return invalid("conditional read: a lease entry out of range or without principal");
+    }
+    Result<std::string> k = keys.lease(held.connections[i].id, *held.connections[i].principal);
+    if (!k.ok()) return k.error();
+    out.push_back({"EXISTS", std::move(*k)});
+  }
+  return out;
+}
+
+Result<bool> decode_spread_conditional(const std::vector<RespValue>& replies,
+                                       DiscoverySnapshot& held,
+                                       const std::vector<std::size_t>& lease_entries) {
+  std::size_t n = held.connections.size();
+  if (replies.size() != 2 + n + lease_entries.size()) {
+    return bad_reply("conditional read", "not one reply per command");
+  }
+  for (const RespValue& r : replies) {
+    if (r.is_error()) return Error(redis_error(r).error());
+  }
+  bool same = replies[0].as_string() == std::optional<std::string_view>(held.namespace_record);
+  for (std::size_t i = 1; i < 2 + n; ++i) {
+    std::optional<std::string> v = string_or_empty(replies[i]);
+    if (!v) return bad_reply("conditional read", "a version is neither a string nor nil");
+    const std::string& mine = i == 1 ? held.member_version : held.connection_versions[i - 2];
+    same = same && *v == mine;
+  }
+  std::vector<bool> leases;
+  for (std::size_t k = 0; k < lease_entries.size(); ++k) {
+    const RespValue& r = replies[2 + n + k];
+    if (!r.is_integer() || (r.integer != 0 && r.integer != 1)) {
+      return bad_reply("conditional read", "a lease flag is not 0 or 1");
+    }
+    if (lease_entries[k] >= n) return bad_reply("conditional read", "a lease entry out of range");
+    leases.push_back(r.integer == 1);
+  }
+  if (!same) return false;
+  for (std::size_t k = 0; k < lease_entries.size(); ++k) {
+    held.connections[lease_entries[k]].lease_held = leases[k];
+  }
+  return true;
+}
+
+}  // namespace quiver

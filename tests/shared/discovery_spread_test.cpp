@@ -1,0 +1,216 @@
+// The v2 discovery read's rounds (shared/discovery_spread.h) without a server: the commands each
+// round sends, and what it makes of replies, from the recorded rounds that seed its fuzz target
+// (tests/fuzz/seeds/discovery_spread: a byte of query flags, then the replies of every round).
+// tests/integration/discovery_spread_test.cpp runs it against a real redis-server.
+#include "shared/discovery_spread.h"
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "shared/resp.h"
+
+namespace quiver {
+namespace {
+
+const Principal kAlice = *Principal::member("alice");
+const RedisKeys kKeys = *RedisKeys::create("fz");
+
+std::vector<RespValue> seed_replies(const std::string& name, SnapshotQuery* q) {
+  std::ifstream in(std::string(QUIVER_SOURCE_DIR) + "/tests/fuzz/seeds/discovery_spread/" + name,
+                   std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string bytes = ss.str();
+  EXPECT_FALSE(bytes.empty()) << name;
+  if (bytes.empty()) return {};
+  const unsigned char flags = static_cast<unsigned char>(bytes[0]);
+  if (flags & 1) q->only = "b";
+  if (flags & 2) q->after = "a";
+  q->limit = (flags & 4) ? 1 : 200;
+  RespDecoder d;
+  EXPECT_TRUE(d.feed(std::string_view(bytes).substr(1)).ok());
+  std::vector<RespValue> out;
+  for (;;) {
+    auto r = d.next();
+    EXPECT_TRUE(r.ok());
+    if (!r.ok() || !r->has_value()) break;
+    out.push_back(std::move(**r));
+  }
+  return out;
+}
+
+// Feeds `replies` round by round; the status of the last round fed.
+Status run(SpreadDiscoveryRead& read, const std::vector<RespValue>& replies) {
+  std::size_t used = 0;
+  while (!read.done()) {
+    const std::size_t n = read.commands().size();
+    if (replies.size() - used < n) return Error(ErrorCode::kInternal, "the seed ran out");
+    Status s = read.feed({replies.begin() + used, replies.begin() + used + n});
+    used += n;
+    if (!s.ok()) return s;
+  }
+  EXPECT_EQ(used, replies.size()) << "every reply of the seed used";
+  return Status();
+}
+
+TEST(SpreadDiscoveryRead, RefusesWhatTheOneScriptReadRefuses) {
+  EXPECT_FALSE(SpreadDiscoveryRead::start(kKeys, Principal::shared()).ok());
+  EXPECT_FALSE(SpreadDiscoveryRead::start(kKeys, kAlice, {std::nullopt, "", 0}).ok());
+  EXPECT_FALSE(SpreadDiscoveryRead::start(kKeys, kAlice, {std::nullopt, "", 1001}).ok());
+  EXPECT_FALSE(SpreadDiscoveryRead::start(kKeys, kAlice, {std::string("a:b"), "", 5}).ok());
+  EXPECT_FALSE(
+      SpreadDiscoveryRead::start(kKeys, kAlice, {std::nullopt, std::string(129, 'a'), 5}).ok());
+}
+
+TEST(SpreadDiscoveryRead, RoundOneReadsTheVersionBeforeTheGrants) {
+  Result<SpreadDiscoveryRead> read = SpreadDiscoveryRead::start(kKeys, kAlice);
+  ASSERT_TRUE(read.ok());
+  const std::vector<RedisCommand> want = {{"GET", kKeys.namespace_record()},
+                                          {"GET", *kKeys.member_version(kAlice)},
+                                          {"HGETALL", *kKeys.grants(kAlice)}};
+  EXPECT_EQ(read->commands(), want);
+  Result<SpreadDiscoveryRead> one =
+      SpreadDiscoveryRead::start(kKeys, kAlice, {std::string("b"), "", 5});
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->commands().back(), (RedisCommand{"HGET", *kKeys.grants(kAlice), "b"}));
+}
+
+TEST(SpreadDiscoveryRead, AFullReadInTwoRounds) {
+  SnapshotQuery q;
+  std::vector<RespValue> replies = seed_replies("full-read", &q);
+  Result<SpreadDiscoveryRead> read = SpreadDiscoveryRead::start(kKeys, kAlice, q);
+  ASSERT_TRUE(read.ok());
+  ASSERT_TRUE(run(*read, replies).ok());
+  EXPECT_EQ(read->round(), 2);
+  DiscoverySnapshot s = read->take_snapshot();
+  ASSERT_EQ(s.connections.size(), 3u);
+  EXPECT_EQ(s.granted_total, 3);
+  EXPECT_EQ(s.member_version, "7");
+  EXPECT_EQ(s.connection_versions, (std::vector<std::string>{"3", "2", ""}));
+  EXPECT_EQ(s.epoch, 0) << "no epoch on layout v2";
+  const GrantedConnection& b = s.connections[1];
+  ASSERT_TRUE(b.principal.has_value());
+  EXPECT_EQ(*b.principal, kAlice);
+  EXPECT_TRUE(b.disabled.count("tool:x_b"));
+  ASSERT_TRUE(b.manifest.has_value());
+  EXPECT_EQ(b.manifest->invalidated_at_ms, 1'790'000'000'005) << "the connection-wide mark applies";
+  const GrantedConnection& c = s.connections[2];
+  EXPECT_TRUE(c.lease_held);
+  ASSERT_TRUE(c.manifest.has_value());
+  EXPECT_EQ(c.manifest->invalidated_at_ms, 1'790'000'000'003) << "its own mark";
+}
+
+TEST(SpreadDiscoveryRead, AModeChangedBetweenTheRoundsIsReadAgain) {
+  SnapshotQuery q;
+  std::vector<RespValue> replies = seed_replies("mode-changed", &q);
+  Result<SpreadDiscoveryRead> read = SpreadDiscoveryRead::start(kKeys, kAlice, q);
+  ASSERT_TRUE(read.ok());
+  ASSERT_TRUE(run(*read, replies).ok());
+  EXPECT_EQ(read->round(), 3);
+  DiscoverySnapshot s = read->take_snapshot();
+  ASSERT_EQ(s.connections.size(), 3u);
+  ASSERT_TRUE(s.connections[1].principal.has_value());
+  EXPECT_TRUE(s.connections[1].principal->is_shared());
+  EXPECT_EQ(s.connection_versions[1], "4") << "the version read with the record used";
+}
+
+TEST(SpreadDiscoveryRead, OneConnection) {
+  SnapshotQuery q;
+  std::vector<RespValue> replies = seed_replies("only", &q);
+  Result<SpreadDiscoveryRead> read = SpreadDiscoveryRead::start(kKeys, kAlice, q);
+  ASSERT_TRUE(read.ok());
+  ASSERT_TRUE(run(*read, replies).ok());
+  DiscoverySnapshot s = read->take_snapshot();
+  ASSERT_EQ(s.connections.size(), 1u);
+  EXPECT_EQ(s.connections[0].id, "b");
+  EXPECT_EQ(s.granted_total, 1);
+}
+
+TEST(SpreadDiscoveryRead, ANamespaceNotReadyIsNeverEmpty) {
+  SnapshotQuery q;
+  std::vector<RespValue> replies = seed_replies("not-ready", &q);
+  Result<SpreadDiscoveryRead> read = SpreadDiscoveryRead::start(kKeys, kAlice, q);
+  ASSERT_TRUE(read.ok());
+  Status s = run(*read, replies);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code, ErrorCode::kStoreNotReady) << s.error().message;
+  EXPECT_NE(s.error().message.find("restoring"), std::string::npos);
+}
+
+TEST(SpreadDiscoveryRead, RedisErrorsAndMalformedRepliesEndTheRead) {
+  SnapshotQuery q;
+  std::vector<RespValue> replies = seed_replies("full-read", &q);
+  {
+    Result<SpreadDiscoveryRead> read = SpreadDiscoveryRead::start(kKeys, kAlice, q);
+    std::vector<RespValue> r1(replies.begin(), replies.begin() + 3);
+    ASSERT_TRUE(read->feed(r1).ok());
+    std::vector<RespValue> r2(replies.begin() + 3, replies.end());
+    r2[1] = RespValue::error("MOVED 12 127.0.0.1:7001");
+    Status s = read->feed(r2);
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.error().code, ErrorCode::kStoreUnavailable);
+    EXPECT_EQ(read->feed(r2).error().code, ErrorCode::kInternal) << "over after an error";
+  }
+  {
+    Result<SpreadDiscoveryRead> read = SpreadDiscoveryRead::start(kKeys, kAlice, q);
+    ASSERT_TRUE(read->feed({replies.begin(), replies.begin() + 3}).ok());
+    EXPECT_EQ(read->feed({replies.begin() + 3, replies.end() - 1}).error().code,
+              ErrorCode::kInvalidReply)
+        << "one reply short";
+  }
+  {
+    // The member part answered for a connection it was not asked about.
+    Result<SpreadDiscoveryRead> read = SpreadDiscoveryRead::start(kKeys, kAlice, q);
+    ASSERT_TRUE(read->feed({replies.begin(), replies.begin() + 3}).ok());
+    std::vector<RespValue> r2(replies.begin() + 3, replies.end());
+    r2.back().elements[1].elements.push_back(r2.back().elements[1].elements[0]);
+    EXPECT_EQ(read->feed(r2).error().code, ErrorCode::kInvalidReply);
+  }
+  {
+    // Shared data where the grant did not ask for it.
+    Result<SpreadDiscoveryRead> read = SpreadDiscoveryRead::start(kKeys, kAlice, q);
+    ASSERT_TRUE(read->feed({replies.begin(), replies.begin() + 3}).ok());
+    std::vector<RespValue> r2(replies.begin() + 3, replies.end());
+    r2[1].elements[4] = r2[0].elements[4];
+    EXPECT_EQ(read->feed(r2).error().code, ErrorCode::kInvalidReply);
+  }
+}
+
+TEST(SpreadDiscoveryRead, TheConditionalReadComparesEveryVersionAndReadsLeases) {
+  SnapshotQuery q;
+  std::vector<RespValue> replies = seed_replies("full-read", &q);
+  Result<SpreadDiscoveryRead> read = SpreadDiscoveryRead::start(kKeys, kAlice, q);
+  ASSERT_TRUE(run(*read, replies).ok());
+  DiscoverySnapshot held = read->take_snapshot();
+  Result<std::vector<RedisCommand>> c = spread_conditional_commands(kKeys, held, {2});
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(c->size(), 6u);
+  EXPECT_EQ((*c)[2], (RedisCommand{"GET", *kKeys.conn_version("a")}));
+  EXPECT_EQ((*c)[5], (RedisCommand{"EXISTS", *kKeys.lease("c", Principal::shared())}));
+  auto answer = [](const char* record, const char* c_version, int lease) {
+    return std::vector<RespValue>{RespValue::bulk_string(record),
+                                  RespValue::bulk_string("7"),
+                                  RespValue::bulk_string("3"),
+                                  RespValue::bulk_string("2"),
+                                  c_version ? RespValue::bulk_string(c_version) : RespValue::nil(),
+                                  RespValue::integer_value(lease)};
+  };
+  Result<bool> same =
+      decode_spread_conditional(answer("ready:1790000000000", nullptr, 0), held, {2});
+  ASSERT_TRUE(same.ok());
+  EXPECT_TRUE(*same);
+  EXPECT_FALSE(held.connections[2].lease_held) << "the lease read again";
+  EXPECT_FALSE(*decode_spread_conditional(answer("ready:1790000000000", "1", 0), held, {2}));
+  EXPECT_FALSE(*decode_spread_conditional(answer("ready:1790000000001", nullptr, 0), held, {2}));
+  std::vector<RespValue> down = answer("ready:1790000000000", nullptr, 0);
+  down[3] = RespValue::error("CLUSTERDOWN");
+  EXPECT_EQ(decode_spread_conditional(down, held, {2}).error().code, ErrorCode::kStoreUnavailable);
+  EXPECT_FALSE(spread_conditional_commands(kKeys, held, {3}).ok()) << "a lease entry out of range";
+}
+
+}  // namespace
+}  // namespace quiver
