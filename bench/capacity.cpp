@@ -433,6 +433,14 @@ int main(int argc, char** argv) {
 
   // 3. The agent's discovery read.
   const quiver::Principal reader = *quiver::Principal::member("reader");
+  // A read row's namespace on `topo` (*ns), emptied, then `reader` granted G shared connections of
+  // `size`-byte manifests, bodies stored apart: the manifests' characters in all.
+  auto seed_reader = [&](const Topology* topo, int64_t g, int64_t size, std::string* ns) {
+    *ns = topo == &one ? "cap-0" : spread_namespaces(*topo, 1)[0];
+    if (!topo->flush()) bench::fail("FLUSHALL failed");
+    return bench::seed_member(topo->master_for(*ns), *quiver::RedisKeys::create(*ns), reader,
+                              static_cast<int>(g), static_cast<std::size_t>(size), now, false);
+  };
   std::printf(
       "\n## Discovery read (RedisStore::read_discovery), bodies stored apart, %d reads each\n\n",
       k);
@@ -445,11 +453,8 @@ int main(int argc, char** argv) {
       for (bool cache : {false, true}) {
         bench::AgentReadRow base;
         for (const Topology* topo : topologies) {
-          const std::string ns = topo == &one ? "cap-0" : spread_namespaces(*topo, 1)[0];
-          if (!topo->flush()) bench::fail("FLUSHALL failed");
-          const std::size_t chars =
-              bench::seed_member(topo->master_for(ns), *quiver::RedisKeys::create(ns), reader,
-                                 static_cast<int>(g), static_cast<std::size_t>(size), now, false);
+          std::string ns;
+          const std::size_t chars = seed_reader(topo, g, size, &ns);
           bench::AgentReadRow r;
           for (int round = 0; round < rounds; ++round) {
             const bench::AgentReadRow one_round = bench::measure_agent_read(
@@ -496,11 +501,8 @@ int main(int argc, char** argv) {
       for (bool conditional : {false, true}) {
         bench::EdgeReadRow base;
         for (const Topology* topo : topologies) {
-          const std::string ns = topo == &one ? "cap-0" : spread_namespaces(*topo, 1)[0];
-          if (!topo->flush()) bench::fail("FLUSHALL failed");
-          const std::size_t chars =
-              bench::seed_member(topo->master_for(ns), *quiver::RedisKeys::create(ns), reader,
-                                 static_cast<int>(g), static_cast<std::size_t>(size), now, false);
+          std::string ns;
+          const std::size_t chars = seed_reader(topo, g, size, &ns);
           std::map<std::string, std::string> extra;
           if (topo == &many) extra["REDIS_CLUSTER"] = seeds;
           const std::string token =
