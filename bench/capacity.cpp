@@ -34,6 +34,12 @@
 //    warm: Redis µs, CPU µs and bytes from Redis per read, K reads each, on one node and on the
 //    cluster.
 //
+// 4. The edge's discovery read of the same member (bench/bench_edge.h: a real EdgeService driven
+//    natively, its bytes on loopback sockets, one per node on the cluster; L1 TTL 0 so every read
+//    reaches Redis; its body cache warm: no MGET): every read a full one, and every read a
+//    conditional one (the versions checked, answered "unchanged"). Redis µs, CPU µs, bytes from
+//    and to Redis and round trips per read, K reads each, on one node and on the cluster.
+//
 // Every row runs `--rounds` times and each figure is the best of its rounds (most commits per
 // second, least of the rest): other work on a shared machine only ever makes a round worse.
 // Everything binds 127.0.0.1, keeps no data on disk, and is stopped and deleted at the end.
@@ -58,6 +64,7 @@
 #include "bench/bench_redis_server.h"
 #include "native-agent/base/config.h"
 #include "native-agent/store/redis_store.h"
+#include "shared/caller_token.h"
 #include "shared/lease.h"
 #include "shared/manifest_record.h"
 #include "shared/principal.h"
@@ -426,6 +433,14 @@ int main(int argc, char** argv) {
 
   // 3. The agent's discovery read.
   const quiver::Principal reader = *quiver::Principal::member("reader");
+  // A read row's namespace on `topo` (*ns), emptied, then `reader` granted G shared connections of
+  // `size`-byte manifests, bodies stored apart: the manifests' characters in all.
+  auto seed_reader = [&](const Topology* topo, int64_t g, int64_t size, std::string* ns) {
+    *ns = topo == &one ? "cap-0" : spread_namespaces(*topo, 1)[0];
+    if (!topo->flush()) bench::fail("FLUSHALL failed");
+    return bench::seed_member(topo->master_for(*ns), *quiver::RedisKeys::create(*ns), reader,
+                              static_cast<int>(g), static_cast<std::size_t>(size), now, false);
+  };
   std::printf(
       "\n## Discovery read (RedisStore::read_discovery), bodies stored apart, %d reads each\n\n",
       k);
@@ -438,11 +453,8 @@ int main(int argc, char** argv) {
       for (bool cache : {false, true}) {
         bench::AgentReadRow base;
         for (const Topology* topo : topologies) {
-          const std::string ns = topo == &one ? "cap-0" : spread_namespaces(*topo, 1)[0];
-          if (!topo->flush()) bench::fail("FLUSHALL failed");
-          const std::size_t chars =
-              bench::seed_member(topo->master_for(ns), *quiver::RedisKeys::create(ns), reader,
-                                 static_cast<int>(g), static_cast<std::size_t>(size), now, false);
+          std::string ns;
+          const std::size_t chars = seed_reader(topo, g, size, &ns);
           bench::AgentReadRow r;
           for (int round = 0; round < rounds; ++round) {
             const bench::AgentReadRow one_round = bench::measure_agent_read(
@@ -461,6 +473,52 @@ int main(int argc, char** argv) {
               static_cast<long long>(g), chars / static_cast<std::size_t>(g),
               cache ? "warm" : "off", topo->name.c_str(), r.redis_us, r.redis_us / base.redis_us,
               r.cpu_us, r.bytes_in, r.bytes_in / base.bytes_in, r.mgets, r.wall_us);
+          std::fflush(stdout);
+        }
+      }
+    }
+  }
+
+  // 4. The edge's discovery read: a real EdgeService (bench/bench_edge.h), the same script and
+  // arguments it sends from workerd, on one node and on the cluster (the edge seeded with all six
+  // nodes, one socket per node it is sent to).
+  const std::string secret = "capacity-bench-caller-token-secret-0123456789";
+  std::string seeds;
+  for (int port : cluster.ports()) {
+    seeds += (seeds.empty() ? "127.0.0.1:" : ",127.0.0.1:") + std::to_string(port);
+  }
+  std::printf(
+      "\n## The edge's discovery read (EdgeService, L1 TTL 0, body cache warm), %d reads each\n\n",
+      k);
+  std::printf(
+      "| G | manifest | read | Redis | Redis µs per read | vs one node | Redis CPU µs per read | "
+      "bytes from Redis per read | vs one node | bytes to Redis per read | round trips per read | "
+      "client µs per read |\n");
+  std::printf(
+      "| ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  for (int64_t g : grants) {
+    for (int64_t size : sizes) {
+      for (bool conditional : {false, true}) {
+        bench::EdgeReadRow base;
+        for (const Topology* topo : topologies) {
+          std::string ns;
+          const std::size_t chars = seed_reader(topo, g, size, &ns);
+          std::map<std::string, std::string> extra;
+          if (topo == &many) extra["REDIS_CLUSTER"] = seeds;
+          const std::string token =
+              *quiver::mint_caller_token("reader", secret, "k", bench::wall_ms(), 3'600'000);
+          const bench::EdgeReadRow r = bench::measure_edge_read(
+              bench::new_edge(ns, secret, 0, conditional ? 600'000 : 0, extra),
+              topo == &one ? server.port : 0, token, k, rounds, chars, conditional,
+              [topo] { return topo->info(); });
+          if (topo == &one) base = r;
+          std::printf(
+              "| %lld | %zu B | %s | %s | %.1f | %.2f | %.1f | %.0f | %.3f | %.0f | %.2f | %.0f "
+              "|\n",
+              static_cast<long long>(g), chars / static_cast<std::size_t>(g),
+              conditional ? "conditional" : "full", topo->name.c_str(), r.redis_us,
+              r.redis_us / base.redis_us, r.cpu_us, r.bytes_in, r.bytes_in / base.bytes_in,
+              r.bytes_out, r.round_trips, r.wall_us);
           std::fflush(stdout);
         }
       }

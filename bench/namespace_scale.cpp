@@ -127,33 +127,12 @@ struct Row {
 void measure_edge(redisContext* c, int port, const std::string& token, int k,
                   std::size_t expect_chars, bool conditional, double* redis_us, double* bytes,
                   double* wall_us) {
-  auto edge = bench::new_edge(kNs, kSecret, 0, conditional ? 600'000 : 0);
-  auto read = [&](bench::EdgeTotals* t) {
-    quiver::HttpRequest request;
-    request.method = "GET";
-    request.path = "/v1/manifests";
-    request.headers.emplace_back("Authorization", "Bearer " + token);
-    quiver::HttpResponse r = bench::edge_exchange(*edge, port, std::move(request), t);
-    if (r.status != 200) bench::fail("the edge read answered " + std::to_string(r.status));
-    if (r.body.size() < expect_chars) bench::fail("the edge read lacks its manifests");
-  };
-  bench::EdgeTotals warm;
-  read(&warm);  // the script loaded, the isolate's body cache warm
-  const int per_round = std::max(1, k / kRounds);
-  for (int round = 0; round < kRounds; ++round) {
-    const bench::RedisInfo before = bench::read_info(c);
-    bench::EdgeTotals t;
-    for (int i = 0; i < per_round; ++i) read(&t);
-    const bench::RedisInfo after = bench::read_info(c);
-    least(redis_us, bench::discovery_read_usec(before, after, false) / per_round, round);
-    least(bytes, static_cast<double>(t.bytes_in) / per_round, round);
-    least(wall_us, t.wall_us / per_round, round);
-  }
-  const uint64_t expected = conditional ? static_cast<uint64_t>(per_round * kRounds) : 0;
-  if (edge->revalidated() != expected) {
-    bench::fail("the edge answered " + std::to_string(edge->revalidated()) +
-                " reads from its checked copy, expected " + std::to_string(expected));
-  }
+  const bench::EdgeReadRow r = bench::measure_edge_read(
+      bench::new_edge(kNs, kSecret, 0, conditional ? 600'000 : 0), port, token, k, kRounds,
+      expect_chars, conditional, [c] { return bench::read_info(c); });
+  *redis_us = r.redis_us;
+  *bytes = r.bytes_in;
+  *wall_us = r.wall_us;
 }
 
 void measure_agent(redisContext* c, int port, const quiver::Principal& reader, int k,

@@ -266,7 +266,7 @@ Result<LeaseOutcome> parse_release_reply(const RespValue& reply) {
 
 Result<RedisCommand> commit_manifest_command(const LeaseKeys& keys, const Lease& lease,
                                              const ManifestWrite& write,
-                                             const FencedWriteOptions& options) {
+                                             const FencedWriteOptions& options, CommitBody body) {
   if (Status s = check_keys({&keys.manifest, &keys.lease, &keys.fence, &keys.connection,
                              &keys.epoch, &keys.body, &keys.due, &keys.version});
       !s.ok()) {
@@ -283,15 +283,15 @@ Result<RedisCommand> commit_manifest_command(const LeaseKeys& keys, const Lease&
           0) {
     return invalid("manifest commit: the body key does not name the manifest's SHA-256");
   }
-  return eval(
-      "manifest_commit.lua",
-      {&keys.manifest, &keys.lease, &keys.fence, &keys.connection, &keys.epoch, &keys.body,
-       &keys.due, &keys.version},
-      {std::to_string(lease.fence), lease.token, write.config_hash, write.manifest, write.etag,
-       std::to_string(write.fetched_at_ms), std::to_string(write.fresh_until_ms),
-       std::to_string(write.expires_at_ms), write.cache_scope, write.truncated ? "1" : "0",
-       options.release_lease ? "1" : "0", digest, std::to_string(options.body_grace_ms),
-       std::to_string(options.due_at_ms), keys.due_member});
+  return eval("manifest_commit.lua",
+              {&keys.manifest, &keys.lease, &keys.fence, &keys.connection, &keys.epoch, &keys.body,
+               &keys.due, &keys.version},
+              {std::to_string(lease.fence), lease.token, write.config_hash,
+               body == CommitBody::kSend ? write.manifest : std::string(), write.etag,
+               std::to_string(write.fetched_at_ms), std::to_string(write.fresh_until_ms),
+               std::to_string(write.expires_at_ms), write.cache_scope, write.truncated ? "1" : "0",
+               options.release_lease ? "1" : "0", digest, std::to_string(options.body_grace_ms),
+               std::to_string(options.due_at_ms), keys.due_member});
 }
 
 Result<RedisCommand> record_failure_command(const LeaseKeys& keys, const Lease& lease,
@@ -319,6 +319,16 @@ Result<FencedWriteResult> parse_commit_reply(const RespValue& reply) {
     return Error(ErrorCode::kInvalidReply, "manifest_commit.lua: committed without an epoch");
   }
   return r;
+}
+
+Result<std::optional<FencedWriteResult>> parse_commit_if_stored_reply(const RespValue& reply) {
+  if (reply.is_array() && reply.elements.size() == 1 && reply.elements[0].is_string() &&
+      reply.elements[0].str == "need_body") {
+    return std::optional<FencedWriteResult>();
+  }
+  Result<FencedWriteResult> r = parse_commit_reply(reply);
+  if (!r.ok()) return r.error();
+  return std::optional<FencedWriteResult>(*r);
 }
 
 Result<FencedWriteResult> parse_failure_reply(const RespValue& reply) {

@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -142,9 +143,18 @@ struct FencedWriteOptions {
   int64_t due_at_ms = 0;
 };
 
+// Whether a commit carries the body's bytes (manifest_commit.lua, "The body's bytes go only when
+// needed").
+enum class CommitBody {
+  kSend,      // the bytes go: the body key is written when absent (a commit that cannot fail on it)
+  kIfStored,  // the SHA-256 alone: the commit goes through when the body key exists, else the
+              // script answers "need_body" after the fenced checks and writes nothing
+};
+
 Result<RedisCommand> commit_manifest_command(const LeaseKeys& keys, const Lease& lease,
                                              const ManifestWrite& write,
-                                             const FencedWriteOptions& options);
+                                             const FencedWriteOptions& options,
+                                             CommitBody body = CommitBody::kSend);
 Result<RedisCommand> record_failure_command(const LeaseKeys& keys, const Lease& lease,
                                             const RefreshFailure& failure,
                                             const FencedWriteOptions& options);
@@ -168,6 +178,9 @@ struct FencedWriteResult {
 };
 
 Result<FencedWriteResult> parse_commit_reply(const RespValue& reply);
+// The reply to a CommitBody::kIfStored commit: nullopt when the body key was absent (nothing was
+// written; the caller sends the commit again with CommitBody::kSend), else as parse_commit_reply.
+Result<std::optional<FencedWriteResult>> parse_commit_if_stored_reply(const RespValue& reply);
 Result<FencedWriteResult> parse_failure_reply(const RespValue& reply);
 
 // A refused write as an error value (kConflict), for callers that propagate rather than branch.

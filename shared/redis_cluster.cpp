@@ -595,6 +595,9 @@ ClusterStep hold_ask_for_round(ClusterStep step, const std::vector<RedisCommand>
 
 ClusterStep cluster_step_after_io_failure(std::string_view why, int attempt,
                                           const ClusterRetryPolicy& policy) {
+  if (why.find(kTlsHandshakeFailed) != std::string_view::npos) {
+    return give_up("not retried: " + std::string(why));
+  }
   if (attempt >= policy.max_attempts) {
     return give_up("no node answered after " + std::to_string(attempt) +
                    " attempts (last: " + std::string(why) + ")");

@@ -25,7 +25,9 @@
 // connection opens with AUTH + READONLY in one write (cluster_connection_preamble); a redirect
 // sends it on to the master named. A connection that fails before anything was written (the
 // host's `why` starts with "connect": refused, reset), or under a read-only round, is retried
-// after a refresh; a write that may have run is not sent again. A timeout is not retried: the
+// after a refresh; a write that may have run is not sent again, nor is a TLS handshake the node
+// refused (the host's `why` contains kTlsHandshakeFailed: the same trust fails again, at every
+// node of the cluster; the round fails at once, kStoreUnavailable). A timeout is not retried: the
 // request fails at once as on one Redis (the edge's fail-fast window and L1 copies take over)
 // and the isolate's next round asks for the map first (a failover may be under way).
 //

@@ -166,6 +166,20 @@ function intVar(value, fallback) {
   return Number.isFinite(n) && n > 0 ? n : fallback;
 }
 
+// Whether `hostname:port` accepts a plain TCP connection (closed at once, nothing written).
+async function acceptsTcp(hostname, port, ms) {
+  let probe;
+  try {
+    probe = connect({ hostname, port }, { secureTransport: 'off' });
+    await withTimeout(probe.opened, ms, 'connect');
+    return true;
+  } catch {
+    return false;
+  } finally {
+    probe?.close().catch(() => {});
+  }
+}
+
 class RedisConnection {
   // `node` ({host, port}): a Redis Cluster node the core named; else REDIS_HOST:REDIS_PORT.
   static async open(env, node) {
@@ -174,13 +188,21 @@ class RedisConnection {
     const tls = ['1', 'true', 'on', 'yes'].includes(String(env.REDIS_TLS ?? '').toLowerCase());
     const c = new RedisConnection();
     c.timeoutMs = intVar(env.REDIS_TIMEOUT_MS, 2000);
+    const connectMs = intVar(env.REDIS_CONNECT_TIMEOUT_MS, 1000);
     c.socket = connect({ hostname, port }, { secureTransport: tls ? 'on' : 'off' });
     try {
-      await withTimeout(c.socket.opened, intVar(env.REDIS_CONNECT_TIMEOUT_MS, 1000), 'connect');
+      await withTimeout(c.socket.opened, connectMs, 'connect');
     } catch (e) {
       c.close();
       // "connect..." tells the core nothing was written (a cluster retries it at another node).
-      const why = String(e?.message ?? e);
+      let why = String(e?.message ?? e);
+      // workerd words a refused TLS handshake as it words a refused connection (the reason goes
+      // to its own log only). A plain TCP connection to the same address tells them apart: if it
+      // opens, the node listens and the handshake failed, which no retry with the same trust
+      // changes; the core then ends the round at once (kTlsHandshakeFailed, shared/redis_cluster.h).
+      if (tls && !why.startsWith('connect timed out') && await acceptsTcp(hostname, port, connectMs)) {
+        why = `TLS handshake failed with ${hostname}:${port} (it accepts TCP): ${why}`;
+      }
       throw new Error(why.startsWith('connect') ? why : `connect: ${why}`);
     }
     c.writer = c.socket.writable.getWriter();

@@ -1003,8 +1003,18 @@ Result<FencedWriteResult> RedisStore::commit_manifest(std::string_view cid,
   Result<std::string> body = impl_->keys.body(manifest_body_digest(write.manifest));
   if (!body.ok()) return body.error();
   k->body = std::move(*body);
-  Result<RespValue> r =
-      impl_->script(commit_manifest_command(*k, lease, write, options), "manifest_commit");
+  // The SHA-256 first: the usual commit lists content Redis holds already (a refresh that found
+  // nothing changed, or content another principal listed), and then the body's bytes stay here.
+  // New content (or a body key evicted meanwhile) costs one more round trip, with the bytes; the
+  // script's fenced checks run again in it (manifest_commit.lua).
+  Result<RespValue> r = impl_->script(
+      commit_manifest_command(*k, lease, write, options, CommitBody::kIfStored), "manifest_commit");
+  if (!r.ok()) return r.error();
+  Result<std::optional<FencedWriteResult>> stored = parse_commit_if_stored_reply(*r);
+  if (!stored.ok()) return stored.error();
+  if (stored->has_value()) return **stored;
+  r = impl_->script(commit_manifest_command(*k, lease, write, options, CommitBody::kSend),
+                    "manifest_commit");
   if (!r.ok()) return r.error();
   return parse_commit_reply(*r);
 }

@@ -11,7 +11,7 @@
 -- KEYS[8] version     quiver:{ns}:conn-version:<cid> for `shared`, member-version:<member> for a
 --                     member: INCR with the epoch (a discovery read checks it: discovery_read.lua)
 -- ARGV[1] fence  ARGV[2] token  ARGV[3] config_hash the listing started under
--- ARGV[4] manifest  ARGV[5] etag  ARGV[6] fetched_at  ARGV[7] fresh_until  ARGV[8] expires_at
+-- ARGV[4] manifest ('' = the digest alone: see below)  ARGV[5] etag  ARGV[6] fetched_at  ARGV[7] fresh_until  ARGV[8] expires_at
 -- ARGV[9] cache_scope ('' = none)  ARGV[10] truncated ('0'/'1')
 -- ARGV[11] release the lease afterwards ('0'/'1')
 -- ARGV[12] the body's SHA-256 (hex; KEYS[6] ends with it)
@@ -30,6 +30,14 @@
 -- moved later, never earlier, by every commit that names it: a body no record names any more
 -- expires; a record past its expires_at (never served as data) may outlive its body.
 --
+-- The body's bytes go only when needed: a commit may send ARGV[4] = '' (a manifest is never empty,
+-- shared/lease.cpp refuses one) and name the body by ARGV[12] alone. Then the body key present
+-- commits as above (its expiry moved); absent (new content, or the key evicted or deleted), the
+-- script answers {"need_body"} after the fenced checks and writes nothing, and the caller sends
+-- the same commit again with the bytes (native-agent/store/redis_store.cpp). A refresh that found
+-- the content unchanged, or content another principal stored, so sends the SHA-256, not the body.
+-- A body key holding other bytes is repaired only by a commit that sends the bytes.
+--
 -- The hash gets no TTL (schema/redis-keys.md): an expired manifest still answers with its status
 -- and its last error, however long the upstream stays down. PERSIST drops a TTL that agents
 -- before this rule set.
@@ -39,6 +47,7 @@
 --   {"stale_fence", fence}      a newer holder acquired the lease (its fence is given)
 --   {"config_changed"}          the connection's config_hash is no longer ARGV[3]
 --   {"connection_removed"}      the connection record is gone
+--   {"need_body"}               ARGV[4] is '' and the body key is absent: send the body
 local holder = redis.call('GET', KEYS[2])
 local counter = redis.call('GET', KEYS[3])
 if holder ~= ARGV[1] .. ':' .. ARGV[2] then
@@ -67,7 +76,12 @@ end
 local time = redis.call('TIME')
 local keep = math.max(tonumber(ARGV[8]), tonumber(time[1]) * 1000 + math.floor(time[2] / 1000))
 keep = string.format('%.0f', keep + tonumber(ARGV[13]))
-if redis.call('GET', KEYS[6]) == ARGV[4] then
+if ARGV[4] == '' then
+  -- PEXPIREAT answers 0 for a key that is absent and for one whose expiry is already later.
+  if redis.call('PEXPIREAT', KEYS[6], keep, 'GT') == 0 and redis.call('EXISTS', KEYS[6]) == 0 then
+    return {'need_body'}
+  end
+elseif redis.call('GET', KEYS[6]) == ARGV[4] then
   redis.call('PEXPIREAT', KEYS[6], keep, 'GT')
 else
   redis.call('SET', KEYS[6], ARGV[4], 'PXAT', keep)

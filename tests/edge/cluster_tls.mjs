@@ -18,8 +18,10 @@
 // the slot's node from its seed's map; a tools/call relayed through the slot's master; a CLUSTER
 // FAILOVER of that master followed through MOVED to the promoted replica's TLS port, every read
 // answered; an edge without REDIS_TLS, or not trusting the nodes' CA, answers 503
-// STORE_UNAVAILABLE, never an empty list; nodes that announce a hostname, with certificates for
-// that name alone, are dialled and verified by name (last: it changes the nodes' certificates).
+// STORE_UNAVAILABLE, never an empty list (the latter without retries: its log names the TLS
+// handshake, which the worker tells from a refused connection); nodes that announce a hostname,
+// with certificates for that name alone, are dialled and verified by name (last: it changes the
+// nodes' certificates).
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
@@ -189,10 +191,15 @@ test('an edge that does not trust the nodes\' CA (the staged browsers\' CAs): 50
     assert.equal(res.json?.error?.code, 'STORE_UNAVAILABLE', res.text);
     await sleep(100);
     // workerd refused the handshake (the certificate's issuer is unknown to it); the edge said
-    // the store is down, not what it would be with a working socket.
+    // the store is down, not what it would be with a working socket, and why: the node accepts
+    // TCP (the worker's probe) and refused TLS, which no retry changes, so none was made.
     const logged = logs.slice(before).join('\n');
     assert.match(logged, /TLS handshake failed: invalid peer certificate/);
-    assert.match(logged, /STORE_UNAVAILABLE: redis cluster: no node answered/);
+    assert.match(logged, /STORE_UNAVAILABLE: redis cluster: not retried: .*TLS handshake failed/);
+    assert.match(logged, /TLS handshake failed with 127\.0\.0\.1:\d+ \(it accepts TCP\)/);
+    const h = await healthz(untrusting);
+    assert.equal(h.cluster.retries, 0, JSON.stringify(h.cluster));
+    assert.equal(h.cluster.map_known, false, JSON.stringify(h.cluster));
   } finally {
     await untrusting.stop();
   }

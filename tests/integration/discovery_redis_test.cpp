@@ -5,8 +5,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,6 +20,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "native-agent/store/redis_store.h"
 #include "shared/caller_token.h"
 #include "shared/edge_service.h"
 #include "shared/lease.h"
@@ -917,6 +920,149 @@ TEST_F(WebhookRedisIntegration, TheEdgeAppliesAConnectionsMarkToEachMemberItServ
        std::to_string(kNow - 1), "fresh_until", std::to_string(kNow + 15 * kMinute)});
   cmd({"INCR", *keys_.member_version(member_principal("carol"))});
   EXPECT_EQ(status_of("carol", kNow + 7), "stale");
+}
+
+// ---- a commit sends its body only when Redis lacks it (manifest_commit.lua) ---------------------
+
+// The agent's RedisStore committing as the refresh runner does, against the real Redis; what the
+// commits sent is read from Redis's own counters (INFO stats total_net_input_bytes, INFO
+// commandstats), and what they wrote is read the agent's way and the edge's way.
+class CommitBodyIntegration : public DiscoveryRedisIntegration {
+ protected:
+  // A store with no body cache: every read asks Redis for the bodies.
+  std::unique_ptr<RedisStore> agent() {
+    RedisStoreOptions o;
+    o.redis.host = "127.0.0.1";
+    o.redis.port = redis_->port();
+    o.ns = "itest";
+    o.body_cache_max_bytes = 0;
+    o.now_ms = [] { return kNow; };
+    Result<std::unique_ptr<RedisStore>> s = RedisStore::create(o);
+    EXPECT_TRUE(s.ok()) << s.error().message;
+    return s.ok() ? std::move(*s) : nullptr;
+  }
+
+  // Shared connections `cids`, granted to alice, the namespace synced.
+  void seed(RedisStore& s, const std::vector<std::string>& cids) {
+    cmd({"DEL", keys_.namespace_record()});  // as a fresh Redis: the store syncs it
+    std::vector<ConnectionRecord> records;
+    for (const std::string& cid : cids) {
+      ConnectionRecord r;
+      r.id = cid;
+      r.config_hash = "hash-" + cid;
+      r.credential_mode = CredentialMode::kShared;
+      r.name = "Connection " + cid;
+      r.transport = "stdio";
+      r.updated_at_ms = kNow;
+      records.push_back(r);
+    }
+    ASSERT_TRUE(s.sync_connections(records).ok());
+    ASSERT_TRUE(s.sync_grants({{"alice", std::set<std::string>(cids.begin(), cids.end())}}).ok());
+    ASSERT_TRUE(s.begin_namespace_restore(kNow).ok());
+    ASSERT_TRUE(*s.mark_namespace_ready(kNow));
+  }
+
+  int64_t info_field(const std::string& section, const std::string& line,
+                     const std::string& field) {
+    const std::string text = cmd({"INFO", section}).str;
+    const std::size_t at = text.find(line);
+    if (at == std::string::npos) return 0;
+    const std::size_t end = text.find('\n', at);
+    const std::size_t f = text.find(field, at);
+    if (f == std::string::npos || f > end) return 0;
+    return std::atoll(text.c_str() + f + field.size());
+  }
+  // Every script Redis has run (EVALSHA and EVAL, a NOSCRIPT fallback's too).
+  int64_t scripts() {
+    return info_field("commandstats", "cmdstat_evalsha:", "calls=") +
+           info_field("commandstats", "cmdstat_eval:", "calls=");
+  }
+
+  struct Sent {
+    int64_t bytes = 0;    // received by Redis while the commit ran (and two INFO commands)
+    int64_t scripts = 0;  // scripts run for it
+  };
+  // A listing of `cid` whose body is about `pad` bytes, told apart by `version`.
+  static ManifestWrite listing(const std::string& cid, const std::string& version,
+                               std::size_t pad) {
+    ManifestWrite w;
+    w.manifest = manifest_json({"search_" + version}, {}, {}, {}, std::string(pad, 'd'));
+    w.etag = "\"etag-" + version + "\"";
+    w.config_hash = "hash-" + cid;
+    w.fetched_at_ms = kNow - kMinute;
+    w.fresh_until_ms = kNow + 14 * kMinute;
+    w.expires_at_ms = kNow + 86'400'000;
+    w.cache_scope = "public";
+    return w;
+  }
+  // One fenced commit as the refresh runner makes it: the lease, then the commit releasing it.
+  Sent commit(RedisStore& s, const std::string& cid, const ManifestWrite& w) {
+    Result<AcquireResult> lease =
+        s.acquire_lease(cid, Principal::shared(), std::string(32, 'a'), 60'000);
+    EXPECT_TRUE(lease.ok() && lease->acquired);
+    Sent sent;
+    if (!lease.ok() || !lease->acquired) return sent;
+    const int64_t bytes = info_field("stats", "total_net_input_bytes:", ":");
+    const int64_t ran = scripts();
+    Result<FencedWriteResult> r =
+        s.commit_manifest(cid, Principal::shared(), lease->lease, w, FencedWriteOptions{true});
+    EXPECT_TRUE(r.ok() && r->ok()) << (r.ok() ? lease_outcome_name(r->outcome) : r.error().message);
+    sent.scripts = scripts() - ran;
+    sent.bytes = info_field("stats", "total_net_input_bytes:", ":") - bytes;
+    return sent;
+  }
+};
+
+TEST_F(CommitBodyIntegration, AnUnchangedListingSendsItsDigestAndABodyGoesOnlyWhenRedisLacksIt) {
+  std::unique_ptr<RedisStore> s = agent();
+  ASSERT_NE(s, nullptr);
+  seed(*s, {"docs", "gh"});
+  commit(*s, "gh", listing("gh", "warm-up", 10));  // the scripts loaded: EVALSHA from here on
+
+  const ManifestWrite docs = listing("docs", "v1", 20'000);
+  const std::string body_key = *keys_.body(manifest_body_digest(docs.manifest));
+  // New content: the digest first, then the bytes.
+  const Sent first = commit(*s, "docs", docs);
+  EXPECT_EQ(first.scripts, 2);
+  EXPECT_GT(first.bytes, 20'000);
+  // A refresh that found the same content: the digest alone.
+  const Sent unchanged = commit(*s, "docs", docs);
+  EXPECT_EQ(unchanged.scripts, 1);
+  EXPECT_LT(unchanged.bytes, 2'000) << "vs " << first.bytes;
+  // Another principal (here another connection) listing the same bytes: the digest alone too.
+  ManifestWrite same_elsewhere = docs;
+  same_elsewhere.config_hash = "hash-gh";
+  const Sent elsewhere = commit(*s, "gh", same_elsewhere);
+  EXPECT_EQ(elsewhere.scripts, 1);
+  EXPECT_LT(elsewhere.bytes, 2'000);
+  EXPECT_EQ(cmd({"KEYS", "quiver:{itest}:body:*"}).elements.size(), 2u);  // warm-up's, docs'
+
+  // The body key evicted (or deleted) between two commits: the commit still stores it.
+  cmd({"DEL", body_key});
+  const Sent again = commit(*s, "docs", docs);
+  EXPECT_EQ(again.scripts, 2);
+  EXPECT_GT(again.bytes, 20'000);
+  EXPECT_EQ(cmd({"GET", body_key}).str, docs.manifest);
+  EXPECT_GT(cmd({"PTTL", body_key}).integer, 0);
+
+  // The agent's read and the edge's read give the same answer, with the body.
+  Result<DiscoverySnapshot> snap = s->read_discovery(member_principal("alice"), {});
+  ASSERT_TRUE(snap.ok()) << snap.error().message;
+  const std::string from_agent = render_manifests(*snap, FreshnessPolicy{}, kNow).body;
+  const std::string secret = "edge-commit-body-integration-secret-0123456789";
+  std::unique_ptr<EdgeService> edge = edge_for(secret, "itest");
+  ASSERT_TRUE(edge->configured());
+  const std::string alice = *mint_caller_token("alice", secret, "k", kNow, 3'600'000);
+  EdgeOutcome from_edge = edge_get(*edge, redis_->port(), alice, kNow);
+  ASSERT_EQ(from_edge.status, 200) << from_edge.body;
+  EXPECT_EQ(from_edge.body, from_agent);
+  Json answer = *parse_json(from_edge.body);
+  ASSERT_EQ(answer["connections"].size(), 2u);
+  for (const Json& c : answer["connections"]) {
+    EXPECT_EQ(c["status"], "fresh") << c.dump();
+    EXPECT_EQ(c["etag"], docs.etag);
+  }
+  EXPECT_NE(from_edge.body.find(std::string(20'000, 'd')), std::string::npos);
 }
 
 }  // namespace

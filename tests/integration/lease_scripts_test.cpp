@@ -5,6 +5,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -437,6 +438,73 @@ TEST_F(LeaseScripts, ACommitMovesAnInlineBodyOutAndRepairsABodyKeyHoldingOtherBy
   EXPECT_EQ(record["body"], sha256_hex(w.manifest));
   EXPECT_EQ(get({"GET", body_key}), w.manifest);
   EXPECT_GT(integer({"PTTL", body_key}), 0);
+}
+
+// A commit naming its body by the SHA-256 alone (CommitBody::kIfStored): it goes through when the
+// body key exists, moving the body's expiry as a commit with the bytes does; when the key is absent
+// it asks for the body and writes nothing (the lease stays held for the commit with the bytes); a
+// refusal of the fenced checks comes first and stays what it was.
+TEST_F(LeaseScripts, ACommitNamingItsBodyAloneGoesThroughOnlyWhenTheBodyIsStored) {
+  auto commit_if_stored = [&](const Lease& lease, const ManifestWrite& w) {
+    return run(commit_manifest_command(with_body(w), lease, w, FencedWriteOptions{true},
+                                       CommitBody::kIfStored),
+               parse_commit_if_stored_reply, std::optional<FencedWriteResult>());
+  };
+  // Times by the wall clock, so the body's expiry is expires_at + grace (not Redis's now + grace).
+  ManifestWrite w = manifest_v("1", "h1");
+  w.fetched_at_ms = wall_ms() - 1000;
+  w.fresh_until_ms = w.fetched_at_ms;
+  w.expires_at_ms = w.fetched_at_ms + 7'200'000;
+  const std::string body_key = with_body(w).body;
+  Result<RedisCommand> digest_only = commit_manifest_command(
+      with_body(w), Lease{1, token(1)}, w, FencedWriteOptions{true}, CommitBody::kIfStored);
+  ASSERT_TRUE(digest_only.ok());
+  for (const std::string& arg : *digest_only) EXPECT_EQ(arg.find(w.manifest), std::string::npos);
+
+  // The body key absent: "need_body", and nothing written.
+  AcquireResult a = acquire(token(1));
+  ASSERT_TRUE(a.acquired);
+  EXPECT_FALSE(commit_if_stored(a.lease, w).has_value());
+  EXPECT_EQ(integer({"EXISTS", keys_.manifest, keys_.epoch, keys_.version, body_key}), 0);
+  EXPECT_EQ(integer({"ZCARD", keys_.due}), 0);
+  EXPECT_EQ(get({"GET", keys_.lease}), a.lease.value());  // still held: the bytes follow
+  // The same commit with the bytes.
+  FencedWriteResult first = commit(a.lease, w);
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(get({"GET", body_key}), w.manifest);
+  const int64_t kept = integer({"PEXPIRETIME", body_key});
+
+  // Stored: the digest alone commits, the record as a commit with the bytes writes it, the body's
+  // expiry moved later by a later expires_at.
+  ManifestWrite later = w;
+  later.fetched_at_ms += 60'000;
+  later.fresh_until_ms += 60'000;
+  later.expires_at_ms += 60'000;
+  std::optional<FencedWriteResult> second = commit_if_stored(acquire(token(2)).lease, later);
+  ASSERT_TRUE(second.has_value());
+  ASSERT_TRUE(second->ok());
+  EXPECT_EQ(second->epoch, first.epoch + 1);
+  std::map<std::string, std::string> record = hash(keys_.manifest);
+  EXPECT_EQ(record["body"], sha256_hex(w.manifest));
+  EXPECT_EQ(record["fetched_at"], std::to_string(later.fetched_at_ms));
+  EXPECT_EQ(record["fence"], "2");
+  EXPECT_EQ(body_of(record), w.manifest);
+  EXPECT_EQ(integer({"PEXPIRETIME", body_key}), kept + 60'000);
+  EXPECT_EQ(integer({"EXISTS", keys_.lease}), 0);  // released in the same script
+
+  // The fenced checks answer before the body is looked at: new content (its key absent) under a
+  // lease nobody holds is lease_lost, under a changed config config_changed, never need_body.
+  const ManifestWrite other = manifest_v("2", "h1");
+  std::optional<FencedWriteResult> lost = commit_if_stored(Lease{2, token(2)}, other);
+  ASSERT_TRUE(lost.has_value());
+  EXPECT_EQ(lost->outcome, LeaseOutcome::kLeaseLost);
+  AcquireResult b = acquire(token(3));
+  set_config_hash("h2");
+  std::optional<FencedWriteResult> changed = commit_if_stored(b.lease, other);
+  ASSERT_TRUE(changed.has_value());
+  EXPECT_EQ(changed->outcome, LeaseOutcome::kConfigChanged);
+  EXPECT_EQ(integer({"EXISTS", with_body(other).body}), 0);
+  EXPECT_EQ(hash(keys_.manifest)["fence"], "2");
 }
 
 TEST_F(LeaseScripts, RedisErrorsSurfaceAsErrors) {

@@ -371,6 +371,13 @@ TEST(ClusterStep, BackoffIsBoundedAndIoFailuresRefresh) {
   EXPECT_EQ(last.action, Action::kGiveUp);
   EXPECT_EQ(last.error.code, ErrorCode::kStoreUnavailable);
   EXPECT_NE(last.error.message.find("connection refused"), std::string::npos);
+
+  // A TLS handshake the node refused: no retry, from the first attempt.
+  ClusterStep tls = cluster_step_after_io_failure(
+      "connect: TLS handshake failed with h:7001 (it accepts TCP): cannot connect", 1, policy);
+  EXPECT_EQ(tls.action, Action::kGiveUp);
+  EXPECT_EQ(tls.error.code, ErrorCode::kStoreUnavailable);
+  EXPECT_NE(tls.error.message.find("TLS handshake failed with h:7001"), std::string::npos);
 }
 
 // Key layout v1's scripts read keys they do not declare, and a transaction is never split: a

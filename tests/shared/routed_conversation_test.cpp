@@ -307,6 +307,29 @@ TEST(RoutedConversation, AFailedConnectIsRetriedAfterARefreshAWriteThatMayHaveRu
   EXPECT_NE(c.error().message.find("not sent again"), std::string::npos) << c.error().message;
 }
 
+// A node that accepts TCP but refuses the TLS handshake (the host's words say so: worker.mjs
+// probes with plain TCP) fails the same way at the next try and at every node sharing its CA: the
+// round ends at once, a store failure naming the handshake, with no backoff and no retry. A
+// refused connection under the same round is still retried (the test above).
+TEST(RoutedConversation, ATlsHandshakeFailureEndsTheRoundAtOnce) {
+  ClusterRouter router(seeded(), ns_slot());
+  RoutedConversation c({}, kCreds, &router);
+  RoutedWrite w = c.begin({kGet}, ScriptForm::kBySha, false, /*read_only=*/true);
+  ASSERT_TRUE(w.node.has_value());
+  const uint64_t retries = router.stats().retries;
+  ASSERT_EQ(c.connection_failed("connect: TLS handshake failed with 127.0.0.1:7001 (it accepts "
+                                "TCP): proxy request failed, cannot connect to the specified "
+                                "address"),
+            RedisTurn::kFailed);
+  EXPECT_FALSE(c.in_round());
+  EXPECT_EQ(c.error().code, ErrorCode::kStoreUnavailable);
+  EXPECT_NE(c.error().message.find("not retried"), std::string::npos) << c.error().message;
+  EXPECT_NE(c.error().message.find("TLS handshake failed with 127.0.0.1:7001"), std::string::npos)
+      << c.error().message;
+  EXPECT_EQ(router.stats().retries, retries);
+  EXPECT_TRUE(c.take_write().bytes.empty());
+}
+
 TEST(RoutedConversation, ATimeoutFailsAtOnceAndTheNextRoundAsksForTheMapFirst) {
   ClusterRouter router(seeded(), ns_slot());
   RoutedConversation c({}, kCreds, &router);
