@@ -27,9 +27,8 @@ bool is_split_kind(KeyKind k) {
 
 bool is_not_copied(KeyKind k) {
   return k == KeyKind::kEpoch || k == KeyKind::kDueBackfill ||
-         k == KeyKind::kGrantMembersBackfill || k == KeyKind::kRevalidate ||
-         k == KeyKind::kCalls || k == KeyKind::kCallReply || k == KeyKind::kCallCancel ||
-         k == KeyKind::kCallAgents;
+         k == KeyKind::kGrantMembersBackfill || k == KeyKind::kRevalidate || k == KeyKind::kCalls ||
+         k == KeyKind::kCallReply || k == KeyKind::kCallCancel || k == KeyKind::kCallAgents;
 }
 
 class Copier {

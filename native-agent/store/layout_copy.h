@@ -48,11 +48,11 @@ struct LayoutCopyIo {
 };
 
 struct LayoutCopyStats {
-  int64_t keys_seen = 0;         // keys the SCAN returned
-  int64_t keys_restored = 0;     // DUMP/RESTORE under the v2 name
-  int64_t members_split = 0;     // registry members written to their shard
-  int64_t grants_converted = 0;  // grant sets written as v2 hashes
-  int64_t keys_gone = 0;         // deleted between the SCAN and the read
+  int64_t keys_seen = 0;                      // keys the SCAN returned
+  int64_t keys_restored = 0;                  // DUMP/RESTORE under the v2 name
+  int64_t members_split = 0;                  // registry members written to their shard
+  int64_t grants_converted = 0;               // grant sets written as v2 hashes
+  int64_t keys_gone = 0;                      // deleted between the SCAN and the read
   std::map<std::string, int64_t> not_copied;  // by key kind name, and "foreign"
 };
 

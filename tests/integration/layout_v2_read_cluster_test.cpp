@@ -5,8 +5,8 @@
 // of the same data on the single node, conditional reads included.
 #include <iostream>
 #include <map>
-#include <set>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -94,7 +94,8 @@ class LayoutV2Read : public ::testing::Test {
     }
     ASSERT_TRUE(store_->sync_grants(grants).ok());
     for (int i = 0; i < kConnections; ++i) {
-      if (i % 10 != 0) commit_listing(*store_, cid_of(i), Principal::shared(), listing_write(cid_of(i), kNow));
+      if (i % 10 != 0)
+        commit_listing(*store_, cid_of(i), Principal::shared(), listing_write(cid_of(i), kNow));
     }
     for (const auto& [id, cids] : grants) {
       for (const std::string& cid : cids) {
