@@ -87,42 +87,80 @@ std::string edge_request_to_wire(const HttpRequest& request) {
   return meta_then_body(meta, request.body);
 }
 
+namespace {
+
+// A JSON string, as json_text writes it: plain ASCII directly (the common case: header names and
+// values, actions), anything else through json_text (escapes, UTF-8 checked and replaced).
+void append_json_string(std::string& out, std::string_view s) {
+  for (char c : s) {
+    if (c < 0x20 || c > 0x7e || c == '"' || c == '\\') {
+      out += json_text(Json(std::string(s)));
+      return;
+    }
+  }
+  out += '"';
+  out.append(s.data(), s.size());
+  out += '"';
+}
+
+void append_headers(std::string& out, const HttpHeaders& headers) {
+  out += '[';
+  bool first = true;
+  for (const auto& [name, value] : headers) {
+    out += first ? "[" : ",[";
+    first = false;
+    append_json_string(out, name);
+    out += ',';
+    append_json_string(out, value);
+    out += ']';
+  }
+  out += ']';
+}
+
+}  // namespace
+
+// The meta object written field by field (it goes out with every step; building a Json for it
+// cost as much as the rest of a small answer's step).
 std::string edge_step_to_wire(const EdgeStep& step) {
-  Json meta = Json::object();
-  meta["handle"] = step.handle;
-  meta["action"] = edge_action_name(step.action);
+  std::string m = "{\"handle\":" + std::to_string(step.handle) + ",\"action\":";
+  append_json_string(m, edge_action_name(step.action));
   const std::string* payload = nullptr;
   if (step.action == EdgeAction::kRespond) {
-    meta["status"] = step.response.status;
-    meta["headers"] = headers_json(step.response.headers);
-    meta["background"] = step.background;
+    m += ",\"status\":" + std::to_string(step.response.status) + ",\"headers\":";
+    append_headers(m, step.response.headers);
+    m += step.background ? ",\"background\":true" : ",\"background\":false";
     payload = &step.response.body;
   } else if (step.action == EdgeAction::kRedis) {
-    meta["new_connection"] = step.new_connection;
+    m += step.new_connection ? ",\"new_connection\":true" : ",\"new_connection\":false";
     payload = &step.redis_bytes;
     if (!step.redis_host.empty()) {
-      meta["node"] = Json::object({{"host", step.redis_host}, {"port", step.redis_port}});
+      m += ",\"node\":" +
+           json_text(Json::object({{"host", step.redis_host}, {"port", step.redis_port}}));
     }
-    if (step.redis_delay_ms > 0) meta["delay_ms"] = step.redis_delay_ms;
+    if (step.redis_delay_ms > 0) m += ",\"delay_ms\":" + std::to_string(step.redis_delay_ms);
     if (!step.redis_close.empty()) {
       Json close = Json::array();
       for (const std::string& a : step.redis_close) close.push_back(a);
-      meta["close"] = std::move(close);
+      m += ",\"close\":" + json_text(close);
     }
     if (step.open_stream) {
-      meta["stream"] = Json::object({{"status", step.response.status},
-                                     {"headers", headers_json(step.response.headers)},
-                                     {"keepalive_ms", step.keepalive_ms},
-                                     {"keepalive", step.keepalive}});
+      m +=
+          ",\"stream\":" + json_text(Json::object({{"status", step.response.status},
+                                                   {"headers", headers_json(step.response.headers)},
+                                                   {"keepalive_ms", step.keepalive_ms},
+                                                   {"keepalive", step.keepalive}}));
     }
   }
   if ((step.action == EdgeAction::kRedis || step.action == EdgeAction::kRead) &&
       step.redis_blocks_ms > 0) {
-    meta["redis_blocks_ms"] = step.redis_blocks_ms;
+    m += ",\"redis_blocks_ms\":" + std::to_string(step.redis_blocks_ms);
   }
-  if (!step.log.empty()) meta["log"] = step.log;
-  if (!step.log.empty() && step.log_info) meta["log_level"] = "info";
-  std::string m = json_text(meta);
+  if (!step.log.empty()) {
+    m += ",\"log\":";
+    append_json_string(m, step.log);
+    if (step.log_info) m += ",\"log_level\":\"info\"";
+  }
+  m += '}';
   std::string out;
   out.reserve(8 + m.size() + (payload ? payload->size() : 0));
   put_u32(out, static_cast<uint32_t>(m.size()));

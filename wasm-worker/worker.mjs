@@ -87,9 +87,18 @@ class Edge {
     return this.withBytes(encoder.encode(JSON.stringify(vars)), (p, n) => this.m._edge_init(p, n));
   }
 
+  // The request's wire bytes and its random bytes in one buffer.
   begin(wire, random) {
-    return this.withBytes(random, (rp, rn) =>
-      this.withBytes(wire, (p, n) => this.step(this.m._edge_begin(p, n, Date.now(), rp, rn))));
+    const m = this.m;
+    const ptr = m._malloc(wire.length + random.length);
+    if (!ptr) throw new Error('wasm malloc failed');
+    try {
+      m.HEAPU8.set(wire, ptr);
+      m.HEAPU8.set(random, ptr + wire.length);
+      return this.step(m._edge_begin(ptr, wire.length, Date.now(), ptr + wire.length, random.length));
+    } finally {
+      m._free(ptr);
+    }
   }
 
   feed(handle, bytes) {
@@ -153,12 +162,19 @@ function getEdge(env) {
 
 // ---- Redis over cloudflare:sockets -------------------------------------------------------------
 
+// `promise`, or a rejection once `ms` passed. One promise and one timer per call (no race, no
+// finally: this runs three times per Redis round).
 function withTimeout(promise, ms, what) {
-  let timer;
-  const timeout = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what} timed out after ${ms} ms`)), ms);
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${what} timed out after ${ms} ms`)), ms);
+    promise.then((value) => {
+      clearTimeout(timer);
+      resolve(value);
+    }, (e) => {
+      clearTimeout(timer);
+      reject(e);
+    });
   });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
 
 function intVar(value, fallback) {
@@ -429,6 +445,25 @@ function unavailable(why) {
   });
 }
 
+// A step's headers ([[name, value], ...]) as Response takes them fastest: a plain object (workerd
+// walks an array of pairs through the iterator protocol, pair by pair: measured at ~7% of an L1
+// hit's CPU), or a Headers object when a name repeats.
+function responseHeaders(pairs) {
+  const object = {};
+  const seen = new Set();
+  for (const [name, value] of pairs) {
+    const lower = name.toLowerCase();
+    if (seen.has(lower)) {
+      const headers = new Headers();
+      for (const [n, v] of pairs) headers.append(n, v);
+      return headers;
+    }
+    seen.add(lower);
+    object[name] = value;
+  }
+  return object;
+}
+
 function log(step, headers) {
   if (!step?.log) return;
   const id = headers?.find(([name]) => name === 'X-Request-Id')?.[1] ?? '-';
@@ -511,7 +546,8 @@ export default {
         streaming = true;
         ctx.waitUntil(streamAnswer(edge, step, io, env, ctx, unwatch));
         return new Response(io.stream.readable,
-                            { status: step.stream.status, headers: step.stream.headers });
+                            { status: step.stream.status,
+                              headers: responseHeaders(step.stream.headers) });
       }
       io.answered = true;
       unwatch();
@@ -522,7 +558,7 @@ export default {
       log(step, headers);
       const empty = step.payload.length === 0 || status === 304 || status === 204;
       const body = empty ? null : step.payload;
-      const response = new Response(body, { status, headers });
+      const response = new Response(body, { status, headers: responseHeaders(headers) });
       queueBackground(edge, step, io, env, ctx, headers);
       return response;
     } catch (e) {
