@@ -46,6 +46,60 @@ Json headers_json(const HttpHeaders& headers) {
 
 const char* edge_action_name(EdgeAction action) { return name_of(kActionNames, action, "done"); }
 
+namespace {
+
+// The meta exactly as worker.mjs writes it (JSON.stringify of {method, path, query, headers}):
+// {"method":"…","path":"…","query":"…","headers":[["…","…"],…]}, every string printable ASCII
+// without escapes (what nearly every request is); nullopt for anything else, which the generic
+// parser then reads (escapes, UTF-8, other orders, errors). Both give the same request.
+std::optional<HttpRequest> plain_request_meta(std::string_view m) {
+  std::size_t i = 0;
+  auto lit = [&](std::string_view t) {
+    if (m.substr(i, t.size()) != t) return false;
+    i += t.size();
+    return true;
+  };
+  auto str = [&]() -> std::optional<std::string_view> {
+    if (i >= m.size() || m[i] != '"') return std::nullopt;
+    std::size_t j = i + 1;
+    for (; j < m.size() && m[j] != '"'; ++j) {
+      const char c = m[j];
+      if (c < 0x20 || c > 0x7e || c == '\\') return std::nullopt;
+    }
+    if (j >= m.size()) return std::nullopt;
+    std::string_view out = m.substr(i + 1, j - i - 1);
+    i = j + 1;
+    return out;
+  };
+  HttpRequest r;
+  std::optional<std::string_view> method, path, query;
+  if (!lit("{\"method\":") || !(method = str()) || !lit(",\"path\":") || !(path = str()) ||
+      !lit(",\"query\":") || !(query = str()) || !lit(",\"headers\":[")) {
+    return std::nullopt;
+  }
+  r.method = std::string(*method);
+  r.path = std::string(*path);
+  r.query = std::string(*query);
+  for (bool first = true; !lit("]"); first = false) {
+    std::optional<std::string_view> name, value;
+    if ((!first && !lit(",")) || !lit("[") || !(name = str()) || !lit(",") || !(value = str()) ||
+        !lit("]")) {
+      return std::nullopt;
+    }
+    r.headers.emplace_back(std::string(*name), std::string(*value));
+  }
+  if (!lit("}") || i != m.size()) return std::nullopt;
+  return r;
+}
+
+Status check_request_line(const HttpRequest& r) {
+  if (r.method.empty() || r.method.size() > 16) return invalid("request: bad method");
+  if (r.path.empty() || r.path[0] != '/') return invalid("request: bad path");
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<HttpRequest> edge_request_from_wire(std::string_view bytes) {
   if (bytes.size() < 4) return invalid("request: shorter than its header");
   uint32_t meta_len = get_u32(bytes);
@@ -53,27 +107,31 @@ Result<HttpRequest> edge_request_from_wire(std::string_view bytes) {
     return Error(ErrorCode::kTooLarge, "request: the request line and headers are too large");
   }
   if (meta_len > bytes.size() - 4) return invalid("request: truncated");
-  Result<Json> meta = parse_json(bytes.substr(4, meta_len), kMaxEdgeRequestMetaBytes);
-  if (!meta.ok()) return invalid("request: " + meta.error().message);
-  if (!meta->is_object()) return invalid("request: meta is not an object");
   HttpRequest r;
-  std::optional<std::string> method = json_string(*meta, "method");
-  std::optional<std::string> path = json_string(*meta, "path");
-  std::optional<std::string> query = json_string(*meta, "query");
-  if (!method || method->empty() || method->size() > 16) return invalid("request: bad method");
-  if (!path || path->empty() || (*path)[0] != '/') return invalid("request: bad path");
-  r.method = std::move(*method);
-  r.path = std::move(*path);
-  r.query = query.value_or("");
-  if (const Json* headers = json_field(*meta, "headers")) {
-    if (!headers->is_array()) return invalid("request: headers is not an array");
-    for (const Json& h : *headers) {
-      if (!h.is_array() || h.size() != 2 || !h[0].is_string() || !h[1].is_string()) {
-        return invalid("request: a header is not a [name, value] pair");
+  if (std::optional<HttpRequest> plain = plain_request_meta(bytes.substr(4, meta_len))) {
+    r = std::move(*plain);
+  } else {
+    Result<Json> meta = parse_json(bytes.substr(4, meta_len), kMaxEdgeRequestMetaBytes);
+    if (!meta.ok()) return invalid("request: " + meta.error().message);
+    if (!meta->is_object()) return invalid("request: meta is not an object");
+    std::optional<std::string> method = json_string(*meta, "method");
+    std::optional<std::string> path = json_string(*meta, "path");
+    std::optional<std::string> query = json_string(*meta, "query");
+    r.method = method.value_or("");
+    r.path = path.value_or("");
+    r.query = query.value_or("");
+    if (Status bad = check_request_line(r); !bad.ok()) return bad.error();
+    if (const Json* headers = json_field(*meta, "headers")) {
+      if (!headers->is_array()) return invalid("request: headers is not an array");
+      for (const Json& h : *headers) {
+        if (!h.is_array() || h.size() != 2 || !h[0].is_string() || !h[1].is_string()) {
+          return invalid("request: a header is not a [name, value] pair");
+        }
+        r.headers.emplace_back(h[0].get<std::string>(), h[1].get<std::string>());
       }
-      r.headers.emplace_back(h[0].get<std::string>(), h[1].get<std::string>());
     }
   }
+  if (Status bad = check_request_line(r); !bad.ok()) return bad.error();
   r.body = std::string(bytes.substr(4 + meta_len));
   return r;
 }

@@ -287,6 +287,36 @@ TEST(EdgeService, RequestWireRoundTripsAndRejectsMalformedInput) {
       edge_request_from_wire(with_meta(R"({"method":"GET","path":"/","headers":[["a"]]})")).ok());
   EXPECT_FALSE(
       edge_request_from_wire(with_meta(R"({"method":"GET","path":"/","headers":{"a":"b"}})")).ok());
+  // The meta as worker.mjs writes it (read without the generic parser) and the same request
+  // written otherwise (escapes, UTF-8, another key order: the generic parser) read the same.
+  const std::string plain =
+      R"({"method":"GET","path":"/v1/manifests","query":"a=1","headers":[["authorization",)"
+      R"("Bearer t"],["x-e","caf"]]})";
+  const std::string escaped =
+      R"({"path":"\/v1\/manifests","method":"G\u0045T","query":"a=1","headers":[[)"
+      R"("authorization","Bearer t"],["x-e","caf"]]})";
+  for (const std::string& meta : {plain, escaped}) {
+    Result<HttpRequest> read = edge_request_from_wire(with_meta(meta) + "b");
+    ASSERT_TRUE(read.ok()) << meta;
+    EXPECT_EQ(read->method, "GET");
+    EXPECT_EQ(read->path, "/v1/manifests");
+    EXPECT_EQ(read->query, "a=1");
+    EXPECT_EQ(read->headers, (HttpHeaders{{"authorization", "Bearer t"}, {"x-e", "caf"}}));
+    EXPECT_EQ(read->body, "b");
+  }
+  Result<HttpRequest> utf8 = edge_request_from_wire(
+      with_meta(R"({"method":"GET","path":"/","query":"","headers":[["x","caf)"
+                "\xc3\xa9"
+                R"("]]})"));
+  ASSERT_TRUE(utf8.ok());
+  EXPECT_EQ(utf8->headers[0].second, "caf\xc3\xa9");
+  for (const char* bad : {R"({"method":"GET","path":"/","query":"","headers":[["a"]]})",
+                          R"({"method":"","path":"/","query":"","headers":[]})",
+                          R"({"method":"GET","path":"x","query":"","headers":[]})",
+                          R"({"method":"GET","path":"/","query":"","headers":[]}x)",
+                          R"({"method":"GET","path":"/","query":"","headers":[["a","b"],]})"}) {
+    EXPECT_FALSE(edge_request_from_wire(with_meta(bad)).ok()) << bad;
+  }
   std::string huge = "\xff\xff\xff\x7f";
   EXPECT_EQ(edge_request_from_wire(huge).error().code, ErrorCode::kTooLarge);
 
