@@ -4,15 +4,15 @@
  * byte strings on every request: the render cache checks that a manifest's exact text is what it
  * rendered (shared/render_cache.h: kilobytes per entry), a script's text is matched to its
  * EVALSHA name, map keys are compared. Measured in V8 (bench/edge_core.mjs) the byte loop was a
- * tenth of a small answer's core time. Defined here, in the module's own code, it replaces the
- * library's for the whole module (bcmp and std::string's compare call it); native builds keep
- * their C library's. Same contract as C's memcmp: the sign of the first differing byte, as
- * unsigned char. */
+ * tenth of a small answer's core time. In a wasm build, `memcmp` defined here, in the module's own
+ * code, replaces the library's for the whole module (bcmp and std::string's compare call it);
+ * native builds keep their C library's and only test quiver_memcmp against it
+ * (tests/shared/wasm_memcmp_test.cpp). Same contract as C's memcmp: the sign of the first
+ * differing byte, as unsigned char. */
 #include <stddef.h>
 #include <stdint.h>
-#include <string.h>
 
-int memcmp(const void* left, const void* right, size_t n) {
+int quiver_memcmp(const void* left, const void* right, size_t n) {
   const unsigned char* a = (const unsigned char*)left;
   const unsigned char* b = (const unsigned char*)right;
   while (n >= 8) {
@@ -29,3 +29,7 @@ int memcmp(const void* left, const void* right, size_t n) {
   }
   return 0;
 }
+
+#ifdef __EMSCRIPTEN__
+int memcmp(const void* left, const void* right, size_t n) { return quiver_memcmp(left, right, n); }
+#endif
