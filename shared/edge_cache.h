@@ -2,11 +2,11 @@
 //
 // Opening a Redis connection dominates an edge request (measured in workerd: ~0.8 ms against ~0.2
 // ms for the runtime itself), so a hot caller is answered from memory for a short while. The cache
-// holds bytes under a key the host chooses; EdgeService keeps two: the store reads (the discovery
-// script's RESP reply, per caller and query), from which answers are rendered afresh, and the
-// rendered answers themselves (per caller and exact request), each fresh only until the first of
-// its entries changes status (`put`'s `fresh_until_ms`), so an entry turning stale is seen as stale
-// even when it comes from L1.
+// holds immutable values under a key the host chooses; EdgeService keeps two: the store reads
+// (decoded snapshots, per caller and query: shared/edge_snapshot.h), from which answers are
+// rendered afresh, and the rendered answers themselves (bytes, per caller and exact request), each
+// fresh only until the first of its entries changes status (`put`'s `fresh_until_ms`), so an entry
+// turning stale is seen as stale even when it comes from L1.
 //
 // Freshness trades against correctness, and the TTL is the bound: a revoked grant or a toggled
 // preference can be served for at most `ttl_ms` after the change (2 s by default; configurable).
@@ -38,7 +38,9 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <unordered_map>
+#include <utility>
 
 #include "shared/bounded_lru.h"
 #include "shared/status.h"
@@ -78,39 +80,145 @@ struct EdgeCacheStats {
   int64_t epoch = 0;          // the highest epoch seen
 };
 
-class EdgeCache {
+namespace edge_cache_detail {
+// Bad settings degrade behaviour instead of breaking it (validate_edge_cache_options reports them).
+EdgeCacheOptions sanitize(EdgeCacheOptions o);
+// Bookkeeping per entry beyond its key and value (list node, index slot, shared_ptr block).
+inline constexpr std::size_t kEntryOverhead = 128;
+}  // namespace edge_cache_detail
+
+// The cache, for values of type T held shared and immutable: EdgeCache holds bytes (rendered
+// answers); EdgeService also keeps decoded snapshot reads in one (shared/edge_snapshot.h), so a
+// copy is used without decoding it again. What a value costs against the bounds is given by the
+// caller (a string's: its size).
+template <typename T>
+class BasicEdgeCache {
  public:
-  using Value = std::shared_ptr<const std::string>;
+  using Value = std::shared_ptr<const T>;
   static constexpr int64_t kForever = INT64_MAX;
 
-  explicit EdgeCache(EdgeCacheOptions options = {});
+  explicit BasicEdgeCache(EdgeCacheOptions options = {})
+      : options_(edge_cache_detail::sanitize(options)) {}
 
   // The value stored under `key` when it is younger than the TTL, before its own `fresh_until_ms`
   // and not superseded; else nullptr (and the miss is counted). A hit becomes the most recently
   // used entry. `age_ms` receives its age.
-  Value get_fresh(std::string_view key, int64_t now_ms, int64_t* age_ms = nullptr);
+  Value get_fresh(std::string_view key, int64_t now_ms, int64_t* age_ms = nullptr) {
+    Entry* e = find(key);
+    if (e == nullptr || e->epoch < stats_.epoch || age(*e, now_ms) >= options_.ttl_ms ||
+        now_ms >= e->fresh_until_ms) {
+      ++stats_.misses;
+      return nullptr;
+    }
+    ++stats_.hits;
+    if (age_ms != nullptr) *age_ms = age(*e, now_ms);
+    return e->value;
+  }
   // Stale-if-error: the value under `key` whatever its TTL, when younger than stale_if_error_ms
   // and not superseded; else nullptr. `age_ms` receives its age.
-  Value get_stale(std::string_view key, int64_t now_ms, int64_t* age_ms = nullptr);
+  Value get_stale(std::string_view key, int64_t now_ms, int64_t* age_ms = nullptr) {
+    Entry* e = find(key);
+    if (e == nullptr || e->epoch < stats_.epoch) return nullptr;
+    int64_t a = age(*e, now_ms);
+    if (a >= options_.stale_if_error_ms) return nullptr;
+    ++stats_.stale_served;
+    if (age_ms != nullptr) *age_ms = a;
+    return e->value;
+  }
 
-  // Stores `value`, read from the store at `now_ms` under `epoch`; fresh until the TTL passes or
-  // `fresh_until_ms`, whichever comes first (a value that stops being right at a known time, e.g.
-  // a rendered answer whose entry turns stale then). Refused (false) when the epoch is older than
-  // the newest seen or the value is over max_entry_bytes; evicts least recently used entries to
-  // stay within max_bytes. A newer epoch drops every older entry first.
+  // Stores `value` (costing `value_bytes`), read from the store at `now_ms` under `epoch`; fresh
+  // until the TTL passes or `fresh_until_ms`, whichever comes first (a value that stops being
+  // right at a known time, e.g. a rendered answer whose entry turns stale then). Refused (false)
+  // when the epoch is older than the newest seen or the value is over max_entry_bytes; evicts
+  // least recently used entries to stay within max_bytes. A newer epoch drops every older entry
+  // first.
+  bool put(std::string key, Value value, std::size_t value_bytes, int64_t epoch, int64_t now_ms,
+           int64_t fresh_until_ms = kForever) {
+    observe_epoch(epoch);
+    if (epoch < stats_.epoch) {
+      ++stats_.superseded;
+      return false;
+    }
+    const std::size_t bytes = key.size() + value_bytes + edge_cache_detail::kEntryOverhead;
+    if (auto it = index_.find(key); it != index_.end()) erase(it->second);
+    if (bytes > options_.max_entry_bytes || value == nullptr) return false;
+    while (!lru_.empty() && bytes_ + bytes > options_.max_bytes) {
+      erase(std::prev(lru_.end()));
+      ++stats_.evictions;
+    }
+    Entry e;
+    e.key = std::move(key);
+    e.value = std::move(value);
+    e.epoch = epoch;
+    e.stored_at_ms = now_ms;
+    e.fresh_until_ms = fresh_until_ms;
+    e.bytes = bytes;
+    lru_.push_front(std::move(e));
+    index_.emplace(std::string_view(lru_.front().key), lru_.begin());
+    bytes_ += bytes;
+    return true;
+  }
+  // The same for bytes: they cost their size.
+  template <typename U = T, typename = std::enable_if_t<std::is_same_v<U, std::string>>>
   bool put(std::string key, std::string value, int64_t epoch, int64_t now_ms,
-           int64_t fresh_until_ms = kForever);
+           int64_t fresh_until_ms = kForever) {
+    const std::size_t size = value.size();
+    return put(std::move(key), std::make_shared<const std::string>(std::move(value)), size, epoch,
+               now_ms, fresh_until_ms);
+  }
   // A read saw the store at `epoch` (e.g. one that was not cached): older entries are dropped.
-  void observe_epoch(int64_t epoch);
+  void observe_epoch(int64_t epoch) {
+    if (epoch <= stats_.epoch) return;
+    stats_.epoch = epoch;
+    for (auto it = lru_.begin(); it != lru_.end();) {
+      auto next = std::next(it);
+      if (it->epoch < epoch) {
+        erase(it);
+        ++stats_.superseded;
+      }
+      it = next;
+    }
+  }
 
   // True when no revalidation of `key` was claimed in the last revalidation_claim_ms (and
   // records the claim); false when one was. `release_revalidation` forgets a claim whose queuing
   // failed, so the next stale hit tries again.
-  bool claim_revalidation(std::string_view key, int64_t now_ms);
-  void release_revalidation(std::string_view key);
+  bool claim_revalidation(std::string_view key, int64_t now_ms) {
+    std::string k(key);
+    auto it = claims_.find(k);
+    if (it != claims_.end()) {
+      int64_t since = now_ms - it->second;
+      if (since >= 0 && since < options_.revalidation_claim_ms) return false;
+      it->second = now_ms;
+      return true;
+    }
+    if (claims_.size() >= options_.max_claims) {
+      for (auto c = claims_.begin(); c != claims_.end();) {
+        int64_t since = now_ms - c->second;
+        c = (since < 0 || since >= options_.revalidation_claim_ms) ? claims_.erase(c)
+                                                                   : std::next(c);
+      }
+      // Still full: forget every claim. The Redis gate still lets one request per window
+      // through; forgetting only costs round trips.
+      if (claims_.size() >= options_.max_claims) claims_.clear();
+    }
+    claims_.emplace(std::move(k), now_ms);
+    return true;
+  }
+  void release_revalidation(std::string_view key) { claims_.erase(std::string(key)); }
 
-  void clear();
-  EdgeCacheStats stats() const;
+  void clear() {
+    lru_.clear();
+    index_.clear();
+    bytes_ = 0;
+    claims_.clear();
+  }
+  EdgeCacheStats stats() const {
+    EdgeCacheStats s = stats_;
+    s.entries = lru_.size();
+    s.bytes = bytes_;
+    return s;
+  }
   const EdgeCacheOptions& options() const { return options_; }
 
  private:
@@ -124,18 +232,31 @@ class EdgeCache {
   };
   using List = std::list<Entry>;
 
-  Entry* find(std::string_view key);
-  void erase(List::iterator it);
-  void drop_older_than(int64_t epoch);
-  int64_t age(const Entry& e, int64_t now_ms) const;
+  Entry* find(std::string_view key) {
+    auto it = index_.find(key);
+    if (it == index_.end()) return nullptr;
+    lru_.splice(lru_.begin(), lru_, it->second);  // most recently used first
+    return &*it->second;
+  }
+  void erase(typename List::iterator it) {
+    bytes_ -= it->bytes;
+    index_.erase(std::string_view(it->key));
+    lru_.erase(it);
+  }
+  // A clock that went backwards (a timestamp from another request) counts as age 0.
+  int64_t age(const Entry& e, int64_t now_ms) const {
+    return now_ms > e.stored_at_ms ? now_ms - e.stored_at_ms : 0;
+  }
 
   EdgeCacheOptions options_;
-  List lru_;                                                    // most recently used first
-  std::unordered_map<std::string_view, List::iterator> index_;  // views into Entry::key
+  List lru_;                                                             // most recently used first
+  std::unordered_map<std::string_view, typename List::iterator> index_;  // views into Entry::key
   std::size_t bytes_ = 0;
   EdgeCacheStats stats_;
   std::unordered_map<std::string, int64_t> claims_;  // key → claimed at
 };
+
+using EdgeCache = BasicEdgeCache<std::string>;
 
 // BodyCache: manifest bodies by content, the isolate-wide level under the discovery read.
 //

@@ -97,11 +97,10 @@ struct EdgeService::Request {
   // A snapshot waiting for the bodies its records name (kReadingBodies), and their digests.
   std::optional<DiscoverySnapshot> pending;
   std::vector<std::string> wanted_bodies;
-  // A conditional read (kReadingSnapshot): the kept snapshot it checks, and the entries whose
-  // lease it asked for.
-  std::optional<DiscoverySnapshot> held;
+  // A conditional read (kReadingSnapshot): the kept snapshot it checks (shared, not copied
+  // until it answers), and the entries whose lease it asked for.
+  SnapshotCache::Value held;
   std::vector<std::size_t> lease_entries;
-  EdgeCache::Value kept_bytes;  // held's bytes as kept
   // /mcp calls relayed to the agents, one round each (mcp_relay): the calls, the replies so far,
   // the seed of their rids, and how long the open round's BLPOP may hold its reply.
   std::vector<RelayCall> relay_calls;
@@ -574,37 +573,27 @@ EdgeStep EdgeService::drive(Request& r, DiscoveryStep step, int64_t now_ms) {
     r.member = need->member;
     r.l1_key = snapshot_cache_key(need->member, need->query);
     if (r.read) {
-      if (EdgeCache::Value cached = cache_.get_fresh(r.l1_key, now_ms)) {
-        Result<DiscoverySnapshot> snapshot =
-            snapshot_from_cached_reply(*cached, need->member, settings_->resp);
-        if (snapshot.ok()) {
-          r.source = "hit";
-          note_snapshot(r, *snapshot, now_ms);
-          return with_bodies(r, std::move(*snapshot), now_ms, /*may_read=*/true);
-        }
+      if (SnapshotCache::Value cached = cache_.get_fresh(r.l1_key, now_ms)) {
+        r.source = "hit";
+        note_snapshot(r, *cached, now_ms);
+        return with_bodies(r, *cached, now_ms, /*may_read=*/true);
       }
     }
     r.held.reset();
     r.lease_entries.clear();
     // Past the TTL: the copy kept since its full read, checked against the store's versions
     // (reads only, as L1: a write such as a manual refresh reads afresh).
-    EdgeCache::Value kept = r.read ? kept_.get_stale(r.l1_key, now_ms) : nullptr;
-    if (kept) {
-      Result<DiscoverySnapshot> held =
-          snapshot_from_cached_reply(*kept, need->member, settings_->resp);
-      if (held.ok()) {
-        std::vector<std::size_t> leases = lease_sensitive_entries(
-            *held, settings_->discovery.freshness, now_ms,
-            [this](std::string_view digest) { return bodies_.find(digest) != nullptr; });
-        Result<RedisCommand> command =
-            conditional_discovery_read_command(*keys_, *held, need->query, leases);
-        if (command.ok()) {
-          r.held = std::move(*held);
-          r.lease_entries = std::move(leases);
-          r.kept_bytes = std::move(kept);
-          r.source = "miss";
-          return send(r, EdgeEvent::kReadSnapshot, {std::move(*command)});
-        }
+    if (SnapshotCache::Value kept = r.read ? kept_.get_stale(r.l1_key, now_ms) : nullptr) {
+      std::vector<std::size_t> leases = lease_sensitive_entries(
+          *kept, settings_->discovery.freshness, now_ms,
+          [this](std::string_view digest) { return bodies_.find(digest) != nullptr; });
+      Result<RedisCommand> command =
+          conditional_discovery_read_command(*keys_, *kept, need->query, leases);
+      if (command.ok()) {
+        r.held = std::move(kept);
+        r.lease_entries = std::move(leases);
+        r.source = "miss";
+        return send(r, EdgeEvent::kReadSnapshot, {std::move(*command)});
       }
     }
     Result<RedisCommand> command = discovery_read_command(*keys_, need->member, need->query);
@@ -653,10 +642,9 @@ EdgeStep EdgeService::send(Request& r, EdgeEvent event, std::vector<RedisCommand
                   " ms ago; one probe request is testing it"),
         r.now_ms);
   }
-  // A snapshot read's bytes go to L1 as they came.
   // The discovery read changes nothing: on a cluster it may go to a replica (replica reads on).
   const bool read = event == EdgeEvent::kReadSnapshot;
-  RoutedWrite write = r.redis.begin(std::move(commands), form, read, read);
+  RoutedWrite write = r.redis.begin(std::move(commands), form, /*keep_bytes=*/false, read);
   if (!r.redis.in_round()) return store_failed(r, r.redis.error(), r.now_ms);
   EdgeStep s = redis_step(r.handle, std::move(write));
   s.redis_blocks_ms = r.redis_blocks_ms;
@@ -706,42 +694,50 @@ EdgeStep EdgeService::feed(uint32_t handle, std::string_view bytes, int64_t now_
   return complete(*r, r->redis.take_replies(), now_ms);
 }
 
+EdgeStep EdgeService::full_read(Request& r, DiscoverySnapshot snapshot, int64_t now_ms) {
+  auto kept = std::make_shared<const DiscoverySnapshot>(snapshot);
+  const std::size_t bytes = snapshot_bytes(snapshot);
+  kept_.put(r.l1_key, kept, bytes, 0, now_ms);
+  cache_.put(r.l1_key, std::move(kept), bytes, snapshot.epoch, now_ms);
+  answers_.observe_epoch(snapshot.epoch);
+  note_snapshot(r, snapshot, now_ms);
+  return with_bodies(r, std::move(snapshot), now_ms, /*may_read=*/true);
+}
+
 EdgeStep EdgeService::complete(Request& r, std::vector<RespValue> replies, int64_t now_ms) {
   switch (r.phase) {
     case EdgePhase::kReadingSnapshot: {
       if (r.held) {
+        SnapshotCache::Value kept = std::move(r.held);
+        DiscoverySnapshot held = *kept;
         Result<std::optional<DiscoverySnapshot>> changed =
-            decode_conditional_reply(replies[0], *r.held, r.lease_entries);
+            decode_conditional_reply(replies[0], held, r.lease_entries);
         if (!changed.ok()) return store_failed(r, changed.error(), now_ms);
         if (!changed->has_value()) {
-          // Unchanged: what a full read would return now, its leases read again. Repeated from
-          // L1 within the TTL like a read, unless a lease matters (then the bytes kept would
-          // say an old one): the next read checks again.
+          // Unchanged: what a full read would return now, its leases and epoch read again (in
+          // `held`), so it goes to L1 as a full read's snapshot does, under the epoch it says
+          // (the copy kept, when neither differs).
           advance(r, EdgeEvent::kRedisAnswered);
           ++revalidated_;
-          DiscoverySnapshot held = std::move(*r.held);
-          r.held.reset();
-          if (r.lease_entries.empty()) cache_.put(r.l1_key, *r.kept_bytes, held.epoch, now_ms);
-          cache_.observe_epoch(held.epoch);
+          bool same = held.epoch == kept->epoch;
+          for (std::size_t i : r.lease_entries) {
+            same = same && held.connections[i].lease_held == kept->connections[i].lease_held;
+          }
+          if (!same) kept = std::make_shared<const DiscoverySnapshot>(held);
+          cache_.put(r.l1_key, std::move(kept), snapshot_bytes(held), held.epoch, now_ms);
           answers_.observe_epoch(held.epoch);
           r.source = "revalidated";
           note_snapshot(r, held, now_ms);
           return with_bodies(r, std::move(held), now_ms, /*may_read=*/true);
         }
         ++revalidate_changed_;
-        r.held.reset();
+        advance(r, EdgeEvent::kRedisAnswered);
+        return full_read(r, std::move(**changed), now_ms);
       }
       Result<DiscoverySnapshot> snapshot = decode_discovery_reply(replies[0], *r.member);
       if (!snapshot.ok()) return store_failed(r, snapshot.error(), now_ms);
       advance(r, EdgeEvent::kRedisAnswered);
-      // (Empty when a cluster's ASKING or READONLY reply could not be told apart: not kept.)
-      if (!r.redis.reply_bytes().empty()) {
-        kept_.put(r.l1_key, r.redis.reply_bytes(), 0, now_ms);
-        cache_.put(r.l1_key, r.redis.reply_bytes(), snapshot->epoch, now_ms);
-      }
-      answers_.observe_epoch(snapshot->epoch);
-      note_snapshot(r, *snapshot, now_ms);
-      return with_bodies(r, std::move(*snapshot), now_ms, /*may_read=*/true);
+      return full_read(r, std::move(*snapshot), now_ms);
     }
     case EdgePhase::kReadingBodies: {
       Result<std::vector<std::optional<std::string>>> bodies =
@@ -842,15 +838,11 @@ EdgeStep EdgeService::store_failed(Request& r, Error error, int64_t now_ms) {
     case EdgePhase::kReadingSnapshot: {
       if (r.read) {
         int64_t age = 0;
-        if (EdgeCache::Value cached = cache_.get_stale(r.l1_key, now_ms, &age)) {
-          Result<DiscoverySnapshot> snapshot =
-              snapshot_from_cached_reply(*cached, *r.member, settings_->resp);
-          if (snapshot.ok()) {
-            r.source = kStaleIfError;
-            r.stale_age_ms = age;
-            r.store_error = error.message;
-            return with_bodies(r, std::move(*snapshot), now_ms, /*may_read=*/false);
-          }
+        if (SnapshotCache::Value cached = cache_.get_stale(r.l1_key, now_ms, &age)) {
+          r.source = kStaleIfError;
+          r.stale_age_ms = age;
+          r.store_error = error.message;
+          return with_bodies(r, *cached, now_ms, /*may_read=*/false);
         }
       }
       return resume_snapshot(r, std::move(error), now_ms);

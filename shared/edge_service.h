@@ -95,6 +95,7 @@
 #include "shared/edge_cache.h"
 #include "shared/edge_request_state.h"
 #include "shared/edge_settings.h"
+#include "shared/edge_snapshot.h"
 #include "shared/edge_wire.h"
 #include "shared/identity.h"
 #include "shared/log_throttle.h"
@@ -147,9 +148,9 @@ class EdgeService {
 
   bool configured() const { return settings_.has_value(); }
   std::size_t open_requests() const { return requests_.size(); }
-  const EdgeCache& cache() const { return cache_; }
+  const SnapshotCache& cache() const { return cache_; }
   const EdgeCache& answers() const { return answers_; }
-  const EdgeCache& kept() const { return kept_; }
+  const SnapshotCache& kept() const { return kept_; }
   uint64_t revalidated() const { return revalidated_; }
   uint64_t revalidate_changed() const { return revalidate_changed_; }
   const BodyCache& bodies() const { return bodies_; }
@@ -192,6 +193,8 @@ class EdgeService {
   EdgeStep send(Request& r, EdgeEvent event, std::vector<RedisCommand> commands,
                 ScriptForm form = ScriptForm::kBySha);
   EdgeStep complete(Request& r, std::vector<RespValue> replies, int64_t now_ms);
+  // A snapshot read in full: kept (L1 and, for conditional reads, kept_), then answered from.
+  EdgeStep full_read(Request& r, DiscoverySnapshot snapshot, int64_t now_ms);
   EdgeStep store_failed(Request& r, Error error, int64_t now_ms);
   EdgeStep finish(Request& r, Respond respond);
   // The headers every answer of `r` carries (X-Quiver-Cache, a stale-if-error copy's
@@ -204,10 +207,10 @@ class EdgeService {
   std::optional<EdgeSettings> settings_;
   std::string settings_error_;
   std::optional<RedisKeys> keys_;
-  EdgeCache cache_;    // L1: snapshot reads, per caller and query
-  EdgeCache answers_;  // L1: rendered answers, per caller and exact request
+  SnapshotCache cache_;  // L1: snapshot reads (decoded), per caller and query
+  EdgeCache answers_;    // L1: rendered answers, per caller and exact request
   // The snapshot reads again, kept past the TTL for conditional reads (validate_max_age_ms).
-  EdgeCache kept_;
+  SnapshotCache kept_;
   uint64_t revalidated_ = 0;         // conditional reads answered "unchanged"
   uint64_t revalidate_changed_ = 0;  // conditional reads answered with a full read
   BodyCache bodies_;                 // manifest bodies by content, no expiry (shared/edge_cache.h)

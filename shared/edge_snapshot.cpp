@@ -4,7 +4,6 @@
 #include <optional>
 #include <vector>
 
-#include "shared/discovery_redis.h"
 #include "shared/edge_cache.h"
 
 namespace quiver {
@@ -14,12 +13,25 @@ std::string snapshot_cache_key(const Principal& member, const SnapshotQuery& que
          std::to_string(query.limit);
 }
 
-Result<DiscoverySnapshot> snapshot_from_cached_reply(std::string_view bytes,
-                                                     const Principal& member,
-                                                     const RespLimits& limits) {
-  Result<std::vector<RespValue>> replies = decode_all(bytes, 1, limits);
-  if (!replies.ok()) return replies.error();
-  return decode_discovery_reply((*replies)[0], member);
+std::size_t snapshot_bytes(const DiscoverySnapshot& snapshot) {
+  constexpr std::size_t kPerEntry = 256;  // the entry's fixed fields, optionals and containers
+  std::size_t n = snapshot.member.str().size() + snapshot.namespace_record.size() +
+                  snapshot.member_version.size() + kPerEntry;
+  for (const GrantedConnection& c : snapshot.connections) {
+    n += kPerEntry + c.id.size();
+    if (c.record) {
+      n += c.record->config_hash.size() + c.record->name.size() + c.record->transport.size();
+    }
+    if (c.manifest) {
+      const ManifestEntry& m = *c.manifest;
+      n += m.text.size() + m.body_digest.size() + m.etag.value_or("").size() +
+           m.config_hash.size() + m.error_code.size() + m.error_message.size() +
+           m.unreadable.size();
+    }
+    for (const std::string& d : c.disabled) n += d.size() + 32;
+  }
+  for (const std::string& v : snapshot.connection_versions) n += v.size() + 32;
+  return n;
 }
 
 int64_t snapshot_next_transition(const DiscoverySnapshot& snapshot, const FreshnessPolicy& policy,

@@ -1,7 +1,8 @@
-// The snapshot reads the edge keeps in L1 (shared/edge_cache.h): under which key, how they are
-// read back, and how long an answer rendered from one stays right. The bytes kept are the
-// discovery script's RESP reply as Redis sent it (shared/discovery_redis.h), so a copy decodes
-// exactly as a fresh read does.
+// The snapshot reads the edge keeps in L1 (shared/edge_cache.h): under which key, in what form, and
+// how long an answer rendered from one stays right. A read is kept decoded, as
+// decode_discovery_reply returned it (shared/discovery_redis.h; its bodies not filled in: they
+// come from the BodyCache at each use), so a copy is used without decoding it again: an L1 hit,
+// a conditional read past the TTL ("unchanged": the copy answers) and stale-if-error alike.
 #pragma once
 
 #include <cstddef>
@@ -12,9 +13,9 @@
 #include <vector>
 
 #include "shared/discovery.h"
+#include "shared/edge_cache.h"
 #include "shared/freshness.h"
 #include "shared/identity.h"
-#include "shared/resp.h"
 #include "shared/status.h"
 
 namespace quiver {
@@ -22,10 +23,13 @@ namespace quiver {
 // One caller's one query: the member, the connection asked for (or all), the page.
 std::string snapshot_cache_key(const Principal& member, const SnapshotQuery& query);
 
-// A kept reply, decoded for `member` (a broken copy is an error, then a miss).
-Result<DiscoverySnapshot> snapshot_from_cached_reply(std::string_view bytes,
-                                                     const Principal& member,
-                                                     const RespLimits& limits);
+// Decoded snapshot reads, shared and immutable (a request that changes one copies it first).
+using SnapshotCache = BasicEdgeCache<DiscoverySnapshot>;
+
+// What a kept snapshot costs against the L1 bounds: the bytes of the strings it holds (ids,
+// records' fields, manifest texts, overlays, versions) plus a fixed amount per entry; the same
+// order as the reply it was decoded from.
+std::size_t snapshot_bytes(const DiscoverySnapshot& snapshot);
 
 // When the first entry of `snapshot` changes status (fresh → stale, stale → expired): a rendered
 // answer is right until then. Entries without servable data change only by a commit (the epoch).

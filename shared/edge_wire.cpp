@@ -46,6 +46,60 @@ Json headers_json(const HttpHeaders& headers) {
 
 const char* edge_action_name(EdgeAction action) { return name_of(kActionNames, action, "done"); }
 
+namespace {
+
+// The meta exactly as worker.mjs writes it (JSON.stringify of {method, path, query, headers}):
+// {"method":"…","path":"…","query":"…","headers":[["…","…"],…]}, every string printable ASCII
+// without escapes (what nearly every request is); nullopt for anything else, which the generic
+// parser then reads (escapes, UTF-8, other orders, errors). Both give the same request.
+std::optional<HttpRequest> plain_request_meta(std::string_view m) {
+  std::size_t i = 0;
+  auto lit = [&](std::string_view t) {
+    if (m.substr(i, t.size()) != t) return false;
+    i += t.size();
+    return true;
+  };
+  auto str = [&]() -> std::optional<std::string_view> {
+    if (i >= m.size() || m[i] != '"') return std::nullopt;
+    std::size_t j = i + 1;
+    for (; j < m.size() && m[j] != '"'; ++j) {
+      const char c = m[j];
+      if (c < 0x20 || c > 0x7e || c == '\\') return std::nullopt;
+    }
+    if (j >= m.size()) return std::nullopt;
+    std::string_view out = m.substr(i + 1, j - i - 1);
+    i = j + 1;
+    return out;
+  };
+  HttpRequest r;
+  std::optional<std::string_view> method, path, query;
+  if (!lit("{\"method\":") || !(method = str()) || !lit(",\"path\":") || !(path = str()) ||
+      !lit(",\"query\":") || !(query = str()) || !lit(",\"headers\":[")) {
+    return std::nullopt;
+  }
+  r.method = std::string(*method);
+  r.path = std::string(*path);
+  r.query = std::string(*query);
+  for (bool first = true; !lit("]"); first = false) {
+    std::optional<std::string_view> name, value;
+    if ((!first && !lit(",")) || !lit("[") || !(name = str()) || !lit(",") || !(value = str()) ||
+        !lit("]")) {
+      return std::nullopt;
+    }
+    r.headers.emplace_back(std::string(*name), std::string(*value));
+  }
+  if (!lit("}") || i != m.size()) return std::nullopt;
+  return r;
+}
+
+Status check_request_line(const HttpRequest& r) {
+  if (r.method.empty() || r.method.size() > 16) return invalid("request: bad method");
+  if (r.path.empty() || r.path[0] != '/') return invalid("request: bad path");
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<HttpRequest> edge_request_from_wire(std::string_view bytes) {
   if (bytes.size() < 4) return invalid("request: shorter than its header");
   uint32_t meta_len = get_u32(bytes);
@@ -53,27 +107,31 @@ Result<HttpRequest> edge_request_from_wire(std::string_view bytes) {
     return Error(ErrorCode::kTooLarge, "request: the request line and headers are too large");
   }
   if (meta_len > bytes.size() - 4) return invalid("request: truncated");
-  Result<Json> meta = parse_json(bytes.substr(4, meta_len), kMaxEdgeRequestMetaBytes);
-  if (!meta.ok()) return invalid("request: " + meta.error().message);
-  if (!meta->is_object()) return invalid("request: meta is not an object");
   HttpRequest r;
-  std::optional<std::string> method = json_string(*meta, "method");
-  std::optional<std::string> path = json_string(*meta, "path");
-  std::optional<std::string> query = json_string(*meta, "query");
-  if (!method || method->empty() || method->size() > 16) return invalid("request: bad method");
-  if (!path || path->empty() || (*path)[0] != '/') return invalid("request: bad path");
-  r.method = std::move(*method);
-  r.path = std::move(*path);
-  r.query = query.value_or("");
-  if (const Json* headers = json_field(*meta, "headers")) {
-    if (!headers->is_array()) return invalid("request: headers is not an array");
-    for (const Json& h : *headers) {
-      if (!h.is_array() || h.size() != 2 || !h[0].is_string() || !h[1].is_string()) {
-        return invalid("request: a header is not a [name, value] pair");
+  if (std::optional<HttpRequest> plain = plain_request_meta(bytes.substr(4, meta_len))) {
+    r = std::move(*plain);
+  } else {
+    Result<Json> meta = parse_json(bytes.substr(4, meta_len), kMaxEdgeRequestMetaBytes);
+    if (!meta.ok()) return invalid("request: " + meta.error().message);
+    if (!meta->is_object()) return invalid("request: meta is not an object");
+    std::optional<std::string> method = json_string(*meta, "method");
+    std::optional<std::string> path = json_string(*meta, "path");
+    std::optional<std::string> query = json_string(*meta, "query");
+    r.method = method.value_or("");
+    r.path = path.value_or("");
+    r.query = query.value_or("");
+    if (Status bad = check_request_line(r); !bad.ok()) return bad.error();
+    if (const Json* headers = json_field(*meta, "headers")) {
+      if (!headers->is_array()) return invalid("request: headers is not an array");
+      for (const Json& h : *headers) {
+        if (!h.is_array() || h.size() != 2 || !h[0].is_string() || !h[1].is_string()) {
+          return invalid("request: a header is not a [name, value] pair");
+        }
+        r.headers.emplace_back(h[0].get<std::string>(), h[1].get<std::string>());
       }
-      r.headers.emplace_back(h[0].get<std::string>(), h[1].get<std::string>());
     }
   }
+  if (Status bad = check_request_line(r); !bad.ok()) return bad.error();
   r.body = std::string(bytes.substr(4 + meta_len));
   return r;
 }
@@ -87,42 +145,80 @@ std::string edge_request_to_wire(const HttpRequest& request) {
   return meta_then_body(meta, request.body);
 }
 
+namespace {
+
+// A JSON string, as json_text writes it: plain ASCII directly (the common case: header names and
+// values, actions), anything else through json_text (escapes, UTF-8 checked and replaced).
+void append_json_string(std::string& out, std::string_view s) {
+  for (char c : s) {
+    if (c < 0x20 || c > 0x7e || c == '"' || c == '\\') {
+      out += json_text(Json(std::string(s)));
+      return;
+    }
+  }
+  out += '"';
+  out.append(s.data(), s.size());
+  out += '"';
+}
+
+void append_headers(std::string& out, const HttpHeaders& headers) {
+  out += '[';
+  bool first = true;
+  for (const auto& [name, value] : headers) {
+    out += first ? "[" : ",[";
+    first = false;
+    append_json_string(out, name);
+    out += ',';
+    append_json_string(out, value);
+    out += ']';
+  }
+  out += ']';
+}
+
+}  // namespace
+
+// The meta object written field by field (it goes out with every step; building a Json for it
+// cost as much as the rest of a small answer's step).
 std::string edge_step_to_wire(const EdgeStep& step) {
-  Json meta = Json::object();
-  meta["handle"] = step.handle;
-  meta["action"] = edge_action_name(step.action);
+  std::string m = "{\"handle\":" + std::to_string(step.handle) + ",\"action\":";
+  append_json_string(m, edge_action_name(step.action));
   const std::string* payload = nullptr;
   if (step.action == EdgeAction::kRespond) {
-    meta["status"] = step.response.status;
-    meta["headers"] = headers_json(step.response.headers);
-    meta["background"] = step.background;
+    m += ",\"status\":" + std::to_string(step.response.status) + ",\"headers\":";
+    append_headers(m, step.response.headers);
+    m += step.background ? ",\"background\":true" : ",\"background\":false";
     payload = &step.response.body;
   } else if (step.action == EdgeAction::kRedis) {
-    meta["new_connection"] = step.new_connection;
+    m += step.new_connection ? ",\"new_connection\":true" : ",\"new_connection\":false";
     payload = &step.redis_bytes;
     if (!step.redis_host.empty()) {
-      meta["node"] = Json::object({{"host", step.redis_host}, {"port", step.redis_port}});
+      m += ",\"node\":" +
+           json_text(Json::object({{"host", step.redis_host}, {"port", step.redis_port}}));
     }
-    if (step.redis_delay_ms > 0) meta["delay_ms"] = step.redis_delay_ms;
+    if (step.redis_delay_ms > 0) m += ",\"delay_ms\":" + std::to_string(step.redis_delay_ms);
     if (!step.redis_close.empty()) {
       Json close = Json::array();
       for (const std::string& a : step.redis_close) close.push_back(a);
-      meta["close"] = std::move(close);
+      m += ",\"close\":" + json_text(close);
     }
     if (step.open_stream) {
-      meta["stream"] = Json::object({{"status", step.response.status},
-                                     {"headers", headers_json(step.response.headers)},
-                                     {"keepalive_ms", step.keepalive_ms},
-                                     {"keepalive", step.keepalive}});
+      m +=
+          ",\"stream\":" + json_text(Json::object({{"status", step.response.status},
+                                                   {"headers", headers_json(step.response.headers)},
+                                                   {"keepalive_ms", step.keepalive_ms},
+                                                   {"keepalive", step.keepalive}}));
     }
   }
   if ((step.action == EdgeAction::kRedis || step.action == EdgeAction::kRead) &&
       step.redis_blocks_ms > 0) {
-    meta["redis_blocks_ms"] = step.redis_blocks_ms;
+    m += ",\"redis_blocks_ms\":" + std::to_string(step.redis_blocks_ms);
   }
-  if (!step.log.empty()) meta["log"] = step.log;
-  if (!step.log.empty() && step.log_info) meta["log_level"] = "info";
-  std::string m = json_text(meta);
+  if (!step.log.empty()) {
+    m += ",\"log\":";
+    append_json_string(m, step.log);
+    if (step.log_info) m += ",\"log_level\":\"info\"";
+  }
+  m += '}';
   std::string out;
   out.reserve(8 + m.size() + (payload ? payload->size() : 0));
   put_u32(out, static_cast<uint32_t>(m.size()));

@@ -287,6 +287,36 @@ TEST(EdgeService, RequestWireRoundTripsAndRejectsMalformedInput) {
       edge_request_from_wire(with_meta(R"({"method":"GET","path":"/","headers":[["a"]]})")).ok());
   EXPECT_FALSE(
       edge_request_from_wire(with_meta(R"({"method":"GET","path":"/","headers":{"a":"b"}})")).ok());
+  // The meta as worker.mjs writes it (read without the generic parser) and the same request
+  // written otherwise (escapes, UTF-8, another key order: the generic parser) read the same.
+  const std::string plain =
+      R"({"method":"GET","path":"/v1/manifests","query":"a=1","headers":[["authorization",)"
+      R"("Bearer t"],["x-e","caf"]]})";
+  const std::string escaped =
+      R"({"path":"\/v1\/manifests","method":"G\u0045T","query":"a=1","headers":[[)"
+      R"("authorization","Bearer t"],["x-e","caf"]]})";
+  for (const std::string& meta : {plain, escaped}) {
+    Result<HttpRequest> read = edge_request_from_wire(with_meta(meta) + "b");
+    ASSERT_TRUE(read.ok()) << meta;
+    EXPECT_EQ(read->method, "GET");
+    EXPECT_EQ(read->path, "/v1/manifests");
+    EXPECT_EQ(read->query, "a=1");
+    EXPECT_EQ(read->headers, (HttpHeaders{{"authorization", "Bearer t"}, {"x-e", "caf"}}));
+    EXPECT_EQ(read->body, "b");
+  }
+  Result<HttpRequest> utf8 = edge_request_from_wire(
+      with_meta(R"({"method":"GET","path":"/","query":"","headers":[["x","caf)"
+                "\xc3\xa9"
+                R"("]]})"));
+  ASSERT_TRUE(utf8.ok());
+  EXPECT_EQ(utf8->headers[0].second, "caf\xc3\xa9");
+  for (const char* bad : {R"({"method":"GET","path":"/","query":"","headers":[["a"]]})",
+                          R"({"method":"","path":"/","query":"","headers":[]})",
+                          R"({"method":"GET","path":"x","query":"","headers":[]})",
+                          R"({"method":"GET","path":"/","query":"","headers":[]}x)",
+                          R"({"method":"GET","path":"/","query":"","headers":[["a","b"],]})"}) {
+    EXPECT_FALSE(edge_request_from_wire(with_meta(bad)).ok()) << bad;
+  }
   std::string huge = "\xff\xff\xff\x7f";
   EXPECT_EQ(edge_request_from_wire(huge).error().code, ErrorCode::kTooLarge);
 
@@ -306,7 +336,7 @@ TEST(EdgeService, StepWireCarriesMetaAndPayload) {
   s.handle = 7;
   s.action = EdgeAction::kRespond;
   s.response.status = 201;
-  s.response.headers = {{"A", "b"}};
+  s.response.headers = {{"A", "b"}, {"Q", "say \"hi\" \\ tab\t"}, {"U", "caf\xc3\xa9"}};
   s.response.body = "hello";
   s.log = std::string("bad \xff byte");  // not UTF-8: replaced, never thrown on
   std::string wire = edge_step_to_wire(s);
@@ -319,7 +349,9 @@ TEST(EdgeService, StepWireCarriesMetaAndPayload) {
   EXPECT_EQ(meta["handle"], 7);
   EXPECT_EQ(meta["action"], "respond");
   EXPECT_EQ(meta["status"], 201);
-  EXPECT_EQ(meta["headers"], Json::parse(R"([["A","b"]])"));
+  EXPECT_EQ(meta["headers"],
+            Json::parse(R"([["A","b"],["Q","say \"hi\" \\ tab\t"],["U","caf\u00e9"]])"));
+  EXPECT_EQ(meta["log"], "bad \xef\xbf\xbd byte");
   EXPECT_EQ(meta["background"], false);
   EXPECT_EQ(wire.substr(8 + meta_len), "hello");
 
@@ -511,6 +543,74 @@ TEST(EdgeService, ALeaseIsAskedForOnlyWhereItChangesTheAnswer) {
   ASSERT_EQ(s.action, EdgeAction::kRespond);
   EXPECT_EQ(header(s.response, "X-Quiver-Cache"), "stale-if-error");
   edge->end(s.handle);
+}
+
+// An "unchanged" answer read under a newer epoch (another member's change bumped it) goes to L1
+// as what it is: the copy at the epoch read. Its answers are then kept like those of any read
+// of that epoch (before, the L1 held the kept copy's old epoch, so every answer rendered from it
+// was refused by the answers' newer epoch and rendered again on each request).
+TEST(EdgeService, AnUnchangedAnswerGoesToL1UnderTheEpochItRead) {
+  auto edge = service();
+  const std::string alice = token_for("alice");
+  EdgeStep s = read_manifests(*edge, alice, discovery_reply("alice", 5, kMinute), kNow);
+  edge->end(s.handle);
+  const int64_t later = kNow + 3'000;
+  s = edge->begin(get("/v1/manifests", alice), later, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRedis);
+  s = edge->feed(s.handle, "+OK\r\n" + encode_reply(unchanged_reply("alice", 6, {})), later);
+  ASSERT_EQ(header(s.response, "X-Quiver-Cache"), "revalidated");
+  edge->end(s.handle);
+  EXPECT_EQ(edge->cache().stats().epoch, 6);
+  const uint64_t superseded = edge->answers().stats().superseded;
+
+  // Another view of the same read, within the TTL: from the L1 snapshot, its answer kept ...
+  s = edge->begin(get("/v1/manifests", alice, "view=mcp"), later + 100, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(header(s.response, "X-Quiver-Cache"), "hit");
+  EXPECT_EQ(header(s.response, "Age"), "<absent>");  // rendered, not repeated
+  const std::string body = s.response.body;
+  edge->end(s.handle);
+  EXPECT_EQ(edge->answers().stats().superseded, superseded);
+  // ... and repeated to the same request.
+  const uint64_t hits = edge->answers().stats().hits;
+  s = edge->begin(get("/v1/manifests", alice, "view=mcp"), later + 200, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(header(s.response, "Age"), "0");
+  EXPECT_EQ(s.response.body, body);
+  EXPECT_EQ(edge->answers().stats().hits, hits + 1);
+  edge->end(s.handle);
+}
+
+// An "unchanged" answer whose leases were read again goes to L1 with them: within the TTL the
+// copy renders what a full read with that lease renders (before, such a copy was not kept).
+TEST(EdgeService, AnUnchangedAnswerGoesToL1WithTheLeasesItRead) {
+  auto edge = service();
+  const std::string alice = token_for("alice");
+  // Stale: its lease matters.
+  EdgeStep s = read_manifests(*edge, alice, discovery_reply("alice", 5, 20 * kMinute), kNow);
+  EXPECT_TRUE(s.background);
+  edge->end(s.handle);
+  const int64_t later = kNow + 3'000;
+  s = edge->begin(get("/v1/manifests", alice), later, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRedis);
+  s = edge->feed(s.handle, "+OK\r\n" + encode_reply(unchanged_reply("alice", 5, {1})), later);
+  ASSERT_EQ(header(s.response, "X-Quiver-Cache"), "revalidated");
+  EXPECT_FALSE(s.background);  // a refresh holds the lease
+  edge->end(s.handle);
+
+  s = edge->begin(get("/v1/manifests", alice, "view=mcp"), later + 100, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(header(s.response, "X-Quiver-Cache"), "hit");
+  EXPECT_FALSE(s.background);
+  auto other = service();
+  EdgeStep full = other->begin(get("/v1/manifests", alice, "view=mcp"), later + 100, kRandom);
+  full = other->feed(full.handle,
+                     "+OK\r\n" + encode_reply(discovery_reply("alice", 5, 20 * kMinute, true)),
+                     later + 100);
+  EXPECT_EQ(s.response.body, full.response.body);
+  EXPECT_EQ(header(s.response, "ETag"), header(full.response, "ETag"));
+  edge->end(s.handle);
+  other->end(full.handle);
 }
 
 TEST(EdgeService, ConditionalReadsCanBeTurnedOff) {
