@@ -59,6 +59,7 @@ constexpr KindInfo kKinds[kKeyKindCount] = {
     {KeyKind::kGranteesPending, "grantees-pending", "SET", false, false},
     {KeyKind::kConnVersion, "conn-version", "STRING", true, false},
     {KeyKind::kMemberVersion, "member-version", "STRING", false, true},
+    {KeyKind::kLayout, "layout", "STRING", false, false},
 };
 
 constexpr char kCatalogVersionsSegment[] = "versions";
@@ -215,6 +216,7 @@ std::string RedisKeys::conns() const { return prefix_ + key_kind_name(KeyKind::k
 std::string RedisKeys::revalidate_stream() const {
   return prefix_ + key_kind_name(KeyKind::kRevalidate);
 }
+std::string RedisKeys::layout() const { return prefix_ + key_kind_name(KeyKind::kLayout); }
 std::string RedisKeys::epoch() const { return prefix_ + key_kind_name(KeyKind::kEpoch); }
 std::string RedisKeys::namespace_record() const {
   return prefix_ + key_kind_name(KeyKind::kNamespace);
