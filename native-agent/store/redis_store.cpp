@@ -1002,12 +1002,11 @@ Status RedisStore::health() {
 Result<NamespaceRecord> RedisStore::read_namespace() {
   // The layout record with it (shared/layout.h): a layout this build does not read makes the
   // store unavailable, and keeps this store's writes refused until a check reads v1 again.
-  Result<RespValue> both =
-      impl_->one({"MGET", impl_->keys.layout(), impl_->keys.namespace_record()}, "MGET namespace");
-  if (!both.ok()) return both.error();
-  const std::vector<RespValue>* got = both->as_array();
-  if (got == nullptr || got->size() != 2 || !((*got)[0].is_nil() || (*got)[0].as_string())) {
-    return Error(ErrorCode::kInvalidReply, "redis MGET layout, namespace: unexpected reply");
+  Result<std::vector<RespValue>> got = impl_->many(
+      {{"GET", impl_->keys.layout()}, {"GET", impl_->keys.namespace_record()}}, "GET namespace");
+  if (!got.ok()) return got.error();
+  if (!((*got)[0].is_nil() || (*got)[0].as_string())) {
+    return Error(ErrorCode::kInvalidReply, "redis GET layout: not a string");
   }
   const std::optional<std::string> layout =
       (*got)[0].is_nil() ? std::nullopt : std::optional<std::string>(*(*got)[0].as_string());

@@ -41,7 +41,7 @@
 -- The disabled overlay is that principal's own: on a per-member connection a member's toggles hide
 -- capabilities from that member alone.
 --
--- The key layout record (quiver:{ns}:layout, shared/layout.h) is read before anything else, with
+-- The key layout record (quiver:{ns}:layout, shared/layout.h) is read before anything else, then
 -- the namespace record (in the conditional path, in its one MGET): absent or `v1:...` the
 -- namespace is in layout v1, which this script reads; any other value (`v2:filling:<at>`, garbage)
 -- names a layout it does not know, and the reply is
@@ -125,9 +125,9 @@ if ARGV[6] == 'if-unchanged' then
   end
 end
 
-local got = redis.call('MGET', prefix .. 'layout', prefix .. 'namespace')
-if not v1_layout(got[1]) then return {'quiver.layout.v1', got[1], prefix .. 'layout'} end
-local record = got[2]
+local layout = redis.call('GET', prefix .. 'layout')
+if not v1_layout(layout) then return {'quiver.layout.v1', layout, prefix .. 'layout'} end
+local record = redis.call('GET', prefix .. 'namespace')
 if not record or string.sub(record, 1, 6) ~= 'ready:' then
   local state = 'missing'
   if record then state = string.match(record, '^[a-z]+') or 'unknown' end

@@ -48,7 +48,7 @@
 -- same signed request once the namespace is back; the reply is then
 --   {'quiver.namespace.v1', state}      state 'missing' or 'restoring'
 -- which the host answers 503 STORE_UNAVAILABLE, never 202 with every target unknown_connection.
--- The key layout record (quiver:{ns}:layout, shared/layout.h) is read with it, as
+-- The key layout record (quiver:{ns}:layout, shared/layout.h) is read before it, as
 -- discovery_read.lua does: unless it is absent or `v1:...`, the namespace is in a layout this
 -- script does not write, nothing is written and the reply is
 --   {'quiver.layout.v1', value, key}    the record as stored, and its key
@@ -68,11 +68,11 @@ local window, maxlen, requeue_after, reason = ARGV[4], ARGV[5], tonumber(ARGV[6]
 if not at or not requeue_after then
   return redis.error_reply('ERR webhook_refresh: at and requeue_after_ms must be numbers')
 end
-local got = redis.call('MGET', prefix .. 'layout', prefix .. 'namespace')
-if got[1] and string.sub(got[1], 1, 3) ~= 'v1:' then
-  return {'quiver.layout.v1', got[1], prefix .. 'layout'}
+local layout = redis.call('GET', prefix .. 'layout')
+if layout and string.sub(layout, 1, 3) ~= 'v1:' then
+  return {'quiver.layout.v1', layout, prefix .. 'layout'}
 end
-local record = got[2]
+local record = redis.call('GET', prefix .. 'namespace')
 if not record or string.sub(record, 1, 6) ~= 'ready:' then
   local state = 'missing'
   if record then state = string.match(record, '^[a-z]+') or 'unknown' end

@@ -259,8 +259,10 @@ TEST(DiscoveryRedis, AnUnknownLayoutIsTheStoreUnavailableNamingTheRecord) {
   // Both scripts read the record before anything else: discovery before the namespace record,
   // the webhook before its replay guard.
   std::string_view read = schema_asset("lua/discovery_read.lua");
-  EXPECT_LT(read.find("prefix .. 'layout', prefix .. 'namespace'"),
-            read.find("redis.call('SMEMBERS'"));
+  const std::size_t layout_read = read.find("redis.call('GET', prefix .. 'layout')");
+  ASSERT_NE(layout_read, std::string_view::npos);
+  EXPECT_LT(layout_read, read.find("redis.call('GET', prefix .. 'namespace')"));
+  EXPECT_LT(layout_read, read.find("redis.call('SMEMBERS'"));
   std::string_view webhook = schema_asset("lua/webhook_refresh.lua");
   EXPECT_LT(webhook.find("prefix .. 'layout'"), webhook.find("redis.call('SET'"));
 }
