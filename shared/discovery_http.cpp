@@ -9,6 +9,7 @@
 #include "shared/ascii.h"
 #include "shared/enum_names.h"
 #include "shared/json.h"
+#include "shared/layout.h"
 #include "shared/numbers.h"
 #include "shared/utf8.h"
 #include "shared/webhook_signature.h"
@@ -115,6 +116,10 @@ int http_error_status(HttpErrorCode code) {
 }
 
 const char* store_unavailable_message(const Error& error) {
+  if (is_unknown_layout_error(error)) {
+    return "the cache store holds the namespace in a key layout this server does not read (its "
+           "`layout` record); upgrade it";
+  }
   return error.code == ErrorCode::kStoreNotReady
              ? "the cache store is being restored (namespace not initialised); retry shortly"
              : "the cache store is unavailable";

@@ -95,8 +95,9 @@ int http_error_status(HttpErrorCode code);        // 401, 404, ...
 HttpResponse error_response(HttpErrorCode code, std::string_view message);
 
 // The 503 STORE_UNAVAILABLE message for a store error, the same on every host: a namespace the
-// store lost or an agent is restoring (ErrorCode::kStoreNotReady) says so, anything else is "the
-// cache store is unavailable". Details (hosts, why) stay in the log.
+// store lost or an agent is restoring (ErrorCode::kStoreNotReady) says so, a key layout this build
+// does not read (shared/layout.h) says so, anything else is "the cache store is unavailable".
+// Details (hosts, why, the record's value) stay in the log.
 const char* store_unavailable_message(const Error& error);
 
 // ---- inputs ------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@
 #include <string_view>
 #include <utility>
 
+#include "shared/layout.h"
 #include "shared/numbers.h"
 #include "shared/schema_assets.h"
 #include "shared/sha256.h"
@@ -223,6 +224,7 @@ Result<DiscoverySnapshot> decode_discovery_reply(const RespValue& reply, const P
   if (reply.is_error()) {
     return Error(ErrorCode::kStoreUnavailable, "discovery read: Redis error: " + reply.str);
   }
+  if (std::optional<Error> layout = layout_unknown_reply(reply, "discovery read")) return *layout;
   if (std::optional<Error> not_ready = namespace_not_ready(reply, "discovery read")) {
     return *not_ready;
   }
@@ -505,6 +507,7 @@ Result<WebhookRefreshReply> parse_webhook_refresh_reply(const RespValue& reply) 
   auto bad = [&](const std::string& what) {
     return Error(ErrorCode::kInvalidReply, "webhook reply: " + what);
   };
+  if (std::optional<Error> layout = layout_unknown_reply(reply, "webhook")) return *layout;
   if (std::optional<Error> not_ready = namespace_not_ready(reply, "webhook")) return *not_ready;
   const std::vector<RespValue>* a = reply.as_array();
   std::optional<std::string_view> word;

@@ -98,8 +98,10 @@ Result<std::optional<DiscoverySnapshot>> decode_conditional_reply(
     const RespValue& reply, DiscoverySnapshot& held, const std::vector<std::size_t>& lease_entries);
 
 // The snapshot in the script's reply. `member` is the caller the command was built for.
-// kStoreUnavailable for a Redis error reply (e.g. NOSCRIPT, OOM, a script error); kStoreNotReady
-// when the namespace record is absent or not `ready` (the data was lost; an agent restores it);
+// kStoreUnavailable for a Redis error reply (e.g. NOSCRIPT, OOM, a script error) and for a
+// namespace whose key layout record names a layout this build does not read (shared/layout.h:
+// the error names the record); kStoreNotReady when the namespace record is absent or not `ready`
+// (the data was lost; an agent restores it);
 // kInvalidReply for any shape mismatch, naming the element.
 Result<DiscoverySnapshot> decode_discovery_reply(const RespValue& reply, const Principal& member);
 
@@ -198,7 +200,8 @@ Result<RedisCommand> webhook_refresh_command(const RedisKeys& keys, const Webhoo
                                              const EnqueueOptions& options);
 
 // The script's reply as the core's WebhookRefreshReply (shared/webhook_signature.h).
-// kStoreUnavailable for a Redis error reply, kStoreNotReady when the namespace record is not
+// kStoreUnavailable for a Redis error reply or a layout this build does not write (the layout
+// record, shared/layout.h; nothing was done), kStoreNotReady when the namespace record is not
 // `ready` (nothing was done, not even the replay guard), kInvalidReply for any other shape.
 Result<WebhookRefreshReply> parse_webhook_refresh_reply(const RespValue& reply);
 

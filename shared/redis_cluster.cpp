@@ -63,6 +63,24 @@ bool is_script_call(std::string_view name) {
   return false;
 }
 
+}  // namespace
+
+bool redis_command_changes_nothing(const RedisCommand& argv) {
+  static constexpr std::string_view kReads[] = {
+      "GET",    "MGET",      "STRLEN",  "EXISTS",    "TYPE",        "TTL",           "PTTL",
+      "HGET",   "HMGET",     "HGETALL", "HLEN",      "HSTRLEN",     "HEXISTS",       "SMEMBERS",
+      "SSCAN",  "SISMEMBER", "SCARD",   "ZRANGE",    "ZRANGEBYLEX", "ZRANGEBYSCORE", "ZMSCORE",
+      "ZSCORE", "ZCARD",     "XRANGE",  "XREVRANGE", "XREAD",       "XLEN",          "XINFO",
+      "SCAN",   "PING",      "TIME",    "DBSIZE",    "EVAL_RO",     "EVALSHA_RO",    "FCALL_RO"};
+  if (argv.empty()) return false;
+  for (std::string_view r : kReads) {
+    if (ascii_iequals(argv[0], r)) return true;
+  }
+  return false;
+}
+
+namespace {
+
 // ---- flat maps (RESP2 arrays of alternating keys and values; RESP3 maps as RespValue holds them)
 
 const RespValue* map_get(const std::vector<RespValue>& flat, std::string_view key) {

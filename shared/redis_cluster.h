@@ -69,6 +69,13 @@ Result<std::vector<std::string_view>> command_keys(const RedisCommand& argv);
 // kInvalidArgument when its keys hash to different slots (Redis would answer CROSSSLOT).
 Result<std::optional<uint16_t>> command_slot(const RedisCommand& argv);
 
+// Whether a command changes nothing in Redis (a read: GET, MGET, HGETALL, SCAN, ZRANGEBYSCORE,
+// XREAD without a group, EVAL_RO, ...; names compared case-insensitively). Such a command may be
+// sent again after a connection failed mid-round (RedisClusterPool), and is what an agent still
+// sends to a namespace in a key layout it does not know (RedisStore's layout gate,
+// shared/layout.h). Any command not listed (XREADGROUP, EVAL, SET, ...) counts as a write.
+bool redis_command_changes_nothing(const RedisCommand& argv);
+
 // One node as the cluster announces it.
 struct ClusterNode {
   std::string host;  // IP or hostname, IPv6 without brackets

@@ -51,8 +51,9 @@ enum class KeyKind {
   kGranteesPending,
   kConnVersion,
   kMemberVersion,
+  kLayout,
 };
-inline constexpr int kKeyKindCount = 35;
+inline constexpr int kKeyKindCount = 36;
 
 const char* key_kind_name(KeyKind kind);   // the key's segment: "conns", "revalidate-gate", ...
 const char* key_redis_type(KeyKind kind);  // "SET", "HASH", "STRING", "STREAM"
@@ -267,6 +268,9 @@ class RedisKeys {
   // The namespace record (kNamespaceReady): whether agents have synced connections, grants and
   // overlays into this namespace since the store last lost its data. Every reader checks it.
   std::string namespace_record() const;
+  // The key layout record (shared/layout.h): `<version>:<state>:<at>`, absent for layout v1.
+  // Every reader checks it and refuses a layout this build does not read.
+  std::string layout() const;
   // The runtime catalog (native-agent/store/catalog.h), agents only: the entries of one kind (a
   // HASH key -> one JSON string holding the value and its meta), their keys for paging (a ZSET,
   // every score 0, paged with ZRANGEBYLEX), the per-kind version counters (a HASH) and the audit

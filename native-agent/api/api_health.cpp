@@ -4,7 +4,9 @@
 #include "native-agent/api/api_handlers.h"
 #include "native-agent/api/api_http.h"
 #include "native-agent/engine/metrics.h"
+#include "shared/discovery_http.h"
 #include "shared/json.h"
+#include "shared/layout.h"
 
 namespace quiver::api {
 
@@ -31,18 +33,22 @@ void healthz(ApiContext& api, const httplib::Request& req, httplib::Response& re
   // but holds nothing to serve until an agent restores it; discovery answers 503 meanwhile.
   Result<NamespaceRecord> ns = api.agent.store().read_namespace();
   if (!ns.ok() || ns->state != NamespaceState::kReady) {
-    const std::string state = !ns.ok()                                ? "unknown"
+    // A key layout this agent does not read (shared/layout.h) is no restore: it says so.
+    const bool layout = !ns.ok() && is_unknown_layout_error(ns.error());
+    const std::string state = layout                                  ? "layout_unknown"
+                              : !ns.ok()                              ? "unknown"
                               : ns->state == NamespaceState::kMissing ? "namespace_missing"
                                                                       : "restoring";
     if (!ns.ok()) api.log("api: healthz: " + ns.error().message);
     HttpResponse r = error_response(
         HttpErrorCode::kStoreUnavailable,
-        state == "namespace_missing"
+        layout ? std::string(store_unavailable_message(ns.error()))
+        : state == "namespace_missing"
             ? "the store lost this namespace (restarted empty or flushed); an agent is restoring it"
             : "the store's namespace is being restored");
     Result<Json> parsed = parse_json(r.body);
     if (parsed.ok() && parsed->is_object()) {
-      (*parsed)["status"] = "restoring";
+      (*parsed)["status"] = layout ? "unavailable" : "restoring";
       (*parsed)["store"] = state;
       r.body = json_text(*parsed);
     }

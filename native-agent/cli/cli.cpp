@@ -27,6 +27,8 @@ const std::vector<CliCommand>& cli_commands() {
        cmd_grants},
       {"connections", "list, show, add, change, disable or remove connections (operators)",
        cmd_connections},
+      {"layout", "the namespace's key layout record and the layouts of the agents seen",
+       cmd_layout},
   };
   return commands;
 }

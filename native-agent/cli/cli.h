@@ -29,5 +29,6 @@ int cmd_token(const std::vector<std::string>& args);
 int cmd_members(const std::vector<std::string>& args);
 int cmd_grants(const std::vector<std::string>& args);
 int cmd_connections(const std::vector<std::string>& args);
+int cmd_layout(const std::vector<std::string>& args);
 
 }  // namespace quiver

@@ -451,24 +451,6 @@ std::vector<Result<RespValue>> RedisClusterPool::Impl::run_batch_locked(
   return out;
 }
 
-namespace {
-
-// Commands that change nothing, and may be sent again after a connection failed mid-round.
-bool changes_nothing(const RedisCommand& argv) {
-  static constexpr std::string_view kReads[] = {
-      "GET",    "MGET",        "STRLEN", "EXISTS",  "TYPE",       "TTL",      "PTTL",      "HGET",
-      "HMGET",  "HGETALL",     "HLEN",   "HSTRLEN", "HEXISTS",    "SMEMBERS", "SISMEMBER", "SCARD",
-      "ZRANGE", "ZRANGEBYLEX", "ZCARD",  "XRANGE",  "XREVRANGE",  "XLEN",     "XINFO",     "SCAN",
-      "PING",   "TIME",        "DBSIZE", "EVAL_RO", "EVALSHA_RO", "FCALL_RO"};
-  if (argv.empty()) return false;
-  for (std::string_view r : kReads) {
-    if (ascii_iequals(argv[0], r)) return true;
-  }
-  return false;
-}
-
-}  // namespace
-
 Result<std::vector<RespValue>> RedisClusterPool::Impl::run_at_slot_locked(
     uint16_t slot, const std::vector<RedisCommand>& commands, int64_t timeout_ms) {
   const std::size_t n = commands.size();
@@ -534,8 +516,9 @@ Result<std::vector<RespValue>> RedisClusterPool::Impl::run_at_slot_locked(
     ++attempts;
     if (!got.ok()) {
       if (got.error().code == ErrorCode::kUnauthenticated) return got.error();
-      bool reads = std::all_of(pending.begin(), pending.end(),
-                               [&](std::size_t i) { return changes_nothing(commands[i]); });
+      bool reads = std::all_of(pending.begin(), pending.end(), [&](std::size_t i) {
+        return redis_command_changes_nothing(commands[i]);
+      });
       if (after_send && !reads) {
         return Error(ErrorCode::kStoreUnavailable,
                      got.error().message + " (a write that may have run is not sent again)");

@@ -17,6 +17,7 @@
 #include "native-agent/store/redis_link.h"
 #include "shared/canonical_json.h"
 #include "shared/discovery_redis.h"
+#include "shared/layout.h"
 #include "shared/numbers.h"
 #include "shared/preferences_redis.h"
 #include "shared/redis_cluster.h"
@@ -122,6 +123,78 @@ class ClusterChannel final : public RedisChannel {
  private:
   std::unique_ptr<RedisClusterPool> pool_;
   uint16_t slot_;
+};
+
+// The key layout gate (shared/layout.h): a namespace whose layout record names a layout this build
+// does not read gets no write from this store. Every pipeline of a channel passes here: one that
+// only reads (redis_command_changes_nothing, and MULTI/EXEC around nothing else) goes through;
+// any other is refused with kStoreUnavailable naming the record while the record is unknown.
+// The record is read on the first write of the store's life and again by every read_namespace
+// (the agent's store check): a record set back to v1 (or deleted) lets writes through again
+// from the next store check on.
+class LayoutGate {
+ public:
+  explicit LayoutGate(std::string key) : key_(std::move(key)) {}
+  const std::string& key() const { return key_; }
+
+  // What the store check read: nullopt for no record.
+  void seen(std::optional<std::string> value) {
+    std::lock_guard<std::mutex> lock(mu_);
+    checked_ = true;
+    unknown_ = layout_readable(value) ? std::nullopt : std::move(value);
+  }
+
+  // Ok, or why `commands` may not be sent; `inner` reads the record when it was never read.
+  Status admit(const std::vector<RedisCommand>& commands, RedisChannel& inner) {
+    bool writes = false;
+    for (const RedisCommand& c : commands) {
+      if (c.empty() || redis_command_changes_nothing(c)) continue;
+      if (c.size() == 1 && (c[0] == "MULTI" || c[0] == "EXEC" || c[0] == "DISCARD")) continue;
+      writes = true;
+      break;
+    }
+    if (!writes) return Status::Ok();
+    bool checked = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      checked = checked_;
+    }
+    if (!checked) {
+      Result<std::vector<RespValue>> r = inner.run({{"GET", key_}});
+      if (!r.ok()) return r.error();
+      const RespValue& v = (*r)[0];
+      if (v.is_error()) return reply_error(v, "GET layout");
+      if (!v.is_nil() && !v.as_string()) {
+        return Error(ErrorCode::kInvalidReply, "redis GET layout: not a string");
+      }
+      seen(v.is_nil() ? std::nullopt : std::optional<std::string>(*v.as_string()));
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!unknown_) return Status::Ok();
+    return unknown_layout_error(key_, *unknown_, "redis write refused");
+  }
+
+ private:
+  const std::string key_;
+  std::mutex mu_;
+  bool checked_ = false;
+  std::optional<std::string> unknown_;  // the record, while it names a layout not read here
+};
+
+class LayoutGatedChannel final : public RedisChannel {
+ public:
+  LayoutGatedChannel(std::unique_ptr<RedisChannel> inner, std::shared_ptr<LayoutGate> gate)
+      : inner_(std::move(inner)), gate_(std::move(gate)) {}
+  Result<std::vector<RespValue>> run(const std::vector<RedisCommand>& commands,
+                                     int64_t timeout_ms) override {
+    if (Status st = gate_->admit(commands, *inner_); !st.ok()) return st.error();
+    return inner_->run(commands, timeout_ms);
+  }
+  const RedisChannel& inner() const { return *inner_; }
+
+ private:
+  std::unique_ptr<RedisChannel> inner_;
+  std::shared_ptr<LayoutGate> gate_;
 };
 
 // ---- one connection ----------------------------------------------------------------------------
@@ -480,6 +553,8 @@ struct RedisStore::Impl {
   std::unique_ptr<RedisChannel> main;
   std::unique_ptr<RedisChannel> blocking;  // read_revalidations with block_ms > 0
   std::unique_ptr<RedisChannel> calls;     // read_relayed_calls with block_ms > 0
+  // Every channel's writes pass it (LayoutGatedChannel); read_namespace keeps it current.
+  std::shared_ptr<LayoutGate> layout_gate = std::make_shared<LayoutGate>(keys.layout());
   LockedBodyCache bodies{options.body_cache_max_bytes};
   // The sweep of keys naming unconfigured connections (sync_connections) ran once in this
   // process: later syncs sweep only after a removal (removed-conns not empty).
@@ -491,9 +566,10 @@ struct RedisStore::Impl {
   // The channels: three connections to one Redis, or three pools on a cluster.
   Status open_channels() {
     if (!options.redis.cluster) {
-      main = std::make_unique<RedisConnection>(options, tls.get());
-      blocking = std::make_unique<RedisConnection>(options, tls.get());
-      calls = std::make_unique<RedisConnection>(options, tls.get());
+      for (std::unique_ptr<RedisChannel>* channel : {&main, &blocking, &calls}) {
+        *channel = std::make_unique<LayoutGatedChannel>(
+            std::make_unique<RedisConnection>(options, tls.get()), layout_gate);
+      }
       return Status::Ok();
     }
     const uint16_t slot = cluster_key_slot(keys.namespace_record());
@@ -513,7 +589,8 @@ struct RedisStore::Impl {
       po.command_timeout_ms = options.command_timeout_ms;
       Result<std::unique_ptr<RedisClusterPool>> pool = RedisClusterPool::create(std::move(po));
       if (!pool.ok()) return pool.error();
-      *channel = std::make_unique<ClusterChannel>(std::move(pool).value(), slot);
+      *channel = std::make_unique<LayoutGatedChannel>(
+          std::make_unique<ClusterChannel>(std::move(pool).value(), slot), layout_gate);
     }
     return Status::Ok();
   }
@@ -522,7 +599,9 @@ struct RedisStore::Impl {
     if (!options.redis.cluster) return std::nullopt;
     RedisClusterPoolStats sum;
     for (const std::unique_ptr<RedisChannel>* channel : {&main, &blocking, &calls}) {
-      RedisClusterPoolStats one = static_cast<const ClusterChannel&>(**channel).stats();
+      RedisClusterPoolStats one = static_cast<const ClusterChannel&>(
+                                      static_cast<const LayoutGatedChannel&>(**channel).inner())
+                                      .stats();
       sum.moved += one.moved;
       sum.ask += one.ask;
       sum.retries += one.retries;
@@ -921,8 +1000,21 @@ Status RedisStore::health() {
 // ---- the namespace record ----------------------------------------------------------------------
 
 Result<NamespaceRecord> RedisStore::read_namespace() {
-  Result<RespValue> r = impl_->one({"GET", impl_->keys.namespace_record()}, "GET namespace");
-  if (!r.ok()) return r.error();
+  // The layout record with it (shared/layout.h): a layout this build does not read makes the
+  // store unavailable, and keeps this store's writes refused until a check reads v1 again.
+  Result<std::vector<RespValue>> got = impl_->many(
+      {{"GET", impl_->keys.layout()}, {"GET", impl_->keys.namespace_record()}}, "GET namespace");
+  if (!got.ok()) return got.error();
+  if (!((*got)[0].is_nil() || (*got)[0].as_string())) {
+    return Error(ErrorCode::kInvalidReply, "redis GET layout: not a string");
+  }
+  const std::optional<std::string> layout =
+      (*got)[0].is_nil() ? std::nullopt : std::optional<std::string>(*(*got)[0].as_string());
+  impl_->layout_gate->seen(layout);
+  if (!layout_readable(layout)) {
+    return unknown_layout_error(impl_->keys.layout(), *layout, "store check");
+  }
+  const RespValue* r = &(*got)[1];
   NamespaceRecord out;
   if (r->is_nil()) return out;
   std::optional<std::string_view> v = r->as_string();
@@ -2335,13 +2427,35 @@ Status RedisStore::mark_call_agent_alive(std::string_view consumer, int64_t ttl_
   // `call-agents` exists, so every request it queues is after the group's start.
   Result<std::vector<RespValue>> r = impl_->main->run(
       {{"XGROUP", "CREATE", impl_->keys.calls(), kCallsConsumerGroup, "$", "MKSTREAM"},
-       {"SET", impl_->keys.call_agents(), std::string(consumer), "PX", std::to_string(ttl_ms)}});
+       {"SET", impl_->keys.call_agents(), call_agents_mark(consumer), "PX",
+        std::to_string(ttl_ms)}});
   if (!r.ok()) return r.error();
   if ((*r)[0].is_error() && !starts_with((*r)[0].str, "BUSYGROUP")) {
     return reply_error((*r)[0], "XGROUP CREATE");
   }
   if ((*r)[1].is_error()) return reply_error((*r)[1], "SET");
   return Status::Ok();
+}
+
+Result<StoreLayout> RedisStore::read_layout() {
+  Result<std::vector<RespValue>> r = impl_->many({{"GET", impl_->keys.layout()},
+                                                  {"GET", impl_->keys.call_agents()},
+                                                  {"PTTL", impl_->keys.call_agents()}},
+                                                 "GET layout");
+  if (!r.ok()) return r.error();
+  StoreLayout out;
+  out.key = impl_->keys.layout();
+  for (int i : {0, 1}) {
+    const RespValue& v = (*r)[i];
+    if (v.is_nil()) continue;
+    std::optional<std::string_view> text = v.as_string();
+    if (!text) return Error(ErrorCode::kInvalidReply, "redis GET layout: not a string");
+    (i == 0 ? out.record : out.call_agents) = std::string(*text);
+  }
+  std::optional<int64_t> ttl = (*r)[2].as_int();
+  if (!ttl) return Error(ErrorCode::kInvalidReply, "redis PTTL call-agents: not an integer");
+  out.call_agents_ttl_ms = out.call_agents ? std::max<int64_t>(*ttl, 0) : 0;
+  return out;
 }
 
 }  // namespace quiver

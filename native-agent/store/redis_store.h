@@ -135,6 +135,7 @@ class RedisStore final : public ManifestStore {
                                               int64_t block_ms) override;
   Status put_call_reply(std::string_view rid, std::string_view record, int64_t ttl_ms) override;
   Status mark_call_agent_alive(std::string_view consumer, int64_t ttl_ms) override;
+  Result<StoreLayout> read_layout() override;
   Result<std::vector<bool>> call_cancel_marks(const std::vector<std::string>& rids) override;
   Result<MergedPreferences> merge_preferences(std::string_view cid, const Principal& principal,
                                               const std::vector<PreferenceRow>& rows) override;

@@ -207,6 +207,16 @@ struct NamespaceRecord {
   std::string value;
 };
 
+// What `read_layout` found (Redis only).
+struct StoreLayout {
+  std::string key;                    // the layout record's key
+  std::optional<std::string> record;  // as stored; nullopt: no record (layout v1)
+  // `call-agents` as stored (shared/layout.h parse_call_agents_mark) and how long it lives on;
+  // nullopt: no agent consumes relayed calls now.
+  std::optional<std::string> call_agents;
+  int64_t call_agents_ttl_ms = 0;
+};
+
 // ---- the store ---------------------------------------------------------------------------------
 
 // One OAuth callback the edge queued for the agents.
@@ -488,6 +498,14 @@ class ManifestStore {
   // away), one flag per rid in order, in one round trip.
   virtual Result<std::vector<bool>> call_cancel_marks(const std::vector<std::string>& /*rids*/) {
     return Error(ErrorCode::kInvalidArgument, describe() + " relays no calls");
+  }
+
+  // --- the key layout (shared/layout.h), read only: `quiver-agent layout` ---
+  // The namespace's layout record and the agent that last marked `call-agents` (with the layouts
+  // it declares), in one round trip. kInvalidArgument for a store without layouts (SQLite: one
+  // agent's own file, always in its own layout).
+  virtual Result<StoreLayout> read_layout() {
+    return Error(ErrorCode::kInvalidArgument, describe() + " has no key layout record");
   }
 };
 

@@ -18,8 +18,8 @@
 -- what this script reads for the member alone (its grants, a per-member commit, failure, overlay
 -- or webhook mark), conn-version:<cid> by every write that changes what it reads for the
 -- connection as a whole (its record, a shared commit, failure, overlay or mark, a connection-wide
--- mark). A conditional read reads all of them, the namespace record, the epoch and the named
--- leases in ONE MGET; when each equals what the reader holds the reply is
+-- mark). A conditional read reads all of them, the namespace record, the layout record, the epoch
+-- and the named leases in ONE MGET; when each equals what the reader holds the reply is
 --   {'quiver.discovery.unchanged', member, epoch, leases}     leases: 0/1 per named pair
 -- and the reader renders from what it holds (a full read now would return the same records, the
 -- leases aside, which it was given); otherwise the script goes on as a full read, in the same
@@ -30,7 +30,7 @@
 -- script builds their keys itself, from ARGV[1], exactly as RedisKeys (shared/identity.h) spells
 -- them: conn:<cid>, manifest:<cid>:<principal>, disabled:<cid>:<principal>,
 -- lease:<cid>:<principal>, invalidated:<cid>:<principal>, marked:<cid>, epoch, member-version:<member>,
--- conn-version:<cid>.
+-- conn-version:<cid>, namespace, layout.
 -- Every key of a namespace carries the same {ns} hash tag, so they all live in KEYS[1]'s slot:
 -- on Redis Cluster the script never leaves its node. Granted ids outside the connection id
 -- charset are skipped (and counted): they could not carry the hash tag safely.
@@ -40,6 +40,14 @@
 -- applicable_principal is the authority; the decoder checks this script's choice against it.
 -- The disabled overlay is that principal's own: on a per-member connection a member's toggles hide
 -- capabilities from that member alone.
+--
+-- The key layout record (quiver:{ns}:layout, shared/layout.h) is read before anything else, then
+-- the namespace record (in the conditional path, in its one MGET): absent or `v1:...` the
+-- namespace is in layout v1, which this script reads; any other value (`v2:filling:<at>`, garbage)
+-- names a layout it does not know, and the reply is
+--   {'quiver.layout.v1', value, key}
+-- which readers answer as the store being unavailable, never as an empty list. A conditional
+-- read never answers "unchanged" unless the layout is v1.
 --
 -- Read-only, and sent as EVAL_RO / EVALSHA_RO (Redis 7): a Redis user with read-only access to the
 -- namespace (the edge's least-privilege ACL, schema/redis-acl-edge.txt) may run it.
@@ -71,6 +79,11 @@ local function valid_cid(cid)
   return #cid >= 1 and #cid <= 128 and not string.find(cid, '[^A-Za-z0-9._-]')
 end
 
+-- Layout v1 (shared/layout.h): no layout record, or one naming v1.
+local function v1_layout(value)
+  return not value or string.sub(value, 1, 3) == 'v1:'
+end
+
 if ARGV[6] == 'if-unchanged' then
   local n = tonumber(ARGV[9])
   if not n or n < 0 then
@@ -80,7 +93,8 @@ if ARGV[6] == 'if-unchanged' then
   if #ARGV < leases_at - 1 or (#ARGV - leases_at + 1) % 2 ~= 0 then
     return redis.error_reply('ERR discovery_read: held versions and leases do not pair up')
   end
-  local keys = {prefix .. 'namespace', prefix .. 'epoch', prefix .. 'member-version:' .. member}
+  local keys = {prefix .. 'namespace', prefix .. 'epoch', prefix .. 'member-version:' .. member,
+                prefix .. 'layout'}
   for i = 10, leases_at - 1, 2 do
     if not valid_cid(ARGV[i]) then
       return redis.error_reply('ERR discovery_read: a held connection id is not valid')
@@ -95,8 +109,8 @@ if ARGV[6] == 'if-unchanged' then
   end
   local got = redis.call('MGET', unpack(keys))
   local same = got[1] and got[1] == ARGV[7] and string.sub(got[1], 1, 6) == 'ready:' and
-               (got[3] or '') == ARGV[8]
-  local at = 4
+               (got[3] or '') == ARGV[8] and v1_layout(got[4])
+  local at = 5
   for i = 11, leases_at - 1, 2 do
     if not same then break end
     same = (got[at] or '') == ARGV[i]
@@ -104,13 +118,15 @@ if ARGV[6] == 'if-unchanged' then
   end
   if same then
     local leases = {}
-    for i = 4 + n, #got do
+    for i = 5 + n, #got do
       leases[#leases + 1] = got[i] and 1 or 0
     end
     return {'quiver.discovery.unchanged', member, tonumber(got[2]) or 0, leases}
   end
 end
 
+local layout = redis.call('GET', prefix .. 'layout')
+if not v1_layout(layout) then return {'quiver.layout.v1', layout, prefix .. 'layout'} end
 local record = redis.call('GET', prefix .. 'namespace')
 if not record or string.sub(record, 1, 6) ~= 'ready:' then
   local state = 'missing'

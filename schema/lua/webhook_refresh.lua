@@ -48,6 +48,11 @@
 -- same signed request once the namespace is back; the reply is then
 --   {'quiver.namespace.v1', state}      state 'missing' or 'restoring'
 -- which the host answers 503 STORE_UNAVAILABLE, never 202 with every target unknown_connection.
+-- The key layout record (quiver:{ns}:layout, shared/layout.h) is read before it, as
+-- discovery_read.lua does: unless it is absent or `v1:...`, the namespace is in a layout this
+-- script does not write, nothing is written and the reply is
+--   {'quiver.layout.v1', value, key}    the record as stored, and its key
+-- (503 STORE_UNAVAILABLE too).
 -- Replies {'replay'} when KEYS[1] existed (nothing else done), else
 --   {'accepted', results} with results flat, four values per (connection, principal):
 --   cid, principal ('' for an unknown connection or a connection-wide mark), status, marked
@@ -62,6 +67,10 @@ local retain, at = ARGV[2], tonumber(ARGV[3])
 local window, maxlen, requeue_after, reason = ARGV[4], ARGV[5], tonumber(ARGV[6]), ARGV[7]
 if not at or not requeue_after then
   return redis.error_reply('ERR webhook_refresh: at and requeue_after_ms must be numbers')
+end
+local layout = redis.call('GET', prefix .. 'layout')
+if layout and string.sub(layout, 1, 3) ~= 'v1:' then
+  return {'quiver.layout.v1', layout, prefix .. 'layout'}
 end
 local record = redis.call('GET', prefix .. 'namespace')
 if not record or string.sub(record, 1, 6) ~= 'ready:' then

@@ -543,6 +543,8 @@ export class Layout {
   }
   grantees(cid) { return `${this.prefix}grantees:${cid}`; }
   namespace() { return `${this.prefix}namespace`; }
+  // The key layout record (shared/layout.h): absent or `v1:...` is the layout the edge reads.
+  layoutRecord() { return `${this.prefix}layout`; }
 }
 
 export const configHash = (cid) => createHash('sha256').update(`config of ${cid}`).digest('hex');

@@ -906,6 +906,40 @@ test('a namespace the store lost answers 503 STORE_UNAVAILABLE, never an empty l
   await recommitDocs();  // the webhook marked docs stale: a listing after it clears the mark
 });
 
+test('a key layout the edge does not read answers 503 STORE_UNAVAILABLE, never an empty list',
+     async () => {
+  // A member granted `docs` who never read (no L1 copy to fall back on).
+  await db.pipeline([['SADD', layout.grants('lay1'), 'docs'], ['INCR', layout.epoch()],
+                     ['INCR', layout.memberVersion('lay1')]]);
+  const hook = JSON.stringify({ connection_id: 'docs', reason: 'deploy-in-v2' });
+  const hookSignature = signWebhook(WEBHOOK_SECRET, NS, hook);
+  await db.call('SET', layout.layoutRecord(), 'v2:filling:1');
+  try {
+    for (const [method, p] of [['GET', '/v1/manifests'], ['GET', '/v1/mcp-connections/docs/manifest'],
+                               ['GET', '/v1/search?q=docs']]) {
+      const res = await edge.request(method, p, { headers: auth('lay1') });
+      assertJsonError(res, 503, 'STORE_UNAVAILABLE');
+      assert.match(res.json.error.message, /key layout/, p);
+    }
+    // The webhook writes nothing in a layout it does not know (not even its replay guard).
+    const refused = await postWebhook(hook, hookSignature);
+    assertJsonError(refused, 503, 'STORE_UNAVAILABLE');
+    assert.match(refused.json.error.message, /key layout/);
+    // A record naming v1 reads as no record.
+    await db.call('SET', layout.layoutRecord(), 'v1:ready:1');
+    const v1 = await edge.request('GET', '/v1/manifests', { headers: auth('lay1') });
+    assert.equal(v1.status, 200, v1.text);
+    assert.deepEqual(v1.json.connections.map((c) => c.id), ['docs']);
+  } finally {
+    await db.call('DEL', layout.layoutRecord());
+  }
+  const retried = await postWebhook(hook, hookSignature);
+  assert.equal(retried.status, 202, retried.text);
+  await settle();
+  await resetStream();
+  await recommitDocs();  // the webhook marked docs stale: a listing after it clears the mark
+});
+
 test('scripts go by EVALSHA; after SCRIPT FLUSH one EVAL in the same request, never a 503',
      async () => {
   const stats = async () => {

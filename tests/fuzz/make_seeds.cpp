@@ -234,6 +234,18 @@ void edge_seeds(const std::string& manifest) {
        request("GET", "/v1/manifests"),
        {ok + "-NOSCRIPT No matching script.\r\n", read}},
       {"no-token", 0, request("GET", "/v1/manifests"), {}},
+      // The namespace in a key layout the edge does not read (shared/layout.h): 503, and the
+      // webhook refused the same way.
+      {"layout-unknown",
+       1,
+       request("GET", "/v1/manifests"),
+       {ok +
+        encode_reply(A({S("quiver.layout.v1"), S("v2:filling:1"), S("quiver:{default}:layout")}))}},
+      {"webhook-layout-unknown",
+       2,
+       request("POST", kWebhookRefreshPath, "", R"({"connection_id": "docs"})"),
+       {ok +
+        encode_reply(A({S("quiver.layout.v1"), S("v2:filling:1"), S("quiver:{default}:layout")}))}},
       {"store-down", 1, request("GET", "/v1/manifests"), {"-ERR invalid password\r\n"}},
       {"healthz", 0, request("GET", "/healthz"), {}},
       {"webhook",

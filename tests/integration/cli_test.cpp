@@ -18,6 +18,7 @@
 #include "shared/caller_token.h"
 #include "shared/json.h"
 #include "tests/support/cli_run.h"
+#include "tests/support/hiredis_run.h"
 #include "tests/support/mcp_peers.h"
 #include "tests/support/redis_server.h"
 
@@ -77,8 +78,8 @@ class CliTest : public ::testing::Test {
 TEST_F(CliTest, EveryCommandHasHelp) {
   CliRun top = run({"--help"});
   EXPECT_EQ(top.code, kExitOk);
-  for (const char* command :
-       {"serve", "refresh", "status", "prefs", "token", "members", "grants", "connections"}) {
+  for (const char* command : {"serve", "refresh", "status", "prefs", "token", "members", "grants",
+                              "connections", "layout"}) {
     EXPECT_TRUE(contains(top.out, command)) << command;
     CliRun r = run({command, "--help"});
     EXPECT_EQ(r.code, kExitOk) << command;
@@ -176,6 +177,49 @@ TEST_F(CliTest, StatusNamesAMissingNamespaceAndTheClockSkew) {
   CliRun r = agent({"status"});
   EXPECT_TRUE(contains(r.out, "store data: namespace missing")) << r.out;
   EXPECT_TRUE(contains(r.out, "clock skew: ")) << r.out;
+}
+
+// `layout` (shared/layout.h): the record and the agent seen, read only, in any layout.
+TEST_F(CliTest, LayoutPrintsTheRecordAndTheAgentsSeen) {
+  testing::RedisServer redis;
+  ASSERT_TRUE(redis.ok()) << redis.error();
+  write_config({{"redis", "redis://127.0.0.1:" + std::to_string(redis.port()) + "/0"}});
+  CliRun none = agent({"layout", "--json"});
+  ASSERT_EQ(none.code, kExitOk) << none.out << none.err;
+  Result<Json> parsed = parse_json(none.out);
+  ASSERT_TRUE(parsed.ok()) << none.out;
+  EXPECT_EQ((*parsed)["key"], "quiver:{default}:layout");
+  EXPECT_TRUE((*parsed)["record"].is_null());
+  EXPECT_EQ((*parsed)["version"], "v1");
+  EXPECT_EQ((*parsed)["readable"], true);
+  EXPECT_TRUE((*parsed)["agents_seen"].empty());
+
+  RedisConnection c(redis.connect());
+  ASSERT_TRUE(c);
+  run_argv(c.get(), {"SET", "quiver:{default}:layout", "v2:filling:1790000000000"});
+  run_argv(c.get(), {"SET", "quiver:{default}:call-agents", "agent-a layouts=v1", "PX", "60000"});
+  CliRun v2 = agent({"layout", "--json"});
+  ASSERT_EQ(v2.code, kExitOk) << v2.out << v2.err;
+  parsed = parse_json(v2.out);
+  ASSERT_TRUE(parsed.ok()) << v2.out;
+  EXPECT_EQ((*parsed)["record"], "v2:filling:1790000000000");
+  EXPECT_EQ((*parsed)["version"], "v2");
+  EXPECT_EQ((*parsed)["state"], "filling");
+  EXPECT_EQ((*parsed)["readable"], false);
+  ASSERT_EQ((*parsed)["agents_seen"].size(), 1u) << v2.out;
+  EXPECT_EQ((*parsed)["agents_seen"][0]["consumer"], "agent-a");
+  EXPECT_EQ((*parsed)["agents_seen"][0]["layouts"], Json::array({"v1"}));
+  // Read only: nothing but the two keys above in the store.
+  EXPECT_EQ(run_argv(c.get(), {"DBSIZE"}).integer, 2);
+  CliRun text = agent({"layout"});
+  EXPECT_EQ(text.code, kExitOk);
+  EXPECT_TRUE(contains(text.out, "`v2:filling:1790000000000`")) << text.out;
+  EXPECT_TRUE(contains(text.out, "neither serves nor writes")) << text.out;
+  EXPECT_TRUE(contains(text.out, "agent-a  layouts v1")) << text.out;
+  // An agent older than the record: its bare consumer name reads as v1 only.
+  run_argv(c.get(), {"SET", "quiver:{default}:call-agents", "agent-old", "PX", "60000"});
+  text = agent({"layout"});
+  EXPECT_TRUE(contains(text.out, "agent-old  layouts v1 (declares none")) << text.out;
 }
 
 // Issue 9: a config file nested 200,000 deep (400 KB, under the 1 MiB file bound) is a usage

@@ -219,6 +219,54 @@ TEST(DiscoveryRedis, ANamespaceNotReadyIsItsOwnErrorNotAnEmptySnapshot) {
   EXPECT_LT(script.find("prefix .. 'namespace'"), script.find("redis.call('SMEMBERS'"));
 }
 
+// discovery_read.lua when the layout record names a layout this build does not read: the store is
+// unavailable (503 at both hosts), never an empty snapshot, and the message names the record.
+TEST(DiscoveryRedis, AnUnknownLayoutIsTheStoreUnavailableNamingTheRecord) {
+  const RespValue reply =
+      A({S("quiver.layout.v1"), S("v2:filling:1700000000000"), S("quiver:{team}:layout")});
+  Result<DiscoverySnapshot> s = decode_discovery_reply(reply, member_principal("alice"));
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code, ErrorCode::kStoreUnavailable);
+  EXPECT_NE(s.error().message.find("quiver:{team}:layout"), std::string::npos) << s.error().message;
+  EXPECT_NE(s.error().message.find("`v2:filling:1700000000000`"), std::string::npos)
+      << s.error().message;
+  // A conditional read answered so is no "unchanged": the same error.
+  DiscoverySnapshot held = *decode_discovery_reply(good_reply(), member_principal("alice"));
+  Result<std::optional<DiscoverySnapshot>> c = decode_conditional_reply(reply, held, {1});
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error().code, ErrorCode::kStoreUnavailable);
+  // A webhook answered so wrote nothing: 503 too.
+  Result<WebhookRefreshReply> w = parse_webhook_refresh_reply(reply);
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.error().code, ErrorCode::kStoreUnavailable);
+  EXPECT_NE(w.error().message.find("webhook"), std::string::npos) << w.error().message;
+  // Garbage in the record is quoted, escaped and cut, never echoed raw.
+  s = decode_discovery_reply(
+      A({S("quiver.layout.v1"), S(std::string("x\r\n") + std::string(100, 'y')),
+         S("quiver:{team}:layout")}),
+      member_principal("alice"));
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code, ErrorCode::kStoreUnavailable);
+  EXPECT_EQ(s.error().message.find('\r'), std::string::npos) << s.error().message;
+  EXPECT_NE(s.error().message.find("\\x0d"), std::string::npos) << s.error().message;
+  // The tag with anything but two strings is a bad reply.
+  for (const RespValue& bad : {A({S("quiver.layout.v1"), I(2), S("quiver:{team}:layout")}),
+                               A({S("quiver.layout.v1"), S("v2:x:1"), RespValue::nil()})}) {
+    EXPECT_EQ(decode_discovery_reply(bad, member_principal("alice")).error().code,
+              ErrorCode::kInvalidReply)
+        << bad.debug_string();
+  }
+  // Both scripts read the record before anything else: discovery before the namespace record,
+  // the webhook before its replay guard.
+  std::string_view read = schema_asset("lua/discovery_read.lua");
+  const std::size_t layout_read = read.find("redis.call('GET', prefix .. 'layout')");
+  ASSERT_NE(layout_read, std::string_view::npos);
+  EXPECT_LT(layout_read, read.find("redis.call('GET', prefix .. 'namespace')"));
+  EXPECT_LT(layout_read, read.find("redis.call('SMEMBERS'"));
+  std::string_view webhook = schema_asset("lua/webhook_refresh.lua");
+  EXPECT_LT(webhook.find("prefix .. 'layout'"), webhook.find("redis.call('SET'"));
+}
+
 TEST(DiscoveryRedis, EveryShapeMismatchIsAClearError) {
   using Mutation = std::function<void(RespValue&)>;
   auto entries = [](RespValue& r) -> std::vector<RespValue>& { return r.elements[6].elements; };

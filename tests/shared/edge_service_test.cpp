@@ -747,6 +747,28 @@ TEST(EdgeService, ConcurrentRequestsKeepTheirOwnState) {
   EXPECT_EQ(edge->open_requests(), 0u);
 }
 
+// A namespace in a key layout the edge does not read (shared/layout.h: discovery_read.lua's
+// {'quiver.layout.v1', value, key}): 503 STORE_UNAVAILABLE saying so, the record in the log,
+// never an empty list.
+TEST(EdgeService, AnUnknownKeyLayoutIs503NeverAnEmptyList) {
+  auto edge = service();
+  EdgeStep s = edge->begin(get("/v1/manifests", token_for("alice")), kNow, kRandom);
+  ASSERT_EQ(s.action, EdgeAction::kRedis);
+  s = edge->feed(s.handle,
+                 "+OK\r\n" + encode_reply(A({S("quiver.layout.v1"), S("v2:filling:1"),
+                                             S("quiver:{default}:layout")})),
+                 kNow);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(s.response.status, 503);
+  EXPECT_EQ(error_code_of(s), "STORE_UNAVAILABLE");
+  EXPECT_NE(body_of(s)["error"]["message"].get<std::string>().find("key layout"), std::string::npos)
+      << s.response.body;
+  EXPECT_EQ(s.response.body.find("v2:filling"), std::string::npos) << "details stay in the log";
+  EXPECT_NE(s.log.find("`v2:filling:1`"), std::string::npos) << s.log;
+  edge->end(s.handle);
+  EXPECT_EQ(edge->open_requests(), 0u);
+}
+
 TEST(EdgeService, RedisDownServesTheL1CopyMarkedStaleElse503) {
   auto edge = service();
   std::string alice = token_for("alice");
@@ -1202,6 +1224,18 @@ TEST(EdgeService, AWebhookIsVerifiedThenAppliedInOneScript) {
   EXPECT_EQ(s.response.status, 503);
   EXPECT_EQ(error_code_of(s), "STORE_UNAVAILABLE");
   EXPECT_NE(body_of(s)["error"]["message"].get<std::string>().find("being restored"),
+            std::string::npos);
+  edge->end(s.handle);
+  // A key layout the edge does not read (shared/layout.h): 503 as well, nothing written.
+  s = edge->begin(signed_webhook(body), kNow, kRandom);
+  s = edge->feed(s.handle,
+                 "+OK\r\n" + encode_reply(A({S("quiver.layout.v1"), S("v2:filling:1"),
+                                             S("quiver:{default}:layout")})),
+                 kNow);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(s.response.status, 503);
+  EXPECT_EQ(error_code_of(s), "STORE_UNAVAILABLE");
+  EXPECT_NE(body_of(s)["error"]["message"].get<std::string>().find("key layout"),
             std::string::npos);
   edge->end(s.handle);
   EXPECT_EQ(edge->open_requests(), 0u);

@@ -1,0 +1,148 @@
+#include "shared/layout.h"
+
+#include <cstdio>
+
+namespace quiver {
+namespace {
+
+Error invalid(std::string message) {
+  return Error(ErrorCode::kInvalidArgument, std::move(message));
+}
+
+bool all_of(std::string_view s, bool (*ok)(char)) {
+  for (char c : s) {
+    if (!ok(c)) return false;
+  }
+  return true;
+}
+
+bool lower_or_digit(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
+bool lower(char c) { return c >= 'a' && c <= 'z'; }
+bool digit(char c) { return c >= '0' && c <= '9'; }
+
+bool valid_layout_name(std::string_view v) {
+  return !v.empty() && v.size() <= 16 && all_of(v, lower_or_digit);
+}
+
+// A record quoted for a message: at most 64 bytes, control and non-ASCII bytes as \xNN.
+std::string quoted(std::string_view value) {
+  constexpr std::size_t kMax = 64;
+  std::string out = "`";
+  for (std::size_t i = 0; i < value.size() && i < kMax; ++i) {
+    const auto c = static_cast<unsigned char>(value[i]);
+    if (c < 0x20 || c >= 0x7f || c == '`' || c == '\\') {
+      char hex[8];
+      std::snprintf(hex, sizeof(hex), "\\x%02x", c);
+      out += hex;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  out += value.size() > kMax ? "`..." : "`";
+  return out;
+}
+
+}  // namespace
+
+Result<LayoutRecord> parse_layout_record(std::string_view value) {
+  const std::size_t a = value.find(':');
+  const std::size_t b = a == std::string_view::npos ? a : value.find(':', a + 1);
+  if (b == std::string_view::npos) {
+    return invalid("layout record " + quoted(value) + " is not `<version>:<state>:<at>`");
+  }
+  LayoutRecord r;
+  r.version = std::string(value.substr(0, a));
+  r.state = std::string(value.substr(a + 1, b - a - 1));
+  const std::string_view at = value.substr(b + 1);
+  if (!valid_layout_name(r.version)) {
+    return invalid("layout record " + quoted(value) + ": the version is not [a-z0-9]{1,16}");
+  }
+  if (r.state.empty() || r.state.size() > 32 || !all_of(r.state, lower)) {
+    return invalid("layout record " + quoted(value) + ": the state is not [a-z]{1,32}");
+  }
+  if (at.empty() || at.size() > 18 || !all_of(at, digit)) {
+    return invalid("layout record " + quoted(value) + ": `at` is not a time in epoch ms");
+  }
+  for (char c : at) r.at_ms = r.at_ms * 10 + (c - '0');
+  return r;
+}
+
+const std::vector<std::string>& supported_layouts() {
+  static const std::vector<std::string> kSupported = {kLayoutV1};
+  return kSupported;
+}
+
+bool layout_readable(std::optional<std::string_view> value) {
+  return !value || value->substr(0, 3) == std::string_view("v1:");
+}
+
+// The words every unknown_layout_error holds, and that is_unknown_layout_error looks for.
+constexpr std::string_view kUnknownLayoutWords = "a layout this build does not read";
+
+Error unknown_layout_error(std::string_view key, std::string_view value, std::string_view what) {
+  return Error(ErrorCode::kStoreUnavailable,
+               std::string(what) + ": the namespace's key layout record " + std::string(key) +
+                   " is " + quoted(value) + ", " + std::string(kUnknownLayoutWords) +
+                   " (it reads " + kLayoutV1 +
+                   " only): upgrade this agent or edge, or set the record back to v1; nothing is "
+                   "served or written meanwhile");
+}
+
+bool is_unknown_layout_error(const Error& error) {
+  return error.code == ErrorCode::kStoreUnavailable &&
+         error.message.find(kUnknownLayoutWords) != std::string::npos;
+}
+
+std::optional<Error> layout_unknown_reply(const RespValue& reply, std::string_view what) {
+  const std::vector<RespValue>* a = reply.as_array();
+  if (a == nullptr || a->size() != 3 ||
+      (*a)[0].as_string() != std::optional<std::string_view>(kLayoutUnknownTag)) {
+    return std::nullopt;
+  }
+  std::optional<std::string_view> value = (*a)[1].as_string();
+  std::optional<std::string_view> key = (*a)[2].as_string();
+  if (!value || !key) {
+    return Error(ErrorCode::kInvalidReply,
+                 std::string(what) + " reply: the layout record read, or its key, is no string");
+  }
+  return unknown_layout_error(*key, *value, what);
+}
+
+std::string call_agents_mark(std::string_view consumer) {
+  std::string out = std::string(consumer) + " layouts=";
+  for (std::size_t i = 0; i < supported_layouts().size(); ++i) {
+    out += (i == 0 ? "" : ",") + supported_layouts()[i];
+  }
+  return out;
+}
+
+Result<CallAgentsMark> parse_call_agents_mark(std::string_view value) {
+  CallAgentsMark out;
+  const std::size_t space = value.find(' ');
+  out.consumer = std::string(value.substr(0, space));
+  if (out.consumer.empty()) return invalid("call-agents mark without a consumer name");
+  if (space == std::string_view::npos) {
+    out.layouts = {kLayoutV1};  // an agent older than the layout record reads v1 only
+    return out;
+  }
+  constexpr std::string_view kLayouts = "layouts=";
+  std::string_view rest = value.substr(space + 1);
+  if (rest.substr(0, kLayouts.size()) != kLayouts) {
+    return invalid("call-agents mark " + quoted(value) + ": expected `<consumer> layouts=...`");
+  }
+  rest.remove_prefix(kLayouts.size());
+  while (true) {
+    const std::size_t comma = rest.find(',');
+    const std::string_view name = rest.substr(0, comma);
+    if (!valid_layout_name(name)) {
+      return invalid("call-agents mark " + quoted(value) + ": a layout is not [a-z0-9]{1,16}");
+    }
+    out.layouts.emplace_back(name);
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+  out.declared = true;
+  return out;
+}
+
+}  // namespace quiver

@@ -1,0 +1,79 @@
+// The key layout record (RedisKeys::layout, `quiver:{<ns>}:layout`): which key layout a
+// namespace's data is in (docs/design.md, "Migration from v1, and the `layout` record").
+//
+// Value `<version>:<state>:<at>`; absent means layout v1. Every reader follows it: this build reads
+// layout v1 only, so a record naming v1 (`v1:...`) or no record reads as v1, and anything else
+// (`v2:filling:<at>`, a record it cannot parse) is a layout it does not know: the store is then
+// unavailable to it (503 STORE_UNAVAILABLE at both hosts, never an empty list), and an agent
+// writes nothing into the namespace until the record names v1 again (RedisStore's layout gate).
+// schema/lua/discovery_read.lua and webhook_refresh.lua apply the same rule in Redis (a value
+// starting `v1:`, or none) and answer {kLayoutUnknownTag, value, key} otherwise.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shared/resp.h"
+#include "shared/status.h"
+
+namespace quiver {
+
+// The one layout this build reads and writes.
+inline constexpr char kLayoutV1[] = "v1";
+
+// A script's reply when the namespace's layout record names a layout it does not read:
+// {tag, the record as stored, the record's key}.
+inline constexpr char kLayoutUnknownTag[] = "quiver.layout.v1";
+
+// The layout record parsed: `<version>:<state>:<at>`, version [a-z0-9]{1,16}, state [a-z]{1,32},
+// at a non-negative integer (epoch ms).
+struct LayoutRecord {
+  std::string version;
+  std::string state;
+  int64_t at_ms = 0;
+};
+// kInvalidArgument, naming what is wrong, for any other value.
+Result<LayoutRecord> parse_layout_record(std::string_view value);
+
+// The layouts this build reads and writes, in preference order: {"v1"}.
+const std::vector<std::string>& supported_layouts();
+
+// Whether this build reads the namespace whose layout record is `value` (nullopt: absent): absent
+// or a value starting `v1:` (the scripts' rule; the rest of a v1 record is not interpreted).
+bool layout_readable(std::optional<std::string_view> value);
+
+// The error a reader answers for a record it cannot read (kStoreUnavailable): names the key and
+// the value (a value of more than 64 bytes is cut; control bytes are escaped), and what to do.
+Error unknown_layout_error(std::string_view key, std::string_view value, std::string_view what);
+
+// Whether `error` is one unknown_layout_error made (hosts answer it with a message of its own).
+bool is_unknown_layout_error(const Error& error);
+
+// A script's reply {kLayoutUnknownTag, value, key} as unknown_layout_error(key, value, what);
+// nullopt for any other reply. kInvalidReply for that tag with a value or key that is no string.
+std::optional<Error> layout_unknown_reply(const RespValue& reply, std::string_view what);
+
+// ---- the agents' layout capability, in their call-agents heartbeat
+// ---------------------------------
+//
+// RedisKeys::call_agents holds `<consumer> layouts=<l1>,<l2>...` since this record exists; an
+// older agent wrote `<consumer>` alone (it reads v1 only). The edge only checks that the key
+// exists, so either value keeps relayed calls working.
+
+// `<consumer> layouts=v1` (supported_layouts()).
+std::string call_agents_mark(std::string_view consumer);
+
+struct CallAgentsMark {
+  std::string consumer;
+  // The layouts the agent reads and writes; {"v1"} for a mark without `layouts=` (an agent
+  // older than the layout record, which reads v1 only).
+  std::vector<std::string> layouts;
+  bool declared = false;  // the mark said `layouts=` itself
+};
+// kInvalidArgument for an empty value or a `layouts=` list that is empty or holds a bad name.
+Result<CallAgentsMark> parse_call_agents_mark(std::string_view value);
+
+}  // namespace quiver
