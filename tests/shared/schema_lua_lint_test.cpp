@@ -7,10 +7,11 @@
 // `KEYS[...]` expression. A command missing from the table fails the lint: add its key positions.
 //
 // Exceptions are listed, each with its reason, and the list can only shrink: an exception that no
-// longer matches any call fails too (a whole-script exception: a script that would pass). Today's are reads of a key the edge's least-privilege Redis
-// user may only read (schema/redis-acl-edge.txt): Redis 7 checks the keys an EVAL declares for
-// read AND write access (EVAL_RO for read only), so a script that writes cannot declare a key the
-// edge may only read. Key layout v2 (docs/design.md) removes them.
+// longer matches any call fails too (a whole-script exception: a script that would pass). Today's
+// are reads of a key the edge's least-privilege Redis user may only read
+// (schema/redis-acl-edge.txt): Redis 7 checks the keys an EVAL declares for read AND write access
+// (EVAL_RO for read only), so a script that writes cannot declare a key the edge may only read. Key
+// layout v2 (docs/design.md) removes them.
 //
 // Two v1 scripts are exempt as a whole, because what they read depends on data they read first:
 // discovery_read.lua (a member's page of connections) and webhook_refresh.lua (the principals a
