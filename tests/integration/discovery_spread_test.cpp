@@ -22,6 +22,7 @@
 #include "shared/discovery.h"
 #include "shared/discovery_redis.h"
 #include "shared/edge_snapshot.h"
+#include "tests/support/discovery_reads.h"
 #include "tests/support/preference_rows.h"
 #include "tests/support/redis_fixture.h"
 #include "tests/support/store_pair.h"
@@ -102,15 +103,8 @@ class SpreadRead : public testing::RedisFixture {
   }
 
   void fill_bodies(DiscoverySnapshot& s) {
-    std::vector<std::string> digests = missing_bodies(s);
-    if (digests.empty()) return;
-    Result<std::vector<std::optional<std::string>>> bodies =
-        decode_body_reply(cmd(*body_read_command(keys_, digests)), digests);
-    ASSERT_TRUE(bodies.ok());
-    for (std::size_t i = 0; i < digests.size(); ++i) {
-      ASSERT_TRUE((*bodies)[i].has_value());
-      fill_body(s, digests[i], *(*bodies)[i]);
-    }
+    testing::fill_bodies(
+        s, [&](const std::vector<std::string>& d) { return cmd(*body_read_command(keys_, d)); });
   }
 
   DiscoverySnapshot v1_read(const SnapshotQuery& q = {}) {
@@ -147,12 +141,7 @@ class SpreadRead : public testing::RedisFixture {
   }
 
   static std::string render(const DiscoverySnapshot& s, int64_t now) {
-    RenderedDiscovery d = render_manifests(s, FreshnessPolicy{}, now);
-    std::string revalidations;
-    for (const Revalidation& r : d.revalidations) {
-      revalidations += r.connection_id + "/" + r.principal.str() + "/" + r.reason + ";";
-    }
-    return d.etag + "\n" + d.cache_control + "\n" + revalidations + "\n" + d.body;
+    return testing::rendered_answer(s, now);
   }
 
   // v1 and v2 reads of the same state render the same bytes and carry the same versions.

@@ -19,6 +19,7 @@
 #include "shared/discovery_redis.h"
 #include "shared/discovery_spread.h"
 #include "shared/edge_snapshot.h"
+#include "tests/support/discovery_reads.h"
 #include "tests/support/hiredis_run.h"
 #include "tests/support/preference_rows.h"
 #include "tests/support/redis_cluster.h"
@@ -123,24 +124,10 @@ class LayoutV2Read : public ::testing::Test {
         decode_discovery_reply(run_argv(c_.get(), *discovery_read_command(v1_, who)), who);
     EXPECT_TRUE(s.ok()) << (s.ok() ? "" : s.error().message);
     if (!s.ok()) return DiscoverySnapshot(who);
-    fill(s.value(), [&](const std::vector<std::string>& d) {
+    testing::fill_bodies(s.value(), [&](const std::vector<std::string>& d) {
       return run_argv(c_.get(), *body_read_command(v1_, d));
     });
     return std::move(*s);
-  }
-
-  // Bodies: one GET per body (each its own slot on v2), through the pool.
-  template <typename Fetch>
-  void fill(DiscoverySnapshot& s, Fetch fetch) {
-    std::vector<std::string> digests = missing_bodies(s);
-    if (digests.empty()) return;
-    Result<std::vector<std::optional<std::string>>> bodies =
-        decode_body_reply(fetch(digests), digests);
-    ASSERT_TRUE(bodies.ok()) << bodies.error().message;
-    for (std::size_t i = 0; i < digests.size(); ++i) {
-      ASSERT_TRUE((*bodies)[i].has_value()) << digests[i];
-      fill_body(s, digests[i], *(*bodies)[i]);
-    }
   }
 
   RespValue v2_bodies(const std::vector<std::string>& digests) {
@@ -168,13 +155,13 @@ class LayoutV2Read : public ::testing::Test {
       if (!s.ok()) return s.error();
     }
     DiscoverySnapshot snapshot = read->take_snapshot();
-    fill(snapshot, [&](const std::vector<std::string>& d) { return v2_bodies(d); });
+    // Bodies: one GET per body (each its own slot on v2), through the pool.
+    testing::fill_bodies(snapshot, [&](const std::vector<std::string>& d) { return v2_bodies(d); });
     return snapshot;
   }
 
   static std::string render(const DiscoverySnapshot& s, int64_t now) {
-    RenderedDiscovery d = render_manifests(s, FreshnessPolicy{}, now);
-    return d.etag + "\n" + d.cache_control + "\n" + d.body;
+    return testing::rendered_answer(s, now);
   }
 
   static inline testing::RedisServer* single_ = nullptr;

@@ -57,6 +57,19 @@ Status run(SpreadDiscoveryRead& read, const std::vector<RespValue>& replies) {
   return Status();
 }
 
+// Seed `name` read to its end: the snapshot, or the error the read ended with; `rounds` the
+// rounds it took.
+Result<DiscoverySnapshot> read_seed(const std::string& name, int* rounds = nullptr) {
+  SnapshotQuery q;
+  std::vector<RespValue> replies = seed_replies(name, &q);
+  Result<SpreadDiscoveryRead> read = SpreadDiscoveryRead::start(kKeys, kAlice, q);
+  if (!read.ok()) return read.error();
+  Status s = run(*read, replies);
+  if (rounds != nullptr) *rounds = read->round();
+  if (!s.ok()) return s.error();
+  return read->take_snapshot();
+}
+
 TEST(SpreadDiscoveryRead, RefusesWhatTheOneScriptReadRefuses) {
   EXPECT_FALSE(SpreadDiscoveryRead::start(kKeys, Principal::shared()).ok());
   EXPECT_FALSE(SpreadDiscoveryRead::start(kKeys, kAlice, {std::nullopt, "", 0}).ok());
@@ -80,13 +93,11 @@ TEST(SpreadDiscoveryRead, RoundOneReadsTheVersionBeforeTheGrants) {
 }
 
 TEST(SpreadDiscoveryRead, AFullReadInTwoRounds) {
-  SnapshotQuery q;
-  std::vector<RespValue> replies = seed_replies("full-read", &q);
-  Result<SpreadDiscoveryRead> read = SpreadDiscoveryRead::start(kKeys, kAlice, q);
-  ASSERT_TRUE(read.ok());
-  ASSERT_TRUE(run(*read, replies).ok());
-  EXPECT_EQ(read->round(), 2);
-  DiscoverySnapshot s = read->take_snapshot();
+  int rounds = 0;
+  Result<DiscoverySnapshot> read = read_seed("full-read", &rounds);
+  ASSERT_TRUE(read.ok()) << read.error().message;
+  EXPECT_EQ(rounds, 2);
+  const DiscoverySnapshot& s = *read;
   ASSERT_EQ(s.connections.size(), 3u);
   EXPECT_EQ(s.granted_total, 3);
   EXPECT_EQ(s.member_version, "7");
@@ -105,13 +116,11 @@ TEST(SpreadDiscoveryRead, AFullReadInTwoRounds) {
 }
 
 TEST(SpreadDiscoveryRead, AModeChangedBetweenTheRoundsIsReadAgain) {
-  SnapshotQuery q;
-  std::vector<RespValue> replies = seed_replies("mode-changed", &q);
-  Result<SpreadDiscoveryRead> read = SpreadDiscoveryRead::start(kKeys, kAlice, q);
-  ASSERT_TRUE(read.ok());
-  ASSERT_TRUE(run(*read, replies).ok());
-  EXPECT_EQ(read->round(), 3);
-  DiscoverySnapshot s = read->take_snapshot();
+  int rounds = 0;
+  Result<DiscoverySnapshot> read = read_seed("mode-changed", &rounds);
+  ASSERT_TRUE(read.ok()) << read.error().message;
+  EXPECT_EQ(rounds, 3);
+  const DiscoverySnapshot& s = *read;
   ASSERT_EQ(s.connections.size(), 3u);
   ASSERT_TRUE(s.connections[1].principal.has_value());
   EXPECT_TRUE(s.connections[1].principal->is_shared());
@@ -119,26 +128,19 @@ TEST(SpreadDiscoveryRead, AModeChangedBetweenTheRoundsIsReadAgain) {
 }
 
 TEST(SpreadDiscoveryRead, OneConnection) {
-  SnapshotQuery q;
-  std::vector<RespValue> replies = seed_replies("only", &q);
-  Result<SpreadDiscoveryRead> read = SpreadDiscoveryRead::start(kKeys, kAlice, q);
-  ASSERT_TRUE(read.ok());
-  ASSERT_TRUE(run(*read, replies).ok());
-  DiscoverySnapshot s = read->take_snapshot();
+  Result<DiscoverySnapshot> read = read_seed("only");
+  ASSERT_TRUE(read.ok()) << read.error().message;
+  const DiscoverySnapshot& s = *read;
   ASSERT_EQ(s.connections.size(), 1u);
   EXPECT_EQ(s.connections[0].id, "b");
   EXPECT_EQ(s.granted_total, 1);
 }
 
 TEST(SpreadDiscoveryRead, ANamespaceNotReadyIsNeverEmpty) {
-  SnapshotQuery q;
-  std::vector<RespValue> replies = seed_replies("not-ready", &q);
-  Result<SpreadDiscoveryRead> read = SpreadDiscoveryRead::start(kKeys, kAlice, q);
-  ASSERT_TRUE(read.ok());
-  Status s = run(*read, replies);
-  ASSERT_FALSE(s.ok());
-  EXPECT_EQ(s.error().code, ErrorCode::kStoreNotReady) << s.error().message;
-  EXPECT_NE(s.error().message.find("restoring"), std::string::npos);
+  Result<DiscoverySnapshot> read = read_seed("not-ready");
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.error().code, ErrorCode::kStoreNotReady) << read.error().message;
+  EXPECT_NE(read.error().message.find("restoring"), std::string::npos);
 }
 
 TEST(SpreadDiscoveryRead, RedisErrorsAndMalformedRepliesEndTheRead) {
@@ -181,11 +183,9 @@ TEST(SpreadDiscoveryRead, RedisErrorsAndMalformedRepliesEndTheRead) {
 }
 
 TEST(SpreadDiscoveryRead, TheConditionalReadComparesEveryVersionAndReadsLeases) {
-  SnapshotQuery q;
-  std::vector<RespValue> replies = seed_replies("full-read", &q);
-  Result<SpreadDiscoveryRead> read = SpreadDiscoveryRead::start(kKeys, kAlice, q);
-  ASSERT_TRUE(run(*read, replies).ok());
-  DiscoverySnapshot held = read->take_snapshot();
+  Result<DiscoverySnapshot> read = read_seed("full-read");
+  ASSERT_TRUE(read.ok()) << read.error().message;
+  DiscoverySnapshot held = std::move(*read);
   Result<std::vector<RedisCommand>> c = spread_conditional_commands(kKeys, held, {2});
   ASSERT_TRUE(c.ok());
   ASSERT_EQ(c->size(), 6u);
