@@ -76,6 +76,18 @@ bool layout_readable(std::optional<std::string_view> value) {
   return !value || value->substr(0, 3) == std::string_view("v1:");
 }
 
+std::optional<KeyLayout> read_layout(std::optional<std::string_view> value) {
+  if (layout_readable(value)) return KeyLayout::kV1;
+  Result<LayoutRecord> record = parse_layout_record(*value);
+  if (record.ok() && record->version == "v2" && record->state == "ready") return KeyLayout::kV2;
+  return std::nullopt;
+}
+
+Result<RedisKeys> keys_for_layout(std::string_view ns, KeyLayout layout) {
+  return layout == KeyLayout::kV2 ? RedisKeys::create(ns, KeyLayout::kV2, kLayoutV2Shards)
+                                  : RedisKeys::create(ns);
+}
+
 // The words every unknown_layout_error holds, and that is_unknown_layout_error looks for.
 constexpr std::string_view kUnknownLayoutWords = "a layout this build does not read";
 

@@ -1,11 +1,14 @@
 // The key layout record (RedisKeys::layout, `quiver:{<ns>}:layout`): which key layout a
 // namespace's data is in (docs/design.md, "Migration from v1, and the `layout` record").
 //
-// Value `<version>:<state>:<at>`; absent means layout v1. Every reader follows it: this build reads
-// layout v1 only, so a record naming v1 (`v1:...`) or no record reads as v1, and anything else
-// (`v2:filling:<at>`, a record it cannot parse) is a layout it does not know: the store is then
-// unavailable to it (503 STORE_UNAVAILABLE at both hosts, never an empty list), and an agent
-// writes nothing into the namespace until the record names v1 again (RedisStore's layout gate).
+// Value `<version>:<state>:<at>`; absent means layout v1. Every reader follows it: a record naming
+// v1 (`v1:...`) or no record reads as v1; `v2:ready:<at>` reads as v2 (the discovery read in
+// rounds, shared/discovery_spread.h: `read_layout`); anything else (`v2:filling:<at>`, whose copy
+// is not complete, or a record it cannot parse) is a layout it does not know: the store is then
+// unavailable to it (503 STORE_UNAVAILABLE at both hosts, never an empty list). This build writes
+// layout v1 only: an agent writes nothing into a namespace whose record does not name v1
+// (RedisStore's layout gate: `layout_readable` below is that write rule's name from before v2
+// could be read).
 // schema/lua/discovery_read.lua and webhook_refresh.lua apply the same rule in Redis (a value
 // starting `v1:`, or none) and answer {kLayoutUnknownTag, value, key} otherwise.
 #pragma once
@@ -16,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "shared/redis_keys.h"
 #include "shared/resp.h"
 #include "shared/status.h"
 
@@ -41,9 +45,21 @@ Result<LayoutRecord> parse_layout_record(std::string_view value);
 // The layouts this build reads and writes, in preference order: {"v1"}.
 const std::vector<std::string>& supported_layouts();
 
-// Whether this build reads the namespace whose layout record is `value` (nullopt: absent): absent
-// or a value starting `v1:` (the scripts' rule; the rest of a v1 record is not interpreted).
+// Whether the namespace whose layout record is `value` (nullopt: absent) is in layout v1, the one
+// this build writes and the one its v1 scripts read: absent or a value starting `v1:` (the
+// scripts' rule; the rest of a v1 record is not interpreted).
 bool layout_readable(std::optional<std::string_view> value);
+
+// The shard count of layout v2: part of the version name (docs/design.md, "Hash tags").
+inline constexpr uint32_t kLayoutV2Shards = 16;
+
+// The key layout a reader of this build reads the namespace in: kV1 as layout_readable; kV2 for a
+// record that parses as version `v2`, state `ready` (the copy reached every key: docs/design.md,
+// "Migration from v1"); nullopt for any other record (unknown_layout_error).
+std::optional<KeyLayout> read_layout(std::optional<std::string_view> value);
+
+// The keys of `ns` in `layout` (v2 with kLayoutV2Shards).
+Result<RedisKeys> keys_for_layout(std::string_view ns, KeyLayout layout);
 
 // The error a reader answers for a record it cannot read (kStoreUnavailable): names the key and
 // the value (a value of more than 64 bytes is cut; control bytes are escaped), and what to do.

@@ -46,6 +46,25 @@ TEST(Layout, ThisBuildReadsV1AndNothingElse) {
   EXPECT_NE(e.message.find("discovery read"), std::string::npos) << e.message;
 }
 
+TEST(Layout, ReadersReadV2OnlyOnceItIsReady) {
+  EXPECT_EQ(read_layout(std::nullopt), KeyLayout::kV1);
+  EXPECT_EQ(read_layout(std::string_view("v1:ready:1")), KeyLayout::kV1);
+  EXPECT_EQ(read_layout(std::string_view("v2:ready:1765000000000")), KeyLayout::kV2);
+  // The copy is not complete while filling; a record that does not parse names nothing.
+  for (const char* other : {"v2:filling:1", "v2:ready:", "v2:ready:x", "v2:ready", "v3:ready:1",
+                            "v20:ready:1", "V2:ready:1", "v2:Ready:1", ""}) {
+    EXPECT_EQ(read_layout(std::string_view(other)), std::nullopt) << other;
+  }
+  Result<RedisKeys> v2 = keys_for_layout("team", KeyLayout::kV2);
+  ASSERT_TRUE(v2.ok());
+  EXPECT_EQ(v2->key_layout(), KeyLayout::kV2);
+  EXPECT_EQ(v2->shard_count(), kLayoutV2Shards);
+  EXPECT_EQ(keys_for_layout("team", KeyLayout::kV1)->key_layout(), KeyLayout::kV1);
+  // The records every reader starts from keep their names in both layouts.
+  EXPECT_EQ(v2->layout(), RedisKeys::create("team")->layout());
+  EXPECT_EQ(v2->namespace_record(), RedisKeys::create("team")->namespace_record());
+}
+
 TEST(Layout, TheKeyIsInTheNamespaceTagAndParsesBack) {
   RedisKeys keys = *RedisKeys::create("team");
   EXPECT_EQ(keys.layout(), "quiver:{team}:layout");
