@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "shared/discovery_redis.h"
+#include "shared/layout.h"
 
 namespace quiver {
 
@@ -65,6 +66,7 @@ Result<SpreadDiscoveryRead> SpreadDiscoveryRead::start(const RedisKeys& keys,
   if (!version.ok()) return version.error();
 
   SpreadDiscoveryRead read(keys, member, query);
+  read.commands_.push_back({"GET", keys.layout()});
   read.commands_.push_back({"GET", keys.namespace_record()});
   read.commands_.push_back({"GET", std::move(*version)});
   if (query.only) {
@@ -94,8 +96,23 @@ Status SpreadDiscoveryRead::feed_grants(const std::vector<RespValue>& replies) {
   for (const RespValue& r : replies) {
     if (r.is_error()) return redis_error(r);
   }
+  // The layout record: the keys must be spelled in the layout it names.
+  std::optional<std::string_view> layout = replies[0].as_string();
+  if (!layout && !replies[0].is_nil()) return bad_reply("layout record", "neither a string nor nil");
+  layout_seen_ = read_layout(layout);
+  if (!layout_seen_) {
+    return unknown_layout_error(keys_.layout(), *layout, "discovery read");
+  }
+  if (*layout_seen_ != keys_.key_layout()) {
+    return Error(ErrorCode::kStoreUnavailable,
+                 std::string("discovery read: the namespace moved to key layout ") +
+                     key_layout_name(*layout_seen_) + " while it was read in " +
+                     key_layout_name(keys_.key_layout()) + "; read again");
+  }
+  snapshot_.layout_record = std::string(layout.value_or(""));
   // The namespace record, as discovery_read.lua checks it.
-  std::optional<std::string_view> record = replies[0].as_string();
+  const std::size_t n = 1;  // replies before the namespace record
+  std::optional<std::string_view> record = replies[n].as_string();
   if (!record || record->substr(0, sizeof(kNamespaceReady)) != std::string(kNamespaceReady) + ":") {
     std::string state = "missing";
     if (record) {
@@ -105,7 +122,7 @@ Status SpreadDiscoveryRead::feed_grants(const std::vector<RespValue>& replies) {
         state += c;
       }
       if (state.empty()) state = "unknown";
-    } else if (!replies[0].is_nil()) {
+    } else if (!replies[n].is_nil()) {
       return bad_reply("namespace record", "neither a string nor nil");
     }
     return *namespace_not_ready(RespValue::array({RespValue::bulk_string(kNamespaceNotReadyTag),
@@ -113,20 +130,20 @@ Status SpreadDiscoveryRead::feed_grants(const std::vector<RespValue>& replies) {
                                 "discovery read");
   }
   snapshot_.namespace_record = std::string(*record);
-  std::optional<std::string> member_version = string_or_empty(replies[1]);
+  std::optional<std::string> member_version = string_or_empty(replies[n + 1]);
   if (!member_version) return bad_reply("member version", "neither a string nor nil");
   snapshot_.member_version = std::move(*member_version);
 
   // The grants: connection id → the credential mode the grant was written with.
   std::vector<std::pair<std::string, std::string>> granted;
   if (query_.only) {
-    if (std::optional<std::string_view> mode = replies[2].as_string()) {
+    if (std::optional<std::string_view> mode = replies[n + 2].as_string()) {
       granted.emplace_back(*query_.only, std::string(*mode));
-    } else if (!replies[2].is_nil()) {
+    } else if (!replies[n + 2].is_nil()) {
       return bad_reply("grant", "neither a string nor nil");
     }
   } else {
-    const std::vector<RespValue>* a = replies[2].as_array();
+    const std::vector<RespValue>* a = replies[n + 2].as_array();
     if (a == nullptr || a->size() % 2 != 0) {
       return bad_reply("grants", "expected a flat array of field/value pairs");
     }
@@ -339,7 +356,8 @@ Result<std::vector<RedisCommand>> spread_conditional_commands(
   Result<std::string> member_version = keys.member_version(held.member);
   if (!member_version.ok()) return member_version.error();
   std::vector<RedisCommand> out;
-  out.reserve(2 + held.connections.size() + lease_entries.size());
+  out.reserve(3 + held.connections.size() + lease_entries.size());
+  out.push_back({"GET", keys.layout()});
   out.push_back({"GET", keys.namespace_record()});
   out.push_back({"GET", std::move(*member_version)});
   for (const GrantedConnection& c : held.connections) {
@@ -361,23 +379,29 @@ Result<std::vector<RedisCommand>> spread_conditional_commands(
 Result<bool> decode_spread_conditional(const std::vector<RespValue>& replies,
                                        DiscoverySnapshot& held,
                                        const std::vector<std::size_t>& lease_entries) {
+  // {layout, namespace record, member version, connection versions..., leases...}
+  constexpr std::size_t kVersions = 3;
   std::size_t n = held.connections.size();
-  if (replies.size() != 2 + n + lease_entries.size()) {
+  if (replies.size() != kVersions + n + lease_entries.size() ||
+      held.connection_versions.size() != n) {
     return bad_reply("conditional read", "not one reply per command");
   }
   for (const RespValue& r : replies) {
     if (r.is_error()) return Error(redis_error(r).error());
   }
-  bool same = replies[0].as_string() == std::optional<std::string_view>(held.namespace_record);
-  for (std::size_t i = 1; i < 2 + n; ++i) {
+  std::optional<std::string> layout = string_or_empty(replies[0]);
+  if (!layout) return bad_reply("conditional read", "the layout record is neither a string nor nil");
+  bool same = *layout == held.layout_record &&
+              replies[1].as_string() == std::optional<std::string_view>(held.namespace_record);
+  for (std::size_t i = 2; i < kVersions + n; ++i) {
     std::optional<std::string> v = string_or_empty(replies[i]);
     if (!v) return bad_reply("conditional read", "a version is neither a string nor nil");
-    const std::string& mine = i == 1 ? held.member_version : held.connection_versions[i - 2];
+    const std::string& mine = i == 2 ? held.member_version : held.connection_versions[i - kVersions];
     same = same && *v == mine;
   }
   std::vector<bool> leases;
   for (std::size_t k = 0; k < lease_entries.size(); ++k) {
-    const RespValue& r = replies[2 + n + k];
+    const RespValue& r = replies[kVersions + n + k];
     if (!r.is_integer() || (r.integer != 0 && r.integer != 1)) {
       return bad_reply("conditional read", "a lease flag is not 0 or 1");
     }

@@ -8,8 +8,12 @@
 // key it touches (the host routes them, grouped per node: plan_cluster_batch in
 // shared/redis_cluster.h; on one node it pipelines them):
 //
-//   round 1  GET namespace record, GET member version, then HGETALL (or HGET, for `only`) of the
-//            member's grants: a HASH connection id → credential mode. The version is read before
+//   round 1  GET layout record, GET namespace record, GET member version, then HGETALL (or HGET, for `only`) of the
+//            member's grants: a HASH connection id → credential mode. The layout record must name
+//            the layout the keys are spelled in (shared/layout.h read_layout): a namespace that
+//            moved (a migration's switch, or back) ends the read with kStoreUnavailable and
+//            layout_seen() says where it is now, so the host reads again in that layout; a record
+//            no layout of this build reads is unknown_layout_error. The version is read before
 //            the grants: a write between them leaves a version older than the grants read, which
 //            a later conditional read sees as a change (never the reverse).
 //   round 2  per connection of the page, schema/lua/discovery_conn_read.lua on its slot (record,
@@ -69,6 +73,11 @@ class SpreadDiscoveryRead {
   // The snapshot, once done().
   DiscoverySnapshot take_snapshot();
 
+  // After round 1: the layout the namespace's record names, when this build reads it (nullopt
+  // before, or for a record it does not read). A read that ended because it differs from the keys'
+  // layout is read again in this one.
+  std::optional<KeyLayout> layout_seen() const { return layout_seen_; }
+
  private:
   struct PageEntry {
     std::string cid;
@@ -95,6 +104,7 @@ class SpreadDiscoveryRead {
   // member command (if any), which is last.
   std::vector<std::size_t> conn_commands_;
   std::vector<std::size_t> member_commands_;
+  std::optional<KeyLayout> layout_seen_;
   int round_ = 1;
   bool done_ = false;
   bool failed_ = false;
@@ -104,9 +114,9 @@ class SpreadDiscoveryRead {
 // ------------------------------------------------------------------
 //
 // What the v1 script checks in one MGET, as single-key commands, one slot each (route them like a
-// round): GET namespace record, GET member version, GET each entry's connection version, EXISTS
+// round): GET layout record, GET namespace record, GET member version, GET each entry's connection version, EXISTS
 // the lease of each of `lease_entries` (indexes into held.connections, lease_sensitive_entries).
-// Unchanged when every value equals what `held` holds: then `held` takes the lease flags read and
+// Unchanged when every value equals what `held` holds (the layout record as its full read saw it): then `held` takes the lease flags read and
 // is current, as decode_conditional_reply's nullopt. Otherwise the caller does a full read.
 // kInvalidArgument for a snapshot without versions, or a lease entry out of range or without a
 // principal.

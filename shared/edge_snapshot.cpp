@@ -16,7 +16,7 @@ std::string snapshot_cache_key(const Principal& member, const SnapshotQuery& que
 std::size_t snapshot_bytes(const DiscoverySnapshot& snapshot) {
   constexpr std::size_t kPerEntry = 256;  // the entry's fixed fields, optionals and containers
   std::size_t n = snapshot.member.str().size() + snapshot.namespace_record.size() +
-                  snapshot.member_version.size() + kPerEntry;
+                  snapshot.layout_record.size() + snapshot.member_version.size() + kPerEntry;
   for (const GrantedConnection& c : snapshot.connections) {
     n += kPerEntry + c.id.size();
     if (c.record) {

@@ -116,7 +116,12 @@ class LayoutV2Read : public ::testing::Test {
       for (const RedisCommand& c : cs) rs.push_back({c, false});
       return pool_->run_batch(rs);
     };
-    return copy_namespace_to_v2(v1_, v2_, io);
+    Result<LayoutCopyStats> stats = copy_namespace_to_v2(v1_, v2_, io);
+    if (!stats.ok()) return stats;
+    // The migration's switch once the copy is complete: readers follow the record.
+    Result<RespValue> ready = pool_->run({"SET", v2_.layout(), "v2:ready:" + std::to_string(kNow)});
+    if (!ready.ok()) return ready.error();
+    return stats;
   }
 
   DiscoverySnapshot v1_read(const Principal& who) {

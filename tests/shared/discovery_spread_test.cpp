@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "shared/layout.h"
 #include "shared/resp.h"
 
 namespace quiver {
@@ -82,7 +83,8 @@ TEST(SpreadDiscoveryRead, RefusesWhatTheOneScriptReadRefuses) {
 TEST(SpreadDiscoveryRead, RoundOneReadsTheVersionBeforeTheGrants) {
   Result<SpreadDiscoveryRead> read = SpreadDiscoveryRead::start(kKeys, kAlice);
   ASSERT_TRUE(read.ok());
-  const std::vector<RedisCommand> want = {{"GET", kKeys.namespace_record()},
+  const std::vector<RedisCommand> want = {{"GET", kKeys.layout()},
+                                          {"GET", kKeys.namespace_record()},
                                           {"GET", *kKeys.member_version(kAlice)},
                                           {"HGETALL", *kKeys.grants(kAlice)}};
   EXPECT_EQ(read->commands(), want);
@@ -103,6 +105,7 @@ TEST(SpreadDiscoveryRead, AFullReadInTwoRounds) {
   EXPECT_EQ(s.member_version, "7");
   EXPECT_EQ(s.connection_versions, (std::vector<std::string>{"3", "2", ""}));
   EXPECT_EQ(s.epoch, 0) << "no epoch on layout v2";
+  EXPECT_EQ(s.layout_record, "") << "no layout record: layout v1, as the keys are spelled";
   const GrantedConnection& b = s.connections[1];
   ASSERT_TRUE(b.principal.has_value());
   EXPECT_EQ(*b.principal, kAlice);
@@ -148,9 +151,9 @@ TEST(SpreadDiscoveryRead, RedisErrorsAndMalformedRepliesEndTheRead) {
   std::vector<RespValue> replies = seed_replies("full-read", &q);
   {
     Result<SpreadDiscoveryRead> read = SpreadDiscoveryRead::start(kKeys, kAlice, q);
-    std::vector<RespValue> r1(replies.begin(), replies.begin() + 3);
+    std::vector<RespValue> r1(replies.begin(), replies.begin() + 4);
     ASSERT_TRUE(read->feed(r1).ok());
-    std::vector<RespValue> r2(replies.begin() + 3, replies.end());
+    std::vector<RespValue> r2(replies.begin() + 4, replies.end());
     r2[1] = RespValue::error("MOVED 12 127.0.0.1:7001");
     Status s = read->feed(r2);
     ASSERT_FALSE(s.ok());
@@ -159,27 +162,67 @@ TEST(SpreadDiscoveryRead, RedisErrorsAndMalformedRepliesEndTheRead) {
   }
   {
     Result<SpreadDiscoveryRead> read = SpreadDiscoveryRead::start(kKeys, kAlice, q);
-    ASSERT_TRUE(read->feed({replies.begin(), replies.begin() + 3}).ok());
-    EXPECT_EQ(read->feed({replies.begin() + 3, replies.end() - 1}).error().code,
+    ASSERT_TRUE(read->feed({replies.begin(), replies.begin() + 4}).ok());
+    EXPECT_EQ(read->feed({replies.begin() + 4, replies.end() - 1}).error().code,
               ErrorCode::kInvalidReply)
         << "one reply short";
   }
   {
     // The member part answered for a connection it was not asked about.
     Result<SpreadDiscoveryRead> read = SpreadDiscoveryRead::start(kKeys, kAlice, q);
-    ASSERT_TRUE(read->feed({replies.begin(), replies.begin() + 3}).ok());
-    std::vector<RespValue> r2(replies.begin() + 3, replies.end());
+    ASSERT_TRUE(read->feed({replies.begin(), replies.begin() + 4}).ok());
+    std::vector<RespValue> r2(replies.begin() + 4, replies.end());
     r2.back().elements[1].elements.push_back(r2.back().elements[1].elements[0]);
     EXPECT_EQ(read->feed(r2).error().code, ErrorCode::kInvalidReply);
   }
   {
     // Shared data where the grant did not ask for it.
     Result<SpreadDiscoveryRead> read = SpreadDiscoveryRead::start(kKeys, kAlice, q);
-    ASSERT_TRUE(read->feed({replies.begin(), replies.begin() + 3}).ok());
-    std::vector<RespValue> r2(replies.begin() + 3, replies.end());
+    ASSERT_TRUE(read->feed({replies.begin(), replies.begin() + 4}).ok());
+    std::vector<RespValue> r2(replies.begin() + 4, replies.end());
     r2[1].elements[4] = r2[0].elements[4];
     EXPECT_EQ(read->feed(r2).error().code, ErrorCode::kInvalidReply);
   }
+}
+
+// The layout record must name the layout the keys are spelled in: a namespace that moved ends
+// the read and says where it went; a record no layout of this build reads is unknown.
+TEST(SpreadDiscoveryRead, TheLayoutRecordMustNameTheKeysLayout) {
+  SnapshotQuery q;
+  std::vector<RespValue> replies = seed_replies("full-read", &q);
+  const RedisKeys v2 = *RedisKeys::create("fz", KeyLayout::kV2, 16);
+  struct Case {
+    const RedisKeys* keys;
+    RespValue layout;
+    bool ok;
+    std::optional<KeyLayout> seen;
+  };
+  const Case cases[] = {
+      {&kKeys, RespValue::nil(), true, KeyLayout::kV1},
+      {&kKeys, RespValue::bulk_string("v1:ready:5"), true, KeyLayout::kV1},
+      {&kKeys, RespValue::bulk_string("v2:ready:5"), false, KeyLayout::kV2},
+      {&v2, RespValue::bulk_string("v2:ready:5"), true, KeyLayout::kV2},
+      {&v2, RespValue::nil(), false, KeyLayout::kV1},
+      {&v2, RespValue::bulk_string("v2:filling:5"), false, std::nullopt},
+      {&kKeys, RespValue::bulk_string("v9:ready:5"), false, std::nullopt},
+  };
+  for (const Case& c : cases) {
+    Result<SpreadDiscoveryRead> read = SpreadDiscoveryRead::start(*c.keys, kAlice, q);
+    ASSERT_TRUE(read.ok());
+    std::vector<RespValue> r1(replies.begin(), replies.begin() + 4);
+    r1[0] = c.layout;
+    Status s = read->feed(r1);
+    EXPECT_EQ(s.ok(), c.ok) << c.layout.debug_string();
+    EXPECT_EQ(read->layout_seen(), c.seen) << c.layout.debug_string();
+    if (!c.ok) {
+      EXPECT_EQ(s.error().code, ErrorCode::kStoreUnavailable) << s.error().message;
+      EXPECT_EQ(is_unknown_layout_error(s.error()), !c.seen) << s.error().message;
+    }
+  }
+  Result<SpreadDiscoveryRead> read = SpreadDiscoveryRead::start(kKeys, kAlice, q);
+  std::vector<RespValue> r1(replies.begin(), replies.begin() + 4);
+  r1[0] = RespValue::integer_value(2);
+  EXPECT_EQ(read->feed(r1).error().code, ErrorCode::kInvalidReply);
 }
 
 TEST(SpreadDiscoveryRead, TheConditionalReadComparesEveryVersionAndReadsLeases) {
@@ -188,11 +231,13 @@ TEST(SpreadDiscoveryRead, TheConditionalReadComparesEveryVersionAndReadsLeases) 
   DiscoverySnapshot held = std::move(*read);
   Result<std::vector<RedisCommand>> c = spread_conditional_commands(kKeys, held, {2});
   ASSERT_TRUE(c.ok());
-  ASSERT_EQ(c->size(), 6u);
-  EXPECT_EQ((*c)[2], (RedisCommand{"GET", *kKeys.conn_version("a")}));
-  EXPECT_EQ((*c)[5], (RedisCommand{"EXISTS", *kKeys.lease("c", Principal::shared())}));
+  ASSERT_EQ(c->size(), 7u);
+  EXPECT_EQ((*c)[0], (RedisCommand{"GET", kKeys.layout()}));
+  EXPECT_EQ((*c)[3], (RedisCommand{"GET", *kKeys.conn_version("a")}));
+  EXPECT_EQ((*c)[6], (RedisCommand{"EXISTS", *kKeys.lease("c", Principal::shared())}));
   auto answer = [](const char* record, const char* c_version, int lease) {
-    return std::vector<RespValue>{RespValue::bulk_string(record),
+    return std::vector<RespValue>{RespValue::nil(),
+                                  RespValue::bulk_string(record),
                                   RespValue::bulk_string("7"),
                                   RespValue::bulk_string("3"),
                                   RespValue::bulk_string("2"),
@@ -207,7 +252,10 @@ TEST(SpreadDiscoveryRead, TheConditionalReadComparesEveryVersionAndReadsLeases) 
   EXPECT_FALSE(*decode_spread_conditional(answer("ready:1790000000000", "1", 0), held, {2}));
   EXPECT_FALSE(*decode_spread_conditional(answer("ready:1790000000001", nullptr, 0), held, {2}));
   std::vector<RespValue> down = answer("ready:1790000000000", nullptr, 0);
-  down[3] = RespValue::error("CLUSTERDOWN");
+  std::vector<RespValue> moved = answer("ready:1790000000000", nullptr, 0);
+  moved[0] = RespValue::bulk_string("v2:ready:1");
+  EXPECT_FALSE(*decode_spread_conditional(moved, held, {2})) << "the layout record moved";
+  down[4] = RespValue::error("CLUSTERDOWN");
   EXPECT_EQ(decode_spread_conditional(down, held, {2}).error().code, ErrorCode::kStoreUnavailable);
   EXPECT_FALSE(spread_conditional_commands(kKeys, held, {3}).ok()) << "a lease entry out of range";
 }
