@@ -17,6 +17,7 @@
 #include "native-agent/store/redis_link.h"
 #include "shared/canonical_json.h"
 #include "shared/discovery_redis.h"
+#include "shared/discovery_spread.h"
 #include "shared/layout.h"
 #include "shared/numbers.h"
 #include "shared/preferences_redis.h"
@@ -100,6 +101,19 @@ class RedisChannel {
   virtual ~RedisChannel() = default;
   virtual Result<std::vector<RespValue>> run(const std::vector<RedisCommand>& commands,
                                              int64_t timeout_ms = 0) = 0;
+  // Commands that may each live in another slot (key layout v2: a round of the discovery read,
+  // the separate commands around a one-slot script), each routed by its own keys, one reply per
+  // command in order; no MULTI block (its commands would go apart: run_at). One Redis: run().
+  virtual Result<std::vector<RespValue>> run_spread(const std::vector<RedisCommand>& commands) {
+    return run(commands);
+  }
+  // `commands` whole (a MULTI ... EXEC block, or commands of one slot) to the node of `key`'s slot.
+  // One Redis: run().
+  virtual Result<std::vector<RespValue>> run_at(std::string_view key,
+                                                const std::vector<RedisCommand>& commands) {
+    (void)key;
+    return run(commands);
+  }
 };
 
 // A Redis Cluster (native-agent/store/redis_cluster_pool.h). Key layout v1 puts every key of the
@@ -118,6 +132,27 @@ class ClusterChannel final : public RedisChannel {
                                      int64_t timeout_ms) override {
     return pool_->run_at_slot(slot_, commands, timeout_ms);
   }
+  Result<std::vector<RespValue>> run_spread(const std::vector<RedisCommand>& commands) override {
+    std::vector<ClusterRequest> requests;
+    requests.reserve(commands.size());
+    for (const RedisCommand& c : commands) {
+      if (c.size() == 1 && (c[0] == "MULTI" || c[0] == "EXEC")) {
+        return Error(ErrorCode::kInternal, "redis: a MULTI block sent spread (use run_at)");
+      }
+      requests.push_back({c, false});
+    }
+    std::vector<RespValue> out;
+    out.reserve(commands.size());
+    for (Result<RespValue>& r : pool_->run_batch(requests)) {
+      if (!r.ok()) return r.error();
+      out.push_back(std::move(*r));
+    }
+    return out;
+  }
+  Result<std::vector<RespValue>> run_at(std::string_view key,
+                                        const std::vector<RedisCommand>& commands) override {
+    return pool_->run_at_slot(cluster_key_slot(key), commands);
+  }
   RedisClusterPoolStats stats() const { return pool_->stats(); }
 
  private:
@@ -134,14 +169,23 @@ class ClusterChannel final : public RedisChannel {
 // from the next store check on.
 class LayoutGate {
  public:
-  explicit LayoutGate(std::string key) : key_(std::move(key)) {}
+  // `writes`: the layout the store writes (RedisStoreOptions::key_layout).
+  LayoutGate(std::string key, KeyLayout writes) : key_(std::move(key)), writes_(writes) {}
   const std::string& key() const { return key_; }
 
   // What the store check read: nullopt for no record.
   void seen(std::optional<std::string> value) {
     std::lock_guard<std::mutex> lock(mu_);
     checked_ = true;
-    unknown_ = layout_readable(value) ? std::nullopt : std::move(value);
+    reads_ = read_layout(value);
+    unknown_ = reads_ == writes_ ? std::nullopt : std::move(value);
+  }
+
+  // The layout the record named when last read (nullopt: one this build does not read; v1 before
+  // the first read).
+  std::optional<KeyLayout> reads() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return reads_;
   }
 
   // Ok, or why `commands` may not be sent; `inner` reads the record when it was never read.
@@ -176,9 +220,11 @@ class LayoutGate {
 
  private:
   const std::string key_;
+  const KeyLayout writes_;
   std::mutex mu_;
   bool checked_ = false;
-  std::optional<std::string> unknown_;  // the record, while it names a layout not read here
+  std::optional<KeyLayout> reads_ = KeyLayout::kV1;
+  std::optional<std::string> unknown_;  // the record, while it names another layout than writes_
 };
 
 class LayoutGatedChannel final : public RedisChannel {
@@ -189,6 +235,15 @@ class LayoutGatedChannel final : public RedisChannel {
                                      int64_t timeout_ms) override {
     if (Status st = gate_->admit(commands, *inner_); !st.ok()) return st.error();
     return inner_->run(commands, timeout_ms);
+  }
+  Result<std::vector<RespValue>> run_spread(const std::vector<RedisCommand>& commands) override {
+    if (Status st = gate_->admit(commands, *inner_); !st.ok()) return st.error();
+    return inner_->run_spread(commands);
+  }
+  Result<std::vector<RespValue>> run_at(std::string_view key,
+                                        const std::vector<RedisCommand>& commands) override {
+    if (Status st = gate_->admit(commands, *inner_); !st.ok()) return st.error();
+    return inner_->run_at(key, commands);
   }
   const RedisChannel& inner() const { return *inner_; }
 
@@ -548,20 +603,25 @@ struct MemberGrantWrite {
 
 struct RedisStore::Impl {
   RedisStoreOptions options;
-  RedisKeys keys;
+  RedisKeys keys;     // the layout this store writes (options.key_layout)
+  RedisKeys v2_keys;  // key layout v2's, for reads when the layout record says v2
   std::shared_ptr<RedisTls> tls;  // rediss:// only
   std::unique_ptr<RedisChannel> main;
   std::unique_ptr<RedisChannel> blocking;  // read_revalidations with block_ms > 0
   std::unique_ptr<RedisChannel> calls;     // read_relayed_calls with block_ms > 0
   // Every channel's writes pass it (LayoutGatedChannel); read_namespace keeps it current.
-  std::shared_ptr<LayoutGate> layout_gate = std::make_shared<LayoutGate>(keys.layout());
+  std::shared_ptr<LayoutGate> layout_gate =
+      std::make_shared<LayoutGate>(keys.layout(), keys.key_layout());
   LockedBodyCache bodies{options.body_cache_max_bytes};
   // The sweep of keys naming unconfigured connections (sync_connections) ran once in this
   // process: later syncs sweep only after a removal (removed-conns not empty).
   std::atomic<bool> swept{false};
 
   Impl(RedisStoreOptions o, RedisKeys k, std::shared_ptr<RedisTls> t)
-      : options(std::move(o)), keys(std::move(k)), tls(std::move(t)) {}
+      : options(std::move(o)),
+        keys(std::move(k)),
+        v2_keys(*keys_for_layout(keys.ns(), KeyLayout::kV2)),
+        tls(std::move(t)) {}
 
   // The channels: three connections to one Redis, or three pools on a cluster.
   Status open_channels() {
@@ -623,6 +683,70 @@ struct RedisStore::Impl {
   // An MGET of body keys on the main connection (native-agent/store/body_cache.h).
   BodyFetch body_fetch() {
     return [this](const RedisCommand& mget) { return one(mget, "MGET"); };
+  }
+
+  // The same on key layout v2, where each body is a slot of its own: one GET per body, routed
+  // per node (RedisChannel::run_spread), answered as the MGET's array.
+  BodyFetch body_fetch_spread() {
+    return [this](const RedisCommand& mget) -> Result<RespValue> {
+      std::vector<RedisCommand> gets;
+      gets.reserve(mget.size());
+      for (std::size_t i = 1; i < mget.size(); ++i) gets.push_back({"GET", mget[i]});
+      Result<std::vector<RespValue>> r = main->run_spread(gets);
+      if (!r.ok()) return r.error();
+      for (const RespValue& v : *r) {
+        if (v.is_error()) return reply_error(v, "GET body");
+      }
+      return RespValue::array(std::move(*r));
+    };
+  }
+
+  // The discovery read of a namespace in key layout v2 (docs/design.md "The discovery read on v2,
+  // round by round"): each round's commands routed by their keys. A namespace that moved back to
+  // v1 meanwhile is read there (once: a record that keeps moving is an error, never a guess).
+  Result<DiscoverySnapshot> read_in_rounds(const Principal& member, const SnapshotQuery& query) {
+    Result<SpreadDiscoveryRead> read = SpreadDiscoveryRead::start(v2_keys, member, query);
+    if (!read.ok()) return read.error();
+    while (!read->done()) {
+      Result<std::vector<RespValue>> replies = main->run_spread(read->commands());
+      if (!replies.ok()) return replies.error();
+      if (Status s = read->feed(*replies); !s.ok()) {
+        if (read->layout_seen() == KeyLayout::kV1) return read_one_script(member, query, false);
+        return s.error();
+      }
+    }
+    DiscoverySnapshot snapshot = read->take_snapshot();
+    Status bodies = fill_snapshot_bodies(this->bodies, v2_keys, snapshot, body_fetch_spread());
+    if (!bodies.ok()) return bodies.error();
+    return snapshot;
+  }
+
+  // The discovery read of layout v1: discovery_read.lua, one round trip, then the bodies. A
+  // namespace the script finds in layout v2 (`v2:ready`, which this build reads) is read in rounds
+  // when `follow` (once).
+  Result<DiscoverySnapshot> read_one_script(const Principal& member, const SnapshotQuery& query,
+                                            bool follow) {
+    Result<RedisCommand> command = discovery_read_command(keys, member, query);
+    if (!command.ok()) return command.error();
+    Result<std::vector<RespValue>> reply = main->run({*command});
+    if (!reply.ok()) return reply.error();
+    if (follow) {
+      const RespValue& r = (*reply)[0];
+      const std::vector<RespValue>* a = r.as_array();
+      if (a != nullptr && a->size() == 3 &&
+          (*a)[0].as_string() == std::optional<std::string_view>(kLayoutUnknownTag) &&
+          quiver::read_layout((*a)[1].as_string()) == KeyLayout::kV2) {
+        layout_gate->seen(std::string(*(*a)[1].as_string()));
+        return read_in_rounds(member, query);
+      }
+    }
+    Result<DiscoverySnapshot> snapshot = decode_discovery_reply((*reply)[0], member);
+    if (!snapshot.ok()) return snapshot;
+    // The bodies the records name (stored apart, once per content): those the body cache holds,
+    // the rest in one more round trip.
+    Status bodies = fill_snapshot_bodies(this->bodies, keys, *snapshot, body_fetch());
+    if (!bodies.ok()) return bodies.error();
+    return snapshot;
   }
 
   // A pipeline whose every error reply is a failure.
@@ -927,7 +1051,7 @@ Result<std::unique_ptr<RedisStore>> RedisStore::create(RedisStoreOptions options
       return invalid("redis store: a Redis Cluster has only database 0 (it refuses SELECT)");
     }
   }
-  Result<RedisKeys> keys = RedisKeys::create(options.ns);
+  Result<RedisKeys> keys = keys_for_layout(options.ns, options.key_layout);
   if (!keys.ok()) return keys.error();
   if (options.connect_timeout_ms <= 0 || options.command_timeout_ms <= 0) {
     return invalid("redis store: timeouts must be positive");
@@ -1011,8 +1135,12 @@ Result<NamespaceRecord> RedisStore::read_namespace() {
   const std::optional<std::string> layout =
       (*got)[0].is_nil() ? std::nullopt : std::optional<std::string>(*(*got)[0].as_string());
   impl_->layout_gate->seen(layout);
-  if (!layout_readable(layout)) {
-    return unknown_layout_error(impl_->keys.layout(), *layout, "store check");
+  if (quiver::read_layout(layout) != impl_->keys.key_layout()) {
+    // A layout it reads but does not write (v2 in a build that writes v1) is as unavailable to
+    // an agent as one it does not know: none of its refreshes could land.
+    return unknown_layout_error(impl_->keys.layout(), layout.value_or("(none: v1)"),
+                                std::string("store check (this agent writes key layout ") +
+                                    key_layout_name(impl_->keys.key_layout()) + ")");
   }
   const RespValue* r = &(*got)[1];
   NamespaceRecord out;
@@ -1679,17 +1807,9 @@ Result<std::vector<ConnectionRecord>> RedisStore::list_connections() {
 // records, manifests, overlays and leases of one member in one round trip, decoded strictly.
 Result<DiscoverySnapshot> RedisStore::read_discovery(const Principal& member,
                                                      const SnapshotQuery& query) {
-  Result<RedisCommand> command = discovery_read_command(impl_->keys, member, query);
-  if (!command.ok()) return command.error();
-  Result<std::vector<RespValue>> reply = impl_->main->run({*command});
-  if (!reply.ok()) return reply.error();
-  Result<DiscoverySnapshot> snapshot = decode_discovery_reply((*reply)[0], member);
-  if (!snapshot.ok()) return snapshot;
-  // The bodies the records name (stored apart, once per content): those the body cache holds,
-  // the rest in one more round trip.
-  Status bodies = fill_snapshot_bodies(impl_->bodies, impl_->keys, *snapshot, impl_->body_fetch());
-  if (!bodies.ok()) return bodies.error();
-  return snapshot;
+  // The layout the last store check read decides where to start; each read checks it again.
+  if (impl_->layout_gate->reads() == KeyLayout::kV2) return impl_->read_in_rounds(member, query);
+  return impl_->read_one_script(member, query, /*follow=*/true);
 }
 
 Result<std::optional<ConnectionRecord>> RedisStore::read_connection(std::string_view cid) {

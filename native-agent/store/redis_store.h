@@ -65,6 +65,12 @@ struct RedisStoreOptions {
   Clock now_ms = system_clock_ms();
   // The bound of the manifest bodies kept by content (native-agent/store/body_cache.h). 0: off.
   std::size_t body_cache_max_bytes = std::size_t{16} << 20;
+  // The key layout this store writes (docs/design.md "Key layout v2"); its writes pass only while
+  // the namespace's layout record names it. Reads follow the record whatever this says: a
+  // namespace whose record is `v2:ready:<at>` is read in rounds (shared/discovery_spread.h).
+  // kV2 is being built (issue 14): not every write path writes v2 yet, and the agent never sets it
+  // (the tests of the paths that do).
+  KeyLayout key_layout = KeyLayout::kV1;
 };
 
 class RedisStore final : public ManifestStore {
