@@ -232,6 +232,77 @@ TEST_F(LayoutV2Read, EveryMembersAnswerIsTheSingleNodeOneByteForByte) {
   }
 }
 
+// The agent's own store on the spread namespace: RedisStore::read_discovery follows the layout
+// record into the rounds, each round's commands routed by key through its node pool.
+TEST_F(LayoutV2Read, TheAgentsStoreReadsTheSpreadNamespaceInRounds) {
+  ASSERT_TRUE(copy().ok());
+  auto cluster_store = [&](KeyLayout layout) {
+    RedisStoreOptions o;
+    o.redis.cluster = true;
+    o.redis.seeds = {{"127.0.0.1", cluster_->ports()[0]}};
+    o.ns = kNs;
+    o.key_layout = layout;
+    Result<std::unique_ptr<RedisStore>> s = RedisStore::create(o);
+    EXPECT_TRUE(s.ok()) << s.error().message;
+    return std::move(*s);
+  };
+
+  // A store that writes v1, before any store check: the one-script read finds the record naming
+  // v2 and reads again in rounds; later reads start there.
+  std::unique_ptr<RedisStore> v1_writer = cluster_store(KeyLayout::kV1);
+  for (int m = 0; m < kMembers; m += 11) {
+    SCOPED_TRACE(member_of(m).str());
+    Result<DiscoverySnapshot> got = v1_writer->read_discovery(member_of(m), {});
+    ASSERT_TRUE(got.ok()) << got.error().message;
+    EXPECT_EQ(render(*got, kNow), render(v1_read(member_of(m)), kNow));
+    EXPECT_EQ(got->layout_record, "v2:ready:" + std::to_string(kNow));
+  }
+  // It cannot write there: its store check says so, and its writes are refused.
+  Result<NamespaceRecord> check = v1_writer->read_namespace();
+  ASSERT_FALSE(check.ok());
+  EXPECT_TRUE(is_unknown_layout_error(check.error())) << check.error().message;
+  Result<ConnectionSync> sync =
+      v1_writer->sync_connections({stdio_record("new", CredentialMode::kShared, kNow)});
+  ASSERT_FALSE(sync.ok());
+  EXPECT_EQ(sync.error().code, ErrorCode::kStoreUnavailable) << sync.error().message;
+
+  // A store that writes v2 checks the namespace as its own and reads in rounds from the start,
+  // `only` and paging included.
+  std::unique_ptr<RedisStore> v2_writer = cluster_store(KeyLayout::kV2);
+  Result<NamespaceRecord> ready = v2_writer->read_namespace();
+  ASSERT_TRUE(ready.ok()) << ready.error().message;
+  EXPECT_EQ(ready->state, NamespaceState::kReady);
+  for (int m = 1; m < kMembers; m += 13) {
+    SCOPED_TRACE(member_of(m).str());
+    DiscoverySnapshot want = v1_read(member_of(m));
+    Result<DiscoverySnapshot> got = v2_writer->read_discovery(member_of(m), {});
+    ASSERT_TRUE(got.ok()) << got.error().message;
+    EXPECT_EQ(render(*got, kNow + 2'000'000), render(want, kNow + 2'000'000));
+    SnapshotQuery page;
+    page.limit = 5;
+    page.after = want.connections[2].id;
+    Result<DiscoverySnapshot> paged = v2_writer->read_discovery(member_of(m), page);
+    ASSERT_TRUE(paged.ok()) << paged.error().message;
+    ASSERT_EQ(paged->connections.size(), 5u);
+    EXPECT_EQ(paged->connections[0].id, want.connections[3].id);
+    SnapshotQuery only;
+    only.only = want.connections[7].id;
+    Result<DiscoverySnapshot> one = v2_writer->read_discovery(member_of(m), only);
+    ASSERT_TRUE(one.ok()) << one.error().message;
+    ASSERT_EQ(one->connections.size(), 1u);
+    EXPECT_EQ(one->connections[0].id, want.connections[7].id);
+  }
+  EXPECT_GT(v2_writer->body_cache_counts().entries, 0u) << "bodies fetched per key, then kept";
+
+  // Set back to v1 (a migration rolled back): the reads in rounds see it and read the v1 keys
+  // (none on this cluster: the namespace record is there, the grants are not, so no entries).
+  ASSERT_TRUE(pool_->run({"DEL", v2_.layout()}).ok());
+  Result<DiscoverySnapshot> back = v2_writer->read_discovery(member_of(1), {});
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->layout_record, "") << "read by the one-script read";
+  EXPECT_TRUE(back->connections.empty());
+}
+
 TEST_F(LayoutV2Read, TheCopyRunsAgainToTheSameResult) {
   ASSERT_TRUE(copy().ok());
   auto sizes = [&] {
