@@ -1,5 +1,6 @@
 #include "shared/layout.h"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace quiver {
@@ -154,6 +155,61 @@ Result<CallAgentsMark> parse_call_agents_mark(std::string_view value) {
     rest.remove_prefix(comma + 1);
   }
   out.declared = true;
+  return out;
+}
+
+std::vector<RedisCommand> agents_census_heartbeat(const RedisKeys& keys, std::string_view consumer,
+                                                  int64_t now_ms) {
+  return {{"ZADD", keys.agents(), std::to_string(now_ms), call_agents_mark(consumer)},
+          {"ZREMRANGEBYSCORE", keys.agents(), "-inf",
+           "(" + std::to_string(now_ms - kAgentCensusKeepMs)}};
+}
+
+RedisCommand agents_census_read(const RedisKeys& keys, int64_t now_ms, int64_t window_ms) {
+  return {"ZRANGEBYSCORE", keys.agents(), std::to_string(now_ms - window_ms), "+inf",
+          "WITHSCORES"};
+}
+
+Result<std::vector<CensusEntry>> decode_agents_census(const RespValue& reply) {
+  if (reply.is_error()) {
+    return Error(ErrorCode::kStoreUnavailable, "agents census: Redis error: " + reply.str);
+  }
+  const std::vector<RespValue>* a = reply.as_array();
+  if (a == nullptr || a->size() % 2 != 0) {
+    return Error(ErrorCode::kInvalidReply, "agents census: not a [member, score, ...] array");
+  }
+  std::vector<CensusEntry> out;
+  for (std::size_t i = 0; i < a->size(); i += 2) {
+    std::optional<std::string_view> value = (*a)[i].as_string();
+    std::optional<std::string_view> score = (*a)[i + 1].as_string();
+    if (!value || !score || score->empty() || score->size() > 18 || !all_of(*score, digit)) {
+      return Error(ErrorCode::kInvalidReply, "agents census: a member or score of another shape");
+    }
+    CensusEntry e;
+    e.value = std::string(*value);
+    for (char c : *score) e.seen_ms = e.seen_ms * 10 + (c - '0');
+    Result<CallAgentsMark> mark = parse_call_agents_mark(*value);
+    if (mark.ok()) {
+      e.mark = std::move(*mark);
+    } else {
+      e.problem = mark.error().message;
+    }
+    out.push_back(std::move(e));
+  }
+  std::stable_sort(out.begin(), out.end(), [](const CensusEntry& x, const CensusEntry& y) {
+    return x.seen_ms > y.seen_ms;
+  });
+  return out;
+}
+
+std::vector<const CensusEntry*> agents_without(const std::vector<CensusEntry>& census,
+                                               std::string_view layout) {
+  std::vector<const CensusEntry*> out;
+  for (const CensusEntry& e : census) {
+    bool has = false;
+    for (const std::string& l : e.mark.layouts) has = has || l == layout;
+    if (!has) out.push_back(&e);
+  }
   return out;
 }
 

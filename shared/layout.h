@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "shared/redis_conversation.h"
 #include "shared/redis_keys.h"
 #include "shared/resp.h"
 #include "shared/status.h"
@@ -91,5 +92,42 @@ struct CallAgentsMark {
 };
 // kInvalidArgument for an empty value or a `layouts=` list that is empty or holds a bad name.
 Result<CallAgentsMark> parse_call_agents_mark(std::string_view value);
+
+// ---- the census of agents (RedisKeys::agents) ---------------------------------------------------
+//
+// `call-agents` names only the agent that marked it last; a switch of layout must know every
+// agent writing the namespace. So each heartbeat also adds the agent's mark (call_agents_mark) to
+// the ZSET `agents`, scored by when it said so, and drops the marks no agent repeated for
+// kAgentCensusKeepMs. The census is the marks seen within a window: an agent that writes v1 only
+// and was seen within it is why `migrate-layout` must not switch (docs/design.md, "Migration").
+
+// How long a mark stays in the ZSET after its agent's last heartbeat (shown by `quiver-agent
+// layout`; the census itself looks at a shorter window).
+inline constexpr int64_t kAgentCensusKeepMs = 60 * 60 * 1000;
+// The census's default window: an agent heartbeats every second while it consumes relayed calls;
+// a minute without one is an agent gone (or stalled long enough to be restarted).
+inline constexpr int64_t kAgentCensusWindowMs = 60 * 1000;
+
+// The heartbeat's census commands, one slot (`{<ns>}`): ZADD the mark at now, ZREMRANGEBYSCORE
+// the marks older than kAgentCensusKeepMs.
+std::vector<RedisCommand> agents_census_heartbeat(const RedisKeys& keys, std::string_view consumer,
+                                                  int64_t now_ms);
+// The read: the marks seen since now - window_ms, with their scores.
+RedisCommand agents_census_read(const RedisKeys& keys, int64_t now_ms, int64_t window_ms);
+
+struct CensusEntry {
+  CallAgentsMark mark;
+  std::string value;     // as stored
+  int64_t seen_ms = 0;   // its last heartbeat (the agent's clock, epoch ms)
+  std::string problem;   // a value parse_call_agents_mark refuses (then mark is empty)
+};
+// The read's reply (a flat [member, score, ...] array), newest first. kInvalidReply for another
+// shape; kStoreUnavailable for an error reply.
+Result<std::vector<CensusEntry>> decode_agents_census(const RespValue& reply);
+
+// The agents of `census` that do not declare `layout` (those that would keep writing the old
+// layout, or cannot read the new one, across a switch to it).
+std::vector<const CensusEntry*> agents_without(const std::vector<CensusEntry>& census,
+                                               std::string_view layout);
 
 }  // namespace quiver

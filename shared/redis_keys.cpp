@@ -61,6 +61,7 @@ constexpr KindInfo kKinds[kKeyKindCount] = {
     {KeyKind::kConnVersion, "conn-version", "STRING", true, false},
     {KeyKind::kMemberVersion, "member-version", "STRING", false, true},
     {KeyKind::kLayout, "layout", "STRING", false, false},
+    {KeyKind::kAgents, "agents", "ZSET", false, false},
 };
 
 // Where layout v2 puts a kind (docs/design.md "Key layout v2", the key table). A kind not listed
@@ -387,6 +388,7 @@ std::string RedisKeys::conns() const { return v1_only(KeyKind::kConns); }
 std::string RedisKeys::revalidate_stream() const { return v1_only(KeyKind::kRevalidate); }
 std::string RedisKeys::epoch() const { return v1_only(KeyKind::kEpoch); }
 std::string RedisKeys::layout() const { return prefix_ + key_kind_name(KeyKind::kLayout); }
+std::string RedisKeys::agents() const { return prefix_ + key_kind_name(KeyKind::kAgents); }
 std::string RedisKeys::namespace_record() const {
   return prefix_ + key_kind_name(KeyKind::kNamespace);
 }

@@ -52,8 +52,9 @@ enum class KeyKind {
   kConnVersion,
   kMemberVersion,
   kLayout,
+  kAgents,
 };
-inline constexpr int kKeyKindCount = 36;
+inline constexpr int kKeyKindCount = 37;
 
 const char* key_kind_name(KeyKind kind);   // the key's segment: "conns", "revalidate-gate", ...
 const char* key_redis_type(KeyKind kind);  // "SET", "HASH", "STRING", "STREAM"
@@ -271,6 +272,9 @@ class RedisKeys {
   // The key layout record (shared/layout.h): `<version>:<state>:<at>`, absent for layout v1.
   // Every reader checks it and refuses a layout this build does not read.
   std::string layout() const;
+  // The census of agents (shared/layout.h, agents_census_*): a ZSET of `<consumer> layouts=...`
+  // scored by when each last said so; what `migrate-layout` asks before a switch.
+  std::string agents() const;
   // The runtime catalog (native-agent/store/catalog.h), agents only: the entries of one kind (a
   // HASH key -> one JSON string holding the value and its meta), their keys for paging (a ZSET,
   // every score 0, paged with ZRANGEBYLEX), the per-kind version counters (a HASH) and the audit

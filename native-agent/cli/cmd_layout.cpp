@@ -1,7 +1,8 @@
-// `quiver-agent layout`: the namespace's key layout record (shared/layout.h) and the agent seen
-// marking `call-agents` with the layouts it declares. Read only: it opens the store without
-// starting an agent (no catalog seeding, no sync), so it answers in a namespace whose layout this
-// build does not read. No `migrate-layout` yet: layout v2 does not exist (docs/design.md).
+// `quiver-agent layout`: the namespace's key layout record (shared/layout.h), what this agent does
+// with it, the agent that last marked `call-agents`, and the census of every agent seen with the
+// layouts it declares. Read only: it opens the store without starting an agent (no catalog
+// seeding, no sync), so it answers in a namespace whose layout this build does not read. No
+// `migrate-layout` yet: no agent writes layout v2 (docs/design.md).
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -18,10 +19,12 @@ namespace {
 constexpr char kLayoutUsage[] = R"(usage: quiver-agent layout [--json] [--config FILE]
 
 Prints the key layout record of the configured Redis namespace (quiver:{<ns>}:layout: absent
-means layout v1), whether this agent reads that layout (it reads v1 only), and the agent that
-last marked `call-agents` (agents consuming relayed calls mark it every second) with the layouts
-it declares (an agent older than the layout record declares none: it reads v1 only). Read only.
-There is no migrate-layout yet: layout v2 is planned (docs/design.md, "Key layout v2").
+means layout v1), what this agent does with that layout (it reads v1, and v2 once the record says
+`v2:ready`; it writes v1 only), the agent that last marked `call-agents` (agents consuming
+relayed calls mark it every second), and the census: every agent seen in the last minute with
+the layouts it declares (an agent older than the layout record declares none: it reads v1 only;
+one older than the census is not in it). Read only. There is no migrate-layout yet: no agent
+writes layout v2 (docs/design.md, "Key layout v2").
 
 options:
   --json           one JSON object instead of text
@@ -68,7 +71,9 @@ int cmd_layout(const std::vector<std::string>& argv) {
   out["store"] = (*store)->describe();
   out["key"] = layout->key;
   out["record"] = layout->record ? Json(*layout->record) : Json(nullptr);
-  const bool readable = layout_readable(layout->record);
+  const std::optional<KeyLayout> reads = read_layout(layout->record);
+  const bool readable = reads.has_value();
+  const bool writable = reads == KeyLayout::kV1;
   std::string version = kLayoutV1;
   std::string detail = "absent: layout v1";
   if (layout->record) {
@@ -88,7 +93,8 @@ int cmd_layout(const std::vector<std::string>& argv) {
   }
   if (!version.empty()) out["version"] = version;
   out["readable"] = readable;
-  out["this_agent_reads"] = supported_layouts();
+  out["writable"] = writable;
+  out["this_agent_writes"] = supported_layouts();
   Json agents = Json::array();
   std::string agents_text;
   if (layout->call_agents) {
@@ -110,6 +116,25 @@ int cmd_layout(const std::vector<std::string>& argv) {
     agents.push_back(std::move(a));
   }
   out["agents_seen"] = std::move(agents);
+  Json census = Json::array();
+  std::string census_text;
+  for (const CensusEntry& e : layout->census) {
+    Json a = Json::object();
+    a["mark"] = e.value;
+    a["seen_at_ms"] = e.seen_ms;
+    if (e.problem.empty()) {
+      a["consumer"] = e.mark.consumer;
+      a["layouts"] = e.mark.layouts;
+      census_text += "  " + e.mark.consumer + "  layouts " + join(e.mark.layouts) +
+                     ", last seen at " + std::to_string(e.seen_ms) + " (epoch ms)\n";
+    } else {
+      a["problem"] = e.problem;
+      census_text += "  " + e.problem + "\n";
+    }
+    census.push_back(std::move(a));
+  }
+  out["census"] = std::move(census);
+  out["census_window_ms"] = kAgentCensusWindowMs;
 
   if (args->has("json")) {
     std::printf("%s\n", out.dump(-1, ' ', false, Json::error_handler_t::replace).c_str());
@@ -117,13 +142,18 @@ int cmd_layout(const std::vector<std::string>& argv) {
   }
   std::string text = "store: " + (*store)->describe() + "\n" + "layout record " + layout->key +
                      ": " + (layout->record ? "`" + *layout->record + "`, " : "") + detail + "\n" +
-                     "this agent reads layouts " + join(supported_layouts()) + ": " +
-                     (readable ? "it serves and writes this namespace"
-                               : "it neither serves nor writes this namespace (503 "
-                                 "STORE_UNAVAILABLE; writes refused)") +
+                     "this agent writes layouts " + join(supported_layouts()) + ": " +
+                     (writable   ? "it serves and writes this namespace"
+                      : readable ? "it serves reads of this namespace (in rounds) and writes "
+                                   "none of it (its store check reports the store unavailable)"
+                                 : "it neither serves nor writes this namespace (503 "
+                                   "STORE_UNAVAILABLE; writes refused)") +
                      "\n" + "agents seen (the last to mark call-agents, every second while it " +
                      "consumes relayed calls):\n" +
-                     (agents_text.empty() ? "  none marked it within its lifetime\n" : agents_text);
+                     (agents_text.empty() ? "  none marked it within its lifetime\n" : agents_text) +
+                     "census (every agent seen in the last " +
+                     std::to_string(kAgentCensusWindowMs / 1000) + " s):\n" +
+                     (census_text.empty() ? "  none\n" : census_text);
   std::fputs(text.c_str(), stdout);
   return kExitOk;
 }

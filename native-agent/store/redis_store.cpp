@@ -190,6 +190,19 @@ class LayoutGate {
 
   // Ok, or why `commands` may not be sent; `inner` reads the record when it was never read.
   Status admit(const std::vector<RedisCommand>& commands, RedisChannel& inner) {
+    // A key the store's layout does not have is spelled "" (RedisKeys' v1-only builders on a v2
+    // object): a path not yet written for v2 fails here, loudly, instead of writing key "".
+    for (const RedisCommand& c : commands) {
+      Result<std::vector<std::string_view>> keys = command_keys(c);
+      if (!keys.ok()) continue;  // malformed: Redis answers it
+      for (std::string_view k : *keys) {
+        if (k.empty()) {
+          return Error(ErrorCode::kInternal,
+                       "redis " + (c.empty() ? std::string() : c[0]) + ": a key key layout " +
+                           key_layout_name(writes_) + " does not have (a path not built for it)");
+        }
+      }
+    }
     bool writes = false;
     for (const RedisCommand& c : commands) {
       if (c.empty() || redis_command_changes_nothing(c)) continue;
@@ -2545,23 +2558,31 @@ Status RedisStore::mark_call_agent_alive(std::string_view consumer, int64_t ttl_
   if (ttl_ms <= 0) return invalid("mark_call_agent_alive: no lifetime");
   // The group first (from the stream's end; BUSYGROUP: it exists): an edge queues only while
   // `call-agents` exists, so every request it queues is after the group's start.
-  Result<std::vector<RespValue>> r = impl_->main->run(
-      {{"XGROUP", "CREATE", impl_->keys.calls(), kCallsConsumerGroup, "$", "MKSTREAM"},
-       {"SET", impl_->keys.call_agents(), call_agents_mark(consumer), "PX",
-        std::to_string(ttl_ms)}});
+  // The census with it (shared/layout.h): every agent, not only the last to mark call-agents.
+  std::vector<RedisCommand> commands = {
+      {"XGROUP", "CREATE", impl_->keys.calls(), kCallsConsumerGroup, "$", "MKSTREAM"},
+      {"SET", impl_->keys.call_agents(), call_agents_mark(consumer), "PX", std::to_string(ttl_ms)}};
+  for (RedisCommand& c : agents_census_heartbeat(impl_->keys, consumer, impl_->options.now_ms())) {
+    commands.push_back(std::move(c));
+  }
+  Result<std::vector<RespValue>> r = impl_->main->run(commands);
   if (!r.ok()) return r.error();
   if ((*r)[0].is_error() && !starts_with((*r)[0].str, "BUSYGROUP")) {
     return reply_error((*r)[0], "XGROUP CREATE");
   }
-  if ((*r)[1].is_error()) return reply_error((*r)[1], "SET");
+  for (std::size_t i = 1; i < r->size(); ++i) {
+    if ((*r)[i].is_error()) return reply_error((*r)[i], commands[i][0]);
+  }
   return Status::Ok();
 }
 
 Result<StoreLayout> RedisStore::read_layout() {
-  Result<std::vector<RespValue>> r = impl_->many({{"GET", impl_->keys.layout()},
-                                                  {"GET", impl_->keys.call_agents()},
-                                                  {"PTTL", impl_->keys.call_agents()}},
-                                                 "GET layout");
+  Result<std::vector<RespValue>> r = impl_->many(
+      {{"GET", impl_->keys.layout()},
+       {"GET", impl_->keys.call_agents()},
+       {"PTTL", impl_->keys.call_agents()},
+       agents_census_read(impl_->keys, impl_->options.now_ms(), kAgentCensusWindowMs)},
+      "GET layout");
   if (!r.ok()) return r.error();
   StoreLayout out;
   out.key = impl_->keys.layout();
@@ -2575,6 +2596,9 @@ Result<StoreLayout> RedisStore::read_layout() {
   std::optional<int64_t> ttl = (*r)[2].as_int();
   if (!ttl) return Error(ErrorCode::kInvalidReply, "redis PTTL call-agents: not an integer");
   out.call_agents_ttl_ms = out.call_agents ? std::max<int64_t>(*ttl, 0) : 0;
+  Result<std::vector<CensusEntry>> census = decode_agents_census((*r)[3]);
+  if (!census.ok()) return census.error();
+  out.census = std::move(*census);
   return out;
 }
 

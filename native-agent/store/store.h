@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "native-agent/store/catalog.h"
+#include "shared/layout.h"
 #include "shared/call_relay.h"
 #include "shared/connection_record.h"
 #include "shared/discovery.h"
@@ -215,6 +216,8 @@ struct StoreLayout {
   // nullopt: no agent consumes relayed calls now.
   std::optional<std::string> call_agents;
   int64_t call_agents_ttl_ms = 0;
+  // The census (shared/layout.h): every agent seen within kAgentCensusWindowMs, newest first.
+  std::vector<CensusEntry> census;
 };
 
 // ---- the store ---------------------------------------------------------------------------------

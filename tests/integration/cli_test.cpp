@@ -220,6 +220,28 @@ TEST_F(CliTest, LayoutPrintsTheRecordAndTheAgentsSeen) {
   run_argv(c.get(), {"SET", "quiver:{default}:call-agents", "agent-old", "PX", "60000"});
   text = agent({"layout"});
   EXPECT_TRUE(contains(text.out, "agent-old  layouts v1 (declares none")) << text.out;
+  EXPECT_TRUE(contains(text.out, "census (every agent seen in the last 60 s):\n  none")) << text.out;
+
+  // The census: every agent of the last minute, whatever marked call-agents last.
+  const std::string now = std::to_string(system_clock_ms()());
+  run_argv(c.get(), {"ZADD", "quiver:{default}:agents", now, "agent-a layouts=v1", now,
+                     "agent-b layouts=v1"});
+  parsed = parse_json(agent({"layout", "--json"}).out);
+  ASSERT_TRUE(parsed.ok());
+  ASSERT_EQ((*parsed)["census"].size(), 2u) << parsed->dump();
+  EXPECT_EQ((*parsed)["census"][0]["layouts"], Json::array({"v1"}));
+  text = agent({"layout"});
+  EXPECT_TRUE(contains(text.out, "agent-b  layouts v1, last seen at " + now)) << text.out;
+
+  // A namespace in v2, ready: this agent reads it but does not write it.
+  run_argv(c.get(), {"SET", "quiver:{default}:layout", "v2:ready:1790000000000"});
+  parsed = parse_json(agent({"layout", "--json"}).out);
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ((*parsed)["readable"], true);
+  EXPECT_EQ((*parsed)["writable"], false);
+  text = agent({"layout"});
+  EXPECT_TRUE(contains(text.out, "serves reads of this namespace (in rounds) and writes none"))
+      << text.out;
 }
 
 // Issue 9: a config file nested 200,000 deep (400 KB, under the 1 MiB file bound) is a usage

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -235,6 +236,37 @@ TEST_F(Layout, AgentsDeclareTheirLayoutsInTheirCallAgentsMark) {
   EXPECT_EQ(mark->layouts, std::vector<std::string>{"v1"});
   // The edge only asks whether the key exists: relayed calls work with the new value.
   EXPECT_EQ(cmd({"EXISTS", keys_.call_agents()}).integer, 1);
+}
+
+// call-agents names the last agent only; the census names every agent seen within its window,
+// and forgets one silent for kAgentCensusKeepMs.
+TEST_F(Layout, TheCensusNamesEveryAgentSeenRecently) {
+  const int64_t now = system_clock_ms()();
+  cmd({"ZADD", keys_.agents(), std::to_string(now - kAgentCensusWindowMs - 1'000),
+       "agent-gone layouts=v1"});
+  cmd({"ZADD", keys_.agents(), std::to_string(now - kAgentCensusKeepMs - 1'000),
+       "agent-ancient layouts=v1"});
+  cmd({"ZADD", keys_.agents(), std::to_string(now - 2'000), "agent-older-build"});
+  ASSERT_TRUE(store_->mark_call_agent_alive("agent-a", 3'000).ok());
+  ASSERT_TRUE(store_->mark_call_agent_alive("agent-b", 3'000).ok());
+  Result<StoreLayout> seen = store_->read_layout();
+  ASSERT_TRUE(seen.ok()) << seen.error().message;
+  EXPECT_EQ(*seen->call_agents, "agent-b layouts=v1") << "the last one only";
+  std::vector<std::string> names;
+  for (const CensusEntry& e : seen->census) names.push_back(e.mark.consumer);
+  ASSERT_EQ(seen->census.size(), 3u);
+  EXPECT_EQ(std::set<std::string>(names.begin(), names.begin() + 2),
+            (std::set<std::string>{"agent-a", "agent-b"}));
+  EXPECT_EQ(names[2], "agent-older-build") << "newest first";
+  EXPECT_EQ(seen->census[2].mark.layouts, std::vector<std::string>{"v1"});
+  EXPECT_GE(seen->census[0].seen_ms, now);
+  // A switch to v2 would leave every one of them behind (this build writes v1 only).
+  EXPECT_EQ(agents_without(seen->census, "v2").size(), 3u);
+  EXPECT_TRUE(agents_without(seen->census, "v1").empty());
+  // The heartbeat dropped the mark silent for longer than the census keeps any.
+  EXPECT_EQ(cmd({"ZSCORE", keys_.agents(), "agent-ancient layouts=v1"}).type,
+            RespValue::Type::kNil);
+  EXPECT_EQ(cmd({"ZCARD", keys_.agents()}).integer, 4) << "agent-gone kept, out of the window";
 }
 
 }  // namespace
