@@ -99,7 +99,8 @@ struct DiscoverySnapshot {
   // version never written). Empty when the store has none (SQLite: it is read in place).
   std::string namespace_record;
   // The key layout record a read in rounds went by (shared/discovery_spread.h; "" when absent),
-  // compared again by its conditional read. Empty for the one-script read, which checks it in Redis.
+  // compared again by its conditional read. Empty for the one-script read, which checks it in
+  // Redis.
   std::string layout_record;
   std::string member_version;
   std::vector<std::string> connection_versions;

@@ -98,7 +98,8 @@ Status SpreadDiscoveryRead::feed_grants(const std::vector<RespValue>& replies) {
   }
   // The layout record: the keys must be spelled in the layout it names.
   std::optional<std::string_view> layout = replies[0].as_string();
-  if (!layout && !replies[0].is_nil()) return bad_reply("layout record", "neither a string nor nil");
+  if (!layout && !replies[0].is_nil())
+    return bad_reply("layout record", "neither a string nor nil");
   layout_seen_ = read_layout(layout);
   if (!layout_seen_) {
     return unknown_layout_error(keys_.layout(), *layout, "discovery read");
@@ -390,13 +391,15 @@ Result<bool> decode_spread_conditional(const std::vector<RespValue>& replies,
     if (r.is_error()) return Error(redis_error(r).error());
   }
   std::optional<std::string> layout = string_or_empty(replies[0]);
-  if (!layout) return bad_reply("conditional read", "the layout record is neither a string nor nil");
+  if (!layout)
+    return bad_reply("conditional read", "the layout record is neither a string nor nil");
   bool same = *layout == held.layout_record &&
               replies[1].as_string() == std::optional<std::string_view>(held.namespace_record);
   for (std::size_t i = 2; i < kVersions + n; ++i) {
     std::optional<std::string> v = string_or_empty(replies[i]);
     if (!v) return bad_reply("conditional read", "a version is neither a string nor nil");
-    const std::string& mine = i == 2 ? held.member_version : held.connection_versions[i - kVersions];
+    const std::string& mine =
+        i == 2 ? held.member_version : held.connection_versions[i - kVersions];
     same = same && *v == mine;
   }
   std::vector<bool> leases;

@@ -8,7 +8,8 @@
 // key it touches (the host routes them, grouped per node: plan_cluster_batch in
 // shared/redis_cluster.h; on one node it pipelines them):
 //
-//   round 1  GET layout record, GET namespace record, GET member version, then HGETALL (or HGET, for `only`) of the
+//   round 1  GET layout record, GET namespace record, GET member version, then HGETALL (or HGET,
+//   for `only`) of the
 //            member's grants: a HASH connection id → credential mode. The layout record must name
 //            the layout the keys are spelled in (shared/layout.h read_layout): a namespace that
 //            moved (a migration's switch, or back) ends the read with kStoreUnavailable and
@@ -114,12 +115,12 @@ class SpreadDiscoveryRead {
 // ------------------------------------------------------------------
 //
 // What the v1 script checks in one MGET, as single-key commands, one slot each (route them like a
-// round): GET layout record, GET namespace record, GET member version, GET each entry's connection version, EXISTS
-// the lease of each of `lease_entries` (indexes into held.connections, lease_sensitive_entries).
-// Unchanged when every value equals what `held` holds (the layout record as its full read saw it): then `held` takes the lease flags read and
-// is current, as decode_conditional_reply's nullopt. Otherwise the caller does a full read.
-// kInvalidArgument for a snapshot without versions, or a lease entry out of range or without a
-// principal.
+// round): GET layout record, GET namespace record, GET member version, GET each entry's connection
+// version, EXISTS the lease of each of `lease_entries` (indexes into held.connections,
+// lease_sensitive_entries). Unchanged when every value equals what `held` holds (the layout record
+// as its full read saw it): then `held` takes the lease flags read and is current, as
+// decode_conditional_reply's nullopt. Otherwise the caller does a full read. kInvalidArgument for a
+// snapshot without versions, or a lease entry out of range or without a principal.
 Result<std::vector<RedisCommand>> spread_conditional_commands(
     const RedisKeys& keys, const DiscoverySnapshot& held,
     const std::vector<std::size_t>& lease_entries);

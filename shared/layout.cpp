@@ -166,8 +166,7 @@ std::vector<RedisCommand> agents_census_heartbeat(const RedisKeys& keys, std::st
 }
 
 RedisCommand agents_census_read(const RedisKeys& keys, int64_t now_ms, int64_t window_ms) {
-  return {"ZRANGEBYSCORE", keys.agents(), std::to_string(now_ms - window_ms), "+inf",
-          "WITHSCORES"};
+  return {"ZRANGEBYSCORE", keys.agents(), std::to_string(now_ms - window_ms), "+inf", "WITHSCORES"};
 }
 
 Result<std::vector<CensusEntry>> decode_agents_census(const RespValue& reply) {

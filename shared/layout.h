@@ -117,9 +117,9 @@ RedisCommand agents_census_read(const RedisKeys& keys, int64_t now_ms, int64_t w
 
 struct CensusEntry {
   CallAgentsMark mark;
-  std::string value;     // as stored
-  int64_t seen_ms = 0;   // its last heartbeat (the agent's clock, epoch ms)
-  std::string problem;   // a value parse_call_agents_mark refuses (then mark is empty)
+  std::string value;    // as stored
+  int64_t seen_ms = 0;  // its last heartbeat (the agent's clock, epoch ms)
+  std::string problem;  // a value parse_call_agents_mark refuses (then mark is empty)
 };
 // The read's reply (a flat [member, score, ...] array), newest first. kInvalidReply for another
 // shape; kStoreUnavailable for an error reply.

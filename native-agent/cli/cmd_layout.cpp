@@ -140,20 +140,20 @@ int cmd_layout(const std::vector<std::string>& argv) {
     std::printf("%s\n", out.dump(-1, ' ', false, Json::error_handler_t::replace).c_str());
     return kExitOk;
   }
-  std::string text = "store: " + (*store)->describe() + "\n" + "layout record " + layout->key +
-                     ": " + (layout->record ? "`" + *layout->record + "`, " : "") + detail + "\n" +
-                     "this agent writes layouts " + join(supported_layouts()) + ": " +
-                     (writable   ? "it serves and writes this namespace"
-                      : readable ? "it serves reads of this namespace (in rounds) and writes "
-                                   "none of it (its store check reports the store unavailable)"
-                                 : "it neither serves nor writes this namespace (503 "
-                                   "STORE_UNAVAILABLE; writes refused)") +
-                     "\n" + "agents seen (the last to mark call-agents, every second while it " +
-                     "consumes relayed calls):\n" +
-                     (agents_text.empty() ? "  none marked it within its lifetime\n" : agents_text) +
-                     "census (every agent seen in the last " +
-                     std::to_string(kAgentCensusWindowMs / 1000) + " s):\n" +
-                     (census_text.empty() ? "  none\n" : census_text);
+  std::string text =
+      "store: " + (*store)->describe() + "\n" + "layout record " + layout->key + ": " +
+      (layout->record ? "`" + *layout->record + "`, " : "") + detail + "\n" +
+      "this agent writes layouts " + join(supported_layouts()) + ": " +
+      (writable   ? "it serves and writes this namespace"
+       : readable ? "it serves reads of this namespace (in rounds) and writes "
+                    "none of it (its store check reports the store unavailable)"
+                  : "it neither serves nor writes this namespace (503 "
+                    "STORE_UNAVAILABLE; writes refused)") +
+      "\n" + "agents seen (the last to mark call-agents, every second while it " +
+      "consumes relayed calls):\n" +
+      (agents_text.empty() ? "  none marked it within its lifetime\n" : agents_text) +
+      "census (every agent seen in the last " + std::to_string(kAgentCensusWindowMs / 1000) +
+      " s):\n" + (census_text.empty() ? "  none\n" : census_text);
   std::fputs(text.c_str(), stdout);
   return kExitOk;
 }

@@ -197,9 +197,9 @@ class LayoutGate {
       if (!keys.ok()) continue;  // malformed: Redis answers it
       for (std::string_view k : *keys) {
         if (k.empty()) {
-          return Error(ErrorCode::kInternal,
-                       "redis " + (c.empty() ? std::string() : c[0]) + ": a key key layout " +
-                           key_layout_name(writes_) + " does not have (a path not built for it)");
+          return Error(ErrorCode::kInternal, "redis " + (c.empty() ? std::string() : c[0]) +
+                                                 ": a key key layout " + key_layout_name(writes_) +
+                                                 " does not have (a path not built for it)");
         }
       }
     }
@@ -616,8 +616,8 @@ struct MemberGrantWrite {
 
 struct RedisStore::Impl {
   RedisStoreOptions options;
-  RedisKeys keys;     // the layout this store writes (options.key_layout)
-  RedisKeys v2_keys;  // key layout v2's, for reads when the layout record says v2
+  RedisKeys keys;                 // the layout this store writes (options.key_layout)
+  RedisKeys v2_keys;              // key layout v2's, for reads when the layout record says v2
   std::shared_ptr<RedisTls> tls;  // rediss:// only
   std::unique_ptr<RedisChannel> main;
   std::unique_ptr<RedisChannel> blocking;  // read_revalidations with block_ms > 0
@@ -2577,12 +2577,12 @@ Status RedisStore::mark_call_agent_alive(std::string_view consumer, int64_t ttl_
 }
 
 Result<StoreLayout> RedisStore::read_layout() {
-  Result<std::vector<RespValue>> r = impl_->many(
-      {{"GET", impl_->keys.layout()},
-       {"GET", impl_->keys.call_agents()},
-       {"PTTL", impl_->keys.call_agents()},
-       agents_census_read(impl_->keys, impl_->options.now_ms(), kAgentCensusWindowMs)},
-      "GET layout");
+  Result<std::vector<RespValue>> r =
+      impl_->many({{"GET", impl_->keys.layout()},
+                   {"GET", impl_->keys.call_agents()},
+                   {"PTTL", impl_->keys.call_agents()},
+                   agents_census_read(impl_->keys, impl_->options.now_ms(), kAgentCensusWindowMs)},
+                  "GET layout");
   if (!r.ok()) return r.error();
   StoreLayout out;
   out.key = impl_->keys.layout();

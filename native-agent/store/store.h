@@ -40,12 +40,12 @@
 #include <vector>
 
 #include "native-agent/store/catalog.h"
-#include "shared/layout.h"
 #include "shared/call_relay.h"
 #include "shared/connection_record.h"
 #include "shared/discovery.h"
 #include "shared/freshness.h"
 #include "shared/identity.h"
+#include "shared/layout.h"
 #include "shared/lease.h"
 #include "shared/oauth.h"
 #include "shared/preferences.h"

@@ -220,7 +220,8 @@ TEST_F(CliTest, LayoutPrintsTheRecordAndTheAgentsSeen) {
   run_argv(c.get(), {"SET", "quiver:{default}:call-agents", "agent-old", "PX", "60000"});
   text = agent({"layout"});
   EXPECT_TRUE(contains(text.out, "agent-old  layouts v1 (declares none")) << text.out;
-  EXPECT_TRUE(contains(text.out, "census (every agent seen in the last 60 s):\n  none")) << text.out;
+  EXPECT_TRUE(contains(text.out, "census (every agent seen in the last 60 s):\n  none"))
+      << text.out;
 
   // The census: every agent of the last minute, whatever marked call-agents last.
   const std::string now = std::to_string(system_clock_ms()());
