@@ -47,6 +47,12 @@
 //   Past the TTL, within QUIVER_L1_VALIDATE_MAX_AGE_MS of its full read, the snapshot read is a
 //      conditional one (shared/discovery_redis.h): the copy kept since then is sent back as its
 //      versions and answered from when nothing changed, in one round trip (`revalidated`).
+// Key layout v2 (docs/design.md "The discovery read on v2, round by round"): the isolate reads the
+//   namespace in the layout its record names, switching when a read says so (the v1 script's
+//   layout-unknown reply naming v2:ready, or a round 1 that finds v1), once per request; on v2 the
+//   read goes in rounds (shared/discovery_spread.h), each a spread round of the request's
+//   RoutedConversation, the L1 key carries the layout, and the paths that write (enqueues, the
+//   webhook, relayed calls) answer 503 instead of writing v1 keys nobody reads.
 // Every discovery read says where it came from in `X-Quiver-Cache` (`hit`, `miss`, `revalidated`,
 // `stale-if-error`, `fail-fast`). Revalidations the answer asks for are queued in the background,
 // once per key per claim period from this isolate (the Redis gate dedups across isolates).
