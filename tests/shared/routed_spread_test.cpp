@@ -1,5 +1,6 @@
 // Spread rounds (shared/routed_conversation.h begin_spread): key layout v2's rounds, each command
 // routed by its own key's slot, grouped per node, at most kMaxNodesPerRequest sockets.
+#include <algorithm>
 #include <set>
 #include <string>
 #include <vector>
