@@ -143,7 +143,7 @@ done
 [ -s "$data/redis-edge-password" ] ||
   head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$data/redis-edge-password"
 edge_redis_password=$(cat "$data/redis-edge-password")
-mapfile -t edge_rules < <(sed -e 's/#.*//' -e "s/{ns}/{$ns}/g" -e '/^[[:space:]]*$/d' \
+mapfile -t edge_rules < <(sed -e 's/#.*//' -e "s/{ns/{$ns/g" -e '/^[[:space:]]*$/d' \
   "$root/schema/redis-acl-edge.txt")
 # The password goes in on standard input (a command line shows in `ps`).
 { printf 'ACL SETUSER quiver-edge reset'; printf ' %s' "${edge_rules[@]}"

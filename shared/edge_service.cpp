@@ -7,6 +7,7 @@
 #include "shared/call_relay.h"
 #include "shared/edge_snapshot.h"
 #include "shared/json.h"
+#include "shared/layout.h"
 #include "shared/oauth_callback.h"
 #include "shared/sha256.h"
 #include "shared/webhook_exchange.h"
@@ -47,6 +48,24 @@ std::string claim_key(const Revalidation& r) { return r.connection_id + "\n" + r
 
 constexpr char kStaleIfError[] = "stale-if-error";
 
+// What a path that writes the namespace answers on key layout v2: no agent consumes v2's streams
+// yet, so the edge writes nothing there rather than v1 keys nobody reads (docs/design.md, "The
+// discovery read on v2, round by round").
+constexpr char kNotServedOnV2[] = "not served on key layout v2 by this build";
+
+// The L1 keys of a read: a copy read in one layout is never served, nor validated, as the other's.
+std::string layout_key(KeyLayout layout, std::string key) {
+  return layout == KeyLayout::kV1 ? key : key_layout_name(layout) + std::string("\n") + key;
+}
+
+// A v1 script's reply saying the namespace's record names key layout v2, ready: {tag, value, key}.
+bool names_v2_ready(const RespValue& reply) {
+  const std::vector<RespValue>* a = reply.as_array();
+  return a != nullptr && a->size() == 3 &&
+         (*a)[0].as_string() == std::optional<std::string_view>(kLayoutUnknownTag) &&
+         read_layout((*a)[1].as_string()) == KeyLayout::kV2;
+}
+
 // The L1 halves (snapshots, rendered answers) share the configured byte bound.
 // The L1 bound shared by its parts: snapshot reads and rendered answers, and, with conditional
 // reads on, the validatable copies of snapshot reads (a third each).
@@ -77,7 +96,15 @@ struct EdgeService::Request {
   std::optional<DiscoveryExchange> exchange;
   std::optional<McpEndpoint> mcp;  // POST /mcp: the MCP endpoint instead of the exchange
   std::optional<Principal> member;
+  SnapshotQuery query;
   std::string l1_key;
+  // The key layout its reads use (the isolate's when it began), whether it switched once already,
+  // and a read in rounds under way (key layout v2: shared/discovery_spread.h).
+  KeyLayout layout = KeyLayout::kV1;
+  bool switched = false;
+  std::optional<SpreadDiscoveryRead> spread;
+  bool bodies_spread = false;  // kReadingBodies: one GET per body (v2), not one MGET
+  bool changed = false;        // a conditional read on v2 said "changed": the full read follows
   bool head = false;
   const char* source = nullptr;  // X-Quiver-Cache
   // A rendered answer to remember: under this key (the caller and the exact path and query), if
@@ -131,6 +158,12 @@ EdgeService::EdgeService(Result<EdgeSettings> settings)
     return;
   }
   keys_ = std::move(*keys);
+  Result<RedisKeys> v2 = keys_for_layout(settings->ns, KeyLayout::kV2);
+  if (!v2.ok()) {
+    settings_error_ = v2.error().message;
+    return;
+  }
+  keys_v2_ = std::move(*v2);
   if (settings->cluster) {
     // Key layout v1: every key of the namespace is in the slot of its `{ns}` tag.
     cluster_ =
@@ -189,6 +222,7 @@ EdgeService::Request& EdgeService::new_request(std::string_view random) {
   auto owned = std::make_unique<Request>();
   Request& r = *owned;
   r.handle = handle;
+  r.layout = layout_;
   if (settings_) {
     r.redis = RoutedConversation(
         settings_->resp, RedisCredentials{settings_->redis_username, settings_->redis_password},
@@ -327,6 +361,12 @@ EdgeStep EdgeService::relay_next(Request& r, int64_t now_ms) {
     r.relay_calls.clear();
     return drive_mcp(r, r.mcp->resume_relay(std::move(r.relay_replies), now_ms), now_ms);
   }
+  if (layout_ == KeyLayout::kV2) {
+    // call_enqueue.lua writes v1's calls stream, which no agent reads on a v2 namespace.
+    ++v2_not_served_;
+    return relay_answered(r, relay_store_failure_reply(/*maybe_sent=*/false),
+                          std::string("relay: ") + kNotServedOnV2, now_ms);
+  }
   const RelayCall& call = r.relay_calls[r.relay_replies.size()];
   const int64_t wait_ms = call.deadline_ms - now_ms;
   if (wait_ms < 1) {
@@ -420,6 +460,8 @@ EdgeStep EdgeService::healthz(Request& r, const HttpRequest& request) {
                                {"body_bytes", bodies_.bytes()},
                                {"body_hits", bodies_.stats().hits},
                                {"body_misses", bodies_.stats().misses}});
+    body["layout"] =
+        Json::object({{"reads", key_layout_name(layout_)}, {"v2_not_served", v2_not_served_}});
     if (cluster_) {
       const ClusterRouterStats& c = cluster_->stats();
       body["cluster"] = Json::object({{"slot", cluster_->slot()},
@@ -445,6 +487,12 @@ EdgeStep EdgeService::webhook(Request& r, const HttpRequest& request, int64_t no
     return respond_now(r, std::move(refused->response), std::move(refused->log));
   }
   WebhookChecked& checked = std::get<WebhookChecked>(check);
+  if (layout_ == KeyLayout::kV2) {
+    // webhook_refresh.lua would refuse it too (it reads v1 only): said here without a round trip.
+    ++v2_not_served_;
+    return respond_now(r, error_response(HttpErrorCode::kStoreUnavailable, kNotServedOnV2),
+                       std::string("webhook: ") + kNotServedOnV2);
+  }
   Result<RedisCommand> command = webhook_refresh_command(*keys_, checked.verified, checked.request,
                                                          now_ms, settings_->enqueue);
   if (!command.ok()) {
@@ -521,7 +569,7 @@ EdgeStep EdgeService::replay(Request& r, const HttpRequest& request, HttpRespons
 
 void EdgeService::note_snapshot(Request& r, const DiscoverySnapshot& snapshot, int64_t now_ms) {
   r.from_snapshot = true;
-  r.snapshot_epoch = snapshot.epoch;
+  r.snapshot_epoch = l1_epoch(r, snapshot);
   r.answer_fresh_until = snapshot_next_transition(snapshot, settings_->discovery.freshness, now_ms);
 }
 
@@ -535,11 +583,28 @@ EdgeStep EdgeService::with_bodies(Request& r, DiscoverySnapshot snapshot, int64_
       lacking.push_back(digest);
     }
   }
-  if (!lacking.empty() && may_read) {
+  if (!lacking.empty() && may_read && r.layout == KeyLayout::kV2) {
+    // Each body is its own slot on v2: one GET per body, grouped per node by the conversation.
+    std::vector<RedisCommand> gets;
+    for (const std::string& digest : lacking) {
+      Result<std::string> key = keys_v2_->body(digest);
+      if (!key.ok()) break;
+      gets.push_back({"GET", std::move(*key)});
+    }
+    if (gets.size() == lacking.size()) {
+      r.pending = std::move(snapshot);
+      r.wanted_bodies = std::move(lacking);
+      r.bodies_spread = true;
+      r.source = "miss";
+      return send(r, EdgeEvent::kReadBodies, std::move(gets), ScriptForm::kBySha, /*spread=*/true);
+    }
+  }
+  if (!lacking.empty() && may_read && r.layout == KeyLayout::kV1) {
     Result<RedisCommand> command = body_read_command(*keys_, lacking);
     if (command.ok()) {
       r.pending = std::move(snapshot);
       r.wanted_bodies = std::move(lacking);
+      r.bodies_spread = false;
       r.source = "miss";  // Redis was asked, if only for bodies
       return send(r, EdgeEvent::kReadBodies, {std::move(*command)});
     }
@@ -571,7 +636,8 @@ EdgeStep EdgeService::drive(Request& r, DiscoveryStep step, int64_t now_ms) {
 
   if (NeedSnapshot* need = std::get_if<NeedSnapshot>(&step)) {
     r.member = need->member;
-    r.l1_key = snapshot_cache_key(need->member, need->query);
+    r.query = need->query;
+    r.l1_key = layout_key(r.layout, snapshot_cache_key(need->member, need->query));
     if (r.read) {
       if (SnapshotCache::Value cached = cache_.get_fresh(r.l1_key, now_ms)) {
         r.source = "hit";
@@ -579,33 +645,19 @@ EdgeStep EdgeService::drive(Request& r, DiscoveryStep step, int64_t now_ms) {
         return with_bodies(r, *cached, now_ms, /*may_read=*/true);
       }
     }
-    r.held.reset();
-    r.lease_entries.clear();
-    // Past the TTL: the copy kept since its full read, checked against the store's versions
-    // (reads only, as L1: a write such as a manual refresh reads afresh).
-    if (SnapshotCache::Value kept = r.read ? kept_.get_stale(r.l1_key, now_ms) : nullptr) {
-      std::vector<std::size_t> leases = lease_sensitive_entries(
-          *kept, settings_->discovery.freshness, now_ms,
-          [this](std::string_view digest) { return bodies_.find(digest) != nullptr; });
-      Result<RedisCommand> command =
-          conditional_discovery_read_command(*keys_, *kept, need->query, leases);
-      if (command.ok()) {
-        r.held = std::move(kept);
-        r.lease_entries = std::move(leases);
-        r.source = "miss";
-        return send(r, EdgeEvent::kReadSnapshot, {std::move(*command)});
-      }
-    }
-    Result<RedisCommand> command = discovery_read_command(*keys_, need->member, need->query);
-    if (!command.ok()) {
-      return respond_now(r, error_response(HttpErrorCode::kInternal, "internal error"),
-                         "discovery read: " + command.error().message);
-    }
-    r.source = "miss";
-    return send(r, EdgeEvent::kReadSnapshot, {std::move(*command)});
+    return read_snapshot(r, now_ms);
   }
 
   NeedEnqueue& need = std::get<NeedEnqueue>(step);
+  if (r.layout == KeyLayout::kV2) {
+    // revalidate_enqueue.lua writes v1's gate and stream, which no agent reads on v2.
+    ++v2_not_served_;
+    std::vector<Result<RevalidationResult>> refused;
+    for (std::size_t i = 0; i < need.revalidations.size(); ++i) {
+      refused.emplace_back(Error(ErrorCode::kStoreUnavailable, kNotServedOnV2));
+    }
+    return drive(r, r.exchange->resume_enqueue(refused, now_ms), now_ms);
+  }
   Result<std::vector<RedisCommand>> commands =
       revalidate_enqueue_commands(*keys_, need.revalidations, now_ms, settings_->enqueue);
   if (!commands.ok()) {
@@ -613,6 +665,77 @@ EdgeStep EdgeService::drive(Request& r, DiscoveryStep step, int64_t now_ms) {
                        "revalidation: " + commands.error().message);
   }
   return send(r, EdgeEvent::kQueue, std::move(*commands));
+}
+
+EdgeStep EdgeService::read_snapshot(Request& r, int64_t now_ms) {
+  r.held.reset();
+  r.lease_entries.clear();
+  r.spread.reset();
+  const RedisKeys& keys = keys_of(r.layout);
+  const bool v2 = r.layout == KeyLayout::kV2;
+  // Past the TTL: the copy kept since its full read (in this layout: the layout is part of the
+  // key), checked against the store's versions (reads only, as L1: a write such as a manual
+  // refresh reads afresh).
+  SnapshotCache::Value kept = r.read && !r.changed ? kept_.get_stale(r.l1_key, now_ms) : nullptr;
+  if (kept) {
+    std::vector<std::size_t> leases = lease_sensitive_entries(
+        *kept, settings_->discovery.freshness, now_ms,
+        [this](std::string_view digest) { return bodies_.find(digest) != nullptr; });
+    if (v2) {
+      Result<std::vector<RedisCommand>> commands = spread_conditional_commands(keys, *kept, leases);
+      if (commands.ok()) {
+        r.held = std::move(kept);
+        r.lease_entries = std::move(leases);
+        r.source = "miss";
+        return send(r, EdgeEvent::kReadSnapshot, std::move(*commands), ScriptForm::kBySha,
+                    /*spread=*/true);
+      }
+    } else {
+      Result<RedisCommand> command =
+          conditional_discovery_read_command(keys, *kept, r.query, leases);
+      if (command.ok()) {
+        r.held = std::move(kept);
+        r.lease_entries = std::move(leases);
+        r.source = "miss";
+        return send(r, EdgeEvent::kReadSnapshot, {std::move(*command)});
+      }
+    }
+  }
+  r.source = "miss";
+  if (v2) {
+    Result<SpreadDiscoveryRead> read = SpreadDiscoveryRead::start(keys, *r.member, r.query);
+    if (!read.ok()) {
+      return respond_now(r, error_response(HttpErrorCode::kInternal, "internal error"),
+                         "discovery read: " + read.error().message);
+    }
+    r.spread = std::move(*read);
+    return send(r, EdgeEvent::kReadSnapshot, r.spread->commands(), ScriptForm::kBySha,
+                /*spread=*/true);
+  }
+  Result<RedisCommand> command = discovery_read_command(keys, *r.member, r.query);
+  if (!command.ok()) {
+    return respond_now(r, error_response(HttpErrorCode::kInternal, "internal error"),
+                       "discovery read: " + command.error().message);
+  }
+  return send(r, EdgeEvent::kReadSnapshot, {std::move(*command)});
+}
+
+EdgeStep EdgeService::switch_layout(Request& r, KeyLayout layout, int64_t now_ms) {
+  layout_ = layout;
+  r.switched = true;
+  r.layout = layout;
+  r.l1_key = layout_key(layout, snapshot_cache_key(*r.member, r.query));
+  advance(r, EdgeEvent::kRedisAnswered);
+  return read_snapshot(r, now_ms);
+}
+
+int64_t EdgeService::l1_epoch(const Request& r, const DiscoverySnapshot& snapshot) const {
+  if (r.layout == KeyLayout::kV1) return snapshot.epoch;
+  return std::max(snapshot.epoch, cache_.stats().epoch);
+}
+
+const RedisKeys& EdgeService::keys_of(KeyLayout layout) const {
+  return layout == KeyLayout::kV2 ? *keys_v2_ : *keys_;
 }
 
 bool EdgeService::advance(Request& r, EdgeEvent event) {
@@ -628,7 +751,7 @@ EdgeStep EdgeService::misstep(Request& r, EdgeEvent event) {
 }
 
 EdgeStep EdgeService::send(Request& r, EdgeEvent event, std::vector<RedisCommand> commands,
-                           ScriptForm form) {
+                           ScriptForm form, bool spread) {
   if (!advance(r, event)) return misstep(r, event);
   r.round_unsent = false;
   if (fail_fast_.admit(r.handle, r.now_ms) == FailFast::Admit::kFailFast) {
@@ -644,7 +767,8 @@ EdgeStep EdgeService::send(Request& r, EdgeEvent event, std::vector<RedisCommand
   }
   // The discovery read changes nothing: on a cluster it may go to a replica (replica reads on).
   const bool read = event == EdgeEvent::kReadSnapshot;
-  RoutedWrite write = r.redis.begin(std::move(commands), form, /*keep_bytes=*/false, read);
+  RoutedWrite write = spread ? r.redis.begin_spread(std::move(commands), form, read)
+                             : r.redis.begin(std::move(commands), form, /*keep_bytes=*/false, read);
   if (!r.redis.in_round()) return store_failed(r, r.redis.error(), r.now_ms);
   EdgeStep s = redis_step(r.handle, std::move(write));
   s.redis_blocks_ms = r.redis_blocks_ms;
@@ -698,7 +822,7 @@ EdgeStep EdgeService::full_read(Request& r, DiscoverySnapshot snapshot, int64_t 
   auto kept = std::make_shared<const DiscoverySnapshot>(snapshot);
   const std::size_t bytes = snapshot_bytes(snapshot);
   kept_.put(r.l1_key, kept, bytes, 0, now_ms);
-  cache_.put(r.l1_key, std::move(kept), bytes, snapshot.epoch, now_ms);
+  cache_.put(r.l1_key, std::move(kept), bytes, l1_epoch(r, snapshot), now_ms);
   answers_.observe_epoch(snapshot.epoch);
   note_snapshot(r, snapshot, now_ms);
   return with_bodies(r, std::move(snapshot), now_ms, /*may_read=*/true);
@@ -707,13 +831,31 @@ EdgeStep EdgeService::full_read(Request& r, DiscoverySnapshot snapshot, int64_t 
 EdgeStep EdgeService::complete(Request& r, std::vector<RespValue> replies, int64_t now_ms) {
   switch (r.phase) {
     case EdgePhase::kReadingSnapshot: {
+      const bool v2 = r.layout == KeyLayout::kV2;
+      if (!v2 && !r.switched && names_v2_ready(replies[0])) {
+        return switch_layout(r, KeyLayout::kV2, now_ms);
+      }
       if (r.held) {
         SnapshotCache::Value kept = std::move(r.held);
         DiscoverySnapshot held = *kept;
-        Result<std::optional<DiscoverySnapshot>> changed =
-            decode_conditional_reply(replies[0], held, r.lease_entries);
-        if (!changed.ok()) return store_failed(r, changed.error(), now_ms);
-        if (!changed->has_value()) {
+        std::optional<DiscoverySnapshot> changed;
+        if (v2) {
+          // Unchanged, or read in full in rounds (the layout record is among what it compares).
+          Result<bool> same = decode_spread_conditional(replies, held, r.lease_entries);
+          if (!same.ok()) return store_failed(r, same.error(), now_ms);
+          if (!*same) {
+            ++revalidate_changed_;
+            advance(r, EdgeEvent::kRedisAnswered);
+            r.changed = true;
+            return read_snapshot(r, now_ms);
+          }
+        } else {
+          Result<std::optional<DiscoverySnapshot>> read =
+              decode_conditional_reply(replies[0], held, r.lease_entries);
+          if (!read.ok()) return store_failed(r, read.error(), now_ms);
+          changed = std::move(*read);
+        }
+        if (!changed.has_value()) {
           // Unchanged: what a full read would return now, its leases and epoch read again (in
           // `held`), so it goes to L1 as a full read's snapshot does, under the epoch it says
           // (the copy kept, when neither differs).
@@ -724,7 +866,7 @@ EdgeStep EdgeService::complete(Request& r, std::vector<RespValue> replies, int64
             same = same && held.connections[i].lease_held == kept->connections[i].lease_held;
           }
           if (!same) kept = std::make_shared<const DiscoverySnapshot>(held);
-          cache_.put(r.l1_key, std::move(kept), snapshot_bytes(held), held.epoch, now_ms);
+          cache_.put(r.l1_key, std::move(kept), snapshot_bytes(held), l1_epoch(r, held), now_ms);
           answers_.observe_epoch(held.epoch);
           r.source = "revalidated";
           note_snapshot(r, held, now_ms);
@@ -732,7 +874,24 @@ EdgeStep EdgeService::complete(Request& r, std::vector<RespValue> replies, int64
         }
         ++revalidate_changed_;
         advance(r, EdgeEvent::kRedisAnswered);
-        return full_read(r, std::move(**changed), now_ms);
+        return full_read(r, std::move(*changed), now_ms);
+      }
+      if (r.spread) {
+        if (Status fed = r.spread->feed(replies); !fed.ok()) {
+          // The namespace went back to v1 between the isolate's reads: read there, once.
+          if (r.spread->layout_seen() == KeyLayout::kV1 && !r.switched) {
+            return switch_layout(r, KeyLayout::kV1, now_ms);
+          }
+          return store_failed(r, fed.error(), now_ms);
+        }
+        advance(r, EdgeEvent::kRedisAnswered);
+        if (!r.spread->done()) {
+          return send(r, EdgeEvent::kReadSnapshot, r.spread->commands(), ScriptForm::kBySha,
+                      /*spread=*/true);
+        }
+        DiscoverySnapshot snapshot = r.spread->take_snapshot();
+        r.spread.reset();
+        return full_read(r, std::move(snapshot), now_ms);
       }
       Result<DiscoverySnapshot> snapshot = decode_discovery_reply(replies[0], *r.member);
       if (!snapshot.ok()) return store_failed(r, snapshot.error(), now_ms);
@@ -740,8 +899,10 @@ EdgeStep EdgeService::complete(Request& r, std::vector<RespValue> replies, int64
       return full_read(r, std::move(*snapshot), now_ms);
     }
     case EdgePhase::kReadingBodies: {
-      Result<std::vector<std::optional<std::string>>> bodies =
-          decode_body_reply(replies[0], r.wanted_bodies);
+      // On v2 the GETs' replies, one per body, read as the one MGET's would be.
+      Result<std::vector<std::optional<std::string>>> bodies = decode_body_reply(
+          r.bodies_spread ? RespValue::array(std::move(replies)) : std::move(replies[0]),
+          r.wanted_bodies);
       if (!bodies.ok()) return store_failed(r, bodies.error(), now_ms);
       advance(r, EdgeEvent::kRedisAnswered);
       DiscoverySnapshot snapshot = std::move(*r.pending);
@@ -926,6 +1087,14 @@ EdgeStep EdgeService::background(uint32_t handle, int64_t now_ms) {
   if (r->phase != EdgePhase::kResponded) return done;
   if (r->background.empty()) {
     advance(*r, EdgeEvent::kNothingLeft);
+    return done;
+  }
+  if (r->layout == KeyLayout::kV2) {
+    // revalidate_enqueue.lua writes v1's gate and stream, which no agent reads on v2.
+    ++v2_not_served_;
+    advance(*r, EdgeEvent::kNothingLeft);
+    for (const Revalidation& rev : r->background) cache_.release_revalidation(claim_key(rev));
+    done.log = store_log_.admit("revalidations not queued: " + std::string(kNotServedOnV2), now_ms);
     return done;
   }
   Result<std::vector<RedisCommand>> commands =

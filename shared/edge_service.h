@@ -47,6 +47,12 @@
 //   Past the TTL, within QUIVER_L1_VALIDATE_MAX_AGE_MS of its full read, the snapshot read is a
 //      conditional one (shared/discovery_redis.h): the copy kept since then is sent back as its
 //      versions and answered from when nothing changed, in one round trip (`revalidated`).
+// Key layout v2 (docs/design.md "The discovery read on v2, round by round"): the isolate reads the
+//   namespace in the layout its record names, switching when a read says so (the v1 script's
+//   layout-unknown reply naming v2:ready, or a round 1 that finds v1), once per request; on v2 the
+//   read goes in rounds (shared/discovery_spread.h), each a spread round of the request's
+//   RoutedConversation, the L1 key carries the layout, and the paths that write (enqueues, the
+//   webhook, relayed calls) answer 503 instead of writing v1 keys nobody reads.
 // Every discovery read says where it came from in `X-Quiver-Cache` (`hit`, `miss`, `revalidated`,
 // `stale-if-error`, `fail-fast`). Revalidations the answer asks for are queued in the background,
 // once per key per claim period from this isolate (the Redis gate dedups across isolates).
@@ -92,6 +98,7 @@
 #include "shared/discovery.h"
 #include "shared/discovery_http.h"
 #include "shared/discovery_redis.h"
+#include "shared/discovery_spread.h"
 #include "shared/edge_cache.h"
 #include "shared/edge_request_state.h"
 #include "shared/edge_settings.h"
@@ -156,6 +163,10 @@ class EdgeService {
   const BodyCache& bodies() const { return bodies_; }
   const RenderCache* render_cache() const { return render_cache_.get(); }
   const ClusterRouter* cluster() const { return cluster_.get(); }
+  // The key layout this isolate last found the namespace in (the layout record; v1 until a read
+  // says otherwise), and the requests it refused because their path is not served on v2.
+  KeyLayout layout() const { return layout_; }
+  uint64_t v2_not_served() const { return v2_not_served_; }
 
  private:
   struct Request;
@@ -185,13 +196,24 @@ class EdgeService {
   // store failures: shared/discovery_redis.h, "manifest bodies").
   EdgeStep with_bodies(Request& r, DiscoverySnapshot snapshot, int64_t now_ms, bool may_read);
   EdgeStep drive(Request& r, DiscoveryStep step, int64_t now_ms);
+  // The snapshot read of r.member in r.layout, after L1 missed: a conditional read when a copy is
+  // kept, else the full read (one script on v1, the first round on v2).
+  EdgeStep read_snapshot(Request& r, int64_t now_ms);
+  // The layout record names `layout`, not the one r read in: the isolate remembers it and r reads
+  // again there, once (a record that keeps moving is a store failure, never empty).
+  EdgeStep switch_layout(Request& r, KeyLayout layout, int64_t now_ms);
+  // The epoch an L1 entry of `snapshot` is kept under: its own on v1; on v2, which has no epoch,
+  // the newest the isolate has seen (its TTL alone bounds it).
+  int64_t l1_epoch(const Request& r, const DiscoverySnapshot& snapshot) const;
+  const RedisKeys& keys_of(KeyLayout layout) const;
   // Moves `r` by the table (shared/edge_request_state.h); false when the table has no such row.
   bool advance(Request& r, EdgeEvent event);
   EdgeStep misstep(Request& r, EdgeEvent event);
   // `event` opens a Redis round of `commands` (EVALs) on the request's conversation
   // (shared/redis_conversation.h), unless the fail-fast window fails it at once.
+  // `spread`: each command to the node of its own key's slot (key layout v2).
   EdgeStep send(Request& r, EdgeEvent event, std::vector<RedisCommand> commands,
-                ScriptForm form = ScriptForm::kBySha);
+                ScriptForm form = ScriptForm::kBySha, bool spread = false);
   EdgeStep complete(Request& r, std::vector<RespValue> replies, int64_t now_ms);
   // A snapshot read in full: kept (L1 and, for conditional reads, kept_), then answered from.
   EdgeStep full_read(Request& r, DiscoverySnapshot snapshot, int64_t now_ms);
@@ -207,6 +229,9 @@ class EdgeService {
   std::optional<EdgeSettings> settings_;
   std::string settings_error_;
   std::optional<RedisKeys> keys_;
+  std::optional<RedisKeys> keys_v2_;  // the same namespace in key layout v2
+  KeyLayout layout_ = KeyLayout::kV1;
+  uint64_t v2_not_served_ = 0;
   SnapshotCache cache_;  // L1: snapshot reads (decoded), per caller and query
   EdgeCache answers_;    // L1: rendered answers, per caller and exact request
   // The snapshot reads again, kept past the TTL for conditional reads (validate_max_age_ms).

@@ -1,5 +1,6 @@
 #include "shared/routed_conversation.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace quiver {
@@ -85,8 +86,19 @@ RoutedConversation::RoutedConversation(RespLimits limits, RedisCredentials crede
     conns_.push_back(Conn{ClusterNode{}, RedisConversation(limits_, credentials_)});
 }
 
+RoutedWrite RoutedConversation::begin_spread(std::vector<RedisCommand> commands, ScriptForm form,
+                                             bool read_only) {
+  // On one Redis every key is on the one server: one pipeline, as any round.
+  if (router_ == nullptr) return begin(std::move(commands), form, /*keep_bytes=*/false, read_only);
+  spread_next_ = true;
+  return begin(std::move(commands), form, /*keep_bytes=*/false, read_only);
+}
+
 RoutedWrite RoutedConversation::begin(std::vector<RedisCommand> commands, ScriptForm form,
                                       bool keep_bytes, bool read_only) {
+  spread_ = std::exchange(spread_next_, false);
+  inflight_.clear();
+  asks_.clear();
   bytes_.clear();
   error_ = Error();
   if (router_ == nullptr) {
@@ -168,6 +180,10 @@ RedisTurn RoutedConversation::dispatch() {
     learning_ = true;
     node = router_->refresh_node();
     sent.push_back(router_->map_command());
+  } else if (spread_) {
+    RedisTurn turn = dispatch_spread(&node, &replica, &sent, &form);
+    if (turn == RedisTurn::kFailed) return turn;
+    if (sent.empty()) return dispatch();  // no node serves a slot: the map first
   } else {
     if (ask_) {
       node = *ask_;
@@ -276,6 +292,7 @@ RedisTurn RoutedConversation::cluster_done() {
       }
     }
   }
+  if (spread_) return spread_done(std::move(answers), node);
   ++attempts_;
   // Every command went to one slot: the first routing answer decides for the rest.
   std::optional<ClusterStep> step;
@@ -327,12 +344,134 @@ RedisTurn RoutedConversation::cluster_done() {
 }
 
 RedisTurn RoutedConversation::retry_after_failure(std::string_view why) {
+  // A spread round's commands of the failed write go out again, routed by the refreshed map.
+  pending_.insert(pending_.end(), inflight_.begin(), inflight_.end());
+  inflight_.clear();
   ++attempts_;
   ClusterStep step = cluster_step_after_io_failure(why, attempts_, router_->settings().retry);
   if (step.action == ClusterStep::Action::kGiveUp) return give_up(step.error);
   router_->note_retry();
   refresh_ = true;
   delay_ms_ = std::max(delay_ms_, step.backoff_ms);
+  return dispatch();
+}
+
+RedisTurn RoutedConversation::dispatch_spread(ClusterNode* node, bool* replica,
+                                              std::vector<RedisCommand>* sent, ScriptForm* form) {
+  inflight_.clear();
+  if (!asks_.empty()) {
+    *node = asks_.front().first;
+    inflight_ = std::move(asks_.front().second);
+    asks_.erase(asks_.begin());
+    asking_ = true;
+    *form = ScriptForm::kText;  // a NOSCRIPT retry would go without ASKING
+  } else {
+    std::vector<ClusterRequest> requests;
+    requests.reserve(pending_.size());
+    // A replica on the first try only: after a redirect, the master named.
+    for (std::size_t i : pending_) requests.push_back({commands_[i], read_only_ && attempts_ == 0});
+    ClusterPlanOptions options;
+    options.max_nodes = kMaxNodesPerRequest;
+    options.replica_reads = router_->settings().replica_reads;
+    options.spread = use_;
+    ClusterPlan plan = plan_cluster_batch(router_->map(), requests, options);
+    if (!plan.refused.empty()) {
+      const Error& why = plan.refused.front().second;
+      // CROSSSLOT or a command without a key: the round is wrong, no map would route it.
+      if (why.code != ErrorCode::kStoreUnavailable) return give_up(why);
+      ++attempts_;
+      ClusterStep step =
+          cluster_step_after_io_failure(why.message, attempts_, router_->settings().retry);
+      if (step.action == ClusterStep::Action::kGiveUp) return give_up(step.error);
+      router_->note_retry();
+      refresh_ = true;
+      delay_ms_ = std::max(delay_ms_, step.backoff_ms);
+      return RedisTurn::kWrite;  // nothing in `sent`: the caller asks for the map first
+    }
+    // One node per write; the plan's other groups (and what it deferred past the socket cap) stay
+    // pending and are planned again once this one answered.
+    const ClusterNodeBatch& batch = plan.batches.front();
+    *node = batch.node;
+    *replica = batch.replica;
+    std::vector<bool> taken(pending_.size(), false);
+    for (std::size_t k : batch.indices) {
+      inflight_.push_back(pending_[k]);
+      taken[k] = true;
+    }
+    std::vector<std::size_t> rest;
+    for (std::size_t k = 0; k < pending_.size(); ++k) {
+      if (!taken[k]) rest.push_back(pending_[k]);
+    }
+    pending_ = std::move(rest);
+  }
+  for (std::size_t i : inflight_) {
+    if (asking_) sent->push_back({"ASKING"});
+    sent->push_back(commands_[i]);
+  }
+  return RedisTurn::kWrite;
+}
+
+RedisTurn RoutedConversation::spread_done(std::vector<RespValue> answers, const ClusterNode& node) {
+  if (answers.size() != inflight_.size()) {
+    return give_up(
+        Error(ErrorCode::kInvalidReply, "redis cluster: " + std::to_string(answers.size()) +
+                                            " replies from " + node.address() + " for " +
+                                            std::to_string(inflight_.size()) + " commands"));
+  }
+  // Each command's reply decides for that command alone: the others of the write are answered.
+  std::vector<std::size_t> again;
+  bool redo = false;
+  bool redirected = false;
+  for (std::size_t j = 0; j < answers.size(); ++j) {
+    const std::size_t i = inflight_[j];
+    ClusterStep s = decide_cluster_step(answers[j], node.host, attempts_ + 1, redirects_,
+                                        router_->settings().retry);
+    switch (s.action) {
+      case ClusterStep::Action::kUseReply:
+        replies_[i] = std::move(answers[j]);
+        continue;
+      case ClusterStep::Action::kGiveUp:
+        return give_up(s.error);
+      case ClusterStep::Action::kRetryAt:
+        router_->moved(s.slot, s.node);
+        redirected = true;
+        again.push_back(i);
+        break;
+      case ClusterStep::Action::kAskAt: {
+        router_->note_ask();
+        redirected = true;
+        auto group = std::find_if(asks_.begin(), asks_.end(),
+                                  [&](const auto& g) { return g.first.same_address(s.node); });
+        if (group == asks_.end()) {
+          asks_.emplace_back(s.node, std::vector<std::size_t>{i});
+        } else {
+          group->second.push_back(i);
+        }
+        break;
+      }
+      case ClusterStep::Action::kRefreshThenRetry:
+        router_->note_retry();
+        refresh_ = true;
+        again.push_back(i);
+        break;
+      case ClusterStep::Action::kBackoffThenRetry:
+        router_->note_retry();
+        refresh_ = refresh_ || s.refresh_map;
+        delay_ms_ = std::max(delay_ms_, s.backoff_ms);
+        again.push_back(i);
+        break;
+    }
+    redo = true;
+  }
+  // The budgets count writes that had something to redo, as a one-slot round's do.
+  if (redo) ++attempts_;
+  if (redirected) ++redirects_;
+  inflight_.clear();
+  pending_.insert(pending_.end(), again.begin(), again.end());
+  if (pending_.empty() && asks_.empty()) {
+    in_round_ = false;
+    return RedisTurn::kDone;
+  }
   return dispatch();
 }
 

@@ -31,6 +31,15 @@
 // request fails at once as on one Redis (the edge's fail-fast window and L1 copies take over)
 // and the isolate's next round asks for the map first (a failover may be under way).
 //
+// Key layout v2 spreads a namespace over many slots: a spread round (`begin_spread`) routes each
+// command by its own keys. Its pending commands are grouped per node by plan_cluster_batch (at
+// most kMaxNodesPerRequest nodes in a plan; the others wait for a later write) and each group is
+// one pipeline, written one node after the other on the request's connections; every reply is
+// classified on its own (a MOVED on one node sends only that node's redirected commands on, an
+// ASK sends ASKING + those commands to the importing node, once), and the round is done when
+// every command has its reply. The attempt budget counts the writes that had something to redo,
+// not the nodes of the round. On one Redis a spread round is one pipeline, as any other.
+//
 // Each write names its node; the host keeps one connection per node for the request
 // (`new_connection`: close that node's connection, open another) and at most kMaxNodesPerRequest
 // of them (Workers' limit of simultaneous sockets per request): past it the core names the
@@ -128,6 +137,10 @@ class RoutedConversation {
   // Starts a round (RedisConversation::begin's arguments); `read_only`: may go to a replica.
   RoutedWrite begin(std::vector<RedisCommand> commands, ScriptForm form = ScriptForm::kBySha,
                     bool keep_bytes = false, bool read_only = false);
+  // A round whose commands each go to the node of their own key's slot (key layout v2): grouped
+  // per node, at most kMaxNodesPerRequest sockets. No keep_bytes. On one Redis: begin().
+  RoutedWrite begin_spread(std::vector<RedisCommand> commands, ScriptForm form = ScriptForm::kBySha,
+                           bool read_only = false);
   // Bytes read from the connection of the last write. kWrite: carry out take_write() (the same
   // node, or another after a redirect); kDone: take_replies(); kFailed: error().
   RedisTurn feed(std::string_view bytes);
@@ -164,6 +177,10 @@ class RoutedConversation {
   RedisTurn give_up(Error error);
   RedisTurn retry_after_failure(std::string_view why);
   RedisTurn cluster_done();
+  // A spread round's next node group, and the replies of the group just answered.
+  RedisTurn dispatch_spread(ClusterNode* node, bool* replica, std::vector<RedisCommand>* sent,
+                            ScriptForm* form);
+  RedisTurn spread_done(std::vector<RespValue> answers, const ClusterNode& node);
   std::size_t conn_for(const ClusterNode& node, std::vector<std::string>* close);
 
   RespLimits limits_;
@@ -180,7 +197,12 @@ class RoutedConversation {
   ScriptForm form_ = ScriptForm::kBySha;
   bool keep_bytes_ = false;
   bool read_only_ = false;
-  std::vector<std::size_t> pending_;
+  std::vector<std::size_t> pending_;   // commands without a reply (spread: not yet written)
+  bool spread_ = false;                // each command to its own slot's node
+  bool spread_next_ = false;           // begin_spread → begin
+  std::vector<std::size_t> inflight_;  // spread: the commands of the write in flight
+  // spread: commands an ASK sent to an importing node, per node (ASKING + each, once).
+  std::vector<std::pair<ClusterNode, std::vector<std::size_t>>> asks_;
   std::vector<std::optional<RespValue>> replies_;
   int attempts_ = 0;
   int redirects_ = 0;

@@ -295,7 +295,7 @@ export const EDGE_REDIS_USER = 'quiver-edge';
 export function edgeAclRules(ns) {
   const text = readFileSync(path.join(repoRoot, 'schema', 'redis-acl-edge.txt'), 'utf8');
   return text.split('\n').map((l) => l.replace(/#.*/, '').trim()).filter(Boolean)
-    .map((rule) => rule.replaceAll('{ns}', `{${ns}}`));
+    .map((rule) => rule.replaceAll('{ns', `{${ns}`));  // `{ns}` and v2's `{ns:c:`, ...
 }
 export async function createEdgeUser(admin, ns, password) {
   await admin.call('ACL', 'SETUSER', EDGE_REDIS_USER, 'reset', ...edgeAclRules(ns), `>${password}`);

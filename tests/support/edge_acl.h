@@ -19,7 +19,7 @@
 
 namespace quiver::testing {
 
-// `ACL SETUSER quiver-edge reset <the file's rules, {ns} → {<ns>}> ><password>`.
+// `ACL SETUSER quiver-edge reset <the file's rules, {ns → {<ns>}> ><password>`.
 inline std::vector<std::string> edge_acl_setuser(const std::string& ns,
                                                  const std::string& password) {
   std::vector<std::string> setuser = {"ACL", "SETUSER", "quiver-edge", "reset"};
@@ -27,8 +27,9 @@ inline std::vector<std::string> edge_acl_setuser(const std::string& ns,
   for (std::string line; std::getline(lines, line);) {
     line = trim(line.substr(0, line.find('#')));
     if (line.empty()) continue;
-    for (std::size_t at; (at = line.find("{ns}")) != std::string::npos;) {
-      line.replace(at, 4, "{" + ns + "}");
+    // `{ns` starts every tag of the namespace: `{ns}` (v1) and key layout v2's `{ns:c:`, ...
+    for (std::size_t at = 0; (at = line.find("{ns", at)) != std::string::npos; at += ns.size()) {
+      line.replace(at, 3, "{" + ns);
     }
     setuser.push_back(line);
   }
