@@ -60,10 +60,8 @@ std::string layout_key(KeyLayout layout, std::string key) {
 
 // A v1 script's reply saying the namespace's record names key layout v2, ready: {tag, value, key}.
 bool names_v2_ready(const RespValue& reply) {
-  const std::vector<RespValue>* a = reply.as_array();
-  return a != nullptr && a->size() == 3 &&
-         (*a)[0].as_string() == std::optional<std::string_view>(kLayoutUnknownTag) &&
-         read_layout((*a)[1].as_string()) == KeyLayout::kV2;
+  std::optional<std::string> record = layout_reply_readable_record(reply);
+  return record && read_layout(*record) == KeyLayout::kV2;
 }
 
 // The L1 halves (snapshots, rendered answers) share the configured byte bound.

@@ -101,6 +101,17 @@ Error unknown_layout_error(std::string_view key, std::string_view value, std::st
                    "served or written meanwhile");
 }
 
+std::optional<std::string> layout_reply_readable_record(const RespValue& reply) {
+  const std::vector<RespValue>* a = reply.as_array();
+  if (a == nullptr || a->size() != 3 ||
+      (*a)[0].as_string() != std::optional<std::string_view>(kLayoutUnknownTag)) {
+    return std::nullopt;
+  }
+  std::optional<std::string_view> value = (*a)[1].as_string();
+  if (!value || !read_layout(*value)) return std::nullopt;
+  return std::string(*value);
+}
+
 bool is_unknown_layout_error(const Error& error) {
   return error.code == ErrorCode::kStoreUnavailable &&
          error.message.find(kUnknownLayoutWords) != std::string::npos;

@@ -66,6 +66,11 @@ Result<RedisKeys> keys_for_layout(std::string_view ns, KeyLayout layout);
 // the value (a value of more than 64 bytes is cut; control bytes are escaped), and what to do.
 Error unknown_layout_error(std::string_view key, std::string_view value, std::string_view what);
 
+// The layout record a script's {kLayoutUnknownTag, value, key} reply names, when it is one this
+// build reads (`v2:ready:<at>` from a v1 script: the host reads again in rounds); nullopt for any
+// other reply or record.
+std::optional<std::string> layout_reply_readable_record(const RespValue& reply);
+
 // Whether `error` is one unknown_layout_error made (hosts answer it with a message of its own).
 bool is_unknown_layout_error(const Error& error);
 

@@ -744,12 +744,9 @@ struct RedisStore::Impl {
     Result<std::vector<RespValue>> reply = main->run({*command});
     if (!reply.ok()) return reply.error();
     if (follow) {
-      const RespValue& r = (*reply)[0];
-      const std::vector<RespValue>* a = r.as_array();
-      if (a != nullptr && a->size() == 3 &&
-          (*a)[0].as_string() == std::optional<std::string_view>(kLayoutUnknownTag) &&
-          quiver::read_layout((*a)[1].as_string()) == KeyLayout::kV2) {
-        layout_gate->seen(std::string(*(*a)[1].as_string()));
+      std::optional<std::string> record = layout_reply_readable_record((*reply)[0]);
+      if (record && quiver::read_layout(*record) == KeyLayout::kV2) {
+        layout_gate->seen(std::move(record));
         return read_in_rounds(member, query);
       }
     }

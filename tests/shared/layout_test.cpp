@@ -55,6 +55,16 @@ TEST(Layout, ReadersReadV2OnlyOnceItIsReady) {
                             "v20:ready:1", "V2:ready:1", "v2:Ready:1", ""}) {
     EXPECT_EQ(read_layout(std::string_view(other)), std::nullopt) << other;
   }
+  auto reply = [](RespValue value) {
+    return RespValue::array({RespValue::bulk_string(kLayoutUnknownTag), std::move(value),
+                             RespValue::bulk_string("quiver:{team}:layout")});
+  };
+  EXPECT_EQ(layout_reply_readable_record(reply(RespValue::bulk_string("v2:ready:7"))),
+            std::optional<std::string>("v2:ready:7"));
+  EXPECT_EQ(layout_reply_readable_record(reply(RespValue::bulk_string("v2:filling:7"))),
+            std::nullopt);
+  EXPECT_EQ(layout_reply_readable_record(reply(RespValue::integer_value(1))), std::nullopt);
+  EXPECT_EQ(layout_reply_readable_record(RespValue::bulk_string("v2:ready:7")), std::nullopt);
   Result<RedisKeys> v2 = keys_for_layout("team", KeyLayout::kV2);
   ASSERT_TRUE(v2.ok());
   EXPECT_EQ(v2->key_layout(), KeyLayout::kV2);
