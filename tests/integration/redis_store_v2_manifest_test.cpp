@@ -6,6 +6,8 @@
 // same, and every key the v2 store writes parses back as a v2 key of the slot the design gives it.
 // What moves out of the per-member commit (the connection's config_hash and existence) is tested
 // from the reader's side.
+#include <chrono>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <set>
@@ -578,6 +580,35 @@ TEST_P(RedisStoreV2Manifest, AV2StoreWritesNothingToAV1Namespace) {
   EXPECT_EQ(d.error().code, ErrorCode::kStoreUnavailable);
   for (const std::string& key : keys_of(kV1Ns)) {
     EXPECT_EQ(key.rfind("quiver:{one}:", 0), 0u) << "a v2 key written: " << key;
+  }
+}
+
+// What the split costs a refresh on one Redis (loopback): acquire + commit of an unchanged listing,
+// v1's one script against v2's body check, commit script and ZADD. Printed, not asserted.
+TEST_P(RedisStoreV2Manifest, WhatACommitCosts) {
+  std::unique_ptr<RedisStore> one = v1_namespace();
+  ASSERT_NE(one, nullptr);
+  ASSERT_NO_FATAL_FAILURE(v2_namespace());
+  std::unique_ptr<RedisStore> two = store(kV2Ns, KeyLayout::kV2);
+  ASSERT_NE(two, nullptr);
+  constexpr int kCommits = 300;
+  for (RedisStore* s : {one.get(), two.get()}) {
+    for (const Principal& p : {Principal::shared(), m1()}) {
+      const std::string cid = p.is_shared() ? kShared : kPerMember;
+      const auto start = std::chrono::steady_clock::now();
+      for (int i = 0; i < kCommits; ++i) {
+        AcquireResult a = acquire(*s, cid, p, 'a');
+        ASSERT_TRUE(a.acquired);
+        ASSERT_EQ(commit(*s, cid, p, a.lease, listing_write(cid, kNow + i)), LeaseOutcome::kOk);
+      }
+      const double us =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+              .count() /
+          kCommits;
+      std::cout << (on_cluster() ? "cluster " : "one redis ") << (s == one.get() ? "v1 " : "v2 ")
+                << (p.is_shared() ? "shared" : "member") << ": acquire + unchanged commit "
+                << static_cast<int>(us) << " us\n";
+    }
   }
 }
 
