@@ -27,7 +27,7 @@ std::string_view hash_tag(std::string_view key) {
 
 // Every key non-empty and all in one slot: a script touching two slots fails with CROSSSLOT on
 // a cluster, which is better caught here, on every deployment.
-Status check_keys(std::initializer_list<const std::string*> keys) {
+Status check_keys(const std::vector<const std::string*>& keys) {
   std::string_view tag;
   for (const std::string* key : keys) {
     if (key->empty()) return invalid("lease script: a Redis key is missing");
@@ -67,7 +67,7 @@ Status check_due(const LeaseKeys& keys, const FencedWriteOptions& options) {
   return validate_due_at(options.due_at_ms);
 }
 
-Result<RedisCommand> eval(const char* script, std::initializer_list<const std::string*> keys,
+Result<RedisCommand> eval(const char* script, const std::vector<const std::string*>& keys,
                           std::initializer_list<std::string> args) {
   std::string_view text = schema_asset(std::string("lua/") + script);
   if (text.empty()) {
@@ -311,6 +311,70 @@ Result<RedisCommand> record_failure_command(const LeaseKeys& keys, const Lease& 
        cut_utf8(failure.error_message, kMaxErrorMessageBytes), std::to_string(failure.error_at_ms),
        std::to_string(failure.attempt_at_ms), options.release_lease ? "1" : "0",
        std::to_string(options.due_at_ms), keys.due_member});
+}
+
+namespace {
+
+// The keys a v2 fenced script declares: the record's own, and the connection record for `shared`
+// (empty for a member: another slot).
+std::vector<const std::string*> v2_script_keys(const LeaseKeys& keys) {
+  std::vector<const std::string*> out = {&keys.manifest, &keys.lease, &keys.fence, &keys.version};
+  if (!keys.connection.empty()) out.push_back(&keys.connection);
+  return out;
+}
+
+}  // namespace
+
+Result<RedisCommand> store_body_command(const std::string& body_key, const ManifestWrite& write,
+                                        const FencedWriteOptions& options, CommitBody body) {
+  if (Status s = check_keys({&body_key}); !s.ok()) return s.error();
+  if (write.manifest.empty()) return invalid("manifest commit: the manifest is empty");
+  if (options.body_grace_ms < 0) return invalid("manifest commit: body_grace_ms is negative");
+  const std::string digest = sha256_hex(write.manifest);
+  if (body_key.find(digest) == std::string::npos) {
+    return invalid("manifest commit: the body key does not name the manifest's SHA-256");
+  }
+  return eval("body_store.lua", {&body_key},
+              {body == CommitBody::kSend ? write.manifest : std::string(), digest,
+               std::to_string(write.expires_at_ms), std::to_string(options.body_grace_ms)});
+}
+
+Result<bool> parse_store_body_reply(const RespValue& reply) {
+  const char* script = "body_store.lua";
+  Result<const std::vector<RespValue>*> e = outcome_array(reply, script);
+  if (!e.ok()) return e.error();
+  const std::string& word = (**e)[0].str;
+  if (word == "stored") return true;
+  if (word == "need_body") return false;
+  return unexpected(script, word);
+}
+
+Result<RedisCommand> commit_manifest_v2_command(const LeaseKeys& keys, const Lease& lease,
+                                                const ManifestWrite& write,
+                                                const FencedWriteOptions& options) {
+  const std::vector<const std::string*> named = v2_script_keys(keys);
+  if (Status s = check_keys(named); !s.ok()) return s.error();
+  if (Status s = validate_manifest_write(lease, write); !s.ok()) return s.error();
+  if (Status s = validate_due_at(options.due_at_ms); !s.ok()) return s.error();
+  return eval("manifest_commit_v2.lua", named,
+              {std::to_string(lease.fence), lease.token, write.config_hash, write.etag,
+               std::to_string(write.fetched_at_ms), std::to_string(write.fresh_until_ms),
+               std::to_string(write.expires_at_ms), write.cache_scope, write.truncated ? "1" : "0",
+               options.release_lease ? "1" : "0", sha256_hex(write.manifest)});
+}
+
+Result<RedisCommand> record_failure_v2_command(const LeaseKeys& keys, const Lease& lease,
+                                               const RefreshFailure& failure,
+                                               const FencedWriteOptions& options) {
+  const std::vector<const std::string*> named = v2_script_keys(keys);
+  if (Status s = check_keys(named); !s.ok()) return s.error();
+  if (Status s = validate_refresh_failure(lease, failure); !s.ok()) return s.error();
+  if (Status s = validate_due_at(options.due_at_ms); !s.ok()) return s.error();
+  return eval(
+      "manifest_fail_v2.lua", named,
+      {std::to_string(lease.fence), lease.token, failure.config_hash, failure.error_code,
+       cut_utf8(failure.error_message, kMaxErrorMessageBytes), std::to_string(failure.error_at_ms),
+       std::to_string(failure.attempt_at_ms), options.release_lease ? "1" : "0"});
 }
 
 Result<FencedWriteResult> parse_commit_reply(const RespValue& reply) {

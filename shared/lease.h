@@ -172,7 +172,7 @@ Status validate_refresh_failure(const Lease& lease, const RefreshFailure& failur
 
 struct FencedWriteResult {
   LeaseOutcome outcome = LeaseOutcome::kLeaseLost;
-  int64_t epoch = 0;          // a commit: the epoch it bumped to
+  int64_t epoch = 0;          // a commit: the epoch it bumped to (layout v2: its slot's version)
   int64_t current_fence = 0;  // kStaleFence: the newer fence that won
   bool ok() const { return outcome == LeaseOutcome::kOk; }
 };
@@ -182,6 +182,34 @@ Result<FencedWriteResult> parse_commit_reply(const RespValue& reply);
 // written; the caller sends the commit again with CommitBody::kSend), else as parse_commit_reply.
 Result<std::optional<FencedWriteResult>> parse_commit_if_stored_reply(const RespValue& reply);
 Result<FencedWriteResult> parse_failure_reply(const RespValue& reply);
+
+// --- the fenced writes in key layout v2 (docs/design.md "What crosses slots, and what it changes")
+//
+// A v1 script touches the record's keys, the connection record, the epoch, the body and the due
+// index together; v2 spreads those over several slots, so a commit is three steps, each one slot:
+//   body_store.lua           store_body_command          → parse_store_body_reply (the body first)
+//   manifest_commit_v2.lua   commit_manifest_v2_command  → parse_commit_reply     ({"committed",
+//   version}) ZADD on the connection's shard `due`, by the caller, only when it committed;
+// a failure record two: manifest_fail_v2.lua (record_failure_v2_command → parse_failure_reply),
+// then the ZADD. The v2 scripts take keys.manifest, lease, fence, version and, when not empty,
+// keys.connection: the record's own slot holds the connection record only for `shared`, so a
+// member's write leaves it empty and its config_hash is checked by readers instead. keys.epoch,
+// keys.body and keys.due are not used (and the due member is not checked against the manifest
+// key, which in v2 does not end with it).
+
+// The body of `write` under `body_key` (RedisKeys::body of its SHA-256), kept until
+// max(expires_at, Redis's now) + options.body_grace_ms; CommitBody::kIfStored sends the SHA-256
+// alone and is answered need_body when the key is absent.
+Result<RedisCommand> store_body_command(const std::string& body_key, const ManifestWrite& write,
+                                        const FencedWriteOptions& options, CommitBody body);
+// true: the body is stored (its expiry moved); false: need_body (nothing written).
+Result<bool> parse_store_body_reply(const RespValue& reply);
+Result<RedisCommand> commit_manifest_v2_command(const LeaseKeys& keys, const Lease& lease,
+                                                const ManifestWrite& write,
+                                                const FencedWriteOptions& options);
+Result<RedisCommand> record_failure_v2_command(const LeaseKeys& keys, const Lease& lease,
+                                               const RefreshFailure& failure,
+                                               const FencedWriteOptions& options);
 
 // A refused write as an error value (kConflict), for callers that propagate rather than branch.
 Error fenced_write_error(const FencedWriteResult& result, const Lease& lease);

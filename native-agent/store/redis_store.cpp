@@ -4,7 +4,9 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -178,7 +180,9 @@ class LayoutGate {
     std::lock_guard<std::mutex> lock(mu_);
     checked_ = true;
     reads_ = read_layout(value);
-    unknown_ = reads_ == writes_ ? std::nullopt : std::move(value);
+    // Absent is layout v1: a store that writes v2 must not write there either.
+    absent_ = !value.has_value();
+    unknown_ = reads_ == writes_ ? std::nullopt : std::optional<std::string>(value.value_or(""));
   }
 
   // The layout the record named when last read (nullopt: one this build does not read; v1 before
@@ -228,6 +232,13 @@ class LayoutGate {
     }
     std::lock_guard<std::mutex> lock(mu_);
     if (!unknown_) return Status::Ok();
+    if (absent_) {
+      return Error(ErrorCode::kStoreUnavailable,
+                   "redis write refused: the namespace's key layout record " + key_ +
+                       " is absent (layout v1) and this store writes key layout " +
+                       key_layout_name(writes_) +
+                       ": nothing is written until the record names it (the migration's switch)");
+    }
     return unknown_layout_error(key_, *unknown_, "redis write refused");
   }
 
@@ -238,6 +249,7 @@ class LayoutGate {
   bool checked_ = false;
   std::optional<KeyLayout> reads_ = KeyLayout::kV1;
   std::optional<std::string> unknown_;  // the record, while it names another layout than writes_
+  bool absent_ = false;                 // ... and that record is absent (layout v1)
 };
 
 class LayoutGatedChannel final : public RedisChannel {
@@ -1194,13 +1206,156 @@ Result<std::optional<int64_t>> RedisStore::store_time_ms() {
   return std::optional<int64_t>(sec * 1000 + usec / 1000);
 }
 
+// ---- key layout v2: the fenced path -------------------------------------------------------------
+
+namespace {
+
+// docs/design.md "What crosses slots, and what it changes": on v2 each script below touches one
+// slot (the record's: the connection's for `shared`, the member's for a member), and what v1's
+// scripts wrote beside the record (the body, the due entry) is a command of its own, routed by its
+// key. The lease scripts need no v2 twin: their keys (lease, fence, manifest) share the record's
+// slot in both layouts.
+
+bool writes_v2(const RedisKeys& keys) { return keys.key_layout() == KeyLayout::kV2; }
+
+// Commands that may each be in another slot, routed per command (RedisChannel::run_spread), every
+// error reply a failure.
+Result<std::vector<RespValue>> run_spread_checked(RedisChannel& channel,
+                                                  const std::vector<RedisCommand>& commands,
+                                                  std::string_view what) {
+  if (commands.empty()) return std::vector<RespValue>{};
+  Result<std::vector<RespValue>> r = channel.run_spread(commands);
+  if (!r.ok()) return r.error();
+  for (const RespValue& v : *r) {
+    if (v.is_error()) return reply_error(v, what);
+  }
+  return r;
+}
+
+// One script of the core (lease.h), routed by its keys (each declares one slot's); an invalid
+// argument fails here.
+Result<RespValue> spread_script(RedisChannel& channel, const Result<RedisCommand>& command,
+                                std::string_view what) {
+  if (!command.ok()) return command.error();
+  Result<std::vector<RespValue>> r = run_spread_checked(channel, {*command}, what);
+  if (!r.ok()) return r.error();
+  return std::move((*r)[0]);
+}
+
+// MULTI, `commands`, EXEC to the node of `key`'s slot (every command in that slot): their replies.
+Result<std::vector<RespValue>> transaction_at(RedisChannel& channel, const std::string& key,
+                                              const std::vector<RedisCommand>& commands,
+                                              std::string_view what) {
+  std::vector<RedisCommand> all;
+  all.reserve(commands.size() + 2);
+  all.push_back({"MULTI"});
+  all.insert(all.end(), commands.begin(), commands.end());
+  all.push_back({"EXEC"});
+  Result<std::vector<RespValue>> r = channel.run_at(key, all);
+  if (!r.ok()) return r.error();
+  for (const RespValue& v : *r) {
+    if (v.is_error()) return reply_error(v, what);
+  }
+  const RespValue& exec = r->back();
+  if (!exec.is_array() || exec.elements.size() != commands.size()) {
+    return Error(ErrorCode::kInvalidReply, "redis " + std::string(what) + ": EXEC aborted");
+  }
+  for (const RespValue& v : exec.elements) {
+    if (v.is_error()) return reply_error(v, what);
+  }
+  return exec.elements;
+}
+
+// The refresh-due index that holds (cid, *)'s entries: the connection's shard's on v2 (one key,
+// shard 0, on v1).
+Result<std::string> due_key_of(const RedisKeys& keys, std::string_view cid) {
+  Result<uint32_t> shard = keys.connection_shard(cid);
+  if (!shard.ok()) return shard.error();
+  return keys.due(*shard);
+}
+
+// The keys of a v2 fenced script: the record's slot only, so a member's write names no connection
+// record (its config_hash is checked by readers: manifest_commit_v2.lua).
+LeaseKeys v2_fenced_keys(LeaseKeys k, const Principal& principal) {
+  if (!principal.is_shared()) k.connection.clear();
+  return k;
+}
+
+// After a v2 fenced write went through: its due entry, scored as v1's script scores it, on the
+// connection's shard. A write whose entry could not be scored is reported as failed, saying that
+// its data is written: the refresh that sent it is retried, and that retry scores it.
+Result<FencedWriteResult> score_due_v2(RedisChannel& main, const RedisKeys& keys,
+                                       std::string_view cid, const LeaseKeys& k,
+                                       const FencedWriteOptions& options,
+                                       Result<FencedWriteResult> written) {
+  if (!written.ok() || !written->ok()) return written;
+  Result<std::string> due = due_key_of(keys, cid);
+  if (!due.ok()) return due.error();
+  Result<std::vector<RespValue>> r = run_spread_checked(
+      main, {{"ZADD", *due, std::to_string(options.due_at_ms), k.due_member}}, "ZADD due");
+  if (!r.ok()) {
+    return Error(r.error().code,
+                 "written, but its refresh-due entry was not: " + r.error().message);
+  }
+  return written;
+}
+
+Result<FencedWriteResult> commit_manifest_v2(RedisChannel& main, const RedisKeys& keys,
+                                             std::string_view cid, const Principal& principal,
+                                             const LeaseKeys& lease_keys, const Lease& lease,
+                                             const ManifestWrite& write,
+                                             const FencedWriteOptions& options) {
+  const LeaseKeys k = v2_fenced_keys(lease_keys, principal);
+  // Every argument checked before the first write: a commit the builder refuses stores no body.
+  Result<RedisCommand> commit = commit_manifest_v2_command(k, lease, write, options);
+  if (!commit.ok()) return commit.error();
+  Result<std::string> body = keys.body(manifest_body_digest(write.manifest));
+  if (!body.ok()) return body.error();
+  // The body first, by its SHA-256 alone (need_body: as v1, the bytes go only when Redis lacks
+  // them), so the commit below never names a body that is not there.
+  for (CommitBody send : {CommitBody::kIfStored, CommitBody::kSend}) {
+    Result<RedisCommand> store = store_body_command(*body, write, options, send);
+    if (!store.ok()) return store.error();
+    Result<std::vector<RespValue>> r = run_spread_checked(main, {*store}, "body_store");
+    if (!r.ok()) return r.error();
+    Result<bool> stored = parse_store_body_reply((*r)[0]);
+    if (!stored.ok()) return stored.error();
+    if (*stored) break;
+    if (send == CommitBody::kSend) {
+      return Error(ErrorCode::kInvalidReply, "body_store.lua: need_body with the body sent");
+    }
+  }
+  Result<std::vector<RespValue>> r = run_spread_checked(main, {*commit}, "manifest_commit");
+  if (!r.ok()) return r.error();
+  return score_due_v2(main, keys, cid, k, options, parse_commit_reply((*r)[0]));
+}
+
+Result<FencedWriteResult> record_failure_v2(RedisChannel& main, const RedisKeys& keys,
+                                            std::string_view cid, const Principal& principal,
+                                            const LeaseKeys& lease_keys, const Lease& lease,
+                                            const RefreshFailure& failure,
+                                            const FencedWriteOptions& options) {
+  const LeaseKeys k = v2_fenced_keys(lease_keys, principal);
+  Result<RedisCommand> fail = record_failure_v2_command(k, lease, failure, options);
+  if (!fail.ok()) return fail.error();
+  Result<std::vector<RespValue>> r = run_spread_checked(main, {*fail}, "manifest_fail");
+  if (!r.ok()) return r.error();
+  return score_due_v2(main, keys, cid, k, options, parse_failure_reply((*r)[0]));
+}
+
+}  // namespace
+
 // ---- leases and fenced writes ------------------------------------------------------------------
 
 Result<AcquireResult> RedisStore::acquire_lease(std::string_view cid, const Principal& principal,
                                                 std::string_view token, int64_t lease_ms) {
   Result<LeaseKeys> k = impl_->lease_keys(cid, principal);
   if (!k.ok()) return k.error();
-  Result<RespValue> r = impl_->script(acquire_lease_command(*k, token, lease_ms), "lease_acquire");
+  // The same script in both layouts; on v2 it goes to the record's slot.
+  Result<RespValue> r =
+      writes_v2(impl_->keys)
+          ? spread_script(*impl_->main, acquire_lease_command(*k, token, lease_ms), "lease_acquire")
+          : impl_->script(acquire_lease_command(*k, token, lease_ms), "lease_acquire");
   if (!r.ok()) return r.error();
   return parse_acquire_reply(*r, token);
 }
@@ -1209,7 +1364,11 @@ Result<LeaseOutcome> RedisStore::renew_lease(std::string_view cid, const Princip
                                              const Lease& lease, int64_t lease_ms) {
   Result<LeaseKeys> k = impl_->lease_keys(cid, principal);
   if (!k.ok()) return k.error();
-  Result<RespValue> r = impl_->script(renew_lease_command(*k, lease, lease_ms), "lease_renew");
+  // The same script in both layouts; on v2 it goes to the record's slot.
+  Result<RespValue> r =
+      writes_v2(impl_->keys)
+          ? spread_script(*impl_->main, renew_lease_command(*k, lease, lease_ms), "lease_renew")
+          : impl_->script(renew_lease_command(*k, lease, lease_ms), "lease_renew");
   if (!r.ok()) return r.error();
   return parse_renew_reply(*r);
 }
@@ -1218,7 +1377,11 @@ Result<LeaseOutcome> RedisStore::release_lease(std::string_view cid, const Princ
                                                const Lease& lease) {
   Result<LeaseKeys> k = impl_->lease_keys(cid, principal);
   if (!k.ok()) return k.error();
-  Result<RespValue> r = impl_->script(release_lease_command(*k, lease), "lease_release");
+  // The same script in both layouts; on v2 it goes to the record's slot.
+  Result<RespValue> r =
+      writes_v2(impl_->keys)
+          ? spread_script(*impl_->main, release_lease_command(*k, lease), "lease_release")
+          : impl_->script(release_lease_command(*k, lease), "lease_release");
   if (!r.ok()) return r.error();
   return parse_release_reply(*r);
 }
@@ -1230,6 +1393,9 @@ Result<FencedWriteResult> RedisStore::commit_manifest(std::string_view cid,
                                                       const FencedWriteOptions& options) {
   Result<LeaseKeys> k = impl_->lease_keys(cid, principal);
   if (!k.ok()) return k.error();
+  if (writes_v2(impl_->keys)) {
+    return commit_manifest_v2(*impl_->main, impl_->keys, cid, principal, *k, lease, write, options);
+  }
   Result<std::string> body = impl_->keys.body(manifest_body_digest(write.manifest));
   if (!body.ok()) return body.error();
   k->body = std::move(*body);
@@ -1255,6 +1421,10 @@ Result<FencedWriteResult> RedisStore::record_failure(std::string_view cid,
                                                      const FencedWriteOptions& options) {
   Result<LeaseKeys> k = impl_->lease_keys(cid, principal);
   if (!k.ok()) return k.error();
+  if (writes_v2(impl_->keys)) {
+    return record_failure_v2(*impl_->main, impl_->keys, cid, principal, *k, lease, failure,
+                             options);
+  }
   Result<RespValue> r =
       impl_->script(record_failure_command(*k, lease, failure, options), "manifest_fail");
   if (!r.ok()) return r.error();
@@ -1271,7 +1441,10 @@ Result<std::optional<ManifestMeta>> RedisStore::read_manifest_meta(std::string_v
   if (!marks.ok()) return marks.error();
   std::vector<RedisCommand> reads;
   append_meta_reads(reads, *key, *marks);
-  Result<std::vector<RespValue>> r = impl_->many(reads, "HMGET");
+  // v2: the connection's mark is in the connection's slot, the rest in the record's.
+  Result<std::vector<RespValue>> r = writes_v2(impl_->keys)
+                                         ? run_spread_checked(*impl_->main, reads, "HMGET")
+                                         : impl_->many(reads, "HMGET");
   if (!r.ok()) return r.error();
   Result<MetaFields> read = meta_reads_reply(*r, 0);
   if (!read.ok()) return read.error();
@@ -1287,8 +1460,11 @@ Result<std::optional<StoredManifest>> RedisStore::read_manifest(std::string_view
   if (!key.ok()) return key.error();
   Result<MarkKeys> marks = mark_keys(impl_->keys, cid, principal);
   if (!marks.ok()) return marks.error();
-  Result<std::vector<RespValue>> r =
-      impl_->many({{"HGETALL", *key}, {"GET", marks->own}, {"GET", marks->connection}}, "HGETALL");
+  const std::vector<RedisCommand> reads = {
+      {"HGETALL", *key}, {"GET", marks->own}, {"GET", marks->connection}};
+  Result<std::vector<RespValue>> r = writes_v2(impl_->keys)
+                                         ? run_spread_checked(*impl_->main, reads, "HGETALL")
+                                         : impl_->many(reads, "HGETALL");
   if (!r.ok()) return r.error();
   HashFields fields = field_map((*r)[0]);
   if (fields.empty()) return std::optional<StoredManifest>();
@@ -1309,7 +1485,8 @@ Result<std::optional<StoredManifest>> RedisStore::read_manifest(std::string_view
     // its retention): the meta keeps naming it and the text stays empty, which readers show as a
     // store failure.
     Result<std::optional<std::string>> read =
-        read_body(impl_->bodies, impl_->keys, meta->body_digest, impl_->body_fetch());
+        read_body(impl_->bodies, impl_->keys, meta->body_digest,
+                  writes_v2(impl_->keys) ? impl_->body_fetch_spread() : impl_->body_fetch());
     if (!read.ok()) return read.error();
     if (*read) body = std::move(**read);
   }
@@ -1458,6 +1635,19 @@ Result<RedisCommand> due_settle_command(const RedisKeys& keys, const DueSettleme
   std::string_view text = schema_asset("lua/due_settle.lua");
   if (text.empty())
     return Error(ErrorCode::kInternal, "schema/lua/due_settle.lua is not compiled in");
+  if (writes_v2(keys)) {
+    // The connection's shard's index alone: the record is in another slot, read absent by the
+    // caller before a forget (settle_due).
+    Result<std::string> due = due_key_of(keys, settle.connection_id);
+    if (!due.ok()) return due.error();
+    return RedisCommand{"EVAL",
+                        std::string(text),
+                        "1",
+                        *due,
+                        *member,
+                        std::to_string(settle.seen_due_at_ms),
+                        settle.due_at_ms ? std::to_string(*settle.due_at_ms) : std::string()};
+  }
   return RedisCommand{"EVAL",
                       std::string(text),
                       "2",
@@ -1470,29 +1660,32 @@ Result<RedisCommand> due_settle_command(const RedisKeys& keys, const DueSettleme
 
 }  // namespace
 
-Result<DuePage> RedisStore::list_due(int64_t now_ms, std::size_t offset, std::size_t batch) {
-  if (batch == 0) return invalid("list_due: batch must be at least 1");
-  RedisKeys& keys = impl_->keys;
-  Result<RespValue> r =
-      impl_->one({"ZRANGEBYSCORE", keys.due(), "-inf", std::to_string(now_ms), "WITHSCORES",
-                  "LIMIT", std::to_string(offset), std::to_string(batch)},
-                 "ZRANGEBYSCORE");
-  if (!r.ok()) return r.error();
-  const std::vector<RespValue>* e = r->as_array();
-  if (e == nullptr || e->size() % 2 != 0) {
-    return Error(ErrorCode::kInvalidReply, "redis ZRANGEBYSCORE due: unexpected reply");
-  }
+namespace {
+
+// One member a ZRANGEBYSCORE of a due index answered, with its score, as Redis answered them, and
+// that index's key.
+struct ListedDue {
+  std::optional<std::string_view> member;
+  std::optional<std::string_view> score;
+  const std::string* due_key = nullptr;
+};
+
+// A page of the due index from the members listed: each entry's metadata read (one pipeline, or
+// one round routed per command on v2, `run`), and a member no writer makes taken out of its index
+// (it would come back on every page).
+Result<DuePage> due_page(
+    const RedisKeys& keys, const std::vector<ListedDue>& listed,
+    const std::function<Result<std::vector<RespValue>>(const std::vector<RedisCommand>&)>& run) {
   DuePage page;
-  page.listed = e->size() / 2;
+  page.listed = listed.size();
   std::vector<RedisCommand> commands;
-  RedisCommand unindex = {"ZREM", keys.due()};
-  for (std::size_t i = 0; i < e->size(); i += 2) {
-    std::optional<std::string_view> member = (*e)[i].as_string();
-    std::optional<std::string_view> score = (*e)[i + 1].as_string();
+  std::vector<std::string> unindex_keys;  // in the order first seen: one ZREM per index
+  std::map<std::string, RedisCommand> unindex;
+  for (const ListedDue& l : listed) {
     Result<DueMember> parsed =
-        member ? parse_due_member(*member) : Result<DueMember>(invalid("not a string"));
+        l.member ? parse_due_member(*l.member) : Result<DueMember>(invalid("not a string"));
     DueEntry entry;
-    if (parsed.ok() && score && parse_score(*score, &entry.due_at_ms)) {
+    if (parsed.ok() && l.score && parse_score(*l.score, &entry.due_at_ms)) {
       entry.connection_id = std::move(parsed->connection_id);
       entry.principal = std::move(parsed->principal);
       Result<MarkKeys> marks = mark_keys(keys, entry.connection_id, entry.principal);
@@ -1503,16 +1696,18 @@ Result<DuePage> RedisStore::list_due(int64_t now_ms, std::size_t offset, std::si
       }
       parsed = marks.error();
     }
-    // No member any writer makes: it goes, or it would come back on every page.
-    std::string what = member ? std::string(*member) : std::string("(not a string)");
+    std::string what = l.member ? std::string(*l.member) : std::string("(not a string)");
     page.unreadable.push_back(
         "due index member `" + what +
         "`: " + (parsed.ok() ? std::string("score is not a number") : parsed.error().message));
-    if (member) unindex.push_back(std::string(*member));
+    if (!l.member) continue;
+    auto [it, added] = unindex.try_emplace(*l.due_key, RedisCommand{"ZREM", *l.due_key});
+    if (added) unindex_keys.push_back(*l.due_key);
+    it->second.push_back(std::string(*l.member));
   }
-  if (unindex.size() > 2) commands.push_back(unindex);
+  for (const std::string& k : unindex_keys) commands.push_back(std::move(unindex[k]));
   if (commands.empty()) return page;
-  Result<std::vector<RespValue>> replies = impl_->main->run(commands);
+  Result<std::vector<RespValue>> replies = run(commands);
   if (!replies.ok()) return replies.error();
   for (std::size_t i = 0; i < page.entries.size(); ++i) {
     DueEntry& entry = page.entries[i];
@@ -1534,7 +1729,106 @@ Result<DuePage> RedisStore::list_due(int64_t now_ms, std::size_t offset, std::si
   return page;
 }
 
+// ZRANGEBYSCORE ... WITHSCORES's flat [member, score, ...] of `due_key`, appended to `out`.
+Status append_listed(const RespValue& reply, const std::string& due_key,
+                     std::vector<ListedDue>& out) {
+  const std::vector<RespValue>* e = reply.as_array();
+  if (e == nullptr || e->size() % 2 != 0) {
+    return Error(ErrorCode::kInvalidReply, "redis ZRANGEBYSCORE due: unexpected reply");
+  }
+  for (std::size_t i = 0; i < e->size(); i += 2) {
+    out.push_back({(*e)[i].as_string(), (*e)[i + 1].as_string(), &due_key});
+  }
+  return Status::Ok();
+}
+
+// The due entries of every shard (key layout v2), soonest first, `offset` skipped, at most
+// `batch`: each shard's first offset + batch due entries (one ZRANGEBYSCORE per shard, one round
+// routed per node), merged by (score, member) as one index would order them. A pass's offset only
+// counts the entries it left due (docs/design.md "Maintenance in O(work due)"), so each page costs
+// S ranges of about the work due.
+Result<DuePage> list_due_spread(RedisChannel& main, const RedisKeys& keys, int64_t now_ms,
+                                std::size_t offset, std::size_t batch) {
+  std::vector<std::string> due_keys;
+  std::vector<RedisCommand> ranges;
+  for (uint32_t shard = 0; shard < keys.shard_count(); ++shard) {
+    due_keys.push_back(*keys.due(shard));
+    ranges.push_back({"ZRANGEBYSCORE", due_keys.back(), "-inf", std::to_string(now_ms),
+                      "WITHSCORES", "LIMIT", "0", std::to_string(offset + batch)});
+  }
+  Result<std::vector<RespValue>> r = run_spread_checked(main, ranges, "ZRANGEBYSCORE");
+  if (!r.ok()) return r.error();
+  std::vector<ListedDue> all;
+  for (std::size_t i = 0; i < r->size(); ++i) {
+    if (Status s = append_listed((*r)[i], due_keys[i], all); !s.ok()) return s.error();
+  }
+  // A score that is no integer (no writer makes one) sorts as Redis read it, as a double.
+  auto order = [](const ListedDue& l) {
+    return l.score ? std::strtod(std::string(*l.score).c_str(), nullptr) : 0.0;
+  };
+  std::stable_sort(all.begin(), all.end(), [&](const ListedDue& a, const ListedDue& b) {
+    const double sa = order(a);
+    const double sb = order(b);
+    if (sa != sb) return sa < sb;
+    return a.member.value_or("") < b.member.value_or("");
+  });
+  const std::size_t from = std::min(offset, all.size());
+  const std::size_t to = std::min(offset + batch, all.size());
+  const std::vector<ListedDue> listed(all.begin() + static_cast<std::ptrdiff_t>(from),
+                                      all.begin() + static_cast<std::ptrdiff_t>(to));
+  return due_page(keys, listed, [&](const std::vector<RedisCommand>& commands) {
+    return main.run_spread(commands);
+  });
+}
+
+}  // namespace
+
+Result<DuePage> RedisStore::list_due(int64_t now_ms, std::size_t offset, std::size_t batch) {
+  if (batch == 0) return invalid("list_due: batch must be at least 1");
+  RedisKeys& keys = impl_->keys;
+  if (writes_v2(keys)) return list_due_spread(*impl_->main, keys, now_ms, offset, batch);
+  Result<RespValue> r =
+      impl_->one({"ZRANGEBYSCORE", keys.due(), "-inf", std::to_string(now_ms), "WITHSCORES",
+                  "LIMIT", std::to_string(offset), std::to_string(batch)},
+                 "ZRANGEBYSCORE");
+  if (!r.ok()) return r.error();
+  const std::string due = keys.due();
+  std::vector<ListedDue> listed;
+  if (Status s = append_listed(*r, due, listed); !s.ok()) return s.error();
+  return due_page(keys, listed, [&](const std::vector<RedisCommand>& commands) {
+    return impl_->main->run(commands);
+  });
+}
+
 Result<std::vector<bool>> RedisStore::settle_due(const std::vector<DueSettlement>& settlements) {
+  if (writes_v2(impl_->keys)) {
+    // A forget needs its record absent, read first (another slot than the index); one that
+    // exists again is left, as due_settle.lua leaves it on v1.
+    std::vector<RedisCommand> exists;
+    for (const DueSettlement& settle : settlements) {
+      if (settle.due_at_ms) continue;
+      Result<std::string> manifest = impl_->keys.manifest(settle.connection_id, settle.principal);
+      if (!manifest.ok()) return manifest.error();
+      exists.push_back({"EXISTS", *manifest});
+    }
+    Result<std::vector<RespValue>> found = run_spread_checked(*impl_->main, exists, "EXISTS");
+    if (!found.ok()) return found.error();
+    std::vector<RedisCommand> commands;
+    std::vector<std::size_t> sent;  // settlements[sent[i]] is commands[i]
+    std::size_t forget = 0;
+    for (std::size_t i = 0; i < settlements.size(); ++i) {
+      if (!settlements[i].due_at_ms && (*found)[forget++].as_int().value_or(1) != 0) continue;
+      Result<RedisCommand> c = due_settle_command(impl_->keys, settlements[i]);
+      if (!c.ok()) return c.error();
+      commands.push_back(std::move(c).value());
+      sent.push_back(i);
+    }
+    Result<std::vector<RespValue>> r = run_spread_checked(*impl_->main, commands, "due_settle");
+    if (!r.ok()) return r.error();
+    std::vector<bool> out(settlements.size(), false);
+    for (std::size_t i = 0; i < sent.size(); ++i) out[sent[i]] = (*r)[i].as_int().value_or(0) == 1;
+    return out;
+  }
   std::vector<RedisCommand> commands;
   for (const DueSettlement& settle : settlements) {
     Result<RedisCommand> c = due_settle_command(impl_->keys, settle);
@@ -1550,6 +1844,34 @@ Result<std::vector<bool>> RedisStore::settle_due(const std::vector<DueSettlement
 
 Result<std::vector<bool>> RedisStore::has_due_entries(const std::vector<DueKey>& keys) {
   if (keys.empty()) return std::vector<bool>{};
+  if (writes_v2(impl_->keys)) {
+    // One ZMSCORE per shard the keys' connections are in, one round routed per node.
+    std::map<std::string, std::pair<RedisCommand, std::vector<std::size_t>>> per_index;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      Result<std::string> member = due_member(keys[i].connection_id, keys[i].principal);
+      if (!member.ok()) return member.error();
+      Result<std::string> due = due_key_of(impl_->keys, keys[i].connection_id);
+      if (!due.ok()) return due.error();
+      auto [it, added] = per_index.try_emplace(*due);
+      if (added) it->second.first = {"ZMSCORE", *due};
+      it->second.first.push_back(std::move(member).value());
+      it->second.second.push_back(i);
+    }
+    std::vector<RedisCommand> commands;
+    for (const auto& [due, one] : per_index) commands.push_back(one.first);
+    Result<std::vector<RespValue>> r = run_spread_checked(*impl_->main, commands, "ZMSCORE");
+    if (!r.ok()) return r.error();
+    std::vector<bool> out(keys.size(), false);
+    std::size_t at = 0;
+    for (const auto& [due, one] : per_index) {
+      const std::vector<RespValue>* e = (*r)[at++].as_array();
+      if (e == nullptr || e->size() != one.second.size()) {
+        return Error(ErrorCode::kInvalidReply, "redis ZMSCORE due: unexpected reply");
+      }
+      for (std::size_t j = 0; j < e->size(); ++j) out[one.second[j]] = !(*e)[j].is_nil();
+    }
+    return out;
+  }
   RedisCommand zmscore = {"ZMSCORE", impl_->keys.due()};
   for (const DueKey& k : keys) {
     Result<std::string> member = due_member(k.connection_id, k.principal);
@@ -1569,6 +1891,12 @@ Result<std::vector<bool>> RedisStore::has_due_entries(const std::vector<DueKey>&
 
 Result<DueBackfill> RedisStore::backfill_due_index(std::size_t max_keys) {
   RedisKeys& keys = impl_->keys;
+  if (writes_v2(keys)) {
+    // A v2 namespace is filled with its index built (the copy splits v1's into the shards).
+    DueBackfill built;
+    built.done = true;
+    return built;
+  }
   Result<RespValue> marker = impl_->one({"GET", keys.due_backfill()}, "GET due-backfill");
   if (!marker.ok()) return marker.error();
   DueBackfill out;
@@ -1976,6 +2304,24 @@ Result<RevalidationOutcome> RedisStore::enqueue_revalidation(std::string_view ci
 Result<bool> RedisStore::drop_manifest(std::string_view cid, const Principal& principal) {
   Result<std::string> manifest = impl_->keys.manifest(cid, principal);
   if (!manifest.ok()) return manifest.error();
+  if (writes_v2(impl_->keys)) {
+    // The record's keys and its slot's version in one transaction there; the due entry after it,
+    // on the connection's shard (lost, it comes due and maintenance forgets it: no record).
+    const RedisKeys& keys = impl_->keys;
+    Result<std::vector<RespValue>> r =
+        transaction_at(*impl_->main, *manifest,
+                       {{"DEL", *manifest, *keys.revalidate_gate(cid, principal),
+                         *keys.invalidated(cid, principal)},
+                        {"INCR", *keys.version_of(cid, principal)}},
+                       "drop manifest");
+    if (!r.ok()) return r.error();
+    Result<std::string> due = due_key_of(keys, cid);
+    if (!due.ok()) return due.error();
+    Result<std::vector<RespValue>> unindexed =
+        run_spread_checked(*impl_->main, {{"ZREM", *due, *due_member(cid, principal)}}, "ZREM due");
+    if (!unindexed.ok()) return unindexed.error();
+    return (*r)[0].type == RespValue::Type::kInteger && (*r)[0].integer > 0;
+  }
   Result<std::vector<RespValue>> r =
       impl_->transaction({{"DEL", *manifest, *impl_->keys.revalidate_gate(cid, principal),
                            *impl_->keys.invalidated(cid, principal)},

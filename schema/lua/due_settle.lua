@@ -2,7 +2,12 @@
 -- (a commit or a failure record rescores it in its own script; that newer score wins).
 --
 -- KEYS[1] due       quiver:{ns}:due                          ZSET, the refresh-due index
--- KEYS[2] manifest  quiver:{ns}:manifest:<cid>:<principal>   HASH, the record the entry is for
+-- KEYS[2] manifest  quiver:{ns}:manifest:<cid>:<principal>   HASH, the record the entry is for;
+--                   layout v1 only. In key layout v2 the index is on the connection's shard
+--                   (quiver:{ns:s:<k>}:due) and the record in another slot: the caller reads the
+--                   record absent first and sends no KEYS[2] (a commit between the two rescores
+--                   the entry after writing the record, so its newer score still wins, unless it
+--                   scored the very ms read here).
 -- ARGV[1] the member, `<cid>:<principal>`
 -- ARGV[2] the score maintenance read (ms)
 -- ARGV[3] the new score (ms), or '' to forget the entry when its record is gone
@@ -14,7 +19,7 @@ if not current or tonumber(current) ~= tonumber(ARGV[2]) then
   return 0
 end
 if ARGV[3] == '' then
-  if redis.call('EXISTS', KEYS[2]) == 1 then
+  if #KEYS >= 2 and redis.call('EXISTS', KEYS[2]) == 1 then
     return 0
   end
   redis.call('ZREM', KEYS[1], ARGV[1])

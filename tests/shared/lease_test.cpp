@@ -61,9 +61,12 @@ const FencedWriteOptions kOptions{true};
 
 TEST(Lease, EveryScriptIsCompiledIn) {
   for (const char* name : {"lua/lease_acquire.lua", "lua/lease_renew.lua", "lua/lease_release.lua",
-                           "lua/manifest_commit.lua", "lua/manifest_fail.lua"}) {
+                           "lua/manifest_commit.lua", "lua/manifest_fail.lua", "lua/body_store.lua",
+                           "lua/manifest_commit_v2.lua", "lua/manifest_fail_v2.lua"}) {
     EXPECT_NE(schema_asset(name).find("redis.call"), std::string_view::npos) << name;
   }
+  EXPECT_EQ(schema_asset("lua/manifest_fail_v2.lua").find("'config_hash', ARGV"),
+            std::string_view::npos);
   // The failure record must never write config_hash: the script only reads it (from the
   // connection record).
   std::string_view fail = schema_asset("lua/manifest_fail.lua");
@@ -400,6 +403,55 @@ TEST(Lease, FencedWriteRepliesNameEachRefusal) {
             std::string::npos);
   EXPECT_FALSE(parse_commit_reply(R::array({R::bulk_string("stale_fence")})).ok());
   EXPECT_STREQ(lease_outcome_name(LeaseOutcome::kOk), "ok");
+}
+
+// Key layout v2 (docs/design.md "What crosses slots"): the fenced scripts declare the record's slot
+// only (the connection record for `shared` alone), the body is its own step.
+TEST(Lease, V2FencedWritesDeclareOneSlot) {
+  LeaseKeys shared;
+  shared.manifest = "quiver:{t:c:c1}:manifest";
+  shared.lease = "quiver:{t:c:c1}:lease";
+  shared.fence = "quiver:{t:c:c1}:fence";
+  shared.version = "quiver:{t:c:c1}:version";
+  shared.connection = "quiver:{t:c:c1}:conn";
+  Result<RedisCommand> c = commit_manifest_v2_command(shared, lease(7), good_write(), kOptions);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ((*c)[2], "5");
+  EXPECT_EQ((*c)[7], shared.connection);
+  EXPECT_EQ(c->back(), sha256_hex(kManifestText)) << "the record names its body";
+  LeaseKeys member = shared;
+  member.manifest = "quiver:{t:m:u1}:manifest:c1";
+  member.lease = "quiver:{t:m:u1}:lease:c1";
+  member.fence = "quiver:{t:m:u1}:fence:c1";
+  member.version = "quiver:{t:m:u1}:version";
+  Result<RedisCommand> crossing =
+      commit_manifest_v2_command(member, lease(7), good_write(), kOptions);
+  ASSERT_FALSE(crossing.ok()) << "the connection record is another slot";
+  member.connection.clear();
+  Result<RedisCommand> m = commit_manifest_v2_command(member, lease(7), good_write(), kOptions);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  EXPECT_EQ((*m)[2], "4");
+  Result<RedisCommand> f = record_failure_v2_command(member, lease(7), failure(), kOptions);
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  EXPECT_EQ((*f)[2], "4");
+  EXPECT_FALSE(commit_manifest_v2_command(member, lease(0), good_write(), kOptions).ok());
+
+  const std::string body = "quiver:{t:b:" + sha256_hex(kManifestText) + "}";
+  Result<RedisCommand> digest_only =
+      store_body_command(body, good_write(), kOptions, CommitBody::kIfStored);
+  ASSERT_TRUE(digest_only.ok()) << digest_only.error().message;
+  EXPECT_EQ((*digest_only)[2], "1");
+  EXPECT_EQ((*digest_only)[4], "") << "the bytes stay here";
+  Result<RedisCommand> bytes = store_body_command(body, good_write(), kOptions, CommitBody::kSend);
+  ASSERT_TRUE(bytes.ok());
+  EXPECT_EQ((*bytes)[4], kManifestText);
+  EXPECT_FALSE(store_body_command("quiver:{t:b:" + std::string(64, '0') + "}", good_write(),
+                                  kOptions, CommitBody::kSend)
+                   .ok())
+      << "a key naming other content";
+  EXPECT_EQ(*parse_store_body_reply(R::array({R::bulk_string("stored")})), true);
+  EXPECT_EQ(*parse_store_body_reply(R::array({R::bulk_string("need_body")})), false);
+  EXPECT_FALSE(parse_store_body_reply(R::array({R::bulk_string("maybe")})).ok());
 }
 
 }  // namespace
