@@ -118,8 +118,9 @@ TEST_F(Layout, NoRecordOrV1ReadsAsToday) {
   }
 }
 
+// (`v2:ready:<at>` is a layout this build reads, in rounds: layout_v2_read_cluster_test.cpp.)
 TEST_F(Layout, AnUnknownLayoutIsTheStoreUnavailableAtTheAgentAndAtTheEdge) {
-  for (const char* record : {"v2:filling:1", "v2:ready:1790000000000", "garbage", "v1"}) {
+  for (const char* record : {"v2:filling:1", "v3:ready:1790000000000", "garbage", "v1"}) {
     set_layout(std::string(record));
     Result<DiscoverySnapshot> agent = store_->read_discovery(alice());
     ASSERT_FALSE(agent.ok()) << record << ": served " << agent->connections.size() << " entries";

@@ -239,6 +239,8 @@ TEST_F(LayoutV2Read, TheAgentsStoreReadsTheSpreadNamespaceInRounds) {
   auto cluster_store = [&](KeyLayout layout) {
     RedisStoreOptions o;
     o.redis.cluster = true;
+    o.redis.host = "127.0.0.1";
+    o.redis.port = cluster_->ports()[0];
     o.redis.seeds = {{"127.0.0.1", cluster_->ports()[0]}};
     o.ns = kNs;
     o.key_layout = layout;
