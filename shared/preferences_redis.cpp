@@ -31,13 +31,11 @@ Result<RedisCommand> merge_preferences_command(const RedisKeys& keys, std::strin
   if (!disabled.ok()) return disabled.error();
   std::string_view text = schema_asset(kScript);
   if (text.empty()) return Error(ErrorCode::kInternal, "schema/lua/preferences_merge.lua missing");
-  RedisCommand argv = {"EVAL",
-                       std::string(text),
-                       "4",
-                       *prefs,
-                       *disabled,
-                       keys.epoch(),
-                       *keys.version_of(cid, principal)};
+  // Key layout v2 has no epoch: three keys, one slot (the script's header).
+  const bool epoch = keys.key_layout() == KeyLayout::kV1;
+  RedisCommand argv = {"EVAL", std::string(text), epoch ? "4" : "3",
+                       *prefs, *disabled,         *keys.version_of(cid, principal)};
+  if (epoch) argv.push_back(keys.epoch());
   argv.reserve(argv.size() + 2 * rows.size());
   for (const PreferenceRow& row : rows) {
     if (row.resource_id != cid || row.principal != principal) {

@@ -3,9 +3,11 @@
 --
 -- KEYS[1] prefs     quiver:{ns}:prefs:<cid>:<principal>     HASH <type>:<key> -> row value
 -- KEYS[2] disabled  quiver:{ns}:disabled:<cid>:<principal>  SET: the fields whose row is disabled
--- KEYS[3] epoch     quiver:{ns}:epoch
--- KEYS[4] version   quiver:{ns}:conn-version:<cid> (`shared`) or member-version:<member>: INCR
---                   with the epoch when the overlay changes (discovery_read.lua checks it)
+-- KEYS[3] version   quiver:{ns}:conn-version:<cid> (`shared`) or member-version:<member>: INCR
+--                   when the overlay changes (the discovery reads check it)
+-- KEYS[4] epoch     quiver:{ns}:epoch, key layout v1 only: INCR with the version. Layout v2 has
+--                   no epoch and declares three keys, all in the slot of (cid, principal)'s
+--                   overlay: `{<ns>:c:<cid>}` for `shared`, `{<ns>:m:<member id>}` for a member
 -- ARGV    field, value, field, value, ...: the rows to merge (none: only check the overlay)
 --
 -- A row value is '<enabled 0|1>,<toggled_at>,<first_seen_at>,<last_seen_at>' (decimal ms). The
@@ -14,15 +16,16 @@
 -- It is commutative and idempotent, so every agent may push its whole local copy at any time
 -- (start-up, maintenance, after a Redis that came back empty) without undoing a newer toggle.
 --
--- The overlay is compared with what the rows say on every call and rewritten (with an epoch bump,
--- so edges drop their L1 copies) only when it differs: a wiped or stale overlay is repaired by
+-- The overlay is compared with what the rows say on every call and rewritten (with a version bump,
+-- and on v1 an epoch bump, so edges drop their L1 copies) only when it differs: a wiped or stale overlay is repaired by
 -- the next merge of any agent, and a merge that changes nothing visible costs readers nothing.
 --
 -- Times are compared as numbers (exact below 2^53) but written back as the strings received, so
 -- Lua's number formatting never reaches the hash. A malformed stored value is replaced by the
 -- incoming one; a malformed argument is an error and nothing is written.
 --
--- Replies {'merged', epoch, overlay_changed 0|1, {field, value, ...}}: the hash after the merge.
+-- Replies {'merged', epoch, overlay_changed 0|1, {field, value, ...}}: the hash after the merge;
+-- epoch 0 on v2.
 local function parse(v)
   if type(v) ~= 'string' then return nil end
   local e, t, f, l = string.match(v, '^([01]),(%d+),(%d+),(%d+)$')
@@ -99,9 +102,10 @@ if not same then
     end
   end
   if #batch > 0 then redis.call('SADD', KEYS[2], unpack(batch)) end
+  if KEYS[4] then redis.call('INCR', KEYS[4]) end
   redis.call('INCR', KEYS[3])
-  redis.call('INCR', KEYS[4])
   changed = 1
 end
-local epoch = tonumber(redis.call('GET', KEYS[3])) or 0
+local epoch = 0
+if KEYS[4] then epoch = tonumber(redis.call('GET', KEYS[4])) or 0 end
 return {'merged', epoch, changed, all}
