@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <utility>
 
 #include <hiredis/hiredis.h>
@@ -622,7 +623,72 @@ namespace {
 struct MemberGrantWrite {
   std::vector<RedisCommand> transaction;
   std::vector<RedisCommand> grantees;
+  // Key layout v2 only (member_grant_write_v2): the transaction runs on the slot of `at` (the
+  // member's grants); `before` (the member's shard: its registry entry, its pairs noted pending)
+  // goes ahead of it, `grantees` after it, and `settled` (the pairs taken out) last, each command
+  // on its own slot. Empty on v1, where all of it is one pipeline on the namespace's slot.
+  std::string at;
+  std::vector<RedisCommand> before;
+  std::vector<RedisCommand> settled;
 };
+
+// Key layout v2's grants of one member: connection id → the connection's credential mode when the
+// grant was written ("" for a connection without a record), as its grants HASH holds them.
+using GrantModes = std::map<std::string, std::string>;
+
+// Key layout v2's member_grant_write (docs/design.md "What crosses slots"): the member's grants
+// HASH (cid → credential mode) and its version in one transaction on the member's slot; before it,
+// on the member's shard, its registry entry (when it keeps grants) and the pairs it touches noted
+// pending, each an idempotent command of its own; after it, the grantees sets of the connections
+// it gained or lost (each on its connection's slot), its registry entry dropped when emptied
+// (after, so that a member never holds grants the registry does not list), and the due entries of
+// the connections it lost made due on their shards; the pairs settled last. A change of modes
+// alone (a grant written before its connection's record) rewrites the HASH and touches no pair.
+MemberGrantWrite member_grant_write_v2(const RedisKeys& keys, const Principal& member,
+                                       const GrantModes& have, const GrantModes& want) {
+  MemberGrantWrite w;
+  const uint32_t shard = *keys.member_shard(member);
+  const std::string registry = *keys.grant_members(shard);
+  w.at = *keys.grants(member);
+  if (!want.empty()) w.before.push_back({"SADD", registry, member.str()});
+  RedisCommand pending = {"SADD", *keys.grantees_pending(shard)};
+  RedisCommand settled = {"SREM", *keys.grantees_pending(shard)};
+  std::map<uint32_t, RedisCommand> due;  // connection shard → ZADD XX of the entries lost
+  auto touch = [&](const std::string& cid, const char* op) {
+    w.grantees.push_back({op, *keys.grantees(cid), member.str()});
+    std::string pair = *due_member(cid, member);
+    pending.push_back(pair);
+    settled.push_back(std::move(pair));
+  };
+  for (const auto& [cid, mode] : have) {
+    if (want.count(cid) != 0) continue;
+    Result<uint32_t> k = keys.connection_shard(cid);
+    if (!k.ok()) continue;  // not an id any agent wrote: the DEL below drops it
+    touch(cid, "SREM");
+    RedisCommand& zadd = due[*k];
+    if (zadd.empty()) zadd = {"ZADD", *keys.due(*k), "XX"};
+    zadd.push_back("0");
+    zadd.push_back(*due_member(cid, member));
+  }
+  for (const auto& [cid, mode] : want) {
+    if (have.count(cid) == 0) touch(cid, "SADD");
+  }
+  if (pending.size() > 2) w.before.push_back(std::move(pending));
+  w.transaction.push_back({"DEL", w.at});
+  if (!want.empty()) {
+    RedisCommand hset = {"HSET", w.at};
+    for (const auto& [cid, mode] : want) {
+      hset.push_back(cid);
+      hset.push_back(mode);
+    }
+    w.transaction.push_back(std::move(hset));
+  }
+  w.transaction.push_back({"INCR", *keys.member_version(member)});
+  if (want.empty()) w.grantees.push_back({"SREM", registry, member.str()});
+  for (auto& [k, zadd] : due) w.grantees.push_back(std::move(zadd));
+  if (settled.size() > 2) w.settled.push_back(std::move(settled));
+  return w;
+}
 
 }  // namespace
 
@@ -784,14 +850,17 @@ struct RedisStore::Impl {
   }
 
   // MULTI, the commands, EXEC in one round trip: the commands' replies.
+  // `at`: key layout v2, the block goes to the node of that key's slot (every command in it must
+  // be of that slot); none: the namespace's (v1).
   Result<std::vector<RespValue>> transaction(const std::vector<RedisCommand>& commands,
-                                             std::string_view what) {
+                                             std::string_view what,
+                                             std::optional<std::string_view> at = std::nullopt) {
     std::vector<RedisCommand> all;
     all.reserve(commands.size() + 2);
     all.push_back({"MULTI"});
     all.insert(all.end(), commands.begin(), commands.end());
     all.push_back({"EXEC"});
-    Result<std::vector<RespValue>> r = main->run(all);
+    Result<std::vector<RespValue>> r = at ? main->run_at(*at, all) : main->run(all);
     if (!r.ok()) return r.error();
     for (const RespValue& v : *r) {
       if (v.is_error()) return reply_error(v, what);
@@ -811,6 +880,7 @@ struct RedisStore::Impl {
   // every grantees write of them in a second.
   Status write_member_grants(const std::vector<MemberGrantWrite>& writes, std::string_view what) {
     if (writes.empty()) return Status::Ok();
+    if (!writes.front().at.empty()) return write_member_grants_v2(writes, what);
     std::vector<RedisCommand> all;
     std::vector<RedisCommand> grantees;
     for (const MemberGrantWrite& w : writes) {
@@ -944,6 +1014,473 @@ struct RedisStore::Impl {
       }
     } while (cursor != "0");
     return Status::Ok();
+  }
+
+  // ---- key layout v2: configuration, grants, overlays -------------------------------------------
+  // Every key below lives in the slot of what it belongs to (docs/design.md "Key layout v2"):
+  // plain commands go routed by their keys (RedisChannel::run_spread; one pipeline on one Redis),
+  // a MULTI block to its one slot (transaction with `at`), and no step SCANs the namespace.
+
+  bool v2() const { return keys.key_layout() == KeyLayout::kV2; }
+
+  // Commands of any slots, routed by their keys, whose every error reply is a failure. The order
+  // of commands on different nodes is not kept: a step that must follow another is a next call.
+  Result<std::vector<RespValue>> spread(const std::vector<RedisCommand>& commands,
+                                        std::string_view what) {
+    if (commands.empty()) return std::vector<RespValue>{};
+    Result<std::vector<RespValue>> r = main->run_spread(commands);
+    if (!r.ok()) return r.error();
+    for (const RespValue& v : *r) {
+      if (v.is_error()) return reply_error(v, what);
+    }
+    return r;
+  }
+
+  Result<RespValue> one_spread(const RedisCommand& argv, std::string_view what) {
+    Result<std::vector<RespValue>> r = spread({argv}, what);
+    if (!r.ok()) return r.error();
+    return std::move((*r)[0]);
+  }
+
+  // SMEMBERS of one registry on every shard (`key_of(k)`), one round: each member with its shard.
+  Result<std::vector<std::pair<std::string, uint32_t>>> shard_members(
+      const std::function<Result<std::string>(uint32_t)>& key_of, std::string_view what) {
+    std::vector<RedisCommand> reads;
+    for (uint32_t k = 0; k < keys.shard_count(); ++k) {
+      Result<std::string> key = key_of(k);
+      if (!key.ok()) return key.error();
+      reads.push_back({"SMEMBERS", *key});
+    }
+    Result<std::vector<RespValue>> r = spread(reads, what);
+    if (!r.ok()) return r.error();
+    std::vector<std::pair<std::string, uint32_t>> out;
+    for (uint32_t k = 0; k < keys.shard_count(); ++k) {
+      for (const std::string& m : string_set((*r)[k])) out.emplace_back(m, k);
+    }
+    return out;
+  }
+
+  // The credential mode of each connection, from its record ("" for one without a record), in
+  // pages of HGETs: what a v2 grant write stores beside each grant.
+  Result<GrantModes> credential_modes(const std::set<std::string>& cids) {
+    constexpr std::size_t kPage = 1000;
+    GrantModes out;
+    auto it = cids.begin();
+    while (it != cids.end()) {
+      std::vector<std::string> page;
+      std::vector<RedisCommand> reads;
+      for (; it != cids.end() && page.size() < kPage; ++it) {
+        Result<std::string> key = keys.conn(*it);
+        if (!key.ok()) return key.error();
+        page.push_back(*it);
+        reads.push_back({"HGET", *key, redis_field::kCredentialMode});
+      }
+      Result<std::vector<RespValue>> r = spread(reads, "HGET credential_mode");
+      if (!r.ok()) return r.error();
+      for (std::size_t i = 0; i < page.size(); ++i) {
+        out[page[i]] = std::string((*r)[i].as_string().value_or(""));
+      }
+    }
+    return out;
+  }
+
+  // write_member_grants on v2: every member's `before` in one round, then each member's
+  // transaction on its own slot, then the grantees (and due, registry) writes, then the pairs
+  // settled. A step that fails stops the rest: what ran is idempotent, and the pairs still
+  // pending are repaired by the next sync (repair_grantees).
+  // TODO(perf): one round trip per member's transaction (a MULTI block cannot go spread); a batch
+  // per node would need the pool to send several slots' blocks in one pipeline.
+  Status write_member_grants_v2(const std::vector<MemberGrantWrite>& writes,
+                                std::string_view what) {
+    std::vector<RedisCommand> before, grantees, settled;
+    for (const MemberGrantWrite& w : writes) {
+      before.insert(before.end(), w.before.begin(), w.before.end());
+      grantees.insert(grantees.end(), w.grantees.begin(), w.grantees.end());
+      settled.insert(settled.end(), w.settled.begin(), w.settled.end());
+    }
+    if (Result<std::vector<RespValue>> r = spread(before, what); !r.ok()) return r.error();
+    for (const MemberGrantWrite& w : writes) {
+      if (Result<std::vector<RespValue>> r = transaction(w.transaction, what, w.at); !r.ok()) {
+        return r.error();
+      }
+    }
+    if (Result<std::vector<RespValue>> r = spread(grantees, what); !r.ok()) return r.error();
+    Result<std::vector<RespValue>> r = spread(settled, what);
+    return r.ok() ? Status::Ok() : Status(r.error());
+  }
+
+  // repair_grantees on v2: the pending pairs of every shard (each member's are on its shard),
+  // recomputed from the members' grants HASHes, then taken out (after the writes: a next call).
+  Status repair_grantees_v2() {
+    Result<std::vector<std::pair<std::string, uint32_t>>> pending = shard_members(
+        [&](uint32_t k) { return keys.grantees_pending(k); }, "SMEMBERS grantees-pending");
+    if (!pending.ok()) return pending.error();
+    if (pending->empty()) return Status::Ok();
+    std::map<std::string, std::vector<std::string>> cids_of;  // principal → cids touched
+    std::map<uint32_t, RedisCommand> settled;                 // shard → SREM of its pairs
+    for (const auto& [pair, shard] : *pending) {
+      RedisCommand& srem = settled[shard];
+      if (srem.empty()) srem = {"SREM", *keys.grantees_pending(shard)};
+      srem.push_back(pair);
+      Result<DueMember> p = parse_due_member(pair);
+      if (!p.ok() || p->principal.is_shared()) continue;  // not a pair any agent wrote: drop it
+      cids_of[p->principal.str()].push_back(p->connection_id);
+    }
+    std::vector<std::string> principals;
+    std::vector<RedisCommand> reads;
+    for (const auto& [principal, cids] : cids_of) {
+      principals.push_back(principal);
+      reads.push_back({"HKEYS", *keys.grants(*Principal::parse(principal))});
+    }
+    Result<std::vector<RespValue>> grants = spread(reads, "HKEYS grants");
+    if (!grants.ok()) return grants.error();
+    std::vector<RedisCommand> writes;
+    for (std::size_t i = 0; i < principals.size(); ++i) {
+      const std::set<std::string> granted = string_set((*grants)[i]);
+      for (const std::string& cid : cids_of[principals[i]]) {
+        writes.push_back(
+            {granted.count(cid) != 0 ? "SADD" : "SREM", *keys.grantees(cid), principals[i]});
+      }
+    }
+    if (Result<std::vector<RespValue>> w = spread(writes, "repair grantees"); !w.ok()) {
+      return w.error();
+    }
+    std::vector<RedisCommand> srems;
+    for (auto& [shard, srem] : settled) srems.push_back(std::move(srem));
+    Result<std::vector<RespValue>> w = spread(srems, "repair grantees");
+    return w.ok() ? Status::Ok() : Status(w.error());
+  }
+
+  // registry_members on v2: every shard's `grant-members`, SSCAN pages of all shards per round;
+  // anything listed that is not a member principal in `unlisted`, with its shard.
+  Status registry_members_v2(std::set<std::string>& members,
+                             std::vector<std::pair<std::string, uint32_t>>& unlisted) {
+    std::map<uint32_t, std::string> cursors;  // shards not walked to the end
+    for (uint32_t k = 0; k < keys.shard_count(); ++k) cursors[k] = "0";
+    while (!cursors.empty()) {
+      std::vector<uint32_t> shards;
+      std::vector<RedisCommand> scans;
+      for (const auto& [k, cursor] : cursors) {
+        shards.push_back(k);
+        scans.push_back({"SSCAN", *keys.grant_members(k), cursor, "COUNT", "1000"});
+      }
+      Result<std::vector<RespValue>> r = spread(scans, "SSCAN");
+      if (!r.ok()) return r.error();
+      for (std::size_t i = 0; i < shards.size(); ++i) {
+        const std::vector<RespValue>* e = (*r)[i].as_array();
+        if (e == nullptr || e->size() != 2 || !(*e)[0].as_string() || !(*e)[1].is_array()) {
+          return Error(ErrorCode::kInvalidReply, "redis SSCAN grant-members: unexpected reply");
+        }
+        std::string next(*(*e)[0].as_string());
+        for (const RespValue& v : (*e)[1].elements) {
+          std::optional<std::string_view> text = v.as_string();
+          if (!text) continue;
+          Result<Principal> p = Principal::parse(*text);
+          if (p.ok() && !p->is_shared()) {
+            members.insert(std::string(p->member_id()));
+          } else {
+            unlisted.emplace_back(std::string(*text), shards[i]);
+          }
+        }
+        if (next == "0") {
+          cursors.erase(shards[i]);
+        } else {
+          cursors[shards[i]] = std::move(next);
+        }
+      }
+    }
+    return Status::Ok();
+  }
+
+  // Everything of a removed connection, per slot (the sweep v1 does with a SCAN of the namespace):
+  // for each grantee, on the member's slot, the grant and that member's keys of the connection,
+  // with the member's version; then the connection's own keys on its slot, with its version; then
+  // its entries in the due index of its shard. Its preference rows stay (a user's choice outlives
+  // the connection) and so do its versions (a connection added again must not repeat a value a
+  // reader holds). Idempotent: a sweep cut short runs again from removed-conns.
+  // TODO(perf): one round trip per grantee; the per-member manifests of members whose grant went
+  // before the connection did are maintenance's (their due entries were made due).
+  Status sweep_connection_v2(const std::string& cid) {
+    Result<RespValue> grantees = one_spread({"SMEMBERS", *keys.grantees(cid)}, "SMEMBERS");
+    if (!grantees.ok()) return grantees.error();
+    const uint32_t shard = *keys.connection_shard(cid);
+    RedisCommand unindex = {"ZREM", *keys.due(shard), *due_member(cid, Principal::shared())};
+    auto owned = [&](const Principal& p) {
+      return RedisCommand{"UNLINK",
+                          *keys.manifest(cid, p),
+                          *keys.lease(cid, p),
+                          *keys.fence(cid, p),
+                          *keys.disabled(cid, p),
+                          *keys.revalidate_gate(cid, p),
+                          *keys.invalidated(cid, p)};
+    };
+    for (const std::string& principal : string_set(*grantees)) {
+      Result<Principal> p = Principal::parse(principal);
+      if (!p.ok() || p->is_shared()) continue;
+      const std::string grants_key = *keys.grants(*p);
+      Result<std::vector<RespValue>> w =
+          transaction({{"HDEL", grants_key, cid}, owned(*p), {"INCR", *keys.member_version(*p)}},
+                      "sweep connection", grants_key);
+      if (!w.ok()) return w.error();
+      unindex.push_back(*due_member(cid, *p));
+    }
+    RedisCommand own = owned(Principal::shared());
+    for (const std::string& key : {*keys.conn(cid), *keys.grantees(cid), *keys.marked(cid)}) {
+      own.push_back(key);
+    }
+    const std::string conn = *keys.conn(cid);
+    Result<std::vector<RespValue>> w =
+        transaction({std::move(own), {"INCR", *keys.conn_version(cid)}}, "sweep connection", conn);
+    if (!w.ok()) return w.error();
+    Result<RespValue> z = one_spread(unindex, "ZREM");
+    return z.ok() ? Status::Ok() : Status(z.error());
+  }
+
+  Result<std::vector<ConnectionRecord>> list_connections_v2() {
+    Result<std::vector<std::pair<std::string, uint32_t>>> listed =
+        shard_members([&](uint32_t k) { return keys.conns(k); }, "SMEMBERS conns");
+    if (!listed.ok()) return listed.error();
+    std::set<std::string> sorted;
+    for (const auto& [id, shard] : *listed) {
+      if (validate_connection_id(id).ok()) sorted.insert(id);  // not ours to list otherwise
+    }
+    std::vector<std::string> ids(sorted.begin(), sorted.end());
+    std::vector<RedisCommand> reads;
+    for (const std::string& id : ids) reads.push_back({"HGETALL", *keys.conn(id)});
+    Result<std::vector<RespValue>> stored = spread(reads, "HGETALL");
+    if (!stored.ok()) return stored.error();
+    std::vector<ConnectionRecord> out;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      Result<std::optional<ConnectionRecord>> r =
+          connection_record_from_fields(ids[i], field_map((*stored)[i]));
+      if (!r.ok()) return r.error();
+      if (*r) out.push_back(std::move(**r));
+    }
+    return out;
+  }
+
+  // sync_connections on v2. Per connection added or changed: its registry entry on its shard
+  // first (a listed connection without a record is added again by the next sync), then one
+  // transaction on its slot (the record and its version); a removal is one transaction on its
+  // shard (out of `conns`, into `removed-conns`), then the sweep (sweep_connection_v2). Then, on
+  // each changed connection's shard, its entries due now; and where a connection's credential mode
+  // is new (added, or changed), the mode in each grantee's grants HASH (grant_mode_set.lua, one
+  // per grantee, after the connection's version moved: a reader that sees the new record with an
+  // old field reads that connection again as the record says).
+  Result<ConnectionSync> sync_connections_v2(
+      const std::map<std::string, const ConnectionRecord*>& wanted) {
+    Result<std::vector<std::pair<std::string, uint32_t>>> listing =
+        shard_members([&](uint32_t k) { return keys.conns(k); }, "SMEMBERS conns");
+    if (!listing.ok()) return listing.error();
+    std::map<std::string, uint32_t> listed;
+    std::vector<RedisCommand> first;  // registry writes, before the records
+    for (const auto& [id, shard] : *listing) {
+      if (validate_connection_id(id).ok()) {
+        listed.emplace(id, shard);
+      } else {
+        first.push_back({"SREM", *keys.conns(shard), id});  // not an id any agent wrote: drop it
+      }
+    }
+    std::vector<std::string> ids;  // listed or wanted, each once
+    for (const auto& [id, shard] : listed) ids.push_back(id);
+    for (const auto& [id, record] : wanted) {
+      if (listed.count(id) == 0) ids.push_back(id);
+    }
+    std::vector<RedisCommand> reads;
+    for (const std::string& id : ids) reads.push_back({"HGETALL", *keys.conn(id)});
+    Result<std::vector<RespValue>> stored = spread(reads, "HGETALL");
+    if (!stored.ok()) return stored.error();
+
+    ConnectionSync sync;
+    std::vector<std::pair<std::string, std::vector<RedisCommand>>> records;  // conn key, block
+    std::map<uint32_t, std::vector<RedisCommand>> removals;                  // shard, block
+    GrantModes new_modes;  // connections whose grantees' grants must name a new mode
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const std::string& id = ids[i];
+      const uint32_t shard = *keys.connection_shard(id);
+      HashFields fields = field_map((*stored)[i]);
+      auto want = wanted.find(id);
+      if (want == wanted.end()) {
+        sync.removed.push_back(id);
+        std::vector<RedisCommand>& block = removals[shard];
+        block.push_back({"SREM", *keys.conns(shard), id});
+        block.push_back({"SADD", *keys.removed_conns(shard), id});
+        continue;
+      }
+      const ConnectionRecord& r = *want->second;
+      Result<std::optional<ConnectionRecord>> current = connection_record_from_fields(id, fields);
+      bool exists = listed.count(id) != 0 && !fields.empty();
+      if (exists && current.ok() && (*current)->same_config(r)) continue;
+      (exists ? sync.changed : sync.added).push_back(id);
+      const std::string conn = *keys.conn(id);
+      first.push_back({"SADD", *keys.conns(shard), id});
+      RedisCommand hset = {"HSET", conn};
+      for (auto& [name, value] : connection_record_fields(r)) {
+        hset.push_back(name);
+        hset.push_back(std::move(value));
+      }
+      records.emplace_back(conn,
+                           std::vector<RedisCommand>{
+                               {"DEL", conn}, std::move(hset), {"INCR", *keys.conn_version(id)}});
+      const std::string mode = credential_mode_name(r.credential_mode);
+      auto was = fields.find(redis_field::kCredentialMode);
+      if (!exists || was == fields.end() || was->second != mode) new_modes[id] = mode;
+    }
+    if (Result<std::vector<RespValue>> w = spread(first, "sync connections"); !w.ok()) {
+      return w.error();
+    }
+    for (const auto& [conn, block] : records) {
+      if (Result<std::vector<RespValue>> w = transaction(block, "sync connections", conn);
+          !w.ok()) {
+        return w.error();
+      }
+    }
+    for (const auto& [shard, block] : removals) {
+      if (Result<std::vector<RespValue>> w =
+              transaction(block, "sync connections", *keys.conns(shard));
+          !w.ok()) {
+        return w.error();
+      }
+    }
+
+    // The grantees of the changed connections (their entries due now) and of those whose mode is
+    // new (their grants' field).
+    std::set<std::string> asked(sync.changed.begin(), sync.changed.end());
+    for (const auto& [id, mode] : new_modes) asked.insert(id);
+    std::vector<std::string> asked_ids(asked.begin(), asked.end());
+    std::vector<RedisCommand> grantee_reads;
+    for (const std::string& id : asked_ids)
+      grantee_reads.push_back({"SMEMBERS", *keys.grantees(id)});
+    Result<std::vector<RespValue>> grantees = spread(grantee_reads, "SMEMBERS");
+    if (!grantees.ok()) return grantees.error();
+    std::map<std::string, std::set<std::string>> grantees_of;
+    for (std::size_t i = 0; i < asked_ids.size(); ++i) {
+      grantees_of[asked_ids[i]] = string_set((*grantees)[i]);
+    }
+    std::map<uint32_t, RedisCommand> due;  // shard → ZADD XX 0 of its changed connections' entries
+    for (const std::string& id : sync.changed) {
+      const uint32_t shard = *keys.connection_shard(id);
+      RedisCommand& zadd = due[shard];
+      if (zadd.empty()) zadd = {"ZADD", *keys.due(shard), "XX"};
+      std::set<std::string> principals = grantees_of[id];
+      principals.insert(Principal::shared().str());
+      for (const std::string& principal : principals) {
+        Result<Principal> parsed = Principal::parse(principal);
+        if (!parsed.ok()) continue;
+        zadd.push_back("0");
+        zadd.push_back(*due_member(id, *parsed));
+      }
+    }
+    std::vector<RedisCommand> after;
+    for (auto& [shard, zadd] : due) after.push_back(std::move(zadd));
+    std::string_view script = schema_asset("lua/grant_mode_set.lua");
+    if (script.empty()) {
+      return Error(ErrorCode::kInternal, "schema/lua/grant_mode_set.lua is not compiled in");
+    }
+    for (const auto& [id, mode] : new_modes) {
+      for (const std::string& principal : grantees_of[id]) {
+        Result<Principal> p = Principal::parse(principal);
+        if (!p.ok() || p->is_shared()) continue;
+        after.push_back({"EVAL", std::string(script), "1", *keys.grants(*p), id, mode});
+      }
+    }
+    if (Result<std::vector<RespValue>> w = spread(after, "sync connections"); !w.ok()) {
+      return w.error();
+    }
+
+    // The sweep, per connection noted removed (now, or by a sync whose sweep did not finish):
+    // never a SCAN of the namespace.
+    Result<std::vector<std::pair<std::string, uint32_t>>> pending =
+        shard_members([&](uint32_t k) { return keys.removed_conns(k); }, "SMEMBERS removed-conns");
+    if (!pending.ok()) return pending.error();
+    std::map<std::string, uint32_t> to_sweep(pending->begin(), pending->end());
+    for (const std::string& id : sync.removed) to_sweep.emplace(id, *keys.connection_shard(id));
+    std::map<uint32_t, RedisCommand> done;  // shard → SREM removed-conns
+    for (const auto& [id, shard] : to_sweep) {
+      // An id that is not one (never written by an agent) or a connection configured again
+      // meanwhile is only taken out.
+      if (validate_connection_id(id).ok() && wanted.count(id) == 0) {
+        if (Status s = sweep_connection_v2(id); !s.ok()) return s.error();
+      }
+      RedisCommand& srem = done[shard];
+      if (srem.empty()) srem = {"SREM", *keys.removed_conns(shard)};
+      srem.push_back(id);
+    }
+    std::vector<RedisCommand> srems;
+    for (auto& [shard, srem] : done) srems.push_back(std::move(srem));
+    if (Result<std::vector<RespValue>> w = spread(srems, "SREM"); !w.ok()) return w.error();
+    return sync;
+  }
+
+  // sync_grants on v2: as on v1 (the members to compare are those wanted and those the shards'
+  // registries list; each whose grants differ is written alone), with the grants a HASH whose
+  // values are the connections' modes as their records say now: a grant whose mode is stale (a
+  // grant written before its connection's record) is rewritten, though its member is not counted
+  // as changed.
+  Result<GrantSync> sync_grants_v2(const GrantMap& grants) {
+    constexpr std::size_t kReadPage = 1000;   // HGETALL per round
+    constexpr std::size_t kWriteBatch = 100;  // members per write_member_grants
+    if (Status s = repair_grantees_v2(); !s.ok()) return s.error();
+    std::set<std::string> listed;
+    std::vector<std::pair<std::string, uint32_t>> unlisted;
+    if (Status s = registry_members_v2(listed, unlisted); !s.ok()) return s.error();
+    std::set<std::string> members = listed;
+    std::set<std::string> cids;
+    for (const auto& [member, granted] : grants) {
+      members.insert(member);
+      cids.insert(granted.begin(), granted.end());
+    }
+    Result<GrantModes> modes = credential_modes(cids);
+    if (!modes.ok()) return modes.error();
+
+    GrantSync sync;
+    std::vector<MemberGrantWrite> batch;
+    std::vector<RedisCommand> drop;  // listed, without grants, none wanted
+    for (const auto& [text, shard] : unlisted) {
+      drop.push_back({"SREM", *keys.grant_members(shard), text});
+    }
+    auto flush = [&]() -> Status {
+      Status s = write_member_grants(batch, "sync grants");
+      batch.clear();
+      return s;
+    };
+    auto it = members.begin();
+    while (it != members.end()) {
+      std::vector<std::string> page;
+      std::vector<RedisCommand> reads;
+      for (; it != members.end() && page.size() < kReadPage; ++it) {
+        page.push_back(*it);
+        reads.push_back({"HGETALL", *keys.grants(*Principal::member(*it))});
+      }
+      Result<std::vector<RespValue>> stored = spread(reads, "HGETALL");
+      if (!stored.ok()) return stored.error();
+      for (std::size_t i = 0; i < page.size(); ++i) {
+        const Principal member = *Principal::member(page[i]);
+        GrantModes desired;
+        if (auto want = grants.find(page[i]); want != grants.end()) {
+          for (const std::string& cid : want->second) desired[cid] = (*modes)[cid];
+        }
+        GrantModes have;
+        for (const auto& [cid, mode] : field_map((*stored)[i])) have[cid] = mode;
+        if (have == desired) {
+          if (desired.empty() && listed.count(page[i]) != 0) {
+            drop.push_back({"SREM", *keys.grant_members(*keys.member_shard(member)), member.str()});
+          }
+          continue;
+        }
+        if (!std::equal(have.begin(), have.end(), desired.begin(), desired.end(),
+                        [](const auto& a, const auto& b) { return a.first == b.first; })) {
+          sync.changed_members.push_back(page[i]);
+        }
+        batch.push_back(member_grant_write_v2(keys, member, have, desired));
+        if (batch.size() >= kWriteBatch) {
+          if (Status s = flush(); !s.ok()) return s.error();
+        }
+      }
+    }
+    if (Status s = flush(); !s.ok()) return s.error();
+    if (Result<std::vector<RespValue>> r = spread(drop, "SREM"); !r.ok()) return r.error();
+    return sync;
   }
 
   // One script the core built (lease.h, discovery_redis.h); an invalid argument fails here.
@@ -1962,6 +2499,7 @@ Result<ConnectionSync> RedisStore::sync_connections(const std::vector<Connection
       return invalid("sync_connections: connection '" + r.id + "' appears twice");
     }
   }
+  if (impl_->v2()) return impl_->sync_connections_v2(wanted);
   Result<RespValue> members = impl_->one({"SMEMBERS", keys.conns()}, "SMEMBERS");
   if (!members.ok()) return members.error();
   std::set<std::string> listed = string_set(*members);
@@ -2117,6 +2655,7 @@ Result<ConnectionSync> RedisStore::sync_connections(const std::vector<Connection
 }
 
 Result<std::vector<ConnectionRecord>> RedisStore::list_connections() {
+  if (impl_->v2()) return impl_->list_connections_v2();
   Result<RespValue> members = impl_->one({"SMEMBERS", impl_->keys.conns()}, "SMEMBERS");
   if (!members.ok()) return members.error();
   std::vector<std::string> ids;
@@ -2153,7 +2692,8 @@ Result<DiscoverySnapshot> RedisStore::read_discovery(const Principal& member,
 Result<std::optional<ConnectionRecord>> RedisStore::read_connection(std::string_view cid) {
   Result<std::string> key = impl_->keys.conn(cid);
   if (!key.ok()) return key.error();
-  Result<RespValue> r = impl_->one({"HGETALL", *key}, "HGETALL");
+  Result<RespValue> r = impl_->v2() ? impl_->one_spread({"HGETALL", *key}, "HGETALL")
+                                    : impl_->one({"HGETALL", *key}, "HGETALL");
   if (!r.ok()) return r.error();
   return connection_record_from_fields(cid, field_map(*r));
 }
@@ -2175,6 +2715,7 @@ Result<GrantSync> RedisStore::sync_grants(const GrantMap& grants) {
       if (Status s = validate_connection_id(cid); !s.ok()) return s.error();
     }
   }
+  if (impl_->v2()) return impl_->sync_grants_v2(grants);
   if (Status s = impl_->repair_grantees(); !s.ok()) return s.error();
   if (Status s = impl_->backfill_grant_members(); !s.ok()) {
     return Error(s.error().code, key_list_error("sync_grants", s.error()));
@@ -2232,7 +2773,9 @@ Result<GrantSync> RedisStore::sync_grants(const GrantMap& grants) {
 Result<std::set<std::string>> RedisStore::read_grants(std::string_view member_id) {
   Result<Principal> p = Principal::member(member_id);
   if (!p.ok()) return p.error();
-  Result<RespValue> r = impl_->one({"SMEMBERS", *impl_->keys.grants(*p)}, "SMEMBERS");
+  // v2: a HASH whose fields are the connections granted.
+  Result<RespValue> r = impl_->v2() ? impl_->one_spread({"HKEYS", *impl_->keys.grants(*p)}, "HKEYS")
+                                    : impl_->one({"SMEMBERS", *impl_->keys.grants(*p)}, "SMEMBERS");
   if (!r.ok()) return r.error();
   return string_set(*r);
 }
@@ -2240,8 +2783,11 @@ Result<std::set<std::string>> RedisStore::read_grants(std::string_view member_id
 Result<MergedPreferences> RedisStore::merge_preferences(std::string_view cid,
                                                         const Principal& principal,
                                                         const std::vector<PreferenceRow>& rows) {
-  Result<RespValue> r = impl_->script(merge_preferences_command(impl_->keys, cid, principal, rows),
-                                      "preferences_merge");
+  Result<RedisCommand> command = merge_preferences_command(impl_->keys, cid, principal, rows);
+  if (!command.ok()) return command.error();
+  // v2: the script's keys are all in (cid, principal)'s slot, where it is routed.
+  Result<RespValue> r = impl_->v2() ? impl_->one_spread(*command, "preferences_merge")
+                                    : impl_->one(*command, "preferences_merge");
   if (!r.ok()) return r.error();
   return parse_merge_preferences_reply(*r, cid, principal);
 }
@@ -2250,7 +2796,8 @@ Result<DisabledOverlay> RedisStore::read_disabled(std::string_view cid,
                                                   const Principal& principal) {
   Result<std::string> key = impl_->keys.disabled(cid, principal);
   if (!key.ok()) return key.error();
-  Result<RespValue> r = impl_->one({"SMEMBERS", *key}, "SMEMBERS");
+  Result<RespValue> r = impl_->v2() ? impl_->one_spread({"SMEMBERS", *key}, "SMEMBERS")
+                                    : impl_->one({"SMEMBERS", *key}, "SMEMBERS");
   if (!r.ok()) return r.error();
   DisabledOverlay out;
   for (const std::string& m : string_set(*r)) out.insert(m);
@@ -2481,6 +3028,25 @@ Result<bool> RedisStore::set_member_grants(std::string_view member_id,
     if (Status st = validate_connection_id(cid); !st.ok()) return st.error();
   }
   RedisKeys& keys = impl_->keys;
+  if (impl_->v2()) {
+    // The grants with their connections' modes now; a difference of modes alone is rewritten
+    // (a grant written before its connection's record), and is no change of grants.
+    Result<GrantModes> want = impl_->credential_modes(cids);
+    if (!want.ok()) return want.error();
+    Result<RespValue> stored = impl_->one_spread({"HGETALL", *keys.grants(*p)}, "HGETALL");
+    if (!stored.ok()) return stored.error();
+    GrantModes have;
+    for (const auto& [cid, mode] : field_map(*stored)) have[cid] = mode;
+    if (have == *want) return false;
+    if (Status s = impl_->write_member_grants({member_grant_write_v2(keys, *p, have, *want)},
+                                              "set member grants");
+        !s.ok()) {
+      return s.error();
+    }
+    std::set<std::string> had;
+    for (const auto& [cid, mode] : have) had.insert(cid);
+    return had != cids;
+  }
   Result<RespValue> stored = impl_->one({"SMEMBERS", *keys.grants(*p)}, "SMEMBERS");
   if (!stored.ok()) return stored.error();
   const std::set<std::string> have = string_set(*stored);
@@ -2498,7 +3064,8 @@ Result<bool> RedisStore::set_member_grants(std::string_view member_id,
 Result<std::set<std::string>> RedisStore::read_grantees(std::string_view cid) {
   Result<std::string> key = impl_->keys.grantees(cid);
   if (!key.ok()) return key.error();
-  Result<RespValue> r = impl_->one({"SMEMBERS", *key}, "SMEMBERS");
+  Result<RespValue> r = impl_->v2() ? impl_->one_spread({"SMEMBERS", *key}, "SMEMBERS")
+                                    : impl_->one({"SMEMBERS", *key}, "SMEMBERS");
   if (!r.ok()) return r.error();
   std::set<std::string> out;
   for (const std::string& principal : string_set(*r)) {
