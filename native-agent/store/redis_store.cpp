@@ -695,6 +695,7 @@ MemberGrantWrite member_grant_write_v2(const RedisKeys& keys, const Principal& m
 struct RedisStore::Impl {
   RedisStoreOptions options;
   RedisKeys keys;                 // the layout this store writes (options.key_layout)
+  RedisKeys v1_keys;              // key layout v1's, for reads when the layout record says v1
   RedisKeys v2_keys;              // key layout v2's, for reads when the layout record says v2
   std::shared_ptr<RedisTls> tls;  // rediss:// only
   std::unique_ptr<RedisChannel> main;
@@ -711,6 +712,7 @@ struct RedisStore::Impl {
   Impl(RedisStoreOptions o, RedisKeys k, std::shared_ptr<RedisTls> t)
       : options(std::move(o)),
         keys(std::move(k)),
+        v1_keys(*keys_for_layout(keys.ns(), KeyLayout::kV1)),
         v2_keys(*keys_for_layout(keys.ns(), KeyLayout::kV2)),
         tls(std::move(t)) {}
 
@@ -817,7 +819,7 @@ struct RedisStore::Impl {
   // when `follow` (once).
   Result<DiscoverySnapshot> read_one_script(const Principal& member, const SnapshotQuery& query,
                                             bool follow) {
-    Result<RedisCommand> command = discovery_read_command(keys, member, query);
+    Result<RedisCommand> command = discovery_read_command(v1_keys, member, query);
     if (!command.ok()) return command.error();
     Result<std::vector<RespValue>> reply = main->run({*command});
     if (!reply.ok()) return reply.error();
@@ -832,7 +834,7 @@ struct RedisStore::Impl {
     if (!snapshot.ok()) return snapshot;
     // The bodies the records name (stored apart, once per content): those the body cache holds,
     // the rest in one more round trip.
-    Status bodies = fill_snapshot_bodies(this->bodies, keys, *snapshot, body_fetch());
+    Status bodies = fill_snapshot_bodies(this->bodies, v1_keys, *snapshot, body_fetch());
     if (!bodies.ok()) return bodies.error();
     return snapshot;
   }
