@@ -19,7 +19,8 @@
 namespace quiver {
 namespace {
 
-constexpr char kMigrateUsage[] = R"(usage: quiver-agent migrate-layout v2 [--settle DURATION] [--json] [--config FILE]
+constexpr char kMigrateUsage[] =
+    R"(usage: quiver-agent migrate-layout v2 [--settle DURATION] [--json] [--config FILE]
        quiver-agent migrate-layout --cleanup-v1 [--json] [--config FILE]
 
 Moves the configured Redis namespace from key layout v1 (one hash tag: the whole namespace on one
@@ -54,8 +55,7 @@ which has no key layout), 3 the store is unavailable.
 
 int fail_with(const char* command, const Error& error) {
   return cli_fail(command, error.message,
-                  error.code == ErrorCode::kStoreUnavailable ? kExitStoreUnavailable
-                                                              : kExitFailed);
+                  error.code == ErrorCode::kStoreUnavailable ? kExitStoreUnavailable : kExitFailed);
 }
 
 }  // namespace
@@ -64,15 +64,14 @@ int cmd_migrate_layout(const std::vector<std::string>& argv) {
   constexpr const char* kCommand = "migrate-layout";
   int code = kExitOk;
   std::optional<CliArgs> args = cli_begin(
-      kCommand, argv,
-      {{"json", false}, {"config", true}, {"settle", true}, {"cleanup-v1", false}},
+      kCommand, argv, {{"json", false}, {"config", true}, {"settle", true}, {"cleanup-v1", false}},
       kMigrateUsage, true, &code);
   if (!args) return code;
   const bool cleanup = args->has("cleanup-v1");
   if (cleanup ? !args->positional.empty()
               : (args->positional.size() != 1 || args->positional[0] != "v2")) {
-    return cli_usage_error(kCommand, cleanup ? "--cleanup-v1 takes no layout"
-                                             : "name the layout to move to: v2");
+    return cli_usage_error(
+        kCommand, cleanup ? "--cleanup-v1 takes no layout" : "name the layout to move to: v2");
   }
   int64_t settle_ms = 5'000;
   if (std::optional<std::string> s = args->value("settle")) {
@@ -163,8 +162,9 @@ int cmd_migrate_layout(const std::vector<std::string>& argv) {
     std::printf("%s: the namespace is in key layout v2 already (%s): nothing to do\n",
                 (*store)->describe().c_str(), done->ready_record.c_str());
   } else {
-    std::printf("done: restart the agents so that they write v2; `quiver-agent migrate-layout "
-                "--cleanup-v1` once the edges' L1 TTL and stale-if-error window have passed\n");
+    std::printf(
+        "done: restart the agents so that they write v2; `quiver-agent migrate-layout "
+        "--cleanup-v1` once the edges' L1 TTL and stale-if-error window have passed\n");
   }
   return kExitOk;
 }

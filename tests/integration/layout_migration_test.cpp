@@ -116,10 +116,8 @@ class MigrateLayout : public ::testing::TestWithParam<Deployment> {
     ASSERT_TRUE(s.begin_namespace_restore(now_).ok());
     std::vector<ConnectionRecord> records;
     for (int i = 0; i < 10; ++i) {
-      records.push_back(stdio_record(cid(i),
-                                     i % 3 == 0 ? CredentialMode::kPerMember
-                                                : CredentialMode::kShared,
-                                     now_));
+      records.push_back(stdio_record(
+          cid(i), i % 3 == 0 ? CredentialMode::kPerMember : CredentialMode::kShared, now_));
     }
     ASSERT_TRUE(s.sync_connections(records).ok());
     GrantMap grants;
@@ -130,14 +128,14 @@ class MigrateLayout : public ::testing::TestWithParam<Deployment> {
     ASSERT_TRUE(s.sync_grants(grants).ok());
     for (int i = 0; i < 10; ++i) {
       if (i % 3 != 0) {
-        ASSERT_NO_FATAL_FAILURE(commit_listing(s, cid(i), Principal::shared(),
-                                               listing_write(cid(i), now_)));
+        ASSERT_NO_FATAL_FAILURE(
+            commit_listing(s, cid(i), Principal::shared(), listing_write(cid(i), now_)));
         continue;
       }
       for (const char* m : {"m1", "m2"}) {
         if (grants[m].count(cid(i)) == 0) continue;
-        ASSERT_NO_FATAL_FAILURE(commit_listing(s, cid(i), *Principal::member(m),
-                                               listing_write(cid(i), now_)));
+        ASSERT_NO_FATAL_FAILURE(
+            commit_listing(s, cid(i), *Principal::member(m), listing_write(cid(i), now_)));
       }
     }
     PreferenceRow hide;
@@ -222,8 +220,8 @@ TEST_P(MigrateLayout, MovesInPlaceAndEveryReaderRendersWhatItRenderedBefore) {
       agent->acquire_lease(cid(1), Principal::shared(), std::string(32, 'y'), 60'000);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.error().code, ErrorCode::kStoreUnavailable);
-  ASSERT_NO_FATAL_FAILURE(commit_listing(*restarted, cid(1), Principal::shared(),
-                                         listing_write(cid(1), now_ + 5)));
+  ASSERT_NO_FATAL_FAILURE(
+      commit_listing(*restarted, cid(1), Principal::shared(), listing_write(cid(1), now_ + 5)));
   EXPECT_FALSE(raw({"EXISTS", *v2_.manifest(cid(1), Principal::shared())}).is_nil());
 
   // Run again: nothing to do.

@@ -292,11 +292,10 @@ TEST_F(RedisClusterStoreTest, TheAgentMovesToLayoutV2AndListsIntoEveryMaster) {
   for (int i = 0; i < kUpstreams; ++i) {
     controls.push_back(dir.path("upstream-" + std::to_string(i) + ".ctl"));
     std::ofstream(controls.back()).flush();
-    servers["u" + std::to_string(i)] = {
-        {"command", "node"},
-        {"args",
-         {testing::test_upstream_js(), "stdio", "--quiet", "--tools", "2", "--control",
-          controls.back()}}};
+    servers["u" + std::to_string(i)] = {{"command", "node"},
+                                        {"args",
+                                         {testing::test_upstream_js(), "stdio", "--quiet",
+                                          "--tools", "2", "--control", controls.back()}}};
   }
   Json all = Json::array();
   for (int i = 0; i < kUpstreams; ++i) all.push_back("u" + std::to_string(i));
@@ -334,13 +333,12 @@ TEST_F(RedisClusterStoreTest, TheAgentMovesToLayoutV2AndListsIntoEveryMaster) {
   ASSERT_TRUE(wait_until([&] { return tools().size() == kUpstreams; }, 60000)) << agent.logs();
   const auto before = tools();
 
-  testing::CliRun migrated = testing::run(
-      {"migrate-layout", "v2", "--settle", "1s", "--config", agent.config_path()});
+  testing::CliRun migrated =
+      testing::run({"migrate-layout", "v2", "--settle", "1s", "--config", agent.config_path()});
   ASSERT_EQ(migrated.code, 0) << migrated.out << migrated.err;
   EXPECT_NE(migrated.out.find("v2:ready:"), std::string::npos) << migrated.out;
   // The engine reloads into v2 on its own (its store check sees the switch).
-  ASSERT_TRUE(wait_until([&] { return agent.logs().find("reloaded") != std::string::npos; },
-                         30000))
+  ASSERT_TRUE(wait_until([&] { return agent.logs().find("reloaded") != std::string::npos; }, 30000))
       << agent.logs();
   ASSERT_TRUE(wait_until([&] { return tools() == before; }, 30000)) << agent.logs();
 
