@@ -168,11 +168,13 @@ class ClusterChannel final : public RedisChannel {
     return pool_->run_at_slot(cluster_key_slot(key), commands);
   }
   Result<std::vector<uint16_t>> walk_slots() override {
-    if (pool_->map().shards().empty()) {
+    ClusterSlotMap map = pool_->map();  // a copy: the pool's may change under another call
+    if (map.shards().empty()) {
       if (Status s = pool_->refresh(); !s.ok()) return s.error();
+      map = pool_->map();
     }
     std::vector<uint16_t> out;
-    for (const ClusterShard& shard : pool_->map().shards()) {
+    for (const ClusterShard& shard : map.shards()) {
       if (shard.ranges.empty()) continue;  // a master serving nothing holds no key
       uint16_t lowest = shard.ranges.front().first;
       for (const ClusterSlotRange& r : shard.ranges) lowest = std::min(lowest, r.first);
