@@ -116,6 +116,10 @@ int http_error_status(HttpErrorCode code) {
 }
 
 const char* store_unavailable_message(const Error& error) {
+  if (is_layout_migrating_error(error)) {
+    return "the cache store's namespace is being copied to key layout v2 (its `layout` record); "
+           "writes wait for the switch: retry shortly";
+  }
   if (is_unknown_layout_error(error)) {
     return "the cache store holds the namespace in a key layout this server does not read (its "
            "`layout` record); upgrade it";

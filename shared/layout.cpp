@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <iterator>
 
 namespace quiver {
 namespace {
@@ -74,7 +75,8 @@ const std::vector<std::string>& supported_layouts() {
 }
 
 bool layout_readable(std::optional<std::string_view> value) {
-  return !value || value->substr(0, 3) == std::string_view("v1:");
+  return !value || value->substr(0, 3) == std::string_view("v1:") ||
+         value->substr(0, std::size(kLayoutV2FillingPrefix) - 1) == kLayoutV2FillingPrefix;
 }
 
 std::optional<KeyLayout> read_layout(std::optional<std::string_view> value) {
@@ -84,15 +86,35 @@ std::optional<KeyLayout> read_layout(std::optional<std::string_view> value) {
   return std::nullopt;
 }
 
+std::optional<KeyLayout> write_layout(std::optional<std::string_view> value) {
+  if (!value || value->substr(0, 3) == std::string_view("v1:")) return KeyLayout::kV1;
+  std::optional<KeyLayout> reads = read_layout(value);
+  return reads == KeyLayout::kV2 ? reads : std::nullopt;
+}
+
+std::string layout_record_value(KeyLayout layout, std::string_view state, int64_t at_ms) {
+  return std::string(key_layout_name(layout)) + ":" + std::string(state) + ":" +
+         std::to_string(at_ms);
+}
+
 Result<RedisKeys> keys_for_layout(std::string_view ns, KeyLayout layout) {
   return layout == KeyLayout::kV2 ? RedisKeys::create(ns, KeyLayout::kV2, kLayoutV2Shards)
                                   : RedisKeys::create(ns);
 }
 
-// The words every unknown_layout_error holds, and that is_unknown_layout_error looks for.
+// The words every unknown_layout_error holds, and that is_unknown_layout_error looks for; and
+// those of one for a namespace being copied to v2 (is_layout_migrating_error).
 constexpr std::string_view kUnknownLayoutWords = "a layout this build does not read";
+constexpr std::string_view kLayoutMigratingWords = "the copy to key layout v2 is under way";
 
 Error unknown_layout_error(std::string_view key, std::string_view value, std::string_view what) {
+  if (value.substr(0, std::size(kLayoutV2FillingPrefix) - 1) == kLayoutV2FillingPrefix) {
+    return Error(ErrorCode::kStoreUnavailable,
+                 std::string(what) + ": the namespace's key layout record " + std::string(key) +
+                     " is " + quoted(value) + ": " + std::string(kLayoutMigratingWords) +
+                     " (quiver-agent migrate-layout v2); readers read v1 meanwhile, and nothing "
+                     "is written until the switch");
+  }
   return Error(ErrorCode::kStoreUnavailable,
                std::string(what) + ": the namespace's key layout record " + std::string(key) +
                    " is " + quoted(value) + ", " + std::string(kUnknownLayoutWords) +
@@ -108,13 +130,19 @@ std::optional<std::string> layout_reply_readable_record(const RespValue& reply) 
     return std::nullopt;
   }
   std::optional<std::string_view> value = (*a)[1].as_string();
-  if (!value || !read_layout(*value)) return std::nullopt;
+  if (!value || read_layout(*value) != KeyLayout::kV2) return std::nullopt;
   return std::string(*value);
 }
 
 bool is_unknown_layout_error(const Error& error) {
   return error.code == ErrorCode::kStoreUnavailable &&
-         error.message.find(kUnknownLayoutWords) != std::string::npos;
+         (error.message.find(kUnknownLayoutWords) != std::string::npos ||
+          is_layout_migrating_error(error));
+}
+
+bool is_layout_migrating_error(const Error& error) {
+  return error.code == ErrorCode::kStoreUnavailable &&
+         error.message.find(kLayoutMigratingWords) != std::string::npos;
 }
 
 std::optional<Error> layout_unknown_reply(const RespValue& reply, std::string_view what) {

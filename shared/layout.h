@@ -2,15 +2,15 @@
 // namespace's data is in (docs/design.md, "Migration from v1, and the `layout` record").
 //
 // Value `<version>:<state>:<at>`; absent means layout v1. Every reader follows it: a record naming
-// v1 (`v1:...`) or no record reads as v1; `v2:ready:<at>` reads as v2 (the discovery read in
-// rounds, shared/discovery_spread.h: `read_layout`); anything else (`v2:filling:<at>`, whose copy
-// is not complete, or a record it cannot parse) is a layout it does not know: the store is then
-// unavailable to it (503 STORE_UNAVAILABLE at both hosts, never an empty list). This build writes
-// layout v1 only: an agent writes nothing into a namespace whose record does not name v1
-// (RedisStore's layout gate: `layout_readable` below is that write rule's name from before v2
-// could be read).
-// schema/lua/discovery_read.lua and webhook_refresh.lua apply the same rule in Redis (a value
-// starting `v1:`, or none) and answer {kLayoutUnknownTag, value, key} otherwise.
+// v1 (`v1:...`), no record, or `v2:filling:<at>` (the copy to v2 is under way) reads as v1;
+// `v2:ready:<at>` reads as v2 (the discovery read in rounds, shared/discovery_spread.h:
+// `read_layout`); anything else (a record it cannot parse, a version it does not know) is a layout
+// it does not know: the store is then unavailable to it (503 STORE_UNAVAILABLE at both hosts,
+// never an empty list). Writers write v1 under no record or `v1:...`, v2 under `v2:ready:<at>`,
+// and nothing under `v2:filling:<at>` (`write_layout`; RedisStore's layout gate).
+// schema/lua/discovery_read.lua applies the read rule in Redis (a value starting `v1:` or
+// `v2:filling:`, or none), webhook_refresh.lua the v1 write rule (`v1:` or none), and both answer
+// {kLayoutUnknownTag, value, key} otherwise.
 #pragma once
 
 #include <cstdint>
@@ -46,18 +46,31 @@ Result<LayoutRecord> parse_layout_record(std::string_view value);
 // The layouts this build reads and writes, in preference order: {"v1"}.
 const std::vector<std::string>& supported_layouts();
 
-// Whether the namespace whose layout record is `value` (nullopt: absent) is in layout v1, the one
-// this build writes and the one its v1 scripts read: absent or a value starting `v1:` (the
-// scripts' rule; the rest of a v1 record is not interpreted).
+// The record of a namespace being copied from v1 to v2 (`quiver-agent migrate-layout v2`,
+// docs/design.md "Migration from v1"): its data is still v1's, so readers read v1; nobody writes.
+inline constexpr char kLayoutV2FillingPrefix[] = "v2:filling:";
+
+// Whether the namespace whose layout record is `value` (nullopt: absent) is read in layout v1,
+// as the v1 scripts read it: absent, a value starting `v1:` (the rest of a v1 record is not
+// interpreted), or `v2:filling:...` (the copy to v2 is under way: v1 holds the data).
 bool layout_readable(std::optional<std::string_view> value);
 
 // The shard count of layout v2: part of the version name (docs/design.md, "Hash tags").
 inline constexpr uint32_t kLayoutV2Shards = 16;
 
-// The key layout a reader of this build reads the namespace in: kV1 as layout_readable; kV2 for a
+// The key layout a reader of this build reads the namespace in: kV1 as layout_readable (so
+// `v2:filling:<at>` reads v1, the copy's source); kV2 for a
 // record that parses as version `v2`, state `ready` (the copy reached every key: docs/design.md,
 // "Migration from v1"); nullopt for any other record (unknown_layout_error).
 std::optional<KeyLayout> read_layout(std::optional<std::string_view> value);
+
+// The key layout a writer may write the namespace in: kV1 for no record or `v1:...`, kV2 for
+// `v2:ready:<at>`; nullopt for anything else, `v2:filling:<at>` included (while the copy runs no
+// agent writes: what lands on v1 after its key was copied would be lost by the switch).
+std::optional<KeyLayout> write_layout(std::optional<std::string_view> value);
+
+// `<version>:<state>:<at>` (parse_layout_record's form): the records the migration writes.
+std::string layout_record_value(KeyLayout layout, std::string_view state, int64_t at_ms);
 
 // The keys of `ns` in `layout` (v2 with kLayoutV2Shards).
 Result<RedisKeys> keys_for_layout(std::string_view ns, KeyLayout layout);
@@ -73,6 +86,8 @@ std::optional<std::string> layout_reply_readable_record(const RespValue& reply);
 
 // Whether `error` is one unknown_layout_error made (hosts answer it with a message of its own).
 bool is_unknown_layout_error(const Error& error);
+// ... for a `v2:filling:<at>` record: the namespace is being copied to v2 (writes wait for it).
+bool is_layout_migrating_error(const Error& error);
 
 // A script's reply {kLayoutUnknownTag, value, key} as unknown_layout_error(key, value, what);
 // nullopt for any other reply. kInvalidReply for that tag with a value or key that is no string.

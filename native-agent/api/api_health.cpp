@@ -35,14 +35,18 @@ void healthz(ApiContext& api, const httplib::Request& req, httplib::Response& re
   if (!ns.ok() || ns->state != NamespaceState::kReady) {
     // A key layout this agent does not read (shared/layout.h) is no restore: it says so.
     const bool layout = !ns.ok() && is_unknown_layout_error(ns.error());
-    const std::string state = layout                                  ? "layout_unknown"
-                              : !ns.ok()                              ? "unknown"
-                              : ns->state == NamespaceState::kMissing ? "namespace_missing"
-                                                                      : "restoring";
+    const std::string state = layout && is_layout_migrating_error(ns.error()) ? "layout_migrating"
+                              : layout                                        ? "layout_unknown"
+                              : !ns.ok()                                      ? "unknown"
+                              : ns->state == NamespaceState::kMissing         ? "namespace_missing"
+                                                                              : "restoring";
     if (!ns.ok()) api.log("api: healthz: " + ns.error().message);
     HttpResponse r = error_response(
         HttpErrorCode::kStoreUnavailable,
-        layout ? std::string(store_unavailable_message(ns.error()))
+        state == "layout_migrating"
+            ? "the namespace is being copied to key layout v2 (quiver-agent migrate-layout): "
+              "discovery is served from v1 meanwhile; writes resume at the switch"
+        : layout ? std::string(store_unavailable_message(ns.error()))
         : state == "namespace_missing"
             ? "the store lost this namespace (restarted empty or flushed); an agent is restoring it"
             : "the store's namespace is being restored");

@@ -7,7 +7,8 @@
 // this agent (its own refreshes, its admin API, `quiver-agent prefs`) or by any other agent of the
 // namespace through Redis. One thread reads it every `poll_ms` while a stream is open (nothing
 // otherwise); when it moved (or `recheck_ms` passed: an entry that expired changes a list without
-// a write), it recomputes, per member with an open stream, a digest of each merged list exactly
+// a write; a store without an epoch, Redis key layout v2: every poll), it recomputes, per member
+// with an open stream, a digest of each merged list exactly
 // as the member's `tools/list`, `resources/list` + `resources/templates/list` and `prompts/list`
 // would serve it (discovery's classification, disabled capabilities hidden, connections the
 // member is not granted absent), and writes one notification per kind whose digest changed to

@@ -29,6 +29,8 @@ const std::vector<CliCommand>& cli_commands() {
        cmd_connections},
       {"layout", "the namespace's key layout record and the layouts of the agents seen",
        cmd_layout},
+      {"migrate-layout", "move the Redis namespace to key layout v2 (spread over a cluster)",
+       cmd_migrate_layout},
   };
   return commands;
 }
@@ -40,7 +42,7 @@ void print_usage(FILE* out) {
                "usage: quiver-agent <command> [options]\n\n"
                "Quiver's agent: lists upstream MCP servers and keeps their manifests cached.\n\n"
                "commands:\n");
-  for (const CliCommand& c : cli_commands()) std::fprintf(out, "  %-12s %s\n", c.name, c.summary);
+  for (const CliCommand& c : cli_commands()) std::fprintf(out, "  %-15s %s\n", c.name, c.summary);
   std::fprintf(out, "\n`quiver-agent <command> --help` describes a command.\n");
 }
 

@@ -30,5 +30,6 @@ int cmd_members(const std::vector<std::string>& args);
 int cmd_grants(const std::vector<std::string>& args);
 int cmd_connections(const std::vector<std::string>& args);
 int cmd_layout(const std::vector<std::string>& args);
+int cmd_migrate_layout(const std::vector<std::string>& args);
 
 }  // namespace quiver

@@ -1,8 +1,9 @@
 // `quiver-agent layout`: the namespace's key layout record (shared/layout.h), what this agent does
 // with it, the agent that last marked `call-agents`, and the census of every agent seen with the
 // layouts it declares. Read only: it opens the store without starting an agent (no catalog
-// seeding, no sync), so it answers in a namespace whose layout this build does not read. No
-// `migrate-layout` yet: no agent writes layout v2 (docs/design.md).
+// seeding, no sync), so it answers in a namespace whose layout this build does not read. The
+// move to v2 is `quiver-agent migrate-layout v2` (cmd_migrate_layout.cpp).
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -19,12 +20,12 @@ namespace {
 constexpr char kLayoutUsage[] = R"(usage: quiver-agent layout [--json] [--config FILE]
 
 Prints the key layout record of the configured Redis namespace (quiver:{<ns>}:layout: absent
-means layout v1), what this agent does with that layout (it reads v1, and v2 once the record says
-`v2:ready`; it writes v1 only), the agent that last marked `call-agents` (agents consuming
-relayed calls mark it every second), and the census: every agent seen in the last minute with
-the layouts it declares (an agent older than the layout record declares none: it reads v1 only;
-one older than the census is not in it). Read only. There is no migrate-layout yet: no agent
-writes layout v2 (docs/design.md, "Key layout v2").
+means layout v1), what this agent does with that layout (it reads v1, also while the record says
+`v2:filling` during a migration, and v2 once it says `v2:ready`; it writes the layout the record
+named when it started), the agent that last marked `call-agents` (agents consuming relayed calls
+mark it every second), and the census: every agent seen in the last minute with the layouts it
+declares (an agent older than the layout record declares none: it reads v1 only; one older than
+the census is not in it). Read only: `quiver-agent migrate-layout v2` moves a namespace to v2.
 
 options:
   --json           one JSON object instead of text
@@ -73,7 +74,10 @@ int cmd_layout(const std::vector<std::string>& argv) {
   out["record"] = layout->record ? Json(*layout->record) : Json(nullptr);
   const std::optional<KeyLayout> reads = read_layout(layout->record);
   const bool readable = reads.has_value();
-  const bool writable = reads == KeyLayout::kV1;
+  const std::optional<KeyLayout> writes = write_layout(layout->record);
+  const std::vector<std::string>& mine = supported_layouts();
+  const bool writable =
+      writes && std::find(mine.begin(), mine.end(), key_layout_name(*writes)) != mine.end();
   std::string version = kLayoutV1;
   std::string detail = "absent: layout v1";
   if (layout->record) {
@@ -144,7 +148,10 @@ int cmd_layout(const std::vector<std::string>& argv) {
       "store: " + (*store)->describe() + "\n" + "layout record " + layout->key + ": " +
       (layout->record ? "`" + *layout->record + "`, " : "") + detail + "\n" +
       "this agent writes layouts " + join(supported_layouts()) + ": " +
-      (writable   ? "it serves and writes this namespace"
+      (writable ? "it serves and writes this namespace (once started on this record)"
+       : readable && reads == KeyLayout::kV1
+           ? "it serves reads of this namespace from v1 and writes none of it while the copy "
+             "to v2 runs (migrate-layout; its store check reports the store unavailable)"
        : readable ? "it serves reads of this namespace (in rounds) and writes "
                     "none of it (its store check reports the store unavailable)"
                   : "it neither serves nor writes this namespace (503 "

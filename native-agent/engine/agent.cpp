@@ -24,6 +24,7 @@
 #include "native-agent/store/redis_store.h"
 #include "native-agent/store/sqlite_store.h"
 #include "native-agent/upstream/probe_report.h"
+#include "shared/layout.h"
 #include "shared/manifest.h"
 #include "shared/sha256.h"
 
@@ -156,8 +157,19 @@ Result<std::unique_ptr<Agent>> Agent::create(AgentConfig config, AgentOptions op
     ro.redis = *config.redis;
     ro.ns = config.ns;
     ro.now_ms = options.now_ms;
-    Result<std::unique_ptr<RedisStore>> r = RedisStore::create(std::move(ro));
+    Result<std::unique_ptr<RedisStore>> r = RedisStore::create(ro);
     if (!r.ok()) return r.error();
+    // The layout this agent writes is the one the namespace's record names when it starts: v1
+    // without a record (every namespace before key layout v2), v2 once `v2:ready` (a namespace
+    // migrated, or created on a cluster as v2). Anything else is written by nobody: the store's
+    // layout gate refuses, and the first store check says why.
+    Result<std::optional<std::string>> record = (*r)->read_layout_record();
+    if (!record.ok()) return record.error();
+    if (read_layout(*record) == KeyLayout::kV2) {
+      ro.key_layout = KeyLayout::kV2;
+      r = RedisStore::create(std::move(ro));
+      if (!r.ok()) return r.error();
+    }
     store = std::move(*r);
   } else {
     SqliteStoreOptions so;

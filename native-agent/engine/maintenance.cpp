@@ -8,6 +8,7 @@
 
 #include "native-agent/base/clock.h"
 #include "native-agent/engine/catalog_config.h"
+#include "shared/layout.h"
 
 namespace quiver {
 
@@ -51,6 +52,24 @@ Status Maintenance::sync_config() {
   Result<GrantSync> grants = ctx_.store->sync_grants(grants_ ? *grants_ : ctx_.config.grants);
   if (!grants.ok()) return grants.error();
   return Status::Ok();
+}
+
+// The namespace moved to a key layout this build writes but this engine's store does not (the
+// switch of `quiver-agent migrate-layout v2`): the engine is reloaded, and the new one's store
+// writes the layout the record names (Agent::create reads it). Meanwhile its writes are refused
+// by the store's layout gate, so nothing lands in the layout readers left.
+void Maintenance::follow_layout_switch() {
+  Result<StoreLayout> layout = ctx_.store->read_layout();
+  if (!layout.ok()) return;
+  const std::optional<KeyLayout> writable = write_layout(layout->record);
+  if (!writable || writable == ctx_.store->written_layout()) return;
+  const std::vector<std::string>& mine = supported_layouts();
+  if (std::find(mine.begin(), mine.end(), key_layout_name(*writable)) == mine.end()) return;
+  request_reload(std::string("the namespace's key layout record says ") +
+                 layout->record.value_or("(none: v1)") +
+                 ", which this engine's store does not "
+                 "write: restarting the engine to write key layout " +
+                 key_layout_name(*writable));
 }
 
 void Maintenance::request_reload(const std::string& why) {
@@ -151,6 +170,7 @@ std::string Maintenance::check_store_once() {
   if (!record.ok()) {
     ctx_.metrics.store_namespace("unknown");
     ctx_.log_store_error("store check", record.error());
+    if (is_unknown_layout_error(record.error())) follow_layout_switch();
     return "unknown";
   }
   if (record->state == NamespaceState::kReady) {

@@ -61,6 +61,7 @@ class Maintenance {
   // The agent's copy of the catalog, put back where nothing is stored (a namespace the store lost).
   Status restore_catalog();
   void request_reload(const std::string& why);
+  void follow_layout_switch();
   void measure_clock_skew();
   void remove_dead_consumers();
 

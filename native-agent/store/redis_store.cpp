@@ -11,11 +11,13 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <thread>
 #include <utility>
 
 #include <hiredis/hiredis.h>
 #include <sys/time.h>
 
+#include "native-agent/base/clock.h"
 #include "native-agent/store/redis_cluster_pool.h"
 #include "native-agent/store/redis_link.h"
 #include "shared/canonical_json.h"
@@ -118,6 +120,15 @@ class RedisChannel {
     (void)key;
     return run(commands);
   }
+  // A walk of every node holding keys (a SCAN of key layout v2, whose keys are on every master):
+  // each master named by the lowest slot it serves, ascending. One Redis: {0}.
+  virtual Result<std::vector<uint16_t>> walk_slots() { return std::vector<uint16_t>{0}; }
+  // `commands` whole to the master serving `slot` (one of walk_slots()). One Redis: run().
+  virtual Result<std::vector<RespValue>> run_at_slot(uint16_t slot,
+                                                     const std::vector<RedisCommand>& commands) {
+    (void)slot;
+    return run(commands);
+  }
 };
 
 // A Redis Cluster (native-agent/store/redis_cluster_pool.h). Key layout v1 puts every key of the
@@ -157,6 +168,24 @@ class ClusterChannel final : public RedisChannel {
                                         const std::vector<RedisCommand>& commands) override {
     return pool_->run_at_slot(cluster_key_slot(key), commands);
   }
+  Result<std::vector<uint16_t>> walk_slots() override {
+    if (pool_->map().shards().empty()) {
+      if (Status s = pool_->refresh(); !s.ok()) return s.error();
+    }
+    std::vector<uint16_t> out;
+    for (const ClusterShard& shard : pool_->map().shards()) {
+      if (shard.ranges.empty()) continue;  // a master serving nothing holds no key
+      uint16_t lowest = shard.ranges.front().first;
+      for (const ClusterSlotRange& r : shard.ranges) lowest = std::min(lowest, r.first);
+      out.push_back(lowest);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+  Result<std::vector<RespValue>> run_at_slot(uint16_t slot,
+                                             const std::vector<RedisCommand>& commands) override {
+    return pool_->run_at_slot(slot, commands);
+  }
   RedisClusterPoolStats stats() const { return pool_->stats(); }
 
  private:
@@ -172,6 +201,8 @@ class ClusterChannel final : public RedisChannel {
 // (the agent's store check): a record set back to v1 (or deleted) lets writes through again
 // from the next store check on.
 class LayoutGate {
+  static inline const std::vector<RedisCommand> kNoCommands;
+
  public:
   // `writes`: the layout the store writes (RedisStoreOptions::key_layout).
   LayoutGate(std::string key, KeyLayout writes) : key_(std::move(key)), writes_(writes) {}
@@ -182,9 +213,11 @@ class LayoutGate {
     std::lock_guard<std::mutex> lock(mu_);
     checked_ = true;
     reads_ = read_layout(value);
-    // Absent is layout v1: a store that writes v2 must not write there either.
+    // Absent is layout v1: a store that writes v2 must not write there either. `v2:filling`
+    // (the copy to v2 under way) is read as v1 and written by nobody.
     absent_ = !value.has_value();
-    unknown_ = reads_ == writes_ ? std::nullopt : std::optional<std::string>(value.value_or(""));
+    unknown_ = write_layout(value) == writes_ ? std::nullopt
+                                              : std::optional<std::string>(value.value_or(""));
   }
 
   // The layout the record named when last read (nullopt: one this build does not read; v1 before
@@ -197,15 +230,16 @@ class LayoutGate {
   // Ok, or why `commands` may not be sent; `inner` reads the record when it was never read.
   Status admit(const std::vector<RedisCommand>& commands, RedisChannel& inner) {
     // A key the store's layout does not have is spelled "" (RedisKeys' v1-only builders on a v2
-    // object): a path not yet written for v2 fails here, loudly, instead of writing key "".
-    for (const RedisCommand& c : commands) {
+    // object): a path not yet written for v2 fails here, loudly, instead of writing key "". v1's
+    // builders spell every key, so a v1 store (the hot path of every deployment today) skips it.
+    for (const RedisCommand& c : writes_ == KeyLayout::kV2 ? commands : kNoCommands) {
       Result<std::vector<std::string_view>> keys = command_keys(c);
       if (!keys.ok()) continue;  // malformed: Redis answers it
       for (std::string_view k : *keys) {
         if (k.empty()) {
-          return Error(ErrorCode::kInternal, "redis " + (c.empty() ? std::string() : c[0]) +
-                                                 ": a key key layout " + key_layout_name(writes_) +
-                                                 " does not have (a path not built for it)");
+          return Error(ErrorCode::kInternal,
+                       "redis " + (c.empty() ? std::string() : c[0]) + ": a key that key layout " +
+                           key_layout_name(writes_) + " does not have (a path not built for it)");
         }
       }
     }
@@ -272,7 +306,14 @@ class LayoutGatedChannel final : public RedisChannel {
     if (Status st = gate_->admit(commands, *inner_); !st.ok()) return st.error();
     return inner_->run_at(key, commands);
   }
+  Result<std::vector<uint16_t>> walk_slots() override { return inner_->walk_slots(); }
+  Result<std::vector<RespValue>> run_at_slot(uint16_t slot,
+                                             const std::vector<RedisCommand>& commands) override {
+    if (Status st = gate_->admit(commands, *inner_); !st.ok()) return st.error();
+    return inner_->run_at_slot(slot, commands);
+  }
   const RedisChannel& inner() const { return *inner_; }
+  RedisChannel& inner() { return *inner_; }
 
  private:
   std::unique_ptr<RedisChannel> inner_;
@@ -786,11 +827,8 @@ struct RedisStore::Impl {
       std::vector<RedisCommand> gets;
       gets.reserve(mget.size());
       for (std::size_t i = 1; i < mget.size(); ++i) gets.push_back({"GET", mget[i]});
-      Result<std::vector<RespValue>> r = main->run_spread(gets);
+      Result<std::vector<RespValue>> r = spread(gets, "GET body");
       if (!r.ok()) return r.error();
-      for (const RespValue& v : *r) {
-        if (v.is_error()) return reply_error(v, "GET body");
-      }
       return RespValue::array(std::move(*r));
     };
   }
@@ -910,44 +948,6 @@ struct RedisStore::Impl {
     }
     Result<std::vector<RespValue>> g = many(grantees, what);
     return g.ok() ? Status::Ok() : Status(g.error());
-  }
-
-  // The grantees pairs a grant change noted pending and never settled (a crash, or a lost
-  // connection, between its two steps: member_grant_write): each recomputed from the member's
-  // grants as they stand (granted: SADD grantees:<cid>; not: SREM), then taken out. Idempotent;
-  // normally the set is empty and this is one SMEMBERS.
-  Status repair_grantees() {
-    Result<RespValue> pending = one({"SMEMBERS", keys.grantees_pending()}, "SMEMBERS");
-    if (!pending.ok()) return pending.error();
-    const std::set<std::string> pairs = string_set(*pending);
-    if (pairs.empty()) return Status::Ok();
-    std::map<std::string, std::vector<std::string>> cids_of;  // principal → cids touched
-    RedisCommand settled = {"SREM", keys.grantees_pending()};
-    for (const std::string& pair : pairs) {
-      settled.push_back(pair);
-      Result<DueMember> p = parse_due_member(pair);
-      if (!p.ok() || p->principal.is_shared()) continue;  // not a pair any agent wrote: drop it
-      cids_of[p->principal.str()].push_back(p->connection_id);
-    }
-    std::vector<std::string> principals;
-    std::vector<RedisCommand> reads;
-    for (const auto& [principal, cids] : cids_of) {
-      principals.push_back(principal);
-      reads.push_back({"SMEMBERS", *keys.grants(*Principal::parse(principal))});
-    }
-    Result<std::vector<RespValue>> grants = many(reads, "SMEMBERS");
-    if (!grants.ok()) return grants.error();
-    std::vector<RedisCommand> writes;
-    for (std::size_t i = 0; i < principals.size(); ++i) {
-      const std::set<std::string> granted = string_set((*grants)[i]);
-      for (const std::string& cid : cids_of[principals[i]]) {
-        writes.push_back(
-            {granted.count(cid) != 0 ? "SADD" : "SREM", *keys.grantees(cid), principals[i]});
-      }
-    }
-    writes.push_back(std::move(settled));
-    Result<std::vector<RespValue>> w = many(writes, "repair grantees");
-    return w.ok() ? Status::Ok() : Status(w.error());
   }
 
   // The registry of members with grants over a namespace written before it (grant-members-
@@ -1112,9 +1112,12 @@ struct RedisStore::Impl {
     return r.ok() ? Status::Ok() : Status(r.error());
   }
 
-  // repair_grantees on v2: the pending pairs of every shard (each member's are on its shard),
-  // recomputed from the members' grants HASHes, then taken out (after the writes: a next call).
-  Status repair_grantees_v2() {
+  // The grantees pairs a grant change noted pending and never settled (a crash, or a lost
+  // connection, between its two steps: member_grant_write): each recomputed from the member's
+  // grants as they stand (granted: SADD grantees of the connection; not: SREM), then taken out.
+  // Idempotent; normally the set is empty and this is one SMEMBERS (v1) or one per shard (v2,
+  // where each member's pairs are on its shard and its grants are a HASH).
+  Status repair_grantees() {
     Result<std::vector<std::pair<std::string, uint32_t>>> pending = shard_members(
         [&](uint32_t k) { return keys.grantees_pending(k); }, "SMEMBERS grantees-pending");
     if (!pending.ok()) return pending.error();
@@ -1133,9 +1136,10 @@ struct RedisStore::Impl {
     std::vector<RedisCommand> reads;
     for (const auto& [principal, cids] : cids_of) {
       principals.push_back(principal);
-      reads.push_back({"HKEYS", *keys.grants(*Principal::parse(principal))});
+      reads.push_back({v2() ? "HKEYS" : "SMEMBERS", *keys.grants(*Principal::parse(principal))});
     }
-    Result<std::vector<RespValue>> grants = spread(reads, "HKEYS grants");
+    Result<std::vector<RespValue>> grants =
+        v2() ? spread(reads, "HKEYS grants") : many(reads, "SMEMBERS");
     if (!grants.ok()) return grants.error();
     std::vector<RedisCommand> writes;
     for (std::size_t i = 0; i < principals.size(); ++i) {
@@ -1145,11 +1149,17 @@ struct RedisStore::Impl {
             {granted.count(cid) != 0 ? "SADD" : "SREM", *keys.grantees(cid), principals[i]});
       }
     }
+    std::vector<RedisCommand> srems;
+    for (auto& [shard, srem] : settled) srems.push_back(std::move(srem));
+    if (!v2()) {  // one slot: the writes and the settling in one pipeline, in that order
+      writes.insert(writes.end(), srems.begin(), srems.end());
+      Result<std::vector<RespValue>> w = many(writes, "repair grantees");
+      return w.ok() ? Status::Ok() : Status(w.error());
+    }
+    // Spread, the order across nodes is not kept: the pairs are settled after the writes landed.
     if (Result<std::vector<RespValue>> w = spread(writes, "repair grantees"); !w.ok()) {
       return w.error();
     }
-    std::vector<RedisCommand> srems;
-    for (auto& [shard, srem] : settled) srems.push_back(std::move(srem));
     Result<std::vector<RespValue>> w = spread(srems, "repair grantees");
     return w.ok() ? Status::Ok() : Status(w.error());
   }
@@ -1423,7 +1433,7 @@ struct RedisStore::Impl {
   Result<GrantSync> sync_grants_v2(const GrantMap& grants) {
     constexpr std::size_t kReadPage = 1000;   // HGETALL per round
     constexpr std::size_t kWriteBatch = 100;  // members per write_member_grants
-    if (Status s = repair_grantees_v2(); !s.ok()) return s.error();
+    if (Status s = repair_grantees(); !s.ok()) return s.error();
     std::set<std::string> listed;
     std::vector<std::pair<std::string, uint32_t>> unlisted;
     if (Status s = registry_members_v2(listed, unlisted); !s.ok()) return s.error();
@@ -1697,9 +1707,10 @@ Result<NamespaceRecord> RedisStore::read_namespace() {
   const std::optional<std::string> layout =
       (*got)[0].is_nil() ? std::nullopt : std::optional<std::string>(*(*got)[0].as_string());
   impl_->layout_gate->seen(layout);
-  if (quiver::read_layout(layout) != impl_->keys.key_layout()) {
-    // A layout it reads but does not write (v2 in a build that writes v1) is as unavailable to
-    // an agent as one it does not know: none of its refreshes could land.
+  if (quiver::write_layout(layout) != impl_->keys.key_layout()) {
+    // A layout it reads but does not write (v2 for a store that writes v1, a copy to v2 under
+    // way) is as unavailable to an agent as one it does not know: none of its refreshes could
+    // land.
     return unknown_layout_error(impl_->keys.layout(), layout.value_or("(none: v1)"),
                                 std::string("store check (this agent writes key layout ") +
                                     key_layout_name(impl_->keys.key_layout()) + ")");
@@ -2034,33 +2045,84 @@ Result<std::optional<StoredManifest>> RedisStore::read_manifest(std::string_view
   return std::optional<StoredManifest>(std::move(out));
 }
 
+namespace {
+
+// One SCAN step's reply: the next cursor, and the keys not seen before appended to `found`.
+Result<std::string> take_scan_page(const RespValue& reply, std::vector<std::string>& found,
+                                   std::set<std::string>& seen) {
+  const std::vector<RespValue>* e = reply.as_array();
+  if (e == nullptr || e->size() != 2 || !(*e)[0].as_string() || !(*e)[1].is_array()) {
+    return Error(ErrorCode::kInvalidReply, "redis SCAN: unexpected reply");
+  }
+  for (const RespValue& k : (*e)[1].elements) {
+    std::optional<std::string_view> s = k.as_string();
+    if (s && seen.emplace(*s).second) found.emplace_back(*s);
+  }
+  return std::string(*(*e)[0].as_string());
+}
+
+}  // namespace
+
 Result<ManifestPage> RedisStore::list_manifest_metas(std::string_view cursor, std::size_t batch) {
   if (batch == 0) return invalid("list_manifest_metas: batch must be at least 1");
-  int64_t ignored = 0;
-  if (!cursor.empty() && !parse_int(cursor, 0, INT64_MAX, &ignored)) {
-    return invalid("list_manifest_metas: malformed cursor");
+  const bool v2 = writes_v2(impl_->keys);
+  // v1: SCAN's cursor, on the namespace's node. v2 (its keys on every master):
+  // `<slot>.<SCAN cursor>`, the master walked named by the lowest slot it serves
+  // (RedisChannel::walk_slots), masters in ascending order. A cluster resharded or failed over
+  // mid-walk is walked as SCAN walks a rehashed table: a key may be listed twice or, if it moved
+  // to a master already walked, missed by this walk (maintenance does not depend on it: it reads
+  // the due index).
+  int64_t slot = 0, scan_cursor = 0;
+  if (!cursor.empty()) {
+    bool ok = false;
+    if (v2) {
+      std::size_t dot = cursor.find('.');
+      ok = dot != std::string_view::npos &&
+           parse_int(cursor.substr(0, dot), 0, kClusterSlotCount - 1, &slot) &&
+           parse_int(cursor.substr(dot + 1), 0, INT64_MAX, &scan_cursor);
+    } else {
+      ok = parse_int(cursor, 0, INT64_MAX, &scan_cursor);
+    }
+    if (!ok) return invalid("list_manifest_metas: malformed cursor");
   }
-  std::string next = cursor.empty() ? "0" : std::string(cursor);
+  std::vector<uint16_t> walk{0};
+  if (v2) {
+    Result<std::vector<uint16_t>> slots = impl_->main->walk_slots();
+    if (!slots.ok()) return slots.error();
+    walk = std::move(slots).value();
+    if (walk.empty()) return Error(ErrorCode::kStoreUnavailable, "redis: no master serves slots");
+    if (cursor.empty()) slot = walk.front();
+  }
+  std::string next = std::to_string(scan_cursor);
   std::vector<std::string> found;
   std::set<std::string> seen;
+  bool done = false;
+  const RedisCommand scan_tail = {"MATCH", impl_->keys.manifest_match_pattern(), "COUNT",
+                                  std::to_string(std::max<std::size_t>(batch, 100))};
   do {
-    Result<RespValue> r = impl_->one({"SCAN", next, "MATCH", impl_->keys.manifest_match_pattern(),
-                                      "COUNT", std::to_string(std::max<std::size_t>(batch, 100))},
-                                     "SCAN");
+    RedisCommand scan = {"SCAN", next};
+    scan.insert(scan.end(), scan_tail.begin(), scan_tail.end());
+    Result<std::vector<RespValue>> r =
+        v2 ? impl_->main->run_at_slot(static_cast<uint16_t>(slot), {scan})
+           : impl_->main->run({scan});
     if (!r.ok()) return r.error();
-    const std::vector<RespValue>* e = r->as_array();
-    if (e == nullptr || e->size() != 2 || !(*e)[0].as_string() || !(*e)[1].is_array()) {
-      return Error(ErrorCode::kInvalidReply, "redis SCAN: unexpected reply");
+    if ((*r)[0].is_error()) return reply_error((*r)[0], "SCAN");
+    Result<std::string> after = take_scan_page((*r)[0], found, seen);
+    if (!after.ok()) return after.error();
+    next = std::move(after).value();
+    if (next == "0") {
+      // This node is walked: on v2, the next master (the lowest slot past this one's).
+      auto it = std::upper_bound(walk.begin(), walk.end(), static_cast<uint16_t>(slot));
+      if (!v2 || it == walk.end()) {
+        done = true;
+      } else {
+        slot = *it;
+      }
     }
-    next = std::string(*(*e)[0].as_string());
-    for (const RespValue& k : (*e)[1].elements) {
-      std::optional<std::string_view> s = k.as_string();
-      if (s && seen.emplace(*s).second) found.emplace_back(*s);
-    }
-  } while (found.size() < batch && next != "0");
+  } while (found.size() < batch && !done);
 
   ManifestPage page;
-  page.next_cursor = next == "0" ? "" : next;
+  if (!done) page.next_cursor = v2 ? std::to_string(slot) + "." + next : next;
   std::vector<RedisCommand> commands;
   std::vector<ParsedKey> parsed;
   std::vector<std::string> keys;
@@ -2075,7 +2137,9 @@ Result<ManifestPage> RedisStore::list_manifest_metas(std::string_view cursor, st
     keys.push_back(key);
   }
   if (commands.empty()) return page;
-  Result<std::vector<RespValue>> r = impl_->main->run(commands);
+  // v2: each record's reads are on its slot, the connection's mark on the connection's.
+  Result<std::vector<RespValue>> r =
+      v2 ? impl_->main->run_spread(commands) : impl_->main->run(commands);
   if (!r.ok()) return r.error();
   for (std::size_t i = 0; i < parsed.size(); ++i) {
     Result<MetaFields> read = meta_reads_reply(*r, kMetaReadCommands * i);
@@ -2807,7 +2871,17 @@ Result<DisabledOverlay> RedisStore::read_disabled(std::string_view cid,
   return out;
 }
 
+bool RedisStore::has_epoch() const { return !impl_->v2(); }
+
+namespace {
+Error no_epoch_on_v2() {
+  return Error(ErrorCode::kStoreUnavailable,
+               "key layout v2 has no epoch (per-connection and per-member versions replace it)");
+}
+}  // namespace
+
 Result<int64_t> RedisStore::bump_epoch() {
+  if (!has_epoch()) return no_epoch_on_v2();
   Result<RespValue> r = impl_->one({"INCR", impl_->keys.epoch()}, "INCR");
   if (!r.ok()) return r.error();
   std::optional<int64_t> v = r->as_int();
@@ -2816,6 +2890,7 @@ Result<int64_t> RedisStore::bump_epoch() {
 }
 
 Result<int64_t> RedisStore::read_epoch() {
+  if (!has_epoch()) return no_epoch_on_v2();
   Result<RespValue> r = impl_->one({"GET", impl_->keys.epoch()}, "GET");
   if (!r.ok()) return r.error();
   if (r->is_nil()) return int64_t{0};
@@ -3502,6 +3577,199 @@ Status RedisStore::mark_call_agent_alive(std::string_view consumer, int64_t ttl_
     if ((*r)[i].is_error()) return reply_error((*r)[i], commands[i][0]);
   }
   return Status::Ok();
+}
+
+std::optional<KeyLayout> RedisStore::written_layout() const { return impl_->keys.key_layout(); }
+
+Result<std::optional<std::string>> RedisStore::read_layout_record() {
+  Result<RespValue> r = impl_->one({"GET", impl_->keys.layout()}, "GET layout");
+  if (!r.ok()) return r.error();
+  if (r->is_nil()) return std::optional<std::string>();
+  std::optional<std::string_view> text = r->as_string();
+  if (!text) return Error(ErrorCode::kInvalidReply, "redis GET layout: not a string");
+  return std::optional<std::string>(std::string(*text));
+}
+
+namespace {
+
+// A layout record as a message shows it: '' is "no record"; bytes outside printable ASCII as \xNN.
+std::string quoted_value(std::string_view value) {
+  if (value.empty()) return "(no record)";
+  std::string out = "`";
+  for (char c : value.substr(0, 64)) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u >= 0x7f) {
+      static const char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[u >> 4];
+      out += kHex[u & 15];
+    } else {
+      out += c;
+    }
+  }
+  return out + (value.size() > 64 ? "...`" : "`");
+}
+
+}  // namespace
+
+Result<LayoutMigration> RedisStore::migrate_layout_to_v2(const LayoutMigrationOptions& options) {
+  if (impl_->v2()) {
+    return Error(ErrorCode::kInvalidArgument, "migrate-layout: this store writes v2 already");
+  }
+  auto say = [&](const std::string& line) {
+    if (options.progress) options.progress(line);
+  };
+  // Past the layout gate: the migration writes the record and the v2 keys while the record
+  // refuses every agent's writes, its own store's included.
+  RedisChannel& channel = static_cast<LayoutGatedChannel&>(*impl_->main).inner();
+  const std::string key = impl_->keys.layout();
+  std::string_view switch_script = schema_asset("lua/layout_switch.lua");
+  if (switch_script.empty()) {
+    return Error(ErrorCode::kInternal, "schema/lua/layout_switch.lua is not compiled in");
+  }
+  // The record from `from` ('' none) to `to`; kConflict when someone else moved it.
+  auto move = [&](const std::string& from, const std::string& to) -> Status {
+    Result<std::vector<RespValue>> r =
+        channel.run({{"EVAL", std::string(switch_script), "1", key, from, to}});
+    if (!r.ok()) return r.error();
+    const RespValue& v = (*r)[0];
+    if (v.is_error()) return reply_error(v, "layout_switch");
+    const std::vector<RespValue>* a = v.as_array();
+    if (a == nullptr || a->size() != 2 || !(*a)[0].as_int() || !(*a)[1].as_string()) {
+      return Error(ErrorCode::kInvalidReply, "redis layout_switch: unexpected reply");
+    }
+    if (*(*a)[0].as_int() == 1) return Status::Ok();
+    return Error(ErrorCode::kConflict, "migrate-layout: the layout record " + key + " is now " +
+                                           quoted_value(*(*a)[1].as_string()) + ", not " +
+                                           quoted_value(from) + ": someone else moved it; stopped");
+  };
+
+  Result<std::vector<RespValue>> got = channel.run({{"GET", key}});
+  if (!got.ok()) return got.error();
+  if ((*got)[0].is_error()) return reply_error((*got)[0], "GET layout");
+  const std::optional<std::string> record =
+      (*got)[0].is_nil() ? std::nullopt
+                         : std::optional<std::string>((*got)[0].as_string().value_or(""));
+  LayoutMigration out;
+  if (write_layout(record) == KeyLayout::kV2) {
+    out.already_v2 = true;
+    out.ready_record = *record;
+    return out;
+  }
+  const bool resuming = record && starts_with(*record, kLayoutV2FillingPrefix);
+  if (write_layout(record) != KeyLayout::kV1 && !resuming) {
+    return unknown_layout_error(key, record.value_or(""), "migrate-layout");
+  }
+  if (resuming) {
+    out.filling_record = *record;
+    say("the record says " + *record + ": a migration was cut short; copying again");
+  } else {
+    out.filling_record = layout_record_value(KeyLayout::kV2, "filling", impl_->options.now_ms());
+    if (Status s = move(record.value_or(""), out.filling_record); !s.ok()) return s.error();
+    say("layout record " + key + " = " + out.filling_record +
+        ": readers read v1, agents stop writing at their next store check");
+  }
+  if (options.settle_ms > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(options.settle_ms));
+  }
+
+  Result<RedisKeys> v2 = keys_for_layout(impl_->keys.ns(), KeyLayout::kV2);
+  if (!v2.ok()) return v2.error();
+  LayoutCopyIo io;
+  io.source = [&](const RedisCommand& c) -> Result<RespValue> {
+    Result<std::vector<RespValue>> r = channel.run({c});
+    if (!r.ok()) return r.error();
+    return std::move((*r)[0]);
+  };
+  io.dest = [&](const std::vector<RedisCommand>& commands) {
+    std::vector<Result<RespValue>> out_replies;
+    Result<std::vector<RespValue>> r = channel.run_spread(commands);
+    for (std::size_t i = 0; i < commands.size(); ++i) {
+      if (r.ok()) {
+        out_replies.emplace_back(std::move((*r)[i]));
+      } else {
+        out_replies.emplace_back(r.error());
+      }
+    }
+    return out_replies;
+  };
+  const int64_t started = steady_ms();
+  Result<LayoutCopyStats> copied = copy_namespace_to_v2(impl_->keys, *v2, io);
+  if (!copied.ok()) {
+    return Error(copied.error().code,
+                 "migrate-layout: the copy stopped (the record stays " + out.filling_record +
+                     "; run it again to copy again): " + copied.error().message);
+  }
+  out.copy = std::move(copied).value();
+  out.copy_ms = steady_ms() - started;
+  say("copied " + std::to_string(out.copy.keys_seen) + " keys in " + std::to_string(out.copy_ms) +
+      " ms");
+  out.ready_record = layout_record_value(KeyLayout::kV2, "ready", impl_->options.now_ms());
+  if (Status s = move(out.filling_record, out.ready_record); !s.ok()) return s.error();
+  impl_->layout_gate->seen(out.ready_record);
+  say("layout record " + key + " = " + out.ready_record +
+      ": readers read v2 from their next read; agents write it once restarted");
+  return out;
+}
+
+Result<LayoutCleanup> RedisStore::cleanup_layout_v1(int64_t min_age_ms) {
+  if (impl_->v2()) {
+    return Error(ErrorCode::kInvalidArgument, "cleanup-v1: open the store as a v1 store");
+  }
+  RedisChannel& channel = static_cast<LayoutGatedChannel&>(*impl_->main).inner();
+  const std::string key = impl_->keys.layout();
+  Result<std::vector<RespValue>> got = channel.run({{"GET", key}});
+  if (!got.ok()) return got.error();
+  if ((*got)[0].is_error()) return reply_error((*got)[0], "GET layout");
+  const std::optional<std::string> record =
+      (*got)[0].is_nil() ? std::nullopt
+                         : std::optional<std::string>((*got)[0].as_string().value_or(""));
+  Result<LayoutRecord> parsed =
+      record ? parse_layout_record(*record) : Result<LayoutRecord>(Error(ErrorCode::kNotFound, ""));
+  if (write_layout(record) != KeyLayout::kV2 || !parsed.ok()) {
+    return Error(ErrorCode::kConflict,
+                 "cleanup-v1: the layout record " + key + " is " +
+                     quoted_value(record.value_or("")) +
+                     ", not v2:ready: the v1 keys are the namespace's data; nothing deleted");
+  }
+  const int64_t age = impl_->options.now_ms() - parsed->at_ms;
+  if (age < min_age_ms) {
+    return Error(ErrorCode::kConflict,
+                 "cleanup-v1: the namespace switched to v2 " + std::to_string(age) +
+                     " ms ago; wait until " + std::to_string(min_age_ms) +
+                     " ms have passed (reads under way at the switch); nothing deleted");
+  }
+  Result<RedisKeys> v2 = keys_for_layout(impl_->keys.ns(), KeyLayout::kV2);
+  if (!v2.ok()) return v2.error();
+  LayoutCleanup out;
+  std::string cursor = "0";
+  do {
+    // SCAN on the node of the v1 namespace's slot (a cluster's ClusterChannel sends it there).
+    Result<std::vector<RespValue>> r = channel.run(
+        {{"SCAN", cursor, "MATCH", "quiver:{" + impl_->keys.ns() + "}:*", "COUNT", "500"}});
+    if (!r.ok()) return r.error();
+    if ((*r)[0].is_error()) return reply_error((*r)[0], "SCAN");
+    std::vector<std::string> found;
+    std::set<std::string> seen;
+    Result<std::string> next = take_scan_page((*r)[0], found, seen);
+    if (!next.ok()) return next.error();
+    cursor = *next;
+    RedisCommand unlink = {"UNLINK"};
+    for (const std::string& k : found) {
+      if (v2->parse(k).ok()) {
+        ++out.kept;  // a name v2 keeps (namespace, layout, catalog, audit, OAuth, census)
+      } else {
+        unlink.push_back(k);
+      }
+    }
+    if (unlink.size() > 1) {
+      Result<std::vector<RespValue>> d = channel.run({unlink});
+      if (!d.ok()) return d.error();
+      if ((*d)[0].is_error()) return reply_error((*d)[0], "UNLINK");
+      out.deleted += (*d)[0].as_int().value_or(0);
+    }
+  } while (cursor != "0");
+  return out;
 }
 
 Result<StoreLayout> RedisStore::read_layout() {

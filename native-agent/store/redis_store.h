@@ -39,12 +39,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "native-agent/base/config.h"
 #include "native-agent/store/body_cache.h"
+#include "native-agent/store/layout_copy.h"
 #include "native-agent/store/redis_cluster_pool.h"
 #include "native-agent/store/store.h"
 
@@ -68,9 +70,27 @@ struct RedisStoreOptions {
   // The key layout this store writes (docs/design.md "Key layout v2"); its writes pass only while
   // the namespace's layout record names it. Reads follow the record whatever this says: a
   // namespace whose record is `v2:ready:<at>` is read in rounds (shared/discovery_spread.h).
-  // kV2 is being built (issue 14): not every write path writes v2 yet, and the agent never sets it
-  // (the tests of the paths that do).
+  // The agent sets it from the record it finds at start (native-agent/engine/agent.cpp).
   KeyLayout key_layout = KeyLayout::kV1;
+};
+
+struct LayoutMigrationOptions {
+  int64_t settle_ms = 5'000;  // after `filling` is written, before the copy reads anything
+  // Called at each step with a line for the operator ("filling", "copied ...", "ready").
+  std::function<void(const std::string&)> progress;
+};
+
+struct LayoutMigration {
+  bool already_v2 = false;     // the record said v2:ready: nothing done
+  std::string filling_record;  // the `v2:filling:<at>` written (or found)
+  std::string ready_record;    // the `v2:ready:<at>` written
+  LayoutCopyStats copy;        // what the copy did
+  int64_t copy_ms = 0;         // how long the copy took (the writes' pause is settle + this)
+};
+
+struct LayoutCleanup {
+  int64_t deleted = 0;  // v1 keys unlinked
+  int64_t kept = 0;     // keys both layouts name alike (the namespace and layout records, ...)
 };
 
 class RedisStore final : public ManifestStore {
@@ -142,10 +162,31 @@ class RedisStore final : public ManifestStore {
   Status put_call_reply(std::string_view rid, std::string_view record, int64_t ttl_ms) override;
   Status mark_call_agent_alive(std::string_view consumer, int64_t ttl_ms) override;
   Result<StoreLayout> read_layout() override;
+  std::optional<KeyLayout> written_layout() const override;
+  // The namespace's layout record alone (one GET; nullopt: absent, layout v1): what an agent
+  // reads at start to choose the layout it writes (RedisStoreOptions::key_layout).
+  Result<std::optional<std::string>> read_layout_record();
+  // The migration of the namespace from key layout v1 to v2 (`quiver-agent migrate-layout v2`;
+  // docs/design.md "Migration from v1"), on a store that writes v1: the record moves to
+  // `v2:filling:<now>` (from no record or `v1:...`, or a filling left by a migration cut short),
+  // then `settle_ms` pass (every agent's next store check reads it, and its layout gate stops its
+  // writes; readers read v1 all along), then copy_namespace_to_v2 copies the namespace in place
+  // (native-agent/store/layout_copy.h: the v2 keys through this store's channel, routed by key on
+  // a cluster), then the record moves to `v2:ready:<now>`. Each record move is a compare-and-set
+  // (schema/lua/layout_switch.lua): a record moved by anyone else stops it (kConflict). Run again
+  // after a failure, it resumes from `filling` and copies again (every copy write is idempotent).
+  // The census check (no agent without v2) is the caller's: it must come before.
+  Result<LayoutMigration> migrate_layout_to_v2(const LayoutMigrationOptions& options);
+  // After the switch: deletes (UNLINK, in batches) every key of the v1 spelling that v2 does not
+  // share (the `{<ns>}` records both layouts name alike stay). kConflict unless the record has
+  // said `v2:ready` for at least `min_age_ms` (a v1 read under way at the switch fetches its
+  // bodies after its script). Past the layout gate, like the migration.
+  Result<LayoutCleanup> cleanup_layout_v1(int64_t min_age_ms = 60'000);
   Result<std::vector<bool>> call_cancel_marks(const std::vector<std::string>& rids) override;
   Result<MergedPreferences> merge_preferences(std::string_view cid, const Principal& principal,
                                               const std::vector<PreferenceRow>& rows) override;
   Result<DisabledOverlay> read_disabled(std::string_view cid, const Principal& principal) override;
+  bool has_epoch() const override;
   Result<int64_t> bump_epoch() override;
   Result<int64_t> read_epoch() override;
 

@@ -371,6 +371,11 @@ class ManifestStore {
   virtual Result<DisabledOverlay> read_disabled(std::string_view cid,
                                                 const Principal& principal) = 0;
 
+  // The namespace's change counter: every commit, grant change and preference change moves it
+  // (readers that poll for change read it: the MCP notifier). Key layout v2 has none (versions
+  // per connection and per member replace it: a namespace-wide key would pin every write to one
+  // slot): has_epoch() false, and both calls fail kStoreUnavailable saying so.
+  virtual bool has_epoch() const { return true; }
   virtual Result<int64_t> bump_epoch() = 0;  // the new value
   virtual Result<int64_t> read_epoch() = 0;  // 0 before the first bump
 
@@ -510,6 +515,9 @@ class ManifestStore {
   virtual Result<StoreLayout> read_layout() {
     return Error(ErrorCode::kInvalidArgument, describe() + " has no key layout record");
   }
+  // The key layout this store writes (chosen when it was opened); nullopt for a store without
+  // layouts.
+  virtual std::optional<KeyLayout> written_layout() const { return std::nullopt; }
 };
 
 // Consumer names for read_revalidations: [A-Za-z0-9._@:-]{1,128}.

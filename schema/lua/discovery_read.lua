@@ -42,9 +42,9 @@
 -- capabilities from that member alone.
 --
 -- The key layout record (quiver:{ns}:layout, shared/layout.h) is read before anything else, then
--- the namespace record (in the conditional path, in its one MGET): absent or `v1:...` the
--- namespace is in layout v1, which this script reads; any other value (`v2:filling:<at>`, garbage)
--- names a layout it does not know, and the reply is
+-- the namespace record (in the conditional path, in its one MGET): absent, `v1:...` or
+-- `v2:filling:...` the namespace is read in layout v1, which this script reads; any other value
+-- (`v2:ready:<at>`, garbage) names a layout it does not read, and the reply is
 --   {'quiver.layout.v1', value, key}
 -- which readers answer as the store being unavailable, never as an empty list. A conditional
 -- read never answers "unchanged" unless the layout is v1.
@@ -79,9 +79,10 @@ local function valid_cid(cid)
   return #cid >= 1 and #cid <= 128 and not string.find(cid, '[^A-Za-z0-9._-]')
 end
 
--- Layout v1 (shared/layout.h): no layout record, or one naming v1.
+-- Read in layout v1 (shared/layout.h layout_readable): no layout record, one naming v1, or
+-- `v2:filling:<at>` (the copy to v2 is under way; v1 holds the data until the switch).
 local function v1_layout(value)
-  return not value or string.sub(value, 1, 3) == 'v1:'
+  return not value or string.sub(value, 1, 3) == 'v1:' or string.sub(value, 1, 11) == 'v2:filling:'
 end
 
 if ARGV[6] == 'if-unchanged' then

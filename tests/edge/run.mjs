@@ -913,7 +913,7 @@ test('a key layout the edge does not read answers 503 STORE_UNAVAILABLE, never a
                      ['INCR', layout.memberVersion('lay1')]]);
   const hook = JSON.stringify({ connection_id: 'docs', reason: 'deploy-in-v2' });
   const hookSignature = signWebhook(WEBHOOK_SECRET, NS, hook);
-  await db.call('SET', layout.layoutRecord(), 'v2:filling:1');
+  await db.call('SET', layout.layoutRecord(), 'v3:ready:1');
   try {
     for (const [method, p] of [['GET', '/v1/manifests'], ['GET', '/v1/mcp-connections/docs/manifest'],
                                ['GET', '/v1/search?q=docs']]) {
@@ -930,6 +930,15 @@ test('a key layout the edge does not read answers 503 STORE_UNAVAILABLE, never a
     const v1 = await edge.request('GET', '/v1/manifests', { headers: auth('lay1') });
     assert.equal(v1.status, 200, v1.text);
     assert.deepEqual(v1.json.connections.map((c) => c.id), ['docs']);
+    // A copy to v2 under way (migrate-layout): reads are v1's; the webhook, a write, waits (503).
+    await db.call('SET', layout.layoutRecord(), 'v2:filling:1');
+    await sleep(L1_TTL_MS + 50);
+    const filling = await edge.request('GET', '/v1/manifests', { headers: auth('lay1') });
+    assert.equal(filling.status, 200, filling.text);
+    assert.deepEqual(filling.json.connections.map((c) => c.id), ['docs']);
+    const waits = await postWebhook(hook, hookSignature);
+    assertJsonError(waits, 503, 'STORE_UNAVAILABLE');
+    assert.match(waits.json.error.message, /key layout v2/);
   } finally {
     await db.call('DEL', layout.layoutRecord());
   }

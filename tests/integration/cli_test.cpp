@@ -205,7 +205,8 @@ TEST_F(CliTest, LayoutPrintsTheRecordAndTheAgentsSeen) {
   EXPECT_EQ((*parsed)["record"], "v2:filling:1790000000000");
   EXPECT_EQ((*parsed)["version"], "v2");
   EXPECT_EQ((*parsed)["state"], "filling");
-  EXPECT_EQ((*parsed)["readable"], false);
+  EXPECT_EQ((*parsed)["readable"], true);  // from v1, while the copy to v2 runs
+  EXPECT_EQ((*parsed)["writable"], false);
   ASSERT_EQ((*parsed)["agents_seen"].size(), 1u) << v2.out;
   EXPECT_EQ((*parsed)["agents_seen"][0]["consumer"], "agent-a");
   EXPECT_EQ((*parsed)["agents_seen"][0]["layouts"], Json::array({"v1"}));
@@ -214,7 +215,8 @@ TEST_F(CliTest, LayoutPrintsTheRecordAndTheAgentsSeen) {
   CliRun text = agent({"layout"});
   EXPECT_EQ(text.code, kExitOk);
   EXPECT_TRUE(contains(text.out, "`v2:filling:1790000000000`")) << text.out;
-  EXPECT_TRUE(contains(text.out, "neither serves nor writes")) << text.out;
+  EXPECT_TRUE(contains(text.out, "serves reads of this namespace from v1 and writes none"))
+      << text.out;
   EXPECT_TRUE(contains(text.out, "agent-a  layouts v1")) << text.out;
   // An agent older than the record: its bare consumer name reads as v1 only.
   run_argv(c.get(), {"SET", "quiver:{default}:call-agents", "agent-old", "PX", "60000"});
@@ -233,6 +235,11 @@ TEST_F(CliTest, LayoutPrintsTheRecordAndTheAgentsSeen) {
   EXPECT_EQ((*parsed)["census"][0]["layouts"], Json::array({"v1"}));
   text = agent({"layout"});
   EXPECT_TRUE(contains(text.out, "agent-b  layouts v1, last seen at " + now)) << text.out;
+
+  // A layout this build does not know.
+  run_argv(c.get(), {"SET", "quiver:{default}:layout", "v9:odd:1790000000000"});
+  text = agent({"layout"});
+  EXPECT_TRUE(contains(text.out, "neither serves nor writes")) << text.out;
 
   // A namespace in v2, ready: this agent reads it but does not write it.
   run_argv(c.get(), {"SET", "quiver:{default}:layout", "v2:ready:1790000000000"});

@@ -1,9 +1,9 @@
 // The key layout record (shared/layout.h) on a real redis-server: every reader follows it. No
-// record or `v1:...` reads as today; a layout this build does not know (`v2:filling:<at>`,
-// garbage) makes the store unavailable at the agent's RedisStore and in the reply the edge decodes
-// (the same script, run as the edge's least-privilege Redis user), a conditional read is not
-// answered "unchanged" across it, and the agent writes nothing into the namespace until the record
-// reads v1 again.
+// record, `v1:...` or `v2:filling:<at>` (a copy to v2 under way) reads as today; a layout this
+// build does not know (`v3:ready:<at>`, garbage) makes the store unavailable at the agent's
+// RedisStore and in the reply the edge decodes (the same script, run as the edge's least-privilege
+// Redis user), a conditional read is not answered "unchanged" across it, and the agent writes
+// nothing into the namespace until the record reads v1 again.
 #include "shared/layout.h"
 
 #include <algorithm>
@@ -120,7 +120,7 @@ TEST_F(Layout, NoRecordOrV1ReadsAsToday) {
 
 // (`v2:ready:<at>` is a layout this build reads, in rounds: layout_v2_read_cluster_test.cpp.)
 TEST_F(Layout, AnUnknownLayoutIsTheStoreUnavailableAtTheAgentAndAtTheEdge) {
-  for (const char* record : {"v2:filling:1", "v3:ready:1790000000000", "garbage", "v1"}) {
+  for (const char* record : {"v9:filling:1", "v3:ready:1790000000000", "garbage", "v1"}) {
     set_layout(std::string(record));
     Result<DiscoverySnapshot> agent = store_->read_discovery(alice());
     ASSERT_FALSE(agent.ok()) << record << ": served " << agent->connections.size() << " entries";
@@ -138,6 +138,31 @@ TEST_F(Layout, AnUnknownLayoutIsTheStoreUnavailableAtTheAgentAndAtTheEdge) {
   }
 }
 
+// `v2:filling:<at>`: `quiver-agent migrate-layout v2` copies the namespace to v2. Readers read v1
+// all along (what they read is what they read with no record), and a conditional read stays
+// unchanged; the agent's store check says the copy is under way (its writes wait).
+TEST_F(Layout, WhileTheCopyToV2RunsReadersReadV1) {
+  Result<DiscoverySnapshot> before = store_->read_discovery(alice());
+  ASSERT_TRUE(before.ok()) << before.error().message;
+  Result<DiscoverySnapshot> held = edge_read();
+  ASSERT_TRUE(held.ok()) << held.error().message;
+  set_layout("v2:filling:1790000000000");
+  Result<DiscoverySnapshot> agent = store_->read_discovery(alice());
+  ASSERT_TRUE(agent.ok()) << agent.error().message;
+  EXPECT_EQ(agent->connections.size(), before->connections.size());
+  Result<DiscoverySnapshot> edge = edge_read();
+  ASSERT_TRUE(edge.ok()) << edge.error().message;
+  EXPECT_EQ(edge->connections.size(), held->connections.size());
+  Result<RedisCommand> c = conditional_discovery_read_command(keys_, *held, {}, {});
+  ASSERT_TRUE(c.ok());
+  Result<std::optional<DiscoverySnapshot>> r = decode_conditional_reply(cmd(*c), *held, {});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_FALSE(r->has_value()) << "nothing changed in v1: unchanged";
+  Result<NamespaceRecord> ns = store_->read_namespace();
+  ASSERT_FALSE(ns.ok());
+  EXPECT_TRUE(is_layout_migrating_error(ns.error())) << ns.error().message;
+}
+
 TEST_F(Layout, AConditionalReadAcrossALayoutChangeIsNotUnchanged) {
   Result<DiscoverySnapshot> held = edge_read();
   ASSERT_TRUE(held.ok()) << held.error().message;
@@ -150,7 +175,7 @@ TEST_F(Layout, AConditionalReadAcrossALayoutChangeIsNotUnchanged) {
   ASSERT_TRUE(r.ok()) << r.error().message;
   EXPECT_FALSE(r->has_value()) << "nothing changed: unchanged";
 
-  set_layout("v2:filling:1");
+  set_layout("v3:ready:1");
   r = conditional();
   ASSERT_FALSE(r.ok()) << "a layout change answered "
                        << (r->has_value() ? "a full read" : "unchanged");

@@ -6,7 +6,9 @@
 // upstream into the cluster and keeps serving and refreshing through a failover.
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,7 @@
 #include "shared/manifest.h"
 #include "shared/redis_cluster.h"
 #include "shared/redis_keys.h"
+#include "tests/support/cli_run.h"
 #include "tests/support/hiredis_run.h"
 #include "tests/support/mcp_peers.h"
 #include "tests/support/oauth_e2e.h"
@@ -270,6 +273,103 @@ TEST_F(RedisClusterStoreTest, TheAgentServesAndRefreshesThroughAFailover) {
   EXPECT_NE(metrics->body.find("quiver_redis_cluster_moved_total"), std::string::npos);
   EXPECT_EQ(metrics->body.find("quiver_redis_cluster_moved_total 0\n"), std::string::npos)
       << metrics->body;
+  EXPECT_EQ(agent.logs().find(kPassword), std::string::npos);
+  agent.stop();
+}
+
+// Issue 14's proof end to end: `quiver-agent serve` lists real upstreams into the cluster in key
+// layout v1 (one slot), `quiver-agent migrate-layout v2` moves the namespace in place while the
+// agent serves, the agent reloads into v2 by itself, its answers are what they were, and a manual
+// refresh lists a changed upstream into v2 keys; the namespace's manifests then live on every
+// master.
+TEST_F(RedisClusterStoreTest, TheAgentMovesToLayoutV2AndListsIntoEveryMaster) {
+  TempDir dir("quiver-cluster-v2");
+  const std::string key_file = dir.path("caller-token.key");
+  std::ofstream(key_file) << kTokenKey << "\n";
+  constexpr int kUpstreams = 6;
+  Json servers = Json::object();
+  std::vector<std::string> controls;
+  for (int i = 0; i < kUpstreams; ++i) {
+    controls.push_back(dir.path("upstream-" + std::to_string(i) + ".ctl"));
+    std::ofstream(controls.back()).flush();
+    servers["u" + std::to_string(i)] = {{"command", "node"},
+                                        {"args",
+                                         {testing::test_upstream_js(), "stdio", "--quiet",
+                                          "--tools", "2", "--control", controls.back()}}};
+  }
+  Json all = Json::array();
+  for (int i = 0; i < kUpstreams; ++i) all.push_back("u" + std::to_string(i));
+  Json config = {{"mcpServers", servers},
+                 {"quiver",
+                  {{"redis", seeds_url(*cluster_)},
+                   {"members", {"alice"}},
+                   {"grants", {{"alice", all}}},
+                   {"caller_token_keys", {{"k1", {{"file", key_file}}}}},
+                   {"runtime",
+                    {{"list_timeout_ms", 30000},
+                     {"request_timeout_ms", 30000},
+                     {"store_check_interval_ms", 200}}}}}};
+  AgentServe agent(config, {}, dir.root());
+  ASSERT_TRUE(agent.ok()) << agent.logs();
+  Result<std::string> token =
+      mint_caller_token("alice", kTokenKey, "k1", system_clock_ms()(), 3'600'000);
+  ASSERT_TRUE(token.ok()) << token.error().message;
+  const httplib::Headers auth = {{"Authorization", "Bearer " + *token}};
+  // id -> tool names, of every connection alice sees with a manifest.
+  auto tools = [&]() {
+    std::map<std::string, std::vector<std::string>> out;
+    auto r = http_request("GET", agent.url("/v1/manifests"), auth);
+    if (!r || r->status != 200) return out;
+    Result<Json> body = parse_json(r->body);
+    if (!body.ok()) return out;
+    for (const Json& c : (*body)["connections"]) {
+      if (!c.contains("manifest")) continue;
+      for (const Json& t : c["manifest"]["tools"]["items"]) {
+        out[c.value("id", "")].push_back(t.value("name", ""));
+      }
+    }
+    return out;
+  };
+  ASSERT_TRUE(wait_until([&] { return tools().size() == kUpstreams; }, 60000)) << agent.logs();
+  const auto before = tools();
+
+  testing::CliRun migrated =
+      testing::run({"migrate-layout", "v2", "--settle", "1s", "--config", agent.config_path()});
+  ASSERT_EQ(migrated.code, 0) << migrated.out << migrated.err;
+  EXPECT_NE(migrated.out.find("v2:ready:"), std::string::npos) << migrated.out;
+  // The engine reloads into v2 on its own (its store check sees the switch).
+  ASSERT_TRUE(wait_until([&] { return agent.logs().find("reloaded") != std::string::npos; }, 30000))
+      << agent.logs();
+  ASSERT_TRUE(wait_until([&] { return tools() == before; }, 30000)) << agent.logs();
+
+  // A changed upstream, refreshed by hand: listed and committed into v2.
+  std::ofstream(controls[0], std::ios::app) << R"({"add_tool":"after_switch"})"
+                                            << "\n";
+  auto queued = http_request("POST", agent.url("/v1/mcp-connections/u0/refresh-tools"), auth);
+  ASSERT_TRUE(queued);
+  EXPECT_EQ(queued->status, 202) << queued->body;
+  EXPECT_TRUE(wait_until(
+      [&] {
+        auto now = tools();
+        const auto& names = now["u0"];
+        return std::find(names.begin(), names.end(), "after_switch") != names.end();
+      },
+      30000))
+      << agent.logs();
+
+  // The manifests are v2 keys, spread: on more than one master, each in its connection's slot.
+  const RedisKeys v2 = *RedisKeys::create("default", KeyLayout::kV2);
+  std::set<int> masters;
+  for (int i = 0; i < kUpstreams; ++i) {
+    const std::string key = *v2.manifest("u" + std::to_string(i), Principal::shared());
+    auto [master, replica] = master_and_replica(*cluster_, cluster_key_slot(key));
+    ASSERT_NE(master, 0) << key;
+    RedisConnection c(cluster_->connect(master));
+    ASSERT_TRUE(c);
+    EXPECT_EQ(run_argv(c.get(), {"EXISTS", key}).integer, 1) << key;
+    masters.insert(master);
+  }
+  EXPECT_GT(masters.size(), 1u);
   EXPECT_EQ(agent.logs().find(kPassword), std::string::npos);
   agent.stop();
 }

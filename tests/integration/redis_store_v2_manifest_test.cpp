@@ -583,6 +583,81 @@ TEST_P(RedisStoreV2Manifest, AV2StoreWritesNothingToAV1Namespace) {
   }
 }
 
+// The walk over every manifest record (list_manifest_metas: tests and the maintenance benchmark's
+// "before"; maintenance reads the due index): on v2 every master is SCANned in turn, the cursor
+// naming the master by its lowest slot. Paged one at a time it lists what a v1 store lists for
+// the same writes, each once; a cursor of the other layout's shape is refused. And v2 has no
+// epoch: the store says so instead of reading or writing a key v2 does not have.
+TEST_P(RedisStoreV2Manifest, TheWalkOfEveryManifestVisitsEveryMaster) {
+  std::unique_ptr<RedisStore> one = v1_namespace();
+  ASSERT_NE(one, nullptr);
+  ASSERT_NO_FATAL_FAILURE(v2_namespace());
+  std::unique_ptr<RedisStore> two = store(kV2Ns, KeyLayout::kV2);
+  ASSERT_NE(two, nullptr);
+  ASSERT_TRUE(two->read_namespace().ok());
+  // Twelve more shared connections, so the records spread over the masters.
+  std::vector<ConnectionRecord> more = records();
+  for (int i = 0; i < 12; ++i) {
+    more.push_back(stdio_record("extra-" + std::to_string(i), CredentialMode::kShared, kNow));
+  }
+  for (RedisStore* s : {one.get(), two.get()}) {
+    ASSERT_TRUE(s->sync_connections(more).ok());
+    ASSERT_NO_FATAL_FAILURE(same_operations(*s));
+    for (int i = 0; i < 12; ++i) {
+      const std::string cid = "extra-" + std::to_string(i);
+      AcquireResult a = acquire(*s, cid, Principal::shared(), 'e');
+      ASSERT_TRUE(a.acquired);
+      ASSERT_EQ(commit(*s, cid, Principal::shared(), a.lease, listing_write(cid, kNow)),
+                LeaseOutcome::kOk);
+    }
+  }
+  auto walk = [](RedisStore& s, std::size_t batch) {
+    std::multiset<std::string> seen;
+    std::string cursor;
+    for (int pages = 0; pages < 1000; ++pages) {
+      Result<ManifestPage> page = s.list_manifest_metas(cursor, batch);
+      EXPECT_TRUE(page.ok()) << page.error().message;
+      if (!page.ok()) break;
+      EXPECT_TRUE(page->unreadable.empty());
+      for (const ManifestMeta& m : page->metas) {
+        seen.insert(m.connection_id + " " + m.principal.str() + " " + m.etag);
+      }
+      if (page->next_cursor.empty()) break;
+      cursor = page->next_cursor;
+    }
+    return seen;
+  };
+  const std::multiset<std::string> v1_all = walk(*one, 100);
+  EXPECT_EQ(v1_all.size(), 14u);
+  for (std::size_t batch : {std::size_t{1}, std::size_t{3}, std::size_t{100}}) {
+    EXPECT_EQ(walk(*two, batch), v1_all) << "batch " << batch;
+  }
+  if (on_cluster()) {
+    std::set<std::string> masters;
+    const std::set<std::string> written = keys_of(kV2Ns);
+    const ClusterSlotMap map = pool_->map();
+    for (const std::string& key : written) {
+      if (v2_.parse(key)->kind != KeyKind::kManifest) continue;
+      const ClusterShard* shard = map.shard_for_slot(cluster_key_slot(key));
+      ASSERT_NE(shard, nullptr);
+      masters.insert(shard->master.host + ":" + std::to_string(shard->master.port));
+    }
+    EXPECT_GT(masters.size(), 1u) << "the records are on several masters";
+  }
+  Result<ManifestPage> bad = two->list_manifest_metas("17", 1);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_FALSE(two->list_manifest_metas("16384.0", 1).ok());
+  EXPECT_FALSE(one->list_manifest_metas("0.0", 1).ok());
+
+  EXPECT_TRUE(one->has_epoch());
+  EXPECT_FALSE(two->has_epoch());
+  for (Result<int64_t> e : {two->read_epoch(), two->bump_epoch()}) {
+    ASSERT_FALSE(e.ok());
+    EXPECT_EQ(e.error().code, ErrorCode::kStoreUnavailable) << e.error().message;
+  }
+}
+
 // What the split costs a refresh on one Redis (loopback): acquire + commit of an unchanged listing,
 // v1's one script against v2's body check, commit script and ZADD. Printed, not asserted.
 TEST_P(RedisStoreV2Manifest, WhatACommitCosts) {

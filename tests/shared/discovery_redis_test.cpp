@@ -223,12 +223,12 @@ TEST(DiscoveryRedis, ANamespaceNotReadyIsItsOwnErrorNotAnEmptySnapshot) {
 // unavailable (503 at both hosts), never an empty snapshot, and the message names the record.
 TEST(DiscoveryRedis, AnUnknownLayoutIsTheStoreUnavailableNamingTheRecord) {
   const RespValue reply =
-      A({S("quiver.layout.v1"), S("v2:filling:1700000000000"), S("quiver:{team}:layout")});
+      A({S("quiver.layout.v1"), S("v3:ready:1700000000000"), S("quiver:{team}:layout")});
   Result<DiscoverySnapshot> s = decode_discovery_reply(reply, member_principal("alice"));
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error().code, ErrorCode::kStoreUnavailable);
   EXPECT_NE(s.error().message.find("quiver:{team}:layout"), std::string::npos) << s.error().message;
-  EXPECT_NE(s.error().message.find("`v2:filling:1700000000000`"), std::string::npos)
+  EXPECT_NE(s.error().message.find("`v3:ready:1700000000000`"), std::string::npos)
       << s.error().message;
   // A conditional read answered so is no "unchanged": the same error.
   DiscoverySnapshot held = *decode_discovery_reply(good_reply(), member_principal("alice"));

@@ -203,7 +203,7 @@ TEST(SpreadDiscoveryRead, TheLayoutRecordMustNameTheKeysLayout) {
       {&kKeys, RespValue::bulk_string("v2:ready:5"), false, KeyLayout::kV2},
       {&v2, RespValue::bulk_string("v2:ready:5"), true, KeyLayout::kV2},
       {&v2, RespValue::nil(), false, KeyLayout::kV1},
-      {&v2, RespValue::bulk_string("v2:filling:5"), false, std::nullopt},
+      {&v2, RespValue::bulk_string("v2:filling:5"), false, KeyLayout::kV1},  // copying: v1
       {&kKeys, RespValue::bulk_string("v9:ready:5"), false, std::nullopt},
   };
   for (const Case& c : cases) {

@@ -755,7 +755,7 @@ TEST(EdgeService, AnUnknownKeyLayoutIs503NeverAnEmptyList) {
   EdgeStep s = edge->begin(get("/v1/manifests", token_for("alice")), kNow, kRandom);
   ASSERT_EQ(s.action, EdgeAction::kRedis);
   s = edge->feed(s.handle,
-                 "+OK\r\n" + encode_reply(A({S("quiver.layout.v1"), S("v2:filling:1"),
+                 "+OK\r\n" + encode_reply(A({S("quiver.layout.v1"), S("v3:ready:1"),
                                              S("quiver:{default}:layout")})),
                  kNow);
   ASSERT_EQ(s.action, EdgeAction::kRespond);
@@ -763,8 +763,8 @@ TEST(EdgeService, AnUnknownKeyLayoutIs503NeverAnEmptyList) {
   EXPECT_EQ(error_code_of(s), "STORE_UNAVAILABLE");
   EXPECT_NE(body_of(s)["error"]["message"].get<std::string>().find("key layout"), std::string::npos)
       << s.response.body;
-  EXPECT_EQ(s.response.body.find("v2:filling"), std::string::npos) << "details stay in the log";
-  EXPECT_NE(s.log.find("`v2:filling:1`"), std::string::npos) << s.log;
+  EXPECT_EQ(s.response.body.find("v3:ready"), std::string::npos) << "details stay in the log";
+  EXPECT_NE(s.log.find("`v3:ready:1`"), std::string::npos) << s.log;
   edge->end(s.handle);
   EXPECT_EQ(edge->open_requests(), 0u);
 }

@@ -35,24 +35,48 @@ TEST(Layout, ThisBuildReadsV1AndNothingElse) {
   EXPECT_TRUE(layout_readable(std::nullopt));  // no record: layout v1
   EXPECT_TRUE(layout_readable(std::string_view("v1:ready:1")));
   EXPECT_TRUE(layout_readable(std::string_view("v1:anything")));
-  for (const char* other : {"v2:filling:1", "v2:ready:1", "v10:ready:1", "v1", "", "garbage",
-                            "V1:ready:1", " v1:ready:1"}) {
+  // The copy to v2 under way: v1 holds the data until the switch.
+  EXPECT_TRUE(layout_readable(std::string_view("v2:filling:1")));
+  for (const char* other : {"v2:ready:1", "v10:ready:1", "v1", "", "garbage", "V1:ready:1",
+                            " v1:ready:1", "v2:filling", "v2:fillingx:1"}) {
     EXPECT_FALSE(layout_readable(std::string_view(other))) << other;
   }
-  Error e = unknown_layout_error("quiver:{team}:layout", "v2:filling:1", "discovery read");
+  Error e = unknown_layout_error("quiver:{team}:layout", "v3:ready:1", "discovery read");
   EXPECT_EQ(e.code, ErrorCode::kStoreUnavailable);
   EXPECT_NE(e.message.find("quiver:{team}:layout"), std::string::npos) << e.message;
-  EXPECT_NE(e.message.find("`v2:filling:1`"), std::string::npos) << e.message;
+  EXPECT_NE(e.message.find("`v3:ready:1`"), std::string::npos) << e.message;
   EXPECT_NE(e.message.find("discovery read"), std::string::npos) << e.message;
+  EXPECT_TRUE(is_unknown_layout_error(e));
+  EXPECT_FALSE(is_layout_migrating_error(e));
+  // While filling, a writer's refusal says the copy is under way.
+  Error filling = unknown_layout_error("quiver:{team}:layout", "v2:filling:1", "store check");
+  EXPECT_NE(filling.message.find("`v2:filling:1`"), std::string::npos) << filling.message;
+  EXPECT_NE(filling.message.find("migrate-layout"), std::string::npos) << filling.message;
+  EXPECT_TRUE(is_layout_migrating_error(filling));
+  EXPECT_TRUE(is_unknown_layout_error(filling));
+}
+
+TEST(Layout, WritersWriteV1OrV2AndNothingWhileTheCopyRuns) {
+  EXPECT_EQ(write_layout(std::nullopt), KeyLayout::kV1);
+  EXPECT_EQ(write_layout(std::string_view("v1:ready:1")), KeyLayout::kV1);
+  EXPECT_EQ(write_layout(std::string_view("v2:ready:1765000000000")), KeyLayout::kV2);
+  for (const char* other : {"v2:filling:1", "v2:ready:x", "v3:ready:1", "", "garbage"}) {
+    EXPECT_EQ(write_layout(std::string_view(other)), std::nullopt) << other;
+  }
+  EXPECT_EQ(layout_record_value(KeyLayout::kV2, "filling", 17), "v2:filling:17");
+  EXPECT_EQ(layout_record_value(KeyLayout::kV2, "ready", 18), "v2:ready:18");
+  EXPECT_TRUE(parse_layout_record(layout_record_value(KeyLayout::kV2, "ready", 18)).ok());
 }
 
 TEST(Layout, ReadersReadV2OnlyOnceItIsReady) {
   EXPECT_EQ(read_layout(std::nullopt), KeyLayout::kV1);
   EXPECT_EQ(read_layout(std::string_view("v1:ready:1")), KeyLayout::kV1);
   EXPECT_EQ(read_layout(std::string_view("v2:ready:1765000000000")), KeyLayout::kV2);
-  // The copy is not complete while filling; a record that does not parse names nothing.
-  for (const char* other : {"v2:filling:1", "v2:ready:", "v2:ready:x", "v2:ready", "v3:ready:1",
-                            "v20:ready:1", "V2:ready:1", "v2:Ready:1", ""}) {
+  // The copy is not complete while filling: v1 is read; a record that does not parse names
+  // nothing.
+  EXPECT_EQ(read_layout(std::string_view("v2:filling:1")), KeyLayout::kV1);
+  for (const char* other : {"v2:ready:", "v2:ready:x", "v2:ready", "v3:ready:1", "v20:ready:1",
+                            "V2:ready:1", "v2:Ready:1", ""}) {
     EXPECT_EQ(read_layout(std::string_view(other)), std::nullopt) << other;
   }
   auto reply = [](RespValue value) {
