@@ -108,11 +108,13 @@ Status SpreadWebhookRefresh::feed(const std::vector<RespValue>& replies) {
 }
 
 Status SpreadWebhookRefresh::feed_checks(const std::vector<RespValue>& replies) {
-  // The layout record: v2:ready, or nothing is written.
+  // The layout record: v2:ready, or nothing is written. A writer's rule (write_layout): a
+  // namespace being copied (`v2:filling:<at>`, which readers read as v1) takes no write in either
+  // layout, so it is unknown here, not v1.
   std::optional<std::string_view> layout = replies[0].as_string();
   if (!layout && !replies[0].is_nil())
     return bad_reply("layout record", "neither a string nor nil");
-  layout_seen_ = read_layout(layout);
+  layout_seen_ = write_layout(layout);
   if (!layout_seen_) return unknown_layout_error(keys_.layout(), *layout, "webhook");
   if (*layout_seen_ != KeyLayout::kV2) {
     return Error(ErrorCode::kStoreUnavailable,

@@ -78,7 +78,8 @@ class SpreadWebhookRefresh {
   // The outcome, once done().
   WebhookRefreshReply take_reply();
 
-  // After round 1: the layout the namespace's record names, when this build reads it.
+  // After round 1: the layout the namespace's record says a writer writes it in (write_layout,
+  // shared/layout.h: nullopt for a record this build does not write, `v2:filling:<at>` included).
   std::optional<KeyLayout> layout_seen() const { return layout_seen_; }
 
  private:
