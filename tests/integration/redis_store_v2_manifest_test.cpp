@@ -620,7 +620,7 @@ TEST_P(RedisStoreV2Manifest, TheWalkOfEveryManifestVisitsEveryMaster) {
       if (!page.ok()) break;
       EXPECT_TRUE(page->unreadable.empty());
       for (const ManifestMeta& m : page->metas) {
-        seen.insert(m.connection_id + " " + m.principal.str() + " " + m.etag);
+        seen.insert(m.connection_id + " " + m.principal.str() + " " + m.etag.value_or(""));
       }
       if (page->next_cursor.empty()) break;
       cursor = page->next_cursor;
