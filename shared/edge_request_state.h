@@ -6,7 +6,8 @@
 //
 //   kDeciding ──kReadSnapshot──▶ kReadingSnapshot ──kRedisAnswered / kStoreFailed──▶ kDeciding
 //   kDeciding ──kQueue──▶ kQueueing ──kRedisAnswered / kStoreFailed──▶ kDeciding
-//   kDeciding ──kSendWebhook──▶ kWebhook ──kRedisAnswered / kStoreFailed──▶ kDeciding
+//   kDeciding ──kSendWebhook──▶ kWebhook ──kRedisAnswered / kStoreFailed──▶ kDeciding (v2: again
+//                                                                          per round)
 //   kDeciding ──kSendOAuthCallback──▶ kOAuthCallback ──kRedisAnswered / kStoreFailed──▶ kDeciding
 //   kDeciding ──kReadBodies──▶ kReadingBodies ──kRedisAnswered / kStoreFailed──▶ kDeciding
 //   kDeciding ──kRelay──▶ kRelaying ──kRedisAnswered / kStoreFailed──▶ kDeciding
@@ -23,7 +24,7 @@ enum class EdgePhase {
   kDeciding = 0,     // begun, or Redis just answered: the core picks the next step; no round open
   kReadingSnapshot,  // the discovery read script is in flight
   kQueueing,       // revalidations the answer waits for are in flight (the exchange's NeedEnqueue)
-  kWebhook,        // the webhook script is in flight
+  kWebhook,        // a webhook round is in flight (v1: its one script; v2: one of its rounds)
   kResponded,      // the answer went out; the revalidations it asked for wait for background()
   kBackground,     // those revalidations are in flight, after the answer
   kDone,           // nothing left: end() frees the request

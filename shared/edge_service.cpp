@@ -11,6 +11,7 @@
 #include "shared/oauth_callback.h"
 #include "shared/sha256.h"
 #include "shared/webhook_exchange.h"
+#include "shared/webhook_spread.h"
 
 namespace quiver {
 
@@ -118,6 +119,9 @@ struct EdgeService::Request {
   int64_t now_ms = 0;              // of the host's latest call for this request (log throttling)
   std::string webhook_reason;      // the sender's, for the log
   bool webhook_legacy_v1 = false;  // signed with the deprecated v1 form only: said in the log
+  // A checked webhook (kept for a switch of layout), and its rounds on key layout v2.
+  std::optional<WebhookChecked> webhook;
+  std::optional<SpreadWebhookRefresh> hook;
   std::vector<Revalidation> background;
   // A snapshot waiting for the bodies its records name (kReadingBodies), and their digests.
   std::optional<DiscoverySnapshot> pending;
@@ -485,20 +489,34 @@ EdgeStep EdgeService::webhook(Request& r, const HttpRequest& request, int64_t no
     return respond_now(r, std::move(refused->response), std::move(refused->log));
   }
   WebhookChecked& checked = std::get<WebhookChecked>(check);
+  r.webhook_reason = checked.request.targets.front().reason;
+  r.webhook_legacy_v1 = checked.verified.legacy_v1;
+  r.webhook = std::move(checked);
+  return webhook_send(r, now_ms);
+}
+
+// On v1 the one script; on v2 the first of its rounds (shared/webhook_spread.h), each a spread
+// round of the request's RoutedConversation. `now_ms` is the marks' time.
+EdgeStep EdgeService::webhook_send(Request& r, int64_t now_ms) {
+  const WebhookChecked& checked = *r.webhook;
   if (layout_ == KeyLayout::kV2) {
-    // webhook_refresh.lua would refuse it too (it reads v1 only): said here without a round trip.
-    ++v2_not_served_;
-    return respond_now(r, error_response(HttpErrorCode::kStoreUnavailable, kNotServedOnV2),
-                       std::string("webhook: ") + kNotServedOnV2);
+    Result<SpreadWebhookRefresh> hook = SpreadWebhookRefresh::start(
+        *keys_v2_, checked.verified, checked.request, now_ms, settings_->enqueue);
+    if (!hook.ok()) {
+      return respond_now(r, error_response(HttpErrorCode::kInternal, "internal error"),
+                         "webhook: " + hook.error().message);
+    }
+    r.hook = std::move(*hook);
+    return send(r, EdgeEvent::kSendWebhook, r.hook->commands(), ScriptForm::kBySha,
+                /*spread=*/true);
   }
+  r.hook.reset();
   Result<RedisCommand> command = webhook_refresh_command(*keys_, checked.verified, checked.request,
                                                          now_ms, settings_->enqueue);
   if (!command.ok()) {
     return respond_now(r, error_response(HttpErrorCode::kInternal, "internal error"),
                        "webhook: " + command.error().message);
   }
-  r.webhook_reason = checked.request.targets.front().reason;
-  r.webhook_legacy_v1 = checked.verified.legacy_v1;
   return send(r, EdgeEvent::kSendWebhook, {std::move(*command)});
 }
 
@@ -917,6 +935,34 @@ EdgeStep EdgeService::complete(Request& r, std::vector<RespValue> replies, int64
       advance(r, EdgeEvent::kRedisAnswered);
       return drive(r, r.exchange->resume_enqueue(parse_enqueue_replies(replies), now_ms), now_ms);
     case EdgePhase::kWebhook: {
+      if (r.hook) {
+        if (Status fed = r.hook->feed(replies); !fed.ok()) {
+          // The namespace is in v1 (back, or this isolate had not seen it move): its script
+          // serves it, once per request. Nothing was written by the rounds.
+          if (r.hook->layout_seen() == KeyLayout::kV1 && !r.switched) {
+            layout_ = KeyLayout::kV1;
+            r.switched = true;
+            advance(r, EdgeEvent::kRedisAnswered);
+            return webhook_send(r, now_ms);
+          }
+          return store_failed(r, fed.error(), now_ms);
+        }
+        advance(r, EdgeEvent::kRedisAnswered);
+        if (!r.hook->done()) {
+          return send(r, EdgeEvent::kSendWebhook, r.hook->commands(), ScriptForm::kBySha,
+                      /*spread=*/true);
+        }
+        Result<WebhookRefreshReply> reply = r.hook->take_reply();
+        r.hook.reset();
+        return webhook_answered(r, reply);
+      }
+      if (!r.switched && names_v2_ready(replies[0])) {
+        // webhook_refresh.lua found the namespace in v2 (it wrote nothing): its rounds serve it.
+        layout_ = KeyLayout::kV2;
+        r.switched = true;
+        advance(r, EdgeEvent::kRedisAnswered);
+        return webhook_send(r, now_ms);
+      }
       Result<WebhookRefreshReply> reply = parse_webhook_refresh_reply(replies[0]);
       if (!reply.ok()) return store_failed(r, reply.error(), now_ms);
       advance(r, EdgeEvent::kRedisAnswered);

@@ -51,8 +51,11 @@
 //   namespace in the layout its record names, switching when a read says so (the v1 script's
 //   layout-unknown reply naming v2:ready, or a round 1 that finds v1), once per request; on v2 the
 //   read goes in rounds (shared/discovery_spread.h), each a spread round of the request's
-//   RoutedConversation, the L1 key carries the layout, and the paths that write (enqueues, the
-//   webhook, relayed calls) answer 503 instead of writing v1 keys nobody reads.
+//   RoutedConversation, and the L1 key carries the layout. The signed webhook is served in both
+//   layouts: on v1 its one script, on v2 its rounds (shared/webhook_spread.h), switching once per
+//   request as the read does (the v1 script's layout-unknown reply naming v2:ready, or a round 1
+//   that finds v1). The other paths that write (enqueues, relayed calls) answer 503 on v2 instead
+//   of writing v1 keys nobody reads.
 // Every discovery read says where it came from in `X-Quiver-Cache` (`hit`, `miss`, `revalidated`,
 // `stale-if-error`, `fail-fast`). Revalidations the answer asks for are queued in the background,
 // once per key per claim period from this isolate (the Redis gate dedups across isolates).
@@ -185,6 +188,8 @@ class EdgeService {
   // Hands a snapshot read (or its failure) to the request's core: the exchange or the endpoint.
   EdgeStep resume_snapshot(Request& r, Result<DiscoverySnapshot> snapshot, int64_t now_ms);
   EdgeStep webhook(Request& r, const HttpRequest& request, int64_t now_ms);
+  // The checked webhook (r.webhook) sent in the isolate's layout: v1's script, or v2's first round.
+  EdgeStep webhook_send(Request& r, int64_t now_ms);
   EdgeStep webhook_answered(Request& r, const Result<WebhookRefreshReply>& outcome);
   EdgeStep oauth_callback(Request& r, const HttpRequest& request, int64_t now_ms);
   EdgeStep oauth_callback_answered(Request& r, const Result<std::optional<std::string>>& reply);

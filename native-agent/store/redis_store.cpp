@@ -30,6 +30,7 @@
 #include "shared/redis_conversation.h"
 #include "shared/resp.h"
 #include "shared/schema_assets.h"
+#include "shared/webhook_spread.h"
 
 namespace quiver {
 
@@ -3084,13 +3085,28 @@ Result<std::vector<std::string>> RedisStore::remove_idle_consumers(std::string_v
 // ---- the refresh webhook ------------------------------------------------------------------------
 
 // The edge's own step (shared/discovery_redis.h webhook_refresh_command): the same script, the
-// same arguments (the gate's window, the stream's bound, a manual refresh's requeue age).
+// same arguments (the gate's window, the stream's bound, a manual refresh's requeue age). On key
+// layout v2 the same state machine as the edge's (shared/webhook_spread.h), each round's commands
+// routed by their keys; a Redis error in any round fails the call (the replay guard, set last,
+// is not set: the sender's retry of the same signed request does it again).
 Result<WebhookRefreshReply> RedisStore::apply_webhook(const WebhookVerified& verified,
                                                       const WebhookRefreshRequest& request,
                                                       int64_t now_ms, int64_t window_ms) {
   EnqueueOptions options;
   options.window_ms = window_ms;
   options.stream_maxlen = impl_->options.revalidate_stream_max_len;
+  if (writes_v2(impl_->keys)) {
+    Result<SpreadWebhookRefresh> hook =
+        SpreadWebhookRefresh::start(impl_->keys, verified, request, now_ms, options);
+    if (!hook.ok()) return hook.error();
+    while (!hook->done()) {
+      Result<std::vector<RespValue>> replies =
+          run_spread_checked(*impl_->main, hook->commands(), "webhook");
+      if (!replies.ok()) return replies.error();
+      if (Status fed = hook->feed(*replies); !fed.ok()) return fed.error();
+    }
+    return hook->take_reply();
+  }
   Result<RespValue> reply = impl_->script(
       webhook_refresh_command(impl_->keys, verified, request, now_ms, options), "webhook_refresh");
   if (!reply.ok()) return reply.error();

@@ -205,7 +205,8 @@ class RedisStore final : public ManifestStore {
 
   Result<std::vector<std::string>> remove_idle_consumers(std::string_view self,
                                                          int64_t min_idle_ms) override;
-  // One EVAL of schema/lua/webhook_refresh.lua, exactly as the edge sends it.
+  // One EVAL of schema/lua/webhook_refresh.lua, exactly as the edge sends it; on key layout v2
+  // its rounds (shared/webhook_spread.h), as the edge drives them.
   Result<WebhookRefreshReply> apply_webhook(const WebhookVerified& verified,
                                             const WebhookRefreshRequest& request, int64_t now_ms,
                                             int64_t window_ms) override;

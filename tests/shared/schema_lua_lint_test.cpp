@@ -16,8 +16,9 @@
 // Two v1 scripts are exempt as a whole, because what they read depends on data they read first:
 // discovery_read.lua (a member's page of connections) and webhook_refresh.lua (the principals a
 // webhook names). Key layout v2 replaces the first with discovery_conn_read.lua and
-// discovery_member_read.lua (shared/discovery_spread.h), which the lint checks like every other
-// script; the second is planned (docs/design.md "Key layout v2").
+// discovery_member_read.lua (shared/discovery_spread.h), and the second with
+// webhook_mark_v2.lua and webhook_conn_mark_v2.lua (shared/webhook_spread.h), which the lint
+// checks like every other script.
 #include <algorithm>
 #include <cctype>
 #include <cstddef>
