@@ -51,8 +51,11 @@
 //   namespace in the layout its record names, switching when a read says so (the v1 script's
 //   layout-unknown reply naming v2:ready, or a round 1 that finds v1), once per request; on v2 the
 //   read goes in rounds (shared/discovery_spread.h), each a spread round of the request's
-//   RoutedConversation, the L1 key carries the layout, and the paths that write (enqueues, the
-//   webhook, relayed calls) answer 503 instead of writing v1 keys nobody reads.
+//   RoutedConversation, the L1 key carries the layout; an enqueue (the answer's manual refresh,
+//   the background revalidations) is two spread rounds, the gates (revalidate_gate.lua, none for
+//   an entry whose snapshot says its lease is held) then the XADDs of the gates won to each
+//   connection's shard stream; the webhook and relayed calls answer 503 instead of writing v1
+//   keys nobody reads.
 // Every discovery read says where it came from in `X-Quiver-Cache` (`hit`, `miss`, `revalidated`,
 // `stale-if-error`, `fail-fast`). Revalidations the answer asks for are queued in the background,
 // once per key per claim period from this isolate (the Redis gate dedups across isolates).
@@ -214,6 +217,17 @@ class EdgeService {
   // `spread`: each command to the node of its own key's slot (key layout v2).
   EdgeStep send(Request& r, EdgeEvent event, std::vector<RedisCommand> commands,
                 ScriptForm form = ScriptForm::kBySha, bool spread = false);
+  // The round of `commands` on r's conversation, in its current phase (send() without the move).
+  EdgeStep transmit(Request& r, std::vector<RedisCommand> commands, ScriptForm form, bool spread,
+                    bool read);
+  // Key layout v2's enqueue (shared/discovery_redis.h): the gates of `revalidations` as one spread
+  // round opened by `event` (kQueue or kBackground), nothing for those whose lease is held; then
+  // the XADDs of the gates won as a second spread round; then the results, one per revalidation.
+  EdgeStep enqueue_v2(Request& r, EdgeEvent event, const std::vector<Revalidation>& revalidations,
+                      const std::vector<bool>& lease_held, int64_t now_ms);
+  EdgeStep enqueue_v2_answered(Request& r, std::vector<RespValue> replies, int64_t now_ms);
+  // The enqueue's results, to the exchange (kQueueing) or the log (kBackground).
+  EdgeStep enqueued(Request& r, std::vector<Result<RevalidationResult>> results, int64_t now_ms);
   EdgeStep complete(Request& r, std::vector<RespValue> replies, int64_t now_ms);
   // A snapshot read in full: kept (L1 and, for conditional reads, kept_), then answered from.
   EdgeStep full_read(Request& r, DiscoverySnapshot snapshot, int64_t now_ms);
