@@ -2,10 +2,11 @@
 // v2"), on one real redis-server and on a real six-node Redis Cluster: the enqueue in two one-slot
 // steps (the gate, with the lease, on the manifest's slot; then the XADD on the connection's shard
 // stream), the consumer side over the S shard streams (read, ack, claim, idle consumers), and the
-// bounded poll that stands in for v1's blocking read. On one redis-server also the edge's Redis
-// user (schema/redis-acl-edge.txt): it may run the gate and the XADD, and nothing else of v2.
+// bounded poll that stands in for v1's blocking read. And, on a redis-server of its own, the edge's
+// Redis user (schema/redis-acl-edge.txt): it may run the gate and the XADD, and nothing else of v2.
 #include <atomic>
 #include <chrono>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <set>
@@ -139,8 +140,8 @@ class RedisStoreV2Queue : public ::testing::TestWithParam<Deployment> {
     return n;
   }
 
-  RevalidationOutcome enqueue(const std::string& cid, const Principal& p,
-                              const std::string& reason, int64_t window = kWindow) {
+  RevalidationOutcome enqueue(const std::string& cid, const Principal& p, const std::string& reason,
+                              int64_t window = kWindow) {
     Result<RevalidationOutcome> r = store_->enqueue_revalidation(cid, p, reason, window);
     EXPECT_TRUE(r.ok()) << r.error().message;
     return r.ok() ? *r : RevalidationOutcome::kAlreadyQueued;
@@ -155,7 +156,8 @@ class RedisStoreV2Queue : public ::testing::TestWithParam<Deployment> {
   // Consumers of the group on shard `k`'s stream, by name.
   std::set<std::string> consumers(uint32_t k) {
     std::set<std::string> out;
-    RespValue r = raw({"XINFO", "CONSUMERS", *keys_.revalidate_stream(k), kRevalidateConsumerGroup});
+    RespValue r =
+        raw({"XINFO", "CONSUMERS", *keys_.revalidate_stream(k), kRevalidateConsumerGroup});
     if (r.is_error()) return out;
     for (const RespValue& c : r.elements) {
       for (std::size_t i = 0; i + 1 < c.elements.size(); i += 2) {
@@ -187,15 +189,15 @@ TEST_P(RedisStoreV2Queue, EnqueueReadAckOnTheConnectionsShard) {
   auto a = entries(stream(kAlpha));
   ASSERT_EQ(a.size(), 1u);
   EXPECT_EQ(a[0].second, (std::map<std::string, std::string>{{"cid", kAlpha},
-                                                              {"principal", "shared"},
-                                                              {"reason", "stale"},
-                                                              {"at", std::to_string(kNow)}}));
+                                                             {"principal", "shared"},
+                                                             {"reason", "stale"},
+                                                             {"at", std::to_string(kNow)}}));
   auto b = entries(stream(kBeta));
   ASSERT_EQ(b.size(), 1u);
   EXPECT_EQ(b[0].second, (std::map<std::string, std::string>{{"cid", kBeta},
-                                                              {"principal", "member/m1"},
-                                                              {"reason", "expired"},
-                                                              {"at", std::to_string(kNow + 5)}}));
+                                                             {"principal", "member/m1"},
+                                                             {"reason", "expired"},
+                                                             {"at", std::to_string(kNow + 5)}}));
   EXPECT_EQ(entries_elsewhere({shards_[kAlpha], shards_[kBeta]}), 0);
   // The stream lives in the shard's slot, the gate in the manifest's (the connection's for
   // `shared`, the member's for a member): the two steps are two slots.
@@ -204,13 +206,14 @@ TEST_P(RedisStoreV2Queue, EnqueueReadAckOnTheConnectionsShard) {
     RespValue slot = raw({"CLUSTER", "KEYSLOT", s});
     if (on_cluster()) {
       EXPECT_EQ(slot.integer, cluster_key_slot(s));
-      EXPECT_EQ(slot.integer, cluster_key_slot("{" + std::string(kNs) + ":s:" +
-                                               std::to_string(shards_[cid]) + "}"));
+      EXPECT_EQ(slot.integer, cluster_key_slot("{" + std::string(kNs) +
+                                               ":s:" + std::to_string(shards_[cid]) + "}"));
     }
   }
   const std::string alpha_gate = *keys_.revalidate_gate(kAlpha, Principal::shared());
   const std::string beta_gate = *keys_.revalidate_gate(kBeta, m1());
-  EXPECT_EQ(cluster_key_slot(alpha_gate), cluster_key_slot(*keys_.manifest(kAlpha, Principal::shared())));
+  EXPECT_EQ(cluster_key_slot(alpha_gate),
+            cluster_key_slot(*keys_.manifest(kAlpha, Principal::shared())));
   EXPECT_EQ(cluster_key_slot(beta_gate), cluster_key_slot(*keys_.manifest(kBeta, m1())));
   EXPECT_NE(cluster_key_slot(alpha_gate), cluster_key_slot(stream(kAlpha)));
   EXPECT_EQ(raw({"GET", alpha_gate}).str, std::to_string(kNow));
@@ -323,7 +326,7 @@ TEST_P(RedisStoreV2Queue, ADeadConsumersRequestsAreClaimedOnEveryShard) {
   }
 
   // `dead` holds nothing now: removed from every shard's group; `busy`, with a request pending on
-  // one shard, is kept on all; `live` is the caller.
+  // alpha's shard, is kept there; `live` is the caller.
   EXPECT_EQ(enqueue(kAlpha, m1(), "stale"), RevalidationOutcome::kQueued);
   ASSERT_EQ(read("busy", 1).requests.size(), 1u);
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -333,10 +336,10 @@ TEST_P(RedisStoreV2Queue, ADeadConsumersRequestsAreClaimedOnEveryShard) {
   for (uint32_t k = 0; k < keys_.shard_count(); ++k) {
     std::set<std::string> names = consumers(k);
     EXPECT_EQ(names.count("dead"), 0u) << k;
-    EXPECT_EQ(names.count("busy"), 1u) << k;
   }
-  ASSERT_TRUE(store_->ack_revalidations(std::vector<std::string>(claimed.begin(), claimed.end()))
-                  .ok());
+  EXPECT_EQ(consumers(shards_[kAlpha]).count("busy"), 1u);
+  ASSERT_TRUE(
+      store_->ack_revalidations(std::vector<std::string>(claimed.begin(), claimed.end())).ok());
   for (const char* cid : {kAlpha, kBeta, kGamma}) {
     RespValue pending = raw({"XPENDING", stream(cid), kRevalidateConsumerGroup});
     EXPECT_EQ(pending.elements[0].integer, cid == std::string(kAlpha) ? 1 : 0) << cid;
@@ -378,8 +381,7 @@ TEST_P(RedisStoreV2Queue, AnEmptyReadWaitsBlockMsAndAnEntryWakesIt) {
   ASSERT_TRUE(writer->read_namespace().ok());
   std::thread queue([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(150));
-    Result<RevalidationOutcome> q =
-        writer->enqueue_revalidation(kBeta, m1(), "stale", kWindow);
+    Result<RevalidationOutcome> q = writer->enqueue_revalidation(kBeta, m1(), "stale", kWindow);
     EXPECT_TRUE(q.ok() && *q == RevalidationOutcome::kQueued);
   });
   start = std::chrono::steady_clock::now();
@@ -392,15 +394,27 @@ TEST_P(RedisStoreV2Queue, AnEmptyReadWaitsBlockMsAndAnEntryWakesIt) {
   EXPECT_EQ(woke.requests[0].connection_id, kBeta);
   EXPECT_GE(took, 140);
   EXPECT_LT(took, 1'000);
+  // The poll's latency over v1's BLOCK (docs/design.md "The revalidation queue on v2").
+  std::cout << "[ measured ] " << (on_cluster() ? "cluster" : "one redis") << ": a request queued "
+            << "150 ms into a read was returned after " << took << " ms\n";
 }
+
+INSTANTIATE_TEST_SUITE_P(Deployments, RedisStoreV2Queue,
+                         ::testing::Values(Deployment::kSingle, Deployment::kCluster),
+                         [](const ::testing::TestParamInfo<Deployment>& i) {
+                           return i.param == Deployment::kSingle ? std::string("OneRedis")
+                                                                 : std::string("Cluster");
+                         });
 
 // schema/redis-acl-edge.txt on a real server: on v2 the edge's user runs the gate without the
 // lease and XADDs to a shard's stream; the gate with the lease declared, and every other v2 write,
-// are refused.
-TEST_P(RedisStoreV2Queue, TheEdgesUserWritesOnlyV2GatesAndShardStreams) {
-  if (on_cluster()) GTEST_SKIP() << "the ACL is checked on one redis-server";
-  RedisConnection edge = testing::connect_as_edge(*single_, kNs);
+// are refused. (ACL users are per node: one redis-server says what the rules allow.)
+TEST(RedisStoreV2QueueAcl, TheEdgesUserWritesOnlyV2GatesAndShardStreams) {
+  testing::RedisServer server;
+  ASSERT_TRUE(server.ok()) << server.error();
+  RedisConnection edge = testing::connect_as_edge(server, kNs);
   ASSERT_NE(edge, nullptr);
+  const RedisKeys keys = *RedisKeys::create(kNs, KeyLayout::kV2);
   auto allowed = [&](const std::vector<std::string>& argv) {
     RespValue v = run_argv(edge.get(), argv);
     EXPECT_FALSE(v.is_error()) << argv[0] << " " << argv[1] << ": " << v.str;
@@ -416,29 +430,31 @@ TEST_P(RedisStoreV2Queue, TheEdgesUserWritesOnlyV2GatesAndShardStreams) {
   for (const auto& [cid, p] : {std::pair<std::string, Principal>{kAlpha, Principal::shared()},
                                std::pair<std::string, Principal>{kBeta, m1()}}) {
     Revalidation r{cid, p, "stale", false};
-    RespValue gate = allowed(*revalidate_gate_command(keys_, r, kNow, options, false));
-    EXPECT_EQ(*parse_gate_reply(gate), RevalidationGate::kWon);
-    RespValue id = allowed(*revalidate_xadd_command(keys_, r, kNow, options.stream_maxlen));
-    EXPECT_TRUE(parse_xadd_reply(id).ok());
-    refused(*revalidate_gate_command(keys_, r, kNow, options, /*declare_lease=*/true));
-    refused({"SET", *keys_.lease(cid, p), "1:x"});
-    refused({"HSET", *keys_.manifest(cid, p), "etag", "x"});
+    RespValue gate = allowed(*revalidate_gate_command(keys, r, kNow, options, false));
+    Result<RevalidationGate> won = parse_gate_reply(gate);
+    ASSERT_TRUE(won.ok()) << won.error().message;
+    EXPECT_EQ(*won, RevalidationGate::kWon);
+    RespValue id = allowed(*revalidate_xadd_command(keys, r, kNow, options.stream_maxlen));
+    EXPECT_TRUE(parse_xadd_reply(id).ok()) << id.debug_string();
+    refused(*revalidate_gate_command(keys, r, kNow, options, /*declare_lease=*/true));
+    refused({"SET", *keys.lease(cid, p), "1:x"});
+    refused({"HSET", *keys.manifest(cid, p), "etag", "x"});
   }
-  refused({"HSET", *keys_.conn(kAlpha), "name", "x"});
-  refused({"SADD", *keys_.conns(shards_[kAlpha]), "x"});
-  refused({"ZADD", *keys_.due(shards_[kAlpha]), "0", "x"});
-  refused({"XADD", *keys_.calls(shards_[kAlpha]), "*", "a", "b"});
-  refused({"DEL", *keys_.revalidate_stream(shards_[kAlpha])});
-  EXPECT_EQ(entries(stream(kAlpha)).size(), 1u);
-  EXPECT_EQ(entries(stream(kBeta)).size(), 1u);
+  const uint32_t shard = *keys.connection_shard(kAlpha);
+  refused({"HSET", *keys.conn(kAlpha), "name", "x"});
+  refused({"SADD", *keys.conns(shard), "x"});
+  refused({"ZADD", *keys.due(shard), "0", "x"});
+  refused({"XADD", *keys.calls(shard), "*", "a", "b"});
+  refused({"SET", *keys.grant_members(shard), "x"});
+  // The two requests are there (read as the default user: the edge reads no stream).
+  RedisConnection admin(server.connect());
+  ASSERT_NE(admin, nullptr);
+  for (const char* cid : {kAlpha, kBeta}) {
+    RespValue n =
+        run_argv(admin.get(), {"XLEN", *keys.revalidate_stream(*keys.connection_shard(cid))});
+    EXPECT_EQ(n.integer, 1) << cid;
+  }
 }
-
-INSTANTIATE_TEST_SUITE_P(Deployments, RedisStoreV2Queue,
-                         ::testing::Values(Deployment::kSingle, Deployment::kCluster),
-                         [](const ::testing::TestParamInfo<Deployment>& i) {
-                           return i.param == Deployment::kSingle ? std::string("OneRedis")
-                                                                 : std::string("Cluster");
-                         });
 
 }  // namespace
 }  // namespace quiver

@@ -146,10 +146,11 @@ const RedisKeys& v2_keys() {
   return keys;
 }
 
-// Round 1 granting alice the shared connection `docs`.
-std::string round_one_granting_docs() {
+// Round 1 granting alice the shared connection `docs`: her grants (HGETALL), or, for a read of
+// that connection alone (`only`: a refresh), its grant (HGET).
+std::string round_one_granting_docs(bool only) {
   return encode_reply(S("v2:ready:7")) + encode_reply(S("ready:1")) + encode_reply(S("3")) +
-         encode_reply(A({S("docs"), S(kGrantModeShared)}));
+         encode_reply(only ? S(kGrantModeShared) : A({S("docs"), S(kGrantModeShared)}));
 }
 
 // Round 2: discovery_conn_read.lua for `docs`, its `shared` manifest fetched `age` ago (15 min
@@ -182,6 +183,7 @@ std::string round_two_docs(int64_t age, bool lease) {
 
 // A request on a v2 isolate (switched by its first read), read in rounds up to its answer.
 EdgeStep read_on_v2(EdgeService& svc, HttpRequest request, int64_t age, bool lease) {
+  const bool only = request.method == "POST";  // the refresh of one connection
   EdgeStep s = svc.begin(std::move(request), kNow, kRandom);
   std::string auth = kOk;  // the request's connection is new: AUTH's reply comes first
   if (svc.layout() == KeyLayout::kV1) {
@@ -190,7 +192,7 @@ EdgeStep read_on_v2(EdgeService& svc, HttpRequest request, int64_t age, bool lea
     auth.clear();
   }
   EXPECT_TRUE(reads_in_rounds(s)) << s.redis_bytes;
-  s = svc.feed(s.handle, auth + round_one_granting_docs(), kNow);
+  s = svc.feed(s.handle, auth + round_one_granting_docs(only), kNow);
   EXPECT_EQ(s.action, EdgeAction::kRedis) << s.log;
   EXPECT_NE(s.redis_bytes.find("quiver:{default:c:docs}:manifest"), std::string::npos);
   return svc.feed(s.handle, round_two_docs(age, lease), kNow);
