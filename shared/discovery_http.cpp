@@ -580,7 +580,8 @@ DiscoveryStep DiscoveryExchange::resume_snapshot(Result<DiscoverySnapshot> snaps
                     principal.error());
       }
       stage_ = Stage::kEnqueue;
-      return NeedEnqueue{{Revalidation{connection_id_, *principal, "manual", true}}};
+      return NeedEnqueue{{Revalidation{connection_id_, *principal, "manual", true}},
+                         {conn->lease_held}};
     }
 
     case Route::kNone:

@@ -246,6 +246,11 @@ struct NeedSnapshot {
 
 struct NeedEnqueue {
   std::vector<Revalidation> revalidations;
+  // Per revalidation, whether the snapshot read says its refresh lease is held. On key layout v2
+  // the edge cannot ask the gate script to check the lease (its Redis user may only read leases:
+  // docs/design.md "The scripts that may not declare a key today"), so it queues nothing for one
+  // held and reports it in progress. v1's script checks the lease itself and ignores this.
+  std::vector<bool> lease_held;
 };
 
 using DiscoveryStep = std::variant<Respond, NeedSnapshot, NeedEnqueue>;

@@ -465,6 +465,81 @@ Result<Pipeline> revalidate_enqueue_pipeline(const RedisKeys& keys,
   return p;
 }
 
+Result<RedisCommand> revalidate_gate_command(const RedisKeys& keys, const Revalidation& r,
+                                             int64_t now_ms, const EnqueueOptions& options,
+                                             bool declare_lease) {
+  if (options.window_ms <= 0 || options.stream_maxlen <= 0 || options.manual_requeue_after_ms < 0) {
+    return invalid("revalidation: window_ms and stream_maxlen must be positive");
+  }
+  if (!short_token(r.reason)) return invalid("revalidation: reason must match [a-z_]{1,32}");
+  Result<std::string> gate = keys.revalidate_gate(r.connection_id, r.principal);
+  if (!gate.ok()) return gate.error();
+  std::vector<std::string> declared{std::move(*gate)};
+  if (declare_lease) {
+    Result<std::string> lease = keys.lease(r.connection_id, r.principal);
+    if (!lease.ok()) return lease.error();
+    declared.push_back(std::move(*lease));
+  }
+  return schema_script_command("revalidate_gate.lua", std::move(declared),
+                               {std::to_string(options.window_ms), std::to_string(now_ms),
+                                r.manual ? std::to_string(options.manual_requeue_after_ms) : "-1"});
+}
+
+Result<RevalidationGate> parse_gate_reply(const RespValue& reply) {
+  if (reply.is_error()) {
+    return Error(ErrorCode::kStoreUnavailable, "revalidation gate: Redis error: " + reply.str);
+  }
+  const std::vector<RespValue>* a = reply.as_array();
+  std::optional<std::string_view> word;
+  if (a != nullptr && a->size() == 1) word = (*a)[0].as_string();
+  if (word == std::optional<std::string_view>("won")) return RevalidationGate::kWon;
+  if (word == std::optional<std::string_view>("already_queued")) {
+    return RevalidationGate::kAlreadyQueued;
+  }
+  if (word == std::optional<std::string_view>("in_progress")) return RevalidationGate::kInProgress;
+  return Error(ErrorCode::kInvalidReply,
+               "revalidation gate: unexpected reply " + reply.debug_string());
+}
+
+Result<RedisCommand> revalidate_xadd_command(const RedisKeys& keys, const Revalidation& r,
+                                             int64_t at_ms, int64_t maxlen) {
+  if (maxlen <= 0) return invalid("revalidation: stream_maxlen must be positive");
+  if (!short_token(r.reason)) return invalid("revalidation: reason must match [a-z_]{1,32}");
+  Result<uint32_t> shard = keys.connection_shard(r.connection_id);
+  if (!shard.ok()) return shard.error();
+  Result<std::string> stream = keys.revalidate_stream(*shard);
+  if (!stream.ok()) return stream.error();
+  return RedisCommand{"XADD",
+                      std::move(*stream),
+                      "MAXLEN",
+                      "~",
+                      std::to_string(maxlen),
+                      "*",
+                      redis_field::kCid,
+                      r.connection_id,
+                      redis_field::kPrincipal,
+                      r.principal.str(),
+                      redis_field::kReason,
+                      r.reason,
+                      redis_field::kAt,
+                      std::to_string(at_ms)};
+}
+
+Result<RevalidationResult> parse_xadd_reply(const RespValue& reply) {
+  if (reply.is_error()) {
+    return Error(ErrorCode::kStoreUnavailable, "revalidation: Redis error: " + reply.str);
+  }
+  std::optional<std::string_view> id = reply.as_string();
+  if (!id || id->empty()) {
+    return Error(ErrorCode::kInvalidReply,
+                 "revalidation: expected the XADD's entry id, got " + reply.debug_string());
+  }
+  RevalidationResult r;
+  r.outcome = RevalidationOutcome::kQueued;
+  r.stream_id = std::string(*id);
+  return r;
+}
+
 Result<RedisCommand> webhook_refresh_command(const RedisKeys& keys, const WebhookVerified& verified,
                                              const WebhookRefreshRequest& request, int64_t now_ms,
                                              const EnqueueOptions& options) {

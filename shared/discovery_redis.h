@@ -167,6 +167,50 @@ Result<std::vector<RedisCommand>> revalidate_enqueue_commands(
 std::vector<Result<RevalidationResult>> parse_enqueue_replies(
     const std::vector<RespValue>& replies);
 
+// ---- the revalidation queue on key layout v2 ----------------------------------------------------
+//
+// On v2 the gate (and the lease) live on the manifest's slot, the stream on the connection's shard
+// (`revalidate_stream(connection_shard(cid))`): no script can touch both, so an enqueue is two
+// one-slot steps (docs/design.md, "What crosses slots": Enqueue). (a) revalidate_gate.lua on the
+// manifest's slot: the same window, manual requeue and replies as revalidate_enqueue.lua, except
+// that it answers `won` instead of queuing; (b) only for a gate won, the XADD below, with the same
+// entry fields as v1's. A crash between (a) and (b) loses that one request: the gate expires after
+// its window and the next stale read queues it again.
+//
+// The lease: the agent declares it (KEYS[2]: a lease held answers `in_progress`, nothing set). The
+// edge may not (its Redis user may only read leases, and Redis 7 checks an EVAL's declared keys for
+// write access), so it sends no gate for an entry whose snapshot says a lease is held and answers
+// `in_progress` itself (docs/design.md, "The scripts that may not declare a key today").
+
+enum class RevalidationGate {
+  kWon = 0,        // the gate is this caller's: XADD the request now (revalidate_xadd_command)
+  kAlreadyQueued,  // a request within the window stands
+  kInProgress,     // the declared lease is held: the refresh under way serves the reader
+};
+
+// EVAL revalidate_gate.lua for one revalidation on `keys`' layout (the gate key of that layout);
+// with the lease declared as KEYS[2] when `declare_lease`. kInvalidArgument as
+// revalidate_enqueue_command.
+Result<RedisCommand> revalidate_gate_command(const RedisKeys& keys, const Revalidation& r,
+                                             int64_t now_ms, const EnqueueOptions& options,
+                                             bool declare_lease);
+
+// The outcome of one revalidate_gate.lua. kStoreUnavailable for a Redis error reply,
+// kInvalidReply for anything the script does not answer.
+Result<RevalidationGate> parse_gate_reply(const RespValue& reply);
+
+// `XADD <revalidate_stream(connection_shard(cid))> MAXLEN ~ <maxlen> * cid <cid> principal <p>
+// reason <reason> at <at_ms>`: step (b), and every other writer of a request to a shard's stream
+// (the refresh webhook on v2). On a v1 RedisKeys it names v1's one stream (shard 0).
+// kInvalidArgument for a bad connection id, a reason that is not a short token ([a-z_]{1,32}) or
+// a non-positive maxlen.
+Result<RedisCommand> revalidate_xadd_command(const RedisKeys& keys, const Revalidation& r,
+                                             int64_t at_ms, int64_t maxlen);
+
+// The XADD's reply: kQueued with the entry's id. kStoreUnavailable for a Redis error reply,
+// kInvalidReply for another shape.
+Result<RevalidationResult> parse_xadd_reply(const RespValue& reply);
+
 // ---- refresh webhooks --------------------------------------------------------------------------
 //
 // A verified webhook (shared/webhook_signature.h) in ONE script, schema/lua/webhook_refresh.lua:

@@ -123,6 +123,15 @@ struct EdgeService::Request {
   std::optional<WebhookChecked> webhook;
   std::optional<SpreadWebhookRefresh> hook;
   std::vector<Revalidation> background;
+  // Key layout v2's enqueue in flight (kQueueing or kBackground): every revalidation's result so
+  // far, the indexes the open round's commands stand for, and whether that round is the XADDs.
+  struct EnqueueV2 {
+    std::vector<Revalidation> revalidations;
+    std::vector<std::optional<Result<RevalidationResult>>> results;
+    std::vector<std::size_t> in_flight;
+    bool xadds = false;
+  };
+  std::optional<EnqueueV2> enqueue_v2;
   // A snapshot waiting for the bodies its records name (kReadingBodies), and their digests.
   std::optional<DiscoverySnapshot> pending;
   std::vector<std::string> wanted_bodies;
@@ -666,13 +675,7 @@ EdgeStep EdgeService::drive(Request& r, DiscoveryStep step, int64_t now_ms) {
 
   NeedEnqueue& need = std::get<NeedEnqueue>(step);
   if (r.layout == KeyLayout::kV2) {
-    // revalidate_enqueue.lua writes v1's gate and stream, which no agent reads on v2.
-    ++v2_not_served_;
-    std::vector<Result<RevalidationResult>> refused;
-    for (std::size_t i = 0; i < need.revalidations.size(); ++i) {
-      refused.emplace_back(Error(ErrorCode::kStoreUnavailable, kNotServedOnV2));
-    }
-    return drive(r, r.exchange->resume_enqueue(refused, now_ms), now_ms);
+    return enqueue_v2(r, EdgeEvent::kQueue, need.revalidations, need.lease_held, now_ms);
   }
   Result<std::vector<RedisCommand>> commands =
       revalidate_enqueue_commands(*keys_, need.revalidations, now_ms, settings_->enqueue);
@@ -769,6 +772,12 @@ EdgeStep EdgeService::misstep(Request& r, EdgeEvent event) {
 EdgeStep EdgeService::send(Request& r, EdgeEvent event, std::vector<RedisCommand> commands,
                            ScriptForm form, bool spread) {
   if (!advance(r, event)) return misstep(r, event);
+  // The discovery read changes nothing: on a cluster it may go to a replica (replica reads on).
+  return transmit(r, std::move(commands), form, spread, event == EdgeEvent::kReadSnapshot);
+}
+
+EdgeStep EdgeService::transmit(Request& r, std::vector<RedisCommand> commands, ScriptForm form,
+                               bool spread, bool read) {
   r.round_unsent = false;
   if (fail_fast_.admit(r.handle, r.now_ms) == FailFast::Admit::kFailFast) {
     // Redis timed out moments ago and a probe is testing it: no waiting on it meanwhile.
@@ -781,8 +790,6 @@ EdgeStep EdgeService::send(Request& r, EdgeEvent event, std::vector<RedisCommand
                   " ms ago; one probe request is testing it"),
         r.now_ms);
   }
-  // The discovery read changes nothing: on a cluster it may go to a replica (replica reads on).
-  const bool read = event == EdgeEvent::kReadSnapshot;
   RoutedWrite write = spread ? r.redis.begin_spread(std::move(commands), form, read)
                              : r.redis.begin(std::move(commands), form, /*keep_bytes=*/false, read);
   if (!r.redis.in_round()) return store_failed(r, r.redis.error(), r.now_ms);
@@ -932,6 +939,7 @@ EdgeStep EdgeService::complete(Request& r, std::vector<RespValue> replies, int64
       return resume_snapshot(r, std::move(snapshot), now_ms);
     }
     case EdgePhase::kQueueing:
+      if (r.enqueue_v2) return enqueue_v2_answered(r, std::move(replies), now_ms);
       advance(r, EdgeEvent::kRedisAnswered);
       return drive(r, r.exchange->resume_enqueue(parse_enqueue_replies(replies), now_ms), now_ms);
     case EdgePhase::kWebhook: {
@@ -984,8 +992,23 @@ EdgeStep EdgeService::complete(Request& r, std::vector<RespValue> replies, int64
       return relay_answered(r, std::move(*reply), {}, now_ms);
     }
     case EdgePhase::kBackground: {
+      if (r.enqueue_v2) return enqueue_v2_answered(r, std::move(replies), now_ms);
+      return enqueued(r, parse_enqueue_replies(replies), now_ms);
+    }
+    default:
+      return misstep(r, EdgeEvent::kRedisAnswered);
+  }
+}
+
+EdgeStep EdgeService::enqueued(Request& r, std::vector<Result<RevalidationResult>> results,
+                               int64_t now_ms) {
+  r.enqueue_v2.reset();
+  switch (r.phase) {
+    case EdgePhase::kQueueing:
       advance(r, EdgeEvent::kRedisAnswered);
-      std::vector<Result<RevalidationResult>> results = parse_enqueue_replies(replies);
+      return drive(r, r.exchange->resume_enqueue(results, now_ms), now_ms);
+    case EdgePhase::kBackground: {
+      advance(r, EdgeEvent::kRedisAnswered);
       EdgeStep s = step_of(r.handle, EdgeAction::kDone);
       for (std::size_t i = 0; i < results.size() && i < r.background.size(); ++i) {
         if (results[i].ok()) continue;
@@ -999,6 +1022,104 @@ EdgeStep EdgeService::complete(Request& r, std::vector<RespValue> replies, int64
     default:
       return misstep(r, EdgeEvent::kRedisAnswered);
   }
+}
+
+EdgeStep EdgeService::enqueue_v2(Request& r, EdgeEvent event,
+                                 const std::vector<Revalidation>& revalidations,
+                                 const std::vector<bool>& lease_held, int64_t now_ms) {
+  Request::EnqueueV2 e;
+  e.revalidations = revalidations;
+  e.results.resize(revalidations.size());
+  std::vector<RedisCommand> gates;
+  for (std::size_t i = 0; i < revalidations.size(); ++i) {
+    if (i < lease_held.size() && lease_held[i]) {
+      RevalidationResult held;
+      held.outcome = RevalidationOutcome::kInProgress;
+      e.results[i] = std::move(held);
+      continue;
+    }
+    Result<RedisCommand> gate =
+        revalidate_gate_command(*keys_v2_, revalidations[i], now_ms, settings_->enqueue,
+                                /*declare_lease=*/false);
+    if (!gate.ok()) {
+      e.results[i] = gate.error();
+      continue;
+    }
+    gates.push_back(std::move(*gate));
+    e.in_flight.push_back(i);
+  }
+  r.enqueue_v2 = std::move(e);
+  if (gates.empty()) {
+    // Nothing to send (every lease held, or nothing valid): the results as they stand, the
+    // request moved through its phase as a round would have.
+    if (!advance(r, event)) return misstep(r, event);
+    std::vector<Result<RevalidationResult>> results;
+    for (std::optional<Result<RevalidationResult>>& one : r.enqueue_v2->results) {
+      results.push_back(std::move(*one));
+    }
+    return enqueued(r, std::move(results), now_ms);
+  }
+  return send(r, event, std::move(gates), ScriptForm::kBySha, /*spread=*/true);
+}
+
+EdgeStep EdgeService::enqueue_v2_answered(Request& r, std::vector<RespValue> replies,
+                                          int64_t now_ms) {
+  Request::EnqueueV2& e = *r.enqueue_v2;
+  if (replies.size() != e.in_flight.size()) {
+    return store_failed(r,
+                        Error(ErrorCode::kInvalidReply,
+                              "revalidation: " + std::to_string(replies.size()) + " replies for " +
+                                  std::to_string(e.in_flight.size()) + " commands"),
+                        now_ms);
+  }
+  std::vector<RedisCommand> xadds;
+  std::vector<std::size_t> won;
+  for (std::size_t j = 0; j < replies.size(); ++j) {
+    const std::size_t i = e.in_flight[j];
+    if (e.xadds) {
+      e.results[i] = parse_xadd_reply(replies[j]);
+      continue;
+    }
+    Result<RevalidationGate> gate = parse_gate_reply(replies[j]);
+    if (!gate.ok()) {
+      e.results[i] = gate.error();
+      continue;
+    }
+    if (*gate != RevalidationGate::kWon) {
+      RevalidationResult out;
+      out.outcome = *gate == RevalidationGate::kInProgress ? RevalidationOutcome::kInProgress
+                                                           : RevalidationOutcome::kAlreadyQueued;
+      e.results[i] = std::move(out);
+      continue;
+    }
+    Result<RedisCommand> xadd = revalidate_xadd_command(*keys_v2_, e.revalidations[i], now_ms,
+                                                        settings_->enqueue.stream_maxlen);
+    if (!xadd.ok()) {
+      e.results[i] = xadd.error();
+      continue;
+    }
+    xadds.push_back(std::move(*xadd));
+    won.push_back(i);
+  }
+  if (!e.xadds && !xadds.empty()) {
+    // (b): the gates won, each request on its connection's shard stream, one spread round. A
+    // failure from here on loses them: the gates expire and the next stale read queues them.
+    e.xadds = true;
+    e.in_flight = std::move(won);
+    if (r.phase == EdgePhase::kQueueing) {
+      advance(r, EdgeEvent::kRedisAnswered);
+      return send(r, EdgeEvent::kQueue, std::move(xadds), ScriptForm::kBySha, /*spread=*/true);
+    }
+    // kBackground: the XADDs continue the background round (no answer is waiting on them).
+    return transmit(r, std::move(xadds), ScriptForm::kBySha, /*spread=*/true, /*read=*/false);
+  }
+  std::vector<Result<RevalidationResult>> results;
+  for (std::optional<Result<RevalidationResult>>& one : e.results) {
+    results.push_back(
+        one ? std::move(*one)
+            : Result<RevalidationResult>(Error(ErrorCode::kInternal, "revalidation: no result")));
+  }
+  return enqueued(r, std::move(results), now_ms);
 }
 
 EdgeStep EdgeService::webhook_answered(Request& r, const Result<WebhookRefreshReply>& outcome) {
@@ -1034,6 +1155,7 @@ EdgeStep EdgeService::store_failed(Request& r, Error error, int64_t now_ms) {
   }
   // The connection is out of sync or gone: the host drops it, a later step opens another.
   r.redis.drop();
+  r.enqueue_v2.reset();
   const EdgePhase phase = r.phase;
   if (!advance(r, EdgeEvent::kStoreFailed)) {
     if (!edge_responded(phase)) return internal_error(r.handle, "edge: " + error.message);
@@ -1134,12 +1256,9 @@ EdgeStep EdgeService::background(uint32_t handle, int64_t now_ms) {
     return done;
   }
   if (r->layout == KeyLayout::kV2) {
-    // revalidate_enqueue.lua writes v1's gate and stream, which no agent reads on v2.
-    ++v2_not_served_;
-    advance(*r, EdgeEvent::kNothingLeft);
-    for (const Revalidation& rev : r->background) cache_.release_revalidation(claim_key(rev));
-    done.log = store_log_.admit("revalidations not queued: " + std::string(kNotServedOnV2), now_ms);
-    return done;
+    // The answer queued these only for entries whose lease its snapshot says is free
+    // (render_manifests: a held lease reads `refresh: in_progress` and asks for nothing).
+    return enqueue_v2(*r, EdgeEvent::kBackground, r->background, {}, now_ms);
   }
   Result<std::vector<RedisCommand>> commands =
       revalidate_enqueue_commands(*keys_, r->background, now_ms, settings_->enqueue);

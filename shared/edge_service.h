@@ -54,8 +54,10 @@
 //   RoutedConversation, and the L1 key carries the layout. The signed webhook is served in both
 //   layouts: on v1 its one script, on v2 its rounds (shared/webhook_spread.h), switching once per
 //   request as the read does (the v1 script's layout-unknown reply naming v2:ready, or a round 1
-//   that finds v1). The other paths that write (enqueues, relayed calls) answer 503 on v2 instead
-//   of writing v1 keys nobody reads.
+//   that finds v1). An enqueue (the answer's manual refresh, the background revalidations) on v2
+//   is two spread rounds, the gates (revalidate_gate.lua, none for an entry whose snapshot says
+//   its lease is held) then the XADDs of the gates won to each connection's shard stream. Relayed
+//   calls answer 503 on v2 instead of writing v1 keys nobody reads.
 // Every discovery read says where it came from in `X-Quiver-Cache` (`hit`, `miss`, `revalidated`,
 // `stale-if-error`, `fail-fast`). Revalidations the answer asks for are queued in the background,
 // once per key per claim period from this isolate (the Redis gate dedups across isolates).
@@ -219,6 +221,17 @@ class EdgeService {
   // `spread`: each command to the node of its own key's slot (key layout v2).
   EdgeStep send(Request& r, EdgeEvent event, std::vector<RedisCommand> commands,
                 ScriptForm form = ScriptForm::kBySha, bool spread = false);
+  // The round of `commands` on r's conversation, in its current phase (send() without the move).
+  EdgeStep transmit(Request& r, std::vector<RedisCommand> commands, ScriptForm form, bool spread,
+                    bool read);
+  // Key layout v2's enqueue (shared/discovery_redis.h): the gates of `revalidations` as one spread
+  // round opened by `event` (kQueue or kBackground), nothing for those whose lease is held; then
+  // the XADDs of the gates won as a second spread round; then the results, one per revalidation.
+  EdgeStep enqueue_v2(Request& r, EdgeEvent event, const std::vector<Revalidation>& revalidations,
+                      const std::vector<bool>& lease_held, int64_t now_ms);
+  EdgeStep enqueue_v2_answered(Request& r, std::vector<RespValue> replies, int64_t now_ms);
+  // The enqueue's results, to the exchange (kQueueing) or the log (kBackground).
+  EdgeStep enqueued(Request& r, std::vector<Result<RevalidationResult>> results, int64_t now_ms);
   EdgeStep complete(Request& r, std::vector<RespValue> replies, int64_t now_ms);
   // A snapshot read in full: kept (L1 and, for conditional reads, kept_), then answered from.
   EdgeStep full_read(Request& r, DiscoverySnapshot snapshot, int64_t now_ms);

@@ -298,6 +298,12 @@ Result<std::vector<std::string_view>> command_keys(const RedisCommand& argv) {
     return Error(ErrorCode::kInvalidArgument,
                  "redis cluster: " + name + " without STREAMS and as many ids as streams");
   }
+  // Container commands: the key follows the subcommand (XGROUP CREATE <stream> ..., XINFO
+  // CONSUMERS <stream> ...); HELP names none.
+  if (ascii_iequals(name, "XGROUP") || ascii_iequals(name, "XINFO")) {
+    if (argv.size() >= 3) keys.emplace_back(argv[2]);
+    return keys;
+  }
   if (argv.size() >= 2) keys.emplace_back(argv[1]);
   return keys;
 }

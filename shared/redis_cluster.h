@@ -61,8 +61,9 @@ uint16_t cluster_key_slot(std::string_view key);
 
 // The keys a command names, by the rules of the commands Quiver sends (EVAL/EVALSHA/FCALL and
 // their _RO forms: their numkeys keys; DEL, EXISTS, MGET, ...: every argument; MSET: every other;
-// XREAD(GROUP): the streams after STREAMS; a command known to take no key: none; any other:
-// argv[1]). kInvalidArgument for an empty argv or a malformed numkeys.
+// XREAD(GROUP): the streams after STREAMS; XGROUP and XINFO: argv[2], after the subcommand; a
+// command known to take no key: none; any other: argv[1]). kInvalidArgument for an empty argv or a
+// malformed numkeys.
 Result<std::vector<std::string_view>> command_keys(const RedisCommand& argv);
 
 // The one slot every key of the command hashes to; nullopt for a command without keys.

@@ -36,6 +36,7 @@ SpreadWebhookRefresh::SpreadWebhookRefresh(RedisKeys keys, std::string replay_ke
     : keys_(std::move(keys)),
       replay_key_(std::move(replay_key)),
       retain_ms_(retain_ms),
+      at_ms_(now_ms),
       at_(std::to_string(now_ms)),
       options_(options) {}
 
@@ -265,15 +266,12 @@ Status SpreadWebhookRefresh::plan_queue() {
   for (std::size_t i = 0; i < targets_.size(); ++i) {
     const Target& t = targets_[i];
     if (t.action != Action::kRefresh || t.status == "already_queued") continue;
-    Result<uint32_t> shard = keys_.connection_shard(t.cid);
-    if (!shard.ok()) return shard.error();
-    Result<std::string> stream = keys_.revalidate_stream(*shard);
-    if (!stream.ok()) return stream.error();
-    namespace f = redis_field;
-    // webhook_refresh.lua's entry, field for field.
-    commands_.push_back({"XADD", *stream, "MAXLEN", "~", std::to_string(options_.stream_maxlen),
-                         "*", f::kCid, t.cid, f::kPrincipal, t.refreshed.str(), f::kReason,
-                         kWebhookRefreshReason, f::kAt, at_});
+    // webhook_refresh.lua's entry, field for field, on the connection's shard stream.
+    Result<RedisCommand> xadd = revalidate_xadd_command(
+        keys_, Revalidation{t.cid, t.refreshed, kWebhookRefreshReason, false}, at_ms_,
+        options_.stream_maxlen);
+    if (!xadd.ok()) return xadd.error();
+    commands_.push_back(std::move(*xadd));
     command_targets_.push_back(i);
   }
   round_ = 3;

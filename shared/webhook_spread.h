@@ -108,7 +108,8 @@ class SpreadWebhookRefresh {
   RedisKeys keys_;
   std::string replay_key_;  // the guard's key
   int64_t retain_ms_ = 1;
-  std::string at_;
+  int64_t at_ms_ = 0;
+  std::string at_;  // at_ms_ as the scripts take it
   EnqueueOptions options_;
   std::vector<Target> targets_;
   std::vector<RedisCommand> commands_;

@@ -736,6 +736,10 @@ MemberGrantWrite member_grant_write_v2(const RedisKeys& keys, const Principal& m
 
 }  // namespace
 
+// read_revalidations on key layout v2: how long a read that found every shard empty waits before
+// it reads them again (at most what is left of its block_ms).
+constexpr int64_t kRevalidationPollMs = 100;
+
 struct RedisStore::Impl {
   RedisStoreOptions options;
   RedisKeys keys;                 // the layout this store writes (options.key_layout)
@@ -1566,12 +1570,15 @@ struct RedisStore::Impl {
 
   // Stream entries [[id, [field, value, ...]], ...] as requests; malformed ones are acknowledged
   // and deleted here and reported by id.
-  Result<RevalidationBatch> batch_from_entries(const std::vector<RespValue>& entries) {
+  // On v2 `shard` names the stream the entries came from, and each id says it (shard_request_id).
+  Result<RevalidationBatch> batch_from_entries(const std::vector<RespValue>& entries,
+                                               std::optional<uint32_t> shard = std::nullopt) {
     RevalidationBatch batch;
     for (const RespValue& entry : entries) {
       const std::vector<RespValue>* e = entry.as_array();
       if (e == nullptr || e->empty() || !(*e)[0].as_string()) continue;
-      std::string id(*(*e)[0].as_string());
+      std::string id = shard ? shard_request_id(*shard, *(*e)[0].as_string())
+                             : std::string(*(*e)[0].as_string());
       bool ok = false;
       RevalidationRequest request;
       if (e->size() == 2 && (*e)[1].is_array()) {
@@ -1599,6 +1606,7 @@ struct RedisStore::Impl {
 
   Status ack(const std::vector<std::string>& ids) {
     if (ids.empty()) return Status::Ok();
+    if (v2()) return ack_v2(ids);
     RedisCommand xack = {"XACK", keys.revalidate_stream(), kRevalidateConsumerGroup};
     RedisCommand xdel = {"XDEL", keys.revalidate_stream()};
     for (const std::string& id : ids) {
@@ -1610,6 +1618,288 @@ struct RedisStore::Impl {
     // start never sees it again.
     Result<std::vector<RespValue>> r = many({xack, xdel}, "XACK");
     return r.ok() ? Status::Ok() : Status(r.error());
+  }
+
+  // ---- the revalidation queue on key layout v2 --------------------------------------------------
+  // S streams, one per shard (`revalidate_stream(k)`), each with its own consumer group. A
+  // request's id names its shard: "<k>/<stream id>" (shard_request_id), so an ack reaches the
+  // stream that delivered it. No command names two shards' streams (several STREAMS of different
+  // slots are CROSSSLOT on a cluster): each round sends one command per shard, routed by its key.
+
+  // Requests delivered to a consumer by a read or a claim beyond the `max` it asked for (one
+  // round reads every shard), handed out by its next reads before Redis is asked again. Pending
+  // in Redis like any delivered request: lost with the process, they are claimed after
+  // claim_idle_ms as any crashed consumer's are.
+  std::mutex delivered_mu;
+  std::map<std::string, std::vector<RevalidationRequest>, std::less<>> delivered;
+  std::atomic<uint32_t> next_first_shard{0};  // the shard whose entries come first in a round
+
+  static std::string shard_request_id(uint32_t shard, std::string_view stream_id) {
+    return std::to_string(shard) + "/" + std::string(stream_id);
+  }
+
+  // "<k>/<stream id>" → (k, stream id); kInvalidArgument for anything else.
+  Result<std::pair<uint32_t, std::string>> parse_shard_request_id(std::string_view id) const {
+    std::size_t slash = id.find('/');
+    int64_t shard = -1;
+    if (slash == std::string_view::npos ||
+        !parse_int(id.substr(0, slash), 0, int64_t{keys.shard_count()} - 1, &shard) ||
+        !valid_stream_id(id.substr(slash + 1))) {
+      return invalid("revalidation id '" + std::string(id) +
+                     "' is not <shard>/<stream id> (key layout v2)");
+    }
+    return std::make_pair(static_cast<uint32_t>(shard), std::string(id.substr(slash + 1)));
+  }
+
+  Status ack_v2(const std::vector<std::string>& ids) {
+    std::map<uint32_t, std::vector<std::string>> by_shard;
+    for (const std::string& id : ids) {
+      Result<std::pair<uint32_t, std::string>> parsed = parse_shard_request_id(id);
+      if (!parsed.ok()) return parsed.error();
+      by_shard[parsed->first].push_back(std::move(parsed->second));
+    }
+    std::vector<RedisCommand> commands;
+    for (auto& [shard, stream_ids] : by_shard) {
+      Result<std::string> stream = keys.revalidate_stream(shard);
+      if (!stream.ok()) return stream.error();
+      RedisCommand xack = {"XACK", *stream, kRevalidateConsumerGroup};
+      RedisCommand xdel = {"XDEL", *stream};
+      xack.insert(xack.end(), stream_ids.begin(), stream_ids.end());
+      xdel.insert(xdel.end(), stream_ids.begin(), stream_ids.end());
+      commands.push_back(std::move(xack));
+      commands.push_back(std::move(xdel));
+    }
+    // As on v1: a handled entry is deleted, so a group recreated from the start never sees it.
+    Result<std::vector<RespValue>> r = spread(commands, "XACK");
+    return r.ok() ? Status::Ok() : Status(r.error());
+  }
+
+  // XGROUP CREATE ... 0 MKSTREAM on each of `shards`, one round; BUSYGROUP is success.
+  Status ensure_groups_v2(const std::vector<uint32_t>& shards) {
+    std::vector<RedisCommand> creates;
+    for (uint32_t k : shards) {
+      Result<std::string> stream = keys.revalidate_stream(k);
+      if (!stream.ok()) return stream.error();
+      creates.push_back({"XGROUP", "CREATE", *stream, kRevalidateConsumerGroup, "0", "MKSTREAM"});
+    }
+    if (creates.empty()) return Status::Ok();
+    Result<std::vector<RespValue>> r = main->run_spread(creates);
+    if (!r.ok()) return r.error();
+    for (const RespValue& v : *r) {
+      if (v.is_error() && !starts_with(v.str, "BUSYGROUP")) return reply_error(v, "XGROUP CREATE");
+    }
+    return Status::Ok();
+  }
+
+  // Hands out up to `max` of `all` (the rest kept for `consumer`'s next reads) and the malformed.
+  RevalidationBatch hand_out(std::string_view consumer, RevalidationBatch all, std::size_t max) {
+    if (all.requests.size() > max) {
+      std::lock_guard<std::mutex> lock(delivered_mu);
+      std::vector<RevalidationRequest>& kept = delivered[std::string(consumer)];
+      kept.insert(kept.end(), std::make_move_iterator(all.requests.begin() + max),
+                  std::make_move_iterator(all.requests.end()));
+      all.requests.resize(max);
+    }
+    return all;
+  }
+
+  // Up to `max` requests delivered to `consumer` before and not yet handed out.
+  RevalidationBatch take_delivered(std::string_view consumer, std::size_t max) {
+    RevalidationBatch out;
+    std::lock_guard<std::mutex> lock(delivered_mu);
+    auto it = delivered.find(consumer);
+    if (it == delivered.end()) return out;
+    std::vector<RevalidationRequest>& kept = it->second;
+    std::size_t n = std::min(max, kept.size());
+    out.requests.assign(std::make_move_iterator(kept.begin()),
+                        std::make_move_iterator(kept.begin() + n));
+    kept.erase(kept.begin(), kept.begin() + n);
+    if (kept.empty()) delivered.erase(it);
+    return out;
+  }
+
+  // One XREADGROUP ... COUNT max STREAMS <stream k> > per shard, no BLOCK, one round on `conn`
+  // (a shard without its group gets it and is read again, once); every entry read, the rotating
+  // first shard's first.
+  Result<RevalidationBatch> read_shards_once(RedisChannel& conn, std::string_view consumer,
+                                             std::size_t max) {
+    const uint32_t S = keys.shard_count();
+    const uint32_t first = next_first_shard.fetch_add(1) % S;
+    std::vector<uint32_t> shards;
+    for (uint32_t i = 0; i < S; ++i) shards.push_back((first + i) % S);
+    std::vector<RevalidationBatch> per_shard(S);
+    for (int attempt = 0; attempt < 2 && !shards.empty(); ++attempt) {
+      std::vector<RedisCommand> reads;
+      for (uint32_t k : shards) {
+        Result<std::string> stream = keys.revalidate_stream(k);
+        if (!stream.ok()) return stream.error();
+        reads.push_back({"XREADGROUP", "GROUP", kRevalidateConsumerGroup, std::string(consumer),
+                         "COUNT", std::to_string(max), "STREAMS", *stream, ">"});
+      }
+      Result<std::vector<RespValue>> r = conn.run_spread(reads);
+      if (!r.ok()) return r.error();
+      std::vector<uint32_t> no_group;
+      for (std::size_t i = 0; i < shards.size(); ++i) {
+        const RespValue& v = (*r)[i];
+        if (v.is_error()) {
+          if (attempt == 0 && starts_with(v.str, "NOGROUP")) {
+            no_group.push_back(shards[i]);
+            continue;
+          }
+          return reply_error(v, "XREADGROUP");
+        }
+        if (v.is_nil()) continue;
+        // [[stream, [[id, fields], ...]]]
+        const std::vector<RespValue>* streams = v.as_array();
+        if (streams == nullptr || streams->empty()) continue;
+        const std::vector<RespValue>* s = (*streams)[0].as_array();
+        if (s == nullptr || s->size() != 2 || !(*s)[1].is_array()) {
+          return Error(ErrorCode::kInvalidReply, "redis XREADGROUP: unexpected reply");
+        }
+        Result<RevalidationBatch> batch = batch_from_entries((*s)[1].elements, shards[i]);
+        if (!batch.ok()) return batch.error();
+        per_shard[shards[i]] = std::move(*batch);
+      }
+      if (Status st = ensure_groups_v2(no_group); !st.ok()) return st.error();
+      shards = std::move(no_group);
+    }
+    RevalidationBatch all;
+    for (uint32_t i = 0; i < S; ++i) {
+      RevalidationBatch& b = per_shard[(first + i) % S];
+      for (RevalidationRequest& req : b.requests) all.requests.push_back(std::move(req));
+      for (std::string& id : b.malformed_ids) all.malformed_ids.push_back(std::move(id));
+    }
+    return all;
+  }
+
+  // XAUTOCLAIM on every shard, one round per pass (a shard whose scan is done is not asked
+  // again), as v1's passes: up to 16, until `max` are claimed. A round may claim more than `max`
+  // (each shard is asked for what is still wanted): the rest waits for `consumer`'s next read.
+  Result<RevalidationBatch> claim_v2(std::string_view consumer, int64_t min_idle_ms,
+                                     std::size_t max) {
+    const uint32_t S = keys.shard_count();
+    std::vector<std::string> start(S, "0-0");
+    std::vector<bool> done(S, false);
+    RevalidationBatch out;
+    for (int round = 0; round < 16 && out.requests.size() < max; ++round) {
+      const std::size_t want = max - out.requests.size();
+      std::vector<uint32_t> shards;
+      std::vector<RedisCommand> claims;
+      for (uint32_t k = 0; k < S; ++k) {
+        if (done[k]) continue;
+        Result<std::string> stream = keys.revalidate_stream(k);
+        if (!stream.ok()) return stream.error();
+        shards.push_back(k);
+        claims.push_back({"XAUTOCLAIM", *stream, kRevalidateConsumerGroup, std::string(consumer),
+                          std::to_string(min_idle_ms), start[k], "COUNT", std::to_string(want)});
+      }
+      if (claims.empty()) break;
+      Result<std::vector<RespValue>> r = main->run_spread(claims);
+      if (!r.ok()) return r.error();
+      for (std::size_t i = 0; i < shards.size(); ++i) {
+        const uint32_t k = shards[i];
+        const RespValue& v = (*r)[i];
+        if (v.is_error()) {
+          if (starts_with(v.str, "NOGROUP")) {  // no group there: nothing was ever delivered
+            done[k] = true;
+            continue;
+          }
+          return reply_error(v, "XAUTOCLAIM");
+        }
+        const std::vector<RespValue>* e = v.as_array();
+        if (e == nullptr || e->size() < 2 || !(*e)[0].as_string() || !(*e)[1].is_array()) {
+          return Error(ErrorCode::kInvalidReply, "redis XAUTOCLAIM: unexpected reply");
+        }
+        Result<RevalidationBatch> batch = batch_from_entries((*e)[1].elements, k);
+        if (!batch.ok()) return batch.error();
+        for (RevalidationRequest& req : batch->requests) out.requests.push_back(std::move(req));
+        for (std::string& id : batch->malformed_ids) out.malformed_ids.push_back(std::move(id));
+        start[k] = std::string(*(*e)[0].as_string());
+        if (start[k] == "0-0") done[k] = true;
+      }
+    }
+    return hand_out(consumer, std::move(out), max);
+  }
+
+  // XINFO CONSUMERS of every shard's group in one round; a consumer other than `self` idle at
+  // least `min_idle_ms` with nothing pending on every shard where it is a member is removed from
+  // each (consumer_remove.lua per shard, one round). Listed when every shard removed it (one that
+  // got a delivery in between is kept there, and a later pass removes it).
+  Result<std::vector<std::string>> remove_idle_consumers_v2(std::string_view self,
+                                                            int64_t min_idle_ms) {
+    const uint32_t S = keys.shard_count();
+    std::vector<std::string> streams;
+    std::vector<RedisCommand> infos;
+    for (uint32_t k = 0; k < S; ++k) {
+      Result<std::string> stream = keys.revalidate_stream(k);
+      if (!stream.ok()) return stream.error();
+      streams.push_back(*stream);
+      infos.push_back({"XINFO", "CONSUMERS", *stream, kRevalidateConsumerGroup});
+    }
+    Result<std::vector<RespValue>> r = main->run_spread(infos);
+    if (!r.ok()) return r.error();
+    struct Seen {
+      bool removable = true;
+      std::vector<uint32_t> shards;
+    };
+    std::map<std::string, Seen> consumers;
+    for (uint32_t k = 0; k < S; ++k) {
+      const RespValue& v = (*r)[k];
+      if (v.is_error()) {
+        // No stream or no group there yet: nobody to remove on that shard.
+        if (starts_with(v.str, "NOGROUP") || starts_with(v.str, "ERR no such key")) continue;
+        return reply_error(v, "XINFO CONSUMERS");
+      }
+      const std::vector<RespValue>* list = v.as_array();
+      if (list == nullptr) {
+        return Error(ErrorCode::kInvalidReply, "redis XINFO CONSUMERS: unexpected reply");
+      }
+      for (const RespValue& c : *list) {
+        std::string name;
+        int64_t pending = -1, idle = -1;
+        if (const std::vector<RespValue>* kv = c.as_array()) {
+          for (std::size_t i = 0; i + 1 < kv->size(); i += 2) {
+            std::optional<std::string_view> key = (*kv)[i].as_string();
+            if (!key) continue;
+            const RespValue& val = (*kv)[i + 1];
+            if (*key == "name" && val.as_string()) name = std::string(*val.as_string());
+            if (*key == "pending") pending = val.as_int().value_or(-1);
+            if (*key == "idle") idle = val.as_int().value_or(-1);
+          }
+        }
+        if (name.empty() || name == self) continue;
+        Seen& seen = consumers[name];
+        seen.shards.push_back(k);
+        if (pending != 0 || idle < min_idle_ms) seen.removable = false;
+      }
+    }
+    std::string_view text = schema_asset("lua/consumer_remove.lua");
+    if (text.empty()) {
+      return Error(ErrorCode::kInternal, "schema/lua/consumer_remove.lua is not compiled in");
+    }
+    std::vector<std::string> names;
+    std::vector<RedisCommand> removes;
+    for (const auto& [name, seen] : consumers) {
+      if (!seen.removable) continue;
+      for (uint32_t k : seen.shards) {
+        names.push_back(name);
+        removes.push_back(
+            {"EVAL", std::string(text), "1", streams[k], kRevalidateConsumerGroup, name});
+      }
+    }
+    Result<std::vector<RespValue>> done = spread(removes, "consumer_remove");
+    if (!done.ok()) return done.error();
+    std::map<std::string, bool> everywhere;
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      const bool one = (*done)[i].as_int() == std::optional<int64_t>(1);
+      auto [it, fresh] = everywhere.emplace(names[i], one);
+      if (!fresh) it->second = it->second && one;
+    }
+    std::vector<std::string> removed;
+    for (const auto& [name, all] : everywhere) {
+      if (all) removed.push_back(name);
+    }
+    return removed;  // sorted: a std::map's order
   }
 };
 
@@ -2919,6 +3209,27 @@ Result<RevalidationOutcome> RedisStore::enqueue_revalidation(std::string_view ci
   EnqueueOptions options;
   options.window_ms = window_ms;
   options.stream_maxlen = impl_->options.revalidate_stream_max_len;
+  if (writes_v2(impl_->keys)) {
+    // Two one-slot steps (shared/discovery_redis.h): the gate with the lease declared, on the
+    // manifest's slot; then, only when won, the XADD on the connection's shard. A failure between
+    // them loses this request; the gate expires and the next stale read queues it again.
+    const int64_t at = impl_->options.now_ms();
+    Result<RespValue> gate = spread_script(
+        *impl_->main, revalidate_gate_command(impl_->keys, r, at, options, /*declare_lease=*/true),
+        "revalidate_gate");
+    if (!gate.ok()) return gate.error();
+    Result<RevalidationGate> won = parse_gate_reply(*gate);
+    if (!won.ok()) return won.error();
+    if (*won == RevalidationGate::kInProgress) return RevalidationOutcome::kInProgress;
+    if (*won == RevalidationGate::kAlreadyQueued) return RevalidationOutcome::kAlreadyQueued;
+    Result<RedisCommand> xadd = revalidate_xadd_command(impl_->keys, r, at, options.stream_maxlen);
+    if (!xadd.ok()) return xadd.error();
+    Result<RespValue> added = impl_->one_spread(*xadd, "XADD");
+    if (!added.ok()) return added.error();
+    Result<RevalidationResult> queued = parse_xadd_reply(*added);
+    if (!queued.ok()) return queued.error();
+    return queued->outcome;
+  }
   Result<RespValue> reply =
       impl_->script(revalidate_enqueue_command(impl_->keys, r, impl_->options.now_ms(), options),
                     "revalidate_enqueue");
@@ -2965,6 +3276,28 @@ Result<RevalidationBatch> RedisStore::read_revalidations(std::string_view consum
   if (Status s = validate_revalidation_read(consumer, max, block_ms); !s.ok()) {
     return s.error();
   }
+  if (writes_v2(impl_->keys)) {
+    // S streams in S slots: no one XREADGROUP reads them all, and S blocking connections are too
+    // many. Every shard is read without BLOCK in one round; while all are empty, the read waits
+    // kRevalidationPollMs (at most what is left of block_ms) and reads again, until block_ms is
+    // spent. Not interrupted otherwise, as v1's BLOCK is not: the caller checks whether to go on
+    // between reads (docs/design.md "The revalidation queue on v2").
+    RevalidationBatch kept = impl_->take_delivered(consumer, max);
+    if (!kept.requests.empty()) return kept;
+    RedisChannel& conn = block_ms > 0 ? *impl_->blocking : *impl_->main;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(block_ms);
+    for (;;) {
+      Result<RevalidationBatch> all = impl_->read_shards_once(conn, consumer, max);
+      if (!all.ok()) return all.error();
+      if (!all->requests.empty() || !all->malformed_ids.empty()) {
+        return impl_->hand_out(consumer, std::move(*all), max);
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return RevalidationBatch{};
+      std::this_thread::sleep_for(std::min(left, std::chrono::milliseconds(kRevalidationPollMs)));
+    }
+  }
   RedisCommand read = {"XREADGROUP",          "GROUP", kRevalidateConsumerGroup,
                        std::string(consumer), "COUNT", std::to_string(max)};
   if (block_ms > 0) {  // BLOCK 0 would wait forever
@@ -3003,6 +3336,7 @@ Result<RevalidationBatch> RedisStore::claim_stale_revalidations(std::string_view
   if (Status s = validate_revalidation_claim(consumer, min_idle_ms, max); !s.ok()) {
     return s.error();
   }
+  if (writes_v2(impl_->keys)) return impl_->claim_v2(consumer, min_idle_ms, max);
   RevalidationBatch out;
   std::string start = "0-0";
   // XAUTOCLAIM scans the pending list COUNT entries at a time; a few rounds reach `max` unless
@@ -3038,6 +3372,7 @@ Result<RevalidationBatch> RedisStore::claim_stale_revalidations(std::string_view
 Result<std::vector<std::string>> RedisStore::remove_idle_consumers(std::string_view self,
                                                                    int64_t min_idle_ms) {
   if (min_idle_ms < 0) return invalid("remove_idle_consumers: min_idle_ms must be >= 0");
+  if (writes_v2(impl_->keys)) return impl_->remove_idle_consumers_v2(self, min_idle_ms);
   const std::string stream = impl_->keys.revalidate_stream();
   Result<std::vector<RespValue>> info =
       impl_->main->run({{"XINFO", "CONSUMERS", stream, kRevalidateConsumerGroup}});

@@ -2,7 +2,9 @@
 // round"): the layout record decides how the isolate reads, the switch happens within a request,
 // once, and the paths that would write v1 keys answer 503 instead. The signed refresh webhook is
 // served on v2 in its rounds (shared/webhook_spread.h; docs/design.md "The refresh webhook on v2"),
-// switching layout within the request as the read does.
+// switching layout within the request as the read does; revalidations are queued in two spread
+// rounds (docs/design.md "The revalidation queue on v2": the gate on the manifest's slot, then the
+// XADD on the connection's shard stream).
 #include <memory>
 #include <string>
 #include <vector>
@@ -10,9 +12,11 @@
 #include <gtest/gtest.h>
 
 #include "shared/caller_token.h"
+#include "shared/discovery_spread.h"
 #include "shared/edge_service.h"
 #include "shared/json.h"
 #include "shared/layout.h"
+#include "shared/redis_keys.h"
 #include "shared/schema_assets.h"
 #include "shared/webhook_signature.h"
 #include "tests/support/resp_values.h"
@@ -306,6 +310,184 @@ TEST(EdgeLayoutV2, AWebhookCutShortIsA503) {
   EXPECT_EQ(s.response.status, 503) << s.response.body;
   svc->end(s.handle);
   EXPECT_EQ(svc->v2_not_served(), 0u);
+}
+
+// ---- revalidations on v2 ------------------------------------------------------------------------
+
+constexpr int64_t kMinute = 60'000;
+
+const RedisKeys& v2_keys() {
+  static const RedisKeys keys = *keys_for_layout("default", KeyLayout::kV2);
+  return keys;
+}
+
+// Round 1 granting alice the shared connection `docs`: her grants (HGETALL), or, for a read of
+// that connection alone (`only`: a refresh), its grant (HGET).
+std::string round_one_granting_docs(bool only) {
+  return encode_reply(S("v2:ready:7")) + encode_reply(S("ready:1")) + encode_reply(S("3")) +
+         encode_reply(only ? S(kGrantModeShared) : A({S("docs"), S(kGrantModeShared)}));
+}
+
+// Round 2: discovery_conn_read.lua for `docs`, its `shared` manifest fetched `age` ago (15 min
+// fresh), its lease held or not.
+std::string round_two_docs(int64_t age, bool lease) {
+  const int64_t fetched = kNow - age;
+  auto conn = flat({{"config_hash", "h1"},
+                    {"credential_mode", "shared"},
+                    {"name", "Docs"},
+                    {"transport", "http"},
+                    {"updated_at", "1"}});
+  Json tools = Json::object(
+      {{"state", "ok"},
+       {"items",
+        Json::array({Json::object({{"name", "search"},
+                                   {"description", "about search"},
+                                   {"inputSchema", Json::object({{"type", "object"}})}})})},
+       {"hashes", Json::object({{"search", "sha256-" + std::string(43, 'A')}})}});
+  auto manifest = flat({{"manifest", Json::object({{"tools", tools}}).dump()},
+                        {"etag", "sha256-etag"},
+                        {"config_hash", "h1"},
+                        {"fence", "1"},
+                        {"fetched_at", std::to_string(fetched)},
+                        {"fresh_until", std::to_string(fetched + 15 * kMinute)},
+                        {"expires_at", std::to_string(fetched + 24 * 60 * kMinute)},
+                        {"truncated", "0"}});
+  return encode_reply(A({S(kDiscoveryConnReplyTag), conn, S("2"), RespValue::nil(),
+                         A({manifest, A({}), I(lease ? 1 : 0), RespValue::nil()})}));
+}
+
+// A request on a v2 isolate (switched by its first read), read in rounds up to its answer.
+EdgeStep read_on_v2(EdgeService& svc, HttpRequest request, int64_t age, bool lease) {
+  const bool only = request.method == "POST";  // the refresh of one connection
+  EdgeStep s = svc.begin(std::move(request), kNow, kRandom);
+  std::string auth = kOk;  // the request's connection is new: AUTH's reply comes first
+  if (svc.layout() == KeyLayout::kV1) {
+    EXPECT_TRUE(reads_one_script(s)) << s.redis_bytes;
+    s = svc.feed(s.handle, kOk + layout_unknown("v2:ready:7"), kNow);
+    auth.clear();
+  }
+  EXPECT_TRUE(reads_in_rounds(s)) << s.redis_bytes;
+  s = svc.feed(s.handle, auth + round_one_granting_docs(only), kNow);
+  EXPECT_EQ(s.action, EdgeAction::kRedis) << s.log;
+  EXPECT_NE(s.redis_bytes.find("quiver:{default:c:docs}:manifest"), std::string::npos);
+  return svc.feed(s.handle, round_two_docs(age, lease), kNow);
+}
+
+// The XADD of step (b) for `docs`/shared with `reason`, as RESP bytes on the wire.
+std::string docs_xadd(const std::string& reason) {
+  Revalidation r{"docs", Principal::shared(), reason, reason == "manual"};
+  EnqueueOptions options;
+  return encode_command(*revalidate_xadd_command(v2_keys(), r, kNow, options.stream_maxlen));
+}
+
+TEST(EdgeLayoutV2, AStaleEntryIsQueuedThroughItsGateThenItsShardsStream) {
+  auto svc = service();
+  EdgeStep s = read_on_v2(*svc, manifests(), 20 * kMinute, /*lease=*/false);
+  ASSERT_EQ(s.action, EdgeAction::kRespond) << s.log;
+  EXPECT_EQ(s.response.status, 200) << s.response.body;
+  EXPECT_NE(s.response.body.find("\"status\":\"stale\""), std::string::npos) << s.response.body;
+  ASSERT_TRUE(s.background);
+
+  // (a) the gate on the manifest's slot: the gate declared alone (the edge may not declare the
+  // lease), with the window and no requeue (a reader's request).
+  s = svc->background(s.handle, kNow);
+  ASSERT_EQ(s.action, EdgeAction::kRedis) << s.log;
+  const std::string gate = *v2_keys().revalidate_gate("docs", Principal::shared());
+  EXPECT_EQ(gate, "quiver:{default:c:docs}:gate");
+  EXPECT_NE(s.redis_bytes.find(gate), std::string::npos) << s.redis_bytes;
+  EXPECT_NE(s.redis_bytes.find(
+                std::string(schema_asset_sha1_of(schema_asset("lua/revalidate_gate.lua")))),
+            std::string::npos);
+  EXPECT_EQ(s.redis_bytes.find(":lease"), std::string::npos) << s.redis_bytes;
+  EXPECT_EQ(s.redis_bytes.find("XADD"), std::string::npos) << "not before the gate is won";
+  EXPECT_EQ(s.redis_bytes.find("quiver:{default}:revalidate"), std::string::npos);
+
+  // (b) won: the XADD to the connection's shard stream, with v1's fields.
+  s = svc->feed(s.handle, encode_reply(A({S("won")})), kNow);
+  ASSERT_EQ(s.action, EdgeAction::kRedis) << s.log;
+  const uint32_t shard = *v2_keys().connection_shard("docs");
+  const std::string stream = *v2_keys().revalidate_stream(shard);
+  EXPECT_EQ(stream, "quiver:{default:s:" + std::to_string(shard) + "}:revalidate");
+  EXPECT_EQ(s.redis_bytes, docs_xadd("stale"));
+  s = svc->feed(s.handle, encode_reply(S("1800000000000-0")), kNow);
+  EXPECT_EQ(s.action, EdgeAction::kDone);
+  EXPECT_EQ(s.log, "");
+  EXPECT_EQ(svc->v2_not_served(), 0u);
+  svc->end(s.handle);
+}
+
+TEST(EdgeLayoutV2, AGateAlreadyTakenSendsNoXadd) {
+  auto svc = service();
+  EdgeStep s = read_on_v2(*svc, manifests(), 20 * kMinute, /*lease=*/false);
+  ASSERT_TRUE(s.background);
+  s = svc->background(s.handle, kNow);
+  ASSERT_EQ(s.action, EdgeAction::kRedis);
+  s = svc->feed(s.handle, encode_reply(A({S("already_queued")})), kNow);
+  EXPECT_EQ(s.action, EdgeAction::kDone) << s.redis_bytes;
+  EXPECT_EQ(s.log, "");
+  svc->end(s.handle);
+}
+
+TEST(EdgeLayoutV2, AHeldLeaseQueuesNothing) {
+  auto svc = service();
+  EdgeStep s = read_on_v2(*svc, manifests(), 20 * kMinute, /*lease=*/true);
+  ASSERT_EQ(s.action, EdgeAction::kRespond) << s.log;
+  EXPECT_EQ(s.response.status, 200);
+  EXPECT_FALSE(s.background) << "a refresh holds the lease: nothing to queue";
+  svc->end(s.handle);
+}
+
+HttpRequest refresh_docs() {
+  HttpRequest r = manifests();
+  r.method = "POST";
+  r.path = "/v1/mcp-connections/docs/refresh-tools";
+  return r;
+}
+
+TEST(EdgeLayoutV2, AManualRefreshIsQueuedThroughItsGateThenItsShardsStream) {
+  auto svc = service();
+  EdgeStep s = read_on_v2(*svc, refresh_docs(), 1 * kMinute, /*lease=*/false);
+  ASSERT_EQ(s.action, EdgeAction::kRedis) << s.log;
+  EXPECT_NE(s.redis_bytes.find("quiver:{default:c:docs}:gate"), std::string::npos);
+  // A manual refresh asks the gate to requeue after kManualRequeueAfterMs.
+  EXPECT_NE(s.redis_bytes.find("\r\n" + std::to_string(kManualRequeueAfterMs) + "\r\n"),
+            std::string::npos);
+  s = svc->feed(s.handle, encode_reply(A({S("won")})), kNow);
+  ASSERT_EQ(s.action, EdgeAction::kRedis) << s.log;
+  EXPECT_EQ(s.redis_bytes, docs_xadd("manual"));
+  s = svc->feed(s.handle, encode_reply(S("1800000000000-0")), kNow);
+  ASSERT_EQ(s.action, EdgeAction::kRespond) << s.log;
+  EXPECT_EQ(s.response.status, 202) << s.response.body;
+  EXPECT_EQ(s.response.body, R"({"status":"queued"})");
+  svc->end(s.handle);
+
+  // The gate taken (a refresh requested under a second ago): queued, nothing more sent.
+  s = read_on_v2(*svc, refresh_docs(), 1 * kMinute, /*lease=*/false);
+  ASSERT_EQ(s.action, EdgeAction::kRedis);
+  s = svc->feed(s.handle, encode_reply(A({S("already_queued")})), kNow);
+  ASSERT_EQ(s.action, EdgeAction::kRespond) << s.redis_bytes;
+  EXPECT_EQ(s.response.status, 202);
+  EXPECT_EQ(s.response.body, R"({"status":"queued"})");
+  svc->end(s.handle);
+
+  // A Redis error on the XADD: the store is unavailable, never "queued".
+  s = read_on_v2(*svc, refresh_docs(), 1 * kMinute, /*lease=*/false);
+  s = svc->feed(s.handle, encode_reply(A({S("won")})), kNow);
+  ASSERT_EQ(s.action, EdgeAction::kRedis);
+  s = svc->feed(s.handle, "-OOM command not allowed\r\n", kNow);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(s.response.status, 503) << s.response.body;
+  svc->end(s.handle);
+  EXPECT_EQ(svc->v2_not_served(), 0u);
+}
+
+TEST(EdgeLayoutV2, AManualRefreshUnderAHeldLeaseSendsNothing) {
+  auto svc = service();
+  EdgeStep s = read_on_v2(*svc, refresh_docs(), 1 * kMinute, /*lease=*/true);
+  ASSERT_EQ(s.action, EdgeAction::kRespond) << s.redis_bytes;
+  EXPECT_EQ(s.response.status, 202) << s.response.body;
+  EXPECT_EQ(s.response.body, R"({"status":"in_progress"})");
+  svc->end(s.handle);
 }
 
 }  // namespace
