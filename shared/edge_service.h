@@ -52,7 +52,9 @@
 //   layout-unknown reply naming v2:ready, or a round 1 that finds v1), once per request; on v2 the
 //   read goes in rounds (shared/discovery_spread.h), each a spread round of the request's
 //   RoutedConversation, the L1 key carries the layout, and the paths that write (enqueues, the
-//   webhook, relayed calls) answer 503 instead of writing v1 keys nobody reads.
+//   webhook) answer 503 instead of writing v1 keys nobody reads. Relayed calls are served on v2:
+//   each call's round and its cancel mark go to its connection's shard (call_enqueue_v2.lua,
+//   relay_call_commands_v2), one slot, sent as a spread round.
 // Every discovery read says where it came from in `X-Quiver-Cache` (`hit`, `miss`, `revalidated`,
 // `stale-if-error`, `fail-fast`). Revalidations the answer asks for are queued in the background,
 // once per key per claim period from this isolate (the Redis gate dedups across isolates).

@@ -286,6 +286,11 @@ Result<std::vector<std::string_view>> command_keys(const RedisCommand& argv) {
     for (std::size_t i = 1; i < argv.size(); i += 2) keys.emplace_back(argv[i]);
     return keys;
   }
+  // A subcommand first: XGROUP CREATE <key> ..., XINFO GROUPS <key> (HELP names none).
+  if (ascii_iequals(name, "XGROUP") || ascii_iequals(name, "XINFO")) {
+    if (argv.size() >= 3) keys.emplace_back(argv[2]);
+    return keys;
+  }
   if (ascii_iequals(name, "XREAD") || ascii_iequals(name, "XREADGROUP")) {
     for (std::size_t i = 1; i < argv.size(); ++i) {
       if (ascii_iequals(argv[i], "STREAMS")) {

@@ -95,6 +95,10 @@ TEST(ClusterSlot, CommandKeys) {
   EXPECT_EQ(keys({"MSET", "a", "1", "b", "2"}), (V{"a", "b"}));
   EXPECT_EQ(keys({"XREADGROUP", "GROUP", "g", "c", "COUNT", "5", "STREAMS", "s1", "s2", ">", ">"}),
             (V{"s1", "s2"}));
+  // A subcommand before the key.
+  EXPECT_EQ(keys({"XGROUP", "CREATE", "s", "g", "$", "MKSTREAM"}), V{"s"});
+  EXPECT_EQ(keys({"XINFO", "GROUPS", "s"}), V{"s"});
+  EXPECT_EQ(keys({"XINFO", "HELP"}), V{});
   EXPECT_EQ(keys({"PING"}), V{});
   EXPECT_EQ(keys({"SCAN", "0", "MATCH", "x*"}), V{});
   EXPECT_EQ(keys({"CLUSTER", "SHARDS"}), V{});
