@@ -242,6 +242,84 @@ Result<std::vector<RedisCommand>> relay_call_commands(const RedisKeys& keys,
   return std::vector<RedisCommand>{std::move(eval), {"BLPOP", *reply_key, wait}};
 }
 
+namespace {
+
+Result<uint32_t> call_shard_v2(const RedisKeys& keys, std::string_view connection_id) {
+  if (keys.key_layout() != KeyLayout::kV2) {
+    return invalid("relay: the v2 relay needs key layout v2's keys");
+  }
+  return keys.connection_shard(connection_id);
+}
+
+// BLPOP takes seconds, with decimals since Redis 6.
+std::string blpop_wait(int64_t wait_ms) {
+  char wait[32];
+  std::snprintf(wait, sizeof wait, "%lld.%03lld", static_cast<long long>(wait_ms / 1000),
+                static_cast<long long>(wait_ms % 1000));
+  return wait;
+}
+
+}  // namespace
+
+Result<std::string> relay_reply_key_v2(const RedisKeys& keys, std::string_view rid,
+                                       std::string_view connection_id) {
+  Result<uint32_t> shard = call_shard_v2(keys, connection_id);
+  if (!shard.ok()) return shard.error();
+  return keys.call_reply(rid, *shard);
+}
+
+Result<std::string> relay_cancel_key_v2(const RedisKeys& keys, std::string_view rid,
+                                        std::string_view connection_id) {
+  Result<uint32_t> shard = call_shard_v2(keys, connection_id);
+  if (!shard.ok()) return shard.error();
+  return keys.call_cancel(rid, *shard);
+}
+
+Result<std::vector<RedisCommand>> relay_call_commands_v2(const RedisKeys& keys,
+                                                         const RelayRequest& request,
+                                                         int64_t wait_ms, int64_t stream_maxlen) {
+  if (Status s = validate_relay_request(request); !s.ok()) return s.error();
+  if (wait_ms < 1) return invalid("relay: no time left to wait for the reply");
+  if (stream_maxlen <= 0) return invalid("relay: stream_maxlen must be positive");
+  std::vector<std::string> fields = relay_request_fields(request);
+  if (fields[9].size() > kMaxRelayParamsBytes) {
+    return Error(ErrorCode::kTooLarge, "relay: the call's params are over " +
+                                           std::to_string(kMaxRelayParamsBytes) + " bytes");
+  }
+  std::string_view script = schema_asset("lua/call_enqueue_v2.lua");
+  if (script.empty()) {
+    return Error(ErrorCode::kInternal, "schema/lua/call_enqueue_v2.lua is not compiled in");
+  }
+  Result<uint32_t> shard = call_shard_v2(keys, request.connection_id);
+  if (!shard.ok()) return shard.error();
+  Result<std::string> stream = keys.calls(*shard);
+  Result<std::string> reply_key = keys.call_reply(request.rid, *shard);
+  Result<std::string> agents = keys.call_agents(*shard);
+  for (const Result<std::string>* k : {&stream, &reply_key, &agents}) {
+    if (!k->ok()) return k->error();
+  }
+  RedisCommand eval = {"EVAL",
+                       std::string(script),
+                       "3",
+                       *stream,
+                       *reply_key,
+                       *agents,
+                       std::to_string(stream_maxlen),
+                       std::to_string(kCallReplyTtlMs),
+                       relay_reply_record(agent_unreachable_reply())};
+  for (std::string& f : fields) eval.push_back(std::move(f));
+  return std::vector<RedisCommand>{std::move(eval), {"BLPOP", *reply_key, blpop_wait(wait_ms)}};
+}
+
+Result<RedisCommand> relay_cancel_command_v2(const RedisKeys& keys, std::string_view rid,
+                                             std::string_view connection_id, int64_t deadline_ms,
+                                             int64_t now_ms) {
+  Result<std::string> key = relay_cancel_key_v2(keys, rid, connection_id);
+  if (!key.ok()) return key.error();
+  const int64_t ttl_ms = std::max<int64_t>(deadline_ms - now_ms, 0) + kCallCancelGraceMs;
+  return RedisCommand{"SET", std::move(*key), "1", "PX", std::to_string(ttl_ms)};
+}
+
 std::string relay_reply_record(const RelayReply& reply, std::size_t max_bytes) {
   Json record = Json::object();
   switch (reply.kind) {

@@ -117,6 +117,31 @@ Result<std::vector<RedisCommand>> relay_call_commands(const RedisKeys& keys,
                                                       const RelayRequest& request, int64_t wait_ms,
                                                       int64_t stream_maxlen = kCallStreamMaxLen);
 
+// ---- key layout v2 (docs/design.md "Relayed calls on v2") ----
+// On v2 every key of a call is on the shard of its connection, `quiver:{<ns>:s:<k>}:...` with
+// k = RedisKeys::connection_shard(cid): the stream, the agents' mark, the reply list and the cancel
+// mark share one slot, so the edge's XADD and BLPOP go to one node in one round trip. `keys` is a
+// v2 RedisKeys (kInvalidArgument for a v1 one).
+
+// The shard keys of call `rid` on connection `connection_id`: its reply list and cancel mark.
+Result<std::string> relay_reply_key_v2(const RedisKeys& keys, std::string_view rid,
+                                       std::string_view connection_id);
+Result<std::string> relay_cancel_key_v2(const RedisKeys& keys, std::string_view rid,
+                                        std::string_view connection_id);
+
+// The edge's pipeline on v2: [EVAL call_enqueue_v2.lua (KEYS: the shard's calls, the call's reply
+// list, the shard's call-agents), BLPOP <the reply list> wait]. Same checks and bounds as
+// relay_call_commands; parse_relay_call_replies reads its replies.
+Result<std::vector<RedisCommand>> relay_call_commands_v2(const RedisKeys& keys,
+                                                         const RelayRequest& request,
+                                                         int64_t wait_ms,
+                                                         int64_t stream_maxlen = kCallStreamMaxLen);
+
+// relay_cancel_command on v2: SET <the call's shard>:call-cancel:<rid> 1 PX ...
+Result<RedisCommand> relay_cancel_command_v2(const RedisKeys& keys, std::string_view rid,
+                                             std::string_view connection_id, int64_t deadline_ms,
+                                             int64_t now_ms);
+
 // The record an agent pushes, one JSON object: {"kind": "result", "result": ...},
 // {"kind": "upstream_error", "error": {code, message, data?}} or {"kind": "failed", "failure":
 // "timeout" | "upstream_unavailable" | ..., "error": {...}}. A record over `max_bytes` becomes a

@@ -146,6 +146,8 @@ struct EdgeService::Request {
   std::string relay_seed;
   uint32_t relay_count = 0;  // calls relayed so far (the next rid's index)
   std::string relay_rid;     // the call whose round is outstanding (its cancel mark's name)
+  std::string relay_cid;     // ... its connection (key layout v2: the shard of its keys)
+  KeyLayout relay_layout = KeyLayout::kV1;  // ... the layout its keys are spelled in
   int64_t relay_deadline_ms = 0;
   int64_t redis_blocks_ms = 0;
 
@@ -372,12 +374,6 @@ EdgeStep EdgeService::relay_next(Request& r, int64_t now_ms) {
     r.relay_calls.clear();
     return drive_mcp(r, r.mcp->resume_relay(std::move(r.relay_replies), now_ms), now_ms);
   }
-  if (layout_ == KeyLayout::kV2) {
-    // call_enqueue.lua writes v1's calls stream, which no agent reads on a v2 namespace.
-    ++v2_not_served_;
-    return relay_answered(r, relay_store_failure_reply(/*maybe_sent=*/false),
-                          std::string("relay: ") + kNotServedOnV2, now_ms);
-  }
   const RelayCall& call = r.relay_calls[r.relay_replies.size()];
   const int64_t wait_ms = call.deadline_ms - now_ms;
   if (wait_ms < 1) {
@@ -393,18 +389,25 @@ EdgeStep EdgeService::relay_next(Request& r, int64_t now_ms) {
         r, RelayReply::failed(RelayFailure::kUnavailable, kMcpCallsUnavailableMessage),
         "relay: " + rid.error().message, now_ms);
   }
+  // The layout the call was resolved in (its snapshot's). On v2 every key of the call is on its
+  // connection's shard (call_enqueue_v2.lua): the round is one slot, sent as a spread round so
+  // that it goes to that slot's node (on one Redis: one pipeline, as on v1).
+  const bool v2 = r.layout == KeyLayout::kV2;
   Result<std::vector<RedisCommand>> commands =
-      relay_call_commands(*keys_, relay_request_for(call, *rid, now_ms), wait_ms);
+      v2 ? relay_call_commands_v2(*keys_v2_, relay_request_for(call, *rid, now_ms), wait_ms)
+         : relay_call_commands(*keys_, relay_request_for(call, *rid, now_ms), wait_ms);
   if (!commands.ok())
     return relay_answered(r, relay_reply_for_failure(commands.error()), {}, now_ms);
   r.relay_rid = std::move(*rid);
+  r.relay_cid = call.connection_id;
+  r.relay_layout = r.layout;
   r.relay_deadline_ms = call.deadline_ms;
   // A BLPOP blocks its connection: the round gets one of its own (the host closes any other).
   r.redis.drop();
   r.redis_blocks_ms = wait_ms;
   // EVAL with the text: after an EVALSHA answered NOSCRIPT, the BLPOP behind it would wait out the
   // deadline for a call that was never queued.
-  EdgeStep s = send(r, EdgeEvent::kRelay, std::move(*commands), ScriptForm::kText);
+  EdgeStep s = send(r, EdgeEvent::kRelay, std::move(*commands), ScriptForm::kText, /*spread=*/v2);
   // About to wait: a client that takes an event stream gets its head now and keep-alives while
   // the BLPOP waits, so that a client gone even by a graceful close fails a write (workerd tells
   // a request nothing of a FIN before its response started: docs/design.md).
@@ -424,6 +427,7 @@ EdgeStep EdgeService::relay_answered(Request& r, RelayReply reply, std::string l
                                      int64_t now_ms) {
   r.redis_blocks_ms = 0;
   r.relay_rid.clear();
+  r.relay_cid.clear();
   r.relay_replies.push_back(std::move(reply));
   EdgeStep s = relay_next(r, now_ms);
   if (!log.empty()) s.log = s.log.empty() ? std::move(log) : std::move(log) + "; " + s.log;
@@ -1283,9 +1287,13 @@ EdgeStep EdgeService::abandon(uint32_t handle, int64_t now_ms) {
   Request* r = find(handle, now_ms);
   if (r == nullptr) return unknown_handle(handle);
   const bool waiting = r->phase == EdgePhase::kRelaying && !r->relay_rid.empty();
+  // On v2 the mark is on the call's shard, where the agent running it looks.
+  const bool v2 = r->relay_layout == KeyLayout::kV2;
   Result<RedisCommand> command =
-      waiting ? relay_cancel_command(*keys_, r->relay_rid, r->relay_deadline_ms, now_ms)
-              : Result<RedisCommand>(Error(ErrorCode::kNotFound, "no relayed call outstanding"));
+      !waiting ? Result<RedisCommand>(Error(ErrorCode::kNotFound, "no relayed call outstanding"))
+      : v2 ? relay_cancel_command_v2(*keys_v2_, r->relay_rid, r->relay_cid, r->relay_deadline_ms,
+                                     now_ms)
+           : relay_cancel_command(*keys_, r->relay_rid, r->relay_deadline_ms, now_ms);
   end(handle);
   if (!waiting) return step_of(handle, EdgeAction::kDone);
   if (!command.ok()) {
@@ -1304,7 +1312,8 @@ EdgeStep EdgeService::abandon(uint32_t handle, int64_t now_ms) {
                                                                settings_->redis_password},
                                               cluster_.get()))
           .first->second;
-  EdgeStep s = redis_step(cancel, c.begin({std::move(*command)}, ScriptForm::kText));
+  EdgeStep s = redis_step(cancel, v2 ? c.begin_spread({std::move(*command)}, ScriptForm::kText)
+                                     : c.begin({std::move(*command)}, ScriptForm::kText));
   if (!c.in_round())
     return step_of(cancel, EdgeAction::kDone, "relay: cancel mark not sent: " + c.error().message);
   s.new_connection = true;

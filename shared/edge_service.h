@@ -57,7 +57,8 @@
 //   that finds v1). An enqueue (the answer's manual refresh, the background revalidations) on v2
 //   is two spread rounds, the gates (revalidate_gate.lua, none for an entry whose snapshot says
 //   its lease is held) then the XADDs of the gates won to each connection's shard stream. Relayed
-//   calls answer 503 on v2 instead of writing v1 keys nobody reads.
+//   calls are served on v2: each call's round and its cancel mark go to its connection's shard
+//   (call_enqueue_v2.lua, relay_call_commands_v2), one slot, sent as a spread round.
 // Every discovery read says where it came from in `X-Quiver-Cache` (`hit`, `miss`, `revalidated`,
 // `stale-if-error`, `fail-fast`). Revalidations the answer asks for are queued in the background,
 // once per key per claim period from this isolate (the Redis gate dedups across isolates).

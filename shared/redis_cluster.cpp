@@ -286,6 +286,11 @@ Result<std::vector<std::string_view>> command_keys(const RedisCommand& argv) {
     for (std::size_t i = 1; i < argv.size(); i += 2) keys.emplace_back(argv[i]);
     return keys;
   }
+  // A subcommand first: XGROUP CREATE <key> ..., XINFO GROUPS <key> (HELP names none).
+  if (ascii_iequals(name, "XGROUP") || ascii_iequals(name, "XINFO")) {
+    if (argv.size() >= 3) keys.emplace_back(argv[2]);
+    return keys;
+  }
   if (ascii_iequals(name, "XREAD") || ascii_iequals(name, "XREADGROUP")) {
     for (std::size_t i = 1; i < argv.size(); ++i) {
       if (ascii_iequals(argv[i], "STREAMS")) {
@@ -297,12 +302,6 @@ Result<std::vector<std::string_view>> command_keys(const RedisCommand& argv) {
     }
     return Error(ErrorCode::kInvalidArgument,
                  "redis cluster: " + name + " without STREAMS and as many ids as streams");
-  }
-  // Container commands: the key follows the subcommand (XGROUP CREATE <stream> ..., XINFO
-  // CONSUMERS <stream> ...); HELP names none.
-  if (ascii_iequals(name, "XGROUP") || ascii_iequals(name, "XINFO")) {
-    if (argv.size() >= 3) keys.emplace_back(argv[2]);
-    return keys;
   }
   if (argv.size() >= 2) keys.emplace_back(argv[1]);
   return keys;

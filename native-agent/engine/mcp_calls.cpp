@@ -151,7 +151,7 @@ void CallRelayConsumer::handle(const RelayRequest& request) {
   call.method = request.method;
   call.params = request.params;
   call.timeout_ms = request.deadline_ms - now;
-  const std::shared_ptr<std::atomic<bool>> cancel = track(request.rid);
+  const std::shared_ptr<std::atomic<bool>> cancel = track(request);
   Result<RelayReply> reply = calls_.perform(call, [&cancel] { return cancel->load(); });
   untrack(request.rid);
   ++performed_;
@@ -164,7 +164,8 @@ void CallRelayConsumer::handle(const RelayRequest& request) {
     return;
   }
   const RelayReply record = reply.ok() ? std::move(*reply) : relay_reply_for_failure(reply.error());
-  Status put = ctx_.store->put_call_reply(request.rid, relay_reply_record(record), kCallReplyTtlMs);
+  Status put = ctx_.store->put_call_reply({request.rid, request.connection_id},
+                                          relay_reply_record(record), kCallReplyTtlMs);
   if (!put.ok()) {
     ++reply_failures_;
     ctx_.log_store_error("replying to a relayed call", put.error());
@@ -203,10 +204,11 @@ void CallRelayConsumer::heartbeat_loop() {
   } while (ctx_.wait_running(kCallAgentsMarkMs));
 }
 
-std::shared_ptr<std::atomic<bool>> CallRelayConsumer::track(const std::string& rid) {
+std::shared_ptr<std::atomic<bool>> CallRelayConsumer::track(const RelayRequest& request) {
   auto flag = std::make_shared<std::atomic<bool>>(false);
   std::lock_guard<std::mutex> lock(running_mu_);
-  running_[rid] = flag;  // rids are random per call: a repeat is a repeated request, same flag use
+  // rids are random per call: a repeat is a repeated request, same flag use
+  running_[request.rid] = Running{request.connection_id, flag};
   return flag;
 }
 
@@ -216,18 +218,18 @@ void CallRelayConsumer::untrack(const std::string& rid) {
 }
 
 std::size_t CallRelayConsumer::poll_cancel_marks_once(bool* store_failed) {
-  std::vector<std::string> rids;
+  std::vector<RelayedCallRef> calls;
   std::vector<std::shared_ptr<std::atomic<bool>>> flags;
   {
     std::lock_guard<std::mutex> lock(running_mu_);
-    for (const auto& [rid, flag] : running_) {
-      if (flag->load()) continue;
-      rids.push_back(rid);
-      flags.push_back(flag);
+    for (const auto& [rid, running] : running_) {
+      if (running.cancelled->load()) continue;
+      calls.push_back({rid, running.connection_id});
+      flags.push_back(running.cancelled);
     }
   }
-  if (rids.empty()) return 0;  // no relayed call runs: no Redis round
-  Result<std::vector<bool>> marks = ctx_.store->call_cancel_marks(rids);
+  if (calls.empty()) return 0;  // no relayed call runs: no Redis round
+  Result<std::vector<bool>> marks = ctx_.store->call_cancel_marks(calls);
   if (!marks.ok()) {
     if (store_failed != nullptr) *store_failed = true;
     ctx_.log_store_error("reading relayed calls' cancel marks", marks.error());

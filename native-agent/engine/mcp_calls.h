@@ -106,8 +106,9 @@ class CallRelayConsumer {
   void heartbeat_loop();
   Status mark_alive();
   // One round of the cancel poller: the cancel marks of every running relayed call, one MGET
-  // (none when no call runs). Returns how many calls it newly marked cancelled; `store_failed`
-  // is set when the marks could not be read (logged; the calls run on).
+  // (key layout v2: one per shard the running calls are on; none when no call runs). Returns how
+  // many calls it newly marked cancelled; `store_failed` is set when the marks could not be read
+  // (logged; the calls run on).
   std::size_t poll_cancel_marks_once(bool* store_failed = nullptr);
   // The cancel poller thread: poll_cancel_marks_once every kCallCancelMarkPollMs until the agent
   // stops.
@@ -116,8 +117,13 @@ class CallRelayConsumer {
 
  private:
   void handle(const RelayRequest& request);
-  // The running relayed calls by rid: each one's cancelled flag, which its predicate reads.
-  std::shared_ptr<std::atomic<bool>> track(const std::string& rid);
+  // The running relayed calls by rid: each one's connection (where its cancel mark is) and
+  // cancelled flag, which its predicate reads.
+  struct Running {
+    std::string connection_id;
+    std::shared_ptr<std::atomic<bool>> cancelled;
+  };
+  std::shared_ptr<std::atomic<bool>> track(const RelayRequest& request);
   void untrack(const std::string& rid);
 
   AgentContext& ctx_;
@@ -128,7 +134,7 @@ class CallRelayConsumer {
   std::atomic<int64_t> reply_failures_{0};
   std::atomic<int64_t> cancelled_{0};
   mutable std::mutex running_mu_;
-  std::map<std::string, std::shared_ptr<std::atomic<bool>>> running_;
+  std::map<std::string, Running> running_;
 };
 
 }  // namespace quiver

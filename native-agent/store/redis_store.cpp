@@ -749,6 +749,9 @@ struct RedisStore::Impl {
   std::unique_ptr<RedisChannel> main;
   std::unique_ptr<RedisChannel> blocking;  // read_revalidations with block_ms > 0
   std::unique_ptr<RedisChannel> calls;     // read_relayed_calls with block_ms > 0
+  // Key layout v2: where the next read of relayed calls starts among the shards holding some, so
+  // that a busy shard does not starve the others when a read takes fewer than they hold.
+  std::atomic<uint32_t> call_shard_turn{0};
   // Every channel's writes pass it (LayoutGatedChannel); read_namespace keeps it current.
   std::shared_ptr<LayoutGate> layout_gate =
       std::make_shared<LayoutGate>(keys.layout(), keys.key_layout());
@@ -3806,9 +3809,92 @@ Status RedisStore::put_oauth_result(std::string_view state, std::string_view rec
 
 // ---- calls relayed from the edge ---------------------------------------------------------------
 
+namespace {
+
+// The entries of an XREADGROUP reply on one stream ([[stream, [[id, fields], ...]]], or nil) as
+// requests into `batch`; the ids of entries that are no valid request into `bad` (and
+// batch.malformed_ids, with why).
+Status take_relayed_calls(const RespValue& v, RelayedCallBatch& batch,
+                          std::vector<std::string>& bad) {
+  if (v.is_nil()) return Status::Ok();
+  const std::vector<RespValue>* streams = v.as_array();
+  if (streams == nullptr || streams->empty()) return Status::Ok();
+  const std::vector<RespValue>* s = (*streams)[0].as_array();
+  if (s == nullptr || s->size() != 2 || !(*s)[1].is_array()) {
+    return Error(ErrorCode::kInvalidReply, "redis XREADGROUP: unexpected reply");
+  }
+  for (const RespValue& entry : (*s)[1].elements) {
+    const std::vector<RespValue>* e = entry.as_array();
+    if (e == nullptr || e->empty() || !(*e)[0].as_string()) continue;
+    std::string id(*(*e)[0].as_string());
+    Result<RelayRequest> request = e->size() == 2 && (*e)[1].is_array()
+                                       ? relay_request_from_fields(field_map((*e)[1]))
+                                       : Result<RelayRequest>(invalid("no fields"));
+    if (request.ok()) {
+      batch.requests.push_back(std::move(*request));
+    } else {
+      bad.push_back(id);
+      batch.malformed_ids.push_back(id + " (" + request.error().message + ")");
+    }
+  }
+  return Status::Ok();
+}
+
+// Key layout v2's read of relayed calls polls the S shard streams (an XREADGROUP BLOCK over
+// streams in different slots is CROSSSLOT) at most this often while they are empty.
+constexpr int64_t kRelayedCallPollMs = 100;
+
+// What XINFO GROUPS says of the calls group on one shard's stream.
+struct CallGroupState {
+  bool exists = false;
+  // Entries the group has not had: nullopt when Redis cannot tell (an entry deleted past the
+  // group's position: XDEL, a trim), so the shard is read to find out.
+  std::optional<int64_t> lag;
+};
+
+// XINFO GROUPS' reply (RESP2: an array of flat maps; "ERR no such key" when the stream is absent).
+Result<CallGroupState> call_group_state(const RespValue& v) {
+  CallGroupState out;
+  if (v.is_error()) {
+    if (v.str.find("no such key") != std::string::npos) return out;
+    return reply_error(v, "XINFO GROUPS");
+  }
+  const std::vector<RespValue>* groups = v.as_array();
+  if (groups == nullptr) return Error(ErrorCode::kInvalidReply, "redis XINFO GROUPS: not an array");
+  for (const RespValue& g : *groups) {
+    const std::vector<RespValue>* flat = g.as_array();
+    if (flat == nullptr || flat->size() % 2 != 0) {
+      return Error(ErrorCode::kInvalidReply, "redis XINFO GROUPS: a group is not a map");
+    }
+    std::optional<std::string_view> name;
+    const RespValue* lag = nullptr;
+    for (std::size_t i = 0; i + 1 < flat->size(); i += 2) {
+      std::optional<std::string_view> field = (*flat)[i].as_string();
+      if (!field) continue;
+      if (*field == "name") name = (*flat)[i + 1].as_string();
+      if (*field == "lag") lag = &(*flat)[i + 1];
+    }
+    if (name != std::optional<std::string_view>(kCallsConsumerGroup)) continue;
+    out.exists = true;
+    // Redis < 7.0 has no lag: unknown, read the shard.
+    if (lag != nullptr && !lag->is_nil()) {
+      std::optional<int64_t> n = lag->as_int();
+      if (!n || *n < 0) {
+        return Error(ErrorCode::kInvalidReply, "redis XINFO GROUPS: lag is not a count");
+      }
+      out.lag = *n;
+    }
+    return out;
+  }
+  return out;
+}
+
+}  // namespace
+
 Result<RelayedCallBatch> RedisStore::read_relayed_calls(std::string_view consumer, std::size_t max,
                                                         int64_t block_ms) {
   if (Status s = validate_revalidation_read(consumer, max, block_ms); !s.ok()) return s.error();
+  if (writes_v2(impl_->keys)) return read_relayed_calls_v2(consumer, max, block_ms);
   const std::string stream = impl_->keys.calls();
   RedisCommand read = {
       "XREADGROUP",        "GROUP", kCallsConsumerGroup, std::string(consumer), "COUNT",
@@ -3835,28 +3921,8 @@ Result<RelayedCallBatch> RedisStore::read_relayed_calls(std::string_view consume
   const RespValue& v = (*r)[0];
   if (v.is_error()) return reply_error(v, "XREADGROUP");
   RelayedCallBatch batch;
-  if (v.is_nil()) return batch;
-  const std::vector<RespValue>* streams = v.as_array();
-  if (streams == nullptr || streams->empty()) return batch;
-  const std::vector<RespValue>* s = (*streams)[0].as_array();
-  if (s == nullptr || s->size() != 2 || !(*s)[1].is_array()) {
-    return Error(ErrorCode::kInvalidReply, "redis XREADGROUP: unexpected reply");
-  }
   std::vector<std::string> bad;
-  for (const RespValue& entry : (*s)[1].elements) {
-    const std::vector<RespValue>* e = entry.as_array();
-    if (e == nullptr || e->empty() || !(*e)[0].as_string()) continue;
-    std::string id(*(*e)[0].as_string());
-    Result<RelayRequest> request = e->size() == 2 && (*e)[1].is_array()
-                                       ? relay_request_from_fields(field_map((*e)[1]))
-                                       : Result<RelayRequest>(invalid("no fields"));
-    if (request.ok()) {
-      batch.requests.push_back(std::move(*request));
-    } else {
-      bad.push_back(id);
-      batch.malformed_ids.push_back(id + " (" + request.error().message + ")");
-    }
-  }
+  if (Status st = take_relayed_calls(v, batch, bad); !st.ok()) return st.error();
   if (!bad.empty()) {
     RedisCommand del = {"XDEL", stream};
     del.insert(del.end(), bad.begin(), bad.end());
@@ -3865,44 +3931,193 @@ Result<RelayedCallBatch> RedisStore::read_relayed_calls(std::string_view consume
   return batch;
 }
 
-Status RedisStore::put_call_reply(std::string_view rid, std::string_view record, int64_t ttl_ms) {
+// Key layout v2: one calls stream per shard (a call is on its connection's shard). XREADGROUP
+// cannot block on streams in several slots, and reading every shard with COUNT `max` could take
+// up to S × max calls (NOACK: taken is delivered, never given back), so a read is two spread
+// rounds: (1) XINFO GROUPS of every shard (S commands, one round; the group's `lag` says which
+// shards hold calls it has not had; a shard without the group gets it, from its end, as on v1);
+// (2) XREADGROUP ... NOACK on those shards only, at most `max` in all, starting from a rotating
+// shard. While every shard is empty it polls again every kRelayedCallPollMs until block_ms is
+// spent. The cost, against v1's one blocked XREADGROUP: an idle call worker sends S commands
+// every 100 ms (160/s with S = 16), spread over the masters, and a call waits up to 100 ms more
+// before an agent sees it (half that on average); the calls' own Redis work is the same.
+Result<RelayedCallBatch> RedisStore::read_relayed_calls_v2(std::string_view consumer,
+                                                           std::size_t max, int64_t block_ms) {
+  const RedisKeys& keys = impl_->keys;
+  std::vector<std::string> streams;
+  std::vector<RedisCommand> probes;
+  for (uint32_t k = 0; k < keys.shard_count(); ++k) {
+    Result<std::string> stream = keys.calls(k);
+    if (!stream.ok()) return stream.error();
+    probes.push_back({"XINFO", "GROUPS", *stream});
+    streams.push_back(std::move(*stream));
+  }
+  RedisChannel& conn = *impl_->calls;
+  const SteadyClock::time_point until = SteadyClock::now() + std::chrono::milliseconds(block_ms);
+  while (true) {
+    Result<std::vector<RespValue>> probed = conn.run_spread(probes);
+    if (!probed.ok()) return probed.error();
+    std::vector<RedisCommand> make;
+    std::vector<std::pair<uint32_t, std::optional<int64_t>>> waiting;  // shard, lag
+    for (uint32_t k = 0; k < streams.size(); ++k) {
+      Result<CallGroupState> state = call_group_state((*probed)[k]);
+      if (!state.ok()) return state.error();
+      if (!state->exists) {
+        make.push_back({"XGROUP", "CREATE", streams[k], kCallsConsumerGroup, "$", "MKSTREAM"});
+      } else if (!state->lag || *state->lag > 0) {
+        waiting.emplace_back(k, state->lag);
+      }
+    }
+    if (!make.empty()) {
+      Result<std::vector<RespValue>> made = conn.run_spread(make);
+      if (!made.ok()) return made.error();
+      for (const RespValue& v : *made) {
+        if (v.is_error() && !starts_with(v.str, "BUSYGROUP"))
+          return reply_error(v, "XGROUP CREATE");
+      }
+    }
+    RelayedCallBatch batch;
+    if (!waiting.empty()) {
+      const std::size_t first = impl_->call_shard_turn.fetch_add(1) % waiting.size();
+      std::size_t left = max;
+      std::vector<RedisCommand> reads;
+      std::vector<uint32_t> read_shards;
+      for (std::size_t i = 0; i < waiting.size() && left > 0; ++i) {
+        const auto& [k, lag] = waiting[(first + i) % waiting.size()];
+        const std::size_t count = lag ? std::min<std::size_t>(left, *lag) : left;
+        left -= count;
+        reads.push_back({"XREADGROUP", "GROUP", kCallsConsumerGroup, std::string(consumer), "COUNT",
+                         std::to_string(count), "NOACK", "STREAMS", streams[k], ">"});
+        read_shards.push_back(k);
+      }
+      Result<std::vector<RespValue>> r = conn.run_spread(reads);
+      if (!r.ok()) return r.error();
+      std::vector<RedisCommand> dels;
+      for (std::size_t j = 0; j < reads.size(); ++j) {
+        const RespValue& v = (*r)[j];
+        // The group went since the probe (the stream deleted): the next probe makes it again.
+        if (v.is_error() && starts_with(v.str, "NOGROUP")) continue;
+        if (v.is_error()) return reply_error(v, "XREADGROUP");
+        std::vector<std::string> bad;
+        if (Status st = take_relayed_calls(v, batch, bad); !st.ok()) return st.error();
+        if (!bad.empty()) {
+          RedisCommand del = {"XDEL", streams[read_shards[j]]};
+          del.insert(del.end(), bad.begin(), bad.end());
+          dels.push_back(std::move(del));
+        }
+      }
+      if (!dels.empty()) (void)conn.run_spread(dels);
+      if (!batch.requests.empty() || !batch.malformed_ids.empty()) return batch;
+    }
+    const SteadyClock::time_point now = SteadyClock::now();
+    if (block_ms <= 0 || now >= until) return batch;
+    std::this_thread::sleep_for(std::min<SteadyClock::duration>(
+        until - now, std::chrono::milliseconds(kRelayedCallPollMs)));
+  }
+}
+
+Status RedisStore::put_call_reply(const RelayedCallRef& call, std::string_view record,
+                                  int64_t ttl_ms) {
   if (ttl_ms <= 0) return invalid("put_call_reply: no lifetime");
-  Result<std::string> key = impl_->keys.call_reply(rid);
+  if (writes_v2(impl_->keys)) {
+    // The list the edge BLPOPs: on the shard of the call's connection (relay_call_commands_v2).
+    Result<std::string> key = relay_reply_key_v2(impl_->keys, call.rid, call.connection_id);
+    if (!key.ok()) return key.error();
+    Result<std::vector<RespValue>> r = run_spread_checked(
+        *impl_->main,
+        {{"RPUSH", *key, std::string(record)}, {"PEXPIRE", *key, std::to_string(ttl_ms)}}, "RPUSH");
+    return r.ok() ? Status::Ok() : Status(r.error());
+  }
+  Result<std::string> key = impl_->keys.call_reply(call.rid);
   if (!key.ok()) return key.error();
   Result<std::vector<RespValue>> r = impl_->many(
       {{"RPUSH", *key, std::string(record)}, {"PEXPIRE", *key, std::to_string(ttl_ms)}}, "RPUSH");
   return r.ok() ? Status::Ok() : Status(r.error());
 }
 
-Result<std::vector<bool>> RedisStore::call_cancel_marks(const std::vector<std::string>& rids) {
-  if (rids.empty()) return std::vector<bool>{};
-  RedisCommand mget = {"MGET"};
-  for (const std::string& rid : rids) {
-    Result<std::string> key = impl_->keys.call_cancel(rid);
-    if (!key.ok()) return key.error();
-    mget.push_back(std::move(*key));
+Result<std::vector<bool>> RedisStore::call_cancel_marks(const std::vector<RelayedCallRef>& calls) {
+  if (calls.empty()) return std::vector<bool>{};
+  std::vector<RedisCommand> mgets;
+  // Per MGET, the calls it reads (in its order).
+  std::vector<std::vector<std::size_t>> of;
+  if (writes_v2(impl_->keys)) {
+    // One MGET per shard the calls are on (each MGET one slot), one round.
+    std::map<uint32_t, std::size_t> mget_of_shard;
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      Result<uint32_t> shard = impl_->keys.connection_shard(calls[i].connection_id);
+      if (!shard.ok()) return shard.error();
+      Result<std::string> key = impl_->keys.call_cancel(calls[i].rid, *shard);
+      if (!key.ok()) return key.error();
+      auto [at, added] = mget_of_shard.emplace(*shard, mgets.size());
+      if (added) {
+        mgets.push_back({"MGET"});
+        of.emplace_back();
+      }
+      mgets[at->second].push_back(std::move(*key));
+      of[at->second].push_back(i);
+    }
+  } else {
+    RedisCommand mget = {"MGET"};
+    for (const RelayedCallRef& call : calls) {
+      Result<std::string> key = impl_->keys.call_cancel(call.rid);
+      if (!key.ok()) return key.error();
+      mget.push_back(std::move(*key));
+    }
+    mgets.push_back(std::move(mget));
+    of.emplace_back();
+    for (std::size_t i = 0; i < calls.size(); ++i) of[0].push_back(i);
   }
-  Result<RespValue> r = impl_->one(mget, "MGET");
+  Result<std::vector<RespValue>> r = writes_v2(impl_->keys)
+                                         ? run_spread_checked(*impl_->main, mgets, "MGET")
+                                         : impl_->many(mgets, "MGET");
   if (!r.ok()) return r.error();
-  const std::vector<RespValue>* marks = r->as_array();
-  if (marks == nullptr || marks->size() != rids.size()) {
-    return Error(ErrorCode::kInvalidReply, "redis MGET call-cancel: unexpected reply");
+  std::vector<bool> out(calls.size(), false);
+  for (std::size_t m = 0; m < mgets.size(); ++m) {
+    const std::vector<RespValue>* marks = (*r)[m].as_array();
+    if (marks == nullptr || marks->size() != of[m].size()) {
+      return Error(ErrorCode::kInvalidReply, "redis MGET call-cancel: unexpected reply");
+    }
+    for (std::size_t j = 0; j < marks->size(); ++j) out[of[m][j]] = !(*marks)[j].is_nil();
   }
-  std::vector<bool> out;
-  out.reserve(marks->size());
-  for (const RespValue& m : *marks) out.push_back(!m.is_nil());
   return out;
 }
 
 Status RedisStore::mark_call_agent_alive(std::string_view consumer, int64_t ttl_ms) {
   if (ttl_ms <= 0) return invalid("mark_call_agent_alive: no lifetime");
+  const RedisKeys& keys = impl_->keys;
+  if (writes_v2(keys)) {
+    // Every shard's group and `call-agents` (an edge checks the mark of its call's shard), the
+    // groups first, in a round of their own: a spread round keeps no order across commands, and
+    // a mark set before its shard's group would let an edge queue a call the group (made at the
+    // stream's end) never delivers. Then the marks and the census (`{<ns>}`, as on v1).
+    std::vector<RedisCommand> groups;
+    std::vector<RedisCommand> marks;
+    for (uint32_t k = 0; k < keys.shard_count(); ++k) {
+      Result<std::string> stream = keys.calls(k);
+      Result<std::string> agents = keys.call_agents(k);
+      if (!stream.ok()) return stream.error();
+      if (!agents.ok()) return agents.error();
+      groups.push_back({"XGROUP", "CREATE", *stream, kCallsConsumerGroup, "$", "MKSTREAM"});
+      marks.push_back({"SET", *agents, call_agents_mark(consumer), "PX", std::to_string(ttl_ms)});
+    }
+    for (RedisCommand& c : agents_census_heartbeat(keys, consumer, impl_->options.now_ms())) {
+      marks.push_back(std::move(c));
+    }
+    Result<std::vector<RespValue>> made = impl_->main->run_spread(groups);
+    if (!made.ok()) return made.error();
+    for (const RespValue& v : *made) {
+      if (v.is_error() && !starts_with(v.str, "BUSYGROUP")) return reply_error(v, "XGROUP CREATE");
+    }
+    Result<std::vector<RespValue>> r = run_spread_checked(*impl_->main, marks, "SET call-agents");
+    return r.ok() ? Status::Ok() : Status(r.error());
+  }
   // The group first (from the stream's end; BUSYGROUP: it exists): an edge queues only while
   // `call-agents` exists, so every request it queues is after the group's start.
   // The census with it (shared/layout.h): every agent, not only the last to mark call-agents.
   std::vector<RedisCommand> commands = {
-      {"XGROUP", "CREATE", impl_->keys.calls(), kCallsConsumerGroup, "$", "MKSTREAM"},
-      {"SET", impl_->keys.call_agents(), call_agents_mark(consumer), "PX", std::to_string(ttl_ms)}};
-  for (RedisCommand& c : agents_census_heartbeat(impl_->keys, consumer, impl_->options.now_ms())) {
+      {"XGROUP", "CREATE", keys.calls(), kCallsConsumerGroup, "$", "MKSTREAM"},
+      {"SET", keys.call_agents(), call_agents_mark(consumer), "PX", std::to_string(ttl_ms)}};
+  for (RedisCommand& c : agents_census_heartbeat(keys, consumer, impl_->options.now_ms())) {
     commands.push_back(std::move(c));
   }
   Result<std::vector<RespValue>> r = impl_->main->run(commands);
@@ -4110,12 +4325,17 @@ Result<LayoutCleanup> RedisStore::cleanup_layout_v1(int64_t min_age_ms) {
 }
 
 Result<StoreLayout> RedisStore::read_layout() {
+  // Key layout v2: agents mark every shard's `call-agents` with the same value; shard 0's says it.
+  const bool v2 = writes_v2(impl_->keys);
+  Result<std::string> agents = v2 ? impl_->keys.call_agents(0) : impl_->keys.call_agents();
+  if (!agents.ok()) return agents.error();
+  const std::vector<RedisCommand> reads = {
+      {"GET", impl_->keys.layout()},
+      {"GET", *agents},
+      {"PTTL", *agents},
+      agents_census_read(impl_->keys, impl_->options.now_ms(), kAgentCensusWindowMs)};
   Result<std::vector<RespValue>> r =
-      impl_->many({{"GET", impl_->keys.layout()},
-                   {"GET", impl_->keys.call_agents()},
-                   {"PTTL", impl_->keys.call_agents()},
-                   agents_census_read(impl_->keys, impl_->options.now_ms(), kAgentCensusWindowMs)},
-                  "GET layout");
+      v2 ? run_spread_checked(*impl_->main, reads, "GET layout") : impl_->many(reads, "GET layout");
   if (!r.ok()) return r.error();
   StoreLayout out;
   out.key = impl_->keys.layout();

@@ -159,7 +159,8 @@ class RedisStore final : public ManifestStore {
   // queued while no agent ran are not performed late), on a connection of its own.
   Result<RelayedCallBatch> read_relayed_calls(std::string_view consumer, std::size_t max,
                                               int64_t block_ms) override;
-  Status put_call_reply(std::string_view rid, std::string_view record, int64_t ttl_ms) override;
+  Status put_call_reply(const RelayedCallRef& call, std::string_view record,
+                        int64_t ttl_ms) override;
   Status mark_call_agent_alive(std::string_view consumer, int64_t ttl_ms) override;
   Result<StoreLayout> read_layout() override;
   std::optional<KeyLayout> written_layout() const override;
@@ -182,7 +183,7 @@ class RedisStore final : public ManifestStore {
   // said `v2:ready` for at least `min_age_ms` (a v1 read under way at the switch fetches its
   // bodies after its script). Past the layout gate, like the migration.
   Result<LayoutCleanup> cleanup_layout_v1(int64_t min_age_ms = 60'000);
-  Result<std::vector<bool>> call_cancel_marks(const std::vector<std::string>& rids) override;
+  Result<std::vector<bool>> call_cancel_marks(const std::vector<RelayedCallRef>& calls) override;
   Result<MergedPreferences> merge_preferences(std::string_view cid, const Principal& principal,
                                               const std::vector<PreferenceRow>& rows) override;
   Result<DisabledOverlay> read_disabled(std::string_view cid, const Principal& principal) override;
@@ -223,6 +224,9 @@ class RedisStore final : public ManifestStore {
  private:
   struct Impl;
   explicit RedisStore(std::unique_ptr<Impl> impl);
+  // Key layout v2's read of the relayed calls: every shard's stream, polled (redis_store.cpp).
+  Result<RelayedCallBatch> read_relayed_calls_v2(std::string_view consumer, std::size_t max,
+                                                 int64_t block_ms);
   std::unique_ptr<Impl> impl_;
 };
 

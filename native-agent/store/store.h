@@ -241,6 +241,13 @@ struct RelayedCallBatch {
   std::vector<std::string> malformed_ids;
 };
 
+// A relayed call an agent answers or watches: its rid and its connection (key layout v2 keeps a
+// call's reply list and cancel mark on its connection's shard; v1 names them by rid alone).
+struct RelayedCallRef {
+  std::string rid;
+  std::string connection_id;
+};
+
 class ManifestStore {
  public:
   virtual ~ManifestStore() = default;
@@ -493,8 +500,8 @@ class ManifestStore {
                                                       std::size_t /*max*/, int64_t /*block_ms*/) {
     return Error(ErrorCode::kInvalidArgument, describe() + " relays no calls");
   }
-  // The reply record of call `rid` (relay_reply_record) for the edge waiting on it, kept ttl_ms.
-  virtual Status put_call_reply(std::string_view /*rid*/, std::string_view /*record*/,
+  // The reply record of `call` (relay_reply_record) for the edge waiting on it, kept ttl_ms.
+  virtual Status put_call_reply(const RelayedCallRef& /*call*/, std::string_view /*record*/,
                                 int64_t /*ttl_ms*/) {
     return Error(ErrorCode::kInvalidArgument, describe() + " relays no calls");
   }
@@ -502,9 +509,10 @@ class ManifestStore {
   virtual Status mark_call_agent_alive(std::string_view /*consumer*/, int64_t /*ttl_ms*/) {
     return Error(ErrorCode::kInvalidArgument, describe() + " relays no calls");
   }
-  // Which of the calls `rids` an edge marked cancelled (`call-cancel:<rid>`: its client went
-  // away), one flag per rid in order, in one round trip.
-  virtual Result<std::vector<bool>> call_cancel_marks(const std::vector<std::string>& /*rids*/) {
+  // Which of `calls` an edge marked cancelled (`call-cancel:<rid>`: its client went away), one
+  // flag per call in order, in one round trip (key layout v2: one MGET per shard, one round).
+  virtual Result<std::vector<bool>> call_cancel_marks(
+      const std::vector<RelayedCallRef>& /*calls*/) {
     return Error(ErrorCode::kInvalidArgument, describe() + " relays no calls");
   }
 

@@ -6,6 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include "shared/redis_cluster.h"
+#include "shared/schema_assets.h"
+
 namespace quiver {
 namespace {
 
@@ -221,6 +224,68 @@ TEST(CallRelay, TheCancelMarkOfAnAbandonedCallLivesUntilItsDeadlinePlusAGrace) {
   }
   EXPECT_EQ(relay_cancel_command(*keys, std::string(64, 'A'), 10'000, 0).error().code,
             ErrorCode::kInvalidArgument);
+}
+
+// Key layout v2: every key of a call on its connection's shard, one slot (the XADD and the BLPOP
+// share a node); the script declares call-agents too.
+TEST(CallRelay, OnV2TheCallsKeysAreOnItsConnectionsShard) {
+  Result<RedisKeys> keys = RedisKeys::create("team", KeyLayout::kV2);
+  ASSERT_TRUE(keys.ok());
+  const uint32_t k = *keys->connection_shard("everything");
+  const std::string tag = "quiver:{team:s:" + std::to_string(k) + "}:";
+  Result<std::vector<RedisCommand>> cmds = relay_call_commands_v2(*keys, echo_request(), 2500);
+  ASSERT_TRUE(cmds.ok()) << cmds.error().message;
+  ASSERT_EQ(cmds->size(), 2u);
+  const RedisCommand& eval = (*cmds)[0];
+  ASSERT_GE(eval.size(), 9u);
+  EXPECT_EQ(eval[0], "EVAL");
+  EXPECT_EQ(eval[1], std::string(schema_asset("lua/call_enqueue_v2.lua")));
+  EXPECT_EQ(eval[2], "3");
+  EXPECT_EQ(eval[3], tag + "calls");
+  EXPECT_EQ(eval[4], tag + "call-reply:" + kRid);
+  EXPECT_EQ(eval[5], tag + "call-agents");
+  EXPECT_EQ(eval[6], std::to_string(kCallStreamMaxLen));
+  EXPECT_EQ(eval[7], std::to_string(kCallReplyTtlMs));
+  Result<RelayReply> unreachable = parse_relay_reply(eval[8]);
+  ASSERT_TRUE(unreachable.ok());
+  EXPECT_EQ(unreachable->failure, RelayFailure::kAgentUnreachable);
+  EXPECT_EQ((*cmds)[1], (RedisCommand{"BLPOP", tag + "call-reply:" + kRid, "2.500"}));
+  // The same entry as v1's (the agents read both the same way).
+  Result<std::vector<RedisCommand>> v1 =
+      relay_call_commands(*RedisKeys::create("team"), echo_request(), 2500);
+  ASSERT_TRUE(v1.ok());
+  EXPECT_EQ(RedisCommand(eval.begin() + 9, eval.end()),
+            RedisCommand((*v1)[0].begin() + 9, (*v1)[0].end()));
+  Result<std::optional<uint16_t>> a = command_slot(eval);
+  Result<std::optional<uint16_t>> b = command_slot((*cmds)[1]);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(*a, *b);
+  EXPECT_EQ(*relay_reply_key_v2(*keys, kRid, "everything"), tag + "call-reply:" + kRid);
+
+  Result<RedisCommand> mark = relay_cancel_command_v2(*keys, kRid, "everything", 10'000, 7'500);
+  ASSERT_TRUE(mark.ok()) << mark.error().message;
+  EXPECT_EQ(*mark, (RedisCommand{"SET", tag + "call-cancel:" + kRid, "1", "PX",
+                                 std::to_string(2'500 + kCallCancelGraceMs)}));
+  EXPECT_EQ(*relay_cancel_key_v2(*keys, kRid, "everything"), tag + "call-cancel:" + kRid);
+
+  // Refused: v1 keys, a bad connection id, the v1 checks.
+  Result<RedisKeys> v1_keys = RedisKeys::create("team");
+  EXPECT_EQ(relay_call_commands_v2(*v1_keys, echo_request(), 100).error().code,
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(relay_cancel_command_v2(*v1_keys, kRid, "everything", 1, 0).error().code,
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(relay_cancel_command_v2(*keys, kRid, "no:colon", 1, 0).error().code,
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(relay_cancel_command_v2(*keys, "x", "everything", 1, 0).error().code,
+            ErrorCode::kInvalidArgument);
+  RelayRequest bad = echo_request();
+  bad.rid = "x";
+  EXPECT_EQ(relay_call_commands_v2(*keys, bad, 100).error().code, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(relay_call_commands_v2(*keys, echo_request(), 0).error().code,
+            ErrorCode::kInvalidArgument);
+  bad = echo_request();
+  bad.params["arguments"]["message"] = std::string(kMaxRelayParamsBytes, 'x');
+  EXPECT_EQ(relay_call_commands_v2(*keys, bad, 100).error().code, ErrorCode::kTooLarge);
 }
 
 TEST(CallRelay, AgentsRefuseMalformedEntries) {

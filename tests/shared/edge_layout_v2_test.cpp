@@ -4,13 +4,15 @@
 // served on v2 in its rounds (shared/webhook_spread.h; docs/design.md "The refresh webhook on v2"),
 // switching layout within the request as the read does; revalidations are queued in two spread
 // rounds (docs/design.md "The revalidation queue on v2": the gate on the manifest's slot, then the
-// XADD on the connection's shard stream).
+// XADD on the connection's shard stream); a relayed call goes to its connection's shard
+// (docs/design.md "Relayed calls on v2").
 #include <memory>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "shared/call_relay.h"
 #include "shared/caller_token.h"
 #include "shared/discovery_spread.h"
 #include "shared/edge_service.h"
@@ -488,6 +490,172 @@ TEST(EdgeLayoutV2, AManualRefreshUnderAHeldLeaseSendsNothing) {
   EXPECT_EQ(s.response.status, 202) << s.response.body;
   EXPECT_EQ(s.response.body, R"({"status":"in_progress"})");
   svc->end(s.handle);
+}
+
+// ---- relayed calls on v2 -----------------------------------------------------------------------
+
+// 48 bytes from the "host's CSPRNG": the request id's and the relay's seed.
+const std::string kRelayRandom = std::string(16, '\x5a') + std::string(32, '\x33');
+constexpr int64_t kMinute = 60'000;
+
+HttpRequest tools_call(const std::string& name) {
+  HttpRequest r;
+  r.method = "POST";
+  r.path = "/mcp";
+  r.headers = {{"content-type", "application/json"}};
+  r.headers.emplace_back("authorization",
+                         "Bearer " + *mint_caller_token("alice", kSecret, kKid, kNow, 3'600'000));
+  r.body = Json::object({{"jsonrpc", "2.0"},
+                         {"id", 2},
+                         {"method", "tools/call"},
+                         {"params", {{"name", name}, {"arguments", {{"q", "x"}}}}}})
+               .dump();
+  return r;
+}
+
+// Round 1 of a read of `docs` alone (`only`: HGET of its grant) or of the page (HGETALL): alice
+// holds one grant, the shared connection `docs`.
+std::string round_one_granting_docs(const EdgeStep& s) {
+  const bool only = s.redis_bytes.find("$4\r\nHGET\r\n") != std::string::npos;
+  return encode_reply(S("v2:ready:7")) + encode_reply(S("ready:1")) + encode_reply(S("3")) +
+         encode_reply(only ? S("shared") : A({S("docs"), S("shared")}));
+}
+
+// Round 2: discovery_conn_read.lua's answer for `docs` with the shared principal's manifest (its
+// tools `search` and `fetch`, listed a minute ago, fresh for 15).
+std::string round_two_docs() {
+  Json items = Json::array();
+  Json hashes = Json::object();
+  for (const char* t : {"search", "fetch"}) {
+    items.push_back(Json::object({{"name", t},
+                                  {"description", std::string("about ") + t},
+                                  {"inputSchema", Json::object({{"type", "object"}})}}));
+    hashes[t] = "sha256-" + std::string(43, 'A');
+  }
+  const std::string manifest =
+      Json::object(
+          {{"tools", Json::object({{"state", "ok"}, {"items", items}, {"hashes", hashes}})}})
+          .dump();
+  const int64_t fetched = kNow - kMinute;
+  RespValue conn = flat({{"config_hash", "h1"},
+                         {"credential_mode", "shared"},
+                         {"name", "Docs"},
+                         {"transport", "http"},
+                         {"updated_at", "1"}});
+  RespValue fields = flat({{"manifest", manifest},
+                           {"etag", "sha256-etag"},
+                           {"config_hash", "h1"},
+                           {"fence", "1"},
+                           {"fetched_at", std::to_string(fetched)},
+                           {"fresh_until", std::to_string(fetched + 15 * kMinute)},
+                           {"expires_at", std::to_string(fetched + 24 * 60 * kMinute)},
+                           {"truncated", "0"}});
+  return encode_reply(A({S("quiver.discovery.conn.v1"), conn, S("2"), RespValue::nil(),
+                         A({fields, A({}), I(0), RespValue::nil()})}));
+}
+
+// A tools/call by alice on a v2 isolate, its snapshot read in rounds: the step after the read.
+EdgeStep call_on_v2(EdgeService& svc, const std::string& name) {
+  EdgeStep s = svc.begin(tools_call(name), kNow, kRelayRandom);
+  // The grant read moments ago (L1): the relay round at once.
+  if (s.action == EdgeAction::kRedis && s.redis_bytes.find("BLPOP") != std::string::npos) return s;
+  if (reads_one_script(s)) s = svc.feed(s.handle, kOk + layout_unknown("v2:ready:7"), kNow);
+  EXPECT_TRUE(s.action == EdgeAction::kRedis &&
+              s.redis_bytes.find("quiver:{default:m:alice}:grants") != std::string::npos)
+      << s.redis_bytes;
+  s = svc.feed(s.handle, round_one_granting_docs(s), kNow);
+  EXPECT_EQ(s.action, EdgeAction::kRedis) << s.log;
+  EXPECT_NE(s.redis_bytes.find("quiver:{default:c:docs}:conn"), std::string::npos) << s.redis_bytes;
+  return svc.feed(s.handle, round_two_docs(), kNow);
+}
+
+std::string shard_key(const std::string& rest) {
+  const RedisKeys v2 = *RedisKeys::create("default", KeyLayout::kV2);
+  return "quiver:{default:s:" + std::to_string(*v2.connection_shard("docs")) + "}:" + rest;
+}
+
+// The relay round on v2: one pipeline to the shard of `docs`, on a connection of its own, EVAL of
+// call_enqueue_v2.lua declaring the shard's calls, the reply list and the shard's call-agents, then
+// BLPOP on that reply list; the agent's answer is the client's. No v1 key, nothing counted as not
+// served on v2.
+TEST(EdgeLayoutV2, ARelayedCallGoesToItsConnectionsShardAndResumesWithTheReply) {
+  auto svc = service();
+  EdgeStep s = call_on_v2(*svc, "docs__search");
+  ASSERT_EQ(s.action, EdgeAction::kRedis) << s.log << s.response.body;
+  EXPECT_EQ(svc->layout(), KeyLayout::kV2);
+  const std::string rid = *relay_rid(kRelayRandom.substr(16), 0);
+  EXPECT_TRUE(s.new_connection);
+  EXPECT_GT(s.redis_blocks_ms, 0);
+  EXPECT_EQ(s.redis_bytes.rfind("*2\r\n$4\r\nAUTH\r\n", 0), 0u) << s.redis_bytes.substr(0, 40);
+  const std::string script(schema_asset("lua/call_enqueue_v2.lua"));
+  ASSERT_FALSE(script.empty());
+  const std::string eval_head =
+      encode_command({"EVAL", script, "3", shard_key("calls"), shard_key("call-reply:" + rid),
+                      shard_key("call-agents")});
+  // The EVAL's head (its arguments after the keys are the request's fields).
+  EXPECT_NE(s.redis_bytes.find(eval_head.substr(eval_head.find("\r\n") + 2)), std::string::npos)
+      << s.redis_bytes;
+  EXPECT_NE(s.redis_bytes.find(encode_command({"BLPOP", shard_key("call-reply:" + rid), "60.000"})),
+            std::string::npos)
+      << s.redis_bytes;
+  EXPECT_EQ(s.redis_bytes.find("quiver:{default}:"), std::string::npos) << "no v1 key";
+  EXPECT_NE(s.redis_bytes.find("\"name\":\"search\""), std::string::npos);
+
+  const std::string record = relay_reply_record(RelayReply::ok(Json::object(
+      {{"content", Json::array({Json::object({{"type", "text"}, {"text", "found"}})})}})));
+  s = svc->feed(s.handle,
+                kOk + encode_reply(A({S("queued"), S("1-0")})) +
+                    encode_reply(A({S(shard_key("call-reply:" + rid)), S(record)})),
+                kNow + 5);
+  ASSERT_EQ(s.action, EdgeAction::kRespond) << s.log;
+  EXPECT_EQ(s.response.status, 200) << s.response.body;
+  Result<Json> body = parse_json(s.response.body);
+  ASSERT_TRUE(body.ok()) << s.response.body;
+  EXPECT_EQ((*body)["id"], 2);
+  EXPECT_EQ((*body)["result"]["content"][0]["text"], "found") << s.response.body;
+  svc->end(s.handle);
+
+  // No agent alive on the shard: the script's own reply, AGENT_UNREACHABLE, at once.
+  s = call_on_v2(*svc, "docs__fetch");
+  ASSERT_EQ(s.action, EdgeAction::kRedis);
+  s = svc->feed(s.handle,
+                kOk + encode_reply(A({S("no_agent")})) +
+                    encode_reply(A({S(shard_key("call-reply:x")),
+                                    S(relay_reply_record(agent_unreachable_reply()))})),
+                kNow + 5);
+  ASSERT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_NE(s.response.body.find(kAgentUnreachable), std::string::npos) << s.response.body;
+  svc->end(s.handle);
+
+  HttpRequest h;
+  h.method = "GET";
+  h.path = "/healthz";
+  s = svc->begin(h, kNow, kRandom);
+  EXPECT_NE(s.response.body.find(R"("layout":{"reads":"v2","v2_not_served":0})"), std::string::npos)
+      << s.response.body;
+}
+
+// A client that goes away while its call waits on v2: the cancel mark goes to the call's shard,
+// where the agent running it looks, on a fresh connection.
+TEST(EdgeLayoutV2, AnAbandonedCallsCancelMarkIsOnItsShard) {
+  auto svc = service();
+  EdgeStep s = call_on_v2(*svc, "docs__search");
+  ASSERT_EQ(s.action, EdgeAction::kRedis) << s.log;
+  const std::string rid = *relay_rid(kRelayRandom.substr(16), 0);
+  EdgeStep cancel = svc->abandon(s.handle, kNow + 1'000);
+  ASSERT_EQ(cancel.action, EdgeAction::kRedis) << cancel.log;
+  EXPECT_TRUE(cancel.new_connection);
+  EXPECT_NE(
+      cancel.redis_bytes.find(encode_command(
+          {"SET", shard_key("call-cancel:" + rid), "1", "PX",
+           std::to_string(McpEndpointConfig{}.relay_timeout_ms - 1'000 + kCallCancelGraceMs)})),
+      std::string::npos)
+      << cancel.redis_bytes;
+  EdgeStep done = svc->feed(cancel.handle, kOk + kOk, kNow + 1'002);
+  EXPECT_EQ(done.action, EdgeAction::kDone);
+  EXPECT_EQ(done.log, "");
+  svc->end(cancel.handle);
+  EXPECT_EQ(svc->open_requests(), 0u);
 }
 
 }  // namespace

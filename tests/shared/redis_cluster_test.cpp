@@ -95,8 +95,10 @@ TEST(ClusterSlot, CommandKeys) {
   EXPECT_EQ(keys({"MSET", "a", "1", "b", "2"}), (V{"a", "b"}));
   EXPECT_EQ(keys({"XREADGROUP", "GROUP", "g", "c", "COUNT", "5", "STREAMS", "s1", "s2", ">", ">"}),
             (V{"s1", "s2"}));
+  // A subcommand before the key.
   EXPECT_EQ(keys({"XGROUP", "CREATE", "s", "g", "0", "MKSTREAM"}), V{"s"});
   EXPECT_EQ(keys({"xinfo", "CONSUMERS", "s", "g"}), V{"s"});
+  EXPECT_EQ(keys({"XINFO", "GROUPS", "s"}), V{"s"});
   EXPECT_EQ(keys({"XINFO", "HELP"}), V{});
   EXPECT_EQ(keys({"XAUTOCLAIM", "s", "g", "c", "0", "0-0"}), V{"s"});
   EXPECT_EQ(keys({"PING"}), V{});
