@@ -70,7 +70,7 @@ Result<LayoutRecord> parse_layout_record(std::string_view value) {
 }
 
 const std::vector<std::string>& supported_layouts() {
-  static const std::vector<std::string> kSupported = {kLayoutV1};
+  static const std::vector<std::string> kSupported = {kLayoutV1, "v2"};
   return kSupported;
 }
 

@@ -43,7 +43,8 @@ struct LayoutRecord {
 // kInvalidArgument, naming what is wrong, for any other value.
 Result<LayoutRecord> parse_layout_record(std::string_view value);
 
-// The layouts this build reads and writes, in preference order: {"v1"}.
+// The layouts this build reads and writes, in preference order: {"v1", "v2"} (an engine writes
+// the one its namespace's record names when it starts: native-agent/engine/agent.cpp).
 const std::vector<std::string>& supported_layouts();
 
 // The record of a namespace being copied from v1 to v2 (`quiver-agent migrate-layout v2`,
@@ -100,7 +101,7 @@ std::optional<Error> layout_unknown_reply(const RespValue& reply, std::string_vi
 // older agent wrote `<consumer>` alone (it reads v1 only). The edge only checks that the key
 // exists, so either value keeps relayed calls working.
 
-// `<consumer> layouts=v1` (supported_layouts()).
+// `<consumer> layouts=v1,v2` (supported_layouts()).
 std::string call_agents_mark(std::string_view consumer);
 
 struct CallAgentsMark {

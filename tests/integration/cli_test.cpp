@@ -241,15 +241,15 @@ TEST_F(CliTest, LayoutPrintsTheRecordAndTheAgentsSeen) {
   text = agent({"layout"});
   EXPECT_TRUE(contains(text.out, "neither serves nor writes")) << text.out;
 
-  // A namespace in v2, ready: this agent reads it but does not write it.
+  // A namespace in v2, ready: this agent reads and writes it (an engine started on it writes v2).
   run_argv(c.get(), {"SET", "quiver:{default}:layout", "v2:ready:1790000000000"});
   parsed = parse_json(agent({"layout", "--json"}).out);
   ASSERT_TRUE(parsed.ok());
   EXPECT_EQ((*parsed)["readable"], true);
-  EXPECT_EQ((*parsed)["writable"], false);
+  EXPECT_EQ((*parsed)["writable"], true);
+  EXPECT_EQ((*parsed)["this_agent_writes"], Json::array({"v1", "v2"}));
   text = agent({"layout"});
-  EXPECT_TRUE(contains(text.out, "serves reads of this namespace (in rounds) and writes none"))
-      << text.out;
+  EXPECT_TRUE(contains(text.out, "serves and writes this namespace")) << text.out;
 }
 
 // Issue 9: a config file nested 200,000 deep (400 KB, under the 1 MiB file bound) is a usage

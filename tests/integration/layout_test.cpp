@@ -255,11 +255,11 @@ TEST_F(Layout, AgentsDeclareTheirLayoutsInTheirCallAgentsMark) {
   ASSERT_TRUE(seen.ok()) << seen.error().message;
   EXPECT_EQ(seen->record, std::optional<std::string>("v2:filling:5"));
   ASSERT_TRUE(seen->call_agents.has_value());
-  EXPECT_EQ(*seen->call_agents, "agent-h-1-ab layouts=v1");
+  EXPECT_EQ(*seen->call_agents, "agent-h-1-ab layouts=v1,v2");
   EXPECT_GT(seen->call_agents_ttl_ms, 0);
   Result<CallAgentsMark> mark = parse_call_agents_mark(*seen->call_agents);
   ASSERT_TRUE(mark.ok());
-  EXPECT_EQ(mark->layouts, std::vector<std::string>{"v1"});
+  EXPECT_EQ(mark->layouts, (std::vector<std::string>{"v1", "v2"}));
   // The edge only asks whether the key exists: relayed calls work with the new value.
   EXPECT_EQ(cmd({"EXISTS", keys_.call_agents()}).integer, 1);
 }
@@ -277,7 +277,7 @@ TEST_F(Layout, TheCensusNamesEveryAgentSeenRecently) {
   ASSERT_TRUE(store_->mark_call_agent_alive("agent-b", 3'000).ok());
   Result<StoreLayout> seen = store_->read_layout();
   ASSERT_TRUE(seen.ok()) << seen.error().message;
-  EXPECT_EQ(*seen->call_agents, "agent-b layouts=v1") << "the last one only";
+  EXPECT_EQ(*seen->call_agents, "agent-b layouts=v1,v2") << "the last one only";
   std::vector<std::string> names;
   for (const CensusEntry& e : seen->census) names.push_back(e.mark.consumer);
   ASSERT_EQ(seen->census.size(), 3u);
@@ -286,8 +286,9 @@ TEST_F(Layout, TheCensusNamesEveryAgentSeenRecently) {
   EXPECT_EQ(names[2], "agent-older-build") << "newest first";
   EXPECT_EQ(seen->census[2].mark.layouts, std::vector<std::string>{"v1"});
   EXPECT_GE(seen->census[0].seen_ms, now);
-  // A switch to v2 would leave every one of them behind (this build writes v1 only).
-  EXPECT_EQ(agents_without(seen->census, "v2").size(), 3u);
+  // A switch to v2 would leave the older build behind (this build writes both).
+  ASSERT_EQ(agents_without(seen->census, "v2").size(), 1u);
+  EXPECT_EQ(agents_without(seen->census, "v2")[0]->mark.consumer, "agent-older-build");
   EXPECT_TRUE(agents_without(seen->census, "v1").empty());
   // The heartbeat dropped the mark silent for longer than the census keeps any.
   EXPECT_EQ(cmd({"ZSCORE", keys_.agents(), "agent-ancient layouts=v1"}).type,

@@ -31,7 +31,7 @@ TEST(Layout, TheRecordIsVersionStateAndTime) {
 }
 
 TEST(Layout, ThisBuildReadsV1AndNothingElse) {
-  EXPECT_EQ(supported_layouts(), std::vector<std::string>{"v1"});
+  EXPECT_EQ(supported_layouts(), (std::vector<std::string>{"v1", "v2"}));
   EXPECT_TRUE(layout_readable(std::nullopt));  // no record: layout v1
   EXPECT_TRUE(layout_readable(std::string_view("v1:ready:1")));
   EXPECT_TRUE(layout_readable(std::string_view("v1:anything")));
@@ -110,11 +110,11 @@ TEST(Layout, TheKeyIsInTheNamespaceTagAndParsesBack) {
 }
 
 TEST(Layout, AgentsDeclareTheirLayoutsInTheCallAgentsMark) {
-  EXPECT_EQ(call_agents_mark("agent-h-1-ab"), "agent-h-1-ab layouts=v1");
+  EXPECT_EQ(call_agents_mark("agent-h-1-ab"), "agent-h-1-ab layouts=v1,v2");
   Result<CallAgentsMark> m = parse_call_agents_mark(call_agents_mark("agent-h-1-ab"));
   ASSERT_TRUE(m.ok()) << m.error().message;
   EXPECT_EQ(m->consumer, "agent-h-1-ab");
-  EXPECT_EQ(m->layouts, std::vector<std::string>{"v1"});
+  EXPECT_EQ(m->layouts, (std::vector<std::string>{"v1", "v2"}));
   EXPECT_TRUE(m->declared);
   // An agent older than the layout record wrote its consumer name alone: it reads v1 only.
   m = parse_call_agents_mark("agent-old:7");
