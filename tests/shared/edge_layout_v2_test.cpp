@@ -496,7 +496,6 @@ TEST(EdgeLayoutV2, AManualRefreshUnderAHeldLeaseSendsNothing) {
 
 // 48 bytes from the "host's CSPRNG": the request id's and the relay's seed.
 const std::string kRelayRandom = std::string(16, '\x5a') + std::string(32, '\x33');
-constexpr int64_t kMinute = 60'000;
 
 HttpRequest tools_call(const std::string& name) {
   HttpRequest r;
