@@ -472,7 +472,7 @@ TEST_P(StoreV2Webhook, TheEdgesUserRunsItAndWritesNothingElse) {
   refused({"SET", *v2_keys_.disabled("docs", Principal::shared()), "x"});
   refused({"SET", *v2_keys_.conns(0), "x"});
   refused({"SET", *v2_keys_.due(0), "x"});
-  refused({"SET", *v2_keys_.calls(0), "x"});
+  refused({"SET", *v2_keys_.grantees_pending(0), "x"});  // (the calls stream is the relay's)
   refused({"SET", *v2_keys_.body(std::string(64, 'a')), "{}"});
 }
 
