@@ -17,6 +17,7 @@
 #include "shared/layout.h"
 #include "tests/support/discovery_reads.h"
 #include "tests/support/hiredis_run.h"
+#include "tests/support/one_redis_or_cluster.h"
 #include "tests/support/redis_cluster.h"
 #include "tests/support/redis_server.h"
 #include "tests/support/store_pair.h"
@@ -26,84 +27,20 @@ namespace {
 
 using testing::commit_listing;
 using testing::listing_write;
-using testing::RedisConnection;
-using testing::run_argv;
 using testing::stdio_record;
 
 constexpr int64_t kStart = 1'790'000'000'000;
 constexpr char kNs[] = "moving";
 
-enum class Deployment { kSingle, kCluster };
+using testing::Deployment;
 
-class MigrateLayout : public ::testing::TestWithParam<Deployment> {
+class MigrateLayout : public testing::OneRedisOrCluster {
  protected:
-  static void SetUpTestSuite() {
-    single_ = new testing::RedisServer();
-    cluster_ = new testing::RedisCluster();
-  }
-  static void TearDownTestSuite() {
-    delete cluster_;
-    delete single_;
-  }
-
-  bool on_cluster() const { return GetParam() == Deployment::kCluster; }
-
-  void SetUp() override {
-    if (on_cluster()) {
-      ASSERT_TRUE(cluster_->ok()) << cluster_->error();
-      ASSERT_TRUE(cluster_->flush_all());
-      RedisClusterPoolOptions po;
-      ClusterNode seed;
-      seed.host = "127.0.0.1";
-      seed.port = cluster_->ports()[0];
-      po.seeds.push_back(seed);
-      Result<std::unique_ptr<RedisClusterPool>> pool = RedisClusterPool::create(po);
-      ASSERT_TRUE(pool.ok()) << pool.error().message;
-      pool_ = std::move(*pool);
-    } else {
-      ASSERT_TRUE(single_->ok()) << single_->error();
-      c_.reset(single_->connect());
-      ASSERT_NE(c_, nullptr);
-      run_argv(c_.get(), {"FLUSHALL"});
-    }
-  }
-
-  RespValue raw(const RedisCommand& argv) {
-    if (!on_cluster()) return run_argv(c_.get(), argv);
-    Result<RespValue> r = pool_->run(argv);
-    return r.ok() ? std::move(*r) : RespValue::error(r.error().message);
-  }
-
-  std::set<std::string> keys_of_namespace() {
-    const RedisCommand keys = {"KEYS", std::string("quiver:{") + kNs + "*"};
-    std::set<std::string> out;
-    auto add = [&](const RespValue& reply) {
-      for (const RespValue& k : reply.elements) out.insert(k.str);
-    };
-    if (!on_cluster()) {
-      add(run_argv(c_.get(), keys));
-      return out;
-    }
-    for (auto& [node, reply] : pool_->run_on_masters(keys)) {
-      EXPECT_TRUE(reply.ok()) << reply.error().message;
-      if (reply.ok()) add(*reply);
-    }
-    return out;
-  }
+  std::set<std::string> keys_of_namespace() { return keys_of(kNs); }
 
   std::unique_ptr<RedisStore> store(KeyLayout layout) {
-    RedisStoreOptions o;
-    o.ns = kNs;
-    o.key_layout = layout;
+    RedisStoreOptions o = store_options(kNs, layout);
     o.now_ms = [this] { return now_; };
-    o.redis.host = "127.0.0.1";
-    if (on_cluster()) {
-      o.redis.cluster = true;
-      o.redis.port = cluster_->ports()[0];
-      o.redis.seeds = {{"127.0.0.1", cluster_->ports()[0]}};
-    } else {
-      o.redis.port = single_->port();
-    }
     Result<std::unique_ptr<RedisStore>> s = RedisStore::create(std::move(o));
     EXPECT_TRUE(s.ok()) << s.error().message;
     return s.ok() ? std::move(*s) : nullptr;
@@ -158,10 +95,6 @@ class MigrateLayout : public ::testing::TestWithParam<Deployment> {
     return snap.ok() ? testing::rendered_answer(*snap, kStart + 10) : std::string();
   }
 
-  static inline testing::RedisServer* single_ = nullptr;
-  static inline testing::RedisCluster* cluster_ = nullptr;
-  RedisConnection c_;
-  std::unique_ptr<RedisClusterPool> pool_;
   int64_t now_ = kStart;
   RedisKeys v1_ = *RedisKeys::create(kNs);
   RedisKeys v2_ = *RedisKeys::create(kNs, KeyLayout::kV2);
@@ -307,10 +240,7 @@ TEST_P(MigrateLayout, ACopyCutShortResumesAndAMovedRecordStopsIt) {
 
 INSTANTIATE_TEST_SUITE_P(Deployments, MigrateLayout,
                          ::testing::Values(Deployment::kSingle, Deployment::kCluster),
-                         [](const ::testing::TestParamInfo<Deployment>& i) {
-                           return i.param == Deployment::kSingle ? std::string("OneRedis")
-                                                                 : std::string("Cluster");
-                         });
+                         testing::deployment_name);
 
 }  // namespace
 }  // namespace quiver

@@ -23,6 +23,7 @@
 #include "shared/redis_cluster.h"
 #include "tests/support/edge_acl.h"
 #include "tests/support/hiredis_run.h"
+#include "tests/support/one_redis_or_cluster.h"
 #include "tests/support/redis_cluster.h"
 #include "tests/support/redis_server.h"
 
@@ -35,7 +36,7 @@ using testing::run_argv;
 constexpr char kNs[] = "calls";
 constexpr char kAgent[] = "agent-v2-a";
 
-enum class Deployment { kSingle, kCluster };
+using testing::Deployment;
 
 std::string rid(char c) { return std::string(64, c); }
 
@@ -45,42 +46,11 @@ int64_t wall_ms() {
       .count();
 }
 
-class RedisStoreV2Calls : public ::testing::TestWithParam<Deployment> {
+class RedisStoreV2Calls : public testing::OneRedisOrCluster {
  protected:
-  static void SetUpTestSuite() {
-    single_ = new testing::RedisServer();
-    cluster_ = new testing::RedisCluster();
-  }
-  static void TearDownTestSuite() {
-    delete cluster_;
-    delete single_;
-  }
-
-  bool on_cluster() const { return GetParam() == Deployment::kCluster; }
-
-  std::unique_ptr<RedisClusterPool> new_pool() {
-    RedisClusterPoolOptions po;
-    ClusterNode seed;
-    seed.host = "127.0.0.1";
-    seed.port = cluster_->ports()[0];
-    po.seeds.push_back(seed);
-    Result<std::unique_ptr<RedisClusterPool>> pool = RedisClusterPool::create(po);
-    EXPECT_TRUE(pool.ok()) << pool.error().message;
-    return pool.ok() ? std::move(*pool) : nullptr;
-  }
-
   void SetUp() override {
-    if (on_cluster()) {
-      ASSERT_TRUE(cluster_->ok()) << cluster_->error();
-      ASSERT_TRUE(cluster_->flush_all());
-      pool_ = new_pool();
-      ASSERT_NE(pool_, nullptr);
-    } else {
-      ASSERT_TRUE(single_->ok()) << single_->error();
-      c_.reset(single_->connect());
-      ASSERT_NE(c_, nullptr);
-      run_argv(c_.get(), {"FLUSHALL"});
-    }
+    OneRedisOrCluster::SetUp();
+    if (HasFatalFailure()) return;
     const std::string at = std::to_string(wall_ms());
     ASSERT_EQ(raw({"SET", keys_.layout(), "v2:ready:" + at}).str, "OK");
     ASSERT_EQ(raw({"SET", keys_.namespace_record(), "ready:" + at}).str, "OK");
@@ -88,13 +58,6 @@ class RedisStoreV2Calls : public ::testing::TestWithParam<Deployment> {
     ASSERT_NE(store_, nullptr);
     // Two connections on different shards.
     ASSERT_NE(shard(kCidA), shard(kCidB));
-  }
-
-  // One command routed by its keys (the cluster) or sent to the one server.
-  RespValue raw(const RedisCommand& argv) {
-    if (!on_cluster()) return run_argv(c_.get(), argv);
-    Result<RespValue> r = pool_->run(argv);
-    return r.ok() ? std::move(*r) : RespValue::error(r.error().message);
   }
 
   // The edge's round: its commands one after another on a connection of their own (the BLPOP
@@ -117,17 +80,7 @@ class RedisStoreV2Calls : public ::testing::TestWithParam<Deployment> {
   }
 
   std::unique_ptr<RedisStore> store() {
-    RedisStoreOptions o;
-    o.ns = kNs;
-    o.key_layout = KeyLayout::kV2;
-    o.redis.host = "127.0.0.1";
-    if (on_cluster()) {
-      o.redis.cluster = true;
-      o.redis.port = cluster_->ports()[0];
-      o.redis.seeds = {{"127.0.0.1", cluster_->ports()[0]}};
-    } else {
-      o.redis.port = single_->port();
-    }
+    RedisStoreOptions o = store_options(kNs, KeyLayout::kV2);
     Result<std::unique_ptr<RedisStore>> s = RedisStore::create(std::move(o));
     EXPECT_TRUE(s.ok()) << s.error().message;
     return s.ok() ? std::move(*s) : nullptr;
@@ -159,10 +112,6 @@ class RedisStoreV2Calls : public ::testing::TestWithParam<Deployment> {
 
   static constexpr char kCidA[] = "alpha";
   static constexpr char kCidB[] = "beta";
-  static inline testing::RedisServer* single_ = nullptr;
-  static inline testing::RedisCluster* cluster_ = nullptr;
-  RedisConnection c_;
-  std::unique_ptr<RedisClusterPool> pool_;
   RedisKeys keys_ = *RedisKeys::create(kNs, KeyLayout::kV2);
   std::unique_ptr<RedisStore> store_;
 };
@@ -437,10 +386,7 @@ TEST_P(RedisStoreV2Calls, TheEdgesRedisUserMaySendTheV2Relay) {
 
 INSTANTIATE_TEST_SUITE_P(Deployments, RedisStoreV2Calls,
                          ::testing::Values(Deployment::kSingle, Deployment::kCluster),
-                         [](const ::testing::TestParamInfo<Deployment>& i) {
-                           return i.param == Deployment::kSingle ? std::string("OneRedis")
-                                                                 : std::string("Cluster");
-                         });
+                         testing::deployment_name);
 
 }  // namespace
 }  // namespace quiver

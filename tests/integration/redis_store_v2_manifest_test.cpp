@@ -24,6 +24,7 @@
 #include "shared/redis_cluster.h"
 #include "tests/support/discovery_reads.h"
 #include "tests/support/hiredis_run.h"
+#include "tests/support/one_redis_or_cluster.h"
 #include "tests/support/redis_cluster.h"
 #include "tests/support/redis_server.h"
 #include "tests/support/store_pair.h"
@@ -47,79 +48,12 @@ Principal m1() { return *Principal::member("m1"); }
 
 std::string token(char c) { return std::string(32, c); }
 
-enum class Deployment { kSingle, kCluster };
+using testing::Deployment;
 
-class RedisStoreV2Manifest : public ::testing::TestWithParam<Deployment> {
+class RedisStoreV2Manifest : public testing::OneRedisOrCluster {
  protected:
-  static void SetUpTestSuite() {
-    single_ = new testing::RedisServer();
-    cluster_ = new testing::RedisCluster();
-  }
-  static void TearDownTestSuite() {
-    delete cluster_;
-    delete single_;
-  }
-
-  bool on_cluster() const { return GetParam() == Deployment::kCluster; }
-
-  void SetUp() override {
-    if (on_cluster()) {
-      ASSERT_TRUE(cluster_->ok()) << cluster_->error();
-      ASSERT_TRUE(cluster_->flush_all());
-      RedisClusterPoolOptions po;
-      ClusterNode seed;
-      seed.host = "127.0.0.1";
-      seed.port = cluster_->ports()[0];
-      po.seeds.push_back(seed);
-      Result<std::unique_ptr<RedisClusterPool>> pool = RedisClusterPool::create(po);
-      ASSERT_TRUE(pool.ok()) << pool.error().message;
-      pool_ = std::move(*pool);
-    } else {
-      ASSERT_TRUE(single_->ok()) << single_->error();
-      c_.reset(single_->connect());
-      ASSERT_NE(c_, nullptr);
-      run_argv(c_.get(), {"FLUSHALL"});
-    }
-  }
-
-  // One command routed by its key (the cluster) or sent to the one server.
-  RespValue raw(const RedisCommand& argv) {
-    if (!on_cluster()) return run_argv(c_.get(), argv);
-    Result<RespValue> r = pool_->run(argv);
-    return r.ok() ? std::move(*r) : RespValue::error(r.error().message);
-  }
-
-  // Every key of the namespace `ns` (both layouts' spellings), on every master.
-  std::set<std::string> keys_of(const std::string& ns) {
-    const RedisCommand keys = {"KEYS", "quiver:{" + ns + "*"};
-    std::set<std::string> out;
-    auto add = [&](const RespValue& reply) {
-      for (const RespValue& k : reply.elements) out.insert(k.str);
-    };
-    if (!on_cluster()) {
-      add(run_argv(c_.get(), keys));
-      return out;
-    }
-    for (auto& [node, reply] : pool_->run_on_masters(keys)) {
-      EXPECT_TRUE(reply.ok()) << reply.error().message;
-      if (reply.ok()) add(*reply);
-    }
-    return out;
-  }
-
   std::unique_ptr<RedisStore> store(const std::string& ns, KeyLayout layout) {
-    RedisStoreOptions o;
-    o.ns = ns;
-    o.key_layout = layout;
-    o.redis.host = "127.0.0.1";
-    if (on_cluster()) {
-      o.redis.cluster = true;
-      o.redis.port = cluster_->ports()[0];
-      o.redis.seeds = {{"127.0.0.1", cluster_->ports()[0]}};
-    } else {
-      o.redis.port = single_->port();
-    }
-    Result<std::unique_ptr<RedisStore>> s = RedisStore::create(std::move(o));
+    Result<std::unique_ptr<RedisStore>> s = RedisStore::create(store_options(ns, layout));
     EXPECT_TRUE(s.ok()) << s.error().message;
     return s.ok() ? std::move(*s) : nullptr;
   }
@@ -226,10 +160,6 @@ class RedisStoreV2Manifest : public ::testing::TestWithParam<Deployment> {
     EXPECT_EQ(fail(s, kPerMember, m1(), f.lease, kNow + 30'000), LeaseOutcome::kOk);
   }
 
-  static inline testing::RedisServer* single_ = nullptr;
-  static inline testing::RedisCluster* cluster_ = nullptr;
-  RedisConnection c_;
-  std::unique_ptr<RedisClusterPool> pool_;
   RedisKeys v1_ = *RedisKeys::create(kV1Ns);
   RedisKeys v2_ = *RedisKeys::create(kV2Ns, KeyLayout::kV2);
 };
@@ -689,10 +619,7 @@ TEST_P(RedisStoreV2Manifest, WhatACommitCosts) {
 
 INSTANTIATE_TEST_SUITE_P(Deployments, RedisStoreV2Manifest,
                          ::testing::Values(Deployment::kSingle, Deployment::kCluster),
-                         [](const ::testing::TestParamInfo<Deployment>& i) {
-                           return i.param == Deployment::kSingle ? std::string("OneRedis")
-                                                                 : std::string("Cluster");
-                         });
+                         testing::deployment_name);
 
 }  // namespace
 }  // namespace quiver

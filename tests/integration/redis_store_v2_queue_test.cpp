@@ -22,6 +22,7 @@
 #include "shared/redis_cluster.h"
 #include "tests/support/edge_acl.h"
 #include "tests/support/hiredis_run.h"
+#include "tests/support/one_redis_or_cluster.h"
 #include "tests/support/redis_cluster.h"
 #include "tests/support/redis_server.h"
 
@@ -41,39 +42,13 @@ constexpr int64_t kWindow = 60'000;
 
 Principal m1() { return *Principal::member("m1"); }
 
-enum class Deployment { kSingle, kCluster };
+using testing::Deployment;
 
-class RedisStoreV2Queue : public ::testing::TestWithParam<Deployment> {
+class RedisStoreV2Queue : public testing::OneRedisOrCluster {
  protected:
-  static void SetUpTestSuite() {
-    single_ = new testing::RedisServer();
-    cluster_ = new testing::RedisCluster();
-  }
-  static void TearDownTestSuite() {
-    delete cluster_;
-    delete single_;
-  }
-
-  bool on_cluster() const { return GetParam() == Deployment::kCluster; }
-
   void SetUp() override {
-    if (on_cluster()) {
-      ASSERT_TRUE(cluster_->ok()) << cluster_->error();
-      ASSERT_TRUE(cluster_->flush_all());
-      RedisClusterPoolOptions po;
-      ClusterNode seed;
-      seed.host = "127.0.0.1";
-      seed.port = cluster_->ports()[0];
-      po.seeds.push_back(seed);
-      Result<std::unique_ptr<RedisClusterPool>> pool = RedisClusterPool::create(po);
-      ASSERT_TRUE(pool.ok()) << pool.error().message;
-      pool_ = std::move(*pool);
-    } else {
-      ASSERT_TRUE(single_->ok()) << single_->error();
-      c_.reset(single_->connect());
-      ASSERT_NE(c_, nullptr);
-      run_argv(c_.get(), {"FLUSHALL"});
-    }
+    OneRedisOrCluster::SetUp();
+    if (HasFatalFailure()) return;
     // A namespace in layout v2: the store's gate admits its writes only then.
     const std::string at = std::to_string(kNow);
     ASSERT_EQ(raw({"SET", keys_.layout(), "v2:ready:" + at}).str, "OK");
@@ -85,26 +60,9 @@ class RedisStoreV2Queue : public ::testing::TestWithParam<Deployment> {
     ASSERT_TRUE(store_->read_namespace().ok());
   }
 
-  // One command routed by its key (the cluster) or sent to the one server.
-  RespValue raw(const RedisCommand& argv) {
-    if (!on_cluster()) return run_argv(c_.get(), argv);
-    Result<RespValue> r = pool_->run(argv);
-    return r.ok() ? std::move(*r) : RespValue::error(r.error().message);
-  }
-
   std::unique_ptr<RedisStore> store() {
-    RedisStoreOptions o;
-    o.ns = kNs;
-    o.key_layout = KeyLayout::kV2;
+    RedisStoreOptions o = store_options(kNs, KeyLayout::kV2);
     o.now_ms = [this] { return clock_.load(); };
-    o.redis.host = "127.0.0.1";
-    if (on_cluster()) {
-      o.redis.cluster = true;
-      o.redis.port = cluster_->ports()[0];
-      o.redis.seeds = {{"127.0.0.1", cluster_->ports()[0]}};
-    } else {
-      o.redis.port = single_->port();
-    }
     Result<std::unique_ptr<RedisStore>> s = RedisStore::create(std::move(o));
     EXPECT_TRUE(s.ok()) << s.error().message;
     return s.ok() ? std::move(*s) : nullptr;
@@ -167,10 +125,6 @@ class RedisStoreV2Queue : public ::testing::TestWithParam<Deployment> {
     return out;
   }
 
-  static inline testing::RedisServer* single_ = nullptr;
-  static inline testing::RedisCluster* cluster_ = nullptr;
-  RedisConnection c_;
-  std::unique_ptr<RedisClusterPool> pool_;
   RedisKeys keys_ = *RedisKeys::create(kNs, KeyLayout::kV2);
   std::map<std::string, uint32_t> shards_;
   std::atomic<int64_t> clock_{kNow};
@@ -401,10 +355,7 @@ TEST_P(RedisStoreV2Queue, AnEmptyReadWaitsBlockMsAndAnEntryWakesIt) {
 
 INSTANTIATE_TEST_SUITE_P(Deployments, RedisStoreV2Queue,
                          ::testing::Values(Deployment::kSingle, Deployment::kCluster),
-                         [](const ::testing::TestParamInfo<Deployment>& i) {
-                           return i.param == Deployment::kSingle ? std::string("OneRedis")
-                                                                 : std::string("Cluster");
-                         });
+                         testing::deployment_name);
 
 // schema/redis-acl-edge.txt on a real server: on v2 the edge's user runs the gate without the
 // lease and XADDs to a shard's stream; the gate with the lease declared, and every other v2 write,
