@@ -102,6 +102,28 @@ std::string key_list_error(std::string_view what, const Error& e) {
 // block is sent whole, to one node). `timeout_ms` > 0 replaces the command timeout for this call
 // (a blocking read). The store's logic is written once over it; each channel is one connection
 // (or, on a cluster, one connection per node), so a blocking read holds only its own.
+// One consumer of XINFO CONSUMERS: [name, <name>, pending, <n>, idle, <ms>, ...] (RESP2 flat
+// map; 7.2 adds `inactive`). -1 for a count the reply lacks.
+struct ConsumerInfo {
+  std::string name;
+  int64_t pending = -1;
+  int64_t idle = -1;
+};
+ConsumerInfo consumer_info(const RespValue& c) {
+  ConsumerInfo out;
+  if (const std::vector<RespValue>* kv = c.as_array()) {
+    for (std::size_t i = 0; i + 1 < kv->size(); i += 2) {
+      std::optional<std::string_view> k = (*kv)[i].as_string();
+      if (!k) continue;
+      const RespValue& val = (*kv)[i + 1];
+      if (*k == "name" && val.as_string()) out.name = std::string(*val.as_string());
+      if (*k == "pending") out.pending = val.as_int().value_or(-1);
+      if (*k == "idle") out.idle = val.as_int().value_or(-1);
+    }
+  }
+  return out;
+}
+
 class RedisChannel {
  public:
   virtual ~RedisChannel() = default;
@@ -1858,18 +1880,7 @@ struct RedisStore::Impl {
         return Error(ErrorCode::kInvalidReply, "redis XINFO CONSUMERS: unexpected reply");
       }
       for (const RespValue& c : *list) {
-        std::string name;
-        int64_t pending = -1, idle = -1;
-        if (const std::vector<RespValue>* kv = c.as_array()) {
-          for (std::size_t i = 0; i + 1 < kv->size(); i += 2) {
-            std::optional<std::string_view> key = (*kv)[i].as_string();
-            if (!key) continue;
-            const RespValue& val = (*kv)[i + 1];
-            if (*key == "name" && val.as_string()) name = std::string(*val.as_string());
-            if (*key == "pending") pending = val.as_int().value_or(-1);
-            if (*key == "idle") idle = val.as_int().value_or(-1);
-          }
-        }
+        const auto [name, pending, idle] = consumer_info(c);
         if (name.empty() || name == self) continue;
         Seen& seen = consumers[name];
         seen.shards.push_back(k);
@@ -3396,19 +3407,7 @@ Result<std::vector<std::string>> RedisStore::remove_idle_consumers(std::string_v
     return Error(ErrorCode::kInternal, "schema/lua/consumer_remove.lua is not compiled in");
   }
   for (const RespValue& c : *consumers) {
-    // [name, <name>, pending, <n>, idle, <ms>, ...] (RESP2 flat map; 7.2 adds `inactive`).
-    std::string name;
-    int64_t pending = -1, idle = -1;
-    if (const std::vector<RespValue>* kv = c.as_array()) {
-      for (std::size_t i = 0; i + 1 < kv->size(); i += 2) {
-        std::optional<std::string_view> k = (*kv)[i].as_string();
-        if (!k) continue;
-        const RespValue& val = (*kv)[i + 1];
-        if (*k == "name" && val.as_string()) name = std::string(*val.as_string());
-        if (*k == "pending") pending = val.as_int().value_or(-1);
-        if (*k == "idle") idle = val.as_int().value_or(-1);
-      }
-    }
+    const auto [name, pending, idle] = consumer_info(c);
     if (name.empty() || name == self || pending != 0 || idle < min_idle_ms) continue;
     Result<RespValue> r =
         impl_->one({"EVAL", std::string(text), "1", stream, kRevalidateConsumerGroup, name},

@@ -1,5 +1,5 @@
-// The fixture the key layout v2 suites share: every test runs twice, on one real redis-server and on
-// a real six-node Redis Cluster (both started once per suite), each flushed before the test; the
+// The fixture the key layout v2 suites share: every test runs twice, on one real redis-server and
+// on a real six-node Redis Cluster (both started once per suite), each flushed before the test; the
 // test reaches the data with `raw` (routed by key on the cluster) and opens RedisStores configured
 // for the deployment it runs on (`store_options`).
 #pragma once
