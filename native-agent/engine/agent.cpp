@@ -162,10 +162,11 @@ Result<std::unique_ptr<Agent>> Agent::create(AgentConfig config, AgentOptions op
     // The layout this agent writes is the one the namespace's record names when it starts: v1
     // without a record (every namespace before key layout v2), v2 once `v2:ready` (a namespace
     // migrated, or created on a cluster as v2). Anything else is written by nobody: the store's
-    // layout gate refuses, and the first store check says why.
+    // layout gate refuses, and the first store check says why. A store that cannot be read now
+    // is opened writing v1 and reports itself as it always did: its gate reads the record before
+    // its first write, and a store check that finds v2 reloads the engine into it.
     Result<std::optional<std::string>> record = (*r)->read_layout_record();
-    if (!record.ok()) return record.error();
-    if (read_layout(*record) == KeyLayout::kV2) {
+    if (record.ok() && read_layout(*record) == KeyLayout::kV2) {
       ro.key_layout = KeyLayout::kV2;
       r = RedisStore::create(std::move(ro));
       if (!r.ok()) return r.error();
