@@ -377,14 +377,15 @@ Result<std::vector<RedisCommand>> spread_conditional_commands(
   return out;
 }
 
-Result<bool> decode_spread_conditional(const std::vector<RespValue>& replies,
-                                       DiscoverySnapshot& held,
-                                       const std::vector<std::size_t>& lease_entries) {
-  // {layout, namespace record, member version, connection versions..., leases...}
+namespace {
+
+// Whether the versions in `replies` ({layout, namespace record, member version, connection
+// versions..., then `leases` lease flags}) are the ones `held` was read at.
+Result<bool> versions_unchanged(const std::vector<RespValue>& replies,
+                                const DiscoverySnapshot& held, std::size_t leases) {
   constexpr std::size_t kVersions = 3;
   std::size_t n = held.connections.size();
-  if (replies.size() != kVersions + n + lease_entries.size() ||
-      held.connection_versions.size() != n) {
+  if (replies.size() != kVersions + n + leases || held.connection_versions.size() != n) {
     return bad_reply("conditional read", "not one reply per command");
   }
   for (const RespValue& r : replies) {
@@ -402,20 +403,37 @@ Result<bool> decode_spread_conditional(const std::vector<RespValue>& replies,
         i == 2 ? held.member_version : held.connection_versions[i - kVersions];
     same = same && *v == mine;
   }
+  return same;
+}
+
+}  // namespace
+
+Result<bool> decode_spread_conditional(const std::vector<RespValue>& replies,
+                                       DiscoverySnapshot& held,
+                                       const std::vector<std::size_t>& lease_entries) {
+  Result<bool> same = versions_unchanged(replies, held, lease_entries.size());
+  if (!same.ok()) return same;
+  const std::size_t n = held.connections.size();
+  const std::size_t first_lease = replies.size() - lease_entries.size();
   std::vector<bool> leases;
   for (std::size_t k = 0; k < lease_entries.size(); ++k) {
-    const RespValue& r = replies[kVersions + n + k];
+    const RespValue& r = replies[first_lease + k];
     if (!r.is_integer() || (r.integer != 0 && r.integer != 1)) {
       return bad_reply("conditional read", "a lease flag is not 0 or 1");
     }
     if (lease_entries[k] >= n) return bad_reply("conditional read", "a lease entry out of range");
     leases.push_back(r.integer == 1);
   }
-  if (!same) return false;
+  if (!*same) return false;
   for (std::size_t k = 0; k < lease_entries.size(); ++k) {
     held.connections[lease_entries[k]].lease_held = leases[k];
   }
   return true;
+}
+
+Result<bool> decode_spread_unchanged(const std::vector<RespValue>& replies,
+                                     const DiscoverySnapshot& held) {
+  return versions_unchanged(replies, held, 0);
 }
 
 }  // namespace quiver

@@ -131,4 +131,9 @@ Result<bool> decode_spread_conditional(const std::vector<RespValue>& replies,
                                        DiscoverySnapshot& held,
                                        const std::vector<std::size_t>& lease_entries);
 
+// The replies of spread_conditional_commands(keys, held, {}) (no leases asked): whether every
+// version `held` was read at is unchanged. Errors as decode_spread_conditional.
+Result<bool> decode_spread_unchanged(const std::vector<RespValue>& replies,
+                                     const DiscoverySnapshot& held);
+
 }  // namespace quiver

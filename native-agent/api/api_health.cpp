@@ -81,6 +81,18 @@ void metrics(ApiContext& api, const httplib::Request& req, httplib::Response& re
   text += "# HELP quiver_api_shed_total Connections answered 503 OVERLOADED by the API.\n";
   text += "# TYPE quiver_api_shed_total counter\n";
   text += "quiver_api_shed_total " + std::to_string(api.front ? api.front->shed_count() : 0) + "\n";
+  if (api.notifier) {
+    text +=
+        "# HELP quiver_mcp_notify_digested_total Members read and digested again by the MCP "
+        "change notifier.\n";
+    text += "# TYPE quiver_mcp_notify_digested_total counter\n";
+    text += "quiver_mcp_notify_digested_total " + std::to_string(api.notifier->digested()) + "\n";
+    text +=
+        "# HELP quiver_mcp_notify_unchanged_total Member polls the store's versions answered "
+        "unchanged (no read; key layout v2).\n";
+    text += "# TYPE quiver_mcp_notify_unchanged_total counter\n";
+    text += "quiver_mcp_notify_unchanged_total " + std::to_string(api.notifier->unchanged()) + "\n";
+  }
   text += api.agent.store().metrics_text();
   res.set_content(text, kPrometheusText);
 }

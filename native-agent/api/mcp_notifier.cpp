@@ -71,8 +71,9 @@ bool McpNotifier::add(const McpListen& listen, std::shared_ptr<HttpStream> strea
   // The baseline, before the stream is announced to the client (the handler returns after this):
   // a change the client could miss is one it lists after anyway.
   std::optional<McpListDigests> baseline;
+  auto pages = std::make_shared<std::vector<DiscoverySnapshot>>();
   if (!known) {
-    Result<McpListDigests> d = digests(listen.member, api_.options.now_ms());
+    Result<McpListDigests> d = digests(listen.member, api_.options.now_ms(), pages.get());
     if (d.ok()) baseline = *d;
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -80,6 +81,7 @@ bool McpNotifier::add(const McpListen& listen, std::shared_ptr<HttpStream> strea
   Member& m = members_[key];
   if (!m.known && baseline) {
     m.digests = *baseline;
+    m.pages = std::move(pages);
     m.known = true;
   }
   while (m.subs.size() >= std::max<std::size_t>(1, options_.max_streams_per_member)) {
@@ -94,7 +96,8 @@ bool McpNotifier::add(const McpListen& listen, std::shared_ptr<HttpStream> strea
   return true;
 }
 
-Result<McpListDigests> McpNotifier::digests(const Principal& member, int64_t now_ms) {
+Result<McpListDigests> McpNotifier::digests(const Principal& member, int64_t now_ms,
+                                            std::vector<DiscoverySnapshot>* pages) {
   std::array<Sha256, kMcpChangeKindCount> h;
   SnapshotQuery query;
   query.limit = std::min(api_.mcp.max_connections_per_read, kMaxSnapshotLimit);
@@ -132,8 +135,10 @@ Result<McpListDigests> McpNotifier::digests(const Principal& member, int64_t now
         d.update("\n");
       }
     }
-    if (!snapshot->next_after || snapshot->connections.empty()) break;
-    query.after = *snapshot->next_after;
+    const bool last = !snapshot->next_after || snapshot->connections.empty();
+    if (!last) query.after = *snapshot->next_after;
+    if (pages != nullptr) pages->push_back(std::move(*snapshot));
+    if (last) break;
   }
   McpListDigests out;
   for (int k = 0; k < kMcpChangeKindCount; ++k) out[k] = h[k].finish();
@@ -150,6 +155,16 @@ int64_t McpNotifier::checks() const {
   return checks_;
 }
 
+int64_t McpNotifier::digested() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return digested_;
+}
+
+int64_t McpNotifier::unchanged() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return unchanged_;
+}
+
 void McpNotifier::run() {
   int64_t last_epoch = -1;
   int64_t next_recheck = 0;
@@ -164,22 +179,22 @@ void McpNotifier::run() {
       }
     }
     const int64_t now = api_.options.now_ms();
+    bool full = now >= next_recheck;
     if (api_.agent.store().has_epoch()) {
       Result<int64_t> epoch = api_.agent.store().read_epoch();
       if (!epoch.ok()) continue;  // the store cannot say: no change is a change we know of
-      if (*epoch == last_epoch && now < next_recheck) continue;
+      if (*epoch == last_epoch && !full) continue;
       last_epoch = *epoch;
+      full = true;
     }
-    // A store without an epoch (Redis key layout v2) cannot say whether anything moved: every
-    // poll recomputes the digests (a discovery read per member with an open stream).
-    // TODO(perf): on v2, ask the versions the member's conditional read asks instead.
-    next_recheck = now + options_.recheck_ms;
-    check(now);
+    // Without an epoch (Redis key layout v2) each member's versions are asked (check).
+    if (full) next_recheck = now + options_.recheck_ms;
+    check(now, full);
   }
 }
 
-void McpNotifier::check(int64_t now_ms) {
-  std::vector<Principal> todo;
+void McpNotifier::check(int64_t now_ms, bool full) {
+  std::vector<std::pair<Principal, std::shared_ptr<const std::vector<DiscoverySnapshot>>>> todo;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto it = members_.begin(); it != members_.end();) {
@@ -192,15 +207,34 @@ void McpNotifier::check(int64_t now_ms) {
       if (subs.empty()) {
         it = members_.erase(it);  // its digests go too: nothing tracks it until a new stream
       } else {
-        todo.push_back(subs.front().listen.member);
+        todo.emplace_back(subs.front().listen.member,
+                          full || !it->second.known ? nullptr : it->second.pages);
         ++it;
       }
     }
   }
-  for (const Principal& member : todo) {
-    Result<McpListDigests> d = digests(member, now_ms);
+  for (const auto& [member, held] : todo) {
+    if (held && !held->empty()) {
+      bool failed = false;
+      bool same = true;
+      for (const DiscoverySnapshot& page : *held) {
+        Result<bool> unchanged = api_.agent.store().discovery_unchanged(page);
+        failed = !unchanged.ok();
+        same = !failed && *unchanged;
+        if (!same) break;
+      }
+      if (failed) continue;  // the store cannot say: nothing to tell (as a failed read)
+      if (same) {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++unchanged_;
+        continue;
+      }
+    }
+    auto pages = std::make_shared<std::vector<DiscoverySnapshot>>();
+    Result<McpListDigests> d = digests(member, now_ms, pages.get());
     if (!d.ok()) continue;
     std::lock_guard<std::mutex> lock(mu_);
+    ++digested_;
     auto it = members_.find(member.str());
     if (it == members_.end()) continue;
     Member& m = it->second;
@@ -214,6 +248,7 @@ void McpNotifier::check(int64_t now_ms) {
       }
     }
     m.digests = *d;
+    m.pages = std::move(pages);
     m.known = true;
   }
   std::lock_guard<std::mutex> lock(mu_);

@@ -7,7 +7,7 @@
 // this agent (its own refreshes, its admin API, `quiver-agent prefs`) or by any other agent of the
 // namespace through Redis. One thread reads it every `poll_ms` while a stream is open (nothing
 // otherwise); when it moved (or `recheck_ms` passed: an entry that expired changes a list without
-// a write; a store without an epoch, Redis key layout v2: every poll), it recomputes, per member
+// a write), it recomputes, per member
 // with an open stream, a digest of each merged list exactly
 // as the member's `tools/list`, `resources/list` + `resources/templates/list` and `prompts/list`
 // would serve it (discovery's classification, disabled capabilities hidden, connections the
@@ -16,6 +16,12 @@
 // coalesced (any number of writes between two reads make at most one notification per kind), and
 // never sent for a change the member cannot see. A read that fails sends nothing (could-not-load
 // is not a change) and keeps the last digest.
+//
+// A store without an epoch (Redis key layout v2: a namespace-wide counter would pin every write
+// to one slot) is asked per member instead, at every poll, whether the pages its digests were
+// computed from are unchanged (Store::discovery_unchanged: the versions the edge's conditional
+// read asks, G + 1 GETs in one round); only a member whose versions moved is read and digested
+// again, and every member is at `recheck_ms`. /metrics counts both (quiver_mcp_notify_*).
 //
 // Bounds: at most `max_streams_per_member` streams per member (a new one ends the oldest,
 // cleanly), `max_streams` in all (past it a new stream is refused: `add` returns false). The
@@ -36,6 +42,7 @@
 #include <vector>
 
 #include "native-agent/api/http_front.h"
+#include "shared/discovery.h"
 #include "shared/mcp_endpoint.h"
 #include "shared/sha256.h"
 #include "shared/status.h"
@@ -70,10 +77,14 @@ class McpNotifier {
   bool add(const McpListen& listen, std::shared_ptr<HttpStream> stream);
 
   // The member's digests now, read through the API's snapshot (every page of its grants).
-  Result<McpListDigests> digests(const Principal& member, int64_t now_ms);
+  // `pages`: when given, the snapshot pages the digests were computed from.
+  Result<McpListDigests> digests(const Principal& member, int64_t now_ms,
+                                 std::vector<DiscoverySnapshot>* pages = nullptr);
 
   std::size_t streams() const;
-  int64_t checks() const;  // recomputations done (each a pass over the members with streams)
+  int64_t checks() const;     // recomputations done (each a pass over the members with streams)
+  int64_t digested() const;   // members read and digested again by those passes
+  int64_t unchanged() const;  // members whose versions said unchanged (no read; key layout v2)
 
  private:
   struct Sub {
@@ -84,9 +95,13 @@ class McpNotifier {
     std::vector<Sub> subs;  // oldest first
     bool known = false;     // `digests` holds a successful read
     McpListDigests digests{};
+    // The pages `digests` was computed from (for a store without an epoch to compare).
+    std::shared_ptr<const std::vector<DiscoverySnapshot>> pages;
   };
   void run();
-  void check(int64_t now_ms);
+  // `full`: every member is read again; else (a store without an epoch) only those whose
+  // versions moved.
+  void check(int64_t now_ms, bool full);
 
   ApiContext& api_;
   McpNotifierOptions options_;
@@ -97,6 +112,8 @@ class McpNotifier {
   std::map<std::string, Member> members_;  // by principal text
   std::size_t total_ = 0;
   int64_t checks_ = 0;
+  int64_t digested_ = 0;
+  int64_t unchanged_ = 0;
   std::thread thread_;
 };
 

@@ -3179,6 +3179,17 @@ Result<DisabledOverlay> RedisStore::read_disabled(std::string_view cid,
 
 bool RedisStore::has_epoch() const { return !impl_->v2(); }
 
+Result<bool> RedisStore::discovery_unchanged(const DiscoverySnapshot& held) {
+  if (impl_->layout_gate->reads() != KeyLayout::kV2) return false;
+  // A snapshot without v2 versions (read in v1 before a switch) cannot be compared: read again.
+  Result<std::vector<RedisCommand>> commands =
+      spread_conditional_commands(impl_->v2_keys, held, {});
+  if (!commands.ok()) return false;
+  Result<std::vector<RespValue>> replies = impl_->main->run_spread(*commands);
+  if (!replies.ok()) return replies.error();
+  return decode_spread_unchanged(*replies, held);
+}
+
 namespace {
 Error no_epoch_on_v2() {
   return Error(ErrorCode::kStoreUnavailable,

@@ -190,6 +190,7 @@ class RedisStore final : public ManifestStore {
   bool has_epoch() const override;
   Result<int64_t> bump_epoch() override;
   Result<int64_t> read_epoch() override;
+  Result<bool> discovery_unchanged(const DiscoverySnapshot& held) override;
 
   // One EVAL of schema/lua/revalidate_enqueue.lua, the edge's own: reason "manual" (refresh-tools)
   // is queued again once the gate is a second old (shared/discovery_redis.h EnqueueOptions).

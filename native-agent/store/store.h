@@ -385,6 +385,18 @@ class ManifestStore {
   virtual bool has_epoch() const { return true; }
   virtual Result<int64_t> bump_epoch() = 0;  // the new value
   virtual Result<int64_t> read_epoch() = 0;  // 0 before the first bump
+  // For a reader that polls a store without an epoch: whether `held`, a page read_discovery
+  // returned, is what it would return now, the freshness classes aside (the reader recomputes
+  // those at its own `now`, as for any copy it keeps) — true when every version it was read at
+  // (the layout and namespace records, its member's and each of its connections' versions) is
+  // unchanged; false when one moved, and when the store cannot tell that cheaply (read again).
+  // RedisStore on key layout v2: the versions the edge's conditional read asks
+  // (shared/discovery_spread.h), G + 1 GETs in one spread round, where a read is two rounds of
+  // scripts and the bodies; every other store: false (they have the epoch).
+  virtual Result<bool> discovery_unchanged(const DiscoverySnapshot& held) {
+    (void)held;
+    return false;
+  }
 
   // Makes one member's stored grants (the set readers check, RedisKeys grants:member/<id>)
   // exactly `cids`, and the reverse sets (grantees) with it; bumps the epoch when anything

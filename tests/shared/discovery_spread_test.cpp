@@ -260,5 +260,32 @@ TEST(SpreadDiscoveryRead, TheConditionalReadComparesEveryVersionAndReadsLeases) 
   EXPECT_FALSE(spread_conditional_commands(kKeys, held, {3}).ok()) << "a lease entry out of range";
 }
 
+// The agent's notifier asks the versions alone (no leases): decode_spread_unchanged.
+TEST(SpreadDiscoveryRead, TheVersionsAloneSayUnchangedOrMoved) {
+  Result<DiscoverySnapshot> read = read_seed("full-read");
+  ASSERT_TRUE(read.ok()) << read.error().message;
+  const DiscoverySnapshot held = std::move(*read);
+  Result<std::vector<RedisCommand>> c = spread_conditional_commands(kKeys, held, {});
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(c->size(), 6u) << "layout, namespace, member version, three connection versions";
+  auto answer = [](const char* member_version, const char* c_version) {
+    return std::vector<RespValue>{RespValue::nil(),
+                                  RespValue::bulk_string("ready:1790000000000"),
+                                  RespValue::bulk_string(member_version),
+                                  RespValue::bulk_string("3"),
+                                  RespValue::bulk_string("2"),
+                                  c_version ? RespValue::bulk_string(c_version) : RespValue::nil()};
+  };
+  EXPECT_TRUE(*decode_spread_unchanged(answer("7", nullptr), held));
+  EXPECT_FALSE(*decode_spread_unchanged(answer("8", nullptr), held)) << "the member's version";
+  EXPECT_FALSE(*decode_spread_unchanged(answer("7", "1"), held)) << "a connection's version";
+  std::vector<RespValue> short_answer = answer("7", nullptr);
+  short_answer.pop_back();
+  EXPECT_EQ(decode_spread_unchanged(short_answer, held).error().code, ErrorCode::kInvalidReply);
+  std::vector<RespValue> down = answer("7", nullptr);
+  down[3] = RespValue::error("CLUSTERDOWN");
+  EXPECT_EQ(decode_spread_unchanged(down, held).error().code, ErrorCode::kStoreUnavailable);
+}
+
 }  // namespace
 }  // namespace quiver
