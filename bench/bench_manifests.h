@@ -4,6 +4,7 @@
 // or wrote it before (body inline). Each command that fails ends the benchmark (status 1).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -178,6 +179,47 @@ inline std::size_t seed_member(redisContext* c, const quiver::RedisKeys& keys,
     }
   }
   return bytes;
+}
+
+// A manifest record as field/value pairs (what bench members' records copy).
+inline std::vector<std::string> record_fields(redisContext* c, const std::string& key) {
+  redisReply* r = command_argv(c, {"HGETALL", key});
+  if (r == nullptr || r->type != REDIS_REPLY_ARRAY || r->elements == 0) fail("no record " + key);
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < r->elements; ++i) {
+    out.emplace_back(r->element[i]->str, r->element[i]->len);
+  }
+  freeReplyObject(r);
+  return out;
+}
+
+// Members m<from> .. m<to - 1>: each granted the per_member connection `cid` (its grants set and
+// an entry of the connection's grantees), with its own copy of `fields` as its manifest record
+// (generated keys, pipelined in batches); any error reply ends the benchmark.
+inline void grant_members(redisContext* c, const quiver::RedisKeys& keys, const std::string& cid,
+                          int64_t from, int64_t to, const std::vector<std::string>& fields) {
+  constexpr int64_t kBatch = 2000;
+  const std::string grantees = *keys.grantees(cid);
+  for (int64_t start = from; start < to; start += kBatch) {
+    const int64_t end = std::min(to, start + kBatch);
+    int64_t sent = 0;
+    for (int64_t i = start; i < end; ++i) {
+      const quiver::Principal m = *quiver::Principal::member("m" + std::to_string(i));
+      append_argv(c, {"SADD", *keys.grants(m), cid});
+      append_argv(c, {"SADD", grantees, m.str()});
+      std::vector<std::string> hset = {"HSET", *keys.manifest(cid, m)};
+      hset.insert(hset.end(), fields.begin(), fields.end());
+      append_argv(c, hset);
+      sent += 3;
+    }
+    for (int64_t i = 0; i < sent; ++i) {
+      void* reply = nullptr;
+      if (redisGetReply(c, &reply) != REDIS_OK || reply == nullptr) fail("pipelined write failed");
+      auto* r = static_cast<redisReply*>(reply);
+      if (r->type == REDIS_REPLY_ERROR) fail(std::string("pipelined write: ") + r->str);
+      freeReplyObject(r);
+    }
+  }
 }
 
 }  // namespace bench

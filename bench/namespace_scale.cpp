@@ -62,49 +62,6 @@ int64_t integer_reply(redisContext* c, const std::vector<std::string>& argv) {
   return v;
 }
 
-// The reader's manifest record of `team` as field/value pairs (what every other member's record
-// copies).
-std::vector<std::string> record_fields(redisContext* c, const std::string& key) {
-  redisReply* r = bench::command_argv(c, {"HGETALL", key});
-  if (r == nullptr || r->type != REDIS_REPLY_ARRAY || r->elements == 0)
-    bench::fail("no record " + key);
-  std::vector<std::string> out;
-  for (std::size_t i = 0; i < r->elements; ++i) {
-    out.emplace_back(r->element[i]->str, r->element[i]->len);
-  }
-  freeReplyObject(r);
-  return out;
-}
-
-// Members m<from> .. m<to - 1>: each granted `team`, with its own copy of `fields` as its record.
-// Pipelined in batches; any error reply ends the benchmark.
-void grow(redisContext* c, const quiver::RedisKeys& keys, int64_t from, int64_t to,
-          const std::vector<std::string>& fields) {
-  constexpr int64_t kBatch = 2000;
-  const std::string grantees = *keys.grantees(kTeam);
-  for (int64_t start = from; start < to; start += kBatch) {
-    const int64_t end = std::min(to, start + kBatch);
-    int64_t sent = 0;
-    for (int64_t i = start; i < end; ++i) {
-      const quiver::Principal m = *quiver::Principal::member("m" + std::to_string(i));
-      bench::append_argv(c, {"SADD", *keys.grants(m), kTeam});
-      bench::append_argv(c, {"SADD", grantees, m.str()});
-      std::vector<std::string> hset = {"HSET", *keys.manifest(kTeam, m)};
-      hset.insert(hset.end(), fields.begin(), fields.end());
-      bench::append_argv(c, hset);
-      sent += 3;
-    }
-    for (int64_t i = 0; i < sent; ++i) {
-      void* reply = nullptr;
-      if (redisGetReply(c, &reply) != REDIS_OK || reply == nullptr)
-        bench::fail("pipelined write failed");
-      auto* r = static_cast<redisReply*>(reply);
-      if (r->type == REDIS_REPLY_ERROR) bench::fail(std::string("pipelined write: ") + r->str);
-      freeReplyObject(r);
-    }
-  }
-}
-
 constexpr int kRounds = 5;
 
 // The least of the rounds' figures so far (`round` 0 sets it).
@@ -212,13 +169,13 @@ int main(int argc, char** argv) {
   const std::string team_text = bench::manifest_text(size, kTeam);
   bench::commit_apart(c, keys, kTeam, reader, team_text, now);
   chars += team_text.size();
-  const std::vector<std::string> fields = record_fields(c, *keys.manifest(kTeam, reader));
+  const std::vector<std::string> fields = bench::record_fields(c, *keys.manifest(kTeam, reader));
 
   std::vector<Row> rows;
   int64_t grown = 0;
   for (int64_t n : sizes) {
     const auto start = Clock::now();
-    grow(c, keys, grown, n - 1, fields);  // the reader is one of the n members
+    bench::grant_members(c, keys, kTeam, grown, n - 1, fields);  // the reader is one of the n
     grown = n - 1;
     const double load_s = std::chrono::duration<double>(Clock::now() - start).count();
     Row row;
