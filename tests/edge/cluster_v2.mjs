@@ -129,8 +129,7 @@ async function bumpMemberVersion() {
 // edges' conditional reads (one GET per slot) find a change and read the rounds in full (the
 // one-slot scripts on every connection's slot); and the agent refreshes the connections one after
 // another (POST refresh-tools: leases and commits into the same slots).
-async function readLoop(stop, writing = () => true) {
-  const answers = [];
+async function readLoop(stop, writing = () => true, answers = []) {
   const refreshes = [];
   let bumped = 0;
   const churn = (async () => {
@@ -264,15 +263,17 @@ test('c: one connection\'s slot resharded mid-traffic: ASK followed with ASKING,
   const before = await Promise.all(edges.map(healthz));
   const askingBefore = (await cluster.commandCalls(to)).asking ?? 0;
   let done = false;
-  let writing = true;
-  const reads = readLoop(() => done, () => writing);
-  await sleep(500);
+  let writing = false;
+  const seen = [];
+  const reads = readLoop(() => done, () => writing, seen);
   // Phase 1, the slot split and nothing written: the edges' copies are current, so their reads
   // are conditional, one GET per slot held; the connection's version moves first, so those GETs
-  // are answered ASK by `from` and follow it to `to` (ASKING + GET). The agent's own refreshes may
-  // still commit meanwhile (a retry after the failover): then a read is a full one, below.
-  writing = false;
-  await sleep(1500);  // the refreshes queued above committed
+  // are answered ASK by `from` and follow it to `to` (ASKING + GET). First, until the refreshes
+  // queued by the test before committed: for two seconds every read at both edges revalidated.
+  await waitFor('nothing written for two seconds', () => edges.every((_, i) => {
+    const last = seen.filter((a) => a.edge === i && a.start > Date.now() - 2000);
+    return last.length >= 8 && last.every((a) => a.source === 'revalidated');
+  }), 30000);
   const split = Date.now();
   await cluster.call(to, 'CLUSTER', 'SETSLOT', slot, 'IMPORTING', fromId);
   await cluster.call(from, 'CLUSTER', 'SETSLOT', slot, 'MIGRATING', toId);
