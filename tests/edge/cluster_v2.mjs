@@ -30,7 +30,7 @@ import { appendFileSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 
-import { agentBinaryOrSkip, startClusterAgent } from './agent.mjs';
+import { HttpUpstream, agentBinaryOrSkip, startClusterAgent } from './agent.mjs';
 import {
   RedisCluster, argValue, crashed, edgeDirArg, edgeEnv, finish, readFromRedis, runTests,
   skipUnlessInstalled, sleep, startEdges, waitFor, waitForFresh,
@@ -44,6 +44,8 @@ const KID = 'cluster-v2-1';
 const SECRET = 'cluster-v2-e2e-caller-token-secret-0123456789';
 const REDIS_PASSWORD = 'cluster-v2-redis-password';  // the agent's (default) user, on every node
 const EDGE_REDIS_PASSWORD = 'cluster-v2-edge-redis-password';  // schema/redis-acl-edge.txt's user
+// alice's credential for the per-member upstream (--per-auth: `alice.<key>` names alice).
+const PERM_CREDENTIAL = 'alice.cluster-v2-per-member-key';
 const L1_TTL_MS = 50;  // short: the reads below reach Redis
 const PER_MASTER = 2;  // connections whose slot each master serves at the start
 
@@ -54,7 +56,8 @@ const logs = [];
 let token;
 let seed;         // the edges' seed: a master, kept alive and master throughout
 let dir;          // the upstreams' control files
-const upstreams = [];  // {id, control}
+let perm;         // HttpUpstream of the per-member connection
+const upstreams = [];  // {id, control} (shared), and {id: 'perm', server, connection} (per member)
 let baseline;     // id → {etag, manifest: JSON text}, as the agent serves them after the switch
 const auth = () => ({ authorization: `Bearer ${token}` });
 
@@ -74,6 +77,9 @@ async function masters() {
     if ((await cluster.call(port, 'ROLE'))[0] === 'master') out.push(port);
   }
   return out;
+}
+async function memberSlot() {
+  return cluster.call(cluster.alive()[0], 'CLUSTER', 'KEYSLOT', `quiver:{${NS}:m:alice}:grants`);
 }
 async function masterOfConnection(cid) {
   const slot = await cluster.call(seed, 'CLUSTER', 'KEYSLOT', connSlotKey(cid));
@@ -207,6 +213,8 @@ test('a: discovery at both edges equals the agent\'s, read in layout v2', async 
     assert.equal(h.cluster.map_known, true, JSON.stringify(h.cluster));
   }
   assert.equal(bodies[0], bodies[1], 'the two edges answer the same bytes');
+  // The per-member connection's manifest is alice's, read from her slot.
+  assert.match(baseline.perm.manifest, /"alice_tool_1"/);
   // The reads were spread: every master ran some of the rounds' one-slot scripts.
   for (const port of await masters()) {
     const calls = await cluster.commandCalls(port);
@@ -215,10 +223,11 @@ test('a: discovery at both edges equals the agent\'s, read in layout v2', async 
 });
 
 test('b: a CLUSTER FAILOVER mid-traffic: whole lists or 503, then MOVED to the new master', async () => {
-  // A master serving connections that is not the seed (the seed stays a master).
+  // The master of alice's slot, serving connections too (not the seed: it stays a master).
   const owners = await Promise.all(upstreams.map(({ id }) => masterOfConnection(id)));
-  const old = owners.map((o) => o.master).find((m) => m !== seed);
-  const { replicas } = await cluster.shardOf(owners.find((o) => o.master === old).slot, seed);
+  const { master: old, replicas } = await cluster.shardOf(await memberSlot(), seed);
+  assert.notEqual(old, seed);
+  assert.ok(owners.some((o) => o.master === old), 'it serves connections');
   assert.ok(replicas.length, 'the master has a replica');
   const before = await Promise.all(edges.map(healthz));
   let done = false;
@@ -246,9 +255,10 @@ test('b: a CLUSTER FAILOVER mid-traffic: whole lists or 503, then MOVED to the n
 test('c: one connection\'s slot resharded mid-traffic: ASK followed with ASKING, every answer whole', async () => {
   const now = await masters();
   assert.ok(now.includes(seed), 'the seed is a master');
-  // A connection on a master other than the seed, moved to the third master.
+  // A shared connection (its manifest in its slot) on a master other than the seed, moved to the
+  // third master.
   let moving;
-  for (const { id } of upstreams) {
+  for (const { id } of upstreams.filter((u) => u.control)) {
     const o = await masterOfConnection(id);
     if (o.master !== seed) {
       moving = { id, ...o };
@@ -335,18 +345,16 @@ test('c: one connection\'s slot resharded mid-traffic: ASK followed with ASKING,
 
 test('d: a SIGKILLed master: L1 copies or 503 meanwhile, never a partial list, then recovery', async () => {
   const now = await masters();
-  // A master serving connections that is not the seed, with a replica to promote.
-  let victim;
-  for (const { id } of upstreams) {
-    const o = await masterOfConnection(id);
-    if (o.master === seed) continue;
-    const { replicas } = await cluster.shardOf(o.slot, seed);
-    if (replicas.length) {
-      victim = { ...o, replica: replicas[0] };
-      break;
-    }
-  }
-  assert.ok(victim, `a master off the seed with a replica (masters ${now})`);
+  // The master of alice's slot now (the replica promoted in b), serving connections, with a
+  // replica (the old master) to promote.
+  const slot = await memberSlot();
+  const { master, replicas } = await cluster.shardOf(slot, seed);
+  assert.notEqual(master, seed);
+  assert.ok(replicas.length, `its replica (masters ${now})`);
+  const victim = { master, slot, replica: replicas[0] };
+  const served = [];
+  for (const { id } of upstreams) if ((await masterOfConnection(id)).master === master) served.push(id);
+  assert.ok(served.length, 'it serves connections');
   const before = await Promise.all(edges.map(healthz));
   let done = false;
   const reads = readLoop(() => done);
@@ -368,10 +376,15 @@ test('d: a SIGKILLed master: L1 copies or 503 meanwhile, never a partial list, t
 });
 
 test('e: after the faults, an upstream change refreshed through the agent shows at both edges', async () => {
-  // Every connection, so the one on the promoted replica is among them.
-  for (const { control } of upstreams) appendFileSync(control, '{"add_tool":"after_faults"}\n');
+  // Every connection, so the one on the promoted replica is among them (and the per-member one,
+  // whose manifest is in the member's slot).
+  for (const { control } of upstreams.filter((u) => u.control)) {
+    appendFileSync(control, '{"add_tool":"after_faults"}\n');
+  }
+  const added = await fetch(perm.control, { method: 'POST', body: '{"add_tool":"after_faults"}' });
+  assert.equal(added.status, 200, await added.text());
   const hasIt = (json, id) => json?.connections?.find((c) => c.id === id)?.manifest?.tools?.items
-    ?.some((t) => t.name === 'after_faults');
+    ?.some((t) => t.name.endsWith('after_faults'));
   for (const { id } of upstreams) {
     await waitFor(`the agent queues ${id}'s refresh`, async () => {
       const r = await agent.request('POST', `/v1/mcp-connections/${id}/refresh-tools`, { headers: auth() });
@@ -418,14 +431,26 @@ async function main() {
   try {
     dir = mkdtempSync(path.join(os.tmpdir(), 'quiver-cluster-v2-'));
     cluster = await RedisCluster.start({ password: REDIS_PASSWORD });
-    ({ seed } = await cluster.prepareForEdges(NS, EDGE_REDIS_PASSWORD));
+    const { owner } = await cluster.prepareForEdges(NS, EDGE_REDIS_PASSWORD);
+    // The seed: a master serving neither the namespace's slot nor alice's (the faults below hit
+    // the master of alice's slot, which every read's first round reads).
+    const memberMaster = (await cluster.shardOf(await memberSlot(), owner)).master;
+    seed = (await masters()).find((p) => p !== owner && p !== memberMaster);
     for (const id of await connectionIdsOnEveryMaster()) {
       const control = path.join(dir, `${id}.ctl`);
       writeFileSync(control, '');
       upstreams.push({ id, tools: 2, control });
     }
+    // A per-member connection: alice's manifest of it is in alice's slot (listed with her
+    // credential, its tools named after her).
+    perm = await HttpUpstream.start(['--per-auth', '--auth-users', 'alice'], { logs });
+    upstreams.push({ id: 'perm', server: { type: 'http', url: perm.url },
+                     connection: { credential_mode: 'per_member', auth: 'bearer',
+                                   allow_private_addresses: true,
+                                   credentials: { alice: { env: 'CL_PERM_ALICE' } } } });
     agent = await startClusterAgent({ binary: agentBinary, logs, cluster, ns: NS, kid: KID,
                                       secret: SECRET, password: REDIS_PASSWORD, upstreams,
+                                      env: { CL_PERM_ALICE: PERM_CREDENTIAL },
                                       runtime: { store_check_interval_ms: 200, revalidate_window_ms: 100 } });
     token = agent.token('alice');
     await waitForFresh(agent, token, upstreams.length);
@@ -448,11 +473,12 @@ async function main() {
   } finally {
     for (const w of edges) await w.stop();
     await agent?.stop();
+    await perm?.stop();
     await cluster?.stop();
     if (dir) rmSync(dir, { recursive: true, force: true });
   }
   finish({ failed, count: tests.length, started, logs,
-           secrets: [SECRET, REDIS_PASSWORD, EDGE_REDIS_PASSWORD] });
+           secrets: [SECRET, REDIS_PASSWORD, EDGE_REDIS_PASSWORD, PERM_CREDENTIAL] });
 }
 
 main().catch(crashed(logs));
