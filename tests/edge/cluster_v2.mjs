@@ -1,29 +1,35 @@
 // Edges reading key layout v2 on a real Redis Cluster through faults (issue 14; docs/design.md
 // "Redis Cluster routing", "The discovery read on v2, round by round"):
 //
-//   six real upstreams → quiver-agent serve (redis+cluster://), moved to key layout v2 by
-//   `quiver-agent migrate-layout v2` while it runs → six redis-servers in cluster mode (three
-//   masters, three replicas; the six connections' slots on all three masters) → quiver-edge in
-//   workerd ×2 (REDIS_CLUSTER=1, the edge's ACL user, seeded at one master) → HTTP client
+//   six stdio upstreams (shared) and one HTTP upstream (per member) → quiver-agent serve
+//   (redis+cluster://), moved to key layout v2 by `quiver-agent migrate-layout v2` while it runs →
+//   six redis-servers in cluster mode (three masters, three replicas; two shared connections'
+//   slots on each master) → quiver-edge in workerd ×2 (REDIS_CLUSTER=1, the edge's ACL user,
+//   seeded at a master serving neither the namespace's slot nor alice's) → HTTP client
 //
 //   node tests/edge/cluster_v2.mjs [--edge-dir build/wasm/edge] [--agent .../quiver-agent]
 //                                  [--only substring]
 //
 // Registered as the ctest `wasm.edge_cluster_v2` (wasm-worker/CMakeLists.txt). Exit status 0 when
 // every test passed, 77 (ctest SKIP_RETURN_CODE) when the native agent, redis-server or redis-cli
-// is absent. The tests, in order, on one cluster:
+// is absent. During each fault both edges and the agent are read in a loop while the member's
+// version moves and the agent refreshes connections (readLoop); every answer must be the whole
+// list as the agent wrote it (from Redis, or an L1 copy within stale-if-error) or 503
+// STORE_UNAVAILABLE, never a list missing a connection nor a connection without its manifest.
+// The tests, in order, on one cluster:
 //   a. both edges' GET /v1/manifests is the agent's (every connection, same manifests and ETags),
 //      the two edges' answers byte for byte the same, /healthz says the edges read v2;
-//   b. a CLUSTER FAILOVER of a master serving some of the connections, mid-traffic at both edges:
-//      every answer is the whole list as the agent wrote it (from Redis or an L1 copy within
-//      stale-if-error) or 503 STORE_UNAVAILABLE, never a list missing a connection nor a connection
-//      without its manifest; the reads after it reach the new master through MOVED;
-//   c. one connection's slot resharded mid-traffic (IMPORTING/MIGRATING, MIGRATE a key at a time
-//      with pauses, SETSLOT NODE): the edges are answered ASK and send ASKING + the command to the
-//      importing node, every answer complete;
-//   d. a SIGKILLed master: while its replica is promoted the edges answer from L1 (stale-if-error)
-//      or 503, never a partial list, and recover;
-//   e. after the faults, an upstream change refreshed through the agent shows at both edges.
+//   b. a CLUSTER FAILOVER of the master of alice's slot (serving connections too), mid-traffic:
+//      every answer allowed; the edges count MOVED and read Redis again;
+//   c. one shared connection's slot resharded mid-traffic (IMPORTING/MIGRATING, MIGRATE a key at a
+//      time with pauses, its version first, SETSLOT NODE): split and quiet, the edges' conditional
+//      reads follow ASK (ASKING + GET at the importing node) and answer from Redis; split with
+//      writes, the full reads (whose one-slot scripts Redis refuses on a split slot) answer L1;
+//      every answer allowed, ASK and MOVED counted;
+//   d. a SIGKILL of the master of alice's slot: while its replica is promoted every answer is
+//      allowed (L1 copies or 503); the edges refresh their map and recover;
+//   e. after the faults, a tool added at every upstream and refreshed through the agent shows at
+//      both edges with the agent's ETags.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { appendFileSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -101,7 +107,9 @@ function entries(json) {
 function wrongAnswer(a) {
   if (a.status === 503) return a.code === 'STORE_UNAVAILABLE' ? null : `503 ${a.code}`;
   if (a.status !== 200) return `status ${a.status} ${a.code}`;
-  if (!readFromRedis(a.source) && a.source !== 'stale-if-error' && a.source !== 'hit') {
+  // The agent has no L1: its answers say nothing of where they came from.
+  if (a.edge !== 'agent' && !readFromRedis(a.source) && a.source !== 'stale-if-error' &&
+      a.source !== 'hit') {
     return `X-Quiver-Cache ${a.source}`;
   }
   const ids = Object.keys(a.entries).sort();
@@ -130,7 +138,8 @@ async function bumpMemberVersion() {
 }
 
 // Reads GET /v1/manifests at both edges until `stop()` says so, recording each answer; each edge
-// reads again once its L1 copy expired, so every read reaches Redis unless Redis fails it.
+// reads again once its L1 copy expired, so every read reaches Redis unless Redis fails it. The
+// agent is read too, every 100 ms (`edge: 'agent'`): its answers are held to the same rule.
 // Meanwhile, while `writing()` says so, writers: the member's version moves every 100 ms, so the
 // edges' conditional reads (one GET per slot) find a change and read the rounds in full (the
 // one-slot scripts on every connection's slot); and the agent refreshes the connections one after
@@ -151,14 +160,14 @@ async function readLoop(stop, writing = () => true, answers = []) {
       await sleep(100);
     }
   })();
-  await Promise.all(edges.map(async (w, i) => {
+  await Promise.all([...edges.entries(), ['agent', agent]].map(async ([i, w]) => {
     while (!stop()) {
       const t0 = Date.now();
       const res = await w.request('GET', '/v1/manifests', { headers: auth() });
       answers.push({ edge: i, start: t0, at: Date.now(), status: res.status,
                      source: res.headers['x-quiver-cache'], code: res.json?.error?.code,
                      entries: entries(res.json) });
-      await sleep(L1_TTL_MS + 5);
+      await sleep(i === 'agent' ? 100 : L1_TTL_MS + 5);
     }
   }));
   await churn;
@@ -167,18 +176,22 @@ async function readLoop(stop, writing = () => true, answers = []) {
   return answers;
 }
 
-// Every answer of `answers` allowed; a line saying how they were answered.
-function checkAnswers(answers) {
-  const bad = answers.map((a) => ({ a, why: wrongAnswer(a) })).filter((x) => x.why);
+// Every answer of `all` allowed; a line saying how the edges' and the agent's were answered.
+function checkAnswers(all) {
+  const bad = all.map((a) => ({ a, why: wrongAnswer(a) })).filter((x) => x.why);
   assert.deepEqual(bad.slice(0, 5).map(({ a, why }) => `edge ${a.edge} at ${a.at}: ${why}`), [],
-                   `${bad.length} of ${answers.length} answers wrong`);
+                   `${bad.length} of ${all.length} answers wrong`);
+  const answers = all.filter((a) => a.edge !== 'agent');
+  const atAgent = all.filter((a) => a.edge === 'agent');
   const count = (f) => answers.filter(f).length;
   assert.ok(count((a) => a.source === 'miss') > 0, 'some reads were full reads');
   return `${answers.length} reads: ${count((a) => a.source === 'miss')} full and ` +
          `${count((a) => a.source === 'revalidated')} conditional from Redis, ` +
          `${count((a) => a.source === 'stale-if-error')} from L1 (stale-if-error), ` +
          `${count((a) => a.status === 503)} 503; slowest ` +
-         `${Math.max(...answers.map((a) => a.at - a.start))} ms`;
+         `${Math.max(...answers.map((a) => a.at - a.start))} ms; at the agent ${atAgent.length} ` +
+         `reads, ${atAgent.filter((a) => a.status === 503).length} 503, slowest ` +
+         `${Math.max(...atAgent.map((a) => a.at - a.start))} ms`;
 }
 
 // Until both edges answer the whole list from Redis again.
@@ -241,7 +254,7 @@ test('b: a CLUSTER FAILOVER mid-traffic: whole lists or 503, then MOVED to the n
   for (const o of owners.filter((x) => x.master === old)) {
     assert.equal((await cluster.shardOf(o.slot, seed)).master, replicas[0], 'the replica took over');
   }
-  assert.ok(answers.length > 10, `${answers.length} reads`);
+  assert.ok(answers.filter((a) => a.edge !== 'agent').length > 10, `${answers.length} reads`);
   console.log(`      ${checkAnswers(answers)}`);
   for (const [i, w] of edges.entries()) {
     const h = await healthz(w);
@@ -319,14 +332,15 @@ test('c: one connection\'s slot resharded mid-traffic: ASK followed with ASKING,
   console.log(`      ${checkAnswers(answers)}`);
   // Phase 1: the version at `to`, the slot still `from`'s: conditional reads answered from Redis
   // through ASK, at both edges.
-  const first = answers.filter((a) => a.start > versionMoved && a.at < phase2);
+  const edgeAnswers = answers.filter((a) => a.edge !== 'agent');
+  const first = edgeAnswers.filter((a) => a.start > versionMoved && a.at < phase2);
   for (const i of edges.keys()) {
     assert.ok(first.some((a) => a.edge === i && a.source === 'revalidated'),
               `edge ${i}: a read revalidated through ASK while split: ` +
               `${first.filter((a) => a.edge === i).map((a) => a.source)}`);
   }
-  const inSplit = answers.filter((a) => a.start >= phase2 && a.at < settled);
-  const slowest = Math.max(0, ...answers.filter((a) => a.start >= phase2 && a.start < settled)
+  const inSplit = edgeAnswers.filter((a) => a.start >= phase2 && a.at < settled);
+  const slowest = Math.max(0, ...edgeAnswers.filter((a) => a.start >= phase2 && a.start < settled)
     .map((a) => a.at - a.start));
   console.log(`      phase 1 (split, no writes): ${first.length} reads, ` +
               `${first.filter((a) => a.source === 'revalidated').length} revalidated; ` +
