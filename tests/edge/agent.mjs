@@ -28,19 +28,32 @@ export function agentBinaryOrSkip() {
   return binary;
 }
 // `quiver-agent serve` on `cluster` (harness.mjs RedisCluster, its default user's `password`) for
-// namespace `ns`, member alice granted one connection `t` (a stdio test upstream with three tools),
-// caller tokens under `kid` with `secret`. Over TLS (`rediss+cluster://`, `redis_tls.ca_file`)
-// when the cluster was started with TLS. Secrets reach it through its environment only.
-export function startClusterAgent({ binary, logs, cluster, ns, kid, secret, password }) {
+// namespace `ns`, member alice granted every connection, caller tokens under `kid` with `secret`.
+// The connections are `upstreams` ({id, tools, control}: a stdio test upstream with `tools` tools,
+// watching the `control` file when given; or {id, server}: `server` is its mcpServers entry as
+// is), by default one, `t`, with three tools; an upstream's `connection` is its
+// `quiver.connections` entry (credential_mode, credentials...). `runtime` is merged into the
+// configuration's `quiver.runtime`, `env` into the agent's environment (the credentials the
+// connections name). Over TLS (`rediss+cluster://`, `redis_tls.ca_file`) when the cluster was
+// started with TLS. Secrets reach it through its environment only.
+export function startClusterAgent({ binary, logs, cluster, ns, kid, secret, password,
+                                    upstreams = [{ id: 't', tools: 3 }], runtime = {}, env = {} }) {
   const scheme = cluster.tls ? 'rediss+cluster' : 'redis+cluster';
+  const mcpServers = {};
+  const connections = {};
+  for (const { id, tools = 3, control, server, connection } of upstreams) {
+    mcpServers[id] = server ?? {
+      command: process.execPath,
+      args: [testUpstreamScript, 'stdio', '--tools', String(tools), '--quiet',
+             ...(control ? ['--control', control] : [])],
+      env: { QUIVER_NODE_MODULES: nodeModules() },
+    };
+    if (connection) connections[id] = connection;
+  }
   return Agent.start({
     binary, logs,
     config: {
-      mcpServers: {
-        t: { command: process.execPath,
-             args: [testUpstreamScript, 'stdio', '--tools', '3', '--quiet'],
-             env: { QUIVER_NODE_MODULES: nodeModules() } },
-      },
+      mcpServers,
       quiver: {
         namespace: ns,
         redis: `${scheme}://:\${CL_REDIS_PASSWORD}@127.0.0.1:${cluster.ports[0]},` +
@@ -48,11 +61,12 @@ export function startClusterAgent({ binary, logs, cluster, ns, kid, secret, pass
         ...(cluster.tls ? { redis_tls: { ca_file: cluster.tls.ca } } : {}),
         caller_token_keys: { [kid]: { env: 'CL_TOKEN_KEY' } },
         members: ['alice'],
-        grants: { alice: ['t'] },
-        runtime: { list_timeout_ms: 30000, request_timeout_ms: 30000 },
+        grants: { alice: upstreams.map((u) => u.id) },
+        runtime: { list_timeout_ms: 30000, request_timeout_ms: 30000, ...runtime },
+        ...(Object.keys(connections).length ? { connections } : {}),
       },
     },
-    env: { CL_REDIS_PASSWORD: password, CL_TOKEN_KEY: secret },
+    env: { ...env, CL_REDIS_PASSWORD: password, CL_TOKEN_KEY: secret },
   });
 }
 

@@ -244,5 +244,96 @@ TEST(RoutedSpread, ACommandWhoseKeysSpanSlotsIsRefusedBeforeAnythingIsSent) {
   EXPECT_NE(c.error().message.find("CROSSSLOT"), std::string::npos) << c.error().message;
 }
 
+// A slot split by a reshard (tests/edge/cluster_v2.mjs saw it on a real cluster): a command naming
+// several keys of it, one of them absent (a connection's read script always names its lease), is
+// answered ASK by the source and TRYAGAIN by the importing node after ASKING, for as long as the
+// slot is split. The round follows each ASK with ASKING + the command, backs off after each
+// TRYAGAIN, and ends as a store failure when the budget is spent: never a reply handed out as the
+// command's, whatever the other node answered.
+TEST(RoutedSpread, ASplitSlotAskedThenTryAgainForeverEndsTheRoundAsAStoreFailure) {
+  ClusterRouter router(seeded(), 0);
+  RoutedConversation c({}, kCreds, &router);
+  const std::string version = key_on(7001, 3);
+  const std::string lease = version.substr(0, version.rfind(':')) + ":lease";
+  ASSERT_EQ(cluster_key_slot(lease), cluster_key_slot(version));
+  const std::string other = key_on(7000, 3);
+  const RedisCommand split = {"MGET", version, lease};
+  RoutedWrite w = learn(c, {split, {"GET", other}}, 3);
+  const std::string ask =
+      "-ASK " + std::to_string(cluster_key_slot(version)) + " 127.0.0.1:7002\r\n";
+  int at_source = 0;
+  int asked = 0;
+  int64_t waited = 0;
+  RedisTurn t;
+  for (;;) {
+    ASSERT_TRUE(w.node.has_value());
+    waited += w.delay_ms;
+    const std::string auth = w.new_connection ? kAuthOk : "";
+    std::string reply;
+    if (w.node->port == 7001) {
+      ++at_source;
+      EXPECT_NE(w.bytes.find(encode_command(split)), std::string::npos);
+      reply = ask;
+    } else if (w.node->port == 7002) {
+      ++asked;
+      EXPECT_NE(w.bytes.find(encode_command({"ASKING"}) + encode_command(split)), std::string::npos)
+          << "ASKING, then the asked command";
+      reply = kAuthOk + "-TRYAGAIN Multiple keys request during rehashing of slot\r\n";
+    } else {
+      reply = answer_gets(w.bytes);
+    }
+    t = c.feed(auth + reply);
+    if (t != RedisTurn::kWrite) break;
+    w = c.take_write();
+  }
+  EXPECT_EQ(t, RedisTurn::kFailed);
+  EXPECT_FALSE(c.in_round());
+  EXPECT_EQ(c.error().code, ErrorCode::kStoreUnavailable) << c.error().message;
+  EXPECT_GE(asked, 1);
+  EXPECT_LE(at_source + asked, ClusterRetryPolicy{}.max_attempts) << "the attempt budget bounds it";
+  EXPECT_GT(waited, 0) << "TRYAGAIN backs off";
+  EXPECT_EQ(router.stats().ask, static_cast<uint64_t>(at_source));
+  // The map still names the source: the slot was never said to have moved.
+  EXPECT_EQ(c.begin_spread({{"GET", version}}).node->port, 7001);
+}
+
+// The same split, ended by SETSLOT NODE within the budget: the source answers MOVED, the map
+// learns it, and the command is answered by the new owner.
+TEST(RoutedSpread, ASplitSlotThatMovesWithinTheBudgetIsFollowedThroughMoved) {
+  ClusterRouter router(seeded(), 0);
+  RoutedConversation c({}, kCreds, &router);
+  const std::string version = key_on(7001, 3);
+  const std::string lease = version.substr(0, version.rfind(':')) + ":lease";
+  const std::string slot = std::to_string(cluster_key_slot(version));
+  const RedisCommand split = {"MGET", version, lease};
+  RoutedWrite w = learn(c, {split}, 3);
+  int at_source = 0;
+  bool tried_again = false;
+  for (;;) {
+    const std::string auth = w.new_connection ? kAuthOk : "";
+    std::string reply;
+    if (w.node->port == 7001) {
+      // Split (ASK) the first time; moved (MOVED) after the importing node's TRYAGAIN.
+      reply = (at_source++ == 0 ? "-ASK " : "-MOVED ") + slot + " 127.0.0.1:7002\r\n";
+    } else if (w.node->port == 7002 && !tried_again) {
+      tried_again = true;
+      reply = kAuthOk + "-TRYAGAIN Multiple keys request during rehashing of slot\r\n";
+    } else {
+      ASSERT_EQ(w.node->port, 7002);
+      EXPECT_EQ(w.bytes, encode_command(split)) << "after MOVED: no ASKING";
+      reply = encode_reply(A({S("7"), RespValue::nil()}));
+    }
+    RedisTurn t = c.feed(auth + reply);
+    if (t == RedisTurn::kDone) break;
+    ASSERT_EQ(t, RedisTurn::kWrite) << c.error().message;
+    w = c.take_write();
+  }
+  EXPECT_EQ(at_source, 2);
+  EXPECT_EQ(c.take_replies(), (std::vector<RespValue>{A({S("7"), RespValue::nil()})}));
+  EXPECT_EQ(router.stats().ask, 1u);
+  EXPECT_EQ(router.stats().moved, 1u);
+  EXPECT_EQ(c.begin_spread({{"GET", version}}).node->port, 7002);
+}
+
 }  // namespace
 }  // namespace quiver

@@ -1,0 +1,521 @@
+// Edges reading key layout v2 on a real Redis Cluster through faults (issue 14; docs/design.md
+// "Redis Cluster routing", "The discovery read on v2, round by round"):
+//
+//   six stdio upstreams (shared) and one HTTP upstream (per member) → quiver-agent serve
+//   (redis+cluster://), moved to key layout v2 by `quiver-agent migrate-layout v2` while it runs →
+//   six redis-servers in cluster mode (three masters, three replicas; two shared connections'
+//   slots on each master) → quiver-edge in workerd ×2 (REDIS_CLUSTER=1, the edge's ACL user,
+//   seeded at a master serving neither the namespace's slot nor alice's) → HTTP client
+//
+//   node tests/edge/cluster_v2.mjs [--edge-dir build/wasm/edge] [--agent .../quiver-agent]
+//                                  [--only substring]
+//
+// Registered as the ctest `wasm.edge_cluster_v2` (wasm-worker/CMakeLists.txt). Exit status 0 when
+// every test passed, 77 (ctest SKIP_RETURN_CODE) when the native agent, redis-server or redis-cli
+// is absent. During each fault both edges and the agent are read in a loop while the member's
+// version moves and the agent refreshes connections (readLoop); every answer must be the whole
+// list as the agent wrote it (from Redis, or an L1 copy within stale-if-error) or 503
+// STORE_UNAVAILABLE, never a list missing a connection nor a connection without its manifest.
+// The tests, in order, on one cluster:
+//   a. both edges' GET /v1/manifests is the agent's (every connection, same manifests and ETags),
+//      the two edges' answers byte for byte the same, /healthz says the edges read v2;
+//   b. a CLUSTER FAILOVER of the master of alice's slot (serving connections too), mid-traffic, a
+//      tool added at one of its connections and refreshed through the agent meanwhile: every
+//      answer allowed (that connection as before or as changed); the edges count MOVED and serve
+//      the change, read from Redis;
+//   c. one shared connection's slot resharded mid-traffic (IMPORTING/MIGRATING, MIGRATE a key at a
+//      time with pauses, its version first, SETSLOT NODE): split and quiet, the edges' conditional
+//      reads follow ASK (ASKING + GET at the importing node) and answer from Redis; split with
+//      writes, the full reads (whose one-slot scripts Redis refuses on a split slot) answer L1;
+//      every answer allowed, ASK and MOVED counted;
+//   d. a SIGKILL of the master of alice's slot: while its replica is promoted every answer is
+//      allowed (L1 copies or 503); the edges refresh their map and recover;
+//   e. after the faults, a tool added at every upstream and refreshed through the agent shows at
+//      both edges with the agent's ETags.
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { appendFileSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+
+import { HttpUpstream, agentBinaryOrSkip, startClusterAgent } from './agent.mjs';
+import {
+  RedisCluster, argValue, crashed, edgeDirArg, edgeEnv, finish, readFromRedis, runTests,
+  skipUnlessInstalled, sleep, startEdges, waitFor, waitForFresh,
+} from './harness.mjs';
+
+const edgeDir = edgeDirArg();
+const only = argValue('--only', '');
+
+const NS = 'spreadfaults';
+const KID = 'cluster-v2-1';
+const SECRET = 'cluster-v2-e2e-caller-token-secret-0123456789';
+const REDIS_PASSWORD = 'cluster-v2-redis-password';  // the agent's (default) user, on every node
+const EDGE_REDIS_PASSWORD = 'cluster-v2-edge-redis-password';  // schema/redis-acl-edge.txt's user
+// alice's credential for the per-member upstream (--per-auth: `alice.<key>` names alice).
+const PERM_CREDENTIAL = 'alice.cluster-v2-per-member-key';
+const L1_TTL_MS = 50;  // short: the reads below reach Redis
+const PER_MASTER = 2;  // connections whose slot each master serves at the start
+
+let cluster;      // RedisCluster
+let agent;        // Agent
+const edges = []; // Workerd × 2
+const logs = [];
+let token;
+let seed;         // the edges' seed: a master, kept alive and master throughout
+let dir;          // the upstreams' control files
+let perm;         // HttpUpstream of the per-member connection
+const upstreams = [];  // {id, control} (shared), and {id: 'perm', server, connection} (per member)
+let baseline;     // id → {etag, manifest: JSON text}, as the agent serves them after the switch
+const auth = () => ({ authorization: `Bearer ${token}` });
+
+const tests = [];
+const test = (name, fn) => tests.push({ name, fn });
+
+const connSlotKey = (cid) => `quiver:{${NS}:c:${cid}}:conn`;
+
+async function healthz(w) {
+  return (await w.request('GET', '/healthz')).json;
+}
+
+// The masters now (as `port` sees them), and for each slot the master serving it.
+async function masters() {
+  const out = [];
+  for (const port of cluster.alive()) {
+    if ((await cluster.call(port, 'ROLE'))[0] === 'master') out.push(port);
+  }
+  return out;
+}
+async function memberSlot() {
+  return cluster.call(cluster.alive()[0], 'CLUSTER', 'KEYSLOT', `quiver:{${NS}:m:alice}:grants`);
+}
+async function masterOfConnection(cid) {
+  const slot = await cluster.call(seed, 'CLUSTER', 'KEYSLOT', connSlotKey(cid));
+  return { slot, master: (await cluster.shardOf(slot, seed)).master };
+}
+
+// id → {etag, manifest} of a GET /v1/manifests answer's entries.
+function entries(json) {
+  const out = {};
+  for (const c of json?.connections ?? []) {
+    out[c.id] = { etag: c.etag, manifest: c.manifest ? JSON.stringify(c.manifest) : undefined };
+  }
+  return out;
+}
+
+// What an answer during a fault may be: the whole list as the agent wrote it (read from Redis, or
+// an L1 copy within stale-if-error), or 503 STORE_UNAVAILABLE. Anything else is returned as a
+// string saying why. `alt` (id → entry) is a connection's other allowed entry: one written during
+// the fault.
+function wrongAnswer(a, alt = {}) {
+  if (a.status === 503) return a.code === 'STORE_UNAVAILABLE' ? null : `503 ${a.code}`;
+  if (a.status !== 200) return `status ${a.status} ${a.code}`;
+  // The agent has no L1: its answers say nothing of where they came from.
+  if (a.edge !== 'agent' && !readFromRedis(a.source) && a.source !== 'stale-if-error' &&
+      a.source !== 'hit') {
+    return `X-Quiver-Cache ${a.source}`;
+  }
+  const ids = Object.keys(a.entries).sort();
+  const want = Object.keys(baseline).sort();
+  if (JSON.stringify(ids) !== JSON.stringify(want)) return `connections ${ids} (want ${want})`;
+  for (const id of want) {
+    if (!a.entries[id].manifest) return `${id} without its manifest`;
+    const ok = [baseline[id], alt[id]].some((e) => e && a.entries[id].etag === e.etag &&
+                                                    a.entries[id].manifest === e.manifest);
+    if (!ok) return `${id}: another manifest (etag ${a.entries[id].etag})`;
+  }
+  return null;
+}
+
+// The member's version moved, as any change of alice's grants, preferences or per-member data
+// moves it (an INCR on its slot's master, wherever that is now); errors are traffic lost, not
+// checked: this is a writer, the reads are what is checked.
+async function bumpMemberVersion() {
+  const key = `quiver:{${NS}:m:alice}:version`;
+  try {
+    const slot = await cluster.call(seed, 'CLUSTER', 'KEYSLOT', key);
+    await cluster.call((await cluster.shardOf(slot, seed)).master, 'INCR', key);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+// Reads GET /v1/manifests at both edges until `stop()` says so, recording each answer; each edge
+// reads again once its L1 copy expired, so every read reaches Redis unless Redis fails it. The
+// agent is read too, every 100 ms (`edge: 'agent'`): its answers are held to the same rule.
+// Meanwhile, while `writing()` says so, writers: the member's version moves every 100 ms, so the
+// edges' conditional reads (one GET per slot) find a change and read the rounds in full (the
+// one-slot scripts on every connection's slot); and the agent refreshes the connections one after
+// another (POST refresh-tools: leases and commits into the same slots).
+async function readLoop(stop, writing = () => true, answers = []) {
+  const refreshes = [];
+  let bumped = 0;
+  const churn = (async () => {
+    for (let i = 0; !stop(); i++) {
+      if (writing()) {
+        if (await bumpMemberVersion()) ++bumped;
+        if (i % 3 === 0) {
+          const { id } = upstreams[(i / 3) % upstreams.length];
+          const r = await agent.request('POST', `/v1/mcp-connections/${id}/refresh-tools`, { headers: auth() });
+          refreshes.push(r.status);
+        }
+      }
+      await sleep(100);
+    }
+  })();
+  await Promise.all([...edges.entries(), ['agent', agent]].map(async ([i, w]) => {
+    while (!stop()) {
+      const t0 = Date.now();
+      const res = await w.request('GET', '/v1/manifests', { headers: auth() });
+      answers.push({ edge: i, start: t0, at: Date.now(), status: res.status,
+                     source: res.headers['x-quiver-cache'], code: res.json?.error?.code,
+                     entries: entries(res.json) });
+      await sleep(i === 'agent' ? 100 : L1_TTL_MS + 5);
+    }
+  }));
+  await churn;
+  assert.ok(refreshes.includes(202), `the agent queued refreshes: ${refreshes}`);
+  assert.ok(bumped > 0, 'the member\'s version moved');
+  return answers;
+}
+
+// Every answer of `all` allowed; a line saying how the edges' and the agent's were answered.
+function checkAnswers(all, alt = {}) {
+  const bad = all.map((a) => ({ a, why: wrongAnswer(a, alt) })).filter((x) => x.why);
+  assert.deepEqual(bad.slice(0, 5).map(({ a, why }) => `edge ${a.edge} at ${a.at}: ${why}`), [],
+                   `${bad.length} of ${all.length} answers wrong`);
+  const answers = all.filter((a) => a.edge !== 'agent');
+  const atAgent = all.filter((a) => a.edge === 'agent');
+  const count = (f) => answers.filter(f).length;
+  assert.ok(count((a) => a.source === 'miss') > 0, 'some reads were full reads');
+  return `${answers.length} reads: ${count((a) => a.source === 'miss')} full and ` +
+         `${count((a) => a.source === 'revalidated')} conditional from Redis, ` +
+         `${count((a) => a.source === 'stale-if-error')} from L1 (stale-if-error), ` +
+         `${count((a) => a.status === 503)} 503; slowest ` +
+         `${Math.max(...answers.map((a) => a.at - a.start))} ms; at the agent ${atAgent.length} ` +
+         `reads, ${atAgent.filter((a) => a.status === 503).length} 503, slowest ` +
+         `${Math.max(...atAgent.map((a) => a.at - a.start))} ms`;
+}
+
+// Until both edges answer the whole list from Redis again.
+async function untilRecovered(timeoutMs) {
+  await waitFor('both edges reading Redis again', async () => {
+    const rs = await Promise.all(edges.map((w) => w.request('GET', '/v1/manifests', { headers: auth() })));
+    return rs.every((r) => r.status === 200 && readFromRedis(r.headers['x-quiver-cache']) &&
+                           !wrongAnswer({ status: 200, source: r.headers['x-quiver-cache'],
+                                          entries: entries(r.json) }));
+  }, timeoutMs);
+}
+
+test('a: discovery at both edges equals the agent\'s, read in layout v2', async () => {
+  const fromAgent = await agent.request('GET', '/v1/manifests', { headers: auth() });
+  assert.equal(fromAgent.status, 200, fromAgent.text);
+  assert.deepEqual(entries(fromAgent.json), baseline);
+  const bodies = [];
+  for (const w of edges) {
+    const res = await w.request('GET', '/v1/manifests', { headers: auth() });
+    assert.equal(res.status, 200, res.text);
+    assert.deepEqual(entries(res.json), baseline);
+    assert.equal(res.headers.etag, fromAgent.headers.etag, 'the list\'s ETag');
+    bodies.push(res.text.replace(/"age_ms":\d+/g, '"age_ms":0'));
+    for (const { id } of upstreams) {
+      const one = await w.request('GET', `/v1/mcp-connections/${id}/manifest`, { headers: auth() });
+      assert.equal(one.status, 200, one.text);
+      assert.equal(JSON.stringify(one.json.manifest), baseline[id].manifest, id);
+    }
+    const h = await healthz(w);
+    assert.equal(h.layout.reads, 'v2', JSON.stringify(h.layout));
+    assert.equal(h.layout.v2_not_served, 0, JSON.stringify(h.layout));
+    assert.equal(h.cluster.map_known, true, JSON.stringify(h.cluster));
+  }
+  assert.equal(bodies[0], bodies[1], 'the two edges answer the same bytes');
+  // The per-member connection's manifest is alice's, read from her slot.
+  assert.match(baseline.perm.manifest, /"alice_tool_1"/);
+  // The reads were spread: every master ran some of the rounds' one-slot scripts.
+  for (const port of await masters()) {
+    const calls = await cluster.commandCalls(port);
+    assert.ok((calls.evalsha_ro ?? 0) + (calls.eval_ro ?? 0) > 0, `${port}: ${JSON.stringify(calls)}`);
+  }
+});
+
+test('b: a CLUSTER FAILOVER mid-traffic, a change committed during it: whole lists or 503, then MOVED', async () => {
+  // The master of alice's slot, serving connections too (not the seed: it stays a master).
+  const owners = await Promise.all(upstreams.map(({ id }) => masterOfConnection(id)));
+  const { master: old, replicas } = await cluster.shardOf(await memberSlot(), seed);
+  assert.notEqual(old, seed);
+  const changed = upstreams.find((u, k) => u.control && owners[k].master === old);
+  assert.ok(changed, 'it serves a shared connection');
+  assert.ok(replicas.length, 'the master has a replica');
+  const before = await Promise.all(edges.map(healthz));
+  let done = false;
+  const reads = readLoop(() => done);
+  await sleep(500);
+  await cluster.failover(replicas[0]);
+  // A tool added at a connection of the shard just failed over, refreshed through the agent while
+  // the edges may still send to the old master: its commit, its version and its new body.
+  appendFileSync(changed.control, '{"add_tool":"mid_failover"}\n');
+  await waitFor(`the agent queues ${changed.id}'s refresh`, async () => (await agent.request(
+    'POST', `/v1/mcp-connections/${changed.id}/refresh-tools`, { headers: auth() })).status === 202,
+  10000);
+  await cluster.waitUntilOk({ replicas: false });
+  await sleep(1500);
+  done = true;
+  const answers = await reads;
+  for (const o of owners.filter((x) => x.master === old)) {
+    assert.equal((await cluster.shardOf(o.slot, seed)).master, replicas[0], 'the replica took over');
+  }
+  let updated;
+  await waitFor('the agent serves the new tool', async () => {
+    const r = await agent.request('GET', '/v1/manifests', { headers: auth() });
+    const e = r.status === 200 && entries(r.json);
+    if (e && e[changed.id]?.manifest?.includes('"mid_failover"')) updated = e;
+    return updated;
+  }, 20000);
+  assert.ok(answers.filter((a) => a.edge !== 'agent').length > 10, `${answers.length} reads`);
+  console.log(`      ${checkAnswers(answers, { [changed.id]: updated[changed.id] })}; ` +
+              `${answers.filter((a) => a.edge !== 'agent' && a.entries[changed.id]?.etag ===
+                                       updated[changed.id].etag).length} edge answers with ` +
+              `${changed.id}'s change`);
+  for (const [i, w] of edges.entries()) {
+    const h = await healthz(w);
+    assert.ok(h.cluster.moved > before[i].cluster.moved,
+              `edge ${i} followed MOVED: ${JSON.stringify(h.cluster)} (old master ${old})`);
+  }
+  assert.ok(answers.filter((a) => readFromRedis(a.source)).at(-1), 'reads reached Redis');
+  // Both edges serve the change, read from Redis: the list as the agent serves it now.
+  baseline = updated;
+  await untilRecovered(10000);
+});
+
+test('c: one connection\'s slot resharded mid-traffic: ASK followed with ASKING, every answer whole', async () => {
+  const now = await masters();
+  assert.ok(now.includes(seed), 'the seed is a master');
+  // A shared connection (its manifest in its slot) on a master other than the seed, moved to the
+  // third master.
+  let moving;
+  for (const { id } of upstreams.filter((u) => u.control)) {
+    const o = await masterOfConnection(id);
+    if (o.master !== seed) {
+      moving = { id, ...o };
+      break;
+    }
+  }
+  assert.ok(moving, 'a connection off the seed');
+  const { slot, master: from } = moving;
+  const to = now.find((p) => p !== from && p !== seed);
+  const fromId = await cluster.call(from, 'CLUSTER', 'MYID');
+  const toId = await cluster.call(to, 'CLUSTER', 'MYID');
+  const before = await Promise.all(edges.map(healthz));
+  const askingBefore = (await cluster.commandCalls(to)).asking ?? 0;
+  let done = false;
+  let writing = false;
+  const seen = [];
+  const reads = readLoop(() => done, () => writing, seen);
+  // Phase 1, the slot split and nothing written: the edges' copies are current, so their reads
+  // are conditional, one GET per slot held; the connection's version moves first, so those GETs
+  // are answered ASK by `from` and follow it to `to` (ASKING + GET). First, until the refreshes
+  // queued by the test before committed: for two seconds every read at both edges revalidated.
+  await waitFor('nothing written for two seconds', () => edges.every((_, i) => {
+    const last = seen.filter((a) => a.edge === i && a.start > Date.now() - 2000);
+    return last.length >= 8 && last.every((a) => a.source === 'revalidated');
+  }), 30000);
+  const split = Date.now();
+  await cluster.call(to, 'CLUSTER', 'SETSLOT', slot, 'IMPORTING', fromId);
+  await cluster.call(from, 'CLUSTER', 'SETSLOT', slot, 'MIGRATING', toId);
+  const versionKey = `quiver:{${NS}:c:${moving.id}}:version`;
+  const keys = await cluster.call(from, 'CLUSTER', 'GETKEYSINSLOT', slot, 1000);
+  assert.ok(keys.length > 1 && keys.includes(versionKey), `the connection's slot holds its keys: ${keys}`);
+  // One key at a time, a pause after each: the slot is split between the nodes meanwhile.
+  let versionMoved;
+  for (const key of [versionKey, ...keys.filter((k) => k !== versionKey)]) {
+    assert.equal(await cluster.call(from, 'MIGRATE', '127.0.0.1', to, '', 0, 10000, 'AUTH',
+                                    REDIS_PASSWORD, 'KEYS', key), 'OK');
+    versionMoved ??= Date.now();
+    await sleep(250);
+  }
+  // Every key at `to`, the slot still `from`'s: `from` answers ASK for all of them.
+  await sleep(500);
+  const phase2 = Date.now();
+  // Phase 2, still split, the writers on again: the full reads' scripts on the split slot are
+  // answered TRYAGAIN (Redis runs a command of several keys on neither node while some of them
+  // are absent, and a connection's read always declares absent ones: its lease, its disabled set),
+  // so each such read waits out the retry budget and answers its L1 copy (stale-if-error) or 503.
+  writing = true;
+  await sleep(1500);
+  const settled = Date.now();
+  for (const port of [to, from, ...now.filter((p) => p !== to && p !== from)]) {
+    await cluster.call(port, 'CLUSTER', 'SETSLOT', slot, 'NODE', toId);
+  }
+  await cluster.waitUntilOk({ replicas: false });
+  await sleep(1000);
+  done = true;
+  const answers = await reads;
+  assert.equal((await cluster.shardOf(slot, seed)).master, to, 'the slot moved');
+  console.log(`      ${checkAnswers(answers)}`);
+  // Phase 1: the version at `to`, the slot still `from`'s: conditional reads answered from Redis
+  // through ASK, at both edges.
+  const edgeAnswers = answers.filter((a) => a.edge !== 'agent');
+  const first = edgeAnswers.filter((a) => a.start > versionMoved && a.at < phase2);
+  for (const i of edges.keys()) {
+    assert.ok(first.some((a) => a.edge === i && a.source === 'revalidated'),
+              `edge ${i}: a read revalidated through ASK while split: ` +
+              `${first.filter((a) => a.edge === i).map((a) => a.source)}`);
+  }
+  const inSplit = edgeAnswers.filter((a) => a.start >= phase2 && a.at < settled);
+  const slowest = Math.max(0, ...edgeAnswers.filter((a) => a.start >= phase2 && a.start < settled)
+    .map((a) => a.at - a.start));
+  console.log(`      phase 1 (split, no writes): ${first.length} reads, ` +
+              `${first.filter((a) => a.source === 'revalidated').length} revalidated; ` +
+              `phase 2 (split, writes): ${inSplit.length} reads, sources ` +
+              `${[...new Set(inSplit.map((a) => a.source ?? a.status))].join(',')}, slowest ${slowest} ms`);
+  for (const [i, w] of edges.entries()) {
+    const h = await healthz(w);
+    assert.ok(h.cluster.ask > before[i].cluster.ask, `edge ${i} was answered ASK: ${JSON.stringify(h.cluster)}`);
+    assert.ok(h.cluster.moved > before[i].cluster.moved, `edge ${i} followed MOVED: ${JSON.stringify(h.cluster)}`);
+  }
+  const asked = ((await cluster.commandCalls(to)).asking ?? 0) - askingBefore;
+  assert.ok(asked > 0, 'ASKING reached the importing node');
+  console.log(`      ${asked} ASKING at the importing node`);
+  await untilRecovered(10000);
+});
+
+test('d: a SIGKILLed master: L1 copies or 503 meanwhile, never a partial list, then recovery', async () => {
+  const now = await masters();
+  // The master of alice's slot now (the replica promoted in b), serving connections, with a
+  // replica (the old master) to promote.
+  const slot = await memberSlot();
+  const { master, replicas } = await cluster.shardOf(slot, seed);
+  assert.notEqual(master, seed);
+  assert.ok(replicas.length, `its replica (masters ${now})`);
+  const victim = { master, slot, replica: replicas[0] };
+  const served = [];
+  for (const { id } of upstreams) if ((await masterOfConnection(id)).master === master) served.push(id);
+  assert.ok(served.length, 'it serves connections');
+  const before = await Promise.all(edges.map(healthz));
+  let done = false;
+  const reads = readLoop(() => done);
+  await sleep(300);
+  await cluster.kill(victim.master);
+  await cluster.waitUntilOk({ replicas: false, timeoutMs: 60000 });
+  await untilRecovered(30000);
+  done = true;
+  const answers = await reads;
+  assert.equal((await cluster.shardOf(victim.slot, seed)).master, victim.replica, 'the replica took over');
+  console.log(`      ${checkAnswers(answers)}`);
+  for (const [i, w] of edges.entries()) {
+    const h = await healthz(w);
+    assert.ok(h.cluster.refreshes > before[i].cluster.refreshes,
+              `edge ${i} asked for the map again: ${JSON.stringify(h.cluster)}`);
+  }
+  const res = await agent.request('GET', '/v1/manifests', { headers: auth() });
+  assert.equal(res.status, 200, res.text);
+});
+
+test('e: after the faults, an upstream change refreshed through the agent shows at both edges', async () => {
+  // Every connection, so the one on the promoted replica is among them (and the per-member one,
+  // whose manifest is in the member's slot).
+  for (const { control } of upstreams.filter((u) => u.control)) {
+    appendFileSync(control, '{"add_tool":"after_faults"}\n');
+  }
+  const added = await fetch(perm.control, { method: 'POST', body: '{"add_tool":"after_faults"}' });
+  assert.equal(added.status, 200, await added.text());
+  const hasIt = (json, id) => json?.connections?.find((c) => c.id === id)?.manifest?.tools?.items
+    ?.some((t) => t.name.endsWith('after_faults'));
+  for (const { id } of upstreams) {
+    await waitFor(`the agent queues ${id}'s refresh`, async () => {
+      const r = await agent.request('POST', `/v1/mcp-connections/${id}/refresh-tools`, { headers: auth() });
+      return r.status === 202;
+    }, 30000);
+  }
+  let fromAgent;
+  await waitFor('the agent serves every connection\'s new tool', async () => {
+    const r = await agent.request('GET', '/v1/manifests', { headers: auth() });
+    if (r.status === 200 && upstreams.every(({ id }) => hasIt(r.json, id))) fromAgent = r;
+    return fromAgent;
+  }, 60000);
+  const want = entries(fromAgent.json);
+  for (const { id } of upstreams) assert.notEqual(want[id].etag, baseline[id].etag, id);
+  for (const [i, w] of edges.entries()) {
+    await waitFor(`edge ${i} serves the new tools`, async () => {
+      const r = await w.request('GET', '/v1/manifests', { headers: auth() });
+      return r.status === 200 && JSON.stringify(entries(r.json)) === JSON.stringify(want);
+    }, 10000);
+  }
+});
+
+// ---- runner ------------------------------------------------------------------------------------
+
+// `PER_MASTER` connection ids for each of the three masters, by the slot of their v2 tag.
+async function connectionIdsOnEveryMaster() {
+  const byMaster = new Map();
+  for (const m of await masters()) byMaster.set(m, []);
+  for (let i = 0; byMaster.size && [...byMaster.values()].some((v) => v.length < PER_MASTER); i++) {
+    assert.ok(i < 1000, 'ids found');
+    const id = `conn-${i}`;
+    const { master } = await masterOfConnection(id);
+    if (byMaster.get(master).length < PER_MASTER) byMaster.get(master).push(id);
+  }
+  return [...byMaster.values()].flat().sort();
+}
+
+async function main() {
+  const agentBinary = agentBinaryOrSkip();
+  skipUnlessInstalled('redis-server', ['--version']);
+  skipUnlessInstalled('redis-cli', ['--version']);
+  const started = Date.now();
+  let failed = 0;
+  try {
+    dir = mkdtempSync(path.join(os.tmpdir(), 'quiver-cluster-v2-'));
+    cluster = await RedisCluster.start({ password: REDIS_PASSWORD });
+    const { owner } = await cluster.prepareForEdges(NS, EDGE_REDIS_PASSWORD);
+    // The seed: a master serving neither the namespace's slot nor alice's (the faults below hit
+    // the master of alice's slot, which every read's first round reads).
+    const memberMaster = (await cluster.shardOf(await memberSlot(), owner)).master;
+    seed = (await masters()).find((p) => p !== owner && p !== memberMaster);
+    for (const id of await connectionIdsOnEveryMaster()) {
+      const control = path.join(dir, `${id}.ctl`);
+      writeFileSync(control, '');
+      upstreams.push({ id, tools: 2, control });
+    }
+    // A per-member connection: alice's manifest of it is in alice's slot (listed with her
+    // credential, its tools named after her).
+    perm = await HttpUpstream.start(['--per-auth', '--auth-users', 'alice'], { logs });
+    upstreams.push({ id: 'perm', server: { type: 'http', url: perm.url },
+                     connection: { credential_mode: 'per_member', auth: 'bearer',
+                                   allow_private_addresses: true,
+                                   credentials: { alice: { env: 'CL_PERM_ALICE' } } } });
+    agent = await startClusterAgent({ binary: agentBinary, logs, cluster, ns: NS, kid: KID,
+                                      secret: SECRET, password: REDIS_PASSWORD, upstreams,
+                                      env: { CL_PERM_ALICE: PERM_CREDENTIAL },
+                                      runtime: { store_check_interval_ms: 200, revalidate_window_ms: 100 } });
+    token = agent.token('alice');
+    await waitForFresh(agent, token, upstreams.length);
+    const v1 = entries((await agent.request('GET', '/v1/manifests', { headers: auth() })).json);
+    // The running agent's namespace moved to v2; its engine reloads into v2 on its own.
+    const migrated = execFileSync(agentBinary, ['migrate-layout', 'v2', '--settle', '1s', '--config',
+                                                agent.configFile], { env: agent.env, encoding: 'utf8' });
+    assert.ok(migrated.includes('v2:ready:'), migrated);
+    await waitFor('the agent reloads into v2', () => logs.some((l) => l.includes('reloaded')), 30000);
+    await waitForFresh(agent, token, upstreams.length);
+    baseline = entries((await agent.request('GET', '/v1/manifests', { headers: auth() })).json);
+    assert.deepEqual(baseline, v1, 'the agent serves what it served on v1');
+    const env = edgeEnv({
+      ns: NS, kid: KID, secret: SECRET, redisPort: seed, edgeRedisPassword: EDGE_REDIS_PASSWORD,
+      l1TtlMs: L1_TTL_MS, extra: { REDIS_CLUSTER: '1' } });
+    edges.push(...await startEdges(2, { edgeDir, env, logs }));
+    for (const w of edges) await waitForFresh(w, token, upstreams.length);
+    console.log(`      connections ${upstreams.map((u) => u.id).join(' ')}, seed ${seed}`);
+    failed += await runTests(tests, only);
+  } finally {
+    for (const w of edges) await w.stop();
+    await agent?.stop();
+    await perm?.stop();
+    await cluster?.stop();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  }
+  finish({ failed, count: tests.length, started, logs,
+           secrets: [SECRET, REDIS_PASSWORD, EDGE_REDIS_PASSWORD, PERM_CREDENTIAL] });
+}
+
+main().catch(crashed(logs));
