@@ -62,12 +62,11 @@ struct Row {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::map<std::string, std::string> args =
-      bench::parse_args(argc, argv,
-                        {{"--redis-server", "redis-server"},
-                         {"--g", "50"},
-                         {"--size", "20000"},
-                         {"--members", "1000,10000,100000"}});
+  std::map<std::string, std::string> args = bench::parse_args(argc, argv,
+                                                              {{"--redis-server", "redis-server"},
+                                                               {"--g", "50"},
+                                                               {"--size", "20000"},
+                                                               {"--members", "1000,10000,100000"}});
   const int g = std::atoi(args["--g"].c_str());
   const std::size_t size = static_cast<std::size_t>(std::atoll(args["--size"].c_str()));
   const std::vector<int64_t> sizes = bench::parse_int_list(args["--members"].c_str());

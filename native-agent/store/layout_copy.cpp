@@ -52,13 +52,8 @@ class Copier {
         return unavailable("SCAN", "unexpected reply " + page->debug_string());
       }
       cursor = std::string(*(*a)[0].as_string());
-      for (const RespValue& k : (*a)[1].elements) {
-        std::optional<std::string_view> key = k.as_string();
-        if (!key) continue;
-        ++stats_.keys_seen;
-        s = copy_key(std::string(*key));
-        if (!s.ok()) return s.error();
-      }
+      s = copy_page((*a)[1].elements);
+      if (!s.ok()) return s.error();
     } while (cursor != "0");
     s = flush();
     if (!s.ok()) return s.error();
@@ -70,41 +65,103 @@ class Copier {
   Status read_modes() {
     Result<RespValue> ids = checked(io_.source({"SMEMBERS", v1_.conns()}), "SMEMBERS conns");
     if (!ids.ok()) return ids.error();
+    std::vector<std::string> cids;
+    std::vector<RedisCommand> reads;
     for (const RespValue& id : ids->elements) {
       std::optional<std::string_view> cid = id.as_string();
       if (!cid) continue;
       Result<std::string> key = v1_.conn(*cid);
       if (!key.ok()) continue;
-      Result<RespValue> mode = checked(io_.source({"HGET", *key, "credential_mode"}), "HGET");
+      cids.emplace_back(*cid);
+      reads.push_back({"HGET", *key, "credential_mode"});
+    }
+    std::vector<Result<RespValue>> modes = read_all(reads);
+    for (std::size_t i = 0; i < cids.size(); ++i) {
+      Result<RespValue> mode = checked(std::move(modes[i]), "HGET");
       if (!mode.ok()) return mode.error();
-      if (std::optional<std::string_view> m = mode->as_string()) modes_[std::string(*cid)] = *m;
+      if (std::optional<std::string_view> m = mode->as_string()) modes_[cids[i]] = *m;
     }
     return Status();
   }
 
-  Status copy_key(const std::string& key) {
-    Result<ParsedKey> parsed = v1_.parse(key);
-    if (!parsed.ok()) {
-      ++stats_.not_copied["foreign"];
-      return Status();
+  // `commands` on the source, one result each: one pipeline when the I/O has one.
+  std::vector<Result<RespValue>> read_all(const std::vector<RedisCommand>& commands) {
+    if (commands.empty()) return {};
+    if (io_.source_batch) {
+      std::vector<Result<RespValue>> out = io_.source_batch(commands);
+      if (out.size() == commands.size()) return out;
+      return std::vector<Result<RespValue>>(
+          commands.size(), Result<RespValue>(unavailable("read", "not one reply per command")));
     }
-    const KeyKind kind = parsed->kind;
-    if (is_not_copied(kind)) {
-      ++stats_.not_copied[key_kind_name(kind)];
-      return Status();
-    }
-    if (kind == KeyKind::kGrants) return copy_grants(key, *parsed);
-    if (is_split_kind(kind)) return split(key, kind);
-    Result<std::string> name = v2_.key(kind, parsed->connection_id, parsed->principal,
-                                       parsed->digest, parsed->catalog_kind);
-    if (!name.ok()) return name.error();
-    return restore(key, *name);
+    std::vector<Result<RespValue>> out;
+    for (const RedisCommand& c : commands) out.push_back(io_.source(c));
+    return out;
   }
 
-  Status restore(const std::string& from, const std::string& to) {
-    Result<RespValue> dump = checked(io_.source({"DUMP", from}), "DUMP " + from);
+  // What a key of a SCAN page needs: its v2 name or kind, and where its reads start.
+  struct Planned {
+    std::string key;
+    KeyKind kind;
+    ParsedKey parsed;
+    std::string to;         // restore: the v2 name
+    std::size_t first = 0;  // its first read among the page's
+  };
+
+  // A SCAN page: every read its keys need in one pipeline, then the writes (batched by add).
+  Status copy_page(const std::vector<RespValue>& keys) {
+    std::vector<Planned> planned;
+    std::vector<RedisCommand> reads;
+    for (const RespValue& k : keys) {
+      std::optional<std::string_view> key = k.as_string();
+      if (!key) continue;
+      ++stats_.keys_seen;
+      Result<ParsedKey> parsed = v1_.parse(*key);
+      if (!parsed.ok()) {
+        ++stats_.not_copied["foreign"];
+        continue;
+      }
+      const KeyKind kind = parsed->kind;
+      if (is_not_copied(kind)) {
+        ++stats_.not_copied[key_kind_name(kind)];
+        continue;
+      }
+      Planned p{std::string(*key), kind, *parsed, {}, reads.size()};
+      if (kind == KeyKind::kGrants) {
+        reads.push_back({"SMEMBERS", p.key});
+      } else if (is_split_kind(kind)) {
+        reads.push_back(kind == KeyKind::kDue
+                            ? RedisCommand{"ZRANGE", p.key, "0", "-1", "WITHSCORES"}
+                            : RedisCommand{"SMEMBERS", p.key});
+      } else {
+        Result<std::string> name = v2_.key(kind, parsed->connection_id, parsed->principal,
+                                           parsed->digest, parsed->catalog_kind);
+        if (!name.ok()) return name.error();
+        p.to = std::move(*name);
+        reads.push_back({"DUMP", p.key});
+        reads.push_back({"PTTL", p.key});
+      }
+      planned.push_back(std::move(p));
+    }
+    std::vector<Result<RespValue>> replies = read_all(reads);
+    for (Planned& p : planned) {
+      Status s;
+      if (p.kind == KeyKind::kGrants) {
+        s = copy_grants(p.key, p.parsed, std::move(replies[p.first]));
+      } else if (is_split_kind(p.kind)) {
+        s = split(p.key, p.kind, std::move(replies[p.first]));
+      } else {
+        s = restore(p.key, p.to, std::move(replies[p.first]), std::move(replies[p.first + 1]));
+      }
+      if (!s.ok()) return s;
+    }
+    return Status();
+  }
+
+  Status restore(const std::string& from, const std::string& to, Result<RespValue> dump_reply,
+                 Result<RespValue> ttl_reply) {
+    Result<RespValue> dump = checked(std::move(dump_reply), "DUMP " + from);
     if (!dump.ok()) return dump.error();
-    Result<RespValue> ttl = checked(io_.source({"PTTL", from}), "PTTL " + from);
+    Result<RespValue> ttl = checked(std::move(ttl_reply), "PTTL " + from);
     if (!ttl.ok()) return ttl.error();
     if (dump->is_nil() || ttl->integer == -2) {  // gone since the SCAN
       ++stats_.keys_gone;
@@ -119,8 +176,8 @@ class Copier {
     return add({"RESTORE", to, std::to_string(ms), std::string(*payload), "REPLACE"});
   }
 
-  Status copy_grants(const std::string& key, const ParsedKey& parsed) {
-    Result<RespValue> ids = checked(io_.source({"SMEMBERS", key}), "SMEMBERS " + key);
+  Status copy_grants(const std::string& key, const ParsedKey& parsed, Result<RespValue> reply) {
+    Result<RespValue> ids = checked(std::move(reply), "SMEMBERS " + key);
     if (!ids.ok()) return ids.error();
     if (!parsed.principal) return Error(ErrorCode::kInternal, "layout copy: grants without member");
     Result<std::string> to = v2_.grants(*parsed.principal);
@@ -156,12 +213,9 @@ class Copier {
     return v2_.connection_shard(member);  // conns, removed-conns: connection ids
   }
 
-  Status split(const std::string& key, KeyKind kind) {
+  Status split(const std::string& key, KeyKind kind, Result<RespValue> reply) {
     const bool zset = kind == KeyKind::kDue;
-    Result<RespValue> members =
-        checked(io_.source(zset ? RedisCommand{"ZRANGE", key, "0", "-1", "WITHSCORES"}
-                                : RedisCommand{"SMEMBERS", key}),
-                "read " + key);
+    Result<RespValue> members = checked(std::move(reply), "read " + key);
     if (!members.ok()) return members.error();
     const std::vector<RespValue>& m = members->elements;
     const std::size_t step = zset ? 2 : 1;

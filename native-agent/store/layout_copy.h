@@ -23,7 +23,9 @@
 // Every write is idempotent (RESTORE REPLACE, SADD, ZADD, HSET), so a copy cut short is run again
 // from the start. A key the v1 parser does not recognise is counted and left alone. The copy reads
 // a live namespace: a write that lands on v1 after its key was copied is not in v2 — which is why
-// agents write both layouts while the copy runs (the migration's `filling` state, not built yet).
+// the migration pauses every write while it runs (`v2:filling`: docs/design.md "Migration from
+// v1"). Reads go a SCAN page at a time (one pipeline of DUMP, PTTL, SMEMBERS... for the page's
+// keys, when the I/O offers `source_batch`), writes in batches of `batch`.
 #pragma once
 
 #include <cstdint>
@@ -42,6 +44,9 @@ namespace quiver {
 struct LayoutCopyIo {
   // One command on the node holding the v1 namespace's slot (SCAN, TYPE, DUMP, PTTL, SMEMBERS...).
   std::function<Result<RespValue>(const RedisCommand&)> source;
+  // Optional: several of those in one pipeline, one result per command, in order (the copy reads
+  // a SCAN page's keys at once; without it, one command at a time through `source`).
+  std::function<std::vector<Result<RespValue>>(const std::vector<RedisCommand>&)> source_batch;
   // Commands to the v2 side, each routed by its key (a cluster pool's run_batch, or one node's
   // pipeline); one result per command, in order.
   std::function<std::vector<Result<RespValue>>(const std::vector<RedisCommand>&)> dest;
