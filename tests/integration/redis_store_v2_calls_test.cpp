@@ -14,6 +14,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <hiredis/hiredis.h>
 
 #include "native-agent/store/redis_cluster_pool.h"
 #include "native-agent/store/redis_store.h"
@@ -317,6 +318,46 @@ TEST_P(RedisStoreV2Calls, AnEmptyReadReturnsAfterAboutBlockMs) {
   ASSERT_TRUE(batch.ok()) << batch.error().message;
   ASSERT_EQ(batch->requests.size(), 1u);
   EXPECT_LT(took, std::chrono::milliseconds(1'000));
+}
+
+// An idle agent's call workers take turns polling the shards (read_relayed_calls_v2): four of them
+// blocked at once for a second send the probes of one poller (S XINFO GROUPS about every 100 ms,
+// ~11 polls), where each polling on its own sent four times as many.
+TEST_P(RedisStoreV2Calls, IdleCallWorkersTakeTurnsPolling) {
+  ASSERT_TRUE(store_->mark_call_agent_alive(kAgent, 10'000).ok());
+  ASSERT_TRUE(store_->read_relayed_calls(kAgent, 1, 0).ok());  // every shard's group made
+  // XINFO calls so far, on the one server or summed over the masters.
+  auto xinfo_calls = [&] {
+    int64_t calls = 0;
+    std::vector<redisContext*> nodes;
+    if (on_cluster()) {
+      for (int port : cluster_->master_ports()) nodes.push_back(cluster_->connect(port));
+    } else {
+      nodes.push_back(single_->connect());
+    }
+    for (redisContext* c : nodes) {
+      RespValue info = run_argv(c, {"INFO", "commandstats"});
+      const std::string text(info.as_string().value_or(""));
+      const std::string stat = "cmdstat_xinfo|groups:calls=";
+      const std::size_t at = text.find(stat);
+      if (at != std::string::npos) calls += std::atoll(text.c_str() + at + stat.size());
+      redisFree(c);
+    }
+    return calls;
+  };
+  const int64_t before = xinfo_calls();
+  std::vector<std::thread> workers;
+  for (int i = 0; i < 4; ++i) {
+    workers.emplace_back([&] {
+      Result<RelayedCallBatch> batch = store_->read_relayed_calls(kAgent, 1, 1'000);
+      ASSERT_TRUE(batch.ok()) << batch.error().message;
+      EXPECT_TRUE(batch->requests.empty());
+    });
+  }
+  for (std::thread& w : workers) w.join();
+  const int64_t polls = (xinfo_calls() - before) / static_cast<int64_t>(keys_.shard_count());
+  EXPECT_GE(polls, 3);
+  EXPECT_LE(polls, 20) << "each worker polled on its own";
 }
 
 // The edge's Redis user (schema/redis-acl-edge.txt) sends the v2 relay's commands: the script on
