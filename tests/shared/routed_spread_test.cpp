@@ -1,6 +1,7 @@
 // Spread rounds (shared/routed_conversation.h begin_spread): key layout v2's rounds, each command
 // routed by its own key's slot, grouped per node, at most kMaxNodesPerRequest sockets.
 #include <algorithm>
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
@@ -9,6 +10,7 @@
 
 #include "shared/redis_cluster.h"
 #include "shared/routed_conversation.h"
+#include "shared/schema_assets.h"
 #include "tests/support/resp_values.h"
 
 namespace quiver {
@@ -88,6 +90,33 @@ RoutedWrite learn(RoutedConversation& c, const std::vector<RedisCommand>& round,
   return c.take_write();
 }
 
+// The pipelines of a write: its parts, or the one node of an ordinary write.
+std::vector<RoutedPart> parts_of(const RoutedWrite& w) {
+  if (!w.parts.empty()) return w.parts;
+  EXPECT_TRUE(w.node.has_value());
+  return {RoutedPart{w.bytes, w.new_connection, w.node.value_or(ClusterNode{})}};
+}
+
+// A node's answer to the bytes written to it (AUTH's +OK on a new connection is added by serve).
+using Reply = std::function<std::string(const ClusterNode&, const std::string&)>;
+
+// Serves one write as the host does: an ordinary write by feed(); a write in parts by
+// feed_part(), the last part first (replies arrive in any order): every part but the last fed
+// waits, the last settles the write.
+RedisTurn serve(RoutedConversation& c, const RoutedWrite& w, const Reply& reply) {
+  if (w.parts.empty()) {
+    return c.feed((w.new_connection ? kAuthOk : "") + reply(*w.node, w.bytes));
+  }
+  EXPECT_GE(w.parts.size(), 2u) << "a write to one node is an ordinary write";
+  EXPECT_EQ(c.parts(), w.parts.size());
+  for (std::size_t k = w.parts.size(); k-- > 0;) {
+    const RoutedPart& p = w.parts[k];
+    PartTurn t = c.feed_part(k, (p.new_connection ? kAuthOk : "") + reply(p.node, p.bytes));
+    EXPECT_EQ(t, k > 0 ? PartTurn::kWait : PartTurn::kRound) << part_turn_name(t);
+  }
+  return c.round_turn();
+}
+
 TEST(RoutedSpread, OnOneRedisARoundIsOnePipeline) {
   RoutedConversation spread({}, kCreds);
   RoutedConversation plain({}, kCreds);
@@ -100,7 +129,7 @@ TEST(RoutedSpread, OnOneRedisARoundIsOnePipeline) {
   EXPECT_EQ(spread.take_replies(), (std::vector<RespValue>{S("a"), S("b")}));
 }
 
-TEST(RoutedSpread, EachCommandGoesToItsSlotsNodeOnePipelinePerNodeRepliesInOrder) {
+TEST(RoutedSpread, EachCommandGoesToItsSlotsNodeAllNodesInOneWriteRepliesInOrder) {
   ClusterRouter router(seeded(), 0);
   RoutedConversation c({}, kCreds, &router);
   // Interleaved over three masters: two commands for 7001, one each for 7000 and 7002.
@@ -109,27 +138,55 @@ TEST(RoutedSpread, EachCommandGoesToItsSlotsNodeOnePipelinePerNodeRepliesInOrder
                                            {"GET", key_on(7001, 3, 1)},
                                            {"GET", key_on(7002, 3)}};
   RoutedWrite w = learn(c, round, 3);
+  // One write, one part per node: the round costs one round trip, not three.
+  ASSERT_EQ(w.parts.size(), 3u);
+  EXPECT_FALSE(w.node.has_value());
   std::set<int> nodes;
-  int writes = 0;
-  for (;;) {
-    ASSERT_TRUE(w.node.has_value());
-    EXPECT_TRUE(nodes.insert(w.node->port).second) << "one pipeline per node";
-    ++writes;
-    // Every command of this write is its node's.
+  for (const RoutedPart& p : w.parts) {
+    EXPECT_TRUE(nodes.insert(p.node.port).second) << "one pipeline per node";
+    // The seed's connection read the map; the others are new.
+    EXPECT_EQ(p.new_connection, p.node.port != 7000) << p.node.port;
+    // Every command of this part is its node's.
     for (const RedisCommand& cmd : round) {
-      const bool here = w.bytes.find(encode_command(cmd)) != std::string::npos;
-      EXPECT_EQ(here, port_of_slot(cluster_key_slot(cmd[1]), 3) == w.node->port) << cmd[1];
+      const bool here = p.bytes.find(encode_command(cmd)) != std::string::npos;
+      EXPECT_EQ(here, port_of_slot(cluster_key_slot(cmd[1]), 3) == p.node.port) << cmd[1];
     }
-    const std::string auth = w.new_connection ? kAuthOk : "";
-    RedisTurn t = c.feed(auth + answer_gets(w.bytes));
-    if (t == RedisTurn::kDone) break;
-    ASSERT_EQ(t, RedisTurn::kWrite);
-    w = c.take_write();
   }
-  EXPECT_EQ(writes, 3);
+  ASSERT_EQ(serve(c, w, [](const ClusterNode&, const std::string& b) { return answer_gets(b); }),
+            RedisTurn::kDone);
   std::vector<RespValue> replies = c.take_replies();
   ASSERT_EQ(replies.size(), round.size());
   for (std::size_t i = 0; i < round.size(); ++i) EXPECT_EQ(replies[i], S(round[i][1]));
+}
+
+// The host reads every part's socket at once: bytes arrive by part, in pieces, interleaved.
+TEST(RoutedSpread, PartsRepliesArriveInAnyOrderAndInPieces) {
+  ClusterRouter router(seeded(), 0);
+  RoutedConversation c({}, kCreds, &router);
+  const std::vector<RedisCommand> round = {
+      {"GET", key_on(7000, 3)}, {"GET", key_on(7001, 3)}, {"GET", key_on(7002, 3)}};
+  RoutedWrite w = learn(c, round, 3);
+  ASSERT_EQ(w.parts.size(), 3u);
+  std::vector<std::string> answer;
+  for (const RoutedPart& p : w.parts)
+    answer.push_back((p.new_connection ? kAuthOk : "") + answer_gets(p.bytes));
+  const std::size_t half = answer[2].size() / 2;
+  EXPECT_EQ(c.feed_part(2, answer[2].substr(0, half)), PartTurn::kRead);
+  EXPECT_EQ(c.feed_part(0, answer[0]), PartTurn::kWait);
+  EXPECT_EQ(c.feed_part(2, answer[2].substr(half)), PartTurn::kWait);
+  // A settled part fed again is the host's error: the round fails, never a reply made up.
+  RoutedConversation twice({}, kCreds, &router);
+  RoutedWrite w2 = twice.begin_spread(round, ScriptForm::kBySha, /*read_only=*/true);
+  ASSERT_EQ(w2.parts.size(), 3u);
+  ASSERT_EQ(twice.feed_part(0, kAuthOk + answer_gets(w2.parts[0].bytes)), PartTurn::kWait);
+  EXPECT_EQ(twice.feed_part(0, "$1\r\nx\r\n"), PartTurn::kRound);
+  EXPECT_EQ(twice.round_turn(), RedisTurn::kFailed);
+  EXPECT_FALSE(twice.in_round());
+  // The first conversation is unaffected: its last part settles the write.
+  ASSERT_EQ(c.feed_part(1, answer[1]), PartTurn::kRound);
+  ASSERT_EQ(c.round_turn(), RedisTurn::kDone);
+  EXPECT_EQ(c.take_replies(),
+            (std::vector<RespValue>{S(round[0][1]), S(round[1][1]), S(round[2][1])}));
 }
 
 TEST(RoutedSpread, MovedOnOneNodeSendsOnlyItsCommandOnAndTheRestAreKept) {
@@ -142,28 +199,25 @@ TEST(RoutedSpread, MovedOnOneNodeSendsOnlyItsCommandOnAndTheRestAreKept) {
   RoutedWrite w = learn(c, round, 3);
   std::vector<std::string> log;
   bool moved_sent = false;
-  for (;;) {
-    ASSERT_TRUE(w.node.has_value());
-    const std::string auth = w.new_connection ? kAuthOk : "";
-    std::string reply;
-    if (w.node->port == 7001 && !moved_sent) {
-      // b's slot moved to 7002 (a reshard); b2's did not: b2 is answered here.
-      ASSERT_EQ(count_gets(w.bytes), 2u);
-      moved_sent = true;
-      reply = "-MOVED " + std::to_string(cluster_key_slot(b)) + " 127.0.0.1:7002\r\n" +
-              encode_reply(S(b2));
-    } else {
-      reply = answer_gets(w.bytes);
-    }
-    log.push_back(std::to_string(w.node->port) + ":" + std::to_string(count_gets(w.bytes)));
-    RedisTurn t = c.feed(auth + reply);
-    if (t == RedisTurn::kDone) break;
-    ASSERT_EQ(t, RedisTurn::kWrite) << c.error().message;
-    w = c.take_write();
+  const Reply reply = [&](const ClusterNode& node, const std::string& bytes) {
+    log.push_back(std::to_string(node.port) + ":" + std::to_string(count_gets(bytes)));
+    if (node.port != 7001 || moved_sent) return answer_gets(bytes);
+    // b's slot moved to 7002 (a reshard); b2's did not: b2 is answered here.
+    EXPECT_EQ(count_gets(bytes), 2u);
+    moved_sent = true;
+    return "-MOVED " + std::to_string(cluster_key_slot(b)) + " 127.0.0.1:7002\r\n" +
+           encode_reply(S(b2));
+  };
+  int writes = 0;
+  for (RedisTurn t = RedisTurn::kWrite; t != RedisTurn::kDone; w = c.take_write()) {
+    ++writes;
+    t = serve(c, w, reply);
+    ASSERT_NE(t, RedisTurn::kFailed) << c.error().message;
   }
   ASSERT_TRUE(moved_sent);
   EXPECT_EQ(router.stats().moved, 1u);
-  // 7000 and 7001 in some order, then b alone at the master the MOVED named.
+  // 7000 and 7001 in one write, then b alone at the master the MOVED named.
+  EXPECT_EQ(writes, 2);
   ASSERT_EQ(log.size(), 3u);
   EXPECT_EQ(log.back(), "7002:1");
   EXPECT_EQ(c.take_replies(), (std::vector<RespValue>{S(a), S(b), S(b2)}));
@@ -180,27 +234,162 @@ TEST(RoutedSpread, AskSendsAskingWithTheAskedCommandsOnlyMapUnchanged) {
   const std::string b = key_on(7001, 3);
   RoutedWrite w = learn(c, {{"GET", a}, {"GET", b}}, 3);
   bool asked = false;
-  for (;;) {
-    const std::string auth = w.new_connection ? kAuthOk : "";
-    std::string reply;
-    if (w.node->port == 7001 && !asked) {
+  const Reply reply = [&](const ClusterNode& node, const std::string& bytes) -> std::string {
+    if (node.port == 7001 && !asked) {
       asked = true;
-      reply = "-ASK " + std::to_string(cluster_key_slot(b)) + " 127.0.0.1:7002\r\n";
-    } else if (w.node->port == 7002) {
-      EXPECT_EQ(w.bytes, encode_command({"AUTH", "quiver-edge", "pw"}) +
-                             encode_command({"ASKING"}) + encode_command({"GET", b}));
-      reply = kAuthOk + encode_reply(S(b));
-    } else {
-      reply = answer_gets(w.bytes);
+      return "-ASK " + std::to_string(cluster_key_slot(b)) + " 127.0.0.1:7002\r\n";
     }
-    RedisTurn t = c.feed(auth + reply);
-    if (t == RedisTurn::kDone) break;
-    ASSERT_EQ(t, RedisTurn::kWrite) << c.error().message;
-    w = c.take_write();
+    if (node.port == 7002) {
+      EXPECT_EQ(bytes, encode_command({"AUTH", "quiver-edge", "pw"}) + encode_command({"ASKING"}) +
+                           encode_command({"GET", b}));
+      return kAuthOk + encode_reply(S(b));
+    }
+    return answer_gets(bytes);
+  };
+  for (RedisTurn t = RedisTurn::kWrite; t != RedisTurn::kDone; w = c.take_write()) {
+    t = serve(c, w, reply);
+    ASSERT_NE(t, RedisTurn::kFailed) << c.error().message;
   }
+  EXPECT_TRUE(asked);
   EXPECT_EQ(c.take_replies(), (std::vector<RespValue>{S(a), S(b)}));
   EXPECT_EQ(router.stats().ask, 1u);
   EXPECT_EQ(c.begin_spread({{"GET", b}}).node->port, 7001);
+}
+
+// TRYAGAIN on one node (its slot mid-migration): only that node's command waits the backoff.
+TEST(RoutedSpread, TryAgainOnOnePartBacksOffThatCommandOnly) {
+  ClusterRouter router(seeded(), 0);
+  RoutedConversation c({}, kCreds, &router);
+  const std::string a = key_on(7000, 3);
+  const std::string b = key_on(7001, 3);
+  RoutedWrite w = learn(c, {{"GET", a}, {"GET", b}}, 3);
+  ASSERT_EQ(w.parts.size(), 2u);
+  EXPECT_EQ(w.delay_ms, 0);
+  bool tried = false;
+  ASSERT_EQ(serve(c, w,
+                  [&](const ClusterNode& node, const std::string& bytes) -> std::string {
+                    if (node.port != 7001) return answer_gets(bytes);
+                    tried = true;
+                    return "-TRYAGAIN Multiple keys request during rehashing of slot\r\n";
+                  }),
+            RedisTurn::kWrite);
+  ASSERT_TRUE(tried);
+  w = c.take_write();
+  ASSERT_TRUE(w.parts.empty());
+  EXPECT_EQ(w.node->port, 7001);
+  EXPECT_GT(w.delay_ms, 0);
+  EXPECT_EQ(w.bytes, encode_command({"GET", b}));
+  ASSERT_EQ(c.feed(encode_reply(S(b))), RedisTurn::kDone);
+  EXPECT_EQ(c.take_replies(), (std::vector<RespValue>{S(a), S(b)}));
+  EXPECT_EQ(router.stats().retries, 1u);
+}
+
+// A script a node lacks: that part alone sends it again as EVAL, on its own connection.
+TEST(RoutedSpread, NoScriptOnOnePartIsAnsweredOnThatPartsConnection) {
+  ClusterRouter router(seeded(), 0);
+  RoutedConversation c({}, kCreds, &router);
+  const std::string script(schema_asset("lua/discovery_conn_read.lua"));
+  const RedisCommand s0{"EVAL", script, "1", key_on(7000, 3)};
+  const RedisCommand s1{"EVAL", script, "1", key_on(7001, 3)};
+  RoutedWrite w = learn(c, {s0, s1}, 3);
+  ASSERT_EQ(w.parts.size(), 2u);
+  const std::size_t at1 = w.parts[0].node.port == 7001 ? 0 : 1;
+  EXPECT_NE(w.parts[at1].bytes.find("EVALSHA"), std::string::npos);
+  ASSERT_EQ(c.feed_part(at1, kAuthOk + "-NOSCRIPT No matching script.\r\n"), PartTurn::kWrite);
+  RoutedWrite again = c.take_write();
+  EXPECT_EQ(again.node->port, 7001);
+  EXPECT_FALSE(again.new_connection);
+  EXPECT_NE(again.bytes.find(script), std::string::npos);
+  ASSERT_EQ(c.feed_part(at1, encode_reply(S(s1[3]))), PartTurn::kWait);
+  const std::size_t at0 = 1 - at1;
+  ASSERT_EQ(c.feed_part(at0, encode_reply(S(s0[3]))), PartTurn::kRound);
+  ASSERT_EQ(c.round_turn(), RedisTurn::kDone);
+  EXPECT_EQ(c.take_replies(), (std::vector<RespValue>{S(s0[3]), S(s1[3])}));
+}
+
+// One part's connection failed before anything was written: the others' replies are kept, and
+// only that part's commands go again, after a map refresh (a failover may be under way).
+TEST(RoutedSpread, OnePartThatCouldNotConnectIsSentAgainTheOthersAreKept) {
+  ClusterRouter router(seeded(), 0);
+  RoutedConversation c({}, kCreds, &router);
+  const std::string a = key_on(7000, 3);
+  const std::string b = key_on(7001, 3);
+  const std::string d = key_on(7002, 3);
+  RoutedWrite w = learn(c, {{"GET", a}, {"GET", b}, {"GET", d}}, 3);
+  ASSERT_EQ(w.parts.size(), 3u);
+  std::size_t failed = 0;
+  for (std::size_t k = 0; k < w.parts.size(); ++k) {
+    if (w.parts[k].node.port == 7001) failed = k;
+  }
+  for (std::size_t k = 0; k < w.parts.size(); ++k) {
+    if (k == failed) continue;
+    const RoutedPart& p = w.parts[k];
+    EXPECT_EQ(c.feed_part(k, (p.new_connection ? kAuthOk : "") + answer_gets(p.bytes)),
+              PartTurn::kWait);
+  }
+  ASSERT_EQ(c.connection_failed_part(failed, "connect: Connection refused"), PartTurn::kRound);
+  ASSERT_EQ(c.round_turn(), RedisTurn::kWrite) << c.error().message;
+  // The map first (after a backoff), then b alone at its node.
+  RoutedWrite refresh = c.take_write();
+  EXPECT_GT(refresh.delay_ms, 0);
+  EXPECT_NE(refresh.bytes.find("CLUSTER"), std::string::npos);
+  ASSERT_EQ(c.feed((refresh.new_connection ? kAuthOk : "") + encode_reply(even_shards(3))),
+            RedisTurn::kWrite);
+  RoutedWrite retry = c.take_write();
+  ASSERT_TRUE(retry.parts.empty());
+  EXPECT_EQ(retry.node->port, 7001);
+  EXPECT_EQ(count_gets(retry.bytes), 1u);
+  ASSERT_EQ(c.feed((retry.new_connection ? kAuthOk : "") + answer_gets(retry.bytes)),
+            RedisTurn::kDone);
+  EXPECT_EQ(c.take_replies(), (std::vector<RespValue>{S(a), S(b), S(d)}));
+}
+
+// A part that timed out fails the round once the other parts settled (waiting again would hold
+// the request for attempts × the timeout); the isolate's next round asks for the map first.
+TEST(RoutedSpread, OnePartThatTimedOutFailsTheRoundOnceTheOthersSettled) {
+  ClusterRouter router(seeded(), 0);
+  RoutedConversation c({}, kCreds, &router);
+  RoutedWrite w = learn(c, {{"GET", key_on(7000, 3)}, {"GET", key_on(7001, 3)}}, 3);
+  ASSERT_EQ(w.parts.size(), 2u);
+  ASSERT_EQ(c.connection_failed_part(1, "read timed out after 2000 ms"), PartTurn::kWait);
+  EXPECT_TRUE(c.in_round());
+  const RoutedPart& p = w.parts[0];
+  ASSERT_EQ(c.feed_part(0, (p.new_connection ? kAuthOk : "") + answer_gets(p.bytes)),
+            PartTurn::kRound);
+  ASSERT_EQ(c.round_turn(), RedisTurn::kFailed);
+  EXPECT_EQ(c.error().code, ErrorCode::kTimeout) << c.error().message;
+  EXPECT_FALSE(c.in_round());
+  c.drop();  // as the edge does after a store failure
+  RoutedWrite next = c.begin_spread({{"GET", key_on(7000, 3)}});
+  EXPECT_NE(next.bytes.find("CLUSTER"), std::string::npos) << "the map first";
+}
+
+// A write that may have run on a node whose connection then failed is not sent again, even when
+// the other parts answered.
+TEST(RoutedSpread, APartWhoseWriteMayHaveRunIsNotSentAgain) {
+  ClusterRouter router(seeded(), 0);
+  RoutedConversation c({}, kCreds, &router);
+  RoutedWrite w = c.begin_spread({{"SET", key_on(7000, 3), "x"}, {"SET", key_on(7001, 3), "y"}});
+  ASSERT_EQ(c.feed(kAuthOk + encode_reply(even_shards(3))), RedisTurn::kWrite);
+  w = c.take_write();
+  ASSERT_EQ(w.parts.size(), 2u);
+  ASSERT_EQ(c.connection_failed_part(0, "Network connection lost."), PartTurn::kWait);
+  const RoutedPart& p = w.parts[1];
+  ASSERT_EQ(c.feed_part(1, (p.new_connection ? kAuthOk : "") + kAuthOk), PartTurn::kRound);
+  ASSERT_EQ(c.round_turn(), RedisTurn::kFailed);
+  EXPECT_NE(c.error().message.find("not sent again"), std::string::npos) << c.error().message;
+  // The host failing a write in parts as a whole fails every part still in flight.
+  RoutedConversation whole({}, kCreds, &router);
+  w = whole.begin_spread({{"GET", key_on(7000, 3)}, {"GET", key_on(7001, 3)}}, ScriptForm::kBySha,
+                         /*read_only=*/true);
+  ASSERT_EQ(w.parts.size(), 2u);
+  EXPECT_EQ(whole.feed("$1\r\nx\r\n"), RedisTurn::kFailed) << "bytes without their part";
+  whole.drop();
+  w = whole.begin_spread({{"GET", key_on(7000, 3)}, {"GET", key_on(7001, 3)}}, ScriptForm::kBySha,
+                         /*read_only=*/true);
+  ASSERT_EQ(w.parts.size(), 2u);
+  EXPECT_EQ(whole.connection_failed("read timed out after 2000 ms"), RedisTurn::kFailed);
+  EXPECT_EQ(whole.error().code, ErrorCode::kTimeout);
 }
 
 // Workers let a request hold six sockets: a round over eight masters never has more open; the
@@ -215,17 +404,19 @@ TEST(RoutedSpread, ARoundOverEightNodesNeverHoldsMoreThanSixSockets) {
   std::set<std::string> open = {"127.0.0.1:7000"};  // the seed's, from the map read
   std::size_t most = open.size();
   int writes = 0;
-  for (;;) {
+  for (RedisTurn t = RedisTurn::kWrite; t != RedisTurn::kDone; w = c.take_write()) {
     for (const std::string& gone : w.close) EXPECT_EQ(open.erase(gone), 1u) << gone;
-    if (w.new_connection) open.insert(w.node->address());
+    for (const RoutedPart& p : parts_of(w)) {
+      if (p.new_connection) open.insert(p.node.address());
+      EXPECT_EQ(open.count(p.node.address()), 1u) << "a part on a connection that was closed";
+    }
     most = std::max(most, open.size());
     ++writes;
-    RedisTurn t = c.feed((w.new_connection ? kAuthOk : "") + answer_gets(w.bytes));
-    if (t == RedisTurn::kDone) break;
-    ASSERT_EQ(t, RedisTurn::kWrite) << c.error().message;
-    w = c.take_write();
+    t = serve(c, w, [](const ClusterNode&, const std::string& b) { return answer_gets(b); });
+    ASSERT_NE(t, RedisTurn::kFailed) << c.error().message;
   }
-  EXPECT_EQ(writes, kNodes);
+  // Six nodes in the first write, the two past the cap in the second.
+  EXPECT_EQ(writes, 2);
   EXPECT_EQ(most, kMaxNodesPerRequest);
   std::vector<RespValue> replies = c.take_replies();
   ASSERT_EQ(replies.size(), round.size());
