@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include "shared/edge_wire.h"
+#include "shared/json.h"
 #include "shared/redis_cluster.h"
 #include "shared/routed_conversation.h"
 #include "shared/schema_assets.h"
@@ -433,6 +435,59 @@ TEST(RoutedSpread, ACommandWhoseKeysSpanSlotsIsRefusedBeforeAnythingIsSent) {
   c.begin_spread({{"MGET", key_on(7000, 3), key_on(7001, 3)}});
   EXPECT_FALSE(c.in_round());
   EXPECT_NE(c.error().message.find("CROSSSLOT"), std::string::npos) << c.error().message;
+}
+
+// The host's side of a write in parts (shared/edge_wire.h): one kRedis step, every part's node,
+// connection and length in its meta, their bytes one after the other as the payload; the steps
+// that answer a part name it; an ordinary step is what it was, byte for byte.
+TEST(RoutedSpread, AStepInPartsOnTheWireNamesEachPartAndCarriesTheirBytesInOrder) {
+  auto split = [](const std::string& wire) {
+    auto u32 = [&](std::size_t at) {
+      uint32_t v = 0;
+      for (int i = 0; i < 4; ++i)
+        v |= uint32_t{static_cast<unsigned char>(wire[at + i])} << (8 * i);
+      return v;
+    };
+    const uint32_t meta = u32(0);
+    EXPECT_EQ(wire.size(), 8 + meta + u32(4));
+    return std::make_pair(wire.substr(8, meta), wire.substr(8 + meta));
+  };
+  EdgeStep s;
+  s.handle = 3;
+  s.action = EdgeAction::kRedis;
+  s.redis_delay_ms = 25;
+  s.redis_close = {"127.0.0.1:7005"};
+  s.redis_parts = {{"*1\r\n$4\r\nPING\r\n", true, "127.0.0.1", 7000},
+                   {"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n", false, "::1", 7001}};
+  auto [meta, payload] = split(edge_step_to_wire(s));
+  EXPECT_EQ(meta, R"({"handle":3,"action":"redis","new_connection":false,"parts":[)"
+                  R"({"node":{"host":"127.0.0.1","port":7000},"new_connection":true,"bytes":14},)"
+                  R"({"node":{"host":"::1","port":7001},"new_connection":false,"bytes":20}],)"
+                  R"("delay_ms":25,"close":["127.0.0.1:7005"]})");
+  EXPECT_EQ(payload, s.redis_parts[0].bytes + s.redis_parts[1].bytes);
+
+  EdgeStep wait;
+  wait.handle = 3;
+  wait.action = EdgeAction::kWait;
+  wait.redis_part = 1;
+  EXPECT_EQ(split(edge_step_to_wire(wait)).first, R"({"handle":3,"action":"wait","part":1})");
+  EdgeStep read;
+  read.handle = 3;
+  read.action = EdgeAction::kRead;
+  read.redis_part = 0;
+  EXPECT_EQ(split(edge_step_to_wire(read)).first, R"({"handle":3,"action":"read","part":0})");
+
+  // A write to one node: no parts, no part.
+  EdgeStep one;
+  one.handle = 3;
+  one.action = EdgeAction::kRedis;
+  one.redis_bytes = "*1\r\n$4\r\nPING\r\n";
+  one.redis_host = "127.0.0.1";
+  one.redis_port = 7000;
+  auto [one_meta, one_payload] = split(edge_step_to_wire(one));
+  EXPECT_EQ(one_meta, R"({"handle":3,"action":"redis","new_connection":false,)"
+                      R"("node":{"host":"127.0.0.1","port":7000}})");
+  EXPECT_EQ(one_payload, one.redis_bytes);
 }
 
 }  // namespace
