@@ -2,14 +2,18 @@
 // routed by its own key's slot, grouped per node, at most kMaxNodesPerRequest sockets.
 #include <algorithm>
 #include <functional>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "shared/caller_token.h"
+#include "shared/edge_service.h"
 #include "shared/edge_wire.h"
 #include "shared/json.h"
+#include "shared/layout.h"
 #include "shared/redis_cluster.h"
 #include "shared/routed_conversation.h"
 #include "shared/schema_assets.h"
@@ -488,6 +492,140 @@ TEST(RoutedSpread, AStepInPartsOnTheWireNamesEachPartAndCarriesTheirBytesInOrder
   EXPECT_EQ(one_meta, R"({"handle":3,"action":"redis","new_connection":false,)"
                       R"("node":{"host":"127.0.0.1","port":7000}})");
   EXPECT_EQ(one_payload, one.redis_bytes);
+}
+
+// ---- through the edge: EdgeService on a cluster, a v2 read whose round 1 goes out in parts ----
+
+constexpr int64_t kEdgeNow = 1'800'000'000'000;
+constexpr char kEdgeKid[] = "k1";
+constexpr char kEdgeSecret[] = "routed-spread-edge-secret-0123456789abcd";
+
+std::unique_ptr<EdgeService> clustered_edge() {
+  Json env = Json::object();
+  env["QUIVER_TOKEN_KEYS"] = Json::object({{kEdgeKid, kEdgeSecret}}).dump();
+  env["REDIS_PASSWORD"] = "redis-pw";
+  env["REDIS_CLUSTER"] = "127.0.0.1:7000";
+  Result<EdgeSettings> settings = edge_settings_from_env(env.dump());
+  EXPECT_TRUE(settings.ok()) << settings.error().message;
+  return std::make_unique<EdgeService>(std::move(settings));
+}
+
+HttpRequest alices_manifests() {
+  HttpRequest r;
+  r.method = "GET";
+  r.path = "/v1/manifests";
+  r.headers.emplace_back(
+      "authorization",
+      "Bearer " + *mint_caller_token("alice", kEdgeSecret, kEdgeKid, kEdgeNow, 3'600'000));
+  return r;
+}
+
+// Two masters: 7001 serves alice's slot alone, 7000 every other slot (the namespace's among them).
+std::string alice_apart_shards() {
+  const int64_t m = cluster_key_slot("{default:m:alice}");
+  EXPECT_NE(m, cluster_key_slot("{default}"));
+  std::vector<RespValue> rest;
+  if (m > 0) {
+    rest.push_back(I(0));
+    rest.push_back(I(m - 1));
+  }
+  if (m < 16383) {
+    rest.push_back(I(m + 1));
+    rest.push_back(I(16383));
+  }
+  return encode_reply(A({A({S("slots"), A(std::move(rest)), S("nodes"), A({master(7000)})}),
+                         A({S("slots"), A({I(m), I(m)}), S("nodes"), A({master(7001)})})}));
+}
+
+// The request up to round 1 of the read in rounds: the map (at the seed), the v1 script naming
+// v2:ready (at 7000), then round 1 in two parts, the namespace's slot (7000) and alice's (7001).
+EdgeStep to_round_one(EdgeService& edge, std::size_t* at_ns, std::size_t* at_member) {
+  EdgeStep s = edge.begin(alices_manifests(), kEdgeNow, std::string(48, '\x5a'));
+  EXPECT_EQ(s.redis_port, 7000);
+  s = edge.feed(s.handle, kAuthOk + alice_apart_shards(), kEdgeNow);
+  EXPECT_EQ(s.redis_port, 7000);
+  EXPECT_TRUE(s.redis_parts.empty());
+  s = edge.feed(
+      s.handle,
+      encode_reply(A({S(kLayoutUnknownTag), S("v2:ready:7"), S("quiver:{default}:layout")})),
+      kEdgeNow);
+  EXPECT_EQ(s.action, EdgeAction::kRedis) << s.log;
+  EXPECT_EQ(s.redis_parts.size(), 2u) << "round 1 spans two nodes: one step, both parts";
+  *at_ns = *at_member = 0;
+  for (std::size_t k = 0; k < s.redis_parts.size(); ++k) {
+    (s.redis_parts[k].port == 7000 ? *at_ns : *at_member) = k;
+  }
+  EXPECT_FALSE(s.redis_parts[*at_ns].new_connection);
+  EXPECT_TRUE(s.redis_parts[*at_member].new_connection);
+  EXPECT_NE(s.redis_parts[*at_member].bytes.find("{default:m:alice}:grants"), std::string::npos);
+  return s;
+}
+
+const std::string kRoundOneAtNs = encode_reply(S("v2:ready:7")) + encode_reply(S("ready:1"));
+const std::string kRoundOneAtMember = encode_reply(S("3")) + encode_reply(A({}));
+
+TEST(RoutedSpread, TheEdgeSendsARoundsPartsInOneStepAndAnswersFromTheLastPartSettled) {
+  auto edge = clustered_edge();
+  std::size_t ns = 0, member = 0;
+  EdgeStep s = to_round_one(*edge, &ns, &member);
+  const uint32_t handle = s.handle;
+  // The member's node answers first, in two pieces; the namespace's node last.
+  const std::string at_member = kAuthOk + kRoundOneAtMember;
+  s = edge->feed_part(handle, member, at_member.substr(0, 7), kEdgeNow);
+  EXPECT_EQ(s.action, EdgeAction::kRead);
+  EXPECT_EQ(s.redis_part, static_cast<int>(member));
+  s = edge->feed_part(handle, member, at_member.substr(7), kEdgeNow);
+  EXPECT_EQ(s.action, EdgeAction::kWait);
+  EXPECT_EQ(s.redis_part, static_cast<int>(member));
+  s = edge->feed_part(handle, ns, kRoundOneAtNs, kEdgeNow);
+  ASSERT_EQ(s.action, EdgeAction::kRespond) << s.log;
+  EXPECT_EQ(s.redis_part, -1);
+  EXPECT_EQ(s.response.status, 200) << s.response.body;
+  EXPECT_NE(s.response.body.find("\"connections\":[]"), std::string::npos) << s.response.body;
+  edge->end(handle);
+}
+
+TEST(RoutedSpread, AtTheEdgeOnePartTimingOutIsA503OnceTheOtherSettled) {
+  auto edge = clustered_edge();
+  std::size_t ns = 0, member = 0;
+  EdgeStep s = to_round_one(*edge, &ns, &member);
+  const uint32_t handle = s.handle;
+  s = edge->fail_part(handle, member, "read timed out after 2000 ms", kEdgeNow);
+  EXPECT_EQ(s.action, EdgeAction::kWait);
+  EXPECT_EQ(s.redis_part, static_cast<int>(member));
+  s = edge->feed_part(handle, ns, kRoundOneAtNs, kEdgeNow);
+  ASSERT_EQ(s.action, EdgeAction::kRespond) << s.log;
+  EXPECT_EQ(s.response.status, 503) << s.response.body;
+  EXPECT_NE(s.response.body.find("STORE_UNAVAILABLE"), std::string::npos) << s.response.body;
+  // Bytes for a part of a round that is over are the host's error, never data.
+  EdgeStep late = edge->feed_part(handle, member, kRoundOneAtMember, kEdgeNow);
+  EXPECT_NE(late.action, EdgeAction::kWait);
+  EXPECT_EQ(late.redis_part, -1);
+  edge->end(handle);
+}
+
+TEST(RoutedSpread, AtTheEdgeAPartThatCouldNotConnectIsSentAgainAndTheOtherPartsRepliesKept) {
+  auto edge = clustered_edge();
+  std::size_t ns = 0, member = 0;
+  EdgeStep s = to_round_one(*edge, &ns, &member);
+  const uint32_t handle = s.handle;
+  s = edge->fail_part(handle, member, "connect: Connection refused", kEdgeNow);
+  EXPECT_EQ(s.action, EdgeAction::kWait);
+  s = edge->feed_part(handle, ns, kRoundOneAtNs, kEdgeNow);
+  // The map first, after a backoff; then alice's two commands alone.
+  ASSERT_EQ(s.action, EdgeAction::kRedis) << s.log;
+  EXPECT_TRUE(s.redis_parts.empty());
+  EXPECT_GT(s.redis_delay_ms, 0);
+  EXPECT_NE(s.redis_bytes.find("CLUSTER"), std::string::npos);
+  s = edge->feed(handle, (s.new_connection ? kAuthOk : "") + alice_apart_shards(), kEdgeNow);
+  ASSERT_EQ(s.action, EdgeAction::kRedis) << s.log;
+  EXPECT_EQ(s.redis_port, 7001);
+  EXPECT_NE(s.redis_bytes.find("{default:m:alice}:grants"), std::string::npos);
+  EXPECT_EQ(s.redis_bytes.find("{default}:layout"), std::string::npos) << "answered already";
+  s = edge->feed(handle, (s.new_connection ? kAuthOk : "") + kRoundOneAtMember, kEdgeNow);
+  ASSERT_EQ(s.action, EdgeAction::kRespond) << s.log;
+  EXPECT_EQ(s.response.status, 200) << s.response.body;
+  edge->end(handle);
 }
 
 }  // namespace
