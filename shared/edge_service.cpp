@@ -812,6 +812,10 @@ EdgeStep EdgeService::redis_step(uint32_t handle, RoutedWrite write) {
   }
   s.redis_delay_ms = write.delay_ms;
   s.redis_close = std::move(write.close);
+  for (RoutedPart& p : write.parts) {
+    s.redis_parts.push_back(
+        EdgeStep::Part{std::move(p.bytes), p.new_connection, std::move(p.node.host), p.node.port});
+  }
   return s;
 }
 
@@ -826,23 +830,75 @@ EdgeStep EdgeService::feed(uint32_t handle, std::string_view bytes, int64_t now_
   }
   RedisTurn turn = r->redis.feed(bytes);
   if (r->redis.answered()) fail_fast_.answered(handle);  // even error replies: not stalled
+  return round_turn(*r, turn, now_ms);
+}
+
+EdgeStep EdgeService::round_turn(Request& r, RedisTurn turn, int64_t now_ms) {
   switch (turn) {
     case RedisTurn::kRead: {
-      EdgeStep s = step_of(handle, EdgeAction::kRead);
-      s.redis_blocks_ms = r->redis_blocks_ms;
+      EdgeStep s = step_of(r.handle, EdgeAction::kRead);
+      s.redis_blocks_ms = r.redis_blocks_ms;
       return s;
     }
     case RedisTurn::kWrite: {  // the scripts Redis lacked, as EVAL; or a cluster's redirect
-      EdgeStep s = redis_step(handle, r->redis.take_write());
-      s.redis_blocks_ms = r->redis_blocks_ms;
+      EdgeStep s = redis_step(r.handle, r.redis.take_write());
+      s.redis_blocks_ms = r.redis_blocks_ms;
       return s;
     }
     case RedisTurn::kFailed:
-      return store_failed(*r, r->redis.error(), now_ms);
+      return store_failed(r, r.redis.error(), now_ms);
     case RedisTurn::kDone:
       break;
   }
-  return complete(*r, r->redis.take_replies(), now_ms);
+  return complete(r, r.redis.take_replies(), now_ms);
+}
+
+EdgeStep EdgeService::feed_part(uint32_t handle, uint32_t part, std::string_view bytes,
+                                int64_t now_ms) {
+  if (auto c = cancels_.find(handle); c != cancels_.end()) {
+    return cancel_part_turn(handle, c->second, part, c->second.feed_part(part, bytes));
+  }
+  Request* r = find(handle, now_ms);
+  if (r == nullptr) return unknown_handle(handle);
+  if (!edge_waits_on_redis(r->phase) || !r->redis.in_round() || r->redis.parts() == 0) {
+    return internal_error(handle, "edge: Redis bytes of a part arrived while none were expected");
+  }
+  PartTurn turn = r->redis.feed_part(part, bytes);
+  if (r->redis.answered()) fail_fast_.answered(handle);  // even error replies: not stalled
+  return part_turn(*r, part, turn, now_ms);
+}
+
+EdgeStep EdgeService::fail_part(uint32_t handle, uint32_t part, std::string_view why,
+                                int64_t now_ms) {
+  if (auto c = cancels_.find(handle); c != cancels_.end()) {
+    return cancel_part_turn(handle, c->second, part, c->second.connection_failed_part(part, why));
+  }
+  Request* r = find(handle, now_ms);
+  if (r == nullptr) return unknown_handle(handle);
+  if (!edge_waits_on_redis(r->phase) || !r->redis.in_round() || r->redis.parts() == 0) {
+    return internal_error(handle, "edge: a part failed while none was in flight");
+  }
+  return part_turn(*r, part, r->redis.connection_failed_part(part, why), now_ms);
+}
+
+EdgeStep EdgeService::part_turn(Request& r, uint32_t part, PartTurn turn, int64_t now_ms) {
+  EdgeStep s;
+  switch (turn) {
+    case PartTurn::kRead:
+      s = step_of(r.handle, EdgeAction::kRead);
+      break;
+    case PartTurn::kWrite:  // the scripts that node lacked, as EVAL, on the part's connection
+      s = redis_step(r.handle, r.redis.take_write());
+      break;
+    case PartTurn::kWait:
+      s = step_of(r.handle, EdgeAction::kWait);
+      break;
+    case PartTurn::kRound:
+      return round_turn(r, r.redis.round_turn(), now_ms);
+  }
+  s.redis_part = static_cast<int>(part);
+  s.redis_blocks_ms = r.redis_blocks_ms;
+  return s;
 }
 
 EdgeStep EdgeService::full_read(Request& r, DiscoverySnapshot snapshot, int64_t now_ms) {
@@ -1317,6 +1373,26 @@ EdgeStep EdgeService::abandon(uint32_t handle, int64_t now_ms) {
   if (!c.in_round())
     return step_of(cancel, EdgeAction::kDone, "relay: cancel mark not sent: " + c.error().message);
   s.new_connection = true;
+  return s;
+}
+
+EdgeStep EdgeService::cancel_part_turn(uint32_t handle, RoutedConversation& c, uint32_t part,
+                                       PartTurn turn) {
+  EdgeStep s;
+  switch (turn) {
+    case PartTurn::kRead:
+      s = step_of(handle, EdgeAction::kRead);
+      break;
+    case PartTurn::kWrite:
+      s = redis_step(handle, c.take_write());
+      break;
+    case PartTurn::kWait:
+      s = step_of(handle, EdgeAction::kWait);
+      break;
+    case PartTurn::kRound:
+      return cancel_turn(handle, c, c.round_turn());
+  }
+  s.redis_part = static_cast<int>(part);
   return s;
 }
 

@@ -13,6 +13,13 @@
 //   feed(handle, bytes, now)     → kRead (more bytes, please) or the next step
 //   fail(handle, why, now)       the connection failed or timed out: drop it and report here
 //                  → the next step (stale-if-error from L1, or a 503 STORE_UNAVAILABLE)
+//   step kRedis with `redis_parts` (a spread round over several nodes of a Redis Cluster): write
+//                  every part to its node's connection at once, read them all concurrently, and
+//                  hand each part's bytes (or its failure) back by its index:
+//   feed_part(handle, part, bytes, now) / fail_part(handle, part, why, now)
+//                  → kRead, kRedis or kWait naming that part (`redis_part`: more bytes from it;
+//                  write to it, then read; it is settled), or, from the call that settles the
+//                  last part, the round's next step
 //   step kRespond  send `response`. When `background` is set, keep the handle and, without
 //                  delaying the response (workerd: ctx.waitUntil), call
 //   background(handle, now)      → kRedis … kDone: the queued revalidations
@@ -146,6 +153,9 @@ class EdgeService {
   EdgeStep begin_wire(std::string_view request_wire, int64_t now_ms, std::string_view random);
   EdgeStep feed(uint32_t handle, std::string_view bytes, int64_t now_ms);
   EdgeStep fail(uint32_t handle, std::string_view why, int64_t now_ms);
+  // A step in parts (redis_parts): part `part`'s bytes, or its connection's failure.
+  EdgeStep feed_part(uint32_t handle, uint32_t part, std::string_view bytes, int64_t now_ms);
+  EdgeStep fail_part(uint32_t handle, uint32_t part, std::string_view why, int64_t now_ms);
   EdgeStep background(uint32_t handle, int64_t now_ms);
   void end(uint32_t handle);
   // The client of `handle` went away before its answer. The request is ended (as end()); when a
@@ -268,6 +278,11 @@ class EdgeService {
   // The cancel marks of abandoned relayed calls in flight, by their own handle (abandon()).
   std::unordered_map<uint32_t, RoutedConversation> cancels_;
   EdgeStep cancel_turn(uint32_t handle, RoutedConversation& c, RedisTurn turn);
+  // What a part's bytes (or failure) lead to: a step naming the part, or the round's next one.
+  EdgeStep part_turn(Request& r, uint32_t part, PartTurn turn, int64_t now_ms);
+  EdgeStep cancel_part_turn(uint32_t handle, RoutedConversation& c, uint32_t part, PartTurn turn);
+  // feed()'s answer to a round's turn: kRead, the next write, the failure or the replies.
+  EdgeStep round_turn(Request& r, RedisTurn turn, int64_t now_ms);
   // A kRedis step of `handle` that carries out `write` (its node, backoff, connections to close).
   static EdgeStep redis_step(uint32_t handle, RoutedWrite write);
   // REDIS_CLUSTER: the isolate's slot map (shared/routed_conversation.h); null on one Redis.

@@ -23,8 +23,8 @@ uint32_t get_u32(std::string_view in) {
   return v;
 }
 
-constexpr const char* const kActionNames[] = {"respond", "redis", "read", "done"};
-static_assert(covers_enum(kActionNames, EdgeAction::kDone));
+constexpr const char* const kActionNames[] = {"respond", "redis", "read", "done", "wait"};
+static_assert(covers_enum(kActionNames, EdgeAction::kWait));
 
 // u32 meta length | meta JSON | body: the request's and the rendered answer's layout.
 std::string meta_then_body(const Json& meta, const std::string& body) {
@@ -183,6 +183,7 @@ std::string edge_step_to_wire(const EdgeStep& step) {
   std::string m = "{\"handle\":" + std::to_string(step.handle) + ",\"action\":";
   append_json_string(m, edge_action_name(step.action));
   const std::string* payload = nullptr;
+  std::string parts_payload;
   if (step.action == EdgeAction::kRespond) {
     m += ",\"status\":" + std::to_string(step.response.status) + ",\"headers\":";
     append_headers(m, step.response.headers);
@@ -191,6 +192,20 @@ std::string edge_step_to_wire(const EdgeStep& step) {
   } else if (step.action == EdgeAction::kRedis) {
     m += step.new_connection ? ",\"new_connection\":true" : ",\"new_connection\":false";
     payload = &step.redis_bytes;
+    if (!step.redis_parts.empty()) {
+      // The parts' bytes one after the other, each part's length in its meta.
+      m += ",\"parts\":[";
+      for (std::size_t k = 0; k < step.redis_parts.size(); ++k) {
+        const EdgeStep::Part& p = step.redis_parts[k];
+        m += k == 0 ? "{\"node\":" : ",{\"node\":";
+        m += json_text(Json::object({{"host", p.host}, {"port", p.port}}));
+        m += p.new_connection ? ",\"new_connection\":true" : ",\"new_connection\":false";
+        m += ",\"bytes\":" + std::to_string(p.bytes.size()) + "}";
+        parts_payload += p.bytes;
+      }
+      m += ']';
+      payload = &parts_payload;
+    }
     if (!step.redis_host.empty()) {
       m += ",\"node\":" +
            json_text(Json::object({{"host", step.redis_host}, {"port", step.redis_port}}));
@@ -212,6 +227,11 @@ std::string edge_step_to_wire(const EdgeStep& step) {
   if ((step.action == EdgeAction::kRedis || step.action == EdgeAction::kRead) &&
       step.redis_blocks_ms > 0) {
     m += ",\"redis_blocks_ms\":" + std::to_string(step.redis_blocks_ms);
+  }
+  if (step.redis_part >= 0 &&
+      (step.action == EdgeAction::kRedis || step.action == EdgeAction::kRead ||
+       step.action == EdgeAction::kWait)) {
+    m += ",\"part\":" + std::to_string(step.redis_part);
   }
   if (!step.log.empty()) {
     m += ",\"log\":";

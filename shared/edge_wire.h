@@ -6,10 +6,20 @@
 //   request: u32 meta length | meta JSON {"method","path","query","headers":[[name,value],...]}
 //            | body bytes
 //   step:    u32 meta length | u32 payload length | meta JSON | payload (body or Redis bytes)
-//            meta {"handle","action":"respond"|"redis"|"read"|"done", "status", "headers",
-//                  "background", "new_connection", "redis_blocks_ms", "log", "log_level"
+//            meta {"handle","action":"respond"|"redis"|"read"|"done"|"wait", "status",
+//                  "headers", "background", "new_connection", "redis_blocks_ms", "log",
+//                  "log_level"
 //                  on a Redis Cluster only (a kRedis step): "node": {"host","port"},
 //                  "delay_ms", "close": ["host:port", ...];
+//                  a spread round over several nodes (a kRedis step, no "node"): "parts":
+//                  [{"node": {"host","port"}, "new_connection", "bytes": n}, ...], the payload
+//                  being the parts' bytes one after the other; the host writes every part to
+//                  its node's connection, reads them all concurrently and hands each part's
+//                  bytes back by its index (feed_part / fail_part), which answers with a step
+//                  naming the part ("part": i): kRead (more from that part), kRedis (write the
+//                  payload on that part's connection, then read it), kWait (that part is
+//                  settled); the feed that settles the last part gets the round's next step
+//                  (no "part");
 //                  ("info" for routine events, absent for problems), and on the step that opens
 //                  an event stream (a kRedis step): "stream": {"status", "headers",
 //                  "keepalive_ms", "keepalive"}}
@@ -33,8 +43,9 @@ namespace quiver {
 
 inline constexpr std::size_t kMaxEdgeRequestMetaBytes = 64 * 1024;
 
-enum class EdgeAction { kRespond = 0, kRedis, kRead, kDone };
-const char* edge_action_name(EdgeAction action);  // "respond", "redis", "read", "done"
+enum class EdgeAction { kRespond = 0, kRedis, kRead, kDone, kWait };
+// "respond", "redis", "read", "done", "wait"
+const char* edge_action_name(EdgeAction action);
 
 struct EdgeStep {
   uint32_t handle = 0;
@@ -51,6 +62,18 @@ struct EdgeStep {
   int redis_port = 0;
   int64_t redis_delay_ms = 0;
   std::vector<std::string> redis_close;
+  // kRedis on a Redis Cluster: a spread round's pipelines, one per node, written at once (then
+  // `redis_bytes`, `redis_host` and `new_connection` are unused; `redis_delay_ms` and
+  // `redis_close` come first, for all of them).
+  struct Part {
+    std::string bytes;
+    bool new_connection = false;
+    std::string host;
+    int port = 0;
+  };
+  std::vector<Part> redis_parts;
+  // kRead, kRedis, kWait in answer to a part's bytes (feed_part, fail_part): the part it is about.
+  int redis_part = -1;
   // kRedis, kRead: Redis holds this round's reply up to this long on purpose (a relayed call's
   // BLPOP, shared/call_relay.h): the host's read timeout for the round is its own plus this.
   int64_t redis_blocks_ms = 0;

@@ -15,6 +15,20 @@ bool starts_with(std::string_view s, std::string_view prefix) {
 
 }  // namespace
 
+const char* part_turn_name(PartTurn turn) {
+  switch (turn) {
+    case PartTurn::kRead:
+      return "read";
+    case PartTurn::kWrite:
+      return "write";
+    case PartTurn::kWait:
+      return "wait";
+    case PartTurn::kRound:
+      return "round";
+  }
+  return "round";
+}
+
 // ---- the isolate's map -------------------------------------------------------------------------
 
 ClusterRouter::ClusterRouter(ClusterRouterSettings settings, uint16_t slot)
@@ -97,7 +111,8 @@ RoutedWrite RoutedConversation::begin_spread(std::vector<RedisCommand> commands,
 RoutedWrite RoutedConversation::begin(std::vector<RedisCommand> commands, ScriptForm form,
                                       bool keep_bytes, bool read_only) {
   spread_ = std::exchange(spread_next_, false);
-  inflight_.clear();
+  parts_.clear();
+  parts_error_.reset();
   asks_.clear();
   bytes_.clear();
   error_ = Error();
@@ -159,8 +174,17 @@ std::size_t RoutedConversation::conn_for(const ClusterNode& node, std::vector<st
   return conns_.size() - 1;
 }
 
+std::size_t RoutedConversation::conn_at(const ClusterNode& node) const {
+  for (std::size_t i = 0; i < conns_.size(); ++i) {
+    if (conns_[i].node.same_address(node)) return i;
+  }
+  return conns_.size();
+}
+
 RedisTurn RoutedConversation::give_up(Error error) {
   error_ = std::move(error);
+  parts_.clear();
+  parts_error_.reset();
   in_round_ = false;
   return RedisTurn::kFailed;
 }
@@ -175,15 +199,14 @@ RedisTurn RoutedConversation::dispatch() {
   learning_ = false;
   asking_ = false;
   preamble_ = 0;
+  parts_.clear();
   if (refresh_ || !router_->have_map() || router_->take_stale()) {
     refresh_ = false;
     learning_ = true;
     node = router_->refresh_node();
     sent.push_back(router_->map_command());
   } else if (spread_) {
-    RedisTurn turn = dispatch_spread(&node, &replica, &sent, &form);
-    if (turn == RedisTurn::kFailed) return turn;
-    if (sent.empty()) return dispatch();  // no node serves a slot: the map first
+    return dispatch_spread();
   } else {
     if (ask_) {
       node = *ask_;
@@ -239,6 +262,13 @@ RedisTurn RoutedConversation::feed(std::string_view bytes) {
     return turn;
   }
   if (!in_round_) return give_up(Error(ErrorCode::kInvalidReply, "Redis sent bytes unasked"));
+  if (!parts_.empty()) {
+    if (parts_.size() > 1) {
+      return give_up(Error(ErrorCode::kInvalidReply,
+                           "redis cluster: bytes for a write in parts came without their part"));
+    }
+    return single_part(feed_part(0, bytes));
+  }
   RedisConversation& conv = current();
   RedisTurn turn = conv.feed(bytes);
   answered_ = conv.answered();
@@ -292,7 +322,6 @@ RedisTurn RoutedConversation::cluster_done() {
       }
     }
   }
-  if (spread_) return spread_done(std::move(answers), node);
   ++attempts_;
   // Every command went to one slot: the first routing answer decides for the rest.
   std::optional<ClusterStep> step;
@@ -344,9 +373,6 @@ RedisTurn RoutedConversation::cluster_done() {
 }
 
 RedisTurn RoutedConversation::retry_after_failure(std::string_view why) {
-  // A spread round's commands of the failed write go out again, routed by the refreshed map.
-  pending_.insert(pending_.end(), inflight_.begin(), inflight_.end());
-  inflight_.clear();
   ++attempts_;
   ClusterStep step = cluster_step_after_io_failure(why, attempts_, router_->settings().retry);
   if (step.action == ClusterStep::Action::kGiveUp) return give_up(step.error);
@@ -356,15 +382,21 @@ RedisTurn RoutedConversation::retry_after_failure(std::string_view why) {
   return dispatch();
 }
 
-RedisTurn RoutedConversation::dispatch_spread(ClusterNode* node, bool* replica,
-                                              std::vector<RedisCommand>* sent, ScriptForm* form) {
-  inflight_.clear();
+RedisTurn RoutedConversation::dispatch_spread() {
+  std::vector<Part> parts;
+  std::vector<bool> replica;  // per part: a replica's connection (READONLY first)
   if (!asks_.empty()) {
-    *node = asks_.front().first;
-    inflight_ = std::move(asks_.front().second);
-    asks_.erase(asks_.begin());
-    asking_ = true;
-    *form = ScriptForm::kText;  // a NOSCRIPT retry would go without ASKING
+    // Each importing node's asked commands, ASKING + each, once; at most the socket cap at once.
+    const std::size_t n = std::min(asks_.size(), kMaxNodesPerRequest);
+    for (std::size_t g = 0; g < n; ++g) {
+      Part p;
+      p.node = std::move(asks_[g].first);
+      p.commands = std::move(asks_[g].second);
+      p.asking = true;
+      parts.push_back(std::move(p));
+      replica.push_back(false);
+    }
+    asks_.erase(asks_.begin(), asks_.begin() + static_cast<std::ptrdiff_t>(n));
   } else {
     std::vector<ClusterRequest> requests;
     requests.reserve(pending_.size());
@@ -379,6 +411,7 @@ RedisTurn RoutedConversation::dispatch_spread(ClusterNode* node, bool* replica,
       const Error& why = plan.refused.front().second;
       // CROSSSLOT or a command without a key: the round is wrong, no map would route it.
       if (why.code != ErrorCode::kStoreUnavailable) return give_up(why);
+      // No node serves a slot: the map first.
       ++attempts_;
       ClusterStep step =
           cluster_step_after_io_failure(why.message, attempts_, router_->settings().retry);
@@ -386,17 +419,24 @@ RedisTurn RoutedConversation::dispatch_spread(ClusterNode* node, bool* replica,
       router_->note_retry();
       refresh_ = true;
       delay_ms_ = std::max(delay_ms_, step.backoff_ms);
-      return RedisTurn::kWrite;  // nothing in `sent`: the caller asks for the map first
+      return dispatch();
     }
-    // One node per write; the plan's other groups (and what it deferred past the socket cap) stay
-    // pending and are planned again once this one answered.
-    const ClusterNodeBatch& batch = plan.batches.front();
-    *node = batch.node;
-    *replica = batch.replica;
+    if (plan.batches.empty()) {
+      return give_up(
+          Error(ErrorCode::kInvalidArgument, "redis cluster: a spread round of nothing"));
+    }
+    // Every group of the plan in this write; what it deferred past the socket cap stays pending
+    // and is planned again once this write settled.
     std::vector<bool> taken(pending_.size(), false);
-    for (std::size_t k : batch.indices) {
-      inflight_.push_back(pending_[k]);
-      taken[k] = true;
+    for (const ClusterNodeBatch& batch : plan.batches) {
+      Part p;
+      p.node = batch.node;
+      for (std::size_t k : batch.indices) {
+        p.commands.push_back(pending_[k]);
+        taken[k] = true;
+      }
+      parts.push_back(std::move(p));
+      replica.push_back(batch.replica);
     }
     std::vector<std::size_t> rest;
     for (std::size_t k = 0; k < pending_.size(); ++k) {
@@ -404,69 +444,213 @@ RedisTurn RoutedConversation::dispatch_spread(ClusterNode* node, bool* replica,
     }
     pending_ = std::move(rest);
   }
-  for (std::size_t i : inflight_) {
-    if (asking_) sent->push_back({"ASKING"});
-    sent->push_back(commands_[i]);
+  // The parts' nodes are distinct and at most kMaxNodesPerRequest: a connection closed for the
+  // cap is never one of this write's (they are the most recently used).
+  std::vector<std::string> close;
+  std::vector<RoutedPart> out;
+  out.reserve(parts.size());
+  for (std::size_t k = 0; k < parts.size(); ++k) {
+    Part& p = parts[k];
+    std::vector<RedisCommand> sent;
+    for (std::size_t i : p.commands) {
+      if (p.asking) sent.push_back({"ASKING"});
+      sent.push_back(commands_[i]);
+    }
+    RedisConversation& conv = conns_[conn_for(p.node, &close)].conv;
+    if (replica[k] && !conv.connected()) {
+      // AUTH + READONLY in one write (RedisConversation puts AUTH first).
+      std::vector<RedisCommand> preamble = cluster_connection_preamble(true);
+      p.preamble = preamble.size();
+      sent.insert(sent.begin(), preamble.begin(), preamble.end());
+    }
+    // An asked command goes as EVAL: a NOSCRIPT retry would go without ASKING.
+    RedisRound round =
+        conv.begin(std::move(sent), p.asking ? ScriptForm::kText : form_, /*keep_bytes=*/false);
+    out.push_back(RoutedPart{std::move(round.bytes), round.new_connection, p.node});
+  }
+  parts_ = std::move(parts);
+  write_ = RoutedWrite{};
+  write_.delay_ms = std::exchange(delay_ms_, 0);
+  write_.close = std::move(close);
+  if (out.size() == 1) {
+    // One node: an ordinary write, fed by feed().
+    current_ = conn_at(out[0].node);
+    write_.bytes = std::move(out[0].bytes);
+    write_.new_connection = out[0].new_connection;
+    write_.node = std::move(out[0].node);
+  } else {
+    write_.parts = std::move(out);
   }
   return RedisTurn::kWrite;
 }
 
-RedisTurn RoutedConversation::spread_done(std::vector<RespValue> answers, const ClusterNode& node) {
-  if (answers.size() != inflight_.size()) {
-    return give_up(
-        Error(ErrorCode::kInvalidReply, "redis cluster: " + std::to_string(answers.size()) +
-                                            " replies from " + node.address() + " for " +
-                                            std::to_string(inflight_.size()) + " commands"));
+PartTurn RoutedConversation::feed_part(std::size_t part, std::string_view bytes) {
+  const std::size_t at = part < parts_.size() ? conn_at(parts_[part].node) : conns_.size();
+  if (!in_round_ || at == conns_.size() || parts_[part].state != PartState::kInFlight) {
+    parts_.clear();
+    round_turn_ = give_up(Error(ErrorCode::kInvalidReply,
+                                "Redis sent bytes unasked (part " + std::to_string(part) + ")"));
+    return PartTurn::kRound;
+  }
+  Part& p = parts_[part];
+  RedisConversation& conv = conns_[at].conv;
+  RedisTurn turn = conv.feed(bytes);
+  answered_ = conv.answered();
+  switch (turn) {
+    case RedisTurn::kRead:
+      return PartTurn::kRead;
+    case RedisTurn::kWrite:  // NOSCRIPT: EVAL on the same connection
+      write_ = RoutedWrite{};
+      write_.bytes = conv.take_write();
+      write_.node = p.node;
+      return PartTurn::kWrite;
+    case RedisTurn::kFailed:
+      // AUTH refused or a broken reply: the round fails once the other parts settled.
+      p.state = PartState::kFailed;
+      if (!parts_error_) parts_error_ = conv.error();
+      break;
+    case RedisTurn::kDone: {
+      // The commands' replies, without READONLY's and ASKING's.
+      std::vector<RespValue> got = conv.take_replies();
+      for (std::size_t k = 0; k < got.size(); ++k) {
+        const bool extra = k < p.preamble || (p.asking && (k - p.preamble) % 2 == 0);
+        if (!extra) p.answers.push_back(std::move(got[k]));
+      }
+      p.state = PartState::kAnswered;
+      break;
+    }
+  }
+  return part_settled();
+}
+
+PartTurn RoutedConversation::connection_failed_part(std::size_t part, std::string_view why) {
+  const std::size_t at = part < parts_.size() ? conn_at(parts_[part].node) : conns_.size();
+  if (!in_round_ || at == conns_.size() || parts_[part].state != PartState::kInFlight) {
+    parts_.clear();
+    round_turn_ = give_up(Error(ErrorCode::kInvalidReply,
+                                "a connection failed that was not in "
+                                "flight (part " +
+                                    std::to_string(part) + ")"));
+    return PartTurn::kRound;
+  }
+  Part& p = parts_[part];
+  Error e = conns_[at].conv.connection_failed(why);
+  p.state = PartState::kFailed;
+  if (e.code == ErrorCode::kTimeout) {
+    // Waiting again would hold the request for attempts × the timeout: fail, refresh later.
+    router_->mark_stale();
+    if (!parts_error_) parts_error_ = std::move(e);
+  } else if (read_only_ || starts_with(why, "connect")) {
+    // Nothing was written (the connection never opened), or nothing written changes anything.
+    p.unsent = std::move(e.message);
+  } else if (!parts_error_) {
+    parts_error_ = Error(e.code, e.message + " (a write that may have run is not sent again)");
+  }
+  return part_settled();
+}
+
+PartTurn RoutedConversation::part_settled() {
+  for (const Part& p : parts_) {
+    if (p.state == PartState::kInFlight) return PartTurn::kWait;
+  }
+  round_turn_ = parts_done();
+  return PartTurn::kRound;
+}
+
+RedisTurn RoutedConversation::single_part(PartTurn turn) {
+  switch (turn) {
+    case PartTurn::kRead:
+      return RedisTurn::kRead;
+    case PartTurn::kWrite:
+      return RedisTurn::kWrite;
+    case PartTurn::kWait:  // one part only: settling it settles the write
+      break;
+    case PartTurn::kRound:
+      return round_turn_;
+  }
+  return give_up(Error(ErrorCode::kInternal, "redis cluster: a one-part write left unsettled"));
+}
+
+RedisTurn RoutedConversation::parts_done() {
+  std::vector<Part> parts = std::move(parts_);
+  parts_.clear();
+  if (parts_error_) {
+    Error e = std::move(*parts_error_);
+    parts_error_.reset();
+    return give_up(std::move(e));
   }
   // Each command's reply decides for that command alone: the others of the write are answered.
+  const int attempt = attempts_ + 1;
   std::vector<std::size_t> again;
+  std::string unsent;  // a part's connection failed before anything was written
   bool redo = false;
   bool redirected = false;
-  for (std::size_t j = 0; j < answers.size(); ++j) {
-    const std::size_t i = inflight_[j];
-    ClusterStep s = decide_cluster_step(answers[j], node.host, attempts_ + 1, redirects_,
-                                        router_->settings().retry);
-    switch (s.action) {
-      case ClusterStep::Action::kUseReply:
-        replies_[i] = std::move(answers[j]);
-        continue;
-      case ClusterStep::Action::kGiveUp:
-        return give_up(s.error);
-      case ClusterStep::Action::kRetryAt:
-        router_->moved(s.slot, s.node);
-        redirected = true;
-        again.push_back(i);
-        break;
-      case ClusterStep::Action::kAskAt: {
-        router_->note_ask();
-        redirected = true;
-        auto group = std::find_if(asks_.begin(), asks_.end(),
-                                  [&](const auto& g) { return g.first.same_address(s.node); });
-        if (group == asks_.end()) {
-          asks_.emplace_back(s.node, std::vector<std::size_t>{i});
-        } else {
-          group->second.push_back(i);
-        }
-        break;
-      }
-      case ClusterStep::Action::kRefreshThenRetry:
-        router_->note_retry();
-        refresh_ = true;
-        again.push_back(i);
-        break;
-      case ClusterStep::Action::kBackoffThenRetry:
-        router_->note_retry();
-        refresh_ = refresh_ || s.refresh_map;
-        delay_ms_ = std::max(delay_ms_, s.backoff_ms);
-        again.push_back(i);
-        break;
+  for (Part& p : parts) {
+    if (p.state == PartState::kFailed) {
+      again.insert(again.end(), p.commands.begin(), p.commands.end());
+      if (unsent.empty()) unsent = std::move(p.unsent);
+      redo = true;
+      continue;
     }
-    redo = true;
+    if (p.answers.size() != p.commands.size()) {
+      return give_up(
+          Error(ErrorCode::kInvalidReply, "redis cluster: " + std::to_string(p.answers.size()) +
+                                              " replies from " + p.node.address() + " for " +
+                                              std::to_string(p.commands.size()) + " commands"));
+    }
+    for (std::size_t j = 0; j < p.answers.size(); ++j) {
+      const std::size_t i = p.commands[j];
+      ClusterStep s = decide_cluster_step(p.answers[j], p.node.host, attempt, redirects_,
+                                          router_->settings().retry);
+      switch (s.action) {
+        case ClusterStep::Action::kUseReply:
+          replies_[i] = std::move(p.answers[j]);
+          continue;
+        case ClusterStep::Action::kGiveUp:
+          return give_up(s.error);
+        case ClusterStep::Action::kRetryAt:
+          router_->moved(s.slot, s.node);
+          redirected = true;
+          again.push_back(i);
+          break;
+        case ClusterStep::Action::kAskAt: {
+          router_->note_ask();
+          redirected = true;
+          auto group = std::find_if(asks_.begin(), asks_.end(),
+                                    [&](const auto& g) { return g.first.same_address(s.node); });
+          if (group == asks_.end()) {
+            asks_.emplace_back(s.node, std::vector<std::size_t>{i});
+          } else {
+            group->second.push_back(i);
+          }
+          break;
+        }
+        case ClusterStep::Action::kRefreshThenRetry:
+          router_->note_retry();
+          refresh_ = true;
+          again.push_back(i);
+          break;
+        case ClusterStep::Action::kBackoffThenRetry:
+          router_->note_retry();
+          refresh_ = refresh_ || s.refresh_map;
+          delay_ms_ = std::max(delay_ms_, s.backoff_ms);
+          again.push_back(i);
+          break;
+      }
+      redo = true;
+    }
   }
   // The budgets count writes that had something to redo, as a one-slot round's do.
-  if (redo) ++attempts_;
+  if (redo) attempts_ = attempt;
   if (redirected) ++redirects_;
-  inflight_.clear();
+  if (!unsent.empty()) {
+    // Sent again, routed by a refreshed map (a failover may be under way).
+    ClusterStep step = cluster_step_after_io_failure(unsent, attempts_, router_->settings().retry);
+    if (step.action == ClusterStep::Action::kGiveUp) return give_up(step.error);
+    router_->note_retry();
+    refresh_ = true;
+    delay_ms_ = std::max(delay_ms_, step.backoff_ms);
+  }
   pending_.insert(pending_.end(), again.begin(), again.end());
   if (pending_.empty() && asks_.empty()) {
     in_round_ = false;
@@ -480,6 +664,15 @@ RedisTurn RoutedConversation::connection_failed(std::string_view why) {
     error_ = conns_[0].conv.connection_failed(why);
     in_round_ = false;
     return RedisTurn::kFailed;
+  }
+  if (!parts_.empty()) {
+    // The host failed the write as a whole: every part still in flight failed so.
+    PartTurn turn = PartTurn::kWait;
+    for (std::size_t k = 0; k < parts_.size() && turn != PartTurn::kRound; ++k) {
+      if (parts_[k].state == PartState::kInFlight) turn = connection_failed_part(k, why);
+    }
+    if (turn == PartTurn::kRound) return round_turn_;
+    return give_up(Error(ErrorCode::kInvalidReply, "redis cluster: a write in parts failed twice"));
   }
   Error e = current().connection_failed(why);
   if (!in_round_) return give_up(std::move(e));
@@ -496,6 +689,8 @@ RedisTurn RoutedConversation::connection_failed(std::string_view why) {
 
 void RoutedConversation::drop() {
   for (Conn& c : conns_) c.conv.drop();
+  parts_.clear();
+  parts_error_.reset();
   in_round_ = false;
 }
 

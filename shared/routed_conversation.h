@@ -34,11 +34,18 @@
 // Key layout v2 spreads a namespace over many slots: a spread round (`begin_spread`) routes each
 // command by its own keys. Its pending commands are grouped per node by plan_cluster_batch (at
 // most kMaxNodesPerRequest nodes in a plan; the others wait for a later write) and each group is
-// one pipeline, written one node after the other on the request's connections; every reply is
-// classified on its own (a MOVED on one node sends only that node's redirected commands on, an
-// ASK sends ASKING + those commands to the importing node, once), and the round is done when
-// every command has its reply. The attempt budget counts the writes that had something to redo,
-// not the nodes of the round. On one Redis a spread round is one pipeline, as any other.
+// one pipeline. Every group of a plan goes out in one write of several parts
+// (RoutedWrite::parts, one per node): the host writes them all, reads every part's connection
+// concurrently and hands each part's bytes back by its index (feed_part, or connection_failed_part
+// when that part's connection failed); a write to one node only is an ordinary write (feed). The
+// write is settled once every part is answered or failed: every reply is then classified on its
+// own (a MOVED on one node sends only that node's redirected commands on, an ASK sends ASKING +
+// those commands to the importing node, once), a part whose connection failed before anything
+// was written (or under a read-only round) is sent again after a refresh, and one whose write may
+// have run, or that timed out, fails the round; the next write carries what is left, and the
+// round is done when every command has its reply. So a round over N nodes costs one round trip,
+// not N. The attempt budget counts the writes that had something to redo, not the nodes or the
+// parts of the round. On one Redis a spread round is one pipeline, as any other.
 //
 // Each write names its node; the host keeps one connection per node for the request
 // (`new_connection`: close that node's connection, open another) and at most kMaxNodesPerRequest
@@ -119,6 +126,13 @@ class ClusterRouter {
   ClusterRouterStats stats_;
 };
 
+// One node's pipeline of a write in parts.
+struct RoutedPart {
+  std::string bytes;
+  bool new_connection = false;  // open a fresh connection to `node` (closing that node's one)
+  ClusterNode node;
+};
+
 // One write the host carries out.
 struct RoutedWrite {
   std::string bytes;
@@ -126,7 +140,20 @@ struct RoutedWrite {
   std::optional<ClusterNode> node;  // nullopt: the one configured Redis (REDIS_HOST, REDIS_PORT)
   int64_t delay_ms = 0;             // wait this long before writing (a cluster backoff)
   std::vector<std::string> close;   // ClusterNode::address() of connections to close first
+  // A spread round over several nodes: one pipeline per node (distinct nodes, at most
+  // kMaxNodesPerRequest), all written at once after `delay_ms` and `close`; `bytes`, `node` and
+  // `new_connection` are then unused. Each part's replies come back by its index (feed_part).
+  std::vector<RoutedPart> parts;
 };
+
+// What a part's bytes (or its failure) lead to.
+enum class PartTurn {
+  kRead,   // more bytes from this part's connection
+  kWrite,  // write take_write() on this part's connection, then read it (NOSCRIPT: EVAL)
+  kWait,   // this part is settled; the write goes on when the other parts are
+  kRound,  // every part is settled: round_turn() says what next (kWrite, kDone or kFailed)
+};
+const char* part_turn_name(PartTurn turn);  // "read", "write", "wait", "round"
 
 class RoutedConversation {
  public:
@@ -153,8 +180,18 @@ class RoutedConversation {
     return router_ == nullptr ? conns_[0].conv.reply_bytes() : bytes_;
   }
   // The connection of the last write failed (the host's words). kWrite: a retry elsewhere
-  // (take_write); kFailed: error(), the round is over.
+  // (take_write); kFailed: error(), the round is over. After a write in parts, the whole write
+  // failed on the host (each part's own failure goes to connection_failed_part): kFailed.
   RedisTurn connection_failed(std::string_view why);
+  // A write in parts (RoutedWrite::parts): bytes read from part `part`'s connection, or that
+  // connection's failure. kRound once every part is settled, then round_turn(); a part not in
+  // flight is a host error (the round fails: kRound, kFailed).
+  PartTurn feed_part(std::size_t part, std::string_view bytes);
+  PartTurn connection_failed_part(std::size_t part, std::string_view why);
+  // After kRound: kWrite (take_write()), kDone (take_replies()) or kFailed (error()).
+  RedisTurn round_turn() const { return round_turn_; }
+  // The parts of the write in flight (0 when it is not in parts).
+  std::size_t parts() const { return parts_.size(); }
   // Forgets every connection: the next round opens new ones (the host closes them).
   void drop();
 
@@ -177,11 +214,16 @@ class RoutedConversation {
   RedisTurn give_up(Error error);
   RedisTurn retry_after_failure(std::string_view why);
   RedisTurn cluster_done();
-  // A spread round's next node group, and the replies of the group just answered.
-  RedisTurn dispatch_spread(ClusterNode* node, bool* replica, std::vector<RedisCommand>* sent,
-                            ScriptForm* form);
-  RedisTurn spread_done(std::vector<RespValue> answers, const ClusterNode& node);
+  // A spread round's next write: every node group of the plan (or of the pending ASKs) at once.
+  RedisTurn dispatch_spread();
+  // A part settled: kWait while others are in flight, else kRound with the write's outcome.
+  PartTurn part_settled();
+  // Every part of the write settled: each reply classified, what is left sent on.
+  RedisTurn parts_done();
+  // A write in parts fed as an ordinary write (it has one part, at one node).
+  RedisTurn single_part(PartTurn turn);
   std::size_t conn_for(const ClusterNode& node, std::vector<std::string>* close);
+  std::size_t conn_at(const ClusterNode& node) const;
 
   RespLimits limits_;
   RedisCredentials credentials_;
@@ -197,12 +239,25 @@ class RoutedConversation {
   ScriptForm form_ = ScriptForm::kBySha;
   bool keep_bytes_ = false;
   bool read_only_ = false;
-  std::vector<std::size_t> pending_;   // commands without a reply (spread: not yet written)
-  bool spread_ = false;                // each command to its own slot's node
-  bool spread_next_ = false;           // begin_spread → begin
-  std::vector<std::size_t> inflight_;  // spread: the commands of the write in flight
+  std::vector<std::size_t> pending_;  // commands without a reply (spread: not yet written)
+  bool spread_ = false;               // each command to its own slot's node
+  bool spread_next_ = false;          // begin_spread → begin
   // spread: commands an ASK sent to an importing node, per node (ASKING + each, once).
   std::vector<std::pair<ClusterNode, std::vector<std::size_t>>> asks_;
+  // spread: the write in flight, one part per node.
+  enum class PartState { kInFlight, kAnswered, kFailed };
+  struct Part {
+    ClusterNode node;
+    std::vector<std::size_t> commands;  // into commands_
+    bool asking = false;                // each command behind an ASKING
+    std::size_t preamble = 0;           // replies before the commands' (READONLY)
+    PartState state = PartState::kInFlight;
+    std::vector<RespValue> answers;  // kAnswered: the commands' replies, in order
+    std::string unsent;              // kFailed, to send again: the connection's failure
+  };
+  std::vector<Part> parts_;
+  std::optional<Error> parts_error_;  // a part's failure that ends the round once all settle
+  RedisTurn round_turn_ = RedisTurn::kFailed;
   std::vector<std::optional<RespValue>> replies_;
   int attempts_ = 0;
   int redirects_ = 0;

@@ -99,6 +99,22 @@ const uint8_t* edge_fail(uint32_t handle, const uint8_t* why, size_t size, doubl
       handle, [&] { return edge().fail(handle, view(why, size), static_cast<int64_t>(now_ms)); });
 }
 
+// A step in parts (a spread round over several Redis Cluster nodes): part `part`'s bytes, or the
+// failure of its connection.
+const uint8_t* edge_feed_part(uint32_t handle, uint32_t part, const uint8_t* bytes, size_t size,
+                              double now_ms) {
+  return guarded(handle, [&] {
+    return edge().feed_part(handle, part, view(bytes, size), static_cast<int64_t>(now_ms));
+  });
+}
+
+const uint8_t* edge_fail_part(uint32_t handle, uint32_t part, const uint8_t* why, size_t size,
+                              double now_ms) {
+  return guarded(handle, [&] {
+    return edge().fail_part(handle, part, view(why, size), static_cast<int64_t>(now_ms));
+  });
+}
+
 const uint8_t* edge_background(uint32_t handle, double now_ms) {
   return guarded(handle, [&] { return edge().background(handle, static_cast<int64_t>(now_ms)); });
 }

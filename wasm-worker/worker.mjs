@@ -28,7 +28,10 @@
 //   REDIS_CONNECT_TIMEOUT_MS (1000), REDIS_TIMEOUT_MS (2000: each write and read).
 //   On a Redis Cluster (REDIS_CLUSTER, read by the core: shared/routed_conversation.h) each
 //   Redis step names its node (`node`), a backoff to wait first (`delay_ms`) and connections to
-//   close (`close`); this host keeps one socket per node per request, six at most.
+//   close (`close`); this host keeps one socket per node per request, six at most. A spread
+//   round over several nodes (key layout v2) is one step in `parts`, one per node: every part
+//   is written, then every part's socket is read concurrently and each part's bytes go back to
+//   the core by its index (driveParts): a round over N nodes costs one round trip, not N.
 import { connect } from 'cloudflare:sockets';
 
 import createQuiverEdge from './quiver-edge.mjs';
@@ -108,6 +111,17 @@ class Edge {
   fail(handle, why) {
     return this.withBytes(encoder.encode(why), (p, n) =>
       this.step(this.m._edge_fail(handle, p, n, Date.now())));
+  }
+
+  // A step in parts: part `part`'s bytes, or its connection's failure.
+  feedPart(handle, part, bytes) {
+    return this.withBytes(bytes, (p, n) =>
+      this.step(this.m._edge_feed_part(handle, part, p, n, Date.now())));
+  }
+
+  failPart(handle, part, why) {
+    return this.withBytes(encoder.encode(why), (p, n) =>
+      this.step(this.m._edge_fail_part(handle, part, p, n, Date.now())));
   }
 
   background(handle) {
@@ -265,8 +279,9 @@ class RedisConnection {
       throw await this.failure(this.writeFailure ?? e);
     }
     if (result.done) {
+      // Not worded "connect...": the core reads that as nothing sent, and this write may have run.
       throw this.writeFailure ? await this.failure(this.writeFailure)
-                              : new Error('connection closed by Redis');
+                              : new Error('Redis closed the connection');
     }
     return result.value;
   }
@@ -302,6 +317,62 @@ function closeAll(io) {
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
+// The socket of `node` for a write, opened (or opened anew) as the core says.
+function connectionFor(io, env, node, newConnection) {
+  const address = nodeAddress(node);
+  if (newConnection || !io.conns.has(address)) {
+    closeNode(io, address);
+    if (io.conns.size >= MAX_SOCKETS) throw new Error('more Redis sockets than a request may hold');
+    io.conns.set(address, RedisConnection.open(env, node));
+  }
+  return io.conns.get(address);
+}
+
+// A step in parts (a spread round over several cluster nodes; its `close` and `delay_ms` are
+// done): every part is written to its node's socket and every socket read concurrently, each
+// part's bytes fed back by its index until the core says that part is settled (`wait`); the
+// call that settles the last part returns the round's next step. A part whose socket fails is
+// reported for that part only (edge.failPart): the core decides as for one node (retry what was
+// unsent, else a store failure) once every part is settled. A client that goes away ends it all.
+async function driveParts(edge, step, io, env) {
+  const handle = step.handle;
+  const blocksMs = step.redis_blocks_ms ?? 0;
+  let next = null;
+  let settled = false;
+  let offset = 0;
+  const parts = step.parts.map((part, index) => {
+    const bytes = step.payload.subarray(offset, offset + part.bytes);
+    offset += part.bytes;
+    return { index, node: part.node, newConnection: part.new_connection, bytes };
+  });
+  const one = async ({ index, node, newConnection, bytes }) => {
+    const address = nodeAddress(node);
+    let s;
+    try {
+      const redis = connectionFor(io, env, node, newConnection);
+      await redis.write(bytes);
+      for (;;) {
+        const chunk = await redis.read(blocksMs);
+        if (io.gone) throw new ClientGone();
+        s = edge.feedPart(handle, index, chunk);
+        if (s?.part !== index) break;  // the round's next step
+        if (s.action === 'wait') return;
+        if (s.action === 'redis') await redis.write(s.payload);  // the scripts it lacked, as EVAL
+      }
+    } catch (e) {
+      if (io.gone) throw new ClientGone();
+      closeNode(io, address);
+      s = edge.failPart(handle, index, String(e?.message ?? e));
+      if (s?.part === index) return;
+    }
+    settled = true;
+    next = s;
+  };
+  await Promise.all(parts.map(one));
+  if (!settled) throw new Error('the core settled no round after its parts');
+  return next;
+}
+
 // Carries out Redis steps until the core answers (respond) or is done. Any I/O failure goes back
 // to the core (edge.fail), which decides: another connection, a stale L1 copy, or a 503. A step
 // that opens an event stream comes back unperformed while `io.stream` is not set: the caller
@@ -316,6 +387,11 @@ async function drive(edge, step, io, env) {
         if (step.delay_ms > 0) {
           await sleep(step.delay_ms);  // a cluster's backoff (TRYAGAIN, a failover)
           if (io.gone) throw new ClientGone();
+        }
+        if (step.parts) {
+          io.current = '';
+          step = await driveParts(edge, step, io, env);
+          continue;
         }
         const address = nodeAddress(step.node);
         io.current = address;

@@ -17,7 +17,10 @@
 // or a log line. An event stream (a /mcp call's, `open_stream`) opens at most once, on a Redis
 // step, with a 200 head and a keep-alive; its answer is then a 200 too. On a cluster every Redis
 // step names its node, waits at most the policy's longest backoff, and the request never holds
-// more than six connections (shared/routed_conversation.h).
+// more than six connections (shared/routed_conversation.h); a step in parts (a spread round over
+// several nodes) names distinct nodes, each part takes the next segment as its node's answer
+// (fed by part, in pieces; a part whose segment runs out fails), every answer to a part's bytes
+// names that part, and the round goes on only from the last part settled.
 #include <cstddef>
 #include <cstdint>
 #include <set>
@@ -70,6 +73,50 @@ void check_response(const EdgeStep& s) {
   }
 }
 
+// Drives a step in parts until the round goes on: each part's answer is the next segment.
+EdgeStep serve_parts(EdgeService& edge, const EdgeStep& step,
+                     std::vector<std::string_view>& round_trips, int64_t now) {
+  const std::size_t n = step.redis_parts.size();
+  auto next_segment = [&] {
+    std::vector<std::string_view> pieces;
+    if (!round_trips.empty()) {
+      pieces = fuzz::random_splits(round_trips.front());
+      round_trips.erase(round_trips.begin());
+    }
+    return pieces;
+  };
+  for (std::size_t k = 0; k < n; ++k) {
+    std::vector<std::string_view> pieces = next_segment();
+    for (int guard = 0;; ++guard) {
+      fuzz::check(guard < 10000, "edge: a part that never settles");
+      EdgeStep s;
+      if (pieces.empty()) {
+        s = edge.fail_part(step.handle, static_cast<uint32_t>(k), "connection closed", now);
+      } else {
+        s = edge.feed_part(step.handle, static_cast<uint32_t>(k), pieces.front(), now);
+        pieces.erase(pieces.begin());
+      }
+      fuzz::check(s.handle == step.handle, "edge: a part's step for another handle");
+      if (s.redis_part < 0) {
+        fuzz::check(k + 1 == n, "edge: a round went on before all its parts settled");
+        return s;
+      }
+      fuzz::check(s.redis_part == static_cast<int>(k), "edge: a step for another part");
+      if (s.action == EdgeAction::kWait) break;
+      if (s.action == EdgeAction::kRedis) {
+        fuzz::check(s.redis_parts.empty() && s.redis_host == step.redis_parts[k].host &&
+                        s.redis_port == step.redis_parts[k].port,
+                    "edge: a part's write to another node");
+        pieces = next_segment();
+        continue;
+      }
+      fuzz::check(s.action == EdgeAction::kRead, "edge: a part's step that is not read or write");
+    }
+  }
+  fuzz::check(false, "edge: every part settled, and no round went on");
+  return EdgeStep{};
+}
+
 // Drives one request to its end; `round_trips` (Redis' answers) are consumed as it goes.
 void serve(EdgeService& edge, EdgeStep step, std::vector<std::string_view>& round_trips,
            int64_t now) {
@@ -101,6 +148,26 @@ void serve(EdgeService& edge, EdgeStep step, std::vector<std::string_view>& roun
       continue;
     }
     // kRedis: the commands would be written, their answer is the next round trip's bytes.
+    if (step.action == EdgeAction::kRedis && !step.redis_parts.empty()) {
+      fuzz::check(edge.cluster() != nullptr && step.redis_host.empty() &&
+                      step.redis_parts.size() >= 2 &&
+                      step.redis_parts.size() <= kMaxNodesPerRequest,
+                  "edge: a step in parts off a cluster, or of one node, or past the cap");
+      fuzz::check(step.redis_delay_ms >= 0 && step.redis_delay_ms <= 500,
+                  "edge: a backoff past the policy's bound");
+      for (const std::string& a : step.redis_close) open.erase(a);
+      std::set<std::string> nodes;
+      for (const EdgeStep::Part& p : step.redis_parts) {
+        fuzz::check(!p.host.empty(), "edge: a part names no node");
+        const std::string node = p.host + ":" + std::to_string(p.port);
+        fuzz::check(nodes.insert(node).second, "edge: two parts to one node");
+        open.insert(node);
+      }
+      fuzz::check(open.size() <= kMaxNodesPerRequest, "edge: more than six Redis connections");
+      step = serve_parts(edge, step, round_trips, now);
+      pieces.clear();
+      continue;
+    }
     if (step.action == EdgeAction::kRedis) {
       fuzz::check(edge.cluster() == nullptr || !step.redis_host.empty(),
                   "edge: a cluster's Redis step names no node");

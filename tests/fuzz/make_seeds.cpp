@@ -21,6 +21,7 @@
 #include "shared/edge_service.h"
 #include "shared/json.h"
 #include "shared/jsonrpc.h"
+#include "shared/layout.h"
 #include "shared/manifest.h"
 #include "shared/mcp_session.h"
 #include "shared/redis_cluster.h"
@@ -284,6 +285,32 @@ void edge_seeds(const std::string& manifest) {
                    1 | 8,
                    request("GET", "/v1/manifests"),
                    {ok + shards, ok + "-CLUSTERDOWN The cluster is down\r\n", shards, read}});
+  // Key layout v2 on a cluster whose master 7001 serves alice's slot alone: the v1 script names
+  // v2:ready, and round 1 of the read in rounds goes out in two parts (the namespace's slot at
+  // 7000, alice's at 7001, a new connection), each part answered by its own segment.
+  {
+    const int64_t m = cluster_key_slot("{default:m:alice}");
+    std::vector<RespValue> rest;
+    if (m > 0) {
+      rest.push_back(I(0));
+      rest.push_back(I(m - 1));
+    }
+    if (m < 16383) {
+      rest.push_back(I(m + 1));
+      rest.push_back(I(16383));
+    }
+    const std::string apart = encode_reply(
+        A({A({S("slots"), A(std::move(rest)), S("nodes"), A({cnode("a", 7000, "master")})}),
+           A({S("slots"), A({I(m), I(m)}), S("nodes"), A({cnode("b", 7001, "master")})})}));
+    cases.push_back(
+        {"cluster-v2-parts",
+         1 | 8,
+         request("GET", "/v1/manifests"),
+         {ok + apart,
+          encode_reply(A({S(kLayoutUnknownTag), S("v2:ready:7"), S("quiver:{default}:layout")})),
+          encode_reply(S("v2:ready:7")) + encode_reply(S("ready:1")),
+          ok + encode_reply(S("3")) + encode_reply(A({}))}});
+  }
   for (const Case& c : cases) write_seed("edge", c.name, edge_input(c.flags, c.req, c.redis));
   write_seed("edge", "wire-garbage",
              std::string("\x01\x08\x00\x00\x00", 5) + "\x04\x00\x00\x00{}}}");
