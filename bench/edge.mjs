@@ -19,12 +19,12 @@
 // at 1 and 16 connections (keep-alive), p50 / p99 latency and requests/s, as wrk reports them.
 // Needs wrk (Debian package `wrk`), redis-server and the npm workerd (scripts/setup.sh).
 import { execFileSync } from 'node:child_process';
-import { copyFileSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 
-import { Workerd, argValue, edgeDirArg, repoRoot } from '../tests/edge/harness.mjs';
-import { PASSWORD, startEdgeFixture } from './edge_fixture.mjs';
+import { argValue, edgeDirArg, repoRoot } from '../tests/edge/harness.mjs';
+import { BODY_KEY, PATHS, startBaselines, startEdgeFixture } from './edge_fixture.mjs';
 import { hasWrk, machineLine, printRow, wrk, wrkVersion, writeSection } from './report.mjs';
 
 const arg = argValue;
@@ -38,49 +38,10 @@ const members = arg('--members', 'everything').split(',');
 const edgeDir = edgeDirArg();
 const writeTo = arg('--write', '');
 
-const PATHS = { everything: '/v1/mcp-connections/everything/manifest', realistic: '/v1/manifests' };
-const BODY_KEY = 'bench:body';
 
 if (!hasWrk()) {
   console.error('bench/edge.mjs needs wrk: scripts/setup.sh --bench');
   process.exit(2);
-}
-
-// The baselines for `body` (the bytes the edge answered), each worker in a workerd of its own.
-async function startBaselines(tmp, redisPort, body, logs) {
-  for (const f of ['plain.mjs', 'redis-get.mjs']) {
-    copyFileSync(path.join(repoRoot, 'bench', 'workers', f), path.join(tmp, f));
-  }
-  // A file, not the environment: the realistic member's ~200 KB is over one variable's limit.
-  writeFileSync(path.join(tmp, 'body.json'), body);
-  writeFileSync(path.join(tmp, 'baselines.capnp'), `\
-using Workerd = import "/workerd/workerd.capnp";
-const config :Workerd.Config = (
-  services = [
-    (name = "plain", worker = (modules = [(name = "plain.mjs", esModule = embed "plain.mjs")],
-      compatibilityDate = "2024-09-23",
-      bindings = [(name = "BODY", text = embed "body.json")])),
-    (name = "redis-get", worker = (
-      modules = [(name = "redis-get.mjs", esModule = embed "redis-get.mjs")],
-      compatibilityDate = "2024-09-23", globalOutbound = "net",
-      bindings = [(name = "REDIS_HOST", text = "127.0.0.1"),
-                  (name = "REDIS_PORT", fromEnvironment = "REDIS_PORT"),
-                  (name = "REDIS_PASSWORD", fromEnvironment = "REDIS_PASSWORD"),
-                  (name = "KEY", text = "${BODY_KEY}")])),
-    (name = "net", network = (allow = ["local"])),
-  ],
-  sockets = [
-    (name = "http", address = "127.0.0.1:0", http = (), service = "plain"),
-    (name = "redis", address = "127.0.0.1:0", http = (), service = "redis-get"),
-  ],
-);
-`);
-  const config = path.join(tmp, 'baselines.capnp');
-  const env = { REDIS_PORT: String(redisPort), REDIS_PASSWORD: PASSWORD };
-  const plain = await Workerd.start({ config, logs, env });
-  // The same config again, serving the other socket: each baseline has a process to itself.
-  const redisGet = await Workerd.start({ config, logs, socket: 'redis', env });
-  return { plain, redisGet };
 }
 
 async function runMember(member, logs) {

@@ -4,9 +4,12 @@
 //   everything  one shared connection, the tools server-everything lists, one of them disabled
 //   realistic   10 shared connections, each manifest about 20 KB (8 tools of ~2.4 KB; 80 tools
 //               in all, so one /mcp tools/list page of 100 holds them)
+import { copyFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+
 import {
   Layout, RedisServer, Workerd, connectionCommands, everythingTools, manifestCommands,
-  manifestJson, mintToken,
+  manifestJson, mintToken, repoRoot,
 } from '../tests/edge/harness.mjs';
 
 export const KID = 'bench';
@@ -78,4 +81,46 @@ export async function startEdgeFixture({ edgeDir, member, logs }) {
     await stop();
     throw e;
   }
+}
+
+// What each member's benchmarked request asks for.
+export const PATHS = { everything: '/v1/mcp-connections/everything/manifest', realistic: '/v1/manifests' };
+// The key the hand-written worker GETs: the bytes the edge answered for the member.
+export const BODY_KEY = 'bench:body';
+
+// The baselines for `body` (the bytes the edge answered), each worker in a workerd of its own.
+export async function startBaselines(tmp, redisPort, body, logs) {
+  for (const f of ['plain.mjs', 'redis-get.mjs']) {
+    copyFileSync(path.join(repoRoot, 'bench', 'workers', f), path.join(tmp, f));
+  }
+  // A file, not the environment: the realistic member's ~200 KB is over one variable's limit.
+  writeFileSync(path.join(tmp, 'body.json'), body);
+  writeFileSync(path.join(tmp, 'baselines.capnp'), `\
+using Workerd = import "/workerd/workerd.capnp";
+const config :Workerd.Config = (
+  services = [
+    (name = "plain", worker = (modules = [(name = "plain.mjs", esModule = embed "plain.mjs")],
+      compatibilityDate = "2024-09-23",
+      bindings = [(name = "BODY", text = embed "body.json")])),
+    (name = "redis-get", worker = (
+      modules = [(name = "redis-get.mjs", esModule = embed "redis-get.mjs")],
+      compatibilityDate = "2024-09-23", globalOutbound = "net",
+      bindings = [(name = "REDIS_HOST", text = "127.0.0.1"),
+                  (name = "REDIS_PORT", fromEnvironment = "REDIS_PORT"),
+                  (name = "REDIS_PASSWORD", fromEnvironment = "REDIS_PASSWORD"),
+                  (name = "KEY", text = "${BODY_KEY}")])),
+    (name = "net", network = (allow = ["local"])),
+  ],
+  sockets = [
+    (name = "http", address = "127.0.0.1:0", http = (), service = "plain"),
+    (name = "redis", address = "127.0.0.1:0", http = (), service = "redis-get"),
+  ],
+);
+`);
+  const config = path.join(tmp, 'baselines.capnp');
+  const env = { REDIS_PORT: String(redisPort), REDIS_PASSWORD: PASSWORD };
+  const plain = await Workerd.start({ config, logs, env });
+  // The same config again, serving the other socket: each baseline has a process to itself.
+  const redisGet = await Workerd.start({ config, logs, socket: 'redis', env });
+  return { plain, redisGet };
 }
