@@ -475,8 +475,7 @@ EdgeStep EdgeService::healthz(Request& r, const HttpRequest& request) {
                                {"body_bytes", bodies_.bytes()},
                                {"body_hits", bodies_.stats().hits},
                                {"body_misses", bodies_.stats().misses}});
-    body["layout"] =
-        Json::object({{"reads", key_layout_name(layout_)}, {"v2_not_served", v2_not_served_}});
+    body["layout"] = Json::object({{"reads", key_layout_name(layout_)}});
     if (cluster_) {
       const ClusterRouterStats& c = cluster_->stats();
       body["cluster"] = Json::object({{"slot", cluster_->slot()},

@@ -180,9 +180,8 @@ class EdgeService {
   const RenderCache* render_cache() const { return render_cache_.get(); }
   const ClusterRouter* cluster() const { return cluster_.get(); }
   // The key layout this isolate last found the namespace in (the layout record; v1 until a read
-  // says otherwise), and the requests it refused because their path is not served on v2.
+  // says otherwise).
   KeyLayout layout() const { return layout_; }
-  uint64_t v2_not_served() const { return v2_not_served_; }
 
  private:
   struct Request;
@@ -260,7 +259,6 @@ class EdgeService {
   std::optional<RedisKeys> keys_;
   std::optional<RedisKeys> keys_v2_;  // the same namespace in key layout v2
   KeyLayout layout_ = KeyLayout::kV1;
-  uint64_t v2_not_served_ = 0;
   SnapshotCache cache_;  // L1: snapshot reads (decoded), per caller and query
   EdgeCache answers_;    // L1: rendered answers, per caller and exact request
   // The snapshot reads again, kept past the TTL for conditional reads (validate_max_age_ms).
