@@ -82,7 +82,7 @@ int64_t counter_value(const std::string& text, const std::string& name) {
 // One answer of GET /v1/manifests, as the reader saw it.
 struct Answer {
   std::chrono::steady_clock::time_point at;
-  int status = 0;  // 0: no HTTP answer
+  int status = 0;       // 0: no HTTP answer
   std::string problem;  // a 200 that does not list every connection with its manifest
   std::string failed;   // entries that say they failed (no manifest, and a status saying why)
   std::map<std::string, std::set<std::string>> tools;  // id -> tool names
@@ -137,8 +137,8 @@ class RedisClusterV2FaultsTest : public ::testing::Test {
     if (master == 0) return false;
     RedisConnection c(cluster_->connect(master));
     return c != nullptr &&
-           run_argv(c.get(), {"SET", key,
-                              layout_record_value(KeyLayout::kV2, "ready", system_clock_ms()())})
+           run_argv(c.get(),
+                    {"SET", key, layout_record_value(KeyLayout::kV2, "ready", system_clock_ms()())})
                .is_ok();
   }
 
@@ -171,8 +171,8 @@ class RedisClusterV2FaultsTest : public ::testing::Test {
                       {{"list_timeout_ms", 30000},
                        {"request_timeout_ms", 30000},
                        {"store_check_interval_ms", 200}}}}}};
-    agent_ = std::make_unique<AgentServe>(config, std::map<std::string, std::string>{},
-                                          dir_->root());
+    agent_ =
+        std::make_unique<AgentServe>(config, std::map<std::string, std::string>{}, dir_->root());
     ASSERT_TRUE(agent_->ok()) << agent_->logs();
     Result<std::string> token =
         mint_caller_token("alice", kTokenKey, "k1", system_clock_ms()(), 3'600'000);
@@ -477,8 +477,9 @@ TEST_F(RedisClusterV2FaultsTest, TheAgentWritingV2ServesAndRefreshesThroughAResh
   for (int status : posted) EXPECT_EQ(status, 202);
   const int64_t ask = metric("quiver_redis_cluster_ask_total");
   EXPECT_GT(ask, 0);
-  std::cout << "[ cluster  ] ASK " << ask << ", MOVED " << metric("quiver_redis_cluster_moved_total")
-            << ", retries " << metric("quiver_redis_cluster_retries_total") << "\n";
+  std::cout << "[ cluster  ] ASK " << ask << ", MOVED "
+            << metric("quiver_redis_cluster_moved_total") << ", retries "
+            << metric("quiver_redis_cluster_retries_total") << "\n";
   // The final manifest is the upstream's: its first tools and every one added, in v2 on `to`.
   for (const std::string& t : added) expected.insert(t);
   EXPECT_EQ(tools_of(id), expected);

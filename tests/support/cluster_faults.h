@@ -62,9 +62,9 @@ inline bool fail_over_to(RedisCluster& cluster, int replica) {
 }
 
 struct SlotMove {
-  int batch = 1;                // keys per MIGRATE
-  int pause_ms = 300;           // between two batches (and after MIGRATING, before the first)
-  std::string password;         // the nodes' (MIGRATE ... AUTH)
+  int batch = 1;         // keys per MIGRATE
+  int pause_ms = 300;    // between two batches (and after MIGRATING, before the first)
+  std::string password;  // the nodes' (MIGRATE ... AUTH)
   std::function<void()> while_migrating;  // called once with the slot half moved, if set
 };
 
@@ -83,13 +83,13 @@ inline std::string move_slot(const RedisCluster& cluster, uint16_t slot, int fro
   auto check = [](const RespValue& v, const std::string& what) {
     return v.is_ok() ? std::string() : what + ": " + v.str;
   };
-  if (std::string e = check(run_argv(dst.get(), {"CLUSTER", "SETSLOT", s, "IMPORTING", src_id}),
-                            "IMPORTING");
+  if (std::string e =
+          check(run_argv(dst.get(), {"CLUSTER", "SETSLOT", s, "IMPORTING", src_id}), "IMPORTING");
       !e.empty()) {
     return e;
   }
-  if (std::string e = check(run_argv(src.get(), {"CLUSTER", "SETSLOT", s, "MIGRATING", dst_id}),
-                            "MIGRATING");
+  if (std::string e =
+          check(run_argv(src.get(), {"CLUSTER", "SETSLOT", s, "MIGRATING", dst_id}), "MIGRATING");
       !e.empty()) {
     return e;
   }
