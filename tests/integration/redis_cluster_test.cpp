@@ -55,6 +55,16 @@ class RedisClusterTest : public ::testing::Test {
     return pool.ok() ? std::move(*pool) : nullptr;
   }
 
+  // The master serving `slot` in the pool's map, and another master (0 when there is none).
+  static std::pair<int, int> owner_and_another(const RedisClusterPool& pool, uint16_t slot) {
+    const ClusterShard* owner = pool.map().shard_for_slot(slot);
+    if (owner == nullptr) return {0, 0};
+    for (const ClusterNode& m : pool.map().masters()) {
+      if (m.port != owner->master.port) return {owner->master.port, m.port};
+    }
+    return {owner->master.port, 0};
+  }
+
   RespValue on(int port, const std::vector<std::string>& argv) {
     RedisConnection c(cluster_->connect(port));
     if (c == nullptr) return RespValue::error("cannot connect");
@@ -368,11 +378,7 @@ TEST_F(RedisClusterTest, ASplitSlotIsWaitedOutByAScriptDeclaringAnAbsentKey) {
   ASSERT_TRUE(pool->refresh().ok());
   const std::string tag = "{split}";
   const uint16_t slot = cluster_key_slot(tag);
-  const int from = pool->map().shard_for_slot(slot)->master.port;
-  int to = 0;
-  for (const ClusterNode& m : pool->map().masters()) {
-    if (m.port != from) to = m.port;
-  }
+  const auto [from, to] = owner_and_another(*pool, slot);
   ASSERT_NE(to, 0);
   ASSERT_TRUE(pool->run({"SET", tag + ":a", "1"})->is_ok());
   ASSERT_TRUE(pool->run({"SET", tag + ":b", "2"})->is_ok());
@@ -429,11 +435,7 @@ TEST_F(RedisClusterTest, APipelinePinnedToASlotFollowsItsMigration) {
   ASSERT_TRUE(pool->refresh().ok());
   const std::string tag = "{pin}";
   const uint16_t slot = cluster_key_slot(tag);
-  const int from = pool->map().shard_for_slot(slot)->master.port;
-  int to = 0;
-  for (const ClusterNode& m : pool->map().masters()) {
-    if (m.port != from) to = m.port;
-  }
+  const auto [from, to] = owner_and_another(*pool, slot);
   ASSERT_NE(to, 0);
   auto values = [](const Result<std::vector<RespValue>>& r) {
     std::vector<std::string> out;
