@@ -568,7 +568,13 @@ ClusterStep decide_cluster_step(const RespValue& reply, std::string_view answere
   using Kind = ClusterRedirect::Kind;
   if (r->kind == Kind::kNone) return step;
   const std::string said = reply.str.substr(0, 120);
-  if (attempt >= policy.max_attempts) {
+  // The migration's answers (TRYAGAIN while it lasts, the ASK or MOVED that follow it) may wait it
+  // out; redirects keep their own budget.
+  const bool migration =
+      r->kind == Kind::kTryAgain || r->kind == Kind::kAsk || r->kind == Kind::kMoved;
+  const int budget =
+      migration ? std::max(policy.max_attempts, policy.max_tryagain_attempts) : policy.max_attempts;
+  if (attempt >= budget) {
     return give_up("no answer after " + std::to_string(attempt) + " attempts (last: " + said + ")");
   }
   switch (r->kind) {

@@ -162,6 +162,14 @@ struct ClusterRetryPolicy {
   int max_attempts = 8;   // every try of one command, redirects and retries included
   int64_t backoff_initial_ms = 20;
   int64_t backoff_max_ms = 500;
+  // A slot migration's answers (TRYAGAIN, and the ASK or MOVED that come after it) may be
+  // followed until this many attempts when it is more than max_attempts (0: no more); redirects
+  // keep max_redirects. A command whose keys are split by a migration (some moved, some not, or
+  // one of them absent: Redis counts an absent key as not moved) is answered TRYAGAIN by both
+  // nodes until the slot's last key has moved and SETSLOT NODE ends the migration, which lasts
+  // as long as the MIGRATEs of the whole slot; the hosts that wait it out set this (the agent's
+  // spread rounds: RedisClusterPool::run_batch), the others keep max_attempts.
+  int max_tryagain_attempts = 0;
 };
 
 // A node's reply to a routed command, classified. Redis's words: "MOVED 3999 10.0.0.2:6381",
@@ -210,6 +218,8 @@ const char* cluster_action_name(ClusterStep::Action action);
 // What follows `reply` to the `attempt`th try of a command (1 = the first send), `redirects`
 // MOVED/ASK already followed. Exhausted budgets are kGiveUp with kStoreUnavailable, never
 // kInternal: a cluster in the middle of a failover or a reshard is a store that passes.
+// TRYAGAIN, ASK and MOVED give up at max(max_attempts, max_tryagain_attempts) attempts (ASK and
+// MOVED also at max_redirects); every other answer at max_attempts.
 ClusterStep decide_cluster_step(const RespValue& reply, std::string_view answered_host, int attempt,
                                 int redirects, const ClusterRetryPolicy& policy);
 

@@ -302,8 +302,10 @@ struct RedisClusterPool::Impl {
     }
   }
 
-  std::vector<Result<RespValue>> run_batch_locked(const std::vector<ClusterRequest>& requests);
-  Result<std::vector<RespValue>> run_at_slot_locked(uint16_t slot,
+  std::vector<Result<RespValue>> run_batch_locked(std::unique_lock<std::mutex>& lock,
+                                                  const std::vector<ClusterRequest>& requests);
+  Result<std::vector<RespValue>> run_at_slot_locked(std::unique_lock<std::mutex>& lock,
+                                                    uint16_t slot,
                                                     const std::vector<RedisCommand>& commands,
                                                     int64_t timeout_ms);
   std::vector<std::pair<ClusterNode, Result<RespValue>>> run_on_masters_locked(
@@ -311,6 +313,15 @@ struct RedisClusterPool::Impl {
 };
 
 namespace {
+
+// A backoff waited out without the pool's lock: other calls (the API's reads while a refresh
+// waits for a slot to finish moving) go meanwhile. Whoever holds `lock` again re-reads the map.
+void back_off(std::unique_lock<std::mutex>& lock, int64_t ms) {
+  if (ms <= 0) return;
+  lock.unlock();
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  lock.lock();
+}
 
 // Per request, across the rounds of one run_batch.
 struct RequestState {
@@ -322,7 +333,7 @@ struct RequestState {
 }  // namespace
 
 std::vector<Result<RespValue>> RedisClusterPool::Impl::run_batch_locked(
-    const std::vector<ClusterRequest>& requests) {
+    std::unique_lock<std::mutex>& lock, const std::vector<ClusterRequest>& requests) {
   const std::size_t n = requests.size();
   std::vector<std::optional<Result<RespValue>>> results(n);
   std::vector<RequestState> state(n);
@@ -332,11 +343,18 @@ std::vector<Result<RespValue>> RedisClusterPool::Impl::run_batch_locked(
   bool refresh = !have_map;
   int64_t backoff_ms = 0;
   std::vector<std::size_t> next;
+  ClusterRetryPolicy policy = options.retry;
+  policy.max_tryagain_attempts =
+      std::max(policy.max_tryagain_attempts, options.batch_tryagain_attempts);
 
-  auto follow = [&](std::size_t i, const RespValue& reply, const std::string& host) {
+  // `asked`: the node the reply came from when it was sent after ASKING. Its TRYAGAIN (the
+  // command's keys not all moved yet) is retried there, after ASKING again: the source would
+  // answer ASK again, each time a redirect of the budget.
+  auto follow = [&](std::size_t i, const RespValue& reply, const ClusterNode* asked,
+                    const std::string& host) {
     RequestState& st = state[i];
     ++st.attempts;
-    ClusterStep step = decide_cluster_step(reply, host, st.attempts, st.redirects, options.retry);
+    ClusterStep step = decide_cluster_step(reply, host, st.attempts, st.redirects, policy);
     if (step.action == ClusterStep::Action::kUseReply) {
       results[i] = reply;
       return;
@@ -350,6 +368,10 @@ std::vector<Result<RespValue>> RedisClusterPool::Impl::run_batch_locked(
     if (step.action == ClusterStep::Action::kAskAt) {
       st.ask = step.node;
       ++st.redirects;
+    }
+    if (asked != nullptr && step.action == ClusterStep::Action::kBackoffThenRetry &&
+        !step.refresh_map) {
+      st.ask = *asked;
     }
     next.push_back(i);
   };
@@ -366,7 +388,7 @@ std::vector<Result<RespValue>> RedisClusterPool::Impl::run_batch_locked(
                          error.message + " (a write that may have run is not sent again)");
       return;
     }
-    ClusterStep step = cluster_step_after_io_failure(error.message, st.attempts, options.retry);
+    ClusterStep step = cluster_step_after_io_failure(error.message, st.attempts, policy);
     if (step.action == ClusterStep::Action::kGiveUp) {
       results[i] = step.error;
       return;
@@ -378,7 +400,7 @@ std::vector<Result<RespValue>> RedisClusterPool::Impl::run_batch_locked(
   };
 
   while (!pending.empty()) {
-    if (backoff_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
+    back_off(lock, backoff_ms);
     backoff_ms = 0;
     if (refresh) {
       refresh = false;
@@ -417,7 +439,7 @@ std::vector<Result<RespValue>> RedisClusterPool::Impl::run_batch_locked(
       for (std::size_t j = 0; j < batch.indices.size(); ++j) {
         std::size_t i = routed[batch.indices[j]];
         if (replies.ok()) {
-          follow(i, (*replies)[j], batch.node.host);
+          follow(i, (*replies)[j], nullptr, batch.node.host);
         } else {
           failed(i, replies.error(), after_send);
         }
@@ -432,7 +454,7 @@ std::vector<Result<RespValue>> RedisClusterPool::Impl::run_batch_locked(
       Result<std::vector<RespValue>> replies =
           round(node, {{"ASKING"}, requests[i].argv}, false, ScriptForm::kText, &after_send);
       if (replies.ok()) {
-        follow(i, (*replies)[1], node.host);
+        follow(i, (*replies)[1], &node, node.host);
       } else {
         failed(i, replies.error(), after_send);
       }
@@ -452,7 +474,8 @@ std::vector<Result<RespValue>> RedisClusterPool::Impl::run_batch_locked(
 }
 
 Result<std::vector<RespValue>> RedisClusterPool::Impl::run_at_slot_locked(
-    uint16_t slot, const std::vector<RedisCommand>& commands, int64_t timeout_ms) {
+    std::unique_lock<std::mutex>& lock, uint16_t slot, const std::vector<RedisCommand>& commands,
+    int64_t timeout_ms) {
   const std::size_t n = commands.size();
   std::vector<RespValue> replies(n);
   if (n == 0) return replies;
@@ -477,7 +500,7 @@ Result<std::vector<RespValue>> RedisClusterPool::Impl::run_at_slot_locked(
   };
 
   for (;;) {
-    if (backoff_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
+    back_off(lock, backoff_ms);
     backoff_ms = 0;
     if (refresh) {
       refresh = false;
@@ -599,7 +622,8 @@ Result<std::unique_ptr<RedisClusterPool>> RedisClusterPool::create(
   }
   if (options.retry.max_attempts < 1 || options.retry.max_redirects < 0 ||
       options.retry.backoff_initial_ms < 0 ||
-      options.retry.backoff_max_ms < options.retry.backoff_initial_ms) {
+      options.retry.backoff_max_ms < options.retry.backoff_initial_ms ||
+      options.retry.max_tryagain_attempts < 0 || options.batch_tryagain_attempts < 0) {
     return Error(ErrorCode::kInvalidArgument, "redis cluster: the retry policy is inconsistent");
   }
   auto impl = std::make_unique<Impl>();
@@ -621,14 +645,14 @@ Status RedisClusterPool::refresh() {
 }
 
 Result<RespValue> RedisClusterPool::run(const RedisCommand& argv, bool read_only) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  return std::move(impl_->run_batch_locked({ClusterRequest{argv, read_only}}).front());
+  std::unique_lock<std::mutex> lock(impl_->mu);
+  return std::move(impl_->run_batch_locked(lock, {ClusterRequest{argv, read_only}}).front());
 }
 
 std::vector<Result<RespValue>> RedisClusterPool::run_batch(
     const std::vector<ClusterRequest>& requests) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->run_batch_locked(requests);
+  std::unique_lock<std::mutex> lock(impl_->mu);
+  return impl_->run_batch_locked(lock, requests);
 }
 
 Result<std::vector<RespValue>> RedisClusterPool::run_at_slot(
@@ -637,8 +661,8 @@ Result<std::vector<RespValue>> RedisClusterPool::run_at_slot(
     return Error(ErrorCode::kInvalidArgument,
                  "redis cluster: slot " + std::to_string(slot) + " is past 16383");
   }
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->run_at_slot_locked(slot, commands, timeout_ms);
+  std::unique_lock<std::mutex> lock(impl_->mu);
+  return impl_->run_at_slot_locked(lock, slot, commands, timeout_ms);
 }
 
 std::vector<std::pair<ClusterNode, Result<RespValue>>> RedisClusterPool::run_on_masters(

@@ -5,12 +5,14 @@
 // than 7.0), sends each command to the node serving its key's slot (commands for one node of a
 // batch go as one pipeline), and follows the answers: MOVED updates the map and retries at the
 // named master; ASK sends ASKING + the command to the importing node once and leaves the map
-// alone; TRYAGAIN, LOADING, CLUSTERDOWN and MASTERDOWN are retried after a bounded backoff (the
-// last two after a map refresh); READONLY (a write reached a former master) refreshes the map. A
-// node that cannot be reached refreshes the map and the command is retried within the budget
-// (ClusterRetryPolicy), except a write whose connection failed after it was sent: whether it ran
-// is unknown, so it fails (kStoreUnavailable) rather than run twice. What the budget cannot fix
-// is kStoreUnavailable with the last answer in the message, never kInternal.
+// alone (in run_batch, a TRYAGAIN from there is retried there, after ASKING, until the slot has
+// moved: going back to the source would spend a redirect per retry); TRYAGAIN, LOADING, CLUSTERDOWN
+// and MASTERDOWN are retried after a bounded backoff (the last two after a map refresh); READONLY
+// (a write reached a former master) refreshes the map. A node that cannot be reached refreshes the
+// map and the command is retried within the budget (ClusterRetryPolicy), except a write whose
+// connection failed after it was sent: whether it ran is unknown, so it fails (kStoreUnavailable)
+// rather than run twice. What the budget cannot fix is kStoreUnavailable with the last answer in
+// the message, never kInternal.
 //
 // Connections open lazily, with a connect and a command timeout; AUTH goes first, and a connection
 // to a replica that serves reads (`replica_reads`) sends READONLY in the same write as AUTH. The
@@ -19,7 +21,8 @@
 // `tls-cluster yes` announces them) and carries the bytes. The password never appears in an
 // error or describe().
 //
-// Threads: one mutex for the whole pool (calls take turns). TODO(perf): the pipelines of one batch
+// Threads: one mutex for the whole pool (calls take turns; a call waiting out a backoff lets the
+// others go meanwhile). TODO(perf): the pipelines of one batch
 // go to their nodes one after another; a batch over many nodes could overlap them.
 #pragma once
 
@@ -46,6 +49,11 @@ struct RedisClusterPoolOptions {
   int64_t command_timeout_ms = 2'000;
   bool replica_reads = false;  // read_only requests may go to healthy replicas
   ClusterRetryPolicy retry;
+  // run_batch only (key layout v2's spread commands, every script declaring its keys): TRYAGAIN
+  // is retried until this many attempts (ClusterRetryPolicy::max_tryagain_attempts), about 17 s
+  // of backoff with the default policy: a command whose slot is being resharded waits for the
+  // migration to end rather than fail. run_at_slot (layout v1, MULTI blocks) keeps `retry`.
+  int batch_tryagain_attempts = 40;
 };
 
 // What the pool has done, for tests and metrics.

@@ -22,6 +22,7 @@
 #include "shared/redis_cluster.h"
 #include "shared/redis_keys.h"
 #include "tests/support/cli_run.h"
+#include "tests/support/cluster_faults.h"
 #include "tests/support/hiredis_run.h"
 #include "tests/support/mcp_peers.h"
 #include "tests/support/oauth_e2e.h"
@@ -32,7 +33,9 @@ namespace quiver {
 namespace {
 
 using testing::AgentServe;
+using testing::fail_over_to;
 using testing::http_request;
+using testing::master_and_replica;
 using testing::RedisCluster;
 using testing::RedisConnection;
 using testing::run_argv;
@@ -43,32 +46,7 @@ constexpr char kPassword[] = "cluster-agent-pw-5Tq";
 constexpr char kTokenKey[] = "cluster-agent-caller-token-key-0123456789";
 
 std::string seeds_url(const RedisCluster& cluster) {
-  return std::string("redis+cluster://:") + kPassword +
-         "@127.0.0.1:" + std::to_string(cluster.ports()[0]) +
-         ",127.0.0.1:" + std::to_string(cluster.ports()[1]);
-}
-
-// The port of the master serving `slot` right now, and of its replica (0 when not found).
-std::pair<int, int> master_and_replica(RedisCluster& cluster, uint16_t slot) {
-  for (int port : cluster.ports()) {
-    RedisConnection c(cluster.connect(port));
-    if (c == nullptr) continue;
-    Result<ClusterSlotMap> map =
-        ClusterSlotMap::from_shards(run_argv(c.get(), {"CLUSTER", "SHARDS"}), "127.0.0.1");
-    if (!map.ok()) continue;
-    const ClusterShard* shard = map->shard_for_slot(slot);
-    if (shard == nullptr || shard->replicas.empty()) continue;
-    return {shard->master.port, shard->replicas.front().port};
-  }
-  return {0, 0};
-}
-
-// CLUSTER FAILOVER on `replica`, waiting until it is the master and the cluster is whole again.
-bool fail_over_to(RedisCluster& cluster, int replica) {
-  RedisConnection c(cluster.connect(replica));
-  if (c == nullptr || !run_argv(c.get(), {"CLUSTER", "FAILOVER"}).is_ok()) return false;
-  return wait_until([&] { return cluster.role(replica) == "master"; }, 30000) &&
-         cluster.wait_until_ok(30);
+  return testing::seeds_url(cluster, kPassword);
 }
 
 uint16_t namespace_slot() { return cluster_key_slot(RedisKeys::create()->namespace_record()); }

@@ -55,6 +55,16 @@ class RedisClusterTest : public ::testing::Test {
     return pool.ok() ? std::move(*pool) : nullptr;
   }
 
+  // The master serving `slot` in the pool's map, and another master (0 when there is none).
+  static std::pair<int, int> owner_and_another(const RedisClusterPool& pool, uint16_t slot) {
+    const ClusterShard* owner = pool.map().shard_for_slot(slot);
+    if (owner == nullptr) return {0, 0};
+    for (const ClusterNode& m : pool.map().masters()) {
+      if (m.port != owner->master.port) return {owner->master.port, m.port};
+    }
+    return {owner->master.port, 0};
+  }
+
   RespValue on(int port, const std::vector<std::string>& argv) {
     RedisConnection c(cluster_->connect(port));
     if (c == nullptr) return RespValue::error("cannot connect");
@@ -357,6 +367,65 @@ TEST_F(RedisClusterTest, SlotMigratedMidTrafficIsFollowedThroughAskThenMoved) {
   RecordProperty("traffic_moved", static_cast<int>(traffic->stats().moved));
 }
 
+// A script that declares a key which does not exist (key layout v2's lease, mark, overlay) meets a
+// slot split by a migration as TRYAGAIN for the migration's whole length: at the source while the
+// slot's other keys are there (some keys here, some not), then, once they have left, ASK and
+// TRYAGAIN at the importing node (a key missing) until SETSLOT NODE. run_batch waits it out: the
+// TRYAGAIN after ASK retried at the importing node (no redirect spent per retry), within the
+// TRYAGAIN budget (batch_tryagain_attempts), and the pool's other calls go on meanwhile.
+TEST_F(RedisClusterTest, ASplitSlotIsWaitedOutByAScriptDeclaringAnAbsentKey) {
+  std::unique_ptr<RedisClusterPool> pool = make_pool();
+  ASSERT_TRUE(pool->refresh().ok());
+  const std::string tag = "{split}";
+  const uint16_t slot = cluster_key_slot(tag);
+  const auto [from, to] = owner_and_another(*pool, slot);
+  ASSERT_NE(to, 0);
+  ASSERT_TRUE(pool->run({"SET", tag + ":a", "1"})->is_ok());
+  ASSERT_TRUE(pool->run({"SET", tag + ":b", "2"})->is_ok());
+  ASSERT_TRUE(pool->run({"SET", "elsewhere", "3"})->is_ok());
+  const std::string s = std::to_string(slot);
+  const std::string to_id = cluster_->node_id(to);
+  ASSERT_TRUE(on(to, {"CLUSTER", "SETSLOT", s, "IMPORTING", cluster_->node_id(from)}).is_ok());
+  ASSERT_TRUE(on(from, {"CLUSTER", "SETSLOT", s, "MIGRATING", to_id}).is_ok());
+  ASSERT_TRUE(
+      on(from, {"MIGRATE", "127.0.0.1", std::to_string(to), "", "0", "5000", "KEYS", tag + ":a"})
+          .is_ok());
+  const RedisCommand read_a = {"EVAL", "return redis.call('GET', KEYS[1])", "2", tag + ":a",
+                               tag + ":absent"};
+  const RedisCommand read_b = {"EVAL", "return redis.call('GET', KEYS[1])", "2", tag + ":b",
+                               tag + ":absent"};
+  std::atomic<bool> moved{false};
+  std::atomic<bool> other_call_done_while_split{false};
+  std::vector<Result<RespValue>> split;
+  std::thread waiting([&] {
+    // a: moved (ASK, then TRYAGAIN at the importing node); b: not (TRYAGAIN at the source).
+    split = pool->run_batch({{read_a, false}, {read_b, false}});
+  });
+  // Another call of the same pool while those wait: answered before the slot is whole again.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(value_of(pool->run({"GET", "elsewhere"})), "3");
+  other_call_done_while_split = !moved;
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  // The rest of the slot, then SETSLOT NODE everywhere (redis-cli's order).
+  ASSERT_TRUE(
+      on(from, {"MIGRATE", "127.0.0.1", std::to_string(to), "", "0", "5000", "KEYS", tag + ":b"})
+          .is_ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  std::vector<int> order = {to, from};
+  for (int port : cluster_->master_ports()) {
+    if (port != to && port != from) order.push_back(port);
+  }
+  for (int port : order) ASSERT_TRUE(on(port, {"CLUSTER", "SETSLOT", s, "NODE", to_id}).is_ok());
+  moved = true;
+  waiting.join();
+  ASSERT_EQ(split.size(), 2u);
+  EXPECT_EQ(value_of(split[0]), "1");
+  EXPECT_EQ(value_of(split[1]), "2");
+  EXPECT_TRUE(other_call_done_while_split.load());
+  EXPECT_GE(pool->stats().ask, 1u);
+  EXPECT_GE(pool->stats().retries, 4u);
+}
+
 // run_at_slot: one pipeline to the slot's master, keyless commands along; mid-migration the keys
 // already moved are asked for at the importing node (ASKING before each), the rest answered where
 // they are; once moved, the old owner's MOVED sends the pipeline, and a MULTI/EXEC block whole, to
@@ -366,11 +435,7 @@ TEST_F(RedisClusterTest, APipelinePinnedToASlotFollowsItsMigration) {
   ASSERT_TRUE(pool->refresh().ok());
   const std::string tag = "{pin}";
   const uint16_t slot = cluster_key_slot(tag);
-  const int from = pool->map().shard_for_slot(slot)->master.port;
-  int to = 0;
-  for (const ClusterNode& m : pool->map().masters()) {
-    if (m.port != from) to = m.port;
-  }
+  const auto [from, to] = owner_and_another(*pool, slot);
   ASSERT_NE(to, 0);
   auto values = [](const Result<std::vector<RespValue>>& r) {
     std::vector<std::string> out;

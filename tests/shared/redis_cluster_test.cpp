@@ -359,6 +359,50 @@ TEST(ClusterStep, DecisionTable) {
   EXPECT_NE(out.error.message.find("MOVED 5 h:7001"), std::string::npos) << out.error.message;
 }
 
+// A slot being resharded answers TRYAGAIN for as long as its MIGRATEs last: a host that waits it
+// out (max_tryagain_attempts) retries TRYAGAIN past max_attempts, and follows the ASK or MOVED
+// that comes after it (within max_redirects); every other answer keeps max_attempts, and without
+// it TRYAGAIN does too.
+TEST(ClusterStep, TryAgainMayHaveABudgetOfItsOwn) {
+  const RespValue tryagain =
+      RespValue::error("TRYAGAIN Multiple keys request during rehashing of slot");
+  ClusterRetryPolicy policy;
+  EXPECT_EQ(decide_cluster_step(tryagain, "h", policy.max_attempts, 0, policy).action,
+            ClusterStep::Action::kGiveUp);
+  policy.max_tryagain_attempts = 40;
+  for (int attempt = policy.max_attempts; attempt < 40; ++attempt) {
+    ClusterStep step = decide_cluster_step(tryagain, "h", attempt, 0, policy);
+    ASSERT_EQ(step.action, ClusterStep::Action::kBackoffThenRetry) << attempt;
+    EXPECT_EQ(step.backoff_ms, policy.backoff_max_ms);
+    EXPECT_FALSE(step.refresh_map);
+  }
+  ClusterStep out = decide_cluster_step(tryagain, "h", 40, 0, policy);
+  EXPECT_EQ(out.action, ClusterStep::Action::kGiveUp);
+  EXPECT_EQ(out.error.code, ErrorCode::kStoreUnavailable);
+  EXPECT_NE(out.error.message.find("TRYAGAIN"), std::string::npos) << out.error.message;
+  for (const char* other : {"LOADING x", "CLUSTERDOWN x", "MASTERDOWN x", "READONLY x"}) {
+    EXPECT_EQ(
+        decide_cluster_step(RespValue::error(other), "h", policy.max_attempts, 0, policy).action,
+        ClusterStep::Action::kGiveUp)
+        << other;
+  }
+  // The migration's end, after many TRYAGAINs: ASK then MOVED, still within max_redirects.
+  EXPECT_EQ(decide_cluster_step(RespValue::error("ASK 5 h:7001"), "h", 30, 0, policy).action,
+            ClusterStep::Action::kAskAt);
+  EXPECT_EQ(decide_cluster_step(RespValue::error("MOVED 5 h:7001"), "h", 31, 1, policy).action,
+            ClusterStep::Action::kRetryAt);
+  EXPECT_EQ(
+      decide_cluster_step(RespValue::error("ASK 5 h:7001"), "h", 30, policy.max_redirects, policy)
+          .action,
+      ClusterStep::Action::kGiveUp);
+  EXPECT_EQ(decide_cluster_step(RespValue::error("MOVED 5 h:7001"), "h", 40, 0, policy).action,
+            ClusterStep::Action::kGiveUp);
+  // A budget below max_attempts changes nothing.
+  policy.max_tryagain_attempts = 2;
+  EXPECT_EQ(decide_cluster_step(tryagain, "h", 2, 0, policy).action,
+            ClusterStep::Action::kBackoffThenRetry);
+}
+
 TEST(ClusterStep, BackoffIsBoundedAndIoFailuresRefresh) {
   ClusterRetryPolicy policy;
   policy.backoff_initial_ms = 10;
