@@ -241,8 +241,7 @@ TEST(EdgeLayoutV2, ASignedWebhookOnV2IsServedInRounds) {
   s = finish_hook(*svc, std::move(s), kNow);
   expect_accepted(s);
   svc->end(s.handle);
-  EXPECT_NE(healthz(*svc).find(R"("layout":{"reads":"v2"})"), std::string::npos)
-      << healthz(*svc);
+  EXPECT_NE(healthz(*svc).find(R"("layout":{"reads":"v2"})"), std::string::npos) << healthz(*svc);
 
   // The same signed request again: round 1 finds its guard, 401, nothing more sent.
   s = svc->begin(signed_webhook(), kNow, kRandom);
