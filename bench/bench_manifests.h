@@ -181,6 +181,21 @@ inline std::size_t seed_member(redisContext* c, const quiver::RedisKeys& keys,
   return bytes;
 }
 
+// The reader of the namespace benches: `g` - 1 shared connections (seed_member) and its own
+// manifest of the per_member connection `team`, each of about `size` bytes, committed apart; the
+// manifests' bytes in all.
+inline std::size_t seed_reader_with_team(redisContext* c, const quiver::RedisKeys& keys,
+                                         const quiver::Principal& reader, const std::string& team,
+                                         int g, std::size_t size, int64_t now) {
+  std::size_t chars = seed_member(c, keys, reader, g - 1, size, now, false);
+  put_connection(c, keys, team, "per_member");
+  command(c, {"SADD", *keys.grants(reader), team});
+  command(c, {"SADD", *keys.grantees(team), reader.str()});
+  const std::string team_text = manifest_text(size, team);
+  commit_apart(c, keys, team, reader, team_text, now);
+  return chars + team_text.size();
+}
+
 // A manifest record as field/value pairs (what bench members' records copy).
 inline std::vector<std::string> record_fields(redisContext* c, const std::string& key) {
   redisReply* r = command_argv(c, {"HGETALL", key});

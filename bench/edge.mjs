@@ -24,7 +24,7 @@ import os from 'node:os';
 import path from 'node:path';
 
 import { argValue, edgeDirArg, repoRoot } from '../tests/edge/harness.mjs';
-import { BODY_KEY, PATHS, startBaselines, startEdgeFixture } from './edge_fixture.mjs';
+import { PATHS, startEdgeFixture, startMemberBaselines } from './edge_fixture.mjs';
 import { hasWrk, machineLine, printRow, wrk, wrkVersion, writeSection } from './report.mjs';
 
 const arg = argValue;
@@ -49,15 +49,8 @@ async function runMember(member, logs) {
   const tmp = mkdtempSync(path.join(os.tmpdir(), 'quiver-edge-bench-'));
   const rows = [];
   try {
-    const target = PATHS[member];
-    const headers = { Authorization: `Bearer ${fx.token}` };
-    const sample = await fx.edgeL1.request('GET', target, { headers });
-    if (sample.status !== 200) throw new Error(`edge answered ${sample.status}: ${sample.text}`);
-    await fx.db.call('SET', BODY_KEY, sample.text);
-    const { plain, redisGet } = await startBaselines(tmp, fx.redis.port, sample.text, logs);
-    fx.servers.push(plain, redisGet);
-    const check = await redisGet.request('GET', target);
-    if (check.text !== sample.text) throw new Error(`the Redis GET baseline answered ${check.status}`);
+    const { target, headers, sample, plain, redisGet } =
+      await startMemberBaselines(fx, member, tmp, logs);
 
     const targets = [
       ['quiver-edge, L1 hit', fx.edgeL1, headers],

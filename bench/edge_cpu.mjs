@@ -20,7 +20,7 @@ import path from 'node:path';
 
 import { Workerd, argValue, repoRoot } from '../tests/edge/harness.mjs';
 import {
-  BODY_KEY, KID, NS, PASSWORD, PATHS, SECRET, startBaselines, startEdgeFixture,
+  KID, NS, PASSWORD, SECRET, startEdgeFixture, startMemberBaselines,
 } from './edge_fixture.mjs';
 import { hasWrk, machineLine, wrk } from './report.mjs';
 
@@ -56,13 +56,7 @@ async function main() {
   const fx = await startEdgeFixture({ edgeDir: edgeDirs[0], member, logs });
   const tmp = mkdtempSync(path.join(os.tmpdir(), 'quiver-edge-cpu-'));
   try {
-    const target = PATHS[member];
-    const headers = { Authorization: `Bearer ${fx.token}` };
-    const sample = await fx.edgeL1.request('GET', target, { headers });
-    if (sample.status !== 200) throw new Error(`edge answered ${sample.status}: ${sample.text}`);
-    await fx.db.call('SET', BODY_KEY, sample.text);
-    const { plain, redisGet } = await startBaselines(tmp, fx.redis.port, sample.text, logs);
-    fx.servers.push(plain, redisGet);
+    const { target, headers, sample, redisGet } = await startMemberBaselines(fx, member, tmp, logs);
     const env = (ttl) => ({
       QUIVER_TOKEN_KEYS: JSON.stringify({ [KID]: SECRET }), QUIVER_NAMESPACE: NS,
       QUIVER_L1_TTL_MS: String(ttl), QUIVER_L1_VALIDATE_MAX_AGE_MS: '600000',

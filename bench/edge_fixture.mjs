@@ -124,3 +124,18 @@ const config :Workerd.Config = (
   const redisGet = await Workerd.start({ config, logs, socket: 'redis', env });
   return { plain, redisGet };
 }
+
+// The member's request at the fixture's L1 edge (200, or this throws), its answer stored under
+// BODY_KEY, and both baselines started (added to fx.servers) and checked to answer the same bytes.
+export async function startMemberBaselines(fx, member, tmp, logs) {
+  const target = PATHS[member];
+  const headers = { Authorization: `Bearer ${fx.token}` };
+  const sample = await fx.edgeL1.request('GET', target, { headers });
+  if (sample.status !== 200) throw new Error(`edge answered ${sample.status}: ${sample.text}`);
+  await fx.db.call('SET', BODY_KEY, sample.text);
+  const { plain, redisGet } = await startBaselines(tmp, fx.redis.port, sample.text, logs);
+  fx.servers.push(plain, redisGet);
+  const check = await redisGet.request('GET', target);
+  if (check.text !== sample.text) throw new Error(`the Redis GET baseline answered ${check.status}`);
+  return { target, headers, sample, plain, redisGet };
+}

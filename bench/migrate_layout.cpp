@@ -87,13 +87,7 @@ int main(int argc, char** argv) {
     Row row;
     row.members = n;
     const auto loading = Clock::now();
-    std::size_t chars = bench::seed_member(c, keys, reader, g - 1, size, now, false);
-    bench::put_connection(c, keys, kTeam, "per_member");
-    bench::command(c, {"SADD", *keys.grants(reader), kTeam});
-    bench::command(c, {"SADD", *keys.grantees(kTeam), reader.str()});
-    const std::string team_text = bench::manifest_text(size, kTeam);
-    bench::commit_apart(c, keys, kTeam, reader, team_text, now);
-    chars += team_text.size();
+    const std::size_t chars = bench::seed_reader_with_team(c, keys, reader, kTeam, g, size, now);
     bench::grant_members(c, keys, kTeam, 0, n - 1,
                          bench::record_fields(c, *keys.manifest(kTeam, reader)));
     row.load_s = std::chrono::duration<double>(Clock::now() - loading).count();

@@ -162,13 +162,7 @@ int main(int argc, char** argv) {
   const std::string token = *quiver::mint_caller_token("reader", kSecret, "k", now, 3'600'000);
 
   // The reader: G - 1 shared connections and its own manifest of the per_member `team`.
-  std::size_t chars = bench::seed_member(c, keys, reader, g - 1, size, now, false);
-  bench::put_connection(c, keys, kTeam, "per_member");
-  bench::command(c, {"SADD", *keys.grants(reader), kTeam});
-  bench::command(c, {"SADD", *keys.grantees(kTeam), reader.str()});
-  const std::string team_text = bench::manifest_text(size, kTeam);
-  bench::commit_apart(c, keys, kTeam, reader, team_text, now);
-  chars += team_text.size();
+  const std::size_t chars = bench::seed_reader_with_team(c, keys, reader, kTeam, g, size, now);
   const std::vector<std::string> fields = bench::record_fields(c, *keys.manifest(kTeam, reader));
 
   std::vector<Row> rows;
