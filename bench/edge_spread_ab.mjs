@@ -16,13 +16,12 @@
 // socket read (a network round trip between the edge and Redis, which loopback does not have;
 // reads of one step in parts wait it at once, as their sockets would).
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
 import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 
 import {
-  RedisCluster, RedisServer, argValue, createEdgeUser, edgeEnv, mintToken, sleep, startEdges,
+  argValue, edgeEnv, mintToken, sleep, startEdges, startLayoutV2Namespaces,
 } from '../tests/edge/harness.mjs';
 
 const dirA = argValue('--a', '');
@@ -82,17 +81,15 @@ const edges = [];
 try {
   const a = instrumented(dirA, path.join(tmp, 'a'));
   const b = instrumented(dirB, path.join(tmp, 'b'));
-  single = await RedisServer.start({ password: REDIS_PASSWORD });
-  const db = await single.client();
-  await createEdgeUser(db, NS, EDGE_REDIS_PASSWORD);
-  db.close();
-  cluster = await RedisCluster.start({ password: REDIS_PASSWORD });
-  const { seed } = await cluster.prepareForEdges(NS, EDGE_REDIS_PASSWORD);
-  const made = spawnSync(fixture, ['--single', String(single.port), '--cluster', String(seed),
-                                   '--ns', NS, '--now', String(Date.now()),
-                                   '--password', REDIS_PASSWORD], { encoding: 'utf8' });
-  assert.equal(made.status, 0, made.stderr);
-  const { members } = JSON.parse(made.stdout);
+  const servers = {};
+  let made;
+  try {
+    made = await startLayoutV2Namespaces({ fixture, ns: NS, password: REDIS_PASSWORD,
+                                           edgePassword: EDGE_REDIS_PASSWORD, into: servers });
+  } finally {
+    ({ single, cluster } = servers);
+  }
+  const { seed, members } = made;
   const common = { ns: NS, kid: KID, secret: SECRET, edgeRedisPassword: EDGE_REDIS_PASSWORD,
                    l1TtlMs: L1_TTL_MS, redisPort: seed };
   const kinds = {

@@ -661,6 +661,25 @@ export function crashed(logs) {
   };
 }
 
+// Key layout v2's shared test namespace: a redis-server holding `ns` in layout v1 and a six-node
+// cluster holding its copy in v2, both with the edge's Redis user (`edgePassword`), filled by the
+// native fixture (tests/tools/layout_v2_fixture.cpp). `into.single` and `into.cluster` are set as
+// each starts, so the caller's `finally` stops whatever did. The cluster's seed and the fixture's
+// members (its JSON on stdout) come back.
+export async function startLayoutV2Namespaces({ fixture, ns, password, edgePassword, into }) {
+  into.single = await RedisServer.start({ password });
+  const db = await into.single.client();
+  await createEdgeUser(db, ns, edgePassword);
+  db.close();
+  into.cluster = await RedisCluster.start({ password });
+  const { seed } = await into.cluster.prepareForEdges(ns, edgePassword);
+  const made = spawnSync(fixture, ['--single', String(into.single.port), '--cluster', String(seed),
+                                   '--ns', ns, '--now', String(Date.now()), '--password', password],
+                         { encoding: 'utf8' });
+  if (made.status !== 0) throw new Error(`the layout v2 fixture exited ${made.status}: ${made.stderr}`);
+  return { seed, members: JSON.parse(made.stdout).members, summary: made.stdout.trim() };
+}
+
 // ---- a Redis Cluster ---------------------------------------------------------------------------
 
 // A free loopback port whose cluster bus port (port + 10000) is free too.

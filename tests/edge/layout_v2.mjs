@@ -15,14 +15,13 @@
 // Age); a second read past the L1 TTL is a conditional read answered `revalidated`, and a write to
 // one connection on the cluster (its manifest's etag, and its version INCRed, by plain commands)
 // changes the next read; a relayed tools/call goes to its connection's shard (AGENT_UNREACHABLE:
-// no agent runs here), not counted as not served.
+// no agent runs here).
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { spawnSync } from 'node:child_process';
 
 import {
-  EDGE_REDIS_USER, Redis, RedisCluster, argValue, crashed, createEdgeUser, edgeDirArg, edgeEnv, finish, mintToken,
-  RedisServer, runTests, skipUnlessInstalled, sleep, startEdges,
+  EDGE_REDIS_USER, Redis, argValue, crashed, edgeDirArg, edgeEnv, finish, mintToken,
+  runTests, skipUnlessInstalled, sleep, startEdges, startLayoutV2Namespaces,
 } from './harness.mjs';
 
 const edgeDir = edgeDirArg();
@@ -42,6 +41,7 @@ let v1Edge;        // Workerd on `single`
 const v2Edges = [];  // Workerd × 2 on `cluster`
 const logs = [];
 let members = [];
+let seed;           // a master of `cluster`, the v2 edges' seed
 const auth = (member) => ({ authorization: `Bearer ${mintToken({ member, kid: KID, secret: SECRET })}` });
 
 const tests = [];
@@ -222,18 +222,15 @@ async function main() {
   const started = Date.now();
   let failed = 0;
   try {
-    single = await RedisServer.start({ password: REDIS_PASSWORD });
-    const db = await single.client();
-    await createEdgeUser(db, NS, EDGE_REDIS_PASSWORD);
-    db.close();
-    cluster = await RedisCluster.start({ password: REDIS_PASSWORD });
-    const { seed } = await cluster.prepareForEdges(NS, EDGE_REDIS_PASSWORD);
-    const made = spawnSync(fixture, ['--single', String(single.port), '--cluster', String(seed),
-                                     '--ns', NS, '--now', String(Date.now()),
-                                     '--password', REDIS_PASSWORD], { encoding: 'utf8' });
-    assert.equal(made.status, 0, made.stderr);
-    ({ members } = JSON.parse(made.stdout));
-    console.log(`      fixture: ${made.stdout.trim()}`);
+    const servers = {};
+    try {
+      const made = await startLayoutV2Namespaces({ fixture, ns: NS, password: REDIS_PASSWORD,
+                                                   edgePassword: EDGE_REDIS_PASSWORD, into: servers });
+      ({ members, seed } = made);
+      console.log(`      fixture: ${made.summary}`);
+    } finally {
+      ({ single, cluster } = servers);
+    }
     const common = { ns: NS, kid: KID, secret: SECRET, edgeRedisPassword: EDGE_REDIS_PASSWORD,
                      l1TtlMs: L1_TTL_MS };
     [v1Edge] = await startEdges(1, { edgeDir, logs, env: edgeEnv({ ...common, redisPort: single.port }) });
