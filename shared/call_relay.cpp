@@ -1,6 +1,7 @@
 #include "shared/call_relay.h"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cstdio>
 #include <iterator>
@@ -208,9 +209,25 @@ Result<RedisCommand> relay_cancel_command(const RedisKeys& keys, std::string_vie
   return RedisCommand{"SET", std::move(*key), "1", "PX", std::to_string(ttl_ms)};
 }
 
-Result<std::vector<RedisCommand>> relay_call_commands(const RedisKeys& keys,
-                                                      const RelayRequest& request, int64_t wait_ms,
-                                                      int64_t stream_maxlen) {
+namespace {
+
+// BLPOP takes seconds, with decimals since Redis 6.
+std::string blpop_wait(int64_t wait_ms) {
+  char wait[32];
+  std::snprintf(wait, sizeof wait, "%lld.%03lld", static_cast<long long>(wait_ms / 1000),
+                static_cast<long long>(wait_ms % 1000));
+  return wait;
+}
+
+// The relay's pipeline in either layout: `script_name` (call_enqueue.lua or its v2) over the calls
+// stream, the call's reply list and the agents' registry, then BLPOP on the reply list. The first
+// `numkeys` of the three are KEYS (v1 passes the registry as ARGV[1]: all three share the
+// namespace's slot there; v2 declares it), the rest ARGV. `keys_of` gives the three keys once the
+// request is known valid.
+template <typename KeysOf>
+Result<std::vector<RedisCommand>> relay_pipeline(const char* script_name, const char* numkeys,
+                                                 const RelayRequest& request, int64_t wait_ms,
+                                                 int64_t stream_maxlen, KeysOf&& keys_of) {
   if (Status s = validate_relay_request(request); !s.ok()) return s.error();
   if (wait_ms < 1) return invalid("relay: no time left to wait for the reply");
   if (stream_maxlen <= 0) return invalid("relay: stream_maxlen must be positive");
@@ -219,27 +236,39 @@ Result<std::vector<RedisCommand>> relay_call_commands(const RedisKeys& keys,
     return Error(ErrorCode::kTooLarge, "relay: the call's params are over " +
                                            std::to_string(kMaxRelayParamsBytes) + " bytes");
   }
-  std::string_view script = schema_asset("lua/call_enqueue.lua");
+  const std::string asset = std::string("lua/") + script_name;
+  std::string_view script = schema_asset(asset);
   if (script.empty()) {
-    return Error(ErrorCode::kInternal, "schema/lua/call_enqueue.lua is not compiled in");
+    return Error(ErrorCode::kInternal, "schema/" + asset + " is not compiled in");
   }
-  Result<std::string> reply_key = keys.call_reply(request.rid);
-  if (!reply_key.ok()) return reply_key.error();
+  Result<std::array<std::string, 3>> keys = keys_of();
+  if (!keys.ok()) return keys.error();
+  auto& [stream, reply_key, agents] = *keys;
   RedisCommand eval = {"EVAL",
                        std::string(script),
-                       "2",
-                       keys.calls(),
-                       *reply_key,
-                       keys.call_agents(),
+                       numkeys,
+                       stream,
+                       reply_key,
+                       agents,
                        std::to_string(stream_maxlen),
                        std::to_string(kCallReplyTtlMs),
                        relay_reply_record(agent_unreachable_reply())};
   for (std::string& f : fields) eval.push_back(std::move(f));
-  // BLPOP takes seconds, with decimals since Redis 6.
-  char wait[32];
-  std::snprintf(wait, sizeof wait, "%lld.%03lld", static_cast<long long>(wait_ms / 1000),
-                static_cast<long long>(wait_ms % 1000));
-  return std::vector<RedisCommand>{std::move(eval), {"BLPOP", *reply_key, wait}};
+  return std::vector<RedisCommand>{std::move(eval), {"BLPOP", reply_key, blpop_wait(wait_ms)}};
+}
+
+}  // namespace
+
+Result<std::vector<RedisCommand>> relay_call_commands(const RedisKeys& keys,
+                                                      const RelayRequest& request, int64_t wait_ms,
+                                                      int64_t stream_maxlen) {
+  return relay_pipeline(
+      "call_enqueue.lua", "2", request, wait_ms, stream_maxlen,
+      [&]() -> Result<std::array<std::string, 3>> {
+        Result<std::string> reply_key = keys.call_reply(request.rid);
+        if (!reply_key.ok()) return reply_key.error();
+        return std::array<std::string, 3>{keys.calls(), std::move(*reply_key), keys.call_agents()};
+      });
 }
 
 namespace {
@@ -249,14 +278,6 @@ Result<uint32_t> call_shard_v2(const RedisKeys& keys, std::string_view connectio
     return invalid("relay: the v2 relay needs key layout v2's keys");
   }
   return keys.connection_shard(connection_id);
-}
-
-// BLPOP takes seconds, with decimals since Redis 6.
-std::string blpop_wait(int64_t wait_ms) {
-  char wait[32];
-  std::snprintf(wait, sizeof wait, "%lld.%03lld", static_cast<long long>(wait_ms / 1000),
-                static_cast<long long>(wait_ms % 1000));
-  return wait;
 }
 
 }  // namespace
@@ -278,37 +299,19 @@ Result<std::string> relay_cancel_key_v2(const RedisKeys& keys, std::string_view 
 Result<std::vector<RedisCommand>> relay_call_commands_v2(const RedisKeys& keys,
                                                          const RelayRequest& request,
                                                          int64_t wait_ms, int64_t stream_maxlen) {
-  if (Status s = validate_relay_request(request); !s.ok()) return s.error();
-  if (wait_ms < 1) return invalid("relay: no time left to wait for the reply");
-  if (stream_maxlen <= 0) return invalid("relay: stream_maxlen must be positive");
-  std::vector<std::string> fields = relay_request_fields(request);
-  if (fields[9].size() > kMaxRelayParamsBytes) {
-    return Error(ErrorCode::kTooLarge, "relay: the call's params are over " +
-                                           std::to_string(kMaxRelayParamsBytes) + " bytes");
-  }
-  std::string_view script = schema_asset("lua/call_enqueue_v2.lua");
-  if (script.empty()) {
-    return Error(ErrorCode::kInternal, "schema/lua/call_enqueue_v2.lua is not compiled in");
-  }
-  Result<uint32_t> shard = call_shard_v2(keys, request.connection_id);
-  if (!shard.ok()) return shard.error();
-  Result<std::string> stream = keys.calls(*shard);
-  Result<std::string> reply_key = keys.call_reply(request.rid, *shard);
-  Result<std::string> agents = keys.call_agents(*shard);
-  for (const Result<std::string>* k : {&stream, &reply_key, &agents}) {
-    if (!k->ok()) return k->error();
-  }
-  RedisCommand eval = {"EVAL",
-                       std::string(script),
-                       "3",
-                       *stream,
-                       *reply_key,
-                       *agents,
-                       std::to_string(stream_maxlen),
-                       std::to_string(kCallReplyTtlMs),
-                       relay_reply_record(agent_unreachable_reply())};
-  for (std::string& f : fields) eval.push_back(std::move(f));
-  return std::vector<RedisCommand>{std::move(eval), {"BLPOP", *reply_key, blpop_wait(wait_ms)}};
+  return relay_pipeline("call_enqueue_v2.lua", "3", request, wait_ms, stream_maxlen,
+                        [&]() -> Result<std::array<std::string, 3>> {
+                          Result<uint32_t> shard = call_shard_v2(keys, request.connection_id);
+                          if (!shard.ok()) return shard.error();
+                          Result<std::string> stream = keys.calls(*shard);
+                          Result<std::string> reply_key = keys.call_reply(request.rid, *shard);
+                          Result<std::string> agents = keys.call_agents(*shard);
+                          for (const Result<std::string>* k : {&stream, &reply_key, &agents}) {
+                            if (!k->ok()) return k->error();
+                          }
+                          return std::array<std::string, 3>{
+                              std::move(*stream), std::move(*reply_key), std::move(*agents)};
+                        });
 }
 
 Result<RedisCommand> relay_cancel_command_v2(const RedisKeys& keys, std::string_view rid,
