@@ -84,19 +84,26 @@ async function main() {
         const r = wrk({ port: server.port, path: target, connections, duration, headers: h });
         const requests = r.rps * duration;
         if (r.errors) throw new Error(`${name}: ${r.errors} answers outside 2xx`);
-        results.get(name).push({ rps: r.rps, workerd: (cpuUs(pid) - w0) / requests,
-                                 redis: (cpuUs(redisPid) - r0) / requests });
+        const workerd = (cpuUs(pid) - w0) / requests;
+        const redis = (cpuUs(redisPid) - r0) / requests;
+        // Every Redis connection a request opened is closed by the end of it (by the worker or
+        // by the runtime when the request ends): what is left open is the fixture's own.
+        await new Promise((resolve) => setTimeout(resolve, 200));
+        const clients = Number(/connected_clients:(\d+)/.exec(await fx.db.call('INFO', 'clients'))[1]);
+        results.get(name).push({ rps: r.rps, workerd, redis, clients });
       }
     }
     console.log(`${member} (${Buffer.byteLength(sample.text)} bytes), ${connections} connections, ` +
                 `median of ${slices} slices of ${duration} s; ${machineLine()}, load average ` +
                 `${os.loadavg().map((l) => l.toFixed(1)).join(' ')}`);
-    console.log('| target | req/s | workerd µs per request | Redis µs per request |');
-    console.log('| --- | ---: | ---: | ---: |');
+    console.log('| target | req/s | workerd µs per request | Redis µs per request | ' +
+                'Redis clients after a slice (most) |');
+    console.log('| --- | ---: | ---: | ---: | ---: |');
     for (const [name, rows] of results) {
       console.log(`| ${name} | ${median(rows.map((x) => x.rps)).toFixed(0)} | ` +
                   `${median(rows.map((x) => x.workerd)).toFixed(0)} | ` +
-                  `${median(rows.map((x) => x.redis)).toFixed(0)} |`);
+                  `${median(rows.map((x) => x.redis)).toFixed(0)} | ` +
+                  `${Math.max(...rows.map((x) => x.clients))} |`);
     }
   } finally {
     await fx.stop();

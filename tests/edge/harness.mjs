@@ -368,7 +368,8 @@ export class RedisServer {
   // `port`: a given one (a Redis restarted where its clients expect it), else a free one.
   // `dir`: the data directory of a Redis stopped with stop({ keepData: true }) (it loads the
   // dump.rdb a SAVE left there), else a new one.
-  static async start({ password = '', tls = null, port = 0, dir = null } = {}) {
+  // `args`: more redis-server arguments.
+  static async start({ password = '', tls = null, port = 0, dir = null, args: more = [] } = {}) {
     const s = new RedisServer();
     s.port = port || await freePort();
     s.password = password;
@@ -381,6 +382,7 @@ export class RedisServer {
       args.push('--tls-port', String(s.tlsPort), '--tls-cert-file', tls.cert, '--tls-key-file',
                 tls.key, '--tls-auth-clients', 'no');
     }
+    args.push(...more);
     s.proc = spawnTied('redis-server', args, { stdout: 'ignore' });
     s.proc.stderr.pipe(process.stderr);
     s.exited = new Promise((resolve) => s.proc.once('exit', resolve));

@@ -733,6 +733,22 @@ test('16 concurrent connections × thousands of requests: zero errors', async ()
   await settle();
 });
 
+// The worker leaves a finished request's sockets to the runtime (worker.mjs finish): every one
+// is closed when its request ends, none left open by the thousands of requests above.
+test('every Redis connection a request opened is closed once it ended', async () => {
+  await sleep(L1_TTL_MS);
+  const edgeClients = async () => (await db.call('CLIENT', 'LIST')).split('\n')
+    .filter((line) => line.includes(` user=${EDGE_REDIS_USER} `)).length;
+  const burst = await Promise.all(Array.from({ length: 32 }, (_, i) =>
+    edge.request('GET', '/v1/manifests', { headers: auth(['alice', 'bob'][i % 2]) })));
+  for (const res of burst) assert.equal(res.status, 200, res.text);
+  let open = await edgeClients();
+  for (const t0 = Date.now(); open > 0 && Date.now() - t0 < 5000; open = await edgeClients()) {
+    await sleep(50);
+  }
+  assert.equal(open, 0, 'the edge user\'s connections left open');
+});
+
 test('Redis over TLS with AUTH (secureTransport), and a wrong password is a 503', async () => {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'quiver-edge-tls-'));
   const servers = [];
@@ -1086,6 +1102,53 @@ test('a Redis that accepts but never answers times out into a 503, and frees the
   const took = Date.now() - t0;
   assert.ok(took >= 250 && took < 3000, `answered after ${took} ms`);
 }));
+
+// A connect that never completes: a real redis-server with an accept queue of one, stopped
+// (SIGSTOP) and its queue filled by this test's own connection, drops the edge's SYNs (the kernel
+// never answers them). The read's one timer is the connect's until the socket opens
+// (worker.mjs RedisConnection.timed).
+test('a Redis whose connect never completes times out at REDIS_CONNECT_TIMEOUT_MS into a 503',
+     async () => {
+  const full = await RedisServer.start({ password: REDIS_PASSWORD, args: ['--tcp-backlog', '0'] });
+  const c = await full.client();
+  const pid = Number(/process_id:(\d+)/.exec(await c.call('INFO', 'server'))[1]);
+  c.close();
+  process.kill(pid, 'SIGSTOP');
+  const fillers = [];
+  let hung;
+  try {
+    // Connections the stopped server never accepts, until one no longer completes: the queue is
+    // full from there on.
+    for (let i = 0; i < 8; i++) {
+      const socket = net.connect(full.port, '127.0.0.1');
+      socket.on('error', () => {});
+      fillers.push(socket);
+      const opened = await Promise.race([
+        new Promise((resolve) => socket.once('connect', () => resolve(true))),
+        sleep(300).then(() => false)]);
+      if (!opened) break;
+    }
+    hung = await Workerd.start({ config: path.join(edgeDir, 'workerd.capnp'), logs, env: {
+      ...edgeEnv(), REDIS_PORT: String(full.port), REDIS_CONNECT_TIMEOUT_MS: '400',
+      REDIS_TIMEOUT_MS: '5000', QUIVER_REDIS_FAIL_FAST_MS: '0' } });
+    const from = logs.length;
+    const t0 = Date.now();
+    const res = await hung.request('GET', '/v1/manifests', { headers: auth('alice') });
+    const took = Date.now() - t0;
+    assertJsonError(res, 503, 'STORE_UNAVAILABLE');
+    // The connect's time, not the read's 5 s.
+    assert.ok(took >= 350 && took < 3000, `answered after ${took} ms`);
+    assert.ok(logs.slice(from).some((l) => l.includes('connect timed out after 400 ms')),
+              logs.slice(from).join('\n'));
+    const health = await hung.request('GET', '/healthz');
+    assert.equal(health.json.open_requests, 0);
+  } finally {
+    await hung?.stop();
+    for (const socket of fillers) socket.destroy();
+    process.kill(pid, 'SIGCONT');
+    await full.stop();
+  }
+});
 
 test('a stalled Redis: after one timeout the isolate fails fast while one request probes',
      () => withSilentRedis({ REDIS_TIMEOUT_MS: '300', QUIVER_REDIS_FAIL_FAST_MS: '30000' },
