@@ -44,6 +44,8 @@ const RANDOM_BYTES = 48;
 // The largest request body read (the core's kMaxEdgeRequestBodyBytes): one byte more is read so
 // that the core sees the body is too large and answers 413.
 const MAX_BODY_BYTES = 64 * 1024;
+// The most the Edge keeps allocated in wasm memory for the inputs it hands over (Edge.withBytes).
+const SCRATCH_MAX_BYTES = 256 * 1024;
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -53,29 +55,64 @@ const decoder = new TextDecoder();
 class Edge {
   constructor(module) {
     this.m = module;
+    this.scratch = 0;  // wasm memory the inputs are copied into (withBytes), kept between calls
+    this.scratchSize = 0;
+  }
+
+  // `size` bytes of wasm memory for one call's inputs: the scratch buffer the instance keeps (no
+  // malloc and free per call: each a call into wasm), grown as needed up to SCRATCH_MAX_BYTES; a
+  // larger input gets memory of its own, which release() frees. The core copies what it keeps of
+  // an input before returning, and nothing calls into the module meanwhile.
+  reserve(size) {
+    const m = this.m;
+    if (size > SCRATCH_MAX_BYTES) {
+      const ptr = m._malloc(size);
+      if (!ptr) throw new Error('wasm malloc failed');
+      return ptr;
+    }
+    if (size > this.scratchSize) {
+      const grown = Math.max(size, Math.min(SCRATCH_MAX_BYTES, this.scratchSize * 2 || 16384));
+      const ptr = m._malloc(grown);
+      if (!ptr) throw new Error('wasm malloc failed');
+      if (this.scratch) m._free(this.scratch);
+      this.scratch = ptr;
+      this.scratchSize = grown;
+    }
+    return this.scratch;
+  }
+
+  release(ptr) {
+    if (ptr !== this.scratch) this.m._free(ptr);
   }
 
   // Copies `bytes` into wasm memory for the duration of `call(ptr, len)`.
   withBytes(bytes, call) {
-    const m = this.m;
-    const ptr = m._malloc(Math.max(1, bytes.length));
-    if (!ptr) throw new Error('wasm malloc failed');
+    const ptr = this.reserve(Math.max(1, bytes.length));
     try {
-      m.HEAPU8.set(bytes, ptr);
+      this.m.HEAPU8.set(bytes, ptr);
       return call(ptr, bytes.length);
     } finally {
-      m._free(ptr);
+      this.release(ptr);
     }
   }
 
   // A step's wire bytes (u32 meta length, u32 payload length, meta JSON, payload) → an object.
-  // HEAPU8 is read after the call: memory may have grown during it.
+  // HEAPU8 is read after the call: memory may have grown during it. The lengths are read as u32s
+  // of the heap (the bytes are malloc'd: aligned), through a DataView should they not be.
   step(ptr) {
     if (!ptr) return null;
-    const heap = this.m.HEAPU8;
-    const head = new DataView(heap.buffer, ptr, 8);
-    const metaLength = head.getUint32(0, true);
-    const payloadLength = head.getUint32(4, true);
+    const m = this.m;
+    const heap = m.HEAPU8;
+    let metaLength;
+    let payloadLength;
+    if ((ptr & 3) === 0) {
+      metaLength = m.HEAPU32[ptr >>> 2];
+      payloadLength = m.HEAPU32[(ptr >>> 2) + 1];
+    } else {
+      const head = new DataView(heap.buffer, ptr, 8);
+      metaLength = head.getUint32(0, true);
+      payloadLength = head.getUint32(4, true);
+    }
     const start = ptr + 8;
     const step = JSON.parse(decoder.decode(heap.subarray(start, start + metaLength)));
     step.payload = heap.slice(start + metaLength, start + metaLength + payloadLength);
@@ -92,15 +129,14 @@ class Edge {
 
   // The request's wire bytes and its random bytes in one buffer.
   begin(wire, random) {
-    const m = this.m;
-    const ptr = m._malloc(wire.length + random.length);
-    if (!ptr) throw new Error('wasm malloc failed');
+    const ptr = this.reserve(wire.length + random.length);
     try {
-      m.HEAPU8.set(wire, ptr);
-      m.HEAPU8.set(random, ptr + wire.length);
-      return this.step(m._edge_begin(ptr, wire.length, Date.now(), ptr + wire.length, random.length));
+      this.m.HEAPU8.set(wire, ptr);
+      this.m.HEAPU8.set(random, ptr + wire.length);
+      return this.step(this.m._edge_begin(ptr, wire.length, Date.now(), ptr + wire.length,
+                                          random.length));
     } finally {
-      m._free(ptr);
+      this.release(ptr);
     }
   }
 
