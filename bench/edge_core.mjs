@@ -68,7 +68,7 @@ try {
     throw new Error('edge_init refused the settings');
   }
   const token = mintToken({ member: MEMBER, kid: KID, secret: SECRET, ttlMs: 3600_000 });
-  // The request as worker.mjs writes it (requestWire): as wrk sends it.
+  // The request as worker.mjs writes it (requestMeta, Edge.begin): as wrk sends it.
   const meta = encoder.encode(JSON.stringify({
     method: 'GET', path: PATHS[member], query: '',
     headers: [['authorization', `Bearer ${token}`], ['host', '127.0.0.1'], ['user-agent', 'wrk']],

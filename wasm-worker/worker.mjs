@@ -127,14 +127,22 @@ class Edge {
     return this.withBytes(encoder.encode(JSON.stringify(vars)), (p, n) => this.m._edge_init(p, n));
   }
 
-  // The request's wire bytes and its random bytes in one buffer.
-  begin(wire, random) {
-    const ptr = this.reserve(wire.length + random.length);
+  // The request, written straight into wasm memory in its wire format (shared/edge_service.h: u32
+  // meta length, meta JSON, body), and its random bytes after it.
+  begin(meta, body, random) {
+    const m = this.m;
+    // UTF-16 code units → at most 3 UTF-8 bytes each.
+    const ptr = this.reserve(4 + meta.length * 3 + body.length + random.length);
     try {
-      this.m.HEAPU8.set(wire, ptr);
-      this.m.HEAPU8.set(random, ptr + wire.length);
-      return this.step(this.m._edge_begin(ptr, wire.length, Date.now(), ptr + wire.length,
-                                          random.length));
+      const heap = m.HEAPU8;
+      const metaBytes = encoder.encodeInto(meta, heap.subarray(ptr + 4, ptr + 4 + meta.length * 3))
+        .written;
+      m.HEAPU32[ptr >>> 2] = metaBytes;  // malloc'd: aligned; wasm is little-endian
+      const wireLength = 4 + metaBytes + body.length;
+      heap.set(body, ptr + 4 + metaBytes);
+      heap.set(random, ptr + wireLength);
+      return this.step(m._edge_begin(ptr, wireLength, Date.now(), ptr + wireLength,
+                                     random.length));
     } finally {
       this.release(ptr);
     }
@@ -618,21 +626,15 @@ async function readBody(request) {
   return body;
 }
 
-// The request wire format (shared/edge_service.h): u32 meta length, meta JSON, body.
-async function requestWire(request) {
+const NO_BODY = new Uint8Array(0);
+
+// The request's meta as the core reads it (shared/edge_wire.cpp): {method, path, query, headers}.
+function requestMeta(request) {
   const url = new URL(request.url);
-  const meta = encoder.encode(JSON.stringify({
-    method: request.method,
-    path: url.pathname,
-    query: url.search.slice(1),
-    headers: [...request.headers],
-  }));
-  const body = await readBody(request);
-  const wire = new Uint8Array(4 + meta.length + body.length);
-  new DataView(wire.buffer).setUint32(0, meta.length, true);
-  wire.set(meta, 4);
-  wire.set(body, 4 + meta.length);
-  return wire;
+  const headers = [];
+  request.headers.forEach((value, name) => headers.push([name, value]));
+  return JSON.stringify({ method: request.method, path: url.pathname,
+                          query: url.search.slice(1), headers });
 }
 
 function internalError(why) {
@@ -742,7 +744,9 @@ export default {
     const unwatch = watchClient(request, edge, io, env, ctx);
     let streaming = false;  // the rest is streamAnswer's
     try {
-      let step = edge.begin(await requestWire(request),
+      const meta = requestMeta(request);
+      const requestBody = request.body ? await readBody(request) : NO_BODY;
+      let step = edge.begin(meta, requestBody,
                             crypto.getRandomValues(new Uint8Array(RANDOM_BYTES)));
       io.handle = step?.handle ?? 0;
       if (io.gone) throw new ClientGone();
