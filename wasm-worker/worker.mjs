@@ -220,11 +220,16 @@ function getEdge(env) {
 
 // ---- Redis over cloudflare:sockets -------------------------------------------------------------
 
-// `promise`, or a rejection once `ms` passed. One promise and one timer per call (no race, no
-// finally: this runs three times per Redis round).
-function withTimeout(promise, ms, what) {
+// `promise`, or what `expire(reject, again)` makes of it once `ms` passed first: it rejects, or
+// waits `again(ms2)` longer. One promise and one timer at a time (no race, no finally: this runs
+// at every Redis read).
+function timed(promise, ms, expire) {
   return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${what} timed out after ${ms} ms`)), ms);
+    let timer;
+    const arm = (wait) => {
+      timer = setTimeout(() => expire(reject, arm), wait);
+    };
+    arm(ms);
     promise.then((value) => {
       clearTimeout(timer);
       resolve(value);
@@ -233,6 +238,10 @@ function withTimeout(promise, ms, what) {
       reject(e);
     });
   });
+}
+
+function withTimeout(promise, ms, what) {
+  return timed(promise, ms, (reject) => reject(new Error(`${what} timed out after ${ms} ms`)));
 }
 
 function intVar(value, fallback) {
@@ -259,7 +268,7 @@ class RedisConnection {
   // The first write goes out without waiting for the connection to open (the runtime sends it
   // once it is): one wake-up less per request, which under load is a scheduling delay less. The
   // connect timeout still holds (the read's one timer is the connect's until the connection
-  // opened: timed()), and a failure before the connection opened is reported as the connect's
+  // opened: readTimed()), and a failure before the connection opened is reported as the connect's
   // (failure()).
   static open(env, node) {
     const hostname = node ? node.host : (env.REDIS_HOST || '127.0.0.1');
@@ -285,30 +294,19 @@ class RedisConnection {
   // `promise` (a read), or a rejection when its time is up, with one timer: while the connection
   // has not opened, the connect timeout (REDIS_CONNECT_TIMEOUT_MS; every write is followed by a
   // read at once, so it runs from the connect), which closes it; once open, the read's `ms`.
-  timed(promise, ms) {
-    return new Promise((resolve, reject) => {
-      let timer;
-      const arm = (waitsForOpen) => {
-        timer = setTimeout(() => {
-          if (waitsForOpen && !this.isOpen) {
-            this.openFailure ??= `connect timed out after ${this.connectMs} ms`;
-            this.close();
-            reject(new Error(this.openFailure));
-          } else if (waitsForOpen) {
-            arm(false);  // opened meanwhile: the read's own time from here
-          } else {
-            reject(new Error(`read timed out after ${ms} ms`));
-          }
-        }, waitsForOpen ? this.connectMs : ms);
-      };
-      arm(!this.isOpen);
-      promise.then((value) => {
-        clearTimeout(timer);
-        resolve(value);
-      }, (e) => {
-        clearTimeout(timer);
-        reject(e);
-      });
+  readTimed(promise, ms) {
+    let waitsForOpen = !this.isOpen;
+    return timed(promise, waitsForOpen ? this.connectMs : ms, (reject, again) => {
+      if (waitsForOpen && this.isOpen) {
+        waitsForOpen = false;
+        again(ms);  // opened meanwhile: the read's own time from here
+      } else if (waitsForOpen) {
+        this.openFailure ??= `connect timed out after ${this.connectMs} ms`;
+        this.close();
+        reject(new Error(this.openFailure));
+      } else {
+        reject(new Error(`read timed out after ${ms} ms`));
+      }
     });
   }
 
@@ -341,7 +339,7 @@ class RedisConnection {
   async read(blocksMs = 0) {
     let result;
     try {
-      result = await this.timed(this.reader.read(), this.timeoutMs + blocksMs);
+      result = await this.readTimed(this.reader.read(), this.timeoutMs + blocksMs);
     } catch (e) {
       throw await this.failure(this.writeFailure ?? e);
     }

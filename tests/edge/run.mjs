@@ -1106,7 +1106,7 @@ test('a Redis that accepts but never answers times out into a 503, and frees the
 // A connect that never completes: a real redis-server with an accept queue of one, stopped
 // (SIGSTOP) and its queue filled by this test's own connection, drops the edge's SYNs (the kernel
 // never answers them). The read's one timer is the connect's until the socket opens
-// (worker.mjs RedisConnection.timed).
+// (worker.mjs RedisConnection.readTimed).
 test('a Redis whose connect never completes times out at REDIS_CONNECT_TIMEOUT_MS into a 503',
      async () => {
   const full = await RedisServer.start({ password: REDIS_PASSWORD, args: ['--tcp-backlog', '0'] });
