@@ -44,23 +44,45 @@ class NodeConnection {
   Result<std::vector<RespValue>> round(std::vector<RedisCommand> commands, bool replica,
                                        ScriptForm form, bool* after_send, uint64_t* opened,
                                        int64_t timeout_ms = 0) {
+    if (Status s = send(std::move(commands), replica, form, after_send, opened, timeout_ms);
+        !s.ok()) {
+      return s.error();
+    }
+    return receive();
+  }
+
+  // round()'s two halves, for a round over several nodes: send() writes the pipeline (opening
+  // the connection first when there is none), receive() reads its replies (and sends a NOSCRIPT's
+  // EVAL again on this connection). Between the two, other connections' pipelines go out. After
+  // a failed send() the connection is closed and there is nothing to receive.
+  Status send(std::vector<RedisCommand> commands, bool replica, ScriptForm form, bool* after_send,
+              uint64_t* opened, int64_t timeout_ms = 0) {
     *after_send = false;
     SigpipeGuard no_sigpipe;
     // A connection whose node went away (killed, failed over and restarted) is found out before
     // anything is sent on it: the commands then count as not sent, and are retried elsewhere.
     if (ctx_ != nullptr && peer_closed()) close();
     if (ctx_ == nullptr) {
-      if (Status s = open(replica); !s.ok()) return s.error();
+      if (Status s = open(replica); !s.ok()) return s;
       ++*opened;
     }
-    const bool prefix = replica && !readonly_;
-    if (prefix) commands.insert(commands.begin(), RedisCommand{"READONLY"});
+    prefix_ = replica && !readonly_;
+    if (prefix_) commands.insert(commands.begin(), RedisCommand{"READONLY"});
     *after_send = true;
-    if (timeout_ms > 0) redisSetTimeout(ctx_, to_timeval(timeout_ms));
-    Result<std::vector<RespValue>> replies = converse(std::move(commands), form);
+    timeout_set_ = timeout_ms > 0;
+    if (timeout_set_) redisSetTimeout(ctx_, to_timeval(timeout_ms));
+    if (Status s = start(std::move(commands), form); !s.ok()) return s;
+    return Status::Ok();
+  }
+
+  Result<std::vector<RespValue>> receive() {
+    SigpipeGuard no_sigpipe;
+    Result<std::vector<RespValue>> replies = finish();
     if (!replies.ok()) return replies;
-    if (timeout_ms > 0) redisSetTimeout(ctx_, to_timeval(options_.command_timeout_ms));
-    if (prefix) {
+    if (timeout_set_) redisSetTimeout(ctx_, to_timeval(options_.command_timeout_ms));
+    timeout_set_ = false;
+    if (prefix_) {
+      prefix_ = false;
       if (!replies->front().is_ok()) {
         close();
         return Error(ErrorCode::kStoreUnavailable,
@@ -76,6 +98,8 @@ class NodeConnection {
     if (ctx_ != nullptr) redisFree(ctx_);
     ctx_ = nullptr;
     readonly_ = false;
+    prefix_ = false;
+    timeout_set_ = false;
     answered_ = false;
     conversation_.drop();
   }
@@ -125,8 +149,19 @@ class NodeConnection {
   }
 
   Result<std::vector<RespValue>> converse(std::vector<RedisCommand> commands, ScriptForm form) {
+    if (Status s = start(std::move(commands), form); !s.ok()) return s.error();
+    return finish();
+  }
+
+  // The round's bytes written (AUTH first on a new connection: RedisConversation's).
+  Status start(std::vector<RedisCommand> commands, ScriptForm form) {
     RedisRound round = conversation_.begin(std::move(commands), form);
     if (!write_all(round.bytes)) return io_failure("sending");
+    return Status::Ok();
+  }
+
+  // The round's replies read, and a NOSCRIPT's EVAL written on the way.
+  Result<std::vector<RespValue>> finish() {
     while (conversation_.awaiting() > 0) {
       char buf[16384];
       std::string why;
@@ -167,7 +202,9 @@ class NodeConnection {
   const RedisTls* tls_;  // nullptr: plain TCP
   redisContext* ctx_ = nullptr;
   bool readonly_ = false;
-  bool answered_ = false;  // a round was answered on this connection
+  bool prefix_ = false;       // the round in flight starts with READONLY
+  bool timeout_set_ = false;  // the round in flight replaced the command timeout
+  bool answered_ = false;     // a round was answered on this connection
   RedisConversation conversation_;
   std::string write_error_;
 };
@@ -302,6 +339,60 @@ struct RedisClusterPool::Impl {
     }
   }
 
+  // One node's pipeline of a round over several nodes.
+  struct RoundPart {
+    ClusterNode node;
+    bool replica = false;
+    std::vector<RedisCommand> commands;
+  };
+
+  // Runs `parts` (scripts by SHA, NOSCRIPT answered with EVAL on the part's connection) and calls
+  // `done(index, replies, after_send)` once per part, as the part's replies are read. With
+  // options.concurrent_nodes, every part whose address is not already carrying one of this
+  // round's pipelines is written before any reply is read: the parts cost one round trip
+  // together. A second part for a busy address (one node in two roles) waits for a next wave.
+  // Without it, each part is written and read before the next is written.
+  template <typename Done>
+  void fan_out(std::vector<RoundPart>& parts, Done&& done) {
+    std::vector<std::size_t> waiting(parts.size());
+    for (std::size_t p = 0; p < parts.size(); ++p) waiting[p] = p;
+    struct InFlight {
+      std::size_t part = 0;
+      NodeConnection* connection = nullptr;
+      bool after_send = false;
+      std::optional<Error> unsent;  // send() failed: nothing to read
+    };
+    while (!waiting.empty()) {
+      std::vector<std::size_t> later;
+      std::vector<InFlight> wave;
+      for (std::size_t p : waiting) {
+        const bool busy = std::any_of(wave.begin(), wave.end(), [&](const InFlight& f) {
+          return parts[f.part].node.same_address(parts[p].node);
+        });
+        if (busy || (!options.concurrent_nodes && !wave.empty())) {
+          later.push_back(p);
+          continue;
+        }
+        InFlight f;
+        f.part = p;
+        f.connection = &connection(parts[p].node);
+        if (Status s = f.connection->send(std::move(parts[p].commands), parts[p].replica,
+                                          ScriptForm::kBySha, &f.after_send, &stats.connections);
+            !s.ok()) {
+          f.unsent = s.error();
+        }
+        wave.push_back(std::move(f));
+      }
+      for (InFlight& f : wave) {
+        Result<std::vector<RespValue>> replies =
+            f.unsent ? Result<std::vector<RespValue>>(std::move(*f.unsent))
+                     : f.connection->receive();
+        done(f.part, replies, f.after_send);
+      }
+      waiting.swap(later);
+    }
+  }
+
   std::vector<Result<RespValue>> run_batch_locked(std::unique_lock<std::mutex>& lock,
                                                   const std::vector<ClusterRequest>& requests);
   Result<std::vector<RespValue>> run_at_slot_locked(std::unique_lock<std::mutex>& lock,
@@ -430,12 +521,20 @@ std::vector<Result<RespValue>> RedisClusterPool::Impl::run_batch_locked(
         results[routed[k]] = error;
       }
     }
+    // Every node's pipeline written, then every node's replies read (fan_out): the round waits
+    // for its slowest node, not for each node in turn. Each command is decided as its node's
+    // replies come; a node that failed fails its own commands only.
+    std::vector<RoundPart> parts;
+    parts.reserve(plan.batches.size());
     for (const ClusterNodeBatch& batch : plan.batches) {
-      std::vector<RedisCommand> commands;
-      for (std::size_t k : batch.indices) commands.push_back(requests[routed[k]].argv);
-      bool after_send = false;
-      Result<std::vector<RespValue>> replies =
-          round(batch.node, std::move(commands), batch.replica, ScriptForm::kBySha, &after_send);
+      RoundPart part;
+      part.node = batch.node;
+      part.replica = batch.replica;
+      for (std::size_t k : batch.indices) part.commands.push_back(requests[routed[k]].argv);
+      parts.push_back(std::move(part));
+    }
+    fan_out(parts, [&](std::size_t p, Result<std::vector<RespValue>>& replies, bool after_send) {
+      const ClusterNodeBatch& batch = plan.batches[p];
       for (std::size_t j = 0; j < batch.indices.size(); ++j) {
         std::size_t i = routed[batch.indices[j]];
         if (replies.ok()) {
@@ -444,7 +543,7 @@ std::vector<Result<RespValue>> RedisClusterPool::Impl::run_batch_locked(
           failed(i, replies.error(), after_send);
         }
       }
-    }
+    });
     // ASK: ASKING and the command, to the importing node, once. Scripts go as EVAL: a NOSCRIPT
     // retry would go without ASKING.
     for (std::size_t i : asking) {
@@ -594,16 +693,14 @@ RedisClusterPool::Impl::run_on_masters_locked(const RedisCommand& argv) {
       return out;
     }
   }
-  for (const ClusterNode& master : map.masters()) {
-    bool after_send = false;
-    Result<std::vector<RespValue>> r =
-        round(master, {argv}, false, ScriptForm::kBySha, &after_send);
-    if (r.ok()) {
-      out.emplace_back(master, std::move(r->front()));
-    } else {
-      out.emplace_back(master, r.error());
-    }
-  }
+  std::vector<RoundPart> parts;
+  for (const ClusterNode& master : map.masters()) parts.push_back(RoundPart{master, false, {argv}});
+  std::vector<std::optional<Result<RespValue>>> answers(parts.size());
+  fan_out(parts, [&](std::size_t p, Result<std::vector<RespValue>>& r, bool) {
+    answers[p] = r.ok() ? Result<RespValue>(std::move(r->front())) : Result<RespValue>(r.error());
+  });
+  for (std::size_t p = 0; p < parts.size(); ++p)
+    out.emplace_back(parts[p].node, std::move(*answers[p]));
   return out;
 }
 

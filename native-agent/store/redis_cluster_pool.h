@@ -21,9 +21,16 @@
 // `tls-cluster yes` announces them) and carries the bytes. The password never appears in an
 // error or describe().
 //
+// A round over several nodes (run_batch, run_on_masters) writes every node's pipeline before it
+// reads any reply: it costs the slowest node's round trip, not the sum of them. Each node's
+// replies are then read on its own connection (a NOSCRIPT's EVAL goes again there, the other nodes'
+// replies wait in their sockets meanwhile), and decided per command as before; a node whose
+// connection fails or times out fails only its own commands. A connection carries one round at a
+// time: two pipelines for one address in a round (a node named as a master and as a replica in
+// the middle of a failover) go one after the other.
+//
 // Threads: one mutex for the whole pool (calls take turns; a call waiting out a backoff lets the
-// others go meanwhile). TODO(perf): the pipelines of one batch
-// go to their nodes one after another; a batch over many nodes could overlap them.
+// others go meanwhile).
 #pragma once
 
 #include <cstddef>
@@ -54,6 +61,10 @@ struct RedisClusterPoolOptions {
   // of backoff with the default policy: a command whose slot is being resharded waits for the
   // migration to end rather than fail. run_at_slot (layout v1, MULTI blocks) keeps `retry`.
   int batch_tryagain_attempts = 40;
+  // false: a round's node pipelines go one after another, each written and its replies read
+  // before the next node's is written (the pool before 2026-12-07; kept for benchmarks that set
+  // the two side by side: bench/cluster_rounds.cpp).
+  bool concurrent_nodes = true;
 };
 
 // What the pool has done, for tests and metrics.
@@ -80,9 +91,9 @@ class RedisClusterPool {
   // script's error) is a value; routing that fails is an Error.
   Result<RespValue> run(const RedisCommand& argv, bool read_only = false);
 
-  // Many commands: grouped per node, one pipeline per node, redirects followed per command. One
-  // result per request, in order. The order of commands across nodes is not kept (it is within
-  // one node, and always for commands of one slot).
+  // Many commands: grouped per node, one pipeline per node (every node's written before any
+  // reply is read), redirects followed per command. One result per request, in order. The order of
+  // commands across nodes is not kept (it is within one node, and always for commands of one slot).
   std::vector<Result<RespValue>> run_batch(const std::vector<ClusterRequest>& requests);
 
   // `commands` as ONE pipeline to the master serving `slot`, replies in order: a MULTI ... EXEC
@@ -99,7 +110,8 @@ class RedisClusterPool {
                                              int64_t timeout_ms = 0);
 
   // `argv` on every master serving slots (a SCAN walk, DBSIZE, FLUSHALL, SCRIPT LOAD), with the
-  // master's address. A master that cannot be reached is an Error in its place.
+  // master's address, sent to every master before any reply is read. A master that cannot be
+  // reached is an Error in its place.
   std::vector<std::pair<ClusterNode, Result<RespValue>>> run_on_masters(const RedisCommand& argv);
 
   ClusterSlotMap map() const;

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Builds and runs the cluster-rounds benchmark (bench/cluster_rounds.cpp): a spread round of the
+# agent's node pool with every node's pipeline written at once against the same round node after
+# node, side by side, on loopback and through a delay proxy per node, on a six-node Redis Cluster
+# of its own (3 masters + 3 replicas, started by tests/support/redis_cluster.cpp); all stopped and
+# deleted at the end. Extra arguments go to the benchmark:
+#   bench/cluster_rounds.sh [--rounds 300] [--keys 48] [--delays-ms 0,1,5]
+# Results and how to read them: docs/benchmarks.md, "The agent's spread round in one round trip".
+source "$(dirname "$0")/lib.sh"
+
+# The cluster comes from the test support library, built with the tests.
+cmake -S "$BENCH_ROOT" -B "$BENCH_BUILD" -DQUIVER_BUILD_TESTS=ON >/dev/null
+bench_build quiver_agent_store quiver_test_support
+mapfile -t libs < <(
+  printf '%s\n' "$BENCH_BUILD/tests/libquiver_test_support.a"
+  bench_libs store base
+)
+bench_compile cluster_rounds cluster_rounds.cpp hiredis -- "${libs[@]}"
+exec "$BENCH_OUT/cluster_rounds" "$@"
