@@ -202,7 +202,7 @@ struct Agent::Impl {
     }
     ctx.logger->info(kAgentLog, "kept " + std::to_string(kept) +
                                     " upstream session(s) of the engine before the reload" +
-                                    (left > 0 ? "; " + std::to_string(left) + " closed" : ""));
+                                    (left > 0 ? "; " + std::to_string(left) + " not kept" : ""));
   }
 
   // Why a handed-over session cannot serve this engine's (connection, principal), or "".
