@@ -22,10 +22,14 @@
 // SIGHUP: the configuration file is read again. A file that does not parse, or a store that
 // cannot be opened, is refused with the reason on stderr and the running agent keeps going
 // untouched. Otherwise the engine restarts in-process on the new configuration: the API stops
-// accepting (requests in flight finish), the old engine stops and closes its upstream sessions,
-// the new one starts (sessions reopen on their next listing; the cache is kept, so nothing fresh
-// is listed again) and the API listens again on the same address. If the new engine cannot
-// start, the previous configuration is started again; if even that fails, exit 3.
+// accepting (requests in flight finish), the old engine stops and hands its upstream sessions
+// over (Agent::stop_handing_over), the new one starts and adopts each session it would open the
+// same way (same connection definition, credential, principal and session settings): those stay
+// open and watched, so an upstream's list_changed is heard right after the reload, and nothing is
+// opened or listed for them (the cache is kept, so nothing fresh is listed again either). The
+// API listens again on the same address; then the sessions no engine adopted are closed (a hung
+// upstream's close costs its timeout after serving resumed, not before). If the new engine
+// cannot start, the previous configuration is started again; if even that fails, exit 3.
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -163,6 +167,14 @@ struct Running {
     server.reset();
     agent.reset();
   }
+  // stop(), the engine's upstream sessions handed over for the next engine (a reload).
+  std::shared_ptr<UpstreamHandover> hand_over() {
+    if (server) server->stop();
+    std::shared_ptr<UpstreamHandover> handover = agent ? agent->stop_handing_over() : nullptr;
+    server.reset();
+    agent.reset();
+    return handover;
+  }
 };
 
 struct StartFailure {
@@ -173,10 +185,12 @@ struct StartFailure {
 // Creates (opening the store), starts the engine, then the API. On failure nothing runs.
 Result<Running> start_running(const AgentConfig& config,
                               const std::shared_ptr<const ConfigFile>& file, LogLevel level,
-                              StartFailure* failure) {
+                              StartFailure* failure,
+                              std::shared_ptr<UpstreamHandover> handover = nullptr) {
   AgentOptions options;
   options.log_level = level;
   options.config_file = file;
+  options.upstream_handover = std::move(handover);
   // OpenTelemetry traces, when an OTLP endpoint is set (native-agent/engine/tracer.h).
   Result<TracerOptions> tracing =
       tracer_options_from_env([](const char* name) { return std::getenv(name); });
@@ -248,9 +262,10 @@ bool reload(const CliArgs& args, LogLevel level, const char* why, AgentConfig* c
   if (current->listen.port == 0 && next->listen.host == current->listen.host) {
     current->set_listen(ListenAddress{current->listen.host, running->server->port()});
   }
-  running->stop();
+  // The sessions the new engine does not adopt are closed when `handover` goes, once it serves.
+  std::shared_ptr<UpstreamHandover> handover = running->hand_over();
   StartFailure failure;
-  Result<Running> started = start_running(*next, next_file, level, &failure);
+  Result<Running> started = start_running(*next, next_file, level, &failure, handover);
   if (started.ok()) {
     *running = std::move(*started);
     *current = std::move(*next);
@@ -263,7 +278,7 @@ bool reload(const CliArgs& args, LogLevel level, const char* why, AgentConfig* c
                "quiver-agent: the new configuration cannot run (%s); starting the previous "
                "one again\n",
                failure.error.message.c_str());
-  Result<Running> previous = start_running(*current, *current_file, level, &failure);
+  Result<Running> previous = start_running(*current, *current_file, level, &failure, handover);
   if (!previous.ok()) {
     std::fprintf(stderr, "quiver-agent: the previous configuration cannot run either: %s\n",
                  failure.error.message.c_str());

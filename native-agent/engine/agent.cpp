@@ -67,6 +67,31 @@ std::string sanitize_consumer_part(std::string s) {
 
 }  // namespace
 
+// ---- the upstream handover (a reload) ----------------------------------------------------------
+
+UpstreamHandover::~UpstreamHandover() {
+  for (Entry& e : take()) {
+    if (e.connection) e.connection->close();
+  }
+}
+
+void UpstreamHandover::add(Entry entry) {
+  std::lock_guard<std::mutex> lock(mu_);
+  entries_.push_back(std::move(entry));
+}
+
+std::vector<UpstreamHandover::Entry> UpstreamHandover::take() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Entry> out;
+  out.swap(entries_);
+  return out;
+}
+
+std::size_t UpstreamHandover::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.size();
+}
+
 // ---- host pieces -------------------------------------------------------------------------------
 
 RandomSource urandom_source() {
@@ -127,6 +152,85 @@ struct Agent::Impl {
   // The edge's OAuth callbacks (oauth_callbacks.h), when a connection authorizes with OAuth.
   std::unique_ptr<OAuthCallbackConsumer> oauth_callbacks;
   std::thread oauth_callback_loop;
+
+  // The previous engine's upstream sessions (AgentOptions::upstream_handover): each one this
+  // engine would open the same way is adopted into the pool, session and watch kept; the others
+  // stay in the handover, which the caller closes. No upstream is contacted here.
+  void adopt_upstreams() {
+    std::shared_ptr<UpstreamHandover> handover = std::move(ctx.options.upstream_handover);
+    ctx.options.upstream_handover.reset();
+    if (!handover) return;
+    std::size_t kept = 0;
+    std::size_t left = 0;
+    for (UpstreamHandover::Entry& e : handover->take()) {
+      std::string why = not_adoptable(e);
+      if (why.empty()) {
+        std::optional<UpstreamSpec> expected;
+        const ConnectionConfig& cfg = *ctx.config.find_connection(e.connection_id);
+        if (cfg.auth != AuthType::kOAuth) {
+          // Built as a listing builds it: a changed credential value (same config_hash) or
+          // deadline is a different spec, whose session must not be kept.
+          Result<UpstreamSpec> spec =
+              ctx.spec_for(e.connection->spec().name, cfg, e.principal,
+                           steady_ms() + list_timeout_for(cfg, ctx.config.runtime));
+          if (spec.ok()) {
+            expected = std::move(*spec);
+          } else {
+            why = spec.error().message;
+          }
+        }
+        if (why.empty()) {
+          if (std::optional<std::string> refused =
+                  ctx.pool->adopt(e.connection, expected ? &*expected : nullptr)) {
+            why = *refused;
+          }
+        }
+      }
+      if (why.empty()) {
+        runner->note_key(e.connection->spec().name, e.connection_id, e.principal);
+        ++kept;
+        continue;
+      }
+      ++left;
+      ctx.logger->info(kAgentLog,
+                       "the upstream session of " +
+                           (e.connection_id.empty() ? e.connection->spec().name
+                                                    : ctx.who(e.connection_id, e.principal)) +
+                           " is not kept across the reload (" + why +
+                           "): it opens again at its next listing");
+      handover->add(std::move(e));
+    }
+    ctx.logger->info(kAgentLog, "kept " + std::to_string(kept) +
+                                    " upstream session(s) of the engine before the reload" +
+                                    (left > 0 ? "; " + std::to_string(left) + " not kept" : ""));
+  }
+
+  // Why a handed-over session cannot serve this engine's (connection, principal), or "".
+  std::string not_adoptable(const UpstreamHandover::Entry& e) const {
+    if (!e.connection) return "no connection";
+    if (e.connection_id.empty()) return "it was opened only for calls";
+    const ConnectionConfig* cfg = ctx.config.find_connection(e.connection_id);
+    if (cfg == nullptr) return "the connection is no longer configured";
+    if (cfg->config_hash != e.config_hash) return "the connection's definition changed";
+    if (!check_principal(*cfg, e.principal).ok()) return "the principal is no longer listed";
+    if (e.connection->spec().name != AgentContext::pool_name(e.connection_id, e.principal)) {
+      return "it was opened under another name";
+    }
+    if (cfg->auth == AuthType::kOAuth) {
+      // The bearer token is the OAuth manager's: the next listing puts the current one (a new
+      // token is a new session, as without a reload). The deadlines are the connection's.
+      UpstreamSpec d = with_deadlines(UpstreamSpec{}, *cfg, ctx.config.runtime);
+      if (d.request_timeout_ms != e.connection->spec().request_timeout_ms ||
+          d.startup_timeout_ms != e.connection->spec().startup_timeout_ms) {
+        return "the connection's deadlines changed";
+      }
+    }
+    return "";
+  }
+
+  // Marks the engine stopped and joins every thread it started (the pool's watcher too); false
+  // when it was not running.
+  bool stop_threads();
 
   void scheduler_loop() {
     int64_t next_maintenance = steady_ms();
@@ -381,6 +485,7 @@ Status Agent::start() {
   } else {
     s.metrics.store_namespace("ready");
   }
+  impl.adopt_upstreams();
   s.mark_started();
   if (s.options.watch_upstreams) s.pool->start_watching();
   if (s.options.run_revalidation_workers) {
@@ -414,9 +519,40 @@ Status Agent::start() {
 }
 
 void Agent::stop() {
-  Impl& impl = *impl_;
+  if (!impl_->stop_threads()) return;
+  AgentContext& s = impl_->ctx;
+  for (const std::string& name : s.pool->names()) s.pool->remove(name);
+  s.logger->info(kAgentLog, "stopped");
+}
+
+std::shared_ptr<UpstreamHandover> Agent::stop_handing_over() {
+  if (!impl_->stop_threads()) return nullptr;
+  AgentContext& s = impl_->ctx;
+  auto handover = std::make_shared<UpstreamHandover>();
+  for (std::shared_ptr<UpstreamConnection>& conn : s.pool->release_all()) {
+    UpstreamHandover::Entry e;
+    // A connection no listing of this engine named (opened for calls only) is handed over
+    // without a key: the next engine does not adopt it, and it closes with the handover.
+    if (std::optional<std::pair<std::string, Principal>> key =
+            impl_->runner->key_of(conn->spec().name)) {
+      if (const ConnectionConfig* cfg = s.config.find_connection(key->first)) {
+        e.connection_id = key->first;
+        e.principal = key->second;
+        e.config_hash = cfg->config_hash;
+      }
+    }
+    e.connection = std::move(conn);
+    handover->add(std::move(e));
+  }
+  s.logger->info(kAgentLog, "stopped; " + std::to_string(handover->size()) +
+                                " upstream session(s) handed to the next engine");
+  return handover;
+}
+
+bool Agent::Impl::stop_threads() {
+  Impl& impl = *this;
   AgentContext& s = impl.ctx;
-  if (!s.mark_stopped()) return;
+  if (!s.mark_stopped()) return false;
   if (impl.scheduler.joinable()) impl.scheduler.join();
   if (impl.oauth_callback_loop.joinable()) impl.oauth_callback_loop.join();
   for (std::thread& t : impl.workers) {
@@ -430,8 +566,7 @@ void Agent::stop() {
   }
   impl.call_workers.clear();
   s.pool->stop_watching();
-  for (const std::string& name : s.pool->names()) s.pool->remove(name);
-  s.logger->info(kAgentLog, "stopped");
+  return true;
 }
 
 const AgentConfig& Agent::config() const { return impl_->ctx.config; }

@@ -47,6 +47,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -59,9 +60,10 @@
 
 namespace quiver {
 
-struct UpstreamSpec;    // native-agent/upstream/upstream.h
-struct CallReport;      // native-agent/engine/mcp_calls.h
-struct CallRelayStats;  // native-agent/engine/mcp_calls.h
+struct UpstreamSpec;       // native-agent/upstream/upstream.h
+class UpstreamConnection;  // native-agent/upstream/upstream.h
+struct CallReport;         // native-agent/engine/mcp_calls.h
+struct CallRelayStats;     // native-agent/engine/mcp_calls.h
 
 // `n` random bytes (lease tokens, consumer names). kResourceUnavailable when no entropy could be
 // read.
@@ -72,6 +74,35 @@ RandomSource urandom_source();
 // The one place config's UpstreamEndpoint becomes the upstream module's UpstreamSpec. `name` is
 // the log name of the pooled connection (never a secret).
 UpstreamSpec upstream_spec_for(const std::string& name, const UpstreamEndpoint& upstream);
+
+// The upstream sessions an engine stopping for a reload hands to the next one (`serve`: SIGHUP,
+// a catalog change, the switch into key layout v2), so that the reloaded engine goes on hearing
+// each upstream's list_changed without opening anything: Agent::stop_handing_over fills it, the
+// next engine's start() adopts what it would run the same way (AgentOptions::upstream_handover).
+// Destroying it closes every session still in it (nothing adopted leaks; call it off the path
+// that serves, a hung upstream's close takes its timeout).
+class UpstreamHandover {
+ public:
+  UpstreamHandover() = default;
+  ~UpstreamHandover();
+  UpstreamHandover(const UpstreamHandover&) = delete;
+  UpstreamHandover& operator=(const UpstreamHandover&) = delete;
+
+  struct Entry {
+    std::string connection_id;
+    Principal principal = Principal::shared();
+    std::string config_hash;  // the connection's definition the session was opened under
+    std::shared_ptr<UpstreamConnection> connection;
+  };
+  void add(Entry entry);
+  // Every entry, taken out (the handover is empty afterwards).
+  std::vector<Entry> take();
+  std::size_t size() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<Entry> entries_;
+};
 
 struct AgentOptions {
   Clock now_ms = system_clock_ms();        // data timestamps (fetched_at, preferences)
@@ -118,6 +149,12 @@ struct AgentOptions {
   // Catalog changes are rebuilt into a configuration at most this often.
   int64_t catalog_debounce_ms = 2'000;
 
+  // The previous engine's upstream sessions (a reload): start() adopts each one whose connection
+  // this engine runs for the same principal with the same definition, credential and session
+  // settings (its list_changed keeps being heard: nothing is opened or listed for it); the rest
+  // stay in the handover, closed when the caller lets it go.
+  std::shared_ptr<UpstreamHandover> upstream_handover;
+
   // Edge calls relayed through the store (native-agent/engine/mcp_calls.h CallRelayConsumer):
   // this many workers read the `calls` stream, and `call-agents` is kept alive while they run.
   // Only on a store that relays calls (Redis); 0: none.
@@ -162,6 +199,9 @@ class Agent final : public AgentService {
   // nothing started), republishes every connection's disabled overlay, then starts the threads.
   Status start();
   void stop();
+  // stop(), but the upstream sessions are handed over instead of closed (a reload: the next
+  // engine adopts them through AgentOptions::upstream_handover). Empty when it was not running.
+  std::shared_ptr<UpstreamHandover> stop_handing_over();
 
   // --- AgentService ---
   const AgentConfig& config() const override;

@@ -35,6 +35,12 @@ std::optional<std::pair<std::string, Principal>> RefreshRunner::key_of(
   return it->second;
 }
 
+void RefreshRunner::note_key(const std::string& pool_name, const std::string& cid,
+                             const Principal& principal) {
+  std::lock_guard<std::mutex> lock(names_mu_);
+  pool_keys_.insert_or_assign(pool_name, std::make_pair(cid, principal));
+}
+
 std::optional<LastGoodManifest> RefreshRunner::read_last_good(const std::string& cid,
                                                               const Principal& principal) {
   Result<std::optional<StoredManifest>> last = ctx_.store->read_manifest(cid, principal);

@@ -37,6 +37,10 @@ class RefreshRunner {
   // The (connection, principal) a pooled connection name was listed for, if this agent listed it.
   std::optional<std::pair<std::string, Principal>> key_of(const std::string& pool_name);
 
+  // Records that the pooled connection `pool_name` is (cid, principal)'s: a connection adopted
+  // from the engine before a reload, whose list_changed must reach key_of before its next listing.
+  void note_key(const std::string& pool_name, const std::string& cid, const Principal& principal);
+
   // Runs the retries that are due (stops early once the agent stops).
   void process_retries();
 

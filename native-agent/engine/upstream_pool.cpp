@@ -50,19 +50,55 @@ Status UpstreamPool::put(UpstreamSpec spec) {
     if (it != connections_.end() && same_spec(it->second->spec(), spec)) return Status::Ok();
     std::string name = spec.name;
     auto conn = std::make_shared<UpstreamConnection>(std::move(spec), options_.upstream);
-    conn->set_change_callback([this, name](const UpstreamChange& change) {
-      std::function<void(const std::string&, const UpstreamChange&)> cb;
-      {
-        std::lock_guard<std::mutex> cb_lock(mu_);
-        cb = callback_;
-      }
-      if (cb) cb(name, change);
-    });
+    wire(name, *conn);
     if (it != connections_.end()) replaced = std::move(it->second);
     connections_[name] = std::move(conn);
   }
   if (replaced) replaced->close();  // waits for a listing that still uses it
   return Status::Ok();
+}
+
+void UpstreamPool::wire(const std::string& name, UpstreamConnection& conn) {
+  conn.set_change_callback([this, name](const UpstreamChange& change) {
+    std::function<void(const std::string&, const UpstreamChange&)> cb;
+    {
+      std::lock_guard<std::mutex> cb_lock(mu_);
+      cb = callback_;
+    }
+    if (cb) cb(name, change);
+  });
+}
+
+std::vector<std::shared_ptr<UpstreamConnection>> UpstreamPool::release_all() {
+  std::map<std::string, std::shared_ptr<UpstreamConnection>> connections;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    connections.swap(connections_);
+  }
+  std::vector<std::shared_ptr<UpstreamConnection>> out;
+  for (auto& [name, conn] : connections) {
+    conn->set_change_callback(nullptr);  // it named this pool
+    out.push_back(std::move(conn));
+  }
+  return out;
+}
+
+std::optional<std::string> UpstreamPool::adopt(std::shared_ptr<UpstreamConnection> conn,
+                                               const UpstreamSpec* expected) {
+  if (!conn) return std::string("no connection");
+  const std::string& name = conn->spec().name;
+  if (expected != nullptr && !same_spec(conn->spec(), *expected)) {
+    return std::string("its definition or credential changed");
+  }
+  if (!conn->same_session_options(options_.upstream)) {
+    return std::string("the runtime controls its sessions run with changed");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (connections_.count(name) != 0) return std::string("the pool has one by that name");
+  conn->rebind(options_.upstream.log, options_.upstream.redactor);
+  wire(name, *conn);
+  connections_[name] = std::move(conn);
+  return std::nullopt;
 }
 
 bool UpstreamPool::remove(const std::string& name) {

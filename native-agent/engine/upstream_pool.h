@@ -32,6 +32,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -80,12 +81,25 @@ class UpstreamPool {
                                             int concurrency = 5,
                                             int64_t per_connection_timeout_ms = 3500);
 
+  // Every connection taken out of the pool unclosed, sessions kept (watching must have stopped):
+  // what another pool may adopt (an engine reloaded in-process). The pool is empty afterwards.
+  std::vector<std::shared_ptr<UpstreamConnection>> release_all();
+  // Takes in a connection released by another pool, under its spec's name, its session kept:
+  // its log lines and redaction become this pool's and its changes reach this pool's callback.
+  // Refused (the reason; the caller still owns it) when the pool has a connection by that name,
+  // when `expected` is given and differs from its spec (as put compares them), or when this
+  // pool would run its sessions with other settings (UpstreamConnection::same_session_options).
+  std::optional<std::string> adopt(std::shared_ptr<UpstreamConnection> conn,
+                                   const UpstreamSpec* expected = nullptr);
+
   void set_change_callback(std::function<void(const std::string&, const UpstreamChange&)> cb);
   void start_watching();  // idempotent
   void stop_watching();   // idempotent; joins the watcher
 
  private:
   void watch_loop();
+  // Routes `conn`'s changes to this pool's callback under `name`.
+  void wire(const std::string& name, UpstreamConnection& conn);
   void acquire_slot();
   void release_slot();
 

@@ -197,14 +197,50 @@ UpstreamConnection::UpstreamConnection(UpstreamSpec spec, UpstreamOptions option
     std::lock_guard<std::mutex> lock(*mu);
     *last = www_authenticate;
   };
-  if (options_.log) {
-    auto log_fn = options_.log;
-    auto redactor = options_.redactor;
-    std::string prefix = label() + ": stderr: ";
-    settings_.on_stderr_line = [log_fn, redactor, prefix](const std::string& line) {
-      log_fn(prefix + (redactor ? redactor->redact(line) : line));
-    };
-  }
+  log_target_->log = options_.log;
+  log_target_->redactor = options_.redactor;
+  std::string prefix = label() + ": stderr: ";
+  settings_.on_stderr_line = [target = log_target_, prefix](const std::string& line) {
+    std::lock_guard<std::mutex> lock(target->mu);
+    if (target->log) {
+      target->log(prefix + (target->redactor ? target->redactor->redact(line) : line));
+    }
+  };
+}
+
+void UpstreamConnection::rebind(std::function<void(const std::string& line)> log,
+                                std::shared_ptr<const Redactor> redactor) {
+  std::lock_guard<std::timed_mutex> busy(busy_);
+  if (!spec_.redactor) options_.redactor = std::move(redactor);
+  options_.log = log;
+  std::lock_guard<std::mutex> lock(log_target_->mu);
+  log_target_->log = std::move(log);
+  log_target_->redactor = options_.redactor;
+}
+
+bool UpstreamConnection::same_session_options(const UpstreamOptions& o) const {
+  const McpSessionConfig& a = options_.session;
+  const McpSessionConfig& b = o.session;
+  return a.client_name == b.client_name && a.client_version == b.client_version &&
+         a.protocol_versions == b.protocol_versions && a.era == b.era &&
+         a.request_timeout_ms == b.request_timeout_ms &&
+         a.handshake_timeout_ms == b.handshake_timeout_ms &&
+         a.discover_timeout_ms == b.discover_timeout_ms &&
+         a.max_pages_per_list == b.max_pages_per_list &&
+         a.max_listing_bytes == b.max_listing_bytes && a.max_cursor_bytes == b.max_cursor_bytes &&
+         a.max_items_per_list == b.max_items_per_list &&
+         a.max_restarts_per_list == b.max_restarts_per_list &&
+         a.probe_unadvertised == b.probe_unadvertised &&
+         a.send_cancellations == b.send_cancellations &&
+         a.max_message_bytes == b.max_message_bytes &&
+         a.max_error_message_chars == b.max_error_message_chars &&
+         options_.list_timeout_ms == o.list_timeout_ms &&
+         options_.startup_timeout_ms == o.startup_timeout_ms &&
+         options_.change_debounce_ms == o.change_debounce_ms && options_.watch == o.watch &&
+         options_.backoff_initial_ms == o.backoff_initial_ms &&
+         options_.backoff_max_ms == o.backoff_max_ms &&
+         options_.stable_session_ms == o.stable_session_ms &&
+         options_.max_message_bytes == o.max_message_bytes;
 }
 
 std::string UpstreamConnection::scrub(std::string text) const {
@@ -223,7 +259,8 @@ int64_t UpstreamConnection::now_ms() const { return clock_(); }
 std::string UpstreamConnection::label() const { return "upstream " + spec_.name; }
 
 void UpstreamConnection::log(const std::string& line) const {
-  if (options_.log) options_.log(label() + ": " + line);
+  std::lock_guard<std::mutex> lock(log_target_->mu);
+  if (log_target_->log) log_target_->log(label() + ": " + line);
 }
 
 bool UpstreamConnection::connected() const {

@@ -295,6 +295,15 @@ class UpstreamConnection {
   // opens a fresh one. Not counted as a failure.
   void close();
 
+  // Hands the connection, its session kept, to another owner (an engine reloaded in-process:
+  // UpstreamPool::adopt). Its log lines (stderr lines too) go to `log` from now on, and upstream
+  // text is redacted with `redactor` (unless the spec has its own). Waits for a running call.
+  void rebind(std::function<void(const std::string& line)> log,
+              std::shared_ptr<const Redactor> redactor);
+  // Whether a connection built with `options` would run its sessions as this one does (the
+  // deadlines, limits, debounce, backoff and watching; not the log, redactor, clock or factory).
+  bool same_session_options(const UpstreamOptions& options) const;
+
   bool connected() const;  // a session is open and ready for reuse (waits for a running call)
   int64_t now_ms() const;
   // Milliseconds until a fresh session may be opened; 0 when it may now.
@@ -305,6 +314,13 @@ class UpstreamConnection {
  private:
   struct Session;
   struct Attempt;
+  // Where log lines go; shared with the stdio transport's stderr callback, so that rebind()
+  // reaches a transport built before it.
+  struct LogTarget {
+    std::mutex mu;
+    std::function<void(const std::string& line)> log;
+    std::shared_ptr<const Redactor> redactor;
+  };
 
   Result<Listing> list_locked(int64_t deadline_ms, const std::vector<ListKind>& kinds,
                               ListInfo* info);
@@ -332,6 +348,7 @@ class UpstreamConnection {
   UpstreamOptions options_;
   std::function<int64_t()> clock_;
   TransportSettings settings_;
+  std::shared_ptr<LogTarget> log_target_ = std::make_shared<LogTarget>();
 
   mutable std::timed_mutex busy_;  // held by list() and pump()
   mutable std::mutex state_mu_;    // guards the stats, callback and backoff fields below

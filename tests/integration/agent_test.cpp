@@ -1340,6 +1340,74 @@ TEST(AgentTriggers, ListChangedRefreshesWithinASecond) {
   agent->stop();
 }
 
+// A reload (serve: SIGHUP, a catalog change, the switch into key layout v2): the engine that stops
+// hands its upstream sessions over, and the next one adopts each it would open the same way. The
+// kept session is the same child (no spawn, no listing at the reload) and its list_changed is
+// heard at once; a connection whose definition changed is not adopted, and its child is gone once
+// the handover is let go.
+TEST(AgentTriggers, AReloadedEngineKeepsTheSessionsAndHearsTheirListChanged) {
+  RedisServer redis;
+  ASSERT_TRUE(redis.ok()) << redis.error();
+  TempDir dir;
+  const std::string ctl = dir.path("ctl");
+  const std::string kept_stats = dir.path("kept.stats");
+  const std::string changed_stats = dir.path("changed.stats");
+  LogCapture log;
+  AgentOptions o = manual_options(log);
+  o.watch_upstreams = true;
+  o.run_revalidation_workers = true;
+  auto servers = [&](const std::string& changed_tools) {
+    return Json{{"t", upstream_server({"--control", ctl, "--stats-file", kept_stats})},
+                {"u", upstream_server({"--tools", changed_tools, "--stats-file", changed_stats})}};
+  };
+  const Json quiver = {{"redis", redis_url(redis)}};
+  auto first = make_agent(make_config(dir, servers("2"), quiver), o);
+  ASSERT_TRUE(first);
+  ASSERT_TRUE(first->start().ok());
+  ASSERT_TRUE(first->refresh_now("t", Principal::shared(), "manual")->committed);
+  ASSERT_TRUE(first->refresh_now("u", Principal::shared(), "manual")->committed);
+  const int64_t kept_pid = read_stats(kept_stats).value("pid", int64_t{0});
+  const int64_t changed_pid = read_stats(changed_stats).value("pid", int64_t{0});
+  const int64_t kept_lists = tools_list_calls(kept_stats);
+  ASSERT_GT(kept_pid, 0);
+  ASSERT_GT(changed_pid, 0);
+
+  std::shared_ptr<UpstreamHandover> handover = first->stop_handing_over();
+  ASSERT_TRUE(handover);
+  EXPECT_EQ(handover->size(), 2u);
+  first.reset();  // its logger and pool are gone: the sessions must not need them
+  EXPECT_EQ(::kill(static_cast<pid_t>(kept_pid), 0), 0) << "the kept child was stopped";
+
+  // `u` now runs with three tools: another definition, so its session is not adopted.
+  AgentOptions o2 = o;
+  o2.upstream_handover = handover;
+  auto second = make_agent(make_config(dir, servers("3"), quiver), o2);
+  o2.upstream_handover.reset();  // the handover is the test's (and the engine's until it starts)
+  ASSERT_TRUE(second);
+  ASSERT_TRUE(second->start().ok());
+  EXPECT_TRUE(
+      log.contains("kept 1 upstream session(s) of the engine before the reload; 1 not kept"))
+      << log.all();
+  EXPECT_TRUE(
+      log.contains("the upstream session of u (shared) is not kept across the reload (the "
+                   "connection's definition changed)"))
+      << log.all();
+  ASSERT_EQ(handover->size(), 1u);
+  handover.reset();  // what serve does once the new engine serves: u's child is ended and reaped
+  EXPECT_TRUE(wait_until([&] { return ::kill(static_cast<pid_t>(changed_pid), 0) != 0; }, 5000));
+
+  // Nothing was listed at the reload; the kept child hears the change and the new engine lists it.
+  EXPECT_EQ(tools_list_calls(kept_stats), kept_lists);
+  append_line(ctl, R"({"add_tool":"after_reload"})");
+  ASSERT_TRUE(
+      wait_until([&] { return has(tool_names(second->store(), "t"), "after_reload"); }, 5000))
+      << log.all();
+  EXPECT_TRUE(log.contains("list_changed (tools) from t (shared)")) << log.all();
+  EXPECT_EQ(read_stats(kept_stats).value("pid", int64_t{0}), kept_pid);  // the same session
+  second->stop();
+  EXPECT_TRUE(wait_until([&] { return ::kill(static_cast<pid_t>(kept_pid), 0) != 0; }, 5000));
+}
+
 // A webhook is one store step (the edge's); the refresh it queues is taken by the agent's
 // revalidation workers: a listing that started after the webhook is stored within a second.
 TEST(AgentTriggers, AWebhookRefreshesWithinASecond) {

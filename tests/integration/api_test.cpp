@@ -6,6 +6,7 @@
 //
 // The agent runs with its background threads off (tests/integration/agent_test.cpp does the
 // same), so a queued refresh stays queued and every listing happens when a test asks for it.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -1150,15 +1151,14 @@ void write_file(const std::string& path, const std::string& text) {
 
 // Writes the caller-token key and a configuration serving `servers` (member `local`, granted
 // everything) into `dir`; returns the configuration's path. Written again, it replaces both.
-std::string write_serve_config(const TempDir& dir, Json servers) {
+std::string write_serve_config(const TempDir& dir, Json servers, Json quiver = Json::object()) {
   const std::string key_file = dir.path("caller-token.key");
   write_file(key_file, kTokenKey);
   const std::string config_file = dir.path("quiver.json");
-  const Json config = {{"mcpServers", std::move(servers)},
-                       {"quiver",
-                        {{"members", {"local"}},
-                         {"grants", {{"*", {"*"}}}},
-                         {"caller_token_keys", {{"local-1", {{"file", key_file}}}}}}}};
+  quiver["members"] = {"local"};
+  quiver["grants"] = {{"*", {"*"}}};
+  quiver["caller_token_keys"] = {{"local-1", {{"file", key_file}}}};
+  const Json config = {{"mcpServers", std::move(servers)}, {"quiver", std::move(quiver)}};
   write_file(config_file, config.dump());
   return config_file;
 }
@@ -1267,6 +1267,94 @@ TEST(ApiServe, SighupReloadsTheConfigurationAndRefusesABadOne) {
   EXPECT_TRUE(logs("reload refused", 10'000)) << serve.stderr_tail();
   EXPECT_TRUE(serve.running());
   EXPECT_EQ(ids(), (std::vector<std::string>{"t", "u"}));
+  stop_serve(s);
+}
+
+// A reload keeps the upstream sessions the new configuration runs the same way: an upstream's
+// list_changed is heard right after it, with nothing listed by hand (stdio `t`, and HTTP `hk`
+// whose GET stream stays open), and upstreams that hang during the reload do not hold it up:
+// `hk` (kept) and `hr` (removed) are stopped (SIGSTOP: they accept and never answer) before
+// SIGHUP. Closing a session of a hung HTTP upstream waits for its DELETE (2 s); the reload closes
+// only what it drops, after the new engine serves.
+TEST(ApiServe, AReloadKeepsUpstreamSessionsAndHearsListChangedRightAfter) {
+  TempDir dir;
+  testing::TestUpstreamHttp hk;
+  testing::TestUpstreamHttp hr;
+  ASSERT_TRUE(hk.ok()) << hk.error();
+  ASSERT_TRUE(hr.ok()) << hr.error();
+  const std::string ctl = dir.path("ctl");
+  const std::string stats = dir.path("t.stats");
+  const Json t = test_upstream({"--tools", "2", "--control", ctl, "--stats-file", stats});
+  const Json quiver = {{"allow_private_upstreams", true}};
+  const std::string config_file = write_serve_config(
+      dir, {{"t", t}, {"hk", {{"url", hk.url()}}}, {"hr", {{"url", hr.url()}}}}, quiver);
+  Served s;
+  ASSERT_NO_FATAL_FAILURE(start_serve(dir, config_file, &s));
+  ChildProcess& serve = *s.child;
+  auto logs = [&](const char* text, int64_t timeout_ms) {
+    return wait_until(
+        [&] {
+          serve.drain_stderr();
+          return serve.stderr_tail().find(text) != std::string::npos;
+        },
+        timeout_ms);
+  };
+  httplib::Client c(s.base);
+  // Each connection's tool names, by id (the cache as served).
+  auto tools = [&]() {
+    std::map<std::string, std::vector<std::string>> out;
+    auto r = c.Get("/v1/manifests", {{"Authorization", "Bearer " + s.token}});
+    if (!r || r->status != 200) return out;
+    const Json body = body_of(r);
+    for (const Json& conn : body["connections"]) {
+      std::vector<std::string>& names = out[conn["id"].get<std::string>()];
+      if (!conn.contains("manifest")) continue;
+      for (const Json& tool : conn["manifest"]["tools"]["items"]) names.push_back(tool["name"]);
+    }
+    return out;
+  };
+  auto has_tool = [&](const std::string& id, const std::string& name) {
+    std::map<std::string, std::vector<std::string>> now = tools();
+    auto it = now.find(id);
+    return it != now.end() &&
+           std::find(it->second.begin(), it->second.end(), name) != it->second.end();
+  };
+  ASSERT_EQ(tools().size(), 3u) << serve.stderr_tail();
+  const int64_t t_pid = read_stats(stats).value("pid", int64_t{0});
+  const int64_t t_lists = tools_list_calls(stats);
+  ASSERT_GT(t_pid, 0);
+
+  // Both HTTP upstreams hang; `hr` leaves the configuration.
+  ASSERT_EQ(::kill(hk.pid(), SIGSTOP), 0);
+  ASSERT_EQ(::kill(hr.pid(), SIGSTOP), 0);
+  write_serve_config(dir, {{"t", t}, {"hk", {{"url", hk.url()}}}}, quiver);
+  const int64_t sent = testing::steady_now_ms();
+  ASSERT_EQ(::kill(serve.pid(), SIGHUP), 0);
+  EXPECT_TRUE(wait_until([&] { return tools().size() == 2u; }, 15'000)) << serve.stderr_tail();
+  const int64_t reload_ms = testing::steady_now_ms() - sent;
+  RecordProperty("reload_ms", std::to_string(reload_ms));
+  // Closing the two hung sessions before serving again would take 4 s.
+  EXPECT_LT(reload_ms, 3'000) << serve.stderr_tail();
+  EXPECT_TRUE(logs("kept 2 upstream session(s) of the engine before the reload; 1 not kept", 5'000))
+      << serve.stderr_tail();
+  ASSERT_EQ(::kill(hk.pid(), SIGCONT), 0);
+  ASSERT_EQ(::kill(hr.pid(), SIGCONT), 0);
+
+  // The kept stdio session: the same child, nothing listed at the reload, its change heard.
+  EXPECT_EQ(tools_list_calls(stats), t_lists);
+  testing::append_line(ctl, R"({"add_tool":"after_reload"})");
+  EXPECT_TRUE(wait_until([&] { return has_tool("t", "after_reload"); }, 10'000))
+      << serve.stderr_tail();
+  EXPECT_EQ(read_stats(stats).value("pid", int64_t{0}), t_pid);
+
+  // The kept HTTP session, hung across the reload: its notification stream still delivers.
+  httplib::Client control("127.0.0.1", hk.port());
+  auto added = control.Post("/control", R"({"add_tool":"hk_after_reload"})", "application/json");
+  ASSERT_TRUE(added);
+  ASSERT_EQ(added->status, 200) << added->body;
+  EXPECT_TRUE(wait_until([&] { return has_tool("hk", "hk_after_reload"); }, 10'000))
+      << serve.stderr_tail();
+  EXPECT_TRUE(logs("list_changed (tools) from hk (shared)", 1'000)) << serve.stderr_tail();
   stop_serve(s);
 }
 

@@ -13,8 +13,10 @@
 // MCP Inspector's CLI lists the tools through /mcp, and the /mcp body bound.
 //
 // With `--store redis-v2` the same runs on a real redis-server in key layout v2 (the agent started
-// in v1, then `quiver-agent migrate-layout v2` while it serves, as an operator moves it): there
-// is no epoch, and the notifier asks each member's versions at every poll instead
+// in v1, then `quiver-agent migrate-layout v2` while it serves, as an operator moves it; the
+// engine reloaded into v2 keeps both upstream sessions, so their list_changed reach it with no
+// listing and no new session): there is no epoch, and the notifier asks each member's versions
+// at every poll instead
 // (Store::discovery_unchanged); the test also checks that an idle stream costs those versions
 // and no discovery read (/metrics quiver_mcp_notify_*).
 //
@@ -275,6 +277,17 @@ const tests = [
   },
 ];
 
+// How many MCP sessions each upstream has created (its /control/stats).
+async function upstreamSessions() {
+  const out = {};
+  for (const [name, u] of Object.entries(upstreams)) {
+    const res = await fetch(`${u.control}/stats`);
+    if (res.status !== 200) throw new Error(`stats of ${name}: ${res.status}`);
+    out[name] = (await res.json()).sessions.created;
+  }
+  return out;
+}
+
 // The notifier's counters on /metrics.
 async function notifyCounts() {
   const m = await agent.metrics();
@@ -310,23 +323,24 @@ async function main() {
     tokens.bob = agent.token('bob');
     for (const m of ['alice', 'bob']) await waitForFresh(agent, tokens[m], 1);
     if (v2) {
+      const sessionsBefore = await upstreamSessions();
       const out = execFileSync(binary, ['migrate-layout', 'v2', '--settle', '1s', '--config',
                                         agent.configFile],
                                { env: { ...agent.env }, encoding: 'utf8' });
       if (!out.includes('v2:ready:')) throw new Error(`migrate-layout: ${out}`);
       await waitFor('the agent reloaded into key layout v2',
                     async () => logs.some((l) => l.includes('reloaded')), 30000);
-      // The reloaded engine opens an upstream's session when it next lists it (the copy is
-      // fresh): listed by hand now, so that the upstreams' own list_changed reach it.
-      const listed = logs.length;
-      for (const [m, cid] of [['alice', 'shop'], ['bob', 'desk']]) {
-        const res = await agent.request('POST', `/v1/mcp-connections/${cid}/refresh-tools`, {
-          headers: { authorization: `Bearer ${tokens[m]}` } });
-        if (res.status !== 202) throw new Error(`refresh-tools ${cid}: ${res.status} ${res.text}`);
+      // The reloaded engine adopts the sessions of the one before (Agent::stop_handing_over):
+      // both upstreams' list_changed keep reaching it, nothing listed by hand, no session opened.
+      if (!logs.some((l) => l.includes('kept 2 upstream session(s) of the engine before the ' +
+                                        'reload'))) {
+        throw new Error('the reloaded engine did not keep both upstream sessions');
       }
-      await waitFor('both connections listed again in v2', async () =>
-        ['shop', 'desk'].every((cid) => logs.slice(listed).some((l) =>
-          l.includes(`refreshed ${cid} `))), 30000);
+      const sessionsAfter = await upstreamSessions();
+      if (JSON.stringify(sessionsAfter) !== JSON.stringify(sessionsBefore)) {
+        throw new Error(`upstream sessions created across the migration: ` +
+                        `${JSON.stringify(sessionsBefore)} → ${JSON.stringify(sessionsAfter)}`);
+      }
     }
     failed += await runTests(tests, argValue('--only', ''));
   } finally {

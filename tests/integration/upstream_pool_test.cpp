@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -250,6 +251,78 @@ TEST(UpstreamPool, WatcherReportsAToolAddedAtRuntimeWithTheUpstreamName) {
   auto relisted = pool.list("watched", 4000);
   ASSERT_TRUE(relisted.ok());
   EXPECT_EQ(relisted->list(ListKind::kTools).items.size(), 4u);
+}
+
+// A reload's handover (Agent::stop_handing_over): the connections of one pool, released unclosed,
+// are adopted by another with their sessions (the next listing reuses the same child), and only
+// when that pool would run them alike: same spec, same session settings, a free name. Changes of
+// an adopted connection reach the adopting pool's callback, under the same name.
+TEST(UpstreamPool, AdoptsAReleasedConnectionWithItsSessionAndRefusesOtherSettings) {
+  TempDir dir;
+  UpstreamPoolOptions options;
+  options.upstream.change_debounce_ms = 100;
+  const UpstreamSpec spec = test_upstream_stdio("moved", {"--control", dir.path("ctl")});
+  std::vector<std::shared_ptr<UpstreamConnection>> released;
+  {
+    UpstreamPool before(options);
+    ASSERT_TRUE(before.put(spec).ok());
+    ListInfo info;
+    ASSERT_TRUE(before.list("moved", 8000, &info).ok());
+    EXPECT_FALSE(info.reused);
+    released = before.release_all();
+    EXPECT_TRUE(before.names().empty());
+  }  // the first pool is gone: the connection must not need it
+  ASSERT_EQ(released.size(), 1u);
+  std::shared_ptr<UpstreamConnection> conn = released[0];
+  ASSERT_TRUE(conn->connected());
+
+  UpstreamPoolOptions slower = options;
+  slower.upstream.session.request_timeout_ms += 1;
+  UpstreamPool other_settings(slower);
+  std::optional<std::string> refused = other_settings.adopt(conn);
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_NE(refused->find("runtime controls"), std::string::npos) << *refused;
+  EXPECT_TRUE(other_settings.names().empty());
+
+  UpstreamPool after(options);
+  const UpstreamSpec changed = test_upstream_stdio("moved", {"--tools", "9"});
+  refused = after.adopt(conn, &changed);
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_NE(refused->find("definition"), std::string::npos) << *refused;
+  ASSERT_FALSE(after.adopt(conn, &spec).has_value());
+  EXPECT_EQ(after.names(), std::vector<std::string>{"moved"});
+  EXPECT_TRUE(after.adopt(conn).has_value());  // the name is taken now
+  EXPECT_TRUE(conn->connected());
+
+  std::mutex mu;
+  std::vector<std::string> seen;
+  after.set_change_callback([&](const std::string& name, const UpstreamChange& c) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!c.kinds.empty()) seen.push_back(name);
+  });
+  after.start_watching();
+  append_line(dir.path("ctl"), R"({"add_tool":"adopted"})");
+  EXPECT_TRUE(wait_until(
+      [&] {
+        std::lock_guard<std::mutex> lock(mu);
+        return !seen.empty();
+      },
+      3000));
+  after.stop_watching();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ASSERT_FALSE(seen.empty());
+    EXPECT_EQ(seen[0], "moved");
+  }
+  // put() with the same spec keeps it; the listing runs on the session opened by the first pool.
+  ASSERT_TRUE(after.put(spec).ok());
+  ListInfo info;
+  auto relisted = after.list("moved", 8000, &info);
+  ASSERT_TRUE(relisted.ok()) << relisted.error().message;
+  EXPECT_TRUE(info.reused);
+  EXPECT_EQ(info.connect_ms, -1);
+  EXPECT_EQ(relisted->list(ListKind::kTools).items.size(), 4u);
+  EXPECT_EQ(conn->stats().sessions_opened, 1);
 }
 
 }  // namespace

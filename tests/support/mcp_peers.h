@@ -267,6 +267,8 @@ class TestUpstreamHttp {
   std::string error() const { return child_ ? child_->stderr_tail() : "node did not start"; }
   const std::string& url() const { return url_; }
   int port() const { return port_; }
+  // The server's process (a test stops and continues it to make it hang).
+  int pid() const { return child_ ? child_->pid() : -1; }
 
  private:
   std::unique_ptr<ChildProcess> child_;
