@@ -5,6 +5,7 @@
 
 #include "shared/discovery_redis.h"
 #include "shared/layout.h"
+#include "shared/redis_cluster.h"
 
 namespace quiver {
 
@@ -87,7 +88,9 @@ Status SpreadDiscoveryRead::feed(const std::vector<RespValue>& replies) {
                      std::to_string(replies.size()) + " replies to " +
                          std::to_string(commands_.size()) + " commands");
   }
-  Status s = round_ == 1 ? feed_grants(replies) : feed_reads(replies);
+  Status s = stage_ == Stage::kGrants    ? feed_grants(replies)
+             : stage_ == Stage::kScripts ? feed_reads(replies)
+                                         : feed_split(replies);
   if (!s.ok()) failed_ = true;
   return s;
 }
@@ -182,10 +185,22 @@ Status SpreadDiscoveryRead::feed_grants(const std::vector<RespValue>& replies) {
   return plan_reads(all);
 }
 
+namespace {
+
+// The replies of split 2 for one connection: record, mark, and (shared) the principal's four.
+constexpr std::size_t kSplitConnReads = 2;
+constexpr std::size_t kSplitSharedReads = 4;
+
+}  // namespace
+
 Status SpreadDiscoveryRead::plan_reads(const std::vector<std::size_t>& which) {
   commands_.clear();
+  hand_back_split_.clear();
   conn_commands_.clear();
   member_commands_.clear();
+  pass_ = which;
+  split_.clear();
+  stage_ = Stage::kScripts;
   std::vector<std::string> member_keys;
   for (std::size_t i : which) {
     const PageEntry& e = page_[i];
@@ -216,6 +231,7 @@ Status SpreadDiscoveryRead::plan_reads(const std::vector<std::size_t>& which) {
                                                    /*read_only=*/true);
     if (!c.ok()) return c.error();
     commands_.push_back(std::move(*c));
+    hand_back_split_.push_back(true);
     conn_commands_.push_back(i);
   }
   if (!member_keys.empty()) {
@@ -223,16 +239,26 @@ Status SpreadDiscoveryRead::plan_reads(const std::vector<std::size_t>& which) {
                                                    std::move(member_keys), {}, /*read_only=*/true);
     if (!c.ok()) return c.error();
     commands_.push_back(std::move(*c));
+    hand_back_split_.push_back(false);
   }
   return Status();
 }
 
 Status SpreadDiscoveryRead::feed_reads(const std::vector<RespValue>& replies) {
-  for (const RespValue& r : replies) {
-    if (r.is_error()) return redis_error(r);
+  for (std::size_t k = 0; k < replies.size(); ++k) {
+    // A connection script refused because its slot is split: read that connection key by key.
+    if (k < conn_commands_.size() && cluster_reply_is_split_slot(replies[k])) continue;
+    if (replies[k].is_error()) return redis_error(replies[k]);
   }
   for (std::size_t k = 0; k < conn_commands_.size(); ++k) {
     PageEntry& e = page_[conn_commands_[k]];
+    if (cluster_reply_is_split_slot(replies[k])) {
+      e.conn_reply = RespValue();
+      e.split_values.clear();
+      e.split_again = false;
+      split_.push_back(conn_commands_[k]);
+      continue;
+    }
     const std::vector<RespValue>* a = replies[k].as_array();
     if (a == nullptr || a->size() != 5 ||
         (*a)[0].as_string() != std::optional<std::string_view>(kDiscoveryConnReplyTag)) {
@@ -272,16 +298,137 @@ Status SpreadDiscoveryRead::feed_reads(const std::vector<RespValue>& replies) {
     }
   }
 
+  if (!split_.empty()) {
+    // Split 1: the version of each split connection, before anything else of it is read.
+    split_reads_ += split_.size();
+    stage_ = Stage::kSplitBefore;
+    commands_.clear();
+    hand_back_split_.clear();
+    for (std::size_t i : split_) {
+      Result<std::string> version = keys_.conn_version(page_[i].cid);
+      if (!version.ok()) return version.error();
+      commands_.push_back({"GET", std::move(*version)});
+      hand_back_split_.push_back(false);
+    }
+    return Status();
+  }
+  return check_modes();
+}
+
+Status SpreadDiscoveryRead::plan_split_read() {
+  stage_ = Stage::kSplitRead;
+  commands_.clear();
+  hand_back_split_.clear();
+  for (std::size_t i : split_) {
+    const PageEntry& e = page_[i];
+    // What discovery_conn_read.lua reads, each key by the command the script reads it with.
+    std::vector<std::pair<const char*, Result<std::string>>> reads;
+    reads.emplace_back("HGETALL", keys_.conn(e.cid));
+    reads.emplace_back("GET", keys_.marked(e.cid));
+    if (e.read_shared) {
+      const Principal shared = Principal::shared();
+      reads.emplace_back("HGETALL", keys_.manifest(e.cid, shared));
+      reads.emplace_back("SMEMBERS", keys_.disabled(e.cid, shared));
+      reads.emplace_back("EXISTS", keys_.lease(e.cid, shared));
+      reads.emplace_back("GET", keys_.invalidated(e.cid, shared));
+    }
+    for (auto& [command, key] : reads) {
+      if (!key.ok()) return key.error();
+      commands_.push_back({command, std::move(*key)});
+      hand_back_split_.push_back(false);
+    }
+  }
+  return Status();
+}
+
+Status SpreadDiscoveryRead::feed_split(const std::vector<RespValue>& replies) {
+  for (const RespValue& r : replies) {
+    if (r.is_error()) return redis_error(r);
+  }
+  if (stage_ == Stage::kSplitBefore) {
+    for (std::size_t k = 0; k < split_.size(); ++k) {
+      std::optional<std::string> v = string_or_empty(replies[k]);
+      if (!v) return bad_reply("connection '" + page_[split_[k]].cid + "'", "version not a string");
+      page_[split_[k]].split_version = std::move(*v);
+    }
+    return plan_split_read();
+  }
+  if (stage_ == Stage::kSplitRead) {
+    std::size_t at = 0;
+    for (std::size_t i : split_) {
+      PageEntry& e = page_[i];
+      const std::size_t n = kSplitConnReads + (e.read_shared ? kSplitSharedReads : 0);
+      e.split_values.assign(replies.begin() + static_cast<std::ptrdiff_t>(at),
+                            replies.begin() + static_cast<std::ptrdiff_t>(at + n));
+      at += n;
+      const std::vector<RespValue>& v = e.split_values;
+      auto string_or_nil = [](const RespValue& r) { return r.is_nil() || r.as_string(); };
+      if (!v[0].is_array() || !string_or_nil(v[1]) ||
+          (e.read_shared &&
+           (!v[2].is_array() || !v[3].is_array() || !v[4].is_integer() || !string_or_nil(v[5])))) {
+        return bad_reply("connection '" + e.cid + "'", "a key read apart has the wrong type");
+      }
+    }
+    // Split 3: the versions again, after every read of split 2.
+    stage_ = Stage::kSplitAfter;
+    commands_.clear();
+    hand_back_split_.clear();
+    for (std::size_t i : split_) {
+      Result<std::string> version = keys_.conn_version(page_[i].cid);
+      if (!version.ok()) return version.error();
+      commands_.push_back({"GET", std::move(*version)});
+      hand_back_split_.push_back(false);
+    }
+    return Status();
+  }
+  // Split 3: an unchanged version makes the reads between the two GETs one snapshot.
+  std::vector<std::size_t> moved;
+  for (std::size_t k = 0; k < split_.size(); ++k) {
+    PageEntry& e = page_[split_[k]];
+    std::optional<std::string> after = string_or_empty(replies[k]);
+    if (!after) return bad_reply("connection '" + e.cid + "'", "version not a string");
+    if (*after != e.split_version) {
+      if (e.split_again) {
+        return Error(ErrorCode::kStoreUnavailable,
+                     "discovery read: connection '" + e.cid +
+                         "' changed twice while it was read key by key (its slot is split by a "
+                         "reshard); read again");
+      }
+      e.split_again = true;
+      e.split_version = std::move(*after);  // the next split 1
+      moved.push_back(split_[k]);
+      continue;
+    }
+    // The script's reply, as it would have been: {conn, version, marked, shared}.
+    std::vector<RespValue>& v = e.split_values;
+    const bool conn_present = !v[0].elements.empty();
+    std::vector<RespValue> shared;
+    if (e.read_shared && conn_present) {
+      shared = {std::move(v[2]), std::move(v[3]), std::move(v[4]), std::move(v[5])};
+    }
+    e.conn_reply = RespValue::array({std::move(v[0]), RespValue::bulk_string(e.split_version),
+                                     std::move(v[1]), RespValue::array(std::move(shared))});
+    e.split_values.clear();
+  }
+  if (!moved.empty()) {
+    split_ = std::move(moved);
+    return plan_split_read();
+  }
+  split_.clear();
+  return check_modes();
+}
+
+Status SpreadDiscoveryRead::check_modes() {
   // The record decides whose data applies; where it says otherwise than the grant the data was
   // read for, read that connection again as the record says (once).
   std::vector<std::size_t> again;
-  for (std::size_t i : conn_commands_) {
+  for (std::size_t i : pass_) {
     PageEntry& e = page_[i];
     std::string mode = credential_mode_of(e.conn_reply.elements[0]);
     bool want_shared = mode == kGrantModeShared;
     bool want_member = mode == kGrantModePerMember;
     if ((want_shared && !e.read_shared) || (want_member && !e.read_member)) {
-      if (round_ == 3) {
+      if (reread_) {
         return Error(ErrorCode::kStoreUnavailable,
                      "discovery read: the credential mode of connection '" + e.cid +
                          "' changed while it was read; read again");
@@ -293,6 +440,7 @@ Status SpreadDiscoveryRead::feed_reads(const std::vector<RespValue>& replies) {
   }
   if (!again.empty()) {
     round_ = 3;
+    reread_ = true;
     return plan_reads(again);
   }
   return finish();
@@ -300,6 +448,8 @@ Status SpreadDiscoveryRead::feed_reads(const std::vector<RespValue>& replies) {
 
 Status SpreadDiscoveryRead::finish() {
   commands_.clear();
+  hand_back_split_.clear();
+  stage_ = Stage::kScripts;
   for (std::size_t i = 0; i < page_.size(); ++i) {
     const PageEntry& e = page_[i];
     const std::vector<RespValue>& c = e.conn_reply.elements;  // {conn, version, marked, shared}

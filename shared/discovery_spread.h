@@ -25,6 +25,26 @@
 //            between the two writes): those connections again, read as their record says. A second
 //            disagreement is kStoreUnavailable (a retry reads the settled state), never a guess.
 //
+// A connection whose slot is split by a reshard (part of its keys moved to another node, the
+// migration not yet ended by SETSLOT NODE) cannot run its read script anywhere: the script names
+// keys that are usually absent (the lease, the disabled set, the mark), and Redis answers such a
+// command TRYAGAIN at the source while some of its keys are there, ASK once none is, and TRYAGAIN
+// at the importing node while one is missing there. The host hands that TRYAGAIN back at once
+// (`hand_back_split()` flags the connection scripts; shared/redis_cluster.h
+// cluster_reply_is_split_slot), and the read reads those connections key by key, each command
+// one key and followed through ASK, in three more rounds between the script round and the next:
+//   split 1  GET version
+//   split 2  what the script reads, each key by the command the script uses: HGETALL record,
+//            GET mark, and for the `shared` principal HGETALL manifest, SMEMBERS disabled,
+//            EXISTS lease, GET principal's mark
+//   split 3  GET version again: equal to split 1's, the reads are one snapshot of the connection
+//            (every write of what they read INCRs the version in the same one-slot script or
+//            transaction, and a version only grows), and the entry is the script's reply, byte for
+//            byte; different, split 2 and 3 once more (split 3's version is the next split 1's),
+//            then kStoreUnavailable (never a guess). The lease alone is not versioned: it is read
+//            at one instant between the two GETs, when everything else had the values read.
+// docs/design.md "Redis Cluster routing", "A connection read key by key while its slot is split".
+//
 // The snapshot is the one decode_discovery_reply gives for the same data on v1, entry for entry
 // (every entry goes through decode_discovery_entry), with the versions it read: the namespace
 // record and the member version from round 1, each connection's version from the same script as
@@ -63,7 +83,21 @@ class SpreadDiscoveryRead {
 
   // This round's commands (empty once done).
   const std::vector<RedisCommand>& commands() const { return commands_; }
+  // One flag per command of this round: true for a connection's read script, whose TRYAGAIN (its
+  // slot split by a reshard) the host hands back as its reply at once (RoutedConversation::
+  // begin_spread, RedisClusterPool's ClusterRequest::hand_back_split) rather than backing off:
+  // the read then reads that connection key by key. A host that cannot hand it back loses
+  // nothing: the script's answer, or the store failure its budget ends in, is what it was.
+  const std::vector<bool>& hand_back_split() const { return hand_back_split_; }
+  // Connections read key by key so far (their slot was split).
+  std::size_t split_reads() const { return split_reads_; }
+  // 1 (grants), 2 (the read scripts), 3 (a mode change read again); the split rounds of a script
+  // round keep its number, and say reading_split().
   int round() const { return round_; }
+  bool reading_split() const {
+    return stage_ == Stage::kSplitBefore || stage_ == Stage::kSplitRead ||
+           stage_ == Stage::kSplitAfter;
+  }
   bool done() const { return done_; }
 
   // The replies to commands(), in their order. Then done() or a next round. kStoreUnavailable for a
@@ -87,12 +121,27 @@ class SpreadDiscoveryRead {
     bool read_member = false;
     RespValue conn_reply;   // the discovery_conn_read reply part: {conn, version, marked, shared}
     RespValue member_part;  // {manifest, disabled, lease, invalidated} from member_read
+    // Read key by key (its slot split): the version split 1 (or the last split 3) read, the
+    // replies of split 2, and whether split 2 and 3 were already read again.
+    std::string split_version;
+    std::vector<RespValue> split_values;
+    bool split_again = false;
+  };
+  enum class Stage {
+    kGrants,       // round 1
+    kScripts,      // round 2 (or 3): the read scripts
+    kSplitBefore,  // split 1: GET version of each split connection
+    kSplitRead,    // split 2: their keys, one command each
+    kSplitAfter,   // split 3: GET version again
   };
 
   SpreadDiscoveryRead(RedisKeys keys, Principal member, SnapshotQuery query);
   Status feed_grants(const std::vector<RespValue>& replies);
   Status plan_reads(const std::vector<std::size_t>& which);
   Status feed_reads(const std::vector<RespValue>& replies);
+  Status plan_split_read();
+  Status feed_split(const std::vector<RespValue>& replies);
+  Status check_modes();
   Status finish();
 
   RedisKeys keys_;
@@ -105,6 +154,14 @@ class SpreadDiscoveryRead {
   // member command (if any), which is last.
   std::vector<std::size_t> conn_commands_;
   std::vector<std::size_t> member_commands_;
+  std::vector<bool> hand_back_split_;
+  // The page indexes the script round read (checked for mode changes once all are read), and those
+  // of them being read key by key.
+  std::vector<std::size_t> pass_;
+  std::vector<std::size_t> split_;
+  std::size_t split_reads_ = 0;
+  Stage stage_ = Stage::kGrants;
+  bool reread_ = false;  // the script round reads connections whose mode changed (round 3)
   std::optional<KeyLayout> layout_seen_;
   int round_ = 1;
   bool done_ = false;

@@ -483,7 +483,8 @@ EdgeStep EdgeService::healthz(Request& r, const HttpRequest& request) {
                                       {"refreshes", c.refreshes},
                                       {"moved", c.moved},
                                       {"ask", c.ask},
-                                      {"retries", c.retries}});
+                                      {"retries", c.retries},
+                                      {"split", c.split}});
     }
   }
   HttpResponse res = json_response(status, body);
@@ -793,7 +794,11 @@ EdgeStep EdgeService::transmit(Request& r, std::vector<RedisCommand> commands, S
                   " ms ago; one probe request is testing it"),
         r.now_ms);
   }
-  RoutedWrite write = spread ? r.redis.begin_spread(std::move(commands), form, read)
+  // A read round's connection scripts refused by a split slot are read key by key: the TRYAGAIN
+  // is handed back to the read at once (SpreadDiscoveryRead::hand_back_split).
+  RoutedWrite write = spread ? r.redis.begin_spread(std::move(commands), form, read,
+                                                    read && r.spread ? r.spread->hand_back_split()
+                                                                     : std::vector<bool>{})
                              : r.redis.begin(std::move(commands), form, /*keep_bytes=*/false, read);
   if (!r.redis.in_round()) return store_failed(r, r.redis.error(), r.now_ms);
   EdgeStep s = redis_step(r.handle, std::move(write));

@@ -550,6 +550,12 @@ Result<ClusterRedirect> parse_cluster_redirect(const RespValue& reply,
   return out;
 }
 
+bool cluster_reply_is_split_slot(const RespValue& reply) {
+  if (!reply.is_error()) return false;
+  Result<ClusterRedirect> r = parse_cluster_redirect(reply, {});
+  return r.ok() && r->kind == ClusterRedirect::Kind::kTryAgain;
+}
+
 int64_t cluster_backoff_ms(int retry, const ClusterRetryPolicy& policy) {
   int64_t ms = std::max<int64_t>(policy.backoff_initial_ms, 0);
   for (int i = 1; i < retry && ms < policy.backoff_max_ms; ++i) ms *= 2;

@@ -237,6 +237,16 @@ ClusterStep decide_cluster_step(const RespValue& reply, std::string_view answere
 ClusterStep hold_ask_for_round(ClusterStep step, const std::vector<RedisCommand>& round,
                                int attempt, const ClusterRetryPolicy& policy);
 
+// Whether `reply` is Redis's TRYAGAIN: a command whose keys a slot migration splits between the
+// two nodes (some moved, some not; Redis counts an absent key as not moved), refused by the node
+// that answered for as long as the slot is split. A request the host marks `hand_back_split`
+// (ClusterRequest, RoutedConversation::begin_spread) gets this reply as its own instead of the
+// backoff: its reader reads the same data another way (SpreadDiscoveryRead reads a split
+// connection key by key, shared/discovery_spread.h). Only TRYAGAIN: the ASK that may come before
+// it is followed as for any command (ASKING + the command at the importing node), and the other
+// routing answers (MOVED, CLUSTERDOWN, LOADING, ...) keep their steps.
+bool cluster_reply_is_split_slot(const RespValue& reply);
+
 // The bounded exponential backoff before retry number `retry` (1-based).
 int64_t cluster_backoff_ms(int retry, const ClusterRetryPolicy& policy);
 
@@ -258,6 +268,10 @@ ClusterStep cluster_step_after_io_failure(std::string_view why, int attempt,
 struct ClusterRequest {
   RedisCommand argv;
   bool read_only = false;  // may go to a replica (when the plan allows replica reads)
+  // A TRYAGAIN (cluster_reply_is_split_slot), at the source or at the importing node after an
+  // ASK, is this request's reply, handed back at once rather than retried after a backoff: the
+  // caller reads the same data another way. RedisClusterPool::run_batch honours it.
+  bool hand_back_split = false;
 };
 
 struct ClusterPlanOptions {

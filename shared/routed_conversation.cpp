@@ -101,16 +101,19 @@ RoutedConversation::RoutedConversation(RespLimits limits, RedisCredentials crede
 }
 
 RoutedWrite RoutedConversation::begin_spread(std::vector<RedisCommand> commands, ScriptForm form,
-                                             bool read_only) {
-  // On one Redis every key is on the one server: one pipeline, as any round.
+                                             bool read_only, std::vector<bool> hand_back_split) {
+  // On one Redis every key is on the one server: one pipeline, as any round (and no slot is ever
+  // split: nothing answers TRYAGAIN).
   if (router_ == nullptr) return begin(std::move(commands), form, /*keep_bytes=*/false, read_only);
   spread_next_ = true;
+  hand_back_split_next_ = std::move(hand_back_split);
   return begin(std::move(commands), form, /*keep_bytes=*/false, read_only);
 }
 
 RoutedWrite RoutedConversation::begin(std::vector<RedisCommand> commands, ScriptForm form,
                                       bool keep_bytes, bool read_only) {
   spread_ = std::exchange(spread_next_, false);
+  hand_back_split_ = std::exchange(hand_back_split_next_, {});
   parts_.clear();
   parts_error_.reset();
   asks_.clear();
@@ -138,6 +141,12 @@ RoutedWrite RoutedConversation::begin(std::vector<RedisCommand> commands, Script
   refresh_ = false;
   delay_ms_ = 0;
   in_round_ = true;
+  if (!hand_back_split_.empty() && hand_back_split_.size() != commands_.size()) {
+    give_up(Error(ErrorCode::kInvalidArgument,
+                  "redis cluster: " + std::to_string(hand_back_split_.size()) +
+                      " split flags for " + std::to_string(commands_.size()) + " commands"));
+    return take_write();
+  }
   // kFailed (no write to make: give_up ended the round): the caller sees !in_round(), error().
   dispatch();
   return take_write();
@@ -600,6 +609,13 @@ RedisTurn RoutedConversation::parts_done() {
     }
     for (std::size_t j = 0; j < p.answers.size(); ++j) {
       const std::size_t i = p.commands[j];
+      if (i < hand_back_split_.size() && hand_back_split_[i] &&
+          cluster_reply_is_split_slot(p.answers[j])) {
+        // Its slot is split: the reader reads it another way, now rather than after the budget.
+        router_->note_split();
+        replies_[i] = std::move(p.answers[j]);
+        continue;
+      }
       ClusterStep s = decide_cluster_step(p.answers[j], p.node.host, attempt, redirects_,
                                           router_->settings().retry);
       switch (s.action) {

@@ -83,6 +83,7 @@ struct ClusterRouterStats {
   uint64_t moved = 0;      // MOVED followed
   uint64_t ask = 0;        // ASK answers (followed, or waited out)
   uint64_t retries = 0;    // backoffs, unreachable nodes, TRYAGAIN, CLUSTERDOWN, ...
+  uint64_t split = 0;      // TRYAGAIN handed back to a command flagged hand_back_split
 };
 
 // What the isolate knows of the cluster: the slot map, learned once and updated by MOVED.
@@ -110,6 +111,7 @@ class ClusterRouter {
   void moved(uint16_t slot, const ClusterNode& node);
   void note_ask() { ++stats_.ask; }
   void note_retry() { ++stats_.retries; }
+  void note_split() { ++stats_.split; }
   // A node timed out: the next round of any request asks for the map first.
   void mark_stale() { stale_ = true; }
   bool take_stale() { return std::exchange(stale_, false); }
@@ -166,8 +168,12 @@ class RoutedConversation {
                     bool keep_bytes = false, bool read_only = false);
   // A round whose commands each go to the node of their own key's slot (key layout v2): grouped
   // per node, at most kMaxNodesPerRequest sockets. No keep_bytes. On one Redis: begin().
+  // `hand_back_split` (empty, or one flag per command): a flagged command answered TRYAGAIN (its
+  // slot split by a reshard: cluster_reply_is_split_slot), at its node or at the importing node
+  // an ASK named, gets that reply as its own at once instead of backing off until the budget is
+  // spent; its reader reads the data another way (SpreadDiscoveryRead::hand_back_split()).
   RoutedWrite begin_spread(std::vector<RedisCommand> commands, ScriptForm form = ScriptForm::kBySha,
-                           bool read_only = false);
+                           bool read_only = false, std::vector<bool> hand_back_split = {});
   // Bytes read from the connection of the last write. kWrite: carry out take_write() (the same
   // node, or another after a redirect); kDone: take_replies(); kFailed: error().
   RedisTurn feed(std::string_view bytes);
@@ -242,6 +248,9 @@ class RoutedConversation {
   std::vector<std::size_t> pending_;  // commands without a reply (spread: not yet written)
   bool spread_ = false;               // each command to its own slot's node
   bool spread_next_ = false;          // begin_spread → begin
+  // spread: per command, a TRYAGAIN is its reply (begin_spread's hand_back_split); empty: none.
+  std::vector<bool> hand_back_split_;
+  std::vector<bool> hand_back_split_next_;  // begin_spread → begin
   // spread: commands an ASK sent to an importing node, per node (ASKING + each, once).
   std::vector<std::pair<ClusterNode, std::vector<std::size_t>>> asks_;
   // spread: the write in flight, one part per node.

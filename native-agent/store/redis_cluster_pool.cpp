@@ -445,6 +445,12 @@ std::vector<Result<RespValue>> RedisClusterPool::Impl::run_batch_locked(
                     const std::string& host) {
     RequestState& st = state[i];
     ++st.attempts;
+    if (requests[i].hand_back_split && cluster_reply_is_split_slot(reply)) {
+      // Its slot is split (a reshard): the caller reads the data another way, at once.
+      ++stats.split;
+      results[i] = reply;
+      return;
+    }
     ClusterStep step = decide_cluster_step(reply, host, st.attempts, st.redirects, policy);
     if (step.action == ClusterStep::Action::kUseReply) {
       results[i] = reply;

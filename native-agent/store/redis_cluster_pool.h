@@ -72,6 +72,7 @@ struct RedisClusterPoolStats {
   uint64_t moved = 0;        // MOVED answers followed
   uint64_t ask = 0;          // ASK answers followed
   uint64_t retries = 0;      // TRYAGAIN, LOADING, CLUSTERDOWN, MASTERDOWN, READONLY, I/O failures
+  uint64_t split = 0;        // TRYAGAIN handed back to a request flagged hand_back_split
   uint64_t refreshes = 0;    // slot maps read
   uint64_t connections = 0;  // connections opened
 };
@@ -92,8 +93,10 @@ class RedisClusterPool {
   Result<RespValue> run(const RedisCommand& argv, bool read_only = false);
 
   // Many commands: grouped per node, one pipeline per node (every node's written before any
-  // reply is read), redirects followed per command. One result per request, in order. The order of
-  // commands across nodes is not kept (it is within one node, and always for commands of one slot).
+  // reply is read), redirects followed per command. One result per request, in order. A request
+  // flagged hand_back_split gets a TRYAGAIN as its reply (shared/redis_cluster.h
+  // cluster_reply_is_split_slot) instead of waiting the migration out. The order of commands
+  // across nodes is not kept (it is within one node, and always for commands of one slot).
   std::vector<Result<RespValue>> run_batch(const std::vector<ClusterRequest>& requests);
 
   // `commands` as ONE pipeline to the master serving `slot`, replies in order: a MULTI ... EXEC

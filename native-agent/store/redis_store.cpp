@@ -135,6 +135,16 @@ class RedisChannel {
   virtual Result<std::vector<RespValue>> run_spread(const std::vector<RedisCommand>& commands) {
     return run(commands);
   }
+  // run_spread, where a command flagged in `hand_back_split` (one flag per command) answered
+  // TRYAGAIN (its slot split by a reshard: shared/redis_cluster.h cluster_reply_is_split_slot)
+  // gets that reply as its own at once, rather than waiting the migration out (the discovery
+  // read's connection scripts: SpreadDiscoveryRead reads such a connection key by key). One
+  // Redis: run() (no slot is ever split).
+  virtual Result<std::vector<RespValue>> run_spread_split(
+      const std::vector<RedisCommand>& commands, const std::vector<bool>& hand_back_split) {
+    (void)hand_back_split;
+    return run(commands);
+  }
   // `commands` whole (a MULTI ... EXEC block, or commands of one slot) to the node of `key`'s slot.
   // One Redis: run().
   virtual Result<std::vector<RespValue>> run_at(std::string_view key,
@@ -170,13 +180,24 @@ class ClusterChannel final : public RedisChannel {
     return pool_->run_at_slot(slot_, commands, timeout_ms);
   }
   Result<std::vector<RespValue>> run_spread(const std::vector<RedisCommand>& commands) override {
+    return run_spread_split(commands, {});
+  }
+  Result<std::vector<RespValue>> run_spread_split(
+      const std::vector<RedisCommand>& commands,
+      const std::vector<bool>& hand_back_split) override {
+    if (!hand_back_split.empty() && hand_back_split.size() != commands.size()) {
+      return Error(ErrorCode::kInternal, "redis: split flags that are not one per command");
+    }
     std::vector<ClusterRequest> requests;
     requests.reserve(commands.size());
-    for (const RedisCommand& c : commands) {
+    for (std::size_t i = 0; i < commands.size(); ++i) {
+      const RedisCommand& c = commands[i];
       if (c.size() == 1 && (c[0] == "MULTI" || c[0] == "EXEC")) {
         return Error(ErrorCode::kInternal, "redis: a MULTI block sent spread (use run_at)");
       }
-      requests.push_back({c, false});
+      ClusterRequest request{c, false};
+      request.hand_back_split = !hand_back_split.empty() && hand_back_split[i];
+      requests.push_back(std::move(request));
     }
     std::vector<RespValue> out;
     out.reserve(commands.size());
@@ -324,6 +345,12 @@ class LayoutGatedChannel final : public RedisChannel {
   Result<std::vector<RespValue>> run_spread(const std::vector<RedisCommand>& commands) override {
     if (Status st = gate_->admit(commands, *inner_); !st.ok()) return st.error();
     return inner_->run_spread(commands);
+  }
+  Result<std::vector<RespValue>> run_spread_split(
+      const std::vector<RedisCommand>& commands,
+      const std::vector<bool>& hand_back_split) override {
+    if (Status st = gate_->admit(commands, *inner_); !st.ok()) return st.error();
+    return inner_->run_spread_split(commands, hand_back_split);
   }
   Result<std::vector<RespValue>> run_at(std::string_view key,
                                         const std::vector<RedisCommand>& commands) override {
@@ -833,6 +860,7 @@ struct RedisStore::Impl {
       sum.moved += one.moved;
       sum.ask += one.ask;
       sum.retries += one.retries;
+      sum.split += one.split;
       sum.refreshes += one.refreshes;
       sum.connections += one.connections;
     }
@@ -873,7 +901,8 @@ struct RedisStore::Impl {
     Result<SpreadDiscoveryRead> read = SpreadDiscoveryRead::start(v2_keys, member, query);
     if (!read.ok()) return read.error();
     while (!read->done()) {
-      Result<std::vector<RespValue>> replies = main->run_spread(read->commands());
+      Result<std::vector<RespValue>> replies =
+          main->run_spread_split(read->commands(), read->hand_back_split());
       if (!replies.ok()) return replies.error();
       if (Status s = read->feed(*replies); !s.ok()) {
         if (read->layout_seen() == KeyLayout::kV1) return read_one_script(member, query, false);
@@ -1981,6 +2010,10 @@ std::string RedisStore::metrics_text() const {
           "Commands sent again after TRYAGAIN, LOADING, CLUSTERDOWN, MASTERDOWN, READONLY or a "
           "node that could not be reached.",
           stats->retries);
+  counter("quiver_redis_cluster_split_total",
+          "Discovery reads of a connection whose slot was split by a resharding (TRYAGAIN), "
+          "read key by key instead.",
+          stats->split);
   counter("quiver_redis_cluster_map_refreshes_total", "Slot maps read from the cluster.",
           stats->refreshes);
   counter("quiver_redis_cluster_connections_total", "Connections opened to cluster nodes.",

@@ -26,8 +26,10 @@
 //   c. one shared connection's slot resharded mid-traffic (IMPORTING/MIGRATING, MIGRATE a key at a
 //      time with pauses, its version first, SETSLOT NODE): split and quiet, the edges' conditional
 //      reads follow ASK (ASKING + GET at the importing node) and answer from Redis; split with
-//      writes, the full reads (whose one-slot scripts Redis refuses on a split slot) answer L1;
-//      every answer allowed, ASK and MOVED counted;
+//      writes, the full reads (whose connection script Redis refuses on a split slot: TRYAGAIN)
+//      read that connection key by key and answer the whole list from Redis, at both edges and
+//      the agent (no L1 copy, no 503); every answer allowed, ASK, MOVED and the split reads
+//      counted;
 //   d. a SIGKILL of the master of alice's slot: while its replica is promoted every answer is
 //      allowed (L1 copies or 503); the edges refresh their map and recover;
 //   e. after the faults, a tool added at every upstream and refreshed through the agent shows at
@@ -347,8 +349,10 @@ test('c: one connection\'s slot resharded mid-traffic: ASK followed with ASKING,
   const phase2 = Date.now();
   // Phase 2, still split, the writers on again: the full reads' scripts on the split slot are
   // answered TRYAGAIN (Redis runs a command of several keys on neither node while some of them
-  // are absent, and a connection's read always declares absent ones: its lease, its disabled set),
-  // so each such read waits out the retry budget and answers its L1 copy (stale-if-error) or 503.
+  // are absent, and a connection's read always declares absent ones: its lease, its disabled set);
+  // the read takes that TRYAGAIN at once and reads the connection key by key (GET version, each
+  // key by its own command following ASK, GET version: shared/discovery_spread.h), so every read
+  // answers the whole list from Redis.
   writing = true;
   await sleep(1500);
   const settled = Date.now();
@@ -377,10 +381,26 @@ test('c: one connection\'s slot resharded mid-traffic: ASK followed with ASKING,
               `${first.filter((a) => a.source === 'revalidated').length} revalidated; ` +
               `phase 2 (split, writes): ${inSplit.length} reads, sources ` +
               `${[...new Set(inSplit.map((a) => a.source ?? a.status))].join(',')}, slowest ${slowest} ms`);
+  // Phase 2: every answer read from Redis, the whole list (checkAnswers), at both edges and the
+  // agent: the split connection read key by key, never an L1 copy nor a 503; full reads at both.
+  for (const i of edges.keys()) {
+    assert.ok(inSplit.some((a) => a.edge === i && a.source === 'miss'),
+              `edge ${i}: a full read while split with writes: ` +
+              `${inSplit.filter((a) => a.edge === i).map((a) => a.source)}`);
+  }
+  const notFromRedis = inSplit.filter((a) => a.status !== 200 || !readFromRedis(a.source));
+  assert.deepEqual(notFromRedis.map((a) => `edge ${a.edge}: ${a.status} ${a.source ?? a.code}`), [],
+                   'every edge read while split answered from Redis');
+  const agentInSplit = answers.filter((a) => a.edge === 'agent' && a.start >= phase2 && a.at < settled);
+  assert.ok(agentInSplit.length > 0, 'the agent was read while split');
+  assert.deepEqual(agentInSplit.filter((a) => a.status !== 200).map((a) => `${a.status} ${a.code}`), [],
+                   'the agent answered every read while split');
   for (const [i, w] of edges.entries()) {
     const h = await healthz(w);
     assert.ok(h.cluster.ask > before[i].cluster.ask, `edge ${i} was answered ASK: ${JSON.stringify(h.cluster)}`);
     assert.ok(h.cluster.moved > before[i].cluster.moved, `edge ${i} followed MOVED: ${JSON.stringify(h.cluster)}`);
+    assert.ok(h.cluster.split > (before[i].cluster.split ?? 0),
+              `edge ${i} read the split connection key by key: ${JSON.stringify(h.cluster)}`);
   }
   const asked = ((await cluster.commandCalls(to)).asking ?? 0) - askingBefore;
   assert.ok(asked > 0, 'ASKING reached the importing node');

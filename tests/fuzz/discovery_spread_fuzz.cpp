@@ -2,10 +2,12 @@
 // what several Redis nodes answer. Input: one byte of query flags, then a RESP reply stream (seeds:
 // tests/fuzz/seeds/discovery_spread, the rounds of a real read); each round takes as many replies
 // from the stream as it sent commands. Properties: every error is a store or reply error (never
-// kInternal); a read ends within three rounds; every command of a read round is EVAL_RO of a
-// schema script with its keys declared and no ARGV; a finished snapshot has strictly ascending
-// ids, at most `limit` of them, no more than the grants counted, one version per entry, and each
-// entry read under the principal its record's credential mode gives.
+// kInternal); a read ends within three rounds (a split connection's key-by-key rounds, after a
+// TRYAGAIN, keep their round's number); every command of a read round is EVAL_RO of a schema
+// script with its keys declared and no ARGV, of a split round a single-key read; a finished
+// snapshot has strictly ascending ids, at most `limit` of them, no more than the grants counted,
+// one version per entry, and each entry read under the principal its record's credential mode
+// gives.
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -46,7 +48,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fuzz::check(read->round() <= 3, "spread: more than three rounds");
     const std::vector<RedisCommand>& commands = read->commands();
     fuzz::check(!commands.empty(), "spread: a round without commands");
-    if (read->round() > 1) {
+    fuzz::check(
+        read->hand_back_split().empty() || read->hand_back_split().size() == commands.size(),
+        "spread: split flags that are not one per command");
+    if (read->reading_split()) {
+      // A connection read key by key: one key per command, by the commands the script uses.
+      for (const RedisCommand& c : commands) {
+        fuzz::check(c.size() == 2 && (c[0] == "GET" || c[0] == "HGETALL" || c[0] == "SMEMBERS" ||
+                                      c[0] == "EXISTS"),
+                    "spread: a split read command is not a single-key read");
+      }
+    } else if (read->round() > 1) {
       for (const RedisCommand& c : commands) {
         fuzz::check(c.size() >= 4 && c[0] == "EVAL_RO",
                     "spread: a read round command is not EVAL_RO");

@@ -116,16 +116,28 @@ class SpreadRead : public testing::RedisFixture {
     return std::move(*s);
   }
 
-  // Sends one round's commands (on one node, in order) and feeds the replies back.
+  // Sends one round's commands (on one node, in order) and feeds the replies back. With `split_`,
+  // every connection's read script is answered as a split slot answers it (TRYAGAIN, what the
+  // hosts hand back: RoutedConversation, RedisClusterPool), without being sent.
   Status run_round(SpreadDiscoveryRead& read) {
     std::vector<RespValue> replies;
-    for (const RedisCommand& c : read.commands()) replies.push_back(cmd(c));
+    const std::vector<bool>& split = read.hand_back_split();
+    for (std::size_t k = 0; k < read.commands().size(); ++k) {
+      if (split_ && k < split.size() && split[k]) {
+        replies.push_back(
+            RespValue::error("TRYAGAIN Multiple keys request during rehashing of slot"));
+      } else {
+        replies.push_back(cmd(read.commands()[k]));
+      }
+    }
     return read.feed(replies);
   }
 
-  // The v2 read in rounds; `between` runs after round 1 (a write racing the read).
-  Result<DiscoverySnapshot> v2_read(const SnapshotQuery& q = {},
-                                    const std::function<void()>& between = {}) {
+  // The v2 read in rounds; `between` runs after round 1 (a write racing the read), `after` after
+  // every round.
+  Result<DiscoverySnapshot> v2_read(
+      const SnapshotQuery& q = {}, const std::function<void()>& between = {},
+      const std::function<void(const SpreadDiscoveryRead&)>& after = {}) {
     Result<SpreadDiscoveryRead> read = SpreadDiscoveryRead::start(keys_, member("alice"), q);
     if (!read.ok()) return read.error();
     rounds_ = 0;
@@ -134,10 +146,36 @@ class SpreadRead : public testing::RedisFixture {
       ++rounds_;
       if (!s.ok()) return s.error();
       if (rounds_ == 1 && between) between();
+      if (after) after(*read);
     }
+    split_reads_ = read->split_reads();
     DiscoverySnapshot snapshot = read->take_snapshot();
     fill_bodies(snapshot);
     return snapshot;
+  }
+
+  // The same read with every connection's script refused as on a split slot: each connection is
+  // read key by key. Its snapshot is the scripts' snapshot, entry for entry.
+  void expect_split_reads_the_same(const DiscoverySnapshot& scripts, const SnapshotQuery& q,
+                                   int64_t now) {
+    const int rounds = rounds_;
+    split_ = true;
+    Result<DiscoverySnapshot> split = v2_read(q);
+    split_ = false;
+    ASSERT_TRUE(split.ok()) << split.error().message;
+    EXPECT_EQ(split_reads_, scripts.connections.size())
+        << "every connection of the page read key by key";
+    if (!scripts.connections.empty()) {
+      EXPECT_EQ(rounds_, rounds + 3) << "split 1, 2 and 3";
+    }
+    rounds_ = rounds;
+    EXPECT_EQ(render(*split, now), render(scripts, now));
+    EXPECT_EQ(split->connections, scripts.connections);
+    EXPECT_EQ(split->granted_total, scripts.granted_total);
+    EXPECT_EQ(split->next_after, scripts.next_after);
+    EXPECT_EQ(split->namespace_record, scripts.namespace_record);
+    EXPECT_EQ(split->member_version, scripts.member_version);
+    EXPECT_EQ(split->connection_versions, scripts.connection_versions);
   }
 
   static std::string render(const DiscoverySnapshot& s, int64_t now) {
@@ -149,6 +187,7 @@ class SpreadRead : public testing::RedisFixture {
     DiscoverySnapshot v1 = v1_read(q);
     as_v2_grants();
     Result<DiscoverySnapshot> v2 = v2_read(q);
+    if (v2.ok()) expect_split_reads_the_same(*v2, q, now);
     as_v1_grants();
     ASSERT_TRUE(v2.ok()) << v2.error().message;
     EXPECT_EQ(render(*v2, now), render(v1, now));
@@ -163,6 +202,8 @@ class SpreadRead : public testing::RedisFixture {
   RedisKeys keys_ = *RedisKeys::create(kNs);
   std::unique_ptr<RedisStore> store_;
   int rounds_ = 0;
+  bool split_ = false;
+  std::size_t split_reads_ = 0;
 };
 
 TEST_F(SpreadRead, RendersWhatTheOneScriptReadRenders) {
@@ -311,6 +352,75 @@ TEST_F(SpreadRead, AModeThatKeepsChangingIsAnErrorNeverAGuess) {
   Status s = run_round(*read);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error().code, ErrorCode::kStoreUnavailable) << s.error().message;
+}
+
+// A split connection (its read script refused: TRYAGAIN) is read key by key between two GETs of
+// its version. A write between them (a commit INCRs the version with the data) makes the reads
+// go again, once; the answer is the new state's, as the one-script read renders it.
+TEST_F(SpreadRead, AWriteWhileASplitConnectionIsReadKeyByKeyIsReadAgain) {
+  as_v2_grants();
+  int changes = 0;
+  split_ = true;
+  Result<DiscoverySnapshot> v2 = v2_read({}, {}, [&](const SpreadDiscoveryRead& read) {
+    // Split 1 is read: the next round reads the keys. Commit once, before they are read.
+    if (read.reading_split() && read.commands().front()[0] == "HGETALL" && changes == 0) {
+      ++changes;
+      as_v1_grants();
+      commit("a", Principal::shared(), kNow + 1);
+      as_v2_grants();
+    }
+  });
+  split_ = false;
+  ASSERT_TRUE(v2.ok()) << v2.error().message;
+  EXPECT_EQ(changes, 1);
+  EXPECT_EQ(rounds_, 2 + 3 + 2) << "split 2 and 3 read again";
+  as_v1_grants();
+  const DiscoverySnapshot v1 = v1_read();
+  EXPECT_EQ(render(*v2, kNow + 10), render(v1, kNow + 10));
+  EXPECT_EQ(v2->connection_versions, v1.connection_versions);
+}
+
+// One that keeps changing while read key by key is a store failure, never a mix of two states.
+TEST_F(SpreadRead, ASplitConnectionThatKeepsChangingIsAStoreFailure) {
+  as_v2_grants();
+  int changes = 0;
+  split_ = true;
+  Result<DiscoverySnapshot> v2 = v2_read({}, {}, [&](const SpreadDiscoveryRead& read) {
+    if (read.reading_split() && read.commands().front()[0] == "HGETALL") {
+      ++changes;
+      cmd({"INCR", *keys_.conn_version("c")});
+    }
+  });
+  split_ = false;
+  ASSERT_FALSE(v2.ok());
+  EXPECT_EQ(v2.error().code, ErrorCode::kStoreUnavailable) << v2.error().message;
+  EXPECT_NE(v2.error().message.find("'c'"), std::string::npos) << v2.error().message;
+  EXPECT_EQ(changes, 2);
+}
+
+// Split connections and a mode change between the rounds: round 3's script is refused too, and
+// read key by key as the record says.
+TEST_F(SpreadRead, AModeChangeOfASplitConnectionIsReadAgainKeyByKey) {
+  commit("b", Principal::shared(), kNow);
+  as_v2_grants();
+  split_ = true;
+  Result<DiscoverySnapshot> v2 = v2_read({}, [&] {
+    as_v1_grants();
+    std::vector<ConnectionRecord> r = records();
+    r[1].credential_mode = CredentialMode::kShared;
+    ASSERT_TRUE(store_->sync_connections(r).ok());
+    as_v2_grants();
+  });
+  split_ = false;
+  ASSERT_TRUE(v2.ok()) << v2.error().message;
+  EXPECT_EQ(rounds_, 1 + 4 + 4) << "grants; scripts and split 1-3; b's script and split 1-3";
+  EXPECT_EQ(split_reads_, 4u) << "a, b, c, then b again";
+  as_v1_grants();
+  EXPECT_EQ(render(*v2, kNow), render(v1_read(), kNow));
+  const GrantedConnection* b = v2->find("b");
+  ASSERT_NE(b, nullptr);
+  ASSERT_TRUE(b->principal.has_value());
+  EXPECT_TRUE(b->principal->is_shared());
 }
 
 TEST_F(SpreadRead, ALostNamespaceIsNotReadyNeverEmpty) {

@@ -426,6 +426,51 @@ TEST_F(RedisClusterTest, ASplitSlotIsWaitedOutByAScriptDeclaringAnAbsentKey) {
   EXPECT_GE(pool->stats().retries, 4u);
 }
 
+// The same split, the scripts flagged hand_back_split (as the discovery read flags a connection's
+// read script): each gets its TRYAGAIN as its reply at once, a (moved: ASK, then the importing
+// node's) and b (not moved: the source's), instead of waiting for the migration to end; the
+// single-key GETs the reader then sends are answered where each key is (a through ASK). Unflagged,
+// the same scripts wait the migration out (ASplitSlotIsWaitedOutByAScriptDeclaringAnAbsentKey).
+TEST_F(RedisClusterTest, AFlaggedRequestOnASplitSlotGetsItsTryAgainAtOnce) {
+  std::unique_ptr<RedisClusterPool> pool = make_pool();
+  ASSERT_TRUE(pool->refresh().ok());
+  const std::string tag = "{handback}";
+  const uint16_t slot = cluster_key_slot(tag);
+  const auto [from, to] = owner_and_another(*pool, slot);
+  ASSERT_NE(to, 0);
+  ASSERT_TRUE(pool->run({"SET", tag + ":a", "1"})->is_ok());
+  ASSERT_TRUE(pool->run({"SET", tag + ":b", "2"})->is_ok());
+  const std::string s = std::to_string(slot);
+  ASSERT_TRUE(on(to, {"CLUSTER", "SETSLOT", s, "IMPORTING", cluster_->node_id(from)}).is_ok());
+  ASSERT_TRUE(on(from, {"CLUSTER", "SETSLOT", s, "MIGRATING", cluster_->node_id(to)}).is_ok());
+  ASSERT_TRUE(
+      on(from, {"MIGRATE", "127.0.0.1", std::to_string(to), "", "0", "5000", "KEYS", tag + ":a"})
+          .is_ok());
+  ClusterRequest read_a{
+      {"EVAL", "return redis.call('GET', KEYS[1])", "2", tag + ":a", tag + ":absent"}};
+  ClusterRequest read_b{
+      {"EVAL", "return redis.call('GET', KEYS[1])", "2", tag + ":b", tag + ":absent"}};
+  read_a.hand_back_split = read_b.hand_back_split = true;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<Result<RespValue>> r = pool->run_batch(
+      {read_a, read_b, {{"GET", tag + ":a"}}, {{"GET", tag + ":b"}}, {{"GET", tag + ":absent"}}});
+  const auto took =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+  ASSERT_EQ(r.size(), 5u);
+  for (std::size_t i : {0, 1}) {
+    ASSERT_TRUE(r[i].ok()) << r[i].error().message;
+    EXPECT_TRUE(cluster_reply_is_split_slot(*r[i])) << i << ": " << r[i]->debug_string();
+  }
+  EXPECT_EQ(value_of(r[2]), "1");
+  EXPECT_EQ(value_of(r[3]), "2");
+  ASSERT_TRUE(r[4].ok()) << r[4].error().message;
+  EXPECT_TRUE(r[4]->is_nil());
+  EXPECT_EQ(pool->stats().split, 2u);
+  EXPECT_GE(pool->stats().ask, 2u) << "a's script and a's GET asked";
+  // Not waited out: the migration's TRYAGAIN budget is about 17 s of backoff.
+  EXPECT_LT(took.count(), 2000);
+}
+
 // run_at_slot: one pipeline to the slot's master, keyless commands along; mid-migration the keys
 // already moved are asked for at the importing node (ASKING before each), the rest answered where
 // they are; once moved, the old owner's MOVED sends the pipeline, and a MULTI/EXEC block whole, to

@@ -10,7 +10,9 @@
 //   - a reshard of one connection's slot to another master, key by key with pauses (ASK, and
 //     TRYAGAIN for a script whose keys are split), while that connection is refreshed again and
 //     again: every answer is a full list, refreshes commit during and after the move, ASK is
-//     counted, and no TRYAGAIN surfaces as an error.
+//     counted, and no TRYAGAIN surfaces as an error;
+//   - a connection's slot held split with keys on both nodes: its read script runs on neither
+//     node, and the agent reads it key by key: every read is the whole list from Redis at once.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -494,6 +496,79 @@ TEST_F(RedisClusterV2FaultsTest, TheAgentWritingV2ServesAndRefreshesThroughAResh
   const std::string logs = agent_->logs();
   EXPECT_EQ(logs.find("TRYAGAIN"), std::string::npos) << logs;
   EXPECT_EQ(logs.find(kPassword), std::string::npos);
+}
+
+// One connection's v2 slot held split, keys on both nodes (IMPORTING/MIGRATING, one key moved and
+// the others not), for as long as the reads take: its read script runs on neither node (TRYAGAIN
+// at the source while some keys are there, ASK then TRYAGAIN at the importing node), so the agent
+// reads that connection key by key (shared/discovery_spread.h). Every read answers the whole list
+// from Redis at once, as before the move; the split reads are counted on /metrics.
+TEST_F(RedisClusterV2FaultsTest, TheAgentReadsAConnectionWhoseSlotIsSplitKeyByKey) {
+  ASSERT_NO_FATAL_FAILURE(start_agent());
+  const std::string id = ids_[0];
+  const uint16_t slot = connection_slot(id);
+  const int from = master_and_replica(*cluster_, slot).first;
+  ASSERT_NE(from, 0);
+  int to = 0;
+  for (int port : cluster_->master_ports()) {
+    if (port != from) to = port;
+  }
+  ASSERT_NE(to, 0);
+  const std::map<std::string, std::set<std::string>> before = read().tools;
+  ASSERT_EQ(before.size(), ids_.size());
+  const int64_t split_before = metric("quiver_redis_cluster_split_total");
+  EXPECT_EQ(split_before, 0);
+
+  auto keys_at = [&](int port) {
+    RedisConnection c(cluster_->connect(port));
+    return c ? run_argv(c.get(), {"CLUSTER", "COUNTKEYSINSLOT", std::to_string(slot)}).integer : -1;
+  };
+  int64_t at_source = 0, at_target = 0;
+  std::vector<Answer> during;
+  std::vector<int64_t> took_ms;
+  testing::SlotMove move;
+  move.batch = 1;
+  move.pause_ms = 100;
+  move.password = kPassword;
+  move.while_migrating = [&] {
+    at_source = keys_at(from);
+    at_target = keys_at(to);
+    for (int k = 0; k < 20; ++k) {
+      const auto t0 = std::chrono::steady_clock::now();
+      during.push_back(read());
+      took_ms.push_back(std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::steady_clock::now() - t0)
+                            .count());
+    }
+  };
+  EXPECT_EQ(testing::move_slot(*cluster_, slot, from, to, move), "");
+  EXPECT_EQ(master_and_replica(*cluster_, slot).first, to);
+  EXPECT_GT(at_source, 0) << "split: keys left at the source";
+  EXPECT_GT(at_target, 0) << "split: keys moved to the target";
+
+  ASSERT_EQ(during.size(), 20u);
+  for (const Answer& a : during) {
+    EXPECT_EQ(a.status, 200) << a.body;
+    EXPECT_TRUE(a.problem.empty()) << a.problem;
+    EXPECT_TRUE(a.failed.empty()) << a.failed;
+    EXPECT_EQ(a.tools, before) << "the whole list, as before the move";
+  }
+  std::sort(took_ms.begin(), took_ms.end());
+  std::cout << "[ split    ] " << at_source << " keys at the source, " << at_target
+            << " at the target; reads while split: median " << took_ms[took_ms.size() / 2]
+            << " ms, max " << took_ms.back() << " ms\n";
+  // Not waited out: the migration's TRYAGAIN budget alone is about 17 s of backoff per read.
+  EXPECT_LT(took_ms.back(), 5000);
+  const int64_t split = metric("quiver_redis_cluster_split_total");
+  EXPECT_GE(split, 20) << "each read handed one TRYAGAIN back";
+  std::cout << "[ cluster  ] split " << split << ", ASK "
+            << metric("quiver_redis_cluster_ask_total") << ", retries "
+            << metric("quiver_redis_cluster_retries_total") << "\n";
+  // After the move, read as before (the script on the new owner).
+  Answer after = read();
+  EXPECT_EQ(after.status, 200);
+  EXPECT_EQ(after.tools, before);
+  EXPECT_EQ(metric("quiver_redis_cluster_split_total"), split) << "no split read once moved";
 }
 
 }  // namespace

@@ -185,6 +185,216 @@ TEST(SpreadDiscoveryRead, RedisErrorsAndMalformedRepliesEndTheRead) {
   }
 }
 
+// ---- a connection whose slot is split by a reshard: read key by key ----------------------------
+
+const RespValue kSplit =
+    RespValue::error("TRYAGAIN Multiple keys request during rehashing of slot");
+
+// What the keys of a connection hold, given its read script's reply ({tag, conn, version, marked,
+// shared}): the replies of split 2 (record, mark, and with `shared` the principal's four).
+std::vector<RespValue> key_replies(const RespValue& script, bool shared) {
+  const std::vector<RespValue>& a = script.elements;
+  std::vector<RespValue> out = {a[1], a[3]};
+  if (shared) {
+    if (a[4].elements.size() == 4) {
+      out.insert(out.end(), a[4].elements.begin(), a[4].elements.end());
+    } else {
+      out.insert(out.end(), {RespValue::array({}), RespValue::array({}),
+                             RespValue::integer_value(0), RespValue::nil()});
+    }
+  }
+  return out;
+}
+RespValue version_reply(const RespValue& script) {
+  const std::string& v = script.elements[2].str;
+  return v.empty() ? RespValue::nil() : RespValue::bulk_string(v);
+}
+
+std::vector<RedisCommand> version_gets(const std::vector<std::string>& cids) {
+  std::vector<RedisCommand> out;
+  for (const std::string& c : cids) out.push_back({"GET", *kKeys.conn_version(c)});
+  return out;
+}
+
+TEST(SpreadDiscoveryRead, ASplitConnectionIsReadKeyByKeyIntoTheScriptsSnapshot) {
+  Result<DiscoverySnapshot> whole = read_seed("full-read");
+  ASSERT_TRUE(whole.ok()) << whole.error().message;
+  SnapshotQuery q;
+  std::vector<RespValue> replies = seed_replies("full-read", &q);
+  Result<SpreadDiscoveryRead> read = SpreadDiscoveryRead::start(kKeys, kAlice, q);
+  ASSERT_TRUE(read.ok());
+  EXPECT_TRUE(read->hand_back_split().empty()) << "round 1: single-key commands only";
+  ASSERT_TRUE(read->feed({replies.begin(), replies.begin() + 4}).ok());
+  // Round 2: a, b, c's scripts (each may be handed back split), then the member's (never).
+  EXPECT_EQ(read->hand_back_split(), (std::vector<bool>{true, true, true, false}));
+  const std::vector<RespValue> scripts(replies.begin() + 4, replies.end());
+  // Every connection's slot split (b is per-member: its member part is read as before).
+  ASSERT_TRUE(read->feed({kSplit, kSplit, kSplit, scripts[3]}).ok());
+  EXPECT_FALSE(read->done());
+  EXPECT_TRUE(read->reading_split());
+  EXPECT_EQ(read->round(), 2);
+  EXPECT_EQ(read->split_reads(), 3u);
+  // Split 1: each version first.
+  EXPECT_EQ(read->commands(), version_gets({"a", "b", "c"}));
+  EXPECT_EQ(read->hand_back_split(), (std::vector<bool>{false, false, false}));
+  ASSERT_TRUE(
+      read->feed({version_reply(scripts[0]), version_reply(scripts[1]), version_reply(scripts[2])})
+          .ok());
+  // Split 2: what the script reads, each key by the script's own command.
+  const Principal shared = Principal::shared();
+  std::vector<RedisCommand> want;
+  for (const char* cid : {"a", "b", "c"}) {
+    want.push_back({"HGETALL", *kKeys.conn(cid)});
+    want.push_back({"GET", *kKeys.marked(cid)});
+    if (std::string(cid) == "b") continue;  // per-member: its data is the member's slot's
+    want.push_back({"HGETALL", *kKeys.manifest(cid, shared)});
+    want.push_back({"SMEMBERS", *kKeys.disabled(cid, shared)});
+    want.push_back({"EXISTS", *kKeys.lease(cid, shared)});
+    want.push_back({"GET", *kKeys.invalidated(cid, shared)});
+  }
+  EXPECT_EQ(read->commands(), want);
+  std::vector<RespValue> values;
+  for (std::size_t k = 0; k < 3; ++k) {
+    std::vector<RespValue> v = key_replies(scripts[k], k != 1);
+    values.insert(values.end(), v.begin(), v.end());
+  }
+  ASSERT_TRUE(read->feed(values).ok());
+  // Split 3: each version again, unchanged: the reads were one snapshot.
+  EXPECT_EQ(read->commands(), version_gets({"a", "b", "c"}));
+  ASSERT_TRUE(
+      read->feed({version_reply(scripts[0]), version_reply(scripts[1]), version_reply(scripts[2])})
+          .ok());
+  ASSERT_TRUE(read->done());
+  DiscoverySnapshot split = read->take_snapshot();
+  EXPECT_EQ(split.connections, whole->connections);
+  EXPECT_EQ(split.connection_versions, whole->connection_versions);
+  EXPECT_EQ(split.member_version, whole->member_version);
+  EXPECT_EQ(split.granted_total, whole->granted_total);
+}
+
+// The fuzz seed of a split connection (c's script answered TRYAGAIN, then its three rounds):
+// the same snapshot as the full read's.
+TEST(SpreadDiscoveryRead, TheSplitSeedReadsAsTheFullRead) {
+  Result<DiscoverySnapshot> whole = read_seed("full-read");
+  int rounds = 0;
+  Result<DiscoverySnapshot> split = read_seed("split-connection", &rounds);
+  ASSERT_TRUE(whole.ok() && split.ok()) << (split.ok() ? "" : split.error().message);
+  EXPECT_EQ(rounds, 2) << "the split rounds keep the script round's number";
+  EXPECT_EQ(split->connections, whole->connections);
+  EXPECT_EQ(split->connection_versions, whole->connection_versions);
+}
+
+// A version that moved between split 1 and split 3: split 2 and 3 once more for that connection
+// alone (split 3's version is its next split 1), and the state read then is the answer; moved
+// again, kStoreUnavailable, never a mix of two states.
+TEST(SpreadDiscoveryRead, ASplitConnectionThatChangedIsReadAgainOnceThenAStoreFailure) {
+  SnapshotQuery q;
+  std::vector<RespValue> replies = seed_replies("full-read", &q);
+  const std::vector<RespValue> scripts(replies.begin() + 4, replies.end());
+  for (bool twice : {false, true}) {
+    SCOPED_TRACE(twice ? "changed twice" : "changed once");
+    Result<SpreadDiscoveryRead> read = SpreadDiscoveryRead::start(kKeys, kAlice, q);
+    ASSERT_TRUE(read->feed({replies.begin(), replies.begin() + 4}).ok());
+    // c alone split.
+    ASSERT_TRUE(read->feed({scripts[0], scripts[1], kSplit, scripts[3]}).ok());
+    EXPECT_EQ(read->commands(), version_gets({"c"}));
+    ASSERT_TRUE(read->feed({RespValue::bulk_string("4")}).ok());
+    ASSERT_TRUE(read->feed(key_replies(scripts[2], true)).ok());
+    ASSERT_TRUE(read->feed({RespValue::bulk_string("5")}).ok()) << "moved: read again";
+    ASSERT_FALSE(read->done());
+    // Split 2 again (no split 1: the version just read is the one before).
+    std::vector<RespValue> changed = key_replies(scripts[2], true);
+    changed[3] = RespValue::array({});  // the tool enabled again
+    EXPECT_EQ(read->commands().size(), changed.size());
+    EXPECT_EQ(read->commands().front(), (RedisCommand{"HGETALL", *kKeys.conn("c")}));
+    ASSERT_TRUE(read->feed(changed).ok());
+    EXPECT_EQ(read->commands(), version_gets({"c"}));
+    Status s = read->feed({RespValue::bulk_string(twice ? "6" : "5")});
+    if (twice) {
+      ASSERT_FALSE(s.ok());
+      EXPECT_EQ(s.error().code, ErrorCode::kStoreUnavailable) << s.error().message;
+      continue;
+    }
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    ASSERT_TRUE(read->done());
+    DiscoverySnapshot snapshot = read->take_snapshot();
+    EXPECT_EQ(read->split_reads(), 1u);
+    ASSERT_EQ(snapshot.connections.size(), 3u);
+    EXPECT_TRUE(snapshot.connections[2].disabled.empty()) << "the state read the second time";
+    EXPECT_EQ(snapshot.connection_versions[2], "5") << "the version it was read at";
+    EXPECT_EQ(snapshot.connection_versions[0], "3") << "the others as their scripts read them";
+  }
+}
+
+TEST(SpreadDiscoveryRead, WhatASplitReadCannotUseEndsTheRead) {
+  SnapshotQuery q;
+  std::vector<RespValue> replies = seed_replies("full-read", &q);
+  const std::vector<RespValue> scripts(replies.begin() + 4, replies.end());
+  auto after_round_one = [&] {
+    Result<SpreadDiscoveryRead> read = SpreadDiscoveryRead::start(kKeys, kAlice, q);
+    EXPECT_TRUE(read->feed({replies.begin(), replies.begin() + 4}).ok());
+    return std::move(*read);
+  };
+  {
+    // The member's read is not a connection's: split or not, its TRYAGAIN is a store failure.
+    SpreadDiscoveryRead read = after_round_one();
+    Status s = read.feed({scripts[0], scripts[1], scripts[2], kSplit});
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.error().code, ErrorCode::kStoreUnavailable);
+  }
+  {
+    // Another error of a connection's script is the error it was.
+    SpreadDiscoveryRead read = after_round_one();
+    Status s = read.feed({scripts[0], RespValue::error("ERR boom"), scripts[2], scripts[3]});
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.error().code, ErrorCode::kStoreUnavailable);
+  }
+  {
+    // An error reply to a key read apart.
+    SpreadDiscoveryRead read = after_round_one();
+    ASSERT_TRUE(read.feed({scripts[0], scripts[1], kSplit, scripts[3]}).ok());
+    ASSERT_TRUE(read.feed({RespValue::bulk_string("4")}).ok());
+    std::vector<RespValue> v = key_replies(scripts[2], true);
+    v[3] = RespValue::error("WRONGTYPE Operation against a key holding the wrong kind of value");
+    Status s = read.feed(v);
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.error().code, ErrorCode::kStoreUnavailable);
+  }
+  {
+    // A key of the wrong shape (a lease flag that is no integer).
+    SpreadDiscoveryRead read = after_round_one();
+    ASSERT_TRUE(read.feed({scripts[0], scripts[1], kSplit, scripts[3]}).ok());
+    ASSERT_TRUE(read.feed({RespValue::bulk_string("4")}).ok());
+    std::vector<RespValue> v = key_replies(scripts[2], true);
+    v[4] = RespValue::bulk_string("1");
+    Status s = read.feed(v);
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.error().code, ErrorCode::kInvalidReply);
+  }
+}
+
+// A split connection whose record is gone (removed while read) has no shared part, as its script
+// answers, whatever its manifest keys still hold.
+TEST(SpreadDiscoveryRead, ASplitConnectionWithoutItsRecordIsRemoved) {
+  SnapshotQuery q;
+  std::vector<RespValue> replies = seed_replies("full-read", &q);
+  const std::vector<RespValue> scripts(replies.begin() + 4, replies.end());
+  Result<SpreadDiscoveryRead> read = SpreadDiscoveryRead::start(kKeys, kAlice, q);
+  ASSERT_TRUE(read->feed({replies.begin(), replies.begin() + 4}).ok());
+  ASSERT_TRUE(read->feed({scripts[0], scripts[1], kSplit, scripts[3]}).ok());
+  ASSERT_TRUE(read->feed({RespValue::bulk_string("9")}).ok());
+  std::vector<RespValue> v = key_replies(scripts[2], true);
+  v[0] = RespValue::array({});  // no record
+  ASSERT_TRUE(read->feed(v).ok());
+  ASSERT_TRUE(read->feed({RespValue::bulk_string("9")}).ok());
+  ASSERT_TRUE(read->done());
+  DiscoverySnapshot s = read->take_snapshot();
+  ASSERT_EQ(s.connections.size(), 3u);
+  EXPECT_FALSE(s.connections[2].record.has_value());
+  EXPECT_FALSE(s.connections[2].manifest.has_value());
+  EXPECT_FALSE(s.connections[2].lease_held);
+}
+
 // The layout record must name the layout the keys are spelled in: a namespace that moved ends
 // the read and says where it went; a record no layout of this build reads is unknown.
 TEST(SpreadDiscoveryRead, TheLayoutRecordMustNameTheKeysLayout) {

@@ -532,6 +532,83 @@ TEST(RoutedSpread, ASplitSlotThatMovesWithinTheBudgetIsFollowedThroughMoved) {
   EXPECT_EQ(c.begin_spread({{"GET", version}}).node->port, 7002);
 }
 
+// The same split, the command flagged hand_back_split (a connection's read script: its reader
+// reads the connection key by key instead, SpreadDiscoveryRead): the ASK is followed once, and the
+// importing node's TRYAGAIN is the command's reply at once, without a backoff.
+TEST(RoutedSpread, AFlaggedCommandOnASplitSlotGetsTheImportingNodesTryAgainAfterOneAsk) {
+  ClusterRouter router(seeded(), 0);
+  RoutedConversation c({}, kCreds, &router);
+  const std::string version = key_on(7001, 3);
+  const std::string lease = version.substr(0, version.rfind(':')) + ":lease";
+  const RedisCommand split = {"MGET", version, lease};
+  RoutedWrite w = c.begin_spread({split}, ScriptForm::kBySha, /*read_only=*/true, {true});
+  ASSERT_EQ(c.feed(kAuthOk + encode_reply(even_shards(3))), RedisTurn::kWrite);
+  w = c.take_write();
+  ASSERT_EQ(w.node->port, 7001);
+  ASSERT_EQ(
+      c.feed(kAuthOk + "-ASK " + std::to_string(cluster_key_slot(version)) + " 127.0.0.1:7002\r\n"),
+      RedisTurn::kWrite);
+  w = c.take_write();
+  ASSERT_EQ(w.node->port, 7002);
+  EXPECT_EQ(w.delay_ms, 0);
+  EXPECT_NE(w.bytes.find(encode_command({"ASKING"}) + encode_command(split)), std::string::npos);
+  const std::string tryagain = "-TRYAGAIN Multiple keys request during rehashing of slot\r\n";
+  ASSERT_EQ(c.feed(kAuthOk + kAuthOk + tryagain), RedisTurn::kDone) << c.error().message;
+  std::vector<RespValue> replies = c.take_replies();
+  ASSERT_EQ(replies.size(), 1u);
+  EXPECT_TRUE(cluster_reply_is_split_slot(replies[0])) << replies[0].debug_string();
+  EXPECT_EQ(router.stats().ask, 1u);
+  EXPECT_EQ(router.stats().split, 1u);
+  EXPECT_EQ(router.stats().retries, 0u) << "no backoff";
+}
+
+// A TRYAGAIN at the source (some of the command's keys moved, some not) is handed back at once to
+// the flagged command; the round's other commands, on another node, are answered as before; an
+// unflagged command on the split slot still backs off.
+TEST(RoutedSpread, AFlaggedCommandAnsweredTryAgainAtTheSourceGetsItAtOnceTheOthersAsBefore) {
+  ClusterRouter router(seeded(), 0);
+  RoutedConversation c({}, kCreds, &router);
+  const std::string version = key_on(7001, 3);
+  const std::string lease = version.substr(0, version.rfind(':')) + ":lease";
+  const std::string other = key_on(7000, 3);
+  const RedisCommand flagged = {"MGET", version, lease};
+  const RedisCommand plain = {"MGET", lease, version};
+  const RedisCommand get = {"GET", other};
+  RoutedWrite w = c.begin_spread({flagged, get, plain}, ScriptForm::kBySha, /*read_only=*/true,
+                                 {true, false, false});
+  ASSERT_EQ(c.feed(kAuthOk + encode_reply(even_shards(3))), RedisTurn::kWrite);
+  w = c.take_write();
+  ASSERT_EQ(w.parts.size(), 2u);
+  const std::string tryagain = "-TRYAGAIN Multiple keys request during rehashing of slot\r\n";
+  RedisTurn t = serve(c, w, [&](const ClusterNode& node, const std::string& bytes) -> std::string {
+    if (node.port == 7001) return tryagain + tryagain;  // flagged, then plain
+    EXPECT_NE(bytes.find(encode_command(get)), std::string::npos);
+    return encode_reply(S("v"));
+  });
+  ASSERT_EQ(t, RedisTurn::kWrite) << "the unflagged command backs off";
+  w = c.take_write();
+  EXPECT_GT(w.delay_ms, 0);
+  ASSERT_EQ(w.node->port, 7001);
+  EXPECT_EQ(w.bytes, encode_command(plain)) << "the plain command alone, again";
+  ASSERT_EQ(c.feed(encode_reply(A({S("7"), RespValue::nil()}))), RedisTurn::kDone);
+  std::vector<RespValue> replies = c.take_replies();
+  ASSERT_EQ(replies.size(), 3u);
+  EXPECT_TRUE(cluster_reply_is_split_slot(replies[0]));
+  EXPECT_EQ(replies[1], S("v"));
+  EXPECT_EQ(replies[2], A({S("7"), RespValue::nil()}));
+  EXPECT_EQ(router.stats().split, 1u);
+}
+
+TEST(RoutedSpread, SplitFlagsThatAreNotOnePerCommandAreRefused) {
+  ClusterRouter router(seeded(), 0);
+  RoutedConversation c({}, kCreds, &router);
+  RoutedWrite w = c.begin_spread({{"GET", key_on(7000, 3)}, {"GET", key_on(7001, 3)}},
+                                 ScriptForm::kBySha, /*read_only=*/true, {true});
+  EXPECT_FALSE(c.in_round());
+  EXPECT_TRUE(w.bytes.empty());
+  EXPECT_EQ(c.error().code, ErrorCode::kInvalidArgument) << c.error().message;
+}
+
 // The host's side of a write in parts (shared/edge_wire.h): one kRedis step, every part's node,
 // connection and length in its meta, their bytes one after the other as the payload; the steps
 // that answer a part name it; an ordinary step is what it was, byte for byte.
