@@ -69,16 +69,20 @@ try {
   }
   const token = mintToken({ member: MEMBER, kid: KID, secret: SECRET, ttlMs: 3600_000 });
   // The request as worker.mjs writes it (requestMeta, Edge.begin): as wrk sends it.
-  const meta = encoder.encode(JSON.stringify({
+  const wireOf = (request) => {
+    const meta = encoder.encode(JSON.stringify(request));
+    const bytes = new Uint8Array(4 + meta.length);
+    new DataView(bytes.buffer).setUint32(0, meta.length, true);
+    bytes.set(meta, 4);
+    return bytes;
+  };
+  const wire = wireOf({
     method: 'GET', path: PATHS[member], query: '',
     headers: [['authorization', `Bearer ${token}`], ['host', '127.0.0.1'], ['user-agent', 'wrk']],
-  }));
-  const wire = new Uint8Array(4 + meta.length);
-  new DataView(wire.buffer).setUint32(0, meta.length, true);
-  wire.set(meta, 4);
+  });
   const random = new Uint8Array(48).fill(7);
-  const begin = () => withBytes(random, (rp, rn) =>
-    withBytes(wire, (p, n) => step(m._edge_begin(p, n, Date.now(), rp, rn))));
+  const begin = (bytes = wire) => withBytes(random, (rp, rn) =>
+    withBytes(bytes, (p, n) => step(m._edge_begin(p, n, Date.now(), rp, rn))));
   const feed = (h, b) => withBytes(b, (p, n) => step(m._edge_feed(h, p, n, Date.now())));
 
   // One request against the real Redis; the bytes of each round's reply.
@@ -129,8 +133,16 @@ try {
   for (let i = 0; i < 500; i++) once();
   const whole = best(once);
   const beginOnly = best(() => m._edge_end(begin().handle));
-  console.log(`${member} (${source}, ${last.payload.length} bytes, ${replies.length} round(s)): ` +
-              `core ${whole.toFixed(1)} us per request, begin alone ${beginOnly.toFixed(1)} us`);
+  // How the revalidated answers were made: spliced from the last render (builds that splice say
+  // so in /healthz), or rendered.
+  const h = begin(wireOf({ method: 'GET', path: '/healthz', query: '', headers: [] }));
+  m._edge_end(h.handle);
+  const l1 = JSON.parse(decoder.decode(h.payload)).l1 ?? {};
+  const made = l1.revalidated_spliced === undefined ? 'rendered'
+    : `${l1.revalidated_spliced} of ${l1.revalidated} spliced`;
+  console.log(`${member} (${source}, ${last.payload.length} bytes, ${replies.length} round(s), ` +
+              `${made}): core ${whole.toFixed(1)} us per request, begin alone ` +
+              `${beginOnly.toFixed(1)} us`);
 } finally {
   db.close();
   await redis.stop();

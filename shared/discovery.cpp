@@ -1,6 +1,7 @@
 #include "shared/discovery.h"
 
 #include <algorithm>
+#include <limits>
 #include <memory>
 #include <set>
 #include <utility>
@@ -413,23 +414,120 @@ void add_age(Json& meta, const EntryView& v) {
   }
 }
 
+// Timestamps come from peers: the difference saturates instead of overflowing (as classify's).
+int64_t clock_sub(int64_t a, int64_t b) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  if (b < 0 && a > kMax + b) return kMax;
+  if (b > 0 && a < kMin + b) return kMin;
+  return a - b;
+}
+
+// The value of a clock hole at `now_ms` (ClockHole): what the renderer writes there at that time.
+int64_t hole_value(const ClockHole& hole, int64_t now_ms) {
+  return hole.kind == ClockHole::Kind::kAge ? std::max<int64_t>(0, clock_sub(now_ms, hole.base))
+                                            : std::max<int64_t>(0, clock_sub(hole.base, now_ms));
+}
+
+// The clock holes of a body being rendered (RenderOptions::record_clock). Each is found by
+// position where the renderer wrote it and its bytes are checked: a hole not where it was
+// expected leaves `ok` false and nothing is recorded.
+struct ClockRecorder {
+  std::vector<ClockHole> holes;
+  bool ok = true;
+  void add(const std::string& body, std::size_t offset, ClockHole::Kind kind, int64_t base,
+           int64_t now_ms) {
+    ClockHole hole{offset, 0, kind, base};
+    const std::string digits = std::to_string(hole_value(hole, now_ms));
+    hole.length = digits.size();
+    const std::size_t end = offset + digits.size();
+    if (end >= body.size() || body.compare(offset, digits.size(), digits) != 0 ||
+        (body[end] != ',' && body[end] != '}') ||
+        (!holes.empty() && holes.back().offset + holes.back().length > offset)) {
+      ok = false;
+      return;
+    }
+    holes.push_back(hole);
+  }
+};
+
 // The entry's text as the body shows it: metadata, clock fields, payload.
 void append_entry_body(std::string& out, EntryView& v, Json meta, int64_t now_ms,
-                       const RenderOptions& options) {
+                       const RenderOptions& options, ClockRecorder* clock = nullptr) {
   const Classification* c = v.classification ? &*v.classification : nullptr;
   add_age(meta, v);
+  const std::size_t start = out.size();
+  // nlohmann's objects keep their keys sorted: `age_ms` is the entry's first (checked).
+  auto record_age = [&]() {
+    if (clock == nullptr || !meta.contains("age_ms")) return;
+    static constexpr std::string_view kAgeKey = "{\"age_ms\":";
+    if (out.compare(start, kAgeKey.size(), kAgeKey) != 0) {
+      clock->ok = false;
+      return;
+    }
+    clock->add(out, start + kAgeKey.size(), ClockHole::Kind::kAge, v.meta->fetched_at_ms, now_ms);
+  };
   if (!v.servable) {
     out += json_text(meta);
+    record_age();
     return;
   }
   const RenderedFragment& fragment = payload(v, options);
   out.reserve(out.size() + fragment.bytes() + 1024);  // one allocation, not a doubling series
   int64_t ttl = 0;
-  if (options.view == DiscoveryView::kMcp && v.status == EntryStatus::kFresh) {
-    ttl = std::max<int64_t>(0, c->fresh_until_ms - now_ms);
-  }
+  const bool ttl_moves = options.view == DiscoveryView::kMcp && v.status == EntryStatus::kFresh;
+  if (ttl_moves) ttl = std::max<int64_t>(0, c->fresh_until_ms - now_ms);
   const std::string key = options.view == DiscoveryView::kMcp ? "mcp" : "manifest";
-  append_json_object_with(out, meta, key, [&](std::string& o) { fragment.append_to(o, ttl); });
+  std::vector<std::size_t> ttl_offsets;
+  std::vector<std::size_t>* ttl_at = clock != nullptr && ttl_moves ? &ttl_offsets : nullptr;
+  append_json_object_with(out, meta, key,
+                          [&](std::string& o) { fragment.append_to(o, ttl, ttl_at); });
+  record_age();
+  for (std::size_t offset : ttl_offsets) {
+    clock->add(out, offset, ClockHole::Kind::kTtl, c->fresh_until_ms, now_ms);
+  }
+}
+
+// The first time after `now_ms` at which an entry shown may render otherwise than at `now_ms`
+// (its status, `refresh`, the revalidations, the validator), besides the clock holes: each
+// classified entry's next boundary (fresh: fresh_until, and refresh_at when still ahead; stale:
+// expires_at); `now_ms` itself when an entry is clock-skewed (its fresh_until is now: never
+// spliced). Entries that are not classified, or are misses, do not move with the clock.
+int64_t clock_window_end(const std::vector<const EntryView*>& shown, int64_t now_ms) {
+  int64_t end = std::numeric_limits<int64_t>::max();
+  for (const EntryView* v : shown) {
+    if (!v->classification) continue;
+    const Classification& c = *v->classification;
+    if (c.state == Freshness::kMiss) continue;
+    if (c.clock_skewed) return now_ms;
+    if (c.state == Freshness::kFresh) {
+      end = std::min(end, c.fresh_until_ms);
+      if (c.refresh_at_ms > now_ms) end = std::min(end, c.refresh_at_ms);
+    } else if (c.state == Freshness::kStale) {
+      end = std::min(end, c.expires_at_ms);
+    }
+  }
+  return end;
+}
+
+// The template of a body just rendered at `now_ms` with `recorder`'s holes, or nullopt.
+std::optional<ClockTemplate> clock_template(const ClockRecorder& recorder,
+                                            const std::vector<const EntryView*>& shown,
+                                            int64_t now_ms, const RenderOptions& options) {
+  if (!recorder.ok) return std::nullopt;
+  ClockTemplate t;
+  t.rendered_at = now_ms;
+  t.valid_until = clock_window_end(shown, now_ms);
+  t.holes = recorder.holes;
+  t.max_cache_age_s = std::max<int64_t>(0, options.max_cache_age_s);
+  for (const EntryView* v : shown) {
+    if (v->status != EntryStatus::kFresh) {
+      t.all_fresh = false;
+    } else {
+      t.min_fresh_until = std::min(t.min_fresh_until, v->classification->fresh_until_ms);
+    }
+  }
+  return t;
 }
 
 int64_t max_age_for(const std::vector<const EntryView*>& entries, int64_t now_ms,
@@ -807,14 +905,17 @@ RenderedDiscovery render_manifests(const DiscoverySnapshot& snapshot, const Fres
   validator["connections"] = std::move(validators);
   RenderedDiscovery out = finish(validator, shown, now_ms, options);
   if (out.not_modified || options.omit_body) return out;
+  ClockRecorder recorder;
+  ClockRecorder* clock = options.record_clock ? &recorder : nullptr;
   append_json_object_with(out.body, body, "connections", [&](std::string& o) {
     o += '[';
     for (std::size_t i = 0; i < views.size(); ++i) {
       if (i > 0) o += ',';
-      append_entry_body(o, views[i], std::move(metas[i]), now_ms, options);
+      append_entry_body(o, views[i], std::move(metas[i]), now_ms, options, clock);
     }
     o += ']';
   });
+  if (clock != nullptr) out.clock = clock_template(recorder, shown, now_ms, options);
   return out;
 }
 
@@ -832,7 +933,39 @@ Result<RenderedDiscovery> render_connection_manifest(const DiscoverySnapshot& sn
   validator["view"] = discovery_view_name(options.view);
   RenderedDiscovery out = finish(validator, {&v}, now_ms, options);
   if (out.not_modified || options.omit_body) return out;
-  append_entry_body(out.body, v, std::move(meta), now_ms, options);
+  ClockRecorder recorder;
+  ClockRecorder* clock = options.record_clock ? &recorder : nullptr;
+  append_entry_body(out.body, v, std::move(meta), now_ms, options, clock);
+  if (clock != nullptr) out.clock = clock_template(recorder, {&v}, now_ms, options);
+  return out;
+}
+
+std::optional<RenderedDiscovery> splice_rendered(const RenderedDiscovery& rendered, int64_t now_ms,
+                                                 bool with_body) {
+  if (!rendered.clock || rendered.not_modified) return std::nullopt;
+  const ClockTemplate& t = *rendered.clock;
+  if (now_ms < t.rendered_at || now_ms >= t.valid_until) return std::nullopt;
+  RenderedDiscovery out;
+  out.etag = rendered.etag;
+  out.revalidations = rendered.revalidations;
+  out.stats = rendered.stats;
+  // max_age_for's arithmetic: the floor of the soonest fresh entry's time left, capped.
+  out.max_age_s = 0;
+  if (t.all_fresh) {
+    const int64_t left_ms = std::max<int64_t>(0, clock_sub(t.min_fresh_until, now_ms));
+    out.max_age_s = std::min(t.max_cache_age_s, left_ms / 1000);
+  }
+  out.cache_control = "private, max-age=" + std::to_string(out.max_age_s);
+  if (!with_body) return out;
+  const std::string& body = rendered.body;
+  out.body.reserve(body.size() + 8 * t.holes.size());
+  std::size_t at = 0;
+  for (const ClockHole& hole : t.holes) {
+    out.body.append(body, at, hole.offset - at);
+    out.body += std::to_string(hole_value(hole, now_ms));
+    at = hole.offset + hole.length;
+  }
+  out.body.append(body, at, std::string::npos);
   return out;
 }
 

@@ -514,16 +514,22 @@ DiscoveryStep DiscoveryExchange::resume_snapshot(Result<DiscoverySnapshot> snaps
   options.view = view_;
   options.if_none_match = if_none_match_;
   options.omit_body = head_;  // HEAD: headers only, the body is never rendered
+  options.record_clock = record_clock_;
+  // A rendered answer whose clock holes were recorded is kept (a copy) for take_rendered().
+  auto keep = [this](RenderedDiscovery rendered) {
+    if (rendered.clock) rendered_ = rendered;
+    return answer_read(std::move(rendered));
+  };
 
   switch (route_) {
     case Route::kManifests:
-      return answer_read(render_manifests(*snapshot, config_.freshness, now_ms, options));
+      return keep(render_manifests(*snapshot, config_.freshness, now_ms, options));
 
     case Route::kConnectionManifest: {
       Result<RenderedDiscovery> rendered =
           render_connection_manifest(*snapshot, connection_id_, config_.freshness, now_ms, options);
       if (!rendered.ok()) return fail(HttpErrorCode::kNotFound, "no such connection");
-      return answer_read(std::move(*rendered));
+      return keep(std::move(*rendered));
     }
 
     case Route::kSearch: {
@@ -588,6 +594,18 @@ DiscoveryStep DiscoveryExchange::resume_snapshot(Result<DiscoverySnapshot> snaps
       break;
   }
   return out_of_turn("resume_snapshot");
+}
+
+std::optional<DiscoveryStep> DiscoveryExchange::resume_spliced(const RenderedDiscovery& rendered,
+                                                               int64_t now_ms) {
+  if (stage_ != Stage::kSnapshot) return std::nullopt;
+  if (route_ != Route::kManifests && route_ != Route::kConnectionManifest) return std::nullopt;
+  // No body for a HEAD or a 304: answer_read would drop it.
+  const bool with_body =
+      !head_ && (if_none_match_.empty() || !if_none_match_matches(if_none_match_, rendered.etag));
+  std::optional<RenderedDiscovery> spliced = splice_rendered(rendered, now_ms, with_body);
+  if (!spliced) return std::nullopt;
+  return answer_read(std::move(*spliced));
 }
 
 DiscoveryStep DiscoveryExchange::resume_enqueue(

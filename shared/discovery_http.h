@@ -267,6 +267,17 @@ class DiscoveryExchange {
   DiscoveryStep resume_enqueue(const std::vector<Result<RevalidationResult>>& results,
                                int64_t now_ms);
 
+  // Splicing (shared/discovery_render.h splice_rendered). Before resume_snapshot: have the
+  // manifests answers (GET /v1/manifests, one connection's manifest) record their clock holes;
+  // after it, the rendered answer so recorded (body, ETag, holes; taken once), or nullopt.
+  void record_clock(bool on) { record_clock_ = on; }
+  std::optional<RenderedDiscovery> take_rendered() { return std::exchange(rendered_, {}); }
+  // Instead of resume_snapshot, with the snapshot the caller knows `rendered` was rendered from
+  // (unchanged since): the answer to this request spliced from it at `now_ms` (HEAD and
+  // If-None-Match as resume_snapshot answers them). nullopt, and nothing changes, when it cannot
+  // be (another route, outside its window): the caller renders with resume_snapshot.
+  std::optional<DiscoveryStep> resume_spliced(const RenderedDiscovery& rendered, int64_t now_ms);
+
  private:
   enum class Route { kNone = 0, kManifests, kConnectionManifest, kSearch, kRefresh };
   enum class Stage { kStart = 0, kSnapshot, kEnqueue, kDone };
@@ -286,6 +297,8 @@ class DiscoveryExchange {
   DiscoveryView view_ = DiscoveryView::kManifest;
   std::string search_query_;
   std::size_t search_limit_ = 0;
+  bool record_clock_ = false;
+  std::optional<RenderedDiscovery> rendered_;  // record_clock_: the answer as rendered
 };
 
 }  // namespace quiver

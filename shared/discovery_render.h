@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -45,11 +46,42 @@ struct RenderOptions {
   // rendered at all (`RenderedDiscovery::body` stays empty); headers, revalidations and stats are.
   std::string if_none_match;
   bool omit_body = false;
+  // Per request: also record where the body's clock fields are (RenderedDiscovery::clock), so
+  // that the same answer can be given again at a later `now` by splice_rendered() instead of
+  // rendered again. Only render_manifests and render_connection_manifest record; a body not
+  // rendered (HEAD, 304) records nothing.
+  bool record_clock = false;
 };
 
 struct DiscoveryStats {
   int fresh = 0, stale = 0, pending = 0, error = 0, expired = 0, authorization_required = 0;
   bool operator==(const DiscoveryStats& o) const;
+};
+
+// Where a rendered body depends on the clock, and until when nothing else in it does
+// (RenderOptions::record_clock). A body of an unchanged snapshot differs from one rendered at
+// another `now` only in these numbers (shared/discovery.cpp):
+//   kAge  an entry's `age_ms`        = max(0, now - base)   (base: its fetched_at)
+//   kTtl  a fresh entry's mcp `ttlMs` = max(0, base - now)   (base: its fresh_until)
+// and in Cache-Control's max-age. Everything else (statuses, `refresh`, the revalidations, the
+// ETag, the stats) changes only when an entry's classification does: at its fresh_until,
+// refresh_at or expires_at. `valid_until` is the first of those after the render (a clock-skewed
+// entry, whose fresh_until is the render's now, makes the window empty).
+struct ClockHole {
+  enum class Kind { kAge = 0, kTtl };
+  std::size_t offset = 0;  // into the body, of the decimal digits
+  std::size_t length = 0;  // of the digits as rendered
+  Kind kind = Kind::kAge;
+  int64_t base = 0;
+};
+struct ClockTemplate {
+  int64_t rendered_at = 0;
+  int64_t valid_until = 0;       // splice_rendered answers for now in [rendered_at, valid_until)
+  std::vector<ClockHole> holes;  // ascending, not overlapping
+  // max-age: 0 when an entry shown is not fresh, else min(cap, (min_fresh_until - now) / 1000).
+  bool all_fresh = true;
+  int64_t min_fresh_until = std::numeric_limits<int64_t>::max();
+  int64_t max_cache_age_s = 0;  // the cap
 };
 
 struct RenderedDiscovery {
@@ -60,7 +92,17 @@ struct RenderedDiscovery {
   int64_t max_age_s = 0;
   std::vector<Revalidation> revalidations;  // to queue in the background
   DiscoveryStats stats;
+  // RenderOptions::record_clock, and the body was rendered: where its clock fields are. Unset
+  // when the renderer could not find one of them where it expected it (then nothing is spliced).
+  std::optional<ClockTemplate> clock;
 };
+
+// `rendered` (with its clock recorded) as rendering the same snapshot again at `now_ms` would
+// give it, byte for byte: its body with every clock hole recomputed (none when `with_body` is
+// false: HEAD, 304) and its Cache-Control; the ETag, revalidations and stats as they are. nullopt
+// outside the template's window [rendered_at, valid_until) or without a clock template: render.
+std::optional<RenderedDiscovery> splice_rendered(const RenderedDiscovery& rendered, int64_t now_ms,
+                                                 bool with_body = true);
 
 // `GET /v1/manifests`: {"principal", "connections": [entry...], "next_after"?}. Never fails:
 // entries that cannot be read are rendered with status `error`.

@@ -1,6 +1,7 @@
 #include "shared/edge_service.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "shared/ascii.h"
@@ -65,13 +66,29 @@ bool names_v2_ready(const RespValue& reply) {
   return record && read_layout(*record) == KeyLayout::kV2;
 }
 
-// The L1 halves (snapshots, rendered answers) share the configured byte bound.
-// The L1 bound shared by its parts: snapshot reads and rendered answers, and, with conditional
-// reads on, the validatable copies of snapshot reads (a third each).
+// The L1 bound shared by its parts: snapshot reads and rendered answers (a half each), and, with
+// conditional reads on, also the validatable copies of snapshot reads and the answers rendered
+// from them kept for splicing (a quarter each).
 EdgeCacheOptions share_of(EdgeCacheOptions o) {
-  o.max_bytes /= o.validate_max_age_ms > 0 ? 3 : 2;
+  o.max_bytes /= o.validate_max_age_ms > 0 ? 4 : 2;
   o.max_entry_bytes = std::min(o.max_entry_bytes, o.max_bytes);
   return o;
+}
+
+// The splice templates' share (EdgeService::rendered_): none without conditional reads.
+std::size_t rendered_share(const EdgeCacheOptions& o) {
+  return o.validate_max_age_ms > 0 ? share_of(o).max_bytes : 0;
+}
+
+// What a kept rendered answer costs against its bound: its key (twice: list node and index),
+// its body, holes, revalidations and headers, plus bookkeeping.
+std::size_t rendered_bytes(const std::string& key, const RenderedDiscovery& rendered) {
+  std::size_t n = 256 + 2 * key.size() + rendered.body.size() + rendered.etag.size();
+  if (rendered.clock) n += rendered.clock->holes.size() * sizeof(ClockHole);
+  for (const Revalidation& rev : rendered.revalidations) {
+    n += 64 + rev.connection_id.size() + rev.principal.str().size() + rev.reason.size();
+  }
+  return n;
 }
 
 // The validatable copies: no TTL of their own (every use is checked against the store), kept
@@ -138,6 +155,9 @@ struct EdgeService::Request {
   // A conditional read (kReadingSnapshot): the kept snapshot it checks (shared, not copied
   // until it answers), and the entries whose lease it asked for.
   SnapshotCache::Value held;
+  // The kept snapshot the answer is about to be rendered from (a full read's, or one confirmed
+  // unchanged): its render is kept for splice() (keep_rendered).
+  SnapshotCache::Value render_source;
   std::vector<std::size_t> lease_entries;
   // /mcp calls relayed to the agents, one round each (mcp_relay): the calls, the replies so far,
   // the seed of their rids, and how long the open round's BLPOP may hold its reply.
@@ -159,6 +179,10 @@ EdgeService::EdgeService(Result<EdgeSettings> settings)
     : cache_(share_of(settings.ok() ? settings->l1 : EdgeCacheOptions{})),
       answers_(share_of(settings.ok() ? settings->l1 : EdgeCacheOptions{})),
       kept_(kept_options(settings.ok() ? settings->l1 : EdgeCacheOptions{})),
+      rendered_(std::numeric_limits<std::size_t>::max(),
+                rendered_share(settings.ok() ? settings->l1 : EdgeCacheOptions{})),
+      rendered_max_entry_bytes_(
+          share_of(settings.ok() ? settings->l1 : EdgeCacheOptions{}).max_entry_bytes),
       bodies_((settings.ok() ? settings->l1 : EdgeCacheOptions{}).body_max_bytes),
       fail_fast_(settings.ok() ? settings->fail_fast_ms : 0) {
   if (!settings.ok()) {
@@ -437,7 +461,48 @@ EdgeStep EdgeService::relay_answered(Request& r, RelayReply reply, std::string l
 EdgeStep EdgeService::resume_snapshot(Request& r, Result<DiscoverySnapshot> snapshot,
                                       int64_t now_ms) {
   if (r.mcp) return drive_mcp(r, r.mcp->resume_snapshot(std::move(snapshot), now_ms), now_ms);
-  return drive(r, r.exchange->resume_snapshot(std::move(snapshot), now_ms), now_ms);
+  // Rendered from the kept snapshot itself, every body it names in hand (a splice checks that the
+  // body cache still holds them: a render then would not read Redis): worth keeping for splice().
+  const bool record = r.render_source != nullptr && !r.answer_key.empty() && snapshot.ok() &&
+                      rendered_share(settings_->l1) > 0 && missing_bodies(*snapshot).empty();
+  r.exchange->record_clock(record);
+  DiscoveryStep step = r.exchange->resume_snapshot(std::move(snapshot), now_ms);
+  if (record) keep_rendered(r);
+  return drive(r, std::move(step), now_ms);
+}
+
+void EdgeService::keep_rendered(Request& r) {
+  std::optional<RenderedDiscovery> rendered = r.exchange->take_rendered();
+  if (!rendered) return;
+  const std::size_t bytes = rendered_bytes(r.answer_key, *rendered);
+  if (bytes > rendered_max_entry_bytes_) {
+    rendered_.erase(r.answer_key);
+    return;
+  }
+  rendered_.insert(r.answer_key,
+                   RenderedAnswer{r.render_source,
+                                  std::make_shared<const RenderedDiscovery>(std::move(*rendered))},
+                   bytes);
+}
+
+std::optional<EdgeStep> EdgeService::splice(Request& r, const SnapshotCache::Value& source,
+                                            int64_t now_ms) {
+  if (!r.exchange || r.answer_key.empty() || rendered_share(settings_->l1) == 0) {
+    return std::nullopt;
+  }
+  const RenderedAnswer* kept = rendered_.find_if(r.answer_key, [&](const RenderedAnswer& a) {
+    return a.source.lock() == source;  // the same object: an expired one never matches
+  });
+  if (kept == nullptr) return std::nullopt;
+  std::shared_ptr<const RenderedDiscovery> rendered = kept->rendered;
+  // A render now would take every body from the body cache (else read it from Redis first).
+  for (const std::string& digest : missing_bodies(*source)) {
+    if (bodies_.find(digest) == nullptr) return std::nullopt;
+  }
+  std::optional<DiscoveryStep> step = r.exchange->resume_spliced(*rendered, now_ms);
+  if (!step) return std::nullopt;  // outside its window: rendered (and kept) again
+  ++revalidated_spliced_;
+  return drive(r, std::move(*step), now_ms);
 }
 
 EdgeStep EdgeService::healthz(Request& r, const HttpRequest& request) {
@@ -470,6 +535,9 @@ EdgeStep EdgeService::healthz(Request& r, const HttpRequest& request) {
                                {"validate_max_age_ms", cache_.options().validate_max_age_ms},
                                {"revalidated", revalidated_},
                                {"revalidate_changed", revalidate_changed_},
+                               {"revalidated_spliced", revalidated_spliced_},
+                               {"splice_entries", rendered_.size()},
+                               {"splice_bytes", rendered_.bytes()},
                                {"stale_served", snapshots.stale_served},
                                {"body_entries", bodies_.entries()},
                                {"body_bytes", bodies_.bytes()},
@@ -909,6 +977,7 @@ EdgeStep EdgeService::full_read(Request& r, DiscoverySnapshot snapshot, int64_t 
   auto kept = std::make_shared<const DiscoverySnapshot>(snapshot);
   const std::size_t bytes = snapshot_bytes(snapshot);
   kept_.put(r.l1_key, kept, bytes, 0, now_ms);
+  if (r.read) r.render_source = kept;
   cache_.put(r.l1_key, std::move(kept), bytes, l1_epoch(r, snapshot), now_ms);
   answers_.observe_epoch(snapshot.epoch);
   note_snapshot(r, snapshot, now_ms);
@@ -948,15 +1017,25 @@ EdgeStep EdgeService::complete(Request& r, std::vector<RespValue> replies, int64
           // (the copy kept, when neither differs).
           advance(r, EdgeEvent::kRedisAnswered);
           ++revalidated_;
-          bool same = held.epoch == kept->epoch;
+          // Leases are what a render of `held` may read differently from the kept copy (the
+          // epoch is not rendered): with the same leases, the kept copy's render is this one's.
+          bool same_leases = true;
           for (std::size_t i : r.lease_entries) {
-            same = same && held.connections[i].lease_held == kept->connections[i].lease_held;
+            same_leases =
+                same_leases && held.connections[i].lease_held == kept->connections[i].lease_held;
           }
-          if (!same) kept = std::make_shared<const DiscoverySnapshot>(held);
+          const SnapshotCache::Value source = kept;
+          if (!same_leases || held.epoch != kept->epoch) {
+            kept = std::make_shared<const DiscoverySnapshot>(held);
+          }
           cache_.put(r.l1_key, std::move(kept), snapshot_bytes(held), l1_epoch(r, held), now_ms);
           answers_.observe_epoch(held.epoch);
           r.source = "revalidated";
           note_snapshot(r, held, now_ms);
+          if (same_leases) {
+            if (std::optional<EdgeStep> spliced = splice(r, source, now_ms)) return *spliced;
+            r.render_source = source;
+          }
           return with_bodies(r, std::move(held), now_ms, /*may_read=*/true);
         }
         ++revalidate_changed_;

@@ -53,7 +53,9 @@
 //      not wait on Redis: the copy or the 503 at once, marked `fail-fast`, while one probes.
 //   Past the TTL, within QUIVER_L1_VALIDATE_MAX_AGE_MS of its full read, the snapshot read is a
 //      conditional one (shared/discovery_redis.h): the copy kept since then is sent back as its
-//      versions and answered from when nothing changed, in one round trip (`revalidated`).
+//      versions and answered from when nothing changed, in one round trip (`revalidated`); on
+//      the discovery GET routes with the answer last rendered from that same copy, its clock
+//      fields recomputed (splice(), counted in /healthz `l1.revalidated_spliced`), else rendered.
 // Key layout v2 (docs/design.md "The discovery read on v2, round by round"): the isolate reads the
 //   namespace in the layout its record names, switching when a read says so (the v1 script's
 //   layout-unknown reply naming v2:ready, or a round 1 that finds v1), once per request; on v2 the
@@ -107,6 +109,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "shared/bounded_lru.h"
 #include "shared/caller_token.h"
 #include "shared/discovery.h"
 #include "shared/discovery_http.h"
@@ -176,6 +179,8 @@ class EdgeService {
   const SnapshotCache& kept() const { return kept_; }
   uint64_t revalidated() const { return revalidated_; }
   uint64_t revalidate_changed() const { return revalidate_changed_; }
+  // Revalidated answers spliced from the answer rendered before (splice(), below).
+  uint64_t revalidated_spliced() const { return revalidated_spliced_; }
   const BodyCache& bodies() const { return bodies_; }
   const RenderCache* render_cache() const { return render_cache_.get(); }
   const ClusterRouter* cluster() const { return cluster_.get(); }
@@ -243,6 +248,13 @@ class EdgeService {
   // The enqueue's results, to the exchange (kQueueing) or the log (kBackground).
   EdgeStep enqueued(Request& r, std::vector<Result<RevalidationResult>> results, int64_t now_ms);
   EdgeStep complete(Request& r, std::vector<RespValue> replies, int64_t now_ms);
+  // A conditional read found `source` (a kept snapshot) unchanged, its leases as they were: the
+  // answer rendered from it before to this same request (r.answer_key) with its clock fields
+  // recomputed for `now_ms`, if there is one and the splice window allows (docs/design.md,
+  // "Versions instead of the epoch"); nullopt: render.
+  std::optional<EdgeStep> splice(Request& r, const SnapshotCache::Value& source, int64_t now_ms);
+  // The answer r's exchange just rendered with its clock holes, kept for splice().
+  void keep_rendered(Request& r);
   // A snapshot read in full: kept (L1 and, for conditional reads, kept_), then answered from.
   EdgeStep full_read(Request& r, DiscoverySnapshot snapshot, int64_t now_ms);
   EdgeStep store_failed(Request& r, Error error, int64_t now_ms);
@@ -265,8 +277,19 @@ class EdgeService {
   SnapshotCache kept_;
   uint64_t revalidated_ = 0;         // conditional reads answered "unchanged"
   uint64_t revalidate_changed_ = 0;  // conditional reads answered with a full read
-  BodyCache bodies_;                 // manifest bodies by content, no expiry (shared/edge_cache.h)
-  VerifiedTokenCache tokens_;        // bearer tokens this isolate has verified
+  // The discovery GET answers last rendered from a kept snapshot (full read or revalidated), with
+  // their clock holes, per answer key: spliced instead of rendered while that same snapshot object
+  // (held weakly: a template never keeps a snapshot alive) is confirmed unchanged. Bounded by the
+  // L1's fourth share (share_of), off with conditional reads.
+  struct RenderedAnswer {
+    std::weak_ptr<const DiscoverySnapshot> source;
+    std::shared_ptr<const RenderedDiscovery> rendered;
+  };
+  BoundedLru<RenderedAnswer> rendered_;
+  std::size_t rendered_max_entry_bytes_ = 0;
+  uint64_t revalidated_spliced_ = 0;  // conditional reads answered "unchanged" by a splice
+  BodyCache bodies_;                  // manifest bodies by content, no expiry (shared/edge_cache.h)
+  VerifiedTokenCache tokens_;         // bearer tokens this isolate has verified
   std::unique_ptr<SearchIndexCache> search_cache_;  // one FTS5 index per caller and corpus version
   // Each servable entry's rendered payload (shared/render_cache.h); single-threaded like the rest.
   std::unique_ptr<RenderCache> render_cache_;

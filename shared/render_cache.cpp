@@ -30,10 +30,14 @@ std::size_t RenderedFragment::bytes() const {
   return n;
 }
 
-void RenderedFragment::append_to(std::string& out, int64_t ttl_ms) const {
+void RenderedFragment::append_to(std::string& out, int64_t ttl_ms,
+                                 std::vector<std::size_t>* ttl_offsets) const {
   const std::string ttl = std::to_string(ttl_ms);
   for (std::size_t i = 0; i < parts.size(); ++i) {
-    if (i > 0) out += ttl;
+    if (i > 0) {
+      if (ttl_offsets != nullptr) ttl_offsets->push_back(out.size());
+      out += ttl;
+    }
     out += parts[i];
   }
 }

@@ -61,7 +61,9 @@ struct RenderedFragment {
   std::vector<ItemList> lists;
   std::size_t bytes() const;
   // The parts joined around `ttl_ms` (decimal), appended to `out`.
-  void append_to(std::string& out, int64_t ttl_ms) const;
+  // `ttl_offsets` (optional): where each `ttl_ms` was written in `out` (discovery's clock holes).
+  void append_to(std::string& out, int64_t ttl_ms,
+                 std::vector<std::size_t>* ttl_offsets = nullptr) const;
 };
 
 // The key of the fragment of connection `connection_id` read under `principal`, whose manifest has

@@ -407,6 +407,52 @@ test('the L1 answers a hot caller, then Redis again after its TTL', async () => 
   assert.ok(fromRedis(c), c.headers['x-quiver-cache']);
 });
 
+test('a revalidated answer is spliced: its clock fields as of the request, the rest the render\'s',
+     async () => {
+  // alice's entries are all fresh. Past the TTL the copy is checked (`revalidated`) and answered
+  // from the answer last rendered from it, its age_ms (and the mcp view's ttlMs) computed for the
+  // moment of the request: between the client's clock before and after it.
+  const clockFree = (text) => text.replace(/"age_ms":\d+/g, '"age_ms":_').replace(/"ttlMs":\d+/g, '"ttlMs":_');
+  for (const path of ['/v1/manifests', '/v1/manifests?view=mcp',
+                      '/v1/mcp-connections/everything/manifest?view=mcp']) {
+    const spliced = async () => (await edge.request('GET', '/healthz')).json.l1.revalidated_spliced;
+    await sleep(L1_TTL_MS + 50);
+    const first = await edge.request('GET', path, { headers: auth('alice') });
+    assert.equal(first.status, 200, first.text);
+    assert.ok(fromRedis(first), first.headers['x-quiver-cache']);
+    const before = await spliced();
+    await sleep(L1_TTL_MS + 50);
+    const t0 = Date.now();
+    const again = await edge.request('GET', path, { headers: auth('alice') });
+    const t1 = Date.now();
+    assert.equal(again.status, 200, again.text);
+    assert.equal(again.headers['x-quiver-cache'], 'revalidated', path);
+    assert.equal(await spliced(), before + 1, `${path}: counted as spliced`);
+    assert.equal(clockFree(again.text), clockFree(first.text), path);
+    assert.equal(again.headers.etag, first.headers.etag);
+    assert.match(again.headers['cache-control'], /^private, max-age=\d+$/);
+    const entries = again.json.connections ?? [again.json];
+    assert.ok(entries.length > 0);
+    for (const e of entries) {
+      assert.equal(e.status, 'fresh', path);
+      assert.ok(e.age_ms >= t0 - e.fetched_at && e.age_ms <= t1 - e.fetched_at,
+                `${path} ${e.id}: age_ms ${e.age_ms} not in [${t0 - e.fetched_at}, ${t1 - e.fetched_at}]`);
+      for (const list of Object.values(e.mcp ?? {})) {
+        if (list.ttlMs === undefined) continue;
+        assert.ok(list.ttlMs >= e.fresh_until - t1 && list.ttlMs <= e.fresh_until - t0,
+                  `${path} ${e.id}: ttlMs ${list.ttlMs} not in [${e.fresh_until - t1}, ${e.fresh_until - t0}]`);
+      }
+    }
+  }
+  // A change in Redis is still seen: docs committed again reads in full, its age from the commit.
+  await recommitDocs();
+  await sleep(L1_TTL_MS + 50);
+  const changed = await edge.request('GET', '/v1/manifests', { headers: auth('alice') });
+  assert.equal(changed.headers['x-quiver-cache'], 'miss');
+  const docs = changed.json.connections.find((c) => c.id === 'docs');
+  assert.ok(docs.age_ms < 60_000, `docs age_ms ${docs.age_ms}`);
+});
+
 test('a revoked grant disappears within the L1 TTL', async () => {
   await db.call('SADD', layout.grants('dave'), 'docs');
   await db.call('INCR', layout.epoch());

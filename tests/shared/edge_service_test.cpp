@@ -624,6 +624,138 @@ TEST(EdgeService, ConditionalReadsCanBeTurnedOff) {
   edge->end(s.handle);
 }
 
+// The headers an answer is made of (not the ones that say where it came from or name the request).
+HttpHeaders answer_headers(const HttpResponse& r) {
+  HttpHeaders out;
+  for (const auto& [name, value] : r.headers) {
+    if (name != "X-Quiver-Cache" && name != "X-Request-Id") out.emplace_back(name, value);
+  }
+  return out;
+}
+
+// `request` answered by a new edge from a full read replying `reply`, at `now`.
+EdgeStep full_render(const HttpRequest& request, const RespValue& reply, int64_t now) {
+  auto other = service();
+  EdgeStep s = other->begin(request, now, kRandom);
+  EXPECT_EQ(s.action, EdgeAction::kRedis);
+  s = other->feed(s.handle, "+OK\r\n" + encode_reply(reply), now);
+  EXPECT_EQ(s.action, EdgeAction::kRespond);
+  other->end(s.handle);
+  return s;
+}
+
+// `request` past the TTL: a conditional read, answered "unchanged" with `leases`.
+EdgeStep revalidated(EdgeService& edge, const HttpRequest& request, int64_t now,
+                     std::vector<int64_t> leases = {}) {
+  EdgeStep s = edge.begin(request, now, kRandom);
+  EXPECT_EQ(s.action, EdgeAction::kRedis);
+  EXPECT_NE(s.redis_bytes.find("if-unchanged"), std::string::npos);
+  s = edge.feed(s.handle, "+OK\r\n" + encode_reply(unchanged_reply("alice", 5, std::move(leases))),
+                now);
+  EXPECT_EQ(s.action, EdgeAction::kRespond);
+  EXPECT_EQ(header(s.response, "X-Quiver-Cache"), "revalidated");
+  edge.end(s.handle);
+  return s;
+}
+
+void expect_same_answer(const EdgeStep& got, const EdgeStep& want) {
+  EXPECT_EQ(got.response.status, want.response.status);
+  EXPECT_EQ(got.response.body, want.response.body);
+  EXPECT_EQ(answer_headers(got.response), answer_headers(want.response));
+  EXPECT_EQ(got.background, want.background);
+}
+
+uint64_t healthz_spliced(EdgeService& edge, int64_t now) {
+  EdgeStep s = edge.begin(get("/healthz"), now, kRandom);
+  edge.end(s.handle);
+  return body_of(s)["l1"].value("revalidated_spliced", uint64_t{999});
+}
+
+// An unchanged conditional read answers with the answer rendered from the same kept copy, its
+// clock fields recomputed (shared/discovery_render.h splice_rendered): byte for byte what a
+// full read renders at that moment, HEAD and If-None-Match included; at a transition (here the
+// entry turning stale) it renders, then splices again from that render.
+TEST(EdgeService, ARevalidatedAnswerIsSplicedFromTheRenderOfTheSameCopy) {
+  auto edge = service();
+  const std::string alice = token_for("alice");
+  // Fresh until kNow + 20 s (refresh-ahead long past), then stale.
+  const int64_t age = 15 * kMinute - 20'000;
+  const RespValue reply = discovery_reply("alice", 5, age);
+  for (const std::string& query : {std::string(), std::string("view=mcp")}) {
+    SCOPED_TRACE(query);
+    auto view_edge = service();
+    EdgeStep s = view_edge->begin(get("/v1/manifests", alice, query), kNow, kRandom);
+    s = view_edge->feed(s.handle, "+OK\r\n" + encode_reply(reply), kNow);
+    ASSERT_EQ(s.response.status, 200);
+    view_edge->end(s.handle);
+    // Past the L1 TTL each time (2 s), the answers' L1 included.
+    uint64_t spliced = 0;
+    for (int64_t now : {kNow + 2'000, kNow + 4'999, kNow + 9'001, kNow + 19'999}) {
+      expect_same_answer(revalidated(*view_edge, get("/v1/manifests", alice, query), now),
+                         full_render(get("/v1/manifests", alice, query), reply, now));
+      EXPECT_EQ(view_edge->revalidated_spliced(), ++spliced);
+    }
+    // At the transition: rendered (and a revalidation queued), not spliced; stale, the lease is
+    // asked for ...
+    EdgeStep stale =
+        revalidated(*view_edge, get("/v1/manifests", alice, query), kNow + 22'000, {0});
+    expect_same_answer(stale,
+                       full_render(get("/v1/manifests", alice, query), reply, kNow + 22'000));
+    EXPECT_TRUE(stale.background);
+    EXPECT_EQ(view_edge->revalidated_spliced(), spliced);
+    // ... then spliced from that render (past the isolate's claim on that revalidation).
+    expect_same_answer(
+        revalidated(*view_edge, get("/v1/manifests", alice, query), kNow + 27'500, {0}),
+        full_render(get("/v1/manifests", alice, query), reply, kNow + 27'500));
+    EXPECT_EQ(view_edge->revalidated_spliced(), ++spliced);
+    EXPECT_EQ(healthz_spliced(*view_edge, kNow + 27'501), spliced);
+  }
+
+  // HEAD, If-None-Match and one connection's manifest, spliced from the GET's render.
+  EdgeStep s = read_manifests(*edge, alice, reply, kNow);
+  const std::string etag = header(s.response, "ETag");
+  edge->end(s.handle);
+  HttpRequest head = get("/v1/manifests", alice);
+  head.method = "HEAD";
+  EdgeStep h = revalidated(*edge, head, kNow + 3'000);
+  EXPECT_TRUE(h.response.body.empty());
+  expect_same_answer(h, full_render(head, reply, kNow + 3'000));
+  HttpRequest inm = get("/v1/manifests", alice);
+  inm.headers.emplace_back("If-None-Match", etag);
+  EdgeStep n = revalidated(*edge, inm, kNow + 6'000);
+  EXPECT_EQ(n.response.status, 304);
+  expect_same_answer(n, full_render(inm, reply, kNow + 6'000));
+  EXPECT_EQ(edge->revalidated_spliced(), 2u);
+
+  HttpRequest one = get("/v1/mcp-connections/docs/manifest", alice, "view=mcp");
+  s = edge->begin(one, kNow + 7'000, kRandom);
+  s = edge->feed(s.handle, "+OK\r\n" + encode_reply(reply), kNow + 7'000);
+  ASSERT_EQ(s.response.status, 200);
+  edge->end(s.handle);
+  expect_same_answer(revalidated(*edge, one, kNow + 10'000),
+                     full_render(one, reply, kNow + 10'000));
+  EXPECT_EQ(edge->revalidated_spliced(), 3u);
+}
+
+// The splice is tied to the kept copy the answer was rendered from: a lease that reads otherwise,
+// or a new full read, renders.
+TEST(EdgeService, AnAnswerIsSplicedOnlyFromTheSameCopyWithTheSameLeases) {
+  auto edge = service();
+  const std::string alice = token_for("alice");
+  const RespValue stale = discovery_reply("alice", 5, 20 * kMinute);
+  EdgeStep s = read_manifests(*edge, alice, stale, kNow);
+  edge->end(s.handle);
+  // A refresh took the lease: `refresh: in_progress`, rendered.
+  expect_same_answer(revalidated(*edge, get("/v1/manifests", alice), kNow + 3'000, {1}),
+                     full_render(get("/v1/manifests", alice),
+                                 discovery_reply("alice", 5, 20 * kMinute, true), kNow + 3'000));
+  EXPECT_EQ(edge->revalidated_spliced(), 0u);
+  // The lease free again: the first render's answer, spliced.
+  expect_same_answer(revalidated(*edge, get("/v1/manifests", alice), kNow + 6'000, {0}),
+                     full_render(get("/v1/manifests", alice), stale, kNow + 6'000));
+  EXPECT_EQ(edge->revalidated_spliced(), 1u);
+}
+
 TEST(EdgeService, AnL1HitRepeatsTheRenderedAnswerWithItsAge) {
   auto edge = service();
   std::string alice = token_for("alice");
