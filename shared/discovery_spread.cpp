@@ -301,18 +301,23 @@ Status SpreadDiscoveryRead::feed_reads(const std::vector<RespValue>& replies) {
   if (!split_.empty()) {
     // Split 1: the version of each split connection, before anything else of it is read.
     split_reads_ += split_.size();
-    stage_ = Stage::kSplitBefore;
-    commands_.clear();
-    hand_back_split_.clear();
-    for (std::size_t i : split_) {
-      Result<std::string> version = keys_.conn_version(page_[i].cid);
-      if (!version.ok()) return version.error();
-      commands_.push_back({"GET", std::move(*version)});
-      hand_back_split_.push_back(false);
-    }
-    return Status();
+    return plan_split_versions(Stage::kSplitBefore);
   }
   return check_modes();
+}
+
+// Split 1 and 3: a GET of each split connection's version.
+Status SpreadDiscoveryRead::plan_split_versions(Stage stage) {
+  stage_ = stage;
+  commands_.clear();
+  hand_back_split_.clear();
+  for (std::size_t i : split_) {
+    Result<std::string> version = keys_.conn_version(page_[i].cid);
+    if (!version.ok()) return version.error();
+    commands_.push_back({"GET", std::move(*version)});
+    hand_back_split_.push_back(false);
+  }
+  return Status();
 }
 
 Status SpreadDiscoveryRead::plan_split_read() {
@@ -370,16 +375,7 @@ Status SpreadDiscoveryRead::feed_split(const std::vector<RespValue>& replies) {
       }
     }
     // Split 3: the versions again, after every read of split 2.
-    stage_ = Stage::kSplitAfter;
-    commands_.clear();
-    hand_back_split_.clear();
-    for (std::size_t i : split_) {
-      Result<std::string> version = keys_.conn_version(page_[i].cid);
-      if (!version.ok()) return version.error();
-      commands_.push_back({"GET", std::move(*version)});
-      hand_back_split_.push_back(false);
-    }
-    return Status();
+    return plan_split_versions(Stage::kSplitAfter);
   }
   // Split 3: an unchanged version makes the reads between the two GETs one snapshot.
   std::vector<std::size_t> moved;

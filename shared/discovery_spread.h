@@ -139,6 +139,7 @@ class SpreadDiscoveryRead {
   Status feed_grants(const std::vector<RespValue>& replies);
   Status plan_reads(const std::vector<std::size_t>& which);
   Status feed_reads(const std::vector<RespValue>& replies);
+  Status plan_split_versions(Stage stage);
   Status plan_split_read();
   Status feed_split(const std::vector<RespValue>& replies);
   Status check_modes();

@@ -1088,6 +1088,16 @@ struct Served {
   std::string base;  // http://127.0.0.1:<port>
 };
 
+// Whether serve's stderr says `text` within `timeout_ms`.
+bool serve_logs(ChildProcess& serve, const char* text, int64_t timeout_ms) {
+  return wait_until(
+      [&] {
+        serve.drain_stderr();
+        return serve.stderr_tail().find(text) != std::string::npos;
+      },
+      timeout_ms);
+}
+
 // stdout is a pipe here, not a terminal: the token is printed only because of --print-token.
 void start_serve(const TempDir& dir, const std::string& config_file, Served* s) {
   ChildSpec spec(testing::quiver_agent_binary(),
@@ -1224,14 +1234,8 @@ TEST(ApiServe, SighupReloadsTheConfigurationAndRefusesABadOne) {
   Served s;
   ASSERT_NO_FATAL_FAILURE(start_serve(dir, config_file, &s));
   ChildProcess& serve = *s.child;
-  // Whether serve's stderr says `text` within `timeout_ms`.
   auto logs = [&](const char* text, int64_t timeout_ms) {
-    return wait_until(
-        [&] {
-          serve.drain_stderr();
-          return serve.stderr_tail().find(text) != std::string::npos;
-        },
-        timeout_ms);
+    return serve_logs(serve, text, timeout_ms);
   };
   httplib::Client c(s.base);
   auto ids = [&]() {
@@ -1292,12 +1296,7 @@ TEST(ApiServe, AReloadKeepsUpstreamSessionsAndHearsListChangedRightAfter) {
   ASSERT_NO_FATAL_FAILURE(start_serve(dir, config_file, &s));
   ChildProcess& serve = *s.child;
   auto logs = [&](const char* text, int64_t timeout_ms) {
-    return wait_until(
-        [&] {
-          serve.drain_stderr();
-          return serve.stderr_tail().find(text) != std::string::npos;
-        },
-        timeout_ms);
+    return serve_logs(serve, text, timeout_ms);
   };
   httplib::Client c(s.base);
   // Each connection's tool names, by id (the cache as served).

@@ -426,12 +426,10 @@ TEST_F(RedisClusterV2FaultsTest, TheAgentWritingV2ServesAndRefreshesThroughAResh
   ASSERT_NO_FATAL_FAILURE(start_agent());
   const std::string id = ids_[0];
   const uint16_t slot = connection_slot(id);
-  const int from = master_and_replica(*cluster_, slot).first;
+  const std::pair<int, int> ends = reshard_ends(*cluster_, slot);
+  const int from = ends.first;
+  const int to = ends.second;
   ASSERT_NE(from, 0);
-  int to = 0;
-  for (int port : cluster_->master_ports()) {
-    if (port != from) to = port;
-  }
   ASSERT_NE(to, 0);
   std::set<std::string> expected = tools_of(id);
   ASSERT_EQ(expected.size(), static_cast<std::size_t>(kTools));
@@ -507,12 +505,10 @@ TEST_F(RedisClusterV2FaultsTest, TheAgentReadsAConnectionWhoseSlotIsSplitKeyByKe
   ASSERT_NO_FATAL_FAILURE(start_agent());
   const std::string id = ids_[0];
   const uint16_t slot = connection_slot(id);
-  const int from = master_and_replica(*cluster_, slot).first;
+  const std::pair<int, int> ends = reshard_ends(*cluster_, slot);
+  const int from = ends.first;
+  const int to = ends.second;
   ASSERT_NE(from, 0);
-  int to = 0;
-  for (int port : cluster_->master_ports()) {
-    if (port != from) to = port;
-  }
   ASSERT_NE(to, 0);
   const std::map<std::string, std::set<std::string>> before = read().tools;
   ASSERT_EQ(before.size(), ids_.size());

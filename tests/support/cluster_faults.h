@@ -53,6 +53,17 @@ inline std::pair<int, int> master_and_replica(const RedisCluster& cluster, uint1
   return {0, 0};
 }
 
+// For a reshard of `slot`: the port of the master serving it and of another master to move it to
+// (0 when not found).
+inline std::pair<int, int> reshard_ends(const RedisCluster& cluster, uint16_t slot) {
+  const int from = master_and_replica(cluster, slot).first;
+  int to = 0;
+  for (int port : cluster.master_ports()) {
+    if (port != from) to = port;
+  }
+  return {from, from == 0 ? 0 : to};
+}
+
 // CLUSTER FAILOVER on `replica`, waiting until it is the master and the cluster is whole again.
 inline bool fail_over_to(RedisCluster& cluster, int replica) {
   RedisConnection c(cluster.connect(replica));
