@@ -8,12 +8,4 @@
 # Results and how to read them: docs/benchmarks.md, "Capacity on one node and on a cluster".
 source "$(dirname "$0")/lib.sh"
 
-# The cluster comes from the test support library, built with the tests.
-cmake -S "$BENCH_ROOT" -B "$BENCH_BUILD" -DQUIVER_BUILD_TESTS=ON >/dev/null
-bench_build quiver_agent_store quiver_test_support
-mapfile -t libs < <(
-  printf '%s\n' "$BENCH_BUILD/tests/libquiver_test_support.a"
-  bench_libs store base
-)
-bench_compile capacity capacity.cpp hiredis -- "${libs[@]}"
-exec "$BENCH_OUT/capacity" "$@"
+bench_cluster_exec capacity capacity.cpp "$@"

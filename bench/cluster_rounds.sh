@@ -8,12 +8,4 @@
 # Results and how to read them: docs/benchmarks.md, "The agent's spread round in one round trip".
 source "$(dirname "$0")/lib.sh"
 
-# The cluster comes from the test support library, built with the tests.
-cmake -S "$BENCH_ROOT" -B "$BENCH_BUILD" -DQUIVER_BUILD_TESTS=ON >/dev/null
-bench_build quiver_agent_store quiver_test_support
-mapfile -t libs < <(
-  printf '%s\n' "$BENCH_BUILD/tests/libquiver_test_support.a"
-  bench_libs store base
-)
-bench_compile cluster_rounds cluster_rounds.cpp hiredis -- "${libs[@]}"
-exec "$BENCH_OUT/cluster_rounds" "$@"
+bench_cluster_exec cluster_rounds cluster_rounds.cpp "$@"

@@ -67,6 +67,23 @@ bench_compile() {
     "${libs[@]}" "${pc[@]}" -lsqlite3 -lssl -lcrypto -lpthread
 }
 
+# A benchmark on a Redis Cluster of its own: the cluster comes from the test support library
+# (tests/support/redis_cluster.cpp), built with the tests. Compiles bench/<source> as <name> over
+# the agent's store and runs it with the remaining arguments (this replaces the shell).
+bench_cluster_exec() {
+  local name=$1 source=$2
+  shift 2
+  cmake -S "$BENCH_ROOT" -B "$BENCH_BUILD" -DQUIVER_BUILD_TESTS=ON >/dev/null
+  bench_build quiver_agent_store quiver_test_support
+  local libs=()
+  mapfile -t libs < <(
+    printf '%s\n' "$BENCH_BUILD/tests/libquiver_test_support.a"
+    bench_libs store base
+  )
+  bench_compile "$name" "$source" hiredis -- "${libs[@]}"
+  exec "$BENCH_OUT/$name" "$@"
+}
+
 BENCH_AT_EXIT=()
 bench_at_exit() { BENCH_AT_EXIT+=("$1"); }
 bench_run_at_exit() {
