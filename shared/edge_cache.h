@@ -114,6 +114,9 @@ class BasicEdgeCache {
     if (age_ms != nullptr) *age_ms = age(*e, now_ms);
     return e->value;
   }
+  // Whether a value put now could ever be a fresh hit: not when the TTL is 0 (the L1 off), so a
+  // caller need not build one (a put would be refused as stale at its first get anyway).
+  bool keeps_fresh() const { return options_.ttl_ms > 0; }
   // Stale-if-error: the value under `key` whatever its TTL, when younger than stale_if_error_ms
   // and not superseded; else nullptr. `age_ms` receives its age.
   Value get_stale(std::string_view key, int64_t now_ms, int64_t* age_ms = nullptr) {

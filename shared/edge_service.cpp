@@ -717,7 +717,7 @@ EdgeStep EdgeService::drive(Request& r, DiscoveryStep step, int64_t now_ms) {
     respond->background.clear();
     bool stale_if_error = r.source != nullptr && std::string_view(r.source) == kStaleIfError;
     if (r.from_snapshot && !stale_if_error && !r.head && !r.answer_key.empty() &&
-        respond->response.status == 200) {
+        respond->response.status == 200 && answers_.keeps_fresh()) {
       answers_.put(r.answer_key, encode_edge_answer(respond->response, wanted), r.snapshot_epoch,
                    now_ms, r.answer_fresh_until);
     }

@@ -512,6 +512,21 @@ TEST(EdgeService, PastTheTtlTheCopyIsCheckedAgainstTheVersionsInOneRoundTrip) {
   edge->end(s.handle);
 }
 
+TEST(EdgeService, WithTheL1OffNoRenderedAnswerIsKept) {
+  // TTL 0: an answer could never be a fresh hit, so none is encoded and stored; with a TTL, one.
+  const std::string alice = token_for("alice");
+  auto off = service({{"QUIVER_L1_TTL_MS", "0"}});
+  EdgeStep s = read_manifests(*off, alice, discovery_reply("alice", 5, 20 * kMinute), kNow);
+  ASSERT_EQ(s.response.status, 200);
+  off->end(s.handle);
+  EXPECT_EQ(off->answers().stats().entries, 0u);
+  auto on = service({});
+  s = read_manifests(*on, alice, discovery_reply("alice", 5, 20 * kMinute), kNow);
+  ASSERT_EQ(s.response.status, 200);
+  on->end(s.handle);
+  EXPECT_EQ(on->answers().stats().entries, 1u);
+}
+
 TEST(EdgeService, ALeaseIsAskedForOnlyWhereItChangesTheAnswer) {
   auto edge = service({{"QUIVER_L1_TTL_MS", "0"}});
   const std::string alice = token_for("alice");
