@@ -2,14 +2,15 @@
 // noisy machine moves far less than throughput (bench/edge.mjs measures requests/s and latency).
 //
 //   node bench/edge_cpu.mjs [--member everything|realistic] [--slices 5] [--duration 3]
-//                           [--connections 16] [--edge-dirs build/wasm/edge[,other/edge]]
+//                           [--connections 16] [--edge-dirs build/wasm/edge[,other/edge...]]
+//                           [--redis-only]
 //
 // Targets, each a workerd process of its own on bench/edge_fixture.mjs's redis-server and member:
 // the hand-written worker (connect, AUTH, GET of the bytes the edge answers: bench/workers/
 // redis-get.mjs), and per edge build of --edge-dirs (an A/B of two builds: give two staged edge
-// directories) quiver-edge with the L1 off and conditional reads (the "Redis hit" of
-// bench/edge.mjs), then the same with the L1 on (the "L1 hit"). Every target gets 3 s of load
-// first; then `--slices` rounds, each running every target in turn for `--duration` seconds under
+// directories, or more) quiver-edge with the L1 off and conditional reads (the "Redis hit" of
+// bench/edge.mjs), then the same with the L1 on (the "L1 hit"; not with --redis-only). Every
+// target gets 3 s of load first; then `--slices` rounds, each running every target in turn for `--duration` seconds under
 // wrk (one thread, keep-alive): the workerd process's CPU (utime + stime, /proc) and the
 // redis-server's over that slice, divided by the requests wrk counted. Prints each target's median
 // over the slices: requests/s, workerd µs per request, Redis µs per request.
@@ -28,6 +29,7 @@ const member = argValue('--member', 'everything');
 const slices = Number(argValue('--slices', '5'));
 const duration = Number(argValue('--duration', '3'));
 const connections = Number(argValue('--connections', '16'));
+const redisOnly = process.argv.includes('--redis-only');  // no L1-hit rows
 const edgeDirs = argValue('--edge-dirs', path.join(repoRoot, 'build', 'wasm', 'edge')).split(',')
   .map((d) => path.resolve(d));
 
@@ -66,6 +68,7 @@ async function main() {
     for (const [i, dir] of edgeDirs.entries()) {
       const name = edgeDirs.length > 1 ? ` (${String.fromCharCode(65 + i)}: ${dir})` : '';
       for (const [what, ttl] of [['Redis hit', 0], ['L1 hit', 600_000]]) {
+        if (redisOnly && ttl) continue;
         const w = await Workerd.start({ config: `${dir}/workerd.capnp`, env: env(ttl), logs });
         fx.servers.push(w);
         targets.push([`quiver-edge, ${what}${name}`, w, headers]);
