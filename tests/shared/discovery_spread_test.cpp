@@ -284,6 +284,19 @@ TEST(SpreadDiscoveryRead, TheSplitSeedReadsAsTheFullRead) {
   EXPECT_EQ(split->connection_versions, whole->connection_versions);
 }
 
+// The fuzz seed of a split member slot (the member's script answered TRYAGAIN, then its three
+// rounds: her version, b's four keys, her version): the same snapshot as the full read's.
+TEST(SpreadDiscoveryRead, TheSplitMemberSeedReadsAsTheFullRead) {
+  Result<DiscoverySnapshot> whole = read_seed("full-read");
+  int rounds = 0;
+  Result<DiscoverySnapshot> split = read_seed("split-member", &rounds);
+  ASSERT_TRUE(whole.ok() && split.ok()) << (split.ok() ? "" : split.error().message);
+  EXPECT_EQ(rounds, 2) << "the split rounds keep the script round's number";
+  EXPECT_EQ(split->connections, whole->connections);
+  EXPECT_EQ(split->connection_versions, whole->connection_versions);
+  EXPECT_EQ(split->member_version, whole->member_version);
+}
+
 // A version that moved between split 1 and split 3: split 2 and 3 once more for that connection
 // alone (split 3's version is its next split 1), and the state read then is the answer; moved
 // again, kStoreUnavailable, never a mix of two states.
