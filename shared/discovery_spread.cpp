@@ -1,6 +1,7 @@
 #include "shared/discovery_spread.h"
 
 #include <algorithm>
+#include <array>
 #include <utility>
 
 #include "shared/discovery_redis.h"
@@ -189,7 +190,54 @@ namespace {
 
 // The replies of split 2 for one connection: record, mark, and (shared) the principal's four.
 constexpr std::size_t kSplitConnReads = 2;
-constexpr std::size_t kSplitSharedReads = 4;
+constexpr std::size_t kPrincipalReads = 4;
+
+// One principal's data on one connection, as discovery_conn_read.lua (the `shared` principal)
+// and discovery_member_read.lua (a member) read it: each key with the command the scripts read it
+// with. The scripts' KEYS are these keys in this order.
+struct PrincipalRead {
+  const char* command;
+  Result<std::string> key;
+};
+std::array<PrincipalRead, kPrincipalReads> principal_reads(const RedisKeys& keys,
+                                                           std::string_view cid,
+                                                           const Principal& p) {
+  return {PrincipalRead{"HGETALL", keys.manifest(cid, p)},
+          PrincipalRead{"SMEMBERS", keys.disabled(cid, p)},
+          PrincipalRead{"EXISTS", keys.lease(cid, p)},
+          PrincipalRead{"GET", keys.invalidated(cid, p)}};
+}
+
+Status add_principal_keys(const RedisKeys& keys, std::string_view cid, const Principal& p,
+                          std::vector<std::string>& out) {
+  for (PrincipalRead& r : principal_reads(keys, cid, p)) {
+    if (!r.key.ok()) return r.key.error();
+    out.push_back(std::move(*r.key));
+  }
+  return Status();
+}
+
+Status add_principal_commands(const RedisKeys& keys, std::string_view cid, const Principal& p,
+                              std::vector<RedisCommand>& out) {
+  for (PrincipalRead& r : principal_reads(keys, cid, p)) {
+    if (!r.key.ok()) return r.key.error();
+    out.push_back({r.command, std::move(*r.key)});
+  }
+  return Status();
+}
+
+bool string_or_nil(const RespValue& r) { return r.is_nil() || r.as_string(); }
+
+// The four replies of add_principal_commands at `at`: HASH fields, SET members, 0/1, mark.
+bool principal_values_ok(const std::vector<RespValue>& v, std::size_t at) {
+  return v[at].is_array() && v[at + 1].is_array() && v[at + 2].is_integer() &&
+         string_or_nil(v[at + 3]);
+}
+
+RespValue principal_part(std::vector<RespValue>& v, std::size_t at) {
+  return RespValue::array(
+      {std::move(v[at]), std::move(v[at + 1]), std::move(v[at + 2]), std::move(v[at + 3])});
+}
 
 }  // namespace
 
@@ -210,20 +258,12 @@ Status SpreadDiscoveryRead::plan_reads(const std::vector<std::size_t>& which) {
       if (!k.ok()) return k.error();
       keys.push_back(std::move(*k));
     }
-    auto add_principal_keys = [&](const Principal& p, std::vector<std::string>& out) -> Status {
-      for (Result<std::string> k : {keys_.manifest(e.cid, p), keys_.disabled(e.cid, p),
-                                    keys_.lease(e.cid, p), keys_.invalidated(e.cid, p)}) {
-        if (!k.ok()) return k.error();
-        out.push_back(std::move(*k));
-      }
-      return Status();
-    };
     if (e.read_shared) {
-      Status s = add_principal_keys(Principal::shared(), keys);
+      Status s = add_principal_keys(keys_, e.cid, Principal::shared(), keys);
       if (!s.ok()) return s;
     }
     if (e.read_member) {
-      Status s = add_principal_keys(member_, member_keys);
+      Status s = add_principal_keys(keys_, e.cid, member_, member_keys);
       if (!s.ok()) return s;
       member_commands_.push_back(i);
     }
@@ -239,24 +279,22 @@ Status SpreadDiscoveryRead::plan_reads(const std::vector<std::size_t>& which) {
                                                    std::move(member_keys), {}, /*read_only=*/true);
     if (!c.ok()) return c.error();
     commands_.push_back(std::move(*c));
-    hand_back_split_.push_back(false);
+    hand_back_split_.push_back(true);
   }
   return Status();
 }
 
 Status SpreadDiscoveryRead::feed_reads(const std::vector<RespValue>& replies) {
   for (std::size_t k = 0; k < replies.size(); ++k) {
-    // A connection script refused because its slot is split: read that connection key by key.
-    if (k < conn_commands_.size() && cluster_reply_is_split_slot(replies[k])) continue;
+    // A read script refused because its slot is split: read what it reads key by key.
+    if (hand_back_split_[k] && cluster_reply_is_split_slot(replies[k])) continue;
     if (replies[k].is_error()) return redis_error(replies[k]);
   }
   for (std::size_t k = 0; k < conn_commands_.size(); ++k) {
     PageEntry& e = page_[conn_commands_[k]];
     if (cluster_reply_is_split_slot(replies[k])) {
       e.conn_reply = RespValue();
-      e.split_values.clear();
-      e.split_again = false;
-      split_.push_back(conn_commands_[k]);
+      split_.push_back(SplitRead{conn_commands_[k], {}, {}, {}, false});
       continue;
     }
     const std::vector<RespValue>* a = replies[k].as_array();
@@ -276,7 +314,10 @@ Status SpreadDiscoveryRead::feed_reads(const std::vector<RespValue>& replies) {
     }
     e.conn_reply = RespValue::array(std::vector<RespValue>(a->begin() + 1, a->end()));
   }
-  if (!member_commands_.empty()) {
+  if (!member_commands_.empty() && cluster_reply_is_split_slot(replies.back())) {
+    for (std::size_t i : member_commands_) page_[i].member_part = RespValue();
+    split_.push_back(SplitRead{std::nullopt, member_commands_, {}, {}, false});
+  } else if (!member_commands_.empty()) {
     const RespValue& r = replies.back();
     const std::vector<RespValue>* a = r.as_array();
     const std::vector<RespValue>* parts =
@@ -299,20 +340,85 @@ Status SpreadDiscoveryRead::feed_reads(const std::vector<RespValue>& replies) {
   }
 
   if (!split_.empty()) {
-    // Split 1: the version of each split connection, before anything else of it is read.
+    // Split 1: the version of each split script's slot, before anything else of it is read.
     split_reads_ += split_.size();
     return plan_split_versions(Stage::kSplitBefore);
   }
   return check_modes();
 }
 
-// Split 1 and 3: a GET of each split connection's version.
+std::string SpreadDiscoveryRead::split_name(const SplitRead& split) const {
+  if (split.entry) return "connection '" + page_[*split.entry].cid + "'";
+  return "the per-member data of '" + member_.str() + "'";
+}
+
+Result<std::string> SpreadDiscoveryRead::split_version_key(const SplitRead& split) const {
+  if (split.entry) return keys_.conn_version(page_[*split.entry].cid);
+  return keys_.member_version(member_);
+}
+
+// Split 2's commands for one split script: what it reads, each key by the command it uses.
+Status SpreadDiscoveryRead::add_split_reads(const SplitRead& split) {
+  if (!split.entry) {
+    // discovery_member_read.lua: the member's four keys of each of its connections, in order.
+    for (std::size_t i : split.entries) {
+      Status s = add_principal_commands(keys_, page_[i].cid, member_, commands_);
+      if (!s.ok()) return s;
+    }
+    return Status();
+  }
+  // discovery_conn_read.lua: record, connection-wide mark, then the `shared` principal's data.
+  const PageEntry& e = page_[*split.entry];
+  Result<std::string> record = keys_.conn(e.cid);
+  if (!record.ok()) return record.error();
+  Result<std::string> marked = keys_.marked(e.cid);
+  if (!marked.ok()) return marked.error();
+  commands_.push_back({"HGETALL", std::move(*record)});
+  commands_.push_back({"GET", std::move(*marked)});
+  if (!e.read_shared) return Status();
+  return add_principal_commands(keys_, e.cid, Principal::shared(), commands_);
+}
+
+bool SpreadDiscoveryRead::split_values_ok(const SplitRead& split) const {
+  const std::vector<RespValue>& v = split.values;
+  if (!split.entry) {
+    for (std::size_t at = 0; at < v.size(); at += kPrincipalReads) {
+      if (!principal_values_ok(v, at)) return false;
+    }
+    return true;
+  }
+  return v[0].is_array() && string_or_nil(v[1]) &&
+         (!page_[*split.entry].read_shared || principal_values_ok(v, kSplitConnReads));
+}
+
+// The script's reply, as it would have been, from split 2's replies.
+void SpreadDiscoveryRead::take_split_values(SplitRead& split) {
+  std::vector<RespValue>& v = split.values;
+  if (!split.entry) {
+    // discovery_member_read.lua's part of each connection: {manifest, disabled, lease, mark}.
+    for (std::size_t k = 0; k < split.entries.size(); ++k) {
+      page_[split.entries[k]].member_part = principal_part(v, k * kPrincipalReads);
+    }
+  } else {
+    // discovery_conn_read.lua's {conn, version, marked, shared}; the shared part only with a
+    // record, as the script.
+    PageEntry& e = page_[*split.entry];
+    const bool conn_present = !v[0].elements.empty();
+    RespValue shared =
+        e.read_shared && conn_present ? principal_part(v, kSplitConnReads) : RespValue::array({});
+    e.conn_reply = RespValue::array({std::move(v[0]), RespValue::bulk_string(split.version),
+                                     std::move(v[1]), std::move(shared)});
+  }
+  v.clear();
+}
+
+// Split 1 and 3: a GET of each split script's version.
 Status SpreadDiscoveryRead::plan_split_versions(Stage stage) {
   stage_ = stage;
   commands_.clear();
   hand_back_split_.clear();
-  for (std::size_t i : split_) {
-    Result<std::string> version = keys_.conn_version(page_[i].cid);
+  for (const SplitRead& split : split_) {
+    Result<std::string> version = split_version_key(split);
     if (!version.ok()) return version.error();
     commands_.push_back({"GET", std::move(*version)});
     hand_back_split_.push_back(false);
@@ -323,26 +429,11 @@ Status SpreadDiscoveryRead::plan_split_versions(Stage stage) {
 Status SpreadDiscoveryRead::plan_split_read() {
   stage_ = Stage::kSplitRead;
   commands_.clear();
-  hand_back_split_.clear();
-  for (std::size_t i : split_) {
-    const PageEntry& e = page_[i];
-    // What discovery_conn_read.lua reads, each key by the command the script reads it with.
-    std::vector<std::pair<const char*, Result<std::string>>> reads;
-    reads.emplace_back("HGETALL", keys_.conn(e.cid));
-    reads.emplace_back("GET", keys_.marked(e.cid));
-    if (e.read_shared) {
-      const Principal shared = Principal::shared();
-      reads.emplace_back("HGETALL", keys_.manifest(e.cid, shared));
-      reads.emplace_back("SMEMBERS", keys_.disabled(e.cid, shared));
-      reads.emplace_back("EXISTS", keys_.lease(e.cid, shared));
-      reads.emplace_back("GET", keys_.invalidated(e.cid, shared));
-    }
-    for (auto& [command, key] : reads) {
-      if (!key.ok()) return key.error();
-      commands_.push_back({command, std::move(*key)});
-      hand_back_split_.push_back(false);
-    }
+  for (SplitRead& split : split_) {
+    Status s = add_split_reads(split);
+    if (!s.ok()) return s;
   }
+  hand_back_split_.assign(commands_.size(), false);
   return Status();
 }
 
@@ -353,58 +444,47 @@ Status SpreadDiscoveryRead::feed_split(const std::vector<RespValue>& replies) {
   if (stage_ == Stage::kSplitBefore) {
     for (std::size_t k = 0; k < split_.size(); ++k) {
       std::optional<std::string> v = string_or_empty(replies[k]);
-      if (!v) return bad_reply("connection '" + page_[split_[k]].cid + "'", "version not a string");
-      page_[split_[k]].split_version = std::move(*v);
+      if (!v) return bad_reply(split_name(split_[k]), "version not a string");
+      split_[k].version = std::move(*v);
     }
     return plan_split_read();
   }
   if (stage_ == Stage::kSplitRead) {
+    // Each split script's replies, in the order plan_split_read added its commands.
     std::size_t at = 0;
-    for (std::size_t i : split_) {
-      PageEntry& e = page_[i];
-      const std::size_t n = kSplitConnReads + (e.read_shared ? kSplitSharedReads : 0);
-      e.split_values.assign(replies.begin() + static_cast<std::ptrdiff_t>(at),
-                            replies.begin() + static_cast<std::ptrdiff_t>(at + n));
+    for (SplitRead& split : split_) {
+      const std::size_t n =
+          split.entry ? kSplitConnReads + (page_[*split.entry].read_shared ? kPrincipalReads : 0)
+                      : split.entries.size() * kPrincipalReads;
+      split.values.assign(replies.begin() + static_cast<std::ptrdiff_t>(at),
+                          replies.begin() + static_cast<std::ptrdiff_t>(at + n));
       at += n;
-      const std::vector<RespValue>& v = e.split_values;
-      auto string_or_nil = [](const RespValue& r) { return r.is_nil() || r.as_string(); };
-      if (!v[0].is_array() || !string_or_nil(v[1]) ||
-          (e.read_shared &&
-           (!v[2].is_array() || !v[3].is_array() || !v[4].is_integer() || !string_or_nil(v[5])))) {
-        return bad_reply("connection '" + e.cid + "'", "a key read apart has the wrong type");
+      if (!split_values_ok(split)) {
+        return bad_reply(split_name(split), "a key read apart has the wrong type");
       }
     }
     // Split 3: the versions again, after every read of split 2.
     return plan_split_versions(Stage::kSplitAfter);
   }
   // Split 3: an unchanged version makes the reads between the two GETs one snapshot.
-  std::vector<std::size_t> moved;
+  std::vector<SplitRead> moved;
   for (std::size_t k = 0; k < split_.size(); ++k) {
-    PageEntry& e = page_[split_[k]];
+    SplitRead& split = split_[k];
     std::optional<std::string> after = string_or_empty(replies[k]);
-    if (!after) return bad_reply("connection '" + e.cid + "'", "version not a string");
-    if (*after != e.split_version) {
-      if (e.split_again) {
+    if (!after) return bad_reply(split_name(split), "version not a string");
+    if (*after != split.version) {
+      if (split.again) {
         return Error(ErrorCode::kStoreUnavailable,
-                     "discovery read: connection '" + e.cid +
-                         "' changed twice while it was read key by key (its slot is split by a "
+                     "discovery read: " + split_name(split) +
+                         " changed twice while it was read key by key (its slot is split by a "
                          "reshard); read again");
       }
-      e.split_again = true;
-      e.split_version = std::move(*after);  // the next split 1
-      moved.push_back(split_[k]);
+      split.again = true;
+      split.version = std::move(*after);  // the next split 1
+      moved.push_back(std::move(split));
       continue;
     }
-    // The script's reply, as it would have been: {conn, version, marked, shared}.
-    std::vector<RespValue>& v = e.split_values;
-    const bool conn_present = !v[0].elements.empty();
-    std::vector<RespValue> shared;
-    if (e.read_shared && conn_present) {
-      shared = {std::move(v[2]), std::move(v[3]), std::move(v[4]), std::move(v[5])};
-    }
-    e.conn_reply = RespValue::array({std::move(v[0]), RespValue::bulk_string(e.split_version),
-                                     std::move(v[1]), RespValue::array(std::move(shared))});
-    e.split_values.clear();
+    take_split_values(split);
   }
   if (!moved.empty()) {
     split_ = std::move(moved);

@@ -29,17 +29,19 @@
 // migration not yet ended by SETSLOT NODE) cannot run its read script anywhere: the script names
 // keys that are usually absent (the lease, the disabled set, the mark), and Redis answers such a
 // command TRYAGAIN at the source while some of its keys are there, ASK once none is, and TRYAGAIN
-// at the importing node while one is missing there. The host hands that TRYAGAIN back at once
-// (`hand_back_split()` flags the connection scripts; shared/redis_cluster.h
-// cluster_reply_is_split_slot), and the read reads those connections key by key, each command
-// one key and followed through ASK, in three more rounds between the script round and the next:
-//   split 1  GET version
-//   split 2  what the script reads, each key by the command the script uses: HGETALL record,
-//            GET mark, and for the `shared` principal HGETALL manifest, SMEMBERS disabled,
-//            EXISTS lease, GET principal's mark
-//   split 3  GET version again: equal to split 1's, the reads are one snapshot of the connection
-//            (every write of what they read INCRs the version in the same one-slot script or
-//            transaction, and a version only grows), and the entry is the script's reply, byte for
+// at the importing node while one is missing there. The member's script on a split member slot
+// is refused the same way. The host hands that TRYAGAIN back at once (`hand_back_split()` flags
+// every read script; shared/redis_cluster.h cluster_reply_is_split_slot), and the read reads
+// what that script reads key by key, each command one key and followed through ASK, in three
+// more rounds between the script round and the next:
+//   split 1  GET version (the connection's; for the member's script, the member's)
+//   split 2  what the script reads, each key by the command the script uses: for a connection
+//            HGETALL record, GET mark, and for the `shared` principal HGETALL manifest, SMEMBERS
+//            disabled, EXISTS lease, GET principal's mark; for the member, those four of the
+//            member's for each per-member connection of the script
+//   split 3  GET version again: equal to split 1's, the reads are one snapshot of the slot's data
+//            (every write of what they read INCRs that version in the same one-slot script or
+//            transaction, and a version only grows), and the reply is the script's, byte for
 //            byte; different, split 2 and 3 once more (split 3's version is the next split 1's),
 //            then kStoreUnavailable (never a guess). The lease alone is not versioned: it is read
 //            at one instant between the two GETs, when everything else had the values read.
@@ -83,13 +85,15 @@ class SpreadDiscoveryRead {
 
   // This round's commands (empty once done).
   const std::vector<RedisCommand>& commands() const { return commands_; }
-  // One flag per command of this round: true for a connection's read script, whose TRYAGAIN (its
-  // slot split by a reshard) the host hands back as its reply at once (RoutedConversation::
-  // begin_spread, RedisClusterPool's ClusterRequest::hand_back_split) rather than backing off:
-  // the read then reads that connection key by key. A host that cannot hand it back loses
-  // nothing: the script's answer, or the store failure its budget ends in, is what it was.
+  // One flag per command of this round: true for a read script (a connection's, the member's),
+  // whose TRYAGAIN (its slot split by a reshard) the host hands back as its reply at once
+  // (RoutedConversation::begin_spread, RedisClusterPool's ClusterRequest::hand_back_split) rather
+  // than backing off: the read then reads what that script reads key by key. A host that cannot
+  // hand it back loses nothing: the script's answer, or the store failure its budget ends in, is
+  // what it was.
   const std::vector<bool>& hand_back_split() const { return hand_back_split_; }
-  // Connections read key by key so far (their slot was split).
+  // Read scripts read key by key so far (their slot was split): one per connection's script, one
+  // per member's script.
   std::size_t split_reads() const { return split_reads_; }
   // 1 (grants), 2 (the read scripts), 3 (a mode change read again); the split rounds of a script
   // round keep its number, and say reading_split().
@@ -121,11 +125,17 @@ class SpreadDiscoveryRead {
     bool read_member = false;
     RespValue conn_reply;   // the discovery_conn_read reply part: {conn, version, marked, shared}
     RespValue member_part;  // {manifest, disabled, lease, invalidated} from member_read
-    // Read key by key (its slot split): the version split 1 (or the last split 3) read, the
-    // replies of split 2, and whether split 2 and 3 were already read again.
-    std::string split_version;
-    std::vector<RespValue> split_values;
-    bool split_again = false;
+  };
+  // A read script refused on a split slot, read key by key: a connection's (`entry`, its page
+  // index) or the member's (no `entry`; `entries`: the page indexes of its per-member
+  // connections, in its KEYS order). The version split 1 (or the last split 3) read, the replies
+  // of split 2, and whether split 2 and 3 were already read again.
+  struct SplitRead {
+    std::optional<std::size_t> entry;
+    std::vector<std::size_t> entries;
+    std::string version;
+    std::vector<RespValue> values;
+    bool again = false;
   };
   enum class Stage {
     kGrants,       // round 1
@@ -142,6 +152,13 @@ class SpreadDiscoveryRead {
   Status plan_split_versions(Stage stage);
   Status plan_split_read();
   Status feed_split(const std::vector<RespValue>& replies);
+  // What a split read is called in errors; its version key; split 2's commands for it.
+  std::string split_name(const SplitRead& split) const;
+  Result<std::string> split_version_key(const SplitRead& split) const;
+  Status add_split_reads(const SplitRead& split);
+  // Split 2's replies of it have the types the script's reads give; the script's reply from them.
+  bool split_values_ok(const SplitRead& split) const;
+  void take_split_values(SplitRead& split);
   Status check_modes();
   Status finish();
 
@@ -156,10 +173,10 @@ class SpreadDiscoveryRead {
   std::vector<std::size_t> conn_commands_;
   std::vector<std::size_t> member_commands_;
   std::vector<bool> hand_back_split_;
-  // The page indexes the script round read (checked for mode changes once all are read), and those
-  // of them being read key by key.
+  // The page indexes the script round read (checked for mode changes once all are read), and the
+  // scripts of it being read key by key.
   std::vector<std::size_t> pass_;
-  std::vector<std::size_t> split_;
+  std::vector<SplitRead> split_;
   std::size_t split_reads_ = 0;
   Stage stage_ = Stage::kGrants;
   bool reread_ = false;  // the script round reads connections whose mode changed (round 3)

@@ -241,10 +241,10 @@ ClusterStep hold_ask_for_round(ClusterStep step, const std::vector<RedisCommand>
 // two nodes (some moved, some not; Redis counts an absent key as not moved), refused by the node
 // that answered for as long as the slot is split. A request the host marks `hand_back_split`
 // (ClusterRequest, RoutedConversation::begin_spread) gets this reply as its own instead of the
-// backoff: its reader reads the same data another way (SpreadDiscoveryRead reads a split
-// connection key by key, shared/discovery_spread.h). Only TRYAGAIN: the ASK that may come before
-// it is followed as for any command (ASKING + the command at the importing node), and the other
-// routing answers (MOVED, CLUSTERDOWN, LOADING, ...) keep their steps.
+// backoff: its reader reads the same data another way (SpreadDiscoveryRead reads what a split
+// read script reads key by key, shared/discovery_spread.h). Only TRYAGAIN: the ASK that may come
+// before it is followed as for any command (ASKING + the command at the importing node), and the
+// other routing answers (MOVED, CLUSTERDOWN, LOADING, ...) keep their steps.
 bool cluster_reply_is_split_slot(const RespValue& reply);
 
 // The bounded exponential backoff before retry number `retry` (1-based).

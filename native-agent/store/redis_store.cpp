@@ -138,7 +138,7 @@ class RedisChannel {
   // run_spread, where a command flagged in `hand_back_split` (one flag per command) answered
   // TRYAGAIN (its slot split by a reshard: shared/redis_cluster.h cluster_reply_is_split_slot)
   // gets that reply as its own at once, rather than waiting the migration out (the discovery
-  // read's connection scripts: SpreadDiscoveryRead reads such a connection key by key). One
+  // read's scripts, a connection's or the member's: SpreadDiscoveryRead reads them key by key). One
   // Redis: run() (no slot is ever split).
   virtual Result<std::vector<RespValue>> run_spread_split(
       const std::vector<RedisCommand>& commands, const std::vector<bool>& hand_back_split) {

@@ -52,7 +52,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         read->hand_back_split().empty() || read->hand_back_split().size() == commands.size(),
         "spread: split flags that are not one per command");
     if (read->reading_split()) {
-      // A connection read key by key: one key per command, by the commands the script uses.
+      // A script read key by key: one key per command, by the commands the script uses.
       for (const RedisCommand& c : commands) {
         fuzz::check(c.size() == 2 && (c[0] == "GET" || c[0] == "HGETALL" || c[0] == "SMEMBERS" ||
                                       c[0] == "EXISTS"),

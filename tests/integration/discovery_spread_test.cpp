@@ -117,8 +117,9 @@ class SpreadRead : public testing::RedisFixture {
   }
 
   // Sends one round's commands (on one node, in order) and feeds the replies back. With `split_`,
-  // every connection's read script is answered as a split slot answers it (TRYAGAIN, what the
-  // hosts hand back: RoutedConversation, RedisClusterPool), without being sent.
+  // every read script (each connection's, the member's) is answered as a split slot answers it
+  // (TRYAGAIN, what the hosts hand back: RoutedConversation, RedisClusterPool), without being
+  // sent; `split_answered_` counts them.
   Status run_round(SpreadDiscoveryRead& read) {
     std::vector<RespValue> replies;
     const std::vector<bool>& split = read.hand_back_split();
@@ -126,6 +127,7 @@ class SpreadRead : public testing::RedisFixture {
       if (split_ && k < split.size() && split[k]) {
         replies.push_back(
             RespValue::error("TRYAGAIN Multiple keys request during rehashing of slot"));
+        ++split_answered_;
       } else {
         replies.push_back(cmd(read.commands()[k]));
       }
@@ -141,6 +143,7 @@ class SpreadRead : public testing::RedisFixture {
     Result<SpreadDiscoveryRead> read = SpreadDiscoveryRead::start(keys_, member("alice"), q);
     if (!read.ok()) return read.error();
     rounds_ = 0;
+    split_answered_ = 0;
     while (!read->done()) {
       Status s = run_round(*read);
       ++rounds_;
@@ -163,7 +166,8 @@ class SpreadRead : public testing::RedisFixture {
     Result<DiscoverySnapshot> split = v2_read(q);
     split_ = false;
     ASSERT_TRUE(split.ok()) << split.error().message;
-    EXPECT_EQ(split_reads_, scripts.connections.size())
+    EXPECT_EQ(split_reads_, split_answered_) << "every script refused read key by key";
+    EXPECT_GE(split_reads_, scripts.connections.size())
         << "every connection of the page read key by key";
     if (!scripts.connections.empty()) {
       EXPECT_EQ(rounds_, rounds + 3) << "split 1, 2 and 3";
@@ -204,6 +208,7 @@ class SpreadRead : public testing::RedisFixture {
   int rounds_ = 0;
   bool split_ = false;
   std::size_t split_reads_ = 0;
+  std::size_t split_answered_ = 0;
 };
 
 TEST_F(SpreadRead, RendersWhatTheOneScriptReadRenders) {
@@ -414,7 +419,7 @@ TEST_F(SpreadRead, AModeChangeOfASplitConnectionIsReadAgainKeyByKey) {
   split_ = false;
   ASSERT_TRUE(v2.ok()) << v2.error().message;
   EXPECT_EQ(rounds_, 1 + 4 + 4) << "grants; scripts and split 1-3; b's script and split 1-3";
-  EXPECT_EQ(split_reads_, 4u) << "a, b, c, then b again";
+  EXPECT_EQ(split_reads_, 5u) << "a, b, c and the member's, then b again";
   as_v1_grants();
   EXPECT_EQ(render(*v2, kNow), render(v1_read(), kNow));
   const GrantedConnection* b = v2->find("b");
@@ -465,6 +470,59 @@ TEST_F(SpreadRead, EveryScriptDeclaresItsKeysAndTouchesOneSlotPerConnection) {
   }
   EXPECT_EQ(conn_reads, 3);  // a, b, c
   EXPECT_EQ(member_reads, 1);
+}
+
+// The member's script refused too (its slot split): its per-member data is read key by key
+// between two GETs of the member's version. A per-member commit between them (it INCRs the
+// member's version with the manifest) makes the reads go again, once; the answer is the new
+// state's, as the one-script read renders it.
+TEST_F(SpreadRead, AWriteOfTheMembersDataWhileItIsReadKeyByKeyIsReadAgain) {
+  as_v2_grants();
+  int changes = 0;
+  split_ = true;
+  const std::string manifest = *keys_.manifest("b", member("alice"));
+  Result<DiscoverySnapshot> v2 = v2_read({}, {}, [&](const SpreadDiscoveryRead& read) {
+    // Split 1 is read: the next round reads the keys. Commit alice's b once, before.
+    bool member_reads = false;
+    for (const RedisCommand& c : read.commands()) member_reads |= c.size() > 1 && c[1] == manifest;
+    if (read.reading_split() && member_reads && changes == 0) {
+      ++changes;
+      as_v1_grants();
+      commit("b", member("alice"), kNow + 1);
+      as_v2_grants();
+    }
+  });
+  split_ = false;
+  ASSERT_TRUE(v2.ok()) << v2.error().message;
+  EXPECT_EQ(changes, 1);
+  EXPECT_EQ(rounds_, 2 + 3 + 2) << "split 2 and 3 read again";
+  EXPECT_EQ(split_reads_, 4u) << "a, b, c and the member's";
+  as_v1_grants();
+  const DiscoverySnapshot v1 = v1_read();
+  EXPECT_EQ(render(*v2, kNow + 10), render(v1, kNow + 10));
+  const GrantedConnection* b = v2->find("b");
+  ASSERT_NE(b, nullptr);
+  ASSERT_TRUE(b->manifest.has_value());
+  EXPECT_EQ(b->manifest->fetched_at_ms, kNow + 1) << "the state read the second time";
+}
+
+// The member's data that keeps changing while read key by key is a store failure, never a mix.
+TEST_F(SpreadRead, AMembersSplitDataThatKeepsChangingIsAStoreFailure) {
+  as_v2_grants();
+  int changes = 0;
+  split_ = true;
+  Result<DiscoverySnapshot> v2 = v2_read({}, {}, [&](const SpreadDiscoveryRead& read) {
+    if (read.reading_split() && read.commands().front()[0] == "HGETALL") {
+      ++changes;
+      cmd({"INCR", *keys_.member_version(member("alice"))});
+    }
+  });
+  split_ = false;
+  ASSERT_FALSE(v2.ok());
+  EXPECT_EQ(v2.error().code, ErrorCode::kStoreUnavailable) << v2.error().message;
+  EXPECT_NE(v2.error().message.find("per-member data of 'member/alice'"), std::string::npos)
+      << v2.error().message;
+  EXPECT_EQ(changes, 2);
 }
 
 }  // namespace

@@ -12,7 +12,8 @@
 //     again: every answer is a full list, refreshes commit during and after the move, ASK is
 //     counted, and no TRYAGAIN surfaces as an error;
 //   - a connection's slot held split with keys on both nodes: its read script runs on neither
-//     node, and the agent reads it key by key: every read is the whole list from Redis at once.
+//     node, and the agent reads it key by key: every read is the whole list from Redis at once;
+//   - the member's slot held split the same way: her per-member data is read key by key.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -57,8 +58,9 @@ using testing::wait_until;
 
 constexpr char kPassword[] = "cluster-v2-faults-pw-8Kd";
 constexpr char kTokenKey[] = "cluster-v2-faults-token-key-0123456789ab";
-constexpr int kPerMaster = 2;  // connections whose v2 slot is on each master
-constexpr int kTools = 3;      // each upstream's tools at start
+constexpr int kPerMaster = 2;          // connections whose v2 slot is on each master
+constexpr int kTools = 3;              // each upstream's tools at start
+constexpr char kPerMemberId[] = "pm";  // start_agent(true)'s per-member connection
 
 const RedisKeys& v2_keys() {
   static const RedisKeys keys = *RedisKeys::create("default", KeyLayout::kV2);
@@ -145,23 +147,40 @@ class RedisClusterV2FaultsTest : public ::testing::Test {
   }
 
   // `quiver-agent serve` with one stdio upstream per id (kTools tools, a --control file each),
-  // alice granted all; waits until alice sees every one listed.
-  void start_agent() {
+  // alice granted all; waits until alice sees every one listed. With `per_member`, one more
+  // connection, kPerMemberId: an HTTP upstream in per_member mode (a bearer of alice's), whose
+  // manifest is alice's, in her member slot `{default:m:alice}`.
+  void start_agent(bool per_member = false) {
     ids_ = spread_ids();
     ASSERT_EQ(ids_.size(), cluster_->master_ports().size() * kPerMaster);
     ASSERT_TRUE(make_namespace_v2());
+    Json connections = Json::object();
+    std::map<std::string, std::string> env;
+    if (per_member) {
+      http_ = std::make_unique<testing::TestUpstreamHttp>();
+      ASSERT_TRUE(http_->ok()) << http_->error();
+      ids_.push_back(kPerMemberId);
+      connections[kPerMemberId] = {{"credential_mode", "per_member"},
+                                   {"auth", "bearer"},
+                                   {"credentials", {{"alice", {{"env", "ALICE_BEARER"}}}}}};
+      env["ALICE_BEARER"] = "cluster-v2-faults-alice-bearer";
+    }
     const std::string key_file = dir_->path("caller-token.key");
     std::ofstream(key_file) << kTokenKey << "\n";
     Json servers = Json::object();
     Json all = Json::array();
     for (const std::string& id : ids_) {
+      all.push_back(id);
+      if (id == kPerMemberId) {
+        servers[id] = {{"url", http_->url()}};
+        continue;
+      }
       controls_[id] = dir_->path(id + ".ctl");
       std::ofstream(controls_[id]).flush();
       servers[id] = {{"command", "node"},
                      {"args",
                       {testing::test_upstream_js(), "stdio", "--quiet", "--tools",
                        std::to_string(kTools), "--control", controls_[id]}}};
-      all.push_back(id);
     }
     Json config = {{"mcpServers", servers},
                    {"quiver",
@@ -173,8 +192,11 @@ class RedisClusterV2FaultsTest : public ::testing::Test {
                       {{"list_timeout_ms", 30000},
                        {"request_timeout_ms", 30000},
                        {"store_check_interval_ms", 200}}}}}};
-    agent_ =
-        std::make_unique<AgentServe>(config, std::map<std::string, std::string>{}, dir_->root());
+    if (per_member) {
+      config["quiver"]["connections"] = connections;
+      config["quiver"]["allow_private_upstreams"] = true;  // the upstream is on 127.0.0.1
+    }
+    agent_ = std::make_unique<AgentServe>(config, env, dir_->root());
     ASSERT_TRUE(agent_->ok()) << agent_->logs();
     Result<std::string> token =
         mint_caller_token("alice", kTokenKey, "k1", system_clock_ms()(), 3'600'000);
@@ -187,10 +209,12 @@ class RedisClusterV2FaultsTest : public ::testing::Test {
         },
         60000))
         << agent_->logs();
-    // Written in v2: each connection's manifest on the master of its own slot, every master used.
+    // Written in v2: each connection's manifest on the master of its own slot (alice's of the
+    // per-member one on her member slot's), every master used.
     std::set<int> masters;
     for (const std::string& id : ids_) {
-      const std::string key = *v2_keys().manifest(id, Principal::shared());
+      const std::string key = *v2_keys().manifest(
+          id, id == kPerMemberId ? *Principal::member("alice") : Principal::shared());
       const int master = master_and_replica(*cluster_, cluster_key_slot(key)).first;
       ASSERT_NE(master, 0) << key;
       RedisConnection c(cluster_->connect(master));
@@ -309,6 +333,7 @@ class RedisClusterV2FaultsTest : public ::testing::Test {
 
   std::unique_ptr<RedisCluster> cluster_;
   std::unique_ptr<TempDir> dir_;
+  std::unique_ptr<testing::TestUpstreamHttp> http_;  // the per-member connection's upstream
   std::unique_ptr<AgentServe> agent_;
   httplib::Headers auth_;
   std::vector<std::string> ids_;
@@ -561,6 +586,74 @@ TEST_F(RedisClusterV2FaultsTest, TheAgentReadsAConnectionWhoseSlotIsSplitKeyByKe
             << metric("quiver_redis_cluster_ask_total") << ", retries "
             << metric("quiver_redis_cluster_retries_total") << "\n";
   // After the move, read as before (the script on the new owner).
+  Answer after = read();
+  EXPECT_EQ(after.status, 200);
+  EXPECT_EQ(after.tools, before);
+  EXPECT_EQ(metric("quiver_redis_cluster_split_total"), split) << "no split read once moved";
+}
+
+// The member's slot `{default:m:alice}` (her grants, version, and her manifest, fence and gate of
+// the per-member connection) held split, keys on both nodes, for as long as the reads take: the
+// member's read script runs on neither node, so the agent reads her per-member data key by key
+// between two GETs of her version (shared/discovery_spread.h). Every read is the whole list, the
+// per-member manifest with it, as before the move: never a 503, never the budget waited out.
+TEST_F(RedisClusterV2FaultsTest, TheAgentReadsAMemberWhoseSlotIsSplitKeyByKey) {
+  ASSERT_NO_FATAL_FAILURE(start_agent(/*per_member=*/true));
+  const uint16_t slot = cluster_key_slot(*v2_keys().member_version(*Principal::member("alice")));
+  const std::pair<int, int> ends = reshard_ends(*cluster_, slot);
+  const int from = ends.first;
+  const int to = ends.second;
+  ASSERT_NE(from, 0);
+  ASSERT_NE(to, 0);
+  const std::map<std::string, std::set<std::string>> before = read().tools;
+  ASSERT_EQ(before.size(), ids_.size());
+  ASSERT_EQ(before.count(kPerMemberId), 1u) << "alice's per-member manifest listed";
+  EXPECT_EQ(metric("quiver_redis_cluster_split_total"), 0);
+
+  auto keys_at = [&](int port) {
+    RedisConnection c(cluster_->connect(port));
+    return c ? run_argv(c.get(), {"CLUSTER", "COUNTKEYSINSLOT", std::to_string(slot)}).integer : -1;
+  };
+  int64_t at_source = 0, at_target = 0;
+  std::vector<Answer> during;
+  std::vector<int64_t> took_ms;
+  testing::SlotMove move;
+  move.batch = 1;
+  move.pause_ms = 100;
+  move.password = kPassword;
+  move.while_migrating = [&] {
+    at_source = keys_at(from);
+    at_target = keys_at(to);
+    for (int k = 0; k < 10; ++k) {
+      const auto t0 = std::chrono::steady_clock::now();
+      during.push_back(read());
+      took_ms.push_back(std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::steady_clock::now() - t0)
+                            .count());
+    }
+  };
+  EXPECT_EQ(testing::move_slot(*cluster_, slot, from, to, move), "");
+  EXPECT_EQ(master_and_replica(*cluster_, slot).first, to);
+  EXPECT_GT(at_source, 0) << "split: keys left at the source";
+  EXPECT_GT(at_target, 0) << "split: keys moved to the target";
+
+  ASSERT_EQ(during.size(), 10u);
+  for (const Answer& a : during) {
+    EXPECT_EQ(a.status, 200) << a.body;
+    EXPECT_TRUE(a.problem.empty()) << a.problem;
+    EXPECT_TRUE(a.failed.empty()) << a.failed;
+    EXPECT_EQ(a.tools, before) << "the whole list, as before the move";
+  }
+  std::sort(took_ms.begin(), took_ms.end());
+  std::cout << "[ split    ] member slot: " << at_source << " keys at the source, " << at_target
+            << " at the target; reads while split: median " << took_ms[took_ms.size() / 2]
+            << " ms, max " << took_ms.back() << " ms\n";
+  EXPECT_LT(took_ms.back(), 5000) << "not waited out (the TRYAGAIN budget is about 17 s)";
+  const int64_t split = metric("quiver_redis_cluster_split_total");
+  EXPECT_GE(split, 10) << "each read handed the member script's TRYAGAIN back";
+  std::cout << "[ cluster  ] split " << split << ", ASK "
+            << metric("quiver_redis_cluster_ask_total") << ", retries "
+            << metric("quiver_redis_cluster_retries_total") << "\n";
   Answer after = read();
   EXPECT_EQ(after.status, 200);
   EXPECT_EQ(after.tools, before);

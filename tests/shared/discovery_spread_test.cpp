@@ -225,8 +225,8 @@ TEST(SpreadDiscoveryRead, ASplitConnectionIsReadKeyByKeyIntoTheScriptsSnapshot) 
   ASSERT_TRUE(read.ok());
   EXPECT_TRUE(read->hand_back_split().empty()) << "round 1: single-key commands only";
   ASSERT_TRUE(read->feed({replies.begin(), replies.begin() + 4}).ok());
-  // Round 2: a, b, c's scripts (each may be handed back split), then the member's (never).
-  EXPECT_EQ(read->hand_back_split(), (std::vector<bool>{true, true, true, false}));
+  // Round 2: a, b, c's scripts, then the member's: each may be handed back split.
+  EXPECT_EQ(read->hand_back_split(), (std::vector<bool>{true, true, true, true}));
   const std::vector<RespValue> scripts(replies.begin() + 4, replies.end());
   // Every connection's slot split (b is per-member: its member part is read as before).
   ASSERT_TRUE(read->feed({kSplit, kSplit, kSplit, scripts[3]}).ok());
@@ -284,6 +284,19 @@ TEST(SpreadDiscoveryRead, TheSplitSeedReadsAsTheFullRead) {
   EXPECT_EQ(split->connection_versions, whole->connection_versions);
 }
 
+// The fuzz seed of a split member slot (the member's script answered TRYAGAIN, then its three
+// rounds: her version, b's four keys, her version): the same snapshot as the full read's.
+TEST(SpreadDiscoveryRead, TheSplitMemberSeedReadsAsTheFullRead) {
+  Result<DiscoverySnapshot> whole = read_seed("full-read");
+  int rounds = 0;
+  Result<DiscoverySnapshot> split = read_seed("split-member", &rounds);
+  ASSERT_TRUE(whole.ok() && split.ok()) << (split.ok() ? "" : split.error().message);
+  EXPECT_EQ(rounds, 2) << "the split rounds keep the script round's number";
+  EXPECT_EQ(split->connections, whole->connections);
+  EXPECT_EQ(split->connection_versions, whole->connection_versions);
+  EXPECT_EQ(split->member_version, whole->member_version);
+}
+
 // A version that moved between split 1 and split 3: split 2 and 3 once more for that connection
 // alone (split 3's version is its next split 1), and the state read then is the answer; moved
 // again, kStoreUnavailable, never a mix of two states.
@@ -336,9 +349,9 @@ TEST(SpreadDiscoveryRead, WhatASplitReadCannotUseEndsTheRead) {
     return std::move(*read);
   };
   {
-    // The member's read is not a connection's: split or not, its TRYAGAIN is a store failure.
+    // Another error of the member's script is the error it was.
     SpreadDiscoveryRead read = after_round_one();
-    Status s = read.feed({scripts[0], scripts[1], scripts[2], kSplit});
+    Status s = read.feed({scripts[0], scripts[1], scripts[2], RespValue::error("ERR boom")});
     ASSERT_FALSE(s.ok());
     EXPECT_EQ(s.error().code, ErrorCode::kStoreUnavailable);
   }
@@ -370,6 +383,142 @@ TEST(SpreadDiscoveryRead, WhatASplitReadCannotUseEndsTheRead) {
     Status s = read.feed(v);
     ASSERT_FALSE(s.ok());
     EXPECT_EQ(s.error().code, ErrorCode::kInvalidReply);
+  }
+}
+
+// The member's slot split (its script answered TRYAGAIN): the member's version, the four keys
+// the script reads of each per-member connection, each by the script's own command, the version
+// again; the snapshot is the script's, entry for entry. With a connection's slot split in the same
+// round, both are read in the same three rounds.
+TEST(SpreadDiscoveryRead, AMembersSplitSlotIsReadKeyByKeyIntoTheScriptsSnapshot) {
+  Result<DiscoverySnapshot> whole = read_seed("full-read");
+  ASSERT_TRUE(whole.ok()) << whole.error().message;
+  SnapshotQuery q;
+  std::vector<RespValue> replies = seed_replies("full-read", &q);
+  const std::vector<RespValue> scripts(replies.begin() + 4, replies.end());
+  const RespValue member_version = replies[2];
+  // b's part of the member's script: {manifest, disabled, lease, mark}.
+  const std::vector<RespValue> b_part = scripts[3].elements[1].elements[0].elements;
+  ASSERT_EQ(b_part.size(), 4u);
+  ASSERT_FALSE(b_part[0].elements.empty()) << "the seed's b holds a per-member manifest";
+  const std::vector<RedisCommand> member_reads = {{"HGETALL", *kKeys.manifest("b", kAlice)},
+                                                  {"SMEMBERS", *kKeys.disabled("b", kAlice)},
+                                                  {"EXISTS", *kKeys.lease("b", kAlice)},
+                                                  {"GET", *kKeys.invalidated("b", kAlice)}};
+  for (bool with_connection : {false, true}) {
+    SCOPED_TRACE(with_connection ? "the member's and c's slots split" : "the member's slot split");
+    Result<SpreadDiscoveryRead> read = SpreadDiscoveryRead::start(kKeys, kAlice, q);
+    ASSERT_TRUE(read.ok());
+    ASSERT_TRUE(read->feed({replies.begin(), replies.begin() + 4}).ok());
+    ASSERT_TRUE(
+        read->feed({scripts[0], scripts[1], with_connection ? kSplit : scripts[2], kSplit}).ok());
+    EXPECT_TRUE(read->reading_split());
+    EXPECT_EQ(read->round(), 2);
+    EXPECT_EQ(read->split_reads(), with_connection ? 2u : 1u);
+    // Split 1: the versions (a connection's first, in page order, then the member's).
+    std::vector<RedisCommand> versions =
+        with_connection ? version_gets({"c"}) : std::vector<RedisCommand>{};
+    versions.push_back({"GET", *kKeys.member_version(kAlice)});
+    EXPECT_EQ(read->commands(), versions);
+    EXPECT_EQ(read->hand_back_split(), std::vector<bool>(versions.size(), false));
+    std::vector<RespValue> before;
+    if (with_connection) before.push_back(version_reply(scripts[2]));
+    before.push_back(member_version);
+    ASSERT_TRUE(read->feed(before).ok());
+    // Split 2: exactly what the script reads.
+    std::vector<RedisCommand> want;
+    std::vector<RespValue> values;
+    if (with_connection) {
+      want = {{"HGETALL", *kKeys.conn("c")},
+              {"GET", *kKeys.marked("c")},
+              {"HGETALL", *kKeys.manifest("c", Principal::shared())},
+              {"SMEMBERS", *kKeys.disabled("c", Principal::shared())},
+              {"EXISTS", *kKeys.lease("c", Principal::shared())},
+              {"GET", *kKeys.invalidated("c", Principal::shared())}};
+      values = key_replies(scripts[2], true);
+    }
+    want.insert(want.end(), member_reads.begin(), member_reads.end());
+    values.insert(values.end(), b_part.begin(), b_part.end());
+    EXPECT_EQ(read->commands(), want);
+    EXPECT_EQ(read->hand_back_split(), std::vector<bool>(want.size(), false));
+    ASSERT_TRUE(read->feed(values).ok());
+    // Split 3: the versions again, unchanged.
+    EXPECT_EQ(read->commands(), versions);
+    ASSERT_TRUE(read->feed(before).ok());
+    ASSERT_TRUE(read->done());
+    DiscoverySnapshot split = read->take_snapshot();
+    EXPECT_EQ(split.connections, whole->connections);
+    EXPECT_EQ(split.connection_versions, whole->connection_versions);
+    EXPECT_EQ(split.member_version, whole->member_version);
+  }
+}
+
+// The member's version moved between split 1 and split 3: its four keys of each connection and the
+// version once more, and the state read then is the answer; moved again, kStoreUnavailable.
+TEST(SpreadDiscoveryRead, AMembersSplitDataThatChangedIsReadAgainOnceThenAStoreFailure) {
+  SnapshotQuery q;
+  std::vector<RespValue> replies = seed_replies("full-read", &q);
+  const std::vector<RespValue> scripts(replies.begin() + 4, replies.end());
+  const std::vector<RespValue> b_part = scripts[3].elements[1].elements[0].elements;
+  const std::vector<RedisCommand> member_version = {{"GET", *kKeys.member_version(kAlice)}};
+  for (bool twice : {false, true}) {
+    SCOPED_TRACE(twice ? "changed twice" : "changed once");
+    Result<SpreadDiscoveryRead> read = SpreadDiscoveryRead::start(kKeys, kAlice, q);
+    ASSERT_TRUE(read->feed({replies.begin(), replies.begin() + 4}).ok());
+    ASSERT_TRUE(read->feed({scripts[0], scripts[1], scripts[2], kSplit}).ok());
+    EXPECT_EQ(read->commands(), member_version);
+    ASSERT_TRUE(read->feed({RespValue::bulk_string("7")}).ok());
+    ASSERT_TRUE(read->feed(b_part).ok());
+    EXPECT_EQ(read->commands(), member_version);
+    ASSERT_TRUE(read->feed({RespValue::bulk_string("8")}).ok()) << "moved: read again";
+    ASSERT_FALSE(read->done());
+    // Split 2 again: the four keys, the mark now set.
+    std::vector<RespValue> changed = b_part;
+    changed[3] = RespValue::bulk_string("1799999999999");  // later than the connection's
+    EXPECT_EQ(read->commands().size(), 4u);
+    EXPECT_EQ(read->commands().front(), (RedisCommand{"HGETALL", *kKeys.manifest("b", kAlice)}));
+    ASSERT_TRUE(read->feed(changed).ok());
+    EXPECT_EQ(read->commands(), member_version);
+    Status s = read->feed({RespValue::bulk_string(twice ? "9" : "8")});
+    if (twice) {
+      ASSERT_FALSE(s.ok());
+      EXPECT_EQ(s.error().code, ErrorCode::kStoreUnavailable) << s.error().message;
+      EXPECT_NE(s.error().message.find("changed twice"), std::string::npos) << s.error().message;
+      continue;
+    }
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    ASSERT_TRUE(read->done());
+    DiscoverySnapshot snapshot = read->take_snapshot();
+    ASSERT_EQ(snapshot.connections.size(), 3u);
+    ASSERT_TRUE(snapshot.connections[1].manifest.has_value());
+    EXPECT_EQ(snapshot.connections[1].manifest->invalidated_at_ms, 1799999999999)
+        << "the state read the second time";
+  }
+}
+
+// A key of the member's read apart of the wrong shape, or an error reply to one, ends the read.
+TEST(SpreadDiscoveryRead, WhatAMembersSplitReadCannotUseEndsTheRead) {
+  SnapshotQuery q;
+  std::vector<RespValue> replies = seed_replies("full-read", &q);
+  const std::vector<RespValue> scripts(replies.begin() + 4, replies.end());
+  const std::vector<RespValue> b_part = scripts[3].elements[1].elements[0].elements;
+  for (std::size_t bad = 0; bad < 4; ++bad) {
+    for (bool error : {false, true}) {
+      Result<SpreadDiscoveryRead> read = SpreadDiscoveryRead::start(kKeys, kAlice, q);
+      ASSERT_TRUE(read->feed({replies.begin(), replies.begin() + 4}).ok());
+      ASSERT_TRUE(read->feed({scripts[0], scripts[1], scripts[2], kSplit}).ok());
+      ASSERT_TRUE(read->feed({RespValue::bulk_string("7")}).ok());
+      std::vector<RespValue> v = b_part;
+      // Each wrong in turn: a HASH or SET that is a string, a lease flag that is a string, a mark
+      // that is an array.
+      v[bad] = error ? RespValue::error("WRONGTYPE Operation against a key holding the wrong kind")
+               : bad == 3 ? RespValue::array({})
+                          : RespValue::bulk_string("1");
+      Status s = read->feed(v);
+      ASSERT_FALSE(s.ok()) << bad;
+      EXPECT_EQ(s.error().code, error ? ErrorCode::kStoreUnavailable : ErrorCode::kInvalidReply)
+          << bad << ": " << s.error().message;
+    }
   }
 }
 
