@@ -862,8 +862,8 @@ EdgeStep EdgeService::transmit(Request& r, std::vector<RedisCommand> commands, S
                   " ms ago; one probe request is testing it"),
         r.now_ms);
   }
-  // A read round's connection scripts refused by a split slot are read key by key: the TRYAGAIN
-  // is handed back to the read at once (SpreadDiscoveryRead::hand_back_split).
+  // A read round's scripts (a connection's, the member's) refused by a split slot are read key by
+  // key: the TRYAGAIN is handed back to the read at once (SpreadDiscoveryRead::hand_back_split).
   RoutedWrite write = spread ? r.redis.begin_spread(std::move(commands), form, read,
                                                     read && r.spread ? r.spread->hand_back_split()
                                                                      : std::vector<bool>{})
