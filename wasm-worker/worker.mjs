@@ -128,11 +128,12 @@ class Edge {
   }
 
   // The request, written straight into wasm memory in its wire format (shared/edge_service.h: u32
-  // meta length, meta JSON, body), and its random bytes after it.
-  begin(meta, body, random) {
+  // meta length, meta JSON, body), and RANDOM_BYTES random bytes after it, drawn in place (no
+  // buffer of their own).
+  begin(meta, body) {
     const m = this.m;
     // UTF-16 code units → at most 3 UTF-8 bytes each.
-    const ptr = this.reserve(4 + meta.length * 3 + body.length + random.length);
+    const ptr = this.reserve(4 + meta.length * 3 + body.length + RANDOM_BYTES);
     try {
       const heap = m.HEAPU8;
       const metaBytes = encoder.encodeInto(meta, heap.subarray(ptr + 4, ptr + 4 + meta.length * 3))
@@ -140,9 +141,9 @@ class Edge {
       m.HEAPU32[ptr >>> 2] = metaBytes;  // malloc'd: aligned; wasm is little-endian
       const wireLength = 4 + metaBytes + body.length;
       heap.set(body, ptr + 4 + metaBytes);
-      heap.set(random, ptr + wireLength);
+      crypto.getRandomValues(heap.subarray(ptr + wireLength, ptr + wireLength + RANDOM_BYTES));
       return this.step(m._edge_begin(ptr, wireLength, Date.now(), ptr + wireLength,
-                                     random.length));
+                                     RANDOM_BYTES));
     } finally {
       this.release(ptr);
     }
@@ -810,8 +811,7 @@ export default {
     try {
       const meta = requestMeta(request);
       const requestBody = request.body ? await readBody(request) : NO_BODY;
-      let step = edge.begin(meta, requestBody,
-                            crypto.getRandomValues(new Uint8Array(RANDOM_BYTES)));
+      let step = edge.begin(meta, requestBody);
       io.handle = step?.handle ?? 0;
       if (io.gone) throw new ClientGone();
       step = await drive(edge, step, io, env);
