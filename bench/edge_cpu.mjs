@@ -3,7 +3,7 @@
 //
 //   node bench/edge_cpu.mjs [--member everything|realistic] [--slices 5] [--duration 3]
 //                           [--connections 16] [--edge-dirs build/wasm/edge[,other/edge...]]
-//                           [--redis-only]
+//                           [--redis-only] [--paired]
 //
 // Targets, each a workerd process of its own on bench/edge_fixture.mjs's redis-server and member:
 // the hand-written worker (connect, AUTH, GET of the bytes the edge answers: bench/workers/
@@ -30,6 +30,10 @@ const slices = Number(argValue('--slices', '5'));
 const duration = Number(argValue('--duration', '3'));
 const connections = Number(argValue('--connections', '16'));
 const redisOnly = process.argv.includes('--redis-only');  // no L1-hit rows
+// Each slice runs the targets in a new random order, and each target's figure is also given as
+// the median of its per-slice differences from the first edge's (paired: a neighbour's load
+// that moves both within a slice cancels out).
+const paired = process.argv.includes('--paired');
 const edgeDirs = argValue('--edge-dirs', path.join(repoRoot, 'build', 'wasm', 'edge')).split(',')
   .map((d) => path.resolve(d));
 
@@ -80,7 +84,8 @@ async function main() {
     const redisPid = served(fx.redis.proc.pid);
     const results = new Map(targets.map(([name]) => [name, []]));
     for (let k = 0; k < slices; k++) {
-      for (const [name, server, h] of targets) {
+      const order = paired ? [...targets].sort(() => Math.random() - 0.5) : targets;
+      for (const [name, server, h] of order) {
         const pid = served(server.proc.pid);
         const w0 = cpuUs(pid);
         const r0 = cpuUs(redisPid);
@@ -99,14 +104,17 @@ async function main() {
     console.log(`${member} (${Buffer.byteLength(sample.text)} bytes), ${connections} connections, ` +
                 `median of ${slices} slices of ${duration} s; ${machineLine()}, load average ` +
                 `${os.loadavg().map((l) => l.toFixed(1)).join(' ')}`);
+    const first = results.get(targets[1][0]);  // the first edge's Redis hit
     console.log('| target | req/s | workerd µs per request | Redis µs per request | ' +
-                'Redis clients after a slice (most) |');
-    console.log('| --- | ---: | ---: | ---: | ---: |');
+                `Redis clients after a slice (most) |${paired ? ' paired difference (µs) |' : ''}`);
+    console.log(`| --- | ---: | ---: | ---: | ---: |${paired ? ' ---: |' : ''}`);
     for (const [name, rows] of results) {
+      const diff = median(rows.map((x, k) => x.workerd - first[k].workerd));
       console.log(`| ${name} | ${median(rows.map((x) => x.rps)).toFixed(0)} | ` +
                   `${median(rows.map((x) => x.workerd)).toFixed(0)} | ` +
                   `${median(rows.map((x) => x.redis)).toFixed(0)} | ` +
-                  `${Math.max(...rows.map((x) => x.clients))} |`);
+                  `${Math.max(...rows.map((x) => x.clients))} |` +
+                  `${paired ? ` ${diff > 0 ? '+' : ''}${diff.toFixed(0)} |` : ''}`);
     }
   } finally {
     await fx.stop();
