@@ -331,6 +331,73 @@ class RedisClusterV2FaultsTest : public ::testing::Test {
     return r && r->status == 200 ? counter_value(r->body, name) : -1;
   }
 
+  // Holds `slot` split between its two reshard ends (keys on both nodes) while `reads` reads run,
+  // and checks each answered the whole list, as before the move and after it, at once (the
+  // TRYAGAIN budget is about 17 s: never waited out), and that each read handed a split slot's
+  // TRYAGAIN back (`quiver_redis_cluster_split_total`), none once the slot has moved. `what`
+  // names the slot in the output.
+  void expect_whole_lists_while_split(uint16_t slot, int reads, const std::string& what) {
+    const std::pair<int, int> ends = reshard_ends(*cluster_, slot);
+    const int from = ends.first;
+    const int to = ends.second;
+    ASSERT_NE(from, 0);
+    ASSERT_NE(to, 0);
+    const std::map<std::string, std::set<std::string>> before = read().tools;
+    ASSERT_EQ(before.size(), ids_.size());
+    EXPECT_EQ(metric("quiver_redis_cluster_split_total"), 0);
+
+    auto keys_at = [&](int port) {
+      RedisConnection c(cluster_->connect(port));
+      return c ? run_argv(c.get(), {"CLUSTER", "COUNTKEYSINSLOT", std::to_string(slot)}).integer
+               : -1;
+    };
+    int64_t at_source = 0, at_target = 0;
+    std::vector<Answer> during;
+    std::vector<int64_t> took_ms;
+    testing::SlotMove move;
+    move.batch = 1;
+    move.pause_ms = 100;
+    move.password = kPassword;
+    move.while_migrating = [&] {
+      at_source = keys_at(from);
+      at_target = keys_at(to);
+      for (int k = 0; k < reads; ++k) {
+        const auto t0 = std::chrono::steady_clock::now();
+        during.push_back(read());
+        took_ms.push_back(std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::steady_clock::now() - t0)
+                              .count());
+      }
+    };
+    EXPECT_EQ(testing::move_slot(*cluster_, slot, from, to, move), "");
+    EXPECT_EQ(master_and_replica(*cluster_, slot).first, to);
+    EXPECT_GT(at_source, 0) << "split: keys left at the source";
+    EXPECT_GT(at_target, 0) << "split: keys moved to the target";
+
+    ASSERT_EQ(during.size(), static_cast<std::size_t>(reads));
+    for (const Answer& a : during) {
+      EXPECT_EQ(a.status, 200) << a.body;
+      EXPECT_TRUE(a.problem.empty()) << a.problem;
+      EXPECT_TRUE(a.failed.empty()) << a.failed;
+      EXPECT_EQ(a.tools, before) << "the whole list, as before the move";
+    }
+    std::sort(took_ms.begin(), took_ms.end());
+    std::cout << "[ split    ] " << what << ": " << at_source << " keys at the source, "
+              << at_target << " at the target; reads while split: median "
+              << took_ms[took_ms.size() / 2] << " ms, max " << took_ms.back() << " ms\n";
+    EXPECT_LT(took_ms.back(), 5000) << "not waited out";
+    const int64_t split = metric("quiver_redis_cluster_split_total");
+    EXPECT_GE(split, reads) << "each read handed one TRYAGAIN back";
+    std::cout << "[ cluster  ] split " << split << ", ASK "
+              << metric("quiver_redis_cluster_ask_total") << ", retries "
+              << metric("quiver_redis_cluster_retries_total") << "\n";
+    // After the move, read as before (the script on the new owner).
+    Answer after = read();
+    EXPECT_EQ(after.status, 200);
+    EXPECT_EQ(after.tools, before);
+    EXPECT_EQ(metric("quiver_redis_cluster_split_total"), split) << "no split read once moved";
+  }
+
   std::unique_ptr<RedisCluster> cluster_;
   std::unique_ptr<TempDir> dir_;
   std::unique_ptr<testing::TestUpstreamHttp> http_;  // the per-member connection's upstream
@@ -528,68 +595,7 @@ TEST_F(RedisClusterV2FaultsTest, TheAgentWritingV2ServesAndRefreshesThroughAResh
 // from Redis at once, as before the move; the split reads are counted on /metrics.
 TEST_F(RedisClusterV2FaultsTest, TheAgentReadsAConnectionWhoseSlotIsSplitKeyByKey) {
   ASSERT_NO_FATAL_FAILURE(start_agent());
-  const std::string id = ids_[0];
-  const uint16_t slot = connection_slot(id);
-  const std::pair<int, int> ends = reshard_ends(*cluster_, slot);
-  const int from = ends.first;
-  const int to = ends.second;
-  ASSERT_NE(from, 0);
-  ASSERT_NE(to, 0);
-  const std::map<std::string, std::set<std::string>> before = read().tools;
-  ASSERT_EQ(before.size(), ids_.size());
-  const int64_t split_before = metric("quiver_redis_cluster_split_total");
-  EXPECT_EQ(split_before, 0);
-
-  auto keys_at = [&](int port) {
-    RedisConnection c(cluster_->connect(port));
-    return c ? run_argv(c.get(), {"CLUSTER", "COUNTKEYSINSLOT", std::to_string(slot)}).integer : -1;
-  };
-  int64_t at_source = 0, at_target = 0;
-  std::vector<Answer> during;
-  std::vector<int64_t> took_ms;
-  testing::SlotMove move;
-  move.batch = 1;
-  move.pause_ms = 100;
-  move.password = kPassword;
-  move.while_migrating = [&] {
-    at_source = keys_at(from);
-    at_target = keys_at(to);
-    for (int k = 0; k < 20; ++k) {
-      const auto t0 = std::chrono::steady_clock::now();
-      during.push_back(read());
-      took_ms.push_back(std::chrono::duration_cast<std::chrono::milliseconds>(
-                            std::chrono::steady_clock::now() - t0)
-                            .count());
-    }
-  };
-  EXPECT_EQ(testing::move_slot(*cluster_, slot, from, to, move), "");
-  EXPECT_EQ(master_and_replica(*cluster_, slot).first, to);
-  EXPECT_GT(at_source, 0) << "split: keys left at the source";
-  EXPECT_GT(at_target, 0) << "split: keys moved to the target";
-
-  ASSERT_EQ(during.size(), 20u);
-  for (const Answer& a : during) {
-    EXPECT_EQ(a.status, 200) << a.body;
-    EXPECT_TRUE(a.problem.empty()) << a.problem;
-    EXPECT_TRUE(a.failed.empty()) << a.failed;
-    EXPECT_EQ(a.tools, before) << "the whole list, as before the move";
-  }
-  std::sort(took_ms.begin(), took_ms.end());
-  std::cout << "[ split    ] " << at_source << " keys at the source, " << at_target
-            << " at the target; reads while split: median " << took_ms[took_ms.size() / 2]
-            << " ms, max " << took_ms.back() << " ms\n";
-  // Not waited out: the migration's TRYAGAIN budget alone is about 17 s of backoff per read.
-  EXPECT_LT(took_ms.back(), 5000);
-  const int64_t split = metric("quiver_redis_cluster_split_total");
-  EXPECT_GE(split, 20) << "each read handed one TRYAGAIN back";
-  std::cout << "[ cluster  ] split " << split << ", ASK "
-            << metric("quiver_redis_cluster_ask_total") << ", retries "
-            << metric("quiver_redis_cluster_retries_total") << "\n";
-  // After the move, read as before (the script on the new owner).
-  Answer after = read();
-  EXPECT_EQ(after.status, 200);
-  EXPECT_EQ(after.tools, before);
-  EXPECT_EQ(metric("quiver_redis_cluster_split_total"), split) << "no split read once moved";
+  expect_whole_lists_while_split(connection_slot(ids_[0]), 20, "connection slot");
 }
 
 // The member's slot `{default:m:alice}` (her grants, version, and her manifest, fence and gate of
@@ -599,65 +605,9 @@ TEST_F(RedisClusterV2FaultsTest, TheAgentReadsAConnectionWhoseSlotIsSplitKeyByKe
 // per-member manifest with it, as before the move: never a 503, never the budget waited out.
 TEST_F(RedisClusterV2FaultsTest, TheAgentReadsAMemberWhoseSlotIsSplitKeyByKey) {
   ASSERT_NO_FATAL_FAILURE(start_agent(/*per_member=*/true));
-  const uint16_t slot = cluster_key_slot(*v2_keys().member_version(*Principal::member("alice")));
-  const std::pair<int, int> ends = reshard_ends(*cluster_, slot);
-  const int from = ends.first;
-  const int to = ends.second;
-  ASSERT_NE(from, 0);
-  ASSERT_NE(to, 0);
-  const std::map<std::string, std::set<std::string>> before = read().tools;
-  ASSERT_EQ(before.size(), ids_.size());
-  ASSERT_EQ(before.count(kPerMemberId), 1u) << "alice's per-member manifest listed";
-  EXPECT_EQ(metric("quiver_redis_cluster_split_total"), 0);
-
-  auto keys_at = [&](int port) {
-    RedisConnection c(cluster_->connect(port));
-    return c ? run_argv(c.get(), {"CLUSTER", "COUNTKEYSINSLOT", std::to_string(slot)}).integer : -1;
-  };
-  int64_t at_source = 0, at_target = 0;
-  std::vector<Answer> during;
-  std::vector<int64_t> took_ms;
-  testing::SlotMove move;
-  move.batch = 1;
-  move.pause_ms = 100;
-  move.password = kPassword;
-  move.while_migrating = [&] {
-    at_source = keys_at(from);
-    at_target = keys_at(to);
-    for (int k = 0; k < 10; ++k) {
-      const auto t0 = std::chrono::steady_clock::now();
-      during.push_back(read());
-      took_ms.push_back(std::chrono::duration_cast<std::chrono::milliseconds>(
-                            std::chrono::steady_clock::now() - t0)
-                            .count());
-    }
-  };
-  EXPECT_EQ(testing::move_slot(*cluster_, slot, from, to, move), "");
-  EXPECT_EQ(master_and_replica(*cluster_, slot).first, to);
-  EXPECT_GT(at_source, 0) << "split: keys left at the source";
-  EXPECT_GT(at_target, 0) << "split: keys moved to the target";
-
-  ASSERT_EQ(during.size(), 10u);
-  for (const Answer& a : during) {
-    EXPECT_EQ(a.status, 200) << a.body;
-    EXPECT_TRUE(a.problem.empty()) << a.problem;
-    EXPECT_TRUE(a.failed.empty()) << a.failed;
-    EXPECT_EQ(a.tools, before) << "the whole list, as before the move";
-  }
-  std::sort(took_ms.begin(), took_ms.end());
-  std::cout << "[ split    ] member slot: " << at_source << " keys at the source, " << at_target
-            << " at the target; reads while split: median " << took_ms[took_ms.size() / 2]
-            << " ms, max " << took_ms.back() << " ms\n";
-  EXPECT_LT(took_ms.back(), 5000) << "not waited out (the TRYAGAIN budget is about 17 s)";
-  const int64_t split = metric("quiver_redis_cluster_split_total");
-  EXPECT_GE(split, 10) << "each read handed the member script's TRYAGAIN back";
-  std::cout << "[ cluster  ] split " << split << ", ASK "
-            << metric("quiver_redis_cluster_ask_total") << ", retries "
-            << metric("quiver_redis_cluster_retries_total") << "\n";
-  Answer after = read();
-  EXPECT_EQ(after.status, 200);
-  EXPECT_EQ(after.tools, before);
-  EXPECT_EQ(metric("quiver_redis_cluster_split_total"), split) << "no split read once moved";
+  ASSERT_EQ(read().tools.count(kPerMemberId), 1u) << "alice's per-member manifest listed";
+  expect_whole_lists_while_split(
+      cluster_key_slot(*v2_keys().member_version(*Principal::member("alice"))), 10, "member slot");
 }
 
 }  // namespace
