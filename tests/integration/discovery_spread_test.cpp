@@ -157,6 +157,21 @@ class SpreadRead : public testing::RedisFixture {
     return snapshot;
   }
 
+  // The v2 read with every script refused as on a split slot, `version_key` INCRed before each
+  // key-by-key read of what the scripts read (a write racing it every time); `changes` counts the
+  // writes. Expected: a store failure, never a mix of two states.
+  Result<DiscoverySnapshot> split_read_changing(const std::string& version_key, int* changes) {
+    split_ = true;
+    Result<DiscoverySnapshot> v2 = v2_read({}, {}, [&](const SpreadDiscoveryRead& read) {
+      if (read.reading_split() && read.commands().front()[0] == "HGETALL") {
+        ++*changes;
+        cmd({"INCR", version_key});
+      }
+    });
+    split_ = false;
+    return v2;
+  }
+
   // The same read with every connection's script refused as on a split slot: each connection is
   // read key by key. Its snapshot is the scripts' snapshot, entry for entry.
   void expect_split_reads_the_same(const DiscoverySnapshot& scripts, const SnapshotQuery& q,
@@ -389,14 +404,7 @@ TEST_F(SpreadRead, AWriteWhileASplitConnectionIsReadKeyByKeyIsReadAgain) {
 TEST_F(SpreadRead, ASplitConnectionThatKeepsChangingIsAStoreFailure) {
   as_v2_grants();
   int changes = 0;
-  split_ = true;
-  Result<DiscoverySnapshot> v2 = v2_read({}, {}, [&](const SpreadDiscoveryRead& read) {
-    if (read.reading_split() && read.commands().front()[0] == "HGETALL") {
-      ++changes;
-      cmd({"INCR", *keys_.conn_version("c")});
-    }
-  });
-  split_ = false;
+  Result<DiscoverySnapshot> v2 = split_read_changing(*keys_.conn_version("c"), &changes);
   ASSERT_FALSE(v2.ok());
   EXPECT_EQ(v2.error().code, ErrorCode::kStoreUnavailable) << v2.error().message;
   EXPECT_NE(v2.error().message.find("'c'"), std::string::npos) << v2.error().message;
@@ -510,14 +518,8 @@ TEST_F(SpreadRead, AWriteOfTheMembersDataWhileItIsReadKeyByKeyIsReadAgain) {
 TEST_F(SpreadRead, AMembersSplitDataThatKeepsChangingIsAStoreFailure) {
   as_v2_grants();
   int changes = 0;
-  split_ = true;
-  Result<DiscoverySnapshot> v2 = v2_read({}, {}, [&](const SpreadDiscoveryRead& read) {
-    if (read.reading_split() && read.commands().front()[0] == "HGETALL") {
-      ++changes;
-      cmd({"INCR", *keys_.member_version(member("alice"))});
-    }
-  });
-  split_ = false;
+  Result<DiscoverySnapshot> v2 =
+      split_read_changing(*keys_.member_version(member("alice")), &changes);
   ASSERT_FALSE(v2.ok());
   EXPECT_EQ(v2.error().code, ErrorCode::kStoreUnavailable) << v2.error().message;
   EXPECT_NE(v2.error().message.find("per-member data of 'member/alice'"), std::string::npos)
