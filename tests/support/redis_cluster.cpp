@@ -101,8 +101,18 @@ RedisCluster::RedisCluster(RedisClusterOptions options) : options_(std::move(opt
     }
     ports_.push_back(p);
   }
+  // A port found free can be taken before the node binds it (another test process listening, or
+  // a client's ephemeral port): a node that exits at start gets a new pair, up to five times.
   for (std::size_t i = 0; i < kNodes; ++i) {
-    if (!start_node(i)) return;
+    for (int attempt = 1; !start_node(i); ++attempt) {
+      if (pids_[i] != kExitedAtStart || attempt == 5) return;
+      std::vector<int> others = ports_;
+      others.erase(others.begin() + static_cast<std::ptrdiff_t>(i));
+      int p = free_cluster_port(others);
+      if (p == 0) return;
+      ports_[i] = p;
+      error_.clear();
+    }
   }
   if (!create_cluster()) return;
   if (!wait_until_ok(30)) {
@@ -181,7 +191,7 @@ bool RedisCluster::start_node(std::size_t i) {
   while (std::chrono::steady_clock::now() < deadline) {
     int status = 0;
     if (::waitpid(pid, &status, WNOHANG) == pid) {
-      pids_[i] = -1;
+      pids_[i] = kExitedAtStart;
       error_ = "redis-server on port " + std::to_string(ports_[i]) + " exited at start (see " +
                node_dir + "/redis.log)";
       return false;

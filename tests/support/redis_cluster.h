@@ -67,7 +67,10 @@ class RedisCluster {
   bool wait_until_ok(int seconds);
 
  private:
+  // Starts node i on ports_[i]. On failure error_ is set, and pids_[i] is kExitedAtStart when
+  // the process exited before answering (its port was likely taken meanwhile).
   bool start_node(std::size_t i);
+  static constexpr pid_t kExitedAtStart = -2;
   bool create_cluster();
   bool replicas_in_sync() const;
 

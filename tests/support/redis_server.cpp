@@ -107,8 +107,13 @@ RedisServer::RedisServer(std::optional<RedisServerTls> tls) : tls_(std::move(tls
     return;
   }
   dir_ = tmpl;
-  port_ = free_loopback_port();
-  start();
+  // The free port can be taken before redis-server binds it (by another test process, or as a
+  // client's ephemeral port): a server that exits at start is tried on a new port, five times.
+  for (int attempt = 1; attempt <= 5; ++attempt) {
+    port_ = free_loopback_port();
+    exited_at_start_ = false;
+    if (start() || !exited_at_start_) return;
+  }
 }
 
 RedisServer::~RedisServer() {
@@ -134,7 +139,8 @@ bool RedisServer::start() {
     int status = 0;
     if (::waitpid(pid_, &status, WNOHANG) == pid_) {
       pid_ = -1;
-      error_ = "redis-server exited at start (is it installed?)";
+      exited_at_start_ = true;
+      error_ = "redis-server exited at start (is it installed? see " + dir_ + "/redis.log)";
       return false;
     }
     if (redisContext* c = connect()) {

@@ -58,6 +58,7 @@ class RedisServer {
   redisSSLContext* ssl_ = nullptr;  // connect()'s, with tls_
   std::string dir_;
   std::string error_;
+  bool exited_at_start_ = false;  // start()'s last child exited before answering PING
 };
 
 // A TCP port on 127.0.0.1 that was free a moment ago.
