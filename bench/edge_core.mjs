@@ -45,13 +45,14 @@ function withBytes(bytes, call) {
     m._free(p);
   }
 }
+// As worker.mjs reads a step (wasm-worker/exports.cpp: four u32s, the meta's and the payload's
+// lengths and addresses).
 function step(ptr) {
+  const head = m.HEAPU32;
+  const at = ptr >>> 2;
   const heap = m.HEAPU8;
-  const head = new DataView(heap.buffer, ptr, 8);
-  const metaLength = head.getUint32(0, true);
-  const payloadLength = head.getUint32(4, true);
-  const s = JSON.parse(decoder.decode(heap.subarray(ptr + 8, ptr + 8 + metaLength)));
-  s.payload = heap.slice(ptr + 8 + metaLength, ptr + 8 + metaLength + payloadLength);
+  const s = JSON.parse(decoder.decode(heap.subarray(head[at + 2], head[at + 2] + head[at])));
+  s.payload = heap.slice(head[at + 3], head[at + 3] + head[at + 1]);
   return s;
 }
 
@@ -106,12 +107,12 @@ try {
       replies.push(Buffer.concat(chunks));
     }
     socket?.destroy();
-    m._edge_end(s.handle);
+    if (!s.ended) m._edge_end(s.handle);
     return { s, replies };
   }
   for (let i = 0; i < 3; i++) await real();
   const { s: last, replies } = await real();
-  const source = last.headers.find(([n]) => n === 'X-Quiver-Cache')?.[1];
+  const source = last.headers['X-Quiver-Cache'];
   if (last.status !== 200) throw new Error(`the edge answered ${last.status}`);
 
   const once = () => {
@@ -119,7 +120,7 @@ try {
     let i = 0;
     while (s.action === 'redis') s = feed(s.handle, replies[i++]);
     if (s.action !== 'respond' || s.status !== 200) throw new Error(JSON.stringify(s));
-    m._edge_end(s.handle);
+    if (!s.ended) m._edge_end(s.handle);
   };
   const best = (run) => {
     let out = Infinity;

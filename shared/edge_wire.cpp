@@ -1,5 +1,6 @@
 #include "shared/edge_wire.h"
 
+#include <cctype>
 #include <utility>
 
 #include "shared/enum_names.h"
@@ -177,23 +178,60 @@ void append_headers(std::string& out, const HttpHeaders& headers) {
 
 }  // namespace
 
+namespace {
+
+bool same_name(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// A response's headers as an object {name: value} when no name repeats (case-insensitively): what
+// the host hands to its Response as it is; else as [[name, value], ...].
+void append_response_headers(std::string& out, const HttpHeaders& headers) {
+  for (std::size_t i = 0; i < headers.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      if (same_name(headers[i].first, headers[j].first)) return append_headers(out, headers);
+    }
+  }
+  out += '{';
+  bool first = true;
+  for (const auto& [name, value] : headers) {
+    if (!first) out += ',';
+    first = false;
+    append_json_string(out, name);
+    out += ':';
+    append_json_string(out, value);
+  }
+  out += '}';
+}
+
+}  // namespace
+
 // The meta object written field by field (it goes out with every step; building a Json for it
 // cost as much as the rest of a small answer's step).
-std::string edge_step_to_wire(const EdgeStep& step) {
-  std::string m = "{\"handle\":" + std::to_string(step.handle) + ",\"action\":";
+EdgeStepWire edge_step_wire(const EdgeStep& step, std::string* joined) {
+  EdgeStepWire w;
+  std::string& m = w.meta;
+  m = "{\"handle\":" + std::to_string(step.handle) + ",\"action\":";
   append_json_string(m, edge_action_name(step.action));
-  const std::string* payload = nullptr;
-  std::string parts_payload;
   if (step.action == EdgeAction::kRespond) {
     m += ",\"status\":" + std::to_string(step.response.status) + ",\"headers\":";
-    append_headers(m, step.response.headers);
+    append_response_headers(m, step.response.headers);
     m += step.background ? ",\"background\":true" : ",\"background\":false";
-    payload = &step.response.body;
+    if (step.ended) m += ",\"ended\":true";
+    w.payload = step.response.body;
   } else if (step.action == EdgeAction::kRedis) {
     m += step.new_connection ? ",\"new_connection\":true" : ",\"new_connection\":false";
-    payload = &step.redis_bytes;
+    w.payload = step.redis_bytes;
     if (!step.redis_parts.empty()) {
       // The parts' bytes one after the other, each part's length in its meta.
+      joined->clear();
       m += ",\"parts\":[";
       for (std::size_t k = 0; k < step.redis_parts.size(); ++k) {
         const EdgeStep::Part& p = step.redis_parts[k];
@@ -201,10 +239,10 @@ std::string edge_step_to_wire(const EdgeStep& step) {
         m += json_text(Json::object({{"host", p.host}, {"port", p.port}}));
         m += p.new_connection ? ",\"new_connection\":true" : ",\"new_connection\":false";
         m += ",\"bytes\":" + std::to_string(p.bytes.size()) + "}";
-        parts_payload += p.bytes;
+        *joined += p.bytes;
       }
       m += ']';
-      payload = &parts_payload;
+      w.payload = *joined;
     }
     if (!step.redis_host.empty()) {
       m += ",\"node\":" +
@@ -239,12 +277,18 @@ std::string edge_step_to_wire(const EdgeStep& step) {
     if (step.log_info) m += ",\"log_level\":\"info\"";
   }
   m += '}';
+  return w;
+}
+
+std::string edge_step_to_wire(const EdgeStep& step) {
+  std::string joined;
+  EdgeStepWire w = edge_step_wire(step, &joined);
   std::string out;
-  out.reserve(8 + m.size() + (payload ? payload->size() : 0));
-  put_u32(out, static_cast<uint32_t>(m.size()));
-  put_u32(out, static_cast<uint32_t>(payload ? payload->size() : 0));
-  out += m;
-  if (payload) out += *payload;
+  out.reserve(8 + w.meta.size() + w.payload.size());
+  put_u32(out, static_cast<uint32_t>(w.meta.size()));
+  put_u32(out, static_cast<uint32_t>(w.payload.size()));
+  out += w.meta;
+  out.append(w.payload.data(), w.payload.size());
   return out;
 }
 

@@ -7,8 +7,11 @@
 //            | body bytes
 //   step:    u32 meta length | u32 payload length | meta JSON | payload (body or Redis bytes)
 //            meta {"handle","action":"respond"|"redis"|"read"|"done"|"wait", "status",
-//                  "headers", "background", "new_connection", "redis_blocks_ms", "log",
-//                  "log_level"
+//                  "headers", "background", "ended", "new_connection", "redis_blocks_ms",
+//                  "log", "log_level"
+//                  (a respond step's "headers" are an object {name: value} when no name repeats
+//                  case-insensitively, else [[name, value], ...]; "ended": the request's handle
+//                  is gone with this answer)
 //                  on a Redis Cluster only (a kRedis step): "node": {"host","port"},
 //                  "delay_ms", "close": ["host:port", ...];
 //                  a spread round over several nodes (a kRedis step, no "node"): "parts":
@@ -52,6 +55,9 @@ struct EdgeStep {
   EdgeAction action = EdgeAction::kDone;
   HttpResponse response;    // kRespond
   bool background = false;  // kRespond: call background(handle) after responding
+  // kRespond: the request was ended with this answer (its handle is gone: no end() call follows;
+  // set by a host's ABI that ends a request whose answer has no background work at once).
+  bool ended = false;
   std::string redis_bytes;  // kRedis
   bool new_connection =
       false;  // kRedis: open a fresh connection (closing any open one to the node)
@@ -92,6 +98,16 @@ struct EdgeStep {
 Result<HttpRequest> edge_request_from_wire(std::string_view bytes);
 std::string edge_request_to_wire(const HttpRequest& request);
 std::string edge_step_to_wire(const EdgeStep& step);
+
+// A step's meta JSON and a view of its payload, for a host that reads them where they are (the
+// wasm ABI, wasm-worker/exports.cpp) instead of one buffer holding both: the payload is not
+// copied. It views `step` (its body or Redis bytes), or `*joined` (a step in parts: the parts'
+// bytes joined there); valid while both live unchanged.
+struct EdgeStepWire {
+  std::string meta;
+  std::string_view payload;
+};
+EdgeStepWire edge_step_wire(const EdgeStep& step, std::string* joined);
 
 struct StoredAnswer {
   HttpResponse response;

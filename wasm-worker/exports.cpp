@@ -2,10 +2,14 @@
 // (shared/edge_service.h), nothing else. One EdgeService per instance (= per isolate); every
 // request lives in its own handle inside it.
 //
-// Each call that yields a step returns a pointer to the step's wire bytes (edge_service.h: u32
-// meta length, u32 payload length, meta JSON, payload), valid until the next call into the module;
-// the host copies what it needs at once. Inputs are written by the host into buffers it got from
-// `malloc` and frees after the call.
+// Each call that yields a step returns a pointer to four u32s: the step's meta JSON length, its
+// payload length, and where each lies in wasm memory (edge_wire.h: edge_step_wire; the payload is
+// not copied into a buffer of its own), valid until the next call into the module; the host
+// copies what it needs at once. Inputs are written by the host into buffers it got from `malloc`
+// and frees after the call.
+//
+// A request whose answer needs no background work is ended here, with that answer (the step says
+// "ended"): the host makes no end() call for it, one call across the boundary fewer per request.
 //
 // Exceptions: the core returns errors as values; should anything throw anyway (a bug, or
 // std::bad_alloc when memory cannot grow), the throw stops here and becomes a 500 INTERNAL
@@ -22,16 +26,35 @@
 namespace {
 
 std::unique_ptr<quiver::EdgeService> g_edge;  // the isolate's service, made by edge_init
-std::string g_out;                            // the last step's wire bytes
+// The last step, its meta, its parts' joined bytes, and the head the host reads (out()).
+quiver::EdgeStep g_step;
+std::string g_meta;
+std::string g_joined;
+uint32_t g_head[4];
 
 std::string_view view(const uint8_t* data, size_t size) {
   return data == nullptr ? std::string_view()
                          : std::string_view(reinterpret_cast<const char*>(data), size);
 }
 
-const uint8_t* out(const quiver::EdgeStep& step) {
-  g_out = quiver::edge_step_to_wire(step);
-  return reinterpret_cast<const uint8_t*>(g_out.data());
+uint32_t address(const void* p) {
+  return static_cast<uint32_t>(reinterpret_cast<uintptr_t>(p));
+}
+
+const uint8_t* out(quiver::EdgeStep step) {
+  if (step.action == quiver::EdgeAction::kRespond && !step.background && step.handle != 0 &&
+      g_edge) {
+    g_edge->end(step.handle);
+    step.ended = true;
+  }
+  g_step = std::move(step);
+  quiver::EdgeStepWire wire = quiver::edge_step_wire(g_step, &g_joined);
+  g_meta = std::move(wire.meta);
+  g_head[0] = static_cast<uint32_t>(g_meta.size());
+  g_head[1] = static_cast<uint32_t>(wire.payload.size());
+  g_head[2] = address(g_meta.data());
+  g_head[3] = address(wire.payload.data());
+  return reinterpret_cast<const uint8_t*>(g_head);
 }
 
 // The service; before edge_init, one that answers every request 500 and says why in the log.

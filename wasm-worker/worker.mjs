@@ -96,26 +96,19 @@ class Edge {
     }
   }
 
-  // A step's wire bytes (u32 meta length, u32 payload length, meta JSON, payload) → an object.
-  // HEAPU8 is read after the call: memory may have grown during it. The lengths are read as u32s
-  // of the heap (the bytes are malloc'd: aligned), through a DataView should they not be.
+  // A step: the call returned four u32s (exports.cpp: the meta JSON's length, the payload's
+  // length, and where each lies in wasm memory), read into an object whose `payload` is a copy.
+  // HEAPU8 is read after the call: memory may have grown during it.
   step(ptr) {
     if (!ptr) return null;
     const m = this.m;
+    const head = m.HEAPU32;
+    const at = ptr >>> 2;  // a static array of u32s: aligned
+    const metaAt = head[at + 2];
+    const payloadAt = head[at + 3];
     const heap = m.HEAPU8;
-    let metaLength;
-    let payloadLength;
-    if ((ptr & 3) === 0) {
-      metaLength = m.HEAPU32[ptr >>> 2];
-      payloadLength = m.HEAPU32[(ptr >>> 2) + 1];
-    } else {
-      const head = new DataView(heap.buffer, ptr, 8);
-      metaLength = head.getUint32(0, true);
-      payloadLength = head.getUint32(4, true);
-    }
-    const start = ptr + 8;
-    const step = JSON.parse(decoder.decode(heap.subarray(start, start + metaLength)));
-    step.payload = heap.slice(start + metaLength, start + metaLength + payloadLength);
+    const step = JSON.parse(decoder.decode(heap.subarray(metaAt, metaAt + head[at])));
+    step.payload = heap.slice(payloadAt, payloadAt + head[at + 1]);
     return step;
   }
 
@@ -497,6 +490,7 @@ async function drive(edge, step, io, env) {
         if (step.parts) {
           io.current = '';
           step = await driveParts(edge, step, io, env);
+          if (step?.ended) io.handle = 0;
           continue;
         }
         const address = nodeAddress(step.node);
@@ -513,6 +507,7 @@ async function drive(edge, step, io, env) {
       const bytes = await redis.read(step.redis_blocks_ms ?? 0);
       if (io.gone) throw new ClientGone();
       step = edge.feed(step.handle, bytes);
+      if (step?.ended) io.handle = 0;
     } catch (e) {
       if (io.gone) {
         closeAll(io);
@@ -520,6 +515,7 @@ async function drive(edge, step, io, env) {
       }
       closeNode(io, io.current);
       step = edge.fail(step.handle, String(e?.message ?? e));
+      if (step?.ended) io.handle = 0;
     }
   }
   return step;
@@ -720,10 +716,12 @@ function unavailable(why) {
   });
 }
 
-// A step's headers ([[name, value], ...]) as Response takes them fastest: a plain object (workerd
-// walks an array of pairs through the iterator protocol, pair by pair: measured at ~7% of an L1
-// hit's CPU), or a Headers object when a name repeats.
+// A step's headers as Response takes them fastest: a plain object (workerd walks an array of
+// pairs through the iterator protocol, pair by pair: measured at ~7% of an L1 hit's CPU), or a
+// Headers object when a name repeats. A respond step's headers come as that object already when
+// no name repeats (edge_wire.h); pairs ([[name, value], ...]) are turned into one here.
 function responseHeaders(pairs) {
+  if (!Array.isArray(pairs)) return pairs;
   const object = {};
   const seen = new Set();
   for (const [name, value] of pairs) {
@@ -741,7 +739,8 @@ function responseHeaders(pairs) {
 
 function log(step, headers) {
   if (!step?.log) return;
-  const id = headers?.find(([name]) => name === 'X-Request-Id')?.[1] ?? '-';
+  const id = (Array.isArray(headers) ? headers.find(([name]) => name === 'X-Request-Id')?.[1]
+                                     : headers?.['X-Request-Id']) ?? '-';
   // Routine events (an accepted webhook) at info; everything else is a problem.
   (step.log_level === 'info' ? console.log : console.error)(`quiver-edge ${id}: ${step.log}`);
 }
@@ -812,7 +811,7 @@ export default {
       const meta = requestMeta(request);
       const requestBody = request.body ? await readBody(request) : NO_BODY;
       let step = edge.begin(meta, requestBody);
-      io.handle = step?.handle ?? 0;
+      io.handle = step?.ended ? 0 : step?.handle ?? 0;  // ended: an answer with nothing after it
       if (io.gone) throw new ClientGone();
       step = await drive(edge, step, io, env);
       if (step?.stream) {

@@ -349,11 +349,27 @@ TEST(EdgeService, StepWireCarriesMetaAndPayload) {
   EXPECT_EQ(meta["handle"], 7);
   EXPECT_EQ(meta["action"], "respond");
   EXPECT_EQ(meta["status"], 201);
+  // No name repeats: an object, as the host hands it to its Response.
   EXPECT_EQ(meta["headers"],
-            Json::parse(R"([["A","b"],["Q","say \"hi\" \\ tab\t"],["U","caf\u00e9"]])"));
+            Json::parse(R"({"A":"b","Q":"say \"hi\" \\ tab\t","U":"caf\u00e9"})"));
   EXPECT_EQ(meta["log"], "bad \xef\xbf\xbd byte");
   EXPECT_EQ(meta["background"], false);
+  EXPECT_FALSE(meta.contains("ended"));
   EXPECT_EQ(wire.substr(8 + meta_len), "hello");
+
+  // The same step read where it lies: the payload is a view of the body, not a copy.
+  std::string joined;
+  EdgeStepWire in_place = edge_step_wire(s, &joined);
+  EXPECT_EQ(in_place.meta, wire.substr(8, meta_len));
+  EXPECT_EQ(in_place.payload.data(), s.response.body.data());
+  EXPECT_EQ(in_place.payload.size(), s.response.body.size());
+
+  // A name repeated (case-insensitively): the pairs, in order. An ended request says so.
+  s.response.headers = {{"Set-Cookie", "a=1"}, {"X", "y"}, {"set-cookie", "b=2"}};
+  s.ended = true;
+  meta = *parse_json(edge_step_wire(s, &joined).meta);
+  EXPECT_EQ(meta["headers"], Json::parse(R"([["Set-Cookie","a=1"],["X","y"],["set-cookie","b=2"]])"));
+  EXPECT_EQ(meta["ended"], true);
 
   s.action = EdgeAction::kRedis;
   s.redis_bytes = "*1\r\n$4\r\nPING\r\n";
