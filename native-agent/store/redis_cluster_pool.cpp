@@ -344,9 +344,12 @@ struct RedisClusterPool::Impl {
     ClusterNode node;
     bool replica = false;
     std::vector<RedisCommand> commands;
+    // kBySha: scripts by SHA, NOSCRIPT answered with EVAL on the part's connection; kText:
+    // scripts as EVAL (a part of ASKING-prefixed commands: a NOSCRIPT retry would go without).
+    ScriptForm form = ScriptForm::kBySha;
   };
 
-  // Runs `parts` (scripts by SHA, NOSCRIPT answered with EVAL on the part's connection) and calls
+  // Runs `parts` (scripts in each part's `form`) and calls
   // `done(index, replies, after_send)` once per part, as the part's replies are read. With
   // options.concurrent_nodes, every part whose address is not already carrying one of this
   // round's pipelines is written before any reply is read: the parts cost one round trip
@@ -377,7 +380,7 @@ struct RedisClusterPool::Impl {
         f.part = p;
         f.connection = &connection(parts[p].node);
         if (Status s = f.connection->send(std::move(parts[p].commands), parts[p].replica,
-                                          ScriptForm::kBySha, &f.after_send, &stats.connections);
+                                          parts[p].form, &f.after_send, &stats.connections);
             !s.ok()) {
           f.unsent = s.error();
         }
@@ -550,20 +553,40 @@ std::vector<Result<RespValue>> RedisClusterPool::Impl::run_batch_locked(
         }
       }
     });
-    // ASK: ASKING and the command, to the importing node, once. Scripts go as EVAL: a NOSCRIPT
-    // retry would go without ASKING.
+    // ASK: ASKING and the command, to the importing node, once. Every importing node gets its
+    // commands in one pipeline (ASKING before each: it holds for the next command only), the
+    // nodes written before any is read, as above: several ASKs of a round cost one round trip,
+    // not one each. Scripts go as EVAL: a NOSCRIPT retry would go without ASKING.
+    std::vector<RoundPart> ask_parts;
+    std::vector<std::vector<std::size_t>> asked_of;  // each part's requests, in order
     for (std::size_t i : asking) {
-      ClusterNode node = *state[i].ask;
+      const ClusterNode node = *state[i].ask;
       state[i].ask.reset();
-      bool after_send = false;
-      Result<std::vector<RespValue>> replies =
-          round(node, {{"ASKING"}, requests[i].argv}, false, ScriptForm::kText, &after_send);
-      if (replies.ok()) {
-        follow(i, (*replies)[1], &node, node.host);
-      } else {
-        failed(i, replies.error(), after_send);
+      std::size_t p = 0;
+      while (p < ask_parts.size() && !ask_parts[p].node.same_address(node)) ++p;
+      if (p == ask_parts.size()) {
+        RoundPart part;
+        part.node = node;
+        part.form = ScriptForm::kText;
+        ask_parts.push_back(std::move(part));
+        asked_of.emplace_back();
       }
+      ask_parts[p].commands.push_back({"ASKING"});
+      ask_parts[p].commands.push_back(requests[i].argv);
+      asked_of[p].push_back(i);
     }
+    fan_out(ask_parts, [&](std::size_t p, Result<std::vector<RespValue>>& replies,
+                           bool after_send) {
+      const ClusterNode& node = ask_parts[p].node;
+      for (std::size_t j = 0; j < asked_of[p].size(); ++j) {
+        const std::size_t i = asked_of[p][j];
+        if (replies.ok()) {
+          follow(i, (*replies)[2 * j + 1], &node, node.host);
+        } else {
+          failed(i, replies.error(), after_send);
+        }
+      }
+    });
     pending.swap(next);
     next.clear();
   }

@@ -27,7 +27,8 @@
 // replies wait in their sockets meanwhile), and decided per command as before; a node whose
 // connection fails or times out fails only its own commands. A connection carries one round at a
 // time: two pipelines for one address in a round (a node named as a master and as a replica in
-// the middle of a failover) go one after the other.
+// the middle of a failover) go one after the other. A round's ASKs go the same way: each
+// importing node gets its asked commands in one pipeline, ASKING before each.
 //
 // Threads: one mutex for the whole pool (calls take turns; a call waiting out a backoff lets the
 // others go meanwhile).

@@ -65,6 +65,14 @@ class RedisClusterTest : public ::testing::Test {
     return {owner->master.port, 0};
   }
 
+  // `slot` IMPORTING at `to` and MIGRATING at `from`, as a reshard starts (its keys then move by
+  // MIGRATE).
+  bool start_migration(uint16_t slot, int from, int to) {
+    const std::string s = std::to_string(slot);
+    return on(to, {"CLUSTER", "SETSLOT", s, "IMPORTING", cluster_->node_id(from)}).is_ok() &&
+           on(from, {"CLUSTER", "SETSLOT", s, "MIGRATING", cluster_->node_id(to)}).is_ok();
+  }
+
   RespValue on(int port, const std::vector<std::string>& argv) {
     RedisConnection c(cluster_->connect(port));
     if (c == nullptr) return RespValue::error("cannot connect");
@@ -299,11 +307,9 @@ TEST_F(RedisClusterTest, SlotMigratedMidTrafficIsFollowedThroughAskThenMoved) {
     }
   };
 
-  const std::string from_id = cluster_->node_id(from);
   const std::string to_id = cluster_->node_id(to);
   const std::string s = std::to_string(slot);
-  ASSERT_TRUE(on(to, {"CLUSTER", "SETSLOT", s, "IMPORTING", from_id}).is_ok());
-  ASSERT_TRUE(on(from, {"CLUSTER", "SETSLOT", s, "MIGRATING", to_id}).is_ok());
+  ASSERT_TRUE(start_migration(slot, from, to));
   auto migrate = [&](int first, int last) {
     std::vector<std::string> argv = {"MIGRATE", "127.0.0.1", std::to_string(to), "", "0",
                                      "5000",    "KEYS"};
@@ -385,8 +391,7 @@ TEST_F(RedisClusterTest, ASplitSlotIsWaitedOutByAScriptDeclaringAnAbsentKey) {
   ASSERT_TRUE(pool->run({"SET", "elsewhere", "3"})->is_ok());
   const std::string s = std::to_string(slot);
   const std::string to_id = cluster_->node_id(to);
-  ASSERT_TRUE(on(to, {"CLUSTER", "SETSLOT", s, "IMPORTING", cluster_->node_id(from)}).is_ok());
-  ASSERT_TRUE(on(from, {"CLUSTER", "SETSLOT", s, "MIGRATING", to_id}).is_ok());
+  ASSERT_TRUE(start_migration(slot, from, to));
   ASSERT_TRUE(
       on(from, {"MIGRATE", "127.0.0.1", std::to_string(to), "", "0", "5000", "KEYS", tag + ":a"})
           .is_ok());
@@ -440,9 +445,7 @@ TEST_F(RedisClusterTest, AFlaggedRequestOnASplitSlotGetsItsTryAgainAtOnce) {
   ASSERT_NE(to, 0);
   ASSERT_TRUE(pool->run({"SET", tag + ":a", "1"})->is_ok());
   ASSERT_TRUE(pool->run({"SET", tag + ":b", "2"})->is_ok());
-  const std::string s = std::to_string(slot);
-  ASSERT_TRUE(on(to, {"CLUSTER", "SETSLOT", s, "IMPORTING", cluster_->node_id(from)}).is_ok());
-  ASSERT_TRUE(on(from, {"CLUSTER", "SETSLOT", s, "MIGRATING", cluster_->node_id(to)}).is_ok());
+  ASSERT_TRUE(start_migration(slot, from, to));
   ASSERT_TRUE(
       on(from, {"MIGRATE", "127.0.0.1", std::to_string(to), "", "0", "5000", "KEYS", tag + ":a"})
           .is_ok());
@@ -471,6 +474,55 @@ TEST_F(RedisClusterTest, AFlaggedRequestOnASplitSlotGetsItsTryAgainAtOnce) {
   EXPECT_LT(took.count(), 2000);
 }
 
+// Several requests of one run_batch round answered ASK (their keys already moved to the importing
+// node): they go to that node in ONE pipeline, ASKING before each, a script (as EVAL) among them,
+// not in a round trip each. The importing node sees the round as one read of its socket (Redis's
+// `total_reads_processed`, calibrated against two INFOs with nothing between).
+TEST_F(RedisClusterTest, TheAsksOfOneRoundGoToTheImportingNodeInOnePipeline) {
+  std::unique_ptr<RedisClusterPool> pool = make_pool();
+  ASSERT_TRUE(pool->refresh().ok());
+  const std::string tag = "{askmany}";
+  const uint16_t slot = cluster_key_slot(tag);
+  const auto [from, to] = owner_and_another(*pool, slot);
+  ASSERT_NE(to, 0);
+  for (int i = 0; i < 6; ++i) {
+    const std::string k = std::to_string(i);
+    ASSERT_TRUE(pool->run({"SET", tag + ":k" + k, "v" + k})->is_ok());
+  }
+  ASSERT_TRUE(start_migration(slot, from, to));
+  ASSERT_TRUE(on(from, {"MIGRATE", "127.0.0.1", std::to_string(to), "", "0", "5000", "KEYS",
+                        tag + ":k0", tag + ":k1", tag + ":k2", tag + ":k3"})
+                  .is_ok());
+  // The pool's connection to the importing node opened (one ASK followed).
+  EXPECT_EQ(value_of(pool->run({"GET", tag + ":k0"})), "v0");
+  const uint64_t asks_before = pool->stats().ask;
+  ASSERT_GE(asks_before, 1u);
+
+  RedisConnection c(cluster_->connect(to));
+  ASSERT_TRUE(c);
+  auto reads = [&] {
+    const std::string info = run_argv(c.get(), {"INFO", "stats"}).str;
+    const std::size_t at = info.find("total_reads_processed:");
+    return at == std::string::npos ? int64_t{-1}
+                                   : std::stoll(info.substr(at + 22, info.find('\r', at) - at - 22));
+  };
+  const int64_t r0 = reads();
+  const int64_t r1 = reads();  // an INFO's own read
+  ASSERT_GE(r0, 0);
+  std::vector<Result<RespValue>> r = pool->run_batch(
+      {{{"GET", tag + ":k0"}},
+       {{"GET", tag + ":k1"}},
+       {{"EVAL", "return redis.call('GET', KEYS[1])", "1", tag + ":k2"}},
+       {{"GET", tag + ":k3"}},
+       {{"GET", tag + ":k4"}},
+       {{"GET", tag + ":k5"}}});
+  const int64_t r2 = reads();
+  ASSERT_EQ(r.size(), 6u);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(value_of(r[i]), "v" + std::to_string(i)) << i;
+  EXPECT_EQ(pool->stats().ask - asks_before, 4u) << "k0 to k3 asked for";
+  EXPECT_EQ((r2 - r1) - (r1 - r0), 1) << "the four asks in one pipeline";
+}
+
 // run_at_slot: one pipeline to the slot's master, keyless commands along; mid-migration the keys
 // already moved are asked for at the importing node (ASKING before each), the rest answered where
 // they are; once moved, the old owner's MOVED sends the pipeline, and a MULTI/EXEC block whole, to
@@ -493,8 +545,7 @@ TEST_F(RedisClusterTest, APipelinePinnedToASlotFollowsItsMigration) {
   EXPECT_EQ(values(put), (std::vector<std::string>{"OK", "OK", "PONG"}));
 
   const std::string s = std::to_string(slot);
-  ASSERT_TRUE(on(to, {"CLUSTER", "SETSLOT", s, "IMPORTING", cluster_->node_id(from)}).is_ok());
-  ASSERT_TRUE(on(from, {"CLUSTER", "SETSLOT", s, "MIGRATING", cluster_->node_id(to)}).is_ok());
+  ASSERT_TRUE(start_migration(slot, from, to));
   ASSERT_TRUE(
       on(from, {"MIGRATE", "127.0.0.1", std::to_string(to), tag + "a", "0", "5000"}).is_ok());
   // `a` moved, `b` not yet.
