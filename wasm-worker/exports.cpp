@@ -37,9 +37,7 @@ std::string_view view(const uint8_t* data, size_t size) {
                          : std::string_view(reinterpret_cast<const char*>(data), size);
 }
 
-uint32_t address(const void* p) {
-  return static_cast<uint32_t>(reinterpret_cast<uintptr_t>(p));
-}
+uint32_t address(const void* p) { return static_cast<uint32_t>(reinterpret_cast<uintptr_t>(p)); }
 
 const uint8_t* out(quiver::EdgeStep step) {
   if (step.action == quiver::EdgeAction::kRespond && !step.background && step.handle != 0 &&

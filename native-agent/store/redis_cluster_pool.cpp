@@ -575,18 +575,18 @@ std::vector<Result<RespValue>> RedisClusterPool::Impl::run_batch_locked(
       ask_parts[p].commands.push_back(requests[i].argv);
       asked_of[p].push_back(i);
     }
-    fan_out(ask_parts, [&](std::size_t p, Result<std::vector<RespValue>>& replies,
-                           bool after_send) {
-      const ClusterNode& node = ask_parts[p].node;
-      for (std::size_t j = 0; j < asked_of[p].size(); ++j) {
-        const std::size_t i = asked_of[p][j];
-        if (replies.ok()) {
-          follow(i, (*replies)[2 * j + 1], &node, node.host);
-        } else {
-          failed(i, replies.error(), after_send);
-        }
-      }
-    });
+    fan_out(ask_parts,
+            [&](std::size_t p, Result<std::vector<RespValue>>& replies, bool after_send) {
+              const ClusterNode& node = ask_parts[p].node;
+              for (std::size_t j = 0; j < asked_of[p].size(); ++j) {
+                const std::size_t i = asked_of[p][j];
+                if (replies.ok()) {
+                  follow(i, (*replies)[2 * j + 1], &node, node.host);
+                } else {
+                  failed(i, replies.error(), after_send);
+                }
+              }
+            });
     pending.swap(next);
     next.clear();
   }

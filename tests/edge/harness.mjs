@@ -362,6 +362,8 @@ export function stageEdgeTrustingTestCa(edgeDir, dir) {
 
 // ---- processes ---------------------------------------------------------------------------------
 
+class RedisExitedAtStart extends Error {}
+
 // A redis-server on loopback. With `tls` ({cert, key}), it also listens with TLS on `tlsPort`
 // (clients not asked for certificates); `port` stays plain TCP for the test's own client.
 export class RedisServer {
@@ -369,7 +371,20 @@ export class RedisServer {
   // `dir`: the data directory of a Redis stopped with stop({ keepData: true }) (it loads the
   // dump.rdb a SAVE left there), else a new one.
   // `args`: more redis-server arguments.
-  static async start({ password = '', tls = null, port = 0, dir = null, args: more = [] } = {}) {
+  // A free port can be taken before redis-server binds it (another test process, or a client's
+  // ephemeral port): one found here whose server exits at start is tried again on new ports, three
+  // times.
+  static async start(options = {}) {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await RedisServer.startOnce(options);
+      } catch (e) {
+        if (options.port || attempt >= 3 || !(e instanceof RedisExitedAtStart)) throw e;
+      }
+    }
+  }
+
+  static async startOnce({ password = '', tls = null, port = 0, dir = null, args: more = [] }) {
     const s = new RedisServer();
     s.port = port || await freePort();
     s.password = password;
@@ -387,13 +402,18 @@ export class RedisServer {
     s.proc.stderr.pipe(process.stderr);
     s.exited = new Promise((resolve) => s.proc.once('exit', resolve));
     const spawnError = new Promise((_, reject) => s.proc.once('exit', (code) => reject(
-      new Error(`redis-server exited (${code}): is it installed? run scripts/setup.sh`))));
+      new RedisExitedAtStart(`redis-server exited (${code}): is it installed? run scripts/setup.sh`))));
     spawnError.catch(() => {});
-    await Promise.race([spawnError, waitFor('redis-server', async () => {
-      const c = await Redis.connect(s.port, password);
-      c.close();
-      return true;
-    })]);
+    try {
+      await Promise.race([spawnError, waitFor('redis-server', async () => {
+        const c = await Redis.connect(s.port, password);
+        c.close();
+        return true;
+      })]);
+    } catch (e) {
+      if (e instanceof RedisExitedAtStart && !dir) rmSync(s.dir, { recursive: true, force: true });
+      throw e;
+    }
     return s;
   }
 
@@ -454,17 +474,25 @@ export class ServedProcess {
 // workerd serving `socket` of a capnp config on a free loopback port. `env` holds the worker's
 // variables (workerd.capnp reads them with fromEnvironment); its output goes to `logs`.
 export class Workerd extends ServedProcess {
+  // The free port can be taken before workerd binds it (another test process, or a client's
+  // ephemeral port): a workerd that could not bind is started again on a new port, three times.
   static async start({ config, env = {}, logs = [], socket = 'http' }) {
-    const w = new Workerd();
-    w.port = await freePort();
-    await w.launch({
-      command: workerdBinary(),
-      args: ['serve', config, '--socket-addr', `${socket}=127.0.0.1:${w.port}`],
-      options: { env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env } },
-      logs, what: 'workerd', timeoutMs: 15000,
-      exitHint: () => 'is it installed? (scripts/setup.sh; QUIVER_WORKERD)',
-    });
-    return w;
+    for (let attempt = 1; ; attempt++) {
+      const w = new Workerd();
+      w.port = await freePort();
+      try {
+        await w.launch({
+          command: workerdBinary(),
+          args: ['serve', config, '--socket-addr', `${socket}=127.0.0.1:${w.port}`],
+          options: { env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env } },
+          logs, what: 'workerd', timeoutMs: 15000,
+          exitHint: () => 'is it installed? (scripts/setup.sh; QUIVER_WORKERD)',
+        });
+        return w;
+      } catch (e) {
+        if (attempt >= 3 || !/bind\(\): Address already in use/.test(e.message)) throw e;
+      }
+    }
   }
 }
 

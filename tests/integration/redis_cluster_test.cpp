@@ -503,19 +503,20 @@ TEST_F(RedisClusterTest, TheAsksOfOneRoundGoToTheImportingNodeInOnePipeline) {
   auto reads = [&] {
     const std::string info = run_argv(c.get(), {"INFO", "stats"}).str;
     const std::size_t at = info.find("total_reads_processed:");
-    return at == std::string::npos ? int64_t{-1}
-                                   : std::stoll(info.substr(at + 22, info.find('\r', at) - at - 22));
+    return at == std::string::npos
+               ? int64_t{-1}
+               : std::stoll(info.substr(at + 22, info.find('\r', at) - at - 22));
   };
   const int64_t r0 = reads();
   const int64_t r1 = reads();  // an INFO's own read
   ASSERT_GE(r0, 0);
-  std::vector<Result<RespValue>> r = pool->run_batch(
-      {{{"GET", tag + ":k0"}},
-       {{"GET", tag + ":k1"}},
-       {{"EVAL", "return redis.call('GET', KEYS[1])", "1", tag + ":k2"}},
-       {{"GET", tag + ":k3"}},
-       {{"GET", tag + ":k4"}},
-       {{"GET", tag + ":k5"}}});
+  std::vector<Result<RespValue>> r =
+      pool->run_batch({{{"GET", tag + ":k0"}},
+                       {{"GET", tag + ":k1"}},
+                       {{"EVAL", "return redis.call('GET', KEYS[1])", "1", tag + ":k2"}},
+                       {{"GET", tag + ":k3"}},
+                       {{"GET", tag + ":k4"}},
+                       {{"GET", tag + ":k5"}}});
   const int64_t r2 = reads();
   ASSERT_EQ(r.size(), 6u);
   for (int i = 0; i < 6; ++i) EXPECT_EQ(value_of(r[i]), "v" + std::to_string(i)) << i;

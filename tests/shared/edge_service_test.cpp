@@ -350,8 +350,7 @@ TEST(EdgeService, StepWireCarriesMetaAndPayload) {
   EXPECT_EQ(meta["action"], "respond");
   EXPECT_EQ(meta["status"], 201);
   // No name repeats: an object, as the host hands it to its Response.
-  EXPECT_EQ(meta["headers"],
-            Json::parse(R"({"A":"b","Q":"say \"hi\" \\ tab\t","U":"caf\u00e9"})"));
+  EXPECT_EQ(meta["headers"], Json::parse(R"({"A":"b","Q":"say \"hi\" \\ tab\t","U":"caf\u00e9"})"));
   EXPECT_EQ(meta["log"], "bad \xef\xbf\xbd byte");
   EXPECT_EQ(meta["background"], false);
   EXPECT_FALSE(meta.contains("ended"));
@@ -368,7 +367,8 @@ TEST(EdgeService, StepWireCarriesMetaAndPayload) {
   s.response.headers = {{"Set-Cookie", "a=1"}, {"X", "y"}, {"set-cookie", "b=2"}};
   s.ended = true;
   meta = *parse_json(edge_step_wire(s, &joined).meta);
-  EXPECT_EQ(meta["headers"], Json::parse(R"([["Set-Cookie","a=1"],["X","y"],["set-cookie","b=2"]])"));
+  EXPECT_EQ(meta["headers"],
+            Json::parse(R"([["Set-Cookie","a=1"],["X","y"],["set-cookie","b=2"]])"));
   EXPECT_EQ(meta["ended"], true);
 
   s.action = EdgeAction::kRedis;

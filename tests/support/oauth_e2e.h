@@ -213,26 +213,33 @@ class AgentServe {
  public:
   AgentServe(Json config, std::map<std::string, std::string> env, const std::string& dir,
              const std::string& name = "agent") {
-    port_ = free_loopback_port();
     if (!config["quiver"].contains("data_dir")) config["quiver"]["data_dir"] = dir + "/" + name;
-    // In the file too: the default redirect URI (http://<listen>/v1/oauth/callback) is derived
-    // from the file's `listen`, not from serve's --listen.
-    config["quiver"]["listen"] = "127.0.0.1:" + std::to_string(port_);
     config_path_ = dir + "/" + name + ".json";
-    std::ofstream(config_path_) << config.dump(2);
-    child_ = std::make_unique<DrainedChild>(
-        ChildSpec(quiver_agent_binary(),
-                  {"serve", "--config", config_path_, "--listen",
-                   "127.0.0.1:" + std::to_string(port_), "--no-wait", "--log-level", "debug"},
-                  std::move(env)));
-    ready_ = wait_until(
-                 [&] {
-                   if (child_->exited()) return true;
-                   auto r = http_request("GET", url("/healthz"), {}, "", "", 2);
-                   return r && r->status == 200;
-                 },
-                 20000) &&
-             !child_->exited();
+    // The free port can be taken before the agent binds it (another test process, or a client's
+    // ephemeral port): an agent that could not listen is started again on a new port, three times.
+    for (int attempt = 1; attempt <= 3; ++attempt) {
+      port_ = free_loopback_port();
+      // In the file too: the default redirect URI (http://<listen>/v1/oauth/callback) is derived
+      // from the file's `listen`, not from serve's --listen.
+      config["quiver"]["listen"] = "127.0.0.1:" + std::to_string(port_);
+      std::ofstream(config_path_) << config.dump(2);
+      child_ = std::make_unique<DrainedChild>(
+          ChildSpec(quiver_agent_binary(),
+                    {"serve", "--config", config_path_, "--listen",
+                     "127.0.0.1:" + std::to_string(port_), "--no-wait", "--log-level", "debug"},
+                    env));
+      ready_ = wait_until(
+                   [&] {
+                     if (child_->exited()) return true;
+                     auto r = http_request("GET", url("/healthz"), {}, "", "", 2);
+                     return r && r->status == 200;
+                   },
+                   20000) &&
+               !child_->exited();
+      const bool port_taken =
+          child_->exited() && child_->text().find("cannot listen on") != std::string::npos;
+      if (ready_ || !port_taken) return;
+    }
   }
   bool ok() const { return ready_; }
   int port() const { return port_; }
