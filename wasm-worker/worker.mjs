@@ -490,7 +490,6 @@ async function drive(edge, step, io, env) {
         if (step.parts) {
           io.current = '';
           step = await driveParts(edge, step, io, env);
-          if (step?.ended) io.handle = 0;
           continue;
         }
         const address = nodeAddress(step.node);
@@ -507,7 +506,6 @@ async function drive(edge, step, io, env) {
       const bytes = await redis.read(step.redis_blocks_ms ?? 0);
       if (io.gone) throw new ClientGone();
       step = edge.feed(step.handle, bytes);
-      if (step?.ended) io.handle = 0;
     } catch (e) {
       if (io.gone) {
         closeAll(io);
@@ -515,9 +513,9 @@ async function drive(edge, step, io, env) {
       }
       closeNode(io, io.current);
       step = edge.fail(step.handle, String(e?.message ?? e));
-      if (step?.ended) io.handle = 0;
     }
   }
+  if (step?.ended) io.handle = 0;  // the core ended the request with its answer
   return step;
 }
 
