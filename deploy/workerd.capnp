@@ -13,7 +13,7 @@
 #                                         (POST /v1/webhooks/refresh; unset: 404)
 #   REDIS_PASSWORD (secret), REDIS_USERNAME, REDIS_HOST, REDIS_PORT, REDIS_TLS
 #   REDIS_CLUSTER ("1": a Redis Cluster seeded by REDIS_HOST:REDIS_PORT, or seeds "h:p,h:p"),
-#   QUIVER_REDIS_REPLICA_READS (cluster: discovery reads may go to replicas)
+#   QUIVER_REDIS_REPLICA_READS (cluster: conditional discovery reads may go to replicas)
 #   QUIVER_NAMESPACE, QUIVER_TOKEN_AUDIENCE, QUIVER_L1_TTL_MS, QUIVER_L1_STALE_IF_ERROR_MS,
 #   QUIVER_L1_VALIDATE_MAX_AGE_MS,
 #   QUIVER_L1_MAX_BYTES, QUIVER_FRESH_TTL_MS, QUIVER_MAX_AGE_MS, QUIVER_MIN_UPSTREAM_TTL_MS,

@@ -844,12 +844,20 @@ EdgeStep EdgeService::misstep(Request& r, EdgeEvent event) {
 EdgeStep EdgeService::send(Request& r, EdgeEvent event, std::vector<RedisCommand> commands,
                            ScriptForm form, bool spread) {
   if (!advance(r, event)) return misstep(r, event);
-  // The discovery read changes nothing: on a cluster it may go to a replica (replica reads on).
-  return transmit(r, std::move(commands), form, spread, event == EdgeEvent::kReadSnapshot);
+  // A discovery read changes nothing. On a cluster with replica reads on, the conditional read
+  // (`held`: the kept copy checked against the versions) goes to a replica first: a key a
+  // migration moved away reads as absent there, which it takes for a change and reads in full.
+  // A full read goes to the masters, which answer ASK for what moved: its answer is rendered
+  // from what it reads (docs/design.md, "Replica reads").
+  RoundAccess access = RoundAccess::kWrite;
+  if (event == EdgeEvent::kReadSnapshot) {
+    access = r.held ? RoundAccess::kReplicaRead : RoundAccess::kRead;
+  }
+  return transmit(r, std::move(commands), form, spread, access);
 }
 
 EdgeStep EdgeService::transmit(Request& r, std::vector<RedisCommand> commands, ScriptForm form,
-                               bool spread, bool read) {
+                               bool spread, RoundAccess access) {
   r.round_unsent = false;
   if (fail_fast_.admit(r.handle, r.now_ms) == FailFast::Admit::kFailFast) {
     // Redis timed out moments ago and a probe is testing it: no waiting on it meanwhile.
@@ -864,10 +872,12 @@ EdgeStep EdgeService::transmit(Request& r, std::vector<RedisCommand> commands, S
   }
   // A read round's scripts (a connection's, the member's) refused by a split slot are read key by
   // key: the TRYAGAIN is handed back to the read at once (SpreadDiscoveryRead::hand_back_split).
-  RoutedWrite write = spread ? r.redis.begin_spread(std::move(commands), form, read,
-                                                    read && r.spread ? r.spread->hand_back_split()
-                                                                     : std::vector<bool>{})
-                             : r.redis.begin(std::move(commands), form, /*keep_bytes=*/false, read);
+  const bool read = access != RoundAccess::kWrite;
+  RoutedWrite write = spread
+                          ? r.redis.begin_spread(std::move(commands), form, access,
+                                                 read && r.spread ? r.spread->hand_back_split()
+                                                                  : std::vector<bool>{})
+                          : r.redis.begin(std::move(commands), form, /*keep_bytes=*/false, access);
   if (!r.redis.in_round()) return store_failed(r, r.redis.error(), r.now_ms);
   EdgeStep s = redis_step(r.handle, std::move(write));
   s.redis_blocks_ms = r.redis_blocks_ms;
@@ -1009,6 +1019,14 @@ EdgeStep EdgeService::complete(Request& r, std::vector<RespValue> replies, int64
           Result<std::optional<DiscoverySnapshot>> read =
               decode_conditional_reply(replies[0], held, r.lease_entries);
           if (!read.ok()) return store_failed(r, read.error(), now_ms);
+          if (read->has_value() && r.redis.sent_to_replica()) {
+            // Changed, read by a replica, which answers for keys its master's migration moved
+            // away as absent (not ASK): read in full at the master (send()).
+            ++revalidate_changed_;
+            advance(r, EdgeEvent::kRedisAnswered);
+            r.changed = true;
+            return read_snapshot(r, now_ms);
+          }
           changed = std::move(*read);
         }
         if (!changed.has_value()) {
@@ -1254,7 +1272,7 @@ EdgeStep EdgeService::enqueue_v2_answered(Request& r, std::vector<RespValue> rep
       return send(r, EdgeEvent::kQueue, std::move(xadds), ScriptForm::kBySha, /*spread=*/true);
     }
     // kBackground: the XADDs continue the background round (no answer is waiting on them).
-    return transmit(r, std::move(xadds), ScriptForm::kBySha, /*spread=*/true, /*read=*/false);
+    return transmit(r, std::move(xadds), ScriptForm::kBySha, /*spread=*/true, RoundAccess::kWrite);
   }
   std::vector<Result<RevalidationResult>> results;
   for (std::optional<Result<RevalidationResult>>& one : e.results) {

@@ -238,7 +238,7 @@ class EdgeService {
                 ScriptForm form = ScriptForm::kBySha, bool spread = false);
   // The round of `commands` on r's conversation, in its current phase (send() without the move).
   EdgeStep transmit(Request& r, std::vector<RedisCommand> commands, ScriptForm form, bool spread,
-                    bool read);
+                    RoundAccess access);
   // Key layout v2's enqueue (shared/discovery_redis.h): the gates of `revalidations` as one spread
   // round opened by `event` (kQueue or kBackground), nothing for those whose lease is held; then
   // the XADDs of the gates won as a second spread round; then the results, one per revalidation.

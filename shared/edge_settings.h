@@ -37,9 +37,10 @@
 //   REDIS_CLUSTER                a Redis Cluster: "1" (REDIS_HOST:REDIS_PORT is the seed) or
 //                                seeds "host:port,host:port"; the core learns the slot map and
 //                                names each write's node (shared/routed_conversation.h)  off
-//   QUIVER_REDIS_REPLICA_READS   with REDIS_CLUSTER: the discovery read may go to a replica
-//                                (AUTH + READONLY); adds the replication lag to the staleness
-//                                bound (docs/design.md)                     0
+//   QUIVER_REDIS_REPLICA_READS   with REDIS_CLUSTER: the conditional discovery read may go to a
+//                                replica (AUTH + READONLY; full reads and writes: the master);
+//                                adds the replication lag to the staleness bound
+//                                (docs/design.md, "Replica reads")          0
 // Other names (REDIS_HOST, REDIS_PORT, REDIS_TLS, timeouts) are the host's; on a cluster the core
 // also reads REDIS_HOST, REDIS_PORT (the seed) and REDIS_TLS (which announced port to dial).
 #pragma once

@@ -101,17 +101,18 @@ RoutedConversation::RoutedConversation(RespLimits limits, RedisCredentials crede
 }
 
 RoutedWrite RoutedConversation::begin_spread(std::vector<RedisCommand> commands, ScriptForm form,
-                                             bool read_only, std::vector<bool> hand_back_split) {
+                                             RoundAccess access,
+                                             std::vector<bool> hand_back_split) {
   // On one Redis every key is on the one server: one pipeline, as any round (and no slot is ever
   // split: nothing answers TRYAGAIN).
-  if (router_ == nullptr) return begin(std::move(commands), form, /*keep_bytes=*/false, read_only);
+  if (router_ == nullptr) return begin(std::move(commands), form, /*keep_bytes=*/false, access);
   spread_next_ = true;
   hand_back_split_next_ = std::move(hand_back_split);
-  return begin(std::move(commands), form, /*keep_bytes=*/false, read_only);
+  return begin(std::move(commands), form, /*keep_bytes=*/false, access);
 }
 
 RoutedWrite RoutedConversation::begin(std::vector<RedisCommand> commands, ScriptForm form,
-                                      bool keep_bytes, bool read_only) {
+                                      bool keep_bytes, RoundAccess access) {
   spread_ = std::exchange(spread_next_, false);
   hand_back_split_ = std::exchange(hand_back_split_next_, {});
   parts_.clear();
@@ -119,6 +120,7 @@ RoutedWrite RoutedConversation::begin(std::vector<RedisCommand> commands, Script
   asks_.clear();
   bytes_.clear();
   error_ = Error();
+  sent_to_replica_ = false;
   if (router_ == nullptr) {
     in_round_ = true;
     RedisRound round = conns_[0].conv.begin(std::move(commands), form, keep_bytes);
@@ -131,7 +133,7 @@ RoutedWrite RoutedConversation::begin(std::vector<RedisCommand> commands, Script
   commands_ = std::move(commands);
   form_ = form;
   keep_bytes_ = keep_bytes;
-  read_only_ = read_only;
+  access_ = access;
   pending_.clear();
   for (std::size_t i = 0; i < commands_.size(); ++i) pending_.push_back(i);
   replies_.assign(commands_.size(), std::nullopt);
@@ -223,8 +225,7 @@ RedisTurn RoutedConversation::dispatch() {
       asking_ = true;
       form = ScriptForm::kText;  // a NOSCRIPT retry would go without ASKING
     } else {
-      // A replica on the first try only: after a redirect, the master named.
-      std::optional<ClusterNode> n = router_->node_for_slot(read_only_ && attempts_ == 0, &replica);
+      std::optional<ClusterNode> n = router_->node_for_slot(first_try_at_replica(), &replica);
       if (!n) {
         ++attempts_;
         ClusterStep step =
@@ -246,6 +247,7 @@ RedisTurn RoutedConversation::dispatch() {
   }
   current_ = conn_for(node, &close);
   RedisConversation& conv = current();
+  sent_to_replica_ = sent_to_replica_ || replica;
   if (replica && !conv.connected()) {
     // AUTH + READONLY in one write (RedisConversation puts AUTH first).
     std::vector<RedisCommand> preamble = cluster_connection_preamble(true);
@@ -409,8 +411,7 @@ RedisTurn RoutedConversation::dispatch_spread() {
   } else {
     std::vector<ClusterRequest> requests;
     requests.reserve(pending_.size());
-    // A replica on the first try only: after a redirect, the master named.
-    for (std::size_t i : pending_) requests.push_back({commands_[i], read_only_ && attempts_ == 0});
+    for (std::size_t i : pending_) requests.push_back({commands_[i], first_try_at_replica()});
     ClusterPlanOptions options;
     options.max_nodes = kMaxNodesPerRequest;
     options.replica_reads = router_->settings().replica_reads;
@@ -466,6 +467,7 @@ RedisTurn RoutedConversation::dispatch_spread() {
       sent.push_back(commands_[i]);
     }
     RedisConversation& conv = conns_[conn_for(p.node, &close)].conv;
+    sent_to_replica_ = sent_to_replica_ || replica[k];
     if (replica[k] && !conv.connected()) {
       // AUTH + READONLY in one write (RedisConversation puts AUTH first).
       std::vector<RedisCommand> preamble = cluster_connection_preamble(true);
@@ -549,7 +551,7 @@ PartTurn RoutedConversation::connection_failed_part(std::size_t part, std::strin
     // Waiting again would hold the request for attempts × the timeout: fail, refresh later.
     router_->mark_stale();
     if (!parts_error_) parts_error_ = std::move(e);
-  } else if (read_only_ || starts_with(why, "connect")) {
+  } else if (access_ != RoundAccess::kWrite || starts_with(why, "connect")) {
     // Nothing was written (the connection never opened), or nothing written changes anything.
     p.unsent = std::move(e.message);
   } else if (!parts_error_) {
@@ -699,7 +701,9 @@ RedisTurn RoutedConversation::connection_failed(std::string_view why) {
   }
   // Nothing was written (the connection never opened), or nothing written changes anything.
   const bool unsent = starts_with(why, "connect");
-  if (learning_ || read_only_ || unsent) return retry_after_failure(e.message);
+  if (learning_ || access_ != RoundAccess::kWrite || unsent) {
+    return retry_after_failure(e.message);
+  }
   return give_up(Error(e.code, e.message + " (a write that may have run is not sent again)"));
 }
 

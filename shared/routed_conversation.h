@@ -21,10 +21,11 @@
 //   - budgets (redirects, attempts) exhausted: kStoreUnavailable quoting the last answer, which
 //     the edge answers like any store failure (an L1 copy within stale-if-error, else 503
 //     STORE_UNAVAILABLE), never as empty data.
-// A read-only round (the discovery script) may go to a replica when replica reads are on: its
-// connection opens with AUTH + READONLY in one write (cluster_connection_preamble); a redirect
-// sends it on to the master named. A connection that fails before anything was written (the
-// host's `why` starts with "connect": refused, reset), or under a read-only round, is retried
+// A replica-read round (RoundAccess::kReplicaRead: the edge's conditional read) may go to a
+// replica when replica reads are on: its connection opens with AUTH + READONLY in one write
+// (cluster_connection_preamble); a redirect sends it on to the master named. A connection that
+// fails before anything was written (the host's `why` starts with "connect": refused, reset), or
+// under a round that changes nothing (kRead, kReplicaRead), is retried
 // after a refresh; a write that may have run is not sent again, nor is a TLS handshake the node
 // refused (the host's `why` contains kTlsHandshakeFailed: the same trust fails again, at every
 // node of the cluster; the round fails at once, kStoreUnavailable). A timeout is not retried: the
@@ -157,15 +158,27 @@ enum class PartTurn {
 };
 const char* part_turn_name(PartTurn turn);  // "read", "write", "wait", "round"
 
+// What a round's commands may do, which decides where they go and whether they are sent again.
+enum class RoundAccess {
+  kWrite,  // may change data: to masters; not sent again once it may have run
+  kRead,   // changes nothing: sent again after a failure; to masters
+  // Changes nothing, and its reader takes a replica's view (QUIVER_REDIS_REPLICA_READS): on its
+  // first try to a replica of the slot. A replica knows nothing of its master's migrations: a key
+  // moved away reads as absent there, not as ASK. So only a read that takes an absent key for a
+  // change, and asks its master then, may be one: the edge's conditional read, never a full read
+  // whose answer is rendered from what it reads (docs/design.md, "Replica reads").
+  kReplicaRead,
+};
+
 class RoutedConversation {
  public:
   // `router`: nullptr for one Redis; else the isolate's, which must outlive this conversation.
   explicit RoutedConversation(RespLimits limits = {}, RedisCredentials credentials = {},
                               ClusterRouter* router = nullptr);
 
-  // Starts a round (RedisConversation::begin's arguments); `read_only`: may go to a replica.
+  // Starts a round (RedisConversation::begin's arguments; `access`: RoundAccess).
   RoutedWrite begin(std::vector<RedisCommand> commands, ScriptForm form = ScriptForm::kBySha,
-                    bool keep_bytes = false, bool read_only = false);
+                    bool keep_bytes = false, RoundAccess access = RoundAccess::kWrite);
   // A round whose commands each go to the node of their own key's slot (key layout v2): grouped
   // per node, at most kMaxNodesPerRequest sockets. No keep_bytes. On one Redis: begin().
   // `hand_back_split` (empty, or one flag per command): a flagged command answered TRYAGAIN (its
@@ -173,9 +186,12 @@ class RoutedConversation {
   // an ASK named, gets that reply as its own at once instead of backing off until the budget is
   // spent; its reader reads the data another way (SpreadDiscoveryRead::hand_back_split()).
   RoutedWrite begin_spread(std::vector<RedisCommand> commands, ScriptForm form = ScriptForm::kBySha,
-                           bool read_only = false, std::vector<bool> hand_back_split = {});
+                           RoundAccess access = RoundAccess::kWrite,
+                           std::vector<bool> hand_back_split = {});
   // Bytes read from the connection of the last write. kWrite: carry out take_write() (the same
   // node, or another after a redirect); kDone: take_replies(); kFailed: error().
+  // Whether any command of the round (since begin) was sent to a replica.
+  bool sent_to_replica() const { return sent_to_replica_; }
   RedisTurn feed(std::string_view bytes);
   RoutedWrite take_write();
   std::vector<RespValue> take_replies();
@@ -215,6 +231,10 @@ class RoutedConversation {
   };
 
   RedisConversation& current() { return conns_[current_].conv; }
+  // A replica on the first try only: after a redirect or a failure, the master named.
+  bool first_try_at_replica() const {
+    return access_ == RoundAccess::kReplicaRead && attempts_ == 0;
+  }
   // The next write of the round at the node the map (or an ASK) names; kFailed when none is left.
   RedisTurn dispatch();
   RedisTurn give_up(Error error);
@@ -244,7 +264,8 @@ class RoutedConversation {
   std::vector<RedisCommand> commands_;
   ScriptForm form_ = ScriptForm::kBySha;
   bool keep_bytes_ = false;
-  bool read_only_ = false;
+  RoundAccess access_ = RoundAccess::kWrite;
+  bool sent_to_replica_ = false;
   std::vector<std::size_t> pending_;  // commands without a reply (spread: not yet written)
   bool spread_ = false;               // each command to its own slot's node
   bool spread_next_ = false;          // begin_spread → begin

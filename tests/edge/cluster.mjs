@@ -12,10 +12,12 @@
 // absent. The tests: discovery at both edges equals the agent's (same manifest, same ETag), the
 // edges having learned the slot's node from the map their seed gave; a tools/call relayed through
 // the cluster (enqueue + BLPOP on the slot's master) answered by the agent; replica reads (a third edge
-// with QUIVER_REDIS_REPLICA_READS=1: its discovery reads run on the slot's replica, counted there);
+// with QUIVER_REDIS_REPLICA_READS=1: its conditional reads run on the slot's replica, counted there,
+// its full reads on the master);
 // a CLUSTER FAILOVER of the slot's master mid-traffic is followed through MOVED with every read
 // answered; the slot migrated to another master mid-traffic (IMPORTING/MIGRATING, MIGRATE, ASK,
-// then SETSLOT NODE and MOVED) with every read answered; a SIGKILLed master: while its replica is promoted the edges answer from their L1 copy
+// then SETSLOT NODE and MOVED) with every read answered, a replica edge's too; the same key by key,
+// the replica edge never serving the half-moved slot its replica holds; a SIGKILLed master: while its replica is promoted the edges answer from their L1 copy
 // (stale-if-error) or 503 STORE_UNAVAILABLE, never an empty or wrong list, and recover.
 import assert from 'node:assert/strict';
 
@@ -53,11 +55,11 @@ async function healthz(w) {
   return (await w.request('GET', '/healthz')).json;
 }
 
-// Reads GET /v1/manifests at every edge until `stop()` says so, recording each answer.
-async function readLoop(stop) {
+// Reads GET /v1/manifests at every edge of `ws` until `stop()` says so, recording each answer.
+async function readLoop(stop, ws = edges) {
   const answers = [];
   while (!stop()) {
-    await Promise.all(edges.map(async (w, i) => {
+    await Promise.all(ws.map(async (w, i) => {
       const res = await w.request('GET', '/v1/manifests', { headers: auth() });
       answers.push({ edge: i, at: Date.now(), status: res.status, source: res.headers['x-quiver-cache'],
                      code: res.json?.error?.code, entry: entry(res), count: res.json?.connections?.length });
@@ -101,26 +103,36 @@ test('a tools/call through the edge is relayed to the agent on the slot\'s maste
 });
 
 
-test('replica reads: the discovery read goes to the slot\'s replica after READONLY', async () => {
+test('replica reads: conditional reads go to the slot\'s replica after READONLY, full reads to its master', async () => {
   const { master, replicas } = await cluster.shardOf(slot);
   const [edge] = await startEdges(1, { edgeDir, logs, env: edgeEnv({
     ns: NS, kid: KID, secret: SECRET, redisPort: seed, edgeRedisPassword: EDGE_REDIS_PASSWORD,
     l1TtlMs: 0, extra: { REDIS_CLUSTER: '1', QUIVER_REDIS_REPLICA_READS: '1' } }) });
   try {
     const fromAgent = entry(await agent.request('GET', '/v1/manifests', { headers: auth() }));
+    // The first read has no copy to check: a full read, its answer rendered from what it reads,
+    // at the master (a replica answers a key its master's migration moved away as absent).
+    let masterBefore = await cluster.commandCalls(master);
+    const full = await edge.request('GET', '/v1/manifests', { headers: auth() });
+    assert.equal(full.status, 200, full.text);
+    assert.equal(full.headers['x-quiver-cache'], 'miss');
+    assert.equal(entry(full).etag, fromAgent.etag);
+    const scripts = (c) => (c.evalsha_ro ?? 0) + (c.eval_ro ?? 0);
+    assert.ok(scripts(await cluster.commandCalls(master)) > scripts(masterBefore),
+              'the full read ran at the master');
+    // Then each read checks that copy against the versions: at the replica.
     const before = await cluster.commandCalls(replicas[0]);
-    const masterBefore = await cluster.commandCalls(master);
+    masterBefore = await cluster.commandCalls(master);
     const READS = 5;
     for (let i = 0; i < READS; i++) {
       const res = await edge.request('GET', '/v1/manifests', { headers: auth() });
       assert.equal(res.status, 200, res.text);
-      assert.ok(readFromRedis(res.headers['x-quiver-cache']), res.headers['x-quiver-cache']);
+      assert.equal(res.headers['x-quiver-cache'], 'revalidated');
       assert.equal(entry(res).etag, fromAgent.etag);
       assert.equal(JSON.stringify(entry(res).manifest), JSON.stringify(fromAgent.manifest));
     }
     const after = await cluster.commandCalls(replicas[0]);
     const masterAfter = await cluster.commandCalls(master);
-    const scripts = (c) => (c.evalsha_ro ?? 0) + (c.eval_ro ?? 0);
     assert.equal((after.readonly ?? 0) - (before.readonly ?? 0), READS,
                  'one READONLY per request, on the replica');
     assert.ok(scripts(after) - scripts(before) >= READS, 'the discovery scripts ran on the replica');
@@ -159,6 +171,34 @@ test('a CLUSTER FAILOVER mid-traffic is followed through MOVED, every read answe
 
 test('a slot migrated mid-traffic: the scripts wait out ASK (L1 copies meanwhile), then follow MOVED', async () => {
   const from = (await cluster.shardOf(slot, seed)).master;
+  // A third edge reads with replica reads on: the migration empties the slot at `from`'s replica,
+  // which answers absent where `from` answers ASK. Its conditional reads take that for a change
+  // and read in full at the master: never the empty list the replica holds.
+  await withReplicaEdge((replicaEdge) => migrateMidTraffic(from, replicaEdge, false));
+});
+
+// As a reshard with a small `--cluster-pipeline` does: the slot's keys moved a few at a time, its
+// epoch and versions first, a pause after each. Meanwhile `from`'s replica holds a namespace no
+// write ever made (some keys gone, the rest not): a conditional read there that finds a change
+// must not render it; it reads in full at the master, which answers ASK (waited out: L1 copies).
+test('a slot migrated key by key: the replica edge never serves the half-moved slot its replica holds', async () => {
+  const from = (await cluster.shardOf(slot, seed)).master;
+  await withReplicaEdge((replicaEdge) => migrateMidTraffic(from, replicaEdge, true));
+});
+
+async function withReplicaEdge(fn) {
+  const [replicaEdge] = await startEdges(1, { edgeDir, logs, env: edgeEnv({
+    ns: NS, kid: KID, secret: SECRET, redisPort: seed, edgeRedisPassword: EDGE_REDIS_PASSWORD,
+    l1TtlMs: L1_TTL_MS, extra: { REDIS_CLUSTER: '1', QUIVER_REDIS_REPLICA_READS: '1' } }) });
+  try {
+    await waitForFresh(replicaEdge, token, 1);
+    await fn(replicaEdge);
+  } finally {
+    await replicaEdge.stop();
+  }
+}
+
+async function migrateMidTraffic(from, replicaEdge, keyByKey) {
   const masters = [];
   for (const port of cluster.alive()) {
     if ((await cluster.call(port, 'ROLE'))[0] === 'master') masters.push(port);
@@ -167,18 +207,24 @@ test('a slot migrated mid-traffic: the scripts wait out ASK (L1 copies meanwhile
   const fromId = await cluster.call(from, 'CLUSTER', 'MYID');
   const toId = await cluster.call(to, 'CLUSTER', 'MYID');
   const before = await Promise.all(edges.map(healthz));
+  const replicaBefore = await healthz(replicaEdge);
   let done = false;
-  const reads = readLoop(() => done);
+  const reads = readLoop(() => done, [...edges, replicaEdge]);
   await sleep(300);
   // As `redis-cli --cluster reshard` does, with every key of the slot in one MIGRATE: the
-  // namespace's scripts read keys they do not declare (key layout v1), so the slot must never be
-  // split between the two nodes while they run.
+  // namespace's scripts read keys they do not declare (key layout v1), so the slot should not be
+  // split between the two nodes while they run (keyByKey: it is, to prove the replica edge).
   await cluster.call(to, 'CLUSTER', 'SETSLOT', slot, 'IMPORTING', fromId);
   await cluster.call(from, 'CLUSTER', 'SETSLOT', slot, 'MIGRATING', toId);
   const keys = await cluster.call(from, 'CLUSTER', 'GETKEYSINSLOT', slot, 1000000);
   assert.ok(keys.length > 0, 'the namespace has keys');
-  assert.equal(await cluster.call(from, 'MIGRATE', '127.0.0.1', to, '', 0, 10000, 'AUTH',
-                                  REDIS_PASSWORD, 'KEYS', ...keys), 'OK');
+  const first = (k) => (/:(epoch|version)/.test(k) ? 0 : 1);
+  const batches = keyByKey ? [...keys].sort((a, b) => first(a) - first(b)).map((k) => [k]) : [keys];
+  for (const batch of batches) {
+    assert.equal(await cluster.call(from, 'MIGRATE', '127.0.0.1', to, '', 0, 10000, 'AUTH',
+                                    REDIS_PASSWORD, 'KEYS', ...batch), 'OK');
+    if (keyByKey) await sleep(150);
+  }
   // The keys are at `to`, the slot still `from`'s: `from` answers ASK, which a round holding a
   // script (every discovery read) waits out instead of following (hold_ask_for_round: key layout
   // v1's scripts read keys they do not declare), answered from L1 meanwhile.
@@ -199,10 +245,17 @@ test('a slot migrated mid-traffic: the scripts wait out ASK (L1 copies meanwhile
     assert.ok(h.cluster.moved > before[i].cluster.moved, `edge ${i} followed MOVED: ${JSON.stringify(h.cluster)}`);
   }
   const stale = answers.filter((a) => a.source === 'stale-if-error').length;
-  console.log(`      ${answers.length} reads during the migration: ${stale} from L1 (stale-if-error)`);
+  const atReplicaEdge = answers.filter((a) => a.edge === edges.length);
+  const replicaAfter = await healthz(replicaEdge);
+  assert.ok(atReplicaEdge.some((a) => a.source === 'revalidated'), 'the replica edge revalidated');
+  assert.ok(replicaAfter.cluster.moved > replicaBefore.cluster.moved,
+            `the replica edge followed MOVED: ${JSON.stringify(replicaAfter.cluster)}`);
+  console.log(`      ${answers.length} reads during the migration: ${stale} from L1 ` +
+              `(stale-if-error); at the replica edge ${atReplicaEdge.length}, sources ` +
+              `${[...new Set(atReplicaEdge.map((a) => a.source))].join(',')}`);
   const res = await agent.request('GET', '/v1/manifests', { headers: auth() });
   assert.equal(res.status, 200, res.text);
-});
+}
 
 test('a SIGKILLed master: L1 copies or 503 meanwhile, never a wrong list, then recovery', async () => {
   const { master, replicas } = await cluster.shardOf(slot, seed);

@@ -34,6 +34,9 @@
 //      allowed (L1 copies or 503); the edges refresh their map and recover;
 //   e. after the faults, a tool added at every upstream and refreshed through the agent shows at
 //      both edges with the agent's ETags.
+// A third edge reads with replica reads on (QUIVER_REDIS_REPLICA_READS=1; answers `edge:
+// 'replica'`), held to the same rule through every fault: in c its conditional reads run at the
+// replicas, which know nothing of the reshard (a key moved away is absent there, not ASK).
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { appendFileSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -62,6 +65,7 @@ const PER_MASTER = 2;  // connections whose slot each master serves at the start
 let cluster;      // RedisCluster
 let agent;        // Agent
 const edges = []; // Workerd × 2
+const replicaEdges = [];  // Workerd × 1, QUIVER_REDIS_REPLICA_READS=1 (its answers: edge 'replica')
 const logs = [];
 let token;
 let seed;         // the edges' seed: a master, kept alive and master throughout
@@ -87,6 +91,15 @@ async function masters() {
     if ((await cluster.call(port, 'ROLE'))[0] === 'master') out.push(port);
   }
   return out;
+}
+// READONLY calls at the replicas now: one per connection an edge with replica reads opens.
+async function readonlyAtReplicas() {
+  const ms = await masters();
+  let n = 0;
+  for (const port of cluster.alive().filter((p) => !ms.includes(p))) {
+    n += (await cluster.commandCalls(port)).readonly ?? 0;
+  }
+  return n;
 }
 async function memberSlot() {
   return cluster.call(cluster.alive()[0], 'CLUSTER', 'KEYSLOT', `quiver:{${NS}:m:alice}:grants`);
@@ -166,7 +179,8 @@ async function readLoop(stop, writing = () => true, answers = []) {
       await sleep(100);
     }
   })();
-  await Promise.all([...edges.entries(), ['agent', agent]].map(async ([i, w]) => {
+  await Promise.all([...edges.entries(), ...replicaEdges.map((w) => ['replica', w]),
+                     ['agent', agent]].map(async ([i, w]) => {
     while (!stop()) {
       const t0 = Date.now();
       const res = await w.request('GET', '/v1/manifests', { headers: auth() });
@@ -318,6 +332,7 @@ test('c: one connection\'s slot resharded mid-traffic: ASK followed with ASKING,
   const toId = await cluster.call(to, 'CLUSTER', 'MYID');
   const before = await Promise.all(edges.map(healthz));
   const askingBefore = (await cluster.commandCalls(to)).asking ?? 0;
+  const readonlyBefore = await readonlyAtReplicas();
   let done = false;
   let writing = false;
   const seen = [];
@@ -404,7 +419,16 @@ test('c: one connection\'s slot resharded mid-traffic: ASK followed with ASKING,
   }
   const asked = ((await cluster.commandCalls(to)).asking ?? 0) - askingBefore;
   assert.ok(asked > 0, 'ASKING reached the importing node');
-  console.log(`      ${asked} ASKING at the importing node`);
+  // The replica edge: its conditional reads ran at the replicas (whose view of the split slot is
+  // `from`'s keys, the moved ones absent) and every answer of it was whole (checkAnswers): an
+  // absent version read as a change, read in full at the masters.
+  const atReplicaEdge = answers.filter((a) => a.edge === 'replica');
+  const readonly = (await readonlyAtReplicas()) - readonlyBefore;
+  assert.ok(atReplicaEdge.some((a) => a.source === 'revalidated'), 'the replica edge revalidated');
+  assert.ok(readonly > 0, 'the replica edge read at the replicas');
+  console.log(`      ${asked} ASKING at the importing node; the replica edge ${atReplicaEdge.length} ` +
+              `reads, ${atReplicaEdge.filter((a) => a.source === 'revalidated').length} ` +
+              `revalidated, ${readonly} READONLY at the replicas`);
   await untilRecovered(10000);
 });
 
@@ -540,11 +564,12 @@ async function main() {
       ns: NS, kid: KID, secret: SECRET, redisPort: seed, edgeRedisPassword: EDGE_REDIS_PASSWORD,
       l1TtlMs: L1_TTL_MS, extra: { REDIS_CLUSTER: '1' } });
     edges.push(...await startEdges(2, { edgeDir, env, logs }));
-    for (const w of edges) await waitForFresh(w, token, upstreams.length);
+    replicaEdges.push(...await startEdges(1, { edgeDir, logs, env: { ...env, QUIVER_REDIS_REPLICA_READS: '1' } }));
+    for (const w of [...edges, ...replicaEdges]) await waitForFresh(w, token, upstreams.length);
     console.log(`      connections ${upstreams.map((u) => u.id).join(' ')}, seed ${seed}`);
     failed += await runTests(tests, only);
   } finally {
-    for (const w of edges) await w.stop();
+    for (const w of [...edges, ...replicaEdges]) await w.stop();
     await agent?.stop();
     await perm?.stop();
     await cluster?.stop();

@@ -273,7 +273,7 @@ TEST(RoutedConversation, NeverMoreThanSixConnectionsPerRequest) {
 TEST(RoutedConversation, ReplicaReadsOpenWithAuthAndReadonlyInOneWrite) {
   ClusterRouter router(seeded(/*replica_reads=*/true), ns_slot());
   RoutedConversation c({}, kCreds, &router);
-  c.begin({kGet}, ScriptForm::kBySha, /*keep_bytes=*/true, /*read_only=*/true);
+  c.begin({kGet}, ScriptForm::kBySha, /*keep_bytes=*/true, RoundAccess::kReplicaRead);
   ASSERT_EQ(c.feed(kAuthOk + encode_reply(shards())), RedisTurn::kWrite);
   RoutedWrite w = c.take_write();
   EXPECT_EQ(w.node->port, 7004);  // the slot's replica
@@ -282,9 +282,27 @@ TEST(RoutedConversation, ReplicaReadsOpenWithAuthAndReadonlyInOneWrite) {
   ASSERT_EQ(c.feed(kAuthOk + kAuthOk + "$2\r\nv1\r\n"), RedisTurn::kDone);
   EXPECT_EQ(c.take_replies(), std::vector<RespValue>{S("v1")});
   EXPECT_EQ(c.reply_bytes(), "$2\r\nv1\r\n");  // as L1 keeps it: the command's reply alone
+  EXPECT_TRUE(c.sent_to_replica());
   // A write never goes to a replica.
   w = c.begin({{"SET", "quiver:{default}:epoch", "1"}});
   EXPECT_EQ(w.node->port, 7001);
+  EXPECT_FALSE(c.sent_to_replica());
+}
+
+// A read whose answer is rendered from what it reads (RoundAccess::kRead) goes to the master even
+// with replica reads on: a replica answers a key its master's migration moved away as absent, not
+// ASK. It is still sent again after a failure, as any read.
+TEST(RoutedConversation, AReadThatIsNotAReplicaReadGoesToTheMasterAndIsSentAgainAfterAFailure) {
+  ClusterRouter router(seeded(/*replica_reads=*/true), ns_slot());
+  RoutedConversation c({}, kCreds, &router);
+  c.begin({kGet}, ScriptForm::kBySha, /*keep_bytes=*/false, RoundAccess::kRead);
+  ASSERT_EQ(c.feed(kAuthOk + encode_reply(shards())), RedisTurn::kWrite);
+  RoutedWrite w = c.take_write();
+  EXPECT_EQ(w.node->port, 7001);  // the slot's master
+  EXPECT_EQ(w.bytes.find("READONLY"), std::string::npos);
+  EXPECT_FALSE(c.sent_to_replica());
+  // Reset after the write: it changed nothing, so it goes again (after the map is asked again).
+  ASSERT_EQ(c.connection_failed("read: connection reset"), RedisTurn::kWrite);
 }
 
 TEST(RoutedConversation, AFailedConnectIsRetriedAfterARefreshAWriteThatMayHaveRunIsNot) {
@@ -314,7 +332,7 @@ TEST(RoutedConversation, AFailedConnectIsRetriedAfterARefreshAWriteThatMayHaveRu
 TEST(RoutedConversation, ATlsHandshakeFailureEndsTheRoundAtOnce) {
   ClusterRouter router(seeded(), ns_slot());
   RoutedConversation c({}, kCreds, &router);
-  RoutedWrite w = c.begin({kGet}, ScriptForm::kBySha, false, /*read_only=*/true);
+  RoutedWrite w = c.begin({kGet}, ScriptForm::kBySha, false, RoundAccess::kReplicaRead);
   ASSERT_TRUE(w.node.has_value());
   const uint64_t retries = router.stats().retries;
   ASSERT_EQ(c.connection_failed("connect: TLS handshake failed with 127.0.0.1:7001 (it accepts "
@@ -333,7 +351,7 @@ TEST(RoutedConversation, ATlsHandshakeFailureEndsTheRoundAtOnce) {
 TEST(RoutedConversation, ATimeoutFailsAtOnceAndTheNextRoundAsksForTheMapFirst) {
   ClusterRouter router(seeded(), ns_slot());
   RoutedConversation c({}, kCreds, &router);
-  c.begin({kGet}, ScriptForm::kBySha, false, /*read_only=*/true);
+  c.begin({kGet}, ScriptForm::kBySha, false, RoundAccess::kReplicaRead);
   c.feed(kAuthOk + encode_reply(shards()));
   c.take_write();
   ASSERT_EQ(c.connection_failed("read timed out after 2000 ms"), RedisTurn::kFailed);

@@ -89,7 +89,7 @@ std::size_t count_gets(const std::string& written) {
 
 // Learns the map of `n` masters through the seed; returns the first command write.
 RoutedWrite learn(RoutedConversation& c, const std::vector<RedisCommand>& round, int n) {
-  RoutedWrite w = c.begin_spread(round, ScriptForm::kBySha, /*read_only=*/true);
+  RoutedWrite w = c.begin_spread(round, ScriptForm::kBySha, RoundAccess::kReplicaRead);
   EXPECT_EQ(w.bytes,
             encode_command({"AUTH", "quiver-edge", "pw"}) + encode_command({"CLUSTER", "SHARDS"}));
   EXPECT_EQ(c.feed(kAuthOk + encode_reply(even_shards(n))), RedisTurn::kWrite);
@@ -182,7 +182,7 @@ TEST(RoutedSpread, PartsRepliesArriveInAnyOrderAndInPieces) {
   EXPECT_EQ(c.feed_part(2, answer[2].substr(half)), PartTurn::kWait);
   // A settled part fed again is the host's error: the round fails, never a reply made up.
   RoutedConversation twice({}, kCreds, &router);
-  RoutedWrite w2 = twice.begin_spread(round, ScriptForm::kBySha, /*read_only=*/true);
+  RoutedWrite w2 = twice.begin_spread(round, ScriptForm::kBySha, RoundAccess::kReplicaRead);
   ASSERT_EQ(w2.parts.size(), 3u);
   ASSERT_EQ(twice.feed_part(0, kAuthOk + answer_gets(w2.parts[0].bytes)), PartTurn::kWait);
   EXPECT_EQ(twice.feed_part(0, "$1\r\nx\r\n"), PartTurn::kRound);
@@ -387,12 +387,12 @@ TEST(RoutedSpread, APartWhoseWriteMayHaveRunIsNotSentAgain) {
   // The host failing a write in parts as a whole fails every part still in flight.
   RoutedConversation whole({}, kCreds, &router);
   w = whole.begin_spread({{"GET", key_on(7000, 3)}, {"GET", key_on(7001, 3)}}, ScriptForm::kBySha,
-                         /*read_only=*/true);
+                         RoundAccess::kReplicaRead);
   ASSERT_EQ(w.parts.size(), 2u);
   EXPECT_EQ(whole.feed("$1\r\nx\r\n"), RedisTurn::kFailed) << "bytes without their part";
   whole.drop();
   w = whole.begin_spread({{"GET", key_on(7000, 3)}, {"GET", key_on(7001, 3)}}, ScriptForm::kBySha,
-                         /*read_only=*/true);
+                         RoundAccess::kReplicaRead);
   ASSERT_EQ(w.parts.size(), 2u);
   EXPECT_EQ(whole.connection_failed("read timed out after 2000 ms"), RedisTurn::kFailed);
   EXPECT_EQ(whole.error().code, ErrorCode::kTimeout);
@@ -541,7 +541,7 @@ TEST(RoutedSpread, AFlaggedCommandOnASplitSlotGetsTheImportingNodesTryAgainAfter
   const std::string version = key_on(7001, 3);
   const std::string lease = version.substr(0, version.rfind(':')) + ":lease";
   const RedisCommand split = {"MGET", version, lease};
-  RoutedWrite w = c.begin_spread({split}, ScriptForm::kBySha, /*read_only=*/true, {true});
+  RoutedWrite w = c.begin_spread({split}, ScriptForm::kBySha, RoundAccess::kReplicaRead, {true});
   ASSERT_EQ(c.feed(kAuthOk + encode_reply(even_shards(3))), RedisTurn::kWrite);
   w = c.take_write();
   ASSERT_EQ(w.node->port, 7001);
@@ -574,8 +574,8 @@ TEST(RoutedSpread, AFlaggedCommandAnsweredTryAgainAtTheSourceGetsItAtOnceTheOthe
   const RedisCommand flagged = {"MGET", version, lease};
   const RedisCommand plain = {"MGET", lease, version};
   const RedisCommand get = {"GET", other};
-  RoutedWrite w = c.begin_spread({flagged, get, plain}, ScriptForm::kBySha, /*read_only=*/true,
-                                 {true, false, false});
+  RoutedWrite w = c.begin_spread({flagged, get, plain}, ScriptForm::kBySha,
+                                 RoundAccess::kReplicaRead, {true, false, false});
   ASSERT_EQ(c.feed(kAuthOk + encode_reply(even_shards(3))), RedisTurn::kWrite);
   w = c.take_write();
   ASSERT_EQ(w.parts.size(), 2u);
@@ -603,7 +603,7 @@ TEST(RoutedSpread, SplitFlagsThatAreNotOnePerCommandAreRefused) {
   ClusterRouter router(seeded(), 0);
   RoutedConversation c({}, kCreds, &router);
   RoutedWrite w = c.begin_spread({{"GET", key_on(7000, 3)}, {"GET", key_on(7001, 3)}},
-                                 ScriptForm::kBySha, /*read_only=*/true, {true});
+                                 ScriptForm::kBySha, RoundAccess::kReplicaRead, {true});
   EXPECT_FALSE(c.in_round());
   EXPECT_TRUE(w.bytes.empty());
   EXPECT_EQ(c.error().code, ErrorCode::kInvalidArgument) << c.error().message;
