@@ -33,7 +33,12 @@
 //   d. a SIGKILL of the master of alice's slot: while its replica is promoted every answer is
 //      allowed (L1 copies or 503); the edges refresh their map and recover;
 //   e. after the faults, a tool added at every upstream and refreshed through the agent shows at
-//      both edges with the agent's ETags.
+//      both edges with the agent's ETags;
+//   f. the dead master forgotten, a fourth master added (`redis-cli --cluster add-node`) and the
+//      cluster rebalanced onto it mid-traffic (`redis-cli --cluster rebalance
+//      --cluster-use-empty-masters`: a quarter of the slots, each slot's keys in MIGRATEs of 10),
+//      then every slot the reads touch that it left moved there at once, two keys at a time:
+//      every answer whole, the edges follow MOVED, and a refresh after it shows everywhere.
 // A third edge reads with replica reads on (QUIVER_REDIS_REPLICA_READS=1; answers `edge:
 // 'replica'`), held to the same rule through every fault: in c its conditional reads run at the
 // replicas, which know nothing of the reshard (a key moved away is absent there, not ASK).
@@ -45,7 +50,7 @@ import path from 'node:path';
 
 import { HttpUpstream, agentBinaryOrSkip, startClusterAgent } from './agent.mjs';
 import {
-  RedisCluster, argValue, crashed, edgeDirArg, edgeEnv, finish, readFromRedis, runTests,
+  RedisCluster, argValue, crashed, edgeDirArg, edgeEnv, finish, flatMap, readFromRedis, runTests,
   skipUnlessInstalled, sleep, startEdges, waitFor, waitForFresh,
 } from './harness.mjs';
 
@@ -503,6 +508,112 @@ test('e: after the faults, an upstream change refreshed through the agent shows 
     }, 10000);
   }
 });
+
+// Moves `slot` to the master `to` as a reshard does, under traffic: IMPORTING/MIGRATING, its keys in
+// MIGRATEs of `batch` with a pause after each, then SETSLOT NODE at every master. Nothing when
+// `to` serves it already.
+async function migrateSlot(slot, to, { batch = 10, pauseMs = 100 } = {}) {
+  const from = (await cluster.shardOf(slot, seed)).master;
+  if (from === to) return false;
+  const fromId = await cluster.call(from, 'CLUSTER', 'MYID');
+  const toId = await cluster.call(to, 'CLUSTER', 'MYID');
+  await cluster.call(to, 'CLUSTER', 'SETSLOT', slot, 'IMPORTING', fromId);
+  await cluster.call(from, 'CLUSTER', 'SETSLOT', slot, 'MIGRATING', toId);
+  for (;;) {
+    const keys = await cluster.call(from, 'CLUSTER', 'GETKEYSINSLOT', slot, batch);
+    if (keys.length === 0) break;
+    assert.equal(await cluster.call(from, 'MIGRATE', '127.0.0.1', to, '', 0, 10000, 'AUTH',
+                                    REDIS_PASSWORD, 'KEYS', ...keys), 'OK');
+    await sleep(pauseMs);
+  }
+  for (const port of [to, from, ...(await masters()).filter((p) => p !== to && p !== from)]) {
+    await cluster.call(port, 'CLUSTER', 'SETSLOT', slot, 'NODE', toId);
+  }
+  return true;
+}
+
+// How many slots `port` serves, as the seed's CLUSTER SHARDS says.
+async function slotsServedBy(port) {
+  let n = 0;
+  for (const shard of await cluster.call(seed, 'CLUSTER', 'SHARDS')) {
+    const s = flatMap(shard);
+    if (!s.nodes.map(flatMap).some((node) => node.port === port && node.role === 'master')) continue;
+    for (let i = 0; i + 1 < s.slots.length; i += 2) n += s.slots[i + 1] - s.slots[i] + 1;
+  }
+  return n;
+}
+
+// The slots every discovery read of alice touches: the namespace's, hers, every connection's.
+async function readSlots() {
+  const slots = new Set([await cluster.call(seed, 'CLUSTER', 'KEYSLOT', `quiver:{${NS}}:layout`),
+                         await memberSlot()]);
+  for (const { id } of upstreams) slots.add((await masterOfConnection(id)).slot);
+  return [...slots];
+}
+
+test('f: a fourth master added and the cluster rebalanced onto it mid-traffic, then every slot read moved at once: every answer whole', async () => {
+  await cluster.forgetFailed();  // the master d killed
+  // What every answer must be: the list as the agent serves it now (after e's tools).
+  const now = await agent.request('GET', '/v1/manifests', { headers: auth() });
+  assert.equal(now.status, 200, now.text);
+  baseline = entries(now.json);
+  const added = await cluster.addMaster({ ns: NS, edgePassword: EDGE_REDIS_PASSWORD });
+  const slots = await readSlots();
+  const before = await Promise.all(edges.map(healthz));
+  let done = false;
+  const reads = readLoop(() => done);
+  try {
+    await rebalanceOnto(added, slots, reads, () => { done = true; }, before);
+  } finally {
+    done = true;
+    await reads.catch(() => {});
+  }
+});
+
+async function rebalanceOnto(added, slots, reads, stop, before) {
+  await sleep(500);
+  // As an operator scales out: redis-cli moves a quarter of the slots to the empty master, each
+  // slot's keys in MIGRATEs of its default pipeline (10), while both edges, the replica edge and
+  // the agent are read and the writers write (readLoop).
+  const t0 = Date.now();
+  const rebalanced = await cluster.cliInBackground('rebalance', `127.0.0.1:${seed}`,
+                                                   '--cluster-use-empty-masters');
+  const rebalanceMs = Date.now() - t0;
+  const movedByRebalance = [];
+  for (const slot of slots) {
+    if ((await cluster.shardOf(slot, seed)).master === added) movedByRebalance.push(slot);
+  }
+  // Then every slot the reads touch and the rebalance left, all at once, two keys at a time.
+  const rest = slots.filter((slot) => !movedByRebalance.includes(slot));
+  await Promise.all(rest.map((slot) => migrateSlot(slot, added, { batch: 2, pauseMs: 150 })));
+  await cluster.waitUntilOk({ replicas: false });
+  await sleep(1000);
+  stop();
+  const answers = await reads;
+  const served = await slotsServedBy(added);
+  assert.ok(served > 4000, `the new master serves ${served} slots: ${rebalanced}`);
+  for (const slot of slots) {
+    assert.equal((await cluster.shardOf(slot, seed)).master, added, `slot ${slot} moved`);
+  }
+  console.log(`      rebalance: ${served} slots to the new master in ${rebalanceMs} ms ` +
+              `(${movedByRebalance.length} of the ${slots.length} slots read); then ` +
+              `${rest.length} at once, key by key`);
+  console.log(`      ${checkAnswers(answers)}`);
+  for (const [i, w] of edges.entries()) {
+    const h = await healthz(w);
+    assert.ok(h.cluster.moved > before[i].cluster.moved, `edge ${i} followed MOVED: ${JSON.stringify(h.cluster)}`);
+  }
+  await untilRecovered(10000);
+  // The agent still lists into the moved slots: a refresh commits, read back at both edges.
+  const fromAgent = await agent.request('GET', '/v1/manifests', { headers: auth() });
+  assert.equal(fromAgent.status, 200, fromAgent.text);
+  for (const w of [...edges, ...replicaEdges]) {
+    await waitFor('the edge serves the agent\'s list', async () => {
+      const r = await w.request('GET', '/v1/manifests', { headers: auth() });
+      return r.status === 200 && JSON.stringify(entries(r.json)) === JSON.stringify(entries(fromAgent.json));
+    }, 10000);
+  }
+}
 
 // ---- runner ------------------------------------------------------------------------------------
 

@@ -753,51 +753,120 @@ export class RedisCluster {
     const c = new RedisCluster();
     c.password = password;
     c.tls = tls;
+    c.nodeTimeoutMs = nodeTimeoutMs;
     c.dir = mkdtempSync(path.join(os.tmpdir(), 'quiver-edge-cluster-'));
     c.ports = [];
     c.procs = new Map();
     for (let i = 0; i < 6; i++) c.ports.push(await freeClusterPort(c.ports));
     try {
-      for (const port of c.ports) {
-        const dir = path.join(c.dir, String(port));
-        mkdirSync(dir);
-        const args = ['--port', tls ? '0' : String(port), '--bind', '127.0.0.1', '--save', '',
-                      '--appendonly', 'no', '--dir', dir, '--cluster-enabled', 'yes',
-                      '--cluster-config-file', path.join(dir, 'nodes.conf'),
-                      '--cluster-node-timeout', String(nodeTimeoutMs),
-                      '--repl-diskless-sync-delay', '0', '--repl-ping-replica-period', '1',
-                      '--requirepass', password, '--masterauth', password];
-        if (tls) {
-          // The bus port stays the (TLS) port + 10000, as freeClusterPort checked.
-          args.push('--tls-port', String(port), '--tls-cert-file', tls.cert, '--tls-key-file',
-                    tls.key, '--tls-ca-cert-file', tls.ca, '--tls-auth-clients', 'no',
-                    '--tls-cluster', 'yes', '--tls-replication', 'yes');
-        }
-        const proc = spawnTied('redis-server', args, { stdout: 'ignore' });
-        proc.stderr.pipe(process.stderr);
-        c.procs.set(port, { proc, exited: new Promise((resolve) => proc.once('exit', resolve)) });
-      }
-      for (const port of c.ports) {
-        await waitFor(`redis-server on ${port}`, async () => {
-          const r = await c.client(port);
-          r.close();
-          return true;
-        });
-      }
-      const created = spawnSync('redis-cli', [
-        '--cluster', 'create', ...c.ports.map((p) => `127.0.0.1:${p}`), '--cluster-replicas', '1',
-        '--cluster-yes', ...(tls ? ['--tls', '--cacert', tls.ca] : [])],
-      { env: { ...process.env, REDISCLI_AUTH: password }, encoding: 'utf8' });
-      if (created.status !== 0) {
-        throw new Error(`redis-cli --cluster create exited ${created.status}: ${created.stdout}` +
-                        `${created.stderr}`);
-      }
+      for (const port of c.ports) c.startNode(port);
+      for (const port of c.ports) await c.untilListening(port);
+      c.cli('create', ...c.ports.map((p) => `127.0.0.1:${p}`), '--cluster-replicas', '1',
+            '--cluster-yes');
       await c.waitUntilOk();
     } catch (e) {
       await c.stop();
       throw e;
     }
     return c;
+  }
+
+  // A cluster-enabled redis-server on `port` (a fresh directory), not yet part of the cluster.
+  startNode(port) {
+    const { password, tls } = this;
+    const dir = path.join(this.dir, String(port));
+    mkdirSync(dir);
+    const args = ['--port', tls ? '0' : String(port), '--bind', '127.0.0.1', '--save', '',
+                  '--appendonly', 'no', '--dir', dir, '--cluster-enabled', 'yes',
+                  '--cluster-config-file', path.join(dir, 'nodes.conf'),
+                  '--cluster-node-timeout', String(this.nodeTimeoutMs),
+                  '--repl-diskless-sync-delay', '0', '--repl-ping-replica-period', '1',
+                  '--requirepass', password, '--masterauth', password];
+    if (tls) {
+      // The bus port stays the (TLS) port + 10000, as freeClusterPort checked.
+      args.push('--tls-port', String(port), '--tls-cert-file', tls.cert, '--tls-key-file',
+                tls.key, '--tls-ca-cert-file', tls.ca, '--tls-auth-clients', 'no',
+                '--tls-cluster', 'yes', '--tls-replication', 'yes');
+    }
+    const proc = spawnTied('redis-server', args, { stdout: 'ignore' });
+    proc.stderr.pipe(process.stderr);
+    this.procs.set(port, { proc, exited: new Promise((resolve) => proc.once('exit', resolve)) });
+  }
+
+  async untilListening(port) {
+    await waitFor(`redis-server on ${port}`, async () => {
+      const r = await this.client(port);
+      r.close();
+      return true;
+    });
+  }
+
+  // `redis-cli --cluster <args>` with the nodes' password; its output, or an Error saying how it
+  // failed.
+  cli(...args) {
+    const run = spawnSync('redis-cli', this.cliArgs(args),
+                          { env: { ...process.env, REDISCLI_AUTH: this.password }, encoding: 'utf8' });
+    if (run.status !== 0) {
+      throw new Error(`redis-cli --cluster ${args[0]} exited ${run.status}: ${run.stdout}${run.stderr}`);
+    }
+    return run.stdout;
+  }
+
+  // The same without blocking this process (a test reads meanwhile): resolves with the output.
+  cliInBackground(...args) {
+    return new Promise((resolve, reject) => {
+      const child = spawn('redis-cli', this.cliArgs(args),
+                          { env: { ...process.env, REDISCLI_AUTH: this.password } });
+      let out = '';
+      child.stdout.on('data', (d) => { out += d; });
+      child.stderr.on('data', (d) => { out += d; });
+      child.once('error', reject);
+      child.once('exit', (code) => (code === 0 ? resolve(out) : reject(new Error(
+        `redis-cli --cluster ${args[0]} exited ${code}: ${out}`))));
+    });
+  }
+
+  cliArgs(args) {
+    return ['--cluster', ...args, ...(this.tls ? ['--tls', '--cacert', this.tls.ca] : [])];
+  }
+
+  // CLUSTER FORGET, at every live node, of every node marked failed (one kill() ended): as an
+  // operator removes a dead node before `redis-cli --cluster` commands, which refuse to run while
+  // a node is unreachable.
+  async forgetFailed() {
+    const alive = this.alive();
+    const lines = String(await this.call(alive[0], 'CLUSTER', 'NODES')).trim().split('\n');
+    const failed = lines.map((l) => l.split(' '))
+      .filter((f) => f[2].split(',').includes('fail') && !f[2].includes('myself')).map((f) => f[0]);
+    for (const id of failed) {
+      for (const port of alive) await this.call(port, 'CLUSTER', 'FORGET', id);
+    }
+    return failed.length;
+  }
+
+  // A fourth master, empty (no slots, no replica), joined as `redis-cli --cluster add-node` does;
+  // with `ns` and `edgePassword` the edge's ACL user is made on it (prepareForEdges). Its port.
+  async addMaster({ ns = null, edgePassword = null } = {}) {
+    const port = await freeClusterPort(this.ports);
+    this.ports.push(port);
+    this.startNode(port);
+    await this.untilListening(port);
+    if (ns) {
+      const admin = await this.client(port);
+      await createEdgeUser(admin, ns, edgePassword);
+      admin.close();
+    }
+    this.cli('add-node', `127.0.0.1:${port}`, `127.0.0.1:${this.alive()[0]}`);
+    const id = await this.call(port, 'CLUSTER', 'MYID');
+    await waitFor(`every node knows ${port}`, async () => {
+      for (const p of this.alive()) {
+        if (!String(await this.call(p, 'CLUSTER', 'NODES')).includes(id)) return false;
+      }
+      return true;
+    }, 30000);
+    // Until the new node, too, says cluster_state:ok (before, it answers CLUSTERDOWN).
+    await this.waitUntilOk({ replicas: false });
+    return port;
   }
 
   client(port) {
