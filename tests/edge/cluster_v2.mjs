@@ -38,7 +38,8 @@
 //      cluster rebalanced onto it mid-traffic (`redis-cli --cluster rebalance
 //      --cluster-use-empty-masters`: a quarter of the slots, each slot's keys in MIGRATEs of 10),
 //      then every slot the reads touch that it left moved there at once, two keys at a time:
-//      every answer whole, the edges follow MOVED, and a refresh after it shows everywhere.
+//      every answer whole, the edges follow MOVED, and a tool added at every upstream after it,
+//      refreshed through the agent into the moved slots, shows at every edge.
 // A third edge reads with replica reads on (QUIVER_REDIS_REPLICA_READS=1; answers `edge:
 // 'replica'`), held to the same rule through every fault: in c its conditional reads run at the
 // replicas, which know nothing of the reshard (a key moved away is absent there, not ASK).
@@ -470,15 +471,21 @@ test('d: a SIGKILLed master: L1 copies or 503 meanwhile, never a partial list, t
 });
 
 test('e: after the faults, an upstream change refreshed through the agent shows at both edges', async () => {
-  // Every connection, so the one on the promoted replica is among them (and the per-member one,
-  // whose manifest is in the member's slot).
+  await changeEveryUpstream('after_faults', edges);
+});
+
+// A tool `tool` added at every upstream (every connection, so the ones on a promoted replica or a
+// moved slot are among them, and the per-member one, whose manifest is in the member's slot),
+// refreshed through the agent until it serves every one; then every edge of `ws` serves the
+// agent's list. Returns the agent's answer.
+async function changeEveryUpstream(tool, ws) {
   for (const { control } of upstreams.filter((u) => u.control)) {
-    appendFileSync(control, '{"add_tool":"after_faults"}\n');
+    appendFileSync(control, `{"add_tool":"${tool}"}\n`);
   }
-  const added = await fetch(perm.control, { method: 'POST', body: '{"add_tool":"after_faults"}' });
+  const added = await fetch(perm.control, { method: 'POST', body: `{"add_tool":"${tool}"}` });
   assert.equal(added.status, 200, await added.text());
   const hasIt = (json, id) => json?.connections?.find((c) => c.id === id)?.manifest?.tools?.items
-    ?.some((t) => t.name.endsWith('after_faults'));
+    ?.some((t) => t.name.endsWith(tool));
   for (const { id } of upstreams) {
     await waitFor(`the agent queues ${id}'s refresh`, async () => {
       const r = await agent.request('POST', `/v1/mcp-connections/${id}/refresh-tools`, { headers: auth() });
@@ -501,13 +508,14 @@ test('e: after the faults, an upstream change refreshed through the agent shows 
   }, 60000);
   const want = entries(fromAgent.json);
   for (const { id } of upstreams) assert.notEqual(want[id].etag, baseline[id].etag, id);
-  for (const [i, w] of edges.entries()) {
+  for (const [i, w] of ws.entries()) {
     await waitFor(`edge ${i} serves the new tools`, async () => {
       const r = await w.request('GET', '/v1/manifests', { headers: auth() });
       return r.status === 200 && JSON.stringify(entries(r.json)) === JSON.stringify(want);
     }, 10000);
   }
-});
+  return fromAgent;
+}
 
 // Moves `slot` to the master `to` as a reshard does, under traffic: IMPORTING/MIGRATING, its keys in
 // MIGRATEs of `batch` with a pause after each, then SETSLOT NODE at every master. Nothing when
@@ -604,15 +612,9 @@ async function rebalanceOnto(added, slots, reads, stop, before) {
     assert.ok(h.cluster.moved > before[i].cluster.moved, `edge ${i} followed MOVED: ${JSON.stringify(h.cluster)}`);
   }
   await untilRecovered(10000);
-  // The agent still lists into the moved slots: a refresh commits, read back at both edges.
-  const fromAgent = await agent.request('GET', '/v1/manifests', { headers: auth() });
-  assert.equal(fromAgent.status, 200, fromAgent.text);
-  for (const w of [...edges, ...replicaEdges]) {
-    await waitFor('the edge serves the agent\'s list', async () => {
-      const r = await w.request('GET', '/v1/manifests', { headers: auth() });
-      return r.status === 200 && JSON.stringify(entries(r.json)) === JSON.stringify(entries(fromAgent.json));
-    }, 10000);
-  }
+  // The agent still lists into the moved slots (all on the new master now): a tool added at every
+  // upstream, refreshed and committed there, shows at every edge, the replica edge's too.
+  await changeEveryUpstream('after_rebalance', [...edges, ...replicaEdges]);
 }
 
 // ---- runner ------------------------------------------------------------------------------------
