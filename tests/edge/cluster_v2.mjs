@@ -584,8 +584,7 @@ async function rebalanceOnto(added, slots, reads, stop, before) {
   // slot's keys in MIGRATEs of its default pipeline (10), while both edges, the replica edge and
   // the agent are read and the writers write (readLoop).
   const t0 = Date.now();
-  const rebalanced = await cluster.cliInBackground('rebalance', `127.0.0.1:${seed}`,
-                                                   '--cluster-use-empty-masters');
+  const rebalanced = await cluster.cli('rebalance', `127.0.0.1:${seed}`, '--cluster-use-empty-masters');
   const rebalanceMs = Date.now() - t0;
   const movedByRebalance = [];
   for (const slot of slots) {

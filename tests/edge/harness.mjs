@@ -761,8 +761,8 @@ export class RedisCluster {
     try {
       for (const port of c.ports) c.startNode(port);
       for (const port of c.ports) await c.untilListening(port);
-      c.cli('create', ...c.ports.map((p) => `127.0.0.1:${p}`), '--cluster-replicas', '1',
-            '--cluster-yes');
+      await c.cli('create', ...c.ports.map((p) => `127.0.0.1:${p}`), '--cluster-replicas', '1',
+                  '--cluster-yes');
       await c.waitUntilOk();
     } catch (e) {
       await c.stop();
@@ -801,22 +801,14 @@ export class RedisCluster {
     });
   }
 
-  // `redis-cli --cluster <args>` with the nodes' password; its output, or an Error saying how it
-  // failed.
+  // `redis-cli --cluster <args>` with the nodes' password, without blocking this process (a test
+  // may read meanwhile): resolves with its output, rejects saying how it failed.
   cli(...args) {
-    const run = spawnSync('redis-cli', this.cliArgs(args),
-                          { env: { ...process.env, REDISCLI_AUTH: this.password }, encoding: 'utf8' });
-    if (run.status !== 0) {
-      throw new Error(`redis-cli --cluster ${args[0]} exited ${run.status}: ${run.stdout}${run.stderr}`);
-    }
-    return run.stdout;
-  }
-
-  // The same without blocking this process (a test reads meanwhile): resolves with the output.
-  cliInBackground(...args) {
+    const tlsArgs = this.tls ? ['--tls', '--cacert', this.tls.ca] : [];
     return new Promise((resolve, reject) => {
-      const child = spawn('redis-cli', this.cliArgs(args),
-                          { env: { ...process.env, REDISCLI_AUTH: this.password } });
+      const child = spawn('redis-cli', ['--cluster', ...args, ...tlsArgs],
+                          { env: { ...process.env, REDISCLI_AUTH: this.password },
+                            stdio: ['ignore', 'pipe', 'pipe'] });
       let out = '';
       child.stdout.on('data', (d) => { out += d; });
       child.stderr.on('data', (d) => { out += d; });
@@ -824,10 +816,6 @@ export class RedisCluster {
       child.once('exit', (code) => (code === 0 ? resolve(out) : reject(new Error(
         `redis-cli --cluster ${args[0]} exited ${code}: ${out}`))));
     });
-  }
-
-  cliArgs(args) {
-    return ['--cluster', ...args, ...(this.tls ? ['--tls', '--cacert', this.tls.ca] : [])];
   }
 
   // CLUSTER FORGET, at every live node, of every node marked failed (one kill() ended): as an
@@ -856,7 +844,7 @@ export class RedisCluster {
       await createEdgeUser(admin, ns, edgePassword);
       admin.close();
     }
-    this.cli('add-node', `127.0.0.1:${port}`, `127.0.0.1:${this.alive()[0]}`);
+    await this.cli('add-node', `127.0.0.1:${port}`, `127.0.0.1:${this.alive()[0]}`);
     const id = await this.call(port, 'CLUSTER', 'MYID');
     await waitFor(`every node knows ${port}`, async () => {
       for (const p of this.alive()) {
