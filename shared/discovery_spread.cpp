@@ -138,6 +138,15 @@ Status SpreadDiscoveryRead::feed_grants(const std::vector<RespValue>& replies) {
   std::optional<std::string> member_version = string_or_empty(replies[n + 1]);
   if (!member_version) return bad_reply("member version", "neither a string nor nil");
   snapshot_.member_version = std::move(*member_version);
+  if (snapshot_.member_version.empty()) {
+    // Agents write a version for every member they know, one without grants too, and never
+    // delete it: none means the member's slot lost its data (or no agent wrote the member yet),
+    // and its grants cannot be told from "nothing granted".
+    return Error(ErrorCode::kStoreUnavailable,
+                 "discovery read: the store holds no version for " + member_.str() +
+                     ": the part of the store that keeps its grants lost its data, or no agent "
+                     "has written this member yet");
+  }
 
   // The grants: connection id → the credential mode the grant was written with.
   std::vector<std::pair<std::string, std::string>> granted;
@@ -522,6 +531,24 @@ Status SpreadDiscoveryRead::check_modes() {
   return finish();
 }
 
+// A connection granted with a mode (the grant was written when its record existed: a grant
+// written before its connection's record holds '') whose record and version are both gone lost
+// them with its slot: a version is never deleted, not even with the connection (a removed one
+// keeps it). The part of the store that held them restarted empty or was flushed (docs/design.md
+// "A part of the store that lost its data"): the list is refused rather than served without the
+// connection.
+Status SpreadDiscoveryRead::refuse_lost_connection(const PageEntry& e, bool conn_present,
+                                                   const std::string& version) const {
+  if (conn_present || !version.empty() ||
+      (e.grant_mode != kGrantModeShared && e.grant_mode != kGrantModePerMember)) {
+    return Status();
+  }
+  return Error(ErrorCode::kStoreUnavailable,
+               "discovery read: connection '" + e.cid + "' is granted (" + e.grant_mode +
+                   ") but the store holds neither its record nor its version: the part of the "
+                   "store that keeps it lost its data (an agent restores it)");
+}
+
 Status SpreadDiscoveryRead::finish() {
   commands_.clear();
   hand_back_split_.clear();
@@ -531,6 +558,9 @@ Status SpreadDiscoveryRead::finish() {
     const std::vector<RespValue>& c = e.conn_reply.elements;  // {conn, version, marked, shared}
     std::string mode = credential_mode_of(c[0]);
     bool conn_present = !c[0].elements.empty();
+    if (Status lost = refuse_lost_connection(e, conn_present, *string_or_empty(c[1])); !lost.ok()) {
+      return lost;
+    }
     const RespValue* data = nullptr;  // {manifest, disabled, lease, invalidated}
     std::string principal;
     if (conn_present && mode == kGrantModeShared) {

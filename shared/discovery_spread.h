@@ -160,6 +160,9 @@ class SpreadDiscoveryRead {
   bool split_values_ok(const SplitRead& split) const;
   void take_split_values(SplitRead& split);
   Status check_modes();
+  // kStoreUnavailable for a granted connection whose slot lost its data (the .cpp says how).
+  Status refuse_lost_connection(const PageEntry& e, bool conn_present,
+                                const std::string& version) const;
   Status finish();
 
   RedisKeys keys_;

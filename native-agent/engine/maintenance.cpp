@@ -49,9 +49,75 @@ Status Maintenance::sync_config() {
   }
   if (Status st = sync_connections(); !st.ok()) return st;
   if (ctx_.reload_requested) return Status::Ok();
-  Result<GrantSync> grants = ctx_.store->sync_grants(grants_ ? *grants_ : ctx_.config.grants);
+  const GrantMap& granted = grants_ ? *grants_ : ctx_.config.grants;
+  Result<GrantSync> grants = ctx_.store->sync_grants(granted);
   if (!grants.ok()) return grants.error();
+  watch_versions(granted);
   return Status::Ok();
+}
+
+// Every connection and every member this sync wrote has a version now (RedisStore::sync_grants
+// writes one for a member without grants too).
+void Maintenance::watch_versions(const GrantMap& grants) {
+  watched_connections_.clear();
+  watched_members_.clear();
+  for (const ConnectionConfig& c : ctx_.config.connections) watched_connections_.push_back(c.id);
+  for (const auto& [id, granted] : grants) {
+    if (Result<Principal> m = Principal::member(id); m.ok()) watched_members_.push_back(*m);
+  }
+  version_seen_.assign(watched_connections_.size() + watched_members_.size(), false);
+  version_cursor_ = 0;
+}
+
+std::optional<std::string> Maintenance::lost_part() {
+  const std::size_t total = version_seen_.size();
+  if (total == 0) return std::nullopt;
+  const std::size_t n = watched_connections_.size();
+  std::vector<std::size_t> window;
+  std::vector<std::string> conns;
+  std::vector<Principal> members;
+  for (std::size_t k = 0; k < std::min(total, kVersionChecksPerCheck); ++k) {
+    const std::size_t i = (version_cursor_ + k) % total;
+    window.push_back(i);
+    if (i < n) conns.push_back(watched_connections_[i]);
+  }
+  for (std::size_t i : window) {
+    if (i >= n) members.push_back(watched_members_[i - n]);
+  }
+  Result<std::vector<bool>> present = ctx_.store->versions_present(conns, members);
+  if (!present.ok()) {
+    ctx_.log_store_error("store check: reading versions", present.error());
+    return std::nullopt;
+  }
+  if (present->empty()) {  // a store whose parts are not lost alone
+    version_seen_.clear();
+    return std::nullopt;
+  }
+  if (present->size() != window.size()) return std::nullopt;
+  version_cursor_ = (version_cursor_ + window.size()) % total;
+  // present holds the connections of the window first, then its members: map back to `window`.
+  std::vector<std::size_t> order;
+  for (std::size_t i : window) {
+    if (i < n) order.push_back(i);
+  }
+  for (std::size_t i : window) {
+    if (i >= n) order.push_back(i);
+  }
+  std::vector<std::string> lost;
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    const std::size_t i = order[k];
+    if ((*present)[k]) {
+      version_seen_[i] = true;
+    } else if (version_seen_[i]) {
+      lost.push_back(i < n ? "connection '" + watched_connections_[i] + "'"
+                           : watched_members_[i - n].str());
+    }
+  }
+  if (lost.empty()) return std::nullopt;
+  std::string what = lost.front();
+  for (std::size_t k = 1; k < lost.size() && k < 5; ++k) what += ", " + lost[k];
+  if (lost.size() > 5) what += " and " + std::to_string(lost.size() - 5) + " more";
+  return what;
 }
 
 // The namespace moved to a key layout this build writes but this engine's store does not (the
@@ -172,6 +238,22 @@ std::string Maintenance::check_store_once() {
     ctx_.log_store_error("store check", record.error());
     if (is_unknown_layout_error(record.error())) follow_layout_switch();
     return "unknown";
+  }
+  if (record->state == NamespaceState::kReady) {
+    if (std::optional<std::string> lost = lost_part(); lost) {
+      // Part of the namespace is gone while its record (on another shard) is not: restored as a
+      // namespace the store lost; readers answer 503 meanwhile, never a list without it.
+      ctx_.logger->warn(kAgentLog,
+                        "store: the versions of " + *lost +
+                            " are gone (a part of the store lost its data: a Redis Cluster shard "
+                            "restarted empty or was flushed): marking the namespace restoring and "
+                            "restoring connections, grants and preference overlays");
+      if (Status st = ctx_.store->demote_namespace(ctx_.options.now_ms()); !st.ok()) {
+        ctx_.log_store_error("store: marking the namespace restoring", st.error());
+        return "ready";  // again at the next check
+      }
+      record->state = NamespaceState::kRestoring;  // as written: the restore below
+    }
   }
   if (record->state == NamespaceState::kReady) {
     ctx_.metrics.store_namespace("ready");

@@ -20,7 +20,9 @@
 //     clock skew against the store and the revalidation group's dead consumers.
 //   - check_store_once(), every store_check_interval_ms: a namespace the store lost (restarted
 //     empty, flushed, failed over) is restored (connections, grants, overlays), held `restoring`
-//     long enough for every other agent's preference copy, then marked ready and re-listed.
+//     long enough for every other agent's preference copy, then marked ready and re-listed. On key
+//     layout v2 a part of it lost alone (one Redis Cluster shard: versions seen before and missing
+//     now, lost_part) has the namespace marked `restoring` and is restored the same way.
 // The store check's view (the state and ready record last seen) is kept here and only touched
 // by the scheduler thread (or a test driving it by hand).
 #pragma once
@@ -38,6 +40,10 @@ namespace quiver {
 // Records of a namespace from before the refresh-due index that one maintenance pass indexes
 // (ManifestStore::backfill_due_index): a SCAN of 100 pages of 1,000 keys, once per namespace.
 inline constexpr std::size_t kDueBackfillKeysPerPass = 100'000;
+
+// Versions (connections' and members') one store check reads on key layout v2 (Maintenance's
+// lost_part): one EXISTS each, pipelined per node.
+inline constexpr std::size_t kVersionChecksPerCheck = 1024;
 
 class Maintenance {
  public:
@@ -61,6 +67,12 @@ class Maintenance {
   // The agent's copy of the catalog, put back where nothing is stored (a namespace the store lost).
   Status restore_catalog();
   void request_reload(const std::string& why);
+  // Key layout v2: the versions of the connections and members the last sync_config wrote,
+  // checked kVersionChecksPerCheck at a time, each store check. A version is never deleted, so one
+  // seen before and missing now lost its slot with it (a Redis Cluster shard restarted empty or
+  // flushed, the namespace record on another shard): what was lost, as a log line, or nullopt.
+  void watch_versions(const GrantMap& grants);
+  std::optional<std::string> lost_part();
   void follow_layout_switch();
   void measure_clock_skew();
   void remove_dead_consumers();
@@ -75,6 +87,12 @@ class Maintenance {
   // Members' grants as the catalog last said (the running configuration's, then rebuilt ones a
   // member/grant change left the engine indifferent to): what sync_grants writes.
   std::optional<GrantMap> grants_;
+  // What lost_part() checks: connection ids, then members (as `member/<id>` principals), a flag
+  // per entry set once its version was seen, and where the next window starts.
+  std::vector<std::string> watched_connections_;
+  std::vector<Principal> watched_members_;
+  std::vector<bool> version_seen_;
+  std::size_t version_cursor_ = 0;
 };
 
 }  // namespace quiver

@@ -1522,22 +1522,28 @@ struct RedisStore::Impl {
     auto it = members.begin();
     while (it != members.end()) {
       std::vector<std::string> page;
-      std::vector<RedisCommand> reads;
+      std::vector<RedisCommand> reads;  // each member's grants, then its version
       for (; it != members.end() && page.size() < kReadPage; ++it) {
         page.push_back(*it);
-        reads.push_back({"HGETALL", *keys.grants(*Principal::member(*it))});
+        const Principal member = *Principal::member(*it);
+        reads.push_back({"HGETALL", *keys.grants(member)});
+        reads.push_back({"EXISTS", *keys.member_version(member)});
       }
       Result<std::vector<RespValue>> stored = spread(reads, "HGETALL");
       if (!stored.ok()) return stored.error();
       for (std::size_t i = 0; i < page.size(); ++i) {
         const Principal member = *Principal::member(page[i]);
         GrantModes desired;
-        if (auto want = grants.find(page[i]); want != grants.end()) {
+        auto want = grants.find(page[i]);
+        if (want != grants.end()) {
           for (const std::string& cid : want->second) desired[cid] = (*modes)[cid];
         }
         GrantModes have;
-        for (const auto& [cid, mode] : field_map((*stored)[i])) have[cid] = mode;
-        if (have == desired) {
+        for (const auto& [cid, mode] : field_map((*stored)[2 * i])) have[cid] = mode;
+        // Every member of the configuration has a version, one without grants too: a reader
+        // takes a member without one for a member whose slot lost its data (discovery_spread.h).
+        const bool versioned = (*stored)[2 * i + 1].integer == 1 || want == grants.end();
+        if (have == desired && versioned) {
           if (desired.empty() && listed.count(page[i]) != 0) {
             drop.push_back({"SREM", *keys.grant_members(*keys.member_shard(member)), member.str()});
           }
@@ -2083,6 +2089,40 @@ Result<bool> RedisStore::mark_namespace_ready(int64_t now_ms) {
                  "SET namespace");
   if (!r.ok()) return r.error();
   return r->is_ok();  // nil: no record to update (wiped since the restore began)
+}
+
+Result<std::vector<bool>> RedisStore::versions_present(
+    const std::vector<std::string>& connection_ids, const std::vector<Principal>& members) {
+  if (!impl_->v2()) return std::vector<bool>{};  // one slot: the namespace record tells
+  std::vector<RedisCommand> exists;
+  exists.reserve(connection_ids.size() + members.size());
+  for (const std::string& cid : connection_ids) {
+    Result<std::string> k = impl_->keys.conn_version(cid);
+    if (!k.ok()) return k.error();
+    exists.push_back({"EXISTS", std::move(*k)});
+  }
+  for (const Principal& m : members) {
+    Result<std::string> k = impl_->keys.member_version(m);
+    if (!k.ok()) return k.error();
+    exists.push_back({"EXISTS", std::move(*k)});
+  }
+  Result<std::vector<RespValue>> r = impl_->spread(exists, "EXISTS version");
+  if (!r.ok()) return r.error();
+  std::vector<bool> out;
+  out.reserve(r->size());
+  for (const RespValue& v : *r) {
+    if (!v.is_integer()) return Error(ErrorCode::kInvalidReply, "redis EXISTS: not an integer");
+    out.push_back(v.integer == 1);
+  }
+  return out;
+}
+
+Status RedisStore::demote_namespace(int64_t now_ms) {
+  Result<RespValue> r =
+      impl_->one({"SET", impl_->keys.namespace_record(),
+                  std::string(kNamespaceRestoring) + ":" + std::to_string(now_ms)},
+                 "SET namespace");
+  return r.ok() ? Status::Ok() : Status(r.error());
 }
 
 Result<std::optional<int64_t>> RedisStore::store_time_ms() {
@@ -3511,11 +3551,14 @@ Result<bool> RedisStore::set_member_grants(std::string_view member_id,
     // (a grant written before its connection's record), and is no change of grants.
     Result<GrantModes> want = impl_->credential_modes(cids);
     if (!want.ok()) return want.error();
-    Result<RespValue> stored = impl_->one_spread({"HGETALL", *keys.grants(*p)}, "HGETALL");
+    Result<std::vector<RespValue>> stored = impl_->spread(
+        {{"HGETALL", *keys.grants(*p)}, {"EXISTS", *keys.member_version(*p)}}, "HGETALL");
     if (!stored.ok()) return stored.error();
     GrantModes have;
-    for (const auto& [cid, mode] : field_map(*stored)) have[cid] = mode;
-    if (have == *want) return false;
+    for (const auto& [cid, mode] : field_map((*stored)[0])) have[cid] = mode;
+    // A member without a version is written even without grants: a reader takes a member
+    // without one for a member whose slot lost its data (shared/discovery_spread.h).
+    if (have == *want && (*stored)[1].integer == 1) return false;
     if (Status s = impl_->write_member_grants({member_grant_write_v2(keys, *p, have, *want)},
                                               "set member grants");
         !s.ok()) {

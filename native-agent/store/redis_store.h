@@ -106,6 +106,9 @@ class RedisStore final : public ManifestStore {
   Result<NamespaceRecord> read_namespace() override;
   Status begin_namespace_restore(int64_t now_ms) override;
   Result<bool> mark_namespace_ready(int64_t now_ms) override;
+  Result<std::vector<bool>> versions_present(const std::vector<std::string>& connection_ids,
+                                             const std::vector<Principal>& members) override;
+  Status demote_namespace(int64_t now_ms) override;
   Result<std::optional<int64_t>> store_time_ms() override;
 
   Result<AcquireResult> acquire_lease(std::string_view cid, const Principal& principal,

@@ -269,6 +269,23 @@ class ManifestStore {
   // Marks it `ready`, only if a record is still there: false when it vanished since
   // begin_namespace_restore (wiped again mid-restore: the caller restores again).
   virtual Result<bool> mark_namespace_ready(int64_t now_ms) = 0;
+  // Whether each of these connections' and members' versions is in the store, connections first
+  // (RedisStore on key layout v2: each lives in its own slot, and one shard of a Redis Cluster
+  // can lose its data while the namespace record on another stays; a version is never deleted,
+  // so one seen before and missing now was lost). Empty for a store that cannot lose a part
+  // alone (SqliteStore, key layout v1: the namespace is one slot, its record tells).
+  virtual Result<std::vector<bool>> versions_present(const std::vector<std::string>& connection_ids,
+                                                     const std::vector<Principal>& members) {
+    (void)connection_ids;
+    (void)members;
+    return std::vector<bool>{};
+  }
+  // Marks the namespace `restoring` even when it is ready: a part of it was lost, and the store
+  // check restores it as a namespace the store lost. A no-op where no part can be lost alone.
+  virtual Status demote_namespace(int64_t now_ms) {
+    (void)now_ms;
+    return Status::Ok();
+  }
   // The store's own clock (Redis TIME), for the agent's clock-skew report; nullopt when the store
   // has no clock of its own (SqliteStore).
   virtual Result<std::optional<int64_t>> store_time_ms() = 0;

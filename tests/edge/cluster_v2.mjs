@@ -39,7 +39,13 @@
 //      --cluster-use-empty-masters`: a quarter of the slots, each slot's keys in MIGRATEs of 10),
 //      then every slot the reads touch that it left moved there at once, two keys at a time:
 //      every answer whole, the edges follow MOVED, and a tool added at every upstream after it,
-//      refreshed through the agent into the moved slots, shows at every edge.
+//      refreshed through the agent into the moved slots, shows at every edge;
+//   g. a shard that lost its data: the namespace's slot and alice's moved off the master serving
+//      the most connections, then FLUSHALL there mid-traffic. Every answer is every connection (a
+//      listing the loss took `pending` or `error`, never missing) or 503 (the reader refuses a
+//      granted connection whose record and version are both gone); the agent finds versions it
+//      had seen gone, marks the namespace restoring and restores it; the lost connections are
+//      listed again, and a tool added after it shows at every edge.
 // A third edge reads with replica reads on (QUIVER_REDIS_REPLICA_READS=1; answers `edge:
 // 'replica'`), held to the same rule through every fault: in c its conditional reads run at the
 // replicas, which know nothing of the reshard (a key moved away is absent there, not ASK).
@@ -192,7 +198,8 @@ async function readLoop(stop, writing = () => true, answers = []) {
       const res = await w.request('GET', '/v1/manifests', { headers: auth() });
       answers.push({ edge: i, start: t0, at: Date.now(), status: res.status,
                      source: res.headers['x-quiver-cache'], code: res.json?.error?.code,
-                     entries: entries(res.json) });
+                     entries: entries(res.json),
+                     statuses: Object.fromEntries((res.json?.connections ?? []).map((c) => [c.id, c.status])) });
       await sleep(i === 'agent' ? 100 : L1_TTL_MS + 5);
     }
   }));
@@ -615,6 +622,95 @@ async function rebalanceOnto(added, slots, reads, stop, before) {
   // upstream, refreshed and committed there, shows at every edge, the replica edge's too.
   await changeEveryUpstream('after_rebalance', [...edges, ...replicaEdges]);
 }
+
+test('g: a shard that lost its data (FLUSHALL at the master of the connections\' slots) mid-traffic: whole lists or 503, never one without its connections; the agent restores them', async () => {
+  const now = await agent.request('GET', '/v1/manifests', { headers: auth() });
+  assert.equal(now.status, 200, now.text);
+  baseline = entries(now.json);
+  const want = Object.keys(baseline).sort();
+  // The victim: the master serving the most connections. The namespace's slot (its record) and
+  // alice's (her grants) are moved off it first: what it loses is a part of the namespace, which
+  // the namespace record does not tell (a whole namespace lost is the store check's older case).
+  const count = new Map();
+  for (const { id } of upstreams) {
+    const { master } = await masterOfConnection(id);
+    count.set(master, (count.get(master) ?? 0) + 1);
+  }
+  const victim = [...count.entries()].sort((a, b) => b[1] - a[1])[0][0];
+  const other = (await masters()).find((p) => p !== victim);
+  const nsSlot = await cluster.call(seed, 'CLUSTER', 'KEYSLOT', `quiver:{${NS}}:namespace`);
+  for (const slot of [nsSlot, await memberSlot()]) await migrateSlot(slot, other);
+  await cluster.waitUntilOk({ replicas: false });
+  const lost = [];
+  for (const { id } of upstreams) if ((await masterOfConnection(id)).master === victim) lost.push(id);
+  assert.ok(lost.length >= 2, `the victim serves connections: ${lost}`);
+  const logsBefore = logs.length;
+  let done = false;
+  const answers = [];
+  const reads = readLoop(() => done, () => true, answers);
+  try {
+    await sleep(500);
+    // FLUSHALL at a master goes to its replicas too: the shard's data is gone, its slots stay.
+    assert.equal(await cluster.call(victim, 'FLUSHALL'), 'OK');
+    const flushedAt = Date.now();
+    await waitFor('the agent finds the versions gone and restores the namespace', () =>
+      logs.slice(logsBefore).some((l) => l.includes('namespace restored')), 30000);
+    const restoredAt = Date.now();
+    // The lost listings come back (the agent seeds the shared ones, alice's read queues hers).
+    await waitFor('the agent and every edge serve every connection with its manifest again', async () => {
+      for (const w of [agent, ...edges, ...replicaEdges]) {
+        const r = await w.request('GET', '/v1/manifests', { headers: auth() });
+        const got = entries(r.json);
+        if (r.status !== 200 || JSON.stringify(Object.keys(got).sort()) !== JSON.stringify(want) ||
+            want.some((id) => !got[id].manifest)) {
+          return false;
+        }
+      }
+      return true;
+    }, 60000);
+    await sleep(300);
+    done = true;
+    await reads;
+    // Every answer: 503, or every connection (one whose listing the loss took is `pending` or
+    // `error` until it is listed again, never missing and never an empty list).
+    const bad = [];
+    for (const a of answers) {
+      let why = null;
+      if (a.status === 503) {
+        why = a.code === 'STORE_UNAVAILABLE' ? null : `503 ${a.code}`;
+      } else if (a.status !== 200) {
+        why = `status ${a.status} ${a.code}`;
+      } else {
+        const ids = Object.keys(a.entries).sort();
+        if (JSON.stringify(ids) !== JSON.stringify(want)) why = `connections ${ids} (want ${want})`;
+        for (const id of want) {
+          if (!why && !a.entries[id].manifest && !['pending', 'error'].includes(a.statuses[id])) {
+            why = `${id} without its manifest, status ${a.statuses[id]}`;
+          }
+        }
+      }
+      if (why) bad.push(`${a.edge} at ${a.at - flushedAt} ms after the FLUSHALL: ${why}`);
+    }
+    assert.deepEqual(bad.slice(0, 5), [], `${bad.length} of ${answers.length} answers wrong`);
+    const after = answers.filter((a) => a.start >= flushedAt);
+    const refused = after.filter((a) => a.status === 503).length;
+    assert.ok(refused > 0, 'reads after the loss were refused until the restore');
+    console.log(`      ${lost.length} connections lost with master ${victim}; restored ` +
+                `${restoredAt - flushedAt} ms after the FLUSHALL; ${after.length} answers since, ` +
+                `${refused} 503, ${after.filter((a) => a.status === 200 && want.some((id) => !a.entries[id].manifest)).length} ` +
+                `with a connection pending`);
+    assert.ok(logs.slice(logsBefore).some((l) => l.includes('are gone (a part of the store lost its data')),
+              'the agent said what it found');
+    for (const id of lost) {
+      assert.equal(await cluster.call(victim, 'EXISTS', connSlotKey(id)), 1, `${id}'s record is back`);
+    }
+  } finally {
+    done = true;
+    await reads.catch(() => {});
+  }
+  // The agent lists into the restored slots as before.
+  await changeEveryUpstream('after_loss', [...edges, ...replicaEdges]);
+});
 
 // ---- runner ------------------------------------------------------------------------------------
 

@@ -1784,6 +1784,87 @@ TEST(AgentRedis, TheStoreCheckRestoresAWipedNamespaceWithinItsInterval) {
   agent->stop();
 }
 
+// Deletes every key matching `pattern` (a part of the store lost alone, as one Redis Cluster
+// shard restarted empty would leave it); how many.
+long long delete_keys(RedisServer& redis, const std::string& pattern) {
+  redisContext* c = redis.connect();
+  EXPECT_NE(c, nullptr);
+  if (c == nullptr) return 0;
+  auto* r = static_cast<redisReply*>(
+      redisCommand(c, "EVAL %s 0 %s",
+                   "local n = 0 for _, k in ipairs(redis.call('KEYS', ARGV[1])) do "
+                   "n = n + redis.call('DEL', k) end return n",
+                   pattern.c_str()));
+  EXPECT_NE(r, nullptr);
+  long long n = r != nullptr && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+  if (r != nullptr) freeReplyObject(r);
+  redisFree(c);
+  return n;
+}
+
+// Key layout v2 (docs/design.md "A part of the store that lost its data"): a connection's slot,
+// then a member's, lost while the namespace record stays. Each read is refused (never a list
+// without the connection, never "nothing granted"), and the store check finds the versions it had
+// seen gone, marks the namespace restoring and restores it.
+TEST(AgentRedis, APartOfTheStoreLostAloneIsRefusedThenRestored) {
+  RedisServer redis;
+  ASSERT_TRUE(redis.ok()) << redis.error();
+  {
+    redisContext* c = redis.connect();
+    ASSERT_NE(c, nullptr);
+    auto* r = static_cast<redisReply*>(redisCommand(c, "SET quiver:{default}:layout v2:ready:1"));
+    ASSERT_NE(r, nullptr);
+    freeReplyObject(r);
+    redisFree(c);
+  }
+  TempDir dir;
+  LogCapture log;
+  AgentConfig cfg = make_config(
+      dir, {{"t", upstream_server({})}},
+      {{"redis", redis_url(redis)}, {"members", {"alice", "bob"}}, {"grants", {{"alice", {"t"}}}}});
+  auto agent = make_agent(cfg, manual_options(log));
+  ASSERT_TRUE(agent);
+  ASSERT_TRUE(agent->start().ok()) << log.all();
+  ASSERT_EQ(agent->store().written_layout(), KeyLayout::kV2);
+  ASSERT_TRUE(agent->refresh_now("t", Principal::shared(), "manual")->committed) << log.all();
+  ASSERT_TRUE(
+      agent->set_preference("t", Principal::shared(), CapabilityType::kTool, "tool_2", false).ok());
+  std::string detail;
+  ASSERT_EQ(alice_answer(agent->store(), &detail), Answer::kRight) << detail;
+  // bob has no grants, and a version: his list is empty, not refused.
+  Result<DiscoverySnapshot> bob = agent->store().read_discovery(member("bob"));
+  ASSERT_TRUE(bob.ok()) << bob.error().message;
+  EXPECT_TRUE(bob->connections.empty());
+  EXPECT_EQ(agent->check_store_once(), "ready");  // sees every version once
+
+  const std::pair<const char*, const char*> parts[] = {
+      {"quiver:{default:c:t}*", "connection 't' is granted"},
+      {"quiver:{default:m:alice}*", "no version for member/alice"}};
+  int restores = 0;
+  for (const auto& [pattern, refusal] : parts) {
+    ASSERT_GT(delete_keys(redis, pattern), 0) << pattern;
+    Result<DiscoverySnapshot> lost = agent->store().read_discovery(member("alice"));
+    ASSERT_FALSE(lost.ok()) << pattern << ": served " << lost->connections.size();
+    EXPECT_EQ(lost.error().code, ErrorCode::kStoreUnavailable) << lost.error().message;
+    EXPECT_NE(lost.error().message.find(refusal), std::string::npos) << lost.error().message;
+    EXPECT_EQ(agent->check_store_once(), "restoring") << log.all();
+    EXPECT_TRUE(log.contains("are gone (a part of the store lost its data")) << log.all();
+    EXPECT_EQ(alice_answer(agent->store(), &detail), Answer::kNotReady) << detail;
+    EXPECT_TRUE(wait_until([&] { return agent->check_store_once() == "ready"; }, 10'000))
+        << log.all();
+    EXPECT_EQ(agent->metrics().namespace_restores(), ++restores);
+    EXPECT_EQ(alice_answer(agent->store(), &detail), Answer::kRight) << pattern << ": " << detail;
+    // The restore queued the listing the loss took; the hidden tool stays hidden.
+    agent->drain_revalidations_once();
+    ASSERT_TRUE(agent->refresh_now("t", Principal::shared(), "manual").ok()) << log.all();
+    EXPECT_EQ(shown_tools(agent->store(), "alice", "t"),
+              (std::vector<std::string>{"tool_1", "tool_3"}))
+        << pattern;
+    EXPECT_EQ(agent->check_store_once(), "ready");
+  }
+  agent->stop();
+}
+
 // ---- secrets -----------------------------------------------------------------------------------
 
 std::vector<std::string> redis_reply_strings(redisReply* r) {

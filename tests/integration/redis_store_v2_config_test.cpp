@@ -163,6 +163,15 @@ class StoreV2Config : public ::testing::TestWithParam<Target> {
       Result<DiscoverySnapshot> a = v1_->read_discovery(member(id));
       Result<DiscoverySnapshot> b = v2_->read_discovery(member(id));
       ASSERT_TRUE(a.ok()) << step << " " << id << ": " << a.error().message;
+      if (!b.ok() && b.error().code == ErrorCode::kStoreUnavailable &&
+          v2_value(*v2_keys_.member_version(member(id))).empty()) {
+        // A member no grant write has named yet: v1 answers "nothing granted"; v2 cannot tell
+        // that from a member whose slot lost its data, and refuses (docs/design.md "A part of
+        // the store that lost its data").
+        EXPECT_TRUE(a->connections.empty()) << step << " " << id;
+        EXPECT_NE(b.error().message.find("no version for"), std::string::npos) << b.error().message;
+        continue;
+      }
       ASSERT_TRUE(b.ok()) << step << " " << id << ": " << b.error().message;
       EXPECT_EQ(b->epoch, 0) << "no epoch on v2";
       EXPECT_EQ(testing::rendered_answer(*a, kNow), testing::rendered_answer(*b, kNow))

@@ -544,6 +544,53 @@ TEST(SpreadDiscoveryRead, ASplitConnectionWithoutItsRecordIsRemoved) {
   EXPECT_FALSE(s.connections[2].lease_held);
 }
 
+// A connection granted with a mode whose record and version are both gone lost its slot's data
+// (a removed connection keeps its version): the read is refused, never served without it. A grant
+// written before its connection's record (mode '') and a removed connection are left out as before.
+TEST(SpreadDiscoveryRead, AGrantedConnectionThatLostItsRecordAndVersionIsRefused) {
+  auto read_one = [](const std::string& grant_mode,
+                     const RespValue& version) -> Result<DiscoverySnapshot> {
+    Result<SpreadDiscoveryRead> read = SpreadDiscoveryRead::start(kKeys, kAlice);
+    if (!read.ok()) return read.error();
+    Status s = read->feed(
+        {RespValue::nil(), RespValue::bulk_string("ready:1"), RespValue::bulk_string("7"),
+         RespValue::array({RespValue::bulk_string("gone"), RespValue::bulk_string(grant_mode)})});
+    if (!s.ok()) return s.error();
+    std::vector<RespValue> replies;
+    for (std::size_t k = 0; k < read->commands().size(); ++k) {
+      replies.push_back(k == 0 ? RespValue::array({RespValue::bulk_string(kDiscoveryConnReplyTag),
+                                                   RespValue::array({}), version, RespValue::nil(),
+                                                   RespValue::array({})})
+                               : RespValue::bulk_string("quiver.discovery.member.v1"));
+    }
+    if (grant_mode == kGrantModePerMember) {
+      // discovery_member_read.lua's reply for the one per-member connection.
+      replies.back() = RespValue::array(
+          {RespValue::bulk_string(kDiscoveryMemberReplyTag),
+           RespValue::array({RespValue::array({RespValue::array({}), RespValue::array({}),
+                                               RespValue::integer_value(0), RespValue::nil()})})});
+    }
+    s = read->feed(replies);
+    if (!s.ok()) return s.error();
+    EXPECT_TRUE(read->done());
+    return read->take_snapshot();
+  };
+  for (const char* mode : {kGrantModeShared, kGrantModePerMember}) {
+    Result<DiscoverySnapshot> lost = read_one(mode, RespValue::nil());
+    ASSERT_FALSE(lost.ok()) << mode;
+    EXPECT_EQ(lost.error().code, ErrorCode::kStoreUnavailable);
+    EXPECT_NE(lost.error().message.find("'gone' is granted"), std::string::npos)
+        << lost.error().message;
+    Result<DiscoverySnapshot> removed = read_one(mode, RespValue::bulk_string("12"));
+    ASSERT_TRUE(removed.ok()) << removed.error().message;
+    ASSERT_EQ(removed->connections.size(), 1u);
+    EXPECT_FALSE(removed->connections[0].record.has_value()) << "removed: left out";
+  }
+  Result<DiscoverySnapshot> not_yet = read_one("", RespValue::nil());
+  ASSERT_TRUE(not_yet.ok()) << not_yet.error().message;
+  EXPECT_FALSE(not_yet->connections[0].record.has_value()) << "no record yet: left out";
+}
+
 // The layout record must name the layout the keys are spelled in: a namespace that moved ends
 // the read and says where it went; a record no layout of this build reads is unknown.
 TEST(SpreadDiscoveryRead, TheLayoutRecordMustNameTheKeysLayout) {
