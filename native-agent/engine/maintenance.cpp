@@ -219,6 +219,10 @@ Result<bool> Maintenance::restore_namespace() {
   if (ctx_.reload_requested) return false;  // the reload restores with the catalog's
   if (Status st = sync_config(); !st.ok()) return st.error();
   if (ctx_.reload_requested) return false;  // the reload restores with the catalog's
+  if (part_lost_) {
+    Status st = ctx_.store->rebuild_grantee_sets(grants_ ? *grants_ : ctx_.config.grants);
+    if (!st.ok()) return st.error();
+  }
   // Overlays are part of the namespace: a tool the team hid must not show after a wipe.
   if (Status st = ctx_.prefs->sync_all(); !st.ok()) return st.error();
   if (steady_ms() - restore_seen_at_ < restore_hold_ms()) return false;
@@ -253,6 +257,7 @@ std::string Maintenance::check_store_once() {
         return "ready";  // again at the next check
       }
       record->state = NamespaceState::kRestoring;  // as written: the restore below
+      part_lost_ = true;
     }
   }
   if (record->state == NamespaceState::kReady) {
@@ -265,6 +270,15 @@ std::string Maintenance::check_store_once() {
         ctx_.log_store_error("store: merging preferences after a restore", st.error());
         return "ready";  // again at the next check
       }
+    }
+    if (part_lost_) {
+      // Another agent finished the restore this one began for a lost part: the grantee sets.
+      Status st = ctx_.store->rebuild_grantee_sets(grants_ ? *grants_ : ctx_.config.grants);
+      if (!st.ok()) {
+        ctx_.log_store_error("store: rebuilding grantee sets after a lost part", st.error());
+        return "ready";  // again at the next check
+      }
+      part_lost_ = false;
     }
     last_ready_record_ = record->value;
     last_namespace_state_ = "ready";
@@ -293,6 +307,7 @@ std::string Maintenance::check_store_once() {
     return namespace_state_name(NamespaceState::kRestoring);
   }
   last_namespace_state_ = "ready";
+  part_lost_ = false;
   last_ready_record_.clear();  // the next check takes our own record as the one seen
   ctx_.metrics.store_namespace("ready");
   ctx_.metrics.namespace_restored();

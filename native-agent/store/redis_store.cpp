@@ -1289,24 +1289,33 @@ struct RedisStore::Impl {
                           *keys.revalidate_gate(cid, p),
                           *keys.invalidated(cid, p)};
     };
+    // slot_drop_v2.lua: the version first, then the keys (after the UNLINK of `owned`).
+    auto drop = [&](std::string version, std::optional<std::string> hash, RedisCommand unlink,
+                    std::string field) -> Status {
+      std::vector<std::string> slot_keys = {std::move(version)};
+      if (hash) slot_keys.push_back(std::move(*hash));
+      slot_keys.insert(slot_keys.end(), unlink.begin() + 1, unlink.end());
+      Result<RedisCommand> command =
+          schema_script_command("slot_drop_v2.lua", std::move(slot_keys), {std::move(field)});
+      if (!command.ok()) return command.error();
+      Result<RespValue> w = one_spread(*command, "sweep connection");
+      return w.ok() ? Status::Ok() : Status(w.error());
+    };
     for (const std::string& principal : string_set(*grantees)) {
       Result<Principal> p = Principal::parse(principal);
       if (!p.ok() || p->is_shared()) continue;
-      const std::string grants_key = *keys.grants(*p);
-      Result<std::vector<RespValue>> w =
-          transaction({{"HDEL", grants_key, cid}, owned(*p), {"INCR", *keys.member_version(*p)}},
-                      "sweep connection", grants_key);
-      if (!w.ok()) return w.error();
+      if (Status s = drop(*keys.member_version(*p), *keys.grants(*p), owned(*p), cid); !s.ok()) {
+        return s;
+      }
       unindex.push_back(*due_member(cid, *p));
     }
     RedisCommand own = owned(Principal::shared());
     for (const std::string& key : {*keys.conn(cid), *keys.grantees(cid), *keys.marked(cid)}) {
       own.push_back(key);
     }
-    const std::string conn = *keys.conn(cid);
-    Result<std::vector<RespValue>> w =
-        transaction({std::move(own), {"INCR", *keys.conn_version(cid)}}, "sweep connection", conn);
-    if (!w.ok()) return w.error();
+    if (Status s = drop(*keys.conn_version(cid), std::nullopt, std::move(own), ""); !s.ok()) {
+      return s;
+    }
     Result<RespValue> z = one_spread(unindex, "ZREM");
     return z.ok() ? Status::Ok() : Status(z.error());
   }
@@ -1487,6 +1496,56 @@ struct RedisStore::Impl {
     return sync;
   }
 
+  // A connection's grantee set lost with its slot (one Redis Cluster shard restarted empty or
+  // flushed) while its grantees' grants stayed: each pair the configuration grants is noted
+  // pending, and repair_grantees writes it as the member's stored grants say. One EXISTS per
+  // granted connection; then the pairs of the connections without a set, kPairsPerRound at a time
+  // (each round noted, then repaired).
+  Status rebuild_grantee_sets(const GrantMap& grants) {
+    constexpr std::size_t kPairsPerRound = 10'000;
+    std::map<std::string, std::vector<Principal>> granted_to;  // cid → members
+    for (const auto& [id, cids] : grants) {
+      Result<Principal> m = Principal::member(id);
+      if (!m.ok()) continue;
+      for (const std::string& cid : cids) granted_to[cid].push_back(*m);
+    }
+    std::vector<RedisCommand> exists;
+    std::vector<const std::string*> asked;
+    for (const auto& [cid, members] : granted_to) {
+      Result<std::string> k = keys.grantees(cid);
+      if (!k.ok()) continue;
+      exists.push_back({"EXISTS", std::move(*k)});
+      asked.push_back(&cid);
+    }
+    Result<std::vector<RespValue>> there = spread(exists, "EXISTS grantees");
+    if (!there.ok()) return there.error();
+    std::map<uint32_t, RedisCommand> pending;  // member shard → SADD of its pairs
+    std::size_t pairs = 0;
+    auto flush = [&]() -> Status {
+      std::vector<RedisCommand> writes;
+      for (auto& [shard, sadd] : pending) writes.push_back(std::move(sadd));
+      pending.clear();
+      pairs = 0;
+      if (writes.empty()) return Status::Ok();
+      Result<std::vector<RespValue>> w = spread(writes, "SADD grantees-pending");
+      if (!w.ok()) return w.error();
+      return repair_grantees();
+    };
+    for (std::size_t i = 0; i < asked.size(); ++i) {
+      if ((*there)[i].integer == 1) continue;
+      for (const Principal& m : granted_to[*asked[i]]) {
+        const uint32_t shard = *keys.member_shard(m);
+        RedisCommand& sadd = pending[shard];
+        if (sadd.empty()) sadd = {"SADD", *keys.grantees_pending(shard)};
+        sadd.push_back(*due_member(*asked[i], m));
+        if (++pairs >= kPairsPerRound) {
+          if (Status s = flush(); !s.ok()) return s;
+        }
+      }
+    }
+    return flush();
+  }
+
   // sync_grants on v2: as on v1 (the members to compare are those wanted and those the shards'
   // registries list; each whose grants differ is written alone), with the grants a HASH whose
   // values are the connections' modes as their records say now: a grant whose mode is stale (a
@@ -1510,7 +1569,7 @@ struct RedisStore::Impl {
 
     GrantSync sync;
     std::vector<MemberGrantWrite> batch;
-    std::vector<RedisCommand> drop;  // listed, without grants, none wanted
+    std::vector<RedisCommand> drop;  // registry entries: SREM without grants, SADD lost ones
     for (const auto& [text, shard] : unlisted) {
       drop.push_back({"SREM", *keys.grant_members(shard), text});
     }
@@ -1546,6 +1605,10 @@ struct RedisStore::Impl {
         if (have == desired && versioned) {
           if (desired.empty() && listed.count(page[i]) != 0) {
             drop.push_back({"SREM", *keys.grant_members(*keys.member_shard(member)), member.str()});
+          } else if (!desired.empty() && listed.count(page[i]) == 0) {
+            // Its registry entry was lost with its shard (the grants stayed): without it a later
+            // removal of the member from the configuration would leave its grants behind.
+            drop.push_back({"SADD", *keys.grant_members(*keys.member_shard(member)), member.str()});
           }
           continue;
         }
@@ -2115,6 +2178,11 @@ Result<std::vector<bool>> RedisStore::versions_present(
     out.push_back(v.integer == 1);
   }
   return out;
+}
+
+Status RedisStore::rebuild_grantee_sets(const GrantMap& grants) {
+  if (!impl_->v2()) return Status::Ok();  // one slot: lost with everything else, or not at all
+  return impl_->rebuild_grantee_sets(grants);
 }
 
 Status RedisStore::demote_namespace(int64_t now_ms) {
@@ -3345,20 +3413,23 @@ Result<bool> RedisStore::drop_manifest(std::string_view cid, const Principal& pr
   if (writes_v2(impl_->keys)) {
     // The record's keys and its slot's version in one transaction there; the due entry after it,
     // on the connection's shard (lost, it comes due and maintenance forgets it: no record).
+    // slot_drop_v2.lua: the version INCRed only where it exists (a missing one says the slot
+    // lost its data).
     const RedisKeys& keys = impl_->keys;
-    Result<std::vector<RespValue>> r =
-        transaction_at(*impl_->main, *manifest,
-                       {{"DEL", *manifest, *keys.revalidate_gate(cid, principal),
-                         *keys.invalidated(cid, principal)},
-                        {"INCR", *keys.version_of(cid, principal)}},
-                       "drop manifest");
+    Result<RedisCommand> drop = schema_script_command(
+        "slot_drop_v2.lua",
+        {*keys.version_of(cid, principal), *manifest, *keys.revalidate_gate(cid, principal),
+         *keys.invalidated(cid, principal)},
+        {""});
+    if (!drop.ok()) return drop.error();
+    Result<RespValue> r = impl_->one_spread(*drop, "drop manifest");
     if (!r.ok()) return r.error();
     Result<std::string> due = due_key_of(keys, cid);
     if (!due.ok()) return due.error();
     Result<std::vector<RespValue>> unindexed =
         run_spread_checked(*impl_->main, {{"ZREM", *due, *due_member(cid, principal)}}, "ZREM due");
     if (!unindexed.ok()) return unindexed.error();
-    return (*r)[0].type == RespValue::Type::kInteger && (*r)[0].integer > 0;
+    return r->is_integer() && r->integer > 0;
   }
   Result<std::vector<RespValue>> r =
       impl_->transaction({{"DEL", *manifest, *impl_->keys.revalidate_gate(cid, principal),

@@ -109,6 +109,7 @@ class RedisStore final : public ManifestStore {
   Result<std::vector<bool>> versions_present(const std::vector<std::string>& connection_ids,
                                              const std::vector<Principal>& members) override;
   Status demote_namespace(int64_t now_ms) override;
+  Status rebuild_grantee_sets(const GrantMap& grants) override;
   Result<std::optional<int64_t>> store_time_ms() override;
 
   Result<AcquireResult> acquire_lease(std::string_view cid, const Principal& principal,

@@ -286,6 +286,14 @@ class ManifestStore {
     (void)now_ms;
     return Status::Ok();
   }
+  // After a part of the namespace was lost alone (demote_namespace) and the configuration synced
+  // again: the grantee sets of granted connections that have none are written again from the
+  // members' stored grants (a member whose grants stayed is not written by the sync, and a
+  // refresh webhook checks these sets). A no-op where no part can be lost alone.
+  virtual Status rebuild_grantee_sets(const GrantMap& grants) {
+    (void)grants;
+    return Status::Ok();
+  }
   // The store's own clock (Redis TIME), for the agent's clock-skew report; nullopt when the store
   // has no clock of its own (SqliteStore).
   virtual Result<std::optional<int64_t>> store_time_ms() = 0;

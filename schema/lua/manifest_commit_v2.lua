@@ -10,7 +10,7 @@
 -- KEYS[1] manifest    quiver:{ns:c:<cid>}:manifest, or quiver:{ns:m:<id>}:manifest:<cid>  HASH
 -- KEYS[2] lease       ...:lease (:lease:<cid> for a member)
 -- KEYS[3] fence       ...:fence (:fence:<cid>)
--- KEYS[4] version     quiver:{ns:c:<cid>}:version, or quiver:{ns:m:<id>}:version: INCR
+-- KEYS[4] version     quiver:{ns:c:<cid>}:version, or quiver:{ns:m:<id>}:version: INCR (only if it exists)
 -- KEYS[5] connection  quiver:{ns:c:<cid>}:conn  HASH (its `config_hash` is read); `shared` only
 -- ARGV[1] fence  ARGV[2] token  ARGV[3] config_hash the listing started under
 -- ARGV[4] etag  ARGV[5] fetched_at  ARGV[6] fresh_until  ARGV[7] expires_at
@@ -63,7 +63,12 @@ else
 end
 redis.call('HDEL', KEYS[1], 'manifest')
 redis.call('PERSIST', KEYS[1])
-local version = redis.call('INCR', KEYS[4])
+-- Only where the version exists: a missing one tells readers the slot lost its data (docs/design.md
+-- "A part of the store that lost its data"); this commit must not hide that. Then 0.
+local version = 0
+if redis.call('EXISTS', KEYS[4]) == 1 then
+  version = redis.call('INCR', KEYS[4])
+end
 if ARGV[10] == '1' then
   redis.call('DEL', KEYS[2])
 end

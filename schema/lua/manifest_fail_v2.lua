@@ -4,7 +4,7 @@
 -- last good manifest stays; only the error fields and attempt_at change, and config_hash is never
 -- written (a failure must not make data listed under an older config look current).
 --
--- KEYS[1] manifest  KEYS[2] lease  KEYS[3] fence  KEYS[4] version (INCR: readers render the error)
+-- KEYS[1] manifest  KEYS[2] lease  KEYS[3] fence  KEYS[4] version (INCR where it exists: readers render the error)
 -- KEYS[5] connection  quiver:{ns:c:<cid>}:conn, `shared` only (a member's slot cannot see it)
 -- ARGV[1] fence  ARGV[2] token  ARGV[3] config_hash the listing started under (compared only)
 -- ARGV[4] error_code  ARGV[5] error_message  ARGV[6] error_at  ARGV[7] attempt_at
@@ -38,7 +38,9 @@ end
 redis.call('HSET', KEYS[1],
   'error_code', ARGV[4], 'error_message', ARGV[5], 'error_at', ARGV[6], 'attempt_at', ARGV[7])
 redis.call('PERSIST', KEYS[1])
-redis.call('INCR', KEYS[4])
+if redis.call('EXISTS', KEYS[4]) == 1 then  -- missing: the slot lost its data; not hidden
+  redis.call('INCR', KEYS[4])
+end
 if ARGV[8] == '1' then
   redis.call('DEL', KEYS[2])
 end

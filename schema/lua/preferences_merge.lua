@@ -102,8 +102,14 @@ if not same then
     end
   end
   if #batch > 0 then redis.call('SADD', KEYS[2], unpack(batch)) end
-  if KEYS[4] then redis.call('INCR', KEYS[4]) end
-  redis.call('INCR', KEYS[3])
+  if KEYS[4] then
+    redis.call('INCR', KEYS[4])
+    redis.call('INCR', KEYS[3])
+  elseif redis.call('EXISTS', KEYS[3]) == 1 then
+    -- Layout v2: only where the version exists; a missing one tells readers the slot lost its
+    -- data (docs/design.md "A part of the store that lost its data"), which this must not hide.
+    redis.call('INCR', KEYS[3])
+  end
   changed = 1
 end
 local epoch = 0

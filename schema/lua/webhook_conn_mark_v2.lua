@@ -3,7 +3,7 @@
 -- O(1) whatever the connection's number of grantees, on the connection's slot.
 --
 -- KEYS[1] marked   quiver:{ns:c:<cid>}:marked   STRING of epoch ms, only ever moved forward
--- KEYS[2] version  quiver:{ns:c:<cid>}:version  INCR when the mark moved
+-- KEYS[2] version  quiver:{ns:c:<cid>}:version  INCR when the mark moved (and it exists)
 -- ARGV[1] at       now (the caller's clock)
 --
 -- Readers apply the mark to each principal lazily (the effective invalidated_at of (cid, p) is the
@@ -18,5 +18,7 @@ if before and before >= at then
   return 0
 end
 redis.call('SET', KEYS[1], ARGV[1])
-redis.call('INCR', KEYS[2])
+if redis.call('EXISTS', KEYS[2]) == 1 then  -- missing: the slot lost its data; not hidden
+  redis.call('INCR', KEYS[2])
+end
 return 1

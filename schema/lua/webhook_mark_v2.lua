@@ -33,7 +33,9 @@ if ARGV[4] == '1' then
   local before = tonumber(redis.call('GET', KEYS[1]))
   if not before or before < at then
     redis.call('SET', KEYS[1], ARGV[1])
-    redis.call('INCR', KEYS[2])
+    if redis.call('EXISTS', KEYS[2]) == 1 then  -- missing: the slot lost its data; not hidden
+      redis.call('INCR', KEYS[2])
+    end
   end
   marked = '1'
 end

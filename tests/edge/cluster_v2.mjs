@@ -41,11 +41,12 @@
 //      every answer whole, the edges follow MOVED, and a tool added at every upstream after it,
 //      refreshed through the agent into the moved slots, shows at every edge;
 //   g. a shard that lost its data: the namespace's slot and alice's moved off the master serving
-//      the most connections, then FLUSHALL there mid-traffic. Every answer is every connection (a
-//      listing the loss took `pending` or `error`, never missing) or 503 (the reader refuses a
-//      granted connection whose record and version are both gone); the agent finds versions it
-//      had seen gone, marks the namespace restoring and restores it; the lost connections are
-//      listed again, and a tool added after it shows at every edge.
+//      the most connections, then FLUSHALL there mid-traffic; then the same at the master of
+//      alice's slot. Every answer is every connection (a listing the loss took `pending` or
+//      `error`, never missing) or 503 (the reader refuses a granted connection whose record and
+//      version are both gone, and a member without a version); the agent finds versions it had
+//      seen gone, marks the namespace restoring and restores it; the lost connections are listed
+//      again, and a tool added after it shows at every edge.
 // A third edge reads with replica reads on (QUIVER_REDIS_REPLICA_READS=1; answers `edge:
 // 'replica'`), held to the same rule through every fault: in c its conditional reads run at the
 // replicas, which know nothing of the reshard (a key moved away is absent there, not ASK).
@@ -161,7 +162,11 @@ async function bumpMemberVersion() {
   const key = `quiver:{${NS}:m:alice}:version`;
   try {
     const slot = await cluster.call(seed, 'CLUSTER', 'KEYSLOT', key);
-    await cluster.call((await cluster.shardOf(slot, seed)).master, 'INCR', key);
+    // Only where it exists, as every write but the grant write does (a missing version says the
+    // slot lost its data: g).
+    await cluster.call((await cluster.shardOf(slot, seed)).master, 'EVAL',
+                       "if redis.call('EXISTS', KEYS[1]) == 1 then return redis.call('INCR', KEYS[1]) end return 0",
+                       1, key);
     return true;
   } catch {
     return false;
@@ -623,38 +628,55 @@ async function rebalanceOnto(added, slots, reads, stop, before) {
   await changeEveryUpstream('after_rebalance', [...edges, ...replicaEdges]);
 }
 
-test('g: a shard that lost its data (FLUSHALL at the master of the connections\' slots) mid-traffic: whole lists or 503, never one without its connections; the agent restores them', async () => {
-  const now = await agent.request('GET', '/v1/manifests', { headers: auth() });
-  assert.equal(now.status, 200, now.text);
-  baseline = entries(now.json);
-  const want = Object.keys(baseline).sort();
-  // The victim: the master serving the most connections. The namespace's slot (its record) and
-  // alice's (her grants) are moved off it first: what it loses is a part of the namespace, which
-  // the namespace record does not tell (a whole namespace lost is the store check's older case).
+test('g: a shard that lost its data mid-traffic (the connections\' master, then alice\'s): whole lists or 503, never one without its connections nor an empty one; the agent restores it', async () => {
+  // The master serving the most connections. The namespace's slot (its record) and alice's (her
+  // grants) are moved off it first: what it loses is a part of the namespace, which the namespace
+  // record does not tell (a whole namespace lost is the store check's older case).
   const count = new Map();
   for (const { id } of upstreams) {
     const { master } = await masterOfConnection(id);
     count.set(master, (count.get(master) ?? 0) + 1);
   }
   const victim = [...count.entries()].sort((a, b) => b[1] - a[1])[0][0];
-  const other = (await masters()).find((p) => p !== victim);
+  const [other, third] = (await masters()).filter((p) => p !== victim);
   const nsSlot = await cluster.call(seed, 'CLUSTER', 'KEYSLOT', `quiver:{${NS}}:namespace`);
-  for (const slot of [nsSlot, await memberSlot()]) await migrateSlot(slot, other);
+  await migrateSlot(nsSlot, third);
+  await migrateSlot(await memberSlot(), other);
   await cluster.waitUntilOk({ replicas: false });
+  const lost = await loseShard(victim);
+  assert.ok(lost.length >= 2, `the victim served connections: ${lost}`);
+  // Then alice's master (her grants, her version, her per-member manifest): her list is refused,
+  // never "nothing granted".
+  assert.equal((await cluster.shardOf(await memberSlot(), seed)).master, other);
+  await loseShard(other);
+  // The agent lists into the restored slots as before.
+  await changeEveryUpstream('after_loss', [...edges, ...replicaEdges]);
+});
+
+// FLUSHALL at `victim` (a master: its replicas follow) while readLoop reads every edge and the
+// agent: every answer is every connection (one whose listing the loss took `pending` or `error`
+// until listed again) or 503 STORE_UNAVAILABLE; the agent says what it found gone and restores
+// the namespace; every reader serves every connection with its manifest again. The connections
+// the victim served.
+async function loseShard(victim) {
+  const now = await agent.request('GET', '/v1/manifests', { headers: auth() });
+  assert.equal(now.status, 200, now.text);
+  baseline = entries(now.json);
+  const want = Object.keys(baseline).sort();
   const lost = [];
   for (const { id } of upstreams) if ((await masterOfConnection(id)).master === victim) lost.push(id);
-  assert.ok(lost.length >= 2, `the victim serves connections: ${lost}`);
+  const aliceLost = (await cluster.shardOf(await memberSlot(), seed)).master === victim;
   const logsBefore = logs.length;
+  const restoresBefore = logs.filter((l) => l.includes('namespace restored')).length;
   let done = false;
   const answers = [];
   const reads = readLoop(() => done, () => true, answers);
   try {
     await sleep(500);
-    // FLUSHALL at a master goes to its replicas too: the shard's data is gone, its slots stay.
     assert.equal(await cluster.call(victim, 'FLUSHALL'), 'OK');
     const flushedAt = Date.now();
     await waitFor('the agent finds the versions gone and restores the namespace', () =>
-      logs.slice(logsBefore).some((l) => l.includes('namespace restored')), 30000);
+      logs.filter((l) => l.includes('namespace restored')).length > restoresBefore, 30000);
     const restoredAt = Date.now();
     // The lost listings come back (the agent seeds the shared ones, alice's read queues hers).
     await waitFor('the agent and every edge serve every connection with its manifest again', async () => {
@@ -671,8 +693,6 @@ test('g: a shard that lost its data (FLUSHALL at the master of the connections\'
     await sleep(300);
     done = true;
     await reads;
-    // Every answer: 503, or every connection (one whose listing the loss took is `pending` or
-    // `error` until it is listed again, never missing and never an empty list).
     const bad = [];
     for (const a of answers) {
       let why = null;
@@ -695,10 +715,10 @@ test('g: a shard that lost its data (FLUSHALL at the master of the connections\'
     const after = answers.filter((a) => a.start >= flushedAt);
     const refused = after.filter((a) => a.status === 503).length;
     assert.ok(refused > 0, 'reads after the loss were refused until the restore');
-    console.log(`      ${lost.length} connections lost with master ${victim}; restored ` +
-                `${restoredAt - flushedAt} ms after the FLUSHALL; ${after.length} answers since, ` +
-                `${refused} 503, ${after.filter((a) => a.status === 200 && want.some((id) => !a.entries[id].manifest)).length} ` +
-                `with a connection pending`);
+    const pending = after.filter((a) => a.status === 200 && want.some((id) => !a.entries[id].manifest));
+    console.log(`      master ${victim} flushed (${lost.length} connections${aliceLost ? ', alice\'s grants' : ''}): ` +
+                `restored ${restoredAt - flushedAt} ms after; ${after.length} answers since, ` +
+                `${refused} 503, ${pending.length} with a connection pending`);
     assert.ok(logs.slice(logsBefore).some((l) => l.includes('are gone (a part of the store lost its data')),
               'the agent said what it found');
     for (const id of lost) {
@@ -708,9 +728,8 @@ test('g: a shard that lost its data (FLUSHALL at the master of the connections\'
     done = true;
     await reads.catch(() => {});
   }
-  // The agent lists into the restored slots as before.
-  await changeEveryUpstream('after_loss', [...edges, ...replicaEdges]);
-});
+  return lost;
+}
 
 // ---- runner ------------------------------------------------------------------------------------
 

@@ -1854,6 +1854,8 @@ TEST(AgentRedis, APartOfTheStoreLostAloneIsRefusedThenRestored) {
         << log.all();
     EXPECT_EQ(agent->metrics().namespace_restores(), ++restores);
     EXPECT_EQ(alice_answer(agent->store(), &detail), Answer::kRight) << pattern << ": " << detail;
+    // The connection's grantee set (what a refresh webhook checks) is back too.
+    EXPECT_EQ(*agent->store().read_grantees("t"), std::set<std::string>{"alice"}) << pattern;
     // The restore queued the listing the loss took; the hidden tool stays hidden.
     agent->drain_revalidations_once();
     ASSERT_TRUE(agent->refresh_now("t", Principal::shared(), "manual").ok()) << log.all();
