@@ -73,39 +73,36 @@ std::optional<std::string> Maintenance::lost_part() {
   const std::size_t total = version_seen_.size();
   if (total == 0) return std::nullopt;
   const std::size_t n = watched_connections_.size();
-  std::vector<std::size_t> window;
+  // This check's window, as the store reads it: its connections, then its members.
+  std::vector<std::size_t> conn_at, member_at;
   std::vector<std::string> conns;
   std::vector<Principal> members;
-  for (std::size_t k = 0; k < std::min(total, kVersionChecksPerCheck); ++k) {
+  const std::size_t size = std::min(total, kVersionChecksPerCheck);
+  for (std::size_t k = 0; k < size; ++k) {
     const std::size_t i = (version_cursor_ + k) % total;
-    window.push_back(i);
-    if (i < n) conns.push_back(watched_connections_[i]);
-  }
-  for (std::size_t i : window) {
-    if (i >= n) members.push_back(watched_members_[i - n]);
+    if (i < n) {
+      conn_at.push_back(i);
+      conns.push_back(watched_connections_[i]);
+    } else {
+      member_at.push_back(i);
+      members.push_back(watched_members_[i - n]);
+    }
   }
   Result<std::vector<bool>> present = ctx_.store->versions_present(conns, members);
   if (!present.ok()) {
     ctx_.log_store_error("store check: reading versions", present.error());
     return std::nullopt;
   }
-  if (present->empty()) {  // a store whose parts are not lost alone
+  if (present->empty()) {  // a store whose parts are not lost alone: nothing to watch
     version_seen_.clear();
     return std::nullopt;
   }
-  if (present->size() != window.size()) return std::nullopt;
-  version_cursor_ = (version_cursor_ + window.size()) % total;
-  // present holds the connections of the window first, then its members: map back to `window`.
-  std::vector<std::size_t> order;
-  for (std::size_t i : window) {
-    if (i < n) order.push_back(i);
-  }
-  for (std::size_t i : window) {
-    if (i >= n) order.push_back(i);
-  }
+  if (present->size() != size) return std::nullopt;
+  version_cursor_ = (version_cursor_ + size) % total;
+  conn_at.insert(conn_at.end(), member_at.begin(), member_at.end());
   std::vector<std::string> lost;
-  for (std::size_t k = 0; k < order.size(); ++k) {
-    const std::size_t i = order[k];
+  for (std::size_t k = 0; k < size; ++k) {
+    const std::size_t i = conn_at[k];
     if ((*present)[k]) {
       version_seen_[i] = true;
     } else if (version_seen_[i]) {
