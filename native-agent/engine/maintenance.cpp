@@ -255,6 +255,7 @@ std::string Maintenance::check_store_once() {
       }
       record->state = NamespaceState::kRestoring;  // as written: the restore below
       part_lost_ = true;
+      ctx_.metrics.part_lost();
     }
   }
   if (record->state == NamespaceState::kReady) {

@@ -158,6 +158,7 @@ void Metrics::store_namespace(std::string_view state) {
   namespace_state_ = std::string(state);
 }
 void Metrics::namespace_restored() { add_locked(mu_, namespace_restores_, 1); }
+void Metrics::part_lost() { add_locked(mu_, parts_lost_, 1); }
 void Metrics::clock_skew_ms(int64_t skew) {
   std::lock_guard<std::mutex> lock(mu_);
   clock_skew_ms_ = skew;
@@ -166,6 +167,7 @@ void Metrics::consumers_removed(int64_t n) { add_locked(mu_, consumers_removed_,
 std::string Metrics::store_namespace() const { return read_locked(mu_, namespace_state_); }
 std::optional<int64_t> Metrics::clock_skew_ms() const { return read_locked(mu_, clock_skew_ms_); }
 int64_t Metrics::namespace_restores() const { return read_locked(mu_, namespace_restores_); }
+int64_t Metrics::parts_lost() const { return read_locked(mu_, parts_lost_); }
 int64_t Metrics::consumers_removed() const { return read_locked(mu_, consumers_removed_); }
 
 std::string Metrics::prometheus_text() const {
@@ -208,6 +210,10 @@ std::string Metrics::prometheus_text() const {
          namespace_state_ == "ready" ? 1 : 0);
   single(out, "quiver_store_namespace_restores_total", "counter",
          "Namespaces this agent restored after the store lost them.", namespace_restores_);
+  single(out, "quiver_store_parts_lost_total", "counter",
+         "Parts of the namespace (key layout v2: a Redis Cluster shard's slots) this agent found "
+         "lost alone, by versions it had seen gone; each marked the namespace restoring.",
+         parts_lost_);
   single(out, "quiver_revalidation_consumers_removed_total", "counter",
          "Dead consumers (idle, nothing pending) removed from the revalidation group.",
          consumers_removed_);

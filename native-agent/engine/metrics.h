@@ -61,6 +61,9 @@ class Metrics {
   // could not be asked). quiver_store_namespace_ready is 1 only for "ready".
   void store_namespace(std::string_view state);
   void namespace_restored();  // quiver_store_namespace_restores_total
+  // A part of the namespace found lost alone (key layout v2: versions seen, then gone), each time
+  // the store check marks the namespace restoring for it: quiver_store_parts_lost_total.
+  void part_lost();
   // This agent's clock minus the store's (Redis TIME), ms: quiver_clock_skew_seconds. Unset until
   // measured (and for a store without a clock of its own): the gauge is absent.
   void clock_skew_ms(int64_t skew);
@@ -69,6 +72,7 @@ class Metrics {
   std::string store_namespace() const;           // "unknown" before the first check
   std::optional<int64_t> clock_skew_ms() const;  // nullopt until measured
   int64_t namespace_restores() const;
+  int64_t parts_lost() const;
   int64_t consumers_removed() const;
 
   // Reads for tests and status output (0 when never incremented).
@@ -104,6 +108,7 @@ class Metrics {
   int64_t listing_count_ = 0;
   std::string namespace_state_ = "unknown";
   int64_t namespace_restores_ = 0;
+  int64_t parts_lost_ = 0;
   std::optional<int64_t> clock_skew_ms_;
   int64_t consumers_removed_ = 0;
   double listing_sum_seconds_ = 0;

@@ -1853,6 +1853,10 @@ TEST(AgentRedis, APartOfTheStoreLostAloneIsRefusedThenRestored) {
     EXPECT_TRUE(wait_until([&] { return agent->check_store_once() == "ready"; }, 10'000))
         << log.all();
     EXPECT_EQ(agent->metrics().namespace_restores(), ++restores);
+    EXPECT_EQ(agent->metrics().parts_lost(), restores);
+    EXPECT_NE(agent->metrics().prometheus_text().find("quiver_store_parts_lost_total " +
+                                                      std::to_string(restores)),
+              std::string::npos);
     EXPECT_EQ(alice_answer(agent->store(), &detail), Answer::kRight) << pattern << ": " << detail;
     // The connection's grantee set (what a refresh webhook checks) is back too.
     EXPECT_EQ(*agent->store().read_grantees("t"), std::set<std::string>{"alice"}) << pattern;
