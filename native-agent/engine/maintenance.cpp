@@ -52,6 +52,9 @@ Status Maintenance::sync_config() {
   const GrantMap& granted = grants_ ? *grants_ : ctx_.config.grants;
   Result<GrantSync> grants = ctx_.store->sync_grants(granted);
   if (!grants.ok()) return grants.error();
+  // A grantee set lost with its connection's slot while the grants stayed (the sync writes none
+  // of those members): after the grant writes, only such a set is missing.
+  if (Status st = ctx_.store->rebuild_grantee_sets(granted); !st.ok()) return st;
   watch_versions(granted);
   return Status::Ok();
 }
@@ -216,10 +219,6 @@ Result<bool> Maintenance::restore_namespace() {
   if (ctx_.reload_requested) return false;  // the reload restores with the catalog's
   if (Status st = sync_config(); !st.ok()) return st.error();
   if (ctx_.reload_requested) return false;  // the reload restores with the catalog's
-  if (part_lost_) {
-    Status st = ctx_.store->rebuild_grantee_sets(grants_ ? *grants_ : ctx_.config.grants);
-    if (!st.ok()) return st.error();
-  }
   // Overlays are part of the namespace: a tool the team hid must not show after a wipe.
   if (Status st = ctx_.prefs->sync_all(); !st.ok()) return st.error();
   if (steady_ms() - restore_seen_at_ < restore_hold_ms()) return false;
@@ -254,7 +253,6 @@ std::string Maintenance::check_store_once() {
         return "ready";  // again at the next check
       }
       record->state = NamespaceState::kRestoring;  // as written: the restore below
-      part_lost_ = true;
       ctx_.metrics.part_lost();
     }
   }
@@ -268,15 +266,6 @@ std::string Maintenance::check_store_once() {
         ctx_.log_store_error("store: merging preferences after a restore", st.error());
         return "ready";  // again at the next check
       }
-    }
-    if (part_lost_) {
-      // Another agent finished the restore this one began for a lost part: the grantee sets.
-      Status st = ctx_.store->rebuild_grantee_sets(grants_ ? *grants_ : ctx_.config.grants);
-      if (!st.ok()) {
-        ctx_.log_store_error("store: rebuilding grantee sets after a lost part", st.error());
-        return "ready";  // again at the next check
-      }
-      part_lost_ = false;
     }
     last_ready_record_ = record->value;
     last_namespace_state_ = "ready";
@@ -305,7 +294,6 @@ std::string Maintenance::check_store_once() {
     return namespace_state_name(NamespaceState::kRestoring);
   }
   last_namespace_state_ = "ready";
-  part_lost_ = false;
   last_ready_record_.clear();  // the next check takes our own record as the one seen
   ctx_.metrics.store_namespace("ready");
   ctx_.metrics.namespace_restored();

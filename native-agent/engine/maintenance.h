@@ -93,9 +93,6 @@ class Maintenance {
   std::vector<Principal> watched_members_;
   std::vector<bool> version_seen_;
   std::size_t version_cursor_ = 0;
-  // The restore under way began with a part of the namespace lost alone (lost_part), not with the
-  // whole namespace: it rebuilds the grantee sets the sync does not write.
-  bool part_lost_ = false;
 };
 
 }  // namespace quiver

@@ -286,10 +286,10 @@ class ManifestStore {
     (void)now_ms;
     return Status::Ok();
   }
-  // After a part of the namespace was lost alone (demote_namespace) and the configuration synced
-  // again: the grantee sets of granted connections that have none are written again from the
-  // members' stored grants (a member whose grants stayed is not written by the sync, and a
-  // refresh webhook checks these sets). A no-op where no part can be lost alone.
+  // After a grant sync (Maintenance::sync_config): the grantee sets of granted connections that
+  // still have none, lost with their connection's slot while the members' grants stayed (the sync
+  // writes none of those members, and a refresh webhook checks these sets), are written again from
+  // the members' stored grants. A no-op where no part can be lost alone.
   virtual Status rebuild_grantee_sets(const GrantMap& grants) {
     (void)grants;
     return Status::Ok();
