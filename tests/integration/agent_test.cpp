@@ -35,6 +35,7 @@
 #include "shared/manifest.h"
 #include "shared/sha256.h"
 #include "tests/support/encodings.h"
+#include "tests/support/hiredis_run.h"
 #include "tests/support/mcp_peers.h"
 #include "tests/support/redis_server.h"
 
@@ -44,7 +45,9 @@ namespace {
 using testing::append_line;
 using testing::read_file;
 using testing::read_stats;
+using testing::RedisConnection;
 using testing::RedisServer;
+using testing::run_argv;
 using testing::steady_now_ms;
 using testing::TempDir;
 using testing::test_upstream_js;
@@ -1619,17 +1622,17 @@ TEST(AgentRedis, RedisStoppedAndRestartedWhileRunning) {
 
 // ---- a store that lost its data ----------------------------------------------------------------
 
-// FLUSHALL on the shared Redis (as a Redis restarted without persistence, or a failover to an empty
-// replica, would leave it), from a connection of the test's own.
-void flushall(RedisServer& redis) {
-  redisContext* c = redis.connect();
-  ASSERT_NE(c, nullptr);
-  auto* r = static_cast<redisReply*>(redisCommand(c, "FLUSHALL"));
-  ASSERT_NE(r, nullptr);
-  EXPECT_EQ(std::string(r->str, r->len), "OK");
-  freeReplyObject(r);
-  redisFree(c);
+// One command on `redis` from a connection of the test's own.
+RespValue redis_do(RedisServer& redis, const std::vector<std::string>& argv) {
+  RedisConnection c(redis.connect());
+  EXPECT_NE(c, nullptr);
+  if (c == nullptr) return RespValue::error("no connection");
+  return run_argv(c.get(), argv);
 }
+
+// FLUSHALL on the shared Redis (as a Redis restarted without persistence, or a failover to an empty
+// replica, would leave it).
+void flushall(RedisServer& redis) { EXPECT_TRUE(redis_do(redis, {"FLUSHALL"}).is_ok()); }
 
 // What one discovery read told alice about connection `t`, classified as the fault suite does.
 enum class Answer { kRight, kNotReady, kWrong };
@@ -1787,19 +1790,11 @@ TEST(AgentRedis, TheStoreCheckRestoresAWipedNamespaceWithinItsInterval) {
 // Deletes every key matching `pattern` (a part of the store lost alone, as one Redis Cluster
 // shard restarted empty would leave it); how many.
 long long delete_keys(RedisServer& redis, const std::string& pattern) {
-  redisContext* c = redis.connect();
-  EXPECT_NE(c, nullptr);
-  if (c == nullptr) return 0;
-  auto* r = static_cast<redisReply*>(
-      redisCommand(c, "EVAL %s 0 %s",
-                   "local n = 0 for _, k in ipairs(redis.call('KEYS', ARGV[1])) do "
-                   "n = n + redis.call('DEL', k) end return n",
-                   pattern.c_str()));
-  EXPECT_NE(r, nullptr);
-  long long n = r != nullptr && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
-  if (r != nullptr) freeReplyObject(r);
-  redisFree(c);
-  return n;
+  RespValue n = redis_do(redis, {"EVAL",
+                                 "local n = 0 for _, k in ipairs(redis.call('KEYS', ARGV[1])) do "
+                                 "n = n + redis.call('DEL', k) end return n",
+                                 "0", pattern});
+  return n.is_integer() ? n.integer : -1;
 }
 
 // Key layout v2 (docs/design.md "A part of the store that lost its data"): a connection's slot,
@@ -1809,14 +1804,7 @@ long long delete_keys(RedisServer& redis, const std::string& pattern) {
 TEST(AgentRedis, APartOfTheStoreLostAloneIsRefusedThenRestored) {
   RedisServer redis;
   ASSERT_TRUE(redis.ok()) << redis.error();
-  {
-    redisContext* c = redis.connect();
-    ASSERT_NE(c, nullptr);
-    auto* r = static_cast<redisReply*>(redisCommand(c, "SET quiver:{default}:layout v2:ready:1"));
-    ASSERT_NE(r, nullptr);
-    freeReplyObject(r);
-    redisFree(c);
-  }
+  ASSERT_TRUE(redis_do(redis, {"SET", "quiver:{default}:layout", "v2:ready:1"}).is_ok());
   TempDir dir;
   LogCapture log;
   AgentConfig cfg = make_config(
